@@ -1,0 +1,122 @@
+/* coordinator/config.h — the run configuration: parse, override, validate.
+ *
+ * A config file is YAML (and so also JSON: a DeepSpeed config loads as it
+ * is for the sections it shares). Sections `model`, `data`, `run` and `comm`
+ * are ours; the training keys use DeepSpeed's names and meanings
+ * (train_micro_batch_size_per_gpu, gradient_accumulation_steps,
+ * train_batch_size, gradient_clipping, steps_per_print, optimizer,
+ * scheduler, zero_optimization, fp16, bf16, activation_checkpointing).
+ *
+ * Loading is: parse the file into a tree (yaml_tree.h), apply `--set
+ * key.path=value` overrides to the tree, then walk the tree against the
+ * schema (config_schema.c), filling `struct zt_config` from its defaults and
+ * the given values, then check cross-field rules. Every problem is reported
+ * once through zt_error_set with the file, line and column of the offending
+ * node ("run.yaml:14:3: optimizer.params.lr: must be > 0, got -1") or
+ * "--set optimizer.params.lr=..." for overrides; unknown keys name the
+ * closest valid key. All such errors are ZT_ERR_CONFIG (exit 2), features
+ * that later versions implement are ZT_ERR_UNSUPPORTED (exit 2).
+ *
+ * The config owns its strings; free with config_free.
+ */
+#ifndef ZT_COORDINATOR_CONFIG_H
+#define ZT_COORDINATOR_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../common/status.h"
+
+enum zt_sched_type { ZT_SCHED_NONE, ZT_SCHED_WARMUP_LR, ZT_SCHED_WARMUP_DECAY_LR, ZT_SCHED_WARMUP_COSINE_LR };
+enum zt_warmup_type { ZT_WARMUP_LOG, ZT_WARMUP_LINEAR };
+
+struct zt_config {
+    char *source; /* path of the file loaded */
+
+    struct {
+        int vocab_size; /* default 256 (byte tokenizer) */
+        int block_size; /* max sequence length, default 128 */
+        int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
+        char *init_from; /* NULL: random init; FILE.safetensors: not supported yet */
+    } model;
+
+    struct {
+        char **train; /* one or more paths: a token file, or text files/folders */
+        int n_train;
+        char **val; /* optional, same forms; NULL/0 when absent */
+        int n_val;
+        double val_fraction; /* held-out tail of train when val is absent, default 0.1, [0, 0.5] */
+        int seq_len; /* default block_size; must be <= block_size */
+    } data;
+
+    struct {
+        long steps; /* optimizer steps, default 100 */
+        uint64_t seed; /* default 1234 */
+        long eval_interval; /* steps between evaluations, 0 = only at the end; default 0 */
+        long eval_batches; /* micro batches per evaluation, 0 = the whole val set; default 0 */
+        char *output_dir; /* default "runs/latest" */
+    } run;
+
+    struct {
+        char *backend; /* "auto" (default), "mpi", "nccl" */
+    } comm;
+
+    int train_micro_batch_size_per_gpu; /* default 1 */
+    int gradient_accumulation_steps; /* default 1 */
+    long train_batch_size; /* 0 = not given; else must equal micro*accum*world */
+    double gradient_clipping; /* 0 = off; default 1.0 */
+    long steps_per_print; /* default 10 */
+
+    struct {
+        char *type; /* "AdamW" (also accepted: "Adam" with weight_decay as AdamW's) */
+        double lr; /* default 1e-3 */
+        double beta1, beta2; /* betas, default [0.9, 0.999] */
+        double eps; /* default 1e-8 */
+        double weight_decay; /* default 0.01 */
+    } optimizer;
+
+    struct {
+        enum zt_sched_type type; /* default NONE: constant lr */
+        double warmup_min_lr; /* WarmupLR/WarmupDecayLR, default 0 */
+        double warmup_max_lr; /* default optimizer.lr */
+        long warmup_num_steps; /* default 1000 as in DeepSpeed */
+        enum zt_warmup_type warmup_type; /* default log, as in DeepSpeed */
+        long total_num_steps; /* WarmupDecayLR/WarmupCosineLR; default run.steps */
+        double warmup_min_ratio; /* WarmupCosineLR, default 0 */
+        double cos_min_ratio; /* WarmupCosineLR, default 1e-4 */
+    } scheduler;
+
+    struct {
+        int stage; /* 0..3; only 0 implemented now */
+        long reduce_bucket_size; /* elements, default 5e8 as in DeepSpeed */
+        int stage3_prefetch_depth; /* default 1 */
+    } zero;
+
+    struct {
+        int enabled;
+    } fp16, bf16, activation_checkpointing;
+};
+
+/* One command-line override "key.path=value"; value is parsed as YAML
+ * (so "[0.9, 0.95]" and "true" work). */
+struct config_override {
+    const char *assignment;
+};
+
+/* Loads `path`, applies the overrides in order and validates everything
+ * that does not depend on the world size. On success *out is filled and must
+ * be released with config_free; on failure *out is left zeroed.
+ * Errors: ZT_ERR_CONFIG, ZT_ERR_UNSUPPORTED, ZT_ERR_IO (unreadable file). */
+zt_status config_load(const char *path, const struct config_override *overrides,
+                      int n_overrides, struct zt_config *out);
+
+/* Checks the rules that need the world size (train_batch_size). */
+zt_status config_check_world(const struct zt_config *cfg, int world_size);
+
+/* Writes the resolved configuration as YAML (every key, defaults included). */
+zt_status config_write_yaml(const struct zt_config *cfg, FILE *f);
+
+void config_free(struct zt_config *cfg);
+
+#endif
