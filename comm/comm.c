@@ -1,1 +1,431 @@
-/* placeholder: being written */
+/* comm/comm.c — the public face of comm.h: checks, accounting, dispatch.
+ *
+ * Everything that does not depend on the backend lives here so each backend
+ * is only its collectives: argument checks (a bad argument is caught before
+ * any rank enters a collective with it), the nccl-tests bus-byte counters,
+ * the time spent blocked, request allocation, status agreement and the
+ * choice of backend.
+ *
+ * Choosing a backend is itself collective. Each rank asks query() locally and
+ * the answers are combined with MPI_MIN, so a backend is used only if it is
+ * usable on every rank; otherwise one rank could pick NCCL while another
+ * picks MPI and the first collective would hang. For the same reason init()
+ * is followed by an agreement on its status: a rank that failed to
+ * initialise makes all ranks fail together.
+ *
+ * The table of backends is static const and lists only what was built; the
+ * chosen entry is kept in the struct comm, not in a global.
+ */
+#include "comm_impl.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct comm_backend_ops *const backends[] = {
+#ifdef ZT_HAVE_NCCL
+    &comm_nccl_ops, /* first: "auto" prefers the GPU when every rank has one */
+#endif
+    &comm_mpi_ops,
+};
+#define N_BACKENDS (sizeof backends / sizeof backends[0])
+
+static const char *const kind_names[COMM_KIND_COUNT] = {
+    [COMM_KIND_ALLREDUCE] = "allreduce",
+    [COMM_KIND_REDUCE_SCATTER] = "reduce_scatter",
+    [COMM_KIND_ALLGATHER] = "allgather",
+    [COMM_KIND_BROADCAST] = "broadcast",
+};
+
+const char *comm_kind_name(enum comm_kind k)
+{
+    return (int)k >= 0 && k < COMM_KIND_COUNT ? kind_names[k] : "unknown";
+}
+
+zt_status comm_mpi_error(int rc, const char *call)
+{
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        len = 0;
+    msg[len] = '\0';
+    size_t name_len = strcspn(call, "(");
+    return zt_error_set(ZT_ERR_COMM, "comm: %.*s failed: %s (code %d)", (int)name_len, call,
+                        len ? msg : "unknown MPI error", rc);
+}
+
+/* ---- creation and choice of backend ---- */
+
+static zt_status parse_algo(const char *key, const char *value, enum comm_algo *out)
+{
+    if (!value || strcmp(value, "auto") == 0)
+        *out = COMM_ALGO_AUTO;
+    else if (strcmp(value, "native") == 0)
+        *out = COMM_ALGO_NATIVE;
+    else if (strcmp(value, "ring") == 0)
+        *out = COMM_ALGO_RING;
+    else
+        return zt_error_set(ZT_ERR_CONFIG, "comm.%s: unknown algorithm '%s' (auto, native, ring)",
+                            key, value);
+    return ZT_OK;
+}
+
+/* Agrees on `local` over the comm's MPI communicator; see comm.h. */
+static zt_status agree(MPI_Comm mpi, int rank, zt_status local, zt_status *agreed)
+{
+    if ((int)local < 0 || local >= ZT_STATUS_COUNT)
+        local = ZT_ERR_INTERNAL;
+    /* Ranked by exit code first, then by position in the status list, so
+     * MPI_MAXLOC finds the most severe status and the lowest rank holding it. */
+    int mine[2] = {zt_status_exit_code(local) * ZT_STATUS_COUNT + (int)local, rank};
+    int best[2];
+    int rc = MPI_Allreduce(mine, best, 1, MPI_2INT, MPI_MAXLOC, mpi);
+    if (rc != MPI_SUCCESS) {
+        *agreed = ZT_ERR_COMM;
+        return comm_mpi_error(rc, "MPI_Allreduce(status agreement)");
+    }
+    *agreed = (zt_status)(best[0] % ZT_STATUS_COUNT);
+    if (*agreed != ZT_OK && local == ZT_OK)
+        zt_error_set(*agreed, "rank %d failed: see its message", best[1]);
+    return *agreed;
+}
+
+/* Finds the backend to use, agreed over all ranks; see comm_create. */
+static zt_status choose_backend(const struct comm_config *cfg, MPI_Comm mpi,
+                                const struct comm_backend_ops **out)
+{
+    const char *want = cfg->backend ? cfg->backend : "auto";
+    int is_auto = strcmp(want, "auto") == 0;
+    if (!is_auto && strcmp(want, "mpi") != 0 && strcmp(want, "nccl") != 0)
+        return zt_error_set(ZT_ERR_CONFIG, "comm.backend: unknown backend '%s' (auto, mpi, nccl)",
+                            want);
+    for (size_t i = 0; i < N_BACKENDS; i++) {
+        if (!is_auto && strcmp(want, backends[i]->name) != 0)
+            continue;
+        char why[256] = "";
+        int local = backends[i]->query(cfg, why, sizeof why) < 0 ? 0 : 1;
+        int all = 0;
+        COMM_MPI_TRY(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, mpi));
+        if (all) {
+            *out = backends[i];
+            return ZT_OK;
+        }
+        if (!is_auto)
+            return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not usable: %s", want,
+                                local ? "not usable on another rank" : why);
+    }
+    if (!is_auto)
+        return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not built into this binary", want);
+    return zt_error_set(ZT_ERR_CONFIG, "comm.backend: auto: no backend is usable on every rank");
+}
+
+/* Everything of comm_create after the communicator exists; on failure the
+ * caller frees the communicator and the struct. */
+static zt_status setup(struct comm *c, const struct comm_config *cfg)
+{
+    COMM_MPI_TRY(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN));
+    COMM_MPI_TRY(MPI_Comm_rank(c->mpi, &c->rank));
+    COMM_MPI_TRY(MPI_Comm_size(c->mpi, &c->size));
+    ZT_TRY(choose_backend(cfg, c->mpi, &c->ops));
+    zt_status st = c->ops->init(c, cfg), all;
+    agree(c->mpi, c->rank, st, &all);
+    if (all != ZT_OK && st == ZT_OK)
+        c->ops->fini(c);
+    return all;
+}
+
+zt_status comm_create(const struct comm_config *cfg, struct comm **out)
+{
+    static const struct comm_config defaults = {0};
+    int initialised = 0;
+    *out = NULL;
+    if (!cfg)
+        cfg = &defaults;
+    MPI_Initialized(&initialised);
+    if (!initialised)
+        return zt_error_set(ZT_ERR_USAGE, "comm_create: MPI is not initialised");
+    struct comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return zt_error_set(ZT_ERR_NOMEM, "comm_create: out of memory");
+    c->ledger = cfg->ledger;
+    zt_status st = parse_algo("reduce_scatter", cfg->reduce_scatter, &c->reduce_scatter_algo);
+    if (st == ZT_OK)
+        st = parse_algo("allgather", cfg->allgather, &c->allgather_algo);
+    if (st != ZT_OK) {
+        free(c);
+        return st;
+    }
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
+    if (rc != MPI_SUCCESS) {
+        free(c);
+        return comm_mpi_error(rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
+    }
+    st = setup(c, cfg);
+    if (st != ZT_OK) {
+        MPI_Comm_free(&c->mpi);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return ZT_OK;
+}
+
+void comm_destroy(struct comm *c)
+{
+    if (!c)
+        return;
+    c->ops->fini(c);
+    MPI_Comm_free(&c->mpi);
+    free(c);
+}
+
+int comm_rank(const struct comm *c)
+{
+    return c->rank;
+}
+
+int comm_size(const struct comm *c)
+{
+    return c->size;
+}
+
+const char *comm_backend_name(const struct comm *c)
+{
+    return c->ops->name;
+}
+
+const struct comm_stats *comm_get_stats(const struct comm *c)
+{
+    return &c->stats;
+}
+
+void comm_reset_stats(struct comm *c)
+{
+    memset(&c->stats, 0, sizeof c->stats);
+}
+
+zt_status comm_agree_status(struct comm *c, zt_status local, zt_status *agreed)
+{
+    ZT_ASSERT(c && agreed);
+    return agree(c->mpi, c->rank, local, agreed);
+}
+
+/* ---- argument checks and accounting ---- */
+
+static zt_status check_type(const char *where, enum zt_dtype t)
+{
+    if ((int)t < 0 || zt_dtype_size(t) == 0)
+        return zt_error_set(ZT_ERR_USAGE, "%s: invalid dtype %d", where, (int)t);
+    return ZT_OK;
+}
+
+static zt_status check_op(const char *where, enum comm_op op)
+{
+    if (op != COMM_OP_SUM && op != COMM_OP_MAX && op != COMM_OP_MIN)
+        return zt_error_set(ZT_ERR_USAGE, "%s: invalid op %d", where, (int)op);
+    return ZT_OK;
+}
+
+static zt_status check_buffer(const char *where, const char *name, const void *p, size_t n)
+{
+    if (n > 0 && !p)
+        return zt_error_set(ZT_ERR_USAGE, "%s: %s is NULL with %zu elements", where, name, n);
+    return ZT_OK;
+}
+
+/* Whether byte ranges [a, a+na) and [b, b+nb) share a byte. */
+static int overlap(const void *a, size_t na, const void *b, size_t nb)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na > 0 && nb > 0 && x < y + nb && y < x + na;
+}
+
+static zt_status check_reduce_scatter(const struct comm *c, const char *where, const void *in,
+                                      const void *out, size_t n, enum zt_dtype t,
+                                      enum comm_op op)
+{
+    ZT_TRY(check_type(where, t));
+    ZT_TRY(check_op(where, op));
+    ZT_TRY(check_buffer(where, "in", in, n));
+    ZT_TRY(check_buffer(where, "out", out, n));
+    size_t es = zt_dtype_size(t);
+    if (overlap(in, n * (size_t)c->size * es, out, n * es))
+        return zt_error_set(ZT_ERR_USAGE, "%s: in and out overlap", where);
+    return ZT_OK;
+}
+
+static zt_status check_allgather(const struct comm *c, const char *where, const void *in,
+                                 const void *out, size_t n, enum zt_dtype t)
+{
+    ZT_TRY(check_type(where, t));
+    ZT_TRY(check_buffer(where, "in", in, n));
+    ZT_TRY(check_buffer(where, "out", out, n));
+    size_t es = zt_dtype_size(t);
+    const char *own = (const char *)out + (size_t)c->rank * n * es;
+    if (in != (const void *)own && overlap(in, n * es, out, n * (size_t)c->size * es))
+        return zt_error_set(ZT_ERR_USAGE, "%s: in overlaps out other than at out + rank*n", where);
+    return ZT_OK;
+}
+
+/* Bytes this rank puts on the bus for one call, after nccl-tests. */
+static uint64_t bus_bytes(const struct comm *c, enum comm_kind kind, size_t n, enum zt_dtype t,
+                          int is_root)
+{
+    uint64_t ranks = (uint64_t)c->size, buf = (uint64_t)n * zt_dtype_size(t);
+    switch (kind) {
+    case COMM_KIND_ALLREDUCE:
+        return 2 * (ranks - 1) * buf / ranks;
+    case COMM_KIND_REDUCE_SCATTER:
+    case COMM_KIND_ALLGATHER:
+        return (ranks - 1) * buf; /* (N-1)/N of the full buffer of N*n elements */
+    case COMM_KIND_BROADCAST:
+        return is_root ? buf : 0;
+    case COMM_KIND_COUNT:
+        break;
+    }
+    return 0;
+}
+
+static void account(struct comm *c, enum comm_kind kind, size_t n, enum zt_dtype t, int is_root)
+{
+    c->stats.bytes[kind] += bus_bytes(c, kind, n, t, is_root);
+    c->stats.calls[kind]++;
+}
+
+/* Adds the time since t0 to wait_seconds and passes the status through. */
+static zt_status waited(struct comm *c, double t0, zt_status st)
+{
+    c->stats.wait_seconds += MPI_Wtime() - t0;
+    return st;
+}
+
+/* ---- blocking collectives ---- */
+
+zt_status comm_allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, enum comm_op op)
+{
+    ZT_TRY(check_type("comm_allreduce", t));
+    ZT_TRY(check_op("comm_allreduce", op));
+    ZT_TRY(check_buffer("comm_allreduce", "buf", buf, n));
+    double t0 = MPI_Wtime();
+    ZT_TRY(waited(c, t0, c->ops->allreduce(c, buf, n, t, op)));
+    account(c, COMM_KIND_ALLREDUCE, n, t, 0);
+    return ZT_OK;
+}
+
+zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t n,
+                              enum zt_dtype t, enum comm_op op)
+{
+    ZT_TRY(check_reduce_scatter(c, "comm_reduce_scatter", in, out, n, t, op));
+    double t0 = MPI_Wtime();
+    ZT_TRY(waited(c, t0, c->ops->reduce_scatter(c, in, out, n, t, op)));
+    account(c, COMM_KIND_REDUCE_SCATTER, n, t, 0);
+    return ZT_OK;
+}
+
+zt_status comm_allgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t)
+{
+    ZT_TRY(check_allgather(c, "comm_allgather", in, out, n, t));
+    double t0 = MPI_Wtime();
+    ZT_TRY(waited(c, t0, c->ops->allgather(c, in, out, n, t)));
+    account(c, COMM_KIND_ALLGATHER, n, t, 0);
+    return ZT_OK;
+}
+
+zt_status comm_broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, int root)
+{
+    ZT_TRY(check_type("comm_broadcast", t));
+    ZT_TRY(check_buffer("comm_broadcast", "buf", buf, n));
+    if (root < 0 || root >= c->size)
+        return zt_error_set(ZT_ERR_USAGE, "comm_broadcast: root %d outside [0, %d)", root,
+                            c->size);
+    double t0 = MPI_Wtime();
+    ZT_TRY(waited(c, t0, c->ops->broadcast(c, buf, n, t, root)));
+    account(c, COMM_KIND_BROADCAST, n, t, root == c->rank);
+    return ZT_OK;
+}
+
+zt_status comm_barrier(struct comm *c)
+{
+    double t0 = MPI_Wtime();
+    return waited(c, t0, c->ops->barrier(c));
+}
+
+/* ---- non-blocking collectives ---- */
+
+static zt_status request_new(enum comm_kind kind, const void *in, void *out, size_t n,
+                             enum zt_dtype t, enum comm_op op, struct comm_request **req)
+{
+    struct comm_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return zt_error_set(ZT_ERR_NOMEM, "comm: out of memory for a request");
+    r->kind = kind;
+    r->in = in;
+    r->out = out;
+    r->n = n;
+    r->dtype = t;
+    r->op = op;
+    r->mpi_req = MPI_REQUEST_NULL;
+    *req = r;
+    return ZT_OK;
+}
+
+/* Issues a filled request through `issue`; frees it when that fails. */
+static zt_status request_issue(struct comm *c, zt_status (*issue)(struct comm *,
+                                                                  struct comm_request *),
+                               struct comm_request *r, struct comm_request **req)
+{
+    zt_status st = issue(c, r);
+    if (st != ZT_OK) {
+        free(r);
+        return st;
+    }
+    account(c, r->kind, r->n, r->dtype, 0);
+    *req = r;
+    return ZT_OK;
+}
+
+zt_status comm_iallreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, enum comm_op op,
+                          struct comm_request **req)
+{
+    struct comm_request *r = NULL;
+    *req = NULL;
+    ZT_TRY(check_type("comm_iallreduce", t));
+    ZT_TRY(check_op("comm_iallreduce", op));
+    ZT_TRY(check_buffer("comm_iallreduce", "buf", buf, n));
+    ZT_TRY(request_new(COMM_KIND_ALLREDUCE, NULL, buf, n, t, op, &r));
+    ZT_TRY(request_issue(c, c->ops->iallreduce, r, req));
+    return ZT_OK;
+}
+
+zt_status comm_ireduce_scatter(struct comm *c, const void *in, void *out, size_t n,
+                               enum zt_dtype t, enum comm_op op, struct comm_request **req)
+{
+    struct comm_request *r = NULL;
+    *req = NULL;
+    ZT_TRY(check_reduce_scatter(c, "comm_ireduce_scatter", in, out, n, t, op));
+    ZT_TRY(request_new(COMM_KIND_REDUCE_SCATTER, in, out, n, t, op, &r));
+    ZT_TRY(request_issue(c, c->ops->ireduce_scatter, r, req));
+    return ZT_OK;
+}
+
+zt_status comm_iallgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                          struct comm_request **req)
+{
+    struct comm_request *r = NULL;
+    *req = NULL;
+    ZT_TRY(check_allgather(c, "comm_iallgather", in, out, n, t));
+    ZT_TRY(request_new(COMM_KIND_ALLGATHER, in, out, n, t, COMM_OP_SUM, &r));
+    ZT_TRY(request_issue(c, c->ops->iallgather, r, req));
+    return ZT_OK;
+}
+
+zt_status comm_wait(struct comm *c, struct comm_request *req)
+{
+    if (!req)
+        return zt_error_set(ZT_ERR_USAGE, "comm_wait: NULL request");
+    double t0 = MPI_Wtime();
+    zt_status st = c->ops->wait(c, req);
+    free(req);
+    ZT_TRY(waited(c, t0, st));
+    return ZT_OK;
+}

@@ -1,1 +1,101 @@
-/* placeholder: being written */
+/* coordinator/config.c — the load sequence of config.h: read the file into
+ * a tree, check its shape, graft the --set overrides, fill the struct from
+ * the schema (config_schema.c), and on any failure hand back a zeroed
+ * struct. The file's shape is checked before the overrides so that an empty
+ * or non-map file is reported as the file's problem, not as a puzzling
+ * override error.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_impl.h"
+
+static zt_status check_shape(const struct yaml_tree *t, const char *path)
+{
+    if (!t->root)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: empty configuration file", path);
+    if (t->root->kind != YAML_TREE_MAP) {
+        char where[512], got[128];
+        yaml_tree_where(t->root, where, sizeof where);
+        yaml_tree_describe(t->root, got, sizeof got);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: the top level must be a mapping of sections and keys, got %s",
+                            where, got);
+    }
+    return ZT_OK;
+}
+
+static zt_status load_tree(struct yaml_tree *t, const char *path,
+                           const struct config_override *overrides, int n_overrides,
+                           struct zt_config *out)
+{
+    ZT_TRY(check_shape(t, path));
+    for (int i = 0; i < n_overrides; i++)
+        ZT_TRY(yaml_tree_set_path(t, overrides[i].assignment));
+    size_t n = strlen(path) + 1;
+    out->source = malloc(n);
+    if (!out->source)
+        return zt_error_set(ZT_ERR_NOMEM, "config: out of memory");
+    memcpy(out->source, path, n);
+    ZT_TRY(config_schema_fill(t, out));
+    return ZT_OK;
+}
+
+zt_status config_load(const char *path, const struct config_override *overrides, int n_overrides,
+                      struct zt_config *out)
+{
+    struct yaml_tree *t = NULL;
+    memset(out, 0, sizeof *out);
+    ZT_TRY(yaml_tree_load_file(path, &t));
+    zt_status s = load_tree(t, path, overrides, n_overrides, out);
+    yaml_tree_free(t);
+    if (s != ZT_OK) {
+        config_free(out);
+        zt_error_trace_push(__FILE__, __LINE__);
+    }
+    return s;
+}
+
+zt_status config_check_world(const struct zt_config *cfg, int world_size)
+{
+    long micro = cfg->train_micro_batch_size_per_gpu, accum = cfg->gradient_accumulation_steps;
+    if (world_size < 1)
+        return zt_error_set(ZT_ERR_USAGE, "config_check_world: world size %d", world_size);
+    if (cfg->train_batch_size == 0 || cfg->train_batch_size == micro * accum * world_size)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "%s: train_batch_size: %ld must equal train_micro_batch_size_per_gpu "
+                        "(%ld) * gradient_accumulation_steps (%ld) * world size (%d) = %ld; "
+                        "remove it or make the product match",
+                        cfg->source ? cfg->source : "config", cfg->train_batch_size, micro, accum,
+                        world_size, micro * accum * world_size);
+}
+
+zt_status config_write_yaml(const struct zt_config *cfg, FILE *f)
+{
+    ZT_TRY(config_schema_write(cfg, f));
+    return ZT_OK;
+}
+
+static void free_list(char **list, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
+void config_free(struct zt_config *cfg)
+{
+    if (!cfg)
+        return;
+    free(cfg->source);
+    free(cfg->model.init_from);
+    free_list(cfg->data.train, cfg->data.n_train);
+    free_list(cfg->data.val, cfg->data.n_val);
+    free(cfg->run.output_dir);
+    free(cfg->comm.backend);
+    free(cfg->optimizer.type);
+    memset(cfg, 0, sizeof *cfg);
+}

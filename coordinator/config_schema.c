@@ -1,1 +1,1117 @@
-/* placeholder: being written */
+/* coordinator/config_schema.c — every configuration key in one table, and
+ * the walk that fills struct zt_config from a yaml_tree.
+ *
+ * The table is flat: one row per dotted key path ("optimizer.params.lr"),
+ * sections included, parents before their children and each section's keys
+ * together. A row says the type, where the value lives in struct zt_config
+ * (or NO_STORE for DeepSpeed knobs that are accepted, type-checked and have
+ * no effect here), the default as YAML text, the allowed range, what makes
+ * the key "not supported yet", and a one-line doc. Everything that needs to
+ * know the keys reads this table: the defaults, the walk, the did-you-mean
+ * suggestions, the list of a scheduler's valid parameters and the YAML
+ * writer, so adding a key is adding a row.
+ *
+ * A fill is: defaults for every stored row; a walk over the tree that
+ * rejects unknown keys, parses each given value into its field and
+ * remembers its node (for positions in later messages); the defaults that
+ * depend on other keys (data.seq_len, the scheduler's warmup_max_lr and
+ * total_num_steps); then the rules that span several keys. The first
+ * problem ends the fill with one message. A null value (`key:` or `~`)
+ * counts as absent, so it gets the default.
+ */
+#include "config_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum ftype {
+    T_SECTION,
+    T_INT,       /* int */
+    T_LONG,      /* long */
+    T_U64,       /* uint64_t */
+    T_DOUBLE,    /* double, finite */
+    T_BOOL,      /* int 0/1 */
+    T_STRING,    /* char *, non-empty */
+    T_PATHS,     /* char ** at off, int count at off2: a string or a list of strings */
+    T_BETAS,     /* [b1, b2]: doubles at off and off2 */
+    T_BACKEND,   /* char *: auto | mpi | nccl */
+    T_OPTIMIZER, /* char *: AdamW | Adam, any case */
+    T_SCHED,     /* enum zt_sched_type */
+    T_WARMUP,    /* enum zt_warmup_type */
+};
+
+enum {
+    F_UNSUPPORTED_TRUE = 1 << 0,    /* a boolean that may only be false for now */
+    F_UNSUPPORTED_GIVEN = 1 << 1,   /* any value is not supported yet */
+    F_UNSUPPORTED_NONZERO = 1 << 2, /* only 0 is implemented */
+    F_ZERO_IS_ABSENT = 1 << 3,      /* 0 in the struct means "not given": written as null */
+    F_WARMUP_LR = 1 << 4,           /* scheduler.params valid for WarmupLR, ... */
+    F_WARMUP_DECAY = 1 << 5,
+    F_WARMUP_COSINE = 1 << 6,
+};
+#define F_ALL_SCHED (F_WARMUP_LR | F_WARMUP_DECAY | F_WARMUP_COSINE)
+
+/* A bound: kind 0 none, '[' or ']' inclusive, '(' or ')' exclusive. */
+struct bound {
+    char kind;
+    double v;
+};
+
+struct field {
+    const char *path;
+    enum ftype type;
+    size_t off, off2;
+    const char *def; /* YAML text; NULL: zero/NULL, or resolved after the walk */
+    struct bound lo, hi;
+    unsigned flags;
+    const char *what; /* for the "not supported yet: WHAT" message */
+    const char *doc;
+};
+
+#define OFF(m)   offsetof(struct zt_config, m)
+#define NO_STORE ((size_t)-1)
+#define NB                                                                                         \
+    {                                                                                              \
+        0, 0                                                                                       \
+    }
+#define GE(x)                                                                                      \
+    {                                                                                              \
+        '[', x                                                                                     \
+    }
+#define GT(x)                                                                                      \
+    {                                                                                              \
+        '(', x                                                                                     \
+    }
+#define LE(x)                                                                                      \
+    {                                                                                              \
+        ']', x                                                                                     \
+    }
+#define LT(x)                                                                                      \
+    {                                                                                              \
+        ')', x                                                                                     \
+    }
+
+/* clang-format off */
+static const struct field fields[] = {
+    {"model", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the GPT-2 model"},
+    {"model.vocab_size", T_INT, OFF(model.vocab_size), 0, "256", GE(1), LE(65536), 0, NULL,
+     "vocabulary size (256: byte tokenizer)"},
+    {"model.block_size", T_INT, OFF(model.block_size), 0, "128", GE(1), LE(1 << 20), 0, NULL,
+     "maximum sequence length"},
+    {"model.n_layer", T_INT, OFF(model.n_layer), 0, "4", GE(1), LE(1024), 0, NULL,
+     "transformer blocks"},
+    {"model.n_head", T_INT, OFF(model.n_head), 0, "4", GE(1), LE(1024), 0, NULL,
+     "attention heads per block"},
+    {"model.n_embd", T_INT, OFF(model.n_embd), 0, "128", GE(1), LE(1 << 16), 0, NULL,
+     "embedding width, a multiple of n_head"},
+    {"model.init_from", T_STRING, OFF(model.init_from), 0, NULL, NB, NB, F_UNSUPPORTED_GIVEN,
+     "initialising from a weights file (model.init_from)",
+     "null: random initialisation"},
+
+    {"data", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "training and validation data"},
+    {"data.train", T_PATHS, OFF(data.train), OFF(data.n_train), NULL, NB, NB, 0, NULL,
+     "required: a token file, or text files or folders"},
+    {"data.val", T_PATHS, OFF(data.val), OFF(data.n_val), NULL, NB, NB, 0, NULL,
+     "optional, same forms as train"},
+    {"data.val_fraction", T_DOUBLE, OFF(data.val_fraction), 0, "0.1", GE(0), LE(0.5), 0, NULL,
+     "held-out tail of train when val is absent"},
+    {"data.seq_len", T_INT, OFF(data.seq_len), 0, NULL, GE(1), LE(1 << 20), 0, NULL,
+     "tokens per sample, <= model.block_size (default: block_size)"},
+
+    {"run", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the run"},
+    {"run.steps", T_LONG, OFF(run.steps), 0, "100", GE(1), NB, 0, NULL, "optimizer steps"},
+    {"run.seed", T_U64, OFF(run.seed), 0, "1234", NB, NB, 0, NULL, "random seed"},
+    {"run.eval_interval", T_LONG, OFF(run.eval_interval), 0, "0", GE(0), NB, 0, NULL,
+     "steps between evaluations, 0: only at the end"},
+    {"run.eval_batches", T_LONG, OFF(run.eval_batches), 0, "0", GE(0), NB, 0, NULL,
+     "micro batches per evaluation, 0: the whole validation set"},
+    {"run.output_dir", T_STRING, OFF(run.output_dir), 0, "runs/latest", NB, NB, 0, NULL,
+     "where metrics and checkpoints go"},
+
+    {"comm", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "communication"},
+    {"comm.backend", T_BACKEND, OFF(comm.backend), 0, "auto", NB, NB, 0, NULL,
+     "auto, mpi or nccl"},
+
+    {"train_micro_batch_size_per_gpu", T_INT, OFF(train_micro_batch_size_per_gpu), 0, "1",
+     GE(1), NB, 0, NULL, "sequences per rank per micro step"},
+    {"gradient_accumulation_steps", T_INT, OFF(gradient_accumulation_steps), 0, "1", GE(1), NB,
+     0, NULL, "micro steps per optimizer step"},
+    {"train_batch_size", T_LONG, OFF(train_batch_size), 0, NULL, GE(1), NB, F_ZERO_IS_ABSENT,
+     NULL, "null, or micro batch * accumulation * world size"},
+    {"gradient_clipping", T_DOUBLE, OFF(gradient_clipping), 0, "1.0", GE(0), NB, 0, NULL,
+     "global gradient norm limit, 0: off"},
+    {"steps_per_print", T_LONG, OFF(steps_per_print), 0, "10", GE(1), NB, 0, NULL,
+     "steps between progress lines"},
+    {"wall_clock_breakdown", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
+    {"zero_allow_untested_optimizer", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
+    {"prescale_gradients", T_BOOL, NO_STORE, 0, NULL, NB, NB, F_UNSUPPORTED_TRUE,
+     "prescaling gradients (prescale_gradients: true)", "only false"},
+    {"gradient_predivide_factor", T_DOUBLE, NO_STORE, 0, NULL, GT(0), NB, 0, NULL, "ignored"},
+
+    {"optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the optimizer"},
+    {"optimizer.type", T_OPTIMIZER, OFF(optimizer.type), 0, "AdamW", NB, NB, 0, NULL,
+     "AdamW (Adam: the same, decoupled weight decay)"},
+    {"optimizer.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "its parameters"},
+    {"optimizer.params.lr", T_DOUBLE, OFF(optimizer.lr), 0, "1e-3", GT(0), NB, 0, NULL,
+     "learning rate"},
+    {"optimizer.params.betas", T_BETAS, OFF(optimizer.beta1), OFF(optimizer.beta2),
+     "[0.9, 0.999]", GE(0), LT(1), 0, NULL, "[beta1, beta2]"},
+    {"optimizer.params.eps", T_DOUBLE, OFF(optimizer.eps), 0, "1e-8", GT(0), NB, 0, NULL,
+     "denominator term"},
+    {"optimizer.params.weight_decay", T_DOUBLE, OFF(optimizer.weight_decay), 0, "0.01", GE(0),
+     NB, 0, NULL, "decoupled weight decay"},
+
+    {"scheduler", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "learning-rate schedule"},
+    {"scheduler.type", T_SCHED, OFF(scheduler.type), 0, NULL, NB, NB, 0, NULL,
+     "WarmupLR, WarmupDecayLR or WarmupCosineLR"},
+    {"scheduler.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "its parameters"},
+    {"scheduler.params.warmup_min_lr", T_DOUBLE, OFF(scheduler.warmup_min_lr), 0, "0", GE(0),
+     NB, F_WARMUP_LR | F_WARMUP_DECAY, NULL, "lr at step 0"},
+    {"scheduler.params.warmup_max_lr", T_DOUBLE, OFF(scheduler.warmup_max_lr), 0, NULL, GE(0),
+     NB, F_WARMUP_LR | F_WARMUP_DECAY, NULL, "lr after warmup (default: optimizer lr)"},
+    {"scheduler.params.warmup_num_steps", T_LONG, OFF(scheduler.warmup_num_steps), 0, "1000",
+     GE(0), NB, F_ALL_SCHED, NULL, "warmup length in steps (at least 2 are used)"},
+    {"scheduler.params.warmup_type", T_WARMUP, OFF(scheduler.warmup_type), 0, "log", NB, NB,
+     F_ALL_SCHED, NULL, "log or linear"},
+    {"scheduler.params.total_num_steps", T_LONG, OFF(scheduler.total_num_steps), 0, NULL, GE(1),
+     NB, F_WARMUP_DECAY | F_WARMUP_COSINE, NULL, "end of the decay (default: run.steps)"},
+    {"scheduler.params.warmup_min_ratio", T_DOUBLE, OFF(scheduler.warmup_min_ratio), 0, "0",
+     GE(0), LE(1), F_WARMUP_COSINE, NULL, "lr ratio at step 0"},
+    {"scheduler.params.cos_min_ratio", T_DOUBLE, OFF(scheduler.cos_min_ratio), 0, "1e-4", GE(0),
+     LE(1), F_WARMUP_COSINE, NULL, "lr ratio at the end of the decay"},
+
+    {"zero_optimization", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ZeRO partitioning"},
+    {"zero_optimization.stage", T_INT, OFF(zero.stage), 0, "0", GE(0), LE(3),
+     F_UNSUPPORTED_NONZERO, "ZeRO stage", "0 (1-3: later versions)"},
+    {"zero_optimization.reduce_bucket_size", T_LONG, OFF(zero.reduce_bucket_size), 0, "5e8",
+     GE(1), NB, 0, NULL, "elements per reduce bucket"},
+    {"zero_optimization.stage3_prefetch_depth", T_INT, OFF(zero.stage3_prefetch_depth), 0, "1",
+     GE(0), LE(1024), 0, NULL, "blocks gathered ahead in stage 3"},
+    {"zero_optimization.overlap_comm", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
+    {"zero_optimization.contiguous_gradients", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "ignored"},
+    {"zero_optimization.allgather_partitions", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "ignored"},
+    {"zero_optimization.reduce_scatter", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
+    {"zero_optimization.allgather_bucket_size", T_LONG, NO_STORE, 0, NULL, GE(1), NB, 0, NULL,
+     "ignored"},
+    {"zero_optimization.round_robin_gradients", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "ignored"},
+
+    {"fp16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "fp16 mixed precision"},
+    {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, F_UNSUPPORTED_TRUE,
+     "fp16 training (fp16.enabled: true)", "only false"},
+    {"fp16.loss_scale", T_DOUBLE, NO_STORE, 0, NULL, GE(0), NB, 0, NULL, "ignored"},
+    {"fp16.initial_scale_power", T_INT, NO_STORE, 0, NULL, GE(0), LE(64), 0, NULL, "ignored"},
+    {"fp16.loss_scale_window", T_INT, NO_STORE, 0, NULL, GE(1), NB, 0, NULL, "ignored"},
+    {"fp16.hysteresis", T_INT, NO_STORE, 0, NULL, GE(1), NB, 0, NULL, "ignored"},
+    {"fp16.min_loss_scale", T_DOUBLE, NO_STORE, 0, NULL, GE(0), NB, 0, NULL, "ignored"},
+
+    {"bf16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "bf16 mixed precision"},
+    {"bf16.enabled", T_BOOL, OFF(bf16.enabled), 0, "false", NB, NB, F_UNSUPPORTED_TRUE,
+     "bf16 training (bf16.enabled: true)", "only false"},
+
+    {"activation_checkpointing", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "activation checkpointing"},
+    {"activation_checkpointing.enabled", T_BOOL, OFF(activation_checkpointing.enabled), 0,
+     "false", NB, NB, F_UNSUPPORTED_TRUE,
+     "activation checkpointing (activation_checkpointing.enabled: true)", "only false"},
+    {"activation_checkpointing.every_n_blocks", T_INT, NO_STORE, 0, NULL, GE(1), NB, 0, NULL,
+     "ignored"},
+    {"activation_checkpointing.partition_activations", T_BOOL, NO_STORE, 0, NULL, NB, NB,
+     F_UNSUPPORTED_TRUE, "partitioned activations (partition_activations: true)", "only false"},
+    {"activation_checkpointing.cpu_checkpointing", T_BOOL, NO_STORE, 0, NULL, NB, NB,
+     F_UNSUPPORTED_TRUE, "CPU activation checkpointing (cpu_checkpointing: true)",
+     "only false"},
+    {"activation_checkpointing.contiguous_memory_optimization", T_BOOL, NO_STORE, 0, NULL, NB,
+     NB, 0, NULL, "ignored"},
+    {"activation_checkpointing.number_checkpoints", T_INT, NO_STORE, 0, NULL, GE(1), NB, 0,
+     NULL, "ignored"},
+    {"activation_checkpointing.synchronize_checkpoint_boundary", T_BOOL, NO_STORE, 0, NULL, NB,
+     NB, 0, NULL, "ignored"},
+    {"activation_checkpointing.profile", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
+};
+/* clang-format on */
+
+enum { N_FIELDS = sizeof fields / sizeof fields[0], WHERE = 512 };
+
+static const char *const sched_names[] = {[ZT_SCHED_NONE] = NULL,
+                                          [ZT_SCHED_WARMUP_LR] = "WarmupLR",
+                                          [ZT_SCHED_WARMUP_DECAY_LR] = "WarmupDecayLR",
+                                          [ZT_SCHED_WARMUP_COSINE_LR] = "WarmupCosineLR"};
+static const unsigned sched_masks[] = {[ZT_SCHED_NONE] = 0,
+                                       [ZT_SCHED_WARMUP_LR] = F_WARMUP_LR,
+                                       [ZT_SCHED_WARMUP_DECAY_LR] = F_WARMUP_DECAY,
+                                       [ZT_SCHED_WARMUP_COSINE_LR] = F_WARMUP_COSINE};
+static const char *const warmup_names[] = {[ZT_WARMUP_LOG] = "log", [ZT_WARMUP_LINEAR] = "linear"};
+
+struct walk {
+    struct zt_config *cfg;
+    const struct yaml_tree_node *given[N_FIELDS]; /* value nodes, NULL when absent */
+};
+
+static zt_status nomem(void)
+{
+    return zt_error_set(ZT_ERR_NOMEM, "config: out of memory");
+}
+
+static void *field_ptr(struct zt_config *cfg, size_t off)
+{
+    return (char *)cfg + off;
+}
+
+static const void *field_cptr(const struct zt_config *cfg, size_t off)
+{
+    return (const char *)cfg + off;
+}
+
+static long field_find(const char *path)
+{
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (strcmp(fields[i].path, path) == 0)
+            return (long)i;
+    return -1;
+}
+
+static const struct yaml_tree_node *given(const struct walk *w, const char *path)
+{
+    long i = field_find(path);
+    ZT_ASSERT(i >= 0);
+    return w->given[i];
+}
+
+/* "FILE:L:C" of the first given node among the paths, else the file name. */
+static void where_first(const struct walk *w, char *buf, const char *a, const char *b,
+                        const char *c)
+{
+    const char *paths[] = {a, b, c};
+    for (size_t i = 0; i < 3; i++) {
+        const struct yaml_tree_node *n = paths[i] ? given(w, paths[i]) : NULL;
+        if (n) {
+            yaml_tree_where(n, buf, WHERE);
+            return;
+        }
+    }
+    snprintf(buf, WHERE, "%s", w->cfg->source);
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+/* ---- scalar syntax ------------------------------------------------------ */
+
+static int is_digits(const char *s, size_t *n)
+{
+    *n = 0;
+    while (isdigit((unsigned char)s[*n]))
+        ++*n;
+    return *n > 0;
+}
+
+/* [+-]?digits */
+static int is_integer_syntax(const char *s)
+{
+    size_t n;
+    if (*s == '+' || *s == '-')
+        s++;
+    return is_digits(s, &n) && s[n] == '\0';
+}
+
+/* [+-]? (digits [. digits?] | . digits) ([eE] [+-]? digits)?  — strtod also
+ * takes "inf", "nan" and hex floats, which a config should not. */
+static int is_number_syntax(const char *s)
+{
+    size_t a = 0, b = 0, e;
+    if (*s == '+' || *s == '-')
+        s++;
+    is_digits(s, &a);
+    s += a;
+    if (*s == '.')
+        is_digits(++s, &b);
+    s += b;
+    if (a + b == 0)
+        return 0;
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        if (*s == '+' || *s == '-')
+            s++;
+        if (!is_digits(s, &e))
+            return 0;
+        s += e;
+    }
+    return *s == '\0';
+}
+
+enum parsed { P_OK, P_SYNTAX, P_RANGE };
+
+/* Integers are plain decimals, or numbers like 5e8 whose value is an exact
+ * integer (DeepSpeed configs write bucket sizes that way). */
+static enum parsed parse_integer(const struct yaml_tree_node *v, long long *out)
+{
+    if (v->kind != YAML_TREE_SCALAR || v->quoted)
+        return P_SYNTAX;
+    errno = 0;
+    if (is_integer_syntax(v->text)) {
+        *out = strtoll(v->text, NULL, 10);
+        return errno == ERANGE ? P_RANGE : P_OK;
+    }
+    if (!is_number_syntax(v->text))
+        return P_SYNTAX;
+    double d = strtod(v->text, NULL);
+    if (d != floor(d))
+        return P_SYNTAX;
+    if (!(fabs(d) <= 9007199254740992.0)) /* 2^53: beyond it doubles skip integers */
+        return P_RANGE;
+    *out = (long long)d;
+    return P_OK;
+}
+
+static enum parsed parse_number(const struct yaml_tree_node *v, double *out)
+{
+    if (v->kind != YAML_TREE_SCALAR || v->quoted || !is_number_syntax(v->text))
+        return P_SYNTAX;
+    *out = strtod(v->text, NULL);
+    return isfinite(*out) ? P_OK : P_RANGE;
+}
+
+static int parse_bool(const struct yaml_tree_node *v, int *out)
+{
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO"};
+    if (v->kind != YAML_TREE_SCALAR || v->quoted)
+        return 0;
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(v->text, yes[i]) == 0 || strcmp(v->text, no[i]) == 0) {
+            *out = strcmp(v->text, yes[i]) == 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- leaf values -------------------------------------------------------- */
+
+static zt_status type_error(const char *where, const char *path, const char *expected,
+                            const struct yaml_tree_node *v)
+{
+    char got[128];
+    yaml_tree_describe(v, got, sizeof got);
+    return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected %s, got %s", where, path, expected, got);
+}
+
+static zt_status parsed_error(enum parsed p, const char *where, const char *path,
+                              const char *expected, const struct yaml_tree_node *v)
+{
+    if (p == P_RANGE)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: %s is out of range", where, path, v->text);
+    return type_error(where, path, expected, v);
+}
+
+static int bound_ok(struct bound b, double x)
+{
+    switch (b.kind) {
+    case '[':
+        return x >= b.v;
+    case '(':
+        return x > b.v;
+    case ']':
+        return x <= b.v;
+    case ')':
+        return x < b.v;
+    default:
+        return 1;
+    }
+}
+
+static zt_status check_range(const char *where, const char *path, const struct field *f,
+                             const struct yaml_tree_node *v, double x)
+{
+    if (bound_ok(f->lo, x) && bound_ok(f->hi, x))
+        return ZT_OK;
+    const char *got = v->text;
+    if (f->lo.kind && f->hi.kind && f->type != T_DOUBLE && f->type != T_BETAS)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: must be between %.15g and %.15g, got %s", where,
+                            path, f->lo.v, f->hi.v, got);
+    if (f->lo.kind && f->hi.kind)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: must be in %c%.15g, %.15g%c, got %s", where,
+                            path, f->lo.kind, f->lo.v, f->hi.v, f->hi.kind, got);
+    struct bound b = f->lo.kind ? f->lo : f->hi;
+    const char *op = b.kind == '[' ? ">=" : b.kind == '(' ? ">" : b.kind == ']' ? "<=" : "<";
+    return zt_error_set(ZT_ERR_CONFIG, "%s: %s: must be %s %.15g, got %s", where, path, op, b.v,
+                        got);
+}
+
+static zt_status leaf_integer(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                              const char *where)
+{
+    long long x = 0;
+    enum parsed p = parse_integer(v, &x);
+    if (p == P_OK && f->type == T_INT && (x < INT_MIN || x > INT_MAX))
+        p = P_RANGE;
+    if (p == P_OK && (x < LONG_MIN || x > LONG_MAX))
+        p = P_RANGE;
+    if (p != P_OK)
+        return parsed_error(p, where, f->path, "an integer", v);
+    ZT_TRY(check_range(where, f->path, f, v, (double)x));
+    if (x != 0 && (f->flags & F_UNSUPPORTED_NONZERO))
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: %s %lld", where,
+                            f->path, f->what, x);
+    if (f->off == NO_STORE)
+        return ZT_OK;
+    if (f->type == T_INT)
+        *(int *)field_ptr(w->cfg, f->off) = (int)x;
+    else
+        *(long *)field_ptr(w->cfg, f->off) = (long)x;
+    return ZT_OK;
+}
+
+static zt_status leaf_u64(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                          const char *where)
+{
+    long long x = 0;
+    enum parsed p = P_OK;
+    uint64_t u = 0;
+    if (v->kind == YAML_TREE_SCALAR && !v->quoted && is_integer_syntax(v->text) &&
+        v->text[0] != '-') {
+        errno = 0;
+        unsigned long long ull = strtoull(v->text, NULL, 10);
+        p = errno == ERANGE ? P_RANGE : P_OK;
+        u = (uint64_t)ull;
+    } else {
+        p = parse_integer(v, &x);
+        if (p == P_OK && x < 0)
+            p = P_RANGE;
+        u = (uint64_t)x;
+    }
+    if (p != P_OK)
+        return parsed_error(p, where, f->path, "a non-negative integer", v);
+    *(uint64_t *)field_ptr(w->cfg, f->off) = u;
+    return ZT_OK;
+}
+
+static zt_status leaf_double(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                             const char *where)
+{
+    double x = 0;
+    enum parsed p = parse_number(v, &x);
+    if (p != P_OK)
+        return parsed_error(p, where, f->path, "a number", v);
+    ZT_TRY(check_range(where, f->path, f, v, x));
+    if (f->off != NO_STORE)
+        *(double *)field_ptr(w->cfg, f->off) = x;
+    return ZT_OK;
+}
+
+static zt_status leaf_bool(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                           const char *where)
+{
+    int b = 0;
+    if (!parse_bool(v, &b))
+        return type_error(where, f->path, "a boolean (true or false)", v);
+    if (b && (f->flags & F_UNSUPPORTED_TRUE))
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: %s", where, f->path,
+                            f->what);
+    if (f->off != NO_STORE)
+        *(int *)field_ptr(w->cfg, f->off) = b;
+    return ZT_OK;
+}
+
+/* The text of a non-empty scalar, for string-valued keys. */
+static zt_status scalar_text(const char *where, const char *path, const struct yaml_tree_node *v,
+                             const char *expected, const char **out)
+{
+    if (v->kind != YAML_TREE_SCALAR || yaml_tree_is_null(v))
+        return type_error(where, path, expected, v);
+    if (v->text[0] == '\0')
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: must not be empty", where, path);
+    *out = v->text;
+    return ZT_OK;
+}
+
+static zt_status store_string(struct walk *w, const struct field *f, const char *s)
+{
+    char **slot = field_ptr(w->cfg, f->off);
+    char *copy = dup_str(s);
+    if (!copy)
+        return nomem();
+    free(*slot);
+    *slot = copy;
+    return ZT_OK;
+}
+
+static zt_status leaf_string(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                             const char *where)
+{
+    const char *s;
+    ZT_TRY(scalar_text(where, f->path, v, "a string", &s));
+    if (f->flags & F_UNSUPPORTED_GIVEN)
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: %s", where, f->path,
+                            f->what);
+    return store_string(w, f, s);
+}
+
+static void free_paths(char **paths, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+}
+
+static zt_status leaf_paths(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                            const char *where)
+{
+    const struct yaml_tree_node *const *items = (const struct yaml_tree_node *const *)&v;
+    size_t n = 1;
+    if (v->kind == YAML_TREE_SEQUENCE) {
+        items = (const struct yaml_tree_node *const *)v->items;
+        n = v->n;
+    }
+    if (n == 0)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: must name at least one path", where, f->path);
+    if (n > INT_MAX / 2)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: too many paths", where, f->path);
+    char **paths = calloc(n, sizeof *paths);
+    if (!paths)
+        return nomem();
+    for (size_t i = 0; i < n; i++) {
+        char item_where[WHERE];
+        const char *s;
+        yaml_tree_where(items[i], item_where, sizeof item_where);
+        zt_status st = scalar_text(item_where, f->path, items[i], "a path or a list of paths", &s);
+        if (st == ZT_OK && !(paths[i] = dup_str(s)))
+            st = nomem();
+        if (st != ZT_OK) {
+            free_paths(paths, (int)n);
+            return st;
+        }
+    }
+    char ***slot = field_ptr(w->cfg, f->off);
+    int *count = field_ptr(w->cfg, f->off2);
+    free_paths(*slot, *count);
+    *slot = paths;
+    *count = (int)n;
+    return ZT_OK;
+}
+
+static zt_status leaf_betas(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                            const char *where)
+{
+    if (v->kind != YAML_TREE_SEQUENCE || v->n != 2)
+        return type_error(where, f->path, "a list of two numbers [beta1, beta2]", v);
+    double b[2];
+    for (int i = 0; i < 2; i++) {
+        char item_where[WHERE], item_path[128];
+        yaml_tree_where(v->items[i], item_where, sizeof item_where);
+        snprintf(item_path, sizeof item_path, "%s[%d]", f->path, i);
+        enum parsed p = parse_number(v->items[i], &b[i]);
+        if (p != P_OK)
+            return parsed_error(p, item_where, item_path, "a number", v->items[i]);
+        ZT_TRY(check_range(item_where, item_path, f, v->items[i], b[i]));
+    }
+    *(double *)field_ptr(w->cfg, f->off) = b[0];
+    *(double *)field_ptr(w->cfg, f->off2) = b[1];
+    return ZT_OK;
+}
+
+/* Index of `s` among names[0..n) (NULL entries skipped), or -1. */
+static int name_index(const char *const *names, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcmp(names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+static int same_ignoring_case(const char *a, const char *b)
+{
+    for (; *a && tolower((unsigned char)*a) == tolower((unsigned char)*b); a++, b++)
+        ;
+    return *a == '\0' && *b == '\0';
+}
+
+static zt_status leaf_choice(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                             const char *where)
+{
+    static const char *const backends[] = {"auto", "mpi", "nccl"};
+    const char *s;
+    ZT_TRY(scalar_text(where, f->path, v, "a name", &s));
+    if (f->type == T_BACKEND) {
+        if (name_index(backends, 3, s) < 0)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected auto, mpi or nccl, got '%s'",
+                                where, f->path, s);
+        return store_string(w, f, s);
+    }
+    if (f->type == T_OPTIMIZER) {
+        /* DeepSpeed compares optimizer names in lower case. */
+        int adamw = same_ignoring_case(s, "adamw");
+        if (!adamw && !same_ignoring_case(s, "adam"))
+            return zt_error_set(ZT_ERR_UNSUPPORTED,
+                                "%s: %s: not supported yet: optimizer '%s' (supported: AdamW, "
+                                "Adam)",
+                                where, f->path, s);
+        return store_string(w, f, adamw ? "AdamW" : "Adam");
+    }
+    if (f->type == T_WARMUP) {
+        int i = name_index(warmup_names, 2, s);
+        if (i < 0)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected log or linear, got '%s'", where,
+                                f->path, s);
+        *(enum zt_warmup_type *)field_ptr(w->cfg, f->off) = (enum zt_warmup_type)i;
+        return ZT_OK;
+    }
+    int i = name_index(sched_names, 4, s);
+    if (i < 0 && (strcmp(s, "OneCycle") == 0 || strcmp(s, "LRRangeTest") == 0))
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: scheduler '%s'", where,
+                            f->path, s);
+    if (i < 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: %s: expected WarmupLR, WarmupDecayLR or WarmupCosineLR, got '%s'",
+                            where, f->path, s);
+    *(enum zt_sched_type *)field_ptr(w->cfg, f->off) = (enum zt_sched_type)i;
+    return ZT_OK;
+}
+
+/* DeepSpeed's own keys (everything outside our four sections). */
+static int is_deepspeed_key(const char *path)
+{
+    static const char *const ours[] = {"model.", "data.", "run.", "comm."};
+    for (size_t i = 0; i < 4; i++)
+        if (strncmp(path, ours[i], strlen(ours[i])) == 0)
+            return 0;
+    return 1;
+}
+
+static int is_numeric(enum ftype t)
+{
+    return t == T_INT || t == T_LONG || t == T_U64 || t == T_DOUBLE || t == T_BETAS;
+}
+
+static zt_status parse_leaf(struct walk *w, const struct field *f, const struct yaml_tree_node *v)
+{
+    char where[WHERE];
+    yaml_tree_where(v, where, sizeof where);
+    if (is_numeric(f->type) && is_deepspeed_key(f->path) && v->kind == YAML_TREE_SCALAR &&
+        strcmp(v->text, "auto") == 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: %s: \"auto\" is resolved by the HF Trainer and must be given a "
+                            "value here",
+                            where, f->path);
+    switch (f->type) {
+    case T_INT:
+    case T_LONG:
+        return leaf_integer(w, f, v, where);
+    case T_U64:
+        return leaf_u64(w, f, v, where);
+    case T_DOUBLE:
+        return leaf_double(w, f, v, where);
+    case T_BOOL:
+        return leaf_bool(w, f, v, where);
+    case T_STRING:
+        return leaf_string(w, f, v, where);
+    case T_PATHS:
+        return leaf_paths(w, f, v, where);
+    case T_BETAS:
+        return leaf_betas(w, f, v, where);
+    case T_BACKEND:
+    case T_OPTIMIZER:
+    case T_SCHED:
+    case T_WARMUP:
+        return leaf_choice(w, f, v, where);
+    case T_SECTION:
+        break;
+    }
+    ZT_ASSERT(0 && "sections are walked, not parsed");
+    return ZT_ERR_INTERNAL;
+}
+
+/* ---- defaults ------------------------------------------------------------ */
+
+/* Defaults go through the same parser as given values, so a default that
+ * broke its own row's rules would show up here, not in a run. */
+static zt_status apply_default(struct walk *w, const struct field *f)
+{
+    struct yaml_tree_node scalar = {.kind = YAML_TREE_SCALAR, .origin = "schema default"};
+    struct yaml_tree *t = NULL;
+    const struct yaml_tree_node *v = &scalar;
+    if (f->def[0] == '[') {
+        ZT_TRY(yaml_tree_load_string("schema default", f->def, strlen(f->def), &t));
+        v = t->root;
+    } else {
+        scalar.text = (char *)f->def;
+    }
+    zt_status s = parse_leaf(w, f, v);
+    yaml_tree_free(t);
+    ZT_ASSERT(s == ZT_OK || s == ZT_ERR_NOMEM);
+    return s;
+}
+
+static zt_status apply_defaults(struct walk *w)
+{
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (fields[i].def && fields[i].off != NO_STORE)
+            ZT_TRY(apply_default(w, &fields[i]));
+    return ZT_OK;
+}
+
+/* ---- the walk ------------------------------------------------------------ */
+
+/* Levenshtein distance, capped: keys longer than 63 bytes are "far". */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64], prev;
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        prev = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev + (a[i - 1] != b[j - 1]);
+            size_t del = row[j] + 1, ins = row[j - 1] + 1;
+            prev = row[j];
+            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    }
+    return row[lb];
+}
+
+/* Whether `a` can be had from `b` by deleting characters. */
+static int is_subsequence(const char *a, const char *b)
+{
+    for (; *a && *b; b++)
+        if (*a == *b)
+            a++;
+    return *a == '\0';
+}
+
+/* The last component of fields[i].path if the row is a direct child of
+ * `prefix` ("" for the top level), else NULL. */
+static const char *child_name(size_t i, const char *prefix)
+{
+    const char *path = fields[i].path;
+    size_t lp = strlen(prefix);
+    if (lp) {
+        if (strncmp(path, prefix, lp) != 0 || path[lp] != '.')
+            return NULL;
+        path += lp + 1;
+    }
+    return strchr(path, '.') ? NULL : path;
+}
+
+/* Comma-separated names of the children of `prefix` whose flags contain
+ * `mask` (0: all), into buf. */
+static void child_list(const char *prefix, unsigned mask, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_FIELDS && used < size; i++) {
+        const char *name = child_name(i, prefix);
+        if (name && (!mask || (fields[i].flags & mask)))
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", name);
+    }
+}
+
+static int close_enough(size_t d, const char *name)
+{
+    size_t limit = strlen(name) / 3 > 2 ? strlen(name) / 3 : 2;
+    return d <= limit;
+}
+
+/* The child of `prefix` nearest to `key` by edit distance, if near enough.
+ * A name the key abbreviates ("warmup_steps" for "warmup_num_steps") wins
+ * over a nearer one, as the likelier intent. */
+static const char *suggestion(const char *key, const char *prefix)
+{
+    const char *best = NULL, *abbreviated = NULL;
+    size_t best_d = SIZE_MAX, abbreviated_d = SIZE_MAX;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const char *name = child_name(i, prefix);
+        size_t d = name ? edit_distance(key, name) : SIZE_MAX;
+        if (d == SIZE_MAX || !close_enough(d, name))
+            continue;
+        if (d < best_d) {
+            best_d = d;
+            best = name;
+        }
+        if (d < abbreviated_d && is_subsequence(key, name)) {
+            abbreviated_d = d;
+            abbreviated = name;
+        }
+    }
+    return abbreviated ? abbreviated : best;
+}
+
+static zt_status unknown_key(const struct yaml_tree_node *key, const char *prefix)
+{
+    char where[WHERE], in[160] = "";
+    yaml_tree_where(key, where, sizeof where);
+    if (prefix[0])
+        snprintf(in, sizeof in, " in %s", prefix);
+    const char *best = suggestion(key->text, prefix);
+    if (best)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: unknown key '%s'%s (did you mean '%s'?)", where,
+                            key->text, in, best);
+    char valid[1024];
+    child_list(prefix, 0, valid, sizeof valid);
+    return zt_error_set(ZT_ERR_CONFIG, "%s: unknown key '%s'%s (valid keys: %s)", where, key->text,
+                        in, valid);
+}
+
+static zt_status walk_map(struct walk *w, const struct yaml_tree_node *map, const char *prefix)
+{
+    for (size_t i = 0; i < map->n; i++) {
+        const struct yaml_tree_node *key = map->keys[i], *value = map->items[i];
+        char path[256];
+        int len = snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key->text);
+        long idx = len > 0 && (size_t)len < sizeof path ? field_find(path) : -1;
+        if (idx < 0)
+            return unknown_key(key, prefix);
+        if (yaml_tree_is_null(value))
+            continue;
+        w->given[idx] = value;
+        if (fields[idx].type != T_SECTION) {
+            ZT_TRY(parse_leaf(w, &fields[idx], value));
+        } else if (value->kind != YAML_TREE_MAP) {
+            char where[WHERE];
+            yaml_tree_where(value, where, sizeof where);
+            return type_error(where, path, "a mapping", value);
+        } else {
+            ZT_TRY(walk_map(w, value, path));
+        }
+    }
+    return ZT_OK;
+}
+
+/* ---- rules across keys ----------------------------------------------------- */
+
+static void resolve_dependent_defaults(struct walk *w)
+{
+    struct zt_config *c = w->cfg;
+    if (!given(w, "data.seq_len"))
+        c->data.seq_len = c->model.block_size;
+    if (!given(w, "scheduler.params.warmup_max_lr"))
+        c->scheduler.warmup_max_lr = c->optimizer.lr;
+    if (!given(w, "scheduler.params.total_num_steps"))
+        c->scheduler.total_num_steps = c->run.steps;
+}
+
+static zt_status check_model_and_data(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    char where[WHERE];
+    if (c->data.n_train == 0) {
+        where_first(w, where, "data", NULL, NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: data.train: required (a token file, or text files or folders)",
+                            where);
+    }
+    if (c->model.n_embd % c->model.n_head != 0) {
+        where_first(w, where, "model.n_embd", "model.n_head", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: model.n_embd: n_embd (%d) must be divisible by "
+                            "n_head (%d)",
+                            where, c->model.n_embd, c->model.n_head);
+    }
+    if (c->data.seq_len > c->model.block_size) {
+        where_first(w, where, "data.seq_len", "model.block_size", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: data.seq_len: must be <= model.block_size (%d), got %d", where,
+                            c->model.block_size, c->data.seq_len);
+    }
+    return ZT_OK;
+}
+
+/* Each scheduler type takes only its own parameters, as DeepSpeed's
+ * constructors do; a stray one is almost always meant for another type. */
+static zt_status check_scheduler(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    char where[WHERE], valid[512];
+    if (c->scheduler.type == ZT_SCHED_NONE) {
+        if (!given(w, "scheduler"))
+            return ZT_OK;
+        where_first(w, where, "scheduler", NULL, NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: scheduler.type: required when scheduler is given "
+                            "(WarmupLR, WarmupDecayLR or WarmupCosineLR)",
+                            where);
+    }
+    unsigned mask = sched_masks[c->scheduler.type];
+    const char *name = sched_names[c->scheduler.type];
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        if (!w->given[i] || !child_name(i, "scheduler.params") || (fields[i].flags & mask))
+            continue;
+        yaml_tree_where(w->given[i], where, sizeof where);
+        child_list("scheduler.params", mask, valid, sizeof valid);
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: not a parameter of %s (valid: %s)", where,
+                            fields[i].path, name, valid);
+    }
+    long warmup = c->scheduler.warmup_num_steps < 2 ? 2 : c->scheduler.warmup_num_steps;
+    if (c->scheduler.type == ZT_SCHED_WARMUP_COSINE_LR && c->scheduler.total_num_steps <= warmup) {
+        where_first(w, where, "scheduler.params.total_num_steps",
+                    "scheduler.params.warmup_num_steps", "scheduler.type");
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: scheduler.params.total_num_steps: must be greater than "
+                            "warmup_num_steps (%ld) for WarmupCosineLR, got %ld%s",
+                            where, warmup, c->scheduler.total_num_steps,
+                            given(w, "scheduler.params.total_num_steps") ? ""
+                                                                         : " (from run.steps)");
+    }
+    return ZT_OK;
+}
+
+zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
+{
+    struct walk *w = calloc(1, sizeof *w);
+    if (!w)
+        return nomem();
+    w->cfg = cfg;
+    ZT_ASSERT(t->root && t->root->kind == YAML_TREE_MAP);
+    zt_status s = apply_defaults(w);
+    if (s == ZT_OK)
+        s = walk_map(w, t->root, "");
+    if (s == ZT_OK) {
+        resolve_dependent_defaults(w);
+        s = check_model_and_data(w);
+    }
+    if (s == ZT_OK)
+        s = check_scheduler(w);
+    free(w);
+    return s;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+static void write_quoted(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20 || ch == 0x7f)
+            fprintf(f, "\\x%02x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+/* Shortest %g form that reads back as the same double. */
+static void write_double(FILE *f, double x)
+{
+    char buf[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    fputs(buf, f);
+}
+
+static void write_value(FILE *f, const struct field *fd, const struct zt_config *c)
+{
+    const void *p = field_cptr(c, fd->off);
+    switch (fd->type) {
+    case T_INT:
+        fprintf(f, "%d", *(const int *)p);
+        break;
+    case T_LONG:
+        if ((fd->flags & F_ZERO_IS_ABSENT) && *(const long *)p == 0)
+            fputs("null", f);
+        else
+            fprintf(f, "%ld", *(const long *)p);
+        break;
+    case T_U64:
+        fprintf(f, "%" PRIu64, *(const uint64_t *)p);
+        break;
+    case T_DOUBLE:
+        write_double(f, *(const double *)p);
+        break;
+    case T_BOOL:
+        fputs(*(const int *)p ? "true" : "false", f);
+        break;
+    case T_STRING:
+    case T_BACKEND:
+    case T_OPTIMIZER:
+        if (*(char *const *)p)
+            write_quoted(f, *(char *const *)p);
+        else
+            fputs("null", f);
+        break;
+    case T_PATHS: {
+        char *const *paths = *(char **const *)p;
+        int n = *(const int *)field_cptr(c, fd->off2);
+        fputs(n ? "[" : "null", f);
+        for (int i = 0; i < n; i++) {
+            fputs(i ? ", " : "", f);
+            write_quoted(f, paths[i]);
+        }
+        fputs(n ? "]" : "", f);
+        break;
+    }
+    case T_BETAS:
+        fputc('[', f);
+        write_double(f, *(const double *)p);
+        fputs(", ", f);
+        write_double(f, *(const double *)field_cptr(c, fd->off2));
+        fputc(']', f);
+        break;
+    case T_SCHED:
+        fputs(sched_names[*(const enum zt_sched_type *)p], f);
+        break;
+    case T_WARMUP:
+        fputs(warmup_names[*(const enum zt_warmup_type *)p], f);
+        break;
+    case T_SECTION:
+        break;
+    }
+}
+
+static int row_written(const struct field *fd, const struct zt_config *c)
+{
+    if (c->scheduler.type == ZT_SCHED_NONE && strncmp(fd->path, "scheduler", 9) == 0)
+        return 0;
+    if (child_name((size_t)(fd - fields), "scheduler.params") &&
+        !(fd->flags & sched_masks[c->scheduler.type]))
+        return 0;
+    return fd->type == T_SECTION || fd->off != NO_STORE;
+}
+
+zt_status config_schema_write(const struct zt_config *cfg, FILE *f)
+{
+    fprintf(f, "# zerotrain configuration, every key resolved%s%s\n", cfg->source ? " from " : "",
+            cfg->source ? cfg->source : "");
+    if (cfg->scheduler.type == ZT_SCHED_NONE)
+        fputs("# scheduler: none, the learning rate stays at optimizer.params.lr\n", f);
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const struct field *fd = &fields[i];
+        if (!row_written(fd, cfg))
+            continue;
+        int depth = 0;
+        const char *name = fd->path;
+        for (const char *dot; (dot = strchr(name, '.')); name = dot + 1)
+            depth++;
+        fprintf(f, "%*s%s:", 2 * depth, "", name);
+        if (fd->type != T_SECTION) {
+            fputc(' ', f);
+            write_value(f, fd, cfg);
+        }
+        fprintf(f, "  # %s\n", fd->doc);
+    }
+    if (fflush(f) != 0 || ferror(f))
+        return zt_error_set(ZT_ERR_IO, "cannot write the configuration: %s", strerror(errno));
+    return ZT_OK;
+}

@@ -29,30 +29,40 @@
 
 #include "../common/status.h"
 
-#define ZT_TOKFILE_MAGIC "ZTTOKENS"
-#define ZT_TOKFILE_VERSION 1u
+#define ZT_TOKFILE_MAGIC       "ZTTOKENS"
+#define ZT_TOKFILE_VERSION     1u
 #define ZT_TOKFILE_HEADER_SIZE 40
 
-/* Tokens in memory: always widened to int32. */
+/* Tokens in memory: always widened to int32. A zeroed struct is an empty
+ * buffer. */
 struct token_buffer {
     int32_t *tokens; /* owned */
     size_t n;
     uint32_t vocab_size; /* ids are < vocab_size */
+    size_t capacity;     /* entries allocated; appends grow it geometrically */
 };
 
+/* Frees the tokens and leaves *b empty (zeroed); NULL-safe. */
 void token_buffer_free(struct token_buffer *b);
 
 /* FNV-1a 64 of `n` bytes. */
 uint64_t tokfile_checksum(const void *bytes, size_t n);
 
-/* Writes a token file atomically (temp file, fsync, rename). width 1 or 2;
- * every id must be < vocab_size and fit the width.
- * Errors: ZT_ERR_IO, ZT_ERR_DATA (an id that does not fit). */
+/* Writes a token file atomically: PATH.tmp.<pid>, fflush + fsync, rename
+ * over PATH, fsync of the folder; a failure removes the temp file and leaves
+ * PATH as it was. width 1 or 2; vocab_size in 1 .. 256^width; every id must
+ * be in 0 .. vocab_size - 1.
+ * Errors: ZT_ERR_IO, ZT_ERR_DATA (bad width or vocab, an id that does not
+ * fit, named with its position). */
 zt_status tokfile_write(const char *path, const int32_t *tokens, size_t n, uint32_t width,
                         uint32_t vocab_size);
 
-/* Reads and verifies a token file. Errors: ZT_ERR_IO (cannot open/read),
- * ZT_ERR_DATA (bad magic, version, width, size, checksum, id >= vocab). */
+/* Reads and verifies a token file into *out (overwritten, not freed: pass
+ * an empty buffer; the caller frees it). The body is read in chunks and
+ * checked against the size fstat gives. Errors: ZT_ERR_IO (cannot open or
+ * read), ZT_ERR_NOMEM, ZT_ERR_DATA (bad magic, version, width, vocab,
+ * reserved field, size, checksum, id >= vocab), each message starting with
+ * the path. On error *out is empty. */
 zt_status tokfile_read(const char *path, struct token_buffer *out);
 
 /* Returns 1 if the file starts with the token-file magic, 0 otherwise
@@ -60,19 +70,37 @@ zt_status tokfile_read(const char *path, struct token_buffer *out);
 int tokfile_is_tokfile(const char *path);
 
 /* Byte-level tokenizer: vocabulary 256, one token per byte. Appends the
- * bytes of `n` text bytes to *out (growing it). */
+ * tokens of `n` text bytes to *out (growing it) and sets its vocab_size to
+ * 256. Errors: ZT_ERR_NOMEM; ZT_ERR_DATA when *out already holds tokens of
+ * another vocabulary. */
 zt_status tokenizer_bytes_encode(const unsigned char *text, size_t n, struct token_buffer *out);
 
-/* Loads tokens from paths: a single token file, or any number of text
- * files and folders (folders walked recursively in sorted order, regular
- * files only, each tokenised with the byte tokenizer). Mixing a token file
- * with other paths is an error. Errors: ZT_ERR_IO, ZT_ERR_DATA. */
+/* Loads tokens from paths into *out (overwritten, not freed; the caller
+ * frees it): a single token file, or any number of text files and folders,
+ * each byte-tokenised and concatenated in the order given. A folder is
+ * walked recursively (symbolic links followed) and its regular files are
+ * taken in strcmp order of their paths; names starting with '.' and
+ * anything that is neither a file nor a folder are skipped. A token file
+ * among several paths or inside a folder is an error, so that a prepared
+ * file left in its own input folder is not read back as text. Errors:
+ * ZT_ERR_USAGE (no paths), ZT_ERR_IO ("PATH: no such file or directory",
+ * unreadable files), ZT_ERR_DATA ("PATH: folder contains no files", a
+ * folder loop, a mixed token file, or the token file's own errors),
+ * ZT_ERR_NOMEM. On error *out is empty. */
 zt_status dataset_load(const char *const *paths, int n_paths, struct token_buffer *out);
 
+/* dataset_load that also reports how many files it read (*n_files; a token
+ * file counts as one); n_files may be NULL. */
+zt_status dataset_load_counted(const char *const *paths, int n_paths, struct token_buffer *out,
+                               size_t *n_files);
+
 /* Splits off the last `fraction` of `all` (rounded down to whole tokens,
- * at least seq_len + 1 when fraction > 0) as validation; `all` keeps the
- * head. Errors: ZT_ERR_DATA when either part would be shorter than
- * seq_len + 1 tokens. */
+ * at least seq_len + 1 when fraction > 0) as validation into *val (a new
+ * copy the caller frees; empty when fraction is 0); `all` keeps the head.
+ * Errors: ZT_ERR_CONFIG (fraction outside [0, 1) or seq_len < 1),
+ * ZT_ERR_DATA when either part would be shorter than seq_len + 1 tokens
+ * ("data: N tokens are fewer than seq_len + 1 = M: not one training
+ * window"), ZT_ERR_NOMEM. On error `all` is unchanged and *val empty. */
 zt_status dataset_split_tail(struct token_buffer *all, double fraction, int seq_len,
                              struct token_buffer *val);
 
@@ -86,17 +114,30 @@ struct sampler {
     uint32_t *perm; /* owned, n_windows entries */
 };
 
-/* Errors: ZT_ERR_DATA when the dataset has no full window. */
+/* Sets up sampling over a dataset of n_tokens tokens and draws epoch 0's
+ * permutation (owned by *s; free with sampler_free). The permutation of
+ * epoch e is a Fisher-Yates shuffle of 0..W-1 whose draw for position i
+ * (i = W-1 down to 1) is rng_u64(rng_key(seed, "data"), (e << 32) | i)
+ * modulo i + 1, so it is a pure function of (seed, e).
+ * Errors: ZT_ERR_CONFIG (seq_len, micro, accum, world < 1 or rank outside
+ * 0..world-1), ZT_ERR_DATA when the dataset has no full window or more
+ * than 2^32 - 1 windows, ZT_ERR_NOMEM. */
 zt_status sampler_init(struct sampler *s, size_t n_tokens, int seq_len, uint64_t seed, int micro,
                        int accum, int world, int rank);
+/* Frees the permutation; NULL-safe, idempotent. */
 void sampler_free(struct sampler *s);
 
-/* Window index of entry `i` of the endless global sequence. */
+/* Window index of entry `i` of the endless global sequence: entry i is
+ * position i % W of epoch i / W's permutation, redrawn into the cache when
+ * the epoch changes. */
 size_t sampler_window(struct sampler *s, uint64_t i);
 
 /* Fills inputs[micro*seq_len] and targets[micro*seq_len] for this rank's
- * micro step `micro_step` (0..accum-1) of optimizer step `step`. */
-void sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t step,
-                  int micro_step, int32_t *inputs, int32_t *targets);
+ * micro step `micro_step` (0..accum-1) of optimizer step `step`: row b is
+ * window w = sampler_window(s, step*G + rank*micro*accum + micro_step*micro
+ * + b), inputs tokens w*seq_len .. +seq_len-1 and targets the next
+ * seq_len. `data` must be the n_tokens tokens the sampler was made for. */
+void sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t step, int micro_step,
+                  int32_t *inputs, int32_t *targets);
 
 #endif

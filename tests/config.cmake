@@ -1,0 +1,10 @@
+# Configuration loader and learning-rate schedules. Both suites build from
+# their own sources so that they do not wait on the rest of the coordinator.
+# test_config wraps malloc/calloc/realloc (GNU ld --wrap) to fail the N-th
+# allocation of the loader in its fault loop; libyaml's own allocations are
+# in a shared library and are not affected.
+zt_test(test_config SOURCES test_config.c ../coordinator/config.c ../coordinator/config_schema.c
+  ../coordinator/yaml_tree.c LIBS zt_common PkgConfig::YAML)
+target_link_options(test_config PRIVATE
+  "LINKER:--wrap=malloc" "LINKER:--wrap=calloc" "LINKER:--wrap=realloc")
+zt_test(test_schedule SOURCES test_schedule.c ../worker/schedule.c LIBS zt_common)

@@ -1,0 +1,1 @@
+zt_test(test_ops SOURCES test_ops.c LIBS zt_worker)

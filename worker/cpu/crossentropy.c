@@ -1,1 +1,85 @@
-/* placeholder: being written */
+/* worker/cpu/crossentropy.c — fused softmax and cross-entropy over the
+ * vocabulary.
+ *
+ * One row of logits (V floats, 200 KB for GPT-2's vocabulary) stays in L2
+ * while the forward reads it for the max, then writes e^(x - max) into probs
+ * while summing, then scales probs by 1/sum. The loss is taken from the
+ * log-sum-exp, log(sum) - (x[target] - max), not from log(probs[target]),
+ * so it stays finite and exact when the target's probability underflows.
+ *
+ * The sum over V terms is kept in float but blocked: each block of SUM_BLOCK
+ * terms is summed with one partial per vector lane, then the block sums are
+ * added; the rounding error grows with the block count plus the block
+ * length over the lane count (a few hundred ulps at worst for V = 50257,
+ * typically a few), instead of with V.
+ */
+#include "worker/cpu/ops_cpu_impl.h"
+
+#include "common/status.h"
+
+#include <math.h>
+
+enum { SUM_BLOCK = 512 };
+
+static float row_max(const float *x, int V)
+{
+    float m = x[0];
+#pragma omp simd reduction(max : m)
+    for (int j = 1; j < V; j++)
+        m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* p[j] = e^(x[j] - m); returns the sum of the p[j]. */
+static float exp_sum(float *p, const float *x, float m, int V)
+{
+    float total = 0.0f;
+    for (int j0 = 0; j0 < V; j0 += SUM_BLOCK) {
+        int j1 = j0 + SUM_BLOCK < V ? j0 + SUM_BLOCK : V;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int j = j0; j < j1; j++) {
+            float e = cpu_expf(x[j] - m);
+            p[j] = e;
+            s += e;
+        }
+        total += s;
+    }
+    return total;
+}
+
+void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
+                              const int32_t *targets, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * V;
+        float *p = probs + (size_t)i * V;
+        int t = targets[i];
+        ZT_ASSERT(t >= 0 && t < V);
+        float m = row_max(x, V);
+        float s = exp_sum(p, x, m, V);
+        float inv = 1.0f / s;
+#pragma omp simd
+        for (int j = 0; j < V; j++)
+            p[j] *= inv;
+        losses[i] = logf(s) - (x[t] - m);
+    }
+}
+
+void cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                               float dloss, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *d = dlogits + (size_t)i * V;
+        const float *p = probs + (size_t)i * V;
+        int t = targets[i];
+        ZT_ASSERT(t >= 0 && t < V);
+        float dt = d[t]; /* the target's term in one rounding, not two */
+#pragma omp simd
+        for (int j = 0; j < V; j++)
+            d[j] += p[j] * dloss;
+        d[t] = dt + (p[t] - 1.0f) * dloss;
+    }
+}

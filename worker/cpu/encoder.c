@@ -1,1 +1,46 @@
-/* placeholder: being written */
+/* worker/cpu/encoder.c — token plus position embedding, forward and backward.
+ *
+ * The forward is a gather and an add per row, so rows are spread over the
+ * OpenMP threads. The backward scatters into wte rows picked by the tokens,
+ * and a token may repeat within a batch: threads therefore split the C
+ * columns instead of the rows, so that no two of them ever touch the same
+ * float and the result does not depend on the thread count.
+ */
+#include "worker/cpu/ops_cpu_impl.h"
+
+/* Columns per thread task in the backward: a cache line's worth keeps
+ * threads off each other's lines. */
+enum { COL_BLOCK = 64 };
+
+void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                         int B, int T, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *e = wte + (size_t)tokens[bt] * C;
+        const float *p = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++)
+            o[c] = e[c] + p[c];
+    }
+}
+
+void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
+                          int T, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
+        int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            float *we = dwte + (size_t)tokens[bt] * C;
+            float *pe = dwpe + (size_t)(bt % T) * C;
+#pragma omp simd
+            for (int c = c0; c < c1; c++) {
+                we[c] += d[c];
+                pe[c] += d[c];
+            }
+        }
+    }
+}

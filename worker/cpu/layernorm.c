@@ -1,1 +1,124 @@
-/* placeholder: being written */
+/* worker/cpu/layernorm.c — LayerNorm over rows of C floats.
+ *
+ * A row (at most a few thousand floats) sits in L1 once read, so the forward
+ * reads it three times from cache: the mean, then the variance as the mean
+ * of squared deviations (the two-pass form: no cancellation, unlike
+ * E[x^2] - E[x]^2), then the output. Memory sees one read and one write per
+ * element, and all sums stay in float: `omp simd` keeps one partial sum per
+ * vector lane, which bounds the rounding growth for the C of GPT-2 widths.
+ *
+ * The backward needs, per row, the sums of w*dout and w*dout*xhat before it
+ * can write dinp, and accumulates dweight and dbias across all rows. With one
+ * thread it does both in one sweep. With several, rows would race on
+ * dweight/dbias, so rows go to threads for dinp and column blocks go to
+ * threads for the parameter gradients, in a second sweep.
+ */
+#include "worker/cpu/ops_cpu_impl.h"
+
+#include <math.h>
+#include <omp.h>
+
+enum { COL_BLOCK = 64 };
+
+static const float LN_EPS = 1e-5f;
+
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++)
+            s += x[c];
+        float m = s / (float)C;
+        float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            v += d * d;
+        }
+        float rs = 1.0f / sqrtf(v / (float)C + LN_EPS);
+#pragma omp simd
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        mean[i] = m;
+        rstd[i] = rs;
+    }
+}
+
+/* dinp for one row; also dweight/dbias when `dw` is non-NULL. */
+static void backward_row(float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const float *w, float m, float rs, int C)
+{
+    float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+    for (int c = 0; c < C; c++) {
+        float g = w[c] * dy[c];
+        sum_g += g;
+        sum_gx += g * (x[c] - m) * rs;
+    }
+    float mg = sum_g / (float)C, mgx = sum_gx / (float)C;
+    if (dw) {
+#pragma omp simd
+        for (int c = 0; c < C; c++) {
+            float xhat = (x[c] - m) * rs;
+            dx[c] += (w[c] * dy[c] - mg - xhat * mgx) * rs;
+            dw[c] += xhat * dy[c];
+            db[c] += dy[c];
+        }
+    } else {
+#pragma omp simd
+        for (int c = 0; c < C; c++) {
+            float xhat = (x[c] - m) * rs;
+            dx[c] += (w[c] * dy[c] - mg - xhat * mgx) * rs;
+        }
+    }
+}
+
+/* dweight/dbias for columns [c0, c1) summed over all rows, added once. */
+static void param_block(float *dw, float *db, const float *dout, const float *inp,
+                        const float *mean, const float *rstd, int N, int C, int c0, int c1)
+{
+    float aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
+    int n = c1 - c0;
+    for (int i = 0; i < N; i++) {
+        const float *dy = dout + (size_t)i * C + c0;
+        const float *x = inp + (size_t)i * C + c0;
+        float m = mean[i], rs = rstd[i];
+#pragma omp simd
+        for (int c = 0; c < n; c++) {
+            aw[c] += (x[c] - m) * rs * dy[c];
+            ab[c] += dy[c];
+        }
+    }
+    for (int c = 0; c < n; c++) {
+        dw[c0 + c] += aw[c];
+        db[c0 + c] += ab[c];
+    }
+}
+
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C)
+{
+    if (omp_get_max_threads() == 1) {
+        for (int i = 0; i < N; i++)
+            backward_row(dinp + (size_t)i * C, dweight, dbias, dout + (size_t)i * C,
+                         inp + (size_t)i * C, weight, mean[i], rstd[i], C);
+        return;
+    }
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++)
+            backward_row(dinp + (size_t)i * C, NULL, NULL, dout + (size_t)i * C,
+                         inp + (size_t)i * C, weight, mean[i], rstd[i], C);
+#pragma omp for schedule(static)
+        for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
+            param_block(dweight, dbias, dout, inp, mean, rstd, N, C, c0,
+                        c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
+    }
+}

@@ -1,1 +1,44 @@
-/* placeholder: being written */
+/* worker/cpu/ops_cpu.c — the CPU backend table and its thread count.
+ *
+ * The ops themselves live in one file per op (worker/cpu/<op>.c, the stems
+ * the CUDA backend shares); this file only gathers them into the constant
+ * table that ops_cpu_backend() hands out.
+ */
+#include "worker/ops.h"
+
+#include "common/status.h"
+#include "worker/cpu/ops_cpu_impl.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+static const struct ops_backend CPU_OPS = {
+    .name = "cpu",
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .crossentropy_forward = cpu_crossentropy_forward,
+    .crossentropy_backward = cpu_crossentropy_backward,
+};
+
+const struct ops_backend *ops_cpu_backend(void)
+{
+    return &CPU_OPS;
+}
+
+/* OpenMP's count is a per-thread setting: it holds for the parallel regions
+ * that the calling thread opens, which is the thread that runs the ops. */
+void ops_cpu_set_threads(int n)
+{
+    ZT_ASSERT(n >= 1);
+    openblas_set_num_threads(n);
+    omp_set_num_threads(n);
+}

@@ -1,0 +1,343 @@
+/* comm/comm_nccl.c — the NCCL backend: collectives on device memory.
+ *
+ * Compiled only when CMake found NCCL (ZT_HAVE_NCCL). One rank drives one
+ * GPU: the rank's index among the ranks of its node (MPI_Comm_split_type
+ * with MPI_COMM_TYPE_SHARED) picks the device, and a node with more ranks
+ * than GPUs is refused at init, since NCCL cannot put two ranks of one
+ * communicator on one device. Rank 0 makes the ncclUniqueId and MPI
+ * broadcasts it; the whole rendezvous piggybacks on the MPI world comm.c
+ * already holds.
+ *
+ * Every NCCL call goes onto one stream owned by the backend, so the
+ * collectives of a rank complete in the order they were issued, as comm.h
+ * promises. Blocking calls wait for the stream before returning (the caller
+ * must have finished writing the input, e.g. by synchronising its compute
+ * stream); non-blocking calls record a CUDA event that comm_wait waits for.
+ *
+ * Waiting polls the stream and ncclCommGetAsyncError instead of blocking in
+ * cudaStreamSynchronize: when a peer dies NCCL would spin forever, whereas
+ * polling sees the asynchronous error, aborts the communicator and returns
+ * ZT_ERR_COMM. NCCL results are translated by NCCL_TRY, CUDA runtime results
+ * by CUDA_TRY (ZT_ERR_DEVICE), both returning, never aborting.
+ *
+ * NCCL reduces bf16/f16 in fp32 per element and rounds per step, like the
+ * MPI backend's user ops, and chooses its own algorithms: the comm_config
+ * algorithm fields do not apply.
+ */
+#include "comm_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+struct nccl_state {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    int device;
+};
+
+static zt_status nccl_error(ncclResult_t r, const char *call)
+{
+    return zt_error_set(ZT_ERR_COMM, "comm(nccl): %.*s failed: %s", (int)strcspn(call, "("),
+                        call, ncclGetErrorString(r));
+}
+
+static zt_status cuda_error(cudaError_t e, const char *call)
+{
+    return zt_error_set(ZT_ERR_DEVICE, "comm(nccl): %.*s failed: %s", (int)strcspn(call, "("),
+                        call, cudaGetErrorString(e));
+}
+
+#define NCCL_TRY(call)                                                                             \
+    do {                                                                                           \
+        ncclResult_t nccl_rc_ = (call);                                                            \
+        if (nccl_rc_ != ncclSuccess)                                                               \
+            return nccl_error(nccl_rc_, #call);                                                    \
+    } while (0)
+
+#define CUDA_TRY(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t cuda_rc_ = (call);                                                             \
+        if (cuda_rc_ != cudaSuccess)                                                               \
+            return cuda_error(cuda_rc_, #call);                                                    \
+    } while (0)
+
+static struct nccl_state *state(const struct comm *c)
+{
+    return c->impl;
+}
+
+static ncclDataType_t nccl_type(enum zt_dtype t)
+{
+    switch (t) {
+    case ZT_F32:
+        return ncclFloat32;
+    case ZT_F64:
+        return ncclFloat64;
+    case ZT_BF16:
+        return ncclBfloat16;
+    case ZT_F16:
+        return ncclFloat16;
+    case ZT_I32:
+        return ncclInt32;
+    case ZT_I64:
+        return ncclInt64;
+    case ZT_U8:
+        return ncclUint8;
+    }
+    ZT_ASSERT(!"dtype checked by comm.c");
+    return ncclFloat32;
+}
+
+static ncclRedOp_t nccl_op(enum comm_op op)
+{
+    return op == COMM_OP_SUM ? ncclSum : op == COMM_OP_MAX ? ncclMax : ncclMin;
+}
+
+static int query(const struct comm_config *cfg, char *why, size_t n)
+{
+    int count = 0;
+    (void)cfg;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        snprintf(why, n, "cudaGetDeviceCount failed: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    if (count == 0) {
+        snprintf(why, n, "no CUDA device");
+        return -1;
+    }
+    return 0;
+}
+
+/* The rank's index among the ranks sharing its node, and their number. */
+static zt_status local_rank(const struct comm *c, int *rank, int *size)
+{
+    MPI_Comm node;
+    COMM_MPI_TRY(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+    int rc = MPI_Comm_rank(node, rank);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_size(node, size);
+    MPI_Comm_free(&node);
+    if (rc != MPI_SUCCESS)
+        return comm_mpi_error(rc, "MPI_Comm_rank/size(node communicator)");
+    return ZT_OK;
+}
+
+static zt_status pick_device(const struct comm *c, int *device)
+{
+    int lrank = 0, lsize = 1, count = 0;
+    ZT_TRY(local_rank(c, &lrank, &lsize));
+    CUDA_TRY(cudaGetDeviceCount(&count));
+    if (lsize > count)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "comm.backend: nccl: %d ranks on this node but %d GPU(s); NCCL needs "
+                            "one GPU per rank (use comm.backend: mpi)",
+                            lsize, count);
+    *device = lrank;
+    CUDA_TRY(cudaSetDevice(*device));
+    return ZT_OK;
+}
+
+/* Rank 0 makes the unique id and broadcasts it with a success flag, so that
+ * a failure on rank 0 does not leave the others waiting in NCCL. */
+static zt_status share_unique_id(const struct comm *c, ncclUniqueId *id)
+{
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    ncclResult_t r = ncclSuccess;
+    if (c->rank == 0) {
+        r = ncclGetUniqueId(&msg.id);
+        msg.ok = r == ncclSuccess;
+    }
+    COMM_MPI_TRY(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, c->mpi));
+    if (c->rank == 0)
+        NCCL_TRY(r);
+    if (!msg.ok)
+        return zt_error_set(ZT_ERR_COMM, "comm(nccl): rank 0 could not create the NCCL id");
+    *id = msg.id;
+    return ZT_OK;
+}
+
+static void fini(struct comm *c)
+{
+    struct nccl_state *s = state(c);
+    if (!s)
+        return;
+    if (s->comm)
+        ncclCommDestroy(s->comm);
+    if (s->stream)
+        cudaStreamDestroy(s->stream);
+    free(s);
+    c->impl = NULL;
+}
+
+static zt_status init_state(struct comm *c, struct nccl_state *s)
+{
+    ncclUniqueId id;
+    ZT_TRY(pick_device(c, &s->device));
+    ZT_TRY(share_unique_id(c, &id));
+    CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    NCCL_TRY(ncclCommInitRank(&s->comm, c->size, id, c->rank));
+    return ZT_OK;
+}
+
+static zt_status init(struct comm *c, const struct comm_config *cfg)
+{
+    (void)cfg;
+    struct nccl_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return zt_error_set(ZT_ERR_NOMEM, "comm(nccl): out of memory");
+    c->impl = s;
+    zt_status st = init_state(c, s);
+    if (st != ZT_OK)
+        fini(c);
+    return st;
+}
+
+/* Waits until `ev` (or, when NULL, the whole stream) has completed, watching
+ * for NCCL's asynchronous errors meanwhile; see the file comment. */
+static zt_status sync_on(struct comm *c, cudaEvent_t ev)
+{
+    struct nccl_state *s = state(c);
+    for (;;) {
+        cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(s->stream);
+        if (e == cudaSuccess)
+            return ZT_OK;
+        if (e != cudaErrorNotReady)
+            return cuda_error(e, ev ? "cudaEventQuery" : "cudaStreamQuery");
+        ncclResult_t async = ncclSuccess;
+        NCCL_TRY(ncclCommGetAsyncError(s->comm, &async));
+        if (async != ncclSuccess && async != ncclInProgress) {
+            ncclCommAbort(s->comm);
+            s->comm = NULL;
+            return nccl_error(async, "ncclCommGetAsyncError");
+        }
+    }
+}
+
+/* ---- enqueueing (shared by the blocking and non-blocking entries) ---- */
+
+static zt_status enqueue_allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t,
+                                   enum comm_op op)
+{
+    struct nccl_state *s = state(c);
+    NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(t), nccl_op(op), s->comm, s->stream));
+    return ZT_OK;
+}
+
+static zt_status enqueue_reduce_scatter(struct comm *c, const void *in, void *out, size_t n,
+                                        enum zt_dtype t, enum comm_op op)
+{
+    struct nccl_state *s = state(c);
+    NCCL_TRY(ncclReduceScatter(in, out, n, nccl_type(t), nccl_op(op), s->comm, s->stream));
+    return ZT_OK;
+}
+
+static zt_status enqueue_allgather(struct comm *c, const void *in, void *out, size_t n,
+                                   enum zt_dtype t)
+{
+    struct nccl_state *s = state(c);
+    NCCL_TRY(ncclAllGather(in, out, n, nccl_type(t), s->comm, s->stream));
+    return ZT_OK;
+}
+
+/* ---- blocking entries ---- */
+
+static zt_status allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, enum comm_op op)
+{
+    ZT_TRY(enqueue_allreduce(c, buf, n, t, op));
+    return sync_on(c, NULL);
+}
+
+static zt_status reduce_scatter(struct comm *c, const void *in, void *out, size_t n,
+                                enum zt_dtype t, enum comm_op op)
+{
+    ZT_TRY(enqueue_reduce_scatter(c, in, out, n, t, op));
+    return sync_on(c, NULL);
+}
+
+static zt_status allgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t)
+{
+    ZT_TRY(enqueue_allgather(c, in, out, n, t));
+    return sync_on(c, NULL);
+}
+
+static zt_status broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, int root)
+{
+    struct nccl_state *s = state(c);
+    NCCL_TRY(ncclBroadcast(buf, buf, n, nccl_type(t), root, s->comm, s->stream));
+    return sync_on(c, NULL);
+}
+
+static zt_status barrier(struct comm *c)
+{
+    ZT_TRY(sync_on(c, NULL));
+    COMM_MPI_TRY(MPI_Barrier(c->mpi));
+    return ZT_OK;
+}
+
+/* ---- non-blocking entries ---- */
+
+/* Records the completion event of the collective just enqueued. */
+static zt_status record(struct comm *c, struct comm_request *q)
+{
+    cudaEvent_t ev;
+    CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t e = cudaEventRecord(ev, state(c)->stream);
+    if (e != cudaSuccess) {
+        cudaEventDestroy(ev);
+        return cuda_error(e, "cudaEventRecord");
+    }
+    q->impl = ev;
+    return ZT_OK;
+}
+
+static zt_status iallreduce(struct comm *c, struct comm_request *q)
+{
+    ZT_TRY(enqueue_allreduce(c, q->out, q->n, q->dtype, q->op));
+    return record(c, q);
+}
+
+static zt_status ireduce_scatter(struct comm *c, struct comm_request *q)
+{
+    ZT_TRY(enqueue_reduce_scatter(c, q->in, q->out, q->n, q->dtype, q->op));
+    return record(c, q);
+}
+
+static zt_status iallgather(struct comm *c, struct comm_request *q)
+{
+    ZT_TRY(enqueue_allgather(c, q->in, q->out, q->n, q->dtype));
+    return record(c, q);
+}
+
+static zt_status wait_request(struct comm *c, struct comm_request *q)
+{
+    cudaEvent_t ev = q->impl;
+    zt_status st = sync_on(c, ev);
+    cudaEventDestroy(ev);
+    q->impl = NULL;
+    return st;
+}
+
+const struct comm_backend_ops comm_nccl_ops = {
+    .name = "nccl",
+    .query = query,
+    .init = init,
+    .fini = fini,
+    .allreduce = allreduce,
+    .reduce_scatter = reduce_scatter,
+    .allgather = allgather,
+    .broadcast = broadcast,
+    .barrier = barrier,
+    .iallreduce = iallreduce,
+    .ireduce_scatter = ireduce_scatter,
+    .iallgather = iallgather,
+    .wait = wait_request,
+};

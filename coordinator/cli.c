@@ -1,0 +1,229 @@
+/* coordinator/cli.c — subcommands, options and the one place errors are
+ * printed.
+ *
+ *   zerotrain train CONFIG [--set key.path=value]... [--metrics FILE]
+ *                          [--memory-report FILE] [--dry-run] [--print-partition]
+ *                          [--progress|--no-progress] [--profile] [--quiet]
+ *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE]
+ *   zerotrain prepare --out FILE PATH...
+ *   zerotrain version | help [COMMAND]
+ */
+#include "cli.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/status.h"
+#include "prepare.h"
+#include "progress.h"
+#include "train.h"
+
+#define MAX_OVERRIDES 256
+
+static const char usage_text[] =
+    "usage: zerotrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train CONFIG [options]    train the model described by CONFIG (YAML or DeepSpeed JSON)\n"
+    "  eval CONFIG [options]     print the validation loss of the configured model\n"
+    "  prepare --out FILE PATH...  tokenise text files and folders into a token file\n"
+    "  version                   print the version\n"
+    "  help [COMMAND]            print this help or a command's help\n"
+    "\n"
+    "Run train and eval under MPI: mpirun -np N zerotrain train CONFIG\n";
+
+static const char train_help[] =
+    "usage: zerotrain train CONFIG [options]\n"
+    "  --set key.path=value   override a configuration key (repeatable; value is YAML)\n"
+    "  --metrics FILE         write one JSON object per step (default <output_dir>/metrics.jsonl)\n"
+    "  --memory-report FILE   write the per-rank memory report as JSON\n"
+    "  --dry-run              plan the memory without training\n"
+    "  --print-partition      print how the parameters are split among the ranks\n"
+    "  --progress             draw a progress line (step/total, ETA); automatic on a terminal\n"
+    "                         except under mpirun, which always looks like one\n"
+    "  --no-progress          never draw it\n"
+    "  --profile              time every op and print where the step time went\n"
+    "  --quiet                do not echo the resolved configuration\n"
+    "exit status: 0 success, 2 usage or configuration error, 1 run-time failure\n";
+
+static const char eval_help[] =
+    "usage: zerotrain eval CONFIG [options]\n"
+    "  --set key.path=value   override a configuration key (repeatable)\n"
+    "  --metrics FILE         write {\"val_loss\": ..., \"tokens\": ...}\n"
+    "The last line printed is: val_loss <value>\n";
+
+static const char prepare_help[] =
+    "usage: zerotrain prepare --out FILE PATH...\n"
+    "Tokenises text files and folders (recursively, in name order) with the byte tokenizer\n"
+    "(vocabulary 256) into a token file for data.train / data.val.\n";
+
+struct cli_args {
+    struct run_options run;
+    struct config_override overrides[MAX_OVERRIDES];
+};
+
+static zt_status usage_error(const char *fmt, const char *arg)
+{
+    zt_error_set(ZT_ERR_USAGE, fmt, arg);
+    return ZT_ERR_USAGE;
+}
+
+/* Parses train/eval options after the command name. */
+static zt_status parse_run_args(int argc, char **argv, int allow_train_opts, struct cli_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->run.overrides = a->overrides;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(arg, "--set") == 0 || strcmp(arg, "--metrics") == 0 ||
+            (allow_train_opts && strcmp(arg, "--memory-report") == 0)) {
+            if (!value)
+                return usage_error("%s needs a value", arg);
+            i++;
+            if (strcmp(arg, "--metrics") == 0) {
+                a->run.metrics_path = value;
+            } else if (strcmp(arg, "--memory-report") == 0) {
+                a->run.memory_report_path = value;
+            } else {
+                if (a->run.n_overrides == MAX_OVERRIDES)
+                    return usage_error("too many --set options (at most %s)", "256");
+                a->overrides[a->run.n_overrides++].assignment = value;
+            }
+        } else if (strncmp(arg, "--set=", 6) == 0) {
+            if (a->run.n_overrides == MAX_OVERRIDES)
+                return usage_error("too many --set options (at most %s)", "256");
+            a->overrides[a->run.n_overrides++].assignment = arg + 6;
+        } else if (allow_train_opts && strcmp(arg, "--dry-run") == 0) {
+            a->run.dry_run = 1;
+        } else if (allow_train_opts && strcmp(arg, "--progress") == 0) {
+            a->run.progress = PROGRESS_ALWAYS;
+        } else if (allow_train_opts && strcmp(arg, "--no-progress") == 0) {
+            a->run.progress = PROGRESS_NEVER;
+        } else if (allow_train_opts && strcmp(arg, "--profile") == 0) {
+            a->run.profile = 1;
+        } else if (allow_train_opts && strcmp(arg, "--print-partition") == 0) {
+            a->run.print_partition = 1;
+        } else if (strcmp(arg, "--quiet") == 0) {
+            a->run.quiet = 1;
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            return usage_error("unknown option '%s' (see zerotrain help)", arg);
+        } else if (!a->run.config_path) {
+            a->run.config_path = arg;
+        } else {
+            return usage_error("unexpected argument '%s': one CONFIG file only", arg);
+        }
+    }
+    if (!a->run.config_path)
+        return usage_error("%s", "missing CONFIG file (see zerotrain help)");
+    return ZT_OK;
+}
+
+static int mpi_rank(void)
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+static void print_error(zt_status s)
+{
+    const char *msg = zt_error_message();
+    fprintf(stderr, "zerotrain: error: %s\n", msg[0] ? msg : zt_status_desc(s));
+    if (getenv("ZT_TRACE") && zt_error_trace()[0])
+        fprintf(stderr, "zerotrain: trace: %s\n", zt_error_trace());
+    fflush(stderr);
+}
+
+/* train and eval: parse, run under MPI, print once, agree on the exit code. */
+static int run_mpi_command(int is_train, int argc, char **argv)
+{
+    struct cli_args a;
+    int print_here = 0;
+    MPI_Init(NULL, NULL);
+    zt_status st = parse_run_args(argc, argv, is_train, &a);
+    if (st != ZT_OK) {
+        print_here = mpi_rank() == 0;
+    } else {
+        st = is_train ? train_run(&a.run, &print_here) : eval_run(&a.run, &print_here);
+    }
+    if (st != ZT_OK && print_here)
+        print_error(st);
+    MPI_Finalize();
+    return zt_status_exit_code(st);
+}
+
+static int run_prepare(int argc, char **argv)
+{
+    const char *out = NULL;
+    const char *paths[4096];
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0) {
+            if (i + 1 >= argc) {
+                usage_error("%s needs a value", "--out");
+                print_error(ZT_ERR_USAGE);
+                return 2;
+            }
+            out = argv[++i];
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            usage_error("unknown option '%s' (see zerotrain help prepare)", argv[i]);
+            print_error(ZT_ERR_USAGE);
+            return 2;
+        } else if (n < (int)(sizeof paths / sizeof paths[0])) {
+            paths[n++] = argv[i];
+        }
+    }
+    if (!out || n == 0) {
+        usage_error("%s", "prepare needs --out FILE and at least one PATH");
+        print_error(ZT_ERR_USAGE);
+        return 2;
+    }
+    zt_status st = prepare_run(out, paths, n, stdout);
+    if (st != ZT_OK)
+        print_error(st);
+    return zt_status_exit_code(st);
+}
+
+static int run_help(int argc, char **argv)
+{
+    const char *topic = argc > 0 ? argv[0] : NULL;
+    if (!topic)
+        fputs(usage_text, stdout);
+    else if (strcmp(topic, "train") == 0)
+        fputs(train_help, stdout);
+    else if (strcmp(topic, "eval") == 0)
+        fputs(eval_help, stdout);
+    else if (strcmp(topic, "prepare") == 0)
+        fputs(prepare_help, stdout);
+    else {
+        fprintf(stderr, "zerotrain: error: no help for '%s'\n%s", topic, usage_text);
+        return 2;
+    }
+    return 0;
+}
+
+int cli_main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "train") == 0)
+        return run_mpi_command(1, argc - 2, argv + 2);
+    if (strcmp(cmd, "eval") == 0)
+        return run_mpi_command(0, argc - 2, argv + 2);
+    if (strcmp(cmd, "prepare") == 0)
+        return run_prepare(argc - 2, argv + 2);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("zerotrain %s\n", ZT_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
+        return run_help(argc - 2, argv + 2);
+    fprintf(stderr, "zerotrain: error: unknown command '%s'\n%s", cmd, usage_text);
+    return 2;
+}

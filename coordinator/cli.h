@@ -1,0 +1,10 @@
+/* coordinator/cli.h — the `zerotrain` command line. */
+#ifndef ZT_COORDINATOR_CLI_H
+#define ZT_COORDINATOR_CLI_H
+
+/* Parses the command line, runs the subcommand and returns the process exit
+ * status: 0 success, 2 usage or configuration error, 1 run-time failure.
+ * Initialises and finalises MPI for the commands that need it. */
+int cli_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,84 @@
+/* coordinator/eval.c — validation loss, for evaluations during training and
+ * for the `eval` command.
+ *
+ * The validation data is cut into consecutive windows of seq_len + 1 tokens
+ * and grouped into micro batches of the training micro batch size (the
+ * model's activations are sized for it); a trailing part that does not fill
+ * a micro batch is left out. Micro batch j goes to rank j % world; losses
+ * and token counts are summed over ranks, so the result does not depend on
+ * the world size beyond float summation order.
+ */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+static void fill_eval_batch(const struct token_buffer *val, int seq_len, int B, size_t batch,
+                            int32_t *inputs, int32_t *targets)
+{
+    for (int b = 0; b < B; b++) {
+        const int32_t *w = val->tokens + ((size_t)batch * B + b) * seq_len;
+        memcpy(inputs + (size_t)b * seq_len, w, (size_t)seq_len * sizeof(int32_t));
+        memcpy(targets + (size_t)b * seq_len, w + 1, (size_t)seq_len * sizeof(int32_t));
+    }
+}
+
+zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens)
+{
+    const int B = s->cfg.train_micro_batch_size_per_gpu, T = s->cfg.data.seq_len;
+    const size_t windows = s->val.n > 0 ? (s->val.n - 1) / (size_t)T : 0;
+    size_t batches = windows / (size_t)B;
+    if (s->cfg.run.eval_batches > 0 && (size_t)s->cfg.run.eval_batches < batches)
+        batches = (size_t)s->cfg.run.eval_batches;
+    if (batches == 0)
+        return zt_error_set(ZT_ERR_DATA,
+                            "validation data has %zu windows of seq_len + 1 = %d tokens, fewer "
+                            "than one micro batch of %d: give more data.val or a larger "
+                            "data.val_fraction",
+                            windows, T + 1, B);
+
+    double sums[2] = {0.0, 0.0}; /* loss * tokens, tokens */
+    zt_status st = ZT_OK;
+    for (size_t j = (size_t)s->rank; j < batches && st == ZT_OK; j += (size_t)s->world) {
+        fill_eval_batch(&s->val, T, B, j, s->inputs, s->targets);
+        st = gpt2_forward(&s->model, &s->engine.hooks, s->inputs, s->targets);
+        sums[0] += (double)s->model.mean_loss * B * T;
+        sums[1] += (double)B * T;
+    }
+    ZT_TRY(st);
+    ZT_TRY(comm_allreduce(s->comm, sums, 2, ZT_F64, COMM_OP_SUM));
+    *loss = sums[0] / sums[1];
+    *tokens = (uint64_t)sums[1];
+    return ZT_OK;
+}
+
+zt_status eval_run(const struct run_options *o, int *print_here)
+{
+    struct run_session s;
+    *print_here = 0;
+    zt_status st = session_open(&s, o, 0);
+    if (st != ZT_OK) {
+        *print_here = s.failed_here;
+        return st;
+    }
+    double loss = 0.0;
+    uint64_t tokens = 0;
+    st = session_evaluate(&s, &loss, &tokens);
+    st = session_agree(st, print_here);
+    if (st == ZT_OK && s.rank == 0) {
+        printf("evaluated %llu validation tokens\n", (unsigned long long)tokens);
+        FILE *f;
+        if (o->metrics_path && metrics_open(o->metrics_path, &f) == ZT_OK) {
+            fprintf(f, "{\"val_loss\": %.9g, \"tokens\": %llu}\n", loss,
+                    (unsigned long long)tokens);
+            fclose(f);
+        } else if (o->metrics_path) {
+            fprintf(stderr, "zerotrain: warning: %s\n", zt_error_message());
+        }
+        printf("val_loss %.6f\n", loss);
+        fflush(stdout);
+    }
+    session_close(&s);
+    return st;
+}

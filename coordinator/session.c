@@ -1,0 +1,201 @@
+/* coordinator/session.c — opening a run phase by phase, agreeing after each. */
+#include "session.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../worker/ops.h"
+
+zt_status session_agree(zt_status local, int *print_here)
+{
+    int mine[2] = {zt_status_exit_code(local) * 1000 + (int)local,
+                   local == ZT_OK ? INT_MAX : 0};
+    int rank = 0, worst = 0, lowest = INT_MAX;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (local != ZT_OK)
+        mine[1] = rank;
+    /* Two tiny allreduces; this runs once per phase, not per step. */
+    MPI_Allreduce(&mine[0], &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine[1], &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    *print_here = local != ZT_OK && rank == lowest;
+    return (zt_status)(worst % 1000);
+}
+
+zt_status session_mkdir_p(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return zt_error_set(ZT_ERR_IO, "%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST)
+                return zt_error_set(ZT_ERR_IO, "cannot create directory %s: %s", path,
+                                    strerror(errno));
+            *p = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
+    return ZT_OK;
+}
+
+static int count_local_ranks(void)
+{
+    MPI_Comm local;
+    int n = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(local, &n);
+        MPI_Comm_free(&local);
+    }
+    return n;
+}
+
+/* Threads per rank: the user's OMP_NUM_THREADS if set, else the cores
+ * divided among the ranks on this node (oversubscribing BLAS threads
+ * across ranks costs far more than it gains). */
+static int threads_per_rank(int local_ranks)
+{
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0)
+        return atoi(env);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores > 0 ? (int)(cores / local_ranks) : 1;
+    return n > 0 ? n : 1;
+}
+
+/* A data path that does not exist is a configuration mistake (exit 2), told
+ * before any data is read; unreadable or malformed data is a run-time one. */
+static zt_status check_data_paths(const char *key, char **paths, int n)
+{
+    struct stat st;
+    for (int i = 0; i < n; i++)
+        if (stat(paths[i], &st) != 0)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: %s: %s", key, paths[i], strerror(errno));
+    return ZT_OK;
+}
+
+static zt_status load_config(struct run_session *s, const struct run_options *o)
+{
+    ZT_TRY(config_load(o->config_path, o->overrides, o->n_overrides, &s->cfg));
+    ZT_TRY(config_check_world(&s->cfg, s->world));
+    ZT_TRY(check_data_paths("data.train", s->cfg.data.train, s->cfg.data.n_train));
+    ZT_TRY(check_data_paths("data.val", s->cfg.data.val, s->cfg.data.n_val));
+    return ZT_OK;
+}
+
+static zt_status check_vocab(const struct token_buffer *b, const char *what, int vocab)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= vocab)
+            return zt_error_set(ZT_ERR_DATA,
+                                "%s: token id %d at position %zu does not fit model.vocab_size %d",
+                                what, b->tokens[i], i, vocab);
+    return ZT_OK;
+}
+
+static zt_status load_data(struct run_session *s, int need_train)
+{
+    const struct zt_config *c = &s->cfg;
+    struct token_buffer all = {0};
+    ZT_TRY(dataset_load((const char *const *)c->data.train, c->data.n_train, &all));
+    zt_status st;
+    if (c->data.n_val > 0) {
+        st = dataset_load((const char *const *)c->data.val, c->data.n_val, &s->val);
+    } else {
+        st = dataset_split_tail(&all, c->data.val_fraction, c->data.seq_len, &s->val);
+    }
+    if (st == ZT_OK)
+        st = check_vocab(&all, "data.train", c->model.vocab_size);
+    if (st == ZT_OK && s->val.n > 0)
+        st = check_vocab(&s->val, "validation data", c->model.vocab_size);
+    if (st != ZT_OK || !need_train) {
+        token_buffer_free(&all);
+        return st;
+    }
+    s->train = all;
+    ZT_TRY(sampler_init(&s->sampler, s->train.n, c->data.seq_len, c->run.seed,
+                        c->train_micro_batch_size_per_gpu, c->gradient_accumulation_steps,
+                        s->world, s->rank));
+    s->have_train = 1;
+    return ZT_OK;
+}
+
+static zt_status build_model(struct run_session *s, const struct run_options *o)
+{
+    const struct zt_config *c = &s->cfg;
+    struct gpt2_config mc = {c->model.vocab_size, c->model.block_size, c->model.n_layer,
+                             c->model.n_head, c->model.n_embd};
+    ledger_init(&s->ledger, o->dry_run);
+    ZT_TRY(device_open("cpu", &s->ledger, &s->dev));
+    ZT_TRY(param_table_build(&mc, &s->table));
+    struct shard_engine_config ec = {
+        .stage = c->zero.stage, .clip = c->gradient_clipping, .seed = c->run.seed};
+    ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->dev, &s->engine));
+    ZT_TRY(gpt2_create(&s->table, ops_cpu_backend(), &s->dev, c->train_micro_batch_size_per_gpu,
+                       c->data.seq_len, &s->model));
+    if (o->profile)
+        s->model.profile = &s->profile;
+    const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
+    s->inputs = malloc(2 * bt * sizeof(int32_t));
+    if (!s->inputs)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the host batch");
+    s->targets = s->inputs + bt;
+    return ZT_OK;
+}
+
+/* Runs one phase and agrees on its outcome; on failure closes the session. */
+#define SESSION_PHASE(s, expr)                                                                     \
+    do {                                                                                           \
+        zt_status phase_local_ = (expr);                                                           \
+        zt_status phase_agreed_ = session_agree(phase_local_, &(s)->failed_here);                  \
+        if (phase_agreed_ != ZT_OK) {                                                              \
+            session_close(s);                                                                      \
+            (s)->state = RUN_FAILED;                                                               \
+            return phase_agreed_;                                                                  \
+        }                                                                                          \
+    } while (0)
+
+zt_status session_open(struct run_session *s, const struct run_options *o, int need_train)
+{
+    memset(s, 0, sizeof *s);
+    s->state = RUN_INIT;
+    MPI_Comm_rank(MPI_COMM_WORLD, &s->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &s->world);
+    s->local_ranks = count_local_ranks();
+    ops_cpu_set_threads(threads_per_rank(s->local_ranks));
+
+    SESSION_PHASE(s, load_config(s, o));
+    struct comm_config cc = {.backend = s->cfg.comm.backend};
+    SESSION_PHASE(s, comm_create(&cc, &s->comm));
+    SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
+    SESSION_PHASE(s, build_model(s, o));
+    s->state = RUN_CONFIGURED;
+    return ZT_OK;
+}
+
+void session_close(struct run_session *s)
+{
+    free(s->inputs);
+    s->inputs = s->targets = NULL;
+    if (s->model.dev)
+        gpt2_destroy(&s->model);
+    if (s->engine.dev)
+        shard_engine_destroy(&s->engine);
+    param_table_free(&s->table);
+    if (s->have_train)
+        sampler_free(&s->sampler);
+    token_buffer_free(&s->train);
+    token_buffer_free(&s->val);
+    if (s->comm)
+        comm_destroy(s->comm);
+    s->comm = NULL;
+    config_free(&s->cfg);
+}

@@ -1,0 +1,81 @@
+/* coordinator/session.h — everything one `train` or `eval` run holds.
+ *
+ * Life cycle of a run (the coordinator's state machine):
+ *
+ *   INIT --session_open--> CONFIGURED --train_loop--> RUNNING --> DONE
+ *     \__________________________|________________________|____> FAILED
+ *
+ * session_open loads and checks the configuration, creates the
+ * communicator, loads the data and builds the model and the ZeRO engine.
+ * Each phase ends with an agreement among ranks (session_agree), so that a
+ * failure on any rank sends every rank out of the same phase, nobody blocks
+ * in a collective, and the message is printed once, by the lowest failing
+ * rank.
+ */
+#ifndef ZT_COORDINATOR_SESSION_H
+#define ZT_COORDINATOR_SESSION_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../comm/comm.h"
+#include "../common/ledger.h"
+#include "../data/data.h"
+#include "../shard/shard.h"
+#include "../worker/device.h"
+#include "../worker/model.h"
+#include "config.h"
+
+enum run_state { RUN_INIT, RUN_CONFIGURED, RUN_RUNNING, RUN_DONE, RUN_FAILED };
+
+struct run_options {
+    const char *config_path;
+    const struct config_override *overrides;
+    int n_overrides;
+    const char *metrics_path; /* NULL: <output_dir>/metrics.jsonl */
+    const char *memory_report_path; /* NULL: none */
+    int dry_run; /* plan memory without training */
+    int print_partition;
+    int quiet; /* no resolved-config echo */
+    int progress; /* enum progress_mode of the console */
+    int profile; /* time every op; print where the step time went */
+};
+
+struct run_session {
+    enum run_state state;
+    struct zt_config cfg;
+    int rank, world, local_ranks;
+    struct comm *comm;
+    struct ledger ledger;
+    struct device dev;
+    struct param_table table;
+    struct shard_engine engine;
+    struct gpt2 model;
+    struct token_buffer train, val;
+    struct sampler sampler;
+    struct gpt2_profile profile; /* filled when options.profile */
+    int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */
+    int have_train; /* train data and sampler loaded */
+    int failed_here; /* this rank detected the failure (it prints) */
+};
+
+/* INIT -> CONFIGURED. `need_train` loads the training data and sampler
+ * (eval needs only validation data). MPI must be initialised. On failure
+ * the session is closed, s->state is RUN_FAILED and the status is the
+ * agreed one; s->failed_here says whether this rank should print. */
+zt_status session_open(struct run_session *s, const struct run_options *o, int need_train);
+void session_close(struct run_session *s);
+
+/* Agrees on `local` among all ranks over MPI_COMM_WORLD: returns the most
+ * severe status any rank had and sets *print_here when this rank is the
+ * lowest one that failed. Works before the communicator exists. */
+zt_status session_agree(zt_status local, int *print_here);
+
+/* Validation loss of the current parameters over the validation data
+ * (run.eval_batches micro batches, or all whole micro batches). */
+zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens);
+
+/* Creates `dir` and its parents (mode 0755). Errors: ZT_ERR_IO. */
+zt_status session_mkdir_p(const char *dir);
+
+#endif

@@ -1,0 +1,234 @@
+/* coordinator/train.c — the training loop (RUNNING in session.h's diagram).
+ *
+ * One optimizer step: `accum` micro steps of forward + backward, each
+ * accumulating gradients scaled by 1/accum; then the ZeRO engine reduces,
+ * clips and updates. The reported loss is the mean over all micro batches
+ * of all ranks (one 8-byte allreduce per step, outside the timed gradient
+ * traffic it would otherwise blur). Rank 0 logs, writes the metrics and the
+ * resolved configuration.
+ */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/clock.h"
+#include "../worker/schedule.h"
+#include "metrics.h"
+#include "progress.h"
+#include "train.h"
+
+struct train_io {
+    struct progress console;
+    FILE *metrics; /* rank 0 only */
+};
+
+static zt_status write_resolved_config(const struct run_session *s, const struct run_options *o)
+{
+    char path[4096];
+    ZT_TRY(session_mkdir_p(s->cfg.run.output_dir));
+    snprintf(path, sizeof path, "%s/config.yaml", s->cfg.run.output_dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return zt_error_set(ZT_ERR_IO, "cannot write %s", path);
+    zt_status st = config_write_yaml(&s->cfg, f);
+    if (fclose(f) != 0 && st == ZT_OK)
+        st = zt_error_set(ZT_ERR_IO, "cannot write %s", path);
+    ZT_TRY(st);
+    if (!o->quiet) {
+        printf("# resolved configuration (also in %s)\n", path);
+        ZT_TRY(config_write_yaml(&s->cfg, stdout));
+    }
+    return ZT_OK;
+}
+
+static zt_status open_outputs(struct run_session *s, const struct run_options *o,
+                              struct train_io *io)
+{
+    progress_init(&io->console, stdout, (enum progress_mode)o->progress);
+    io->metrics = NULL;
+    if (s->rank != 0)
+        return ZT_OK;
+    ZT_TRY(write_resolved_config(s, o));
+    char path[4096];
+    const char *mpath = o->metrics_path;
+    if (!mpath) {
+        snprintf(path, sizeof path, "%s/metrics.jsonl", s->cfg.run.output_dir);
+        mpath = path;
+    }
+    ZT_TRY(metrics_open(mpath, &io->metrics));
+    return ZT_OK;
+}
+
+static void comm_stats_delta(const struct comm_stats *now, const struct comm_stats *before,
+                             struct comm_stats *out)
+{
+    for (int k = 0; k < COMM_KIND_COUNT; k++) {
+        out->bytes[k] = now->bytes[k] - before->bytes[k];
+        out->calls[k] = now->calls[k] - before->calls[k];
+    }
+    out->wait_seconds = now->wait_seconds - before->wait_seconds;
+}
+
+zt_status train_step(struct run_session *s, long step, struct step_record *r)
+{
+    const struct zt_config *c = &s->cfg;
+    const int accum = c->gradient_accumulation_steps;
+    struct comm_stats before = *comm_get_stats(s->comm);
+    double loss_sum = 0.0;
+
+    for (int m = 0; m < accum; m++) {
+        sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
+        ZT_TRY(gpt2_forward(&s->model, &s->engine.hooks, s->inputs, s->targets));
+        ZT_TRY(gpt2_backward(&s->model, &s->engine.hooks, 1.0f / (float)accum));
+        loss_sum += s->model.mean_loss;
+    }
+    struct adamw_hparams hp = {
+        .lr = (float)r->lr,
+        .beta1 = (float)c->optimizer.beta1,
+        .beta2 = (float)c->optimizer.beta2,
+        .eps = (float)c->optimizer.eps,
+        .weight_decay = (float)c->optimizer.weight_decay,
+    };
+    ZT_TRY(shard_engine_step(&s->engine, &hp, &r->grad_norm));
+    comm_stats_delta(comm_get_stats(s->comm), &before, &r->comm);
+    ZT_TRY(comm_allreduce(s->comm, &loss_sum, 1, ZT_F64, COMM_OP_SUM));
+    r->loss = loss_sum / ((double)accum * s->world);
+    return ZT_OK;
+}
+
+static void log_step(struct run_session *s, struct train_io *io, const struct step_record *r,
+                     double seconds_left)
+{
+    char left[32];
+    progress_format_duration(seconds_left, left, sizeof left);
+    progress_log(&io->console,
+                 "step %6ld | loss %.4f | lr %.3e | grad norm %.4f | %8.1f ms | %9.0f tok/s | "
+                 "%6.2f GFLOP/s | left %s",
+                 r->step, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s, r->gflops,
+                 left);
+    (void)s;
+}
+
+static zt_status evaluate_and_log(struct run_session *s, struct train_io *io, long step)
+{
+    double loss;
+    uint64_t tokens;
+    ZT_TRY(session_evaluate(s, &loss, &tokens));
+    if (s->rank == 0) {
+        progress_log(&io->console, "step %6ld | val loss %.4f (%llu tokens)", step, loss,
+                     (unsigned long long)tokens);
+        metrics_write_eval(io->metrics, step, loss, tokens);
+    }
+    return ZT_OK;
+}
+
+/* Rank 0's breakdown of the training time: each op category, time waiting
+ * on communication, and the rest (optimizer, clipping, data, bookkeeping). */
+static void print_profile(struct run_session *s, struct train_io *io, double train_seconds,
+                          double comm_wait)
+{
+    double ops = 0.0;
+    progress_log(&io->console, "where the time went (rank 0, %.2f s of training steps):",
+                 train_seconds);
+    for (int k = 0; k < PROF_CATEGORY_COUNT; k++) {
+        double t = s->profile.seconds[k];
+        ops += t;
+        progress_log(&io->console, "  %-14s %8.3f s %6.1f %%",
+                     gpt2_profile_name((enum gpt2_profile_category)k), t,
+                     100.0 * t / train_seconds);
+    }
+    progress_log(&io->console, "  %-14s %8.3f s %6.1f %%", "comm wait", comm_wait,
+                 100.0 * comm_wait / train_seconds);
+    double rest = train_seconds - ops - comm_wait;
+    progress_log(&io->console, "  %-14s %8.3f s %6.1f %%", "other", rest,
+                 100.0 * rest / train_seconds);
+}
+
+static zt_status train_loop(struct run_session *s, struct train_io *io)
+{
+    const struct zt_config *c = &s->cfg;
+    const int B = c->train_micro_batch_size_per_gpu, T = c->data.seq_len;
+    const double tokens_per_step =
+        (double)B * T * c->gradient_accumulation_steps * (double)s->world;
+    struct gpt2_config mc = s->table.cfg;
+    const double flops_per_token = gpt2_flops_per_token(&mc, T);
+    double elapsed = 0.0, comm_wait = 0.0;
+    zt_status st = ZT_OK;
+
+    for (long step = 0; step < c->run.steps && st == ZT_OK; step++) {
+        struct step_record r = {.step = step + 1, .lr = schedule_lr(c, step)};
+        double t0 = zt_now_seconds();
+        st = train_step(s, step, &r);
+        if (st != ZT_OK)
+            break;
+        double dt = zt_now_seconds() - t0;
+        elapsed += dt;
+        comm_wait += r.comm.wait_seconds;
+        r.step_ms = dt * 1e3;
+        r.tokens_per_s = tokens_per_step / dt;
+        r.gflops = tokens_per_step * flops_per_token / dt / 1e9 / s->world;
+        double left = elapsed / (double)(step + 1) * (double)(c->run.steps - step - 1);
+        if (s->rank == 0) {
+            metrics_write_step(io->metrics, &r);
+            if (r.step % c->steps_per_print == 0 || r.step == 1 || r.step == c->run.steps)
+                log_step(s, io, &r, left);
+            progress_update(&io->console, r.step, c->run.steps, left);
+        }
+        if (c->run.eval_interval > 0 && r.step % c->run.eval_interval == 0 &&
+            r.step != c->run.steps)
+            st = evaluate_and_log(s, io, r.step);
+    }
+    ZT_TRY(st);
+    if (s->model.profile && s->rank == 0)
+        print_profile(s, io, elapsed, comm_wait);
+    s->model.profile = NULL; /* evaluation is not part of the breakdown */
+    ZT_TRY(evaluate_and_log(s, io, c->run.steps));
+    if (s->rank == 0)
+        progress_finish(&io->console);
+    return ZT_OK;
+}
+
+/* A failure inside the loop other than a numerical one (which every rank
+ * detects at the same point, after the gradient reduction) leaves the other
+ * ranks inside a collective: agreeing is impossible, so this rank prints
+ * and aborts the job. */
+static void abort_if_peers_may_block(const struct run_session *s, zt_status st)
+{
+    if (st == ZT_OK || st == ZT_ERR_NUMERIC || s->world == 1)
+        return;
+    fprintf(stderr, "zerotrain: rank %d: error: %s\n", s->rank, zt_error_message());
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, zt_status_exit_code(st));
+}
+
+zt_status train_run(const struct run_options *o, int *print_here)
+{
+    struct run_session s;
+    struct train_io io = {0};
+    zt_status st = session_open(&s, o, !o->dry_run);
+    if (st != ZT_OK) {
+        *print_here = s.failed_here;
+        return st;
+    }
+    if (o->print_partition && s.rank == 0)
+        shard_partition_print(&s.engine.part, &s.table, stdout);
+    st = session_agree(open_outputs(&s, o, &io), print_here);
+    if (st == ZT_OK && !o->dry_run) {
+        s.state = RUN_RUNNING;
+        if (s.rank == 0)
+            progress_log(&io.console,
+                         "training %zu parameters on %d rank(s), stage %d, %ld steps of %d x %d "
+                         "x %d sequences of %d tokens",
+                         s.table.n_params, s.world, s.cfg.zero.stage, s.cfg.run.steps,
+                         s.cfg.train_micro_batch_size_per_gpu,
+                         s.cfg.gradient_accumulation_steps, s.world, s.cfg.data.seq_len);
+        st = train_loop(&s, &io);
+        abort_if_peers_may_block(&s, st);
+        st = session_agree(st, print_here);
+    }
+    if (io.metrics)
+        fclose(io.metrics);
+    s.state = st == ZT_OK ? RUN_DONE : RUN_FAILED;
+    session_close(&s);
+    return st;
+}

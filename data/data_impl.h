@@ -1,0 +1,29 @@
+/* data/data_impl.h — helpers shared by the data module's files; not part
+ * of the public contract (data.h), included only by the sources in data/.
+ *
+ * The reading code in tokfile.c and dataset.c streams files through one
+ * fixed-size chunk so that memory is the token array plus one chunk, and
+ * both grow token buffers the same way; that is all that lives here.
+ */
+#ifndef ZT_DATA_IMPL_H
+#define ZT_DATA_IMPL_H
+
+#include <stddef.h>
+
+#include "data.h"
+
+/* Bytes per fread/fwrite: large enough to amortise the calls, small enough
+ * to stay out of the way of the token array. */
+#define DATA_CHUNK_BYTES ((size_t)1 << 20)
+
+/* Grows b->capacity to hold at least `extra` more tokens (geometric growth,
+ * so repeated appends cost amortised O(1) per token). `what` names the
+ * input for the message. Errors: ZT_ERR_NOMEM. */
+zt_status data_buffer_reserve(struct token_buffer *b, size_t extra, const char *what);
+
+/* The message for a failed open() or stat() of `path` with errno `err`:
+ * "PATH: no such file or directory" for ENOENT, else "PATH: cannot
+ * open: <strerror>". Returns ZT_ERR_IO. */
+zt_status data_open_error(const char *path, int err);
+
+#endif

@@ -1,0 +1,211 @@
+/* scripts/bench/comm_bench.c — bandwidth of the MPI backend's collectives.
+ *
+ *   mpirun -np N comm_bench [--min BYTES] [--max BYTES] [--iters K] [--warmup W]
+ *
+ * Prints one table per collective and algorithm in the manner of nccl-tests:
+ * allreduce (native), reduce_scatter (native, ring), allgather (native,
+ * ring), sizes doubling from --min to --max. "size" is the full buffer in
+ * bytes (the allreduce buffer, the reduce-scatter input, the allgather
+ * output), rounded down to a multiple of 4*N; "count" its float32 elements.
+ * The time of one iteration is the slowest rank's (MPI_MAX after a barrier),
+ * and the table shows the median over the iterations, after W untimed ones.
+ * algbw = size / time; busbw = algbw * 2(N-1)/N for allreduce and
+ * algbw * (N-1)/N for the others, so the busbw of different collectives and
+ * world sizes can be compared with the link's bandwidth (nccl-tests,
+ * doc/PERFORMANCE.md).
+ *
+ * Buffers are host memory: this benchmarks the "mpi" backend, whose "auto"
+ * thresholds in comm/comm_mpi.c come from these tables.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../comm/comm.h"
+
+struct options {
+    size_t min_bytes, max_bytes;
+    int iters, warmup;
+};
+
+struct bench {
+    const char *title;
+    enum comm_kind kind;
+    struct comm *c;
+};
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s)
+        return -1;
+    if (*end == 'K' || *end == 'k')
+        v <<= 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        v <<= 30, end++;
+    if (*end != '\0')
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    *o = (struct options){.min_bytes = 1024, .max_bytes = (size_t)64 << 20, .iters = 20,
+                          .warmup = 3};
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = !v;
+        if (!bad && strcmp(argv[i], "--min") == 0)
+            bad = parse_size(v, &o->min_bytes);
+        else if (!bad && strcmp(argv[i], "--max") == 0)
+            bad = parse_size(v, &o->max_bytes);
+        else if (!bad && strcmp(argv[i], "--iters") == 0)
+            bad = (o->iters = atoi(v)) < 1;
+        else if (!bad && strcmp(argv[i], "--warmup") == 0)
+            bad = (o->warmup = atoi(v)) < 0;
+        else
+            bad = 1;
+        if (bad)
+            return -1;
+        i++;
+    }
+    return o->min_bytes < 1 || o->max_bytes < o->min_bytes ? -1 : 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One call of the benchmarked collective; n is per-rank elements for
+ * reduce-scatter/allgather and the whole buffer for allreduce. */
+static zt_status run_once(const struct bench *b, float *big, float *small, size_t n)
+{
+    switch (b->kind) {
+    case COMM_KIND_ALLREDUCE:
+        return comm_allreduce(b->c, big, n, ZT_F32, COMM_OP_SUM);
+    case COMM_KIND_REDUCE_SCATTER:
+        return comm_reduce_scatter(b->c, big, small, n, ZT_F32, COMM_OP_SUM);
+    case COMM_KIND_ALLGATHER:
+        return comm_allgather(b->c, small, big, n, ZT_F32);
+    default:
+        return zt_error_set(ZT_ERR_USAGE, "comm_bench: unsupported kind");
+    }
+}
+
+/* Median over iterations of the slowest rank's time, in seconds. */
+static zt_status time_size(const struct bench *b, const struct options *o, float *big,
+                           float *small, size_t n, double *median)
+{
+    double *t = malloc(sizeof *t * (size_t)o->iters);
+    if (!t)
+        return zt_error_set(ZT_ERR_NOMEM, "comm_bench: out of memory");
+    zt_status st = ZT_OK;
+    for (int i = 0; i < o->warmup + o->iters && st == ZT_OK; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        st = run_once(b, big, small, n);
+        double dt = MPI_Wtime() - t0, slowest = dt;
+        MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (i >= o->warmup)
+            t[i - o->warmup] = slowest;
+    }
+    if (st == ZT_OK) {
+        qsort(t, (size_t)o->iters, sizeof *t, cmp_double);
+        *median = o->iters % 2 ? t[o->iters / 2] : 0.5 * (t[o->iters / 2 - 1] + t[o->iters / 2]);
+    }
+    free(t);
+    return st;
+}
+
+static zt_status run_table(const struct bench *b, const struct options *o, float *big,
+                           float *small)
+{
+    const int N = comm_size(b->c);
+    const double factor = b->kind == COMM_KIND_ALLREDUCE ? 2.0 * (N - 1) / N : (double)(N - 1) / N;
+    const size_t unit = sizeof(float) * (size_t)N;
+    if (comm_rank(b->c) == 0)
+        printf("# %s\n#%15s %14s %11s %12s %12s\n", b->title, "size(B)", "count", "time(us)",
+               "algbw(GB/s)", "busbw(GB/s)");
+    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
+        size_t size = bytes / unit * unit, count = size / sizeof(float);
+        if (size == 0)
+            continue;
+        size_t n = b->kind == COMM_KIND_ALLREDUCE ? count : count / (size_t)N;
+        double sec = 0;
+        ZT_TRY(time_size(b, o, big, small, n, &sec));
+        double algbw = (double)size / sec / 1e9;
+        if (comm_rank(b->c) == 0)
+            printf("%16zu %14zu %11.1f %12.3f %12.3f\n", size, count, sec * 1e6, algbw,
+                   algbw * factor);
+    }
+    if (comm_rank(b->c) == 0)
+        printf("\n");
+    fflush(stdout);
+    return ZT_OK;
+}
+
+static zt_status run(const struct options *o)
+{
+    struct comm_config native_cfg = {.backend = "mpi", .reduce_scatter = "native",
+                                     .allgather = "native"};
+    struct comm_config ring_cfg = {.backend = "mpi", .reduce_scatter = "ring", .allgather = "ring"};
+    struct comm *native = NULL, *ring = NULL;
+    float *big = NULL, *small = NULL;
+    zt_status st = comm_create(&native_cfg, &native);
+    if (st == ZT_OK)
+        st = comm_create(&ring_cfg, &ring);
+    if (st == ZT_OK) {
+        size_t count = o->max_bytes / sizeof(float) + 1;
+        big = malloc(count * sizeof *big);
+        small = malloc(count * sizeof *small);
+        if (!big || !small)
+            st = zt_error_set(ZT_ERR_NOMEM, "comm_bench: no memory for %zu-byte buffers",
+                              o->max_bytes);
+        for (size_t i = 0; st == ZT_OK && i < count; i++)
+            big[i] = small[i] = 1.0f;
+    }
+    if (st == ZT_OK && comm_rank(native) == 0)
+        printf("# comm_bench: %d ranks, backend %s, float32 sum, median of %d iterations after %d "
+               "warm-up\n\n",
+               comm_size(native), comm_backend_name(native), o->iters, o->warmup);
+    const struct bench benches[] = {
+        {"allreduce (native)", COMM_KIND_ALLREDUCE, native},
+        {"reduce_scatter (native)", COMM_KIND_REDUCE_SCATTER, native},
+        {"reduce_scatter (ring)", COMM_KIND_REDUCE_SCATTER, ring},
+        {"allgather (native)", COMM_KIND_ALLGATHER, native},
+        {"allgather (ring)", COMM_KIND_ALLGATHER, ring},
+    };
+    for (size_t i = 0; st == ZT_OK && i < sizeof benches / sizeof benches[0]; i++)
+        st = run_table(&benches[i], o, big, small);
+    free(big);
+    free(small);
+    comm_destroy(ring);
+    comm_destroy(native);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    MPI_Init(&argc, &argv);
+    if (parse_args(argc, argv, &o) != 0) {
+        fprintf(stderr, "usage: comm_bench [--min BYTES] [--max BYTES] [--iters K] [--warmup W]\n"
+                        "       (sizes accept K, M, G suffixes)\n");
+        MPI_Finalize();
+        return 2;
+    }
+    zt_status st = run(&o);
+    if (st != ZT_OK) {
+        fprintf(stderr, "comm_bench: %s: %s\n", zt_status_str(st), zt_error_message());
+        MPI_Abort(MPI_COMM_WORLD, zt_status_exit_code(st)); /* a peer may be inside a collective */
+    }
+    MPI_Finalize();
+    return 0;
+}

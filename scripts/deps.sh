@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zerotrain needs, only those missing.
+# Idempotent and silent when everything is present; works as root or via sudo.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-dev check
+          libopenblas-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "scripts/deps.sh: missing packages (${missing[*]}) and not root, and sudo is not installed" >&2
+  exit 1
+fi
+echo "scripts/deps.sh: installing ${missing[*]}"
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+  "${missing[@]}" >/dev/null

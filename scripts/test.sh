@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole suite twice: a
+# release build, then a build under AddressSanitizer and
+# UndefinedBehaviorSanitizer. Set ZT_TEST_SANITIZE=0 to skip the second.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+"$ZT_ROOT/scripts/deps.sh"
+
+echo "== release build"
+zt_build "$ZT_ROOT/build"
+(cd "$ZT_ROOT/build" && ctest --output-on-failure -j "$ZT_JOBS")
+
+if [ "${ZT_TEST_SANITIZE:-1}" != 0 ]; then
+  echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+  zt_build "$ZT_ROOT/build-asan" -DZT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+  export LSAN_OPTIONS=suppressions=$ZT_ROOT/tests/lsan.supp:print_suppressions=0
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  (cd "$ZT_ROOT/build-asan" && ctest --output-on-failure -j "$ZT_JOBS")
+fi

@@ -1,0 +1,50 @@
+/* shard/partition.c — the unit-by-unit even split of the flat space. */
+#include <stdlib.h>
+
+#include "shard.h"
+
+zt_status shard_partition_build(const struct param_table *t, int world,
+                                struct shard_partition *out)
+{
+    ZT_ASSERT(world >= 1);
+    out->world = world;
+    out->n_units = t->n_units;
+    out->shard_total = 0;
+    out->units = calloc((size_t)t->n_units, sizeof *out->units);
+    if (!out->units)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the partition table");
+    const size_t quantum = (size_t)world * ZT_SHARD_ALIGN;
+    for (int u = 0; u < t->n_units; u++) {
+        struct shard_unit *su = &out->units[u];
+        su->offset = t->unit_offset[u];
+        su->numel = param_table_unit_size(t, u);
+        su->padded = (su->numel + quantum - 1) / quantum * quantum;
+        su->shard = su->padded / (size_t)world;
+        out->shard_total += su->shard;
+    }
+    return ZT_OK;
+}
+
+void shard_partition_free(struct shard_partition *p)
+{
+    free(p->units);
+    p->units = NULL;
+}
+
+void shard_partition_print(const struct shard_partition *p, const struct param_table *t, FILE *f)
+{
+    fprintf(f, "partition: %zu parameters, %d units, %d ranks, %zu elements per rank\n",
+            t->n_params, p->n_units, p->world, p->shard_total);
+    for (int u = 0; u < p->n_units; u++) {
+        const struct shard_unit *su = &p->units[u];
+        fprintf(f, "  unit %3d  offset %10zu  numel %10zu  padded %10zu  shard %9zu\n", u,
+                su->offset, su->numel, su->padded, su->shard);
+        for (int r = 0; r < p->world; r++) {
+            size_t lo = (size_t)r * su->shard, hi = lo + su->shard;
+            size_t real_hi = hi < su->numel ? hi : su->numel;
+            size_t real = real_hi > lo ? real_hi - lo : 0;
+            fprintf(f, "    rank %d: unit elements [%zu, %zu) real %zu padding %zu\n", r, lo, hi,
+                    real, su->shard - real);
+        }
+    }
+}

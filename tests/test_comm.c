@@ -1,0 +1,808 @@
+/* tests/test_comm.c — the collectives of comm.h on the "mpi" backend.
+ *
+ * Every rank's input is a deterministic function of (rank, index), so each
+ * rank computes the expected result of a collective for itself, in double,
+ * without trusting any other collective. Most inputs are small integers:
+ * their sums are exact in every dtype, so results are compared bit for bit
+ * and the ring and native algorithms must agree exactly; fractional inputs
+ * check the float paths within a rounding bound.
+ *
+ * MPI suites run without fork, so a failed ck_assert on one rank would leave
+ * the others waiting in the next collective. Each test therefore runs all
+ * of its collectives first, counting mismatches with CHECK, and asserts at
+ * the end.
+ */
+#include <check.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../comm/comm.h"
+#include "../common/half.h"
+#include "../common/ledger.h"
+#include "testutil.h"
+
+static struct comm *native, *ring, *autoc; /* made in main, one per algorithm */
+static int rank, size;
+
+static const size_t counts[] = {1, 7, 4097};
+#define N_COUNTS (sizeof counts / sizeof counts[0])
+static const enum zt_dtype all_types[] = {ZT_F32, ZT_F64, ZT_BF16, ZT_F16, ZT_I32, ZT_I64, ZT_U8};
+#define N_TYPES (sizeof all_types / sizeof all_types[0])
+static const enum comm_op all_ops[] = {COMM_OP_SUM, COMM_OP_MAX, COMM_OP_MIN};
+
+/* Failures are counted, and the first one described, until the end. */
+static int bad;
+static char first_bad[512];
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond) && bad++ == 0)                                                                 \
+            snprintf(first_bad, sizeof first_bad, __VA_ARGS__);                                    \
+    } while (0)
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        zt_status st_ = (expr);                                                                    \
+        CHECK(st_ == ZT_OK, "%s: %s: %s", #expr, zt_status_str(st_), zt_error_message());          \
+    } while (0)
+#define ASSERT_NO_BAD() ck_assert_msg(bad == 0, "rank %d: %d failures, first: %s", rank, bad, first_bad)
+
+static void reset_bad(void)
+{
+    bad = 0;
+    first_bad[0] = '\0';
+}
+
+/* ---- deterministic inputs and typed buffers ---- */
+
+/* A small integer in [-11, 11] ([0, 22] for U8, whose sum over 4 ranks
+ * still fits): exact in every dtype and in every partial sum. */
+static double exact_value(enum zt_dtype t, int r, size_t i)
+{
+    int v = (int)((r * 131u + i * 71u + 5u) % 23u);
+    return t == ZT_U8 ? v : v - 11;
+}
+
+/* A value in [-10, 10] with three decimals: not exact in binary. */
+static double frac_value(int r, size_t i)
+{
+    uint64_t h = (uint64_t)r * 0x9e3779b97f4a7c15u ^ (uint64_t)(i + 1) * 0xbf58476d1ce4e5b9u;
+    h ^= h >> 31;
+    return (double)((int)(h % 20001u) - 10000) / 1000.0;
+}
+
+static void store(enum zt_dtype t, void *buf, size_t i, double v)
+{
+    switch (t) {
+    case ZT_F32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case ZT_F64:
+        ((double *)buf)[i] = v;
+        break;
+    case ZT_BF16:
+        ((uint16_t *)buf)[i] = zt_f32_to_bf16((float)v);
+        break;
+    case ZT_F16:
+        ((uint16_t *)buf)[i] = zt_f32_to_f16((float)v);
+        break;
+    case ZT_I32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case ZT_I64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case ZT_U8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
+    }
+}
+
+static double load(enum zt_dtype t, const void *buf, size_t i)
+{
+    switch (t) {
+    case ZT_F32:
+        return ((const float *)buf)[i];
+    case ZT_F64:
+        return ((const double *)buf)[i];
+    case ZT_BF16:
+        return zt_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case ZT_F16:
+        return zt_f16_to_f32(((const uint16_t *)buf)[i]);
+    case ZT_I32:
+        return ((const int32_t *)buf)[i];
+    case ZT_I64:
+        return (double)((const int64_t *)buf)[i];
+    case ZT_U8:
+        return ((const uint8_t *)buf)[i];
+    }
+    return NAN;
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* Fills buf[0..n) with this rank's exact values for global indices
+ * first..first+n. */
+static void *exact_buffer(enum zt_dtype t, int r, size_t first, size_t n)
+{
+    void *b = xmalloc(n * zt_dtype_size(t));
+    for (size_t i = 0; i < n; i++)
+        store(t, b, i, exact_value(t, r, first + i));
+    return b;
+}
+
+static double combine(enum comm_op op, double a, double b)
+{
+    return op == COMM_OP_SUM ? a + b : op == COMM_OP_MAX ? fmax(a, b) : fmin(a, b);
+}
+
+/* The reduction over all ranks of the exact value at global index i. */
+static double exact_reduced(enum zt_dtype t, enum comm_op op, size_t i)
+{
+    double acc = exact_value(t, 0, i);
+    for (int r = 1; r < size; r++)
+        acc = combine(op, acc, exact_value(t, r, i));
+    return acc;
+}
+
+static const char *type_name(enum zt_dtype t)
+{
+    static const char *const names[] = {"f32", "f64", "bf16", "f16", "i32", "i64", "u8"};
+    return names[t];
+}
+
+/* ---- creation and configuration ---- */
+
+START_TEST(test_create_reports_rank_size_backend)
+{
+    int wr, ws;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    MPI_Comm_size(MPI_COMM_WORLD, &ws);
+    ck_assert_int_eq(comm_rank(native), wr);
+    ck_assert_int_eq(comm_size(native), ws);
+    ck_assert_str_eq(comm_backend_name(native), "mpi");
+    ck_assert_str_eq(comm_kind_name(COMM_KIND_REDUCE_SCATTER), "reduce_scatter");
+}
+END_TEST
+
+START_TEST(test_create_rejects_unknown_names)
+{
+    struct comm *c = (struct comm *)&c;
+    struct comm_config bad_backend = {.backend = "gloo"};
+    ck_assert_int_eq(comm_create(&bad_backend, &c), ZT_ERR_CONFIG);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "comm.backend"));
+    struct comm_config bad_algo = {.backend = "mpi", .allgather = "tree"};
+    ck_assert_int_eq(comm_create(&bad_algo, &c), ZT_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "comm.allgather"));
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "tree"));
+}
+END_TEST
+
+START_TEST(test_create_nccl_without_gpu_is_config_error)
+{
+    struct comm_config cfg = {.backend = "nccl"};
+    struct comm *c = NULL;
+    zt_status st = comm_create(&cfg, &c);
+    if (st == ZT_OK) { /* a machine where every rank has its own GPU */
+        ck_assert_str_eq(comm_backend_name(c), "nccl");
+        comm_destroy(c);
+        return;
+    }
+    ck_assert_int_eq(st, ZT_ERR_CONFIG);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "nccl"));
+}
+END_TEST
+
+START_TEST(test_auto_backend_falls_back_to_mpi)
+{
+    struct comm *c = NULL;
+    ck_assert_int_eq(comm_create(NULL, &c), ZT_OK);
+    const char *name = comm_backend_name(c);
+    int ok = strcmp(name, "mpi") == 0 || strcmp(name, "nccl") == 0;
+    comm_destroy(c);
+    ck_assert(ok);
+}
+END_TEST
+
+/* ---- allreduce ---- */
+
+static void check_allreduce_exact(struct comm *c, enum zt_dtype t, enum comm_op op, size_t n,
+                                  int nonblocking)
+{
+    void *buf = exact_buffer(t, rank, 0, n);
+    if (nonblocking) {
+        struct comm_request *req = NULL;
+        CHECK_OK(comm_iallreduce(c, buf, n, t, op, &req));
+        CHECK_OK(comm_wait(c, req));
+    } else {
+        CHECK_OK(comm_allreduce(c, buf, n, t, op));
+    }
+    for (size_t i = 0; i < n; i++) {
+        double want = exact_reduced(t, op, i), got = load(t, buf, i);
+        CHECK(got == want, "allreduce %s op %d n %zu [%zu]: got %g want %g", type_name(t), op, n,
+              i, got, want);
+    }
+    free(buf);
+}
+
+START_TEST(test_allreduce_every_type_and_op)
+{
+    reset_bad();
+    for (size_t k = 0; k < N_TYPES; k++)
+        for (int o = 0; o < 3; o++)
+            for (size_t j = 0; j < N_COUNTS; j++)
+                check_allreduce_exact(native, all_types[k], all_ops[o], counts[j], 0);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_allreduce_fractional_f32_f64)
+{
+    const size_t n = 1000;
+    float *f = xmalloc(n * sizeof *f);
+    double *d = xmalloc(n * sizeof *d);
+    reset_bad();
+    for (size_t i = 0; i < n; i++)
+        d[i] = f[i] = (float)frac_value(rank, i); /* f64 sums the same float inputs */
+    CHECK_OK(comm_allreduce(native, f, n, ZT_F32, COMM_OP_SUM));
+    CHECK_OK(comm_allreduce(native, d, n, ZT_F64, COMM_OP_SUM));
+    for (size_t i = 0; i < n; i++) {
+        double want = 0, mag = 0;
+        for (int r = 0; r < size; r++) {
+            want += (float)frac_value(r, i);
+            mag += fabs((float)frac_value(r, i));
+        }
+        CHECK(fabs(f[i] - want) <= size * mag * 0x1p-24, "f32 [%zu]: %.9g vs %.9g", i, f[i],
+              want);
+        CHECK(fabs(d[i] - want) <= size * mag * 0x1p-52, "f64 [%zu]: %.17g vs %.17g", i, d[i],
+              want);
+    }
+    free(f);
+    free(d);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* ---- reduce-scatter ---- */
+
+static void check_reduce_scatter_exact(struct comm *c, enum zt_dtype t, enum comm_op op, size_t n,
+                                       int nonblocking)
+{
+    void *in = exact_buffer(t, rank, 0, n * (size_t)size);
+    void *out = xmalloc(n * zt_dtype_size(t));
+    if (nonblocking) {
+        struct comm_request *req = NULL;
+        CHECK_OK(comm_ireduce_scatter(c, in, out, n, t, op, &req));
+        CHECK_OK(comm_wait(c, req));
+    } else {
+        CHECK_OK(comm_reduce_scatter(c, in, out, n, t, op));
+    }
+    for (size_t i = 0; i < n; i++) {
+        double want = exact_reduced(t, op, (size_t)rank * n + i), got = load(t, out, i);
+        CHECK(got == want, "reduce_scatter %s op %d n %zu [%zu]: got %g want %g", type_name(t),
+              op, n, i, got, want);
+    }
+    free(in);
+    free(out);
+}
+
+static void reduce_scatter_all_cases(struct comm *c)
+{
+    reset_bad();
+    for (size_t k = 0; k < N_TYPES; k++)
+        for (int o = 0; o < 3; o++)
+            for (size_t j = 0; j < N_COUNTS; j++)
+                check_reduce_scatter_exact(c, all_types[k], all_ops[o], counts[j], 0);
+    ASSERT_NO_BAD();
+}
+
+START_TEST(test_reduce_scatter_native)
+{
+    reduce_scatter_all_cases(native);
+}
+END_TEST
+
+START_TEST(test_reduce_scatter_ring)
+{
+    reduce_scatter_all_cases(ring);
+}
+END_TEST
+
+START_TEST(test_reduce_scatter_auto)
+{
+    reduce_scatter_all_cases(autoc);
+}
+END_TEST
+
+/* ---- allgather ---- */
+
+static void check_allgather_exact(struct comm *c, enum zt_dtype t, size_t n, int in_place,
+                                  int nonblocking)
+{
+    size_t es = zt_dtype_size(t);
+    unsigned char *out = xmalloc(n * (size_t)size * es);
+    memset(out, 0xa5, n * (size_t)size * es);
+    void *own = exact_buffer(t, rank, 0, n), *in = own;
+    if (in_place) {
+        memcpy(out + (size_t)rank * n * es, own, n * es);
+        in = out + (size_t)rank * n * es;
+    }
+    if (nonblocking) {
+        struct comm_request *req = NULL;
+        CHECK_OK(comm_iallgather(c, in, out, n, t, &req));
+        CHECK_OK(comm_wait(c, req));
+    } else {
+        CHECK_OK(comm_allgather(c, in, out, n, t));
+    }
+    for (int r = 0; r < size; r++)
+        for (size_t i = 0; i < n; i++) {
+            double want = exact_value(t, r, i), got = load(t, out, (size_t)r * n + i);
+            CHECK(got == want, "allgather %s n %zu in_place %d block %d [%zu]: got %g want %g",
+                  type_name(t), n, in_place, r, i, got, want);
+        }
+    free(own);
+    free(out);
+}
+
+static void allgather_all_cases(struct comm *c)
+{
+    reset_bad();
+    for (size_t k = 0; k < N_TYPES; k++)
+        for (size_t j = 0; j < N_COUNTS; j++)
+            for (int in_place = 0; in_place < 2; in_place++)
+                check_allgather_exact(c, all_types[k], counts[j], in_place, 0);
+    ASSERT_NO_BAD();
+}
+
+START_TEST(test_allgather_native)
+{
+    allgather_all_cases(native);
+}
+END_TEST
+
+START_TEST(test_allgather_ring)
+{
+    allgather_all_cases(ring);
+}
+END_TEST
+
+START_TEST(test_allgather_auto)
+{
+    allgather_all_cases(autoc);
+}
+END_TEST
+
+/* ---- ring against native ---- */
+
+START_TEST(test_ring_matches_native_on_fractional_data)
+{
+    const size_t n = 4097;
+    float *in = xmalloc(n * (size_t)size * sizeof *in);
+    float *a = xmalloc(n * sizeof *a), *b = xmalloc(n * sizeof *b);
+    float *ga = xmalloc(n * (size_t)size * sizeof *ga), *gb = xmalloc(n * (size_t)size * sizeof *gb);
+    reset_bad();
+    for (size_t i = 0; i < n * (size_t)size; i++)
+        in[i] = (float)frac_value(rank, i);
+    CHECK_OK(comm_reduce_scatter(native, in, a, n, ZT_F32, COMM_OP_SUM));
+    CHECK_OK(comm_reduce_scatter(ring, in, b, n, ZT_F32, COMM_OP_SUM));
+    for (size_t i = 0; i < n; i++) {
+        double mag = 0;
+        for (int r = 0; r < size; r++)
+            mag += fabs((float)frac_value(r, (size_t)rank * n + i));
+        /* two summation orders, each within (N-1) roundings of the truth */
+        CHECK(fabs((double)a[i] - b[i]) <= 2.0 * size * mag * 0x1p-24, "[%zu]: %.9g vs %.9g", i,
+              a[i], b[i]);
+    }
+    /* gathering the ring's blocks gives every rank the same bits */
+    CHECK_OK(comm_allgather(native, b, ga, n, ZT_F32));
+    CHECK_OK(comm_allgather(ring, b, gb, n, ZT_F32));
+    CHECK(memcmp(ga, gb, n * (size_t)size * sizeof *ga) == 0, "ring and native allgather differ");
+    uint64_t h = 1469598103934665603u, lo, hi;
+    for (size_t i = 0; i < n * (size_t)size * sizeof *gb; i++)
+        h = (h ^ ((unsigned char *)gb)[i]) * 1099511628211u;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(lo == hi, "gathered ring results differ between ranks");
+    free(in);
+    free(a);
+    free(b);
+    free(ga);
+    free(gb);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_ring_and_native_identical_on_exact_data)
+{
+    const size_t n = 4097;
+    reset_bad();
+    for (size_t k = 0; k < N_TYPES; k++) {
+        enum zt_dtype t = all_types[k];
+        size_t es = zt_dtype_size(t);
+        void *in = exact_buffer(t, rank, 0, n * (size_t)size);
+        void *a = xmalloc(n * es), *b = xmalloc(n * es);
+        CHECK_OK(comm_reduce_scatter(native, in, a, n, t, COMM_OP_SUM));
+        CHECK_OK(comm_reduce_scatter(ring, in, b, n, t, COMM_OP_SUM));
+        CHECK(memcmp(a, b, n * es) == 0, "%s: ring and native reduce-scatter differ",
+              type_name(t));
+        free(in);
+        free(a);
+        free(b);
+    }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* ---- 16-bit sums ---- */
+
+/* Rank 0 adds a, rank 1 adds b, the rest 0: a + b is an exact tie in the
+ * 16-bit format, so the result shows the rounding of the reduction. */
+static void check_half_tie(enum zt_dtype t, float a, float b, uint16_t want)
+{
+    uint16_t (*enc)(float) = t == ZT_BF16 ? zt_f32_to_bf16 : zt_f32_to_f16;
+    float mine = rank == 0 ? a : rank == 1 ? b : 0.0f;
+    uint16_t buf[3], in[8], out[2], ring_out[2];
+    for (int i = 0; i < 3; i++)
+        buf[i] = enc(mine);
+    for (int i = 0; i < 2 * size && i < 8; i++)
+        in[i] = enc(mine);
+    CHECK_OK(comm_allreduce(native, buf, 3, t, COMM_OP_SUM));
+    CHECK_OK(comm_reduce_scatter(native, in, out, 1, t, COMM_OP_SUM));
+    CHECK_OK(comm_reduce_scatter(ring, in, ring_out, 1, t, COMM_OP_SUM));
+    uint16_t one = size == 1 ? enc(a) : want;
+    CHECK(buf[0] == one && buf[2] == one, "%s allreduce tie: 0x%04x want 0x%04x", type_name(t),
+          buf[0], one);
+    CHECK(out[0] == one && ring_out[0] == one, "%s reduce-scatter tie: 0x%04x/0x%04x want 0x%04x",
+          type_name(t), out[0], ring_out[0], one);
+}
+
+START_TEST(test_half_sum_rounds_ties_to_even)
+{
+    reset_bad();
+    if (size <= 4) {
+        /* bf16: 1+2^-7 plus 2^-8 is halfway between 0x3f81 and 0x3f82 (even) */
+        check_half_tie(ZT_BF16, 1.0078125f, 0x1p-8f, 0x3f82);
+        /* f16: 1+2^-10 plus 2^-11 is halfway between 0x3c01 and 0x3c02 (even) */
+        check_half_tie(ZT_F16, 1.0f + 0x1p-10f, 0x1p-11f, 0x3c02);
+        /* and a tie that rounds down: 1 plus 2^-11 stays 1 */
+        check_half_tie(ZT_F16, 1.0f, 0x1p-11f, 0x3c00);
+    }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* Fractional 16-bit inputs: the result is within one rounding per combining
+ * step of the fp32 sum rounded once. */
+static void check_half_fractional(struct comm *c, enum zt_dtype t)
+{
+    const size_t n = 517;
+    uint16_t (*enc)(float) = t == ZT_BF16 ? zt_f32_to_bf16 : zt_f32_to_f16;
+    float (*dec)(uint16_t) = t == ZT_BF16 ? zt_bf16_to_f32 : zt_f16_to_f32;
+    const double unit = t == ZT_BF16 ? 0x1p-8 : 0x1p-11; /* half an ulp, relative */
+    uint16_t *in = xmalloc(n * (size_t)size * sizeof *in), *out = xmalloc(n * sizeof *out);
+    uint16_t *all = xmalloc(n * sizeof *all);
+    for (size_t i = 0; i < n * (size_t)size; i++)
+        in[i] = enc((float)frac_value(rank, i));
+    for (size_t i = 0; i < n; i++)
+        all[i] = in[i];
+    CHECK_OK(comm_reduce_scatter(c, in, out, n, t, COMM_OP_SUM));
+    CHECK_OK(comm_allreduce(c, all, n, t, COMM_OP_SUM));
+    for (size_t i = 0; i < n; i++) {
+        size_t g = (size_t)rank * n + i;
+        float ref = 0, mag = 0, ref_all = 0, mag_all = 0;
+        for (int r = 0; r < size; r++) {
+            float x = dec(enc((float)frac_value(r, g))), y = dec(enc((float)frac_value(r, i)));
+            ref += x;
+            mag += fabsf(x);
+            ref_all += y;
+            mag_all += fabsf(y);
+        }
+        double want = dec(enc(ref)), want_all = dec(enc(ref_all));
+        double tol = (size + 1) * mag * unit, tol_all = (size + 1) * mag_all * unit;
+        CHECK(fabs(dec(out[i]) - want) <= tol, "%s reduce-scatter [%zu]: %g vs %g", type_name(t),
+              i, dec(out[i]), want);
+        CHECK(fabs(dec(all[i]) - want_all) <= tol_all, "%s allreduce [%zu]: %g vs %g",
+              type_name(t), i, dec(all[i]), want_all);
+        if (size == 2) /* one combining step: exactly the fp32 sum rounded */
+            CHECK(out[i] == enc(ref) && all[i] == enc(ref_all), "%s [%zu]: not the rounded sum",
+                  type_name(t), i);
+    }
+    free(in);
+    free(out);
+    free(all);
+}
+
+START_TEST(test_half_sum_matches_fp32_reference)
+{
+    reset_bad();
+    check_half_fractional(native, ZT_BF16);
+    check_half_fractional(native, ZT_F16);
+    check_half_fractional(ring, ZT_BF16);
+    check_half_fractional(ring, ZT_F16);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* ---- broadcast ---- */
+
+START_TEST(test_broadcast_from_last_rank)
+{
+    const size_t n = 1001;
+    reset_bad();
+    for (size_t k = 0; k < N_TYPES; k++) {
+        enum zt_dtype t = all_types[k];
+        void *buf = exact_buffer(t, rank, 0, n);
+        CHECK_OK(comm_broadcast(native, buf, n, t, size - 1));
+        for (size_t i = 0; i < n; i++)
+            CHECK(load(t, buf, i) == exact_value(t, size - 1, i), "broadcast %s [%zu]",
+                  type_name(t), i);
+        free(buf);
+    }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* ---- non-blocking ---- */
+
+START_TEST(test_nonblocking_single)
+{
+    struct comm *comms[] = {native, ring, autoc};
+    reset_bad();
+    for (int k = 0; k < 3; k++)
+        for (size_t j = 0; j < N_COUNTS; j++) {
+            check_allreduce_exact(comms[k], ZT_F32, COMM_OP_SUM, counts[j], 1);
+            check_reduce_scatter_exact(comms[k], ZT_I32, COMM_OP_MAX, counts[j], 1);
+            check_reduce_scatter_exact(comms[k], ZT_BF16, COMM_OP_SUM, counts[j], 1);
+            check_allgather_exact(comms[k], ZT_F64, counts[j], 0, 1);
+            check_allgather_exact(comms[k], ZT_F16, counts[j], 1, 1);
+        }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* Several requests in flight at once, waited in issue order. */
+static void check_overlapping_requests(struct comm *c)
+{
+    const size_t n = 333;
+    float *ar = exact_buffer(ZT_F32, rank, 0, n);
+    double *rs_in = exact_buffer(ZT_F64, rank, 0, n * (size_t)size);
+    double *rs_out = xmalloc(n * sizeof *rs_out);
+    int32_t *ag_in = exact_buffer(ZT_I32, rank, 0, n);
+    int32_t *ag_out = xmalloc(n * (size_t)size * sizeof *ag_out);
+    struct comm_request *q[3] = {NULL, NULL, NULL};
+    CHECK_OK(comm_ireduce_scatter(c, rs_in, rs_out, n, ZT_F64, COMM_OP_SUM, &q[0]));
+    CHECK_OK(comm_iallreduce(c, ar, n, ZT_F32, COMM_OP_MIN, &q[1]));
+    CHECK_OK(comm_iallgather(c, ag_in, ag_out, n, ZT_I32, &q[2]));
+    for (int k = 0; k < 3; k++)
+        CHECK_OK(comm_wait(c, q[k]));
+    for (size_t i = 0; i < n; i++) {
+        CHECK(ar[i] == exact_reduced(ZT_F32, COMM_OP_MIN, i), "iallreduce [%zu]", i);
+        CHECK(rs_out[i] == exact_reduced(ZT_F64, COMM_OP_SUM, (size_t)rank * n + i),
+              "ireduce_scatter [%zu]", i);
+        for (int r = 0; r < size; r++)
+            CHECK(ag_out[(size_t)r * n + i] == exact_value(ZT_I32, r, i), "iallgather %d [%zu]",
+                  r, i);
+    }
+    free(ar);
+    free(rs_in);
+    free(rs_out);
+    free(ag_in);
+    free(ag_out);
+}
+
+START_TEST(test_nonblocking_overlapping)
+{
+    reset_bad();
+    check_overlapping_requests(native);
+    check_overlapping_requests(ring);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* ---- accounting ---- */
+
+START_TEST(test_byte_counters_follow_bus_model)
+{
+    const size_t n = 1000;
+    const uint64_t N = (uint64_t)size;
+    float *buf = xmalloc(n * (size_t)size * sizeof *buf), *out = xmalloc(n * sizeof *out);
+    double *d = xmalloc(n * sizeof *d);
+    struct comm_request *req = NULL;
+    reset_bad();
+    memset(buf, 0, n * (size_t)size * sizeof *buf);
+    memset(out, 0, n * sizeof *out);
+    memset(d, 0, n * sizeof *d);
+    comm_reset_stats(ring);
+    CHECK_OK(comm_allreduce(ring, buf, n, ZT_F32, COMM_OP_SUM));
+    CHECK_OK(comm_iallreduce(ring, d, 3, ZT_F64, COMM_OP_SUM, &req));
+    CHECK_OK(comm_wait(ring, req));
+    CHECK_OK(comm_reduce_scatter(ring, buf, out, n, ZT_F32, COMM_OP_SUM));
+    CHECK_OK(comm_allgather(ring, out, buf, n, ZT_F32));
+    CHECK_OK(comm_iallgather(ring, out, buf, n / 2, ZT_F32, &req));
+    CHECK_OK(comm_wait(ring, req));
+    CHECK_OK(comm_broadcast(ring, d, 7, ZT_F64, 0));
+    const struct comm_stats *s = comm_get_stats(ring);
+    uint64_t ar = 2 * (N - 1) * (n * 4) / N + 2 * (N - 1) * (3 * 8) / N;
+    CHECK(s->bytes[COMM_KIND_ALLREDUCE] == ar, "allreduce bytes %llu want %llu",
+          (unsigned long long)s->bytes[COMM_KIND_ALLREDUCE], (unsigned long long)ar);
+    CHECK(s->bytes[COMM_KIND_REDUCE_SCATTER] == (N - 1) * n * 4, "reduce-scatter bytes %llu",
+          (unsigned long long)s->bytes[COMM_KIND_REDUCE_SCATTER]);
+    CHECK(s->bytes[COMM_KIND_ALLGATHER] == (N - 1) * (n + n / 2) * 4, "allgather bytes %llu",
+          (unsigned long long)s->bytes[COMM_KIND_ALLGATHER]);
+    CHECK(s->bytes[COMM_KIND_BROADCAST] == (rank == 0 ? 7 * 8u : 0u), "broadcast bytes %llu",
+          (unsigned long long)s->bytes[COMM_KIND_BROADCAST]);
+    CHECK(s->calls[COMM_KIND_ALLREDUCE] == 2 && s->calls[COMM_KIND_REDUCE_SCATTER] == 1 &&
+              s->calls[COMM_KIND_ALLGATHER] == 2 && s->calls[COMM_KIND_BROADCAST] == 1,
+          "call counts");
+    CHECK(s->wait_seconds > 0.0, "wait_seconds %g", s->wait_seconds);
+    comm_reset_stats(ring);
+    CHECK(s->bytes[COMM_KIND_ALLREDUCE] == 0 && s->calls[COMM_KIND_ALLGATHER] == 0 &&
+              s->wait_seconds == 0.0,
+          "reset");
+    free(buf);
+    free(out);
+    free(d);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_ring_scratch_is_on_the_ledger)
+{
+    struct ledger led;
+    struct comm *c = NULL;
+    const size_t n = 5000;
+    ledger_init(&led, 0);
+    struct comm_config cfg = {.backend = "mpi", .reduce_scatter = "ring", .ledger = &led};
+    reset_bad();
+    CHECK_OK(comm_create(&cfg, &c));
+    if (c) {
+        float *in = exact_buffer(ZT_F32, rank, 0, n * (size_t)size);
+        float *out = xmalloc(n * sizeof *out);
+        CHECK_OK(comm_reduce_scatter(c, in, out, n, ZT_F32, COMM_OP_SUM));
+        uint64_t want = size > 1 ? 2 * n * sizeof(float) : 0; /* two blocks under the chunk */
+        CHECK(led.current[LEDGER_COMM_BUFFERS] == want, "ledger %llu want %llu",
+              (unsigned long long)led.current[LEDGER_COMM_BUFFERS], (unsigned long long)want);
+        comm_destroy(c);
+        free(in);
+        free(out);
+    }
+    CHECK(led.current[LEDGER_COMM_BUFFERS] == 0, "scratch not released");
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_usage_errors_enter_no_collective)
+{
+    float x[4] = {0}, big[64] = {0};
+    struct comm_request *req = (struct comm_request *)x;
+    comm_reset_stats(native);
+    ck_assert_int_eq(comm_allreduce(native, x, 4, (enum zt_dtype)99, COMM_OP_SUM), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_allreduce(native, x, 4, ZT_F32, (enum comm_op)7), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_allreduce(native, NULL, 4, ZT_F32, COMM_OP_SUM), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_reduce_scatter(native, big, big, 1, ZT_F32, COMM_OP_SUM), ZT_ERR_USAGE);
+    /* in at out + rank*n is allowed; one element further is not */
+    ck_assert_int_eq(comm_allgather(native, big + 2 * rank + 1, big, 2, ZT_F32), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_broadcast(native, x, 4, ZT_F32, size), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_iallreduce(native, NULL, 1, ZT_F32, COMM_OP_SUM, &req), ZT_ERR_USAGE);
+    ck_assert_ptr_null(req);
+    ck_assert_int_eq(comm_wait(native, NULL), ZT_ERR_USAGE);
+    const struct comm_stats *s = comm_get_stats(native);
+    for (int k = 0; k < COMM_KIND_COUNT; k++)
+        ck_assert_uint_eq(s->calls[k], 0);
+    /* n = 0 is a valid, empty collective */
+    ck_assert_int_eq(comm_allreduce(native, NULL, 0, ZT_F32, COMM_OP_SUM), ZT_OK);
+}
+END_TEST
+
+/* ---- status agreement ---- */
+
+START_TEST(test_agree_status_all_ok)
+{
+    zt_status agreed = ZT_ERR_INTERNAL;
+    ck_assert_int_eq(comm_agree_status(native, ZT_OK, &agreed), ZT_OK);
+    ck_assert_int_eq(agreed, ZT_OK);
+}
+END_TEST
+
+START_TEST(test_agree_status_one_rank_fails)
+{
+    zt_status agreed = ZT_OK, local = ZT_OK;
+    if (rank == size - 1)
+        local = zt_error_set(ZT_ERR_IO, "data.bin: cannot read");
+    else
+        zt_error_clear();
+    zt_status ret = comm_agree_status(native, local, &agreed);
+    ck_assert_int_eq(ret, ZT_ERR_IO);
+    ck_assert_int_eq(agreed, ZT_ERR_IO);
+    if (rank == size - 1) {
+        ck_assert_str_eq(zt_error_message(), "data.bin: cannot read");
+    } else {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d failed: see its message", size - 1);
+        ck_assert_str_eq(zt_error_message(), want);
+    }
+}
+END_TEST
+
+START_TEST(test_agree_status_most_severe_wins)
+{
+    zt_status agreed = ZT_OK;
+    /* rank 0 a run-time failure (exit 1), the last rank a config error
+     * (exit 2): everyone leaves with the config error. */
+    zt_status local = rank == size - 1 ? ZT_ERR_CONFIG : rank == 0 ? ZT_ERR_COMM : ZT_OK;
+    ck_assert_int_eq(comm_agree_status(native, local, &agreed), ZT_ERR_CONFIG);
+    ck_assert_int_eq(agreed, ZT_ERR_CONFIG);
+}
+END_TEST
+
+static Suite *comm_suite(void)
+{
+    Suite *s = suite_create("comm");
+    TCase *tc = tcase_create("mpi");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_create_reports_rank_size_backend);
+    tcase_add_test(tc, test_create_rejects_unknown_names);
+    tcase_add_test(tc, test_create_nccl_without_gpu_is_config_error);
+    tcase_add_test(tc, test_auto_backend_falls_back_to_mpi);
+    tcase_add_test(tc, test_allreduce_every_type_and_op);
+    tcase_add_test(tc, test_allreduce_fractional_f32_f64);
+    tcase_add_test(tc, test_reduce_scatter_native);
+    tcase_add_test(tc, test_reduce_scatter_ring);
+    tcase_add_test(tc, test_reduce_scatter_auto);
+    tcase_add_test(tc, test_allgather_native);
+    tcase_add_test(tc, test_allgather_ring);
+    tcase_add_test(tc, test_allgather_auto);
+    tcase_add_test(tc, test_ring_matches_native_on_fractional_data);
+    tcase_add_test(tc, test_ring_and_native_identical_on_exact_data);
+    tcase_add_test(tc, test_half_sum_rounds_ties_to_even);
+    tcase_add_test(tc, test_half_sum_matches_fp32_reference);
+    tcase_add_test(tc, test_broadcast_from_last_rank);
+    tcase_add_test(tc, test_nonblocking_single);
+    tcase_add_test(tc, test_nonblocking_overlapping);
+    tcase_add_test(tc, test_byte_counters_follow_bus_model);
+    tcase_add_test(tc, test_ring_scratch_is_on_the_ledger);
+    tcase_add_test(tc, test_usage_errors_enter_no_collective);
+    tcase_add_test(tc, test_agree_status_all_ok);
+    tcase_add_test(tc, test_agree_status_one_rank_fails);
+    tcase_add_test(tc, test_agree_status_most_severe_wins);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+static struct comm *make(const char *rs, const char *ag)
+{
+    struct comm_config cfg = {.backend = "mpi", .reduce_scatter = rs, .allgather = ag};
+    struct comm *c = NULL;
+    zt_status st = comm_create(&cfg, &c);
+    if (st != ZT_OK) {
+        fprintf(stderr, "comm_create(%s, %s): %s: %s\n", rs, ag, zt_status_str(st),
+                zt_error_message());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return c;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    native = make("native", "native");
+    ring = make("ring", "ring");
+    autoc = make("auto", NULL);
+    int rc = testutil_run_suite(comm_suite(), 1);
+    comm_destroy(autoc);
+    comm_destroy(ring);
+    comm_destroy(native);
+    MPI_Finalize();
+    return rc;
+}

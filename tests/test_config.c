@@ -1,0 +1,1049 @@
+/* tests/test_config.c — the configuration loader: the YAML tree, defaults,
+ * full YAML and DeepSpeed JSON files, overrides, the write/load round trip,
+ * a table of bad configs with their exact messages and positions, and fault
+ * loops (every byte prefix of a good file; failing each allocation).
+ *
+ * malloc, calloc and realloc are wrapped at link time (tests/config.cmake)
+ * so that the allocation fault loop can fail the N-th one; the countdown is
+ * off everywhere else.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../coordinator/config.h"
+#include "../coordinator/yaml_tree.h"
+#include "testutil.h"
+
+/* ---- allocation fault injection ------------------------------------------- */
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+
+static long fail_countdown; /* > 0: the allocation that brings it to 0 fails */
+
+static int alloc_fails(void)
+{
+    return fail_countdown > 0 && --fail_countdown == 0;
+}
+
+void *__wrap_malloc(size_t n)
+{
+    return alloc_fails() ? NULL : __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    return alloc_fails() ? NULL : __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+    return alloc_fails() ? NULL : __real_realloc(p, n);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static const char *write_file(const char *dir, const char *name, const char *text, size_t len)
+{
+    static char path[8][4096];
+    static int slot;
+    char *p = path[slot++ % 8];
+    snprintf(p, 4096, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+    return p;
+}
+
+static zt_status load_text(const char *text, const char *const *sets, int n_sets,
+                           struct zt_config *cfg)
+{
+    struct config_override ov[8];
+    ck_assert_int_le(n_sets, 8);
+    for (int i = 0; i < n_sets; i++)
+        ov[i].assignment = sets[i];
+    const char *path = write_file(testutil_tmpdir("config"), "bad.yaml", text, strlen(text));
+    return config_load(path, ov, n_sets, cfg);
+}
+
+static int is_zeroed(const struct zt_config *c)
+{
+    static const struct zt_config zero;
+    return memcmp(c, &zero, sizeof zero) == 0;
+}
+
+static void assert_same_paths(char **a, int na, char **b, int nb)
+{
+    ck_assert_int_eq(na, nb);
+    for (int i = 0; i < na; i++)
+        ck_assert_str_eq(a[i], b[i]);
+}
+
+/* Field-by-field, so that a failure names the field. */
+static void assert_same_config(const struct zt_config *a, const struct zt_config *b)
+{
+    ck_assert_int_eq(a->model.vocab_size, b->model.vocab_size);
+    ck_assert_int_eq(a->model.block_size, b->model.block_size);
+    ck_assert_int_eq(a->model.n_layer, b->model.n_layer);
+    ck_assert_int_eq(a->model.n_head, b->model.n_head);
+    ck_assert_int_eq(a->model.n_embd, b->model.n_embd);
+    ck_assert_pstr_eq(a->model.init_from, b->model.init_from);
+    assert_same_paths(a->data.train, a->data.n_train, b->data.train, b->data.n_train);
+    assert_same_paths(a->data.val, a->data.n_val, b->data.val, b->data.n_val);
+    ck_assert_double_eq(a->data.val_fraction, b->data.val_fraction);
+    ck_assert_int_eq(a->data.seq_len, b->data.seq_len);
+    ck_assert_int_eq(a->run.steps, b->run.steps);
+    ck_assert_uint_eq(a->run.seed, b->run.seed);
+    ck_assert_int_eq(a->run.eval_interval, b->run.eval_interval);
+    ck_assert_int_eq(a->run.eval_batches, b->run.eval_batches);
+    ck_assert_str_eq(a->run.output_dir, b->run.output_dir);
+    ck_assert_str_eq(a->comm.backend, b->comm.backend);
+    ck_assert_int_eq(a->train_micro_batch_size_per_gpu, b->train_micro_batch_size_per_gpu);
+    ck_assert_int_eq(a->gradient_accumulation_steps, b->gradient_accumulation_steps);
+    ck_assert_int_eq(a->train_batch_size, b->train_batch_size);
+    ck_assert_double_eq(a->gradient_clipping, b->gradient_clipping);
+    ck_assert_int_eq(a->steps_per_print, b->steps_per_print);
+    ck_assert_str_eq(a->optimizer.type, b->optimizer.type);
+    ck_assert_double_eq(a->optimizer.lr, b->optimizer.lr);
+    ck_assert_double_eq(a->optimizer.beta1, b->optimizer.beta1);
+    ck_assert_double_eq(a->optimizer.beta2, b->optimizer.beta2);
+    ck_assert_double_eq(a->optimizer.eps, b->optimizer.eps);
+    ck_assert_double_eq(a->optimizer.weight_decay, b->optimizer.weight_decay);
+    ck_assert_int_eq(a->scheduler.type, b->scheduler.type);
+    ck_assert_double_eq(a->scheduler.warmup_min_lr, b->scheduler.warmup_min_lr);
+    ck_assert_double_eq(a->scheduler.warmup_max_lr, b->scheduler.warmup_max_lr);
+    ck_assert_int_eq(a->scheduler.warmup_num_steps, b->scheduler.warmup_num_steps);
+    ck_assert_int_eq(a->scheduler.warmup_type, b->scheduler.warmup_type);
+    ck_assert_int_eq(a->scheduler.total_num_steps, b->scheduler.total_num_steps);
+    ck_assert_double_eq(a->scheduler.warmup_min_ratio, b->scheduler.warmup_min_ratio);
+    ck_assert_double_eq(a->scheduler.cos_min_ratio, b->scheduler.cos_min_ratio);
+    ck_assert_int_eq(a->zero.stage, b->zero.stage);
+    ck_assert_int_eq(a->zero.reduce_bucket_size, b->zero.reduce_bucket_size);
+    ck_assert_int_eq(a->zero.stage3_prefetch_depth, b->zero.stage3_prefetch_depth);
+    ck_assert_int_eq(a->fp16.enabled, b->fp16.enabled);
+    ck_assert_int_eq(a->bf16.enabled, b->bf16.enabled);
+    ck_assert_int_eq(a->activation_checkpointing.enabled, b->activation_checkpointing.enabled);
+}
+
+/* Writes cfg, loads it back, checks equality; returns the text written. */
+static char *round_trip(const struct zt_config *cfg, const char *dir)
+{
+    char path[4096], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/written.yaml", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(config_write_yaml(cfg, f), ZT_OK);
+    ck_assert_int_eq(fclose(f), 0);
+    struct zt_config back;
+    zt_status s = config_load(path, NULL, 0, &back);
+    ck_assert_msg(s == ZT_OK, "reloading the written config: %s", zt_error_message());
+    assert_same_config(cfg, &back);
+    FILE *m = open_memstream(&text, &len);
+    ck_assert_int_eq(config_write_yaml(&back, m), ZT_OK);
+    fclose(m);
+    config_free(&back);
+    return text;
+}
+
+/* ---- the YAML tree ------------------------------------------------------------ */
+
+START_TEST(test_tree_positions_and_quoting)
+{
+    const char *y = "a:\n  b: [1, 'x']\n  c: ~\nd: \"null\"\n";
+    struct yaml_tree *t = NULL;
+    ck_assert_int_eq(yaml_tree_load_string("t.yaml", y, strlen(y), &t), ZT_OK);
+    ck_assert_int_eq(t->root->kind, YAML_TREE_MAP);
+    ck_assert_str_eq(t->root->keys[1]->text, "d");
+    ck_assert_int_eq(t->root->keys[1]->line, 4);
+    ck_assert_int_eq(t->root->keys[1]->col, 1);
+    const struct yaml_tree_node *b = yaml_tree_lookup(t, "a.b");
+    ck_assert_int_eq(b->kind, YAML_TREE_SEQUENCE);
+    ck_assert_int_eq(b->line, 2);
+    ck_assert_int_eq(b->col, 6);
+    ck_assert_uint_eq(b->n, 2);
+    ck_assert(!b->items[0]->quoted);
+    ck_assert(b->items[1]->quoted);
+    ck_assert_int_eq(b->items[1]->col, 10);
+    char where[64];
+    yaml_tree_where(b->items[1], where, sizeof where);
+    ck_assert_str_eq(where, "t.yaml:2:10");
+    ck_assert(yaml_tree_is_null(yaml_tree_lookup(t, "a.c")));
+    ck_assert(!yaml_tree_is_null(yaml_tree_lookup(t, "d"))); /* quoted: a string */
+    ck_assert_ptr_null(yaml_tree_lookup(t, "a.zz"));
+    ck_assert_ptr_null(yaml_tree_lookup(t, "a.b.c"));
+    yaml_tree_free(t);
+}
+END_TEST
+
+START_TEST(test_tree_set_path)
+{
+    const char *y = "a:\n  b: 1\nn: ~\n";
+    struct yaml_tree *t = NULL;
+    ck_assert_int_eq(yaml_tree_load_string("t.yaml", y, strlen(y), &t), ZT_OK);
+    ck_assert_int_eq(yaml_tree_set_path(t, "a.b=2"), ZT_OK);
+    ck_assert_int_eq(yaml_tree_set_path(t, "a.c.d=[0.9, 0.95]"), ZT_OK);
+    ck_assert_int_eq(yaml_tree_set_path(t, "n.x=true"), ZT_OK);
+    ck_assert_int_eq(yaml_tree_set_path(t, "e="), ZT_OK);
+    const struct yaml_tree_node *b = yaml_tree_lookup(t, "a.b");
+    ck_assert_str_eq(b->text, "2");
+    char where[64];
+    yaml_tree_where(b, where, sizeof where);
+    ck_assert_str_eq(where, "--set a.b=2");
+    const struct yaml_tree_node *d = yaml_tree_lookup(t, "a.c.d");
+    ck_assert_int_eq(d->kind, YAML_TREE_SEQUENCE);
+    ck_assert_str_eq(d->items[1]->text, "0.95");
+    ck_assert_str_eq(yaml_tree_lookup(t, "n.x")->text, "true");
+    ck_assert(yaml_tree_is_null(yaml_tree_lookup(t, "e")));
+
+    ck_assert_int_eq(yaml_tree_set_path(t, "a.b.z=1"), ZT_ERR_CONFIG);
+    ck_assert_str_eq(zt_error_message(), "--set a.b.z=1: 'a.b' is '2', not a mapping");
+    ck_assert_int_eq(yaml_tree_set_path(t, "a..b=1"), ZT_ERR_CONFIG);
+    ck_assert_str_eq(zt_error_message(), "--set a..b=1: empty component in key path 'a..b'");
+    ck_assert_int_eq(yaml_tree_set_path(t, "a.b"), ZT_ERR_CONFIG);
+    ck_assert_str_eq(zt_error_message(), "--set a.b: expected key.path=value");
+    ck_assert_int_eq(yaml_tree_set_path(t, "a.b={x: 1, x: 2}"), ZT_ERR_CONFIG);
+    ck_assert_str_eq(zt_error_message(), "--set a.b={x: 1, x: 2}: duplicate key 'x'");
+    ck_assert_str_eq(yaml_tree_lookup(t, "a.b")->text, "2"); /* unchanged */
+    yaml_tree_free(t);
+}
+END_TEST
+
+START_TEST(test_tree_errors)
+{
+    static const struct {
+        const char *yaml, *message;
+    } cases[] = {
+        {"a: 1\nb: [1,\n", "t.yaml:3:1: YAML syntax error: did not find expected node content "
+                           "while parsing a flow node"},
+        {"a: 1\na: 2\n", "t.yaml:2:1: duplicate key 'a' (lines 1 and 2)"},
+        {"a: 1\n---\nb: 2\n", "t.yaml:3:1: a second YAML document; only one is allowed"},
+        {"? [k]\n: 1\n", "t.yaml:1:3: mapping keys must be plain strings"},
+        {"a: \"x\\0y\"\n", "t.yaml:1:4: string contains a NUL character"},
+        {"a: \xc3\x28\n", "t.yaml:1:5: YAML syntax error: invalid trailing UTF-8 octet"},
+        {"a: *nowhere\n", "t.yaml:1:4: YAML syntax error: found undefined alias"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct yaml_tree *t = (struct yaml_tree *)&t;
+        zt_status s = yaml_tree_load_string("t.yaml", cases[i].yaml, strlen(cases[i].yaml), &t);
+        ck_assert_int_eq(s, ZT_ERR_CONFIG);
+        ck_assert_ptr_null(t);
+        ck_assert_msg(strstr(zt_error_message(), cases[i].message), "case %zu: got \"%s\"", i,
+                      zt_error_message());
+    }
+}
+END_TEST
+
+START_TEST(test_tree_aliases_depth_and_bombs)
+{
+    const char *ok = "base: &b {lr: 1, eps: 2}\ncopy: *b\n";
+    struct yaml_tree *t = NULL;
+    ck_assert_int_eq(yaml_tree_load_string("t.yaml", ok, strlen(ok), &t), ZT_OK);
+    ck_assert_str_eq(yaml_tree_lookup(t, "copy.eps")->text, "2");
+    yaml_tree_free(t);
+
+    /* 10^6 nodes after expansion from a few lines. */
+    const char *bomb = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+                       "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+                       "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+                       "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+                       "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n";
+    ck_assert_int_eq(yaml_tree_load_string("t.yaml", bomb, strlen(bomb), &t), ZT_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "more than 100000 nodes"));
+
+    char deep[401];
+    memset(deep, '[', 200);
+    memset(deep + 200, ']', 200);
+    deep[400] = '\0';
+    ck_assert_int_eq(yaml_tree_load_string("t.yaml", deep, 400, &t), ZT_ERR_CONFIG);
+    ck_assert_str_eq(zt_error_message(), "t.yaml:1:66: nested deeper than 64 levels");
+}
+END_TEST
+
+START_TEST(test_tree_io_errors)
+{
+    const char *dir = testutil_tmpdir("config");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/missing.yaml", dir);
+    struct zt_config cfg;
+    zt_status s = config_load(path, NULL, 0, &cfg);
+    ck_assert_int_eq(s, ZT_ERR_IO);
+    ck_assert_int_eq(zt_status_exit_code(s), 1);
+    char expected[4200];
+    snprintf(expected, sizeof expected, "cannot open %s: No such file or directory", path);
+    ck_assert_str_eq(zt_error_message(), expected);
+    ck_assert(is_zeroed(&cfg));
+
+    s = config_load(dir, NULL, 0, &cfg); /* a directory opens but cannot be read */
+    ck_assert_int_eq(s, ZT_ERR_IO);
+    snprintf(expected, sizeof expected, "cannot read %s: Is a directory", dir);
+    ck_assert_str_eq(zt_error_message(), expected);
+}
+END_TEST
+
+/* ---- good configs -------------------------------------------------------------- */
+
+START_TEST(test_defaults)
+{
+    struct zt_config c;
+    zt_status s = load_text("data:\n  train: tokens.bin\n", NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_ptr_nonnull(strstr(c.source, "/bad.yaml"));
+    ck_assert_int_eq(c.model.vocab_size, 256);
+    ck_assert_int_eq(c.model.block_size, 128);
+    ck_assert_int_eq(c.model.n_layer, 4);
+    ck_assert_int_eq(c.model.n_head, 4);
+    ck_assert_int_eq(c.model.n_embd, 128);
+    ck_assert_ptr_null(c.model.init_from);
+    ck_assert_int_eq(c.data.n_train, 1);
+    ck_assert_str_eq(c.data.train[0], "tokens.bin");
+    ck_assert_ptr_null(c.data.val);
+    ck_assert_int_eq(c.data.n_val, 0);
+    ck_assert_double_eq(c.data.val_fraction, 0.1);
+    ck_assert_int_eq(c.data.seq_len, 128);
+    ck_assert_int_eq(c.run.steps, 100);
+    ck_assert_uint_eq(c.run.seed, 1234);
+    ck_assert_int_eq(c.run.eval_interval, 0);
+    ck_assert_int_eq(c.run.eval_batches, 0);
+    ck_assert_str_eq(c.run.output_dir, "runs/latest");
+    ck_assert_str_eq(c.comm.backend, "auto");
+    ck_assert_int_eq(c.train_micro_batch_size_per_gpu, 1);
+    ck_assert_int_eq(c.gradient_accumulation_steps, 1);
+    ck_assert_int_eq(c.train_batch_size, 0);
+    ck_assert_double_eq(c.gradient_clipping, 1.0);
+    ck_assert_int_eq(c.steps_per_print, 10);
+    ck_assert_str_eq(c.optimizer.type, "AdamW");
+    ck_assert_double_eq(c.optimizer.lr, 1e-3);
+    ck_assert_double_eq(c.optimizer.beta1, 0.9);
+    ck_assert_double_eq(c.optimizer.beta2, 0.999);
+    ck_assert_double_eq(c.optimizer.eps, 1e-8);
+    ck_assert_double_eq(c.optimizer.weight_decay, 0.01);
+    ck_assert_int_eq(c.scheduler.type, ZT_SCHED_NONE);
+    ck_assert_double_eq(c.scheduler.warmup_min_lr, 0.0);
+    ck_assert_double_eq(c.scheduler.warmup_max_lr, 1e-3);
+    ck_assert_int_eq(c.scheduler.warmup_num_steps, 1000);
+    ck_assert_int_eq(c.scheduler.warmup_type, ZT_WARMUP_LOG);
+    ck_assert_int_eq(c.scheduler.total_num_steps, 100);
+    ck_assert_double_eq(c.scheduler.warmup_min_ratio, 0.0);
+    ck_assert_double_eq(c.scheduler.cos_min_ratio, 1e-4);
+    ck_assert_int_eq(c.zero.stage, 0);
+    ck_assert_int_eq(c.zero.reduce_bucket_size, 500000000);
+    ck_assert_int_eq(c.zero.stage3_prefetch_depth, 1);
+    ck_assert_int_eq(c.fp16.enabled, 0);
+    ck_assert_int_eq(c.bf16.enabled, 0);
+    ck_assert_int_eq(c.activation_checkpointing.enabled, 0);
+    config_free(&c);
+    ck_assert(is_zeroed(&c));
+}
+END_TEST
+
+START_TEST(test_dependent_defaults_follow_their_source)
+{
+    struct zt_config c;
+    zt_status s = load_text("data: {train: x}\nmodel: {block_size: 32}\nrun: {steps: 7}\n"
+                            "optimizer: {params: {lr: 0.02}}\nscheduler: {type: WarmupDecayLR}\n",
+                            NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.data.seq_len, 32);
+    ck_assert_double_eq(c.scheduler.warmup_max_lr, 0.02);
+    ck_assert_int_eq(c.scheduler.total_num_steps, 7);
+    config_free(&c);
+}
+END_TEST
+
+START_TEST(test_full_yaml)
+{
+    struct zt_config c;
+    zt_status s = config_load(testutil_source_path("tests/configs/full.yaml"), NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.model.vocab_size, 512);
+    ck_assert_int_eq(c.model.block_size, 64);
+    ck_assert_int_eq(c.model.n_layer, 2);
+    ck_assert_int_eq(c.model.n_head, 2);
+    ck_assert_int_eq(c.model.n_embd, 32);
+    ck_assert_ptr_null(c.model.init_from);
+    ck_assert_int_eq(c.data.n_train, 2);
+    ck_assert_str_eq(c.data.train[0], "corpus/a.txt");
+    ck_assert_str_eq(c.data.train[1], "corpus/b dir/");
+    ck_assert_int_eq(c.data.n_val, 1);
+    ck_assert_str_eq(c.data.val[0], "corpus/val.bin");
+    ck_assert_double_eq(c.data.val_fraction, 0.2);
+    ck_assert_int_eq(c.data.seq_len, 48);
+    ck_assert_int_eq(c.run.steps, 250);
+    ck_assert_uint_eq(c.run.seed, UINT64_MAX);
+    ck_assert_int_eq(c.run.eval_interval, 50);
+    ck_assert_int_eq(c.run.eval_batches, 4);
+    ck_assert_str_eq(c.run.output_dir, "runs/full: test #1");
+    ck_assert_str_eq(c.comm.backend, "mpi");
+    ck_assert_int_eq(c.train_micro_batch_size_per_gpu, 3);
+    ck_assert_int_eq(c.gradient_accumulation_steps, 5);
+    ck_assert_int_eq(c.train_batch_size, 30);
+    ck_assert_double_eq(c.gradient_clipping, 0.5);
+    ck_assert_int_eq(c.steps_per_print, 7);
+    ck_assert_str_eq(c.optimizer.type, "Adam"); /* "adam": DeepSpeed ignores case */
+    ck_assert_double_eq(c.optimizer.lr, 6e-4);
+    ck_assert_double_eq(c.optimizer.beta1, 0.85);
+    ck_assert_double_eq(c.optimizer.beta2, 0.95);
+    ck_assert_double_eq(c.optimizer.eps, 1e-6);
+    ck_assert_double_eq(c.optimizer.weight_decay, 0.0);
+    ck_assert_int_eq(c.scheduler.type, ZT_SCHED_WARMUP_COSINE_LR);
+    ck_assert_int_eq(c.scheduler.warmup_num_steps, 20);
+    ck_assert_int_eq(c.scheduler.warmup_type, ZT_WARMUP_LINEAR);
+    ck_assert_int_eq(c.scheduler.total_num_steps, 200);
+    ck_assert_double_eq(c.scheduler.warmup_min_ratio, 0.05);
+    ck_assert_double_eq(c.scheduler.cos_min_ratio, 0.1);
+    ck_assert_int_eq(c.zero.stage, 0);
+    ck_assert_int_eq(c.zero.reduce_bucket_size, 25000000);
+    ck_assert_int_eq(c.zero.stage3_prefetch_depth, 3);
+    ck_assert_int_eq(c.fp16.enabled, 0);
+    ck_assert_int_eq(c.bf16.enabled, 0);
+    ck_assert_int_eq(c.activation_checkpointing.enabled, 0);
+    ck_assert_int_eq(config_check_world(&c, 2), ZT_OK); /* 3 * 5 * 2 = 30 */
+    config_free(&c);
+}
+END_TEST
+
+START_TEST(test_deepspeed_json)
+{
+    const char *path = testutil_source_path("tests/configs/deepspeed.json");
+    struct zt_config c;
+    /* A DeepSpeed file has no data section: alone it lacks only data.train. */
+    ck_assert_int_eq(config_load(path, NULL, 0, &c), ZT_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "deepspeed.json: data.train: required"));
+    struct config_override ov[] = {{"data.train=tokens.bin"}};
+    zt_status s = config_load(path, ov, 1, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.train_batch_size, 16);
+    ck_assert_int_eq(c.train_micro_batch_size_per_gpu, 4);
+    ck_assert_int_eq(c.gradient_accumulation_steps, 2);
+    ck_assert_str_eq(c.optimizer.type, "AdamW");
+    ck_assert_double_eq(c.optimizer.lr, 3e-4);
+    ck_assert_double_eq(c.optimizer.beta1, 0.9);
+    ck_assert_double_eq(c.optimizer.beta2, 0.95);
+    ck_assert_double_eq(c.optimizer.eps, 1e-8);
+    ck_assert_double_eq(c.optimizer.weight_decay, 0.1);
+    ck_assert_int_eq(c.scheduler.type, ZT_SCHED_WARMUP_DECAY_LR);
+    ck_assert_double_eq(c.scheduler.warmup_min_lr, 0.0);
+    ck_assert_double_eq(c.scheduler.warmup_max_lr, 3e-4);
+    ck_assert_int_eq(c.scheduler.warmup_num_steps, 100);
+    ck_assert_int_eq(c.scheduler.total_num_steps, 1000);
+    ck_assert_int_eq(c.scheduler.warmup_type, ZT_WARMUP_LINEAR);
+    ck_assert_double_eq(c.gradient_clipping, 1.0);
+    ck_assert_int_eq(c.zero.stage, 0);
+    ck_assert_int_eq(c.zero.reduce_bucket_size, 500000000);
+    ck_assert_int_eq(c.fp16.enabled, 0);
+    ck_assert_int_eq(c.steps_per_print, 10);
+    ck_assert_str_eq(c.data.train[0], "tokens.bin");
+
+    ck_assert_int_eq(config_check_world(&c, 2), ZT_OK);
+    zt_status w = config_check_world(&c, 1);
+    ck_assert_int_eq(w, ZT_ERR_CONFIG);
+    ck_assert_int_eq(zt_status_exit_code(w), 2);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(),
+                                 "train_batch_size: 16 must equal train_micro_batch_size_per_gpu "
+                                 "(4) * gradient_accumulation_steps (2) * world size (1) = 8"));
+    config_free(&c);
+}
+END_TEST
+
+START_TEST(test_check_world_without_batch_size)
+{
+    struct zt_config c;
+    ck_assert_int_eq(
+        load_text("data: {train: x}\ntrain_micro_batch_size_per_gpu: 3\n", NULL, 0, &c), ZT_OK);
+    for (int world = 1; world <= 7; world++)
+        ck_assert_int_eq(config_check_world(&c, world), ZT_OK);
+    config_free(&c);
+}
+END_TEST
+
+START_TEST(test_overrides)
+{
+    static const char *const sets[] = {
+        "optimizer.params.lr=3e-4",             /* scalar */
+        "optimizer.params.betas=[0.8, 0.9]",    /* flow list */
+        "scheduler.type=WarmupLR",              /* new section */
+        "scheduler.params.warmup_num_steps=10", /* nested creation */
+        "data.val=[v1.bin, v2.bin]",            /* string or list */
+        "run.steps=5",
+        "run.steps=6",                              /* the later one wins */
+        "model={n_layer: 1, n_head: 1, n_embd: 8}", /* a whole section */
+    };
+    struct zt_config c;
+    zt_status s = load_text("data: {train: x}\nrun: {steps: 50}\n", sets, 8, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_double_eq(c.optimizer.lr, 3e-4);
+    ck_assert_double_eq(c.optimizer.beta1, 0.8);
+    ck_assert_double_eq(c.optimizer.beta2, 0.9);
+    ck_assert_int_eq(c.scheduler.type, ZT_SCHED_WARMUP_LR);
+    ck_assert_int_eq(c.scheduler.warmup_num_steps, 10);
+    ck_assert_double_eq(c.scheduler.warmup_max_lr, 3e-4);
+    ck_assert_int_eq(c.data.n_val, 2);
+    ck_assert_str_eq(c.data.val[1], "v2.bin");
+    ck_assert_int_eq(c.run.steps, 6);
+    ck_assert_int_eq(c.model.n_layer, 1);
+    ck_assert_int_eq(c.model.n_embd, 8);
+    ck_assert_int_eq(c.model.vocab_size, 256);
+    config_free(&c);
+}
+END_TEST
+
+START_TEST(test_null_means_default)
+{
+    struct zt_config c;
+    zt_status s =
+        load_text("data: {train: x, seq_len: ~}\nmodel:\nrun: {steps: null}\n", NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.run.steps, 100);
+    ck_assert_int_eq(c.data.seq_len, 128);
+    config_free(&c);
+}
+END_TEST
+
+START_TEST(test_round_trip)
+{
+    static const char *const texts[] = {
+        "data: {train: x}\n",
+        "data: {train: [a, b], val: c}\nscheduler: {type: WarmupDecayLR, params: {warmup_min_lr: "
+        "1e-5, warmup_max_lr: 0.1, warmup_num_steps: 7, total_num_steps: 99}}\n"
+        "optimizer: {params: {lr: 0.1, eps: 3.3e-9}}\ngradient_clipping: 0.3\n",
+        "data: {train: \"we\\\"ird\\\\ \\t path\"}\nscheduler: {type: WarmupLR}\n"
+        "run: {output_dir: \"o: #x\", seed: 0}\n",
+    };
+    const char *dir = testutil_tmpdir("config");
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        struct zt_config c;
+        zt_status s = load_text(texts[i], NULL, 0, &c);
+        ck_assert_msg(s == ZT_OK, "%zu: %s", i, zt_error_message());
+        free(round_trip(&c, dir));
+        config_free(&c);
+    }
+    struct zt_config full;
+    ck_assert_int_eq(config_load(testutil_source_path("tests/configs/full.yaml"), NULL, 0, &full),
+                     ZT_OK);
+    char *first = round_trip(&full, dir);
+    /* The written file reproduces itself (past the header naming its source). */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/written.yaml", dir);
+    struct zt_config back;
+    ck_assert_int_eq(config_load(path, NULL, 0, &back), ZT_OK);
+    char *second = round_trip(&back, dir);
+    ck_assert_str_eq(strchr(first, '\n'), strchr(second, '\n'));
+    free(first);
+    free(second);
+    config_free(&back);
+    config_free(&full);
+}
+END_TEST
+
+/* ---- bad configs ----------------------------------------------------------------- */
+
+struct bad_case {
+    const char *text;   /* written to bad.yaml; or NULL and `file` */
+    const char *file;   /* under tests/configs/bad/ */
+    const char *set[2]; /* overrides, NULL-terminated */
+    zt_status status;
+    const char *message; /* a substring of the message */
+};
+
+static const struct bad_case bad_cases[] = {
+    /* unknown keys, with and without a near name */
+    {"data: {train: x}\nmodel:\n  n_emb: 3\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:3: unknown key 'n_emb' in model (did you mean 'n_embd'?)"},
+    {"data: {train: x}\noptimiser: {}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:1: unknown key 'optimiser' (did you mean 'optimizer'?)"},
+    {"data: {train: x}\nscheduler:\n  type: WarmupLR\n  params:\n    warmup_steps: 10\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:5:5: unknown key 'warmup_steps' in scheduler.params (did you mean "
+     "'warmup_num_steps'?)"},
+    {"data: {train: x}\ncomm: {xyzzy: 1}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:8: unknown key 'xyzzy' in comm (valid keys: backend)"},
+    /* types */
+    {"data: {train: x}\nmodel:\n  n_embd: abc\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:11: model.n_embd: expected an integer, got 'abc'"},
+    {"data: {train: x}\nrun: {steps: 1.5}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:14: run.steps: expected an integer, got '1.5'"},
+    {"data: {train: x}\nrun: {steps: \"5\"}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:14: run.steps: expected an integer, got the string '5'"},
+    {"data: {train: x}\nrun: {steps: 99999999999999999999}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:14: run.steps: 99999999999999999999 is out of range"},
+    {"data: {train: x}\nrun: {seed: -1}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:13: run.seed: -1 is out of range"},
+    {"data: {train: x}\nfp16: {enabled: maybe}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:17: fp16.enabled: expected a boolean (true or false), got 'maybe'"},
+    {"data: {train: x}\nmodel: 5\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:8: model: expected a mapping, got '5'"},
+    {"data: {train: x}\noptimizer: {params: {betas: 0.9}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:29: optimizer.params.betas: expected a list of two numbers [beta1, beta2], got "
+     "'0.9'"},
+    {"data: {train: []}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:1:15: data.train: must name at least one path"},
+    {"data: {train: [a, {b: 1}]}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:1:19: data.train: expected a path or a list of paths, got a mapping"},
+    {"data: {train: x}\ncomm: {backend: gloo}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:17: comm.backend: expected auto, mpi or nccl, got 'gloo'"},
+    {"data: {train: x}\nscheduler: {type: Cosine}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:19: scheduler.type: expected WarmupLR, WarmupDecayLR or WarmupCosineLR, got "
+     "'Cosine'"},
+    {"data: {train: x}\nscheduler: {type: WarmupLR, params: {warmup_type: exp}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:51: scheduler.params.warmup_type: expected log or linear"},
+    /* ranges */
+    {"data: {train: x}\nmodel: {vocab_size: 70000}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:21: model.vocab_size: must be between 1 and 65536, got 70000"},
+    {"data: {train: x}\nmodel: {vocab_size: 0}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:21: model.vocab_size: must be between 1 and 65536, got 0"},
+    {"data: {train: x}\nmodel: {n_embd: 130, n_head: 4}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:17: model.n_embd: n_embd (130) must be divisible by n_head (4)"},
+    {"data: {train: x}\noptimizer: {params: {lr: -1}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:26: optimizer.params.lr: must be > 0, got -1"},
+    {"data: {train: x}\noptimizer: {params: {lr: 0}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:26: optimizer.params.lr: must be > 0, got 0"},
+    {"data: {train: x}\noptimizer: {params: {betas: [0.9, 1.0]}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:35: optimizer.params.betas[1]: must be in [0, 1), got 1.0"},
+    {"data: {train: x}\noptimizer: {params: {betas: [-0.1, 0.9]}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:30: optimizer.params.betas[0]: must be in [0, 1), got -0.1"},
+    {"data: {train: x}\noptimizer:\n  params:\n    eps: 0\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:4:10: optimizer.params.eps: must be > 0, got 0"},
+    {"data: {train: x}\ntrain_micro_batch_size_per_gpu: 0\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:33: train_micro_batch_size_per_gpu: must be >= 1, got 0"},
+    {"data: {train: x}\ngradient_accumulation_steps: 0\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:30: gradient_accumulation_steps: must be >= 1, got 0"},
+    {"model: {block_size: 64}\ndata: {train: x, seq_len: 65}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:27: data.seq_len: must be <= model.block_size (64), got 65"},
+    {"data: {train: x}\nrun:\n  steps: 0\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:10: run.steps: must be >= 1, got 0"},
+    {"data: {train: x, val_fraction: 0.6}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:1:32: data.val_fraction: must be in [0, 0.5], got 0.6"},
+    {"data: {train: x}\ngradient_clipping: -1.0\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:20: gradient_clipping: must be >= 0, got -1.0"},
+    {"data: {train: x}\nzero_optimization: {stage: 4}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:28: zero_optimization.stage: must be between 0 and 3, got 4"},
+    /* whole-file problems */
+    {"model: {n_layer: 2}\n", NULL, {NULL}, ZT_ERR_CONFIG, "bad.yaml: data.train: required"},
+    {"data:\n  val: v.bin\n", NULL, {NULL}, ZT_ERR_CONFIG, "bad.yaml:2:3: data.train: required"},
+    {"", NULL, {NULL}, ZT_ERR_CONFIG, "bad.yaml: empty configuration file"},
+    {"# only comments\n\n", NULL, {NULL}, ZT_ERR_CONFIG, "bad.yaml: empty configuration file"},
+    {"- a\n- b\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:1:1: the top level must be a mapping of sections and keys, got a list"},
+    {"data: {train: x}\n bad: 1\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:2: YAML syntax error: did not find expected key while parsing a block mapping "
+     "(at line 1)"},
+    {"data: {train: \xff}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:1:15: YAML syntax error: invalid leading UTF-8 octet"},
+    {NULL,
+     "syntax.json",
+     {NULL},
+     ZT_ERR_CONFIG,
+     "syntax.json:5:27: YAML syntax error: did not find expected node content while parsing a "
+     "flow node"},
+    {NULL,
+     "duplicate.yaml",
+     {NULL},
+     ZT_ERR_CONFIG,
+     "duplicate.yaml:7:5: duplicate key 'lr' (lines 5 and 7)"},
+    {NULL,
+     "hf_auto.json",
+     {NULL},
+     ZT_ERR_CONFIG,
+     "hf_auto.json:2:37: train_micro_batch_size_per_gpu: \"auto\" is resolved by the HF Trainer "
+     "and must be given a value here"},
+    /* schedulers */
+    {"data: {train: x}\nscheduler: {type: WarmupDecayLR, params: {cos_min_ratio: 0.1}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:58: scheduler.params.cos_min_ratio: not a parameter of WarmupDecayLR (valid: "
+     "warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type, total_num_steps)"},
+    {"data: {train: x}\nscheduler: {type: WarmupCosineLR, params: {warmup_max_lr: 0.1}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "scheduler.params.warmup_max_lr: not a parameter of WarmupCosineLR (valid: "
+     "warmup_num_steps, warmup_type, total_num_steps, warmup_min_ratio, cos_min_ratio)"},
+    {"data: {train: x}\nscheduler: {params: {warmup_num_steps: 3}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:12: scheduler.type: required when scheduler is given"},
+    {"data: {train: x}\nscheduler: {type: WarmupCosineLR}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:19: scheduler.params.total_num_steps: must be greater than warmup_num_steps "
+     "(1000) for WarmupCosineLR, got 100 (from run.steps)"},
+    /* not supported yet */
+    {"data: {train: x}\nzero_optimization: {stage: 2}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "bad.yaml:2:28: zero_optimization.stage: not supported yet: ZeRO stage 2"},
+    {"data: {train: x}\nzero_optimization: {stage: 1}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "not supported yet: ZeRO stage 1"},
+    {"data: {train: x}\nzero_optimization: {stage: 3}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "not supported yet: ZeRO stage 3"},
+    {"data: {train: x}\nfp16: {enabled: true}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "bad.yaml:2:17: fp16.enabled: not supported yet: fp16 training"},
+    {"data: {train: x}\nbf16:\n  enabled: yes\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "bad.yaml:3:12: bf16.enabled: not supported yet: bf16 training"},
+    {"data: {train: x}\nactivation_checkpointing: {enabled: true}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "bad.yaml:2:37: activation_checkpointing.enabled: not supported yet"},
+    {"data: {train: x}\nactivation_checkpointing: {partition_activations: true}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "activation_checkpointing.partition_activations: not supported yet: partitioned"},
+    {"data: {train: x}\nactivation_checkpointing: {cpu_checkpointing: true}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "activation_checkpointing.cpu_checkpointing: not supported yet: CPU"},
+    {"data: {train: x}\nmodel: {init_from: gpt2.safetensors}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "bad.yaml:2:20: model.init_from: not supported yet"},
+    {"data: {train: x}\noptimizer: {type: Lamb}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "bad.yaml:2:19: optimizer.type: not supported yet: optimizer 'Lamb' (supported: AdamW, "
+     "Adam)"},
+    {"data: {train: x}\nprescale_gradients: true\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "bad.yaml:2:21: prescale_gradients: not supported yet"},
+    {"data: {train: x}\nscheduler: {type: OneCycle}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_UNSUPPORTED,
+     "scheduler.type: not supported yet: scheduler 'OneCycle'"},
+    /* overrides */
+    {"data: {train: x}\n",
+     NULL,
+     {"run.steps", NULL},
+     ZT_ERR_CONFIG,
+     "--set run.steps: expected key.path=value"},
+    {"data: {train: x}\n",
+     NULL,
+     {"model.n_emb=5", NULL},
+     ZT_ERR_CONFIG,
+     "--set model.n_emb=5: unknown key 'n_emb' in model (did you mean 'n_embd'?)"},
+    {"data: {train: x}\n",
+     NULL,
+     {"optimizer.params.lr=-1", NULL},
+     ZT_ERR_CONFIG,
+     "--set optimizer.params.lr=-1: optimizer.params.lr: must be > 0, got -1"},
+    {"data: {train: x}\n",
+     NULL,
+     {"optimizer.params.betas=[0.9,", NULL},
+     ZT_ERR_CONFIG,
+     "--set optimizer.params.betas=[0.9,: YAML syntax error: did not find expected node content"},
+    {"data: {train: x}\n",
+     NULL,
+     {"optimizer.params.betas=[0.9, 2]", NULL},
+     ZT_ERR_CONFIG,
+     "--set optimizer.params.betas=[0.9, 2]: optimizer.params.betas[1]: must be in [0, 1), got 2"},
+    {"data: {train: x}\nmodel: {n_head: 4}\n",
+     NULL,
+     {"model.n_embd=130", NULL},
+     ZT_ERR_CONFIG,
+     "--set model.n_embd=130: model.n_embd: n_embd (130) must be divisible by n_head (4)"},
+    {"data: {train: x}\n",
+     NULL,
+     {"run.steps=3", "run.steps.max=4"},
+     ZT_ERR_CONFIG,
+     "--set run.steps.max=4: 'run.steps' is '3', not a mapping"},
+    {"data: {train: x}\n",
+     NULL,
+     {"fp16.enabled=true", NULL},
+     ZT_ERR_UNSUPPORTED,
+     "--set fp16.enabled=true: fp16.enabled: not supported yet"},
+    {"model: {}\n", NULL, {"data.train=", NULL}, ZT_ERR_CONFIG,
+     "--set data.train=: data.train: required"},
+    {"[1, 2]\n",
+     NULL,
+     {"data.train=x", NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:1:1: the top level must be a mapping"},
+};
+
+START_TEST(test_bad_config)
+{
+    const struct bad_case *b = &bad_cases[_i];
+    struct zt_config c;
+    memset(&c, 0xab, sizeof c);
+    int n_set = b->set[0] ? (b->set[1] ? 2 : 1) : 0;
+    zt_status s;
+    if (b->text) {
+        s = load_text(b->text, b->set, n_set, &c);
+    } else {
+        char rel[256];
+        snprintf(rel, sizeof rel, "tests/configs/bad/%s", b->file);
+        s = config_load(testutil_source_path(rel), NULL, 0, &c);
+    }
+    ck_assert_msg(s == b->status, "case %d: status %s, expected %s (%s)", _i, zt_status_str(s),
+                  zt_status_str(b->status), zt_error_message());
+    ck_assert_int_eq(zt_status_exit_code(s), 2);
+    ck_assert_msg(strstr(zt_error_message(), b->message), "case %d: message \"%s\" lacks \"%s\"",
+                  _i, zt_error_message(), b->message);
+    ck_assert(is_zeroed(&c));
+}
+END_TEST
+
+/* ---- fault loops -------------------------------------------------------------------- */
+
+/* Every byte prefix of a good file loads or fails cleanly: a known status,
+ * a message, a zeroed struct, and (under ASan) nothing leaked. */
+static void check_prefixes(const char *rel)
+{
+    FILE *f = fopen(testutil_source_path(rel), "rb");
+    ck_assert_ptr_nonnull(f);
+    char text[8192];
+    size_t len = fread(text, 1, sizeof text, f);
+    fclose(f);
+    ck_assert_uint_lt(len, sizeof text);
+    const char *dir = testutil_tmpdir("config");
+    struct config_override ov[] = {{"data.train=x"}};
+    int ok = 0;
+    for (size_t n = 0; n <= len; n++) {
+        const char *path = write_file(dir, "prefix.yaml", text, n);
+        struct zt_config c;
+        zt_status s = config_load(path, ov, 1, &c);
+        if (s == ZT_OK) {
+            ok++;
+            config_free(&c);
+            continue;
+        }
+        ck_assert_msg(s == ZT_ERR_CONFIG || s == ZT_ERR_UNSUPPORTED, "prefix %zu: %s", n,
+                      zt_status_str(s));
+        ck_assert_msg(zt_error_message()[0] != '\0', "prefix %zu: no message", n);
+        ck_assert(is_zeroed(&c));
+    }
+    ck_assert_int_gt(ok, 0); /* at least the whole file */
+}
+
+START_TEST(test_truncated_yaml)
+{
+    check_prefixes("tests/configs/full.yaml");
+}
+END_TEST
+
+START_TEST(test_truncated_json)
+{
+    check_prefixes("tests/configs/deepspeed.json");
+}
+END_TEST
+
+/* Fails the N-th allocation of a load, for N = 1, 2, ... until the load
+ * succeeds: each failure must be ZT_ERR_NOMEM with a zeroed struct, and
+ * under ASan must leak nothing. */
+START_TEST(test_allocation_failures)
+{
+    const char *path = testutil_source_path("tests/configs/full.yaml");
+    struct config_override ov[] = {{"optimizer.params.betas=[0.8, 0.9]"},
+                                   {"scheduler.params.extra.deep=1"}};
+    long n;
+    for (n = 1; n < 100000; n++) {
+        struct zt_config c;
+        fail_countdown = n;
+        zt_status s = config_load(path, ov, 1, &c);
+        long left = fail_countdown;
+        fail_countdown = 0;
+        if (s == ZT_OK) {
+            ck_assert_int_gt(left, 0); /* succeeded because nothing failed */
+            config_free(&c);
+            break;
+        }
+        ck_assert_msg(s == ZT_ERR_NOMEM, "allocation %ld: %s: %s", n, zt_status_str(s),
+                      zt_error_message());
+        ck_assert(is_zeroed(&c));
+    }
+    ck_assert_int_gt(n, 50); /* the loop reached real allocations */
+    ck_assert_int_lt(n, 100000);
+
+    /* The same for an override that fails on its own: NOMEM or its error. */
+    for (n = 1; n < 100000; n++) {
+        struct zt_config c;
+        fail_countdown = n;
+        zt_status s = config_load(path, ov, 2, &c);
+        long left = fail_countdown;
+        fail_countdown = 0;
+        ck_assert(s == ZT_ERR_NOMEM || s == ZT_ERR_CONFIG);
+        ck_assert(is_zeroed(&c));
+        if (s == ZT_ERR_CONFIG) {
+            ck_assert_int_gt(left, 0);
+            ck_assert_ptr_nonnull(strstr(zt_error_message(), "unknown key 'extra'"));
+            break;
+        }
+    }
+    ck_assert_int_lt(n, 100000);
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tree = tcase_create("yaml_tree");
+    tcase_add_test(tree, test_tree_positions_and_quoting);
+    tcase_add_test(tree, test_tree_set_path);
+    tcase_add_test(tree, test_tree_errors);
+    tcase_add_test(tree, test_tree_aliases_depth_and_bombs);
+    tcase_add_test(tree, test_tree_io_errors);
+    suite_add_tcase(s, tree);
+
+    TCase *good = tcase_create("good");
+    tcase_add_test(good, test_defaults);
+    tcase_add_test(good, test_dependent_defaults_follow_their_source);
+    tcase_add_test(good, test_full_yaml);
+    tcase_add_test(good, test_deepspeed_json);
+    tcase_add_test(good, test_check_world_without_batch_size);
+    tcase_add_test(good, test_overrides);
+    tcase_add_test(good, test_null_means_default);
+    tcase_add_test(good, test_round_trip);
+    suite_add_tcase(s, good);
+
+    TCase *bad = tcase_create("bad");
+    tcase_add_loop_test(bad, test_bad_config, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
+    suite_add_tcase(s, bad);
+
+    TCase *fault = tcase_create("fault");
+    tcase_set_timeout(fault, 60);
+    tcase_add_test(fault, test_truncated_yaml);
+    tcase_add_test(fault, test_truncated_json);
+    tcase_add_test(fault, test_allocation_failures);
+    suite_add_tcase(s, fault);
+    return s;
+}
+
+int main(void)
+{
+    return testutil_run_suite(config_suite(), 0);
+}

@@ -1,0 +1,953 @@
+/* tests/test_ops.c — the CPU ops against independent double-precision
+ * references.
+ *
+ * Each forward is compared with a naive double loop written here from the
+ * op's definition in worker/ops.h. Each backward is compared with central
+ * finite differences of the scalar L = sum(out * R), R a fixed random tensor
+ * passed to the backward as dout, taken on a double reimplementation of the
+ * forward; so neither check reuses anything from the code under test.
+ *
+ * Tolerances, all relative to the largest magnitude of the reference so
+ * that tiny entries are judged on the tensor's scale:
+ * - FWD_TOL 2e-5. The ops keep float sums of at most a few hundred terms
+ *   (about 1e-6 relative here) and cpu_expf is within 2 ulp; a wrong index
+ *   or formula is off by far more than 1e-3.
+ * - GRAD_TOL 1e-4. The finite differences use h = 1e-4 in double:
+ *   truncation is h^2 |f'''| / 6, about 1e-9, and rounding 1e-16 |L| / h,
+ *   about 1e-11. The float backward carries about 1e-6 relative error.
+ *   A missing term in a gradient shows up at 1e-2 or more.
+ * Sizes are small and odd on purpose (T = 1, C not a multiple of the vector
+ * width, N = 3, attention with T past the 64-row query block and head size
+ * 5) so that remainder loops and block edges are exercised.
+ */
+#include "testutil.h"
+
+#include "common/rng.h"
+#include "worker/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double FWD_TOL = 2e-5;
+static const double GRAD_TOL = 1e-4;
+static const double FD_STEP = 1e-4;
+static const double PI = 3.14159265358979323846;
+
+/* A tensor held twice: the float copy the ops see, the double copy the
+ * references see. */
+struct tensor {
+    int n;
+    float *f;
+    double *d;
+};
+
+static struct tensor tensor_zeros(int n)
+{
+    struct tensor t = {n, calloc((size_t)n, sizeof(float)), calloc((size_t)n, sizeof(double))};
+    ck_assert_ptr_nonnull(t.f);
+    ck_assert_ptr_nonnull(t.d);
+    return t;
+}
+
+/* Uniform in [-scale, scale), the double copy equal to the float one. */
+static struct tensor tensor_rand(int n, uint64_t key, double scale)
+{
+    struct tensor t = tensor_zeros(n);
+    for (int i = 0; i < n; i++) {
+        t.f[i] = (float)((2.0 * rng_uniform(key, (uint64_t)i) - 1.0) * scale);
+        t.d[i] = t.f[i];
+    }
+    return t;
+}
+
+static void tensor_free(struct tensor *t)
+{
+    free(t->f);
+    free(t->d);
+}
+
+static int32_t *random_ids(int n, int V, uint64_t key)
+{
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    ck_assert_ptr_nonnull(ids);
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)(rng_u64(key, (uint64_t)i) % (uint64_t)V);
+    return ids;
+}
+
+static double max_abs(const double *x, int n)
+{
+    double m = 0.0;
+    for (int i = 0; i < n; i++)
+        m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+static double dot(const double *a, const double *b, int n)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* |got - want| <= tol * max |want| elementwise. */
+static void check_close(const char *what, const float *got, const double *want, int n, double tol)
+{
+    double scale = max_abs(want, n), worst = 0.0;
+    int at = 0;
+    for (int i = 0; i < n; i++) {
+        double e = fabs(got[i] - want[i]);
+        if (!(e <= worst)) { /* also catches NaN */
+            worst = e;
+            at = i;
+        }
+    }
+    ck_assert_msg(worst <= tol * (scale > 0.0 ? scale : 1.0),
+                  "%s: error %.3g at [%d] (got %.9g, want %.9g), max |want| %.3g, tol %.1g", what,
+                  worst, at, (double)got[at], want[at], scale, tol);
+}
+
+typedef double (*objective_fn)(void *ctx);
+
+/* Compares the float gradient g of the objective w.r.t. x[0..n) with
+ * central differences of f, which reads x (perturbed in place, restored). */
+static void check_gradient(const char *what, objective_fn f, void *ctx, double *x, const float *g,
+                           int n)
+{
+    double *fd = malloc((size_t)n * sizeof *fd);
+    ck_assert_ptr_nonnull(fd);
+    for (int k = 0; k < n; k++) {
+        double x0 = x[k];
+        x[k] = x0 + FD_STEP;
+        double lp = f(ctx);
+        x[k] = x0 - FD_STEP;
+        double lm = f(ctx);
+        x[k] = x0;
+        fd[k] = (lp - lm) / (2.0 * FD_STEP);
+    }
+    ck_assert_msg(max_abs(fd, n) > 0.0, "%s: gradient is identically zero, test is vacuous", what);
+    check_close(what, g, fd, n, GRAD_TOL);
+    free(fd);
+}
+
+/* Backward called on the same inputs: after two calls from zero, g2 must be
+ * twice g1 (the accumulate convention of worker/ops.h). */
+static void check_twice(const char *what, const float *g1, const float *g2, int n)
+{
+    double *want = malloc((size_t)n * sizeof *want);
+    ck_assert_ptr_nonnull(want);
+    for (int i = 0; i < n; i++)
+        want[i] = 2.0 * g1[i];
+    check_close(what, g2, want, n, 1e-6);
+    free(want);
+}
+
+/* ---- references, double precision, straight from the definitions ---- */
+
+static void ref_layernorm(double *out, const double *x, const double *w, const double *b, int N,
+                          int C)
+{
+    for (int i = 0; i < N; i++) {
+        const double *r = x + (size_t)i * C;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++)
+            m += r[c] / C;
+        for (int c = 0; c < C; c++)
+            v += (r[c] - m) * (r[c] - m) / C;
+        for (int c = 0; c < C; c++)
+            out[(size_t)i * C + c] = (r[c] - m) / sqrt(v + 1e-5) * w[c] + b[c];
+    }
+}
+
+static void ref_matmul(double *out, const double *x, const double *w, const double *bias, int N,
+                       int C, int OC)
+{
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = bias ? bias[o] : 0.0;
+            for (int c = 0; c < C; c++)
+                s += x[(size_t)i * C + c] * w[(size_t)o * C + c];
+            out[(size_t)i * OC + o] = s;
+        }
+}
+
+/* att may be NULL. */
+static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int C, int NH)
+{
+    int hs = C / NH;
+    double *p = malloc((size_t)T * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                double m = -INFINITY, s = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    p[j] = 0.0;
+                    for (int c = 0; c < hs; c++)
+                        p[j] += q[c] * k[c];
+                    p[j] /= sqrt((double)hs);
+                    m = fmax(m, p[j]);
+                }
+                for (int j = 0; j <= i; j++) {
+                    p[j] = exp(p[j] - m);
+                    s += p[j];
+                }
+                double *o = out + ((size_t)b * T + i) * C + h * hs;
+                for (int c = 0; c < hs; c++)
+                    o[c] = 0.0;
+                for (int j = 0; j < T; j++) {
+                    double a = j <= i ? p[j] / s : 0.0;
+                    if (att)
+                        att[(((size_t)b * NH + h) * T + i) * T + j] = a;
+                    const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    for (int c = 0; c < hs && j <= i; c++)
+                        o[c] += a * v[c];
+                }
+            }
+    free(p);
+}
+
+static double ref_gelu(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* Returns the sum of the losses; probs may be NULL. */
+static double ref_crossentropy(double *losses, double *probs, const double *logits,
+                               const int32_t *targets, int N, int V)
+{
+    double total = 0.0;
+    for (int i = 0; i < N; i++) {
+        const double *x = logits + (size_t)i * V;
+        double m = -INFINITY, s = 0.0;
+        for (int j = 0; j < V; j++)
+            m = fmax(m, x[j]);
+        for (int j = 0; j < V; j++)
+            s += exp(x[j] - m);
+        if (probs)
+            for (int j = 0; j < V; j++)
+                probs[(size_t)i * V + j] = exp(x[j] - m) / s;
+        losses[i] = log(s) + m - x[targets[i]];
+        total += losses[i];
+    }
+    return total;
+}
+
+/* ---- encoder ---- */
+
+static const int ENC_SIZES[][4] = {{2, 4, 8, 5}, {1, 1, 3, 2}, {3, 2, 20, 3}}; /* B T C V */
+
+struct enc_case {
+    int B, T, C, V;
+    int32_t *tok;
+    struct tensor wte, wpe, out, r, dwte, dwpe;
+};
+
+static struct enc_case enc_setup(int which)
+{
+    struct enc_case e = {.B = ENC_SIZES[which][0],
+                         .T = ENC_SIZES[which][1],
+                         .C = ENC_SIZES[which][2],
+                         .V = ENC_SIZES[which][3]};
+    int N = e.B * e.T;
+    e.tok = random_ids(N, e.V, 11); /* V < N somewhere: tokens repeat */
+    e.wte = tensor_rand(e.V * e.C, 12, 1.0);
+    e.wpe = tensor_rand(e.T * e.C, 13, 1.0);
+    e.r = tensor_rand(N * e.C, 14, 1.0);
+    e.out = tensor_zeros(N * e.C);
+    e.dwte = tensor_zeros(e.V * e.C);
+    e.dwpe = tensor_zeros(e.T * e.C);
+    return e;
+}
+
+static void enc_teardown(struct enc_case *e)
+{
+    free(e->tok);
+    tensor_free(&e->wte);
+    tensor_free(&e->wpe);
+    tensor_free(&e->out);
+    tensor_free(&e->r);
+    tensor_free(&e->dwte);
+    tensor_free(&e->dwpe);
+}
+
+static void enc_ref(struct enc_case *e)
+{
+    for (int bt = 0; bt < e->B * e->T; bt++)
+        for (int c = 0; c < e->C; c++)
+            e->out.d[bt * e->C + c] =
+                e->wte.d[e->tok[bt] * e->C + c] + e->wpe.d[bt % e->T * e->C + c];
+}
+
+static double enc_objective(void *ctx)
+{
+    struct enc_case *e = ctx;
+    enc_ref(e);
+    return dot(e->out.d, e->r.d, e->out.n);
+}
+
+static void enc_backward(struct enc_case *e)
+{
+    ops_cpu_backend()->encoder_backward(e->dwte.f, e->dwpe.f, e->r.f, e->tok, e->B, e->T, e->C);
+}
+
+START_TEST(encoder_forward_matches_reference)
+{
+    struct enc_case e = enc_setup(_i);
+    ops_cpu_backend()->encoder_forward(e.out.f, e.tok, e.wte.f, e.wpe.f, e.B, e.T, e.C);
+    enc_ref(&e);
+    check_close("encoder out", e.out.f, e.out.d, e.out.n, FWD_TOL);
+    enc_teardown(&e);
+}
+END_TEST
+
+START_TEST(encoder_backward_matches_finite_differences)
+{
+    struct enc_case e = enc_setup(_i);
+    enc_backward(&e);
+    check_gradient("encoder dwte", enc_objective, &e, e.wte.d, e.dwte.f, e.wte.n);
+    check_gradient("encoder dwpe", enc_objective, &e, e.wpe.d, e.dwpe.f, e.wpe.n);
+    enc_teardown(&e);
+}
+END_TEST
+
+START_TEST(encoder_backward_accumulates)
+{
+    struct enc_case e = enc_setup(0);
+    struct tensor w1 = tensor_zeros(e.dwte.n), p1 = tensor_zeros(e.dwpe.n);
+    enc_backward(&e);
+    memcpy(w1.f, e.dwte.f, (size_t)w1.n * sizeof(float));
+    memcpy(p1.f, e.dwpe.f, (size_t)p1.n * sizeof(float));
+    enc_backward(&e);
+    check_twice("encoder dwte", w1.f, e.dwte.f, w1.n);
+    check_twice("encoder dwpe", p1.f, e.dwpe.f, p1.n);
+    tensor_free(&w1);
+    tensor_free(&p1);
+    enc_teardown(&e);
+}
+END_TEST
+
+/* ---- layernorm ---- */
+
+static const int LN_SIZES[][2] = {{4, 16}, {3, 20}, {1, 7}, {5, 33}}; /* N C */
+
+struct ln_case {
+    int N, C;
+    struct tensor x, w, b, out, mean, rstd, r, dx, dw, db;
+};
+
+static struct ln_case ln_setup(int which)
+{
+    struct ln_case l = {.N = LN_SIZES[which][0], .C = LN_SIZES[which][1]};
+    int n = l.N * l.C;
+    l.x = tensor_rand(n, 21, 2.0);
+    for (int i = 0; i < n; i++) /* an offset mean, as residual streams have */
+        l.x.d[i] = l.x.f[i] += 3.0f;
+    l.w = tensor_rand(l.C, 22, 1.5);
+    l.b = tensor_rand(l.C, 23, 0.5);
+    l.r = tensor_rand(n, 24, 1.0);
+    l.out = tensor_zeros(n);
+    l.mean = tensor_zeros(l.N);
+    l.rstd = tensor_zeros(l.N);
+    l.dx = tensor_zeros(n);
+    l.dw = tensor_zeros(l.C);
+    l.db = tensor_zeros(l.C);
+    return l;
+}
+
+static void ln_teardown(struct ln_case *l)
+{
+    struct tensor *all[] = {&l->x,    &l->w, &l->b,  &l->out, &l->mean,
+                            &l->rstd, &l->r, &l->dx, &l->dw,  &l->db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+}
+
+static double ln_objective(void *ctx)
+{
+    struct ln_case *l = ctx;
+    ref_layernorm(l->out.d, l->x.d, l->w.d, l->b.d, l->N, l->C);
+    return dot(l->out.d, l->r.d, l->out.n);
+}
+
+static void ln_forward(struct ln_case *l)
+{
+    ops_cpu_backend()->layernorm_forward(l->out.f, l->mean.f, l->rstd.f, l->x.f, l->w.f, l->b.f,
+                                         l->N, l->C);
+}
+
+static void ln_backward(struct ln_case *l)
+{
+    ops_cpu_backend()->layernorm_backward(l->dx.f, l->dw.f, l->db.f, l->r.f, l->x.f, l->w.f,
+                                          l->mean.f, l->rstd.f, l->N, l->C);
+}
+
+START_TEST(layernorm_forward_matches_reference)
+{
+    struct ln_case l = ln_setup(_i);
+    ln_forward(&l);
+    ref_layernorm(l.out.d, l.x.d, l.w.d, l.b.d, l.N, l.C);
+    check_close("layernorm out", l.out.f, l.out.d, l.out.n, FWD_TOL);
+    for (int i = 0; i < l.N; i++) { /* the saved statistics */
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < l.C; c++)
+            m += l.x.d[i * l.C + c] / l.C;
+        for (int c = 0; c < l.C; c++)
+            v += (l.x.d[i * l.C + c] - m) * (l.x.d[i * l.C + c] - m) / l.C;
+        ck_assert_double_eq_tol(l.mean.f[i], m, FWD_TOL * fabs(m));
+        ck_assert_double_eq_tol(l.rstd.f[i], 1.0 / sqrt(v + 1e-5), FWD_TOL / sqrt(v + 1e-5));
+    }
+    ln_teardown(&l);
+}
+END_TEST
+
+START_TEST(layernorm_backward_matches_finite_differences)
+{
+    struct ln_case l = ln_setup(_i);
+    ln_forward(&l);
+    ln_backward(&l);
+    check_gradient("layernorm dinp", ln_objective, &l, l.x.d, l.dx.f, l.x.n);
+    check_gradient("layernorm dweight", ln_objective, &l, l.w.d, l.dw.f, l.w.n);
+    check_gradient("layernorm dbias", ln_objective, &l, l.b.d, l.db.f, l.b.n);
+    ln_teardown(&l);
+}
+END_TEST
+
+START_TEST(layernorm_backward_accumulates)
+{
+    struct ln_case l = ln_setup(3);
+    struct tensor x1 = tensor_zeros(l.dx.n), w1 = tensor_zeros(l.C), b1 = tensor_zeros(l.C);
+    ln_forward(&l);
+    ln_backward(&l);
+    memcpy(x1.f, l.dx.f, (size_t)x1.n * sizeof(float));
+    memcpy(w1.f, l.dw.f, (size_t)l.C * sizeof(float));
+    memcpy(b1.f, l.db.f, (size_t)l.C * sizeof(float));
+    ln_backward(&l);
+    check_twice("layernorm dinp", x1.f, l.dx.f, x1.n);
+    check_twice("layernorm dweight", w1.f, l.dw.f, l.C);
+    check_twice("layernorm dbias", b1.f, l.db.f, l.C);
+    tensor_free(&x1);
+    tensor_free(&w1);
+    tensor_free(&b1);
+    ln_teardown(&l);
+}
+END_TEST
+
+/* ---- matmul ---- */
+
+static const int MM_SIZES[][3] = {{4, 8, 16}, {3, 5, 7}, {1, 20, 3}, {6, 33, 10}}; /* N C OC */
+
+struct mm_case {
+    int N, C, OC, has_bias;
+    struct tensor x, w, bias, out, r, dx, dw, db;
+};
+
+/* Loop index i: size i / 2, with a bias when i is even. */
+static struct mm_case mm_setup(int i)
+{
+    struct mm_case m = {.N = MM_SIZES[i / 2][0],
+                        .C = MM_SIZES[i / 2][1],
+                        .OC = MM_SIZES[i / 2][2],
+                        .has_bias = i % 2 == 0};
+    m.x = tensor_rand(m.N * m.C, 31, 1.0);
+    m.w = tensor_rand(m.OC * m.C, 32, 0.5);
+    m.bias = tensor_rand(m.OC, 33, 1.0);
+    m.r = tensor_rand(m.N * m.OC, 34, 1.0);
+    m.out = tensor_zeros(m.N * m.OC);
+    m.dx = tensor_zeros(m.x.n);
+    m.dw = tensor_zeros(m.w.n);
+    m.db = tensor_zeros(m.OC);
+    return m;
+}
+
+static void mm_teardown(struct mm_case *m)
+{
+    struct tensor *all[] = {&m->x, &m->w, &m->bias, &m->out, &m->r, &m->dx, &m->dw, &m->db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+}
+
+static double mm_objective(void *ctx)
+{
+    struct mm_case *m = ctx;
+    ref_matmul(m->out.d, m->x.d, m->w.d, m->has_bias ? m->bias.d : NULL, m->N, m->C, m->OC);
+    return dot(m->out.d, m->r.d, m->out.n);
+}
+
+static void mm_backward(struct mm_case *m)
+{
+    ops_cpu_backend()->matmul_backward(m->dx.f, m->dw.f, m->has_bias ? m->db.f : NULL, m->r.f,
+                                       m->x.f, m->w.f, m->N, m->C, m->OC);
+}
+
+START_TEST(matmul_forward_matches_reference)
+{
+    struct mm_case m = mm_setup(_i);
+    for (int i = 0; i < m.out.n; i++) /* garbage that the forward must overwrite */
+        m.out.f[i] = 1e6f;
+    ops_cpu_backend()->matmul_forward(m.out.f, m.x.f, m.w.f, m.has_bias ? m.bias.f : NULL, m.N, m.C,
+                                      m.OC);
+    ref_matmul(m.out.d, m.x.d, m.w.d, m.has_bias ? m.bias.d : NULL, m.N, m.C, m.OC);
+    check_close(m.has_bias ? "matmul out (bias)" : "matmul out (no bias)", m.out.f, m.out.d,
+                m.out.n, FWD_TOL);
+    mm_teardown(&m);
+}
+END_TEST
+
+START_TEST(matmul_backward_matches_finite_differences)
+{
+    struct mm_case m = mm_setup(_i);
+    mm_backward(&m);
+    check_gradient("matmul dinp", mm_objective, &m, m.x.d, m.dx.f, m.x.n);
+    check_gradient("matmul dweight", mm_objective, &m, m.w.d, m.dw.f, m.w.n);
+    if (m.has_bias)
+        check_gradient("matmul dbias", mm_objective, &m, m.bias.d, m.db.f, m.OC);
+    else
+        for (int o = 0; o < m.OC; o++)
+            ck_assert_float_eq(m.db.f[o], 0.0f);
+    mm_teardown(&m);
+}
+END_TEST
+
+START_TEST(matmul_backward_accumulates)
+{
+    struct mm_case m = mm_setup(6);
+    struct tensor x1 = tensor_zeros(m.dx.n), w1 = tensor_zeros(m.dw.n), b1 = tensor_zeros(m.OC);
+    mm_backward(&m);
+    memcpy(x1.f, m.dx.f, (size_t)x1.n * sizeof(float));
+    memcpy(w1.f, m.dw.f, (size_t)w1.n * sizeof(float));
+    memcpy(b1.f, m.db.f, (size_t)m.OC * sizeof(float));
+    mm_backward(&m);
+    check_twice("matmul dinp", x1.f, m.dx.f, x1.n);
+    check_twice("matmul dweight", w1.f, m.dw.f, w1.n);
+    check_twice("matmul dbias", b1.f, m.db.f, m.OC);
+    tensor_free(&x1);
+    tensor_free(&w1);
+    tensor_free(&b1);
+    mm_teardown(&m);
+}
+END_TEST
+
+/* ---- attention ---- */
+
+/* B T C NH: head size 4, T = 1, T past the 64-row query block, head size 5. */
+static const int ATT_SIZES[][4] = {{2, 5, 12, 3}, {1, 1, 6, 2}, {1, 70, 8, 2}, {2, 3, 20, 4}};
+
+struct att_case {
+    int B, T, C, NH;
+    struct tensor qkv, out, att, r, dqkv, scratch;
+};
+
+static struct att_case att_setup(int which)
+{
+    struct att_case a = {.B = ATT_SIZES[which][0],
+                         .T = ATT_SIZES[which][1],
+                         .C = ATT_SIZES[which][2],
+                         .NH = ATT_SIZES[which][3]};
+    int n = a.B * a.T * a.C, nt = a.B * a.NH * a.T * a.T;
+    a.qkv = tensor_rand(3 * n, 41, 1.5); /* logits of a few units: a peaked softmax */
+    a.r = tensor_rand(n, 42, 1.0);
+    a.out = tensor_zeros(n);
+    a.att = tensor_zeros(nt);
+    a.dqkv = tensor_zeros(3 * n);
+    a.scratch = tensor_zeros(nt);
+    return a;
+}
+
+static void att_teardown(struct att_case *a)
+{
+    struct tensor *all[] = {&a->qkv, &a->out, &a->att, &a->r, &a->dqkv, &a->scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+}
+
+static void att_forward(struct att_case *a)
+{
+    ops_cpu_backend()->attention_forward(a->out.f, a->att.f, a->qkv.f, a->B, a->T, a->C, a->NH);
+}
+
+static void att_backward(struct att_case *a)
+{
+    ops_cpu_backend()->attention_backward(a->dqkv.f, a->scratch.f, a->r.f, a->qkv.f, a->att.f, a->B,
+                                          a->T, a->C, a->NH);
+}
+
+static double att_objective(void *ctx)
+{
+    struct att_case *a = ctx;
+    ref_attention(a->out.d, NULL, a->qkv.d, a->B, a->T, a->C, a->NH);
+    return dot(a->out.d, a->r.d, a->out.n);
+}
+
+START_TEST(attention_forward_matches_reference)
+{
+    struct att_case a = att_setup(_i);
+    for (int i = 0; i < a.att.n; i++) /* garbage above the diagonal must be overwritten */
+        a.att.f[i] = NAN;
+    att_forward(&a);
+    ref_attention(a.out.d, a.att.d, a.qkv.d, a.B, a.T, a.C, a.NH);
+    check_close("attention out", a.out.f, a.out.d, a.out.n, FWD_TOL);
+    check_close("attention att", a.att.f, a.att.d, a.att.n, FWD_TOL);
+    for (int r = 0; r < a.B * a.NH * a.T; r++)
+        for (int j = r % a.T + 1; j < a.T; j++)
+            ck_assert_msg(a.att.f[(size_t)r * a.T + j] == 0.0f, "att above the diagonal not 0");
+    att_teardown(&a);
+}
+END_TEST
+
+START_TEST(attention_backward_matches_finite_differences)
+{
+    struct att_case a = att_setup(_i);
+    att_forward(&a);
+    att_backward(&a);
+    check_gradient("attention dqkv", att_objective, &a, a.qkv.d, a.dqkv.f, a.qkv.n);
+    att_teardown(&a);
+}
+END_TEST
+
+START_TEST(attention_backward_accumulates)
+{
+    struct att_case a = att_setup(2);
+    struct tensor g1 = tensor_zeros(a.dqkv.n);
+    att_forward(&a);
+    att_backward(&a);
+    memcpy(g1.f, a.dqkv.f, (size_t)g1.n * sizeof(float));
+    att_backward(&a);
+    check_twice("attention dqkv", g1.f, a.dqkv.f, g1.n);
+    tensor_free(&g1);
+    att_teardown(&a);
+}
+END_TEST
+
+/* Rewriting the key and value of token j leaves the outputs of every
+ * earlier token bit for bit unchanged, and changes token j's own. */
+START_TEST(attention_is_causal)
+{
+    struct att_case a = att_setup(2); /* T = 70: j in the second query block */
+    int T = a.T, C = a.C;
+    att_forward(&a);
+    float *before = malloc((size_t)a.out.n * sizeof *before);
+    ck_assert_ptr_nonnull(before);
+    memcpy(before, a.out.f, (size_t)a.out.n * sizeof(float));
+    for (int j = T - 1; j >= 1; j -= 23) {
+        for (int c = C; c < 3 * C; c++) /* k and v of token j */
+            a.qkv.f[(size_t)j * 3 * C + c] += 0.75f;
+        att_forward(&a);
+        ck_assert_msg(memcmp(before, a.out.f, (size_t)j * C * sizeof(float)) == 0,
+                      "changing token %d's k/v changed an earlier output", j);
+        ck_assert_msg(
+            memcmp(before + (size_t)j * C, a.out.f + (size_t)j * C, (size_t)C * sizeof(float)) != 0,
+            "changing token %d's k/v did not change its own output", j);
+        memcpy(before, a.out.f, (size_t)a.out.n * sizeof(float));
+    }
+    free(before);
+    att_teardown(&a);
+}
+END_TEST
+
+/* ---- gelu and residual ---- */
+
+static const int GELU_SIZES[] = {1, 3, 37};
+
+struct gelu_case {
+    int N;
+    struct tensor x, out, r, dx;
+};
+
+static struct gelu_case gelu_setup(int which)
+{
+    struct gelu_case g = {.N = GELU_SIZES[which]};
+    g.x = tensor_rand(g.N, 51, 4.0);
+    g.r = tensor_rand(g.N, 52, 1.0);
+    g.out = tensor_zeros(g.N);
+    g.dx = tensor_zeros(g.N);
+    return g;
+}
+
+static void gelu_teardown(struct gelu_case *g)
+{
+    tensor_free(&g->x);
+    tensor_free(&g->out);
+    tensor_free(&g->r);
+    tensor_free(&g->dx);
+}
+
+static double gelu_objective(void *ctx)
+{
+    struct gelu_case *g = ctx;
+    double s = 0.0;
+    for (int i = 0; i < g->N; i++)
+        s += ref_gelu(g->x.d[i]) * g->r.d[i];
+    return s;
+}
+
+START_TEST(gelu_forward_matches_reference)
+{
+    struct gelu_case g = gelu_setup(_i);
+    ops_cpu_backend()->gelu_forward(g.out.f, g.x.f, g.N);
+    for (int i = 0; i < g.N; i++)
+        g.out.d[i] = ref_gelu(g.x.d[i]);
+    check_close("gelu out", g.out.f, g.out.d, g.N, FWD_TOL);
+    gelu_teardown(&g);
+}
+END_TEST
+
+/* Elementwise relative accuracy, including the negative tail where
+ * 0.5 x (1 + tanh u) cancels in float (at x = -5.5, 1 + tanh u is 8e-9,
+ * below float's spacing near 1). The double reference itself is good to
+ * 3e-8 there and loses digits below x = -5.5, where the check stops. The
+ * result's sensitivity to rounding in u is |2u| (e^(-2u) amplifies it),
+ * which no float evaluation escapes; the bound allows 3 ulp per unit of
+ * 2 + |2u|. Far out (x = -30) the value must just be a tiny non-positive. */
+START_TEST(gelu_forward_is_accurate_elementwise)
+{
+    enum { N = 2101 };
+    float x[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = -5.5f + 17.5f * (float)i / (N - 1);
+    x[0] = -30.0f;
+    ops_cpu_backend()->gelu_forward(y, x, N);
+    ck_assert_msg(y[0] <= 0.0f && y[0] > -1e-30f, "gelu(-30) = %g", (double)y[0]);
+    for (int i = 1; i < N; i++) {
+        double u = sqrt(2.0 / PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
+        double want = ref_gelu(x[i]), tol = 3.0 * 0x1p-24 * (2.0 + fabs(2.0 * u)) * fabs(want);
+        ck_assert_msg(fabs(y[i] - want) <= tol, "gelu(%.9g) = %.9g, want %.9g", (double)x[i],
+                      (double)y[i], want);
+    }
+}
+END_TEST
+
+START_TEST(gelu_backward_matches_finite_differences)
+{
+    struct gelu_case g = gelu_setup(_i);
+    ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N);
+    check_gradient("gelu dinp", gelu_objective, &g, g.x.d, g.dx.f, g.N);
+    gelu_teardown(&g);
+}
+END_TEST
+
+START_TEST(gelu_backward_accumulates)
+{
+    struct gelu_case g = gelu_setup(2);
+    float g1[37];
+    ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N);
+    memcpy(g1, g.dx.f, sizeof g1);
+    ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N);
+    check_twice("gelu dinp", g1, g.dx.f, g.N);
+    gelu_teardown(&g);
+}
+END_TEST
+
+START_TEST(residual_forward_adds)
+{
+    struct tensor a = tensor_rand(37, 61, 3.0), b = tensor_rand(37, 62, 3.0), o = tensor_zeros(37);
+    ops_cpu_backend()->residual_forward(o.f, a.f, b.f, 37);
+    for (int i = 0; i < 37; i++)
+        ck_assert_float_eq(o.f[i], (float)(a.d[i] + b.d[i]));
+    tensor_free(&a);
+    tensor_free(&b);
+    tensor_free(&o);
+}
+END_TEST
+
+/* ---- cross-entropy ---- */
+
+/* N V: V = 1, and V past the 512-term summation block. */
+static const int XENT_SIZES[][2] = {{3, 11}, {4, 5}, {1, 1}, {2, 700}};
+static const float XENT_DLOSS = 0.37f;
+
+struct xent_case {
+    int N, V;
+    int32_t *tgt;
+    struct tensor logits, probs, losses, dlogits;
+};
+
+static struct xent_case xent_setup(int which)
+{
+    struct xent_case x = {.N = XENT_SIZES[which][0], .V = XENT_SIZES[which][1]};
+    x.tgt = random_ids(x.N, x.V, 71);
+    x.logits = tensor_rand(x.N * x.V, 72, 4.0);
+    for (int i = 0; i < x.logits.n; i++) /* large logits: the max must be subtracted */
+        x.logits.d[i] = x.logits.f[i] += 60.0f;
+    x.probs = tensor_zeros(x.N * x.V);
+    x.losses = tensor_zeros(x.N);
+    x.dlogits = tensor_zeros(x.N * x.V);
+    return x;
+}
+
+static void xent_teardown(struct xent_case *x)
+{
+    free(x->tgt);
+    tensor_free(&x->logits);
+    tensor_free(&x->probs);
+    tensor_free(&x->losses);
+    tensor_free(&x->dlogits);
+}
+
+static void xent_forward(struct xent_case *x)
+{
+    ops_cpu_backend()->crossentropy_forward(x->losses.f, x->probs.f, x->logits.f, x->tgt, x->N,
+                                            x->V);
+}
+
+static void xent_backward(struct xent_case *x)
+{
+    ops_cpu_backend()->crossentropy_backward(x->dlogits.f, x->probs.f, x->tgt, XENT_DLOSS, x->N,
+                                             x->V);
+}
+
+/* L = dloss * sum of the losses: the backward's scalar dloss is R. */
+static double xent_objective(void *ctx)
+{
+    struct xent_case *x = ctx;
+    return XENT_DLOSS * ref_crossentropy(x->losses.d, NULL, x->logits.d, x->tgt, x->N, x->V);
+}
+
+START_TEST(crossentropy_forward_matches_reference)
+{
+    struct xent_case x = xent_setup(_i);
+    xent_forward(&x);
+    ref_crossentropy(x.losses.d, x.probs.d, x.logits.d, x.tgt, x.N, x.V);
+    check_close("crossentropy probs", x.probs.f, x.probs.d, x.probs.n, FWD_TOL);
+    for (int i = 0; i < x.N; i++) /* losses may be near 0: absolute on an O(1) scale */
+        ck_assert_double_eq_tol(x.losses.f[i], x.losses.d[i], FWD_TOL * fmax(1.0, x.losses.d[i]));
+    xent_teardown(&x);
+}
+END_TEST
+
+START_TEST(crossentropy_backward_matches_finite_differences)
+{
+    struct xent_case x = xent_setup(_i == 2 ? 0 : _i); /* V = 1 has no gradient to check */
+    xent_forward(&x);
+    xent_backward(&x);
+    check_gradient("crossentropy dlogits", xent_objective, &x, x.logits.d, x.dlogits.f, x.logits.n);
+    xent_teardown(&x);
+}
+END_TEST
+
+START_TEST(crossentropy_backward_accumulates)
+{
+    struct xent_case x = xent_setup(0);
+    float g1[33];
+    xent_forward(&x);
+    xent_backward(&x);
+    memcpy(g1, x.dlogits.f, sizeof g1);
+    xent_backward(&x);
+    check_twice("crossentropy dlogits", g1, x.dlogits.f, x.N * x.V);
+    xent_teardown(&x);
+}
+END_TEST
+
+/* A target whose probability underflows float still gets its exact loss
+ * (the log-sum-exp), not -log(0). */
+START_TEST(crossentropy_loss_survives_underflow)
+{
+    float logits[4] = {100.0f, -100.0f, 99.0f, 0.0f}, probs[4], loss;
+    int32_t target = 1;
+    ops_cpu_backend()->crossentropy_forward(&loss, probs, logits, &target, 1, 4);
+    double want = log(1.0 + exp(-1.0) + exp(-100.0)) + 200.0;
+    ck_assert_double_eq_tol(loss, want, 1e-5 * want);
+    ck_assert_double_eq_tol(probs[0] + probs[2], 1.0, 1e-6);
+}
+END_TEST
+
+/* ---- backend-wide ---- */
+
+START_TEST(backend_table_is_complete)
+{
+    const struct ops_backend *b = ops_cpu_backend();
+    ck_assert_ptr_nonnull(b);
+    ck_assert_str_eq(b->name, "cpu");
+    ck_assert(b->encoder_forward && b->encoder_backward && b->layernorm_forward &&
+              b->layernorm_backward && b->matmul_forward && b->matmul_backward &&
+              b->attention_forward && b->attention_backward && b->gelu_forward &&
+              b->gelu_backward && b->residual_forward && b->crossentropy_forward &&
+              b->crossentropy_backward);
+}
+END_TEST
+
+/* The multi-threaded paths (column-split parameter gradients, parallel
+ * rows) agree with the single-threaded ones. */
+START_TEST(results_do_not_depend_on_thread_count)
+{
+    float out[2][3]
+             [70 * 3 * 8]; /* [threads - 1][tensor][...]: sizes of LN_SIZES[3], ATT_SIZES[2] */
+    for (int t = 0; t < 2; t++) {
+        ops_cpu_set_threads(t + 1);
+        struct ln_case l = ln_setup(3);
+        ln_forward(&l);
+        ln_backward(&l);
+        memcpy(out[t][0], l.dx.f, (size_t)l.dx.n * sizeof(float));
+        memcpy(out[t][0] + l.dx.n, l.dw.f, (size_t)l.C * sizeof(float));
+        memcpy(out[t][1], l.db.f, (size_t)l.C * sizeof(float));
+        ln_teardown(&l);
+        struct att_case a = att_setup(2);
+        att_forward(&a);
+        att_backward(&a);
+        memcpy(out[t][2], a.dqkv.f, (size_t)a.dqkv.n * sizeof(float));
+        att_teardown(&a);
+    }
+    ops_cpu_set_threads(1);
+    double *want = malloc(sizeof out[0] / sizeof(float) * sizeof(double));
+    ck_assert_ptr_nonnull(want);
+    int n[3] = {5 * 33 + 33, 33, 70 * 3 * 8};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < n[k]; i++)
+            want[i] = out[0][k][i];
+        check_close("two threads vs one", out[1][k], want, n[k], 1e-6);
+    }
+    free(want);
+}
+END_TEST
+
+static TCase *tcase(Suite *s, const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 60); /* the sanitizer build is ~10x slower */
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+#define NSIZES(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+int main(void)
+{
+    Suite *s = suite_create("ops");
+    TCase *tc = tcase(s, "encoder");
+    tcase_add_loop_test(tc, encoder_forward_matches_reference, 0, NSIZES(ENC_SIZES));
+    tcase_add_loop_test(tc, encoder_backward_matches_finite_differences, 0, NSIZES(ENC_SIZES));
+    tcase_add_test(tc, encoder_backward_accumulates);
+    tc = tcase(s, "layernorm");
+    tcase_add_loop_test(tc, layernorm_forward_matches_reference, 0, NSIZES(LN_SIZES));
+    tcase_add_loop_test(tc, layernorm_backward_matches_finite_differences, 0, NSIZES(LN_SIZES));
+    tcase_add_test(tc, layernorm_backward_accumulates);
+    tc = tcase(s, "matmul");
+    tcase_add_loop_test(tc, matmul_forward_matches_reference, 0, 2 * NSIZES(MM_SIZES));
+    tcase_add_loop_test(tc, matmul_backward_matches_finite_differences, 0, 2 * NSIZES(MM_SIZES));
+    tcase_add_test(tc, matmul_backward_accumulates);
+    tc = tcase(s, "attention");
+    tcase_add_loop_test(tc, attention_forward_matches_reference, 0, NSIZES(ATT_SIZES));
+    tcase_add_loop_test(tc, attention_backward_matches_finite_differences, 0, NSIZES(ATT_SIZES));
+    tcase_add_test(tc, attention_backward_accumulates);
+    tcase_add_test(tc, attention_is_causal);
+    tc = tcase(s, "gelu");
+    tcase_add_loop_test(tc, gelu_forward_matches_reference, 0, NSIZES(GELU_SIZES));
+    tcase_add_test(tc, gelu_forward_is_accurate_elementwise);
+    tcase_add_loop_test(tc, gelu_backward_matches_finite_differences, 0, NSIZES(GELU_SIZES));
+    tcase_add_test(tc, gelu_backward_accumulates);
+    tcase_add_test(tc, residual_forward_adds);
+    tc = tcase(s, "crossentropy");
+    tcase_add_loop_test(tc, crossentropy_forward_matches_reference, 0, NSIZES(XENT_SIZES));
+    tcase_add_loop_test(tc, crossentropy_backward_matches_finite_differences, 0,
+                        NSIZES(XENT_SIZES));
+    tcase_add_test(tc, crossentropy_backward_accumulates);
+    tcase_add_test(tc, crossentropy_loss_survives_underflow);
+    tc = tcase(s, "backend");
+    tcase_add_test(tc, backend_table_is_complete);
+    tcase_add_test(tc, results_do_not_depend_on_thread_count);
+    return testutil_run_suite(s, 0);
+}

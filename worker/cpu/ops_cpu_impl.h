@@ -1,0 +1,87 @@
+/* worker/cpu/ops_cpu_impl.h — for worker/cpu/ only: the CPU ops behind
+ * ops_cpu_backend() and the vectorisable exponential they share.
+ *
+ * Every function here has the semantics of the `struct ops_backend` member of
+ * the same stem in worker/ops.h (forward overwrites, backward accumulates);
+ * ops_cpu.c only puts them in the table. Matrix products go to OpenBLAS and
+ * run on its threads; row loops run on OpenMP threads. Both counts are set by
+ * ops_cpu_set_threads().
+ *
+ * Why a private exp: the softmaxes (attention and the vocabulary-wide
+ * cross-entropy) and GELU evaluate hundreds of exponentials per weight
+ * element, and libm's expf/tanhf are scalar calls that cost 5 to 16 ns each,
+ * which made GELU alone slower than the matrix product feeding it. cpu_expf
+ * is branch-free so that GCC vectorises the loops calling it under
+ * `#pragma omp simd` without -ffast-math.
+ */
+#ifndef ZT_WORKER_CPU_OPS_CPU_IMPL_H
+#define ZT_WORKER_CPU_OPS_CPU_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                         int B, int T, int C);
+void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
+                          int T, int C);
+
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C);
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C);
+
+void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                        int C, int OC);
+void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC);
+
+void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                            const float *att, int B, int T, int C, int NH);
+
+void cpu_gelu_forward(float *out, const float *inp, int N);
+void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
+void cpu_residual_forward(float *out, const float *a, const float *b, int N);
+
+void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
+                              const int32_t *targets, int N, int V);
+void cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                               float dloss, int N, int V);
+
+union cpu_fbits {
+    int32_t i;
+    float f;
+};
+
+/* e^x in float, within 2 ulp of the exact value for x in [-87, 88]; below
+ * that range it returns e^-87 (about 1.6e-38, so softmax tails stay
+ * harmlessly tiny), above it e^88; NaN stays NaN. Cody-Waite reduction
+ * x = n ln2 + r with |r| <= ln2/2, Cephes' degree-7 minimax polynomial for
+ * e^r, and 2^n assembled in the exponent bits. The clamp is a bitwise select
+ * rather than `x < lo ? lo : x`: with the branch, GCC's partial-redundancy
+ * pass specialises the rest of the function for the constant and the loop is
+ * no longer if-convertible, so it would not vectorise. */
+static inline float cpu_expf(float x)
+{
+    const union cpu_fbits lo = {.f = -87.0f}, hi = {.f = 88.0f};
+    union cpu_fbits u = {.f = x}, s;
+    int32_t below = -(int32_t)(x < lo.f), above = -(int32_t)(x > hi.f);
+    u.i = (u.i & ~(below | above)) | (lo.i & below) | (hi.i & above);
+    x = u.f;
+    /* Adding and removing 1.5 * 2^23 rounds to the nearest integer. */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f; /* ln2 split so n*hi is exact */
+    r = r - n * 1.428606765330187045e-6f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    s.i = ((int32_t)n + 127) * (1 << 23);
+    return p * s.f;
+}
+
+#endif

@@ -1,0 +1,454 @@
+/* worker/model.c — GPT-2 forward and backward over borrowed parameter units.
+ *
+ * Activations are one allocation carved by `act_layout`; the backward needs
+ * only the running residual gradient and per-layer scratch reused by every
+ * layer (zeroed before each use, since ops accumulate), so its memory does
+ * not grow with depth. The logits buffer is reused for their gradient once
+ * the loss is known: the softmax probabilities are all the backward needs.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/clock.h"
+#include "../common/rng.h"
+
+static const char *const profile_names[] = {
+#define GPT2_PROFILE_NAME(id, name) name,
+    GPT2_PROFILE_CATEGORIES(GPT2_PROFILE_NAME)
+#undef GPT2_PROFILE_NAME
+};
+
+const char *gpt2_profile_name(enum gpt2_profile_category c)
+{
+    return profile_names[c];
+}
+
+/* ---- parameter table ---------------------------------------------------- */
+
+struct tensor_spec {
+    const char *suffix;
+    int rows_mul, cols_mul; /* multiples of C (0: literal 1) */
+};
+
+/* Per-block tensors in their flat order; rows/cols are multiples of C. */
+static const struct tensor_spec block_specs[] = {
+    {"ln_1.weight", 1, 0},    {"ln_1.bias", 1, 0},     {"attn.qkv.weight", 3, 1},
+    {"attn.qkv.bias", 3, 0},  {"attn.proj.weight", 1, 1}, {"attn.proj.bias", 1, 0},
+    {"ln_2.weight", 1, 0},    {"ln_2.bias", 1, 0},     {"mlp.fc.weight", 4, 1},
+    {"mlp.fc.bias", 4, 0},    {"mlp.proj.weight", 1, 4}, {"mlp.proj.bias", 1, 0},
+};
+#define N_BLOCK_TENSORS ((int)(sizeof block_specs / sizeof block_specs[0]))
+
+/* Index of tensor k of block l in the table (after wte, wpe). */
+static int block_tensor(int l, int k)
+{
+    return 2 + l * N_BLOCK_TENSORS + k;
+}
+
+enum { T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_PROJW, T_PROJB, T_LN2W, T_LN2B, T_FCW, T_FCB, T_FCPW, T_FCPB };
+
+static void add_tensor(struct param_table *t, const char *name, int rows, int cols, int unit,
+                       size_t *offset)
+{
+    struct param_tensor *p = &t->tensors[t->n_tensors++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rows = rows;
+    p->cols = cols;
+    p->numel = (size_t)rows * (size_t)cols;
+    p->offset = *offset;
+    p->unit = unit;
+    p->decay = cols > 1;
+    *offset += p->numel;
+}
+
+zt_status param_table_build(const struct gpt2_config *cfg, struct param_table *out)
+{
+    const int L = cfg->n_layer, C = cfg->n_embd;
+    memset(out, 0, sizeof *out);
+    out->cfg = *cfg;
+    out->n_units = L + 2;
+    out->tensors = calloc((size_t)(2 + L * N_BLOCK_TENSORS + 2), sizeof *out->tensors);
+    out->unit_offset = calloc((size_t)out->n_units + 1, sizeof *out->unit_offset);
+    if (!out->tensors || !out->unit_offset) {
+        param_table_free(out);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the parameter table");
+    }
+    size_t off = 0;
+    add_tensor(out, "wte.weight", cfg->vocab_size, C, 0, &off);
+    add_tensor(out, "wpe.weight", cfg->block_size, C, 0, &off);
+    for (int l = 0; l < L; l++) {
+        out->unit_offset[1 + l] = off;
+        for (int k = 0; k < N_BLOCK_TENSORS; k++) {
+            const struct tensor_spec *s = &block_specs[k];
+            char name[48];
+            snprintf(name, sizeof name, "h.%d.%s", l, s->suffix);
+            add_tensor(out, name, s->rows_mul * C, s->cols_mul ? s->cols_mul * C : 1, 1 + l, &off);
+        }
+    }
+    out->unit_offset[L + 1] = off;
+    add_tensor(out, "ln_f.weight", C, 1, L + 1, &off);
+    add_tensor(out, "ln_f.bias", C, 1, L + 1, &off);
+    out->unit_offset[L + 2] = off;
+    out->n_params = off;
+    return ZT_OK;
+}
+
+void param_table_free(struct param_table *t)
+{
+    free(t->tensors);
+    free(t->unit_offset);
+    memset(t, 0, sizeof *t);
+}
+
+static int is_residual_projection(const char *name)
+{
+    size_t n = strlen(name);
+    return (n > 16 && strcmp(name + n - 16, "attn.proj.weight") == 0) ||
+           (n > 15 && strcmp(name + n - 15, "mlp.proj.weight") == 0);
+}
+
+static int is_layernorm_weight(const char *name)
+{
+    return strstr(name, "ln_") && strstr(name, ".weight");
+}
+
+void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                      float *dst)
+{
+    const uint64_t key = rng_key(seed, "init");
+    const double std = 0.02, residual_std = 0.02 / sqrt(2.0 * t->cfg.n_layer);
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *p = &t->tensors[k];
+        size_t lo = p->offset > begin ? p->offset : begin;
+        size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+        if (lo >= hi)
+            continue;
+        if (p->cols == 1) {
+            float v = is_layernorm_weight(p->name) ? 1.0f : 0.0f;
+            for (size_t i = lo; i < hi; i++)
+                dst[i - begin] = v;
+        } else {
+            double s = is_residual_projection(p->name) ? residual_std : std;
+            for (size_t i = lo; i < hi; i++)
+                dst[i - begin] = (float)(s * rng_normal(key, i));
+        }
+    }
+}
+
+double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
+{
+    const double C = cfg->n_embd, L = cfg->n_layer;
+    double matmul_params = L * 12.0 * C * C + (double)cfg->vocab_size * C; /* blocks + head */
+    return 6.0 * matmul_params + 12.0 * L * T * C;
+}
+
+/* Adds the time of `call` to the profile's category when profiling. */
+#define TIMED(m, category, call)                                                                   \
+    do {                                                                                           \
+        double timed_t0_ = (m)->profile ? zt_now_seconds() : 0.0;                                  \
+        call;                                                                                      \
+        if ((m)->profile)                                                                          \
+            (m)->profile->seconds[category] += zt_now_seconds() - timed_t0_;                       \
+    } while (0)
+
+/* ---- activation layout ---------------------------------------------------- */
+
+/* Offsets (in floats) of every activation inside the one allocation. */
+struct act_layout {
+    size_t encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses;
+    size_t layer0, layer_stride; /* per-layer block below */
+    size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
+        res3; /* offsets inside a layer block */
+    size_t total;
+};
+
+static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T)
+{
+    const size_t BT = (size_t)B * T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
+    struct act_layout a;
+    size_t o = 0;
+    a.ln1 = o, o += BT * C;
+    a.ln1_mean = o, o += BT;
+    a.ln1_rstd = o, o += BT;
+    a.qkv = o, o += BT * 3 * C;
+    a.atty = o, o += BT * C;
+    a.att = o, o += (size_t)B * NH * T * T;
+    a.res2 = o, o += BT * C;
+    a.ln2 = o, o += BT * C;
+    a.ln2_mean = o, o += BT;
+    a.ln2_rstd = o, o += BT;
+    a.fch = o, o += BT * 4 * C;
+    a.fch_gelu = o, o += BT * 4 * C;
+    a.res3 = o, o += BT * C;
+    a.layer_stride = o;
+
+    o = 0;
+    a.encoded = o, o += BT * C;
+    a.layer0 = o, o += a.layer_stride * (size_t)c->n_layer;
+    a.lnf = o, o += BT * C;
+    a.lnf_mean = o, o += BT;
+    a.lnf_rstd = o, o += BT;
+    a.logits = o, o += BT * V;
+    a.probs = o, o += BT * V;
+    a.losses = o, o += BT;
+    a.total = o;
+    return a;
+}
+
+/* Backward scratch, reused by every layer. */
+struct scratch_layout {
+    size_t dres, dln, datty, dqkv, datt, dfch, dfch_gelu, total;
+};
+
+static struct scratch_layout scratch_layout_of(const struct gpt2_config *c, int B, int T)
+{
+    const size_t BT = (size_t)B * T, C = c->n_embd;
+    struct scratch_layout s;
+    size_t o = 0;
+    s.dres = o, o += BT * C;
+    s.dln = o, o += BT * C;
+    s.datty = o, o += BT * C;
+    s.dqkv = o, o += BT * 3 * C;
+    s.datt = o, o += (size_t)B * c->n_head * T * T;
+    s.dfch = o, o += BT * 4 * C;
+    s.dfch_gelu = o, o += BT * 4 * C;
+    s.total = o;
+    return s;
+}
+
+zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops,
+                      struct device *dev, int B, int T, struct gpt2 *out)
+{
+    memset(out, 0, sizeof *out);
+    out->table = t;
+    out->ops = ops;
+    out->dev = dev;
+    out->B = B;
+    out->T = T;
+    out->act_bytes = act_layout_of(&t->cfg, B, T).total * sizeof(float);
+    out->scratch_bytes = scratch_layout_of(&t->cfg, B, T).total * sizeof(float);
+    const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
+    zt_status s;
+    void *p;
+    if ((s = device_alloc(dev, LEDGER_ACTIVATIONS, out->act_bytes, "activations", &p)) != ZT_OK)
+        goto fail;
+    out->acts = p;
+    out->n_allocated = 1;
+    if ((s = device_alloc(dev, LEDGER_WORKSPACE, out->scratch_bytes, "backward scratch", &p)) !=
+        ZT_OK)
+        goto fail;
+    out->scratch = p;
+    out->n_allocated = 2;
+    if ((s = device_alloc(dev, LEDGER_ACTIVATIONS, 2 * tok_bytes, "token batch", &p)) != ZT_OK)
+        goto fail;
+    out->inputs = p;
+    out->targets = p ? out->inputs + (size_t)B * T : NULL;
+    out->n_allocated = 3;
+    return ZT_OK;
+fail:
+    gpt2_destroy(out);
+    return s;
+}
+
+void gpt2_destroy(struct gpt2 *m)
+{
+    const size_t tok_bytes = (size_t)m->B * m->T * sizeof(int32_t);
+    if (m->n_allocated >= 3)
+        device_free(m->dev, LEDGER_ACTIVATIONS, 2 * tok_bytes, m->inputs);
+    if (m->n_allocated >= 2)
+        device_free(m->dev, LEDGER_WORKSPACE, m->scratch_bytes, m->scratch);
+    if (m->n_allocated >= 1)
+        device_free(m->dev, LEDGER_ACTIVATIONS, m->act_bytes, m->acts);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- forward -------------------------------------------------------------- */
+
+/* Pointer to tensor k of the table inside a unit's borrowed base. */
+static const float *tensor_in(const struct param_table *t, int k, const float *unit_base)
+{
+    const struct param_tensor *p = &t->tensors[k];
+    return unit_base + (p->offset - t->unit_offset[p->unit]);
+}
+
+static float *grad_in(const struct param_table *t, int k, float *unit_base)
+{
+    const struct param_tensor *p = &t->tensors[k];
+    return unit_base + (p->offset - t->unit_offset[p->unit]);
+}
+
+static void block_forward(struct gpt2 *m, int l, const float *w, const float *x, float *layer)
+{
+    const struct param_table *t = m->table;
+    const struct ops_backend *ops = m->ops;
+    const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T);
+    const int BT = m->B * m->T, C = t->cfg.n_embd, NH = t->cfg.n_head;
+#define P(k) tensor_in(t, block_tensor(l, k), w)
+    TIMED(m, PROF_LAYERNORM, ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x, P(T_LN1W),
+                           P(T_LN1B), BT, C));
+    TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
+    TIMED(m, PROF_ATTENTION, ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->B, m->T, C, NH));
+    /* attn projection output is staged in res2 then the residual added in place */
+    TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
+    TIMED(m, PROF_RESIDUAL, ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
+    TIMED(m, PROF_LAYERNORM, ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd, layer + a.res2,
+                           P(T_LN2W), P(T_LN2B), BT, C));
+    TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
+    TIMED(m, PROF_GELU, ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
+    TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.res3, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
+    TIMED(m, PROF_RESIDUAL, ops->residual_forward(layer + a.res3, layer + a.res3, layer + a.res2, BT * C));
+#undef P
+}
+
+zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const int32_t *inputs,
+                       const int32_t *targets)
+{
+    const struct param_table *t = m->table;
+    const struct gpt2_config *c = &t->cfg;
+    const struct act_layout a = act_layout_of(c, m->B, m->T);
+    const int B = m->B, T = m->T, BT = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
+    const size_t tok_bytes = (size_t)BT * sizeof(int32_t);
+    float *acts = m->acts;
+    const float *w;
+
+    ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
+    ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
+
+    ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+    TIMED(m, PROF_ENCODER, m->ops->encoder_forward(acts + a.encoded, m->inputs, tensor_in(t, 0, w), tensor_in(t, 1, w), B,
+                            T, C));
+    ZT_TRY(h->params_release(h->ctx, 0));
+
+    const float *x = acts + a.encoded;
+    for (int l = 0; l < L; l++) {
+        float *layer = acts + a.layer0 + (size_t)l * a.layer_stride;
+        ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
+        block_forward(m, l, w, x, layer);
+        ZT_TRY(h->params_release(h->ctx, 1 + l));
+        x = layer + a.res3;
+    }
+
+    const int k_lnf = 2 + L * N_BLOCK_TENSORS;
+    ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
+    TIMED(m, PROF_LAYERNORM, m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
+                              tensor_in(t, k_lnf, w), tensor_in(t, k_lnf + 1, w), BT, C));
+    ZT_TRY(h->params_release(h->ctx, L + 1));
+
+    ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+    TIMED(m, PROF_MATMUL, m->ops->matmul_forward(acts + a.logits, acts + a.lnf, tensor_in(t, 0, w), NULL, BT, C, V));
+    ZT_TRY(h->params_release(h->ctx, 0));
+    TIMED(m, PROF_CROSSENTROPY, m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits, m->targets, BT,
+                                 V));
+
+    float *losses = malloc(tok_bytes);
+    if (!losses)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the loss readback");
+    zt_status s = m->dev->ops->copy_to_host(losses, acts + a.losses, (size_t)BT * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++)
+        sum += losses[i];
+    free(losses);
+    ZT_TRY(s);
+    /* A non-finite loss is not an error here: it reaches every rank through
+     * the gradient reduction, where all ranks detect it at the same point. */
+    m->mean_loss = (float)(sum / BT);
+    return ZT_OK;
+}
+
+/* ---- backward ------------------------------------------------------------- */
+
+static void zero(struct gpt2 *m, float *p, size_t n)
+{
+    TIMED(m, PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
+}
+
+static void block_backward(struct gpt2 *m, int l, const float *w, float *g, const float *x,
+                           const float *layer)
+{
+    const struct param_table *t = m->table;
+    const struct ops_backend *ops = m->ops;
+    const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T);
+    const struct scratch_layout s = scratch_layout_of(&t->cfg, m->B, m->T);
+    const int B = m->B, T = m->T, BT = B * T, C = t->cfg.n_embd, NH = t->cfg.n_head;
+    float *sc = m->scratch, *dres = sc + s.dres;
+#define P(k) tensor_in(t, block_tensor(l, k), w)
+#define G(k) grad_in(t, block_tensor(l, k), g)
+    /* dres holds d loss / d res3 on entry and d loss / d x on exit. */
+    zero(m, sc + s.dfch_gelu, (size_t)BT * 4 * C);
+    TIMED(m, PROF_MATMUL, ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres, layer + a.fch_gelu,
+                         P(T_FCPW), BT, 4 * C, C));
+    zero(m, sc + s.dfch, (size_t)BT * 4 * C);
+    TIMED(m, PROF_GELU, ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
+    zero(m, sc + s.dln, (size_t)BT * C);
+    TIMED(m, PROF_MATMUL, ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2, P(T_FCW), BT,
+                         C, 4 * C));
+    TIMED(m, PROF_LAYERNORM, ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2, P(T_LN2W),
+                            layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
+    zero(m, sc + s.datty, (size_t)BT * C);
+    TIMED(m, PROF_MATMUL, ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty, P(T_PROJW),
+                         BT, C, C));
+    zero(m, sc + s.dqkv, (size_t)BT * 3 * C);
+    TIMED(m, PROF_ATTENTION, ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv, layer + a.att,
+                            B, T, C, NH));
+    zero(m, sc + s.dln, (size_t)BT * C);
+    TIMED(m, PROF_MATMUL, ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1, P(T_QKVW),
+                         BT, C, 3 * C));
+    TIMED(m, PROF_LAYERNORM, ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
+                            layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
+#undef P
+#undef G
+}
+
+zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float grad_scale)
+{
+    const struct param_table *t = m->table;
+    const struct gpt2_config *c = &t->cfg;
+    const struct act_layout a = act_layout_of(c, m->B, m->T);
+    const struct scratch_layout s = scratch_layout_of(c, m->B, m->T);
+    const int B = m->B, T = m->T, BT = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
+    const int k_lnf = 2 + L * N_BLOCK_TENSORS;
+    float *acts = m->acts, *sc = m->scratch, *dres = sc + s.dres;
+    const float *w;
+    float *g, *g0;
+
+    /* The head: logits are no longer needed, their buffer takes dlogits. */
+    float *dlogits = acts + a.logits;
+    zero(m, dlogits, (size_t)BT * V);
+    TIMED(m, PROF_CROSSENTROPY, m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets, grad_scale / (float)BT, BT,
+                                  V));
+    ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+    ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
+    zero(m, sc + s.dln, (size_t)BT * C);
+    TIMED(m, PROF_MATMUL, m->ops->matmul_backward(sc + s.dln, grad_in(t, 0, g0), NULL, dlogits, acts + a.lnf,
+                            tensor_in(t, 0, w), BT, C, V));
+    ZT_TRY(h->params_release(h->ctx, 0));
+
+    const float *x_last = L > 0 ? acts + a.layer0 + (size_t)(L - 1) * a.layer_stride + a.res3
+                                : acts + a.encoded;
+    ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
+    ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
+    zero(m, dres, (size_t)BT * C);
+    TIMED(m, PROF_LAYERNORM, m->ops->layernorm_backward(dres, grad_in(t, k_lnf, g), grad_in(t, k_lnf + 1, g), sc + s.dln,
+                               x_last, tensor_in(t, k_lnf, w), acts + a.lnf_mean,
+                               acts + a.lnf_rstd, BT, C));
+    ZT_TRY(h->params_release(h->ctx, L + 1));
+    ZT_TRY(h->grads_done(h->ctx, L + 1));
+
+    for (int l = L - 1; l >= 0; l--) {
+        const float *layer = acts + a.layer0 + (size_t)l * a.layer_stride;
+        const float *x = l > 0 ? layer - a.layer_stride + a.res3 : acts + a.encoded;
+        ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
+        ZT_TRY(h->grads_acquire(h->ctx, 1 + l, &g));
+        block_backward(m, l, w, g, x, layer);
+        ZT_TRY(h->params_release(h->ctx, 1 + l));
+        ZT_TRY(h->grads_done(h->ctx, 1 + l));
+    }
+
+    TIMED(m, PROF_ENCODER, m->ops->encoder_backward(grad_in(t, 0, g0), grad_in(t, 1, g0), dres, m->inputs, B, T, C));
+    ZT_TRY(h->grads_done(h->ctx, 0));
+    return ZT_OK;
+}

@@ -1,0 +1,141 @@
+/* worker/model.h — the GPT-2 model: parameter table, initialisation,
+ * activations, forward and backward.
+ *
+ * Parameters live in one flat fp32 space described by a table of tensors
+ * (name, shape, offset). The space is cut into units, each one contiguous
+ * range, that ZeRO gathers one at a time:
+ *   unit 0          wte [V,C], wpe [block_size,C]   (embeddings; wte is also
+ *                                                   the tied LM head)
+ *   unit 1..L       block l-1: ln_1.{weight,bias}, attn.qkv.{weight [3C,C],
+ *                   bias}, attn.proj.{weight [C,C], bias}, ln_2.{weight,bias},
+ *                   mlp.fc.{weight [4C,C], bias}, mlp.proj.{weight [C,4C], bias}
+ *   unit L+1        lnf.{weight,bias}
+ * Matrices are [out, in] row-major (nn.Linear layout).
+ *
+ * The model does not own parameters or gradients: whoever shards them (the
+ * ZeRO engine in shard/) lends them unit by unit through `struct
+ * gpt2_unit_hooks`. Forward visits units 0, 1..L, L+1, 0 (the tied head);
+ * backward visits 0 (head), L+1, L..1, 0 (embeddings). The model owns its
+ * activations and backward scratch, allocated on its device and counted
+ * under `activations` and `workspace`.
+ */
+#ifndef ZT_WORKER_MODEL_H
+#define ZT_WORKER_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "device.h"
+#include "ops.h"
+
+struct gpt2_config {
+    int vocab_size, block_size, n_layer, n_head, n_embd;
+};
+
+struct param_tensor {
+    char name[48]; /* "h.3.attn.qkv.weight" */
+    int rows, cols; /* cols == 1 for vectors */
+    size_t offset, numel;
+    int unit;
+    int decay; /* 1 for 2-D tensors (weight decay applies) */
+};
+
+struct param_table {
+    struct gpt2_config cfg;
+    int n_tensors;
+    struct param_tensor *tensors; /* owned */
+    int n_units;
+    size_t *unit_offset; /* owned, n_units + 1 entries; unit u is [off[u], off[u+1]) */
+    size_t n_params;
+};
+
+/* Builds the table for `cfg` (assumed validated). Errors: ZT_ERR_NOMEM. */
+zt_status param_table_build(const struct gpt2_config *cfg, struct param_table *out);
+void param_table_free(struct param_table *t);
+static inline size_t param_table_unit_size(const struct param_table *t, int unit)
+{
+    return t->unit_offset[unit + 1] - t->unit_offset[unit];
+}
+
+/* Writes GPT-2's initial values of flat elements [begin, end) into dst[0..end-begin):
+ * weights normal(0, 0.02), residual output projections (attn.proj,
+ * mlp.proj) normal(0, 0.02/sqrt(2 L)), biases 0, LayerNorm weights 1. Element
+ * i is drawn from counter i of rng_key(seed, "init"), so any shard of the
+ * space gets the same values whatever the sharding. */
+void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                      float *dst);
+
+/* Model FLOPs per token of one training step (forward + backward):
+ * 6 * (parameters in matmuls and the head) + 12 * L * T * C (attention), the
+ * PaLM appendix B count. */
+double gpt2_flops_per_token(const struct gpt2_config *cfg, int T);
+
+/* How the model borrows parameters and gradients, one unit at a time. The
+ * pointers returned point at the unit's first element; they stay valid
+ * until the matching release (params) or grads_done (grads). */
+struct gpt2_unit_hooks {
+    void *ctx;
+    zt_status (*params_acquire)(void *ctx, int unit, const float **params);
+    zt_status (*params_release)(void *ctx, int unit);
+    /* The unit's gradient buffer; the backward ACCUMULATES into it. */
+    zt_status (*grads_acquire)(void *ctx, int unit, float **grads);
+    /* The unit's gradients of this micro step are complete. */
+    zt_status (*grads_done)(void *ctx, int unit);
+};
+
+/* Where a step's compute time goes, when profiling is on. */
+#define GPT2_PROFILE_CATEGORIES(X)                                                                 \
+    X(PROF_MATMUL, "matmul")                                                                       \
+    X(PROF_ATTENTION, "attention")                                                                 \
+    X(PROF_LAYERNORM, "layernorm")                                                                 \
+    X(PROF_GELU, "gelu")                                                                           \
+    X(PROF_CROSSENTROPY, "crossentropy")                                                           \
+    X(PROF_ENCODER, "encoder")                                                                     \
+    X(PROF_RESIDUAL, "residual")                                                                   \
+    X(PROF_ZERO, "zeroing")
+
+enum gpt2_profile_category {
+#define GPT2_PROFILE_ENUM(id, name) id,
+    GPT2_PROFILE_CATEGORIES(GPT2_PROFILE_ENUM)
+#undef GPT2_PROFILE_ENUM
+        PROF_CATEGORY_COUNT
+};
+
+struct gpt2_profile {
+    double seconds[PROF_CATEGORY_COUNT];
+};
+
+/* Name of a profile category ("matmul"). */
+const char *gpt2_profile_name(enum gpt2_profile_category c);
+
+struct gpt2 {
+    const struct param_table *table; /* not owned */
+    const struct ops_backend *ops;
+    struct device *dev; /* not owned */
+    int B, T;
+    size_t act_bytes, scratch_bytes;
+    float *acts; /* owned: all forward activations, one allocation */
+    float *scratch; /* owned: backward scratch, one allocation */
+    int32_t *inputs, *targets; /* owned device copies of the batch */
+    float mean_loss; /* of the last forward with targets */
+    struct gpt2_profile *profile; /* not owned; NULL: no timing */
+    int n_allocated; /* how many of acts, scratch, inputs exist (for destroy) */
+};
+
+/* Allocates activations for micro batch B x T on `dev`. With a plan-only
+ * ledger nothing is allocated but everything is counted. Errors:
+ * ZT_ERR_NOMEM. */
+zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops,
+                      struct device *dev, int B, int T, struct gpt2 *out);
+void gpt2_destroy(struct gpt2 *m);
+
+/* Forward over host arrays inputs/targets[B*T]; sets m->mean_loss. */
+zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const int32_t *inputs,
+                       const int32_t *targets);
+/* Backward of the last forward. Accumulates d(loss * grad_scale)/dparams
+ * into the hooks' gradient buffers (grad_scale = 1/accumulation steps, times
+ * the loss scale under fp16). */
+zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float grad_scale);
+
+#endif
