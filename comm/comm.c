@@ -241,8 +241,7 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb)
 }
 
 static zt_status check_reduce_scatter(const struct comm *c, const char *where, const void *in,
-                                      const void *out, size_t n, enum zt_dtype t,
-                                      enum comm_op op)
+                                      const void *out, size_t n, enum zt_dtype t, enum comm_op op)
 {
     ZT_TRY(check_type(where, t));
     ZT_TRY(check_op(where, op));
@@ -312,8 +311,8 @@ zt_status comm_allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, e
     return ZT_OK;
 }
 
-zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t n,
-                              enum zt_dtype t, enum comm_op op)
+zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                              enum comm_op op)
 {
     ZT_TRY(check_reduce_scatter(c, "comm_reduce_scatter", in, out, n, t, op));
     double t0 = MPI_Wtime();
@@ -336,8 +335,7 @@ zt_status comm_broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, i
     ZT_TRY(check_type("comm_broadcast", t));
     ZT_TRY(check_buffer("comm_broadcast", "buf", buf, n));
     if (root < 0 || root >= c->size)
-        return zt_error_set(ZT_ERR_USAGE, "comm_broadcast: root %d outside [0, %d)", root,
-                            c->size);
+        return zt_error_set(ZT_ERR_USAGE, "comm_broadcast: root %d outside [0, %d)", root, c->size);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, c->ops->broadcast(c, buf, n, t, root)));
     account(c, COMM_KIND_BROADCAST, n, t, root == c->rank);
@@ -370,8 +368,8 @@ static zt_status request_new(enum comm_kind kind, const void *in, void *out, siz
 }
 
 /* Issues a filled request through `issue`; frees it when that fails. */
-static zt_status request_issue(struct comm *c, zt_status (*issue)(struct comm *,
-                                                                  struct comm_request *),
+static zt_status request_issue(struct comm *c,
+                               zt_status (*issue)(struct comm *, struct comm_request *),
                                struct comm_request *r, struct comm_request **req)
 {
     zt_status st = issue(c, r);
@@ -397,8 +395,8 @@ zt_status comm_iallreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, 
     return ZT_OK;
 }
 
-zt_status comm_ireduce_scatter(struct comm *c, const void *in, void *out, size_t n,
-                               enum zt_dtype t, enum comm_op op, struct comm_request **req)
+zt_status comm_ireduce_scatter(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                               enum comm_op op, struct comm_request **req)
 {
     struct comm_request *r = NULL;
     *req = NULL;

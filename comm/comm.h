@@ -65,16 +65,16 @@ struct ledger;
 
 /* All fields may be zero/NULL: a zeroed config means "auto" everywhere. */
 struct comm_config {
-    const char *backend; /* "auto" (NULL), "mpi" or "nccl" */
+    const char *backend;        /* "auto" (NULL), "mpi" or "nccl" */
     const char *reduce_scatter; /* mpi algorithm: "auto" (NULL), "native" or "ring" */
-    const char *allgather; /* mpi algorithm: "auto" (NULL), "native" or "ring" */
+    const char *allgather;      /* mpi algorithm: "auto" (NULL), "native" or "ring" */
     /* Where the backend's own staging memory (the ring's scratch blocks) is
      * recorded under LEDGER_COMM_BUFFERS; NULL: not recorded. Borrowed: it
      * must outlive the comm. */
     struct ledger *ledger;
 };
 
-struct comm; /* opaque */
+struct comm;         /* opaque */
 struct comm_request; /* opaque; owned by the comm until comm_wait */
 
 /* Creates the communicator over MPI_COMM_WORLD (MPI must be initialised;
@@ -100,8 +100,8 @@ const char *comm_backend_name(const struct comm *c);
 zt_status comm_allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, enum comm_op op);
 /* in[0..n*size) on every rank; out[0..n) receives the reduction of block
  * `rank` (elements rank*n .. rank*n+n-1). in and out must not overlap. */
-zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t n,
-                              enum zt_dtype t, enum comm_op op);
+zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                              enum comm_op op);
 /* in[0..n) from every rank; out[0..n*size) receives them in rank order.
  * `in` may equal out + rank*n (in-place gather); no other overlap. */
 zt_status comm_allgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t);
@@ -116,8 +116,8 @@ zt_status comm_barrier(struct comm *c);
  * when MPI is entered, and a "ring" one runs entirely inside comm_wait. */
 zt_status comm_iallreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, enum comm_op op,
                           struct comm_request **req);
-zt_status comm_ireduce_scatter(struct comm *c, const void *in, void *out, size_t n,
-                               enum zt_dtype t, enum comm_op op, struct comm_request **req);
+zt_status comm_ireduce_scatter(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                               enum comm_op op, struct comm_request **req);
 zt_status comm_iallgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
                           struct comm_request **req);
 /* Completes and frees a request (freed also when completion fails). */

@@ -33,7 +33,7 @@ enum comm_algo { COMM_ALGO_AUTO, COMM_ALGO_NATIVE, COMM_ALGO_RING };
 
 struct comm {
     const struct comm_backend_ops *ops;
-    void *impl; /* backend state, owned by the backend (init/fini) */
+    void *impl;   /* backend state, owned by the backend (init/fini) */
     MPI_Comm mpi; /* dup of MPI_COMM_WORLD, MPI_ERRORS_RETURN; owned by comm.c */
     int rank, size;
     enum comm_algo reduce_scatter_algo, allgather_algo;
@@ -47,13 +47,13 @@ struct comm {
 struct comm_request {
     enum comm_kind kind;
     const void *in; /* reduce-scatter/allgather input (allreduce: NULL) */
-    void *out; /* the buffer written (allreduce: the in-place buffer) */
+    void *out;      /* the buffer written (allreduce: the in-place buffer) */
     size_t n;
     enum zt_dtype dtype;
     enum comm_op op;
     MPI_Request mpi_req; /* MPI backend, native algorithm */
-    int deferred; /* MPI backend: 1 = the ring runs in wait */
-    void *impl; /* other backend state (NCCL: a CUDA event) */
+    int deferred;        /* MPI backend: 1 = the ring runs in wait */
+    void *impl;          /* other backend state (NCCL: a CUDA event) */
 };
 
 struct comm_backend_ops {

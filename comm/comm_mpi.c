@@ -57,6 +57,7 @@
  * of the machine it was tuned on, so a received chunk, the own block's
  * chunk and the result fit together. */
 #define RING_CHUNK_BYTES ((size_t)512 * 1024)
+#define RING_GROUP 4
 #define RING_TAG 0x7a72
 
 /* "auto" thresholds: full-buffer bytes (N*n*element size) from which the
@@ -156,8 +157,8 @@ static MPI_Op mpi_op(const struct comm *c, enum zt_dtype t, enum comm_op op)
 static zt_status check_count(const char *where, size_t n)
 {
     if (n > (size_t)INT_MAX)
-        return zt_error_set(ZT_ERR_UNSUPPORTED, "comm(mpi): %s: %zu elements exceed INT_MAX",
-                            where, n);
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "comm(mpi): %s: %zu elements exceed INT_MAX", where,
+                            n);
     return ZT_OK;
 }
 
@@ -241,38 +242,67 @@ static int use_ring(const struct comm *c, enum comm_kind kind, size_t n, enum zt
 
 /* ---- rings ---- */
 
+/* The elements rings exchange per message. */
+static size_t ring_chunk(enum zt_dtype t, size_t n)
+{
+    size_t chunk = (getenv("ZT_RING_CHUNK") ? (size_t)atol(getenv("ZT_RING_CHUNK")) : RING_CHUNK_BYTES) / zt_dtype_size(t); /* TUNING HACK */
+    return chunk < n ? chunk : n;
+}
+
+/* One reduce-scatter step over the `len` elements of a group from element
+ * `first` of a block: every chunk's exchange is posted before the first is
+ * waited for, then each chunk is added into as it arrives, so the
+ * neighbours copy later chunks while earlier ones are reduced. */
+static zt_status ring_step(struct comm *c, const unsigned char *send, unsigned char *recv,
+                           const unsigned char *own, size_t len, size_t chunk, enum zt_dtype t,
+                           enum comm_op op)
+{
+    const int N = c->size, right = (c->rank + 1) % N, left = (c->rank + N - 1) % N;
+    const size_t es = zt_dtype_size(t);
+    MPI_Datatype type = mpi_type(t);
+    MPI_Request q[2 * 64]; /* TUNING HACK */
+    size_t k = 0;
+    for (size_t off = 0; off < len; off += chunk, k++) {
+        int m = (int)(len - off < chunk ? len - off : chunk);
+        COMM_MPI_TRY(MPI_Irecv(recv + off * es, m, type, left, RING_TAG, c->mpi, &q[2 * k]));
+        COMM_MPI_TRY(
+            MPI_Isend(send + off * es, m, type, right, RING_TAG, c->mpi, &q[2 * k + 1]));
+    }
+    k = 0;
+    for (size_t off = 0; off < len; off += chunk, k++) {
+        int m = (int)(len - off < chunk ? len - off : chunk);
+        COMM_MPI_TRY(MPI_Waitall(2, &q[2 * k], MPI_STATUSES_IGNORE));
+        COMM_MPI_TRY(MPI_Reduce_local(own + off * es, recv + off * es, m, type, mpi_op(c, t, op)));
+    }
+    return ZT_OK;
+}
+
 static zt_status ring_reduce_scatter(struct comm *c, const void *in, void *out, size_t n,
                                      enum zt_dtype t, enum comm_op op)
 {
     const int N = c->size, r = c->rank;
-    const int right = (r + 1) % N, left = (r + N - 1) % N;
-    const size_t es = zt_dtype_size(t);
+    const size_t es = zt_dtype_size(t), chunk = ring_chunk(t, n);
     const unsigned char *src = in;
-    MPI_Datatype type = mpi_type(t);
-    MPI_Op mop = mpi_op(c, t, op);
-    if (N == 1) {
+    unsigned char *dst = out, *scratch = NULL;
+    if (N == 1 || n == 0) {
         memcpy(out, in, n * es);
         return ZT_OK;
     }
-    size_t chunk = RING_CHUNK_BYTES / es;
-    if (chunk > n)
-        chunk = n;
-    unsigned char *scratch = NULL;
-    ZT_TRY(scratch_reserve(c, 2 * chunk * es, &scratch));
-    for (size_t off = 0; off < n; off += chunk) {
-        int len = (int)(n - off < chunk ? n - off : chunk);
-        const void *send = NULL;
+    size_t group = (getenv("ZT_RING_GROUP") ? (size_t)atol(getenv("ZT_RING_GROUP")) : RING_GROUP) * chunk; /* TUNING HACK */
+    if (group > n)
+        group = n;
+    if (N > 2) /* two slots of partial sums; two ranks need none */
+        ZT_TRY(scratch_reserve(c, 2 * group * es, &scratch));
+    for (size_t g = 0; g < n; g += group) {
+        size_t len = n - g < group ? n - g : group;
         for (int s = 0; s < N - 1; s++) {
             int send_block = (r + 2 * N - s - 1) % N, recv_block = (r + 2 * N - s - 2) % N;
-            const unsigned char *own = src + ((size_t)recv_block * n + off) * es;
-            void *recv = s == N - 2 ? (unsigned char *)out + off * es
-                                    : scratch + (size_t)(s % 2) * chunk * es;
-            if (s == 0)
-                send = src + ((size_t)send_block * n + off) * es;
-            COMM_MPI_TRY(MPI_Sendrecv(send, len, type, right, RING_TAG, recv, len, type, left,
-                                      RING_TAG, c->mpi, MPI_STATUS_IGNORE));
-            COMM_MPI_TRY(MPI_Reduce_local(own, recv, len, type, mop));
-            send = recv;
+            const unsigned char *send = s == 0 ? src + ((size_t)send_block * n + g) * es
+                                               : scratch + (size_t)((s - 1) % 2) * group * es;
+            unsigned char *recv =
+                s == N - 2 ? dst + g * es : scratch + (size_t)(s % 2) * group * es;
+            ZT_TRY(ring_step(c, send, recv, src + ((size_t)recv_block * n + g) * es, len, chunk,
+                             t, op));
         }
     }
     return ZT_OK;
@@ -284,15 +314,20 @@ static zt_status ring_allgather(struct comm *c, const void *in, void *out, size_
     const int N = c->size, r = c->rank;
     const int right = (r + 1) % N, left = (r + N - 1) % N;
     const size_t block = n * zt_dtype_size(t);
-    unsigned char *dst = out;
+    unsigned char *dst = out, *own = dst + (size_t)r * block;
     MPI_Datatype type = mpi_type(t);
-    if (in != dst + (size_t)r * block && block)
-        memcpy(dst + (size_t)r * block, in, block);
+    if (N == 1 && in != own)
+        memcpy(own, in, block);
     for (int s = 0; s < N - 1; s++) {
         int send_block = (r + N - s) % N, recv_block = (r + 2 * N - s - 1) % N;
-        COMM_MPI_TRY(MPI_Sendrecv(dst + (size_t)send_block * block, (int)n, type, right,
-                                  RING_TAG, dst + (size_t)recv_block * block, (int)n, type, left,
-                                  RING_TAG, c->mpi, MPI_STATUS_IGNORE));
+        const void *send = s == 0 ? in : dst + (size_t)send_block * block;
+        MPI_Request q[2];
+        COMM_MPI_TRY(MPI_Irecv(dst + (size_t)recv_block * block, (int)n, type, left, RING_TAG,
+                               c->mpi, &q[0]));
+        COMM_MPI_TRY(MPI_Isend(send, (int)n, type, right, RING_TAG, c->mpi, &q[1]));
+        if (s == 0 && in != own) /* the own copy overlaps the first transfer */
+            memcpy(own, in, block);
+        COMM_MPI_TRY(MPI_Waitall(2, q, MPI_STATUSES_IGNORE));
     }
     return ZT_OK;
 }
@@ -312,8 +347,7 @@ static zt_status reduce_scatter(struct comm *c, const void *in, void *out, size_
     ZT_TRY(check_count("reduce_scatter", n));
     if (use_ring(c, COMM_KIND_REDUCE_SCATTER, n, t))
         return ring_reduce_scatter(c, in, out, n, t, op);
-    COMM_MPI_TRY(MPI_Reduce_scatter_block(in, out, (int)n, mpi_type(t), mpi_op(c, t, op),
-                                          c->mpi));
+    COMM_MPI_TRY(MPI_Reduce_scatter_block(in, out, (int)n, mpi_type(t), mpi_op(c, t, op), c->mpi));
     return ZT_OK;
 }
 

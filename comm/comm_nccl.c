@@ -41,14 +41,14 @@ struct nccl_state {
 
 static zt_status nccl_error(ncclResult_t r, const char *call)
 {
-    return zt_error_set(ZT_ERR_COMM, "comm(nccl): %.*s failed: %s", (int)strcspn(call, "("),
-                        call, ncclGetErrorString(r));
+    return zt_error_set(ZT_ERR_COMM, "comm(nccl): %.*s failed: %s", (int)strcspn(call, "("), call,
+                        ncclGetErrorString(r));
 }
 
 static zt_status cuda_error(cudaError_t e, const char *call)
 {
-    return zt_error_set(ZT_ERR_DEVICE, "comm(nccl): %.*s failed: %s", (int)strcspn(call, "("),
-                        call, cudaGetErrorString(e));
+    return zt_error_set(ZT_ERR_DEVICE, "comm(nccl): %.*s failed: %s", (int)strcspn(call, "("), call,
+                        cudaGetErrorString(e));
 }
 
 #define NCCL_TRY(call)                                                                             \

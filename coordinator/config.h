@@ -117,6 +117,8 @@ zt_status config_check_world(const struct zt_config *cfg, int world_size);
 /* Writes the resolved configuration as YAML (every key, defaults included). */
 zt_status config_write_yaml(const struct zt_config *cfg, FILE *f);
 
+/* Frees the strings a loaded config owns and zeroes it; safe on a zeroed
+ * or already freed config. */
 void config_free(struct zt_config *cfg);
 
 #endif

@@ -73,30 +73,15 @@ struct field {
     const char *doc;
 };
 
+/* clang-format off */
 #define OFF(m)   offsetof(struct zt_config, m)
 #define NO_STORE ((size_t)-1)
-#define NB                                                                                         \
-    {                                                                                              \
-        0, 0                                                                                       \
-    }
-#define GE(x)                                                                                      \
-    {                                                                                              \
-        '[', x                                                                                     \
-    }
-#define GT(x)                                                                                      \
-    {                                                                                              \
-        '(', x                                                                                     \
-    }
-#define LE(x)                                                                                      \
-    {                                                                                              \
-        ']', x                                                                                     \
-    }
-#define LT(x)                                                                                      \
-    {                                                                                              \
-        ')', x                                                                                     \
-    }
+#define NB       {0, 0}
+#define GE(x)    {'[', x}
+#define GT(x)    {'(', x}
+#define LE(x)    {']', x}
+#define LT(x)    {')', x}
 
-/* clang-format off */
 static const struct field fields[] = {
     {"model", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the GPT-2 model"},
     {"model.vocab_size", T_INT, OFF(model.vocab_size), 0, "256", GE(1), LE(65536), 0, NULL,
@@ -285,19 +270,23 @@ static const struct yaml_tree_node *given(const struct walk *w, const char *path
     return w->given[i];
 }
 
-/* "FILE:L:C" of the first given node among the paths, else the file name. */
-static void where_first(const struct walk *w, char *buf, const char *a, const char *b,
-                        const char *c)
+/* Where to point a message about several keys: a node given by an override
+ * if there is one (that is what the user just changed), else the first
+ * given node among the paths, else the file. */
+static void where_of_keys(const struct walk *w, char *buf, const char *a, const char *b,
+                          const char *c)
 {
     const char *paths[] = {a, b, c};
+    const struct yaml_tree_node *pick = NULL;
     for (size_t i = 0; i < 3; i++) {
         const struct yaml_tree_node *n = paths[i] ? given(w, paths[i]) : NULL;
-        if (n) {
-            yaml_tree_where(n, buf, WHERE);
-            return;
-        }
+        if (n && (!pick || (n->line == 0 && pick->line != 0)))
+            pick = n;
     }
-    snprintf(buf, WHERE, "%s", w->cfg->source);
+    if (pick)
+        yaml_tree_where(pick, buf, WHERE);
+    else
+        snprintf(buf, WHERE, "%s", w->cfg->source);
 }
 
 static char *dup_str(const char *s)
@@ -692,16 +681,17 @@ static int is_deepspeed_key(const char *path)
     return 1;
 }
 
-static int is_numeric(enum ftype t)
+/* The keys the HF Trainer's DeepSpeed integration may write as "auto". */
+static int may_be_auto(enum ftype t)
 {
-    return t == T_INT || t == T_LONG || t == T_U64 || t == T_DOUBLE || t == T_BETAS;
+    return t == T_INT || t == T_LONG || t == T_U64 || t == T_DOUBLE || t == T_BETAS || t == T_BOOL;
 }
 
 static zt_status parse_leaf(struct walk *w, const struct field *f, const struct yaml_tree_node *v)
 {
     char where[WHERE];
     yaml_tree_where(v, where, sizeof where);
-    if (is_numeric(f->type) && is_deepspeed_key(f->path) && v->kind == YAML_TREE_SCALAR &&
+    if (may_be_auto(f->type) && is_deepspeed_key(f->path) && v->kind == YAML_TREE_SCALAR &&
         strcmp(v->text, "auto") == 0)
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: %s: \"auto\" is resolved by the HF Trainer and must be given a "
@@ -912,20 +902,20 @@ static zt_status check_model_and_data(const struct walk *w)
     const struct zt_config *c = w->cfg;
     char where[WHERE];
     if (c->data.n_train == 0) {
-        where_first(w, where, "data", NULL, NULL);
+        where_of_keys(w, where, "data", NULL, NULL);
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: data.train: required (a token file, or text files or folders)",
                             where);
     }
     if (c->model.n_embd % c->model.n_head != 0) {
-        where_first(w, where, "model.n_embd", "model.n_head", NULL);
+        where_of_keys(w, where, "model.n_embd", "model.n_head", NULL);
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: model.n_embd: n_embd (%d) must be divisible by "
                             "n_head (%d)",
                             where, c->model.n_embd, c->model.n_head);
     }
     if (c->data.seq_len > c->model.block_size) {
-        where_first(w, where, "data.seq_len", "model.block_size", NULL);
+        where_of_keys(w, where, "data.seq_len", "model.block_size", NULL);
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: data.seq_len: must be <= model.block_size (%d), got %d", where,
                             c->model.block_size, c->data.seq_len);
@@ -942,7 +932,7 @@ static zt_status check_scheduler(const struct walk *w)
     if (c->scheduler.type == ZT_SCHED_NONE) {
         if (!given(w, "scheduler"))
             return ZT_OK;
-        where_first(w, where, "scheduler", NULL, NULL);
+        where_of_keys(w, where, "scheduler", NULL, NULL);
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: scheduler.type: required when scheduler is given "
                             "(WarmupLR, WarmupDecayLR or WarmupCosineLR)",
@@ -960,8 +950,8 @@ static zt_status check_scheduler(const struct walk *w)
     }
     long warmup = c->scheduler.warmup_num_steps < 2 ? 2 : c->scheduler.warmup_num_steps;
     if (c->scheduler.type == ZT_SCHED_WARMUP_COSINE_LR && c->scheduler.total_num_steps <= warmup) {
-        where_first(w, where, "scheduler.params.total_num_steps",
-                    "scheduler.params.warmup_num_steps", "scheduler.type");
+        where_of_keys(w, where, "scheduler.params.total_num_steps",
+                      "scheduler.params.warmup_num_steps", "scheduler.type");
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: scheduler.params.total_num_steps: must be greater than "
                             "warmup_num_steps (%ld) for WarmupCosineLR, got %ld%s",

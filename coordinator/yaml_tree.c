@@ -144,12 +144,12 @@ static void mark_where(const struct convert *c, yaml_mark_t m, char *buf, size_t
         snprintf(buf, size, "%s", c->origin);
 }
 
-static zt_status convert_scalar(yaml_node_t *src, struct yaml_tree_node *n)
+static zt_status convert_scalar(yaml_node_t *src, const char *where, struct yaml_tree_node *n)
 {
     const char *v = (const char *)src->data.scalar.value;
     size_t len = src->data.scalar.length;
     if (memchr(v, '\0', len))
-        return ZT_ERR_CONFIG; /* caller words the message */
+        return zt_error_set(ZT_ERR_CONFIG, "%s: string contains a NUL character", where);
     n->quoted = src->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
     n->text = dup_bytes(v, len);
     return n->text ? ZT_OK : nomem();
@@ -245,15 +245,12 @@ static zt_status convert_node(struct convert *c, yaml_node_t *src, int depth,
     if (!n)
         return nomem();
     zt_status s;
-    if (src->type == YAML_SCALAR_NODE) {
-        s = convert_scalar(src, n);
-        if (s == ZT_ERR_CONFIG)
-            s = zt_error_set(ZT_ERR_CONFIG, "%s: string contains a NUL character", where);
-    } else if (src->type == YAML_SEQUENCE_NODE) {
+    if (src->type == YAML_SCALAR_NODE)
+        s = convert_scalar(src, where, n);
+    else if (src->type == YAML_SEQUENCE_NODE)
         s = convert_sequence(c, src, depth, n);
-    } else {
+    else
         s = convert_map(c, src, depth, n);
-    }
     if (s != ZT_OK) {
         node_free(n);
         return s;

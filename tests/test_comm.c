@@ -47,7 +47,8 @@ static char first_bad[512];
         zt_status st_ = (expr);                                                                    \
         CHECK(st_ == ZT_OK, "%s: %s: %s", #expr, zt_status_str(st_), zt_error_message());          \
     } while (0)
-#define ASSERT_NO_BAD() ck_assert_msg(bad == 0, "rank %d: %d failures, first: %s", rank, bad, first_bad)
+#define ASSERT_NO_BAD()                                                                            \
+    ck_assert_msg(bad == 0, "rank %d: %d failures, first: %s", rank, bad, first_bad)
 
 static void reset_bad(void)
 {
@@ -228,8 +229,8 @@ static void check_allreduce_exact(struct comm *c, enum zt_dtype t, enum comm_op 
     }
     for (size_t i = 0; i < n; i++) {
         double want = exact_reduced(t, op, i), got = load(t, buf, i);
-        CHECK(got == want, "allreduce %s op %d n %zu [%zu]: got %g want %g", type_name(t), op, n,
-              i, got, want);
+        CHECK(got == want, "allreduce %s op %d n %zu [%zu]: got %g want %g", type_name(t), op, n, i,
+              got, want);
     }
     free(buf);
 }
@@ -261,8 +262,7 @@ START_TEST(test_allreduce_fractional_f32_f64)
             want += (float)frac_value(r, i);
             mag += fabs((float)frac_value(r, i));
         }
-        CHECK(fabs(f[i] - want) <= size * mag * 0x1p-24, "f32 [%zu]: %.9g vs %.9g", i, f[i],
-              want);
+        CHECK(fabs(f[i] - want) <= size * mag * 0x1p-24, "f32 [%zu]: %.9g vs %.9g", i, f[i], want);
         CHECK(fabs(d[i] - want) <= size * mag * 0x1p-52, "f64 [%zu]: %.17g vs %.17g", i, d[i],
               want);
     }
@@ -288,8 +288,8 @@ static void check_reduce_scatter_exact(struct comm *c, enum zt_dtype t, enum com
     }
     for (size_t i = 0; i < n; i++) {
         double want = exact_reduced(t, op, (size_t)rank * n + i), got = load(t, out, i);
-        CHECK(got == want, "reduce_scatter %s op %d n %zu [%zu]: got %g want %g", type_name(t),
-              op, n, i, got, want);
+        CHECK(got == want, "reduce_scatter %s op %d n %zu [%zu]: got %g want %g", type_name(t), op,
+              n, i, got, want);
     }
     free(in);
     free(out);
@@ -388,7 +388,8 @@ START_TEST(test_ring_matches_native_on_fractional_data)
     const size_t n = 4097;
     float *in = xmalloc(n * (size_t)size * sizeof *in);
     float *a = xmalloc(n * sizeof *a), *b = xmalloc(n * sizeof *b);
-    float *ga = xmalloc(n * (size_t)size * sizeof *ga), *gb = xmalloc(n * (size_t)size * sizeof *gb);
+    float *ga = xmalloc(n * (size_t)size * sizeof *ga),
+          *gb = xmalloc(n * (size_t)size * sizeof *gb);
     reset_bad();
     for (size_t i = 0; i < n * (size_t)size; i++)
         in[i] = (float)frac_value(rank, i);
@@ -432,11 +433,28 @@ START_TEST(test_ring_and_native_identical_on_exact_data)
         void *a = xmalloc(n * es), *b = xmalloc(n * es);
         CHECK_OK(comm_reduce_scatter(native, in, a, n, t, COMM_OP_SUM));
         CHECK_OK(comm_reduce_scatter(ring, in, b, n, t, COMM_OP_SUM));
-        CHECK(memcmp(a, b, n * es) == 0, "%s: ring and native reduce-scatter differ",
-              type_name(t));
+        CHECK(memcmp(a, b, n * es) == 0, "%s: ring and native reduce-scatter differ", type_name(t));
         free(in);
         free(a);
         free(b);
+    }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* Sizes spanning several chunks and groups of the ring, with a ragged
+ * tail, for the dtypes whose chunks hold the fewest (f64) and most (u8)
+ * elements. */
+START_TEST(test_ring_many_chunks)
+{
+    const size_t big[] = {266243, 1100003};
+    const enum zt_dtype types[] = {ZT_F64, ZT_U8};
+    reset_bad();
+    for (int k = 0; k < 2; k++) {
+        check_reduce_scatter_exact(ring, types[k], COMM_OP_SUM, big[k], 0);
+        check_reduce_scatter_exact(ring, types[k], COMM_OP_MAX, big[k], 1);
+        check_allgather_exact(ring, types[k], big[k], 0, 0);
+        check_allgather_exact(ring, types[k], big[k], 1, 1);
     }
     ASSERT_NO_BAD();
 }
@@ -508,10 +526,10 @@ static void check_half_fractional(struct comm *c, enum zt_dtype t)
         }
         double want = dec(enc(ref)), want_all = dec(enc(ref_all));
         double tol = (size + 1) * mag * unit, tol_all = (size + 1) * mag_all * unit;
-        CHECK(fabs(dec(out[i]) - want) <= tol, "%s reduce-scatter [%zu]: %g vs %g", type_name(t),
-              i, dec(out[i]), want);
-        CHECK(fabs(dec(all[i]) - want_all) <= tol_all, "%s allreduce [%zu]: %g vs %g",
-              type_name(t), i, dec(all[i]), want_all);
+        CHECK(fabs(dec(out[i]) - want) <= tol, "%s reduce-scatter [%zu]: %g vs %g", type_name(t), i,
+              dec(out[i]), want);
+        CHECK(fabs(dec(all[i]) - want_all) <= tol_all, "%s allreduce [%zu]: %g vs %g", type_name(t),
+              i, dec(all[i]), want_all);
         if (size == 2) /* one combining step: exactly the fp32 sum rounded */
             CHECK(out[i] == enc(ref) && all[i] == enc(ref_all), "%s [%zu]: not the rounded sum",
                   type_name(t), i);
@@ -589,8 +607,8 @@ static void check_overlapping_requests(struct comm *c)
         CHECK(rs_out[i] == exact_reduced(ZT_F64, COMM_OP_SUM, (size_t)rank * n + i),
               "ireduce_scatter [%zu]", i);
         for (int r = 0; r < size; r++)
-            CHECK(ag_out[(size_t)r * n + i] == exact_value(ZT_I32, r, i), "iallgather %d [%zu]",
-                  r, i);
+            CHECK(ag_out[(size_t)r * n + i] == exact_value(ZT_I32, r, i), "iallgather %d [%zu]", r,
+                  i);
     }
     free(ar);
     free(rs_in);
@@ -668,7 +686,9 @@ START_TEST(test_ring_scratch_is_on_the_ledger)
         float *in = exact_buffer(ZT_F32, rank, 0, n * (size_t)size);
         float *out = xmalloc(n * sizeof *out);
         CHECK_OK(comm_reduce_scatter(c, in, out, n, ZT_F32, COMM_OP_SUM));
-        uint64_t want = size > 1 ? 2 * n * sizeof(float) : 0; /* two blocks under the chunk */
+        /* two slots of one group (here the whole block); two ranks send
+         * from `in` and receive into `out`, needing none */
+        uint64_t want = size > 2 ? 2 * n * sizeof(float) : 0;
         CHECK(led.current[LEDGER_COMM_BUFFERS] == want, "ledger %llu want %llu",
               (unsigned long long)led.current[LEDGER_COMM_BUFFERS], (unsigned long long)want);
         comm_destroy(c);
@@ -763,6 +783,7 @@ static Suite *comm_suite(void)
     tcase_add_test(tc, test_allgather_auto);
     tcase_add_test(tc, test_ring_matches_native_on_fractional_data);
     tcase_add_test(tc, test_ring_and_native_identical_on_exact_data);
+    tcase_add_test(tc, test_ring_many_chunks);
     tcase_add_test(tc, test_half_sum_rounds_ties_to_even);
     tcase_add_test(tc, test_half_sum_matches_fp32_reference);
     tcase_add_test(tc, test_broadcast_from_last_rank);

@@ -190,8 +190,8 @@ START_TEST(test_random_floats_round_to_nearest)
         uint32_t bits = (uint32_t)(s >> 32);
         float x = f32_of_bits(bits);
         /* f16: a float in the f16 range, some subnormal-sized */
-        float xh = f32_of_bits((bits & 0x80000000u) | (0x33000000u + (bits & 0x7fffffu) +
-                                                       (((bits >> 23) % 41u) << 23)));
+        float xh = f32_of_bits((bits & 0x80000000u) |
+                               (0x33000000u + (bits & 0x7fffffu) + (((bits >> 23) % 41u) << 23)));
         if (fabsf(xh) < 65504.0f) {
             uint16_t h = zt_f32_to_f16(xh);
             ck_assert_msg(is_nearest(xh, h, f16_reference), "f16(%a) = 0x%04x", xh, h);

@@ -7,11 +7,13 @@
  *   gamma with gamma = log(step + 1) / log(warmup_num_steps) for "log" warmup
  *   or step / warmup_num_steps for "linear"; afterwards max_lr.
  * - WarmupDecayLR: WarmupLR, then after warmup a linear decay
- *   lr = max_lr * max(0, (total - step) / (total - warmup)) (the decay is of
- *   the factor, as DeepSpeed does).
+ *   lr = min_lr + (max_lr - min_lr) * max(0, (total - step) / (total - warmup)),
+ *   as DeepSpeed does.
  * - WarmupCosineLR: ratios of optimizer.lr: warmup from warmup_min_ratio to
  *   1 over warmup_num_steps ("log" or "linear" as above), then cosine from 1
- *   down to cos_min_ratio at total_num_steps, and cos_min_ratio afterwards.
+ *   down to cos_min_ratio at total_num_steps - 1, and cos_min_ratio afterwards
+ *   (where DeepSpeed would let the cosine climb back).
+ * Warmup spans at least 2 steps, as in DeepSpeed.
  */
 #ifndef ZT_WORKER_SCHEDULE_H
 #define ZT_WORKER_SCHEDULE_H

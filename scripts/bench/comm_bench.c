@@ -55,8 +55,8 @@ static int parse_size(const char *s, size_t *out)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    *o = (struct options){.min_bytes = 1024, .max_bytes = (size_t)64 << 20, .iters = 20,
-                          .warmup = 3};
+    *o = (struct options){
+        .min_bytes = 1024, .max_bytes = (size_t)64 << 20, .iters = 20, .warmup = 3};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = !v;
@@ -100,8 +100,8 @@ static zt_status run_once(const struct bench *b, float *big, float *small, size_
 }
 
 /* Median over iterations of the slowest rank's time, in seconds. */
-static zt_status time_size(const struct bench *b, const struct options *o, float *big,
-                           float *small, size_t n, double *median)
+static zt_status time_size(const struct bench *b, const struct options *o, float *big, float *small,
+                           size_t n, double *median)
 {
     double *t = malloc(sizeof *t * (size_t)o->iters);
     if (!t)
@@ -124,8 +124,7 @@ static zt_status time_size(const struct bench *b, const struct options *o, float
     return st;
 }
 
-static zt_status run_table(const struct bench *b, const struct options *o, float *big,
-                           float *small)
+static zt_status run_table(const struct bench *b, const struct options *o, float *big, float *small)
 {
     const int N = comm_size(b->c);
     const double factor = b->kind == COMM_KIND_ALLREDUCE ? 2.0 * (N - 1) / N : (double)(N - 1) / N;
@@ -153,8 +152,8 @@ static zt_status run_table(const struct bench *b, const struct options *o, float
 
 static zt_status run(const struct options *o)
 {
-    struct comm_config native_cfg = {.backend = "mpi", .reduce_scatter = "native",
-                                     .allgather = "native"};
+    struct comm_config native_cfg = {
+        .backend = "mpi", .reduce_scatter = "native", .allgather = "native"};
     struct comm_config ring_cfg = {.backend = "mpi", .reduce_scatter = "ring", .allgather = "ring"};
     struct comm *native = NULL, *ring = NULL;
     float *big = NULL, *small = NULL;

@@ -21,7 +21,7 @@
 
 enum { SUM_BLOCK = 512 };
 
-static float row_max(const float *x, int V)
+static inline float row_max(const float *x, int V)
 {
     float m = x[0];
 #pragma omp simd reduction(max : m)
@@ -31,7 +31,7 @@ static float row_max(const float *x, int V)
 }
 
 /* p[j] = e^(x[j] - m); returns the sum of the p[j]. */
-static float exp_sum(float *p, const float *x, float m, int V)
+static inline float exp_sum(float *p, const float *x, float m, int V)
 {
     float total = 0.0f;
     for (int j0 = 0; j0 < V; j0 += SUM_BLOCK) {
@@ -48,22 +48,35 @@ static float exp_sum(float *p, const float *x, float m, int V)
     return total;
 }
 
+/* Softmax of one row into p; returns the row's loss. */
+CPU_KERNEL static float forward_row(float *p, const float *x, int t, int V)
+{
+    float m = row_max(x, V);
+    float s = exp_sum(p, x, m, V);
+    float inv = 1.0f / s;
+#pragma omp simd
+    for (int j = 0; j < V; j++)
+        p[j] *= inv;
+    return logf(s) - (x[t] - m);
+}
+
+CPU_KERNEL static void backward_row(float *d, const float *p, int t, float dloss, int V)
+{
+    float dt = d[t]; /* the target's term in one rounding, not two */
+#pragma omp simd
+    for (int j = 0; j < V; j++)
+        d[j] += p[j] * dloss;
+    d[t] = dt + (p[t] - 1.0f) * dloss;
+}
+
 void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
                               const int32_t *targets, int N, int V)
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        const float *x = logits + (size_t)i * V;
-        float *p = probs + (size_t)i * V;
         int t = targets[i];
         ZT_ASSERT(t >= 0 && t < V);
-        float m = row_max(x, V);
-        float s = exp_sum(p, x, m, V);
-        float inv = 1.0f / s;
-#pragma omp simd
-        for (int j = 0; j < V; j++)
-            p[j] *= inv;
-        losses[i] = logf(s) - (x[t] - m);
+        losses[i] = forward_row(probs + (size_t)i * V, logits + (size_t)i * V, t, V);
     }
 }
 
@@ -72,14 +85,8 @@ void cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float *d = dlogits + (size_t)i * V;
-        const float *p = probs + (size_t)i * V;
         int t = targets[i];
         ZT_ASSERT(t >= 0 && t < V);
-        float dt = d[t]; /* the target's term in one rounding, not two */
-#pragma omp simd
-        for (int j = 0; j < V; j++)
-            d[j] += p[j] * dloss;
-        d[t] = dt + (p[t] - 1.0f) * dloss;
+        backward_row(dlogits + (size_t)i * V, probs + (size_t)i * V, t, dloss, V);
     }
 }

@@ -22,36 +22,40 @@ enum { COL_BLOCK = 64 };
 
 static const float LN_EPS = 1e-5f;
 
+/* One row: writes o, and the row's mean and 1/std. */
+CPU_KERNEL static void forward_row(float *o, float *mean, float *rstd, const float *x,
+                                   const float *w, const float *b, int C)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++)
+        s += x[c];
+    float m = s / (float)C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(v / (float)C + LN_EPS);
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+        o[c] = (x[c] - m) * rs * w[c] + b[c];
+    *mean = m;
+    *rstd = rs;
+}
+
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C)
 {
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++)
-            s += x[c];
-        float m = s / (float)C;
-        float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        float rs = 1.0f / sqrtf(v / (float)C + LN_EPS);
-#pragma omp simd
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * rs * weight[c] + bias[c];
-        mean[i] = m;
-        rstd[i] = rs;
-    }
+    for (int i = 0; i < N; i++)
+        forward_row(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, weight, bias, C);
 }
 
 /* dinp for one row; also dweight/dbias when `dw` is non-NULL. */
-static void backward_row(float *dx, float *dw, float *db, const float *dy, const float *x,
-                         const float *w, float m, float rs, int C)
+CPU_KERNEL static void backward_row(float *dx, float *dw, float *db, const float *dy,
+                                    const float *x, const float *w, float m, float rs, int C)
 {
     float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
@@ -79,8 +83,9 @@ static void backward_row(float *dx, float *dw, float *db, const float *dy, const
 }
 
 /* dweight/dbias for columns [c0, c1) summed over all rows, added once. */
-static void param_block(float *dw, float *db, const float *dout, const float *inp,
-                        const float *mean, const float *rstd, int N, int C, int c0, int c1)
+CPU_KERNEL static void param_block(float *dw, float *db, const float *dout, const float *inp,
+                                   const float *mean, const float *rstd, int N, int C, int c0,
+                                   int c1)
 {
     float aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
     int n = c1 - c0;
