@@ -23,10 +23,11 @@
  *
  * The "mpi" backend has two algorithms for reduce-scatter and allgather:
  * "native" (the MPI library's collective) and "ring" (N-1 steps of
- * MPI_Sendrecv between neighbours). They agree up to the order of floating
- * point summation; "auto" picks per message size from measured thresholds
- * (comm_mpi.c). Both give every rank the same bytes for the same block. The
- * "nccl" backend ignores these fields: NCCL picks its own algorithms.
+ * point-to-point exchange between neighbours). They agree up to the order
+ * of floating point summation; "auto" picks per message size and world size
+ * from measured thresholds (comm_mpi.c). Both give every rank the same
+ * bytes for the same block. The "nccl" backend ignores these fields: NCCL
+ * picks its own algorithms.
  *
  * Errors are never fatal here: MPI and NCCL run with errors returned and each
  * library code becomes ZT_ERR_COMM with the call's name and the library's

@@ -8,29 +8,38 @@
  *
  * Reduce-scatter and allgather each have two algorithms:
  *   native  MPI_Reduce_scatter_block / MPI_Allgather (and their I-forms);
- *   ring    N-1 steps of MPI_Sendrecv with the neighbours rank+1 / rank-1.
- * Open MPI 4.1's MPI_Reduce_scatter_block over shared memory is several
- * times slower than its MPI_Allreduce on the same bytes, which a plain ring
- * avoids; "auto" picks per size from the table `auto_ring_from` below.
+ *   ring    N-1 steps of point-to-point exchange with the neighbours
+ *           rank+1 (send) and rank-1 (receive).
+ * Open MPI 4.1's MPI_Reduce_scatter_block over shared memory reaches a
+ * half to a sixth of the ring's bandwidth from 64 KiB up, and its
+ * MPI_Allgather loses to the ring at 4 ranks from 256 KiB; "auto" picks per
+ * size from the measured table `auto_ring_from` below.
  *
  * Ring reduce-scatter. At step s (0 <= s < N-1) rank r sends the partial sum
  * of block (r-s-1) mod N to r+1 and receives the partial sum of block
  * (r-s-2) mod N from r-1, then adds its own contribution to it; after the
  * last step it holds block r summed over all ranks. Each block's sum is
  * therefore formed once, along one chain of ranks, and every element of the
- * result is the same whichever rank asks. Blocks are cut into chunks of
- * RING_CHUNK_BYTES and the whole ring runs per chunk, so the block just
- * received is still in cache when it is added to, and the scratch needed is
- * two chunks however large the buffer: the received partial sums alternate
- * between them (one is being sent while the other is received). The last
- * step receives straight into `out`. The scratch is a growing buffer kept in
- * the backend state (not allocated per call: the collectives are called
- * every step with the same sizes), recorded in the ledger when one is given.
+ * result is the same whichever rank asks. The first step sends straight
+ * from `in` and the last receives straight into `out`.
  *
- * Ring allgather. Rank r's block is copied into place, then at step s rank r
- * forwards block (r-s) mod N to r+1 and receives block (r-s-1) mod N from
- * r-1, directly into `out`. Blocks are moved, never combined, so every rank
- * ends with the same bytes; no scratch.
+ * The ring runs over groups of RING_GROUP chunks of RING_CHUNK_BYTES: per
+ * step all chunk exchanges of a group are posted (MPI_Irecv/MPI_Isend), then
+ * each chunk is added into as soon as it has arrived. Against one
+ * MPI_Sendrecv per chunk this lets a neighbour copy the next chunks while
+ * this rank reduces the current one, which measured 10-25% faster; a chunk
+ * that fits in L2 is still cached when it is added to. Between the first
+ * and the last step the partial sums need two slots of a group (one being
+ * sent while the other is received), so the scratch is bounded by
+ * 2 * RING_GROUP * RING_CHUNK_BYTES however large the buffer, and two
+ * ranks need none. It is a growing buffer kept in the backend state (the
+ * collectives repeat every step with the same sizes, so allocating per call
+ * would only add page faults), recorded in the ledger when one is given.
+ *
+ * Ring allgather. At step s rank r forwards block (r-s) mod N to r+1 and
+ * receives block (r-s-1) mod N from r-1, directly into `out`; the first step
+ * sends from `in`, so copying the own block into place overlaps it. Blocks
+ * are moved, never combined: every rank ends with the same bytes.
  *
  * Non-blocking forms. Native algorithms use MPI_Iallreduce /
  * MPI_Ireduce_scatter_block / MPI_Iallgather. A ring request is only
@@ -41,7 +50,9 @@
  * and a non-blocking call on the same sizes give the same bits.
  *
  * Every MPI call goes through COMM_MPI_TRY on a communicator with
- * MPI_ERRORS_RETURN (set by comm.c).
+ * MPI_ERRORS_RETURN (set by comm.c). After a failure inside a ring, requests
+ * still posted are abandoned with the communicator (comm.h: a ZT_ERR_COMM
+ * ends the run).
  */
 #include "comm_impl.h"
 
@@ -53,20 +64,36 @@
 #include "../common/half.h"
 #include "../common/ledger.h"
 
-/* Chunk of a ring reduce-scatter step (bytes): a quarter of the 2 MiB L2
- * of the machine it was tuned on, so a received chunk, the own block's
- * chunk and the result fit together. */
+/* Ring message size and messages in flight per step, tuned with
+ * scripts/bench/comm_bench.c at 1-64 MB, 2 and 4 ranks: 64 KiB chunks lost
+ * up to a third of the bandwidth; 256 KiB to 1 MiB with 4 to 64 in flight
+ * were within the machine's noise (+-15%), 512 KiB x 4 ahead in most paired
+ * runs. A chunk and the own block's chunk fit together in the 2 MiB L2. */
 #define RING_CHUNK_BYTES ((size_t)512 * 1024)
-#define RING_GROUP 4
-#define RING_TAG 0x7a72
+#define RING_GROUP       4
+#define RING_TAG         0x7a72
 
-/* "auto" thresholds: full-buffer bytes (N*n*element size) from which the
- * ring is used; below them the native collective. Measured with
- * scripts/bench/comm_bench.c on a 2-core AMD EPYC VM, Open MPI 4.1.4,
- * btl vader (see the table there). */
-static const size_t auto_ring_from[COMM_KIND_COUNT] = {
-    [COMM_KIND_REDUCE_SCATTER] = 0,
-    [COMM_KIND_ALLGATHER] = 0,
+/* "auto": full-buffer bytes (N * n * element size) from which the ring is
+ * used, for two ranks and for more. Measured with comm_bench (busbw in GB/s,
+ * float32, medians of 3 runs) on a 2-core AMD EPYC VM shared with other
+ * jobs (runs differ by up to 2x above 4 MiB), Open MPI 4.1.4, btl vader
+ * with CMA single copy; 4 ranks oversubscribe the 2 cores.
+ *
+ *   ring / native                 4 KiB   64 KiB  1 MiB   4 MiB   64 MiB
+ *   reduce-scatter, 2 ranks      3.1/2.5 5.9/2.9 6.4/2.6 9.0/1.5 1.4/0.4
+ *   reduce-scatter, 4 ranks      .17/.21 .96/.58 1.9/.88 1.1/.63 .90/.37
+ *   allgather, 2 ranks           2.1/2.8 5.1/5.0 8.1/8.4 7.9/8.0 1.1/1.4
+ *   allgather, 4 ranks           .20/.23 .95/1.2 3.7/3.5 2.8/1.0 .71/1.3
+ *
+ * Reduce-scatter: below 4 KiB the two are equal within noise at 2 ranks; at
+ * 4 ranks the lead below 64 KiB changes from run to run. Allgather at 2
+ * ranks is one exchange either way and equal within noise at every size, so
+ * native is kept; at 4 ranks native leads at most sizes up to 128 KiB and
+ * the ring from 256 KiB to 16 MiB (above, the runs disagree).
+ */
+static const size_t auto_ring_from[COMM_KIND_COUNT][2] = {
+    [COMM_KIND_REDUCE_SCATTER] = {(size_t)4 << 10, (size_t)64 << 10},
+    [COMM_KIND_ALLGATHER] = {SIZE_MAX, (size_t)256 << 10},
 };
 
 enum half_format { HALF_BF16, HALF_F16, HALF_COUNT };
@@ -74,7 +101,7 @@ enum half_format { HALF_BF16, HALF_F16, HALF_COUNT };
 
 struct mpi_state {
     MPI_Op half_ops[HALF_COUNT][N_OPS];
-    unsigned char *scratch; /* ring reduce-scatter: two chunks */
+    unsigned char *scratch; /* ring reduce-scatter partial sums, N > 2 */
     size_t scratch_bytes;
 };
 
@@ -237,7 +264,7 @@ static int use_ring(const struct comm *c, enum comm_kind kind, size_t n, enum zt
     if (algo != COMM_ALGO_AUTO)
         return algo == COMM_ALGO_RING;
     size_t full = n * (size_t)c->size * zt_dtype_size(t);
-    return c->size > 1 && full >= auto_ring_from[kind];
+    return c->size > 1 && full >= auto_ring_from[kind][c->size > 2];
 }
 
 /* ---- rings ---- */
@@ -245,14 +272,15 @@ static int use_ring(const struct comm *c, enum comm_kind kind, size_t n, enum zt
 /* The elements rings exchange per message. */
 static size_t ring_chunk(enum zt_dtype t, size_t n)
 {
-    size_t chunk = (getenv("ZT_RING_CHUNK") ? (size_t)atol(getenv("ZT_RING_CHUNK")) : RING_CHUNK_BYTES) / zt_dtype_size(t); /* TUNING HACK */
+    size_t chunk = RING_CHUNK_BYTES / zt_dtype_size(t);
     return chunk < n ? chunk : n;
 }
 
-/* One reduce-scatter step over the `len` elements of a group from element
- * `first` of a block: every chunk's exchange is posted before the first is
- * waited for, then each chunk is added into as it arrives, so the
- * neighbours copy later chunks while earlier ones are reduced. */
+/* One reduce-scatter step over a group of `len` elements: sends send[],
+ * receives into recv[] and adds own[] to it. Every chunk's exchange is
+ * posted before the first is waited for, then each chunk is added into as
+ * it arrives, so the neighbours copy later chunks while earlier ones are
+ * reduced. */
 static zt_status ring_step(struct comm *c, const unsigned char *send, unsigned char *recv,
                            const unsigned char *own, size_t len, size_t chunk, enum zt_dtype t,
                            enum comm_op op)
@@ -260,13 +288,12 @@ static zt_status ring_step(struct comm *c, const unsigned char *send, unsigned c
     const int N = c->size, right = (c->rank + 1) % N, left = (c->rank + N - 1) % N;
     const size_t es = zt_dtype_size(t);
     MPI_Datatype type = mpi_type(t);
-    MPI_Request q[2 * 64]; /* TUNING HACK */
+    MPI_Request q[2 * RING_GROUP];
     size_t k = 0;
     for (size_t off = 0; off < len; off += chunk, k++) {
         int m = (int)(len - off < chunk ? len - off : chunk);
         COMM_MPI_TRY(MPI_Irecv(recv + off * es, m, type, left, RING_TAG, c->mpi, &q[2 * k]));
-        COMM_MPI_TRY(
-            MPI_Isend(send + off * es, m, type, right, RING_TAG, c->mpi, &q[2 * k + 1]));
+        COMM_MPI_TRY(MPI_Isend(send + off * es, m, type, right, RING_TAG, c->mpi, &q[2 * k + 1]));
     }
     k = 0;
     for (size_t off = 0; off < len; off += chunk, k++) {
@@ -284,13 +311,13 @@ static zt_status ring_reduce_scatter(struct comm *c, const void *in, void *out, 
     const size_t es = zt_dtype_size(t), chunk = ring_chunk(t, n);
     const unsigned char *src = in;
     unsigned char *dst = out, *scratch = NULL;
-    if (N == 1 || n == 0) {
+    if (n == 0) /* the same on every rank: nothing to exchange */
+        return ZT_OK;
+    if (N == 1) {
         memcpy(out, in, n * es);
         return ZT_OK;
     }
-    size_t group = (getenv("ZT_RING_GROUP") ? (size_t)atol(getenv("ZT_RING_GROUP")) : RING_GROUP) * chunk; /* TUNING HACK */
-    if (group > n)
-        group = n;
+    size_t group = n < RING_GROUP * chunk ? n : RING_GROUP * chunk;
     if (N > 2) /* two slots of partial sums; two ranks need none */
         ZT_TRY(scratch_reserve(c, 2 * group * es, &scratch));
     for (size_t g = 0; g < n; g += group) {
@@ -301,8 +328,8 @@ static zt_status ring_reduce_scatter(struct comm *c, const void *in, void *out, 
                                                : scratch + (size_t)((s - 1) % 2) * group * es;
             unsigned char *recv =
                 s == N - 2 ? dst + g * es : scratch + (size_t)(s % 2) * group * es;
-            ZT_TRY(ring_step(c, send, recv, src + ((size_t)recv_block * n + g) * es, len, chunk,
-                             t, op));
+            ZT_TRY(ring_step(c, send, recv, src + ((size_t)recv_block * n + g) * es, len, chunk, t,
+                             op));
         }
     }
     return ZT_OK;
@@ -314,6 +341,8 @@ static zt_status ring_allgather(struct comm *c, const void *in, void *out, size_
     const int N = c->size, r = c->rank;
     const int right = (r + 1) % N, left = (r + N - 1) % N;
     const size_t block = n * zt_dtype_size(t);
+    if (n == 0) /* the same on every rank: nothing to exchange */
+        return ZT_OK;
     unsigned char *dst = out, *own = dst + (size_t)r * block;
     MPI_Datatype type = mpi_type(t);
     if (N == 1 && in != own)
@@ -356,6 +385,8 @@ static zt_status reduce_scatter(struct comm *c, const void *in, void *out, size_
 static const void *gather_source(const struct comm *c, const void *in, void *out, size_t n,
                                  enum zt_dtype t)
 {
+    if (n == 0)
+        return in;
     const unsigned char *own = (unsigned char *)out + (size_t)c->rank * n * zt_dtype_size(t);
     return in == (const void *)own ? MPI_IN_PLACE : in;
 }

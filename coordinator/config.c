@@ -96,6 +96,8 @@ void config_free(struct zt_config *cfg)
     free_list(cfg->data.val, cfg->data.n_val);
     free(cfg->run.output_dir);
     free(cfg->comm.backend);
+    free(cfg->comm.reduce_scatter);
+    free(cfg->comm.allgather);
     free(cfg->optimizer.type);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -60,6 +60,7 @@ struct zt_config {
 
     struct {
         char *backend; /* "auto" (default), "mpi", "nccl" */
+        char *reduce_scatter, *allgather; /* MPI algorithms: "auto" (default), "native", "ring" */
     } comm;
 
     int train_micro_batch_size_per_gpu; /* default 1 */
@@ -88,7 +89,7 @@ struct zt_config {
     } scheduler;
 
     struct {
-        int stage; /* 0..3; only 0 implemented now */
+        int stage; /* 0..3 */
         long reduce_bucket_size; /* elements, default 5e8 as in DeepSpeed */
         int stage3_prefetch_depth; /* default 1 */
     } zero;

@@ -40,6 +40,7 @@ enum ftype {
     T_PATHS,     /* char ** at off, int count at off2: a string or a list of strings */
     T_BETAS,     /* [b1, b2]: doubles at off and off2 */
     T_BACKEND,   /* char *: auto | mpi | nccl */
+    T_ALGO,      /* char *: auto | native | ring */
     T_OPTIMIZER, /* char *: AdamW | Adam, any case */
     T_SCHED,     /* enum zt_sched_type */
     T_WARMUP,    /* enum zt_warmup_type */
@@ -121,6 +122,10 @@ static const struct field fields[] = {
     {"comm", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "communication"},
     {"comm.backend", T_BACKEND, OFF(comm.backend), 0, "auto", NB, NB, 0, NULL,
      "auto, mpi or nccl"},
+    {"comm.reduce_scatter", T_ALGO, OFF(comm.reduce_scatter), 0, "auto", NB, NB, 0, NULL,
+     "MPI reduce-scatter: auto, native or ring"},
+    {"comm.allgather", T_ALGO, OFF(comm.allgather), 0, "auto", NB, NB, 0, NULL,
+     "MPI allgather: auto, native or ring"},
 
     {"train_micro_batch_size_per_gpu", T_INT, OFF(train_micro_batch_size_per_gpu), 0, "1",
      GE(1), NB, 0, NULL, "sequences per rank per micro step"},
@@ -171,8 +176,8 @@ static const struct field fields[] = {
      LE(1), F_WARMUP_COSINE, NULL, "lr ratio at the end of the decay"},
 
     {"zero_optimization", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ZeRO partitioning"},
-    {"zero_optimization.stage", T_INT, OFF(zero.stage), 0, "0", GE(0), LE(3),
-     F_UNSUPPORTED_NONZERO, "ZeRO stage", "0 (1-3: later versions)"},
+    {"zero_optimization.stage", T_INT, OFF(zero.stage), 0, "0", GE(0), LE(3), 0, NULL,
+     "0 data parallel, 1 optimizer state, 2 + gradients, 3 + parameters sharded"},
     {"zero_optimization.reduce_bucket_size", T_LONG, OFF(zero.reduce_bucket_size), 0, "5e8",
      GE(1), NB, 0, NULL, "elements per reduce bucket"},
     {"zero_optimization.stage3_prefetch_depth", T_INT, OFF(zero.stage3_prefetch_depth), 0, "1",
@@ -633,8 +638,15 @@ static zt_status leaf_choice(struct walk *w, const struct field *f, const struct
                              const char *where)
 {
     static const char *const backends[] = {"auto", "mpi", "nccl"};
+    static const char *const algorithms[] = {"auto", "native", "ring"};
     const char *s;
     ZT_TRY(scalar_text(where, f->path, v, "a name", &s));
+    if (f->type == T_ALGO) {
+        if (name_index(algorithms, 3, s) < 0)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected auto, native or ring, got '%s'",
+                                where, f->path, s);
+        return store_string(w, f, s);
+    }
     if (f->type == T_BACKEND) {
         if (name_index(backends, 3, s) < 0)
             return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected auto, mpi or nccl, got '%s'",
@@ -714,6 +726,7 @@ static zt_status parse_leaf(struct walk *w, const struct field *f, const struct 
     case T_BETAS:
         return leaf_betas(w, f, v, where);
     case T_BACKEND:
+    case T_ALGO:
     case T_OPTIMIZER:
     case T_SCHED:
     case T_WARMUP:
@@ -1035,6 +1048,7 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
         break;
     case T_STRING:
     case T_BACKEND:
+    case T_ALGO:
     case T_OPTIMIZER:
         if (*(char *const *)p)
             write_quoted(f, *(char *const *)p);

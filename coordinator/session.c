@@ -137,7 +137,14 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     ZT_TRY(device_open("cpu", &s->ledger, &s->dev));
     ZT_TRY(param_table_build(&mc, &s->table));
     struct shard_engine_config ec = {
-        .stage = c->zero.stage, .clip = c->gradient_clipping, .seed = c->run.seed};
+        .stage = c->zero.stage,
+        .world = s->world,
+        .rank = s->rank,
+        .clip = c->gradient_clipping,
+        .seed = c->run.seed,
+        .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
+        .prefetch_depth = c->zero.stage3_prefetch_depth,
+    };
     ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->dev, &s->engine));
     ZT_TRY(gpt2_create(&s->table, ops_cpu_backend(), &s->dev, c->train_micro_batch_size_per_gpu,
                        c->data.seq_len, &s->model));
@@ -149,6 +156,44 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the host batch");
     s->targets = s->inputs + bt;
     return ZT_OK;
+}
+
+zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int accum)
+{
+    double norm;
+    struct adamw_hparams hp = {0};
+    ZT_ASSERT(model->plan && engine->plan);
+    for (int m = 0; m < accum; m++) {
+        ZT_TRY(gpt2_forward(model, &engine->hooks, NULL, NULL));
+        ZT_TRY(gpt2_backward(model, &engine->hooks, 1.0f));
+    }
+    return shard_engine_step(engine, &hp, &norm);
+}
+
+zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
+{
+    const struct zt_config *c = &s->cfg;
+    struct device dev;
+    struct shard_engine engine;
+    struct gpt2 model;
+    struct shard_engine_config ec = {.stage = 0,
+                                     .world = 1,
+                                     .rank = 0,
+                                     .clip = c->gradient_clipping,
+                                     .seed = c->run.seed,
+                                     .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
+                                     .prefetch_depth = c->zero.stage3_prefetch_depth};
+    ledger_init(out, 1);
+    ZT_TRY(device_open("cpu", out, &dev));
+    ZT_TRY(shard_engine_create(&ec, &s->table, NULL, &dev, &engine));
+    zt_status st = gpt2_create(&s->table, ops_cpu_backend(), &dev,
+                               c->train_micro_batch_size_per_gpu, c->data.seq_len, &model);
+    if (st == ZT_OK) {
+        st = session_plan_step(&model, &engine, 1);
+        gpt2_destroy(&model);
+    }
+    shard_engine_destroy(&engine);
+    return st;
 }
 
 /* Runs one phase and agrees on its outcome; on failure closes the session. */
@@ -173,7 +218,9 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     ops_cpu_set_threads(threads_per_rank(s->local_ranks));
 
     SESSION_PHASE(s, load_config(s, o));
-    struct comm_config cc = {.backend = s->cfg.comm.backend};
+    struct comm_config cc = {.backend = s->cfg.comm.backend,
+                             .reduce_scatter = s->cfg.comm.reduce_scatter,
+                             .allgather = s->cfg.comm.allgather};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     SESSION_PHASE(s, build_model(s, o));

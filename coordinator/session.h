@@ -75,6 +75,16 @@ zt_status session_agree(zt_status local, int *print_here);
  * (run.eval_batches micro batches, or all whole micro batches). */
 zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens);
 
+/* Runs one optimizer step's allocation plan: `accum` planned forward and
+ * backward passes and a planned engine step, through the same code as a
+ * real step (the session's device must be plan-only). */
+zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int accum);
+
+/* The single-device baseline: the peaks that stage 0 on one device needs for
+ * this model, micro batch and precision, from a dry plan through the same
+ * allocation code (no memory, no communication). */
+zt_status session_plan_baseline(const struct run_session *s, struct ledger *out);
+
 /* Creates `dir` and its parents (mode 0755). Errors: ZT_ERR_IO. */
 zt_status session_mkdir_p(const char *dir);
 

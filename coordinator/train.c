@@ -13,6 +13,7 @@
 
 #include "../common/clock.h"
 #include "../worker/schedule.h"
+#include "memory_report.h"
 #include "metrics.h"
 #include "progress.h"
 #include "train.h"
@@ -188,6 +189,37 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     return ZT_OK;
 }
 
+/* Bytes per parameter of each model state: fp32 training with AdamW keeps
+ * 4 (params) + 4 (grads) + 0 (no master copy) + 8 (m and v). */
+static const double fp32_adamw_bytes_per_param[4] = {4, 4, 0, 8};
+
+/* The memory report: every rank's ledger peaks (measured, or planned under
+ * --dry-run) against the single-device baseline. Collective. */
+static zt_status report_memory(struct run_session *s, const struct run_options *o)
+{
+    struct memory_report r = {.stage = s->cfg.zero.stage, .n_params = s->table.n_params};
+    struct ledger baseline;
+    memcpy(r.bytes_per_param, fp32_adamw_bytes_per_param, sizeof r.bytes_per_param);
+    ZT_TRY(session_plan_baseline(s, &baseline));
+    memcpy(r.baseline, baseline.peak, sizeof r.baseline);
+    r.baseline_total = baseline.total_peak;
+    r.expected_model_states = memory_expected_model_states(r.stage, s->world, r.n_params,
+                                                           r.bytes_per_param);
+    ZT_TRY(memory_report_gather(&s->ledger, &r));
+    zt_status st = ZT_OK;
+    if (s->rank == 0) {
+        if (o->dry_run)
+            printf("dry run: the peaks one optimizer step would reach (nothing was "
+                   "allocated)\n");
+        memory_report_print(&r, stdout);
+        fflush(stdout);
+        if (o->memory_report_path)
+            st = memory_report_write_json(&r, o->memory_report_path);
+    }
+    memory_report_free(&r);
+    return st;
+}
+
 /* A failure inside the loop other than a numerical one (which every rank
  * detects at the same point, after the gradient reduction) leaves the other
  * ranks inside a collective: agreeing is impossible, so this rank prints
@@ -213,6 +245,10 @@ zt_status train_run(const struct run_options *o, int *print_here)
     if (o->print_partition && s.rank == 0)
         shard_partition_print(&s.engine.part, &s.table, stdout);
     st = session_agree(open_outputs(&s, o, &io), print_here);
+    if (st == ZT_OK && o->dry_run)
+        st = session_agree(session_plan_step(&s.model, &s.engine,
+                                             s.cfg.gradient_accumulation_steps),
+                           print_here);
     if (st == ZT_OK && !o->dry_run) {
         s.state = RUN_RUNNING;
         if (s.rank == 0)
@@ -226,6 +262,8 @@ zt_status train_run(const struct run_options *o, int *print_here)
         abort_if_peers_may_block(&s, st);
         st = session_agree(st, print_here);
     }
+    if (st == ZT_OK)
+        st = session_agree(report_memory(&s, o), print_here);
     if (io.metrics)
         fclose(io.metrics);
     s.state = st == ZT_OK ? RUN_DONE : RUN_FAILED;

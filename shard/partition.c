@@ -10,6 +10,7 @@ zt_status shard_partition_build(const struct param_table *t, int world,
     out->world = world;
     out->n_units = t->n_units;
     out->shard_total = 0;
+    out->padded_total = 0;
     out->units = calloc((size_t)t->n_units, sizeof *out->units);
     if (!out->units)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the partition table");
@@ -20,9 +21,22 @@ zt_status shard_partition_build(const struct param_table *t, int world,
         su->numel = param_table_unit_size(t, u);
         su->padded = (su->numel + quantum - 1) / quantum * quantum;
         su->shard = su->padded / (size_t)world;
+        su->padded_offset = out->padded_total;
+        su->shard_offset = out->shard_total;
+        out->padded_total += su->padded;
         out->shard_total += su->shard;
     }
     return ZT_OK;
+}
+
+void shard_owned_range(const struct shard_partition *p, int rank, int u, size_t *lo, size_t *hi)
+{
+    const struct shard_unit *su = &p->units[u];
+    size_t a = (size_t)rank * su->shard, b = a + su->shard;
+    if (b > su->numel)
+        b = su->numel;
+    *lo = a;
+    *hi = b > a ? b : a;
 }
 
 void shard_partition_free(struct shard_partition *p)

@@ -4,15 +4,36 @@
  *
  * Partition. The flat parameter space is split unit by unit (see
  * worker/model.h): every unit of n elements is padded to n_pad, a multiple
- * of world * ZT_SHARD_ALIGN, and rank r owns elements [r*n_pad/world,
- * (r+1)*n_pad/world) of it, the way FSDP splits flat parameters. Gathering a
- * unit is then one allgather with equal shares and reducing its gradients
- * one reduce-scatter. The padding (zeros that never train) is counted in
- * every shard's memory. The partition is a pure function of (table, world).
+ * of world * ZT_SHARD_ALIGN, and rank r owns unit elements [r*n_pad/world,
+ * (r+1)*n_pad/world), the way FSDP splits flat parameters. Gathering a unit
+ * is then one allgather with equal shares and reducing its gradients one
+ * reduce-scatter. Full-size buffers use the padded layout too (unit u at
+ * padded_offset); sharded ones hold the rank's shards back to back (unit u
+ * at shard_offset). The padding never trains and is counted in memory. The
+ * partition is a pure function of (table, world), the same in every stage.
  *
- * Engine. Stage 0 keeps full parameters, full gradients and full optimizer
- * state on every rank and averages gradients with one allreduce per
- * optimizer step (none on the other micro steps).
+ * Stages (what each rank keeps between steps; Ψ parameters, N ranks):
+ *   0  full params, full grads, full AdamW state; one allreduce per step.
+ *   1  full params, full grads, AdamW state of its shards; per step one
+ *      reduce-scatter of the grads per unit, the update of its shards, and
+ *      an allgather of the updated params per unit.
+ *   2  full params, grads of its shards only: during the backward each
+ *      unit's full gradient lives in a transient buffer until it is
+ *      reduce-scattered and added to the shard. Completed units gather in a
+ *      bucket of whole units; once it holds reduce_bucket_size elements its
+ *      reduce-scatters are issued (non-blocking) and the previous bucket's
+ *      are completed, so one bucket reduces while the backward fills the
+ *      next. Then the update and allgather as in stage 1.
+ *   3  params of its shards only: each unit is allgathered into a gather
+ *      buffer before use and released after, the next ones prefetched
+ *      (stage3_prefetch_depth); gradients as in stage 2; the update needs no
+ *      allgather.
+ *
+ * Block life cycle under stage 3 (one gather buffer per scheduled use):
+ *
+ *   RELEASED --start_gather--> GATHERING --finish_gather--> RESIDENT
+ *      ^                                                       |
+ *      +--------------------- params_release ------------------+
  */
 #ifndef ZT_SHARD_H
 #define ZT_SHARD_H
@@ -34,12 +55,15 @@ struct shard_unit {
     size_t numel; /* real elements */
     size_t padded; /* numel rounded up to a multiple of world * ZT_SHARD_ALIGN */
     size_t shard; /* padded / world: what each rank owns */
+    size_t padded_offset; /* where the unit starts in a full padded buffer */
+    size_t shard_offset; /* where the rank's shard starts in a sharded buffer */
 };
 
 struct shard_partition {
     int world;
     int n_units;
     struct shard_unit *units; /* owned */
+    size_t padded_total; /* sum of padded unit sizes: a full buffer */
     size_t shard_total; /* sum of unit shards: elements one rank owns */
 };
 
@@ -51,9 +75,12 @@ void shard_partition_free(struct shard_partition *p);
 void shard_partition_print(const struct shard_partition *p, const struct param_table *t, FILE *f);
 
 struct shard_engine_config {
-    int stage; /* 0 only in this version */
+    int stage; /* 0..3 */
+    int world, rank; /* the partition's; a plan may differ from the comm's */
     double clip; /* global-norm clipping threshold, 0 = off */
     uint64_t seed;
+    size_t reduce_bucket_size; /* stages 2-3: elements per gradient bucket, >= 1 */
+    int prefetch_depth; /* stage 3: units gathered ahead, >= 0 */
 };
 
 #define SHARD_MAX_ALLOCS 8
@@ -64,35 +91,65 @@ struct shard_alloc {
     void *ptr; /* NULL under a plan-only ledger */
 };
 
+struct shard_gather; /* stage-3 gather buffers in flight or resident */
+struct shard_reduce; /* stage-2/3 gradient reductions in flight */
+
 struct shard_engine {
     struct shard_engine_config cfg;
     const struct param_table *table; /* not owned */
-    struct comm *comm; /* not owned */
+    struct comm *comm; /* not owned; NULL for a plan */
     struct device *dev; /* not owned */
     struct shard_partition part;
-    float *params, *grads; /* full flat space (stage 0) */
-    float *m, *v; /* AdamW moments over what this rank updates */
-    size_t n_params;
+    int plan; /* the device is plan-only: count, never compute or communicate */
+
+    /* Persistent model states (see the stage table above). */
+    float *params; /* stages 0-2: full padded; stage 3: shards */
+    float *grads; /* stages 0-1: full padded; stages 2-3: shards */
+    float *m, *v; /* AdamW moments: stage 0 full padded, else shards */
+    struct shard_alloc allocs[SHARD_MAX_ALLOCS]; /* every persistent allocation */
+    int n_allocs;
+
+    /* Stages 2-3: each unit's transient full gradient buffer (comm_buffers),
+     * the reductions in flight (the previous bucket), oldest first, and the
+     * units of the open bucket. */
+    float **unit_grads; /* n_units entries */
+    struct shard_reduce *reduces;
+    int n_reduces;
+    int *bucket; /* units whose gradients are complete, not yet issued */
+    int n_bucket;
+    size_t bucket_elems;
+
+    /* Stage 3: the pass's unit schedule and the gathers of its positions. */
+    int schedule[GPT2_MAX_UNITS + 2];
+    int n_schedule, cursor, issued;
+    struct shard_gather *gathers; /* one per schedule position */
+
     long updates; /* optimizer steps taken */
     struct gpt2_unit_hooks hooks; /* what the model borrows through */
-    struct shard_alloc allocs[SHARD_MAX_ALLOCS]; /* every counted allocation */
-    int n_allocs;
 };
 
-/* Allocates the model states on `dev` (counted in the ledger) and
- * initialises the parameters from the seed. With a plan-only ledger only
- * counts. Errors: ZT_ERR_UNSUPPORTED (stage), ZT_ERR_NOMEM. */
+/* Allocates the persistent model states on `dev` (counted in the ledger)
+ * and initialises this rank's parameters from the seed. `comm` may be NULL
+ * only for a plan-only device. Errors: ZT_ERR_CONFIG (bad stage or sizes),
+ * ZT_ERR_NOMEM, ZT_ERR_COMM (stage 3's first gathers are not needed here). */
 zt_status shard_engine_create(const struct shard_engine_config *cfg, const struct param_table *t,
                               struct comm *comm, struct device *dev, struct shard_engine *out);
 void shard_engine_destroy(struct shard_engine *e);
 
-/* Averages the accumulated gradients over ranks, clips them by global norm,
- * takes one AdamW step with `hp` (hp->step is set by the engine) and zeroes
- * the gradients for the next accumulation. *grad_norm receives the norm
- * before clipping. Errors: ZT_ERR_COMM, ZT_ERR_NUMERIC (non-finite norm). */
+/* Reduces the accumulated gradients as the stage requires, averages them
+ * over ranks, clips by global norm (computed from the shards: one
+ * allreduce), takes one AdamW step with `hp` (hp->step is set here) on the
+ * rank's range, re-gathers parameters where the stage keeps them full, and
+ * zeroes the gradients. *grad_norm receives the norm before clipping.
+ * Errors: ZT_ERR_COMM, ZT_ERR_NUMERIC (non-finite norm, on every rank). */
 zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, double *grad_norm);
 
-/* Copies the full parameters into host memory dst[n_params] (collective). */
+/* Copies the full parameters, unpadded, into host memory dst[n_params].
+ * Collective under stage 3 (it gathers). */
 zt_status shard_engine_full_params(struct shard_engine *e, float *dst);
+
+/* Elements [lo, hi) of unit u that this rank owns and that are real (not
+ * padding), in unit coordinates; lo == hi when the shard is all padding. */
+void shard_owned_range(const struct shard_partition *p, int rank, int u, size_t *lo, size_t *hi);
 
 #endif

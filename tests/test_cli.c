@@ -203,6 +203,30 @@ START_TEST(prepare_then_train_and_eval_on_the_token_file)
 }
 END_TEST
 
+START_TEST(dry_run_reports_memory_without_training)
+{
+    const char *dir = testutil_tmpdir("cli-dry");
+    char log[600], json[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(json, sizeof json, "%s/mem.json", dir);
+    ck_assert_int_eq(run(log, MPIRUN " 2 %s train %s --quiet --dry-run --print-partition "
+                              "--set zero_optimization.stage=3 --set run.output_dir=%s "
+                              "--memory-report %s",
+                         binary(), testutil_source_path("configs/small.yaml"), dir, json),
+                     0);
+    const char *out = slurp(log);
+    ck_assert_msg(strstr(out, "dry run") && strstr(out, "baseline") && strstr(out, "partition:"),
+                  "output:\n%s", out);
+    ck_assert_msg(!strstr(out, "loss "), "a dry run must not train:\n%s", out);
+    const char *j = slurp(json);
+    const char *keys[] = {"\"world_size\": 2", "\"stage\": 3", "\"n_params\": 10844160",
+                          "\"bytes_per_param\"", "\"baseline\"", "\"expected_model_states\"",
+                          "\"ranks\"", "\"rss_peak\"", "\"gathered_params\""};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        ck_assert_msg(strstr(j, keys[i]) != NULL, "memory report lacks %s:\n%s", keys[i], j);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -213,6 +237,7 @@ int main(void)
     tcase_add_test(tc, bad_config_exits_2_everywhere_message_once);
     tcase_add_test(tc, missing_data_names_the_path);
     tcase_add_test(tc, prepare_then_train_and_eval_on_the_token_file);
+    tcase_add_test(tc, dry_run_reports_memory_without_training);
     tcase_add_test(tc, tiny_loss_falls_within_100_steps);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);

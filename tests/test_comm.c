@@ -718,8 +718,15 @@ START_TEST(test_usage_errors_enter_no_collective)
     const struct comm_stats *s = comm_get_stats(native);
     for (int k = 0; k < COMM_KIND_COUNT; k++)
         ck_assert_uint_eq(s->calls[k], 0);
-    /* n = 0 is a valid, empty collective */
+    /* n = 0 is a valid, empty collective, NULL buffers included */
     ck_assert_int_eq(comm_allreduce(native, NULL, 0, ZT_F32, COMM_OP_SUM), ZT_OK);
+    for (int k = 0; k < 2; k++) {
+        struct comm *c = k ? ring : native;
+        ck_assert_int_eq(comm_reduce_scatter(c, NULL, NULL, 0, ZT_F32, COMM_OP_SUM), ZT_OK);
+        ck_assert_int_eq(comm_allgather(c, NULL, NULL, 0, ZT_BF16), ZT_OK);
+        ck_assert_int_eq(comm_iallgather(c, NULL, NULL, 0, ZT_U8, &req), ZT_OK);
+        ck_assert_int_eq(comm_wait(c, req), ZT_OK);
+    }
 }
 END_TEST
 

@@ -1,5 +1,9 @@
-/* tests/test_dist.c — data-parallel training across ranks (run at 2 and 4). */
+/* tests/test_dist.c — training across ranks in every ZeRO stage (run at 1,
+ * 2, 3 and 4 ranks): equivalence of the stages, bit-identical parameters,
+ * communication volume and the ledger's model-state bytes against the ZeRO
+ * formulas, and failure agreement. */
 #include <check.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,13 +12,18 @@
 #include "coordinator/train.h"
 #include "data/data.h"
 #include "testutil.h"
+#include "worker/ops.h"
 
-static zt_status open_micro(struct run_session *s, const char **sets, int n_sets)
+#define MAX_SETS 8
+#define STEPS 20
+
+static zt_status open_micro(struct run_session *s, const char *const *sets, int n_sets)
 {
-    struct config_override ov[8];
+    struct config_override ov[MAX_SETS + 1];
     char outdir[512];
     snprintf(outdir, sizeof outdir, "run.output_dir=%s", testutil_tmpdir("dist"));
     ov[0].assignment = outdir;
+    ck_assert_int_le(n_sets, MAX_SETS);
     for (int i = 0; i < n_sets; i++)
         ov[1 + i].assignment = sets[i];
     struct run_options o = {.config_path = testutil_source_path("tests/data/micro.yaml"),
@@ -24,13 +33,16 @@ static zt_status open_micro(struct run_session *s, const char **sets, int n_sets
     return session_open(s, &o, 1);
 }
 
-START_TEST(ranks_hold_bit_identical_parameters)
+/* Trains `steps` steps with the given overrides; losses[] gets each step's
+ * mean loss. Also checks that every rank ends with rank 0's parameters. */
+static void train_losses(const char *const *sets, int n_sets, int steps, double *losses)
 {
     struct run_session s;
-    ck_assert_int_eq(open_micro(&s, NULL, 0), ZT_OK);
-    for (long step = 0; step < 5; step++) {
+    ck_assert_int_eq(open_micro(&s, sets, n_sets), ZT_OK);
+    for (long step = 0; step < steps; step++) {
         struct step_record r = {.step = step + 1, .lr = 3e-3};
         ck_assert_int_eq(train_step(&s, step, &r), ZT_OK);
+        losses[step] = r.loss;
     }
     size_t n = s.table.n_params;
     float *mine = malloc(n * sizeof(float)), *root = malloc(n * sizeof(float));
@@ -38,8 +50,9 @@ START_TEST(ranks_hold_bit_identical_parameters)
     memcpy(root, mine, n * sizeof(float));
     MPI_Bcast(root, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
     ck_assert_msg(memcmp(root, mine, n * sizeof(float)) == 0,
-                  "rank %d parameters differ from rank 0's", s.rank);
-    /* The parameters moved: the test would pass trivially otherwise. */
+                  "rank %d parameters differ from rank 0's (stage %d)", s.rank,
+                  s.cfg.zero.stage);
+    /* The parameters moved: equal parameters would be trivial otherwise. */
     float *init = malloc(n * sizeof(float));
     gpt2_init_params(&s.table, s.cfg.run.seed, 0, n, init);
     ck_assert(memcmp(init, mine, n * sizeof(float)) != 0);
@@ -48,27 +61,239 @@ START_TEST(ranks_hold_bit_identical_parameters)
     free(root);
     session_close(&s);
 }
+
+static void assert_same_curve(const double *a, const double *b, int n, const char *what)
+{
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs(a[i] - b[i]) <= 1e-5 * fabs(a[i]),
+                      "%s: step %d loss %.9g vs stage 0's %.9g", what, i + 1, b[i], a[i]);
+}
+
+static const char *const stage_sets[4] = {
+    "zero_optimization.stage=0", "zero_optimization.stage=1", "zero_optimization.stage=2",
+    "zero_optimization.stage=3"};
+
+START_TEST(stages_train_the_same_model)
+{
+    double ref[STEPS], got[STEPS];
+    const char *sets[] = {stage_sets[0], "gradient_accumulation_steps=2",
+                          "zero_optimization.reduce_bucket_size=3000"};
+    train_losses(sets, 3, STEPS, ref);
+    ck_assert_msg(ref[STEPS - 1] < ref[0] - 0.3, "loss did not fall: %g -> %g", ref[0],
+                  ref[STEPS - 1]);
+    for (int stage = 1; stage <= 3; stage++) {
+        char what[64];
+        sets[0] = stage_sets[stage];
+        train_losses(sets, 3, STEPS, got);
+        snprintf(what, sizeof what, "stage %d, accumulation 2", stage);
+        assert_same_curve(ref, got, STEPS, what);
+    }
+}
 END_TEST
 
-START_TEST(one_allreduce_per_step_whatever_the_accumulation)
+/* n_embd 20: the final LayerNorm unit (40 elements) is smaller than 4 ranks
+ * times the alignment, and no unit divides evenly among 3 ranks. */
+START_TEST(odd_sizes_and_deep_prefetch)
 {
-    const char *sets[] = {"gradient_accumulation_steps=3"};
-    struct run_session s;
-    ck_assert_int_eq(open_micro(&s, sets, 1), ZT_OK);
-    struct step_record r = {.step = 1, .lr = 3e-3};
-    ck_assert_int_eq(train_step(&s, 0, &r), ZT_OK);
-    /* The step's traffic is the one gradient allreduce (the loss average
-     * for the log comes after the step's counters are taken). */
-    ck_assert_uint_eq(r.comm.calls[COMM_KIND_ALLREDUCE], 1);
-    uint64_t grad_bytes = (uint64_t)s.table.n_params * 4, N = (uint64_t)s.world;
-    uint64_t expect = 2 * (N - 1) * grad_bytes / N;
-    ck_assert_msg(r.comm.bytes[COMM_KIND_ALLREDUCE] >= expect - 8 &&
-                      r.comm.bytes[COMM_KIND_ALLREDUCE] <= expect + 8,
-                  "allreduce bytes %llu, expected about %llu",
-                  (unsigned long long)r.comm.bytes[COMM_KIND_ALLREDUCE],
-                  (unsigned long long)expect);
-    ck_assert_uint_eq(r.comm.calls[COMM_KIND_REDUCE_SCATTER], 0);
-    session_close(&s);
+    double ref[8], got[8];
+    const char *sets[] = {stage_sets[0], "model.n_embd=20", "model.n_head=4",
+                          "zero_optimization.stage3_prefetch_depth=3"};
+    train_losses(sets, 4, 8, ref);
+    for (int stage = 1; stage <= 3; stage++) {
+        sets[0] = stage_sets[stage];
+        train_losses(sets, 4, 8, got);
+        assert_same_curve(ref, got, 8, stage == 3 ? "stage 3, prefetch 3" : "odd sizes");
+    }
+}
+END_TEST
+
+START_TEST(ring_and_native_collectives_agree)
+{
+    double ref[6], got[6];
+    const char *sets[] = {"zero_optimization.stage=3", "comm.reduce_scatter=native",
+                          "comm.allgather=native"};
+    train_losses(sets, 3, 6, ref);
+    sets[1] = "comm.reduce_scatter=ring";
+    sets[2] = "comm.allgather=ring";
+    train_losses(sets, 3, 6, got);
+    assert_same_curve(ref, got, 6, "ring collectives");
+}
+END_TEST
+
+/* Bytes this rank sends per optimizer step, per kind, from the partition:
+ * reduce-scatter and allgather of n elements per rank send (N-1)*n*4;
+ * allreduce 2(N-1)/N of its buffer. */
+START_TEST(comm_volume_matches_the_model)
+{
+    for (int stage = 0; stage <= 3; stage++) {
+        const int accum = 2;
+        const char *sets[] = {stage_sets[stage], "gradient_accumulation_steps=2"};
+        struct run_session s;
+        ck_assert_int_eq(open_micro(&s, sets, 2), ZT_OK);
+        struct step_record r = {.step = 1, .lr = 3e-3};
+        ck_assert_int_eq(train_step(&s, 0, &r), ZT_OK);
+        const uint64_t N = (uint64_t)s.world, full = s.engine.part.padded_total * 4,
+                       shard = s.engine.part.shard_total * 4,
+                       unit0 = s.engine.part.units[0].shard * 4;
+        uint64_t ar = 0, rs = 0, ag = 0;
+        if (stage == 0) {
+            ar = 2 * (N - 1) * full / N;
+        } else {
+            ar = 2 * (N - 1) * 8 / N; /* the norm's sum of squares */
+            rs = (N - 1) * shard * (stage == 1 ? 1 : accum);
+            /* stage 3: forward gathers every unit plus the tied head,
+             * backward every unit, each micro step */
+            ag = stage < 3 ? (N - 1) * shard : accum * (N - 1) * (2 * shard + unit0);
+        }
+        ck_assert_msg(r.comm.bytes[COMM_KIND_ALLREDUCE] == ar, "stage %d allreduce %llu != %llu",
+                      stage, (unsigned long long)r.comm.bytes[COMM_KIND_ALLREDUCE],
+                      (unsigned long long)ar);
+        ck_assert_msg(r.comm.bytes[COMM_KIND_REDUCE_SCATTER] == rs,
+                      "stage %d reduce-scatter %llu != %llu", stage,
+                      (unsigned long long)r.comm.bytes[COMM_KIND_REDUCE_SCATTER],
+                      (unsigned long long)rs);
+        ck_assert_msg(r.comm.bytes[COMM_KIND_ALLGATHER] == ag, "stage %d allgather %llu != %llu",
+                      stage, (unsigned long long)r.comm.bytes[COMM_KIND_ALLGATHER],
+                      (unsigned long long)ag);
+        ck_assert_uint_eq(r.comm.calls[COMM_KIND_ALLREDUCE], 1);
+        session_close(&s);
+    }
+}
+END_TEST
+
+/* Model states per rank from the ledger, fp32 AdamW (4 + 4 + 8 bytes):
+ * stage 0: 16Ψ; 1: 8Ψ + 8Ψ/N; 2: 4Ψ + 12Ψ/N; 3: 16Ψ/N, up to padding. */
+START_TEST(model_states_follow_the_zero_formulas)
+{
+    for (int stage = 0; stage <= 3; stage++) {
+        const char *sets[] = {stage_sets[stage], "zero_optimization.reduce_bucket_size=1",
+                              "zero_optimization.stage3_prefetch_depth=1"};
+        struct run_session s;
+        ck_assert_int_eq(open_micro(&s, sets, 3), ZT_OK);
+        struct step_record r = {.step = 1, .lr = 3e-3};
+        ck_assert_int_eq(train_step(&s, 0, &r), ZT_OK);
+        const struct ledger *l = &s.ledger;
+        const struct shard_partition *p = &s.engine.part;
+        const double psi = (double)s.table.n_params, N = s.world;
+        const uint64_t full = p->padded_total * 4, shard = p->shard_total * 4;
+        ck_assert_uint_eq(l->peak[LEDGER_PARAMS], stage < 3 ? full : shard);
+        ck_assert_uint_eq(l->peak[LEDGER_GRADS], stage < 2 ? full : shard);
+        ck_assert_uint_eq(l->peak[LEDGER_OPTIMIZER_STATES], 2 * (stage == 0 ? full : shard));
+        ck_assert_uint_eq(l->peak[LEDGER_MASTER_PARAMS], 0);
+
+        const double formula[4] = {16 * psi, 8 * psi + 8 * psi / N, 4 * psi + 12 * psi / N,
+                                   16 * psi / N};
+        double measured = (double)(l->peak[LEDGER_PARAMS] + l->peak[LEDGER_GRADS] +
+                                   l->peak[LEDGER_OPTIMIZER_STATES]);
+        double padding = 16.0 * (double)(p->padded_total - s.table.n_params);
+        ck_assert_msg(measured >= formula[stage] - 1e-6 &&
+                          measured <= formula[stage] + padding + 1e-6,
+                      "stage %d: measured %g bytes, formula %g, padding %g", stage, measured,
+                      formula[stage], padding);
+
+        uint64_t max_unit = 0;
+        for (int u = 0; u < p->n_units; u++)
+            max_unit = p->units[u].padded * 4 > max_unit ? p->units[u].padded * 4 : max_unit;
+        if (stage == 3) {
+            /* the resident unit and the one prefetched */
+            ck_assert_uint_le(l->peak[LEDGER_GATHERED_PARAMS], 2 * max_unit);
+            ck_assert_uint_ge(l->peak[LEDGER_GATHERED_PARAMS], max_unit);
+        } else {
+            ck_assert_uint_eq(l->peak[LEDGER_GATHERED_PARAMS], 0);
+        }
+        if (stage >= 2) {
+            /* the embeddings' gradients (open from the tied head to the
+             * embeddings), the unit being computed and the one reducing,
+             * and their reduced shards */
+            uint64_t bound = p->units[0].padded * 4 + 2 * max_unit + 3 * max_unit / s.world;
+            ck_assert_msg(l->peak[LEDGER_COMM_BUFFERS] <= bound,
+                          "stage %d comm_buffers peak %llu > %llu", stage,
+                          (unsigned long long)l->peak[LEDGER_COMM_BUFFERS],
+                          (unsigned long long)bound);
+        }
+        ck_assert_uint_eq(l->current[LEDGER_GATHERED_PARAMS], 0);
+        ck_assert_uint_eq(l->current[LEDGER_COMM_BUFFERS], 0);
+        session_close(&s);
+    }
+}
+END_TEST
+
+START_TEST(prefetch_depth_bounds_the_gathered_units)
+{
+    for (int depth = 0; depth <= 2; depth++) {
+        char d[64];
+        snprintf(d, sizeof d, "zero_optimization.stage3_prefetch_depth=%d", depth);
+        const char *sets[] = {stage_sets[3], d};
+        struct run_session s;
+        ck_assert_int_eq(open_micro(&s, sets, 2), ZT_OK);
+        struct step_record r = {.step = 1, .lr = 3e-3};
+        ck_assert_int_eq(train_step(&s, 0, &r), ZT_OK);
+        uint64_t max_unit = 0, min_unit = UINT64_MAX;
+        for (int u = 0; u < s.engine.part.n_units; u++) {
+            uint64_t b = s.engine.part.units[u].padded * 4;
+            max_unit = b > max_unit ? b : max_unit;
+            min_unit = b < min_unit ? b : min_unit;
+        }
+        uint64_t peak = s.ledger.peak[LEDGER_GATHERED_PARAMS];
+        ck_assert_msg(peak <= (uint64_t)(depth + 1) * max_unit,
+                      "depth %d: gathered peak %llu > %d units", depth,
+                      (unsigned long long)peak, depth + 1);
+        if (depth == 0)
+            ck_assert_uint_eq(peak, max_unit);
+        else
+            ck_assert_uint_gt(peak, max_unit); /* prefetching really overlaps */
+        session_close(&s);
+    }
+}
+END_TEST
+
+/* The dry plan of a step allocates, category by category, exactly what a
+ * real step does; and the single-device baseline matches a real one-rank
+ * stage-0 run within 1 %. */
+START_TEST(plan_matches_a_real_step)
+{
+    for (int stage = 0; stage <= 3; stage++) {
+        const char *sets[] = {stage_sets[stage], "gradient_accumulation_steps=2",
+                              "zero_optimization.reduce_bucket_size=5000"};
+        struct run_session s;
+        ck_assert_int_eq(open_micro(&s, sets, 3), ZT_OK);
+        struct step_record r = {.step = 1, .lr = 3e-3};
+        ck_assert_int_eq(train_step(&s, 0, &r), ZT_OK);
+
+        struct ledger plan;
+        struct device dev;
+        struct shard_engine engine;
+        struct gpt2 model;
+        ledger_init(&plan, 1);
+        ck_assert_int_eq(device_open("cpu", &plan, &dev), ZT_OK);
+        ck_assert_int_eq(shard_engine_create(&s.engine.cfg, &s.table, NULL, &dev, &engine), ZT_OK);
+        ck_assert_int_eq(gpt2_create(&s.table, ops_cpu_backend(), &dev, s.model.B, s.model.T,
+                                     &model),
+                         ZT_OK);
+        ck_assert_int_eq(session_plan_step(&model, &engine, 2), ZT_OK);
+        for (int k = 0; k < LEDGER_CATEGORY_COUNT; k++)
+            ck_assert_msg(plan.peak[k] == s.ledger.peak[k], "stage %d %s: plan %llu, real %llu",
+                          stage, ledger_category_name((enum ledger_category)k),
+                          (unsigned long long)plan.peak[k],
+                          (unsigned long long)s.ledger.peak[k]);
+        ck_assert_uint_eq(plan.total_peak, s.ledger.total_peak);
+        gpt2_destroy(&model);
+        shard_engine_destroy(&engine);
+        ck_assert_uint_eq(plan.total_current, 0);
+
+        struct ledger baseline;
+        ck_assert_int_eq(session_plan_baseline(&s, &baseline), ZT_OK);
+        if (s.world == 1 && stage == 0) {
+            double rel = fabs((double)baseline.total_peak - (double)s.ledger.total_peak) /
+                         (double)s.ledger.total_peak;
+            ck_assert_msg(rel <= 0.01, "baseline %llu vs real %llu",
+                          (unsigned long long)baseline.total_peak,
+                          (unsigned long long)s.ledger.total_peak);
+        }
+        if (stage == 3 && s.world > 1)
+            ck_assert_uint_lt(s.ledger.peak[LEDGER_PARAMS], baseline.peak[LEDGER_PARAMS]);
+        session_close(&s);
+    }
 }
 END_TEST
 
@@ -87,14 +312,16 @@ END_TEST
 
 START_TEST(failure_on_one_rank_reaches_all)
 {
-    int rank, printers, total = 0;
+    int rank, size, printers, total = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    zt_status local = rank == 1 ? zt_error_set(ZT_ERR_DATA, "rank 1 data broken") : ZT_OK;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int culprit = size - 1;
+    zt_status local = rank == culprit ? zt_error_set(ZT_ERR_DATA, "data broken") : ZT_OK;
     zt_status agreed = session_agree(local, &printers);
     ck_assert_int_eq(agreed, ZT_ERR_DATA);
     MPI_Allreduce(&printers, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     ck_assert_int_eq(total, 1);
-    ck_assert_int_eq(printers, rank == 1);
+    ck_assert_int_eq(printers, rank == culprit);
 }
 END_TEST
 
@@ -102,10 +329,15 @@ int main(void)
 {
     MPI_Init(NULL, NULL);
     Suite *s = suite_create("dist");
-    TCase *tc = tcase_create("stage0");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, ranks_hold_bit_identical_parameters);
-    tcase_add_test(tc, one_allreduce_per_step_whatever_the_accumulation);
+    TCase *tc = tcase_create("zero");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, stages_train_the_same_model);
+    tcase_add_test(tc, odd_sizes_and_deep_prefetch);
+    tcase_add_test(tc, ring_and_native_collectives_agree);
+    tcase_add_test(tc, comm_volume_matches_the_model);
+    tcase_add_test(tc, model_states_follow_the_zero_formulas);
+    tcase_add_test(tc, prefetch_depth_bounds_the_gathered_units);
+    tcase_add_test(tc, plan_matches_a_real_step);
     tcase_add_test(tc, bad_config_fails_on_every_rank_printed_once);
     tcase_add_test(tc, failure_on_one_rank_reaches_all);
     suite_add_tcase(s, tc);

@@ -71,16 +71,43 @@ static void reference_free(struct reference *r)
     free(r->losses);
 }
 
-/* Hooks over one full flat parameter and gradient buffer. */
+/* Hooks over one full flat parameter and gradient buffer, recording every
+ * call as (event, unit). */
+enum hook_event { EV_BEGIN, EV_END, EV_PARAMS, EV_RELEASE, EV_GRADS, EV_DONE };
+
 struct flat_state {
     const struct param_table *t;
     float *params, *grads;
     int acquired; /* units currently borrowed (must balance) */
+    int n_events;
+    int events[512][2];
 };
+
+static void record(struct flat_state *s, enum hook_event ev, int unit)
+{
+    if (s->n_events < 512) {
+        s->events[s->n_events][0] = ev;
+        s->events[s->n_events][1] = unit;
+    }
+    s->n_events++;
+}
+
+static zt_status flat_begin(void *ctx, enum gpt2_pass pass)
+{
+    record(ctx, EV_BEGIN, (int)pass);
+    return ZT_OK;
+}
+
+static zt_status flat_end(void *ctx, enum gpt2_pass pass)
+{
+    record(ctx, EV_END, (int)pass);
+    return ZT_OK;
+}
 
 static zt_status flat_params(void *ctx, int unit, const float **p)
 {
     struct flat_state *s = ctx;
+    record(s, EV_PARAMS, unit);
     s->acquired++;
     *p = s->params + s->t->unit_offset[unit];
     return ZT_OK;
@@ -89,7 +116,7 @@ static zt_status flat_params(void *ctx, int unit, const float **p)
 static zt_status flat_release(void *ctx, int unit)
 {
     struct flat_state *s = ctx;
-    (void)unit;
+    record(s, EV_RELEASE, unit);
     s->acquired--;
     return ZT_OK;
 }
@@ -97,15 +124,26 @@ static zt_status flat_release(void *ctx, int unit)
 static zt_status flat_grads(void *ctx, int unit, float **g)
 {
     struct flat_state *s = ctx;
+    record(s, EV_GRADS, unit);
     *g = s->grads + s->t->unit_offset[unit];
     return ZT_OK;
 }
 
 static zt_status flat_done(void *ctx, int unit)
 {
-    (void)ctx;
-    (void)unit;
+    record(ctx, EV_DONE, unit);
     return ZT_OK;
+}
+
+static struct gpt2_unit_hooks flat_hooks(struct flat_state *s)
+{
+    return (struct gpt2_unit_hooks){.ctx = s,
+                                    .pass_begin = flat_begin,
+                                    .pass_end = flat_end,
+                                    .params_acquire = flat_params,
+                                    .params_release = flat_release,
+                                    .grads_acquire = flat_grads,
+                                    .grads_done = flat_done};
 }
 
 struct model_fixture {
@@ -128,10 +166,10 @@ static void fixture_open(struct model_fixture *fx)
     ck_assert_int_eq(gpt2_create(&fx->table, ops_cpu_backend(), &fx->dev, fx->ref.B, fx->ref.T,
                                  &fx->model),
                      ZT_OK);
-    fx->state = (struct flat_state){&fx->table, fx->ref.params,
-                                    calloc(fx->table.n_params, sizeof(float)), 0};
-    fx->hooks = (struct gpt2_unit_hooks){&fx->state, flat_params, flat_release, flat_grads,
-                                         flat_done};
+    fx->state = (struct flat_state){.t = &fx->table,
+                                    .params = fx->ref.params,
+                                    .grads = calloc(fx->table.n_params, sizeof(float))};
+    fx->hooks = flat_hooks(&fx->state);
 }
 
 static void fixture_close(struct model_fixture *fx)
@@ -222,6 +260,42 @@ START_TEST(adamw_trajectory_matches_pytorch)
     }
     free(m);
     free(v);
+    fixture_close(&fx);
+}
+END_TEST
+
+START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
+{
+    struct model_fixture fx;
+    fixture_open(&fx);
+    ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);
+    ck_assert_int_eq(gpt2_backward(&fx.model, &fx.hooks, 1.0f), ZT_OK);
+
+    struct ledger plan;
+    struct device dplan;
+    struct gpt2 pm;
+    struct flat_state ps = {.t = &fx.table, .params = fx.ref.params, .grads = fx.state.grads};
+    struct gpt2_unit_hooks ph = flat_hooks(&ps);
+    ledger_init(&plan, 1);
+    ck_assert_int_eq(device_open("cpu", &plan, &dplan), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&fx.table, ops_cpu_backend(), &dplan, fx.ref.B, fx.ref.T, &pm),
+                     ZT_OK);
+    ck_assert_int_eq(gpt2_forward(&pm, &ph, NULL, NULL), ZT_OK);
+    ck_assert_int_eq(gpt2_backward(&pm, &ph, 1.0f), ZT_OK);
+    ck_assert_int_eq(ps.n_events, fx.state.n_events);
+    ck_assert_int_le(ps.n_events, 512);
+    for (int i = 0; i < ps.n_events; i++)
+        ck_assert_msg(ps.events[i][0] == fx.state.events[i][0] &&
+                          ps.events[i][1] == fx.state.events[i][1],
+                      "event %d: plan (%d, unit %d) vs real (%d, unit %d)", i, ps.events[i][0],
+                      ps.events[i][1], fx.state.events[i][0], fx.state.events[i][1]);
+    /* The params acquisitions follow gpt2_unit_order. */
+    int order[16], n = gpt2_unit_order(&fx.table, GPT2_PASS_FORWARD, order, 16), k = 0;
+    for (int i = 0; i < fx.state.n_events && k < n; i++)
+        if (fx.state.events[i][0] == EV_PARAMS)
+            ck_assert_int_eq(fx.state.events[i][1], order[k++]);
+    ck_assert_int_eq(k, n);
+    gpt2_destroy(&pm);
     fixture_close(&fx);
 }
 END_TEST
@@ -321,6 +395,7 @@ int main(void)
     tcase_add_test(tc, gradients_match_pytorch);
     tcase_add_test(tc, backward_accumulates_with_scale);
     tcase_add_test(tc, adamw_trajectory_matches_pytorch);
+    tcase_add_test(tc, plan_walk_makes_the_same_hook_calls_as_a_real_pass);
     tcase_add_test(tc, units_are_contiguous_and_cover_the_space);
     tcase_add_test(tc, init_is_independent_of_sharding_and_follows_gpt2);
     tcase_add_test(tc, plan_only_ledger_counts_without_allocating);

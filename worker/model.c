@@ -139,6 +139,30 @@ void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
     }
 }
 
+int gpt2_unit_order(const struct param_table *t, enum gpt2_pass pass, int *order, int cap)
+{
+    const int L = t->cfg.n_layer;
+    int n = 0;
+#define PUSH(u)                                                                                    \
+    do {                                                                                           \
+        if (n < cap)                                                                               \
+            order[n] = (u);                                                                        \
+        n++;                                                                                       \
+    } while (0)
+    if (pass == GPT2_PASS_FORWARD) {
+        for (int u = 0; u <= L + 1; u++)
+            PUSH(u);
+        PUSH(0);
+    } else {
+        PUSH(0);
+        PUSH(L + 1);
+        for (int l = L; l >= 1; l--)
+            PUSH(l);
+    }
+#undef PUSH
+    return n;
+}
+
 double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
 {
     const double C = cfg->n_embd, L = cfg->n_layer;
@@ -227,6 +251,7 @@ zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops
     out->table = t;
     out->ops = ops;
     out->dev = dev;
+    out->plan = !device_is_real(dev);
     out->B = B;
     out->T = T;
     out->act_bytes = act_layout_of(&t->cfg, B, T).total * sizeof(float);
@@ -264,6 +289,35 @@ void gpt2_destroy(struct gpt2 *m)
     if (m->n_allocated >= 1)
         device_free(m->dev, LEDGER_ACTIVATIONS, m->act_bytes, m->acts);
     memset(m, 0, sizeof *m);
+}
+
+/* ---- plan ----------------------------------------------------------------- */
+
+/* A pass over a plan-only device: the same hook calls in the same order as
+ * the real pass (tests/test_model.c compares the two event by event), with
+ * no compute, so a plan sees every gather and gradient buffer a real step
+ * allocates. The backward borrows unit 0's gradients from the head to the
+ * embeddings, around every other unit. */
+static zt_status plan_walk(struct gpt2 *m, const struct gpt2_unit_hooks *h, enum gpt2_pass pass)
+{
+    int order[GPT2_MAX_UNITS + 2];
+    const int n = gpt2_unit_order(m->table, pass, order, GPT2_MAX_UNITS + 2);
+    const float *w;
+    float *g;
+    ZT_ASSERT(n <= GPT2_MAX_UNITS + 2);
+    ZT_TRY(h->pass_begin(h->ctx, pass));
+    for (int i = 0; i < n; i++) {
+        ZT_TRY(h->params_acquire(h->ctx, order[i], &w));
+        if (pass == GPT2_PASS_BACKWARD)
+            ZT_TRY(h->grads_acquire(h->ctx, order[i], &g));
+        ZT_TRY(h->params_release(h->ctx, order[i]));
+        if (pass == GPT2_PASS_BACKWARD && order[i] != 0)
+            ZT_TRY(h->grads_done(h->ctx, order[i]));
+    }
+    if (pass == GPT2_PASS_BACKWARD)
+        ZT_TRY(h->grads_done(h->ctx, 0));
+    ZT_TRY(h->pass_end(h->ctx, pass));
+    return ZT_OK;
 }
 
 /* ---- forward -------------------------------------------------------------- */
@@ -315,8 +369,11 @@ zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const in
     float *acts = m->acts;
     const float *w;
 
+    if (m->plan)
+        return plan_walk(m, h, GPT2_PASS_FORWARD);
     ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
+    ZT_TRY(h->pass_begin(h->ctx, GPT2_PASS_FORWARD));
 
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
     TIMED(m, PROF_ENCODER, m->ops->encoder_forward(acts + a.encoded, m->inputs, tensor_in(t, 0, w), tensor_in(t, 1, w), B,
@@ -343,6 +400,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const in
     ZT_TRY(h->params_release(h->ctx, 0));
     TIMED(m, PROF_CROSSENTROPY, m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits, m->targets, BT,
                                  V));
+    ZT_TRY(h->pass_end(h->ctx, GPT2_PASS_FORWARD));
 
     float *losses = malloc(tok_bytes);
     if (!losses)
@@ -415,6 +473,9 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
     const float *w;
     float *g, *g0;
 
+    if (m->plan)
+        return plan_walk(m, h, GPT2_PASS_BACKWARD);
+    ZT_TRY(h->pass_begin(h->ctx, GPT2_PASS_BACKWARD));
     /* The head: logits are no longer needed, their buffer takes dlogits. */
     float *dlogits = acts + a.logits;
     zero(m, dlogits, (size_t)BT * V);
@@ -450,5 +511,6 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
 
     TIMED(m, PROF_ENCODER, m->ops->encoder_backward(grad_in(t, 0, g0), grad_in(t, 1, g0), dres, m->inputs, B, T, C));
     ZT_TRY(h->grads_done(h->ctx, 0));
+    ZT_TRY(h->pass_end(h->ctx, GPT2_PASS_BACKWARD));
     return ZT_OK;
 }

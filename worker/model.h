@@ -29,6 +29,9 @@
 #include "device.h"
 #include "ops.h"
 
+/* Largest n_layer + 2 the model supports (units per model). */
+#define GPT2_MAX_UNITS 1026
+
 struct gpt2_config {
     int vocab_size, block_size, n_layer, n_head, n_embd;
 };
@@ -71,11 +74,23 @@ void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
  * PaLM appendix B count. */
 double gpt2_flops_per_token(const struct gpt2_config *cfg, int T);
 
+enum gpt2_pass { GPT2_PASS_FORWARD, GPT2_PASS_BACKWARD };
+
+/* The order in which a pass acquires unit parameters: forward 0, 1..L, L+1,
+ * 0 (the tied head); backward 0 (head), L+1, L..1. Writes at most `cap`
+ * units to order and returns how many the pass acquires (L + 3 forward,
+ * L + 2 backward). gpt2_forward/backward follow exactly this order, so a
+ * ZeRO-3 engine can prefetch from it. */
+int gpt2_unit_order(const struct param_table *t, enum gpt2_pass pass, int *order, int cap);
+
 /* How the model borrows parameters and gradients, one unit at a time. The
  * pointers returned point at the unit's first element; they stay valid
- * until the matching release (params) or grads_done (grads). */
+ * until the matching release (params) or grads_done (grads). Every pass
+ * starts with pass_begin and ends with pass_end. */
 struct gpt2_unit_hooks {
     void *ctx;
+    zt_status (*pass_begin)(void *ctx, enum gpt2_pass pass);
+    zt_status (*pass_end)(void *ctx, enum gpt2_pass pass);
     zt_status (*params_acquire)(void *ctx, int unit, const float **params);
     zt_status (*params_release)(void *ctx, int unit);
     /* The unit's gradient buffer; the backward ACCUMULATES into it. */
@@ -120,11 +135,14 @@ struct gpt2 {
     int32_t *inputs, *targets; /* owned device copies of the batch */
     float mean_loss; /* of the last forward with targets */
     struct gpt2_profile *profile; /* not owned; NULL: no timing */
+    int plan; /* plan-only device: walk the hooks, compute nothing */
     int n_allocated; /* how many of acts, scratch, inputs exist (for destroy) */
 };
 
 /* Allocates activations for micro batch B x T on `dev`. With a plan-only
- * ledger nothing is allocated but everything is counted. Errors:
+ * ledger nothing is allocated but everything is counted, and forward and
+ * backward then only walk the hooks in their real order (so a plan sees
+ * every gather and gradient buffer a real step allocates). Errors:
  * ZT_ERR_NOMEM. */
 zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops,
                       struct device *dev, int B, int T, struct gpt2 *out);

@@ -295,4 +295,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (OSError, ValueError) as e:
+        print("torch_gpt2.py: error: %s" % e, file=sys.stderr)
+        sys.exit(1)

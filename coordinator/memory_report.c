@@ -1,0 +1,332 @@
+/* coordinator/memory_report.c — see memory_report.h.
+ *
+ * The gather sends each rank's row as a flat array of uint64 (the category
+ * peaks, the total peak, the resident peak) with one MPI_Gather, so the
+ * struct's layout and padding never cross the wire. Rank 0 allocates the
+ * rows before the gather and broadcasts whether it could: a rank 0 that
+ * returned early would leave the others blocked or out of step in the next
+ * collective, so every rank leaves with the same status.
+ *
+ * The table keeps to about 120 columns: ten byte columns of ten characters
+ * ("999.99 MiB" is the widest a value gets, since a unit gives way to the
+ * next at 1000 of it rather than 1024) with the category names shortened.
+ */
+#include "memory_report.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 2) /* peaks, total_peak, rss_peak */
+
+/* Column headers; a category missing here falls back to its full name. */
+static const char *const short_names[] = {
+    [LEDGER_PARAMS] = "params",
+    [LEDGER_GRADS] = "grads",
+    [LEDGER_MASTER_PARAMS] = "master",
+    [LEDGER_OPTIMIZER_STATES] = "optim",
+    [LEDGER_GATHERED_PARAMS] = "gathered",
+    [LEDGER_ACTIVATIONS] = "activ",
+    [LEDGER_COMM_BUFFERS] = "comm",
+    [LEDGER_WORKSPACE] = "workspace",
+};
+_Static_assert(sizeof short_names / sizeof short_names[0] == LEDGER_CATEGORY_COUNT,
+               "one column header per ledger category");
+
+/* The categories that make up the paper's model states, in bpp order. */
+static const enum ledger_category model_state_categories[4] = {
+    LEDGER_PARAMS, LEDGER_GRADS, LEDGER_MASTER_PARAMS, LEDGER_OPTIMIZER_STATES};
+
+/* ---- gathering ---- */
+
+static zt_status mpi_failed(int rc, const char *call)
+{
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        len = 0;
+    msg[len] = '\0';
+    return zt_error_set(ZT_ERR_COMM, "memory report: %s failed: %s (code %d)", call,
+                        len ? msg : "unknown MPI error", rc);
+}
+
+static void pack_row(const struct ledger *l, uint64_t row[ROW_WORDS])
+{
+    for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
+        row[c] = l->peak[c];
+    row[LEDGER_CATEGORY_COUNT] = l->total_peak;
+    row[LEDGER_CATEGORY_COUNT + 1] = ledger_rss_peak();
+}
+
+static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_rank_row *out)
+{
+    out->rank = rank;
+    for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
+        out->peak[c] = row[c];
+    out->total_peak = row[LEDGER_CATEGORY_COUNT];
+    out->rss_peak = row[LEDGER_CATEGORY_COUNT + 1];
+}
+
+zt_status memory_report_gather(const struct ledger *mine, struct memory_report *r)
+{
+    int rank = 0, size = 0, rc;
+    if ((rc = MPI_Comm_rank(MPI_COMM_WORLD, &rank)) != MPI_SUCCESS)
+        return mpi_failed(rc, "MPI_Comm_rank");
+    if ((rc = MPI_Comm_size(MPI_COMM_WORLD, &size)) != MPI_SUCCESS)
+        return mpi_failed(rc, "MPI_Comm_size");
+    r->world_size = size;
+    r->ranks = NULL;
+    uint64_t row[ROW_WORDS], *all = NULL;
+    pack_row(mine, row);
+    int ok = 1;
+    if (rank == 0) {
+        all = malloc((size_t)size * sizeof row);
+        r->ranks = calloc((size_t)size, sizeof *r->ranks);
+        ok = all && r->ranks;
+    }
+    if ((rc = MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD)) != MPI_SUCCESS)
+        ok = -1;
+    else if (ok && (rc = MPI_Gather(row, ROW_WORDS, MPI_UINT64_T, all, ROW_WORDS, MPI_UINT64_T, 0,
+                                    MPI_COMM_WORLD)) != MPI_SUCCESS)
+        ok = -2;
+    for (int i = 0; ok == 1 && rank == 0 && i < size; i++)
+        unpack_row(all + (size_t)i * ROW_WORDS, i, &r->ranks[i]);
+    free(all);
+    if (ok == 1)
+        return ZT_OK;
+    memory_report_free(r);
+    if (ok < 0)
+        return mpi_failed(rc, ok == -1 ? "MPI_Bcast" : "MPI_Gather");
+    return zt_error_set(ZT_ERR_NOMEM, "memory report: rank 0 cannot allocate %d rows", size);
+}
+
+/* ---- the paper's model states ---- */
+
+uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, const double bpp[4])
+{
+    /* Which of p, g, m, o each stage divides among the ranks: the master
+     * copy goes with the optimizer states, as in the paper's K. */
+    static const int partitioned[4][4] = {{0, 0, 0, 0}, {0, 0, 1, 1}, {0, 1, 1, 1}, {1, 1, 1, 1}};
+    ZT_ASSERT(stage >= 0 && stage <= 3);
+    ZT_ASSERT(world >= 1);
+    double whole = 0, split = 0;
+    for (int k = 0; k < 4; k++) {
+        if (partitioned[stage][k])
+            split += bpp[k];
+        else
+            whole += bpp[k];
+    }
+    double psi = (double)n_params;
+    return (uint64_t)floor(whole * psi + split * psi / world + 0.5);
+}
+
+/* ---- printing ---- */
+
+/* Exact bytes below 10 KiB, else KiB, MiB or GiB with two decimals; a unit
+ * gives way to the next where its value would print as 1000.00 or more. */
+static void human(uint64_t bytes, char *buf, size_t n)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB"};
+    if (bytes < 10 * 1024) {
+        snprintf(buf, n, "%llu B", (unsigned long long)bytes);
+        return;
+    }
+    double v = (double)bytes / 1024;
+    int u = 0;
+    while (u < 2 && v >= 999.995) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, n, "%.2f %s", v, units[u]);
+}
+
+static const char *column_name(int c)
+{
+    return short_names[c] ? short_names[c] : ledger_category_name((enum ledger_category)c);
+}
+
+static void print_header(FILE *f)
+{
+    fprintf(f, "%8s", "rank");
+    for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
+        fprintf(f, " %10s", column_name(c));
+    fprintf(f, " %10s %10s %5s\n", "total", "rss", "ratio");
+}
+
+/* One table row; rss NULL prints "-" (a plan has no resident memory). */
+static void print_row(FILE *f, const char *label, const uint64_t peak[LEDGER_CATEGORY_COUNT],
+                      uint64_t total, const uint64_t *rss, uint64_t baseline_total)
+{
+    char b[32];
+    fprintf(f, "%8s", label);
+    for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
+        human(peak[c], b, sizeof b);
+        fprintf(f, " %10s", b);
+    }
+    human(total, b, sizeof b);
+    fprintf(f, " %10s", b);
+    if (rss)
+        human(*rss, b, sizeof b);
+    fprintf(f, " %10s", rss ? b : "-");
+    if (baseline_total)
+        fprintf(f, " %5.2f\n", (double)total / (double)baseline_total);
+    else
+        fprintf(f, " %5s\n", "-");
+}
+
+static uint64_t model_states_of(const struct memory_rank_row *row)
+{
+    uint64_t sum = 0;
+    for (int k = 0; k < 4; k++)
+        sum += row->peak[model_state_categories[k]];
+    return sum;
+}
+
+static void format_difference(uint64_t measured, uint64_t expected, char *buf, size_t n)
+{
+    if (expected == 0)
+        snprintf(buf, n, "n/a");
+    else
+        snprintf(buf, n, "%+.2f%%",
+                 100.0 * ((double)measured - (double)expected) / (double)expected);
+}
+
+static void print_model_states(const struct memory_report *r, FILE *f)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < r->world_size; i++) {
+        uint64_t m = model_states_of(&r->ranks[i]);
+        lo = m < lo ? m : lo;
+        hi = m > hi ? m : hi;
+    }
+    if (r->world_size < 1)
+        lo = 0;
+    char a[32], b[32], e[32], da[32], db[32];
+    human(lo, a, sizeof a);
+    human(hi, b, sizeof b);
+    human(r->expected_model_states, e, sizeof e);
+    format_difference(lo, r->expected_model_states, da, sizeof da);
+    format_difference(hi, r->expected_model_states, db, sizeof db);
+    const double *p = r->bytes_per_param;
+    fprintf(f, "model states per rank (params+grads+master+optim peaks): measured %s .. %s\n", a,
+            b);
+    fprintf(f, "  expected for stage %d, N = %d, %g+%g+%g+%g bytes per parameter: %s\n", r->stage,
+            r->world_size, p[0], p[1], p[2], p[3], e);
+    fprintf(f, "  difference %s .. %s (shard padding explains a small excess)\n", da, db);
+}
+
+void memory_report_print(const struct memory_report *r, FILE *f)
+{
+    if (!r->ranks)
+        return;
+    fprintf(f,
+            "memory per rank: ZeRO stage %d, %d ranks, %llu parameters; ratio = total / baseline "
+            "total\n",
+            r->stage, r->world_size, (unsigned long long)r->n_params);
+    print_header(f);
+    for (int i = 0; i < r->world_size; i++) {
+        const struct memory_rank_row *row = &r->ranks[i];
+        char label[16];
+        snprintf(label, sizeof label, "%d", row->rank);
+        print_row(f, label, row->peak, row->total_peak, &row->rss_peak, r->baseline_total);
+    }
+    print_row(f, "baseline", r->baseline, r->baseline_total, NULL, r->baseline_total);
+    print_model_states(r, f);
+}
+
+/* ---- JSON ---- */
+
+static void write_categories(FILE *f, const uint64_t bytes[LEDGER_CATEGORY_COUNT])
+{
+    for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
+        fprintf(f, "%s\"%s\": %llu", c ? ", " : "", ledger_category_name((enum ledger_category)c),
+                (unsigned long long)bytes[c]);
+}
+
+static void write_body(FILE *f, const struct memory_report *r)
+{
+    fprintf(f, "{\"world_size\": %d, \"stage\": %d, \"n_params\": %llu, \"bytes_per_param\": {",
+            r->world_size, r->stage, (unsigned long long)r->n_params);
+    for (int k = 0; k < 4; k++)
+        fprintf(f, "%s\"%s\": %.17g", k ? ", " : "",
+                ledger_category_name(model_state_categories[k]), r->bytes_per_param[k]);
+    fprintf(f, "}, \"baseline\": {");
+    write_categories(f, r->baseline);
+    fprintf(f, ", \"total\": %llu}, \"expected_model_states\": %llu, \"ranks\": [",
+            (unsigned long long)r->baseline_total, (unsigned long long)r->expected_model_states);
+    for (int i = 0; i < r->world_size; i++) {
+        const struct memory_rank_row *row = &r->ranks[i];
+        fprintf(f, "%s{\"rank\": %d, \"peak\": {", i ? ", " : "", row->rank);
+        write_categories(f, row->peak);
+        fprintf(f, "}, \"total_peak\": %llu, \"rss_peak\": %llu}",
+                (unsigned long long)row->total_peak, (unsigned long long)row->rss_peak);
+    }
+    fprintf(f, "]}\n");
+}
+
+/* Makes the rename durable: without this a crash can forget the new name
+ * even though the data reached the disk. */
+static zt_status sync_folder(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return zt_error_set(ZT_ERR_NOMEM, "memory report %s: out of memory", path);
+    int fd = open(dir, O_RDONLY);
+    zt_status st = ZT_OK;
+    if (fd < 0 || fsync(fd) != 0)
+        st = zt_error_set(ZT_ERR_IO, "memory report %s: cannot sync folder %s: %s", path, dir,
+                          strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(dir);
+    return st;
+}
+
+static zt_status write_temp(const struct memory_report *r, const char *path, const char *tmp)
+{
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return zt_error_set(ZT_ERR_IO, "memory report %s: cannot create %s: %s", path, tmp,
+                            strerror(errno));
+    write_body(f, r);
+    zt_status st = ZT_OK;
+    if (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0)
+        st = zt_error_set(ZT_ERR_IO, "memory report %s: cannot write %s: %s", path, tmp,
+                          strerror(errno));
+    if (fclose(f) != 0 && st == ZT_OK)
+        st = zt_error_set(ZT_ERR_IO, "memory report %s: cannot close %s: %s", path, tmp,
+                          strerror(errno));
+    return st;
+}
+
+zt_status memory_report_write_json(const struct memory_report *r, const char *path)
+{
+    ZT_ASSERT(r->ranks != NULL || r->world_size == 0);
+    for (int k = 0; k < 4; k++)
+        ZT_ASSERT(isfinite(r->bytes_per_param[k])); /* JSON has no inf or nan */
+    size_t len = strlen(path) + 32;
+    char *tmp = malloc(len);
+    if (!tmp)
+        return zt_error_set(ZT_ERR_NOMEM, "memory report %s: out of memory", path);
+    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    zt_status st = write_temp(r, path, tmp);
+    if (st == ZT_OK && rename(tmp, path) != 0)
+        st = zt_error_set(ZT_ERR_IO, "memory report %s: cannot rename %s over it: %s", path, tmp,
+                          strerror(errno));
+    if (st != ZT_OK)
+        remove(tmp);
+    free(tmp);
+    ZT_TRY(st);
+    return sync_folder(path);
+}
+
+void memory_report_free(struct memory_report *r)
+{
+    free(r->ranks);
+    r->ranks = NULL;
+}

@@ -1,0 +1,83 @@
+/* coordinator/memory_report.h — the per-rank memory report of a run.
+ *
+ * At the end of `zerotrain train` (and of `train --dry-run`, whose ledgers
+ * are in plan mode) every rank's ledger peaks and resident peak (VmHWM) are
+ * gathered to rank 0, which prints them next to two references: the
+ * single-device baseline (the same allocation plan run at stage 0 on one
+ * rank, measured on a plan ledger) and the ZeRO paper's model-state bytes
+ * per rank for the stage in use. The report is measured, not derived: the
+ * formula is only printed beside the measurement, so padding of the shards
+ * or a forgotten buffer shows up as a difference.
+ *
+ * Ownership: the caller owns the struct and fills every field except
+ * `ranks` (and `world_size`, which the gather sets); memory_report_gather
+ * allocates `ranks` on rank 0 and memory_report_free releases it.
+ *
+ * JSON file (one line; bytes are exact integers):
+ *   {"world_size": N, "stage": s, "n_params": Ψ,
+ *    "bytes_per_param": {"params": p, "grads": g, "master_params": m, "optimizer_states": o},
+ *    "baseline": {"<category>": bytes, ..., "total": bytes},
+ *    "expected_model_states": bytes,
+ *    "ranks": [{"rank": r, "peak": {"<category>": bytes, ...}, "total_peak": bytes,
+ *               "rss_peak": bytes}, ...]}
+ * with the eight category names of ledger_category_name() in ledger order.
+ */
+#ifndef ZT_COORDINATOR_MEMORY_REPORT_H
+#define ZT_COORDINATOR_MEMORY_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../common/ledger.h"
+#include "../common/status.h"
+
+struct memory_rank_row {
+    int rank;
+    uint64_t peak[LEDGER_CATEGORY_COUNT];
+    uint64_t total_peak; /* peak of the sum, not the sum of the peaks */
+    uint64_t rss_peak;   /* VmHWM in bytes, 0 if unknown */
+};
+
+struct memory_report {
+    int world_size, stage;
+    uint64_t n_params; /* Ψ, unpadded */
+    /* params, grads, master_params, optimizer_states (fp32 AdamW: 4, 4, 0, 8) */
+    double bytes_per_param[4];
+    uint64_t baseline[LEDGER_CATEGORY_COUNT]; /* single-device plan peaks */
+    uint64_t baseline_total;
+    uint64_t expected_model_states; /* memory_expected_model_states() for this run */
+    struct memory_rank_row *ranks;  /* world_size rows in rank order; rank 0 only */
+};
+
+/* Collective over MPI_COMM_WORLD: every rank sends its ledger peaks and its
+ * VmHWM (read now) to rank 0, which gets them in r->ranks (allocated, rank
+ * order); elsewhere r->ranks is set to NULL. Sets r->world_size to the size
+ * of MPI_COMM_WORLD and leaves the other fields alone. Errors (on every
+ * rank alike): ZT_ERR_NOMEM (rank 0 could not allocate the rows),
+ * ZT_ERR_COMM. */
+zt_status memory_report_gather(const struct ledger *mine, struct memory_report *r);
+
+/* The ZeRO paper's model-state bytes per rank with p, g, m, o bytes per
+ * parameter (bpp[0..3]) for N = world ranks: stage 0 (p+g+m+o)Ψ; stage 1
+ * (p+g)Ψ + (m+o)Ψ/N; stage 2 pΨ + (g+m+o)Ψ/N; stage 3 (p+g+m+o)Ψ/N,
+ * rounded to the nearest byte. Shards are padded to a multiple of N, so
+ * the measured bytes may exceed this slightly. Asserts 0 <= stage <= 3 and
+ * world >= 1. */
+uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, const double bpp[4]);
+
+/* Prints the report to f: one row per rank (each category's peak, the total
+ * peak, the resident peak, total / baseline total), the baseline row, and
+ * the measured model states (min .. max over ranks) against the expected
+ * ones. Prints nothing when r->ranks is NULL, so every rank may call it. */
+void memory_report_print(const struct memory_report *r, FILE *f);
+
+/* Writes the report as JSON (format above) to path atomically: a temporary
+ * file beside it, fsync, rename, fsync of the folder; a failure leaves any
+ * previous file and no temporary. Rank 0 only (asserts r->ranks).
+ * Errors: ZT_ERR_IO, ZT_ERR_NOMEM. */
+zt_status memory_report_write_json(const struct memory_report *r, const char *path);
+
+/* Frees r->ranks and sets it to NULL; safe to call twice and on any rank. */
+void memory_report_free(struct memory_report *r);
+
+#endif

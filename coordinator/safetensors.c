@@ -1,0 +1,1444 @@
+/* coordinator/safetensors.c — see safetensors.h for the format and the
+ * contract.
+ *
+ * The reader is three passes over untrusted input, each stopping at the
+ * first problem with a message that names it:
+ *   1. sizes: the 8-byte length against the file size (from fstat, before
+ *      anything is allocated) and the 100 MB limit;
+ *   2. the JSON: a recursive-descent parser over the header bytes that
+ *      checks every index against the end, limits nesting, validates UTF-8
+ *      and decodes escapes. It understands only what the header needs
+ *      (objects, arrays, strings, non-negative integers) and skips any
+ *      other value, so unknown fields stay harmless. Each tensor entry is
+ *      checked as soon as it closes: known dtype, at most 8 dimensions, a
+ *      byte size that does not overflow and equals end - begin;
+ *   3. the file as a whole: duplicate names (sorted by name, which also
+ *      gives safetensors_find its binary search), then the ranges sorted by
+ *      offset swept once for overlaps, the data section's size and gaps.
+ * The whole header is read into memory once; it is at most 100 MB and in
+ * practice a few tens of kilobytes for GPT-2.
+ *
+ * Element reads and writes go through one small stack chunk with explicit
+ * little-endian packing, so the code is the same on any host and reading a
+ * shard never allocates.
+ */
+#include "safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "../common/half.h"
+
+#define CHUNK_BYTES    16384
+#define MAX_DEPTH      64
+#define METADATA_KEY   "__metadata__"
+#define SHAPE_TEXT_MAX (SAFETENSORS_MAX_DIMS * 22 + 4)
+
+struct meta {
+    char *key, *value;
+};
+
+struct safetensors {
+    char *path;
+    int fd;
+    uint64_t data_start, data_len; /* the data section: file bytes [start, start + len) */
+    struct safetensors_tensor *tensors;
+    uint64_t (*ranges)[2]; /* data_offsets of tensors[i], as the header gives them */
+    int n_tensors, cap_tensors;
+    const struct safetensors_tensor **by_name; /* sorted by strcmp */
+    struct meta *meta;                         /* sorted by key once the header is read */
+    int n_meta, cap_meta, have_meta;
+};
+
+static const struct {
+    enum zt_dtype dtype;
+    const char *name;
+} dtype_names[] = {
+    {ZT_F32, "F32"}, {ZT_F16, "F16"}, {ZT_BF16, "BF16"}, {ZT_F64, "F64"},
+    {ZT_I32, "I32"}, {ZT_I64, "I64"}, {ZT_U8, "U8"},
+};
+
+#define N_DTYPES ((int)(sizeof dtype_names / sizeof dtype_names[0]))
+
+const char *safetensors_dtype_name(enum zt_dtype dtype)
+{
+    for (int i = 0; i < N_DTYPES; i++)
+        if (dtype_names[i].dtype == dtype)
+            return dtype_names[i].name;
+    return "?";
+}
+
+static int dtype_from_name(const char *name, enum zt_dtype *out)
+{
+    for (int i = 0; i < N_DTYPES; i++)
+        if (strcmp(dtype_names[i].name, name) == 0) {
+            *out = dtype_names[i].dtype;
+            return 1;
+        }
+    return 0;
+}
+
+static int is_float_dtype(enum zt_dtype t)
+{
+    return t == ZT_F32 || t == ZT_F16 || t == ZT_BF16 || t == ZT_F64;
+}
+
+/* ---- shared helpers ---- */
+
+static uint64_t get_le(const unsigned char *p, size_t nbytes)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < nbytes; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void put_le(unsigned char *p, uint64_t v, size_t nbytes)
+{
+    for (size_t i = 0; i < nbytes; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF), or 0 if there is none. */
+static size_t utf8_len(const unsigned char *p, size_t avail)
+{
+    unsigned c = p[0], lo = 0x80, hi = 0xbf;
+    size_t len;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        lo = c == 0xe0 ? 0xa0 : lo;
+        hi = c == 0xed ? 0x9f : hi;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        lo = c == 0xf0 ? 0x90 : lo;
+        hi = c == 0xf4 ? 0x8f : hi;
+    } else {
+        return 0;
+    }
+    if (avail < len || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    return len;
+}
+
+static int utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_len(p + i, n - i);
+        if (len == 0)
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* "[768, 2304]" into buf (SHAPE_TEXT_MAX bytes). */
+static const char *shape_text(char *buf, int ndim, const uint64_t *shape)
+{
+    size_t used = (size_t)snprintf(buf, SHAPE_TEXT_MAX, "[");
+    for (int i = 0; i < ndim; i++)
+        used += (size_t)snprintf(buf + used, SHAPE_TEXT_MAX - used, "%s%llu", i ? ", " : "",
+                                 (unsigned long long)shape[i]);
+    snprintf(buf + used, SHAPE_TEXT_MAX - used, "]");
+    return buf;
+}
+
+/* Element count and byte size of a shape; 0 if either overflows. A zero
+ * dimension makes the tensor empty however large the others are. */
+static int shape_size(int ndim, const uint64_t *shape, enum zt_dtype dtype, uint64_t *numel,
+                      uint64_t *nbytes)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 0)
+            n = 0;
+    for (int i = 0; i < ndim && n; i++) {
+        if (n > UINT64_MAX / shape[i])
+            return 0;
+        n *= shape[i];
+    }
+    uint64_t es = zt_dtype_size(dtype);
+    if (n > UINT64_MAX / es)
+        return 0;
+    *numel = n;
+    *nbytes = n * es;
+    return 1;
+}
+
+static zt_status open_error(const char *path, int err)
+{
+    if (err == ENOENT)
+        return zt_error_set(ZT_ERR_IO, "%s: no such file or directory", path);
+    return zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(err));
+}
+
+/* pread of exactly n bytes, retrying short reads and EINTR. */
+static zt_status pread_full(int fd, const char *path, void *buf, size_t n, uint64_t offset)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        if (offset > (uint64_t)INT64_MAX || (uint64_t)(off_t)offset != offset)
+            return zt_error_set(ZT_ERR_IO, "%s: offset %llu is beyond what this system can seek",
+                                path, (unsigned long long)offset);
+        ssize_t got = pread(fd, p, n, (off_t)offset);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        if (got == 0)
+            return zt_error_set(ZT_ERR_DATA, "%s: truncated: the file shrank while being read",
+                                path);
+        p += got;
+        n -= (size_t)got;
+        offset += (uint64_t)got;
+    }
+    return ZT_OK;
+}
+
+/* ---- the JSON parser ---- */
+
+struct parser {
+    const char *path;
+    const unsigned char *p;
+    size_t n, pos;
+    int depth;
+};
+
+static zt_status json_fail(const struct parser *ps, size_t at, const char *what)
+{
+    return zt_error_set(ZT_ERR_DATA, "%s: header is not valid JSON at byte %zu: %s", ps->path, at,
+                        what);
+}
+
+static void skip_ws(struct parser *ps)
+{
+    while (ps->pos < ps->n) {
+        unsigned char c = ps->p[ps->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+            break;
+        ps->pos++;
+    }
+}
+
+/* Next non-blank byte, or -1 at the end of the header. */
+static int peek(struct parser *ps)
+{
+    skip_ws(ps);
+    return ps->pos < ps->n ? ps->p[ps->pos] : -1;
+}
+
+static zt_status expect(struct parser *ps, char c, const char *what)
+{
+    if (peek(ps) == (unsigned char)c) {
+        ps->pos++;
+        return ZT_OK;
+    }
+    return json_fail(ps, ps->pos, what);
+}
+
+static int hex4(const unsigned char *p, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = p[i], d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            return 0;
+        v = v * 16 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+static size_t put_utf8(unsigned char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        o[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (unsigned char)(0xc0 | (cp >> 6));
+        o[1] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (unsigned char)(0xe0 | (cp >> 12));
+        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+        o[2] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (unsigned char)(0xf0 | (cp >> 18));
+    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+    o[3] = (unsigned char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* Decodes the \u escape at ps->pos (which points at the 'u'), joining a
+ * surrogate pair; the code point goes to *cp. */
+static zt_status unicode_escape(struct parser *ps, size_t end, unsigned *cp)
+{
+    size_t at = ps->pos - 1;
+    unsigned hi, lo;
+    if (end - ps->pos < 5 || !hex4(ps->p + ps->pos + 1, &hi))
+        return json_fail(ps, at, "\\u must be followed by 4 hex digits");
+    ps->pos += 5;
+    if (hi >= 0xdc00 && hi <= 0xdfff)
+        return json_fail(ps, at, "unpaired surrogate in \\u escape");
+    if (hi >= 0xd800 && hi <= 0xdbff) {
+        if (end - ps->pos < 6 || ps->p[ps->pos] != '\\' || ps->p[ps->pos + 1] != 'u' ||
+            !hex4(ps->p + ps->pos + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
+            return json_fail(ps, at, "unpaired surrogate in \\u escape");
+        ps->pos += 6;
+        hi = 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00);
+    }
+    if (hi == 0)
+        return json_fail(ps, at, "\\u0000 is not allowed (names are C strings)");
+    *cp = hi;
+    return ZT_OK;
+}
+
+/* Decodes one escape (ps->pos at the byte after the backslash) into o;
+ * returns the bytes written through *len. */
+static zt_status escape(struct parser *ps, size_t end, unsigned char *o, size_t *len)
+{
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    unsigned char c = ps->p[ps->pos];
+    const char *m = c ? strchr(from, c) : NULL;
+    if (m) {
+        *o = (unsigned char)to[m - from];
+        *len = 1;
+        ps->pos++;
+        return ZT_OK;
+    }
+    if (c != 'u')
+        return json_fail(ps, ps->pos - 1, "invalid escape in string");
+    unsigned cp = 0;
+    ZT_TRY(unicode_escape(ps, end, &cp));
+    *len = put_utf8(o, cp);
+    return ZT_OK;
+}
+
+/* Decodes the string at ps->pos into out[], which has room for the raw
+ * span (escapes never grow); ps->pos ends on the closing quote. */
+static zt_status decode_string(struct parser *ps, size_t end, unsigned char *out, size_t *len)
+{
+    size_t k = 0;
+    while (ps->pos < end) {
+        unsigned char c = ps->p[ps->pos];
+        if (c == '\\') {
+            size_t m = 0;
+            ps->pos++;
+            ZT_TRY(escape(ps, end, out + k, &m));
+            k += m;
+        } else if (c < 0x20) {
+            return json_fail(ps, ps->pos, "control character in string");
+        } else {
+            size_t m = utf8_len(ps->p + ps->pos, end - ps->pos);
+            if (m == 0)
+                return json_fail(ps, ps->pos, "invalid UTF-8 in string");
+            memcpy(out + k, ps->p + ps->pos, m);
+            k += m;
+            ps->pos += m;
+        }
+    }
+    *len = k;
+    return ZT_OK;
+}
+
+/* Parses a string into a new NUL-terminated buffer (*out, caller frees). */
+static zt_status parse_string(struct parser *ps, char **out)
+{
+    *out = NULL;
+    if (peek(ps) != '"')
+        return json_fail(ps, ps->pos, "expected a string");
+    size_t start = ++ps->pos, end = start;
+    while (end < ps->n && ps->p[end] != '"')
+        end += ps->p[end] == '\\' ? 2 : 1;
+    if (end >= ps->n)
+        return json_fail(ps, start - 1, "unterminated string");
+    unsigned char *buf = malloc(end - start + 1);
+    if (!buf)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate a header string of %zu bytes",
+                            ps->path, end - start);
+    size_t len = 0;
+    zt_status st = decode_string(ps, end, buf, &len);
+    if (st != ZT_OK) {
+        free(buf);
+        return st;
+    }
+    ps->pos = end + 1;
+    buf[len] = '\0';
+    *out = (char *)buf;
+    return ZT_OK;
+}
+
+static int is_digit(int c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static zt_status parse_uint(struct parser *ps, uint64_t *out)
+{
+    int c = peek(ps);
+    size_t at = ps->pos;
+    if (!is_digit(c))
+        return json_fail(ps, at, "expected a non-negative integer");
+    uint64_t v = 0;
+    while (ps->pos < ps->n && is_digit(ps->p[ps->pos])) {
+        unsigned d = ps->p[ps->pos] - '0';
+        if (v > (UINT64_MAX - d) / 10)
+            return json_fail(ps, at, "integer does not fit in 64 bits");
+        v = v * 10 + d;
+        ps->pos++;
+    }
+    if (c == '0' && ps->pos - at > 1)
+        return json_fail(ps, at, "leading zero in number");
+    c = ps->pos < ps->n ? ps->p[ps->pos] : -1;
+    if (c == '.' || c == 'e' || c == 'E')
+        return json_fail(ps, at, "expected a non-negative integer");
+    *out = v;
+    return ZT_OK;
+}
+
+static size_t skip_digits(struct parser *ps)
+{
+    size_t start = ps->pos;
+    while (ps->pos < ps->n && is_digit(ps->p[ps->pos]))
+        ps->pos++;
+    return ps->pos - start;
+}
+
+/* Any JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static zt_status skip_number(struct parser *ps)
+{
+    size_t at = ps->pos;
+    if (ps->p[ps->pos] == '-')
+        ps->pos++;
+    size_t int_start = ps->pos, int_len = skip_digits(ps);
+    if (int_len == 0 || (int_len > 1 && ps->p[int_start] == '0'))
+        return json_fail(ps, at, "invalid number");
+    if (ps->pos < ps->n && ps->p[ps->pos] == '.') {
+        ps->pos++;
+        if (skip_digits(ps) == 0)
+            return json_fail(ps, at, "invalid number");
+    }
+    if (ps->pos < ps->n && (ps->p[ps->pos] == 'e' || ps->p[ps->pos] == 'E')) {
+        ps->pos++;
+        if (ps->pos < ps->n && (ps->p[ps->pos] == '+' || ps->p[ps->pos] == '-'))
+            ps->pos++;
+        if (skip_digits(ps) == 0)
+            return json_fail(ps, at, "invalid number");
+    }
+    return ZT_OK;
+}
+
+static zt_status skip_literal(struct parser *ps)
+{
+    static const char *const words[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t len = strlen(words[i]);
+        if (ps->n - ps->pos >= len && memcmp(ps->p + ps->pos, words[i], len) == 0) {
+            ps->pos += len;
+            return ZT_OK;
+        }
+    }
+    return json_fail(ps, ps->pos, "expected a value");
+}
+
+/* Steps through the members or elements of an open container: *more is 1
+ * with ps->pos at the next item (after its key and ':' for an object, the
+ * key returned in *key, caller frees), 0 after the closing bracket. A
+ * trailing comma fails on the item that should follow it. */
+static zt_status container_next(struct parser *ps, char close, int *first, int *more, char **key)
+{
+    *more = 0;
+    if (peek(ps) == (unsigned char)close) {
+        ps->pos++;
+        ps->depth--;
+        return ZT_OK;
+    }
+    if (!*first)
+        ZT_TRY(expect(ps, ',', close == '}' ? "expected ',' or '}'" : "expected ',' or ']'"));
+    *first = 0;
+    if (key) {
+        ZT_TRY(parse_string(ps, key));
+        zt_status st = expect(ps, ':', "expected ':'");
+        if (st != ZT_OK) {
+            free(*key);
+            *key = NULL;
+            return st;
+        }
+    }
+    *more = 1;
+    return ZT_OK;
+}
+
+static zt_status open_container(struct parser *ps, char open)
+{
+    skip_ws(ps);
+    size_t at = ps->pos;
+    ZT_TRY(expect(ps, open, open == '{' ? "expected '{'" : "expected '['"));
+    if (++ps->depth > MAX_DEPTH)
+        return json_fail(ps, at, "nested deeper than 64 levels");
+    return ZT_OK;
+}
+
+static zt_status skip_value(struct parser *ps);
+
+static zt_status skip_container(struct parser *ps, char open, char close)
+{
+    ZT_TRY(open_container(ps, open));
+    int first = 1, more = 1;
+    while (more) {
+        char *key = NULL;
+        ZT_TRY(container_next(ps, close, &first, &more, open == '{' ? &key : NULL));
+        free(key);
+        if (more)
+            ZT_TRY(skip_value(ps));
+    }
+    return ZT_OK;
+}
+
+static zt_status skip_value(struct parser *ps)
+{
+    int c = peek(ps);
+    if (c == '{' || c == '[')
+        return skip_container(ps, (char)c, c == '{' ? '}' : ']');
+    if (c == '"') {
+        char *s;
+        ZT_TRY(parse_string(ps, &s));
+        free(s);
+        return ZT_OK;
+    }
+    if (c == '-' || is_digit(c))
+        return skip_number(ps);
+    if (c < 0)
+        return json_fail(ps, ps->pos, "expected a value");
+    return skip_literal(ps);
+}
+
+/* ---- reading the header ---- */
+
+/* Makes room for `need` items in an array of `cap` items of `size` bytes. */
+static int grow(void **p, int *cap, int need, size_t size)
+{
+    if (need <= *cap)
+        return 1;
+    int n = *cap ? *cap * 2 : 16;
+    void *q = realloc(*p, (size_t)n * size);
+    if (!q)
+        return 0;
+    *p = q;
+    *cap = n;
+    return 1;
+}
+
+/* Appends a tensor called `name` (ownership taken, freed on error). */
+static zt_status push_tensor(struct safetensors *s, char *name)
+{
+    int need = s->n_tensors + 1, cap = s->cap_tensors;
+    void *t = s->tensors, *r = s->ranges;
+    int ok = grow(&t, &cap, need, sizeof *s->tensors);
+    s->tensors = t;
+    cap = s->cap_tensors;
+    ok = ok && grow(&r, &cap, need, sizeof *s->ranges);
+    s->ranges = r;
+    if (!ok) {
+        free(name);
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %d tensor entries", s->path, need);
+    }
+    s->cap_tensors = cap;
+    s->tensors[s->n_tensors] = (struct safetensors_tensor){.name = name};
+    s->ranges[s->n_tensors][0] = s->ranges[s->n_tensors][1] = 0;
+    s->n_tensors++;
+    return ZT_OK;
+}
+
+/* A JSON array of at most `max` non-negative integers into v[], *n of them. */
+static zt_status parse_uints(struct parser *ps, const char *tname, const char *field, uint64_t *v,
+                             int max, int *n)
+{
+    ZT_TRY(open_container(ps, '['));
+    int first = 1, more = 1;
+    *n = 0;
+    for (;;) {
+        ZT_TRY(container_next(ps, ']', &first, &more, NULL));
+        if (!more)
+            return ZT_OK;
+        if (*n == max)
+            return zt_error_set(ZT_ERR_DATA, "%s: tensor '%.200s': %s has more than %d entries",
+                                ps->path, tname, field, max);
+        ZT_TRY(parse_uint(ps, &v[(*n)++]));
+    }
+}
+
+static zt_status parse_dtype(struct parser *ps, struct safetensors_tensor *t)
+{
+    char *name;
+    ZT_TRY(parse_string(ps, &name));
+    int ok = dtype_from_name(name, &t->dtype);
+    zt_status st = ZT_OK;
+    if (!ok)
+        st = zt_error_set(ZT_ERR_DATA, "%s: unknown dtype '%.40s' for tensor '%.200s'", ps->path,
+                          name, t->name);
+    free(name);
+    return st;
+}
+
+enum { HAVE_DTYPE = 1, HAVE_SHAPE = 2, HAVE_OFFSETS = 4 };
+
+/* One member of a tensor entry; unknown fields are skipped. */
+static zt_status parse_field(struct parser *ps, struct safetensors *s, int i, const char *field,
+                             unsigned *seen)
+{
+    struct safetensors_tensor *t = &s->tensors[i];
+    unsigned bit = strcmp(field, "dtype") == 0          ? HAVE_DTYPE
+                   : strcmp(field, "shape") == 0        ? HAVE_SHAPE
+                   : strcmp(field, "data_offsets") == 0 ? HAVE_OFFSETS
+                                                        : 0;
+    if (bit & *seen)
+        return zt_error_set(ZT_ERR_DATA, "%s: tensor '%.200s': \"%s\" given twice", s->path,
+                            t->name, field);
+    *seen |= bit;
+    if (bit == HAVE_DTYPE)
+        return parse_dtype(ps, t);
+    if (bit == HAVE_SHAPE)
+        return parse_uints(ps, t->name, "shape", t->shape, SAFETENSORS_MAX_DIMS, &t->ndim);
+    if (bit == HAVE_OFFSETS) {
+        int n;
+        ZT_TRY(parse_uints(ps, t->name, "data_offsets", s->ranges[i], 2, &n));
+        if (n != 2)
+            return zt_error_set(ZT_ERR_DATA,
+                                "%s: tensor '%.200s': data_offsets must be [begin, end]", s->path,
+                                t->name);
+        return ZT_OK;
+    }
+    return skip_value(ps);
+}
+
+/* The checks one entry allows on its own: all fields present, a size that
+ * fits, and data_offsets spanning exactly that size. Sets nbytes. */
+static zt_status check_tensor(const struct safetensors *s, int i, unsigned seen)
+{
+    struct safetensors_tensor *t = &s->tensors[i];
+    static const char *const names[] = {"dtype", "shape", "data_offsets"};
+    for (int k = 0; k < 3; k++)
+        if (!(seen & (1u << k)))
+            return zt_error_set(ZT_ERR_DATA, "%s: tensor '%.200s' has no \"%s\"", s->path, t->name,
+                                names[k]);
+    char shape[SHAPE_TEXT_MAX];
+    uint64_t numel, nbytes, begin = s->ranges[i][0], end = s->ranges[i][1];
+    if (!shape_size(t->ndim, t->shape, t->dtype, &numel, &nbytes))
+        return zt_error_set(ZT_ERR_DATA, "%s: tensor '%.200s': shape %s is too large", s->path,
+                            t->name, shape_text(shape, t->ndim, t->shape));
+    if (end < begin || end - begin != nbytes)
+        return zt_error_set(ZT_ERR_DATA,
+                            "%s: tensor '%.200s': data_offsets [%llu, %llu] do not match dtype %s "
+                            "and shape %s (%llu bytes)",
+                            s->path, t->name, (unsigned long long)begin, (unsigned long long)end,
+                            safetensors_dtype_name(t->dtype), shape_text(shape, t->ndim, t->shape),
+                            (unsigned long long)nbytes);
+    t->nbytes = nbytes;
+    return ZT_OK;
+}
+
+static zt_status parse_tensor(struct parser *ps, struct safetensors *s, int i)
+{
+    ZT_TRY(open_container(ps, '{'));
+    int first = 1, more = 1;
+    unsigned seen = 0;
+    for (;;) {
+        char *field;
+        ZT_TRY(container_next(ps, '}', &first, &more, &field));
+        if (!more)
+            return check_tensor(s, i, seen);
+        zt_status st = parse_field(ps, s, i, field, &seen);
+        free(field);
+        ZT_TRY(st);
+    }
+}
+
+/* One "key": "value" of __metadata__ (key ownership taken). */
+static zt_status parse_meta_entry(struct parser *ps, struct safetensors *s, char *key)
+{
+    char *value = NULL;
+    void *arr = s->meta;
+    zt_status st = ZT_OK;
+    if (peek(ps) != '"')
+        st = zt_error_set(ZT_ERR_DATA, "%s: __metadata__ value of '%.200s' is not a string",
+                          s->path, key);
+    else if ((st = parse_string(ps, &value)) == ZT_OK &&
+             !grow(&arr, &s->cap_meta, s->n_meta + 1, sizeof *s->meta))
+        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %d metadata entries", s->path,
+                          s->n_meta + 1);
+    s->meta = arr;
+    if (st != ZT_OK) {
+        free(key);
+        free(value);
+        return st;
+    }
+    s->meta[s->n_meta++] = (struct meta){key, value};
+    return ZT_OK;
+}
+
+static zt_status parse_metadata(struct parser *ps, struct safetensors *s)
+{
+    if (s->have_meta)
+        return zt_error_set(ZT_ERR_DATA, "%s: __metadata__ given twice", s->path);
+    s->have_meta = 1;
+    if (peek(ps) != '{')
+        return zt_error_set(ZT_ERR_DATA, "%s: __metadata__ is not an object", s->path);
+    ZT_TRY(open_container(ps, '{'));
+    int first = 1, more = 1;
+    for (;;) {
+        char *key;
+        ZT_TRY(container_next(ps, '}', &first, &more, &key));
+        if (!more)
+            return ZT_OK;
+        ZT_TRY(parse_meta_entry(ps, s, key));
+    }
+}
+
+static zt_status parse_header(struct parser *ps, struct safetensors *s)
+{
+    ZT_TRY(open_container(ps, '{'));
+    int first = 1, more = 1;
+    for (;;) {
+        char *key;
+        ZT_TRY(container_next(ps, '}', &first, &more, &key));
+        if (!more)
+            break;
+        if (strcmp(key, METADATA_KEY) == 0) {
+            free(key);
+            ZT_TRY(parse_metadata(ps, s));
+            continue;
+        }
+        ZT_TRY(push_tensor(s, key));
+        ZT_TRY(parse_tensor(ps, s, s->n_tensors - 1));
+    }
+    if (peek(ps) != -1)
+        return json_fail(ps, ps->pos, "unexpected data after the header object");
+    return ZT_OK;
+}
+
+/* ---- checking the file as a whole ---- */
+
+static int by_name_cmp(const void *a, const void *b)
+{
+    const struct safetensors_tensor *const *x = a, *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+static int meta_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct meta *)a)->key, ((const struct meta *)b)->key);
+}
+
+/* Sorts names (for safetensors_find) and metadata keys, rejecting repeats. */
+static zt_status index_names(struct safetensors *s)
+{
+    int n = s->n_tensors;
+    s->by_name = malloc((n ? (size_t)n : 1) * sizeof *s->by_name);
+    if (!s->by_name)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the name index", s->path);
+    for (int i = 0; i < n; i++)
+        s->by_name[i] = &s->tensors[i];
+    qsort(s->by_name, (size_t)n, sizeof *s->by_name, by_name_cmp);
+    for (int i = 1; i < n; i++)
+        if (strcmp(s->by_name[i - 1]->name, s->by_name[i]->name) == 0)
+            return zt_error_set(ZT_ERR_DATA, "%s: duplicate tensor name '%.200s'", s->path,
+                                s->by_name[i]->name);
+    if (s->n_meta > 1) /* meta may be NULL, which qsort does not allow even for 0 */
+        qsort(s->meta, (size_t)s->n_meta, sizeof *s->meta, meta_cmp);
+    for (int i = 1; i < s->n_meta; i++)
+        if (strcmp(s->meta[i - 1].key, s->meta[i].key) == 0)
+            return zt_error_set(ZT_ERR_DATA, "%s: duplicate __metadata__ key '%.200s'", s->path,
+                                s->meta[i].key);
+    return ZT_OK;
+}
+
+struct span {
+    uint64_t begin, end;
+    int idx;
+};
+
+static int span_cmp(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+/* One sweep over the ranges in offset order: the first overlap, then
+ * whether the file holds the last byte, then the bytes no tensor covers
+ * (gaps and a tail). Strict like the reference implementation: even an
+ * empty tensor may not sit inside another's bytes. */
+static zt_status sweep_spans(const struct safetensors *s, const struct span *sp)
+{
+    uint64_t end_max = 0, uncovered = 0;
+    int owner = -1;
+    for (int i = 0; i < s->n_tensors; i++) {
+        if (sp[i].begin < end_max)
+            return zt_error_set(ZT_ERR_DATA, "%s: tensor '%.200s' overlaps tensor '%.200s'",
+                                s->path, s->tensors[owner].name, s->tensors[sp[i].idx].name);
+        uncovered += sp[i].begin - end_max;
+        if (sp[i].end > end_max || owner < 0) {
+            end_max = sp[i].end;
+            owner = sp[i].idx;
+        }
+    }
+    if (end_max > s->data_len)
+        return zt_error_set(ZT_ERR_DATA,
+                            "%s: truncated: data section needs %llu bytes, file has %llu", s->path,
+                            (unsigned long long)end_max, (unsigned long long)s->data_len);
+    uncovered += s->data_len - end_max;
+    if (uncovered)
+        return zt_error_set(ZT_ERR_DATA,
+                            "%s: data section has %llu bytes not covered by any tensor", s->path,
+                            (unsigned long long)uncovered);
+    return ZT_OK;
+}
+
+static zt_status check_layout(struct safetensors *s)
+{
+    struct span *sp = malloc((s->n_tensors ? (size_t)s->n_tensors : 1) * sizeof *sp);
+    if (!sp)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the layout check", s->path);
+    for (int i = 0; i < s->n_tensors; i++)
+        sp[i] = (struct span){s->ranges[i][0], s->ranges[i][1], i};
+    qsort(sp, (size_t)s->n_tensors, sizeof *sp, span_cmp);
+    zt_status st = sweep_spans(s, sp);
+    free(sp);
+    ZT_TRY(st);
+    for (int i = 0; i < s->n_tensors; i++)
+        s->tensors[i].offset = s->data_start + s->ranges[i][0];
+    return ZT_OK;
+}
+
+/* ---- opening ---- */
+
+/* The 8-byte length against the file size and the limit. */
+static zt_status read_header_len(const struct safetensors *s, uint64_t size, uint64_t *len)
+{
+    unsigned char b[8];
+    if (size < 8)
+        return zt_error_set(ZT_ERR_DATA,
+                            "%s: truncated: the file has %llu bytes, too few for the 8-byte "
+                            "header length",
+                            s->path, (unsigned long long)size);
+    ZT_TRY(pread_full(s->fd, s->path, b, 8, 0));
+    *len = get_le(b, 8);
+    if (*len > size - 8)
+        return zt_error_set(ZT_ERR_DATA,
+                            "%s: header length %llu exceeds the file size (%llu bytes)", s->path,
+                            (unsigned long long)*len, (unsigned long long)size);
+    if (*len > SAFETENSORS_MAX_HEADER_BYTES)
+        return zt_error_set(ZT_ERR_DATA, "%s: header length %llu exceeds the limit of %llu bytes",
+                            s->path, (unsigned long long)*len, SAFETENSORS_MAX_HEADER_BYTES);
+    return ZT_OK;
+}
+
+static zt_status parse_file_header(struct safetensors *s, uint64_t len)
+{
+    unsigned char *buf = malloc(len ? (size_t)len : 1);
+    if (!buf)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %llu bytes for the header", s->path,
+                            (unsigned long long)len);
+    zt_status st = pread_full(s->fd, s->path, buf, (size_t)len, 8);
+    if (st == ZT_OK) {
+        struct parser ps = {s->path, buf, (size_t)len, 0, 0};
+        st = parse_header(&ps, s);
+    }
+    free(buf);
+    return st;
+}
+
+static zt_status load(struct safetensors *s)
+{
+    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0)
+        return open_error(s->path, errno);
+    struct stat sb;
+    if (fstat(s->fd, &sb) != 0)
+        return zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return zt_error_set(ZT_ERR_IO, "%s: not a regular file", s->path);
+    uint64_t size = (uint64_t)sb.st_size, len = 0;
+    ZT_TRY(read_header_len(s, size, &len));
+    s->data_start = 8 + len;
+    s->data_len = size - s->data_start;
+    ZT_TRY(parse_file_header(s, len));
+    ZT_TRY(index_names(s));
+    return check_layout(s);
+}
+
+zt_status safetensors_open(const char *path, struct safetensors **out)
+{
+    *out = NULL;
+    struct safetensors *s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(path))) {
+        free(s);
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the reader", path);
+    }
+    s->fd = -1;
+    zt_status st = load(s);
+    if (st != ZT_OK) {
+        safetensors_close(s);
+        ZT_TRY(st);
+    }
+    *out = s;
+    return ZT_OK;
+}
+
+void safetensors_close(struct safetensors *s)
+{
+    if (!s)
+        return;
+    if (s->fd >= 0)
+        close(s->fd);
+    for (int i = 0; i < s->n_tensors; i++)
+        free((char *)s->tensors[i].name);
+    for (int i = 0; i < s->n_meta; i++) {
+        free(s->meta[i].key);
+        free(s->meta[i].value);
+    }
+    free(s->tensors);
+    free(s->ranges);
+    free(s->by_name);
+    free(s->meta);
+    free(s->path);
+    free(s);
+}
+
+/* ---- lookups and element reads ---- */
+
+int safetensors_count(const struct safetensors *s)
+{
+    return s->n_tensors;
+}
+
+const struct safetensors_tensor *safetensors_tensor_at(const struct safetensors *s, int i)
+{
+    ZT_ASSERT(i >= 0 && i < s->n_tensors);
+    return &s->tensors[i];
+}
+
+static int find_cmp(const void *key, const void *elem)
+{
+    return strcmp(key, (*(const struct safetensors_tensor *const *)elem)->name);
+}
+
+const struct safetensors_tensor *safetensors_find(const struct safetensors *s, const char *name)
+{
+    const struct safetensors_tensor *const *t =
+        bsearch(name, s->by_name, (size_t)s->n_tensors, sizeof *s->by_name, find_cmp);
+    return t ? *t : NULL;
+}
+
+static int meta_find_cmp(const void *key, const void *elem)
+{
+    return strcmp(key, ((const struct meta *)elem)->key);
+}
+
+const char *safetensors_metadata(const struct safetensors *s, const char *key)
+{
+    if (s->n_meta == 0) /* meta may be NULL */
+        return NULL;
+    const struct meta *m = bsearch(key, s->meta, (size_t)s->n_meta, sizeof *s->meta, meta_find_cmp);
+    return m ? m->value : NULL;
+}
+
+static void decode_f32(const unsigned char *b, size_t n, enum zt_dtype dtype, float *dst)
+{
+    for (size_t i = 0; i < n; i++) {
+        switch (dtype) {
+        case ZT_F32:
+            dst[i] = half_bits_f32((uint32_t)get_le(b + 4 * i, 4));
+            break;
+        case ZT_F16:
+            dst[i] = zt_f16_to_f32((uint16_t)get_le(b + 2 * i, 2));
+            break;
+        case ZT_BF16:
+            dst[i] = zt_bf16_to_f32((uint16_t)get_le(b + 2 * i, 2));
+            break;
+        case ZT_F64: {
+            uint64_t u = get_le(b + 8 * i, 8);
+            double d;
+            memcpy(&d, &u, sizeof d);
+            dst[i] = (float)d;
+            break;
+        }
+        default:
+            ZT_ASSERT(0);
+        }
+    }
+}
+
+zt_status safetensors_read_f32(struct safetensors *s, const struct safetensors_tensor *t,
+                               uint64_t first, uint64_t count, float *dst)
+{
+    uintptr_t a = (uintptr_t)t, lo = (uintptr_t)s->tensors;
+    ZT_ASSERT(a >= lo && a < lo + (uintptr_t)s->n_tensors * sizeof *t);
+    uint64_t numel = safetensors_tensor_numel(t);
+    if (first > numel || count > numel - first)
+        return zt_error_set(ZT_ERR_USAGE,
+                            "%s: tensor '%.200s': cannot read %llu elements from element %llu: it "
+                            "has %llu",
+                            s->path, t->name, (unsigned long long)count, (unsigned long long)first,
+                            (unsigned long long)numel);
+    if (!is_float_dtype(t->dtype))
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: tensor '%.200s' is %s; only F32, F16, BF16 and F64 read as floats",
+                            s->path, t->name, safetensors_dtype_name(t->dtype));
+    size_t es = zt_dtype_size(t->dtype), per = CHUNK_BYTES / es;
+    uint64_t off = t->offset + first * es;
+    unsigned char buf[CHUNK_BYTES];
+    while (count > 0) {
+        size_t m = count < per ? (size_t)count : per;
+        ZT_TRY(pread_full(s->fd, s->path, buf, m * es, off));
+        decode_f32(buf, m, t->dtype, dst);
+        dst += m;
+        count -= m;
+        off += m * es;
+    }
+    return ZT_OK;
+}
+
+/* ---- writing ---- */
+
+struct wtensor {
+    char *name;
+    enum zt_dtype dtype;
+    int ndim;
+    uint64_t shape[SAFETENSORS_MAX_DIMS];
+    uint64_t numel;
+};
+
+enum writer_state { W_DECLARING, W_WRITING, W_FAILED };
+
+struct safetensors_writer {
+    char *path, *tmp;
+    FILE *f;
+    enum writer_state state;
+    struct wtensor *t;
+    int n, cap;
+    struct meta *meta;
+    int n_meta, cap_meta;
+    uint64_t total_bytes, total_numel, done_numel;
+    int cur;           /* tensor receiving the next element */
+    uint64_t cur_done; /* elements of tensor cur already written */
+};
+
+void safetensors_writer_abort(struct safetensors_writer *w)
+{
+    if (!w)
+        return;
+    if (w->f)
+        fclose(w->f);
+    if (w->tmp)
+        remove(w->tmp);
+    for (int i = 0; i < w->n; i++)
+        free(w->t[i].name);
+    for (int i = 0; i < w->n_meta; i++) {
+        free(w->meta[i].key);
+        free(w->meta[i].value);
+    }
+    free(w->t);
+    free(w->meta);
+    free(w->tmp);
+    free(w->path);
+    free(w);
+}
+
+zt_status safetensors_writer_open(const char *path, struct safetensors_writer **out)
+{
+    *out = NULL;
+    struct safetensors_writer *w = calloc(1, sizeof *w);
+    size_t len = strlen(path) + 32;
+    if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(len))) {
+        safetensors_writer_abort(w);
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the writer", path);
+    }
+    snprintf(w->tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    w->f = fopen(w->tmp, "wb");
+    if (!w->f) {
+        zt_status st =
+            zt_error_set(ZT_ERR_IO, "%s: cannot create %s: %s", path, w->tmp, strerror(errno));
+        free(w->tmp); /* not created: nothing to remove */
+        w->tmp = NULL;
+        safetensors_writer_abort(w);
+        return st;
+    }
+    *out = w;
+    return ZT_OK;
+}
+
+/* Everything about a new tensor that can be wrong, in the caller's terms. */
+static zt_status check_new_tensor(const struct safetensors_writer *w, const char *name,
+                                  enum zt_dtype dtype, int ndim, const uint64_t *shape,
+                                  uint64_t *numel)
+{
+    char text[SHAPE_TEXT_MAX];
+    uint64_t nbytes;
+    if (!name || !*name)
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name is empty", w->path);
+    if (strcmp(name, METADATA_KEY) == 0 || !utf8_valid(name))
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name '%.200s' is %s", w->path, name,
+                            utf8_valid(name) ? "reserved" : "not valid UTF-8");
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->t[i].name, name) == 0)
+            return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s' declared twice", w->path, name);
+    if (ndim < 0 || ndim > SAFETENSORS_MAX_DIMS)
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': %d dimensions (0 to %d allowed)",
+                            w->path, name, ndim, SAFETENSORS_MAX_DIMS);
+    ZT_ASSERT(ndim == 0 || shape != NULL);
+    if (!is_float_dtype(dtype))
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: tensor '%.200s': dtype %s cannot be written from floats", w->path,
+                            name, safetensors_dtype_name(dtype));
+    if (!shape_size(ndim, shape, dtype, numel, &nbytes) || nbytes > UINT64_MAX - w->total_bytes)
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': shape %s is too large", w->path,
+                            name, shape_text(text, ndim, shape));
+    return ZT_OK;
+}
+
+zt_status safetensors_writer_add(struct safetensors_writer *w, const char *name,
+                                 enum zt_dtype dtype, int ndim, const uint64_t *shape)
+{
+    ZT_ASSERT(w && w->state == W_DECLARING);
+    uint64_t numel;
+    ZT_TRY(check_new_tensor(w, name, dtype, ndim, shape, &numel));
+    void *arr = w->t;
+    int ok = grow(&arr, &w->cap, w->n + 1, sizeof *w->t);
+    w->t = arr;
+    char *copy = ok ? strdup(name) : NULL;
+    if (!copy)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot declare tensor '%.200s'", w->path, name);
+    struct wtensor *t = &w->t[w->n++];
+    *t = (struct wtensor){.name = copy, .dtype = dtype, .ndim = ndim, .numel = numel};
+    for (int i = 0; i < ndim; i++)
+        t->shape[i] = shape[i];
+    w->total_bytes += numel * zt_dtype_size(dtype);
+    w->total_numel += numel;
+    return ZT_OK;
+}
+
+zt_status safetensors_writer_set_metadata(struct safetensors_writer *w, const char *key,
+                                          const char *value)
+{
+    ZT_ASSERT(w && w->state == W_DECLARING);
+    if (!utf8_valid(key) || !utf8_valid(value))
+        return zt_error_set(ZT_ERR_USAGE, "%s: metadata '%.200s' is not valid UTF-8", w->path, key);
+    char *v = strdup(value);
+    int i = 0;
+    while (i < w->n_meta && strcmp(w->meta[i].key, key) != 0)
+        i++;
+    char *k = i < w->n_meta ? w->meta[i].key : strdup(key);
+    void *arr = w->meta;
+    int ok = v && k && grow(&arr, &w->cap_meta, i + 1, sizeof *w->meta);
+    w->meta = arr;
+    if (!ok) {
+        free(v);
+        if (i == w->n_meta)
+            free(k);
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot store metadata '%.200s'", w->path, key);
+    }
+    if (i < w->n_meta)
+        free(w->meta[i].value);
+    else
+        w->n_meta++;
+    w->meta[i] = (struct meta){k, v};
+    return ZT_OK;
+}
+
+/* A growing text buffer that remembers a failed allocation, so the header
+ * is built without a check after every piece and checked once. */
+struct text {
+    char *p;
+    size_t n, cap;
+    int oom;
+};
+
+static void text_put(struct text *b, const char *s, size_t len)
+{
+    if (b->oom || len == 0)
+        return;
+    if (len > SIZE_MAX / 2 - b->n) {
+        b->oom = 1;
+        return;
+    }
+    if (b->n + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + len)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+}
+
+static void text_str(struct text *b, const char *s)
+{
+    text_put(b, s, strlen(s));
+}
+
+static void text_u64(struct text *b, uint64_t v)
+{
+    char num[24];
+    snprintf(num, sizeof num, "%llu", (unsigned long long)v);
+    text_str(b, num);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped,
+ * everything else (valid UTF-8 by now) as is. */
+static void text_json_string(struct text *b, const char *s)
+{
+    text_put(b, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            text_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            text_put(b, esc, 6);
+        } else {
+            text_put(b, p, 1);
+        }
+    }
+    text_put(b, "\"", 1);
+}
+
+static void header_tensor(struct text *b, const struct wtensor *t, uint64_t begin)
+{
+    text_json_string(b, t->name);
+    text_str(b, ":{\"dtype\":\"");
+    text_str(b, safetensors_dtype_name(t->dtype));
+    text_str(b, "\",\"shape\":[");
+    for (int i = 0; i < t->ndim; i++) {
+        if (i)
+            text_put(b, ",", 1);
+        text_u64(b, t->shape[i]);
+    }
+    text_str(b, "],\"data_offsets\":[");
+    text_u64(b, begin);
+    text_put(b, ",", 1);
+    text_u64(b, begin + t->numel * zt_dtype_size(t->dtype));
+    text_str(b, "]}");
+}
+
+/* The header JSON, metadata first, then tensors in declaration order,
+ * padded with spaces to a multiple of 8 bytes. */
+static void header_text(const struct safetensors_writer *w, struct text *b)
+{
+    text_put(b, "{", 1);
+    if (w->n_meta) {
+        text_str(b, "\"" METADATA_KEY "\":{");
+        for (int i = 0; i < w->n_meta; i++) {
+            if (i)
+                text_put(b, ",", 1);
+            text_json_string(b, w->meta[i].key);
+            text_put(b, ":", 1);
+            text_json_string(b, w->meta[i].value);
+        }
+        text_str(b, w->n ? "}," : "}");
+    }
+    uint64_t begin = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (i)
+            text_put(b, ",", 1);
+        header_tensor(b, &w->t[i], begin);
+        begin += w->t[i].numel * zt_dtype_size(w->t[i].dtype);
+    }
+    text_put(b, "}", 1);
+    while (!b->oom && b->n % 8 != 0)
+        text_put(b, " ", 1);
+}
+
+static zt_status write_bytes(struct safetensors_writer *w, const void *p, size_t n)
+{
+    if (n && fwrite(p, 1, n, w->f) != n) {
+        w->state = W_FAILED;
+        return zt_error_set(ZT_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
+    }
+    return ZT_OK;
+}
+
+zt_status safetensors_writer_begin_data(struct safetensors_writer *w)
+{
+    ZT_ASSERT(w && w->state == W_DECLARING);
+    struct text b = {0};
+    header_text(w, &b);
+    zt_status st = ZT_OK;
+    unsigned char len[8];
+    w->state = W_FAILED;
+    if (b.oom)
+        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot build the header", w->path);
+    else if (b.n > SAFETENSORS_MAX_HEADER_BYTES)
+        st = zt_error_set(ZT_ERR_USAGE, "%s: header of %zu bytes exceeds the limit of %llu",
+                          w->path, b.n, SAFETENSORS_MAX_HEADER_BYTES);
+    if (st == ZT_OK) {
+        put_le(len, b.n, 8);
+        st = write_bytes(w, len, 8);
+    }
+    if (st == ZT_OK)
+        st = write_bytes(w, b.p, b.n);
+    free(b.p);
+    ZT_TRY(st);
+    w->state = W_WRITING;
+    return ZT_OK;
+}
+
+static void encode_f32(const float *src, size_t n, enum zt_dtype dtype, unsigned char *b)
+{
+    for (size_t i = 0; i < n; i++) {
+        switch (dtype) {
+        case ZT_F32:
+            put_le(b + 4 * i, half_f32_bits(src[i]), 4);
+            break;
+        case ZT_F16:
+            put_le(b + 2 * i, zt_f32_to_f16(src[i]), 2);
+            break;
+        case ZT_BF16:
+            put_le(b + 2 * i, zt_f32_to_bf16(src[i]), 2);
+            break;
+        case ZT_F64: {
+            double d = src[i];
+            uint64_t u;
+            memcpy(&u, &d, sizeof u);
+            put_le(b + 8 * i, u, 8);
+            break;
+        }
+        default:
+            ZT_ASSERT(0);
+        }
+    }
+}
+
+zt_status safetensors_writer_write_f32(struct safetensors_writer *w, const float *src,
+                                       uint64_t count)
+{
+    ZT_ASSERT(w && w->state == W_WRITING);
+    if (count > w->total_numel - w->done_numel)
+        return zt_error_set(ZT_ERR_USAGE,
+                            "%s: %llu more elements given but only %llu of the declared "
+                            "tensors remain",
+                            w->path, (unsigned long long)count,
+                            (unsigned long long)(w->total_numel - w->done_numel));
+    unsigned char buf[CHUNK_BYTES];
+    while (count > 0) {
+        while (w->cur_done == w->t[w->cur].numel) {
+            w->cur++;
+            w->cur_done = 0;
+        }
+        const struct wtensor *t = &w->t[w->cur];
+        size_t es = zt_dtype_size(t->dtype);
+        uint64_t m = t->numel - w->cur_done;
+        m = m < count ? m : count;
+        m = m < CHUNK_BYTES / es ? m : CHUNK_BYTES / es;
+        encode_f32(src, (size_t)m, t->dtype, buf);
+        ZT_TRY(write_bytes(w, buf, (size_t)m * es));
+        src += m;
+        count -= m;
+        w->cur_done += m;
+        w->done_numel += m;
+    }
+    return ZT_OK;
+}
+
+/* Makes the rename durable: without it a crash can forget the new name
+ * even though the data reached the disk. Filesystems that cannot sync a
+ * folder say EINVAL, which leaves nothing to do. */
+static zt_status fsync_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", path);
+    int fd = open(dir, O_RDONLY);
+    zt_status st = ZT_OK;
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
+        st = zt_error_set(ZT_ERR_IO, "%s: cannot sync folder %s: %s", path, dir, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(dir);
+    return st;
+}
+
+/* The name of the first tensor not completely written. */
+static const char *first_incomplete(const struct safetensors_writer *w)
+{
+    for (int i = w->cur; i < w->n; i++)
+        if ((i == w->cur ? w->cur_done : 0) < w->t[i].numel)
+            return w->t[i].name;
+    return "?";
+}
+
+/* Flush, sync, close and rename: the temp file becomes PATH. */
+static zt_status commit(struct safetensors_writer *w)
+{
+    FILE *f = w->f;
+    w->f = NULL;
+    int failed = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int err = errno;
+    if (fclose(f) != 0 && !failed) {
+        failed = 1;
+        err = errno;
+    }
+    if (failed)
+        return zt_error_set(ZT_ERR_IO, "%s: cannot flush %s: %s", w->path, w->tmp, strerror(err));
+    if (rename(w->tmp, w->path) != 0)
+        return zt_error_set(ZT_ERR_IO, "%s: cannot rename %s over it: %s", w->path, w->tmp,
+                            strerror(errno));
+    free(w->tmp); /* renamed: nothing left to remove */
+    w->tmp = NULL;
+    return fsync_parent(w->path);
+}
+
+zt_status safetensors_writer_finish(struct safetensors_writer *w)
+{
+    ZT_ASSERT(w && w->state == W_WRITING);
+    zt_status st;
+    if (w->done_numel < w->total_numel)
+        st = zt_error_set(ZT_ERR_USAGE,
+                          "%s: tensor '%.200s' is incomplete: %llu of %llu elements were written",
+                          w->path, first_incomplete(w), (unsigned long long)w->done_numel,
+                          (unsigned long long)w->total_numel);
+    else
+        st = commit(w);
+    safetensors_writer_abort(w);
+    ZT_TRY(st);
+    return ZT_OK;
+}
