@@ -96,7 +96,19 @@ struct zt_config {
 
     struct {
         int enabled;
-    } fp16, bf16, activation_checkpointing;
+        double loss_scale; /* 0 = dynamic (default) */
+        int initial_scale_power; /* dynamic: start at 2^this, default 16 */
+        int loss_scale_window; /* clean steps before the scale doubles, default 1000 */
+        int hysteresis; /* overflows tolerated before the scale halves, default 2 */
+        double min_loss_scale; /* default 1 */
+    } fp16;
+    struct {
+        int enabled;
+    } bf16;
+    struct {
+        int enabled;
+        int every_n_blocks; /* checkpoint blocks 0, n, 2n, ...; default 1 (every block) */
+    } activation_checkpointing;
 };
 
 /* One command-line override "key.path=value"; value is parsed as YAML

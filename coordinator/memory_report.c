@@ -13,13 +13,11 @@
  */
 #include "memory_report.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "../common/atomic_file.h"
+
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #define ROW_WORDS (LEDGER_CATEGORY_COUNT + 2) /* peaks, total_peak, rss_peak */
 
@@ -268,61 +266,16 @@ static void write_body(FILE *f, const struct memory_report *r)
     fprintf(f, "]}\n");
 }
 
-/* Makes the rename durable: without this a crash can forget the new name
- * even though the data reached the disk. */
-static zt_status sync_folder(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir)
-        return zt_error_set(ZT_ERR_NOMEM, "memory report %s: out of memory", path);
-    int fd = open(dir, O_RDONLY);
-    zt_status st = ZT_OK;
-    if (fd < 0 || fsync(fd) != 0)
-        st = zt_error_set(ZT_ERR_IO, "memory report %s: cannot sync folder %s: %s", path, dir,
-                          strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return st;
-}
-
-static zt_status write_temp(const struct memory_report *r, const char *path, const char *tmp)
-{
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return zt_error_set(ZT_ERR_IO, "memory report %s: cannot create %s: %s", path, tmp,
-                            strerror(errno));
-    write_body(f, r);
-    zt_status st = ZT_OK;
-    if (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0)
-        st = zt_error_set(ZT_ERR_IO, "memory report %s: cannot write %s: %s", path, tmp,
-                          strerror(errno));
-    if (fclose(f) != 0 && st == ZT_OK)
-        st = zt_error_set(ZT_ERR_IO, "memory report %s: cannot close %s: %s", path, tmp,
-                          strerror(errno));
-    return st;
-}
-
 zt_status memory_report_write_json(const struct memory_report *r, const char *path)
 {
     ZT_ASSERT(r->ranks != NULL || r->world_size == 0);
     for (int k = 0; k < 4; k++)
         ZT_ASSERT(isfinite(r->bytes_per_param[k])); /* JSON has no inf or nan */
-    size_t len = strlen(path) + 32;
-    char *tmp = malloc(len);
-    if (!tmp)
-        return zt_error_set(ZT_ERR_NOMEM, "memory report %s: out of memory", path);
-    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-    zt_status st = write_temp(r, path, tmp);
-    if (st == ZT_OK && rename(tmp, path) != 0)
-        st = zt_error_set(ZT_ERR_IO, "memory report %s: cannot rename %s over it: %s", path, tmp,
-                          strerror(errno));
-    if (st != ZT_OK)
-        remove(tmp);
-    free(tmp);
-    ZT_TRY(st);
-    return sync_folder(path);
+    struct atomic_file out;
+    ZT_TRY(atomic_file_open(path, &out));
+    write_body(out.f, r); /* a failed fprintf shows at commit, through ferror */
+    ZT_TRY(atomic_file_commit(&out));
+    return ZT_OK;
 }
 
 void memory_report_free(struct memory_report *r)

@@ -33,6 +33,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "../common/atomic_file.h"
 #include "../common/half.h"
 
 #define CHUNK_BYTES    16384
@@ -1041,8 +1042,7 @@ struct wtensor {
 enum writer_state { W_DECLARING, W_WRITING, W_FAILED };
 
 struct safetensors_writer {
-    char *path, *tmp;
-    FILE *f;
+    struct atomic_file out; /* out.path names the file in every message */
     enum writer_state state;
     struct wtensor *t;
     int n, cap;
@@ -1057,10 +1057,7 @@ void safetensors_writer_abort(struct safetensors_writer *w)
 {
     if (!w)
         return;
-    if (w->f)
-        fclose(w->f);
-    if (w->tmp)
-        remove(w->tmp);
+    atomic_file_abort(&w->out);
     for (int i = 0; i < w->n; i++)
         free(w->t[i].name);
     for (int i = 0; i < w->n_meta; i++) {
@@ -1069,8 +1066,6 @@ void safetensors_writer_abort(struct safetensors_writer *w)
     }
     free(w->t);
     free(w->meta);
-    free(w->tmp);
-    free(w->path);
     free(w);
 }
 
@@ -1078,19 +1073,11 @@ zt_status safetensors_writer_open(const char *path, struct safetensors_writer **
 {
     *out = NULL;
     struct safetensors_writer *w = calloc(1, sizeof *w);
-    size_t len = strlen(path) + 32;
-    if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(len))) {
-        safetensors_writer_abort(w);
+    if (!w)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the writer", path);
-    }
-    snprintf(w->tmp, len, "%s.tmp.%ld", path, (long)getpid());
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) {
-        zt_status st =
-            zt_error_set(ZT_ERR_IO, "%s: cannot create %s: %s", path, w->tmp, strerror(errno));
-        free(w->tmp); /* not created: nothing to remove */
-        w->tmp = NULL;
-        safetensors_writer_abort(w);
+    zt_status st = atomic_file_open(path, &w->out);
+    if (st != ZT_OK) {
+        free(w);
         return st;
     }
     *out = w;
@@ -1105,23 +1092,24 @@ static zt_status check_new_tensor(const struct safetensors_writer *w, const char
     char text[SHAPE_TEXT_MAX];
     uint64_t nbytes;
     if (!name || !*name)
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name is empty", w->path);
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name is empty", w->out.path);
     if (strcmp(name, METADATA_KEY) == 0 || !utf8_valid(name))
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name '%.200s' is %s", w->path, name,
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name '%.200s' is %s", w->out.path, name,
                             utf8_valid(name) ? "reserved" : "not valid UTF-8");
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->t[i].name, name) == 0)
-            return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s' declared twice", w->path, name);
+            return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s' declared twice", w->out.path,
+                                name);
     if (ndim < 0 || ndim > SAFETENSORS_MAX_DIMS)
         return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': %d dimensions (0 to %d allowed)",
-                            w->path, name, ndim, SAFETENSORS_MAX_DIMS);
+                            w->out.path, name, ndim, SAFETENSORS_MAX_DIMS);
     ZT_ASSERT(ndim == 0 || shape != NULL);
     if (!is_float_dtype(dtype))
         return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: tensor '%.200s': dtype %s cannot be written from floats", w->path,
-                            name, safetensors_dtype_name(dtype));
+                            "%s: tensor '%.200s': dtype %s cannot be written from floats",
+                            w->out.path, name, safetensors_dtype_name(dtype));
     if (!shape_size(ndim, shape, dtype, numel, &nbytes) || nbytes > UINT64_MAX - w->total_bytes)
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': shape %s is too large", w->path,
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': shape %s is too large", w->out.path,
                             name, shape_text(text, ndim, shape));
     return ZT_OK;
 }
@@ -1137,7 +1125,7 @@ zt_status safetensors_writer_add(struct safetensors_writer *w, const char *name,
     w->t = arr;
     char *copy = ok ? strdup(name) : NULL;
     if (!copy)
-        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot declare tensor '%.200s'", w->path, name);
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot declare tensor '%.200s'", w->out.path, name);
     struct wtensor *t = &w->t[w->n++];
     *t = (struct wtensor){.name = copy, .dtype = dtype, .ndim = ndim, .numel = numel};
     for (int i = 0; i < ndim; i++)
@@ -1152,7 +1140,8 @@ zt_status safetensors_writer_set_metadata(struct safetensors_writer *w, const ch
 {
     ZT_ASSERT(w && w->state == W_DECLARING);
     if (!utf8_valid(key) || !utf8_valid(value))
-        return zt_error_set(ZT_ERR_USAGE, "%s: metadata '%.200s' is not valid UTF-8", w->path, key);
+        return zt_error_set(ZT_ERR_USAGE, "%s: metadata '%.200s' is not valid UTF-8", w->out.path,
+                            key);
     char *v = strdup(value);
     int i = 0;
     while (i < w->n_meta && strcmp(w->meta[i].key, key) != 0)
@@ -1165,7 +1154,7 @@ zt_status safetensors_writer_set_metadata(struct safetensors_writer *w, const ch
         free(v);
         if (i == w->n_meta)
             free(k);
-        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot store metadata '%.200s'", w->path, key);
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot store metadata '%.200s'", w->out.path, key);
     }
     if (i < w->n_meta)
         free(w->meta[i].value);
@@ -1289,9 +1278,9 @@ static void header_text(const struct safetensors_writer *w, struct text *b)
 
 static zt_status write_bytes(struct safetensors_writer *w, const void *p, size_t n)
 {
-    if (n && fwrite(p, 1, n, w->f) != n) {
+    if (n && fwrite(p, 1, n, w->out.f) != n) {
         w->state = W_FAILED;
-        return zt_error_set(ZT_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
+        return zt_error_set(ZT_ERR_IO, "%s: write failed: %s", w->out.tmp_path, strerror(errno));
     }
     return ZT_OK;
 }
@@ -1305,10 +1294,10 @@ zt_status safetensors_writer_begin_data(struct safetensors_writer *w)
     unsigned char len[8];
     w->state = W_FAILED;
     if (b.oom)
-        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot build the header", w->path);
+        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot build the header", w->out.path);
     else if (b.n > SAFETENSORS_MAX_HEADER_BYTES)
         st = zt_error_set(ZT_ERR_USAGE, "%s: header of %zu bytes exceeds the limit of %llu",
-                          w->path, b.n, SAFETENSORS_MAX_HEADER_BYTES);
+                          w->out.path, b.n, SAFETENSORS_MAX_HEADER_BYTES);
     if (st == ZT_OK) {
         put_le(len, b.n, 8);
         st = write_bytes(w, len, 8);
@@ -1355,7 +1344,7 @@ zt_status safetensors_writer_write_f32(struct safetensors_writer *w, const float
         return zt_error_set(ZT_ERR_USAGE,
                             "%s: %llu more elements given but only %llu of the declared "
                             "tensors remain",
-                            w->path, (unsigned long long)count,
+                            w->out.path, (unsigned long long)count,
                             (unsigned long long)(w->total_numel - w->done_numel));
     unsigned char buf[CHUNK_BYTES];
     while (count > 0) {
@@ -1378,25 +1367,6 @@ zt_status safetensors_writer_write_f32(struct safetensors_writer *w, const float
     return ZT_OK;
 }
 
-/* Makes the rename durable: without it a crash can forget the new name
- * even though the data reached the disk. Filesystems that cannot sync a
- * folder say EINVAL, which leaves nothing to do. */
-static zt_status fsync_parent(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir)
-        return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", path);
-    int fd = open(dir, O_RDONLY);
-    zt_status st = ZT_OK;
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
-        st = zt_error_set(ZT_ERR_IO, "%s: cannot sync folder %s: %s", path, dir, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return st;
-}
-
 /* The name of the first tensor not completely written. */
 static const char *first_incomplete(const struct safetensors_writer *w)
 {
@@ -1406,27 +1376,6 @@ static const char *first_incomplete(const struct safetensors_writer *w)
     return "?";
 }
 
-/* Flush, sync, close and rename: the temp file becomes PATH. */
-static zt_status commit(struct safetensors_writer *w)
-{
-    FILE *f = w->f;
-    w->f = NULL;
-    int failed = fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int err = errno;
-    if (fclose(f) != 0 && !failed) {
-        failed = 1;
-        err = errno;
-    }
-    if (failed)
-        return zt_error_set(ZT_ERR_IO, "%s: cannot flush %s: %s", w->path, w->tmp, strerror(err));
-    if (rename(w->tmp, w->path) != 0)
-        return zt_error_set(ZT_ERR_IO, "%s: cannot rename %s over it: %s", w->path, w->tmp,
-                            strerror(errno));
-    free(w->tmp); /* renamed: nothing left to remove */
-    w->tmp = NULL;
-    return fsync_parent(w->path);
-}
-
 zt_status safetensors_writer_finish(struct safetensors_writer *w)
 {
     ZT_ASSERT(w && w->state == W_WRITING);
@@ -1434,10 +1383,10 @@ zt_status safetensors_writer_finish(struct safetensors_writer *w)
     if (w->done_numel < w->total_numel)
         st = zt_error_set(ZT_ERR_USAGE,
                           "%s: tensor '%.200s' is incomplete: %llu of %llu elements were written",
-                          w->path, first_incomplete(w), (unsigned long long)w->done_numel,
+                          w->out.path, first_incomplete(w), (unsigned long long)w->done_numel,
                           (unsigned long long)w->total_numel);
     else
-        st = commit(w);
+        st = atomic_file_commit(&w->out);
     safetensors_writer_abort(w);
     ZT_TRY(st);
     return ZT_OK;

@@ -147,7 +147,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     };
     ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->dev, &s->engine));
     ZT_TRY(gpt2_create(&s->table, ops_cpu_backend(), &s->dev, c->train_micro_batch_size_per_gpu,
-                       c->data.seq_len, &s->model));
+                       c->data.seq_len, session_ckpt_every(c), &s->model));
     if (o->profile)
         s->model.profile = &s->profile;
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
@@ -156,6 +156,11 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the host batch");
     s->targets = s->inputs + bt;
     return ZT_OK;
+}
+
+int session_ckpt_every(const struct zt_config *c)
+{
+    return c->activation_checkpointing.enabled ? c->activation_checkpointing.every_n_blocks : 0;
 }
 
 zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int accum)
@@ -186,8 +191,9 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
     ledger_init(out, 1);
     ZT_TRY(device_open("cpu", out, &dev));
     ZT_TRY(shard_engine_create(&ec, &s->table, NULL, &dev, &engine));
-    zt_status st = gpt2_create(&s->table, ops_cpu_backend(), &dev,
-                               c->train_micro_batch_size_per_gpu, c->data.seq_len, &model);
+    zt_status st =
+        gpt2_create(&s->table, ops_cpu_backend(), &dev, c->train_micro_batch_size_per_gpu,
+                    c->data.seq_len, session_ckpt_every(c), &model);
     if (st == ZT_OK) {
         st = session_plan_step(&model, &engine, 1);
         gpt2_destroy(&model);

@@ -75,6 +75,9 @@ zt_status session_agree(zt_status local, int *print_here);
  * (run.eval_batches micro batches, or all whole micro batches). */
 zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens);
 
+/* The model's activation checkpointing interval (0: off) for a config. */
+int session_ckpt_every(const struct zt_config *c);
+
 /* Runs one optimizer step's allocation plan: `accum` planned forward and
  * backward passes and a planned engine step, through the same code as a
  * real step (the session's device must be plan-only). */

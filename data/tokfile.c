@@ -11,21 +11,21 @@
  *
  * Both directions stream through one chunk (DATA_CHUNK_BYTES) with explicit
  * little-endian packing, so files are identical on every host and neither
- * side ever holds two copies of the tokens. The writer goes through a temp
- * file and rename so that an interrupted `prepare` never leaves a file that
- * looks complete.
+ * side ever holds two copies of the tokens. The writer goes through an
+ * atomic_file (common/atomic_file.h) so that an interrupted `prepare` never
+ * leaves a file that looks complete.
  */
 #include "data.h"
 #include "data_impl.h"
 
+#include "../common/atomic_file.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <unistd.h>
 
 #define FNV_OFFSET 0xcbf29ce484222325ULL
 #define FNV_PRIME  0x100000001b3ULL
@@ -150,27 +150,7 @@ static zt_status write_file(FILE *f, const char *tmp, const int32_t *tokens, siz
     if (fseek(f, 0, SEEK_SET) != 0)
         return zt_error_set(ZT_ERR_IO, "%s: seek failed: %s", tmp, strerror(errno));
     ZT_TRY(write_bytes(f, tmp, head, sizeof head));
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-        return zt_error_set(ZT_ERR_IO, "%s: flush failed: %s", tmp, strerror(errno));
     return ZT_OK;
-}
-
-/* Makes the rename durable: without this a crash can forget the new name
- * even though the data reached the disk. */
-static zt_status fsync_parent(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir)
-        return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", path);
-    int fd = open(dir, O_RDONLY);
-    zt_status st = ZT_OK;
-    if (fd < 0 || fsync(fd) != 0)
-        st = zt_error_set(ZT_ERR_IO, "%s: cannot sync folder %s: %s", path, dir, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return st;
 }
 
 static zt_status check_ids(const char *path, const int32_t *tokens, size_t n, uint32_t vocab_size)
@@ -188,29 +168,15 @@ zt_status tokfile_write(const char *path, const int32_t *tokens, size_t n, uint3
 {
     ZT_TRY(check_width_vocab(path, width, vocab_size));
     ZT_TRY(check_ids(path, tokens, n, vocab_size));
-    size_t len = strlen(path) + 32;
-    char *tmp = malloc(len);
-    if (!tmp)
-        return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-    zt_status st = ZT_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        st = zt_error_set(ZT_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(tmp);
+    struct atomic_file out;
+    ZT_TRY(atomic_file_open(path, &out));
+    zt_status st = write_file(out.f, out.tmp_path, tokens, n, width, vocab_size);
+    if (st != ZT_OK) {
+        atomic_file_abort(&out);
         return st;
     }
-    st = write_file(f, tmp, tokens, n, width, vocab_size);
-    if (fclose(f) != 0 && st == ZT_OK)
-        st = zt_error_set(ZT_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (st == ZT_OK && rename(tmp, path) != 0)
-        st =
-            zt_error_set(ZT_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-    if (st != ZT_OK)
-        remove(tmp);
-    free(tmp);
-    ZT_TRY(st);
-    return fsync_parent(path);
+    ZT_TRY(atomic_file_commit(&out));
+    return ZT_OK;
 }
 
 /* ---- reading ---- */

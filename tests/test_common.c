@@ -1,8 +1,18 @@
-/* tests/test_common.c — status list, counter-based generator, ledger. */
+/* tests/test_common.c — status list, counter-based generator, ledger,
+ * atomic file writes.
+ *
+ * The atomic file tests look at the folder itself after every outcome, so
+ * a temp file left behind or an older file clobbered fails them. */
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/atomic_file.h"
 #include "common/ledger.h"
 #include "common/rng.h"
 #include "common/status.h"
@@ -77,6 +87,131 @@ START_TEST(ledger_tracks_current_and_peaks)
 }
 END_TEST
 
+/* ---- atomic files ---- */
+
+/* Names in dir other than . and .., joined with '/' in sorted order. */
+static const char *dir_listing(const char *dir)
+{
+    static char buf[4096];
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    ck_assert_int_ge(n, 0);
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (strcmp(names[i]->d_name, ".") != 0 && strcmp(names[i]->d_name, "..") != 0) {
+            size_t used = strlen(buf);
+            snprintf(buf + used, sizeof buf - used, "%s%s", used ? "/" : "", names[i]->d_name);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return buf;
+}
+
+/* The file's contents as a string, which must be shorter than 256 bytes. */
+static const char *contents(const char *path)
+{
+    static char buf[256];
+    size_t n;
+    unsigned char *b = testutil_read_file(path, &n);
+    ck_assert_uint_lt(n, sizeof buf);
+    memcpy(buf, b, n);
+    buf[n] = '\0';
+    free(b);
+    return buf;
+}
+
+static int is_zeroed(const struct atomic_file *a)
+{
+    return a->f == NULL && a->path == NULL && a->tmp_path == NULL;
+}
+
+START_TEST(atomic_file_commit_replaces_the_file)
+{
+    const char *dir = testutil_tmpdir("atomic-commit");
+    const char *path = testutil_path_in(dir, "out.bin");
+    testutil_write_file(path, "old", 3);
+    struct atomic_file a;
+    ck_assert_int_eq(atomic_file_open(path, &a), ZT_OK);
+    ck_assert_str_eq(a.path, path);
+    ck_assert_str_eq(a.tmp_path, testutil_fmt("%s.tmp.%ld", path, (long)getpid()));
+    ck_assert_int_ge(fputs("new contents", a.f), 0);
+    /* Until the commit a reader still sees the old file. */
+    ck_assert_str_eq(contents(path), "old");
+    ck_assert_int_eq(atomic_file_commit(&a), ZT_OK);
+    ck_assert(is_zeroed(&a));
+    ck_assert_str_eq(contents(path), "new contents");
+    ck_assert_str_eq(dir_listing(dir), "out.bin");
+}
+END_TEST
+
+START_TEST(atomic_file_abort_leaves_the_file)
+{
+    const char *dir = testutil_tmpdir("atomic-abort");
+    const char *path = testutil_path_in(dir, "out.bin");
+    testutil_write_file(path, "old", 3);
+    struct atomic_file a;
+    ck_assert_int_eq(atomic_file_open(path, &a), ZT_OK);
+    fputs("half written", a.f);
+    ck_assert_str_eq(dir_listing(dir), testutil_fmt("out.bin/out.bin.tmp.%ld", (long)getpid()));
+    atomic_file_abort(&a);
+    ck_assert(is_zeroed(&a));
+    atomic_file_abort(&a); /* a zeroed struct: nothing to do */
+    ck_assert_str_eq(contents(path), "old");
+    ck_assert_str_eq(dir_listing(dir), "out.bin");
+}
+END_TEST
+
+START_TEST(atomic_file_missing_folder_is_an_io_error)
+{
+    const char *path = testutil_path_in(testutil_tmpdir("atomic-nodir"), "missing/out.bin");
+    struct atomic_file a = {stdout, (char *)"x", (char *)"y"}; /* must be zeroed */
+    ck_assert_int_eq(atomic_file_open(path, &a), ZT_ERR_IO);
+    ck_assert(is_zeroed(&a));
+    ck_assert_str_eq(zt_error_message(), testutil_fmt("%s: cannot create %s.tmp.%ld: %s", path,
+                                                      path, (long)getpid(), strerror(ENOENT)));
+}
+END_TEST
+
+/* A folder where the file should go: the rename fails, the temp file goes. */
+START_TEST(atomic_file_failed_rename_removes_the_temp_file)
+{
+    const char *dir = testutil_tmpdir("atomic-rename");
+    const char *path = testutil_path_in(dir, "taken");
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    struct atomic_file a;
+    ck_assert_int_eq(atomic_file_open(path, &a), ZT_OK);
+    fputs("data", a.f);
+    ck_assert_int_eq(atomic_file_commit(&a), ZT_ERR_IO);
+    ck_assert(is_zeroed(&a));
+    ck_assert_str_eq(zt_error_message(),
+                     testutil_fmt("%s: cannot rename %s.tmp.%ld over it: %s", path, path,
+                                  (long)getpid(), strerror(EISDIR)));
+    ck_assert_str_eq(dir_listing(dir), "taken");
+}
+END_TEST
+
+/* An error on the stream before the commit (here a read from a stream open
+ * only for writing) must fail the commit, not publish a damaged file. */
+START_TEST(atomic_file_earlier_write_error_fails_the_commit)
+{
+    const char *dir = testutil_tmpdir("atomic-ferror");
+    const char *path = testutil_path_in(dir, "out.bin");
+    testutil_write_file(path, "old", 3);
+    struct atomic_file a;
+    ck_assert_int_eq(atomic_file_open(path, &a), ZT_OK);
+    fputs("data", a.f);
+    ck_assert_int_eq(fgetc(a.f), EOF);
+    ck_assert(ferror(a.f));
+    ck_assert_int_eq(atomic_file_commit(&a), ZT_ERR_IO);
+    ck_assert(is_zeroed(&a));
+    ck_assert_str_eq(zt_error_message(), testutil_fmt("%s: cannot flush %s.tmp.%ld: %s", path, path,
+                                                      (long)getpid(), strerror(EIO)));
+    ck_assert_str_eq(contents(path), "old");
+    ck_assert_str_eq(dir_listing(dir), "out.bin");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("common");
@@ -84,6 +219,11 @@ int main(void)
     tcase_add_test(tc, status_names_codes_and_messages);
     tcase_add_test(tc, rng_is_a_pure_function_of_key_and_counter);
     tcase_add_test(tc, ledger_tracks_current_and_peaks);
+    tcase_add_test(tc, atomic_file_commit_replaces_the_file);
+    tcase_add_test(tc, atomic_file_abort_leaves_the_file);
+    tcase_add_test(tc, atomic_file_missing_folder_is_an_io_error);
+    tcase_add_test(tc, atomic_file_failed_rename_removes_the_temp_file);
+    tcase_add_test(tc, atomic_file_earlier_write_error_fails_the_commit);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }

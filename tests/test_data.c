@@ -10,7 +10,6 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,48 +28,6 @@
 
 /* ---- helpers ---- */
 
-static char *path_in(const char *dir, const char *name)
-{
-    static char bufs[8][4096];
-    static int next;
-    char *b = bufs[next++ % 8];
-    int len = snprintf(b, 4096, "%s/%s", dir, name);
-    ck_assert(len > 0 && len < 4096);
-    return b;
-}
-
-/* printf into a static buffer: the expected text of an error message. */
-__attribute__((format(printf, 1, 2))) static const char *fmt(const char *f, ...)
-{
-    static char buf[8192];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, sizeof buf, f, ap);
-    va_end(ap);
-    return buf;
-}
-
-static void write_raw(const char *path, const void *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f != NULL, "cannot create %s", path);
-    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-static unsigned char *read_raw(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    struct stat sb;
-    ck_assert_int_eq(fstat(fileno(f), &sb), 0);
-    unsigned char *b = malloc((size_t)sb.st_size + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
-    fclose(f);
-    *n = (size_t)sb.st_size;
-    return b;
-}
-
 static void patch(const char *path, long offset, const void *bytes, size_t n)
 {
     FILE *f = fopen(path, "r+b");
@@ -82,29 +39,9 @@ static void patch(const char *path, long offset, const void *bytes, size_t n)
 
 static void patch_u32(const char *path, long offset, uint32_t v)
 {
-    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 24)};
+    unsigned char b[4];
+    testutil_put_le(b, v, 4);
     patch(path, offset, b, 4);
-}
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
 }
 
 /* FNV-1a 64 written out again here, so that the file checks do not trust
@@ -141,7 +78,7 @@ static void mkdir_ok(const char *path)
 static const char *small_tokfile(const char *tag, size_t n)
 {
     const char *dir = testutil_tmpdir(tag);
-    const char *path = path_in(dir, "t.tok");
+    const char *path = testutil_path_in(dir, "t.tok");
     int32_t *t = malloc(n * sizeof *t);
     for (size_t i = 0; i < n; i++)
         t[i] = (int32_t)(i * 7 % 256);
@@ -162,7 +99,7 @@ END_TEST
 
 START_TEST(test_roundtrip_width1)
 {
-    const char *path = path_in(testutil_tmpdir("w1"), "w1.tok");
+    const char *path = testutil_path_in(testutil_tmpdir("w1"), "w1.tok");
     size_t n = 3001;
     int32_t *t = malloc(n * sizeof *t);
     for (size_t i = 0; i < n; i++)
@@ -170,16 +107,16 @@ START_TEST(test_roundtrip_width1)
     ck_assert_int_eq(tokfile_write(path, t, n, 1, 256), ZT_OK);
 
     size_t size;
-    unsigned char *raw = read_raw(path, &size);
+    unsigned char *raw = testutil_read_file(path, &size);
     ck_assert_uint_eq(size, 40 + n);
     unsigned char head[40];
     memcpy(head, "ZTTOKENS", 8);
-    put_u32(head + 8, 1);
-    put_u32(head + 12, 1);
-    put_u32(head + 16, 256);
-    put_u32(head + 20, 0);
-    put_u64(head + 24, n);
-    put_u64(head + 32, ref_fnv(raw + 40, n));
+    testutil_put_le(head + 8, 1, 4);
+    testutil_put_le(head + 12, 1, 4);
+    testutil_put_le(head + 16, 256, 4);
+    testutil_put_le(head + 20, 0, 4);
+    testutil_put_le(head + 24, n, 8);
+    testutil_put_le(head + 32, ref_fnv(raw + 40, n), 8);
     ck_assert_mem_eq(raw, head, 40);
     for (size_t i = 0; i < n; i++)
         ck_assert_int_eq(raw[40 + i], t[i]);
@@ -199,7 +136,7 @@ END_TEST
 START_TEST(test_roundtrip_width2)
 {
     /* More tokens than one 1 MiB chunk holds at 2 bytes each. */
-    const char *path = path_in(testutil_tmpdir("w2"), "w2.tok");
+    const char *path = testutil_path_in(testutil_tmpdir("w2"), "w2.tok");
     size_t n = 600001;
     int32_t *t = malloc(n * sizeof *t);
     for (size_t i = 0; i < n; i++)
@@ -211,10 +148,10 @@ START_TEST(test_roundtrip_width2)
     ck_assert_int_eq(tokfile_write(path, t, n, 2, 65536), ZT_OK);
 
     size_t size;
-    unsigned char *raw = read_raw(path, &size);
+    unsigned char *raw = testutil_read_file(path, &size);
     ck_assert_uint_eq(size, 40 + 2 * n);
-    ck_assert_uint_eq(get_u64(raw + 24), n);
-    ck_assert_uint_eq(get_u64(raw + 32), ref_fnv(raw + 40, 2 * n));
+    ck_assert_uint_eq(testutil_get_le(raw + 24, 8), n);
+    ck_assert_uint_eq(testutil_get_le(raw + 32, 8), ref_fnv(raw + 40, 2 * n));
     ck_assert_int_eq(raw[40 + 4], 0x00); /* 256, little-endian */
     ck_assert_int_eq(raw[40 + 5], 0x01);
 
@@ -231,7 +168,7 @@ END_TEST
 
 START_TEST(test_roundtrip_empty)
 {
-    const char *path = path_in(testutil_tmpdir("empty"), "e.tok");
+    const char *path = testutil_path_in(testutil_tmpdir("empty"), "e.tok");
     ck_assert_int_eq(tokfile_write(path, NULL, 0, 1, 256), ZT_OK);
     struct token_buffer b = {0};
     ck_assert_int_eq(tokfile_read(path, &b), ZT_OK);
@@ -243,7 +180,7 @@ END_TEST
 START_TEST(test_write_rejects_bad_input)
 {
     const char *dir = testutil_tmpdir("wbad");
-    const char *path = path_in(dir, "x.tok");
+    const char *path = testutil_path_in(dir, "x.tok");
     int32_t t[4] = {1, 2, 300, 4};
     expect_error(tokfile_write(path, t, 4, 1, 256), ZT_ERR_DATA, "token id 300 at position 2");
     int32_t neg[2] = {0, -1};
@@ -253,7 +190,7 @@ START_TEST(test_write_rejects_bad_input)
     expect_error(tokfile_write(path, t, 2, 1, 300), ZT_ERR_DATA, "vocab size 300");
     expect_error(tokfile_write(path, t, 2, 2, 0), ZT_ERR_DATA, "vocab size 0");
     ck_assert_int_ne(access(path, F_OK), 0);
-    expect_error(tokfile_write(path_in(dir, "no/such/dir.tok"), t, 2, 1, 256), ZT_ERR_IO,
+    expect_error(tokfile_write(testutil_path_in(dir, "no/such/dir.tok"), t, 2, 1, 256), ZT_ERR_IO,
                  "cannot create");
 }
 END_TEST
@@ -261,8 +198,8 @@ END_TEST
 START_TEST(test_write_is_atomic_and_replaces)
 {
     const char *dir = testutil_tmpdir("atomic");
-    const char *path = path_in(dir, "a.tok");
-    write_raw(path, "old contents", 12);
+    const char *path = testutil_path_in(dir, "a.tok");
+    testutil_write_file(path, "old contents", 12);
     int32_t t[3] = {10, 20, 30};
     ck_assert_int_eq(tokfile_write(path, t, 3, 1, 256), ZT_OK);
     struct token_buffer b = {0};
@@ -289,14 +226,14 @@ START_TEST(test_read_flipped_token_byte)
 {
     const char *path = small_tokfile("flip", 100);
     size_t size;
-    unsigned char *raw = read_raw(path, &size);
-    uint64_t stored = get_u64(raw + 32);
+    unsigned char *raw = testutil_read_file(path, &size);
+    uint64_t stored = testutil_get_le(raw + 32, 8);
     raw[40 + 50] ^= 0x01;
     uint64_t actual = ref_fnv(raw + 40, 100);
     patch(path, 40 + 50, raw + 40 + 50, 1);
-    const char *want =
-        fmt("%s: checksum mismatch (header 0x%016llx, data 0x%016llx): the file is corrupt", path,
-            (unsigned long long)stored, (unsigned long long)actual);
+    const char *want = testutil_fmt(
+        "%s: checksum mismatch (header 0x%016llx, data 0x%016llx): the file is corrupt", path,
+        (unsigned long long)stored, (unsigned long long)actual);
     struct token_buffer b = {0};
     expect_message(tokfile_read(path, &b), ZT_ERR_DATA, want);
     ck_assert_ptr_null(b.tokens);
@@ -308,7 +245,7 @@ START_TEST(test_read_bad_magic)
 {
     const char *path = small_tokfile("magic", 10);
     patch(path, 2, "X", 1);
-    const char *want = fmt("%s: not a token file (bad magic)", path);
+    const char *want = testutil_fmt("%s: not a token file (bad magic)", path);
     struct token_buffer b = {0};
     expect_message(tokfile_read(path, &b), ZT_ERR_DATA, want);
     ck_assert_int_eq(tokfile_is_tokfile(path), 0);
@@ -320,7 +257,7 @@ START_TEST(test_read_newer_version)
     const char *path = small_tokfile("version", 10);
     patch_u32(path, 8, 7);
     const char *want =
-        fmt("%s: token file version 7 is newer than this zerotrain understands (1)", path);
+        testutil_fmt("%s: token file version 7 is newer than this zerotrain understands (1)", path);
     struct token_buffer b = {0};
     expect_message(tokfile_read(path, &b), ZT_ERR_DATA, want);
     patch_u32(path, 8, 0);
@@ -332,7 +269,7 @@ START_TEST(test_read_bad_width)
 {
     const char *path = small_tokfile("width", 10);
     patch_u32(path, 12, 3);
-    const char *want = fmt("%s: token width 3 not supported (1 or 2)", path);
+    const char *want = testutil_fmt("%s: token width 3 not supported (1 or 2)", path);
     struct token_buffer b = {0};
     expect_message(tokfile_read(path, &b), ZT_ERR_DATA, want);
 }
@@ -356,8 +293,8 @@ START_TEST(test_read_truncated_header)
     long cuts[] = {39, 20, 8, 4, 0}; /* shrinking: truncate() would pad with zeros */
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
         ck_assert_int_eq(truncate(path, cuts[i]), 0);
-        const char *want =
-            fmt("%s: truncated: the header needs 40 bytes but the file has %ld", path, cuts[i]);
+        const char *want = testutil_fmt(
+            "%s: truncated: the header needs 40 bytes but the file has %ld", path, cuts[i]);
         struct token_buffer b = {0};
         expect_message(tokfile_read(path, &b), ZT_ERR_DATA, want);
     }
@@ -369,15 +306,15 @@ START_TEST(test_read_truncated_body)
     size_t n = 1000;
     long cuts[] = {40, 41, 540, 40 + 2 * 1000 - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
-        const char *path = path_in(testutil_tmpdir("trbody"), "t.tok");
+        const char *path = testutil_path_in(testutil_tmpdir("trbody"), "t.tok");
         int32_t *t = calloc(n, sizeof *t);
         ck_assert_int_eq(tokfile_write(path, t, n, 2, 1000), ZT_OK);
         free(t);
         ck_assert_int_eq(truncate(path, cuts[i]), 0);
-        const char *want =
-            fmt("%s: truncated: header says 1000 tokens (2000 bytes) but the file has %ld bytes "
-                "of tokens",
-                path, cuts[i] - 40);
+        const char *want = testutil_fmt(
+            "%s: truncated: header says 1000 tokens (2000 bytes) but the file has %ld bytes "
+            "of tokens",
+            path, cuts[i] - 40);
         struct token_buffer b = {0};
         expect_message(tokfile_read(path, &b), ZT_ERR_DATA, want);
     }
@@ -400,22 +337,22 @@ START_TEST(test_read_id_over_vocab)
 {
     /* A well-formed file with a valid checksum whose id 12 is out of range:
      * only a hand-made file can be like that, the writer refuses. */
-    const char *path = path_in(testutil_tmpdir("vocab"), "v.tok");
+    const char *path = testutil_path_in(testutil_tmpdir("vocab"), "v.tok");
     unsigned char f[40 + 2 * 20];
     memcpy(f, "ZTTOKENS", 8);
-    put_u32(f + 8, 1);
-    put_u32(f + 12, 2);
-    put_u32(f + 16, 256);
-    put_u32(f + 20, 0);
-    put_u64(f + 24, 20);
+    testutil_put_le(f + 8, 1, 4);
+    testutil_put_le(f + 12, 2, 4);
+    testutil_put_le(f + 16, 256, 4);
+    testutil_put_le(f + 20, 0, 4);
+    testutil_put_le(f + 24, 20, 8);
     for (int i = 0; i < 20; i++) {
         int v = i == 12 ? 300 : i;
         f[40 + 2 * i] = (unsigned char)v;
         f[41 + 2 * i] = (unsigned char)(v >> 8);
     }
-    put_u64(f + 32, ref_fnv(f + 40, 40));
-    write_raw(path, f, sizeof f);
-    const char *want = fmt("%s: token id 300 at position 12 is >= vocab size 256", path);
+    testutil_put_le(f + 32, ref_fnv(f + 40, 40), 8);
+    testutil_write_file(path, f, sizeof f);
+    const char *want = testutil_fmt("%s: token id 300 at position 12 is >= vocab size 256", path);
     struct token_buffer b = {0};
     expect_message(tokfile_read(path, &b), ZT_ERR_DATA, want);
 }
@@ -424,8 +361,8 @@ END_TEST
 START_TEST(test_read_missing_and_folder)
 {
     const char *dir = testutil_tmpdir("missing");
-    const char *path = path_in(dir, "nope.tok");
-    const char *want = fmt("%s: no such file or directory", path);
+    const char *path = testutil_path_in(dir, "nope.tok");
+    const char *want = testutil_fmt("%s: no such file or directory", path);
     struct token_buffer b = {0};
     expect_message(tokfile_read(path, &b), ZT_ERR_IO, want);
     expect_error(tokfile_read(dir, &b), ZT_ERR_DATA, "not a regular file");
@@ -477,20 +414,20 @@ static void expect_tokens(const struct token_buffer *b, const char *text)
 START_TEST(test_load_nested_folder)
 {
     const char *root = testutil_tmpdir("nested");
-    mkdir_ok(path_in(root, "a"));
-    mkdir_ok(path_in(root, "a/c"));
-    mkdir_ok(path_in(root, "a/.git"));
-    write_raw(path_in(root, "b.txt"), "BBB", 3);
-    write_raw(path_in(root, "a/z.txt"), "Z", 1);
-    write_raw(path_in(root, "a/c/d.txt"), "D1", 2);
-    write_raw(path_in(root, "c.txt"), "cc", 2);
-    write_raw(path_in(root, "a.txt"), "A", 1); /* "a.txt" < "a/..." in strcmp */
-    write_raw(path_in(root, ".hidden"), "HIDDEN", 6);
-    write_raw(path_in(root, "a/.git/x"), "X", 1);
-    ck_assert_int_eq(mkfifo(path_in(root, "fifo"), 0644), 0);
-    ck_assert_int_eq(symlink("b.txt", path_in(root, "link.txt")), 0);
-    ck_assert_int_eq(symlink("gone", path_in(root, "dangling")), 0);
-    ck_assert_int_eq(symlink("a/c", path_in(root, "m")), 0);
+    mkdir_ok(testutil_path_in(root, "a"));
+    mkdir_ok(testutil_path_in(root, "a/c"));
+    mkdir_ok(testutil_path_in(root, "a/.git"));
+    testutil_write_file(testutil_path_in(root, "b.txt"), "BBB", 3);
+    testutil_write_file(testutil_path_in(root, "a/z.txt"), "Z", 1);
+    testutil_write_file(testutil_path_in(root, "a/c/d.txt"), "D1", 2);
+    testutil_write_file(testutil_path_in(root, "c.txt"), "cc", 2);
+    testutil_write_file(testutil_path_in(root, "a.txt"), "A", 1); /* "a.txt" < "a/..." in strcmp */
+    testutil_write_file(testutil_path_in(root, ".hidden"), "HIDDEN", 6);
+    testutil_write_file(testutil_path_in(root, "a/.git/x"), "X", 1);
+    ck_assert_int_eq(mkfifo(testutil_path_in(root, "fifo"), 0644), 0);
+    ck_assert_int_eq(symlink("b.txt", testutil_path_in(root, "link.txt")), 0);
+    ck_assert_int_eq(symlink("gone", testutil_path_in(root, "dangling")), 0);
+    ck_assert_int_eq(symlink("a/c", testutil_path_in(root, "m")), 0);
 
     const char *paths[] = {root};
     struct token_buffer b = {0};
@@ -507,9 +444,10 @@ END_TEST
 START_TEST(test_load_paths_in_given_order)
 {
     const char *root = testutil_tmpdir("order");
-    write_raw(path_in(root, "a"), "first", 5);
-    write_raw(path_in(root, "b"), "second", 6);
-    const char *paths[] = {path_in(root, "b"), path_in(root, "a"), path_in(root, "b")};
+    testutil_write_file(testutil_path_in(root, "a"), "first", 5);
+    testutil_write_file(testutil_path_in(root, "b"), "second", 6);
+    const char *paths[] = {testutil_path_in(root, "b"), testutil_path_in(root, "a"),
+                           testutil_path_in(root, "b")};
     struct token_buffer b = {0};
     ck_assert_int_eq(dataset_load(paths, 3, &b), ZT_OK);
     expect_tokens(&b, "secondfirstsecond");
@@ -520,9 +458,9 @@ END_TEST
 START_TEST(test_load_missing_path)
 {
     const char *root = testutil_tmpdir("loadmiss");
-    write_raw(path_in(root, "a"), "x", 1);
-    const char *paths[] = {path_in(root, "a"), path_in(root, "nothing")};
-    const char *want = fmt("%s: no such file or directory", paths[1]);
+    testutil_write_file(testutil_path_in(root, "a"), "x", 1);
+    const char *paths[] = {testutil_path_in(root, "a"), testutil_path_in(root, "nothing")};
+    const char *want = testutil_fmt("%s: no such file or directory", paths[1]);
     struct token_buffer b = {0};
     expect_message(dataset_load(paths, 2, &b), ZT_ERR_IO, want);
     ck_assert_ptr_null(b.tokens);
@@ -535,12 +473,12 @@ START_TEST(test_load_empty_folder)
 {
     const char *root = testutil_tmpdir("emptydir");
     const char *paths[] = {root};
-    const char *want = fmt("%s: folder contains no files", root);
+    const char *want = testutil_fmt("%s: folder contains no files", root);
     struct token_buffer b = {0};
     expect_message(dataset_load(paths, 1, &b), ZT_ERR_DATA, want);
     /* Only dotfiles and empty subfolders: still nothing to read. */
-    write_raw(path_in(root, ".swp"), "x", 1);
-    mkdir_ok(path_in(root, "sub"));
+    testutil_write_file(testutil_path_in(root, ".swp"), "x", 1);
+    mkdir_ok(testutil_path_in(root, "sub"));
     expect_message(dataset_load(paths, 1, &b), ZT_ERR_DATA, want);
 }
 END_TEST
@@ -548,9 +486,9 @@ END_TEST
 START_TEST(test_load_folder_loop)
 {
     const char *root = testutil_tmpdir("loop");
-    mkdir_ok(path_in(root, "sub"));
-    write_raw(path_in(root, "sub/f"), "x", 1);
-    ck_assert_int_eq(symlink("..", path_in(root, "sub/up")), 0);
+    mkdir_ok(testutil_path_in(root, "sub"));
+    testutil_write_file(testutil_path_in(root, "sub/f"), "x", 1);
+    ck_assert_int_eq(symlink("..", testutil_path_in(root, "sub/up")), 0);
     const char *paths[] = {root};
     struct token_buffer b = {0};
     expect_error(dataset_load(paths, 1, &b), ZT_ERR_DATA, "folder loop");
@@ -577,8 +515,8 @@ START_TEST(test_load_token_file_mixed)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     *strrchr(dir, '/') = '\0';
-    write_raw(path_in(dir, "text.txt"), "hello", 5);
-    const char *two[] = {path_in(dir, "text.txt"), path};
+    testutil_write_file(testutil_path_in(dir, "text.txt"), "hello", 5);
+    const char *two[] = {testutil_path_in(dir, "text.txt"), path};
     struct token_buffer b = {0};
     expect_error(dataset_load(two, 2, &b), ZT_ERR_DATA, "a token file must be the only input");
     const char *folder[] = {dir};
@@ -598,7 +536,7 @@ static size_t folder_bytes(const char *dir, size_t *n_entries)
         if (e->d_name[0] == '.')
             continue;
         struct stat sb;
-        ck_assert_int_eq(stat(path_in(dir, e->d_name), &sb), 0);
+        ck_assert_int_eq(stat(testutil_path_in(dir, e->d_name), &sb), 0);
         ck_assert_msg(S_ISREG(sb.st_mode), "%s is not flat", dir);
         total += (size_t)sb.st_size;
         (*n_entries)++;
@@ -619,8 +557,8 @@ START_TEST(test_load_common_licenses)
     ck_assert_uint_eq(files, entries);
     /* strcmp order: Apache-2.0 first, MPL-2.0 last. */
     size_t n_first, n_last;
-    unsigned char *first = read_raw(LICENSES "/Apache-2.0", &n_first);
-    unsigned char *last = read_raw(LICENSES "/MPL-2.0", &n_last);
+    unsigned char *first = testutil_read_file(LICENSES "/Apache-2.0", &n_first);
+    unsigned char *last = testutil_read_file(LICENSES "/MPL-2.0", &n_last);
     for (size_t i = 0; i < n_first; i++)
         ck_assert_int_eq(b.tokens[i], first[i]);
     for (size_t i = 0; i < n_last; i++)
@@ -860,17 +798,18 @@ START_TEST(test_prepare_run_reads_back)
 {
     const char *in = testutil_tmpdir("prepin");
     const char *outdir = testutil_tmpdir("prepout");
-    mkdir_ok(path_in(in, "sub"));
-    write_raw(path_in(in, "sub/2.txt"), "world", 5);
-    write_raw(path_in(in, "1.txt"), "hello ", 6);
+    mkdir_ok(testutil_path_in(in, "sub"));
+    testutil_write_file(testutil_path_in(in, "sub/2.txt"), "world", 5);
+    testutil_write_file(testutil_path_in(in, "1.txt"), "hello ", 6);
     const char *paths[] = {in};
-    const char *out = path_in(outdir, "data.tok");
+    const char *out = testutil_path_in(outdir, "data.tok");
     char *report = NULL;
     size_t report_len = 0;
     FILE *rep = open_memstream(&report, &report_len);
     ck_assert_int_eq(prepare_run(out, paths, 1, rep), ZT_OK);
     fclose(rep);
-    const char *want = fmt("wrote 11 tokens (256 vocab, 1-byte ids) from 2 files to %s\n", out);
+    const char *want =
+        testutil_fmt("wrote 11 tokens (256 vocab, 1-byte ids) from 2 files to %s\n", out);
     ck_assert_str_eq(report, want);
     free(report);
     struct token_buffer b = {0};
@@ -881,29 +820,29 @@ START_TEST(test_prepare_run_reads_back)
 
     /* A prepared file is not an input for prepare. */
     const char *again[] = {out};
-    expect_error(prepare_run(path_in(outdir, "x.tok"), again, 1, NULL), ZT_ERR_USAGE,
+    expect_error(prepare_run(testutil_path_in(outdir, "x.tok"), again, 1, NULL), ZT_ERR_USAGE,
                  "is already a token file");
-    ck_assert_int_ne(access(path_in(outdir, "x.tok"), F_OK), 0);
+    ck_assert_int_ne(access(testutil_path_in(outdir, "x.tok"), F_OK), 0);
 }
 END_TEST
 
 START_TEST(test_prepare_run_errors)
 {
     const char *dir = testutil_tmpdir("preperr");
-    const char *paths[] = {path_in(dir, "missing")};
-    const char *out = path_in(dir, "o.tok");
+    const char *paths[] = {testutil_path_in(dir, "missing")};
+    const char *out = testutil_path_in(dir, "o.tok");
     expect_error(prepare_run(out, paths, 1, NULL), ZT_ERR_IO, "no such file or directory");
     ck_assert_int_ne(access(out, F_OK), 0);
-    write_raw(path_in(dir, "t.txt"), "text", 4);
-    const char *self[] = {path_in(dir, "t.txt")};
-    expect_error(prepare_run(path_in(dir, "t.txt"), self, 1, NULL), ZT_ERR_USAGE,
+    testutil_write_file(testutil_path_in(dir, "t.txt"), "text", 4);
+    const char *self[] = {testutil_path_in(dir, "t.txt")};
+    expect_error(prepare_run(testutil_path_in(dir, "t.txt"), self, 1, NULL), ZT_ERR_USAGE,
                  "the output is also an input");
 }
 END_TEST
 
 START_TEST(test_prepare_common_licenses)
 {
-    const char *out = path_in(testutil_tmpdir("preplic"), "lic.tok");
+    const char *out = testutil_path_in(testutil_tmpdir("preplic"), "lic.tok");
     const char *paths[] = {LICENSES};
     ck_assert_int_eq(prepare_run(out, paths, 1, NULL), ZT_OK);
     struct token_buffer direct = {0}, back = {0};

@@ -107,6 +107,20 @@ START_TEST(odd_sizes_and_deep_prefetch)
 }
 END_TEST
 
+START_TEST(activation_checkpointing_in_every_stage)
+{
+    double ref[6], got[6];
+    const char *sets[] = {stage_sets[0], "activation_checkpointing.enabled=false"};
+    train_losses(sets, 2, 6, ref);
+    sets[1] = "activation_checkpointing.enabled=true";
+    for (int stage = 0; stage <= 3; stage++) {
+        sets[0] = stage_sets[stage];
+        train_losses(sets, 2, 6, got);
+        assert_same_curve(ref, got, 6, "with activation checkpointing");
+    }
+}
+END_TEST
+
 START_TEST(ring_and_native_collectives_agree)
 {
     double ref[6], got[6];
@@ -268,7 +282,7 @@ START_TEST(plan_matches_a_real_step)
         ck_assert_int_eq(device_open("cpu", &plan, &dev), ZT_OK);
         ck_assert_int_eq(shard_engine_create(&s.engine.cfg, &s.table, NULL, &dev, &engine), ZT_OK);
         ck_assert_int_eq(gpt2_create(&s.table, ops_cpu_backend(), &dev, s.model.B, s.model.T,
-                                     &model),
+                                     s.model.ckpt_every, &model),
                          ZT_OK);
         ck_assert_int_eq(session_plan_step(&model, &engine, 2), ZT_OK);
         for (int k = 0; k < LEDGER_CATEGORY_COUNT; k++)
@@ -333,6 +347,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, stages_train_the_same_model);
     tcase_add_test(tc, odd_sizes_and_deep_prefetch);
+    tcase_add_test(tc, activation_checkpointing_in_every_stage);
     tcase_add_test(tc, ring_and_native_collectives_agree);
     tcase_add_test(tc, comm_volume_matches_the_model);
     tcase_add_test(tc, model_states_follow_the_zero_formulas);

@@ -163,7 +163,7 @@ static void fixture_open(struct model_fixture *fx)
     ck_assert_int_eq((int)fx->table.n_params, fx->ref.n_params);
     ledger_init(&fx->ledger, 0);
     ck_assert_int_eq(device_open("cpu", &fx->ledger, &fx->dev), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&fx->table, ops_cpu_backend(), &fx->dev, fx->ref.B, fx->ref.T,
+    ck_assert_int_eq(gpt2_create(&fx->table, ops_cpu_backend(), &fx->dev, fx->ref.B, fx->ref.T, 0,
                                  &fx->model),
                      ZT_OK);
     fx->state = (struct flat_state){.t = &fx->table,
@@ -278,7 +278,7 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
     struct gpt2_unit_hooks ph = flat_hooks(&ps);
     ledger_init(&plan, 1);
     ck_assert_int_eq(device_open("cpu", &plan, &dplan), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&fx.table, ops_cpu_backend(), &dplan, fx.ref.B, fx.ref.T, &pm),
+    ck_assert_int_eq(gpt2_create(&fx.table, ops_cpu_backend(), &dplan, fx.ref.B, fx.ref.T, 0, &pm),
                      ZT_OK);
     ck_assert_int_eq(gpt2_forward(&pm, &ph, NULL, NULL), ZT_OK);
     ck_assert_int_eq(gpt2_backward(&pm, &ph, 1.0f), ZT_OK);
@@ -296,6 +296,47 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
             ck_assert_int_eq(fx.state.events[i][1], order[k++]);
     ck_assert_int_eq(k, n);
     gpt2_destroy(&pm);
+    fixture_close(&fx);
+}
+END_TEST
+
+/* Recomputing checkpointed blocks in the backward gives bit-identical
+ * gradients, with less activation memory. */
+START_TEST(activation_checkpointing_is_bit_identical)
+{
+    struct model_fixture fx;
+    fixture_open(&fx);
+    const size_t n = fx.table.n_params;
+    ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);
+    ck_assert_int_eq(gpt2_backward(&fx.model, &fx.hooks, 1.0f), ZT_OK);
+    const float loss = fx.model.mean_loss;
+    const size_t full_acts = fx.model.act_bytes;
+    for (int every = 1; every <= 2; every++) {
+        struct ledger l;
+        struct device d;
+        struct gpt2 cm;
+        struct flat_state cs = {.t = &fx.table,
+                                .params = fx.ref.params,
+                                .grads = calloc(n, sizeof(float))};
+        struct gpt2_unit_hooks ch = flat_hooks(&cs);
+        ledger_init(&l, 0);
+        ck_assert_int_eq(device_open("cpu", &l, &d), ZT_OK);
+        ck_assert_int_eq(
+            gpt2_create(&fx.table, ops_cpu_backend(), &d, fx.ref.B, fx.ref.T, every, &cm), ZT_OK);
+        ck_assert_int_eq(gpt2_forward(&cm, &ch, fx.ref.inputs, fx.ref.targets), ZT_OK);
+        ck_assert_int_eq(gpt2_backward(&cm, &ch, 1.0f), ZT_OK);
+        ck_assert(cm.mean_loss == loss);
+        ck_assert_msg(memcmp(cs.grads, fx.state.grads, n * sizeof(float)) == 0,
+                      "every_n_blocks %d: gradients differ", every);
+        /* with 2 blocks, every 2nd block keeps block 1 and the recompute
+         * buffer: no saving; every block saves one block's internals */
+        if (every == 1)
+            ck_assert_uint_lt(cm.act_bytes, full_acts);
+        else
+            ck_assert_uint_le(cm.act_bytes, full_acts);
+        gpt2_destroy(&cm);
+        free(cs.grads);
+    }
     fixture_close(&fx);
 }
 END_TEST
@@ -372,8 +413,8 @@ START_TEST(plan_only_ledger_counts_without_allocating)
     ledger_init(&plan, 1);
     ck_assert_int_eq(device_open("cpu", &real, &dreal), ZT_OK);
     ck_assert_int_eq(device_open("cpu", &plan, &dplan), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&t, ops_cpu_backend(), &dreal, 4, 128, &a), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&t, ops_cpu_backend(), &dplan, 4, 128, &b), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&t, ops_cpu_backend(), &dreal, 4, 128, 0, &a), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&t, ops_cpu_backend(), &dplan, 4, 128, 0, &b), ZT_OK);
     ck_assert(a.acts != NULL && b.acts == NULL);
     ck_assert_uint_gt(plan.total_peak, 0);
     for (int k = 0; k < LEDGER_CATEGORY_COUNT; k++)
@@ -396,6 +437,7 @@ int main(void)
     tcase_add_test(tc, backward_accumulates_with_scale);
     tcase_add_test(tc, adamw_trajectory_matches_pytorch);
     tcase_add_test(tc, plan_walk_makes_the_same_hook_calls_as_a_real_pass);
+    tcase_add_test(tc, activation_checkpointing_is_bit_identical);
     tcase_add_test(tc, units_are_contiguous_and_cover_the_space);
     tcase_add_test(tc, init_is_independent_of_sharding_and_follows_gpt2);
     tcase_add_test(tc, plan_only_ledger_counts_without_allocating);

@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,62 +30,6 @@
 
 /* ---- helpers ---- */
 
-static char *path_in(const char *dir, const char *name)
-{
-    static char bufs[8][4096];
-    static int next;
-    char *b = bufs[next++ % 8];
-    int len = snprintf(b, 4096, "%s/%s", dir, name);
-    ck_assert(len > 0 && len < 4096);
-    return b;
-}
-
-/* printf into a static buffer: the expected text of an error message. */
-__attribute__((format(printf, 1, 2))) static const char *fmt(const char *f, ...)
-{
-    static char buf[8192];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, sizeof buf, f, ap);
-    va_end(ap);
-    return buf;
-}
-
-static void write_raw(const char *path, const void *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f != NULL, "cannot create %s", path);
-    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-static unsigned char *read_raw(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    struct stat sb;
-    ck_assert_int_eq(fstat(fileno(f), &sb), 0);
-    unsigned char *b = malloc((size_t)sb.st_size + 1);
-    ck_assert_uint_eq(fread(b, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
-    fclose(f);
-    *n = (size_t)sb.st_size;
-    return b;
-}
-
-static uint64_t get_le(const unsigned char *p, int nbytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < nbytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void put_le(unsigned char *p, uint64_t v, int nbytes)
-{
-    for (int i = 0; i < nbytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
 static int file_exists(const char *path)
 {
     struct stat sb;
@@ -99,10 +42,10 @@ static void make_file(const char *path, const char *json, size_t data_len)
 {
     size_t n = strlen(json);
     unsigned char *b = malloc(8 + n + data_len + 1);
-    put_le(b, n, 8);
+    testutil_put_le(b, n, 8);
     memcpy(b + 8, json, n);
     memset(b + 8 + n, 0x3c, data_len);
-    write_raw(path, b, 8 + n + data_len);
+    testutil_write_file(path, b, 8 + n + data_len);
     free(b);
 }
 
@@ -130,7 +73,8 @@ static void expect_header_error(const char *json, size_t data_len, const char *t
 {
     static char path[4096];
     if (!path[0])
-        snprintf(path, sizeof path, "%s", path_in(testutil_tmpdir("st-bad"), "bad.safetensors"));
+        snprintf(path, sizeof path, "%s",
+                 testutil_path_in(testutil_tmpdir("st-bad"), "bad.safetensors"));
     make_file(path, json, data_len);
     expect_open_error(path, ZT_ERR_DATA, text);
 }
@@ -208,8 +152,8 @@ static float ref_value(int k, uint64_t i)
 static uint64_t ref_data_start(void)
 {
     size_t n;
-    unsigned char *b = read_raw(testutil_source_path(REF_FILE), &n);
-    uint64_t start = 8 + get_le(b, 8);
+    unsigned char *b = testutil_read_file(testutil_source_path(REF_FILE), &n);
+    uint64_t start = 8 + testutil_get_le(b, 8);
     free(b);
     return start;
 }
@@ -312,15 +256,16 @@ START_TEST(test_reference_integer_tensor)
     ck_assert_ptr_nonnull(t);
     float dst[4];
     ck_assert_int_eq(safetensors_read_f32(s, t, 0, 4, dst), ZT_ERR_UNSUPPORTED);
-    ck_assert_str_eq(zt_error_message(),
-                     fmt("%s: tensor 'position_ids' is I32; only F32, F16, BF16 and F64 read as "
-                         "floats",
-                         path));
+    ck_assert_str_eq(
+        zt_error_message(),
+        testutil_fmt("%s: tensor 'position_ids' is I32; only F32, F16, BF16 and F64 read as "
+                     "floats",
+                     path));
     size_t n;
-    unsigned char *b = read_raw(path, &n);
+    unsigned char *b = testutil_read_file(path, &n);
     ck_assert_uint_le(t->offset + 16, n);
     for (int i = 0; i < 4; i++)
-        ck_assert_int_eq((int32_t)(uint32_t)get_le(b + t->offset + 4 * i, 4), 7 * i - 10);
+        ck_assert_int_eq((int32_t)(uint32_t)testutil_get_le(b + t->offset + 4 * i, 4), 7 * i - 10);
     free(b);
     safetensors_close(s);
 }
@@ -359,10 +304,11 @@ START_TEST(test_partial_read_out_of_range)
     static const uint64_t bad[][2] = {{0, 12}, {11, 1}, {12, 0}, {5, 7}, {1, UINT64_MAX}};
     for (int i = 0; i < 5; i++) {
         ck_assert_int_eq(safetensors_read_f32(s, t, bad[i][0], bad[i][1], dst), ZT_ERR_USAGE);
-        ck_assert_str_eq(zt_error_message(),
-                         fmt("%s: tensor 'ln_f.bias': cannot read %llu elements from element "
-                             "%llu: it has 11",
-                             path, (unsigned long long)bad[i][1], (unsigned long long)bad[i][0]));
+        ck_assert_str_eq(
+            zt_error_message(),
+            testutil_fmt("%s: tensor 'ln_f.bias': cannot read %llu elements from element "
+                         "%llu: it has 11",
+                         path, (unsigned long long)bad[i][1], (unsigned long long)bad[i][0]));
     }
     ck_assert_int_eq(safetensors_read_f32(s, t, 11, 0, dst), ZT_OK);
     safetensors_close(s);
@@ -440,7 +386,7 @@ START_TEST(test_roundtrip_values)
 {
     static const uint64_t pieces[] = {1, 7, 64};
     for (int p = 0; p < 3; p++) {
-        const char *path = path_in(testutil_tmpdir("st-rt"), "rt.safetensors");
+        const char *path = testutil_path_in(testutil_tmpdir("st-rt"), "rt.safetensors");
         struct safetensors_writer *w = rt_writer(path);
         rt_write_all(w, pieces[p]);
         ck_assert_int_eq(safetensors_writer_finish(w), ZT_OK);
@@ -476,7 +422,7 @@ END_TEST
  * one up to 1 + 2^-6; 1 + 2^-11 and 1 + 3*2^-11 the same for F16). */
 START_TEST(test_written_bytes)
 {
-    const char *path = path_in(testutil_tmpdir("st-bytes"), "b.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-bytes"), "b.safetensors");
     struct safetensors_writer *w = NULL;
     uint64_t two = 2, four = 4;
     ck_assert_int_eq(safetensors_writer_open(path, &w), ZT_OK);
@@ -490,12 +436,12 @@ START_TEST(test_written_bytes)
     ck_assert_int_eq(safetensors_writer_finish(w), ZT_OK);
 
     size_t n;
-    unsigned char *b = read_raw(path, &n);
+    unsigned char *b = testutil_read_file(path, &n);
     const char *json = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                        "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[8,16]},"
                        "\"c\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[16,24]}}";
     size_t len = strlen(json), padded = (len + 7) / 8 * 8;
-    ck_assert_uint_eq(get_le(b, 8), padded);
+    ck_assert_uint_eq(testutil_get_le(b, 8), padded);
     ck_assert_uint_eq(n, 8 + padded + 24);
     ck_assert_mem_eq(b + 8, json, len);
     for (size_t i = len; i < padded; i++)
@@ -514,7 +460,7 @@ END_TEST
  * pieces larger than one tensor. */
 START_TEST(test_roundtrip_large_partial)
 {
-    const char *path = path_in(testutil_tmpdir("st-large"), "l.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-large"), "l.safetensors");
     static const struct {
         const char *name;
         enum zt_dtype dtype;
@@ -560,16 +506,16 @@ END_TEST
 START_TEST(test_writer_is_atomic)
 {
     const char *dir = testutil_tmpdir("st-atomic");
-    const char *path = path_in(dir, "m.safetensors");
+    const char *path = testutil_path_in(dir, "m.safetensors");
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    write_raw(path, "old", 3);
+    testutil_write_file(path, "old", 3);
 
     struct safetensors_writer *w = rt_writer(path);
     ck_assert(file_exists(tmp));
     rt_write_all(w, 5);
     size_t n;
-    unsigned char *b = read_raw(path, &n);
+    unsigned char *b = testutil_read_file(path, &n);
     ck_assert_uint_eq(n, 3);
     free(b);
     ck_assert_int_eq(safetensors_writer_finish(w), ZT_OK);
@@ -578,13 +524,13 @@ START_TEST(test_writer_is_atomic)
 
     /* Aborted, before and after begin_data: PATH untouched, temp gone. */
     for (int stage = 0; stage < 2; stage++) {
-        write_raw(path, "old", 3);
+        testutil_write_file(path, "old", 3);
         w = rt_writer(path);
         if (stage)
             rt_write_all(w, 3);
         safetensors_writer_abort(w);
         ck_assert(!file_exists(tmp));
-        b = read_raw(path, &n);
+        b = testutil_read_file(path, &n);
         ck_assert_uint_eq(n, 3);
         free(b);
     }
@@ -594,7 +540,7 @@ END_TEST
 
 START_TEST(test_writer_incomplete_data)
 {
-    const char *path = path_in(testutil_tmpdir("st-short"), "s.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-short"), "s.safetensors");
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     struct safetensors_writer *w = rt_writer(path);
@@ -603,10 +549,11 @@ START_TEST(test_writer_incomplete_data)
     /* wte takes 15, h.0.ln_1.weight 17: stop 3 into the second. */
     ck_assert_int_eq(safetensors_writer_write_f32(w, v, 18), ZT_OK);
     ck_assert_int_eq(safetensors_writer_finish(w), ZT_ERR_USAGE);
-    ck_assert_str_eq(zt_error_message(),
-                     fmt("%s: tensor 'h.0.ln_1.weight' is incomplete: 18 of 57 elements were "
-                         "written",
-                         path));
+    ck_assert_str_eq(
+        zt_error_message(),
+        testutil_fmt("%s: tensor 'h.0.ln_1.weight' is incomplete: 18 of 57 elements were "
+                     "written",
+                     path));
     ck_assert(!file_exists(path));
     ck_assert(!file_exists(tmp));
 }
@@ -615,7 +562,7 @@ END_TEST
 /* More elements than declared: refused whole, the writer carries on. */
 START_TEST(test_writer_too_many_elements)
 {
-    const char *path = path_in(testutil_tmpdir("st-long"), "l.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-long"), "l.safetensors");
     struct safetensors_writer *w = NULL;
     uint64_t three = 3;
     ck_assert_int_eq(safetensors_writer_open(path, &w), ZT_OK);
@@ -626,7 +573,7 @@ START_TEST(test_writer_too_many_elements)
     ck_assert_int_eq(safetensors_writer_write_f32(w, v, 2), ZT_ERR_USAGE);
     ck_assert_str_eq(
         zt_error_message(),
-        fmt("%s: 2 more elements given but only 1 of the declared tensors remain", path));
+        testutil_fmt("%s: 2 more elements given but only 1 of the declared tensors remain", path));
     ck_assert_int_eq(safetensors_writer_write_f32(w, v + 3, 1), ZT_OK);
     ck_assert_int_eq(safetensors_writer_finish(w), ZT_OK);
     struct safetensors *s = open_ok(path);
@@ -639,7 +586,7 @@ END_TEST
 
 START_TEST(test_writer_rejects_bad_declarations)
 {
-    const char *path = path_in(testutil_tmpdir("st-decl"), "d.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-decl"), "d.safetensors");
     struct safetensors_writer *w = NULL;
     uint64_t big[2] = {UINT64_MAX / 2, 3}, one = 1;
     uint64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
@@ -665,10 +612,10 @@ START_TEST(test_writer_rejects_bad_declarations)
         const uint64_t *shape = bad[i].ndim == 9 ? nine : bad[i].ndim == 2 ? big : &one;
         ck_assert_int_eq(safetensors_writer_add(w, bad[i].name, bad[i].dtype, bad[i].ndim, shape),
                          bad[i].st);
-        ck_assert_str_eq(zt_error_message(), fmt("%s: %s", path, bad[i].text));
+        ck_assert_str_eq(zt_error_message(), testutil_fmt("%s: %s", path, bad[i].text));
     }
     ck_assert_int_eq(safetensors_writer_set_metadata(w, "k", "\xc0\xaf"), ZT_ERR_USAGE);
-    ck_assert_str_eq(zt_error_message(), fmt("%s: metadata 'k' is not valid UTF-8", path));
+    ck_assert_str_eq(zt_error_message(), testutil_fmt("%s: metadata 'k' is not valid UTF-8", path));
     /* Still usable: the failed declarations left no trace. */
     ck_assert_int_eq(safetensors_writer_begin_data(w), ZT_OK);
     const float v = 0.5f;
@@ -683,7 +630,7 @@ END_TEST
 
 START_TEST(test_writer_metadata_replaced)
 {
-    const char *path = path_in(testutil_tmpdir("st-meta"), "m.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-meta"), "m.safetensors");
     struct safetensors_writer *w = NULL;
     ck_assert_int_eq(safetensors_writer_open(path, &w), ZT_OK);
     ck_assert_int_eq(safetensors_writer_set_metadata(w, "a", "first"), ZT_OK);
@@ -702,14 +649,14 @@ END_TEST
 /* No tensors at all: "{}" padded to 8, then nothing. */
 START_TEST(test_writer_empty_file)
 {
-    const char *path = path_in(testutil_tmpdir("st-empty"), "e.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-empty"), "e.safetensors");
     struct safetensors_writer *w = NULL;
     ck_assert_int_eq(safetensors_writer_open(path, &w), ZT_OK);
     ck_assert_int_eq(safetensors_writer_begin_data(w), ZT_OK);
     ck_assert_int_eq(safetensors_writer_write_f32(w, NULL, 0), ZT_OK);
     ck_assert_int_eq(safetensors_writer_finish(w), ZT_OK);
     size_t n;
-    unsigned char *b = read_raw(path, &n);
+    unsigned char *b = testutil_read_file(path, &n);
     ck_assert_uint_eq(n, 16);
     ck_assert_mem_eq(b, "\x08\0\0\0\0\0\0\0{}      ", 16);
     free(b);
@@ -721,13 +668,13 @@ END_TEST
 
 START_TEST(test_writer_open_fails)
 {
-    const char *path = path_in(testutil_tmpdir("st-nodir"), "no/such/dir/x.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-nodir"), "no/such/dir/x.safetensors");
     struct safetensors_writer *w = (struct safetensors_writer *)&w;
     ck_assert_int_eq(safetensors_writer_open(path, &w), ZT_ERR_IO);
     ck_assert_ptr_null(w);
-    ck_assert_str_eq(
-        zt_error_message(),
-        fmt("%s: cannot create %s.tmp.%ld: No such file or directory", path, path, (long)getpid()));
+    ck_assert_str_eq(zt_error_message(),
+                     testutil_fmt("%s: cannot create %s.tmp.%ld: No such file or directory", path,
+                                  path, (long)getpid()));
 }
 END_TEST
 
@@ -736,15 +683,15 @@ END_TEST
 /* A copy of the reference file in a fresh folder. */
 static const char *ref_copy(const char *tag, unsigned char **bytes, size_t *n)
 {
-    const char *path = path_in(testutil_tmpdir(tag), "ref.safetensors");
-    *bytes = read_raw(testutil_source_path(REF_FILE), n);
-    write_raw(path, *bytes, *n);
+    const char *path = testutil_path_in(testutil_tmpdir(tag), "ref.safetensors");
+    *bytes = testutil_read_file(testutil_source_path(REF_FILE), n);
+    testutil_write_file(path, *bytes, *n);
     return path;
 }
 
 START_TEST(test_missing_file)
 {
-    const char *path = path_in(testutil_tmpdir("st-missing"), "absent.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-missing"), "absent.safetensors");
     expect_open_error(path, ZT_ERR_IO, "no such file or directory");
     expect_open_error(testutil_tmpdir("st-dir"), ZT_ERR_IO, "not a regular file");
 }
@@ -752,8 +699,8 @@ END_TEST
 
 START_TEST(test_file_too_short)
 {
-    const char *path = path_in(testutil_tmpdir("st-tiny"), "t.safetensors");
-    write_raw(path, "\x02\0\0\0\0", 5);
+    const char *path = testutil_path_in(testutil_tmpdir("st-tiny"), "t.safetensors");
+    testutil_write_file(path, "\x02\0\0\0\0", 5);
     expect_open_error(path, ZT_ERR_DATA,
                       "truncated: the file has 5 bytes, too few for the 8-byte header length");
 }
@@ -764,12 +711,12 @@ START_TEST(test_header_length_exceeds_file)
     unsigned char *b;
     size_t n;
     const char *path = ref_copy("st-hlen", &b, &n);
-    put_le(b, 123456789012ull, 8);
-    write_raw(path, b, n);
+    testutil_put_le(b, 123456789012ull, 8);
+    testutil_write_file(path, b, n);
     expect_open_error(path, ZT_ERR_DATA,
                       "header length 123456789012 exceeds the file size (1446 bytes)");
-    put_le(b, n - 7, 8); /* one byte more than there is */
-    write_raw(path, b, n);
+    testutil_put_le(b, n - 7, 8); /* one byte more than there is */
+    testutil_write_file(path, b, n);
     expect_open_error(path, ZT_ERR_DATA, "header length 1439 exceeds the file size (1446 bytes)");
     free(b);
 }
@@ -779,10 +726,10 @@ END_TEST
  * 100 MB are written. */
 START_TEST(test_header_over_limit)
 {
-    const char *path = path_in(testutil_tmpdir("st-limit"), "big.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-limit"), "big.safetensors");
     unsigned char b[8];
-    put_le(b, SAFETENSORS_MAX_HEADER_BYTES + 1, 8);
-    write_raw(path, b, 8);
+    testutil_put_le(b, SAFETENSORS_MAX_HEADER_BYTES + 1, 8);
+    testutil_write_file(path, b, 8);
     ck_assert_int_eq(truncate(path, (off_t)(SAFETENSORS_MAX_HEADER_BYTES + 100)), 0);
     expect_open_error(path, ZT_ERR_DATA,
                       "header length 100000001 exceeds the limit of 100000000 bytes");
@@ -801,7 +748,7 @@ START_TEST(test_json_error_position)
     size_t at = (size_t)(colon - (b + 8));
     ck_assert_uint_eq(at, 15); /* {"__metadata__": */
     *colon = ';';
-    write_raw(path, b, n);
+    testutil_write_file(path, b, n);
     expect_open_error(path, ZT_ERR_DATA, "header is not valid JSON at byte 15: expected ':'");
     free(b);
 }
@@ -870,7 +817,7 @@ START_TEST(test_json_syntax_errors)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_header_error(
             cases[i].json, 0,
-            fmt("header is not valid JSON at byte %zu: %s", cases[i].at, cases[i].what));
+            testutil_fmt("header is not valid JSON at byte %zu: %s", cases[i].at, cases[i].what));
 }
 END_TEST
 
@@ -884,9 +831,9 @@ START_TEST(test_json_nesting_limit)
     json[n + 200] = '\0';
     /* Depth 1 is the header, 2 the entry: the 63rd '[' is level 65. */
     expect_header_error(json, 0,
-                        fmt("header is not valid JSON at byte %zu: nested deeper than 64 "
-                            "levels",
-                            n + 62));
+                        testutil_fmt("header is not valid JSON at byte %zu: nested deeper than 64 "
+                                     "levels",
+                                     n + 62));
 }
 END_TEST
 
@@ -894,7 +841,7 @@ END_TEST
  * skipped; the result is an ordinary file. */
 START_TEST(test_header_skips_unknown_fields)
 {
-    const char *path = path_in(testutil_tmpdir("st-skip"), "s.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-skip"), "s.safetensors");
     make_file(path,
               " \r\n\t{ \"__metadata__\" : { } , \"x\" : { \"extra\" : [ 1 , -2.5e+3 , 0.25E-1 ,"
               " true , false , null , { \"k\" : [ [ ] , { } ] } , \"s\\\"\\\\\\/\\b\\f\\n\\r\\t"
@@ -939,7 +886,7 @@ START_TEST(test_overlap)
                         "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}",
                         12, "tensor 'a' overlaps tensor 'e'");
     /* ... but not at its edges. */
-    const char *path = path_in(testutil_tmpdir("st-edge"), "e.safetensors");
+    const char *path = testutil_path_in(testutil_tmpdir("st-edge"), "e.safetensors");
     make_file(path,
               "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
               "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[12,12]},"
@@ -1088,7 +1035,7 @@ START_TEST(test_corruption_fault_loop)
     const char *path = ref_copy("st-corrupt", &b, &n);
     int fd = open(path, O_RDWR);
     ck_assert_int_ge(fd, 0);
-    size_t header_end = 8 + (size_t)get_le(b, 8);
+    size_t header_end = 8 + (size_t)testutil_get_le(b, 8);
     int opened = 0, refused = 0;
     for (size_t pos = 0; pos < header_end; pos++) {
         for (size_t v = 0; v < sizeof subst; v++) {

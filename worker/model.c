@@ -181,18 +181,38 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
 
 /* ---- activation layout ---------------------------------------------------- */
 
-/* Offsets (in floats) of every activation inside the one allocation. */
+/* Offsets (in floats) of every activation inside the one allocation.
+ * Every layer's output is kept (it is the next layer's input); a layer's
+ * internals (what its backward reads) are kept only when the layer is not
+ * checkpointed. Checkpointed layers recompute their internals into one
+ * shared buffer during the backward. */
 struct act_layout {
     size_t encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses;
-    size_t layer0, layer_stride; /* per-layer block below */
-    size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
-        res3; /* offsets inside a layer block */
+    size_t outputs0; /* L outputs of B*T*C floats each */
+    size_t internals0, layer_stride; /* kept internals, one stride per kept layer */
+    size_t recompute; /* one stride for checkpointed layers (if any) */
+    size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch,
+        fch_gelu; /* offsets inside a layer's internals */
     size_t total;
 };
 
-static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T)
+static int is_checkpointed(int ckpt_every, int l)
+{
+    return ckpt_every > 0 && l % ckpt_every == 0;
+}
+
+static int count_checkpointed(int ckpt_every, int n_layers)
+{
+    int n = 0;
+    for (int l = 0; l < n_layers; l++)
+        n += is_checkpointed(ckpt_every, l);
+    return n;
+}
+
+static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T, int ckpt_every)
 {
     const size_t BT = (size_t)B * T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
+    const int n_ckpt = count_checkpointed(ckpt_every, c->n_layer);
     struct act_layout a;
     size_t o = 0;
     a.ln1 = o, o += BT * C;
@@ -207,12 +227,13 @@ static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T
     a.ln2_rstd = o, o += BT;
     a.fch = o, o += BT * 4 * C;
     a.fch_gelu = o, o += BT * 4 * C;
-    a.res3 = o, o += BT * C;
     a.layer_stride = o;
 
     o = 0;
     a.encoded = o, o += BT * C;
-    a.layer0 = o, o += a.layer_stride * (size_t)c->n_layer;
+    a.outputs0 = o, o += BT * C * (size_t)c->n_layer;
+    a.internals0 = o, o += a.layer_stride * (size_t)(c->n_layer - n_ckpt);
+    a.recompute = o, o += n_ckpt > 0 ? a.layer_stride : 0;
     a.lnf = o, o += BT * C;
     a.lnf_mean = o, o += BT;
     a.lnf_rstd = o, o += BT;
@@ -221,6 +242,23 @@ static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T
     a.losses = o, o += BT;
     a.total = o;
     return a;
+}
+
+/* Where layer l's internals live: its own kept block, or the shared
+ * recompute buffer when it is checkpointed. */
+static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, int l)
+{
+    if (is_checkpointed(m->ckpt_every, l))
+        return m->acts + a->recompute;
+    int kept_before = l - count_checkpointed(m->ckpt_every, l);
+    return m->acts + a->internals0 + (size_t)kept_before * a->layer_stride;
+}
+
+/* Layer l's output; layer -1 is the embedding output. */
+static float *layer_output(const struct gpt2 *m, const struct act_layout *a, int l)
+{
+    const size_t btc = (size_t)m->B * m->T * m->table->cfg.n_embd;
+    return l < 0 ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)l * btc;
 }
 
 /* Backward scratch, reused by every layer. */
@@ -245,16 +283,17 @@ static struct scratch_layout scratch_layout_of(const struct gpt2_config *c, int 
 }
 
 zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops,
-                      struct device *dev, int B, int T, struct gpt2 *out)
+                      struct device *dev, int B, int T, int ckpt_every, struct gpt2 *out)
 {
     memset(out, 0, sizeof *out);
     out->table = t;
     out->ops = ops;
     out->dev = dev;
     out->plan = !device_is_real(dev);
+    out->ckpt_every = ckpt_every;
     out->B = B;
     out->T = T;
-    out->act_bytes = act_layout_of(&t->cfg, B, T).total * sizeof(float);
+    out->act_bytes = act_layout_of(&t->cfg, B, T, ckpt_every).total * sizeof(float);
     out->scratch_bytes = scratch_layout_of(&t->cfg, B, T).total * sizeof(float);
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     zt_status s;
@@ -335,11 +374,12 @@ static float *grad_in(const struct param_table *t, int k, float *unit_base)
     return unit_base + (p->offset - t->unit_offset[p->unit]);
 }
 
-static void block_forward(struct gpt2 *m, int l, const float *w, const float *x, float *layer)
+static void block_forward(struct gpt2 *m, int l, const float *w, const float *x, float *layer,
+                          float *out)
 {
     const struct param_table *t = m->table;
     const struct ops_backend *ops = m->ops;
-    const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T);
+    const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T, m->ckpt_every);
     const int BT = m->B * m->T, C = t->cfg.n_embd, NH = t->cfg.n_head;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
     TIMED(m, PROF_LAYERNORM, ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x, P(T_LN1W),
@@ -353,8 +393,8 @@ static void block_forward(struct gpt2 *m, int l, const float *w, const float *x,
                            P(T_LN2W), P(T_LN2B), BT, C));
     TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
     TIMED(m, PROF_GELU, ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
-    TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.res3, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
-    TIMED(m, PROF_RESIDUAL, ops->residual_forward(layer + a.res3, layer + a.res3, layer + a.res2, BT * C));
+    TIMED(m, PROF_MATMUL, ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
+    TIMED(m, PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
 }
 
@@ -363,7 +403,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const in
 {
     const struct param_table *t = m->table;
     const struct gpt2_config *c = &t->cfg;
-    const struct act_layout a = act_layout_of(c, m->B, m->T);
+    const struct act_layout a = act_layout_of(c, m->B, m->T, m->ckpt_every);
     const int B = m->B, T = m->T, BT = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
     const size_t tok_bytes = (size_t)BT * sizeof(int32_t);
     float *acts = m->acts;
@@ -380,14 +420,13 @@ zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const in
                             T, C));
     ZT_TRY(h->params_release(h->ctx, 0));
 
-    const float *x = acts + a.encoded;
     for (int l = 0; l < L; l++) {
-        float *layer = acts + a.layer0 + (size_t)l * a.layer_stride;
         ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
-        block_forward(m, l, w, x, layer);
+        block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
+                      layer_output(m, &a, l));
         ZT_TRY(h->params_release(h->ctx, 1 + l));
-        x = layer + a.res3;
     }
+    const float *x = layer_output(m, &a, L - 1);
 
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
@@ -429,7 +468,7 @@ static void block_backward(struct gpt2 *m, int l, const float *w, float *g, cons
 {
     const struct param_table *t = m->table;
     const struct ops_backend *ops = m->ops;
-    const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T);
+    const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T, m->ckpt_every);
     const struct scratch_layout s = scratch_layout_of(&t->cfg, m->B, m->T);
     const int B = m->B, T = m->T, BT = B * T, C = t->cfg.n_embd, NH = t->cfg.n_head;
     float *sc = m->scratch, *dres = sc + s.dres;
@@ -465,7 +504,7 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
 {
     const struct param_table *t = m->table;
     const struct gpt2_config *c = &t->cfg;
-    const struct act_layout a = act_layout_of(c, m->B, m->T);
+    const struct act_layout a = act_layout_of(c, m->B, m->T, m->ckpt_every);
     const struct scratch_layout s = scratch_layout_of(c, m->B, m->T);
     const int B = m->B, T = m->T, BT = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
@@ -488,8 +527,7 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
                             tensor_in(t, 0, w), BT, C, V));
     ZT_TRY(h->params_release(h->ctx, 0));
 
-    const float *x_last = L > 0 ? acts + a.layer0 + (size_t)(L - 1) * a.layer_stride + a.res3
-                                : acts + a.encoded;
+    const float *x_last = layer_output(m, &a, L - 1);
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
     ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
     zero(m, dres, (size_t)BT * C);
@@ -500,10 +538,15 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
     ZT_TRY(h->grads_done(h->ctx, L + 1));
 
     for (int l = L - 1; l >= 0; l--) {
-        const float *layer = acts + a.layer0 + (size_t)l * a.layer_stride;
-        const float *x = l > 0 ? layer - a.layer_stride + a.res3 : acts + a.encoded;
+        const float *x = layer_output(m, &a, l - 1);
+        float *layer = layer_internals(m, &a, l);
         ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
         ZT_TRY(h->grads_acquire(h->ctx, 1 + l, &g));
+        /* A checkpointed layer recomputes its internals from its input; one
+         * acquisition of its parameters serves the recompute and the
+         * backward. The output is rewritten with the same values. */
+        if (is_checkpointed(m->ckpt_every, l))
+            block_forward(m, l, w, x, layer, layer_output(m, &a, l));
         block_backward(m, l, w, g, x, layer);
         ZT_TRY(h->params_release(h->ctx, 1 + l));
         ZT_TRY(h->grads_done(h->ctx, 1 + l));

@@ -129,6 +129,7 @@ struct gpt2 {
     const struct ops_backend *ops;
     struct device *dev; /* not owned */
     int B, T;
+    int ckpt_every; /* activation checkpointing: every k-th block, 0 = off */
     size_t act_bytes, scratch_bytes;
     float *acts; /* owned: all forward activations, one allocation */
     float *scratch; /* owned: backward scratch, one allocation */
@@ -139,13 +140,17 @@ struct gpt2 {
     int n_allocated; /* how many of acts, scratch, inputs exist (for destroy) */
 };
 
-/* Allocates activations for micro batch B x T on `dev`. With a plan-only
+/* Allocates activations for micro batch B x T on `dev`. Activation
+ * checkpointing: with ckpt_every = k > 0, blocks 0, k, 2k, ... keep only
+ * their input during the forward and recompute their internals in the
+ * backward (k = 1: every block); 0 keeps everything. Gradients are
+ * bit-identical either way. With a plan-only
  * ledger nothing is allocated but everything is counted, and forward and
  * backward then only walk the hooks in their real order (so a plan sees
  * every gather and gradient buffer a real step allocates). Errors:
  * ZT_ERR_NOMEM. */
 zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops,
-                      struct device *dev, int B, int T, struct gpt2 *out);
+                      struct device *dev, int B, int T, int ckpt_every, struct gpt2 *out);
 void gpt2_destroy(struct gpt2 *m);
 
 /* Forward over host arrays inputs/targets[B*T]; sets m->mean_loss. */

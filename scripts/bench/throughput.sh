@@ -6,26 +6,13 @@
 # is installed. Medians over the timed steps; the first steps are warm-up.
 # usage: scripts/bench/throughput.sh [STEPS]   (default 30)
 set -euo pipefail
-source "$(dirname "$0")/../env.sh"
 steps=${1:-30}
 warm=5
-zt_build "$ZT_ROOT/build" >/dev/null
-bin=$ZT_ROOT/build/zerotrain
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$bin" prepare --out "$tmp/lic.tok" /usr/share/common-licenses >/dev/null
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+source "$(dirname "$0")/common.sh"
 
 torch_py=/usr/bin/python3
 have_torch=0
 if "$torch_py" -c 'import torch' 2>/dev/null; then have_torch=1; fi
-
-# median of column "key" in a metrics file, skipping the warm-up steps
-median() {
-  grep '"step_ms"' "$1" | tail -n +$((warm + 1)) |
-    sed -E "s/.*\"$2\": ([0-9.e+-]+).*/\1/" | sort -g |
-    awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
-}
 
 cfg_value() { sed -nE "s/^ *$2: *([0-9]+).*/\1/p" "$ZT_ROOT/configs/$1.yaml" | head -1; }
 

@@ -6,21 +6,10 @@
 # timed steps; the first steps are warm-up.
 # usage: scripts/bench/zero_stages.sh [STEPS]   (default 20)
 set -euo pipefail
-source "$(dirname "$0")/../env.sh"
 steps=${1:-20}
 warm=3
-zt_build "$ZT_ROOT/build" >/dev/null
-bin=$ZT_ROOT/build/zerotrain
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$bin" prepare --out "$tmp/lic.tok" /usr/share/common-licenses >/dev/null
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+source "$(dirname "$0")/common.sh"
 
-median() {
-  grep '"step_ms"' "$1" | tail -n +$((warm + 1)) |
-    sed -E "s/.*\"$2\": ([0-9.e+-]+).*/\1/" | sort -g |
-    awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
-}
 # max over ranks of a per-rank field in the memory report JSON
 max_field() {
   grep -o "\"$2\": [0-9]*" "$1" | awk '{if ($2 > m) m = $2} END {print m / 1048576}'
