@@ -117,11 +117,12 @@ zt_status ckpt_shard_writer_open(const char *path, int rank, int world,
  * ZT_ERR_USAGE: a name that is empty, longer than 31 bytes, has bytes
  * outside '!' .. '~' or is already declared; a dtype outside enum zt_dtype;
  * a file size that would overflow. ZT_ERR_NOMEM. */
-zt_status ckpt_shard_writer_add(struct ckpt_shard_writer *w, const char *name,
-                                enum zt_dtype dtype, uint64_t count);
+zt_status ckpt_shard_writer_add(struct ckpt_shard_writer *w, const char *name, enum zt_dtype dtype,
+                                uint64_t count);
 
 /* Writes the header (checksums still zero; finish fills them in) and moves
- * to WRITING. ZT_ERR_IO; after it only ckpt_shard_writer_abort. */
+ * to WRITING. ZT_ERR_IO, ZT_ERR_NOMEM; after either only
+ * ckpt_shard_writer_abort. */
 zt_status ckpt_shard_writer_begin(struct ckpt_shard_writer *w);
 
 /* Appends the next `count` elements (WRITING state), raw bytes of the

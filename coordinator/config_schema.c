@@ -194,8 +194,8 @@ static const struct field fields[] = {
      "ignored"},
 
     {"fp16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "fp16 mixed precision"},
-    {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, F_UNSUPPORTED_TRUE,
-     "fp16 training (fp16.enabled: true)", "only false"},
+    {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, 0, NULL,
+     "fp16 working params and grads, fp32 master weights, loss scaling"},
     {"fp16.loss_scale", T_DOUBLE, OFF(fp16.loss_scale), 0, "0", GE(0), NB, 0, NULL,
      "0: dynamic loss scaling; > 0: this fixed scale"},
     {"fp16.initial_scale_power", T_INT, OFF(fp16.initial_scale_power), 0, "16", GE(0), LE(64), 0,
@@ -208,8 +208,8 @@ static const struct field fields[] = {
      "the scale never falls below this"},
 
     {"bf16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "bf16 mixed precision"},
-    {"bf16.enabled", T_BOOL, OFF(bf16.enabled), 0, "false", NB, NB, F_UNSUPPORTED_TRUE,
-     "bf16 training (bf16.enabled: true)", "only false"},
+    {"bf16.enabled", T_BOOL, OFF(bf16.enabled), 0, "false", NB, NB, 0, NULL,
+     "bf16 working params and grads, fp32 master weights"},
 
     {"activation_checkpointing", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "activation checkpointing"},
@@ -942,6 +942,17 @@ static zt_status check_model_and_data(const struct walk *w)
 
 /* Each scheduler type takes only its own parameters, as DeepSpeed's
  * constructors do; a stray one is almost always meant for another type. */
+static zt_status check_precision(const struct walk *w)
+{
+    char where[WHERE];
+    if (w->cfg->fp16.enabled && w->cfg->bf16.enabled) {
+        where_of_keys(w, where, "fp16.enabled", "bf16.enabled", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: fp16.enabled and bf16.enabled are both true: choose one", where);
+    }
+    return ZT_OK;
+}
+
 static zt_status check_scheduler(const struct walk *w)
 {
     const struct zt_config *c = w->cfg;
@@ -992,6 +1003,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
     if (s == ZT_OK) {
         resolve_dependent_defaults(w);
         s = check_model_and_data(w);
+        if (s == ZT_OK)
+            s = check_precision(w);
     }
     if (s == ZT_OK)
         s = check_scheduler(w);

@@ -17,8 +17,10 @@ void metrics_write_step(FILE *f, const struct step_record *r)
 {
     fprintf(f,
             "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"step_ms\": %.4f, "
-            "\"tokens_per_s\": %.2f, \"gflops\": %.4f, \"comm_bytes\": {",
-            r->step, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s, r->gflops);
+            "\"tokens_per_s\": %.2f, \"gflops\": %.4f, \"loss_scale\": %.9g, \"skipped\": %s, "
+            "\"comm_bytes\": {",
+            r->step, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s, r->gflops,
+            r->loss_scale, r->skipped ? "true" : "false");
     for (int k = 0; k < COMM_KIND_COUNT; k++)
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", comm_kind_name((enum comm_kind)k),
                 (unsigned long long)r->comm.bytes[k]);

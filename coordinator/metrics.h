@@ -1,8 +1,8 @@
 /* coordinator/metrics.h — the per-step metrics file (JSON lines).
  *
  * One object per optimizer step: step, loss, lr, grad_norm, step_ms,
- * tokens_per_s, gflops, comm_bytes {kind: bytes this step}, comm_calls,
- * comm_wait_ms; and one per evaluation: step, val_loss, val_tokens. Written
+ * tokens_per_s, gflops, loss_scale, skipped, comm_bytes {kind: bytes this
+ * step}, comm_calls, comm_wait_ms; and one per evaluation: step, val_loss, val_tokens. Written
  * by rank 0 only; flushed per line so a killed run keeps what it logged. */
 #ifndef ZT_COORDINATOR_METRICS_H
 #define ZT_COORDINATOR_METRICS_H
@@ -16,6 +16,8 @@
 struct step_record {
     long step; /* 1-based */
     double loss, lr, grad_norm, step_ms, tokens_per_s, gflops;
+    double loss_scale; /* the scale this step's backward used (1 without fp16) */
+    int skipped; /* an fp16 overflow skipped the update */
     struct comm_stats comm; /* this step's traffic of this rank */
 };
 

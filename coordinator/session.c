@@ -144,7 +144,14 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         .seed = c->run.seed,
         .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
         .prefetch_depth = c->zero.stage3_prefetch_depth,
+        .precision = session_precision(c),
     };
+    if (c->fp16.enabled && c->fp16.loss_scale == 0.0)
+        loss_scaler_init_dynamic(&s->scaler, c->fp16.initial_scale_power,
+                                 c->fp16.loss_scale_window, c->fp16.hysteresis,
+                                 c->fp16.min_loss_scale);
+    else
+        loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
     ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->dev, &s->engine));
     ZT_TRY(gpt2_create(&s->table, ops_cpu_backend(), &s->dev, c->train_micro_batch_size_per_gpu,
                        c->data.seq_len, session_ckpt_every(c), &s->model));
@@ -158,6 +165,11 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     return ZT_OK;
 }
 
+enum zt_dtype session_precision(const struct zt_config *c)
+{
+    return c->bf16.enabled ? ZT_BF16 : c->fp16.enabled ? ZT_F16 : ZT_F32;
+}
+
 int session_ckpt_every(const struct zt_config *c)
 {
     return c->activation_checkpointing.enabled ? c->activation_checkpointing.every_n_blocks : 0;
@@ -165,14 +177,14 @@ int session_ckpt_every(const struct zt_config *c)
 
 zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int accum)
 {
-    double norm;
+    struct shard_step_result result;
     struct adamw_hparams hp = {0};
     ZT_ASSERT(model->plan && engine->plan);
     for (int m = 0; m < accum; m++) {
         ZT_TRY(gpt2_forward(model, &engine->hooks, NULL, NULL));
         ZT_TRY(gpt2_backward(model, &engine->hooks, 1.0f));
     }
-    return shard_engine_step(engine, &hp, &norm);
+    return shard_engine_step(engine, &hp, 1.0, 0, &result);
 }
 
 zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
@@ -187,7 +199,8 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
                                      .clip = c->gradient_clipping,
                                      .seed = c->run.seed,
                                      .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
-                                     .prefetch_depth = c->zero.stage3_prefetch_depth};
+                                     .prefetch_depth = c->zero.stage3_prefetch_depth,
+                                     .precision = session_precision(c)};
     ledger_init(out, 1);
     ZT_TRY(device_open("cpu", out, &dev));
     ZT_TRY(shard_engine_create(&ec, &s->table, NULL, &dev, &engine));

@@ -24,6 +24,7 @@
 #include "../shard/shard.h"
 #include "../worker/device.h"
 #include "../worker/model.h"
+#include "../worker/precision.h"
 #include "config.h"
 
 enum run_state { RUN_INIT, RUN_CONFIGURED, RUN_RUNNING, RUN_DONE, RUN_FAILED };
@@ -51,6 +52,7 @@ struct run_session {
     struct param_table table;
     struct shard_engine engine;
     struct gpt2 model;
+    struct loss_scaler scaler; /* fp16: dynamic or fixed; otherwise a fixed 1 */
     struct token_buffer train, val;
     struct sampler sampler;
     struct gpt2_profile profile; /* filled when options.profile */
@@ -74,6 +76,9 @@ zt_status session_agree(zt_status local, int *print_here);
 /* Validation loss of the current parameters over the validation data
  * (run.eval_batches micro batches, or all whole micro batches). */
 zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens);
+
+/* The working precision a config asks for: ZT_BF16, ZT_F16 or ZT_F32. */
+enum zt_dtype session_precision(const struct zt_config *c);
 
 /* The model's activation checkpointing interval (0: off) for a config. */
 int session_ckpt_every(const struct zt_config *c);

@@ -77,10 +77,12 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     struct comm_stats before = *comm_get_stats(s->comm);
     double loss_sum = 0.0;
 
+    r->loss_scale = s->scaler.scale;
     for (int m = 0; m < accum; m++) {
         sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
         ZT_TRY(gpt2_forward(&s->model, &s->engine.hooks, s->inputs, s->targets));
-        ZT_TRY(gpt2_backward(&s->model, &s->engine.hooks, 1.0f / (float)accum));
+        ZT_TRY(gpt2_backward(&s->model, &s->engine.hooks,
+                             (float)(r->loss_scale / (double)accum)));
         loss_sum += s->model.mean_loss;
     }
     struct adamw_hparams hp = {
@@ -90,24 +92,34 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
         .eps = (float)c->optimizer.eps,
         .weight_decay = (float)c->optimizer.weight_decay,
     };
-    ZT_TRY(shard_engine_step(&s->engine, &hp, &r->grad_norm));
+    struct shard_step_result result;
+    ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, &result));
+    r->grad_norm = result.grad_norm;
+    r->skipped = result.skipped;
+    loss_scaler_update(&s->scaler, result.skipped);
     comm_stats_delta(comm_get_stats(s->comm), &before, &r->comm);
     ZT_TRY(comm_allreduce(s->comm, &loss_sum, 1, ZT_F64, COMM_OP_SUM));
     r->loss = loss_sum / ((double)accum * s->world);
     return ZT_OK;
 }
 
+static const char *scale_note(const struct step_record *r, char *buf, size_t n)
+{
+    snprintf(buf, n, " | loss scale %g", r->loss_scale);
+    return buf;
+}
+
 static void log_step(struct run_session *s, struct train_io *io, const struct step_record *r,
                      double seconds_left)
 {
-    char left[32];
+    char left[32], note[48];
     progress_format_duration(seconds_left, left, sizeof left);
     progress_log(&io->console,
                  "step %6ld | loss %.4f | lr %.3e | grad norm %.4f | %8.1f ms | %9.0f tok/s | "
-                 "%6.2f GFLOP/s | left %s",
+                 "%6.2f GFLOP/s | left %s%s%s",
                  r->step, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s, r->gflops,
-                 left);
-    (void)s;
+                 left, s->scaler.dynamic ? scale_note(r, note, sizeof note) : "",
+                 r->skipped ? " | skipped (overflow)" : "");
 }
 
 static zt_status evaluate_and_log(struct run_session *s, struct train_io *io, long step)
@@ -189,9 +201,17 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     return ZT_OK;
 }
 
-/* Bytes per parameter of each model state: fp32 training with AdamW keeps
- * 4 (params) + 4 (grads) + 0 (no master copy) + 8 (m and v). */
-static const double fp32_adamw_bytes_per_param[4] = {4, 4, 0, 8};
+/* Bytes per parameter of each model state with AdamW: fp32 keeps 4 (params)
+ * + 4 (grads) + 0 (no master copy) + 8 (m and v); 16-bit training 2 + 2 +
+ * 4 + 8. */
+static void bytes_per_param(enum zt_dtype precision, double out[4])
+{
+    const int half = precision != ZT_F32;
+    out[0] = half ? 2 : 4;
+    out[1] = half ? 2 : 4;
+    out[2] = half ? 4 : 0;
+    out[3] = 8;
+}
 
 /* The memory report: every rank's ledger peaks (measured, or planned under
  * --dry-run) against the single-device baseline. Collective. */
@@ -199,7 +219,7 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
 {
     struct memory_report r = {.stage = s->cfg.zero.stage, .n_params = s->table.n_params};
     struct ledger baseline;
-    memcpy(r.bytes_per_param, fp32_adamw_bytes_per_param, sizeof r.bytes_per_param);
+    bytes_per_param(s->engine.cfg.precision, r.bytes_per_param);
     ZT_TRY(session_plan_baseline(s, &baseline));
     memcpy(r.baseline, baseline.peak, sizeof r.baseline);
     r.baseline_total = baseline.total_peak;

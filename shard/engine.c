@@ -17,6 +17,13 @@
  * Every collective is issued in the same order on every rank: the schedule
  * depends only on the model and the configuration.
  *
+ * Precision. Working params and grads are stored, gathered and reduced in
+ * cfg.precision (16-bit sums over MPI add in fp32 per element, see comm/);
+ * the model computes in fp32 on a per-unit fp32 view made at acquisition
+ * (counted in `workspace`, one unit at a time, plus the embedding unit's
+ * gradient view, open from the tied head to the embeddings). The update
+ * runs in fp32 on the master copy and is cast back, round to nearest even.
+ *
  * Under a plan-only device every allocation is made and counted exactly as
  * in a real step, but nothing is computed or communicated.
  */
@@ -24,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../worker/precision.h"
 #include "shard.h"
 
 enum gather_state { GATHER_RELEASED, GATHER_GATHERING, GATHER_RESIDENT };
@@ -31,36 +39,46 @@ enum gather_state { GATHER_RELEASED, GATHER_GATHERING, GATHER_RESIDENT };
 struct shard_gather {
     int unit;
     enum gather_state state;
-    float *buf; /* full padded unit, gathered_params */
+    void *buf; /* full padded unit in the working precision, gathered_params */
     struct comm_request *req;
 };
 
 struct shard_reduce {
     int unit;
-    float *recv; /* the rank's reduced shard, comm_buffers */
+    void *recv; /* the rank's reduced shard, comm_buffers */
     struct comm_request *req;
 };
 
+/* Bytes of a full unit / one rank's shard of it in the working precision. */
 static size_t unit_bytes(const struct shard_engine *e, int u)
 {
-    return e->part.units[u].padded * sizeof(float);
+    return e->part.units[u].padded * e->esz;
 }
 
 static size_t shard_bytes(const struct shard_engine *e, int u)
 {
-    return e->part.units[u].shard * sizeof(float);
+    return e->part.units[u].shard * e->esz;
+}
+
+/* Element i of a working-precision buffer. */
+static void *at(const struct shard_engine *e, void *base, size_t i)
+{
+    return (char *)base + i * e->esz;
+}
+
+static int is_16bit(const struct shard_engine *e)
+{
+    return e->cfg.precision != ZT_F32;
 }
 
 /* ---- persistent states ---------------------------------------------------- */
 
-static zt_status alloc_state(struct shard_engine *e, enum ledger_category cat, size_t n,
-                             const char *what, float **out)
+static zt_status alloc_state(struct shard_engine *e, enum ledger_category cat, size_t bytes,
+                             const char *what, void **out)
 {
-    void *p;
     ZT_ASSERT(e->n_allocs < SHARD_MAX_ALLOCS);
-    ZT_TRY(device_alloc(e->dev, cat, n * sizeof(float), what, &p));
-    e->allocs[e->n_allocs++] = (struct shard_alloc){cat, n * sizeof(float), p};
-    *out = p;
+    ZT_TRY(device_alloc(e->dev, cat, bytes, what, out));
+    e->allocs[e->n_allocs++] = (struct shard_alloc){cat, bytes, *out};
     return ZT_OK;
 }
 
@@ -68,29 +86,69 @@ static zt_status alloc_states(struct shard_engine *e)
 {
     const int stage = e->cfg.stage;
     const size_t full = e->part.padded_total, shard = e->part.shard_total;
-    ZT_TRY(alloc_state(e, LEDGER_PARAMS, stage < 3 ? full : shard, "parameters", &e->params));
-    ZT_TRY(alloc_state(e, LEDGER_GRADS, stage < 2 ? full : shard, "gradients", &e->grads));
-    ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, stage == 0 ? full : shard, "AdamW m", &e->m));
-    ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, stage == 0 ? full : shard, "AdamW v", &e->v));
+    const size_t fp32 = (stage == 0 ? full : shard) * sizeof(float);
+    void *p;
+    ZT_TRY(alloc_state(e, LEDGER_PARAMS, (stage < 3 ? full : shard) * e->esz, "parameters",
+                       &e->params));
+    ZT_TRY(alloc_state(e, LEDGER_GRADS, (stage < 2 ? full : shard) * e->esz, "gradients",
+                       &e->grads));
+    if (is_16bit(e)) {
+        ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
+        e->master = p;
+    }
+    ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, fp32, "AdamW m", &p));
+    e->m = p;
+    ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, fp32, "AdamW v", &p));
+    e->v = p;
     return ZT_OK;
 }
 
-static void init_params(struct shard_engine *e)
+
+
+/* Copies fp32 values into a working-precision device buffer through a
+ * host staging buffer (device memory is not host memory on a GPU). */
+static zt_status store_working(struct shard_engine *e, void *dst, const float *src, size_t n,
+                               void *staging)
+{
+    precision_from_f32(e->cfg.precision, src, staging, n);
+    return e->dev->ops->copy_from_host(dst, staging, n * e->esz);
+}
+
+/* Initial values: each unit is drawn on the host, then the rank stores what
+ * it keeps: the working copy (whole unit or its shard) and, under 16-bit
+ * precision, the fp32 master of its range (the whole unit under stage 0). */
+static zt_status init_params(struct shard_engine *e)
 {
     const struct param_table *t = e->table;
-    for (int u = 0; u < t->n_units; u++) {
+    const struct device_backend_ops *ops = e->dev->ops;
+    size_t max_unit = 0;
+    for (int u = 0; u < t->n_units; u++)
+        max_unit = e->part.units[u].numel > max_unit ? e->part.units[u].numel : max_unit;
+    float *host = malloc(max_unit * sizeof(float));
+    void *staging = malloc(max_unit * sizeof(float));
+    zt_status st = host && staging ? ZT_OK
+                                   : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging");
+    for (int u = 0; u < t->n_units && st == ZT_OK; u++) {
         const struct shard_unit *su = &e->part.units[u];
-        if (e->cfg.stage < 3) {
-            gpt2_init_params(t, e->cfg.seed, su->offset, su->offset + su->numel,
-                             e->params + su->padded_offset);
-        } else {
-            size_t lo, hi;
-            shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
-            if (hi > lo)
-                gpt2_init_params(t, e->cfg.seed, su->offset + lo, su->offset + hi,
-                                 e->params + su->shard_offset);
-        }
+        size_t lo, hi;
+        shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
+        gpt2_init_params(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
+        if (e->cfg.stage < 3)
+            st = store_working(e, at(e, e->params, su->padded_offset), host, su->numel, staging);
+        else if (hi > lo)
+            st = store_working(e, at(e, e->params, su->shard_offset), host + lo, hi - lo, staging);
+        if (st != ZT_OK || !is_16bit(e))
+            continue;
+        if (e->cfg.stage == 0)
+            st = ops->copy_from_host(e->master + su->padded_offset, host,
+                                     su->numel * sizeof(float));
+        else if (hi > lo)
+            st = ops->copy_from_host(e->master + su->shard_offset, host + lo,
+                                     (hi - lo) * sizeof(float));
     }
+    free(host);
+    free(staging);
+    return st;
 }
 
 /* ---- stage 3: gathering units ------------------------------------------- */
@@ -108,8 +166,8 @@ static zt_status start_gather(struct shard_engine *e, int pos)
     g->req = NULL;
     g->state = GATHER_GATHERING;
     if (!e->plan)
-        ZT_TRY(comm_iallgather(e->comm, e->params + su->shard_offset, g->buf, su->shard, ZT_F32,
-                               &g->req));
+        ZT_TRY(comm_iallgather(e->comm, at(e, e->params, su->shard_offset), g->buf, su->shard,
+                               e->cfg.precision, &g->req));
     return ZT_OK;
 }
 
@@ -134,7 +192,7 @@ static void release_gather(struct shard_engine *e, struct shard_gather *g)
     g->state = GATHER_RELEASED;
 }
 
-static zt_status gathered_acquire(struct shard_engine *e, int unit, const float **params)
+static zt_status gathered_acquire(struct shard_engine *e, int unit, const void **params)
 {
     /* The model acquires units exactly in gpt2_unit_order's order. */
     ZT_ASSERT(e->cursor < e->n_schedule && e->schedule[e->cursor] == unit);
@@ -167,12 +225,6 @@ static zt_status gathered_release(struct shard_engine *e, int unit)
 
 /* ---- stages 2-3: reducing unit gradients ------------------------------------ */
 
-static void add_into(float *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] += src[i];
-}
-
 static zt_status finish_oldest_reduce(struct shard_engine *e)
 {
     ZT_ASSERT(e->n_reduces > 0);
@@ -182,7 +234,7 @@ static zt_status finish_oldest_reduce(struct shard_engine *e)
     const struct shard_unit *su = &e->part.units[r.unit];
     zt_status st = r.req ? comm_wait(e->comm, r.req) : ZT_OK;
     if (st == ZT_OK && !e->plan)
-        add_into(e->grads + su->shard_offset, r.recv, su->shard);
+        precision_add_into(e->cfg.precision, at(e, e->grads, su->shard_offset), r.recv, su->shard);
     device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, r.unit), r.recv);
     device_free(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, r.unit), e->unit_grads[r.unit]);
     e->unit_grads[r.unit] = NULL;
@@ -200,8 +252,8 @@ static zt_status start_reduce(struct shard_engine *e, int unit)
     *r = (struct shard_reduce){unit, recv, NULL};
     e->n_reduces++;
     if (!e->plan)
-        ZT_TRY(comm_ireduce_scatter(e->comm, e->unit_grads[unit], r->recv, su->shard, ZT_F32,
-                                    COMM_OP_SUM, &r->req));
+        ZT_TRY(comm_ireduce_scatter(e->comm, e->unit_grads[unit], r->recv, su->shard,
+                                    e->cfg.precision, COMM_OP_SUM, &r->req));
     return ZT_OK;
 }
 
@@ -262,41 +314,96 @@ static zt_status hook_pass_end(void *ctx, enum gpt2_pass pass)
     return ZT_OK;
 }
 
+/* Under 16-bit precision the model computes on an fp32 view of a unit. */
+static zt_status open_view(struct shard_engine *e, int unit, const char *what, float **view)
+{
+    void *p;
+    ZT_TRY(device_alloc(e->dev, LEDGER_WORKSPACE, e->part.units[unit].padded * sizeof(float), what,
+                        &p));
+    *view = p;
+    return ZT_OK;
+}
+
+static void close_view(struct shard_engine *e, int unit, float **view)
+{
+    device_free(e->dev, LEDGER_WORKSPACE, e->part.units[unit].padded * sizeof(float), *view);
+    *view = NULL;
+}
+
 static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
 {
     struct shard_engine *e = ctx;
+    const void *src;
     if (e->cfg.stage == 3)
-        return gathered_acquire(e, unit, params);
-    *params = e->params + e->part.units[unit].padded_offset;
+        ZT_TRY(gathered_acquire(e, unit, &src));
+    else
+        src = at(e, e->params, e->part.units[unit].padded_offset);
+    if (!is_16bit(e)) {
+        *params = src;
+        return ZT_OK;
+    }
+    ZT_TRY(open_view(e, unit, "a unit's fp32 parameters", &e->param_view[unit]));
+    if (!e->plan)
+        precision_to_f32(e->cfg.precision, src, e->param_view[unit],
+                         e->part.units[unit].padded);
+    *params = e->param_view[unit];
     return ZT_OK;
 }
 
 static zt_status hook_params_release(void *ctx, int unit)
 {
     struct shard_engine *e = ctx;
+    if (is_16bit(e))
+        close_view(e, unit, &e->param_view[unit]);
     return e->cfg.stage == 3 ? gathered_release(e, unit) : ZT_OK;
+}
+
+/* Stages 2-3: the unit's transient full gradient, reduced once complete. */
+static zt_status open_unit_grads(struct shard_engine *e, int unit)
+{
+    if (!e->unit_grads[unit])
+        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, unit),
+                            "a unit's gradients", &e->unit_grads[unit]));
+    return ZT_OK;
 }
 
 static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
 {
     struct shard_engine *e = ctx;
-    if (e->cfg.stage < 2) {
-        *grads = e->grads + e->part.units[unit].padded_offset;
+    const struct shard_unit *su = &e->part.units[unit];
+    if (!is_16bit(e)) {
+        if (e->cfg.stage < 2) {
+            *grads = at(e, e->grads, su->padded_offset);
+            return ZT_OK;
+        }
+        ZT_TRY(open_unit_grads(e, unit));
+        *grads = e->unit_grads[unit];
         return ZT_OK;
     }
-    if (!e->unit_grads[unit]) {
-        void *p;
-        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, unit),
-                            "a unit's gradients", &p));
-        e->unit_grads[unit] = p;
-    }
-    *grads = e->unit_grads[unit];
+    /* The backward accumulates: stages 0-1 continue from the stored grads,
+     * stages 2-3 start each micro step from zero (the view is zeroed). */
+    ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
+    if (e->cfg.stage < 2 && !e->plan)
+        precision_to_f32(e->cfg.precision, at(e, e->grads, su->padded_offset),
+                         e->grad_view[unit], su->padded);
+    *grads = e->grad_view[unit];
     return ZT_OK;
 }
 
 static zt_status hook_grads_done(void *ctx, int unit)
 {
     struct shard_engine *e = ctx;
+    const struct shard_unit *su = &e->part.units[unit];
+    if (is_16bit(e)) {
+        void *dst = at(e, e->grads, su->padded_offset);
+        if (e->cfg.stage >= 2) {
+            ZT_TRY(open_unit_grads(e, unit));
+            dst = e->unit_grads[unit];
+        }
+        if (!e->plan)
+            precision_from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded);
+        close_view(e, unit, &e->grad_view[unit]);
+    }
     return e->cfg.stage < 2 ? ZT_OK : unit_grads_complete(e, unit);
 }
 
@@ -311,11 +418,13 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
                             cfg->stage);
     ZT_ASSERT(cfg->world >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world);
     ZT_ASSERT(cfg->reduce_bucket_size >= 1 && cfg->prefetch_depth >= 0);
+    ZT_ASSERT(cfg->precision == ZT_F32 || cfg->precision == ZT_BF16 || cfg->precision == ZT_F16);
     out->cfg = *cfg;
     out->table = t;
     out->comm = comm;
     out->dev = dev;
     out->plan = !device_is_real(dev);
+    out->esz = zt_dtype_size(cfg->precision);
     ZT_ASSERT(comm || out->plan);
     out->hooks = (struct gpt2_unit_hooks){
         .ctx = out,
@@ -331,8 +440,11 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         out->unit_grads = calloc((size_t)t->n_units, sizeof *out->unit_grads);
         out->reduces = calloc((size_t)t->n_units, sizeof *out->reduces);
         out->bucket = calloc((size_t)t->n_units, sizeof *out->bucket);
+        out->param_view = calloc((size_t)t->n_units, sizeof *out->param_view);
+        out->grad_view = calloc((size_t)t->n_units, sizeof *out->grad_view);
         out->gathers = calloc(GPT2_MAX_UNITS + 2, sizeof *out->gathers);
-        if (!out->unit_grads || !out->reduces || !out->bucket || !out->gathers)
+        if (!out->unit_grads || !out->reduces || !out->bucket || !out->gathers ||
+            !out->param_view || !out->grad_view)
             st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the engine's bookkeeping");
     }
     if (st == ZT_OK)
@@ -341,9 +453,10 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         shard_engine_destroy(out);
         return st;
     }
-    if (!out->plan)
-        init_params(out);
-    return ZT_OK;
+    st = out->plan ? ZT_OK : init_params(out);
+    if (st != ZT_OK)
+        shard_engine_destroy(out);
+    return st;
 }
 
 void shard_engine_destroy(struct shard_engine *e)
@@ -356,26 +469,14 @@ void shard_engine_destroy(struct shard_engine *e)
     free(e->unit_grads);
     free(e->reduces);
     free(e->bucket);
+    free(e->param_view);
+    free(e->grad_view);
     free(e->gathers);
     shard_partition_free(&e->part);
     memset(e, 0, sizeof *e);
 }
 
 /* ---- the optimizer step ---------------------------------------------------- */
-
-static double sum_of_squares(const float *x, size_t n)
-{
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return s;
-}
-
-static void scale(float *x, size_t n, float f)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] *= f;
-}
 
 /* AdamW on unit elements [lo, hi); p, g, m, v point at element lo. Tensors
  * are cut at the range's edges so each keeps its own weight-decay rule. */
@@ -398,12 +499,13 @@ static void update_unit_range(const struct shard_engine *e, int u, size_t lo, si
 }
 
 /* Stage 1: the full grads reduce-scattered into a transient shard buffer. */
-static zt_status reduce_full_grads(struct shard_engine *e, float *shards)
+static zt_status reduce_full_grads(struct shard_engine *e, void *shards)
 {
     for (int u = 0; u < e->part.n_units; u++) {
         const struct shard_unit *su = &e->part.units[u];
-        ZT_TRY(comm_reduce_scatter(e->comm, e->grads + su->padded_offset,
-                                   shards + su->shard_offset, su->shard, ZT_F32, COMM_OP_SUM));
+        ZT_TRY(comm_reduce_scatter(e->comm, at(e, e->grads, su->padded_offset),
+                                   at(e, shards, su->shard_offset), su->shard, e->cfg.precision,
+                                   COMM_OP_SUM));
     }
     return ZT_OK;
 }
@@ -412,106 +514,167 @@ static zt_status allgather_params(struct shard_engine *e)
 {
     for (int u = 0; u < e->part.n_units; u++) {
         const struct shard_unit *su = &e->part.units[u];
-        float *full = e->params + su->padded_offset;
-        ZT_TRY(comm_allgather(e->comm, full + (size_t)e->cfg.rank * su->shard, full, su->shard,
-                              ZT_F32));
+        void *full = at(e, e->params, su->padded_offset);
+        ZT_TRY(comm_allgather(e->comm, at(e, full, (size_t)e->cfg.rank * su->shard), full,
+                              su->shard, e->cfg.precision));
     }
     return ZT_OK;
 }
 
-/* Averaged gradients in `g` (full padded for stage 0, shards otherwise):
- * their global norm, clipped in place. */
-static zt_status norm_and_clip(struct shard_engine *e, float *g, size_t n, double *grad_norm)
+/* The rank's range of unit u for the update: unit elements [lo, hi), and
+ * the element offset of lo in the gradient buffer `g` and in the fp32
+ * update target / moments. */
+struct owned_range {
+    size_t lo, hi, grad_off, state_off, working_off;
+};
+
+static struct owned_range owned_range_of(const struct shard_engine *e, int u)
 {
-    double sumsq = sum_of_squares(g, n);
+    const struct shard_unit *su = &e->part.units[u];
+    struct owned_range r;
+    if (e->cfg.stage == 0) {
+        r.lo = 0;
+        r.hi = su->numel;
+        r.grad_off = r.state_off = r.working_off = su->padded_offset;
+        return r;
+    }
+    shard_owned_range(&e->part, e->cfg.rank, u, &r.lo, &r.hi);
+    r.grad_off = r.state_off = su->shard_offset;
+    r.working_off = e->cfg.stage < 3 ? su->padded_offset + r.lo : su->shard_offset;
+    return r;
+}
+
+/* AdamW over the rank's ranges with gradients g * gscale; under 16-bit
+ * precision the fp32 gradients go through `tmp` and the updated master is
+ * cast back into the working parameters. */
+static void update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
+                         const struct adamw_hparams *hp)
+{
+    for (int u = 0; u < e->part.n_units; u++) {
+        const struct owned_range r = owned_range_of(e, u);
+        const size_t n = r.hi - r.lo;
+        if (n == 0)
+            continue;
+        float *target = is_16bit(e) ? e->master + r.state_off : (float *)e->params + r.working_off;
+        float *grad = is_16bit(e) ? tmp : (float *)g + r.grad_off;
+        if (is_16bit(e))
+            precision_to_f32(e->cfg.precision, at(e, g, r.grad_off), tmp, n);
+        for (size_t i = 0; i < n; i++)
+            grad[i] *= gscale;
+        update_unit_range(e, u, r.lo, r.hi, target, grad, e->m + r.state_off, e->v + r.state_off,
+                          hp);
+        if (is_16bit(e))
+            precision_from_f32(e->cfg.precision, target, at(e, e->params, r.working_off), n);
+    }
+}
+
+static void zero_grads(struct shard_engine *e)
+{
+    size_t n = e->cfg.stage < 2 ? e->part.padded_total : e->part.shard_total;
+    memset(e->grads, 0, n * e->esz);
+}
+
+/* The elements of the reduced gradients the norm and update read. */
+static size_t reduced_count(const struct shard_engine *e)
+{
+    return e->cfg.stage == 0 ? e->part.padded_total : e->part.shard_total;
+}
+
+static zt_status step_real(struct shard_engine *e, void *g, float *tmp, struct adamw_hparams *hp,
+                           double loss_scale, int skip_on_overflow, struct shard_step_result *out)
+{
+    const size_t n = reduced_count(e);
+    if (e->cfg.stage == 0)
+        ZT_TRY(comm_allreduce(e->comm, e->grads, n, e->cfg.precision, COMM_OP_SUM));
+    else if (e->cfg.stage == 1)
+        ZT_TRY(reduce_full_grads(e, g));
+    const double unscale = 1.0 / ((double)e->cfg.world * loss_scale);
+    double sumsq = precision_sum_squares(e->cfg.precision, g, n, unscale);
     if (e->cfg.stage > 0)
         ZT_TRY(comm_allreduce(e->comm, &sumsq, 1, ZT_F64, COMM_OP_SUM));
     const double norm = sqrt(sumsq);
-    *grad_norm = norm;
-    if (!isfinite(norm))
+    out->grad_norm = norm;
+    if (!isfinite(norm)) {
+        zero_grads(e);
+        if (skip_on_overflow) {
+            out->skipped = 1;
+            return ZT_OK;
+        }
         return zt_error_set(ZT_ERR_NUMERIC,
                             "gradient norm is %f at step %ld: training diverged (lower "
                             "optimizer.params.lr or set gradient_clipping)",
                             norm, e->updates + 1);
-    if (e->cfg.clip > 0.0 && norm > e->cfg.clip)
-        scale(g, n, (float)(e->cfg.clip / (norm + 1e-6)));
-    return ZT_OK;
-}
-
-static void update_owned(struct shard_engine *e, const float *g, const struct adamw_hparams *hp)
-{
-    for (int u = 0; u < e->part.n_units; u++) {
-        const struct shard_unit *su = &e->part.units[u];
-        if (e->cfg.stage == 0) {
-            size_t o = su->padded_offset;
-            update_unit_range(e, u, 0, su->numel, e->params + o, g + o, e->m + o, e->v + o, hp);
-            continue;
-        }
-        size_t lo, hi, o = su->shard_offset;
-        shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
-        float *p = e->cfg.stage < 3 ? e->params + su->padded_offset + lo : e->params + o;
-        update_unit_range(e, u, lo, hi, p, g + o, e->m + o, e->v + o, hp);
     }
-}
-
-static zt_status step_real(struct shard_engine *e, float *g, size_t n,
-                           struct adamw_hparams *hp, double *grad_norm)
-{
-    const int world = e->cfg.world;
-    if (e->cfg.stage == 0)
-        ZT_TRY(comm_allreduce(e->comm, e->grads, n, ZT_F32, COMM_OP_SUM));
-    else if (e->cfg.stage == 1)
-        ZT_TRY(reduce_full_grads(e, g));
-    if (world > 1)
-        scale(g, n, 1.0f / (float)world);
-    ZT_TRY(norm_and_clip(e, g, n, grad_norm));
+    double clip = e->cfg.clip > 0.0 && norm > e->cfg.clip ? e->cfg.clip / (norm + 1e-6) : 1.0;
     hp->step = ++e->updates;
-    update_owned(e, g, hp);
+    update_owned(e, g, (float)(unscale * clip), tmp, hp);
     if (e->cfg.stage == 1 || e->cfg.stage == 2)
         ZT_TRY(allgather_params(e));
-    memset(e->grads, 0, (e->cfg.stage < 2 ? e->part.padded_total : e->part.shard_total) *
-                            sizeof(float));
+    zero_grads(e);
     return ZT_OK;
 }
 
-zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, double *grad_norm)
+/* Largest range one unit contributes to the update (the fp32 staging of
+ * 16-bit gradients). */
+static size_t max_update_range(const struct shard_engine *e)
 {
-    const size_t n = e->cfg.stage == 0 ? e->part.padded_total : e->part.shard_total;
-    float *g = e->grads;
-    void *transient = NULL;
-    *grad_norm = 0.0;
-    if (e->cfg.stage == 1) {
-        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * sizeof(float), "reduced grad shards",
-                            &transient));
-        g = transient;
+    size_t m = 0;
+    for (int u = 0; u < e->part.n_units; u++) {
+        size_t n = e->cfg.stage == 0 ? e->part.units[u].numel : e->part.units[u].shard;
+        m = n > m ? n : m;
     }
-    zt_status st = e->plan ? ZT_OK : step_real(e, g, n, hp, grad_norm);
+    return m;
+}
+
+zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, double loss_scale,
+                            int skip_on_overflow, struct shard_step_result *out)
+{
+    const size_t shard_bytes_total = e->part.shard_total * e->esz;
+    const size_t tmp_bytes = is_16bit(e) ? max_update_range(e) * sizeof(float) : 0;
+    void *g = e->grads, *shards = NULL, *tmp = NULL;
+    out->grad_norm = 0.0;
+    out->skipped = 0;
+    if (e->cfg.stage == 1) {
+        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total,
+                            "reduced grad shards", &shards));
+        g = shards;
+    }
+    zt_status st = ZT_OK;
+    if (tmp_bytes)
+        st = device_alloc(e->dev, LEDGER_WORKSPACE, tmp_bytes, "fp32 gradients", &tmp);
+    if (st == ZT_OK && !e->plan)
+        st = step_real(e, g, tmp, hp, loss_scale, skip_on_overflow, out);
+    if (tmp_bytes && (tmp || e->plan))
+        device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);
     if (e->cfg.stage == 1)
-        device_free(e->dev, LEDGER_COMM_BUFFERS, n * sizeof(float), transient);
+        device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, shards);
     return st;
 }
 
 zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
 {
-    const struct device_backend_ops *ops = e->dev->ops;
-    void *buf = NULL;
+    void *buf = NULL, *host = NULL;
     size_t buf_bytes = 0;
-    zt_status st = ZT_OK;
-    if (e->cfg.stage == 3) {
-        for (int u = 0; u < e->part.n_units; u++)
-            buf_bytes = unit_bytes(e, u) > buf_bytes ? unit_bytes(e, u) : buf_bytes;
+    for (int u = 0; u < e->part.n_units; u++)
+        buf_bytes = unit_bytes(e, u) > buf_bytes ? unit_bytes(e, u) : buf_bytes;
+    if (e->cfg.stage == 3)
         ZT_TRY(device_alloc(e->dev, LEDGER_WORKSPACE, buf_bytes, "a unit to export", &buf));
-    }
+    host = malloc(buf_bytes);
+    zt_status st = host ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the export staging");
     for (int u = 0; u < e->part.n_units && st == ZT_OK; u++) {
         const struct shard_unit *su = &e->part.units[u];
-        const float *src = e->params + su->padded_offset;
+        const void *src = at(e, e->params, su->padded_offset);
         if (e->cfg.stage == 3) {
-            st = comm_allgather(e->comm, e->params + su->shard_offset, buf, su->shard, ZT_F32);
+            st = comm_allgather(e->comm, at(e, e->params, su->shard_offset), buf, su->shard,
+                                e->cfg.precision);
             src = buf;
         }
         if (st == ZT_OK)
-            st = ops->copy_to_host(dst + su->offset, src, su->numel * sizeof(float));
+            st = e->dev->ops->copy_to_host(host, src, su->numel * e->esz);
+        if (st == ZT_OK)
+            precision_to_f32(e->cfg.precision, host, dst + su->offset, su->numel);
     }
+    free(host);
     if (e->cfg.stage == 3)
         device_free(e->dev, LEDGER_WORKSPACE, buf_bytes, buf);
     return st;

@@ -81,6 +81,7 @@ struct shard_engine_config {
     uint64_t seed;
     size_t reduce_bucket_size; /* stages 2-3: elements per gradient bucket, >= 1 */
     int prefetch_depth; /* stage 3: units gathered ahead, >= 0 */
+    enum zt_dtype precision; /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
 };
 
 #define SHARD_MAX_ALLOCS 8
@@ -102,9 +103,12 @@ struct shard_engine {
     struct shard_partition part;
     int plan; /* the device is plan-only: count, never compute or communicate */
 
-    /* Persistent model states (see the stage table above). */
-    float *params; /* stages 0-2: full padded; stage 3: shards */
-    float *grads; /* stages 0-1: full padded; stages 2-3: shards */
+    /* Persistent model states (see the stage table above). Params and grads
+     * hold `esz`-byte elements of cfg.precision; master and moments fp32. */
+    size_t esz;
+    void *params; /* stages 0-2: full padded; stage 3: shards */
+    void *grads; /* stages 0-1: full padded; stages 2-3: shards */
+    float *master; /* 16-bit only: stage 0 full padded, else shards; fp32: NULL */
     float *m, *v; /* AdamW moments: stage 0 full padded, else shards */
     struct shard_alloc allocs[SHARD_MAX_ALLOCS]; /* every persistent allocation */
     int n_allocs;
@@ -112,7 +116,7 @@ struct shard_engine {
     /* Stages 2-3: each unit's transient full gradient buffer (comm_buffers),
      * the reductions in flight (the previous bucket), oldest first, and the
      * units of the open bucket. */
-    float **unit_grads; /* n_units entries */
+    void **unit_grads; /* n_units entries */
     struct shard_reduce *reduces;
     int n_reduces;
     int *bucket; /* units whose gradients are complete, not yet issued */
@@ -123,6 +127,9 @@ struct shard_engine {
     int schedule[GPT2_MAX_UNITS + 2];
     int n_schedule, cursor, issued;
     struct shard_gather *gathers; /* one per schedule position */
+
+    /* 16-bit: the fp32 views the model computes with, per unit (workspace). */
+    float **param_view, **grad_view;
 
     long updates; /* optimizer steps taken */
     struct gpt2_unit_hooks hooks; /* what the model borrows through */
@@ -136,16 +143,25 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
                               struct comm *comm, struct device *dev, struct shard_engine *out);
 void shard_engine_destroy(struct shard_engine *e);
 
-/* Reduces the accumulated gradients as the stage requires, averages them
- * over ranks, clips by global norm (computed from the shards: one
- * allreduce), takes one AdamW step with `hp` (hp->step is set here) on the
- * rank's range, re-gathers parameters where the stage keeps them full, and
- * zeroes the gradients. *grad_norm receives the norm before clipping.
- * Errors: ZT_ERR_COMM, ZT_ERR_NUMERIC (non-finite norm, on every rank). */
-zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, double *grad_norm);
+struct shard_step_result {
+    double grad_norm; /* of the unscaled, averaged gradients, before clipping */
+    int skipped; /* an overflow skipped the step (only with skip_on_overflow) */
+};
 
-/* Copies the full parameters, unpadded, into host memory dst[n_params].
- * Collective under stage 3 (it gathers). */
+/* Reduces the accumulated gradients as the stage requires, averages them
+ * over ranks and divides out `loss_scale`, clips by global norm (computed
+ * from the shards: one allreduce, which is also the ranks' agreement on an
+ * overflow), takes one AdamW step with `hp` (hp->step is set here) on the
+ * rank's range in fp32 (on the master copy under 16-bit precision, cast
+ * back to the working copy), re-gathers parameters where the stage keeps
+ * them full, and zeroes the gradients. A non-finite norm skips the step on
+ * every rank when skip_on_overflow (fp16 loss scaling), and is
+ * ZT_ERR_NUMERIC otherwise. Errors: ZT_ERR_COMM, ZT_ERR_NUMERIC. */
+zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, double loss_scale,
+                            int skip_on_overflow, struct shard_step_result *out);
+
+/* Copies the full working parameters, unpadded, as fp32 into host memory
+ * dst[n_params]. Collective under stage 3 (it gathers). */
 zt_status shard_engine_full_params(struct shard_engine *e, float *dst);
 
 /* Elements [lo, hi) of unit u that this rank owns and that are real (not

@@ -126,16 +126,25 @@ static int is_zeroed(const struct atomic_file *a)
     return a->f == NULL && a->path == NULL && a->tmp_path == NULL;
 }
 
-START_TEST(atomic_file_commit_replaces_the_file)
+/* A fresh folder (returned) holding out.bin = "old", and *a open on
+ * out.bin with `data` written through it. */
+static const char *open_over_old(const char *tag, const char *data, struct atomic_file *a)
 {
-    const char *dir = testutil_tmpdir("atomic-commit");
+    const char *dir = testutil_tmpdir(tag);
     const char *path = testutil_path_in(dir, "out.bin");
     testutil_write_file(path, "old", 3);
+    ck_assert_int_eq(atomic_file_open(path, a), ZT_OK);
+    ck_assert_int_ge(fputs(data, a->f), 0);
+    return dir;
+}
+
+START_TEST(atomic_file_commit_replaces_the_file)
+{
     struct atomic_file a;
-    ck_assert_int_eq(atomic_file_open(path, &a), ZT_OK);
+    const char *dir = open_over_old("atomic-commit", "new contents", &a);
+    const char *path = testutil_path_in(dir, "out.bin");
     ck_assert_str_eq(a.path, path);
     ck_assert_str_eq(a.tmp_path, testutil_fmt("%s.tmp.%ld", path, (long)getpid()));
-    ck_assert_int_ge(fputs("new contents", a.f), 0);
     /* Until the commit a reader still sees the old file. */
     ck_assert_str_eq(contents(path), "old");
     ck_assert_int_eq(atomic_file_commit(&a), ZT_OK);
@@ -147,17 +156,13 @@ END_TEST
 
 START_TEST(atomic_file_abort_leaves_the_file)
 {
-    const char *dir = testutil_tmpdir("atomic-abort");
-    const char *path = testutil_path_in(dir, "out.bin");
-    testutil_write_file(path, "old", 3);
     struct atomic_file a;
-    ck_assert_int_eq(atomic_file_open(path, &a), ZT_OK);
-    fputs("half written", a.f);
+    const char *dir = open_over_old("atomic-abort", "half written", &a);
     ck_assert_str_eq(dir_listing(dir), testutil_fmt("out.bin/out.bin.tmp.%ld", (long)getpid()));
     atomic_file_abort(&a);
     ck_assert(is_zeroed(&a));
     atomic_file_abort(&a); /* a zeroed struct: nothing to do */
-    ck_assert_str_eq(contents(path), "old");
+    ck_assert_str_eq(contents(testutil_path_in(dir, "out.bin")), "old");
     ck_assert_str_eq(dir_listing(dir), "out.bin");
 }
 END_TEST
@@ -195,12 +200,9 @@ END_TEST
  * only for writing) must fail the commit, not publish a damaged file. */
 START_TEST(atomic_file_earlier_write_error_fails_the_commit)
 {
-    const char *dir = testutil_tmpdir("atomic-ferror");
-    const char *path = testutil_path_in(dir, "out.bin");
-    testutil_write_file(path, "old", 3);
     struct atomic_file a;
-    ck_assert_int_eq(atomic_file_open(path, &a), ZT_OK);
-    fputs("data", a.f);
+    const char *dir = open_over_old("atomic-ferror", "data", &a);
+    const char *path = testutil_path_in(dir, "out.bin");
     ck_assert_int_eq(fgetc(a.f), EOF);
     ck_assert(ferror(a.f));
     ck_assert_int_eq(atomic_file_commit(&a), ZT_ERR_IO);

@@ -1,0 +1,471 @@
+/* coordinator/checkpoint_meta.c — meta.json, the description of one
+ * checkpoint: what was trained (model shape, precision, the resolved
+ * config), where training stood (step, sampler position, loss scaler,
+ * optimizer steps), how the state was partitioned (units and per-rank
+ * shard sizes) and which shard files make it up (size and checksum each).
+ *
+ * It is JSON because people read it: `cat meta.json` answers "what is in
+ * this checkpoint" without a tool. The scalar fields are one table read by
+ * both directions, each with the range the reader accepts; the writer
+ * refuses a value the reader would refuse, so every file written reads
+ * back. The reader is strict (each key present once, with its type and
+ * range) because a checkpoint resumed with a silently defaulted field
+ * trains something else; keys it does not know are ignored, so a later
+ * version can add fields without breaking this one. format_version is read
+ * first, so that a newer file is reported as newer rather than as broken.
+ */
+#include "checkpoint.h"
+#include "checkpoint_impl.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum kind { K_INT, K_I64, K_U64, K_F64 };
+
+static const struct field {
+    const char *key;
+    enum kind kind;
+    size_t off;
+    int64_t min, max; /* K_INT and K_I64 */
+} fields[] = {
+    {"step", K_I64, offsetof(struct ckpt_meta, step), 0, INT64_MAX},
+    {"world", K_INT, offsetof(struct ckpt_meta, world), 1, INT_MAX},
+    {"stage", K_INT, offsetof(struct ckpt_meta, stage), 0, 3},
+    {"n_params", K_U64, offsetof(struct ckpt_meta, n_params), 0, 0},
+    {"vocab_size", K_INT, offsetof(struct ckpt_meta, vocab_size), 0, INT_MAX},
+    {"block_size", K_INT, offsetof(struct ckpt_meta, block_size), 0, INT_MAX},
+    {"n_layer", K_INT, offsetof(struct ckpt_meta, n_layer), 0, INT_MAX},
+    {"n_head", K_INT, offsetof(struct ckpt_meta, n_head), 0, INT_MAX},
+    {"n_embd", K_INT, offsetof(struct ckpt_meta, n_embd), 0, INT_MAX},
+    {"seed", K_U64, offsetof(struct ckpt_meta, seed), 0, 0},
+    {"samples_seen", K_U64, offsetof(struct ckpt_meta, samples_seen), 0, 0},
+    {"loss_scale", K_F64, offsetof(struct ckpt_meta, loss_scale), 0, 0},
+    {"scaler_good_steps", K_I64, offsetof(struct ckpt_meta, scaler_good_steps), INT64_MIN,
+     INT64_MAX},
+    {"scaler_hysteresis", K_INT, offsetof(struct ckpt_meta, scaler_hysteresis), INT_MIN, INT_MAX},
+    {"optimizer_steps", K_I64, offsetof(struct ckpt_meta, optimizer_steps), 0, INT64_MAX},
+};
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+static const char *const precisions[] = {"fp32", "bf16", "fp16"};
+
+static int precision_known(const char *p)
+{
+    for (size_t k = 0; k < sizeof precisions / sizeof precisions[0]; k++)
+        if (strcmp(p, precisions[k]) == 0)
+            return 1;
+    return 0;
+}
+
+/* ---- writing ---- */
+
+/* A growing text; an allocation failure is remembered and reported once. */
+struct text {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void reserve(struct text *t, size_t more)
+{
+    if (t->oom || t->len + more + 1 <= t->cap)
+        return;
+    size_t cap = t->cap ? t->cap : 4096;
+    while (cap < t->len + more + 1)
+        cap *= 2;
+    char *p = realloc(t->p, cap);
+    if (!p) {
+        t->oom = 1;
+        return;
+    }
+    t->p = p;
+    t->cap = cap;
+}
+
+static void add_bytes(struct text *t, const char *s, size_t n)
+{
+    reserve(t, n);
+    if (t->oom)
+        return;
+    memcpy(t->p + t->len, s, n);
+    t->len += n;
+    t->p[t->len] = '\0';
+}
+
+__attribute__((format(printf, 2, 3))) static void add(struct text *t, const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    ZT_ASSERT(n >= 0 && (size_t)n < sizeof buf); /* only short fragments come here */
+    add_bytes(t, buf, (size_t)n);
+}
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped; the
+ * rest (valid UTF-8, checked by the caller) as it is. */
+static void add_string(struct text *t, const char *s)
+{
+    add_bytes(t, "\"", 1);
+    const char *run = s;
+    for (const char *c = s; *c; c++) {
+        unsigned char u = (unsigned char)*c;
+        if (u >= 0x20 && u != '"' && u != '\\')
+            continue;
+        add_bytes(t, run, (size_t)(c - run));
+        run = c + 1;
+        const char *esc = u == '"'    ? "\\\""
+                          : u == '\\' ? "\\\\"
+                          : u == '\n' ? "\\n"
+                          : u == '\t' ? "\\t"
+                          : u == '\r' ? "\\r"
+                                      : NULL;
+        if (esc)
+            add_bytes(t, esc, strlen(esc));
+        else
+            add(t, "\\u%04x", u);
+    }
+    add_bytes(t, run, strlen(run));
+    add_bytes(t, "\"", 1);
+}
+
+static int64_t field_int(const struct ckpt_meta *m, const struct field *f)
+{
+    const char *p = (const char *)m + f->off;
+    if (f->kind == K_INT) {
+        int v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* What the reader would refuse in m, as ZT_ERR_USAGE. */
+static zt_status check_writable(const char *path, const struct ckpt_meta *m)
+{
+    for (size_t k = 0; k < N_FIELDS; k++) {
+        const struct field *f = &fields[k];
+        if (f->kind == K_F64) {
+            double v;
+            memcpy(&v, (const char *)m + f->off, sizeof v);
+            if (!isfinite(v))
+                return zt_error_set(ZT_ERR_USAGE, "%s: %s must be finite", path, f->key);
+        }
+        if (f->kind != K_INT && f->kind != K_I64)
+            continue;
+        int64_t v = field_int(m, f);
+        if (v < f->min || v > f->max)
+            return zt_error_set(ZT_ERR_USAGE, "%s: %s is %lld, must be in %lld .. %lld", path,
+                                f->key, (long long)v, (long long)f->min, (long long)f->max);
+    }
+    if (!memchr(m->precision, '\0', sizeof m->precision) || !precision_known(m->precision))
+        return zt_error_set(ZT_ERR_USAGE, "%s: precision '%.16s' is not fp32, bf16 or fp16", path,
+                            m->precision);
+    if (m->n_units < 0 || (m->n_units > 0 && (!m->unit_numel || !m->unit_shard)))
+        return zt_error_set(ZT_ERR_USAGE, "%s: %d units without their arrays", path, m->n_units);
+    if (!m->files)
+        return zt_error_set(ZT_ERR_USAGE, "%s: the shard file list is missing", path);
+    if (!m->config_yaml)
+        return zt_error_set(ZT_ERR_USAGE, "%s: the config text is missing", path);
+    size_t len = strlen(m->config_yaml), bad = ckpt_utf8_check(m->config_yaml, len);
+    if (bad != len)
+        return zt_error_set(ZT_ERR_USAGE, "%s: the config text is not valid UTF-8 at byte %zu",
+                            path, bad);
+    return ZT_OK;
+}
+
+static void add_fields(struct text *t, const struct ckpt_meta *m)
+{
+    for (size_t k = 0; k < N_FIELDS; k++) {
+        const struct field *f = &fields[k];
+        const char *p = (const char *)m + f->off;
+        add(t, "  \"%s\": ", f->key);
+        if (f->kind == K_U64) {
+            uint64_t v;
+            memcpy(&v, p, sizeof v);
+            add(t, "%llu,\n", (unsigned long long)v);
+        } else if (f->kind == K_F64) {
+            double v;
+            memcpy(&v, p, sizeof v);
+            add(t, "%.17g,\n", v);
+        } else {
+            add(t, "%lld,\n", (long long)field_int(m, f));
+        }
+    }
+}
+
+static void add_lists(struct text *t, const struct ckpt_meta *m)
+{
+    add(t, "  \"units\": [");
+    for (int u = 0; u < m->n_units; u++)
+        add(t, "%s\n    {\"numel\": %llu, \"shard\": %llu}", u ? "," : "",
+            (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u]);
+    add(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
+    for (int r = 0; r < m->world; r++)
+        add(t,
+            "%s\n    {\"name\": \"rank-%05d.bin\", \"bytes\": %llu, \"checksum\": \"0x%016llx\"}",
+            r ? "," : "", r, (unsigned long long)m->files[r].bytes,
+            (unsigned long long)m->files[r].checksum);
+    add(t, "\n  ],\n");
+}
+
+zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
+{
+    ZT_TRY(check_writable(path, m));
+    struct text t = {0};
+    add(&t, "{\n  \"format_version\": %u,\n", CKPT_FORMAT_VERSION);
+    add_fields(&t, m);
+    add(&t, "  \"precision\": ");
+    add_string(&t, m->precision);
+    add(&t, ",\n");
+    add_lists(&t, m);
+    add(&t, "  \"config_yaml\": ");
+    add_string(&t, m->config_yaml);
+    add(&t, "\n}\n");
+    zt_status st = t.oom ? zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the text", path)
+                         : ckpt_write_atomic(path, t.p, t.len);
+    free(t.p);
+    return st;
+}
+
+/* ---- reading ---- */
+
+/* The value of obj[key], which must be there with the given type. `where`
+ * is the key's full name for messages ("files[2].bytes"). */
+static zt_status need(const char *path, const struct ckpt_json *obj, const char *key,
+                      const char *where, enum ckpt_json_type type, const struct ckpt_json **out)
+{
+    ZT_TRY(ckpt_json_get(path, obj, key, where, out));
+    if (!*out)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: missing key '%s'", path, where);
+    if ((*out)->type != type && !(type == CKPT_JSON_REAL && (*out)->type == CKPT_JSON_INT))
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' must be %s, not %s", path, where,
+                            type == CKPT_JSON_REAL ? "a number" : ckpt_json_type_name(type),
+                            ckpt_json_type_name((*out)->type));
+    return ZT_OK;
+}
+
+static zt_status need_i64(const char *path, const struct ckpt_json *obj, const char *key,
+                          const char *where, int64_t min, int64_t max, int64_t *out)
+{
+    const struct ckpt_json *v;
+    ZT_TRY(need(path, obj, key, where, CKPT_JSON_INT, &v));
+    int in_range = v->negative || v->magnitude <= (uint64_t)INT64_MAX;
+    if (v->negative) /* magnitude <= 2^63: the parser guarantees it */
+        *out = v->magnitude == (uint64_t)1 << 63 ? INT64_MIN : -(int64_t)v->magnitude;
+    else
+        *out = in_range ? (int64_t)v->magnitude : 0;
+    in_range = in_range && *out >= min && *out <= max;
+    if (!in_range)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' is %s%llu, must be in %lld .. %lld",
+                            path, where, v->negative ? "-" : "", (unsigned long long)v->magnitude,
+                            (long long)min, (long long)max);
+    return ZT_OK;
+}
+
+static zt_status need_u64(const char *path, const struct ckpt_json *obj, const char *key,
+                          const char *where, uint64_t *out)
+{
+    const struct ckpt_json *v;
+    ZT_TRY(need(path, obj, key, where, CKPT_JSON_INT, &v));
+    if (v->negative)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' must not be negative", path, where);
+    *out = v->magnitude;
+    return ZT_OK;
+}
+
+/* "0x" and 16 hex digits. */
+static zt_status need_hex64(const char *path, const struct ckpt_json *obj, const char *key,
+                            const char *where, uint64_t *out)
+{
+    const struct ckpt_json *v;
+    ZT_TRY(need(path, obj, key, where, CKPT_JSON_STRING, &v));
+    const char *s = v->str;
+    int ok = strlen(s) == 18 && s[0] == '0' && s[1] == 'x';
+    uint64_t x = 0;
+    for (int k = 2; ok && k < 18; k++) {
+        char c = s[k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        ok = d >= 0;
+        x = x << 4 | (uint64_t)(d & 15);
+    }
+    if (!ok)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "%s: key '%s' must be \"0x\" and 16 lowercase hex digits", path, where);
+    *out = x;
+    return ZT_OK;
+}
+
+static zt_status read_field(const char *path, const struct ckpt_json *root, const struct field *f,
+                            struct ckpt_meta *m)
+{
+    char *p = (char *)m + f->off;
+    if (f->kind == K_U64) {
+        uint64_t v;
+        ZT_TRY(need_u64(path, root, f->key, f->key, &v));
+        memcpy(p, &v, sizeof v);
+    } else if (f->kind == K_F64) {
+        const struct ckpt_json *v;
+        ZT_TRY(need(path, root, f->key, f->key, CKPT_JSON_REAL, &v));
+        memcpy(p, &v->real, sizeof v->real);
+    } else {
+        int64_t v;
+        ZT_TRY(need_i64(path, root, f->key, f->key, f->min, f->max, &v));
+        if (f->kind == K_INT) {
+            int i = (int)v;
+            memcpy(p, &i, sizeof i);
+        } else {
+            memcpy(p, &v, sizeof v);
+        }
+    }
+    return ZT_OK;
+}
+
+static zt_status read_version(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+{
+    int64_t v;
+    ZT_TRY(need_i64(path, root, "format_version", "format_version", 0, UINT32_MAX, &v));
+    if (v > CKPT_FORMAT_VERSION)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "%s: format version %lld is newer than this zerotrain understands (%u)",
+                            path, (long long)v, CKPT_FORMAT_VERSION);
+    if (v != CKPT_FORMAT_VERSION)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: format version %lld is not valid", path,
+                            (long long)v);
+    m->format_version = (uint32_t)v;
+    return ZT_OK;
+}
+
+static zt_status read_strings(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+{
+    const struct ckpt_json *v;
+    ZT_TRY(need(path, root, "precision", "precision", CKPT_JSON_STRING, &v));
+    if (!precision_known(v->str))
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "%s: key 'precision' is '%s', expected fp32, bf16 or fp16", path,
+                            v->str);
+    strcpy(m->precision, v->str);
+    ZT_TRY(need(path, root, "config_yaml", "config_yaml", CKPT_JSON_STRING, &v));
+    size_t len = strlen(v->str);
+    if (!(m->config_yaml = malloc(len + 1)))
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the config text", path);
+    memcpy(m->config_yaml, v->str, len + 1);
+    return ZT_OK;
+}
+
+/* An array of objects; *out is it, with at most `max` entries. */
+static zt_status need_list(const char *path, const struct ckpt_json *root, const char *key,
+                           size_t max, const struct ckpt_json **out)
+{
+    ZT_TRY(need(path, root, key, key, CKPT_JSON_ARRAY, out));
+    if ((*out)->n > max)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' has %zu entries, more than %zu", path,
+                            key, (*out)->n, max);
+    for (size_t k = 0; k < (*out)->n; k++)
+        if ((*out)->items[k].type != CKPT_JSON_OBJECT)
+            return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s[%zu]' must be an object, not %s",
+                                path, key, k, ckpt_json_type_name((*out)->items[k].type));
+    return ZT_OK;
+}
+
+static zt_status read_units(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+{
+    const struct ckpt_json *list;
+    ZT_TRY(need_list(path, root, "units", INT_MAX, &list));
+    size_t n = list->n;
+    m->unit_numel = malloc((n ? n : 1) * sizeof *m->unit_numel);
+    m->unit_shard = malloc((n ? n : 1) * sizeof *m->unit_shard);
+    if (!m->unit_numel || !m->unit_shard)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %zu units", path, n);
+    m->n_units = (int)n;
+    for (size_t u = 0; u < n; u++) {
+        char where[64];
+        snprintf(where, sizeof where, "units[%zu].numel", u);
+        ZT_TRY(need_u64(path, &list->items[u], "numel", where, &m->unit_numel[u]));
+        snprintf(where, sizeof where, "units[%zu].shard", u);
+        ZT_TRY(need_u64(path, &list->items[u], "shard", where, &m->unit_shard[u]));
+    }
+    return ZT_OK;
+}
+
+/* One files[] entry: its name must be rank r's. */
+static zt_status read_file_entry(const char *path, const struct ckpt_json *e, int r,
+                                 struct ckpt_file *f)
+{
+    char where[64], name[32];
+    const struct ckpt_json *v;
+    snprintf(where, sizeof where, "files[%d].name", r);
+    snprintf(name, sizeof name, "rank-%05d.bin", r);
+    ZT_TRY(need(path, e, "name", where, CKPT_JSON_STRING, &v));
+    if (strcmp(v->str, name) != 0)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' is '%s', expected '%s'", path, where,
+                            v->str, name);
+    snprintf(where, sizeof where, "files[%d].bytes", r);
+    ZT_TRY(need_u64(path, e, "bytes", where, &f->bytes));
+    snprintf(where, sizeof where, "files[%d].checksum", r);
+    return need_hex64(path, e, "checksum", where, &f->checksum);
+}
+
+static zt_status read_files(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+{
+    const struct ckpt_json *list;
+    ZT_TRY(need_list(path, root, "files", INT_MAX, &list));
+    if (list->n != (size_t)m->world)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "%s: key 'files' lists %zu shard files, but world is %d", path, list->n,
+                            m->world);
+    if (!(m->files = malloc(list->n * sizeof *m->files)))
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %zu file entries", path, list->n);
+    for (int r = 0; r < m->world; r++)
+        ZT_TRY(read_file_entry(path, &list->items[r], r, &m->files[r]));
+    return ZT_OK;
+}
+
+static zt_status read_tree(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+{
+    if (root->type != CKPT_JSON_OBJECT)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: the top level must be an object, not %s", path,
+                            ckpt_json_type_name(root->type));
+    ZT_TRY(read_version(path, root, m));
+    for (size_t k = 0; k < N_FIELDS; k++)
+        ZT_TRY(read_field(path, root, &fields[k], m));
+    ZT_TRY(read_strings(path, root, m));
+    ZT_TRY(read_units(path, root, m));
+    return read_files(path, root, m);
+}
+
+zt_status ckpt_meta_read(const char *path, struct ckpt_meta *out)
+{
+    *out = (struct ckpt_meta){0};
+    char *text;
+    size_t len;
+    ZT_TRY(ckpt_read_small(path, CKPT_META_MAX_BYTES, &text, &len));
+    struct ckpt_json root;
+    zt_status st = ckpt_json_parse(path, text, len, &root);
+    free(text);
+    ZT_TRY(st);
+    st = read_tree(path, &root, out);
+    ckpt_json_free(&root);
+    if (st != ZT_OK)
+        ckpt_meta_free(out);
+    return st;
+}
+
+void ckpt_meta_free(struct ckpt_meta *m)
+{
+    if (!m)
+        return;
+    free(m->config_yaml);
+    free(m->unit_numel);
+    free(m->unit_shard);
+    free(m->files);
+    *m = (struct ckpt_meta){0};
+}

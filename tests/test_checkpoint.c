@@ -1,0 +1,7 @@
+/* tests/test_checkpoint.c — checkpoint storage (being written). */
+#include "testutil.h"
+
+int main(void)
+{
+    return 0;
+}
