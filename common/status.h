@@ -30,6 +30,7 @@
     X(ZT_ERR_DEVICE, 1, "device failure")                                                          \
     X(ZT_ERR_NUMERIC, 1, "numerical failure")                                                      \
     X(ZT_ERR_CHECKPOINT, 1, "bad checkpoint")                                                      \
+    X(ZT_ERR_INTERRUPTED, 1, "interrupted")                                                        \
     X(ZT_ERR_INTERNAL, 1, "internal error")
 
 typedef enum {

@@ -185,6 +185,9 @@ struct ckpt_file {
     uint64_t bytes, checksum;
 };
 
+/* One checkpoint's description. The pointers are owned by the struct:
+ * ckpt_meta_read allocates them, ckpt_meta_free releases them; a caller
+ * filling one for ckpt_meta_write owns them as it likes. */
 struct ckpt_meta {
     uint32_t format_version; /* set by ckpt_meta_read; ckpt_meta_write writes the current one */
     int64_t step;            /* >= 0 */
@@ -194,7 +197,7 @@ struct ckpt_meta {
     char *config_yaml;       /* the resolved config (owned; valid UTF-8) */
     int n_units;             /* >= 0 */
     uint64_t *unit_numel;    /* per unit: real elements (owned, n_units) */
-    uint64_t *unit_shard;    /* per unit: elements per rank in this checkpoint's partition */
+    uint64_t *unit_shard;    /* per unit: elements per rank in this partition (owned) */
     uint64_t n_params;
     int vocab_size, block_size, n_layer, n_head, n_embd; /* >= 0 */
     uint64_t seed;
@@ -270,8 +273,10 @@ zt_status ckpt_rotate(const char *dir, int keep);
  * its shard file's presence, size, header (format, rank and world), file
  * checksum and every section checksum. On success the metadata goes to
  * *meta_out if it is not NULL (free with ckpt_meta_free); on error
- * *meta_out is zeroed. ZT_ERR_CHECKPOINT naming the file and the problem,
- * ZT_ERR_IO, ZT_ERR_NOMEM. */
+ * *meta_out is zeroed. ZT_ERR_CHECKPOINT naming the file and the problem
+ * (a folder without meta.json: "STEP_DIR/meta.json: missing: the
+ * checkpoint was never completed"), ZT_ERR_IO (no such folder, unreadable
+ * files), ZT_ERR_NOMEM. */
 zt_status ckpt_validate(const char *step_dir, struct ckpt_meta *meta_out);
 
 #endif

@@ -179,7 +179,7 @@ static zt_status escape(struct parser *ps, char *o, size_t *n)
         return bad(ps, at, "unterminated string");
     ps->i++;
     if (c == 'u') {
-        unsigned cp;
+        unsigned cp = 0;
         ZT_TRY(unicode_escape(ps, at, &cp));
         *n = put_utf8(o, cp);
         return ZT_OK;
@@ -193,44 +193,42 @@ static zt_status escape(struct parser *ps, char *o, size_t *n)
 }
 
 /* The string whose opening quote is at the cursor, decoded into a new
- * buffer (*out). Decoding only shrinks text, so the raw length bounds it. */
+ * buffer (*out). A first pass finds the closing quote (skipping escaped
+ * bytes) to size the buffer: decoding only shrinks text, and no escape or
+ * UTF-8 sequence can contain that quote, so decoding ends exactly on it. */
 static zt_status parse_string(struct parser *ps, char **out)
 {
-    size_t start = ps->i++;
-    char *buf = malloc(ps->len - start);
+    size_t start = ps->i, end = start + 1;
+    while (end < ps->len && ps->p[end] != '"')
+        end += ps->p[end] == '\\' ? 2 : 1;
+    if (end >= ps->len)
+        return bad(ps, start, "unterminated string");
+    char *buf = malloc(end - start);
     if (!buf)
         return nomem(ps);
     size_t n = 0;
     zt_status st = ZT_OK;
-    for (;;) {
-        int c = cur(ps);
-        if (c < 0) {
-            st = bad(ps, start, "unterminated string");
-            break;
-        }
-        if (c == '"') {
-            ps->i++;
-            break;
-        }
-        size_t k;
-        if (c == '\\') {
+    for (ps->i = start + 1; ps->i < end && st == ZT_OK;) {
+        int c = ps->p[ps->i];
+        size_t k = 0;
+        if (c == '\\')
             st = escape(ps, buf + n, &k);
-        } else if (c < 0x20) {
+        else if (c < 0x20)
             st = bad(ps, ps->i, "control character in a string");
-        } else if (!(k = utf8_seq(ps->p + ps->i, ps->len - ps->i))) {
+        else if (!(k = utf8_seq(ps->p + ps->i, end - ps->i)))
             st = bad(ps, ps->i, "invalid UTF-8");
-        } else {
+        else {
             memcpy(buf + n, ps->p + ps->i, k);
             ps->i += k;
         }
-        if (st != ZT_OK)
-            break;
         n += k;
     }
     if (st != ZT_OK) {
         free(buf);
         return st;
     }
+    ZT_ASSERT(ps->i == end && n < end - start);
+    ps->i = end + 1;
     buf[n] = '\0';
     *out = buf;
     return ZT_OK;
@@ -418,6 +416,7 @@ static zt_status parse_value(struct parser *ps, struct ckpt_json *v)
 zt_status ckpt_json_parse(const char *path, const char *text, size_t len, struct ckpt_json *out)
 {
     struct parser ps = {path, (const unsigned char *)text, len, 0, 0};
+    *out = (struct ckpt_json){0};
     zt_status st = parse_value(&ps, out);
     if (st == ZT_OK) {
         skip_blank(&ps);

@@ -4,7 +4,8 @@
  *   zerotrain train CONFIG [--set key.path=value]... [--metrics FILE]
  *                          [--memory-report FILE] [--dry-run] [--print-partition]
  *                          [--progress|--no-progress] [--profile] [--quiet]
- *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE]
+ *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE] [--checkpoint DIR]
+ *   zerotrain export CKPT_DIR --out FILE.safetensors [--dtype fp32|bf16|fp16]
  *   zerotrain prepare --out FILE PATH...
  *   zerotrain version | help [COMMAND]
  */
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "../common/status.h"
+#include "export.h"
 #include "prepare.h"
 #include "progress.h"
 #include "train.h"
@@ -29,6 +31,7 @@ static const char usage_text[] =
     "  train CONFIG [options]    train the model described by CONFIG (YAML or DeepSpeed JSON)\n"
     "  eval CONFIG [options]     print the validation loss of the configured model\n"
     "  prepare --out FILE PATH...  tokenise text files and folders into a token file\n"
+    "  export CKPT_DIR --out FILE  write a checkpoint's weights as Hugging Face GPT-2 safetensors\n"
     "  version                   print the version\n"
     "  help [COMMAND]            print this help or a command's help\n"
     "\n"
@@ -51,8 +54,16 @@ static const char train_help[] =
 static const char eval_help[] =
     "usage: zerotrain eval CONFIG [options]\n"
     "  --set key.path=value   override a configuration key (repeatable)\n"
+    "  --checkpoint DIR       evaluate the weights of this checkpoint (a step-NNNNNNNN folder)\n"
     "  --metrics FILE         write {\"val_loss\": ..., \"tokens\": ...}\n"
+    "Without --checkpoint the weights are model.init_from's, or the initial ones.\n"
     "The last line printed is: val_loss <value>\n";
+
+static const char export_help[] =
+    "usage: zerotrain export CKPT_DIR --out FILE.safetensors [--dtype fp32|bf16|fp16]\n"
+    "Writes the full model of a checkpoint (a step-NNNNNNNN folder, or a checkpoint.dir whose\n"
+    "`latest` names one) with Hugging Face GPT-2 tensor names and shapes, in fp32 (default) or\n"
+    "the given precision. Needs no MPI: it reads every rank's shard file.\n";
 
 static const char prepare_help[] =
     "usage: zerotrain prepare --out FILE PATH...\n"
@@ -79,11 +90,14 @@ static zt_status parse_run_args(int argc, char **argv, int allow_train_opts, str
         const char *arg = argv[i];
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(arg, "--set") == 0 || strcmp(arg, "--metrics") == 0 ||
-            (allow_train_opts && strcmp(arg, "--memory-report") == 0)) {
+            (allow_train_opts && strcmp(arg, "--memory-report") == 0) ||
+            (!allow_train_opts && strcmp(arg, "--checkpoint") == 0)) {
             if (!value)
                 return usage_error("%s needs a value", arg);
             i++;
-            if (strcmp(arg, "--metrics") == 0) {
+            if (strcmp(arg, "--checkpoint") == 0) {
+                a->run.checkpoint_path = value;
+            } else if (strcmp(arg, "--metrics") == 0) {
                 a->run.metrics_path = value;
             } else if (strcmp(arg, "--memory-report") == 0) {
                 a->run.memory_report_path = value;
@@ -138,12 +152,13 @@ static void print_error(zt_status s)
 }
 
 /* train and eval: parse, run under MPI, print once, agree on the exit code. */
-static int run_mpi_command(int is_train, int argc, char **argv)
+static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_atomic_t *stop)
 {
     struct cli_args a;
     int print_here = 0;
     MPI_Init(NULL, NULL);
     zt_status st = parse_run_args(argc, argv, is_train, &a);
+    a.run.stop_signal = stop;
     if (st != ZT_OK) {
         print_here = mpi_rank() == 0;
     } else {
@@ -198,6 +213,8 @@ static int run_help(int argc, char **argv)
         fputs(eval_help, stdout);
     else if (strcmp(topic, "prepare") == 0)
         fputs(prepare_help, stdout);
+    else if (strcmp(topic, "export") == 0)
+        fputs(export_help, stdout);
     else {
         fprintf(stderr, "zerotrain: error: no help for '%s'\n%s", topic, usage_text);
         return 2;
@@ -205,7 +222,40 @@ static int run_help(int argc, char **argv)
     return 0;
 }
 
-int cli_main(int argc, char **argv)
+static int run_export(int argc, char **argv)
+{
+    const char *dir = NULL, *out = NULL, *dtype = "fp32";
+    for (int i = 0; i < argc; i++) {
+        if ((strcmp(argv[i], "--out") == 0 || strcmp(argv[i], "--dtype") == 0) && i + 1 < argc) {
+            if (argv[i][2] == 'o')
+                out = argv[++i];
+            else
+                dtype = argv[++i];
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            usage_error("'%s': unknown option or missing value (see zerotrain help export)",
+                        argv[i]);
+            print_error(ZT_ERR_USAGE);
+            return 2;
+        } else if (!dir) {
+            dir = argv[i];
+        } else {
+            usage_error("unexpected argument '%s': one CKPT_DIR only", argv[i]);
+            print_error(ZT_ERR_USAGE);
+            return 2;
+        }
+    }
+    if (!dir || !out) {
+        usage_error("%s", "export needs CKPT_DIR and --out FILE (see zerotrain help export)");
+        print_error(ZT_ERR_USAGE);
+        return 2;
+    }
+    zt_status st = export_run(dir, out, dtype, stdout);
+    if (st != ZT_OK)
+        print_error(st);
+    return zt_status_exit_code(st);
+}
+
+int cli_main(int argc, char **argv, volatile sig_atomic_t *stop)
 {
     if (argc < 2) {
         fputs(usage_text, stderr);
@@ -213,11 +263,13 @@ int cli_main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "train") == 0)
-        return run_mpi_command(1, argc - 2, argv + 2);
+        return run_mpi_command(1, argc - 2, argv + 2, stop);
     if (strcmp(cmd, "eval") == 0)
-        return run_mpi_command(0, argc - 2, argv + 2);
+        return run_mpi_command(0, argc - 2, argv + 2, stop);
     if (strcmp(cmd, "prepare") == 0)
         return run_prepare(argc - 2, argv + 2);
+    if (strcmp(cmd, "export") == 0)
+        return run_export(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("zerotrain %s\n", ZT_VERSION);
         return 0;

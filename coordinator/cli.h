@@ -2,9 +2,12 @@
 #ifndef ZT_COORDINATOR_CLI_H
 #define ZT_COORDINATOR_CLI_H
 
+#include <signal.h>
+
 /* Parses the command line, runs the subcommand and returns the process exit
  * status: 0 success, 2 usage or configuration error, 1 run-time failure.
- * Initialises and finalises MPI for the commands that need it. */
-int cli_main(int argc, char **argv);
+ * Initialises and finalises MPI for the commands that need it. `stop` is
+ * the signal handlers' stop request (see main.c); may be NULL. */
+int cli_main(int argc, char **argv, volatile sig_atomic_t *stop);
 
 #endif

@@ -92,6 +92,8 @@ void config_free(struct zt_config *cfg)
         return;
     free(cfg->source);
     free(cfg->model.init_from);
+    free(cfg->run.resume);
+    free(cfg->checkpoint.dir);
     free_list(cfg->data.train, cfg->data.n_train);
     free_list(cfg->data.val, cfg->data.n_val);
     free(cfg->run.output_dir);

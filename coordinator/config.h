@@ -38,7 +38,7 @@ struct zt_config {
         int vocab_size; /* default 256 (byte tokenizer) */
         int block_size; /* max sequence length, default 128 */
         int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
-        char *init_from; /* NULL: random init; FILE.safetensors: not supported yet */
+        char *init_from; /* NULL: random init; else a Hugging Face GPT-2 .safetensors file */
     } model;
 
     struct {
@@ -56,7 +56,14 @@ struct zt_config {
         long eval_interval; /* steps between evaluations, 0 = only at the end; default 0 */
         long eval_batches; /* micro batches per evaluation, 0 = the whole val set; default 0 */
         char *output_dir; /* default "runs/latest" */
+        char *resume; /* "auto" (default), "never", or a checkpoint path */
     } run;
+
+    struct {
+        char *dir; /* NULL: no checkpoints */
+        long every; /* save every N steps; 0: only at the end and on preemption */
+        int keep; /* complete checkpoints kept, default 2 */
+    } checkpoint;
 
     struct {
         char *backend; /* "auto" (default), "mpi", "nccl" */

@@ -95,9 +95,8 @@ static const struct field fields[] = {
      "attention heads per block"},
     {"model.n_embd", T_INT, OFF(model.n_embd), 0, "128", GE(1), LE(1 << 16), 0, NULL,
      "embedding width, a multiple of n_head"},
-    {"model.init_from", T_STRING, OFF(model.init_from), 0, NULL, NB, NB, F_UNSUPPORTED_GIVEN,
-     "initialising from a weights file (model.init_from)",
-     "null: random initialisation"},
+    {"model.init_from", T_STRING, OFF(model.init_from), 0, NULL, NB, NB, 0, NULL,
+     "null: random initialisation; a Hugging Face GPT-2 .safetensors file"},
 
     {"data", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "training and validation data"},
     {"data.train", T_PATHS, OFF(data.train), OFF(data.n_train), NULL, NB, NB, 0, NULL,
@@ -118,6 +117,17 @@ static const struct field fields[] = {
      "micro batches per evaluation, 0: the whole validation set"},
     {"run.output_dir", T_STRING, OFF(run.output_dir), 0, "runs/latest", NB, NB, 0, NULL,
      "where metrics and checkpoints go"},
+
+    {"run.resume", T_STRING, OFF(run.resume), 0, "auto", NB, NB, 0, NULL,
+     "auto: the latest checkpoint in checkpoint.dir if any; never; or a checkpoint path"},
+
+    {"checkpoint", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "training checkpoints"},
+    {"checkpoint.dir", T_STRING, OFF(checkpoint.dir), 0, NULL, NB, NB, 0, NULL,
+     "null: no checkpoints; else where step-NNNNNNNN folders and `latest` go"},
+    {"checkpoint.every", T_LONG, OFF(checkpoint.every), 0, "0", GE(0), NB, 0, NULL,
+     "save every N optimizer steps (0: only at the end and on preemption)"},
+    {"checkpoint.keep", T_INT, OFF(checkpoint.keep), 0, "2", GE(1), NB, 0, NULL,
+     "complete checkpoints kept; older ones are removed after a new one is complete"},
 
     {"comm", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "communication"},
     {"comm.backend", T_BACKEND, OFF(comm.backend), 0, "auto", NB, NB, 0, NULL,
@@ -690,8 +700,8 @@ static zt_status leaf_choice(struct walk *w, const struct field *f, const struct
 /* DeepSpeed's own keys (everything outside our four sections). */
 static int is_deepspeed_key(const char *path)
 {
-    static const char *const ours[] = {"model.", "data.", "run.", "comm."};
-    for (size_t i = 0; i < 4; i++)
+    static const char *const ours[] = {"model.", "data.", "run.", "comm.", "checkpoint."};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
         if (strncmp(path, ours[i], strlen(ours[i])) == 0)
             return 0;
     return 1;

@@ -1,7 +1,48 @@
-/* coordinator/main.c — the zerotrain binary. */
+/* coordinator/main.c — the zerotrain binary: signal handling and the CLI.
+ *
+ * The only global mutable state of the program is the stop request the
+ * signal handlers write (a handler can reach nothing else). SIGTERM and
+ * SIGUSR1 ask the run to checkpoint at the next step boundary and exit 0
+ * (SLURM's --signal, Open MPI's forwarding of SIGUSR1); a repeated signal
+ * changes nothing while the checkpoint is written. SIGINT asks it to stop
+ * without saving; a second SIGINT kills the process as usual. */
+#include <signal.h>
+#include <string.h>
+
 #include "cli.h"
+
+static volatile sig_atomic_t stop_request;
+
+static void on_checkpoint_signal(int sig)
+{
+    (void)sig;
+    if (stop_request == 0)
+        stop_request = 1;
+}
+
+static void on_interrupt(int sig)
+{
+    if (stop_request == 2) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    stop_request = 2;
+}
+
+static void install(int sig, void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(sig, &sa, NULL);
+}
 
 int main(int argc, char **argv)
 {
-    return cli_main(argc, argv);
+    install(SIGTERM, on_checkpoint_signal);
+    install(SIGUSR1, on_checkpoint_signal);
+    install(SIGINT, on_interrupt);
+    return cli_main(argc, argv, &stop_request);
 }

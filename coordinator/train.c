@@ -16,6 +16,7 @@
 #include "memory_report.h"
 #include "metrics.h"
 #include "progress.h"
+#include "run_checkpoint.h"
 #include "train.h"
 
 struct train_io {
@@ -98,8 +99,13 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     r->skipped = result.skipped;
     loss_scaler_update(&s->scaler, result.skipped);
     comm_stats_delta(comm_get_stats(s->comm), &before, &r->comm);
-    ZT_TRY(comm_allreduce(s->comm, &loss_sum, 1, ZT_F64, COMM_OP_SUM));
-    r->loss = loss_sum / ((double)accum * s->world);
+    /* The loss average rides with the ranks' stop requests: a signal seen
+     * by any rank stops every rank at this same step boundary. */
+    const sig_atomic_t local = s->stop_signal ? *s->stop_signal : 0;
+    double sums[3] = {loss_sum, local == 1, local == 2};
+    ZT_TRY(comm_allreduce(s->comm, sums, 3, ZT_F64, COMM_OP_SUM));
+    r->loss = sums[0] / ((double)accum * s->world);
+    s->stop_request = sums[2] > 0 ? 2 : sums[1] > 0 ? 1 : 0;
     return ZT_OK;
 }
 
@@ -157,6 +163,39 @@ static void print_profile(struct run_session *s, struct train_io *io, double tra
                  100.0 * rest / train_seconds);
 }
 
+static zt_status save_checkpoint(struct run_session *s, struct train_io *io, long step,
+                                 const char *why)
+{
+    char where[8192];
+    zt_status st = run_checkpoint_save(s, step, where, sizeof where);
+    if (st != ZT_OK) {
+        s->failure_agreed = 1; /* the save agrees on its outcome */
+        return st;
+    }
+    if (s->rank == 0)
+        progress_log(&io->console, "step %6ld | checkpoint saved (%s): %s", step, why, where);
+    return ZT_OK;
+}
+
+/* After a step: a periodic checkpoint, and the agreed stop requests. Sets
+ * *stop when the run must end here. */
+static zt_status after_step(struct run_session *s, struct train_io *io, long step, int *stop)
+{
+    const struct zt_config *c = &s->cfg;
+    *stop = 0;
+    if (s->stop_request == 2)
+        return zt_error_set(ZT_ERR_INTERRUPTED,
+                            "interrupted (SIGINT) after step %ld: stopped without saving", step);
+    const int periodic = c->checkpoint.every > 0 && step % c->checkpoint.every == 0;
+    if (s->stop_request == 1) {
+        ZT_TRY(save_checkpoint(s, io, step, "preempted"));
+        *stop = 1;
+    } else if (periodic) {
+        ZT_TRY(save_checkpoint(s, io, step, "every"));
+    }
+    return ZT_OK;
+}
+
 static zt_status train_loop(struct run_session *s, struct train_io *io)
 {
     const struct zt_config *c = &s->cfg;
@@ -167,8 +206,10 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     const double flops_per_token = gpt2_flops_per_token(&mc, T);
     double elapsed = 0.0, comm_wait = 0.0;
     zt_status st = ZT_OK;
+    int stop = 0;
+    long step = s->start_step, done = 0;
 
-    for (long step = 0; step < c->run.steps && st == ZT_OK; step++) {
+    for (; step < c->run.steps && st == ZT_OK && !stop; step++, done++) {
         struct step_record r = {.step = step + 1, .lr = schedule_lr(c, step)};
         double t0 = zt_now_seconds();
         st = train_step(s, step, &r);
@@ -180,24 +221,31 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
         r.step_ms = dt * 1e3;
         r.tokens_per_s = tokens_per_step / dt;
         r.gflops = tokens_per_step * flops_per_token / dt / 1e9 / s->world;
-        double left = elapsed / (double)(step + 1) * (double)(c->run.steps - step - 1);
+        double left = elapsed / (double)(done + 1) * (double)(c->run.steps - step - 1);
         if (s->rank == 0) {
             metrics_write_step(io->metrics, &r);
-            if (r.step % c->steps_per_print == 0 || r.step == 1 || r.step == c->run.steps)
+            if (r.step % c->steps_per_print == 0 || step == s->start_step ||
+                r.step == c->run.steps)
                 log_step(s, io, &r, left);
             progress_update(&io->console, r.step, c->run.steps, left);
         }
-        if (c->run.eval_interval > 0 && r.step % c->run.eval_interval == 0 &&
-            r.step != c->run.steps)
+        st = after_step(s, io, r.step, &stop);
+        if (st == ZT_OK && !stop && c->run.eval_interval > 0 &&
+            r.step % c->run.eval_interval == 0 && r.step != c->run.steps)
             st = evaluate_and_log(s, io, r.step);
     }
     ZT_TRY(st);
-    if (s->model.profile && s->rank == 0)
-        print_profile(s, io, elapsed, comm_wait);
-    s->model.profile = NULL; /* evaluation is not part of the breakdown */
-    ZT_TRY(evaluate_and_log(s, io, c->run.steps));
     if (s->rank == 0)
         progress_finish(&io->console);
+    if (stop)
+        return ZT_OK; /* preempted: the checkpoint is the result */
+    if (s->model.profile && s->rank == 0 && done > 0)
+        print_profile(s, io, elapsed, comm_wait);
+    s->model.profile = NULL; /* evaluation is not part of the breakdown */
+    if (c->checkpoint.dir && done > 0 &&
+        !(c->checkpoint.every > 0 && step % c->checkpoint.every == 0))
+        ZT_TRY(save_checkpoint(s, io, step, "end of training"));
+    ZT_TRY(evaluate_and_log(s, io, step));
     return ZT_OK;
 }
 
@@ -246,7 +294,8 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
  * and aborts the job. */
 static void abort_if_peers_may_block(const struct run_session *s, zt_status st)
 {
-    if (st == ZT_OK || st == ZT_ERR_NUMERIC || s->world == 1)
+    if (st == ZT_OK || st == ZT_ERR_NUMERIC || st == ZT_ERR_INTERRUPTED || s->failure_agreed ||
+        s->world == 1)
         return;
     fprintf(stderr, "zerotrain: rank %d: error: %s\n", s->rank, zt_error_message());
     fflush(stderr);
@@ -271,6 +320,9 @@ zt_status train_run(const struct run_options *o, int *print_here)
                            print_here);
     if (st == ZT_OK && !o->dry_run) {
         s.state = RUN_RUNNING;
+        if (s.rank == 0 && s.resumed_from[0])
+            progress_log(&io.console, "resumed from %s at step %ld", s.resumed_from,
+                         s.start_step);
         if (s.rank == 0)
             progress_log(&io.console,
                          "training %zu parameters on %d rank(s), stage %d, %ld steps of %d x %d "

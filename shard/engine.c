@@ -679,3 +679,63 @@ zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
         device_free(e->dev, LEDGER_WORKSPACE, buf_bytes, buf);
     return st;
 }
+
+/* ---- state access for checkpoints and imported weights --------------------- */
+
+void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi)
+{
+    const struct owned_range r = owned_range_of(e, u);
+    *lo = r.lo;
+    *hi = r.hi;
+}
+
+/* Device address of state element `lo` of unit u (inside the held range). */
+static float *state_at(struct shard_engine *e, enum shard_state which, int u, size_t lo)
+{
+    const struct owned_range r = owned_range_of(e, u);
+    ZT_ASSERT(lo >= r.lo && lo <= r.hi);
+    const size_t skip = lo - r.lo;
+    switch (which) {
+    case SHARD_STATE_MASTER:
+        return is_16bit(e) ? e->master + r.state_off + skip
+                           : (float *)e->params + r.working_off + skip;
+    case SHARD_STATE_EXP_AVG:
+        return e->m + r.state_off + skip;
+    case SHARD_STATE_EXP_AVG_SQ:
+        return e->v + r.state_off + skip;
+    }
+    ZT_ASSERT(0 && "unknown state");
+    return NULL;
+}
+
+zt_status shard_engine_get_state(struct shard_engine *e, enum shard_state which, int u, size_t lo,
+                                 size_t hi, float *dst)
+{
+    ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
+    return e->dev->ops->copy_to_host(dst, state_at(e, which, u, lo), (hi - lo) * sizeof(float));
+}
+
+zt_status shard_engine_set_state(struct shard_engine *e, enum shard_state which, int u, size_t lo,
+                                 size_t hi, const float *src)
+{
+    ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
+    return e->dev->ops->copy_from_host(state_at(e, which, u, lo), src, (hi - lo) * sizeof(float));
+}
+
+zt_status shard_engine_params_from_master(struct shard_engine *e)
+{
+    if (is_16bit(e))
+        for (int u = 0; u < e->part.n_units; u++) {
+            const struct owned_range r = owned_range_of(e, u);
+            precision_from_f32(e->cfg.precision, e->master + r.state_off,
+                               at(e, e->params, r.working_off), r.hi - r.lo);
+        }
+    if (e->cfg.stage == 1 || e->cfg.stage == 2)
+        ZT_TRY(allgather_params(e));
+    return ZT_OK;
+}
+
+void shard_engine_set_updates(struct shard_engine *e, long updates)
+{
+    e->updates = updates;
+}

@@ -164,6 +164,29 @@ zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, do
  * dst[n_params]. Collective under stage 3 (it gathers). */
 zt_status shard_engine_full_params(struct shard_engine *e, float *dst);
 
+/* Optimizer state of the rank, for checkpoints and imported weights. */
+enum shard_state {
+    SHARD_STATE_MASTER, /* fp32 weights the optimizer updates (the params under fp32) */
+    SHARD_STATE_EXP_AVG, /* AdamW m */
+    SHARD_STATE_EXP_AVG_SQ, /* AdamW v */
+};
+
+/* Unit elements [lo, hi) whose state this rank holds and updates: the
+ * whole unit under stage 0, the owned range otherwise. */
+void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi);
+/* Copies state elements [lo, hi) of unit u (inside the held range) to host
+ * memory dst[hi - lo], or from src. Errors: those of the device copy. */
+zt_status shard_engine_get_state(struct shard_engine *e, enum shard_state which, int u, size_t lo,
+                                 size_t hi, float *dst);
+zt_status shard_engine_set_state(struct shard_engine *e, enum shard_state which, int u, size_t lo,
+                                 size_t hi, const float *src);
+/* After the MASTER state of every held range was set: rebuilds the working
+ * parameters from it (rounded to the working precision) and gathers them
+ * where the stage keeps them full. Collective. */
+zt_status shard_engine_params_from_master(struct shard_engine *e);
+/* Sets the count of optimizer steps taken (AdamW's bias correction). */
+void shard_engine_set_updates(struct shard_engine *e, long updates);
+
 /* Elements [lo, hi) of unit u that this rank owns and that are real (not
  * padding), in unit coordinates; lo == hi when the shard is all padding. */
 void shard_owned_range(const struct shard_partition *p, int rank, int u, size_t *lo, size_t *hi);

@@ -98,6 +98,10 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_int_eq(a->model.n_head, b->model.n_head);
     ck_assert_int_eq(a->model.n_embd, b->model.n_embd);
     ck_assert_pstr_eq(a->model.init_from, b->model.init_from);
+    ck_assert_pstr_eq(a->run.resume, b->run.resume);
+    ck_assert_pstr_eq(a->checkpoint.dir, b->checkpoint.dir);
+    ck_assert_int_eq(a->checkpoint.every, b->checkpoint.every);
+    ck_assert_int_eq(a->checkpoint.keep, b->checkpoint.keep);
     assert_same_paths(a->data.train, a->data.n_train, b->data.train, b->data.n_train);
     assert_same_paths(a->data.val, a->data.n_val, b->data.val, b->data.n_val);
     ck_assert_double_eq(a->data.val_fraction, b->data.val_fraction);
@@ -823,11 +827,16 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_UNSUPPORTED,
      "activation_checkpointing.cpu_checkpointing: not supported yet: CPU"},
-    {"data: {train: x}\nmodel: {init_from: gpt2.safetensors}\n",
+    {"data: {train: x}\ncheckpoint: {every: -1}\n",
      NULL,
      {NULL},
-     ZT_ERR_UNSUPPORTED,
-     "bad.yaml:2:20: model.init_from: not supported yet"},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:21: checkpoint.every: must be >= 0, got -1"},
+    {"data: {train: x}\ncheckpoint: {kep: 3}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "did you mean 'keep'?"},
     {"data: {train: x}\noptimizer: {type: Lamb}\n",
      NULL,
      {NULL},

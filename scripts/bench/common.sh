@@ -20,3 +20,9 @@ median() {
     sed -E "s/.*\"$2\": ([0-9.e+-]+).*/\1/" | sort -g |
     awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
 }
+
+# largest value, in MiB, of a per-rank byte count ("total_peak", "rss_peak",
+# "activations", ...) in a memory report JSON
+max_field() {
+  grep -o "\"$2\": [0-9]*" "$1" | awk '{if ($2 > m) m = $2} END {print m / 1048576}'
+}

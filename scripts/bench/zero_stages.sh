@@ -10,11 +10,6 @@ steps=${1:-20}
 warm=3
 source "$(dirname "$0")/common.sh"
 
-# max over ranks of a per-rank field in the memory report JSON
-max_field() {
-  grep -o "\"$2\": [0-9]*" "$1" | awk '{if ($2 > m) m = $2} END {print m / 1048576}'
-}
-
 printf '%5s %5s | %9s %10s %12s | %11s %11s | %8s\n' ranks stage "ms/step" "tokens/s" \
   "comm wait ms" "peak MiB" "rss MiB" "vs st. 0"
 for np in 2 4; do

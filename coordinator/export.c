@@ -1,0 +1,73 @@
+/* coordinator/export.c — see export.h. One process reads every rank's
+ * shard of the checkpoint (no MPI), rebuilds the full fp32 weights in the
+ * flat order and hands them to the Hugging Face GPT-2 writer. */
+#include "export.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../worker/model.h"
+#include "hf_gpt2.h"
+#include "run_checkpoint.h"
+
+static zt_status parse_dtype(const char *name, enum zt_dtype *out)
+{
+    if (strcmp(name, "fp32") == 0)
+        *out = ZT_F32;
+    else if (strcmp(name, "bf16") == 0)
+        *out = ZT_BF16;
+    else if (strcmp(name, "fp16") == 0)
+        *out = ZT_F16;
+    else
+        return zt_error_set(ZT_ERR_USAGE, "--dtype %s: expected fp32, bf16 or fp16", name);
+    return ZT_OK;
+}
+
+/* A step folder as given, or the one a checkpoint.dir's `latest` names. */
+static zt_status resolve_step_dir(const char *dir, char *step_dir, size_t n)
+{
+    char meta[4200];
+    struct stat st;
+    snprintf(meta, sizeof meta, "%s/%s", dir, CKPT_META_NAME);
+    if (stat(meta, &st) == 0) {
+        snprintf(step_dir, n, "%s", dir);
+        return ZT_OK;
+    }
+    int found = 0;
+    ZT_TRY(ckpt_find_latest(dir, step_dir, n, &found));
+    if (!found)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "%s: neither a checkpoint (no %s) nor a checkpoint folder with a "
+                            "`%s` file",
+                            dir, CKPT_META_NAME, CKPT_LATEST_NAME);
+    return ZT_OK;
+}
+
+zt_status export_run(const char *dir, const char *out, const char *dtype_name, FILE *report)
+{
+    enum zt_dtype dtype;
+    char step_dir[4096];
+    struct ckpt_meta meta;
+    float *params;
+    ZT_TRY(parse_dtype(dtype_name, &dtype));
+    ZT_TRY(resolve_step_dir(dir, step_dir, sizeof step_dir));
+    ZT_TRY(run_checkpoint_read_weights(step_dir, &meta, &params));
+    struct gpt2_config cfg = {meta.vocab_size, meta.block_size, meta.n_layer, meta.n_head,
+                              meta.n_embd};
+    struct param_table table;
+    zt_status st = param_table_build(&cfg, &table);
+    if (st == ZT_OK && table.n_params != meta.n_params)
+        st = zt_error_set(ZT_ERR_CHECKPOINT,
+                          "%s/meta.json: %llu parameters, but its model shape has %zu", step_dir,
+                          (unsigned long long)meta.n_params, table.n_params);
+    if (st == ZT_OK)
+        st = hf_gpt2_export(&table, params, dtype, out);
+    if (st == ZT_OK)
+        fprintf(report, "wrote %s: %zu parameters of step %lld (%s) as %s\n", out,
+                table.n_params, (long long)meta.step, step_dir, dtype_name);
+    param_table_free(&table);
+    free(params);
+    ckpt_meta_free(&meta);
+    return st;
+}

@@ -1,0 +1,405 @@
+/* coordinator/run_checkpoint.c — see run_checkpoint.h.
+ *
+ * Save, by phase (each phase ends with an agreement, so a failure on any
+ * rank stops every rank at the same point and the previous checkpoint stays
+ * the published one):
+ *   rank 0 prepares DIR/step-N -> every rank writes its shard (atomic) ->
+ *   the shard sizes and checksums are gathered -> rank 0 writes meta.json
+ *   (atomic), points DIR/latest at the step, and rotates old ones.
+ */
+#include "run_checkpoint.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+
+static const char *const section_names[3] = {"master", "exp_avg", "exp_avg_sq"};
+static const enum shard_state section_states[3] = {SHARD_STATE_MASTER, SHARD_STATE_EXP_AVG,
+                                                   SHARD_STATE_EXP_AVG_SQ};
+
+void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
+{
+    if (c->checkpoint.dir)
+        snprintf(buf, n, "%s", c->checkpoint.dir);
+    else
+        snprintf(buf, n, "%s/checkpoints", c->run.output_dir);
+}
+
+/* Real elements of unit u that `rank` owns when each rank has `share`. */
+static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
+{
+    uint64_t lo = share * (uint64_t)rank, hi = lo + share;
+    hi = hi < numel ? hi : numel;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* ---- save ----------------------------------------------------------------- */
+
+static zt_status write_sections(struct run_session *s, struct ckpt_shard_writer *w)
+{
+    const struct shard_partition *p = &s->engine.part;
+    uint64_t count = 0;
+    size_t max_unit = 0;
+    for (int u = 0; u < p->n_units; u++) {
+        count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
+        max_unit = p->units[u].shard > max_unit ? p->units[u].shard : max_unit;
+    }
+    for (int k = 0; k < 3; k++)
+        ZT_TRY(ckpt_shard_writer_add(w, section_names[k], ZT_F32, count));
+    ZT_TRY(ckpt_shard_writer_begin(w));
+    float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
+    if (!buf)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging buffer");
+    zt_status st = ZT_OK;
+    for (int k = 0; k < 3 && st == ZT_OK; k++)
+        for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
+            size_t lo, hi;
+            shard_owned_range(p, s->rank, u, &lo, &hi);
+            if (hi == lo)
+                continue;
+            st = shard_engine_get_state(&s->engine, section_states[k], u, lo, hi, buf);
+            if (st == ZT_OK)
+                st = ckpt_shard_writer_write(w, buf, hi - lo);
+        }
+    free(buf);
+    return st;
+}
+
+static zt_status write_my_shard(struct run_session *s, const char *step_dir,
+                                struct ckpt_file *mine)
+{
+    char path[4096];
+    struct ckpt_shard_writer *w;
+    ZT_TRY(ckpt_shard_path(step_dir, s->rank, path, sizeof path));
+    ZT_TRY(ckpt_shard_writer_open(path, s->rank, s->world, &w));
+    zt_status st = write_sections(s, w);
+    if (st != ZT_OK) {
+        ckpt_shard_writer_abort(w);
+        return st;
+    }
+    return ckpt_shard_writer_finish(w, &mine->bytes, &mine->checksum);
+}
+
+static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_file *files,
+                           struct ckpt_meta *m)
+{
+    const struct shard_partition *p = &s->engine.part;
+    const struct zt_config *c = &s->cfg;
+    memset(m, 0, sizeof *m);
+    m->step = step;
+    m->world = s->world;
+    m->stage = c->zero.stage;
+    snprintf(m->precision, sizeof m->precision, "%s", precision_name(s->engine.cfg.precision));
+    m->n_units = p->n_units;
+    m->unit_numel = calloc((size_t)p->n_units, sizeof *m->unit_numel);
+    m->unit_shard = calloc((size_t)p->n_units, sizeof *m->unit_shard);
+    char *yaml = NULL;
+    size_t yaml_len = 0;
+    FILE *f = open_memstream(&yaml, &yaml_len);
+    if (!m->unit_numel || !m->unit_shard || !f) {
+        if (f)
+            fclose(f);
+        free(yaml);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint metadata");
+    }
+    zt_status st = config_write_yaml(c, f);
+    fclose(f);
+    m->config_yaml = yaml;
+    ZT_TRY(st);
+    for (int u = 0; u < p->n_units; u++) {
+        m->unit_numel[u] = p->units[u].numel;
+        m->unit_shard[u] = p->units[u].shard;
+    }
+    m->n_params = s->table.n_params;
+    m->vocab_size = c->model.vocab_size;
+    m->block_size = c->model.block_size;
+    m->n_layer = c->model.n_layer;
+    m->n_head = c->model.n_head;
+    m->n_embd = c->model.n_embd;
+    m->seed = c->run.seed;
+    m->samples_seen = (uint64_t)step * (uint64_t)c->train_micro_batch_size_per_gpu *
+                      (uint64_t)c->gradient_accumulation_steps * (uint64_t)s->world;
+    m->loss_scale = s->scaler.scale;
+    m->scaler_good_steps = s->scaler.good_steps;
+    m->scaler_hysteresis = s->scaler.hysteresis_left;
+    m->optimizer_steps = s->engine.updates;
+    m->files = files;
+    return ZT_OK;
+}
+
+static zt_status publish(struct run_session *s, long step, const char *dir, const char *step_dir,
+                         struct ckpt_file *files)
+{
+    struct ckpt_meta m;
+    char path[4096];
+    zt_status st = fill_meta(s, step, files, &m);
+    if (st == ZT_OK)
+        st = ckpt_meta_path(step_dir, path, sizeof path);
+    if (st == ZT_OK)
+        st = ckpt_meta_write(path, &m);
+    m.files = NULL; /* the caller's */
+    ckpt_meta_free(&m);
+    ZT_TRY(st);
+    ZT_TRY(ckpt_publish(dir, step));
+    return ckpt_rotate(dir, s->cfg.checkpoint.keep);
+}
+
+/* Agrees on a phase's outcome among the session's ranks. */
+static zt_status agree(struct run_session *s, zt_status local)
+{
+    zt_status agreed;
+    ZT_TRY(comm_agree_status(s->comm, local, &agreed));
+    return agreed;
+}
+
+zt_status run_checkpoint_save(struct run_session *s, long step, char *where, size_t n)
+{
+    char dir[4096], step_dir[4096 + CKPT_STEP_NAME_MAX + 2] = "";
+    struct ckpt_file mine = {0, 0};
+    run_checkpoint_dir(&s->cfg, dir, sizeof dir);
+    zt_status st = ZT_OK;
+    if (s->rank == 0)
+        st = ckpt_dir_prepare(dir, step, step_dir, sizeof step_dir);
+    ZT_TRY(agree(s, st));
+    char name[CKPT_STEP_NAME_MAX];
+    ckpt_step_dirname(step, name, sizeof name);
+    snprintf(step_dir, sizeof step_dir, "%s/%s", dir, name);
+    ZT_TRY(agree(s, write_my_shard(s, step_dir, &mine)));
+
+    struct ckpt_file *files = s->rank == 0 ? calloc((size_t)s->world, sizeof *files) : NULL;
+    st = s->rank == 0 && !files ? zt_error_set(ZT_ERR_NOMEM, "cannot allocate the file table")
+                                : ZT_OK;
+    if (agree(s, st) != ZT_OK) {
+        free(files);
+        return ZT_ERR_NOMEM;
+    }
+    uint64_t info[2] = {mine.bytes, mine.checksum};
+    uint64_t *all = s->rank == 0 ? calloc(2 * (size_t)s->world, sizeof *all) : NULL;
+    MPI_Gather(info, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    if (s->rank == 0) {
+        for (int r = 0; r < s->world && all; r++)
+            files[r] = (struct ckpt_file){all[2 * r], all[2 * r + 1]};
+        st = all ? publish(s, step, dir, step_dir, files)
+                 : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the file table");
+        free(all);
+    }
+    free(files);
+    ZT_TRY(agree(s, st));
+    snprintf(where, n, "%s", step_dir);
+    return ZT_OK;
+}
+
+/* ---- resume ---------------------------------------------------------------- */
+
+zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_t n, int *found)
+{
+    const char *resume = s->cfg.run.resume;
+    *found = 0;
+    if (strcmp(resume, "never") == 0)
+        return ZT_OK;
+    if (strcmp(resume, "auto") != 0) {
+        snprintf(step_dir, n, "%s", resume);
+        *found = 1;
+        return ZT_OK;
+    }
+    char dir[4096];
+    run_checkpoint_dir(&s->cfg, dir, sizeof dir);
+    return ckpt_find_latest(dir, step_dir, n, found);
+}
+
+/* The old checkpoint's shard files, opened as first needed. */
+struct old_shards {
+    const char *step_dir;
+    const struct ckpt_meta *meta;
+    struct ckpt_shard **files; /* meta->world entries */
+    uint64_t *prefix; /* [rank * n_units + u]: where unit u starts in rank's sections */
+};
+
+static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
+                                 const struct ckpt_meta *meta)
+{
+    const size_t w = (size_t)meta->world, nu = (size_t)meta->n_units;
+    o->step_dir = step_dir;
+    o->meta = meta;
+    o->files = calloc(w, sizeof *o->files);
+    o->prefix = calloc(w * nu + 1, sizeof *o->prefix);
+    if (!o->files || !o->prefix)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the shard table");
+    for (size_t r = 0; r < w; r++) {
+        uint64_t at = 0;
+        for (size_t u = 0; u < nu; u++) {
+            o->prefix[r * nu + u] = at;
+            at += owned_real(meta->unit_numel[u], meta->unit_shard[u], (int)r);
+        }
+    }
+    return ZT_OK;
+}
+
+static void old_shards_close(struct old_shards *o)
+{
+    if (o->files)
+        for (int r = 0; r < o->meta->world; r++)
+            if (o->files[r])
+                ckpt_shard_close(o->files[r]);
+    free(o->files);
+    free(o->prefix);
+}
+
+/* Reads elements [a, b) of unit u of one section from whichever old ranks
+ * own them. */
+static zt_status old_shards_read(struct old_shards *o, int section, int u, uint64_t a, uint64_t b,
+                                 float *dst)
+{
+    const uint64_t share = o->meta->unit_shard[u], numel = o->meta->unit_numel[u];
+    while (a < b) {
+        const int r = (int)(a / share);
+        uint64_t end = share * (uint64_t)(r + 1);
+        end = end < b ? end : b;
+        end = end < numel ? end : numel;
+        if (!o->files[r]) {
+            char path[4096];
+            ZT_TRY(ckpt_shard_path(o->step_dir, r, path, sizeof path));
+            ZT_TRY(ckpt_shard_open(path, &o->files[r]));
+        }
+        const struct ckpt_section *sec = ckpt_shard_find(o->files[r], section_names[section]);
+        if (!sec || sec->dtype != ZT_F32)
+            return zt_error_set(ZT_ERR_CHECKPOINT,
+                                "%s/rank-%05d.bin: no fp32 section '%s' (not a zerotrain "
+                                "training checkpoint of this version)",
+                                o->step_dir, r, section_names[section]);
+        uint64_t first = o->prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] +
+                         (a - share * (uint64_t)r);
+        ZT_TRY(ckpt_shard_read(o->files[r], sec, first, end - a, dst));
+        dst += end - a;
+        a = end;
+    }
+    return ZT_OK;
+}
+
+/* The checkpoint must be of this model: same shape, same units. */
+static zt_status check_same_model(const struct run_session *s, const char *step_dir,
+                                  const struct ckpt_meta *m)
+{
+    const struct zt_config *c = &s->cfg;
+    if (m->vocab_size != c->model.vocab_size || m->block_size != c->model.block_size ||
+        m->n_layer != c->model.n_layer || m->n_head != c->model.n_head ||
+        m->n_embd != c->model.n_embd)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "%s/meta.json: the checkpoint is of another model shape (vocab_size "
+                            "%d, block_size %d, n_layer %d, n_head %d, n_embd %d) than the "
+                            "config's (%d, %d, %d, %d, %d)",
+                            step_dir, m->vocab_size, m->block_size, m->n_layer, m->n_head,
+                            m->n_embd, c->model.vocab_size, c->model.block_size,
+                            c->model.n_layer, c->model.n_head, c->model.n_embd);
+    if (m->n_params != s->table.n_params || m->n_units != s->table.n_units)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "%s/meta.json: %llu parameters in %d units, the model has %zu in %d",
+                            step_dir, (unsigned long long)m->n_params, m->n_units,
+                            s->table.n_params, s->table.n_units);
+    for (int u = 0; u < m->n_units; u++)
+        if (m->unit_numel[u] != param_table_unit_size(&s->table, u) || m->unit_shard[u] == 0)
+            return zt_error_set(ZT_ERR_CHECKPOINT, "%s/meta.json: unit %d has %llu elements, "
+                                                   "the model's has %zu",
+                                step_dir, u, (unsigned long long)m->unit_numel[u],
+                                param_table_unit_size(&s->table, u));
+    return ZT_OK;
+}
+
+static zt_status load_states(struct run_session *s, const char *step_dir,
+                             const struct ckpt_meta *m)
+{
+    struct old_shards o = {0};
+    size_t max_unit = 0;
+    for (int u = 0; u < s->table.n_units; u++)
+        max_unit = param_table_unit_size(&s->table, u) > max_unit
+                       ? param_table_unit_size(&s->table, u)
+                       : max_unit;
+    float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
+    zt_status st = buf ? old_shards_open(&o, step_dir, m)
+                       : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging");
+    for (int k = 0; k < 3 && st == ZT_OK; k++)
+        for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
+            size_t lo, hi;
+            shard_engine_held_range(&s->engine, u, &lo, &hi);
+            if (hi == lo)
+                continue;
+            st = old_shards_read(&o, k, u, lo, hi, buf);
+            if (st == ZT_OK)
+                st = shard_engine_set_state(&s->engine, section_states[k], u, lo, hi, buf);
+        }
+    if (o.meta)
+        old_shards_close(&o);
+    free(buf);
+    return st;
+}
+
+zt_status run_checkpoint_load(struct run_session *s, const char *step_dir)
+{
+    struct ckpt_meta m;
+    /* Rank 0 reads every byte once to check the checksums; the others then
+     * read only what they need. */
+    zt_status st = ZT_OK;
+    if (s->rank == 0) {
+        st = ckpt_validate(step_dir, &m);
+        if (st == ZT_OK)
+            ckpt_meta_free(&m);
+    }
+    ZT_TRY(agree(s, st));
+    char path[4096];
+    st = ckpt_meta_path(step_dir, path, sizeof path);
+    if (st == ZT_OK)
+        st = ckpt_meta_read(path, &m);
+    ZT_TRY(agree(s, st));
+    st = check_same_model(s, step_dir, &m);
+    if (st == ZT_OK)
+        st = load_states(s, step_dir, &m);
+    st = agree(s, st);
+    if (st == ZT_OK)
+        st = shard_engine_params_from_master(&s->engine);
+    if (st == ZT_OK) {
+        shard_engine_set_updates(&s->engine, (long)m.optimizer_steps);
+        s->start_step = (long)m.step;
+        if (s->scaler.dynamic) {
+            s->scaler.scale = m.loss_scale;
+            s->scaler.good_steps = m.scaler_good_steps;
+            s->scaler.hysteresis_left = m.scaler_hysteresis;
+        }
+    }
+    ckpt_meta_free(&m);
+    return st;
+}
+
+/* ---- export ---------------------------------------------------------------- */
+
+zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta,
+                                      float **params)
+{
+    struct old_shards o = {0};
+    *params = NULL;
+    ZT_TRY(ckpt_validate(step_dir, meta));
+    float *out = malloc((meta->n_params ? meta->n_params : 1) * sizeof(float));
+    zt_status st = out ? old_shards_open(&o, step_dir, meta)
+                       : zt_error_set(ZT_ERR_NOMEM, "cannot allocate %llu parameters",
+                                      (unsigned long long)meta->n_params);
+    uint64_t at = 0;
+    for (int u = 0; u < meta->n_units && st == ZT_OK; u++) {
+        st = old_shards_read(&o, 0, u, 0, meta->unit_numel[u], out + at);
+        at += meta->unit_numel[u];
+    }
+    if (st == ZT_OK && at != meta->n_params)
+        st = zt_error_set(ZT_ERR_CHECKPOINT, "%s/meta.json: units hold %llu elements, n_params "
+                                             "says %llu",
+                          step_dir, (unsigned long long)at, (unsigned long long)meta->n_params);
+    if (o.meta)
+        old_shards_close(&o);
+    if (st != ZT_OK) {
+        free(out);
+        ckpt_meta_free(meta);
+        return st;
+    }
+    *params = out;
+    return ZT_OK;
+}

@@ -1,0 +1,56 @@
+/* coordinator/run_checkpoint.h — saving and resuming a training session.
+ *
+ * What a checkpoint holds (coordinator/checkpoint.h is the storage format):
+ * every rank writes, for every unit in order, the real elements of the unit
+ * that it owns in the run's partition (the same split in every stage), as
+ * three fp32 sections: "master" (the weights the optimizer updates: the
+ * parameters under fp32, the master copy under 16-bit precision; the
+ * working 16-bit copy is always their rounding, so it is not stored),
+ * "exp_avg" and "exp_avg_sq" (AdamW's moments). Gradients are zero between
+ * steps. Rank 0 writes meta.json: the step, world size, stage, precision,
+ * the resolved config, the partition (each unit's size and per-rank share),
+ * the model shape, the loss scaler and the optimizer step count. The data
+ * order and every random draw are pure functions of (seed, step), so the
+ * step is all the sampler and generator state there is.
+ *
+ * Resharding: a rank of any later world size and stage needs, per unit,
+ * the range it holds (all of it under stage 0, its share otherwise) and
+ * reads exactly those bytes from the old shard files, whichever ranks wrote
+ * them.
+ *
+ * Every function here is collective over the session's ranks.
+ */
+#ifndef ZT_COORDINATOR_RUN_CHECKPOINT_H
+#define ZT_COORDINATOR_RUN_CHECKPOINT_H
+
+#include <stddef.h>
+
+#include "checkpoint.h"
+#include "session.h"
+
+/* The folder checkpoints go to: checkpoint.dir, or <run.output_dir>/checkpoints. */
+void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n);
+
+/* Saves the session after `step` optimizer steps; `where` receives the
+ * checkpoint's folder. Old checkpoints beyond checkpoint.keep are removed
+ * after the new one is complete. Errors: ZT_ERR_IO, ZT_ERR_CHECKPOINT. */
+zt_status run_checkpoint_save(struct run_session *s, long step, char *where, size_t n);
+
+/* Resolves run.resume ("auto", "never" or a path) to a checkpoint folder;
+ * *found = 0 when there is nothing to resume. A given path that is not a
+ * complete checkpoint is an error. */
+zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_t n, int *found);
+
+/* Validates the checkpoint in step_dir (every file and checksum), checks
+ * it is of this model, and loads it into the session whatever world size,
+ * stage and precision wrote it; sets s->start_step. Errors:
+ * ZT_ERR_CHECKPOINT naming the file and the problem, ZT_ERR_IO. */
+zt_status run_checkpoint_load(struct run_session *s, const char *step_dir);
+
+/* Reads a checkpoint's full fp32 weights, unpadded, in the flat order,
+ * with only local file access (for `zerotrain export`). *params is owned
+ * by the caller (free). meta receives the checkpoint's metadata. */
+zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta,
+                                      float **params);
+
+#endif
