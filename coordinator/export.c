@@ -46,7 +46,7 @@ static zt_status resolve_step_dir(const char *dir, char *step_dir, size_t n)
 
 zt_status export_run(const char *dir, const char *out, const char *dtype_name, FILE *report)
 {
-    enum zt_dtype dtype;
+    enum zt_dtype dtype = ZT_F32;
     char step_dir[4096];
     struct ckpt_meta meta;
     float *params;

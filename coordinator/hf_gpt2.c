@@ -36,7 +36,7 @@ static const struct {
     const char *ours, *hf;
     int transposed;
 } renames[] = {
-    {"attn.qkv.weight", "attn.c_attn.weight", 1}, {"attn.qkv.bias", "attn.c_attn.bias", 0},
+    {"attn.qkv.weight", "attn.c_attn.weight", 1},  {"attn.qkv.bias", "attn.c_attn.bias", 0},
     {"attn.proj.weight", "attn.c_proj.weight", 1}, {"attn.proj.bias", "attn.c_proj.bias", 0},
     {"mlp.fc.weight", "mlp.c_fc.weight", 1},       {"mlp.fc.bias", "mlp.c_fc.bias", 0},
     {"mlp.proj.weight", "mlp.c_proj.weight", 1},   {"mlp.proj.bias", "mlp.c_proj.bias", 0},
@@ -227,8 +227,8 @@ static const char *keys_text(char *buf, const struct param_table *t, const struc
         if (n_seen > 0 && strcmp(seen[0], key) == 0)
             continue;
         seen[n_seen++] = key;
-        used += (size_t)snprintf(buf + used, KEYS_TEXT - used, "%s%s %d", used ? ", " : "", key,
-                                 value);
+        used +=
+            (size_t)snprintf(buf + used, KEYS_TEXT - used, "%s%s %d", used ? ", " : "", key, value);
     }
     return buf;
 }
@@ -265,6 +265,7 @@ static zt_status find_tensor(const struct hf_gpt2_reader *r, const char *name,
                              const struct safetensors_tensor **got)
 {
     char prefixed[NAME_MAX_LEN + sizeof PREFIX];
+    *got = NULL;
     snprintf(prefixed, sizeof prefixed, "%s%s", PREFIX, name);
     const struct safetensors_tensor *a = safetensors_find(r->st, name);
     const struct safetensors_tensor *b = safetensors_find(r->st, prefixed);
@@ -305,10 +306,10 @@ static zt_status check_tensor(struct hf_gpt2_reader *r, int k)
         return missing_error(r, name, ndim, want);
     if (!shape_matches(got, ndim, want)) {
         char gs[SHAPE_TEXT], ws[SHAPE_TEXT], keys[KEYS_TEXT];
-        return zt_error_set(ZT_ERR_CONFIG, "%s: %.200s has shape %s but the config says %s (expected %s)",
-                            r->path, got->name, shape_text(gs, got->ndim, got->shape),
-                            keys_text(keys, r->t, p, tr, ndim, want, got),
-                            shape_text(ws, ndim, want));
+        return zt_error_set(
+            ZT_ERR_CONFIG, "%s: %.200s has shape %s but the config says %s (expected %s)", r->path,
+            got->name, shape_text(gs, got->ndim, got->shape),
+            keys_text(keys, r->t, p, tr, ndim, want, got), shape_text(ws, ndim, want));
     }
     if (got->dtype != ZT_F32 && got->dtype != ZT_F16 && got->dtype != ZT_BF16 &&
         got->dtype != ZT_F64)
@@ -354,9 +355,8 @@ static zt_status check_extras(const struct hf_gpt2_reader *r)
                                 "%s: tensor %.200s is not part of the model: the file has %d "
                                 "layers but the config says model.n_layer %d",
                                 r->path, s->name, have, r->t->cfg.n_layer);
-        return zt_error_set(ZT_ERR_CONFIG,
-                            "%s: unexpected tensor %.200s: not a parameter of GPT-2", r->path,
-                            s->name);
+        return zt_error_set(ZT_ERR_CONFIG, "%s: unexpected tensor %.200s: not a parameter of GPT-2",
+                            r->path, s->name);
     }
     return ZT_OK;
 }
@@ -369,8 +369,7 @@ static zt_status check_file(struct hf_gpt2_reader *r)
     return ZT_OK;
 }
 
-zt_status hf_gpt2_open(const char *path, const struct param_table *t,
-                       struct hf_gpt2_reader **out)
+zt_status hf_gpt2_open(const char *path, const struct param_table *t, struct hf_gpt2_reader **out)
 {
     *out = NULL;
     struct hf_gpt2_reader *r = calloc(1, sizeof *r);

@@ -79,8 +79,7 @@ struct hf_gpt2_reader;
  * 256, model.n_embd 32 (expected [256, 32])"); ZT_ERR_DATA for an integer
  * tensor or one present under both name forms; ZT_ERR_NOMEM; and those of
  * safetensors_open. */
-zt_status hf_gpt2_open(const char *path, const struct param_table *t,
-                       struct hf_gpt2_reader **out);
+zt_status hf_gpt2_open(const char *path, const struct param_table *t, struct hf_gpt2_reader **out);
 
 /* Reads elements [begin, end) of OUR flat parameter space (any range,
  * across tensors) as fp32 into dst[0 .. end - begin), in our layout. F16
