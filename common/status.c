@@ -63,8 +63,8 @@ void zt_error_trace_push(const char *file, int line)
 {
     size_t used = strlen(error_trace);
     if (used + 2 < sizeof error_trace)
-        snprintf(error_trace + used, sizeof error_trace - used, "%s%s:%d", used ? " <- " : "",
-                 file, line);
+        snprintf(error_trace + used, sizeof error_trace - used, "%s%s:%d", used ? " <- " : "", file,
+                 line);
 }
 
 void zt_error_clear(void)

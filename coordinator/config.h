@@ -28,15 +28,20 @@
 
 #include "../common/status.h"
 
-enum zt_sched_type { ZT_SCHED_NONE, ZT_SCHED_WARMUP_LR, ZT_SCHED_WARMUP_DECAY_LR, ZT_SCHED_WARMUP_COSINE_LR };
+enum zt_sched_type {
+    ZT_SCHED_NONE,
+    ZT_SCHED_WARMUP_LR,
+    ZT_SCHED_WARMUP_DECAY_LR,
+    ZT_SCHED_WARMUP_COSINE_LR
+};
 enum zt_warmup_type { ZT_WARMUP_LOG, ZT_WARMUP_LINEAR };
 
 struct zt_config {
     char *source; /* path of the file loaded */
 
     struct {
-        int vocab_size; /* default 256 (byte tokenizer) */
-        int block_size; /* max sequence length, default 128 */
+        int vocab_size;              /* default 256 (byte tokenizer) */
+        int block_size;              /* max sequence length, default 128 */
         int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
         char *init_from; /* NULL: random init; else a Hugging Face GPT-2 .safetensors file */
     } model;
@@ -47,67 +52,67 @@ struct zt_config {
         char **val; /* optional, same forms; NULL/0 when absent */
         int n_val;
         double val_fraction; /* held-out tail of train when val is absent, default 0.1, [0, 0.5] */
-        int seq_len; /* default block_size; must be <= block_size */
+        int seq_len;         /* default block_size; must be <= block_size */
     } data;
 
     struct {
-        long steps; /* optimizer steps, default 100 */
-        uint64_t seed; /* default 1234 */
+        long steps;         /* optimizer steps, default 100 */
+        uint64_t seed;      /* default 1234 */
         long eval_interval; /* steps between evaluations, 0 = only at the end; default 0 */
-        long eval_batches; /* micro batches per evaluation, 0 = the whole val set; default 0 */
-        char *output_dir; /* default "runs/latest" */
-        char *resume; /* "auto" (default), "never", or a checkpoint path */
+        long eval_batches;  /* micro batches per evaluation, 0 = the whole val set; default 0 */
+        char *output_dir;   /* default "runs/latest" */
+        char *resume;       /* "auto" (default), "never", or a checkpoint path */
     } run;
 
     struct {
-        char *dir; /* NULL: no checkpoints */
+        char *dir;  /* NULL: no checkpoints */
         long every; /* save every N steps; 0: only at the end and on preemption */
-        int keep; /* complete checkpoints kept, default 2 */
+        int keep;   /* complete checkpoints kept, default 2 */
     } checkpoint;
 
     struct {
-        char *backend; /* "auto" (default), "mpi", "nccl" */
+        char *backend;                    /* "auto" (default), "mpi", "nccl" */
         char *reduce_scatter, *allgather; /* MPI algorithms: "auto" (default), "native", "ring" */
     } comm;
 
     int train_micro_batch_size_per_gpu; /* default 1 */
-    int gradient_accumulation_steps; /* default 1 */
-    long train_batch_size; /* 0 = not given; else must equal micro*accum*world */
-    double gradient_clipping; /* 0 = off; default 1.0 */
-    long steps_per_print; /* default 10 */
+    int gradient_accumulation_steps;    /* default 1 */
+    long train_batch_size;              /* 0 = not given; else must equal micro*accum*world */
+    double gradient_clipping;           /* 0 = off; default 1.0 */
+    long steps_per_print;               /* default 10 */
 
     struct {
-        char *type; /* "AdamW" (also accepted: "Adam" with weight_decay as AdamW's) */
-        double lr; /* default 1e-3 */
+        char *type;          /* "AdamW" (also accepted: "Adam" with weight_decay as AdamW's) */
+        double lr;           /* default 1e-3 */
         double beta1, beta2; /* betas, default [0.9, 0.999] */
-        double eps; /* default 1e-8 */
+        double eps;          /* default 1e-8 */
         double weight_decay; /* default 0.01 */
     } optimizer;
 
     struct {
-        enum zt_sched_type type; /* default NONE: constant lr */
-        double warmup_min_lr; /* WarmupLR/WarmupDecayLR, default 0 */
-        double warmup_max_lr; /* default optimizer.lr */
-        long warmup_num_steps; /* default 1000 as in DeepSpeed */
+        enum zt_sched_type type;         /* default NONE: constant lr */
+        double warmup_min_lr;            /* WarmupLR/WarmupDecayLR, default 0 */
+        double warmup_max_lr;            /* default optimizer.lr */
+        long warmup_num_steps;           /* default 1000 as in DeepSpeed */
         enum zt_warmup_type warmup_type; /* default log, as in DeepSpeed */
-        long total_num_steps; /* WarmupDecayLR/WarmupCosineLR; default run.steps */
-        double warmup_min_ratio; /* WarmupCosineLR, default 0 */
-        double cos_min_ratio; /* WarmupCosineLR, default 1e-4 */
+        long total_num_steps;            /* WarmupDecayLR/WarmupCosineLR; default run.steps */
+        double warmup_min_ratio;         /* WarmupCosineLR, default 0 */
+        double cos_min_ratio;            /* WarmupCosineLR, default 1e-4 */
     } scheduler;
 
     struct {
-        int stage; /* 0..3 */
-        long reduce_bucket_size; /* elements, default 5e8 as in DeepSpeed */
+        int stage;                 /* 0..3 */
+        long reduce_bucket_size;   /* elements, default 5e8 as in DeepSpeed */
         int stage3_prefetch_depth; /* default 1 */
     } zero;
 
     struct {
         int enabled;
-        double loss_scale; /* 0 = dynamic (default) */
+        double loss_scale;       /* 0 = dynamic (default) */
         int initial_scale_power; /* dynamic: start at 2^this, default 16 */
-        int loss_scale_window; /* clean steps before the scale doubles, default 1000 */
-        int hysteresis; /* overflows tolerated before the scale halves, default 2 */
-        double min_loss_scale; /* default 1 */
+        int loss_scale_window;   /* clean steps before the scale doubles, default 1000 */
+        int hysteresis;          /* overflows tolerated before the scale halves, default 2 */
+        double min_loss_scale;   /* default 1 */
     } fp16;
     struct {
         int enabled;
@@ -128,8 +133,8 @@ struct config_override {
  * that does not depend on the world size. On success *out is filled and must
  * be released with config_free; on failure *out is left zeroed.
  * Errors: ZT_ERR_CONFIG, ZT_ERR_UNSUPPORTED, ZT_ERR_IO (unreadable file). */
-zt_status config_load(const char *path, const struct config_override *overrides,
-                      int n_overrides, struct zt_config *out);
+zt_status config_load(const char *path, const struct config_override *overrides, int n_overrides,
+                      struct zt_config *out);
 
 /* Checks the rules that need the world size (train_batch_size). */
 zt_status config_check_world(const struct zt_config *cfg, int world_size);

@@ -64,8 +64,8 @@ zt_status export_run(const char *dir, const char *out, const char *dtype_name, F
     if (st == ZT_OK)
         st = hf_gpt2_export(&table, params, dtype, out);
     if (st == ZT_OK)
-        fprintf(report, "wrote %s: %zu parameters of step %lld (%s) as %s\n", out,
-                table.n_params, (long long)meta.step, step_dir, dtype_name);
+        fprintf(report, "wrote %s: %zu parameters of step %lld (%s) as %s\n", out, table.n_params,
+                (long long)meta.step, step_dir, dtype_name);
     param_table_free(&table);
     free(params);
     ckpt_meta_free(&meta);

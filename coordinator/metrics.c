@@ -8,8 +8,7 @@ zt_status metrics_open(const char *path, FILE **out)
 {
     *out = fopen(path, "w");
     if (!*out)
-        return zt_error_set(ZT_ERR_IO, "cannot write metrics file %s: %s", path,
-                            strerror(errno));
+        return zt_error_set(ZT_ERR_IO, "cannot write metrics file %s: %s", path, strerror(errno));
     return ZT_OK;
 }
 

@@ -16,8 +16,8 @@
 struct step_record {
     long step; /* 1-based */
     double loss, lr, grad_norm, step_ms, tokens_per_s, gflops;
-    double loss_scale; /* the scale this step's backward used (1 without fp16) */
-    int skipped; /* an fp16 overflow skipped the update */
+    double loss_scale;      /* the scale this step's backward used (1 without fp16) */
+    int skipped;            /* an fp16 overflow skipped the update */
     struct comm_stats comm; /* this step's traffic of this rank */
 };
 

@@ -10,7 +10,7 @@
 
 struct progress {
     FILE *out;
-    int tty; /* out is a terminal */
+    int tty;   /* out is a terminal */
     int drawn; /* a progress line is on screen */
 };
 

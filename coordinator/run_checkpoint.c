@@ -10,6 +10,7 @@
 #include "run_checkpoint.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,19 @@ static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
 
 /* ---- save ----------------------------------------------------------------- */
 
-static zt_status write_sections(struct run_session *s, struct ckpt_shard_writer *w)
+/* Fault injection for the crash-safety test (in the manner of SQLite's
+ * test VFS): ZT_TEST_CRASH_IN_SAVE=R,S kills rank R in the middle of
+ * writing its shard of the checkpoint of step S, as a node failure would. */
+static void crash_if_asked(int rank, long step)
+{
+    const char *spec = getenv("ZT_TEST_CRASH_IN_SAVE");
+    int victim;
+    long at;
+    if (spec && sscanf(spec, "%d,%ld", &victim, &at) == 2 && victim == rank && at == step)
+        raise(SIGKILL);
+}
+
+static zt_status write_sections(struct run_session *s, long step, struct ckpt_shard_writer *w)
 {
     const struct shard_partition *p = &s->engine.part;
     uint64_t count = 0;
@@ -54,7 +67,9 @@ static zt_status write_sections(struct run_session *s, struct ckpt_shard_writer 
     if (!buf)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging buffer");
     zt_status st = ZT_OK;
-    for (int k = 0; k < 3 && st == ZT_OK; k++)
+    for (int k = 0; k < 3 && st == ZT_OK; k++) {
+        if (k == 1)
+            crash_if_asked(s->rank, step);
         for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_owned_range(p, s->rank, u, &lo, &hi);
@@ -64,18 +79,19 @@ static zt_status write_sections(struct run_session *s, struct ckpt_shard_writer 
             if (st == ZT_OK)
                 st = ckpt_shard_writer_write(w, buf, hi - lo);
         }
+    }
     free(buf);
     return st;
 }
 
-static zt_status write_my_shard(struct run_session *s, const char *step_dir,
+static zt_status write_my_shard(struct run_session *s, long step, const char *step_dir,
                                 struct ckpt_file *mine)
 {
     char path[4096];
     struct ckpt_shard_writer *w;
     ZT_TRY(ckpt_shard_path(step_dir, s->rank, path, sizeof path));
     ZT_TRY(ckpt_shard_writer_open(path, s->rank, s->world, &w));
-    zt_status st = write_sections(s, w);
+    zt_status st = write_sections(s, step, w);
     if (st != ZT_OK) {
         ckpt_shard_writer_abort(w);
         return st;
@@ -167,7 +183,7 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
     char name[CKPT_STEP_NAME_MAX];
     ckpt_step_dirname(step, name, sizeof name);
     snprintf(step_dir, sizeof step_dir, "%s/%s", dir, name);
-    ZT_TRY(agree(s, write_my_shard(s, step_dir, &mine)));
+    ZT_TRY(agree(s, write_my_shard(s, step, step_dir, &mine)));
 
     struct ckpt_file *files = s->rank == 0 ? calloc((size_t)s->world, sizeof *files) : NULL;
     st = s->rank == 0 && !files ? zt_error_set(ZT_ERR_NOMEM, "cannot allocate the file table")
@@ -215,7 +231,7 @@ struct old_shards {
     const char *step_dir;
     const struct ckpt_meta *meta;
     struct ckpt_shard **files; /* meta->world entries */
-    uint64_t *prefix; /* [rank * n_units + u]: where unit u starts in rank's sections */
+    uint64_t *prefix;          /* [rank * n_units + u]: where unit u starts in rank's sections */
 };
 
 static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
@@ -270,8 +286,8 @@ static zt_status old_shards_read(struct old_shards *o, int section, int u, uint6
                                 "%s/rank-%05d.bin: no fp32 section '%s' (not a zerotrain "
                                 "training checkpoint of this version)",
                                 o->step_dir, r, section_names[section]);
-        uint64_t first = o->prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] +
-                         (a - share * (uint64_t)r);
+        uint64_t first =
+            o->prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] + (a - share * (uint64_t)r);
         ZT_TRY(ckpt_shard_read(o->files[r], sec, first, end - a, dst));
         dst += end - a;
         a = end;
@@ -292,8 +308,8 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                             "%d, block_size %d, n_layer %d, n_head %d, n_embd %d) than the "
                             "config's (%d, %d, %d, %d, %d)",
                             step_dir, m->vocab_size, m->block_size, m->n_layer, m->n_head,
-                            m->n_embd, c->model.vocab_size, c->model.block_size,
-                            c->model.n_layer, c->model.n_head, c->model.n_embd);
+                            m->n_embd, c->model.vocab_size, c->model.block_size, c->model.n_layer,
+                            c->model.n_head, c->model.n_embd);
     if (m->n_params != s->table.n_params || m->n_units != s->table.n_units)
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s/meta.json: %llu parameters in %d units, the model has %zu in %d",
@@ -301,15 +317,15 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                             s->table.n_params, s->table.n_units);
     for (int u = 0; u < m->n_units; u++)
         if (m->unit_numel[u] != param_table_unit_size(&s->table, u) || m->unit_shard[u] == 0)
-            return zt_error_set(ZT_ERR_CHECKPOINT, "%s/meta.json: unit %d has %llu elements, "
-                                                   "the model's has %zu",
+            return zt_error_set(ZT_ERR_CHECKPOINT,
+                                "%s/meta.json: unit %d has %llu elements, "
+                                "the model's has %zu",
                                 step_dir, u, (unsigned long long)m->unit_numel[u],
                                 param_table_unit_size(&s->table, u));
     return ZT_OK;
 }
 
-static zt_status load_states(struct run_session *s, const char *step_dir,
-                             const struct ckpt_meta *m)
+static zt_status load_states(struct run_session *s, const char *step_dir, const struct ckpt_meta *m)
 {
     struct old_shards o = {0};
     size_t max_unit = 0;
@@ -374,8 +390,7 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir)
 
 /* ---- export ---------------------------------------------------------------- */
 
-zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta,
-                                      float **params)
+zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta, float **params)
 {
     struct old_shards o = {0};
     *params = NULL;
@@ -390,8 +405,9 @@ zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *me
         at += meta->unit_numel[u];
     }
     if (st == ZT_OK && at != meta->n_params)
-        st = zt_error_set(ZT_ERR_CHECKPOINT, "%s/meta.json: units hold %llu elements, n_params "
-                                             "says %llu",
+        st = zt_error_set(ZT_ERR_CHECKPOINT,
+                          "%s/meta.json: units hold %llu elements, n_params "
+                          "says %llu",
                           step_dir, (unsigned long long)at, (unsigned long long)meta->n_params);
     if (o.meta)
         old_shards_close(&o);

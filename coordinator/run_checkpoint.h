@@ -50,7 +50,6 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir);
 /* Reads a checkpoint's full fp32 weights, unpadded, in the flat order,
  * with only local file access (for `zerotrain export`). *params is owned
  * by the caller (free). meta receives the checkpoint's metadata. */
-zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta,
-                                      float **params);
+zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta, float **params);
 
 #endif

@@ -15,8 +15,7 @@
 
 zt_status session_agree(zt_status local, int *print_here)
 {
-    int mine[2] = {zt_status_exit_code(local) * 1000 + (int)local,
-                   local == ZT_OK ? INT_MAX : 0};
+    int mine[2] = {zt_status_exit_code(local) * 1000 + (int)local, local == ZT_OK ? INT_MAX : 0};
     int rank = 0, worst = 0, lowest = INT_MAX;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (local != ZT_OK)
@@ -124,8 +123,8 @@ static zt_status load_data(struct run_session *s, int need_train)
     }
     s->train = all;
     ZT_TRY(sampler_init(&s->sampler, s->train.n, c->data.seq_len, c->run.seed,
-                        c->train_micro_batch_size_per_gpu, c->gradient_accumulation_steps,
-                        s->world, s->rank));
+                        c->train_micro_batch_size_per_gpu, c->gradient_accumulation_steps, s->world,
+                        s->rank));
     s->have_train = 1;
     return ZT_OK;
 }
@@ -149,9 +148,8 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         .precision = session_precision(c),
     };
     if (c->fp16.enabled && c->fp16.loss_scale == 0.0)
-        loss_scaler_init_dynamic(&s->scaler, c->fp16.initial_scale_power,
-                                 c->fp16.loss_scale_window, c->fp16.hysteresis,
-                                 c->fp16.min_loss_scale);
+        loss_scaler_init_dynamic(&s->scaler, c->fp16.initial_scale_power, c->fp16.loss_scale_window,
+                                 c->fp16.hysteresis, c->fp16.min_loss_scale);
     else
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
     ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->dev, &s->engine));
@@ -257,8 +255,7 @@ static zt_status import_weights(struct run_session *s, const char *path)
 
 /* Where the weights come from: a checkpoint (eval --checkpoint, or resuming
  * a training run as run.resume says), else the initial values. Collective. */
-static zt_status restore_weights(struct run_session *s, const struct run_options *o,
-                                 int need_train)
+static zt_status restore_weights(struct run_session *s, const struct run_options *o, int need_train)
 {
     char step_dir[4096];
     int found = 0;

@@ -34,17 +34,17 @@ struct run_options {
     const char *config_path;
     const struct config_override *overrides;
     int n_overrides;
-    const char *metrics_path; /* NULL: <output_dir>/metrics.jsonl */
+    const char *metrics_path;       /* NULL: <output_dir>/metrics.jsonl */
     const char *memory_report_path; /* NULL: none */
-    int dry_run; /* plan memory without training */
+    int dry_run;                    /* plan memory without training */
     int print_partition;
     int quiet; /* no resolved-config echo */
     /* Set asynchronously by main's signal handlers: 1 = checkpoint and stop
      * (SIGTERM, SIGUSR1), 2 = stop without saving (SIGINT). May be NULL. */
     volatile sig_atomic_t *stop_signal;
     const char *checkpoint_path; /* eval --checkpoint DIR: load these weights */
-    int progress; /* enum progress_mode of the console */
-    int profile; /* time every op; print where the step time went */
+    int progress;                /* enum progress_mode of the console */
+    int profile;                 /* time every op; print where the step time went */
 };
 
 struct run_session {
@@ -60,15 +60,15 @@ struct run_session {
     struct loss_scaler scaler; /* fp16: dynamic or fixed; otherwise a fixed 1 */
     struct token_buffer train, val;
     struct sampler sampler;
-    struct gpt2_profile profile; /* filled when options.profile */
-    long start_step; /* optimizer steps already taken (resumed checkpoint) */
+    struct gpt2_profile profile;        /* filled when options.profile */
+    long start_step;                    /* optimizer steps already taken (resumed checkpoint) */
     volatile sig_atomic_t *stop_signal; /* from run_options */
-    int failure_agreed; /* the failure being returned was agreed by every rank */
-    int stop_request; /* agreed among ranks after each step: 0, 1 save+stop, 2 stop */
-    char resumed_from[4096]; /* the checkpoint loaded, "" if none */
+    int failure_agreed;                 /* the failure being returned was agreed by every rank */
+    int stop_request;          /* agreed among ranks after each step: 0, 1 save+stop, 2 stop */
+    char resumed_from[4096];   /* the checkpoint loaded, "" if none */
     int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */
-    int have_train; /* train data and sampler loaded */
-    int failed_here; /* this rank detected the failure (it prints) */
+    int have_train;            /* train data and sampler loaded */
+    int failed_here;           /* this rank detected the failure (it prints) */
 };
 
 /* INIT -> CONFIGURED. `need_train` loads the training data and sampler

@@ -82,8 +82,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     for (int m = 0; m < accum; m++) {
         sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
         ZT_TRY(gpt2_forward(&s->model, &s->engine.hooks, s->inputs, s->targets));
-        ZT_TRY(gpt2_backward(&s->model, &s->engine.hooks,
-                             (float)(r->loss_scale / (double)accum)));
+        ZT_TRY(gpt2_backward(&s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
         loss_sum += s->model.mean_loss;
     }
     struct adamw_hparams hp = {
@@ -147,8 +146,8 @@ static void print_profile(struct run_session *s, struct train_io *io, double tra
                           double comm_wait)
 {
     double ops = 0.0;
-    progress_log(&io->console, "where the time went (rank 0, %.2f s of training steps):",
-                 train_seconds);
+    progress_log(&io->console,
+                 "where the time went (rank 0, %.2f s of training steps):", train_seconds);
     for (int k = 0; k < PROF_CATEGORY_COUNT; k++) {
         double t = s->profile.seconds[k];
         ops += t;
@@ -224,8 +223,7 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
         double left = elapsed / (double)(done + 1) * (double)(c->run.steps - step - 1);
         if (s->rank == 0) {
             metrics_write_step(io->metrics, &r);
-            if (r.step % c->steps_per_print == 0 || step == s->start_step ||
-                r.step == c->run.steps)
+            if (r.step % c->steps_per_print == 0 || step == s->start_step || r.step == c->run.steps)
                 log_step(s, io, &r, left);
             progress_update(&io->console, r.step, c->run.steps, left);
         }
@@ -271,8 +269,8 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     ZT_TRY(session_plan_baseline(s, &baseline));
     memcpy(r.baseline, baseline.peak, sizeof r.baseline);
     r.baseline_total = baseline.total_peak;
-    r.expected_model_states = memory_expected_model_states(r.stage, s->world, r.n_params,
-                                                           r.bytes_per_param);
+    r.expected_model_states =
+        memory_expected_model_states(r.stage, s->world, r.n_params, r.bytes_per_param);
     ZT_TRY(memory_report_gather(&s->ledger, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {
@@ -315,21 +313,19 @@ zt_status train_run(const struct run_options *o, int *print_here)
         shard_partition_print(&s.engine.part, &s.table, stdout);
     st = session_agree(open_outputs(&s, o, &io), print_here);
     if (st == ZT_OK && o->dry_run)
-        st = session_agree(session_plan_step(&s.model, &s.engine,
-                                             s.cfg.gradient_accumulation_steps),
-                           print_here);
+        st = session_agree(
+            session_plan_step(&s.model, &s.engine, s.cfg.gradient_accumulation_steps), print_here);
     if (st == ZT_OK && !o->dry_run) {
         s.state = RUN_RUNNING;
         if (s.rank == 0 && s.resumed_from[0])
-            progress_log(&io.console, "resumed from %s at step %ld", s.resumed_from,
-                         s.start_step);
+            progress_log(&io.console, "resumed from %s at step %ld", s.resumed_from, s.start_step);
         if (s.rank == 0)
             progress_log(&io.console,
                          "training %zu parameters on %d rank(s), stage %d, %ld steps of %d x %d "
                          "x %d sequences of %d tokens",
                          s.table.n_params, s.world, s.cfg.zero.stage, s.cfg.run.steps,
-                         s.cfg.train_micro_batch_size_per_gpu,
-                         s.cfg.gradient_accumulation_steps, s.world, s.cfg.data.seq_len);
+                         s.cfg.train_micro_batch_size_per_gpu, s.cfg.gradient_accumulation_steps,
+                         s.world, s.cfg.data.seq_len);
         st = train_loop(&s, &io);
         abort_if_peers_may_block(&s, st);
         st = session_agree(st, print_here);

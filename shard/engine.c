@@ -90,8 +90,8 @@ static zt_status alloc_states(struct shard_engine *e)
     void *p;
     ZT_TRY(alloc_state(e, LEDGER_PARAMS, (stage < 3 ? full : shard) * e->esz, "parameters",
                        &e->params));
-    ZT_TRY(alloc_state(e, LEDGER_GRADS, (stage < 2 ? full : shard) * e->esz, "gradients",
-                       &e->grads));
+    ZT_TRY(
+        alloc_state(e, LEDGER_GRADS, (stage < 2 ? full : shard) * e->esz, "gradients", &e->grads));
     if (is_16bit(e)) {
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
         e->master = p;
@@ -102,8 +102,6 @@ static zt_status alloc_states(struct shard_engine *e)
     e->v = p;
     return ZT_OK;
 }
-
-
 
 /* Copies fp32 values into a working-precision device buffer through a
  * host staging buffer (device memory is not host memory on a GPU). */
@@ -126,8 +124,8 @@ static zt_status init_params(struct shard_engine *e)
         max_unit = e->part.units[u].numel > max_unit ? e->part.units[u].numel : max_unit;
     float *host = malloc(max_unit * sizeof(float));
     void *staging = malloc(max_unit * sizeof(float));
-    zt_status st = host && staging ? ZT_OK
-                                   : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging");
+    zt_status st =
+        host && staging ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging");
     for (int u = 0; u < t->n_units && st == ZT_OK; u++) {
         const struct shard_unit *su = &e->part.units[u];
         size_t lo, hi;
@@ -140,8 +138,8 @@ static zt_status init_params(struct shard_engine *e)
         if (st != ZT_OK || !is_16bit(e))
             continue;
         if (e->cfg.stage == 0)
-            st = ops->copy_from_host(e->master + su->padded_offset, host,
-                                     su->numel * sizeof(float));
+            st =
+                ops->copy_from_host(e->master + su->padded_offset, host, su->numel * sizeof(float));
         else if (hi > lo)
             st = ops->copy_from_host(e->master + su->shard_offset, host + lo,
                                      (hi - lo) * sizeof(float));
@@ -247,8 +245,8 @@ static zt_status start_reduce(struct shard_engine *e, int unit)
     struct shard_reduce *r = &e->reduces[e->n_reduces];
     void *recv;
     ZT_ASSERT(e->n_reduces < e->table->n_units);
-    ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), "a reduced shard",
-                        &recv));
+    ZT_TRY(
+        device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), "a reduced shard", &recv));
     *r = (struct shard_reduce){unit, recv, NULL};
     e->n_reduces++;
     if (!e->plan)
@@ -344,8 +342,7 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
     }
     ZT_TRY(open_view(e, unit, "a unit's fp32 parameters", &e->param_view[unit]));
     if (!e->plan)
-        precision_to_f32(e->cfg.precision, src, e->param_view[unit],
-                         e->part.units[unit].padded);
+        precision_to_f32(e->cfg.precision, src, e->param_view[unit], e->part.units[unit].padded);
     *params = e->param_view[unit];
     return ZT_OK;
 }
@@ -362,8 +359,8 @@ static zt_status hook_params_release(void *ctx, int unit)
 static zt_status open_unit_grads(struct shard_engine *e, int unit)
 {
     if (!e->unit_grads[unit])
-        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, unit),
-                            "a unit's gradients", &e->unit_grads[unit]));
+        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, unit), "a unit's gradients",
+                            &e->unit_grads[unit]));
     return ZT_OK;
 }
 
@@ -384,8 +381,8 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
      * stages 2-3 start each micro step from zero (the view is zeroed). */
     ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
     if (e->cfg.stage < 2 && !e->plan)
-        precision_to_f32(e->cfg.precision, at(e, e->grads, su->padded_offset),
-                         e->grad_view[unit], su->padded);
+        precision_to_f32(e->cfg.precision, at(e, e->grads, su->padded_offset), e->grad_view[unit],
+                         su->padded);
     *grads = e->grad_view[unit];
     return ZT_OK;
 }
@@ -635,8 +632,8 @@ zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, do
     out->grad_norm = 0.0;
     out->skipped = 0;
     if (e->cfg.stage == 1) {
-        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total,
-                            "reduced grad shards", &shards));
+        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, "reduced grad shards",
+                            &shards));
         g = shards;
     }
     zt_status st = ZT_OK;

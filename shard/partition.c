@@ -3,8 +3,7 @@
 
 #include "shard.h"
 
-zt_status shard_partition_build(const struct param_table *t, int world,
-                                struct shard_partition *out)
+zt_status shard_partition_build(const struct param_table *t, int world, struct shard_partition *out)
 {
     ZT_ASSERT(world >= 1);
     out->world = world;

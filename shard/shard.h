@@ -51,20 +51,20 @@
 #define ZT_SHARD_ALIGN 16
 
 struct shard_unit {
-    size_t offset; /* first element of the unit in the flat space */
-    size_t numel; /* real elements */
-    size_t padded; /* numel rounded up to a multiple of world * ZT_SHARD_ALIGN */
-    size_t shard; /* padded / world: what each rank owns */
+    size_t offset;        /* first element of the unit in the flat space */
+    size_t numel;         /* real elements */
+    size_t padded;        /* numel rounded up to a multiple of world * ZT_SHARD_ALIGN */
+    size_t shard;         /* padded / world: what each rank owns */
     size_t padded_offset; /* where the unit starts in a full padded buffer */
-    size_t shard_offset; /* where the rank's shard starts in a sharded buffer */
+    size_t shard_offset;  /* where the rank's shard starts in a sharded buffer */
 };
 
 struct shard_partition {
     int world;
     int n_units;
     struct shard_unit *units; /* owned */
-    size_t padded_total; /* sum of padded unit sizes: a full buffer */
-    size_t shard_total; /* sum of unit shards: elements one rank owns */
+    size_t padded_total;      /* sum of padded unit sizes: a full buffer */
+    size_t shard_total;       /* sum of unit shards: elements one rank owns */
 };
 
 /* Builds the partition of `t` over `world` ranks. Errors: ZT_ERR_NOMEM. */
@@ -75,13 +75,13 @@ void shard_partition_free(struct shard_partition *p);
 void shard_partition_print(const struct shard_partition *p, const struct param_table *t, FILE *f);
 
 struct shard_engine_config {
-    int stage; /* 0..3 */
+    int stage;       /* 0..3 */
     int world, rank; /* the partition's; a plan may differ from the comm's */
-    double clip; /* global-norm clipping threshold, 0 = off */
+    double clip;     /* global-norm clipping threshold, 0 = off */
     uint64_t seed;
     size_t reduce_bucket_size; /* stages 2-3: elements per gradient bucket, >= 1 */
-    int prefetch_depth; /* stage 3: units gathered ahead, >= 0 */
-    enum zt_dtype precision; /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
+    int prefetch_depth;        /* stage 3: units gathered ahead, >= 0 */
+    enum zt_dtype precision;   /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
 };
 
 #define SHARD_MAX_ALLOCS 8
@@ -98,18 +98,18 @@ struct shard_reduce; /* stage-2/3 gradient reductions in flight */
 struct shard_engine {
     struct shard_engine_config cfg;
     const struct param_table *table; /* not owned */
-    struct comm *comm; /* not owned; NULL for a plan */
-    struct device *dev; /* not owned */
+    struct comm *comm;               /* not owned; NULL for a plan */
+    struct device *dev;              /* not owned */
     struct shard_partition part;
     int plan; /* the device is plan-only: count, never compute or communicate */
 
     /* Persistent model states (see the stage table above). Params and grads
      * hold `esz`-byte elements of cfg.precision; master and moments fp32. */
     size_t esz;
-    void *params; /* stages 0-2: full padded; stage 3: shards */
-    void *grads; /* stages 0-1: full padded; stages 2-3: shards */
+    void *params;  /* stages 0-2: full padded; stage 3: shards */
+    void *grads;   /* stages 0-1: full padded; stages 2-3: shards */
     float *master; /* 16-bit only: stage 0 full padded, else shards; fp32: NULL */
-    float *m, *v; /* AdamW moments: stage 0 full padded, else shards */
+    float *m, *v;  /* AdamW moments: stage 0 full padded, else shards */
     struct shard_alloc allocs[SHARD_MAX_ALLOCS]; /* every persistent allocation */
     int n_allocs;
 
@@ -131,7 +131,7 @@ struct shard_engine {
     /* 16-bit: the fp32 views the model computes with, per unit (workspace). */
     float **param_view, **grad_view;
 
-    long updates; /* optimizer steps taken */
+    long updates;                 /* optimizer steps taken */
     struct gpt2_unit_hooks hooks; /* what the model borrows through */
 };
 
@@ -145,7 +145,7 @@ void shard_engine_destroy(struct shard_engine *e);
 
 struct shard_step_result {
     double grad_norm; /* of the unscaled, averaged gradients, before clipping */
-    int skipped; /* an overflow skipped the step (only with skip_on_overflow) */
+    int skipped;      /* an overflow skipped the step (only with skip_on_overflow) */
 };
 
 /* Reduces the accumulated gradients as the stage requires, averages them
@@ -166,8 +166,8 @@ zt_status shard_engine_full_params(struct shard_engine *e, float *dst);
 
 /* Optimizer state of the rank, for checkpoints and imported weights. */
 enum shard_state {
-    SHARD_STATE_MASTER, /* fp32 weights the optimizer updates (the params under fp32) */
-    SHARD_STATE_EXP_AVG, /* AdamW m */
+    SHARD_STATE_MASTER,     /* fp32 weights the optimizer updates (the params under fp32) */
+    SHARD_STATE_EXP_AVG,    /* AdamW m */
     SHARD_STATE_EXP_AVG_SQ, /* AdamW v */
 };
 

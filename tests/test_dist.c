@@ -15,7 +15,7 @@
 #include "worker/ops.h"
 
 #define MAX_SETS 8
-#define STEPS 20
+#define STEPS    20
 
 static zt_status open_micro(struct run_session *s, const char *const *sets, int n_sets)
 {
@@ -50,8 +50,7 @@ static void train_losses(const char *const *sets, int n_sets, int steps, double 
     memcpy(root, mine, n * sizeof(float));
     MPI_Bcast(root, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
     ck_assert_msg(memcmp(root, mine, n * sizeof(float)) == 0,
-                  "rank %d parameters differ from rank 0's (stage %d)", s.rank,
-                  s.cfg.zero.stage);
+                  "rank %d parameters differ from rank 0's (stage %d)", s.rank, s.cfg.zero.stage);
     /* The parameters moved: equal parameters would be trivial otherwise. */
     float *init = malloc(n * sizeof(float));
     gpt2_init_params(&s.table, s.cfg.run.seed, 0, n, init);
@@ -69,9 +68,8 @@ static void assert_same_curve(const double *a, const double *b, int n, const cha
                       "%s: step %d loss %.9g vs stage 0's %.9g", what, i + 1, b[i], a[i]);
 }
 
-static const char *const stage_sets[4] = {
-    "zero_optimization.stage=0", "zero_optimization.stage=1", "zero_optimization.stage=2",
-    "zero_optimization.stage=3"};
+static const char *const stage_sets[4] = {"zero_optimization.stage=0", "zero_optimization.stage=1",
+                                          "zero_optimization.stage=2", "zero_optimization.stage=3"};
 
 START_TEST(stages_train_the_same_model)
 {
@@ -143,8 +141,8 @@ START_TEST(every_stage_precision_and_checkpointing)
                 const double tol = p == 0 ? 1e-5 * ref[0] : 0.05;
                 for (int i = 0; i < 3 && !(stage == 0 && !p && !ck); i++)
                     ck_assert_msg(isfinite(got[i]) && fabs(got[i] - ref[i]) < tol,
-                                  "stage %d precision %d ckpt %d step %d: %g vs fp32 %g", stage,
-                                  p, ck, i, got[i], ref[i]);
+                                  "stage %d precision %d ckpt %d step %d: %g vs fp32 %g", stage, p,
+                                  ck, i, got[i], ref[i]);
             }
 }
 END_TEST
@@ -181,8 +179,8 @@ END_TEST
  * on every rank, the scale falls, then training proceeds. */
 START_TEST(fp16_too_high_initial_scale_recovers)
 {
-    const char *sets[] = {"fp16.enabled=true", "fp16.initial_scale_power=40",
-                          "fp16.hysteresis=2", "zero_optimization.stage=2"};
+    const char *sets[] = {"fp16.enabled=true", "fp16.initial_scale_power=40", "fp16.hysteresis=2",
+                          "zero_optimization.stage=2"};
     struct run_session s;
     ck_assert_int_eq(open_micro(&s, sets, 4), ZT_OK);
     int skipped = 0, first_clean = -1;
@@ -308,10 +306,9 @@ START_TEST(model_states_follow_the_zero_formulas)
              * embeddings), the unit being computed and the one reducing,
              * and their reduced shards */
             uint64_t bound = p->units[0].padded * 4 + 2 * max_unit + 3 * max_unit / s.world;
-            ck_assert_msg(l->peak[LEDGER_COMM_BUFFERS] <= bound,
-                          "stage %d comm_buffers peak %llu > %llu", stage,
-                          (unsigned long long)l->peak[LEDGER_COMM_BUFFERS],
-                          (unsigned long long)bound);
+            ck_assert_msg(
+                l->peak[LEDGER_COMM_BUFFERS] <= bound, "stage %d comm_buffers peak %llu > %llu",
+                stage, (unsigned long long)l->peak[LEDGER_COMM_BUFFERS], (unsigned long long)bound);
         }
         ck_assert_uint_eq(l->current[LEDGER_GATHERED_PARAMS], 0);
         ck_assert_uint_eq(l->current[LEDGER_COMM_BUFFERS], 0);
@@ -340,9 +337,9 @@ START_TEST(sixteen_bit_model_states_follow_the_zero_formulas)
         const double psi = (double)s.table.n_params, N = s.world;
         const double formula[4] = {16 * psi, 4 * psi + 12 * psi / N, 2 * psi + 14 * psi / N,
                                    16 * psi / N};
-        double measured = (double)(l->peak[LEDGER_PARAMS] + l->peak[LEDGER_GRADS] +
-                                   l->peak[LEDGER_MASTER_PARAMS] +
-                                   l->peak[LEDGER_OPTIMIZER_STATES]);
+        double measured =
+            (double)(l->peak[LEDGER_PARAMS] + l->peak[LEDGER_GRADS] +
+                     l->peak[LEDGER_MASTER_PARAMS] + l->peak[LEDGER_OPTIMIZER_STATES]);
         double padding = 16.0 * (double)(p->padded_total - s.table.n_params);
         ck_assert_msg(measured >= formula[stage] - 1e-6 &&
                           measured <= formula[stage] + padding + 1e-6,
@@ -370,8 +367,8 @@ START_TEST(prefetch_depth_bounds_the_gathered_units)
         }
         uint64_t peak = s.ledger.peak[LEDGER_GATHERED_PARAMS];
         ck_assert_msg(peak <= (uint64_t)(depth + 1) * max_unit,
-                      "depth %d: gathered peak %llu > %d units", depth,
-                      (unsigned long long)peak, depth + 1);
+                      "depth %d: gathered peak %llu > %d units", depth, (unsigned long long)peak,
+                      depth + 1);
         if (depth == 0)
             ck_assert_uint_eq(peak, max_unit);
         else
@@ -411,8 +408,7 @@ START_TEST(plan_matches_a_real_step)
         for (int k = 0; k < LEDGER_CATEGORY_COUNT; k++)
             ck_assert_msg(plan.peak[k] == s.ledger.peak[k], "stage %d %s: plan %llu, real %llu",
                           stage, ledger_category_name((enum ledger_category)k),
-                          (unsigned long long)plan.peak[k],
-                          (unsigned long long)s.ledger.peak[k]);
+                          (unsigned long long)plan.peak[k], (unsigned long long)s.ledger.peak[k]);
         ck_assert_uint_eq(plan.total_peak, s.ledger.total_peak);
         gpt2_destroy(&model);
         shard_engine_destroy(&engine);

@@ -163,9 +163,9 @@ static void fixture_open(struct model_fixture *fx)
     ck_assert_int_eq((int)fx->table.n_params, fx->ref.n_params);
     ledger_init(&fx->ledger, 0);
     ck_assert_int_eq(device_open("cpu", &fx->ledger, &fx->dev), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&fx->table, ops_cpu_backend(), &fx->dev, fx->ref.B, fx->ref.T, 0,
-                                 &fx->model),
-                     ZT_OK);
+    ck_assert_int_eq(
+        gpt2_create(&fx->table, ops_cpu_backend(), &fx->dev, fx->ref.B, fx->ref.T, 0, &fx->model),
+        ZT_OK);
     fx->state = (struct flat_state){.t = &fx->table,
                                     .params = fx->ref.params,
                                     .grads = calloc(fx->table.n_params, sizeof(float))};
@@ -229,7 +229,8 @@ START_TEST(backward_accumulates_with_scale)
         ck_assert_int_eq(gpt2_backward(&fx.model, &fx.hooks, 0.5f), ZT_OK);
     }
     for (size_t i = 0; i < n; i++)
-        ck_assert_msg(fabs(fx.state.grads[i] - fx.ref.grads[i]) <= 1e-4 * (fabs(fx.ref.grads[i]) + 1e-2),
+        ck_assert_msg(fabs(fx.state.grads[i] - fx.ref.grads[i]) <=
+                          1e-4 * (fabs(fx.ref.grads[i]) + 1e-2),
                       "element %zu: two half-scaled backwards give %g, one full %g", i,
                       fx.state.grads[i], fx.ref.grads[i]);
     fixture_close(&fx);
@@ -242,8 +243,8 @@ START_TEST(adamw_trajectory_matches_pytorch)
     fixture_open(&fx);
     size_t n = fx.table.n_params;
     float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
-    struct adamw_hparams hp = {fx.ref.lr, fx.ref.beta1, fx.ref.beta2, fx.ref.eps,
-                               fx.ref.weight_decay, 0};
+    struct adamw_hparams hp = {fx.ref.lr,  fx.ref.beta1,        fx.ref.beta2,
+                               fx.ref.eps, fx.ref.weight_decay, 0};
     for (int step = 0; step < fx.ref.n_steps; step++) {
         memset(fx.state.grads, 0, n * sizeof(float));
         ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);
@@ -315,9 +316,8 @@ START_TEST(activation_checkpointing_is_bit_identical)
         struct ledger l;
         struct device d;
         struct gpt2 cm;
-        struct flat_state cs = {.t = &fx.table,
-                                .params = fx.ref.params,
-                                .grads = calloc(n, sizeof(float))};
+        struct flat_state cs = {
+            .t = &fx.table, .params = fx.ref.params, .grads = calloc(n, sizeof(float))};
         struct gpt2_unit_hooks ch = flat_hooks(&cs);
         ledger_init(&l, 0);
         ck_assert_int_eq(device_open("cpu", &l, &d), ZT_OK);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int testutil_run_suite(Suite *s, int is_mpi)
@@ -30,18 +31,20 @@ int testutil_run_suite(Suite *s, int is_mpi)
     return failed ? 1 : 0;
 }
 
+#define SLOT_BYTES 8192
+
 static char *slot(void)
 {
-    static char bufs[8][4096];
+    static char bufs[16][SLOT_BYTES];
     static int next;
-    return bufs[next++ % 8];
+    return bufs[next++ % 16];
 }
 
 const char *testutil_source_path(const char *rel)
 {
     const char *root = getenv("ZT_SOURCE_DIR");
     char *b = slot();
-    snprintf(b, 4096, "%s/%s", root ? root : ".", rel);
+    snprintf(b, SLOT_BYTES, "%s/%s", root ? root : ".", rel);
     return b;
 }
 
@@ -49,7 +52,7 @@ const char *testutil_tmpdir(const char *tag)
 {
     const char *t = getenv("TMPDIR");
     char *b = slot();
-    snprintf(b, 4096, "%s/zt-%s-XXXXXX", t ? t : "/tmp", tag);
+    snprintf(b, SLOT_BYTES, "%s/zt-%s-XXXXXX", t ? t : "/tmp", tag);
     if (!mkdtemp(b)) {
         perror("mkdtemp");
         abort();
@@ -59,20 +62,18 @@ const char *testutil_tmpdir(const char *tag)
 
 const char *testutil_path_in(const char *dir, const char *name)
 {
-    static char bufs[8][4096];
-    static int next;
-    char *b = bufs[next++ % 8];
-    int len = snprintf(b, 4096, "%s/%s", dir, name);
-    ck_assert(len > 0 && len < 4096);
+    char *b = slot();
+    int len = snprintf(b, SLOT_BYTES, "%s/%s", dir, name);
+    ck_assert(len > 0 && len < SLOT_BYTES);
     return b;
 }
 
 const char *testutil_fmt(const char *f, ...)
 {
-    static char buf[8192];
+    char *buf = slot();
     va_list ap;
     va_start(ap, f);
-    vsnprintf(buf, sizeof buf, f, ap);
+    vsnprintf(buf, SLOT_BYTES, f, ap);
     va_end(ap);
     return buf;
 }
@@ -111,4 +112,58 @@ uint64_t testutil_get_le(const unsigned char *p, int nbytes)
     for (int i = 0; i < nbytes; i++)
         v |= (uint64_t)p[i] << (8 * i);
     return v;
+}
+
+int testutil_run(const char *log, const char *fmt, ...)
+{
+    char cmd[8192], full[9000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "%s >%s 2>&1", cmd, log);
+    int st = system(full);
+    ck_assert_msg(st != -1 && WIFEXITED(st), "command did not exit: %s", cmd);
+    return WEXITSTATUS(st);
+}
+
+const char *testutil_slurp(const char *path)
+{
+    static char buf[1 << 20];
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot read %s", path);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+int testutil_count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+int testutil_read_losses(const char *path, double *loss, int cap)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no metrics file %s", path);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        const char *p = strstr(line, "\"loss\": ");
+        if (p && !strstr(line, "val_loss"))
+            loss[n++] = strtod(p + 8, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+const char *testutil_binary(void)
+{
+    const char *b = getenv("ZT_BINARY");
+    ck_assert_msg(b != NULL, "ZT_BINARY not set (run through ctest)");
+    return b;
 }

@@ -14,18 +14,17 @@ int testutil_run_suite(Suite *s, int is_mpi);
 
 /* Absolute path of a file in the source tree ("configs/tiny.yaml"), from the
  * ZT_SOURCE_DIR environment variable that CTest sets. Static buffer per call
- * slot: valid until the 8th next call. */
+ * slot; the source path, tmpdir, path_in and fmt helpers share one ring of
+ * 16 such buffers, so a result is valid until the 16th next call of any. */
 const char *testutil_source_path(const char *rel);
 
 /* A fresh empty directory under $TMPDIR (or /tmp); static buffer as above. */
 const char *testutil_tmpdir(const char *tag);
 
-/* "DIR/NAME" in a static buffer of its own ring: valid until the 8th next
- * call. Fails the test if it does not fit in 4096 bytes. */
+/* "DIR/NAME" in a static buffer; fails the test if it does not fit. */
 const char *testutil_path_in(const char *dir, const char *name);
 
-/* printf into a static buffer (valid until the next call): the expected
- * text of an error message. */
+/* printf into a static buffer. */
 const char *testutil_fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
 
 /* Creates or replaces path with exactly n bytes; fails the test otherwise. */
@@ -39,5 +38,22 @@ unsigned char *testutil_read_file(const char *path, size_t *n);
  * written out here so that format checks do not trust the modules' own. */
 void testutil_put_le(unsigned char *p, uint64_t v, int nbytes);
 uint64_t testutil_get_le(const unsigned char *p, int nbytes);
+
+/* Runs a shell command with stdout and stderr to the file `log`; returns
+ * its exit status (a test failure if it did not exit normally). */
+int testutil_run(const char *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Contents of a text file as a string (static buffer, 1 MiB). */
+const char *testutil_slurp(const char *path);
+
+/* How many times needle occurs in hay. */
+int testutil_count(const char *hay, const char *needle);
+
+/* The "loss" of every step record of a metrics file, at most cap; returns
+ * how many. */
+int testutil_read_losses(const char *path, double *loss, int cap);
+
+/* The zerotrain binary (ZT_BINARY, set by CTest). */
+const char *testutil_binary(void);
 
 #endif

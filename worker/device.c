@@ -53,8 +53,8 @@ zt_status device_alloc(struct device *d, enum ledger_category cat, size_t bytes,
     if (!d->ledger->plan_only && bytes > 0) {
         ZT_TRY(d->ops->alloc(bytes, out));
         if (!*out)
-            return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu bytes for %s on %s", bytes,
-                                what, d->ops->name);
+            return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu bytes for %s on %s", bytes, what,
+                                d->ops->name);
         zt_status s = d->ops->memset_zero(*out, bytes);
         if (s != ZT_OK) {
             d->ops->free(*out);

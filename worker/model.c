@@ -36,10 +36,10 @@ struct tensor_spec {
 
 /* Per-block tensors in their flat order; rows/cols are multiples of C. */
 static const struct tensor_spec block_specs[] = {
-    {"ln_1.weight", 1, 0},    {"ln_1.bias", 1, 0},     {"attn.qkv.weight", 3, 1},
-    {"attn.qkv.bias", 3, 0},  {"attn.proj.weight", 1, 1}, {"attn.proj.bias", 1, 0},
-    {"ln_2.weight", 1, 0},    {"ln_2.bias", 1, 0},     {"mlp.fc.weight", 4, 1},
-    {"mlp.fc.bias", 4, 0},    {"mlp.proj.weight", 1, 4}, {"mlp.proj.bias", 1, 0},
+    {"ln_1.weight", 1, 0},   {"ln_1.bias", 1, 0},        {"attn.qkv.weight", 3, 1},
+    {"attn.qkv.bias", 3, 0}, {"attn.proj.weight", 1, 1}, {"attn.proj.bias", 1, 0},
+    {"ln_2.weight", 1, 0},   {"ln_2.bias", 1, 0},        {"mlp.fc.weight", 4, 1},
+    {"mlp.fc.bias", 4, 0},   {"mlp.proj.weight", 1, 4},  {"mlp.proj.bias", 1, 0},
 };
 #define N_BLOCK_TENSORS ((int)(sizeof block_specs / sizeof block_specs[0]))
 
@@ -49,7 +49,20 @@ static int block_tensor(int l, int k)
     return 2 + l * N_BLOCK_TENSORS + k;
 }
 
-enum { T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_PROJW, T_PROJB, T_LN2W, T_LN2B, T_FCW, T_FCB, T_FCPW, T_FCPB };
+enum {
+    T_LN1W,
+    T_LN1B,
+    T_QKVW,
+    T_QKVB,
+    T_PROJW,
+    T_PROJB,
+    T_LN2W,
+    T_LN2B,
+    T_FCW,
+    T_FCB,
+    T_FCPW,
+    T_FCPB
+};
 
 static void add_tensor(struct param_table *t, const char *name, int rows, int cols, int unit,
                        size_t *offset)
@@ -188,9 +201,9 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
  * shared buffer during the backward. */
 struct act_layout {
     size_t encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses;
-    size_t outputs0; /* L outputs of B*T*C floats each */
+    size_t outputs0;                 /* L outputs of B*T*C floats each */
     size_t internals0, layer_stride; /* kept internals, one stride per kept layer */
-    size_t recompute; /* one stride for checkpointed layers (if any) */
+    size_t recompute;                /* one stride for checkpointed layers (if any) */
     size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch,
         fch_gelu; /* offsets inside a layer's internals */
     size_t total;
@@ -382,18 +395,25 @@ static void block_forward(struct gpt2 *m, int l, const float *w, const float *x,
     const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T, m->ckpt_every);
     const int BT = m->B * m->T, C = t->cfg.n_embd, NH = t->cfg.n_head;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
-    TIMED(m, PROF_LAYERNORM, ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x, P(T_LN1W),
-                           P(T_LN1B), BT, C));
-    TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
-    TIMED(m, PROF_ATTENTION, ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->B, m->T, C, NH));
+    TIMED(m, PROF_LAYERNORM,
+          ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
+                                 P(T_LN1W), P(T_LN1B), BT, C));
+    TIMED(m, PROF_MATMUL,
+          ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
+    TIMED(m, PROF_ATTENTION,
+          ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->B, m->T, C, NH));
     /* attn projection output is staged in res2 then the residual added in place */
-    TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
+    TIMED(m, PROF_MATMUL,
+          ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
     TIMED(m, PROF_RESIDUAL, ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
-    TIMED(m, PROF_LAYERNORM, ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd, layer + a.res2,
-                           P(T_LN2W), P(T_LN2B), BT, C));
-    TIMED(m, PROF_MATMUL, ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
+    TIMED(m, PROF_LAYERNORM,
+          ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
+                                 layer + a.res2, P(T_LN2W), P(T_LN2B), BT, C));
+    TIMED(m, PROF_MATMUL,
+          ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
     TIMED(m, PROF_GELU, ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
-    TIMED(m, PROF_MATMUL, ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
+    TIMED(m, PROF_MATMUL,
+          ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
     TIMED(m, PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
 }
@@ -416,8 +436,9 @@ zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const in
     ZT_TRY(h->pass_begin(h->ctx, GPT2_PASS_FORWARD));
 
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
-    TIMED(m, PROF_ENCODER, m->ops->encoder_forward(acts + a.encoded, m->inputs, tensor_in(t, 0, w), tensor_in(t, 1, w), B,
-                            T, C));
+    TIMED(m, PROF_ENCODER,
+          m->ops->encoder_forward(acts + a.encoded, m->inputs, tensor_in(t, 0, w),
+                                  tensor_in(t, 1, w), B, T, C));
     ZT_TRY(h->params_release(h->ctx, 0));
 
     for (int l = 0; l < L; l++) {
@@ -430,15 +451,19 @@ zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const in
 
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
-    TIMED(m, PROF_LAYERNORM, m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
-                              tensor_in(t, k_lnf, w), tensor_in(t, k_lnf + 1, w), BT, C));
+    TIMED(m, PROF_LAYERNORM,
+          m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
+                                    tensor_in(t, k_lnf, w), tensor_in(t, k_lnf + 1, w), BT, C));
     ZT_TRY(h->params_release(h->ctx, L + 1));
 
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
-    TIMED(m, PROF_MATMUL, m->ops->matmul_forward(acts + a.logits, acts + a.lnf, tensor_in(t, 0, w), NULL, BT, C, V));
+    TIMED(
+        m, PROF_MATMUL,
+        m->ops->matmul_forward(acts + a.logits, acts + a.lnf, tensor_in(t, 0, w), NULL, BT, C, V));
     ZT_TRY(h->params_release(h->ctx, 0));
-    TIMED(m, PROF_CROSSENTROPY, m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits, m->targets, BT,
-                                 V));
+    TIMED(m, PROF_CROSSENTROPY,
+          m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits, m->targets,
+                                       BT, V));
     ZT_TRY(h->pass_end(h->ctx, GPT2_PASS_FORWARD));
 
     float *losses = malloc(tok_bytes);
@@ -476,26 +501,34 @@ static void block_backward(struct gpt2 *m, int l, const float *w, float *g, cons
 #define G(k) grad_in(t, block_tensor(l, k), g)
     /* dres holds d loss / d res3 on entry and d loss / d x on exit. */
     zero(m, sc + s.dfch_gelu, (size_t)BT * 4 * C);
-    TIMED(m, PROF_MATMUL, ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres, layer + a.fch_gelu,
-                         P(T_FCPW), BT, 4 * C, C));
+    TIMED(m, PROF_MATMUL,
+          ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres, layer + a.fch_gelu,
+                               P(T_FCPW), BT, 4 * C, C));
     zero(m, sc + s.dfch, (size_t)BT * 4 * C);
-    TIMED(m, PROF_GELU, ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
+    TIMED(m, PROF_GELU,
+          ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
     zero(m, sc + s.dln, (size_t)BT * C);
-    TIMED(m, PROF_MATMUL, ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2, P(T_FCW), BT,
-                         C, 4 * C));
-    TIMED(m, PROF_LAYERNORM, ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2, P(T_LN2W),
-                            layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
+    TIMED(m, PROF_MATMUL,
+          ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2, P(T_FCW),
+                               BT, C, 4 * C));
+    TIMED(m, PROF_LAYERNORM,
+          ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2, P(T_LN2W),
+                                  layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
     zero(m, sc + s.datty, (size_t)BT * C);
-    TIMED(m, PROF_MATMUL, ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty, P(T_PROJW),
-                         BT, C, C));
+    TIMED(m, PROF_MATMUL,
+          ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty,
+                               P(T_PROJW), BT, C, C));
     zero(m, sc + s.dqkv, (size_t)BT * 3 * C);
-    TIMED(m, PROF_ATTENTION, ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv, layer + a.att,
-                            B, T, C, NH));
+    TIMED(m, PROF_ATTENTION,
+          ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
+                                  layer + a.att, B, T, C, NH));
     zero(m, sc + s.dln, (size_t)BT * C);
-    TIMED(m, PROF_MATMUL, ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1, P(T_QKVW),
-                         BT, C, 3 * C));
-    TIMED(m, PROF_LAYERNORM, ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
-                            layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
+    TIMED(m, PROF_MATMUL,
+          ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
+                               P(T_QKVW), BT, C, 3 * C));
+    TIMED(m, PROF_LAYERNORM,
+          ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
+                                  layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
 #undef P
 #undef G
 }
@@ -518,22 +551,25 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
     /* The head: logits are no longer needed, their buffer takes dlogits. */
     float *dlogits = acts + a.logits;
     zero(m, dlogits, (size_t)BT * V);
-    TIMED(m, PROF_CROSSENTROPY, m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets, grad_scale / (float)BT, BT,
-                                  V));
+    TIMED(m, PROF_CROSSENTROPY,
+          m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets, grad_scale / (float)BT,
+                                        BT, V));
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
     ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
     zero(m, sc + s.dln, (size_t)BT * C);
-    TIMED(m, PROF_MATMUL, m->ops->matmul_backward(sc + s.dln, grad_in(t, 0, g0), NULL, dlogits, acts + a.lnf,
-                            tensor_in(t, 0, w), BT, C, V));
+    TIMED(m, PROF_MATMUL,
+          m->ops->matmul_backward(sc + s.dln, grad_in(t, 0, g0), NULL, dlogits, acts + a.lnf,
+                                  tensor_in(t, 0, w), BT, C, V));
     ZT_TRY(h->params_release(h->ctx, 0));
 
     const float *x_last = layer_output(m, &a, L - 1);
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
     ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
     zero(m, dres, (size_t)BT * C);
-    TIMED(m, PROF_LAYERNORM, m->ops->layernorm_backward(dres, grad_in(t, k_lnf, g), grad_in(t, k_lnf + 1, g), sc + s.dln,
-                               x_last, tensor_in(t, k_lnf, w), acts + a.lnf_mean,
-                               acts + a.lnf_rstd, BT, C));
+    TIMED(m, PROF_LAYERNORM,
+          m->ops->layernorm_backward(dres, grad_in(t, k_lnf, g), grad_in(t, k_lnf + 1, g),
+                                     sc + s.dln, x_last, tensor_in(t, k_lnf, w), acts + a.lnf_mean,
+                                     acts + a.lnf_rstd, BT, C));
     ZT_TRY(h->params_release(h->ctx, L + 1));
     ZT_TRY(h->grads_done(h->ctx, L + 1));
 
@@ -552,7 +588,8 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
         ZT_TRY(h->grads_done(h->ctx, 1 + l));
     }
 
-    TIMED(m, PROF_ENCODER, m->ops->encoder_backward(grad_in(t, 0, g0), grad_in(t, 1, g0), dres, m->inputs, B, T, C));
+    TIMED(m, PROF_ENCODER,
+          m->ops->encoder_backward(grad_in(t, 0, g0), grad_in(t, 1, g0), dres, m->inputs, B, T, C));
     ZT_TRY(h->grads_done(h->ctx, 0));
     ZT_TRY(h->pass_end(h->ctx, GPT2_PASS_BACKWARD));
     return ZT_OK;

@@ -37,7 +37,7 @@ struct gpt2_config {
 };
 
 struct param_tensor {
-    char name[48]; /* "h.3.attn.qkv.weight" */
+    char name[48];  /* "h.3.attn.qkv.weight" */
     int rows, cols; /* cols == 1 for vectors */
     size_t offset, numel;
     int unit;
@@ -131,13 +131,13 @@ struct gpt2 {
     int B, T;
     int ckpt_every; /* activation checkpointing: every k-th block, 0 = off */
     size_t act_bytes, scratch_bytes;
-    float *acts; /* owned: all forward activations, one allocation */
-    float *scratch; /* owned: backward scratch, one allocation */
-    int32_t *inputs, *targets; /* owned device copies of the batch */
-    float mean_loss; /* of the last forward with targets */
+    float *acts;                  /* owned: all forward activations, one allocation */
+    float *scratch;               /* owned: backward scratch, one allocation */
+    int32_t *inputs, *targets;    /* owned device copies of the batch */
+    float mean_loss;              /* of the last forward with targets */
     struct gpt2_profile *profile; /* not owned; NULL: no timing */
-    int plan; /* plan-only device: walk the hooks, compute nothing */
-    int n_allocated; /* how many of acts, scratch, inputs exist (for destroy) */
+    int plan;                     /* plan-only device: walk the hooks, compute nothing */
+    int n_allocated;              /* how many of acts, scratch, inputs exist (for destroy) */
 };
 
 /* Allocates activations for micro batch B x T on `dev`. Activation

@@ -93,8 +93,8 @@ void loss_scaler_init_static(struct loss_scaler *s, double scale)
     s->min_scale = scale;
 }
 
-void loss_scaler_init_dynamic(struct loss_scaler *s, int initial_power, int window,
-                              int hysteresis, double min_scale)
+void loss_scaler_init_dynamic(struct loss_scaler *s, int initial_power, int window, int hysteresis,
+                              double min_scale)
 {
     memset(s, 0, sizeof *s);
     s->dynamic = 1;

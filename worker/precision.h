@@ -30,8 +30,8 @@ const char *precision_name(enum zt_dtype t);
 /* fp16 dynamic loss scaling with DeepSpeed's rules: an overflow skips the
  * step; the first `hysteresis` - 1 overflows only use up the hysteresis,
  * every later one halves the scale (DeepSpeed does not re-arm it), never
- * below min_scale; after `window` clean steps in a row the scale doubles. A static scaler (fixed scale, or bf16/fp32 with scale 1)
- * never changes. */
+ * below min_scale; after `window` clean steps in a row the scale doubles. A static scaler (fixed
+ * scale, or bf16/fp32 with scale 1) never changes. */
 struct loss_scaler {
     int dynamic;
     double scale, min_scale;
@@ -40,8 +40,8 @@ struct loss_scaler {
 };
 
 void loss_scaler_init_static(struct loss_scaler *s, double scale);
-void loss_scaler_init_dynamic(struct loss_scaler *s, int initial_power, int window,
-                              int hysteresis, double min_scale);
+void loss_scaler_init_dynamic(struct loss_scaler *s, int initial_power, int window, int hysteresis,
+                              double min_scale);
 /* Records the outcome of a step (overflow: the step was skipped). */
 void loss_scaler_update(struct loss_scaler *s, int overflow);
 
