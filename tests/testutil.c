@@ -32,12 +32,23 @@ int testutil_run_suite(Suite *s, int is_mpi)
 }
 
 #define SLOT_BYTES 8192
+#define RING 16
+
+/* Three rings of static buffers, so that a helper's result survives many
+ * calls of the others: one for source paths and temporary folders, one for
+ * path_in, one for fmt. */
+enum ring_kind { RING_PATHS, RING_PATH_IN, RING_FMT };
+
+static char *ring_slot(enum ring_kind k)
+{
+    static char bufs[3][RING][SLOT_BYTES];
+    static int next[3];
+    return bufs[k][next[k]++ % RING];
+}
 
 static char *slot(void)
 {
-    static char bufs[16][SLOT_BYTES];
-    static int next;
-    return bufs[next++ % 16];
+    return ring_slot(RING_PATHS);
 }
 
 const char *testutil_source_path(const char *rel)
@@ -62,7 +73,7 @@ const char *testutil_tmpdir(const char *tag)
 
 const char *testutil_path_in(const char *dir, const char *name)
 {
-    char *b = slot();
+    char *b = ring_slot(RING_PATH_IN);
     int len = snprintf(b, SLOT_BYTES, "%s/%s", dir, name);
     ck_assert(len > 0 && len < SLOT_BYTES);
     return b;
@@ -70,7 +81,7 @@ const char *testutil_path_in(const char *dir, const char *name)
 
 const char *testutil_fmt(const char *f, ...)
 {
-    char *buf = slot();
+    char *buf = ring_slot(RING_FMT);
     va_list ap;
     va_start(ap, f);
     vsnprintf(buf, SLOT_BYTES, f, ap);

@@ -14,17 +14,19 @@ int testutil_run_suite(Suite *s, int is_mpi);
 
 /* Absolute path of a file in the source tree ("configs/tiny.yaml"), from the
  * ZT_SOURCE_DIR environment variable that CTest sets. Static buffer per call
- * slot; the source path, tmpdir, path_in and fmt helpers share one ring of
- * 16 such buffers, so a result is valid until the 16th next call of any. */
+ * slot of a ring of 16 shared with testutil_tmpdir: valid until the 16th
+ * next call of either. */
 const char *testutil_source_path(const char *rel);
 
 /* A fresh empty directory under $TMPDIR (or /tmp); static buffer as above. */
 const char *testutil_tmpdir(const char *tag);
 
-/* "DIR/NAME" in a static buffer; fails the test if it does not fit. */
+/* "DIR/NAME" in a static buffer of its own ring of 16; fails the test if it
+ * does not fit. */
 const char *testutil_path_in(const char *dir, const char *name);
 
-/* printf into a static buffer. */
+/* printf into a static buffer of its own ring of 16: valid until the 16th
+ * next call. */
 const char *testutil_fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
 
 /* Creates or replaces path with exactly n bytes; fails the test otherwise. */
