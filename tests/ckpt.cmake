@@ -7,5 +7,4 @@
 set(CKPT_SOURCES checkpoint_shard.c checkpoint_meta.c checkpoint_json.c checkpoint_dir.c)
 list(TRANSFORM CKPT_SOURCES PREPEND ${PROJECT_SOURCE_DIR}/coordinator/)
 zt_test(test_checkpoint SOURCES test_checkpoint.c ${CKPT_SOURCES} LIBS zt_common)
-target_link_options(test_checkpoint PRIVATE
-  "LINKER:--wrap=malloc" "LINKER:--wrap=calloc" "LINKER:--wrap=realloc")
+zt_wrap_alloc(test_checkpoint)

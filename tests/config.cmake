@@ -5,6 +5,5 @@
 # in a shared library and are not affected.
 zt_test(test_config SOURCES test_config.c ../coordinator/config.c ../coordinator/config_schema.c
   ../coordinator/yaml_tree.c LIBS zt_common PkgConfig::YAML)
-target_link_options(test_config PRIVATE
-  "LINKER:--wrap=malloc" "LINKER:--wrap=calloc" "LINKER:--wrap=realloc")
+zt_wrap_alloc(test_config)
 zt_test(test_schedule SOURCES test_schedule.c ../worker/schedule.c LIBS zt_common)

@@ -28,38 +28,11 @@
 
 #include "../common/half.h"
 #include "../coordinator/checkpoint.h"
+#include "fault_alloc.h"
 #include "testutil.h"
 
 /* ---- allocation fault injection ---- */
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t n);
-
-static long fail_countdown; /* > 0: the allocation that brings it to 0 fails */
-
-static int alloc_fails(void)
-{
-    return fail_countdown > 0 && --fail_countdown == 0;
-}
-
-void *__wrap_malloc(size_t n)
-{
-    return alloc_fails() ? NULL : __real_malloc(n);
-}
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-    return alloc_fails() ? NULL : __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t n)
-{
-    return alloc_fails() ? NULL : __real_realloc(p, n);
-}
 
 /* ---- helpers ---- */
 
@@ -1512,10 +1485,9 @@ static long alloc_loop(zt_status (*op)(void *), void *arg)
 {
     long n;
     for (n = 1; n < 100000; n++) {
-        fail_countdown = n;
+        fault_alloc_arm(n);
         zt_status st = op(arg);
-        long left = fail_countdown;
-        fail_countdown = 0;
+        long left = fault_alloc_disarm();
         if (st == ZT_OK) {
             ck_assert_int_gt(left, 0); /* succeeded because nothing failed */
             return n;

@@ -15,38 +15,11 @@
 
 #include "../coordinator/config.h"
 #include "../coordinator/yaml_tree.h"
+#include "fault_alloc.h"
 #include "testutil.h"
 
 /* ---- allocation fault injection ------------------------------------------- */
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t size);
-void *__wrap_realloc(void *p, size_t n);
-
-static long fail_countdown; /* > 0: the allocation that brings it to 0 fails */
-
-static int alloc_fails(void)
-{
-    return fail_countdown > 0 && --fail_countdown == 0;
-}
-
-void *__wrap_malloc(size_t n)
-{
-    return alloc_fails() ? NULL : __real_malloc(n);
-}
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-    return alloc_fails() ? NULL : __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t n)
-{
-    return alloc_fails() ? NULL : __real_realloc(p, n);
-}
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -994,10 +967,9 @@ START_TEST(test_allocation_failures)
     long n;
     for (n = 1; n < 100000; n++) {
         struct zt_config c;
-        fail_countdown = n;
+        fault_alloc_arm(n);
         zt_status s = config_load(path, ov, 1, &c);
-        long left = fail_countdown;
-        fail_countdown = 0;
+        long left = fault_alloc_disarm();
         if (s == ZT_OK) {
             ck_assert_int_gt(left, 0); /* succeeded because nothing failed */
             config_free(&c);
@@ -1012,10 +984,9 @@ START_TEST(test_allocation_failures)
     /* The same for an override that fails on its own: NOMEM or its error. */
     for (n = 1; n < 100000; n++) {
         struct zt_config c;
-        fail_countdown = n;
+        fault_alloc_arm(n);
         zt_status s = config_load(path, ov, 2, &c);
-        long left = fail_countdown;
-        fail_countdown = 0;
+        long left = fault_alloc_disarm();
         if ((s != ZT_ERR_NOMEM && s != ZT_ERR_CONFIG) || !is_zeroed(&c))
             ck_abort_msg("allocation %ld: %s: %s", n, zt_status_str(s), zt_error_message());
         if (s == ZT_ERR_CONFIG) {
