@@ -38,13 +38,22 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
                             "data.val_fraction",
                             windows, T + 1, B);
 
+    /* Under stage 3 every forward gathers parameters with all ranks, so
+     * every rank runs the same number of forwards: a rank without a batch
+     * of its own in the last round repeats batch 0 and does not count it. */
+    const size_t world = (size_t)s->world;
+    const size_t rounds = s->cfg.zero.stage == 3 ? (batches + world - 1) / world
+                                                 : (batches + world - 1 - (size_t)s->rank) / world;
     double sums[2] = {0.0, 0.0}; /* loss * tokens, tokens */
     zt_status st = ZT_OK;
-    for (size_t j = (size_t)s->rank; j < batches && st == ZT_OK; j += (size_t)s->world) {
-        fill_eval_batch(&s->val, T, B, j, s->inputs, s->targets);
+    for (size_t i = 0; i < rounds && st == ZT_OK; i++) {
+        const size_t j = (size_t)s->rank + i * world;
+        fill_eval_batch(&s->val, T, B, j < batches ? j : 0, s->inputs, s->targets);
         st = gpt2_forward(&s->model, &s->engine.hooks, s->inputs, s->targets);
-        sums[0] += (double)s->model.mean_loss * B * T;
-        sums[1] += (double)B * T;
+        if (j < batches) {
+            sums[0] += (double)s->model.mean_loss * B * T;
+            sums[1] += (double)B * T;
+        }
     }
     ZT_TRY(st);
     ZT_TRY(comm_allreduce(s->comm, sums, 2, ZT_F64, COMM_OP_SUM));

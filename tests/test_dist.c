@@ -430,6 +430,28 @@ START_TEST(plan_matches_a_real_step)
 }
 END_TEST
 
+/* Evaluation in every stage, with fewer batches than ranks: the same loss
+ * whatever the stage, and no rank waits forever for a gather the others
+ * never join (stage 3 gathers in every forward). */
+START_TEST(evaluation_with_fewer_batches_than_ranks)
+{
+    double ref = 0.0;
+    for (int stage = 0; stage <= 3; stage++) {
+        const char *sets[] = {stage_sets[stage], "run.eval_batches=1"};
+        struct run_session s;
+        ck_assert_int_eq(open_micro(&s, sets, 2), ZT_OK);
+        double loss;
+        uint64_t tokens;
+        ck_assert_int_eq(session_evaluate(&s, &loss, &tokens), ZT_OK);
+        ck_assert_uint_eq(tokens, (uint64_t)s.model.B * s.model.T);
+        if (stage == 0)
+            ref = loss;
+        ck_assert_msg(fabs(loss - ref) <= 1e-6 * ref, "stage %d: %.9g vs %.9g", stage, loss, ref);
+        session_close(&s);
+    }
+}
+END_TEST
+
 START_TEST(bad_config_fails_on_every_rank_printed_once)
 {
     const char *sets[] = {"optimizer.params.lr=-1"};
@@ -476,6 +498,7 @@ int main(void)
     tcase_add_test(tc, sixteen_bit_model_states_follow_the_zero_formulas);
     tcase_add_test(tc, prefetch_depth_bounds_the_gathered_units);
     tcase_add_test(tc, plan_matches_a_real_step);
+    tcase_add_test(tc, evaluation_with_fewer_batches_than_ranks);
     tcase_add_test(tc, bad_config_fails_on_every_rank_printed_once);
     tcase_add_test(tc, failure_on_one_rank_reaches_all);
     suite_add_tcase(s, tc);
