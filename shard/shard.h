@@ -29,6 +29,13 @@
  *      (stage3_prefetch_depth); gradients as in stage 2; the update needs no
  *      allgather.
  *
+ * Where the math runs: the engine's own arithmetic (precision casts, the
+ * gradient norm, AdamW, adding reduced shards) is plain C over the
+ * device's buffers, which are host memory on the CPU backend. A CUDA
+ * backend must run these through device kernels (the ops table) before the
+ * engine can drive GPU memory; the collectives and the allocation plan are
+ * already device-agnostic.
+ *
  * Block life cycle under stage 3 (one gather buffer per scheduled use):
  *
  *   RELEASED --start_gather--> GATHERING --finish_gather--> RESIDENT

@@ -33,7 +33,6 @@
 
 /* ---- allocation fault injection ---- */
 
-
 /* ---- helpers ---- */
 
 #define EXPECT_STATUS(expr, code)                                                                  \

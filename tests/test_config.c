@@ -20,7 +20,6 @@
 
 /* ---- allocation fault injection ------------------------------------------- */
 
-
 /* ---- helpers ---------------------------------------------------------------- */
 
 /* Check's assertions report every pass to the parent process, which is

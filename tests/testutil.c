@@ -32,7 +32,7 @@ int testutil_run_suite(Suite *s, int is_mpi)
 }
 
 #define SLOT_BYTES 8192
-#define RING 16
+#define RING       16
 
 /* Three rings of static buffers, so that a helper's result survives many
  * calls of the others: one for source paths and temporary folders, one for

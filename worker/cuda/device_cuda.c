@@ -12,7 +12,7 @@
     do {                                                                                           \
         cudaError_t cuda_err_ = (call);                                                            \
         if (cuda_err_ != cudaSuccess)                                                              \
-            return zt_error_set(ZT_ERR_DEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,       \
+            return zt_error_set(ZT_ERR_DEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,         \
                                 cudaGetErrorString(cuda_err_));                                    \
     } while (0)
 
