@@ -3,8 +3,9 @@
 # Idempotent and silent when everything is present; works as root or via sudo.
 set -euo pipefail
 
+# procps: pgrep, which the preemption test uses to signal one rank.
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-dev check
-          libopenblas-dev)
+          libopenblas-dev procps)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -148,12 +148,15 @@ START_TEST(every_stage_precision_and_checkpointing)
 END_TEST
 
 /* 200 steps of micro batch 8: bf16 and fp16 track fp32. Once rounding has
- * nudged the weights, the runs follow different but equally good paths,
- * and the per-step losses of such paths differ by 0.01 to 0.12 nats on
- * average (measured at 1 to 4 ranks). The tolerance, 0.15 nats mean
- * absolute difference, is a twentieth of the loss drop over the run (5.5
- * to about 2.6); a broken update (a lost master copy, a wrong unscale)
- * stalls or diverges the curve by well over 0.3. */
+ * nudged the weights the runs follow different but equally good paths (on
+ * this tiny model mostly: leaving the bigram plateau near 3.1 a few tens of
+ * steps earlier or later), and the mean absolute difference of the
+ * per-step losses measured 0.01 to 0.12 nats at 1 to 4 ranks, the 16-bit
+ * run as often ahead as behind. The tolerance, 0.2 nats, sits above that
+ * spread and below what a wrong update costs: the same bf16 run with its
+ * learning rate off by 3x measured 0.26 (by 2x: 0.15, which this test would
+ * not catch; the unscale errors it guards against are loss-scale factors,
+ * 2^16 here). */
 START_TEST(sixteen_bit_curves_track_fp32)
 {
     enum { N = 200 };
@@ -168,7 +171,7 @@ START_TEST(sixteen_bit_curves_track_fp32)
         double diff = 0.0;
         for (int i = 0; i < N; i++)
             diff += fabs(half[i] - fp32[i]) / N;
-        ck_assert_msg(diff < 0.15, "%s: mean |loss - fp32 loss| = %g over %d steps", variants[v],
+        ck_assert_msg(diff < 0.2, "%s: mean |loss - fp32 loss| = %g over %d steps", variants[v],
                       diff, N);
         ck_assert(half[N - 1] < half[0] - 1.5);
     }
