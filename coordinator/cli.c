@@ -226,11 +226,10 @@ static int run_export(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL, *dtype = "fp32";
     for (int i = 0; i < argc; i++) {
-        if ((strcmp(argv[i], "--out") == 0 || strcmp(argv[i], "--dtype") == 0) && i + 1 < argc) {
-            if (argv[i][2] == 'o')
-                out = argv[++i];
-            else
-                dtype = argv[++i];
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out = argv[++i];
+        } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+            dtype = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             usage_error("'%s': unknown option or missing value (see zerotrain help export)",
                         argv[i]);
