@@ -151,6 +151,14 @@ static void print_error(zt_status s)
     fflush(stderr);
 }
 
+/* For the commands without MPI: prints a usage error; returns exit status 2. */
+static int usage_exit(const char *fmt, const char *arg)
+{
+    usage_error(fmt, arg);
+    print_error(ZT_ERR_USAGE);
+    return 2;
+}
+
 /* train and eval: parse, run under MPI, print once, agree on the exit code. */
 static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_atomic_t *stop)
 {
@@ -178,23 +186,17 @@ static int run_prepare(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0) {
             if (i + 1 >= argc) {
-                usage_error("%s needs a value", "--out");
-                print_error(ZT_ERR_USAGE);
-                return 2;
+                return usage_exit("%s needs a value", "--out");
             }
             out = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            usage_error("unknown option '%s' (see zerotrain help prepare)", argv[i]);
-            print_error(ZT_ERR_USAGE);
-            return 2;
+            return usage_exit("unknown option '%s' (see zerotrain help prepare)", argv[i]);
         } else if (n < (int)(sizeof paths / sizeof paths[0])) {
             paths[n++] = argv[i];
         }
     }
     if (!out || n == 0) {
-        usage_error("%s", "prepare needs --out FILE and at least one PATH");
-        print_error(ZT_ERR_USAGE);
-        return 2;
+        return usage_exit("%s", "prepare needs --out FILE and at least one PATH");
     }
     zt_status st = prepare_run(out, paths, n, stdout);
     if (st != ZT_OK)
@@ -231,22 +233,16 @@ static int run_export(int argc, char **argv)
         } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
             dtype = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            usage_error("'%s': unknown option or missing value (see zerotrain help export)",
-                        argv[i]);
-            print_error(ZT_ERR_USAGE);
-            return 2;
+            return usage_exit("'%s': unknown option or missing value (see zerotrain help export)",
+                              argv[i]);
         } else if (!dir) {
             dir = argv[i];
         } else {
-            usage_error("unexpected argument '%s': one CKPT_DIR only", argv[i]);
-            print_error(ZT_ERR_USAGE);
-            return 2;
+            return usage_exit("unexpected argument '%s': one CKPT_DIR only", argv[i]);
         }
     }
     if (!dir || !out) {
-        usage_error("%s", "export needs CKPT_DIR and --out FILE (see zerotrain help export)");
-        print_error(ZT_ERR_USAGE);
-        return 2;
+        return usage_exit("%s", "export needs CKPT_DIR and --out FILE (see zerotrain help export)");
     }
     zt_status st = export_run(dir, out, dtype, stdout);
     if (st != ZT_OK)
