@@ -25,6 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/json.h"
+
+/* meta.json is flat but for two lists of objects: 32 levels leave room for
+ * later fields and still bound the parser's recursion. */
+#define META_MAX_DEPTH 32
+
 enum kind { K_INT, K_I64, K_U64, K_F64 };
 
 static const struct field {
@@ -175,7 +181,7 @@ static zt_status check_writable(const char *path, const struct ckpt_meta *m)
         return zt_error_set(ZT_ERR_USAGE, "%s: the shard file list is missing", path);
     if (!m->config_yaml)
         return zt_error_set(ZT_ERR_USAGE, "%s: the config text is missing", path);
-    size_t len = strlen(m->config_yaml), bad = ckpt_utf8_check(m->config_yaml, len);
+    size_t len = strlen(m->config_yaml), bad = json_utf8_check(m->config_yaml, len);
     if (bad != len)
         return zt_error_set(ZT_ERR_USAGE, "%s: the config text is not valid UTF-8 at byte %zu",
                             path, bad);
@@ -240,24 +246,27 @@ zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
 
 /* The value of obj[key], which must be there with the given type. `where`
  * is the key's full name for messages ("files[2].bytes"). */
-static zt_status need(const char *path, const struct ckpt_json *obj, const char *key,
-                      const char *where, enum ckpt_json_type type, const struct ckpt_json **out)
+static zt_status need(const char *path, const struct json_value *obj, const char *key,
+                      const char *where, enum json_type type, const struct json_value **out)
 {
-    ZT_TRY(ckpt_json_get(path, obj, key, where, out));
+    size_t count;
+    *out = json_object_get(obj, key, &count);
+    if (count > 1)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: duplicate key '%s'", path, where);
     if (!*out)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: missing key '%s'", path, where);
-    if ((*out)->type != type && !(type == CKPT_JSON_REAL && (*out)->type == CKPT_JSON_INT))
+    if ((*out)->type != type && !(type == JSON_REAL && (*out)->type == JSON_INT))
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' must be %s, not %s", path, where,
-                            type == CKPT_JSON_REAL ? "a number" : ckpt_json_type_name(type),
-                            ckpt_json_type_name((*out)->type));
+                            type == JSON_REAL ? "a number" : json_type_name(type),
+                            json_type_name((*out)->type));
     return ZT_OK;
 }
 
-static zt_status need_i64(const char *path, const struct ckpt_json *obj, const char *key,
+static zt_status need_i64(const char *path, const struct json_value *obj, const char *key,
                           const char *where, int64_t min, int64_t max, int64_t *out)
 {
-    const struct ckpt_json *v;
-    ZT_TRY(need(path, obj, key, where, CKPT_JSON_INT, &v));
+    const struct json_value *v;
+    ZT_TRY(need(path, obj, key, where, JSON_INT, &v));
     int in_range = v->negative || v->magnitude <= (uint64_t)INT64_MAX;
     if (v->negative) /* magnitude <= 2^63: the parser guarantees it */
         *out = v->magnitude == (uint64_t)1 << 63 ? INT64_MIN : -(int64_t)v->magnitude;
@@ -271,11 +280,11 @@ static zt_status need_i64(const char *path, const struct ckpt_json *obj, const c
     return ZT_OK;
 }
 
-static zt_status need_u64(const char *path, const struct ckpt_json *obj, const char *key,
+static zt_status need_u64(const char *path, const struct json_value *obj, const char *key,
                           const char *where, uint64_t *out)
 {
-    const struct ckpt_json *v;
-    ZT_TRY(need(path, obj, key, where, CKPT_JSON_INT, &v));
+    const struct json_value *v;
+    ZT_TRY(need(path, obj, key, where, JSON_INT, &v));
     if (v->negative)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' must not be negative", path, where);
     *out = v->magnitude;
@@ -283,11 +292,11 @@ static zt_status need_u64(const char *path, const struct ckpt_json *obj, const c
 }
 
 /* "0x" and 16 hex digits. */
-static zt_status need_hex64(const char *path, const struct ckpt_json *obj, const char *key,
+static zt_status need_hex64(const char *path, const struct json_value *obj, const char *key,
                             const char *where, uint64_t *out)
 {
-    const struct ckpt_json *v;
-    ZT_TRY(need(path, obj, key, where, CKPT_JSON_STRING, &v));
+    const struct json_value *v;
+    ZT_TRY(need(path, obj, key, where, JSON_STRING, &v));
     const char *s = v->str;
     int ok = strlen(s) == 18 && s[0] == '0' && s[1] == 'x';
     uint64_t x = 0;
@@ -304,7 +313,7 @@ static zt_status need_hex64(const char *path, const struct ckpt_json *obj, const
     return ZT_OK;
 }
 
-static zt_status read_field(const char *path, const struct ckpt_json *root, const struct field *f,
+static zt_status read_field(const char *path, const struct json_value *root, const struct field *f,
                             struct ckpt_meta *m)
 {
     char *p = (char *)m + f->off;
@@ -313,8 +322,8 @@ static zt_status read_field(const char *path, const struct ckpt_json *root, cons
         ZT_TRY(need_u64(path, root, f->key, f->key, &v));
         memcpy(p, &v, sizeof v);
     } else if (f->kind == K_F64) {
-        const struct ckpt_json *v;
-        ZT_TRY(need(path, root, f->key, f->key, CKPT_JSON_REAL, &v));
+        const struct json_value *v;
+        ZT_TRY(need(path, root, f->key, f->key, JSON_REAL, &v));
         memcpy(p, &v->real, sizeof v->real);
     } else {
         int64_t v;
@@ -329,7 +338,7 @@ static zt_status read_field(const char *path, const struct ckpt_json *root, cons
     return ZT_OK;
 }
 
-static zt_status read_version(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+static zt_status read_version(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
     int64_t v;
     ZT_TRY(need_i64(path, root, "format_version", "format_version", 0, UINT32_MAX, &v));
@@ -344,16 +353,16 @@ static zt_status read_version(const char *path, const struct ckpt_json *root, st
     return ZT_OK;
 }
 
-static zt_status read_strings(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+static zt_status read_strings(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
-    const struct ckpt_json *v;
-    ZT_TRY(need(path, root, "precision", "precision", CKPT_JSON_STRING, &v));
+    const struct json_value *v;
+    ZT_TRY(need(path, root, "precision", "precision", JSON_STRING, &v));
     if (!precision_known(v->str))
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s: key 'precision' is '%s', expected fp32, bf16 or fp16", path,
                             v->str);
     strcpy(m->precision, v->str);
-    ZT_TRY(need(path, root, "config_yaml", "config_yaml", CKPT_JSON_STRING, &v));
+    ZT_TRY(need(path, root, "config_yaml", "config_yaml", JSON_STRING, &v));
     size_t len = strlen(v->str);
     if (!(m->config_yaml = malloc(len + 1)))
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the config text", path);
@@ -362,23 +371,23 @@ static zt_status read_strings(const char *path, const struct ckpt_json *root, st
 }
 
 /* An array of objects; *out is it, with at most `max` entries. */
-static zt_status need_list(const char *path, const struct ckpt_json *root, const char *key,
-                           size_t max, const struct ckpt_json **out)
+static zt_status need_list(const char *path, const struct json_value *root, const char *key,
+                           size_t max, const struct json_value **out)
 {
-    ZT_TRY(need(path, root, key, key, CKPT_JSON_ARRAY, out));
+    ZT_TRY(need(path, root, key, key, JSON_ARRAY, out));
     if ((*out)->n > max)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' has %zu entries, more than %zu", path,
                             key, (*out)->n, max);
     for (size_t k = 0; k < (*out)->n; k++)
-        if ((*out)->items[k].type != CKPT_JSON_OBJECT)
+        if ((*out)->items[k].type != JSON_OBJECT)
             return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s[%zu]' must be an object, not %s",
-                                path, key, k, ckpt_json_type_name((*out)->items[k].type));
+                                path, key, k, json_type_name((*out)->items[k].type));
     return ZT_OK;
 }
 
-static zt_status read_units(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+static zt_status read_units(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
-    const struct ckpt_json *list;
+    const struct json_value *list;
     ZT_TRY(need_list(path, root, "units", INT_MAX, &list));
     size_t n = list->n;
     m->unit_numel = malloc((n ? n : 1) * sizeof *m->unit_numel);
@@ -397,14 +406,14 @@ static zt_status read_units(const char *path, const struct ckpt_json *root, stru
 }
 
 /* One files[] entry: its name must be rank r's. */
-static zt_status read_file_entry(const char *path, const struct ckpt_json *e, int r,
+static zt_status read_file_entry(const char *path, const struct json_value *e, int r,
                                  struct ckpt_file *f)
 {
     char where[64], name[32];
-    const struct ckpt_json *v;
+    const struct json_value *v;
     snprintf(where, sizeof where, "files[%d].name", r);
     snprintf(name, sizeof name, "rank-%05d.bin", r);
-    ZT_TRY(need(path, e, "name", where, CKPT_JSON_STRING, &v));
+    ZT_TRY(need(path, e, "name", where, JSON_STRING, &v));
     if (strcmp(v->str, name) != 0)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' is '%s', expected '%s'", path, where,
                             v->str, name);
@@ -414,9 +423,9 @@ static zt_status read_file_entry(const char *path, const struct ckpt_json *e, in
     return need_hex64(path, e, "checksum", where, &f->checksum);
 }
 
-static zt_status read_files(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+static zt_status read_files(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
-    const struct ckpt_json *list;
+    const struct json_value *list;
     ZT_TRY(need_list(path, root, "files", INT_MAX, &list));
     if (list->n != (size_t)m->world)
         return zt_error_set(ZT_ERR_CHECKPOINT,
@@ -429,11 +438,11 @@ static zt_status read_files(const char *path, const struct ckpt_json *root, stru
     return ZT_OK;
 }
 
-static zt_status read_tree(const char *path, const struct ckpt_json *root, struct ckpt_meta *m)
+static zt_status read_tree(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
-    if (root->type != CKPT_JSON_OBJECT)
+    if (root->type != JSON_OBJECT)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: the top level must be an object, not %s", path,
-                            ckpt_json_type_name(root->type));
+                            json_type_name(root->type));
     ZT_TRY(read_version(path, root, m));
     for (size_t k = 0; k < N_FIELDS; k++)
         ZT_TRY(read_field(path, root, &fields[k], m));
@@ -448,12 +457,13 @@ zt_status ckpt_meta_read(const char *path, struct ckpt_meta *out)
     char *text;
     size_t len;
     ZT_TRY(ckpt_read_small(path, CKPT_META_MAX_BYTES, &text, &len));
-    struct ckpt_json root;
-    zt_status st = ckpt_json_parse(path, text, len, &root);
+    struct json_value root;
+    const struct json_source src = {path, NULL, ZT_ERR_CHECKPOINT, META_MAX_DEPTH};
+    zt_status st = json_parse(&src, text, len, &root);
     free(text);
     ZT_TRY(st);
     st = read_tree(path, &root, out);
-    ckpt_json_free(&root);
+    json_free(&root);
     if (st != ZT_OK)
         ckpt_meta_free(out);
     return st;

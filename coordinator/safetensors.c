@@ -5,13 +5,14 @@
  * first problem with a message that names it:
  *   1. sizes: the 8-byte length against the file size (from fstat, before
  *      anything is allocated) and the 100 MB limit;
- *   2. the JSON: a recursive-descent parser over the header bytes that
- *      checks every index against the end, limits nesting, validates UTF-8
- *      and decodes escapes. It understands only what the header needs
- *      (objects, arrays, strings, non-negative integers) and skips any
- *      other value, so unknown fields stay harmless. Each tensor entry is
- *      checked as soon as it closes: known dtype, at most 8 dimensions, a
- *      byte size that does not overflow and equals end - begin;
+ *   2. the JSON: the header is parsed into a tree by common/json.h (which
+ *      bounds every access, limits nesting, validates UTF-8, decodes
+ *      escapes and names the byte of a syntax error), then walked member
+ *      by member in text order. Unknown fields of an entry are skipped, so
+ *      they stay harmless; each tensor entry is checked as it is walked:
+ *      known dtype, at most 8 dimensions, a byte size that does not
+ *      overflow and equals end - begin. A value of the wrong kind is named
+ *      by its byte in the header, like a syntax error;
  *   3. the file as a whole: duplicate names (sorted by name, which also
  *      gives safetensors_find its binary search), then the ranges sorted by
  *      offset swept once for overlaps, the data section's size and gaps.
@@ -35,9 +36,10 @@
 
 #include "../common/atomic_file.h"
 #include "../common/half.h"
+#include "../common/json.h"
 
 #define CHUNK_BYTES    16384
-#define MAX_DEPTH      64
+#define MAX_DEPTH      64 /* levels of JSON nesting in the header */
 #define METADATA_KEY   "__metadata__"
 #define SHAPE_TEXT_MAX (SAFETENSORS_MAX_DIMS * 22 + 4)
 
@@ -106,46 +108,12 @@ static void put_le(unsigned char *p, uint64_t v, size_t nbytes)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong
- * forms, no surrogates, nothing above U+10FFFF), or 0 if there is none. */
-static size_t utf8_len(const unsigned char *p, size_t avail)
-{
-    unsigned c = p[0], lo = 0x80, hi = 0xbf;
-    size_t len;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        lo = c == 0xe0 ? 0xa0 : lo;
-        hi = c == 0xed ? 0x9f : hi;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        lo = c == 0xf0 ? 0x90 : lo;
-        hi = c == 0xf4 ? 0x8f : hi;
-    } else {
-        return 0;
-    }
-    if (avail < len || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    return len;
-}
-
+/* Whether a C string is valid UTF-8 (by the rules the header parser
+ * applies), so that what the writer writes reads back. */
 static int utf8_valid(const char *s)
 {
-    const unsigned char *p = (const unsigned char *)s;
     size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        size_t len = utf8_len(p + i, n - i);
-        if (len == 0)
-            return 0;
-        i += len;
-    }
-    return 1;
+    return json_utf8_check(s, n) == n;
 }
 
 /* "[768, 2304]" into buf (SHAPE_TEXT_MAX bytes). */
@@ -211,334 +179,6 @@ static zt_status pread_full(int fd, const char *path, void *buf, size_t n, uint6
     return ZT_OK;
 }
 
-/* ---- the JSON parser ---- */
-
-struct parser {
-    const char *path;
-    const unsigned char *p;
-    size_t n, pos;
-    int depth;
-};
-
-static zt_status json_fail(const struct parser *ps, size_t at, const char *what)
-{
-    return zt_error_set(ZT_ERR_DATA, "%s: header is not valid JSON at byte %zu: %s", ps->path, at,
-                        what);
-}
-
-static void skip_ws(struct parser *ps)
-{
-    while (ps->pos < ps->n) {
-        unsigned char c = ps->p[ps->pos];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
-            break;
-        ps->pos++;
-    }
-}
-
-/* Next non-blank byte, or -1 at the end of the header. */
-static int peek(struct parser *ps)
-{
-    skip_ws(ps);
-    return ps->pos < ps->n ? ps->p[ps->pos] : -1;
-}
-
-static zt_status expect(struct parser *ps, char c, const char *what)
-{
-    if (peek(ps) == (unsigned char)c) {
-        ps->pos++;
-        return ZT_OK;
-    }
-    return json_fail(ps, ps->pos, what);
-}
-
-static int hex4(const unsigned char *p, unsigned *out)
-{
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned c = p[i], d;
-        if (c >= '0' && c <= '9')
-            d = c - '0';
-        else if (c >= 'a' && c <= 'f')
-            d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F')
-            d = c - 'A' + 10;
-        else
-            return 0;
-        v = v * 16 + d;
-    }
-    *out = v;
-    return 1;
-}
-
-static size_t put_utf8(unsigned char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xc0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xe0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xf0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/* Decodes the \u escape at ps->pos (which points at the 'u'), joining a
- * surrogate pair; the code point goes to *cp. */
-static zt_status unicode_escape(struct parser *ps, size_t end, unsigned *cp)
-{
-    size_t at = ps->pos - 1;
-    unsigned hi, lo;
-    if (end - ps->pos < 5 || !hex4(ps->p + ps->pos + 1, &hi))
-        return json_fail(ps, at, "\\u must be followed by 4 hex digits");
-    ps->pos += 5;
-    if (hi >= 0xdc00 && hi <= 0xdfff)
-        return json_fail(ps, at, "unpaired surrogate in \\u escape");
-    if (hi >= 0xd800 && hi <= 0xdbff) {
-        if (end - ps->pos < 6 || ps->p[ps->pos] != '\\' || ps->p[ps->pos + 1] != 'u' ||
-            !hex4(ps->p + ps->pos + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
-            return json_fail(ps, at, "unpaired surrogate in \\u escape");
-        ps->pos += 6;
-        hi = 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00);
-    }
-    if (hi == 0)
-        return json_fail(ps, at, "\\u0000 is not allowed (names are C strings)");
-    *cp = hi;
-    return ZT_OK;
-}
-
-/* Decodes one escape (ps->pos at the byte after the backslash) into o;
- * returns the bytes written through *len. */
-static zt_status escape(struct parser *ps, size_t end, unsigned char *o, size_t *len)
-{
-    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-    unsigned char c = ps->p[ps->pos];
-    const char *m = c ? strchr(from, c) : NULL;
-    if (m) {
-        *o = (unsigned char)to[m - from];
-        *len = 1;
-        ps->pos++;
-        return ZT_OK;
-    }
-    if (c != 'u')
-        return json_fail(ps, ps->pos - 1, "invalid escape in string");
-    unsigned cp = 0;
-    ZT_TRY(unicode_escape(ps, end, &cp));
-    *len = put_utf8(o, cp);
-    return ZT_OK;
-}
-
-/* Decodes the string at ps->pos into out[], which has room for the raw
- * span (escapes never grow); ps->pos ends on the closing quote. */
-static zt_status decode_string(struct parser *ps, size_t end, unsigned char *out, size_t *len)
-{
-    size_t k = 0;
-    while (ps->pos < end) {
-        unsigned char c = ps->p[ps->pos];
-        if (c == '\\') {
-            size_t m = 0;
-            ps->pos++;
-            ZT_TRY(escape(ps, end, out + k, &m));
-            k += m;
-        } else if (c < 0x20) {
-            return json_fail(ps, ps->pos, "control character in string");
-        } else {
-            size_t m = utf8_len(ps->p + ps->pos, end - ps->pos);
-            if (m == 0)
-                return json_fail(ps, ps->pos, "invalid UTF-8 in string");
-            memcpy(out + k, ps->p + ps->pos, m);
-            k += m;
-            ps->pos += m;
-        }
-    }
-    *len = k;
-    return ZT_OK;
-}
-
-/* Parses a string into a new NUL-terminated buffer (*out, caller frees). */
-static zt_status parse_string(struct parser *ps, char **out)
-{
-    *out = NULL;
-    if (peek(ps) != '"')
-        return json_fail(ps, ps->pos, "expected a string");
-    size_t start = ++ps->pos, end = start;
-    while (end < ps->n && ps->p[end] != '"')
-        end += ps->p[end] == '\\' ? 2 : 1;
-    if (end >= ps->n)
-        return json_fail(ps, start - 1, "unterminated string");
-    unsigned char *buf = malloc(end - start + 1);
-    if (!buf)
-        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate a header string of %zu bytes",
-                            ps->path, end - start);
-    size_t len = 0;
-    zt_status st = decode_string(ps, end, buf, &len);
-    if (st != ZT_OK) {
-        free(buf);
-        return st;
-    }
-    ps->pos = end + 1;
-    buf[len] = '\0';
-    *out = (char *)buf;
-    return ZT_OK;
-}
-
-static int is_digit(int c)
-{
-    return c >= '0' && c <= '9';
-}
-
-static zt_status parse_uint(struct parser *ps, uint64_t *out)
-{
-    int c = peek(ps);
-    size_t at = ps->pos;
-    if (!is_digit(c))
-        return json_fail(ps, at, "expected a non-negative integer");
-    uint64_t v = 0;
-    while (ps->pos < ps->n && is_digit(ps->p[ps->pos])) {
-        unsigned d = ps->p[ps->pos] - '0';
-        if (v > (UINT64_MAX - d) / 10)
-            return json_fail(ps, at, "integer does not fit in 64 bits");
-        v = v * 10 + d;
-        ps->pos++;
-    }
-    if (c == '0' && ps->pos - at > 1)
-        return json_fail(ps, at, "leading zero in number");
-    c = ps->pos < ps->n ? ps->p[ps->pos] : -1;
-    if (c == '.' || c == 'e' || c == 'E')
-        return json_fail(ps, at, "expected a non-negative integer");
-    *out = v;
-    return ZT_OK;
-}
-
-static size_t skip_digits(struct parser *ps)
-{
-    size_t start = ps->pos;
-    while (ps->pos < ps->n && is_digit(ps->p[ps->pos]))
-        ps->pos++;
-    return ps->pos - start;
-}
-
-/* Any JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static zt_status skip_number(struct parser *ps)
-{
-    size_t at = ps->pos;
-    if (ps->p[ps->pos] == '-')
-        ps->pos++;
-    size_t int_start = ps->pos, int_len = skip_digits(ps);
-    if (int_len == 0 || (int_len > 1 && ps->p[int_start] == '0'))
-        return json_fail(ps, at, "invalid number");
-    if (ps->pos < ps->n && ps->p[ps->pos] == '.') {
-        ps->pos++;
-        if (skip_digits(ps) == 0)
-            return json_fail(ps, at, "invalid number");
-    }
-    if (ps->pos < ps->n && (ps->p[ps->pos] == 'e' || ps->p[ps->pos] == 'E')) {
-        ps->pos++;
-        if (ps->pos < ps->n && (ps->p[ps->pos] == '+' || ps->p[ps->pos] == '-'))
-            ps->pos++;
-        if (skip_digits(ps) == 0)
-            return json_fail(ps, at, "invalid number");
-    }
-    return ZT_OK;
-}
-
-static zt_status skip_literal(struct parser *ps)
-{
-    static const char *const words[] = {"true", "false", "null"};
-    for (int i = 0; i < 3; i++) {
-        size_t len = strlen(words[i]);
-        if (ps->n - ps->pos >= len && memcmp(ps->p + ps->pos, words[i], len) == 0) {
-            ps->pos += len;
-            return ZT_OK;
-        }
-    }
-    return json_fail(ps, ps->pos, "expected a value");
-}
-
-/* Steps through the members or elements of an open container: *more is 1
- * with ps->pos at the next item (after its key and ':' for an object, the
- * key returned in *key, caller frees), 0 after the closing bracket. A
- * trailing comma fails on the item that should follow it. */
-static zt_status container_next(struct parser *ps, char close, int *first, int *more, char **key)
-{
-    *more = 0;
-    if (peek(ps) == (unsigned char)close) {
-        ps->pos++;
-        ps->depth--;
-        return ZT_OK;
-    }
-    if (!*first)
-        ZT_TRY(expect(ps, ',', close == '}' ? "expected ',' or '}'" : "expected ',' or ']'"));
-    *first = 0;
-    if (key) {
-        ZT_TRY(parse_string(ps, key));
-        zt_status st = expect(ps, ':', "expected ':'");
-        if (st != ZT_OK) {
-            free(*key);
-            *key = NULL;
-            return st;
-        }
-    }
-    *more = 1;
-    return ZT_OK;
-}
-
-static zt_status open_container(struct parser *ps, char open)
-{
-    skip_ws(ps);
-    size_t at = ps->pos;
-    ZT_TRY(expect(ps, open, open == '{' ? "expected '{'" : "expected '['"));
-    if (++ps->depth > MAX_DEPTH)
-        return json_fail(ps, at, "nested deeper than 64 levels");
-    return ZT_OK;
-}
-
-static zt_status skip_value(struct parser *ps);
-
-static zt_status skip_container(struct parser *ps, char open, char close)
-{
-    ZT_TRY(open_container(ps, open));
-    int first = 1, more = 1;
-    while (more) {
-        char *key = NULL;
-        ZT_TRY(container_next(ps, close, &first, &more, open == '{' ? &key : NULL));
-        free(key);
-        if (more)
-            ZT_TRY(skip_value(ps));
-    }
-    return ZT_OK;
-}
-
-static zt_status skip_value(struct parser *ps)
-{
-    int c = peek(ps);
-    if (c == '{' || c == '[')
-        return skip_container(ps, (char)c, c == '{' ? '}' : ']');
-    if (c == '"') {
-        char *s;
-        ZT_TRY(parse_string(ps, &s));
-        free(s);
-        return ZT_OK;
-    }
-    if (c == '-' || is_digit(c))
-        return skip_number(ps);
-    if (c < 0)
-        return json_fail(ps, ps->pos, "expected a value");
-    return skip_literal(ps);
-}
-
 /* ---- reading the header ---- */
 
 /* Makes room for `need` items in an array of `cap` items of `size` bytes. */
@@ -555,8 +195,18 @@ static int grow(void **p, int *cap, int need, size_t size)
     return 1;
 }
 
-/* Appends a tensor called `name` (ownership taken, freed on error). */
-static zt_status push_tensor(struct safetensors *s, char *name)
+/* A value of the wrong kind in the header, named by its byte there. */
+static zt_status wrong_value(const struct safetensors *s, const struct json_value *v,
+                             const char *what, const char *want)
+{
+    const char *got =
+        v->type == JSON_INT && v->negative ? "a negative integer" : json_type_name(v->type);
+    return zt_error_set(ZT_ERR_DATA, "%s: header at byte %zu: %s must be %s, not %s", s->path,
+                        v->pos, what, want, got);
+}
+
+/* Appends a tensor called `name` (copied). */
+static zt_status push_tensor(struct safetensors *s, const char *name)
 {
     int need = s->n_tensors + 1, cap = s->cap_tensors;
     void *t = s->tensors, *r = s->ranges;
@@ -565,53 +215,58 @@ static zt_status push_tensor(struct safetensors *s, char *name)
     cap = s->cap_tensors;
     ok = ok && grow(&r, &cap, need, sizeof *s->ranges);
     s->ranges = r;
-    if (!ok) {
-        free(name);
+    char *copy = ok ? strdup(name) : NULL;
+    if (!copy)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %d tensor entries", s->path, need);
-    }
     s->cap_tensors = cap;
-    s->tensors[s->n_tensors] = (struct safetensors_tensor){.name = name};
+    s->tensors[s->n_tensors] = (struct safetensors_tensor){.name = copy};
     s->ranges[s->n_tensors][0] = s->ranges[s->n_tensors][1] = 0;
     s->n_tensors++;
     return ZT_OK;
 }
 
-/* A JSON array of at most `max` non-negative integers into v[], *n of them. */
-static zt_status parse_uints(struct parser *ps, const char *tname, const char *field, uint64_t *v,
-                             int max, int *n)
+/* A JSON array of at most `max` non-negative integers into out[], *n of
+ * them; entries are checked in text order, so the first bad one is named. */
+static zt_status read_uints(const struct safetensors *s, const char *tname, const char *field,
+                            const struct json_value *v, uint64_t *out, int max, int *n)
 {
-    ZT_TRY(open_container(ps, '['));
-    int first = 1, more = 1;
-    *n = 0;
-    for (;;) {
-        ZT_TRY(container_next(ps, ']', &first, &more, NULL));
-        if (!more)
-            return ZT_OK;
-        if (*n == max)
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%.200s': \"%s\"", tname, field);
+    if (v->type != JSON_ARRAY)
+        return wrong_value(s, v, what, "an array");
+    for (size_t k = 0; k < v->n; k++) {
+        const struct json_value *e = &v->items[k];
+        if (k == (size_t)max)
             return zt_error_set(ZT_ERR_DATA, "%s: tensor '%.200s': %s has more than %d entries",
-                                ps->path, tname, field, max);
-        ZT_TRY(parse_uint(ps, &v[(*n)++]));
+                                s->path, tname, field, max);
+        if (e->type != JSON_INT || e->negative) {
+            snprintf(what, sizeof what, "tensor '%.200s': \"%s\" entry %zu", tname, field, k);
+            return wrong_value(s, e, what, "a non-negative integer");
+        }
+        out[k] = e->magnitude;
     }
+    *n = (int)v->n;
+    return ZT_OK;
 }
 
-static zt_status parse_dtype(struct parser *ps, struct safetensors_tensor *t)
+static zt_status read_dtype(const struct safetensors *s, struct safetensors_tensor *t,
+                            const struct json_value *v)
 {
-    char *name;
-    ZT_TRY(parse_string(ps, &name));
-    int ok = dtype_from_name(name, &t->dtype);
-    zt_status st = ZT_OK;
-    if (!ok)
-        st = zt_error_set(ZT_ERR_DATA, "%s: unknown dtype '%.40s' for tensor '%.200s'", ps->path,
-                          name, t->name);
-    free(name);
-    return st;
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%.200s': \"dtype\"", t->name);
+    if (v->type != JSON_STRING)
+        return wrong_value(s, v, what, "a string");
+    if (!dtype_from_name(v->str, &t->dtype))
+        return zt_error_set(ZT_ERR_DATA, "%s: unknown dtype '%.40s' for tensor '%.200s'", s->path,
+                            v->str, t->name);
+    return ZT_OK;
 }
 
 enum { HAVE_DTYPE = 1, HAVE_SHAPE = 2, HAVE_OFFSETS = 4 };
 
 /* One member of a tensor entry; unknown fields are skipped. */
-static zt_status parse_field(struct parser *ps, struct safetensors *s, int i, const char *field,
-                             unsigned *seen)
+static zt_status read_field(struct safetensors *s, int i, const char *field,
+                            const struct json_value *v, unsigned *seen)
 {
     struct safetensors_tensor *t = &s->tensors[i];
     unsigned bit = strcmp(field, "dtype") == 0          ? HAVE_DTYPE
@@ -623,19 +278,18 @@ static zt_status parse_field(struct parser *ps, struct safetensors *s, int i, co
                             t->name, field);
     *seen |= bit;
     if (bit == HAVE_DTYPE)
-        return parse_dtype(ps, t);
+        return read_dtype(s, t, v);
     if (bit == HAVE_SHAPE)
-        return parse_uints(ps, t->name, "shape", t->shape, SAFETENSORS_MAX_DIMS, &t->ndim);
+        return read_uints(s, t->name, "shape", v, t->shape, SAFETENSORS_MAX_DIMS, &t->ndim);
     if (bit == HAVE_OFFSETS) {
         int n;
-        ZT_TRY(parse_uints(ps, t->name, "data_offsets", s->ranges[i], 2, &n));
+        ZT_TRY(read_uints(s, t->name, "data_offsets", v, s->ranges[i], 2, &n));
         if (n != 2)
             return zt_error_set(ZT_ERR_DATA,
                                 "%s: tensor '%.200s': data_offsets must be [begin, end]", s->path,
                                 t->name);
-        return ZT_OK;
     }
-    return skip_value(ps);
+    return ZT_OK;
 }
 
 /* The checks one entry allows on its own: all fields present, a size that
@@ -664,82 +318,63 @@ static zt_status check_tensor(const struct safetensors *s, int i, unsigned seen)
     return ZT_OK;
 }
 
-static zt_status parse_tensor(struct parser *ps, struct safetensors *s, int i)
+/* The entry of tensor `name` (a member of the header object). */
+static zt_status read_tensor(struct safetensors *s, const char *name, const struct json_value *v)
 {
-    ZT_TRY(open_container(ps, '{'));
-    int first = 1, more = 1;
+    ZT_TRY(push_tensor(s, name));
+    int i = s->n_tensors - 1;
+    char what[220];
+    snprintf(what, sizeof what, "tensor '%.200s'", name);
+    if (v->type != JSON_OBJECT)
+        return wrong_value(s, v, what, "an object");
     unsigned seen = 0;
-    for (;;) {
-        char *field;
-        ZT_TRY(container_next(ps, '}', &first, &more, &field));
-        if (!more)
-            return check_tensor(s, i, seen);
-        zt_status st = parse_field(ps, s, i, field, &seen);
-        free(field);
-        ZT_TRY(st);
-    }
+    for (size_t k = 0; k < v->n; k++)
+        ZT_TRY(read_field(s, i, v->keys[k], &v->items[k], &seen));
+    return check_tensor(s, i, seen);
 }
 
-/* One "key": "value" of __metadata__ (key ownership taken). */
-static zt_status parse_meta_entry(struct parser *ps, struct safetensors *s, char *key)
+/* One "key": "value" of __metadata__, both copied. */
+static zt_status push_meta(struct safetensors *s, const char *key, const struct json_value *v)
 {
-    char *value = NULL;
+    if (v->type != JSON_STRING)
+        return zt_error_set(ZT_ERR_DATA, "%s: __metadata__ value of '%.200s' is not a string",
+                            s->path, key);
     void *arr = s->meta;
-    zt_status st = ZT_OK;
-    if (peek(ps) != '"')
-        st = zt_error_set(ZT_ERR_DATA, "%s: __metadata__ value of '%.200s' is not a string",
-                          s->path, key);
-    else if ((st = parse_string(ps, &value)) == ZT_OK &&
-             !grow(&arr, &s->cap_meta, s->n_meta + 1, sizeof *s->meta))
-        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %d metadata entries", s->path,
-                          s->n_meta + 1);
+    int ok = grow(&arr, &s->cap_meta, s->n_meta + 1, sizeof *s->meta);
     s->meta = arr;
-    if (st != ZT_OK) {
-        free(key);
-        free(value);
-        return st;
+    char *k = ok ? strdup(key) : NULL, *value = k ? strdup(v->str) : NULL;
+    if (!value) {
+        free(k);
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %d metadata entries", s->path,
+                            s->n_meta + 1);
     }
-    s->meta[s->n_meta++] = (struct meta){key, value};
+    s->meta[s->n_meta++] = (struct meta){k, value};
     return ZT_OK;
 }
 
-static zt_status parse_metadata(struct parser *ps, struct safetensors *s)
+static zt_status read_metadata(struct safetensors *s, const struct json_value *v)
 {
     if (s->have_meta)
         return zt_error_set(ZT_ERR_DATA, "%s: __metadata__ given twice", s->path);
     s->have_meta = 1;
-    if (peek(ps) != '{')
+    if (v->type != JSON_OBJECT)
         return zt_error_set(ZT_ERR_DATA, "%s: __metadata__ is not an object", s->path);
-    ZT_TRY(open_container(ps, '{'));
-    int first = 1, more = 1;
-    for (;;) {
-        char *key;
-        ZT_TRY(container_next(ps, '}', &first, &more, &key));
-        if (!more)
-            return ZT_OK;
-        ZT_TRY(parse_meta_entry(ps, s, key));
-    }
+    for (size_t k = 0; k < v->n; k++)
+        ZT_TRY(push_meta(s, v->keys[k], &v->items[k]));
+    return ZT_OK;
 }
 
-static zt_status parse_header(struct parser *ps, struct safetensors *s)
+/* The parsed header, member by member in text order. */
+static zt_status read_header(struct safetensors *s, const struct json_value *root)
 {
-    ZT_TRY(open_container(ps, '{'));
-    int first = 1, more = 1;
-    for (;;) {
-        char *key;
-        ZT_TRY(container_next(ps, '}', &first, &more, &key));
-        if (!more)
-            break;
-        if (strcmp(key, METADATA_KEY) == 0) {
-            free(key);
-            ZT_TRY(parse_metadata(ps, s));
-            continue;
-        }
-        ZT_TRY(push_tensor(s, key));
-        ZT_TRY(parse_tensor(ps, s, s->n_tensors - 1));
+    if (root->type != JSON_OBJECT)
+        return wrong_value(s, root, "the header", "an object");
+    for (size_t k = 0; k < root->n; k++) {
+        if (strcmp(root->keys[k], METADATA_KEY) == 0)
+            ZT_TRY(read_metadata(s, &root->items[k]));
+        else
+            ZT_TRY(read_tensor(s, root->keys[k], &root->items[k]));
     }
-    if (peek(ps) != -1)
-        return json_fail(ps, ps->pos, "unexpected data after the header object");
     return ZT_OK;
 }
 
@@ -870,11 +505,15 @@ static zt_status parse_file_header(struct safetensors *s, uint64_t len)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %llu bytes for the header", s->path,
                             (unsigned long long)len);
     zt_status st = pread_full(s->fd, s->path, buf, (size_t)len, 8);
+    struct json_value root = {0};
     if (st == ZT_OK) {
-        struct parser ps = {s->path, buf, (size_t)len, 0, 0};
-        st = parse_header(&ps, s);
+        const struct json_source src = {s->path, "header", ZT_ERR_DATA, MAX_DEPTH};
+        st = json_parse(&src, (const char *)buf, (size_t)len, &root);
     }
     free(buf);
+    if (st == ZT_OK)
+        st = read_header(s, &root);
+    json_free(&root);
     return st;
 }
 

@@ -749,7 +749,8 @@ START_TEST(test_json_error_position)
     ck_assert_uint_eq(at, 15); /* {"__metadata__": */
     *colon = ';';
     testutil_write_file(path, b, n);
-    expect_open_error(path, ZT_ERR_DATA, "header is not valid JSON at byte 15: expected ':'");
+    expect_open_error(path, ZT_ERR_DATA,
+                      "header is not valid JSON at byte 15: expected ':' after the key");
     free(b);
 }
 END_TEST
@@ -764,60 +765,82 @@ START_TEST(test_json_syntax_errors)
         size_t at;
         const char *what;
     } cases[] = {
-        {"", 0, "expected '{'"},
-        {"  []", 2, "expected '{'"},
-        {"{", 1, "expected a string"},
-        {"{\"x\" {", 5, "expected ':'"},
-        {"{\"x\":" T_OK ",", 54, "expected a string"},
-        {"{\"x\":" T_OK ",}", 54, "expected a string"},
+        {"", 0, "expected a value"},
+        {"{", 1, "expected a string key"},
+        {"{\"x\" {", 5, "expected ':' after the key"},
+        {"{\"x\":" T_OK ",", 54, "expected a string key"},
+        {"{\"x\":" T_OK ",}", 54, "expected a string key"},
         {"{\"x\":" T_OK " \"y\"", 54, "expected ',' or '}'"},
-        {"{\"x\":" T_OK "}x", 54, "unexpected data after the header object"},
-        {"{\"x\":" T_OK "}{}", 54, "unexpected data after the header object"},
+        {"{\"x\":" T_OK "}x", 54, "unexpected text after the value"},
+        {"{\"x\":" T_OK "}{}", 54, "unexpected text after the value"},
         {"{\"x", 1, "unterminated string"},
         {"{\"x\\\"}", 1, "unterminated string"},
-        {"{\"a\\q\":1}", 3, "invalid escape in string"},
+        {"{\"a\\q\":1}", 3, "unknown escape"},
         {"{\"a\\u12\":1}", 3, "\\u must be followed by 4 hex digits"},
         {"{\"a\\u12g4\":1}", 3, "\\u must be followed by 4 hex digits"},
-        {"{\"a\\ud800\":1}", 3, "unpaired surrogate in \\u escape"},
-        {"{\"a\\ud800\\u0041\":1}", 3, "unpaired surrogate in \\u escape"},
-        {"{\"a\\udc00\":1}", 3, "unpaired surrogate in \\u escape"},
-        {"{\"a\\u0000\":1}", 3, "\\u0000 is not allowed (names are C strings)"},
-        {"{\"a\x01\":1}", 3, "control character in string"},
-        {"{\"a\tb\":1}", 3, "control character in string"},
-        {"{\"a\xc3\x28\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"a\xc0\xaf\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"a\xed\xa0\x80\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"a\xe0\x80\xaf\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"a\xf0\x80\x80\xaf\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"a\xe2\x82\x28\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"a\xf4\x90\x80\x80\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"a\xe2\x82\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"a\xff\":1}", 3, "invalid UTF-8 in string"},
-        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[01],", 29, "leading zero in number"},
-        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],", 29, "expected a non-negative integer"},
-        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1.5],", 29, "expected a non-negative integer"},
-        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1e2],", 29, "expected a non-negative integer"},
-        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[\"1\"],", 29, "expected a non-negative integer"},
-        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1,],", 31, "expected a non-negative integer"},
+        {"{\"a\\ud800\":1}", 3, "unpaired surrogate in a \\u escape"},
+        {"{\"a\\ud800\\u0041\":1}", 3, "unpaired surrogate in a \\u escape"},
+        {"{\"a\\udc00\":1}", 3, "unpaired surrogate in a \\u escape"},
+        {"{\"a\\u0000\":1}", 3, "\\u0000 is not allowed in a string"},
+        {"{\"a\x01\":1}", 3, "control character in a string"},
+        {"{\"a\tb\":1}", 3, "control character in a string"},
+        {"{\"a\xc3\x28\":1}", 3, "invalid UTF-8"},
+        {"{\"a\xc0\xaf\":1}", 3, "invalid UTF-8"},
+        {"{\"a\xed\xa0\x80\":1}", 3, "invalid UTF-8"},
+        {"{\"a\xe0\x80\xaf\":1}", 3, "invalid UTF-8"},
+        {"{\"a\xf0\x80\x80\xaf\":1}", 3, "invalid UTF-8"},
+        {"{\"a\xe2\x82\x28\":1}", 3, "invalid UTF-8"},
+        {"{\"a\xf4\x90\x80\x80\":1}", 3, "invalid UTF-8"},
+        {"{\"a\xe2\x82\":1}", 3, "invalid UTF-8"},
+        {"{\"a\xff\":1}", 3, "invalid UTF-8"},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[01],", 29, "leading zeros are not allowed"},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],", 33, "expected a string key"},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1.5],", 34, "expected a string key"},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1e2],", 34, "expected a string key"},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[\"1\"],", 34, "expected a string key"},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1,],", 31, "expected a value"},
         {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1 2],", 31, "expected ',' or ']'"},
-        {"{\"x\":{\"dtype\":\"F32\",\"shape\":{},", 28, "expected '['"},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":{},", 31, "expected a string key"},
         {"{\"x\":{\"data_offsets\":[0,18446744073709551616]", 24,
-         "integer does not fit in 64 bits"},
-        {"{\"x\":[]}", 5, "expected '{'"},
-        {"{\"x\":{\"dtype\":F32}}", 14, "expected a string"},
+         "integer out of the 64-bit range"},
+        {"{\"x\":{\"dtype\":F32}}", 14, "expected a value"},
         {"{\"x\":{\"extra\":tru}}", 14, "expected a value"},
         {"{\"x\":{\"extra\":}}", 14, "expected a value"},
         {"{\"x\":{\"extra\":-}}", 14, "invalid number"},
-        {"{\"x\":{\"extra\":1.}}", 14, "invalid number"},
-        {"{\"x\":{\"extra\":1e+}}", 14, "invalid number"},
-        {"{\"x\":{\"extra\":012}}", 14, "invalid number"},
+        {"{\"x\":{\"extra\":1.}}", 14, "a '.' must be followed by digits"},
+        {"{\"x\":{\"extra\":1e+}}", 14, "an exponent must have digits"},
+        {"{\"x\":{\"extra\":012}}", 14, "leading zeros are not allowed"},
         {"{\"x\":{\"extra\":[1,]}}", 17, "expected a value"},
-        {"{\"x\":{\"extra\":{\"k\":1,}}}", 21, "expected a string"},
+        {"{\"x\":{\"extra\":{\"k\":1,}}}", 21, "expected a string key"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_header_error(
             cases[i].json, 0,
             testutil_fmt("header is not valid JSON at byte %zu: %s", cases[i].at, cases[i].what));
+    /* Valid JSON of the wrong shape, named by the byte of the value. */
+    expect_header_error("  []", 0, "header at byte 2: the header must be an object, not an array");
+    expect_header_error("{\"x\":[]}", 0,
+                        "header at byte 5: tensor 'x' must be an object, not an array");
+    /* The same complete, so that the entry itself is what is refused. */
+    static const struct {
+        const char *shape;
+        size_t at;
+        const char *what;
+    } shapes[] = {
+        {"[-1]", 29, "\"shape\" entry 0 must be a non-negative integer, not a negative integer"},
+        {"[1.5]", 29, "\"shape\" entry 0 must be a non-negative integer, not a fractional number"},
+        {"[1e2]", 29, "\"shape\" entry 0 must be a non-negative integer, not a fractional number"},
+        {"[\"1\"]", 29, "\"shape\" entry 0 must be a non-negative integer, not a string"},
+        {"{}", 28, "\"shape\" must be an array, not an object"},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        expect_header_error(
+            testutil_fmt("{\"x\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[0,4]}}",
+                         shapes[i].shape),
+            0, testutil_fmt("header at byte %zu: tensor 'x': %s", shapes[i].at, shapes[i].what));
+    expect_header_error(
+        "{\"x\":{\"dtype\":1}}", 0,
+        "header at byte 14: tensor 'x': \"dtype\" must be a string, not an integer");
 }
 END_TEST
 
@@ -831,7 +854,7 @@ START_TEST(test_json_nesting_limit)
     json[n + 200] = '\0';
     /* Depth 1 is the header, 2 the entry: the 63rd '[' is level 65. */
     expect_header_error(json, 0,
-                        testutil_fmt("header is not valid JSON at byte %zu: nested deeper than 64 "
+                        testutil_fmt("header is not valid JSON at byte %zu: nesting deeper than 64 "
                                      "levels",
                                      n + 62));
 }

@@ -1,29 +1,21 @@
-/* coordinator/checkpoint_json.c — the JSON reader behind meta.json.
+/* common/json.c — the JSON reader declared in json.h.
  *
- * meta.json is small (a few kilobytes plus the config text), so it is read
- * whole and parsed into a tree; the reader of the metadata then asks for
- * its keys by name and can say which is missing or mistyped. The parser is
- * recursive descent over bytes it does not trust: every index is checked
- * against the end, nesting is limited, UTF-8 is validated, escapes are
- * decoded (surrogate pairs joined), and an error names the byte where the
- * text stops being JSON.
- *
- * Integers are the reason this is not a generic parser borrowed from
- * elsewhere: checksums, seeds and sample counters are 64-bit and must come
- * back exact, so integer tokens are accumulated digit by digit into a
- * magnitude with a sign (-2^63 .. 2^64 - 1) and never pass through double.
- * Numbers with a fraction or an exponent go through strtod.
+ * Recursive descent over bytes it does not trust. Containers are built in
+ * place: a member slot is appended (zeroed, with a NULL key) before it is
+ * parsed, so json_free releases a half-built tree completely and an error
+ * anywhere needs no unwinding code of its own. Strings are sized by a
+ * first pass to the closing quote; integers are accumulated exactly and
+ * only fractions and exponents go through strtod (see json.h for why).
  */
-#include "checkpoint_impl.h"
+#include "json.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEPTH 32
-
 struct parser {
-    const char *path;
+    const struct json_source *src;
     const unsigned char *p;
     size_t len, i;
     int depth;
@@ -31,13 +23,16 @@ struct parser {
 
 static zt_status bad(const struct parser *ps, size_t at, const char *what)
 {
-    return zt_error_set(ZT_ERR_CHECKPOINT, "%s: not valid JSON at byte %zu: %s", ps->path, at,
-                        what);
+    const struct json_source *src = ps->src;
+    if (src->part)
+        return zt_error_set(src->code, "%s: %s is not valid JSON at byte %zu: %s", src->path,
+                            src->part, at, what);
+    return zt_error_set(src->code, "%s: not valid JSON at byte %zu: %s", src->path, at, what);
 }
 
 static zt_status nomem(const struct parser *ps)
 {
-    return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory while reading the JSON", ps->path);
+    return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory while reading the JSON", ps->src->path);
 }
 
 static void skip_blank(struct parser *ps)
@@ -90,7 +85,7 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
     return len;
 }
 
-size_t ckpt_utf8_check(const char *s, size_t n)
+size_t json_utf8_check(const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
@@ -259,7 +254,7 @@ static int exact_magnitude(const unsigned char *p, size_t from, size_t to, uint6
     return 1;
 }
 
-static zt_status parse_number(struct parser *ps, struct ckpt_json *v)
+static zt_status parse_number(struct parser *ps, struct json_value *v)
 {
     size_t start = ps->i;
     int neg = cur(ps) == '-';
@@ -289,8 +284,8 @@ static zt_status parse_number(struct parser *ps, struct ckpt_json *v)
         uint64_t mag;
         if (!exact_magnitude(ps->p, int_start, int_end, &mag) || (neg && mag > (uint64_t)1 << 63))
             return bad(ps, start, "integer out of the 64-bit range");
-        *v = (struct ckpt_json){
-            .type = CKPT_JSON_INT, .pos = start, .negative = neg && mag, .magnitude = mag};
+        *v = (struct json_value){
+            .type = JSON_INT, .pos = start, .negative = neg && mag, .magnitude = mag};
         v->real = neg ? -(double)mag : (double)mag;
         return ZT_OK;
     }
@@ -304,21 +299,29 @@ static zt_status parse_number(struct parser *ps, struct ckpt_json *v)
     free(tok);
     if (!isfinite(d))
         return bad(ps, start, "number out of the double range");
-    *v = (struct ckpt_json){.type = CKPT_JSON_REAL, .pos = start, .real = d};
+    *v = (struct json_value){.type = JSON_REAL, .pos = start, .real = d};
     return ZT_OK;
 }
 
 /* ---- values ---- */
 
-static zt_status parse_value(struct parser *ps, struct ckpt_json *v);
+static zt_status parse_value(struct parser *ps, struct json_value *v);
+
+/* The nesting error at the cursor, which names the limit. */
+static zt_status too_deep(const struct parser *ps)
+{
+    char what[48];
+    snprintf(what, sizeof what, "nesting deeper than %d levels", ps->src->max_depth);
+    return bad(ps, ps->i, what);
+}
 
 /* Makes room for one more member of a container (and its key). */
-static zt_status grow(struct parser *ps, struct ckpt_json *v, size_t *cap, int with_keys)
+static zt_status grow(struct parser *ps, struct json_value *v, size_t *cap, int with_keys)
 {
     if (v->n < *cap)
         return ZT_OK;
     size_t n = *cap ? *cap * 2 : 4;
-    struct ckpt_json *items = realloc(v->items, n * sizeof *items);
+    struct json_value *items = realloc(v->items, n * sizeof *items);
     if (!items)
         return nomem(ps);
     v->items = items;
@@ -333,13 +336,13 @@ static zt_status grow(struct parser *ps, struct ckpt_json *v, size_t *cap, int w
 }
 
 /* Appends an empty member (and NULL key) first and fills it in place, so
- * that ckpt_json_free releases a half-parsed container completely. */
-static zt_status parse_container(struct parser *ps, struct ckpt_json *v, int is_object)
+ * that json_free releases a half-parsed container completely. */
+static zt_status parse_container(struct parser *ps, struct json_value *v, int is_object)
 {
     char close = is_object ? '}' : ']';
-    *v = (struct ckpt_json){.type = is_object ? CKPT_JSON_OBJECT : CKPT_JSON_ARRAY, .pos = ps->i};
-    if (++ps->depth > MAX_DEPTH)
-        return bad(ps, ps->i, "nesting deeper than 32 levels");
+    *v = (struct json_value){.type = is_object ? JSON_OBJECT : JSON_ARRAY, .pos = ps->i};
+    if (++ps->depth > ps->src->max_depth)
+        return too_deep(ps);
     ps->i++;
     skip_blank(ps);
     size_t cap = 0;
@@ -350,7 +353,7 @@ static zt_status parse_container(struct parser *ps, struct ckpt_json *v, int is_
     }
     for (;;) {
         ZT_TRY(grow(ps, v, &cap, is_object));
-        v->items[v->n] = (struct ckpt_json){0};
+        v->items[v->n] = (struct json_value){0};
         if (is_object)
             v->keys[v->n] = NULL;
         v->n++;
@@ -378,18 +381,17 @@ static zt_status parse_container(struct parser *ps, struct ckpt_json *v, int is_
 }
 
 /* true, false or null at the cursor. */
-static zt_status parse_literal(struct parser *ps, struct ckpt_json *v)
+static zt_status parse_literal(struct parser *ps, struct json_value *v)
 {
     static const struct {
         const char *word;
-        enum ckpt_json_type type;
+        enum json_type type;
         int boolean;
-    } words[] = {
-        {"true", CKPT_JSON_BOOL, 1}, {"false", CKPT_JSON_BOOL, 0}, {"null", CKPT_JSON_NULL, 0}};
+    } words[] = {{"true", JSON_BOOL, 1}, {"false", JSON_BOOL, 0}, {"null", JSON_NULL, 0}};
     for (size_t k = 0; k < sizeof words / sizeof words[0]; k++) {
         size_t n = strlen(words[k].word);
         if (ps->len - ps->i >= n && memcmp(ps->p + ps->i, words[k].word, n) == 0) {
-            *v = (struct ckpt_json){
+            *v = (struct json_value){
                 .type = words[k].type, .pos = ps->i, .boolean = words[k].boolean};
             ps->i += n;
             return ZT_OK;
@@ -398,14 +400,14 @@ static zt_status parse_literal(struct parser *ps, struct ckpt_json *v)
     return bad(ps, ps->i, "expected a value");
 }
 
-static zt_status parse_value(struct parser *ps, struct ckpt_json *v)
+static zt_status parse_value(struct parser *ps, struct json_value *v)
 {
     skip_blank(ps);
     int c = cur(ps);
     if (c == '{' || c == '[')
         return parse_container(ps, v, c == '{');
     if (c == '"') {
-        *v = (struct ckpt_json){.type = CKPT_JSON_STRING, .pos = ps->i};
+        *v = (struct json_value){.type = JSON_STRING, .pos = ps->i};
         return parse_string(ps, &v->str);
     }
     if (c == '-' || is_digit(c))
@@ -413,10 +415,12 @@ static zt_status parse_value(struct parser *ps, struct ckpt_json *v)
     return parse_literal(ps, v);
 }
 
-zt_status ckpt_json_parse(const char *path, const char *text, size_t len, struct ckpt_json *out)
+zt_status json_parse(const struct json_source *src, const char *text, size_t len,
+                     struct json_value *out)
 {
-    struct parser ps = {path, (const unsigned char *)text, len, 0, 0};
-    *out = (struct ckpt_json){0};
+    ZT_ASSERT(src && src->path && src->max_depth >= 1);
+    struct parser ps = {src, (const unsigned char *)text, len, 0, 0};
+    *out = (struct json_value){0};
     zt_status st = parse_value(&ps, out);
     if (st == ZT_OK) {
         skip_blank(&ps);
@@ -424,59 +428,59 @@ zt_status ckpt_json_parse(const char *path, const char *text, size_t len, struct
             st = bad(&ps, ps.i, "unexpected text after the value");
     }
     if (st != ZT_OK)
-        ckpt_json_free(out);
+        json_free(out);
     return st;
 }
 
-void ckpt_json_free(struct ckpt_json *v)
+void json_free(struct json_value *v)
 {
     if (!v)
         return;
     for (size_t k = 0; k < v->n; k++) {
-        ckpt_json_free(&v->items[k]);
+        json_free(&v->items[k]);
         if (v->keys)
             free(v->keys[k]);
     }
     free(v->items);
     free(v->keys);
     free(v->str);
-    *v = (struct ckpt_json){0};
+    *v = (struct json_value){0};
 }
 
-const char *ckpt_json_type_name(enum ckpt_json_type t)
+const char *json_type_name(enum json_type t)
 {
     switch (t) {
-    case CKPT_JSON_NULL:
+    case JSON_NULL:
         return "null";
-    case CKPT_JSON_BOOL:
+    case JSON_BOOL:
         return "a boolean";
-    case CKPT_JSON_INT:
+    case JSON_INT:
         return "an integer";
-    case CKPT_JSON_REAL:
+    case JSON_REAL:
         return "a fractional number";
-    case CKPT_JSON_STRING:
+    case JSON_STRING:
         return "a string";
-    case CKPT_JSON_ARRAY:
+    case JSON_ARRAY:
         return "an array";
-    case CKPT_JSON_OBJECT:
+    case JSON_OBJECT:
         return "an object";
     }
     return "an unknown value";
 }
 
-zt_status ckpt_json_get(const char *path, const struct ckpt_json *obj, const char *key,
-                        const char *where, const struct ckpt_json **out)
+const struct json_value *json_object_get(const struct json_value *obj, const char *key,
+                                         size_t *count)
 {
-    ZT_ASSERT(obj->type == CKPT_JSON_OBJECT);
-    *out = NULL;
+    ZT_ASSERT(obj->type == JSON_OBJECT);
+    const struct json_value *first = NULL;
+    size_t seen = 0;
     for (size_t k = 0; k < obj->n; k++) {
         if (strcmp(obj->keys[k], key) != 0)
             continue;
-        if (*out) {
-            *out = NULL;
-            return zt_error_set(ZT_ERR_CHECKPOINT, "%s: duplicate key '%s'", path, where);
-        }
-        *out = &obj->items[k];
+        if (!seen++)
+            first = &obj->items[k];
     }
-    return ZT_OK;
+    if (count)
+        *count = seen;
+    return first;
 }
