@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../comm/comm.h"
 #include "../common/half.h"
@@ -771,12 +772,29 @@ START_TEST(test_agree_status_most_severe_wins)
 }
 END_TEST
 
+/* No rank leaves the barrier before the last one entered it: rank r
+ * arrives r * 30 ms late, so every rank leaves at least (size - 1) * 30 ms
+ * after the common start. */
+START_TEST(test_barrier_waits_for_the_last_rank)
+{
+    const int rank = comm_rank(native), size = comm_size(native);
+    ck_assert_int_eq(comm_barrier(native), ZT_OK);
+    const double start = MPI_Wtime();
+    struct timespec delay = {0, (long)rank * 30000000L};
+    nanosleep(&delay, NULL);
+    ck_assert_int_eq(comm_barrier(native), ZT_OK);
+    const double waited = MPI_Wtime() - start;
+    ck_assert_msg(waited >= (size - 1) * 0.030 - 0.002, "rank %d left after %.3f s", rank, waited);
+}
+END_TEST
+
 static Suite *comm_suite(void)
 {
     Suite *s = suite_create("comm");
     TCase *tc = tcase_create("mpi");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_create_reports_rank_size_backend);
+    tcase_add_test(tc, test_barrier_waits_for_the_last_rank);
     tcase_add_test(tc, test_create_rejects_unknown_names);
     tcase_add_test(tc, test_create_nccl_without_gpu_is_config_error);
     tcase_add_test(tc, test_auto_backend_falls_back_to_mpi);
