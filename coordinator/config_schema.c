@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../worker/optimizer.h"
+
 enum ftype {
     T_SECTION,
     T_INT,       /* int */
@@ -669,13 +671,15 @@ static zt_status leaf_choice(struct walk *w, const struct field *f, const struct
     }
     if (f->type == T_OPTIMIZER) {
         /* DeepSpeed compares optimizer names in lower case. */
-        int adamw = same_ignoring_case(s, "adamw");
-        if (!adamw && !same_ignoring_case(s, "adam"))
+        const struct optimizer_ops *opt = optimizer_find(s);
+        if (!opt) {
+            char known[256];
+            optimizer_list_names(known, sizeof known);
             return zt_error_set(ZT_ERR_UNSUPPORTED,
-                                "%s: %s: not supported yet: optimizer '%s' (supported: AdamW, "
-                                "Adam)",
-                                where, f->path, s);
-        return store_string(w, f, adamw ? "AdamW" : "Adam");
+                                "%s: %s: not supported yet: optimizer '%s' (supported: %s)", where,
+                                f->path, s, known);
+        }
+        return store_string(w, f, same_ignoring_case(s, opt->name) ? opt->name : opt->alias);
     }
     if (f->type == T_WARMUP) {
         int i = name_index(warmup_names, 2, s);

@@ -17,9 +17,6 @@
 
 #include "checkpoint.h"
 
-static const char *const section_names[3] = {"master", "exp_avg", "exp_avg_sq"};
-static const enum shard_state section_states[3] = {SHARD_STATE_MASTER, SHARD_STATE_EXP_AVG,
-                                                   SHARD_STATE_EXP_AVG_SQ};
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 {
@@ -60,14 +57,15 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
         max_unit = p->units[u].shard > max_unit ? p->units[u].shard : max_unit;
     }
-    for (int k = 0; k < 3; k++)
-        ZT_TRY(ckpt_shard_writer_add(w, section_names[k], ZT_F32, count));
+    const int n_states = shard_engine_n_states(&s->engine);
+    for (int k = 0; k < n_states; k++)
+        ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k), ZT_F32, count));
     ZT_TRY(ckpt_shard_writer_begin(w));
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
     if (!buf)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging buffer");
     zt_status st = ZT_OK;
-    for (int k = 0; k < 3 && st == ZT_OK; k++) {
+    for (int k = 0; k < n_states && st == ZT_OK; k++) {
         if (k == 1)
             crash_if_asked(s->rank, step);
         for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
@@ -75,7 +73,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
             shard_owned_range(p, s->rank, u, &lo, &hi);
             if (hi == lo)
                 continue;
-            st = shard_engine_get_state(&s->engine, section_states[k], u, lo, hi, buf);
+            st = shard_engine_get_state(&s->engine, k, u, lo, hi, buf);
             if (st == ZT_OK)
                 st = ckpt_shard_writer_write(w, buf, hi - lo);
         }
@@ -266,8 +264,8 @@ static void old_shards_close(struct old_shards *o)
 
 /* Reads elements [a, b) of unit u of one section from whichever old ranks
  * own them. */
-static zt_status old_shards_read(struct old_shards *o, int section, int u, uint64_t a, uint64_t b,
-                                 float *dst)
+static zt_status old_shards_read(struct old_shards *o, const char *section, int u, uint64_t a,
+                                 uint64_t b, float *dst)
 {
     const uint64_t share = o->meta->unit_shard[u], numel = o->meta->unit_numel[u];
     while (a < b) {
@@ -280,12 +278,12 @@ static zt_status old_shards_read(struct old_shards *o, int section, int u, uint6
             ZT_TRY(ckpt_shard_path(o->step_dir, r, path, sizeof path));
             ZT_TRY(ckpt_shard_open(path, &o->files[r]));
         }
-        const struct ckpt_section *sec = ckpt_shard_find(o->files[r], section_names[section]);
+        const struct ckpt_section *sec = ckpt_shard_find(o->files[r], section);
         if (!sec || sec->dtype != ZT_F32)
             return zt_error_set(ZT_ERR_CHECKPOINT,
                                 "%s/rank-%05d.bin: no fp32 section '%s' (not a zerotrain "
                                 "training checkpoint of this version)",
-                                o->step_dir, r, section_names[section]);
+                                o->step_dir, r, section);
         uint64_t first =
             o->prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] + (a - share * (uint64_t)r);
         ZT_TRY(ckpt_shard_read(o->files[r], sec, first, end - a, dst));
@@ -336,15 +334,15 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
     zt_status st = buf ? old_shards_open(&o, step_dir, m)
                        : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging");
-    for (int k = 0; k < 3 && st == ZT_OK; k++)
+    for (int k = 0; k < shard_engine_n_states(&s->engine) && st == ZT_OK; k++)
         for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_engine_held_range(&s->engine, u, &lo, &hi);
             if (hi == lo)
                 continue;
-            st = old_shards_read(&o, k, u, lo, hi, buf);
+            st = old_shards_read(&o, shard_engine_state_name(&s->engine, k), u, lo, hi, buf);
             if (st == ZT_OK)
-                st = shard_engine_set_state(&s->engine, section_states[k], u, lo, hi, buf);
+                st = shard_engine_set_state(&s->engine, k, u, lo, hi, buf);
         }
     if (o.meta)
         old_shards_close(&o);
@@ -401,7 +399,7 @@ zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *me
                                       (unsigned long long)meta->n_params);
     uint64_t at = 0;
     for (int u = 0; u < meta->n_units && st == ZT_OK; u++) {
-        st = old_shards_read(&o, 0, u, 0, meta->unit_numel[u], out + at);
+        st = old_shards_read(&o, SHARD_STATE_MASTER_NAME, u, 0, meta->unit_numel[u], out + at);
         at += meta->unit_numel[u];
     }
     if (st == ZT_OK && at != meta->n_params)

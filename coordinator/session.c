@@ -137,16 +137,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     ledger_init(&s->ledger, o->dry_run);
     ZT_TRY(device_open("cpu", &s->ledger, &s->dev));
     ZT_TRY(param_table_build(&mc, &s->table));
-    struct shard_engine_config ec = {
-        .stage = c->zero.stage,
-        .world = s->world,
-        .rank = s->rank,
-        .clip = c->gradient_clipping,
-        .seed = c->run.seed,
-        .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
-        .prefetch_depth = c->zero.stage3_prefetch_depth,
-        .precision = session_precision(c),
-    };
+    const struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->world, s->rank);
     if (c->fp16.enabled && c->fp16.loss_scale == 0.0)
         loss_scaler_init_dynamic(&s->scaler, c->fp16.initial_scale_power, c->fp16.loss_scale_window,
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
@@ -165,6 +156,22 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     return ZT_OK;
 }
 
+struct shard_engine_config session_engine_config(const struct zt_config *c, int stage, int world,
+                                                 int rank)
+{
+    return (struct shard_engine_config){
+        .stage = stage,
+        .world = world,
+        .rank = rank,
+        .clip = c->gradient_clipping,
+        .seed = c->run.seed,
+        .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
+        .prefetch_depth = c->zero.stage3_prefetch_depth,
+        .precision = session_precision(c),
+        .optimizer = optimizer_find(c->optimizer.type),
+    };
+}
+
 enum zt_dtype session_precision(const struct zt_config *c)
 {
     return c->bf16.enabled ? ZT_BF16 : c->fp16.enabled ? ZT_F16 : ZT_F32;
@@ -178,7 +185,7 @@ int session_ckpt_every(const struct zt_config *c)
 zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int accum)
 {
     struct shard_step_result result;
-    struct adamw_hparams hp = {0};
+    struct optimizer_hparams hp = {0};
     ZT_ASSERT(model->plan && engine->plan);
     for (int m = 0; m < accum; m++) {
         ZT_TRY(gpt2_forward(model, &engine->hooks, NULL, NULL));
@@ -193,14 +200,7 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
     struct device dev;
     struct shard_engine engine;
     struct gpt2 model;
-    struct shard_engine_config ec = {.stage = 0,
-                                     .world = 1,
-                                     .rank = 0,
-                                     .clip = c->gradient_clipping,
-                                     .seed = c->run.seed,
-                                     .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
-                                     .prefetch_depth = c->zero.stage3_prefetch_depth,
-                                     .precision = session_precision(c)};
+    const struct shard_engine_config ec = session_engine_config(c, 0, 1, 0);
     ledger_init(out, 1);
     ZT_TRY(device_open("cpu", out, &dev));
     ZT_TRY(shard_engine_create(&ec, &s->table, NULL, &dev, &engine));

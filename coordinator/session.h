@@ -87,6 +87,11 @@ zt_status session_agree(zt_status local, int *print_here);
  * (run.eval_batches micro batches, or all whole micro batches). */
 zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens);
 
+/* The engine configuration a (checked) config asks for, at this stage,
+ * world size and rank: the run's own, or a plan's (the baseline). */
+struct shard_engine_config session_engine_config(const struct zt_config *c, int stage, int world,
+                                                 int rank);
+
 /* The working precision a config asks for: ZT_BF16, ZT_F16 or ZT_F32. */
 enum zt_dtype session_precision(const struct zt_config *c);
 

@@ -85,7 +85,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
         ZT_TRY(gpt2_backward(&s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
         loss_sum += s->model.mean_loss;
     }
-    struct adamw_hparams hp = {
+    struct optimizer_hparams hp = {
         .lr = (float)r->lr,
         .beta1 = (float)c->optimizer.beta1,
         .beta2 = (float)c->optimizer.beta2,

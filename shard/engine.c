@@ -12,7 +12,7 @@
  *   step          stage 0 allreduces the grads; stage 1 reduce-scatters
  *                 them unit by unit; every stage averages over ranks, takes
  *                 the global norm (stages 1-3 from the shards with one
- *                 allreduce), clips, and runs AdamW on the range it owns;
+ *                 allreduce), clips, and runs the optimizer on the range it owns;
  *                 stages 1-2 allgather the updated params in place.
  * Every collective is issued in the same order on every rank: the schedule
  * depends only on the model and the configuration.
@@ -96,10 +96,10 @@ static zt_status alloc_states(struct shard_engine *e)
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
         e->master = p;
     }
-    ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, fp32, "AdamW m", &p));
-    e->m = p;
-    ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, fp32, "AdamW v", &p));
-    e->v = p;
+    for (int k = 0; k < e->cfg.optimizer->n_states; k++) {
+        ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, fp32, e->cfg.optimizer->state_names[k], &p));
+        e->states[k] = p;
+    }
     return ZT_OK;
 }
 
@@ -416,6 +416,12 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     ZT_ASSERT(cfg->world >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world);
     ZT_ASSERT(cfg->reduce_bucket_size >= 1 && cfg->prefetch_depth >= 0);
     ZT_ASSERT(cfg->precision == ZT_F32 || cfg->precision == ZT_BF16 || cfg->precision == ZT_F16);
+    ZT_ASSERT(cfg->optimizer && cfg->optimizer->n_states <= OPTIMIZER_MAX_STATES);
+    if (cfg->optimizer->whole_tensors && cfg->stage > 0)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "optimizer %s needs whole tensors, which ZeRO stage %d splits "
+                            "across ranks (use stage 0)",
+                            cfg->optimizer->name, cfg->stage);
     out->cfg = *cfg;
     out->table = t;
     out->comm = comm;
@@ -475,24 +481,33 @@ void shard_engine_destroy(struct shard_engine *e)
 
 /* ---- the optimizer step ---------------------------------------------------- */
 
-/* AdamW on unit elements [lo, hi); p, g, m, v point at element lo. Tensors
- * are cut at the range's edges so each keeps its own weight-decay rule. */
-static void update_unit_range(const struct shard_engine *e, int u, size_t lo, size_t hi, float *p,
-                              const float *g, float *m, float *v, const struct adamw_hparams *hp)
+/* The optimizer on unit elements [lo, hi); p, g and the state vectors at
+ * state_off point at element lo. Tensors are cut at the range's edges so
+ * each keeps its own flags: frozen ones are not updated, and weight decay
+ * applies where the tensor says. */
+static zt_status update_unit_range(const struct shard_engine *e, int u, size_t lo, size_t hi,
+                                   float *p, const float *g, size_t state_off,
+                                   const struct optimizer_hparams *hp)
 {
     const struct param_table *t = e->table;
+    const struct optimizer_ops *opt = e->cfg.optimizer;
     const size_t base = t->unit_offset[u];
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *pt = &t->tensors[k];
-        if (pt->unit != u)
+        if (pt->unit != u || !pt->trainable)
             continue;
         size_t a = pt->offset - base, b = a + pt->numel;
         a = a > lo ? a : lo;
         b = b < hi ? b : hi;
-        if (a < b)
-            adamw_update(p + (a - lo), g + (a - lo), m + (a - lo), v + (a - lo), b - a,
-                         pt->decay ? 1.0f : 0.0f, hp);
+        if (a >= b)
+            continue;
+        float *states[OPTIMIZER_MAX_STATES];
+        for (int j = 0; j < opt->n_states; j++)
+            states[j] = e->states[j] + state_off + (a - lo);
+        ZT_TRY(opt->update(p + (a - lo), g + (a - lo), states, b - a, pt->decay ? 1.0f : 0.0f,
+                           hp));
     }
+    return ZT_OK;
 }
 
 /* Stage 1: the full grads reduce-scattered into a transient shard buffer. */
@@ -541,11 +556,11 @@ static struct owned_range owned_range_of(const struct shard_engine *e, int u)
     return r;
 }
 
-/* AdamW over the rank's ranges with gradients g * gscale; under 16-bit
+/* The optimizer over the rank's ranges with gradients g * gscale; under 16-bit
  * precision the fp32 gradients go through `tmp` and the updated master is
  * cast back into the working parameters. */
-static void update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
-                         const struct adamw_hparams *hp)
+static zt_status update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
+                              const struct optimizer_hparams *hp)
 {
     for (int u = 0; u < e->part.n_units; u++) {
         const struct owned_range r = owned_range_of(e, u);
@@ -558,11 +573,11 @@ static void update_owned(struct shard_engine *e, void *g, float gscale, float *t
             precision_to_f32(e->cfg.precision, at(e, g, r.grad_off), tmp, n);
         for (size_t i = 0; i < n; i++)
             grad[i] *= gscale;
-        update_unit_range(e, u, r.lo, r.hi, target, grad, e->m + r.state_off, e->v + r.state_off,
-                          hp);
+        ZT_TRY(update_unit_range(e, u, r.lo, r.hi, target, grad, r.state_off, hp));
         if (is_16bit(e))
             precision_from_f32(e->cfg.precision, target, at(e, e->params, r.working_off), n);
     }
+    return ZT_OK;
 }
 
 static void zero_grads(struct shard_engine *e)
@@ -577,7 +592,7 @@ static size_t reduced_count(const struct shard_engine *e)
     return e->cfg.stage == 0 ? e->part.padded_total : e->part.shard_total;
 }
 
-static zt_status step_real(struct shard_engine *e, void *g, float *tmp, struct adamw_hparams *hp,
+static zt_status step_real(struct shard_engine *e, void *g, float *tmp, struct optimizer_hparams *hp,
                            double loss_scale, int skip_on_overflow, struct shard_step_result *out)
 {
     const size_t n = reduced_count(e);
@@ -604,7 +619,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp, struct a
     }
     double clip = e->cfg.clip > 0.0 && norm > e->cfg.clip ? e->cfg.clip / (norm + 1e-6) : 1.0;
     hp->step = ++e->updates;
-    update_owned(e, g, (float)(unscale * clip), tmp, hp);
+    ZT_TRY(update_owned(e, g, (float)(unscale * clip), tmp, hp));
     if (e->cfg.stage == 1 || e->cfg.stage == 2)
         ZT_TRY(allgather_params(e));
     zero_grads(e);
@@ -623,7 +638,7 @@ static size_t max_update_range(const struct shard_engine *e)
     return m;
 }
 
-zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, double loss_scale,
+zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp, double loss_scale,
                             int skip_on_overflow, struct shard_step_result *out)
 {
     const size_t shard_bytes_total = e->part.shard_total * e->esz;
@@ -686,33 +701,32 @@ void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, si
     *hi = r.hi;
 }
 
+const char *shard_engine_state_name(const struct shard_engine *e, int which)
+{
+    ZT_ASSERT(which >= 0 && which < shard_engine_n_states(e));
+    return which == SHARD_STATE_MASTER ? SHARD_STATE_MASTER_NAME : e->cfg.optimizer->state_names[which - 1];
+}
+
 /* Device address of state element `lo` of unit u (inside the held range). */
-static float *state_at(struct shard_engine *e, enum shard_state which, int u, size_t lo)
+static float *state_at(struct shard_engine *e, int which, int u, size_t lo)
 {
     const struct owned_range r = owned_range_of(e, u);
     ZT_ASSERT(lo >= r.lo && lo <= r.hi);
+    ZT_ASSERT(which >= 0 && which < shard_engine_n_states(e));
     const size_t skip = lo - r.lo;
-    switch (which) {
-    case SHARD_STATE_MASTER:
-        return is_16bit(e) ? e->master + r.state_off + skip
-                           : (float *)e->params + r.working_off + skip;
-    case SHARD_STATE_EXP_AVG:
-        return e->m + r.state_off + skip;
-    case SHARD_STATE_EXP_AVG_SQ:
-        return e->v + r.state_off + skip;
-    }
-    ZT_ASSERT(0 && "unknown state");
-    return NULL;
+    if (which != SHARD_STATE_MASTER)
+        return e->states[which - 1] + r.state_off + skip;
+    return is_16bit(e) ? e->master + r.state_off + skip : (float *)e->params + r.working_off + skip;
 }
 
-zt_status shard_engine_get_state(struct shard_engine *e, enum shard_state which, int u, size_t lo,
+zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo,
                                  size_t hi, float *dst)
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     return e->dev->ops->copy_to_host(dst, state_at(e, which, u, lo), (hi - lo) * sizeof(float));
 }
 
-zt_status shard_engine_set_state(struct shard_engine *e, enum shard_state which, int u, size_t lo,
+zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo,
                                  size_t hi, const float *src)
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);

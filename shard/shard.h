@@ -13,8 +13,8 @@
  * partition is a pure function of (table, world), the same in every stage.
  *
  * Stages (what each rank keeps between steps; Ψ parameters, N ranks):
- *   0  full params, full grads, full AdamW state; one allreduce per step.
- *   1  full params, full grads, AdamW state of its shards; per step one
+ *   0  full params, full grads, full optimizer state; one allreduce per step.
+ *   1  full params, full grads, optimizer state of its shards; per step one
  *      reduce-scatter of the grads per unit, the update of its shards, and
  *      an allgather of the updated params per unit.
  *   2  full params, grads of its shards only: during the backward each
@@ -89,9 +89,10 @@ struct shard_engine_config {
     size_t reduce_bucket_size; /* stages 2-3: elements per gradient bucket, >= 1 */
     int prefetch_depth;        /* stage 3: units gathered ahead, >= 0 */
     enum zt_dtype precision;   /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
+    const struct optimizer_ops *optimizer; /* its states are kept on the rank's range */
 };
 
-#define SHARD_MAX_ALLOCS 8
+#define SHARD_MAX_ALLOCS (3 + OPTIMIZER_MAX_STATES)
 
 struct shard_alloc {
     enum ledger_category cat;
@@ -116,7 +117,9 @@ struct shard_engine {
     void *params;  /* stages 0-2: full padded; stage 3: shards */
     void *grads;   /* stages 0-1: full padded; stages 2-3: shards */
     float *master; /* 16-bit only: stage 0 full padded, else shards; fp32: NULL */
-    float *m, *v;  /* AdamW moments: stage 0 full padded, else shards */
+    /* The optimizer's state vectors (optimizer->n_states of them), laid out
+     * like master: stage 0 full padded, else shards. */
+    float *states[OPTIMIZER_MAX_STATES];
     struct shard_alloc allocs[SHARD_MAX_ALLOCS]; /* every persistent allocation */
     int n_allocs;
 
@@ -158,40 +161,49 @@ struct shard_step_result {
 /* Reduces the accumulated gradients as the stage requires, averages them
  * over ranks and divides out `loss_scale`, clips by global norm (computed
  * from the shards: one allreduce, which is also the ranks' agreement on an
- * overflow), takes one AdamW step with `hp` (hp->step is set here) on the
+ * overflow), takes one optimizer step with `hp` (hp->step is set here) on the
  * rank's range in fp32 (on the master copy under 16-bit precision, cast
  * back to the working copy), re-gathers parameters where the stage keeps
  * them full, and zeroes the gradients. A non-finite norm skips the step on
  * every rank when skip_on_overflow (fp16 loss scaling), and is
  * ZT_ERR_NUMERIC otherwise. Errors: ZT_ERR_COMM, ZT_ERR_NUMERIC. */
-zt_status shard_engine_step(struct shard_engine *e, struct adamw_hparams *hp, double loss_scale,
+zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp, double loss_scale,
                             int skip_on_overflow, struct shard_step_result *out);
 
 /* Copies the full working parameters, unpadded, as fp32 into host memory
  * dst[n_params]. Collective under stage 3 (it gathers). */
 zt_status shard_engine_full_params(struct shard_engine *e, float *dst);
 
-/* Optimizer state of the rank, for checkpoints and imported weights. */
-enum shard_state {
-    SHARD_STATE_MASTER,     /* fp32 weights the optimizer updates (the params under fp32) */
-    SHARD_STATE_EXP_AVG,    /* AdamW m */
-    SHARD_STATE_EXP_AVG_SQ, /* AdamW v */
-};
+/* The fp32 state of the rank, for checkpoints and imported weights: state
+ * 0 is the master weights the optimizer updates (the params under fp32),
+ * state 1 + k the optimizer's state vector k. */
+#define SHARD_STATE_MASTER      0
+#define SHARD_STATE_MASTER_NAME "master"
+
+/* How many states the engine keeps per element (1 + the optimizer's). */
+static inline int shard_engine_n_states(const struct shard_engine *e)
+{
+    return 1 + e->cfg.optimizer->n_states;
+}
+
+/* The name of state `which` ("master", "exp_avg", ...): the checkpoint
+ * section it is saved as. */
+const char *shard_engine_state_name(const struct shard_engine *e, int which);
 
 /* Unit elements [lo, hi) whose state this rank holds and updates: the
  * whole unit under stage 0, the owned range otherwise. */
 void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi);
 /* Copies state elements [lo, hi) of unit u (inside the held range) to host
  * memory dst[hi - lo], or from src. Errors: those of the device copy. */
-zt_status shard_engine_get_state(struct shard_engine *e, enum shard_state which, int u, size_t lo,
-                                 size_t hi, float *dst);
-zt_status shard_engine_set_state(struct shard_engine *e, enum shard_state which, int u, size_t lo,
-                                 size_t hi, const float *src);
+zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
+                                 float *dst);
+zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
+                                 const float *src);
 /* After the MASTER state of every held range was set: rebuilds the working
  * parameters from it (rounded to the working precision) and gathers them
  * where the stage keeps them full. Collective. */
 zt_status shard_engine_params_from_master(struct shard_engine *e);
-/* Sets the count of optimizer steps taken (AdamW's bias correction). */
+/* Sets the count of optimizer steps taken (bias corrections). */
 void shard_engine_set_updates(struct shard_engine *e, long updates);
 
 /* Elements [lo, hi) of unit u that this rank owns and that are real (not

@@ -243,7 +243,7 @@ START_TEST(adamw_trajectory_matches_pytorch)
     fixture_open(&fx);
     size_t n = fx.table.n_params;
     float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
-    struct adamw_hparams hp = {fx.ref.lr,  fx.ref.beta1,        fx.ref.beta2,
+    struct optimizer_hparams hp = {fx.ref.lr,  fx.ref.beta1,        fx.ref.beta2,
                                fx.ref.eps, fx.ref.weight_decay, 0};
     for (int step = 0; step < fx.ref.n_steps; step++) {
         memset(fx.state.grads, 0, n * sizeof(float));

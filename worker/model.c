@@ -74,7 +74,9 @@ static void add_tensor(struct param_table *t, const char *name, int rows, int co
     p->numel = (size_t)rows * (size_t)cols;
     p->offset = *offset;
     p->unit = unit;
+    p->trainable = 1;
     p->decay = cols > 1;
+    p->storage = PARAM_STORAGE_WORKING;
     *offset += p->numel;
 }
 

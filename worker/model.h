@@ -36,12 +36,20 @@ struct gpt2_config {
     int vocab_size, block_size, n_layer, n_head, n_embd;
 };
 
+/* How a tensor's working copy is stored. Every tensor is in the run's
+ * working precision today; a frozen base stored quantised (4-bit, QLoRA)
+ * is a further kind, added with the kernels that read it. */
+enum param_storage { PARAM_STORAGE_WORKING };
+
 struct param_tensor {
     char name[48];  /* "h.3.attn.qkv.weight" */
     int rows, cols; /* cols == 1 for vectors */
     size_t offset, numel;
     int unit;
-    int decay; /* 1 for 2-D tensors (weight decay applies) */
+    /* Per-tensor flags, set by the model family. */
+    int trainable;              /* 0: frozen: the optimizer never updates it */
+    int decay;                  /* 1: weight decay applies (2-D tensors) */
+    enum param_storage storage; /* how its working copy is kept */
 };
 
 struct param_table {

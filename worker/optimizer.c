@@ -1,10 +1,13 @@
-/* worker/optimizer.c — see optimizer.h. */
+/* worker/optimizer.c — the optimizer table and its updates (see
+ * optimizer.h). */
 #include "optimizer.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <strings.h>
 
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float decay,
-                  const struct adamw_hparams *hp)
+                  const struct optimizer_hparams *hp)
 {
     /* Bias corrections in double: 0.999^step underflows float precision
      * long before training ends. */
@@ -24,4 +27,76 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
         float denom = sqrtf(vi) * inv_sqrt_bc2 + hp->eps;
         params[i] -= wd * params[i] + step_size * mi / denom;
     }
+}
+
+static zt_status adamw_entry_update(float *params, const float *grads, float *const *states,
+                                    size_t n, float decay, const struct optimizer_hparams *hp)
+{
+    adamw_update(params, grads, states[0], states[1], n, decay, hp);
+    return ZT_OK;
+}
+
+/* DeepSpeed's "Adam" runs decoupled weight decay by default (its
+ * adam_w_mode), so the name is accepted as AdamW. */
+static const struct optimizer_ops optimizers[] = {
+    {
+        .name = "AdamW",
+        .alias = "Adam",
+        .n_states = 2,
+        .state_names = {"exp_avg", "exp_avg_sq"},
+        .whole_tensors = 0,
+        .n_hparams = 5,
+        .hparams = {OPT_HP_LR, OPT_HP_BETA1, OPT_HP_BETA2, OPT_HP_EPS, OPT_HP_WEIGHT_DECAY},
+        .update = adamw_entry_update,
+    },
+};
+#define N_OPTIMIZERS (sizeof optimizers / sizeof optimizers[0])
+
+const struct optimizer_ops *optimizer_find(const char *name)
+{
+    for (size_t k = 0; k < N_OPTIMIZERS; k++)
+        if (strcasecmp(name, optimizers[k].name) == 0 ||
+            (optimizers[k].alias && strcasecmp(name, optimizers[k].alias) == 0))
+            return &optimizers[k];
+    return NULL;
+}
+
+void optimizer_list_names(char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < N_OPTIMIZERS; k++)
+        for (int a = 0; a < 2; a++) {
+            const char *name = a ? optimizers[k].alias : optimizers[k].name;
+            if (!name || at >= n)
+                continue;
+            int w = snprintf(buf + at, n - at, "%s%s", at ? ", " : "", name);
+            at += w > 0 ? (size_t)w : 0;
+        }
+}
+
+static const char *const hparam_names[OPT_HP_COUNT] = {"lr", "beta1", "beta2", "eps",
+                                                       "weight_decay"};
+
+const char *optimizer_hparam_name(enum optimizer_hparam h)
+{
+    return hparam_names[h];
+}
+
+double optimizer_hparam_value(const struct optimizer_hparams *hp, enum optimizer_hparam h)
+{
+    switch (h) {
+    case OPT_HP_LR:
+        return hp->lr;
+    case OPT_HP_BETA1:
+        return hp->beta1;
+    case OPT_HP_BETA2:
+        return hp->beta2;
+    case OPT_HP_EPS:
+        return hp->eps;
+    case OPT_HP_WEIGHT_DECAY:
+    case OPT_HP_COUNT:
+        break;
+    }
+    return hp->weight_decay;
 }

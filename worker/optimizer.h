@@ -1,26 +1,91 @@
-/* worker/optimizer.h — AdamW on a range of the flat parameter space.
+/* worker/optimizer.h — the optimizer table.
  *
- * Device-independent math in plain C so that every backend and every ZeRO
- * stage runs the same update on whichever range a rank owns. Weight decay
- * is decoupled (AdamW, Loshchilov & Hutter) and, as in GPT-2 training
- * practice (nanoGPT, Hugging Face), applied only to 2-D tensors (matrices
- * and embeddings), never to biases and LayerNorm parameters: the caller
- * passes a per-element decay mask through `decay_ranges`.
+ * Every optimizer describes itself in one `struct optimizer_ops`: its name
+ * (as the config and meta.json spell it), the state it keeps per parameter
+ * element (named vectors, which are also the checkpoint sections and the
+ * ledger's `optimizer_states` allocations), whether its update needs whole
+ * tensors (row/column statistics) or runs on any element range, which
+ * hyperparameters it reads, and its `update`. The ZeRO engine allocates the
+ * states on the rank's range, the checkpoint writer saves one section per
+ * state, the memory report counts `state_bytes` per parameter, and
+ * meta.json records `name` with the hyperparameters — all from the entry,
+ * so adding an optimizer is one entry here and one update function.
+ *
+ * Updates are device-independent math in plain C over fp32 ranges, so
+ * every backend and every ZeRO stage run the same update on whichever range
+ * a rank owns (a CUDA backend supplies the same functions as kernels). The
+ * caller passes gradients already averaged, clipped and unscaled, and a
+ * per-range weight-decay factor (1 for tensors that decay, 0 for the rest:
+ * see worker/model.h's per-tensor flags).
+ *
+ * States start at zero (device_alloc zeroes) unless the entry says
+ * otherwise in `init`.
  */
 #ifndef ZT_WORKER_OPTIMIZER_H
 #define ZT_WORKER_OPTIMIZER_H
 
 #include <stddef.h>
 
-struct adamw_hparams {
+#include "../common/status.h"
+
+/* Most state vectors an optimizer may keep per element. */
+#define OPTIMIZER_MAX_STATES 4
+
+/* The hyperparameters any optimizer may read, in the config's units. An
+ * entry lists the ones it uses in `hparams` (for meta.json); the rest are
+ * ignored. */
+struct optimizer_hparams {
     float lr, beta1, beta2, eps, weight_decay;
     long step; /* 1-based count of updates including this one (bias correction) */
 };
 
-/* Updates params[0..n) in place from grads (already averaged, clipped and
- * unscaled), moments m and v. `decay` is 1.0f to apply weight decay to
- * the whole range, 0.0f for none. */
+/* Names of the hyperparameters, as meta.json writes them. */
+enum optimizer_hparam {
+    OPT_HP_LR,
+    OPT_HP_BETA1,
+    OPT_HP_BETA2,
+    OPT_HP_EPS,
+    OPT_HP_WEIGHT_DECAY,
+    OPT_HP_COUNT
+};
+
+/* "lr", "beta1", ...; never NULL for a valid id. */
+const char *optimizer_hparam_name(enum optimizer_hparam h);
+/* The value of hyperparameter h in hp. */
+double optimizer_hparam_value(const struct optimizer_hparams *hp, enum optimizer_hparam h);
+
+struct optimizer_ops {
+    const char *name;  /* "AdamW": the canonical spelling */
+    const char *alias; /* another accepted spelling, or NULL */
+    int n_states;      /* fp32 state vectors per element, <= OPTIMIZER_MAX_STATES */
+    const char *state_names[OPTIMIZER_MAX_STATES]; /* checkpoint sections ("exp_avg") */
+    int whole_tensors; /* 1: an update needs a tensor whole (row/column statistics) */
+    int n_hparams;
+    enum optimizer_hparam hparams[OPT_HP_COUNT]; /* the ones it reads, in meta.json order */
+    /* Updates params[0..n) in place from grads[0..n) and the state vectors
+     * states[k][0..n). `decay` is 1 to apply weight decay to the range, 0
+     * for none. Errors: those of a device kernel (none on the CPU). */
+    zt_status (*update)(float *params, const float *grads, float *const *states, size_t n,
+                        float decay, const struct optimizer_hparams *hp);
+};
+
+/* The entry whose name or alias matches `name` ignoring ASCII case
+ * (DeepSpeed's rule), or NULL. */
+const struct optimizer_ops *optimizer_find(const char *name);
+
+/* The known optimizers' names and aliases, comma-separated ("AdamW, Adam"), into buf[n]
+ * (truncated to fit), for messages. */
+void optimizer_list_names(char *buf, size_t n);
+
+/* Bytes of optimizer state per parameter element. */
+static inline size_t optimizer_state_bytes(const struct optimizer_ops *o)
+{
+    return (size_t)o->n_states * sizeof(float);
+}
+
+/* AdamW (Loshchilov & Hutter): decoupled weight decay. Exposed for the
+ * reference tests, which drive it on whole tensors. */
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float decay,
-                  const struct adamw_hparams *hp);
+                  const struct optimizer_hparams *hp);
 
 #endif
