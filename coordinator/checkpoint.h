@@ -50,7 +50,8 @@
  *
  * meta.json is one JSON object with the fields of struct ckpt_meta (see
  * ckpt_meta_write); 64-bit integers are written and read exactly, file
- * checksums are "0x" + 16 hex digits.
+ * checksums are "0x" + 16 hex digits. Format 2 added the "model" and
+ * "optimizer" objects (in place of version 1's GPT-2 shape keys).
  *
  * Errors: a bad or incomplete checkpoint is ZT_ERR_CHECKPOINT, a failing
  * system call ZT_ERR_IO, impossible arguments ZT_ERR_USAGE, allocation
@@ -65,9 +66,10 @@
 #include <stdint.h>
 
 #include "../common/dtype.h"
+#include "../common/kvlist.h"
 #include "../common/status.h"
 
-#define CKPT_FORMAT_VERSION     1u /* meta.json "format_version" */
+#define CKPT_FORMAT_VERSION     2u /* meta.json "format_version" (1 is still read) */
 #define CKPT_SHARD_MAGIC        "ZTCKSHRD"
 #define CKPT_SHARD_VERSION      1u
 #define CKPT_SHARD_HEADER_BYTES 24u
@@ -199,7 +201,13 @@ struct ckpt_meta {
     uint64_t *unit_numel;    /* per unit: real elements (owned, n_units) */
     uint64_t *unit_shard;    /* per unit: elements per rank in this partition (owned) */
     uint64_t n_params;
-    int vocab_size, block_size, n_layer, n_head, n_embd; /* >= 0 */
+    /* The model family and its shape ("model": {"family": "gpt2", ...}) and
+     * the optimizer with its hyperparameters ("optimizer": {"type":
+     * "AdamW", ...}), as their modules describe themselves; this layer
+     * stores them without knowing them. Version-1 files had neither: they
+     * read as GPT-2 (from the flat shape keys they had) and AdamW (no
+     * hyperparameters recorded). */
+    struct zt_kvlist model, optimizer;
     uint64_t seed;
     uint64_t samples_seen; /* data sampler position */
     double loss_scale;     /* finite */

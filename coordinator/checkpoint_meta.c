@@ -43,11 +43,6 @@ static const struct field {
     {"world", K_INT, offsetof(struct ckpt_meta, world), 1, INT_MAX},
     {"stage", K_INT, offsetof(struct ckpt_meta, stage), 0, 3},
     {"n_params", K_U64, offsetof(struct ckpt_meta, n_params), 0, 0},
-    {"vocab_size", K_INT, offsetof(struct ckpt_meta, vocab_size), 0, INT_MAX},
-    {"block_size", K_INT, offsetof(struct ckpt_meta, block_size), 0, INT_MAX},
-    {"n_layer", K_INT, offsetof(struct ckpt_meta, n_layer), 0, INT_MAX},
-    {"n_head", K_INT, offsetof(struct ckpt_meta, n_head), 0, INT_MAX},
-    {"n_embd", K_INT, offsetof(struct ckpt_meta, n_embd), 0, INT_MAX},
     {"seed", K_U64, offsetof(struct ckpt_meta, seed), 0, 0},
     {"samples_seen", K_U64, offsetof(struct ckpt_meta, samples_seen), 0, 0},
     {"loss_scale", K_F64, offsetof(struct ckpt_meta, loss_scale), 0, 0},
@@ -67,6 +62,16 @@ static int precision_known(const char *p)
             return 1;
     return 0;
 }
+
+/* The GPT-2 shape keys of version 1, which read as "model": {"family":
+ * "gpt2", ...} with these entries in this order. */
+static const char *const v1_shape_keys[] = {"vocab_size", "block_size", "n_layer", "n_head",
+                                            "n_embd"};
+#define N_V1_SHAPE_KEYS (sizeof v1_shape_keys / sizeof v1_shape_keys[0])
+
+/* The key that names a described object's kind. */
+#define MODEL_KIND_KEY     "family"
+#define OPTIMIZER_KIND_KEY "type"
 
 /* ---- writing ---- */
 
@@ -179,6 +184,17 @@ static zt_status check_writable(const char *path, const struct ckpt_meta *m)
         return zt_error_set(ZT_ERR_USAGE, "%s: %d units without their arrays", path, m->n_units);
     if (!m->files)
         return zt_error_set(ZT_ERR_USAGE, "%s: the shard file list is missing", path);
+    const struct zt_kvlist *described[2] = {&m->model, &m->optimizer};
+    for (int k = 0; k < 2; k++) {
+        const struct zt_kvlist *l = described[k];
+        if (!l->kind[0] || l->n < 0 || l->n > ZT_KV_MAX)
+            return zt_error_set(ZT_ERR_USAGE, "%s: the %s description is missing", path,
+                                k ? "optimizer" : "model");
+        for (int i = 0; i < l->n; i++)
+            if (l->items[i].is_real && !isfinite(l->items[i].r))
+                return zt_error_set(ZT_ERR_USAGE, "%s: %s.%s must be finite", path,
+                                    k ? "optimizer" : "model", l->items[i].name);
+    }
     if (!m->config_yaml)
         return zt_error_set(ZT_ERR_USAGE, "%s: the config text is missing", path);
     size_t len = strlen(m->config_yaml), bad = json_utf8_check(m->config_yaml, len);
@@ -208,6 +224,24 @@ static void add_fields(struct text *t, const struct ckpt_meta *m)
     }
 }
 
+/* A described object on one line: {"KIND_KEY": "kind", "name": value, ...}. */
+static void add_kvlist(struct text *t, const char *key, const char *kind_key,
+                       const struct zt_kvlist *l)
+{
+    add(t, "  \"%s\": {\"%s\": ", key, kind_key);
+    add_string(t, l->kind);
+    for (int k = 0; k < l->n; k++) {
+        const struct zt_kv *kv = &l->items[k];
+        add(t, ", ");
+        add_string(t, kv->name);
+        if (kv->is_real)
+            add(t, ": %.17g", kv->r);
+        else
+            add(t, ": %lld", (long long)kv->i);
+    }
+    add(t, "},\n");
+}
+
 static void add_lists(struct text *t, const struct ckpt_meta *m)
 {
     add(t, "  \"units\": [");
@@ -229,6 +263,8 @@ zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
     struct text t = {0};
     add(&t, "{\n  \"format_version\": %u,\n", CKPT_FORMAT_VERSION);
     add_fields(&t, m);
+    add_kvlist(&t, "model", MODEL_KIND_KEY, &m->model);
+    add_kvlist(&t, "optimizer", OPTIMIZER_KIND_KEY, &m->optimizer);
     add(&t, "  \"precision\": ");
     add_string(&t, m->precision);
     add(&t, ",\n");
@@ -346,7 +382,7 @@ static zt_status read_version(const char *path, const struct json_value *root, s
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s: format version %lld is newer than this zerotrain understands (%u)",
                             path, (long long)v, CKPT_FORMAT_VERSION);
-    if (v != CKPT_FORMAT_VERSION)
+    if (v < 1)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: format version %lld is not valid", path,
                             (long long)v);
     m->format_version = (uint32_t)v;
@@ -438,6 +474,60 @@ static zt_status read_files(const char *path, const struct json_value *root, str
     return ZT_OK;
 }
 
+/* One described object: a string under kind_key and numbers under every
+ * other key, at most ZT_KV_MAX of them, names unique and short. */
+static zt_status read_kvlist(const char *path, const struct json_value *root, const char *key,
+                             const char *kind_key, struct zt_kvlist *out)
+{
+    const struct json_value *obj, *kind;
+    char where[96];
+    ZT_TRY(need(path, root, key, key, JSON_OBJECT, &obj));
+    snprintf(where, sizeof where, "%s.%s", key, kind_key);
+    ZT_TRY(need(path, obj, kind_key, where, JSON_STRING, &kind));
+    if (!kind->str[0] || strlen(kind->str) >= ZT_KV_NAME_MAX)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' must be 1 to %d bytes", path, where,
+                            ZT_KV_NAME_MAX - 1);
+    zt_kv_init(out, kind->str);
+    for (size_t k = 0; k < obj->n; k++) {
+        const char *name = obj->keys[k];
+        const struct json_value *v = &obj->items[k];
+        if (strcmp(name, kind_key) == 0)
+            continue;
+        snprintf(where, sizeof where, "%s.%.40s", key, name);
+        if (strlen(name) >= ZT_KV_NAME_MAX || !name[0] || zt_kv_find(out, name) ||
+            out->n == ZT_KV_MAX)
+            return zt_error_set(ZT_ERR_CHECKPOINT,
+                                "%s: key '%s' is repeated, too long or one too many (at most %d)",
+                                path, where, ZT_KV_MAX);
+        if (v->type == JSON_INT) {
+            int64_t i;
+            ZT_TRY(need_i64(path, obj, name, where, INT64_MIN, INT64_MAX, &i));
+            zt_kv_add_int(out, name, i);
+        } else if (v->type == JSON_REAL) {
+            zt_kv_add_real(out, name, v->real);
+        } else {
+            return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' must be a number, not %s", path,
+                                where, json_type_name(v->type));
+        }
+    }
+    return ZT_OK;
+}
+
+/* Version 1: the GPT-2 shape from its flat keys; AdamW, hyperparameters
+ * not recorded. */
+static zt_status read_v1_descriptions(const char *path, const struct json_value *root,
+                                      struct ckpt_meta *m)
+{
+    zt_kv_init(&m->model, "gpt2");
+    for (size_t k = 0; k < N_V1_SHAPE_KEYS; k++) {
+        int64_t v;
+        ZT_TRY(need_i64(path, root, v1_shape_keys[k], v1_shape_keys[k], 0, INT_MAX, &v));
+        zt_kv_add_int(&m->model, v1_shape_keys[k], v);
+    }
+    zt_kv_init(&m->optimizer, "AdamW");
+    return ZT_OK;
+}
+
 static zt_status read_tree(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
     if (root->type != JSON_OBJECT)
@@ -446,6 +536,12 @@ static zt_status read_tree(const char *path, const struct json_value *root, stru
     ZT_TRY(read_version(path, root, m));
     for (size_t k = 0; k < N_FIELDS; k++)
         ZT_TRY(read_field(path, root, &fields[k], m));
+    if (m->format_version == 1) {
+        ZT_TRY(read_v1_descriptions(path, root, m));
+    } else {
+        ZT_TRY(read_kvlist(path, root, "model", MODEL_KIND_KEY, &m->model));
+        ZT_TRY(read_kvlist(path, root, "optimizer", OPTIMIZER_KIND_KEY, &m->optimizer));
+    }
     ZT_TRY(read_strings(path, root, m));
     ZT_TRY(read_units(path, root, m));
     return read_files(path, root, m);

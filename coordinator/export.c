@@ -53,10 +53,12 @@ zt_status export_run(const char *dir, const char *out, const char *dtype_name, F
     ZT_TRY(parse_dtype(dtype_name, &dtype));
     ZT_TRY(resolve_step_dir(dir, step_dir, sizeof step_dir));
     ZT_TRY(run_checkpoint_read_weights(step_dir, &meta, &params));
-    struct gpt2_config cfg = {meta.vocab_size, meta.block_size, meta.n_layer, meta.n_head,
-                              meta.n_embd};
     struct param_table table;
-    zt_status st = param_table_build(&cfg, &table);
+    zt_status st = param_table_build(&meta.model, &table);
+    if (st == ZT_OK && table.family != &gpt2_family)
+        st = zt_error_set(ZT_ERR_UNSUPPORTED,
+                          "%s/meta.json: a %s model; Hugging Face export knows gpt2 only", step_dir,
+                          meta.model.kind);
     if (st == ZT_OK && table.n_params != meta.n_params)
         st = zt_error_set(ZT_ERR_CHECKPOINT,
                           "%s/meta.json: %llu parameters, but its model shape has %zu", step_dir,

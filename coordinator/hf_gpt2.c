@@ -198,14 +198,14 @@ static const char *dim_key(const struct param_table *t, const struct param_tenso
                            int *value)
 {
     if (our_dim == 0 && p->cols > 1 && strcmp(p->name, "wte.weight") == 0) {
-        *value = t->cfg.vocab_size;
+        *value = gpt2_config_of(t).vocab_size;
         return "model.vocab_size";
     }
     if (our_dim == 0 && p->cols > 1 && strcmp(p->name, "wpe.weight") == 0) {
-        *value = t->cfg.block_size;
+        *value = gpt2_config_of(t).block_size;
         return "model.block_size";
     }
-    *value = t->cfg.n_embd;
+    *value = gpt2_config_of(t).n_embd;
     return "model.n_embd";
 }
 
@@ -286,7 +286,8 @@ static zt_status missing_error(const struct hf_gpt2_reader *r, const char *name,
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: tensor %s is missing: the file has %d layer%s but the config says "
                             "model.n_layer %d",
-                            r->path, name, have, have == 1 ? "" : "s", r->t->cfg.n_layer);
+                            r->path, name, have, have == 1 ? "" : "s",
+                            gpt2_config_of(r->t).n_layer);
     return zt_error_set(ZT_ERR_CONFIG, "%s: tensor %s is missing (expected shape %s)", r->path,
                         name, shape_text(ws, ndim, want));
 }
@@ -350,11 +351,11 @@ static zt_status check_extras(const struct hf_gpt2_reader *r)
         if (is_ours(r, s) || is_ignored(name))
             continue;
         int have = file_layers(r->st);
-        if (layer_of(name, &rest) >= r->t->cfg.n_layer)
+        if (layer_of(name, &rest) >= gpt2_config_of(r->t).n_layer)
             return zt_error_set(ZT_ERR_CONFIG,
                                 "%s: tensor %.200s is not part of the model: the file has %d "
                                 "layers but the config says model.n_layer %d",
-                                r->path, s->name, have, r->t->cfg.n_layer);
+                                r->path, s->name, have, gpt2_config_of(r->t).n_layer);
         return zt_error_set(ZT_ERR_CONFIG, "%s: unexpected tensor %.200s: not a parameter of GPT-2",
                             r->path, s->name);
     }

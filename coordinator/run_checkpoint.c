@@ -17,7 +17,6 @@
 
 #include "checkpoint.h"
 
-
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 {
     if (c->checkpoint.dir)
@@ -128,11 +127,9 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
         m->unit_shard[u] = p->units[u].shard;
     }
     m->n_params = s->table.n_params;
-    m->vocab_size = c->model.vocab_size;
-    m->block_size = c->model.block_size;
-    m->n_layer = c->model.n_layer;
-    m->n_head = c->model.n_head;
-    m->n_embd = c->model.n_embd;
+    m->model = s->table.shape;
+    const struct optimizer_hparams hp = session_optimizer_hparams(c, c->optimizer.lr);
+    optimizer_describe(s->engine.cfg.optimizer, &hp, &m->optimizer);
     m->seed = c->run.seed;
     m->samples_seen = (uint64_t)step * (uint64_t)c->train_micro_batch_size_per_gpu *
                       (uint64_t)c->gradient_accumulation_steps * (uint64_t)s->world;
@@ -293,21 +290,29 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, int 
     return ZT_OK;
 }
 
-/* The checkpoint must be of this model: same shape, same units. */
+/* The checkpoint must be of this model (same family, shape and units)
+ * and, when its optimizer states are to be loaded, of this optimizer: one
+ * optimizer's moments are not another's. */
 static zt_status check_same_model(const struct run_session *s, const char *step_dir,
                                   const struct ckpt_meta *m)
 {
-    const struct zt_config *c = &s->cfg;
-    if (m->vocab_size != c->model.vocab_size || m->block_size != c->model.block_size ||
-        m->n_layer != c->model.n_layer || m->n_head != c->model.n_head ||
-        m->n_embd != c->model.n_embd)
+    const char *want = s->engine.cfg.optimizer->name;
+    if (!zt_kv_equal(&m->model, &s->table.shape)) {
+        char had[512], have[512];
+        zt_kv_format(&m->model, had, sizeof had);
+        zt_kv_format(&s->table.shape, have, sizeof have);
         return zt_error_set(ZT_ERR_CHECKPOINT,
-                            "%s/meta.json: the checkpoint is of another model shape (vocab_size "
-                            "%d, block_size %d, n_layer %d, n_head %d, n_embd %d) than the "
-                            "config's (%d, %d, %d, %d, %d)",
-                            step_dir, m->vocab_size, m->block_size, m->n_layer, m->n_head,
-                            m->n_embd, c->model.vocab_size, c->model.block_size, c->model.n_layer,
-                            c->model.n_head, c->model.n_embd);
+                            "%s/meta.json: the checkpoint is of another model shape (%s) than the "
+                            "config's (%s)",
+                            step_dir, had, have);
+    }
+    if (strcmp(m->optimizer.kind, want) != 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s/meta.json: the checkpoint was written with optimizer %s, but the "
+                            "config asks for %s: its optimizer state cannot be resumed (set "
+                            "optimizer.type: %s, or export the weights and start from them with "
+                            "model.init_from)",
+                            step_dir, m->optimizer.kind, want, m->optimizer.kind);
     if (m->n_params != s->table.n_params || m->n_units != s->table.n_units)
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s/meta.json: %llu parameters in %d units, the model has %zu in %d",

@@ -136,8 +136,11 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
                              c->model.n_head, c->model.n_embd};
     ledger_init(&s->ledger, o->dry_run);
     ZT_TRY(device_open("cpu", &s->ledger, &s->dev));
-    ZT_TRY(param_table_build(&mc, &s->table));
-    const struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->world, s->rank);
+    struct zt_kvlist shape;
+    gpt2_describe(&mc, &shape);
+    ZT_TRY(param_table_build(&shape, &s->table));
+    const struct shard_engine_config ec =
+        session_engine_config(c, c->zero.stage, s->world, s->rank);
     if (c->fp16.enabled && c->fp16.loss_scale == 0.0)
         loss_scaler_init_dynamic(&s->scaler, c->fp16.initial_scale_power, c->fp16.loss_scale_window,
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
@@ -169,6 +172,17 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
         .prefetch_depth = c->zero.stage3_prefetch_depth,
         .precision = session_precision(c),
         .optimizer = optimizer_find(c->optimizer.type),
+    };
+}
+
+struct optimizer_hparams session_optimizer_hparams(const struct zt_config *c, double lr)
+{
+    return (struct optimizer_hparams){
+        .lr = (float)lr,
+        .beta1 = (float)c->optimizer.beta1,
+        .beta2 = (float)c->optimizer.beta2,
+        .eps = (float)c->optimizer.eps,
+        .weight_decay = (float)c->optimizer.weight_decay,
     };
 }
 

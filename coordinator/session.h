@@ -92,6 +92,10 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
 struct shard_engine_config session_engine_config(const struct zt_config *c, int stage, int world,
                                                  int rank);
 
+/* The optimizer hyperparameters a config gives, at learning rate lr (the
+ * schedule's for this step). */
+struct optimizer_hparams session_optimizer_hparams(const struct zt_config *c, double lr);
+
 /* The working precision a config asks for: ZT_BF16, ZT_F16 or ZT_F32. */
 enum zt_dtype session_precision(const struct zt_config *c);
 

@@ -85,13 +85,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
         ZT_TRY(gpt2_backward(&s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
         loss_sum += s->model.mean_loss;
     }
-    struct optimizer_hparams hp = {
-        .lr = (float)r->lr,
-        .beta1 = (float)c->optimizer.beta1,
-        .beta2 = (float)c->optimizer.beta2,
-        .eps = (float)c->optimizer.eps,
-        .weight_decay = (float)c->optimizer.weight_decay,
-    };
+    struct optimizer_hparams hp = session_optimizer_hparams(c, r->lr);
     struct shard_step_result result;
     ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, &result));
     r->grad_norm = result.grad_norm;
@@ -201,8 +195,7 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     const int B = c->train_micro_batch_size_per_gpu, T = c->data.seq_len;
     const double tokens_per_step =
         (double)B * T * c->gradient_accumulation_steps * (double)s->world;
-    struct gpt2_config mc = s->table.cfg;
-    const double flops_per_token = gpt2_flops_per_token(&mc, T);
+    const double flops_per_token = s->table.family->flops_per_token(&s->table, T);
     double elapsed = 0.0, comm_wait = 0.0;
     zt_status st = ZT_OK;
     int stop = 0;

@@ -130,7 +130,7 @@ static zt_status init_params(struct shard_engine *e)
         const struct shard_unit *su = &e->part.units[u];
         size_t lo, hi;
         shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
-        gpt2_init_params(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
+        t->family->init_params(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
         if (e->cfg.stage < 3)
             st = store_working(e, at(e, e->params, su->padded_offset), host, su->numel, staging);
         else if (hi > lo)
@@ -192,7 +192,7 @@ static void release_gather(struct shard_engine *e, struct shard_gather *g)
 
 static zt_status gathered_acquire(struct shard_engine *e, int unit, const void **params)
 {
-    /* The model acquires units exactly in gpt2_unit_order's order. */
+    /* The model acquires units exactly in its family's unit_order. */
     ZT_ASSERT(e->cursor < e->n_schedule && e->schedule[e->cursor] == unit);
     const int pos = e->cursor++;
     if (pos >= e->issued) {
@@ -284,22 +284,23 @@ static zt_status unit_grads_complete(struct shard_engine *e, int unit)
 
 /* ---- the hooks ------------------------------------------------------------ */
 
-static zt_status hook_pass_begin(void *ctx, enum gpt2_pass pass)
+static zt_status hook_pass_begin(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
     if (e->cfg.stage == 3) {
-        e->n_schedule = gpt2_unit_order(e->table, pass, e->schedule, GPT2_MAX_UNITS + 2);
-        ZT_ASSERT(e->n_schedule <= GPT2_MAX_UNITS + 2);
+        e->n_schedule =
+            e->table->family->unit_order(e->table, pass, e->schedule, MODEL_MAX_UNITS + 2);
+        ZT_ASSERT(e->n_schedule <= MODEL_MAX_UNITS + 2);
         e->cursor = 0;
         e->issued = 0;
     }
     return ZT_OK;
 }
 
-static zt_status hook_pass_end(void *ctx, enum gpt2_pass pass)
+static zt_status hook_pass_end(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
-    if (pass == GPT2_PASS_BACKWARD && e->cfg.stage >= 2) {
+    if (pass == MODEL_PASS_BACKWARD && e->cfg.stage >= 2) {
         ZT_TRY(close_bucket(e));
         while (e->n_reduces > 0)
             ZT_TRY(finish_oldest_reduce(e));
@@ -429,7 +430,7 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     out->plan = !device_is_real(dev);
     out->esz = zt_dtype_size(cfg->precision);
     ZT_ASSERT(comm || out->plan);
-    out->hooks = (struct gpt2_unit_hooks){
+    out->hooks = (struct model_unit_hooks){
         .ctx = out,
         .pass_begin = hook_pass_begin,
         .pass_end = hook_pass_end,
@@ -445,7 +446,7 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         out->bucket = calloc((size_t)t->n_units, sizeof *out->bucket);
         out->param_view = calloc((size_t)t->n_units, sizeof *out->param_view);
         out->grad_view = calloc((size_t)t->n_units, sizeof *out->grad_view);
-        out->gathers = calloc(GPT2_MAX_UNITS + 2, sizeof *out->gathers);
+        out->gathers = calloc(MODEL_MAX_UNITS + 2, sizeof *out->gathers);
         if (!out->unit_grads || !out->reduces || !out->bucket || !out->gathers ||
             !out->param_view || !out->grad_view)
             st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the engine's bookkeeping");
@@ -504,8 +505,7 @@ static zt_status update_unit_range(const struct shard_engine *e, int u, size_t l
         float *states[OPTIMIZER_MAX_STATES];
         for (int j = 0; j < opt->n_states; j++)
             states[j] = e->states[j] + state_off + (a - lo);
-        ZT_TRY(opt->update(p + (a - lo), g + (a - lo), states, b - a, pt->decay ? 1.0f : 0.0f,
-                           hp));
+        ZT_TRY(opt->update(p + (a - lo), g + (a - lo), states, b - a, pt->decay ? 1.0f : 0.0f, hp));
     }
     return ZT_OK;
 }
@@ -592,8 +592,9 @@ static size_t reduced_count(const struct shard_engine *e)
     return e->cfg.stage == 0 ? e->part.padded_total : e->part.shard_total;
 }
 
-static zt_status step_real(struct shard_engine *e, void *g, float *tmp, struct optimizer_hparams *hp,
-                           double loss_scale, int skip_on_overflow, struct shard_step_result *out)
+static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
+                           struct optimizer_hparams *hp, double loss_scale, int skip_on_overflow,
+                           struct shard_step_result *out)
 {
     const size_t n = reduced_count(e);
     if (e->cfg.stage == 0)
@@ -704,7 +705,8 @@ void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, si
 const char *shard_engine_state_name(const struct shard_engine *e, int which)
 {
     ZT_ASSERT(which >= 0 && which < shard_engine_n_states(e));
-    return which == SHARD_STATE_MASTER ? SHARD_STATE_MASTER_NAME : e->cfg.optimizer->state_names[which - 1];
+    return which == SHARD_STATE_MASTER ? SHARD_STATE_MASTER_NAME
+                                       : e->cfg.optimizer->state_names[which - 1];
 }
 
 /* Device address of state element `lo` of unit u (inside the held range). */
@@ -719,15 +721,15 @@ static float *state_at(struct shard_engine *e, int which, int u, size_t lo)
     return is_16bit(e) ? e->master + r.state_off + skip : (float *)e->params + r.working_off + skip;
 }
 
-zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo,
-                                 size_t hi, float *dst)
+zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
+                                 float *dst)
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     return e->dev->ops->copy_to_host(dst, state_at(e, which, u, lo), (hi - lo) * sizeof(float));
 }
 
-zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo,
-                                 size_t hi, const float *src)
+zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
+                                 const float *src)
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     return e->dev->ops->copy_from_host(state_at(e, which, u, lo), src, (hi - lo) * sizeof(float));

@@ -51,7 +51,7 @@
 #include "../comm/comm.h"
 #include "../common/status.h"
 #include "../worker/device.h"
-#include "../worker/model.h"
+#include "../worker/model_family.h"
 #include "../worker/optimizer.h"
 
 /* Elements per alignment quantum of a shard: 16 floats = 64 bytes. */
@@ -86,9 +86,9 @@ struct shard_engine_config {
     int world, rank; /* the partition's; a plan may differ from the comm's */
     double clip;     /* global-norm clipping threshold, 0 = off */
     uint64_t seed;
-    size_t reduce_bucket_size; /* stages 2-3: elements per gradient bucket, >= 1 */
-    int prefetch_depth;        /* stage 3: units gathered ahead, >= 0 */
-    enum zt_dtype precision;   /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
+    size_t reduce_bucket_size;             /* stages 2-3: elements per gradient bucket, >= 1 */
+    int prefetch_depth;                    /* stage 3: units gathered ahead, >= 0 */
+    enum zt_dtype precision;               /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
     const struct optimizer_ops *optimizer; /* its states are kept on the rank's range */
 };
 
@@ -134,15 +134,15 @@ struct shard_engine {
     size_t bucket_elems;
 
     /* Stage 3: the pass's unit schedule and the gathers of its positions. */
-    int schedule[GPT2_MAX_UNITS + 2];
+    int schedule[MODEL_MAX_UNITS + 2];
     int n_schedule, cursor, issued;
     struct shard_gather *gathers; /* one per schedule position */
 
     /* 16-bit: the fp32 views the model computes with, per unit (workspace). */
     float **param_view, **grad_view;
 
-    long updates;                 /* optimizer steps taken */
-    struct gpt2_unit_hooks hooks; /* what the model borrows through */
+    long updates;                  /* optimizer steps taken */
+    struct model_unit_hooks hooks; /* what the model borrows through */
 };
 
 /* Allocates the persistent model states on `dev` (counted in the ledger)

@@ -228,11 +228,15 @@ static void fill_meta(struct ckpt_meta *m, int64_t step, int world, const struct
         m->unit_shard[u] = (1000 + (uint64_t)u + (uint64_t)world - 1) / (uint64_t)world;
     }
     m->n_params = 3003;
-    m->vocab_size = 50257;
-    m->block_size = 1024;
-    m->n_layer = 2;
-    m->n_head = 4;
-    m->n_embd = 64;
+    zt_kv_init(&m->model, "gpt2");
+    zt_kv_add_int(&m->model, "vocab_size", 50257);
+    zt_kv_add_int(&m->model, "block_size", 1024);
+    zt_kv_add_int(&m->model, "n_layer", 2);
+    zt_kv_add_int(&m->model, "n_head", 4);
+    zt_kv_add_int(&m->model, "n_embd", 64);
+    zt_kv_init(&m->optimizer, "AdamW");
+    zt_kv_add_real(&m->optimizer, "lr", 3e-4);
+    zt_kv_add_real(&m->optimizer, "beta2", 0.95);
     m->seed = 1337;
     m->samples_seen = (uint64_t)step * 64;
     m->loss_scale = 65536.0;
@@ -688,7 +692,8 @@ START_TEST(test_meta_round_trip_every_field)
     m.unit_numel[1] = UINT64_MAX;
     m.unit_shard[2] = (1ull << 63) + 5;
     m.n_params = (1ull << 53) + 1;
-    m.vocab_size = 2147483647;
+    zt_kv_add_int(&m.model, "big", INT64_MIN);
+    zt_kv_add_real(&m.optimizer, "tiny", 5e-324);
     m.seed = 0xfedcba9876543210ull;
     m.samples_seen = (1ull << 63) + 12345;
     m.loss_scale = 0.1;
@@ -706,12 +711,16 @@ START_TEST(test_meta_round_trip_every_field)
     ck_assert_ptr_nonnull(strstr(text, "\"seed\": 18364758544493064720,"));
     ck_assert_ptr_nonnull(strstr(text, "\"samples_seen\": 9223372036854788153,"));
     ck_assert_ptr_nonnull(strstr(text, "\"checksum\": \"0xffffffffffffffff\""));
-    ck_assert_ptr_nonnull(strstr(text, "\"format_version\": 1,"));
+    ck_assert_ptr_nonnull(strstr(text, "\"format_version\": 2,"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\"model\": {\"family\": \"gpt2\", \"vocab_size\": 50257, "));
+    ck_assert_ptr_nonnull(strstr(text, "\"big\": -9223372036854775808}"));
+    ck_assert_ptr_nonnull(strstr(text, "\"optimizer\": {\"type\": \"AdamW\", \"lr\": "));
     free(text);
 
     struct ckpt_meta r;
     EXPECT_OK(ckpt_meta_read(path, &r));
-    ck_assert_uint_eq(r.format_version, 1);
+    ck_assert_uint_eq(r.format_version, 2);
     ck_assert_int_eq(r.step, m.step);
     ck_assert_int_eq(r.world, 3);
     ck_assert_int_eq(r.stage, 3);
@@ -723,11 +732,8 @@ START_TEST(test_meta_round_trip_every_field)
         ck_assert_uint_eq(r.unit_shard[u], m.unit_shard[u]);
     }
     ck_assert_uint_eq(r.n_params, m.n_params);
-    ck_assert_int_eq(r.vocab_size, m.vocab_size);
-    ck_assert_int_eq(r.block_size, m.block_size);
-    ck_assert_int_eq(r.n_layer, m.n_layer);
-    ck_assert_int_eq(r.n_head, m.n_head);
-    ck_assert_int_eq(r.n_embd, m.n_embd);
+    ck_assert(zt_kv_equal(&r.model, &m.model));
+    ck_assert(zt_kv_equal(&r.optimizer, &m.optimizer));
     ck_assert_uint_eq(r.seed, m.seed);
     ck_assert_uint_eq(r.samples_seen, m.samples_seen);
     ck_assert(r.loss_scale == 0.1); /* exact: %.17g round-trips */
@@ -785,6 +791,17 @@ START_TEST(test_meta_reads_hand_written_json)
     ck_assert_uint_eq(r.unit_numel[0], 10);
     ck_assert_uint_eq(r.unit_shard[0], 5);
     ck_assert_uint_eq(r.files[0].checksum, 0x0123456789abcdefull);
+    /* version 1: GPT-2 from the flat shape keys, AdamW */
+    struct zt_kvlist gpt2;
+    zt_kv_init(&gpt2, "gpt2");
+    zt_kv_add_int(&gpt2, "vocab_size", 256);
+    zt_kv_add_int(&gpt2, "block_size", 8);
+    zt_kv_add_int(&gpt2, "n_layer", 1);
+    zt_kv_add_int(&gpt2, "n_head", 1);
+    zt_kv_add_int(&gpt2, "n_embd", 4);
+    ck_assert(zt_kv_equal(&r.model, &gpt2));
+    ck_assert_str_eq(r.optimizer.kind, "AdamW");
+    ck_assert_int_eq(r.optimizer.n, 0);
     ckpt_meta_free(&r);
 }
 END_TEST
@@ -828,7 +845,7 @@ START_TEST(test_meta_errors_name_the_problem)
         int delta;
     } cases[] = {
         {"1", "", "", "missing key 'world'", NULL, 0},
-        {"3", "", "", "format version 3 is newer than this zerotrain understands (1)", NULL, 0},
+        {"3", "", "", "format version 3 is newer than this zerotrain understands (2)", NULL, 0},
         {"0", " \"world\": 1,", "", "format version 0 is not valid", NULL, 0},
         {"\"1\"", " \"world\": 1,", "", "key 'format_version' must be an integer, not a string",
          NULL, 0},
@@ -1349,14 +1366,14 @@ START_TEST(test_validate_meta_problems)
     char *text = malloc(n + 16);
 
     /* a newer format version */
-    char *v = strstr(orig, "\"format_version\": 1");
+    char *v = strstr(orig, "\"format_version\": 2");
     ck_assert_ptr_nonnull(v);
     strcpy(text, orig);
     text[v - orig + 18] = '3';
     write_text(mp, text);
     EXPECT_ERROR(
         ckpt_validate(sd, NULL), ZT_ERR_CHECKPOINT,
-        testutil_fmt("%s: format version 3 is newer than this zerotrain understands (1)", mp));
+        testutil_fmt("%s: format version 3 is newer than this zerotrain understands (2)", mp));
     /* corrupt JSON: a brace removed at a known byte */
     strcpy(text, orig);
     char *units = strstr(text, "{\"numel\"");

@@ -167,7 +167,7 @@ static void write_specs(const char *path, const struct spec *specs, int n)
 
 static void build_table(const struct gpt2_config *cfg, struct param_table *t)
 {
-    ck_assert_int_eq(param_table_build(cfg, t), ZT_OK);
+    ck_assert_int_eq(gpt2_table_build(cfg, t), ZT_OK);
 }
 
 static float *init_params(const struct param_table *t, uint64_t seed)
@@ -220,7 +220,8 @@ static void expect_open_error(const char *path, const struct param_table *t, zt_
 static void check_formula_file(const char *path, const struct param_table *t)
 {
     struct spec specs[MAX_SPECS];
-    ref_specs(&t->cfg, specs);
+    const struct gpt2_config cfg = gpt2_config_of(t);
+    ref_specs(&cfg, specs);
     float *got = read_all(path, t);
     for (int k = 0; k < t->n_tensors; k++)
         for (size_t i = 0; i < t->tensors[k].numel; i++)

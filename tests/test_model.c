@@ -92,13 +92,13 @@ static void record(struct flat_state *s, enum hook_event ev, int unit)
     s->n_events++;
 }
 
-static zt_status flat_begin(void *ctx, enum gpt2_pass pass)
+static zt_status flat_begin(void *ctx, enum model_pass pass)
 {
     record(ctx, EV_BEGIN, (int)pass);
     return ZT_OK;
 }
 
-static zt_status flat_end(void *ctx, enum gpt2_pass pass)
+static zt_status flat_end(void *ctx, enum model_pass pass)
 {
     record(ctx, EV_END, (int)pass);
     return ZT_OK;
@@ -135,15 +135,15 @@ static zt_status flat_done(void *ctx, int unit)
     return ZT_OK;
 }
 
-static struct gpt2_unit_hooks flat_hooks(struct flat_state *s)
+static struct model_unit_hooks flat_hooks(struct flat_state *s)
 {
-    return (struct gpt2_unit_hooks){.ctx = s,
-                                    .pass_begin = flat_begin,
-                                    .pass_end = flat_end,
-                                    .params_acquire = flat_params,
-                                    .params_release = flat_release,
-                                    .grads_acquire = flat_grads,
-                                    .grads_done = flat_done};
+    return (struct model_unit_hooks){.ctx = s,
+                                     .pass_begin = flat_begin,
+                                     .pass_end = flat_end,
+                                     .params_acquire = flat_params,
+                                     .params_release = flat_release,
+                                     .grads_acquire = flat_grads,
+                                     .grads_done = flat_done};
 }
 
 struct model_fixture {
@@ -153,13 +153,13 @@ struct model_fixture {
     struct device dev;
     struct gpt2 model;
     struct flat_state state;
-    struct gpt2_unit_hooks hooks;
+    struct model_unit_hooks hooks;
 };
 
 static void fixture_open(struct model_fixture *fx)
 {
     reference_load(&fx->ref);
-    ck_assert_int_eq(param_table_build(&fx->ref.cfg, &fx->table), ZT_OK);
+    ck_assert_int_eq(gpt2_table_build(&fx->ref.cfg, &fx->table), ZT_OK);
     ck_assert_int_eq((int)fx->table.n_params, fx->ref.n_params);
     ledger_init(&fx->ledger, 0);
     ck_assert_int_eq(device_open("cpu", &fx->ledger, &fx->dev), ZT_OK);
@@ -244,7 +244,7 @@ START_TEST(adamw_trajectory_matches_pytorch)
     size_t n = fx.table.n_params;
     float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
     struct optimizer_hparams hp = {fx.ref.lr,  fx.ref.beta1,        fx.ref.beta2,
-                               fx.ref.eps, fx.ref.weight_decay, 0};
+                                   fx.ref.eps, fx.ref.weight_decay, 0};
     for (int step = 0; step < fx.ref.n_steps; step++) {
         memset(fx.state.grads, 0, n * sizeof(float));
         ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);
@@ -276,7 +276,7 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
     struct device dplan;
     struct gpt2 pm;
     struct flat_state ps = {.t = &fx.table, .params = fx.ref.params, .grads = fx.state.grads};
-    struct gpt2_unit_hooks ph = flat_hooks(&ps);
+    struct model_unit_hooks ph = flat_hooks(&ps);
     ledger_init(&plan, 1);
     ck_assert_int_eq(device_open("cpu", &plan, &dplan), ZT_OK);
     ck_assert_int_eq(gpt2_create(&fx.table, ops_cpu_backend(), &dplan, fx.ref.B, fx.ref.T, 0, &pm),
@@ -291,7 +291,7 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
                       "event %d: plan (%d, unit %d) vs real (%d, unit %d)", i, ps.events[i][0],
                       ps.events[i][1], fx.state.events[i][0], fx.state.events[i][1]);
     /* The params acquisitions follow gpt2_unit_order. */
-    int order[16], n = gpt2_unit_order(&fx.table, GPT2_PASS_FORWARD, order, 16), k = 0;
+    int order[16], n = gpt2_unit_order(&fx.table, MODEL_PASS_FORWARD, order, 16), k = 0;
     for (int i = 0; i < fx.state.n_events && k < n; i++)
         if (fx.state.events[i][0] == EV_PARAMS)
             ck_assert_int_eq(fx.state.events[i][1], order[k++]);
@@ -318,7 +318,7 @@ START_TEST(activation_checkpointing_is_bit_identical)
         struct gpt2 cm;
         struct flat_state cs = {
             .t = &fx.table, .params = fx.ref.params, .grads = calloc(n, sizeof(float))};
-        struct gpt2_unit_hooks ch = flat_hooks(&cs);
+        struct model_unit_hooks ch = flat_hooks(&cs);
         ledger_init(&l, 0);
         ck_assert_int_eq(device_open("cpu", &l, &d), ZT_OK);
         ck_assert_int_eq(
@@ -345,7 +345,7 @@ START_TEST(units_are_contiguous_and_cover_the_space)
 {
     struct gpt2_config c = {256, 64, 3, 4, 32};
     struct param_table t;
-    ck_assert_int_eq(param_table_build(&c, &t), ZT_OK);
+    ck_assert_int_eq(gpt2_table_build(&c, &t), ZT_OK);
     ck_assert_int_eq(t.n_units, c.n_layer + 2);
     size_t C = 32, expect = 256 * C + 64 * C + 3 * (12 * C * C + 13 * C) + 2 * C;
     ck_assert_uint_eq(t.n_params, expect);
@@ -369,7 +369,7 @@ START_TEST(init_is_independent_of_sharding_and_follows_gpt2)
 {
     struct gpt2_config c = {256, 64, 4, 4, 64};
     struct param_table t;
-    ck_assert_int_eq(param_table_build(&c, &t), ZT_OK);
+    ck_assert_int_eq(gpt2_table_build(&c, &t), ZT_OK);
     size_t n = t.n_params;
     float *whole = malloc(n * sizeof(float)), *pieces = malloc(n * sizeof(float));
     gpt2_init_params(&t, 7, 0, n, whole);
@@ -408,7 +408,7 @@ START_TEST(plan_only_ledger_counts_without_allocating)
     struct ledger real, plan;
     struct device dreal, dplan;
     struct gpt2 a, b;
-    ck_assert_int_eq(param_table_build(&c, &t), ZT_OK);
+    ck_assert_int_eq(gpt2_table_build(&c, &t), ZT_OK);
     ledger_init(&real, 0);
     ledger_init(&plan, 1);
     ck_assert_int_eq(device_open("cpu", &real, &dreal), ZT_OK);

@@ -80,11 +80,58 @@ static void add_tensor(struct param_table *t, const char *name, int rows, int co
     *offset += p->numel;
 }
 
-zt_status param_table_build(const struct gpt2_config *cfg, struct param_table *out)
+static const char *const shape_keys[5] = {"vocab_size", "block_size", "n_layer", "n_head",
+                                          "n_embd"};
+
+void gpt2_describe(const struct gpt2_config *cfg, struct zt_kvlist *shape)
+{
+    const int dims[5] = {cfg->vocab_size, cfg->block_size, cfg->n_layer, cfg->n_head, cfg->n_embd};
+    zt_kv_init(shape, "gpt2");
+    for (int k = 0; k < 5; k++)
+        zt_kv_add_int(shape, shape_keys[k], dims[k]);
+}
+
+struct gpt2_config gpt2_config_of(const struct param_table *t)
+{
+    const struct zt_kv *d = t->shape.items;
+    ZT_ASSERT(t->family == &gpt2_family && t->shape.n == 5);
+    return (struct gpt2_config){(int)d[0].i, (int)d[1].i, (int)d[2].i, (int)d[3].i, (int)d[4].i};
+}
+
+/* The config a "gpt2" shape describes: every key present as an integer in
+ * range, n_embd a multiple of n_head. */
+static zt_status config_from_shape(const struct zt_kvlist *shape, struct gpt2_config *cfg)
+{
+    int dims[5];
+    for (int k = 0; k < 5; k++) {
+        const struct zt_kv *kv = zt_kv_find(shape, shape_keys[k]);
+        if (!kv || kv->is_real || kv->i < 1 || kv->i > (1 << 24))
+            return zt_error_set(ZT_ERR_CHECKPOINT, "gpt2 model shape: %s is %s", shape_keys[k],
+                                !kv ? "missing" : "not an integer in 1 .. 2^24");
+        dims[k] = (int)kv->i;
+    }
+    *cfg = (struct gpt2_config){dims[0], dims[1], dims[2], dims[3], dims[4]};
+    if (cfg->n_embd % cfg->n_head != 0 || cfg->n_layer + 2 > MODEL_MAX_UNITS)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "gpt2 model shape: n_embd %d is not a multiple of n_head %d, or "
+                            "n_layer %d is above %d",
+                            cfg->n_embd, cfg->n_head, cfg->n_layer, MODEL_MAX_UNITS - 2);
+    return ZT_OK;
+}
+
+static zt_status table_from_shape(const struct zt_kvlist *shape, struct param_table *out)
+{
+    struct gpt2_config cfg;
+    ZT_TRY(config_from_shape(shape, &cfg));
+    return gpt2_table_build(&cfg, out);
+}
+
+zt_status gpt2_table_build(const struct gpt2_config *cfg, struct param_table *out)
 {
     const int L = cfg->n_layer, C = cfg->n_embd;
     memset(out, 0, sizeof *out);
-    out->cfg = *cfg;
+    out->family = &gpt2_family;
+    gpt2_describe(cfg, &out->shape);
     out->n_units = L + 2;
     out->tensors = calloc((size_t)(2 + L * N_BLOCK_TENSORS + 2), sizeof *out->tensors);
     out->unit_offset = calloc((size_t)out->n_units + 1, sizeof *out->unit_offset);
@@ -112,13 +159,6 @@ zt_status param_table_build(const struct gpt2_config *cfg, struct param_table *o
     return ZT_OK;
 }
 
-void param_table_free(struct param_table *t)
-{
-    free(t->tensors);
-    free(t->unit_offset);
-    memset(t, 0, sizeof *t);
-}
-
 static int is_residual_projection(const char *name)
 {
     size_t n = strlen(name);
@@ -135,7 +175,7 @@ void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
                       float *dst)
 {
     const uint64_t key = rng_key(seed, "init");
-    const double std = 0.02, residual_std = 0.02 / sqrt(2.0 * t->cfg.n_layer);
+    const double std = 0.02, residual_std = 0.02 / sqrt(2.0 * gpt2_config_of(t).n_layer);
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *p = &t->tensors[k];
         size_t lo = p->offset > begin ? p->offset : begin;
@@ -154,9 +194,9 @@ void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
     }
 }
 
-int gpt2_unit_order(const struct param_table *t, enum gpt2_pass pass, int *order, int cap)
+int gpt2_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap)
 {
-    const int L = t->cfg.n_layer;
+    const int L = gpt2_config_of(t).n_layer;
     int n = 0;
 #define PUSH(u)                                                                                    \
     do {                                                                                           \
@@ -164,7 +204,7 @@ int gpt2_unit_order(const struct param_table *t, enum gpt2_pass pass, int *order
             order[n] = (u);                                                                        \
         n++;                                                                                       \
     } while (0)
-    if (pass == GPT2_PASS_FORWARD) {
+    if (pass == MODEL_PASS_FORWARD) {
         for (int u = 0; u <= L + 1; u++)
             PUSH(u);
         PUSH(0);
@@ -272,7 +312,7 @@ static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, 
 /* Layer l's output; layer -1 is the embedding output. */
 static float *layer_output(const struct gpt2 *m, const struct act_layout *a, int l)
 {
-    const size_t btc = (size_t)m->B * m->T * m->table->cfg.n_embd;
+    const size_t btc = (size_t)m->B * m->T * gpt2_config_of(m->table).n_embd;
     return l < 0 ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)l * btc;
 }
 
@@ -308,8 +348,9 @@ zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops
     out->ckpt_every = ckpt_every;
     out->B = B;
     out->T = T;
-    out->act_bytes = act_layout_of(&t->cfg, B, T, ckpt_every).total * sizeof(float);
-    out->scratch_bytes = scratch_layout_of(&t->cfg, B, T).total * sizeof(float);
+    const struct gpt2_config c = gpt2_config_of(t);
+    out->act_bytes = act_layout_of(&c, B, T, ckpt_every).total * sizeof(float);
+    out->scratch_bytes = scratch_layout_of(&c, B, T).total * sizeof(float);
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     zt_status s;
     void *p;
@@ -352,23 +393,23 @@ void gpt2_destroy(struct gpt2 *m)
  * no compute, so a plan sees every gather and gradient buffer a real step
  * allocates. The backward borrows unit 0's gradients from the head to the
  * embeddings, around every other unit. */
-static zt_status plan_walk(struct gpt2 *m, const struct gpt2_unit_hooks *h, enum gpt2_pass pass)
+static zt_status plan_walk(struct gpt2 *m, const struct model_unit_hooks *h, enum model_pass pass)
 {
-    int order[GPT2_MAX_UNITS + 2];
-    const int n = gpt2_unit_order(m->table, pass, order, GPT2_MAX_UNITS + 2);
+    int order[MODEL_MAX_UNITS + 2];
+    const int n = gpt2_unit_order(m->table, pass, order, MODEL_MAX_UNITS + 2);
     const float *w;
     float *g;
-    ZT_ASSERT(n <= GPT2_MAX_UNITS + 2);
+    ZT_ASSERT(n <= MODEL_MAX_UNITS + 2);
     ZT_TRY(h->pass_begin(h->ctx, pass));
     for (int i = 0; i < n; i++) {
         ZT_TRY(h->params_acquire(h->ctx, order[i], &w));
-        if (pass == GPT2_PASS_BACKWARD)
+        if (pass == MODEL_PASS_BACKWARD)
             ZT_TRY(h->grads_acquire(h->ctx, order[i], &g));
         ZT_TRY(h->params_release(h->ctx, order[i]));
-        if (pass == GPT2_PASS_BACKWARD && order[i] != 0)
+        if (pass == MODEL_PASS_BACKWARD && order[i] != 0)
             ZT_TRY(h->grads_done(h->ctx, order[i]));
     }
-    if (pass == GPT2_PASS_BACKWARD)
+    if (pass == MODEL_PASS_BACKWARD)
         ZT_TRY(h->grads_done(h->ctx, 0));
     ZT_TRY(h->pass_end(h->ctx, pass));
     return ZT_OK;
@@ -394,8 +435,9 @@ static void block_forward(struct gpt2 *m, int l, const float *w, const float *x,
 {
     const struct param_table *t = m->table;
     const struct ops_backend *ops = m->ops;
-    const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T, m->ckpt_every);
-    const int BT = m->B * m->T, C = t->cfg.n_embd, NH = t->cfg.n_head;
+    const struct gpt2_config c = gpt2_config_of(t);
+    const struct act_layout a = act_layout_of(&c, m->B, m->T, m->ckpt_every);
+    const int BT = m->B * m->T, C = c.n_embd, NH = c.n_head;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
     TIMED(m, PROF_LAYERNORM,
           ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
@@ -420,11 +462,11 @@ static void block_forward(struct gpt2 *m, int l, const float *w, const float *x,
 #undef P
 }
 
-zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const int32_t *inputs,
+zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const int32_t *inputs,
                        const int32_t *targets)
 {
     const struct param_table *t = m->table;
-    const struct gpt2_config *c = &t->cfg;
+    const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
     const struct act_layout a = act_layout_of(c, m->B, m->T, m->ckpt_every);
     const int B = m->B, T = m->T, BT = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
     const size_t tok_bytes = (size_t)BT * sizeof(int32_t);
@@ -432,10 +474,10 @@ zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const in
     const float *w;
 
     if (m->plan)
-        return plan_walk(m, h, GPT2_PASS_FORWARD);
+        return plan_walk(m, h, MODEL_PASS_FORWARD);
     ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
-    ZT_TRY(h->pass_begin(h->ctx, GPT2_PASS_FORWARD));
+    ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
 
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
     TIMED(m, PROF_ENCODER,
@@ -466,7 +508,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const in
     TIMED(m, PROF_CROSSENTROPY,
           m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits, m->targets,
                                        BT, V));
-    ZT_TRY(h->pass_end(h->ctx, GPT2_PASS_FORWARD));
+    ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
 
     float *losses = malloc(tok_bytes);
     if (!losses)
@@ -495,9 +537,10 @@ static void block_backward(struct gpt2 *m, int l, const float *w, float *g, cons
 {
     const struct param_table *t = m->table;
     const struct ops_backend *ops = m->ops;
-    const struct act_layout a = act_layout_of(&t->cfg, m->B, m->T, m->ckpt_every);
-    const struct scratch_layout s = scratch_layout_of(&t->cfg, m->B, m->T);
-    const int B = m->B, T = m->T, BT = B * T, C = t->cfg.n_embd, NH = t->cfg.n_head;
+    const struct gpt2_config c = gpt2_config_of(t);
+    const struct act_layout a = act_layout_of(&c, m->B, m->T, m->ckpt_every);
+    const struct scratch_layout s = scratch_layout_of(&c, m->B, m->T);
+    const int B = m->B, T = m->T, BT = B * T, C = c.n_embd, NH = c.n_head;
     float *sc = m->scratch, *dres = sc + s.dres;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
 #define G(k) grad_in(t, block_tensor(l, k), g)
@@ -535,10 +578,10 @@ static void block_backward(struct gpt2 *m, int l, const float *w, float *g, cons
 #undef G
 }
 
-zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float grad_scale)
+zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale)
 {
     const struct param_table *t = m->table;
-    const struct gpt2_config *c = &t->cfg;
+    const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
     const struct act_layout a = act_layout_of(c, m->B, m->T, m->ckpt_every);
     const struct scratch_layout s = scratch_layout_of(c, m->B, m->T);
     const int B = m->B, T = m->T, BT = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
@@ -548,8 +591,8 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
     float *g, *g0;
 
     if (m->plan)
-        return plan_walk(m, h, GPT2_PASS_BACKWARD);
-    ZT_TRY(h->pass_begin(h->ctx, GPT2_PASS_BACKWARD));
+        return plan_walk(m, h, MODEL_PASS_BACKWARD);
+    ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
     /* The head: logits are no longer needed, their buffer takes dlogits. */
     float *dlogits = acts + a.logits;
     zero(m, dlogits, (size_t)BT * V);
@@ -593,6 +636,20 @@ zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float g
     TIMED(m, PROF_ENCODER,
           m->ops->encoder_backward(grad_in(t, 0, g0), grad_in(t, 1, g0), dres, m->inputs, B, T, C));
     ZT_TRY(h->grads_done(h->ctx, 0));
-    ZT_TRY(h->pass_end(h->ctx, GPT2_PASS_BACKWARD));
+    ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
     return ZT_OK;
 }
+
+static double flops_per_token(const struct param_table *t, int T)
+{
+    const struct gpt2_config c = gpt2_config_of(t);
+    return gpt2_flops_per_token(&c, T);
+}
+
+const struct model_family gpt2_family = {
+    .name = "gpt2",
+    .table_build = table_from_shape,
+    .init_params = gpt2_init_params,
+    .unit_order = gpt2_unit_order,
+    .flops_per_token = flops_per_token,
+};

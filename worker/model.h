@@ -27,47 +27,24 @@
 
 #include "../common/status.h"
 #include "device.h"
+#include "model_family.h"
 #include "ops.h"
-
-/* Largest n_layer + 2 the model supports (units per model). */
-#define GPT2_MAX_UNITS 1026
 
 struct gpt2_config {
     int vocab_size, block_size, n_layer, n_head, n_embd;
 };
 
-/* How a tensor's working copy is stored. Every tensor is in the run's
- * working precision today; a frozen base stored quantised (4-bit, QLoRA)
- * is a further kind, added with the kernels that read it. */
-enum param_storage { PARAM_STORAGE_WORKING };
-
-struct param_tensor {
-    char name[48];  /* "h.3.attn.qkv.weight" */
-    int rows, cols; /* cols == 1 for vectors */
-    size_t offset, numel;
-    int unit;
-    /* Per-tensor flags, set by the model family. */
-    int trainable;              /* 0: frozen: the optimizer never updates it */
-    int decay;                  /* 1: weight decay applies (2-D tensors) */
-    enum param_storage storage; /* how its working copy is kept */
-};
-
-struct param_table {
-    struct gpt2_config cfg;
-    int n_tensors;
-    struct param_tensor *tensors; /* owned */
-    int n_units;
-    size_t *unit_offset; /* owned, n_units + 1 entries; unit u is [off[u], off[u+1]) */
-    size_t n_params;
-};
-
 /* Builds the table for `cfg` (assumed validated). Errors: ZT_ERR_NOMEM. */
-zt_status param_table_build(const struct gpt2_config *cfg, struct param_table *out);
-void param_table_free(struct param_table *t);
-static inline size_t param_table_unit_size(const struct param_table *t, int unit)
-{
-    return t->unit_offset[unit + 1] - t->unit_offset[unit];
-}
+zt_status gpt2_table_build(const struct gpt2_config *cfg, struct param_table *out);
+
+/* GPT-2's shape as its family describes it: kind "gpt2" with vocab_size,
+ * block_size, n_layer, n_head, n_embd in this order. */
+void gpt2_describe(const struct gpt2_config *cfg, struct zt_kvlist *shape);
+/* The GPT-2 config of a GPT-2 table. */
+struct gpt2_config gpt2_config_of(const struct param_table *t);
+
+/* The GPT-2 family's table of operations. */
+extern const struct model_family gpt2_family;
 
 /* Writes GPT-2's initial values of flat elements [begin, end) into dst[0..end-begin):
  * weights normal(0, 0.02), residual output projections (attn.proj,
@@ -82,30 +59,12 @@ void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
  * PaLM appendix B count. */
 double gpt2_flops_per_token(const struct gpt2_config *cfg, int T);
 
-enum gpt2_pass { GPT2_PASS_FORWARD, GPT2_PASS_BACKWARD };
-
 /* The order in which a pass acquires unit parameters: forward 0, 1..L, L+1,
  * 0 (the tied head); backward 0 (head), L+1, L..1. Writes at most `cap`
  * units to order and returns how many the pass acquires (L + 3 forward,
  * L + 2 backward). gpt2_forward/backward follow exactly this order, so a
  * ZeRO-3 engine can prefetch from it. */
-int gpt2_unit_order(const struct param_table *t, enum gpt2_pass pass, int *order, int cap);
-
-/* How the model borrows parameters and gradients, one unit at a time. The
- * pointers returned point at the unit's first element; they stay valid
- * until the matching release (params) or grads_done (grads). Every pass
- * starts with pass_begin and ends with pass_end. */
-struct gpt2_unit_hooks {
-    void *ctx;
-    zt_status (*pass_begin)(void *ctx, enum gpt2_pass pass);
-    zt_status (*pass_end)(void *ctx, enum gpt2_pass pass);
-    zt_status (*params_acquire)(void *ctx, int unit, const float **params);
-    zt_status (*params_release)(void *ctx, int unit);
-    /* The unit's gradient buffer; the backward ACCUMULATES into it. */
-    zt_status (*grads_acquire)(void *ctx, int unit, float **grads);
-    /* The unit's gradients of this micro step are complete. */
-    zt_status (*grads_done)(void *ctx, int unit);
-};
+int gpt2_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap);
 
 /* Where a step's compute time goes, when profiling is on. */
 #define GPT2_PROFILE_CATEGORIES(X)                                                                 \
@@ -162,11 +121,11 @@ zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops
 void gpt2_destroy(struct gpt2 *m);
 
 /* Forward over host arrays inputs/targets[B*T]; sets m->mean_loss. */
-zt_status gpt2_forward(struct gpt2 *m, const struct gpt2_unit_hooks *h, const int32_t *inputs,
+zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const int32_t *inputs,
                        const int32_t *targets);
 /* Backward of the last forward. Accumulates d(loss * grad_scale)/dparams
  * into the hooks' gradient buffers (grad_scale = 1/accumulation steps, times
  * the loss scale under fp16). */
-zt_status gpt2_backward(struct gpt2 *m, const struct gpt2_unit_hooks *h, float grad_scale);
+zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale);
 
 #endif

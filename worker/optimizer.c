@@ -78,6 +78,14 @@ void optimizer_list_names(char *buf, size_t n)
 static const char *const hparam_names[OPT_HP_COUNT] = {"lr", "beta1", "beta2", "eps",
                                                        "weight_decay"};
 
+void optimizer_describe(const struct optimizer_ops *o, const struct optimizer_hparams *hp,
+                        struct zt_kvlist *out)
+{
+    zt_kv_init(out, o->name);
+    for (int k = 0; k < o->n_hparams; k++)
+        zt_kv_add_real(out, hparam_names[o->hparams[k]], optimizer_hparam_value(hp, o->hparams[k]));
+}
+
 const char *optimizer_hparam_name(enum optimizer_hparam h)
 {
     return hparam_names[h];

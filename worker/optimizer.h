@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 
+#include "../common/kvlist.h"
 #include "../common/status.h"
 
 /* Most state vectors an optimizer may keep per element. */
@@ -68,6 +69,11 @@ struct optimizer_ops {
     zt_status (*update)(float *params, const float *grads, float *const *states, size_t n,
                         float decay, const struct optimizer_hparams *hp);
 };
+
+/* The optimizer's description for meta.json: kind = o->name, then the
+ * hyperparameters it reads, in its order, as reals. */
+void optimizer_describe(const struct optimizer_ops *o, const struct optimizer_hparams *hp,
+                        struct zt_kvlist *out);
 
 /* The entry whose name or alias matches `name` ignoring ASCII case
  * (DeepSpeed's rule), or NULL. */

@@ -1,0 +1,114 @@
+/* worker/model_family.h — the model interface: what a model family gives
+ * the ZeRO engine, the coordinator and the file formats.
+ *
+ * A family (GPT-2 today: worker/model.h) lays its parameters out in one
+ * flat space described by a `struct param_table`: tensors with their
+ * shapes, offsets and flags, cut into *units* — contiguous ranges that
+ * ZeRO gathers, reduces and frees one at a time (an embedding, one
+ * transformer block, a final norm). The family says in which order a pass
+ * visits its units, so a stage-3 engine can prefetch, and it borrows each
+ * unit's parameters and gradients through `struct model_unit_hooks` rather
+ * than owning them: whoever shards the states lends them.
+ *
+ * A family describes its shape as a `struct zt_kvlist` of kind = the
+ * family's name ("gpt2" with vocab_size, n_layer, ...): the config builds
+ * one, meta.json stores it, a resume compares it, and export rebuilds the
+ * table from it. `struct model_family` is the family's table of
+ * operations, found by name; the engine uses only this header.
+ *
+ * Adding a family: a `struct model_family` entry in model_family.c and its
+ * implementation beside worker/model.c (table, init, unit order, forward,
+ * backward over borrowed units), plus its Hugging Face name mapping in the
+ * file formats.
+ */
+#ifndef ZT_WORKER_MODEL_FAMILY_H
+#define ZT_WORKER_MODEL_FAMILY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/kvlist.h"
+#include "../common/status.h"
+
+/* Most units any family's model may have (a pass's schedule is bounded by
+ * it plus the revisits). */
+#define MODEL_MAX_UNITS 1026
+
+/* How a tensor's working copy is stored. Every tensor is in the run's
+ * working precision today; a frozen base stored quantised (4-bit, QLoRA)
+ * is a further kind, added with the kernels that read it. */
+enum param_storage { PARAM_STORAGE_WORKING };
+
+struct param_tensor {
+    char name[48];  /* "h.3.attn.qkv.weight" */
+    int rows, cols; /* cols == 1 for vectors */
+    size_t offset, numel;
+    int unit;
+    /* Per-tensor flags, set by the model family. */
+    int trainable;              /* 0: frozen: the optimizer never updates it */
+    int decay;                  /* 1: weight decay applies (2-D tensors) */
+    enum param_storage storage; /* how its working copy is kept */
+};
+
+struct model_family;
+
+struct param_table {
+    const struct model_family *family;
+    struct zt_kvlist shape; /* the family's description of the model */
+    int n_tensors;
+    struct param_tensor *tensors; /* owned */
+    int n_units;
+    size_t *unit_offset; /* owned, n_units + 1 entries; unit u is [off[u], off[u+1]) */
+    size_t n_params;
+};
+
+void param_table_free(struct param_table *t);
+static inline size_t param_table_unit_size(const struct param_table *t, int unit)
+{
+    return t->unit_offset[unit + 1] - t->unit_offset[unit];
+}
+
+enum model_pass { MODEL_PASS_FORWARD, MODEL_PASS_BACKWARD };
+
+/* How the model borrows parameters and gradients, one unit at a time. The
+ * pointers returned point at the unit's first element; they stay valid
+ * until the matching release (params) or grads_done (grads). Every pass
+ * starts with pass_begin and ends with pass_end. */
+struct model_unit_hooks {
+    void *ctx;
+    zt_status (*pass_begin)(void *ctx, enum model_pass pass);
+    zt_status (*pass_end)(void *ctx, enum model_pass pass);
+    zt_status (*params_acquire)(void *ctx, int unit, const float **params);
+    zt_status (*params_release)(void *ctx, int unit);
+    /* The unit's gradient buffer; the backward ACCUMULATES into it. */
+    zt_status (*grads_acquire)(void *ctx, int unit, float **grads);
+    /* The unit's gradients of this micro step are complete. */
+    zt_status (*grads_done)(void *ctx, int unit);
+};
+
+struct model_family {
+    const char *name; /* "gpt2": the shape's kind, meta.json's "family" */
+    /* Builds the table of the model `shape` describes (kind == name).
+     * Errors: ZT_ERR_CHECKPOINT for a shape the family cannot read (a
+     * missing or out-of-range entry, named), ZT_ERR_NOMEM. */
+    zt_status (*table_build)(const struct zt_kvlist *shape, struct param_table *out);
+    /* Initial values of flat elements [begin, end) into dst[0..end-begin),
+     * the same whatever the sharding (counter-based draws from seed). */
+    void (*init_params)(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                        float *dst);
+    /* The order in which a pass acquires unit parameters; writes at most
+     * cap units and returns how many the pass acquires. The forward and
+     * backward follow exactly this order. */
+    int (*unit_order)(const struct param_table *t, enum model_pass pass, int *order, int cap);
+    /* Model FLOPs per token of one training step at sequence length T. */
+    double (*flops_per_token)(const struct param_table *t, int T);
+};
+
+/* The family called `name`, or NULL. */
+const struct model_family *model_family_find(const char *name);
+
+/* The table of the model `shape` describes, through its family. Errors:
+ * ZT_ERR_CHECKPOINT (unknown family or a shape it cannot read), ZT_ERR_NOMEM. */
+zt_status param_table_build(const struct zt_kvlist *shape, struct param_table *out);
+
+#endif
