@@ -42,8 +42,9 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
      * every rank runs the same number of forwards: a rank without a batch
      * of its own in the last round repeats batch 0 and does not count it. */
     const size_t world = (size_t)s->world;
-    const size_t rounds = s->cfg.zero.stage == 3 ? (batches + world - 1) / world
-                                                 : (batches + world - 1 - (size_t)s->rank) / world;
+    const size_t rounds = shard_policy_forward_is_collective(&s->engine.policy)
+                              ? (batches + world - 1) / world
+                              : (batches + world - 1 - (size_t)s->rank) / world;
     double sums[2] = {0.0, 0.0}; /* loss * tokens, tokens */
     zt_status st = ZT_OK;
     for (size_t i = 0; i < rounds && st == ZT_OK; i++) {

@@ -14,6 +14,7 @@
 #include "memory_report.h"
 
 #include "../common/atomic_file.h"
+#include "../shard/shard.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -106,14 +107,16 @@ zt_status memory_report_gather(const struct ledger *mine, struct memory_report *
 
 uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, const double bpp[4])
 {
-    /* Which of p, g, m, o each stage divides among the ranks: the master
+    /* Which of p, g, m, o the stage divides among the ranks: the master
      * copy goes with the optimizer states, as in the paper's K. */
-    static const int partitioned[4][4] = {{0, 0, 0, 0}, {0, 0, 1, 1}, {0, 1, 1, 1}, {1, 1, 1, 1}};
-    ZT_ASSERT(stage >= 0 && stage <= 3);
+    const struct shard_policy *pol = shard_policy_of(stage);
+    ZT_ASSERT(pol != NULL);
     ZT_ASSERT(world >= 1);
+    const int partitioned[4] = {pol->shard_params, pol->shard_grads, pol->shard_states,
+                                pol->shard_states};
     double whole = 0, split = 0;
     for (int k = 0; k < 4; k++) {
-        if (partitioned[stage][k])
+        if (partitioned[k])
             split += bpp[k];
         else
             whole += bpp[k];

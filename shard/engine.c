@@ -84,14 +84,14 @@ static zt_status alloc_state(struct shard_engine *e, enum ledger_category cat, s
 
 static zt_status alloc_states(struct shard_engine *e)
 {
-    const int stage = e->cfg.stage;
+    const struct shard_policy *pol = &e->policy;
     const size_t full = e->part.padded_total, shard = e->part.shard_total;
-    const size_t fp32 = (stage == 0 ? full : shard) * sizeof(float);
+    const size_t fp32 = (pol->shard_states ? shard : full) * sizeof(float);
     void *p;
-    ZT_TRY(alloc_state(e, LEDGER_PARAMS, (stage < 3 ? full : shard) * e->esz, "parameters",
+    ZT_TRY(alloc_state(e, LEDGER_PARAMS, (pol->shard_params ? shard : full) * e->esz, "parameters",
                        &e->params));
-    ZT_TRY(
-        alloc_state(e, LEDGER_GRADS, (stage < 2 ? full : shard) * e->esz, "gradients", &e->grads));
+    ZT_TRY(alloc_state(e, LEDGER_GRADS, (pol->shard_grads ? shard : full) * e->esz, "gradients",
+                       &e->grads));
     if (is_16bit(e)) {
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
         e->master = p;
@@ -131,13 +131,13 @@ static zt_status init_params(struct shard_engine *e)
         size_t lo, hi;
         shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
         t->family->init_params(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
-        if (e->cfg.stage < 3)
+        if (!e->policy.shard_params)
             st = store_working(e, at(e, e->params, su->padded_offset), host, su->numel, staging);
         else if (hi > lo)
             st = store_working(e, at(e, e->params, su->shard_offset), host + lo, hi - lo, staging);
         if (st != ZT_OK || !is_16bit(e))
             continue;
-        if (e->cfg.stage == 0)
+        if (!e->policy.shard_states)
             st =
                 ops->copy_from_host(e->master + su->padded_offset, host, su->numel * sizeof(float));
         else if (hi > lo)
@@ -287,7 +287,7 @@ static zt_status unit_grads_complete(struct shard_engine *e, int unit)
 static zt_status hook_pass_begin(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
-    if (e->cfg.stage == 3) {
+    if (e->policy.shard_params) {
         e->n_schedule =
             e->table->family->unit_order(e->table, pass, e->schedule, MODEL_MAX_UNITS + 2);
         ZT_ASSERT(e->n_schedule <= MODEL_MAX_UNITS + 2);
@@ -300,12 +300,12 @@ static zt_status hook_pass_begin(void *ctx, enum model_pass pass)
 static zt_status hook_pass_end(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
-    if (pass == MODEL_PASS_BACKWARD && e->cfg.stage >= 2) {
+    if (pass == MODEL_PASS_BACKWARD && e->policy.shard_grads) {
         ZT_TRY(close_bucket(e));
         while (e->n_reduces > 0)
             ZT_TRY(finish_oldest_reduce(e));
     }
-    if (e->cfg.stage == 3) {
+    if (e->policy.shard_params) {
         ZT_ASSERT(e->cursor == e->n_schedule && e->issued == e->n_schedule);
         for (int pos = 0; pos < e->n_schedule; pos++)
             ZT_ASSERT(e->gathers[pos].state == GATHER_RELEASED);
@@ -333,7 +333,7 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
 {
     struct shard_engine *e = ctx;
     const void *src;
-    if (e->cfg.stage == 3)
+    if (e->policy.shard_params)
         ZT_TRY(gathered_acquire(e, unit, &src));
     else
         src = at(e, e->params, e->part.units[unit].padded_offset);
@@ -353,7 +353,7 @@ static zt_status hook_params_release(void *ctx, int unit)
     struct shard_engine *e = ctx;
     if (is_16bit(e))
         close_view(e, unit, &e->param_view[unit]);
-    return e->cfg.stage == 3 ? gathered_release(e, unit) : ZT_OK;
+    return e->policy.shard_params ? gathered_release(e, unit) : ZT_OK;
 }
 
 /* Stages 2-3: the unit's transient full gradient, reduced once complete. */
@@ -370,7 +370,7 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
     if (!is_16bit(e)) {
-        if (e->cfg.stage < 2) {
+        if (!e->policy.shard_grads) {
             *grads = at(e, e->grads, su->padded_offset);
             return ZT_OK;
         }
@@ -381,7 +381,7 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
     /* The backward accumulates: stages 0-1 continue from the stored grads,
      * stages 2-3 start each micro step from zero (the view is zeroed). */
     ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
-    if (e->cfg.stage < 2 && !e->plan)
+    if (!e->policy.shard_grads && !e->plan)
         precision_to_f32(e->cfg.precision, at(e, e->grads, su->padded_offset), e->grad_view[unit],
                          su->padded);
     *grads = e->grad_view[unit];
@@ -394,7 +394,7 @@ static zt_status hook_grads_done(void *ctx, int unit)
     const struct shard_unit *su = &e->part.units[unit];
     if (is_16bit(e)) {
         void *dst = at(e, e->grads, su->padded_offset);
-        if (e->cfg.stage >= 2) {
+        if (e->policy.shard_grads) {
             ZT_TRY(open_unit_grads(e, unit));
             dst = e->unit_grads[unit];
         }
@@ -402,7 +402,7 @@ static zt_status hook_grads_done(void *ctx, int unit)
             precision_from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded);
         close_view(e, unit, &e->grad_view[unit]);
     }
-    return e->cfg.stage < 2 ? ZT_OK : unit_grads_complete(e, unit);
+    return !e->policy.shard_grads ? ZT_OK : unit_grads_complete(e, unit);
 }
 
 /* ---- create / destroy ------------------------------------------------------ */
@@ -411,19 +411,21 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
                               struct comm *comm, struct device *dev, struct shard_engine *out)
 {
     memset(out, 0, sizeof *out);
-    if (cfg->stage < 0 || cfg->stage > 3)
+    const struct shard_policy *policy = shard_policy_of(cfg->stage);
+    if (!policy)
         return zt_error_set(ZT_ERR_CONFIG, "zero_optimization.stage %d: must be 0, 1, 2 or 3",
                             cfg->stage);
     ZT_ASSERT(cfg->world >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world);
     ZT_ASSERT(cfg->reduce_bucket_size >= 1 && cfg->prefetch_depth >= 0);
     ZT_ASSERT(cfg->precision == ZT_F32 || cfg->precision == ZT_BF16 || cfg->precision == ZT_F16);
     ZT_ASSERT(cfg->optimizer && cfg->optimizer->n_states <= OPTIMIZER_MAX_STATES);
-    if (cfg->optimizer->whole_tensors && cfg->stage > 0)
+    if (cfg->optimizer->whole_tensors && policy->shard_states)
         return zt_error_set(ZT_ERR_UNSUPPORTED,
                             "optimizer %s needs whole tensors, which ZeRO stage %d splits "
                             "across ranks (use stage 0)",
                             cfg->optimizer->name, cfg->stage);
     out->cfg = *cfg;
+    out->policy = *policy;
     out->table = t;
     out->comm = comm;
     out->dev = dev;
@@ -544,7 +546,7 @@ static struct owned_range owned_range_of(const struct shard_engine *e, int u)
 {
     const struct shard_unit *su = &e->part.units[u];
     struct owned_range r;
-    if (e->cfg.stage == 0) {
+    if (!e->policy.shard_states) {
         r.lo = 0;
         r.hi = su->numel;
         r.grad_off = r.state_off = r.working_off = su->padded_offset;
@@ -552,7 +554,7 @@ static struct owned_range owned_range_of(const struct shard_engine *e, int u)
     }
     shard_owned_range(&e->part, e->cfg.rank, u, &r.lo, &r.hi);
     r.grad_off = r.state_off = su->shard_offset;
-    r.working_off = e->cfg.stage < 3 ? su->padded_offset + r.lo : su->shard_offset;
+    r.working_off = !e->policy.shard_params ? su->padded_offset + r.lo : su->shard_offset;
     return r;
 }
 
@@ -582,14 +584,14 @@ static zt_status update_owned(struct shard_engine *e, void *g, float gscale, flo
 
 static void zero_grads(struct shard_engine *e)
 {
-    size_t n = e->cfg.stage < 2 ? e->part.padded_total : e->part.shard_total;
+    size_t n = !e->policy.shard_grads ? e->part.padded_total : e->part.shard_total;
     memset(e->grads, 0, n * e->esz);
 }
 
 /* The elements of the reduced gradients the norm and update read. */
 static size_t reduced_count(const struct shard_engine *e)
 {
-    return e->cfg.stage == 0 ? e->part.padded_total : e->part.shard_total;
+    return !e->policy.shard_states ? e->part.padded_total : e->part.shard_total;
 }
 
 static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
@@ -597,13 +599,13 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
                            struct shard_step_result *out)
 {
     const size_t n = reduced_count(e);
-    if (e->cfg.stage == 0)
+    if (shard_policy_allreduces_grads(&e->policy))
         ZT_TRY(comm_allreduce(e->comm, e->grads, n, e->cfg.precision, COMM_OP_SUM));
-    else if (e->cfg.stage == 1)
+    else if (shard_policy_reduces_at_step(&e->policy))
         ZT_TRY(reduce_full_grads(e, g));
     const double unscale = 1.0 / ((double)e->cfg.world * loss_scale);
     double sumsq = precision_sum_squares(e->cfg.precision, g, n, unscale);
-    if (e->cfg.stage > 0)
+    if (e->policy.shard_states)
         ZT_TRY(comm_allreduce(e->comm, &sumsq, 1, ZT_F64, COMM_OP_SUM));
     const double norm = sqrt(sumsq);
     out->grad_norm = norm;
@@ -621,7 +623,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     double clip = e->cfg.clip > 0.0 && norm > e->cfg.clip ? e->cfg.clip / (norm + 1e-6) : 1.0;
     hp->step = ++e->updates;
     ZT_TRY(update_owned(e, g, (float)(unscale * clip), tmp, hp));
-    if (e->cfg.stage == 1 || e->cfg.stage == 2)
+    if (shard_policy_regathers_params(&e->policy))
         ZT_TRY(allgather_params(e));
     zero_grads(e);
     return ZT_OK;
@@ -633,7 +635,7 @@ static size_t max_update_range(const struct shard_engine *e)
 {
     size_t m = 0;
     for (int u = 0; u < e->part.n_units; u++) {
-        size_t n = e->cfg.stage == 0 ? e->part.units[u].numel : e->part.units[u].shard;
+        size_t n = !e->policy.shard_states ? e->part.units[u].numel : e->part.units[u].shard;
         m = n > m ? n : m;
     }
     return m;
@@ -647,7 +649,7 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
     void *g = e->grads, *shards = NULL, *tmp = NULL;
     out->grad_norm = 0.0;
     out->skipped = 0;
-    if (e->cfg.stage == 1) {
+    if (shard_policy_reduces_at_step(&e->policy)) {
         ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, "reduced grad shards",
                             &shards));
         g = shards;
@@ -659,7 +661,7 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
         st = step_real(e, g, tmp, hp, loss_scale, skip_on_overflow, out);
     if (tmp_bytes && (tmp || e->plan))
         device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);
-    if (e->cfg.stage == 1)
+    if (shard_policy_reduces_at_step(&e->policy))
         device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, shards);
     return st;
 }
@@ -670,14 +672,14 @@ zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
     size_t buf_bytes = 0;
     for (int u = 0; u < e->part.n_units; u++)
         buf_bytes = unit_bytes(e, u) > buf_bytes ? unit_bytes(e, u) : buf_bytes;
-    if (e->cfg.stage == 3)
+    if (e->policy.shard_params)
         ZT_TRY(device_alloc(e->dev, LEDGER_WORKSPACE, buf_bytes, "a unit to export", &buf));
     host = malloc(buf_bytes);
     zt_status st = host ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the export staging");
     for (int u = 0; u < e->part.n_units && st == ZT_OK; u++) {
         const struct shard_unit *su = &e->part.units[u];
         const void *src = at(e, e->params, su->padded_offset);
-        if (e->cfg.stage == 3) {
+        if (e->policy.shard_params) {
             st = comm_allgather(e->comm, at(e, e->params, su->shard_offset), buf, su->shard,
                                 e->cfg.precision);
             src = buf;
@@ -688,7 +690,7 @@ zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
             precision_to_f32(e->cfg.precision, host, dst + su->offset, su->numel);
     }
     free(host);
-    if (e->cfg.stage == 3)
+    if (e->policy.shard_params)
         device_free(e->dev, LEDGER_WORKSPACE, buf_bytes, buf);
     return st;
 }
@@ -743,7 +745,7 @@ zt_status shard_engine_params_from_master(struct shard_engine *e)
             precision_from_f32(e->cfg.precision, e->master + r.state_off,
                                at(e, e->params, r.working_off), r.hi - r.lo);
         }
-    if (e->cfg.stage == 1 || e->cfg.stage == 2)
+    if (shard_policy_regathers_params(&e->policy))
         ZT_TRY(allgather_params(e));
     return ZT_OK;
 }

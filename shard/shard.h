@@ -54,6 +54,43 @@
 #include "../worker/model_family.h"
 #include "../worker/optimizer.h"
 
+/* What a ZeRO stage keeps sharded, and from that how it communicates: the
+ * one definition of the stages, which the engine, the memory report and
+ * evaluation all read (the table at the top of this file in flags).
+ * "States" are the optimizer's state vectors and the fp32 master copy; the
+ * paper counts the master with the optimizer states. */
+struct shard_policy {
+    int stage;
+    int shard_states; /* the rank keeps states of its range only (stages 1-3) */
+    int shard_grads;  /* gradients are shards, reduce-scattered per unit in the backward (2-3) */
+    int shard_params; /* parameters are shards, gathered per unit for each use (3) */
+};
+
+/* The policy of ZeRO stage `stage`, or NULL outside 0..3. Static storage. */
+const struct shard_policy *shard_policy_of(int stage);
+
+/* Full gradients allreduced at the step, everything full (stage 0). */
+static inline int shard_policy_allreduces_grads(const struct shard_policy *p)
+{
+    return !p->shard_states;
+}
+/* Full gradients reduce-scattered unit by unit at the step (stage 1). */
+static inline int shard_policy_reduces_at_step(const struct shard_policy *p)
+{
+    return p->shard_states && !p->shard_grads;
+}
+/* Full parameters allgathered after the sharded update (stages 1-2). */
+static inline int shard_policy_regathers_params(const struct shard_policy *p)
+{
+    return p->shard_states && !p->shard_params;
+}
+/* Every forward gathers parameters with all ranks, so every rank must run
+ * the same number of forwards (stage 3). */
+static inline int shard_policy_forward_is_collective(const struct shard_policy *p)
+{
+    return p->shard_params;
+}
+
 /* Elements per alignment quantum of a shard: 16 floats = 64 bytes. */
 #define ZT_SHARD_ALIGN 16
 
@@ -105,6 +142,7 @@ struct shard_reduce; /* stage-2/3 gradient reductions in flight */
 
 struct shard_engine {
     struct shard_engine_config cfg;
+    struct shard_policy policy;      /* of cfg.stage */
     const struct param_table *table; /* not owned */
     struct comm *comm;               /* not owned; NULL for a plan */
     struct device *dev;              /* not owned */

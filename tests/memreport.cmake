@@ -3,4 +3,4 @@
 # suite does not depend on the rest of the coordinator.
 zt_test(test_memreport
   SOURCES test_memreport.c ${PROJECT_SOURCE_DIR}/coordinator/memory_report.c
-  LIBS zt_common MPI::MPI_C RANKS 1 2 3)
+  LIBS zt_common zt_shard MPI::MPI_C RANKS 1 2 3)
