@@ -20,6 +20,9 @@
  * non-NULL buffers, in-range root and peer, no forbidden overlap. A backend may still
  * refuse what it cannot do (ZT_ERR_UNSUPPORTED) and reports library failures
  * as ZT_ERR_COMM (or ZT_ERR_DEVICE for the CUDA runtime).
+ *
+ * The process world (comm_runtime_*, comm_world_*) needs no struct comm and
+ * no backend; it lives in comm_world.c.
  */
 #ifndef ZT_COMM_IMPL_H
 #define ZT_COMM_IMPL_H
