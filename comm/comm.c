@@ -1,17 +1,23 @@
 /* comm/comm.c — the public face of comm.h: checks, accounting, dispatch.
  *
  * Everything that does not depend on the backend lives here so each backend
- * is only its collectives: argument checks (a bad argument is caught before
- * any rank enters a collective with it), the nccl-tests bus-byte counters,
- * the time spent blocked, request allocation, status agreement and the
- * choice of backend.
+ * is only its collectives and messages: argument checks (a bad argument is
+ * caught before any rank enters a collective with it), the nccl-tests
+ * bus-byte counters, the time spent blocked, request allocation, status
+ * agreement, the choice of backend and the MPI side of splitting a group.
  *
  * Choosing a backend is itself collective. Each rank asks query() locally and
  * the answers are combined with MPI_MIN, so a backend is used only if it is
  * usable on every rank; otherwise one rank could pick NCCL while another
  * picks MPI and the first collective would hang. For the same reason init()
  * is followed by an agreement on its status: a rank that failed to
- * initialise makes all ranks fail together.
+ * initialise makes all ranks fail together. A backend serves one kind of
+ * memory (its table entry says which), so the choice also follows where
+ * the caller's buffers live.
+ *
+ * Splitting is two agreed phases over the parent: the MPI split and the
+ * child's struct, then the backend's split (for NCCL itself collective over
+ * the parent, so no rank may enter it after another failed the first phase).
  *
  * The table of backends is static const and lists only what was built; the
  * chosen entry is kept in the struct comm, not in a global.
@@ -31,11 +37,18 @@ static const struct comm_backend_ops *const backends[] = {
 #define N_BACKENDS (sizeof backends / sizeof backends[0])
 
 static const char *const kind_names[COMM_KIND_COUNT] = {
-    [COMM_KIND_ALLREDUCE] = "allreduce",
-    [COMM_KIND_REDUCE_SCATTER] = "reduce_scatter",
-    [COMM_KIND_ALLGATHER] = "allgather",
-    [COMM_KIND_BROADCAST] = "broadcast",
+    [COMM_KIND_ALLREDUCE] = "allreduce", [COMM_KIND_REDUCE_SCATTER] = "reduce_scatter",
+    [COMM_KIND_ALLGATHER] = "allgather", [COMM_KIND_BROADCAST] = "broadcast",
+    [COMM_KIND_SEND] = "send",           [COMM_KIND_GATHER] = "gather",
 };
+
+/* What comm_config.memory means, for messages: the buffers' kind and the
+ * device that has them. */
+static const char *const memory_buffers[] = {
+    [COMM_MEMORY_HOST] = "host", [COMM_MEMORY_CUDA] = "device"};
+static const char *const memory_device[] = {
+    [COMM_MEMORY_HOST] = "cpu", [COMM_MEMORY_CUDA] = "cuda"};
+#define N_MEMORY (sizeof memory_device / sizeof memory_device[0])
 
 const char *comm_kind_name(enum comm_kind k)
 {
@@ -102,6 +115,13 @@ static zt_status choose_backend(const struct comm_config *cfg, MPI_Comm mpi,
     for (size_t i = 0; i < N_BACKENDS; i++) {
         if (!is_auto && strcmp(want, backends[i]->name) != 0)
             continue;
+        if (backends[i]->memory != cfg->memory) {
+            if (is_auto)
+                continue;
+            return zt_error_set(ZT_ERR_CONFIG,
+                                "comm.backend: %s needs %s buffers, but device is %s", want,
+                                memory_buffers[backends[i]->memory], memory_device[cfg->memory]);
+        }
         char why[256] = "";
         int local = backends[i]->query(cfg, why, sizeof why) < 0 ? 0 : 1;
         int all = 0;
@@ -116,7 +136,9 @@ static zt_status choose_backend(const struct comm_config *cfg, MPI_Comm mpi,
     }
     if (!is_auto)
         return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not built into this binary", want);
-    return zt_error_set(ZT_ERR_CONFIG, "comm.backend: auto: no backend is usable on every rank");
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "comm.backend: auto: no backend for %s buffers is usable on every rank",
+                        memory_buffers[cfg->memory]);
 }
 
 /* Everything of comm_create after the communicator exists; on failure the
@@ -144,6 +166,8 @@ zt_status comm_create(const struct comm_config *cfg, struct comm **out)
     MPI_Initialized(&initialised);
     if (!initialised)
         return zt_error_set(ZT_ERR_USAGE, "comm_create: MPI is not initialised");
+    if ((unsigned)cfg->memory >= N_MEMORY)
+        return zt_error_set(ZT_ERR_USAGE, "comm_create: unknown memory %d", (int)cfg->memory);
     struct comm *c = calloc(1, sizeof *c);
     if (!c)
         return zt_error_set(ZT_ERR_NOMEM, "comm_create: out of memory");
@@ -165,6 +189,69 @@ zt_status comm_create(const struct comm_config *cfg, struct comm **out)
         MPI_Comm_free(&c->mpi);
         free(c);
         return st;
+    }
+    *out = c;
+    return ZT_OK;
+}
+
+/* First phase of a split: the child's communicator and struct (on a rank
+ * where it fails, *out stays NULL and nothing is held). */
+static zt_status split_mpi(struct comm *parent, int color, int key, struct comm **out)
+{
+    MPI_Comm mpi = MPI_COMM_NULL;
+    COMM_MPI_TRY(MPI_Comm_split(parent->mpi, color, key, &mpi));
+    struct comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        MPI_Comm_free(&mpi);
+        return zt_error_set(ZT_ERR_NOMEM, "comm_split: out of memory");
+    }
+    c->mpi = mpi; /* the error handler comes from the parent */
+    c->ops = parent->ops;
+    c->reduce_scatter_algo = parent->reduce_scatter_algo;
+    c->allgather_algo = parent->allgather_algo;
+    c->ledger = parent->ledger;
+    int rc = MPI_Comm_rank(mpi, &c->rank);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_size(mpi, &c->size);
+    if (rc != MPI_SUCCESS) {
+        MPI_Comm_free(&c->mpi);
+        free(c);
+        return comm_mpi_error(rc, "MPI_Comm_rank/size(split communicator)");
+    }
+    *out = c;
+    return ZT_OK;
+}
+
+/* Frees a child whose backend state was never made (or already freed). */
+static void free_shell(struct comm *c)
+{
+    if (!c)
+        return;
+    MPI_Comm_free(&c->mpi);
+    free(c);
+}
+
+zt_status comm_split(struct comm *parent, int color, int key, struct comm **out)
+{
+    struct comm *c = NULL;
+    zt_status agreed;
+    ZT_ASSERT(parent && out);
+    *out = NULL;
+    if (color < 0)
+        return zt_error_set(ZT_ERR_USAGE, "comm_split: color %d is negative", color);
+    zt_status st = split_mpi(parent, color, key, &c);
+    agree(parent->mpi, parent->rank, st, &agreed);
+    if (agreed != ZT_OK) {
+        free_shell(c);
+        return agreed;
+    }
+    st = parent->ops->split(parent, c, color, key);
+    agree(parent->mpi, parent->rank, st, &agreed);
+    if (agreed != ZT_OK) {
+        if (st == ZT_OK)
+            c->ops->fini(c);
+        free_shell(c);
+        return agreed;
     }
     *out = c;
     return ZT_OK;
@@ -268,7 +355,15 @@ static zt_status check_allgather(const struct comm *c, const char *where, const 
     return ZT_OK;
 }
 
-/* Bytes this rank puts on the bus for one call, after nccl-tests. */
+static zt_status check_rank(const struct comm *c, const char *where, const char *what, int r)
+{
+    if (r < 0 || r >= c->size)
+        return zt_error_set(ZT_ERR_USAGE, "%s: %s %d outside [0, %d)", where, what, r, c->size);
+    return ZT_OK;
+}
+
+/* Bytes this rank puts on the bus for one call, after nccl-tests (sends:
+ * the message). */
 static uint64_t bus_bytes(const struct comm *c, enum comm_kind kind, size_t n, enum zt_dtype t,
                           int is_root)
 {
@@ -281,6 +376,10 @@ static uint64_t bus_bytes(const struct comm *c, enum comm_kind kind, size_t n, e
         return (ranks - 1) * buf; /* (N-1)/N of the full buffer of N*n elements */
     case COMM_KIND_BROADCAST:
         return is_root ? buf : 0;
+    case COMM_KIND_GATHER:
+        return is_root ? 0 : buf;
+    case COMM_KIND_SEND:
+        return buf;
     case COMM_KIND_COUNT:
         break;
     }
@@ -336,11 +435,29 @@ zt_status comm_broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, i
 {
     ZT_TRY(check_type("comm_broadcast", t));
     ZT_TRY(check_buffer("comm_broadcast", "buf", buf, n));
-    if (root < 0 || root >= c->size)
-        return zt_error_set(ZT_ERR_USAGE, "comm_broadcast: root %d outside [0, %d)", root, c->size);
+    ZT_TRY(check_rank(c, "comm_broadcast", "root", root));
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, c->ops->broadcast(c, buf, n, t, root)));
     account(c, COMM_KIND_BROADCAST, n, t, root == c->rank);
+    return ZT_OK;
+}
+
+zt_status comm_gather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                      int root)
+{
+    ZT_TRY(check_type("comm_gather", t));
+    ZT_TRY(check_rank(c, "comm_gather", "root", root));
+    ZT_TRY(check_buffer("comm_gather", "in", in, n));
+    const int is_root = root == c->rank;
+    if (is_root) {
+        size_t es = zt_dtype_size(t);
+        ZT_TRY(check_buffer("comm_gather", "out", out, n));
+        if (overlap(in, n * es, out, n * (size_t)c->size * es))
+            return zt_error_set(ZT_ERR_USAGE, "comm_gather: in and out overlap");
+    }
+    double t0 = MPI_Wtime();
+    ZT_TRY(waited(c, t0, c->ops->gather(c, in, is_root ? out : NULL, n, t, root)));
+    account(c, COMM_KIND_GATHER, n, t, is_root);
     return ZT_OK;
 }
 
@@ -350,7 +467,34 @@ zt_status comm_barrier(struct comm *c)
     return waited(c, t0, c->ops->barrier(c));
 }
 
-/* ---- non-blocking collectives ---- */
+/* ---- point-to-point ---- */
+
+static zt_status check_message(const struct comm *c, const char *where, const void *buf, size_t n,
+                               enum zt_dtype t, int peer)
+{
+    ZT_TRY(check_type(where, t));
+    ZT_TRY(check_buffer(where, "buf", buf, n));
+    ZT_TRY(check_rank(c, where, "peer", peer));
+    return ZT_OK;
+}
+
+zt_status comm_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer)
+{
+    ZT_TRY(check_message(c, "comm_send", buf, n, t, peer));
+    double t0 = MPI_Wtime();
+    ZT_TRY(waited(c, t0, c->ops->send(c, buf, n, t, peer)));
+    account(c, COMM_KIND_SEND, n, t, 0);
+    return ZT_OK;
+}
+
+zt_status comm_recv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer)
+{
+    ZT_TRY(check_message(c, "comm_recv", buf, n, t, peer));
+    double t0 = MPI_Wtime();
+    return waited(c, t0, c->ops->recv(c, buf, n, t, peer));
+}
+
+/* ---- non-blocking calls ---- */
 
 static zt_status request_new(enum comm_kind kind, const void *in, void *out, size_t n,
                              enum zt_dtype t, enum comm_op op, struct comm_request **req)
@@ -369,17 +513,19 @@ static zt_status request_new(enum comm_kind kind, const void *in, void *out, siz
     return ZT_OK;
 }
 
-/* Issues a filled request through `issue`; frees it when that fails. */
+/* Issues a filled request through `issue`, counting it when `counted`;
+ * frees it when that fails. */
 static zt_status request_issue(struct comm *c,
                                zt_status (*issue)(struct comm *, struct comm_request *),
-                               struct comm_request *r, struct comm_request **req)
+                               struct comm_request *r, int counted, struct comm_request **req)
 {
     zt_status st = issue(c, r);
     if (st != ZT_OK) {
         free(r);
         return st;
     }
-    account(c, r->kind, r->n, r->dtype, 0);
+    if (counted)
+        account(c, r->kind, r->n, r->dtype, 0);
     *req = r;
     return ZT_OK;
 }
@@ -393,7 +539,7 @@ zt_status comm_iallreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, 
     ZT_TRY(check_op("comm_iallreduce", op));
     ZT_TRY(check_buffer("comm_iallreduce", "buf", buf, n));
     ZT_TRY(request_new(COMM_KIND_ALLREDUCE, NULL, buf, n, t, op, &r));
-    ZT_TRY(request_issue(c, c->ops->iallreduce, r, req));
+    ZT_TRY(request_issue(c, c->ops->iallreduce, r, 1, req));
     return ZT_OK;
 }
 
@@ -404,7 +550,7 @@ zt_status comm_ireduce_scatter(struct comm *c, const void *in, void *out, size_t
     *req = NULL;
     ZT_TRY(check_reduce_scatter(c, "comm_ireduce_scatter", in, out, n, t, op));
     ZT_TRY(request_new(COMM_KIND_REDUCE_SCATTER, in, out, n, t, op, &r));
-    ZT_TRY(request_issue(c, c->ops->ireduce_scatter, r, req));
+    ZT_TRY(request_issue(c, c->ops->ireduce_scatter, r, 1, req));
     return ZT_OK;
 }
 
@@ -415,7 +561,31 @@ zt_status comm_iallgather(struct comm *c, const void *in, void *out, size_t n, e
     *req = NULL;
     ZT_TRY(check_allgather(c, "comm_iallgather", in, out, n, t));
     ZT_TRY(request_new(COMM_KIND_ALLGATHER, in, out, n, t, COMM_OP_SUM, &r));
-    ZT_TRY(request_issue(c, c->ops->iallgather, r, req));
+    ZT_TRY(request_issue(c, c->ops->iallgather, r, 1, req));
+    return ZT_OK;
+}
+
+zt_status comm_isend(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer,
+                     struct comm_request **req)
+{
+    struct comm_request *r = NULL;
+    *req = NULL;
+    ZT_TRY(check_message(c, "comm_isend", buf, n, t, peer));
+    ZT_TRY(request_new(COMM_KIND_SEND, buf, NULL, n, t, COMM_OP_SUM, &r));
+    r->peer = peer;
+    ZT_TRY(request_issue(c, c->ops->isend, r, 1, req));
+    return ZT_OK;
+}
+
+zt_status comm_irecv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer,
+                     struct comm_request **req)
+{
+    struct comm_request *r = NULL;
+    *req = NULL;
+    ZT_TRY(check_message(c, "comm_irecv", buf, n, t, peer));
+    ZT_TRY(request_new(COMM_KIND_SEND, NULL, buf, n, t, COMM_OP_SUM, &r));
+    r->peer = peer;
+    ZT_TRY(request_issue(c, c->ops->irecv, r, 0, req));
     return ZT_OK;
 }
 

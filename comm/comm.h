@@ -1,22 +1,42 @@
-/* comm/comm.h — collectives among the ranks of one training run.
+/* comm/comm.h — collectives and messages among the ranks of one training run.
  *
- * A `struct comm` is one communicator over all ranks, backed by one backend
- * chosen at init ("mpi" on CPUs; "nccl" on GPUs when built with NCCL). Every
- * function here is collective: all ranks call it in the same order with the
- * same sizes, or the run hangs. Buffers are device memory of the backend
- * (host memory for "mpi").
+ * A `struct comm` is a process group: an ordered set of ranks with its own
+ * communicator, backed by one backend chosen at creation ("mpi" on host
+ * memory; "nccl" on device memory when built with NCCL). comm_create makes
+ * the group of all ranks; comm_split cuts a group into disjoint subgroups
+ * (data-parallel, tensor-parallel, ...), each a `struct comm` of its own on
+ * its parent's backend. comm_rank and comm_size are the rank within the group
+ * and the group's size, and every root and peer argument is such a rank.
+ *
+ * Every collective is collective over its group only: all ranks of that
+ * group call it in the same order with the same sizes, or the run hangs;
+ * ranks outside the group take no part, so collectives on disjoint groups
+ * may be interleaved freely. Buffers are memory of the kind the config
+ * names (comm_config.memory: host memory for "mpi", device memory for
+ * "nccl").
+ *
+ * Point-to-point messages (comm_send, comm_recv and their non-blocking
+ * forms) pair one sender with one receiver of the same group, with the same
+ * count and dtype; messages between one pair arrive in the order they were
+ * sent. On "nccl" a rank's messages run one after another in issue order,
+ * the non-blocking ones too (comm_nccl.c): order them so that each pair
+ * meets.
  *
  * Element counts are per rank-visible buffer as documented per call. Each
- * call adds the bytes this rank sends to a per-kind counter (the bus model of
- * nccl-tests: allreduce sends 2(N-1)/N of the buffer, reduce-scatter and
- * allgather (N-1)/N of the full buffer, broadcast the buffer on the root;
- * N is the number of ranks, fractions of a byte are dropped, one rank sends
- * nothing). Non-blocking calls count when issued.
+ * call adds the bytes this rank sends to a per-kind counter of its comm (the
+ * bus model of nccl-tests: allreduce sends 2(N-1)/N of the buffer,
+ * reduce-scatter and allgather (N-1)/N of the full buffer, broadcast the
+ * buffer on the root, gather the buffer on every rank but the root, send the
+ * message; N is the number of ranks of the group, fractions of a byte are
+ * dropped, a group of one rank sends nothing; receives count nothing).
+ * Non-blocking calls count when issued. Counters are per comm: a split
+ * starts its own at zero.
  *
- * Non-blocking calls return a request that must be passed to comm_wait
- * exactly once, in the same order on every rank; buffers must not be touched
- * until then. Time spent inside comm_wait and blocking calls is added to
- * `wait_seconds`.
+ * Non-blocking collectives return a request that must be passed to comm_wait
+ * exactly once, in the same order on every rank of the group; point-to-point
+ * requests must be waited exactly once too, but in any order. Buffers must
+ * not be touched until then. Time spent inside comm_wait and blocking calls
+ * is added to `wait_seconds`.
  *
  * Reductions over 16-bit floats (ZT_BF16, ZT_F16) add in fp32 per element and
  * round once to nearest even per combining step, on every backend.
@@ -24,10 +44,14 @@
  * The "mpi" backend has two algorithms for reduce-scatter and allgather:
  * "native" (the MPI library's collective) and "ring" (N-1 steps of
  * point-to-point exchange between neighbours). They agree up to the order
- * of floating point summation; "auto" picks per message size and world size
+ * of floating point summation; "auto" picks per message size and group size
  * from measured thresholds (comm_mpi.c). Both give every rank the same
  * bytes for the same block. The "nccl" backend ignores these fields: NCCL
  * picks its own algorithms.
+ *
+ * The process world beneath every group is MPI's: comm_runtime_init and the
+ * comm_world_* calls start it, describe it and agree over it before any
+ * `struct comm` exists, so that no other module needs <mpi.h>.
  *
  * Errors are never fatal here: MPI and NCCL run with errors returned and each
  * library code becomes ZT_ERR_COMM with the call's name and the library's
@@ -50,6 +74,8 @@ enum comm_kind {
     COMM_KIND_REDUCE_SCATTER,
     COMM_KIND_ALLGATHER,
     COMM_KIND_BROADCAST,
+    COMM_KIND_SEND,   /* comm_send and comm_isend; receives count nothing */
+    COMM_KIND_GATHER, /* comm_gather */
     COMM_KIND_COUNT
 };
 
@@ -64,6 +90,12 @@ struct comm_stats {
 
 struct ledger;
 
+/* Where the buffers passed to a comm live. */
+enum comm_memory {
+    COMM_MEMORY_HOST, /* host memory (device "cpu"): the "mpi" backend */
+    COMM_MEMORY_CUDA  /* CUDA device memory: the "nccl" backend */
+};
+
 /* All fields may be zero/NULL: a zeroed config means "auto" everywhere. */
 struct comm_config {
     const char *backend;        /* "auto" (NULL), "mpi" or "nccl" */
@@ -73,23 +105,39 @@ struct comm_config {
      * recorded under LEDGER_COMM_BUFFERS; NULL: not recorded. Borrowed: it
      * must outlive the comm. */
     struct ledger *ledger;
+    /* Where the buffers live (zero: host). "auto" picks a backend for this
+     * memory; naming a backend that works on other memory is ZT_ERR_CONFIG. */
+    enum comm_memory memory;
 };
 
 struct comm;         /* opaque */
 struct comm_request; /* opaque; owned by the comm until comm_wait */
 
-/* Creates the communicator over MPI_COMM_WORLD (MPI must be initialised;
- * collective over MPI_COMM_WORLD). "auto" takes the first built backend whose
- * query says it is usable on every rank, NCCL before MPI. *out is owned by
- * the caller and freed with comm_destroy; on failure *out is NULL.
- * Errors: ZT_ERR_CONFIG (unknown or unusable backend, unknown algorithm),
- * ZT_ERR_COMM, ZT_ERR_DEVICE, ZT_ERR_NOMEM. */
+/* Creates the group of all ranks (MPI_COMM_WORLD's; the runtime must be
+ * initialised; collective over the world). "auto" takes the first built
+ * backend for cfg->memory whose query says it is usable on every rank, NCCL
+ * before MPI. *out is owned by the caller and freed with comm_destroy; on
+ * failure *out is NULL.
+ * Errors: ZT_ERR_CONFIG (unknown or unusable backend, a backend for other
+ * memory, unknown algorithm), ZT_ERR_USAGE (runtime not initialised, unknown
+ * memory), ZT_ERR_COMM, ZT_ERR_DEVICE, ZT_ERR_NOMEM. */
 zt_status comm_create(const struct comm_config *cfg, struct comm **out);
-/* Frees the communicator and everything it owns (collective). NULL is a
- * no-op. Requests not yet waited on are a caller bug. */
+/* Collective over the parent: cuts it into groups, one per distinct color,
+ * like MPI_Comm_split. The ranks of a group are ordered by key, then by
+ * their rank in the parent. The new comm uses the parent's backend (a new
+ * MPI communicator; for "nccl" a new NCCL communicator on the same device),
+ * algorithms and ledger, and starts with zeroed counters. It is independent
+ * of the parent afterwards, but must be destroyed before the runtime is
+ * finalised. *out is owned by the caller and freed with comm_destroy; on
+ * failure *out is NULL and every rank of the parent gets the same status.
+ * Errors: ZT_ERR_USAGE (negative color; found before any rank is entered),
+ * ZT_ERR_COMM, ZT_ERR_DEVICE, ZT_ERR_NOMEM. */
+zt_status comm_split(struct comm *parent, int color, int key, struct comm **out);
+/* Frees the communicator and everything it owns (collective over its
+ * group). NULL is a no-op. Requests not yet waited on are a caller bug. */
 void comm_destroy(struct comm *c);
 
-/* This rank's index and the number of ranks (MPI_COMM_WORLD's). */
+/* This rank's index within the group and the group's number of ranks. */
 int comm_rank(const struct comm *c);
 int comm_size(const struct comm *c);
 /* The chosen backend's name ("mpi", "nccl"); static storage. */
@@ -108,6 +156,12 @@ zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t 
 zt_status comm_allgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t);
 /* buf[0..n) of rank `root` is copied to buf on every rank. */
 zt_status comm_broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, int root);
+/* in[0..n) from every rank; on `root`, out[0..n*size) receives them in rank
+ * order (out is not read or written elsewhere and may be NULL there). Meant
+ * for small fixed-size records (shard sizes, memory peaks); in and out must
+ * not overlap. */
+zt_status comm_gather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                      int root);
 /* Returns once every rank has entered it (and, for "nccl", once this rank's
  * earlier collectives have completed). */
 zt_status comm_barrier(struct comm *c);
@@ -121,6 +175,22 @@ zt_status comm_ireduce_scatter(struct comm *c, const void *in, void *out, size_t
                                enum comm_op op, struct comm_request **req);
 zt_status comm_iallgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
                           struct comm_request **req);
+/* Point-to-point: sends buf[0..n) to rank `peer` of the group, which
+ * receives it with comm_recv or comm_irecv of the same count and dtype.
+ * Blocking: returns when buf may be reused (comm_send) or holds the message
+ * (comm_recv); a rank that sends to itself must have posted the receive with
+ * comm_irecv first. Errors: ZT_ERR_USAGE (peer outside [0, size), NULL
+ * buffer, bad dtype), ZT_ERR_UNSUPPORTED, ZT_ERR_COMM. */
+zt_status comm_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer);
+zt_status comm_recv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer);
+/* Non-blocking forms; *req (NULL on failure) is completed by comm_wait. The
+ * requests of point-to-point calls may be waited in any order, and in a
+ * different order on each rank, unlike those of collectives. */
+zt_status comm_isend(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer,
+                     struct comm_request **req);
+zt_status comm_irecv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer,
+                     struct comm_request **req);
+
 /* Completes and frees a request (freed also when completion fails). */
 zt_status comm_wait(struct comm *c, struct comm_request *req);
 
@@ -137,5 +207,30 @@ zt_status comm_agree_status(struct comm *c, zt_status local, zt_status *agreed);
 /* Counters since creation or the last reset; owned by the comm. */
 const struct comm_stats *comm_get_stats(const struct comm *c);
 void comm_reset_stats(struct comm *c);
+
+/* ---- the process world (usable before any struct comm exists) ---- */
+
+/* Starts the runtime (MPI_Init; argc and argv may be NULL). Once per process,
+ * before anything else here. Errors: ZT_ERR_COMM. */
+zt_status comm_runtime_init(int *argc, char ***argv);
+/* Stops the runtime (MPI_Finalize); every struct comm must be destroyed. */
+void comm_runtime_finalize(void);
+/* This process's rank in the world and the world's number of ranks. */
+int comm_world_rank(void);
+int comm_world_size(void);
+/* The number of world ranks on this node (this one included); 1 if the
+ * runtime cannot tell. Collective over the world. */
+int comm_local_ranks(void);
+/* Agreement over the world, for phases that may run before a comm exists:
+ * every rank passes its local status and gets the most severe one any rank
+ * had (max exit code, then the later entry of the status list); *print_here
+ * is set on the lowest rank whose own status was not ZT_OK, and cleared
+ * elsewhere, so that the message is printed once. Messages are left alone.
+ * Collective over the world; if the agreement itself fails the result is
+ * ZT_ERR_COMM with *print_here set. */
+zt_status comm_world_agree(zt_status local, int *print_here);
+/* Ends every rank of the job with exit code `code` (MPI_Abort on the world),
+ * for a failure that leaves peers blocked in a collective. Does not return. */
+_Noreturn void comm_world_abort(int code);
 
 #endif

@@ -6,18 +6,23 @@
  * of a `struct comm`, and each collective is one entry. comm.c owns
  * everything the backends share: argument checks, the byte counters and
  * wait-time accounting, the request allocation, status agreement and the
- * choice of backend. Every entry except query is collective.
+ * choice of backend. Every entry except query and the point-to-point ones
+ * is collective over the comm's group (split: over the parent's).
  *
- * The MPI communicator `mpi` (a dup of MPI_COMM_WORLD with MPI_ERRORS_RETURN)
- * is made by comm.c before the backend is chosen, because choosing needs it
- * (every rank must pick the same backend) and every backend needs it too:
- * the MPI backend as its communicator, the NCCL backend to find local ranks
- * and to broadcast its unique id.
+ * The MPI communicator `mpi` (with MPI_ERRORS_RETURN) is made by comm.c
+ * before the backend is set up: for comm_create a dup of MPI_COMM_WORLD,
+ * for comm_split an MPI_Comm_split of the parent's. Choosing a backend needs
+ * it (every rank must pick the same backend) and every backend needs it too:
+ * the MPI backend as its communicator, the NCCL backend to find local ranks,
+ * to broadcast its unique id and for barriers.
  *
  * Entries receive arguments already checked by comm.c: valid dtype and op,
- * non-NULL buffers, in-range root, no forbidden overlap. A backend may still
+ * non-NULL buffers, in-range root and peer, no forbidden overlap. A backend may still
  * refuse what it cannot do (ZT_ERR_UNSUPPORTED) and reports library failures
  * as ZT_ERR_COMM (or ZT_ERR_DEVICE for the CUDA runtime).
+ *
+ * The process world (comm_runtime_*, comm_world_*) needs no struct comm and
+ * no backend; it lives in comm_world.c.
  */
 #ifndef ZT_COMM_IMPL_H
 #define ZT_COMM_IMPL_H
@@ -33,46 +38,59 @@ enum comm_algo { COMM_ALGO_AUTO, COMM_ALGO_NATIVE, COMM_ALGO_RING };
 
 struct comm {
     const struct comm_backend_ops *ops;
-    void *impl;   /* backend state, owned by the backend (init/fini) */
-    MPI_Comm mpi; /* dup of MPI_COMM_WORLD, MPI_ERRORS_RETURN; owned by comm.c */
-    int rank, size;
+    void *impl;     /* backend state, owned by the backend (init/fini) */
+    MPI_Comm mpi;   /* the group's communicator, MPI_ERRORS_RETURN; owned by comm.c */
+    int rank, size; /* within the group */
     enum comm_algo reduce_scatter_algo, allgather_algo;
     struct ledger *ledger; /* borrowed, may be NULL */
     struct comm_stats stats;
 };
 
-/* One outstanding non-blocking collective. comm.c allocates it zeroed and
- * fills the call's arguments; the backend's i-entry fills the rest and its
- * wait entry releases what it took, even when completion fails. */
+/* One outstanding non-blocking call. comm.c allocates it zeroed and fills
+ * the call's arguments; the backend's i-entry fills the rest and its wait
+ * entry releases what it took, even when completion fails. */
 struct comm_request {
-    enum comm_kind kind;
-    const void *in; /* reduce-scatter/allgather input (allreduce: NULL) */
-    void *out;      /* the buffer written (allreduce: the in-place buffer) */
+    enum comm_kind kind; /* COMM_KIND_SEND for both point-to-point forms */
+    const void *in;      /* reduce-scatter/allgather input, isend buffer (else NULL) */
+    void *out;           /* the buffer written (allreduce: in place; irecv: the message) */
     size_t n;
     enum zt_dtype dtype;
     enum comm_op op;
+    int peer;            /* isend/irecv: the other rank */
     MPI_Request mpi_req; /* MPI backend, native algorithm */
     int deferred;        /* MPI backend: 1 = the ring runs in wait */
     void *impl;          /* other backend state (NCCL: a CUDA event) */
 };
 
 struct comm_backend_ops {
-    const char *name; /* "mpi", "nccl" */
+    const char *name;        /* "mpi", "nccl" */
+    enum comm_memory memory; /* the buffers it works on */
     /* >= 0: usable; < 0: not usable here, with the reason written to why.
      * Local (not collective): comm.c agrees on the answer across ranks. */
     int (*query)(const struct comm_config *cfg, char *why, size_t n);
     zt_status (*init)(struct comm *c, const struct comm_config *cfg);
     void (*fini)(struct comm *c);
+    /* Sets up the backend state of `child`, whose mpi, rank and size comm.c
+     * has filled from the split of the parent's communicator; collective over
+     * the parent. */
+    zt_status (*split)(struct comm *parent, struct comm *child, int color, int key);
     zt_status (*allreduce)(struct comm *c, void *buf, size_t n, enum zt_dtype t, enum comm_op op);
     zt_status (*reduce_scatter)(struct comm *c, const void *in, void *out, size_t n,
                                 enum zt_dtype t, enum comm_op op);
     zt_status (*allgather)(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t);
     zt_status (*broadcast)(struct comm *c, void *buf, size_t n, enum zt_dtype t, int root);
+    zt_status (*gather)(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                        int root);
     zt_status (*barrier)(struct comm *c);
+    /* Point-to-point: only this rank and `peer` take part. */
+    zt_status (*send)(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer);
+    zt_status (*recv)(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer);
     /* The i-entries read their arguments from req (filled by comm.c). */
     zt_status (*iallreduce)(struct comm *c, struct comm_request *req);
     zt_status (*ireduce_scatter)(struct comm *c, struct comm_request *req);
     zt_status (*iallgather)(struct comm *c, struct comm_request *req);
+    zt_status (*isend)(struct comm *c, struct comm_request *req); /* req->in, n, dtype, peer */
+    zt_status (*irecv)(struct comm *c, struct comm_request *req); /* req->out, n, dtype, peer */
     zt_status (*wait)(struct comm *c, struct comm_request *req);
 };
 

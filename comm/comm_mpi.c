@@ -49,6 +49,11 @@
  * nothing. "auto" applies the same table to both forms so that a blocking
  * and a non-blocking call on the same sizes give the same bits.
  *
+ * Point-to-point messages are MPI_Send / MPI_Recv and their I-forms under a
+ * tag of their own, so a message still in flight never matches a ring's
+ * receive on the same communicator. Gather is MPI_Gather. A split group gets
+ * a state of its own (its 16-bit ops and ring scratch), made as at init.
+ *
  * Every MPI call goes through COMM_MPI_TRY on a communicator with
  * MPI_ERRORS_RETURN (set by comm.c). After a failure inside a ring, requests
  * still posted are abandoned with the communicator (comm.h: a ZT_ERR_COMM
@@ -72,6 +77,7 @@
 #define RING_CHUNK_BYTES ((size_t)512 * 1024)
 #define RING_GROUP       4
 #define RING_TAG         0x7a72
+#define P2P_TAG          0x7a73
 
 /* "auto": full-buffer bytes (N * n * element size) from which the ring is
  * used, for two ranks and for more. Measured with comm_bench (busbw in GB/s,
@@ -233,6 +239,14 @@ static zt_status init(struct comm *c, const struct comm_config *cfg)
         }
     }
     return ZT_OK;
+}
+
+static zt_status split(struct comm *parent, struct comm *child, int color, int key)
+{
+    (void)parent;
+    (void)color;
+    (void)key;
+    return init(child, NULL);
 }
 
 /* Grows the ring scratch to at least `bytes`, keeping the ledger in step. */
@@ -409,9 +423,34 @@ static zt_status broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t,
     return ZT_OK;
 }
 
+static zt_status gather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                        int root)
+{
+    ZT_TRY(check_count("gather", n));
+    MPI_Datatype type = mpi_type(t);
+    COMM_MPI_TRY(MPI_Gather(in, (int)n, type, out, (int)n, type, root, c->mpi));
+    return ZT_OK;
+}
+
 static zt_status barrier(struct comm *c)
 {
     COMM_MPI_TRY(MPI_Barrier(c->mpi));
+    return ZT_OK;
+}
+
+/* ---- point-to-point ---- */
+
+static zt_status p2p_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer)
+{
+    ZT_TRY(check_count("send", n));
+    COMM_MPI_TRY(MPI_Send(buf, (int)n, mpi_type(t), peer, P2P_TAG, c->mpi));
+    return ZT_OK;
+}
+
+static zt_status p2p_recv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer)
+{
+    ZT_TRY(check_count("recv", n));
+    COMM_MPI_TRY(MPI_Recv(buf, (int)n, mpi_type(t), peer, P2P_TAG, c->mpi, MPI_STATUS_IGNORE));
     return ZT_OK;
 }
 
@@ -450,6 +489,22 @@ static zt_status iallgather(struct comm *c, struct comm_request *q)
     return ZT_OK;
 }
 
+static zt_status isend(struct comm *c, struct comm_request *q)
+{
+    ZT_TRY(check_count("isend", q->n));
+    COMM_MPI_TRY(
+        MPI_Isend(q->in, (int)q->n, mpi_type(q->dtype), q->peer, P2P_TAG, c->mpi, &q->mpi_req));
+    return ZT_OK;
+}
+
+static zt_status irecv(struct comm *c, struct comm_request *q)
+{
+    ZT_TRY(check_count("irecv", q->n));
+    COMM_MPI_TRY(
+        MPI_Irecv(q->out, (int)q->n, mpi_type(q->dtype), q->peer, P2P_TAG, c->mpi, &q->mpi_req));
+    return ZT_OK;
+}
+
 static zt_status wait_request(struct comm *c, struct comm_request *q)
 {
     if (q->deferred && q->kind == COMM_KIND_REDUCE_SCATTER)
@@ -462,16 +517,23 @@ static zt_status wait_request(struct comm *c, struct comm_request *q)
 
 const struct comm_backend_ops comm_mpi_ops = {
     .name = "mpi",
+    .memory = COMM_MEMORY_HOST,
     .query = query,
     .init = init,
     .fini = fini,
+    .split = split,
     .allreduce = allreduce,
     .reduce_scatter = reduce_scatter,
     .allgather = allgather,
     .broadcast = broadcast,
+    .gather = gather,
     .barrier = barrier,
+    .send = p2p_send,
+    .recv = p2p_recv,
     .iallreduce = iallreduce,
     .ireduce_scatter = ireduce_scatter,
     .iallgather = iallgather,
+    .isend = isend,
+    .irecv = irecv,
     .wait = wait_request,
 };

@@ -20,6 +20,22 @@
  * ZT_ERR_COMM. NCCL results are translated by NCCL_TRY, CUDA runtime results
  * by CUDA_TRY (ZT_ERR_DEVICE), both returning, never aborting.
  *
+ * A split group runs on its parent's device with a stream of its own. Its
+ * NCCL communicator comes from ncclCommSplit of the parent's (NCCL 2.18 and
+ * later; it orders ranks by key, then parent rank, as MPI_Comm_split does,
+ * so the group's NCCL and MPI ranks agree); with an older NCCL the group's
+ * rank 0 makes a unique id and broadcasts it over the group's MPI
+ * communicator, as at init.
+ *
+ * Point-to-point calls are ncclSend / ncclRecv on the same stream, so a
+ * rank's messages run one after another in the order it issued them, even
+ * the non-blocking ones: a pattern that needs a send and a receive of one
+ * rank in progress together (every rank receiving first, then sending) does
+ * not complete on this backend; order them so that each pair meets (even
+ * ranks send first), as a blocking exchange must anyway. Gather is
+ * one NCCL group: the root receives every other rank's block straight into
+ * place and copies its own on the stream, the others send theirs.
+ *
  * NCCL reduces bf16/f16 in fp32 per element and rounds per step, like the
  * MPI backend's user ops, and chooses its own algorithms: the comm_config
  * algorithm fields do not apply.
@@ -188,6 +204,38 @@ static zt_status init_state(struct comm *c, struct nccl_state *s)
     return ZT_OK;
 }
 
+/* The split's NCCL communicator; see the file comment. */
+static zt_status split_state(struct comm *parent, struct comm *child, struct nccl_state *s,
+                             int color, int key)
+{
+    s->device = state(parent)->device;
+    CUDA_TRY(cudaSetDevice(s->device));
+    CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    (void)child;
+    NCCL_TRY(ncclCommSplit(state(parent)->comm, color, key, &s->comm, NULL));
+#else
+    ncclUniqueId id;
+    (void)color;
+    (void)key;
+    ZT_TRY(share_unique_id(child, &id));
+    NCCL_TRY(ncclCommInitRank(&s->comm, child->size, id, child->rank));
+#endif
+    return ZT_OK;
+}
+
+static zt_status split(struct comm *parent, struct comm *child, int color, int key)
+{
+    struct nccl_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return zt_error_set(ZT_ERR_NOMEM, "comm(nccl): out of memory");
+    child->impl = s;
+    zt_status st = split_state(parent, child, s, color, key);
+    if (st != ZT_OK)
+        fini(child);
+    return st;
+}
+
 static zt_status init(struct comm *c, const struct comm_config *cfg)
 {
     (void)cfg;
@@ -276,11 +324,61 @@ static zt_status broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t,
     return sync_on(c, NULL);
 }
 
+static zt_status gather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
+                        int root)
+{
+    struct nccl_state *s = state(c);
+    const size_t block = n * zt_dtype_size(t);
+    if (c->rank == root && block > 0)
+        CUDA_TRY(cudaMemcpyAsync((char *)out + (size_t)root * block, in, block,
+                                 cudaMemcpyDeviceToDevice, s->stream));
+    NCCL_TRY(ncclGroupStart());
+    ncclResult_t r = ncclSuccess;
+    if (c->rank != root)
+        r = ncclSend(in, n, nccl_type(t), root, s->comm, s->stream);
+    for (int peer = 0; c->rank == root && peer < c->size && r == ncclSuccess; peer++)
+        if (peer != root)
+            r = ncclRecv((char *)out + (size_t)peer * block, n, nccl_type(t), peer, s->comm,
+                         s->stream);
+    ncclResult_t end = ncclGroupEnd(); /* always closes the group */
+    NCCL_TRY(r);
+    NCCL_TRY(end);
+    return sync_on(c, NULL);
+}
+
 static zt_status barrier(struct comm *c)
 {
     ZT_TRY(sync_on(c, NULL));
     COMM_MPI_TRY(MPI_Barrier(c->mpi));
     return ZT_OK;
+}
+
+/* ---- point-to-point ---- */
+
+static zt_status enqueue_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer)
+{
+    struct nccl_state *s = state(c);
+    NCCL_TRY(ncclSend(buf, n, nccl_type(t), peer, s->comm, s->stream));
+    return ZT_OK;
+}
+
+static zt_status enqueue_recv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer)
+{
+    struct nccl_state *s = state(c);
+    NCCL_TRY(ncclRecv(buf, n, nccl_type(t), peer, s->comm, s->stream));
+    return ZT_OK;
+}
+
+static zt_status p2p_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer)
+{
+    ZT_TRY(enqueue_send(c, buf, n, t, peer));
+    return sync_on(c, NULL);
+}
+
+static zt_status p2p_recv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer)
+{
+    ZT_TRY(enqueue_recv(c, buf, n, t, peer));
+    return sync_on(c, NULL);
 }
 
 /* ---- non-blocking entries ---- */
@@ -317,6 +415,18 @@ static zt_status iallgather(struct comm *c, struct comm_request *q)
     return record(c, q);
 }
 
+static zt_status isend(struct comm *c, struct comm_request *q)
+{
+    ZT_TRY(enqueue_send(c, q->in, q->n, q->dtype, q->peer));
+    return record(c, q);
+}
+
+static zt_status irecv(struct comm *c, struct comm_request *q)
+{
+    ZT_TRY(enqueue_recv(c, q->out, q->n, q->dtype, q->peer));
+    return record(c, q);
+}
+
 static zt_status wait_request(struct comm *c, struct comm_request *q)
 {
     cudaEvent_t ev = q->impl;
@@ -328,16 +438,23 @@ static zt_status wait_request(struct comm *c, struct comm_request *q)
 
 const struct comm_backend_ops comm_nccl_ops = {
     .name = "nccl",
+    .memory = COMM_MEMORY_CUDA,
     .query = query,
     .init = init,
     .fini = fini,
+    .split = split,
     .allreduce = allreduce,
     .reduce_scatter = reduce_scatter,
     .allgather = allgather,
     .broadcast = broadcast,
+    .gather = gather,
     .barrier = barrier,
+    .send = p2p_send,
+    .recv = p2p_recv,
     .iallreduce = iallreduce,
     .ireduce_scatter = ireduce_scatter,
     .iallgather = iallgather,
+    .isend = isend,
+    .irecv = irecv,
     .wait = wait_request,
 };

@@ -11,11 +11,11 @@
  */
 #include "cli.h"
 
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../comm/comm.h"
 #include "../common/status.h"
 #include "export.h"
 #include "prepare.h"
@@ -135,13 +135,6 @@ static zt_status parse_run_args(int argc, char **argv, int allow_train_opts, str
     return ZT_OK;
 }
 
-static int mpi_rank(void)
-{
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank;
-}
-
 static void print_error(zt_status s)
 {
     const char *msg = zt_error_message();
@@ -164,17 +157,21 @@ static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_ato
 {
     struct cli_args a;
     int print_here = 0;
-    MPI_Init(NULL, NULL);
-    zt_status st = parse_run_args(argc, argv, is_train, &a);
+    zt_status st = comm_runtime_init(NULL, NULL);
+    if (st != ZT_OK) {
+        print_error(st);
+        return zt_status_exit_code(st);
+    }
+    st = parse_run_args(argc, argv, is_train, &a);
     a.run.stop_signal = stop;
     if (st != ZT_OK) {
-        print_here = mpi_rank() == 0;
+        print_here = comm_world_rank() == 0;
     } else {
         st = is_train ? train_run(&a.run, &print_here) : eval_run(&a.run, &print_here);
     }
     if (st != ZT_OK && print_here)
         print_error(st);
-    MPI_Finalize();
+    comm_runtime_finalize();
     return zt_status_exit_code(st);
 }
 

@@ -8,7 +8,6 @@
  * and token counts are summed over ranks, so the result does not depend on
  * the world size beyond float summation order.
  */
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* coordinator/memory_report.c — see memory_report.h.
  *
  * The gather sends each rank's row as a flat array of uint64 (the category
- * peaks, the total peak, the resident peak) with one MPI_Gather, so the
+ * peaks, the total peak, the resident peak) with one comm_gather, so the
  * struct's layout and padding never cross the wire. Rank 0 allocates the
  * rows before the gather and broadcasts whether it could: a rank 0 that
  * returned early would leave the others blocked or out of step in the next
@@ -17,7 +17,6 @@
 #include "../shard/shard.h"
 
 #include <math.h>
-#include <mpi.h>
 #include <stdlib.h>
 
 #define ROW_WORDS (LEDGER_CATEGORY_COUNT + 2) /* peaks, total_peak, rss_peak */
@@ -42,17 +41,6 @@ static const enum ledger_category model_state_categories[4] = {
 
 /* ---- gathering ---- */
 
-static zt_status mpi_failed(int rc, const char *call)
-{
-    char msg[MPI_MAX_ERROR_STRING + 1];
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
-        len = 0;
-    msg[len] = '\0';
-    return zt_error_set(ZT_ERR_COMM, "memory report: %s failed: %s (code %d)", call,
-                        len ? msg : "unknown MPI error", rc);
-}
-
 static void pack_row(const struct ledger *l, uint64_t row[ROW_WORDS])
 {
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
@@ -70,36 +58,29 @@ static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_ra
     out->rss_peak = row[LEDGER_CATEGORY_COUNT + 1];
 }
 
-zt_status memory_report_gather(const struct ledger *mine, struct memory_report *r)
+zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r)
 {
-    int rank = 0, size = 0, rc;
-    if ((rc = MPI_Comm_rank(MPI_COMM_WORLD, &rank)) != MPI_SUCCESS)
-        return mpi_failed(rc, "MPI_Comm_rank");
-    if ((rc = MPI_Comm_size(MPI_COMM_WORLD, &size)) != MPI_SUCCESS)
-        return mpi_failed(rc, "MPI_Comm_size");
+    const int rank = comm_rank(c), size = comm_size(c);
     r->world_size = size;
     r->ranks = NULL;
     uint64_t row[ROW_WORDS], *all = NULL;
     pack_row(mine, row);
-    int ok = 1;
+    int32_t ok = 1;
     if (rank == 0) {
         all = malloc((size_t)size * sizeof row);
         r->ranks = calloc((size_t)size, sizeof *r->ranks);
         ok = all && r->ranks;
     }
-    if ((rc = MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD)) != MPI_SUCCESS)
-        ok = -1;
-    else if (ok && (rc = MPI_Gather(row, ROW_WORDS, MPI_UINT64_T, all, ROW_WORDS, MPI_UINT64_T, 0,
-                                    MPI_COMM_WORLD)) != MPI_SUCCESS)
-        ok = -2;
-    for (int i = 0; ok == 1 && rank == 0 && i < size; i++)
+    zt_status st = comm_broadcast(c, &ok, 1, ZT_I32, 0);
+    if (st == ZT_OK && ok)
+        st = comm_gather(c, row, all, ROW_WORDS, ZT_I64, 0);
+    for (int i = 0; st == ZT_OK && ok && rank == 0 && i < size; i++)
         unpack_row(all + (size_t)i * ROW_WORDS, i, &r->ranks[i]);
     free(all);
-    if (ok == 1)
+    if (st == ZT_OK && ok)
         return ZT_OK;
     memory_report_free(r);
-    if (ok < 0)
-        return mpi_failed(rc, ok == -1 ? "MPI_Bcast" : "MPI_Gather");
+    ZT_TRY(st);
     return zt_error_set(ZT_ERR_NOMEM, "memory report: rank 0 cannot allocate %d rows", size);
 }
 

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../comm/comm.h"
 #include "../common/ledger.h"
 #include "../common/status.h"
 
@@ -49,13 +50,12 @@ struct memory_report {
     struct memory_rank_row *ranks;  /* world_size rows in rank order; rank 0 only */
 };
 
-/* Collective over MPI_COMM_WORLD: every rank sends its ledger peaks and its
- * VmHWM (read now) to rank 0, which gets them in r->ranks (allocated, rank
- * order); elsewhere r->ranks is set to NULL. Sets r->world_size to the size
- * of MPI_COMM_WORLD and leaves the other fields alone. Errors (on every
- * rank alike): ZT_ERR_NOMEM (rank 0 could not allocate the rows),
- * ZT_ERR_COMM. */
-zt_status memory_report_gather(const struct ledger *mine, struct memory_report *r);
+/* Collective over c: every rank sends its ledger peaks and its VmHWM (read
+ * now) to rank 0 of c, which gets them in r->ranks (allocated, rank order);
+ * elsewhere r->ranks is set to NULL. Sets r->world_size to the size of c and
+ * leaves the other fields alone. Errors (on every rank alike): ZT_ERR_NOMEM
+ * (rank 0 could not allocate the rows), ZT_ERR_COMM. */
+zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r);
 
 /* The ZeRO paper's model-state bytes per rank with p, g, m, o bytes per
  * parameter (bpp[0..3]) for N = world ranks: stage 0 (p+g+m+o)Ψ; stage 1

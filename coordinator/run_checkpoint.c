@@ -9,7 +9,6 @@
  */
 #include "run_checkpoint.h"
 
-#include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,22 +180,23 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
     ZT_TRY(agree(s, write_my_shard(s, step, step_dir, &mine)));
 
     struct ckpt_file *files = s->rank == 0 ? calloc((size_t)s->world, sizeof *files) : NULL;
-    st = s->rank == 0 && !files ? zt_error_set(ZT_ERR_NOMEM, "cannot allocate the file table")
-                                : ZT_OK;
+    uint64_t *all = s->rank == 0 ? calloc(2 * (size_t)s->world, sizeof *all) : NULL;
+    st = s->rank == 0 && (!files || !all)
+             ? zt_error_set(ZT_ERR_NOMEM, "cannot allocate the file table")
+             : ZT_OK;
     if (agree(s, st) != ZT_OK) {
         free(files);
+        free(all);
         return ZT_ERR_NOMEM;
     }
     uint64_t info[2] = {mine.bytes, mine.checksum};
-    uint64_t *all = s->rank == 0 ? calloc(2 * (size_t)s->world, sizeof *all) : NULL;
-    MPI_Gather(info, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    if (s->rank == 0) {
-        for (int r = 0; r < s->world && all; r++)
+    st = comm_gather(s->comm, info, all, 2, ZT_I64, 0);
+    if (st == ZT_OK && s->rank == 0) {
+        for (int r = 0; r < s->world; r++)
             files[r] = (struct ckpt_file){all[2 * r], all[2 * r + 1]};
-        st = all ? publish(s, step, dir, step_dir, files)
-                 : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the file table");
-        free(all);
+        st = publish(s, step, dir, step_dir, files);
     }
+    free(all);
     free(files);
     ZT_TRY(agree(s, st));
     snprintf(where, n, "%s", step_dir);

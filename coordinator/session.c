@@ -2,8 +2,6 @@
 #include "session.h"
 
 #include <errno.h>
-#include <limits.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,16 +13,7 @@
 
 zt_status session_agree(zt_status local, int *print_here)
 {
-    int mine[2] = {zt_status_exit_code(local) * 1000 + (int)local, local == ZT_OK ? INT_MAX : 0};
-    int rank = 0, worst = 0, lowest = INT_MAX;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (local != ZT_OK)
-        mine[1] = rank;
-    /* Two tiny allreduces; this runs once per phase, not per step. */
-    MPI_Allreduce(&mine[0], &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(&mine[1], &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    *print_here = local != ZT_OK && rank == lowest;
-    return (zt_status)(worst % 1000);
+    return comm_world_agree(local, print_here);
 }
 
 zt_status session_mkdir_p(const char *dir)
@@ -45,18 +34,6 @@ zt_status session_mkdir_p(const char *dir)
         }
     }
     return ZT_OK;
-}
-
-static int count_local_ranks(void)
-{
-    MPI_Comm local;
-    int n = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
-        MPI_SUCCESS) {
-        MPI_Comm_size(local, &n);
-        MPI_Comm_free(&local);
-    }
-    return n;
 }
 
 /* Threads per rank: the user's OMP_NUM_THREADS if set, else the cores
@@ -123,8 +100,8 @@ static zt_status load_data(struct run_session *s, int need_train)
     }
     s->train = all;
     ZT_TRY(sampler_init(&s->sampler, s->train.n, c->data.seq_len, c->run.seed,
-                        c->train_micro_batch_size_per_gpu, c->gradient_accumulation_steps, s->world,
-                        s->rank));
+                        c->train_micro_batch_size_per_gpu, c->gradient_accumulation_steps,
+                        comm_size(s->comm), comm_rank(s->comm)));
     s->have_train = 1;
     return ZT_OK;
 }
@@ -302,15 +279,16 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
 {
     memset(s, 0, sizeof *s);
     s->state = RUN_INIT;
-    MPI_Comm_rank(MPI_COMM_WORLD, &s->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &s->world);
-    s->local_ranks = count_local_ranks();
+    s->rank = comm_world_rank();
+    s->world = comm_world_size();
+    s->local_ranks = comm_local_ranks();
     ops_cpu_set_threads(threads_per_rank(s->local_ranks));
 
     SESSION_PHASE(s, load_config(s, o));
     struct comm_config cc = {.backend = s->cfg.comm.backend,
                              .reduce_scatter = s->cfg.comm.reduce_scatter,
-                             .allgather = s->cfg.comm.allgather};
+                             .allgather = s->cfg.comm.allgather,
+                             .memory = COMM_MEMORY_HOST};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     SESSION_PHASE(s, build_model(s, o));

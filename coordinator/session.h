@@ -78,9 +78,10 @@ struct run_session {
 zt_status session_open(struct run_session *s, const struct run_options *o, int need_train);
 void session_close(struct run_session *s);
 
-/* Agrees on `local` among all ranks over MPI_COMM_WORLD: returns the most
- * severe status any rank had and sets *print_here when this rank is the
- * lowest one that failed. Works before the communicator exists. */
+/* Agrees on `local` among all ranks of the world (comm_world_agree):
+ * returns the most severe status any rank had and sets *print_here when
+ * this rank is the lowest one that failed. Works before the communicator
+ * exists. */
 zt_status session_agree(zt_status local, int *print_here);
 
 /* Validation loss of the current parameters over the validation data

@@ -7,7 +7,6 @@
  * traffic it would otherwise blur). Rank 0 logs, writes the metrics and the
  * resolved configuration.
  */
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -264,7 +263,7 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     r.baseline_total = baseline.total_peak;
     r.expected_model_states =
         memory_expected_model_states(r.stage, s->world, r.n_params, r.bytes_per_param);
-    ZT_TRY(memory_report_gather(&s->ledger, &r));
+    ZT_TRY(memory_report_gather(s->comm, &s->ledger, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {
         if (o->dry_run)
@@ -290,7 +289,7 @@ static void abort_if_peers_may_block(const struct run_session *s, zt_status st)
         return;
     fprintf(stderr, "zerotrain: rank %d: error: %s\n", s->rank, zt_error_message());
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, zt_status_exit_code(st));
+    comm_world_abort(zt_status_exit_code(st));
 }
 
 zt_status train_run(const struct run_options *o, int *print_here)

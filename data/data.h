@@ -108,22 +108,25 @@ struct sampler {
     size_t n_windows;
     int seq_len;
     uint64_t seed;
-    int micro, accum, world, rank;
+    int micro, accum, dp_size, dp_rank;
     /* cached permutation of the current epoch */
     uint64_t epoch;
     uint32_t *perm; /* owned, n_windows entries */
 };
 
 /* Sets up sampling over a dataset of n_tokens tokens and draws epoch 0's
- * permutation (owned by *s; free with sampler_free). The permutation of
- * epoch e is a Fisher-Yates shuffle of 0..W-1 whose draw for position i
- * (i = W-1 down to 1) is rng_u64(rng_key(seed, "data"), (e << 32) | i)
- * modulo i + 1, so it is a pure function of (seed, e).
- * Errors: ZT_ERR_CONFIG (seq_len, micro, accum, world < 1 or rank outside
- * 0..world-1), ZT_ERR_DATA when the dataset has no full window or more
- * than 2^32 - 1 windows, ZT_ERR_NOMEM. */
+ * permutation (owned by *s; free with sampler_free). dp_size and dp_rank
+ * are the size of the data-parallel group and this rank's index in it (the
+ * ranks among which a step's batch is divided; not necessarily the world):
+ * a step's G = micro * accum * dp_size windows are cut into dp_size slices.
+ * The permutation of epoch e is a Fisher-Yates shuffle of 0..W-1 whose draw
+ * for position i (i = W-1 down to 1) is rng_u64(rng_key(seed, "data"),
+ * (e << 32) | i) modulo i + 1, so it is a pure function of (seed, e).
+ * Errors: ZT_ERR_CONFIG (seq_len, micro, accum, dp_size < 1 or dp_rank
+ * outside 0..dp_size-1), ZT_ERR_DATA when the dataset has no full window or
+ * more than 2^32 - 1 windows, ZT_ERR_NOMEM. */
 zt_status sampler_init(struct sampler *s, size_t n_tokens, int seq_len, uint64_t seed, int micro,
-                       int accum, int world, int rank);
+                       int accum, int dp_size, int dp_rank);
 /* Frees the permutation; NULL-safe, idempotent. */
 void sampler_free(struct sampler *s);
 
@@ -134,8 +137,8 @@ size_t sampler_window(struct sampler *s, uint64_t i);
 
 /* Fills inputs[micro*seq_len] and targets[micro*seq_len] for this rank's
  * micro step `micro_step` (0..accum-1) of optimizer step `step`: row b is
- * window w = sampler_window(s, step*G + rank*micro*accum + micro_step*micro
- * + b), inputs tokens w*seq_len .. +seq_len-1 and targets the next
+ * window w = sampler_window(s, step*G + dp_rank*micro*accum +
+ * micro_step*micro + b), inputs tokens w*seq_len .. +seq_len-1 and targets the next
  * seq_len. `data` must be the n_tokens tokens the sampler was made for. */
 void sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t step, int micro_step,
                   int32_t *inputs, int32_t *targets);

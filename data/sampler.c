@@ -3,10 +3,12 @@
  * The rule (data.h) makes the global batch of a step a function of (seed,
  * step) alone: all ranks walk one endless sequence of windows, epoch after
  * epoch, each epoch a permutation drawn with the counter-based generator
- * from (seed, epoch), and the world size only decides how a step's G
- * consecutive entries are cut into slices. So a run on 4 ranks sees the
- * same sequences as the same run on 1 rank with 4x the accumulation, and a
- * resumed run needs nothing but the step number.
+ * from (seed, epoch), and the data-parallel size only decides how a step's
+ * G consecutive entries are cut into slices. So a run on 4 data-parallel
+ * ranks sees the same sequences as the same run on 1 rank with 4x the
+ * accumulation, and a resumed run needs nothing but the step number. Ranks
+ * that hold the same data-parallel rank (in other kinds of group) draw the
+ * same windows.
  *
  * Each rank keeps one epoch's permutation (4 bytes per window) and redraws
  * it when an entry falls in another epoch; a step straddles at most one
@@ -34,23 +36,24 @@ static void draw_permutation(uint32_t *perm, size_t n, uint64_t key, uint64_t ep
     }
 }
 
-static zt_status check_shape(int seq_len, int micro, int accum, int world, int rank)
+static zt_status check_shape(int seq_len, int micro, int accum, int dp_size, int dp_rank)
 {
-    if (seq_len < 1 || micro < 1 || accum < 1 || world < 1)
+    if (seq_len < 1 || micro < 1 || accum < 1 || dp_size < 1)
         return zt_error_set(ZT_ERR_CONFIG,
-                            "sampler: seq_len %d, micro batch %d, accumulation %d and world size "
-                            "%d must all be >= 1",
-                            seq_len, micro, accum, world);
-    if (rank < 0 || rank >= world)
-        return zt_error_set(ZT_ERR_CONFIG, "sampler: rank %d is outside 0 .. %d", rank, world - 1);
+                            "sampler: seq_len %d, micro batch %d, accumulation %d and "
+                            "data-parallel size %d must all be >= 1",
+                            seq_len, micro, accum, dp_size);
+    if (dp_rank < 0 || dp_rank >= dp_size)
+        return zt_error_set(ZT_ERR_CONFIG, "sampler: data-parallel rank %d is outside 0 .. %d",
+                            dp_rank, dp_size - 1);
     return ZT_OK;
 }
 
 zt_status sampler_init(struct sampler *s, size_t n_tokens, int seq_len, uint64_t seed, int micro,
-                       int accum, int world, int rank)
+                       int accum, int dp_size, int dp_rank)
 {
     memset(s, 0, sizeof *s);
-    ZT_TRY(check_shape(seq_len, micro, accum, world, rank));
+    ZT_TRY(check_shape(seq_len, micro, accum, dp_size, dp_rank));
     if (n_tokens < (size_t)seq_len + 1)
         return zt_error_set(ZT_ERR_DATA,
                             "data: %zu tokens are fewer than seq_len + 1 = %lld: not one "
@@ -71,8 +74,8 @@ zt_status sampler_init(struct sampler *s, size_t n_tokens, int seq_len, uint64_t
                           .seed = seed,
                           .micro = micro,
                           .accum = accum,
-                          .world = world,
-                          .rank = rank,
+                          .dp_size = dp_size,
+                          .dp_rank = dp_rank,
                           .epoch = 0,
                           .perm = perm};
     draw_permutation(perm, n_windows, rng_key(seed, "data"), 0);
@@ -104,9 +107,9 @@ void sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t s
     ZT_ASSERT(micro_step >= 0 && micro_step < s->accum);
     ZT_ASSERT(data->n >= s->n_windows * (size_t)s->seq_len + 1);
     uint64_t per_rank = (uint64_t)s->micro * (uint64_t)s->accum;
-    uint64_t global = per_rank * (uint64_t)s->world;
+    uint64_t global = per_rank * (uint64_t)s->dp_size;
     uint64_t first =
-        step * global + (uint64_t)s->rank * per_rank + (uint64_t)micro_step * (uint64_t)s->micro;
+        step * global + (uint64_t)s->dp_rank * per_rank + (uint64_t)micro_step * (uint64_t)s->micro;
     size_t len = (size_t)s->seq_len;
     for (int b = 0; b < s->micro; b++) {
         size_t w = sampler_window(s, first + (uint64_t)b);

@@ -1,6 +1,7 @@
 # memreport: the per-rank memory report (gather at 1-3 ranks, expected model
-# states, table and JSON). Built from its own source against zt_common so the
-# suite does not depend on the rest of the coordinator.
+# states, table and JSON). Built from its own source against the layers
+# below the coordinator (the stage policy, comm, common), so the suite does
+# not depend on the rest of the coordinator.
 zt_test(test_memreport
   SOURCES test_memreport.c ${PROJECT_SOURCE_DIR}/coordinator/memory_report.c
-  LIBS zt_common zt_shard MPI::MPI_C RANKS 1 2 3)
+  LIBS zt_shard zt_comm zt_common MPI::MPI_C RANKS 1 2 3)

@@ -1,4 +1,5 @@
-/* tests/test_comm.c — the collectives of comm.h on the "mpi" backend.
+/* tests/test_comm.c — the collectives, groups and messages of comm.h on the
+ * "mpi" backend, and the world helpers.
  *
  * Every rank's input is a deterministic function of (rank, index), so each
  * rank computes the expected result of a collective for itself, in double,
@@ -190,7 +191,7 @@ END_TEST
 
 START_TEST(test_create_nccl_without_gpu_is_config_error)
 {
-    struct comm_config cfg = {.backend = "nccl"};
+    struct comm_config cfg = {.backend = "nccl", .memory = COMM_MEMORY_CUDA};
     struct comm *c = NULL;
     zt_status st = comm_create(&cfg, &c);
     if (st == ZT_OK) { /* a machine where every rank has its own GPU */
@@ -788,6 +789,440 @@ START_TEST(test_barrier_waits_for_the_last_rank)
 }
 END_TEST
 
+/* ---- process groups ---- */
+
+/* Splits `parent` or aborts the job: a test cannot go on without its group,
+ * and a rank that returned early would leave the others in a collective. */
+static struct comm *split_or_abort(struct comm *parent, int color, int key)
+{
+    struct comm *c = NULL;
+    zt_status st = comm_split(parent, color, key, &c);
+    if (st != ZT_OK) {
+        fprintf(stderr, "rank %d: comm_split(%d, %d): %s: %s\n", rank, color, key,
+                zt_status_str(st), zt_error_message());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return c;
+}
+
+/* The world ranks of the group of world rank `r` for a split by `color_of`
+ * (key = world rank), in group order, and r's index among them. */
+static int group_of(int r, int (*color_of)(int), int *members, int *index)
+{
+    int n = 0;
+    for (int q = 0; q < size; q++) {
+        if (color_of(q) != color_of(r))
+            continue;
+        if (q == r)
+            *index = n;
+        members[n++] = q;
+    }
+    return n;
+}
+
+static int parity(int r)
+{
+    return r % 2;
+}
+
+/* Even/odd split of the world, then each of those split by the parity of
+ * the rank within it: world ranks r with the same r % 2 and (r / 2) % 2. */
+static int nested_color(int r)
+{
+    return (r % 2) * 2 + (r / 2) % 2;
+}
+
+/* Sum over the group of (world rank + 1), by allreduce on `c`; checks the
+ * rank, size and result against the group that `color_of` describes. */
+static void check_group_sum(struct comm *c, int (*color_of)(int), const char *what)
+{
+    int members[64], index = -1;
+    int n = group_of(rank, color_of, members, &index);
+    CHECK(comm_rank(c) == index && comm_size(c) == n, "%s: rank %d size %d, want %d of %d", what,
+          comm_rank(c), comm_size(c), index, n);
+    int64_t want = 0, got[3] = {rank + 1, 1, -(rank + 1)};
+    for (int i = 0; i < n; i++)
+        want += members[i] + 1;
+    CHECK_OK(comm_allreduce(c, got, 3, ZT_I64, COMM_OP_SUM));
+    CHECK(got[0] == want && got[1] == n && got[2] == -want, "%s: sum %lld, %lld want %lld, %d",
+          what, (long long)got[0], (long long)got[1], (long long)want, n);
+}
+
+START_TEST(test_split_even_odd_renumbers_and_reduces_per_group)
+{
+    reset_bad();
+    struct comm *c = split_or_abort(ring, rank % 2, rank);
+    ck_assert_str_eq(comm_backend_name(c), comm_backend_name(ring));
+    check_group_sum(c, parity, "even/odd");
+    /* the group's reduce-scatter is the ring's too: block g of the sum */
+    const int n = comm_size(c);
+    int32_t *in = xmalloc(3 * (size_t)n * sizeof *in), out[3] = {0};
+    for (int i = 0; i < 3 * n; i++)
+        in[i] = rank * 100 + i;
+    CHECK_OK(comm_reduce_scatter(c, in, out, 3, ZT_I32, COMM_OP_SUM));
+    int members[64], index = -1;
+    group_of(rank, parity, members, &index);
+    for (int j = 0; j < 3; j++) {
+        int32_t want = 0;
+        for (int i = 0; i < n; i++)
+            want += members[i] * 100 + 3 * index + j;
+        CHECK(out[j] == want, "reduce-scatter [%d] %d want %d", j, out[j], want);
+    }
+    free(in);
+    comm_destroy(c);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_split_key_reverses_order)
+{
+    reset_bad();
+    struct comm *c = split_or_abort(native, 0, size - rank);
+    CHECK(comm_rank(c) == size - 1 - rank && comm_size(c) == size, "rank %d size %d", comm_rank(c),
+          comm_size(c));
+    int32_t mine = rank, *all = xmalloc((size_t)size * sizeof *all);
+    CHECK_OK(comm_allgather(c, &mine, all, 1, ZT_I32));
+    for (int i = 0; i < size; i++)
+        CHECK(all[i] == size - 1 - i, "allgather [%d] = world rank %d", i, all[i]);
+    /* root 0 of the group is the last world rank */
+    int32_t b = rank;
+    CHECK_OK(comm_broadcast(c, &b, 1, ZT_I32, 0));
+    CHECK(b == size - 1, "broadcast from group rank 0 gave %d", b);
+    free(all);
+    comm_destroy(c);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_split_group_of_one)
+{
+    reset_bad();
+    struct comm *c = split_or_abort(ring, rank, 0);
+    CHECK(comm_rank(c) == 0 && comm_size(c) == 1, "rank %d size %d", comm_rank(c), comm_size(c));
+    float x[4] = {1.5f, -2, 3, (float)rank}, out[4] = {0}, all[4] = {0};
+    CHECK_OK(comm_allreduce(c, x, 4, ZT_F32, COMM_OP_SUM));
+    CHECK(x[0] == 1.5f && x[3] == (float)rank, "allreduce changed a lone rank's data");
+    CHECK_OK(comm_reduce_scatter(c, x, out, 4, ZT_F32, COMM_OP_SUM));
+    CHECK(memcmp(out, x, sizeof x) == 0, "reduce-scatter of one rank is a copy");
+    CHECK_OK(comm_allgather(c, x, all, 4, ZT_F32));
+    CHECK(memcmp(all, x, sizeof x) == 0, "allgather of one rank is a copy");
+    memset(all, 0, sizeof all);
+    CHECK_OK(comm_gather(c, x, all, 4, ZT_F32, 0));
+    CHECK(memcmp(all, x, sizeof x) == 0, "gather of one rank is a copy");
+    CHECK_OK(comm_barrier(c));
+    const struct comm_stats *s = comm_get_stats(c);
+    for (int k = 0; k < COMM_KIND_COUNT; k++)
+        CHECK(s->bytes[k] == 0, "a lone rank sent %llu bytes of %s",
+              (unsigned long long)s->bytes[k], comm_kind_name((enum comm_kind)k));
+    comm_destroy(c);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* Collectives of the world and of its two halves, blocking and not,
+ * interleaved; every group's results and counters stay its own. */
+START_TEST(test_disjoint_groups_interleaved)
+{
+    reset_bad();
+    struct comm *c = split_or_abort(native, rank % 2, rank);
+    int members[64], index = -1;
+    const int n = group_of(rank, parity, members, &index);
+    const size_t m = 5000; /* over the ring threshold at 4 ranks: both algorithms run */
+    int64_t world_sum = 0, group_sum = 0;
+    for (int r = 0; r < size; r++)
+        world_sum += r;
+    for (int i = 0; i < n; i++)
+        group_sum += members[i];
+    comm_reset_stats(native);
+    int32_t *big = xmalloc(m * (size_t)size * sizeof *big), *blk = xmalloc(m * sizeof *blk);
+    int64_t w = rank, g = rank, w2 = rank;
+    struct comm_request *qg = NULL, *qw = NULL;
+    for (size_t i = 0; i < m; i++)
+        blk[i] = rank;
+    CHECK_OK(comm_allreduce(native, &w, 1, ZT_I64, COMM_OP_SUM));
+    CHECK_OK(comm_iallgather(c, blk, big, m, ZT_I32, &qg));
+    CHECK_OK(comm_iallreduce(native, &w2, 1, ZT_I64, COMM_OP_SUM, &qw));
+    CHECK_OK(comm_allreduce(c, &g, 1, ZT_I64, COMM_OP_SUM));
+    CHECK_OK(comm_wait(native, qw));
+    CHECK_OK(comm_wait(c, qg));
+    CHECK(w == world_sum && w2 == world_sum, "world sums %lld %lld want %lld", (long long)w,
+          (long long)w2, (long long)world_sum);
+    CHECK(g == group_sum, "group sum %lld want %lld", (long long)g, (long long)group_sum);
+    for (int i = 0; i < n; i++)
+        CHECK(big[(size_t)i * m] == members[i] && big[(size_t)i * m + m - 1] == members[i],
+              "group allgather block %d", i);
+    const struct comm_stats *sw = comm_get_stats(native), *sg = comm_get_stats(c);
+    CHECK(sw->calls[COMM_KIND_ALLREDUCE] == 2 && sw->calls[COMM_KIND_ALLGATHER] == 0,
+          "world calls %llu %llu", (unsigned long long)sw->calls[COMM_KIND_ALLREDUCE],
+          (unsigned long long)sw->calls[COMM_KIND_ALLGATHER]);
+    CHECK(sg->calls[COMM_KIND_ALLREDUCE] == 1 && sg->calls[COMM_KIND_ALLGATHER] == 1,
+          "group calls");
+    CHECK(sg->bytes[COMM_KIND_ALLGATHER] == (uint64_t)(n - 1) * m * 4, "group allgather bytes %llu",
+          (unsigned long long)sg->bytes[COMM_KIND_ALLGATHER]);
+    free(big);
+    free(blk);
+    comm_destroy(c);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_nested_split)
+{
+    reset_bad();
+    struct comm *half = split_or_abort(native, rank % 2, rank);
+    struct comm *quarter = split_or_abort(half, comm_rank(half) % 2, comm_rank(half));
+    check_group_sum(half, parity, "half");
+    check_group_sum(quarter, nested_color, "quarter");
+    comm_destroy(quarter);
+    check_group_sum(half, parity, "half after the quarter is gone");
+    comm_destroy(half);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_split_negative_color_is_usage_error)
+{
+    struct comm *c = (struct comm *)&c;
+    ck_assert_int_eq(comm_split(native, -1, 0, &c), ZT_ERR_USAGE);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "color -1"));
+}
+END_TEST
+
+/* ---- point-to-point ---- */
+
+static double message_value(int from, size_t i)
+{
+    return from * 10000.0 + (double)i + 0.25;
+}
+
+static void fill_message(double *buf, size_t n, int from)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = message_value(from, i);
+}
+
+static void check_message(const double *buf, size_t n, int from, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != message_value(from, i)) {
+            CHECK(0, "%s: [%zu] = %g, want %g (from %d)", what, i, buf[i], message_value(from, i),
+                  from);
+            return;
+        }
+}
+
+START_TEST(test_send_recv_ring)
+{
+    const size_t n = 100000; /* beyond eager limits: a send waits for its receive */
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    double *out = xmalloc(n * sizeof *out), *in = xmalloc(n * sizeof *in);
+    reset_bad();
+    fill_message(out, n, rank);
+    memset(in, 0, n * sizeof *in);
+    comm_reset_stats(native);
+    if (size == 1) { /* to itself: the receive must be posted first */
+        struct comm_request *q = NULL;
+        CHECK_OK(comm_irecv(native, in, n, ZT_F64, 0, &q));
+        CHECK_OK(comm_send(native, out, n, ZT_F64, 0));
+        CHECK_OK(comm_wait(native, q));
+    } else if (rank % 2 == 0) {
+        CHECK_OK(comm_send(native, out, n, ZT_F64, right));
+        CHECK_OK(comm_recv(native, in, n, ZT_F64, left));
+    } else {
+        CHECK_OK(comm_recv(native, in, n, ZT_F64, left));
+        CHECK_OK(comm_send(native, out, n, ZT_F64, right));
+    }
+    check_message(in, n, left, "blocking ring");
+    const struct comm_stats *s = comm_get_stats(native);
+    CHECK(s->bytes[COMM_KIND_SEND] == n * 8 && s->calls[COMM_KIND_SEND] == 1,
+          "send bytes %llu calls %llu", (unsigned long long)s->bytes[COMM_KIND_SEND],
+          (unsigned long long)s->calls[COMM_KIND_SEND]);
+    free(out);
+    free(in);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* Every rank posts its receive and its send, then waits for them in an
+ * order that differs between neighbours. */
+START_TEST(test_isend_irecv_ring)
+{
+    const size_t n = 70000;
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    double *out = xmalloc(2 * n * sizeof *out), *in = xmalloc(2 * n * sizeof *in);
+    struct comm_request *rq[2] = {NULL, NULL}, *sq[2] = {NULL, NULL};
+    reset_bad();
+    fill_message(out, n, rank);
+    fill_message(out + n, n, rank + size);
+    memset(in, 0, 2 * n * sizeof *in);
+    comm_reset_stats(ring);
+    CHECK_OK(comm_irecv(ring, in, n, ZT_F64, left, &rq[0]));
+    CHECK_OK(comm_irecv(ring, in + n, n, ZT_F64, left, &rq[1]));
+    CHECK_OK(comm_isend(ring, out, n, ZT_F64, right, &sq[0]));
+    CHECK_OK(comm_isend(ring, out + n, n, ZT_F64, right, &sq[1]));
+    const struct comm_stats *s = comm_get_stats(ring);
+    CHECK(s->bytes[COMM_KIND_SEND] == 2 * n * 8 && s->calls[COMM_KIND_SEND] == 2,
+          "isend bytes %llu calls %llu (counted when issued; receives not)",
+          (unsigned long long)s->bytes[COMM_KIND_SEND],
+          (unsigned long long)s->calls[COMM_KIND_SEND]);
+    if (rank % 2) {
+        CHECK_OK(comm_wait(ring, rq[1]));
+        CHECK_OK(comm_wait(ring, sq[0]));
+        CHECK_OK(comm_wait(ring, rq[0]));
+        CHECK_OK(comm_wait(ring, sq[1]));
+    } else {
+        CHECK_OK(comm_wait(ring, sq[1]));
+        CHECK_OK(comm_wait(ring, sq[0]));
+        CHECK_OK(comm_wait(ring, rq[0]));
+        CHECK_OK(comm_wait(ring, rq[1]));
+    }
+    check_message(in, n, left, "first message");
+    check_message(in + n, n, left + size, "second message (order kept)");
+    /* a ring collective right after: its messages never match ours */
+    CHECK_OK(comm_isend(ring, out, 7, ZT_F64, right, &sq[0]));
+    CHECK_OK(comm_irecv(ring, in, 7, ZT_F64, left, &rq[0]));
+    check_reduce_scatter_exact(ring, ZT_I32, COMM_OP_SUM, 3000, 0);
+    CHECK_OK(comm_wait(ring, rq[0]));
+    CHECK_OK(comm_wait(ring, sq[0]));
+    check_message(in, 7, left, "message across a ring collective");
+    free(out);
+    free(in);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_point_to_point_usage_errors)
+{
+    double x[2] = {0};
+    struct comm_request *req = (struct comm_request *)x;
+    comm_reset_stats(native);
+    ck_assert_int_eq(comm_send(native, x, 2, ZT_F64, size), ZT_ERR_USAGE);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "peer"));
+    ck_assert_int_eq(comm_send(native, x, 2, ZT_F64, -1), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_recv(native, x, 2, ZT_F64, size + 3), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_send(native, NULL, 2, ZT_F64, 0), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_recv(native, NULL, 2, ZT_F64, 0), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_send(native, x, 2, (enum zt_dtype)42, 0), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_isend(native, x, 2, ZT_F64, size, &req), ZT_ERR_USAGE);
+    ck_assert_ptr_null(req);
+    req = (struct comm_request *)x;
+    ck_assert_int_eq(comm_irecv(native, x, 2, ZT_F64, -2, &req), ZT_ERR_USAGE);
+    ck_assert_ptr_null(req);
+    ck_assert_int_eq(comm_gather(native, x, x, 1, ZT_F64, size), ZT_ERR_USAGE);
+    ck_assert_int_eq(comm_gather(native, x, NULL, 1, ZT_F64, rank), ZT_ERR_USAGE);
+    const struct comm_stats *s = comm_get_stats(native);
+    for (int k = 0; k < COMM_KIND_COUNT; k++)
+        ck_assert_uint_eq(s->calls[k], 0);
+}
+END_TEST
+
+/* ---- gather ---- */
+
+START_TEST(test_gather_to_nonzero_root)
+{
+    const int root = size - 1;
+    const size_t n = 3;
+    uint64_t in[3], *out = rank == root ? xmalloc(n * (size_t)size * sizeof *out) : NULL;
+    reset_bad();
+    for (size_t j = 0; j < n; j++)
+        in[j] = ((uint64_t)rank << 40) + j * 7 + 1;
+    if (out)
+        memset(out, 0xff, n * (size_t)size * sizeof *out);
+    comm_reset_stats(ring);
+    CHECK_OK(comm_gather(ring, in, out, n, ZT_I64, root));
+    for (int r = 0; out && r < size; r++)
+        for (size_t j = 0; j < n; j++)
+            CHECK(out[(size_t)r * n + j] == ((uint64_t)r << 40) + j * 7 + 1, "gather [%d][%zu]", r,
+                  j);
+    const struct comm_stats *s = comm_get_stats(ring);
+    CHECK(s->bytes[COMM_KIND_GATHER] == (rank == root ? 0u : n * 8) &&
+              s->calls[COMM_KIND_GATHER] == 1,
+          "gather bytes %llu", (unsigned long long)s->bytes[COMM_KIND_GATHER]);
+    ck_assert_str_eq(comm_kind_name(COMM_KIND_GATHER), "gather");
+    ck_assert_str_eq(comm_kind_name(COMM_KIND_SEND), "send");
+    free(out);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* ---- the world ---- */
+
+START_TEST(test_world_rank_size_local)
+{
+    MPI_Comm node;
+    int local = 0;
+    ck_assert_int_eq(comm_world_rank(), rank);
+    ck_assert_int_eq(comm_world_size(), size);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    ck_assert_int_eq(comm_local_ranks(), local);
+}
+END_TEST
+
+START_TEST(test_world_agree_all_ok)
+{
+    int print_here = -1;
+    ck_assert_int_eq(comm_world_agree(ZT_OK, &print_here), ZT_OK);
+    ck_assert_int_eq(print_here, 0);
+}
+END_TEST
+
+/* Odd ranks fail with a run-time error (exit 1), the last rank with a
+ * configuration error (exit 2): everyone gets the configuration error, and
+ * the lowest failing rank (1; 0 alone) prints, though its status was the
+ * milder one. Ranks that were OK keep their (empty) message. */
+START_TEST(test_world_agree_most_severe_lowest_failing)
+{
+    int print_here = -1, printers = 0;
+    zt_status local = ZT_OK;
+    zt_error_clear();
+    if (rank == size - 1)
+        local = zt_error_set(ZT_ERR_CONFIG, "run.yaml: bad");
+    else if (rank % 2 == 1)
+        local = zt_error_set(ZT_ERR_IO, "data.bin: cannot read");
+    zt_status agreed = comm_world_agree(local, &print_here);
+    MPI_Allreduce(&print_here, &printers, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    ck_assert_int_eq(agreed, ZT_ERR_CONFIG);
+    ck_assert_int_eq(print_here, rank == (size > 1 ? 1 : 0));
+    ck_assert_int_eq(printers, 1);
+    if (local == ZT_OK)
+        ck_assert_str_eq(zt_error_message(), "");
+}
+END_TEST
+
+/* ---- buffer memory and the backend ---- */
+
+START_TEST(test_backend_must_match_buffer_memory)
+{
+    struct comm *c = (struct comm *)&c;
+    struct comm_config nccl_host = {.backend = "nccl", .memory = COMM_MEMORY_HOST};
+    ck_assert_int_eq(comm_create(&nccl_host, &c), ZT_ERR_CONFIG);
+    ck_assert_ptr_null(c);
+#ifdef ZT_HAVE_NCCL
+    ck_assert_str_eq(zt_error_message(),
+                     "comm.backend: nccl needs device buffers, but device is cpu");
+#endif
+    struct comm_config mpi_cuda = {.backend = "mpi", .memory = COMM_MEMORY_CUDA};
+    ck_assert_int_eq(comm_create(&mpi_cuda, &c), ZT_ERR_CONFIG);
+    ck_assert_str_eq(zt_error_message(),
+                     "comm.backend: mpi needs host buffers, but device is cuda");
+    struct comm_config bad = {.memory = (enum comm_memory)7};
+    ck_assert_int_eq(comm_create(&bad, &c), ZT_ERR_USAGE);
+    /* auto on device memory: NCCL where every rank has a GPU, else nothing */
+    struct comm_config auto_cuda = {.memory = COMM_MEMORY_CUDA};
+    zt_status st = comm_create(&auto_cuda, &c);
+    if (st == ZT_OK) {
+        ck_assert_str_eq(comm_backend_name(c), "nccl");
+        comm_destroy(c);
+    } else {
+        ck_assert_int_eq(st, ZT_ERR_CONFIG);
+        ck_assert_ptr_nonnull(strstr(zt_error_message(), "device buffers"));
+    }
+}
+END_TEST
+
 static Suite *comm_suite(void)
 {
     Suite *s = suite_create("comm");
@@ -820,6 +1255,20 @@ static Suite *comm_suite(void)
     tcase_add_test(tc, test_agree_status_all_ok);
     tcase_add_test(tc, test_agree_status_one_rank_fails);
     tcase_add_test(tc, test_agree_status_most_severe_wins);
+    tcase_add_test(tc, test_split_even_odd_renumbers_and_reduces_per_group);
+    tcase_add_test(tc, test_split_key_reverses_order);
+    tcase_add_test(tc, test_split_group_of_one);
+    tcase_add_test(tc, test_disjoint_groups_interleaved);
+    tcase_add_test(tc, test_nested_split);
+    tcase_add_test(tc, test_split_negative_color_is_usage_error);
+    tcase_add_test(tc, test_send_recv_ring);
+    tcase_add_test(tc, test_isend_irecv_ring);
+    tcase_add_test(tc, test_point_to_point_usage_errors);
+    tcase_add_test(tc, test_gather_to_nonzero_root);
+    tcase_add_test(tc, test_world_rank_size_local);
+    tcase_add_test(tc, test_world_agree_all_ok);
+    tcase_add_test(tc, test_world_agree_most_severe_lowest_failing);
+    tcase_add_test(tc, test_backend_must_match_buffer_memory);
     suite_add_tcase(s, tc);
     return s;
 }

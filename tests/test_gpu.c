@@ -46,7 +46,7 @@ START_TEST(nccl_allreduce_matches_the_host_sum)
     struct ledger l;
     struct device d;
     struct comm *c;
-    struct comm_config cc = {.backend = "nccl"};
+    struct comm_config cc = {.backend = "nccl", .memory = COMM_MEMORY_CUDA};
     ledger_init(&l, 0);
     ck_assert_int_eq(device_open("cuda", &l, &d), ZT_OK);
     ck_assert_int_eq(comm_create(&cc, &c), ZT_OK);

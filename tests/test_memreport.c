@@ -27,6 +27,7 @@
 #include "testutil.h"
 
 static int rank, size;
+static struct comm *world; /* the group of all ranks, made in main */
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)
@@ -75,7 +76,7 @@ START_TEST(test_gather_collects_every_rank_in_order)
     struct ledger l;
     fill_ledger(&l, rank);
     struct memory_report r = {.stage = 2, .n_params = 77, .world_size = -1};
-    zt_status st = memory_report_gather(&l, &r);
+    zt_status st = memory_report_gather(world, &l, &r);
     uint64_t rss_now = ledger_rss_peak();
     ck_assert_msg(st == ZT_OK, "%s: %s", zt_status_str(st), zt_error_message());
     ck_assert_int_eq(r.world_size, size);
@@ -492,7 +493,7 @@ START_TEST(test_print_has_every_gathered_rank_and_baseline)
     struct ledger l;
     fill_ledger(&l, rank);
     struct memory_report r = {.stage = 1, .baseline_total = 100 * MIB};
-    zt_status st = memory_report_gather(&l, &r);
+    zt_status st = memory_report_gather(world, &l, &r);
     ck_assert_int_eq(st, ZT_OK);
     char *text = print_to_string(&r);
     if (rank != 0) {
@@ -603,7 +604,13 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    struct comm_config cfg = {.backend = "mpi"};
+    if (comm_create(&cfg, &world) != ZT_OK) {
+        fprintf(stderr, "comm_create: %s\n", zt_error_message());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     int rc = testutil_run_suite(memreport_suite(), 1);
+    comm_destroy(world);
     MPI_Finalize();
     return rc;
 }
