@@ -135,7 +135,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     struct gpt2_config mc = {c->model.vocab_size, c->model.block_size, c->model.n_layer,
                              c->model.n_head, c->model.n_embd};
     ledger_init(&s->ledger, o->dry_run);
-    ZT_TRY(device_open("cpu", &s->ledger, &s->dev));
+    ZT_TRY(compute_backend_open(c->device, &s->ledger, &s->compute));
     ZT_TRY(param_table_build(&mc, &s->table));
     struct shard_engine_config ec = {
         .stage = c->zero.stage,
@@ -152,9 +152,9 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
     else
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
-    ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->dev, &s->engine));
-    ZT_TRY(gpt2_create(&s->table, ops_cpu_backend(), &s->dev, c->train_micro_batch_size_per_gpu,
-                       c->data.seq_len, session_ckpt_every(c), &s->model));
+    ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->compute.dev, &s->engine));
+    ZT_TRY(gpt2_create(&s->table, &s->compute, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+                       session_ckpt_every(c), &s->model));
     if (o->profile)
         s->model.profile = &s->profile;
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
@@ -190,7 +190,7 @@ zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int
 zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
 {
     const struct zt_config *c = &s->cfg;
-    struct device dev;
+    struct compute_backend be;
     struct shard_engine engine;
     struct gpt2 model;
     struct shard_engine_config ec = {.stage = 0,
@@ -202,16 +202,20 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
                                      .prefetch_depth = c->zero.stage3_prefetch_depth,
                                      .precision = session_precision(c)};
     ledger_init(out, 1);
-    ZT_TRY(device_open("cpu", out, &dev));
-    ZT_TRY(shard_engine_create(&ec, &s->table, NULL, &dev, &engine));
-    zt_status st =
-        gpt2_create(&s->table, ops_cpu_backend(), &dev, c->train_micro_batch_size_per_gpu,
-                    c->data.seq_len, session_ckpt_every(c), &model);
+    ZT_TRY(compute_backend_open(c->device, out, &be));
+    zt_status st = shard_engine_create(&ec, &s->table, NULL, &be.dev, &engine);
+    if (st != ZT_OK) {
+        compute_backend_close(&be);
+        return st;
+    }
+    st = gpt2_create(&s->table, &be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+                     session_ckpt_every(c), &model);
     if (st == ZT_OK) {
         st = session_plan_step(&model, &engine, 1);
         gpt2_destroy(&model);
     }
     shard_engine_destroy(&engine);
+    compute_backend_close(&be);
     return st;
 }
 
@@ -314,6 +318,7 @@ void session_close(struct run_session *s)
         gpt2_destroy(&s->model);
     if (s->engine.dev)
         shard_engine_destroy(&s->engine);
+    compute_backend_close(&s->compute);
     param_table_free(&s->table);
     if (s->have_train)
         sampler_free(&s->sampler);
