@@ -39,7 +39,7 @@ static int cuda_query(char *why, size_t n)
 {
     char dev_why[200] = "";
     if (device_cuda_backend()->query(dev_why, sizeof dev_why) < 0)
-        snprintf(why, n, "CUDA compute ops are not built yet (and %s)", dev_why);
+        snprintf(why, n, "CUDA compute ops are not built yet, and %s", dev_why);
     else
         snprintf(why, n, "CUDA compute ops are not built yet");
     return -1;
