@@ -4,9 +4,10 @@
  * the same name), the op table and how to make the stream. The table is
  * static const and lists only what was built; the chosen entry's pieces are
  * copied into the caller's struct compute_backend, not kept in a global.
- * Unlike comm/, choosing is local: each rank computes on its own device, and
- * ranks that pick different backends still exchange the same host-visible
- * results through comm/.
+ * Unlike comm/, choosing is local (no collective): each rank opens its own
+ * device, and a failure reaches the other ranks through the session's phase
+ * agreement. Whether the communicator can reach the chosen memory is comm/'s
+ * question, not this file's.
  */
 #include "backend.h"
 
