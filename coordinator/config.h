@@ -80,6 +80,7 @@ struct zt_config {
     long train_batch_size;              /* 0 = not given; else must equal micro*accum*world */
     double gradient_clipping;           /* 0 = off; default 1.0 */
     long steps_per_print;               /* default 10 */
+    char *device;                       /* compute backend: "auto" (default), "cpu", "cuda" */
 
     struct {
         char *type;          /* "AdamW" (also accepted: "Adam" with weight_decay as AdamW's) */

@@ -43,6 +43,7 @@ enum ftype {
     T_BETAS,     /* [b1, b2]: doubles at off and off2 */
     T_BACKEND,   /* char *: auto | mpi | nccl */
     T_ALGO,      /* char *: auto | native | ring */
+    T_DEVICE,    /* char *: auto | cpu | cuda */
     T_OPTIMIZER, /* char *: AdamW | Adam, any case */
     T_SCHED,     /* enum zt_sched_type */
     T_WARMUP,    /* enum zt_warmup_type */
@@ -149,6 +150,8 @@ static const struct field fields[] = {
      "global gradient norm limit, 0: off"},
     {"steps_per_print", T_LONG, OFF(steps_per_print), 0, "10", GE(1), NB, 0, NULL,
      "steps between progress lines"},
+    {"device", T_DEVICE, OFF(device), 0, "auto", NB, NB, 0, NULL,
+     "compute backend: auto (the GPU when usable), cpu or cuda"},
     {"wall_clock_breakdown", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
     {"zero_allow_untested_optimizer", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
     {"prescale_gradients", T_BOOL, NO_STORE, 0, NULL, NB, NB, F_UNSUPPORTED_TRUE,
@@ -655,11 +658,18 @@ static zt_status leaf_choice(struct walk *w, const struct field *f, const struct
 {
     static const char *const backends[] = {"auto", "mpi", "nccl"};
     static const char *const algorithms[] = {"auto", "native", "ring"};
+    static const char *const devices[] = {"auto", "cpu", "cuda"};
     const char *s;
     ZT_TRY(scalar_text(where, f->path, v, "a name", &s));
     if (f->type == T_ALGO) {
         if (name_index(algorithms, 3, s) < 0)
             return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected auto, native or ring, got '%s'",
+                                where, f->path, s);
+        return store_string(w, f, s);
+    }
+    if (f->type == T_DEVICE) {
+        if (name_index(devices, 3, s) < 0)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected auto, cpu or cuda, got '%s'",
                                 where, f->path, s);
         return store_string(w, f, s);
     }
@@ -745,6 +755,7 @@ static zt_status parse_leaf(struct walk *w, const struct field *f, const struct 
         return leaf_betas(w, f, v, where);
     case T_BACKEND:
     case T_ALGO:
+    case T_DEVICE:
     case T_OPTIMIZER:
     case T_SCHED:
     case T_WARMUP:
@@ -1080,6 +1091,7 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
     case T_STRING:
     case T_BACKEND:
     case T_ALGO:
+    case T_DEVICE:
     case T_OPTIMIZER:
         if (*(char *const *)p)
             write_quoted(f, *(char *const *)p);

@@ -111,8 +111,6 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     const struct zt_config *c = &s->cfg;
     struct gpt2_config mc = {c->model.vocab_size, c->model.block_size, c->model.n_layer,
                              c->model.n_head, c->model.n_embd};
-    ledger_init(&s->ledger, o->dry_run);
-    ZT_TRY(device_open("cpu", &s->ledger, &s->dev));
     struct zt_kvlist shape;
     gpt2_describe(&mc, &shape);
     ZT_TRY(param_table_build(&shape, &s->table));
@@ -123,9 +121,9 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
     else
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
-    ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->dev, &s->engine));
-    ZT_TRY(gpt2_create(&s->table, ops_cpu_backend(), &s->dev, c->train_micro_batch_size_per_gpu,
-                       c->data.seq_len, session_ckpt_every(c), &s->model));
+    ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->compute, &s->engine));
+    ZT_TRY(gpt2_create(&s->table, &s->compute, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+                       session_ckpt_every(c), &s->model));
     if (o->profile)
         s->model.profile = &s->profile;
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
@@ -188,21 +186,25 @@ zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int
 zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
 {
     const struct zt_config *c = &s->cfg;
-    struct device dev;
+    struct compute_backend be;
     struct shard_engine engine;
     struct gpt2 model;
     const struct shard_engine_config ec = session_engine_config(c, 0, 1, 0);
     ledger_init(out, 1);
-    ZT_TRY(device_open("cpu", out, &dev));
-    ZT_TRY(shard_engine_create(&ec, &s->table, NULL, &dev, &engine));
-    zt_status st =
-        gpt2_create(&s->table, ops_cpu_backend(), &dev, c->train_micro_batch_size_per_gpu,
-                    c->data.seq_len, session_ckpt_every(c), &model);
+    ZT_TRY(compute_backend_open(c->device, out, &be));
+    zt_status st = shard_engine_create(&ec, &s->table, NULL, &be, &engine);
+    if (st != ZT_OK) {
+        compute_backend_close(&be);
+        return st;
+    }
+    st = gpt2_create(&s->table, &be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+                     session_ckpt_every(c), &model);
     if (st == ZT_OK) {
         st = session_plan_step(&model, &engine, 1);
         gpt2_destroy(&model);
     }
     shard_engine_destroy(&engine);
+    compute_backend_close(&be);
     return st;
 }
 
@@ -285,10 +287,14 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     ops_cpu_set_threads(threads_per_rank(s->local_ranks));
 
     SESSION_PHASE(s, load_config(s, o));
+    /* The device comes first: the communicator must reach its memory. */
+    ledger_init(&s->ledger, o->dry_run);
+    SESSION_PHASE(s, compute_backend_open(s->cfg.device, &s->ledger, &s->compute));
     struct comm_config cc = {.backend = s->cfg.comm.backend,
                              .reduce_scatter = s->cfg.comm.reduce_scatter,
                              .allgather = s->cfg.comm.allgather,
-                             .memory = COMM_MEMORY_HOST};
+                             .memory =
+                                 s->compute.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     SESSION_PHASE(s, build_model(s, o));
@@ -306,6 +312,7 @@ void session_close(struct run_session *s)
         gpt2_destroy(&s->model);
     if (s->engine.dev)
         shard_engine_destroy(&s->engine);
+    compute_backend_close(&s->compute);
     param_table_free(&s->table);
     if (s->have_train)
         sampler_free(&s->sampler);

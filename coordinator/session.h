@@ -23,7 +23,7 @@
 #include "../common/ledger.h"
 #include "../data/data.h"
 #include "../shard/shard.h"
-#include "../worker/device.h"
+#include "../worker/backend.h"
 #include "../worker/model.h"
 #include "../worker/precision.h"
 #include "config.h"
@@ -53,7 +53,7 @@ struct run_session {
     int rank, world, local_ranks;
     struct comm *comm;
     struct ledger ledger;
-    struct device dev;
+    struct compute_backend compute; /* device memory, ops and stream, from cfg.device */
     struct param_table table;
     struct shard_engine engine;
     struct gpt2 model;

@@ -232,7 +232,8 @@ static zt_status finish_oldest_reduce(struct shard_engine *e)
     const struct shard_unit *su = &e->part.units[r.unit];
     zt_status st = r.req ? comm_wait(e->comm, r.req) : ZT_OK;
     if (st == ZT_OK && !e->plan)
-        precision_add_into(e->cfg.precision, at(e, e->grads, su->shard_offset), r.recv, su->shard);
+        st = e->ops->add_into(e->cfg.precision, at(e, e->grads, su->shard_offset), r.recv,
+                              su->shard);
     device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, r.unit), r.recv);
     device_free(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, r.unit), e->unit_grads[r.unit]);
     e->unit_grads[r.unit] = NULL;
@@ -343,7 +344,8 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
     }
     ZT_TRY(open_view(e, unit, "a unit's fp32 parameters", &e->param_view[unit]));
     if (!e->plan)
-        precision_to_f32(e->cfg.precision, src, e->param_view[unit], e->part.units[unit].padded);
+        ZT_TRY(
+            e->ops->to_f32(e->cfg.precision, src, e->param_view[unit], e->part.units[unit].padded));
     *params = e->param_view[unit];
     return ZT_OK;
 }
@@ -382,8 +384,8 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
      * stages 2-3 start each micro step from zero (the view is zeroed). */
     ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
     if (!e->policy.shard_grads && !e->plan)
-        precision_to_f32(e->cfg.precision, at(e, e->grads, su->padded_offset), e->grad_view[unit],
-                         su->padded);
+        ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, e->grads, su->padded_offset),
+                              e->grad_view[unit], su->padded));
     *grads = e->grad_view[unit];
     return ZT_OK;
 }
@@ -399,7 +401,7 @@ static zt_status hook_grads_done(void *ctx, int unit)
             dst = e->unit_grads[unit];
         }
         if (!e->plan)
-            precision_from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded);
+            ZT_TRY(e->ops->from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded));
         close_view(e, unit, &e->grad_view[unit]);
     }
     return !e->policy.shard_grads ? ZT_OK : unit_grads_complete(e, unit);
@@ -408,7 +410,8 @@ static zt_status hook_grads_done(void *ctx, int unit)
 /* ---- create / destroy ------------------------------------------------------ */
 
 zt_status shard_engine_create(const struct shard_engine_config *cfg, const struct param_table *t,
-                              struct comm *comm, struct device *dev, struct shard_engine *out)
+                              struct comm *comm, const struct compute_backend *be,
+                              struct shard_engine *out)
 {
     memset(out, 0, sizeof *out);
     const struct shard_policy *policy = shard_policy_of(cfg->stage);
@@ -428,8 +431,10 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     out->policy = *policy;
     out->table = t;
     out->comm = comm;
-    out->dev = dev;
-    out->plan = !device_is_real(dev);
+    out->be = be;
+    out->dev = &be->dev;
+    out->ops = be->ops;
+    out->plan = !device_is_real(&be->dev);
     out->esz = zt_dtype_size(cfg->precision);
     ZT_ASSERT(comm || out->plan);
     out->hooks = (struct model_unit_hooks){
@@ -507,7 +512,8 @@ static zt_status update_unit_range(const struct shard_engine *e, int u, size_t l
         float *states[OPTIMIZER_MAX_STATES];
         for (int j = 0; j < opt->n_states; j++)
             states[j] = e->states[j] + state_off + (a - lo);
-        ZT_TRY(opt->update(p + (a - lo), g + (a - lo), states, b - a, pt->decay ? 1.0f : 0.0f, hp));
+        ZT_TRY(opt->update(e->ops, p + (a - lo), g + (a - lo), states, b - a,
+                           pt->decay ? 1.0f : 0.0f, hp));
     }
     return ZT_OK;
 }
@@ -572,20 +578,19 @@ static zt_status update_owned(struct shard_engine *e, void *g, float gscale, flo
         float *target = is_16bit(e) ? e->master + r.state_off : (float *)e->params + r.working_off;
         float *grad = is_16bit(e) ? tmp : (float *)g + r.grad_off;
         if (is_16bit(e))
-            precision_to_f32(e->cfg.precision, at(e, g, r.grad_off), tmp, n);
-        for (size_t i = 0; i < n; i++)
-            grad[i] *= gscale;
+            ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, g, r.grad_off), tmp, n));
+        ZT_TRY(e->ops->scale(grad, n, gscale));
         ZT_TRY(update_unit_range(e, u, r.lo, r.hi, target, grad, r.state_off, hp));
         if (is_16bit(e))
-            precision_from_f32(e->cfg.precision, target, at(e, e->params, r.working_off), n);
+            ZT_TRY(e->ops->from_f32(e->cfg.precision, target, at(e, e->params, r.working_off), n));
     }
     return ZT_OK;
 }
 
-static void zero_grads(struct shard_engine *e)
+static zt_status zero_grads(struct shard_engine *e)
 {
     size_t n = !e->policy.shard_grads ? e->part.padded_total : e->part.shard_total;
-    memset(e->grads, 0, n * e->esz);
+    return e->ops->memset_zero(e->grads, n * e->esz);
 }
 
 /* The elements of the reduced gradients the norm and update read. */
@@ -604,13 +609,14 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     else if (shard_policy_reduces_at_step(&e->policy))
         ZT_TRY(reduce_full_grads(e, g));
     const double unscale = 1.0 / ((double)e->cfg.world * loss_scale);
-    double sumsq = precision_sum_squares(e->cfg.precision, g, n, unscale);
+    double sumsq;
+    ZT_TRY(e->ops->sum_squares(e->cfg.precision, g, n, unscale, &sumsq));
     if (e->policy.shard_states)
         ZT_TRY(comm_allreduce(e->comm, &sumsq, 1, ZT_F64, COMM_OP_SUM));
     const double norm = sqrt(sumsq);
     out->grad_norm = norm;
     if (!isfinite(norm)) {
-        zero_grads(e);
+        ZT_TRY(zero_grads(e));
         if (skip_on_overflow) {
             out->skipped = 1;
             return ZT_OK;
@@ -625,8 +631,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     ZT_TRY(update_owned(e, g, (float)(unscale * clip), tmp, hp));
     if (shard_policy_regathers_params(&e->policy))
         ZT_TRY(allgather_params(e));
-    zero_grads(e);
-    return ZT_OK;
+    return zero_grads(e);
 }
 
 /* Largest range one unit contributes to the update (the fp32 staging of
@@ -742,8 +747,8 @@ zt_status shard_engine_params_from_master(struct shard_engine *e)
     if (is_16bit(e))
         for (int u = 0; u < e->part.n_units; u++) {
             const struct owned_range r = owned_range_of(e, u);
-            precision_from_f32(e->cfg.precision, e->master + r.state_off,
-                               at(e, e->params, r.working_off), r.hi - r.lo);
+            ZT_TRY(e->ops->from_f32(e->cfg.precision, e->master + r.state_off,
+                                    at(e, e->params, r.working_off), r.hi - r.lo));
         }
     if (shard_policy_regathers_params(&e->policy))
         ZT_TRY(allgather_params(e));

@@ -29,12 +29,13 @@
  *      (stage3_prefetch_depth); gradients as in stage 2; the update needs no
  *      allgather.
  *
- * Where the math runs: the engine's own arithmetic (precision casts, the
- * gradient norm, AdamW, adding reduced shards) is plain C over the
- * device's buffers, which are host memory on the CPU backend. A CUDA
- * backend must run these through device kernels (the ops table) before the
- * engine can drive GPU memory; the collectives and the allocation plan are
- * already device-agnostic.
+ * Where the math runs: every operation on the states (precision casts, the
+ * gradient norm, unscaling, the optimizer update, adding reduced shards,
+ * zeroing) is an op of the compute backend the engine was created with
+ * (worker/backend.h), so the same engine drives host memory through the CPU
+ * ops and device memory through a GPU's; the engine's own code only
+ * decides what runs where. Host-side staging (initial values, exports) is
+ * converted on the host and copied through the device's copy functions.
  *
  * Block life cycle under stage 3 (one gather buffer per scheduled use):
  *
@@ -50,7 +51,7 @@
 
 #include "../comm/comm.h"
 #include "../common/status.h"
-#include "../worker/device.h"
+#include "../worker/backend.h"
 #include "../worker/model_family.h"
 #include "../worker/optimizer.h"
 
@@ -142,10 +143,12 @@ struct shard_reduce; /* stage-2/3 gradient reductions in flight */
 
 struct shard_engine {
     struct shard_engine_config cfg;
-    struct shard_policy policy;      /* of cfg.stage */
-    const struct param_table *table; /* not owned */
-    struct comm *comm;               /* not owned; NULL for a plan */
-    struct device *dev;              /* not owned */
+    struct shard_policy policy;       /* of cfg.stage */
+    const struct param_table *table;  /* not owned */
+    struct comm *comm;                /* not owned; NULL for a plan */
+    const struct compute_backend *be; /* not owned: memory, ops, stream */
+    const struct device *dev;         /* &be->dev */
+    const struct ops_backend *ops;    /* be->ops: all arithmetic on the states */
     struct shard_partition part;
     int plan; /* the device is plan-only: count, never compute or communicate */
 
@@ -188,7 +191,8 @@ struct shard_engine {
  * only for a plan-only device. Errors: ZT_ERR_CONFIG (bad stage or sizes),
  * ZT_ERR_NOMEM, ZT_ERR_COMM (stage 3's first gathers are not needed here). */
 zt_status shard_engine_create(const struct shard_engine_config *cfg, const struct param_table *t,
-                              struct comm *comm, struct device *dev, struct shard_engine *out);
+                              struct comm *comm, const struct compute_backend *be,
+                              struct shard_engine *out);
 void shard_engine_destroy(struct shard_engine *e);
 
 struct shard_step_result {

@@ -1,1 +1,2 @@
 zt_test(test_ops SOURCES test_ops.c LIBS zt_worker)
+zt_test(test_backend SOURCES test_backend.c LIBS zt_worker)

@@ -89,6 +89,7 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_int_eq(a->train_batch_size, b->train_batch_size);
     ck_assert_double_eq(a->gradient_clipping, b->gradient_clipping);
     ck_assert_int_eq(a->steps_per_print, b->steps_per_print);
+    ck_assert_str_eq(a->device, b->device);
     ck_assert_str_eq(a->optimizer.type, b->optimizer.type);
     ck_assert_double_eq(a->optimizer.lr, b->optimizer.lr);
     ck_assert_double_eq(a->optimizer.beta1, b->optimizer.beta1);
@@ -299,6 +300,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.train_batch_size, 0);
     ck_assert_double_eq(c.gradient_clipping, 1.0);
     ck_assert_int_eq(c.steps_per_print, 10);
+    ck_assert_str_eq(c.device, "auto");
     ck_assert_str_eq(c.optimizer.type, "AdamW");
     ck_assert_double_eq(c.optimizer.lr, 1e-3);
     ck_assert_double_eq(c.optimizer.beta1, 0.9);
@@ -367,6 +369,7 @@ START_TEST(test_full_yaml)
     ck_assert_int_eq(c.train_batch_size, 30);
     ck_assert_double_eq(c.gradient_clipping, 0.5);
     ck_assert_int_eq(c.steps_per_print, 7);
+    ck_assert_str_eq(c.device, "cpu");
     ck_assert_str_eq(c.optimizer.type, "Adam"); /* "adam": DeepSpeed ignores case */
     ck_assert_double_eq(c.optimizer.lr, 6e-4);
     ck_assert_double_eq(c.optimizer.beta1, 0.85);
@@ -629,6 +632,12 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "bad.yaml:2:17: comm.backend: expected auto, mpi or nccl, got 'gloo'"},
+    {"data: {train: x}\ndevice: tpu\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:9: device: expected auto, cpu or cuda, got 'tpu'"},
+    {"data: {train: x}\ndevice: [cpu]\n", NULL, {NULL}, ZT_ERR_CONFIG, "bad.yaml:2:9: device: "},
     {"data: {train: x}\nscheduler: {type: Cosine}\n",
      NULL,
      {NULL},

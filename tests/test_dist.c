@@ -398,15 +398,14 @@ START_TEST(plan_matches_a_real_step)
         ck_assert_int_eq(train_step(&s, 0, &r), ZT_OK);
 
         struct ledger plan;
-        struct device dev;
+        struct compute_backend be;
         struct shard_engine engine;
         struct gpt2 model;
         ledger_init(&plan, 1);
-        ck_assert_int_eq(device_open("cpu", &plan, &dev), ZT_OK);
-        ck_assert_int_eq(shard_engine_create(&s.engine.cfg, &s.table, NULL, &dev, &engine), ZT_OK);
-        ck_assert_int_eq(gpt2_create(&s.table, ops_cpu_backend(), &dev, s.model.B, s.model.T,
-                                     s.model.ckpt_every, &model),
-                         ZT_OK);
+        ck_assert_int_eq(compute_backend_open("cpu", &plan, &be), ZT_OK);
+        ck_assert_int_eq(shard_engine_create(&s.engine.cfg, &s.table, NULL, &be, &engine), ZT_OK);
+        ck_assert_int_eq(
+            gpt2_create(&s.table, &be, s.model.B, s.model.T, s.model.ckpt_every, &model), ZT_OK);
         ck_assert_int_eq(session_plan_step(&model, &engine, 2), ZT_OK);
         for (int k = 0; k < LEDGER_CATEGORY_COUNT; k++)
             ck_assert_msg(plan.peak[k] == s.ledger.peak[k], "stage %d %s: plan %llu, real %llu",
@@ -415,6 +414,7 @@ START_TEST(plan_matches_a_real_step)
         ck_assert_uint_eq(plan.total_peak, s.ledger.total_peak);
         gpt2_destroy(&model);
         shard_engine_destroy(&engine);
+        compute_backend_close(&be);
         ck_assert_uint_eq(plan.total_current, 0);
 
         struct ledger baseline;

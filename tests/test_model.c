@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "worker/device.h"
+#include "worker/backend.h"
 #include "worker/model.h"
 #include "worker/ops.h"
 #include "worker/optimizer.h"
@@ -150,7 +150,7 @@ struct model_fixture {
     struct reference ref;
     struct param_table table;
     struct ledger ledger;
-    struct device dev;
+    struct compute_backend be;
     struct gpt2 model;
     struct flat_state state;
     struct model_unit_hooks hooks;
@@ -162,10 +162,8 @@ static void fixture_open(struct model_fixture *fx)
     ck_assert_int_eq(gpt2_table_build(&fx->ref.cfg, &fx->table), ZT_OK);
     ck_assert_int_eq((int)fx->table.n_params, fx->ref.n_params);
     ledger_init(&fx->ledger, 0);
-    ck_assert_int_eq(device_open("cpu", &fx->ledger, &fx->dev), ZT_OK);
-    ck_assert_int_eq(
-        gpt2_create(&fx->table, ops_cpu_backend(), &fx->dev, fx->ref.B, fx->ref.T, 0, &fx->model),
-        ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", &fx->ledger, &fx->be), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&fx->table, &fx->be, fx->ref.B, fx->ref.T, 0, &fx->model), ZT_OK);
     fx->state = (struct flat_state){.t = &fx->table,
                                     .params = fx->ref.params,
                                     .grads = calloc(fx->table.n_params, sizeof(float))};
@@ -175,6 +173,7 @@ static void fixture_open(struct model_fixture *fx)
 static void fixture_close(struct model_fixture *fx)
 {
     gpt2_destroy(&fx->model);
+    compute_backend_close(&fx->be);
     ck_assert_int_eq((int)fx->ledger.total_current, 0);
     free(fx->state.grads);
     param_table_free(&fx->table);
@@ -273,14 +272,13 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
     ck_assert_int_eq(gpt2_backward(&fx.model, &fx.hooks, 1.0f), ZT_OK);
 
     struct ledger plan;
-    struct device dplan;
+    struct compute_backend dplan;
     struct gpt2 pm;
     struct flat_state ps = {.t = &fx.table, .params = fx.ref.params, .grads = fx.state.grads};
     struct model_unit_hooks ph = flat_hooks(&ps);
     ledger_init(&plan, 1);
-    ck_assert_int_eq(device_open("cpu", &plan, &dplan), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&fx.table, ops_cpu_backend(), &dplan, fx.ref.B, fx.ref.T, 0, &pm),
-                     ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", &plan, &dplan), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&fx.table, &dplan, fx.ref.B, fx.ref.T, 0, &pm), ZT_OK);
     ck_assert_int_eq(gpt2_forward(&pm, &ph, NULL, NULL), ZT_OK);
     ck_assert_int_eq(gpt2_backward(&pm, &ph, 1.0f), ZT_OK);
     ck_assert_int_eq(ps.n_events, fx.state.n_events);
@@ -297,6 +295,7 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
             ck_assert_int_eq(fx.state.events[i][1], order[k++]);
     ck_assert_int_eq(k, n);
     gpt2_destroy(&pm);
+    compute_backend_close(&dplan);
     fixture_close(&fx);
 }
 END_TEST
@@ -314,15 +313,14 @@ START_TEST(activation_checkpointing_is_bit_identical)
     const size_t full_acts = fx.model.act_bytes;
     for (int every = 1; every <= 2; every++) {
         struct ledger l;
-        struct device d;
+        struct compute_backend d;
         struct gpt2 cm;
         struct flat_state cs = {
             .t = &fx.table, .params = fx.ref.params, .grads = calloc(n, sizeof(float))};
         struct model_unit_hooks ch = flat_hooks(&cs);
         ledger_init(&l, 0);
-        ck_assert_int_eq(device_open("cpu", &l, &d), ZT_OK);
-        ck_assert_int_eq(
-            gpt2_create(&fx.table, ops_cpu_backend(), &d, fx.ref.B, fx.ref.T, every, &cm), ZT_OK);
+        ck_assert_int_eq(compute_backend_open("cpu", &l, &d), ZT_OK);
+        ck_assert_int_eq(gpt2_create(&fx.table, &d, fx.ref.B, fx.ref.T, every, &cm), ZT_OK);
         ck_assert_int_eq(gpt2_forward(&cm, &ch, fx.ref.inputs, fx.ref.targets), ZT_OK);
         ck_assert_int_eq(gpt2_backward(&cm, &ch, 1.0f), ZT_OK);
         ck_assert(cm.mean_loss == loss);
@@ -335,6 +333,7 @@ START_TEST(activation_checkpointing_is_bit_identical)
         else
             ck_assert_uint_le(cm.act_bytes, full_acts);
         gpt2_destroy(&cm);
+        compute_backend_close(&d);
         free(cs.grads);
     }
     fixture_close(&fx);
@@ -406,21 +405,23 @@ START_TEST(plan_only_ledger_counts_without_allocating)
     struct gpt2_config c = {256, 128, 2, 4, 64};
     struct param_table t;
     struct ledger real, plan;
-    struct device dreal, dplan;
+    struct compute_backend dreal, dplan;
     struct gpt2 a, b;
     ck_assert_int_eq(gpt2_table_build(&c, &t), ZT_OK);
     ledger_init(&real, 0);
     ledger_init(&plan, 1);
-    ck_assert_int_eq(device_open("cpu", &real, &dreal), ZT_OK);
-    ck_assert_int_eq(device_open("cpu", &plan, &dplan), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&t, ops_cpu_backend(), &dreal, 4, 128, 0, &a), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&t, ops_cpu_backend(), &dplan, 4, 128, 0, &b), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", &real, &dreal), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", &plan, &dplan), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&t, &dreal, 4, 128, 0, &a), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&t, &dplan, 4, 128, 0, &b), ZT_OK);
     ck_assert(a.acts != NULL && b.acts == NULL);
     ck_assert_uint_gt(plan.total_peak, 0);
     for (int k = 0; k < LEDGER_CATEGORY_COUNT; k++)
         ck_assert_uint_eq(real.peak[k], plan.peak[k]);
     gpt2_destroy(&a);
     gpt2_destroy(&b);
+    compute_backend_close(&dreal);
+    compute_backend_close(&dplan);
     ck_assert_uint_eq(real.total_current, 0);
     ck_assert_uint_eq(plan.total_current, 0);
     param_table_free(&t);

@@ -295,13 +295,16 @@ static double enc_objective(void *ctx)
 
 static void enc_backward(struct enc_case *e)
 {
-    ops_cpu_backend()->encoder_backward(e->dwte.f, e->dwpe.f, e->r.f, e->tok, e->B, e->T, e->C);
+    ck_assert_int_eq(
+        ops_cpu_backend()->encoder_backward(e->dwte.f, e->dwpe.f, e->r.f, e->tok, e->B, e->T, e->C),
+        ZT_OK);
 }
 
 START_TEST(encoder_forward_matches_reference)
 {
     struct enc_case e = enc_setup(_i);
-    ops_cpu_backend()->encoder_forward(e.out.f, e.tok, e.wte.f, e.wpe.f, e.B, e.T, e.C);
+    ck_assert_int_eq(
+        ops_cpu_backend()->encoder_forward(e.out.f, e.tok, e.wte.f, e.wpe.f, e.B, e.T, e.C), ZT_OK);
     enc_ref(&e);
     check_close("encoder out", e.out.f, e.out.d, e.out.n, FWD_TOL);
     enc_teardown(&e);
@@ -379,14 +382,17 @@ static double ln_objective(void *ctx)
 
 static void ln_forward(struct ln_case *l)
 {
-    ops_cpu_backend()->layernorm_forward(l->out.f, l->mean.f, l->rstd.f, l->x.f, l->w.f, l->b.f,
-                                         l->N, l->C);
+    ck_assert_int_eq(ops_cpu_backend()->layernorm_forward(l->out.f, l->mean.f, l->rstd.f, l->x.f,
+                                                          l->w.f, l->b.f, l->N, l->C),
+                     ZT_OK);
 }
 
 static void ln_backward(struct ln_case *l)
 {
-    ops_cpu_backend()->layernorm_backward(l->dx.f, l->dw.f, l->db.f, l->r.f, l->x.f, l->w.f,
-                                          l->mean.f, l->rstd.f, l->N, l->C);
+    ck_assert_int_eq(ops_cpu_backend()->layernorm_backward(l->dx.f, l->dw.f, l->db.f, l->r.f,
+                                                           l->x.f, l->w.f, l->mean.f, l->rstd.f,
+                                                           l->N, l->C),
+                     ZT_OK);
 }
 
 START_TEST(layernorm_forward_matches_reference)
@@ -483,8 +489,10 @@ static double mm_objective(void *ctx)
 
 static void mm_backward(struct mm_case *m)
 {
-    ops_cpu_backend()->matmul_backward(m->dx.f, m->dw.f, m->has_bias ? m->db.f : NULL, m->r.f,
-                                       m->x.f, m->w.f, m->N, m->C, m->OC);
+    ck_assert_int_eq(ops_cpu_backend()->matmul_backward(m->dx.f, m->dw.f,
+                                                        m->has_bias ? m->db.f : NULL, m->r.f,
+                                                        m->x.f, m->w.f, m->N, m->C, m->OC),
+                     ZT_OK);
 }
 
 START_TEST(matmul_forward_matches_reference)
@@ -492,8 +500,9 @@ START_TEST(matmul_forward_matches_reference)
     struct mm_case m = mm_setup(_i);
     for (int i = 0; i < m.out.n; i++) /* garbage that the forward must overwrite */
         m.out.f[i] = 1e6f;
-    ops_cpu_backend()->matmul_forward(m.out.f, m.x.f, m.w.f, m.has_bias ? m.bias.f : NULL, m.N, m.C,
-                                      m.OC);
+    ck_assert_int_eq(ops_cpu_backend()->matmul_forward(
+                         m.out.f, m.x.f, m.w.f, m.has_bias ? m.bias.f : NULL, m.N, m.C, m.OC),
+                     ZT_OK);
     ref_matmul(m.out.d, m.x.d, m.w.d, m.has_bias ? m.bias.d : NULL, m.N, m.C, m.OC);
     check_close(m.has_bias ? "matmul out (bias)" : "matmul out (no bias)", m.out.f, m.out.d,
                 m.out.n, FWD_TOL);
@@ -570,13 +579,17 @@ static void att_teardown(struct att_case *a)
 
 static void att_forward(struct att_case *a)
 {
-    ops_cpu_backend()->attention_forward(a->out.f, a->att.f, a->qkv.f, a->B, a->T, a->C, a->NH);
+    ck_assert_int_eq(
+        ops_cpu_backend()->attention_forward(a->out.f, a->att.f, a->qkv.f, a->B, a->T, a->C, a->NH),
+        ZT_OK);
 }
 
 static void att_backward(struct att_case *a)
 {
-    ops_cpu_backend()->attention_backward(a->dqkv.f, a->scratch.f, a->r.f, a->qkv.f, a->att.f, a->B,
-                                          a->T, a->C, a->NH);
+    ck_assert_int_eq(ops_cpu_backend()->attention_backward(a->dqkv.f, a->scratch.f, a->r.f,
+                                                           a->qkv.f, a->att.f, a->B, a->T, a->C,
+                                                           a->NH),
+                     ZT_OK);
 }
 
 static double att_objective(void *ctx)
@@ -691,7 +704,7 @@ static double gelu_objective(void *ctx)
 START_TEST(gelu_forward_matches_reference)
 {
     struct gelu_case g = gelu_setup(_i);
-    ops_cpu_backend()->gelu_forward(g.out.f, g.x.f, g.N);
+    ck_assert_int_eq(ops_cpu_backend()->gelu_forward(g.out.f, g.x.f, g.N), ZT_OK);
     for (int i = 0; i < g.N; i++)
         g.out.d[i] = ref_gelu(g.x.d[i]);
     check_close("gelu out", g.out.f, g.out.d, g.N, FWD_TOL);
@@ -713,7 +726,7 @@ START_TEST(gelu_forward_is_accurate_elementwise)
     for (int i = 0; i < N; i++)
         x[i] = -5.5f + 17.5f * (float)i / (N - 1);
     x[0] = -30.0f;
-    ops_cpu_backend()->gelu_forward(y, x, N);
+    ck_assert_int_eq(ops_cpu_backend()->gelu_forward(y, x, N), ZT_OK);
     ck_assert_msg(y[0] <= 0.0f && y[0] > -1e-30f, "gelu(-30) = %g", (double)y[0]);
     for (int i = 1; i < N; i++) {
         double u = sqrt(2.0 / PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
@@ -727,7 +740,7 @@ END_TEST
 START_TEST(gelu_backward_matches_finite_differences)
 {
     struct gelu_case g = gelu_setup(_i);
-    ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N);
+    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
     check_gradient("gelu dinp", gelu_objective, &g, g.x.d, g.dx.f, g.N);
     gelu_teardown(&g);
 }
@@ -737,9 +750,9 @@ START_TEST(gelu_backward_accumulates)
 {
     struct gelu_case g = gelu_setup(2);
     float g1[37];
-    ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N);
+    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
     memcpy(g1, g.dx.f, sizeof g1);
-    ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N);
+    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
     check_twice("gelu dinp", g1, g.dx.f, g.N);
     gelu_teardown(&g);
 }
@@ -748,7 +761,7 @@ END_TEST
 START_TEST(residual_forward_adds)
 {
     struct tensor a = tensor_rand(37, 61, 3.0), b = tensor_rand(37, 62, 3.0), o = tensor_zeros(37);
-    ops_cpu_backend()->residual_forward(o.f, a.f, b.f, 37);
+    ck_assert_int_eq(ops_cpu_backend()->residual_forward(o.f, a.f, b.f, 37), ZT_OK);
     for (int i = 0; i < 37; i++)
         ck_assert_float_eq(o.f[i], (float)(a.d[i] + b.d[i]));
     tensor_free(&a);
@@ -793,14 +806,16 @@ static void xent_teardown(struct xent_case *x)
 
 static void xent_forward(struct xent_case *x)
 {
-    ops_cpu_backend()->crossentropy_forward(x->losses.f, x->probs.f, x->logits.f, x->tgt, x->N,
-                                            x->V);
+    ck_assert_int_eq(ops_cpu_backend()->crossentropy_forward(x->losses.f, x->probs.f, x->logits.f,
+                                                             x->tgt, x->N, x->V),
+                     ZT_OK);
 }
 
 static void xent_backward(struct xent_case *x)
 {
-    ops_cpu_backend()->crossentropy_backward(x->dlogits.f, x->probs.f, x->tgt, XENT_DLOSS, x->N,
-                                             x->V);
+    ck_assert_int_eq(ops_cpu_backend()->crossentropy_backward(x->dlogits.f, x->probs.f, x->tgt,
+                                                              XENT_DLOSS, x->N, x->V),
+                     ZT_OK);
 }
 
 /* L = dloss * sum of the losses: the backward's scalar dloss is R. */
@@ -851,7 +866,8 @@ START_TEST(crossentropy_loss_survives_underflow)
 {
     float logits[4] = {100.0f, -100.0f, 99.0f, 0.0f}, probs[4], loss;
     int32_t target = 1;
-    ops_cpu_backend()->crossentropy_forward(&loss, probs, logits, &target, 1, 4);
+    ck_assert_int_eq(ops_cpu_backend()->crossentropy_forward(&loss, probs, logits, &target, 1, 4),
+                     ZT_OK);
     double want = log(1.0 + exp(-1.0) + exp(-100.0)) + 200.0;
     ck_assert_double_eq_tol(loss, want, 1e-5 * want);
     ck_assert_double_eq_tol(probs[0] + probs[2], 1.0, 1e-6);
@@ -890,7 +906,8 @@ START_TEST(backend_table_is_complete)
               b->layernorm_backward && b->matmul_forward && b->matmul_backward &&
               b->attention_forward && b->attention_backward && b->gelu_forward &&
               b->gelu_backward && b->residual_forward && b->crossentropy_forward &&
-              b->crossentropy_backward);
+              b->crossentropy_backward && b->to_f32 && b->from_f32 && b->add_into &&
+              b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
 }
 END_TEST
 

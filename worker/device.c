@@ -46,8 +46,8 @@ zt_status device_open(const char *name, struct ledger *ledger, struct device *ou
     return ZT_OK;
 }
 
-zt_status device_alloc(struct device *d, enum ledger_category cat, size_t bytes, const char *what,
-                       void **out)
+zt_status device_alloc(const struct device *d, enum ledger_category cat, size_t bytes,
+                       const char *what, void **out)
 {
     *out = NULL;
     if (!d->ledger->plan_only && bytes > 0) {
@@ -66,7 +66,7 @@ zt_status device_alloc(struct device *d, enum ledger_category cat, size_t bytes,
     return ZT_OK;
 }
 
-void device_free(struct device *d, enum ledger_category cat, size_t bytes, void *p)
+void device_free(const struct device *d, enum ledger_category cat, size_t bytes, void *p)
 {
     if (p)
         d->ops->free(p);

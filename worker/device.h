@@ -3,9 +3,17 @@
  * Every buffer that would live on a GPU (parameters, gradients, optimizer
  * state, activations, gather and communication buffers, workspace) is
  * allocated through device_alloc, which records the bytes in the rank's
- * ledger under a category. The backend ("cpu" now, "cuda" when built) is a
- * table of functions chosen once at device_open; the CPU backend's device
- * memory is 64-byte aligned host memory.
+ * ledger under a category. The memory backend ("cpu" now, "cuda" when
+ * built) is a table of functions; the CPU backend's device memory is
+ * 64-byte aligned host memory.
+ *
+ * Training does not open a device on its own: the compute backend bundle
+ * (worker/backend.h) embeds a `struct device` beside the op table that works
+ * on its memory and opens both under one name, so memory and ops always
+ * match. device_open remains for code that needs memory alone (the device
+ * memory tests, and the bundle itself). A struct device holds no state of
+ * its own beyond the table and the borrowed ledger, so allocation takes it
+ * const.
  *
  * With a plan-only ledger, device_alloc records the size and returns NULL:
  * the same allocation code then measures a plan without memory behind it.
@@ -35,18 +43,20 @@ struct device {
     struct ledger *ledger; /* not owned */
 };
 
-/* Opens the backend named "cpu" or "cuda" ("auto": cuda when usable, else
- * cpu) and attaches `ledger`. Errors: ZT_ERR_CONFIG (unknown name),
- * ZT_ERR_DEVICE (named backend unusable here, with the reason). */
+/* Opens the memory backend named "cpu" or "cuda" ("auto": cuda when usable,
+ * else cpu) and attaches `ledger` (borrowed). Training opens memory through
+ * compute_backend_open (worker/backend.h) instead. Errors: ZT_ERR_CONFIG
+ * (unknown name), ZT_ERR_DEVICE (named backend unusable here, with the
+ * reason). */
 zt_status device_open(const char *name, struct ledger *ledger, struct device *out);
 
 /* Allocates `bytes` zeroed bytes counted under `cat`. With a plan-only
  * ledger *out is NULL. Errors: ZT_ERR_NOMEM naming `what` and the size. */
-zt_status device_alloc(struct device *d, enum ledger_category cat, size_t bytes, const char *what,
-                       void **out);
+zt_status device_alloc(const struct device *d, enum ledger_category cat, size_t bytes,
+                       const char *what, void **out);
 /* Frees a buffer from device_alloc with the same category and size. NULL
  * is accepted (plan mode) and still uncounts the bytes. */
-void device_free(struct device *d, enum ledger_category cat, size_t bytes, void *p);
+void device_free(const struct device *d, enum ledger_category cat, size_t bytes, void *p);
 
 /* 1 when buffers are real (not a plan). */
 static inline int device_is_real(const struct device *d)

@@ -225,13 +225,16 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
     return 6.0 * matmul_params + 12.0 * L * T * C;
 }
 
-/* Adds the time of `call` to the profile's category when profiling. */
+/* Runs the fallible `call`, adds its time to the profile's category when
+ * profiling, and returns its status from the enclosing function when it
+ * fails (with a ZT_TRY frame). */
 #define TIMED(m, category, call)                                                                   \
     do {                                                                                           \
         double timed_t0_ = (m)->profile ? zt_now_seconds() : 0.0;                                  \
-        call;                                                                                      \
+        zt_status timed_status_ = (call);                                                          \
         if ((m)->profile)                                                                          \
             (m)->profile->seconds[category] += zt_now_seconds() - timed_t0_;                       \
+        ZT_TRY(timed_status_);                                                                     \
     } while (0)
 
 /* ---- activation layout ---------------------------------------------------- */
@@ -337,12 +340,13 @@ static struct scratch_layout scratch_layout_of(const struct gpt2_config *c, int 
     return s;
 }
 
-zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops,
-                      struct device *dev, int B, int T, int ckpt_every, struct gpt2 *out)
+zt_status gpt2_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
+                      int ckpt_every, struct gpt2 *out)
 {
+    const struct device *dev = &be->dev;
     memset(out, 0, sizeof *out);
     out->table = t;
-    out->ops = ops;
+    out->ops = be->ops;
     out->dev = dev;
     out->plan = !device_is_real(dev);
     out->ckpt_every = ckpt_every;
@@ -430,8 +434,8 @@ static float *grad_in(const struct param_table *t, int k, float *unit_base)
     return unit_base + (p->offset - t->unit_offset[p->unit]);
 }
 
-static void block_forward(struct gpt2 *m, int l, const float *w, const float *x, float *layer,
-                          float *out)
+static zt_status block_forward(struct gpt2 *m, int l, const float *w, const float *x, float *layer,
+                               float *out)
 {
     const struct param_table *t = m->table;
     const struct ops_backend *ops = m->ops;
@@ -460,6 +464,7 @@ static void block_forward(struct gpt2 *m, int l, const float *w, const float *x,
           ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
     TIMED(m, PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
+    return ZT_OK;
 }
 
 zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const int32_t *inputs,
@@ -487,8 +492,8 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
     for (int l = 0; l < L; l++) {
         ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
-        block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
-                      layer_output(m, &a, l));
+        ZT_TRY(block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
+                             layer_output(m, &a, l)));
         ZT_TRY(h->params_release(h->ctx, 1 + l));
     }
     const float *x = layer_output(m, &a, L - 1);
@@ -527,13 +532,14 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
 /* ---- backward ------------------------------------------------------------- */
 
-static void zero(struct gpt2 *m, float *p, size_t n)
+static zt_status zero(struct gpt2 *m, float *p, size_t n)
 {
     TIMED(m, PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
+    return ZT_OK;
 }
 
-static void block_backward(struct gpt2 *m, int l, const float *w, float *g, const float *x,
-                           const float *layer)
+static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g, const float *x,
+                                const float *layer)
 {
     const struct param_table *t = m->table;
     const struct ops_backend *ops = m->ops;
@@ -545,29 +551,29 @@ static void block_backward(struct gpt2 *m, int l, const float *w, float *g, cons
 #define P(k) tensor_in(t, block_tensor(l, k), w)
 #define G(k) grad_in(t, block_tensor(l, k), g)
     /* dres holds d loss / d res3 on entry and d loss / d x on exit. */
-    zero(m, sc + s.dfch_gelu, (size_t)BT * 4 * C);
+    ZT_TRY(zero(m, sc + s.dfch_gelu, (size_t)BT * 4 * C));
     TIMED(m, PROF_MATMUL,
           ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres, layer + a.fch_gelu,
                                P(T_FCPW), BT, 4 * C, C));
-    zero(m, sc + s.dfch, (size_t)BT * 4 * C);
+    ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * 4 * C));
     TIMED(m, PROF_GELU,
           ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
-    zero(m, sc + s.dln, (size_t)BT * C);
+    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     TIMED(m, PROF_MATMUL,
           ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2, P(T_FCW),
                                BT, C, 4 * C));
     TIMED(m, PROF_LAYERNORM,
           ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2, P(T_LN2W),
                                   layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
-    zero(m, sc + s.datty, (size_t)BT * C);
+    ZT_TRY(zero(m, sc + s.datty, (size_t)BT * C));
     TIMED(m, PROF_MATMUL,
           ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty,
                                P(T_PROJW), BT, C, C));
-    zero(m, sc + s.dqkv, (size_t)BT * 3 * C);
+    ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * C));
     TIMED(m, PROF_ATTENTION,
           ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
                                   layer + a.att, B, T, C, NH));
-    zero(m, sc + s.dln, (size_t)BT * C);
+    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     TIMED(m, PROF_MATMUL,
           ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
                                P(T_QKVW), BT, C, 3 * C));
@@ -576,6 +582,7 @@ static void block_backward(struct gpt2 *m, int l, const float *w, float *g, cons
                                   layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
 #undef P
 #undef G
+    return ZT_OK;
 }
 
 zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale)
@@ -595,13 +602,13 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
     /* The head: logits are no longer needed, their buffer takes dlogits. */
     float *dlogits = acts + a.logits;
-    zero(m, dlogits, (size_t)BT * V);
+    ZT_TRY(zero(m, dlogits, (size_t)BT * V));
     TIMED(m, PROF_CROSSENTROPY,
           m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets, grad_scale / (float)BT,
                                         BT, V));
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
     ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
-    zero(m, sc + s.dln, (size_t)BT * C);
+    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     TIMED(m, PROF_MATMUL,
           m->ops->matmul_backward(sc + s.dln, grad_in(t, 0, g0), NULL, dlogits, acts + a.lnf,
                                   tensor_in(t, 0, w), BT, C, V));
@@ -610,7 +617,7 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     const float *x_last = layer_output(m, &a, L - 1);
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
     ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
-    zero(m, dres, (size_t)BT * C);
+    ZT_TRY(zero(m, dres, (size_t)BT * C));
     TIMED(m, PROF_LAYERNORM,
           m->ops->layernorm_backward(dres, grad_in(t, k_lnf, g), grad_in(t, k_lnf + 1, g),
                                      sc + s.dln, x_last, tensor_in(t, k_lnf, w), acts + a.lnf_mean,
@@ -627,8 +634,8 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
          * acquisition of its parameters serves the recompute and the
          * backward. The output is rewritten with the same values. */
         if (is_checkpointed(m->ckpt_every, l))
-            block_forward(m, l, w, x, layer, layer_output(m, &a, l));
-        block_backward(m, l, w, g, x, layer);
+            ZT_TRY(block_forward(m, l, w, x, layer, layer_output(m, &a, l)));
+        ZT_TRY(block_backward(m, l, w, g, x, layer));
         ZT_TRY(h->params_release(h->ctx, 1 + l));
         ZT_TRY(h->grads_done(h->ctx, 1 + l));
     }

@@ -26,9 +26,8 @@
 #include <stdint.h>
 
 #include "../common/status.h"
-#include "device.h"
+#include "backend.h"
 #include "model_family.h"
-#include "ops.h"
 
 struct gpt2_config {
     int vocab_size, block_size, n_layer, n_head, n_embd;
@@ -94,7 +93,7 @@ const char *gpt2_profile_name(enum gpt2_profile_category c);
 struct gpt2 {
     const struct param_table *table; /* not owned */
     const struct ops_backend *ops;
-    struct device *dev; /* not owned */
+    const struct device *dev; /* not owned: the compute backend's memory */
     int B, T;
     int ckpt_every; /* activation checkpointing: every k-th block, 0 = off */
     size_t act_bytes, scratch_bytes;
@@ -107,7 +106,8 @@ struct gpt2 {
     int n_allocated;              /* how many of acts, scratch, inputs exist (for destroy) */
 };
 
-/* Allocates activations for micro batch B x T on `dev`. Activation
+/* Allocates activations for micro batch B x T in the memory of `be`, whose
+ * ops the passes run (be is borrowed and must outlive the model). Activation
  * checkpointing: with ckpt_every = k > 0, blocks 0, k, 2k, ... keep only
  * their input during the forward and recompute their internals in the
  * backward (k = 1: every block); 0 keeps everything. Gradients are
@@ -116,8 +116,8 @@ struct gpt2 {
  * backward then only walk the hooks in their real order (so a plan sees
  * every gather and gradient buffer a real step allocates). Errors:
  * ZT_ERR_NOMEM. */
-zt_status gpt2_create(const struct param_table *t, const struct ops_backend *ops,
-                      struct device *dev, int B, int T, int ckpt_every, struct gpt2 *out);
+zt_status gpt2_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
+                      int ckpt_every, struct gpt2 *out);
 void gpt2_destroy(struct gpt2 *m);
 
 /* Forward over host arrays inputs/targets[B*T]; sets m->mean_loss. */

@@ -1,20 +1,34 @@
-/* worker/ops.h — the compute backend table: every op of the GPT-2 model.
+/* worker/ops.h — the op table of a compute backend: every op of the GPT-2
+ * model and the elementwise ops of the ZeRO engine's optimizer step.
  *
- * The model (worker/model.c) calls ops only through a `struct ops_backend`,
- * so a CUDA backend slots in beside the CPU one without touching the model.
- * Shapes follow llm.c: activations are row-major [N, C] with N = B*T rows;
- * weight matrices are [OC, C] (out features, in features), so a linear layer
- * is out = inp @ w^T + bias.
+ * The model (worker/model.c) and the engine (shard/) call ops only through a
+ * `struct ops_backend`, which reaches them inside the compute backend bundle
+ * (worker/backend.h) together with the device memory the pointers live in,
+ * so a CUDA backend fills the same slots beside the CPU one without touching
+ * either caller. Shapes follow llm.c: activations are row-major [N, C] with
+ * N = B*T rows; weight matrices are [OC, C] (out features, in features), so
+ * a linear layer is out = inp @ w^T + bias.
  *
  * Conventions shared by every backend:
+ * - Every op returns zt_status: ZT_OK, or the failure of the device library
+ *   translated at the backend's boundary (ZT_ERR_DEVICE with the call and
+ *   its message). The CPU ops cannot fail and always return ZT_OK; broken
+ *   preconditions (a target outside the vocabulary, a bad dtype) hit an
+ *   always-on assert in every backend.
  * - Forward ops overwrite their outputs.
  * - Backward ops ACCUMULATE (+=) into every gradient they produce, both the
  *   parameter gradients and the input gradients; callers zero what must start
  *   at zero. This lets gradient accumulation and residual branches share one
  *   buffer without extra copies.
  * - Pointers are device pointers of the backend's device; the CPU backend's
- *   device pointers are ordinary host pointers.
+ *   device pointers are ordinary host pointers. Scalars (scale factors,
+ *   hyperparameters) are host values; results the host needs (a sum of
+ *   squares) come back through host out-parameters.
  * - No op allocates; scratch comes from the caller.
+ * - The engine ops are the backend-side form of the device-independent math
+ *   in worker/precision.h and worker/optimizer.h: the CPU backend calls those
+ *   functions, so its results are theirs bit for bit, and another backend
+ *   must match them within each op's documented error.
  */
 #ifndef ZT_WORKER_OPS_H
 #define ZT_WORKER_OPS_H
@@ -22,61 +36,91 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/dtype.h"
+#include "../common/status.h"
+#include "optimizer.h"
+
 struct ops_backend {
     const char *name; /* "cpu", "cuda" */
 
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. */
-    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                            int B, int T, int C);
+    zt_status (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
+                                 const float *wpe, int B, int T, int C);
     /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. */
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C);
+    zt_status (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *tokens, int B, int T, int C);
 
     /* LayerNorm over the last dimension (eps 1e-5, biased variance);
      * saves per-row mean and 1/std for the backward. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C);
-    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C);
+    zt_status (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                                   const float *weight, const float *bias, int N, int C);
+    zt_status (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const float *inp, const float *weight, const float *mean,
+                                    const float *rstd, int N, int C);
 
     /* out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC] unless bias is NULL). */
-    void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
-                           int N, int C, int OC);
+    zt_status (*matmul_forward)(float *out, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC);
     /* dinp += dout @ weight; dweight += dout^T @ inp; dbias += column sums of
      * dout (skipped when dbias is NULL). */
-    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, int N, int C, int OC);
+    zt_status (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC);
 
     /* Causal multi-head self-attention. qkv[B,T,3C] holds q, k, v side by
      * side (head h uses columns h*hs..(h+1)*hs-1 of each, hs = C/NH);
      * out[B,T,C]; att[B,NH,T,T] receives the softmax probabilities (entries
      * above the diagonal are written as 0) and is kept for the backward. */
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH);
+    zt_status (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                                   int NH);
     /* dqkv += gradient of the attention w.r.t. qkv; scratch is caller
      * memory of at least B*NH*T*T floats, contents undefined on return. */
-    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+    zt_status (*attention_backward)(float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *att, int B, int T, int C,
+                                    int NH);
 
     /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-    void (*gelu_forward)(float *out, const float *inp, int N);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
+    zt_status (*gelu_forward)(float *out, const float *inp, int N);
+    zt_status (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
 
     /* out = a + b, elementwise over N floats. */
-    void (*residual_forward)(float *out, const float *a, const float *b, int N);
+    zt_status (*residual_forward)(float *out, const float *a, const float *b, int N);
 
     /* Fused softmax + cross-entropy over rows of logits[N,V]: probs[N,V]
      * receives the softmax, losses[N] the per-row -log p[target]. */
-    void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
-                                 const int32_t *targets, int N, int V);
+    zt_status (*crossentropy_forward)(float *losses, float *probs, const float *logits,
+                                      const int32_t *targets, int N, int V);
     /* dlogits += (probs - onehot(target)) * dloss for every row (dloss is
      * the same scalar for all rows: the mean's 1/N times any scaling). */
-    void (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
-                                  float dloss, int N, int V);
+    zt_status (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
+                                       float dloss, int N, int V);
+
+    /* ---- engine ops: the optimizer step over flat buffers ------------------ */
+
+    /* Working precision (t = ZT_F32, ZT_BF16 or ZT_F16) to fp32:
+     * dst[i] = src[i] as float, exactly (precision_to_f32). */
+    zt_status (*to_f32)(enum zt_dtype t, const void *src, float *dst, size_t n);
+    /* fp32 to working precision: dst[i] = src[i] rounded to nearest even in
+     * t; beyond fp16's range gives infinity (precision_from_f32). */
+    zt_status (*from_f32)(enum zt_dtype t, const float *src, void *dst, size_t n);
+    /* dst[i] = round_t(dst[i] + src[i]), both in working precision t, the sum
+     * taken in fp32 (precision_add_into). */
+    zt_status (*add_into)(enum zt_dtype t, void *dst, const void *src, size_t n);
+    /* *out = sum over i of (src[i] * scale)^2, products and sum in double,
+     * src in working precision t (precision_sum_squares). *out is a host
+     * double; a non-finite element makes it non-finite. */
+    zt_status (*sum_squares)(enum zt_dtype t, const void *src, size_t n, double scale, double *out);
+    /* x[i] *= s in fp32, in place: the gradient unscale before the update. */
+    zt_status (*scale)(float *x, size_t n, float s);
+    /* Sets `bytes` bytes at p to zero. */
+    zt_status (*memset_zero)(void *p, size_t bytes);
+    /* AdamW on params[0..n) in place from fp32 grads and moments m, v, with
+     * weight decay times `decay` (1.0f or 0.0f); the update of adamw_update in
+     * worker/optimizer.h. hp is a host struct. */
+    zt_status (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
+                              float decay, const struct optimizer_hparams *hp);
 };
 
-/* The CPU backend (worker/cpu/). Never NULL. */
+/* The CPU op table (worker/cpu/); static, never NULL. */
 const struct ops_backend *ops_cpu_backend(void);
 
 /* Sets how many threads the CPU ops and the BLAS library may use (>= 1). */

@@ -2,6 +2,8 @@
  * optimizer.h). */
 #include "optimizer.h"
 
+#include "ops.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <strings.h>
@@ -29,11 +31,11 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
     }
 }
 
-static zt_status adamw_entry_update(float *params, const float *grads, float *const *states,
-                                    size_t n, float decay, const struct optimizer_hparams *hp)
+static zt_status adamw_entry_update(const struct ops_backend *ops, float *params,
+                                    const float *grads, float *const *states, size_t n, float decay,
+                                    const struct optimizer_hparams *hp)
 {
-    adamw_update(params, grads, states[0], states[1], n, decay, hp);
-    return ZT_OK;
+    return ops->adamw_update(params, grads, states[0], states[1], n, decay, hp);
 }
 
 /* DeepSpeed's "Adam" runs decoupled weight decay by default (its

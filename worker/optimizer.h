@@ -11,12 +11,17 @@
  * meta.json records `name` with the hyperparameters — all from the entry,
  * so adding an optimizer is one entry here and one update function.
  *
- * Updates are device-independent math in plain C over fp32 ranges, so
- * every backend and every ZeRO stage run the same update on whichever range
- * a rank owns (a CUDA backend supplies the same functions as kernels). The
- * caller passes gradients already averaged, clipped and unscaled, and a
- * per-range weight-decay factor (1 for tensors that decay, 0 for the rest:
- * see worker/model.h's per-tensor flags).
+ * An entry's `update` runs the backend's kernel for it (a slot of the op
+ * table, worker/ops.h); the math of each kernel is written once here in
+ * plain C over fp32 ranges (adamw_update), which the CPU backend calls and
+ * a GPU backend's kernel must match, so every backend and every ZeRO stage
+ * run the same update on whichever range a rank owns. The caller passes
+ * gradients already averaged, clipped and unscaled, and a per-range
+ * weight-decay factor (1 for tensors that decay, 0 for the rest: see the
+ * per-tensor flags in worker/model_family.h).
+ *
+ * Adding an optimizer: its math here, a slot in struct ops_backend with the
+ * CPU entry calling that math, and one entry in the table in optimizer.c.
  *
  * States start at zero (device_alloc zeroes) unless the entry says
  * otherwise in `init`.
@@ -28,6 +33,8 @@
 
 #include "../common/kvlist.h"
 #include "../common/status.h"
+
+struct ops_backend;
 
 /* Most state vectors an optimizer may keep per element. */
 #define OPTIMIZER_MAX_STATES 4
@@ -64,10 +71,12 @@ struct optimizer_ops {
     int n_hparams;
     enum optimizer_hparam hparams[OPT_HP_COUNT]; /* the ones it reads, in meta.json order */
     /* Updates params[0..n) in place from grads[0..n) and the state vectors
-     * states[k][0..n). `decay` is 1 to apply weight decay to the range, 0
-     * for none. Errors: those of a device kernel (none on the CPU). */
-    zt_status (*update)(float *params, const float *grads, float *const *states, size_t n,
-                        float decay, const struct optimizer_hparams *hp);
+     * states[k][0..n), all device memory of `ops`' backend, through the
+     * backend's kernel for this optimizer. `decay` is 1 to apply weight
+     * decay to the range, 0 for none. Errors: those of the kernel. */
+    zt_status (*update)(const struct ops_backend *ops, float *params, const float *grads,
+                        float *const *states, size_t n, float decay,
+                        const struct optimizer_hparams *hp);
 };
 
 /* The optimizer's description for meta.json: kind = o->name, then the

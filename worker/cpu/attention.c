@@ -159,7 +159,8 @@ static void forward_head(float *o, float *a, const float *q, int T, int C, int h
     }
 }
 
-void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                int NH)
 {
     ZT_ASSERT(NH > 0 && C % NH == 0);
     int hs = C / NH, threads = omp_get_max_threads();
@@ -168,6 +169,7 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int 
             forward_head(out + (size_t)b * T * C + (size_t)h * hs,
                          att + ((size_t)b * NH + h) * T * T,
                          qkv + (size_t)b * T * 3 * C + (size_t)h * hs, T, C, hs, threads);
+    return ZT_OK;
 }
 
 /* One (b, h): dq/dk/dv and q point at the head's columns of dqkv and qkv,
@@ -197,8 +199,8 @@ static void backward_head(float *dq, float *datt, const float *dout, const float
     }
 }
 
-void cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int C, int NH)
+zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                 const float *att, int B, int T, int C, int NH)
 {
     ZT_ASSERT(NH > 0 && C % NH == 0);
     int hs = C / NH, threads = omp_get_max_threads();
@@ -210,4 +212,5 @@ void cpu_attention_backward(float *dqkv, float *scratch, const float *dout, cons
                           dout + (size_t)b * T * C + (size_t)h * hs,
                           qkv + (size_t)b * T * 3 * C + (size_t)h * hs,
                           att + ((size_t)b * NH + h) * T * T, T, C, hs, threads);
+    return ZT_OK;
 }

@@ -69,8 +69,8 @@ CPU_KERNEL static void backward_row(float *d, const float *p, int t, float dloss
     d[t] = dt + (p[t] - 1.0f) * dloss;
 }
 
-void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
-                              const int32_t *targets, int N, int V)
+zt_status cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
+                                   const int32_t *targets, int N, int V)
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
@@ -78,10 +78,11 @@ void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
         ZT_ASSERT(t >= 0 && t < V);
         losses[i] = forward_row(probs + (size_t)i * V, logits + (size_t)i * V, t, V);
     }
+    return ZT_OK;
 }
 
-void cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                               float dloss, int N, int V)
+zt_status cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                    float dloss, int N, int V)
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
@@ -89,4 +90,5 @@ void cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t
         ZT_ASSERT(t >= 0 && t < V);
         backward_row(dlogits + (size_t)i * V, probs + (size_t)i * V, t, dloss, V);
     }
+    return ZT_OK;
 }

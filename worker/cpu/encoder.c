@@ -12,8 +12,8 @@
  * threads off each other's lines. */
 enum { COL_BLOCK = 64 };
 
-void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                         int B, int T, int C)
+zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                              int B, int T, int C)
 {
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
@@ -24,10 +24,11 @@ void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, co
         for (int c = 0; c < C; c++)
             o[c] = e[c] + p[c];
     }
+    return ZT_OK;
 }
 
-void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
-                          int T, int C)
+zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                               int B, int T, int C)
 {
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
@@ -43,4 +44,5 @@ void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int
             }
         }
     }
+    return ZT_OK;
 }

@@ -45,12 +45,13 @@ CPU_KERNEL static void forward_row(float *o, float *mean, float *rstd, const flo
     *rstd = rs;
 }
 
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, int N, int C)
+zt_status cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                const float *weight, const float *bias, int N, int C)
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++)
         forward_row(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, weight, bias, C);
+    return ZT_OK;
 }
 
 /* dinp for one row; also dweight/dbias when `dw` is non-NULL. */
@@ -105,15 +106,15 @@ CPU_KERNEL static void param_block(float *dw, float *db, const float *dout, cons
     }
 }
 
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C)
+zt_status cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, const float *mean,
+                                 const float *rstd, int N, int C)
 {
     if (omp_get_max_threads() == 1) {
         for (int i = 0; i < N; i++)
             backward_row(dinp + (size_t)i * C, dweight, dbias, dout + (size_t)i * C,
                          inp + (size_t)i * C, weight, mean[i], rstd[i], C);
-        return;
+        return ZT_OK;
     }
 #pragma omp parallel
     {
@@ -126,4 +127,5 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
             param_block(dweight, dbias, dout, inp, mean, rstd, N, C, c0,
                         c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
     }
+    return ZT_OK;
 }

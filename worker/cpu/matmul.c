@@ -17,8 +17,8 @@
  * the rows stream past. */
 enum { COL_BLOCK = 256 };
 
-void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
-                        int C, int OC)
+zt_status cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                             int N, int C, int OC)
 {
     float beta = 0.0f;
     if (bias) {
@@ -29,6 +29,7 @@ void cpu_matmul_forward(float *out, const float *inp, const float *weight, const
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
                 out, OC);
+    return ZT_OK;
 }
 
 /* dbias[o0..o1) += column sums of dout, each sum added once. */
@@ -46,16 +47,17 @@ static void bias_block(float *dbias, const float *dout, int N, int OC, int o0, i
         dbias[o0 + o] += acc[o];
 }
 
-void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int C, int OC)
+zt_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, int N, int C, int OC)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                 1.0f, dinp, C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dweight, C);
     if (!dbias)
-        return;
+        return ZT_OK;
 #pragma omp parallel for schedule(static)
     for (int o0 = 0; o0 < OC; o0 += COL_BLOCK)
         bias_block(dbias, dout, N, OC, o0, o0 + COL_BLOCK < OC ? o0 + COL_BLOCK : OC);
+    return ZT_OK;
 }

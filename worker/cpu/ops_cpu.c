@@ -27,6 +27,13 @@ static const struct ops_backend CPU_OPS = {
     .residual_forward = cpu_residual_forward,
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = cpu_crossentropy_backward,
+    .to_f32 = cpu_to_f32,
+    .from_f32 = cpu_from_f32,
+    .add_into = cpu_add_into,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
+    .memset_zero = cpu_memset_zero,
+    .adamw_update = cpu_adamw_update,
 };
 
 const struct ops_backend *ops_cpu_backend(void)

@@ -31,42 +31,59 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/dtype.h"
+#include "common/status.h"
+
+struct optimizer_hparams;
+
 /* encoder_forward and encoder_backward of worker/ops.h. */
-void cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                         int B, int T, int C);
-void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
-                          int T, int C);
+zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                              int B, int T, int C);
+zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                               int B, int T, int C);
 
 /* layernorm_forward and layernorm_backward of worker/ops.h. */
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, int N, int C);
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C);
+zt_status cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                const float *weight, const float *bias, int N, int C);
+zt_status cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, const float *mean,
+                                 const float *rstd, int N, int C);
 
 /* matmul_forward and matmul_backward of worker/ops.h (one sgemm per product). */
-void cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
-                        int C, int OC);
-void cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int C, int OC);
+zt_status cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                             int N, int C, int OC);
+zt_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, int N, int C, int OC);
 
 /* attention_forward and attention_backward of worker/ops.h; the backward
  * uses only the first T*T floats of scratch. */
-void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-void cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int C, int NH);
+zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                int NH);
+zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                 const float *att, int B, int T, int C, int NH);
 
 /* gelu_forward, gelu_backward and residual_forward of worker/ops.h. */
-void cpu_gelu_forward(float *out, const float *inp, int N);
-void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
-void cpu_residual_forward(float *out, const float *a, const float *b, int N);
+zt_status cpu_gelu_forward(float *out, const float *inp, int N);
+zt_status cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
+zt_status cpu_residual_forward(float *out, const float *a, const float *b, int N);
 
 /* crossentropy_forward and crossentropy_backward of worker/ops.h; a target
  * outside [0, V) fails a ZT_ASSERT. */
-void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
-                              const int32_t *targets, int N, int V);
-void cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                               float dloss, int N, int V);
+zt_status cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
+                                   const int32_t *targets, int N, int V);
+zt_status cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                    float dloss, int N, int V);
+
+/* The engine ops of worker/ops.h (worker/cpu/engine_ops.c): to_f32,
+ * from_f32, add_into, sum_squares, scale, memset_zero and adamw_update. */
+zt_status cpu_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n);
+zt_status cpu_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
+zt_status cpu_add_into(enum zt_dtype t, void *dst, const void *src, size_t n);
+zt_status cpu_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale, double *out);
+zt_status cpu_scale(float *x, size_t n, float s);
+zt_status cpu_memset_zero(void *p, size_t bytes);
+zt_status cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
+                           float decay, const struct optimizer_hparams *hp);
 
 /* Marks a row kernel for the AVX-512 / AVX2 / baseline clones above. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)

@@ -1,0 +1,482 @@
+/* tests/test_backend.c — the compute backend bundle (worker/backend.h) and
+ * the engine ops of the op table (worker/ops.h).
+ *
+ * Selection: "cpu" and "auto" give the CPU here, "cuda" is refused with a
+ * reason (no CUDA compute ops are built; in a build without CUDA, it is not
+ * built at all), an unknown name is a configuration error.
+ *
+ * Engine ops, each against a loop written here: casts against the scalar
+ * conversions of common/half.h (and the round trip of every 16-bit pattern),
+ * add_into against the exact sum in double rounded once to fp32 and once to
+ * the working precision, sum_squares and scale against double loops, AdamW
+ * against a double-precision AdamW over several steps. Every op must
+ * return ZT_OK.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/half.h"
+#include "common/rng.h"
+#include "testutil.h"
+#include "worker/backend.h"
+
+/* A fresh CPU op table through the bundle, as the coordinator gets it. */
+static const struct ops_backend *cpu_ops(struct compute_backend *be, struct ledger *l)
+{
+    ledger_init(l, 0);
+    ck_assert_int_eq(compute_backend_open("cpu", l, be), ZT_OK);
+    return be->ops;
+}
+
+/* n floats uniform in [-scale, scale), from counter stream `key`. */
+static float *rand_floats(size_t n, uint64_t key, double scale)
+{
+    float *x = malloc(n * sizeof *x);
+    ck_assert_ptr_nonnull(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((2.0 * rng_uniform(key, (uint64_t)i) - 1.0) * scale);
+    return x;
+}
+
+static float half_to_f32(enum zt_dtype t, uint16_t h)
+{
+    return t == ZT_BF16 ? zt_bf16_to_f32(h) : zt_f16_to_f32(h);
+}
+
+static uint16_t f32_to_half(enum zt_dtype t, float f)
+{
+    return t == ZT_BF16 ? zt_f32_to_bf16(f) : zt_f32_to_f16(f);
+}
+
+/* ---- selection ------------------------------------------------------------ */
+
+START_TEST(cpu_selects_cpu)
+{
+    const char *chosen = NULL;
+    struct ledger l;
+    struct compute_backend be;
+    ck_assert_int_eq(compute_backend_select("cpu", &chosen), ZT_OK);
+    ck_assert_str_eq(chosen, "cpu");
+    ledger_init(&l, 0);
+    ck_assert_int_eq(compute_backend_open("cpu", &l, &be), ZT_OK);
+    ck_assert_str_eq(be.name, "cpu");
+    ck_assert_ptr_eq(be.ops, ops_cpu_backend());
+    ck_assert_ptr_eq(be.dev.ops, device_cpu_backend());
+    ck_assert_ptr_eq(be.dev.ledger, &l);
+    ck_assert_ptr_null(be.stream);
+    ck_assert(device_is_real(&be.dev));
+    compute_backend_close(&be);
+    ck_assert_ptr_null(be.ops);
+    compute_backend_close(&be); /* a closed (zeroed) bundle closes again */
+}
+END_TEST
+
+START_TEST(auto_selects_cpu_here)
+{
+    const char *chosen = NULL;
+    struct ledger l;
+    struct compute_backend be;
+    ck_assert_int_eq(compute_backend_select("auto", &chosen), ZT_OK);
+    ck_assert_str_eq(chosen, "cpu");
+    ledger_init(&l, 1);
+    ck_assert_int_eq(compute_backend_open("auto", &l, &be), ZT_OK);
+    ck_assert_str_eq(be.name, "cpu");
+    ck_assert_ptr_eq(be.ops, ops_cpu_backend());
+    ck_assert(!device_is_real(&be.dev)); /* the plan-only ledger reaches the device */
+    compute_backend_close(&be);
+}
+END_TEST
+
+START_TEST(cuda_is_refused_with_a_reason)
+{
+    char why[256] = "";
+    const char *chosen = NULL;
+    struct ledger l;
+    struct compute_backend be;
+    ck_assert_int_lt(compute_backend_query("cuda", why, sizeof why), 0);
+#ifdef ZT_HAVE_CUDA
+    ck_assert_ptr_nonnull(strstr(why, "CUDA compute ops are not built yet"));
+#else
+    ck_assert_ptr_nonnull(strstr(why, "not built into this binary"));
+#endif
+    zt_error_clear();
+    ck_assert_int_eq(compute_backend_select("cuda", &chosen), ZT_ERR_DEVICE);
+    ck_assert_ptr_null(chosen);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "device 'cuda': not usable here: "));
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), why));
+    ledger_init(&l, 0);
+    memset(&be, 0xff, sizeof be);
+    ck_assert_int_eq(compute_backend_open("cuda", &l, &be), ZT_ERR_DEVICE);
+    ck_assert_ptr_null(be.name);
+    ck_assert_ptr_null(be.ops);
+    ck_assert_ptr_null(be.dev.ops);
+    ck_assert_uint_eq(l.total_current, 0);
+}
+END_TEST
+
+START_TEST(unknown_name_is_a_config_error)
+{
+    const char *names[] = {"tpu", "", "CPU", "gpu"};
+    char why[256] = "";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *chosen = NULL;
+        struct ledger l;
+        struct compute_backend be;
+        zt_error_clear();
+        ck_assert_int_eq(compute_backend_select(names[i], &chosen), ZT_ERR_CONFIG);
+        ck_assert_ptr_null(chosen);
+        ck_assert_ptr_nonnull(strstr(zt_error_message(), "unknown (auto, cpu or cuda)"));
+        ledger_init(&l, 0);
+        ck_assert_int_eq(compute_backend_open(names[i], &l, &be), ZT_ERR_CONFIG);
+        ck_assert_ptr_null(be.ops);
+        ck_assert_int_lt(compute_backend_query(names[i], why, sizeof why), 0);
+    }
+    /* "auto" is a choice, not a backend to query */
+    ck_assert_int_lt(compute_backend_query("auto", why, sizeof why), 0);
+    ck_assert_int_ge(compute_backend_query("cpu", why, sizeof why), 0);
+}
+END_TEST
+
+START_TEST(bundle_memory_is_counted)
+{
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    void *p;
+    ck_assert_int_eq(device_alloc(&be.dev, LEDGER_WORKSPACE, 1000, "a test buffer", &p), ZT_OK);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(l.total_current, 1000);
+    memset(p, 0x5a, 1000);
+    ck_assert_int_eq(ops->memset_zero(p, 999), ZT_OK);
+    const unsigned char *b = p;
+    for (int i = 0; i < 999; i++)
+        ck_assert_uint_eq(b[i], 0);
+    ck_assert_uint_eq(b[999], 0x5a);
+    device_free(&be.dev, LEDGER_WORKSPACE, 1000, p);
+    ck_assert_uint_eq(l.total_current, 0);
+    compute_backend_close(&be);
+}
+END_TEST
+
+/* ---- casts ---------------------------------------------------------------- */
+
+static const enum zt_dtype HALVES[] = {ZT_BF16, ZT_F16};
+
+/* from_f32 agrees with half.h element by element, over values that include
+ * ties, subnormals of both formats, fp16 overflow and signed zeros. */
+START_TEST(from_f32_matches_half_h)
+{
+    const enum zt_dtype t = HALVES[_i];
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 4096 + 8;
+    float *src = rand_floats(n, 101, 4.0);
+    for (size_t i = 0; i < 1024; i++)
+        src[i] = ldexpf(src[i], (int)(i % 64) - 40); /* spread the exponents */
+    const float special[8] = {0.0f,     -0.0f,    1.0f + 0x1p-8f, 1.0f + 0x1p-11f,
+                              65520.0f, 70000.0f, 0x1p-20f,       -0x1p-130f};
+    memcpy(src + 4096, special, sizeof special);
+    uint16_t *dst = malloc(n * sizeof *dst);
+    ck_assert_int_eq(ops->from_f32(t, src, dst, n), ZT_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(dst[i] == f32_to_half(t, src[i]), "%s: element %zu (%a): %04x, want %04x",
+                      t == ZT_BF16 ? "bf16" : "fp16", i, (double)src[i], dst[i],
+                      f32_to_half(t, src[i]));
+    free(dst);
+    free(src);
+    compute_backend_close(&be);
+}
+END_TEST
+
+/* Every 16-bit pattern: to_f32 agrees with half.h, and casting back gives
+ * the same pattern (NaNs excepted: their payload may be quieted). */
+START_TEST(to_f32_round_trips_every_pattern)
+{
+    const enum zt_dtype t = HALVES[_i];
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 65536;
+    uint16_t *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back);
+    float *f = malloc(n * sizeof *f);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (uint16_t)i;
+    ck_assert_int_eq(ops->to_f32(t, h, f, n), ZT_OK);
+    ck_assert_int_eq(ops->from_f32(t, f, back, n), ZT_OK);
+    for (size_t i = 0; i < n; i++) {
+        float want = half_to_f32(t, h[i]);
+        ck_assert(memcmp(&f[i], &want, sizeof want) == 0 || (isnan(f[i]) && isnan(want)));
+        if (!isnan(f[i]))
+            ck_assert_msg(back[i] == h[i], "pattern %04zx came back as %04x", i, back[i]);
+    }
+    free(h);
+    free(back);
+    free(f);
+    compute_backend_close(&be);
+}
+END_TEST
+
+/* fp32 is a copy both ways, and a float round trip through a half type is
+ * within half an ulp of that type (2^-8 bf16, 2^-11 fp16) in its normal
+ * range. */
+START_TEST(casts_round_trip_floats)
+{
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 3001;
+    float *src = rand_floats(n, 102, 100.0), *back = malloc(n * sizeof(float));
+    float *copy = malloc(n * sizeof(float));
+    uint16_t *h = malloc(n * sizeof *h);
+    ck_assert_int_eq(ops->from_f32(ZT_F32, src, copy, n), ZT_OK);
+    ck_assert(memcmp(copy, src, n * sizeof(float)) == 0);
+    ck_assert_int_eq(ops->to_f32(ZT_F32, copy, back, n), ZT_OK);
+    ck_assert(memcmp(back, src, n * sizeof(float)) == 0);
+    for (int k = 0; k < 2; k++) {
+        const double half_ulp = HALVES[k] == ZT_BF16 ? 0x1p-8 : 0x1p-11;
+        ck_assert_int_eq(ops->from_f32(HALVES[k], src, h, n), ZT_OK);
+        ck_assert_int_eq(ops->to_f32(HALVES[k], h, back, n), ZT_OK);
+        for (size_t i = 0; i < n; i++) {
+            if (fabs((double)src[i]) < 0x1p-14) /* fp16 subnormals: absolute error */
+                continue;
+            double rel = fabs((double)back[i] - (double)src[i]) / fabs((double)src[i]);
+            ck_assert_msg(rel <= half_ulp, "element %zu: %a -> %a", i, (double)src[i],
+                          (double)back[i]);
+        }
+    }
+    free(src);
+    free(back);
+    free(copy);
+    free(h);
+    compute_backend_close(&be);
+}
+END_TEST
+
+/* ---- add_into ------------------------------------------------------------- */
+
+/* The exact sum in double, rounded once to fp32 (what an fp32 add gives)
+ * and once to the working precision. */
+START_TEST(add_into_matches_exact_sum)
+{
+    static const enum zt_dtype types[] = {ZT_F32, ZT_BF16, ZT_F16};
+    const enum zt_dtype t = types[_i];
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 2049;
+    float *a = rand_floats(n, 103, 8.0), *b = rand_floats(n, 104, 8.0);
+    for (size_t i = 0; i < n; i += 7)
+        b[i] = ldexpf(b[i], -12); /* small addends: rounding matters */
+    if (t == ZT_F32) {
+        float *d = malloc(n * sizeof *d);
+        memcpy(d, a, n * sizeof *d);
+        ck_assert_int_eq(ops->add_into(t, d, b, n), ZT_OK);
+        for (size_t i = 0; i < n; i++)
+            ck_assert(d[i] == (float)((double)a[i] + (double)b[i]));
+        free(d);
+    } else {
+        uint16_t *ha = malloc(n * 2), *hb = malloc(n * 2), *d = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) {
+            ha[i] = f32_to_half(t, a[i]);
+            hb[i] = f32_to_half(t, b[i]);
+        }
+        memcpy(d, ha, n * 2);
+        ck_assert_int_eq(ops->add_into(t, d, hb, n), ZT_OK);
+        for (size_t i = 0; i < n; i++) {
+            double exact = (double)half_to_f32(t, ha[i]) + (double)half_to_f32(t, hb[i]);
+            uint16_t want = f32_to_half(t, (float)exact);
+            ck_assert_msg(d[i] == want, "element %zu: %04x, want %04x", i, d[i], want);
+        }
+        free(ha);
+        free(hb);
+        free(d);
+    }
+    free(a);
+    free(b);
+    compute_backend_close(&be);
+}
+END_TEST
+
+/* ---- sum_squares and scale ------------------------------------------------ */
+
+START_TEST(sum_squares_matches_double_loop)
+{
+    static const enum zt_dtype types[] = {ZT_F32, ZT_BF16, ZT_F16};
+    const enum zt_dtype t = types[_i];
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 10007;
+    const double scale = 1.0 / 3.0;
+    float *x = rand_floats(n, 105, 2.0);
+    void *buf = malloc(n * sizeof(float));
+    double want = 0.0, got = -1.0;
+    if (t == ZT_F32)
+        memcpy(buf, x, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        if (t != ZT_F32)
+            ((uint16_t *)buf)[i] = f32_to_half(t, x[i]);
+        double v = (t == ZT_F32 ? (double)x[i] : (double)half_to_f32(t, ((uint16_t *)buf)[i]));
+        want += v * v;
+    }
+    want *= scale * scale;
+    ck_assert_int_eq(ops->sum_squares(t, buf, n, scale, &got), ZT_OK);
+    ck_assert_msg(fabs(got - want) <= 1e-12 * want, "%.17g, want %.17g", got, want);
+    ck_assert_int_eq(ops->sum_squares(t, buf, 0, scale, &got), ZT_OK);
+    ck_assert(got == 0.0);
+    if (t == ZT_F32) { /* a non-finite element shows */
+        ((float *)buf)[17] = INFINITY;
+        ck_assert_int_eq(ops->sum_squares(t, buf, n, scale, &got), ZT_OK);
+        ck_assert(!isfinite(got));
+    }
+    free(x);
+    free(buf);
+    compute_backend_close(&be);
+}
+END_TEST
+
+START_TEST(scale_multiplies_in_place)
+{
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 1001;
+    const float s = 0.37f;
+    float *x = rand_floats(n, 106, 1e3), *orig = rand_floats(n, 106, 1e3);
+    ck_assert_int_eq(ops->scale(x, n - 1, s), ZT_OK);
+    for (size_t i = 0; i < n - 1; i++)
+        ck_assert(x[i] == (float)((double)orig[i] * (double)s)); /* one rounding */
+    ck_assert(x[n - 1] == orig[n - 1]);                          /* n respected */
+    free(x);
+    free(orig);
+    compute_backend_close(&be);
+}
+END_TEST
+
+/* ---- AdamW ---------------------------------------------------------------- */
+
+/* AdamW in double: the textbook update with bias corrections and
+ * decoupled weight decay. */
+static void adamw_ref(double *p, const double *g, double *m, double *v, size_t n, double decay,
+                      const struct optimizer_hparams *hp)
+{
+    double bc1 = 1.0 - pow(hp->beta1, (double)hp->step);
+    double bc2 = 1.0 - pow(hp->beta2, (double)hp->step);
+    for (size_t i = 0; i < n; i++) {
+        m[i] = hp->beta1 * m[i] + (1.0 - hp->beta1) * g[i];
+        v[i] = hp->beta2 * v[i] + (1.0 - hp->beta2) * g[i] * g[i];
+        double mhat = m[i] / bc1, vhat = v[i] / bc2;
+        p[i] -= hp->lr * hp->weight_decay * decay * p[i] + hp->lr * mhat / (sqrt(vhat) + hp->eps);
+    }
+}
+
+START_TEST(adamw_matches_double_reference)
+{
+    const float decay = _i ? 1.0f : 0.0f;
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 777;
+    float *p = rand_floats(n, 107, 1.0), *m = calloc(n, sizeof(float));
+    float *v = calloc(n, sizeof(float));
+    double *pd = malloc(n * sizeof(double)), *md = calloc(n, sizeof(double));
+    double *vd = calloc(n, sizeof(double)), *gd = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        pd[i] = p[i];
+    struct optimizer_hparams hp = {
+        .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    for (long step = 1; step <= 5; step++) {
+        float *g = rand_floats(n, 200 + (uint64_t)step, 0.5);
+        for (size_t i = 0; i < n; i++)
+            gd[i] = g[i];
+        hp.step = step;
+        ck_assert_int_eq(ops->adamw_update(p, g, m, v, n, decay, &hp), ZT_OK);
+        /* the reference takes the float hyperparameters as given */
+        adamw_ref(pd, gd, md, vd, n, decay, &hp);
+        free(g);
+        for (size_t i = 0; i < n; i++) {
+            ck_assert_msg(fabs(p[i] - pd[i]) <= 1e-6 + 1e-5 * fabs(pd[i]),
+                          "step %ld element %zu: param %.9g, want %.9g", step, i, (double)p[i],
+                          pd[i]);
+            ck_assert(fabs(m[i] - md[i]) <= 1e-6 * (1.0 + fabs(md[i])));
+            ck_assert(fabs(v[i] - vd[i]) <= 1e-6 * (1.0 + fabs(vd[i])));
+        }
+    }
+    free(p);
+    free(m);
+    free(v);
+    free(pd);
+    free(md);
+    free(vd);
+    free(gd);
+    compute_backend_close(&be);
+}
+END_TEST
+
+/* The table entry is the optimizer's own update, bit for bit. */
+START_TEST(adamw_entry_is_adamw_update)
+{
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 301;
+    float *p1 = rand_floats(n, 108, 1.0), *p2 = rand_floats(n, 108, 1.0);
+    float *g = rand_floats(n, 109, 1.0);
+    float *m1 = calloc(n, sizeof(float)), *m2 = calloc(n, sizeof(float));
+    float *v1 = calloc(n, sizeof(float)), *v2 = calloc(n, sizeof(float));
+    struct optimizer_hparams hp = {.lr = 3e-4f,
+                                   .beta1 = 0.9f,
+                                   .beta2 = 0.999f,
+                                   .eps = 1e-8f,
+                                   .weight_decay = 0.01f,
+                                   .step = 3};
+    ck_assert_int_eq(ops->adamw_update(p1, g, m1, v1, n, 1.0f, &hp), ZT_OK);
+    adamw_update(p2, g, m2, v2, n, 1.0f, &hp);
+    ck_assert(memcmp(p1, p2, n * sizeof(float)) == 0);
+    ck_assert(memcmp(m1, m2, n * sizeof(float)) == 0);
+    ck_assert(memcmp(v1, v2, n * sizeof(float)) == 0);
+    free(p1);
+    free(p2);
+    free(g);
+    free(m1);
+    free(m2);
+    free(v1);
+    free(v2);
+    compute_backend_close(&be);
+}
+END_TEST
+
+static TCase *tcase(Suite *s, const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 60); /* the sanitizer build is ~10x slower */
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+int main(void)
+{
+    Suite *s = suite_create("backend");
+    TCase *tc = tcase(s, "select");
+    tcase_add_test(tc, cpu_selects_cpu);
+    tcase_add_test(tc, auto_selects_cpu_here);
+    tcase_add_test(tc, cuda_is_refused_with_a_reason);
+    tcase_add_test(tc, unknown_name_is_a_config_error);
+    tcase_add_test(tc, bundle_memory_is_counted);
+    tc = tcase(s, "casts");
+    tcase_add_loop_test(tc, from_f32_matches_half_h, 0, 2);
+    tcase_add_loop_test(tc, to_f32_round_trips_every_pattern, 0, 2);
+    tcase_add_test(tc, casts_round_trip_floats);
+    tc = tcase(s, "reduce");
+    tcase_add_loop_test(tc, add_into_matches_exact_sum, 0, 3);
+    tcase_add_loop_test(tc, sum_squares_matches_double_loop, 0, 3);
+    tcase_add_test(tc, scale_multiplies_in_place);
+    tc = tcase(s, "adamw");
+    tcase_add_loop_test(tc, adamw_matches_double_reference, 0, 2);
+    tcase_add_test(tc, adamw_entry_is_adamw_update);
+    return testutil_run_suite(s, 0);
+}

@@ -1,0 +1,67 @@
+/* worker/backend.h — the compute backend: device memory, the op table and
+ * the queue the ops run on, chosen together by one name.
+ *
+ * A rank computes on one device. Everything that depends on which device
+ * comes in one `struct compute_backend`: the device memory (`dev`, a
+ * worker/device.h table plus the rank's ledger), the ops that read and write
+ * that memory (`ops`, worker/ops.h) and the stream (queue) they are issued
+ * on. Choosing memory and ops together means a CUDA op can never be handed a
+ * host pointer nor a CPU op a device pointer.
+ *
+ * The backends that were built are entries of a static table (the CUDA entry
+ * only with ZT_HAVE_CUDA), in the manner of comm/: each entry's query says
+ * whether it can run here and, if not, why; compute_backend_select picks by
+ * name, "auto" taking the first usable entry (CUDA before CPU). The CPU is
+ * always usable. The CUDA entry reports itself unusable for now: CUDA device
+ * memory exists (worker/cuda/) but no CUDA compute ops are built, so "auto"
+ * falls back to the CPU and naming "cuda" is an error that says so.
+ *
+ * Ownership: compute_backend_open fills a caller-owned struct; the struct
+ * owns its stream (none on the CPU) and borrows the ledger. Buffers from
+ * device_alloc(&be->dev, ...) are the caller's to free before
+ * compute_backend_close. Nothing here is global: two opened backends are
+ * independent.
+ */
+#ifndef ZT_WORKER_BACKEND_H
+#define ZT_WORKER_BACKEND_H
+
+#include <stddef.h>
+
+#include "../common/ledger.h"
+#include "../common/status.h"
+#include "device.h"
+#include "ops.h"
+
+struct compute_backend {
+    const char *name;              /* "cpu" or "cuda": the entry chosen, static */
+    struct device dev;             /* device memory and the ledger (borrowed) it counts in */
+    const struct ops_backend *ops; /* the op table for memory of `dev`; static */
+    void *stream;                  /* the queue ops run on: NULL on the CPU (ops are
+                                    * synchronous); a cudaStream_t on CUDA */
+    int host_memory;               /* 1: device buffers are host memory (what a
+                                    * communicator must be able to read) */
+};
+
+/* Whether the backend named `name` ("cpu", "cuda") can run here: >= 0
+ * usable; < 0 not, with the reason written into why[0..n) (unknown name,
+ * not built into this binary, no device, no ops). Touches no state. */
+int compute_backend_query(const char *name, char *why, size_t n);
+
+/* Resolves `name` ("cpu", "cuda" or "auto") to the backend that
+ * compute_backend_open would use, without opening it; *chosen is its static
+ * name. Errors: ZT_ERR_CONFIG (unknown name), ZT_ERR_DEVICE (the named
+ * backend is not built or not usable here, with the reason). */
+zt_status compute_backend_select(const char *name, const char **chosen);
+
+/* Selects as compute_backend_select, opens the device memory counted in
+ * `ledger` (borrowed; a plan-only ledger gives a plan-only device) and
+ * creates the backend's stream. On failure *out is zeroed. Errors: those of
+ * compute_backend_select, ZT_ERR_DEVICE (the device or stream would not
+ * open). */
+zt_status compute_backend_open(const char *name, struct ledger *ledger,
+                               struct compute_backend *out);
+
+/* Destroys the stream and zeroes *be. Accepts a zeroed struct. */
+void compute_backend_close(struct compute_backend *be);
+
+#endif
