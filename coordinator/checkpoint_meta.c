@@ -237,7 +237,7 @@ zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
     add_string(&t, m->config_yaml);
     add(&t, "\n}\n");
     zt_status st = t.oom ? zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the text", path)
-                         : ckpt_write_atomic(path, t.p, t.len);
+                         : atomic_file_write(path, t.p, t.len);
     free(t.p);
     return st;
 }

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "../common/atomic_file.h"
+#include "../common/fileio.h"
 
 #define CHUNK_BYTES  (1u << 20)
 #define MAX_SECTIONS (1u << 20)
@@ -333,21 +334,7 @@ void ckpt_shard_close(struct ckpt_shard *s)
 /* Reads n bytes at offset; a file that ends early is ZT_ERR_CHECKPOINT. */
 static zt_status pread_full(int fd, const char *path, void *buf, size_t n, uint64_t offset)
 {
-    unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t got = pread(fd, p, n, (off_t)offset);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        if (got == 0)
-            return zt_error_set(ZT_ERR_CHECKPOINT,
-                                "%s: truncated: the file shrank while being read", path);
-        p += got;
-        n -= (size_t)got;
-        offset += (uint64_t)got;
-    }
-    return ZT_OK;
+    return zt_pread_full(fd, path, buf, n, offset, ZT_ERR_CHECKPOINT);
 }
 
 /* Checks the fixed 24 bytes against the format and the file size; sets
@@ -477,11 +464,7 @@ static zt_status read_table(struct ckpt_shard *s, uint64_t size)
 /* Everything open does once the handle exists. */
 static zt_status open_checked(struct ckpt_shard *s)
 {
-    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0)
-        return errno == ENOENT
-                   ? zt_error_set(ZT_ERR_IO, "%s: no such file or directory", s->path)
-                   : zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", s->path, strerror(errno));
+    ZT_TRY(zt_open_read(s->path, &s->fd));
     struct stat sb;
     if (fstat(s->fd, &sb) != 0)
         return zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));

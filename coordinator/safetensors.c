@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "../common/atomic_file.h"
+#include "../common/fileio.h"
 #include "../common/half.h"
 #include "../common/json.h"
 
@@ -149,34 +150,10 @@ static int shape_size(int ndim, const uint64_t *shape, enum zt_dtype dtype, uint
     return 1;
 }
 
-static zt_status open_error(const char *path, int err)
-{
-    if (err == ENOENT)
-        return zt_error_set(ZT_ERR_IO, "%s: no such file or directory", path);
-    return zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(err));
-}
-
-/* pread of exactly n bytes, retrying short reads and EINTR. */
+/* Reads n bytes at offset; a file that ends early is ZT_ERR_DATA. */
 static zt_status pread_full(int fd, const char *path, void *buf, size_t n, uint64_t offset)
 {
-    unsigned char *p = buf;
-    while (n > 0) {
-        if (offset > (uint64_t)INT64_MAX || (uint64_t)(off_t)offset != offset)
-            return zt_error_set(ZT_ERR_IO, "%s: offset %llu is beyond what this system can seek",
-                                path, (unsigned long long)offset);
-        ssize_t got = pread(fd, p, n, (off_t)offset);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        if (got == 0)
-            return zt_error_set(ZT_ERR_DATA, "%s: truncated: the file shrank while being read",
-                                path);
-        p += got;
-        n -= (size_t)got;
-        offset += (uint64_t)got;
-    }
-    return ZT_OK;
+    return zt_pread_full(fd, path, buf, n, offset, ZT_ERR_DATA);
 }
 
 /* ---- reading the header ---- */
@@ -519,9 +496,7 @@ static zt_status parse_file_header(struct safetensors *s, uint64_t len)
 
 static zt_status load(struct safetensors *s)
 {
-    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0)
-        return open_error(s->path, errno);
+    ZT_TRY(zt_open_read(s->path, &s->fd));
     struct stat sb;
     if (fstat(s->fd, &sb) != 0)
         return zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
