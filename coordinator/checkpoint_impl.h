@@ -1,7 +1,8 @@
 /* coordinator/checkpoint_impl.h — what the checkpoint_*.c files share and
- * nobody else includes: the checksum, little-endian packing and the small
- * files (meta.json, latest), written whole with common/atomic_file.h and
- * read with common/fileio.h. meta.json is parsed with common/json.h.
+ * nobody else includes: the checksum and the small files (meta.json,
+ * latest), written whole with common/atomic_file.h and read with
+ * common/fileio.h. meta.json is parsed with common/json.h; shard headers
+ * are packed with common/endian.h.
  */
 #ifndef ZT_COORDINATOR_CHECKPOINT_IMPL_H
 #define ZT_COORDINATOR_CHECKPOINT_IMPL_H
@@ -23,20 +24,6 @@ static inline uint64_t ckpt_fnv(uint64_t h, const void *bytes, size_t n)
     for (size_t i = 0; i < n; i++)
         h = (h ^ p[i]) * CKPT_FNV_PRIME;
     return h;
-}
-
-static inline void ckpt_put_le(unsigned char *p, uint64_t v, int nbytes)
-{
-    for (int i = 0; i < nbytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static inline uint64_t ckpt_get_le(const unsigned char *p, int nbytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < nbytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
 }
 
 /* Reads a whole small file (at most `max` bytes: meta.json, latest) into a

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "../common/atomic_file.h"
+#include "../common/endian.h"
 #include "../common/fileio.h"
 
 #define CHUNK_BYTES  (1u << 20)
@@ -90,18 +91,18 @@ static void pack_header(unsigned char *buf, int rank, int world, const struct ck
                         int n)
 {
     memcpy(buf, CKPT_SHARD_MAGIC, 8);
-    ckpt_put_le(buf + 8, CKPT_SHARD_VERSION, 4);
-    ckpt_put_le(buf + 12, (uint64_t)rank, 4);
-    ckpt_put_le(buf + 16, (uint64_t)world, 4);
-    ckpt_put_le(buf + 20, (uint64_t)n, 4);
+    zt_put_le(buf + 8, CKPT_SHARD_VERSION, 4);
+    zt_put_le(buf + 12, (uint64_t)rank, 4);
+    zt_put_le(buf + 16, (uint64_t)world, 4);
+    zt_put_le(buf + 20, (uint64_t)n, 4);
     for (int k = 0; k < n; k++) {
         unsigned char *e = buf + table_end((uint64_t)k);
         memset(e, 0, CKPT_SHARD_ENTRY_BYTES);
         memcpy(e, sec[k].name, strlen(sec[k].name));
-        ckpt_put_le(e + 32, (uint64_t)dtype_code(sec[k].dtype), 4);
-        ckpt_put_le(e + 40, sec[k].count, 8);
-        ckpt_put_le(e + 48, sec[k].offset, 8);
-        ckpt_put_le(e + 56, sec[k].checksum, 8);
+        zt_put_le(e + 32, (uint64_t)dtype_code(sec[k].dtype), 4);
+        zt_put_le(e + 40, sec[k].count, 8);
+        zt_put_le(e + 48, sec[k].offset, 8);
+        zt_put_le(e + 56, sec[k].checksum, 8);
     }
 }
 
@@ -348,8 +349,8 @@ static zt_status check_fixed(struct ckpt_shard *s, const unsigned char *b, uint6
     if (have < CKPT_SHARD_HEADER_BYTES)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: truncated: %llu bytes, the header needs %u",
                             path, (unsigned long long)size, CKPT_SHARD_HEADER_BYTES);
-    uint32_t version = (uint32_t)ckpt_get_le(b + 8, 4), rank = (uint32_t)ckpt_get_le(b + 12, 4);
-    uint32_t world = (uint32_t)ckpt_get_le(b + 16, 4), n = (uint32_t)ckpt_get_le(b + 20, 4);
+    uint32_t version = (uint32_t)zt_get_le(b + 8, 4), rank = (uint32_t)zt_get_le(b + 12, 4);
+    uint32_t world = (uint32_t)zt_get_le(b + 16, 4), n = (uint32_t)zt_get_le(b + 20, 4);
     if (version > CKPT_SHARD_VERSION)
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s: shard format version %u is newer than this zerotrain understands "
@@ -390,7 +391,7 @@ static zt_status check_entry(struct ckpt_shard *s, const unsigned char *e, int k
         if (e[c] != 0)
             return zt_error_set(ZT_ERR_CHECKPOINT, "%s: section '%s': name padding is not zero",
                                 path, sec->name);
-    uint32_t code = (uint32_t)ckpt_get_le(e + 32, 4), reserved = (uint32_t)ckpt_get_le(e + 36, 4);
+    uint32_t code = (uint32_t)zt_get_le(e + 32, 4), reserved = (uint32_t)zt_get_le(e + 36, 4);
     if (code >= N_DTYPES)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: section '%s': unknown dtype code %u", path,
                             sec->name, (unsigned)code);
@@ -398,9 +399,9 @@ static zt_status check_entry(struct ckpt_shard *s, const unsigned char *e, int k
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: section '%s': reserved field is %u, expected 0",
                             path, sec->name, (unsigned)reserved);
     sec->dtype = dtypes[code].dtype;
-    sec->count = ckpt_get_le(e + 40, 8);
-    sec->offset = ckpt_get_le(e + 48, 8);
-    sec->checksum = ckpt_get_le(e + 56, 8);
+    sec->count = zt_get_le(e + 40, 8);
+    sec->offset = zt_get_le(e + 48, 8);
+    sec->checksum = zt_get_le(e + 56, 8);
     if (sec->offset != *offset)
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s: section '%s': offset %llu, expected %llu (sections follow the "

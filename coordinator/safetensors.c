@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "../common/atomic_file.h"
+#include "../common/endian.h"
 #include "../common/fileio.h"
 #include "../common/half.h"
 #include "../common/json.h"
@@ -94,20 +95,6 @@ static int is_float_dtype(enum zt_dtype t)
 }
 
 /* ---- shared helpers ---- */
-
-static uint64_t get_le(const unsigned char *p, size_t nbytes)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < nbytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void put_le(unsigned char *p, uint64_t v, size_t nbytes)
-{
-    for (size_t i = 0; i < nbytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
 
 /* Whether a C string is valid UTF-8 (by the rules the header parser
  * applies), so that what the writer writes reads back. */
@@ -464,7 +451,7 @@ static zt_status read_header_len(const struct safetensors *s, uint64_t size, uin
                             "header length",
                             s->path, (unsigned long long)size);
     ZT_TRY(pread_full(s->fd, s->path, b, 8, 0));
-    *len = get_le(b, 8);
+    *len = zt_get_le(b, 8);
     if (*len > size - 8)
         return zt_error_set(ZT_ERR_DATA,
                             "%s: header length %llu exceeds the file size (%llu bytes)", s->path,
@@ -592,16 +579,16 @@ static void decode_f32(const unsigned char *b, size_t n, enum zt_dtype dtype, fl
     for (size_t i = 0; i < n; i++) {
         switch (dtype) {
         case ZT_F32:
-            dst[i] = half_bits_f32((uint32_t)get_le(b + 4 * i, 4));
+            dst[i] = half_bits_f32((uint32_t)zt_get_le(b + 4 * i, 4));
             break;
         case ZT_F16:
-            dst[i] = zt_f16_to_f32((uint16_t)get_le(b + 2 * i, 2));
+            dst[i] = zt_f16_to_f32((uint16_t)zt_get_le(b + 2 * i, 2));
             break;
         case ZT_BF16:
-            dst[i] = zt_bf16_to_f32((uint16_t)get_le(b + 2 * i, 2));
+            dst[i] = zt_bf16_to_f32((uint16_t)zt_get_le(b + 2 * i, 2));
             break;
         case ZT_F64: {
-            uint64_t u = get_le(b + 8 * i, 8);
+            uint64_t u = zt_get_le(b + 8 * i, 8);
             double d;
             memcpy(&d, &u, sizeof d);
             dst[i] = (float)d;
@@ -913,7 +900,7 @@ zt_status safetensors_writer_begin_data(struct safetensors_writer *w)
         st = zt_error_set(ZT_ERR_USAGE, "%s: header of %zu bytes exceeds the limit of %llu",
                           w->out.path, b.n, SAFETENSORS_MAX_HEADER_BYTES);
     if (st == ZT_OK) {
-        put_le(len, b.n, 8);
+        zt_put_le(len, b.n, 8);
         st = write_bytes(w, len, 8);
     }
     if (st == ZT_OK)
@@ -929,19 +916,19 @@ static void encode_f32(const float *src, size_t n, enum zt_dtype dtype, unsigned
     for (size_t i = 0; i < n; i++) {
         switch (dtype) {
         case ZT_F32:
-            put_le(b + 4 * i, half_f32_bits(src[i]), 4);
+            zt_put_le(b + 4 * i, half_f32_bits(src[i]), 4);
             break;
         case ZT_F16:
-            put_le(b + 2 * i, zt_f32_to_f16(src[i]), 2);
+            zt_put_le(b + 2 * i, zt_f32_to_f16(src[i]), 2);
             break;
         case ZT_BF16:
-            put_le(b + 2 * i, zt_f32_to_bf16(src[i]), 2);
+            zt_put_le(b + 2 * i, zt_f32_to_bf16(src[i]), 2);
             break;
         case ZT_F64: {
             double d = src[i];
             uint64_t u;
             memcpy(&u, &d, sizeof u);
-            put_le(b + 8 * i, u, 8);
+            zt_put_le(b + 8 * i, u, 8);
             break;
         }
         default:
