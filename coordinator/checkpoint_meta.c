@@ -19,7 +19,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,77 +69,6 @@ static int precision_known(const char *p)
 
 /* ---- writing ---- */
 
-/* A growing text; an allocation failure is remembered and reported once. */
-struct text {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void reserve(struct text *t, size_t more)
-{
-    if (t->oom || t->len + more + 1 <= t->cap)
-        return;
-    size_t cap = t->cap ? t->cap : 4096;
-    while (cap < t->len + more + 1)
-        cap *= 2;
-    char *p = realloc(t->p, cap);
-    if (!p) {
-        t->oom = 1;
-        return;
-    }
-    t->p = p;
-    t->cap = cap;
-}
-
-static void add_bytes(struct text *t, const char *s, size_t n)
-{
-    reserve(t, n);
-    if (t->oom)
-        return;
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    t->p[t->len] = '\0';
-}
-
-__attribute__((format(printf, 2, 3))) static void add(struct text *t, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    ZT_ASSERT(n >= 0 && (size_t)n < sizeof buf); /* only short fragments come here */
-    add_bytes(t, buf, (size_t)n);
-}
-
-/* s as a JSON string: quotes, backslashes and control bytes escaped; the
- * rest (valid UTF-8, checked by the caller) as it is. */
-static void add_string(struct text *t, const char *s)
-{
-    add_bytes(t, "\"", 1);
-    const char *run = s;
-    for (const char *c = s; *c; c++) {
-        unsigned char u = (unsigned char)*c;
-        if (u >= 0x20 && u != '"' && u != '\\')
-            continue;
-        add_bytes(t, run, (size_t)(c - run));
-        run = c + 1;
-        const char *esc = u == '"'    ? "\\\""
-                          : u == '\\' ? "\\\\"
-                          : u == '\n' ? "\\n"
-                          : u == '\t' ? "\\t"
-                          : u == '\r' ? "\\r"
-                                      : NULL;
-        if (esc)
-            add_bytes(t, esc, strlen(esc));
-        else
-            add(t, "\\u%04x", u);
-    }
-    add_bytes(t, run, strlen(run));
-    add_bytes(t, "\"", 1);
-}
-
 static int64_t field_int(const struct ckpt_meta *m, const struct field *f)
 {
     const char *p = (const char *)m + f->off;
@@ -188,54 +116,56 @@ static zt_status check_writable(const char *path, const struct ckpt_meta *m)
     return ZT_OK;
 }
 
-static void add_fields(struct text *t, const struct ckpt_meta *m)
+static void add_fields(struct json_text *t, const struct ckpt_meta *m)
 {
     for (size_t k = 0; k < N_FIELDS; k++) {
         const struct field *f = &fields[k];
         const char *p = (const char *)m + f->off;
-        add(t, "  \"%s\": ", f->key);
+        json_text_printf(t, "  \"%s\": ", f->key);
         if (f->kind == K_U64) {
             uint64_t v;
             memcpy(&v, p, sizeof v);
-            add(t, "%llu,\n", (unsigned long long)v);
+            json_text_printf(t, "%llu,\n", (unsigned long long)v);
         } else if (f->kind == K_F64) {
             double v;
             memcpy(&v, p, sizeof v);
-            add(t, "%.17g,\n", v);
+            json_text_printf(t, "%.17g,\n", v);
         } else {
-            add(t, "%lld,\n", (long long)field_int(m, f));
+            json_text_printf(t, "%lld,\n", (long long)field_int(m, f));
         }
     }
 }
 
-static void add_lists(struct text *t, const struct ckpt_meta *m)
+static void add_lists(struct json_text *t, const struct ckpt_meta *m)
 {
-    add(t, "  \"units\": [");
+    json_text_printf(t, "  \"units\": [");
     for (int u = 0; u < m->n_units; u++)
-        add(t, "%s\n    {\"numel\": %llu, \"shard\": %llu}", u ? "," : "",
-            (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u]);
-    add(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
+        json_text_printf(t, "%s\n    {\"numel\": %llu, \"shard\": %llu}", u ? "," : "",
+                         (unsigned long long)m->unit_numel[u],
+                         (unsigned long long)m->unit_shard[u]);
+    json_text_printf(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
     for (int r = 0; r < m->world; r++)
-        add(t,
+        json_text_printf(
+            t,
             "%s\n    {\"name\": \"rank-%05d.bin\", \"bytes\": %llu, \"checksum\": \"0x%016llx\"}",
             r ? "," : "", r, (unsigned long long)m->files[r].bytes,
             (unsigned long long)m->files[r].checksum);
-    add(t, "\n  ],\n");
+    json_text_printf(t, "\n  ],\n");
 }
 
 zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
 {
     ZT_TRY(check_writable(path, m));
-    struct text t = {0};
-    add(&t, "{\n  \"format_version\": %u,\n", CKPT_FORMAT_VERSION);
+    struct json_text t = {0};
+    json_text_printf(&t, "{\n  \"format_version\": %u,\n", CKPT_FORMAT_VERSION);
     add_fields(&t, m);
-    add(&t, "  \"precision\": ");
-    add_string(&t, m->precision);
-    add(&t, ",\n");
+    json_text_printf(&t, "  \"precision\": ");
+    json_text_string(&t, m->precision, JSON_ESCAPE_SHORT);
+    json_text_printf(&t, ",\n");
     add_lists(&t, m);
-    add(&t, "  \"config_yaml\": ");
-    add_string(&t, m->config_yaml);
-    add(&t, "\n}\n");
+    json_text_printf(&t, "  \"config_yaml\": ");
+    json_text_string(&t, m->config_yaml, JSON_ESCAPE_SHORT);
+    json_text_printf(&t, "\n}\n");
     zt_status st = t.oom ? zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the text", path)
                          : atomic_file_write(path, t.p, t.len);
     free(t.p);

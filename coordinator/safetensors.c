@@ -765,116 +765,55 @@ zt_status safetensors_writer_set_metadata(struct safetensors_writer *w, const ch
     return ZT_OK;
 }
 
-/* A growing text buffer that remembers a failed allocation, so the header
- * is built without a check after every piece and checked once. */
-struct text {
-    char *p;
-    size_t n, cap;
-    int oom;
-};
-
-static void text_put(struct text *b, const char *s, size_t len)
+static void text_u64(struct json_text *b, uint64_t v)
 {
-    if (b->oom || len == 0)
-        return;
-    if (len > SIZE_MAX / 2 - b->n) {
-        b->oom = 1;
-        return;
-    }
-    if (b->n + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + len)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
+    json_text_printf(b, "%llu", (unsigned long long)v);
 }
 
-static void text_str(struct text *b, const char *s)
+static void header_tensor(struct json_text *b, const struct wtensor *t, uint64_t begin)
 {
-    text_put(b, s, strlen(s));
-}
-
-static void text_u64(struct text *b, uint64_t v)
-{
-    char num[24];
-    snprintf(num, sizeof num, "%llu", (unsigned long long)v);
-    text_str(b, num);
-}
-
-/* A JSON string: quotes, backslashes and control characters escaped,
- * everything else (valid UTF-8 by now) as is. */
-static void text_json_string(struct text *b, const char *s)
-{
-    text_put(b, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            text_put(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            text_put(b, esc, 6);
-        } else {
-            text_put(b, p, 1);
-        }
-    }
-    text_put(b, "\"", 1);
-}
-
-static void header_tensor(struct text *b, const struct wtensor *t, uint64_t begin)
-{
-    text_json_string(b, t->name);
-    text_str(b, ":{\"dtype\":\"");
-    text_str(b, safetensors_dtype_name(t->dtype));
-    text_str(b, "\",\"shape\":[");
+    json_text_string(b, t->name, JSON_ESCAPE_U);
+    json_text_puts(b, ":{\"dtype\":\"");
+    json_text_puts(b, safetensors_dtype_name(t->dtype));
+    json_text_puts(b, "\",\"shape\":[");
     for (int i = 0; i < t->ndim; i++) {
         if (i)
-            text_put(b, ",", 1);
+            json_text_put(b, ",", 1);
         text_u64(b, t->shape[i]);
     }
-    text_str(b, "],\"data_offsets\":[");
+    json_text_puts(b, "],\"data_offsets\":[");
     text_u64(b, begin);
-    text_put(b, ",", 1);
+    json_text_put(b, ",", 1);
     text_u64(b, begin + t->numel * zt_dtype_size(t->dtype));
-    text_str(b, "]}");
+    json_text_puts(b, "]}");
 }
 
 /* The header JSON, metadata first, then tensors in declaration order,
  * padded with spaces to a multiple of 8 bytes. */
-static void header_text(const struct safetensors_writer *w, struct text *b)
+static void header_text(const struct safetensors_writer *w, struct json_text *b)
 {
-    text_put(b, "{", 1);
+    json_text_put(b, "{", 1);
     if (w->n_meta) {
-        text_str(b, "\"" METADATA_KEY "\":{");
+        json_text_puts(b, "\"" METADATA_KEY "\":{");
         for (int i = 0; i < w->n_meta; i++) {
             if (i)
-                text_put(b, ",", 1);
-            text_json_string(b, w->meta[i].key);
-            text_put(b, ":", 1);
-            text_json_string(b, w->meta[i].value);
+                json_text_put(b, ",", 1);
+            json_text_string(b, w->meta[i].key, JSON_ESCAPE_U);
+            json_text_put(b, ":", 1);
+            json_text_string(b, w->meta[i].value, JSON_ESCAPE_U);
         }
-        text_str(b, w->n ? "}," : "}");
+        json_text_puts(b, w->n ? "}," : "}");
     }
     uint64_t begin = 0;
     for (int i = 0; i < w->n; i++) {
         if (i)
-            text_put(b, ",", 1);
+            json_text_put(b, ",", 1);
         header_tensor(b, &w->t[i], begin);
         begin += w->t[i].numel * zt_dtype_size(w->t[i].dtype);
     }
-    text_put(b, "}", 1);
-    while (!b->oom && b->n % 8 != 0)
-        text_put(b, " ", 1);
+    json_text_put(b, "}", 1);
+    while (!b->oom && b->len % 8 != 0)
+        json_text_put(b, " ", 1);
 }
 
 static zt_status write_bytes(struct safetensors_writer *w, const void *p, size_t n)
@@ -889,22 +828,22 @@ static zt_status write_bytes(struct safetensors_writer *w, const void *p, size_t
 zt_status safetensors_writer_begin_data(struct safetensors_writer *w)
 {
     ZT_ASSERT(w && w->state == W_DECLARING);
-    struct text b = {0};
+    struct json_text b = {0};
     header_text(w, &b);
     zt_status st = ZT_OK;
     unsigned char len[8];
     w->state = W_FAILED;
     if (b.oom)
         st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot build the header", w->out.path);
-    else if (b.n > SAFETENSORS_MAX_HEADER_BYTES)
+    else if (b.len > SAFETENSORS_MAX_HEADER_BYTES)
         st = zt_error_set(ZT_ERR_USAGE, "%s: header of %zu bytes exceeds the limit of %llu",
-                          w->out.path, b.n, SAFETENSORS_MAX_HEADER_BYTES);
+                          w->out.path, b.len, SAFETENSORS_MAX_HEADER_BYTES);
     if (st == ZT_OK) {
-        zt_put_le(len, b.n, 8);
+        zt_put_le(len, b.len, 8);
         st = write_bytes(w, len, 8);
     }
     if (st == ZT_OK)
-        st = write_bytes(w, b.p, b.n);
+        st = write_bytes(w, b.p, b.len);
     free(b.p);
     ZT_TRY(st);
     w->state = W_WRITING;
