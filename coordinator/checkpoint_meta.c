@@ -57,16 +57,6 @@ static const struct field {
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
-static const char *const precisions[] = {"fp32", "bf16", "fp16"};
-
-static int precision_known(const char *p)
-{
-    for (size_t k = 0; k < sizeof precisions / sizeof precisions[0]; k++)
-        if (strcmp(p, precisions[k]) == 0)
-            return 1;
-    return 0;
-}
-
 /* ---- writing ---- */
 
 static int64_t field_int(const struct ckpt_meta *m, const struct field *f)
@@ -100,7 +90,8 @@ static zt_status check_writable(const char *path, const struct ckpt_meta *m)
             return zt_error_set(ZT_ERR_USAGE, "%s: %s is %lld, must be in %lld .. %lld", path,
                                 f->key, (long long)v, (long long)f->min, (long long)f->max);
     }
-    if (!memchr(m->precision, '\0', sizeof m->precision) || !precision_known(m->precision))
+    if (!memchr(m->precision, '\0', sizeof m->precision) ||
+        !zt_precision_from_name(m->precision, NULL))
         return zt_error_set(ZT_ERR_USAGE, "%s: precision '%.16s' is not fp32, bf16 or fp16", path,
                             m->precision);
     if (m->n_units < 0 || (m->n_units > 0 && (!m->unit_numel || !m->unit_shard)))
@@ -287,7 +278,7 @@ static zt_status read_strings(const char *path, const struct json_value *root, s
 {
     const struct json_value *v;
     ZT_TRY(need(path, root, "precision", "precision", JSON_STRING, &v));
-    if (!precision_known(v->str))
+    if (!zt_precision_from_name(v->str, NULL))
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s: key 'precision' is '%s', expected fp32, bf16 or fp16", path,
                             v->str);

@@ -108,7 +108,7 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->step = step;
     m->world = s->world;
     m->stage = c->zero.stage;
-    snprintf(m->precision, sizeof m->precision, "%s", precision_name(s->engine.cfg.precision));
+    snprintf(m->precision, sizeof m->precision, "%s", zt_precision_name(s->engine.cfg.precision));
     m->n_units = p->n_units;
     m->unit_numel = calloc((size_t)p->n_units, sizeof *m->unit_numel);
     m->unit_shard = calloc((size_t)p->n_units, sizeof *m->unit_shard);
