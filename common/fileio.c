@@ -9,14 +9,27 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-zt_status zt_open_read(const char *path, int *fd)
+zt_status zt_open_regular(const char *path, zt_status not_regular, int *fd, uint64_t *size)
 {
+    *size = 0;
     *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd >= 0)
-        return ZT_OK;
-    if (errno == ENOENT)
-        return zt_error_set(ZT_ERR_IO, "%s: no such file or directory", path);
-    return zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (*fd < 0)
+        return errno == ENOENT
+                   ? zt_error_set(ZT_ERR_IO, "%s: no such file or directory", path)
+                   : zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    zt_status st = ZT_OK;
+    if (fstat(*fd, &sb) != 0)
+        st = zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = zt_error_set(not_regular, "%s: not a regular file", path);
+    if (st != ZT_OK) {
+        close(*fd);
+        *fd = -1;
+        return st;
+    }
+    *size = (uint64_t)sb.st_size;
+    return ZT_OK;
 }
 
 zt_status zt_pread_full(int fd, const char *path, void *buf, size_t n, uint64_t offset,
@@ -46,29 +59,24 @@ zt_status zt_read_small_file(const char *path, size_t max, zt_status bad, char *
     *out = NULL;
     *len = 0;
     int fd;
-    ZT_TRY(zt_open_read(path, &fd));
-    struct stat sb;
+    uint64_t size;
+    ZT_TRY(zt_open_regular(path, bad, &fd, &size));
     zt_status st = ZT_OK;
     char *buf = NULL;
-    if (fstat(fd, &sb) != 0)
-        st = zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = zt_error_set(bad, "%s: not a regular file", path);
-    else if ((uint64_t)sb.st_size > max)
-        st = zt_error_set(bad, "%s: %lld bytes, more than the limit of %zu", path,
-                          (long long)sb.st_size, max);
-    else if (!(buf = malloc((size_t)sb.st_size + 1)))
-        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %lld bytes", path,
-                          (long long)sb.st_size);
+    if (size > max)
+        st = zt_error_set(bad, "%s: %lld bytes, more than the limit of %zu", path, (long long)size,
+                          max);
+    else if (!(buf = malloc((size_t)size + 1)))
+        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %lld bytes", path, (long long)size);
     else
-        st = zt_pread_full(fd, path, buf, (size_t)sb.st_size, 0, bad);
+        st = zt_pread_full(fd, path, buf, (size_t)size, 0, bad);
     close(fd);
     if (st != ZT_OK) {
         free(buf);
         return st;
     }
-    buf[sb.st_size] = '\0';
+    buf[size] = '\0';
     *out = buf;
-    *len = (size_t)sb.st_size;
+    *len = (size_t)size;
     return ZT_OK;
 }

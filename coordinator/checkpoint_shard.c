@@ -465,13 +465,8 @@ static zt_status read_table(struct ckpt_shard *s, uint64_t size)
 /* Everything open does once the handle exists. */
 static zt_status open_checked(struct ckpt_shard *s)
 {
-    ZT_TRY(zt_open_read(s->path, &s->fd));
-    struct stat sb;
-    if (fstat(s->fd, &sb) != 0)
-        return zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: not a regular file", s->path);
-    uint64_t size = (uint64_t)sb.st_size;
+    uint64_t size;
+    ZT_TRY(zt_open_regular(s->path, ZT_ERR_CHECKPOINT, &s->fd, &size));
     unsigned char fixed[CKPT_SHARD_HEADER_BYTES];
     size_t have = size < sizeof fixed ? (size_t)size : sizeof fixed;
     ZT_TRY(pread_full(s->fd, s->path, fixed, have, 0));

@@ -483,13 +483,8 @@ static zt_status parse_file_header(struct safetensors *s, uint64_t len)
 
 static zt_status load(struct safetensors *s)
 {
-    ZT_TRY(zt_open_read(s->path, &s->fd));
-    struct stat sb;
-    if (fstat(s->fd, &sb) != 0)
-        return zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return zt_error_set(ZT_ERR_IO, "%s: not a regular file", s->path);
-    uint64_t size = (uint64_t)sb.st_size, len = 0;
+    uint64_t size, len = 0;
+    ZT_TRY(zt_open_regular(s->path, ZT_ERR_IO, &s->fd, &size));
     ZT_TRY(read_header_len(s, size, &len));
     s->data_start = 8 + len;
     s->data_len = size - s->data_start;
