@@ -33,14 +33,14 @@ enum lr_warmup_type { LR_WARMUP_LOG, LR_WARMUP_LINEAR };
 /* Everything schedule_lr reads; the names are DeepSpeed's. */
 struct lr_schedule {
     enum lr_schedule_kind kind;
-    double lr;             /* optimizer.lr: NONE's value, WarmupCosineLR's peak */
-    double warmup_min_lr;  /* WarmupLR, WarmupDecayLR */
-    double warmup_max_lr;  /* WarmupLR, WarmupDecayLR */
-    long warmup_num_steps; /* every warmup; fewer than 2 count as 2 */
-    enum lr_warmup_type warmup_type;
-    long total_num_steps;    /* WarmupDecayLR, WarmupCosineLR */
-    double warmup_min_ratio; /* WarmupCosineLR */
-    double cos_min_ratio;    /* WarmupCosineLR */
+    double lr;                       /* optimizer.lr: NONE's value, WarmupCosineLR's peak */
+    double warmup_min_lr;            /* WarmupLR, WarmupDecayLR */
+    double warmup_max_lr;            /* WarmupLR, WarmupDecayLR */
+    long warmup_num_steps;           /* every warmup; fewer than 2 count as 2 */
+    enum lr_warmup_type warmup_type; /* every warmup: log or linear */
+    long total_num_steps;            /* WarmupDecayLR, WarmupCosineLR */
+    double warmup_min_ratio;         /* WarmupCosineLR */
+    double cos_min_ratio;            /* WarmupCosineLR */
 };
 
 /* Learning rate for optimizer step `step` (0-based; a negative step counts
