@@ -103,3 +103,16 @@ zt_status atomic_file_commit(struct atomic_file *a)
     atomic_file_abort(a);
     return st;
 }
+
+zt_status atomic_file_write(const char *path, const void *bytes, size_t n)
+{
+    struct atomic_file af;
+    ZT_TRY(atomic_file_open(path, &af));
+    if (n && fwrite(bytes, 1, n, af.f) != n) {
+        zt_status st =
+            zt_error_set(ZT_ERR_IO, "%s: cannot write %s: %s", path, af.tmp_path, strerror(errno));
+        atomic_file_abort(&af);
+        return st;
+    }
+    return atomic_file_commit(&af);
+}

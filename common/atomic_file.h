@@ -44,4 +44,9 @@ zt_status atomic_file_commit(struct atomic_file *a);
  * Does nothing on a zeroed struct. */
 void atomic_file_abort(struct atomic_file *a);
 
+/* Writes the n bytes at `bytes` to PATH whole or not at all: open, one
+ * write, commit. ZT_ERR_IO "PATH: cannot write TMP: <strerror>" and the
+ * statuses of open and commit, ZT_ERR_NOMEM. */
+zt_status atomic_file_write(const char *path, const void *bytes, size_t n);
+
 #endif

@@ -25,4 +25,12 @@ static inline size_t zt_dtype_size(enum zt_dtype t)
     return 0;
 }
 
+/* The name of a storage precision as configs, checkpoints and exports
+ * spell it: "fp32", "bf16" or "fp16"; NULL for a dtype that is not one. */
+const char *zt_precision_name(enum zt_dtype t);
+
+/* 1 when `name` is one of those names, with its dtype in *out (when out is
+ * not NULL); 0 otherwise. */
+int zt_precision_from_name(const char *name, enum zt_dtype *out);
+
 #endif

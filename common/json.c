@@ -1,4 +1,4 @@
-/* common/json.c — the JSON reader declared in json.h.
+/* common/json.c — the JSON reader and writer declared in json.h.
  *
  * Recursive descent over bytes it does not trust. Containers are built in
  * place: a member slot is appended (zeroed, with a NULL key) before it is
@@ -10,6 +10,7 @@
 #include "json.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -483,4 +484,81 @@ const struct json_value *json_object_get(const struct json_value *obj, const cha
     if (count)
         *count = seen;
     return first;
+}
+
+/* ---- writing ---- */
+
+/* Room for `more` bytes and the NUL; sets oom when there is none. */
+static int reserve(struct json_text *t, size_t more)
+{
+    if (t->oom)
+        return 0;
+    if (more > SIZE_MAX / 2 - t->len - 1) {
+        t->oom = 1;
+        return 0;
+    }
+    if (t->len + more + 1 <= t->cap)
+        return 1;
+    size_t cap = t->cap ? t->cap : 256;
+    while (cap < t->len + more + 1)
+        cap *= 2;
+    char *p = realloc(t->p, cap);
+    if (!p) {
+        t->oom = 1;
+        return 0;
+    }
+    t->p = p;
+    t->cap = cap;
+    return 1;
+}
+
+void json_text_put(struct json_text *t, const char *s, size_t n)
+{
+    if (!reserve(t, n))
+        return;
+    memcpy(t->p + t->len, s, n);
+    t->len += n;
+    t->p[t->len] = '\0';
+}
+
+void json_text_puts(struct json_text *t, const char *s)
+{
+    json_text_put(t, s, strlen(s));
+}
+
+void json_text_printf(struct json_text *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    ZT_ASSERT(n >= 0);
+    if (!reserve(t, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(t->p + t->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+}
+
+void json_text_string(struct json_text *t, const char *s, enum json_escape e)
+{
+    json_text_put(t, "\"", 1);
+    const char *run = s; /* the bytes since the last escape, written as they are */
+    for (const char *c = s; *c; c++) {
+        unsigned char u = (unsigned char)*c;
+        if (u >= 0x20 && u != '"' && u != '\\')
+            continue;
+        json_text_put(t, run, (size_t)(c - run));
+        run = c + 1;
+        const char *esc = u == '"' ? "\\\"" : u == '\\' ? "\\\\" : NULL;
+        if (!esc && e == JSON_ESCAPE_SHORT)
+            esc = u == '\n' ? "\\n" : u == '\t' ? "\\t" : u == '\r' ? "\\r" : NULL;
+        if (esc)
+            json_text_puts(t, esc);
+        else
+            json_text_printf(t, "\\u%04x", u);
+    }
+    json_text_puts(t, run);
+    json_text_put(t, "\"", 1);
 }

@@ -1,4 +1,4 @@
-/* common/json.h — the one JSON reader of zerotrain.
+/* common/json.h — the one JSON reader and writer of zerotrain.
  *
  * Two file formats carry JSON: a checkpoint's meta.json and the header of a
  * safetensors file. Both are read whole and parsed into a tree of
@@ -78,5 +78,38 @@ const struct json_value *json_object_get(const struct json_value *obj, const cha
 /* Index of the first byte of s[0..n) that does not start a valid UTF-8
  * sequence (the rules json_parse applies), or n when all of it is valid. */
 size_t json_utf8_check(const char *s, size_t n);
+
+/* ---- writing ----
+ *
+ * JSON is written into a growing text: meta.json and safetensors headers
+ * are built in memory, checked, then written whole. A writer puts its
+ * pieces without checking each one: an allocation failure is remembered
+ * in `oom`, every later put does nothing, and the writer checks `oom` once
+ * at the end. The text is always NUL-terminated once anything is in it. */
+
+/* Zero-initialise; the caller frees p. */
+struct json_text {
+    char *p; /* len bytes and a NUL (NULL before the first put) */
+    size_t len, cap;
+    int oom; /* an allocation failed: p holds what came before */
+};
+
+/* How a string's control bytes are written. Both escape '"' and '\' with
+ * a backslash and write every other byte (valid UTF-8, checked by the
+ * caller) as it is. */
+enum json_escape {
+    JSON_ESCAPE_U,     /* every byte below 0x20 as \u00XX */
+    JSON_ESCAPE_SHORT, /* \n, \t and \r as such, the other ones as \u00XX */
+};
+
+/* Appends n bytes of s. */
+void json_text_put(struct json_text *t, const char *s, size_t n);
+/* Appends the C string s. */
+void json_text_puts(struct json_text *t, const char *s);
+/* Appends the printf-formatted text. */
+__attribute__((format(printf, 2, 3))) void json_text_printf(struct json_text *t, const char *fmt,
+                                                            ...);
+/* Appends s as a JSON string, quotes included, escaped as `e` says. */
+void json_text_string(struct json_text *t, const char *s, enum json_escape e);
 
 #endif

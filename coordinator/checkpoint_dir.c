@@ -36,73 +36,6 @@
 #define STEP_DIGITS  8  /* at least: "step-00000120" */
 #define LATEST_BYTES 64 /* a longer DIR/latest is not ours */
 
-/* ---- small files ---- */
-
-zt_status ckpt_write_atomic(const char *path, const void *bytes, size_t n)
-{
-    struct atomic_file af;
-    ZT_TRY(atomic_file_open(path, &af));
-    if (n && fwrite(bytes, 1, n, af.f) != n) {
-        zt_status st =
-            zt_error_set(ZT_ERR_IO, "%s: cannot write %s: %s", path, af.tmp_path, strerror(errno));
-        atomic_file_abort(&af);
-        return st;
-    }
-    return atomic_file_commit(&af);
-}
-
-static zt_status read_all(int fd, const char *path, char *buf, size_t n)
-{
-    while (n > 0) {
-        ssize_t got = read(fd, buf, n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        if (got == 0)
-            return zt_error_set(ZT_ERR_CHECKPOINT,
-                                "%s: truncated: the file shrank while being read", path);
-        buf += got;
-        n -= (size_t)got;
-    }
-    return ZT_OK;
-}
-
-zt_status ckpt_read_small(const char *path, size_t max, char **out, size_t *len)
-{
-    *out = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT
-                   ? zt_error_set(ZT_ERR_IO, "%s: no such file or directory", path)
-                   : zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    zt_status st = ZT_OK;
-    char *buf = NULL;
-    if (fstat(fd, &sb) != 0)
-        st = zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = zt_error_set(ZT_ERR_CHECKPOINT, "%s: not a regular file", path);
-    else if ((uint64_t)sb.st_size > max)
-        st = zt_error_set(ZT_ERR_CHECKPOINT, "%s: %lld bytes, more than the limit of %zu", path,
-                          (long long)sb.st_size, max);
-    else if (!(buf = malloc((size_t)sb.st_size + 1)))
-        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %lld bytes", path,
-                          (long long)sb.st_size);
-    else
-        st = read_all(fd, path, buf, (size_t)sb.st_size);
-    close(fd);
-    if (st != ZT_OK) {
-        free(buf);
-        return st;
-    }
-    buf[sb.st_size] = '\0';
-    *out = buf;
-    *len = (size_t)sb.st_size;
-    return ZT_OK;
-}
-
 /* ---- names ---- */
 
 void ckpt_step_dirname(int64_t step, char *buf, size_t n)
@@ -365,7 +298,7 @@ zt_status ckpt_publish(const char *dir, int64_t step)
     ZT_TRY(join(path, sizeof path, dir, CKPT_LATEST_NAME));
     ZT_TRY(check_complete(step_dir));
     int len = snprintf(line, sizeof line, "%s\n", name);
-    return ckpt_write_atomic(path, line, (size_t)len);
+    return atomic_file_write(path, line, (size_t)len);
 }
 
 zt_status ckpt_find_latest(const char *dir, char *step_dir, size_t n, int *found)

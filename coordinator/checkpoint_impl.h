@@ -1,6 +1,8 @@
 /* coordinator/checkpoint_impl.h — what the checkpoint_*.c files share and
- * nobody else includes: the checksum, little-endian packing and the small
- * atomic files (meta.json, latest). meta.json is parsed with common/json.h.
+ * nobody else includes: the checksum and the small files (meta.json,
+ * latest), written whole with common/atomic_file.h and read with
+ * common/fileio.h. meta.json is parsed with common/json.h; shard headers
+ * are packed with common/endian.h.
  */
 #ifndef ZT_COORDINATOR_CHECKPOINT_IMPL_H
 #define ZT_COORDINATOR_CHECKPOINT_IMPL_H
@@ -8,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/atomic_file.h"
+#include "../common/fileio.h"
 #include "../common/status.h"
 
 #define CKPT_FNV_OFFSET 0xcbf29ce484222325ULL
@@ -22,28 +26,14 @@ static inline uint64_t ckpt_fnv(uint64_t h, const void *bytes, size_t n)
     return h;
 }
 
-static inline void ckpt_put_le(unsigned char *p, uint64_t v, int nbytes)
+/* Reads a whole small file (at most `max` bytes: meta.json, latest) into a
+ * new NUL-terminated buffer (*out, caller frees; *len its length).
+ * ZT_ERR_IO ("PATH: no such file or directory" when missing),
+ * ZT_ERR_CHECKPOINT (larger than max, not a regular file), ZT_ERR_NOMEM.
+ * They are written with atomic_file_write. */
+static inline zt_status ckpt_read_small(const char *path, size_t max, char **out, size_t *len)
 {
-    for (int i = 0; i < nbytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    return zt_read_small_file(path, max, ZT_ERR_CHECKPOINT, out, len);
 }
-
-static inline uint64_t ckpt_get_le(const unsigned char *p, int nbytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < nbytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* Writes `n` bytes to `path` through common/atomic_file (whole or not at
- * all). ZT_ERR_IO, ZT_ERR_NOMEM. */
-zt_status ckpt_write_atomic(const char *path, const void *bytes, size_t n);
-
-/* Reads a whole small file (at most `max` bytes) into a new NUL-terminated
- * buffer (*out, caller frees; *len its length). ZT_ERR_IO ("PATH: no such
- * file or directory" when missing), ZT_ERR_CHECKPOINT (larger than max, not
- * a regular file), ZT_ERR_NOMEM. */
-zt_status ckpt_read_small(const char *path, size_t max, char **out, size_t *len);
 
 #endif

@@ -19,7 +19,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,16 +52,6 @@ static const struct field {
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
-static const char *const precisions[] = {"fp32", "bf16", "fp16"};
-
-static int precision_known(const char *p)
-{
-    for (size_t k = 0; k < sizeof precisions / sizeof precisions[0]; k++)
-        if (strcmp(p, precisions[k]) == 0)
-            return 1;
-    return 0;
-}
-
 /* The GPT-2 shape keys of version 1, which read as "model": {"family":
  * "gpt2", ...} with these entries in this order. */
 static const char *const v1_shape_keys[] = {"vocab_size", "block_size", "n_layer", "n_head",
@@ -74,77 +63,6 @@ static const char *const v1_shape_keys[] = {"vocab_size", "block_size", "n_layer
 #define OPTIMIZER_KIND_KEY "type"
 
 /* ---- writing ---- */
-
-/* A growing text; an allocation failure is remembered and reported once. */
-struct text {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void reserve(struct text *t, size_t more)
-{
-    if (t->oom || t->len + more + 1 <= t->cap)
-        return;
-    size_t cap = t->cap ? t->cap : 4096;
-    while (cap < t->len + more + 1)
-        cap *= 2;
-    char *p = realloc(t->p, cap);
-    if (!p) {
-        t->oom = 1;
-        return;
-    }
-    t->p = p;
-    t->cap = cap;
-}
-
-static void add_bytes(struct text *t, const char *s, size_t n)
-{
-    reserve(t, n);
-    if (t->oom)
-        return;
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    t->p[t->len] = '\0';
-}
-
-__attribute__((format(printf, 2, 3))) static void add(struct text *t, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    ZT_ASSERT(n >= 0 && (size_t)n < sizeof buf); /* only short fragments come here */
-    add_bytes(t, buf, (size_t)n);
-}
-
-/* s as a JSON string: quotes, backslashes and control bytes escaped; the
- * rest (valid UTF-8, checked by the caller) as it is. */
-static void add_string(struct text *t, const char *s)
-{
-    add_bytes(t, "\"", 1);
-    const char *run = s;
-    for (const char *c = s; *c; c++) {
-        unsigned char u = (unsigned char)*c;
-        if (u >= 0x20 && u != '"' && u != '\\')
-            continue;
-        add_bytes(t, run, (size_t)(c - run));
-        run = c + 1;
-        const char *esc = u == '"'    ? "\\\""
-                          : u == '\\' ? "\\\\"
-                          : u == '\n' ? "\\n"
-                          : u == '\t' ? "\\t"
-                          : u == '\r' ? "\\r"
-                                      : NULL;
-        if (esc)
-            add_bytes(t, esc, strlen(esc));
-        else
-            add(t, "\\u%04x", u);
-    }
-    add_bytes(t, run, strlen(run));
-    add_bytes(t, "\"", 1);
-}
 
 static int64_t field_int(const struct ckpt_meta *m, const struct field *f)
 {
@@ -177,7 +95,8 @@ static zt_status check_writable(const char *path, const struct ckpt_meta *m)
             return zt_error_set(ZT_ERR_USAGE, "%s: %s is %lld, must be in %lld .. %lld", path,
                                 f->key, (long long)v, (long long)f->min, (long long)f->max);
     }
-    if (!memchr(m->precision, '\0', sizeof m->precision) || !precision_known(m->precision))
+    if (!memchr(m->precision, '\0', sizeof m->precision) ||
+        !zt_precision_from_name(m->precision, NULL))
         return zt_error_set(ZT_ERR_USAGE, "%s: precision '%.16s' is not fp32, bf16 or fp16", path,
                             m->precision);
     if (m->n_units < 0 || (m->n_units > 0 && (!m->unit_numel || !m->unit_shard)))
@@ -204,76 +123,78 @@ static zt_status check_writable(const char *path, const struct ckpt_meta *m)
     return ZT_OK;
 }
 
-static void add_fields(struct text *t, const struct ckpt_meta *m)
+static void add_fields(struct json_text *t, const struct ckpt_meta *m)
 {
     for (size_t k = 0; k < N_FIELDS; k++) {
         const struct field *f = &fields[k];
         const char *p = (const char *)m + f->off;
-        add(t, "  \"%s\": ", f->key);
+        json_text_printf(t, "  \"%s\": ", f->key);
         if (f->kind == K_U64) {
             uint64_t v;
             memcpy(&v, p, sizeof v);
-            add(t, "%llu,\n", (unsigned long long)v);
+            json_text_printf(t, "%llu,\n", (unsigned long long)v);
         } else if (f->kind == K_F64) {
             double v;
             memcpy(&v, p, sizeof v);
-            add(t, "%.17g,\n", v);
+            json_text_printf(t, "%.17g,\n", v);
         } else {
-            add(t, "%lld,\n", (long long)field_int(m, f));
+            json_text_printf(t, "%lld,\n", (long long)field_int(m, f));
         }
     }
 }
 
 /* A described object on one line: {"KIND_KEY": "kind", "name": value, ...}. */
-static void add_kvlist(struct text *t, const char *key, const char *kind_key,
+static void add_kvlist(struct json_text *t, const char *key, const char *kind_key,
                        const struct zt_kvlist *l)
 {
-    add(t, "  \"%s\": {\"%s\": ", key, kind_key);
-    add_string(t, l->kind);
+    json_text_printf(t, "  \"%s\": {\"%s\": ", key, kind_key);
+    json_text_string(t, l->kind, JSON_ESCAPE_SHORT);
     for (int k = 0; k < l->n; k++) {
         const struct zt_kv *kv = &l->items[k];
-        add(t, ", ");
-        add_string(t, kv->name);
+        json_text_printf(t, ", ");
+        json_text_string(t, kv->name, JSON_ESCAPE_SHORT);
         if (kv->is_real)
-            add(t, ": %.17g", kv->r);
+            json_text_printf(t, ": %.17g", kv->r);
         else
-            add(t, ": %lld", (long long)kv->i);
+            json_text_printf(t, ": %lld", (long long)kv->i);
     }
-    add(t, "},\n");
+    json_text_printf(t, "},\n");
 }
 
-static void add_lists(struct text *t, const struct ckpt_meta *m)
+static void add_lists(struct json_text *t, const struct ckpt_meta *m)
 {
-    add(t, "  \"units\": [");
+    json_text_printf(t, "  \"units\": [");
     for (int u = 0; u < m->n_units; u++)
-        add(t, "%s\n    {\"numel\": %llu, \"shard\": %llu}", u ? "," : "",
-            (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u]);
-    add(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
+        json_text_printf(t, "%s\n    {\"numel\": %llu, \"shard\": %llu}", u ? "," : "",
+                         (unsigned long long)m->unit_numel[u],
+                         (unsigned long long)m->unit_shard[u]);
+    json_text_printf(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
     for (int r = 0; r < m->world; r++)
-        add(t,
+        json_text_printf(
+            t,
             "%s\n    {\"name\": \"rank-%05d.bin\", \"bytes\": %llu, \"checksum\": \"0x%016llx\"}",
             r ? "," : "", r, (unsigned long long)m->files[r].bytes,
             (unsigned long long)m->files[r].checksum);
-    add(t, "\n  ],\n");
+    json_text_printf(t, "\n  ],\n");
 }
 
 zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
 {
     ZT_TRY(check_writable(path, m));
-    struct text t = {0};
-    add(&t, "{\n  \"format_version\": %u,\n", CKPT_FORMAT_VERSION);
+    struct json_text t = {0};
+    json_text_printf(&t, "{\n  \"format_version\": %u,\n", CKPT_FORMAT_VERSION);
     add_fields(&t, m);
     add_kvlist(&t, "model", MODEL_KIND_KEY, &m->model);
     add_kvlist(&t, "optimizer", OPTIMIZER_KIND_KEY, &m->optimizer);
-    add(&t, "  \"precision\": ");
-    add_string(&t, m->precision);
-    add(&t, ",\n");
+    json_text_printf(&t, "  \"precision\": ");
+    json_text_string(&t, m->precision, JSON_ESCAPE_SHORT);
+    json_text_printf(&t, ",\n");
     add_lists(&t, m);
-    add(&t, "  \"config_yaml\": ");
-    add_string(&t, m->config_yaml);
-    add(&t, "\n}\n");
+    json_text_printf(&t, "  \"config_yaml\": ");
+    json_text_string(&t, m->config_yaml, JSON_ESCAPE_SHORT);
+    json_text_printf(&t, "\n}\n");
     zt_status st = t.oom ? zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the text", path)
-                         : ckpt_write_atomic(path, t.p, t.len);
+                         : atomic_file_write(path, t.p, t.len);
     free(t.p);
     return st;
 }
@@ -393,7 +314,7 @@ static zt_status read_strings(const char *path, const struct json_value *root, s
 {
     const struct json_value *v;
     ZT_TRY(need(path, root, "precision", "precision", JSON_STRING, &v));
-    if (!precision_known(v->str))
+    if (!zt_precision_from_name(v->str, NULL))
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s: key 'precision' is '%s', expected fp32, bf16 or fp16", path,
                             v->str);

@@ -34,6 +34,8 @@
 #include <unistd.h>
 
 #include "../common/atomic_file.h"
+#include "../common/endian.h"
+#include "../common/fileio.h"
 
 #define CHUNK_BYTES  (1u << 20)
 #define MAX_SECTIONS (1u << 20)
@@ -89,18 +91,18 @@ static void pack_header(unsigned char *buf, int rank, int world, const struct ck
                         int n)
 {
     memcpy(buf, CKPT_SHARD_MAGIC, 8);
-    ckpt_put_le(buf + 8, CKPT_SHARD_VERSION, 4);
-    ckpt_put_le(buf + 12, (uint64_t)rank, 4);
-    ckpt_put_le(buf + 16, (uint64_t)world, 4);
-    ckpt_put_le(buf + 20, (uint64_t)n, 4);
+    zt_put_le(buf + 8, CKPT_SHARD_VERSION, 4);
+    zt_put_le(buf + 12, (uint64_t)rank, 4);
+    zt_put_le(buf + 16, (uint64_t)world, 4);
+    zt_put_le(buf + 20, (uint64_t)n, 4);
     for (int k = 0; k < n; k++) {
         unsigned char *e = buf + table_end((uint64_t)k);
         memset(e, 0, CKPT_SHARD_ENTRY_BYTES);
         memcpy(e, sec[k].name, strlen(sec[k].name));
-        ckpt_put_le(e + 32, (uint64_t)dtype_code(sec[k].dtype), 4);
-        ckpt_put_le(e + 40, sec[k].count, 8);
-        ckpt_put_le(e + 48, sec[k].offset, 8);
-        ckpt_put_le(e + 56, sec[k].checksum, 8);
+        zt_put_le(e + 32, (uint64_t)dtype_code(sec[k].dtype), 4);
+        zt_put_le(e + 40, sec[k].count, 8);
+        zt_put_le(e + 48, sec[k].offset, 8);
+        zt_put_le(e + 56, sec[k].checksum, 8);
     }
 }
 
@@ -333,21 +335,7 @@ void ckpt_shard_close(struct ckpt_shard *s)
 /* Reads n bytes at offset; a file that ends early is ZT_ERR_CHECKPOINT. */
 static zt_status pread_full(int fd, const char *path, void *buf, size_t n, uint64_t offset)
 {
-    unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t got = pread(fd, p, n, (off_t)offset);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        if (got == 0)
-            return zt_error_set(ZT_ERR_CHECKPOINT,
-                                "%s: truncated: the file shrank while being read", path);
-        p += got;
-        n -= (size_t)got;
-        offset += (uint64_t)got;
-    }
-    return ZT_OK;
+    return zt_pread_full(fd, path, buf, n, offset, ZT_ERR_CHECKPOINT);
 }
 
 /* Checks the fixed 24 bytes against the format and the file size; sets
@@ -361,8 +349,8 @@ static zt_status check_fixed(struct ckpt_shard *s, const unsigned char *b, uint6
     if (have < CKPT_SHARD_HEADER_BYTES)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: truncated: %llu bytes, the header needs %u",
                             path, (unsigned long long)size, CKPT_SHARD_HEADER_BYTES);
-    uint32_t version = (uint32_t)ckpt_get_le(b + 8, 4), rank = (uint32_t)ckpt_get_le(b + 12, 4);
-    uint32_t world = (uint32_t)ckpt_get_le(b + 16, 4), n = (uint32_t)ckpt_get_le(b + 20, 4);
+    uint32_t version = (uint32_t)zt_get_le(b + 8, 4), rank = (uint32_t)zt_get_le(b + 12, 4);
+    uint32_t world = (uint32_t)zt_get_le(b + 16, 4), n = (uint32_t)zt_get_le(b + 20, 4);
     if (version > CKPT_SHARD_VERSION)
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s: shard format version %u is newer than this zerotrain understands "
@@ -403,7 +391,7 @@ static zt_status check_entry(struct ckpt_shard *s, const unsigned char *e, int k
         if (e[c] != 0)
             return zt_error_set(ZT_ERR_CHECKPOINT, "%s: section '%s': name padding is not zero",
                                 path, sec->name);
-    uint32_t code = (uint32_t)ckpt_get_le(e + 32, 4), reserved = (uint32_t)ckpt_get_le(e + 36, 4);
+    uint32_t code = (uint32_t)zt_get_le(e + 32, 4), reserved = (uint32_t)zt_get_le(e + 36, 4);
     if (code >= N_DTYPES)
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: section '%s': unknown dtype code %u", path,
                             sec->name, (unsigned)code);
@@ -411,9 +399,9 @@ static zt_status check_entry(struct ckpt_shard *s, const unsigned char *e, int k
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: section '%s': reserved field is %u, expected 0",
                             path, sec->name, (unsigned)reserved);
     sec->dtype = dtypes[code].dtype;
-    sec->count = ckpt_get_le(e + 40, 8);
-    sec->offset = ckpt_get_le(e + 48, 8);
-    sec->checksum = ckpt_get_le(e + 56, 8);
+    sec->count = zt_get_le(e + 40, 8);
+    sec->offset = zt_get_le(e + 48, 8);
+    sec->checksum = zt_get_le(e + 56, 8);
     if (sec->offset != *offset)
         return zt_error_set(ZT_ERR_CHECKPOINT,
                             "%s: section '%s': offset %llu, expected %llu (sections follow the "
@@ -477,17 +465,8 @@ static zt_status read_table(struct ckpt_shard *s, uint64_t size)
 /* Everything open does once the handle exists. */
 static zt_status open_checked(struct ckpt_shard *s)
 {
-    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0)
-        return errno == ENOENT
-                   ? zt_error_set(ZT_ERR_IO, "%s: no such file or directory", s->path)
-                   : zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", s->path, strerror(errno));
-    struct stat sb;
-    if (fstat(s->fd, &sb) != 0)
-        return zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: not a regular file", s->path);
-    uint64_t size = (uint64_t)sb.st_size;
+    uint64_t size;
+    ZT_TRY(zt_open_regular(s->path, ZT_ERR_CHECKPOINT, &s->fd, &size));
     unsigned char fixed[CKPT_SHARD_HEADER_BYTES];
     size_t have = size < sizeof fixed ? (size_t)size : sizeof fixed;
     ZT_TRY(pread_full(s->fd, s->path, fixed, have, 0));

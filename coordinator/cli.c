@@ -153,7 +153,8 @@ static int usage_exit(const char *fmt, const char *arg)
 }
 
 /* train and eval: parse, run under MPI, print once, agree on the exit code. */
-static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_atomic_t *stop)
+static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_atomic_t *stop,
+                           const struct ckpt_fault_hooks *faults)
 {
     struct cli_args a;
     int print_here = 0;
@@ -164,6 +165,7 @@ static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_ato
     }
     st = parse_run_args(argc, argv, is_train, &a);
     a.run.stop_signal = stop;
+    a.run.faults = faults;
     if (st != ZT_OK) {
         print_here = comm_world_rank() == 0;
     } else {
@@ -247,7 +249,8 @@ static int run_export(int argc, char **argv)
     return zt_status_exit_code(st);
 }
 
-int cli_main(int argc, char **argv, volatile sig_atomic_t *stop)
+int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
+             const struct ckpt_fault_hooks *faults)
 {
     if (argc < 2) {
         fputs(usage_text, stderr);
@@ -255,9 +258,9 @@ int cli_main(int argc, char **argv, volatile sig_atomic_t *stop)
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "train") == 0)
-        return run_mpi_command(1, argc - 2, argv + 2, stop);
+        return run_mpi_command(1, argc - 2, argv + 2, stop, faults);
     if (strcmp(cmd, "eval") == 0)
-        return run_mpi_command(0, argc - 2, argv + 2, stop);
+        return run_mpi_command(0, argc - 2, argv + 2, stop, faults);
     if (strcmp(cmd, "prepare") == 0)
         return run_prepare(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0)

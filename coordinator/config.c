@@ -104,3 +104,26 @@ void config_free(struct zt_config *cfg)
     free(cfg->optimizer.type);
     memset(cfg, 0, sizeof *cfg);
 }
+
+struct lr_schedule config_lr_schedule(const struct zt_config *cfg)
+{
+    static const enum lr_schedule_kind kinds[] = {
+        [ZT_SCHED_NONE] = LR_SCHED_NONE,
+        [ZT_SCHED_WARMUP_LR] = LR_SCHED_WARMUP_LR,
+        [ZT_SCHED_WARMUP_DECAY_LR] = LR_SCHED_WARMUP_DECAY_LR,
+        [ZT_SCHED_WARMUP_COSINE_LR] = LR_SCHED_WARMUP_COSINE_LR,
+    };
+    ZT_ASSERT((size_t)cfg->scheduler.type < sizeof kinds / sizeof kinds[0]);
+    return (struct lr_schedule){
+        .kind = kinds[cfg->scheduler.type],
+        .lr = cfg->optimizer.lr,
+        .warmup_min_lr = cfg->scheduler.warmup_min_lr,
+        .warmup_max_lr = cfg->scheduler.warmup_max_lr,
+        .warmup_num_steps = cfg->scheduler.warmup_num_steps,
+        .warmup_type =
+            cfg->scheduler.warmup_type == ZT_WARMUP_LINEAR ? LR_WARMUP_LINEAR : LR_WARMUP_LOG,
+        .total_num_steps = cfg->scheduler.total_num_steps,
+        .warmup_min_ratio = cfg->scheduler.warmup_min_ratio,
+        .cos_min_ratio = cfg->scheduler.cos_min_ratio,
+    };
+}

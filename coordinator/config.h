@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "../common/status.h"
+#include "../worker/schedule.h"
 
 enum zt_sched_type {
     ZT_SCHED_NONE,
@@ -146,5 +147,9 @@ zt_status config_write_yaml(const struct zt_config *cfg, FILE *f);
 /* Frees the strings a loaded config owns and zeroes it; safe on a zeroed
  * or already freed config. */
 void config_free(struct zt_config *cfg);
+
+/* The learning-rate schedule the config describes (optimizer.lr and the
+ * scheduler section), for worker/schedule.h's schedule_lr. */
+struct lr_schedule config_lr_schedule(const struct zt_config *cfg);
 
 #endif

@@ -13,13 +13,7 @@
 
 static zt_status parse_dtype(const char *name, enum zt_dtype *out)
 {
-    if (strcmp(name, "fp32") == 0)
-        *out = ZT_F32;
-    else if (strcmp(name, "bf16") == 0)
-        *out = ZT_BF16;
-    else if (strcmp(name, "fp16") == 0)
-        *out = ZT_F16;
-    else
+    if (!zt_precision_from_name(name, out))
         return zt_error_set(ZT_ERR_USAGE, "--dtype %s: expected fp32, bf16 or fp16", name);
     return ZT_OK;
 }

@@ -44,5 +44,5 @@ int main(int argc, char **argv)
     install(SIGTERM, on_checkpoint_signal);
     install(SIGUSR1, on_checkpoint_signal);
     install(SIGINT, on_interrupt);
-    return cli_main(argc, argv, &stop_request);
+    return cli_main(argc, argv, &stop_request, NULL);
 }

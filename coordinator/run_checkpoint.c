@@ -9,7 +9,6 @@
  */
 #include "run_checkpoint.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,18 +33,6 @@ static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
 
 /* ---- save ----------------------------------------------------------------- */
 
-/* Fault injection for the crash-safety test (in the manner of SQLite's
- * test VFS): ZT_TEST_CRASH_IN_SAVE=R,S kills rank R in the middle of
- * writing its shard of the checkpoint of step S, as a node failure would. */
-static void crash_if_asked(int rank, long step)
-{
-    const char *spec = getenv("ZT_TEST_CRASH_IN_SAVE");
-    int victim;
-    long at;
-    if (spec && sscanf(spec, "%d,%ld", &victim, &at) == 2 && victim == rank && at == step)
-        raise(SIGKILL);
-}
-
 static zt_status write_sections(struct run_session *s, long step, struct ckpt_shard_writer *w)
 {
     const struct shard_partition *p = &s->engine.part;
@@ -64,8 +51,8 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging buffer");
     zt_status st = ZT_OK;
     for (int k = 0; k < n_states && st == ZT_OK; k++) {
-        if (k == 1)
-            crash_if_asked(s->rank, step);
+        if (k == 1 && s->faults && s->faults->mid_shard)
+            s->faults->mid_shard(s->faults->arg, s->rank, step);
         for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_owned_range(p, s->rank, u, &lo, &hi);
@@ -104,7 +91,7 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->step = step;
     m->world = s->world;
     m->stage = c->zero.stage;
-    snprintf(m->precision, sizeof m->precision, "%s", precision_name(s->engine.cfg.precision));
+    snprintf(m->precision, sizeof m->precision, "%s", zt_precision_name(s->engine.cfg.precision));
     m->n_units = p->n_units;
     m->unit_numel = calloc((size_t)p->n_units, sizeof *m->unit_numel);
     m->unit_shard = calloc((size_t)p->n_units, sizeof *m->unit_shard);

@@ -28,6 +28,19 @@
 #include "checkpoint.h"
 #include "session.h"
 
+/* Fault injection into run_checkpoint_save, for the tests of crash safety
+ * (in the manner of SQLite's test VFS): a test build of the program passes
+ * hooks through cli_main into the run options; the zerotrain binary passes
+ * none, so no hook is ever called there. */
+struct ckpt_fault_hooks {
+    /* Called by every rank while it writes its shard of the checkpoint of
+     * `step`, after the first section and before the second: a hook that
+     * kills the process leaves a half-written shard, as a node failure
+     * would. NULL: none. */
+    void (*mid_shard)(void *arg, int rank, long step);
+    void *arg; /* passed to the hook */
+};
+
 /* The folder checkpoints go to: checkpoint.dir, or <run.output_dir>/checkpoints. */
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n);
 

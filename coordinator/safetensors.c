@@ -35,6 +35,8 @@
 #include <unistd.h>
 
 #include "../common/atomic_file.h"
+#include "../common/endian.h"
+#include "../common/fileio.h"
 #include "../common/half.h"
 #include "../common/json.h"
 
@@ -94,20 +96,6 @@ static int is_float_dtype(enum zt_dtype t)
 
 /* ---- shared helpers ---- */
 
-static uint64_t get_le(const unsigned char *p, size_t nbytes)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < nbytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void put_le(unsigned char *p, uint64_t v, size_t nbytes)
-{
-    for (size_t i = 0; i < nbytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
 /* Whether a C string is valid UTF-8 (by the rules the header parser
  * applies), so that what the writer writes reads back. */
 static int utf8_valid(const char *s)
@@ -149,34 +137,10 @@ static int shape_size(int ndim, const uint64_t *shape, enum zt_dtype dtype, uint
     return 1;
 }
 
-static zt_status open_error(const char *path, int err)
-{
-    if (err == ENOENT)
-        return zt_error_set(ZT_ERR_IO, "%s: no such file or directory", path);
-    return zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(err));
-}
-
-/* pread of exactly n bytes, retrying short reads and EINTR. */
+/* Reads n bytes at offset; a file that ends early is ZT_ERR_DATA. */
 static zt_status pread_full(int fd, const char *path, void *buf, size_t n, uint64_t offset)
 {
-    unsigned char *p = buf;
-    while (n > 0) {
-        if (offset > (uint64_t)INT64_MAX || (uint64_t)(off_t)offset != offset)
-            return zt_error_set(ZT_ERR_IO, "%s: offset %llu is beyond what this system can seek",
-                                path, (unsigned long long)offset);
-        ssize_t got = pread(fd, p, n, (off_t)offset);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        if (got == 0)
-            return zt_error_set(ZT_ERR_DATA, "%s: truncated: the file shrank while being read",
-                                path);
-        p += got;
-        n -= (size_t)got;
-        offset += (uint64_t)got;
-    }
-    return ZT_OK;
+    return zt_pread_full(fd, path, buf, n, offset, ZT_ERR_DATA);
 }
 
 /* ---- reading the header ---- */
@@ -487,7 +451,7 @@ static zt_status read_header_len(const struct safetensors *s, uint64_t size, uin
                             "header length",
                             s->path, (unsigned long long)size);
     ZT_TRY(pread_full(s->fd, s->path, b, 8, 0));
-    *len = get_le(b, 8);
+    *len = zt_get_le(b, 8);
     if (*len > size - 8)
         return zt_error_set(ZT_ERR_DATA,
                             "%s: header length %llu exceeds the file size (%llu bytes)", s->path,
@@ -519,15 +483,8 @@ static zt_status parse_file_header(struct safetensors *s, uint64_t len)
 
 static zt_status load(struct safetensors *s)
 {
-    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0)
-        return open_error(s->path, errno);
-    struct stat sb;
-    if (fstat(s->fd, &sb) != 0)
-        return zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", s->path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return zt_error_set(ZT_ERR_IO, "%s: not a regular file", s->path);
-    uint64_t size = (uint64_t)sb.st_size, len = 0;
+    uint64_t size, len = 0;
+    ZT_TRY(zt_open_regular(s->path, ZT_ERR_IO, &s->fd, &size));
     ZT_TRY(read_header_len(s, size, &len));
     s->data_start = 8 + len;
     s->data_len = size - s->data_start;
@@ -617,16 +574,16 @@ static void decode_f32(const unsigned char *b, size_t n, enum zt_dtype dtype, fl
     for (size_t i = 0; i < n; i++) {
         switch (dtype) {
         case ZT_F32:
-            dst[i] = half_bits_f32((uint32_t)get_le(b + 4 * i, 4));
+            dst[i] = half_bits_f32((uint32_t)zt_get_le(b + 4 * i, 4));
             break;
         case ZT_F16:
-            dst[i] = zt_f16_to_f32((uint16_t)get_le(b + 2 * i, 2));
+            dst[i] = zt_f16_to_f32((uint16_t)zt_get_le(b + 2 * i, 2));
             break;
         case ZT_BF16:
-            dst[i] = zt_bf16_to_f32((uint16_t)get_le(b + 2 * i, 2));
+            dst[i] = zt_bf16_to_f32((uint16_t)zt_get_le(b + 2 * i, 2));
             break;
         case ZT_F64: {
-            uint64_t u = get_le(b + 8 * i, 8);
+            uint64_t u = zt_get_le(b + 8 * i, 8);
             double d;
             memcpy(&d, &u, sizeof d);
             dst[i] = (float)d;
@@ -803,116 +760,55 @@ zt_status safetensors_writer_set_metadata(struct safetensors_writer *w, const ch
     return ZT_OK;
 }
 
-/* A growing text buffer that remembers a failed allocation, so the header
- * is built without a check after every piece and checked once. */
-struct text {
-    char *p;
-    size_t n, cap;
-    int oom;
-};
-
-static void text_put(struct text *b, const char *s, size_t len)
+static void text_u64(struct json_text *b, uint64_t v)
 {
-    if (b->oom || len == 0)
-        return;
-    if (len > SIZE_MAX / 2 - b->n) {
-        b->oom = 1;
-        return;
-    }
-    if (b->n + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + len)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
+    json_text_printf(b, "%llu", (unsigned long long)v);
 }
 
-static void text_str(struct text *b, const char *s)
+static void header_tensor(struct json_text *b, const struct wtensor *t, uint64_t begin)
 {
-    text_put(b, s, strlen(s));
-}
-
-static void text_u64(struct text *b, uint64_t v)
-{
-    char num[24];
-    snprintf(num, sizeof num, "%llu", (unsigned long long)v);
-    text_str(b, num);
-}
-
-/* A JSON string: quotes, backslashes and control characters escaped,
- * everything else (valid UTF-8 by now) as is. */
-static void text_json_string(struct text *b, const char *s)
-{
-    text_put(b, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            text_put(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            text_put(b, esc, 6);
-        } else {
-            text_put(b, p, 1);
-        }
-    }
-    text_put(b, "\"", 1);
-}
-
-static void header_tensor(struct text *b, const struct wtensor *t, uint64_t begin)
-{
-    text_json_string(b, t->name);
-    text_str(b, ":{\"dtype\":\"");
-    text_str(b, safetensors_dtype_name(t->dtype));
-    text_str(b, "\",\"shape\":[");
+    json_text_string(b, t->name, JSON_ESCAPE_U);
+    json_text_puts(b, ":{\"dtype\":\"");
+    json_text_puts(b, safetensors_dtype_name(t->dtype));
+    json_text_puts(b, "\",\"shape\":[");
     for (int i = 0; i < t->ndim; i++) {
         if (i)
-            text_put(b, ",", 1);
+            json_text_put(b, ",", 1);
         text_u64(b, t->shape[i]);
     }
-    text_str(b, "],\"data_offsets\":[");
+    json_text_puts(b, "],\"data_offsets\":[");
     text_u64(b, begin);
-    text_put(b, ",", 1);
+    json_text_put(b, ",", 1);
     text_u64(b, begin + t->numel * zt_dtype_size(t->dtype));
-    text_str(b, "]}");
+    json_text_puts(b, "]}");
 }
 
 /* The header JSON, metadata first, then tensors in declaration order,
  * padded with spaces to a multiple of 8 bytes. */
-static void header_text(const struct safetensors_writer *w, struct text *b)
+static void header_text(const struct safetensors_writer *w, struct json_text *b)
 {
-    text_put(b, "{", 1);
+    json_text_put(b, "{", 1);
     if (w->n_meta) {
-        text_str(b, "\"" METADATA_KEY "\":{");
+        json_text_puts(b, "\"" METADATA_KEY "\":{");
         for (int i = 0; i < w->n_meta; i++) {
             if (i)
-                text_put(b, ",", 1);
-            text_json_string(b, w->meta[i].key);
-            text_put(b, ":", 1);
-            text_json_string(b, w->meta[i].value);
+                json_text_put(b, ",", 1);
+            json_text_string(b, w->meta[i].key, JSON_ESCAPE_U);
+            json_text_put(b, ":", 1);
+            json_text_string(b, w->meta[i].value, JSON_ESCAPE_U);
         }
-        text_str(b, w->n ? "}," : "}");
+        json_text_puts(b, w->n ? "}," : "}");
     }
     uint64_t begin = 0;
     for (int i = 0; i < w->n; i++) {
         if (i)
-            text_put(b, ",", 1);
+            json_text_put(b, ",", 1);
         header_tensor(b, &w->t[i], begin);
         begin += w->t[i].numel * zt_dtype_size(w->t[i].dtype);
     }
-    text_put(b, "}", 1);
-    while (!b->oom && b->n % 8 != 0)
-        text_put(b, " ", 1);
+    json_text_put(b, "}", 1);
+    while (!b->oom && b->len % 8 != 0)
+        json_text_put(b, " ", 1);
 }
 
 static zt_status write_bytes(struct safetensors_writer *w, const void *p, size_t n)
@@ -927,22 +823,22 @@ static zt_status write_bytes(struct safetensors_writer *w, const void *p, size_t
 zt_status safetensors_writer_begin_data(struct safetensors_writer *w)
 {
     ZT_ASSERT(w && w->state == W_DECLARING);
-    struct text b = {0};
+    struct json_text b = {0};
     header_text(w, &b);
     zt_status st = ZT_OK;
     unsigned char len[8];
     w->state = W_FAILED;
     if (b.oom)
         st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot build the header", w->out.path);
-    else if (b.n > SAFETENSORS_MAX_HEADER_BYTES)
+    else if (b.len > SAFETENSORS_MAX_HEADER_BYTES)
         st = zt_error_set(ZT_ERR_USAGE, "%s: header of %zu bytes exceeds the limit of %llu",
-                          w->out.path, b.n, SAFETENSORS_MAX_HEADER_BYTES);
+                          w->out.path, b.len, SAFETENSORS_MAX_HEADER_BYTES);
     if (st == ZT_OK) {
-        put_le(len, b.n, 8);
+        zt_put_le(len, b.len, 8);
         st = write_bytes(w, len, 8);
     }
     if (st == ZT_OK)
-        st = write_bytes(w, b.p, b.n);
+        st = write_bytes(w, b.p, b.len);
     free(b.p);
     ZT_TRY(st);
     w->state = W_WRITING;
@@ -954,19 +850,19 @@ static void encode_f32(const float *src, size_t n, enum zt_dtype dtype, unsigned
     for (size_t i = 0; i < n; i++) {
         switch (dtype) {
         case ZT_F32:
-            put_le(b + 4 * i, half_f32_bits(src[i]), 4);
+            zt_put_le(b + 4 * i, half_f32_bits(src[i]), 4);
             break;
         case ZT_F16:
-            put_le(b + 2 * i, zt_f32_to_f16(src[i]), 2);
+            zt_put_le(b + 2 * i, zt_f32_to_f16(src[i]), 2);
             break;
         case ZT_BF16:
-            put_le(b + 2 * i, zt_f32_to_bf16(src[i]), 2);
+            zt_put_le(b + 2 * i, zt_f32_to_bf16(src[i]), 2);
             break;
         case ZT_F64: {
             double d = src[i];
             uint64_t u;
             memcpy(&u, &d, sizeof u);
-            put_le(b + 8 * i, u, 8);
+            zt_put_le(b + 8 * i, u, 8);
             break;
         }
         default:

@@ -299,6 +299,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     SESSION_PHASE(s, build_model(s, o));
     s->stop_signal = o->stop_signal;
+    s->faults = o->faults;
     SESSION_PHASE(s, o->dry_run ? ZT_OK : restore_weights(s, o, need_train));
     s->state = RUN_CONFIGURED;
     return ZT_OK;

@@ -28,6 +28,8 @@
 #include "../worker/precision.h"
 #include "config.h"
 
+struct ckpt_fault_hooks; /* coordinator/run_checkpoint.h */
+
 enum run_state { RUN_INIT, RUN_CONFIGURED, RUN_RUNNING, RUN_DONE, RUN_FAILED };
 
 struct run_options {
@@ -45,6 +47,8 @@ struct run_options {
     const char *checkpoint_path; /* eval --checkpoint DIR: load these weights */
     int progress;                /* enum progress_mode of the console */
     int profile;                 /* time every op; print where the step time went */
+    /* Checkpoint fault injection: NULL but in test builds. */
+    const struct ckpt_fault_hooks *faults;
 };
 
 struct run_session {
@@ -64,6 +68,8 @@ struct run_session {
     long start_step;                    /* optimizer steps already taken (resumed checkpoint) */
     volatile sig_atomic_t *stop_signal; /* from run_options */
     int failure_agreed;                 /* the failure being returned was agreed by every rank */
+    /* From run_options: NULL but in test builds. */
+    const struct ckpt_fault_hooks *faults;
     int stop_request;          /* agreed among ranks after each step: 0, 1 save+stop, 2 stop */
     char resumed_from[4096];   /* the checkpoint loaded, "" if none */
     int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */

@@ -199,9 +199,10 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     zt_status st = ZT_OK;
     int stop = 0;
     long step = s->start_step, done = 0;
+    const struct lr_schedule lrs = config_lr_schedule(c);
 
     for (; step < c->run.steps && st == ZT_OK && !stop; step++, done++) {
-        struct step_record r = {.step = step + 1, .lr = schedule_lr(c, step)};
+        struct step_record r = {.step = step + 1, .lr = schedule_lr(&lrs, step)};
         double t0 = zt_now_seconds();
         st = train_step(s, step, &r);
         if (st != ZT_OK)

@@ -340,6 +340,49 @@ START_TEST(test_dependent_defaults_follow_their_source)
 }
 END_TEST
 
+/* config_lr_schedule hands schedule_lr every scheduler parameter, kinds
+ * and warmup types translated one for one. */
+START_TEST(test_lr_schedule_from_config)
+{
+    static const struct {
+        const char *scheduler;
+        enum lr_schedule_kind kind;
+        enum lr_warmup_type warmup_type;
+    } cases[] = {
+        {"", LR_SCHED_NONE, LR_WARMUP_LOG},
+        {"scheduler: {type: WarmupLR, params: {warmup_min_lr: 0.001, warmup_max_lr: 0.03, "
+         "warmup_num_steps: 7}}",
+         LR_SCHED_WARMUP_LR, LR_WARMUP_LOG},
+        {"scheduler: {type: WarmupDecayLR, params: {warmup_min_lr: 0.001, warmup_max_lr: 0.03, "
+         "warmup_num_steps: 7, warmup_type: linear, total_num_steps: 40}}",
+         LR_SCHED_WARMUP_DECAY_LR, LR_WARMUP_LINEAR},
+        {"scheduler: {type: WarmupCosineLR, params: {warmup_num_steps: 7, warmup_type: linear, "
+         "total_num_steps: 40, warmup_min_ratio: 0.25, cos_min_ratio: 0.125}}",
+         LR_SCHED_WARMUP_COSINE_LR, LR_WARMUP_LINEAR},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct zt_config c;
+        char text[512];
+        snprintf(text, sizeof text,
+                 "data: {train: x}\nrun: {steps: 50}\noptimizer: {params: {lr: 0.02}}\n%s\n",
+                 cases[k].scheduler);
+        zt_status s = load_text(text, NULL, 0, &c);
+        ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+        struct lr_schedule l = config_lr_schedule(&c);
+        ck_assert_int_eq(l.kind, cases[k].kind);
+        ck_assert_int_eq(l.warmup_type, cases[k].warmup_type);
+        ck_assert_double_eq(l.lr, 0.02);
+        ck_assert_double_eq(l.warmup_min_lr, c.scheduler.warmup_min_lr);
+        ck_assert_double_eq(l.warmup_max_lr, c.scheduler.warmup_max_lr);
+        ck_assert_int_eq(l.warmup_num_steps, c.scheduler.warmup_num_steps);
+        ck_assert_int_eq(l.total_num_steps, c.scheduler.total_num_steps);
+        ck_assert_double_eq(l.warmup_min_ratio, c.scheduler.warmup_min_ratio);
+        ck_assert_double_eq(l.cos_min_ratio, c.scheduler.cos_min_ratio);
+        config_free(&c);
+    }
+}
+END_TEST
+
 START_TEST(test_full_yaml)
 {
     struct zt_config c;
@@ -1021,6 +1064,7 @@ static Suite *config_suite(void)
     TCase *good = tcase_create("good");
     tcase_add_test(good, test_defaults);
     tcase_add_test(good, test_dependent_defaults_follow_their_source);
+    tcase_add_test(good, test_lr_schedule_from_config);
     tcase_add_test(good, test_full_yaml);
     tcase_add_test(good, test_deepspeed_json);
     tcase_add_test(good, test_check_world_without_batch_size);

@@ -124,7 +124,7 @@ START_TEST(crash_while_saving_keeps_the_previous_checkpoint)
     int rc = testutil_run(testutil_fmt("%s/crash.log", dir),
                           "ZT_TEST_CRASH_IN_SAVE=1,6 " MPIRUN
                           " 2 %s train %s --quiet --set run.output_dir=%s/a %s",
-                          testutil_binary(), micro(), dir, ck);
+                          testutil_faulty_binary(), micro(), dir, ck);
     ck_assert_int_ne(rc, 0);
     const char *latest = testutil_slurp(testutil_fmt("%s/ck/latest", dir));
     ck_assert_msg(strncmp(latest, "step-00000003", 13) == 0, "latest: %s", latest);

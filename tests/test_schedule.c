@@ -12,24 +12,24 @@
 
 #define TOL 1e-15
 
-static struct zt_config base(enum zt_sched_type type, enum zt_warmup_type warmup)
+static struct lr_schedule base(enum lr_schedule_kind kind, enum lr_warmup_type warmup)
 {
-    struct zt_config c = {0};
-    c.optimizer.lr = 0.01;
-    c.scheduler.type = type;
-    c.scheduler.warmup_type = warmup;
-    c.scheduler.warmup_min_lr = 0.001;
-    c.scheduler.warmup_max_lr = 0.01;
-    c.scheduler.warmup_num_steps = 10;
-    c.scheduler.total_num_steps = 110;
-    c.scheduler.warmup_min_ratio = 0.1;
-    c.scheduler.cos_min_ratio = 0.01;
+    struct lr_schedule c = {0};
+    c.lr = 0.01;
+    c.kind = kind;
+    c.warmup_type = warmup;
+    c.warmup_min_lr = 0.001;
+    c.warmup_max_lr = 0.01;
+    c.warmup_num_steps = 10;
+    c.total_num_steps = 110;
+    c.warmup_min_ratio = 0.1;
+    c.cos_min_ratio = 0.01;
     return c;
 }
 
 START_TEST(test_none_is_constant)
 {
-    struct zt_config c = base(ZT_SCHED_NONE, ZT_WARMUP_LOG);
+    struct lr_schedule c = base(LR_SCHED_NONE, LR_WARMUP_LOG);
     ck_assert_double_eq(schedule_lr(&c, 0), 0.01);
     ck_assert_double_eq(schedule_lr(&c, 5), 0.01);
     ck_assert_double_eq(schedule_lr(&c, 1000000), 0.01);
@@ -38,7 +38,7 @@ END_TEST
 
 START_TEST(test_warmup_lr_log)
 {
-    struct zt_config c = base(ZT_SCHED_WARMUP_LR, ZT_WARMUP_LOG);
+    struct lr_schedule c = base(LR_SCHED_WARMUP_LR, LR_WARMUP_LOG);
     ck_assert_double_eq_tol(schedule_lr(&c, 0), 0.001, TOL); /* log(1) = 0 */
     /* 0.001 + 0.009 * log(5)/log(10) = 0.001 + 0.009 * 0.698970004336019 */
     ck_assert_double_eq_tol(schedule_lr(&c, 4), 0.007290730039024168, TOL);
@@ -50,7 +50,7 @@ END_TEST
 
 START_TEST(test_warmup_lr_linear)
 {
-    struct zt_config c = base(ZT_SCHED_WARMUP_LR, ZT_WARMUP_LINEAR);
+    struct lr_schedule c = base(LR_SCHED_WARMUP_LR, LR_WARMUP_LINEAR);
     ck_assert_double_eq_tol(schedule_lr(&c, 0), 0.001, TOL);
     ck_assert_double_eq_tol(schedule_lr(&c, 4), 0.0046, TOL); /* 0.001 + 0.009 * 4/10 */
     ck_assert_double_eq_tol(schedule_lr(&c, 9), 0.0091, TOL); /* 0.001 + 0.009 * 9/10 */
@@ -62,22 +62,22 @@ END_TEST
 /* DeepSpeed warms up over max(2, warmup_num_steps) steps. */
 START_TEST(test_short_warmup_is_two_steps)
 {
-    struct zt_config c = base(ZT_SCHED_WARMUP_LR, ZT_WARMUP_LINEAR);
+    struct lr_schedule c = base(LR_SCHED_WARMUP_LR, LR_WARMUP_LINEAR);
     for (long w = 0; w <= 2; w++) {
-        c.scheduler.warmup_num_steps = w;
+        c.warmup_num_steps = w;
         ck_assert_double_eq_tol(schedule_lr(&c, 0), 0.001, TOL);
         ck_assert_double_eq_tol(schedule_lr(&c, 1), 0.0055, TOL); /* 0.001 + 0.009 / 2 */
         ck_assert_double_eq_tol(schedule_lr(&c, 2), 0.01, TOL);
     }
-    c.scheduler.warmup_type = ZT_WARMUP_LOG;
-    c.scheduler.warmup_num_steps = 1;
+    c.warmup_type = LR_WARMUP_LOG;
+    c.warmup_num_steps = 1;
     ck_assert_double_eq_tol(schedule_lr(&c, 1), 0.01, TOL); /* log(2)/log(2), finite */
 }
 END_TEST
 
 START_TEST(test_warmup_decay_lr_linear)
 {
-    struct zt_config c = base(ZT_SCHED_WARMUP_DECAY_LR, ZT_WARMUP_LINEAR);
+    struct lr_schedule c = base(LR_SCHED_WARMUP_DECAY_LR, LR_WARMUP_LINEAR);
     ck_assert_double_eq_tol(schedule_lr(&c, 0), 0.001, TOL);
     ck_assert_double_eq_tol(schedule_lr(&c, 5), 0.0055, TOL);   /* 0.001 + 0.009 * 5/10 */
     ck_assert_double_eq_tol(schedule_lr(&c, 10), 0.01, TOL);    /* (110-10)/(110-10) = 1 */
@@ -90,20 +90,20 @@ END_TEST
 
 START_TEST(test_warmup_decay_lr_log)
 {
-    struct zt_config c = base(ZT_SCHED_WARMUP_DECAY_LR, ZT_WARMUP_LOG);
+    struct lr_schedule c = base(LR_SCHED_WARMUP_DECAY_LR, LR_WARMUP_LOG);
     /* 0.001 + 0.009 * log(4)/log(10) = 0.001 + 0.009 * 0.602059991327962 */
     ck_assert_double_eq_tol(schedule_lr(&c, 3), 0.00641853992195166, TOL);
     ck_assert_double_eq_tol(schedule_lr(&c, 9), 0.01, TOL);
     ck_assert_double_eq_tol(schedule_lr(&c, 60), 0.0055, TOL);
     /* With warmup_min_lr 0 the decay is max_lr * factor. */
-    c.scheduler.warmup_min_lr = 0.0;
+    c.warmup_min_lr = 0.0;
     ck_assert_double_eq_tol(schedule_lr(&c, 85), 0.0025, TOL);
 }
 END_TEST
 
 START_TEST(test_warmup_cosine_lr_linear)
 {
-    struct zt_config c = base(ZT_SCHED_WARMUP_COSINE_LR, ZT_WARMUP_LINEAR);
+    struct lr_schedule c = base(LR_SCHED_WARMUP_COSINE_LR, LR_WARMUP_LINEAR);
     ck_assert_double_eq_tol(schedule_lr(&c, 0), 0.001, TOL);  /* 0.01 * 0.1 */
     ck_assert_double_eq_tol(schedule_lr(&c, 5), 0.0055, TOL); /* 0.01 * (0.1 + 0.9 * 0.5) */
     ck_assert_double_eq_tol(schedule_lr(&c, 9), 0.0091, TOL); /* 0.01 * (0.1 + 0.9 * 0.9) */
@@ -123,7 +123,7 @@ END_TEST
 
 START_TEST(test_warmup_cosine_lr_log)
 {
-    struct zt_config c = base(ZT_SCHED_WARMUP_COSINE_LR, ZT_WARMUP_LOG);
+    struct lr_schedule c = base(LR_SCHED_WARMUP_COSINE_LR, LR_WARMUP_LOG);
     ck_assert_double_eq_tol(schedule_lr(&c, 0), 0.001, TOL);
     /* 0.01 * (0.1 + 0.9 * log(5)/log(10)) */
     ck_assert_double_eq_tol(schedule_lr(&c, 4), 0.007290730039024168, TOL);
@@ -134,7 +134,7 @@ END_TEST
 
 START_TEST(test_negative_step_is_step_zero)
 {
-    struct zt_config c = base(ZT_SCHED_WARMUP_DECAY_LR, ZT_WARMUP_LOG);
+    struct lr_schedule c = base(LR_SCHED_WARMUP_DECAY_LR, LR_WARMUP_LOG);
     ck_assert_double_eq(schedule_lr(&c, -3), schedule_lr(&c, 0));
 }
 END_TEST

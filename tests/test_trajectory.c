@@ -52,8 +52,9 @@ static void run_trajectory(int stage, int prec, double *loss)
                             .quiet = 1};
     struct run_session s;
     ck_assert_int_eq(session_open(&s, &o, 1), ZT_OK);
+    const struct lr_schedule lrs = config_lr_schedule(&s.cfg);
     for (long step = 0; step < STEPS; step++) {
-        struct step_record r = {.step = step + 1, .lr = schedule_lr(&s.cfg, step)};
+        struct step_record r = {.step = step + 1, .lr = schedule_lr(&lrs, step)};
         ck_assert_int_eq(train_step(&s, step, &r), ZT_OK);
         loss[step] = r.loss;
     }

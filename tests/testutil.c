@@ -172,9 +172,20 @@ int testutil_read_losses(const char *path, double *loss, int cap)
     return n;
 }
 
+/* The program whose path ctest puts in the environment variable `name`. */
+static const char *binary_from_env(const char *name)
+{
+    const char *b = getenv(name);
+    ck_assert_msg(b != NULL, "%s not set (run through ctest)", name);
+    return b;
+}
+
 const char *testutil_binary(void)
 {
-    const char *b = getenv("ZT_BINARY");
-    ck_assert_msg(b != NULL, "ZT_BINARY not set (run through ctest)");
-    return b;
+    return binary_from_env("ZT_BINARY");
+}
+
+const char *testutil_faulty_binary(void)
+{
+    return binary_from_env("ZT_FAULTY_BINARY");
 }

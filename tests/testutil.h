@@ -57,5 +57,8 @@ int testutil_read_losses(const char *path, double *loss, int cap);
 
 /* The zerotrain binary (ZT_BINARY, set by CTest). */
 const char *testutil_binary(void);
+/* zerotrain with checkpoint fault injection (tests/zerotrain_faulty.c;
+ * ZT_FAULTY_BINARY, set by CTest). */
+const char *testutil_faulty_binary(void);
 
 #endif

@@ -1,6 +1,9 @@
 zt_test(test_dist SOURCES test_dist.c LIBS zt_coordinator RANKS 1 2 3 4 TIMEOUT 300)
 zt_test(test_cli SOURCES test_cli.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 zt_test(test_resume SOURCES test_resume.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
+# zerotrain with checkpoint fault injection, for test_resume's crash test.
+add_executable(zerotrain_faulty zerotrain_faulty.c)
+target_link_libraries(zerotrain_faulty PRIVATE zt_coordinator)
 zt_test(test_trajectory SOURCES test_trajectory.c LIBS zt_coordinator RANKS 2 TIMEOUT 600)
 # Haswell kernels on every x86-64 CPU with AVX2: the recorded losses are
 # bit-exact, and OpenBLAS's kernel choice would otherwise follow the CPU.

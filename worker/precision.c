@@ -81,11 +81,6 @@ double precision_sum_squares(enum zt_dtype t, const void *src, size_t n, double 
     return s;
 }
 
-const char *precision_name(enum zt_dtype t)
-{
-    return t == ZT_BF16 ? "bf16" : t == ZT_F16 ? "fp16" : "fp32";
-}
-
 void loss_scaler_init_static(struct loss_scaler *s, double scale)
 {
     memset(s, 0, sizeof *s);

@@ -24,8 +24,6 @@ void precision_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
 void precision_add_into(enum zt_dtype t, void *dst, const void *src, size_t n);
 /* Sum of squares of src[i] * scale, accumulated in double. */
 double precision_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale);
-/* "fp32", "bf16" or "fp16". */
-const char *precision_name(enum zt_dtype t);
 
 /* fp16 dynamic loss scaling with DeepSpeed's rules: an overflow skips the
  * step; the first `hysteresis` - 1 overflows only use up the hysteresis,

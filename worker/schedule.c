@@ -20,17 +20,17 @@
 static const double PI = 3.14159265358979323846;
 
 /* Warmup progress in [0, 1) for step < warmup. */
-static double warmup_gamma(enum zt_warmup_type type, long step, long warmup)
+static double warmup_gamma(enum lr_warmup_type type, long step, long warmup)
 {
-    if (type == ZT_WARMUP_LINEAR)
+    if (type == LR_WARMUP_LINEAR)
         return (double)step / (double)warmup;
     return log((double)step + 1.0) / log((double)warmup);
 }
 
-static double cosine_ratio(const struct zt_config *cfg, long step, long warmup)
+static double cosine_ratio(const struct lr_schedule *s, long step, long warmup)
 {
-    double min_ratio = cfg->scheduler.cos_min_ratio;
-    long done = step - warmup + 1, span = cfg->scheduler.total_num_steps - warmup;
+    double min_ratio = s->cos_min_ratio;
+    long done = step - warmup + 1, span = s->total_num_steps - warmup;
     if (span <= 0 || done >= span)
         return min_ratio;
     double ratio =
@@ -38,33 +38,33 @@ static double cosine_ratio(const struct zt_config *cfg, long step, long warmup)
     return ratio > 0.0 ? ratio : 0.0;
 }
 
-double schedule_lr(const struct zt_config *cfg, long step)
+double schedule_lr(const struct lr_schedule *s, long step)
 {
-    const double lr = cfg->optimizer.lr;
-    const double min_lr = cfg->scheduler.warmup_min_lr, max_lr = cfg->scheduler.warmup_max_lr;
-    const long warmup = cfg->scheduler.warmup_num_steps < 2 ? 2 : cfg->scheduler.warmup_num_steps;
-    const long total = cfg->scheduler.total_num_steps;
+    const double lr = s->lr;
+    const double min_lr = s->warmup_min_lr, max_lr = s->warmup_max_lr;
+    const long warmup = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
+    const long total = s->total_num_steps;
     if (step < 0)
         step = 0;
-    double gamma = step < warmup ? warmup_gamma(cfg->scheduler.warmup_type, step, warmup) : 1.0;
+    double gamma = step < warmup ? warmup_gamma(s->warmup_type, step, warmup) : 1.0;
 
-    switch (cfg->scheduler.type) {
-    case ZT_SCHED_WARMUP_LR:
+    switch (s->kind) {
+    case LR_SCHED_WARMUP_LR:
         return min_lr + (max_lr - min_lr) * gamma;
-    case ZT_SCHED_WARMUP_DECAY_LR:
+    case LR_SCHED_WARMUP_DECAY_LR:
         if (step >= warmup) {
             double span = total - warmup > 1 ? (double)(total - warmup) : 1.0;
             gamma = (double)(total - step) / span;
             gamma = gamma > 0.0 ? gamma : 0.0;
         }
         return min_lr + (max_lr - min_lr) * gamma;
-    case ZT_SCHED_WARMUP_COSINE_LR: {
-        double wmin = cfg->scheduler.warmup_min_ratio;
+    case LR_SCHED_WARMUP_COSINE_LR: {
+        double wmin = s->warmup_min_ratio;
         if (step < warmup)
             return lr * (wmin + (1.0 - wmin) * gamma);
-        return lr * cosine_ratio(cfg, step, warmup);
+        return lr * cosine_ratio(s, step, warmup);
     }
-    case ZT_SCHED_NONE:
+    case LR_SCHED_NONE:
         break;
     }
     return lr;

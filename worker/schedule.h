@@ -14,13 +14,37 @@
  *   down to cos_min_ratio at total_num_steps - 1, and cos_min_ratio afterwards
  *   (where DeepSpeed would let the cosine climb back).
  * Warmup spans at least 2 steps, as in DeepSpeed.
+ *
+ * The schedule is described by its own parameters (struct lr_schedule);
+ * the coordinator fills them from the run's config (config_lr_schedule).
  */
 #ifndef ZT_WORKER_SCHEDULE_H
 #define ZT_WORKER_SCHEDULE_H
 
-#include "../coordinator/config.h"
+enum lr_schedule_kind {
+    LR_SCHED_NONE,
+    LR_SCHED_WARMUP_LR,
+    LR_SCHED_WARMUP_DECAY_LR,
+    LR_SCHED_WARMUP_COSINE_LR
+};
 
-/* Learning rate for optimizer step `step` (0-based). Pure function. */
-double schedule_lr(const struct zt_config *cfg, long step);
+enum lr_warmup_type { LR_WARMUP_LOG, LR_WARMUP_LINEAR };
+
+/* Everything schedule_lr reads; the names are DeepSpeed's. */
+struct lr_schedule {
+    enum lr_schedule_kind kind;
+    double lr;                       /* optimizer.lr: NONE's value, WarmupCosineLR's peak */
+    double warmup_min_lr;            /* WarmupLR, WarmupDecayLR */
+    double warmup_max_lr;            /* WarmupLR, WarmupDecayLR */
+    long warmup_num_steps;           /* every warmup; fewer than 2 count as 2 */
+    enum lr_warmup_type warmup_type; /* every warmup: log or linear */
+    long total_num_steps;            /* WarmupDecayLR, WarmupCosineLR */
+    double warmup_min_ratio;         /* WarmupCosineLR */
+    double cos_min_ratio;            /* WarmupCosineLR */
+};
+
+/* Learning rate for optimizer step `step` (0-based; a negative step counts
+ * as 0). Pure function. */
+double schedule_lr(const struct lr_schedule *s, long step);
 
 #endif

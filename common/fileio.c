@@ -1,0 +1,82 @@
+/* common/fileio.c — see fileio.h. */
+#include "fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+zt_status zt_open_regular(const char *path, zt_status not_regular, int *fd, uint64_t *size)
+{
+    *size = 0;
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
+        return errno == ENOENT
+                   ? zt_error_set(ZT_ERR_IO, "%s: no such file or directory", path)
+                   : zt_error_set(ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    zt_status st = ZT_OK;
+    if (fstat(*fd, &sb) != 0)
+        st = zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = zt_error_set(not_regular, "%s: not a regular file", path);
+    if (st != ZT_OK) {
+        close(*fd);
+        *fd = -1;
+        return st;
+    }
+    *size = (uint64_t)sb.st_size;
+    return ZT_OK;
+}
+
+zt_status zt_pread_full(int fd, const char *path, void *buf, size_t n, uint64_t offset,
+                        zt_status truncated)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        if (offset > (uint64_t)INT64_MAX || (uint64_t)(off_t)offset != offset)
+            return zt_error_set(ZT_ERR_IO, "%s: offset %llu is beyond what this system can seek",
+                                path, (unsigned long long)offset);
+        ssize_t got = pread(fd, p, n, (off_t)offset);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        if (got == 0)
+            return zt_error_set(truncated, "%s: truncated: the file shrank while being read", path);
+        p += got;
+        n -= (size_t)got;
+        offset += (uint64_t)got;
+    }
+    return ZT_OK;
+}
+
+zt_status zt_read_small_file(const char *path, size_t max, zt_status bad, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    int fd;
+    uint64_t size;
+    ZT_TRY(zt_open_regular(path, bad, &fd, &size));
+    zt_status st = ZT_OK;
+    char *buf = NULL;
+    if (size > max)
+        st = zt_error_set(bad, "%s: %lld bytes, more than the limit of %zu", path, (long long)size,
+                          max);
+    else if (!(buf = malloc((size_t)size + 1)))
+        st = zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %lld bytes", path, (long long)size);
+    else
+        st = zt_pread_full(fd, path, buf, (size_t)size, 0, bad);
+    close(fd);
+    if (st != ZT_OK) {
+        free(buf);
+        return st;
+    }
+    buf[size] = '\0';
+    *out = buf;
+    *len = (size_t)size;
+    return ZT_OK;
+}
