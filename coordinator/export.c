@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "../worker/model.h"
-#include "hf_gpt2.h"
+#include "../formats/hf_gpt2.h"
 #include "run_checkpoint.h"
 
 static zt_status parse_dtype(const char *name, enum zt_dtype *out)

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "../formats/checkpoint.h"
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 {

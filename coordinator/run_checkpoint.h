@@ -25,7 +25,7 @@
 
 #include <stddef.h>
 
-#include "checkpoint.h"
+#include "../formats/checkpoint.h"
 #include "session.h"
 
 /* Fault injection into run_checkpoint_save, for the tests of crash safety

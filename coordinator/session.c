@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "../worker/ops.h"
-#include "hf_gpt2.h"
+#include "../formats/hf_gpt2.h"
 #include "run_checkpoint.h"
 
 zt_status session_agree(zt_status local, int *print_here)

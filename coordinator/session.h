@@ -26,7 +26,7 @@
 #include "../worker/backend.h"
 #include "../worker/model.h"
 #include "../worker/precision.h"
-#include "config.h"
+#include "../config/config.h"
 
 struct ckpt_fault_hooks; /* coordinator/run_checkpoint.h */
 

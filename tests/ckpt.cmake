@@ -5,6 +5,6 @@
 # wait on the rest of the coordinator. malloc, calloc and realloc are
 # wrapped at link time for the allocation fault loop, as in config.cmake.
 set(CKPT_SOURCES checkpoint_shard.c checkpoint_meta.c checkpoint_dir.c)
-list(TRANSFORM CKPT_SOURCES PREPEND ${PROJECT_SOURCE_DIR}/coordinator/)
+list(TRANSFORM CKPT_SOURCES PREPEND ${PROJECT_SOURCE_DIR}/formats/)
 zt_test(test_checkpoint SOURCES test_checkpoint.c ${CKPT_SOURCES} LIBS zt_common)
 zt_wrap_alloc(test_checkpoint)

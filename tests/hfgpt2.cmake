@@ -3,5 +3,5 @@
 # file written by the standard-library Python writer, and every way a file
 # can contradict the configuration. The two sources are compiled in so the
 # suite does not need the whole coordinator library.
-zt_test(test_hf_gpt2 SOURCES test_hf_gpt2.c ${PROJECT_SOURCE_DIR}/coordinator/hf_gpt2.c
-  ${PROJECT_SOURCE_DIR}/coordinator/safetensors.c LIBS zt_worker)
+zt_test(test_hf_gpt2 SOURCES test_hf_gpt2.c ${PROJECT_SOURCE_DIR}/formats/hf_gpt2.c
+  ${PROJECT_SOURCE_DIR}/formats/safetensors.c LIBS zt_worker)

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "../common/half.h"
-#include "../coordinator/checkpoint.h"
+#include "../formats/checkpoint.h"
 #include "fault_alloc.h"
 #include "testutil.h"
 

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../coordinator/config.h"
-#include "../coordinator/yaml_tree.h"
+#include "../config/config.h"
+#include "../config/yaml_tree.h"
 #include "fault_alloc.h"
 #include "testutil.h"
 

@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "../common/half.h"
-#include "../coordinator/hf_gpt2.h"
-#include "../coordinator/safetensors.h"
+#include "../formats/hf_gpt2.h"
+#include "../formats/safetensors.h"
 #include "../worker/model.h"
 #include "testutil.h"
 

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "../common/half.h"
-#include "../coordinator/safetensors.h"
+#include "../formats/safetensors.h"
 #include "testutil.h"
 
 #define REF_FILE "tests/data/reference.safetensors"

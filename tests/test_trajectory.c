@@ -8,8 +8,16 @@
  * rather than tiny.yaml's system folder, so that the numbers do not depend
  * on the machine's packages; CTest pins one BLAS thread and OpenBLAS's
  * Haswell kernels for this suite so that they do not depend on its CPU
- * either. Losses are stored as C99 hex floats: exact. */
+ * either. Losses are stored as C99 hex floats: exact.
+ *
+ * The sanitizer build is another binary: its instrumented code gives the
+ * same trajectories up to the last bits (measured: the fp32 stage-0 loss
+ * of step 13 one float ulp apart, gradient norms from step 2 about 1e-9
+ * apart), with no sanitizer report. There the suite checks the recorded
+ * losses to ZT_TRAJECTORY_TOLERANCE (relative), which CMake sets only for
+ * that build; the release build is the bit-exact guard. */
 #include <check.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +100,15 @@ static void write_recorded(const char *path, const struct trajectory *t)
     ck_assert_int_eq(fclose(f), 0);
 }
 
+static int same_loss(double got, double want)
+{
+#ifdef ZT_TRAJECTORY_TOLERANCE
+    return fabs(got - want) <= ZT_TRAJECTORY_TOLERANCE * fabs(want);
+#else
+    return memcmp(&got, &want, sizeof got) == 0;
+#endif
+}
+
 START_TEST(losses_are_bit_identical_to_the_recorded_ones)
 {
     struct trajectory got[N_RECORDED], want[N_RECORDED];
@@ -113,7 +130,7 @@ START_TEST(losses_are_bit_identical_to_the_recorded_ones)
     read_recorded(want);
     for (int i = 0; i < N_RECORDED; i++)
         for (int k = 0; k < STEPS; k++)
-            ck_assert_msg(memcmp(&got[i].loss[k], &want[i].loss[k], sizeof(double)) == 0,
+            ck_assert_msg(same_loss(got[i].loss[k], want[i].loss[k]),
                           "%s stage %d step %d: loss %a (%.17g), recorded %a (%.17g)",
                           prec_names[got[i].prec], got[i].stage, k + 1, got[i].loss[k],
                           got[i].loss[k], want[i].loss[k], want[i].loss[k]);

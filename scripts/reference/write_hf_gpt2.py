@@ -3,7 +3,7 @@
 
 An independent writer, standard library only, of what Hugging Face's GPT2Model
 state dict looks like once saved with safetensors, so that zerotrain's import
-(coordinator/hf_gpt2.c) is checked against names, shapes and Conv1D layouts it
+(formats/hf_gpt2.c) is checked against names, shapes and Conv1D layouts it
 did not produce itself.
 
 Tensors, in this order (C = n_embd, T = block size, i = 0 .. layers-1):

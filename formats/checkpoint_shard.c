@@ -1,4 +1,4 @@
-/* coordinator/checkpoint_shard.c — shard files: the writer that streams a
+/* formats/checkpoint_shard.c — shard files: the writer that streams a
  * rank's vectors to disk and the reader that checks a file's header and
  * serves element ranges (format in checkpoint.h).
  *

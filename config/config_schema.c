@@ -1,4 +1,4 @@
-/* coordinator/config_schema.c — every configuration key in one table, and
+/* config/config_schema.c — every configuration key in one table, and
  * the walk that fills struct zt_config from a yaml_tree.
  *
  * The table is flat: one row per dotted key path ("optimizer.params.lr"),

@@ -1,11 +1,11 @@
-/* coordinator/checkpoint_impl.h — what the checkpoint_*.c files share and
+/* formats/checkpoint_impl.h — what the checkpoint_*.c files share and
  * nobody else includes: the checksum and the small files (meta.json,
  * latest), written whole with common/atomic_file.h and read with
  * common/fileio.h. meta.json is parsed with common/json.h; shard headers
  * are packed with common/endian.h.
  */
-#ifndef ZT_COORDINATOR_CHECKPOINT_IMPL_H
-#define ZT_COORDINATOR_CHECKPOINT_IMPL_H
+#ifndef ZT_FORMATS_CHECKPOINT_IMPL_H
+#define ZT_FORMATS_CHECKPOINT_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* coordinator/safetensors.h — reading and writing Hugging Face safetensors
+/* formats/safetensors.h — reading and writing Hugging Face safetensors
  * files, the format GPT-2 weights are exchanged in.
  *
  * Layout: an 8-byte little-endian length N, N bytes of UTF-8 JSON (the
@@ -36,8 +36,8 @@
  * arguments ZT_ERR_USAGE, dtypes a function cannot convert
  * ZT_ERR_UNSUPPORTED. Calls in the wrong writer state are bugs and assert.
  */
-#ifndef ZT_COORDINATOR_SAFETENSORS_H
-#define ZT_COORDINATOR_SAFETENSORS_H
+#ifndef ZT_FORMATS_SAFETENSORS_H
+#define ZT_FORMATS_SAFETENSORS_H
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-/* coordinator/checkpoint_dir.c — checkpoint folders: preparing a step
+/* formats/checkpoint_dir.c — checkpoint folders: preparing a step
  * folder, publishing it through DIR/latest, finding the latest one,
  * rotating old ones away, and validating one completely.
  *

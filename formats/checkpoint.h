@@ -1,4 +1,4 @@
-/* coordinator/checkpoint.h — the storage layer of sharded training
+/* formats/checkpoint.h — the storage layer of sharded training
  * checkpoints: files, formats, atomic publication, rotation, validation and
  * ranged reads. It knows nothing of models or optimizers; the engine says
  * which named vectors a rank saves and what the metadata holds.
@@ -59,8 +59,8 @@
  * ("CKPT/step-00000120/rank-00001.bin: truncated: 1000 bytes, meta.json
  * says 4096"). Calls in the wrong writer state are bugs and assert.
  */
-#ifndef ZT_COORDINATOR_CHECKPOINT_H
-#define ZT_COORDINATOR_CHECKPOINT_H
+#ifndef ZT_FORMATS_CHECKPOINT_H
+#define ZT_FORMATS_CHECKPOINT_H
 
 #include <stddef.h>
 #include <stdint.h>

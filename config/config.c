@@ -1,4 +1,4 @@
-/* coordinator/config.c — the load sequence of config.h: read the file into
+/* config/config.c — the load sequence of config.h: read the file into
  * a tree, check its shape, graft the --set overrides, fill the struct from
  * the schema (config_schema.c), and on any failure hand back a zeroed
  * struct. The file's shape is checked before the overrides so that an empty

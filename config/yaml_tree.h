@@ -1,4 +1,4 @@
-/* coordinator/yaml_tree.h — a YAML document as an owned tree that remembers
+/* config/yaml_tree.h — a YAML document as an owned tree that remembers
  * where every node came from.
  *
  * libyaml's document API gives nodes that live inside the parser's document
@@ -20,8 +20,8 @@
  * rather than an exhausted machine; nesting deeper than a config needs is
  * also an error.
  */
-#ifndef ZT_COORDINATOR_YAML_TREE_H
-#define ZT_COORDINATOR_YAML_TREE_H
+#ifndef ZT_CONFIG_YAML_TREE_H
+#define ZT_CONFIG_YAML_TREE_H
 
 #include <stddef.h>
 

@@ -1,4 +1,4 @@
-/* coordinator/config.h — the run configuration: parse, override, validate.
+/* config/config.h — the run configuration: parse, override, validate.
  *
  * A config file is YAML (and so also JSON: a DeepSpeed config loads as it
  * is for the sections it shares). Sections `model`, `data`, `run` and `comm`
@@ -19,8 +19,8 @@
  *
  * The config owns its strings; free with config_free.
  */
-#ifndef ZT_COORDINATOR_CONFIG_H
-#define ZT_COORDINATOR_CONFIG_H
+#ifndef ZT_CONFIG_CONFIG_H
+#define ZT_CONFIG_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* coordinator/yaml_tree.c — YAML text to an owned, position-carrying tree.
+/* config/yaml_tree.c — YAML text to an owned, position-carrying tree.
  *
  * libyaml's document API does the parsing (and alias resolution); this file
  * copies the document into struct yaml_tree_node and translates libyaml's

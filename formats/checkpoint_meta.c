@@ -1,4 +1,4 @@
-/* coordinator/checkpoint_meta.c — meta.json, the description of one
+/* formats/checkpoint_meta.c — meta.json, the description of one
  * checkpoint: what was trained (model shape, precision, the resolved
  * config), where training stood (step, sampler position, loss scaler,
  * optimizer steps), how the state was partitioned (units and per-rank

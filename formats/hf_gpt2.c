@@ -1,4 +1,4 @@
-/* coordinator/hf_gpt2.c — see hf_gpt2.h for the mapping and the contract.
+/* formats/hf_gpt2.c — see hf_gpt2.h for the mapping and the contract.
  *
  * Names are mapped by their text, not by their position in the table: the
  * block suffixes that differ are one small table, everything else keeps

@@ -1,4 +1,4 @@
-/* coordinator/safetensors.c — see safetensors.h for the format and the
+/* formats/safetensors.c — see safetensors.h for the format and the
  * contract.
  *
  * The reader is three passes over untrusted input, each stopping at the

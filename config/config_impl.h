@@ -1,11 +1,11 @@
-/* coordinator/config_impl.h — for coordinator/config*.c only: the schema
+/* config/config_impl.h — for config/config*.c only: the schema
  * half of the loader. config.c owns the load sequence (read, override,
  * fill, clean up on failure); config_schema.c owns the table of keys and
  * everything that needs to know them (defaults, types, ranges, cross-field
  * rules, the YAML writer), so that a key is described in exactly one place.
  */
-#ifndef ZT_COORDINATOR_CONFIG_IMPL_H
-#define ZT_COORDINATOR_CONFIG_IMPL_H
+#ifndef ZT_CONFIG_CONFIG_IMPL_H
+#define ZT_CONFIG_CONFIG_IMPL_H
 
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-/* coordinator/hf_gpt2.h — zerotrain's GPT-2 parameters as a Hugging Face
+/* formats/hf_gpt2.h — zerotrain's GPT-2 parameters as a Hugging Face
  * GPT-2 safetensors file, both ways.
  *
  * The two layouts hold the same tensors under different names, and four
@@ -39,8 +39,8 @@
  * is read whole, turned into our layout, and kept until a range leaves it:
  * a rank walking its shard in order reads each such tensor once.
  */
-#ifndef ZT_COORDINATOR_HF_GPT2_H
-#define ZT_COORDINATOR_HF_GPT2_H
+#ifndef ZT_FORMATS_HF_GPT2_H
+#define ZT_FORMATS_HF_GPT2_H
 
 #include <stddef.h>
 
