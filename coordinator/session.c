@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../worker/model.h"
 #include "../worker/ops.h"
 #include "../formats/hf_gpt2.h"
 #include "run_checkpoint.h"
@@ -122,10 +123,10 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     else
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
     ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->compute, &s->engine));
-    ZT_TRY(gpt2_create(&s->table, &s->compute, c->train_micro_batch_size_per_gpu, c->data.seq_len,
-                       session_ckpt_every(c), &s->model));
+    ZT_TRY(model_create(&s->table, &s->compute, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+                        session_ckpt_every(c), &s->model));
     if (o->profile)
-        s->model.profile = &s->profile;
+        s->model->profile = &s->profile;
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
     s->inputs = malloc(2 * bt * sizeof(int32_t));
     if (!s->inputs)
@@ -171,14 +172,14 @@ int session_ckpt_every(const struct zt_config *c)
     return c->activation_checkpointing.enabled ? c->activation_checkpointing.every_n_blocks : 0;
 }
 
-zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int accum)
+zt_status session_plan_step(struct model *model, struct shard_engine *engine, int accum)
 {
     struct shard_step_result result;
     struct optimizer_hparams hp = {0};
     ZT_ASSERT(model->plan && engine->plan);
     for (int m = 0; m < accum; m++) {
-        ZT_TRY(gpt2_forward(model, &engine->hooks, NULL, NULL));
-        ZT_TRY(gpt2_backward(model, &engine->hooks, 1.0f));
+        ZT_TRY(model_forward(model, &engine->hooks, NULL, NULL));
+        ZT_TRY(model_backward(model, &engine->hooks, 1.0f));
     }
     return shard_engine_step(engine, &hp, 1.0, 0, &result);
 }
@@ -188,7 +189,7 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
     const struct zt_config *c = &s->cfg;
     struct compute_backend be;
     struct shard_engine engine;
-    struct gpt2 model;
+    struct model *model;
     const struct shard_engine_config ec = session_engine_config(c, 0, 1, 0);
     ledger_init(out, 1);
     ZT_TRY(compute_backend_open(c->device, out, &be));
@@ -197,11 +198,11 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
         compute_backend_close(&be);
         return st;
     }
-    st = gpt2_create(&s->table, &be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
-                     session_ckpt_every(c), &model);
+    st = model_create(&s->table, &be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+                      session_ckpt_every(c), &model);
     if (st == ZT_OK) {
-        st = session_plan_step(&model, &engine, 1);
-        gpt2_destroy(&model);
+        st = session_plan_step(model, &engine, 1);
+        model_destroy(model);
     }
     shard_engine_destroy(&engine);
     compute_backend_close(&be);
@@ -309,8 +310,8 @@ void session_close(struct run_session *s)
 {
     free(s->inputs);
     s->inputs = s->targets = NULL;
-    if (s->model.dev)
-        gpt2_destroy(&s->model);
+    model_destroy(s->model);
+    s->model = NULL;
     if (s->engine.dev)
         shard_engine_destroy(&s->engine);
     compute_backend_close(&s->compute);

@@ -24,7 +24,7 @@
 #include "../data/data.h"
 #include "../shard/shard.h"
 #include "../worker/backend.h"
-#include "../worker/model.h"
+#include "../worker/model_family.h"
 #include "../worker/precision.h"
 #include "../config/config.h"
 
@@ -60,11 +60,11 @@ struct run_session {
     struct compute_backend compute; /* device memory, ops and stream, from cfg.device */
     struct param_table table;
     struct shard_engine engine;
-    struct gpt2 model;
+    struct model *model;       /* owned; NULL until built */
     struct loss_scaler scaler; /* fp16: dynamic or fixed; otherwise a fixed 1 */
     struct token_buffer train, val;
     struct sampler sampler;
-    struct gpt2_profile profile;        /* filled when options.profile */
+    struct model_profile profile;       /* filled when options.profile */
     long start_step;                    /* optimizer steps already taken (resumed checkpoint) */
     volatile sig_atomic_t *stop_signal; /* from run_options */
     int failure_agreed;                 /* the failure being returned was agreed by every rank */
@@ -112,7 +112,7 @@ int session_ckpt_every(const struct zt_config *c);
 /* Runs one optimizer step's allocation plan: `accum` planned forward and
  * backward passes and a planned engine step, through the same code as a
  * real step (the session's device must be plan-only). */
-zt_status session_plan_step(struct gpt2 *model, struct shard_engine *engine, int accum);
+zt_status session_plan_step(struct model *model, struct shard_engine *engine, int accum);
 
 /* The single-device baseline: the peaks that stage 0 on one device needs for
  * this model, micro batch and precision, from a dry plan through the same

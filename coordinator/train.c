@@ -80,9 +80,9 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     r->loss_scale = s->scaler.scale;
     for (int m = 0; m < accum; m++) {
         sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
-        ZT_TRY(gpt2_forward(&s->model, &s->engine.hooks, s->inputs, s->targets));
-        ZT_TRY(gpt2_backward(&s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
-        loss_sum += s->model.mean_loss;
+        ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
+        ZT_TRY(model_backward(s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
+        loss_sum += s->model->mean_loss;
     }
     struct optimizer_hparams hp = session_optimizer_hparams(c, r->lr);
     struct shard_step_result result;
@@ -141,11 +141,11 @@ static void print_profile(struct run_session *s, struct train_io *io, double tra
     double ops = 0.0;
     progress_log(&io->console,
                  "where the time went (rank 0, %.2f s of training steps):", train_seconds);
-    for (int k = 0; k < PROF_CATEGORY_COUNT; k++) {
+    for (int k = 0; k < MODEL_PROF_COUNT; k++) {
         double t = s->profile.seconds[k];
         ops += t;
         progress_log(&io->console, "  %-14s %8.3f s %6.1f %%",
-                     gpt2_profile_name((enum gpt2_profile_category)k), t,
+                     model_profile_name((enum model_profile_category)k), t,
                      100.0 * t / train_seconds);
     }
     progress_log(&io->console, "  %-14s %8.3f s %6.1f %%", "comm wait", comm_wait,
@@ -230,9 +230,9 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
         progress_finish(&io->console);
     if (stop)
         return ZT_OK; /* preempted: the checkpoint is the result */
-    if (s->model.profile && s->rank == 0 && done > 0)
+    if (s->model->profile && s->rank == 0 && done > 0)
         print_profile(s, io, elapsed, comm_wait);
-    s->model.profile = NULL; /* evaluation is not part of the breakdown */
+    s->model->profile = NULL; /* evaluation is not part of the breakdown */
     if (c->checkpoint.dir && done > 0 &&
         !(c->checkpoint.every > 0 && step % c->checkpoint.every == 0))
         ZT_TRY(save_checkpoint(s, io, step, "end of training"));
@@ -306,8 +306,8 @@ zt_status train_run(const struct run_options *o, int *print_here)
         shard_partition_print(&s.engine.part, &s.table, stdout);
     st = session_agree(open_outputs(&s, o, &io), print_here);
     if (st == ZT_OK && o->dry_run)
-        st = session_agree(
-            session_plan_step(&s.model, &s.engine, s.cfg.gradient_accumulation_steps), print_here);
+        st = session_agree(session_plan_step(s.model, &s.engine, s.cfg.gradient_accumulation_steps),
+                           print_here);
     if (st == ZT_OK && !o->dry_run) {
         s.state = RUN_RUNNING;
         if (s.rank == 0 && s.resumed_from[0])

@@ -53,7 +53,7 @@ static void train_losses(const char *const *sets, int n_sets, int steps, double 
                   "rank %d parameters differ from rank 0's (stage %d)", s.rank, s.cfg.zero.stage);
     /* The parameters moved: equal parameters would be trivial otherwise. */
     float *init = malloc(n * sizeof(float));
-    gpt2_init_params(&s.table, s.cfg.run.seed, 0, n, init);
+    s.table.family->init_params(&s.table, s.cfg.run.seed, 0, n, init);
     ck_assert(memcmp(init, mine, n * sizeof(float)) != 0);
     free(init);
     free(mine);
@@ -400,19 +400,20 @@ START_TEST(plan_matches_a_real_step)
         struct ledger plan;
         struct compute_backend be;
         struct shard_engine engine;
-        struct gpt2 model;
+        struct model *model;
         ledger_init(&plan, 1);
         ck_assert_int_eq(compute_backend_open("cpu", &plan, &be), ZT_OK);
         ck_assert_int_eq(shard_engine_create(&s.engine.cfg, &s.table, NULL, &be, &engine), ZT_OK);
         ck_assert_int_eq(
-            gpt2_create(&s.table, &be, s.model.B, s.model.T, s.model.ckpt_every, &model), ZT_OK);
-        ck_assert_int_eq(session_plan_step(&model, &engine, 2), ZT_OK);
+            model_create(&s.table, &be, s.model->B, s.model->T, session_ckpt_every(&s.cfg), &model),
+            ZT_OK);
+        ck_assert_int_eq(session_plan_step(model, &engine, 2), ZT_OK);
         for (int k = 0; k < LEDGER_CATEGORY_COUNT; k++)
             ck_assert_msg(plan.peak[k] == s.ledger.peak[k], "stage %d %s: plan %llu, real %llu",
                           stage, ledger_category_name((enum ledger_category)k),
                           (unsigned long long)plan.peak[k], (unsigned long long)s.ledger.peak[k]);
         ck_assert_uint_eq(plan.total_peak, s.ledger.total_peak);
-        gpt2_destroy(&model);
+        model_destroy(model);
         shard_engine_destroy(&engine);
         compute_backend_close(&be);
         ck_assert_uint_eq(plan.total_current, 0);
@@ -446,7 +447,7 @@ START_TEST(evaluation_with_fewer_batches_than_ranks)
         double loss;
         uint64_t tokens;
         ck_assert_int_eq(session_evaluate(&s, &loss, &tokens), ZT_OK);
-        ck_assert_uint_eq(tokens, (uint64_t)s.model.B * s.model.T);
+        ck_assert_uint_eq(tokens, (uint64_t)s.model->B * s.model->T);
         if (stage == 0)
             ref = loss;
         ck_assert_msg(fabs(loss - ref) <= 1e-6 * ref, "stage %d: %.9g vs %.9g", stage, loss, ref);

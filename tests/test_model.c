@@ -186,8 +186,8 @@ START_TEST(loss_matches_pytorch)
     fixture_open(&fx);
     ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);
     ck_assert_int_eq(fx.state.acquired, 0);
-    double rel = fabs(fx.model.mean_loss - fx.ref.loss) / fabs(fx.ref.loss);
-    ck_assert_msg(rel < 1e-5, "loss %.8f vs PyTorch %.8f (rel %.2e)", fx.model.mean_loss,
+    double rel = fabs(fx.model.base.mean_loss - fx.ref.loss) / fabs(fx.ref.loss);
+    ck_assert_msg(rel < 1e-5, "loss %.8f vs PyTorch %.8f (rel %.2e)", fx.model.base.mean_loss,
                   fx.ref.loss, rel);
     fixture_close(&fx);
 }
@@ -247,9 +247,10 @@ START_TEST(adamw_trajectory_matches_pytorch)
     for (int step = 0; step < fx.ref.n_steps; step++) {
         memset(fx.state.grads, 0, n * sizeof(float));
         ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);
-        double rel = fabs(fx.model.mean_loss - fx.ref.losses[step]) / fabs(fx.ref.losses[step]);
-        ck_assert_msg(rel < 1e-4, "step %d: loss %.7f vs PyTorch %.7f", step, fx.model.mean_loss,
-                      fx.ref.losses[step]);
+        double rel =
+            fabs(fx.model.base.mean_loss - fx.ref.losses[step]) / fabs(fx.ref.losses[step]);
+        ck_assert_msg(rel < 1e-4, "step %d: loss %.7f vs PyTorch %.7f", step,
+                      fx.model.base.mean_loss, fx.ref.losses[step]);
         ck_assert_int_eq(gpt2_backward(&fx.model, &fx.hooks, 1.0f), ZT_OK);
         hp.step = step + 1;
         for (int k = 0; k < fx.table.n_tensors; k++) {
@@ -309,7 +310,7 @@ START_TEST(activation_checkpointing_is_bit_identical)
     const size_t n = fx.table.n_params;
     ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);
     ck_assert_int_eq(gpt2_backward(&fx.model, &fx.hooks, 1.0f), ZT_OK);
-    const float loss = fx.model.mean_loss;
+    const float loss = fx.model.base.mean_loss;
     const size_t full_acts = fx.model.act_bytes;
     for (int every = 1; every <= 2; every++) {
         struct ledger l;
@@ -323,7 +324,7 @@ START_TEST(activation_checkpointing_is_bit_identical)
         ck_assert_int_eq(gpt2_create(&fx.table, &d, fx.ref.B, fx.ref.T, every, &cm), ZT_OK);
         ck_assert_int_eq(gpt2_forward(&cm, &ch, fx.ref.inputs, fx.ref.targets), ZT_OK);
         ck_assert_int_eq(gpt2_backward(&cm, &ch, 1.0f), ZT_OK);
-        ck_assert(cm.mean_loss == loss);
+        ck_assert(cm.base.mean_loss == loss);
         ck_assert_msg(memcmp(cs.grads, fx.state.grads, n * sizeof(float)) == 0,
                       "every_n_blocks %d: gradients differ", every);
         /* with 2 blocks, every 2nd block keeps block 1 and the recompute
@@ -336,6 +337,46 @@ START_TEST(activation_checkpointing_is_bit_identical)
         compute_backend_close(&d);
         free(cs.grads);
     }
+    fixture_close(&fx);
+}
+END_TEST
+
+/* The generic calls reach GPT-2 through its family: a model made by
+ * model_create from a GPT-2 table gives the same loss and gradients, bit
+ * for bit, as the GPT-2 calls, and frees all it counted. */
+START_TEST(generic_instance_dispatches_to_the_family)
+{
+    struct model_fixture fx;
+    fixture_open(&fx);
+    const size_t n = fx.table.n_params;
+    ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);
+    ck_assert_int_eq(gpt2_backward(&fx.model, &fx.hooks, 0.5f), ZT_OK);
+
+    struct ledger l;
+    struct compute_backend d;
+    struct model *m;
+    struct model_profile prof = {{0}};
+    struct flat_state gs = {
+        .t = &fx.table, .params = fx.ref.params, .grads = calloc(n, sizeof(float))};
+    struct model_unit_hooks gh = flat_hooks(&gs);
+    ledger_init(&l, 0);
+    ck_assert_int_eq(compute_backend_open("cpu", &l, &d), ZT_OK);
+    ck_assert_int_eq(model_create(&fx.table, &d, fx.ref.B, fx.ref.T, 0, &m), ZT_OK);
+    ck_assert_ptr_eq(m->family, &gpt2_family);
+    ck_assert_ptr_eq(m->table, &fx.table);
+    ck_assert(m->B == fx.ref.B && m->T == fx.ref.T && !m->plan);
+    m->profile = &prof;
+    ck_assert_int_eq(model_forward(m, &gh, fx.ref.inputs, fx.ref.targets), ZT_OK);
+    ck_assert_int_eq(model_backward(m, &gh, 0.5f), ZT_OK);
+    ck_assert(m->mean_loss == fx.model.base.mean_loss);
+    ck_assert_msg(memcmp(gs.grads, fx.state.grads, n * sizeof(float)) == 0, "gradients differ");
+    ck_assert(prof.seconds[MODEL_PROF_MATMUL] > 0.0);
+    ck_assert_str_eq(model_profile_name(MODEL_PROF_ZERO), "zeroing");
+    model_destroy(m);
+    model_destroy(NULL);
+    compute_backend_close(&d);
+    ck_assert_uint_eq(l.total_current, 0);
+    free(gs.grads);
     fixture_close(&fx);
 }
 END_TEST
@@ -439,6 +480,7 @@ int main(void)
     tcase_add_test(tc, adamw_trajectory_matches_pytorch);
     tcase_add_test(tc, plan_walk_makes_the_same_hook_calls_as_a_real_pass);
     tcase_add_test(tc, activation_checkpointing_is_bit_identical);
+    tcase_add_test(tc, generic_instance_dispatches_to_the_family);
     tcase_add_test(tc, units_are_contiguous_and_cover_the_space);
     tcase_add_test(tc, init_is_independent_of_sharding_and_follows_gpt2);
     tcase_add_test(tc, plan_only_ledger_counts_without_allocating);

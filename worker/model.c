@@ -16,17 +16,6 @@
 #include "../common/clock.h"
 #include "../common/rng.h"
 
-static const char *const profile_names[] = {
-#define GPT2_PROFILE_NAME(id, name) name,
-    GPT2_PROFILE_CATEGORIES(GPT2_PROFILE_NAME)
-#undef GPT2_PROFILE_NAME
-};
-
-const char *gpt2_profile_name(enum gpt2_profile_category c)
-{
-    return profile_names[c];
-}
-
 /* ---- parameter table ---------------------------------------------------- */
 
 struct tensor_spec {
@@ -230,10 +219,10 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
  * fails (with a ZT_TRY frame). */
 #define TIMED(m, category, call)                                                                   \
     do {                                                                                           \
-        double timed_t0_ = (m)->profile ? zt_now_seconds() : 0.0;                                  \
+        double timed_t0_ = (m)->base.profile ? zt_now_seconds() : 0.0;                             \
         zt_status timed_status_ = (call);                                                          \
-        if ((m)->profile)                                                                          \
-            (m)->profile->seconds[category] += zt_now_seconds() - timed_t0_;                       \
+        if ((m)->base.profile)                                                                     \
+            (m)->base.profile->seconds[category] += zt_now_seconds() - timed_t0_;                  \
         ZT_TRY(timed_status_);                                                                     \
     } while (0)
 
@@ -315,7 +304,7 @@ static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, 
 /* Layer l's output; layer -1 is the embedding output. */
 static float *layer_output(const struct gpt2 *m, const struct act_layout *a, int l)
 {
-    const size_t btc = (size_t)m->B * m->T * gpt2_config_of(m->table).n_embd;
+    const size_t btc = (size_t)m->base.B * m->base.T * gpt2_config_of(m->base.table).n_embd;
     return l < 0 ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)l * btc;
 }
 
@@ -345,13 +334,14 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
 {
     const struct device *dev = &be->dev;
     memset(out, 0, sizeof *out);
-    out->table = t;
+    out->base.family = &gpt2_family;
+    out->base.table = t;
     out->ops = be->ops;
     out->dev = dev;
-    out->plan = !device_is_real(dev);
+    out->base.plan = !device_is_real(dev);
     out->ckpt_every = ckpt_every;
-    out->B = B;
-    out->T = T;
+    out->base.B = B;
+    out->base.T = T;
     const struct gpt2_config c = gpt2_config_of(t);
     out->act_bytes = act_layout_of(&c, B, T, ckpt_every).total * sizeof(float);
     out->scratch_bytes = scratch_layout_of(&c, B, T).total * sizeof(float);
@@ -380,7 +370,7 @@ fail:
 
 void gpt2_destroy(struct gpt2 *m)
 {
-    const size_t tok_bytes = (size_t)m->B * m->T * sizeof(int32_t);
+    const size_t tok_bytes = (size_t)m->base.B * m->base.T * sizeof(int32_t);
     if (m->n_allocated >= 3)
         device_free(m->dev, LEDGER_ACTIVATIONS, 2 * tok_bytes, m->inputs);
     if (m->n_allocated >= 2)
@@ -400,7 +390,7 @@ void gpt2_destroy(struct gpt2 *m)
 static zt_status plan_walk(struct gpt2 *m, const struct model_unit_hooks *h, enum model_pass pass)
 {
     int order[MODEL_MAX_UNITS + 2];
-    const int n = gpt2_unit_order(m->table, pass, order, MODEL_MAX_UNITS + 2);
+    const int n = gpt2_unit_order(m->base.table, pass, order, MODEL_MAX_UNITS + 2);
     const float *w;
     float *g;
     ZT_ASSERT(n <= MODEL_MAX_UNITS + 2);
@@ -437,32 +427,33 @@ static float *grad_in(const struct param_table *t, int k, float *unit_base)
 static zt_status block_forward(struct gpt2 *m, int l, const float *w, const float *x, float *layer,
                                float *out)
 {
-    const struct param_table *t = m->table;
+    const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
     const struct gpt2_config c = gpt2_config_of(t);
-    const struct act_layout a = act_layout_of(&c, m->B, m->T, m->ckpt_every);
-    const int BT = m->B * m->T, C = c.n_embd, NH = c.n_head;
+    const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
+    const int BT = m->base.B * m->base.T, C = c.n_embd, NH = c.n_head;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
-    TIMED(m, PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_LAYERNORM,
           ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
                                  P(T_LN1W), P(T_LN1B), BT, C));
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
-    TIMED(m, PROF_ATTENTION,
-          ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->B, m->T, C, NH));
+    TIMED(m, MODEL_PROF_ATTENTION,
+          ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B, m->base.T,
+                                 C, NH));
     /* attn projection output is staged in res2 then the residual added in place */
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
-    TIMED(m, PROF_RESIDUAL, ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
-    TIMED(m, PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
+    TIMED(m, MODEL_PROF_LAYERNORM,
           ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
                                  layer + a.res2, P(T_LN2W), P(T_LN2B), BT, C));
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
-    TIMED(m, PROF_GELU, ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_GELU, ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
+    TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
-    TIMED(m, PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
+    TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
     return ZT_OK;
 }
@@ -470,22 +461,23 @@ static zt_status block_forward(struct gpt2 *m, int l, const float *w, const floa
 zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const int32_t *inputs,
                        const int32_t *targets)
 {
-    const struct param_table *t = m->table;
+    const struct param_table *t = m->base.table;
     const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
-    const struct act_layout a = act_layout_of(c, m->B, m->T, m->ckpt_every);
-    const int B = m->B, T = m->T, BT = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
+    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, L = c->n_layer,
+              V = c->vocab_size;
     const size_t tok_bytes = (size_t)BT * sizeof(int32_t);
     float *acts = m->acts;
     const float *w;
 
-    if (m->plan)
+    if (m->base.plan)
         return plan_walk(m, h, MODEL_PASS_FORWARD);
     ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
 
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
-    TIMED(m, PROF_ENCODER,
+    TIMED(m, MODEL_PROF_ENCODER,
           m->ops->encoder_forward(acts + a.encoded, m->inputs, tensor_in(t, 0, w),
                                   tensor_in(t, 1, w), B, T, C));
     ZT_TRY(h->params_release(h->ctx, 0));
@@ -500,17 +492,17 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
-    TIMED(m, PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_LAYERNORM,
           m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
                                     tensor_in(t, k_lnf, w), tensor_in(t, k_lnf + 1, w), BT, C));
     ZT_TRY(h->params_release(h->ctx, L + 1));
 
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
     TIMED(
-        m, PROF_MATMUL,
+        m, MODEL_PROF_MATMUL,
         m->ops->matmul_forward(acts + a.logits, acts + a.lnf, tensor_in(t, 0, w), NULL, BT, C, V));
     ZT_TRY(h->params_release(h->ctx, 0));
-    TIMED(m, PROF_CROSSENTROPY,
+    TIMED(m, MODEL_PROF_CROSSENTROPY,
           m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits, m->targets,
                                        BT, V));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
@@ -526,7 +518,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     ZT_TRY(s);
     /* A non-finite loss is not an error here: it reaches every rank through
      * the gradient reduction, where all ranks detect it at the same point. */
-    m->mean_loss = (float)(sum / BT);
+    m->base.mean_loss = (float)(sum / BT);
     return ZT_OK;
 }
 
@@ -534,50 +526,50 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
 static zt_status zero(struct gpt2 *m, float *p, size_t n)
 {
-    TIMED(m, PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
+    TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
     return ZT_OK;
 }
 
 static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g, const float *x,
                                 const float *layer)
 {
-    const struct param_table *t = m->table;
+    const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
     const struct gpt2_config c = gpt2_config_of(t);
-    const struct act_layout a = act_layout_of(&c, m->B, m->T, m->ckpt_every);
-    const struct scratch_layout s = scratch_layout_of(&c, m->B, m->T);
-    const int B = m->B, T = m->T, BT = B * T, C = c.n_embd, NH = c.n_head;
+    const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
+    const struct scratch_layout s = scratch_layout_of(&c, m->base.B, m->base.T);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = c.n_embd, NH = c.n_head;
     float *sc = m->scratch, *dres = sc + s.dres;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
 #define G(k) grad_in(t, block_tensor(l, k), g)
     /* dres holds d loss / d res3 on entry and d loss / d x on exit. */
     ZT_TRY(zero(m, sc + s.dfch_gelu, (size_t)BT * 4 * C));
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres, layer + a.fch_gelu,
                                P(T_FCPW), BT, 4 * C, C));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * 4 * C));
-    TIMED(m, PROF_GELU,
+    TIMED(m, MODEL_PROF_GELU,
           ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2, P(T_FCW),
                                BT, C, 4 * C));
-    TIMED(m, PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_LAYERNORM,
           ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2, P(T_LN2W),
                                   layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * C));
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty,
                                P(T_PROJW), BT, C, C));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * C));
-    TIMED(m, PROF_ATTENTION,
+    TIMED(m, MODEL_PROF_ATTENTION,
           ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
                                   layer + a.att, B, T, C, NH));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
                                P(T_QKVW), BT, C, 3 * C));
-    TIMED(m, PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_LAYERNORM,
           ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
                                   layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
 #undef P
@@ -587,29 +579,30 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
 
 zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale)
 {
-    const struct param_table *t = m->table;
+    const struct param_table *t = m->base.table;
     const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
-    const struct act_layout a = act_layout_of(c, m->B, m->T, m->ckpt_every);
-    const struct scratch_layout s = scratch_layout_of(c, m->B, m->T);
-    const int B = m->B, T = m->T, BT = B * T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
+    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, L = c->n_layer,
+              V = c->vocab_size;
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
     float *acts = m->acts, *sc = m->scratch, *dres = sc + s.dres;
     const float *w;
     float *g, *g0;
 
-    if (m->plan)
+    if (m->base.plan)
         return plan_walk(m, h, MODEL_PASS_BACKWARD);
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
     /* The head: logits are no longer needed, their buffer takes dlogits. */
     float *dlogits = acts + a.logits;
     ZT_TRY(zero(m, dlogits, (size_t)BT * V));
-    TIMED(m, PROF_CROSSENTROPY,
+    TIMED(m, MODEL_PROF_CROSSENTROPY,
           m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets, grad_scale / (float)BT,
                                         BT, V));
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
     ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    TIMED(m, PROF_MATMUL,
+    TIMED(m, MODEL_PROF_MATMUL,
           m->ops->matmul_backward(sc + s.dln, grad_in(t, 0, g0), NULL, dlogits, acts + a.lnf,
                                   tensor_in(t, 0, w), BT, C, V));
     ZT_TRY(h->params_release(h->ctx, 0));
@@ -618,7 +611,7 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
     ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
     ZT_TRY(zero(m, dres, (size_t)BT * C));
-    TIMED(m, PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_LAYERNORM,
           m->ops->layernorm_backward(dres, grad_in(t, k_lnf, g), grad_in(t, k_lnf + 1, g),
                                      sc + s.dln, x_last, tensor_in(t, k_lnf, w), acts + a.lnf_mean,
                                      acts + a.lnf_rstd, BT, C));
@@ -640,7 +633,7 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
         ZT_TRY(h->grads_done(h->ctx, 1 + l));
     }
 
-    TIMED(m, PROF_ENCODER,
+    TIMED(m, MODEL_PROF_ENCODER,
           m->ops->encoder_backward(grad_in(t, 0, g0), grad_in(t, 1, g0), dres, m->inputs, B, T, C));
     ZT_TRY(h->grads_done(h->ctx, 0));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
@@ -653,10 +646,57 @@ static double flops_per_token(const struct param_table *t, int T)
     return gpt2_flops_per_token(&c, T);
 }
 
+/* ---- the family's instance operations ------------------------------------ */
+
+/* The GPT-2 instance `m` is the base of. */
+static struct gpt2 *gpt2_of(struct model *m)
+{
+    ZT_ASSERT(m->family == &gpt2_family);
+    return (struct gpt2 *)m;
+}
+
+static zt_status instance_create(const struct param_table *t, const struct compute_backend *be,
+                                 int B, int T, int ckpt_every, struct model **out)
+{
+    struct gpt2 *g = malloc(sizeof *g);
+    if (!g)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the model");
+    zt_status s = gpt2_create(t, be, B, T, ckpt_every, g);
+    if (s != ZT_OK) {
+        free(g);
+        ZT_TRY(s);
+    }
+    *out = &g->base;
+    return ZT_OK;
+}
+
+static void instance_destroy(struct model *m)
+{
+    struct gpt2 *g = gpt2_of(m);
+    gpt2_destroy(g);
+    free(g);
+}
+
+static zt_status instance_forward(struct model *m, const struct model_unit_hooks *h,
+                                  const int32_t *inputs, const int32_t *targets)
+{
+    return gpt2_forward(gpt2_of(m), h, inputs, targets);
+}
+
+static zt_status instance_backward(struct model *m, const struct model_unit_hooks *h,
+                                   float grad_scale)
+{
+    return gpt2_backward(gpt2_of(m), h, grad_scale);
+}
+
 const struct model_family gpt2_family = {
     .name = "gpt2",
     .table_build = table_from_shape,
     .init_params = gpt2_init_params,
     .unit_order = gpt2_unit_order,
     .flops_per_token = flops_per_token,
+    .create = instance_create,
+    .destroy = instance_destroy,
+    .forward = instance_forward,
+    .backward = instance_backward,
 };

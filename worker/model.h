@@ -14,10 +14,15 @@
  *
  * The model does not own parameters or gradients: whoever shards them (the
  * ZeRO engine in shard/) lends them unit by unit through `struct
- * gpt2_unit_hooks`. Forward visits units 0, 1..L, L+1, 0 (the tied head);
- * backward visits 0 (head), L+1, L..1, 0 (embeddings). The model owns its
- * activations and backward scratch, allocated on its device and counted
- * under `activations` and `workspace`.
+ * model_unit_hooks`. Forward visits units 0, 1..L, L+1, 0 (the tied head);
+ * backward visits 0 (head), L+1, L..1, 0 (embeddings). An instance (`struct
+ * gpt2`, which begins with the generic `struct model`) owns its activations
+ * and backward scratch, allocated on its device and counted under
+ * `activations` and `workspace`.
+ *
+ * Everything here is reached through `gpt2_family` and the generic calls of
+ * model_family.h; only GPT-2-specific code (its Hugging Face reader, the
+ * config's GPT-2 shape, its own tests) names these declarations.
  */
 #ifndef ZT_WORKER_MODEL_H
 #define ZT_WORKER_MODEL_H
@@ -65,67 +70,31 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T);
  * ZeRO-3 engine can prefetch from it. */
 int gpt2_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap);
 
-/* Where a step's compute time goes, when profiling is on. */
-#define GPT2_PROFILE_CATEGORIES(X)                                                                 \
-    X(PROF_MATMUL, "matmul")                                                                       \
-    X(PROF_ATTENTION, "attention")                                                                 \
-    X(PROF_LAYERNORM, "layernorm")                                                                 \
-    X(PROF_GELU, "gelu")                                                                           \
-    X(PROF_CROSSENTROPY, "crossentropy")                                                           \
-    X(PROF_ENCODER, "encoder")                                                                     \
-    X(PROF_RESIDUAL, "residual")                                                                   \
-    X(PROF_ZERO, "zeroing")
-
-enum gpt2_profile_category {
-#define GPT2_PROFILE_ENUM(id, name) id,
-    GPT2_PROFILE_CATEGORIES(GPT2_PROFILE_ENUM)
-#undef GPT2_PROFILE_ENUM
-        PROF_CATEGORY_COUNT
-};
-
-struct gpt2_profile {
-    double seconds[PROF_CATEGORY_COUNT];
-};
-
-/* Name of a profile category ("matmul"). */
-const char *gpt2_profile_name(enum gpt2_profile_category c);
-
+/* A GPT-2 instance: the generic part first (model_family.h), then what
+ * GPT-2's passes keep. */
 struct gpt2 {
-    const struct param_table *table; /* not owned */
+    struct model base; /* first: a `struct model *` of this family points here */
     const struct ops_backend *ops;
     const struct device *dev; /* not owned: the compute backend's memory */
-    int B, T;
-    int ckpt_every; /* activation checkpointing: every k-th block, 0 = off */
+    int ckpt_every;           /* activation checkpointing: every k-th block, 0 = off */
     size_t act_bytes, scratch_bytes;
-    float *acts;                  /* owned: all forward activations, one allocation */
-    float *scratch;               /* owned: backward scratch, one allocation */
-    int32_t *inputs, *targets;    /* owned device copies of the batch */
-    float mean_loss;              /* of the last forward with targets */
-    struct gpt2_profile *profile; /* not owned; NULL: no timing */
-    int plan;                     /* plan-only device: walk the hooks, compute nothing */
-    int n_allocated;              /* how many of acts, scratch, inputs exist (for destroy) */
+    float *acts;               /* owned: all forward activations, one allocation */
+    float *scratch;            /* owned: backward scratch, one allocation */
+    int32_t *inputs, *targets; /* owned device copies of the batch */
+    int n_allocated;           /* how many of acts, scratch, inputs exist (for destroy) */
 };
 
-/* Allocates activations for micro batch B x T in the memory of `be`, whose
- * ops the passes run (be is borrowed and must outlive the model). Activation
- * checkpointing: with ckpt_every = k > 0, blocks 0, k, 2k, ... keep only
- * their input during the forward and recompute their internals in the
- * backward (k = 1: every block); 0 keeps everything. Gradients are
- * bit-identical either way. With a plan-only
- * ledger nothing is allocated but everything is counted, and forward and
- * backward then only walk the hooks in their real order (so a plan sees
- * every gather and gradient buffer a real step allocates). Errors:
- * ZT_ERR_NOMEM. */
+/* The GPT-2 instance operations on caller-provided storage (tests that
+ * look inside a GPT-2 instance use them; everything else goes through
+ * model_create and the generic calls, which the family implements with
+ * these). Arguments, effects and errors as model_create, model_forward and
+ * model_backward say; gpt2_destroy frees what gpt2_create allocated but not
+ * *m itself. */
 zt_status gpt2_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
                       int ckpt_every, struct gpt2 *out);
 void gpt2_destroy(struct gpt2 *m);
-
-/* Forward over host arrays inputs/targets[B*T]; sets m->mean_loss. */
 zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const int32_t *inputs,
                        const int32_t *targets);
-/* Backward of the last forward. Accumulates d(loss * grad_scale)/dparams
- * into the hooks' gradient buffers (grad_scale = 1/accumulation steps, times
- * the loss scale under fp16). */
 zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale);
 
 #endif

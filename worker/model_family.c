@@ -1,4 +1,5 @@
-/* worker/model_family.c — the table of model families (see
+/* worker/model_family.c — the table of model families and the generic
+ * instance calls that dispatch through an instance's family (see
  * model_family.h). */
 #include "model_family.h"
 
@@ -39,4 +40,44 @@ void param_table_free(struct param_table *t)
     free(t->tensors);
     free(t->unit_offset);
     memset(t, 0, sizeof *t);
+}
+
+static const char *const profile_names[] = {
+#define MODEL_PROFILE_NAME(id, name) name,
+    MODEL_PROFILE_CATEGORIES(MODEL_PROFILE_NAME)
+#undef MODEL_PROFILE_NAME
+};
+
+const char *model_profile_name(enum model_profile_category c)
+{
+    ZT_ASSERT((unsigned)c < MODEL_PROF_COUNT);
+    return profile_names[c];
+}
+
+zt_status model_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
+                       int ckpt_every, struct model **out)
+{
+    ZT_ASSERT(t->family && B > 0 && T > 0 && ckpt_every >= 0);
+    *out = NULL;
+    ZT_TRY(t->family->create(t, be, B, T, ckpt_every, out));
+    ZT_ASSERT((*out)->family == t->family && (*out)->table == t);
+    return ZT_OK;
+}
+
+void model_destroy(struct model *m)
+{
+    if (m)
+        m->family->destroy(m);
+}
+
+zt_status model_forward(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,
+                        const int32_t *targets)
+{
+    ZT_ASSERT(m->plan || (inputs && targets));
+    return m->family->forward(m, h, inputs, targets);
+}
+
+zt_status model_backward(struct model *m, const struct model_unit_hooks *h, float grad_scale)
+{
+    return m->family->backward(m, h, grad_scale);
 }

@@ -16,10 +16,28 @@
  * table from it. `struct model_family` is the family's table of
  * operations, found by name; the engine uses only this header.
  *
+ * An *instance* of a model (`struct model`) holds what one rank's passes
+ * need beyond the parameters: activations and backward scratch sized for a
+ * micro batch B x T, in the memory of a compute backend. The family creates
+ * it and runs its forward and backward; callers hold only a `struct model *`
+ * and go through model_create, model_forward, model_backward and
+ * model_destroy, which dispatch through the instance's family.
+ *
+ * Why a generic header rather than an opaque pointer with accessors: every
+ * step reads the loss of the forward, the training loop turns profiling on
+ * and off, and a plan asserts that it holds a plan-only instance. These are
+ * the same for every family, so they live in `struct model`, which each
+ * family embeds as the FIRST member of its own instance (GPT-2: `struct
+ * gpt2 { struct model base; ... }`); the family converts back with a cast
+ * it checks against `family`. What is particular to a family (its
+ * activation layout, device buffers, checkpointing) stays in its own
+ * struct, which only its own code and tests name. Accessor functions would
+ * add one call per field and hide nothing a caller could misuse.
+ *
  * Adding a family: a `struct model_family` entry in model_family.c and its
- * implementation beside worker/model.c (table, init, unit order, forward,
- * backward over borrowed units), plus its Hugging Face name mapping in the
- * file formats.
+ * implementation beside worker/model.c (table, init, unit order, instance
+ * create/destroy, forward, backward over borrowed units), plus its Hugging
+ * Face name mapping in the file formats.
  */
 #ifndef ZT_WORKER_MODEL_FAMILY_H
 #define ZT_WORKER_MODEL_FAMILY_H
@@ -86,6 +104,48 @@ struct model_unit_hooks {
     zt_status (*grads_done)(void *ctx, int unit);
 };
 
+/* Where a step's compute time goes, when profiling is on. The categories
+ * are the kinds of op a transformer runs; a family times each op under the
+ * one it belongs to and leaves the others at zero. */
+#define MODEL_PROFILE_CATEGORIES(X)                                                                \
+    X(MODEL_PROF_MATMUL, "matmul")                                                                 \
+    X(MODEL_PROF_ATTENTION, "attention")                                                           \
+    X(MODEL_PROF_LAYERNORM, "layernorm")                                                           \
+    X(MODEL_PROF_GELU, "gelu")                                                                     \
+    X(MODEL_PROF_CROSSENTROPY, "crossentropy")                                                     \
+    X(MODEL_PROF_ENCODER, "encoder")                                                               \
+    X(MODEL_PROF_RESIDUAL, "residual")                                                             \
+    X(MODEL_PROF_ZERO, "zeroing")
+
+enum model_profile_category {
+#define MODEL_PROFILE_ENUM(id, name) id,
+    MODEL_PROFILE_CATEGORIES(MODEL_PROFILE_ENUM)
+#undef MODEL_PROFILE_ENUM
+        MODEL_PROF_COUNT
+};
+
+/* Seconds spent per category; passes add to it, nobody resets it. */
+struct model_profile {
+    double seconds[MODEL_PROF_COUNT];
+};
+
+/* Name of a profile category ("matmul"). */
+const char *model_profile_name(enum model_profile_category c);
+
+/* The part of a model instance every family shares; the first member of
+ * each family's instance struct (see the design comment). The family's
+ * create sets every field but `profile`; forward sets `mean_loss`. */
+struct model {
+    const struct model_family *family; /* whose create made it */
+    const struct param_table *table;   /* not owned; outlives the instance */
+    int B, T;                          /* the micro batch its activations hold */
+    int plan;                      /* plan-only device: passes walk the hooks, compute nothing */
+    float mean_loss;               /* mean over the B x T targets of the last real forward */
+    struct model_profile *profile; /* not owned; NULL: no timing. Set by the caller */
+};
+
+struct compute_backend;
+
 struct model_family {
     const char *name; /* "gpt2": the shape's kind, meta.json's "family" */
     /* Builds the table of the model `shape` describes (kind == name).
@@ -102,6 +162,15 @@ struct model_family {
     int (*unit_order)(const struct param_table *t, enum model_pass pass, int *order, int cap);
     /* Model FLOPs per token of one training step at sequence length T. */
     double (*flops_per_token)(const struct param_table *t, int T);
+    /* The instance operations, as model_create, model_destroy,
+     * model_forward and model_backward describe them; `m` is always an
+     * instance this family's create made. */
+    zt_status (*create)(const struct param_table *t, const struct compute_backend *be, int B, int T,
+                        int ckpt_every, struct model **out);
+    void (*destroy)(struct model *m);
+    zt_status (*forward)(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,
+                         const int32_t *targets);
+    zt_status (*backward)(struct model *m, const struct model_unit_hooks *h, float grad_scale);
 };
 
 /* The family called `name`, or NULL. */
@@ -110,5 +179,33 @@ const struct model_family *model_family_find(const char *name);
 /* The table of the model `shape` describes, through its family. Errors:
  * ZT_ERR_CHECKPOINT (unknown family or a shape it cannot read), ZT_ERR_NOMEM. */
 zt_status param_table_build(const struct zt_kvlist *shape, struct param_table *out);
+
+/* Creates an instance of t's family for micro batch B x T: activations and
+ * scratch in the memory of `be`, whose ops the passes run. t and be are
+ * borrowed and must outlive the instance; the caller frees *out with
+ * model_destroy (*out is NULL on failure). Activation checkpointing: with
+ * ckpt_every = k > 0, blocks 0, k, 2k, ... keep only their input during the
+ * forward and recompute the rest in the backward (k = 1: every block); 0
+ * keeps everything; gradients are bit-identical either way. On a plan-only
+ * device nothing is allocated but everything is counted, m->plan is set,
+ * and the passes only walk the hooks in their real order (so a plan sees
+ * every gather and gradient buffer a real step allocates). Errors:
+ * ZT_ERR_NOMEM. */
+zt_status model_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
+                       int ckpt_every, struct model **out);
+/* Frees an instance and what it allocated; NULL is a no-op. */
+void model_destroy(struct model *m);
+
+/* Forward over host arrays inputs/targets[B*T], borrowing the parameters
+ * through h; sets m->mean_loss. A plan-only instance takes NULL for both
+ * and only walks the hooks. Errors: the hooks', the compute backend's,
+ * ZT_ERR_NOMEM. */
+zt_status model_forward(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,
+                        const int32_t *targets);
+/* Backward of the last forward: accumulates d(loss * grad_scale)/dparams
+ * into the hooks' gradient buffers (grad_scale = 1/accumulation steps,
+ * times the loss scale under fp16). Errors: the hooks', the compute
+ * backend's. */
+zt_status model_backward(struct model *m, const struct model_unit_hooks *h, float grad_scale);
 
 #endif
