@@ -127,3 +127,14 @@ struct lr_schedule config_lr_schedule(const struct zt_config *cfg)
         .cos_min_ratio = cfg->scheduler.cos_min_ratio,
     };
 }
+
+struct optimizer_hparams config_optimizer_hparams(const struct zt_config *c, double lr)
+{
+    return (struct optimizer_hparams){
+        .lr = (float)lr,
+        .beta1 = (float)c->optimizer.beta1,
+        .beta2 = (float)c->optimizer.beta2,
+        .eps = (float)c->optimizer.eps,
+        .weight_decay = (float)c->optimizer.weight_decay,
+    };
+}

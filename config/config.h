@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "../common/status.h"
+#include "../worker/optimizer.h"
 #include "../worker/schedule.h"
 
 enum zt_sched_type {
@@ -151,5 +152,9 @@ void config_free(struct zt_config *cfg);
 /* The learning-rate schedule the config describes (optimizer.lr and the
  * scheduler section), for worker/schedule.h's schedule_lr. */
 struct lr_schedule config_lr_schedule(const struct zt_config *cfg);
+
+/* The optimizer hyperparameters the config gives, at learning rate lr (the
+ * schedule's for the step at hand). */
+struct optimizer_hparams config_optimizer_hparams(const struct zt_config *c, double lr);
 
 #endif

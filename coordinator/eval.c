@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "run_checkpoint.h"
 #include "train.h"
 
 static void fill_eval_batch(const struct token_buffer *val, int seq_len, int B, size_t batch,
@@ -67,6 +68,8 @@ zt_status eval_run(const struct run_options *o, int *print_here)
     struct run_session s;
     *print_here = 0;
     zt_status st = session_open(&s, o, 0);
+    if (st == ZT_OK)
+        st = run_checkpoint_restore(&s, o, 0);
     if (st != ZT_OK) {
         *print_here = s.failed_here;
         return st;

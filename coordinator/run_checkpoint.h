@@ -28,18 +28,14 @@
 #include "../formats/checkpoint.h"
 #include "session.h"
 
-/* Fault injection into run_checkpoint_save, for the tests of crash safety
- * (in the manner of SQLite's test VFS): a test build of the program passes
- * hooks through cli_main into the run options; the zerotrain binary passes
- * none, so no hook is ever called there. */
-struct ckpt_fault_hooks {
-    /* Called by every rank while it writes its shard of the checkpoint of
-     * `step`, after the first section and before the second: a hook that
-     * kills the process leaves a half-written shard, as a node failure
-     * would. NULL: none. */
-    void (*mid_shard)(void *arg, int rank, long step);
-    void *arg; /* passed to the hook */
-};
+/* The last phase of opening a run (CONFIGURED, after session_open): the
+ * weights from a checkpoint (eval --checkpoint, or resuming as run.resume
+ * says), else from model.init_from, else the initial values stay; nothing
+ * under --dry-run. Collective and agreed: on failure every rank gets the
+ * same status, the session is closed (RUN_FAILED) and s->failed_here says
+ * whether this rank prints. */
+zt_status run_checkpoint_restore(struct run_session *s, const struct run_options *o,
+                                 int need_train);
 
 /* The folder checkpoints go to: checkpoint.dir, or <run.output_dir>/checkpoints. */
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n);

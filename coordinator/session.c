@@ -9,8 +9,6 @@
 
 #include "../worker/model.h"
 #include "../worker/ops.h"
-#include "../formats/hf_gpt2.h"
-#include "run_checkpoint.h"
 
 zt_status session_agree(zt_status local, int *print_here)
 {
@@ -151,17 +149,6 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
     };
 }
 
-struct optimizer_hparams session_optimizer_hparams(const struct zt_config *c, double lr)
-{
-    return (struct optimizer_hparams){
-        .lr = (float)lr,
-        .beta1 = (float)c->optimizer.beta1,
-        .beta2 = (float)c->optimizer.beta2,
-        .eps = (float)c->optimizer.eps,
-        .weight_decay = (float)c->optimizer.weight_decay,
-    };
-}
-
 enum zt_dtype session_precision(const struct zt_config *c)
 {
     return c->bf16.enabled ? ZT_BF16 : c->fp16.enabled ? ZT_F16 : ZT_F32;
@@ -209,63 +196,6 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
     return st;
 }
 
-/* model.init_from: each rank reads from the Hugging Face GPT-2 file only
- * the ranges it holds, as the fp32 weights the optimizer starts from; the
- * optimizer state starts at zero. */
-static zt_status import_weights(struct run_session *s, const char *path)
-{
-    struct hf_gpt2_reader *r;
-    size_t max_unit = 0;
-    for (int u = 0; u < s->table.n_units; u++)
-        max_unit = param_table_unit_size(&s->table, u) > max_unit
-                       ? param_table_unit_size(&s->table, u)
-                       : max_unit;
-    zt_status opened = hf_gpt2_open(path, &s->table, &r), agreed_open;
-    ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));
-    if (agreed_open != ZT_OK) {
-        if (opened == ZT_OK)
-            hf_gpt2_close(r);
-        return agreed_open;
-    }
-    float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
-    zt_status st = buf ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the import staging");
-    for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
-        size_t lo, hi, base = s->table.unit_offset[u];
-        shard_engine_held_range(&s->engine, u, &lo, &hi);
-        if (hi == lo)
-            continue;
-        st = hf_gpt2_read(r, base + lo, base + hi, buf);
-        if (st == ZT_OK)
-            st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
-    }
-    free(buf);
-    hf_gpt2_close(r);
-    zt_status agreed;
-    /* every rank must arrive before the collective rebuild of the params */
-    ZT_TRY(comm_agree_status(s->comm, st, &agreed));
-    ZT_TRY(agreed);
-    return shard_engine_params_from_master(&s->engine);
-}
-
-/* Where the weights come from: a checkpoint (eval --checkpoint, or resuming
- * a training run as run.resume says), else the initial values. Collective. */
-static zt_status restore_weights(struct run_session *s, const struct run_options *o, int need_train)
-{
-    char step_dir[4096];
-    int found = 0;
-    if (o->checkpoint_path) {
-        snprintf(step_dir, sizeof step_dir, "%s", o->checkpoint_path);
-        found = 1;
-    } else if (need_train) {
-        ZT_TRY(run_checkpoint_find(s, step_dir, sizeof step_dir, &found));
-    }
-    if (!found)
-        return s->cfg.model.init_from ? import_weights(s, s->cfg.model.init_from) : ZT_OK;
-    ZT_TRY(run_checkpoint_load(s, step_dir));
-    snprintf(s->resumed_from, sizeof s->resumed_from, "%s", step_dir);
-    return ZT_OK;
-}
-
 /* Runs one phase and agrees on its outcome; on failure closes the session. */
 #define SESSION_PHASE(s, expr)                                                                     \
     do {                                                                                           \
@@ -301,7 +231,6 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     SESSION_PHASE(s, build_model(s, o));
     s->stop_signal = o->stop_signal;
     s->faults = o->faults;
-    SESSION_PHASE(s, o->dry_run ? ZT_OK : restore_weights(s, o, need_train));
     s->state = RUN_CONFIGURED;
     return ZT_OK;
 }

@@ -5,8 +5,11 @@
  *   INIT --session_open--> CONFIGURED --train_loop--> RUNNING --> DONE
  *     \__________________________|________________________|____> FAILED
  *
- * session_open loads and checks the configuration, creates the
- * communicator, loads the data and builds the model and the ZeRO engine.
+ * session_open loads and checks the configuration, opens the compute
+ * backend, creates the communicator, loads the data and builds the model
+ * and the ZeRO engine (with initial weights); run_checkpoint_restore
+ * (run_checkpoint.h) then loads a checkpoint or imported weights, still in
+ * CONFIGURED.
  * Each phase ends with an agreement among ranks (session_agree), so that a
  * failure on any rank sends every rank out of the same phase, nobody blocks
  * in a collective, and the message is printed once, by the lowest failing
@@ -28,7 +31,18 @@
 #include "../worker/precision.h"
 #include "../config/config.h"
 
-struct ckpt_fault_hooks; /* coordinator/run_checkpoint.h */
+/* Fault injection into run_checkpoint_save (run_checkpoint.h), for the tests of crash safety
+ * (in the manner of SQLite's test VFS): a test build of the program passes
+ * hooks through cli_main into the run options; the zerotrain binary passes
+ * none, so no hook is ever called there. */
+struct ckpt_fault_hooks {
+    /* Called by every rank while it writes its shard of the checkpoint of
+     * `step`, after the first section and before the second: a hook that
+     * kills the process leaves a half-written shard, as a node failure
+     * would. NULL: none. */
+    void (*mid_shard)(void *arg, int rank, long step);
+    void *arg; /* passed to the hook */
+};
 
 enum run_state { RUN_INIT, RUN_CONFIGURED, RUN_RUNNING, RUN_DONE, RUN_FAILED };
 
@@ -98,10 +112,6 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
  * world size and rank: the run's own, or a plan's (the baseline). */
 struct shard_engine_config session_engine_config(const struct zt_config *c, int stage, int world,
                                                  int rank);
-
-/* The optimizer hyperparameters a config gives, at learning rate lr (the
- * schedule's for this step). */
-struct optimizer_hparams session_optimizer_hparams(const struct zt_config *c, double lr);
 
 /* The working precision a config asks for: ZT_BF16, ZT_F16 or ZT_F32. */
 enum zt_dtype session_precision(const struct zt_config *c);

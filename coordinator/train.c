@@ -84,7 +84,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
         ZT_TRY(model_backward(s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
         loss_sum += s->model->mean_loss;
     }
-    struct optimizer_hparams hp = session_optimizer_hparams(c, r->lr);
+    struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
     struct shard_step_result result;
     ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, &result));
     r->grad_norm = result.grad_norm;
@@ -298,6 +298,8 @@ zt_status train_run(const struct run_options *o, int *print_here)
     struct run_session s;
     struct train_io io = {0};
     zt_status st = session_open(&s, o, !o->dry_run);
+    if (st == ZT_OK)
+        st = run_checkpoint_restore(&s, o, !o->dry_run);
     if (st != ZT_OK) {
         *print_here = s.failed_here;
         return st;
