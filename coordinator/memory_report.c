@@ -86,7 +86,8 @@ zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct
 
 /* ---- the paper's model states ---- */
 
-uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, const double bpp[4])
+uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, uint64_t n_trainable,
+                                      const double bpp[4])
 {
     /* Which of p, g, m, o the stage divides among the ranks: the master
      * copy goes with the optimizer states, as in the paper's K. */
@@ -95,15 +96,16 @@ uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, c
     ZT_ASSERT(world >= 1);
     const int partitioned[4] = {pol->shard_params, pol->shard_grads, pol->shard_states,
                                 pol->shard_states};
+    /* Parameters count over all of Ψ, the rest over the trainable part. */
     double whole = 0, split = 0;
     for (int k = 0; k < 4; k++) {
+        const double bytes = bpp[k] * (double)(k == 0 ? n_params : n_trainable);
         if (partitioned[k])
-            split += bpp[k];
+            split += bytes;
         else
-            whole += bpp[k];
+            whole += bytes;
     }
-    double psi = (double)n_params;
-    return (uint64_t)floor(whole * psi + split * psi / world + 0.5);
+    return (uint64_t)floor(whole + split / world + 0.5);
 }
 
 /* ---- printing ---- */

@@ -60,10 +60,13 @@ zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct
 /* The ZeRO paper's model-state bytes per rank with p, g, m, o bytes per
  * parameter (bpp[0..3]) for N = world ranks: stage 0 (p+g+m+o)Ψ; stage 1
  * (p+g)Ψ + (m+o)Ψ/N; stage 2 pΨ + (g+m+o)Ψ/N; stage 3 (p+g+m+o)Ψ/N,
- * rounded to the nearest byte. Shards are padded to a multiple of N, so
+ * rounded to the nearest byte, where g, m and o count only the n_trainable
+ * parameters of units that train (n_trainable = Ψ when nothing is
+ * frozen). Shards are padded to a multiple of N, so
  * the measured bytes may exceed this slightly. Asserts 0 <= stage <= 3 and
  * world >= 1. */
-uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, const double bpp[4]);
+uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, uint64_t n_trainable,
+                                      const double bpp[4]);
 
 /* Prints the report to f: one row per rank (each category's peak, the total
  * peak, the resident peak, total / baseline total), the baseline row, and

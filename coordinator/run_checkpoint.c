@@ -37,15 +37,19 @@ static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
 static zt_status write_sections(struct run_session *s, long step, struct ckpt_shard_writer *w)
 {
     const struct shard_partition *p = &s->engine.part;
-    uint64_t count = 0;
-    size_t max_unit = 0;
-    for (int u = 0; u < p->n_units; u++) {
-        count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
-        max_unit = p->units[u].shard > max_unit ? p->units[u].shard : max_unit;
-    }
     const int n_states = shard_engine_n_states(&s->engine);
-    for (int k = 0; k < n_states; k++)
+    size_t max_unit = 0;
+    for (int u = 0; u < p->n_units; u++)
+        max_unit = p->units[u].shard > max_unit ? p->units[u].shard : max_unit;
+    /* A section holds the rank's real elements of every unit that has the
+     * state: the master all units, the optimizer's the trainable ones. */
+    for (int k = 0; k < n_states; k++) {
+        uint64_t count = 0;
+        for (int u = 0; u < p->n_units; u++)
+            if (shard_engine_holds_state(&s->engine, k, u))
+                count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
         ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k), ZT_F32, count));
+    }
     ZT_TRY(ckpt_shard_writer_begin(w));
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
     if (!buf)
@@ -57,7 +61,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_owned_range(p, s->rank, u, &lo, &hi);
-            if (hi == lo)
+            if (hi == lo || !shard_engine_holds_state(&s->engine, k, u))
                 continue;
             st = shard_engine_get_state(&s->engine, k, u, lo, hi, buf);
             if (st == ZT_OK)
@@ -96,10 +100,11 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->n_units = p->n_units;
     m->unit_numel = calloc((size_t)p->n_units, sizeof *m->unit_numel);
     m->unit_shard = calloc((size_t)p->n_units, sizeof *m->unit_shard);
+    m->unit_frozen = calloc((size_t)p->n_units + 1, sizeof *m->unit_frozen);
     char *yaml = NULL;
     size_t yaml_len = 0;
     FILE *f = open_memstream(&yaml, &yaml_len);
-    if (!m->unit_numel || !m->unit_shard || !f) {
+    if (!m->unit_numel || !m->unit_shard || !m->unit_frozen || !f) {
         if (f)
             fclose(f);
         free(yaml);
@@ -112,6 +117,7 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     for (int u = 0; u < p->n_units; u++) {
         m->unit_numel[u] = p->units[u].numel;
         m->unit_shard[u] = p->units[u].shard;
+        m->unit_frozen[u] = (unsigned char)!p->units[u].trainable;
     }
     m->n_params = s->table.n_params;
     m->model = s->table.shape;
@@ -214,7 +220,9 @@ struct old_shards {
     const char *step_dir;
     const struct ckpt_meta *meta;
     struct ckpt_shard **files; /* meta->world entries */
-    uint64_t *prefix;          /* [rank * n_units + u]: where unit u starts in rank's sections */
+    /* [rank * n_units + u]: where unit u starts in rank's master section
+     * (every unit) and in its optimizer-state sections (trainable units). */
+    uint64_t *prefix, *state_prefix;
 };
 
 static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
@@ -225,13 +233,17 @@ static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
     o->meta = meta;
     o->files = calloc(w, sizeof *o->files);
     o->prefix = calloc(w * nu + 1, sizeof *o->prefix);
-    if (!o->files || !o->prefix)
+    o->state_prefix = calloc(w * nu + 1, sizeof *o->state_prefix);
+    if (!o->files || !o->prefix || !o->state_prefix)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the shard table");
     for (size_t r = 0; r < w; r++) {
-        uint64_t at = 0;
+        uint64_t at = 0, state_at = 0;
         for (size_t u = 0; u < nu; u++) {
+            const uint64_t real = owned_real(meta->unit_numel[u], meta->unit_shard[u], (int)r);
             o->prefix[r * nu + u] = at;
-            at += owned_real(meta->unit_numel[u], meta->unit_shard[u], (int)r);
+            o->state_prefix[r * nu + u] = state_at;
+            at += real;
+            state_at += meta->unit_frozen && meta->unit_frozen[u] ? 0 : real;
         }
     }
     return ZT_OK;
@@ -245,6 +257,7 @@ static void old_shards_close(struct old_shards *o)
                 ckpt_shard_close(o->files[r]);
     free(o->files);
     free(o->prefix);
+    free(o->state_prefix);
 }
 
 /* Reads elements [a, b) of unit u of one section from whichever old ranks
@@ -269,8 +282,10 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, int 
                                 "%s/rank-%05d.bin: no fp32 section '%s' (not a zerotrain "
                                 "training checkpoint of this version)",
                                 o->step_dir, r, section);
+        const uint64_t *prefix =
+            strcmp(section, SHARD_STATE_MASTER_NAME) == 0 ? o->prefix : o->state_prefix;
         uint64_t first =
-            o->prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] + (a - share * (uint64_t)r);
+            prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] + (a - share * (uint64_t)r);
         ZT_TRY(ckpt_shard_read(o->files[r], sec, first, end - a, dst));
         dst += end - a;
         a = end;
@@ -278,9 +293,9 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, int 
     return ZT_OK;
 }
 
-/* The checkpoint must be of this model (same family, shape and units)
- * and, when its optimizer states are to be loaded, of this optimizer: one
- * optimizer's moments are not another's. */
+/* The checkpoint must be of this model (same family, shape, units and
+ * frozen units) and of this optimizer, whose states are loaded with the
+ * weights: one optimizer's moments are not another's. */
 static zt_status check_same_model(const struct run_session *s, const char *step_dir,
                                   const struct ckpt_meta *m)
 {
@@ -313,6 +328,14 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                                 "the model's has %zu",
                                 step_dir, u, (unsigned long long)m->unit_numel[u],
                                 param_table_unit_size(&s->table, u));
+    /* A unit that trains here needs the optimizer states the checkpoint has
+     * only for units that trained there. */
+    for (int u = 0; u < m->n_units; u++)
+        if (m->unit_frozen[u] != !s->engine.part.units[u].trainable)
+            return zt_error_set(ZT_ERR_CHECKPOINT,
+                                "%s/meta.json: unit %d was %s in the checkpoint, but %s here",
+                                step_dir, u, m->unit_frozen[u] ? "frozen" : "trained",
+                                m->unit_frozen[u] ? "trains" : "is frozen");
     return ZT_OK;
 }
 
@@ -331,7 +354,7 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
         for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_engine_held_range(&s->engine, u, &lo, &hi);
-            if (hi == lo)
+            if (hi == lo || !shard_engine_holds_state(&s->engine, k, u))
                 continue;
             st = old_shards_read(&o, shard_engine_state_name(&s->engine, k), u, lo, hi, buf);
             if (st == ZT_OK)

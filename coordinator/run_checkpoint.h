@@ -1,15 +1,19 @@
 /* coordinator/run_checkpoint.h — saving and resuming a training session.
  *
- * What a checkpoint holds (coordinator/checkpoint.h is the storage format):
+ * What a checkpoint holds (formats/checkpoint.h is the storage format):
  * every rank writes, for every unit in order, the real elements of the unit
  * that it owns in the run's partition (the same split in every stage), as
- * three fp32 sections: "master" (the weights the optimizer updates: the
+ * fp32 sections: "master" (the weights the optimizer updates: the
  * parameters under fp32, the master copy under 16-bit precision; the
- * working 16-bit copy is always their rounding, so it is not stored),
- * "exp_avg" and "exp_avg_sq" (AdamW's moments). Gradients are zero between
- * steps. Rank 0 writes meta.json: the step, world size, stage, precision,
- * the resolved config, the partition (each unit's size and per-rank share),
- * the model shape, the loss scaler and the optimizer step count. The data
+ * working 16-bit copy is always their rounding, so it is not stored; a
+ * frozen unit's weights are its working copy) for every unit, and one
+ * section per state vector of the optimizer ("exp_avg", "exp_avg_sq" for
+ * AdamW: the names come from the optimizer table) for the units that
+ * train. Gradients are zero between steps. Rank 0 writes meta.json: the
+ * step, world size, stage, precision, the resolved config, the partition
+ * (each unit's size, per-rank share and whether it is frozen), the model
+ * family and shape, the optimizer and its hyperparameters, the loss scaler
+ * and the optimizer step count. The data
  * order and every random draw are pure functions of (seed, step), so the
  * step is all the sampler and generator state there is.
  *

@@ -262,8 +262,8 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     ZT_TRY(session_plan_baseline(s, &baseline));
     memcpy(r.baseline, baseline.peak, sizeof r.baseline);
     r.baseline_total = baseline.total_peak;
-    r.expected_model_states =
-        memory_expected_model_states(r.stage, s->world, r.n_params, r.bytes_per_param);
+    r.expected_model_states = memory_expected_model_states(
+        r.stage, s->world, r.n_params, s->engine.part.trainable_numel, r.bytes_per_param);
     ZT_TRY(memory_report_gather(s->comm, &s->ledger, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {

@@ -200,6 +200,11 @@ struct ckpt_meta {
     int n_units;             /* >= 0 */
     uint64_t *unit_numel;    /* per unit: real elements (owned, n_units) */
     uint64_t *unit_shard;    /* per unit: elements per rank in this partition (owned) */
+    /* Per unit: 1 when it was frozen, so its shards hold the weights
+     * ("master") but no optimizer state sections (owned, n_units; a writer
+     * may leave it NULL for none; ckpt_meta_read always fills it). In
+     * meta.json "frozen": true on the unit, absent when it trains. */
+    unsigned char *unit_frozen;
     uint64_t n_params;
     /* The model family and its shape ("model": {"family": "gpt2", ...}) and
      * the optimizer with its hyperparameters ("optimizer": {"type":

@@ -165,9 +165,9 @@ static void add_lists(struct json_text *t, const struct ckpt_meta *m)
 {
     json_text_printf(t, "  \"units\": [");
     for (int u = 0; u < m->n_units; u++)
-        json_text_printf(t, "%s\n    {\"numel\": %llu, \"shard\": %llu}", u ? "," : "",
-                         (unsigned long long)m->unit_numel[u],
-                         (unsigned long long)m->unit_shard[u]);
+        json_text_printf(t, "%s\n    {\"numel\": %llu, \"shard\": %llu%s}", u ? "," : "",
+                         (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u],
+                         m->unit_frozen && m->unit_frozen[u] ? ", \"frozen\": true" : "");
     json_text_printf(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
     for (int r = 0; r < m->world; r++)
         json_text_printf(
@@ -349,7 +349,8 @@ static zt_status read_units(const char *path, const struct json_value *root, str
     size_t n = list->n;
     m->unit_numel = malloc((n ? n : 1) * sizeof *m->unit_numel);
     m->unit_shard = malloc((n ? n : 1) * sizeof *m->unit_shard);
-    if (!m->unit_numel || !m->unit_shard)
+    m->unit_frozen = calloc(n ? n : 1, sizeof *m->unit_frozen);
+    if (!m->unit_numel || !m->unit_shard || !m->unit_frozen)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %zu units", path, n);
     m->n_units = (int)n;
     for (size_t u = 0; u < n; u++) {
@@ -358,6 +359,12 @@ static zt_status read_units(const char *path, const struct json_value *root, str
         ZT_TRY(need_u64(path, &list->items[u], "numel", where, &m->unit_numel[u]));
         snprintf(where, sizeof where, "units[%zu].shard", u);
         ZT_TRY(need_u64(path, &list->items[u], "shard", where, &m->unit_shard[u]));
+        snprintf(where, sizeof where, "units[%zu].frozen", u);
+        if (json_object_get(&list->items[u], "frozen", NULL)) {
+            const struct json_value *v;
+            ZT_TRY(need(path, &list->items[u], "frozen", where, JSON_BOOL, &v));
+            m->unit_frozen[u] = (unsigned char)(v->boolean != 0);
+        }
     }
     return ZT_OK;
 }
@@ -493,6 +500,7 @@ void ckpt_meta_free(struct ckpt_meta *m)
     free(m->config_yaml);
     free(m->unit_numel);
     free(m->unit_shard);
+    free(m->unit_frozen);
     free(m->files);
     *m = (struct ckpt_meta){0};
 }

@@ -86,11 +86,12 @@ static zt_status alloc_states(struct shard_engine *e)
 {
     const struct shard_policy *pol = &e->policy;
     const size_t full = e->part.padded_total, shard = e->part.shard_total;
-    const size_t fp32 = (pol->shard_states ? shard : full) * sizeof(float);
+    const size_t tfull = e->part.state_padded_total, tshard = e->part.state_shard_total;
+    const size_t fp32 = (pol->shard_states ? tshard : tfull) * sizeof(float);
     void *p;
     ZT_TRY(alloc_state(e, LEDGER_PARAMS, (pol->shard_params ? shard : full) * e->esz, "parameters",
                        &e->params));
-    ZT_TRY(alloc_state(e, LEDGER_GRADS, (pol->shard_grads ? shard : full) * e->esz, "gradients",
+    ZT_TRY(alloc_state(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->esz, "gradients",
                        &e->grads));
     if (is_16bit(e)) {
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
@@ -135,13 +136,13 @@ static zt_status init_params(struct shard_engine *e)
             st = store_working(e, at(e, e->params, su->padded_offset), host, su->numel, staging);
         else if (hi > lo)
             st = store_working(e, at(e, e->params, su->shard_offset), host + lo, hi - lo, staging);
-        if (st != ZT_OK || !is_16bit(e))
+        if (st != ZT_OK || !is_16bit(e) || !su->trainable)
             continue;
         if (!e->policy.shard_states)
-            st =
-                ops->copy_from_host(e->master + su->padded_offset, host, su->numel * sizeof(float));
+            st = ops->copy_from_host(e->master + su->state_padded_offset, host,
+                                     su->numel * sizeof(float));
         else if (hi > lo)
-            st = ops->copy_from_host(e->master + su->shard_offset, host + lo,
+            st = ops->copy_from_host(e->master + su->state_shard_offset, host + lo,
                                      (hi - lo) * sizeof(float));
     }
     free(host);
@@ -232,7 +233,7 @@ static zt_status finish_oldest_reduce(struct shard_engine *e)
     const struct shard_unit *su = &e->part.units[r.unit];
     zt_status st = r.req ? comm_wait(e->comm, r.req) : ZT_OK;
     if (st == ZT_OK && !e->plan)
-        st = e->ops->add_into(e->cfg.precision, at(e, e->grads, su->shard_offset), r.recv,
+        st = e->ops->add_into(e->cfg.precision, at(e, e->grads, su->state_shard_offset), r.recv,
                               su->shard);
     device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, r.unit), r.recv);
     device_free(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, r.unit), e->unit_grads[r.unit]);
@@ -371,9 +372,17 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
 {
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
+    if (!su->trainable) {
+        /* The backward still computes the unit's weight gradients (the
+         * model's ops produce them with the input gradients): they go to
+         * a zeroed scratch view and are dropped at grads_done. */
+        ZT_TRY(open_view(e, unit, "a frozen unit's discarded gradients", &e->grad_view[unit]));
+        *grads = e->grad_view[unit];
+        return ZT_OK;
+    }
     if (!is_16bit(e)) {
         if (!e->policy.shard_grads) {
-            *grads = at(e, e->grads, su->padded_offset);
+            *grads = at(e, e->grads, su->state_padded_offset);
             return ZT_OK;
         }
         ZT_TRY(open_unit_grads(e, unit));
@@ -384,7 +393,7 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
      * stages 2-3 start each micro step from zero (the view is zeroed). */
     ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
     if (!e->policy.shard_grads && !e->plan)
-        ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, e->grads, su->padded_offset),
+        ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, e->grads, su->state_padded_offset),
                               e->grad_view[unit], su->padded));
     *grads = e->grad_view[unit];
     return ZT_OK;
@@ -394,8 +403,12 @@ static zt_status hook_grads_done(void *ctx, int unit)
 {
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
+    if (!su->trainable) {
+        close_view(e, unit, &e->grad_view[unit]);
+        return ZT_OK;
+    }
     if (is_16bit(e)) {
-        void *dst = at(e, e->grads, su->padded_offset);
+        void *dst = at(e, e->grads, su->state_padded_offset);
         if (e->policy.shard_grads) {
             ZT_TRY(open_unit_grads(e, unit));
             dst = e->unit_grads[unit];
@@ -518,22 +531,29 @@ static zt_status update_unit_range(const struct shard_engine *e, int u, size_t l
     return ZT_OK;
 }
 
-/* Stage 1: the full grads reduce-scattered into a transient shard buffer. */
+/* Stage 1: the full grads of the trainable units reduce-scattered into a
+ * transient shard buffer. */
 static zt_status reduce_full_grads(struct shard_engine *e, void *shards)
 {
     for (int u = 0; u < e->part.n_units; u++) {
         const struct shard_unit *su = &e->part.units[u];
-        ZT_TRY(comm_reduce_scatter(e->comm, at(e, e->grads, su->padded_offset),
-                                   at(e, shards, su->shard_offset), su->shard, e->cfg.precision,
-                                   COMM_OP_SUM));
+        if (!su->trainable)
+            continue;
+        ZT_TRY(comm_reduce_scatter(e->comm, at(e, e->grads, su->state_padded_offset),
+                                   at(e, shards, su->state_shard_offset), su->shard,
+                                   e->cfg.precision, COMM_OP_SUM));
     }
     return ZT_OK;
 }
 
-static zt_status allgather_params(struct shard_engine *e)
+/* Stages 1-2: every rank's shard of each unit back into the full params;
+ * after an update only the trainable units changed. */
+static zt_status allgather_params(struct shard_engine *e, int trainable_only)
 {
     for (int u = 0; u < e->part.n_units; u++) {
         const struct shard_unit *su = &e->part.units[u];
+        if (trainable_only && !su->trainable)
+            continue;
         void *full = at(e, e->params, su->padded_offset);
         ZT_TRY(comm_allgather(e->comm, at(e, full, (size_t)e->cfg.rank * su->shard), full,
                               su->shard, e->cfg.precision));
@@ -543,7 +563,8 @@ static zt_status allgather_params(struct shard_engine *e)
 
 /* The rank's range of unit u for the update: unit elements [lo, hi), and
  * the element offset of lo in the gradient buffer `g` and in the fp32
- * update target / moments. */
+ * update target / moments (SHARD_NO_STATE for a frozen unit), and in the
+ * working params. */
 struct owned_range {
     size_t lo, hi, grad_off, state_off, working_off;
 };
@@ -555,11 +576,12 @@ static struct owned_range owned_range_of(const struct shard_engine *e, int u)
     if (!e->policy.shard_states) {
         r.lo = 0;
         r.hi = su->numel;
-        r.grad_off = r.state_off = r.working_off = su->padded_offset;
+        r.working_off = su->padded_offset;
+        r.grad_off = r.state_off = su->state_padded_offset;
         return r;
     }
     shard_owned_range(&e->part, e->cfg.rank, u, &r.lo, &r.hi);
-    r.grad_off = r.state_off = su->shard_offset;
+    r.grad_off = r.state_off = su->state_shard_offset;
     r.working_off = !e->policy.shard_params ? su->padded_offset + r.lo : su->shard_offset;
     return r;
 }
@@ -573,7 +595,7 @@ static zt_status update_owned(struct shard_engine *e, void *g, float gscale, flo
     for (int u = 0; u < e->part.n_units; u++) {
         const struct owned_range r = owned_range_of(e, u);
         const size_t n = r.hi - r.lo;
-        if (n == 0)
+        if (n == 0 || !e->part.units[u].trainable)
             continue;
         float *target = is_16bit(e) ? e->master + r.state_off : (float *)e->params + r.working_off;
         float *grad = is_16bit(e) ? tmp : (float *)g + r.grad_off;
@@ -589,14 +611,14 @@ static zt_status update_owned(struct shard_engine *e, void *g, float gscale, flo
 
 static zt_status zero_grads(struct shard_engine *e)
 {
-    size_t n = !e->policy.shard_grads ? e->part.padded_total : e->part.shard_total;
+    size_t n = !e->policy.shard_grads ? e->part.state_padded_total : e->part.state_shard_total;
     return e->ops->memset_zero(e->grads, n * e->esz);
 }
 
 /* The elements of the reduced gradients the norm and update read. */
 static size_t reduced_count(const struct shard_engine *e)
 {
-    return !e->policy.shard_states ? e->part.padded_total : e->part.shard_total;
+    return !e->policy.shard_states ? e->part.state_padded_total : e->part.state_shard_total;
 }
 
 static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
@@ -630,7 +652,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     hp->step = ++e->updates;
     ZT_TRY(update_owned(e, g, (float)(unscale * clip), tmp, hp));
     if (shard_policy_regathers_params(&e->policy))
-        ZT_TRY(allgather_params(e));
+        ZT_TRY(allgather_params(e, 1));
     return zero_grads(e);
 }
 
@@ -649,7 +671,7 @@ static size_t max_update_range(const struct shard_engine *e)
 zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp, double loss_scale,
                             int skip_on_overflow, struct shard_step_result *out)
 {
-    const size_t shard_bytes_total = e->part.shard_total * e->esz;
+    const size_t shard_bytes_total = e->part.state_shard_total * e->esz;
     const size_t tmp_bytes = is_16bit(e) ? max_update_range(e) * sizeof(float) : 0;
     void *g = e->grads, *shards = NULL, *tmp = NULL;
     out->grad_norm = 0.0;
@@ -716,30 +738,70 @@ const char *shard_engine_state_name(const struct shard_engine *e, int which)
                                        : e->cfg.optimizer->state_names[which - 1];
 }
 
-/* Device address of state element `lo` of unit u (inside the held range). */
+int shard_engine_holds_state(const struct shard_engine *e, int which, int u)
+{
+    ZT_ASSERT(which >= 0 && which < shard_engine_n_states(e));
+    return which == SHARD_STATE_MASTER || e->part.units[u].trainable;
+}
+
+/* A frozen unit under 16-bit precision has no fp32 master: its weights
+ * are the working copy, converted on the way to and from the host. */
+static int master_is_working(const struct shard_engine *e, int which, int u)
+{
+    return which == SHARD_STATE_MASTER && is_16bit(e) && !e->part.units[u].trainable;
+}
+
+/* Device address of fp32 state element `lo` of unit u (inside the held
+ * range; not for master_is_working). */
 static float *state_at(struct shard_engine *e, int which, int u, size_t lo)
 {
     const struct owned_range r = owned_range_of(e, u);
     ZT_ASSERT(lo >= r.lo && lo <= r.hi);
-    ZT_ASSERT(which >= 0 && which < shard_engine_n_states(e));
+    ZT_ASSERT(shard_engine_holds_state(e, which, u) && !master_is_working(e, which, u));
     const size_t skip = lo - r.lo;
     if (which != SHARD_STATE_MASTER)
         return e->states[which - 1] + r.state_off + skip;
     return is_16bit(e) ? e->master + r.state_off + skip : (float *)e->params + r.working_off + skip;
 }
 
+/* The working params at element lo of unit u's held range. */
+static void *working_at(struct shard_engine *e, int u, size_t lo)
+{
+    const struct owned_range r = owned_range_of(e, u);
+    return at(e, e->params, r.working_off + (lo - r.lo));
+}
+
 zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
                                  float *dst)
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
-    return e->dev->ops->copy_to_host(dst, state_at(e, which, u, lo), (hi - lo) * sizeof(float));
+    const size_t n = hi - lo;
+    if (!master_is_working(e, which, u))
+        return e->dev->ops->copy_to_host(dst, state_at(e, which, u, lo), n * sizeof(float));
+    void *staging = malloc(n ? n * e->esz : 1);
+    if (!staging)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
+    zt_status st = e->dev->ops->copy_to_host(staging, working_at(e, u, lo), n * e->esz);
+    if (st == ZT_OK)
+        precision_to_f32(e->cfg.precision, staging, dst, n);
+    free(staging);
+    return st;
 }
 
 zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
                                  const float *src)
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
-    return e->dev->ops->copy_from_host(state_at(e, which, u, lo), src, (hi - lo) * sizeof(float));
+    const size_t n = hi - lo;
+    if (!master_is_working(e, which, u))
+        return e->dev->ops->copy_from_host(state_at(e, which, u, lo), src, n * sizeof(float));
+    void *staging = malloc(n ? n * e->esz : 1);
+    if (!staging)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
+    precision_from_f32(e->cfg.precision, src, staging, n);
+    zt_status st = e->dev->ops->copy_from_host(working_at(e, u, lo), staging, n * e->esz);
+    free(staging);
+    return st;
 }
 
 zt_status shard_engine_params_from_master(struct shard_engine *e)
@@ -747,11 +809,12 @@ zt_status shard_engine_params_from_master(struct shard_engine *e)
     if (is_16bit(e))
         for (int u = 0; u < e->part.n_units; u++) {
             const struct owned_range r = owned_range_of(e, u);
-            ZT_TRY(e->ops->from_f32(e->cfg.precision, e->master + r.state_off,
-                                    at(e, e->params, r.working_off), r.hi - r.lo));
+            if (e->part.units[u].trainable) /* frozen ones were set directly */
+                ZT_TRY(e->ops->from_f32(e->cfg.precision, e->master + r.state_off,
+                                        at(e, e->params, r.working_off), r.hi - r.lo));
         }
     if (shard_policy_regathers_params(&e->policy))
-        ZT_TRY(allgather_params(e));
+        ZT_TRY(allgather_params(e, 0));
     return ZT_OK;
 }
 

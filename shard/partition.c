@@ -10,6 +10,9 @@ zt_status shard_partition_build(const struct param_table *t, int world, struct s
     out->n_units = t->n_units;
     out->shard_total = 0;
     out->padded_total = 0;
+    out->state_padded_total = 0;
+    out->state_shard_total = 0;
+    out->trainable_numel = 0;
     out->units = calloc((size_t)t->n_units, sizeof *out->units);
     if (!out->units)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the partition table");
@@ -24,6 +27,17 @@ zt_status shard_partition_build(const struct param_table *t, int world, struct s
         su->shard_offset = out->shard_total;
         out->padded_total += su->padded;
         out->shard_total += su->shard;
+        su->trainable = 0;
+        for (int k = 0; k < t->n_tensors; k++)
+            su->trainable |= t->tensors[k].unit == u && t->tensors[k].trainable;
+        su->state_padded_offset = su->state_shard_offset = SHARD_NO_STATE;
+        if (!su->trainable)
+            continue;
+        su->state_padded_offset = out->state_padded_total;
+        su->state_shard_offset = out->state_shard_total;
+        out->state_padded_total += su->padded;
+        out->state_shard_total += su->shard;
+        out->trainable_numel += su->numel;
     }
     return ZT_OK;
 }
@@ -50,8 +64,8 @@ void shard_partition_print(const struct shard_partition *p, const struct param_t
             t->n_params, p->n_units, p->world, p->shard_total);
     for (int u = 0; u < p->n_units; u++) {
         const struct shard_unit *su = &p->units[u];
-        fprintf(f, "  unit %3d  offset %10zu  numel %10zu  padded %10zu  shard %9zu\n", u,
-                su->offset, su->numel, su->padded, su->shard);
+        fprintf(f, "  unit %3d  offset %10zu  numel %10zu  padded %10zu  shard %9zu%s\n", u,
+                su->offset, su->numel, su->padded, su->shard, su->trainable ? "" : "  frozen");
         for (int r = 0; r < p->world; r++) {
             size_t lo = (size_t)r * su->shard, hi = lo + su->shard;
             size_t real_hi = hi < su->numel ? hi : su->numel;

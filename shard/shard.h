@@ -102,14 +102,26 @@ struct shard_unit {
     size_t shard;         /* padded / world: what each rank owns */
     size_t padded_offset; /* where the unit starts in a full padded buffer */
     size_t shard_offset;  /* where the rank's shard starts in a sharded buffer */
+    /* Some tensor of the unit trains: only then does the unit have
+     * gradients, a master copy and optimizer states, which live in buffers
+     * of the trainable units alone, at these offsets (SHARD_NO_STATE when
+     * the unit is frozen). */
+    int trainable;
+    size_t state_padded_offset; /* in a full padded buffer of trainable units */
+    size_t state_shard_offset;  /* in a sharded buffer of trainable units */
 };
+
+#define SHARD_NO_STATE ((size_t)-1)
 
 struct shard_partition {
     int world;
     int n_units;
-    struct shard_unit *units; /* owned */
-    size_t padded_total;      /* sum of padded unit sizes: a full buffer */
-    size_t shard_total;       /* sum of unit shards: elements one rank owns */
+    struct shard_unit *units;  /* owned */
+    size_t padded_total;       /* sum of padded unit sizes: a full buffer */
+    size_t shard_total;        /* sum of unit shards: elements one rank owns */
+    size_t state_padded_total; /* the same over trainable units: gradient, */
+    size_t state_shard_total;  /* master and optimizer-state buffers */
+    size_t trainable_numel;    /* real elements of the trainable units */
 };
 
 /* Builds the partition of `t` over `world` ranks. Errors: ZT_ERR_NOMEM. */
@@ -232,11 +244,18 @@ static inline int shard_engine_n_states(const struct shard_engine *e)
  * section it is saved as. */
 const char *shard_engine_state_name(const struct shard_engine *e, int which);
 
+/* Whether the rank keeps state `which` for unit u at all: the master (the
+ * weights) always; the optimizer's states only for trainable units. */
+int shard_engine_holds_state(const struct shard_engine *e, int which, int u);
+
 /* Unit elements [lo, hi) whose state this rank holds and updates: the
  * whole unit under stage 0, the owned range otherwise. */
 void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi);
-/* Copies state elements [lo, hi) of unit u (inside the held range) to host
- * memory dst[hi - lo], or from src. Errors: those of the device copy. */
+/* Copies state elements [lo, hi) of unit u (inside the held range; a state
+ * the rank holds for u) to host memory dst[hi - lo], or from src. A frozen
+ * unit's master under 16-bit precision is its working copy, widened to
+ * fp32 on the way out and rounded on the way in. Errors: those of the
+ * device copy, ZT_ERR_NOMEM. */
 zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
                                  float *dst);
 zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,

@@ -23,8 +23,7 @@
  * Adding an optimizer: its math here, a slot in struct ops_backend with the
  * CPU entry calling that math, and one entry in the table in optimizer.c.
  *
- * States start at zero (device_alloc zeroes) unless the entry says
- * otherwise in `init`.
+ * States start at zero (device_alloc zeroes them).
  */
 #ifndef ZT_WORKER_OPTIMIZER_H
 #define ZT_WORKER_OPTIMIZER_H
