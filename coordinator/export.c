@@ -1,6 +1,7 @@
 /* coordinator/export.c — see export.h. One process reads every rank's
  * shard of the checkpoint (no MPI), rebuilds the full fp32 weights in the
- * flat order and hands them to the Hugging Face GPT-2 writer. */
+ * flat order and hands them to the Hugging Face writer of the model family
+ * (formats/hf_weights.h). */
 #include "export.h"
 
 #include <stdlib.h>
@@ -8,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "../worker/model.h"
-#include "../formats/hf_gpt2.h"
+#include "../formats/hf_weights.h"
 #include "run_checkpoint.h"
 
 static zt_status parse_dtype(const char *name, enum zt_dtype *out)
@@ -49,16 +50,12 @@ zt_status export_run(const char *dir, const char *out, const char *dtype_name, F
     ZT_TRY(run_checkpoint_read_weights(step_dir, &meta, &params));
     struct param_table table;
     zt_status st = param_table_build(&meta.model, &table);
-    if (st == ZT_OK && table.family != &gpt2_family)
-        st = zt_error_set(ZT_ERR_UNSUPPORTED,
-                          "%s/meta.json: a %s model; Hugging Face export knows gpt2 only", step_dir,
-                          meta.model.kind);
     if (st == ZT_OK && table.n_params != meta.n_params)
         st = zt_error_set(ZT_ERR_CHECKPOINT,
                           "%s/meta.json: %llu parameters, but its model shape has %zu", step_dir,
                           (unsigned long long)meta.n_params, table.n_params);
     if (st == ZT_OK)
-        st = hf_gpt2_export(&table, params, dtype, out);
+        st = hf_weights_export(&table, params, dtype, out);
     if (st == ZT_OK)
         fprintf(report, "wrote %s: %zu parameters of step %lld (%s) as %s\n", out, table.n_params,
                 (long long)meta.step, step_dir, dtype_name);

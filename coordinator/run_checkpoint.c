@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "../formats/checkpoint.h"
-#include "../formats/hf_gpt2.h"
+#include "../formats/hf_weights.h"
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 {
@@ -404,22 +404,23 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir)
 
 /* ---- restoring a session's weights ------------------------------------------- */
 
-/* model.init_from: each rank reads from the Hugging Face GPT-2 file only
- * the ranges it holds, as the fp32 weights the optimizer starts from; the
- * optimizer state starts at zero. */
+/* model.init_from: each rank reads from the Hugging Face file of the
+ * model's family (formats/hf_weights.h) only the ranges it holds, as the
+ * fp32 weights the optimizer starts from; the optimizer state starts at
+ * zero. */
 static zt_status import_weights(struct run_session *s, const char *path)
 {
-    struct hf_gpt2_reader *r;
+    struct hf_weights_reader *r;
     size_t max_unit = 0;
     for (int u = 0; u < s->table.n_units; u++)
         max_unit = param_table_unit_size(&s->table, u) > max_unit
                        ? param_table_unit_size(&s->table, u)
                        : max_unit;
-    zt_status opened = hf_gpt2_open(path, &s->table, &r), agreed_open;
+    zt_status opened = hf_weights_open(path, &s->table, &r), agreed_open;
     ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));
     if (agreed_open != ZT_OK) {
         if (opened == ZT_OK)
-            hf_gpt2_close(r);
+            hf_weights_close(r);
         return agreed_open;
     }
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
@@ -429,12 +430,12 @@ static zt_status import_weights(struct run_session *s, const char *path)
         shard_engine_held_range(&s->engine, u, &lo, &hi);
         if (hi == lo)
             continue;
-        st = hf_gpt2_read(r, base + lo, base + hi, buf);
+        st = hf_weights_read(r, base + lo, base + hi, buf);
         if (st == ZT_OK)
             st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
     }
     free(buf);
-    hf_gpt2_close(r);
+    hf_weights_close(r);
     zt_status agreed;
     /* every rank must arrive before the collective rebuild of the params */
     ZT_TRY(comm_agree_status(s->comm, st, &agreed));
