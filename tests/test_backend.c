@@ -450,32 +450,24 @@ START_TEST(adamw_entry_is_adamw_update)
 }
 END_TEST
 
-static TCase *tcase(Suite *s, const char *name)
-{
-    TCase *tc = tcase_create(name);
-    tcase_set_timeout(tc, 60); /* the sanitizer build is ~10x slower */
-    suite_add_tcase(s, tc);
-    return tc;
-}
-
 int main(void)
 {
     Suite *s = suite_create("backend");
-    TCase *tc = tcase(s, "select");
+    TCase *tc = testutil_tcase(s, "select", 60);
     tcase_add_test(tc, cpu_selects_cpu);
     tcase_add_test(tc, auto_selects_cpu_here);
     tcase_add_test(tc, cuda_is_refused_with_a_reason);
     tcase_add_test(tc, unknown_name_is_a_config_error);
     tcase_add_test(tc, bundle_memory_is_counted);
-    tc = tcase(s, "casts");
+    tc = testutil_tcase(s, "casts", 60);
     tcase_add_loop_test(tc, from_f32_matches_half_h, 0, 2);
     tcase_add_loop_test(tc, to_f32_round_trips_every_pattern, 0, 2);
     tcase_add_test(tc, casts_round_trip_floats);
-    tc = tcase(s, "reduce");
+    tc = testutil_tcase(s, "reduce", 60);
     tcase_add_loop_test(tc, add_into_matches_exact_sum, 0, 3);
     tcase_add_loop_test(tc, sum_squares_matches_double_loop, 0, 3);
     tcase_add_test(tc, scale_multiplies_in_place);
-    tc = tcase(s, "adamw");
+    tc = testutil_tcase(s, "adamw", 60);
     tcase_add_loop_test(tc, adamw_matches_double_reference, 0, 2);
     tcase_add_test(tc, adamw_entry_is_adamw_update);
     return testutil_run_suite(s, 0);

@@ -945,51 +945,43 @@ START_TEST(results_do_not_depend_on_thread_count)
 }
 END_TEST
 
-static TCase *tcase(Suite *s, const char *name)
-{
-    TCase *tc = tcase_create(name);
-    tcase_set_timeout(tc, 60); /* the sanitizer build is ~10x slower */
-    suite_add_tcase(s, tc);
-    return tc;
-}
-
 #define NSIZES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 int main(void)
 {
     Suite *s = suite_create("ops");
-    TCase *tc = tcase(s, "encoder");
+    TCase *tc = testutil_tcase(s, "encoder", 60);
     tcase_add_loop_test(tc, encoder_forward_matches_reference, 0, NSIZES(ENC_SIZES));
     tcase_add_loop_test(tc, encoder_backward_matches_finite_differences, 0, NSIZES(ENC_SIZES));
     tcase_add_test(tc, encoder_backward_accumulates);
-    tc = tcase(s, "layernorm");
+    tc = testutil_tcase(s, "layernorm", 60);
     tcase_add_loop_test(tc, layernorm_forward_matches_reference, 0, NSIZES(LN_SIZES));
     tcase_add_loop_test(tc, layernorm_backward_matches_finite_differences, 0, NSIZES(LN_SIZES));
     tcase_add_test(tc, layernorm_backward_accumulates);
-    tc = tcase(s, "matmul");
+    tc = testutil_tcase(s, "matmul", 60);
     tcase_add_loop_test(tc, matmul_forward_matches_reference, 0, 2 * NSIZES(MM_SIZES));
     tcase_add_loop_test(tc, matmul_backward_matches_finite_differences, 0, 2 * NSIZES(MM_SIZES));
     tcase_add_test(tc, matmul_backward_accumulates);
-    tc = tcase(s, "attention");
+    tc = testutil_tcase(s, "attention", 60);
     tcase_add_loop_test(tc, attention_forward_matches_reference, 0, NSIZES(ATT_SIZES));
     tcase_add_loop_test(tc, attention_backward_matches_finite_differences, 0, NSIZES(ATT_SIZES));
     tcase_add_test(tc, attention_backward_accumulates);
     tcase_add_test(tc, attention_is_causal);
-    tc = tcase(s, "gelu");
+    tc = testutil_tcase(s, "gelu", 60);
     tcase_add_loop_test(tc, gelu_forward_matches_reference, 0, NSIZES(GELU_SIZES));
     tcase_add_test(tc, gelu_forward_is_accurate_elementwise);
     tcase_add_loop_test(tc, gelu_backward_matches_finite_differences, 0, NSIZES(GELU_SIZES));
     tcase_add_test(tc, gelu_backward_accumulates);
     tcase_add_test(tc, residual_forward_adds);
-    tc = tcase(s, "crossentropy");
+    tc = testutil_tcase(s, "crossentropy", 60);
     tcase_add_loop_test(tc, crossentropy_forward_matches_reference, 0, NSIZES(XENT_SIZES));
     tcase_add_loop_test(tc, crossentropy_backward_matches_finite_differences, 0,
                         NSIZES(XENT_SIZES));
     tcase_add_test(tc, crossentropy_backward_accumulates);
     tcase_add_test(tc, crossentropy_loss_survives_underflow);
-    tc = tcase(s, "expf");
+    tc = testutil_tcase(s, "expf", 60);
     tcase_add_test(tc, cpu_expf_is_accurate);
-    tc = tcase(s, "backend");
+    tc = testutil_tcase(s, "backend", 60);
     tcase_add_test(tc, backend_table_is_complete);
     tcase_add_test(tc, results_do_not_depend_on_thread_count);
     return testutil_run_suite(s, 0);

@@ -189,3 +189,11 @@ const char *testutil_faulty_binary(void)
 {
     return binary_from_env("ZT_FAULTY_BINARY");
 }
+
+TCase *testutil_tcase(Suite *s, const char *name, int timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout_s);
+    suite_add_tcase(s, tc);
+    return tc;
+}

@@ -55,6 +55,11 @@ int testutil_count(const char *hay, const char *needle);
  * how many. */
 int testutil_read_losses(const char *path, double *loss, int cap);
 
+/* A new test case called `name` added to s, with a timeout of
+ * `timeout_s` seconds (the sanitizer build runs about 10x slower than the
+ * release one: leave room for it). */
+TCase *testutil_tcase(Suite *s, const char *name, int timeout_s);
+
 /* The zerotrain binary (ZT_BINARY, set by CTest). */
 const char *testutil_binary(void);
 /* zerotrain with checkpoint fault injection (tests/zerotrain_faulty.c;
