@@ -297,7 +297,7 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, int 
  * frozen units) and of this optimizer, whose states are loaded with the
  * weights: one optimizer's moments are not another's. */
 static zt_status check_same_model(const struct run_session *s, const char *step_dir,
-                                  const struct ckpt_meta *m)
+                                  const struct ckpt_meta *m, int weights_only)
 {
     const char *want = s->engine.cfg.optimizer->name;
     if (!zt_kv_equal(&m->model, &s->table.shape)) {
@@ -309,7 +309,7 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                             "config's (%s)",
                             step_dir, had, have);
     }
-    if (strcmp(m->optimizer.kind, want) != 0)
+    if (!weights_only && strcmp(m->optimizer.kind, want) != 0)
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s/meta.json: the checkpoint was written with optimizer %s, but the "
                             "config asks for %s: its optimizer state cannot be resumed (set "
@@ -330,7 +330,7 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                                 param_table_unit_size(&s->table, u));
     /* A unit that trains here needs the optimizer states the checkpoint has
      * only for units that trained there. */
-    for (int u = 0; u < m->n_units; u++)
+    for (int u = 0; u < m->n_units && !weights_only; u++)
         if (m->unit_frozen[u] != !s->engine.part.units[u].trainable)
             return zt_error_set(ZT_ERR_CHECKPOINT,
                                 "%s/meta.json: unit %d was %s in the checkpoint, but %s here",
@@ -339,7 +339,9 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
     return ZT_OK;
 }
 
-static zt_status load_states(struct run_session *s, const char *step_dir, const struct ckpt_meta *m)
+/* Loads states 0 .. n_states - 1 (the master first, then the optimizer's). */
+static zt_status load_states(struct run_session *s, const char *step_dir, const struct ckpt_meta *m,
+                             int n_states)
 {
     struct old_shards o = {0};
     size_t max_unit = 0;
@@ -350,7 +352,7 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
     zt_status st = buf ? old_shards_open(&o, step_dir, m)
                        : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging");
-    for (int k = 0; k < shard_engine_n_states(&s->engine) && st == ZT_OK; k++)
+    for (int k = 0; k < n_states && st == ZT_OK; k++)
         for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_engine_held_range(&s->engine, u, &lo, &hi);
@@ -366,7 +368,7 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
     return st;
 }
 
-zt_status run_checkpoint_load(struct run_session *s, const char *step_dir)
+zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int weights_only)
 {
     struct ckpt_meta m;
     /* Rank 0 reads every byte once to check the checksums; the others then
@@ -383,9 +385,9 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir)
     if (st == ZT_OK)
         st = ckpt_meta_read(path, &m);
     ZT_TRY(agree(s, st));
-    st = check_same_model(s, step_dir, &m);
+    st = check_same_model(s, step_dir, &m, weights_only);
     if (st == ZT_OK)
-        st = load_states(s, step_dir, &m);
+        st = load_states(s, step_dir, &m, weights_only ? 1 : shard_engine_n_states(&s->engine));
     st = agree(s, st);
     if (st == ZT_OK)
         st = shard_engine_params_from_master(&s->engine);
@@ -457,7 +459,8 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
     }
     if (!found)
         return s->cfg.model.init_from ? import_weights(s, s->cfg.model.init_from) : ZT_OK;
-    ZT_TRY(run_checkpoint_load(s, step_dir));
+    /* evaluation needs the weights; resuming training, the optimizer too */
+    ZT_TRY(run_checkpoint_load(s, step_dir, !need_train));
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", step_dir);
     return ZT_OK;
 }

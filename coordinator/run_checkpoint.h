@@ -56,9 +56,12 @@ zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_
 
 /* Validates the checkpoint in step_dir (every file and checksum), checks
  * it is of this model, and loads it into the session whatever world size,
- * stage and precision wrote it; sets s->start_step. Errors:
- * ZT_ERR_CHECKPOINT naming the file and the problem, ZT_ERR_IO. */
-zt_status run_checkpoint_load(struct run_session *s, const char *step_dir);
+ * stage and precision wrote it; sets s->start_step. With weights_only
+ * (evaluation) only the weights are loaded, so the optimizer and the
+ * frozen units need not match. Errors: ZT_ERR_CHECKPOINT naming the file
+ * and the problem, ZT_ERR_CONFIG (another optimizer's states, unless
+ * weights_only), ZT_ERR_IO. */
+zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int weights_only);
 
 /* Reads a checkpoint's full fp32 weights, unpadded, in the flat order,
  * with only local file access (for `zerotrain export`). *params is owned

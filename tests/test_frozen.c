@@ -152,7 +152,7 @@ static void resume_frozen(const char *stage, const char *precision)
 
     open_micro(&s, dir, sets, 2);
     freeze(&s);
-    ck_assert_int_eq(run_checkpoint_load(&s, where), ZT_OK);
+    ck_assert_int_eq(run_checkpoint_load(&s, where, 0), ZT_OK);
     ck_assert_int_eq(s.start_step, 3);
     for (long k = 3; k < 5; k++) {
         double got = step(&s, k);
@@ -163,7 +163,7 @@ static void resume_frozen(const char *stage, const char *precision)
     session_close(&s);
 
     open_micro(&s, dir, sets, 2);
-    ck_assert_int_eq(run_checkpoint_load(&s, where), ZT_ERR_CHECKPOINT);
+    ck_assert_int_eq(run_checkpoint_load(&s, where, 0), ZT_ERR_CHECKPOINT);
     ck_assert_ptr_nonnull(strstr(zt_error_message(), "was frozen in the checkpoint"));
     session_close(&s);
 }
