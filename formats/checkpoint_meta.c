@@ -143,18 +143,30 @@ static void add_fields(struct json_text *t, const struct ckpt_meta *m)
     }
 }
 
+/* The shortest "%.Ng" text of v that reads back as v exactly, in buf. */
+static const char *shortest_double(double v, char *buf, size_t n)
+{
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
+
 /* A described object on one line: {"KIND_KEY": "kind", "name": value, ...}. */
 static void add_kvlist(struct json_text *t, const char *key, const char *kind_key,
                        const struct zt_kvlist *l)
 {
     json_text_printf(t, "  \"%s\": {\"%s\": ", key, kind_key);
     json_text_string(t, l->kind, JSON_ESCAPE_SHORT);
+    char num[40];
     for (int k = 0; k < l->n; k++) {
         const struct zt_kv *kv = &l->items[k];
         json_text_printf(t, ", ");
         json_text_string(t, kv->name, JSON_ESCAPE_SHORT);
         if (kv->is_real)
-            json_text_printf(t, ": %.17g", kv->r);
+            json_text_printf(t, ": %s", shortest_double(kv->r, num, sizeof num));
         else
             json_text_printf(t, ": %lld", (long long)kv->i);
     }

@@ -469,12 +469,38 @@ START_TEST(plan_only_ledger_counts_without_allocating)
 }
 END_TEST
 
+/* meta.json records the optimizer's hyperparameters as the decimals the
+ * config gave, though the update runs on their fp32 values. */
+START_TEST(optimizer_describes_itself)
+{
+    const struct optimizer_ops *o = optimizer_find("adamw");
+    ck_assert_ptr_nonnull(o);
+    ck_assert_ptr_eq(optimizer_find("ADAM"), o);
+    ck_assert_ptr_null(optimizer_find("Lamb"));
+    ck_assert_int_eq(o->n_states, 2);
+    ck_assert_str_eq(o->state_names[1], "exp_avg_sq");
+    const struct optimizer_hparams hp = {
+        .lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
+    struct zt_kvlist l;
+    optimizer_describe(o, &hp, &l);
+    ck_assert_str_eq(l.kind, "AdamW");
+    ck_assert_int_eq(l.n, 5);
+    static const char *const names[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+    static const double want[5] = {3e-4, 0.9, 0.999, 1e-8, 0.1};
+    for (int k = 0; k < 5; k++) {
+        ck_assert_str_eq(l.items[k].name, names[k]);
+        ck_assert(l.items[k].is_real && l.items[k].r == want[k]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("gpt2");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, loss_matches_pytorch);
+    tcase_add_test(tc, optimizer_describes_itself);
     tcase_add_test(tc, gradients_match_pytorch);
     tcase_add_test(tc, backward_accumulates_with_scale);
     tcase_add_test(tc, adamw_trajectory_matches_pytorch);

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <strings.h>
 
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float decay,
@@ -80,12 +81,27 @@ void optimizer_list_names(char *buf, size_t n)
 static const char *const hparam_names[OPT_HP_COUNT] = {"lr", "beta1", "beta2", "eps",
                                                        "weight_decay"};
 
+/* The shortest decimal that reads back as f, as a double: the update uses
+ * the fp32 value, and 0.003f then reads "0.003" in meta.json rather than
+ * the binary value's 0.0030000000260770321. */
+static double shortest_decimal(float f)
+{
+    char text[32];
+    for (int digits = 1; digits < 9; digits++) {
+        snprintf(text, sizeof text, "%.*g", digits, (double)f);
+        if ((float)strtod(text, NULL) == f)
+            return strtod(text, NULL);
+    }
+    return (double)f;
+}
+
 void optimizer_describe(const struct optimizer_ops *o, const struct optimizer_hparams *hp,
                         struct zt_kvlist *out)
 {
     zt_kv_init(out, o->name);
     for (int k = 0; k < o->n_hparams; k++)
-        zt_kv_add_real(out, hparam_names[o->hparams[k]], optimizer_hparam_value(hp, o->hparams[k]));
+        zt_kv_add_real(out, hparam_names[o->hparams[k]],
+                       shortest_decimal((float)optimizer_hparam_value(hp, o->hparams[k])));
 }
 
 const char *optimizer_hparam_name(enum optimizer_hparam h)
