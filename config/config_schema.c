@@ -937,6 +937,12 @@ static void resolve_dependent_defaults(struct walk *w)
         c->scheduler.warmup_max_lr = c->optimizer.lr;
     if (!given(w, "scheduler.params.total_num_steps"))
         c->scheduler.total_num_steps = c->run.steps;
+    /* The betas default to the optimizer's own ([0.9, 0.99] for Lion). */
+    const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
+    if (!given(w, "optimizer.params.betas") && opt) {
+        c->optimizer.beta1 = opt->default_beta1;
+        c->optimizer.beta2 = opt->default_beta2;
+    }
 }
 
 static zt_status check_model_and_data(const struct walk *w)

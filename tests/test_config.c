@@ -342,6 +342,33 @@ END_TEST
 
 /* config_lr_schedule hands schedule_lr every scheduler parameter, kinds
  * and warmup types translated one for one. */
+/* The betas default to the optimizer's own: Lion's [0.9, 0.99], the
+ * Adam family's [0.9, 0.999]; given betas are kept whatever the type. */
+START_TEST(test_betas_default_per_optimizer)
+{
+    static const struct {
+        const char *optimizer, *type;
+        double beta1, beta2;
+    } cases[] = {
+        {"{type: lion}", "Lion", 0.9, 0.99},
+        {"{type: Adam}", "Adam", 0.9, 0.999},
+        {"{type: AdamW}", "AdamW", 0.9, 0.999},
+        {"{type: Lion, params: {betas: [0.95, 0.98]}}", "Lion", 0.95, 0.98},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct zt_config c;
+        char text[256];
+        snprintf(text, sizeof text, "data: {train: x}\noptimizer: %s\n", cases[k].optimizer);
+        zt_status s = load_text(text, NULL, 0, &c);
+        ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+        ck_assert_str_eq(c.optimizer.type, cases[k].type);
+        ck_assert_double_eq(c.optimizer.beta1, cases[k].beta1);
+        ck_assert_double_eq(c.optimizer.beta2, cases[k].beta2);
+        config_free(&c);
+    }
+}
+END_TEST
+
 START_TEST(test_lr_schedule_from_config)
 {
     static const struct {
@@ -866,7 +893,7 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_UNSUPPORTED,
      "bad.yaml:2:19: optimizer.type: not supported yet: optimizer 'Lamb' (supported: AdamW, "
-     "Adam)"},
+     "Adam, Lion)"},
     {"data: {train: x}\nprescale_gradients: true\n",
      NULL,
      {NULL},
@@ -1065,6 +1092,7 @@ static Suite *config_suite(void)
     tcase_add_test(good, test_defaults);
     tcase_add_test(good, test_dependent_defaults_follow_their_source);
     tcase_add_test(good, test_lr_schedule_from_config);
+    tcase_add_test(good, test_betas_default_per_optimizer);
     tcase_add_test(good, test_full_yaml);
     tcase_add_test(good, test_deepspeed_json);
     tcase_add_test(good, test_check_world_without_batch_size);

@@ -89,6 +89,30 @@ START_TEST(stages_train_the_same_model)
 }
 END_TEST
 
+/* Every optimizer of the table trains the same model in every stage, with
+ * accumulation 2, within fp32 summation order of stage 0. */
+START_TEST(every_optimizer_in_every_stage)
+{
+    static const char *const types[] = {"optimizer.type=AdamW", "optimizer.type=Adam",
+                                        "optimizer.type=Lion"};
+    double ref[10], got[10];
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const char *sets[] = {stage_sets[0], "gradient_accumulation_steps=2",
+                              "zero_optimization.reduce_bucket_size=3000", types[t]};
+        train_losses(sets, 4, 10, ref);
+        ck_assert_msg(ref[9] < ref[0] - 0.1, "%s: loss did not fall: %g -> %g", types[t], ref[0],
+                      ref[9]);
+        for (int stage = 1; stage <= 3; stage++) {
+            char what[96];
+            sets[0] = stage_sets[stage];
+            train_losses(sets, 4, 10, got);
+            snprintf(what, sizeof what, "%s, stage %d", types[t], stage);
+            assert_same_curve(ref, got, 10, what);
+        }
+    }
+}
+END_TEST
+
 /* n_embd 20: the final LayerNorm unit (40 elements) is smaller than 4 ranks
  * times the alignment, and no unit divides evenly among 3 ranks. */
 START_TEST(odd_sizes_and_deep_prefetch)
@@ -491,6 +515,7 @@ int main(void)
     TCase *tc = tcase_create("zero");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, stages_train_the_same_model);
+    tcase_add_test(tc, every_optimizer_in_every_stage);
     tcase_add_test(tc, odd_sizes_and_deep_prefetch);
     tcase_add_test(tc, activation_checkpointing_in_every_stage);
     tcase_add_test(tc, every_stage_precision_and_checkpointing);

@@ -1,9 +1,9 @@
 /* tests/test_frozen.c — frozen tensors under every ZeRO stage: the engine
  * keeps gradients, master weights and optimizer states only for units that
  * train, frozen weights never change, every stage trains the same model,
- * and checkpoints of a partly frozen model resume exactly (run at 1, 2 and
- * 3 ranks). Tensors are frozen through the per-tensor flag of the model
- * interface, the way a fine-tuning method sets it. */
+ * and checkpoints of a partly frozen model, and of every optimizer's
+ * states, resume exactly (run at 1, 2 and 3 ranks). Tensors are frozen through the per-tensor flag
+ * of the model interface, the way a fine-tuning method sets it. */
 #include <check.h>
 #include <math.h>
 #include <mpi.h>
@@ -130,19 +130,21 @@ START_TEST(frozen_units_hold_no_state_and_never_change)
 }
 END_TEST
 
-/* Save after 3 steps, train 2 more; a new partly frozen session resumes
- * from the checkpoint and repeats those 2 steps bit for bit. A session that
- * does not freeze the same units refuses the checkpoint. */
-static void resume_frozen(const char *stage, const char *precision)
+/* Save after 3 steps, train 2 more; a new session (partly frozen when
+ * `frozen`) resumes from the checkpoint and repeats those 2 steps bit for
+ * bit. A session that does not freeze the same units refuses the
+ * checkpoint. */
+static void resume_case(const char *stage, const char *precision, const char *optimizer, int frozen)
 {
-    const char *sets[] = {stage, precision};
+    const char *sets[] = {stage, precision, optimizer};
     char dir[512], where[8192];
     double want[2];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("frozen-ckpt"));
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD); /* one folder for every rank */
     struct run_session s;
-    open_micro(&s, dir, sets, 2);
-    freeze(&s);
+    open_micro(&s, dir, sets, 3);
+    if (frozen)
+        freeze(&s);
     for (long k = 0; k < 3; k++)
         step(&s, k);
     ck_assert_int_eq(run_checkpoint_save(&s, 3, where, sizeof where), ZT_OK);
@@ -150,19 +152,21 @@ static void resume_frozen(const char *stage, const char *precision)
         want[k - 3] = step(&s, k);
     session_close(&s);
 
-    open_micro(&s, dir, sets, 2);
-    freeze(&s);
+    open_micro(&s, dir, sets, 3);
+    if (frozen)
+        freeze(&s);
     ck_assert_int_eq(run_checkpoint_load(&s, where, 0), ZT_OK);
     ck_assert_int_eq(s.start_step, 3);
     for (long k = 3; k < 5; k++) {
         double got = step(&s, k);
         ck_assert_msg(memcmp(&got, &want[k - 3], sizeof got) == 0,
-                      "%s %s: step %ld loss %.17g after resume, %.17g before", stage, precision,
-                      k + 1, got, want[k - 3]);
+                      "%s %s %s: step %ld loss %.17g after resume, %.17g before", stage, precision,
+                      optimizer, k + 1, got, want[k - 3]);
     }
     session_close(&s);
-
-    open_micro(&s, dir, sets, 2);
+    if (!frozen)
+        return;
+    open_micro(&s, dir, sets, 3);
     ck_assert_int_eq(run_checkpoint_load(&s, where, 0), ZT_ERR_CHECKPOINT);
     ck_assert_ptr_nonnull(strstr(zt_error_message(), "was frozen in the checkpoint"));
     session_close(&s);
@@ -170,9 +174,43 @@ static void resume_frozen(const char *stage, const char *precision)
 
 START_TEST(partly_frozen_checkpoints_resume_exactly)
 {
-    resume_frozen("zero_optimization.stage=1", "bf16.enabled=false");
-    resume_frozen("zero_optimization.stage=3", "bf16.enabled=true");
-    resume_frozen("zero_optimization.stage=0", "bf16.enabled=true");
+    resume_case("zero_optimization.stage=1", "bf16.enabled=false", "optimizer.type=AdamW", 1);
+    resume_case("zero_optimization.stage=3", "bf16.enabled=true", "optimizer.type=AdamW", 1);
+    resume_case("zero_optimization.stage=0", "bf16.enabled=true", "optimizer.type=AdamW", 1);
+}
+END_TEST
+
+/* Each optimizer's states (their number and names from the optimizer
+ * table) go into the checkpoint and come back exactly. */
+START_TEST(every_optimizer_resumes_exactly)
+{
+    resume_case("zero_optimization.stage=2", "bf16.enabled=false", "optimizer.type=Lion", 0);
+    resume_case("zero_optimization.stage=3", "bf16.enabled=true", "optimizer.type=Adam", 0);
+    resume_case("zero_optimization.stage=1", "bf16.enabled=false", "optimizer.type=Lion", 1);
+}
+END_TEST
+
+/* The ledger's optimizer_states are the optimizer's state vectors, no
+ * more: 8 bytes per element of the rank's range for the Adam family, 4 for
+ * Lion (stage 0 holds the whole padded space, stages 1-3 the shards). */
+START_TEST(optimizer_state_bytes_follow_the_table)
+{
+    static const struct {
+        const char *type;
+        size_t bytes;
+    } cases[] = {
+        {"optimizer.type=AdamW", 8}, {"optimizer.type=Adam", 8}, {"optimizer.type=Lion", 4}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int stage = 0; stage <= 3; stage++) {
+            const char *sets[] = {stage_sets[stage], cases[k].type};
+            struct run_session s;
+            open_micro(&s, testutil_tmpdir("frozen"), sets, 2);
+            const struct shard_partition *p = &s.engine.part;
+            const size_t held = stage == 0 ? p->padded_total : p->shard_total;
+            ck_assert_uint_eq(s.ledger.current[LEDGER_OPTIMIZER_STATES], held * cases[k].bytes);
+            ck_assert_uint_eq(optimizer_state_bytes(s.engine.cfg.optimizer), cases[k].bytes);
+            session_close(&s);
+        }
 }
 END_TEST
 
@@ -184,6 +222,8 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, frozen_units_hold_no_state_and_never_change);
     tcase_add_test(tc, partly_frozen_checkpoints_resume_exactly);
+    tcase_add_test(tc, every_optimizer_resumes_exactly);
+    tcase_add_test(tc, optimizer_state_bytes_follow_the_table);
     suite_add_tcase(s, tc);
     int rc = testutil_run_suite(s, 1);
     MPI_Finalize();

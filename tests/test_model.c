@@ -475,7 +475,8 @@ START_TEST(optimizer_describes_itself)
 {
     const struct optimizer_ops *o = optimizer_find("adamw");
     ck_assert_ptr_nonnull(o);
-    ck_assert_ptr_eq(optimizer_find("ADAM"), o);
+    ck_assert_str_eq(optimizer_find("ADAM")->name, "Adam"); /* its own entry: L2, not AdamW */
+    ck_assert_int_eq(optimizer_find("lion")->n_states, 1);
     ck_assert_ptr_null(optimizer_find("Lamb"));
     ck_assert_int_eq(o->n_states, 2);
     ck_assert_str_eq(o->state_names[1], "exp_avg_sq");

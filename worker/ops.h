@@ -118,6 +118,12 @@ struct ops_backend {
      * worker/optimizer.h. hp is a host struct. */
     zt_status (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
                               float decay, const struct optimizer_hparams *hp);
+    /* Adam with L2 (adam_update in worker/optimizer.h), the same arguments. */
+    zt_status (*adam_update)(float *params, const float *grads, float *m, float *v, size_t n,
+                             float decay, const struct optimizer_hparams *hp);
+    /* Lion with its one momentum m (lion_update in worker/optimizer.h). */
+    zt_status (*lion_update)(float *params, const float *grads, float *m, size_t n, float decay,
+                             const struct optimizer_hparams *hp);
 };
 
 /* The CPU op table (worker/cpu/); static, never NULL. */

@@ -32,6 +32,56 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
     }
 }
 
+void adam_update(float *params, const float *grads, float *m, float *v, size_t n, float decay,
+                 const struct optimizer_hparams *hp)
+{
+    const double bc1 = 1.0 - pow(hp->beta1, (double)hp->step);
+    const double bc2 = 1.0 - pow(hp->beta2, (double)hp->step);
+    const float step_size = (float)(hp->lr / bc1);
+    const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    const float wd = hp->weight_decay * decay;
+    const float b1 = hp->beta1, b2 = hp->beta2;
+
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] + wd * params[i];
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) * inv_sqrt_bc2 + hp->eps;
+        params[i] -= step_size * mi / denom;
+    }
+}
+
+void lion_update(float *params, const float *grads, float *m, size_t n, float decay,
+                 const struct optimizer_hparams *hp)
+{
+    const float lr = hp->lr, wd = hp->lr * hp->weight_decay * decay;
+    const float b1 = hp->beta1, b2 = hp->beta2;
+
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i];
+        float c = b1 * m[i] + (1.0f - b1) * g;
+        float sign = (float)((c > 0.0f) - (c < 0.0f));
+        params[i] -= wd * params[i] + lr * sign;
+        m[i] = b2 * m[i] + (1.0f - b2) * g;
+    }
+}
+
+static zt_status adam_entry_update(const struct ops_backend *ops, float *params, const float *grads,
+                                   float *const *states, size_t n, float decay,
+                                   const struct optimizer_hparams *hp)
+{
+    return ops->adam_update(params, grads, states[0], states[1], n, decay, hp);
+}
+
+static zt_status lion_entry_update(const struct ops_backend *ops, float *params, const float *grads,
+                                   float *const *states, size_t n, float decay,
+                                   const struct optimizer_hparams *hp)
+{
+    return ops->lion_update(params, grads, states[0], n, decay, hp);
+}
+
 static zt_status adamw_entry_update(const struct ops_backend *ops, float *params,
                                     const float *grads, float *const *states, size_t n, float decay,
                                     const struct optimizer_hparams *hp)
@@ -39,18 +89,42 @@ static zt_status adamw_entry_update(const struct ops_backend *ops, float *params
     return ops->adamw_update(params, grads, states[0], states[1], n, decay, hp);
 }
 
-/* DeepSpeed's "Adam" runs decoupled weight decay by default (its
- * adam_w_mode), so the name is accepted as AdamW. */
+/* "Adam" is PyTorch's Adam (L2 added to the gradient), as PyTorch users
+ * and the HF Trainer mean it; DeepSpeed's adam_w_mode default is "AdamW"
+ * here. State names follow PyTorch's state dicts. */
 static const struct optimizer_ops optimizers[] = {
     {
         .name = "AdamW",
-        .alias = "Adam",
         .n_states = 2,
         .state_names = {"exp_avg", "exp_avg_sq"},
         .whole_tensors = 0,
+        .default_beta1 = 0.9,
+        .default_beta2 = 0.999,
         .n_hparams = 5,
         .hparams = {OPT_HP_LR, OPT_HP_BETA1, OPT_HP_BETA2, OPT_HP_EPS, OPT_HP_WEIGHT_DECAY},
         .update = adamw_entry_update,
+    },
+    {
+        .name = "Adam",
+        .n_states = 2,
+        .state_names = {"exp_avg", "exp_avg_sq"},
+        .whole_tensors = 0,
+        .default_beta1 = 0.9,
+        .default_beta2 = 0.999,
+        .n_hparams = 5,
+        .hparams = {OPT_HP_LR, OPT_HP_BETA1, OPT_HP_BETA2, OPT_HP_EPS, OPT_HP_WEIGHT_DECAY},
+        .update = adam_entry_update,
+    },
+    {
+        .name = "Lion",
+        .n_states = 1,
+        .state_names = {"exp_avg"},
+        .whole_tensors = 0,
+        .default_beta1 = 0.9,
+        .default_beta2 = 0.99,
+        .n_hparams = 4,
+        .hparams = {OPT_HP_LR, OPT_HP_BETA1, OPT_HP_BETA2, OPT_HP_WEIGHT_DECAY},
+        .update = lion_entry_update,
     },
 };
 #define N_OPTIMIZERS (sizeof optimizers / sizeof optimizers[0])

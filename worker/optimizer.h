@@ -67,6 +67,7 @@ struct optimizer_ops {
     int n_states;      /* fp32 state vectors per element, <= OPTIMIZER_MAX_STATES */
     const char *state_names[OPTIMIZER_MAX_STATES]; /* checkpoint sections ("exp_avg") */
     int whole_tensors; /* 1: an update needs a tensor whole (row/column statistics) */
+    double default_beta1, default_beta2; /* optimizer.params.betas when not given */
     int n_hparams;
     enum optimizer_hparam hparams[OPT_HP_COUNT]; /* the ones it reads, in meta.json order */
     /* Updates params[0..n) in place from grads[0..n) and the state vectors
@@ -97,9 +98,20 @@ static inline size_t optimizer_state_bytes(const struct optimizer_ops *o)
     return (size_t)o->n_states * sizeof(float);
 }
 
-/* AdamW (Loshchilov & Hutter): decoupled weight decay. Exposed for the
- * reference tests, which drive it on whole tensors. */
+/* The updates' math, which the CPU kernels call and the tests drive on
+ * whole tensors. `decay` scales weight_decay per range (1 or 0). */
+
+/* AdamW (Loshchilov & Hutter 2019): decoupled weight decay,
+ * p -= lr (wd p + m^ / (sqrt(v^) + eps)), bias-corrected moments. */
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float decay,
                   const struct optimizer_hparams *hp);
+/* Adam with L2 regularisation, PyTorch's torch.optim.Adam: the gradient
+ * becomes g + wd p before the moments; p -= lr m^ / (sqrt(v^) + eps). */
+void adam_update(float *params, const float *grads, float *m, float *v, size_t n, float decay,
+                 const struct optimizer_hparams *hp);
+/* Lion (Chen et al. 2023): c = beta1 m + (1 - beta1) g;
+ * p -= lr (sign(c) + wd p); then m = beta2 m + (1 - beta2) g. */
+void lion_update(float *params, const float *grads, float *m, size_t n, float decay,
+                 const struct optimizer_hparams *hp);
 
 #endif

@@ -50,6 +50,20 @@ zt_status cpu_memset_zero(void *p, size_t bytes)
     return ZT_OK;
 }
 
+zt_status cpu_adam_update(float *params, const float *grads, float *m, float *v, size_t n,
+                          float decay, const struct optimizer_hparams *hp)
+{
+    adam_update(params, grads, m, v, n, decay, hp);
+    return ZT_OK;
+}
+
+zt_status cpu_lion_update(float *params, const float *grads, float *m, size_t n, float decay,
+                          const struct optimizer_hparams *hp)
+{
+    lion_update(params, grads, m, n, decay, hp);
+    return ZT_OK;
+}
+
 zt_status cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                            float decay, const struct optimizer_hparams *hp)
 {

@@ -34,6 +34,8 @@ static const struct ops_backend CPU_OPS = {
     .scale = cpu_scale,
     .memset_zero = cpu_memset_zero,
     .adamw_update = cpu_adamw_update,
+    .adam_update = cpu_adam_update,
+    .lion_update = cpu_lion_update,
 };
 
 const struct ops_backend *ops_cpu_backend(void)

@@ -75,7 +75,8 @@ zt_status cpu_crossentropy_backward(float *dlogits, const float *probs, const in
                                     float dloss, int N, int V);
 
 /* The engine ops of worker/ops.h (worker/cpu/engine_ops.c): to_f32,
- * from_f32, add_into, sum_squares, scale, memset_zero and adamw_update. */
+ * from_f32, add_into, sum_squares, scale, memset_zero and the optimizer
+ * kernels. */
 zt_status cpu_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n);
 zt_status cpu_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
 zt_status cpu_add_into(enum zt_dtype t, void *dst, const void *src, size_t n);
@@ -84,6 +85,10 @@ zt_status cpu_scale(float *x, size_t n, float s);
 zt_status cpu_memset_zero(void *p, size_t bytes);
 zt_status cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                            float decay, const struct optimizer_hparams *hp);
+zt_status cpu_adam_update(float *params, const float *grads, float *m, float *v, size_t n,
+                          float decay, const struct optimizer_hparams *hp);
+zt_status cpu_lion_update(float *params, const float *grads, float *m, size_t n, float decay,
+                          const struct optimizer_hparams *hp);
 
 /* Marks a row kernel for the AVX-512 / AVX2 / baseline clones above. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
