@@ -136,5 +136,8 @@ struct optimizer_hparams config_optimizer_hparams(const struct zt_config *c, dou
         .beta2 = (float)c->optimizer.beta2,
         .eps = (float)c->optimizer.eps,
         .weight_decay = (float)c->optimizer.weight_decay,
+        .momentum = (float)c->optimizer.momentum,
+        .dampening = (float)c->optimizer.dampening,
+        .nesterov = c->optimizer.nesterov,
     };
 }

@@ -90,6 +90,9 @@ struct zt_config {
         double beta1, beta2; /* betas, default [0.9, 0.999] */
         double eps;          /* default 1e-8 */
         double weight_decay; /* default 0.01 */
+        double momentum;     /* SGD, default 0 */
+        double dampening;    /* SGD, default 0 */
+        int nesterov;        /* SGD, default false */
     } optimizer;
 
     struct {

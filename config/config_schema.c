@@ -160,7 +160,7 @@ static const struct field fields[] = {
 
     {"optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the optimizer"},
     {"optimizer.type", T_OPTIMIZER, OFF(optimizer.type), 0, "AdamW", NB, NB, 0, NULL,
-     "AdamW (Adam: the same, decoupled weight decay)"},
+     "AdamW, Adam, SGD or Lion (any case)"},
     {"optimizer.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "its parameters"},
     {"optimizer.params.lr", T_DOUBLE, OFF(optimizer.lr), 0, "1e-3", GT(0), NB, 0, NULL,
      "learning rate"},
@@ -169,7 +169,13 @@ static const struct field fields[] = {
     {"optimizer.params.eps", T_DOUBLE, OFF(optimizer.eps), 0, "1e-8", GT(0), NB, 0, NULL,
      "denominator term"},
     {"optimizer.params.weight_decay", T_DOUBLE, OFF(optimizer.weight_decay), 0, "0.01", GE(0),
-     NB, 0, NULL, "decoupled weight decay"},
+     NB, 0, NULL, "weight decay (decoupled for AdamW and Lion, L2 for Adam and SGD)"},
+    {"optimizer.params.momentum", T_DOUBLE, OFF(optimizer.momentum), 0, "0", GE(0), NB, 0, NULL,
+     "SGD momentum (0: none, and no state)"},
+    {"optimizer.params.dampening", T_DOUBLE, OFF(optimizer.dampening), 0, "0", GE(0), LE(1), 0,
+     NULL, "SGD dampening of the momentum"},
+    {"optimizer.params.nesterov", T_BOOL, OFF(optimizer.nesterov), 0, "false", NB, NB, 0, NULL,
+     "SGD Nesterov momentum (needs momentum > 0 and dampening 0)"},
 
     {"scheduler", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "learning-rate schedule"},
     {"scheduler.type", T_SCHED, OFF(scheduler.type), 0, NULL, NB, NB, 0, NULL,
@@ -945,6 +951,22 @@ static void resolve_dependent_defaults(struct walk *w)
     }
 }
 
+/* PyTorch's rule: Nesterov momentum needs a momentum and no dampening. */
+static zt_status check_optimizer(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    char where[WHERE];
+    if (c->optimizer.nesterov && (c->optimizer.momentum <= 0 || c->optimizer.dampening != 0)) {
+        where_of_keys(w, where, "optimizer.params.nesterov", "optimizer.params.momentum",
+                      "optimizer.params.dampening");
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: optimizer.params.nesterov: needs momentum > 0 and dampening 0, "
+                            "got momentum %g, dampening %g",
+                            where, c->optimizer.momentum, c->optimizer.dampening);
+    }
+    return ZT_OK;
+}
+
 static zt_status check_model_and_data(const struct walk *w)
 {
     const struct zt_config *c = w->cfg;
@@ -1036,6 +1058,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
         s = check_model_and_data(w);
         if (s == ZT_OK)
             s = check_precision(w);
+        if (s == ZT_OK)
+            s = check_optimizer(w);
     }
     if (s == ZT_OK)
         s = check_scheduler(w);

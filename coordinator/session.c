@@ -136,6 +136,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
 struct shard_engine_config session_engine_config(const struct zt_config *c, int stage, int world,
                                                  int rank)
 {
+    const struct optimizer_hparams hp = config_optimizer_hparams(c, c->optimizer.lr);
     return (struct shard_engine_config){
         .stage = stage,
         .world = world,
@@ -146,6 +147,7 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
         .prefetch_depth = c->zero.stage3_prefetch_depth,
         .precision = session_precision(c),
         .optimizer = optimizer_find(c->optimizer.type),
+        .optimizer_states = optimizer_state_count(optimizer_find(c->optimizer.type), &hp),
     };
 }
 

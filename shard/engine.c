@@ -97,7 +97,7 @@ static zt_status alloc_states(struct shard_engine *e)
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
         e->master = p;
     }
-    for (int k = 0; k < e->cfg.optimizer->n_states; k++) {
+    for (int k = 0; k < e->cfg.optimizer_states; k++) {
         ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, fp32, e->cfg.optimizer->state_names[k], &p));
         e->states[k] = p;
     }
@@ -434,7 +434,8 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     ZT_ASSERT(cfg->world >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world);
     ZT_ASSERT(cfg->reduce_bucket_size >= 1 && cfg->prefetch_depth >= 0);
     ZT_ASSERT(cfg->precision == ZT_F32 || cfg->precision == ZT_BF16 || cfg->precision == ZT_F16);
-    ZT_ASSERT(cfg->optimizer && cfg->optimizer->n_states <= OPTIMIZER_MAX_STATES);
+    ZT_ASSERT(cfg->optimizer && cfg->optimizer_states >= 0 &&
+              cfg->optimizer_states <= cfg->optimizer->n_states);
     if (cfg->optimizer->whole_tensors && policy->shard_states)
         return zt_error_set(ZT_ERR_UNSUPPORTED,
                             "optimizer %s needs whole tensors, which ZeRO stage %d splits "
@@ -523,7 +524,7 @@ static zt_status update_unit_range(const struct shard_engine *e, int u, size_t l
         if (a >= b)
             continue;
         float *states[OPTIMIZER_MAX_STATES];
-        for (int j = 0; j < opt->n_states; j++)
+        for (int j = 0; j < e->cfg.optimizer_states; j++)
             states[j] = e->states[j] + state_off + (a - lo);
         ZT_TRY(opt->update(e->ops, p + (a - lo), g + (a - lo), states, b - a,
                            pt->decay ? 1.0f : 0.0f, hp));

@@ -140,6 +140,7 @@ struct shard_engine_config {
     int prefetch_depth;                    /* stage 3: units gathered ahead, >= 0 */
     enum zt_dtype precision;               /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
     const struct optimizer_ops *optimizer; /* its states are kept on the rank's range */
+    int optimizer_states; /* how many of them: optimizer_state_count() of the run's hparams */
 };
 
 #define SHARD_MAX_ALLOCS (3 + OPTIMIZER_MAX_STATES)
@@ -170,7 +171,7 @@ struct shard_engine {
     void *params;  /* stages 0-2: full padded; stage 3: shards */
     void *grads;   /* stages 0-1: full padded; stages 2-3: shards */
     float *master; /* 16-bit only: stage 0 full padded, else shards; fp32: NULL */
-    /* The optimizer's state vectors (optimizer->n_states of them), laid out
+    /* The optimizer's state vectors (cfg.optimizer_states of them), laid out
      * like master: stage 0 full padded, else shards. */
     float *states[OPTIMIZER_MAX_STATES];
     struct shard_alloc allocs[SHARD_MAX_ALLOCS]; /* every persistent allocation */
@@ -237,7 +238,7 @@ zt_status shard_engine_full_params(struct shard_engine *e, float *dst);
 /* How many states the engine keeps per element (1 + the optimizer's). */
 static inline int shard_engine_n_states(const struct shard_engine *e)
 {
-    return 1 + e->cfg.optimizer->n_states;
+    return 1 + e->cfg.optimizer_states;
 }
 
 /* The name of state `which` ("master", "exp_avg", ...): the checkpoint

@@ -511,6 +511,64 @@ START_TEST(adam_and_lion_match_double_references)
 }
 END_TEST
 
+/* PyTorch's SGD in double (torch.optim.SGD's step). */
+static void sgd_ref(double *p, const double *g, double *buf, size_t n, double decay,
+                    const struct optimizer_hparams *hp)
+{
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i] + hp->weight_decay * decay * p[i];
+        if (hp->momentum != 0) {
+            buf[i] = hp->step == 1 ? gi : hp->momentum * buf[i] + (1.0 - hp->dampening) * gi;
+            gi = hp->nesterov ? gi + hp->momentum * buf[i] : buf[i];
+        }
+        p[i] -= hp->lr * gi;
+    }
+}
+
+/* SGD without momentum (loop index 0, 1), with momentum and dampening (2,
+ * 3) and with Nesterov momentum (4, 5), without and with weight decay. */
+START_TEST(sgd_matches_double_reference)
+{
+    const int variant = _i / 2;
+    const float decay = _i % 2 ? 1.0f : 0.0f;
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const size_t n = 555;
+    float *p = rand_floats(n, 127, 1.0), *buf = calloc(n, sizeof(float));
+    double *pd = malloc(n * sizeof(double)), *bd = calloc(n, sizeof(double));
+    double *gd = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        pd[i] = p[i];
+    struct optimizer_hparams hp = {.lr = 0.05f,
+                                   .weight_decay = 0.1f,
+                                   .momentum = variant ? 0.9f : 0.0f,
+                                   .dampening = variant == 1 ? 0.1f : 0.0f,
+                                   .nesterov = variant == 2};
+    for (long step = 1; step <= 5; step++) {
+        float *g = rand_floats(n, 400 + (uint64_t)step, 0.5);
+        for (size_t i = 0; i < n; i++)
+            gd[i] = g[i];
+        hp.step = step;
+        ck_assert_int_eq(ops->sgd_update(p, g, variant ? buf : NULL, n, decay, &hp), ZT_OK);
+        sgd_ref(pd, gd, bd, n, decay, &hp);
+        free(g);
+        for (size_t i = 0; i < n; i++) {
+            ck_assert_msg(fabs(p[i] - pd[i]) <= 1e-6 + 1e-5 * fabs(pd[i]),
+                          "variant %d step %ld element %zu: param %.9g, want %.9g", variant, step,
+                          i, (double)p[i], pd[i]);
+            ck_assert(fabs(buf[i] - bd[i]) <= 1e-6 * (1.0 + fabs(bd[i])));
+        }
+    }
+    free(p);
+    free(buf);
+    free(pd);
+    free(bd);
+    free(gd);
+    compute_backend_close(&be);
+}
+END_TEST
+
 START_TEST(adamw_entry_is_adamw_update)
 {
     struct ledger l;
@@ -564,5 +622,6 @@ int main(void)
     tcase_add_loop_test(tc, adamw_matches_double_reference, 0, 2);
     tcase_add_test(tc, adamw_entry_is_adamw_update);
     tcase_add_loop_test(tc, adam_and_lion_match_double_references, 0, 4);
+    tcase_add_loop_test(tc, sgd_matches_double_reference, 0, 6);
     return testutil_run_suite(s, 0);
 }

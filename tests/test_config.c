@@ -893,7 +893,14 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_UNSUPPORTED,
      "bad.yaml:2:19: optimizer.type: not supported yet: optimizer 'Lamb' (supported: AdamW, "
-     "Adam, Lion)"},
+     "Adam, SGD, Lion)"},
+    {"data: {train: x}\noptimizer: {type: SGD, params: {nesterov: true, momentum: 0.9, "
+     "dampening: 0.1}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "optimizer.params.nesterov: needs momentum > 0 and dampening 0, got momentum 0.9, "
+     "dampening 0.1"},
     {"data: {train: x}\nprescale_gradients: true\n",
      NULL,
      {NULL},

@@ -187,28 +187,35 @@ START_TEST(every_optimizer_resumes_exactly)
     resume_case("zero_optimization.stage=2", "bf16.enabled=false", "optimizer.type=Lion", 0);
     resume_case("zero_optimization.stage=3", "bf16.enabled=true", "optimizer.type=Adam", 0);
     resume_case("zero_optimization.stage=1", "bf16.enabled=false", "optimizer.type=Lion", 1);
+    /* SGD without momentum: a checkpoint of the weights alone */
+    resume_case("zero_optimization.stage=2", "bf16.enabled=false", "optimizer.type=SGD", 0);
 }
 END_TEST
 
 /* The ledger's optimizer_states are the optimizer's state vectors, no
  * more: 8 bytes per element of the rank's range for the Adam family, 4 for
- * Lion (stage 0 holds the whole padded space, stages 1-3 the shards). */
+ * Lion and SGD with momentum, 0 for SGD without (stage 0 holds the whole
+ * padded space, stages 1-3 the shards). */
 START_TEST(optimizer_state_bytes_follow_the_table)
 {
     static const struct {
         const char *type;
         size_t bytes;
-    } cases[] = {
-        {"optimizer.type=AdamW", 8}, {"optimizer.type=Adam", 8}, {"optimizer.type=Lion", 4}};
+        const char *momentum;
+    } cases[] = {{"optimizer.type=AdamW", 8, "optimizer.params.momentum=0"},
+                 {"optimizer.type=Adam", 8, "optimizer.params.momentum=0"},
+                 {"optimizer.type=Lion", 4, "optimizer.params.momentum=0"},
+                 {"optimizer.type=SGD", 4, "optimizer.params.momentum=0.9"},
+                 {"optimizer.type=SGD", 0, "optimizer.params.momentum=0"}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int stage = 0; stage <= 3; stage++) {
-            const char *sets[] = {stage_sets[stage], cases[k].type};
+            const char *sets[] = {stage_sets[stage], cases[k].type, cases[k].momentum};
             struct run_session s;
-            open_micro(&s, testutil_tmpdir("frozen"), sets, 2);
+            open_micro(&s, testutil_tmpdir("frozen"), sets, 3);
             const struct shard_partition *p = &s.engine.part;
             const size_t held = stage == 0 ? p->padded_total : p->shard_total;
             ck_assert_uint_eq(s.ledger.current[LEDGER_OPTIMIZER_STATES], held * cases[k].bytes);
-            ck_assert_uint_eq(optimizer_state_bytes(s.engine.cfg.optimizer), cases[k].bytes);
+            ck_assert_uint_eq(s.engine.cfg.optimizer_states * sizeof(float), cases[k].bytes);
             session_close(&s);
         }
 }

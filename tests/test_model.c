@@ -242,8 +242,11 @@ START_TEST(adamw_trajectory_matches_pytorch)
     fixture_open(&fx);
     size_t n = fx.table.n_params;
     float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
-    struct optimizer_hparams hp = {fx.ref.lr,  fx.ref.beta1,        fx.ref.beta2,
-                                   fx.ref.eps, fx.ref.weight_decay, 0};
+    struct optimizer_hparams hp = {.lr = fx.ref.lr,
+                                   .beta1 = fx.ref.beta1,
+                                   .beta2 = fx.ref.beta2,
+                                   .eps = fx.ref.eps,
+                                   .weight_decay = fx.ref.weight_decay};
     for (int step = 0; step < fx.ref.n_steps; step++) {
         memset(fx.state.grads, 0, n * sizeof(float));
         ck_assert_int_eq(gpt2_forward(&fx.model, &fx.hooks, fx.ref.inputs, fx.ref.targets), ZT_OK);

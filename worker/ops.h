@@ -121,6 +121,10 @@ struct ops_backend {
     /* Adam with L2 (adam_update in worker/optimizer.h), the same arguments. */
     zt_status (*adam_update)(float *params, const float *grads, float *m, float *v, size_t n,
                              float decay, const struct optimizer_hparams *hp);
+    /* SGD with its momentum buffer, NULL without momentum (sgd_update in
+     * worker/optimizer.h). */
+    zt_status (*sgd_update)(float *params, const float *grads, float *buf, size_t n, float decay,
+                            const struct optimizer_hparams *hp);
     /* Lion with its one momentum m (lion_update in worker/optimizer.h). */
     zt_status (*lion_update)(float *params, const float *grads, float *m, size_t n, float decay,
                              const struct optimizer_hparams *hp);

@@ -53,6 +53,24 @@ void adam_update(float *params, const float *grads, float *m, float *v, size_t n
     }
 }
 
+void sgd_update(float *params, const float *grads, float *buf, size_t n, float decay,
+                const struct optimizer_hparams *hp)
+{
+    const float lr = hp->lr, wd = hp->weight_decay * decay, mu = hp->momentum;
+    const float keep = 1.0f - hp->dampening;
+    const int first = hp->step <= 1;
+
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] + wd * params[i];
+        if (buf) {
+            float b = first ? g : mu * buf[i] + keep * g;
+            buf[i] = b;
+            g = hp->nesterov ? g + mu * b : b;
+        }
+        params[i] -= lr * g;
+    }
+}
+
 void lion_update(float *params, const float *grads, float *m, size_t n, float decay,
                  const struct optimizer_hparams *hp)
 {
@@ -73,6 +91,18 @@ static zt_status adam_entry_update(const struct ops_backend *ops, float *params,
                                    const struct optimizer_hparams *hp)
 {
     return ops->adam_update(params, grads, states[0], states[1], n, decay, hp);
+}
+
+static zt_status sgd_entry_update(const struct ops_backend *ops, float *params, const float *grads,
+                                  float *const *states, size_t n, float decay,
+                                  const struct optimizer_hparams *hp)
+{
+    return ops->sgd_update(params, grads, hp->momentum != 0.0f ? states[0] : NULL, n, decay, hp);
+}
+
+static int sgd_state_count(const struct optimizer_hparams *hp)
+{
+    return hp->momentum != 0.0f;
 }
 
 static zt_status lion_entry_update(const struct ops_backend *ops, float *params, const float *grads,
@@ -116,6 +146,19 @@ static const struct optimizer_ops optimizers[] = {
         .update = adam_entry_update,
     },
     {
+        .name = "SGD",
+        .n_states = 1,
+        .state_count = sgd_state_count,
+        .state_names = {"momentum_buffer"},
+        .whole_tensors = 0,
+        .default_beta1 = 0.9,
+        .default_beta2 = 0.999,
+        .n_hparams = 5,
+        .hparams = {OPT_HP_LR, OPT_HP_MOMENTUM, OPT_HP_DAMPENING, OPT_HP_NESTEROV,
+                    OPT_HP_WEIGHT_DECAY},
+        .update = sgd_entry_update,
+    },
+    {
         .name = "Lion",
         .n_states = 1,
         .state_names = {"exp_avg"},
@@ -152,8 +195,8 @@ void optimizer_list_names(char *buf, size_t n)
         }
 }
 
-static const char *const hparam_names[OPT_HP_COUNT] = {"lr", "beta1", "beta2", "eps",
-                                                       "weight_decay"};
+static const char *const hparam_names[OPT_HP_COUNT] = {
+    "lr", "beta1", "beta2", "eps", "weight_decay", "momentum", "dampening", "nesterov"};
 
 /* The shortest decimal that reads back as f, as a double: the update uses
  * the fp32 value, and 0.003f then reads "0.003" in meta.json rather than
@@ -194,6 +237,12 @@ double optimizer_hparam_value(const struct optimizer_hparams *hp, enum optimizer
         return hp->beta2;
     case OPT_HP_EPS:
         return hp->eps;
+    case OPT_HP_MOMENTUM:
+        return hp->momentum;
+    case OPT_HP_DAMPENING:
+        return hp->dampening;
+    case OPT_HP_NESTEROV:
+        return hp->nesterov;
     case OPT_HP_WEIGHT_DECAY:
     case OPT_HP_COUNT:
         break;

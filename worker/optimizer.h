@@ -43,7 +43,9 @@ struct ops_backend;
  * ignored. */
 struct optimizer_hparams {
     float lr, beta1, beta2, eps, weight_decay;
-    long step; /* 1-based count of updates including this one (bias correction) */
+    float momentum, dampening; /* SGD */
+    int nesterov;              /* SGD: 1 for Nesterov momentum */
+    long step;                 /* 1-based count of updates including this one */
 };
 
 /* Names of the hyperparameters, as meta.json writes them. */
@@ -53,6 +55,9 @@ enum optimizer_hparam {
     OPT_HP_BETA2,
     OPT_HP_EPS,
     OPT_HP_WEIGHT_DECAY,
+    OPT_HP_MOMENTUM,
+    OPT_HP_DAMPENING,
+    OPT_HP_NESTEROV,
     OPT_HP_COUNT
 };
 
@@ -65,6 +70,10 @@ struct optimizer_ops {
     const char *name;  /* "AdamW": the canonical spelling */
     const char *alias; /* another accepted spelling, or NULL */
     int n_states;      /* fp32 state vectors per element, <= OPTIMIZER_MAX_STATES */
+    /* How many of them a run with these hyperparameters keeps (the first
+     * ones); NULL: all n_states. SGD keeps its momentum only when it has
+     * one. */
+    int (*state_count)(const struct optimizer_hparams *hp);
     const char *state_names[OPTIMIZER_MAX_STATES]; /* checkpoint sections ("exp_avg") */
     int whole_tensors; /* 1: an update needs a tensor whole (row/column statistics) */
     double default_beta1, default_beta2; /* optimizer.params.betas when not given */
@@ -92,10 +101,11 @@ const struct optimizer_ops *optimizer_find(const char *name);
  * (truncated to fit), for messages. */
 void optimizer_list_names(char *buf, size_t n);
 
-/* Bytes of optimizer state per parameter element. */
-static inline size_t optimizer_state_bytes(const struct optimizer_ops *o)
+/* How many state vectors per element a run of `o` with `hp` keeps. */
+static inline int optimizer_state_count(const struct optimizer_ops *o,
+                                        const struct optimizer_hparams *hp)
 {
-    return (size_t)o->n_states * sizeof(float);
+    return o->state_count ? o->state_count(hp) : o->n_states;
 }
 
 /* The updates' math, which the CPU kernels call and the tests drive on
@@ -109,6 +119,12 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
  * becomes g + wd p before the moments; p -= lr m^ / (sqrt(v^) + eps). */
 void adam_update(float *params, const float *grads, float *m, float *v, size_t n, float decay,
                  const struct optimizer_hparams *hp);
+/* SGD, PyTorch's torch.optim.SGD: g += wd p; with momentum mu > 0,
+ * buf = g at the first step, else mu buf + (1 - dampening) g, and the step
+ * uses g + mu buf (Nesterov) or buf; p -= lr g. `buf` is NULL without
+ * momentum. */
+void sgd_update(float *params, const float *grads, float *buf, size_t n, float decay,
+                const struct optimizer_hparams *hp);
 /* Lion (Chen et al. 2023): c = beta1 m + (1 - beta1) g;
  * p -= lr (sign(c) + wd p); then m = beta2 m + (1 - beta2) g. */
 void lion_update(float *params, const float *grads, float *m, size_t n, float decay,

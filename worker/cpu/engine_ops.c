@@ -57,6 +57,13 @@ zt_status cpu_adam_update(float *params, const float *grads, float *m, float *v,
     return ZT_OK;
 }
 
+zt_status cpu_sgd_update(float *params, const float *grads, float *buf, size_t n, float decay,
+                         const struct optimizer_hparams *hp)
+{
+    sgd_update(params, grads, buf, n, decay, hp);
+    return ZT_OK;
+}
+
 zt_status cpu_lion_update(float *params, const float *grads, float *m, size_t n, float decay,
                           const struct optimizer_hparams *hp)
 {

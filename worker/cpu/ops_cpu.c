@@ -35,6 +35,7 @@ static const struct ops_backend CPU_OPS = {
     .memset_zero = cpu_memset_zero,
     .adamw_update = cpu_adamw_update,
     .adam_update = cpu_adam_update,
+    .sgd_update = cpu_sgd_update,
     .lion_update = cpu_lion_update,
 };
 

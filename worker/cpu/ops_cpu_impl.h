@@ -87,6 +87,8 @@ zt_status cpu_adamw_update(float *params, const float *grads, float *m, float *v
                            float decay, const struct optimizer_hparams *hp);
 zt_status cpu_adam_update(float *params, const float *grads, float *m, float *v, size_t n,
                           float decay, const struct optimizer_hparams *hp);
+zt_status cpu_sgd_update(float *params, const float *grads, float *buf, size_t n, float decay,
+                         const struct optimizer_hparams *hp);
 zt_status cpu_lion_update(float *params, const float *grads, float *m, size_t n, float decay,
                           const struct optimizer_hparams *hp);
 
