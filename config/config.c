@@ -139,5 +139,11 @@ struct optimizer_hparams config_optimizer_hparams(const struct zt_config *c, dou
         .momentum = (float)c->optimizer.momentum,
         .dampening = (float)c->optimizer.dampening,
         .nesterov = c->optimizer.nesterov,
+        .eps2 = (float)c->optimizer.eps2,
+        .clip_threshold = (float)c->optimizer.clip_threshold,
+        .decay_rate = (float)c->optimizer.decay_rate,
+        .scale_parameter = c->optimizer.scale_parameter,
+        .relative_step = c->optimizer.relative_step,
+        .warmup_init = c->optimizer.warmup_init,
     };
 }

@@ -88,11 +88,14 @@ struct zt_config {
         char *type;          /* "AdamW" (also accepted: "Adam" with weight_decay as AdamW's) */
         double lr;           /* default 1e-3 */
         double beta1, beta2; /* betas, default [0.9, 0.999] */
-        double eps;          /* default 1e-8 */
+        double eps;          /* default 1e-8; Adafactor: eps1, default 1e-30 */
+        double eps2;         /* Adafactor: eps2, default 1e-3; 0: eps was one number */
         double weight_decay; /* default 0.01 */
         double momentum;     /* SGD, default 0 */
         double dampening;    /* SGD, default 0 */
         int nesterov;        /* SGD, default false */
+        double clip_threshold, decay_rate;               /* Adafactor: 1.0, -0.8 */
+        int scale_parameter, relative_step, warmup_init; /* Adafactor: true, false, false */
     } optimizer;
 
     struct {

@@ -41,6 +41,7 @@ enum ftype {
     T_STRING,    /* char *, non-empty */
     T_PATHS,     /* char ** at off, int count at off2: a string or a list of strings */
     T_BETAS,     /* [b1, b2]: doubles at off and off2 */
+    T_EPS,       /* a number (off; off2 set to 0) or a pair [eps1, eps2] (off, off2) */
     T_BACKEND,   /* char *: auto | mpi | nccl */
     T_ALGO,      /* char *: auto | native | ring */
     T_DEVICE,    /* char *: auto | cpu | cuda */
@@ -160,14 +161,16 @@ static const struct field fields[] = {
 
     {"optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the optimizer"},
     {"optimizer.type", T_OPTIMIZER, OFF(optimizer.type), 0, "AdamW", NB, NB, 0, NULL,
-     "AdamW, Adam, SGD or Lion (any case)"},
+     "AdamW, Adam, SGD, Lion or Adafactor (any case)"},
     {"optimizer.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "its parameters"},
     {"optimizer.params.lr", T_DOUBLE, OFF(optimizer.lr), 0, "1e-3", GT(0), NB, 0, NULL,
      "learning rate"},
     {"optimizer.params.betas", T_BETAS, OFF(optimizer.beta1), OFF(optimizer.beta2),
      "[0.9, 0.999]", GE(0), LT(1), 0, NULL, "[beta1, beta2]"},
-    {"optimizer.params.eps", T_DOUBLE, OFF(optimizer.eps), 0, "1e-8", GT(0), NB, 0, NULL,
-     "denominator term"},
+    {"optimizer.params.beta1", T_DOUBLE, OFF(optimizer.beta1), 0, NULL, GE(0), LT(1),
+     F_ZERO_IS_ABSENT, NULL, "Adafactor's first-moment decay (null: no first moment)"},
+    {"optimizer.params.eps", T_EPS, OFF(optimizer.eps), OFF(optimizer.eps2), "1e-8", GT(0), NB, 0,
+     NULL, "denominator term; Adafactor: [eps1, eps2], default [1e-30, 1e-3]"},
     {"optimizer.params.weight_decay", T_DOUBLE, OFF(optimizer.weight_decay), 0, "0.01", GE(0),
      NB, 0, NULL, "weight decay (decoupled for AdamW and Lion, L2 for Adam and SGD)"},
     {"optimizer.params.momentum", T_DOUBLE, OFF(optimizer.momentum), 0, "0", GE(0), NB, 0, NULL,
@@ -176,6 +179,16 @@ static const struct field fields[] = {
      NULL, "SGD dampening of the momentum"},
     {"optimizer.params.nesterov", T_BOOL, OFF(optimizer.nesterov), 0, "false", NB, NB, 0, NULL,
      "SGD Nesterov momentum (needs momentum > 0 and dampening 0)"},
+    {"optimizer.params.clip_threshold", T_DOUBLE, OFF(optimizer.clip_threshold), 0, "1.0", GT(0),
+     NB, 0, NULL, "Adafactor: largest RMS of an update"},
+    {"optimizer.params.decay_rate", T_DOUBLE, OFF(optimizer.decay_rate), 0, "-0.8", NB, LT(0), 0,
+     NULL, "Adafactor: second-moment decay 1 - t^decay_rate"},
+    {"optimizer.params.scale_parameter", T_BOOL, OFF(optimizer.scale_parameter), 0, "true", NB,
+     NB, 0, NULL, "Adafactor: lr relative to the parameters' RMS"},
+    {"optimizer.params.relative_step", T_BOOL, OFF(optimizer.relative_step), 0, "false", NB, NB,
+     0, NULL, "Adafactor: lr = min(1e-2, 1/sqrt(t)) instead of optimizer.params.lr"},
+    {"optimizer.params.warmup_init", T_BOOL, OFF(optimizer.warmup_init), 0, "false", NB, NB, 0,
+     NULL, "Adafactor: relative_step's lr starts at 1e-6 t"},
 
     {"scheduler", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "learning-rate schedule"},
     {"scheduler.type", T_SCHED, OFF(scheduler.type), 0, NULL, NB, NB, 0, NULL,
@@ -459,7 +472,7 @@ static zt_status check_range(const char *where, const char *path, const struct f
     if (bound_ok(f->lo, x) && bound_ok(f->hi, x))
         return ZT_OK;
     const char *got = v->text;
-    if (f->lo.kind && f->hi.kind && f->type != T_DOUBLE && f->type != T_BETAS)
+    if (f->lo.kind && f->hi.kind && f->type != T_DOUBLE && f->type != T_BETAS && f->type != T_EPS)
         return zt_error_set(ZT_ERR_CONFIG, "%s: %s: must be between %.15g and %.15g, got %s", where,
                             path, f->lo.v, f->hi.v, got);
     if (f->lo.kind && f->hi.kind)
@@ -643,6 +656,19 @@ static zt_status leaf_betas(struct walk *w, const struct field *f, const struct 
     return ZT_OK;
 }
 
+static zt_status leaf_eps(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                          const char *where)
+{
+    if (v->kind == YAML_TREE_SCALAR) {
+        ZT_TRY(leaf_double(w, f, v, where));
+        *(double *)field_ptr(w->cfg, f->off2) = 0.0;
+        return ZT_OK;
+    }
+    if (v->kind != YAML_TREE_SEQUENCE || v->n != 2)
+        return type_error(where, f->path, "a number, or Adafactor's pair [eps1, eps2]", v);
+    return leaf_betas(w, f, v, where);
+}
+
 /* Index of `s` among names[0..n) (NULL entries skipped), or -1. */
 static int name_index(const char *const *names, int n, const char *s)
 {
@@ -730,7 +756,8 @@ static int is_deepspeed_key(const char *path)
 /* The keys the HF Trainer's DeepSpeed integration may write as "auto". */
 static int may_be_auto(enum ftype t)
 {
-    return t == T_INT || t == T_LONG || t == T_U64 || t == T_DOUBLE || t == T_BETAS || t == T_BOOL;
+    return t == T_INT || t == T_LONG || t == T_U64 || t == T_DOUBLE || t == T_BETAS || t == T_EPS ||
+           t == T_BOOL;
 }
 
 static zt_status parse_leaf(struct walk *w, const struct field *f, const struct yaml_tree_node *v)
@@ -759,6 +786,8 @@ static zt_status parse_leaf(struct walk *w, const struct field *f, const struct 
         return leaf_paths(w, f, v, where);
     case T_BETAS:
         return leaf_betas(w, f, v, where);
+    case T_EPS:
+        return leaf_eps(w, f, v, where);
     case T_BACKEND:
     case T_ALGO:
     case T_DEVICE:
@@ -943,19 +972,136 @@ static void resolve_dependent_defaults(struct walk *w)
         c->scheduler.warmup_max_lr = c->optimizer.lr;
     if (!given(w, "scheduler.params.total_num_steps"))
         c->scheduler.total_num_steps = c->run.steps;
-    /* The betas default to the optimizer's own ([0.9, 0.99] for Lion). */
+    /* The betas default to the optimizer's own ([0.9, 0.99] for Lion, no
+     * first moment for Adafactor), and so does a pair eps. */
     const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
-    if (!given(w, "optimizer.params.betas") && opt) {
+    if (!opt)
+        return;
+    if (!given(w, "optimizer.params.betas") && !given(w, "optimizer.params.beta1")) {
         c->optimizer.beta1 = opt->default_beta1;
         c->optimizer.beta2 = opt->default_beta2;
     }
+    if (!given(w, "optimizer.params.eps") && optimizer_reads(opt, OPT_HP_EPS2)) {
+        c->optimizer.eps = opt->default_eps;
+        c->optimizer.eps2 = opt->default_eps2;
+    }
+}
+
+/* Whether optimizer `o` reads the key at `path` under optimizer.params:
+ * the learning rate always; `betas` when it has both betas, `beta1` when
+ * it has only the first (Adafactor); the rest by their hyperparameter's
+ * name. Both the check of given keys and the YAML writer ask this. */
+static int optimizer_reads_key(const struct optimizer_ops *o, const char *path)
+{
+    static const char prefix[] = "optimizer.params.";
+    const char *key = path + sizeof prefix - 1;
+    if (strncmp(path, prefix, sizeof prefix - 1) != 0 || strcmp(key, "lr") == 0)
+        return 1;
+    if (strcmp(key, "betas") == 0)
+        return optimizer_reads(o, OPT_HP_BETA1) && optimizer_reads(o, OPT_HP_BETA2);
+    if (strcmp(key, "beta1") == 0)
+        return optimizer_reads(o, OPT_HP_BETA1) && !optimizer_reads(o, OPT_HP_BETA2);
+    for (int h = 0; h < OPT_HP_COUNT; h++)
+        if (strcmp(key, optimizer_hparam_name((enum optimizer_hparam)h)) == 0)
+            return optimizer_reads(o, (enum optimizer_hparam)h);
+    return 1;
+}
+
+/* The keys under optimizer.params that `o` reads, for messages. */
+static void optimizer_key_list(const struct optimizer_ops *o, char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_FIELDS && at < n; i++) {
+        const char *path = fields[i].path;
+        if (child_name(i, "optimizer.params") && optimizer_reads_key(o, path)) {
+            int wrote = snprintf(buf + at, n - at, "%s%s", at ? ", " : "",
+                                 path + sizeof "optimizer.params." - 1);
+            at += wrote > 0 ? (size_t)wrote : 0;
+        }
+    }
+}
+
+/* Every key given under optimizer.params is one the optimizer reads (as
+ * PyTorch refuses an unexpected keyword): a momentum given to AdamW would
+ * otherwise be silently ignored. One message names all of them. */
+static zt_status check_optimizer_keys(const struct walk *w, const struct optimizer_ops *o)
+{
+    char unused[512] = "", where[WHERE] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < N_FIELDS && at < sizeof unused; i++) {
+        if (!w->given[i] || !child_name(i, "optimizer.params") ||
+            optimizer_reads_key(o, fields[i].path))
+            continue;
+        if (!where[0])
+            yaml_tree_where(w->given[i], where, sizeof where);
+        int wrote = snprintf(unused + at, sizeof unused - at, "%s%s", at ? ", " : "",
+                             fields[i].path + sizeof "optimizer.params." - 1);
+        at += wrote > 0 ? (size_t)wrote : 0;
+    }
+    if (!unused[0])
+        return ZT_OK;
+    char keys[512];
+    optimizer_key_list(o, keys, sizeof keys);
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "%s: optimizer.params: %s does not use %s (its parameters: %s); remove "
+                        "them, or give them null (--set optimizer.params.KEY=null)",
+                        where, o->name, unused, keys);
+}
+
+/* Adafactor's rules, as Hugging Face's implementation states them: eps is
+ * a pair, and the relative step computes its own learning rate. */
+static zt_status check_adafactor(const struct walk *w, const struct optimizer_ops *o)
+{
+    const struct zt_config *c = w->cfg;
+    char where[WHERE];
+    if (!optimizer_reads(o, OPT_HP_EPS2))
+        return ZT_OK;
+    if (c->optimizer.eps2 == 0.0) {
+        where_of_keys(w, where, "optimizer.params.eps", NULL, NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: optimizer.params.eps: %s takes a pair [eps1, eps2] (added to the "
+                            "squared gradient; floor of the parameter scale), got %g",
+                            where, o->name, c->optimizer.eps);
+    }
+    if (c->optimizer.relative_step && given(w, "optimizer.params.lr")) {
+        where_of_keys(w, where, "optimizer.params.relative_step", "optimizer.params.lr", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: optimizer.params.relative_step: computes the learning rate; "
+                            "remove optimizer.params.lr or set relative_step: false",
+                            where);
+    }
+    if (c->optimizer.relative_step && c->scheduler.type != ZT_SCHED_NONE) {
+        where_of_keys(w, where, "optimizer.params.relative_step", "scheduler.type", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: optimizer.params.relative_step: computes the learning rate, so "
+                            "a scheduler would be ignored; remove one of them",
+                            where);
+    }
+    if (c->optimizer.warmup_init && !c->optimizer.relative_step) {
+        where_of_keys(w, where, "optimizer.params.warmup_init", "optimizer.params.relative_step",
+                      NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: optimizer.params.warmup_init: needs relative_step: true", where);
+    }
+    return ZT_OK;
 }
 
 /* PyTorch's rule: Nesterov momentum needs a momentum and no dampening. */
 static zt_status check_optimizer(const struct walk *w)
 {
     const struct zt_config *c = w->cfg;
+    const struct optimizer_ops *o = optimizer_find(c->optimizer.type);
     char where[WHERE];
+    ZT_ASSERT(o); /* the type was checked when parsed */
+    ZT_TRY(check_optimizer_keys(w, o));
+    if (!optimizer_reads(o, OPT_HP_EPS2) && c->optimizer.eps2 != 0.0) {
+        where_of_keys(w, where, "optimizer.params.eps", NULL, NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: optimizer.params.eps: %s takes one number, got a pair", where,
+                            o->name);
+    }
+    ZT_TRY(check_adafactor(w, o));
     if (c->optimizer.nesterov && (c->optimizer.momentum <= 0 || c->optimizer.dampening != 0)) {
         where_of_keys(w, where, "optimizer.params.nesterov", "optimizer.params.momentum",
                       "optimizer.params.dampening");
@@ -1096,6 +1242,15 @@ static void write_double(FILE *f, double x)
     fputs(buf, f);
 }
 
+static void write_pair(FILE *f, double a, double b)
+{
+    fputc('[', f);
+    write_double(f, a);
+    fputs(", ", f);
+    write_double(f, b);
+    fputc(']', f);
+}
+
 static void write_value(FILE *f, const struct field *fd, const struct zt_config *c)
 {
     const void *p = field_cptr(c, fd->off);
@@ -1113,7 +1268,10 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
         fprintf(f, "%" PRIu64, *(const uint64_t *)p);
         break;
     case T_DOUBLE:
-        write_double(f, *(const double *)p);
+        if ((fd->flags & F_ZERO_IS_ABSENT) && *(const double *)p == 0.0)
+            fputs("null", f);
+        else
+            write_double(f, *(const double *)p);
         break;
     case T_BOOL:
         fputs(*(const int *)p ? "true" : "false", f);
@@ -1139,12 +1297,14 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
         fputs(n ? "]" : "", f);
         break;
     }
+    case T_EPS:
+        if (*(const double *)field_cptr(c, fd->off2) == 0.0)
+            write_double(f, *(const double *)p);
+        else
+            write_pair(f, *(const double *)p, *(const double *)field_cptr(c, fd->off2));
+        break;
     case T_BETAS:
-        fputc('[', f);
-        write_double(f, *(const double *)p);
-        fputs(", ", f);
-        write_double(f, *(const double *)field_cptr(c, fd->off2));
-        fputc(']', f);
+        write_pair(f, *(const double *)p, *(const double *)field_cptr(c, fd->off2));
         break;
     case T_SCHED:
         fputs(sched_names[*(const enum zt_sched_type *)p], f);
@@ -1163,6 +1323,13 @@ static int row_written(const struct field *fd, const struct zt_config *c)
         return 0;
     if (child_name((size_t)(fd - fields), "scheduler.params") &&
         !(fd->flags & sched_masks[c->scheduler.type]))
+        return 0;
+    const struct optimizer_ops *o = optimizer_find(c->optimizer.type);
+    if (o && child_name((size_t)(fd - fields), "optimizer.params") &&
+        !optimizer_reads_key(o, fd->path))
+        return 0;
+    /* the relative step computes the learning rate (check_adafactor) */
+    if (c->optimizer.relative_step && strcmp(fd->path, "optimizer.params.lr") == 0)
         return 0;
     return fd->type == T_SECTION || fd->off != NO_STORE;
 }

@@ -87,7 +87,7 @@ zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct
 /* ---- the paper's model states ---- */
 
 uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, uint64_t n_trainable,
-                                      const double bpp[4])
+                                      const double bpp[4], uint64_t replicated)
 {
     /* Which of p, g, m, o the stage divides among the ranks: the master
      * copy goes with the optimizer states, as in the paper's K. */
@@ -96,7 +96,9 @@ uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, u
     ZT_ASSERT(world >= 1);
     const int partitioned[4] = {pol->shard_params, pol->shard_grads, pol->shard_states,
                                 pol->shard_states};
-    /* Parameters count over all of Ψ, the rest over the trainable part. */
+    /* Parameters count over all of Ψ, the rest over the trainable part;
+     * the replicated optimizer bytes are in bpp[3] as an average and every
+     * rank keeps them whole. */
     double whole = 0, split = 0;
     for (int k = 0; k < 4; k++) {
         const double bytes = bpp[k] * (double)(k == 0 ? n_params : n_trainable);
@@ -104,6 +106,10 @@ uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, u
             split += bytes;
         else
             whole += bytes;
+    }
+    if (partitioned[3]) {
+        whole += (double)replicated;
+        split -= (double)replicated;
     }
     return (uint64_t)floor(whole + split / world + 0.5);
 }

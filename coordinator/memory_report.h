@@ -63,10 +63,12 @@ zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct
  * rounded to the nearest byte, where g, m and o count only the n_trainable
  * parameters of units that train (n_trainable = Ψ when nothing is
  * frozen). Shards are padded to a multiple of N, so
- * the measured bytes may exceed this slightly. Asserts 0 <= stage <= 3 and
- * world >= 1. */
+ * the measured bytes may exceed this slightly. `replicated` bytes of the
+ * optimizer's state (included in bpp[3] as their average per trainable
+ * parameter) are kept whole by every rank in every stage: a whole-tensor
+ * optimizer's per-tensor state. Asserts 0 <= stage <= 3 and world >= 1. */
 uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, uint64_t n_trainable,
-                                      const double bpp[4]);
+                                      const double bpp[4], uint64_t replicated);
 
 /* Prints the report to f: one row per rank (each category's peak, the total
  * peak, the resident peak, total / baseline total), the baseline row, and

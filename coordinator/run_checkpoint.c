@@ -34,6 +34,18 @@ static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
 
 /* ---- save ----------------------------------------------------------------- */
 
+static zt_status write_tensor_state(struct run_session *s, struct ckpt_shard_writer *w)
+{
+    float *host = malloc(s->engine.tensor_state_len * sizeof(float));
+    if (!host)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the optimizer state staging");
+    zt_status st = shard_engine_get_tensor_state(&s->engine, host);
+    if (st == ZT_OK)
+        st = ckpt_shard_writer_write(w, host, s->engine.tensor_state_len);
+    free(host);
+    return st;
+}
+
 static zt_status write_sections(struct run_session *s, long step, struct ckpt_shard_writer *w)
 {
     const struct shard_partition *p = &s->engine.part;
@@ -50,6 +62,12 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
                 count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
         ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k), ZT_F32, count));
     }
+    /* A whole-tensor optimizer's per-tensor state is the same on every
+     * rank: rank 0's shard holds it, whatever the world size. */
+    const int tensor_state = s->rank == 0 && s->engine.tensor_state_len > 0;
+    if (tensor_state)
+        ZT_TRY(ckpt_shard_writer_add(w, s->engine.cfg.optimizer->tensor_state_name, ZT_F32,
+                                     s->engine.tensor_state_len));
     ZT_TRY(ckpt_shard_writer_begin(w));
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
     if (!buf)
@@ -69,6 +87,8 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         }
     }
     free(buf);
+    if (st == ZT_OK && tensor_state)
+        st = write_tensor_state(s, w);
     return st;
 }
 
@@ -368,6 +388,36 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
     return st;
 }
 
+/* A whole-tensor optimizer's per-tensor state, from rank 0's shard. */
+static zt_status load_tensor_state(struct run_session *s, const char *step_dir)
+{
+    const size_t n = s->engine.tensor_state_len;
+    const char *name = s->engine.cfg.optimizer->tensor_state_name;
+    if (n == 0)
+        return ZT_OK;
+    char path[4096];
+    struct ckpt_shard *f = NULL;
+    ZT_TRY(ckpt_shard_path(step_dir, 0, path, sizeof path));
+    ZT_TRY(ckpt_shard_open(path, &f));
+    const struct ckpt_section *sec = ckpt_shard_find(f, name);
+    float *host = malloc(n * sizeof(float));
+    zt_status st = ZT_OK;
+    if (!host)
+        st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the optimizer state staging");
+    else if (!sec || sec->dtype != ZT_F32 || sec->count != n)
+        st = zt_error_set(ZT_ERR_CHECKPOINT,
+                          "%s: no fp32 section '%s' of %zu elements (the optimizer's per-tensor "
+                          "state for this model)",
+                          path, name, n);
+    if (st == ZT_OK)
+        st = ckpt_shard_read(f, sec, 0, n, host);
+    if (st == ZT_OK)
+        st = shard_engine_set_tensor_state(&s->engine, host);
+    free(host);
+    ckpt_shard_close(f);
+    return st;
+}
+
 zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int weights_only)
 {
     struct ckpt_meta m;
@@ -388,6 +438,8 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
     st = check_same_model(s, step_dir, &m, weights_only);
     if (st == ZT_OK)
         st = load_states(s, step_dir, &m, weights_only ? 1 : shard_engine_n_states(&s->engine));
+    if (st == ZT_OK && !weights_only)
+        st = load_tensor_state(s, step_dir);
     st = agree(s, st);
     if (st == ZT_OK)
         st = shard_engine_params_from_master(&s->engine);

@@ -242,14 +242,19 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
 
 /* Bytes per parameter of each model state: fp32 keeps 4 (params) + 4
  * (grads) + 0 (no master copy) + the optimizer's state (8 for AdamW's m
- * and v); 16-bit training 2 + 2 + 4 + the optimizer's. */
-static void bytes_per_param(enum zt_dtype precision, int optimizer_states, double out[4])
+ * and v); 16-bit training 2 + 2 + 4 + the optimizer's. A whole-tensor
+ * optimizer's per-tensor state (Adafactor's factors) adds its exact bytes
+ * averaged over the trainable parameters. */
+static void bytes_per_param(const struct shard_engine *e, double out[4])
 {
-    const int half = precision != ZT_F32;
+    const int half = e->cfg.precision != ZT_F32;
+    const double trainable = (double)e->part.trainable_numel;
     out[0] = half ? 2 : 4;
     out[1] = half ? 2 : 4;
     out[2] = half ? 4 : 0;
-    out[3] = (double)optimizer_states * sizeof(float);
+    out[3] = (double)e->cfg.optimizer_states * sizeof(float);
+    if (trainable > 0)
+        out[3] += (double)(e->tensor_state_len * sizeof(float)) / trainable;
 }
 
 /* The memory report: every rank's ledger peaks (measured, or planned under
@@ -258,12 +263,13 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
 {
     struct memory_report r = {.stage = s->cfg.zero.stage, .n_params = s->table.n_params};
     struct ledger baseline;
-    bytes_per_param(s->engine.cfg.precision, s->engine.cfg.optimizer_states, r.bytes_per_param);
+    bytes_per_param(&s->engine, r.bytes_per_param);
     ZT_TRY(session_plan_baseline(s, &baseline));
     memcpy(r.baseline, baseline.peak, sizeof r.baseline);
     r.baseline_total = baseline.total_peak;
-    r.expected_model_states = memory_expected_model_states(
-        r.stage, s->world, r.n_params, s->engine.part.trainable_numel, r.bytes_per_param);
+    r.expected_model_states =
+        memory_expected_model_states(r.stage, s->world, r.n_params, s->engine.part.trainable_numel,
+                                     r.bytes_per_param, s->engine.tensor_state_len * sizeof(float));
     ZT_TRY(memory_report_gather(s->comm, &s->ledger, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {

@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "../worker/precision.h"
-#include "shard.h"
+#include "engine_impl.h"
 
 enum gather_state { GATHER_RELEASED, GATHER_GATHERING, GATHER_RESIDENT };
 
@@ -58,17 +58,6 @@ static size_t unit_bytes(const struct shard_engine *e, int u)
 static size_t shard_bytes(const struct shard_engine *e, int u)
 {
     return e->part.units[u].shard * e->esz;
-}
-
-/* Element i of a working-precision buffer. */
-static void *at(const struct shard_engine *e, void *base, size_t i)
-{
-    return (char *)base + i * e->esz;
-}
-
-static int is_16bit(const struct shard_engine *e)
-{
-    return e->cfg.precision != ZT_F32;
 }
 
 /* ---- persistent states ---------------------------------------------------- */
@@ -101,6 +90,14 @@ static zt_status alloc_states(struct shard_engine *e)
         ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, fp32, e->cfg.optimizer->state_names[k], &p));
         e->states[k] = p;
     }
+    if (!e->cfg.optimizer->whole_tensors)
+        return ZT_OK;
+    /* Whole-tensor optimizers' per-tensor state is small and every rank
+     * keeps all of it (see shard/update.c). */
+    e->tensor_state_len = shard_tensor_state_layout(e, e->tensor_state_off);
+    ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, e->tensor_state_len * sizeof(float),
+                       e->cfg.optimizer->tensor_state_name, &p));
+    e->tensor_state = p;
     return ZT_OK;
 }
 
@@ -436,11 +433,6 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     ZT_ASSERT(cfg->precision == ZT_F32 || cfg->precision == ZT_BF16 || cfg->precision == ZT_F16);
     ZT_ASSERT(cfg->optimizer && cfg->optimizer_states >= 0 &&
               cfg->optimizer_states <= cfg->optimizer->n_states);
-    if (cfg->optimizer->whole_tensors && policy->shard_states)
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "optimizer %s needs whole tensors, which ZeRO stage %d splits "
-                            "across ranks (use stage 0)",
-                            cfg->optimizer->name, cfg->stage);
     out->cfg = *cfg;
     out->policy = *policy;
     out->table = t;
@@ -468,8 +460,9 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         out->param_view = calloc((size_t)t->n_units, sizeof *out->param_view);
         out->grad_view = calloc((size_t)t->n_units, sizeof *out->grad_view);
         out->gathers = calloc(MODEL_MAX_UNITS + 2, sizeof *out->gathers);
+        out->tensor_state_off = calloc((size_t)t->n_tensors + 1, sizeof *out->tensor_state_off);
         if (!out->unit_grads || !out->reduces || !out->bucket || !out->gathers ||
-            !out->param_view || !out->grad_view)
+            !out->param_view || !out->grad_view || !out->tensor_state_off)
             st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the engine's bookkeeping");
     }
     if (st == ZT_OK)
@@ -497,40 +490,12 @@ void shard_engine_destroy(struct shard_engine *e)
     free(e->param_view);
     free(e->grad_view);
     free(e->gathers);
+    free(e->tensor_state_off);
     shard_partition_free(&e->part);
     memset(e, 0, sizeof *e);
 }
 
 /* ---- the optimizer step ---------------------------------------------------- */
-
-/* The optimizer on unit elements [lo, hi); p, g and the state vectors at
- * state_off point at element lo. Tensors are cut at the range's edges so
- * each keeps its own flags: frozen ones are not updated, and weight decay
- * applies where the tensor says. */
-static zt_status update_unit_range(const struct shard_engine *e, int u, size_t lo, size_t hi,
-                                   float *p, const float *g, size_t state_off,
-                                   const struct optimizer_hparams *hp)
-{
-    const struct param_table *t = e->table;
-    const struct optimizer_ops *opt = e->cfg.optimizer;
-    const size_t base = t->unit_offset[u];
-    for (int k = 0; k < t->n_tensors; k++) {
-        const struct param_tensor *pt = &t->tensors[k];
-        if (pt->unit != u || !pt->trainable)
-            continue;
-        size_t a = pt->offset - base, b = a + pt->numel;
-        a = a > lo ? a : lo;
-        b = b < hi ? b : hi;
-        if (a >= b)
-            continue;
-        float *states[OPTIMIZER_MAX_STATES];
-        for (int j = 0; j < e->cfg.optimizer_states; j++)
-            states[j] = e->states[j] + state_off + (a - lo);
-        ZT_TRY(opt->update(e->ops, p + (a - lo), g + (a - lo), states, b - a,
-                           pt->decay ? 1.0f : 0.0f, hp));
-    }
-    return ZT_OK;
-}
 
 /* Stage 1: the full grads of the trainable units reduce-scattered into a
  * transient shard buffer. */
@@ -562,54 +527,6 @@ static zt_status allgather_params(struct shard_engine *e, int trainable_only)
     return ZT_OK;
 }
 
-/* The rank's range of unit u for the update: unit elements [lo, hi), and
- * the element offset of lo in the gradient buffer `g` and in the fp32
- * update target / moments (SHARD_NO_STATE for a frozen unit), and in the
- * working params. */
-struct owned_range {
-    size_t lo, hi, grad_off, state_off, working_off;
-};
-
-static struct owned_range owned_range_of(const struct shard_engine *e, int u)
-{
-    const struct shard_unit *su = &e->part.units[u];
-    struct owned_range r;
-    if (!e->policy.shard_states) {
-        r.lo = 0;
-        r.hi = su->numel;
-        r.working_off = su->padded_offset;
-        r.grad_off = r.state_off = su->state_padded_offset;
-        return r;
-    }
-    shard_owned_range(&e->part, e->cfg.rank, u, &r.lo, &r.hi);
-    r.grad_off = r.state_off = su->state_shard_offset;
-    r.working_off = !e->policy.shard_params ? su->padded_offset + r.lo : su->shard_offset;
-    return r;
-}
-
-/* The optimizer over the rank's ranges with gradients g * gscale; under 16-bit
- * precision the fp32 gradients go through `tmp` and the updated master is
- * cast back into the working parameters. */
-static zt_status update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
-                              const struct optimizer_hparams *hp)
-{
-    for (int u = 0; u < e->part.n_units; u++) {
-        const struct owned_range r = owned_range_of(e, u);
-        const size_t n = r.hi - r.lo;
-        if (n == 0 || !e->part.units[u].trainable)
-            continue;
-        float *target = is_16bit(e) ? e->master + r.state_off : (float *)e->params + r.working_off;
-        float *grad = is_16bit(e) ? tmp : (float *)g + r.grad_off;
-        if (is_16bit(e))
-            ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, g, r.grad_off), tmp, n));
-        ZT_TRY(e->ops->scale(grad, n, gscale));
-        ZT_TRY(update_unit_range(e, u, r.lo, r.hi, target, grad, r.state_off, hp));
-        if (is_16bit(e))
-            ZT_TRY(e->ops->from_f32(e->cfg.precision, target, at(e, e->params, r.working_off), n));
-    }
-    return ZT_OK;
-}
-
 static zt_status zero_grads(struct shard_engine *e)
 {
     size_t n = !e->policy.shard_grads ? e->part.state_padded_total : e->part.state_shard_total;
@@ -623,8 +540,8 @@ static size_t reduced_count(const struct shard_engine *e)
 }
 
 static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
-                           struct optimizer_hparams *hp, double loss_scale, int skip_on_overflow,
-                           struct shard_step_result *out)
+                           struct shard_update_stats *stats, struct optimizer_hparams *hp,
+                           double loss_scale, int skip_on_overflow, struct shard_step_result *out)
 {
     const size_t n = reduced_count(e);
     if (shard_policy_allreduces_grads(&e->policy))
@@ -651,7 +568,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     }
     double clip = e->cfg.clip > 0.0 && norm > e->cfg.clip ? e->cfg.clip / (norm + 1e-6) : 1.0;
     hp->step = ++e->updates;
-    ZT_TRY(update_owned(e, g, (float)(unscale * clip), tmp, hp));
+    ZT_TRY(shard_update_owned(e, g, (float)(unscale * clip), tmp, stats, hp));
     if (shard_policy_regathers_params(&e->policy))
         ZT_TRY(allgather_params(e, 1));
     return zero_grads(e);
@@ -682,11 +599,15 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
                             &shards));
         g = shards;
     }
+    struct shard_update_stats stats = {0};
     zt_status st = ZT_OK;
     if (tmp_bytes)
         st = device_alloc(e->dev, LEDGER_WORKSPACE, tmp_bytes, "fp32 gradients", &tmp);
+    if (st == ZT_OK)
+        st = shard_update_stats_alloc(e, &stats);
     if (st == ZT_OK && !e->plan)
-        st = step_real(e, g, tmp, hp, loss_scale, skip_on_overflow, out);
+        st = step_real(e, g, tmp, &stats, hp, loss_scale, skip_on_overflow, out);
+    shard_update_stats_free(e, &stats);
     if (tmp_bytes && (tmp || e->plan))
         device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);
     if (shard_policy_reduces_at_step(&e->policy))
@@ -817,6 +738,16 @@ zt_status shard_engine_params_from_master(struct shard_engine *e)
     if (shard_policy_regathers_params(&e->policy))
         ZT_TRY(allgather_params(e, 0));
     return ZT_OK;
+}
+
+zt_status shard_engine_get_tensor_state(struct shard_engine *e, float *dst)
+{
+    return e->dev->ops->copy_to_host(dst, e->tensor_state, e->tensor_state_len * sizeof(float));
+}
+
+zt_status shard_engine_set_tensor_state(struct shard_engine *e, const float *src)
+{
+    return e->dev->ops->copy_from_host(e->tensor_state, src, e->tensor_state_len * sizeof(float));
 }
 
 void shard_engine_set_updates(struct shard_engine *e, long updates)

@@ -143,7 +143,7 @@ struct shard_engine_config {
     int optimizer_states; /* how many of them: optimizer_state_count() of the run's hparams */
 };
 
-#define SHARD_MAX_ALLOCS (3 + OPTIMIZER_MAX_STATES)
+#define SHARD_MAX_ALLOCS (4 + OPTIMIZER_MAX_STATES)
 
 struct shard_alloc {
     enum ledger_category cat;
@@ -174,6 +174,12 @@ struct shard_engine {
     /* The optimizer's state vectors (cfg.optimizer_states of them), laid out
      * like master: stage 0 full padded, else shards. */
     float *states[OPTIMIZER_MAX_STATES];
+    /* Whole-tensor optimizers: the small per-tensor state every rank keeps
+     * whole (Adafactor's row and column factors), tensor k's at
+     * tensor_state_off[k]; NULL and 0 for the others. */
+    float *tensor_state;
+    size_t tensor_state_len;
+    size_t *tensor_state_off; /* n_tensors entries, SHARD_NO_STATE for frozen tensors */
     struct shard_alloc allocs[SHARD_MAX_ALLOCS]; /* every persistent allocation */
     int n_allocs;
 
@@ -265,6 +271,11 @@ zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_
  * parameters from it (rounded to the working precision) and gathers them
  * where the stage keeps them full. Collective. */
 zt_status shard_engine_params_from_master(struct shard_engine *e);
+/* The replicated per-tensor state of a whole-tensor optimizer
+ * (e->tensor_state_len floats, the same on every rank), to or from host
+ * memory. Errors: those of the device copy. */
+zt_status shard_engine_get_tensor_state(struct shard_engine *e, float *dst);
+zt_status shard_engine_set_tensor_state(struct shard_engine *e, const float *src);
 /* Sets the count of optimizer steps taken (bias corrections). */
 void shard_engine_set_updates(struct shard_engine *e, long updates);
 

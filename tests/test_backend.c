@@ -569,6 +569,168 @@ START_TEST(sgd_matches_double_reference)
 }
 END_TEST
 
+/* Hugging Face's Adafactor step on a whole tensor [rows, cols] (a vector
+ * when cols == 1), written out in double: row/col hold the factors (a
+ * vector: v), m the first moment. */
+static void adafactor_ref(double *p, const double *g, double *row, double *col, double *v,
+                          double *m, int rows, int cols, double decay,
+                          const struct optimizer_hparams *hp)
+{
+    const size_t n = (size_t)rows * (size_t)cols;
+    const double t = (double)hp->step, b2t = 1.0 - pow(t, hp->decay_rate);
+    double p2 = 0.0;
+    for (size_t i = 0; i < n; i++)
+        p2 += p[i] * p[i];
+    double lr = hp->lr;
+    if (hp->relative_step)
+        lr = fmin(hp->warmup_init ? 1e-6 * t : 1e-2, 1.0 / sqrt(t));
+    if (hp->scale_parameter)
+        lr *= fmax(hp->eps2, sqrt(p2 / (double)n));
+    double *u = malloc(n * sizeof(double));
+    if (cols > 1) {
+        for (int r = 0; r < rows; r++) {
+            double mean = 0.0;
+            for (int c = 0; c < cols; c++)
+                mean += g[(size_t)r * cols + c] * g[(size_t)r * cols + c] + hp->eps;
+            row[r] = b2t * row[r] + (1.0 - b2t) * mean / cols;
+        }
+        for (int c = 0; c < cols; c++) {
+            double mean = 0.0;
+            for (int r = 0; r < rows; r++)
+                mean += g[(size_t)r * cols + c] * g[(size_t)r * cols + c] + hp->eps;
+            col[c] = b2t * col[c] + (1.0 - b2t) * mean / rows;
+        }
+        double row_mean = 0.0;
+        for (int r = 0; r < rows; r++)
+            row_mean += row[r] / rows;
+        for (size_t i = 0; i < n; i++)
+            u[i] = g[i] / sqrt(row[i / cols] / row_mean) / sqrt(col[i % cols]);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            v[i] = b2t * v[i] + (1.0 - b2t) * (g[i] * g[i] + hp->eps);
+            u[i] = g[i] / sqrt(v[i]);
+        }
+    }
+    double u2 = 0.0;
+    for (size_t i = 0; i < n; i++)
+        u2 += u[i] * u[i];
+    const double clip = fmax(1.0, sqrt(u2 / (double)n) / hp->clip_threshold);
+    for (size_t i = 0; i < n; i++) {
+        double step = u[i] / clip * lr;
+        if (hp->beta1 > 0.0f) {
+            m[i] = hp->beta1 * m[i] + (1.0 - hp->beta1) * step;
+            step = m[i];
+        }
+        p[i] = p[i] - hp->weight_decay * lr * decay * p[i] - step;
+    }
+    free(u);
+}
+
+/* One Adafactor step of a tensor cut into `parts` pieces (as ranks hold
+ * it under ZeRO): each round's partial stats summed over the pieces, the
+ * factors kept per piece owner (identical copies). */
+static void adafactor_pieces(const struct ops_backend *ops, float *p, const float *g, float *m,
+                             float *state_copies, int rows, int cols, int parts, float decay,
+                             const struct optimizer_hparams *hp)
+{
+    const size_t n = (size_t)rows * (size_t)cols, len = adafactor_state_len(rows, cols);
+    double *stats[OPTIMIZER_MAX_ROUNDS], *partial[OPTIMIZER_MAX_ROUNDS];
+    for (int q = 0; q < OPTIMIZER_MAX_ROUNDS; q++) {
+        stats[q] = calloc(adafactor_stats_len(q, rows, cols), sizeof(double));
+        partial[q] = calloc(adafactor_stats_len(q, rows, cols), sizeof(double));
+    }
+    for (int q = 0; q <= 2; q++) {
+        for (int k = 0; k < parts; k++) {
+            /* uneven pieces, one possibly empty */
+            const size_t lo = n * (size_t)k * (size_t)k / ((size_t)parts * (size_t)parts);
+            const size_t hi = n * (size_t)(k + 1) * (size_t)(k + 1) / ((size_t)parts * parts);
+            struct optimizer_piece pc = {.rows = rows,
+                                         .cols = cols,
+                                         .numel = n,
+                                         .lo = lo,
+                                         .hi = hi,
+                                         .params = p + lo,
+                                         .grads = g + lo,
+                                         .states = {m + lo},
+                                         .tensor_state = state_copies + (size_t)k * len,
+                                         .decay = decay};
+            for (int r = 0; r < OPTIMIZER_MAX_ROUNDS; r++)
+                pc.stats[r] = r == q ? partial[r] : stats[r];
+            if (q < 2)
+                ck_assert_int_eq(ops->adafactor_round(q, &pc, hp), ZT_OK);
+            else
+                ck_assert_int_eq(ops->adafactor_apply(&pc, hp), ZT_OK);
+        }
+        for (size_t i = 0; q < 2 && i < adafactor_stats_len(q, rows, cols); i++) {
+            stats[q][i] = partial[q][i];
+            partial[q][i] = 0.0;
+        }
+    }
+    for (int q = 0; q < OPTIMIZER_MAX_ROUNDS; q++) {
+        free(stats[q]);
+        free(partial[q]);
+    }
+}
+
+/* Matrices (factored) and vectors, with and without beta1, lr absolute and
+ * relative to the parameters' RMS, and the relative step; 1 and 3 pieces
+ * give the double reference's update. */
+START_TEST(adafactor_matches_double_reference)
+{
+    const int cols = _i % 2 ? 1 : 37, rows = 29, parts = _i / 4 % 2 ? 3 : 1;
+    const int variant = _i / 2 % 2;
+    const size_t n = (size_t)rows * (size_t)cols, len = adafactor_state_len(rows, cols);
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    float *p = rand_floats(n, 131, 0.5), *m = calloc(n, sizeof(float));
+    float *copies = calloc(len * 3, sizeof(float));
+    double *pd = malloc(n * sizeof(double)), *gd = malloc(n * sizeof(double));
+    double *md = calloc(n, sizeof(double)), *vd = calloc(n, sizeof(double));
+    double *row = calloc((size_t)rows, sizeof(double)), *col = calloc((size_t)cols, sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        pd[i] = p[i];
+    struct optimizer_hparams hp = {.lr = 0.03f,
+                                   .eps = 1e-30f,
+                                   .eps2 = 1e-3f,
+                                   .clip_threshold = 1.0f,
+                                   .decay_rate = -0.8f,
+                                   .weight_decay = 0.1f,
+                                   .beta1 = variant ? 0.9f : 0.0f,
+                                   .scale_parameter = !variant,
+                                   .relative_step = variant};
+    for (long step = 1; step <= 5; step++) {
+        /* one step with a gradient far from the others clips */
+        float *g = rand_floats(n, 900 + (uint64_t)step, step == 3 ? 50.0 : 0.5);
+        for (size_t i = 0; i < n; i++)
+            gd[i] = g[i];
+        hp.step = step;
+        adafactor_pieces(ops, p, g, m, copies, rows, cols, parts, 1.0f, &hp);
+        adafactor_ref(pd, gd, row, col, vd, md, rows, cols, 1.0, &hp);
+        free(g);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(fabs(p[i] - pd[i]) <= 1e-6 + 1e-5 * fabs(pd[i]),
+                          "case %d step %ld element %zu: param %.9g, want %.9g", _i, step, i,
+                          (double)p[i], pd[i]);
+        for (int k = 0; k < parts; k++)
+            for (size_t i = 0; i < len; i++) {
+                const double want = cols > 1 ? (i < (size_t)rows ? row[i] : col[i - rows]) : vd[i];
+                ck_assert(fabs(copies[(size_t)k * len + i] - want) <= 1e-5 * fabs(want));
+            }
+    }
+    free(p);
+    free(m);
+    free(copies);
+    free(pd);
+    free(gd);
+    free(md);
+    free(vd);
+    free(row);
+    free(col);
+    compute_backend_close(&be);
+}
+END_TEST
+
 START_TEST(adamw_entry_is_adamw_update)
 {
     struct ledger l;
@@ -622,6 +784,7 @@ int main(void)
     tcase_add_loop_test(tc, adamw_matches_double_reference, 0, 2);
     tcase_add_test(tc, adamw_entry_is_adamw_update);
     tcase_add_loop_test(tc, adam_and_lion_match_double_references, 0, 4);
+    tcase_add_loop_test(tc, adafactor_matches_double_reference, 0, 8);
     tcase_add_loop_test(tc, sgd_matches_double_reference, 0, 6);
     return testutil_run_suite(s, 0);
 }

@@ -96,6 +96,15 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_double_eq(a->optimizer.beta2, b->optimizer.beta2);
     ck_assert_double_eq(a->optimizer.eps, b->optimizer.eps);
     ck_assert_double_eq(a->optimizer.weight_decay, b->optimizer.weight_decay);
+    ck_assert_double_eq(a->optimizer.eps2, b->optimizer.eps2);
+    ck_assert_double_eq(a->optimizer.momentum, b->optimizer.momentum);
+    ck_assert_double_eq(a->optimizer.dampening, b->optimizer.dampening);
+    ck_assert_int_eq(a->optimizer.nesterov, b->optimizer.nesterov);
+    ck_assert_double_eq(a->optimizer.clip_threshold, b->optimizer.clip_threshold);
+    ck_assert_double_eq(a->optimizer.decay_rate, b->optimizer.decay_rate);
+    ck_assert_int_eq(a->optimizer.scale_parameter, b->optimizer.scale_parameter);
+    ck_assert_int_eq(a->optimizer.relative_step, b->optimizer.relative_step);
+    ck_assert_int_eq(a->optimizer.warmup_init, b->optimizer.warmup_init);
     ck_assert_int_eq(a->scheduler.type, b->scheduler.type);
     ck_assert_double_eq(a->scheduler.warmup_min_lr, b->scheduler.warmup_min_lr);
     ck_assert_double_eq(a->scheduler.warmup_max_lr, b->scheduler.warmup_max_lr);
@@ -569,6 +578,11 @@ START_TEST(test_round_trip)
         "optimizer: {params: {lr: 0.1, eps: 3.3e-9}}\ngradient_clipping: 0.3\n",
         "data: {train: \"we\\\"ird\\\\ \\t path\"}\nscheduler: {type: WarmupLR}\n"
         "run: {output_dir: \"o: #x\", seed: 0}\n",
+        "data: {train: x}\noptimizer: {type: adafactor, params: {beta1: 0.9, eps: [1e-29, 2e-3], "
+        "decay_rate: -0.7, scale_parameter: false}}\n",
+        "data: {train: x}\noptimizer: {type: Adafactor, params: {relative_step: true, "
+        "warmup_init: true}}\n",
+        "data: {train: x}\noptimizer: {type: SGD, params: {momentum: 0.9, nesterov: true}}\n",
     };
     const char *dir = testutil_tmpdir("config");
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
@@ -893,7 +907,7 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_UNSUPPORTED,
      "bad.yaml:2:19: optimizer.type: not supported yet: optimizer 'Lamb' (supported: AdamW, "
-     "Adam, SGD, Lion)"},
+     "Adam, SGD, Lion, Adafactor)"},
     {"data: {train: x}\noptimizer: {type: SGD, params: {nesterov: true, momentum: 0.9, "
      "dampening: 0.1}}\n",
      NULL,
@@ -901,6 +915,53 @@ static const struct bad_case bad_cases[] = {
      ZT_ERR_CONFIG,
      "optimizer.params.nesterov: needs momentum > 0 and dampening 0, got momentum 0.9, "
      "dampening 0.1"},
+    {"data: {train: x}\noptimizer: {type: AdamW, params: {momentum: 0.9, lr: 1e-3}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:45: optimizer.params: AdamW does not use momentum (its parameters: lr, betas, "
+     "eps, weight_decay); remove them, or give them null"},
+    {"data: {train: x}\noptimizer: {type: Lion, params: {eps: 1e-8, betas: [0.9, 0.99]}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "Lion does not use eps (its parameters: lr, betas, weight_decay)"},
+    {"data: {train: x}\noptimizer: {type: adafactor, params: {eps: 1e-8}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:44: optimizer.params.eps: Adafactor takes a pair [eps1, eps2]"},
+    {"data: {train: x}\noptimizer: {type: adafactor, params: {betas: [0.9, 0.99]}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "Adafactor does not use betas (its parameters: lr, beta1, eps, weight_decay, "
+     "clip_threshold, decay_rate, scale_parameter, relative_step, warmup_init)"},
+    {"data: {train: x}\noptimizer: {type: AdamW, params: {eps: [1e-30, 1e-3]}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "optimizer.params.eps: AdamW takes one number, got a pair"},
+    {"data: {train: x}\noptimizer: {type: Adafactor, params: {relative_step: true, lr: 0.1}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "optimizer.params.relative_step: computes the learning rate; remove optimizer.params.lr"},
+    {"data: {train: x}\noptimizer: {type: Adafactor, params: {warmup_init: true}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "optimizer.params.warmup_init: needs relative_step: true"},
+    {"data: {train: x}\noptimizer: {type: Adafactor, params: {decay_rate: 0.5}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "optimizer.params.decay_rate: must be < 0, got 0.5"},
+    {"data: {train: x}\noptimizer: {type: Adafactor, params: {eps: [1e-30, 1e-3, 1]}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "optimizer.params.eps: expected a number, or Adafactor's pair [eps1, eps2]"},
     {"data: {train: x}\nprescale_gradients: true\n",
      NULL,
      {NULL},

@@ -136,13 +136,14 @@ END_TEST
  * checkpoint. */
 static void resume_case(const char *stage, const char *precision, const char *optimizer, int frozen)
 {
-    const char *sets[] = {stage, precision, optimizer};
+    const char *sets[] = {stage, precision, optimizer, "optimizer.params.betas=null",
+                          "optimizer.params.eps=null"};
     char dir[512], where[8192];
     double want[2];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("frozen-ckpt"));
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD); /* one folder for every rank */
     struct run_session s;
-    open_micro(&s, dir, sets, 3);
+    open_micro(&s, dir, sets, 5);
     if (frozen)
         freeze(&s);
     for (long k = 0; k < 3; k++)
@@ -152,7 +153,7 @@ static void resume_case(const char *stage, const char *precision, const char *op
         want[k - 3] = step(&s, k);
     session_close(&s);
 
-    open_micro(&s, dir, sets, 3);
+    open_micro(&s, dir, sets, 5);
     if (frozen)
         freeze(&s);
     ck_assert_int_eq(run_checkpoint_load(&s, where, 0), ZT_OK);
@@ -166,7 +167,7 @@ static void resume_case(const char *stage, const char *precision, const char *op
     session_close(&s);
     if (!frozen)
         return;
-    open_micro(&s, dir, sets, 3);
+    open_micro(&s, dir, sets, 5);
     ck_assert_int_eq(run_checkpoint_load(&s, where, 0), ZT_ERR_CHECKPOINT);
     ck_assert_ptr_nonnull(strstr(zt_error_message(), "was frozen in the checkpoint"));
     session_close(&s);
@@ -189,6 +190,11 @@ START_TEST(every_optimizer_resumes_exactly)
     resume_case("zero_optimization.stage=1", "bf16.enabled=false", "optimizer.type=Lion", 1);
     /* SGD without momentum: a checkpoint of the weights alone */
     resume_case("zero_optimization.stage=2", "bf16.enabled=false", "optimizer.type=SGD", 0);
+    /* Adafactor: its factors (rank 0's section) and, with beta1, exp_avg */
+    resume_case("zero_optimization.stage=3", "bf16.enabled=true", "optimizer.type=Adafactor", 0);
+    resume_case("zero_optimization.stage=1", "bf16.enabled=false", "optimizer.type=Adafactor", 1);
+    resume_case("zero_optimization.stage=0", "optimizer.params.beta1=0.9",
+                "optimizer.type=Adafactor", 0);
 }
 END_TEST
 
@@ -202,20 +208,54 @@ START_TEST(optimizer_state_bytes_follow_the_table)
         const char *type;
         size_t bytes;
         const char *momentum;
-    } cases[] = {{"optimizer.type=AdamW", 8, "optimizer.params.momentum=0"},
-                 {"optimizer.type=Adam", 8, "optimizer.params.momentum=0"},
-                 {"optimizer.type=Lion", 4, "optimizer.params.momentum=0"},
+    } cases[] = {{"optimizer.type=AdamW", 8, "optimizer.params.weight_decay=0.1"},
+                 {"optimizer.type=Adam", 8, "optimizer.params.weight_decay=0.1"},
+                 {"optimizer.type=Lion", 4, "optimizer.params.weight_decay=0.1"},
                  {"optimizer.type=SGD", 4, "optimizer.params.momentum=0.9"},
                  {"optimizer.type=SGD", 0, "optimizer.params.momentum=0"}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int stage = 0; stage <= 3; stage++) {
-            const char *sets[] = {stage_sets[stage], cases[k].type, cases[k].momentum};
+            const char *sets[] = {stage_sets[stage], cases[k].type, cases[k].momentum,
+                                  "optimizer.params.betas=null", "optimizer.params.eps=null"};
             struct run_session s;
-            open_micro(&s, testutil_tmpdir("frozen"), sets, 3);
+            open_micro(&s, testutil_tmpdir("frozen"), sets, 5);
             const struct shard_partition *p = &s.engine.part;
             const size_t held = stage == 0 ? p->padded_total : p->shard_total;
             ck_assert_uint_eq(s.ledger.current[LEDGER_OPTIMIZER_STATES], held * cases[k].bytes);
             ck_assert_uint_eq(s.engine.cfg.optimizer_states * sizeof(float), cases[k].bytes);
+            session_close(&s);
+        }
+}
+END_TEST
+
+/* Adafactor keeps row and column factors of every trainable matrix and a
+ * full second moment of every trainable vector, whole on every rank in
+ * every stage, plus exp_avg on the rank's range with a beta1. */
+START_TEST(adafactor_state_bytes_are_factors)
+{
+    for (int beta1 = 0; beta1 <= 1; beta1++)
+        for (int stage = 0; stage <= 3; stage++) {
+            const char *sets[] = {stage_sets[stage], "optimizer.type=Adafactor",
+                                  beta1 ? "optimizer.params.beta1=0.9"
+                                        : "optimizer.params.beta1=null",
+                                  "optimizer.params.betas=null", "optimizer.params.eps=null"};
+            struct run_session s;
+            open_micro(&s, testutil_tmpdir("frozen"), sets, 5);
+            freeze(&s);
+            size_t factors = 0, matrix_elems = 0;
+            for (int k = 0; k < s.table.n_tensors; k++) {
+                const struct param_tensor *t = &s.table.tensors[k];
+                if (!t->trainable)
+                    continue;
+                factors += t->cols > 1 ? (size_t)(t->rows + t->cols) : t->numel;
+                matrix_elems += t->cols > 1 ? t->numel : 0;
+            }
+            /* the factors are a small fraction of the matrices they stand for */
+            ck_assert_uint_lt(factors * 10, matrix_elems);
+            const struct shard_partition *p = &s.engine.part;
+            const size_t held = stage == 0 ? p->state_padded_total : p->state_shard_total;
+            ck_assert_uint_eq(s.ledger.current[LEDGER_OPTIMIZER_STATES],
+                              (factors + (beta1 ? held : 0)) * sizeof(float));
             session_close(&s);
         }
 }
@@ -228,6 +268,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("frozen");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, frozen_units_hold_no_state_and_never_change);
+    tcase_add_test(tc, adafactor_state_bytes_are_factors);
     tcase_add_test(tc, partly_frozen_checkpoints_resume_exactly);
     tcase_add_test(tc, every_optimizer_resumes_exactly);
     tcase_add_test(tc, optimizer_state_bytes_follow_the_table);

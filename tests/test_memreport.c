@@ -116,7 +116,7 @@ static void check_expectations(const double bpp[4], uint64_t n_params, const str
 {
     for (int i = 0; i < n; i++) {
         uint64_t got =
-            memory_expected_model_states(e[i].stage, e[i].world, n_params, n_params, bpp);
+            memory_expected_model_states(e[i].stage, e[i].world, n_params, n_params, bpp, 0);
         ck_assert_msg(got == e[i].bytes, "stage %d N=%d: %llu, want %llu", e[i].stage, e[i].world,
                       (unsigned long long)got, (unsigned long long)e[i].bytes);
     }
@@ -169,9 +169,9 @@ START_TEST(test_expected_model_states_rounds_to_nearest_byte)
 {
     const double bpp[4] = {4, 4, 0, 8};
     /* 160/3 = 53.33, 176/3 = 58.67; stage 2 with Ψ=11: 44 + 132/3 = 88. */
-    ck_assert_uint_eq(memory_expected_model_states(3, 3, 10, 10, bpp), 53);
-    ck_assert_uint_eq(memory_expected_model_states(3, 3, 11, 11, bpp), 59);
-    ck_assert_uint_eq(memory_expected_model_states(2, 3, 11, 11, bpp), 88);
+    ck_assert_uint_eq(memory_expected_model_states(3, 3, 10, 10, bpp, 0), 53);
+    ck_assert_uint_eq(memory_expected_model_states(3, 3, 11, 11, bpp, 0), 59);
+    ck_assert_uint_eq(memory_expected_model_states(2, 3, 11, 11, bpp, 0), 88);
 }
 END_TEST
 
@@ -180,11 +180,11 @@ START_TEST(test_expected_model_states_with_frozen_parameters)
 {
     const double bpp[4] = {2, 2, 4, 8};
     /* stage 1, N = 2, Ψ = 100 of which 40 train: 2*100 + 2*40 + (4+8)*40/2 */
-    ck_assert_uint_eq(memory_expected_model_states(1, 2, 100, 40, bpp), 520);
+    ck_assert_uint_eq(memory_expected_model_states(1, 2, 100, 40, bpp, 0), 520);
     /* stage 3: everything split: (200 + 80 + 480) / 2 */
-    ck_assert_uint_eq(memory_expected_model_states(3, 2, 100, 40, bpp), 380);
+    ck_assert_uint_eq(memory_expected_model_states(3, 2, 100, 40, bpp, 0), 380);
     /* nothing trains: parameters alone */
-    ck_assert_uint_eq(memory_expected_model_states(0, 2, 100, 0, bpp), 200);
+    ck_assert_uint_eq(memory_expected_model_states(0, 2, 100, 0, bpp, 0), 200);
 }
 END_TEST
 

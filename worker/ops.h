@@ -128,6 +128,13 @@ struct ops_backend {
     /* Lion with its one momentum m (lion_update in worker/optimizer.h). */
     zt_status (*lion_update)(float *params, const float *grads, float *m, size_t n, float decay,
                              const struct optimizer_hparams *hp);
+    /* Adafactor's round and apply on one piece of a tensor
+     * (adafactor_round / adafactor_apply in worker/optimizer.h); the piece's
+     * stats are host memory. */
+    zt_status (*adafactor_round)(int round, const struct optimizer_piece *pc,
+                                 const struct optimizer_hparams *hp);
+    zt_status (*adafactor_apply)(const struct optimizer_piece *pc,
+                                 const struct optimizer_hparams *hp);
 };
 
 /* The CPU op table (worker/cpu/); static, never NULL. */

@@ -45,7 +45,12 @@ struct optimizer_hparams {
     float lr, beta1, beta2, eps, weight_decay;
     float momentum, dampening; /* SGD */
     int nesterov;              /* SGD: 1 for Nesterov momentum */
-    long step;                 /* 1-based count of updates including this one */
+    /* Adafactor (Hugging Face's parameters): eps is its eps1 (added to the
+     * squared gradient), eps2 the floor of the parameter scale; beta1 0
+     * means no first moment. */
+    float eps2, clip_threshold, decay_rate;
+    int scale_parameter, relative_step, warmup_init;
+    long step; /* 1-based count of updates including this one */
 };
 
 /* Names of the hyperparameters, as meta.json writes them. */
@@ -58,6 +63,12 @@ enum optimizer_hparam {
     OPT_HP_MOMENTUM,
     OPT_HP_DAMPENING,
     OPT_HP_NESTEROV,
+    OPT_HP_EPS2,
+    OPT_HP_CLIP_THRESHOLD,
+    OPT_HP_DECAY_RATE,
+    OPT_HP_SCALE_PARAMETER,
+    OPT_HP_RELATIVE_STEP,
+    OPT_HP_WARMUP_INIT,
     OPT_HP_COUNT
 };
 
@@ -65,6 +76,32 @@ enum optimizer_hparam {
 const char *optimizer_hparam_name(enum optimizer_hparam h);
 /* The value of hyperparameter h in hp. */
 double optimizer_hparam_value(const struct optimizer_hparams *hp, enum optimizer_hparam h);
+
+/* Whole-tensor optimizers (Adafactor) need statistics over each tensor —
+ * row and column sums of squared gradients, the RMS of the parameters and
+ * of the update — while under ZeRO a rank holds only part of a tensor. The
+ * engine runs them in rounds: in round r every rank adds its piece's
+ * partial sums into the tensor's stats[r] (stats_len(r) doubles), the
+ * engine sums stats[r] over the ranks that share the tensor, and the next
+ * round (or the final apply) reads the totals. Rounds and apply are called
+ * for every trainable tensor on every rank, also with an empty piece, since
+ * each rank keeps the tensor's small replicated state (row and column
+ * factors) and updates it from the totals. The result is the unsharded
+ * update whatever the world size, up to the order of double-precision
+ * sums. */
+#define OPTIMIZER_MAX_ROUNDS 2
+
+struct optimizer_piece {
+    int rows, cols;     /* the tensor's shape, row-major; cols == 1 for a vector */
+    size_t numel;       /* rows * cols */
+    size_t lo, hi;      /* tensor elements [lo, hi) this rank updates; lo == hi: none */
+    float *params;      /* element lo of the fp32 parameters (the master copy) */
+    const float *grads; /* element lo of the averaged, clipped, unscaled gradients */
+    float *states[OPTIMIZER_MAX_STATES]; /* element lo of each per-element state */
+    float *tensor_state;                 /* tensor_state_len floats, alike on every rank */
+    double *stats[OPTIMIZER_MAX_ROUNDS]; /* each round's stats_len doubles */
+    float decay;                         /* 1: weight decay applies to the tensor */
+};
 
 struct optimizer_ops {
     const char *name;  /* "AdamW": the canonical spelling */
@@ -77,6 +114,7 @@ struct optimizer_ops {
     const char *state_names[OPTIMIZER_MAX_STATES]; /* checkpoint sections ("exp_avg") */
     int whole_tensors; /* 1: an update needs a tensor whole (row/column statistics) */
     double default_beta1, default_beta2; /* optimizer.params.betas when not given */
+    double default_eps, default_eps2;    /* a pair eps when not given (those reading eps2) */
     int n_hparams;
     enum optimizer_hparam hparams[OPT_HP_COUNT]; /* the ones it reads, in meta.json order */
     /* Updates params[0..n) in place from grads[0..n) and the state vectors
@@ -86,6 +124,21 @@ struct optimizer_ops {
     zt_status (*update)(const struct ops_backend *ops, float *params, const float *grads,
                         float *const *states, size_t n, float decay,
                         const struct optimizer_hparams *hp);
+
+    /* Whole-tensor optimizers (whole_tensors = 1; `update` is NULL). */
+    const char *tensor_state_name; /* checkpoint section of the replicated state */
+    /* Floats of replicated state the tensor keeps on every rank. */
+    size_t (*tensor_state_len)(int rows, int cols);
+    int n_rounds; /* <= OPTIMIZER_MAX_ROUNDS */
+    /* Doubles of round r's statistics for a tensor of this shape. */
+    size_t (*stats_len)(int round, int rows, int cols);
+    /* Round r on one piece: adds its partial sums into pc->stats[round],
+     * whose slots start at zero; stats of earlier rounds hold totals. */
+    zt_status (*tensor_round)(const struct ops_backend *ops, int round,
+                              const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
+    /* After the last round: updates the piece's parameters and states. */
+    zt_status (*tensor_apply)(const struct ops_backend *ops, const struct optimizer_piece *pc,
+                              const struct optimizer_hparams *hp);
 };
 
 /* The optimizer's description for meta.json: kind = o->name, then the
@@ -100,6 +153,15 @@ const struct optimizer_ops *optimizer_find(const char *name);
 /* The known optimizers' names and aliases, comma-separated ("AdamW, Adam"), into buf[n]
  * (truncated to fit), for messages. */
 void optimizer_list_names(char *buf, size_t n);
+
+/* Whether `o` reads hyperparameter h. */
+static inline int optimizer_reads(const struct optimizer_ops *o, enum optimizer_hparam h)
+{
+    for (int k = 0; k < o->n_hparams; k++)
+        if (o->hparams[k] == h)
+            return 1;
+    return 0;
+}
 
 /* How many state vectors per element a run of `o` with `hp` keeps. */
 static inline int optimizer_state_count(const struct optimizer_ops *o,
@@ -129,5 +191,20 @@ void sgd_update(float *params, const float *grads, float *buf, size_t n, float d
  * p -= lr (sign(c) + wd p); then m = beta2 m + (1 - beta2) g. */
 void lion_update(float *params, const float *grads, float *m, size_t n, float decay,
                  const struct optimizer_hparams *hp);
+
+/* Adafactor (Shazeer & Stern 2018) as Hugging Face's transformers
+ * implements it, over one piece of a tensor in the rounds described above.
+ * Round 0 sums the squared parameters and the squared gradients per row
+ * and per column (a vector: per element); round 1 updates the row and
+ * column factors (a vector: its second moment) from the totals and sums the
+ * squares of the unclipped update; apply clips the update to RMS
+ * clip_threshold, scales it by the learning rate (relative to the
+ * parameters' RMS under scale_parameter), averages it into the first
+ * moment when beta1 > 0, and applies weight decay and the update. */
+size_t adafactor_state_len(int rows, int cols);
+size_t adafactor_stats_len(int round, int rows, int cols);
+void adafactor_round(int round, const struct optimizer_piece *pc,
+                     const struct optimizer_hparams *hp);
+void adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
 
 #endif

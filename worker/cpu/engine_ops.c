@@ -77,3 +77,16 @@ zt_status cpu_adamw_update(float *params, const float *grads, float *m, float *v
     adamw_update(params, grads, m, v, n, decay, hp);
     return ZT_OK;
 }
+
+zt_status cpu_adafactor_round(int round, const struct optimizer_piece *pc,
+                              const struct optimizer_hparams *hp)
+{
+    adafactor_round(round, pc, hp);
+    return ZT_OK;
+}
+
+zt_status cpu_adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
+{
+    adafactor_apply(pc, hp);
+    return ZT_OK;
+}

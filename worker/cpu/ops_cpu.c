@@ -37,6 +37,8 @@ static const struct ops_backend CPU_OPS = {
     .adam_update = cpu_adam_update,
     .sgd_update = cpu_sgd_update,
     .lion_update = cpu_lion_update,
+    .adafactor_round = cpu_adafactor_round,
+    .adafactor_apply = cpu_adafactor_apply,
 };
 
 const struct ops_backend *ops_cpu_backend(void)

@@ -35,6 +35,7 @@
 #include "common/status.h"
 
 struct optimizer_hparams;
+struct optimizer_piece;
 
 /* encoder_forward and encoder_backward of worker/ops.h. */
 zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
@@ -91,6 +92,9 @@ zt_status cpu_sgd_update(float *params, const float *grads, float *buf, size_t n
                          const struct optimizer_hparams *hp);
 zt_status cpu_lion_update(float *params, const float *grads, float *m, size_t n, float decay,
                           const struct optimizer_hparams *hp);
+zt_status cpu_adafactor_round(int round, const struct optimizer_piece *pc,
+                              const struct optimizer_hparams *hp);
+zt_status cpu_adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
 
 /* Marks a row kernel for the AVX-512 / AVX2 / baseline clones above. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)

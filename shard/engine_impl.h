@@ -1,0 +1,70 @@
+/* shard/engine_impl.h — what the engine's files share and nobody else
+ * sees: element addressing in working-precision buffers and the rank's
+ * range of a unit for the update. */
+#ifndef ZT_SHARD_ENGINE_IMPL_H
+#define ZT_SHARD_ENGINE_IMPL_H
+
+#include "shard.h"
+
+/* Element i of a working-precision buffer. */
+static inline void *at(const struct shard_engine *e, void *base, size_t i)
+{
+    return (char *)base + i * e->esz;
+}
+
+static inline int is_16bit(const struct shard_engine *e)
+{
+    return e->cfg.precision != ZT_F32;
+}
+
+/* The rank's range of unit u for the update: unit elements [lo, hi), and
+ * the element offset of lo in the gradient buffer and in the fp32 update
+ * target / moments (SHARD_NO_STATE for a frozen unit), and in the working
+ * params. */
+struct owned_range {
+    size_t lo, hi, grad_off, state_off, working_off;
+};
+
+static inline struct owned_range owned_range_of(const struct shard_engine *e, int u)
+{
+    const struct shard_unit *su = &e->part.units[u];
+    struct owned_range r;
+    if (!e->policy.shard_states) {
+        r.lo = 0;
+        r.hi = su->numel;
+        r.working_off = su->padded_offset;
+        r.grad_off = r.state_off = su->state_padded_offset;
+        return r;
+    }
+    shard_owned_range(&e->part, e->cfg.rank, u, &r.lo, &r.hi);
+    r.grad_off = r.state_off = su->state_shard_offset;
+    r.working_off = !e->policy.shard_params ? su->padded_offset + r.lo : su->shard_offset;
+    return r;
+}
+
+/* Whole-tensor optimizers' statistics for one step: round q's vector of
+ * n[q] doubles over every trainable tensor (workspace). Allocated and freed
+ * around every step, a plan's included, so the ledger counts them; none for
+ * element-wise optimizers. Errors: ZT_ERR_NOMEM. */
+struct shard_update_stats {
+    double *v[OPTIMIZER_MAX_ROUNDS];
+    size_t n[OPTIMIZER_MAX_ROUNDS];
+};
+zt_status shard_update_stats_alloc(struct shard_engine *e, struct shard_update_stats *out);
+void shard_update_stats_free(struct shard_engine *e, struct shard_update_stats *s);
+
+/* The optimizer update over the rank's ranges (shard/update.c), with the
+ * reduced gradients g (working precision, at the layout reduced_count
+ * describes) times gscale. Under 16-bit precision the fp32 gradients of a
+ * unit go through `tmp` (max_update_range floats) and the updated master is
+ * cast back into the working parameters. Errors: those of the ops, and of
+ * the statistics' allreduce for whole-tensor optimizers (ZT_ERR_COMM). */
+zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
+                             struct shard_update_stats *stats, const struct optimizer_hparams *hp);
+
+/* Whole-tensor optimizers: where each trainable tensor's replicated state
+ * starts in e->tensor_state (SHARD_NO_STATE for frozen tensors), and the
+ * total, set in out[n_tensors]. */
+size_t shard_tensor_state_layout(const struct shard_engine *e, size_t *out);
+
+#endif

@@ -1,0 +1,245 @@
+/* shard/update.c — the optimizer update over the ranges a rank owns.
+ *
+ * Element-wise optimizers (AdamW, Lion, ...) run on each trainable
+ * tensor's part of the rank's range of each unit, in one pass. Whole-tensor
+ * optimizers (Adafactor) need statistics of each whole tensor while the
+ * rank holds only a piece of it: every round, each rank adds its pieces'
+ * partial sums into one vector of doubles (all tensors back to back), one
+ * allreduce totals it across the ranks that split the tensors (none under
+ * stage 0, where every rank holds every tensor whole), and the next round
+ * reads the totals. The vector is O(rows + cols) per matrix, so the
+ * communication is small next to the gradients, and the update equals the
+ * unsharded one whatever the world size.
+ */
+#include <string.h>
+
+#include "engine_impl.h"
+
+/* The element-wise optimizer on unit elements [lo, hi); p, g and the state
+ * vectors at state_off point at element lo. Tensors are cut at the range's
+ * edges so each keeps its own flags: frozen ones are not updated, and
+ * weight decay applies where the tensor says. */
+static zt_status update_unit_range(const struct shard_engine *e, int u, size_t lo, size_t hi,
+                                   float *p, const float *g, size_t state_off,
+                                   const struct optimizer_hparams *hp)
+{
+    const struct param_table *t = e->table;
+    const struct optimizer_ops *opt = e->cfg.optimizer;
+    const size_t base = t->unit_offset[u];
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *pt = &t->tensors[k];
+        if (pt->unit != u || !pt->trainable)
+            continue;
+        size_t a = pt->offset - base, b = a + pt->numel;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a >= b)
+            continue;
+        float *states[OPTIMIZER_MAX_STATES];
+        for (int j = 0; j < e->cfg.optimizer_states; j++)
+            states[j] = e->states[j] + state_off + (a - lo);
+        ZT_TRY(opt->update(e->ops, p + (a - lo), g + (a - lo), states, b - a,
+                           pt->decay ? 1.0f : 0.0f, hp));
+    }
+    return ZT_OK;
+}
+
+/* The fp32 update target of the rank's range of unit u: the master under
+ * 16-bit precision, else the working params. */
+static float *update_target(struct shard_engine *e, const struct owned_range *r)
+{
+    return is_16bit(e) ? e->master + r->state_off : (float *)e->params + r->working_off;
+}
+
+/* The rank's fp32 gradients of unit u's range times gscale: in place under
+ * fp32 (scaled once, by the caller), through tmp under 16-bit. */
+static zt_status unit_grads_f32(struct shard_engine *e, void *g, const struct owned_range *r,
+                                float gscale, float *tmp, const float **out)
+{
+    const size_t n = r->hi - r->lo;
+    *out = (const float *)g + r->grad_off;
+    if (!is_16bit(e))
+        return ZT_OK;
+    ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, g, r->grad_off), tmp, n));
+    ZT_TRY(e->ops->scale(tmp, n, gscale));
+    *out = tmp;
+    return ZT_OK;
+}
+
+static zt_status update_elementwise(struct shard_engine *e, void *g, float gscale, float *tmp,
+                                    const struct optimizer_hparams *hp)
+{
+    for (int u = 0; u < e->part.n_units; u++) {
+        const struct owned_range r = owned_range_of(e, u);
+        const size_t n = r.hi - r.lo;
+        if (n == 0 || !e->part.units[u].trainable)
+            continue;
+        const float *grad;
+        if (!is_16bit(e))
+            ZT_TRY(e->ops->scale((float *)g + r.grad_off, n, gscale));
+        ZT_TRY(unit_grads_f32(e, g, &r, gscale, tmp, &grad));
+        float *target = update_target(e, &r);
+        ZT_TRY(update_unit_range(e, u, r.lo, r.hi, target, grad, r.state_off, hp));
+        if (is_16bit(e))
+            ZT_TRY(e->ops->from_f32(e->cfg.precision, target, at(e, e->params, r.working_off), n));
+    }
+    return ZT_OK;
+}
+
+/* ---- whole-tensor optimizers ------------------------------------------------ */
+
+size_t shard_tensor_state_layout(const struct shard_engine *e, size_t *out)
+{
+    const struct param_table *t = e->table;
+    const struct optimizer_ops *opt = e->cfg.optimizer;
+    size_t total = 0;
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *pt = &t->tensors[k];
+        out[k] = SHARD_NO_STATE;
+        if (!pt->trainable)
+            continue;
+        out[k] = total;
+        total += opt->tensor_state_len(pt->rows, pt->cols);
+    }
+    return total;
+}
+
+/* One visit of every trainable tensor's piece: round `round` of the
+ * statistics, or the apply when round == opt->n_rounds. */
+struct piece_pass {
+    int round;
+    double *stats[OPTIMIZER_MAX_ROUNDS]; /* whole vectors, tensors back to back */
+    size_t stats_at[OPTIMIZER_MAX_ROUNDS];
+};
+
+/* The piece of tensor pt that the rank's range r of its unit covers. */
+static struct optimizer_piece piece_of(struct shard_engine *e, const struct param_tensor *pt, int k,
+                                       const struct owned_range *r, float *target,
+                                       const float *grad)
+{
+    const size_t a = pt->offset - e->table->unit_offset[pt->unit], b = a + pt->numel;
+    const size_t from = a > r->lo ? a : r->lo, to = b < r->hi ? b : r->hi;
+    struct optimizer_piece pc = {
+        .rows = pt->rows,
+        .cols = pt->cols,
+        .numel = pt->numel,
+        .decay = pt->decay ? 1.0f : 0.0f,
+        .tensor_state = e->tensor_state + e->tensor_state_off[k],
+    };
+    if (from >= to)
+        return pc; /* the rank holds none of it: lo == hi == 0 */
+    pc.lo = from - a;
+    pc.hi = to - a;
+    pc.params = target + (from - r->lo);
+    pc.grads = grad + (from - r->lo);
+    for (int j = 0; j < e->cfg.optimizer_states; j++)
+        pc.states[j] = e->states[j] + r->state_off + (from - r->lo);
+    return pc;
+}
+
+static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale, float *tmp,
+                              struct piece_pass *pass, const struct optimizer_hparams *hp)
+{
+    const struct param_table *t = e->table;
+    const struct optimizer_ops *opt = e->cfg.optimizer;
+    const int apply = pass->round == opt->n_rounds;
+    size_t at_stats[OPTIMIZER_MAX_ROUNDS] = {0};
+    for (int u = 0; u < e->part.n_units; u++) {
+        if (!e->part.units[u].trainable)
+            continue;
+        const struct owned_range r = owned_range_of(e, u);
+        const float *grad = NULL;
+        float *target = NULL;
+        if (r.hi > r.lo) {
+            ZT_TRY(unit_grads_f32(e, g, &r, gscale, tmp, &grad));
+            target = update_target(e, &r);
+        }
+        for (int k = 0; k < t->n_tensors; k++) {
+            const struct param_tensor *pt = &t->tensors[k];
+            if (pt->unit != u || !pt->trainable)
+                continue;
+            struct optimizer_piece pc = piece_of(e, pt, k, &r, target, grad);
+            for (int q = 0; q < opt->n_rounds; q++) {
+                pc.stats[q] = pass->stats[q] + at_stats[q];
+                at_stats[q] += opt->stats_len(q, pt->rows, pt->cols);
+            }
+            ZT_TRY(apply ? opt->tensor_apply(e->ops, &pc, hp)
+                         : opt->tensor_round(e->ops, pass->round, &pc, hp));
+        }
+        if (apply && is_16bit(e) && r.hi > r.lo)
+            ZT_TRY(e->ops->from_f32(e->cfg.precision, target, at(e, e->params, r.working_off),
+                                    r.hi - r.lo));
+    }
+    return ZT_OK;
+}
+
+/* Doubles of round q's statistics over every trainable tensor. */
+static size_t stats_total(const struct shard_engine *e, int q)
+{
+    size_t n = 0;
+    for (int k = 0; k < e->table->n_tensors; k++) {
+        const struct param_tensor *pt = &e->table->tensors[k];
+        if (pt->trainable)
+            n += e->cfg.optimizer->stats_len(q, pt->rows, pt->cols);
+    }
+    return n;
+}
+
+static zt_status update_whole_tensors(struct shard_engine *e, void *g, float gscale, float *tmp,
+                                      const struct optimizer_hparams *hp, struct piece_pass *pass)
+{
+    const struct optimizer_ops *opt = e->cfg.optimizer;
+    for (int q = 0; q < opt->n_rounds; q++) {
+        pass->round = q;
+        ZT_TRY(e->ops->memset_zero(pass->stats[q], stats_total(e, q) * sizeof(double)));
+        ZT_TRY(visit_pieces(e, g, gscale, tmp, pass, hp));
+        if (e->policy.shard_states)
+            ZT_TRY(comm_allreduce(e->comm, pass->stats[q], stats_total(e, q), ZT_F64, COMM_OP_SUM));
+    }
+    pass->round = opt->n_rounds;
+    return visit_pieces(e, g, gscale, tmp, pass, hp);
+}
+
+zt_status shard_update_stats_alloc(struct shard_engine *e, struct shard_update_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    const struct optimizer_ops *opt = e->cfg.optimizer;
+    for (int q = 0; opt->whole_tensors && q < opt->n_rounds; q++) {
+        out->n[q] = stats_total(e, q);
+        zt_status st = device_alloc(e->dev, LEDGER_WORKSPACE, out->n[q] * sizeof(double),
+                                    "optimizer statistics", (void **)&out->v[q]);
+        if (st != ZT_OK) {
+            out->n[q] = 0;
+            shard_update_stats_free(e, out);
+            return st;
+        }
+    }
+    return ZT_OK;
+}
+
+void shard_update_stats_free(struct shard_engine *e, struct shard_update_stats *s)
+{
+    for (int q = OPTIMIZER_MAX_ROUNDS - 1; q >= 0; q--)
+        if (s->n[q])
+            device_free(e->dev, LEDGER_WORKSPACE, s->n[q] * sizeof(double), s->v[q]);
+    memset(s, 0, sizeof *s);
+}
+
+zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
+                             struct shard_update_stats *stats, const struct optimizer_hparams *hp)
+{
+    const struct optimizer_ops *opt = e->cfg.optimizer;
+    if (!opt->whole_tensors)
+        return update_elementwise(e, g, gscale, tmp, hp);
+    /* Under fp32 the gradients are scaled in place once, not once a round. */
+    if (!is_16bit(e))
+        for (int u = 0; u < e->part.n_units; u++) {
+            const struct owned_range r = owned_range_of(e, u);
+            if (r.hi > r.lo && e->part.units[u].trainable)
+                ZT_TRY(e->ops->scale((float *)g + r.grad_off, r.hi - r.lo, gscale));
+        }
+    struct piece_pass pass = {0};
+    for (int q = 0; q < opt->n_rounds; q++)
+        pass.stats[q] = stats->v[q];
+    return update_whole_tensors(e, g, gscale, tmp, hp, &pass);
+}
