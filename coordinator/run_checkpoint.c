@@ -60,7 +60,8 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         for (int u = 0; u < p->n_units; u++)
             if (shard_engine_holds_state(&s->engine, k, u))
                 count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
-        ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k), ZT_F32, count));
+        ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k),
+                                     shard_engine_state_dtype(&s->engine, k), count));
     }
     /* A whole-tensor optimizer's per-tensor state is the same on every
      * rank: rank 0's shard holds it, whatever the world size. */
@@ -282,8 +283,8 @@ static void old_shards_close(struct old_shards *o)
 
 /* Reads elements [a, b) of unit u of one section from whichever old ranks
  * own them. */
-static zt_status old_shards_read(struct old_shards *o, const char *section, int u, uint64_t a,
-                                 uint64_t b, float *dst)
+static zt_status old_shards_read(struct old_shards *o, const char *section, enum zt_dtype dtype,
+                                 int u, uint64_t a, uint64_t b, void *dst)
 {
     const uint64_t share = o->meta->unit_shard[u], numel = o->meta->unit_numel[u];
     while (a < b) {
@@ -297,17 +298,17 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, int 
             ZT_TRY(ckpt_shard_open(path, &o->files[r]));
         }
         const struct ckpt_section *sec = ckpt_shard_find(o->files[r], section);
-        if (!sec || sec->dtype != ZT_F32)
+        if (!sec || sec->dtype != dtype)
             return zt_error_set(ZT_ERR_CHECKPOINT,
-                                "%s/rank-%05d.bin: no fp32 section '%s' (not a zerotrain "
+                                "%s/rank-%05d.bin: no %s section '%s' (not a zerotrain "
                                 "training checkpoint of this version)",
-                                o->step_dir, r, section);
+                                o->step_dir, r, dtype == ZT_U8 ? "8-bit" : "fp32", section);
         const uint64_t *prefix =
             strcmp(section, SHARD_STATE_MASTER_NAME) == 0 ? o->prefix : o->state_prefix;
         uint64_t first =
             prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] + (a - share * (uint64_t)r);
         ZT_TRY(ckpt_shard_read(o->files[r], sec, first, end - a, dst));
-        dst += end - a;
+        dst = (char *)dst + (end - a) * zt_dtype_size(dtype);
         a = end;
     }
     return ZT_OK;
@@ -378,7 +379,8 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
             shard_engine_held_range(&s->engine, u, &lo, &hi);
             if (hi == lo || !shard_engine_holds_state(&s->engine, k, u))
                 continue;
-            st = old_shards_read(&o, shard_engine_state_name(&s->engine, k), u, lo, hi, buf);
+            st = old_shards_read(&o, shard_engine_state_name(&s->engine, k),
+                                 shard_engine_state_dtype(&s->engine, k), u, lo, hi, buf);
             if (st == ZT_OK)
                 st = shard_engine_set_state(&s->engine, k, u, lo, hi, buf);
         }
@@ -541,7 +543,8 @@ zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *me
                                       (unsigned long long)meta->n_params);
     uint64_t at = 0;
     for (int u = 0; u < meta->n_units && st == ZT_OK; u++) {
-        st = old_shards_read(&o, SHARD_STATE_MASTER_NAME, u, 0, meta->unit_numel[u], out + at);
+        st = old_shards_read(&o, SHARD_STATE_MASTER_NAME, ZT_F32, u, 0, meta->unit_numel[u],
+                             out + at);
         at += meta->unit_numel[u];
     }
     if (st == ZT_OK && at != meta->n_params)

@@ -148,6 +148,7 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
         .precision = session_precision(c),
         .optimizer = optimizer_find(c->optimizer.type),
         .optimizer_states = optimizer_state_count(optimizer_find(c->optimizer.type), &hp),
+        .hparams = hp,
     };
 }
 

@@ -76,7 +76,7 @@ static zt_status alloc_states(struct shard_engine *e)
     const struct shard_policy *pol = &e->policy;
     const size_t full = e->part.padded_total, shard = e->part.shard_total;
     const size_t tfull = e->part.state_padded_total, tshard = e->part.state_shard_total;
-    const size_t fp32 = (pol->shard_states ? tshard : tfull) * sizeof(float);
+    const size_t held = pol->shard_states ? tshard : tfull, fp32 = held * sizeof(float);
     void *p;
     ZT_TRY(alloc_state(e, LEDGER_PARAMS, (pol->shard_params ? shard : full) * e->esz, "parameters",
                        &e->params));
@@ -87,7 +87,9 @@ static zt_status alloc_states(struct shard_engine *e)
         e->master = p;
     }
     for (int k = 0; k < e->cfg.optimizer_states; k++) {
-        ZT_TRY(alloc_state(e, LEDGER_OPTIMIZER_STATES, fp32, e->cfg.optimizer->state_names[k], &p));
+        const size_t bytes = held * zt_dtype_size(e->cfg.optimizer->state_dtype[k]);
+        ZT_TRY(
+            alloc_state(e, LEDGER_OPTIMIZER_STATES, bytes, e->cfg.optimizer->state_names[k], &p));
         e->states[k] = p;
     }
     if (!e->cfg.optimizer->whole_tensors)
@@ -673,16 +675,22 @@ static int master_is_working(const struct shard_engine *e, int which, int u)
     return which == SHARD_STATE_MASTER && is_16bit(e) && !e->part.units[u].trainable;
 }
 
-/* Device address of fp32 state element `lo` of unit u (inside the held
- * range; not for master_is_working). */
-static float *state_at(struct shard_engine *e, int which, int u, size_t lo)
+enum zt_dtype shard_engine_state_dtype(const struct shard_engine *e, int which)
+{
+    ZT_ASSERT(which >= 0 && which < shard_engine_n_states(e));
+    return which == SHARD_STATE_MASTER ? ZT_F32 : e->cfg.optimizer->state_dtype[which - 1];
+}
+
+/* Device address of state element `lo` of unit u (inside the held range;
+ * not for master_is_working). */
+static void *state_at(struct shard_engine *e, int which, int u, size_t lo)
 {
     const struct owned_range r = owned_range_of(e, u);
     ZT_ASSERT(lo >= r.lo && lo <= r.hi);
     ZT_ASSERT(shard_engine_holds_state(e, which, u) && !master_is_working(e, which, u));
     const size_t skip = lo - r.lo;
     if (which != SHARD_STATE_MASTER)
-        return e->states[which - 1] + r.state_off + skip;
+        return state_elem(e, which - 1, r.state_off + skip);
     return is_16bit(e) ? e->master + r.state_off + skip : (float *)e->params + r.working_off + skip;
 }
 
@@ -694,12 +702,12 @@ static void *working_at(struct shard_engine *e, int u, size_t lo)
 }
 
 zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
-                                 float *dst)
+                                 void *dst)
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
-    const size_t n = hi - lo;
+    const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
     if (!master_is_working(e, which, u))
-        return e->dev->ops->copy_to_host(dst, state_at(e, which, u, lo), n * sizeof(float));
+        return e->dev->ops->copy_to_host(dst, state_at(e, which, u, lo), n * esz);
     void *staging = malloc(n ? n * e->esz : 1);
     if (!staging)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
@@ -711,12 +719,12 @@ zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_
 }
 
 zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
-                                 const float *src)
+                                 const void *src)
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
-    const size_t n = hi - lo;
+    const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
     if (!master_is_working(e, which, u))
-        return e->dev->ops->copy_from_host(state_at(e, which, u, lo), src, n * sizeof(float));
+        return e->dev->ops->copy_from_host(state_at(e, which, u, lo), src, n * esz);
     void *staging = malloc(n ? n * e->esz : 1);
     if (!staging)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");

@@ -12,6 +12,12 @@ static inline void *at(const struct shard_engine *e, void *base, size_t i)
     return (char *)base + i * e->esz;
 }
 
+/* Element i of optimizer state vector k, at its own element size. */
+static inline void *state_elem(const struct shard_engine *e, int k, size_t i)
+{
+    return (char *)e->states[k] + i * zt_dtype_size(e->cfg.optimizer->state_dtype[k]);
+}
+
 static inline int is_16bit(const struct shard_engine *e)
 {
     return e->cfg.precision != ZT_F32;

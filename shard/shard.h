@@ -141,6 +141,9 @@ struct shard_engine_config {
     enum zt_dtype precision;               /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
     const struct optimizer_ops *optimizer; /* its states are kept on the rank's range */
     int optimizer_states; /* how many of them: optimizer_state_count() of the run's hparams */
+    /* The run's hyperparameters as configured (the step passes its own,
+     * with the scheduled lr): what sizes the optimizer's state. */
+    struct optimizer_hparams hparams;
 };
 
 #define SHARD_MAX_ALLOCS (4 + OPTIMIZER_MAX_STATES)
@@ -171,9 +174,10 @@ struct shard_engine {
     void *params;  /* stages 0-2: full padded; stage 3: shards */
     void *grads;   /* stages 0-1: full padded; stages 2-3: shards */
     float *master; /* 16-bit only: stage 0 full padded, else shards; fp32: NULL */
-    /* The optimizer's state vectors (cfg.optimizer_states of them), laid out
-     * like master: stage 0 full padded, else shards. */
-    float *states[OPTIMIZER_MAX_STATES];
+    /* The optimizer's state vectors (cfg.optimizer_states of them, each of
+     * its state_dtype), laid out like master: stage 0 full padded, else
+     * shards. */
+    void *states[OPTIMIZER_MAX_STATES];
     /* Whole-tensor optimizers: the small per-tensor state every rank keeps
      * whole (Adafactor's row and column factors), tensor k's at
      * tensor_state_off[k]; NULL and 0 for the others. */
@@ -258,15 +262,19 @@ int shard_engine_holds_state(const struct shard_engine *e, int which, int u);
 /* Unit elements [lo, hi) whose state this rank holds and updates: the
  * whole unit under stage 0, the owned range otherwise. */
 void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi);
+/* The element type of state `which`: fp32 for the master, the optimizer's
+ * state_dtype for its states (8-bit codes are ZT_U8). */
+enum zt_dtype shard_engine_state_dtype(const struct shard_engine *e, int which);
+
 /* Copies state elements [lo, hi) of unit u (inside the held range; a state
- * the rank holds for u) to host memory dst[hi - lo], or from src. A frozen
- * unit's master under 16-bit precision is its working copy, widened to
- * fp32 on the way out and rounded on the way in. Errors: those of the
- * device copy, ZT_ERR_NOMEM. */
+ * the rank holds for u) to host memory dst[hi - lo] of the state's dtype,
+ * or from src. A frozen unit's master under 16-bit precision is its
+ * working copy, widened to fp32 on the way out and rounded on the way in.
+ * Errors: those of the device copy, ZT_ERR_NOMEM. */
 zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
-                                 float *dst);
+                                 void *dst);
 zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
-                                 const float *src);
+                                 const void *src);
 /* After the MASTER state of every held range was set: rebuilds the working
  * parameters from it (rounded to the working precision) and gathers them
  * where the stage keeps them full. Collective. */

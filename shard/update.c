@@ -37,7 +37,7 @@ static zt_status update_unit_range(const struct shard_engine *e, int u, size_t l
             continue;
         float *states[OPTIMIZER_MAX_STATES];
         for (int j = 0; j < e->cfg.optimizer_states; j++)
-            states[j] = e->states[j] + state_off + (a - lo);
+            states[j] = state_elem(e, j, state_off + (a - lo)); /* fp32 here */
         ZT_TRY(opt->update(e->ops, p + (a - lo), g + (a - lo), states, b - a,
                            pt->decay ? 1.0f : 0.0f, hp));
     }
@@ -99,7 +99,7 @@ size_t shard_tensor_state_layout(const struct shard_engine *e, size_t *out)
         if (!pt->trainable)
             continue;
         out[k] = total;
-        total += opt->tensor_state_len(pt->rows, pt->cols);
+        total += opt->tensor_state_len(pt->rows, pt->cols, &e->cfg.hparams);
     }
     return total;
 }
@@ -133,7 +133,7 @@ static struct optimizer_piece piece_of(struct shard_engine *e, const struct para
     pc.params = target + (from - r->lo);
     pc.grads = grad + (from - r->lo);
     for (int j = 0; j < e->cfg.optimizer_states; j++)
-        pc.states[j] = e->states[j] + r->state_off + (from - r->lo);
+        pc.states[j] = state_elem(e, j, r->state_off + (from - r->lo));
     return pc;
 }
 
@@ -161,7 +161,7 @@ static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale, flo
             struct optimizer_piece pc = piece_of(e, pt, k, &r, target, grad);
             for (int q = 0; q < opt->n_rounds; q++) {
                 pc.stats[q] = pass->stats[q] + at_stats[q];
-                at_stats[q] += opt->stats_len(q, pt->rows, pt->cols);
+                at_stats[q] += opt->stats_len(q, pt->rows, pt->cols, &e->cfg.hparams);
             }
             ZT_TRY(apply ? opt->tensor_apply(e->ops, &pc, hp)
                          : opt->tensor_round(e->ops, pass->round, &pc, hp));
@@ -180,7 +180,7 @@ static size_t stats_total(const struct shard_engine *e, int q)
     for (int k = 0; k < e->table->n_tensors; k++) {
         const struct param_tensor *pt = &e->table->tensors[k];
         if (pt->trainable)
-            n += e->cfg.optimizer->stats_len(q, pt->rows, pt->cols);
+            n += e->cfg.optimizer->stats_len(q, pt->rows, pt->cols, &e->cfg.hparams);
     }
     return n;
 }
@@ -194,7 +194,9 @@ static zt_status update_whole_tensors(struct shard_engine *e, void *g, float gsc
         ZT_TRY(e->ops->memset_zero(pass->stats[q], stats_total(e, q) * sizeof(double)));
         ZT_TRY(visit_pieces(e, g, gscale, tmp, pass, hp));
         if (e->policy.shard_states)
-            ZT_TRY(comm_allreduce(e->comm, pass->stats[q], stats_total(e, q), ZT_F64, COMM_OP_SUM));
+            ZT_TRY(comm_allreduce(e->comm, pass->stats[q], stats_total(e, q), ZT_F64,
+                                  opt->round_reduce[q] == OPTIMIZER_REDUCE_MAX ? COMM_OP_MAX
+                                                                               : COMM_OP_SUM));
     }
     pass->round = opt->n_rounds;
     return visit_pieces(e, g, gscale, tmp, pass, hp);

@@ -633,11 +633,11 @@ static void adafactor_pieces(const struct ops_backend *ops, float *p, const floa
                              float *state_copies, int rows, int cols, int parts, float decay,
                              const struct optimizer_hparams *hp)
 {
-    const size_t n = (size_t)rows * (size_t)cols, len = adafactor_state_len(rows, cols);
+    const size_t n = (size_t)rows * (size_t)cols, len = adafactor_state_len(rows, cols, hp);
     double *stats[OPTIMIZER_MAX_ROUNDS], *partial[OPTIMIZER_MAX_ROUNDS];
     for (int q = 0; q < OPTIMIZER_MAX_ROUNDS; q++) {
-        stats[q] = calloc(adafactor_stats_len(q, rows, cols), sizeof(double));
-        partial[q] = calloc(adafactor_stats_len(q, rows, cols), sizeof(double));
+        stats[q] = calloc(adafactor_stats_len(q, rows, cols, hp), sizeof(double));
+        partial[q] = calloc(adafactor_stats_len(q, rows, cols, hp), sizeof(double));
     }
     for (int q = 0; q <= 2; q++) {
         for (int k = 0; k < parts; k++) {
@@ -661,7 +661,7 @@ static void adafactor_pieces(const struct ops_backend *ops, float *p, const floa
             else
                 ck_assert_int_eq(ops->adafactor_apply(&pc, hp), ZT_OK);
         }
-        for (size_t i = 0; q < 2 && i < adafactor_stats_len(q, rows, cols); i++) {
+        for (size_t i = 0; q < 2 && i < adafactor_stats_len(q, rows, cols, hp); i++) {
             stats[q][i] = partial[q][i];
             partial[q][i] = 0.0;
         }
@@ -679,7 +679,7 @@ START_TEST(adafactor_matches_double_reference)
 {
     const int cols = _i % 2 ? 1 : 37, rows = 29, parts = _i / 4 % 2 ? 3 : 1;
     const int variant = _i / 2 % 2;
-    const size_t n = (size_t)rows * (size_t)cols, len = adafactor_state_len(rows, cols);
+    const size_t n = (size_t)rows * (size_t)cols, len = adafactor_state_len(rows, cols, NULL);
     struct ledger l;
     struct compute_backend be;
     const struct ops_backend *ops = cpu_ops(&be, &l);

@@ -95,16 +95,17 @@ static int adafactor_factored(int cols)
     return cols > 1;
 }
 
-size_t adafactor_state_len(int rows, int cols)
+size_t adafactor_state_len(int rows, int cols, const struct optimizer_hparams *hp)
 {
+    (void)hp;
     return adafactor_factored(cols) ? (size_t)rows + (size_t)cols : (size_t)rows * (size_t)cols;
 }
 
 /* Round 0: [sum p^2, then sum g^2 per row and per column, or per element];
  * round 1: [sum u^2]. */
-size_t adafactor_stats_len(int round, int rows, int cols)
+size_t adafactor_stats_len(int round, int rows, int cols, const struct optimizer_hparams *hp)
 {
-    return round == 0 ? 1 + adafactor_state_len(rows, cols) : 1;
+    return round == 0 ? 1 + adafactor_state_len(rows, cols, hp) : 1;
 }
 
 /* 1 - step^decay_rate: the second moment's decay, rising towards 1. */
@@ -212,7 +213,7 @@ void adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hp
     const float keep = (float)(1.0 - (double)hp->weight_decay * lr * pc->decay);
     const float inv_row_mean = adafactor_factored(pc->cols) ? adafactor_inv_row_mean(pc) : 1.0f;
     const float b1 = hp->beta1;
-    float *m = b1 > 0.0f ? pc->states[0] : NULL;
+    float *m = b1 > 0.0f ? (float *)pc->states[0] : NULL;
     for (size_t i = 0; i < pc->hi - pc->lo; i++) {
         float u = step * adafactor_raw_update(pc, i, inv_row_mean);
         if (m) {
@@ -343,6 +344,7 @@ static const struct optimizer_ops optimizers[] = {
         .tensor_state_name = "exp_avg_sq_factors",
         .tensor_state_len = adafactor_state_len,
         .n_rounds = 2,
+        .round_reduce = {OPTIMIZER_REDUCE_SUM, OPTIMIZER_REDUCE_SUM},
         .stats_len = adafactor_stats_len,
         .tensor_round = adafactor_entry_round,
         .tensor_apply = adafactor_entry_apply,
@@ -374,9 +376,9 @@ void optimizer_list_names(char *buf, size_t n)
 }
 
 static const char *const hparam_names[OPT_HP_COUNT] = {
-    "lr",         "beta1",           "beta2",         "eps",        "weight_decay",
-    "momentum",   "dampening",       "nesterov",      "eps2",       "clip_threshold",
-    "decay_rate", "scale_parameter", "relative_step", "warmup_init"};
+    "lr",         "beta1",           "beta2",         "eps",         "weight_decay",
+    "momentum",   "dampening",       "nesterov",      "eps2",        "clip_threshold",
+    "decay_rate", "scale_parameter", "relative_step", "warmup_init", "min_8bit_size"};
 
 /* The shortest decimal that reads back as f, as a double: the update uses
  * the fp32 value, and 0.003f then reads "0.003" in meta.json rather than
@@ -435,6 +437,8 @@ double optimizer_hparam_value(const struct optimizer_hparams *hp, enum optimizer
         return hp->relative_step;
     case OPT_HP_WARMUP_INIT:
         return hp->warmup_init;
+    case OPT_HP_MIN_8BIT_SIZE:
+        return (double)hp->min_8bit_size;
     case OPT_HP_WEIGHT_DECAY:
     case OPT_HP_COUNT:
         break;

@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 
+#include "../common/dtype.h"
 #include "../common/kvlist.h"
 #include "../common/status.h"
 
@@ -50,6 +51,8 @@ struct optimizer_hparams {
      * means no first moment. */
     float eps2, clip_threshold, decay_rate;
     int scale_parameter, relative_step, warmup_init;
+    /* AdamW8bit: tensors of fewer elements keep fp32 states. */
+    long min_8bit_size;
     long step; /* 1-based count of updates including this one */
 };
 
@@ -69,6 +72,7 @@ enum optimizer_hparam {
     OPT_HP_SCALE_PARAMETER,
     OPT_HP_RELATIVE_STEP,
     OPT_HP_WARMUP_INIT,
+    OPT_HP_MIN_8BIT_SIZE,
     OPT_HP_COUNT
 };
 
@@ -91,13 +95,15 @@ double optimizer_hparam_value(const struct optimizer_hparams *hp, enum optimizer
  * sums. */
 #define OPTIMIZER_MAX_ROUNDS 2
 
+/* How a round's statistics combine across ranks. */
+enum optimizer_reduce { OPTIMIZER_REDUCE_SUM, OPTIMIZER_REDUCE_MAX };
 struct optimizer_piece {
     int rows, cols;     /* the tensor's shape, row-major; cols == 1 for a vector */
     size_t numel;       /* rows * cols */
     size_t lo, hi;      /* tensor elements [lo, hi) this rank updates; lo == hi: none */
     float *params;      /* element lo of the fp32 parameters (the master copy) */
     const float *grads; /* element lo of the averaged, clipped, unscaled gradients */
-    float *states[OPTIMIZER_MAX_STATES]; /* element lo of each per-element state */
+    void *states[OPTIMIZER_MAX_STATES];  /* element lo of each per-element state (state_dtype) */
     float *tensor_state;                 /* tensor_state_len floats, alike on every rank */
     double *stats[OPTIMIZER_MAX_ROUNDS]; /* each round's stats_len doubles */
     float decay;                         /* 1: weight decay applies to the tensor */
@@ -106,12 +112,15 @@ struct optimizer_piece {
 struct optimizer_ops {
     const char *name;  /* "AdamW": the canonical spelling */
     const char *alias; /* another accepted spelling, or NULL */
-    int n_states;      /* fp32 state vectors per element, <= OPTIMIZER_MAX_STATES */
+    int n_states;      /* state vectors per element, <= OPTIMIZER_MAX_STATES */
     /* How many of them a run with these hyperparameters keeps (the first
      * ones); NULL: all n_states. SGD keeps its momentum only when it has
      * one. */
     int (*state_count)(const struct optimizer_hparams *hp);
     const char *state_names[OPTIMIZER_MAX_STATES]; /* checkpoint sections ("exp_avg") */
+    /* Element type of each state vector: ZT_F32 (the zero value) or ZT_U8
+     * (8-bit codes). Element-wise optimizers keep fp32 states. */
+    enum zt_dtype state_dtype[OPTIMIZER_MAX_STATES];
     int whole_tensors; /* 1: an update needs a tensor whole (row/column statistics) */
     double default_beta1, default_beta2; /* optimizer.params.betas when not given */
     double default_eps, default_eps2;    /* a pair eps when not given (those reading eps2) */
@@ -128,10 +137,11 @@ struct optimizer_ops {
     /* Whole-tensor optimizers (whole_tensors = 1; `update` is NULL). */
     const char *tensor_state_name; /* checkpoint section of the replicated state */
     /* Floats of replicated state the tensor keeps on every rank. */
-    size_t (*tensor_state_len)(int rows, int cols);
+    size_t (*tensor_state_len)(int rows, int cols, const struct optimizer_hparams *hp);
     int n_rounds; /* <= OPTIMIZER_MAX_ROUNDS */
+    enum optimizer_reduce round_reduce[OPTIMIZER_MAX_ROUNDS];
     /* Doubles of round r's statistics for a tensor of this shape. */
-    size_t (*stats_len)(int round, int rows, int cols);
+    size_t (*stats_len)(int round, int rows, int cols, const struct optimizer_hparams *hp);
     /* Round r on one piece: adds its partial sums into pc->stats[round],
      * whose slots start at zero; stats of earlier rounds hold totals. */
     zt_status (*tensor_round)(const struct ops_backend *ops, int round,
@@ -201,8 +211,8 @@ void lion_update(float *params, const float *grads, float *m, size_t n, float de
  * clip_threshold, scales it by the learning rate (relative to the
  * parameters' RMS under scale_parameter), averages it into the first
  * moment when beta1 > 0, and applies weight decay and the update. */
-size_t adafactor_state_len(int rows, int cols);
-size_t adafactor_stats_len(int round, int rows, int cols);
+size_t adafactor_state_len(int rows, int cols, const struct optimizer_hparams *hp);
+size_t adafactor_stats_len(int round, int rows, int cols, const struct optimizer_hparams *hp);
 void adafactor_round(int round, const struct optimizer_piece *pc,
                      const struct optimizer_hparams *hp);
 void adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
