@@ -145,5 +145,6 @@ struct optimizer_hparams config_optimizer_hparams(const struct zt_config *c, dou
         .scale_parameter = c->optimizer.scale_parameter,
         .relative_step = c->optimizer.relative_step,
         .warmup_init = c->optimizer.warmup_init,
+        .min_8bit_size = c->optimizer.min_8bit_size,
     };
 }

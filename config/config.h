@@ -96,6 +96,7 @@ struct zt_config {
         int nesterov;        /* SGD, default false */
         double clip_threshold, decay_rate;               /* Adafactor: 1.0, -0.8 */
         int scale_parameter, relative_step, warmup_init; /* Adafactor: true, false, false */
+        long min_8bit_size;                              /* AdamW8bit: 4096 */
     } optimizer;
 
     struct {

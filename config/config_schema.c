@@ -161,7 +161,7 @@ static const struct field fields[] = {
 
     {"optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the optimizer"},
     {"optimizer.type", T_OPTIMIZER, OFF(optimizer.type), 0, "AdamW", NB, NB, 0, NULL,
-     "AdamW, Adam, SGD, Lion or Adafactor (any case)"},
+     "AdamW, Adam, SGD, Lion, Adafactor or AdamW8bit (any case)"},
     {"optimizer.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "its parameters"},
     {"optimizer.params.lr", T_DOUBLE, OFF(optimizer.lr), 0, "1e-3", GT(0), NB, 0, NULL,
      "learning rate"},
@@ -179,6 +179,8 @@ static const struct field fields[] = {
      NULL, "SGD dampening of the momentum"},
     {"optimizer.params.nesterov", T_BOOL, OFF(optimizer.nesterov), 0, "false", NB, NB, 0, NULL,
      "SGD Nesterov momentum (needs momentum > 0 and dampening 0)"},
+    {"optimizer.params.min_8bit_size", T_LONG, OFF(optimizer.min_8bit_size), 0, "4096", GE(1), NB,
+     0, NULL, "AdamW8bit: tensors with fewer elements keep fp32 states"},
     {"optimizer.params.clip_threshold", T_DOUBLE, OFF(optimizer.clip_threshold), 0, "1.0", GT(0),
      NB, 0, NULL, "Adafactor: largest RMS of an update"},
     {"optimizer.params.decay_rate", T_DOUBLE, OFF(optimizer.decay_rate), 0, "-0.8", NB, LT(0), 0,

@@ -626,22 +626,22 @@ static void adafactor_ref(double *p, const double *g, double *row, double *col, 
     free(u);
 }
 
-/* One Adafactor step of a tensor cut into `parts` pieces (as ranks hold
- * it under ZeRO): each round's partial stats summed over the pieces, the
- * factors kept per piece owner (identical copies). */
-static void adafactor_pieces(const struct ops_backend *ops, float *p, const float *g, float *m,
-                             float *state_copies, int rows, int cols, int parts, float decay,
-                             const struct optimizer_hparams *hp)
+/* One whole-tensor optimizer step of a tensor cut into `parts` uneven
+ * pieces, as ranks hold it under ZeRO: each round's partial stats
+ * combined over the pieces by the entry's reduction, every piece owner
+ * keeping its own copy of the tensor state. */
+static void whole_tensor_step(const struct optimizer_ops *o, const struct ops_backend *ops,
+                              float *p, const float *g, void *const *states,
+                              const size_t *state_esz, float *copies, int rows, int cols, int parts,
+                              const struct optimizer_hparams *hp)
 {
-    const size_t n = (size_t)rows * (size_t)cols, len = adafactor_state_len(rows, cols, hp);
-    double *stats[OPTIMIZER_MAX_ROUNDS], *partial[OPTIMIZER_MAX_ROUNDS];
-    for (int q = 0; q < OPTIMIZER_MAX_ROUNDS; q++) {
-        stats[q] = calloc(adafactor_stats_len(q, rows, cols, hp), sizeof(double));
-        partial[q] = calloc(adafactor_stats_len(q, rows, cols, hp), sizeof(double));
-    }
-    for (int q = 0; q <= 2; q++) {
+    const size_t n = (size_t)rows * (size_t)cols, len = o->tensor_state_len(rows, cols, hp);
+    double *stats[OPTIMIZER_MAX_ROUNDS] = {0}, *partial = NULL;
+    for (int q = 0; q < o->n_rounds; q++)
+        stats[q] = calloc(o->stats_len(q, rows, cols, hp) + 1, sizeof(double));
+    for (int q = 0; q <= o->n_rounds; q++) {
+        const size_t ns = q < o->n_rounds ? o->stats_len(q, rows, cols, hp) : 0;
         for (int k = 0; k < parts; k++) {
-            /* uneven pieces, one possibly empty */
             const size_t lo = n * (size_t)k * (size_t)k / ((size_t)parts * (size_t)parts);
             const size_t hi = n * (size_t)(k + 1) * (size_t)(k + 1) / ((size_t)parts * parts);
             struct optimizer_piece pc = {.rows = rows,
@@ -651,25 +651,29 @@ static void adafactor_pieces(const struct ops_backend *ops, float *p, const floa
                                          .hi = hi,
                                          .params = p + lo,
                                          .grads = g + lo,
-                                         .states = {m + lo},
-                                         .tensor_state = state_copies + (size_t)k * len,
-                                         .decay = decay};
-            for (int r = 0; r < OPTIMIZER_MAX_ROUNDS; r++)
-                pc.stats[r] = r == q ? partial[r] : stats[r];
-            if (q < 2)
-                ck_assert_int_eq(ops->adafactor_round(q, &pc, hp), ZT_OK);
-            else
-                ck_assert_int_eq(ops->adafactor_apply(&pc, hp), ZT_OK);
-        }
-        for (size_t i = 0; q < 2 && i < adafactor_stats_len(q, rows, cols, hp); i++) {
-            stats[q][i] = partial[q][i];
-            partial[q][i] = 0.0;
+                                         .tensor_state = copies + (size_t)k * len,
+                                         .decay = 1.0f};
+            for (int j = 0; j < o->n_states; j++)
+                pc.states[j] = (char *)states[j] + lo * state_esz[j];
+            for (int r = 0; r < o->n_rounds; r++)
+                pc.stats[r] = stats[r];
+            if (q == o->n_rounds) {
+                ck_assert_int_eq(o->tensor_apply(ops, &pc, hp), ZT_OK);
+                continue;
+            }
+            /* this piece's partial sums, combined into the totals */
+            partial = calloc(ns + 1, sizeof(double));
+            pc.stats[q] = partial;
+            ck_assert_int_eq(o->tensor_round(ops, q, &pc, hp), ZT_OK);
+            for (size_t i = 0; i < ns; i++)
+                stats[q][i] = o->round_reduce[q] == OPTIMIZER_REDUCE_MAX
+                                  ? fmax(stats[q][i], partial[i])
+                                  : stats[q][i] + partial[i];
+            free(partial);
         }
     }
-    for (int q = 0; q < OPTIMIZER_MAX_ROUNDS; q++) {
+    for (int q = 0; q < o->n_rounds; q++)
         free(stats[q]);
-        free(partial[q]);
-    }
 }
 
 /* Matrices (factored) and vectors, with and without beta1, lr absolute and
@@ -705,7 +709,10 @@ START_TEST(adafactor_matches_double_reference)
         for (size_t i = 0; i < n; i++)
             gd[i] = g[i];
         hp.step = step;
-        adafactor_pieces(ops, p, g, m, copies, rows, cols, parts, 1.0f, &hp);
+        void *states[] = {m};
+        const size_t esz[] = {sizeof(float)};
+        whole_tensor_step(optimizer_find("adafactor"), ops, p, g, states, esz, copies, rows, cols,
+                          parts, &hp);
         adafactor_ref(pd, gd, row, col, vd, md, rows, cols, 1.0, &hp);
         free(g);
         for (size_t i = 0; i < n; i++)
@@ -727,6 +734,163 @@ START_TEST(adafactor_matches_double_reference)
     free(vd);
     free(row);
     free(col);
+    compute_backend_close(&be);
+}
+END_TEST
+
+/* bitsandbytes' dynamic map, written out from its definition: for
+ * exponent i the midpoints of 2^i (signed; 2^(i+1) unsigned) equal steps
+ * of [0.1, 1] times 10^(i-6), negated too when signed, with 0 and 1;
+ * ascending. */
+static void dynamic_map_ref(int is_signed, double out[256])
+{
+    int n = 0;
+    for (int i = 0; i < 7; i++) {
+        const int items = is_signed ? 1 << i : 2 << i;
+        for (int k = 0; k < items; k++) {
+            const double lo = 0.1 + 0.9 * k / items, hi = 0.1 + 0.9 * (k + 1) / items;
+            const double v = (float)(pow(10.0, i - 6) * (lo + hi) / 2);
+            out[n++] = v;
+            if (is_signed)
+                out[n++] = -v;
+        }
+    }
+    out[n++] = 0.0;
+    out[n++] = 1.0;
+    ck_assert_int_eq(n, 256);
+    for (int i = 1; i < n; i++) /* insertion sort */
+        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            const double t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+}
+
+static int nearest_code(const double map[256], double x)
+{
+    int best = 0;
+    for (int i = 1; i < 256; i++)
+        if (fabs(map[i] - x) < fabs(map[best] - x))
+            best = i;
+    return best;
+}
+
+/* AdamW8bit, bitsandbytes' block-wise kernel in double: dequantise with
+ * the old absmax, update the moments, step with them (then the decoupled
+ * decay), requantise under each block's new absmax, keeping m's sign.
+ * Tensors under min_8bit_size take the same step with fp32 moments. */
+static void adamw8bit_ref(double *p, const double *g, int *c1, int *c2, double *a1, double *a2,
+                          double *m32, double *v32, size_t n, const struct optimizer_hparams *hp)
+{
+    double map1[256], map2[256];
+    dynamic_map_ref(1, map1);
+    dynamic_map_ref(0, map2);
+    const int quantised = (long)n >= hp->min_8bit_size;
+    const double bc1 = 1.0 - pow(hp->beta1, (double)hp->step);
+    const double bc2 = sqrt(1.0 - pow(hp->beta2, (double)hp->step));
+    double *m = malloc(n * sizeof(double)), *v = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        const double m_old = quantised ? map1[c1[i]] * a1[i / 256] : m32[i];
+        const double v_old = quantised ? map2[c2[i]] * a2[i / 256] : v32[i];
+        m[i] = hp->beta1 * m_old + (1.0 - hp->beta1) * g[i];
+        v[i] = hp->beta2 * v_old + (1.0 - hp->beta2) * g[i] * g[i];
+        p[i] += -hp->lr * bc2 / bc1 * m[i] / (sqrt(v[i]) + bc2 * hp->eps);
+        p[i] *= 1.0 - hp->lr * hp->weight_decay;
+    }
+    for (size_t b = 0; quantised && b * 256 < n; b++) {
+        double x1 = 0.0, x2 = 0.0;
+        for (size_t i = b * 256; i < n && i < (b + 1) * 256; i++) {
+            x1 = fmax(x1, fabs(m[i]));
+            x2 = fmax(x2, v[i]);
+        }
+        a1[b] = x1;
+        a2[b] = x2;
+        for (size_t i = b * 256; i < n && i < (b + 1) * 256; i++) {
+            c1[i] = nearest_code(map1, x1 > 0 ? m[i] / x1 : 0.0);
+            c2[i] = nearest_code(map2, x2 > 0 ? v[i] / x2 : 0.0);
+            if ((map1[c1[i]] < 0) != (m[i] < 0))
+                c1[i] += m[i] > 0 ? 1 : -1;
+        }
+    }
+    for (size_t i = 0; !quantised && i < n; i++) {
+        m32[i] = m[i];
+        v32[i] = v[i];
+    }
+    free(m);
+    free(v);
+}
+
+/* A quantised matrix (blocks of 256, the last one short) and a tensor under
+ * min_8bit_size, in 1 and 3 pieces: the double reference's parameters and
+ * the same codes up to a rare rounding tie; the pieces agree bit for bit
+ * with the whole tensor. */
+START_TEST(adamw8bit_matches_double_reference)
+{
+    const int rows = _i < 2 ? 13 : 3, cols = 97;
+    const size_t n = (size_t)rows * (size_t)cols;
+    const int parts = _i % 2 ? 3 : 1;
+    struct ledger l;
+    struct compute_backend be;
+    const struct ops_backend *ops = cpu_ops(&be, &l);
+    const struct optimizer_ops *o = optimizer_find("adamw8bit");
+    ck_assert_ptr_nonnull(o);
+    struct optimizer_hparams hp = {.lr = 0.01f,
+                                   .beta1 = 0.9f,
+                                   .beta2 = 0.999f,
+                                   .eps = 1e-8f,
+                                   .weight_decay = 0.1f,
+                                   .min_8bit_size = 1000};
+    const size_t len = o->tensor_state_len(rows, cols, &hp);
+    ck_assert_uint_eq(len, n >= 1000 ? 2 * ((n + 255) / 256) : 2 * n);
+    float *p = rand_floats(n, 77, 0.5), *p1 = malloc(n * sizeof(float));
+    memcpy(p1, p, n * sizeof(float));
+    unsigned char *c[2] = {calloc(n, 1), calloc(n, 1)}, *c_one[2] = {calloc(n, 1), calloc(n, 1)};
+    float *copies = calloc(len * 3, sizeof(float)), *copies_one = calloc(len, sizeof(float));
+    const size_t esz[2] = {1, 1};
+    double *pd = malloc(n * sizeof(double)), *gd = malloc(n * sizeof(double));
+    int *c1 = calloc(n, sizeof(int)), *c2 = calloc(n, sizeof(int));
+    double *a1 = calloc(n, sizeof(double)), *a2 = calloc(n, sizeof(double));
+    double *m32 = calloc(n, sizeof(double)), *v32 = calloc(n, sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        pd[i] = p[i];
+    int code_mismatches = 0;
+    for (long step = 1; step <= 5; step++) {
+        float *g = rand_floats(n, 500 + (uint64_t)step, 0.3);
+        for (size_t i = 0; i < n; i++)
+            gd[i] = g[i];
+        hp.step = step;
+        whole_tensor_step(o, ops, p, g, (void *const *)c, esz, copies, rows, cols, parts, &hp);
+        whole_tensor_step(o, ops, p1, g, (void *const *)c_one, esz, copies_one, rows, cols, 1, &hp);
+        adamw8bit_ref(pd, gd, c1, c2, a1, a2, m32, v32, n, &hp);
+        free(g);
+        ck_assert(memcmp(p, p1, n * sizeof(float)) == 0);
+        ck_assert(memcmp(c[0], c_one[0], n) == 0 && memcmp(c[1], c_one[1], n) == 0);
+        for (int k = 0; k < parts; k++)
+            ck_assert(memcmp(copies + (size_t)k * len, copies_one, len * sizeof(float)) == 0);
+        for (size_t i = 0; i < n; i++) {
+            ck_assert_msg(fabs(p[i] - pd[i]) <= 1e-5 * (1.0 + fabs(pd[i])),
+                          "case %d step %ld element %zu: param %.9g, want %.9g", _i, step, i,
+                          (double)p[i], pd[i]);
+            code_mismatches += n >= 1000 && (c[0][i] != c1[i] || c[1][i] != c2[i]);
+        }
+    }
+    ck_assert_int_le(code_mismatches, 5);
+    for (int k = 0; k < 2; k++) {
+        free(c[k]);
+        free(c_one[k]);
+    }
+    free(p);
+    free(p1);
+    free(copies);
+    free(copies_one);
+    free(pd);
+    free(gd);
+    free(c1);
+    free(c2);
+    free(a1);
+    free(a2);
+    free(m32);
+    free(v32);
     compute_backend_close(&be);
 }
 END_TEST
@@ -785,6 +949,7 @@ int main(void)
     tcase_add_test(tc, adamw_entry_is_adamw_update);
     tcase_add_loop_test(tc, adam_and_lion_match_double_references, 0, 4);
     tcase_add_loop_test(tc, adafactor_matches_double_reference, 0, 8);
+    tcase_add_loop_test(tc, adamw8bit_matches_double_reference, 0, 4);
     tcase_add_loop_test(tc, sgd_matches_double_reference, 0, 6);
     return testutil_run_suite(s, 0);
 }

@@ -106,6 +106,9 @@ START_TEST(every_optimizer_in_every_stage)
          "optimizer.params.clip_threshold=1"},
         {"optimizer.type=Adafactor", "optimizer.params.beta1=0.9",
          "optimizer.params.scale_parameter=false"},
+        /* blocks of 256 cut by shard boundaries, and small tensors in fp32 */
+        {"optimizer.type=AdamW8bit", "optimizer.params.min_8bit_size=256",
+         "optimizer.params.weight_decay=0.1"},
     };
     double ref[10], got[10];
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {

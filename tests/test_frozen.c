@@ -195,6 +195,11 @@ START_TEST(every_optimizer_resumes_exactly)
     resume_case("zero_optimization.stage=1", "bf16.enabled=false", "optimizer.type=Adafactor", 1);
     resume_case("zero_optimization.stage=0", "optimizer.params.beta1=0.9",
                 "optimizer.type=Adafactor", 0);
+    /* AdamW8bit: 8-bit code sections, and the absmax (and small tensors'
+     * fp32 moments) in rank 0's */
+    resume_case("zero_optimization.stage=3", "bf16.enabled=true", "optimizer.type=AdamW8bit", 0);
+    resume_case("zero_optimization.stage=1", "optimizer.params.min_8bit_size=100",
+                "optimizer.type=AdamW8bit", 1);
 }
 END_TEST
 
@@ -261,6 +266,37 @@ START_TEST(adafactor_state_bytes_are_factors)
 }
 END_TEST
 
+/* AdamW8bit keeps two 8-bit codes per element of the rank's range, and on
+ * every rank two fp32 absmax per block of 256 of each quantised tensor and
+ * fp32 moments of the tensors under min_8bit_size: about 2 bytes per
+ * parameter. */
+START_TEST(adamw8bit_state_bytes_are_codes_and_scales)
+{
+    for (int stage = 0; stage <= 3; stage++) {
+        const char *sets[] = {stage_sets[stage], "optimizer.type=AdamW8bit",
+                              "optimizer.params.min_8bit_size=1000", "optimizer.params.betas=null",
+                              "optimizer.params.eps=null"};
+        struct run_session s;
+        open_micro(&s, testutil_tmpdir("frozen"), sets, 5);
+        freeze(&s);
+        size_t replicated = 0, quantised = 0;
+        for (int k = 0; k < s.table.n_tensors; k++) {
+            const struct param_tensor *t = &s.table.tensors[k];
+            if (!t->trainable)
+                continue;
+            replicated += t->numel >= 1000 ? 2 * ((t->numel + 255) / 256) : 2 * t->numel;
+            quantised += t->numel >= 1000;
+        }
+        ck_assert_uint_gt(quantised, 0);
+        const struct shard_partition *p = &s.engine.part;
+        const size_t held = stage == 0 ? p->state_padded_total : p->state_shard_total;
+        ck_assert_uint_eq(s.ledger.current[LEDGER_OPTIMIZER_STATES],
+                          2 * held + replicated * sizeof(float));
+        session_close(&s);
+    }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -269,6 +305,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, frozen_units_hold_no_state_and_never_change);
     tcase_add_test(tc, adafactor_state_bytes_are_factors);
+    tcase_add_test(tc, adamw8bit_state_bytes_are_codes_and_scales);
     tcase_add_test(tc, partly_frozen_checkpoints_resume_exactly);
     tcase_add_test(tc, every_optimizer_resumes_exactly);
     tcase_add_test(tc, optimizer_state_bytes_follow_the_table);

@@ -135,6 +135,11 @@ struct ops_backend {
                                  const struct optimizer_hparams *hp);
     zt_status (*adafactor_apply)(const struct optimizer_piece *pc,
                                  const struct optimizer_hparams *hp);
+    /* 8-bit AdamW's round and apply (adamw8bit_round / adamw8bit_apply). */
+    zt_status (*adamw8bit_round)(int round, const struct optimizer_piece *pc,
+                                 const struct optimizer_hparams *hp);
+    zt_status (*adamw8bit_apply)(const struct optimizer_piece *pc,
+                                 const struct optimizer_hparams *hp);
 };
 
 /* The CPU op table (worker/cpu/); static, never NULL. */

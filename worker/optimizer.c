@@ -244,6 +244,206 @@ static int adafactor_state_count(const struct optimizer_hparams *hp)
     return hp->beta1 > 0.0f;
 }
 
+/* ---- AdamW8bit ------------------------------------------------------------ */
+
+/* bitsandbytes' dynamic quantisation map (create_dynamic_map, 8 bits, 7
+ * exponent bits): for exponent i = 0..6, the midpoints of 2^i (signed) or
+ * 2^(i+1) (unsigned) equal steps of [0.1, 1], times 10^(i-6), with their
+ * negatives when signed; then 0 and 1. 256 values, ascending. */
+static int compare_floats(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static void dynamic_map(int is_signed, float out[256])
+{
+    int n = 0;
+    for (int i = 0; i < 7; i++) {
+        const int items = is_signed ? 1 << i : 1 << (i + 1);
+        const double step = 0.9 / items, scale = pow(10.0, i - 6);
+        for (int k = 0; k < items; k++) {
+            const float mean = (float)(scale * (0.1 + step * (k + 0.5)));
+            out[n++] = mean;
+            if (is_signed)
+                out[n++] = -mean;
+        }
+    }
+    out[n++] = 0.0f;
+    out[n++] = 1.0f;
+    qsort(out, (size_t)n, sizeof *out, compare_floats);
+}
+
+/* The index of the code nearest to x (x in [-1, 1], or [0, 1] unsigned). */
+static unsigned char quantize_nearest(const float code[256], float x)
+{
+    int lo = 0, hi = 255;
+    while (hi - lo > 1) { /* code[lo] <= x <= code[hi], or x outside */
+        const int mid = (lo + hi) / 2;
+        if (code[mid] <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (unsigned char)(x - code[lo] <= code[hi] - x ? lo : hi);
+}
+
+static int adamw8bit_quantised(size_t numel, const struct optimizer_hparams *hp)
+{
+    return (long)numel >= hp->min_8bit_size;
+}
+
+static size_t adamw8bit_blocks(size_t numel)
+{
+    return (numel + ADAMW8BIT_BLOCK - 1) / ADAMW8BIT_BLOCK;
+}
+
+/* Quantised tensors: absmax1 and absmax2 per block; the others: fp32 m
+ * and v. */
+size_t adamw8bit_state_len(int rows, int cols, const struct optimizer_hparams *hp)
+{
+    const size_t numel = (size_t)rows * (size_t)cols;
+    return 2 * (adamw8bit_quantised(numel, hp) ? adamw8bit_blocks(numel) : numel);
+}
+
+/* Round 0 (max): each block's largest |m| and v after the update; round
+ * 1 (sum): the updated fp32 m and v of tensors kept in fp32, each element
+ * from the rank that holds it. */
+size_t adamw8bit_stats_len(int round, int rows, int cols, const struct optimizer_hparams *hp)
+{
+    const size_t numel = (size_t)rows * (size_t)cols;
+    const int quantised = adamw8bit_quantised(numel, hp);
+    if (round == 0)
+        return quantised ? 2 * adamw8bit_blocks(numel) : 0;
+    return quantised ? 0 : 2 * numel;
+}
+
+/* The maps of both states, built once per call. */
+struct adamw8bit_maps {
+    float m[256], v[256];
+};
+
+static void adamw8bit_maps_init(struct adamw8bit_maps *maps)
+{
+    dynamic_map(1, maps->m);
+    dynamic_map(0, maps->v);
+}
+
+/* Piece element i's moments after this step's update, from its codes and
+ * the blocks' absmax before it. */
+static void adamw8bit_moments(const struct optimizer_piece *pc, const struct adamw8bit_maps *maps,
+                              size_t i, const struct optimizer_hparams *hp, float *m, float *v)
+{
+    const size_t nb = adamw8bit_blocks(pc->numel), block = (pc->lo + i) / ADAMW8BIT_BLOCK;
+    const unsigned char c1 = ((const unsigned char *)pc->states[0])[i];
+    const unsigned char c2 = ((const unsigned char *)pc->states[1])[i];
+    const float g = pc->grads[i];
+    *m = maps->m[c1] * pc->tensor_state[block] * hp->beta1 + (1.0f - hp->beta1) * g;
+    *v = maps->v[c2] * pc->tensor_state[nb + block] * hp->beta2 + (1.0f - hp->beta2) * g * g;
+}
+
+void adamw8bit_round(int round, const struct optimizer_piece *pc,
+                     const struct optimizer_hparams *hp)
+{
+    const size_t n = pc->hi - pc->lo;
+    if (adamw8bit_quantised(pc->numel, hp)) {
+        if (round != 0)
+            return;
+        struct adamw8bit_maps maps;
+        adamw8bit_maps_init(&maps);
+        const size_t nb = adamw8bit_blocks(pc->numel);
+        double *max1 = pc->stats[0], *max2 = pc->stats[0] + nb;
+        for (size_t i = 0; i < n; i++) {
+            float m, v;
+            adamw8bit_moments(pc, &maps, i, hp, &m, &v);
+            const size_t block = (pc->lo + i) / ADAMW8BIT_BLOCK;
+            max1[block] = fmax(max1[block], fabsf(m));
+            max2[block] = fmax(max2[block], fabsf(v));
+        }
+        return;
+    }
+    if (round != 1)
+        return;
+    const float *m_old = pc->tensor_state, *v_old = pc->tensor_state + pc->numel;
+    double *m_new = pc->stats[1], *v_new = pc->stats[1] + pc->numel;
+    for (size_t i = 0; i < n; i++) {
+        const size_t at = pc->lo + i;
+        const float g = pc->grads[i];
+        m_new[at] = hp->beta1 * m_old[at] + (1.0f - hp->beta1) * g;
+        v_new[at] = hp->beta2 * v_old[at] + (1.0f - hp->beta2) * g * g;
+    }
+}
+
+/* bitsandbytes' step: p += -lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps sqrt(bc2)),
+ * then the decoupled decay p *= 1 - lr wd. */
+static float adamw8bit_param(float p, float m, float v, float decay,
+                             const struct optimizer_hparams *hp)
+{
+    const float bc1 = 1.0f - powf(hp->beta1, (float)hp->step);
+    const float bc2 = sqrtf(1.0f - powf(hp->beta2, (float)hp->step));
+    const float step_size = -hp->lr * bc2 / bc1;
+    p += step_size * (m / (sqrtf(v) + bc2 * hp->eps));
+    return p * (1.0f - hp->lr * hp->weight_decay * decay);
+}
+
+static void adamw8bit_apply_quantised(const struct optimizer_piece *pc,
+                                      const struct optimizer_hparams *hp)
+{
+    struct adamw8bit_maps maps;
+    adamw8bit_maps_init(&maps);
+    const size_t nb = adamw8bit_blocks(pc->numel);
+    const double *max1 = pc->stats[0], *max2 = pc->stats[0] + nb;
+    unsigned char *c1 = pc->states[0], *c2 = pc->states[1];
+    for (size_t i = 0; i < pc->hi - pc->lo; i++) {
+        float m, v;
+        adamw8bit_moments(pc, &maps, i, hp, &m, &v);
+        pc->params[i] = adamw8bit_param(pc->params[i], m, v, pc->decay, hp);
+        const size_t block = (pc->lo + i) / ADAMW8BIT_BLOCK;
+        /* an all-zero block has absmax 0: its codes are those of 0 */
+        const float a1 = (float)max1[block], a2 = (float)max2[block];
+        c1[i] = quantize_nearest(maps.m, a1 > 0.0f ? m / a1 : 0.0f);
+        c2[i] = quantize_nearest(maps.v, a2 > 0.0f ? v / a2 : 0.0f);
+        /* the first moment keeps its sign (bitsandbytes' rule) */
+        if (signbit(maps.m[c1[i]]) != signbit(m))
+            c1[i] = (unsigned char)(m > 0.0f ? c1[i] + 1 : c1[i] - 1);
+    }
+    /* every rank, holding a piece or not, takes the new scales */
+    for (size_t b = 0; b < 2 * nb; b++)
+        pc->tensor_state[b] = (float)pc->stats[0][b];
+}
+
+void adamw8bit_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
+{
+    if (adamw8bit_quantised(pc->numel, hp)) {
+        adamw8bit_apply_quantised(pc, hp);
+        return;
+    }
+    const double *m_new = pc->stats[1], *v_new = pc->stats[1] + pc->numel;
+    for (size_t i = 0; i < pc->hi - pc->lo; i++) {
+        const size_t at = pc->lo + i;
+        pc->params[i] =
+            adamw8bit_param(pc->params[i], (float)m_new[at], (float)v_new[at], pc->decay, hp);
+    }
+    for (size_t at = 0; at < pc->numel; at++) {
+        pc->tensor_state[at] = (float)m_new[at];
+        pc->tensor_state[pc->numel + at] = (float)v_new[at];
+    }
+}
+
+static zt_status adamw8bit_entry_round(const struct ops_backend *ops, int round,
+                                       const struct optimizer_piece *pc,
+                                       const struct optimizer_hparams *hp)
+{
+    return ops->adamw8bit_round(round, pc, hp);
+}
+
+static zt_status adamw8bit_entry_apply(const struct ops_backend *ops,
+                                       const struct optimizer_piece *pc,
+                                       const struct optimizer_hparams *hp)
+{
+    return ops->adamw8bit_apply(pc, hp);
+}
+
 static zt_status adam_entry_update(const struct ops_backend *ops, float *params, const float *grads,
                                    float *const *states, size_t n, float decay,
                                    const struct optimizer_hparams *hp)
@@ -348,6 +548,25 @@ static const struct optimizer_ops optimizers[] = {
         .stats_len = adafactor_stats_len,
         .tensor_round = adafactor_entry_round,
         .tensor_apply = adafactor_entry_apply,
+    },
+    {
+        .name = "AdamW8bit",
+        .n_states = 2,
+        .state_names = {"state1", "state2"},
+        .state_dtype = {ZT_U8, ZT_U8},
+        .whole_tensors = 1,
+        .default_beta1 = 0.9,
+        .default_beta2 = 0.999,
+        .n_hparams = 6,
+        .hparams = {OPT_HP_LR, OPT_HP_BETA1, OPT_HP_BETA2, OPT_HP_EPS, OPT_HP_WEIGHT_DECAY,
+                    OPT_HP_MIN_8BIT_SIZE},
+        .tensor_state_name = "absmax_and_fp32_states",
+        .tensor_state_len = adamw8bit_state_len,
+        .n_rounds = 2,
+        .round_reduce = {OPTIMIZER_REDUCE_MAX, OPTIMIZER_REDUCE_SUM},
+        .stats_len = adamw8bit_stats_len,
+        .tensor_round = adamw8bit_entry_round,
+        .tensor_apply = adamw8bit_entry_apply,
     },
 };
 #define N_OPTIMIZERS (sizeof optimizers / sizeof optimizers[0])

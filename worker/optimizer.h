@@ -217,4 +217,25 @@ void adafactor_round(int round, const struct optimizer_piece *pc,
                      const struct optimizer_hparams *hp);
 void adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
 
+/* 8-bit AdamW as bitsandbytes' AdamW8bit (block-wise, optim_bits 8): the
+ * moments are stored as 8-bit codes of the dynamic quantisation map
+ * (signed for m, unsigned for v) scaled by one absmax per block of
+ * ADAMW8BIT_BLOCK elements in the tensor's own index space; a tensor of
+ * fewer than min_8bit_size elements keeps fp32 moments. A step dequantises
+ * the moments, updates them in fp32, moves the parameters with the fp32
+ * moments (bitsandbytes' order: the Adam step, then the decoupled decay),
+ * and stores them back as the nearest codes under the blocks' new absmax.
+ * The per-element codes are the states "state1" and "state2"; the absmax
+ * of every block (and the fp32 moments of small tensors) are the tensor
+ * state every rank keeps whole. A block cut by a shard boundary gets its
+ * absmax as the max over the ranks' parts (round 0, a max) and a small
+ * tensor its moments from the ranks that hold them (round 1, a sum of one
+ * value and zeros), so the result is exact whatever the world size. */
+#define ADAMW8BIT_BLOCK 256
+size_t adamw8bit_state_len(int rows, int cols, const struct optimizer_hparams *hp);
+size_t adamw8bit_stats_len(int round, int rows, int cols, const struct optimizer_hparams *hp);
+void adamw8bit_round(int round, const struct optimizer_piece *pc,
+                     const struct optimizer_hparams *hp);
+void adamw8bit_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
+
 #endif

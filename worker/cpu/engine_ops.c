@@ -90,3 +90,16 @@ zt_status cpu_adafactor_apply(const struct optimizer_piece *pc, const struct opt
     adafactor_apply(pc, hp);
     return ZT_OK;
 }
+
+zt_status cpu_adamw8bit_round(int round, const struct optimizer_piece *pc,
+                              const struct optimizer_hparams *hp)
+{
+    adamw8bit_round(round, pc, hp);
+    return ZT_OK;
+}
+
+zt_status cpu_adamw8bit_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
+{
+    adamw8bit_apply(pc, hp);
+    return ZT_OK;
+}

@@ -39,6 +39,8 @@ static const struct ops_backend CPU_OPS = {
     .lion_update = cpu_lion_update,
     .adafactor_round = cpu_adafactor_round,
     .adafactor_apply = cpu_adafactor_apply,
+    .adamw8bit_round = cpu_adamw8bit_round,
+    .adamw8bit_apply = cpu_adamw8bit_apply,
 };
 
 const struct ops_backend *ops_cpu_backend(void)

@@ -95,6 +95,9 @@ zt_status cpu_lion_update(float *params, const float *grads, float *m, size_t n,
 zt_status cpu_adafactor_round(int round, const struct optimizer_piece *pc,
                               const struct optimizer_hparams *hp);
 zt_status cpu_adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
+zt_status cpu_adamw8bit_round(int round, const struct optimizer_piece *pc,
+                              const struct optimizer_hparams *hp);
+zt_status cpu_adamw8bit_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
 
 /* Marks a row kernel for the AVX-512 / AVX2 / baseline clones above. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
