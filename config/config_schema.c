@@ -161,7 +161,7 @@ static const struct field fields[] = {
 
     {"optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the optimizer"},
     {"optimizer.type", T_OPTIMIZER, OFF(optimizer.type), 0, "AdamW", NB, NB, 0, NULL,
-     "AdamW, Adam, SGD, Lion, Adafactor or AdamW8bit (any case)"},
+     "AdamW, Adam, SGD, Lion, Adafactor, AdamW8bit or LOMO (any case)"},
     {"optimizer.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "its parameters"},
     {"optimizer.params.lr", T_DOUBLE, OFF(optimizer.lr), 0, "1e-3", GT(0), NB, 0, NULL,
      "learning rate"},
@@ -1104,6 +1104,14 @@ static zt_status check_optimizer(const struct walk *w)
                             o->name);
     }
     ZT_TRY(check_adafactor(w, o));
+    if (o->fused_backward && c->gradient_accumulation_steps > 1) {
+        where_of_keys(w, where, "gradient_accumulation_steps", "optimizer.type", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: gradient_accumulation_steps: %s updates each unit during the "
+                            "backward and keeps no gradient to accumulate into: it must be 1, "
+                            "got %d (raise train_micro_batch_size_per_gpu instead)",
+                            where, o->name, c->gradient_accumulation_steps);
+    }
     if (c->optimizer.nesterov && (c->optimizer.momentum <= 0 || c->optimizer.dampening != 0)) {
         where_of_keys(w, where, "optimizer.params.nesterov", "optimizer.params.momentum",
                       "optimizer.params.dampening");

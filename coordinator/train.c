@@ -70,23 +70,63 @@ static void comm_stats_delta(const struct comm_stats *now, const struct comm_sta
     out->wait_seconds = now->wait_seconds - before->wait_seconds;
 }
 
+/* A fused-backward optimizer (LOMO; one micro step, a config rule): the
+ * update happens inside the backward, so when gradient clipping or fp16
+ * loss scaling needs the norm before any update, a first forward and
+ * backward only measure it (the method's two backwards: twice the compute
+ * of such a step), and an overflow skips the second. */
+static zt_status fused_step(struct run_session *s, long step, struct step_record *r,
+                            double *loss_sum, struct shard_step_result *result)
+{
+    const struct zt_config *c = &s->cfg;
+    struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
+    double clip_coef = 1.0;
+    sampler_fill(&s->sampler, &s->train, (uint64_t)step, 0, s->inputs, s->targets);
+    if (c->gradient_clipping > 0.0 || s->scaler.dynamic) {
+        shard_engine_fused_arm(&s->engine, NULL, r->loss_scale, 1.0);
+        ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
+        ZT_TRY(model_backward(s->model, &s->engine.hooks, (float)r->loss_scale));
+        ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
+        *loss_sum = s->model->mean_loss;
+        if (result->skipped)
+            return ZT_OK;
+        const double norm = result->grad_norm;
+        if (c->gradient_clipping > 0.0 && norm > c->gradient_clipping)
+            clip_coef = c->gradient_clipping / (norm + 1e-6);
+    }
+    const double measured = result->grad_norm;
+    shard_engine_fused_arm(&s->engine, &hp, r->loss_scale, clip_coef);
+    ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
+    ZT_TRY(model_backward(s->model, &s->engine.hooks, (float)r->loss_scale));
+    *loss_sum = s->model->mean_loss;
+    ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
+    if (c->gradient_clipping > 0.0 || s->scaler.dynamic)
+        result->grad_norm = measured; /* before clipping, as for the other optimizers */
+    return ZT_OK;
+}
+
 zt_status train_step(struct run_session *s, long step, struct step_record *r)
 {
     const struct zt_config *c = &s->cfg;
     const int accum = c->gradient_accumulation_steps;
     struct comm_stats before = *comm_get_stats(s->comm);
     double loss_sum = 0.0;
+    struct shard_step_result result = {0};
 
     r->loss_scale = s->scaler.scale;
-    for (int m = 0; m < accum; m++) {
-        sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
-        ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
-        ZT_TRY(model_backward(s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
-        loss_sum += s->model->mean_loss;
+    if (s->engine.cfg.optimizer->fused_backward) {
+        ZT_TRY(fused_step(s, step, r, &loss_sum, &result));
+    } else {
+        for (int m = 0; m < accum; m++) {
+            sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
+            ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
+            ZT_TRY(
+                model_backward(s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
+            loss_sum += s->model->mean_loss;
+        }
+        struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
+        ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, &result));
     }
-    struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
-    struct shard_step_result result;
-    ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, &result));
     r->grad_norm = result.grad_norm;
     r->skipped = result.skipped;
     loss_scaler_update(&s->scaler, result.skipped);
@@ -250,7 +290,8 @@ static void bytes_per_param(const struct shard_engine *e, double out[4])
     const int half = e->cfg.precision != ZT_F32;
     const double trainable = (double)e->part.trainable_numel;
     out[0] = half ? 2 : 4;
-    out[1] = half ? 2 : 4;
+    /* a fused-backward optimizer (LOMO) keeps no gradients between units */
+    out[1] = e->cfg.optimizer->fused_backward ? 0 : half ? 2 : 4;
     out[2] = half ? 4 : 0;
     out[3] = (double)e->cfg.optimizer_states * sizeof(float);
     if (trainable > 0)

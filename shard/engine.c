@@ -80,8 +80,10 @@ static zt_status alloc_states(struct shard_engine *e)
     void *p;
     ZT_TRY(alloc_state(e, LEDGER_PARAMS, (pol->shard_params ? shard : full) * e->esz, "parameters",
                        &e->params));
-    ZT_TRY(alloc_state(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->esz, "gradients",
-                       &e->grads));
+    /* A fused-backward optimizer keeps no gradients between units. */
+    if (!e->cfg.optimizer->fused_backward)
+        ZT_TRY(alloc_state(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->esz,
+                           "gradients", &e->grads));
     if (is_16bit(e)) {
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
         e->master = p;
@@ -221,6 +223,86 @@ static zt_status gathered_release(struct shard_engine *e, int unit)
     return ZT_ERR_INTERNAL;
 }
 
+/* Each unit's gradient lives in its own transient buffer, reduced once
+ * complete: stages 2-3, and every stage of a fused-backward optimizer. */
+static int transient_grads(const struct shard_engine *e)
+{
+    return e->policy.shard_grads || e->cfg.optimizer->fused_backward;
+}
+
+/* ---- fused-backward optimizers: a unit reduced and applied at once -------- */
+
+void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hparams *hp,
+                            double loss_scale, double clip_coef)
+{
+    ZT_ASSERT(e->cfg.optimizer->fused_backward);
+    e->fused.update = hp != NULL;
+    if (hp) {
+        e->fused.hp = *hp;
+        e->fused.hp.step = ++e->updates;
+    }
+    e->fused.unscale = 1.0 / ((double)e->cfg.world * loss_scale);
+    e->fused.gscale = (float)(e->fused.unscale * clip_coef);
+    e->fused.sumsq = 0.0;
+}
+
+/* The unit's gradient is complete: reduce it, measure and apply it to the
+ * rank's range, regather the unit where the stage keeps parameters whole,
+ * and drop the buffers. */
+static zt_status fused_unit_done(struct shard_engine *e, int unit)
+{
+    const struct shard_unit *su = &e->part.units[unit];
+    const struct owned_range r = owned_range_of(e, unit);
+    void *full = e->unit_grads[unit], *reduced = full, *tmp = NULL;
+    const size_t tmp_bytes = is_16bit(e) ? (r.hi - r.lo) * sizeof(float) : 0;
+    zt_status st = ZT_OK;
+    if (e->policy.shard_states)
+        st = device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), "a reduced shard",
+                          &reduced);
+    if (st == ZT_OK && tmp_bytes)
+        st = device_alloc(e->dev, LEDGER_WORKSPACE, tmp_bytes, "fp32 gradients", &tmp);
+    if (st == ZT_OK && !e->plan)
+        st = e->policy.shard_states
+                 ? comm_reduce_scatter(e->comm, full, reduced, su->shard, e->cfg.precision,
+                                       COMM_OP_SUM)
+                 : comm_allreduce(e->comm, full, su->padded, e->cfg.precision, COMM_OP_SUM);
+    if (st == ZT_OK && !e->plan)
+        st = shard_update_fused_unit(e, unit, reduced, &r, tmp);
+    if (st == ZT_OK && !e->plan && e->fused.update && shard_policy_regathers_params(&e->policy)) {
+        void *unit_params = at(e, e->params, su->padded_offset);
+        st = comm_allgather(e->comm, at(e, unit_params, (size_t)e->cfg.rank * su->shard),
+                            unit_params, su->shard, e->cfg.precision);
+    }
+    if (tmp_bytes && (tmp || e->plan))
+        device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);
+    if (e->policy.shard_states && (reduced || e->plan))
+        device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), reduced);
+    device_free(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, unit), full);
+    e->unit_grads[unit] = NULL;
+    return st;
+}
+
+/* The end of a fused step: the norm of what the backward reduced. */
+static zt_status step_fused(struct shard_engine *e, int skip_on_overflow,
+                            struct shard_step_result *out)
+{
+    double sumsq = e->fused.sumsq;
+    if (e->policy.shard_states && !e->plan)
+        ZT_TRY(comm_allreduce(e->comm, &sumsq, 1, ZT_F64, COMM_OP_SUM));
+    e->fused.sumsq = 0.0;
+    out->grad_norm = sqrt(sumsq);
+    if (isfinite(out->grad_norm) || e->plan)
+        return ZT_OK;
+    if (skip_on_overflow) {
+        out->skipped = 1;
+        return ZT_OK;
+    }
+    return zt_error_set(ZT_ERR_NUMERIC,
+                        "gradient norm is %f at step %ld: training diverged (lower "
+                        "optimizer.params.lr or set gradient_clipping)",
+                        out->grad_norm, e->updates);
+}
+
 /* ---- stages 2-3: reducing unit gradients ------------------------------------ */
 
 static zt_status finish_oldest_reduce(struct shard_engine *e)
@@ -301,7 +383,7 @@ static zt_status hook_pass_begin(void *ctx, enum model_pass pass)
 static zt_status hook_pass_end(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
-    if (pass == MODEL_PASS_BACKWARD && e->policy.shard_grads) {
+    if (pass == MODEL_PASS_BACKWARD && e->policy.shard_grads && !e->cfg.optimizer->fused_backward) {
         ZT_TRY(close_bucket(e));
         while (e->n_reduces > 0)
             ZT_TRY(finish_oldest_reduce(e));
@@ -380,7 +462,7 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
         return ZT_OK;
     }
     if (!is_16bit(e)) {
-        if (!e->policy.shard_grads) {
+        if (!transient_grads(e)) {
             *grads = at(e, e->grads, su->state_padded_offset);
             return ZT_OK;
         }
@@ -391,7 +473,7 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
     /* The backward accumulates: stages 0-1 continue from the stored grads,
      * stages 2-3 start each micro step from zero (the view is zeroed). */
     ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
-    if (!e->policy.shard_grads && !e->plan)
+    if (!transient_grads(e) && !e->plan)
         ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, e->grads, su->state_padded_offset),
                               e->grad_view[unit], su->padded));
     *grads = e->grad_view[unit];
@@ -407,8 +489,8 @@ static zt_status hook_grads_done(void *ctx, int unit)
         return ZT_OK;
     }
     if (is_16bit(e)) {
-        void *dst = at(e, e->grads, su->state_padded_offset);
-        if (e->policy.shard_grads) {
+        void *dst = transient_grads(e) ? NULL : at(e, e->grads, su->state_padded_offset);
+        if (transient_grads(e)) {
             ZT_TRY(open_unit_grads(e, unit));
             dst = e->unit_grads[unit];
         }
@@ -416,6 +498,8 @@ static zt_status hook_grads_done(void *ctx, int unit)
             ZT_TRY(e->ops->from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded));
         close_view(e, unit, &e->grad_view[unit]);
     }
+    if (e->cfg.optimizer->fused_backward)
+        return fused_unit_done(e, unit);
     return !e->policy.shard_grads ? ZT_OK : unit_grads_complete(e, unit);
 }
 
@@ -596,6 +680,11 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
     void *g = e->grads, *shards = NULL, *tmp = NULL;
     out->grad_norm = 0.0;
     out->skipped = 0;
+    if (e->cfg.optimizer->fused_backward) {
+        (void)hp; /* the backward applied the update armed for it */
+        (void)loss_scale;
+        return step_fused(e, skip_on_overflow, out);
+    }
     if (shard_policy_reduces_at_step(&e->policy)) {
         ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, "reduced grad shards",
                             &shards));

@@ -68,6 +68,13 @@ void shard_update_stats_free(struct shard_engine *e, struct shard_update_stats *
 zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
                              struct shard_update_stats *stats, const struct optimizer_hparams *hp);
 
+/* Fused-backward optimizers: the reduced gradient of unit u's range r
+ * (working precision, element r->lo first) measured into e->fused.sumsq
+ * and, when the step updates, applied to the rank's range of the unit; tmp
+ * holds r->hi - r->lo floats. Errors: those of the ops. */
+zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
+                                  const struct owned_range *r, float *tmp);
+
 /* Whole-tensor optimizers: where each trainable tensor's replicated state
  * starts in e->tensor_state (SHARD_NO_STATE for frozen tensors), and the
  * total, set in out[n_tensors]. */

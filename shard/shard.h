@@ -205,6 +205,16 @@ struct shard_engine {
     /* 16-bit: the fp32 views the model computes with, per unit (workspace). */
     float **param_view, **grad_view;
 
+    /* Fused-backward optimizers (LOMO): what the backward does with each
+     * unit's reduced gradient (see shard_engine_fused_arm). */
+    struct {
+        int update;                  /* 0: measure the norm only */
+        struct optimizer_hparams hp; /* of this step */
+        double unscale;              /* 1 / (world * loss scale) */
+        float gscale;                /* unscale times the clipping coefficient */
+        double sumsq;                /* of the unscaled gradients this rank reduced */
+    } fused;
+
     long updates;                  /* optimizer steps taken */
     struct model_unit_hooks hooks; /* what the model borrows through */
 };
@@ -234,6 +244,21 @@ struct shard_step_result {
  * ZT_ERR_NUMERIC otherwise. Errors: ZT_ERR_COMM, ZT_ERR_NUMERIC. */
 zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp, double loss_scale,
                             int skip_on_overflow, struct shard_step_result *out);
+
+/* Fused-backward optimizers (optimizer->fused_backward, LOMO): there is no
+ * gradient buffer; during the backward each unit's gradient, once
+ * complete, is reduced (allreduce under stage 0, reduce-scatter otherwise),
+ * and then either only measured or, with `hp`, also applied to the rank's
+ * range at once (stages 1-2 then allgather the unit) and dropped. Arm
+ * before each backward: hp NULL measures (the first of LOMO's two
+ * backwards, when clipping or loss scaling needs the norm before any
+ * update); with hp the backward updates (hp->step is set here), gradients
+ * scaled by 1 / (world * loss_scale) * clip_coef. shard_engine_step then
+ * ends the step: it reports the norm of what the backward reduced, and a
+ * non-finite norm is a skip (skip_on_overflow) or ZT_ERR_NUMERIC; it
+ * computes nothing else. */
+void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hparams *hp,
+                            double loss_scale, double clip_coef);
 
 /* Copies the full working parameters, unpadded, as fp32 into host memory
  * dst[n_params]. Collective under stage 3 (it gathers). */

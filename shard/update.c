@@ -86,6 +86,30 @@ static zt_status update_elementwise(struct shard_engine *e, void *g, float gscal
     return ZT_OK;
 }
 
+/* ---- fused-backward optimizers -------------------------------------------------- */
+
+zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
+                                  const struct owned_range *r, float *tmp)
+{
+    const size_t n = r->hi - r->lo;
+    double sumsq;
+    if (n == 0)
+        return ZT_OK;
+    ZT_TRY(e->ops->sum_squares(e->cfg.precision, reduced, n, e->fused.unscale, &sumsq));
+    e->fused.sumsq += sumsq;
+    if (!e->fused.update)
+        return ZT_OK;
+    float *grad = is_16bit(e) ? tmp : reduced;
+    if (is_16bit(e))
+        ZT_TRY(e->ops->to_f32(e->cfg.precision, reduced, tmp, n));
+    ZT_TRY(e->ops->scale(grad, n, e->fused.gscale));
+    float *target = update_target(e, r);
+    ZT_TRY(update_unit_range(e, u, r->lo, r->hi, target, grad, r->state_off, &e->fused.hp));
+    if (is_16bit(e))
+        ZT_TRY(e->ops->from_f32(e->cfg.precision, target, at(e, e->params, r->working_off), n));
+    return ZT_OK;
+}
+
 /* ---- whole-tensor optimizers ------------------------------------------------ */
 
 size_t shard_tensor_state_layout(const struct shard_engine *e, size_t *out)

@@ -907,7 +907,7 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_UNSUPPORTED,
      "bad.yaml:2:19: optimizer.type: not supported yet: optimizer 'Lamb' (supported: AdamW, "
-     "Adam, SGD, Lion, Adafactor, AdamW8bit)"},
+     "Adam, SGD, Lion, Adafactor, AdamW8bit, LOMO)"},
     {"data: {train: x}\noptimizer: {type: SGD, params: {nesterov: true, momentum: 0.9, "
      "dampening: 0.1}}\n",
      NULL,

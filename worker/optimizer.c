@@ -458,6 +458,19 @@ static zt_status sgd_entry_update(const struct ops_backend *ops, float *params, 
     return ops->sgd_update(params, grads, hp->momentum != 0.0f ? states[0] : NULL, n, decay, hp);
 }
 
+/* LOMO's update is plain SGD (with L2 weight decay, as SGD's). */
+static zt_status lomo_entry_update(const struct ops_backend *ops, float *params, const float *grads,
+                                   float *const *states, size_t n, float decay,
+                                   const struct optimizer_hparams *hp)
+{
+    (void)states;
+    struct optimizer_hparams sgd = *hp;
+    sgd.momentum = 0.0f;
+    sgd.dampening = 0.0f;
+    sgd.nesterov = 0;
+    return ops->sgd_update(params, grads, NULL, n, decay, &sgd);
+}
+
 static int sgd_state_count(const struct optimizer_hparams *hp)
 {
     return hp->momentum != 0.0f;
@@ -567,6 +580,17 @@ static const struct optimizer_ops optimizers[] = {
         .stats_len = adamw8bit_stats_len,
         .tensor_round = adamw8bit_entry_round,
         .tensor_apply = adamw8bit_entry_apply,
+    },
+    {
+        /* LOMO (Lv et al. 2023): SGD fused into the backward, no state */
+        .name = "LOMO",
+        .n_states = 0,
+        .fused_backward = 1,
+        .default_beta1 = 0.9,
+        .default_beta2 = 0.999,
+        .n_hparams = 2,
+        .hparams = {OPT_HP_LR, OPT_HP_WEIGHT_DECAY},
+        .update = lomo_entry_update,
     },
 };
 #define N_OPTIMIZERS (sizeof optimizers / sizeof optimizers[0])

@@ -122,6 +122,9 @@ struct optimizer_ops {
      * (8-bit codes). Element-wise optimizers keep fp32 states. */
     enum zt_dtype state_dtype[OPTIMIZER_MAX_STATES];
     int whole_tensors; /* 1: an update needs a tensor whole (row/column statistics) */
+    /* 1: the update runs inside the backward, each unit as soon as its
+     * gradient is reduced, and no gradient outlives its unit (LOMO). */
+    int fused_backward;
     double default_beta1, default_beta2; /* optimizer.params.betas when not given */
     double default_eps, default_eps2;    /* a pair eps when not given (those reading eps2) */
     int n_hparams;
