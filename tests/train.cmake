@@ -13,3 +13,4 @@ set_property(TEST test_trajectory_np2 APPEND PROPERTY ENVIRONMENT "OPENBLAS_CORE
 if(ZT_SANITIZE)
   target_compile_definitions(test_trajectory PRIVATE ZT_TRAJECTORY_TOLERANCE=1e-3)
 endif()
+zt_test(test_optim_reference SOURCES test_optim_reference.c LIBS zt_coordinator RANKS 1 2 TIMEOUT 300)
