@@ -36,31 +36,72 @@
 #define N_UPDATES  5
 #define NAME_BYTES 24
 
-/* The cases this suite runs, with the hyperparameters the reference script
- * used (its docstring has the algorithms). The script's remaining cases,
- * adafactor, adafactor_beta1 and adamw8bit, are added here together with
- * their optimizers. */
+/* The cases this suite runs: every case of the reference script, with the
+ * hyperparameters it used (its docstring has the algorithms), and LOMO
+ * against the script's plain SGD. */
 struct optim_case {
     const char *name;      /* as optimizer_reference.bin spells it */
     const char *optimizer; /* optimizer_find() */
     struct optimizer_hparams hp;
+    /* 8-bit states: a value a float32 rounding away from the midpoint of
+     * two codes may be stored as either (the float64 reference came within
+     * 7e-7 of a code step of one), and that element then moves by one code
+     * step's worth of update: compare_params allows it in up to 1% of a
+     * tensor's elements, within 3e-3 of the tensor's largest value. */
+    int code_ties;
 };
 
 static const struct optim_case cases[] = {
     {"adamw",
      "AdamW",
-     {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f}},
+     {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f},
+     0},
     {"adam",
      "Adam",
-     {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f}},
-    {"sgd", "SGD", {.lr = 0.1f, .momentum = 0.0f, .dampening = 0.0f, .weight_decay = 0.1f}},
+     {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f},
+     0},
+    {"sgd", "SGD", {.lr = 0.1f, .momentum = 0.0f, .dampening = 0.0f, .weight_decay = 0.1f}, 0},
     {"sgd_momentum",
      "SGD",
-     {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .nesterov = 0, .weight_decay = 0.1f}},
+     {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .nesterov = 0, .weight_decay = 0.1f},
+     0},
     {"sgd_nesterov",
      "SGD",
-     {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.0f, .nesterov = 1, .weight_decay = 0.1f}},
-    {"lion", "Lion", {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .weight_decay = 0.1f}},
+     {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.0f, .nesterov = 1, .weight_decay = 0.1f},
+     0},
+    {"lion", "Lion", {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .weight_decay = 0.1f}, 0},
+    {"adafactor",
+     "Adafactor",
+     {.lr = 1e-2f,
+      .eps = 1e-30f,
+      .eps2 = 1e-3f,
+      .clip_threshold = 1.0f,
+      .decay_rate = -0.8f,
+      .weight_decay = 0.1f,
+      .scale_parameter = 1},
+     0},
+    {"adafactor_beta1",
+     "Adafactor",
+     {.lr = 1e-2f,
+      .eps = 1e-30f,
+      .eps2 = 1e-3f,
+      .clip_threshold = 1.0f,
+      .decay_rate = -0.8f,
+      .beta1 = 0.9f,
+      .weight_decay = 0.1f,
+      .scale_parameter = 1},
+     0},
+    {"adamw8bit",
+     "AdamW8bit",
+     {.lr = 1e-2f,
+      .beta1 = 0.9f,
+      .beta2 = 0.999f,
+      .eps = 1e-8f,
+      .weight_decay = 0.1f,
+      .min_8bit_size = 256},
+     1},
+    /* LOMO's update is the reference's plain SGD, applied in the backward */
+    {"sgd", "LOMO", {.lr = 0.1f, .weight_decay = 0.1f}, 0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -215,17 +256,26 @@ static struct model_unit_hooks key_bias_hooks(struct key_bias_hooks *k)
                                      .grads_done = kb_grads_done};
 }
 
-/* Every tensor of `got` within 1e-4 of its largest |reference value|. */
+/* Every tensor of `got` within 1e-4 of its largest |reference value|
+ * (with code_ties, all but 1% of it, and those within 3e-3). */
 static void compare_params(const struct param_table *t, const float *got, const float *want,
-                           const char *name, int stage, int update)
+                           const char *name, int stage, int update, int code_ties)
 {
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *p = &t->tensors[k];
         double scale = 0.0;
+        size_t off = 0;
         for (size_t i = p->offset; i < p->offset + p->numel; i++)
             scale = fmax(scale, fabs((double)want[i]));
         for (size_t i = p->offset; i < p->offset + p->numel; i++) {
             const double diff = fabs((double)got[i] - want[i]);
+            if (code_ties && diff > 1e-4 * scale && diff <= 3e-3 * scale) {
+                ck_assert_msg(++off * 100 <= p->numel,
+                              "%s stage %d update %d: %s: %zu of %zu elements beyond 1e-4 of "
+                              "its largest value",
+                              name, stage, update, p->name, off, p->numel);
+                continue;
+            }
             ck_assert_msg(diff <= 1e-4 * scale,
                           "%s stage %d update %d: %s[%zu] is %.9g, the reference %.9g (diff "
                           "%.3e, tolerance %.3e)",
@@ -264,6 +314,7 @@ static void run_stage(const struct optim_case *c, const struct model_ref *mr,
         .precision = ZT_F32,
         .optimizer = opt,
         .optimizer_states = optimizer_state_count(opt, &hp),
+        .hparams = hp,
     };
     struct shard_engine e;
     ck_assert_int_eq(shard_engine_create(&ec, &table, comm, &be, &e), ZT_OK);
@@ -284,6 +335,10 @@ static void run_stage(const struct optim_case *c, const struct model_ref *mr,
     float *got = malloc(table.n_params * sizeof(float));
     ck_assert_ptr_nonnull(got);
     for (int i = 0; i < N_UPDATES; i++) {
+        if (opt->fused_backward) {
+            shard_engine_fused_arm(&e, &hp, 1.0, 1.0);
+            hp.step = i + 1;
+        }
         ck_assert_int_eq(model_forward(model, &hooks, mr->inputs, mr->targets), ZT_OK);
         const double loss = model->mean_loss, want = or->losses[i];
         ck_assert_msg(fabs(loss - want) <= 1e-5 * fabs(want),
@@ -295,7 +350,8 @@ static void run_stage(const struct optim_case *c, const struct model_ref *mr,
         ck_assert_int_eq(res.skipped, 0);
         ck_assert_int_eq((int)hp.step, i + 1);
         ck_assert_int_eq(shard_engine_full_params(&e, got), ZT_OK);
-        compare_params(&table, got, or->after + (size_t)i * table.n_params, c->name, stage, i);
+        compare_params(&table, got, or->after + (size_t)i * table.n_params, c->name, stage, i,
+                       c->code_ties);
     }
     free(got);
     model_destroy(model);
