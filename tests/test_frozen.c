@@ -297,6 +297,42 @@ START_TEST(adamw8bit_state_bytes_are_codes_and_scales)
 }
 END_TEST
 
+/* LOMO keeps no gradients: in every stage the ledger's grads never hold a
+ * byte, and the communication buffers peak at one unit's full gradient
+ * (plus its reduced shard under stages 1-3), measured over real steps —
+ * besides the embedding unit's (unit 0): the tied head adds to it at the
+ * start of the backward and the embeddings at the end, so it is open
+ * throughout. The largest other unit sets the bound, and the peak reaches
+ * it. */
+START_TEST(lomo_holds_one_unit_gradient_at_a_time)
+{
+    for (int stage = 0; stage <= 3; stage++)
+        for (int precision = 0; precision < 2; precision++) {
+            const char *sets[] = {stage_sets[stage], "optimizer.type=LOMO",
+                                  precision ? "bf16.enabled=true" : "bf16.enabled=false",
+                                  "optimizer.params.betas=null", "optimizer.params.eps=null"};
+            struct run_session s;
+            open_micro(&s, testutil_tmpdir("frozen"), sets, 5);
+            for (long k = 0; k < 2; k++)
+                step(&s, k);
+            const struct shard_partition *p = &s.engine.part;
+            /* under bf16 the backward accumulates in an fp32 view (workspace)
+             * and the 16-bit buffer exists only while the unit reduces: one
+             * unit at a time, the embedding's included */
+            size_t bound = 0;
+            for (int u = precision ? 0 : 1; u < p->n_units; u++) {
+                const size_t unit = p->units[u].padded * s.engine.esz;
+                const size_t shard = stage > 0 ? p->units[u].shard * s.engine.esz : 0;
+                bound = unit + shard > bound ? unit + shard : bound;
+            }
+            bound += precision ? 0 : p->units[0].padded * s.engine.esz;
+            ck_assert_uint_eq(s.ledger.peak[LEDGER_GRADS], 0);
+            ck_assert_uint_eq(s.ledger.peak[LEDGER_COMM_BUFFERS], bound);
+            session_close(&s);
+        }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -306,6 +342,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, frozen_units_hold_no_state_and_never_change);
     tcase_add_test(tc, adafactor_state_bytes_are_factors);
     tcase_add_test(tc, adamw8bit_state_bytes_are_codes_and_scales);
+    tcase_add_test(tc, lomo_holds_one_unit_gradient_at_a_time);
     tcase_add_test(tc, partly_frozen_checkpoints_resume_exactly);
     tcase_add_test(tc, every_optimizer_resumes_exactly);
     tcase_add_test(tc, optimizer_state_bytes_follow_the_table);
