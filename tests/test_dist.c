@@ -136,6 +136,27 @@ START_TEST(every_optimizer_in_every_stage)
 }
 END_TEST
 
+/* LOMO is plain SGD applied inside the backward: in every stage, with
+ * clipping (a measuring backward first) and with fp16 loss scaling, its
+ * curve is SGD's, whose update runs after the backward. */
+START_TEST(lomo_trains_as_sgd_in_every_stage)
+{
+    static const char *const modes[] = {"gradient_clipping=0.5", "fp16.enabled=true"};
+    double ref[8], got[8];
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
+        for (int stage = 0; stage <= 3; stage++) {
+            const char *sets[] = {stage_sets[stage], modes[m], "optimizer.type=SGD",
+                                  "optimizer.params.betas=null", "optimizer.params.eps=null"};
+            train_losses(sets, 5, 8, ref);
+            sets[2] = "optimizer.type=LOMO";
+            train_losses(sets, 5, 8, got);
+            char what[128];
+            snprintf(what, sizeof what, "LOMO %s stage %d (vs SGD)", modes[m], stage);
+            assert_same_curve(ref, got, 8, what);
+        }
+}
+END_TEST
+
 /* n_embd 20: the final LayerNorm unit (40 elements) is smaller than 4 ranks
  * times the alignment, and no unit divides evenly among 3 ranks. */
 START_TEST(odd_sizes_and_deep_prefetch)
@@ -539,6 +560,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, stages_train_the_same_model);
     tcase_add_test(tc, every_optimizer_in_every_stage);
+    tcase_add_test(tc, lomo_trains_as_sgd_in_every_stage);
     tcase_add_test(tc, odd_sizes_and_deep_prefetch);
     tcase_add_test(tc, activation_checkpointing_in_every_stage);
     tcase_add_test(tc, every_stage_precision_and_checkpointing);
