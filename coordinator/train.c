@@ -280,31 +280,13 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     return ZT_OK;
 }
 
-/* Bytes per parameter of each model state: fp32 keeps 4 (params) + 4
- * (grads) + 0 (no master copy) + the optimizer's state (8 for AdamW's m
- * and v); 16-bit training 2 + 2 + 4 + the optimizer's. A whole-tensor
- * optimizer's per-tensor state (Adafactor's factors) adds its exact bytes
- * averaged over the trainable parameters. */
-static void bytes_per_param(const struct shard_engine *e, double out[4])
-{
-    const int half = e->cfg.precision != ZT_F32;
-    const double trainable = (double)e->part.trainable_numel;
-    out[0] = half ? 2 : 4;
-    /* a fused-backward optimizer (LOMO) keeps no gradients between units */
-    out[1] = e->cfg.optimizer->fused_backward ? 0 : half ? 2 : 4;
-    out[2] = half ? 4 : 0;
-    out[3] = (double)e->cfg.optimizer_states * sizeof(float);
-    if (trainable > 0)
-        out[3] += (double)(e->tensor_state_len * sizeof(float)) / trainable;
-}
-
 /* The memory report: every rank's ledger peaks (measured, or planned under
  * --dry-run) against the single-device baseline. Collective. */
 static zt_status report_memory(struct run_session *s, const struct run_options *o)
 {
     struct memory_report r = {.stage = s->cfg.zero.stage, .n_params = s->table.n_params};
     struct ledger baseline;
-    bytes_per_param(&s->engine, r.bytes_per_param);
+    shard_engine_bytes_per_param(&s->engine, r.bytes_per_param);
     ZT_TRY(session_plan_baseline(s, &baseline));
     memcpy(r.baseline, baseline.peak, sizeof r.baseline);
     r.baseline_total = baseline.total_peak;

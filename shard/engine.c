@@ -706,6 +706,20 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
     return st;
 }
 
+void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4])
+{
+    const int half = is_16bit(e);
+    const double trainable = (double)e->part.trainable_numel;
+    out[0] = half ? 2 : 4;
+    out[1] = e->cfg.optimizer->fused_backward ? 0 : half ? 2 : 4;
+    out[2] = half ? 4 : 0;
+    out[3] = 0;
+    for (int k = 0; k < e->cfg.optimizer_states; k++)
+        out[3] += (double)zt_dtype_size(e->cfg.optimizer->state_dtype[k]);
+    if (trainable > 0)
+        out[3] += (double)(e->tensor_state_len * sizeof(float)) / trainable;
+}
+
 zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
 {
     void *buf = NULL, *host = NULL;

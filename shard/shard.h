@@ -260,6 +260,17 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
 void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hparams *hp,
                             double loss_scale, double clip_coef);
 
+/* Bytes per trainable parameter of each model state the engine keeps, in
+ * the order params, grads, master_params, optimizer_states: fp32 keeps 4 +
+ * 4 + 0 + the optimizer's, 16-bit training 2 + 2 + 4 + the optimizer's.
+ * The optimizer's are its per-element states at their element types (8
+ * for AdamW's fp32 m and v, 2 for AdamW8bit's codes) plus the state every
+ * rank keeps whole (Adafactor's factors, AdamW8bit's block scales)
+ * averaged over the trainable parameters. A fused-backward optimizer
+ * (LOMO) keeps no gradients. What the memory report's expected model
+ * states are computed from. */
+void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4]);
+
 /* Copies the full working parameters, unpadded, as fp32 into host memory
  * dst[n_params]. Collective under stage 3 (it gathers). */
 zt_status shard_engine_full_params(struct shard_engine *e, float *dst);

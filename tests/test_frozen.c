@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/memory_report.h"
 #include "coordinator/run_checkpoint.h"
 #include "coordinator/train.h"
 #include "testutil.h"
@@ -333,6 +334,50 @@ START_TEST(lomo_holds_one_unit_gradient_at_a_time)
 }
 END_TEST
 
+/* The memory report's expected model states (the paper's formula with the
+ * engine's bytes per parameter) equal what the ledger holds, up to the
+ * shard padding, for every optimizer in every stage: 8-bit codes at one
+ * byte, block scales, factors and small tensors' fp32 moments counted
+ * once per rank, no gradients for LOMO. */
+START_TEST(expected_model_states_match_the_ledger)
+{
+    static const char *const types[][2] = {
+        {"optimizer.type=AdamW", "bf16.enabled=true"},
+        {"optimizer.type=Lion", "bf16.enabled=false"},
+        {"optimizer.type=SGD", "optimizer.params.momentum=0"},
+        {"optimizer.type=AdamW8bit", "optimizer.params.min_8bit_size=1000"},
+        {"optimizer.type=Adafactor", "optimizer.params.beta1=0.9"},
+        {"optimizer.type=Adafactor", "bf16.enabled=true"},
+        {"optimizer.type=LOMO", "bf16.enabled=false"},
+    };
+    static const enum ledger_category model_states[] = {
+        LEDGER_PARAMS, LEDGER_GRADS, LEDGER_MASTER_PARAMS, LEDGER_OPTIMIZER_STATES};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int stage = 0; stage <= 3; stage++) {
+            const char *sets[] = {stage_sets[stage], types[t][0], types[t][1],
+                                  "optimizer.params.betas=null", "optimizer.params.eps=null"};
+            struct run_session s;
+            open_micro(&s, testutil_tmpdir("frozen"), sets, 5);
+            double bpp[4];
+            shard_engine_bytes_per_param(&s.engine, bpp);
+            const struct shard_partition *p = &s.engine.part;
+            const uint64_t expected =
+                memory_expected_model_states(stage, s.world, s.table.n_params, p->trainable_numel,
+                                             bpp, s.engine.tensor_state_len * sizeof(float));
+            size_t held = 0;
+            for (size_t k = 0; k < 4; k++)
+                held += s.ledger.current[model_states[k]];
+            /* padding: each unit rounded up to the ranks times 16 elements */
+            const double padding = (double)(p->padded_total - s.table.n_params) * 16;
+            ck_assert_msg(held >= expected && (double)(held - expected) <= padding,
+                          "%s %s stage %d: the ledger holds %zu bytes of model states, the "
+                          "report expects %llu",
+                          types[t][0], types[t][1], stage, held, (unsigned long long)expected);
+            session_close(&s);
+        }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -343,6 +388,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, adafactor_state_bytes_are_factors);
     tcase_add_test(tc, adamw8bit_state_bytes_are_codes_and_scales);
     tcase_add_test(tc, lomo_holds_one_unit_gradient_at_a_time);
+    tcase_add_test(tc, expected_model_states_match_the_ledger);
     tcase_add_test(tc, partly_frozen_checkpoints_resume_exactly);
     tcase_add_test(tc, every_optimizer_resumes_exactly);
     tcase_add_test(tc, optimizer_state_bytes_follow_the_table);

@@ -21,19 +21,14 @@ static const char *micro(void)
     return testutil_source_path("tests/data/micro.yaml");
 }
 
-/* Trains with the micro config: `np` ranks, output in dir/name, extra
- * arguments; returns the exit status. */
 static int train(const char *dir, const char *name, int np, const char *extra)
 {
-    return testutil_run(testutil_fmt("%s/%s.log", dir, name),
-                        MPIRUN " %d %s train %s --quiet --no-progress --set run.output_dir=%s/%s "
-                               "--metrics %s/%s.jsonl %s",
-                        np, testutil_binary(), micro(), dir, name, dir, name, extra);
+    return testutil_train_micro(dir, name, np, extra);
 }
 
 static int losses(const char *dir, const char *name, double *out)
 {
-    return testutil_read_losses(testutil_fmt("%s/%s.jsonl", dir, name), out, MAX_STEPS);
+    return testutil_micro_losses(dir, name, out, MAX_STEPS);
 }
 
 /* Resuming at the same world size and stage continues bit for bit: the

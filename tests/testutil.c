@@ -172,6 +172,20 @@ int testutil_read_losses(const char *path, double *loss, int cap)
     return n;
 }
 
+int testutil_train_micro(const char *dir, const char *name, int np, const char *extra)
+{
+    return testutil_run(testutil_path_in(dir, testutil_fmt("%s.log", name)),
+                        "mpirun --oversubscribe -np %d %s train %s --quiet --no-progress "
+                        "--set run.output_dir=%s/%s --metrics %s/%s.jsonl %s",
+                        np, testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir,
+                        name, dir, name, extra);
+}
+
+int testutil_micro_losses(const char *dir, const char *name, double *loss, int cap)
+{
+    return testutil_read_losses(testutil_path_in(dir, testutil_fmt("%s.jsonl", name)), loss, cap);
+}
+
 /* The program whose path ctest puts in the environment variable `name`. */
 static const char *binary_from_env(const char *name)
 {

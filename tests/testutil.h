@@ -55,6 +55,15 @@ int testutil_count(const char *hay, const char *needle);
  * how many. */
 int testutil_read_losses(const char *path, double *loss, int cap);
 
+/* Trains tests/data/micro.yaml with the zerotrain binary under mpirun:
+ * `np` ranks, quiet, outputs in dir/name, metrics in dir/name.jsonl, log
+ * in dir/name.log, then the extra arguments; returns the exit status. */
+int testutil_train_micro(const char *dir, const char *name, int np, const char *extra);
+
+/* The losses of dir/name.jsonl (written by testutil_train_micro), at most
+ * cap; returns how many. */
+int testutil_micro_losses(const char *dir, const char *name, double *loss, int cap);
+
 /* A new test case called `name` added to s, with a timeout of
  * `timeout_s` seconds (the sanitizer build runs about 10x slower than the
  * release one: leave room for it). */

@@ -1,0 +1,111 @@
+/* tests/test_optim_layouts.c — every optimizer of the table, through the
+ * binary under mpirun: the losses do not depend on the world size (1, 2
+ * and 4 ranks with the global batch kept), and a checkpoint written at 4
+ * ranks under stage 3 resumes at 2 ranks under stage 1 where the 4-rank
+ * run went on. test_dist compares the stages at one world size; this
+ * suite compares the world sizes, so together they cover the grid. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "testutil.h"
+
+#define STEPS 10
+#define SAVED 5
+
+/* One optimizer and its settings. micro.yaml's betas and eps are AdamW's:
+ * nulled, each optimizer takes its own defaults. */
+struct optimizer_case {
+    const char *name;
+    const char *sets;
+    int lomo; /* accumulation must be 1: the global batch is kept by the micro batch */
+};
+
+static const struct optimizer_case cases[] = {
+    {"AdamW", "--set optimizer.type=AdamW", 0},
+    {"Adam", "--set optimizer.type=Adam", 0},
+    {"SGD", "--set optimizer.type=SGD --set optimizer.params.momentum=0", 0},
+    {"SGD momentum", "--set optimizer.type=SGD --set optimizer.params.momentum=0.9", 0},
+    {"Lion", "--set optimizer.type=Lion --set optimizer.params.lr=1e-3", 0},
+    {"Adafactor", "--set optimizer.type=Adafactor --set optimizer.params.scale_parameter=false", 0},
+    /* the default relative step size: lr times the parameters' RMS */
+    {"Adafactor beta1",
+     "--set optimizer.type=Adafactor --set optimizer.params.beta1=0.9 --set "
+     "optimizer.params.lr=0.3",
+     0},
+    /* blocks of 256 cut by shard boundaries, and the small tensors in fp32 */
+    {"AdamW8bit", "--set optimizer.type=AdamW8bit --set optimizer.params.min_8bit_size=256", 0},
+    {"LOMO", "--set optimizer.type=LOMO --set optimizer.params.lr=0.1", 1},
+};
+
+/* The arguments that run `c` at `np` ranks under `stage` with the global
+ * batch of 4 ranks times micro.yaml's micro batch of 2. */
+static const char *layout(const struct optimizer_case *c, int np, int stage)
+{
+    const int accum = c->lomo ? 1 : 4 / np, micro_batch = c->lomo ? 8 / np : 2;
+    return testutil_fmt("%s --set optimizer.params.betas=null --set optimizer.params.eps=null "
+                        "--set zero_optimization.stage=%d --set gradient_accumulation_steps=%d "
+                        "--set train_micro_batch_size_per_gpu=%d --set run.steps=%d",
+                        c->sets, stage, accum, micro_batch, STEPS);
+}
+
+static void assert_close(const double *want, const double *got, int n, int first_step,
+                         const char *what)
+{
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= 1e-5 * fabs(want[i]),
+                      "%s, step %d: loss %.9g, the 4-rank stage-3 run's %.9g", what, first_step + i,
+                      got[i], want[i]);
+}
+
+/* 4 ranks under stage 3 (checkpoint at step 5), then 2 ranks under stage 1
+ * and 1 rank under stage 0 from scratch, then 2 ranks under stage 1
+ * resumed from the 4-rank checkpoint. */
+START_TEST(optimizer_is_world_size_invariant_and_reshards)
+{
+    const struct optimizer_case *c = &cases[_i];
+    const char *dir = testutil_tmpdir("optim-layouts");
+    double full[STEPS], got[STEPS];
+    ck_assert_msg(testutil_train_micro(dir, "four", 4,
+                                       testutil_fmt("%s --set checkpoint.every=%d "
+                                                    "--set checkpoint.keep=5 "
+                                                    "--set checkpoint.dir=%s/ck",
+                                                    layout(c, 4, 3), SAVED, dir)) == 0,
+                  "%s at 4 ranks failed:\n%s", c->name,
+                  testutil_slurp(testutil_path_in(dir, "four.log")));
+    ck_assert_int_eq(testutil_micro_losses(dir, "four", full, STEPS), STEPS);
+    ck_assert_msg(full[STEPS - 1] < full[0] - 0.01, "%s: loss did not fall: %g -> %g", c->name,
+                  full[0], full[STEPS - 1]);
+
+    static const struct {
+        int np, stage;
+        const char *name;
+    } scratch[] = {{2, 1, "two"}, {1, 0, "one"}};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(testutil_train_micro(dir, scratch[k].name, scratch[k].np,
+                                              layout(c, scratch[k].np, scratch[k].stage)),
+                         0);
+        ck_assert_int_eq(testutil_micro_losses(dir, scratch[k].name, got, STEPS), STEPS);
+        assert_close(
+            full, got, STEPS, 1,
+            testutil_fmt("%s at %d ranks, stage %d", c->name, scratch[k].np, scratch[k].stage));
+    }
+
+    ck_assert_int_eq(testutil_train_micro(dir, "resumed", 2,
+                                          testutil_fmt("%s --set run.resume=%s/ck/step-%08d",
+                                                       layout(c, 2, 1), dir, SAVED)),
+                     0);
+    ck_assert_int_eq(testutil_micro_losses(dir, "resumed", got, STEPS), STEPS - SAVED);
+    assert_close(full + SAVED, got, STEPS - SAVED, SAVED + 1,
+                 testutil_fmt("%s resumed at 2 ranks, stage 1", c->name));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("optim_layouts");
+    TCase *tc = testutil_tcase(s, "layouts", 600);
+    tcase_add_loop_test(tc, optimizer_is_world_size_invariant_and_reshards, 0,
+                        (int)(sizeof cases / sizeof cases[0]));
+    return testutil_run_suite(s, 0);
+}
