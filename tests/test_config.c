@@ -957,6 +957,14 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "optimizer.params.decay_rate: must be < 0, got 0.5"},
+    {"data: {train: x}\ngradient_accumulation_steps: 4\noptimizer: {type: lomo, params: {lr: "
+     "0.01}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:30: gradient_accumulation_steps: LOMO updates each unit during the backward and "
+     "keeps no gradient to accumulate into: it must be 1, got 4 (raise "
+     "train_micro_batch_size_per_gpu instead)"},
     {"data: {train: x}\noptimizer: {type: Adafactor, params: {eps: [1e-30, 1e-3, 1]}}\n",
      NULL,
      {NULL},
