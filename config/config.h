@@ -55,6 +55,7 @@ struct zt_config {
         int n_val;
         double val_fraction; /* held-out tail of train when val is absent, default 0.1, [0, 0.5] */
         int seq_len;         /* default block_size; must be <= block_size */
+        int skip_binary;     /* 1: binary files in data folders are skipped; default 0: error */
     } data;
 
     struct {

@@ -111,6 +111,8 @@ static const struct field fields[] = {
      "held-out tail of train when val is absent"},
     {"data.seq_len", T_INT, OFF(data.seq_len), 0, NULL, GE(1), LE(1 << 20), 0, NULL,
      "tokens per sample, <= model.block_size (default: block_size)"},
+    {"data.skip_binary", T_BOOL, OFF(data.skip_binary), 0, "false", NB, NB, 0, NULL,
+     "binary files inside data folders: false: an error; true: skipped with a warning"},
 
     {"run", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the run"},
     {"run.steps", T_LONG, OFF(run.steps), 0, "100", GE(1), NB, 0, NULL, "optimizer steps"},

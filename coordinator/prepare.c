@@ -40,9 +40,15 @@ zt_status prepare_run(const char *out_path, const char *const *paths, int n_path
 {
     ZT_TRY(check_inputs(out_path, paths, n_paths));
     struct token_buffer tokens = {0};
-    size_t n_files = 0;
-    ZT_TRY(dataset_load_counted(paths, n_paths, &tokens, &n_files));
-    zt_status st = tokfile_write(out_path, tokens.tokens, tokens.n, PREPARE_WIDTH, PREPARE_VOCAB);
+    /* Its inputs are text whatever their names (tokenised text is often
+     * called *.tok); a binary one is still refused. */
+    const struct dataset_options opt = {.text_only = 1};
+    struct dataset_report rep = {0};
+    zt_status st = dataset_load_with(paths, n_paths, &opt, &tokens, &rep);
+    size_t n_files = rep.n_files;
+    dataset_report_free(&rep);
+    ZT_TRY(st);
+    st = tokfile_write(out_path, tokens.tokens, tokens.n, PREPARE_WIDTH, PREPARE_VOCAB);
     size_t n = tokens.n;
     token_buffer_free(&tokens);
     ZT_TRY(st);

@@ -12,7 +12,8 @@
 
 #include "../common/status.h"
 
-/* Loads `paths` (text files and folders, as dataset_load walks them) with
+/* Loads `paths` (text files and folders, as dataset_load walks them, every
+ * file read as text whatever its name; a binary one is an error) with
  * the byte tokenizer and writes them atomically to `out_path` as a token
  * file (1-byte ids, vocab 256). On success prints one line to `report`
  * (skipped when NULL): "wrote N tokens (256 vocab, 1-byte ids) from F files

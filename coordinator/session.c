@@ -78,14 +78,33 @@ static zt_status check_vocab(const struct token_buffer *b, const char *what, int
     return ZT_OK;
 }
 
+/* Loads the paths of one data key; the binary files data.skip_binary left
+ * out are named once, by rank 0 (every rank reads the same files). */
+static zt_status load_paths(const struct run_session *s, const char *key, char **paths, int n,
+                            struct token_buffer *out)
+{
+    const struct dataset_options opt = {.skip_binary = s->cfg.data.skip_binary,
+                                        .skip_setting = "data.skip_binary"};
+    struct dataset_report rep = {0};
+    zt_status st = dataset_load_with((const char *const *)paths, n, &opt, out, &rep);
+    if (st == ZT_OK && rep.n_skipped > 0 && s->rank == 0) {
+        fprintf(stderr, "zerotrain: warning: %s: ", key);
+        dataset_report_write_skipped(&rep, stderr);
+        fputs(" (data.skip_binary is true)\n", stderr);
+        fflush(stderr);
+    }
+    dataset_report_free(&rep);
+    return st;
+}
+
 static zt_status load_data(struct run_session *s, int need_train)
 {
     const struct zt_config *c = &s->cfg;
     struct token_buffer all = {0};
-    ZT_TRY(dataset_load((const char *const *)c->data.train, c->data.n_train, &all));
+    ZT_TRY(load_paths(s, "data.train", c->data.train, c->data.n_train, &all));
     zt_status st;
     if (c->data.n_val > 0) {
-        st = dataset_load((const char *const *)c->data.val, c->data.n_val, &s->val);
+        st = load_paths(s, "data.val", c->data.val, c->data.n_val, &s->val);
     } else {
         st = dataset_split_tail(&all, c->data.val_fraction, c->data.seq_len, &s->val);
     }

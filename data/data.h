@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../common/status.h"
 
@@ -65,9 +66,30 @@ zt_status tokfile_write(const char *path, const int32_t *tokens, size_t n, uint3
  * the path. On error *out is empty. */
 zt_status tokfile_read(const char *path, struct token_buffer *out);
 
+/* Opens a token file and checks its header and size against each other,
+ * as tokfile_read does, without reading the tokens: for a file that is
+ * meant as a token file but will not be read. Errors: those of
+ * tokfile_read's header and size checks, each naming the path. */
+zt_status tokfile_check(const char *path);
+
 /* Returns 1 if the file starts with the token-file magic, 0 otherwise
  * (including when it cannot be read). */
 int tokfile_is_tokfile(const char *path);
+
+/* Returns 1 if `path` is named as a token file (it ends in ".tok"). */
+int tokfile_is_named(const char *path);
+
+/* Bytes at the start of a file that decide whether it is text (git and
+ * grep look at about as many). */
+#define ZT_SNIFF_BYTES 8192
+
+/* Whether a file whose first bytes are head[0..n) is binary rather than
+ * text: a NUL byte among its first ZT_SNIFF_BYTES bytes, or more than one
+ * of them in ten outside valid UTF-8 (`more`: the file goes on after n, so
+ * a sequence cut off at n is not counted). Returns 1 and writes the reason
+ * into why[why_size] ("a NUL byte at offset 12", "900 of its first 8192
+ * bytes are not UTF-8 text"); 0 when the file is text. */
+int sniff_is_binary(const unsigned char *head, size_t n, int more, char *why, size_t why_size);
 
 /* Byte-level tokenizer: vocabulary 256, one token per byte. Appends the
  * tokens of `n` text bytes to *out (growing it) and sets its vocab_size to
@@ -75,18 +97,67 @@ int tokfile_is_tokfile(const char *path);
  * another vocabulary. */
 zt_status tokenizer_bytes_encode(const unsigned char *text, size_t n, struct token_buffer *out);
 
+/* How dataset_load_with treats what it finds; a zeroed struct is what
+ * dataset_load does. */
+struct dataset_options {
+    /* 1: a binary file found inside a folder is left out and listed in the
+     * report; 0: it is an error. A file named directly is never skipped. */
+    int skip_binary;
+    /* The setting that turns skip_binary on ("data.skip_binary"), named in
+     * the error for a binary file in a folder; NULL: none is named. */
+    const char *skip_setting;
+    /* 1: every input is meant as text (prepare): a ".tok" name means
+     * nothing, and a token file is refused by its magic, never read. */
+    int text_only;
+};
+
+/* Skipped files the report names; the rest are only counted. */
+#define DATASET_SKIPPED_NAMED 4
+
+/* What dataset_load_with read and left out. A zeroed struct is empty;
+ * free with dataset_report_free. */
+struct dataset_report {
+    size_t n_files;                       /* files read; a token file counts as one */
+    size_t n_skipped;                     /* binary files left out (skip_binary) */
+    char *skipped[DATASET_SKIPPED_NAMED]; /* the first of them, in reading order; owned */
+};
+
+/* Frees the names and leaves *r empty; NULL-safe. */
+void dataset_report_free(struct dataset_report *r);
+
+/* Writes "skipped 2 binary files: A, B" to f, naming the first
+ * DATASET_SKIPPED_NAMED and counting the rest ("..., D and 3 more"). */
+void dataset_report_write_skipped(const struct dataset_report *r, FILE *f);
+
 /* Loads tokens from paths into *out (overwritten, not freed; the caller
  * frees it): a single token file, or any number of text files and folders,
- * each byte-tokenised and concatenated in the order given. A folder is
- * walked recursively (symbolic links followed) and its regular files are
- * taken in strcmp order of their paths; names starting with '.' and
- * anything that is neither a file nor a folder are skipped. A token file
- * among several paths or inside a folder is an error, so that a prepared
- * file left in its own input folder is not read back as text. Errors:
- * ZT_ERR_USAGE (no paths), ZT_ERR_IO ("PATH: no such file or directory",
- * unreadable files), ZT_ERR_DATA ("PATH: folder contains no files", a
- * folder loop, a mixed token file, or the token file's own errors),
- * ZT_ERR_NOMEM. On error *out is empty. */
+ * each byte-tokenised and concatenated in the order given.
+ *
+ * A path named directly is meant as a token file when it is a regular file
+ * whose name ends in ".tok" or that starts with the token-file magic; it is
+ * read with tokfile_read, so a damaged one is refused with what is wrong
+ * (never read as text), and among several paths it is an error (after its
+ * header is checked, so a damaged one says so). A folder is walked
+ * recursively (symbolic links followed) and its regular files are taken in
+ * strcmp order of their paths; names starting with '.' and anything that is
+ * neither a file nor a folder are skipped. Inside a folder only the magic
+ * marks a token file (text files may end in .tok), and one is an error, so
+ * that a prepared file left in its own input folder is not read back as
+ * text. Every text file is sniffed (sniff_is_binary): a binary one is an
+ * error naming it, or, inside a folder with opt->skip_binary, left out.
+ *
+ * opt may be NULL (defaults); report may be NULL, else it is overwritten
+ * (pass an empty one) and the caller frees it, on error too.
+ * Errors: ZT_ERR_USAGE (no paths), ZT_ERR_IO ("PATH: no such file or
+ * directory", unreadable files), ZT_ERR_DATA ("PATH: folder contains no
+ * files", "PATH: folder contains no text files (N binary files skipped)",
+ * "PATH: is binary, not text (WHY)", a folder loop, a mixed token file, or
+ * the token file's own errors), ZT_ERR_NOMEM. On error *out is empty. */
+zt_status dataset_load_with(const char *const *paths, int n_paths,
+                            const struct dataset_options *opt, struct token_buffer *out,
+                            struct dataset_report *report);
+
+/* dataset_load_with with the default options and no report. */
 zt_status dataset_load(const char *const *paths, int n_paths, struct token_buffer *out);
 
 /* dataset_load that also reports how many files it read (*n_files; a token

@@ -11,10 +11,18 @@
  * enclosing one would never end; the walk keeps the (device, inode) chain of
  * the folders above it and refuses such a loop.
  *
- * Text files are streamed through one chunk into the byte tokenizer. A
- * file that starts with the token-file magic is refused unless it is the
- * only input: reading a prepared file as text would silently train on its
- * header and packed ids.
+ * Text files are streamed through one chunk into the byte tokenizer. The
+ * byte tokenizer takes any bytes, so nothing downstream would notice a file
+ * that is not text; the checks are made here, on the first chunk, before a
+ * token is kept. A file that starts with the token-file magic is refused
+ * unless it is the only input: reading a prepared file as text would
+ * silently train on its header and packed ids. A path named directly that
+ * ends in .tok is meant as a token file too, so a damaged one is refused
+ * with what is wrong rather than read as text; inside folders the name
+ * decides nothing (tokenised text is often called *.tok), and a damaged
+ * token file there is caught as binary, its header having NUL bytes. A
+ * binary file (sniff.c) is an error naming it, or, inside a folder and with
+ * skip_binary, left out and listed in the report for the caller to warn.
  */
 #include "data.h"
 #include "data_impl.h"
@@ -157,26 +165,64 @@ static zt_status collect_folder(const char *root, const struct stat *sb, struct 
     return ZT_OK;
 }
 
-/* Streams one text file through the byte tokenizer. */
-static zt_status read_text_chunks(FILE *f, const char *path, unsigned char *chunk,
-                                  struct token_buffer *out)
+/* What one load works with. */
+struct load {
+    const struct dataset_options *opt;
+    unsigned char *chunk; /* DATA_CHUNK_BYTES, reused for every file */
+    struct token_buffer *out;
+    struct dataset_report *report;
+};
+
+/* Judges a text file by its first chunk, before any of it is kept: a token
+ * file is never text, and a binary file is text only by mistake. Sets
+ * *skip when the file is to be left out. */
+static zt_status check_head(const struct load *l, const char *path, size_t got, int in_folder,
+                            int *skip)
 {
-    int first = 1;
-    size_t got;
-    while ((got = fread(chunk, 1, DATA_CHUNK_BYTES, f)) > 0) {
-        if (first && got >= 8 && memcmp(chunk, ZT_TOKFILE_MAGIC, 8) == 0)
-            return zt_error_set(ZT_ERR_DATA,
-                                "%s: is a token file; a token file must be the only input", path);
-        first = 0;
-        ZT_TRY(tokenizer_bytes_encode(chunk, got, out));
+    if (got >= 8 && memcmp(l->chunk, ZT_TOKFILE_MAGIC, 8) == 0)
+        return zt_error_set(ZT_ERR_DATA, "%s: is a token file; a token file must be the only input",
+                            path);
+    char why[96];
+    /* A short first chunk is the whole file: fread fills it otherwise. */
+    if (!sniff_is_binary(l->chunk, got, got == DATA_CHUNK_BYTES, why, sizeof why))
+        return ZT_OK;
+    if (in_folder && l->opt->skip_binary) {
+        *skip = 1;
+        return ZT_OK;
     }
+    if (in_folder && l->opt->skip_setting)
+        return zt_error_set(ZT_ERR_DATA,
+                            "%s: is binary, not text (%s); set %s: true to skip binary files in "
+                            "folders",
+                            path, why, l->opt->skip_setting);
+    return zt_error_set(ZT_ERR_DATA, "%s: is binary, not text (%s)", path, why);
+}
+
+/* Streams one text file of `size` bytes through the byte tokenizer. The
+ * room for its tokens is reserved only once the head says it is text, so
+ * a large binary file costs one chunk, not its size in tokens. */
+static zt_status read_text(const struct load *l, FILE *f, const char *path, size_t size,
+                           int in_folder, int *skip)
+{
+    size_t got = fread(l->chunk, 1, DATA_CHUNK_BYTES, f);
+    if (got > 0) {
+        ZT_TRY(check_head(l, path, got, in_folder, skip));
+        if (*skip)
+            return ZT_OK;
+        ZT_TRY(data_buffer_reserve(l->out, size, path));
+    }
+    for (; got > 0; got = fread(l->chunk, 1, DATA_CHUNK_BYTES, f))
+        ZT_TRY(tokenizer_bytes_encode(l->chunk, got, l->out));
     if (ferror(f))
         return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
     return ZT_OK;
 }
 
-static zt_status append_text_file(const char *path, unsigned char *chunk, struct token_buffer *out)
+/* Appends one text file's tokens, or sets *skip (only for a binary file in
+ * a folder under skip_binary). */
+static zt_status append_text_file(const struct load *l, const char *path, int in_folder, int *skip)
 {
+    *skip = 0;
     FILE *f = fopen(path, "rb");
     if (!f)
         return data_open_error(path, errno);
@@ -188,54 +234,107 @@ static zt_status append_text_file(const char *path, unsigned char *chunk, struct
         st = zt_error_set(ZT_ERR_DATA, "%s: not a regular file", path);
     else if ((uint64_t)sb.st_size > SIZE_MAX)
         st = zt_error_set(ZT_ERR_NOMEM, "%s: too large for memory", path);
-    else if ((st = data_buffer_reserve(out, (size_t)sb.st_size, path)) == ZT_OK)
-        st = read_text_chunks(f, path, chunk, out);
+    else
+        st = read_text(l, f, path, (size_t)sb.st_size, in_folder, skip);
     fclose(f);
     return st;
 }
 
-/* Reads one named input (a text file or a folder) and appends its tokens. */
-static zt_status append_input(const char *path, const struct stat *sb, unsigned char *chunk,
-                              struct token_buffer *out, size_t *n_files)
+/* Counts a skipped file and keeps its name while the report names them. */
+static zt_status report_skip(struct dataset_report *r, const char *path)
 {
-    if (S_ISREG(sb->st_mode)) {
-        ZT_TRY(append_text_file(path, chunk, out));
-        (*n_files)++;
-        return ZT_OK;
+    if (r->n_skipped < DATASET_SKIPPED_NAMED) {
+        char *copy = strdup(path);
+        if (!copy)
+            return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory listing skipped files", path);
+        r->skipped[r->n_skipped] = copy;
     }
-    if (!S_ISDIR(sb->st_mode))
-        return zt_error_set(ZT_ERR_DATA, "%s: not a regular file or folder", path);
+    r->n_skipped++;
+    return ZT_OK;
+}
+
+static const char *plural(size_t n)
+{
+    return n == 1 ? "" : "s";
+}
+
+/* Reads every file under the folder `root`, in path order. */
+static zt_status append_folder(const struct load *l, const char *root, const struct stat *sb)
+{
     struct path_list files = {0};
-    zt_status st = collect_folder(path, sb, &files);
-    for (size_t i = 0; st == ZT_OK && i < files.n; i++)
-        st = append_text_file(files.v[i], chunk, out);
-    if (st == ZT_OK)
-        *n_files += files.n;
+    zt_status st = collect_folder(root, sb, &files);
+    size_t skipped = 0;
+    for (size_t i = 0; st == ZT_OK && i < files.n; i++) {
+        int skip;
+        st = append_text_file(l, files.v[i], 1, &skip);
+        if (st == ZT_OK && skip) {
+            skipped++;
+            st = report_skip(l->report, files.v[i]);
+        } else if (st == ZT_OK) {
+            l->report->n_files++;
+        }
+    }
+    if (st == ZT_OK && skipped == files.n)
+        st = zt_error_set(ZT_ERR_DATA,
+                          "%s: folder contains no text files (%zu binary file%s skipped)", root,
+                          skipped, plural(skipped));
     path_list_free(&files);
     return st;
 }
 
-static zt_status load_text(const char *const *paths, int n_paths, const struct stat *sbs,
-                           struct token_buffer *out, size_t *n_files)
+/* Reads one named input (a text file or a folder) and appends its tokens.
+ * A file named as a token file is not text, whatever it holds: a damaged
+ * one says what is wrong with it, a sound one that it must be alone. */
+static zt_status append_input(const struct load *l, const char *path, const struct stat *sb)
 {
-    unsigned char *chunk = malloc(DATA_CHUNK_BYTES);
-    if (!chunk)
+    if (S_ISDIR(sb->st_mode))
+        return append_folder(l, path, sb);
+    if (!S_ISREG(sb->st_mode))
+        return zt_error_set(ZT_ERR_DATA, "%s: not a regular file or folder", path);
+    if (!l->opt->text_only && tokfile_is_named(path)) {
+        ZT_TRY(tokfile_check(path));
+        return zt_error_set(ZT_ERR_DATA, "%s: is a token file; a token file must be the only input",
+                            path);
+    }
+    int skip;
+    ZT_TRY(append_text_file(l, path, 0, &skip));
+    l->report->n_files++;
+    return ZT_OK;
+}
+
+static zt_status load_text(struct load *l, const char *const *paths, int n_paths,
+                           const struct stat *sbs)
+{
+    l->chunk = malloc(DATA_CHUNK_BYTES);
+    if (!l->chunk)
         return zt_error_set(ZT_ERR_NOMEM, "data: cannot allocate the read buffer");
     zt_status st = ZT_OK;
     for (int i = 0; st == ZT_OK && i < n_paths; i++)
-        st = append_input(paths[i], &sbs[i], chunk, out, n_files);
-    free(chunk);
-    out->vocab_size = 256;
+        st = append_input(l, paths[i], &sbs[i]);
+    free(l->chunk);
+    l->chunk = NULL;
+    l->out->vocab_size = 256;
     return st;
 }
 
-zt_status dataset_load_counted(const char *const *paths, int n_paths, struct token_buffer *out,
-                               size_t *n_files)
+/* A single regular file is read as a token file when its name or its
+ * first bytes say it is one. */
+static int single_tokfile(const struct dataset_options *opt, const char *const *paths, int n_paths,
+                          const struct stat *sbs)
 {
+    return !opt->text_only && n_paths == 1 && S_ISREG(sbs[0].st_mode) &&
+           (tokfile_is_named(paths[0]) || tokfile_is_tokfile(paths[0]));
+}
+
+zt_status dataset_load_with(const char *const *paths, int n_paths,
+                            const struct dataset_options *opt, struct token_buffer *out,
+                            struct dataset_report *report)
+{
+    static const struct dataset_options defaults = {0};
+    struct dataset_report own = {0};
+    struct load l = {opt ? opt : &defaults, NULL, out, report ? report : &own};
     *out = (struct token_buffer){0};
-    size_t files = 0;
-    if (n_files)
-        *n_files = 0;
+    *l.report = (struct dataset_report){0};
     if (n_paths < 1)
         return zt_error_set(ZT_ERR_USAGE, "data: no input paths given");
     /* Every path must exist before anything large is read. */
@@ -246,25 +345,52 @@ zt_status dataset_load_counted(const char *const *paths, int n_paths, struct tok
     for (int i = 0; st == ZT_OK && i < n_paths; i++)
         if (stat(paths[i], &sbs[i]) != 0)
             st = data_open_error(paths[i], errno);
-    if (st == ZT_OK && n_paths == 1 && S_ISREG(sbs[0].st_mode) && tokfile_is_tokfile(paths[0])) {
+    if (st == ZT_OK && single_tokfile(l.opt, paths, n_paths, sbs)) {
         st = tokfile_read(paths[0], out);
-        files = 1;
+        l.report->n_files = 1;
     } else if (st == ZT_OK) {
-        st = load_text(paths, n_paths, sbs, out, &files);
+        st = load_text(&l, paths, n_paths, sbs);
     }
     free(sbs);
-    if (st != ZT_OK) {
+    dataset_report_free(&own);
+    if (st != ZT_OK)
         token_buffer_free(out);
-        return st;
-    }
+    return st;
+}
+
+zt_status dataset_load_counted(const char *const *paths, int n_paths, struct token_buffer *out,
+                               size_t *n_files)
+{
+    struct dataset_report r = {0};
+    zt_status st = dataset_load_with(paths, n_paths, NULL, out, &r);
     if (n_files)
-        *n_files = files;
-    return ZT_OK;
+        *n_files = st == ZT_OK ? r.n_files : 0;
+    dataset_report_free(&r);
+    return st;
+}
+
+void dataset_report_free(struct dataset_report *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < DATASET_SKIPPED_NAMED; i++)
+        free(r->skipped[i]);
+    *r = (struct dataset_report){0};
+}
+
+void dataset_report_write_skipped(const struct dataset_report *r, FILE *f)
+{
+    size_t named = r->n_skipped < DATASET_SKIPPED_NAMED ? r->n_skipped : DATASET_SKIPPED_NAMED;
+    fprintf(f, "skipped %zu binary file%s: ", r->n_skipped, plural(r->n_skipped));
+    for (size_t i = 0; i < named; i++)
+        fprintf(f, "%s%s", i ? ", " : "", r->skipped[i]);
+    if (r->n_skipped > named)
+        fprintf(f, " and %zu more", r->n_skipped - named);
 }
 
 zt_status dataset_load(const char *const *paths, int n_paths, struct token_buffer *out)
 {
-    return dataset_load_counted(paths, n_paths, out, NULL);
+    return dataset_load_with(paths, n_paths, NULL, out, NULL);
 }
 
 static zt_status too_short(size_t n, int seq_len)

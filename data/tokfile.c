@@ -281,23 +281,53 @@ static zt_status read_tokens(FILE *f, const char *path, const struct header *h,
     return ZT_OK;
 }
 
-zt_status tokfile_read(const char *path, struct token_buffer *out)
+/* Opens `path` and checks its header against its size; on success *fp is
+ * left open just after the header (the caller closes it). */
+static zt_status open_checked(const char *path, FILE **fp, struct header *h)
 {
-    *out = (struct token_buffer){0};
     FILE *f = fopen(path, "rb");
     if (!f)
         return data_open_error(path, errno);
     struct stat sb;
     zt_status st = ZT_OK;
-    struct header h = {0};
     if (fstat(fileno(f), &sb) != 0)
         st = zt_error_set(ZT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     else if (!S_ISREG(sb.st_mode))
         st = zt_error_set(ZT_ERR_DATA, "%s: not a regular file", path);
-    else if ((st = read_header(f, path, (uint64_t)sb.st_size, &h)) == ZT_OK)
-        st = read_tokens(f, path, &h, out);
+    else
+        st = read_header(f, path, (uint64_t)sb.st_size, h);
+    if (st != ZT_OK) {
+        fclose(f);
+        return st;
+    }
+    *fp = f;
+    return ZT_OK;
+}
+
+zt_status tokfile_read(const char *path, struct token_buffer *out)
+{
+    *out = (struct token_buffer){0};
+    FILE *f;
+    struct header h = {0};
+    ZT_TRY(open_checked(path, &f, &h));
+    zt_status st = read_tokens(f, path, &h, out);
     fclose(f);
     return st;
+}
+
+zt_status tokfile_check(const char *path)
+{
+    FILE *f;
+    struct header h = {0};
+    ZT_TRY(open_checked(path, &f, &h));
+    fclose(f);
+    return ZT_OK;
+}
+
+int tokfile_is_named(const char *path)
+{
+    size_t n = strlen(path);
+    return n >= 4 && strcmp(path + n - 4, ".tok") == 0;
 }
 
 int tokfile_is_tokfile(const char *path)

@@ -569,6 +569,240 @@ START_TEST(test_load_common_licenses)
 }
 END_TEST
 
+/* ---- token files named directly, binary files ---- */
+
+/* A file named as a token file whose header is damaged must say what is
+ * wrong, never be read as text: alone, among several paths, and by its
+ * magic when the name says nothing. */
+START_TEST(test_load_damaged_tok_header)
+{
+    struct {
+        long offset;
+        uint32_t value;
+        const char *want; /* after "PATH: " */
+    } cases[] = {
+        {2, 0x58585858, "not a token file (bad magic)"},
+        {8, 9, "token file version 9 is newer than this zerotrain understands (1)"},
+        {8, 0, "token file version 0 is not valid (expected 1)"},
+        {12, 4, "token width 4 not supported (1 or 2)"},
+        {20, 1, "reserved header field is 1, expected 0"},
+        {24, 11, "truncated: header says 11 tokens (11 bytes) but the file has 10 bytes of tokens"},
+        {24, 9, "header says 9 tokens (9 bytes) but the file has 10 bytes of tokens"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *path = small_tokfile("dmg", 10);
+        patch_u32(path, cases[i].offset, cases[i].value);
+        const char *want = testutil_fmt("%s: %s", path, cases[i].want);
+        struct token_buffer b = {0};
+        const char *one[] = {path};
+        expect_message(dataset_load(one, 1, &b), ZT_ERR_DATA, want);
+        ck_assert_ptr_null(b.tokens);
+        const char *text = testutil_path_in(testutil_tmpdir("dmgtxt"), "a.txt");
+        testutil_write_file(text, "hello", 5);
+        const char *two[] = {text, path};
+        expect_message(dataset_load(two, 2, &b), ZT_ERR_DATA, want);
+    }
+    /* Cut inside the magic: only the name says it is a token file. */
+    const char *path = small_tokfile("dmgcut", 10);
+    ck_assert_int_eq(truncate(path, 5), 0);
+    const char *one[] = {path};
+    struct token_buffer b = {0};
+    expect_message(
+        dataset_load(one, 1, &b), ZT_ERR_DATA,
+        testutil_fmt("%s: truncated: the header needs 40 bytes but the file has 5", path));
+    /* Named otherwise: the magic says it, and the header is still checked. */
+    const char *bin = testutil_path_in(testutil_tmpdir("dmgbin"), "corpus.bin");
+    size_t n;
+    unsigned char *raw = testutil_read_file(small_tokfile("dmgsrc", 10), &n);
+    testutil_put_le(raw + 8, 2, 4);
+    testutil_write_file(bin, raw, n);
+    free(raw);
+    const char *named_bin[] = {bin};
+    expect_message(dataset_load(named_bin, 1, &b), ZT_ERR_DATA,
+                   testutil_fmt("%s: token file version 2 is newer than this zerotrain "
+                                "understands (1)",
+                                bin));
+}
+END_TEST
+
+/* A sound token file loads by its name or by its magic, and a sound one
+ * named among several paths is refused as before. */
+START_TEST(test_load_sound_tok_by_name_or_magic)
+{
+    const char *path = small_tokfile("sound", 30);
+    const char *one[] = {path};
+    struct token_buffer b = {0};
+    ck_assert_int_eq(dataset_load(one, 1, &b), ZT_OK);
+    ck_assert_uint_eq(b.n, 30);
+    ck_assert_int_eq(b.tokens[29], 29 * 7 % 256);
+    token_buffer_free(&b);
+    const char *other = testutil_path_in(testutil_tmpdir("soundbin"), "corpus.data");
+    size_t n;
+    unsigned char *raw = testutil_read_file(path, &n);
+    testutil_write_file(other, raw, n);
+    free(raw);
+    const char *by_magic[] = {other};
+    ck_assert_int_eq(dataset_load(by_magic, 1, &b), ZT_OK);
+    ck_assert_uint_eq(b.n, 30);
+    token_buffer_free(&b);
+    const char *two[] = {other, path};
+    expect_message(dataset_load(two, 2, &b), ZT_ERR_DATA,
+                   testutil_fmt("%s: is a token file; a token file must be the only input", other));
+}
+END_TEST
+
+START_TEST(test_sniff_rule)
+{
+    char why[96];
+    const unsigned char ascii[] = "plain text\n";
+    ck_assert_int_eq(sniff_is_binary(ascii, sizeof ascii - 1, 0, why, sizeof why), 0);
+    const unsigned char nul[] = {'a', 'b', 'c', 0, 'd'};
+    ck_assert_int_eq(sniff_is_binary(nul, sizeof nul, 0, why, sizeof why), 1);
+    ck_assert_str_eq(why, "a NUL byte at offset 3");
+    /* UTF-8 of every length, and Latin-1 with a few accented letters. */
+    const char *utf8 = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 na\xc3\xafve";
+    ck_assert_int_eq(sniff_is_binary((const unsigned char *)utf8, strlen(utf8), 0, why, sizeof why),
+                     0);
+    const char *latin1 = "Le caf\xe9 de la gare est ferm\xe9 le dimanche.";
+    ck_assert_int_eq(
+        sniff_is_binary((const unsigned char *)latin1, strlen(latin1), 0, why, sizeof why), 0);
+    /* More than one byte in ten invalid: overlong, surrogate, stray bytes. */
+    const unsigned char junk[] = {'a', 0xc0, 0xaf, 'b', 0xed, 0xa0, 0x80, 'c', 0xff, 'd'};
+    ck_assert_int_eq(sniff_is_binary(junk, sizeof junk, 0, why, sizeof why), 1);
+    ck_assert_str_eq(why, "6 of its first 10 bytes are not UTF-8 text");
+    /* A sequence cut at the end counts only when the file ends there. */
+    unsigned char cut[10] = {'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 0xe2, 0x82};
+    ck_assert_int_eq(sniff_is_binary(cut, sizeof cut, 1, why, sizeof why), 0);
+    ck_assert_int_eq(sniff_is_binary(cut, sizeof cut, 0, why, sizeof why), 1);
+    /* Only the first ZT_SNIFF_BYTES bytes are looked at. */
+    unsigned char *big = malloc(ZT_SNIFF_BYTES + 1);
+    memset(big, 'x', ZT_SNIFF_BYTES + 1);
+    big[ZT_SNIFF_BYTES] = 0;
+    ck_assert_int_eq(sniff_is_binary(big, ZT_SNIFF_BYTES + 1, 0, why, sizeof why), 0);
+    big[ZT_SNIFF_BYTES - 1] = 0;
+    ck_assert_int_eq(sniff_is_binary(big, ZT_SNIFF_BYTES + 1, 0, why, sizeof why), 1);
+    free(big);
+}
+END_TEST
+
+static const unsigned char binary_bytes[] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0};
+
+/* root/a.txt "alpha", root/b.png (binary), root/sub/c.txt "gamma". */
+static const char *folder_with_binary(const char *tag)
+{
+    const char *root = testutil_tmpdir(tag);
+    mkdir_ok(testutil_path_in(root, "sub"));
+    testutil_write_file(testutil_path_in(root, "a.txt"), "alpha", 5);
+    testutil_write_file(testutil_path_in(root, "b.png"), binary_bytes, sizeof binary_bytes);
+    testutil_write_file(testutil_path_in(root, "sub/c.txt"), "gamma", 5);
+    return root;
+}
+
+START_TEST(test_load_folder_with_binary)
+{
+    const char *root = folder_with_binary("binfold");
+    const char *paths[] = {root};
+    const char *png = testutil_path_in(root, "b.png");
+    struct token_buffer b = {0};
+    expect_message(dataset_load(paths, 1, &b), ZT_ERR_DATA,
+                   testutil_fmt("%s: is binary, not text (a NUL byte at offset 8)", png));
+    ck_assert_ptr_null(b.tokens);
+    const struct dataset_options opt = {.skip_setting = "data.skip_binary"};
+    expect_message(dataset_load_with(paths, 1, &opt, &b, NULL), ZT_ERR_DATA,
+                   testutil_fmt("%s: is binary, not text (a NUL byte at offset 8); set "
+                                "data.skip_binary: true to skip binary files in folders",
+                                png));
+    /* A token file whose magic is damaged is binary by its header. */
+    const char *root2 = testutil_tmpdir("binfold2");
+    testutil_write_file(testutil_path_in(root2, "a.txt"), "alpha", 5);
+    const char *tok = testutil_path_in(root2, "corpus.tok");
+    int32_t t[4] = {1, 2, 3, 4};
+    ck_assert_int_eq(tokfile_write(tok, t, 4, 1, 256), ZT_OK);
+    patch(tok, 0, "X", 1);
+    const char *paths2[] = {root2};
+    expect_message(dataset_load(paths2, 1, &b), ZT_ERR_DATA,
+                   testutil_fmt("%s: is binary, not text (a NUL byte at offset 9)", tok));
+}
+END_TEST
+
+START_TEST(test_load_folder_skip_binary)
+{
+    const char *root = folder_with_binary("binskip");
+    const char *paths[] = {root};
+    const struct dataset_options opt = {.skip_binary = 1, .skip_setting = "data.skip_binary"};
+    struct token_buffer b = {0};
+    struct dataset_report r = {0};
+    ck_assert_int_eq(dataset_load_with(paths, 1, &opt, &b, &r), ZT_OK);
+    expect_tokens(&b, "alphagamma");
+    ck_assert_uint_eq(r.n_files, 2);
+    ck_assert_uint_eq(r.n_skipped, 1);
+    ck_assert_str_eq(r.skipped[0], testutil_path_in(root, "b.png"));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    dataset_report_write_skipped(&r, f);
+    fclose(f);
+    ck_assert_str_eq(text, testutil_fmt("skipped 1 binary file: %s/b.png", root));
+    free(text);
+    token_buffer_free(&b);
+    dataset_report_free(&r);
+    ck_assert_ptr_null(r.skipped[0]);
+}
+END_TEST
+
+START_TEST(test_load_skip_binary_names_the_first_and_counts)
+{
+    const char *root = testutil_tmpdir("binmany");
+    testutil_write_file(testutil_path_in(root, "text"), "t", 1);
+    for (int i = 0; i < 6; i++)
+        testutil_write_file(testutil_path_in(root, testutil_fmt("%d.bin", i)), binary_bytes,
+                            sizeof binary_bytes);
+    const char *paths[] = {root};
+    const struct dataset_options opt = {.skip_binary = 1};
+    struct token_buffer b = {0};
+    struct dataset_report r = {0};
+    ck_assert_int_eq(dataset_load_with(paths, 1, &opt, &b, &r), ZT_OK);
+    expect_tokens(&b, "t");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    dataset_report_write_skipped(&r, f);
+    fclose(f);
+    ck_assert_str_eq(text, testutil_fmt("skipped 6 binary files: %s/0.bin, %s/1.bin, %s/2.bin, "
+                                        "%s/3.bin and 2 more",
+                                        root, root, root, root));
+    free(text);
+    token_buffer_free(&b);
+    dataset_report_free(&r);
+}
+END_TEST
+
+START_TEST(test_load_skip_binary_limits)
+{
+    const struct dataset_options opt = {.skip_binary = 1, .skip_setting = "data.skip_binary"};
+    struct token_buffer b = {0};
+    struct dataset_report r = {0};
+    /* A folder of nothing but binary files has nothing to train on. */
+    const char *root = testutil_tmpdir("binonly");
+    testutil_write_file(testutil_path_in(root, "x.bin"), binary_bytes, sizeof binary_bytes);
+    const char *paths[] = {root};
+    expect_message(dataset_load_with(paths, 1, &opt, &b, &r), ZT_ERR_DATA,
+                   testutil_fmt("%s: folder contains no text files (1 binary file skipped)", root));
+    dataset_report_free(&r);
+    /* A binary file named directly is never skipped, alone or not. */
+    const char *file = testutil_path_in(root, "x.bin");
+    const char *want = testutil_fmt("%s: is binary, not text (a NUL byte at offset 8)", file);
+    const char *one[] = {file};
+    expect_message(dataset_load_with(one, 1, &opt, &b, &r), ZT_ERR_DATA, want);
+    dataset_report_free(&r);
+    const char *text = testutil_path_in(testutil_tmpdir("bintxt"), "t.txt");
+    testutil_write_file(text, "text", 4);
+    const char *two[] = {text, file};
+    expect_message(dataset_load_with(two, 2, &opt, &b, &r), ZT_ERR_DATA, want);
+    dataset_report_free(&r);
+}
+END_TEST
+
 /* ---- validation split ---- */
 
 static struct token_buffer counting_buffer(size_t n)
@@ -840,6 +1074,28 @@ START_TEST(test_prepare_run_errors)
 }
 END_TEST
 
+/* prepare reads its inputs as text whatever their names, and refuses a
+ * binary one. */
+START_TEST(test_prepare_tok_named_text_and_binary)
+{
+    const char *dir = testutil_tmpdir("preptok");
+    const char *in = testutil_path_in(dir, "train.en.tok");
+    testutil_write_file(in, "tokenised text", 14);
+    const char *paths[] = {in};
+    const char *out = testutil_path_in(dir, "o.tok");
+    ck_assert_int_eq(prepare_run(out, paths, 1, NULL), ZT_OK);
+    struct token_buffer b = {0};
+    ck_assert_int_eq(tokfile_read(out, &b), ZT_OK);
+    expect_tokens(&b, "tokenised text");
+    token_buffer_free(&b);
+    const char *bin = testutil_path_in(dir, "x.bin");
+    testutil_write_file(bin, binary_bytes, sizeof binary_bytes);
+    const char *bad[] = {bin};
+    expect_message(prepare_run(testutil_path_in(dir, "p.tok"), bad, 1, NULL), ZT_ERR_DATA,
+                   testutil_fmt("%s: is binary, not text (a NUL byte at offset 8)", bin));
+}
+END_TEST
+
 START_TEST(test_prepare_common_licenses)
 {
     const char *out = testutil_path_in(testutil_tmpdir("preplic"), "lic.tok");
@@ -852,6 +1108,80 @@ START_TEST(test_prepare_common_licenses)
     ck_assert_mem_eq(back.tokens, direct.tokens, direct.n * sizeof *direct.tokens);
     token_buffer_free(&direct);
     token_buffer_free(&back);
+}
+END_TEST
+
+/* ---- the binary: every rank gives the same answer ---- */
+
+/* A folder holding a copy of a license text and a binary file. */
+static const char *corpus_with_binary(const char *tag)
+{
+    const char *root = testutil_tmpdir(tag);
+    size_t n;
+    unsigned char *text = testutil_read_file(LICENSES "/GPL-3", &n);
+    testutil_write_file(testutil_path_in(root, "gpl.txt"), text, n);
+    free(text);
+    testutil_write_file(testutil_path_in(root, "b.png"), binary_bytes, sizeof binary_bytes);
+    return root;
+}
+
+static const char *micro_log(const char *dir, const char *name)
+{
+    return testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", name)));
+}
+
+START_TEST(test_train_damaged_tok_exits_1)
+{
+    const char *dir = testutil_tmpdir("bin-tok");
+    const char *path = testutil_path_in(dir, "corpus.tok");
+    int32_t *t = malloc(4000 * sizeof *t);
+    for (int i = 0; i < 4000; i++)
+        t[i] = i % 251;
+    ck_assert_int_eq(tokfile_write(path, t, 4000, 1, 256), ZT_OK);
+    free(t);
+    patch(path, 0, "zt", 2);
+    int rc = testutil_train_micro(dir, "run", 2,
+                                  testutil_fmt("--set data.train=%s --set run.steps=2", path));
+    const char *out = micro_log(dir, "run");
+    ck_assert_msg(rc == 1, "exit %d:\n%s", rc, out);
+    ck_assert_msg(testutil_count(out, "zerotrain: error:") == 1, "output:\n%s", out);
+    ck_assert_msg(strstr(out, testutil_fmt("%s: not a token file (bad magic)", path)) != NULL,
+                  "output:\n%s", out);
+}
+END_TEST
+
+START_TEST(test_train_binary_in_folder_exits_1)
+{
+    const char *dir = testutil_tmpdir("bin-fold");
+    const char *root = corpus_with_binary("bin-fold-data");
+    int rc = testutil_train_micro(dir, "run", 2,
+                                  testutil_fmt("--set data.train=%s --set run.steps=2", root));
+    const char *out = micro_log(dir, "run");
+    ck_assert_msg(rc == 1, "exit %d:\n%s", rc, out);
+    ck_assert_msg(testutil_count(out, "zerotrain: error:") == 1, "output:\n%s", out);
+    const char *want = testutil_fmt("%s/b.png: is binary, not text (a NUL byte at offset 8); set "
+                                    "data.skip_binary: true to skip binary files in folders",
+                                    root);
+    ck_assert_msg(strstr(out, want) != NULL, "output:\n%s", out);
+}
+END_TEST
+
+START_TEST(test_train_skip_binary_warns_once)
+{
+    const char *dir = testutil_tmpdir("bin-skip");
+    const char *root = corpus_with_binary("bin-skip-data");
+    int rc = testutil_train_micro(
+        dir, "run", 2,
+        testutil_fmt("--set data.train=%s --set run.steps=2 --set data.skip_binary=true", root));
+    const char *out = micro_log(dir, "run");
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);
+    const char *want = testutil_fmt("zerotrain: warning: data.train: skipped 1 binary file: "
+                                    "%s/b.png (data.skip_binary is true)\n",
+                                    root);
+    ck_assert_msg(testutil_count(out, want) == 1, "output:\n%s", out);
+    ck_assert_msg(testutil_count(out, "zerotrain: warning:") == 1, "output:\n%s", out);
+    double loss[4];
+    ck_assert_int_eq(testutil_micro_losses(dir, "run", loss, 4), 2);
 }
 END_TEST
 
@@ -887,6 +1217,13 @@ static Suite *data_suite(void)
     tcase_add_test(d, test_load_token_file);
     tcase_add_test(d, test_load_token_file_mixed);
     tcase_add_test(d, test_load_common_licenses);
+    tcase_add_test(d, test_load_damaged_tok_header);
+    tcase_add_test(d, test_load_sound_tok_by_name_or_magic);
+    tcase_add_test(d, test_sniff_rule);
+    tcase_add_test(d, test_load_folder_with_binary);
+    tcase_add_test(d, test_load_folder_skip_binary);
+    tcase_add_test(d, test_load_skip_binary_names_the_first_and_counts);
+    tcase_add_test(d, test_load_skip_binary_limits);
     tcase_add_test(d, test_split_tail_sizes);
     tcase_add_test(d, test_split_tail_errors);
     suite_add_tcase(s, d);
@@ -904,7 +1241,13 @@ static Suite *data_suite(void)
     tcase_add_test(r, test_prepare_run_reads_back);
     tcase_add_test(r, test_prepare_run_errors);
     tcase_add_test(r, test_prepare_common_licenses);
+    tcase_add_test(r, test_prepare_tok_named_text_and_binary);
     suite_add_tcase(s, r);
+
+    TCase *z = testutil_tcase(s, "binary", 300);
+    tcase_add_test(z, test_train_damaged_tok_exits_1);
+    tcase_add_test(z, test_train_binary_in_folder_exits_1);
+    tcase_add_test(z, test_train_skip_binary_warns_once);
     return s;
 }
 
