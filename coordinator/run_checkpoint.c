@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../formats/checkpoint.h"
 #include "../formats/hf_weights.h"
@@ -471,19 +472,36 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
 
 /* ---- restoring a session's weights ------------------------------------------- */
 
+/* model.init_from names a weights file; a checkpoint folder there is a
+ * mix-up worth a precise message rather than the reader's "not a regular
+ * file". */
+static zt_status check_not_a_folder(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "model.init_from: %s is a folder: expected a Hugging Face .safetensors "
+                        "file (for a checkpoint's weights, `zerotrain export %s --out "
+                        "FILE.safetensors` and name FILE; to continue its run, set run.resume: %s)",
+                        path, path, path);
+}
+
 /* model.init_from: each rank reads from the Hugging Face file of the
  * model's family (formats/hf_weights.h) only the ranges it holds, as the
  * fp32 weights the optimizer starts from; the optimizer state starts at
  * zero. */
 static zt_status import_weights(struct run_session *s, const char *path)
 {
-    struct hf_weights_reader *r;
+    struct hf_weights_reader *r = NULL;
     size_t max_unit = 0;
     for (int u = 0; u < s->table.n_units; u++)
         max_unit = param_table_unit_size(&s->table, u) > max_unit
                        ? param_table_unit_size(&s->table, u)
                        : max_unit;
-    zt_status opened = hf_weights_open(path, &s->table, &r), agreed_open;
+    zt_status opened = check_not_a_folder(path), agreed_open;
+    if (opened == ZT_OK)
+        opened = hf_weights_open(path, &s->table, &r);
     ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));
     if (agreed_open != ZT_OK) {
         if (opened == ZT_OK)

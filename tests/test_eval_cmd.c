@@ -151,6 +151,18 @@ START_TEST(a_checkpoint_folder_is_taken_everywhere)
     free(out);
     double loss[MAX_STEPS];
     ck_assert_int_eq(testutil_micro_losses(dir, "resumed", loss, MAX_STEPS), 1);
+
+    /* model.init_from takes a weights file: a checkpoint folder there is
+     * named, with the two ways to what was meant */
+    int rc = eval(dir, "init", 2, testutil_fmt("--set model.init_from=%s/ck", dir));
+    out = text_of(dir, "init", "log");
+    ck_assert_msg(rc == 2 &&
+                      strstr(out, testutil_fmt("model.init_from: %s/ck is a folder: expected "
+                                               "a Hugging Face .safetensors file",
+                                               dir)),
+                  "exit %d:\n%s", rc, out);
+    ck_assert_int_eq(testutil_count(out, "zerotrain: error:"), 1);
+    free(out);
 }
 END_TEST
 
