@@ -560,7 +560,8 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
 {
     char step_dir[4096];
     enum run_weights from;
-    ZT_TRY(choose_checkpoint(s, o, need_train, step_dir, sizeof step_dir, &from));
+    /* each rank looks at the files itself: agree before loading collectively */
+    ZT_TRY(agree(s, choose_checkpoint(s, o, need_train, step_dir, sizeof step_dir, &from)));
     if (from == RUN_WEIGHTS_INITIAL) {
         if (!s->cfg.model.init_from)
             return ZT_OK;

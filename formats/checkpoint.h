@@ -23,7 +23,8 @@
  * never removes the folder latest names. DIR must be one folder every rank
  * sees (a shared filesystem).
  *
- * Loading: ckpt_find_latest (cheap completeness check), ckpt_validate
+ * Loading: ckpt_resolve (a path a user gave: a step folder or DIR) or
+ * ckpt_find_latest (cheap completeness check), ckpt_validate
  * (every byte checksummed), then each rank opens the shard files it needs
  * and reads element ranges with ckpt_shard_read; after a change of world
  * size a rank reads pieces of several old shards (resharding), which is
