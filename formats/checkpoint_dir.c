@@ -473,7 +473,8 @@ zt_status ckpt_resolve(const char *path, char *step_dir, size_t n)
     dir[len] = '\0';
     struct stat sb;
     if (stat(dir, &sb) != 0)
-        return zt_error_set(ZT_ERR_IO, "%s: %s: %s", dir, strerror(errno), EXPECTED);
+        return zt_error_set(ZT_ERR_IO, "%s: %s: %s", dir,
+                            errno == ENOENT ? "no such folder" : strerror(errno), EXPECTED);
     if (!S_ISDIR(sb.st_mode))
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: not a folder: %s", dir, EXPECTED);
     ZT_TRY(ckpt_meta_path(dir, probe, sizeof probe));

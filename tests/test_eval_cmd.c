@@ -188,7 +188,7 @@ START_TEST(a_folder_that_is_neither_is_named)
                         "checkpoint in it was completed"},
         {"broken/step-00000004", "broken/step-00000004/meta.json: missing: the checkpoint was "
                                  "never completed"},
-        {"missing", "missing: No such file or directory: expected a step-NNNNNNNN folder"},
+        {"missing", "missing: no such folder: expected a step-NNNNNNNN folder"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char path[600];
