@@ -54,9 +54,11 @@ static const char train_help[] =
 static const char eval_help[] =
     "usage: zerotrain eval CONFIG [options]\n"
     "  --set key.path=value   override a configuration key (repeatable)\n"
-    "  --checkpoint DIR       evaluate the weights of this checkpoint (a step-NNNNNNNN folder)\n"
+    "  --checkpoint DIR       evaluate the weights of this checkpoint (a step-NNNNNNNN folder,\n"
+    "                         or a checkpoint.dir whose `latest` names one)\n"
     "  --metrics FILE         write {\"val_loss\": ..., \"tokens\": ...}\n"
-    "Without --checkpoint the weights are model.init_from's, or the initial ones.\n"
+    "Without --checkpoint the weights are the latest checkpoint of checkpoint.dir, else\n"
+    "model.init_from's, else the initial ones (with a warning); the first line says which.\n"
     "The last line printed is: val_loss <value>\n";
 
 static const char export_help[] =

@@ -63,6 +63,21 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
     return ZT_OK;
 }
 
+/* Rank 0 says which weights it evaluates before measuring them: a loss
+ * near ln(vocab_size) from weights nobody named would look like a result. */
+static void say_which_weights(const struct run_session *s)
+{
+    char line[9000];
+    int warn;
+    run_checkpoint_describe(s, 0, line, sizeof line, &warn);
+    if (warn)
+        fprintf(stderr, "zerotrain: warning: %s\n", line);
+    else
+        printf("%s\n", line);
+    fflush(stderr);
+    fflush(stdout);
+}
+
 zt_status eval_run(const struct run_options *o, int *print_here)
 {
     struct run_session s;
@@ -74,6 +89,8 @@ zt_status eval_run(const struct run_options *o, int *print_here)
         *print_here = s.failed_here;
         return st;
     }
+    if (s.rank == 0)
+        say_which_weights(&s);
     double loss = 0.0;
     uint64_t tokens = 0;
     st = session_evaluate(&s, &loss, &tokens);

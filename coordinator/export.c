@@ -6,7 +6,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../worker/model.h"
 #include "../formats/hf_weights.h"
@@ -19,26 +18,6 @@ static zt_status parse_dtype(const char *name, enum zt_dtype *out)
     return ZT_OK;
 }
 
-/* A step folder as given, or the one a checkpoint.dir's `latest` names. */
-static zt_status resolve_step_dir(const char *dir, char *step_dir, size_t n)
-{
-    char meta[4200];
-    struct stat st;
-    snprintf(meta, sizeof meta, "%s/%s", dir, CKPT_META_NAME);
-    if (stat(meta, &st) == 0) {
-        snprintf(step_dir, n, "%s", dir);
-        return ZT_OK;
-    }
-    int found = 0;
-    ZT_TRY(ckpt_find_latest(dir, step_dir, n, &found));
-    if (!found)
-        return zt_error_set(ZT_ERR_CHECKPOINT,
-                            "%s: neither a checkpoint (no %s) nor a checkpoint folder with a "
-                            "`%s` file",
-                            dir, CKPT_META_NAME, CKPT_LATEST_NAME);
-    return ZT_OK;
-}
-
 zt_status export_run(const char *dir, const char *out, const char *dtype_name, FILE *report)
 {
     enum zt_dtype dtype = ZT_F32;
@@ -46,7 +25,7 @@ zt_status export_run(const char *dir, const char *out, const char *dtype_name, F
     struct ckpt_meta meta;
     float *params;
     ZT_TRY(parse_dtype(dtype_name, &dtype));
-    ZT_TRY(resolve_step_dir(dir, step_dir, sizeof step_dir));
+    ZT_TRY(ckpt_resolve(dir, step_dir, sizeof step_dir));
     ZT_TRY(run_checkpoint_read_weights(step_dir, &meta, &params));
     struct param_table table;
     zt_status st = param_table_build(&meta.model, &table);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../formats/checkpoint.h"
 #include "../formats/hf_weights.h"
@@ -220,6 +221,17 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
 
 /* ---- resume ---------------------------------------------------------------- */
 
+/* Puts the option or key that named a checkpoint before the message of an
+ * error about it ("run.resume: DIR: neither a checkpoint ..."). */
+static zt_status named_by(const char *key, zt_status st)
+{
+    if (st == ZT_OK)
+        return ZT_OK;
+    char why[2048];
+    snprintf(why, sizeof why, "%s", zt_error_message());
+    return zt_error_set(st, "%s: %s", key, why);
+}
+
 zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_t n, int *found)
 {
     const char *resume = s->cfg.run.resume;
@@ -227,7 +239,7 @@ zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_
     if (strcmp(resume, "never") == 0)
         return ZT_OK;
     if (strcmp(resume, "auto") != 0) {
-        snprintf(step_dir, n, "%s", resume);
+        ZT_TRY(named_by("run.resume", ckpt_resolve(resume, step_dir, n)));
         *found = 1;
         return ZT_OK;
     }
@@ -460,19 +472,36 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
 
 /* ---- restoring a session's weights ------------------------------------------- */
 
+/* model.init_from names a weights file; a checkpoint folder there is a
+ * mix-up worth a precise message rather than the reader's "not a regular
+ * file". */
+static zt_status check_not_a_folder(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "model.init_from: %s is a folder: expected a Hugging Face .safetensors "
+                        "file (for a checkpoint's weights, `zerotrain export %s --out "
+                        "FILE.safetensors` and name FILE; to continue its run, set run.resume: %s)",
+                        path, path, path);
+}
+
 /* model.init_from: each rank reads from the Hugging Face file of the
  * model's family (formats/hf_weights.h) only the ranges it holds, as the
  * fp32 weights the optimizer starts from; the optimizer state starts at
  * zero. */
 static zt_status import_weights(struct run_session *s, const char *path)
 {
-    struct hf_weights_reader *r;
+    struct hf_weights_reader *r = NULL;
     size_t max_unit = 0;
     for (int u = 0; u < s->table.n_units; u++)
         max_unit = param_table_unit_size(&s->table, u) > max_unit
                        ? param_table_unit_size(&s->table, u)
                        : max_unit;
-    zt_status opened = hf_weights_open(path, &s->table, &r), agreed_open;
+    zt_status opened = check_not_a_folder(path), agreed_open;
+    if (opened == ZT_OK)
+        opened = hf_weights_open(path, &s->table, &r);
     ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));
     if (agreed_open != ZT_OK) {
         if (opened == ZT_OK)
@@ -499,23 +528,51 @@ static zt_status import_weights(struct run_session *s, const char *path)
     return shard_engine_params_from_master(&s->engine);
 }
 
-/* Where the weights come from: a checkpoint (eval --checkpoint, or resuming
- * a training run as run.resume says), else the initial values. Collective. */
+/* The checkpoint a session starts from, by one rule for every command:
+ * eval --checkpoint; else, training, what run.resume says; else,
+ * evaluating, the latest checkpoint of checkpoint.dir, the weights this
+ * config trained (an unset checkpoint.dir names none). *from says which,
+ * RUN_WEIGHTS_INITIAL when there is none. */
+static zt_status choose_checkpoint(const struct run_session *s, const struct run_options *o,
+                                   int need_train, char *step_dir, size_t n, enum run_weights *from)
+{
+    int found = 0;
+    *from = RUN_WEIGHTS_INITIAL;
+    if (o->checkpoint_path) {
+        ZT_TRY(named_by("--checkpoint", ckpt_resolve(o->checkpoint_path, step_dir, n)));
+        *from = RUN_WEIGHTS_NAMED;
+    } else if (need_train) {
+        ZT_TRY(run_checkpoint_find(s, step_dir, n, &found));
+        if (found)
+            *from = strcmp(s->cfg.run.resume, "auto") == 0 ? RUN_WEIGHTS_LATEST : RUN_WEIGHTS_NAMED;
+    } else if (s->cfg.checkpoint.dir) {
+        ZT_TRY(named_by("checkpoint.dir",
+                        ckpt_find_latest(s->cfg.checkpoint.dir, step_dir, n, &found)));
+        if (found)
+            *from = RUN_WEIGHTS_LATEST;
+    }
+    return ZT_OK;
+}
+
+/* Where the weights come from: a checkpoint (choose_checkpoint), else
+ * model.init_from, else the initial values. Collective. */
 static zt_status restore_weights(struct run_session *s, const struct run_options *o, int need_train)
 {
     char step_dir[4096];
-    int found = 0;
-    if (o->checkpoint_path) {
-        snprintf(step_dir, sizeof step_dir, "%s", o->checkpoint_path);
-        found = 1;
-    } else if (need_train) {
-        ZT_TRY(run_checkpoint_find(s, step_dir, sizeof step_dir, &found));
+    enum run_weights from;
+    /* each rank looks at the files itself: agree before loading collectively */
+    ZT_TRY(agree(s, choose_checkpoint(s, o, need_train, step_dir, sizeof step_dir, &from)));
+    if (from == RUN_WEIGHTS_INITIAL) {
+        if (!s->cfg.model.init_from)
+            return ZT_OK;
+        ZT_TRY(import_weights(s, s->cfg.model.init_from));
+        s->weights_from = RUN_WEIGHTS_INIT_FROM;
+        return ZT_OK;
     }
-    if (!found)
-        return s->cfg.model.init_from ? import_weights(s, s->cfg.model.init_from) : ZT_OK;
     /* evaluation needs the weights; resuming training, the optimizer too */
     ZT_TRY(run_checkpoint_load(s, step_dir, !need_train));
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", step_dir);
+    s->weights_from = from;
     return ZT_OK;
 }
 
@@ -528,6 +585,69 @@ zt_status run_checkpoint_restore(struct run_session *s, const struct run_options
         s->state = RUN_FAILED;
     }
     return st;
+}
+
+/* ---- saying which weights ------------------------------------------------------ */
+
+/* Training: which checkpoint it resumes and why, and what happens to a
+ * model.init_from that the checkpoint overrides. */
+static void describe_resume(const struct run_session *s, char *buf, size_t n)
+{
+    char why[4200];
+    if (s->weights_from == RUN_WEIGHTS_LATEST) {
+        char dir[4096];
+        run_checkpoint_dir(&s->cfg, dir, sizeof dir);
+        snprintf(why, sizeof why, "the latest checkpoint in %s", dir);
+    } else {
+        snprintf(why, sizeof why, "run.resume names it");
+    }
+    int len =
+        snprintf(buf, n, "resumed from %s at step %ld (%s)", s->resumed_from, s->start_step, why);
+    if (s->cfg.model.init_from && len >= 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len,
+                 "; model.init_from %s is not used: set run.resume: never to start from it",
+                 s->cfg.model.init_from);
+}
+
+/* Evaluation: which weights are measured; *warn when they are the initial
+ * ones, which measure nothing trained. */
+static void describe_eval(const struct run_session *s, char *buf, size_t n, int *warn)
+{
+    const char *init_from = s->cfg.model.init_from;
+    int len = 0;
+    if (s->weights_from == RUN_WEIGHTS_INIT_FROM) {
+        snprintf(buf, n, "evaluating weights from %s (model.init_from)", init_from);
+    } else if (s->weights_from == RUN_WEIGHTS_INITIAL) {
+        *warn = 1;
+        if (s->cfg.checkpoint.dir)
+            snprintf(buf, n,
+                     "checkpoint.dir %s holds no checkpoint and no model.init_from is named: "
+                     "evaluating randomly initialised weights",
+                     s->cfg.checkpoint.dir);
+        else
+            snprintf(buf, n,
+                     "no checkpoint or init_from named: evaluating randomly initialised weights");
+    } else {
+        len = snprintf(
+            buf, n, "evaluating checkpoint %s (step %ld%s)", s->resumed_from, s->start_step,
+            s->weights_from == RUN_WEIGHTS_LATEST ? ", the latest in checkpoint.dir" : "");
+        if (init_from && len >= 0 && (size_t)len < n)
+            snprintf(buf + len, n - (size_t)len, "; model.init_from %s is not used", init_from);
+    }
+}
+
+void run_checkpoint_describe(const struct run_session *s, int training, char *buf, size_t n,
+                             int *warn)
+{
+    *warn = 0;
+    buf[0] = '\0';
+    if (!training)
+        describe_eval(s, buf, n, warn);
+    else if (s->weights_from == RUN_WEIGHTS_INIT_FROM)
+        snprintf(buf, n, "starting from the weights in %s (model.init_from)",
+                 s->cfg.model.init_from);
+    else if (s->weights_from != RUN_WEIGHTS_INITIAL)
+        describe_resume(s, buf, n);
 }
 
 /* ---- export ---------------------------------------------------------------- */

@@ -33,13 +33,24 @@
 #include "session.h"
 
 /* The last phase of opening a run (CONFIGURED, after session_open): the
- * weights from a checkpoint (eval --checkpoint, or resuming as run.resume
- * says), else from model.init_from, else the initial values stay; nothing
- * under --dry-run. Collective and agreed: on failure every rank gets the
- * same status, the session is closed (RUN_FAILED) and s->failed_here says
- * whether this rank prints. */
+ * weights from a checkpoint (eval --checkpoint; training: resuming as
+ * run.resume says; eval: the latest in checkpoint.dir), else from
+ * model.init_from, else the initial values stay; nothing under --dry-run.
+ * A checkpoint path may be a step folder or a checkpoint folder
+ * (ckpt_resolve). s->weights_from says which was taken. Collective and
+ * agreed: on failure every rank gets the same status, the session is
+ * closed (RUN_FAILED) and s->failed_here says whether this rank prints. */
 zt_status run_checkpoint_restore(struct run_session *s, const struct run_options *o,
                                  int need_train);
+
+/* One line saying which weights the restored session holds and why, for
+ * rank 0 to print: training ("resumed from DIR/step-00000100 at step 100
+ * (the latest checkpoint in DIR); model.init_from FILE is not used: set
+ * run.resume: never to start from it", or "" for initial weights) or
+ * evaluation ("evaluating checkpoint DIR/step-00000100 (step 100)").
+ * *warn is set when an evaluation measures randomly initialised weights. */
+void run_checkpoint_describe(const struct run_session *s, int training, char *buf, size_t n,
+                             int *warn);
 
 /* The folder checkpoints go to: checkpoint.dir, or <run.output_dir>/checkpoints. */
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n);
@@ -49,9 +60,10 @@ void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n);
  * after the new one is complete. Errors: ZT_ERR_IO, ZT_ERR_CHECKPOINT. */
 zt_status run_checkpoint_save(struct run_session *s, long step, char *where, size_t n);
 
-/* Resolves run.resume ("auto", "never" or a path) to a checkpoint folder;
- * *found = 0 when there is nothing to resume. A given path that is not a
- * complete checkpoint is an error. */
+/* Resolves run.resume ("auto", "never" or a path: a step folder or a
+ * checkpoint folder, ckpt_resolve) to a step folder; *found = 0 when there
+ * is nothing to resume. A given path that is not a complete checkpoint is
+ * an error naming run.resume. */
 zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_t n, int *found);
 
 /* Validates the checkpoint in step_dir (every file and checksum), checks

@@ -46,6 +46,14 @@ struct ckpt_fault_hooks {
 
 enum run_state { RUN_INIT, RUN_CONFIGURED, RUN_RUNNING, RUN_DONE, RUN_FAILED };
 
+/* Where a session's weights came from (run_checkpoint_restore). */
+enum run_weights {
+    RUN_WEIGHTS_INITIAL,   /* the model's initial values: nothing was named */
+    RUN_WEIGHTS_INIT_FROM, /* model.init_from's file */
+    RUN_WEIGHTS_NAMED,     /* a checkpoint named outright: eval --checkpoint, run.resume PATH */
+    RUN_WEIGHTS_LATEST,    /* the latest checkpoint of the checkpoint folder */
+};
+
 struct run_options {
     const char *config_path;
     const struct config_override *overrides;
@@ -89,6 +97,8 @@ struct run_session {
     int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */
     int have_train;            /* train data and sampler loaded */
     int failed_here;           /* this rank detected the failure (it prints) */
+    /* Where the weights came from; resumed_from names the checkpoint. */
+    enum run_weights weights_from;
 };
 
 /* INIT -> CONFIGURED. `need_train` loads the training data and sampler

@@ -322,6 +322,30 @@ static void abort_if_peers_may_block(const struct run_session *s, zt_status st)
     comm_world_abort(zt_status_exit_code(st));
 }
 
+/* Rank 0: which weights the run starts from and why, then what it trains.
+ * A resumed run that is already at run.steps trains nothing and says so:
+ * it still evaluates and exits 0, so resubmitting a finished job (as a
+ * scheduler's requeue does) is harmless. */
+static void log_start(const struct run_session *s, struct train_io *io)
+{
+    char from[9000];
+    int warn;
+    run_checkpoint_describe(s, 1, from, sizeof from, &warn);
+    if (from[0])
+        progress_log(&io->console, "%s", from);
+    if (s->resumed_from[0] && s->start_step >= s->cfg.run.steps) {
+        progress_log(&io->console, "checkpoint at step %ld >= run.steps %ld: nothing to train",
+                     s->start_step, s->cfg.run.steps);
+        return;
+    }
+    progress_log(&io->console,
+                 "training %zu parameters on %d rank(s), stage %d, %ld steps of %d x %d "
+                 "x %d sequences of %d tokens",
+                 s->table.n_params, s->world, s->cfg.zero.stage, s->cfg.run.steps,
+                 s->cfg.train_micro_batch_size_per_gpu, s->cfg.gradient_accumulation_steps,
+                 s->world, s->cfg.data.seq_len);
+}
+
 zt_status train_run(const struct run_options *o, int *print_here)
 {
     struct run_session s;
@@ -341,15 +365,8 @@ zt_status train_run(const struct run_options *o, int *print_here)
                            print_here);
     if (st == ZT_OK && !o->dry_run) {
         s.state = RUN_RUNNING;
-        if (s.rank == 0 && s.resumed_from[0])
-            progress_log(&io.console, "resumed from %s at step %ld", s.resumed_from, s.start_step);
         if (s.rank == 0)
-            progress_log(&io.console,
-                         "training %zu parameters on %d rank(s), stage %d, %ld steps of %d x %d "
-                         "x %d sequences of %d tokens",
-                         s.table.n_params, s.world, s.cfg.zero.stage, s.cfg.run.steps,
-                         s.cfg.train_micro_batch_size_per_gpu, s.cfg.gradient_accumulation_steps,
-                         s.world, s.cfg.data.seq_len);
+            log_start(&s, &io);
         st = train_loop(&s, &io);
         abort_if_peers_may_block(&s, st);
         st = session_agree(st, print_here);

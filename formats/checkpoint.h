@@ -23,7 +23,8 @@
  * never removes the folder latest names. DIR must be one folder every rank
  * sees (a shared filesystem).
  *
- * Loading: ckpt_find_latest (cheap completeness check), ckpt_validate
+ * Loading: ckpt_resolve (a path a user gave: a step folder or DIR) or
+ * ckpt_find_latest (cheap completeness check), ckpt_validate
  * (every byte checksummed), then each rank opens the shard files it needs
  * and reads element ranges with ckpt_shard_read; after a change of world
  * size a rank reads pieces of several old shards (resharding), which is
@@ -272,6 +273,19 @@ zt_status ckpt_publish(const char *dir, int64_t step);
  * not a complete checkpoint (meta.json missing)"), ZT_ERR_IO, ZT_ERR_USAGE
  * (step_dir too small). */
 zt_status ckpt_find_latest(const char *dir, char *step_dir, size_t n, int *found);
+
+/* Resolves a checkpoint as a user names it: a step folder (one holding
+ * meta.json) as it is, or a checkpoint folder (one holding `latest`) to
+ * the step folder latest names, checked complete as ckpt_find_latest does.
+ * step_dir gets the step folder's path (trailing slashes of `path` left
+ * out). Every command that takes a checkpoint goes through here, so each
+ * accepts both. ZT_ERR_CHECKPOINT when path is neither, saying what was
+ * expected ("DIR: neither a checkpoint (no meta.json) nor a checkpoint
+ * folder (no `latest` file): expected a step-NNNNNNNN folder or the
+ * checkpoint.dir holding them"), a step folder that was never completed,
+ * or a latest that is malformed or names an incomplete step; ZT_ERR_IO
+ * (no such folder, unreadable), ZT_ERR_USAGE (step_dir too small). */
+zt_status ckpt_resolve(const char *path, char *step_dir, size_t n);
 
 /* Keeps the `keep` (>= 1) newest complete step folders and every folder
  * newer than the oldest of them; removes all older step folders, complete

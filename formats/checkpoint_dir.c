@@ -424,6 +424,79 @@ zt_status ckpt_rotate(const char *dir, int keep)
     return st;
 }
 
+/* ---- a checkpoint as a user names it ---- */
+
+#define EXPECTED "expected a step-NNNNNNNN folder or the checkpoint.dir holding them"
+
+static int exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* The message for a folder that is neither kind: one holding step
+ * folders but no `latest` is a checkpoint.dir whose saves never finished. */
+static zt_status neither_kind(const char *dir)
+{
+    int64_t *steps;
+    size_t k;
+    ZT_TRY(list_steps(dir, &steps, &k));
+    free(steps);
+    if (k > 0)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "%s: holds %zu step folder(s) but no `%s` file, so no checkpoint "
+                            "in it was completed: %s",
+                            dir, k, CKPT_LATEST_NAME, EXPECTED);
+    return zt_error_set(ZT_ERR_CHECKPOINT,
+                        "%s: neither a checkpoint (no %s) nor a checkpoint folder (no `%s` "
+                        "file): %s",
+                        dir, CKPT_META_NAME, CKPT_LATEST_NAME, EXPECTED);
+}
+
+static zt_status copy_path(const char *dir, char *step_dir, size_t n)
+{
+    int len = snprintf(step_dir, n, "%s", dir);
+    if (len < 0 || (size_t)len >= n)
+        return zt_error_set(ZT_ERR_USAGE, "%s: path longer than %zu bytes", dir, n ? n - 1 : 0);
+    return ZT_OK;
+}
+
+zt_status ckpt_resolve(const char *path, char *step_dir, size_t n)
+{
+    char dir[PATH_BYTES], probe[PATH_BYTES];
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    if (len == 0 || len >= sizeof dir)
+        return zt_error_set(ZT_ERR_USAGE, "'%s': not a usable checkpoint path", path);
+    memcpy(dir, path, len);
+    dir[len] = '\0';
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return zt_error_set(ZT_ERR_IO, "%s: %s: %s", dir,
+                            errno == ENOENT ? "no such folder" : strerror(errno), EXPECTED);
+    if (!S_ISDIR(sb.st_mode))
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: not a folder: %s", dir, EXPECTED);
+    ZT_TRY(ckpt_meta_path(dir, probe, sizeof probe));
+    if (exists(probe))
+        return copy_path(dir, step_dir, n);
+    char meta[PATH_BYTES];
+    snprintf(meta, sizeof meta, "%s", probe);
+    ZT_TRY(join(probe, sizeof probe, dir, CKPT_LATEST_NAME));
+    if (exists(probe)) {
+        int found;
+        ZT_TRY(ckpt_find_latest(dir, step_dir, n, &found));
+        return found ? ZT_OK : neither_kind(dir); /* latest went away meanwhile */
+    }
+    /* a step folder by its name: an interrupted save */
+    const char *base = strrchr(dir, '/');
+    int64_t step;
+    if (parse_step_name(base ? base + 1 : dir, &step))
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: missing: the checkpoint was never completed",
+                            meta);
+    return neither_kind(dir);
+}
+
 /* The header of rank r's shard against meta.json, then every byte. */
 static zt_status validate_shard(const char *step_dir, const struct ckpt_meta *m, int r)
 {

@@ -1121,6 +1121,52 @@ START_TEST(test_find_latest_reports_a_broken_latest)
 }
 END_TEST
 
+/* ckpt_resolve takes a step folder as it is and a checkpoint folder as the
+ * step its latest names; anything else is named with what was expected. */
+START_TEST(test_resolve_takes_both_kinds_of_folder)
+{
+    char root[4096], dir[4096], got[4096], step_dir[4096];
+    snprintf(root, sizeof root, "%s", testutil_tmpdir("ckpt"));
+    snprintf(dir, sizeof dir, "%s", testutil_path_in(root, "ck"));
+    save_checkpoint(dir, 100, 2, 1);
+    save_checkpoint(dir, 120, 2, 0); /* newer, not published */
+    EXPECT_OK(ckpt_resolve(dir, got, sizeof got));
+    ck_assert_str_eq(got, step_path(dir, 100));
+    EXPECT_OK(ckpt_resolve(testutil_fmt("%s//", dir), got, sizeof got));
+    ck_assert_str_eq(got, step_path(dir, 100));
+    EXPECT_OK(ckpt_resolve(step_path(dir, 120), got, sizeof got));
+    ck_assert_str_eq(got, step_path(dir, 120));
+    EXPECT_OK(ckpt_resolve(testutil_fmt("%s/", step_path(dir, 120)), got, sizeof got));
+    ck_assert_str_eq(got, step_path(dir, 120));
+    EXPECT_STATUS(ckpt_resolve(dir, got, 8), ZT_ERR_USAGE);
+    EXPECT_STATUS(ckpt_resolve(step_path(dir, 120), got, 8), ZT_ERR_USAGE);
+
+    const char *expected = "expected a step-NNNNNNNN folder or the checkpoint.dir holding them";
+    EXPECT_ERROR(ckpt_resolve(root, got, sizeof got), ZT_ERR_CHECKPOINT,
+                 testutil_fmt("%s: neither a checkpoint (no meta.json) nor a checkpoint folder "
+                              "(no `latest` file): %s",
+                              root, expected));
+    EXPECT_ERROR(ckpt_resolve(testutil_path_in(root, "none"), got, sizeof got), ZT_ERR_IO,
+                 testutil_fmt("%s/none: no such folder: %s", root, expected));
+    const char *meta = testutil_path_in(step_path(dir, 100), "meta.json");
+    EXPECT_ERROR(ckpt_resolve(meta, got, sizeof got), ZT_ERR_CHECKPOINT,
+                 testutil_fmt("%s: not a folder: %s", meta, expected));
+    EXPECT_OK(ckpt_dir_prepare(dir, 140, step_dir, sizeof step_dir));
+    EXPECT_ERROR(
+        ckpt_resolve(step_dir, got, sizeof got), ZT_ERR_CHECKPOINT,
+        testutil_fmt("%s/meta.json: missing: the checkpoint was never completed", step_dir));
+    write_text(testutil_path_in(dir, "latest"), "step-00000140\n");
+    EXPECT_STATUS(ckpt_resolve(dir, got, sizeof got), ZT_ERR_CHECKPOINT);
+    ck_assert_ptr_nonnull(
+        strstr(zt_error_message(), "latest names step-00000140, which is not a complete"));
+    ck_assert_int_eq(unlink(testutil_path_in(dir, "latest")), 0);
+    EXPECT_ERROR(ckpt_resolve(dir, got, sizeof got), ZT_ERR_CHECKPOINT,
+                 testutil_fmt("%s: holds 3 step folder(s) but no `latest` file, so no checkpoint "
+                              "in it was completed: %s",
+                              dir, expected));
+}
+END_TEST
+
 START_TEST(test_prepare_clears_leftovers_but_not_the_published_step)
 {
     const char *dir = testutil_tmpdir("ckpt");
@@ -1620,6 +1666,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(dirs, test_publish_and_find_latest);
     tcase_add_test(dirs, test_incomplete_step_is_not_latest);
     tcase_add_test(dirs, test_find_latest_reports_a_broken_latest);
+    tcase_add_test(dirs, test_resolve_takes_both_kinds_of_folder);
     tcase_add_test(dirs, test_prepare_clears_leftovers_but_not_the_published_step);
     tcase_add_test(dirs, test_rotation_keeps_the_newest_and_latest);
     suite_add_tcase(s, dirs);
