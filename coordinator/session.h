@@ -89,6 +89,10 @@ struct run_session {
     int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */
     int have_train;            /* train data and sampler loaded */
     int failed_here;           /* this rank detected the failure (it prints) */
+    /* A failure agreed inside a phase (comm_agree_status) was found by
+     * another rank: this one passes ZT_OK to the phase's final agreement,
+     * so that the finder, not the lowest rank, prints its message. */
+    int failed_elsewhere;
 };
 
 /* INIT -> CONFIGURED. `need_train` loads the training data and sampler
