@@ -144,15 +144,6 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     }
     r->grad_norm = result.grad_norm;
     r->skipped = result.skipped;
-    /* Every rank saw the same overflow (the norm is allreduced), so every
-     * rank stops here together. */
-    if (result.skipped && loss_scaler_at_floor(&s->scaler))
-        return zt_error_set(ZT_ERR_NUMERIC,
-                            "step %ld: gradient overflow with the loss scale already at its "
-                            "minimum (fp16.min_loss_scale = %g): it cannot decrease any further "
-                            "and every later step would be skipped; the run has diverged (lower "
-                            "optimizer.params.lr, or resume from an earlier checkpoint)",
-                            step + 1, s->scaler.min_scale);
     loss_scaler_update(&s->scaler, result.skipped);
     comm_stats_delta(comm_get_stats(s->comm), &before, &r->comm);
     /* The loss average rides with the ranks' stop requests: a signal seen
@@ -257,6 +248,20 @@ static zt_status after_step(struct run_session *s, struct train_io *io, long ste
     return ZT_OK;
 }
 
+/* An overflow with the loss scale at its minimum: every later step would
+ * be skipped too, so the run stops (DeepSpeed: "Current loss scale already
+ * at minimum"). Every rank saw the same overflow (the norm is allreduced),
+ * so every rank stops here together. */
+static zt_status diverged(const struct run_session *s, long step)
+{
+    return zt_error_set(ZT_ERR_NUMERIC,
+                        "step %ld: gradient overflow with the loss scale already at its minimum "
+                        "(fp16.min_loss_scale = %g): it cannot decrease any further and every "
+                        "later step would be skipped; the run has diverged (lower "
+                        "optimizer.params.lr, or resume from an earlier checkpoint)",
+                        step, s->scaler.min_scale);
+}
+
 static zt_status train_loop(struct run_session *s, struct train_io *io)
 {
     const struct zt_config *c = &s->cfg;
@@ -272,6 +277,7 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
 
     for (; step < c->run.steps && st == ZT_OK && !stop; step++, done++) {
         struct step_record r = {.step = step + 1, .lr = schedule_lr(&lrs, step)};
+        const int at_floor = loss_scaler_at_floor(&s->scaler);
         double t0 = zt_now_seconds();
         st = train_step(s, step, &r);
         if (st != ZT_OK)
@@ -288,6 +294,10 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
             if (r.step % c->steps_per_print == 0 || step == s->start_step || r.step == c->run.steps)
                 log_step(s, io, &r, left);
             progress_update(&io->console, r.step, c->run.steps, left);
+        }
+        if (r.skipped && at_floor) {
+            st = diverged(s, r.step);
+            break;
         }
         st = after_step(s, io, r.step, &stop);
         if (st == ZT_OK && !stop && c->run.eval_interval > 0 &&
@@ -364,9 +374,9 @@ zt_status train_run(const struct run_options *o, int *print_here)
     }
     if (o->print_partition && s.rank == 0)
         shard_partition_print(&s.engine.part, &s.table, stdout);
-    st = session_agree(open_outputs(&s, o, &io), print_here);
-    if (st == ZT_OK && !o->dry_run)
-        st = session_agree(run_checkpoint_check_dir(&s), print_here);
+    st = session_agree(o->dry_run ? ZT_OK : run_checkpoint_check_dir(&s), print_here);
+    if (st == ZT_OK)
+        st = session_agree(open_outputs(&s, o, &io), print_here);
     if (st == ZT_OK && o->dry_run)
         st = session_agree(session_plan_step(s.model, &s.engine, s.cfg.gradient_accumulation_steps),
                            print_here);
