@@ -257,7 +257,7 @@ static zt_status check_weights_finite(struct run_session *s, long step, const ch
     for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
         size_t lo, hi, bad;
         shard_owned_range(p, s->rank, u, &lo, &hi);
-        if (hi == lo)
+        if (hi == lo || !shard_engine_holds_state(&s->engine, SHARD_STATE_MASTER, u))
             continue;
         st = shard_engine_get_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
         if (st == ZT_OK && !weights_finite(working, buf, hi - lo, buf + max_unit, &bad))

@@ -5,9 +5,11 @@
  * start and null means no checkpoints, and a run-time error is printed
  * once. */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -312,6 +314,70 @@ START_TEST(null_checkpoint_dir_means_no_checkpoints)
 }
 END_TEST
 
+/* The pid of one rank (not mpirun) whose command line contains marker. */
+static pid_t find_rank(const char *marker)
+{
+    char cmd[1024], comm[64];
+    snprintf(cmd, sizeof cmd, "pgrep -f -- '%s'", marker);
+    FILE *p = popen(cmd, "r");
+    ck_assert(p != NULL);
+    long pid;
+    pid_t found = 0;
+    while (!found && fscanf(p, "%ld", &pid) == 1) {
+        FILE *f = fopen(testutil_fmt("/proc/%ld/comm", pid), "r");
+        if (f && fgets(comm, sizeof comm, f) && strncmp(comm, "zerotrain", 9) == 0)
+            found = (pid_t)pid;
+        if (f)
+            fclose(f);
+    }
+    pclose(p);
+    return found;
+}
+
+/* SIGTERM to a run without checkpoint.dir: it stops at the next step
+ * boundary and says that nothing was saved (exit 1, not the 0 of a
+ * preemption whose checkpoint is the result). */
+START_TEST(preemption_without_checkpoint_dir_says_nothing_was_saved)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("outputs-preempt"));
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "mpirun --oversubscribe -np 2 %s train %s --quiet --no-progress "
+             "--set run.output_dir=%s/a --set run.steps=1000000 --metrics %s/a.jsonl "
+             ">%s/a.log 2>&1",
+             testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir, dir, dir);
+    pid_t child = fork();
+    ck_assert(child >= 0);
+    if (child == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    pid_t rank = 0;
+    for (int tries = 0; tries < 600 && !rank; tries++) { /* up to 60 s */
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        FILE *f = fopen(testutil_path_in(dir, "a.jsonl"), "r");
+        int lines = 0;
+        for (int c; f && (c = fgetc(f)) != EOF;)
+            lines += c == '\n';
+        if (f)
+            fclose(f);
+        if (lines >= 3)
+            rank = find_rank(testutil_fmt("run.output_dir=%s/a", dir));
+    }
+    ck_assert_msg(rank > 0, "no running rank found");
+    ck_assert_int_eq(kill(rank, SIGTERM), 0);
+    int status;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    const char *out = log_of(dir, "a");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "exit %d:\n%s",
+                  WEXITSTATUS(status), out);
+    ck_assert_msg(strstr(out, "stopped without saving, as checkpoint.dir is not set"), "%s", out);
+    ck_assert_msg(testutil_count(out, "zerotrain: error:") == 1, "%s", out);
+    ck_assert_str_eq(listing(testutil_path_in(dir, "a")), "config.yaml\n");
+}
+END_TEST
+
 /* An error every rank finds is printed once, by rank 0, naming it, before
  * any step (here: validation data too small for one micro batch, which
  * used to surface after training, on every rank). */
@@ -340,6 +406,7 @@ int main(void)
     tcase_add_test(tc, non_finite_weights_are_not_saved);
     tcase_add_test(tc, unwritable_checkpoint_dir_stops_at_start);
     tcase_add_test(tc, null_checkpoint_dir_means_no_checkpoints);
+    tcase_add_test(tc, preemption_without_checkpoint_dir_says_nothing_was_saved);
     tcase_add_test(tc, run_time_error_is_printed_once);
     return testutil_run_suite(s, 0);
 }
