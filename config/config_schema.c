@@ -129,9 +129,10 @@ static const struct field fields[] = {
 
     {"checkpoint", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "training checkpoints"},
     {"checkpoint.dir", T_STRING, OFF(checkpoint.dir), 0, NULL, NB, NB, 0, NULL,
-     "null: no checkpoints; else where step-NNNNNNNN folders and `latest` go"},
+     "null: no checkpoints (none saved, none resumed); else where step-NNNNNNNN folders and "
+     "`latest` go"},
     {"checkpoint.every", T_LONG, OFF(checkpoint.every), 0, "0", GE(0), NB, 0, NULL,
-     "save every N optimizer steps (0: only at the end and on preemption)"},
+     "save every N optimizer steps (0: only at the end and on preemption); needs checkpoint.dir"},
     {"checkpoint.keep", T_INT, OFF(checkpoint.keep), 0, "2", GE(1), NB, 0, NULL,
      "complete checkpoints kept; older ones are removed after a new one is complete"},
 
@@ -1151,6 +1152,22 @@ static zt_status check_model_and_data(const struct walk *w)
     return ZT_OK;
 }
 
+/* checkpoint.dir null means no checkpoints (DeepSpeed saves nothing
+ * without a save_dir): asking for periodic ones without a folder is a
+ * mistake to name now, not a request to drop silently. */
+static zt_status check_checkpoint(const struct walk *w)
+{
+    char where[WHERE];
+    if (w->cfg->checkpoint.every > 0 && !w->cfg->checkpoint.dir) {
+        where_of_keys(w, where, "checkpoint.every", "checkpoint.dir", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: checkpoint.every: %ld asks for checkpoints, but checkpoint.dir "
+                            "is not set (null: no checkpoints): set checkpoint.dir",
+                            where, w->cfg->checkpoint.every);
+    }
+    return ZT_OK;
+}
+
 /* Each scheduler type takes only its own parameters, as DeepSpeed's
  * constructors do; a stray one is almost always meant for another type. */
 static zt_status check_precision(const struct walk *w)
@@ -1218,6 +1235,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
             s = check_precision(w);
         if (s == ZT_OK)
             s = check_optimizer(w);
+        if (s == ZT_OK)
+            s = check_checkpoint(w);
     }
     if (s == ZT_OK)
         s = check_scheduler(w);

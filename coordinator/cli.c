@@ -42,7 +42,8 @@ static const char train_help[] =
     "  --set key.path=value   override a configuration key (repeatable; value is YAML)\n"
     "  --metrics FILE         write one JSON object per step (default <output_dir>/metrics.jsonl)\n"
     "  --memory-report FILE   write the per-rank memory report as JSON\n"
-    "  --dry-run              plan the memory without training\n"
+    "  --dry-run              plan the memory without training (writes no file but\n"
+    "                         --memory-report's)\n"
     "  --print-partition      print how the parameters are split among the ranks\n"
     "  --progress             draw a progress line (step/total, ETA); automatic on a terminal\n"
     "                         except under mpirun, which always looks like one\n"
@@ -137,13 +138,32 @@ static zt_status parse_run_args(int argc, char **argv, int allow_train_opts, str
     return ZT_OK;
 }
 
-static void print_error(zt_status s)
+/* Prints the error being returned; `rank` >= 0 names the rank that found
+ * it. */
+static void print_error_of(zt_status s, int rank)
 {
     const char *msg = zt_error_message();
-    fprintf(stderr, "zerotrain: error: %s\n", msg[0] ? msg : zt_status_desc(s));
+    char who[32] = "";
+    if (rank >= 0)
+        snprintf(who, sizeof who, "rank %d: ", rank);
+    fprintf(stderr, "zerotrain: error: %s%s\n", who, msg[0] ? msg : zt_status_desc(s));
     if (getenv("ZT_TRACE") && zt_error_trace()[0])
         fprintf(stderr, "zerotrain: trace: %s\n", zt_error_trace());
     fflush(stderr);
+}
+
+static void print_error(zt_status s)
+{
+    print_error_of(s, -1);
+}
+
+/* A run's error, printed by one rank (the lowest that found it): a
+ * run-time failure in a world of several ranks names that rank; a usage or
+ * configuration error is every rank's alike. */
+static void print_run_error(zt_status s)
+{
+    const int named = zt_status_exit_code(s) == 1 && comm_world_size() > 1;
+    print_error_of(s, named ? comm_world_rank() : -1);
 }
 
 /* For the commands without MPI: prints a usage error; returns exit status 2. */
@@ -174,7 +194,7 @@ static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_ato
         st = is_train ? train_run(&a.run, &print_here) : eval_run(&a.run, &print_here);
     }
     if (st != ZT_OK && print_here)
-        print_error(st);
+        print_run_error(st);
     comm_runtime_finalize();
     return zt_status_exit_code(st);
 }

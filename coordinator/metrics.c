@@ -1,25 +1,119 @@
-/* coordinator/metrics.c — see metrics.h. */
+/* coordinator/metrics.c — see metrics.h.
+ *
+ * Resuming keeps the history: the lines of steps up to the checkpoint's
+ * stay as they were and only those past it (written after the checkpoint
+ * by the run that is being resumed, and about to be written again) are
+ * dropped, as TensorBoard purges orphaned events. The kept lines go to a
+ * temporary file that replaces the old one whole, so a crash while
+ * purging loses nothing. */
+#define _GNU_SOURCE /* getline */
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "../common/atomic_file.h"
+
+/* The step a line of ours records ("{\"step\": N, ..."), or -1 for any
+ * other line. */
+static long line_step(const char *line)
+{
+    long step;
+    return sscanf(line, "{\"step\": %ld", &step) == 1 ? step : -1;
+}
+
+/* Copies the complete lines of `in` whose step is at most `keep_through`
+ * (and lines that are not ours) to `out`. A last line without its newline
+ * was cut short by a killed run and goes too. */
+static zt_status copy_kept_lines(FILE *in, FILE *out, long keep_through, const char *path)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    zt_status st = ZT_OK;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        if (line[len - 1] != '\n' || line_step(line) > keep_through)
+            continue;
+        if (fwrite(line, 1, (size_t)len, out) != (size_t)len) {
+            st = zt_error_set(ZT_ERR_IO, "cannot write metrics file %s: %s", path, strerror(errno));
+            break;
+        }
+    }
+    if (st == ZT_OK && ferror(in))
+        st = zt_error_set(ZT_ERR_IO, "cannot read metrics file %s: %s", path, strerror(errno));
+    free(line);
+    return st;
+}
+
+/* Drops the lines past step `keep_through` from an existing file at path. */
+static zt_status purge_after(const char *path, long keep_through)
+{
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return errno == ENOENT ? ZT_OK
+                               : zt_error_set(ZT_ERR_IO, "cannot read metrics file %s: %s", path,
+                                              strerror(errno));
+    struct atomic_file out;
+    zt_status st = atomic_file_open(path, &out);
+    if (st == ZT_OK)
+        st = copy_kept_lines(in, out.f, keep_through, path);
+    fclose(in);
+    if (st != ZT_OK) {
+        atomic_file_abort(&out);
+        return st;
+    }
+    return atomic_file_commit(&out);
+}
 
 zt_status metrics_open(const char *path, FILE **out)
 {
-    *out = fopen(path, "w");
+    return metrics_open_run(path, 0, out);
+}
+
+zt_status metrics_open_run(const char *path, long resumed_at, FILE **out)
+{
+    if (resumed_at > 0)
+        ZT_TRY(purge_after(path, resumed_at));
+    *out = fopen(path, resumed_at > 0 ? "a" : "w");
     if (!*out)
         return zt_error_set(ZT_ERR_IO, "cannot write metrics file %s: %s", path, strerror(errno));
     return ZT_OK;
 }
 
+/* A JSON number, or null for what JSON has no number for (the NaN loss and
+ * infinite norm of a step skipped on overflow). */
+static const char *num(double v, const char *fmt, char *buf, size_t n)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, n, fmt, v);
+    return buf;
+}
+
+/* Wall-clock Unix seconds, to the microsecond: when the line was written. */
+static double unix_time(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 void metrics_write_step(FILE *f, const struct step_record *r)
 {
+    char b[8][40];
     fprintf(f,
-            "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"step_ms\": %.4f, "
-            "\"tokens_per_s\": %.2f, \"gflops\": %.4f, \"loss_scale\": %.9g, \"skipped\": %s, "
-            "\"comm_bytes\": {",
-            r->step, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s, r->gflops,
-            r->loss_scale, r->skipped ? "true" : "false");
+            "{\"step\": %ld, \"time\": %.6f, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
+            "\"step_ms\": %s, \"tokens_per_s\": %s, \"gflops\": %s, \"loss_scale\": %s, "
+            "\"skipped\": %s, \"comm_bytes\": {",
+            r->step, unix_time(), num(r->loss, "%.9g", b[0], sizeof b[0]),
+            num(r->lr, "%.9g", b[1], sizeof b[1]), num(r->grad_norm, "%.9g", b[2], sizeof b[2]),
+            num(r->step_ms, "%.4f", b[3], sizeof b[3]),
+            num(r->tokens_per_s, "%.2f", b[4], sizeof b[4]),
+            num(r->gflops, "%.4f", b[5], sizeof b[5]),
+            num(r->loss_scale, "%.9g", b[6], sizeof b[6]), r->skipped ? "true" : "false");
     for (int k = 0; k < COMM_KIND_COUNT; k++)
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", comm_kind_name((enum comm_kind)k),
                 (unsigned long long)r->comm.bytes[k]);
@@ -27,13 +121,15 @@ void metrics_write_step(FILE *f, const struct step_record *r)
     for (int k = 0; k < COMM_KIND_COUNT; k++)
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", comm_kind_name((enum comm_kind)k),
                 (unsigned long long)r->comm.calls[k]);
-    fprintf(f, "}, \"comm_wait_ms\": %.4f}\n", r->comm.wait_seconds * 1e3);
+    fprintf(f, "}, \"comm_wait_ms\": %s}\n",
+            num(r->comm.wait_seconds * 1e3, "%.4f", b[7], sizeof b[7]));
     fflush(f);
 }
 
 void metrics_write_eval(FILE *f, long step, double val_loss, uint64_t tokens)
 {
-    fprintf(f, "{\"step\": %ld, \"val_loss\": %.9g, \"val_tokens\": %llu}\n", step, val_loss,
-            (unsigned long long)tokens);
+    char b[40];
+    fprintf(f, "{\"step\": %ld, \"time\": %.6f, \"val_loss\": %s, \"val_tokens\": %llu}\n", step,
+            unix_time(), num(val_loss, "%.9g", b, sizeof b), (unsigned long long)tokens);
     fflush(f);
 }

@@ -1,8 +1,10 @@
 /* coordinator/metrics.h — the per-step metrics file (JSON lines).
  *
- * One object per optimizer step: step, loss, lr, grad_norm, step_ms,
- * tokens_per_s, gflops, loss_scale, skipped, comm_bytes {kind: bytes this
- * step}, comm_calls, comm_wait_ms; and one per evaluation: step, val_loss, val_tokens. Written
+ * One object per optimizer step: step, time (Unix seconds when the line was
+ * written), loss, lr, grad_norm, step_ms, tokens_per_s, gflops, loss_scale,
+ * skipped, comm_bytes {kind: bytes this step}, comm_calls, comm_wait_ms;
+ * and one per evaluation: step, time, val_loss, val_tokens. A number JSON
+ * cannot hold (the NaN loss of a step skipped on overflow) is null. Written
  * by rank 0 only; flushed per line so a killed run keeps what it logged. */
 #ifndef ZT_COORDINATOR_METRICS_H
 #define ZT_COORDINATOR_METRICS_H
@@ -23,6 +25,11 @@ struct step_record {
 
 /* Opens (truncates) path. Errors: ZT_ERR_IO. */
 zt_status metrics_open(const char *path, FILE **out);
+/* Opens path for a training run that starts at step `resumed_at` + 1: a
+ * new run (resumed_at 0) truncates it; a resumed one keeps the lines of
+ * steps up to resumed_at and appends after them (lines past it, and a last
+ * line cut short, are dropped). Errors: ZT_ERR_IO. */
+zt_status metrics_open_run(const char *path, long resumed_at, FILE **out);
 void metrics_write_step(FILE *f, const struct step_record *r);
 void metrics_write_eval(FILE *f, long step, double val_loss, uint64_t tokens);
 

@@ -9,20 +9,22 @@
  */
 #include "run_checkpoint.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../formats/checkpoint.h"
 #include "../formats/hf_weights.h"
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 {
-    if (c->checkpoint.dir)
-        snprintf(buf, n, "%s", c->checkpoint.dir);
-    else
-        snprintf(buf, n, "%s/checkpoints", c->run.output_dir);
+    ZT_ASSERT(c->checkpoint.dir); /* null: no checkpoints, nothing saved or found */
+    snprintf(buf, n, "%s", c->checkpoint.dir);
 }
 
 /* Real elements of unit u that `rank` owns when each rank has `share`. */
@@ -173,12 +175,102 @@ static zt_status publish(struct run_session *s, long step, const char *dir, cons
     return ckpt_rotate(dir, s->cfg.checkpoint.keep);
 }
 
-/* Agrees on a phase's outcome among the session's ranks. */
+/* Creates dir if missing and proves that this rank can create and remove
+ * a file in it. */
+static zt_status try_write_in(const char *dir, int rank)
+{
+    char path[4200];
+    if (session_mkdir_p(dir) != ZT_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", zt_error_message());
+        return zt_error_set(ZT_ERR_IO, "checkpoint.dir %s: not writable: %s", dir, why);
+    }
+    snprintf(path, sizeof path, "%s/.write-test.rank-%05d.%ld", dir, rank, (long)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return zt_error_set(ZT_ERR_IO,
+                            "checkpoint.dir %s: not writable: cannot create a file in it: %s", dir,
+                            strerror(errno));
+    close(fd);
+    if (unlink(path) != 0)
+        return zt_error_set(ZT_ERR_IO, "checkpoint.dir %s: cannot remove %s: %s", dir, path,
+                            strerror(errno));
+    return ZT_OK;
+}
+
+zt_status run_checkpoint_check_dir(struct run_session *s)
+{
+    if (!s->cfg.checkpoint.dir)
+        return ZT_OK;
+    return try_write_in(s->cfg.checkpoint.dir, s->rank);
+}
+
+/* Agrees on a phase's outcome among the session's ranks. A rank that was
+ * fine but learns of another's failure notes it, so that the rank that
+ * found the failure is the one that prints it (session.h). */
 static zt_status agree(struct run_session *s, zt_status local)
 {
     zt_status agreed;
     ZT_TRY(comm_agree_status(s->comm, local, &agreed));
+    if (local == ZT_OK && agreed != ZT_OK)
+        s->failed_elsewhere = 1;
     return agreed;
+}
+
+/* Whether `n` weights are finite, and stay finite in the working
+ * precision (an fp32 master beyond fp16's range is an infinite fp16
+ * parameter); *bad receives the first that is not. */
+static int weights_finite(enum zt_dtype working, const float *w, size_t n, float *scratch,
+                          size_t *bad)
+{
+    float *round = scratch + n; /* scratch holds the 16-bit copy, then this */
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(w[i])) {
+            *bad = i;
+            return 0;
+        }
+    if (working == ZT_F32)
+        return 1;
+    precision_from_f32(working, w, scratch, n);
+    precision_to_f32(working, scratch, round, n);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(round[i])) {
+            *bad = i;
+            return 0;
+        }
+    return 1;
+}
+
+/* A diverged run must not replace good checkpoints (`latest`, and those
+ * `keep` would rotate out) with broken weights: each rank checks the
+ * master weights it would write before anything is written. */
+static zt_status check_weights_finite(struct run_session *s, long step, const char *dir)
+{
+    const struct shard_partition *p = &s->engine.part;
+    const enum zt_dtype working = s->engine.cfg.precision;
+    size_t max_unit = 1;
+    for (int u = 0; u < p->n_units; u++)
+        max_unit = p->units[u].shard > max_unit ? p->units[u].shard : max_unit;
+    float *buf = malloc(3 * max_unit * sizeof(float));
+    if (!buf)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging buffer");
+    zt_status st = ZT_OK;
+    for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
+        size_t lo, hi, bad;
+        shard_owned_range(p, s->rank, u, &lo, &hi);
+        if (hi == lo || !shard_engine_holds_state(&s->engine, SHARD_STATE_MASTER, u))
+            continue;
+        st = shard_engine_get_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
+        if (st == ZT_OK && !weights_finite(working, buf, hi - lo, buf + max_unit, &bad))
+            st = zt_error_set(ZT_ERR_NUMERIC,
+                              "step %ld: checkpoint not saved: the weights are not finite (unit "
+                              "%d, element %zu is %g%s): the run has diverged; %s/latest still "
+                              "names the last good checkpoint",
+                              step, u, lo + bad, (double)buf[bad],
+                              isfinite(buf[bad]) ? ", infinite in the working precision" : "", dir);
+    }
+    free(buf);
+    return st;
 }
 
 zt_status run_checkpoint_save(struct run_session *s, long step, char *where, size_t n)
@@ -186,6 +278,7 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
     char dir[4096], step_dir[4096 + CKPT_STEP_NAME_MAX + 2] = "";
     struct ckpt_file mine = {0, 0};
     run_checkpoint_dir(&s->cfg, dir, sizeof dir);
+    ZT_TRY(agree(s, check_weights_finite(s, step, dir)));
     zt_status st = ZT_OK;
     if (s->rank == 0)
         st = ckpt_dir_prepare(dir, step, step_dir, sizeof step_dir);
@@ -243,6 +336,8 @@ zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_
         *found = 1;
         return ZT_OK;
     }
+    if (!s->cfg.checkpoint.dir)
+        return ZT_OK; /* no checkpoints: a new run */
     char dir[4096];
     run_checkpoint_dir(&s->cfg, dir, sizeof dir);
     return ckpt_find_latest(dir, step_dir, n, found);
@@ -578,8 +673,8 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
 
 zt_status run_checkpoint_restore(struct run_session *s, const struct run_options *o, int need_train)
 {
-    zt_status st =
-        session_agree(o->dry_run ? ZT_OK : restore_weights(s, o, need_train), &s->failed_here);
+    zt_status st = o->dry_run ? ZT_OK : restore_weights(s, o, need_train);
+    st = session_agree(s->failed_elsewhere ? ZT_OK : st, &s->failed_here);
     if (st != ZT_OK) {
         session_close(s);
         s->state = RUN_FAILED;

@@ -52,8 +52,16 @@ zt_status run_checkpoint_restore(struct run_session *s, const struct run_options
 void run_checkpoint_describe(const struct run_session *s, int training, char *buf, size_t n,
                              int *warn);
 
-/* The folder checkpoints go to: checkpoint.dir, or <run.output_dir>/checkpoints. */
+/* The folder checkpoints go to: checkpoint.dir, which must be set (null
+ * means no checkpoints: nothing is saved, and run.resume: auto finds
+ * nothing). */
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n);
+
+/* Before training: with checkpoint.dir set, every rank creates the folder
+ * if missing and creates and removes a file in it, so that a folder the
+ * run cannot write stops it now rather than at the first save. Not
+ * collective (the caller agrees). Errors: ZT_ERR_IO naming the folder. */
+zt_status run_checkpoint_check_dir(struct run_session *s);
 
 /* Saves the session after `step` optimizer steps; `where` receives the
  * checkpoint's folder. Old checkpoints beyond checkpoint.keep are removed

@@ -97,6 +97,21 @@ static zt_status load_paths(const struct run_session *s, const char *key, char *
     return st;
 }
 
+/* Evaluation (at the end of every training run, and the eval command)
+ * needs at least one micro batch of validation windows: every rank finds
+ * a shortfall here alike, before training, rather than after it. The
+ * windows are eval.c's: seq_len + 1 tokens, overlapping by one. */
+static zt_status check_val_size(const struct token_buffer *val, int seq_len, int micro)
+{
+    const size_t windows = val->n > 0 ? (val->n - 1) / (size_t)seq_len : 0;
+    if (windows >= (size_t)micro)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_DATA,
+                        "validation data has %zu windows of seq_len + 1 = %d tokens, fewer than "
+                        "one micro batch of %d: give more data.val or a larger data.val_fraction",
+                        windows, seq_len + 1, micro);
+}
+
 static zt_status load_data(struct run_session *s, int need_train)
 {
     const struct zt_config *c = &s->cfg;
@@ -112,6 +127,8 @@ static zt_status load_data(struct run_session *s, int need_train)
         st = check_vocab(&all, "data.train", c->model.vocab_size);
     if (st == ZT_OK && s->val.n > 0)
         st = check_vocab(&s->val, "validation data", c->model.vocab_size);
+    if (st == ZT_OK)
+        st = check_val_size(&s->val, c->data.seq_len, c->train_micro_batch_size_per_gpu);
     if (st != ZT_OK || !need_train) {
         token_buffer_free(&all);
         return st;

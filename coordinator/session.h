@@ -99,6 +99,10 @@ struct run_session {
     int failed_here;           /* this rank detected the failure (it prints) */
     /* Where the weights came from; resumed_from names the checkpoint. */
     enum run_weights weights_from;
+    /* A failure agreed inside a phase (comm_agree_status) was found by
+     * another rank: this one passes ZT_OK to the phase's final agreement,
+     * so that the finder, not the lowest rank, prints its message. */
+    int failed_elsewhere;
 };
 
 /* INIT -> CONFIGURED. `need_train` loads the training data and sampler

@@ -23,6 +23,20 @@ struct train_io {
     FILE *metrics; /* rank 0 only */
 };
 
+/* Echoes the resolved configuration; `path` names where it was also
+ * written, NULL under --dry-run (which writes nothing). */
+static zt_status echo_config(const struct run_session *s, const struct run_options *o,
+                             const char *path)
+{
+    if (o->quiet)
+        return ZT_OK;
+    if (path)
+        printf("# resolved configuration (also in %s)\n", path);
+    else
+        printf("# resolved configuration (dry run: not written)\n");
+    return config_write_yaml(&s->cfg, stdout);
+}
+
 static zt_status write_resolved_config(const struct run_session *s, const struct run_options *o)
 {
     char path[4096];
@@ -35,13 +49,12 @@ static zt_status write_resolved_config(const struct run_session *s, const struct
     if (fclose(f) != 0 && st == ZT_OK)
         st = zt_error_set(ZT_ERR_IO, "cannot write %s", path);
     ZT_TRY(st);
-    if (!o->quiet) {
-        printf("# resolved configuration (also in %s)\n", path);
-        ZT_TRY(config_write_yaml(&s->cfg, stdout));
-    }
-    return ZT_OK;
+    return echo_config(s, o, path);
 }
 
+/* Rank 0's config.yaml and metrics file. A dry run writes neither: it
+ * leaves an existing run folder exactly as it was. A resumed run keeps the
+ * metrics of the steps before its checkpoint. */
 static zt_status open_outputs(struct run_session *s, const struct run_options *o,
                               struct train_io *io)
 {
@@ -49,6 +62,8 @@ static zt_status open_outputs(struct run_session *s, const struct run_options *o
     io->metrics = NULL;
     if (s->rank != 0)
         return ZT_OK;
+    if (o->dry_run)
+        return echo_config(s, o, NULL);
     ZT_TRY(write_resolved_config(s, o));
     char path[4096];
     const char *mpath = o->metrics_path;
@@ -56,7 +71,7 @@ static zt_status open_outputs(struct run_session *s, const struct run_options *o
         snprintf(path, sizeof path, "%s/metrics.jsonl", s->cfg.run.output_dir);
         mpath = path;
     }
-    ZT_TRY(metrics_open(mpath, &io->metrics));
+    ZT_TRY(metrics_open_run(mpath, s->start_step, &io->metrics));
     return ZT_OK;
 }
 
@@ -219,6 +234,11 @@ static zt_status after_step(struct run_session *s, struct train_io *io, long ste
         return zt_error_set(ZT_ERR_INTERRUPTED,
                             "interrupted (SIGINT) after step %ld: stopped without saving", step);
     const int periodic = c->checkpoint.every > 0 && step % c->checkpoint.every == 0;
+    if (s->stop_request == 1 && !c->checkpoint.dir)
+        return zt_error_set(ZT_ERR_INTERRUPTED,
+                            "preempted (SIGTERM or SIGUSR1) after step %ld: stopped without "
+                            "saving, as checkpoint.dir is not set (null: no checkpoints)",
+                            step);
     if (s->stop_request == 1) {
         ZT_TRY(save_checkpoint(s, io, step, "preempted"));
         *stop = 1;
@@ -226,6 +246,20 @@ static zt_status after_step(struct run_session *s, struct train_io *io, long ste
         ZT_TRY(save_checkpoint(s, io, step, "every"));
     }
     return ZT_OK;
+}
+
+/* An overflow with the loss scale at its minimum: every later step would
+ * be skipped too, so the run stops (DeepSpeed: "Current loss scale already
+ * at minimum"). Every rank saw the same overflow (the norm is allreduced),
+ * so every rank stops here together. */
+static zt_status diverged(const struct run_session *s, long step)
+{
+    return zt_error_set(ZT_ERR_NUMERIC,
+                        "step %ld: gradient overflow with the loss scale already at its minimum "
+                        "(fp16.min_loss_scale = %g): it cannot decrease any further and every "
+                        "later step would be skipped; the run has diverged (lower "
+                        "optimizer.params.lr, or resume from an earlier checkpoint)",
+                        step, s->scaler.min_scale);
 }
 
 static zt_status train_loop(struct run_session *s, struct train_io *io)
@@ -243,6 +277,7 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
 
     for (; step < c->run.steps && st == ZT_OK && !stop; step++, done++) {
         struct step_record r = {.step = step + 1, .lr = schedule_lr(&lrs, step)};
+        const int at_floor = loss_scaler_at_floor(&s->scaler);
         double t0 = zt_now_seconds();
         st = train_step(s, step, &r);
         if (st != ZT_OK)
@@ -259,6 +294,10 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
             if (r.step % c->steps_per_print == 0 || step == s->start_step || r.step == c->run.steps)
                 log_step(s, io, &r, left);
             progress_update(&io->console, r.step, c->run.steps, left);
+        }
+        if (r.skipped && at_floor) {
+            st = diverged(s, r.step);
+            break;
         }
         st = after_step(s, io, r.step, &stop);
         if (st == ZT_OK && !stop && c->run.eval_interval > 0 &&
@@ -317,7 +356,7 @@ static void abort_if_peers_may_block(const struct run_session *s, zt_status st)
     if (st == ZT_OK || st == ZT_ERR_NUMERIC || st == ZT_ERR_INTERRUPTED || s->failure_agreed ||
         s->world == 1)
         return;
-    fprintf(stderr, "zerotrain: rank %d: error: %s\n", s->rank, zt_error_message());
+    fprintf(stderr, "zerotrain: error: rank %d: %s\n", s->rank, zt_error_message());
     fflush(stderr);
     comm_world_abort(zt_status_exit_code(st));
 }
@@ -359,7 +398,9 @@ zt_status train_run(const struct run_options *o, int *print_here)
     }
     if (o->print_partition && s.rank == 0)
         shard_partition_print(&s.engine.part, &s.table, stdout);
-    st = session_agree(open_outputs(&s, o, &io), print_here);
+    st = session_agree(o->dry_run ? ZT_OK : run_checkpoint_check_dir(&s), print_here);
+    if (st == ZT_OK)
+        st = session_agree(open_outputs(&s, o, &io), print_here);
     if (st == ZT_OK && o->dry_run)
         st = session_agree(session_plan_step(s.model, &s.engine, s.cfg.gradient_accumulation_steps),
                            print_here);
@@ -369,7 +410,7 @@ zt_status train_run(const struct run_options *o, int *print_here)
             log_start(&s, &io);
         st = train_loop(&s, &io);
         abort_if_peers_may_block(&s, st);
-        st = session_agree(st, print_here);
+        st = session_agree(s.failed_elsewhere ? ZT_OK : st, print_here);
     }
     if (st == ZT_OK)
         st = session_agree(report_memory(&s, o), print_here);

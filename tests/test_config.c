@@ -897,6 +897,12 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "bad.yaml:2:21: checkpoint.every: must be >= 0, got -1"},
+    {"data: {train: x}\ncheckpoint: {every: 5}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:21: checkpoint.every: 5 asks for checkpoints, but checkpoint.dir is not set "
+     "(null: no checkpoints): set checkpoint.dir"},
     {"data: {train: x}\ncheckpoint: {kep: 3}\n",
      NULL,
      {NULL},

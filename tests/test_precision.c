@@ -67,12 +67,19 @@ START_TEST(dynamic_scaler_follows_deepspeed)
     ck_assert(s.scale == 32768.0);
     for (int i = 0; i < 10; i++)
         loss_scaler_update(&s, 1);
-    ck_assert(s.scale == 1024.0); /* never below min_loss_scale */
+    ck_assert(s.scale == 1024.0);        /* never below min_loss_scale */
+    ck_assert(loss_scaler_at_floor(&s)); /* the next overflow stops the run */
+    struct loss_scaler h;
+    loss_scaler_init_dynamic(&h, 10, 3, 2, 1024.0);
+    ck_assert(!loss_scaler_at_floor(&h)); /* at the minimum, the hysteresis left */
+    loss_scaler_update(&h, 1);
+    ck_assert(loss_scaler_at_floor(&h) && h.scale == 1024.0);
     struct loss_scaler f;
     loss_scaler_init_static(&f, 128.0);
     loss_scaler_update(&f, 1);
     loss_scaler_update(&f, 0);
     ck_assert(f.scale == 128.0 && !f.dynamic);
+    ck_assert(!loss_scaler_at_floor(&f)); /* a fixed scale's overflow is an error of its own */
 }
 END_TEST
 

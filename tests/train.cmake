@@ -17,3 +17,4 @@ zt_test(test_optim_reference SOURCES test_optim_reference.c LIBS zt_coordinator 
 zt_test(test_optim_layouts SOURCES test_optim_layouts.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 # What eval, export and training take as their weights, and what they say about it.
 zt_test(test_eval_cmd SOURCES test_eval_cmd.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
+zt_test(test_outputs SOURCES test_outputs.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)

@@ -116,3 +116,8 @@ void loss_scaler_update(struct loss_scaler *s, int overflow)
     if (++s->good_steps % s->window == 0)
         s->scale *= 2.0;
 }
+
+int loss_scaler_at_floor(const struct loss_scaler *s)
+{
+    return s->dynamic && s->hysteresis_left <= 1 && s->scale <= s->min_scale;
+}

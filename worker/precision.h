@@ -42,5 +42,10 @@ void loss_scaler_init_dynamic(struct loss_scaler *s, int initial_power, int wind
                               double min_scale);
 /* Records the outcome of a step (overflow: the step was skipped). */
 void loss_scaler_update(struct loss_scaler *s, int overflow);
+/* Whether an overflow now would have to lower a dynamic scale below
+ * min_scale: the scale is at its minimum and the hysteresis is used up.
+ * DeepSpeed stops the run there ("Current loss scale already at minimum");
+ * every later step would be skipped too. */
+int loss_scaler_at_floor(const struct loss_scaler *s);
 
 #endif
