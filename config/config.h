@@ -142,7 +142,8 @@ struct config_override {
 /* Loads `path`, applies the overrides in order and validates everything
  * that does not depend on the world size. On success *out is filled and must
  * be released with config_free; on failure *out is left zeroed.
- * Errors: ZT_ERR_CONFIG, ZT_ERR_UNSUPPORTED, ZT_ERR_IO (unreadable file). */
+ * Errors: ZT_ERR_CONFIG (an unreadable or missing file included),
+ * ZT_ERR_UNSUPPORTED, ZT_ERR_NOMEM. */
 zt_status config_load(const char *path, const struct config_override *overrides, int n_overrides,
                       struct zt_config *out);
 
