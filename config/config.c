@@ -91,6 +91,7 @@ void config_free(struct zt_config *cfg)
     if (!cfg)
         return;
     free(cfg->source);
+    free(cfg->ignored);
     free(cfg->model.init_from);
     free(cfg->run.resume);
     free(cfg->checkpoint.dir);

@@ -6,6 +6,9 @@
  * (train_micro_batch_size_per_gpu, gradient_accumulation_steps,
  * train_batch_size, gradient_clipping, steps_per_print, optimizer,
  * scheduler, zero_optimization, fp16, bf16, activation_checkpointing).
+ * DeepSpeed's other keys are accepted too: silently when their value means
+ * "off" or asks for what zerotrain does anyway, else listed in
+ * cfg->ignored for the one warning a run prints at start-up.
  *
  * Loading is: parse the file into a tree (yaml_tree.h), apply `--set
  * key.path=value` overrides to the tree, then walk the tree against the
@@ -40,6 +43,10 @@ enum zt_warmup_type { ZT_WARMUP_LOG, ZT_WARMUP_LINEAR };
 
 struct zt_config {
     char *source; /* path of the file loaded */
+    /* NULL, or the text of the start-up warning (newline-terminated lines):
+     * the DeepSpeed settings given that zerotrain does not act on, each
+     * with its position and what zerotrain does instead. */
+    char *ignored;
 
     struct {
         int vocab_size;              /* default 256 (byte tokenizer) */

@@ -221,6 +221,11 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     ops_cpu_set_threads(threads_per_rank(s->local_ranks));
 
     SESSION_PHASE(s, load_config(s, o));
+    /* Once, for every rank: the config is the same everywhere. */
+    if (s->rank == 0 && s->cfg.ignored) {
+        fprintf(stderr, "zerotrain: warning: %s", s->cfg.ignored);
+        fflush(stderr);
+    }
     /* The device comes first: the communicator must reach its memory. */
     ledger_init(&s->ledger, o->dry_run);
     SESSION_PHASE(s, compute_backend_open(s->cfg.device, &s->ledger, &s->compute));
