@@ -67,7 +67,8 @@ struct zt_config {
     struct {
         long steps;         /* optimizer steps, default 100 */
         uint64_t seed;      /* default 1234 */
-        long eval_interval; /* steps between evaluations, 0 = only at the end; default 0 */
+        long eval_interval; /* steps between evaluations, 0 = only at the end (if there is
+                               validation data); default 0 */
         long eval_batches;  /* micro batches per evaluation, 0 = the whole val set; default 0 */
         char *output_dir;   /* default "runs/latest" */
         char *resume;       /* "auto" (default), "never", or a checkpoint path */
@@ -153,6 +154,11 @@ struct config_override {
  * ZT_ERR_UNSUPPORTED, ZT_ERR_NOMEM. */
 zt_status config_load(const char *path, const struct config_override *overrides, int n_overrides,
                       struct zt_config *out);
+
+/* Whether the config gives validation data: data.val, or a held-out tail
+ * (data.val_fraction > 0). Without it a run does not evaluate (and
+ * run.eval_interval must be 0, a rule config_load checks). */
+int config_has_validation(const struct zt_config *cfg);
 
 /* Checks the rules that need the world size (train_batch_size). */
 zt_status config_check_world(const struct zt_config *cfg, int world_size);

@@ -110,7 +110,7 @@ static const struct field fields[] = {
     {"data.val", T_PATHS, OFF(data.val), OFF(data.n_val), NULL, NB, NB, 0, NULL,
      "optional, same forms as train"},
     {"data.val_fraction", T_DOUBLE, OFF(data.val_fraction), 0, "0.1", GE(0), LE(0.5), 0, NULL,
-     "held-out tail of train when val is absent"},
+     "held-out tail of train when val is absent (0: no validation, no evaluation)"},
     {"data.seq_len", T_INT, OFF(data.seq_len), 0, NULL, GE(1), LE(1 << 20), 0, NULL,
      "tokens per sample, <= model.block_size (default: block_size)"},
 
@@ -118,7 +118,7 @@ static const struct field fields[] = {
     {"run.steps", T_LONG, OFF(run.steps), 0, "100", GE(1), NB, 0, NULL, "optimizer steps"},
     {"run.seed", T_U64, OFF(run.seed), 0, "1234", NB, NB, 0, NULL, "random seed"},
     {"run.eval_interval", T_LONG, OFF(run.eval_interval), 0, "0", GE(0), NB, 0, NULL,
-     "steps between evaluations, 0: only at the end"},
+     "steps between evaluations, 0: only at the end (none without validation data)"},
     {"run.eval_batches", T_LONG, OFF(run.eval_batches), 0, "0", GE(0), NB, 0, NULL,
      "micro batches per evaluation, 0: the whole validation set"},
     {"run.output_dir", T_STRING, OFF(run.output_dir), 0, "runs/latest", NB, NB, 0, NULL,
@@ -1132,6 +1132,15 @@ static zt_status check_model_and_data(const struct walk *w)
                             "%s: model.n_embd: n_embd (%d) must be divisible by "
                             "n_head (%d)",
                             where, c->model.n_embd, c->model.n_head);
+    }
+    if (c->run.eval_interval > 0 && !config_has_validation(c)) {
+        where_of_keys(w, where, "run.eval_interval", "data.val_fraction", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: run.eval_interval: %ld asks for evaluations, but there is no "
+                            "validation data (data.val_fraction is 0 and data.val is not given): "
+                            "give data.val or a data.val_fraction > 0, or set run.eval_interval "
+                            "to 0",
+                            where, c->run.eval_interval);
     }
     if (c->data.seq_len > c->model.block_size) {
         where_of_keys(w, where, "data.seq_len", "model.block_size", NULL);
