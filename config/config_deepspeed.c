@@ -50,6 +50,7 @@ static const struct ds_key keys[] = {
     {"amp", Q_DISABLED, "no Apex AMP: the precision is bf16.enabled's or fp16.enabled's (else fp32)"},
     {"aio", Q_ALWAYS, "nothing is offloaded to NVMe"},
     {"autotuning", Q_DISABLED, "the configuration runs as given, nothing is tuned"},
+    {"bfloat16", Q_DISABLED, "DeepSpeed's old name: zerotrain reads bf16.enabled"},
     {"communication_data_type", Q_NEVER, "gradients are reduced in the working precision"},
     {"comms_logger", Q_DISABLED,
      "metrics.jsonl records each step's communication bytes and calls; --profile times them"},
@@ -175,6 +176,14 @@ static const struct ds_key keys[] = {
      "checkpoints are named by step, and every shard is checked against meta.json"},
     {"checkpoint.use_node_local_storage", Q_FALSE,
      "checkpoints go to checkpoint.dir, which every rank must reach"},
+    {"checkpoint.writer", Q_ALWAYS, "every rank writes its own shard file"},
+
+    /* bf16 (enabled is the schema's) */
+    {"bf16.bf16_master_weights_and_grads", Q_FALSE, "master weights stay fp32"},
+    {"bf16.bf16_optimizer_states", Q_FALSE,
+     "optimizer states keep the optimizer's own types (fp32; AdamW8bit's 8-bit codes)"},
+    {"bf16.check_overflow", Q_FALSE, "a non-finite gradient norm stops the run with an error"},
+    {"bf16.immediate_grad_update", Q_ALWAYS, "gradients are applied at the optimizer step"},
 
     /* fp16 (enabled and the loss-scaling keys are the schema's) */
     {"fp16.auto_cast", Q_FALSE, "the model computes in the working precision"},
