@@ -171,10 +171,10 @@ static void builder_free(struct builder *b)
 
 static size_t hash_name(const char *s)
 {
-    size_t h = 14695981039346656037u; /* FNV-1a */
+    uint64_t h = 14695981039346656037u; /* FNV-1a */
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211u;
-    return h;
+    return (size_t)h;
 }
 
 /* The slot for `name`: where it is, or the empty slot where it belongs. */
