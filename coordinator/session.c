@@ -105,6 +105,22 @@ static zt_status load_data(struct run_session *s, int need_train)
     return ZT_OK;
 }
 
+/* An evaluation needs one micro batch of validation windows (eval.c).
+ * Finding that out at the first evaluation would lose the training before
+ * it, with every rank failing there on its own; so it is checked here. */
+static zt_status check_validation_size(const struct run_session *s)
+{
+    const struct zt_config *c = &s->cfg;
+    const int B = c->train_micro_batch_size_per_gpu, T = c->data.seq_len;
+    const size_t windows = s->val.n > 0 ? (s->val.n - 1) / (size_t)T : 0;
+    if (!config_has_validation(c) || windows >= (size_t)B)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_DATA,
+                        "validation data has %zu windows of seq_len + 1 = %d tokens, fewer than "
+                        "one micro batch of %d: give more data.val or a larger data.val_fraction",
+                        windows, T + 1, B);
+}
+
 static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
@@ -237,6 +253,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     SESSION_PHASE(s, build_model(s, o));
+    SESSION_PHASE(s, o->dry_run ? ZT_OK : check_validation_size(s));
     s->stop_signal = o->stop_signal;
     s->faults = o->faults;
     s->state = RUN_CONFIGURED;

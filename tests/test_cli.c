@@ -198,6 +198,18 @@ START_TEST(no_validation_data_means_no_evaluation)
                                   "validation data (data.val_fraction is 0"),
                   "output:\n%s", out);
     ck_assert_msg(!strstr(out, "step "), "trained before refusing:\n%s", out);
+
+    /* Validation data too small for one micro batch: found before training
+     * too, and printed once. */
+    rc = testutil_run(log,
+                      MPIRUN " 2 %s train %s --quiet --set data.val_fraction=0.00001 "
+                             "--set run.output_dir=%s",
+                      testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir);
+    out = testutil_slurp(log);
+    ck_assert_msg(rc == 1, "exit %d, output:\n%s", rc, out);
+    ck_assert_msg(testutil_count(out, "error: validation data has 1 windows") == 1, "output:\n%s",
+                  out);
+    ck_assert_msg(!strstr(out, "step "), "trained before refusing:\n%s", out);
 }
 END_TEST
 
