@@ -32,7 +32,7 @@ enum quiet_when {
     Q_FALSE,     /* a boolean; false is off */
     Q_TRUE,      /* a boolean; true is what zerotrain does */
     Q_DISABLED,  /* a section; off unless `enabled: true`, as in DeepSpeed */
-    Q_NO_DEVICE, /* an offload section; off unless `device` is cpu or nvme */
+    Q_NO_DEVICE, /* an offload section; off when `device` is absent or none */
     Q_ONE,       /* a number; 1 is off */
     Q_ZERO,      /* a number; 0 is off */
     Q_NEGATIVE,  /* a number; below 0 is off */
@@ -47,7 +47,8 @@ struct ds_key {
 /* clang-format off */
 static const struct ds_key keys[] = {
     /* the top level */
-    {"amp", Q_DISABLED, "no Apex AMP: the precision is bf16.enabled's or fp16.enabled's (else fp32)"},
+    {"amp", Q_DISABLED,
+     "no Apex AMP: the precision is bf16.enabled's or fp16.enabled's (else fp32)"},
     {"aio", Q_ALWAYS, "nothing is offloaded to NVMe"},
     {"autotuning", Q_DISABLED, "the configuration runs as given, nothing is tuned"},
     {"bfloat16", Q_DISABLED, "DeepSpeed's old name: zerotrain reads bf16.enabled"},
@@ -211,21 +212,6 @@ static const struct ds_key *find(const char *path)
     return NULL;
 }
 
-static int is_bool(const struct yaml_tree_node *v, int *out)
-{
-    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES"};
-    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO"};
-    if (v->kind != YAML_TREE_SCALAR || v->quoted)
-        return 0;
-    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-        if (strcmp(v->text, yes[i]) == 0 || strcmp(v->text, no[i]) == 0) {
-            *out = strcmp(v->text, yes[i]) == 0;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static zt_status expected(const struct yaml_tree_node *v, const char *path, const char *what)
 {
     char where[WHERE], got[128];
@@ -256,7 +242,7 @@ static zt_status is_quiet(const struct ds_key *k, const struct yaml_tree_node *v
         return ZT_OK;
     case Q_FALSE:
     case Q_TRUE:
-        if (!is_bool(v, &b))
+        if (!config_parse_bool(v, &b))
             return expected(v, k->path, "a boolean (true or false)");
         *quiet = b == (k->quiet == Q_TRUE);
         return ZT_OK;
@@ -267,7 +253,7 @@ static zt_status is_quiet(const struct ds_key *k, const struct yaml_tree_node *v
         if (!(s = switch_of(k, v, &name))) {
             *quiet = 1;
         } else if (k->quiet == Q_DISABLED) {
-            if (!is_bool(s, &b))
+            if (!config_parse_bool(s, &b))
                 return expected(s, k->path, "enabled: true or false");
             *quiet = !b;
         } else {

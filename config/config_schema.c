@@ -5,12 +5,12 @@
  * sections included, parents before their children and each section's keys
  * together. A row says the type, where the value lives in struct zt_config
  * (NO_STORE for sections), the default as YAML text, the allowed range, what
- * makes the key "not supported yet", and a one-line doc. DeepSpeed's keys
- * that zerotrain does not act on have no row here but one in
- * config_deepspeed.c, which the walk asks about a key this table lacks. Everything that needs to
- * know the keys reads this table: the defaults, the walk, the did-you-mean
- * suggestions, the list of a scheduler's valid parameters and the YAML
- * writer, so adding a key is adding a row.
+ * makes the key "not supported yet", and a one-line doc. Everything that
+ * needs to know the keys reads this table: the defaults, the walk, the
+ * did-you-mean suggestions, the list of a scheduler's valid parameters and
+ * the YAML writer, so adding a key is adding a row. DeepSpeed's keys that
+ * zerotrain does not act on have no row here but one in config_deepspeed.c,
+ * which the walk asks about any key this table lacks.
  *
  * A fill is: defaults for every stored row; a walk over the tree that
  * rejects unknown keys, parses each given value into its field and
@@ -395,7 +395,7 @@ static enum parsed parse_number(const struct yaml_tree_node *v, double *out)
     return isfinite(*out) ? P_OK : P_RANGE;
 }
 
-static int parse_bool(const struct yaml_tree_node *v, int *out)
+int config_parse_bool(const struct yaml_tree_node *v, int *out)
 {
     static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES"};
     static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO"};
@@ -527,7 +527,7 @@ static zt_status leaf_bool(struct walk *w, const struct field *f, const struct y
                            const char *where)
 {
     int b = 0;
-    if (!parse_bool(v, &b))
+    if (!config_parse_bool(v, &b))
         return type_error(where, f->path, "a boolean (true or false)", v);
     if (b && (f->flags & F_UNSUPPORTED_TRUE))
         return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: %s", where, f->path,
