@@ -229,12 +229,48 @@ static const struct yaml_tree_node *switch_of(const struct ds_key *k,
     return s && !yaml_tree_is_null(s) ? s : NULL;
 }
 
-/* Whether `v` asks for nothing zerotrain lacks; checks its type on the way. */
-static zt_status is_quiet(const struct ds_key *k, const struct yaml_tree_node *v, int *quiet)
+static zt_status quiet_bool(const struct ds_key *k, const struct yaml_tree_node *v, int *quiet)
+{
+    int b = 0;
+    if (!config_parse_bool(v, &b))
+        return expected(v, k->path, "a boolean (true or false)");
+    *quiet = b == (k->quiet == Q_TRUE);
+    return ZT_OK;
+}
+
+/* A section is off when its switch is absent, as in DeepSpeed. */
+static zt_status quiet_section(const struct ds_key *k, const struct yaml_tree_node *v, int *quiet)
 {
     int b = 0;
     const char *name;
     const struct yaml_tree_node *s;
+    if (v->kind != YAML_TREE_MAP)
+        return expected(v, k->path, "a mapping");
+    if (!(s = switch_of(k, v, &name))) {
+        *quiet = 1;
+    } else if (k->quiet == Q_DISABLED) {
+        if (!config_parse_bool(s, &b))
+            return expected(s, k->path, "enabled: true or false");
+        *quiet = !b;
+    } else {
+        *quiet = s->kind == YAML_TREE_SCALAR && strcmp(s->text, "none") == 0;
+    }
+    return ZT_OK;
+}
+
+/* Anything but a number is listed, not refused: the key is not acted on. */
+static int quiet_number(const struct ds_key *k, const struct yaml_tree_node *v)
+{
+    char *end = NULL;
+    double x = v->kind == YAML_TREE_SCALAR && !v->quoted ? strtod(v->text, &end) : 0.0;
+    if (!end || end == v->text || *end != '\0')
+        return 0;
+    return k->quiet == Q_ONE ? x == 1.0 : k->quiet == Q_ZERO ? x == 0.0 : x < 0;
+}
+
+/* Whether `v` asks for nothing zerotrain lacks; checks its type on the way. */
+static zt_status is_quiet(const struct ds_key *k, const struct yaml_tree_node *v, int *quiet)
+{
     switch (k->quiet) {
     case Q_NEVER:
     case Q_ALWAYS:
@@ -242,33 +278,15 @@ static zt_status is_quiet(const struct ds_key *k, const struct yaml_tree_node *v
         return ZT_OK;
     case Q_FALSE:
     case Q_TRUE:
-        if (!config_parse_bool(v, &b))
-            return expected(v, k->path, "a boolean (true or false)");
-        *quiet = b == (k->quiet == Q_TRUE);
-        return ZT_OK;
+        return quiet_bool(k, v, quiet);
     case Q_DISABLED:
     case Q_NO_DEVICE:
-        if (v->kind != YAML_TREE_MAP)
-            return expected(v, k->path, "a mapping");
-        if (!(s = switch_of(k, v, &name))) {
-            *quiet = 1;
-        } else if (k->quiet == Q_DISABLED) {
-            if (!config_parse_bool(s, &b))
-                return expected(s, k->path, "enabled: true or false");
-            *quiet = !b;
-        } else {
-            *quiet = s->kind == YAML_TREE_SCALAR && strcmp(s->text, "none") == 0;
-        }
-        return ZT_OK;
+        return quiet_section(k, v, quiet);
     case Q_ONE:
     case Q_ZERO:
-    case Q_NEGATIVE: {
-        char *end = NULL;
-        double x = v->kind == YAML_TREE_SCALAR && !v->quoted ? strtod(v->text, &end) : 0.0;
-        int number = end && end != v->text && *end == '\0';
-        *quiet = number && (k->quiet == Q_ONE ? x == 1.0 : k->quiet == Q_ZERO ? x == 0.0 : x < 0);
+    case Q_NEGATIVE:
+        *quiet = quiet_number(k, v);
         return ZT_OK;
-    }
     }
     ZT_ASSERT(0 && "every rule is handled");
     return ZT_ERR_INTERNAL;
