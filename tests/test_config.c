@@ -594,6 +594,15 @@ START_TEST(test_deepspeed_json)
     ck_assert_int_eq(c.fp16.enabled, 0);
     ck_assert_int_eq(c.steps_per_print, 10);
     ck_assert_str_eq(c.data.train[0], "tokens.bin");
+    /* overlap_comm, contiguous_gradients and the rest are zerotrain's
+     * behaviour or off; only the allgather bucket asks for something */
+    ck_assert_ptr_nonnull(c.ignored);
+    ck_assert_msg(
+        strstr(c.ignored, "does not act on 1 DeepSpeed setting and trains without it:\n") &&
+            strstr(c.ignored, "deepspeed.json:30:30: zero_optimization."
+                              "allgather_bucket_size (2e8): updated parameters are "
+                              "allgathered one unit (a transformer block) at a time\n"),
+        "%s", c.ignored);
 
     ck_assert_int_eq(config_check_world(&c, 2), ZT_OK);
     zt_status w = config_check_world(&c, 1);
