@@ -6,6 +6,9 @@
  * (train_micro_batch_size_per_gpu, gradient_accumulation_steps,
  * train_batch_size, gradient_clipping, steps_per_print, optimizer,
  * scheduler, zero_optimization, fp16, bf16, activation_checkpointing).
+ * DeepSpeed's other keys are accepted too: silently when their value means
+ * "off" or asks for what zerotrain does anyway, else listed in
+ * cfg->ignored for the one warning a run prints at start-up.
  *
  * Loading is: parse the file into a tree (yaml_tree.h), apply `--set
  * key.path=value` overrides to the tree, then walk the tree against the
@@ -40,6 +43,10 @@ enum zt_warmup_type { ZT_WARMUP_LOG, ZT_WARMUP_LINEAR };
 
 struct zt_config {
     char *source; /* path of the file loaded */
+    /* NULL, or the text of the start-up warning (newline-terminated lines):
+     * the DeepSpeed settings given that zerotrain does not act on, each
+     * with its position and what zerotrain does instead. */
+    char *ignored;
 
     struct {
         int vocab_size;              /* default 256 (byte tokenizer) */
@@ -61,7 +68,8 @@ struct zt_config {
     struct {
         long steps;         /* optimizer steps, default 100 */
         uint64_t seed;      /* default 1234 */
-        long eval_interval; /* steps between evaluations, 0 = only at the end; default 0 */
+        long eval_interval; /* steps between evaluations, 0 = only at the end (if there is
+                               validation data); default 0 */
         long eval_batches;  /* micro batches per evaluation, 0 = the whole val set; default 0 */
         char *output_dir;   /* default "runs/latest" */
         char *resume;       /* "auto" (default), "never", or a checkpoint path */
@@ -143,9 +151,15 @@ struct config_override {
 /* Loads `path`, applies the overrides in order and validates everything
  * that does not depend on the world size. On success *out is filled and must
  * be released with config_free; on failure *out is left zeroed.
- * Errors: ZT_ERR_CONFIG, ZT_ERR_UNSUPPORTED, ZT_ERR_IO (unreadable file). */
+ * Errors: ZT_ERR_CONFIG (an unreadable or missing file included),
+ * ZT_ERR_UNSUPPORTED, ZT_ERR_NOMEM. */
 zt_status config_load(const char *path, const struct config_override *overrides, int n_overrides,
                       struct zt_config *out);
+
+/* Whether the config gives validation data: data.val, or a held-out tail
+ * (data.val_fraction > 0). Without it a run does not evaluate (and
+ * run.eval_interval must be 0, a rule config_load checks). */
+int config_has_validation(const struct zt_config *cfg);
 
 /* Checks the rules that need the world size (train_batch_size). */
 zt_status config_check_world(const struct zt_config *cfg, int world_size);

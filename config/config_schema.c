@@ -4,16 +4,18 @@
  * The table is flat: one row per dotted key path ("optimizer.params.lr"),
  * sections included, parents before their children and each section's keys
  * together. A row says the type, where the value lives in struct zt_config
- * (or NO_STORE for DeepSpeed knobs that are accepted, type-checked and have
- * no effect here), the default as YAML text, the allowed range, what makes
- * the key "not supported yet", and a one-line doc. Everything that needs to
- * know the keys reads this table: the defaults, the walk, the did-you-mean
- * suggestions, the list of a scheduler's valid parameters and the YAML
- * writer, so adding a key is adding a row.
+ * (NO_STORE for sections), the default as YAML text, the allowed range, what
+ * makes the key "not supported yet", and a one-line doc. Everything that
+ * needs to know the keys reads this table: the defaults, the walk, the
+ * did-you-mean suggestions, the list of a scheduler's valid parameters and
+ * the YAML writer, so adding a key is adding a row. DeepSpeed's keys that
+ * zerotrain does not act on have no row here but one in config_deepspeed.c,
+ * which the walk asks about any key this table lacks.
  *
  * A fill is: defaults for every stored row; a walk over the tree that
  * rejects unknown keys, parses each given value into its field and
- * remembers its node (for positions in later messages); the defaults that
+ * remembers its node (for positions in later messages), and collects the
+ * DeepSpeed settings it does not act on into cfg->ignored; the defaults that
  * depend on other keys (data.seq_len, the scheduler's warmup_max_lr and
  * total_num_steps); then the rules that span several keys. The first
  * problem ends the fill with one message. A null value (`key:` or `~`)
@@ -108,7 +110,7 @@ static const struct field fields[] = {
     {"data.val", T_PATHS, OFF(data.val), OFF(data.n_val), NULL, NB, NB, 0, NULL,
      "optional, same forms as train"},
     {"data.val_fraction", T_DOUBLE, OFF(data.val_fraction), 0, "0.1", GE(0), LE(0.5), 0, NULL,
-     "held-out tail of train when val is absent"},
+     "held-out tail of train when val is absent (0: no validation, no evaluation)"},
     {"data.seq_len", T_INT, OFF(data.seq_len), 0, NULL, GE(1), LE(1 << 20), 0, NULL,
      "tokens per sample, <= model.block_size (default: block_size)"},
     {"data.skip_binary", T_BOOL, OFF(data.skip_binary), 0, "false", NB, NB, 0, NULL,
@@ -118,7 +120,7 @@ static const struct field fields[] = {
     {"run.steps", T_LONG, OFF(run.steps), 0, "100", GE(1), NB, 0, NULL, "optimizer steps"},
     {"run.seed", T_U64, OFF(run.seed), 0, "1234", NB, NB, 0, NULL, "random seed"},
     {"run.eval_interval", T_LONG, OFF(run.eval_interval), 0, "0", GE(0), NB, 0, NULL,
-     "steps between evaluations, 0: only at the end"},
+     "steps between evaluations, 0: only at the end (none without validation data)"},
     {"run.eval_batches", T_LONG, OFF(run.eval_batches), 0, "0", GE(0), NB, 0, NULL,
      "micro batches per evaluation, 0: the whole validation set"},
     {"run.output_dir", T_STRING, OFF(run.output_dir), 0, "runs/latest", NB, NB, 0, NULL,
@@ -156,11 +158,6 @@ static const struct field fields[] = {
      "steps between progress lines"},
     {"device", T_DEVICE, OFF(device), 0, "auto", NB, NB, 0, NULL,
      "compute backend: auto (the GPU when usable), cpu or cuda"},
-    {"wall_clock_breakdown", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
-    {"zero_allow_untested_optimizer", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
-    {"prescale_gradients", T_BOOL, NO_STORE, 0, NULL, NB, NB, F_UNSUPPORTED_TRUE,
-     "prescaling gradients (prescale_gradients: true)", "only false"},
-    {"gradient_predivide_factor", T_DOUBLE, NO_STORE, 0, NULL, GT(0), NB, 0, NULL, "ignored"},
 
     {"optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the optimizer"},
     {"optimizer.type", T_OPTIMIZER, OFF(optimizer.type), 0, "AdamW", NB, NB, 0, NULL,
@@ -221,16 +218,6 @@ static const struct field fields[] = {
      GE(1), NB, 0, NULL, "elements per reduce bucket"},
     {"zero_optimization.stage3_prefetch_depth", T_INT, OFF(zero.stage3_prefetch_depth), 0, "1",
      GE(0), LE(1024), 0, NULL, "blocks gathered ahead in stage 3"},
-    {"zero_optimization.overlap_comm", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
-    {"zero_optimization.contiguous_gradients", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL,
-     "ignored"},
-    {"zero_optimization.allgather_partitions", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL,
-     "ignored"},
-    {"zero_optimization.reduce_scatter", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
-    {"zero_optimization.allgather_bucket_size", T_LONG, NO_STORE, 0, NULL, GE(1), NB, 0, NULL,
-     "ignored"},
-    {"zero_optimization.round_robin_gradients", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL,
-     "ignored"},
 
     {"fp16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "fp16 mixed precision"},
     {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, 0, NULL,
@@ -256,18 +243,6 @@ static const struct field fields[] = {
      "false", NB, NB, 0, NULL, "recompute checkpointed blocks in the backward"},
     {"activation_checkpointing.every_n_blocks", T_INT, OFF(activation_checkpointing.every_n_blocks),
      0, "1", GE(1), NB, 0, NULL, "checkpoint blocks 0, n, 2n, ... (1: every block)"},
-    {"activation_checkpointing.partition_activations", T_BOOL, NO_STORE, 0, NULL, NB, NB,
-     F_UNSUPPORTED_TRUE, "partitioned activations (partition_activations: true)", "only false"},
-    {"activation_checkpointing.cpu_checkpointing", T_BOOL, NO_STORE, 0, NULL, NB, NB,
-     F_UNSUPPORTED_TRUE, "CPU activation checkpointing (cpu_checkpointing: true)",
-     "only false"},
-    {"activation_checkpointing.contiguous_memory_optimization", T_BOOL, NO_STORE, 0, NULL, NB,
-     NB, 0, NULL, "ignored"},
-    {"activation_checkpointing.number_checkpoints", T_INT, NO_STORE, 0, NULL, GE(1), NB, 0,
-     NULL, "ignored"},
-    {"activation_checkpointing.synchronize_checkpoint_boundary", T_BOOL, NO_STORE, 0, NULL, NB,
-     NB, 0, NULL, "ignored"},
-    {"activation_checkpointing.profile", T_BOOL, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ignored"},
 };
 /* clang-format on */
 
@@ -286,6 +261,7 @@ static const char *const warmup_names[] = {[ZT_WARMUP_LOG] = "log", [ZT_WARMUP_L
 struct walk {
     struct zt_config *cfg;
     const struct yaml_tree_node *given[N_FIELDS]; /* value nodes, NULL when absent */
+    struct config_notes ignored;                  /* DeepSpeed settings given and not acted on */
 };
 
 static zt_status nomem(void)
@@ -422,7 +398,7 @@ static enum parsed parse_number(const struct yaml_tree_node *v, double *out)
     return isfinite(*out) ? P_OK : P_RANGE;
 }
 
-static int parse_bool(const struct yaml_tree_node *v, int *out)
+int config_parse_bool(const struct yaml_tree_node *v, int *out)
 {
     static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES"};
     static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO"};
@@ -554,7 +530,7 @@ static zt_status leaf_bool(struct walk *w, const struct field *f, const struct y
                            const char *where)
 {
     int b = 0;
-    if (!parse_bool(v, &b))
+    if (!config_parse_bool(v, &b))
         return type_error(where, f->path, "a boolean (true or false)", v);
     if (b && (f->flags & F_UNSUPPORTED_TRUE))
         return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: %s", where, f->path,
@@ -868,11 +844,10 @@ static int is_subsequence(const char *a, const char *b)
     return *a == '\0';
 }
 
-/* The last component of fields[i].path if the row is a direct child of
- * `prefix` ("" for the top level), else NULL. */
-static const char *child_name(size_t i, const char *prefix)
+/* The last component of `path` if it is a direct child of `prefix` (""
+ * for the top level), else NULL. */
+static const char *child_of(const char *path, const char *prefix)
 {
-    const char *path = fields[i].path;
     size_t lp = strlen(prefix);
     if (lp) {
         if (strncmp(path, prefix, lp) != 0 || path[lp] != '.')
@@ -880,6 +855,11 @@ static const char *child_name(size_t i, const char *prefix)
         path += lp + 1;
     }
     return strchr(path, '.') ? NULL : path;
+}
+
+static const char *child_name(size_t i, const char *prefix)
+{
+    return child_of(fields[i].path, prefix);
 }
 
 /* Comma-separated names of the children of `prefix` whose flags contain
@@ -901,15 +881,23 @@ static int close_enough(size_t d, const char *name)
     return d <= limit;
 }
 
-/* The child of `prefix` nearest to `key` by edit distance, if near enough.
- * A name the key abbreviates ("warmup_steps" for "warmup_num_steps") wins
- * over a nearer one, as the likelier intent. */
+/* The i-th key path that may be given: the schema's rows, then DeepSpeed's
+ * keys that are accepted without a row; NULL past the last. */
+static const char *known_path(size_t i)
+{
+    return i < N_FIELDS ? fields[i].path : config_deepspeed_path(i - N_FIELDS);
+}
+
+/* The child of `prefix` nearest to `key` by edit distance, if near enough,
+ * among every key that may be given. A name the key abbreviates
+ * ("warmup_steps" for "warmup_num_steps") wins over a nearer one, as the
+ * likelier intent. */
 static const char *suggestion(const char *key, const char *prefix)
 {
-    const char *best = NULL, *abbreviated = NULL;
+    const char *best = NULL, *abbreviated = NULL, *path;
     size_t best_d = SIZE_MAX, abbreviated_d = SIZE_MAX;
-    for (size_t i = 0; i < N_FIELDS; i++) {
-        const char *name = child_name(i, prefix);
+    for (size_t i = 0; (path = known_path(i)); i++) {
+        const char *name = child_of(path, prefix);
         size_t d = name ? edit_distance(key, name) : SIZE_MAX;
         if (d == SIZE_MAX || !close_enough(d, name))
             continue;
@@ -948,8 +936,13 @@ static zt_status walk_map(struct walk *w, const struct yaml_tree_node *map, cons
         char path[256];
         int len = snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key->text);
         long idx = len > 0 && (size_t)len < sizeof path ? field_find(path) : -1;
-        if (idx < 0)
-            return unknown_key(key, prefix);
+        if (idx < 0) {
+            int known = 0;
+            ZT_TRY(config_deepspeed_accept(path, value, &w->ignored, &known));
+            if (!known)
+                return unknown_key(key, prefix);
+            continue;
+        }
         if (yaml_tree_is_null(value))
             continue;
         w->given[idx] = value;
@@ -1143,6 +1136,15 @@ static zt_status check_model_and_data(const struct walk *w)
                             "n_head (%d)",
                             where, c->model.n_embd, c->model.n_head);
     }
+    if (c->run.eval_interval > 0 && !config_has_validation(c)) {
+        where_of_keys(w, where, "run.eval_interval", "data.val_fraction", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: run.eval_interval: %ld asks for evaluations, but there is no "
+                            "validation data (data.val_fraction is 0 and data.val is not given): "
+                            "give data.val or a data.val_fraction > 0, or set run.eval_interval "
+                            "to 0",
+                            where, c->run.eval_interval);
+    }
     if (c->data.seq_len > c->model.block_size) {
         where_of_keys(w, where, "data.seq_len", "model.block_size", NULL);
         return zt_error_set(ZT_ERR_CONFIG,
@@ -1218,6 +1220,25 @@ static zt_status check_scheduler(const struct walk *w)
     return ZT_OK;
 }
 
+/* The start-up warning's text: a heading naming the file, then the lines
+ * the walk collected, which cfg then owns. */
+static zt_status take_ignored(struct walk *w)
+{
+    static const char heading[] = "%s: zerotrain does not act on %d DeepSpeed setting%s and "
+                                  "trains without %s:\n%s";
+    struct config_notes *n = &w->ignored;
+    if (n->count == 0)
+        return ZT_OK;
+    const char *plural = n->count == 1 ? "" : "s", *them = n->count == 1 ? "it" : "them";
+    int len = snprintf(NULL, 0, heading, w->cfg->source, n->count, plural, them, n->text);
+    char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (!text)
+        return nomem();
+    snprintf(text, (size_t)len + 1, heading, w->cfg->source, n->count, plural, them, n->text);
+    w->cfg->ignored = text;
+    return ZT_OK;
+}
+
 zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
 {
     struct walk *w = calloc(1, sizeof *w);
@@ -1240,6 +1261,9 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
     }
     if (s == ZT_OK)
         s = check_scheduler(w);
+    if (s == ZT_OK)
+        s = take_ignored(w);
+    free(w->ignored.text);
     free(w);
     return s;
 }

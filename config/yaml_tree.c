@@ -1,10 +1,10 @@
 /* config/yaml_tree.c — YAML text to an owned, position-carrying tree.
  *
- * libyaml's document API does the parsing (and alias resolution); this file
- * copies the document into struct yaml_tree_node and translates libyaml's
- * errors, at this one boundary, into zt_status messages with file:line:col.
+ * libyaml parses; this file builds struct yaml_tree_node from its events
+ * (resolving aliases itself) and translates libyaml's errors, at this one
+ * boundary, into zt_status messages with file:line:col.
  * The file is read into memory first so that open and read failures are
- * ZT_ERR_IO with errno's text, and so that reader errors (bad UTF-8), which
+ * reported with errno's text, and so that reader errors (bad UTF-8), which
  * libyaml reports as a byte offset, can be turned into a line and column.
  *
  * Ownership: a node owns its text, its item/key arrays and its children;
@@ -14,23 +14,17 @@
 #include "yaml_tree.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
 /* A config is a few levels deep and a few hundred nodes; these bounds only
- * stop hostile input (deep nesting, alias bombs) from eating the stack or
- * memory. */
+ * stop hostile input (deep nesting, alias bombs) from eating time, the
+ * stack or memory. */
 enum { MAX_DEPTH = 64, MAX_NODES = 100000 };
 #define MAX_FILE_BYTES (16u << 20)
-
-struct convert {
-    yaml_document_t *doc;
-    const char *origin;
-    int positions; /* 0: override text, whose line/col mean nothing */
-    size_t count;
-};
 
 static zt_status nomem(void)
 {
@@ -72,16 +66,6 @@ static struct yaml_tree_node *node_new(enum yaml_tree_kind kind, const char *ori
     n->origin = origin;
     n->line = line;
     n->col = col;
-    return n;
-}
-
-static struct yaml_tree_node *scalar_new(const char *origin, const char *text)
-{
-    struct yaml_tree_node *n = node_new(YAML_TREE_SCALAR, origin, 0, 0);
-    if (n && !(n->text = dup_bytes(text, strlen(text)))) {
-        free(n);
-        return NULL;
-    }
     return n;
 }
 
@@ -131,132 +115,341 @@ int yaml_tree_is_null(const struct yaml_tree_node *n)
     return 0;
 }
 
-/* ---- libyaml document -> tree ---------------------------------------- */
+/* ---- libyaml events -> tree ------------------------------------------- */
 
-static zt_status convert_node(struct convert *c, yaml_node_t *src, int depth,
-                              struct yaml_tree_node **out);
+/* The tree is built from libyaml's event stream rather than its document
+ * API, so that a limit is enforced the moment input crosses it: loading the
+ * whole document first costs time quadratic in the nesting depth inside
+ * libyaml (its scanner walks one saved key per open flow level on every
+ * token), 25 s for 20000 levels of "[", before any check could run.
+ * Nodes are attached to their parent as soon as they start, so freeing the
+ * root frees everything built so far; the stack of open collections is as
+ * deep as the depth limit, so it needs no allocation. */
 
-static void mark_where(const struct convert *c, yaml_mark_t m, char *buf, size_t size)
+/* One open collection. */
+struct frame {
+    struct yaml_tree_node *node;
+    struct yaml_tree_node *key; /* MAP: a key waiting for its value; owned here */
+    size_t cap;                 /* room in node->items (and node->keys) */
+};
+
+/* An anchor name and the node it names; an open-addressing hash table, so
+ * that each alias costs one lookup however many anchors there are. */
+struct anchor {
+    char *name;
+    const struct yaml_tree_node *node;
+};
+
+struct builder {
+    const char *origin;
+    int positions; /* 0: override text, whose line/col mean nothing */
+    size_t count;  /* nodes made, copies of aliases included */
+    struct frame stack[MAX_DEPTH + 1];
+    int depth; /* open collections */
+    struct yaml_tree_node *root;
+    struct anchor *anchors;
+    size_t n_anchors, cap_anchors; /* cap: 0 or a power of two */
+};
+
+static void mark_where(const struct builder *b, yaml_mark_t m, char *buf, size_t size)
 {
-    if (c->positions)
-        snprintf(buf, size, "%s:%d:%d", c->origin, (int)m.line + 1, (int)m.column + 1);
+    if (b->positions)
+        snprintf(buf, size, "%s:%d:%d", b->origin, (int)m.line + 1, (int)m.column + 1);
     else
-        snprintf(buf, size, "%s", c->origin);
+        snprintf(buf, size, "%s", b->origin);
 }
 
-static zt_status convert_scalar(yaml_node_t *src, const char *where, struct yaml_tree_node *n)
+static void builder_free(struct builder *b)
 {
-    const char *v = (const char *)src->data.scalar.value;
-    size_t len = src->data.scalar.length;
-    if (memchr(v, '\0', len))
-        return zt_error_set(ZT_ERR_CONFIG, "%s: string contains a NUL character", where);
-    n->quoted = src->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
-    n->text = dup_bytes(v, len);
-    return n->text ? ZT_OK : nomem();
+    for (int i = 0; i < b->depth; i++)
+        node_free(b->stack[i].key);
+    node_free(b->root);
+    for (size_t i = 0; i < b->cap_anchors; i++)
+        free(b->anchors[i].name);
+    free(b->anchors);
 }
 
-static zt_status convert_sequence(struct convert *c, yaml_node_t *src, int depth,
-                                  struct yaml_tree_node *n)
+static size_t hash_name(const char *s)
 {
-    size_t count = (size_t)(src->data.sequence.items.top - src->data.sequence.items.start);
-    n->items = calloc(count ? count : 1, sizeof *n->items);
-    if (!n->items)
+    uint64_t h = 14695981039346656037u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return (size_t)h;
+}
+
+/* The slot for `name`: where it is, or the empty slot where it belongs. */
+static struct anchor *anchor_slot(struct anchor *table, size_t cap, const char *name)
+{
+    size_t i = hash_name(name) & (cap - 1);
+    while (table[i].name && strcmp(table[i].name, name) != 0)
+        i = (i + 1) & (cap - 1);
+    return &table[i];
+}
+
+static zt_status anchors_grow(struct builder *b)
+{
+    size_t cap = b->cap_anchors ? 2 * b->cap_anchors : 16;
+    struct anchor *table = calloc(cap, sizeof *table);
+    if (!table)
         return nomem();
-    for (yaml_node_item_t *it = src->data.sequence.items.start; it < src->data.sequence.items.top;
-         it++) {
-        struct yaml_tree_node *child = NULL;
-        ZT_TRY(convert_node(c, yaml_document_get_node(c->doc, *it), depth + 1, &child));
-        n->items[n->n++] = child;
-    }
+    for (size_t i = 0; i < b->cap_anchors; i++)
+        if (b->anchors[i].name)
+            *anchor_slot(table, cap, b->anchors[i].name) = b->anchors[i];
+    free(b->anchors);
+    b->anchors = table;
+    b->cap_anchors = cap;
     return ZT_OK;
 }
 
-static zt_status check_duplicate(const struct convert *c, const struct yaml_tree_node *map,
-                                 const struct yaml_tree_node *key)
+/* Names `node`; a later anchor of the same name replaces it, as YAML says. */
+static zt_status anchor_add(struct builder *b, const yaml_char_t *anchor,
+                            const struct yaml_tree_node *node)
 {
-    char where[512];
-    for (size_t i = 0; i < map->n; i++) {
-        if (strcmp(map->keys[i]->text, key->text) != 0)
-            continue;
-        if (c->positions) {
-            snprintf(where, sizeof where, "%s:%d:%d", key->origin, key->line, key->col);
-            return zt_error_set(ZT_ERR_CONFIG, "%s: duplicate key '%s' (lines %d and %d)", where,
-                                key->text, map->keys[i]->line, key->line);
-        }
-        return zt_error_set(ZT_ERR_CONFIG, "%s: duplicate key '%s'", key->origin, key->text);
+    if (!anchor)
+        return ZT_OK;
+    if (2 * (b->n_anchors + 1) > b->cap_anchors)
+        ZT_TRY(anchors_grow(b));
+    struct anchor *a = anchor_slot(b->anchors, b->cap_anchors, (const char *)anchor);
+    if (!a->name) {
+        if (!(a->name = dup_bytes((const char *)anchor, strlen((const char *)anchor))))
+            return nomem();
+        b->n_anchors++;
     }
+    a->node = node;
     return ZT_OK;
 }
 
-static zt_status convert_pair(struct convert *c, yaml_node_pair_t *pair, int depth,
-                              struct yaml_tree_node *n)
+static const struct yaml_tree_node *anchor_find(const struct builder *b, const char *name)
 {
-    char where[512];
-    yaml_node_t *ksrc = yaml_document_get_node(c->doc, pair->key);
-    if (ksrc->type != YAML_SCALAR_NODE) {
-        mark_where(c, ksrc->start_mark, where, sizeof where);
-        return zt_error_set(ZT_ERR_CONFIG, "%s: mapping keys must be plain strings", where);
-    }
-    struct yaml_tree_node *key = NULL, *value = NULL;
-    ZT_TRY(convert_node(c, ksrc, depth + 1, &key));
-    zt_status s = check_duplicate(c, n, key);
-    if (s == ZT_OK)
-        s = convert_node(c, yaml_document_get_node(c->doc, pair->value), depth + 1, &value);
-    if (s != ZT_OK) {
-        node_free(key);
-        return s;
-    }
-    n->keys[n->n] = key;
-    n->items[n->n++] = value;
-    return ZT_OK;
+    if (!b->cap_anchors)
+        return NULL;
+    return anchor_slot(b->anchors, b->cap_anchors, name)->node;
 }
 
-static zt_status convert_map(struct convert *c, yaml_node_t *src, int depth,
-                             struct yaml_tree_node *n)
+/* Counts one more node at `depth`, or says which limit it crosses. */
+static zt_status count_node(struct builder *b, int depth, const char *where)
 {
-    size_t count = (size_t)(src->data.mapping.pairs.top - src->data.mapping.pairs.start);
-    n->items = calloc(count ? count : 1, sizeof *n->items);
-    n->keys = calloc(count ? count : 1, sizeof *n->keys);
-    if (!n->items || !n->keys)
-        return nomem();
-    for (yaml_node_pair_t *p = src->data.mapping.pairs.start; p < src->data.mapping.pairs.top; p++)
-        ZT_TRY(convert_pair(c, p, depth, n));
-    return ZT_OK;
-}
-
-static zt_status convert_node(struct convert *c, yaml_node_t *src, int depth,
-                              struct yaml_tree_node **out)
-{
-    char where[512];
-    mark_where(c, src->start_mark, where, sizeof where);
     if (depth > MAX_DEPTH)
         return zt_error_set(ZT_ERR_CONFIG, "%s: nested deeper than %d levels", where, MAX_DEPTH);
-    if (++c->count > MAX_NODES)
+    if (++b->count > MAX_NODES)
         return zt_error_set(ZT_ERR_CONFIG, "%s: more than %d nodes (after expanding aliases)",
                             where, MAX_NODES);
-    int line = c->positions ? (int)src->start_mark.line + 1 : 0;
-    int col = c->positions ? (int)src->start_mark.column + 1 : 0;
-    static const enum yaml_tree_kind kinds[] = {[YAML_SCALAR_NODE] = YAML_TREE_SCALAR,
-                                                [YAML_SEQUENCE_NODE] = YAML_TREE_SEQUENCE,
-                                                [YAML_MAPPING_NODE] = YAML_TREE_MAP};
-    ZT_ASSERT(src->type == YAML_SCALAR_NODE || src->type == YAML_SEQUENCE_NODE ||
-              src->type == YAML_MAPPING_NODE);
-    struct yaml_tree_node *n = node_new(kinds[src->type], c->origin, line, col);
+    return ZT_OK;
+}
+
+static zt_status push_item(struct yaml_tree_node *parent, size_t *cap, struct yaml_tree_node *key,
+                           struct yaml_tree_node *value)
+{
+    if (parent->n == *cap) {
+        size_t grown_cap = *cap ? 2 * *cap : 4;
+        struct yaml_tree_node **items = realloc(parent->items, grown_cap * sizeof *items);
+        if (!items)
+            return nomem();
+        parent->items = items;
+        if (parent->kind == YAML_TREE_MAP) {
+            struct yaml_tree_node **keys = realloc(parent->keys, grown_cap * sizeof *keys);
+            if (!keys)
+                return nomem();
+            parent->keys = keys;
+        }
+        *cap = grown_cap;
+    }
+    if (parent->kind == YAML_TREE_MAP)
+        parent->keys[parent->n] = key;
+    parent->items[parent->n++] = value;
+    return ZT_OK;
+}
+
+/* Hands `n` to the innermost open collection (or makes it the root); takes
+ * ownership of n whatever happens. A map's keys alternate with its values. */
+static zt_status attach(struct builder *b, struct yaml_tree_node *n, yaml_mark_t mark)
+{
+    if (b->depth == 0) {
+        b->root = n;
+        return ZT_OK;
+    }
+    struct frame *f = &b->stack[b->depth - 1];
+    if (f->node->kind == YAML_TREE_MAP && !f->key) {
+        if (n->kind != YAML_TREE_SCALAR) {
+            char where[512];
+            node_free(n);
+            mark_where(b, mark, where, sizeof where);
+            return zt_error_set(ZT_ERR_CONFIG, "%s: mapping keys must be plain strings", where);
+        }
+        f->key = n;
+        return ZT_OK;
+    }
+    zt_status s = push_item(f->node, &f->cap, f->key, n);
+    if (s != ZT_OK) {
+        node_free(n);
+        return s;
+    }
+    f->key = NULL;
+    return ZT_OK;
+}
+
+static struct yaml_tree_node *event_node(const struct builder *b, enum yaml_tree_kind kind,
+                                         yaml_mark_t m)
+{
+    return node_new(kind, b->origin, b->positions ? (int)m.line + 1 : 0,
+                    b->positions ? (int)m.column + 1 : 0);
+}
+
+static zt_status on_scalar(struct builder *b, const yaml_event_t *e)
+{
+    char where[512];
+    const char *v = (const char *)e->data.scalar.value;
+    size_t len = e->data.scalar.length;
+    mark_where(b, e->start_mark, where, sizeof where);
+    ZT_TRY(count_node(b, b->depth, where));
+    if (memchr(v, '\0', len))
+        return zt_error_set(ZT_ERR_CONFIG, "%s: string contains a NUL character", where);
+    struct yaml_tree_node *n = event_node(b, YAML_TREE_SCALAR, e->start_mark);
+    if (!n || !(n->text = dup_bytes(v, len))) {
+        free(n);
+        return nomem();
+    }
+    n->quoted = e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+    ZT_TRY(attach(b, n, e->start_mark));
+    return anchor_add(b, e->data.scalar.anchor, n);
+}
+
+static zt_status on_collection_start(struct builder *b, const yaml_event_t *e)
+{
+    char where[512];
+    int is_map = e->type == YAML_MAPPING_START_EVENT;
+    mark_where(b, e->start_mark, where, sizeof where);
+    ZT_TRY(count_node(b, b->depth, where));
+    struct yaml_tree_node *n =
+        event_node(b, is_map ? YAML_TREE_MAP : YAML_TREE_SEQUENCE, e->start_mark);
     if (!n)
         return nomem();
-    zt_status s;
-    if (src->type == YAML_SCALAR_NODE)
-        s = convert_scalar(src, where, n);
-    else if (src->type == YAML_SEQUENCE_NODE)
-        s = convert_sequence(c, src, depth, n);
-    else
-        s = convert_map(c, src, depth, n);
+    ZT_TRY(attach(b, n, e->start_mark));
+    /* count_node kept depth <= MAX_DEPTH, so the stack has room */
+    b->stack[b->depth++] = (struct frame){.node = n};
+    return anchor_add(b, is_map ? e->data.mapping_start.anchor : e->data.sequence_start.anchor, n);
+}
+
+struct key_ref {
+    const char *text;
+    size_t index;
+};
+
+static int key_ref_cmp(const void *pa, const void *pb)
+{
+    const struct key_ref *a = pa, *b = pb;
+    int c = strcmp(a->text, b->text);
+    return c ? c : (a->index > b->index) - (a->index < b->index);
+}
+
+/* A duplicate key in a finished map, found by sorting (a linear scan per
+ * key would be quadratic in a map of many keys); the one reported is the
+ * first repetition in file order. */
+static zt_status check_duplicates(const struct builder *b, const struct yaml_tree_node *map)
+{
+    if (map->n < 2)
+        return ZT_OK;
+    struct key_ref *refs = malloc(map->n * sizeof *refs);
+    if (!refs)
+        return nomem();
+    for (size_t i = 0; i < map->n; i++)
+        refs[i] = (struct key_ref){map->keys[i]->text, i};
+    qsort(refs, map->n, sizeof *refs, key_ref_cmp);
+    size_t first = 0, again = SIZE_MAX;
+    for (size_t i = 1; i < map->n; i++)
+        if (strcmp(refs[i].text, refs[i - 1].text) == 0 && refs[i].index < again) {
+            again = refs[i].index;
+            first = refs[i - 1].index;
+        }
+    free(refs);
+    if (again == SIZE_MAX)
+        return ZT_OK;
+    const struct yaml_tree_node *k = map->keys[again];
+    if (!b->positions)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: duplicate key '%s'", k->origin, k->text);
+    return zt_error_set(ZT_ERR_CONFIG, "%s:%d:%d: duplicate key '%s' (lines %d and %d)", k->origin,
+                        k->line, k->col, k->text, map->keys[first]->line, k->line);
+}
+
+static zt_status on_collection_end(struct builder *b)
+{
+    ZT_ASSERT(b->depth > 0);
+    const struct yaml_tree_node *n = b->stack[b->depth - 1].node;
+    if (n->kind == YAML_TREE_MAP)
+        ZT_TRY(check_duplicates(b, n));
+    b->depth--;
+    return ZT_OK;
+}
+
+/* A copy of an aliased node, `depth` levels down; the limits apply to the
+ * copy as to any node, reported at the alias. */
+static zt_status copy_node(struct builder *b, const struct yaml_tree_node *src, int depth,
+                           const char *where, struct yaml_tree_node **out)
+{
+    *out = NULL;
+    ZT_TRY(count_node(b, depth, where));
+    struct yaml_tree_node *n = node_new(src->kind, src->origin, src->line, src->col);
+    if (!n)
+        return nomem();
+    n->quoted = src->quoted;
+    zt_status s = ZT_OK;
+    if (src->kind == YAML_TREE_SCALAR && !(n->text = dup_bytes(src->text, strlen(src->text))))
+        s = nomem();
+    size_t cap = 0;
+    for (size_t i = 0; i < src->n && s == ZT_OK; i++) {
+        struct yaml_tree_node *key = NULL, *value = NULL;
+        if (src->keys)
+            s = copy_node(b, src->keys[i], depth + 1, where, &key);
+        if (s == ZT_OK)
+            s = copy_node(b, src->items[i], depth + 1, where, &value);
+        if (s == ZT_OK)
+            s = push_item(n, &cap, key, value);
+        if (s != ZT_OK) {
+            node_free(key);
+            node_free(value);
+        }
+    }
     if (s != ZT_OK) {
         node_free(n);
         return s;
     }
     *out = n;
     return ZT_OK;
+}
+
+static zt_status on_alias(struct builder *b, const yaml_event_t *e)
+{
+    char where[512];
+    const char *name = (const char *)e->data.alias.anchor;
+    mark_where(b, e->start_mark, where, sizeof where);
+    const struct yaml_tree_node *target = anchor_find(b, name);
+    if (!target)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: undefined alias *%s", where, name);
+    for (int i = 0; i < b->depth; i++)
+        if (b->stack[i].node == target)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: alias *%s refers to a node that contains it",
+                                where, name);
+    struct yaml_tree_node *copy = NULL;
+    ZT_TRY(copy_node(b, target, b->depth, where, &copy));
+    return attach(b, copy, e->start_mark);
+}
+
+static zt_status on_event(struct builder *b, const yaml_event_t *e)
+{
+    switch (e->type) {
+    case YAML_SCALAR_EVENT:
+        return on_scalar(b, e);
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT:
+        return on_collection_start(b, e);
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+        return on_collection_end(b);
+    case YAML_ALIAS_EVENT:
+        return on_alias(b, e);
+    default:
+        return ZT_OK; /* stream and document boundaries */
+    }
 }
 
 /* ---- parsing ----------------------------------------------------------- */
@@ -298,53 +491,57 @@ static zt_status syntax_error(const yaml_parser_t *p, const char *origin, int po
 }
 
 /* A stream must hold at most one document: a second one is almost always a
- * stray "---" that would otherwise silently drop half of the config. */
-static zt_status check_single_document(yaml_parser_t *p, const char *origin, int positions,
-                                       const char *text, size_t len)
+ * stray "---" that would otherwise silently drop half of the config. Called
+ * at the second document's start; reports at its first node. */
+static zt_status second_document(const struct builder *b, yaml_parser_t *p, const char *text,
+                                 size_t len)
 {
-    yaml_document_t doc;
-    if (!yaml_parser_load(p, &doc))
-        return syntax_error(p, origin, positions, text, len);
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    zt_status s = ZT_OK;
-    if (root) {
-        char where[512];
-        struct convert c = {&doc, origin, positions, 0};
-        mark_where(&c, root->start_mark, where, sizeof where);
-        s = zt_error_set(ZT_ERR_CONFIG, "%s: a second YAML document; only one is allowed", where);
+    yaml_event_t e;
+    char where[512];
+    if (!yaml_parser_parse(p, &e))
+        return syntax_error(p, b->origin, b->positions, text, len);
+    mark_where(b, e.start_mark, where, sizeof where);
+    yaml_event_delete(&e);
+    return zt_error_set(ZT_ERR_CONFIG, "%s: a second YAML document; only one is allowed", where);
+}
+
+/* Feeds every event of the stream to the builder, stopping at the first
+ * problem, so that work is linear in the input read so far. */
+static zt_status build(struct builder *b, yaml_parser_t *p, const char *text, size_t len)
+{
+    int documents = 0;
+    for (;;) {
+        yaml_event_t e;
+        if (!yaml_parser_parse(p, &e))
+            return syntax_error(p, b->origin, b->positions, text, len);
+        int end = e.type == YAML_STREAM_END_EVENT;
+        zt_status s = ZT_OK;
+        if (e.type == YAML_DOCUMENT_START_EVENT && documents++ > 0)
+            s = second_document(b, p, text, len);
+        else
+            s = on_event(b, &e);
+        yaml_event_delete(&e);
+        if (s != ZT_OK || end)
+            return s;
     }
-    yaml_document_delete(&doc);
-    return s;
 }
 
 static zt_status parse_text(const char *origin, int positions, const char *text, size_t len,
                             struct yaml_tree_node **root)
 {
     yaml_parser_t p;
-    yaml_document_t doc;
+    struct builder b = {.origin = origin, .positions = positions};
     *root = NULL;
     if (!yaml_parser_initialize(&p))
         return nomem();
     yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&p, &doc)) {
-        zt_status s = syntax_error(&p, origin, positions, text, len);
-        yaml_parser_delete(&p);
-        return s;
-    }
-    yaml_node_t *src = yaml_document_get_root_node(&doc);
-    zt_status s = ZT_OK;
-    if (src) {
-        struct convert c = {&doc, origin, positions, 0};
-        s = convert_node(&c, src, 0, root);
-    }
-    yaml_document_delete(&doc);
-    if (s == ZT_OK && src)
-        s = check_single_document(&p, origin, positions, text, len);
+    zt_status s = build(&b, &p, text, len);
     yaml_parser_delete(&p);
-    if (s != ZT_OK) {
-        node_free(*root);
-        *root = NULL;
+    if (s == ZT_OK) {
+        *root = b.root;
+        b.root = NULL;
     }
+    builder_free(&b);
     return s;
 }
 
@@ -365,11 +562,15 @@ zt_status yaml_tree_load_string(const char *origin, const char *text, size_t len
     return ZT_OK;
 }
 
+/* The whole file. A path that cannot be opened or read is the user's to fix
+ * (a typo, a directory, permissions), so it is a configuration error, exit
+ * status 2, like every other problem with what the command line names. */
 static zt_status read_all(const char *path, char **text, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return zt_error_set(ZT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return zt_error_set(ZT_ERR_CONFIG, "cannot open the configuration file %s: %s", path,
+                            strerror(errno));
     size_t cap = 4096, used = 0;
     char *buf = malloc(cap);
     zt_status s = buf ? ZT_OK : nomem();
@@ -388,7 +589,8 @@ static zt_status read_all(const char *path, char **text, size_t *len)
         size_t got = fread(buf + used, 1, cap - used, f);
         used += got;
         if (got == 0 && ferror(f))
-            s = zt_error_set(ZT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+            s = zt_error_set(ZT_ERR_CONFIG, "cannot read the configuration file %s: %s", path,
+                             strerror(errno));
         else if (got == 0)
             break;
     }
@@ -568,8 +770,12 @@ zt_status yaml_tree_set_path(struct yaml_tree *t, const char *assignment)
 
     struct yaml_tree_node *value = NULL;
     ZT_TRY(parse_text(origin, 0, eq + 1, strlen(eq + 1), &value));
-    if (!value && !(value = scalar_new(origin, "")))
-        return nomem();
+    /* "key=" is almost always a shell variable that expanded to nothing;
+     * taking it as null would silently restore the default. */
+    if (!value)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "--set %s: empty value (give a value, or null to restore the default)",
+                            assignment);
     zt_status s = graft(t, assignment, origin, assignment, key_len, value);
     if (s != ZT_OK)
         node_free(value);

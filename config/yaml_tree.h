@@ -1,11 +1,10 @@
 /* config/yaml_tree.h — a YAML document as an owned tree that remembers
  * where every node came from.
  *
- * libyaml's document API gives nodes that live inside the parser's document
- * and are addressed by index; the config walk wants plain pointers, the
- * position of each node for its messages, and the freedom to graft
- * `--set key.path=value` overrides into the tree. So the document is copied
- * into this small tree once and libyaml is done with.
+ * The config walk wants plain pointers, the position of each node for its
+ * messages, and the freedom to graft `--set key.path=value` overrides into
+ * the tree; so libyaml's events are built into this small tree once and
+ * libyaml is done with.
  *
  * Every node carries its origin: the file name with a 1-based line and
  * column, or, for nodes made from an override, the text "--set a.b=c" with
@@ -17,8 +16,10 @@
  * Maps keep their keys as scalar nodes, in file order, without duplicates
  * (a duplicate key is a parse error). Aliases are expanded into copies,
  * with a cap on the total node count so that an alias bomb is an error
- * rather than an exhausted machine; nesting deeper than a config needs is
- * also an error.
+ * rather than an exhausted machine; nesting deeper than a config needs
+ * (64 levels, copies included) is also an error. Each limit is checked as
+ * the input is read, so hostile input is refused in time linear in what was
+ * read before the limit.
  */
 #ifndef ZT_CONFIG_YAML_TREE_H
 #define ZT_CONFIG_YAML_TREE_H
@@ -48,10 +49,11 @@ struct yaml_tree {
 
 /* Reads and parses the YAML (or JSON) file `path` into a new tree, *out,
  * to be released with yaml_tree_free. An empty file gives a tree with a NULL
- * root. Errors: ZT_ERR_IO "cannot open FILE: ..." or a read failure;
- * ZT_ERR_CONFIG "FILE:LINE:COL: YAML syntax error: ...", duplicate keys
- * (naming both lines), more than one document, non-scalar keys, too deep or
- * too large after alias expansion; ZT_ERR_NOMEM. On error *out is NULL. */
+ * root. Errors (ZT_ERR_CONFIG, exit status 2): "cannot open the
+ * configuration file FILE: ..." or "cannot read ...", "FILE:LINE:COL: YAML
+ * syntax error: ...", duplicate keys (naming both lines), more than one
+ * document, non-scalar keys, undefined or self-containing aliases, too deep
+ * or too large after alias expansion; ZT_ERR_NOMEM. On error *out is NULL. */
 zt_status yaml_tree_load_file(const char *path, struct yaml_tree **out);
 
 /* Parses `len` bytes of YAML text with positions reported against the name
@@ -65,8 +67,9 @@ zt_status yaml_tree_load_string(const char *origin, const char *text, size_t len
  * entry, creating missing intermediate maps (a null value on the way counts
  * as missing). New nodes have the origin "--set key.path=value"; an empty
  * tree gets a map root. Errors (ZT_ERR_CONFIG, message starting
- * "--set ASSIGNMENT: "): no '=', an empty key component, a value that is not
- * valid YAML, a path through a scalar or list; ZT_ERR_NOMEM. On error the
+ * "--set ASSIGNMENT: "): no '=', an empty key component, an empty value
+ * ("key=": null must be written out), a value that is not valid YAML, a
+ * path through a scalar or list; ZT_ERR_NOMEM. On error the
  * tree is unchanged or has gained only empty intermediate maps. */
 zt_status yaml_tree_set_path(struct yaml_tree *t, const char *assignment);
 

@@ -97,21 +97,6 @@ static zt_status load_paths(const struct run_session *s, const char *key, char *
     return st;
 }
 
-/* Evaluation (at the end of every training run, and the eval command)
- * needs at least one micro batch of validation windows: every rank finds
- * a shortfall here alike, before training, rather than after it. The
- * windows are eval.c's: seq_len + 1 tokens, overlapping by one. */
-static zt_status check_val_size(const struct token_buffer *val, int seq_len, int micro)
-{
-    const size_t windows = val->n > 0 ? (val->n - 1) / (size_t)seq_len : 0;
-    if (windows >= (size_t)micro)
-        return ZT_OK;
-    return zt_error_set(ZT_ERR_DATA,
-                        "validation data has %zu windows of seq_len + 1 = %d tokens, fewer than "
-                        "one micro batch of %d: give more data.val or a larger data.val_fraction",
-                        windows, seq_len + 1, micro);
-}
-
 static zt_status load_data(struct run_session *s, int need_train)
 {
     const struct zt_config *c = &s->cfg;
@@ -127,8 +112,6 @@ static zt_status load_data(struct run_session *s, int need_train)
         st = check_vocab(&all, "data.train", c->model.vocab_size);
     if (st == ZT_OK && s->val.n > 0)
         st = check_vocab(&s->val, "validation data", c->model.vocab_size);
-    if (st == ZT_OK)
-        st = check_val_size(&s->val, c->data.seq_len, c->train_micro_batch_size_per_gpu);
     if (st != ZT_OK || !need_train) {
         token_buffer_free(&all);
         return st;
@@ -139,6 +122,22 @@ static zt_status load_data(struct run_session *s, int need_train)
                         comm_size(s->comm), comm_rank(s->comm)));
     s->have_train = 1;
     return ZT_OK;
+}
+
+/* An evaluation needs one micro batch of validation windows (eval.c).
+ * Finding that out at the first evaluation would lose the training before
+ * it, with every rank failing there on its own; so it is checked here. */
+static zt_status check_validation_size(const struct run_session *s)
+{
+    const struct zt_config *c = &s->cfg;
+    const int B = c->train_micro_batch_size_per_gpu, T = c->data.seq_len;
+    const size_t windows = s->val.n > 0 ? (s->val.n - 1) / (size_t)T : 0;
+    if (!config_has_validation(c) || windows >= (size_t)B)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_DATA,
+                        "validation data has %zu windows of seq_len + 1 = %d tokens, fewer than "
+                        "one micro batch of %d: give more data.val or a larger data.val_fraction",
+                        windows, T + 1, B);
 }
 
 static zt_status build_model(struct run_session *s, const struct run_options *o)
@@ -257,6 +256,11 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     ops_cpu_set_threads(threads_per_rank(s->local_ranks));
 
     SESSION_PHASE(s, load_config(s, o));
+    /* Once, for every rank: the config is the same everywhere. */
+    if (s->rank == 0 && s->cfg.ignored) {
+        fprintf(stderr, "zerotrain: warning: %s", s->cfg.ignored);
+        fflush(stderr);
+    }
     /* The device comes first: the communicator must reach its memory. */
     ledger_init(&s->ledger, o->dry_run);
     SESSION_PHASE(s, compute_backend_open(s->cfg.device, &s->ledger, &s->compute));
@@ -268,6 +272,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     SESSION_PHASE(s, build_model(s, o));
+    SESSION_PHASE(s, o->dry_run ? ZT_OK : check_validation_size(s));
     s->stop_signal = o->stop_signal;
     s->faults = o->faults;
     s->state = RUN_CONFIGURED;

@@ -315,7 +315,15 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     if (c->checkpoint.dir && done > 0 &&
         !(c->checkpoint.every > 0 && step % c->checkpoint.every == 0))
         ZT_TRY(save_checkpoint(s, io, step, "end of training"));
-    ZT_TRY(evaluate_and_log(s, io, step));
+    /* data.val_fraction: 0 without data.val is a run without a validation
+     * set (as in DeepSpeed and the HF Trainer): nothing to evaluate. */
+    if (config_has_validation(c))
+        ZT_TRY(evaluate_and_log(s, io, step));
+    else if (s->rank == 0)
+        progress_log(&io->console,
+                     "step %6ld | no validation data (data.val_fraction: 0): "
+                     "not evaluated",
+                     step);
     return ZT_OK;
 }
 

@@ -4,7 +4,7 @@
 # allocation of the loader in its fault loop; libyaml's own allocations are
 # in a shared library and are not affected.
 zt_test(test_config SOURCES test_config.c ../config/config.c ../config/config_schema.c
-  ../config/yaml_tree.c ../worker/optimizer.c ../worker/optim_adafactor.c
-  ../worker/optim_adamw8bit.c LIBS zt_common PkgConfig::YAML m)
+  ../config/config_deepspeed.c ../config/yaml_tree.c ../worker/optimizer.c
+  ../worker/optim_adafactor.c ../worker/optim_adamw8bit.c LIBS zt_common PkgConfig::YAML m)
 zt_wrap_alloc(test_config)
 zt_test(test_schedule SOURCES test_schedule.c ../worker/schedule.c LIBS zt_common)

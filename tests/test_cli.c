@@ -108,6 +108,111 @@ START_TEST(missing_data_names_the_path)
 }
 END_TEST
 
+/* A config path that does not exist is the user's mistake: exit status 2
+ * on every rank, one message naming the path. */
+START_TEST(missing_config_exits_2_naming_the_path)
+{
+    const char *dir = testutil_tmpdir("cli-nocfg");
+    char log[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    int rc = testutil_run(log, MPIRUN " 2 %s train %s/nowhere.yaml", testutil_binary(), dir);
+    ck_assert_int_eq(rc, 2);
+    const char *out = testutil_slurp(log);
+    ck_assert_msg(testutil_count(out, "zerotrain: error: cannot open the configuration file ") == 1,
+                  "output:\n%s", out);
+    ck_assert_msg(strstr(out, "/nowhere.yaml: No such file or directory") != NULL, "output:\n%s",
+                  out);
+}
+END_TEST
+
+/* "--set key=" (an empty shell variable, usually) is refused, not taken as
+ * null, which would silently restore the default. */
+START_TEST(empty_set_value_exits_2_naming_the_argument)
+{
+    const char *dir = testutil_tmpdir("cli-emptyset");
+    char log[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    int rc = testutil_run(log,
+                          MPIRUN " 2 %s train %s --set optimizer.params.lr= --set "
+                                 "run.output_dir=%s",
+                          testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir);
+    ck_assert_int_eq(rc, 2);
+    const char *out = testutil_slurp(log);
+    ck_assert_msg(testutil_count(out, "zerotrain: error: --set optimizer.params.lr=: empty value "
+                                      "(give a value, or null to restore the default)") == 1,
+                  "output:\n%s", out);
+}
+END_TEST
+
+/* A DeepSpeed ZeRO-3 file runs as it is, with one warning (rank 0's)
+ * listing the settings zerotrain does not act on. */
+START_TEST(deepspeed_config_runs_with_one_warning)
+{
+    const char *dir = testutil_tmpdir("cli-ds");
+    char log[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    int rc =
+        testutil_run(log,
+                     MPIRUN " 2 %s train %s --quiet --dry-run --set data.train=%s "
+                            "--set model.n_layer=1 --set run.output_dir=%s",
+                     testutil_binary(), testutil_source_path("tests/data/deepspeed_zero3.json"),
+                     testutil_source_path("tests/data/trajectory_corpus.txt"), dir);
+    const char *out = testutil_slurp(log);
+    ck_assert_msg(rc == 0, "exit %d, output:\n%s", rc, out);
+    ck_assert_msg(testutil_count(out, "zerotrain: warning:") == 1, "output:\n%s", out);
+    ck_assert_msg(testutil_count(out, "does not act on 10 DeepSpeed settings") == 1, "output:\n%s",
+                  out);
+    ck_assert_msg(strstr(out, "tensorboard (enabled: true)") &&
+                      strstr(out, "zero_optimization.offload_optimizer (device: cpu)"),
+                  "output:\n%s", out);
+    ck_assert_msg(!strstr(out, "zerotrain: error"), "output:\n%s", out);
+}
+END_TEST
+
+/* data.val_fraction: 0 without data.val: no validation set, so the run
+ * trains and does not evaluate; asking for evaluations as well is a
+ * configuration error found at start-up, printed once. */
+START_TEST(no_validation_data_means_no_evaluation)
+{
+    const char *dir = testutil_tmpdir("cli-noval");
+    char log[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    int rc = testutil_run(log,
+                          MPIRUN " 2 %s train %s --quiet --set data.val_fraction=0 "
+                                 "--set run.steps=2 --set run.output_dir=%s",
+                          testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir);
+    const char *out = testutil_slurp(log);
+    ck_assert_msg(rc == 0, "exit %d, output:\n%s", rc, out);
+    ck_assert_msg(strstr(out, "no validation data (data.val_fraction: 0): not evaluated") &&
+                      !strstr(out, "val loss") && !strstr(out, "error"),
+                  "output:\n%s", out);
+
+    rc = testutil_run(log,
+                      MPIRUN " 2 %s train %s --quiet --set data.val_fraction=0 "
+                             "--set run.eval_interval=1 --set run.output_dir=%s",
+                      testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir);
+    out = testutil_slurp(log);
+    ck_assert_msg(rc == 2, "exit %d, output:\n%s", rc, out);
+    ck_assert_msg(testutil_count(out, "zerotrain: error:") == 1 &&
+                      strstr(out, "run.eval_interval: 1 asks for evaluations, but there is no "
+                                  "validation data (data.val_fraction is 0"),
+                  "output:\n%s", out);
+    ck_assert_msg(!strstr(out, "step "), "trained before refusing:\n%s", out);
+
+    /* Validation data too small for one micro batch: found before training
+     * too, and printed once. */
+    rc = testutil_run(log,
+                      MPIRUN " 2 %s train %s --quiet --set data.val_fraction=0.00001 "
+                             "--set run.output_dir=%s",
+                      testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir);
+    out = testutil_slurp(log);
+    ck_assert_msg(rc == 1, "exit %d, output:\n%s", rc, out);
+    ck_assert_msg(testutil_count(out, "error: validation data has 1 windows") == 1, "output:\n%s",
+                  out);
+    ck_assert_msg(!strstr(out, "step "), "trained before refusing:\n%s", out);
+}
+END_TEST
+
 START_TEST(usage_errors_and_info_commands)
 {
     const char *dir = testutil_tmpdir("cli-usage");
@@ -195,6 +300,10 @@ int main(void)
     tcase_add_test(tc, world_size_and_accumulation_are_interchangeable);
     tcase_add_test(tc, bad_config_exits_2_everywhere_message_once);
     tcase_add_test(tc, missing_data_names_the_path);
+    tcase_add_test(tc, missing_config_exits_2_naming_the_path);
+    tcase_add_test(tc, empty_set_value_exits_2_naming_the_argument);
+    tcase_add_test(tc, deepspeed_config_runs_with_one_warning);
+    tcase_add_test(tc, no_validation_data_means_no_evaluation);
     tcase_add_test(tc, prepare_then_train_and_eval_on_the_token_file);
     tcase_add_test(tc, dry_run_reports_memory_without_training);
     tcase_add_test(tc, tiny_loss_falls_within_100_steps);
