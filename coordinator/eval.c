@@ -83,6 +83,16 @@ zt_status eval_run(const struct run_options *o, int *print_here)
     struct run_session s;
     *print_here = 0;
     zt_status st = session_open(&s, o, 0);
+    if (st == ZT_OK && !config_has_validation(&s.cfg)) {
+        /* every rank finds it: agreed, printed once, before any weights load */
+        st = session_agree(zt_error_set(ZT_ERR_CONFIG,
+                                        "eval: there is no validation data to evaluate on "
+                                        "(data.val_fraction is 0 and data.val is not given): "
+                                        "give data.val or a data.val_fraction > 0"),
+                           print_here);
+        session_close(&s);
+        return st;
+    }
     if (st == ZT_OK)
         st = run_checkpoint_restore(&s, o, 0);
     if (st != ZT_OK) {

@@ -199,6 +199,15 @@ START_TEST(no_validation_data_means_no_evaluation)
                   "output:\n%s", out);
     ck_assert_msg(!strstr(out, "step "), "trained before refusing:\n%s", out);
 
+    /* eval with nothing to evaluate on: a configuration error, printed once */
+    rc = testutil_run(log, MPIRUN " 2 %s eval %s --set data.val_fraction=0 --set run.output_dir=%s",
+                      testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir);
+    out = testutil_slurp(log);
+    ck_assert_msg(rc == 2, "exit %d, output:\n%s", rc, out);
+    ck_assert_msg(testutil_count(out, "zerotrain: error:") == 1 &&
+                      strstr(out, "eval: there is no validation data to evaluate on"),
+                  "output:\n%s", out);
+
     /* Validation data too small for one micro batch: found before training
      * too, and printed once. */
     rc = testutil_run(log,
