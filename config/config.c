@@ -58,11 +58,6 @@ zt_status config_load(const char *path, const struct config_override *overrides,
     return s;
 }
 
-int config_has_validation(const struct zt_config *cfg)
-{
-    return cfg->data.n_val > 0 || cfg->data.val_fraction > 0.0;
-}
-
 zt_status config_check_world(const struct zt_config *cfg, int world_size)
 {
     long micro = cfg->train_micro_batch_size_per_gpu, accum = cfg->gradient_accumulation_steps;

@@ -232,7 +232,7 @@ static const struct yaml_tree_node *switch_of(const struct ds_key *k,
 static zt_status quiet_bool(const struct ds_key *k, const struct yaml_tree_node *v, int *quiet)
 {
     int b = 0;
-    if (!config_parse_bool(v, &b))
+    if (!yaml_tree_bool(v, &b))
         return expected(v, k->path, "a boolean (true or false)");
     *quiet = b == (k->quiet == Q_TRUE);
     return ZT_OK;
@@ -249,7 +249,7 @@ static zt_status quiet_section(const struct ds_key *k, const struct yaml_tree_no
     if (!(s = switch_of(k, v, &name))) {
         *quiet = 1;
     } else if (k->quiet == Q_DISABLED) {
-        if (!config_parse_bool(s, &b))
+        if (!yaml_tree_bool(s, &b))
             return expected(s, k->path, "enabled: true or false");
         *quiet = !b;
     } else {

@@ -20,10 +20,6 @@
  * Errors: ZT_ERR_CONFIG, ZT_ERR_UNSUPPORTED, ZT_ERR_NOMEM. */
 zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg);
 
-/* Reads a plain scalar true/True/TRUE/yes/... or false/... into *out (1 or
- * 0); returns 0, leaving *out alone, for anything else. */
-int config_parse_bool(const struct yaml_tree_node *v, int *out);
-
 /* Lines of text collected one by one (the DeepSpeed settings a config gives
  * and zerotrain does not act on); text is NULL or NUL-terminated. */
 struct config_notes {

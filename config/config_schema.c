@@ -398,19 +398,10 @@ static enum parsed parse_number(const struct yaml_tree_node *v, double *out)
     return isfinite(*out) ? P_OK : P_RANGE;
 }
 
-int config_parse_bool(const struct yaml_tree_node *v, int *out)
+/* Defined here, beside the data keys' rows, as it is what they mean. */
+int config_has_validation(const struct zt_config *cfg)
 {
-    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES"};
-    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO"};
-    if (v->kind != YAML_TREE_SCALAR || v->quoted)
-        return 0;
-    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-        if (strcmp(v->text, yes[i]) == 0 || strcmp(v->text, no[i]) == 0) {
-            *out = strcmp(v->text, yes[i]) == 0;
-            return 1;
-        }
-    }
-    return 0;
+    return cfg->data.n_val > 0 || cfg->data.val_fraction > 0.0;
 }
 
 /* ---- leaf values -------------------------------------------------------- */
@@ -530,7 +521,7 @@ static zt_status leaf_bool(struct walk *w, const struct field *f, const struct y
                            const char *where)
 {
     int b = 0;
-    if (!config_parse_bool(v, &b))
+    if (!yaml_tree_bool(v, &b))
         return type_error(where, f->path, "a boolean (true or false)", v);
     if (b && (f->flags & F_UNSUPPORTED_TRUE))
         return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: %s", where, f->path,

@@ -781,3 +781,18 @@ zt_status yaml_tree_set_path(struct yaml_tree *t, const char *assignment)
         node_free(value);
     return s;
 }
+
+int yaml_tree_bool(const struct yaml_tree_node *v, int *out)
+{
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO"};
+    if (v->kind != YAML_TREE_SCALAR || v->quoted)
+        return 0;
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(v->text, yes[i]) == 0 || strcmp(v->text, no[i]) == 0) {
+            *out = strcmp(v->text, yes[i]) == 0;
+            return 1;
+        }
+    }
+    return 0;
+}

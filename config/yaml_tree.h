@@ -84,6 +84,11 @@ const struct yaml_tree_node *yaml_tree_lookup(const struct yaml_tree *t, const c
  * "NULL". A quoted "null" is a string. */
 int yaml_tree_is_null(const struct yaml_tree_node *n);
 
+/* Reads a plain (unquoted) scalar true/True/TRUE/yes/Yes/YES or
+ * false/.../no into *out (1 or 0); returns 0, leaving *out alone, for
+ * anything else. */
+int yaml_tree_bool(const struct yaml_tree_node *n, int *out);
+
 /* Writes the position prefix of `n` into buf ("run.yaml:14:3" or
  * "--set a.b=c"), truncated to `size`. */
 void yaml_tree_where(const struct yaml_tree_node *n, char *buf, size_t size);

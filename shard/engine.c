@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "../worker/precision.h"
-#include "engine_impl.h"
+#include "shard_impl.h"
 
 enum gather_state { GATHER_RELEASED, GATHER_GATHERING, GATHER_RESIDENT };
 

@@ -13,7 +13,7 @@
  */
 #include <string.h>
 
-#include "engine_impl.h"
+#include "shard_impl.h"
 
 /* The element-wise optimizer on unit elements [lo, hi); p, g and the state
  * vectors at state_off point at element lo. Tensors are cut at the range's

@@ -314,26 +314,6 @@ START_TEST(null_checkpoint_dir_means_no_checkpoints)
 }
 END_TEST
 
-/* The pid of one rank (not mpirun) whose command line contains marker. */
-static pid_t find_rank(const char *marker)
-{
-    char cmd[1024], comm[64];
-    snprintf(cmd, sizeof cmd, "pgrep -f -- '%s'", marker);
-    FILE *p = popen(cmd, "r");
-    ck_assert(p != NULL);
-    long pid;
-    pid_t found = 0;
-    while (!found && fscanf(p, "%ld", &pid) == 1) {
-        FILE *f = fopen(testutil_fmt("/proc/%ld/comm", pid), "r");
-        if (f && fgets(comm, sizeof comm, f) && strncmp(comm, "zerotrain", 9) == 0)
-            found = (pid_t)pid;
-        if (f)
-            fclose(f);
-    }
-    pclose(p);
-    return found;
-}
-
 /* SIGTERM to a run without checkpoint.dir: it stops at the next step
  * boundary and says that nothing was saved (exit 1, not the 0 of a
  * preemption whose checkpoint is the result). */
@@ -363,7 +343,7 @@ START_TEST(preemption_without_checkpoint_dir_says_nothing_was_saved)
         if (f)
             fclose(f);
         if (lines >= 3)
-            rank = find_rank(testutil_fmt("run.output_dir=%s/a", dir));
+            rank = testutil_find_rank(testutil_fmt("run.output_dir=%s/a", dir));
     }
     ck_assert_msg(rank > 0, "no running rank found");
     ck_assert_int_eq(kill(rank, SIGTERM), 0);

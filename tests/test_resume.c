@@ -179,26 +179,6 @@ START_TEST(corrupt_checkpoints_are_named)
 }
 END_TEST
 
-/* The pid of one rank (not mpirun) whose command line contains marker. */
-static pid_t find_rank(const char *marker)
-{
-    char cmd[1024], comm[64];
-    snprintf(cmd, sizeof cmd, "pgrep -f -- '%s'", marker);
-    FILE *p = popen(cmd, "r");
-    ck_assert(p != NULL);
-    long pid;
-    pid_t found = 0;
-    while (!found && fscanf(p, "%ld", &pid) == 1) {
-        FILE *f = fopen(testutil_fmt("/proc/%ld/comm", pid), "r");
-        if (f && fgets(comm, sizeof comm, f) && strncmp(comm, "zerotrain", 9) == 0)
-            found = (pid_t)pid;
-        if (f)
-            fclose(f);
-    }
-    pclose(p);
-    return found;
-}
-
 /* SIGTERM to one rank mid-run: every rank stops at the next step boundary,
  * a checkpoint appears, all exit 0, and resuming continues the run. */
 START_TEST(sigterm_to_one_rank_checkpoints_and_exits_0)
@@ -229,7 +209,7 @@ START_TEST(sigterm_to_one_rank_checkpoints_and_exits_0)
         if (f)
             fclose(f);
         if (lines >= 3)
-            rank = find_rank(testutil_fmt("run.output_dir=%s/a", dir));
+            rank = testutil_find_rank(testutil_fmt("run.output_dir=%s/a", dir));
     }
     ck_assert_msg(rank > 0, "no running rank found");
     ck_assert_int_eq(kill(rank, SIGTERM), 0);

@@ -211,3 +211,22 @@ TCase *testutil_tcase(Suite *s, const char *name, int timeout_s)
     suite_add_tcase(s, tc);
     return tc;
 }
+
+pid_t testutil_find_rank(const char *marker)
+{
+    char cmd[1024], comm[64];
+    snprintf(cmd, sizeof cmd, "pgrep -f -- '%s'", marker);
+    FILE *p = popen(cmd, "r");
+    ck_assert(p != NULL);
+    long pid;
+    pid_t found = 0;
+    while (!found && fscanf(p, "%ld", &pid) == 1) {
+        FILE *f = fopen(testutil_fmt("/proc/%ld/comm", pid), "r");
+        if (f && fgets(comm, sizeof comm, f) && strncmp(comm, "zerotrain", 9) == 0)
+            found = (pid_t)pid;
+        if (f)
+            fclose(f);
+    }
+    pclose(p);
+    return found;
+}

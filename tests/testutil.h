@@ -5,6 +5,7 @@
 #include <check.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Runs a suite and returns the process exit status (0 all passed, 1 some
  * failed). For MPI suites call after MPI_Init: only rank 0 prints the
@@ -68,6 +69,10 @@ int testutil_micro_losses(const char *dir, const char *name, double *loss, int c
  * `timeout_s` seconds (the sanitizer build runs about 10x slower than the
  * release one: leave room for it). */
 TCase *testutil_tcase(Suite *s, const char *name, int timeout_s);
+
+/* The pid of one zerotrain rank (not mpirun) whose command line contains
+ * marker, or 0 if none runs. */
+pid_t testutil_find_rank(const char *marker);
 
 /* The zerotrain binary (ZT_BINARY, set by CTest). */
 const char *testutil_binary(void);

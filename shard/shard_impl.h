@@ -1,8 +1,8 @@
-/* shard/engine_impl.h — what the engine's files share and nobody else
+/* shard/shard_impl.h — what the engine's files share and nobody else
  * sees: element addressing in working-precision buffers and the rank's
  * range of a unit for the update. */
-#ifndef ZT_SHARD_ENGINE_IMPL_H
-#define ZT_SHARD_ENGINE_IMPL_H
+#ifndef ZT_SHARD_IMPL_H
+#define ZT_SHARD_IMPL_H
 
 #include "shard.h"
 
