@@ -115,7 +115,8 @@ union cpu_fbits {
 /* e^x in float, within 1 ulp of the exact value for x in [-87, 88] (0.98 at
  * worst on a dense grid; tests/test_ops.c holds it to 1.5); below
  * that range it returns e^-87 (about 1.6e-38, so softmax tails stay
- * harmlessly tiny), above it e^88; NaN stays NaN. Cody-Waite reduction
+ * harmlessly tiny), above it e^88; NaN stays NaN (with no undefined
+ * conversion on the way). Cody-Waite reduction
  * x = n ln2 + r with |r| <= ln2/2, Cephes' degree-7 minimax polynomial for
  * e^r, and 2^n assembled in the exponent bits. The clamp is a bitwise select
  * rather than `x < lo ? lo : x`: with the branch, GCC's partial-redundancy
@@ -128,8 +129,13 @@ static inline float cpu_expf(float x)
     int32_t below = -(int32_t)(x < lo.f), above = -(int32_t)(x > hi.f);
     u.i = (u.i & ~(below | above)) | (lo.i & below) | (hi.i & above);
     x = u.f;
-    /* Adding and removing 1.5 * 2^23 rounds to the nearest integer. */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    /* A NaN takes n = 0 (its bits masked to +0 for n alone): converting a
+     * NaN n to an integer below is undefined, while r and p carry the NaN
+     * into the result. Adding and removing 1.5 * 2^23 rounds to the nearest
+     * integer. */
+    union cpu_fbits xn = {.f = x};
+    xn.i &= ~(-(int32_t)(x != x));
+    float n = (xn.f * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693145751953125f; /* ln2 split so n*hi is exact */
     r = r - n * 1.428606765330187045e-6f;
     float p = 1.9875691500e-4f;
