@@ -333,18 +333,8 @@ START_TEST(preemption_without_checkpoint_dir_says_nothing_was_saved)
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    pid_t rank = 0;
-    for (int tries = 0; tries < 600 && !rank; tries++) { /* up to 60 s */
-        nanosleep(&(struct timespec){0, 100000000}, NULL);
-        FILE *f = fopen(testutil_path_in(dir, "a.jsonl"), "r");
-        int lines = 0;
-        for (int c; f && (c = fgetc(f)) != EOF;)
-            lines += c == '\n';
-        if (f)
-            fclose(f);
-        if (lines >= 3)
-            rank = testutil_find_rank(testutil_fmt("run.output_dir=%s/a", dir));
-    }
+    const pid_t rank = testutil_wait_for_rank(testutil_path_in(dir, "a.jsonl"), 3,
+                                              testutil_fmt("run.output_dir=%s/a", dir));
     ck_assert_msg(rank > 0, "no running rank found");
     ck_assert_int_eq(kill(rank, SIGTERM), 0);
     int status;

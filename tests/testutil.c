@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 int testutil_run_suite(Suite *s, int is_mpi)
@@ -229,4 +230,26 @@ pid_t testutil_find_rank(const char *marker)
     }
     pclose(p);
     return found;
+}
+
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int lines = 0;
+    for (int c; f && (c = fgetc(f)) != EOF;)
+        lines += c == '\n';
+    if (f)
+        fclose(f);
+    return lines;
+}
+
+pid_t testutil_wait_for_rank(const char *metrics, int lines, const char *marker)
+{
+    pid_t rank = 0;
+    for (int tries = 0; tries < 600 && !rank; tries++) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        if (count_lines(metrics) >= lines)
+            rank = testutil_find_rank(marker);
+    }
+    return rank;
 }

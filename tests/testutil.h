@@ -74,6 +74,11 @@ TCase *testutil_tcase(Suite *s, const char *name, int timeout_s);
  * marker, or 0 if none runs. */
 pid_t testutil_find_rank(const char *marker);
 
+/* Waits (up to 60 s) until the metrics file at `metrics` holds at least
+ * `lines` lines, then returns testutil_find_rank(marker); 0 if that never
+ * happened. For signalling a rank of a run in progress. */
+pid_t testutil_wait_for_rank(const char *metrics, int lines, const char *marker);
+
 /* The zerotrain binary (ZT_BINARY, set by CTest). */
 const char *testutil_binary(void);
 /* zerotrain with checkpoint fault injection (tests/zerotrain_faulty.c;
