@@ -135,16 +135,39 @@ static void check_gradient(const char *what, objective_fn f, void *ctx, double *
     free(fd);
 }
 
-/* Backward called on the same inputs: after two calls from zero, g2 must be
- * twice g1 (the accumulate convention of worker/ops.h). */
-static void check_twice(const char *what, const float *g1, const float *g2, int n)
+typedef void (*backward_fn)(void *ctx);
+
+/* One gradient a backward produces, for check_accumulates. */
+struct grad {
+    const char *what;
+    const float *g;
+    int n;
+};
+
+/* Runs the backward twice on the same inputs from zero gradients: each of
+ * the k gradients must come out of the second call twice what the first
+ * left (the accumulate convention of worker/ops.h). */
+static void check_accumulates(backward_fn backward, void *ctx, const struct grad *gs, int k)
 {
-    double *want = malloc((size_t)n * sizeof *want);
-    ck_assert_ptr_nonnull(want);
-    for (int i = 0; i < n; i++)
-        want[i] = 2.0 * g1[i];
-    check_close(what, g2, want, n, 1e-6);
-    free(want);
+    backward(ctx);
+    float **first = malloc((size_t)k * sizeof *first);
+    ck_assert_ptr_nonnull(first);
+    for (int i = 0; i < k; i++) {
+        first[i] = malloc((size_t)gs[i].n * sizeof(float));
+        ck_assert_ptr_nonnull(first[i]);
+        memcpy(first[i], gs[i].g, (size_t)gs[i].n * sizeof(float));
+    }
+    backward(ctx);
+    for (int i = 0; i < k; i++) {
+        double *want = malloc((size_t)gs[i].n * sizeof *want);
+        ck_assert_ptr_nonnull(want);
+        for (int j = 0; j < gs[i].n; j++)
+            want[j] = 2.0 * first[i][j];
+        check_close(gs[i].what, gs[i].g, want, gs[i].n, 1e-6);
+        free(want);
+        free(first[i]);
+    }
+    free(first);
 }
 
 /* ---- references, double precision, straight from the definitions ---- */
@@ -293,8 +316,9 @@ static double enc_objective(void *ctx)
     return dot(e->out.d, e->r.d, e->out.n);
 }
 
-static void enc_backward(struct enc_case *e)
+static void enc_backward(void *ctx)
 {
+    struct enc_case *e = ctx;
     ck_assert_int_eq(
         ops_cpu_backend()->encoder_backward(e->dwte.f, e->dwpe.f, e->r.f, e->tok, e->B, e->T, e->C),
         ZT_OK);
@@ -324,15 +348,10 @@ END_TEST
 START_TEST(encoder_backward_accumulates)
 {
     struct enc_case e = enc_setup(0);
-    struct tensor w1 = tensor_zeros(e.dwte.n), p1 = tensor_zeros(e.dwpe.n);
-    enc_backward(&e);
-    memcpy(w1.f, e.dwte.f, (size_t)w1.n * sizeof(float));
-    memcpy(p1.f, e.dwpe.f, (size_t)p1.n * sizeof(float));
-    enc_backward(&e);
-    check_twice("encoder dwte", w1.f, e.dwte.f, w1.n);
-    check_twice("encoder dwpe", p1.f, e.dwpe.f, p1.n);
-    tensor_free(&w1);
-    tensor_free(&p1);
+    check_accumulates(
+        enc_backward, &e,
+        (struct grad[]){{"encoder dwte", e.dwte.f, e.dwte.n}, {"encoder dwpe", e.dwpe.f, e.dwpe.n}},
+        2);
     enc_teardown(&e);
 }
 END_TEST
@@ -387,8 +406,9 @@ static void ln_forward(struct ln_case *l)
                      ZT_OK);
 }
 
-static void ln_backward(struct ln_case *l)
+static void ln_backward(void *ctx)
 {
+    struct ln_case *l = ctx;
     ck_assert_int_eq(ops_cpu_backend()->layernorm_backward(l->dx.f, l->dw.f, l->db.f, l->r.f,
                                                            l->x.f, l->w.f, l->mean.f, l->rstd.f,
                                                            l->N, l->C),
@@ -429,19 +449,12 @@ END_TEST
 START_TEST(layernorm_backward_accumulates)
 {
     struct ln_case l = ln_setup(3);
-    struct tensor x1 = tensor_zeros(l.dx.n), w1 = tensor_zeros(l.C), b1 = tensor_zeros(l.C);
     ln_forward(&l);
-    ln_backward(&l);
-    memcpy(x1.f, l.dx.f, (size_t)x1.n * sizeof(float));
-    memcpy(w1.f, l.dw.f, (size_t)l.C * sizeof(float));
-    memcpy(b1.f, l.db.f, (size_t)l.C * sizeof(float));
-    ln_backward(&l);
-    check_twice("layernorm dinp", x1.f, l.dx.f, x1.n);
-    check_twice("layernorm dweight", w1.f, l.dw.f, l.C);
-    check_twice("layernorm dbias", b1.f, l.db.f, l.C);
-    tensor_free(&x1);
-    tensor_free(&w1);
-    tensor_free(&b1);
+    check_accumulates(ln_backward, &l,
+                      (struct grad[]){{"layernorm dinp", l.dx.f, l.dx.n},
+                                      {"layernorm dweight", l.dw.f, l.C},
+                                      {"layernorm dbias", l.db.f, l.C}},
+                      3);
     ln_teardown(&l);
 }
 END_TEST
@@ -487,8 +500,9 @@ static double mm_objective(void *ctx)
     return dot(m->out.d, m->r.d, m->out.n);
 }
 
-static void mm_backward(struct mm_case *m)
+static void mm_backward(void *ctx)
 {
+    struct mm_case *m = ctx;
     ck_assert_int_eq(ops_cpu_backend()->matmul_backward(m->dx.f, m->dw.f,
                                                         m->has_bias ? m->db.f : NULL, m->r.f,
                                                         m->x.f, m->w.f, m->N, m->C, m->OC),
@@ -528,18 +542,11 @@ END_TEST
 START_TEST(matmul_backward_accumulates)
 {
     struct mm_case m = mm_setup(6);
-    struct tensor x1 = tensor_zeros(m.dx.n), w1 = tensor_zeros(m.dw.n), b1 = tensor_zeros(m.OC);
-    mm_backward(&m);
-    memcpy(x1.f, m.dx.f, (size_t)x1.n * sizeof(float));
-    memcpy(w1.f, m.dw.f, (size_t)w1.n * sizeof(float));
-    memcpy(b1.f, m.db.f, (size_t)m.OC * sizeof(float));
-    mm_backward(&m);
-    check_twice("matmul dinp", x1.f, m.dx.f, x1.n);
-    check_twice("matmul dweight", w1.f, m.dw.f, w1.n);
-    check_twice("matmul dbias", b1.f, m.db.f, m.OC);
-    tensor_free(&x1);
-    tensor_free(&w1);
-    tensor_free(&b1);
+    check_accumulates(mm_backward, &m,
+                      (struct grad[]){{"matmul dinp", m.dx.f, m.dx.n},
+                                      {"matmul dweight", m.dw.f, m.dw.n},
+                                      {"matmul dbias", m.db.f, m.OC}},
+                      3);
     mm_teardown(&m);
 }
 END_TEST
@@ -584,8 +591,9 @@ static void att_forward(struct att_case *a)
         ZT_OK);
 }
 
-static void att_backward(struct att_case *a)
+static void att_backward(void *ctx)
 {
+    struct att_case *a = ctx;
     ck_assert_int_eq(ops_cpu_backend()->attention_backward(a->dqkv.f, a->scratch.f, a->r.f,
                                                            a->qkv.f, a->att.f, a->B, a->T, a->C,
                                                            a->NH),
@@ -628,13 +636,8 @@ END_TEST
 START_TEST(attention_backward_accumulates)
 {
     struct att_case a = att_setup(2);
-    struct tensor g1 = tensor_zeros(a.dqkv.n);
     att_forward(&a);
-    att_backward(&a);
-    memcpy(g1.f, a.dqkv.f, (size_t)g1.n * sizeof(float));
-    att_backward(&a);
-    check_twice("attention dqkv", g1.f, a.dqkv.f, g1.n);
-    tensor_free(&g1);
+    check_accumulates(att_backward, &a, &(struct grad){"attention dqkv", a.dqkv.f, a.dqkv.n}, 1);
     att_teardown(&a);
 }
 END_TEST
@@ -701,6 +704,12 @@ static double gelu_objective(void *ctx)
     return s;
 }
 
+static void gelu_backward(void *ctx)
+{
+    struct gelu_case *g = ctx;
+    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g->dx.f, g->x.f, g->r.f, g->N), ZT_OK);
+}
+
 START_TEST(gelu_forward_matches_reference)
 {
     struct gelu_case g = gelu_setup(_i);
@@ -740,7 +749,7 @@ END_TEST
 START_TEST(gelu_backward_matches_finite_differences)
 {
     struct gelu_case g = gelu_setup(_i);
-    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
+    gelu_backward(&g);
     check_gradient("gelu dinp", gelu_objective, &g, g.x.d, g.dx.f, g.N);
     gelu_teardown(&g);
 }
@@ -749,11 +758,7 @@ END_TEST
 START_TEST(gelu_backward_accumulates)
 {
     struct gelu_case g = gelu_setup(2);
-    float g1[37];
-    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
-    memcpy(g1, g.dx.f, sizeof g1);
-    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
-    check_twice("gelu dinp", g1, g.dx.f, g.N);
+    check_accumulates(gelu_backward, &g, &(struct grad){"gelu dinp", g.dx.f, g.N}, 1);
     gelu_teardown(&g);
 }
 END_TEST
@@ -811,8 +816,9 @@ static void xent_forward(struct xent_case *x)
                      ZT_OK);
 }
 
-static void xent_backward(struct xent_case *x)
+static void xent_backward(void *ctx)
 {
+    struct xent_case *x = ctx;
     ck_assert_int_eq(ops_cpu_backend()->crossentropy_backward(x->dlogits.f, x->probs.f, x->tgt,
                                                               XENT_DLOSS, x->N, x->V),
                      ZT_OK);
@@ -850,12 +856,9 @@ END_TEST
 START_TEST(crossentropy_backward_accumulates)
 {
     struct xent_case x = xent_setup(0);
-    float g1[33];
     xent_forward(&x);
-    xent_backward(&x);
-    memcpy(g1, x.dlogits.f, sizeof g1);
-    xent_backward(&x);
-    check_twice("crossentropy dlogits", g1, x.dlogits.f, x.N * x.V);
+    check_accumulates(xent_backward, &x,
+                      &(struct grad){"crossentropy dlogits", x.dlogits.f, x.dlogits.n}, 1);
     xent_teardown(&x);
 }
 END_TEST
