@@ -19,8 +19,11 @@
  *   about 1e-11. The float backward carries about 1e-6 relative error.
  *   A missing term in a gradient shows up at 1e-2 or more.
  * Sizes are small and odd on purpose (T = 1, C not a multiple of the vector
- * width, N = 3, attention with T past the 64-row query block and head size
- * 5) so that remainder loops and block edges are exercised.
+ * width, N = 3, attention with T past the 32-row query block and head size
+ * 5) so that remainder loops and block edges are exercised. Grouped-query
+ * attention is checked against plain multi-head attention on key/value heads
+ * repeated the way Hugging Face's repeat_kv does, so the reference shares no
+ * indexing with the op.
  */
 #include "testutil.h"
 
@@ -199,8 +202,10 @@ static void ref_matmul(double *out, const double *x, const double *w, const doub
         }
 }
 
-/* att may be NULL. */
-static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int C, int NH)
+/* Multi-head attention, one key/value head per query head: qkv[B,T,3C]
+ * holds q, k, v side by side, C = NH*hs. att may be NULL. */
+static void ref_attention_mha(double *out, double *att, const double *qkv, int B, int T, int C,
+                              int NH)
 {
     int hs = C / NH;
     double *p = malloc((size_t)T * sizeof *p);
@@ -235,6 +240,30 @@ static void ref_attention(double *out, double *att, const double *qkv, int B, in
                 }
             }
     free(p);
+}
+
+/* Grouped-query attention the way Hugging Face's repeat_kv computes it:
+ * each of the NKV key/value heads is copied for the NH / NKV query heads
+ * that share it, then plain multi-head attention runs. qkv is
+ * [B,T,(NH+2*NKV)*hs]; att may be NULL. */
+static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int NH,
+                          int NKV, int hs)
+{
+    int C = NH * hs, ld = (NH + 2 * NKV) * hs, g = NH / NKV;
+    double *full = malloc((size_t)B * T * 3 * C * sizeof *full);
+    ck_assert_ptr_nonnull(full);
+    for (int bt = 0; bt < B * T; bt++) {
+        const double *src = qkv + (size_t)bt * ld;
+        double *dst = full + (size_t)bt * 3 * C;
+        memcpy(dst, src, (size_t)C * sizeof *dst); /* the query heads */
+        for (int h = 0; h < NH; h++) {
+            int kv = h / g;
+            memcpy(dst + C + h * hs, src + (NH + kv) * hs, (size_t)hs * sizeof *dst);
+            memcpy(dst + 2 * C + h * hs, src + (NH + NKV + kv) * hs, (size_t)hs * sizeof *dst);
+        }
+    }
+    ref_attention_mha(out, att, full, B, T, C, NH);
+    free(full);
 }
 
 static double ref_gelu(double x)
@@ -553,11 +582,17 @@ END_TEST
 
 /* ---- attention ---- */
 
-/* B T C NH: head size 4, T = 1, T past the 64-row query block, head size 5. */
-static const int ATT_SIZES[][4] = {{2, 5, 12, 3}, {1, 1, 6, 2}, {1, 70, 8, 2}, {2, 3, 20, 4}};
+/* B T NH NKV hs. GPT-2's case NKV == NH: head size 4, T = 1, T past the
+ * 32-row query block, head size 5. Then grouped-query heads, all with
+ * T = 70: two query heads per key/value head, all four sharing one, and
+ * NKV == NH again with four heads. */
+static const int ATT_SIZES[][5] = {{2, 5, 3, 3, 4}, {1, 1, 2, 2, 3},  {1, 70, 2, 2, 4},
+                                   {2, 3, 4, 4, 5}, {1, 70, 4, 2, 4}, {2, 70, 4, 1, 3},
+                                   {1, 70, 4, 4, 3}};
+enum { ATT_GQA = 4 }; /* the first grouped case: NH = 4, NKV = 2, T = 70 */
 
 struct att_case {
-    int B, T, C, NH;
+    int B, T, NH, NKV, hs;
     struct tensor qkv, out, att, r, dqkv, scratch;
 };
 
@@ -565,14 +600,16 @@ static struct att_case att_setup(int which)
 {
     struct att_case a = {.B = ATT_SIZES[which][0],
                          .T = ATT_SIZES[which][1],
-                         .C = ATT_SIZES[which][2],
-                         .NH = ATT_SIZES[which][3]};
-    int n = a.B * a.T * a.C, nt = a.B * a.NH * a.T * a.T;
-    a.qkv = tensor_rand(3 * n, 41, 1.5); /* logits of a few units: a peaked softmax */
+                         .NH = ATT_SIZES[which][2],
+                         .NKV = ATT_SIZES[which][3],
+                         .hs = ATT_SIZES[which][4]};
+    int rows = a.B * a.T, n = rows * a.NH * a.hs, nt = a.B * a.NH * a.T * a.T;
+    int nqkv = rows * (a.NH + 2 * a.NKV) * a.hs;
+    a.qkv = tensor_rand(nqkv, 41, 1.5); /* logits of a few units: a peaked softmax */
     a.r = tensor_rand(n, 42, 1.0);
     a.out = tensor_zeros(n);
     a.att = tensor_zeros(nt);
-    a.dqkv = tensor_zeros(3 * n);
+    a.dqkv = tensor_zeros(nqkv);
     a.scratch = tensor_zeros(nt);
     return a;
 }
@@ -586,24 +623,24 @@ static void att_teardown(struct att_case *a)
 
 static void att_forward(struct att_case *a)
 {
-    ck_assert_int_eq(
-        ops_cpu_backend()->attention_forward(a->out.f, a->att.f, a->qkv.f, a->B, a->T, a->C, a->NH),
-        ZT_OK);
+    ck_assert_int_eq(ops_cpu_backend()->attention_forward(a->out.f, a->att.f, a->qkv.f, a->B, a->T,
+                                                          a->NH, a->NKV, a->hs),
+                     ZT_OK);
 }
 
 static void att_backward(void *ctx)
 {
     struct att_case *a = ctx;
     ck_assert_int_eq(ops_cpu_backend()->attention_backward(a->dqkv.f, a->scratch.f, a->r.f,
-                                                           a->qkv.f, a->att.f, a->B, a->T, a->C,
-                                                           a->NH),
+                                                           a->qkv.f, a->att.f, a->B, a->T, a->NH,
+                                                           a->NKV, a->hs),
                      ZT_OK);
 }
 
 static double att_objective(void *ctx)
 {
     struct att_case *a = ctx;
-    ref_attention(a->out.d, NULL, a->qkv.d, a->B, a->T, a->C, a->NH);
+    ref_attention(a->out.d, NULL, a->qkv.d, a->B, a->T, a->NH, a->NKV, a->hs);
     return dot(a->out.d, a->r.d, a->out.n);
 }
 
@@ -613,7 +650,7 @@ START_TEST(attention_forward_matches_reference)
     for (int i = 0; i < a.att.n; i++) /* garbage above the diagonal must be overwritten */
         a.att.f[i] = NAN;
     att_forward(&a);
-    ref_attention(a.out.d, a.att.d, a.qkv.d, a.B, a.T, a.C, a.NH);
+    ref_attention(a.out.d, a.att.d, a.qkv.d, a.B, a.T, a.NH, a.NKV, a.hs);
     check_close("attention out", a.out.f, a.out.d, a.out.n, FWD_TOL);
     check_close("attention att", a.att.f, a.att.d, a.att.n, FWD_TOL);
     for (int r = 0; r < a.B * a.NH * a.T; r++)
@@ -635,7 +672,7 @@ END_TEST
 
 START_TEST(attention_backward_accumulates)
 {
-    struct att_case a = att_setup(2);
+    struct att_case a = att_setup(ATT_GQA);
     att_forward(&a);
     check_accumulates(att_backward, &a, &(struct grad){"attention dqkv", a.dqkv.f, a.dqkv.n}, 1);
     att_teardown(&a);
@@ -646,15 +683,15 @@ END_TEST
  * earlier token bit for bit unchanged, and changes token j's own. */
 START_TEST(attention_is_causal)
 {
-    struct att_case a = att_setup(2); /* T = 70: j in the second query block */
-    int T = a.T, C = a.C;
+    struct att_case a = att_setup(ATT_GQA); /* T = 70: j in the second and third query blocks */
+    int T = a.T, C = a.NH * a.hs, ld = (a.NH + 2 * a.NKV) * a.hs;
     att_forward(&a);
     float *before = malloc((size_t)a.out.n * sizeof *before);
     ck_assert_ptr_nonnull(before);
     memcpy(before, a.out.f, (size_t)a.out.n * sizeof(float));
     for (int j = T - 1; j >= 1; j -= 23) {
-        for (int c = C; c < 3 * C; c++) /* k and v of token j */
-            a.qkv.f[(size_t)j * 3 * C + c] += 0.75f;
+        for (int c = C; c < ld; c++) /* k and v of token j */
+            a.qkv.f[(size_t)j * ld + c] += 0.75f;
         att_forward(&a);
         ck_assert_msg(memcmp(before, a.out.f, (size_t)j * C * sizeof(float)) == 0,
                       "changing token %d's k/v changed an earlier output", j);
@@ -917,37 +954,55 @@ START_TEST(backend_table_is_complete)
 }
 END_TEST
 
+/* Appends n floats to a growing record of outputs. */
+static void record(float **all, int *len, const float *x, int n)
+{
+    float *grown = realloc(*all, (size_t)(*len + n) * sizeof **all);
+    ck_assert_ptr_nonnull(grown);
+    memcpy(grown + *len, x, (size_t)n * sizeof *x);
+    *all = grown;
+    *len += n;
+}
+
+/* Layernorm's gradients and grouped-query attention's, run on
+ * `threads` threads, one after another in one buffer. */
+static float *threaded_outputs(int threads, int *len)
+{
+    float *all = NULL;
+    *len = 0;
+    ops_cpu_set_threads(threads);
+    struct ln_case l = ln_setup(3);
+    ln_forward(&l);
+    ln_backward(&l);
+    record(&all, len, l.dx.f, l.dx.n);
+    record(&all, len, l.dw.f, l.C);
+    record(&all, len, l.db.f, l.C);
+    ln_teardown(&l);
+    struct att_case a = att_setup(ATT_GQA + 1); /* four query heads on one k/v head */
+    att_forward(&a);
+    att_backward(&a);
+    record(&all, len, a.out.f, a.out.n);
+    record(&all, len, a.dqkv.f, a.dqkv.n);
+    att_teardown(&a);
+    ops_cpu_set_threads(1);
+    return all;
+}
+
 /* The multi-threaded paths (column-split parameter gradients, parallel
- * rows) agree with the single-threaded ones. */
+ * rows, threaded sgemm) agree with the single-threaded ones. */
 START_TEST(results_do_not_depend_on_thread_count)
 {
-    float out[2][3]
-             [70 * 3 * 8]; /* [threads - 1][tensor][...]: sizes of LN_SIZES[3], ATT_SIZES[2] */
-    for (int t = 0; t < 2; t++) {
-        ops_cpu_set_threads(t + 1);
-        struct ln_case l = ln_setup(3);
-        ln_forward(&l);
-        ln_backward(&l);
-        memcpy(out[t][0], l.dx.f, (size_t)l.dx.n * sizeof(float));
-        memcpy(out[t][0] + l.dx.n, l.dw.f, (size_t)l.C * sizeof(float));
-        memcpy(out[t][1], l.db.f, (size_t)l.C * sizeof(float));
-        ln_teardown(&l);
-        struct att_case a = att_setup(2);
-        att_forward(&a);
-        att_backward(&a);
-        memcpy(out[t][2], a.dqkv.f, (size_t)a.dqkv.n * sizeof(float));
-        att_teardown(&a);
-    }
-    ops_cpu_set_threads(1);
-    double *want = malloc(sizeof out[0] / sizeof(float) * sizeof(double));
+    int n1, n2;
+    float *one = threaded_outputs(1, &n1), *two = threaded_outputs(2, &n2);
+    ck_assert_int_eq(n1, n2);
+    double *want = malloc((size_t)n1 * sizeof *want);
     ck_assert_ptr_nonnull(want);
-    int n[3] = {5 * 33 + 33, 33, 70 * 3 * 8};
-    for (int k = 0; k < 3; k++) {
-        for (int i = 0; i < n[k]; i++)
-            want[i] = out[0][k][i];
-        check_close("two threads vs one", out[1][k], want, n[k], 1e-6);
-    }
+    for (int i = 0; i < n1; i++)
+        want[i] = one[i];
+    check_close("two threads vs one", two, want, n1, 1e-6);
     free(want);
+    free(one);
+    free(two);
 }
 END_TEST
 

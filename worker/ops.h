@@ -66,17 +66,20 @@ struct ops_backend {
     zt_status (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, int N, int C, int OC);
 
-    /* Causal multi-head self-attention. qkv[B,T,3C] holds q, k, v side by
-     * side (head h uses columns h*hs..(h+1)*hs-1 of each, hs = C/NH);
-     * out[B,T,C]; att[B,NH,T,T] receives the softmax probabilities (entries
-     * above the diagonal are written as 0) and is kept for the backward. */
-    zt_status (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                                   int NH);
-    /* dqkv += gradient of the attention w.r.t. qkv; scratch is caller
-     * memory of at least B*NH*T*T floats, contents undefined on return. */
+    /* Causal self-attention with grouped-query heads. Row (b,t) of
+     * qkv[B,T,(NH+2*NKV)*hs] holds NH query heads, then NKV key heads, then
+     * NKV value heads, hs columns each; query head h attends with key/value
+     * head h / (NH/NKV) (NH a multiple of NKV). out[B,T,NH*hs]; att[B,NH,T,T]
+     * receives the softmax probabilities (0 above the diagonal), kept for the
+     * backward. Scale 1/sqrt(hs). GPT-2 is the case NKV == NH. */
+    zt_status (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int NH,
+                                   int NKV, int hs);
+    /* dqkv += gradient w.r.t. qkv (key/value heads accumulate over the query
+     * heads sharing them); scratch: at least B*NH*T*T floats, contents
+     * undefined on return. */
     zt_status (*attention_backward)(float *dqkv, float *scratch, const float *dout,
-                                    const float *qkv, const float *att, int B, int T, int C,
-                                    int NH);
+                                    const float *qkv, const float *att, int B, int T, int NH,
+                                    int NKV, int hs);
 
     /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     zt_status (*gelu_forward)(float *out, const float *inp, int N);

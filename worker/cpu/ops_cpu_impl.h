@@ -58,10 +58,10 @@ zt_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const f
 
 /* attention_forward and attention_backward of worker/ops.h; the backward
  * uses only the first T*T floats of scratch. */
-zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                int NH);
+zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
+                                int NKV, int hs);
 zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                 const float *att, int B, int T, int C, int NH);
+                                 const float *att, int B, int T, int NH, int NKV, int hs);
 
 /* gelu_forward, gelu_backward and residual_forward of worker/ops.h. */
 zt_status cpu_gelu_forward(float *out, const float *inp, int N);
