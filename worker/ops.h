@@ -43,10 +43,13 @@
 struct ops_backend {
     const char *name; /* "cpu", "cuda" */
 
-    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. */
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. With wpe == NULL no
+     * position embedding is added (the Llama family's positions are rotary,
+     * applied inside attention): out[b,t,:] = wte[tokens[b,t],:]. */
     zt_status (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
                                  const float *wpe, int B, int T, int C);
-    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. */
+    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:], skipped
+     * when dwpe is NULL. */
     zt_status (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int B, int T, int C);
 
