@@ -20,10 +20,10 @@
  *   A missing term in a gradient shows up at 1e-2 or more.
  * Sizes are small and odd on purpose (T = 1, C not a multiple of the vector
  * width, N = 3, attention with T past the 32-row query block and head size
- * 5) so that remainder loops and block edges are exercised. Grouped-query
- * attention is checked against plain multi-head attention on key/value heads
- * repeated the way Hugging Face's repeat_kv does, so the reference shares no
- * indexing with the op.
+ * 5, RMSNorm across three 64-column blocks) so that remainder loops and
+ * block edges are exercised. Grouped-query attention is checked against
+ * plain multi-head attention on key/value heads repeated the way Hugging
+ * Face's repeat_kv does, so the reference shares no indexing with the op.
  */
 #include "testutil.h"
 
@@ -187,6 +187,23 @@ static void ref_layernorm(double *out, const double *x, const double *w, const d
             v += (r[c] - m) * (r[c] - m) / C;
         for (int c = 0; c < C; c++)
             out[(size_t)i * C + c] = (r[c] - m) / sqrt(v + 1e-5) * w[c] + b[c];
+    }
+}
+
+/* eps is the float the op receives, widened. */
+static void ref_rmsnorm(double *out, double *rstd, const double *x, const double *w, int N, int C,
+                        double eps)
+{
+    for (int i = 0; i < N; i++) {
+        const double *r = x + (size_t)i * C;
+        double ms = 0.0;
+        for (int c = 0; c < C; c++)
+            ms += r[c] * r[c] / C;
+        double rs = 1.0 / sqrt(ms + eps);
+        if (rstd)
+            rstd[i] = rs;
+        for (int c = 0; c < C; c++)
+            out[(size_t)i * C + c] = r[c] * rs * w[c];
     }
 }
 
@@ -492,6 +509,149 @@ START_TEST(layernorm_backward_accumulates)
                                       {"layernorm dbias", l.db.f, l.C}},
                       3);
     ln_teardown(&l);
+}
+END_TEST
+
+/* ---- rmsnorm ---- */
+
+/* N C: as layernorm's, and C = 130 across three column blocks of 64. */
+static const int RMS_SIZES[][2] = {{4, 16}, {3, 20}, {1, 7}, {5, 33}, {3, 130}};
+
+struct rms_case {
+    int N, C;
+    float eps;
+    struct tensor x, w, out, rstd, r, dx, dw;
+};
+
+/* Llama's two epsilons, 1e-5 and 1e-6, in turn. */
+static struct rms_case rms_setup(int which)
+{
+    struct rms_case m = {
+        .N = RMS_SIZES[which][0], .C = RMS_SIZES[which][1], .eps = which % 2 ? 1e-6f : 1e-5f};
+    int n = m.N * m.C;
+    m.x = tensor_rand(n, 81, 2.0);
+    m.w = tensor_rand(m.C, 82, 1.5);
+    m.r = tensor_rand(n, 83, 1.0);
+    m.out = tensor_zeros(n);
+    m.rstd = tensor_zeros(m.N);
+    m.dx = tensor_zeros(n);
+    m.dw = tensor_zeros(m.C);
+    return m;
+}
+
+static void rms_teardown(struct rms_case *m)
+{
+    struct tensor *all[] = {&m->x, &m->w, &m->out, &m->rstd, &m->r, &m->dx, &m->dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+}
+
+static double rms_objective(void *ctx)
+{
+    struct rms_case *m = ctx;
+    ref_rmsnorm(m->out.d, NULL, m->x.d, m->w.d, m->N, m->C, m->eps);
+    return dot(m->out.d, m->r.d, m->out.n);
+}
+
+static void rms_forward(struct rms_case *m)
+{
+    ck_assert_int_eq(
+        ops_cpu_backend()->rmsnorm_forward(m->out.f, m->rstd.f, m->x.f, m->w.f, m->N, m->C, m->eps),
+        ZT_OK);
+}
+
+static void rms_backward(void *ctx)
+{
+    struct rms_case *m = ctx;
+    ck_assert_int_eq(ops_cpu_backend()->rmsnorm_backward(m->dx.f, m->dw.f, m->r.f, m->x.f, m->w.f,
+                                                         m->rstd.f, m->N, m->C),
+                     ZT_OK);
+}
+
+START_TEST(rmsnorm_forward_matches_reference)
+{
+    struct rms_case m = rms_setup(_i);
+    for (int i = 0; i < m.out.n; i++) /* garbage that the forward must overwrite */
+        m.out.f[i] = 1e6f;
+    rms_forward(&m);
+    ref_rmsnorm(m.out.d, m.rstd.d, m.x.d, m.w.d, m.N, m.C, m.eps);
+    check_close("rmsnorm out", m.out.f, m.out.d, m.out.n, FWD_TOL);
+    check_close("rmsnorm rstd", m.rstd.f, m.rstd.d, m.N, FWD_TOL);
+    rms_teardown(&m);
+}
+END_TEST
+
+/* eps sits inside the root: rows of 1e-3 have mean square 1e-6, so with
+ * eps = 1e-6 the output is x / sqrt(2e-6) = 0.7071 w, where eps left out
+ * gives w and eps added after the root 0.999 w. */
+START_TEST(rmsnorm_eps_is_inside_the_root)
+{
+    enum { C = 8 };
+    float x[2 * C], w[C], out[2 * C], rstd[2];
+    for (int c = 0; c < C; c++) {
+        x[c] = 1e-3f;
+        x[C + c] = -1e-3f;
+        w[c] = (float)(c + 1);
+    }
+    ck_assert_int_eq(ops_cpu_backend()->rmsnorm_forward(out, rstd, x, w, 2, C, 1e-6f), ZT_OK);
+    for (int i = 0; i < 2 * C; i++) {
+        double want = x[i] / sqrt((double)x[i] * x[i] + (double)1e-6f) * w[i % C];
+        ck_assert_double_eq_tol(out[i], want, 1e-6 * fabs(want));
+    }
+}
+END_TEST
+
+START_TEST(rmsnorm_backward_matches_finite_differences)
+{
+    struct rms_case m = rms_setup(_i);
+    rms_forward(&m);
+    rms_backward(&m);
+    check_gradient("rmsnorm dinp", rms_objective, &m, m.x.d, m.dx.f, m.x.n);
+    check_gradient("rmsnorm dweight", rms_objective, &m, m.w.d, m.dw.f, m.w.n);
+    rms_teardown(&m);
+}
+END_TEST
+
+START_TEST(rmsnorm_backward_accumulates)
+{
+    struct rms_case m = rms_setup(4);
+    rms_forward(&m);
+    check_accumulates(
+        rms_backward, &m,
+        (struct grad[]){{"rmsnorm dinp", m.dx.f, m.dx.n}, {"rmsnorm dweight", m.dw.f, m.C}}, 2);
+    rms_teardown(&m);
+}
+END_TEST
+
+/* dinp and dweight come out bit for bit the same on 1, 2 and 3 threads,
+ * also when they start non-zero (a second micro-batch accumulating). */
+START_TEST(rmsnorm_backward_is_bitwise_thread_independent)
+{
+    struct rms_case m = rms_setup(4); /* C = 130: column blocks of 64, 64 and 2 */
+    int n = m.dx.n + m.C;
+    float *first = malloc((size_t)n * sizeof *first);
+    ck_assert_ptr_nonnull(first);
+    rms_forward(&m);
+    for (int threads = 1; threads <= 3; threads++) {
+        for (int i = 0; i < m.dx.n; i++)
+            m.dx.f[i] = 0.25f * m.r.f[i];
+        for (int c = 0; c < m.C; c++)
+            m.dw.f[c] = 0.5f + 0.01f * (float)c;
+        ops_cpu_set_threads(threads);
+        rms_backward(&m);
+        if (threads == 1) {
+            memcpy(first, m.dx.f, (size_t)m.dx.n * sizeof(float));
+            memcpy(first + m.dx.n, m.dw.f, (size_t)m.C * sizeof(float));
+            continue;
+        }
+        ck_assert_msg(memcmp(first, m.dx.f, (size_t)m.dx.n * sizeof(float)) == 0,
+                      "rmsnorm dinp differs on %d threads", threads);
+        ck_assert_msg(memcmp(first + m.dx.n, m.dw.f, (size_t)m.C * sizeof(float)) == 0,
+                      "rmsnorm dweight differs on %d threads", threads);
+    }
+    ops_cpu_set_threads(1);
+    free(first);
+    rms_teardown(&m);
 }
 END_TEST
 
@@ -954,10 +1114,10 @@ START_TEST(backend_table_is_complete)
     ck_assert_str_eq(b->name, "cpu");
     ck_assert(b->encoder_forward && b->encoder_backward && b->layernorm_forward &&
               b->layernorm_backward && b->matmul_forward && b->matmul_backward &&
-              b->attention_forward && b->attention_backward && b->gelu_forward &&
-              b->gelu_backward && b->residual_forward && b->crossentropy_forward &&
-              b->crossentropy_backward && b->to_f32 && b->from_f32 && b->add_into &&
-              b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
+              b->attention_forward && b->attention_backward && b->rmsnorm_forward &&
+              b->rmsnorm_backward && b->gelu_forward && b->gelu_backward && b->residual_forward &&
+              b->crossentropy_forward && b->crossentropy_backward && b->to_f32 && b->from_f32 &&
+              b->add_into && b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
 }
 END_TEST
 
@@ -971,7 +1131,7 @@ static void record(float **all, int *len, const float *x, int n)
     *len += n;
 }
 
-/* Layernorm's gradients and grouped-query attention's, run on
+/* Layernorm's gradients, RMSNorm's and grouped-query attention's, run on
  * `threads` threads, one after another in one buffer. */
 static float *threaded_outputs(int threads, int *len)
 {
@@ -985,6 +1145,12 @@ static float *threaded_outputs(int threads, int *len)
     record(&all, len, l.dw.f, l.C);
     record(&all, len, l.db.f, l.C);
     ln_teardown(&l);
+    struct rms_case m = rms_setup(4);
+    rms_forward(&m);
+    rms_backward(&m);
+    record(&all, len, m.dx.f, m.dx.n);
+    record(&all, len, m.dw.f, m.C);
+    rms_teardown(&m);
     struct att_case a = att_setup(ATT_GQA + 1); /* four query heads on one k/v head */
     att_forward(&a);
     att_backward(&a);
@@ -1026,6 +1192,12 @@ int main(void)
     tcase_add_loop_test(tc, layernorm_forward_matches_reference, 0, NSIZES(LN_SIZES));
     tcase_add_loop_test(tc, layernorm_backward_matches_finite_differences, 0, NSIZES(LN_SIZES));
     tcase_add_test(tc, layernorm_backward_accumulates);
+    tc = testutil_tcase(s, "rmsnorm", 60);
+    tcase_add_loop_test(tc, rmsnorm_forward_matches_reference, 0, NSIZES(RMS_SIZES));
+    tcase_add_test(tc, rmsnorm_eps_is_inside_the_root);
+    tcase_add_loop_test(tc, rmsnorm_backward_matches_finite_differences, 0, NSIZES(RMS_SIZES));
+    tcase_add_test(tc, rmsnorm_backward_accumulates);
+    tcase_add_test(tc, rmsnorm_backward_is_bitwise_thread_independent);
     tc = testutil_tcase(s, "matmul", 60);
     tcase_add_loop_test(tc, matmul_forward_matches_reference, 0, 2 * NSIZES(MM_SIZES));
     tcase_add_loop_test(tc, matmul_backward_matches_finite_differences, 0, 2 * NSIZES(MM_SIZES));

@@ -84,6 +84,14 @@ struct ops_backend {
                                     const float *qkv, const float *att, int B, int T, int NH,
                                     int NKV, int hs);
 
+    /* RMSNorm over the last dimension: out[n,:] = inp[n,:] * rstd[n] * weight,
+     * rstd[n] = 1 / sqrt(mean(inp[n,:]^2) + eps), saved for the backward. */
+    zt_status (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight,
+                                 int N, int C, float eps);
+    /* dinp += d/dinp, dweight += d/dweight, given dout[N,C]. */
+    zt_status (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
+                                  const float *weight, const float *rstd, int N, int C);
+
     /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     zt_status (*gelu_forward)(float *out, const float *inp, int N);
     zt_status (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);

@@ -63,6 +63,12 @@ zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B,
 zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                  const float *att, int B, int T, int NH, int NKV, int hs);
 
+/* rmsnorm_forward and rmsnorm_backward of worker/ops.h. */
+zt_status cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
+                              int C, float eps);
+zt_status cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                               const float *weight, const float *rstd, int N, int C);
+
 /* gelu_forward, gelu_backward and residual_forward of worker/ops.h. */
 zt_status cpu_gelu_forward(float *out, const float *inp, int N);
 zt_status cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
