@@ -872,6 +872,144 @@ START_TEST(attention_is_causal)
 }
 END_TEST
 
+/* ---- rotary position embedding ---- */
+
+/* B T n_heads hs row_stride theta: extra columns past the heads; no extra
+ * columns; hs = 2 at T = 1; the query heads inside a grouped qkv row
+ * (NH = 4, NKV = 2) at T = 70 and Llama 3's theta; hs / 2 odd. */
+static const struct {
+    int B, T, n_heads, hs, stride;
+    double theta;
+} ROPE_SIZES[] = {{2, 5, 3, 8, 29, 1e4},
+                  {1, 9, 2, 6, 12, 5e5},
+                  {1, 1, 1, 2, 3, 1e4},
+                  {2, 70, 4, 4, 32, 5e5},
+                  {3, 4, 2, 10, 30, 1e4}};
+
+struct rope_case {
+    int B, T, n_heads, hs, stride;
+    struct tensor x, cs, sn, r;
+};
+
+/* The tables from theta in double (the float copy is what the op gets). */
+static struct rope_case rope_setup(int which)
+{
+    struct rope_case p = {.B = ROPE_SIZES[which].B,
+                          .T = ROPE_SIZES[which].T,
+                          .n_heads = ROPE_SIZES[which].n_heads,
+                          .hs = ROPE_SIZES[which].hs,
+                          .stride = ROPE_SIZES[which].stride};
+    int half = p.hs / 2, n = p.B * p.T * p.stride;
+    p.x = tensor_rand(n, 91, 1.0);
+    p.r = tensor_rand(n, 92, 1.0);
+    p.cs = tensor_zeros(p.T * half);
+    p.sn = tensor_zeros(p.T * half);
+    for (int t = 0; t < p.T; t++)
+        for (int i = 0; i < half; i++) {
+            double angle = t * pow(ROPE_SIZES[which].theta, -2.0 * i / p.hs);
+            p.cs.d[t * half + i] = cos(angle);
+            p.sn.d[t * half + i] = sin(angle);
+            p.cs.f[t * half + i] = (float)p.cs.d[t * half + i];
+            p.sn.f[t * half + i] = (float)p.sn.d[t * half + i];
+        }
+    return p;
+}
+
+static void rope_teardown(struct rope_case *p)
+{
+    struct tensor *all[] = {&p->x, &p->cs, &p->sn, &p->r};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+}
+
+/* out = the rotation of x, Hugging Face's apply_rotary_pos_emb:
+ * x * cos + rotate_half(x) * sin, rotate_half(x1, x2) = (-x2, x1). */
+static void ref_rope(double *out, const double *x, const struct rope_case *p)
+{
+    int half = p->hs / 2;
+    memcpy(out, x, (size_t)p->x.n * sizeof *out);
+    for (int r = 0; r < p->B * p->T; r++)
+        for (int h = 0; h < p->n_heads; h++)
+            for (int i = 0; i < p->hs; i++) {
+                int t = r % p->T, k = i % half, at = r * p->stride + h * p->hs;
+                double rot = i < half ? -x[at + i + half] : x[at + i - half];
+                out[at + i] = x[at + i] * p->cs.d[t * half + k] + rot * p->sn.d[t * half + k];
+            }
+}
+
+static double rope_objective(void *ctx)
+{
+    struct rope_case *p = ctx;
+    double *y = malloc((size_t)p->x.n * sizeof *y);
+    ck_assert_ptr_nonnull(y);
+    ref_rope(y, p->x.d, p);
+    double l = dot(y, p->r.d, p->x.n);
+    free(y);
+    return l;
+}
+
+static void rope_apply(struct rope_case *p, float *x, int backward)
+{
+    const struct ops_backend *b = ops_cpu_backend();
+    ck_assert_int_eq((backward ? b->rope_backward : b->rope_forward)(
+                         x, p->cs.f, p->sn.f, p->B, p->T, p->n_heads, p->hs, p->stride),
+                     ZT_OK);
+}
+
+/* Also: the columns past the heads keep their bits. */
+START_TEST(rope_forward_matches_reference)
+{
+    struct rope_case p = rope_setup(_i);
+    struct tensor want = tensor_zeros(p.x.n);
+    rope_apply(&p, p.x.f, 0);
+    ref_rope(want.d, p.x.d, &p);
+    check_close("rope out", p.x.f, want.d, p.x.n, FWD_TOL);
+    int heads = p.n_heads * p.hs;
+    for (int r = 0; r < p.B * p.T; r++)
+        for (int c = heads; c < p.stride; c++)
+            ck_assert_msg(p.x.f[r * p.stride + c] == (float)p.x.d[r * p.stride + c],
+                          "rope changed column %d past the heads", c);
+    tensor_free(&want);
+    rope_teardown(&p);
+}
+END_TEST
+
+/* The backward is the transpose: <R x, y> = <x, R^T y> for random x, y,
+ * and R^T R x = x (a rotation's transpose is its inverse). */
+START_TEST(rope_backward_is_the_transpose)
+{
+    struct rope_case p = rope_setup(_i);
+    struct tensor rx = tensor_rand(p.x.n, 91, 1.0), rty = tensor_rand(p.x.n, 92, 1.0);
+    rope_apply(&p, rx.f, 0);
+    rope_apply(&p, rty.f, 1);
+    for (int i = 0; i < p.x.n; i++) {
+        rx.d[i] = rx.f[i];
+        rty.d[i] = rty.f[i];
+    }
+    double lhs = dot(rx.d, p.r.d, p.x.n), rhs = dot(p.x.d, rty.d, p.x.n);
+    double scale = sqrt(dot(p.x.d, p.x.d, p.x.n) * dot(p.r.d, p.r.d, p.x.n));
+    ck_assert_msg(fabs(lhs - rhs) <= 1e-6 * scale, "<Rx, y> = %.9g but <x, R^T y> = %.9g", lhs,
+                  rhs);
+    rope_apply(&p, rx.f, 1);
+    check_close("rope R^T R x", rx.f, p.x.d, p.x.n, FWD_TOL);
+    tensor_free(&rx);
+    tensor_free(&rty);
+    rope_teardown(&p);
+}
+END_TEST
+
+/* dout replaced in place by the gradient of L = <rope(x), dout>. */
+START_TEST(rope_backward_matches_finite_differences)
+{
+    struct rope_case p = rope_setup(_i);
+    struct tensor g = tensor_rand(p.x.n, 92, 1.0); /* = r */
+    rope_apply(&p, g.f, 1);
+    check_gradient("rope dx", rope_objective, &p, p.x.d, g.f, p.x.n);
+    tensor_free(&g);
+    rope_teardown(&p);
+}
+END_TEST
+
 /* ---- gelu and residual ---- */
 
 static const int GELU_SIZES[] = {1, 3, 37};
@@ -1115,9 +1253,10 @@ START_TEST(backend_table_is_complete)
     ck_assert(b->encoder_forward && b->encoder_backward && b->layernorm_forward &&
               b->layernorm_backward && b->matmul_forward && b->matmul_backward &&
               b->attention_forward && b->attention_backward && b->rmsnorm_forward &&
-              b->rmsnorm_backward && b->gelu_forward && b->gelu_backward && b->residual_forward &&
-              b->crossentropy_forward && b->crossentropy_backward && b->to_f32 && b->from_f32 &&
-              b->add_into && b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
+              b->rmsnorm_backward && b->rope_forward && b->rope_backward && b->gelu_forward &&
+              b->gelu_backward && b->residual_forward && b->crossentropy_forward &&
+              b->crossentropy_backward && b->to_f32 && b->from_f32 && b->add_into &&
+              b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
 }
 END_TEST
 
@@ -1207,6 +1346,10 @@ int main(void)
     tcase_add_loop_test(tc, attention_backward_matches_finite_differences, 0, NSIZES(ATT_SIZES));
     tcase_add_test(tc, attention_backward_accumulates);
     tcase_add_test(tc, attention_is_causal);
+    tc = testutil_tcase(s, "rope", 60);
+    tcase_add_loop_test(tc, rope_forward_matches_reference, 0, NSIZES(ROPE_SIZES));
+    tcase_add_loop_test(tc, rope_backward_is_the_transpose, 0, NSIZES(ROPE_SIZES));
+    tcase_add_loop_test(tc, rope_backward_matches_finite_differences, 0, NSIZES(ROPE_SIZES));
     tc = testutil_tcase(s, "gelu", 60);
     tcase_add_loop_test(tc, gelu_forward_matches_reference, 0, NSIZES(GELU_SIZES));
     tcase_add_test(tc, gelu_forward_is_accurate_elementwise);

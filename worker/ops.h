@@ -19,7 +19,8 @@
  * - Backward ops ACCUMULATE (+=) into every gradient they produce, both the
  *   parameter gradients and the input gradients; callers zero what must start
  *   at zero. This lets gradient accumulation and residual branches share one
- *   buffer without extra copies.
+ *   buffer without extra copies. The one exception is rope_backward, which
+ *   transforms its buffer in place (see there).
  * - Pointers are device pointers of the backend's device; the CPU backend's
  *   device pointers are ordinary host pointers. Scalars (scale factors,
  *   hyperparameters) are host values; results the host needs (a sum of
@@ -91,6 +92,24 @@ struct ops_backend {
     /* dinp += d/dinp, dweight += d/dweight, given dout[N,C]. */
     zt_status (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, const float *rstd, int N, int C);
+
+    /* Rotary position embedding on rows of x: row r (r = b*T + t, position
+     * t = r % T) has row_stride floats; its first n_heads*hs columns are
+     * n_heads heads of hs (even) columns; each head's pair (x1 = x[i],
+     * x2 = x[i + hs/2]), i < hs/2, becomes (x1 cos - x2 sin, x2 cos + x1 sin)
+     * with cos = cos_t[t*hs/2 + i], sin = sin_t[t*hs/2 + i] (tables [T, hs/2]
+     * the caller computed: angle t * theta^(-2i/hs)). Columns past
+     * n_heads*hs are untouched. In place. */
+    zt_status (*rope_forward)(float *x, const float *cos_t, const float *sin_t, int B, int T,
+                              int n_heads, int hs, int row_stride);
+    /* The backward of rope_forward, in place: dx (the gradient w.r.t. the
+     * rotated values) is replaced by the gradient w.r.t. the values before
+     * rotation (the transposed rotation: (d1 cos + d2 sin, d2 cos - d1 sin)).
+     * The one backward op that transforms instead of accumulating: the
+     * rotation is linear, so the model applies it to the gradient buffer
+     * between the attention backward and the qkv matmul backward. */
+    zt_status (*rope_backward)(float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                               int n_heads, int hs, int row_stride);
 
     /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     zt_status (*gelu_forward)(float *out, const float *inp, int N);

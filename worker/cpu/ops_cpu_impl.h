@@ -2,10 +2,10 @@
  * ops_cpu_backend() and the vectorisable exponential they share.
  *
  * Every function here has the semantics of the `struct ops_backend` member of
- * the same stem in worker/ops.h (forward overwrites, backward accumulates);
- * ops_cpu.c only puts them in the table. Matrix products go to OpenBLAS and
- * run on its threads; row loops run on OpenMP threads. Both counts are set by
- * ops_cpu_set_threads().
+ * the same stem in worker/ops.h (forward overwrites, backward accumulates,
+ * except rope_backward, which transforms in place); ops_cpu.c only puts them
+ * in the table. Matrix products go to OpenBLAS and run on its threads; row
+ * loops run on OpenMP threads. Both counts are set by ops_cpu_set_threads().
  *
  * Why a private exp: the softmaxes (attention, and cross-entropy over the
  * whole vocabulary: 51M exponentials a step at B*T = 1024) and GELU take an
@@ -68,6 +68,13 @@ zt_status cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const f
                               int C, float eps);
 zt_status cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                const float *weight, const float *rstd, int N, int C);
+
+/* rope_forward and rope_backward of worker/ops.h; hs odd or heads wider
+ * than row_stride fail a ZT_ASSERT. */
+zt_status cpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T,
+                           int n_heads, int hs, int row_stride);
+zt_status cpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                            int n_heads, int hs, int row_stride);
 
 /* gelu_forward, gelu_backward and residual_forward of worker/ops.h. */
 zt_status cpu_gelu_forward(float *out, const float *inp, int N);
