@@ -1117,6 +1117,125 @@ START_TEST(residual_forward_adds)
 }
 END_TEST
 
+/* ---- swiglu ---- */
+
+static const int SWIGLU_SIZES[][2] = {{3, 5}, {1, 1}, {4, 37}}; /* N I */
+
+struct swiglu_case {
+    int N, I;
+    struct tensor gu, out, r, dgu;
+};
+
+static struct swiglu_case swiglu_setup(int which)
+{
+    struct swiglu_case w = {.N = SWIGLU_SIZES[which][0], .I = SWIGLU_SIZES[which][1]};
+    w.gu = tensor_rand(w.N * 2 * w.I, 101, 4.0);
+    w.r = tensor_rand(w.N * w.I, 102, 1.0);
+    w.out = tensor_zeros(w.N * w.I);
+    w.dgu = tensor_zeros(w.N * 2 * w.I);
+    return w;
+}
+
+static void swiglu_teardown(struct swiglu_case *w)
+{
+    tensor_free(&w->gu);
+    tensor_free(&w->out);
+    tensor_free(&w->r);
+    tensor_free(&w->dgu);
+}
+
+/* silu(g) = g sigmoid(g), in the form that stays finite for either sign. */
+static double ref_silu(double g)
+{
+    return g >= 0.0 ? g / (1.0 + exp(-g)) : g * exp(g) / (1.0 + exp(g));
+}
+
+static void ref_swiglu(double *out, const double *gu, int N, int I)
+{
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < I; i++)
+            out[n * I + i] = ref_silu(gu[n * 2 * I + i]) * gu[n * 2 * I + I + i];
+}
+
+static double swiglu_objective(void *ctx)
+{
+    struct swiglu_case *w = ctx;
+    ref_swiglu(w->out.d, w->gu.d, w->N, w->I);
+    return dot(w->out.d, w->r.d, w->out.n);
+}
+
+static void swiglu_backward(void *ctx)
+{
+    struct swiglu_case *w = ctx;
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_backward(w->dgu.f, w->r.f, w->gu.f, w->N, w->I),
+                     ZT_OK);
+}
+
+START_TEST(swiglu_forward_matches_reference)
+{
+    struct swiglu_case w = swiglu_setup(_i);
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_forward(w.out.f, w.gu.f, w.N, w.I), ZT_OK);
+    ref_swiglu(w.out.d, w.gu.d, w.N, w.I);
+    check_close("swiglu out", w.out.f, w.out.d, w.out.n, FWD_TOL);
+    swiglu_teardown(&w);
+}
+END_TEST
+
+START_TEST(swiglu_backward_matches_finite_differences)
+{
+    struct swiglu_case w = swiglu_setup(_i);
+    swiglu_backward(&w);
+    check_gradient("swiglu dgu", swiglu_objective, &w, w.gu.d, w.dgu.f, w.gu.n);
+    swiglu_teardown(&w);
+}
+END_TEST
+
+START_TEST(swiglu_backward_accumulates)
+{
+    struct swiglu_case w = swiglu_setup(2);
+    check_accumulates(swiglu_backward, &w, &(struct grad){"swiglu dgu", w.dgu.f, w.dgu.n}, 1);
+    swiglu_teardown(&w);
+}
+END_TEST
+
+/* Gates from -1e4 to 1e4, past both ends of cpu_expf's range: outputs and
+ * gradients finite, and elementwise within 1e-5 relative of silu(g) u and
+ * its derivatives, or within 1e-30 where the exact value is itself below
+ * float's normal range (silu(-100) = -3.7e-42; the op gives -6e-37). */
+START_TEST(swiglu_survives_extreme_gates)
+{
+    static const float G[] = {-1e4f, -1e3f, -200.0f, -100.0f, -88.7f, -87.5f, -50.0f, -20.0f,
+                              -5.0f, -1.0f, -0.25f,  0.0f,    0.25f,  1.0f,   5.0f,   20.0f,
+                              50.0f, 87.5f, 88.7f,   100.0f,  200.0f, 1e3f,   1e4f};
+    enum { I = sizeof G / sizeof G[0] };
+    float gu[2 * I], out[I], dout[I], dgu[2 * I];
+    memset(dgu, 0, sizeof dgu);
+    for (int i = 0; i < I; i++) {
+        gu[i] = G[i];
+        gu[I + i] = 0.5f;
+        dout[i] = 1.0f;
+    }
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_forward(out, gu, 1, I), ZT_OK);
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_backward(dgu, dout, gu, 1, I), ZT_OK);
+    for (int i = 0; i < I; i++) {
+        /* sigmoid(g) and 1 - sigmoid(g), each without cancellation */
+        double g = G[i], e = exp(-fabs(g));
+        double sg = g >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+        double om = g >= 0.0 ? e / (1.0 + e) : 1.0 / (1.0 + e);
+        double want[3] = {0.5 * ref_silu(g), 0.5 * sg * (1.0 + g * om), ref_silu(g)};
+        float got[3] = {out[i], dgu[i], dgu[I + i]};
+        for (int k = 0; k < 3; k++)
+            ck_assert_msg(isfinite(got[k]) &&
+                              fabs(got[k] - want[k]) <= 1e-5 * fabs(want[k]) + 1e-30,
+                          "swiglu at g = %g: %s = %.9g, want %.9g", g,
+                          k == 0   ? "out"
+                          : k == 1 ? "dgate"
+                                   : "dup",
+                          (double)got[k], want[k]);
+    }
+}
+END_TEST
+
 /* ---- cross-entropy ---- */
 
 /* N V: V = 1, and V past the 512-term summation block. */
@@ -1253,10 +1372,10 @@ START_TEST(backend_table_is_complete)
     ck_assert(b->encoder_forward && b->encoder_backward && b->layernorm_forward &&
               b->layernorm_backward && b->matmul_forward && b->matmul_backward &&
               b->attention_forward && b->attention_backward && b->rmsnorm_forward &&
-              b->rmsnorm_backward && b->rope_forward && b->rope_backward && b->gelu_forward &&
-              b->gelu_backward && b->residual_forward && b->crossentropy_forward &&
-              b->crossentropy_backward && b->to_f32 && b->from_f32 && b->add_into &&
-              b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
+              b->rmsnorm_backward && b->rope_forward && b->rope_backward && b->swiglu_forward &&
+              b->swiglu_backward && b->gelu_forward && b->gelu_backward && b->residual_forward &&
+              b->crossentropy_forward && b->crossentropy_backward && b->to_f32 && b->from_f32 &&
+              b->add_into && b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
 }
 END_TEST
 
@@ -1356,6 +1475,11 @@ int main(void)
     tcase_add_loop_test(tc, gelu_backward_matches_finite_differences, 0, NSIZES(GELU_SIZES));
     tcase_add_test(tc, gelu_backward_accumulates);
     tcase_add_test(tc, residual_forward_adds);
+    tc = testutil_tcase(s, "swiglu", 60);
+    tcase_add_loop_test(tc, swiglu_forward_matches_reference, 0, NSIZES(SWIGLU_SIZES));
+    tcase_add_loop_test(tc, swiglu_backward_matches_finite_differences, 0, NSIZES(SWIGLU_SIZES));
+    tcase_add_test(tc, swiglu_backward_accumulates);
+    tcase_add_test(tc, swiglu_survives_extreme_gates);
     tc = testutil_tcase(s, "crossentropy", 60);
     tcase_add_loop_test(tc, crossentropy_forward_matches_reference, 0, NSIZES(XENT_SIZES));
     tcase_add_loop_test(tc, crossentropy_backward_matches_finite_differences, 0,

@@ -115,6 +115,14 @@ struct ops_backend {
     zt_status (*gelu_forward)(float *out, const float *inp, int N);
     zt_status (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
 
+    /* SwiGLU: out[n,i] = silu(gu[n,i]) * gu[n,I+i] for n < N, i < I,
+     * silu(g) = g / (1 + exp(-g)); gu[N,2I] holds the gate projection's I
+     * columns then the up projection's I columns of each row (one matmul of
+     * the gate_proj and up_proj weights stacked). */
+    zt_status (*swiglu_forward)(float *out, const float *gu, int N, int I);
+    /* dgu[N,2I] += the gradient w.r.t. gu, given dout[N,I]. */
+    zt_status (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int I);
+
     /* out = a + b, elementwise over N floats. */
     zt_status (*residual_forward)(float *out, const float *a, const float *b, int N);
 

@@ -8,9 +8,9 @@
  * loops run on OpenMP threads. Both counts are set by ops_cpu_set_threads().
  *
  * Why a private exp: the softmaxes (attention, and cross-entropy over the
- * whole vocabulary: 51M exponentials a step at B*T = 1024) and GELU take an
- * exponential per activation, and libm's expf and tanhf are scalar calls
- * of 5 and 16 ns here; with tanhf, GELU alone cost six times the matrix
+ * whole vocabulary: 51M exponentials a step at B*T = 1024), GELU and SwiGLU
+ * take an exponential per activation, and libm's expf and tanhf are scalar
+ * calls of 5 and 16 ns here; with tanhf, GELU alone cost six times the matrix
  * product feeding it. cpu_expf is branch-free so that GCC vectorises the
  * loops calling it under `#pragma omp simd` without -ffast-math.
  *
@@ -75,6 +75,10 @@ zt_status cpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int
                            int n_heads, int hs, int row_stride);
 zt_status cpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T,
                             int n_heads, int hs, int row_stride);
+
+/* swiglu_forward and swiglu_backward of worker/ops.h. */
+zt_status cpu_swiglu_forward(float *out, const float *gu, int N, int I);
+zt_status cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int I);
 
 /* gelu_forward, gelu_backward and residual_forward of worker/ops.h. */
 zt_status cpu_gelu_forward(float *out, const float *inp, int N);
