@@ -1,5 +1,7 @@
-/* worker/ops.h — the op table of a compute backend: every op of the GPT-2
- * model and the elementwise ops of the ZeRO engine's optimizer step.
+/* worker/ops.h — the op table of a compute backend: every op of both model
+ * families (GPT-2, and the Llama-style decoder: RMSNorm, rotary positions,
+ * SwiGLU, grouped-query attention) and the elementwise ops of the ZeRO
+ * engine's optimizer step.
  *
  * The model (worker/model.c) and the engine (shard/) call ops only through a
  * `struct ops_backend`, which reaches them inside the compute backend bundle
