@@ -431,16 +431,17 @@ static zt_status block_forward(struct gpt2 *m, int l, const float *w, const floa
     const struct ops_backend *ops = m->ops;
     const struct gpt2_config c = gpt2_config_of(t);
     const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
-    const int BT = m->base.B * m->base.T, C = c.n_embd, NH = c.n_head;
+    const int BT = m->base.B * m->base.T, C = c.n_embd, NH = c.n_head, hs = C / NH;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
     TIMED(m, MODEL_PROF_LAYERNORM,
           ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
                                  P(T_LN1W), P(T_LN1B), BT, C));
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
+    /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     TIMED(m, MODEL_PROF_ATTENTION,
           ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B, m->base.T,
-                                 C, NH));
+                                 NH, NH, hs));
     /* attn projection output is staged in res2 then the residual added in place */
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
@@ -538,7 +539,7 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     const struct gpt2_config c = gpt2_config_of(t);
     const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
     const struct scratch_layout s = scratch_layout_of(&c, m->base.B, m->base.T);
-    const int B = m->base.B, T = m->base.T, BT = B * T, C = c.n_embd, NH = c.n_head;
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = c.n_embd, NH = c.n_head, hs = C / NH;
     float *sc = m->scratch, *dres = sc + s.dres;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
 #define G(k) grad_in(t, block_tensor(l, k), g)
@@ -564,7 +565,7 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * C));
     TIMED(m, MODEL_PROF_ATTENTION,
           ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
-                                  layer + a.att, B, T, C, NH));
+                                  layer + a.att, B, T, NH, NH, hs));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
