@@ -151,6 +151,10 @@ static const char *shortest_double(double v, char *buf, size_t n)
         if (strtod(buf, NULL) == v)
             break;
     }
+    /* A real that prints as an integer (rope_theta 10000) gets ".0", so
+     * that it reads back as a real and a resume's shape compares equal. */
+    if (!strpbrk(buf, ".eEni") && strlen(buf) + 3 <= n)
+        strcat(buf, ".0");
     return buf;
 }
 

@@ -3,7 +3,9 @@
  * and 4 ranks with the global batch kept), and a checkpoint written at 4
  * ranks under stage 3 resumes at 2 ranks under stage 1 where the 4-rank
  * run went on. test_dist compares the stages at one world size; this
- * suite compares the world sizes, so together they cover the grid. */
+ * suite compares the world sizes, so together they cover the grid. Every
+ * optimizer runs on both model families: micro.yaml's GPT-2, and a Llama
+ * of the same size with grouped-query attention. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,15 +40,24 @@ static const struct optimizer_case cases[] = {
     {"LOMO", "--set optimizer.type=LOMO --set optimizer.params.lr=0.1", 1},
 };
 
-/* The arguments that run `c` at `np` ranks under `stage` with the global
- * batch of 4 ranks times micro.yaml's micro batch of 2. */
-static const char *layout(const struct optimizer_case *c, int np, int stage)
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* The model families, as overrides of micro.yaml. */
+static const char *const families[] = {
+    "",
+    "--set model.family=llama --set model.n_head=4 --set model.n_kv_head=2 "
+    "--set model.intermediate_size=64",
+};
+
+/* The arguments that run `c` on family `f` at `np` ranks under `stage`
+ * with the global batch of 4 ranks times micro.yaml's micro batch of 2. */
+static const char *layout(const struct optimizer_case *c, int f, int np, int stage)
 {
     const int accum = c->lomo ? 1 : 4 / np, micro_batch = c->lomo ? 8 / np : 2;
-    return testutil_fmt("%s --set optimizer.params.betas=null --set optimizer.params.eps=null "
+    return testutil_fmt("%s %s --set optimizer.params.betas=null --set optimizer.params.eps=null "
                         "--set zero_optimization.stage=%d --set gradient_accumulation_steps=%d "
                         "--set train_micro_batch_size_per_gpu=%d --set run.steps=%d",
-                        c->sets, stage, accum, micro_batch, STEPS);
+                        families[f], c->sets, stage, accum, micro_batch, STEPS);
 }
 
 static void assert_close(const double *want, const double *got, int n, int first_step,
@@ -63,18 +74,21 @@ static void assert_close(const double *want, const double *got, int n, int first
  * resumed from the 4-rank checkpoint. */
 START_TEST(optimizer_is_world_size_invariant_and_reshards)
 {
-    const struct optimizer_case *c = &cases[_i];
+    const struct optimizer_case *c = &cases[_i % N_CASES];
+    const int f = _i / N_CASES;
     const char *dir = testutil_tmpdir("optim-layouts");
+    char name[96];
+    snprintf(name, sizeof name, "%s on %s", c->name, f ? "llama" : "gpt2");
     double full[STEPS], got[STEPS];
     ck_assert_msg(testutil_train_micro(dir, "four", 4,
                                        testutil_fmt("%s --set checkpoint.every=%d "
                                                     "--set checkpoint.keep=5 "
                                                     "--set checkpoint.dir=%s/ck",
-                                                    layout(c, 4, 3), SAVED, dir)) == 0,
-                  "%s at 4 ranks failed:\n%s", c->name,
+                                                    layout(c, f, 4, 3), SAVED, dir)) == 0,
+                  "%s at 4 ranks failed:\n%s", name,
                   testutil_slurp(testutil_path_in(dir, "four.log")));
     ck_assert_int_eq(testutil_micro_losses(dir, "four", full, STEPS), STEPS);
-    ck_assert_msg(full[STEPS - 1] < full[0] - 0.01, "%s: loss did not fall: %g -> %g", c->name,
+    ck_assert_msg(full[STEPS - 1] < full[0] - 0.01, "%s: loss did not fall: %g -> %g", name,
                   full[0], full[STEPS - 1]);
 
     static const struct {
@@ -83,21 +97,21 @@ START_TEST(optimizer_is_world_size_invariant_and_reshards)
     } scratch[] = {{2, 1, "two"}, {1, 0, "one"}};
     for (int k = 0; k < 2; k++) {
         ck_assert_int_eq(testutil_train_micro(dir, scratch[k].name, scratch[k].np,
-                                              layout(c, scratch[k].np, scratch[k].stage)),
+                                              layout(c, f, scratch[k].np, scratch[k].stage)),
                          0);
         ck_assert_int_eq(testutil_micro_losses(dir, scratch[k].name, got, STEPS), STEPS);
         assert_close(
             full, got, STEPS, 1,
-            testutil_fmt("%s at %d ranks, stage %d", c->name, scratch[k].np, scratch[k].stage));
+            testutil_fmt("%s at %d ranks, stage %d", name, scratch[k].np, scratch[k].stage));
     }
 
     ck_assert_int_eq(testutil_train_micro(dir, "resumed", 2,
                                           testutil_fmt("%s --set run.resume=%s/ck/step-%08d",
-                                                       layout(c, 2, 1), dir, SAVED)),
+                                                       layout(c, f, 2, 1), dir, SAVED)),
                      0);
     ck_assert_int_eq(testutil_micro_losses(dir, "resumed", got, STEPS), STEPS - SAVED);
     assert_close(full + SAVED, got, STEPS - SAVED, SAVED + 1,
-                 testutil_fmt("%s resumed at 2 ranks, stage 1", c->name));
+                 testutil_fmt("%s resumed at 2 ranks, stage 1", name));
 }
 END_TEST
 
@@ -105,7 +119,6 @@ int main(void)
 {
     Suite *s = suite_create("optim_layouts");
     TCase *tc = testutil_tcase(s, "layouts", 600);
-    tcase_add_loop_test(tc, optimizer_is_world_size_invariant_and_reshards, 0,
-                        (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(tc, optimizer_is_world_size_invariant_and_reshards, 0, 2 * N_CASES);
     return testutil_run_suite(s, 0);
 }
