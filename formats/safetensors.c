@@ -680,33 +680,46 @@ zt_status safetensors_writer_open(const char *path, struct safetensors_writer **
     return ZT_OK;
 }
 
+zt_status safetensors_check_tensor(const char *path, const char *name, enum zt_dtype dtype,
+                                   int ndim, const uint64_t *shape, uint64_t *nbytes)
+{
+    char text[SHAPE_TEXT_MAX];
+    uint64_t numel;
+    if (!name || !*name)
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name is empty", path);
+    if (strcmp(name, METADATA_KEY) == 0 || !utf8_valid(name))
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name '%.200s' is %s", path, name,
+                            utf8_valid(name) ? "reserved" : "not valid UTF-8");
+    if (ndim < 0 || ndim > SAFETENSORS_MAX_DIMS)
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': %d dimensions (0 to %d allowed)",
+                            path, name, ndim, SAFETENSORS_MAX_DIMS);
+    ZT_ASSERT(ndim == 0 || shape != NULL);
+    if (!is_float_dtype(dtype))
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: tensor '%.200s': dtype %s cannot be written from floats", path,
+                            name, safetensors_dtype_name(dtype));
+    if (!shape_size(ndim, shape, dtype, &numel, nbytes))
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': shape %s is too large", path, name,
+                            shape_text(text, ndim, shape));
+    return ZT_OK;
+}
+
 /* Everything about a new tensor that can be wrong, in the caller's terms. */
 static zt_status check_new_tensor(const struct safetensors_writer *w, const char *name,
                                   enum zt_dtype dtype, int ndim, const uint64_t *shape,
                                   uint64_t *numel)
 {
     char text[SHAPE_TEXT_MAX];
-    uint64_t nbytes;
-    if (!name || !*name)
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name is empty", w->out.path);
-    if (strcmp(name, METADATA_KEY) == 0 || !utf8_valid(name))
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name '%.200s' is %s", w->out.path, name,
-                            utf8_valid(name) ? "reserved" : "not valid UTF-8");
+    uint64_t nbytes = 0;
+    ZT_TRY(safetensors_check_tensor(w->out.path, name, dtype, ndim, shape, &nbytes));
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->t[i].name, name) == 0)
             return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s' declared twice", w->out.path,
                                 name);
-    if (ndim < 0 || ndim > SAFETENSORS_MAX_DIMS)
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': %d dimensions (0 to %d allowed)",
-                            w->out.path, name, ndim, SAFETENSORS_MAX_DIMS);
-    ZT_ASSERT(ndim == 0 || shape != NULL);
-    if (!is_float_dtype(dtype))
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: tensor '%.200s': dtype %s cannot be written from floats",
-                            w->out.path, name, safetensors_dtype_name(dtype));
-    if (!shape_size(ndim, shape, dtype, numel, &nbytes) || nbytes > UINT64_MAX - w->total_bytes)
+    if (nbytes > UINT64_MAX - w->total_bytes)
         return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': shape %s is too large", w->out.path,
                             name, shape_text(text, ndim, shape));
+    *numel = nbytes / zt_dtype_size(dtype);
     return ZT_OK;
 }
 
@@ -714,7 +727,7 @@ zt_status safetensors_writer_add(struct safetensors_writer *w, const char *name,
                                  enum zt_dtype dtype, int ndim, const uint64_t *shape)
 {
     ZT_ASSERT(w && w->state == W_DECLARING);
-    uint64_t numel;
+    uint64_t numel = 0;
     ZT_TRY(check_new_tensor(w, name, dtype, ndim, shape, &numel));
     void *arr = w->t;
     int ok = grow(&arr, &w->cap, w->n + 1, sizeof *w->t);

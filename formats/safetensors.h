@@ -110,6 +110,14 @@ void safetensors_close(struct safetensors *s);
  * the writer, or NULL on error (ZT_ERR_IO, ZT_ERR_NOMEM). */
 zt_status safetensors_writer_open(const char *path, struct safetensors_writer **out);
 
+/* The checks safetensors_writer_add makes of one tensor on its own (all
+ * but the duplicate name), for a writer of several files that declares a
+ * tensor before it knows which file takes it; `path` names the file in
+ * messages. *nbytes is the tensor's size in `dtype`. Statuses as
+ * safetensors_writer_add's, ZT_ERR_NOMEM aside. */
+zt_status safetensors_check_tensor(const char *path, const char *name, enum zt_dtype dtype,
+                                   int ndim, const uint64_t *shape, uint64_t *nbytes);
+
 /* Declares the next tensor (DECLARING state only); its data follows the
  * previous one's. `shape` has `ndim` entries (may be NULL when ndim is 0);
  * name is copied. On error nothing is declared and w stays usable.
