@@ -52,7 +52,7 @@ struct zt_config {
         int vocab_size;              /* default 256 (byte tokenizer) */
         int block_size;              /* max sequence length, default 128 */
         int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
-        char *init_from; /* NULL: random init; else a Hugging Face GPT-2 .safetensors file */
+        char *init_from; /* NULL: random init; else Hugging Face weights (file, index, folder) */
     } model;
 
     struct {

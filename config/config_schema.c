@@ -102,7 +102,8 @@ static const struct field fields[] = {
     {"model.n_embd", T_INT, OFF(model.n_embd), 0, "128", GE(1), LE(1 << 16), 0, NULL,
      "embedding width, a multiple of n_head"},
     {"model.init_from", T_STRING, OFF(model.init_from), 0, NULL, NB, NB, 0, NULL,
-     "null: random initialisation; a Hugging Face GPT-2 .safetensors file"},
+     "null: random initialisation; Hugging Face weights of the model's family: a .safetensors "
+     "file, a model.safetensors.index.json, or a save_pretrained folder"},
 
     {"data", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "training and validation data"},
     {"data.train", T_PATHS, OFF(data.train), OFF(data.n_train), NULL, NB, NB, 0, NULL,

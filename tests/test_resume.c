@@ -254,6 +254,23 @@ START_TEST(weights_in_and_out)
     ck_assert_msg(strcmp(a, b) == 0, "checkpoint %s vs exported %s", a, b);
     ck_assert(strstr(a, "\"val_loss\"") && strstr(a, "\"tokens\""));
 
+    /* cut into shards as save_pretrained cuts them, read through the index or its folder */
+    ck_assert_int_eq(testutil_run(log,
+                                  "mkdir %s/hf && %s export %s --out %s/hf/model.safetensors "
+                                  "--max-shard-size 40KB",
+                                  dir, testutil_binary(), step, dir),
+                     0);
+    ck_assert_msg(strstr(testutil_slurp(log),
+                         testutil_fmt("wrote %s/hf/model.safetensors.index.json and ", dir)),
+                  "%s", testutil_slurp(log));
+    static const char *const forms[] = {"hf", "hf/model.safetensors.index.json"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(testutil_run(log, "%s --set model.init_from=%s/%s --metrics %s/s.json",
+                                      eval, dir, forms[i], dir),
+                         0);
+        ck_assert_str_eq(testutil_slurp(testutil_fmt("%s/s.json", dir)), a);
+    }
+
     ck_assert_int_eq(testutil_run(log, "%s --set model.init_from=%s", eval,
                                   testutil_source_path("tests/data/hf_gpt2_micro.safetensors")),
                      0);
