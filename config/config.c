@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "config_impl.h"
+#include "../worker/llama.h"
+#include "../worker/model.h"
 
 static zt_status check_shape(const struct yaml_tree *t, const char *path)
 {
@@ -92,6 +94,8 @@ void config_free(struct zt_config *cfg)
         return;
     free(cfg->source);
     free(cfg->ignored);
+    free(cfg->model.family);
+    free(cfg->model.hf_config);
     free(cfg->model.init_from);
     free(cfg->run.resume);
     free(cfg->checkpoint.dir);
@@ -148,4 +152,44 @@ struct optimizer_hparams config_optimizer_hparams(const struct zt_config *c, dou
         .warmup_init = c->optimizer.warmup_init,
         .min_8bit_size = c->optimizer.min_8bit_size,
     };
+}
+
+static void gpt2_shape(const struct zt_config *c, struct zt_kvlist *shape)
+{
+    const struct gpt2_config g = {c->model.vocab_size, c->model.block_size, c->model.n_layer,
+                                  c->model.n_head, c->model.n_embd};
+    gpt2_describe(&g, shape);
+}
+
+static void llama_shape(const struct zt_config *c, struct zt_kvlist *shape)
+{
+    const struct llama_config l = {
+        .vocab_size = c->model.vocab_size,
+        .block_size = c->model.block_size,
+        .n_layer = c->model.n_layer,
+        .n_head = c->model.n_head,
+        .n_kv_head = c->model.n_kv_head,
+        .n_embd = c->model.n_embd,
+        .intermediate_size = c->model.intermediate_size,
+        .tie_word_embeddings = c->model.tie_word_embeddings,
+        .rope_theta = c->model.rope_theta,
+        .rms_norm_eps = c->model.rms_norm_eps,
+    };
+    llama_describe(&l, shape);
+}
+
+/* Each family's keys into its shape. */
+static const struct {
+    const char *family;
+    void (*shape)(const struct zt_config *c, struct zt_kvlist *shape);
+} model_shapes[] = {{"gpt2", gpt2_shape}, {"llama", llama_shape}};
+
+void config_model_shape(const struct zt_config *cfg, struct zt_kvlist *shape)
+{
+    for (size_t k = 0; k < sizeof model_shapes / sizeof model_shapes[0]; k++)
+        if (strcmp(model_shapes[k].family, cfg->model.family) == 0) {
+            model_shapes[k].shape(cfg, shape);
+            return;
+        }
+    ZT_ASSERT(0 && "model.family was checked when the config loaded");
 }

@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common/kvlist.h"
 #include "../common/status.h"
 #include "../worker/optimizer.h"
 #include "../worker/schedule.h"
@@ -49,10 +50,18 @@ struct zt_config {
     char *ignored;
 
     struct {
+        char *family;                /* "gpt2" (default) or "llama" (worker/model_family.h) */
         int vocab_size;              /* default 256 (byte tokenizer) */
         int block_size;              /* max sequence length, default 128 */
         int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
-        char *init_from; /* NULL: random init; else Hugging Face weights (file, index, folder) */
+        /* llama only */
+        int n_kv_head;           /* grouped-query attention, default n_head */
+        int intermediate_size;   /* default 2/3 of 4 n_embd rounded up to a multiple of 256 */
+        double rope_theta;       /* default 10000 */
+        double rms_norm_eps;     /* default 1e-5 */
+        int tie_word_embeddings; /* default false */
+        char *hf_config; /* NULL, or a Hugging Face config.json the unset model keys come from */
+        char *init_from; /* NULL: random init; else Hugging Face weights of the family */
     } model;
 
     struct {
@@ -160,6 +169,10 @@ zt_status config_load(const char *path, const struct config_override *overrides,
  * (data.val_fraction > 0). Without it a run does not evaluate (and
  * run.eval_interval must be 0, a rule config_load checks). */
 int config_has_validation(const struct zt_config *cfg);
+
+/* The model family's description of the configured model (the shape
+ * worker/model_family.h's param_table_build reads). */
+void config_model_shape(const struct zt_config *cfg, struct zt_kvlist *shape);
 
 /* Checks the rules that need the world size (train_batch_size). */
 zt_status config_check_world(const struct zt_config *cfg, int world_size);

@@ -45,4 +45,35 @@ const char *config_deepspeed_path(size_t i);
  * Errors: ZT_ERR_IO when the stream reports a write error. */
 zt_status config_schema_write(const struct zt_config *cfg, FILE *f);
 
+/* ---- config_hf.c: a Hugging Face config.json as model keys ---- */
+
+#define CONFIG_HF_MAX 16
+
+/* One model key a config.json gives: our key path and the file's name. */
+struct config_hf_value {
+    const char *path;   /* "model.n_embd" (static) */
+    const char *hf_key; /* "hidden_size" (static) */
+    double value;       /* booleans as 0 / 1 */
+};
+
+/* What a Hugging Face config.json says about a model. */
+struct config_hf {
+    char family[16]; /* the family its architecture is: "gpt2", "llama" */
+    int n;
+    struct config_hf_value items[CONFIG_HF_MAX];
+};
+
+/* Reads the config.json at `path` (GPT2LMHeadModel or LlamaForCausalLM,
+ * else the model_type): the family and the values of the keys it gives
+ * under Hugging Face's names (GPT2Config's n_embd, n_head, n_layer,
+ * n_positions, vocab_size; LlamaConfig's hidden_size, num_attention_heads,
+ * num_key_value_heads, intermediate_size, num_hidden_layers, rope_theta,
+ * rms_norm_eps, vocab_size, max_position_embeddings, tie_word_embeddings).
+ * Errors: ZT_ERR_CONFIG (unreadable, not JSON, an unknown architecture, a
+ * value that is not a number, naming the file and key), ZT_ERR_UNSUPPORTED
+ * (what the model has that zerotrain does not build: rope_scaling,
+ * attention or MLP biases, another activation, a head_dim that is not
+ * hidden_size / num_attention_heads), ZT_ERR_NOMEM. */
+zt_status config_hf_read(const char *path, struct config_hf *out);
+
 #endif

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../worker/model_family.h"
 #include "../worker/optimizer.h"
 
 enum ftype {
@@ -50,6 +51,7 @@ enum ftype {
     T_OPTIMIZER, /* char *: AdamW | Adam, any case */
     T_SCHED,     /* enum zt_sched_type */
     T_WARMUP,    /* enum zt_warmup_type */
+    T_FAMILY,    /* char *: a model family's name (worker/model_family.h) */
 };
 
 enum {
@@ -60,6 +62,7 @@ enum {
     F_WARMUP_LR = 1 << 4,           /* scheduler.params valid for WarmupLR, ... */
     F_WARMUP_DECAY = 1 << 5,
     F_WARMUP_COSINE = 1 << 6,
+    F_LLAMA = 1 << 7, /* a key of model.family llama only */
 };
 #define F_ALL_SCHED (F_WARMUP_LR | F_WARMUP_DECAY | F_WARMUP_COSINE)
 
@@ -90,7 +93,11 @@ struct field {
 #define LT(x)    {')', x}
 
 static const struct field fields[] = {
-    {"model", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the GPT-2 model"},
+    {"model", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the model"},
+    {"model.family", T_FAMILY, OFF(model.family), 0, "gpt2", NB, NB, 0, NULL,
+     "gpt2 or llama (RMSNorm, rotary embedding, grouped-query attention, SwiGLU)"},
+    {"model.hf_config", T_STRING, OFF(model.hf_config), 0, NULL, NB, NB, 0, NULL,
+     "null, or a Hugging Face config.json: the family and every model key not set here"},
     {"model.vocab_size", T_INT, OFF(model.vocab_size), 0, "256", GE(1), LE(65536), 0, NULL,
      "vocabulary size (256: byte tokenizer)"},
     {"model.block_size", T_INT, OFF(model.block_size), 0, "128", GE(1), LE(1 << 20), 0, NULL,
@@ -101,9 +108,20 @@ static const struct field fields[] = {
      "attention heads per block"},
     {"model.n_embd", T_INT, OFF(model.n_embd), 0, "128", GE(1), LE(1 << 16), 0, NULL,
      "embedding width, a multiple of n_head"},
+    {"model.n_kv_head", T_INT, OFF(model.n_kv_head), 0, NULL, GE(1), LE(1024), F_LLAMA, NULL,
+     "key/value heads (grouped-query attention), n_head divisible by it (default: n_head)"},
+    {"model.intermediate_size", T_INT, OFF(model.intermediate_size), 0, NULL, GE(1), LE(1 << 20),
+     F_LLAMA, NULL,
+     "MLP width (default: 2/3 of 4 n_embd rounded up to a multiple of 256, Llama's rule)"},
+    {"model.rope_theta", T_DOUBLE, OFF(model.rope_theta), 0, "10000", GT(0), NB, F_LLAMA, NULL,
+     "rotary embedding base"},
+    {"model.rms_norm_eps", T_DOUBLE, OFF(model.rms_norm_eps), 0, "1e-5", GT(0), LT(1), F_LLAMA,
+     NULL, "RMSNorm epsilon"},
+    {"model.tie_word_embeddings", T_BOOL, OFF(model.tie_word_embeddings), 0, "false", NB, NB,
+     F_LLAMA, NULL, "true: the output head is embed_tokens (GPT-2's head is always tied)"},
     {"model.init_from", T_STRING, OFF(model.init_from), 0, NULL, NB, NB, 0, NULL,
-     "null: random initialisation; Hugging Face weights of the model's family: a .safetensors "
-     "file, a model.safetensors.index.json, or a save_pretrained folder"},
+     "null: random initialisation; Hugging Face weights of the family (a .safetensors file, a "
+     "model.safetensors.index.json, or a folder holding either)"},
 
     {"data", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "training and validation data"},
     {"data.train", T_PATHS, OFF(data.train), OFF(data.n_train), NULL, NB, NB, 0, NULL,
@@ -716,6 +734,17 @@ static zt_status leaf_choice(struct walk *w, const struct field *f, const struct
     return ZT_OK;
 }
 
+static zt_status leaf_family(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
+                             const char *where)
+{
+    const char *s;
+    ZT_TRY(scalar_text(where, f->path, v, "a model family's name", &s));
+    if (!model_family_find(s))
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected gpt2 or llama, got '%s'", where,
+                            f->path, s);
+    return store_string(w, f, s);
+}
+
 /* DeepSpeed's own keys (everything outside our four sections). */
 static int is_deepspeed_key(const char *path)
 {
@@ -768,6 +797,8 @@ static zt_status parse_leaf(struct walk *w, const struct field *f, const struct 
     case T_SCHED:
     case T_WARMUP:
         return leaf_choice(w, f, v, where);
+    case T_FAMILY:
+        return leaf_family(w, f, v, where);
     case T_SECTION:
         break;
     }
@@ -953,9 +984,83 @@ static zt_status walk_map(struct walk *w, const struct yaml_tree_node *map, cons
 
 /* ---- rules across keys ----------------------------------------------------- */
 
+/* One model key from model.hf_config, checked against its row's type and
+ * range as a given value would be. */
+static zt_status set_from_hf(struct walk *w, const char *file, const struct config_hf_value *v)
+{
+    const long i = field_find(v->path);
+    ZT_ASSERT(i >= 0);
+    const struct field *f = &fields[i];
+    const int integral = f->type == T_INT || f->type == T_BOOL;
+    if ((integral && v->value != floor(v->value)) || (f->type == T_BOOL && v->value > 1) ||
+        !bound_ok(f->lo, v->value) || !bound_ok(f->hi, v->value) || v->value > INT_MAX)
+        return zt_error_set(ZT_ERR_CONFIG, "model.hf_config %s: %s %.17g is not a valid %s (%s)",
+                            file, v->hf_key, v->value, f->path, f->doc);
+    if (f->type == T_DOUBLE)
+        *(double *)field_ptr(w->cfg, f->off) = v->value;
+    else
+        *(int *)field_ptr(w->cfg, f->off) = (int)v->value;
+    return ZT_OK;
+}
+
+/* model.hf_config: the family and every model key the file gives that the
+ * config does not set itself (keys in `model` win: they are how a user
+ * adjusts a downloaded shape, e.g. a shorter block_size). */
+static zt_status apply_hf_config(struct walk *w)
+{
+    struct zt_config *c = w->cfg;
+    struct config_hf hf;
+    char where[WHERE];
+    if (!c->model.hf_config)
+        return ZT_OK;
+    ZT_TRY(config_hf_read(c->model.hf_config, &hf));
+    if (given(w, "model.family") && strcmp(c->model.family, hf.family) != 0) {
+        where_of_keys(w, where, "model.family", "model.hf_config", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: model.family: %s, but model.hf_config %s describes a %s model",
+                            where, c->model.family, c->model.hf_config, hf.family);
+    }
+    if (!given(w, "model.family"))
+        ZT_TRY(store_string(w, &fields[field_find("model.family")], hf.family));
+    for (int k = 0; k < hf.n; k++)
+        if (!given(w, hf.items[k].path))
+            ZT_TRY(set_from_hf(w, c->model.hf_config, &hf.items[k]));
+    return ZT_OK;
+}
+
+/* Keys of another family than the configured one would be ignored: name
+ * them instead. */
+static zt_status check_family_keys(const struct walk *w)
+{
+    const char *family = w->cfg->model.family;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        if (!w->given[i] || !(fields[i].flags & F_LLAMA) || strcmp(family, "llama") == 0)
+            continue;
+        char where[WHERE];
+        yaml_tree_where(w->given[i], where, sizeof where);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: %s: a key of model.family llama, but the model is %s (set "
+                            "model.family: llama, or remove the key)",
+                            where, fields[i].path, family);
+    }
+    return ZT_OK;
+}
+
+/* Llama's MLP width when not given: Meta's rule, 2/3 of 4 n_embd rounded
+ * up to a multiple of 256 (11008 for n_embd 4096). */
+static int llama_default_intermediate(int n_embd)
+{
+    const long hidden = 2L * 4L * n_embd / 3L;
+    return (int)((hidden + 255) / 256 * 256);
+}
+
 static void resolve_dependent_defaults(struct walk *w)
 {
     struct zt_config *c = w->cfg;
+    if (c->model.n_kv_head == 0)
+        c->model.n_kv_head = c->model.n_head;
+    if (c->model.intermediate_size == 0)
+        c->model.intermediate_size = llama_default_intermediate(c->model.n_embd);
     if (!given(w, "data.seq_len"))
         c->data.seq_len = c->model.block_size;
     if (!given(w, "scheduler.params.warmup_max_lr"))
@@ -1128,6 +1233,19 @@ static zt_status check_model_and_data(const struct walk *w)
                             "n_head (%d)",
                             where, c->model.n_embd, c->model.n_head);
     }
+    if (strcmp(c->model.family, "llama") == 0 && c->model.n_head % c->model.n_kv_head != 0) {
+        where_of_keys(w, where, "model.n_kv_head", "model.n_head", "model.hf_config");
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: model.n_kv_head: n_head (%d) must be divisible by n_kv_head (%d)",
+                            where, c->model.n_head, c->model.n_kv_head);
+    }
+    if (strcmp(c->model.family, "llama") == 0 && (c->model.n_embd / c->model.n_head) % 2 != 0) {
+        where_of_keys(w, where, "model.n_embd", "model.n_head", "model.hf_config");
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: model.n_embd: the head size n_embd / n_head (%d / %d) must be "
+                            "even: the rotary embedding rotates pairs",
+                            where, c->model.n_embd, c->model.n_head);
+    }
     if (c->run.eval_interval > 0 && !config_has_validation(c)) {
         where_of_keys(w, where, "run.eval_interval", "data.val_fraction", NULL);
         return zt_error_set(ZT_ERR_CONFIG,
@@ -1241,6 +1359,10 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
     zt_status s = apply_defaults(w);
     if (s == ZT_OK)
         s = walk_map(w, t->root, "");
+    if (s == ZT_OK)
+        s = check_family_keys(w);
+    if (s == ZT_OK)
+        s = apply_hf_config(w);
     if (s == ZT_OK) {
         resolve_dependent_defaults(w);
         s = check_model_and_data(w);
@@ -1328,6 +1450,7 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
     case T_ALGO:
     case T_DEVICE:
     case T_OPTIMIZER:
+    case T_FAMILY:
         if (*(char *const *)p)
             write_quoted(f, *(char *const *)p);
         else
@@ -1366,6 +1489,8 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
 
 static int row_written(const struct field *fd, const struct zt_config *c)
 {
+    if ((fd->flags & F_LLAMA) && strcmp(c->model.family, "llama") != 0)
+        return 0;
     if (c->scheduler.type == ZT_SCHED_NONE && strncmp(fd->path, "scheduler", 9) == 0)
         return 0;
     if (child_name((size_t)(fd - fields), "scheduler.params") &&

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../worker/model.h"
+#include "../worker/model_family.h"
 #include "../worker/ops.h"
 
 zt_status session_agree(zt_status local, int *print_here)
@@ -143,10 +143,8 @@ static zt_status check_validation_size(const struct run_session *s)
 static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
-    struct gpt2_config mc = {c->model.vocab_size, c->model.block_size, c->model.n_layer,
-                             c->model.n_head, c->model.n_embd};
     struct zt_kvlist shape;
-    gpt2_describe(&mc, &shape);
+    config_model_shape(c, &shape);
     ZT_TRY(param_table_build(&shape, &s->table));
     const struct shard_engine_config ec =
         session_engine_config(c, c->zero.stage, s->world, s->rank);

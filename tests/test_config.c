@@ -70,6 +70,13 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_int_eq(a->model.n_layer, b->model.n_layer);
     ck_assert_int_eq(a->model.n_head, b->model.n_head);
     ck_assert_int_eq(a->model.n_embd, b->model.n_embd);
+    ck_assert_str_eq(a->model.family, b->model.family);
+    ck_assert_int_eq(a->model.n_kv_head, b->model.n_kv_head);
+    ck_assert_int_eq(a->model.intermediate_size, b->model.intermediate_size);
+    ck_assert_double_eq(a->model.rope_theta, b->model.rope_theta);
+    ck_assert_double_eq(a->model.rms_norm_eps, b->model.rms_norm_eps);
+    ck_assert_int_eq(a->model.tie_word_embeddings, b->model.tie_word_embeddings);
+    ck_assert_pstr_eq(a->model.hf_config, b->model.hf_config);
     ck_assert_pstr_eq(a->model.init_from, b->model.init_from);
     ck_assert_pstr_eq(a->run.resume, b->run.resume);
     ck_assert_pstr_eq(a->checkpoint.dir, b->checkpoint.dir);
@@ -875,8 +882,9 @@ END_TEST
 /* The configs shipped in configs/ and tests/data/ load and round-trip. */
 START_TEST(test_repository_configs)
 {
-    static const char *const files[] = {"configs/tiny.yaml", "configs/small.yaml",
-                                        "configs/demo.yaml", "tests/data/micro.yaml"};
+    static const char *const files[] = {"configs/tiny.yaml",       "configs/small.yaml",
+                                        "configs/demo.yaml",       "tests/data/micro.yaml",
+                                        "configs/llama-tiny.yaml", "configs/llama-small.yaml"};
     const char *dir = testutil_tmpdir("config");
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         struct zt_config c;
@@ -885,6 +893,130 @@ START_TEST(test_repository_configs)
         free(round_trip(&c, dir));
         config_free(&c);
     }
+}
+END_TEST
+
+/* ---- the model families ------------------------------------------------------------ */
+
+/* Llama's keys take their defaults (n_kv_head from n_head, the MLP width
+ * by Llama's rule) and are refused for GPT-2. */
+START_TEST(test_llama_defaults)
+{
+    struct zt_config c;
+    zt_status s = load_text("data: {train: x}\nmodel: {family: llama, n_embd: 4096, n_head: 32}\n",
+                            NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_str_eq(c.model.family, "llama");
+    ck_assert_int_eq(c.model.n_kv_head, 32);
+    ck_assert_int_eq(c.model.intermediate_size, 11008);
+    ck_assert_double_eq(c.model.rope_theta, 10000.0);
+    ck_assert_double_eq(c.model.rms_norm_eps, 1e-5);
+    ck_assert_int_eq(c.model.tie_word_embeddings, 0);
+    struct zt_kvlist shape;
+    config_model_shape(&c, &shape);
+    ck_assert_str_eq(shape.kind, "llama");
+    ck_assert_int_eq((int)zt_kv_find(&shape, "intermediate_size")->i, 11008);
+    config_free(&c);
+    ck_assert_int_eq(load_text("data: {train: x}\n", NULL, 0, &c), ZT_OK);
+    ck_assert_str_eq(c.model.family, "gpt2");
+    config_model_shape(&c, &shape);
+    ck_assert_str_eq(shape.kind, "gpt2");
+    config_free(&c);
+}
+END_TEST
+
+/* A Hugging Face config.json gives the family and the keys the config does
+ * not set; keys set in `model` win. */
+START_TEST(test_hf_config)
+{
+    const char *dir = testutil_tmpdir("config");
+    const char *json =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+        "\"hidden_size\": 64, \"intermediate_size\": 176, \"num_attention_heads\": 8, "
+        "\"num_key_value_heads\": 2, \"num_hidden_layers\": 3, \"max_position_embeddings\": "
+        "512, \"rms_norm_eps\": 1e-06, \"rope_theta\": 500000.0, \"vocab_size\": 300, "
+        "\"tie_word_embeddings\": true, \"hidden_act\": \"silu\", \"rope_scaling\": null, "
+        "\"attention_bias\": false, \"torch_dtype\": \"bfloat16\"}";
+    const char *path = write_file(dir, "config.json", json, strlen(json));
+    char text[4096];
+    snprintf(text, sizeof text,
+             "data: {train: x, seq_len: 64}\nmodel: {hf_config: \"%s\", block_size: 128}\n", path);
+    struct zt_config c;
+    zt_status s = load_text(text, NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_str_eq(c.model.family, "llama");
+    ck_assert_int_eq(c.model.n_embd, 64);
+    ck_assert_int_eq(c.model.intermediate_size, 176);
+    ck_assert_int_eq(c.model.n_head, 8);
+    ck_assert_int_eq(c.model.n_kv_head, 2);
+    ck_assert_int_eq(c.model.n_layer, 3);
+    ck_assert_int_eq(c.model.block_size, 128); /* set in model: wins */
+    ck_assert_int_eq(c.model.vocab_size, 300);
+    ck_assert_double_eq(c.model.rms_norm_eps, 1e-6);
+    ck_assert_double_eq(c.model.rope_theta, 500000.0);
+    ck_assert_int_eq(c.model.tie_word_embeddings, 1);
+    free(round_trip(&c, dir));
+    config_free(&c);
+
+    const char *gpt2 = "{\"architectures\": [\"GPT2LMHeadModel\"], \"n_embd\": 48, \"n_head\": "
+                       "4, \"n_layer\": 2, \"n_positions\": 64, \"vocab_size\": 256, "
+                       "\"activation_function\": \"gelu_new\"}";
+    path = write_file(dir, "gpt2.json", gpt2, strlen(gpt2));
+    snprintf(text, sizeof text, "data: {train: x}\nmodel: {hf_config: \"%s\"}\n", path);
+    s = load_text(text, NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_str_eq(c.model.family, "gpt2");
+    ck_assert_int_eq(c.model.n_embd, 48);
+    ck_assert_int_eq(c.model.block_size, 64);
+    ck_assert_int_eq(c.data.seq_len, 64);
+    config_free(&c);
+}
+END_TEST
+
+/* What a config.json may say that zerotrain does not build is refused by
+ * name. */
+START_TEST(test_hf_config_refusals)
+{
+    static const struct {
+        const char *json, *message;
+        zt_status status;
+    } cases[] = {
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": {\"type\": \"llama3\"}}",
+         "rope_scaling", ZT_ERR_UNSUPPORTED},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": true}",
+         "attention_bias is true", ZT_ERR_UNSUPPORTED},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_act\": \"gelu\"}",
+         "hidden_act is \"gelu\"", ZT_ERR_UNSUPPORTED},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
+         "\"num_attention_heads\": 4, \"head_dim\": 32}",
+         "head_dim 32", ZT_ERR_UNSUPPORTED},
+        {"{\"architectures\": [\"Qwen2ForCausalLM\"]}", "Qwen2ForCausalLM", ZT_ERR_CONFIG},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"big\"}",
+         "hidden_size must be a number", ZT_ERR_CONFIG},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"num_attention_heads\": 4.5}",
+         "num_attention_heads 4.5 is not a valid model.n_head", ZT_ERR_CONFIG},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"num_key_value_heads\": 3}",
+         "n_head (4) must be divisible by n_kv_head (3)", ZT_ERR_CONFIG},
+        {"[1]", "expected a JSON object", ZT_ERR_CONFIG},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], ", "not valid JSON", ZT_ERR_CONFIG},
+    };
+    const char *dir = testutil_tmpdir("config");
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *path = write_file(dir, "c.json", cases[k].json, strlen(cases[k].json));
+        char text[4096];
+        snprintf(text, sizeof text, "data: {train: x}\nmodel: {hf_config: \"%s\"}\n", path);
+        struct zt_config c;
+        zt_status s = load_text(text, NULL, 0, &c);
+        ck_assert_msg(s == cases[k].status && strstr(zt_error_message(), cases[k].message),
+                      "case %zu: %s: %s", k, zt_status_str(s), zt_error_message());
+        ck_assert(is_zeroed(&c));
+    }
+    struct zt_config c;
+    zt_status s =
+        load_text("data: {train: x}\nmodel: {hf_config: /nonexistent/config.json}\n", NULL, 0, &c);
+    ck_assert_int_eq(s, ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "model.hf_config: /nonexistent/config.json"), "%s",
+                  zt_error_message());
 }
 END_TEST
 
@@ -1330,6 +1462,32 @@ static const struct bad_case bad_cases[] = {
      {"optimizer.params.lr=", NULL},
      ZT_ERR_CONFIG,
      "--set optimizer.params.lr=: empty value (give a value, or null to restore the default)"},
+    /* model families */
+    {"data: {train: x}\nmodel:\n  family: bert\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:11: model.family: expected gpt2 or llama, got 'bert'"},
+    {"data: {train: x}\nmodel:\n  n_kv_head: 2\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:14: model.n_kv_head: a key of model.family llama, but the model is gpt2"},
+    {"data: {train: x}\nmodel:\n  family: llama\n  n_head: 4\n  n_kv_head: 3\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "model.n_kv_head: n_head (4) must be divisible by n_kv_head (3)"},
+    {"data: {train: x}\nmodel:\n  family: llama\n  n_head: 4\n  n_embd: 12\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "the head size n_embd / n_head (12 / 4) must be even"},
+    {"data: {train: x}\nmodel:\n  family: llama\n  rope_theta: 0\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "model.rope_theta: must be > 0"},
     {"[1, 2]\n",
      NULL,
      {"data.train=x", NULL},
@@ -1506,6 +1664,9 @@ static Suite *config_suite(void)
     tcase_add_test(good, test_null_means_default);
     tcase_add_test(good, test_round_trip);
     tcase_add_test(good, test_repository_configs);
+    tcase_add_test(good, test_llama_defaults);
+    tcase_add_test(good, test_hf_config);
+    tcase_add_test(good, test_hf_config_refusals);
     suite_add_tcase(s, good);
 
     TCase *bad = tcase_create("bad");

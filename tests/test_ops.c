@@ -19,8 +19,11 @@
  *   about 1e-11. The float backward carries about 1e-6 relative error.
  *   A missing term in a gradient shows up at 1e-2 or more.
  * Sizes are small and odd on purpose (T = 1, C not a multiple of the vector
- * width, N = 3, attention with T past the 64-row query block and head size
- * 5) so that remainder loops and block edges are exercised.
+ * width, N = 3, attention with T past the 32-row query block and head size
+ * 5, RMSNorm across three 64-column blocks) so that remainder loops and
+ * block edges are exercised. Grouped-query attention is checked against
+ * plain multi-head attention on key/value heads repeated the way Hugging
+ * Face's repeat_kv does, so the reference shares no indexing with the op.
  */
 #include "testutil.h"
 
@@ -135,16 +138,39 @@ static void check_gradient(const char *what, objective_fn f, void *ctx, double *
     free(fd);
 }
 
-/* Backward called on the same inputs: after two calls from zero, g2 must be
- * twice g1 (the accumulate convention of worker/ops.h). */
-static void check_twice(const char *what, const float *g1, const float *g2, int n)
+typedef void (*backward_fn)(void *ctx);
+
+/* One gradient a backward produces, for check_accumulates. */
+struct grad {
+    const char *what;
+    const float *g;
+    int n;
+};
+
+/* Runs the backward twice on the same inputs from zero gradients: each of
+ * the k gradients must come out of the second call twice what the first
+ * left (the accumulate convention of worker/ops.h). */
+static void check_accumulates(backward_fn backward, void *ctx, const struct grad *gs, int k)
 {
-    double *want = malloc((size_t)n * sizeof *want);
-    ck_assert_ptr_nonnull(want);
-    for (int i = 0; i < n; i++)
-        want[i] = 2.0 * g1[i];
-    check_close(what, g2, want, n, 1e-6);
-    free(want);
+    backward(ctx);
+    float **first = malloc((size_t)k * sizeof *first);
+    ck_assert_ptr_nonnull(first);
+    for (int i = 0; i < k; i++) {
+        first[i] = malloc((size_t)gs[i].n * sizeof(float));
+        ck_assert_ptr_nonnull(first[i]);
+        memcpy(first[i], gs[i].g, (size_t)gs[i].n * sizeof(float));
+    }
+    backward(ctx);
+    for (int i = 0; i < k; i++) {
+        double *want = malloc((size_t)gs[i].n * sizeof *want);
+        ck_assert_ptr_nonnull(want);
+        for (int j = 0; j < gs[i].n; j++)
+            want[j] = 2.0 * first[i][j];
+        check_close(gs[i].what, gs[i].g, want, gs[i].n, 1e-6);
+        free(want);
+        free(first[i]);
+    }
+    free(first);
 }
 
 /* ---- references, double precision, straight from the definitions ---- */
@@ -164,6 +190,23 @@ static void ref_layernorm(double *out, const double *x, const double *w, const d
     }
 }
 
+/* eps is the float the op receives, widened. */
+static void ref_rmsnorm(double *out, double *rstd, const double *x, const double *w, int N, int C,
+                        double eps)
+{
+    for (int i = 0; i < N; i++) {
+        const double *r = x + (size_t)i * C;
+        double ms = 0.0;
+        for (int c = 0; c < C; c++)
+            ms += r[c] * r[c] / C;
+        double rs = 1.0 / sqrt(ms + eps);
+        if (rstd)
+            rstd[i] = rs;
+        for (int c = 0; c < C; c++)
+            out[(size_t)i * C + c] = r[c] * rs * w[c];
+    }
+}
+
 static void ref_matmul(double *out, const double *x, const double *w, const double *bias, int N,
                        int C, int OC)
 {
@@ -176,8 +219,10 @@ static void ref_matmul(double *out, const double *x, const double *w, const doub
         }
 }
 
-/* att may be NULL. */
-static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int C, int NH)
+/* Multi-head attention, one key/value head per query head: qkv[B,T,3C]
+ * holds q, k, v side by side, C = NH*hs. att may be NULL. */
+static void ref_attention_mha(double *out, double *att, const double *qkv, int B, int T, int C,
+                              int NH)
 {
     int hs = C / NH;
     double *p = malloc((size_t)T * sizeof *p);
@@ -214,6 +259,30 @@ static void ref_attention(double *out, double *att, const double *qkv, int B, in
     free(p);
 }
 
+/* Grouped-query attention the way Hugging Face's repeat_kv computes it:
+ * each of the NKV key/value heads is copied for the NH / NKV query heads
+ * that share it, then plain multi-head attention runs. qkv is
+ * [B,T,(NH+2*NKV)*hs]; att may be NULL. */
+static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int NH,
+                          int NKV, int hs)
+{
+    int C = NH * hs, ld = (NH + 2 * NKV) * hs, g = NH / NKV;
+    double *full = malloc((size_t)B * T * 3 * C * sizeof *full);
+    ck_assert_ptr_nonnull(full);
+    for (int bt = 0; bt < B * T; bt++) {
+        const double *src = qkv + (size_t)bt * ld;
+        double *dst = full + (size_t)bt * 3 * C;
+        memcpy(dst, src, (size_t)C * sizeof *dst); /* the query heads */
+        for (int h = 0; h < NH; h++) {
+            int kv = h / g;
+            memcpy(dst + C + h * hs, src + (NH + kv) * hs, (size_t)hs * sizeof *dst);
+            memcpy(dst + 2 * C + h * hs, src + (NH + NKV + kv) * hs, (size_t)hs * sizeof *dst);
+        }
+    }
+    ref_attention_mha(out, att, full, B, T, C, NH);
+    free(full);
+}
+
 static double ref_gelu(double x)
 {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / PI) * (x + 0.044715 * x * x * x)));
@@ -245,17 +314,21 @@ static double ref_crossentropy(double *losses, double *probs, const double *logi
 static const int ENC_SIZES[][4] = {{2, 4, 8, 5}, {1, 1, 3, 2}, {3, 2, 20, 3}}; /* B T C V */
 
 struct enc_case {
-    int B, T, C, V;
+    int B, T, C, V, pos;
     int32_t *tok;
     struct tensor wte, wpe, out, r, dwte, dwpe;
 };
 
-static struct enc_case enc_setup(int which)
+/* Loop index i: size i / 2, with position embeddings when i is even (GPT-2)
+ * and without them (wpe and dwpe NULL, the Llama family) when odd. */
+static struct enc_case enc_setup(int i)
 {
+    int which = i / 2;
     struct enc_case e = {.B = ENC_SIZES[which][0],
                          .T = ENC_SIZES[which][1],
                          .C = ENC_SIZES[which][2],
-                         .V = ENC_SIZES[which][3]};
+                         .V = ENC_SIZES[which][3],
+                         .pos = i % 2 == 0};
     int N = e.B * e.T;
     e.tok = random_ids(N, e.V, 11); /* V < N somewhere: tokens repeat */
     e.wte = tensor_rand(e.V * e.C, 12, 1.0);
@@ -283,7 +356,7 @@ static void enc_ref(struct enc_case *e)
     for (int bt = 0; bt < e->B * e->T; bt++)
         for (int c = 0; c < e->C; c++)
             e->out.d[bt * e->C + c] =
-                e->wte.d[e->tok[bt] * e->C + c] + e->wpe.d[bt % e->T * e->C + c];
+                e->wte.d[e->tok[bt] * e->C + c] + (e->pos ? e->wpe.d[bt % e->T * e->C + c] : 0.0);
 }
 
 static double enc_objective(void *ctx)
@@ -293,20 +366,22 @@ static double enc_objective(void *ctx)
     return dot(e->out.d, e->r.d, e->out.n);
 }
 
-static void enc_backward(struct enc_case *e)
+static void enc_backward(void *ctx)
 {
-    ck_assert_int_eq(
-        ops_cpu_backend()->encoder_backward(e->dwte.f, e->dwpe.f, e->r.f, e->tok, e->B, e->T, e->C),
-        ZT_OK);
+    struct enc_case *e = ctx;
+    ck_assert_int_eq(ops_cpu_backend()->encoder_backward(e->dwte.f, e->pos ? e->dwpe.f : NULL,
+                                                         e->r.f, e->tok, e->B, e->T, e->C),
+                     ZT_OK);
 }
 
 START_TEST(encoder_forward_matches_reference)
 {
     struct enc_case e = enc_setup(_i);
-    ck_assert_int_eq(
-        ops_cpu_backend()->encoder_forward(e.out.f, e.tok, e.wte.f, e.wpe.f, e.B, e.T, e.C), ZT_OK);
+    ck_assert_int_eq(ops_cpu_backend()->encoder_forward(e.out.f, e.tok, e.wte.f,
+                                                        e.pos ? e.wpe.f : NULL, e.B, e.T, e.C),
+                     ZT_OK);
     enc_ref(&e);
-    check_close("encoder out", e.out.f, e.out.d, e.out.n, FWD_TOL);
+    check_close(e.pos ? "encoder out" : "encoder out (no wpe)", e.out.f, e.out.d, e.out.n, FWD_TOL);
     enc_teardown(&e);
 }
 END_TEST
@@ -315,8 +390,10 @@ START_TEST(encoder_backward_matches_finite_differences)
 {
     struct enc_case e = enc_setup(_i);
     enc_backward(&e);
-    check_gradient("encoder dwte", enc_objective, &e, e.wte.d, e.dwte.f, e.wte.n);
-    check_gradient("encoder dwpe", enc_objective, &e, e.wpe.d, e.dwpe.f, e.wpe.n);
+    check_gradient(e.pos ? "encoder dwte" : "encoder dwte (no dwpe)", enc_objective, &e, e.wte.d,
+                   e.dwte.f, e.wte.n);
+    if (e.pos)
+        check_gradient("encoder dwpe", enc_objective, &e, e.wpe.d, e.dwpe.f, e.wpe.n);
     enc_teardown(&e);
 }
 END_TEST
@@ -324,15 +401,10 @@ END_TEST
 START_TEST(encoder_backward_accumulates)
 {
     struct enc_case e = enc_setup(0);
-    struct tensor w1 = tensor_zeros(e.dwte.n), p1 = tensor_zeros(e.dwpe.n);
-    enc_backward(&e);
-    memcpy(w1.f, e.dwte.f, (size_t)w1.n * sizeof(float));
-    memcpy(p1.f, e.dwpe.f, (size_t)p1.n * sizeof(float));
-    enc_backward(&e);
-    check_twice("encoder dwte", w1.f, e.dwte.f, w1.n);
-    check_twice("encoder dwpe", p1.f, e.dwpe.f, p1.n);
-    tensor_free(&w1);
-    tensor_free(&p1);
+    check_accumulates(
+        enc_backward, &e,
+        (struct grad[]){{"encoder dwte", e.dwte.f, e.dwte.n}, {"encoder dwpe", e.dwpe.f, e.dwpe.n}},
+        2);
     enc_teardown(&e);
 }
 END_TEST
@@ -387,8 +459,9 @@ static void ln_forward(struct ln_case *l)
                      ZT_OK);
 }
 
-static void ln_backward(struct ln_case *l)
+static void ln_backward(void *ctx)
 {
+    struct ln_case *l = ctx;
     ck_assert_int_eq(ops_cpu_backend()->layernorm_backward(l->dx.f, l->dw.f, l->db.f, l->r.f,
                                                            l->x.f, l->w.f, l->mean.f, l->rstd.f,
                                                            l->N, l->C),
@@ -429,20 +502,156 @@ END_TEST
 START_TEST(layernorm_backward_accumulates)
 {
     struct ln_case l = ln_setup(3);
-    struct tensor x1 = tensor_zeros(l.dx.n), w1 = tensor_zeros(l.C), b1 = tensor_zeros(l.C);
     ln_forward(&l);
-    ln_backward(&l);
-    memcpy(x1.f, l.dx.f, (size_t)x1.n * sizeof(float));
-    memcpy(w1.f, l.dw.f, (size_t)l.C * sizeof(float));
-    memcpy(b1.f, l.db.f, (size_t)l.C * sizeof(float));
-    ln_backward(&l);
-    check_twice("layernorm dinp", x1.f, l.dx.f, x1.n);
-    check_twice("layernorm dweight", w1.f, l.dw.f, l.C);
-    check_twice("layernorm dbias", b1.f, l.db.f, l.C);
-    tensor_free(&x1);
-    tensor_free(&w1);
-    tensor_free(&b1);
+    check_accumulates(ln_backward, &l,
+                      (struct grad[]){{"layernorm dinp", l.dx.f, l.dx.n},
+                                      {"layernorm dweight", l.dw.f, l.C},
+                                      {"layernorm dbias", l.db.f, l.C}},
+                      3);
     ln_teardown(&l);
+}
+END_TEST
+
+/* ---- rmsnorm ---- */
+
+/* N C: as layernorm's, and C = 130 across three column blocks of 64. */
+static const int RMS_SIZES[][2] = {{4, 16}, {3, 20}, {1, 7}, {5, 33}, {3, 130}};
+
+struct rms_case {
+    int N, C;
+    float eps;
+    struct tensor x, w, out, rstd, r, dx, dw;
+};
+
+/* Llama's two epsilons, 1e-5 and 1e-6, in turn. */
+static struct rms_case rms_setup(int which)
+{
+    struct rms_case m = {
+        .N = RMS_SIZES[which][0], .C = RMS_SIZES[which][1], .eps = which % 2 ? 1e-6f : 1e-5f};
+    int n = m.N * m.C;
+    m.x = tensor_rand(n, 81, 2.0);
+    m.w = tensor_rand(m.C, 82, 1.5);
+    m.r = tensor_rand(n, 83, 1.0);
+    m.out = tensor_zeros(n);
+    m.rstd = tensor_zeros(m.N);
+    m.dx = tensor_zeros(n);
+    m.dw = tensor_zeros(m.C);
+    return m;
+}
+
+static void rms_teardown(struct rms_case *m)
+{
+    struct tensor *all[] = {&m->x, &m->w, &m->out, &m->rstd, &m->r, &m->dx, &m->dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+}
+
+static double rms_objective(void *ctx)
+{
+    struct rms_case *m = ctx;
+    ref_rmsnorm(m->out.d, NULL, m->x.d, m->w.d, m->N, m->C, m->eps);
+    return dot(m->out.d, m->r.d, m->out.n);
+}
+
+static void rms_forward(struct rms_case *m)
+{
+    ck_assert_int_eq(
+        ops_cpu_backend()->rmsnorm_forward(m->out.f, m->rstd.f, m->x.f, m->w.f, m->N, m->C, m->eps),
+        ZT_OK);
+}
+
+static void rms_backward(void *ctx)
+{
+    struct rms_case *m = ctx;
+    ck_assert_int_eq(ops_cpu_backend()->rmsnorm_backward(m->dx.f, m->dw.f, m->r.f, m->x.f, m->w.f,
+                                                         m->rstd.f, m->N, m->C),
+                     ZT_OK);
+}
+
+START_TEST(rmsnorm_forward_matches_reference)
+{
+    struct rms_case m = rms_setup(_i);
+    for (int i = 0; i < m.out.n; i++) /* garbage that the forward must overwrite */
+        m.out.f[i] = 1e6f;
+    rms_forward(&m);
+    ref_rmsnorm(m.out.d, m.rstd.d, m.x.d, m.w.d, m.N, m.C, m.eps);
+    check_close("rmsnorm out", m.out.f, m.out.d, m.out.n, FWD_TOL);
+    check_close("rmsnorm rstd", m.rstd.f, m.rstd.d, m.N, FWD_TOL);
+    rms_teardown(&m);
+}
+END_TEST
+
+/* eps sits inside the root: rows of 1e-3 have mean square 1e-6, so with
+ * eps = 1e-6 the output is x / sqrt(2e-6) = 0.7071 w, where eps left out
+ * gives w and eps added after the root 0.999 w. */
+START_TEST(rmsnorm_eps_is_inside_the_root)
+{
+    enum { C = 8 };
+    float x[2 * C], w[C], out[2 * C], rstd[2];
+    for (int c = 0; c < C; c++) {
+        x[c] = 1e-3f;
+        x[C + c] = -1e-3f;
+        w[c] = (float)(c + 1);
+    }
+    ck_assert_int_eq(ops_cpu_backend()->rmsnorm_forward(out, rstd, x, w, 2, C, 1e-6f), ZT_OK);
+    for (int i = 0; i < 2 * C; i++) {
+        double want = x[i] / sqrt((double)x[i] * x[i] + (double)1e-6f) * w[i % C];
+        ck_assert_double_eq_tol(out[i], want, 1e-6 * fabs(want));
+    }
+}
+END_TEST
+
+START_TEST(rmsnorm_backward_matches_finite_differences)
+{
+    struct rms_case m = rms_setup(_i);
+    rms_forward(&m);
+    rms_backward(&m);
+    check_gradient("rmsnorm dinp", rms_objective, &m, m.x.d, m.dx.f, m.x.n);
+    check_gradient("rmsnorm dweight", rms_objective, &m, m.w.d, m.dw.f, m.w.n);
+    rms_teardown(&m);
+}
+END_TEST
+
+START_TEST(rmsnorm_backward_accumulates)
+{
+    struct rms_case m = rms_setup(4);
+    rms_forward(&m);
+    check_accumulates(
+        rms_backward, &m,
+        (struct grad[]){{"rmsnorm dinp", m.dx.f, m.dx.n}, {"rmsnorm dweight", m.dw.f, m.C}}, 2);
+    rms_teardown(&m);
+}
+END_TEST
+
+/* dinp and dweight come out bit for bit the same on 1, 2 and 3 threads,
+ * also when they start non-zero (a second micro-batch accumulating). */
+START_TEST(rmsnorm_backward_is_bitwise_thread_independent)
+{
+    struct rms_case m = rms_setup(4); /* C = 130: column blocks of 64, 64 and 2 */
+    int n = m.dx.n + m.C;
+    float *first = malloc((size_t)n * sizeof *first);
+    ck_assert_ptr_nonnull(first);
+    rms_forward(&m);
+    for (int threads = 1; threads <= 3; threads++) {
+        for (int i = 0; i < m.dx.n; i++)
+            m.dx.f[i] = 0.25f * m.r.f[i];
+        for (int c = 0; c < m.C; c++)
+            m.dw.f[c] = 0.5f + 0.01f * (float)c;
+        ops_cpu_set_threads(threads);
+        rms_backward(&m);
+        if (threads == 1) {
+            memcpy(first, m.dx.f, (size_t)m.dx.n * sizeof(float));
+            memcpy(first + m.dx.n, m.dw.f, (size_t)m.C * sizeof(float));
+            continue;
+        }
+        ck_assert_msg(memcmp(first, m.dx.f, (size_t)m.dx.n * sizeof(float)) == 0,
+                      "rmsnorm dinp differs on %d threads", threads);
+        ck_assert_msg(memcmp(first + m.dx.n, m.dw.f, (size_t)m.C * sizeof(float)) == 0,
+                      "rmsnorm dweight differs on %d threads", threads);
+    }
+    ops_cpu_set_threads(1);
+    free(first);
+    rms_teardown(&m);
 }
 END_TEST
 
@@ -487,8 +696,9 @@ static double mm_objective(void *ctx)
     return dot(m->out.d, m->r.d, m->out.n);
 }
 
-static void mm_backward(struct mm_case *m)
+static void mm_backward(void *ctx)
 {
+    struct mm_case *m = ctx;
     ck_assert_int_eq(ops_cpu_backend()->matmul_backward(m->dx.f, m->dw.f,
                                                         m->has_bias ? m->db.f : NULL, m->r.f,
                                                         m->x.f, m->w.f, m->N, m->C, m->OC),
@@ -528,29 +738,28 @@ END_TEST
 START_TEST(matmul_backward_accumulates)
 {
     struct mm_case m = mm_setup(6);
-    struct tensor x1 = tensor_zeros(m.dx.n), w1 = tensor_zeros(m.dw.n), b1 = tensor_zeros(m.OC);
-    mm_backward(&m);
-    memcpy(x1.f, m.dx.f, (size_t)x1.n * sizeof(float));
-    memcpy(w1.f, m.dw.f, (size_t)w1.n * sizeof(float));
-    memcpy(b1.f, m.db.f, (size_t)m.OC * sizeof(float));
-    mm_backward(&m);
-    check_twice("matmul dinp", x1.f, m.dx.f, x1.n);
-    check_twice("matmul dweight", w1.f, m.dw.f, w1.n);
-    check_twice("matmul dbias", b1.f, m.db.f, m.OC);
-    tensor_free(&x1);
-    tensor_free(&w1);
-    tensor_free(&b1);
+    check_accumulates(mm_backward, &m,
+                      (struct grad[]){{"matmul dinp", m.dx.f, m.dx.n},
+                                      {"matmul dweight", m.dw.f, m.dw.n},
+                                      {"matmul dbias", m.db.f, m.OC}},
+                      3);
     mm_teardown(&m);
 }
 END_TEST
 
 /* ---- attention ---- */
 
-/* B T C NH: head size 4, T = 1, T past the 64-row query block, head size 5. */
-static const int ATT_SIZES[][4] = {{2, 5, 12, 3}, {1, 1, 6, 2}, {1, 70, 8, 2}, {2, 3, 20, 4}};
+/* B T NH NKV hs. GPT-2's case NKV == NH: head size 4, T = 1, T past the
+ * 32-row query block, head size 5. Then grouped-query heads, all with
+ * T = 70: two query heads per key/value head, all four sharing one, and
+ * NKV == NH again with four heads. */
+static const int ATT_SIZES[][5] = {{2, 5, 3, 3, 4}, {1, 1, 2, 2, 3},  {1, 70, 2, 2, 4},
+                                   {2, 3, 4, 4, 5}, {1, 70, 4, 2, 4}, {2, 70, 4, 1, 3},
+                                   {1, 70, 4, 4, 3}};
+enum { ATT_GQA = 4 }; /* the first grouped case: NH = 4, NKV = 2, T = 70 */
 
 struct att_case {
-    int B, T, C, NH;
+    int B, T, NH, NKV, hs;
     struct tensor qkv, out, att, r, dqkv, scratch;
 };
 
@@ -558,14 +767,16 @@ static struct att_case att_setup(int which)
 {
     struct att_case a = {.B = ATT_SIZES[which][0],
                          .T = ATT_SIZES[which][1],
-                         .C = ATT_SIZES[which][2],
-                         .NH = ATT_SIZES[which][3]};
-    int n = a.B * a.T * a.C, nt = a.B * a.NH * a.T * a.T;
-    a.qkv = tensor_rand(3 * n, 41, 1.5); /* logits of a few units: a peaked softmax */
+                         .NH = ATT_SIZES[which][2],
+                         .NKV = ATT_SIZES[which][3],
+                         .hs = ATT_SIZES[which][4]};
+    int rows = a.B * a.T, n = rows * a.NH * a.hs, nt = a.B * a.NH * a.T * a.T;
+    int nqkv = rows * (a.NH + 2 * a.NKV) * a.hs;
+    a.qkv = tensor_rand(nqkv, 41, 1.5); /* logits of a few units: a peaked softmax */
     a.r = tensor_rand(n, 42, 1.0);
     a.out = tensor_zeros(n);
     a.att = tensor_zeros(nt);
-    a.dqkv = tensor_zeros(3 * n);
+    a.dqkv = tensor_zeros(nqkv);
     a.scratch = tensor_zeros(nt);
     return a;
 }
@@ -579,23 +790,24 @@ static void att_teardown(struct att_case *a)
 
 static void att_forward(struct att_case *a)
 {
-    ck_assert_int_eq(
-        ops_cpu_backend()->attention_forward(a->out.f, a->att.f, a->qkv.f, a->B, a->T, a->C, a->NH),
-        ZT_OK);
+    ck_assert_int_eq(ops_cpu_backend()->attention_forward(a->out.f, a->att.f, a->qkv.f, a->B, a->T,
+                                                          a->NH, a->NKV, a->hs),
+                     ZT_OK);
 }
 
-static void att_backward(struct att_case *a)
+static void att_backward(void *ctx)
 {
+    struct att_case *a = ctx;
     ck_assert_int_eq(ops_cpu_backend()->attention_backward(a->dqkv.f, a->scratch.f, a->r.f,
-                                                           a->qkv.f, a->att.f, a->B, a->T, a->C,
-                                                           a->NH),
+                                                           a->qkv.f, a->att.f, a->B, a->T, a->NH,
+                                                           a->NKV, a->hs),
                      ZT_OK);
 }
 
 static double att_objective(void *ctx)
 {
     struct att_case *a = ctx;
-    ref_attention(a->out.d, NULL, a->qkv.d, a->B, a->T, a->C, a->NH);
+    ref_attention(a->out.d, NULL, a->qkv.d, a->B, a->T, a->NH, a->NKV, a->hs);
     return dot(a->out.d, a->r.d, a->out.n);
 }
 
@@ -605,7 +817,7 @@ START_TEST(attention_forward_matches_reference)
     for (int i = 0; i < a.att.n; i++) /* garbage above the diagonal must be overwritten */
         a.att.f[i] = NAN;
     att_forward(&a);
-    ref_attention(a.out.d, a.att.d, a.qkv.d, a.B, a.T, a.C, a.NH);
+    ref_attention(a.out.d, a.att.d, a.qkv.d, a.B, a.T, a.NH, a.NKV, a.hs);
     check_close("attention out", a.out.f, a.out.d, a.out.n, FWD_TOL);
     check_close("attention att", a.att.f, a.att.d, a.att.n, FWD_TOL);
     for (int r = 0; r < a.B * a.NH * a.T; r++)
@@ -627,14 +839,9 @@ END_TEST
 
 START_TEST(attention_backward_accumulates)
 {
-    struct att_case a = att_setup(2);
-    struct tensor g1 = tensor_zeros(a.dqkv.n);
+    struct att_case a = att_setup(ATT_GQA);
     att_forward(&a);
-    att_backward(&a);
-    memcpy(g1.f, a.dqkv.f, (size_t)g1.n * sizeof(float));
-    att_backward(&a);
-    check_twice("attention dqkv", g1.f, a.dqkv.f, g1.n);
-    tensor_free(&g1);
+    check_accumulates(att_backward, &a, &(struct grad){"attention dqkv", a.dqkv.f, a.dqkv.n}, 1);
     att_teardown(&a);
 }
 END_TEST
@@ -643,15 +850,15 @@ END_TEST
  * earlier token bit for bit unchanged, and changes token j's own. */
 START_TEST(attention_is_causal)
 {
-    struct att_case a = att_setup(2); /* T = 70: j in the second query block */
-    int T = a.T, C = a.C;
+    struct att_case a = att_setup(ATT_GQA); /* T = 70: j in the second and third query blocks */
+    int T = a.T, C = a.NH * a.hs, ld = (a.NH + 2 * a.NKV) * a.hs;
     att_forward(&a);
     float *before = malloc((size_t)a.out.n * sizeof *before);
     ck_assert_ptr_nonnull(before);
     memcpy(before, a.out.f, (size_t)a.out.n * sizeof(float));
     for (int j = T - 1; j >= 1; j -= 23) {
-        for (int c = C; c < 3 * C; c++) /* k and v of token j */
-            a.qkv.f[(size_t)j * 3 * C + c] += 0.75f;
+        for (int c = C; c < ld; c++) /* k and v of token j */
+            a.qkv.f[(size_t)j * ld + c] += 0.75f;
         att_forward(&a);
         ck_assert_msg(memcmp(before, a.out.f, (size_t)j * C * sizeof(float)) == 0,
                       "changing token %d's k/v changed an earlier output", j);
@@ -662,6 +869,144 @@ START_TEST(attention_is_causal)
     }
     free(before);
     att_teardown(&a);
+}
+END_TEST
+
+/* ---- rotary position embedding ---- */
+
+/* B T n_heads hs row_stride theta: extra columns past the heads; no extra
+ * columns; hs = 2 at T = 1; the query heads inside a grouped qkv row
+ * (NH = 4, NKV = 2) at T = 70 and Llama 3's theta; hs / 2 odd. */
+static const struct {
+    int B, T, n_heads, hs, stride;
+    double theta;
+} ROPE_SIZES[] = {{2, 5, 3, 8, 29, 1e4},
+                  {1, 9, 2, 6, 12, 5e5},
+                  {1, 1, 1, 2, 3, 1e4},
+                  {2, 70, 4, 4, 32, 5e5},
+                  {3, 4, 2, 10, 30, 1e4}};
+
+struct rope_case {
+    int B, T, n_heads, hs, stride;
+    struct tensor x, cs, sn, r;
+};
+
+/* The tables from theta in double (the float copy is what the op gets). */
+static struct rope_case rope_setup(int which)
+{
+    struct rope_case p = {.B = ROPE_SIZES[which].B,
+                          .T = ROPE_SIZES[which].T,
+                          .n_heads = ROPE_SIZES[which].n_heads,
+                          .hs = ROPE_SIZES[which].hs,
+                          .stride = ROPE_SIZES[which].stride};
+    int half = p.hs / 2, n = p.B * p.T * p.stride;
+    p.x = tensor_rand(n, 91, 1.0);
+    p.r = tensor_rand(n, 92, 1.0);
+    p.cs = tensor_zeros(p.T * half);
+    p.sn = tensor_zeros(p.T * half);
+    for (int t = 0; t < p.T; t++)
+        for (int i = 0; i < half; i++) {
+            double angle = t * pow(ROPE_SIZES[which].theta, -2.0 * i / p.hs);
+            p.cs.d[t * half + i] = cos(angle);
+            p.sn.d[t * half + i] = sin(angle);
+            p.cs.f[t * half + i] = (float)p.cs.d[t * half + i];
+            p.sn.f[t * half + i] = (float)p.sn.d[t * half + i];
+        }
+    return p;
+}
+
+static void rope_teardown(struct rope_case *p)
+{
+    struct tensor *all[] = {&p->x, &p->cs, &p->sn, &p->r};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+}
+
+/* out = the rotation of x, Hugging Face's apply_rotary_pos_emb:
+ * x * cos + rotate_half(x) * sin, rotate_half(x1, x2) = (-x2, x1). */
+static void ref_rope(double *out, const double *x, const struct rope_case *p)
+{
+    int half = p->hs / 2;
+    memcpy(out, x, (size_t)p->x.n * sizeof *out);
+    for (int r = 0; r < p->B * p->T; r++)
+        for (int h = 0; h < p->n_heads; h++)
+            for (int i = 0; i < p->hs; i++) {
+                int t = r % p->T, k = i % half, at = r * p->stride + h * p->hs;
+                double rot = i < half ? -x[at + i + half] : x[at + i - half];
+                out[at + i] = x[at + i] * p->cs.d[t * half + k] + rot * p->sn.d[t * half + k];
+            }
+}
+
+static double rope_objective(void *ctx)
+{
+    struct rope_case *p = ctx;
+    double *y = malloc((size_t)p->x.n * sizeof *y);
+    ck_assert_ptr_nonnull(y);
+    ref_rope(y, p->x.d, p);
+    double l = dot(y, p->r.d, p->x.n);
+    free(y);
+    return l;
+}
+
+static void rope_apply(struct rope_case *p, float *x, int backward)
+{
+    const struct ops_backend *b = ops_cpu_backend();
+    ck_assert_int_eq((backward ? b->rope_backward : b->rope_forward)(
+                         x, p->cs.f, p->sn.f, p->B, p->T, p->n_heads, p->hs, p->stride),
+                     ZT_OK);
+}
+
+/* Also: the columns past the heads keep their bits. */
+START_TEST(rope_forward_matches_reference)
+{
+    struct rope_case p = rope_setup(_i);
+    struct tensor want = tensor_zeros(p.x.n);
+    rope_apply(&p, p.x.f, 0);
+    ref_rope(want.d, p.x.d, &p);
+    check_close("rope out", p.x.f, want.d, p.x.n, FWD_TOL);
+    int heads = p.n_heads * p.hs;
+    for (int r = 0; r < p.B * p.T; r++)
+        for (int c = heads; c < p.stride; c++)
+            ck_assert_msg(p.x.f[r * p.stride + c] == (float)p.x.d[r * p.stride + c],
+                          "rope changed column %d past the heads", c);
+    tensor_free(&want);
+    rope_teardown(&p);
+}
+END_TEST
+
+/* The backward is the transpose: <R x, y> = <x, R^T y> for random x, y,
+ * and R^T R x = x (a rotation's transpose is its inverse). */
+START_TEST(rope_backward_is_the_transpose)
+{
+    struct rope_case p = rope_setup(_i);
+    struct tensor rx = tensor_rand(p.x.n, 91, 1.0), rty = tensor_rand(p.x.n, 92, 1.0);
+    rope_apply(&p, rx.f, 0);
+    rope_apply(&p, rty.f, 1);
+    for (int i = 0; i < p.x.n; i++) {
+        rx.d[i] = rx.f[i];
+        rty.d[i] = rty.f[i];
+    }
+    double lhs = dot(rx.d, p.r.d, p.x.n), rhs = dot(p.x.d, rty.d, p.x.n);
+    double scale = sqrt(dot(p.x.d, p.x.d, p.x.n) * dot(p.r.d, p.r.d, p.x.n));
+    ck_assert_msg(fabs(lhs - rhs) <= 1e-6 * scale, "<Rx, y> = %.9g but <x, R^T y> = %.9g", lhs,
+                  rhs);
+    rope_apply(&p, rx.f, 1);
+    check_close("rope R^T R x", rx.f, p.x.d, p.x.n, FWD_TOL);
+    tensor_free(&rx);
+    tensor_free(&rty);
+    rope_teardown(&p);
+}
+END_TEST
+
+/* dout replaced in place by the gradient of L = <rope(x), dout>. */
+START_TEST(rope_backward_matches_finite_differences)
+{
+    struct rope_case p = rope_setup(_i);
+    struct tensor g = tensor_rand(p.x.n, 92, 1.0); /* = r */
+    rope_apply(&p, g.f, 1);
+    check_gradient("rope dx", rope_objective, &p, p.x.d, g.f, p.x.n);
+    tensor_free(&g);
+    rope_teardown(&p);
 }
 END_TEST
 
@@ -699,6 +1044,12 @@ static double gelu_objective(void *ctx)
     for (int i = 0; i < g->N; i++)
         s += ref_gelu(g->x.d[i]) * g->r.d[i];
     return s;
+}
+
+static void gelu_backward(void *ctx)
+{
+    struct gelu_case *g = ctx;
+    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g->dx.f, g->x.f, g->r.f, g->N), ZT_OK);
 }
 
 START_TEST(gelu_forward_matches_reference)
@@ -740,7 +1091,7 @@ END_TEST
 START_TEST(gelu_backward_matches_finite_differences)
 {
     struct gelu_case g = gelu_setup(_i);
-    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
+    gelu_backward(&g);
     check_gradient("gelu dinp", gelu_objective, &g, g.x.d, g.dx.f, g.N);
     gelu_teardown(&g);
 }
@@ -749,11 +1100,7 @@ END_TEST
 START_TEST(gelu_backward_accumulates)
 {
     struct gelu_case g = gelu_setup(2);
-    float g1[37];
-    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
-    memcpy(g1, g.dx.f, sizeof g1);
-    ck_assert_int_eq(ops_cpu_backend()->gelu_backward(g.dx.f, g.x.f, g.r.f, g.N), ZT_OK);
-    check_twice("gelu dinp", g1, g.dx.f, g.N);
+    check_accumulates(gelu_backward, &g, &(struct grad){"gelu dinp", g.dx.f, g.N}, 1);
     gelu_teardown(&g);
 }
 END_TEST
@@ -767,6 +1114,125 @@ START_TEST(residual_forward_adds)
     tensor_free(&a);
     tensor_free(&b);
     tensor_free(&o);
+}
+END_TEST
+
+/* ---- swiglu ---- */
+
+static const int SWIGLU_SIZES[][2] = {{3, 5}, {1, 1}, {4, 37}}; /* N I */
+
+struct swiglu_case {
+    int N, I;
+    struct tensor gu, out, r, dgu;
+};
+
+static struct swiglu_case swiglu_setup(int which)
+{
+    struct swiglu_case w = {.N = SWIGLU_SIZES[which][0], .I = SWIGLU_SIZES[which][1]};
+    w.gu = tensor_rand(w.N * 2 * w.I, 101, 4.0);
+    w.r = tensor_rand(w.N * w.I, 102, 1.0);
+    w.out = tensor_zeros(w.N * w.I);
+    w.dgu = tensor_zeros(w.N * 2 * w.I);
+    return w;
+}
+
+static void swiglu_teardown(struct swiglu_case *w)
+{
+    tensor_free(&w->gu);
+    tensor_free(&w->out);
+    tensor_free(&w->r);
+    tensor_free(&w->dgu);
+}
+
+/* silu(g) = g sigmoid(g), in the form that stays finite for either sign. */
+static double ref_silu(double g)
+{
+    return g >= 0.0 ? g / (1.0 + exp(-g)) : g * exp(g) / (1.0 + exp(g));
+}
+
+static void ref_swiglu(double *out, const double *gu, int N, int I)
+{
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < I; i++)
+            out[n * I + i] = ref_silu(gu[n * 2 * I + i]) * gu[n * 2 * I + I + i];
+}
+
+static double swiglu_objective(void *ctx)
+{
+    struct swiglu_case *w = ctx;
+    ref_swiglu(w->out.d, w->gu.d, w->N, w->I);
+    return dot(w->out.d, w->r.d, w->out.n);
+}
+
+static void swiglu_backward(void *ctx)
+{
+    struct swiglu_case *w = ctx;
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_backward(w->dgu.f, w->r.f, w->gu.f, w->N, w->I),
+                     ZT_OK);
+}
+
+START_TEST(swiglu_forward_matches_reference)
+{
+    struct swiglu_case w = swiglu_setup(_i);
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_forward(w.out.f, w.gu.f, w.N, w.I), ZT_OK);
+    ref_swiglu(w.out.d, w.gu.d, w.N, w.I);
+    check_close("swiglu out", w.out.f, w.out.d, w.out.n, FWD_TOL);
+    swiglu_teardown(&w);
+}
+END_TEST
+
+START_TEST(swiglu_backward_matches_finite_differences)
+{
+    struct swiglu_case w = swiglu_setup(_i);
+    swiglu_backward(&w);
+    check_gradient("swiglu dgu", swiglu_objective, &w, w.gu.d, w.dgu.f, w.gu.n);
+    swiglu_teardown(&w);
+}
+END_TEST
+
+START_TEST(swiglu_backward_accumulates)
+{
+    struct swiglu_case w = swiglu_setup(2);
+    check_accumulates(swiglu_backward, &w, &(struct grad){"swiglu dgu", w.dgu.f, w.dgu.n}, 1);
+    swiglu_teardown(&w);
+}
+END_TEST
+
+/* Gates from -1e4 to 1e4, past both ends of cpu_expf's range: outputs and
+ * gradients finite, and elementwise within 1e-5 relative of silu(g) u and
+ * its derivatives, or within 1e-30 where the exact value is itself below
+ * float's normal range (silu(-100) = -3.7e-42; the op gives -6e-37). */
+START_TEST(swiglu_survives_extreme_gates)
+{
+    static const float G[] = {-1e4f, -1e3f, -200.0f, -100.0f, -88.7f, -87.5f, -50.0f, -20.0f,
+                              -5.0f, -1.0f, -0.25f,  0.0f,    0.25f,  1.0f,   5.0f,   20.0f,
+                              50.0f, 87.5f, 88.7f,   100.0f,  200.0f, 1e3f,   1e4f};
+    enum { I = sizeof G / sizeof G[0] };
+    float gu[2 * I], out[I], dout[I], dgu[2 * I];
+    memset(dgu, 0, sizeof dgu);
+    for (int i = 0; i < I; i++) {
+        gu[i] = G[i];
+        gu[I + i] = 0.5f;
+        dout[i] = 1.0f;
+    }
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_forward(out, gu, 1, I), ZT_OK);
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_backward(dgu, dout, gu, 1, I), ZT_OK);
+    for (int i = 0; i < I; i++) {
+        /* sigmoid(g) and 1 - sigmoid(g), each without cancellation */
+        double g = G[i], e = exp(-fabs(g));
+        double sg = g >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+        double om = g >= 0.0 ? e / (1.0 + e) : 1.0 / (1.0 + e);
+        double want[3] = {0.5 * ref_silu(g), 0.5 * sg * (1.0 + g * om), ref_silu(g)};
+        float got[3] = {out[i], dgu[i], dgu[I + i]};
+        for (int k = 0; k < 3; k++)
+            ck_assert_msg(isfinite(got[k]) &&
+                              fabs(got[k] - want[k]) <= 1e-5 * fabs(want[k]) + 1e-30,
+                          "swiglu at g = %g: %s = %.9g, want %.9g", g,
+                          k == 0   ? "out"
+                          : k == 1 ? "dgate"
+                                   : "dup",
+                          (double)got[k], want[k]);
+    }
 }
 END_TEST
 
@@ -811,8 +1277,9 @@ static void xent_forward(struct xent_case *x)
                      ZT_OK);
 }
 
-static void xent_backward(struct xent_case *x)
+static void xent_backward(void *ctx)
 {
+    struct xent_case *x = ctx;
     ck_assert_int_eq(ops_cpu_backend()->crossentropy_backward(x->dlogits.f, x->probs.f, x->tgt,
                                                               XENT_DLOSS, x->N, x->V),
                      ZT_OK);
@@ -850,12 +1317,9 @@ END_TEST
 START_TEST(crossentropy_backward_accumulates)
 {
     struct xent_case x = xent_setup(0);
-    float g1[33];
     xent_forward(&x);
-    xent_backward(&x);
-    memcpy(g1, x.dlogits.f, sizeof g1);
-    xent_backward(&x);
-    check_twice("crossentropy dlogits", g1, x.dlogits.f, x.N * x.V);
+    check_accumulates(xent_backward, &x,
+                      &(struct grad){"crossentropy dlogits", x.dlogits.f, x.dlogits.n}, 1);
     xent_teardown(&x);
 }
 END_TEST
@@ -907,44 +1371,69 @@ START_TEST(backend_table_is_complete)
     ck_assert_str_eq(b->name, "cpu");
     ck_assert(b->encoder_forward && b->encoder_backward && b->layernorm_forward &&
               b->layernorm_backward && b->matmul_forward && b->matmul_backward &&
-              b->attention_forward && b->attention_backward && b->gelu_forward &&
-              b->gelu_backward && b->residual_forward && b->crossentropy_forward &&
-              b->crossentropy_backward && b->to_f32 && b->from_f32 && b->add_into &&
-              b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
+              b->attention_forward && b->attention_backward && b->rmsnorm_forward &&
+              b->rmsnorm_backward && b->rope_forward && b->rope_backward && b->swiglu_forward &&
+              b->swiglu_backward && b->gelu_forward && b->gelu_backward && b->residual_forward &&
+              b->crossentropy_forward && b->crossentropy_backward && b->to_f32 && b->from_f32 &&
+              b->add_into && b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
 }
 END_TEST
 
+/* Appends n floats to a growing record of outputs. */
+static void record(float **all, int *len, const float *x, int n)
+{
+    float *grown = realloc(*all, (size_t)(*len + n) * sizeof **all);
+    ck_assert_ptr_nonnull(grown);
+    memcpy(grown + *len, x, (size_t)n * sizeof *x);
+    *all = grown;
+    *len += n;
+}
+
+/* Layernorm's gradients, RMSNorm's and grouped-query attention's, run on
+ * `threads` threads, one after another in one buffer. */
+static float *threaded_outputs(int threads, int *len)
+{
+    float *all = NULL;
+    *len = 0;
+    ops_cpu_set_threads(threads);
+    struct ln_case l = ln_setup(3);
+    ln_forward(&l);
+    ln_backward(&l);
+    record(&all, len, l.dx.f, l.dx.n);
+    record(&all, len, l.dw.f, l.C);
+    record(&all, len, l.db.f, l.C);
+    ln_teardown(&l);
+    struct rms_case m = rms_setup(4);
+    rms_forward(&m);
+    rms_backward(&m);
+    record(&all, len, m.dx.f, m.dx.n);
+    record(&all, len, m.dw.f, m.C);
+    rms_teardown(&m);
+    struct att_case a = att_setup(ATT_GQA + 1); /* four query heads on one k/v head */
+    att_forward(&a);
+    att_backward(&a);
+    record(&all, len, a.out.f, a.out.n);
+    record(&all, len, a.dqkv.f, a.dqkv.n);
+    att_teardown(&a);
+    ops_cpu_set_threads(1);
+    return all;
+}
+
 /* The multi-threaded paths (column-split parameter gradients, parallel
- * rows) agree with the single-threaded ones. */
+ * rows, threaded sgemm) agree with the single-threaded ones. */
 START_TEST(results_do_not_depend_on_thread_count)
 {
-    float out[2][3]
-             [70 * 3 * 8]; /* [threads - 1][tensor][...]: sizes of LN_SIZES[3], ATT_SIZES[2] */
-    for (int t = 0; t < 2; t++) {
-        ops_cpu_set_threads(t + 1);
-        struct ln_case l = ln_setup(3);
-        ln_forward(&l);
-        ln_backward(&l);
-        memcpy(out[t][0], l.dx.f, (size_t)l.dx.n * sizeof(float));
-        memcpy(out[t][0] + l.dx.n, l.dw.f, (size_t)l.C * sizeof(float));
-        memcpy(out[t][1], l.db.f, (size_t)l.C * sizeof(float));
-        ln_teardown(&l);
-        struct att_case a = att_setup(2);
-        att_forward(&a);
-        att_backward(&a);
-        memcpy(out[t][2], a.dqkv.f, (size_t)a.dqkv.n * sizeof(float));
-        att_teardown(&a);
-    }
-    ops_cpu_set_threads(1);
-    double *want = malloc(sizeof out[0] / sizeof(float) * sizeof(double));
+    int n1, n2;
+    float *one = threaded_outputs(1, &n1), *two = threaded_outputs(2, &n2);
+    ck_assert_int_eq(n1, n2);
+    double *want = malloc((size_t)n1 * sizeof *want);
     ck_assert_ptr_nonnull(want);
-    int n[3] = {5 * 33 + 33, 33, 70 * 3 * 8};
-    for (int k = 0; k < 3; k++) {
-        for (int i = 0; i < n[k]; i++)
-            want[i] = out[0][k][i];
-        check_close("two threads vs one", out[1][k], want, n[k], 1e-6);
-    }
+    for (int i = 0; i < n1; i++)
+        want[i] = one[i];
+    check_close("two threads vs one", two, want, n1, 1e-6);
     free(want);
+    free(one);
+    free(two);
 }
 END_TEST
 
@@ -954,13 +1443,19 @@ int main(void)
 {
     Suite *s = suite_create("ops");
     TCase *tc = testutil_tcase(s, "encoder", 60);
-    tcase_add_loop_test(tc, encoder_forward_matches_reference, 0, NSIZES(ENC_SIZES));
-    tcase_add_loop_test(tc, encoder_backward_matches_finite_differences, 0, NSIZES(ENC_SIZES));
+    tcase_add_loop_test(tc, encoder_forward_matches_reference, 0, 2 * NSIZES(ENC_SIZES));
+    tcase_add_loop_test(tc, encoder_backward_matches_finite_differences, 0, 2 * NSIZES(ENC_SIZES));
     tcase_add_test(tc, encoder_backward_accumulates);
     tc = testutil_tcase(s, "layernorm", 60);
     tcase_add_loop_test(tc, layernorm_forward_matches_reference, 0, NSIZES(LN_SIZES));
     tcase_add_loop_test(tc, layernorm_backward_matches_finite_differences, 0, NSIZES(LN_SIZES));
     tcase_add_test(tc, layernorm_backward_accumulates);
+    tc = testutil_tcase(s, "rmsnorm", 60);
+    tcase_add_loop_test(tc, rmsnorm_forward_matches_reference, 0, NSIZES(RMS_SIZES));
+    tcase_add_test(tc, rmsnorm_eps_is_inside_the_root);
+    tcase_add_loop_test(tc, rmsnorm_backward_matches_finite_differences, 0, NSIZES(RMS_SIZES));
+    tcase_add_test(tc, rmsnorm_backward_accumulates);
+    tcase_add_test(tc, rmsnorm_backward_is_bitwise_thread_independent);
     tc = testutil_tcase(s, "matmul", 60);
     tcase_add_loop_test(tc, matmul_forward_matches_reference, 0, 2 * NSIZES(MM_SIZES));
     tcase_add_loop_test(tc, matmul_backward_matches_finite_differences, 0, 2 * NSIZES(MM_SIZES));
@@ -970,12 +1465,21 @@ int main(void)
     tcase_add_loop_test(tc, attention_backward_matches_finite_differences, 0, NSIZES(ATT_SIZES));
     tcase_add_test(tc, attention_backward_accumulates);
     tcase_add_test(tc, attention_is_causal);
+    tc = testutil_tcase(s, "rope", 60);
+    tcase_add_loop_test(tc, rope_forward_matches_reference, 0, NSIZES(ROPE_SIZES));
+    tcase_add_loop_test(tc, rope_backward_is_the_transpose, 0, NSIZES(ROPE_SIZES));
+    tcase_add_loop_test(tc, rope_backward_matches_finite_differences, 0, NSIZES(ROPE_SIZES));
     tc = testutil_tcase(s, "gelu", 60);
     tcase_add_loop_test(tc, gelu_forward_matches_reference, 0, NSIZES(GELU_SIZES));
     tcase_add_test(tc, gelu_forward_is_accurate_elementwise);
     tcase_add_loop_test(tc, gelu_backward_matches_finite_differences, 0, NSIZES(GELU_SIZES));
     tcase_add_test(tc, gelu_backward_accumulates);
     tcase_add_test(tc, residual_forward_adds);
+    tc = testutil_tcase(s, "swiglu", 60);
+    tcase_add_loop_test(tc, swiglu_forward_matches_reference, 0, NSIZES(SWIGLU_SIZES));
+    tcase_add_loop_test(tc, swiglu_backward_matches_finite_differences, 0, NSIZES(SWIGLU_SIZES));
+    tcase_add_test(tc, swiglu_backward_accumulates);
+    tcase_add_test(tc, swiglu_survives_extreme_gates);
     tc = testutil_tcase(s, "crossentropy", 60);
     tcase_add_loop_test(tc, crossentropy_forward_matches_reference, 0, NSIZES(XENT_SIZES));
     tcase_add_loop_test(tc, crossentropy_backward_matches_finite_differences, 0,

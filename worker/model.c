@@ -431,26 +431,28 @@ static zt_status block_forward(struct gpt2 *m, int l, const float *w, const floa
     const struct ops_backend *ops = m->ops;
     const struct gpt2_config c = gpt2_config_of(t);
     const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
-    const int BT = m->base.B * m->base.T, C = c.n_embd, NH = c.n_head;
+    const int BT = m->base.B * m->base.T, C = c.n_embd, NH = c.n_head, hs = C / NH;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
-    TIMED(m, MODEL_PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_NORM,
           ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
                                  P(T_LN1W), P(T_LN1B), BT, C));
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
+    /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     TIMED(m, MODEL_PROF_ATTENTION,
           ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B, m->base.T,
-                                 C, NH));
+                                 NH, NH, hs));
     /* attn projection output is staged in res2 then the residual added in place */
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
     TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
-    TIMED(m, MODEL_PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_NORM,
           ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
                                  layer + a.res2, P(T_LN2W), P(T_LN2B), BT, C));
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
-    TIMED(m, MODEL_PROF_GELU, ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
+    TIMED(m, MODEL_PROF_ACTIVATION,
+          ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
     TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
@@ -492,7 +494,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
-    TIMED(m, MODEL_PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_NORM,
           m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
                                     tensor_in(t, k_lnf, w), tensor_in(t, k_lnf + 1, w), BT, C));
     ZT_TRY(h->params_release(h->ctx, L + 1));
@@ -538,7 +540,7 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     const struct gpt2_config c = gpt2_config_of(t);
     const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
     const struct scratch_layout s = scratch_layout_of(&c, m->base.B, m->base.T);
-    const int B = m->base.B, T = m->base.T, BT = B * T, C = c.n_embd, NH = c.n_head;
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = c.n_embd, NH = c.n_head, hs = C / NH;
     float *sc = m->scratch, *dres = sc + s.dres;
 #define P(k) tensor_in(t, block_tensor(l, k), w)
 #define G(k) grad_in(t, block_tensor(l, k), g)
@@ -548,13 +550,13 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
           ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres, layer + a.fch_gelu,
                                P(T_FCPW), BT, 4 * C, C));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * 4 * C));
-    TIMED(m, MODEL_PROF_GELU,
+    TIMED(m, MODEL_PROF_ACTIVATION,
           ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2, P(T_FCW),
                                BT, C, 4 * C));
-    TIMED(m, MODEL_PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_NORM,
           ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2, P(T_LN2W),
                                   layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * C));
@@ -564,12 +566,12 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * C));
     TIMED(m, MODEL_PROF_ATTENTION,
           ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
-                                  layer + a.att, B, T, C, NH));
+                                  layer + a.att, B, T, NH, NH, hs));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     TIMED(m, MODEL_PROF_MATMUL,
           ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
                                P(T_QKVW), BT, C, 3 * C));
-    TIMED(m, MODEL_PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_NORM,
           ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
                                   layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
 #undef P
@@ -611,7 +613,7 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
     ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
     ZT_TRY(zero(m, dres, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_LAYERNORM,
+    TIMED(m, MODEL_PROF_NORM,
           m->ops->layernorm_backward(dres, grad_in(t, k_lnf, g), grad_in(t, k_lnf + 1, g),
                                      sc + s.dln, x_last, tensor_in(t, k_lnf, w), acts + a.lnf_mean,
                                      acts + a.lnf_rstd, BT, C));

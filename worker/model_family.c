@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llama.h"
 #include "model.h"
 
-static const struct model_family *const families[] = {&gpt2_family};
+static const struct model_family *const families[] = {&gpt2_family, &llama_family};
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
 const struct model_family *model_family_find(const char *name)

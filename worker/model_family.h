@@ -1,8 +1,9 @@
 /* worker/model_family.h — the model interface: what a model family gives
  * the ZeRO engine, the coordinator and the file formats.
  *
- * A family (GPT-2 today: worker/model.h) lays its parameters out in one
- * flat space described by a `struct param_table`: tensors with their
+ * A family (GPT-2: worker/model.h; Llama: worker/llama.h) lays its
+ * parameters out in one flat space described by a `struct param_table`:
+ * tensors with their
  * shapes, offsets and flags, cut into *units* — contiguous ranges that
  * ZeRO gathers, reduces and frees one at a time (an embedding, one
  * transformer block, a final norm). The family says in which order a pass
@@ -105,13 +106,15 @@ struct model_unit_hooks {
 };
 
 /* Where a step's compute time goes, when profiling is on. The categories
- * are the kinds of op a transformer runs; a family times each op under the
+ * are the kinds of op a transformer runs (norm: LayerNorm or RMSNorm;
+ * activation: GELU or SwiGLU); a family times each op under the
  * one it belongs to and leaves the others at zero. */
 #define MODEL_PROFILE_CATEGORIES(X)                                                                \
     X(MODEL_PROF_MATMUL, "matmul")                                                                 \
     X(MODEL_PROF_ATTENTION, "attention")                                                           \
-    X(MODEL_PROF_LAYERNORM, "layernorm")                                                           \
-    X(MODEL_PROF_GELU, "gelu")                                                                     \
+    X(MODEL_PROF_NORM, "norm")                                                                     \
+    X(MODEL_PROF_ACTIVATION, "activation")                                                         \
+    X(MODEL_PROF_ROPE, "rope")                                                                     \
     X(MODEL_PROF_CROSSENTROPY, "crossentropy")                                                     \
     X(MODEL_PROF_ENCODER, "encoder")                                                               \
     X(MODEL_PROF_RESIDUAL, "residual")                                                             \

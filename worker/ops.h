@@ -1,5 +1,7 @@
-/* worker/ops.h — the op table of a compute backend: every op of the GPT-2
- * model and the elementwise ops of the ZeRO engine's optimizer step.
+/* worker/ops.h — the op table of a compute backend: every op of both model
+ * families (GPT-2, and the Llama-style decoder: RMSNorm, rotary positions,
+ * SwiGLU, grouped-query attention) and the elementwise ops of the ZeRO
+ * engine's optimizer step.
  *
  * The model (worker/model.c) and the engine (shard/) call ops only through a
  * `struct ops_backend`, which reaches them inside the compute backend bundle
@@ -19,7 +21,8 @@
  * - Backward ops ACCUMULATE (+=) into every gradient they produce, both the
  *   parameter gradients and the input gradients; callers zero what must start
  *   at zero. This lets gradient accumulation and residual branches share one
- *   buffer without extra copies.
+ *   buffer without extra copies. The one exception is rope_backward, which
+ *   transforms its buffer in place (see there).
  * - Pointers are device pointers of the backend's device; the CPU backend's
  *   device pointers are ordinary host pointers. Scalars (scale factors,
  *   hyperparameters) are host values; results the host needs (a sum of
@@ -43,10 +46,13 @@
 struct ops_backend {
     const char *name; /* "cpu", "cuda" */
 
-    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. */
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. With wpe == NULL no
+     * position embedding is added (the Llama family's positions are rotary,
+     * applied inside attention): out[b,t,:] = wte[tokens[b,t],:]. */
     zt_status (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
                                  const float *wpe, int B, int T, int C);
-    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. */
+    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:], skipped
+     * when dwpe is NULL. */
     zt_status (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int B, int T, int C);
 
@@ -66,21 +72,58 @@ struct ops_backend {
     zt_status (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, int N, int C, int OC);
 
-    /* Causal multi-head self-attention. qkv[B,T,3C] holds q, k, v side by
-     * side (head h uses columns h*hs..(h+1)*hs-1 of each, hs = C/NH);
-     * out[B,T,C]; att[B,NH,T,T] receives the softmax probabilities (entries
-     * above the diagonal are written as 0) and is kept for the backward. */
-    zt_status (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                                   int NH);
-    /* dqkv += gradient of the attention w.r.t. qkv; scratch is caller
-     * memory of at least B*NH*T*T floats, contents undefined on return. */
+    /* Causal self-attention with grouped-query heads. Row (b,t) of
+     * qkv[B,T,(NH+2*NKV)*hs] holds NH query heads, then NKV key heads, then
+     * NKV value heads, hs columns each; query head h attends with key/value
+     * head h / (NH/NKV) (NH a multiple of NKV). out[B,T,NH*hs]; att[B,NH,T,T]
+     * receives the softmax probabilities (0 above the diagonal), kept for the
+     * backward. Scale 1/sqrt(hs). GPT-2 is the case NKV == NH. */
+    zt_status (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int NH,
+                                   int NKV, int hs);
+    /* dqkv += gradient w.r.t. qkv (key/value heads accumulate over the query
+     * heads sharing them); scratch: at least B*NH*T*T floats, contents
+     * undefined on return. */
     zt_status (*attention_backward)(float *dqkv, float *scratch, const float *dout,
-                                    const float *qkv, const float *att, int B, int T, int C,
-                                    int NH);
+                                    const float *qkv, const float *att, int B, int T, int NH,
+                                    int NKV, int hs);
+
+    /* RMSNorm over the last dimension: out[n,:] = inp[n,:] * rstd[n] * weight,
+     * rstd[n] = 1 / sqrt(mean(inp[n,:]^2) + eps), saved for the backward. */
+    zt_status (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight,
+                                 int N, int C, float eps);
+    /* dinp += d/dinp, dweight += d/dweight, given dout[N,C]. */
+    zt_status (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
+                                  const float *weight, const float *rstd, int N, int C);
+
+    /* Rotary position embedding on rows of x: row r (r = b*T + t, position
+     * t = r % T) has row_stride floats; its first n_heads*hs columns are
+     * n_heads heads of hs (even) columns; each head's pair (x1 = x[i],
+     * x2 = x[i + hs/2]), i < hs/2, becomes (x1 cos - x2 sin, x2 cos + x1 sin)
+     * with cos = cos_t[t*hs/2 + i], sin = sin_t[t*hs/2 + i] (tables [T, hs/2]
+     * the caller computed: angle t * theta^(-2i/hs)). Columns past
+     * n_heads*hs are untouched. In place. */
+    zt_status (*rope_forward)(float *x, const float *cos_t, const float *sin_t, int B, int T,
+                              int n_heads, int hs, int row_stride);
+    /* The backward of rope_forward, in place: dx (the gradient w.r.t. the
+     * rotated values) is replaced by the gradient w.r.t. the values before
+     * rotation (the transposed rotation: (d1 cos + d2 sin, d2 cos - d1 sin)).
+     * The one backward op that transforms instead of accumulating: the
+     * rotation is linear, so the model applies it to the gradient buffer
+     * between the attention backward and the qkv matmul backward. */
+    zt_status (*rope_backward)(float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                               int n_heads, int hs, int row_stride);
 
     /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     zt_status (*gelu_forward)(float *out, const float *inp, int N);
     zt_status (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
+
+    /* SwiGLU: out[n,i] = silu(gu[n,i]) * gu[n,I+i] for n < N, i < I,
+     * silu(g) = g / (1 + exp(-g)); gu[N,2I] holds the gate projection's I
+     * columns then the up projection's I columns of each row (one matmul of
+     * the gate_proj and up_proj weights stacked). */
+    zt_status (*swiglu_forward)(float *out, const float *gu, int N, int I);
+    /* dgu[N,2I] += the gradient w.r.t. gu, given dout[N,I]. */
+    zt_status (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int I);
 
     /* out = a + b, elementwise over N floats. */
     zt_status (*residual_forward)(float *out, const float *a, const float *b, int N);

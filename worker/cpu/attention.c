@@ -1,9 +1,13 @@
-/* worker/cpu/attention.c — causal multi-head self-attention.
+/* worker/cpu/attention.c — causal self-attention with grouped-query heads.
  *
- * Per (batch, head) the work is three small matrix products on strided views
- * of qkv (q, k and v of head h start at columns h*hs, C + h*hs, 2C + h*hs of
- * rows 3C floats apart, so sgemm reads them in place with lda = 3C) and a
- * row softmax in between.
+ * Per (batch, query head) the work is three small matrix products on strided
+ * views of qkv and a row softmax in between. A row of qkv holds NH query
+ * heads, then NKV key heads, then NKV value heads, ld = (NH + 2 NKV) hs
+ * floats; query head h reads key/value head h / g (g = NH / NKV query heads
+ * per group), whose k and v start at columns (NH + h/g) hs and
+ * (NH + NKV + h/g) hs, so sgemm reads q, k and v in place with lda = ld.
+ * GPT-2 is g = 1 (ld = 3C). Sharing is by index only: no repeated copy of
+ * k and v is made, forward or backward.
  *
  * Causality: row i only sees keys 0..i, so half of Q K^T and of att V is
  * wasted on the masked triangle. The rows are cut into blocks of QBLOCK; the
@@ -23,6 +27,10 @@
  * Threads: the sgemm calls run on OpenBLAS's threads and the softmax rows on
  * OpenMP's; (b, h) pairs stay sequential because calling the pthreads build
  * of OpenBLAS from several OpenMP threads at once oversubscribes the cores.
+ * In the backward that order also matters for correctness: the g query
+ * heads of a group all add into the same dk and dv, which they do one after
+ * another in a fixed order, so there is no race and the sum does not depend
+ * on the thread count.
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
@@ -144,53 +152,87 @@ static void softmax_backward_rows(float *datt, const float *a, int i0, int i1, i
         softmax_backward_row(datt + (size_t)i * T, a + (size_t)i * T, i, i1);
 }
 
-static void forward_head(float *o, float *a, const float *q, int T, int C, int hs, int threads)
+/* Where one (b, h) finds its operands: q, k, v (and dq, dk, dv) are rows
+ * ld floats apart, out and dout rows ldo = NH*hs floats apart. */
+struct head_view {
+    int T, NH, NKV, hs, ld, ldo, threads;
+};
+
+/* The first columns of query head h and of the key and value head it reads,
+ * within a row of qkv (q also within a row of out). */
+struct head_cols {
+    size_t q, k, v;
+};
+
+static struct head_cols head_cols_of(const struct head_view *w, int h)
 {
-    const float *k = q + C, *v = q + 2 * C;
-    const int ld = 3 * C;
+    int kv = h / (w->NH / w->NKV);
+    return (struct head_cols){.q = (size_t)h * w->hs,
+                              .k = (size_t)(w->NH + kv) * w->hs,
+                              .v = (size_t)(w->NH + w->NKV + kv) * w->hs};
+}
+
+static void forward_head(float *o, float *a, const float *q, const float *k, const float *v,
+                         const struct head_view *w)
+{
+    const int T = w->T, hs = w->hs, ld = w->ld, ldo = w->ldo;
     const float scale = 1.0f / sqrtf((float)hs);
     for (int i0 = 0; i0 < T; i0 += QBLOCK) {
         int i1 = i0 + QBLOCK < T ? i0 + QBLOCK : T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs, scale,
                     q + (size_t)i0 * ld, ld, k, ld, 0.0f, a + (size_t)i0 * T, T);
-        softmax_rows(a, i0, i1, T, threads);
+        softmax_rows(a, i0, i1, T, w->threads);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f,
-                    a + (size_t)i0 * T, T, v, ld, 0.0f, o + (size_t)i0 * C, C);
+                    a + (size_t)i0 * T, T, v, ld, 0.0f, o + (size_t)i0 * ldo, ldo);
     }
 }
 
-zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                int NH)
+/* The strides of one call; a head count that does not divide fails. */
+static struct head_view view_of(int T, int NH, int NKV, int hs)
 {
-    ZT_ASSERT(NH > 0 && C % NH == 0);
-    int hs = C / NH, threads = omp_get_max_threads();
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            forward_head(out + (size_t)b * T * C + (size_t)h * hs,
-                         att + ((size_t)b * NH + h) * T * T,
-                         qkv + (size_t)b * T * 3 * C + (size_t)h * hs, T, C, hs, threads);
+    ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0);
+    return (struct head_view){.T = T,
+                              .NH = NH,
+                              .NKV = NKV,
+                              .hs = hs,
+                              .ld = (NH + 2 * NKV) * hs,
+                              .ldo = NH * hs,
+                              .threads = omp_get_max_threads()};
+}
+
+zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
+                                int NKV, int hs)
+{
+    const struct head_view w = view_of(T, NH, NKV, hs);
+    for (int b = 0; b < B; b++) {
+        const float *rows = qkv + (size_t)b * T * w.ld;
+        for (int h = 0; h < NH; h++) {
+            struct head_cols c = head_cols_of(&w, h);
+            forward_head(out + (size_t)b * T * w.ldo + c.q, att + ((size_t)b * NH + h) * T * T,
+                         rows + c.q, rows + c.k, rows + c.v, &w);
+        }
+    }
     return ZT_OK;
 }
 
-/* One (b, h): dq/dk/dv and q point at the head's columns of dqkv and qkv,
- * dout at its columns of dout; datt is T*T scratch. */
-static void backward_head(float *dq, float *datt, const float *dout, const float *q, const float *a,
-                          int T, int C, int hs, int threads)
+/* One (b, h): dq/dk/dv and q/k/v point at the head's columns of dqkv and
+ * qkv, dout at its columns of dout; datt is T*T scratch. */
+static void backward_head(float *dq, float *dk, float *dv, float *datt, const float *dout,
+                          const float *q, const float *k, const float *v, const float *a,
+                          const struct head_view *w)
 {
-    const float *k = q + C, *v = q + 2 * C;
-    float *dk = dq + C, *dv = dq + 2 * C;
-    const int ld = 3 * C;
+    const int T = w->T, hs = w->hs, ld = w->ld, ldo = w->ldo;
     const float scale = 1.0f / sqrtf((float)hs);
     for (int i0 = 0; i0 < T; i0 += QBLOCK) {
         int i1 = i0 + QBLOCK < T ? i0 + QBLOCK : T, bs = i1 - i0;
-        const float *ab = a + (size_t)i0 * T, *dob = dout + (size_t)i0 * C;
+        const float *ab = a + (size_t)i0 * T, *dob = dout + (size_t)i0 * ldo;
         float *db = datt + (size_t)i0 * T;
         /* datt = dout V^T and dV += att^T dout, over the block's key prefix. */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bs, i1, hs, 1.0f, dob, C, v, ld, 0.0f,
-                    db, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, bs, 1.0f, ab, T, dob, C, 1.0f,
-                    dv, ld);
-        softmax_backward_rows(datt, a, i0, i1, T, threads);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bs, i1, hs, 1.0f, dob, ldo, v, ld,
+                    0.0f, db, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, bs, 1.0f, ab, T, dob, ldo,
+                    1.0f, dv, ld);
+        softmax_backward_rows(datt, a, i0, i1, T, w->threads);
         /* preatt = scale Q K^T: dQ += scale dpre K, dK += scale dpre^T Q. */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bs, hs, i1, scale, db, T, k, ld,
                     1.0f, dq + (size_t)i0 * ld, ld);
@@ -200,17 +242,20 @@ static void backward_head(float *dq, float *datt, const float *dout, const float
 }
 
 zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                 const float *att, int B, int T, int C, int NH)
+                                 const float *att, int B, int T, int NH, int NKV, int hs)
 {
-    ZT_ASSERT(NH > 0 && C % NH == 0);
-    int hs = C / NH, threads = omp_get_max_threads();
+    const struct head_view w = view_of(T, NH, NKV, hs);
     /* Heads run one after another, so one T*T slice of scratch serves all
      * and stays in cache. */
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            backward_head(dqkv + (size_t)b * T * 3 * C + (size_t)h * hs, scratch,
-                          dout + (size_t)b * T * C + (size_t)h * hs,
-                          qkv + (size_t)b * T * 3 * C + (size_t)h * hs,
-                          att + ((size_t)b * NH + h) * T * T, T, C, hs, threads);
+    for (int b = 0; b < B; b++) {
+        const float *rows = qkv + (size_t)b * T * w.ld;
+        float *drows = dqkv + (size_t)b * T * w.ld;
+        for (int h = 0; h < NH; h++) {
+            struct head_cols c = head_cols_of(&w, h);
+            backward_head(drows + c.q, drows + c.k, drows + c.v, scratch,
+                          dout + (size_t)b * T * w.ldo + c.q, rows + c.q, rows + c.k, rows + c.v,
+                          att + ((size_t)b * NH + h) * T * T, &w);
+        }
+    }
     return ZT_OK;
 }

@@ -5,8 +5,14 @@
  * and a token may repeat within a batch: threads therefore split the C
  * columns instead of the rows, so that no two of them ever touch the same
  * float and the result does not depend on the thread count.
+ *
+ * Without position embeddings (wpe, dwpe NULL: the Llama family, whose
+ * positions are rotary) the forward is the gather alone and the backward
+ * the scatter alone; the test is per row, outside the vector loops.
  */
 #include "worker/cpu/ops_cpu_impl.h"
+
+#include <string.h>
 
 /* Columns per thread task in the backward: a cache line's worth keeps
  * threads off each other's lines. */
@@ -18,8 +24,12 @@ zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wt
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         const float *e = wte + (size_t)tokens[bt] * C;
-        const float *p = wpe + (size_t)(bt % T) * C;
         float *o = out + (size_t)bt * C;
+        if (!wpe) {
+            memcpy(o, e, (size_t)C * sizeof(float));
+            continue;
+        }
+        const float *p = wpe + (size_t)(bt % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++)
             o[c] = e[c] + p[c];
@@ -36,12 +46,15 @@ zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, cons
         for (int bt = 0; bt < B * T; bt++) {
             const float *d = dout + (size_t)bt * C;
             float *we = dwte + (size_t)tokens[bt] * C;
+#pragma omp simd
+            for (int c = c0; c < c1; c++)
+                we[c] += d[c];
+            if (!dwpe)
+                continue;
             float *pe = dwpe + (size_t)(bt % T) * C;
 #pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                we[c] += d[c];
+            for (int c = c0; c < c1; c++)
                 pe[c] += d[c];
-            }
         }
     }
     return ZT_OK;

@@ -2,15 +2,15 @@
  * ops_cpu_backend() and the vectorisable exponential they share.
  *
  * Every function here has the semantics of the `struct ops_backend` member of
- * the same stem in worker/ops.h (forward overwrites, backward accumulates);
- * ops_cpu.c only puts them in the table. Matrix products go to OpenBLAS and
- * run on its threads; row loops run on OpenMP threads. Both counts are set by
- * ops_cpu_set_threads().
+ * the same stem in worker/ops.h (forward overwrites, backward accumulates,
+ * except rope_backward, which transforms in place); ops_cpu.c only puts them
+ * in the table. Matrix products go to OpenBLAS and run on its threads; row
+ * loops run on OpenMP threads. Both counts are set by ops_cpu_set_threads().
  *
  * Why a private exp: the softmaxes (attention, and cross-entropy over the
- * whole vocabulary: 51M exponentials a step at B*T = 1024) and GELU take an
- * exponential per activation, and libm's expf and tanhf are scalar calls
- * of 5 and 16 ns here; with tanhf, GELU alone cost six times the matrix
+ * whole vocabulary: 51M exponentials a step at B*T = 1024), GELU and SwiGLU
+ * take an exponential per activation, and libm's expf and tanhf are scalar
+ * calls of 5 and 16 ns here; with tanhf, GELU alone cost six times the matrix
  * product feeding it. cpu_expf is branch-free so that GCC vectorises the
  * loops calling it under `#pragma omp simd` without -ffast-math.
  *
@@ -58,10 +58,27 @@ zt_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const f
 
 /* attention_forward and attention_backward of worker/ops.h; the backward
  * uses only the first T*T floats of scratch. */
-zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                int NH);
+zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
+                                int NKV, int hs);
 zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                 const float *att, int B, int T, int C, int NH);
+                                 const float *att, int B, int T, int NH, int NKV, int hs);
+
+/* rmsnorm_forward and rmsnorm_backward of worker/ops.h. */
+zt_status cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
+                              int C, float eps);
+zt_status cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                               const float *weight, const float *rstd, int N, int C);
+
+/* rope_forward and rope_backward of worker/ops.h; hs odd or heads wider
+ * than row_stride fail a ZT_ASSERT. */
+zt_status cpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T,
+                           int n_heads, int hs, int row_stride);
+zt_status cpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                            int n_heads, int hs, int row_stride);
+
+/* swiglu_forward and swiglu_backward of worker/ops.h. */
+zt_status cpu_swiglu_forward(float *out, const float *gu, int N, int I);
+zt_status cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int I);
 
 /* gelu_forward, gelu_backward and residual_forward of worker/ops.h. */
 zt_status cpu_gelu_forward(float *out, const float *inp, int N);

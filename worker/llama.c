@@ -1,0 +1,771 @@
+/* worker/llama.c — the Llama-style family: its table, initial values,
+ * pass order, and forward and backward over borrowed parameter units.
+ *
+ * The activation scheme is GPT-2's (worker/model.c): one allocation for
+ * every kept activation, layer outputs always kept, a layer's internals
+ * kept unless the layer is checkpointed, in which case the backward
+ * recomputes them into one shared buffer from the layer's input; one
+ * backward scratch reused by every layer. Two things differ:
+ * - RoPE rotates q and k in place inside the fused qkv activation. The
+ *   attention backward needs only the rotated values, and the rotation's
+ *   backward needs none (it is linear), so the unrotated ones are never
+ *   kept.
+ * - The rotation angles depend on the position and the head size only, so
+ *   their cos/sin tables [T, hs/2] are computed once per instance on the
+ *   host in double and copied to the device.
+ */
+#include "llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/clock.h"
+#include "../common/rng.h"
+#include "backend.h"
+
+/* ---- the table ------------------------------------------------------------- */
+
+/* Per-layer tensors in their flat order. */
+enum { T_IN_NORM, T_Q, T_K, T_V, T_O, T_POST_NORM, T_GATE, T_UP, T_DOWN, N_LAYER_TENSORS };
+
+static const char *const layer_suffix[N_LAYER_TENSORS] = {
+    "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+};
+
+static int layer_tensor(int l, int k)
+{
+    return 1 + l * N_LAYER_TENSORS + k;
+}
+
+static int norm_tensor(int L)
+{
+    return 1 + L * N_LAYER_TENSORS;
+}
+
+/* The head: lm_head after the final norm, or embed_tokens when tied. */
+static int head_tensor(const struct llama_config *c)
+{
+    return c->tie_word_embeddings ? 0 : norm_tensor(c->n_layer) + 1;
+}
+
+static int head_dim(const struct llama_config *c)
+{
+    return c->n_embd / c->n_head;
+}
+
+/* Columns of the fused q|k|v projection. */
+static int qkv_width(const struct llama_config *c)
+{
+    return (c->n_head + 2 * c->n_kv_head) * head_dim(c);
+}
+
+static const char *const int_keys[] = {
+    "vocab_size", "block_size", "n_layer",           "n_head",
+    "n_kv_head",  "n_embd",     "intermediate_size", "tie_word_embeddings"};
+#define N_INT_KEYS ((int)(sizeof int_keys / sizeof int_keys[0]))
+
+void llama_describe(const struct llama_config *c, struct zt_kvlist *shape)
+{
+    const int v[N_INT_KEYS] = {
+        c->vocab_size, c->block_size, c->n_layer,           c->n_head,
+        c->n_kv_head,  c->n_embd,     c->intermediate_size, c->tie_word_embeddings};
+    zt_kv_init(shape, "llama");
+    for (int k = 0; k < N_INT_KEYS; k++)
+        zt_kv_add_int(shape, int_keys[k], v[k]);
+    zt_kv_add_real(shape, "rope_theta", c->rope_theta);
+    zt_kv_add_real(shape, "rms_norm_eps", c->rms_norm_eps);
+}
+
+/* A real entry; an integer is accepted too (a JSON writer may print
+ * 10000.0 as 10000). */
+static zt_status shape_real(const struct zt_kvlist *shape, const char *key, double *out)
+{
+    const struct zt_kv *kv = zt_kv_find(shape, key);
+    double v = !kv ? 0.0 : kv->is_real ? kv->r : (double)kv->i;
+    if (!kv || !(v > 0.0) || !isfinite(v))
+        return zt_error_set(ZT_ERR_CHECKPOINT, "llama model shape: %s is %s", key,
+                            !kv ? "missing" : "not a positive number");
+    *out = v;
+    return ZT_OK;
+}
+
+static zt_status check_config(const struct llama_config *c)
+{
+    const char *why = NULL;
+    if (c->n_embd % c->n_head != 0)
+        why = "n_embd is not a multiple of n_head";
+    else if (c->n_head % c->n_kv_head != 0)
+        why = "n_head is not a multiple of n_kv_head";
+    else if (head_dim(c) % 2 != 0)
+        why = "the head size n_embd / n_head is odd (rotary embedding rotates pairs)";
+    else if (c->tie_word_embeddings > 1)
+        why = "tie_word_embeddings is neither 0 nor 1";
+    else if (c->n_layer + 2 > MODEL_MAX_UNITS)
+        why = "n_layer is above the most units a model may have";
+    if (why)
+        return zt_error_set(ZT_ERR_CHECKPOINT,
+                            "llama model shape: %s (n_embd %d, n_head %d, n_kv_head %d, "
+                            "n_layer %d)",
+                            why, c->n_embd, c->n_head, c->n_kv_head, c->n_layer);
+    return ZT_OK;
+}
+
+zt_status llama_config_from_shape(const struct zt_kvlist *shape, struct llama_config *out)
+{
+    int v[N_INT_KEYS];
+    for (int k = 0; k < N_INT_KEYS; k++) {
+        const struct zt_kv *kv = zt_kv_find(shape, int_keys[k]);
+        const int64_t lo = k == N_INT_KEYS - 1 ? 0 : 1;
+        if (!kv || kv->is_real || kv->i < lo || kv->i > (1 << 24))
+            return zt_error_set(ZT_ERR_CHECKPOINT, "llama model shape: %s is %s", int_keys[k],
+                                !kv ? "missing" : "not an integer in range");
+        v[k] = (int)kv->i;
+    }
+    struct llama_config c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], 0.0, 0.0};
+    ZT_TRY(shape_real(shape, "rope_theta", &c.rope_theta));
+    ZT_TRY(shape_real(shape, "rms_norm_eps", &c.rms_norm_eps));
+    ZT_TRY(check_config(&c));
+    *out = c;
+    return ZT_OK;
+}
+
+struct llama_config llama_config_of(const struct param_table *t)
+{
+    struct llama_config c;
+    ZT_ASSERT(t->family == &llama_family);
+    zt_status s = llama_config_from_shape(&t->shape, &c);
+    ZT_ASSERT(s == ZT_OK);
+    (void)s;
+    return c;
+}
+
+static void add_tensor(struct param_table *t, const char *name, int rows, int cols, int unit,
+                       size_t *offset)
+{
+    struct param_tensor *p = &t->tensors[t->n_tensors++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rows = rows;
+    p->cols = cols;
+    p->numel = (size_t)rows * (size_t)cols;
+    p->offset = *offset;
+    p->unit = unit;
+    p->trainable = 1;
+    p->decay = cols > 1;
+    p->storage = PARAM_STORAGE_WORKING;
+    *offset += p->numel;
+}
+
+static void add_layer(struct param_table *t, const struct llama_config *c, int l, size_t *off)
+{
+    const int C = c->n_embd, hs = head_dim(c), I = c->intermediate_size;
+    const int rows[N_LAYER_TENSORS] = {
+        C, c->n_head * hs, c->n_kv_head * hs, c->n_kv_head * hs, C, C, I, I, C};
+    const int cols[N_LAYER_TENSORS] = {1, C, C, C, c->n_head * hs, 1, C, C, I};
+    for (int k = 0; k < N_LAYER_TENSORS; k++) {
+        char name[48];
+        snprintf(name, sizeof name, "layers.%d.%s", l, layer_suffix[k]);
+        add_tensor(t, name, rows[k], cols[k], 1 + l, off);
+    }
+}
+
+static zt_status table_build(const struct zt_kvlist *shape, struct param_table *out)
+{
+    struct llama_config c;
+    memset(out, 0, sizeof *out);
+    ZT_TRY(llama_config_from_shape(shape, &c));
+    const int L = c.n_layer;
+    out->family = &llama_family;
+    llama_describe(&c, &out->shape);
+    out->n_units = L + 2;
+    out->tensors = calloc((size_t)(3 + L * N_LAYER_TENSORS), sizeof *out->tensors);
+    out->unit_offset = calloc((size_t)out->n_units + 1, sizeof *out->unit_offset);
+    if (!out->tensors || !out->unit_offset) {
+        param_table_free(out);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the parameter table");
+    }
+    size_t off = 0;
+    add_tensor(out, "embed_tokens.weight", c.vocab_size, c.n_embd, 0, &off);
+    for (int l = 0; l < L; l++) {
+        out->unit_offset[1 + l] = off;
+        add_layer(out, &c, l, &off);
+    }
+    out->unit_offset[L + 1] = off;
+    add_tensor(out, "norm.weight", c.n_embd, 1, L + 1, &off);
+    if (!c.tie_word_embeddings)
+        add_tensor(out, "lm_head.weight", c.vocab_size, c.n_embd, L + 1, &off);
+    out->unit_offset[L + 2] = off;
+    out->n_params = off;
+    return ZT_OK;
+}
+
+/* Hugging Face's initialisation (LlamaPreTrainedModel): every matrix
+ * normal(0, initializer_range = 0.02), every norm weight 1. Element i is
+ * counter i of rng_key(seed, "init"), so any shard draws the same values. */
+static void init_params(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                        float *dst)
+{
+    const uint64_t key = rng_key(seed, "init");
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *p = &t->tensors[k];
+        size_t lo = p->offset > begin ? p->offset : begin;
+        size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+        for (size_t i = lo; i < hi; i++)
+            dst[i - begin] = p->cols == 1 ? 1.0f : (float)(0.02 * rng_normal(key, i));
+    }
+}
+
+static int unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap)
+{
+    const struct llama_config c = llama_config_of(t);
+    const int L = c.n_layer;
+    int n = 0;
+#define PUSH(u)                                                                                    \
+    do {                                                                                           \
+        if (n < cap)                                                                               \
+            order[n] = (u);                                                                        \
+        n++;                                                                                       \
+    } while (0)
+    if (pass == MODEL_PASS_FORWARD) {
+        for (int u = 0; u <= L + 1; u++)
+            PUSH(u);
+        if (c.tie_word_embeddings)
+            PUSH(0);
+    } else {
+        if (c.tie_word_embeddings)
+            PUSH(0);
+        PUSH(L + 1);
+        for (int l = L; l >= 1; l--)
+            PUSH(l);
+    }
+#undef PUSH
+    return n;
+}
+
+/* 6 x (parameters in matmuls, the head included) + 12 L T C for attention
+ * (the PaLM appendix B count, as for GPT-2; C = NH hs). */
+static double flops_per_token(const struct param_table *t, int T)
+{
+    const struct llama_config c = llama_config_of(t);
+    const double C = c.n_embd, L = c.n_layer, I = c.intermediate_size;
+    const double per_layer = C * qkv_width(&c) + C * C + 3.0 * C * I;
+    return 6.0 * (L * per_layer + (double)c.vocab_size * C) + 12.0 * L * T * C;
+}
+
+/* ---- the instance ------------------------------------------------------------ */
+
+struct llama {
+    struct model base; /* first: a `struct model *` of this family points here */
+    struct llama_config c;
+    const struct ops_backend *ops;
+    const struct device *dev; /* not owned */
+    int ckpt_every;
+    size_t act_bytes, scratch_bytes, rope_bytes;
+    float *acts, *scratch;
+    float *rope_cos, *rope_sin; /* [T, hs/2] each, one allocation */
+    int32_t *inputs, *targets;
+    int n_allocated; /* how many of acts, scratch, rope tables, tokens exist */
+};
+
+/* Runs the fallible `call` and adds its time to the profile's category
+ * when profiling; returns its failure from the enclosing function. */
+#define TIMED(m, category, call)                                                                   \
+    do {                                                                                           \
+        double timed_t0_ = (m)->base.profile ? zt_now_seconds() : 0.0;                             \
+        zt_status timed_status_ = (call);                                                          \
+        if ((m)->base.profile)                                                                     \
+            (m)->base.profile->seconds[category] += zt_now_seconds() - timed_t0_;                  \
+        ZT_TRY(timed_status_);                                                                     \
+    } while (0)
+
+/* Offsets (in floats) inside the activation allocation; see model.c's
+ * act_layout for the scheme. */
+struct act_layout {
+    size_t encoded, outputs0, internals0, layer_stride, recompute;
+    size_t lnf, lnf_rstd, logits, probs, losses, total;
+    /* inside a layer's internals */
+    size_t ln1, ln1_rstd, qkv, atty, att, res2, ln2, ln2_rstd, gu, mlp;
+};
+
+static int is_checkpointed(int ckpt_every, int l)
+{
+    return ckpt_every > 0 && l % ckpt_every == 0;
+}
+
+static int count_checkpointed(int ckpt_every, int n_layers)
+{
+    int n = 0;
+    for (int l = 0; l < n_layers; l++)
+        n += is_checkpointed(ckpt_every, l);
+    return n;
+}
+
+static struct act_layout act_layout_of(const struct llama_config *c, int B, int T, int ckpt_every)
+{
+    const size_t BT = (size_t)B * T, C = c->n_embd, I = c->intermediate_size;
+    const int n_ckpt = count_checkpointed(ckpt_every, c->n_layer);
+    struct act_layout a;
+    size_t o = 0;
+    a.ln1 = o, o += BT * C;
+    a.ln1_rstd = o, o += BT;
+    a.qkv = o, o += BT * (size_t)qkv_width(c);
+    a.atty = o, o += BT * C;
+    a.att = o, o += (size_t)B * c->n_head * T * T;
+    a.res2 = o, o += BT * C;
+    a.ln2 = o, o += BT * C;
+    a.ln2_rstd = o, o += BT;
+    a.gu = o, o += BT * 2 * I;
+    a.mlp = o, o += BT * I;
+    a.layer_stride = o;
+
+    o = 0;
+    a.encoded = o, o += BT * C;
+    a.outputs0 = o, o += BT * C * (size_t)c->n_layer;
+    a.internals0 = o, o += a.layer_stride * (size_t)(c->n_layer - n_ckpt);
+    a.recompute = o, o += n_ckpt > 0 ? a.layer_stride : 0;
+    a.lnf = o, o += BT * C;
+    a.lnf_rstd = o, o += BT;
+    a.logits = o, o += BT * (size_t)c->vocab_size;
+    a.probs = o, o += BT * (size_t)c->vocab_size;
+    a.losses = o, o += BT;
+    a.total = o;
+    return a;
+}
+
+static float *layer_internals(const struct llama *m, const struct act_layout *a, int l)
+{
+    if (is_checkpointed(m->ckpt_every, l))
+        return m->acts + a->recompute;
+    int kept_before = l - count_checkpointed(m->ckpt_every, l);
+    return m->acts + a->internals0 + (size_t)kept_before * a->layer_stride;
+}
+
+/* Layer l's output; layer -1 is the embedding output. */
+static float *layer_output(const struct llama *m, const struct act_layout *a, int l)
+{
+    const size_t btc = (size_t)m->base.B * m->base.T * m->c.n_embd;
+    return l < 0 ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)l * btc;
+}
+
+struct scratch_layout {
+    size_t dres, dln, datty, dqkv, datt, dgu, dmlp, total;
+};
+
+static struct scratch_layout scratch_layout_of(const struct llama_config *c, int B, int T)
+{
+    const size_t BT = (size_t)B * T, C = c->n_embd, I = c->intermediate_size;
+    struct scratch_layout s;
+    size_t o = 0;
+    s.dres = o, o += BT * C;
+    s.dln = o, o += BT * C;
+    s.datty = o, o += BT * C;
+    s.dqkv = o, o += BT * (size_t)qkv_width(c);
+    s.datt = o, o += (size_t)B * c->n_head * T * T;
+    s.dgu = o, o += BT * 2 * I;
+    s.dmlp = o, o += BT * I;
+    s.total = o;
+    return s;
+}
+
+/* cos and sin of t * theta^(-2i/hs) for t < T, i < hs/2, computed in
+ * double (Hugging Face computes the angle in fp32; the difference is
+ * below fp32's rounding of the result for the positions a model has). */
+static zt_status rope_tables_fill(struct llama *m)
+{
+    const int T = m->base.T, half = head_dim(&m->c) / 2;
+    const size_t n = (size_t)T * half;
+    float *host = malloc(2 * n * sizeof(float));
+    if (!host)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the rotary tables");
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double angle = t * pow(m->c.rope_theta, -2.0 * i / (2.0 * half));
+            host[(size_t)t * half + i] = (float)cos(angle);
+            host[n + (size_t)t * half + i] = (float)sin(angle);
+        }
+    zt_status s = m->dev->ops->copy_from_host(m->rope_cos, host, 2 * n * sizeof(float));
+    free(host);
+    return s;
+}
+
+static void instance_free(struct llama *m)
+{
+    const size_t tok_bytes = (size_t)m->base.B * m->base.T * sizeof(int32_t);
+    if (m->n_allocated >= 4)
+        device_free(m->dev, LEDGER_ACTIVATIONS, 2 * tok_bytes, m->inputs);
+    if (m->n_allocated >= 3)
+        device_free(m->dev, LEDGER_WORKSPACE, m->rope_bytes, m->rope_cos);
+    if (m->n_allocated >= 2)
+        device_free(m->dev, LEDGER_WORKSPACE, m->scratch_bytes, m->scratch);
+    if (m->n_allocated >= 1)
+        device_free(m->dev, LEDGER_ACTIVATIONS, m->act_bytes, m->acts);
+    free(m);
+}
+
+static zt_status instance_alloc(struct llama *m)
+{
+    const struct device *dev = m->dev;
+    const size_t tok_bytes = (size_t)m->base.B * m->base.T * sizeof(int32_t);
+    void *p;
+    ZT_TRY(device_alloc(dev, LEDGER_ACTIVATIONS, m->act_bytes, "activations", &p));
+    m->acts = p;
+    m->n_allocated = 1;
+    ZT_TRY(device_alloc(dev, LEDGER_WORKSPACE, m->scratch_bytes, "backward scratch", &p));
+    m->scratch = p;
+    m->n_allocated = 2;
+    ZT_TRY(device_alloc(dev, LEDGER_WORKSPACE, m->rope_bytes, "rotary tables", &p));
+    m->rope_cos = p;
+    m->rope_sin = p ? m->rope_cos + m->rope_bytes / sizeof(float) / 2 : NULL;
+    m->n_allocated = 3;
+    ZT_TRY(device_alloc(dev, LEDGER_ACTIVATIONS, 2 * tok_bytes, "token batch", &p));
+    m->inputs = p;
+    m->targets = p ? m->inputs + (size_t)m->base.B * m->base.T : NULL;
+    m->n_allocated = 4;
+    return m->base.plan ? ZT_OK : rope_tables_fill(m);
+}
+
+static zt_status instance_create(const struct param_table *t, const struct compute_backend *be,
+                                 int B, int T, int ckpt_every, struct model **out)
+{
+    struct llama *m = calloc(1, sizeof *m);
+    if (!m)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the model");
+    m->base.family = &llama_family;
+    m->base.table = t;
+    m->base.B = B;
+    m->base.T = T;
+    m->base.plan = !device_is_real(&be->dev);
+    m->c = llama_config_of(t);
+    m->ops = be->ops;
+    m->dev = &be->dev;
+    m->ckpt_every = ckpt_every;
+    m->act_bytes = act_layout_of(&m->c, B, T, ckpt_every).total * sizeof(float);
+    m->scratch_bytes = scratch_layout_of(&m->c, B, T).total * sizeof(float);
+    m->rope_bytes = 2 * (size_t)T * (size_t)(head_dim(&m->c) / 2) * sizeof(float);
+    zt_status s = instance_alloc(m);
+    if (s != ZT_OK) {
+        instance_free(m);
+        return s;
+    }
+    *out = &m->base;
+    return ZT_OK;
+}
+
+static struct llama *llama_of(struct model *m)
+{
+    ZT_ASSERT(m->family == &llama_family);
+    return (struct llama *)m;
+}
+
+static void instance_destroy(struct model *m)
+{
+    instance_free(llama_of(m));
+}
+
+/* ---- plan ------------------------------------------------------------------- */
+
+/* A pass over a plan-only device: the real pass's hook calls, in its
+ * order, with no compute (see model.c's plan_walk). */
+static zt_status plan_walk(struct llama *m, const struct model_unit_hooks *h, enum model_pass pass)
+{
+    int order[MODEL_MAX_UNITS + 2];
+    const int n = unit_order(m->base.table, pass, order, MODEL_MAX_UNITS + 2);
+    const int tied = m->c.tie_word_embeddings, backward = pass == MODEL_PASS_BACKWARD;
+    const float *w;
+    float *g;
+    ZT_TRY(h->pass_begin(h->ctx, pass));
+    for (int i = 0; i < n; i++) {
+        ZT_TRY(h->params_acquire(h->ctx, order[i], &w));
+        if (backward)
+            ZT_TRY(h->grads_acquire(h->ctx, order[i], &g));
+        ZT_TRY(h->params_release(h->ctx, order[i]));
+        if (backward && order[i] != 0)
+            ZT_TRY(h->grads_done(h->ctx, order[i]));
+    }
+    if (backward && !tied)
+        ZT_TRY(h->grads_acquire(h->ctx, 0, &g));
+    if (backward)
+        ZT_TRY(h->grads_done(h->ctx, 0));
+    ZT_TRY(h->pass_end(h->ctx, pass));
+    return ZT_OK;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+static const float *tensor_in(const struct param_table *t, int k, const float *unit_base)
+{
+    const struct param_tensor *p = &t->tensors[k];
+    return unit_base + (p->offset - t->unit_offset[p->unit]);
+}
+
+static float *grad_in(const struct param_table *t, int k, float *unit_base)
+{
+    const struct param_tensor *p = &t->tensors[k];
+    return unit_base + (p->offset - t->unit_offset[p->unit]);
+}
+
+static zt_status block_forward(struct llama *m, int l, const float *w, const float *x, float *layer,
+                               float *out)
+{
+    const struct param_table *t = m->base.table;
+    const struct ops_backend *ops = m->ops;
+    const struct llama_config *c = &m->c;
+    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, I = c->intermediate_size;
+    const int hs = head_dim(c), QKV = qkv_width(c), NH = c->n_head, NKV = c->n_kv_head;
+    const float eps = (float)c->rms_norm_eps;
+#define P(k) tensor_in(t, layer_tensor(l, k), w)
+    TIMED(m, MODEL_PROF_NORM,
+          ops->rmsnorm_forward(layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), BT, C, eps));
+    /* q, k and v are one [QKV, C] matrix in the flat space. */
+    TIMED(m, MODEL_PROF_MATMUL,
+          ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_Q), NULL, BT, C, QKV));
+    TIMED(m, MODEL_PROF_ROPE,
+          ops->rope_forward(layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+    TIMED(m, MODEL_PROF_ATTENTION,
+          ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, B, T, NH, NKV, hs));
+    TIMED(m, MODEL_PROF_MATMUL,
+          ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_O), NULL, BT, NH * hs, C));
+    TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
+    TIMED(m, MODEL_PROF_NORM,
+          ops->rmsnorm_forward(layer + a.ln2, layer + a.ln2_rstd, layer + a.res2, P(T_POST_NORM),
+                               BT, C, eps));
+    /* gate and up are one [2I, C] matrix. */
+    TIMED(m, MODEL_PROF_MATMUL,
+          ops->matmul_forward(layer + a.gu, layer + a.ln2, P(T_GATE), NULL, BT, C, 2 * I));
+    TIMED(m, MODEL_PROF_ACTIVATION, ops->swiglu_forward(layer + a.mlp, layer + a.gu, BT, I));
+    TIMED(m, MODEL_PROF_MATMUL, ops->matmul_forward(out, layer + a.mlp, P(T_DOWN), NULL, BT, I, C));
+    TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
+#undef P
+    return ZT_OK;
+}
+
+/* The final norm, the head and the loss. */
+static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
+                              const struct act_layout *a)
+{
+    const struct param_table *t = m->base.table;
+    const struct llama_config *c = &m->c;
+    const int BT = m->base.B * m->base.T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
+    float *acts = m->acts;
+    const float *w;
+    ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
+    TIMED(m, MODEL_PROF_NORM,
+          m->ops->rmsnorm_forward(acts + a->lnf, acts + a->lnf_rstd, layer_output(m, a, L - 1),
+                                  tensor_in(t, norm_tensor(L), w), BT, C, (float)c->rms_norm_eps));
+    if (c->tie_word_embeddings) {
+        ZT_TRY(h->params_release(h->ctx, L + 1));
+        ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+    }
+    TIMED(m, MODEL_PROF_MATMUL,
+          m->ops->matmul_forward(acts + a->logits, acts + a->lnf, tensor_in(t, head_tensor(c), w),
+                                 NULL, BT, C, V));
+    ZT_TRY(h->params_release(h->ctx, c->tie_word_embeddings ? 0 : L + 1));
+    TIMED(m, MODEL_PROF_CROSSENTROPY,
+          m->ops->crossentropy_forward(acts + a->losses, acts + a->probs, acts + a->logits,
+                                       m->targets, BT, V));
+    return ZT_OK;
+}
+
+/* The mean of the B x T losses, read back to the host. */
+static zt_status read_mean_loss(struct llama *m, const struct act_layout *a)
+{
+    const int BT = m->base.B * m->base.T;
+    float *losses = malloc((size_t)BT * sizeof(float));
+    if (!losses)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the loss readback");
+    zt_status s =
+        m->dev->ops->copy_to_host(losses, m->acts + a->losses, (size_t)BT * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++)
+        sum += losses[i];
+    free(losses);
+    ZT_TRY(s);
+    /* A non-finite loss is not an error here: every rank meets it in the
+     * gradient reduction, at the same point. */
+    m->base.mean_loss = (float)(sum / BT);
+    return ZT_OK;
+}
+
+static zt_status instance_forward(struct model *base, const struct model_unit_hooks *h,
+                                  const int32_t *inputs, const int32_t *targets)
+{
+    struct llama *m = llama_of(base);
+    const struct param_table *t = base->table;
+    const struct act_layout a = act_layout_of(&m->c, base->B, base->T, m->ckpt_every);
+    const int B = base->B, T = base->T, C = m->c.n_embd, L = m->c.n_layer;
+    const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
+    const float *w;
+
+    if (base->plan)
+        return plan_walk(m, h, MODEL_PASS_FORWARD);
+    ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
+    ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
+    ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
+    ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+    TIMED(
+        m, MODEL_PROF_ENCODER,
+        m->ops->encoder_forward(m->acts + a.encoded, m->inputs, tensor_in(t, 0, w), NULL, B, T, C));
+    ZT_TRY(h->params_release(h->ctx, 0));
+    for (int l = 0; l < L; l++) {
+        ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
+        ZT_TRY(block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
+                             layer_output(m, &a, l)));
+        ZT_TRY(h->params_release(h->ctx, 1 + l));
+    }
+    ZT_TRY(head_forward(m, h, &a));
+    ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
+    return read_mean_loss(m, &a);
+}
+
+/* ---- backward ----------------------------------------------------------------- */
+
+static zt_status zero(struct llama *m, float *p, size_t n)
+{
+    TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
+    return ZT_OK;
+}
+
+/* dres holds d loss / d(layer output) on entry and d loss / d x on exit. */
+static zt_status block_backward(struct llama *m, int l, const float *w, float *g, const float *x,
+                                const float *layer)
+{
+    const struct param_table *t = m->base.table;
+    const struct ops_backend *ops = m->ops;
+    const struct llama_config *c = &m->c;
+    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, I = c->intermediate_size;
+    const int hs = head_dim(c), QKV = qkv_width(c), NH = c->n_head, NKV = c->n_kv_head;
+    float *sc = m->scratch, *dres = sc + s.dres;
+#define P(k) tensor_in(t, layer_tensor(l, k), w)
+#define G(k) grad_in(t, layer_tensor(l, k), g)
+    ZT_TRY(zero(m, sc + s.dmlp, (size_t)BT * I));
+    TIMED(m, MODEL_PROF_MATMUL,
+          ops->matmul_backward(sc + s.dmlp, G(T_DOWN), NULL, dres, layer + a.mlp, P(T_DOWN), BT, I,
+                               C));
+    ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
+    TIMED(m, MODEL_PROF_ACTIVATION,
+          ops->swiglu_backward(sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
+    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
+    TIMED(m, MODEL_PROF_MATMUL,
+          ops->matmul_backward(sc + s.dln, G(T_GATE), NULL, sc + s.dgu, layer + a.ln2, P(T_GATE),
+                               BT, C, 2 * I));
+    TIMED(m, MODEL_PROF_NORM,
+          ops->rmsnorm_backward(dres, G(T_POST_NORM), sc + s.dln, layer + a.res2, P(T_POST_NORM),
+                                layer + a.ln2_rstd, BT, C));
+    ZT_TRY(zero(m, sc + s.datty, (size_t)BT * C));
+    TIMED(m, MODEL_PROF_MATMUL,
+          ops->matmul_backward(sc + s.datty, G(T_O), NULL, dres, layer + a.atty, P(T_O), BT,
+                               NH * hs, C));
+    ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
+    TIMED(m, MODEL_PROF_ATTENTION,
+          ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
+                                  layer + a.att, B, T, NH, NKV, hs));
+    TIMED(m, MODEL_PROF_ROPE,
+          ops->rope_backward(sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
+    TIMED(m, MODEL_PROF_MATMUL,
+          ops->matmul_backward(sc + s.dln, G(T_Q), NULL, sc + s.dqkv, layer + a.ln1, P(T_Q), BT, C,
+                               QKV));
+    TIMED(m, MODEL_PROF_NORM,
+          ops->rmsnorm_backward(dres, G(T_IN_NORM), sc + s.dln, x, P(T_IN_NORM), layer + a.ln1_rstd,
+                                BT, C));
+#undef P
+#undef G
+    return ZT_OK;
+}
+
+/* The loss, the head and the final norm, leaving d loss / d(last layer
+ * output) in dres. With a tied head, unit 0's gradient stays borrowed in
+ * *g0 for the embedding at the end. */
+static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h, float grad_scale,
+                               float **g0)
+{
+    const struct param_table *t = m->base.table;
+    const struct llama_config *c = &m->c;
+    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
+    const int BT = m->base.B * m->base.T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
+    const int tied = c->tie_word_embeddings;
+    float *dlogits = m->acts + a.logits, *dln = m->scratch + s.dln, *g;
+    const float *w;
+    ZT_TRY(zero(m, dlogits, (size_t)BT * V));
+    TIMED(m, MODEL_PROF_CROSSENTROPY,
+          m->ops->crossentropy_backward(dlogits, m->acts + a.probs, m->targets,
+                                        grad_scale / (float)BT, BT, V));
+    ZT_TRY(h->params_acquire(h->ctx, tied ? 0 : L + 1, &w));
+    ZT_TRY(h->grads_acquire(h->ctx, tied ? 0 : L + 1, &g));
+    if (tied)
+        *g0 = g;
+    ZT_TRY(zero(m, dln, (size_t)BT * C));
+    TIMED(m, MODEL_PROF_MATMUL,
+          m->ops->matmul_backward(dln, grad_in(t, head_tensor(c), g), NULL, dlogits,
+                                  m->acts + a.lnf, tensor_in(t, head_tensor(c), w), BT, C, V));
+    if (tied) {
+        ZT_TRY(h->params_release(h->ctx, 0));
+        ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
+        ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
+    }
+    ZT_TRY(zero(m, m->scratch + s.dres, (size_t)BT * C));
+    TIMED(m, MODEL_PROF_NORM,
+          m->ops->rmsnorm_backward(m->scratch + s.dres, grad_in(t, norm_tensor(L), g), dln,
+                                   layer_output(m, &a, L - 1), tensor_in(t, norm_tensor(L), w),
+                                   m->acts + a.lnf_rstd, BT, C));
+    ZT_TRY(h->params_release(h->ctx, L + 1));
+    ZT_TRY(h->grads_done(h->ctx, L + 1));
+    return ZT_OK;
+}
+
+static zt_status instance_backward(struct model *base, const struct model_unit_hooks *h,
+                                   float grad_scale)
+{
+    struct llama *m = llama_of(base);
+    const struct param_table *t = base->table;
+    const struct act_layout a = act_layout_of(&m->c, base->B, base->T, m->ckpt_every);
+    const struct scratch_layout s = scratch_layout_of(&m->c, base->B, base->T);
+    const int L = m->c.n_layer;
+    const float *w;
+    float *g, *g0 = NULL;
+
+    if (base->plan)
+        return plan_walk(m, h, MODEL_PASS_BACKWARD);
+    ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
+    ZT_TRY(head_backward(m, h, grad_scale, &g0));
+    for (int l = L - 1; l >= 0; l--) {
+        const float *x = layer_output(m, &a, l - 1);
+        float *layer = layer_internals(m, &a, l);
+        ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
+        ZT_TRY(h->grads_acquire(h->ctx, 1 + l, &g));
+        /* One acquisition serves a checkpointed layer's recompute and its
+         * backward; the output is rewritten with the same values. */
+        if (is_checkpointed(m->ckpt_every, l))
+            ZT_TRY(block_forward(m, l, w, x, layer, layer_output(m, &a, l)));
+        ZT_TRY(block_backward(m, l, w, g, x, layer));
+        ZT_TRY(h->params_release(h->ctx, 1 + l));
+        ZT_TRY(h->grads_done(h->ctx, 1 + l));
+    }
+    if (!g0)
+        ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
+    TIMED(m, MODEL_PROF_ENCODER,
+          m->ops->encoder_backward(grad_in(t, 0, g0), NULL, m->scratch + s.dres, m->inputs, base->B,
+                                   base->T, m->c.n_embd));
+    ZT_TRY(h->grads_done(h->ctx, 0));
+    ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
+    return ZT_OK;
+}
+
+const struct model_family llama_family = {
+    .name = "llama",
+    .table_build = table_build,
+    .init_params = init_params,
+    .unit_order = unit_order,
+    .flops_per_token = flops_per_token,
+    .create = instance_create,
+    .destroy = instance_destroy,
+    .forward = instance_forward,
+    .backward = instance_backward,
+};
