@@ -69,7 +69,7 @@ static const char export_help[] =
     "                        [--max-shard-size SIZE]\n"
     "Writes the full model of a checkpoint (a step-NNNNNNNN folder, or a checkpoint.dir whose\n"
     "`latest` names one) as Hugging Face weights of the model's family (GPT-2: GPT2Model's\n"
-    "names and shapes), in fp32 (default) or the given precision.\n"
+    "names and shapes; Llama: LlamaForCausalLM's), in fp32 (default) or the given precision.\n"
     "Needs no MPI: it reads every rank's shard file.\n"
     "  --max-shard-size SIZE  the most bytes of tensor data in one file, as save_pretrained's\n"
     "                         max_shard_size (default 5GB): 5GB, 500MB, 100KB (powers of 10),\n"

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "hf_gpt2.h"
+#include "hf_llama.h"
 #include "hf_weights_impl.h"
 #include "safetensors_set.h"
 
@@ -30,7 +31,7 @@
 #define KEYS_TEXT     160
 #define MAX_LAYER_DIG 9
 
-static const struct hf_mapping *const mappings[] = {&hf_gpt2_mapping};
+static const struct hf_mapping *const mappings[] = {&hf_gpt2_mapping, &hf_llama_mapping};
 #define N_MAPPINGS (sizeof mappings / sizeof mappings[0])
 
 struct hf_weights_reader {

@@ -3,8 +3,8 @@
  *
  * Each family's Hugging Face layout (tensor names, transposes, which
  * tensors a file may carry besides the parameters) is one entry of a
- * static table, found by the family's name: GPT-2's is formats/hf_gpt2.h.
- * The coordinator imports (model.init_from)
+ * static table, found by the family's name: GPT-2's is formats/hf_gpt2.h,
+ * Llama's formats/hf_llama.h. The coordinator imports (model.init_from)
  * and exports (zerotrain export) through this header only, so a new
  * family's mapping is one entry in hf_weights.c and a file beside
  * hf_gpt2.c; the mechanism below is the same for every family.
