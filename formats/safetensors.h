@@ -1,5 +1,6 @@
-/* formats/safetensors.h — reading and writing Hugging Face safetensors
- * files, the format GPT-2 weights are exchanged in.
+/* formats/safetensors.h — reading and writing one Hugging Face
+ * safetensors file, the format Hugging Face weights are exchanged in (a
+ * model sharded over several files: formats/safetensors_set.h).
  *
  * Layout: an 8-byte little-endian length N, N bytes of UTF-8 JSON (the
  * header), then the data section. The header is an object mapping each

@@ -36,6 +36,7 @@
 #include "../common/atomic_file.h"
 #include "../common/fileio.h"
 #include "../common/json.h"
+#include "safetensors_impl.h"
 
 #define MAX_DEPTH     8 /* the index nests two objects; room for metadata values */
 #define SUFFIX        ".safetensors"
@@ -498,10 +499,6 @@ struct wtensor {
     int shard;
 };
 
-struct wmeta {
-    char *key, *value;
-};
-
 struct wshard {
     char *file; /* its name in the folder (the index's weight_map value) */
     char *path;
@@ -518,7 +515,7 @@ struct safetensors_set_writer {
     enum writer_state state;
     struct wtensor *t;
     int n, cap;
-    struct wmeta *meta;
+    struct safetensors_meta *meta;
     int n_meta, cap_meta;
     struct wshard *shards;
     int n_shards;
@@ -527,19 +524,6 @@ struct safetensors_set_writer {
     uint64_t total_numel, done_numel, total_bytes;
     int published; /* the model is complete: abort keeps the shards */
 };
-
-static int grow(void **p, int *cap, int need, size_t size)
-{
-    if (need <= *cap)
-        return 1;
-    int n = *cap ? *cap * 2 : 16;
-    void *q = realloc(*p, (size_t)n * size);
-    if (!q)
-        return 0;
-    *p = q;
-    *cap = n;
-    return 1;
-}
 
 void safetensors_set_writer_abort(struct safetensors_set_writer *w)
 {
@@ -554,13 +538,9 @@ void safetensors_set_writer_abort(struct safetensors_set_writer *w)
     }
     for (int i = 0; i < w->n; i++)
         free(w->t[i].name);
-    for (int i = 0; i < w->n_meta; i++) {
-        free(w->meta[i].key);
-        free(w->meta[i].value);
-    }
+    safetensors_meta_free(w->meta, w->n_meta);
     free(w->shards);
     free(w->t);
-    free(w->meta);
     free(w->path);
     free(w);
 }
@@ -592,7 +572,7 @@ zt_status safetensors_set_writer_add(struct safetensors_set_writer *w, const cha
         return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s' takes the model past 2^64 bytes",
                             w->path, name);
     void *arr = w->t;
-    int ok = grow(&arr, &w->cap, w->n + 1, sizeof *w->t);
+    int ok = safetensors_grow(&arr, &w->cap, w->n + 1, sizeof *w->t);
     w->t = arr;
     char *copy = ok ? strdup(name) : NULL;
     if (!copy)
@@ -611,28 +591,7 @@ zt_status safetensors_set_writer_set_metadata(struct safetensors_set_writer *w, 
                                               const char *value)
 {
     ZT_ASSERT(w && w->state == W_DECLARING);
-    size_t nk = strlen(key), nv = strlen(value);
-    if (json_utf8_check(key, nk) != nk || json_utf8_check(value, nv) != nv)
-        return zt_error_set(ZT_ERR_USAGE, "%s: metadata '%.200s' is not valid UTF-8", w->path, key);
-    int i = 0;
-    while (i < w->n_meta && strcmp(w->meta[i].key, key) != 0)
-        i++;
-    char *v = strdup(value), *k = i < w->n_meta ? w->meta[i].key : strdup(key);
-    void *arr = w->meta;
-    int ok = v && k && grow(&arr, &w->cap_meta, i + 1, sizeof *w->meta);
-    w->meta = arr;
-    if (!ok) {
-        free(v);
-        if (i == w->n_meta)
-            free(k);
-        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot store metadata '%.200s'", w->path, key);
-    }
-    if (i < w->n_meta)
-        free(w->meta[i].value);
-    else
-        w->n_meta++;
-    w->meta[i] = (struct wmeta){k, v};
-    return ZT_OK;
+    return safetensors_meta_set(&w->meta, &w->n_meta, &w->cap_meta, w->path, key, value);
 }
 
 /* huggingface_hub's cut (split_state_dict_into_shards_factory): in order

@@ -2,5 +2,5 @@
 # and layouts checked with the plain safetensors reader, round trips in
 # F32, F16 and BF16, one file and sharded, the committed file written by
 # the standard-library Python writer, and every way a file can contradict
-# the configuration.
-zt_test(test_hf_gpt2 SOURCES test_hf_gpt2.c LIBS zt_formats)
+# the configuration. hfutil.c holds what the Hugging Face suites share.
+zt_test(test_hf_gpt2 SOURCES test_hf_gpt2.c hfutil.c LIBS zt_formats)

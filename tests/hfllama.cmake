@@ -3,4 +3,4 @@
 # one file and sharded, the committed checkpoints of the independent
 # writer (one file, three shards and an index, tied) against the reference
 # parameters, and every way a file can contradict the configuration.
-zt_test(test_hf_llama SOURCES test_hf_llama.c LIBS zt_formats)
+zt_test(test_hf_llama SOURCES test_hf_llama.c hfutil.c LIBS zt_formats)

@@ -27,6 +27,7 @@
 #include "../formats/safetensors.h"
 #include "../formats/safetensors_set.h"
 #include "../worker/model.h"
+#include "hfutil.h"
 #include "testutil.h"
 
 #define PY_FILE   "tests/data/hf_gpt2_micro.safetensors"
@@ -193,29 +194,11 @@ static int same_bits(float a, float b)
     return memcmp(&a, &b, sizeof a) == 0;
 }
 
-/* Reads our flat space [0, n_params) of path through the module. */
-static float *read_all(const char *path, const struct param_table *t)
-{
-    struct hf_weights_reader *r = NULL;
-    ck_assert_msg(hf_weights_open(path, t, &r) == ZT_OK, "%s", zt_error_message());
-    float *got = malloc(t->n_params * sizeof *got);
-    ck_assert_int_eq(hf_weights_read(r, 0, t->n_params, got), ZT_OK);
-    hf_weights_close(r);
-    return got;
-}
-
 /* hf_weights_open must fail with `want` and exactly "PATH: text". */
 static void expect_open_error(const char *path, const struct param_table *t, zt_status want,
                               const char *text)
 {
-    struct hf_weights_reader *r = (struct hf_weights_reader *)&r; /* must be reset to NULL */
-    zt_status got = hf_weights_open(path, t, &r);
-    ck_assert_msg(got == want, "status %s, expected %s (message: %s)", zt_status_str(got),
-                  zt_status_str(want), zt_error_message());
-    ck_assert_ptr_null(r);
-    char msg[4096];
-    snprintf(msg, sizeof msg, "%s: %s", path, text);
-    ck_assert_str_eq(zt_error_message(), msg);
+    hfutil_expect_open_error(path, t, want, path, text);
 }
 
 /* Checks every element of a file of formula() values read through t. */
@@ -224,7 +207,7 @@ static void check_formula_file(const char *path, const struct param_table *t)
     struct spec specs[MAX_SPECS];
     const struct gpt2_config cfg = gpt2_config_of(t);
     ref_specs(&cfg, specs);
-    float *got = read_all(path, t);
+    float *got = hfutil_read_all(path, t);
     for (int k = 0; k < t->n_tensors; k++)
         for (size_t i = 0; i < t->tensors[k].numel; i++)
             ck_assert_msg(same_bits(got[t->tensors[k].offset + i], expected_ours(t, specs, k, i)),
@@ -360,7 +343,7 @@ static void check_half_export(enum zt_dtype dtype)
     for (int i = 0; i < safetensors_count(s); i++)
         ck_assert_int_eq(safetensors_tensor_at(s, i)->dtype, dtype);
     safetensors_close(s);
-    float *got = read_all(path, &t);
+    float *got = hfutil_read_all(path, &t);
     int inexact = 0;
     for (size_t i = 0; i < t.n_params; i++) {
         float want = dtype == ZT_BF16 ? zt_bf16_to_f32(zt_f32_to_bf16(params[i]))
@@ -771,7 +754,7 @@ START_TEST(test_round_trip_odd_width)
     float *params = init_params(&t, 16);
     const char *path = tmp_file("hf-odd");
     ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 0, NULL), ZT_OK);
-    float *got = read_all(path, &t);
+    float *got = hfutil_read_all(path, &t);
     ck_assert(memcmp(got, params, t.n_params * sizeof *got) == 0);
     free(got);
     free(params);
@@ -780,27 +763,17 @@ START_TEST(test_round_trip_odd_width)
 END_TEST
 
 /* The model cut into shards of at most 40 kB (the micro model is 147 kB,
- * wte 32 kB): the files named as save_pretrained names them, no single
- * file beside them, each Conv1D weight transposed in whichever shard holds
- * it, and the same flat space read back through the index and through its
- * folder, whole and by ranges that cross shards. */
+ * wte 32 kB), read back every way; each Conv1D weight is transposed in
+ * whichever shard holds it; written again within the limit, the folder
+ * holds the single file only. */
 START_TEST(test_sharded_round_trip)
 {
     struct param_table t;
     build_table(&micro, &t);
     float *params = init_params(&t, 17);
-    const char *dir = testutil_tmpdir("hf-sharded");
-    const char *path = testutil_path_in(dir, "model.safetensors");
     int shards = 0;
-    ck_assert_msg(hf_weights_export(&t, params, ZT_F32, path, 40000, &shards) == ZT_OK, "%s",
-                  zt_error_message());
-    ck_assert_int_ge(shards, 4);
-    ck_assert_int_ne(access(path, F_OK), 0);
-    for (int k = 1; k <= shards; k++)
-        ck_assert_int_eq(
-            access(testutil_fmt("%s/model-%05d-of-%05d.safetensors", dir, k, shards), F_OK), 0);
+    const char *dir = hfutil_check_sharded(&t, params, 40000, 4, &shards);
     const char *index = testutil_path_in(dir, "model.safetensors.index.json");
-
     struct safetensors_set *set = NULL;
     ck_assert_int_eq(safetensors_set_open(index, &set), ZT_OK);
     ck_assert_int_eq(safetensors_set_shard_count(set), shards);
@@ -810,25 +783,11 @@ START_TEST(test_sharded_round_trip)
     ck_assert_uint_eq(fc->shape[1], 128);
     safetensors_set_close(set);
 
-    float *got = read_all(index, &t);
-    ck_assert(memcmp(got, params, t.n_params * sizeof *got) == 0);
-    free(got);
-    struct hf_weights_reader *r = NULL;
-    ck_assert_int_eq(hf_weights_open(dir, &t, &r), ZT_OK);
-    got = malloc(t.n_params * sizeof *got);
-    for (size_t a = 0; a < t.n_params; a += 777) {
-        size_t b = a + 5000 < t.n_params ? a + 5000 : t.n_params;
-        ck_assert_int_eq(hf_weights_read(r, a, b, got), ZT_OK);
-        ck_assert_msg(memcmp(got, params + a, (b - a) * sizeof *got) == 0, "[%zu, %zu)", a, b);
-    }
-    hf_weights_close(r);
-    free(got);
-
-    /* written again within the limit, the folder holds the single file only */
+    const char *path = testutil_path_in(dir, "model.safetensors");
     ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 0, &shards), ZT_OK);
     ck_assert_int_eq(shards, 1);
     ck_assert_int_ne(access(index, F_OK), 0);
-    got = read_all(dir, &t);
+    float *got = hfutil_read_all(dir, &t);
     ck_assert(memcmp(got, params, t.n_params * sizeof *got) == 0);
     free(got);
     free(params);
@@ -843,30 +802,24 @@ START_TEST(test_sharded_mismatch)
     struct param_table t;
     build_table(&micro, &t);
     float *params = init_params(&t, 18);
-    const char *dir = testutil_tmpdir("hf-sharded-bad");
-    const char *path = testutil_path_in(dir, "model.safetensors");
     int shards = 0;
-    ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 40000, &shards), ZT_OK);
+    const char *dir = hfutil_check_sharded(&t, params, 40000, 4, &shards);
     const char *index = testutil_path_in(dir, "model.safetensors.index.json");
     struct param_table wide;
     struct gpt2_config c = micro;
     c.block_size = 64;
     build_table(&c, &wide);
-    struct hf_weights_reader *r = NULL;
-    ck_assert_int_eq(hf_weights_open(index, &wide, &r), ZT_ERR_CONFIG);
-    ck_assert_str_eq(zt_error_message(),
-                     testutil_fmt("%s/model-00001-of-%05d.safetensors: wpe.weight has shape [32, "
-                                  "32] but the config says model.block_size 64 (expected [64, 32])",
-                                  dir, shards));
+    hfutil_expect_open_error(index, &wide, ZT_ERR_CONFIG,
+                             testutil_fmt("%s/model-00001-of-%05d.safetensors", dir, shards),
+                             "wpe.weight has shape [32, 32] but the config says model.block_size "
+                             "64 (expected [64, 32])");
     param_table_free(&wide);
     c = micro;
     c.n_layer = 3;
     build_table(&c, &wide);
-    ck_assert_int_eq(hf_weights_open(dir, &wide, &r), ZT_ERR_CONFIG);
-    ck_assert_str_eq(zt_error_message(),
-                     testutil_fmt("%s: tensor h.2.ln_1.weight is missing: the file has 2 layers "
-                                  "but the config says model.n_layer 3",
-                                  index));
+    hfutil_expect_open_error(dir, &wide, ZT_ERR_CONFIG, index,
+                             "tensor h.2.ln_1.weight is missing: the file has 2 layers but the "
+                             "config says model.n_layer 3");
     param_table_free(&wide);
     free(params);
     param_table_free(&t);

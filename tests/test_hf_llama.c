@@ -27,6 +27,7 @@
 #include "../formats/safetensors.h"
 #include "../formats/safetensors_set.h"
 #include "../worker/model_family.h"
+#include "hfutil.h"
 #include "testutil.h"
 
 #define MAX_SPECS 64
@@ -141,34 +142,11 @@ static float *make_params(const struct param_table *t, double phase)
     return p;
 }
 
-/* Reads our flat space [0, n_params) of path through the module. */
-static float *read_all(const char *path, const struct param_table *t)
-{
-    struct hf_weights_reader *r = NULL;
-    ck_assert_msg(hf_weights_open(path, t, &r) == ZT_OK, "%s", zt_error_message());
-    float *got = malloc(t->n_params * sizeof *got);
-    ck_assert_int_eq(hf_weights_read(r, 0, t->n_params, got), ZT_OK);
-    hf_weights_close(r);
-    return got;
-}
-
 static void expect_same(const float *got, const float *want, const struct param_table *t)
 {
     for (size_t i = 0; i < t->n_params; i++)
         ck_assert_msg(memcmp(&got[i], &want[i], sizeof *got) == 0, "element %zu: %.9g, not %.9g", i,
                       (double)got[i], (double)want[i]);
-}
-
-/* hf_weights_open must fail with `want` and exactly "FILE: text". */
-static void expect_open_error(const char *path, const struct param_table *t, zt_status want,
-                              const char *file, const char *text)
-{
-    struct hf_weights_reader *r = (struct hf_weights_reader *)&r; /* must be reset to NULL */
-    zt_status got = hf_weights_open(path, t, &r);
-    ck_assert_msg(got == want, "status %s, expected %s (message: %s)", zt_status_str(got),
-                  zt_status_str(want), zt_error_message());
-    ck_assert_ptr_null(r);
-    ck_assert_str_eq(zt_error_message(), testutil_fmt("%s: %s", file, text));
 }
 
 /* Writes specs[0..n) as F32, values from params in our flat order (specs
@@ -264,11 +242,11 @@ START_TEST(test_round_trips)
         float *params = make_params(&t, 2.0 + i);
         const char *path = testutil_path_in(testutil_tmpdir("llama-rt"), "m.safetensors");
         ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 0, NULL), ZT_OK);
-        float *got = read_all(path, &t);
+        float *got = hfutil_read_all(path, &t);
         expect_same(got, params, &t);
         free(got);
         ck_assert_int_eq(hf_weights_export(&t, params, ZT_BF16, path, 0, NULL), ZT_OK);
-        got = read_all(path, &t);
+        got = hfutil_read_all(path, &t);
         for (size_t j = 0; j < t.n_params; j++) {
             float want = zt_bf16_to_f32(zt_f32_to_bf16(params[j]));
             ck_assert_msg(memcmp(&got[j], &want, 4) == 0, "element %zu", j);
@@ -280,9 +258,8 @@ START_TEST(test_round_trips)
 }
 END_TEST
 
-/* A small limit cuts the model into shards named as save_pretrained names
- * them; the index or its folder reads back the same floats, whole and by
- * ranges across shards. */
+/* A small limit cuts the model into shards, read back every way; an
+ * untied model's head is in the last one, a tied model has none. */
 START_TEST(test_sharded_round_trip)
 {
     const struct shape *shapes[] = {&untied, &tied};
@@ -290,16 +267,11 @@ START_TEST(test_sharded_round_trip)
         struct param_table t;
         build_table(shapes[i], &t);
         float *params = make_params(&t, 4.0 + i);
-        const char *dir = testutil_tmpdir("llama-sharded");
-        const char *path = testutil_path_in(dir, "model.safetensors");
         int shards = 0;
-        ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 5000, &shards), ZT_OK);
-        ck_assert_int_ge(shards, 4);
-        ck_assert_int_ne(access(path, F_OK), 0);
-        const char *index = testutil_path_in(dir, "model.safetensors.index.json");
+        const char *dir = hfutil_check_sharded(&t, params, 5000, 4, &shards);
         struct safetensors_set *s = NULL;
-        ck_assert_int_eq(safetensors_set_open(index, &s), ZT_OK);
-        ck_assert_int_eq(safetensors_set_shard_count(s), shards);
+        ck_assert_int_eq(
+            safetensors_set_open(testutil_path_in(dir, "model.safetensors.index.json"), &s), ZT_OK);
         ck_assert_int_eq(safetensors_set_count(s), t.n_tensors);
         const struct safetensors_tensor *head = safetensors_set_find(s, "lm_head.weight");
         ck_assert_int_eq(head != NULL, !shapes[i]->tied);
@@ -308,19 +280,6 @@ START_TEST(test_sharded_round_trip)
                 safetensors_set_file_of(s, head),
                 testutil_fmt("%s/model-%05d-of-%05d.safetensors", dir, shards, shards));
         safetensors_set_close(s);
-        float *got = read_all(index, &t);
-        expect_same(got, params, &t);
-        free(got);
-        struct hf_weights_reader *r = NULL;
-        ck_assert_int_eq(hf_weights_open(dir, &t, &r), ZT_OK);
-        got = malloc(t.n_params * sizeof *got);
-        for (size_t a = 0; a < t.n_params; a += 311) {
-            size_t b = a + 1500 < t.n_params ? a + 1500 : t.n_params;
-            ck_assert_int_eq(hf_weights_read(r, a, b, got), ZT_OK);
-            ck_assert(memcmp(got, params + a, (b - a) * sizeof *got) == 0);
-        }
-        hf_weights_close(r);
-        free(got);
         free(params);
         param_table_free(&t);
     }
@@ -345,7 +304,7 @@ START_TEST(test_reference_checkpoints)
         "tests/data/hf_llama_sharded",
     };
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
-        float *got = read_all(testutil_source_path(forms[i]), &t);
+        float *got = hfutil_read_all(testutil_source_path(forms[i]), &t);
         expect_same(got, want, &t);
         free(got);
     }
@@ -366,7 +325,7 @@ START_TEST(test_reference_checkpoints)
 
     build_table(&tied, &t);
     want = reference_params("llama_reference_tied.bin", &tied, t.n_params);
-    float *got = read_all(testutil_source_path("tests/data/hf_llama_tied"), &t);
+    float *got = hfutil_read_all(testutil_source_path("tests/data/hf_llama_tied"), &t);
     expect_same(got, want, &t);
     free(got);
     free(want);
@@ -389,7 +348,7 @@ START_TEST(test_buffers_tied_head_and_bare_names)
     set_spec(&extra[2], "lm_head.weight", 2, 64, 16);
     const char *path = testutil_path_in(testutil_tmpdir("llama-extra"), "m.safetensors");
     write_specs(path, specs, n, params, extra, 3);
-    float *got = read_all(path, &t);
+    float *got = hfutil_read_all(path, &t);
     expect_same(got, params, &t);
     free(got);
 
@@ -398,7 +357,7 @@ START_TEST(test_buffers_tied_head_and_bare_names)
     extra[0] = extra[1];
     memmove(extra[0].name, extra[0].name + 6, strlen(extra[0].name + 6) + 1);
     write_specs(path, specs, n, params, extra, 1);
-    got = read_all(path, &t);
+    got = hfutil_read_all(path, &t);
     expect_same(got, params, &t);
     free(got);
     free(params);
@@ -416,9 +375,9 @@ START_TEST(test_untied_model_without_head)
     c.inter = tied.inter;
     build_table(&c, &t);
     const char *path = testutil_source_path("tests/data/hf_llama_tied/model.safetensors");
-    expect_open_error(path, &t, ZT_ERR_CONFIG, path,
-                      "tensor lm_head.weight is missing but the config says "
-                      "model.tie_word_embeddings 0 (expected shape [64, 16])");
+    hfutil_expect_open_error(path, &t, ZT_ERR_CONFIG, path,
+                             "tensor lm_head.weight is missing but the config says "
+                             "model.tie_word_embeddings 0 (expected shape [64, 16])");
     param_table_free(&t);
 }
 END_TEST
@@ -431,15 +390,17 @@ START_TEST(test_wrong_kv_heads)
     build_table(&c, &t);
     const char *path = testutil_source_path("tests/data/hf_llama_micro");
     const char *file = testutil_source_path("tests/data/hf_llama_micro/model.safetensors");
-    expect_open_error(path, &t, ZT_ERR_CONFIG, file,
-                      "model.layers.0.self_attn.k_proj.weight has shape [8, 16] but the config "
-                      "says model.n_kv_head 1 (expected [4, 16])");
+    hfutil_expect_open_error(
+        path, &t, ZT_ERR_CONFIG, file,
+        "model.layers.0.self_attn.k_proj.weight has shape [8, 16] but the config "
+        "says model.n_kv_head 1 (expected [4, 16])");
     /* in a sharded set, the shard holding the tensor is named */
     path = testutil_source_path("tests/data/hf_llama_sharded");
     file = testutil_source_path("tests/data/hf_llama_sharded/model-00001-of-00003.safetensors");
-    expect_open_error(path, &t, ZT_ERR_CONFIG, file,
-                      "model.layers.0.self_attn.k_proj.weight has shape [8, 16] but the config "
-                      "says model.n_kv_head 1 (expected [4, 16])");
+    hfutil_expect_open_error(
+        path, &t, ZT_ERR_CONFIG, file,
+        "model.layers.0.self_attn.k_proj.weight has shape [8, 16] but the config "
+        "says model.n_kv_head 1 (expected [4, 16])");
     param_table_free(&t);
 }
 END_TEST
@@ -452,16 +413,18 @@ START_TEST(test_wrong_layer_count)
     build_table(&c, &t);
     const char *index =
         testutil_source_path("tests/data/hf_llama_sharded/model.safetensors.index.json");
-    expect_open_error(testutil_source_path("tests/data/hf_llama_sharded"), &t, ZT_ERR_CONFIG, index,
-                      "tensor model.layers.2.input_layernorm.weight is missing: the file has 2 "
-                      "layers but the config says model.n_layer 3");
+    hfutil_expect_open_error(
+        testutil_source_path("tests/data/hf_llama_sharded"), &t, ZT_ERR_CONFIG, index,
+        "tensor model.layers.2.input_layernorm.weight is missing: the file has 2 "
+        "layers but the config says model.n_layer 3");
     param_table_free(&t);
     c.layers = 1;
     build_table(&c, &t);
     const char *file = testutil_source_path("tests/data/hf_llama_micro/model.safetensors");
-    expect_open_error(file, &t, ZT_ERR_CONFIG, file,
-                      "tensor model.layers.1.input_layernorm.weight is not part of the model: the "
-                      "file has 2 layers but the config says model.n_layer 1");
+    hfutil_expect_open_error(
+        file, &t, ZT_ERR_CONFIG, file,
+        "tensor model.layers.1.input_layernorm.weight is not part of the model: the "
+        "file has 2 layers but the config says model.n_layer 1");
     param_table_free(&t);
 }
 END_TEST
@@ -486,7 +449,7 @@ START_TEST(test_wrong_widths)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct param_table t;
         build_table(&cases[i].c, &t);
-        expect_open_error(file, &t, ZT_ERR_CONFIG, file, cases[i].text);
+        hfutil_expect_open_error(file, &t, ZT_ERR_CONFIG, file, cases[i].text);
         param_table_free(&t);
     }
 }
@@ -504,17 +467,18 @@ START_TEST(test_bad_tensors)
     /* a bias, which Llama has none of */
     set_spec(&extra[0], "model.layers.0.mlp.gate_proj.bias", 1, 24, 0);
     write_specs(path, specs, n, params, extra, 1);
-    expect_open_error(path, &t, ZT_ERR_CONFIG, path,
-                      "unexpected tensor model.layers.0.mlp.gate_proj.bias: not a parameter of "
-                      "Llama");
+    hfutil_expect_open_error(
+        path, &t, ZT_ERR_CONFIG, path,
+        "unexpected tensor model.layers.0.mlp.gate_proj.bias: not a parameter of "
+        "Llama");
 
     extra[0] = specs[1];
     memmove(extra[0].name, extra[0].name + 6, strlen(extra[0].name + 6) + 1);
     write_specs(path, specs, n, params, extra, 1);
-    expect_open_error(path, &t, ZT_ERR_DATA, path,
-                      "layers.0.input_layernorm.weight is present twice, as "
-                      "layers.0.input_layernorm.weight and as "
-                      "model.layers.0.input_layernorm.weight");
+    hfutil_expect_open_error(path, &t, ZT_ERR_DATA, path,
+                             "layers.0.input_layernorm.weight is present twice, as "
+                             "layers.0.input_layernorm.weight and as "
+                             "model.layers.0.input_layernorm.weight");
     free(params);
     param_table_free(&t);
 }
