@@ -51,8 +51,7 @@ struct shard {
 };
 
 struct entry {
-    const char *name; /* the tensor's; owned by its shard reader (or, while
-                       * opening an index, by the JSON tree) */
+    const char *name; /* the tensor's; owned by its shard's reader */
     const struct safetensors_tensor *t;
     int shard;
 };
@@ -239,7 +238,7 @@ static zt_status open_shard(struct safetensors_set *s, int k, const char *tensor
 static zt_status open_shards(struct safetensors_set *s, struct listed *l, int n)
 {
     ZT_TRY(check_shard_names(s->path, l, n));
-    const char **names = malloc((n ? (size_t)n : 1) * sizeof *names);
+    const char **names = malloc((n > 0 ? (size_t)n : 1) * sizeof *names);
     if (!names)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the shard list", s->path);
     for (int i = 0; i < n; i++)
@@ -249,7 +248,7 @@ static zt_status open_shards(struct safetensors_set *s, struct listed *l, int n)
     for (int i = 0; i < n; i++)
         if (m == 0 || strcmp(names[m - 1], names[i]) != 0)
             names[m++] = names[i];
-    s->shards = calloc(m ? (size_t)m : 1, sizeof *s->shards);
+    s->shards = calloc(m > 0 ? (size_t)m : 1, sizeof *s->shards);
     zt_status st =
         s->shards ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %d shards", s->path, m);
     for (int k = 0; k < m && st == ZT_OK; k++) {
@@ -353,8 +352,8 @@ static zt_status index_tensors(struct safetensors_set *s)
     int n = 0;
     for (int k = 0; k < s->n_shards; k++)
         n += safetensors_count(s->shards[k].st);
-    s->tensors = malloc((n ? (size_t)n : 1) * sizeof *s->tensors);
-    s->by_name = malloc((n ? (size_t)n : 1) * sizeof *s->by_name);
+    s->tensors = malloc((n > 0 ? (size_t)n : 1) * sizeof *s->tensors);
+    s->by_name = malloc((n > 0 ? (size_t)n : 1) * sizeof *s->by_name);
     if (!s->tensors || !s->by_name)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %d tensor entries", s->path, n);
     for (int k = 0, i = 0; k < s->n_shards; k++)
@@ -703,7 +702,7 @@ zt_status safetensors_set_writer_begin_data(struct safetensors_set_writer *w)
 {
     ZT_ASSERT(w && w->state == W_DECLARING);
     w->state = W_FAILED;
-    int *pending = malloc((w->n ? (size_t)w->n : 1) * sizeof *pending);
+    int *pending = malloc((w->n > 0 ? (size_t)w->n : 1) * sizeof *pending);
     if (!pending)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the shard plan", w->path);
     int n_shards = cut_shards(w->t, w->n, w->max_bytes, pending);
@@ -760,7 +759,7 @@ static int wtensor_name_cmp(const void *a, const void *b)
  * it, the way save_pretrained does. */
 static zt_status index_text(const struct safetensors_set_writer *w, struct json_text *b)
 {
-    const struct wtensor **sorted = malloc((w->n ? (size_t)w->n : 1) * sizeof *sorted);
+    const struct wtensor **sorted = malloc((w->n > 0 ? (size_t)w->n : 1) * sizeof *sorted);
     if (!sorted)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the index", w->path);
     for (int i = 0; i < w->n; i++)
