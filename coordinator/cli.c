@@ -6,6 +6,7 @@
  *                          [--progress|--no-progress] [--profile] [--quiet]
  *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE] [--checkpoint DIR]
  *   zerotrain export CKPT_DIR --out FILE.safetensors [--dtype fp32|bf16|fp16]
+ *                    [--max-shard-size SIZE]
  *   zerotrain prepare --out FILE PATH...
  *   zerotrain version | help [COMMAND]
  */
@@ -31,7 +32,8 @@ static const char usage_text[] =
     "  train CONFIG [options]    train the model described by CONFIG (YAML or DeepSpeed JSON)\n"
     "  eval CONFIG [options]     print the validation loss of the configured model\n"
     "  prepare --out FILE PATH...  tokenise text files and folders into a token file\n"
-    "  export CKPT_DIR --out FILE  write a checkpoint's weights as Hugging Face GPT-2 safetensors\n"
+    "  export CKPT_DIR --out FILE  write a checkpoint's weights as Hugging Face safetensors of\n"
+    "                            the model's family (sharded past --max-shard-size, 5GB)\n"
     "  version                   print the version\n"
     "  help [COMMAND]            print this help or a command's help\n"
     "\n"
@@ -63,10 +65,19 @@ static const char eval_help[] =
     "The last line printed is: val_loss <value>\n";
 
 static const char export_help[] =
-    "usage: zerotrain export CKPT_DIR --out FILE.safetensors [--dtype fp32|bf16|fp16]\n"
+    "usage: zerotrain export CKPT_DIR --out DIR/NAME.safetensors [--dtype fp32|bf16|fp16]\n"
+    "                        [--max-shard-size SIZE]\n"
     "Writes the full model of a checkpoint (a step-NNNNNNNN folder, or a checkpoint.dir whose\n"
-    "`latest` names one) with Hugging Face GPT-2 tensor names and shapes, in fp32 (default) or\n"
-    "the given precision. Needs no MPI: it reads every rank's shard file.\n";
+    "`latest` names one) as Hugging Face weights of the model's family (GPT-2: GPT2Model's\n"
+    "names and shapes; Llama: LlamaForCausalLM's), in fp32 (default) or the given precision.\n"
+    "Needs no MPI: it reads every rank's shard file.\n"
+    "  --max-shard-size SIZE  the most bytes of tensor data in one file, as save_pretrained's\n"
+    "                         max_shard_size (default 5GB): 5GB, 500MB, 100KB (powers of 10),\n"
+    "                         2GiB, 512MiB, 64KiB (powers of 2) or a number of bytes.\n"
+    "A model that fits is the one file DIR/NAME.safetensors; a larger one is cut as\n"
+    "save_pretrained cuts it, into DIR/NAME-00001-of-0000N.safetensors ... and the index\n"
+    "DIR/NAME.safetensors.index.json, written last. model.init_from takes the file, the index,\n"
+    "or DIR when NAME is model.\n";
 
 static const char prepare_help[] =
     "usage: zerotrain prepare --out FILE PATH...\n"
@@ -247,12 +258,14 @@ static int run_help(int argc, char **argv)
 
 static int run_export(int argc, char **argv)
 {
-    const char *dir = NULL, *out = NULL, *dtype = "fp32";
+    const char *dir = NULL, *out = NULL, *dtype = "fp32", *max_shard = NULL;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out = argv[++i];
         } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
             dtype = argv[++i];
+        } else if (strcmp(argv[i], "--max-shard-size") == 0 && i + 1 < argc) {
+            max_shard = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             return usage_exit("'%s': unknown option or missing value (see zerotrain help export)",
                               argv[i]);
@@ -265,7 +278,7 @@ static int run_export(int argc, char **argv)
     if (!dir || !out) {
         return usage_exit("%s", "export needs CKPT_DIR and --out FILE (see zerotrain help export)");
     }
-    zt_status st = export_run(dir, out, dtype, stdout);
+    zt_status st = export_run(dir, out, dtype, max_shard, stdout);
     if (st != ZT_OK)
         print_error(st);
     return zt_status_exit_code(st);

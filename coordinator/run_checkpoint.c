@@ -20,6 +20,7 @@
 
 #include "../formats/checkpoint.h"
 #include "../formats/hf_weights.h"
+#include "../formats/safetensors_set.h"
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 {
@@ -567,22 +568,31 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
 
 /* ---- restoring a session's weights ------------------------------------------- */
 
-/* model.init_from names a weights file; a checkpoint folder there is a
- * mix-up worth a precise message rather than the reader's "not a regular
- * file". */
-static zt_status check_not_a_folder(const char *path)
+/* model.init_from names Hugging Face weights: a file, an index, or a
+ * save_pretrained folder holding either. Any other folder (a checkpoint
+ * folder, most likely) is a mix-up worth a precise message rather than the
+ * reader's. */
+static zt_status check_weights_folder(const char *path)
 {
     struct stat sb;
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return ZT_OK;
+    char file[4096], index[4096];
+    snprintf(file, sizeof file, "%s/%s", path, SAFETENSORS_SET_FILE);
+    snprintf(index, sizeof index, "%s/%s", path, SAFETENSORS_SET_INDEX);
+    if (stat(file, &sb) == 0 || stat(index, &sb) == 0)
+        return ZT_OK;
     return zt_error_set(ZT_ERR_CONFIG,
                         "model.init_from: %s is a folder: expected a Hugging Face .safetensors "
-                        "file (for a checkpoint's weights, `zerotrain export %s --out "
-                        "FILE.safetensors` and name FILE; to continue its run, set run.resume: %s)",
+                        "file, an index (" SAFETENSORS_SET_INDEX
+                        ") or a folder holding " SAFETENSORS_SET_FILE
+                        " or the index (for a checkpoint's weights, "
+                        "`zerotrain export %s --out FILE.safetensors` and name FILE; to continue "
+                        "its run, set run.resume: %s)",
                         path, path, path);
 }
 
-/* model.init_from: each rank reads from the Hugging Face file of the
+/* model.init_from: each rank reads from the Hugging Face weights of the
  * model's family (formats/hf_weights.h) only the ranges it holds, as the
  * fp32 weights the optimizer starts from; the optimizer state starts at
  * zero. */
@@ -594,7 +604,7 @@ static zt_status import_weights(struct run_session *s, const char *path)
         max_unit = param_table_unit_size(&s->table, u) > max_unit
                        ? param_table_unit_size(&s->table, u)
                        : max_unit;
-    zt_status opened = check_not_a_folder(path), agreed_open;
+    zt_status opened = check_weights_folder(path), agreed_open;
     if (opened == ZT_OK)
         opened = hf_weights_open(path, &s->table, &r);
     ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));

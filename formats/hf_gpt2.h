@@ -1,5 +1,6 @@
-/* formats/hf_gpt2.h — zerotrain's GPT-2 parameters as a Hugging Face
- * GPT-2 safetensors file, both ways.
+/* formats/hf_gpt2.h — how zerotrain's GPT-2 parameters are named and laid
+ * out in Hugging Face's GPT-2 state dict: the GPT-2 entry of the mappings
+ * behind formats/hf_weights.h, which reads and writes the files.
  *
  * The two layouts hold the same tensors under different names, and four
  * of them transposed. Hugging Face's GPT2Model state dict names the fused
@@ -29,66 +30,23 @@
  * "transformer."-prefixed names, and skips what such files carry besides
  * the parameters: "lm_head.weight" (tied) and the attention buffers
  * "h.i.attn.bias" and "h.i.attn.masked_bias" (causal mask constants).
- *
- * Import is shaped for a sharded model: hf_gpt2_open checks the whole file
- * against the parameter table once, so that a mismatch is a configuration
- * error naming the config key before any rank reads a byte of data; then
- * each rank reads only its range of OUR flat space. Untransposed tensors
- * are read straight from the file, only the bytes needed. A transposed
- * tensor cannot be read by ranges without gathering strided elements, so it
- * is read whole, turned into our layout, and kept until a range leaves it:
- * a rank walking its shard in order reads each such tensor once.
+ * A mismatch names model.vocab_size (wte's rows), model.block_size (wpe's
+ * rows), model.n_layer, or model.n_embd (every other dimension).
  */
 #ifndef ZT_FORMATS_HF_GPT2_H
 #define ZT_FORMATS_HF_GPT2_H
 
 #include <stddef.h>
 
-#include "../common/dtype.h"
-#include "../common/status.h"
-#include "../worker/model.h"
+#include "../worker/model_family.h"
 
 /* Writes the Hugging Face name of our tensor k (0 <= k < t->n_tensors) to
  * name[0..n) (truncated to fit, always NUL-terminated when n > 0), and sets
  * *transposed to 1 for the four Conv1D weights of a block, 0 otherwise. */
 void hf_gpt2_name(const struct param_table *t, int k, char *name, size_t n, int *transposed);
 
-/* Writes the full model, `params` being t->n_params fp32 values in our
- * flat order (not modified, not kept), as a Hugging Face GPT-2 safetensors
- * file at `path`: tensors in our order, HF names and layouts, every tensor
- * stored as `dtype` (ZT_F32, ZT_F16 or ZT_BF16, rounded to nearest even),
- * metadata {"format": "pt", "producer": "zerotrain"}. The file appears
- * complete or not at all (see safetensors_writer_finish). Statuses:
- * ZT_ERR_UNSUPPORTED (another dtype), ZT_ERR_IO, ZT_ERR_NOMEM. */
-zt_status hf_gpt2_export(const struct param_table *t, const float *params, enum zt_dtype dtype,
-                         const char *path);
-
-/* An open Hugging Face GPT-2 file checked against a parameter table. Not
- * for use from several threads at once (it keeps the last transposed
- * tensor read). */
-struct hf_gpt2_reader;
-
-/* Opens `path` and checks that it holds exactly the tensors of t (which
- * must outlive the reader), each under its HF name with or without the
- * "transformer." prefix, in HF shape, in a float dtype; the ignored names
- * above may be present too. *out is the reader, or NULL on error.
- * Statuses: ZT_ERR_CONFIG for a tensor missing, of another shape or not
- * part of the model, with a message naming the file, the tensor, the
- * shapes and the config key(s) the file contradicts ("m.safetensors:
- * wte.weight has shape [50257, 768] but the config says model.vocab_size
- * 256, model.n_embd 32 (expected [256, 32])"); ZT_ERR_DATA for an integer
- * tensor or one present under both name forms; ZT_ERR_NOMEM; and those of
- * safetensors_open. */
-zt_status hf_gpt2_open(const char *path, const struct param_table *t, struct hf_gpt2_reader **out);
-
-/* Reads elements [begin, end) of OUR flat parameter space (any range,
- * across tensors) as fp32 into dst[0 .. end - begin), in our layout. F16
- * and BF16 files read exactly. Statuses: ZT_ERR_USAGE (begin > end or end
- * beyond t->n_params), ZT_ERR_NOMEM (the first transposed tensor's
- * buffers), and those of safetensors_read_f32. */
-zt_status hf_gpt2_read(struct hf_gpt2_reader *r, size_t begin, size_t end, float *dst);
-
-/* Closes the file and frees the reader. NULL is allowed. */
-void hf_gpt2_close(struct hf_gpt2_reader *r);
+/* GPT-2's entry of the mappings (formats/hf_weights_impl.h). */
+struct hf_mapping;
+extern const struct hf_mapping hf_gpt2_mapping;
 
 #endif

@@ -3,52 +3,90 @@
  *
  * Each family's Hugging Face layout (tensor names, transposes, which
  * tensors a file may carry besides the parameters) is one entry of a
- * static table, found by the family's name: GPT-2's is formats/hf_gpt2.h.
- * The coordinator imports (model.init_from) and exports (zerotrain export)
- * through this header only, so a new family's mapping is one entry here
- * and a file beside hf_gpt2.c. Readers are shaped for a sharded model: the
- * file is checked against the whole parameter table once, then each rank
- * reads only ranges of the flat parameter space.
+ * static table, found by the family's name: GPT-2's is formats/hf_gpt2.h,
+ * Llama's formats/hf_llama.h. The coordinator imports (model.init_from)
+ * and exports (zerotrain export) through this header only, so a new
+ * family's mapping is one entry in hf_weights.c and a file beside
+ * hf_gpt2.c; the mechanism below is the same for every family.
+ *
+ * Files. Weights are read from and written to one safetensors file or a
+ * sharded set with its index, as Hugging Face saves them
+ * (formats/safetensors_set.h): import takes a .safetensors file, a
+ * model.safetensors.index.json, or a save_pretrained folder holding
+ * either; export cuts the model into shards of at most max_shard_bytes as
+ * save_pretrained does.
+ *
+ * Import is shaped for a sharded model: hf_weights_open checks the whole
+ * file against the parameter table once, in two sweeps (our tensors
+ * against the file: each present under its Hugging Face name, in the
+ * right shape, a float dtype; then the file's tensors against ours:
+ * nothing left over but what the family's files carry besides their
+ * parameters), so that a mismatch is a configuration error naming the
+ * config key before any rank reads a byte of data; then each rank reads
+ * only ranges of OUR flat space. Tensors stored in our layout are read
+ * straight from their shard, only the bytes needed. A transposed tensor
+ * (GPT-2's Conv1D weights) cannot be read by ranges without gathering
+ * strided elements, so it is read whole, turned into our layout, and kept
+ * until a range leaves it: a rank walking its shard in order reads each
+ * such tensor once.
  */
 #ifndef ZT_FORMATS_HF_WEIGHTS_H
 #define ZT_FORMATS_HF_WEIGHTS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../common/dtype.h"
 #include "../common/status.h"
 #include "../worker/model_family.h"
 
-/* One family's mapping; see hf_gpt2.h for what each entry must do. */
-struct hf_mapping {
-    const char *family; /* struct model_family's name: "gpt2" */
-    zt_status (*export_file)(const struct param_table *t, const float *params, enum zt_dtype dtype,
-                             const char *path);
-    zt_status (*open)(const char *path, const struct param_table *t, void **reader);
-    zt_status (*read)(void *reader, size_t begin, size_t end, float *dst);
-    void (*close)(void *reader);
-};
+/* Hugging Face's default max_shard_size, "5GB", in bytes. */
+#define HF_WEIGHTS_DEFAULT_MAX_SHARD 5000000000ull
 
-/* Writes the full model (`params`: t->n_params fp32 values in the flat
- * order) as a Hugging Face safetensors file of t's family, tensors stored
- * as `dtype`. Statuses: ZT_ERR_UNSUPPORTED (a family without a mapping,
- * naming it; another dtype), those of the family's writer. */
+/* Writes the full model (`params`: t->n_params fp32 values in our flat
+ * order, not modified, not kept) as Hugging Face weights of t's family at
+ * `path`: tensors in our order under their Hugging Face names and
+ * layouts, every tensor stored as `dtype` (ZT_F32, ZT_F16 or ZT_BF16,
+ * rounded to nearest even), metadata {"format": "pt", "producer":
+ * "zerotrain"} in every file. A model of more than max_shard_bytes bytes
+ * (0: no limit) is written as shards and an index beside `path` (see
+ * safetensors_set.h), else as the single file `path`; *n_shards (if not
+ * NULL) gets the number of files. Every file appears complete or not at
+ * all. Statuses: ZT_ERR_UNSUPPORTED (a family without a mapping, naming
+ * it; another dtype), ZT_ERR_IO, ZT_ERR_NOMEM. */
 zt_status hf_weights_export(const struct param_table *t, const float *params, enum zt_dtype dtype,
-                            const char *path);
+                            const char *path, uint64_t max_shard_bytes, int *n_shards);
 
-/* An open Hugging Face file checked against a parameter table. */
+/* An open Hugging Face file or set checked against a parameter table. Not
+ * for use from several threads at once (it keeps the last transposed
+ * tensor read). */
 struct hf_weights_reader;
 
-/* Opens `path` as a Hugging Face file of t's family (t must outlive the
- * reader); *out is NULL on error. Statuses: ZT_ERR_UNSUPPORTED (no
- * mapping for the family), ZT_ERR_NOMEM, those of the family's reader
- * (ZT_ERR_CONFIG for a file that contradicts the config, naming the key). */
+/* Opens `path` (a file, an index or a folder) as Hugging Face weights of
+ * t's family (t must outlive the reader) and checks it holds exactly the
+ * tensors of t, each under its Hugging Face name with or without the
+ * base model's prefix, in the Hugging Face shape, in a float dtype; the
+ * tensors the family's files carry besides the parameters may be present
+ * too. *out is the reader, or NULL on error. Statuses: ZT_ERR_UNSUPPORTED
+ * (no mapping for the family); ZT_ERR_CONFIG for a tensor missing, of
+ * another shape or not part of the model, with a message naming the file,
+ * the tensor, the shapes and the config key(s) the file contradicts
+ * ("m.safetensors: wte.weight has shape [50257, 768] but the config says
+ * model.vocab_size 256, model.n_embd 32 (expected [256, 32])"; a missing
+ * or extra layer names model.n_layer and the file's layer count);
+ * ZT_ERR_DATA for an integer tensor or one present under both name
+ * forms; ZT_ERR_NOMEM; and those of safetensors_set_open. */
 zt_status hf_weights_open(const char *path, const struct param_table *t,
                           struct hf_weights_reader **out);
-/* Reads elements [begin, end) of the flat parameter space as fp32 into
- * dst[0 .. end - begin). Statuses: those of the family's reader. */
+
+/* Reads elements [begin, end) of OUR flat parameter space (any range,
+ * across tensors and shards) as fp32 into dst[0 .. end - begin), in our
+ * layout. F16 and BF16 files read exactly. Statuses: ZT_ERR_USAGE (begin >
+ * end or end beyond t->n_params), ZT_ERR_NOMEM (the first transposed
+ * tensor's buffers), and those of safetensors_read_f32. */
 zt_status hf_weights_read(struct hf_weights_reader *r, size_t begin, size_t end, float *dst);
-/* Closes the file and frees the reader. NULL is allowed. */
+
+/* Closes the files and frees the reader. NULL is allowed. */
 void hf_weights_close(struct hf_weights_reader *r);
 
 #endif

@@ -39,15 +39,12 @@
 #include "../common/fileio.h"
 #include "../common/half.h"
 #include "../common/json.h"
+#include "safetensors_impl.h"
 
 #define CHUNK_BYTES    16384
 #define MAX_DEPTH      64 /* levels of JSON nesting in the header */
 #define METADATA_KEY   "__metadata__"
 #define SHAPE_TEXT_MAX (SAFETENSORS_MAX_DIMS * 22 + 4)
-
-struct meta {
-    char *key, *value;
-};
 
 struct safetensors {
     char *path;
@@ -57,7 +54,7 @@ struct safetensors {
     uint64_t (*ranges)[2]; /* data_offsets of tensors[i], as the header gives them */
     int n_tensors, cap_tensors;
     const struct safetensors_tensor **by_name; /* sorted by strcmp */
-    struct meta *meta;                         /* sorted by key once the header is read */
+    struct safetensors_meta *meta;             /* sorted by key once the header is read */
     int n_meta, cap_meta, have_meta;
 };
 
@@ -145,8 +142,7 @@ static zt_status pread_full(int fd, const char *path, void *buf, size_t n, uint6
 
 /* ---- reading the header ---- */
 
-/* Makes room for `need` items in an array of `cap` items of `size` bytes. */
-static int grow(void **p, int *cap, int need, size_t size)
+int safetensors_grow(void **p, int *cap, int need, size_t size)
 {
     if (need <= *cap)
         return 1;
@@ -174,10 +170,10 @@ static zt_status push_tensor(struct safetensors *s, const char *name)
 {
     int need = s->n_tensors + 1, cap = s->cap_tensors;
     void *t = s->tensors, *r = s->ranges;
-    int ok = grow(&t, &cap, need, sizeof *s->tensors);
+    int ok = safetensors_grow(&t, &cap, need, sizeof *s->tensors);
     s->tensors = t;
     cap = s->cap_tensors;
-    ok = ok && grow(&r, &cap, need, sizeof *s->ranges);
+    ok = ok && safetensors_grow(&r, &cap, need, sizeof *s->ranges);
     s->ranges = r;
     char *copy = ok ? strdup(name) : NULL;
     if (!copy)
@@ -304,7 +300,7 @@ static zt_status push_meta(struct safetensors *s, const char *key, const struct 
         return zt_error_set(ZT_ERR_DATA, "%s: __metadata__ value of '%.200s' is not a string",
                             s->path, key);
     void *arr = s->meta;
-    int ok = grow(&arr, &s->cap_meta, s->n_meta + 1, sizeof *s->meta);
+    int ok = safetensors_grow(&arr, &s->cap_meta, s->n_meta + 1, sizeof *s->meta);
     s->meta = arr;
     char *k = ok ? strdup(key) : NULL, *value = k ? strdup(v->str) : NULL;
     if (!value) {
@@ -312,7 +308,7 @@ static zt_status push_meta(struct safetensors *s, const char *key, const struct 
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %d metadata entries", s->path,
                             s->n_meta + 1);
     }
-    s->meta[s->n_meta++] = (struct meta){k, value};
+    s->meta[s->n_meta++] = (struct safetensors_meta){k, value};
     return ZT_OK;
 }
 
@@ -352,7 +348,8 @@ static int by_name_cmp(const void *a, const void *b)
 
 static int meta_cmp(const void *a, const void *b)
 {
-    return strcmp(((const struct meta *)a)->key, ((const struct meta *)b)->key);
+    return strcmp(((const struct safetensors_meta *)a)->key,
+                  ((const struct safetensors_meta *)b)->key);
 }
 
 /* Sorts names (for safetensors_find) and metadata keys, rejecting repeats. */
@@ -519,14 +516,10 @@ void safetensors_close(struct safetensors *s)
         close(s->fd);
     for (int i = 0; i < s->n_tensors; i++)
         free((char *)s->tensors[i].name);
-    for (int i = 0; i < s->n_meta; i++) {
-        free(s->meta[i].key);
-        free(s->meta[i].value);
-    }
+    safetensors_meta_free(s->meta, s->n_meta);
     free(s->tensors);
     free(s->ranges);
     free(s->by_name);
-    free(s->meta);
     free(s->path);
     free(s);
 }
@@ -558,14 +551,15 @@ const struct safetensors_tensor *safetensors_find(const struct safetensors *s, c
 
 static int meta_find_cmp(const void *key, const void *elem)
 {
-    return strcmp(key, ((const struct meta *)elem)->key);
+    return strcmp(key, ((const struct safetensors_meta *)elem)->key);
 }
 
 const char *safetensors_metadata(const struct safetensors *s, const char *key)
 {
     if (s->n_meta == 0) /* meta may be NULL */
         return NULL;
-    const struct meta *m = bsearch(key, s->meta, (size_t)s->n_meta, sizeof *s->meta, meta_find_cmp);
+    const struct safetensors_meta *m =
+        bsearch(key, s->meta, (size_t)s->n_meta, sizeof *s->meta, meta_find_cmp);
     return m ? m->value : NULL;
 }
 
@@ -642,7 +636,7 @@ struct safetensors_writer {
     enum writer_state state;
     struct wtensor *t;
     int n, cap;
-    struct meta *meta;
+    struct safetensors_meta *meta;
     int n_meta, cap_meta;
     uint64_t total_bytes, total_numel, done_numel;
     int cur;           /* tensor receiving the next element */
@@ -656,12 +650,8 @@ void safetensors_writer_abort(struct safetensors_writer *w)
     atomic_file_abort(&w->out);
     for (int i = 0; i < w->n; i++)
         free(w->t[i].name);
-    for (int i = 0; i < w->n_meta; i++) {
-        free(w->meta[i].key);
-        free(w->meta[i].value);
-    }
+    safetensors_meta_free(w->meta, w->n_meta);
     free(w->t);
-    free(w->meta);
     free(w);
 }
 
@@ -680,33 +670,46 @@ zt_status safetensors_writer_open(const char *path, struct safetensors_writer **
     return ZT_OK;
 }
 
+zt_status safetensors_check_tensor(const char *path, const char *name, enum zt_dtype dtype,
+                                   int ndim, const uint64_t *shape, uint64_t *nbytes)
+{
+    char text[SHAPE_TEXT_MAX];
+    uint64_t numel;
+    if (!name || !*name)
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name is empty", path);
+    if (strcmp(name, METADATA_KEY) == 0 || !utf8_valid(name))
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name '%.200s' is %s", path, name,
+                            utf8_valid(name) ? "reserved" : "not valid UTF-8");
+    if (ndim < 0 || ndim > SAFETENSORS_MAX_DIMS)
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': %d dimensions (0 to %d allowed)",
+                            path, name, ndim, SAFETENSORS_MAX_DIMS);
+    ZT_ASSERT(ndim == 0 || shape != NULL);
+    if (!is_float_dtype(dtype))
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: tensor '%.200s': dtype %s cannot be written from floats", path,
+                            name, safetensors_dtype_name(dtype));
+    if (!shape_size(ndim, shape, dtype, &numel, nbytes))
+        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': shape %s is too large", path, name,
+                            shape_text(text, ndim, shape));
+    return ZT_OK;
+}
+
 /* Everything about a new tensor that can be wrong, in the caller's terms. */
 static zt_status check_new_tensor(const struct safetensors_writer *w, const char *name,
                                   enum zt_dtype dtype, int ndim, const uint64_t *shape,
                                   uint64_t *numel)
 {
     char text[SHAPE_TEXT_MAX];
-    uint64_t nbytes;
-    if (!name || !*name)
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name is empty", w->out.path);
-    if (strcmp(name, METADATA_KEY) == 0 || !utf8_valid(name))
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor name '%.200s' is %s", w->out.path, name,
-                            utf8_valid(name) ? "reserved" : "not valid UTF-8");
+    uint64_t nbytes = 0;
+    ZT_TRY(safetensors_check_tensor(w->out.path, name, dtype, ndim, shape, &nbytes));
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->t[i].name, name) == 0)
             return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s' declared twice", w->out.path,
                                 name);
-    if (ndim < 0 || ndim > SAFETENSORS_MAX_DIMS)
-        return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': %d dimensions (0 to %d allowed)",
-                            w->out.path, name, ndim, SAFETENSORS_MAX_DIMS);
-    ZT_ASSERT(ndim == 0 || shape != NULL);
-    if (!is_float_dtype(dtype))
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: tensor '%.200s': dtype %s cannot be written from floats",
-                            w->out.path, name, safetensors_dtype_name(dtype));
-    if (!shape_size(ndim, shape, dtype, numel, &nbytes) || nbytes > UINT64_MAX - w->total_bytes)
+    if (nbytes > UINT64_MAX - w->total_bytes)
         return zt_error_set(ZT_ERR_USAGE, "%s: tensor '%.200s': shape %s is too large", w->out.path,
                             name, shape_text(text, ndim, shape));
+    *numel = nbytes / zt_dtype_size(dtype);
     return ZT_OK;
 }
 
@@ -714,10 +717,10 @@ zt_status safetensors_writer_add(struct safetensors_writer *w, const char *name,
                                  enum zt_dtype dtype, int ndim, const uint64_t *shape)
 {
     ZT_ASSERT(w && w->state == W_DECLARING);
-    uint64_t numel;
+    uint64_t numel = 0;
     ZT_TRY(check_new_tensor(w, name, dtype, ndim, shape, &numel));
     void *arr = w->t;
-    int ok = grow(&arr, &w->cap, w->n + 1, sizeof *w->t);
+    int ok = safetensors_grow(&arr, &w->cap, w->n + 1, sizeof *w->t);
     w->t = arr;
     char *copy = ok ? strdup(name) : NULL;
     if (!copy)
@@ -731,33 +734,47 @@ zt_status safetensors_writer_add(struct safetensors_writer *w, const char *name,
     return ZT_OK;
 }
 
+zt_status safetensors_meta_set(struct safetensors_meta **list, int *n, int *cap, const char *path,
+                               const char *key, const char *value)
+{
+    if (!utf8_valid(key) || !utf8_valid(value))
+        return zt_error_set(ZT_ERR_USAGE, "%s: metadata '%.200s' is not valid UTF-8", path, key);
+    char *v = strdup(value);
+    int i = 0;
+    while (i < *n && strcmp((*list)[i].key, key) != 0)
+        i++;
+    char *k = i < *n ? (*list)[i].key : strdup(key);
+    void *arr = *list;
+    int ok = v && k && safetensors_grow(&arr, cap, i + 1, sizeof **list);
+    *list = arr;
+    if (!ok) {
+        free(v);
+        if (i == *n)
+            free(k);
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot store metadata '%.200s'", path, key);
+    }
+    if (i < *n)
+        free((*list)[i].value);
+    else
+        (*n)++;
+    (*list)[i] = (struct safetensors_meta){k, v};
+    return ZT_OK;
+}
+
+void safetensors_meta_free(struct safetensors_meta *list, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(list[i].key);
+        free(list[i].value);
+    }
+    free(list);
+}
+
 zt_status safetensors_writer_set_metadata(struct safetensors_writer *w, const char *key,
                                           const char *value)
 {
     ZT_ASSERT(w && w->state == W_DECLARING);
-    if (!utf8_valid(key) || !utf8_valid(value))
-        return zt_error_set(ZT_ERR_USAGE, "%s: metadata '%.200s' is not valid UTF-8", w->out.path,
-                            key);
-    char *v = strdup(value);
-    int i = 0;
-    while (i < w->n_meta && strcmp(w->meta[i].key, key) != 0)
-        i++;
-    char *k = i < w->n_meta ? w->meta[i].key : strdup(key);
-    void *arr = w->meta;
-    int ok = v && k && grow(&arr, &w->cap_meta, i + 1, sizeof *w->meta);
-    w->meta = arr;
-    if (!ok) {
-        free(v);
-        if (i == w->n_meta)
-            free(k);
-        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot store metadata '%.200s'", w->out.path, key);
-    }
-    if (i < w->n_meta)
-        free(w->meta[i].value);
-    else
-        w->n_meta++;
-    w->meta[i] = (struct meta){k, v};
-    return ZT_OK;
+    return safetensors_meta_set(&w->meta, &w->n_meta, &w->cap_meta, w->out.path, key, value);
 }
 
 static void text_u64(struct json_text *b, uint64_t v)

@@ -1,5 +1,6 @@
-/* formats/safetensors.h — reading and writing Hugging Face safetensors
- * files, the format GPT-2 weights are exchanged in.
+/* formats/safetensors.h — reading and writing one Hugging Face
+ * safetensors file, the format Hugging Face weights are exchanged in (a
+ * model sharded over several files: formats/safetensors_set.h).
  *
  * Layout: an 8-byte little-endian length N, N bytes of UTF-8 JSON (the
  * header), then the data section. The header is an object mapping each
@@ -109,6 +110,14 @@ void safetensors_close(struct safetensors *s);
  * now so that an unwritable folder is reported before any work). *out is
  * the writer, or NULL on error (ZT_ERR_IO, ZT_ERR_NOMEM). */
 zt_status safetensors_writer_open(const char *path, struct safetensors_writer **out);
+
+/* The checks safetensors_writer_add makes of one tensor on its own (all
+ * but the duplicate name), for a writer of several files that declares a
+ * tensor before it knows which file takes it; `path` names the file in
+ * messages. *nbytes is the tensor's size in `dtype`. Statuses as
+ * safetensors_writer_add's, ZT_ERR_NOMEM aside. */
+zt_status safetensors_check_tensor(const char *path, const char *name, enum zt_dtype dtype,
+                                   int ndim, const uint64_t *shape, uint64_t *nbytes);
 
 /* Declares the next tensor (DECLARING state only); its data follows the
  * previous one's. `shape` has `ndim` entries (may be NULL when ndim is 0);

@@ -241,6 +241,51 @@ START_TEST(usage_errors_and_info_commands)
 }
 END_TEST
 
+/* export's shard size: Hugging Face's strings, a bad one refused (exit
+ * 2, like every usage error) naming it before any checkpoint is read; the
+ * help says what is taken and the default. */
+START_TEST(export_max_shard_size_usage)
+{
+    const char *dir = testutil_tmpdir("cli-export");
+    char log[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    static const char *const bad[] = {"5XB", "0", "5gb", "1.5", "-1GB"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(testutil_run(log,
+                                      "%s export %s/none --out %s/m.safetensors "
+                                      "--max-shard-size '%s'",
+                                      testutil_binary(), dir, dir, bad[i]),
+                         2);
+        const char *out = testutil_slurp(log);
+        ck_assert_msg(strstr(out, testutil_fmt("zerotrain: error: --max-shard-size %s: expected "
+                                               "a size of at least one byte like 5GB",
+                                               bad[i])) &&
+                          testutil_count(out, "zerotrain: error:") == 1,
+                      "%s", out);
+    }
+    ck_assert_int_eq(testutil_run(log, "%s export %s/none --out %s/m.safetensors --max-shard-size",
+                                  testutil_binary(), dir, dir),
+                     2);
+    ck_assert(strstr(testutil_slurp(log), "'--max-shard-size': unknown option or missing value"));
+    /* a good size gets as far as the checkpoint */
+    ck_assert_int_eq(testutil_run(log,
+                                  "%s export %s/none --out %s/m.safetensors "
+                                  "--max-shard-size 2GiB",
+                                  testutil_binary(), dir, dir),
+                     1);
+    ck_assert_int_eq(testutil_run(log, "%s help export", testutil_binary()), 0);
+    const char *help = testutil_slurp(log);
+    ck_assert_msg(strstr(help, "--max-shard-size SIZE") && strstr(help, "(default 5GB") &&
+                      strstr(help, "NAME-00001-of-0000N.safetensors") &&
+                      strstr(help, "NAME.safetensors.index.json"),
+                  "%s", help);
+    ck_assert_int_eq(testutil_run(log, "%s help", testutil_binary()), 0);
+    ck_assert_msg(strstr(testutil_slurp(log), "Hugging Face safetensors of\n") &&
+                      !strstr(testutil_slurp(log), "GPT-2"),
+                  "%s", testutil_slurp(log));
+}
+END_TEST
+
 START_TEST(prepare_then_train_and_eval_on_the_token_file)
 {
     const char *dir = testutil_tmpdir("cli-prepare");
@@ -305,6 +350,7 @@ int main(void)
     TCase *tc = tcase_create("binary");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, usage_errors_and_info_commands);
+    tcase_add_test(tc, export_max_shard_size_usage);
     tcase_add_test(tc, world_size_and_accumulation_are_interchangeable);
     tcase_add_test(tc, bad_config_exits_2_everywhere_message_once);
     tcase_add_test(tc, missing_data_names_the_path);

@@ -23,8 +23,11 @@
 
 #include "../common/half.h"
 #include "../formats/hf_gpt2.h"
+#include "../formats/hf_weights.h"
 #include "../formats/safetensors.h"
+#include "../formats/safetensors_set.h"
 #include "../worker/model.h"
+#include "hfutil.h"
 #include "testutil.h"
 
 #define PY_FILE   "tests/data/hf_gpt2_micro.safetensors"
@@ -191,29 +194,11 @@ static int same_bits(float a, float b)
     return memcmp(&a, &b, sizeof a) == 0;
 }
 
-/* Reads our flat space [0, n_params) of path through the module. */
-static float *read_all(const char *path, const struct param_table *t)
-{
-    struct hf_gpt2_reader *r = NULL;
-    ck_assert_msg(hf_gpt2_open(path, t, &r) == ZT_OK, "%s", zt_error_message());
-    float *got = malloc(t->n_params * sizeof *got);
-    ck_assert_int_eq(hf_gpt2_read(r, 0, t->n_params, got), ZT_OK);
-    hf_gpt2_close(r);
-    return got;
-}
-
-/* hf_gpt2_open must fail with `want` and exactly "PATH: text". */
+/* hf_weights_open must fail with `want` and exactly "PATH: text". */
 static void expect_open_error(const char *path, const struct param_table *t, zt_status want,
                               const char *text)
 {
-    struct hf_gpt2_reader *r = (struct hf_gpt2_reader *)&r; /* must be reset to NULL */
-    zt_status got = hf_gpt2_open(path, t, &r);
-    ck_assert_msg(got == want, "status %s, expected %s (message: %s)", zt_status_str(got),
-                  zt_status_str(want), zt_error_message());
-    ck_assert_ptr_null(r);
-    char msg[4096];
-    snprintf(msg, sizeof msg, "%s: %s", path, text);
-    ck_assert_str_eq(zt_error_message(), msg);
+    hfutil_expect_open_error(path, t, want, path, text);
 }
 
 /* Checks every element of a file of formula() values read through t. */
@@ -222,7 +207,7 @@ static void check_formula_file(const char *path, const struct param_table *t)
     struct spec specs[MAX_SPECS];
     const struct gpt2_config cfg = gpt2_config_of(t);
     ref_specs(&cfg, specs);
-    float *got = read_all(path, t);
+    float *got = hfutil_read_all(path, t);
     for (int k = 0; k < t->n_tensors; k++)
         for (size_t i = 0; i < t->tensors[k].numel; i++)
             ck_assert_msg(same_bits(got[t->tensors[k].offset + i], expected_ours(t, specs, k, i)),
@@ -271,7 +256,8 @@ START_TEST(test_export_layout)
     int n = ref_specs(&micro, specs);
     float *params = init_params(&t, 11);
     const char *path = tmp_file("hf-layout");
-    ck_assert_msg(hf_gpt2_export(&t, params, ZT_F32, path) == ZT_OK, "%s", zt_error_message());
+    ck_assert_msg(hf_weights_export(&t, params, ZT_F32, path, 0, NULL) == ZT_OK, "%s",
+                  zt_error_message());
 
     struct safetensors *s = NULL;
     ck_assert_int_eq(safetensors_open(path, &s), ZT_OK);
@@ -314,9 +300,9 @@ START_TEST(test_export_read_back_random_ranges)
     build_table(&micro, &t);
     float *params = init_params(&t, 12);
     const char *path = tmp_file("hf-ranges");
-    ck_assert_int_eq(hf_gpt2_export(&t, params, ZT_F32, path), ZT_OK);
-    struct hf_gpt2_reader *r = NULL;
-    ck_assert_int_eq(hf_gpt2_open(path, &t, &r), ZT_OK);
+    ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 0, NULL), ZT_OK);
+    struct hf_weights_reader *r = NULL;
+    ck_assert_int_eq(hf_weights_open(path, &t, &r), ZT_OK);
     float *got = malloc(t.n_params * sizeof *got);
     uint64_t x = 88172645463325252ull;
     for (int trial = 0; trial < 400; trial++) {
@@ -326,19 +312,19 @@ START_TEST(test_export_read_back_random_ranges)
         /* Mostly short ranges, which start and end inside tensors. */
         size_t len = (size_t)(x % (trial % 4 == 0 ? t.n_params : 5000));
         size_t b = a + len < t.n_params ? a + len : t.n_params;
-        ck_assert_int_eq(hf_gpt2_read(r, a, b, got), ZT_OK);
+        ck_assert_int_eq(hf_weights_read(r, a, b, got), ZT_OK);
         ck_assert_msg(memcmp(got, params + a, (b - a) * sizeof *got) == 0, "range [%zu, %zu)", a,
                       b);
     }
-    ck_assert_int_eq(hf_gpt2_read(r, 0, t.n_params, got), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, 0, t.n_params, got), ZT_OK);
     ck_assert(memcmp(got, params, t.n_params * sizeof *got) == 0);
     /* Exactly the span of one transposed tensor, and one element of it. */
     const struct param_tensor *qkv = &t.tensors[4];
-    ck_assert_int_eq(hf_gpt2_read(r, qkv->offset, qkv->offset + qkv->numel, got), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, qkv->offset, qkv->offset + qkv->numel, got), ZT_OK);
     ck_assert(memcmp(got, params + qkv->offset, qkv->numel * sizeof *got) == 0);
-    ck_assert_int_eq(hf_gpt2_read(r, qkv->offset + 33, qkv->offset + 34, got), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, qkv->offset + 33, qkv->offset + 34, got), ZT_OK);
     ck_assert(same_bits(got[0], params[qkv->offset + 33]));
-    hf_gpt2_close(r);
+    hf_weights_close(r);
     free(got);
     free(params);
     param_table_free(&t);
@@ -351,13 +337,13 @@ static void check_half_export(enum zt_dtype dtype)
     build_table(&micro, &t);
     float *params = init_params(&t, 13);
     const char *path = tmp_file("hf-half");
-    ck_assert_int_eq(hf_gpt2_export(&t, params, dtype, path), ZT_OK);
+    ck_assert_int_eq(hf_weights_export(&t, params, dtype, path, 0, NULL), ZT_OK);
     struct safetensors *s = NULL;
     ck_assert_int_eq(safetensors_open(path, &s), ZT_OK);
     for (int i = 0; i < safetensors_count(s); i++)
         ck_assert_int_eq(safetensors_tensor_at(s, i)->dtype, dtype);
     safetensors_close(s);
-    float *got = read_all(path, &t);
+    float *got = hfutil_read_all(path, &t);
     int inexact = 0;
     for (size_t i = 0; i < t.n_params; i++) {
         float want = dtype == ZT_BF16 ? zt_bf16_to_f32(zt_f32_to_bf16(params[i]))
@@ -391,15 +377,15 @@ START_TEST(test_export_errors)
     float *params = init_params(&t, 14);
     const char *dir = testutil_tmpdir("hf-export-err");
     const char *path = testutil_path_in(dir, "m.safetensors");
-    ck_assert_int_eq(hf_gpt2_export(&t, params, ZT_F64, path), ZT_ERR_UNSUPPORTED);
+    ck_assert_int_eq(hf_weights_export(&t, params, ZT_F64, path, 0, NULL), ZT_ERR_UNSUPPORTED);
     ck_assert_str_eq(zt_error_message(),
                      testutil_fmt("%s: cannot export GPT-2 as F64: the dtypes are F32, F16 and "
                                   "BF16",
                                   path));
-    ck_assert_int_eq(hf_gpt2_export(&t, params, ZT_I32, path), ZT_ERR_UNSUPPORTED);
+    ck_assert_int_eq(hf_weights_export(&t, params, ZT_I32, path, 0, NULL), ZT_ERR_UNSUPPORTED);
     ck_assert_int_ne(access(path, F_OK), 0);
     const char *nodir = testutil_path_in(dir, "missing/m.safetensors");
-    ck_assert_int_eq(hf_gpt2_export(&t, params, ZT_F32, nodir), ZT_ERR_IO);
+    ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, nodir, 0, NULL), ZT_ERR_IO);
     free(params);
     param_table_free(&t);
 }
@@ -432,20 +418,20 @@ START_TEST(test_python_file_in_chunks)
     struct spec specs[MAX_SPECS];
     build_table(&micro, &t);
     ref_specs(&micro, specs);
-    struct hf_gpt2_reader *r = NULL;
-    ck_assert_int_eq(hf_gpt2_open(testutil_source_path(PY_FILE), &t, &r), ZT_OK);
+    struct hf_weights_reader *r = NULL;
+    ck_assert_int_eq(hf_weights_open(testutil_source_path(PY_FILE), &t, &r), ZT_OK);
     float buf[1000];
     int k = 0;
     for (size_t a = 0; a < t.n_params; a += 1000) {
         size_t b = a + 1000 < t.n_params ? a + 1000 : t.n_params;
-        ck_assert_int_eq(hf_gpt2_read(r, a, b, buf), ZT_OK);
+        ck_assert_int_eq(hf_weights_read(r, a, b, buf), ZT_OK);
         for (size_t i = a; i < b; i++) {
             while (i >= t.tensors[k].offset + t.tensors[k].numel)
                 k++;
             ck_assert(same_bits(buf[i - a], expected_ours(&t, specs, k, i - t.tensors[k].offset)));
         }
     }
-    hf_gpt2_close(r);
+    hf_weights_close(r);
     param_table_free(&t);
 }
 END_TEST
@@ -690,19 +676,19 @@ START_TEST(test_read_range_errors)
 {
     struct param_table t;
     build_table(&micro, &t);
-    struct hf_gpt2_reader *r = NULL;
-    ck_assert_int_eq(hf_gpt2_open(testutil_source_path(PY_FILE), &t, &r), ZT_OK);
+    struct hf_weights_reader *r = NULL;
+    ck_assert_int_eq(hf_weights_open(testutil_source_path(PY_FILE), &t, &r), ZT_OK);
     float v[4];
-    ck_assert_int_eq(hf_gpt2_read(r, t.n_params, t.n_params, v), ZT_OK);
-    ck_assert_int_eq(hf_gpt2_read(r, 5, 5, v), ZT_OK);
-    ck_assert_int_eq(hf_gpt2_read(r, 5, 4, v), ZT_ERR_USAGE);
-    ck_assert_int_eq(hf_gpt2_read(r, t.n_params - 1, t.n_params + 1, v), ZT_ERR_USAGE);
+    ck_assert_int_eq(hf_weights_read(r, t.n_params, t.n_params, v), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, 5, 5, v), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, 5, 4, v), ZT_ERR_USAGE);
+    ck_assert_int_eq(hf_weights_read(r, t.n_params - 1, t.n_params + 1, v), ZT_ERR_USAGE);
     ck_assert_str_eq(zt_error_message(),
                      testutil_fmt("%s: cannot read parameters [%zu, %zu) of %zu",
                                   testutil_source_path(PY_FILE), t.n_params - 1, t.n_params + 1,
                                   t.n_params));
-    hf_gpt2_close(r);
-    hf_gpt2_close(NULL);
+    hf_weights_close(r);
+    hf_weights_close(NULL);
     param_table_free(&t);
 }
 END_TEST
@@ -732,26 +718,26 @@ START_TEST(test_transposed_tensor_cached)
     build_table(&micro, &t);
     float *params = init_params(&t, 15);
     const char *path = tmp_file("hf-cache");
-    ck_assert_int_eq(hf_gpt2_export(&t, params, ZT_F32, path), ZT_OK);
-    struct hf_gpt2_reader *r = NULL;
-    ck_assert_int_eq(hf_gpt2_open(path, &t, &r), ZT_OK);
+    ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 0, NULL), ZT_OK);
+    struct hf_weights_reader *r = NULL;
+    ck_assert_int_eq(hf_weights_open(path, &t, &r), ZT_OK);
     const struct param_tensor *qkv = &t.tensors[4], *proj = &t.tensors[6];
     size_t half = qkv->numel / 2, a = qkv->offset, b = qkv->offset + qkv->numel;
     float *got = malloc(qkv->numel * sizeof *got);
 
-    ck_assert_int_eq(hf_gpt2_read(r, a, a + half, got), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, a, a + half, got), ZT_OK);
     zero_tensor_in_file(path, "h.0.attn.c_attn.weight");
-    ck_assert_int_eq(hf_gpt2_read(r, a + half, b, got), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, a + half, b, got), ZT_OK);
     ck_assert(memcmp(got, params + a + half, (b - a - half) * sizeof *got) == 0);
-    ck_assert_int_eq(hf_gpt2_read(r, 0, 10, got), ZT_OK); /* wte: not transposed */
-    ck_assert_int_eq(hf_gpt2_read(r, a, a + 10, got), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, 0, 10, got), ZT_OK); /* wte: not transposed */
+    ck_assert_int_eq(hf_weights_read(r, a, a + 10, got), ZT_OK);
     ck_assert(memcmp(got, params + a, 10 * sizeof *got) == 0);
 
-    ck_assert_int_eq(hf_gpt2_read(r, proj->offset, proj->offset + 10, got), ZT_OK);
-    ck_assert_int_eq(hf_gpt2_read(r, a, b, got), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, proj->offset, proj->offset + 10, got), ZT_OK);
+    ck_assert_int_eq(hf_weights_read(r, a, b, got), ZT_OK);
     for (size_t i = 0; i < qkv->numel; i++)
         ck_assert(got[i] == 0.0f);
-    hf_gpt2_close(r);
+    hf_weights_close(r);
     free(got);
     free(params);
     param_table_free(&t);
@@ -767,10 +753,74 @@ START_TEST(test_round_trip_odd_width)
     build_table(&c, &t);
     float *params = init_params(&t, 16);
     const char *path = tmp_file("hf-odd");
-    ck_assert_int_eq(hf_gpt2_export(&t, params, ZT_F32, path), ZT_OK);
-    float *got = read_all(path, &t);
+    ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 0, NULL), ZT_OK);
+    float *got = hfutil_read_all(path, &t);
     ck_assert(memcmp(got, params, t.n_params * sizeof *got) == 0);
     free(got);
+    free(params);
+    param_table_free(&t);
+}
+END_TEST
+
+/* The model cut into shards of at most 40 kB (the micro model is 147 kB,
+ * wte 32 kB), read back every way; each Conv1D weight is transposed in
+ * whichever shard holds it; written again within the limit, the folder
+ * holds the single file only. */
+START_TEST(test_sharded_round_trip)
+{
+    struct param_table t;
+    build_table(&micro, &t);
+    float *params = init_params(&t, 17);
+    int shards = 0;
+    const char *dir = hfutil_check_sharded(&t, params, 40000, 4, &shards);
+    const char *index = testutil_path_in(dir, "model.safetensors.index.json");
+    struct safetensors_set *set = NULL;
+    ck_assert_int_eq(safetensors_set_open(index, &set), ZT_OK);
+    ck_assert_int_eq(safetensors_set_shard_count(set), shards);
+    const struct safetensors_tensor *fc = safetensors_set_find(set, "h.1.mlp.c_fc.weight");
+    ck_assert_int_eq(fc->ndim, 2);
+    ck_assert_uint_eq(fc->shape[0], 32);
+    ck_assert_uint_eq(fc->shape[1], 128);
+    safetensors_set_close(set);
+
+    const char *path = testutil_path_in(dir, "model.safetensors");
+    ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 0, &shards), ZT_OK);
+    ck_assert_int_eq(shards, 1);
+    ck_assert_int_ne(access(index, F_OK), 0);
+    float *got = hfutil_read_all(dir, &t);
+    ck_assert(memcmp(got, params, t.n_params * sizeof *got) == 0);
+    free(got);
+    free(params);
+    param_table_free(&t);
+}
+END_TEST
+
+/* A tensor that contradicts the config is named in the shard that holds
+ * it; one that is missing, by the index. */
+START_TEST(test_sharded_mismatch)
+{
+    struct param_table t;
+    build_table(&micro, &t);
+    float *params = init_params(&t, 18);
+    int shards = 0;
+    const char *dir = hfutil_check_sharded(&t, params, 40000, 4, &shards);
+    const char *index = testutil_path_in(dir, "model.safetensors.index.json");
+    struct param_table wide;
+    struct gpt2_config c = micro;
+    c.block_size = 64;
+    build_table(&c, &wide);
+    hfutil_expect_open_error(index, &wide, ZT_ERR_CONFIG,
+                             testutil_fmt("%s/model-00001-of-%05d.safetensors", dir, shards),
+                             "wpe.weight has shape [32, 32] but the config says model.block_size "
+                             "64 (expected [64, 32])");
+    param_table_free(&wide);
+    c = micro;
+    c.n_layer = 3;
+    build_table(&c, &wide);
+    hfutil_expect_open_error(dir, &wide, ZT_ERR_CONFIG, index,
+                             "tensor h.2.ln_1.weight is missing: the file has 2 layers but the "
+                             "config says model.n_layer 3");
+    param_table_free(&wide);
     free(params);
     param_table_free(&t);
 }
@@ -787,6 +837,7 @@ static Suite *hf_gpt2_suite(void)
     tcase_add_test(e, test_export_f16);
     tcase_add_test(e, test_export_errors);
     tcase_add_test(e, test_round_trip_odd_width);
+    tcase_add_test(e, test_sharded_round_trip);
     suite_add_tcase(s, e);
     TCase *i = tcase_create("import");
     tcase_add_test(i, test_python_file);
@@ -810,6 +861,7 @@ static Suite *hf_gpt2_suite(void)
     tcase_add_test(m, test_both_name_forms);
     tcase_add_test(m, test_integer_tensor);
     tcase_add_test(m, test_missing_file);
+    tcase_add_test(m, test_sharded_mismatch);
     suite_add_tcase(s, m);
     return s;
 }

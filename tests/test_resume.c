@@ -254,6 +254,23 @@ START_TEST(weights_in_and_out)
     ck_assert_msg(strcmp(a, b) == 0, "checkpoint %s vs exported %s", a, b);
     ck_assert(strstr(a, "\"val_loss\"") && strstr(a, "\"tokens\""));
 
+    /* cut into shards as save_pretrained cuts them, read through the index or its folder */
+    ck_assert_int_eq(testutil_run(log,
+                                  "mkdir %s/hf && %s export %s --out %s/hf/model.safetensors "
+                                  "--max-shard-size 40KB",
+                                  dir, testutil_binary(), step, dir),
+                     0);
+    ck_assert_msg(strstr(testutil_slurp(log),
+                         testutil_fmt("wrote %s/hf/model.safetensors.index.json and ", dir)),
+                  "%s", testutil_slurp(log));
+    static const char *const forms[] = {"hf", "hf/model.safetensors.index.json"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(testutil_run(log, "%s --set model.init_from=%s/%s --metrics %s/s.json",
+                                      eval, dir, forms[i], dir),
+                         0);
+        ck_assert_str_eq(testutil_slurp(testutil_fmt("%s/s.json", dir)), a);
+    }
+
     ck_assert_int_eq(testutil_run(log, "%s --set model.init_from=%s", eval,
                                   testutil_source_path("tests/data/hf_gpt2_micro.safetensors")),
                      0);
@@ -268,6 +285,55 @@ START_TEST(weights_in_and_out)
 }
 END_TEST
 
+/* A Llama checkpoint exported as one file and as shards with their index
+ * starts evaluation from the same weights either way, at stages 0 and 3;
+ * a config that contradicts the files is named by its key, exit 2. */
+START_TEST(llama_weights_in_and_out)
+{
+    static const char llama[] = "--set model.family=llama --set model.n_kv_head=1 "
+                                "--set model.intermediate_size=48";
+    char dir[512], eval[1200], log[600], a[256];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("resume-llama"));
+    snprintf(log, sizeof log, "%s/x.log", dir);
+    ck_assert_int_eq(
+        train(dir, "llama", 2,
+              testutil_fmt("%s --set checkpoint.dir=%s/ck --set run.steps=2", llama, dir)),
+        0);
+    ck_assert_int_eq(
+        testutil_run(log, "%s export %s/ck --out %s/one.safetensors", testutil_binary(), dir, dir),
+        0);
+    ck_assert_int_eq(testutil_run(log,
+                                  "mkdir %s/hf && %s export %s/ck --out %s/hf/model.safetensors "
+                                  "--max-shard-size 20KB",
+                                  dir, testutil_binary(), dir, dir),
+                     0);
+    ck_assert_msg(strstr(testutil_slurp(log), "model.safetensors.index.json and "), "%s",
+                  testutil_slurp(log));
+    snprintf(eval, sizeof eval, MPIRUN " 2 %s eval %s --set run.output_dir=%s/e %s",
+             testutil_binary(), micro(), dir, llama);
+    ck_assert_int_eq(testutil_run(log,
+                                  "%s --set model.init_from=%s/one.safetensors --metrics "
+                                  "%s/a.json",
+                                  eval, dir, dir),
+                     0);
+    snprintf(a, sizeof a, "%s", testutil_slurp(testutil_fmt("%s/a.json", dir)));
+    ck_assert(strstr(a, "\"val_loss\""));
+    ck_assert_int_eq(testutil_run(log,
+                                  "%s --set model.init_from=%s/hf --set zero_optimization.stage=3 "
+                                  "--metrics %s/b.json",
+                                  eval, dir, dir),
+                     0);
+    ck_assert_str_eq(testutil_slurp(testutil_fmt("%s/b.json", dir)), a);
+
+    int rc = testutil_run(log, "%s --set model.init_from=%s/hf --set model.n_kv_head=2", eval, dir);
+    const char *out = testutil_slurp(log);
+    ck_assert_msg(rc == 2 && strstr(out, "model.layers.0.self_attn.k_proj.weight has shape [16, "
+                                         "32] but the config says model.n_kv_head 2"),
+                  "exit %d:\n%s", rc, out);
+    ck_assert_int_eq(testutil_count(out, "zerotrain: error:"), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("resume");
@@ -279,6 +345,7 @@ int main(void)
     tcase_add_test(tc, corrupt_checkpoints_are_named);
     tcase_add_test(tc, sigterm_to_one_rank_checkpoints_and_exits_0);
     tcase_add_test(tc, weights_in_and_out);
+    tcase_add_test(tc, llama_weights_in_and_out);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }
