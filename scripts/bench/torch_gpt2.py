@@ -1,7 +1,13 @@
 #!/usr/bin/python3
-"""torch_gpt2.py — PyTorch side of the zerotrain GPT-2 throughput benchmark.
+"""torch_gpt2.py — PyTorch side of the zerotrain throughput benchmark.
 
-Trains the same GPT-2 as zerotrain (pre-LayerNorm blocks, fused qkv, GELU
+With --family llama it trains the same Llama-style decoder as zerotrain
+instead (RMSNorm eps 1e-5, rotary embedding in Hugging Face's rotate-half
+form, grouped-query attention with --n-kv-head heads repeated as repeat_kv
+does, SwiGLU MLP of --intermediate columns, no biases, untied head), the
+model written out as Hugging Face's LlamaForCausalLM computes it.
+
+By default it trains the same GPT-2 as zerotrain (pre-LayerNorm blocks, fused qkv, GELU
 tanh, tied head, learned positions) in float32 on CPU, with the same
 optimizer setup (AdamW, betas 0.9/0.999, weight decay 0.01 on 2-D tensors
 only, gradient clipping at norm 1.0), and reports the median step time so
@@ -165,9 +171,96 @@ class Gpt2(nn.Module):
         return F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
 
 
+class LlamaAttention(nn.Module):
+    def __init__(self, n_embd, n_head, n_kv_head):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.hs = n_head, n_kv_head, n_embd // n_head
+        self.q_proj = nn.Linear(n_embd, n_head * self.hs, bias=False)
+        self.k_proj = nn.Linear(n_embd, n_kv_head * self.hs, bias=False)
+        self.v_proj = nn.Linear(n_embd, n_kv_head * self.hs, bias=False)
+        self.o_proj = nn.Linear(n_head * self.hs, n_embd, bias=False)
+
+    @staticmethod
+    def rotate_half(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+
+    def forward(self, x, causal, cos, sin):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_head, self.hs).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_head, self.hs).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_head, self.hs).transpose(1, 2)
+        q = q * cos[:T] + self.rotate_half(q) * sin[:T]
+        k = k * cos[:T] + self.rotate_half(k) * sin[:T]
+        group = self.n_head // self.n_kv_head
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hs))
+        att = att.masked_fill(~causal[:T, :T], float("-inf"))
+        y = torch.softmax(att, dim=-1) @ v
+        return self.o_proj(y.transpose(1, 2).contiguous().view(B, T, -1))
+
+
+class RmsNorm(nn.Module):
+    def __init__(self, n, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, n_embd, n_head, n_kv_head, intermediate):
+        super().__init__()
+        self.input_layernorm = RmsNorm(n_embd)
+        self.self_attn = LlamaAttention(n_embd, n_head, n_kv_head)
+        self.post_attention_layernorm = RmsNorm(n_embd)
+        self.gate_proj = nn.Linear(n_embd, intermediate, bias=False)
+        self.up_proj = nn.Linear(n_embd, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, n_embd, bias=False)
+
+    def forward(self, x, causal, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), causal, cos, sin)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab, block_size, n_layer, n_head, n_kv_head, n_embd, intermediate, theta):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, n_embd)
+        self.layers = nn.ModuleList([LlamaBlock(n_embd, n_head, n_kv_head, intermediate)
+                                     for _ in range(n_layer)])
+        self.norm = RmsNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+        self.causal = torch.ones(block_size, block_size, dtype=torch.bool).tril()
+        hs = n_embd // n_head
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+        angles = torch.arange(block_size, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        emb = torch.cat((angles, angles), dim=-1)
+        self.cos, self.sin = emb.cos(), emb.sin()  # plain attributes, as causal
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x, self.causal, self.cos, self.sin)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", required=True, help="zerotrain token file")
+    ap.add_argument("--family", choices=("gpt2", "llama"), default="gpt2")
+    ap.add_argument("--n-kv-head", type=int, default=0, help="llama: default --n-head")
+    ap.add_argument("--intermediate", type=int, default=0, help="llama: the SwiGLU width")
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--n-layer", type=int, required=True)
     ap.add_argument("--n-head", type=int, required=True)
     ap.add_argument("--n-embd", type=int, required=True)
@@ -185,6 +278,10 @@ def parse_args(argv):
     a = ap.parse_args(argv)
     if a.block_size == 0:
         a.block_size = a.seq_len
+    if a.n_kv_head == 0:
+        a.n_kv_head = a.n_head
+    if a.family == "llama" and (a.intermediate < 1 or a.n_head % a.n_kv_head != 0):
+        ap.error("llama needs --intermediate >= 1 and --n-head a multiple of --n-kv-head")
     if a.n_embd % a.n_head != 0:
         ap.error("--n-embd must be a multiple of --n-head")
     if a.seq_len > a.block_size:
@@ -257,7 +354,11 @@ def main(argv):
 
     tokens = read_tokens(a.tokens, a.vocab, not a.no_checksum)
     torch.manual_seed(a.seed)
-    model = Gpt2(a.vocab, a.block_size, a.n_layer, a.n_head, a.n_embd)
+    if a.family == "llama":
+        model = Llama(a.vocab, a.block_size, a.n_layer, a.n_head, a.n_kv_head, a.n_embd,
+                      a.intermediate, a.rope_theta)
+    else:
+        model = Gpt2(a.vocab, a.block_size, a.n_layer, a.n_head, a.n_embd)
     n_params = sum(p.numel() for p in model.parameters())
     params = list(model.parameters())
     opt = make_optimizer(model, a.lr)
