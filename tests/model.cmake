@@ -1,3 +1,4 @@
-zt_test(test_model SOURCES test_model.c LIBS zt_worker)
+# flat_hooks.c: the hooks both model suites run the passes with.
+zt_test(test_model SOURCES test_model.c flat_hooks.c LIBS zt_worker)
 zt_test(test_precision SOURCES test_precision.c LIBS zt_worker)
-zt_test(test_llama SOURCES test_llama.c LIBS zt_worker)
+zt_test(test_llama SOURCES test_llama.c flat_hooks.c LIBS zt_worker)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flat_hooks.h"
 #include "testutil.h"
 #include "worker/backend.h"
 #include "worker/model.h"
@@ -69,81 +70,6 @@ static void reference_free(struct reference *r)
     free(r->params);
     free(r->grads);
     free(r->losses);
-}
-
-/* Hooks over one full flat parameter and gradient buffer, recording every
- * call as (event, unit). */
-enum hook_event { EV_BEGIN, EV_END, EV_PARAMS, EV_RELEASE, EV_GRADS, EV_DONE };
-
-struct flat_state {
-    const struct param_table *t;
-    float *params, *grads;
-    int acquired; /* units currently borrowed (must balance) */
-    int n_events;
-    int events[512][2];
-};
-
-static void record(struct flat_state *s, enum hook_event ev, int unit)
-{
-    if (s->n_events < 512) {
-        s->events[s->n_events][0] = ev;
-        s->events[s->n_events][1] = unit;
-    }
-    s->n_events++;
-}
-
-static zt_status flat_begin(void *ctx, enum model_pass pass)
-{
-    record(ctx, EV_BEGIN, (int)pass);
-    return ZT_OK;
-}
-
-static zt_status flat_end(void *ctx, enum model_pass pass)
-{
-    record(ctx, EV_END, (int)pass);
-    return ZT_OK;
-}
-
-static zt_status flat_params(void *ctx, int unit, const float **p)
-{
-    struct flat_state *s = ctx;
-    record(s, EV_PARAMS, unit);
-    s->acquired++;
-    *p = s->params + s->t->unit_offset[unit];
-    return ZT_OK;
-}
-
-static zt_status flat_release(void *ctx, int unit)
-{
-    struct flat_state *s = ctx;
-    record(s, EV_RELEASE, unit);
-    s->acquired--;
-    return ZT_OK;
-}
-
-static zt_status flat_grads(void *ctx, int unit, float **g)
-{
-    struct flat_state *s = ctx;
-    record(s, EV_GRADS, unit);
-    *g = s->grads + s->t->unit_offset[unit];
-    return ZT_OK;
-}
-
-static zt_status flat_done(void *ctx, int unit)
-{
-    record(ctx, EV_DONE, unit);
-    return ZT_OK;
-}
-
-static struct model_unit_hooks flat_hooks(struct flat_state *s)
-{
-    return (struct model_unit_hooks){.ctx = s,
-                                     .pass_begin = flat_begin,
-                                     .pass_end = flat_end,
-                                     .params_acquire = flat_params,
-                                     .params_release = flat_release,
-                                     .grads_acquire = flat_grads,
-                                     .grads_done = flat_done};
 }
 
 struct model_fixture {
@@ -286,7 +212,7 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
     ck_assert_int_eq(gpt2_forward(&pm, &ph, NULL, NULL), ZT_OK);
     ck_assert_int_eq(gpt2_backward(&pm, &ph, 1.0f), ZT_OK);
     ck_assert_int_eq(ps.n_events, fx.state.n_events);
-    ck_assert_int_le(ps.n_events, 512);
+    ck_assert_int_le(ps.n_events, FLAT_MAX_EVENTS);
     for (int i = 0; i < ps.n_events; i++)
         ck_assert_msg(ps.events[i][0] == fx.state.events[i][0] &&
                           ps.events[i][1] == fx.state.events[i][1],

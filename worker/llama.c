@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/clock.h"
 #include "../common/rng.h"
 #include "backend.h"
+#include "model_parts.h"
 
 /* ---- the table ------------------------------------------------------------- */
 
@@ -143,22 +143,6 @@ struct llama_config llama_config_of(const struct param_table *t)
     return c;
 }
 
-static void add_tensor(struct param_table *t, const char *name, int rows, int cols, int unit,
-                       size_t *offset)
-{
-    struct param_tensor *p = &t->tensors[t->n_tensors++];
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->rows = rows;
-    p->cols = cols;
-    p->numel = (size_t)rows * (size_t)cols;
-    p->offset = *offset;
-    p->unit = unit;
-    p->trainable = 1;
-    p->decay = cols > 1;
-    p->storage = PARAM_STORAGE_WORKING;
-    *offset += p->numel;
-}
-
 static void add_layer(struct param_table *t, const struct llama_config *c, int l, size_t *off)
 {
     const int C = c->n_embd, hs = head_dim(c), I = c->intermediate_size;
@@ -168,7 +152,7 @@ static void add_layer(struct param_table *t, const struct llama_config *c, int l
     for (int k = 0; k < N_LAYER_TENSORS; k++) {
         char name[48];
         snprintf(name, sizeof name, "layers.%d.%s", l, layer_suffix[k]);
-        add_tensor(t, name, rows[k], cols[k], 1 + l, off);
+        model_table_add(t, name, rows[k], cols[k], 1 + l, off);
     }
 }
 
@@ -188,15 +172,15 @@ static zt_status table_build(const struct zt_kvlist *shape, struct param_table *
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the parameter table");
     }
     size_t off = 0;
-    add_tensor(out, "embed_tokens.weight", c.vocab_size, c.n_embd, 0, &off);
+    model_table_add(out, "embed_tokens.weight", c.vocab_size, c.n_embd, 0, &off);
     for (int l = 0; l < L; l++) {
         out->unit_offset[1 + l] = off;
         add_layer(out, &c, l, &off);
     }
     out->unit_offset[L + 1] = off;
-    add_tensor(out, "norm.weight", c.n_embd, 1, L + 1, &off);
+    model_table_add(out, "norm.weight", c.n_embd, 1, L + 1, &off);
     if (!c.tie_word_embeddings)
-        add_tensor(out, "lm_head.weight", c.vocab_size, c.n_embd, L + 1, &off);
+        model_table_add(out, "lm_head.weight", c.vocab_size, c.n_embd, L + 1, &off);
     out->unit_offset[L + 2] = off;
     out->n_params = off;
     return ZT_OK;
@@ -270,17 +254,6 @@ struct llama {
     int n_allocated; /* how many of acts, scratch, rope tables, tokens exist */
 };
 
-/* Runs the fallible `call` and adds its time to the profile's category
- * when profiling; returns its failure from the enclosing function. */
-#define TIMED(m, category, call)                                                                   \
-    do {                                                                                           \
-        double timed_t0_ = (m)->base.profile ? zt_now_seconds() : 0.0;                             \
-        zt_status timed_status_ = (call);                                                          \
-        if ((m)->base.profile)                                                                     \
-            (m)->base.profile->seconds[category] += zt_now_seconds() - timed_t0_;                  \
-        ZT_TRY(timed_status_);                                                                     \
-    } while (0)
-
 /* Offsets (in floats) inside the activation allocation; see model.c's
  * act_layout for the scheme. */
 struct act_layout {
@@ -290,23 +263,10 @@ struct act_layout {
     size_t ln1, ln1_rstd, qkv, atty, att, res2, ln2, ln2_rstd, gu, mlp;
 };
 
-static int is_checkpointed(int ckpt_every, int l)
-{
-    return ckpt_every > 0 && l % ckpt_every == 0;
-}
-
-static int count_checkpointed(int ckpt_every, int n_layers)
-{
-    int n = 0;
-    for (int l = 0; l < n_layers; l++)
-        n += is_checkpointed(ckpt_every, l);
-    return n;
-}
-
 static struct act_layout act_layout_of(const struct llama_config *c, int B, int T, int ckpt_every)
 {
     const size_t BT = (size_t)B * T, C = c->n_embd, I = c->intermediate_size;
-    const int n_ckpt = count_checkpointed(ckpt_every, c->n_layer);
+    const int n_ckpt = model_blocks_checkpointed(ckpt_every, c->n_layer);
     struct act_layout a;
     size_t o = 0;
     a.ln1 = o, o += BT * C;
@@ -337,9 +297,9 @@ static struct act_layout act_layout_of(const struct llama_config *c, int B, int 
 
 static float *layer_internals(const struct llama *m, const struct act_layout *a, int l)
 {
-    if (is_checkpointed(m->ckpt_every, l))
+    if (model_block_checkpointed(m->ckpt_every, l))
         return m->acts + a->recompute;
-    int kept_before = l - count_checkpointed(m->ckpt_every, l);
+    int kept_before = l - model_blocks_checkpointed(m->ckpt_every, l);
     return m->acts + a->internals0 + (size_t)kept_before * a->layer_stride;
 }
 
@@ -465,47 +425,7 @@ static void instance_destroy(struct model *m)
     instance_free(llama_of(m));
 }
 
-/* ---- plan ------------------------------------------------------------------- */
-
-/* A pass over a plan-only device: the real pass's hook calls, in its
- * order, with no compute (see model.c's plan_walk). */
-static zt_status plan_walk(struct llama *m, const struct model_unit_hooks *h, enum model_pass pass)
-{
-    int order[MODEL_MAX_UNITS + 2];
-    const int n = unit_order(m->base.table, pass, order, MODEL_MAX_UNITS + 2);
-    const int tied = m->c.tie_word_embeddings, backward = pass == MODEL_PASS_BACKWARD;
-    const float *w;
-    float *g;
-    ZT_TRY(h->pass_begin(h->ctx, pass));
-    for (int i = 0; i < n; i++) {
-        ZT_TRY(h->params_acquire(h->ctx, order[i], &w));
-        if (backward)
-            ZT_TRY(h->grads_acquire(h->ctx, order[i], &g));
-        ZT_TRY(h->params_release(h->ctx, order[i]));
-        if (backward && order[i] != 0)
-            ZT_TRY(h->grads_done(h->ctx, order[i]));
-    }
-    if (backward && !tied)
-        ZT_TRY(h->grads_acquire(h->ctx, 0, &g));
-    if (backward)
-        ZT_TRY(h->grads_done(h->ctx, 0));
-    ZT_TRY(h->pass_end(h->ctx, pass));
-    return ZT_OK;
-}
-
 /* ---- forward ------------------------------------------------------------------ */
-
-static const float *tensor_in(const struct param_table *t, int k, const float *unit_base)
-{
-    const struct param_tensor *p = &t->tensors[k];
-    return unit_base + (p->offset - t->unit_offset[p->unit]);
-}
-
-static float *grad_in(const struct param_table *t, int k, float *unit_base)
-{
-    const struct param_tensor *p = &t->tensors[k];
-    return unit_base + (p->offset - t->unit_offset[p->unit]);
-}
 
 static zt_status block_forward(struct llama *m, int l, const float *w, const float *x, float *layer,
                                float *out)
@@ -517,28 +437,33 @@ static zt_status block_forward(struct llama *m, int l, const float *w, const flo
     const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, I = c->intermediate_size;
     const int hs = head_dim(c), QKV = qkv_width(c), NH = c->n_head, NKV = c->n_kv_head;
     const float eps = (float)c->rms_norm_eps;
-#define P(k) tensor_in(t, layer_tensor(l, k), w)
-    TIMED(m, MODEL_PROF_NORM,
-          ops->rmsnorm_forward(layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), BT, C, eps));
+#define P(k) model_param_in(t, layer_tensor(l, k), w)
+    MODEL_TIMED(
+        m, MODEL_PROF_NORM,
+        ops->rmsnorm_forward(layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), BT, C, eps));
     /* q, k and v are one [QKV, C] matrix in the flat space. */
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_Q), NULL, BT, C, QKV));
-    TIMED(m, MODEL_PROF_ROPE,
-          ops->rope_forward(layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
-    TIMED(m, MODEL_PROF_ATTENTION,
-          ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, B, T, NH, NKV, hs));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_O), NULL, BT, NH * hs, C));
-    TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
-    TIMED(m, MODEL_PROF_NORM,
-          ops->rmsnorm_forward(layer + a.ln2, layer + a.ln2_rstd, layer + a.res2, P(T_POST_NORM),
-                               BT, C, eps));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_Q), NULL, BT, C, QKV));
+    MODEL_TIMED(
+        m, MODEL_PROF_ROPE,
+        ops->rope_forward(layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+    MODEL_TIMED(
+        m, MODEL_PROF_ATTENTION,
+        ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, B, T, NH, NKV, hs));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_O), NULL, BT, NH * hs, C));
+    MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
+                ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                ops->rmsnorm_forward(layer + a.ln2, layer + a.ln2_rstd, layer + a.res2,
+                                     P(T_POST_NORM), BT, C, eps));
     /* gate and up are one [2I, C] matrix. */
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_forward(layer + a.gu, layer + a.ln2, P(T_GATE), NULL, BT, C, 2 * I));
-    TIMED(m, MODEL_PROF_ACTIVATION, ops->swiglu_forward(layer + a.mlp, layer + a.gu, BT, I));
-    TIMED(m, MODEL_PROF_MATMUL, ops->matmul_forward(out, layer + a.mlp, P(T_DOWN), NULL, BT, I, C));
-    TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_forward(layer + a.gu, layer + a.ln2, P(T_GATE), NULL, BT, C, 2 * I));
+    MODEL_TIMED(m, MODEL_PROF_ACTIVATION, ops->swiglu_forward(layer + a.mlp, layer + a.gu, BT, I));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_forward(out, layer + a.mlp, P(T_DOWN), NULL, BT, I, C));
+    MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
     return ZT_OK;
 }
@@ -553,40 +478,21 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
     float *acts = m->acts;
     const float *w;
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
-    TIMED(m, MODEL_PROF_NORM,
-          m->ops->rmsnorm_forward(acts + a->lnf, acts + a->lnf_rstd, layer_output(m, a, L - 1),
-                                  tensor_in(t, norm_tensor(L), w), BT, C, (float)c->rms_norm_eps));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                m->ops->rmsnorm_forward(
+                    acts + a->lnf, acts + a->lnf_rstd, layer_output(m, a, L - 1),
+                    model_param_in(t, norm_tensor(L), w), BT, C, (float)c->rms_norm_eps));
     if (c->tie_word_embeddings) {
         ZT_TRY(h->params_release(h->ctx, L + 1));
         ZT_TRY(h->params_acquire(h->ctx, 0, &w));
     }
-    TIMED(m, MODEL_PROF_MATMUL,
-          m->ops->matmul_forward(acts + a->logits, acts + a->lnf, tensor_in(t, head_tensor(c), w),
-                                 NULL, BT, C, V));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                m->ops->matmul_forward(acts + a->logits, acts + a->lnf,
+                                       model_param_in(t, head_tensor(c), w), NULL, BT, C, V));
     ZT_TRY(h->params_release(h->ctx, c->tie_word_embeddings ? 0 : L + 1));
-    TIMED(m, MODEL_PROF_CROSSENTROPY,
-          m->ops->crossentropy_forward(acts + a->losses, acts + a->probs, acts + a->logits,
-                                       m->targets, BT, V));
-    return ZT_OK;
-}
-
-/* The mean of the B x T losses, read back to the host. */
-static zt_status read_mean_loss(struct llama *m, const struct act_layout *a)
-{
-    const int BT = m->base.B * m->base.T;
-    float *losses = malloc((size_t)BT * sizeof(float));
-    if (!losses)
-        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the loss readback");
-    zt_status s =
-        m->dev->ops->copy_to_host(losses, m->acts + a->losses, (size_t)BT * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < BT; i++)
-        sum += losses[i];
-    free(losses);
-    ZT_TRY(s);
-    /* A non-finite loss is not an error here: every rank meets it in the
-     * gradient reduction, at the same point. */
-    m->base.mean_loss = (float)(sum / BT);
+    MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
+                m->ops->crossentropy_forward(acts + a->losses, acts + a->probs, acts + a->logits,
+                                             m->targets, BT, V));
     return ZT_OK;
 }
 
@@ -601,14 +507,14 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     const float *w;
 
     if (base->plan)
-        return plan_walk(m, h, MODEL_PASS_FORWARD);
+        return model_plan_walk(&m->base, h, MODEL_PASS_FORWARD);
     ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
-    TIMED(
-        m, MODEL_PROF_ENCODER,
-        m->ops->encoder_forward(m->acts + a.encoded, m->inputs, tensor_in(t, 0, w), NULL, B, T, C));
+    MODEL_TIMED(m, MODEL_PROF_ENCODER,
+                m->ops->encoder_forward(m->acts + a.encoded, m->inputs, model_param_in(t, 0, w),
+                                        NULL, B, T, C));
     ZT_TRY(h->params_release(h->ctx, 0));
     for (int l = 0; l < L; l++) {
         ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
@@ -618,14 +524,14 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     }
     ZT_TRY(head_forward(m, h, &a));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
-    return read_mean_loss(m, &a);
+    return model_read_mean_loss(base, m->dev, m->acts + a.losses, B * T);
 }
 
 /* ---- backward ----------------------------------------------------------------- */
 
 static zt_status zero(struct llama *m, float *p, size_t n)
 {
-    TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
+    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
     return ZT_OK;
 }
 
@@ -641,39 +547,39 @@ static zt_status block_backward(struct llama *m, int l, const float *w, float *g
     const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, I = c->intermediate_size;
     const int hs = head_dim(c), QKV = qkv_width(c), NH = c->n_head, NKV = c->n_kv_head;
     float *sc = m->scratch, *dres = sc + s.dres;
-#define P(k) tensor_in(t, layer_tensor(l, k), w)
-#define G(k) grad_in(t, layer_tensor(l, k), g)
+#define P(k) model_param_in(t, layer_tensor(l, k), w)
+#define G(k) model_grad_in(t, layer_tensor(l, k), g)
     ZT_TRY(zero(m, sc + s.dmlp, (size_t)BT * I));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_backward(sc + s.dmlp, G(T_DOWN), NULL, dres, layer + a.mlp, P(T_DOWN), BT, I,
-                               C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_backward(sc + s.dmlp, G(T_DOWN), NULL, dres, layer + a.mlp, P(T_DOWN),
+                                     BT, I, C));
     ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
-    TIMED(m, MODEL_PROF_ACTIVATION,
-          ops->swiglu_backward(sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
+    MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
+                ops->swiglu_backward(sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_backward(sc + s.dln, G(T_GATE), NULL, sc + s.dgu, layer + a.ln2, P(T_GATE),
-                               BT, C, 2 * I));
-    TIMED(m, MODEL_PROF_NORM,
-          ops->rmsnorm_backward(dres, G(T_POST_NORM), sc + s.dln, layer + a.res2, P(T_POST_NORM),
-                                layer + a.ln2_rstd, BT, C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_backward(sc + s.dln, G(T_GATE), NULL, sc + s.dgu, layer + a.ln2,
+                                     P(T_GATE), BT, C, 2 * I));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                ops->rmsnorm_backward(dres, G(T_POST_NORM), sc + s.dln, layer + a.res2,
+                                      P(T_POST_NORM), layer + a.ln2_rstd, BT, C));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_backward(sc + s.datty, G(T_O), NULL, dres, layer + a.atty, P(T_O), BT,
-                               NH * hs, C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_backward(sc + s.datty, G(T_O), NULL, dres, layer + a.atty, P(T_O), BT,
+                                     NH * hs, C));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
-    TIMED(m, MODEL_PROF_ATTENTION,
-          ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
-                                  layer + a.att, B, T, NH, NKV, hs));
-    TIMED(m, MODEL_PROF_ROPE,
-          ops->rope_backward(sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+    MODEL_TIMED(m, MODEL_PROF_ATTENTION,
+                ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
+                                        layer + a.att, B, T, NH, NKV, hs));
+    MODEL_TIMED(m, MODEL_PROF_ROPE,
+                ops->rope_backward(sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_backward(sc + s.dln, G(T_Q), NULL, sc + s.dqkv, layer + a.ln1, P(T_Q), BT, C,
-                               QKV));
-    TIMED(m, MODEL_PROF_NORM,
-          ops->rmsnorm_backward(dres, G(T_IN_NORM), sc + s.dln, x, P(T_IN_NORM), layer + a.ln1_rstd,
-                                BT, C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_backward(sc + s.dln, G(T_Q), NULL, sc + s.dqkv, layer + a.ln1, P(T_Q),
+                                     BT, C, QKV));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                ops->rmsnorm_backward(dres, G(T_IN_NORM), sc + s.dln, x, P(T_IN_NORM),
+                                      layer + a.ln1_rstd, BT, C));
 #undef P
 #undef G
     return ZT_OK;
@@ -694,27 +600,29 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
     float *dlogits = m->acts + a.logits, *dln = m->scratch + s.dln, *g;
     const float *w;
     ZT_TRY(zero(m, dlogits, (size_t)BT * V));
-    TIMED(m, MODEL_PROF_CROSSENTROPY,
-          m->ops->crossentropy_backward(dlogits, m->acts + a.probs, m->targets,
-                                        grad_scale / (float)BT, BT, V));
+    MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
+                m->ops->crossentropy_backward(dlogits, m->acts + a.probs, m->targets,
+                                              grad_scale / (float)BT, BT, V));
     ZT_TRY(h->params_acquire(h->ctx, tied ? 0 : L + 1, &w));
     ZT_TRY(h->grads_acquire(h->ctx, tied ? 0 : L + 1, &g));
     if (tied)
         *g0 = g;
     ZT_TRY(zero(m, dln, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          m->ops->matmul_backward(dln, grad_in(t, head_tensor(c), g), NULL, dlogits,
-                                  m->acts + a.lnf, tensor_in(t, head_tensor(c), w), BT, C, V));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                m->ops->matmul_backward(dln, model_grad_in(t, head_tensor(c), g), NULL, dlogits,
+                                        m->acts + a.lnf, model_param_in(t, head_tensor(c), w), BT,
+                                        C, V));
     if (tied) {
         ZT_TRY(h->params_release(h->ctx, 0));
         ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
         ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
     }
     ZT_TRY(zero(m, m->scratch + s.dres, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_NORM,
-          m->ops->rmsnorm_backward(m->scratch + s.dres, grad_in(t, norm_tensor(L), g), dln,
-                                   layer_output(m, &a, L - 1), tensor_in(t, norm_tensor(L), w),
-                                   m->acts + a.lnf_rstd, BT, C));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                m->ops->rmsnorm_backward(m->scratch + s.dres, model_grad_in(t, norm_tensor(L), g),
+                                         dln, layer_output(m, &a, L - 1),
+                                         model_param_in(t, norm_tensor(L), w), m->acts + a.lnf_rstd,
+                                         BT, C));
     ZT_TRY(h->params_release(h->ctx, L + 1));
     ZT_TRY(h->grads_done(h->ctx, L + 1));
     return ZT_OK;
@@ -732,7 +640,7 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
     float *g, *g0 = NULL;
 
     if (base->plan)
-        return plan_walk(m, h, MODEL_PASS_BACKWARD);
+        return model_plan_walk(&m->base, h, MODEL_PASS_BACKWARD);
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
     ZT_TRY(head_backward(m, h, grad_scale, &g0));
     for (int l = L - 1; l >= 0; l--) {
@@ -742,7 +650,7 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
         ZT_TRY(h->grads_acquire(h->ctx, 1 + l, &g));
         /* One acquisition serves a checkpointed layer's recompute and its
          * backward; the output is rewritten with the same values. */
-        if (is_checkpointed(m->ckpt_every, l))
+        if (model_block_checkpointed(m->ckpt_every, l))
             ZT_TRY(block_forward(m, l, w, x, layer, layer_output(m, &a, l)));
         ZT_TRY(block_backward(m, l, w, g, x, layer));
         ZT_TRY(h->params_release(h->ctx, 1 + l));
@@ -750,9 +658,9 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
     }
     if (!g0)
         ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
-    TIMED(m, MODEL_PROF_ENCODER,
-          m->ops->encoder_backward(grad_in(t, 0, g0), NULL, m->scratch + s.dres, m->inputs, base->B,
-                                   base->T, m->c.n_embd));
+    MODEL_TIMED(m, MODEL_PROF_ENCODER,
+                m->ops->encoder_backward(model_grad_in(t, 0, g0), NULL, m->scratch + s.dres,
+                                         m->inputs, base->B, base->T, m->c.n_embd));
     ZT_TRY(h->grads_done(h->ctx, 0));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
     return ZT_OK;

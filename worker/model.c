@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/clock.h"
 #include "../common/rng.h"
+#include "model_parts.h"
 
 /* ---- parameter table ---------------------------------------------------- */
 
@@ -52,22 +52,6 @@ enum {
     T_FCPW,
     T_FCPB
 };
-
-static void add_tensor(struct param_table *t, const char *name, int rows, int cols, int unit,
-                       size_t *offset)
-{
-    struct param_tensor *p = &t->tensors[t->n_tensors++];
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->rows = rows;
-    p->cols = cols;
-    p->numel = (size_t)rows * (size_t)cols;
-    p->offset = *offset;
-    p->unit = unit;
-    p->trainable = 1;
-    p->decay = cols > 1;
-    p->storage = PARAM_STORAGE_WORKING;
-    *offset += p->numel;
-}
 
 static const char *const shape_keys[5] = {"vocab_size", "block_size", "n_layer", "n_head",
                                           "n_embd"};
@@ -129,20 +113,21 @@ zt_status gpt2_table_build(const struct gpt2_config *cfg, struct param_table *ou
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the parameter table");
     }
     size_t off = 0;
-    add_tensor(out, "wte.weight", cfg->vocab_size, C, 0, &off);
-    add_tensor(out, "wpe.weight", cfg->block_size, C, 0, &off);
+    model_table_add(out, "wte.weight", cfg->vocab_size, C, 0, &off);
+    model_table_add(out, "wpe.weight", cfg->block_size, C, 0, &off);
     for (int l = 0; l < L; l++) {
         out->unit_offset[1 + l] = off;
         for (int k = 0; k < N_BLOCK_TENSORS; k++) {
             const struct tensor_spec *s = &block_specs[k];
             char name[48];
             snprintf(name, sizeof name, "h.%d.%s", l, s->suffix);
-            add_tensor(out, name, s->rows_mul * C, s->cols_mul ? s->cols_mul * C : 1, 1 + l, &off);
+            model_table_add(out, name, s->rows_mul * C, s->cols_mul ? s->cols_mul * C : 1, 1 + l,
+                            &off);
         }
     }
     out->unit_offset[L + 1] = off;
-    add_tensor(out, "ln_f.weight", C, 1, L + 1, &off);
-    add_tensor(out, "ln_f.bias", C, 1, L + 1, &off);
+    model_table_add(out, "ln_f.weight", C, 1, L + 1, &off);
+    model_table_add(out, "ln_f.bias", C, 1, L + 1, &off);
     out->unit_offset[L + 2] = off;
     out->n_params = off;
     return ZT_OK;
@@ -214,18 +199,6 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
     return 6.0 * matmul_params + 12.0 * L * T * C;
 }
 
-/* Runs the fallible `call`, adds its time to the profile's category when
- * profiling, and returns its status from the enclosing function when it
- * fails (with a ZT_TRY frame). */
-#define TIMED(m, category, call)                                                                   \
-    do {                                                                                           \
-        double timed_t0_ = (m)->base.profile ? zt_now_seconds() : 0.0;                             \
-        zt_status timed_status_ = (call);                                                          \
-        if ((m)->base.profile)                                                                     \
-            (m)->base.profile->seconds[category] += zt_now_seconds() - timed_t0_;                  \
-        ZT_TRY(timed_status_);                                                                     \
-    } while (0)
-
 /* ---- activation layout ---------------------------------------------------- */
 
 /* Offsets (in floats) of every activation inside the one allocation.
@@ -243,23 +216,10 @@ struct act_layout {
     size_t total;
 };
 
-static int is_checkpointed(int ckpt_every, int l)
-{
-    return ckpt_every > 0 && l % ckpt_every == 0;
-}
-
-static int count_checkpointed(int ckpt_every, int n_layers)
-{
-    int n = 0;
-    for (int l = 0; l < n_layers; l++)
-        n += is_checkpointed(ckpt_every, l);
-    return n;
-}
-
 static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T, int ckpt_every)
 {
     const size_t BT = (size_t)B * T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
-    const int n_ckpt = count_checkpointed(ckpt_every, c->n_layer);
+    const int n_ckpt = model_blocks_checkpointed(ckpt_every, c->n_layer);
     struct act_layout a;
     size_t o = 0;
     a.ln1 = o, o += BT * C;
@@ -295,9 +255,9 @@ static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T
  * recompute buffer when it is checkpointed. */
 static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, int l)
 {
-    if (is_checkpointed(m->ckpt_every, l))
+    if (model_block_checkpointed(m->ckpt_every, l))
         return m->acts + a->recompute;
-    int kept_before = l - count_checkpointed(m->ckpt_every, l);
+    int kept_before = l - model_blocks_checkpointed(m->ckpt_every, l);
     return m->acts + a->internals0 + (size_t)kept_before * a->layer_stride;
 }
 
@@ -380,49 +340,7 @@ void gpt2_destroy(struct gpt2 *m)
     memset(m, 0, sizeof *m);
 }
 
-/* ---- plan ----------------------------------------------------------------- */
-
-/* A pass over a plan-only device: the same hook calls in the same order as
- * the real pass (tests/test_model.c compares the two event by event), with
- * no compute, so a plan sees every gather and gradient buffer a real step
- * allocates. The backward borrows unit 0's gradients from the head to the
- * embeddings, around every other unit. */
-static zt_status plan_walk(struct gpt2 *m, const struct model_unit_hooks *h, enum model_pass pass)
-{
-    int order[MODEL_MAX_UNITS + 2];
-    const int n = gpt2_unit_order(m->base.table, pass, order, MODEL_MAX_UNITS + 2);
-    const float *w;
-    float *g;
-    ZT_ASSERT(n <= MODEL_MAX_UNITS + 2);
-    ZT_TRY(h->pass_begin(h->ctx, pass));
-    for (int i = 0; i < n; i++) {
-        ZT_TRY(h->params_acquire(h->ctx, order[i], &w));
-        if (pass == MODEL_PASS_BACKWARD)
-            ZT_TRY(h->grads_acquire(h->ctx, order[i], &g));
-        ZT_TRY(h->params_release(h->ctx, order[i]));
-        if (pass == MODEL_PASS_BACKWARD && order[i] != 0)
-            ZT_TRY(h->grads_done(h->ctx, order[i]));
-    }
-    if (pass == MODEL_PASS_BACKWARD)
-        ZT_TRY(h->grads_done(h->ctx, 0));
-    ZT_TRY(h->pass_end(h->ctx, pass));
-    return ZT_OK;
-}
-
 /* ---- forward -------------------------------------------------------------- */
-
-/* Pointer to tensor k of the table inside a unit's borrowed base. */
-static const float *tensor_in(const struct param_table *t, int k, const float *unit_base)
-{
-    const struct param_tensor *p = &t->tensors[k];
-    return unit_base + (p->offset - t->unit_offset[p->unit]);
-}
-
-static float *grad_in(const struct param_table *t, int k, float *unit_base)
-{
-    const struct param_tensor *p = &t->tensors[k];
-    return unit_base + (p->offset - t->unit_offset[p->unit]);
-}
 
 static zt_status block_forward(struct gpt2 *m, int l, const float *w, const float *x, float *layer,
                                float *out)
@@ -432,30 +350,34 @@ static zt_status block_forward(struct gpt2 *m, int l, const float *w, const floa
     const struct gpt2_config c = gpt2_config_of(t);
     const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
     const int BT = m->base.B * m->base.T, C = c.n_embd, NH = c.n_head, hs = C / NH;
-#define P(k) tensor_in(t, block_tensor(l, k), w)
-    TIMED(m, MODEL_PROF_NORM,
-          ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
-                                 P(T_LN1W), P(T_LN1B), BT, C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
+#define P(k) model_param_in(t, block_tensor(l, k), w)
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
+                                       P(T_LN1W), P(T_LN1B), BT, C));
+    MODEL_TIMED(
+        m, MODEL_PROF_MATMUL,
+        ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
-    TIMED(m, MODEL_PROF_ATTENTION,
-          ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B, m->base.T,
-                                 NH, NH, hs));
+    MODEL_TIMED(m, MODEL_PROF_ATTENTION,
+                ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B,
+                                       m->base.T, NH, NH, hs));
     /* attn projection output is staged in res2 then the residual added in place */
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
-    TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
-    TIMED(m, MODEL_PROF_NORM,
-          ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
-                                 layer + a.res2, P(T_LN2W), P(T_LN2B), BT, C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
-    TIMED(m, MODEL_PROF_ACTIVATION,
-          ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
-    TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
+    MODEL_TIMED(
+        m, MODEL_PROF_MATMUL,
+        ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
+    MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
+                ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
+                                       layer + a.res2, P(T_LN2W), P(T_LN2B), BT, C));
+    MODEL_TIMED(
+        m, MODEL_PROF_MATMUL,
+        ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
+    MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
+                ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
+    MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
     return ZT_OK;
 }
@@ -473,15 +395,15 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     const float *w;
 
     if (m->base.plan)
-        return plan_walk(m, h, MODEL_PASS_FORWARD);
+        return model_plan_walk(&m->base, h, MODEL_PASS_FORWARD);
     ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
 
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
-    TIMED(m, MODEL_PROF_ENCODER,
-          m->ops->encoder_forward(acts + a.encoded, m->inputs, tensor_in(t, 0, w),
-                                  tensor_in(t, 1, w), B, T, C));
+    MODEL_TIMED(m, MODEL_PROF_ENCODER,
+                m->ops->encoder_forward(acts + a.encoded, m->inputs, model_param_in(t, 0, w),
+                                        model_param_in(t, 1, w), B, T, C));
     ZT_TRY(h->params_release(h->ctx, 0));
 
     for (int l = 0; l < L; l++) {
@@ -494,41 +416,30 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
-    TIMED(m, MODEL_PROF_NORM,
-          m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
-                                    tensor_in(t, k_lnf, w), tensor_in(t, k_lnf + 1, w), BT, C));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
+                                          model_param_in(t, k_lnf, w),
+                                          model_param_in(t, k_lnf + 1, w), BT, C));
     ZT_TRY(h->params_release(h->ctx, L + 1));
 
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
-    TIMED(
-        m, MODEL_PROF_MATMUL,
-        m->ops->matmul_forward(acts + a.logits, acts + a.lnf, tensor_in(t, 0, w), NULL, BT, C, V));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                m->ops->matmul_forward(acts + a.logits, acts + a.lnf, model_param_in(t, 0, w), NULL,
+                                       BT, C, V));
     ZT_TRY(h->params_release(h->ctx, 0));
-    TIMED(m, MODEL_PROF_CROSSENTROPY,
-          m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits, m->targets,
-                                       BT, V));
+    MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
+                m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits,
+                                             m->targets, BT, V));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
 
-    float *losses = malloc(tok_bytes);
-    if (!losses)
-        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the loss readback");
-    zt_status s = m->dev->ops->copy_to_host(losses, acts + a.losses, (size_t)BT * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < BT; i++)
-        sum += losses[i];
-    free(losses);
-    ZT_TRY(s);
-    /* A non-finite loss is not an error here: it reaches every rank through
-     * the gradient reduction, where all ranks detect it at the same point. */
-    m->base.mean_loss = (float)(sum / BT);
-    return ZT_OK;
+    return model_read_mean_loss(&m->base, m->dev, acts + a.losses, BT);
 }
 
 /* ---- backward ------------------------------------------------------------- */
 
 static zt_status zero(struct gpt2 *m, float *p, size_t n)
 {
-    TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
+    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
     return ZT_OK;
 }
 
@@ -542,38 +453,38 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     const struct scratch_layout s = scratch_layout_of(&c, m->base.B, m->base.T);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = c.n_embd, NH = c.n_head, hs = C / NH;
     float *sc = m->scratch, *dres = sc + s.dres;
-#define P(k) tensor_in(t, block_tensor(l, k), w)
-#define G(k) grad_in(t, block_tensor(l, k), g)
+#define P(k) model_param_in(t, block_tensor(l, k), w)
+#define G(k) model_grad_in(t, block_tensor(l, k), g)
     /* dres holds d loss / d res3 on entry and d loss / d x on exit. */
     ZT_TRY(zero(m, sc + s.dfch_gelu, (size_t)BT * 4 * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres, layer + a.fch_gelu,
-                               P(T_FCPW), BT, 4 * C, C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres,
+                                     layer + a.fch_gelu, P(T_FCPW), BT, 4 * C, C));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * 4 * C));
-    TIMED(m, MODEL_PROF_ACTIVATION,
-          ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
+    MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
+                ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2, P(T_FCW),
-                               BT, C, 4 * C));
-    TIMED(m, MODEL_PROF_NORM,
-          ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2, P(T_LN2W),
-                                  layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2,
+                                     P(T_FCW), BT, C, 4 * C));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2,
+                                        P(T_LN2W), layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty,
-                               P(T_PROJW), BT, C, C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty,
+                                     P(T_PROJW), BT, C, C));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * C));
-    TIMED(m, MODEL_PROF_ATTENTION,
-          ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
-                                  layer + a.att, B, T, NH, NH, hs));
+    MODEL_TIMED(m, MODEL_PROF_ATTENTION,
+                ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
+                                        layer + a.att, B, T, NH, NH, hs));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
-                               P(T_QKVW), BT, C, 3 * C));
-    TIMED(m, MODEL_PROF_NORM,
-          ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
-                                  layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
+                                     P(T_QKVW), BT, C, 3 * C));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
+                                        layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
 #undef P
 #undef G
     return ZT_OK;
@@ -593,30 +504,31 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     float *g, *g0;
 
     if (m->base.plan)
-        return plan_walk(m, h, MODEL_PASS_BACKWARD);
+        return model_plan_walk(&m->base, h, MODEL_PASS_BACKWARD);
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
     /* The head: logits are no longer needed, their buffer takes dlogits. */
     float *dlogits = acts + a.logits;
     ZT_TRY(zero(m, dlogits, (size_t)BT * V));
-    TIMED(m, MODEL_PROF_CROSSENTROPY,
-          m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets, grad_scale / (float)BT,
-                                        BT, V));
+    MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
+                m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets,
+                                              grad_scale / (float)BT, BT, V));
     ZT_TRY(h->params_acquire(h->ctx, 0, &w));
     ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_MATMUL,
-          m->ops->matmul_backward(sc + s.dln, grad_in(t, 0, g0), NULL, dlogits, acts + a.lnf,
-                                  tensor_in(t, 0, w), BT, C, V));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                m->ops->matmul_backward(sc + s.dln, model_grad_in(t, 0, g0), NULL, dlogits,
+                                        acts + a.lnf, model_param_in(t, 0, w), BT, C, V));
     ZT_TRY(h->params_release(h->ctx, 0));
 
     const float *x_last = layer_output(m, &a, L - 1);
     ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
     ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
     ZT_TRY(zero(m, dres, (size_t)BT * C));
-    TIMED(m, MODEL_PROF_NORM,
-          m->ops->layernorm_backward(dres, grad_in(t, k_lnf, g), grad_in(t, k_lnf + 1, g),
-                                     sc + s.dln, x_last, tensor_in(t, k_lnf, w), acts + a.lnf_mean,
-                                     acts + a.lnf_rstd, BT, C));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                m->ops->layernorm_backward(dres, model_grad_in(t, k_lnf, g),
+                                           model_grad_in(t, k_lnf + 1, g), sc + s.dln, x_last,
+                                           model_param_in(t, k_lnf, w), acts + a.lnf_mean,
+                                           acts + a.lnf_rstd, BT, C));
     ZT_TRY(h->params_release(h->ctx, L + 1));
     ZT_TRY(h->grads_done(h->ctx, L + 1));
 
@@ -628,15 +540,16 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
         /* A checkpointed layer recomputes its internals from its input; one
          * acquisition of its parameters serves the recompute and the
          * backward. The output is rewritten with the same values. */
-        if (is_checkpointed(m->ckpt_every, l))
+        if (model_block_checkpointed(m->ckpt_every, l))
             ZT_TRY(block_forward(m, l, w, x, layer, layer_output(m, &a, l)));
         ZT_TRY(block_backward(m, l, w, g, x, layer));
         ZT_TRY(h->params_release(h->ctx, 1 + l));
         ZT_TRY(h->grads_done(h->ctx, 1 + l));
     }
 
-    TIMED(m, MODEL_PROF_ENCODER,
-          m->ops->encoder_backward(grad_in(t, 0, g0), grad_in(t, 1, g0), dres, m->inputs, B, T, C));
+    MODEL_TIMED(m, MODEL_PROF_ENCODER,
+                m->ops->encoder_backward(model_grad_in(t, 0, g0), model_grad_in(t, 1, g0), dres,
+                                         m->inputs, B, T, C));
     ZT_TRY(h->grads_done(h->ctx, 0));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
     return ZT_OK;
