@@ -64,6 +64,17 @@ struct zt_config {
         char *init_from; /* NULL: random init; else Hugging Face weights of the family */
     } model;
 
+    /* LoRA adapters (worker/lora.h), PEFT's LoraConfig names. */
+    struct {
+        int enabled;
+        int r;                 /* rank, default 8 */
+        double lora_alpha;     /* default 8: the term is scaled by lora_alpha / r */
+        double lora_dropout;   /* default 0 */
+        char **target_modules; /* default: the family's (gpt2: c_attn; llama: q_proj, v_proj) */
+        int n_target_modules;
+        char *bias; /* "none" */
+    } lora;
+
     struct {
         char **train; /* one or more paths: a token file, or text files/folders */
         int n_train;
@@ -75,13 +86,14 @@ struct zt_config {
     } data;
 
     struct {
-        long steps;         /* optimizer steps, default 100 */
-        uint64_t seed;      /* default 1234 */
-        long eval_interval; /* steps between evaluations, 0 = only at the end (if there is
-                               validation data); default 0 */
-        long eval_batches;  /* micro batches per evaluation, 0 = the whole val set; default 0 */
-        char *output_dir;   /* default "runs/latest" */
-        char *resume;       /* "auto" (default), "never", or a checkpoint path */
+        long steps;                 /* optimizer steps, default 100 */
+        double neftune_noise_alpha; /* NEFTune's noise on the embeddings, 0 (default): off */
+        uint64_t seed;              /* default 1234 */
+        long eval_interval;         /* steps between evaluations, 0 = only at the end (if there is
+                                       validation data); default 0 */
+        long eval_batches; /* micro batches per evaluation, 0 = the whole val set; default 0 */
+        char *output_dir;  /* default "runs/latest" */
+        char *resume;      /* "auto" (default), "never", or a checkpoint path */
     } run;
 
     struct {

@@ -123,6 +123,24 @@ static const struct field fields[] = {
      "null: random initialisation; Hugging Face weights of the family (a .safetensors file, a "
      "model.safetensors.index.json, or a folder holding either)"},
 
+    {"lora", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "LoRA fine-tuning: the base model frozen, low-rank adapters trained (PEFT's LoraConfig)"},
+    {"lora.enabled", T_BOOL, OFF(lora.enabled), 0, "false", NB, NB, 0, NULL,
+     "true: freeze the model and train adapters on lora.target_modules"},
+    {"lora.r", T_INT, OFF(lora.r), 0, "8", GE(1), LE(4096), 0, NULL, "adapter rank"},
+    {"lora.lora_alpha", T_DOUBLE, OFF(lora.lora_alpha), 0, "8", GT(0), NB, 0, NULL,
+     "the adapters' term is scaled by lora_alpha / r"},
+    {"lora.lora_dropout", T_DOUBLE, OFF(lora.lora_dropout), 0, "0", GE(0), LT(1),
+     F_UNSUPPORTED_NONZERO, "lora.lora_dropout > 0",
+     "dropout on the adapters' input in training forwards"},
+    {"lora.target_modules", T_PATHS, OFF(lora.target_modules), OFF(lora.n_target_modules), NULL,
+     NB, NB, 0, NULL,
+     "module names or their last components (gpt2: c_attn, c_proj, c_fc; llama: q_proj, k_proj, "
+     "v_proj, o_proj, gate_proj, up_proj, down_proj), or all-linear (default: c_attn for gpt2, "
+     "q_proj and v_proj for llama, as PEFT)"},
+    {"lora.bias", T_STRING, OFF(lora.bias), 0, "none", NB, NB, 0, NULL,
+     "none: biases stay frozen (the only choice)"},
+
     {"data", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "training and validation data"},
     {"data.train", T_PATHS, OFF(data.train), OFF(data.n_train), NULL, NB, NB, 0, NULL,
      "required: a token file, or text files or folders"},
@@ -138,6 +156,10 @@ static const struct field fields[] = {
     {"run", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the run"},
     {"run.steps", T_LONG, OFF(run.steps), 0, "100", GE(1), NB, 0, NULL, "optimizer steps"},
     {"run.seed", T_U64, OFF(run.seed), 0, "1234", NB, NB, 0, NULL, "random seed"},
+    {"run.neftune_noise_alpha", T_DOUBLE, OFF(run.neftune_noise_alpha), 0, "0", GE(0), NB, 0,
+     NULL,
+     "NEFTune: uniform noise of alpha / sqrt(seq_len * n_embd) on the token embeddings in "
+     "training forwards (Hugging Face's neftune_noise_alpha; 0: off)"},
     {"run.eval_interval", T_LONG, OFF(run.eval_interval), 0, "0", GE(0), NB, 0, NULL,
      "steps between evaluations, 0: only at the end (none without validation data)"},
     {"run.eval_batches", T_LONG, OFF(run.eval_batches), 0, "0", GE(0), NB, 0, NULL,
@@ -531,6 +553,9 @@ static zt_status leaf_double(struct walk *w, const struct field *f, const struct
     if (p != P_OK)
         return parsed_error(p, where, f->path, "a number", v);
     ZT_TRY(check_range(where, f->path, f, v, x));
+    if (x != 0 && (f->flags & F_UNSUPPORTED_NONZERO))
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: %s (got %g)", where,
+                            f->path, f->what, x);
     if (f->off != NO_STORE)
         *(double *)field_ptr(w->cfg, f->off) = x;
     return ZT_OK;
@@ -1267,6 +1292,21 @@ static zt_status check_model_and_data(const struct walk *w)
 /* checkpoint.dir null means no checkpoints (DeepSpeed saves nothing
  * without a save_dir): asking for periodic ones without a folder is a
  * mistake to name now, not a request to drop silently. */
+static zt_status check_lora(const struct walk *w)
+{
+    char where[WHERE];
+    const char *bias = w->cfg->lora.bias;
+    if (strcmp(bias, "none") == 0)
+        return ZT_OK;
+    where_of_keys(w, where, "lora.bias", NULL, NULL);
+    if (strcmp(bias, "all") == 0 || strcmp(bias, "lora_only") == 0)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: lora.bias: '%s' is not supported yet: biases stay frozen (none)",
+                            where, bias);
+    return zt_error_set(ZT_ERR_CONFIG, "%s: lora.bias: must be none, all or lora_only, got '%s'",
+                        where, bias);
+}
+
 static zt_status check_checkpoint(const struct walk *w)
 {
     char where[WHERE];
@@ -1372,6 +1412,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
             s = check_optimizer(w);
         if (s == ZT_OK)
             s = check_checkpoint(w);
+        if (s == ZT_OK)
+            s = check_lora(w);
     }
     if (s == ZT_OK)
         s = check_scheduler(w);

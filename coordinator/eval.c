@@ -50,6 +50,7 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
     for (size_t i = 0; i < rounds && st == ZT_OK; i++) {
         const size_t j = (size_t)s->rank + i * world;
         fill_eval_batch(&s->val, T, B, j < batches ? j : 0, s->inputs, s->targets);
+        s->model->training = 0;
         st = model_forward(s->model, &s->engine.hooks, s->inputs, s->targets);
         if (j < batches) {
             sums[0] += (double)s->model->mean_loss * B * T;

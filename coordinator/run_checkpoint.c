@@ -595,18 +595,19 @@ static zt_status check_weights_folder(const char *path)
 /* model.init_from: each rank reads from the Hugging Face weights of the
  * model's family (formats/hf_weights.h) only the ranges it holds, as the
  * fp32 weights the optimizer starts from; the optimizer state starts at
- * zero. */
+ * zero. LoRA adapters are not in the file: they keep their initial
+ * values. */
 static zt_status import_weights(struct run_session *s, const char *path)
 {
     struct hf_weights_reader *r = NULL;
+    const struct param_table base = param_table_base(&s->table);
     size_t max_unit = 0;
-    for (int u = 0; u < s->table.n_units; u++)
-        max_unit = param_table_unit_size(&s->table, u) > max_unit
-                       ? param_table_unit_size(&s->table, u)
-                       : max_unit;
+    for (int u = 0; u < base.n_units; u++)
+        max_unit =
+            param_table_unit_size(&base, u) > max_unit ? param_table_unit_size(&base, u) : max_unit;
     zt_status opened = check_weights_folder(path), agreed_open;
     if (opened == ZT_OK)
-        opened = hf_weights_open(path, &s->table, &r);
+        opened = hf_weights_open(path, &base, &r);
     ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));
     if (agreed_open != ZT_OK) {
         if (opened == ZT_OK)
@@ -615,12 +616,12 @@ static zt_status import_weights(struct run_session *s, const char *path)
     }
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
     zt_status st = buf ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the import staging");
-    for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
-        size_t lo, hi, base = s->table.unit_offset[u];
+    for (int u = 0; u < base.n_units && st == ZT_OK; u++) {
+        size_t lo, hi, at = base.unit_offset[u];
         shard_engine_held_range(&s->engine, u, &lo, &hi);
         if (hi == lo)
             continue;
-        st = hf_weights_read(r, base + lo, base + hi, buf);
+        st = hf_weights_read(r, at + lo, at + hi, buf);
         if (st == ZT_OK)
             st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
     }

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../formats/hf_weights.h"
+#include "../worker/lora.h"
 #include "../worker/model_family.h"
 #include "../worker/ops.h"
 
@@ -140,12 +142,44 @@ static zt_status check_validation_size(const struct run_session *s)
                         windows, T + 1, B);
 }
 
+/* lora: adapters on the target modules (PEFT's defaults for the family when
+ * none are named), the base frozen. */
+static zt_status attach_adapters(const struct zt_config *c, struct param_table *t)
+{
+    char **modules;
+    const char *const *defaults;
+    ZT_TRY(hf_weights_module_names(t, &modules, &defaults));
+    int n_defaults = 0;
+    while (defaults[n_defaults])
+        n_defaults++;
+    const struct lora_spec spec = {
+        .r = c->lora.r,
+        .alpha = c->lora.lora_alpha,
+        .dropout = c->lora.lora_dropout,
+        .targets =
+            c->lora.n_target_modules ? (const char *const *)c->lora.target_modules : defaults,
+        .n_targets = c->lora.n_target_modules ? c->lora.n_target_modules : n_defaults,
+    };
+    zt_status s = lora_attach(t, &spec, (const char *const *)modules);
+    free(modules);
+    return s;
+}
+
+zt_status session_build_table(const struct zt_config *c, struct param_table *out)
+{
+    struct zt_kvlist shape;
+    config_model_shape(c, &shape);
+    ZT_TRY(param_table_build(&shape, out));
+    zt_status s = c->lora.enabled ? attach_adapters(c, out) : ZT_OK;
+    if (s != ZT_OK)
+        param_table_free(out);
+    return s;
+}
+
 static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
-    struct zt_kvlist shape;
-    config_model_shape(c, &shape);
-    ZT_TRY(param_table_build(&shape, &s->table));
+    ZT_TRY(session_build_table(c, &s->table));
     const struct shard_engine_config ec =
         session_engine_config(c, c->zero.stage, s->world, s->rank);
     if (c->fp16.enabled && c->fp16.loss_scale == 0.0)
@@ -158,11 +192,17 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
                         session_ckpt_every(c), &s->model));
     if (o->profile)
         s->model->profile = &s->profile;
+    if (c->run.neftune_noise_alpha > 0.0)
+        ZT_TRY(
+            model_neftune_enable(s->model, &s->compute, c->run.neftune_noise_alpha, c->run.seed));
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
     s->inputs = malloc(2 * bt * sizeof(int32_t));
     if (!s->inputs)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the host batch");
     s->targets = s->inputs + bt;
+    s->row_ids = malloc((size_t)c->train_micro_batch_size_per_gpu * sizeof *s->row_ids);
+    if (!s->row_ids)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the host batch");
     return ZT_OK;
 }
 
@@ -281,6 +321,8 @@ void session_close(struct run_session *s)
 {
     free(s->inputs);
     s->inputs = s->targets = NULL;
+    free(s->row_ids);
+    s->row_ids = NULL;
     model_destroy(s->model);
     s->model = NULL;
     if (s->engine.dev)

@@ -95,6 +95,7 @@ struct run_session {
     int stop_request;          /* agreed among ranks after each step: 0, 1 save+stop, 2 stop */
     char resumed_from[4096];   /* the checkpoint loaded, "" if none */
     int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */
+    uint64_t *row_ids;         /* the batch rows' global sample indices (sampler_rows) */
     int have_train;            /* train data and sampler loaded */
     int failed_here;           /* this rank detected the failure (it prints) */
     /* Where the weights came from; resumed_from names the checkpoint. */
@@ -110,6 +111,12 @@ struct run_session {
  * the session is closed, s->state is RUN_FAILED and the status is the
  * agreed one; s->failed_here says whether this rank should print. */
 zt_status session_open(struct run_session *s, const struct run_options *o, int need_train);
+
+/* The parameter table the config describes: the family's model, with LoRA
+ * adapters on it when lora.enabled (worker/lora.h). Errors: those of
+ * param_table_build and lora_attach (a target_modules entry that matches
+ * no linear layer is ZT_ERR_CONFIG). */
+zt_status session_build_table(const struct zt_config *c, struct param_table *out);
 void session_close(struct run_session *s);
 
 /* Agrees on `local` among all ranks of the world (comm_world_agree):

@@ -85,6 +85,15 @@ static void comm_stats_delta(const struct comm_stats *now, const struct comm_sta
     out->wait_seconds = now->wait_seconds - before->wait_seconds;
 }
 
+/* The rank's micro batch m of `step`, for a training forward. */
+static void fill_batch(struct run_session *s, long step, int m)
+{
+    sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
+    sampler_rows(&s->sampler, (uint64_t)step, m, s->row_ids);
+    s->model->training = 1;
+    s->model->row_ids = s->row_ids;
+}
+
 /* A fused-backward optimizer (LOMO; one micro step, a config rule): the
  * update happens inside the backward, so when gradient clipping or fp16
  * loss scaling needs the norm before any update, a first forward and
@@ -96,7 +105,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     const struct zt_config *c = &s->cfg;
     struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
     double clip_coef = 1.0;
-    sampler_fill(&s->sampler, &s->train, (uint64_t)step, 0, s->inputs, s->targets);
+    fill_batch(s, step, 0);
     if (c->gradient_clipping > 0.0 || s->scaler.dynamic) {
         shard_engine_fused_arm(&s->engine, NULL, r->loss_scale, 1.0);
         ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
@@ -133,7 +142,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
         ZT_TRY(fused_step(s, step, r, &loss_sum, &result));
     } else {
         for (int m = 0; m < accum; m++) {
-            sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
+            fill_batch(s, step, m);
             ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
             ZT_TRY(
                 model_backward(s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));

@@ -201,6 +201,11 @@ zt_status sampler_init(struct sampler *s, size_t n_tokens, int seq_len, uint64_t
 /* Frees the permutation; NULL-safe, idempotent. */
 void sampler_free(struct sampler *s);
 
+/* The global entry index (what sampler_window takes) of each of the micro
+ * rows sampler_fill writes for (step, micro_step), into ids[micro]: what
+ * per-sample draws are keyed on, the same whatever the world size. */
+void sampler_rows(const struct sampler *s, uint64_t step, int micro_step, uint64_t *ids);
+
 /* Window index of entry `i` of the endless global sequence: entry i is
  * position i % W of epoch i / W's permutation, redrawn into the cache when
  * the epoch changes. */

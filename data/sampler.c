@@ -101,15 +101,28 @@ size_t sampler_window(struct sampler *s, uint64_t i)
     return s->perm[i % s->n_windows];
 }
 
+/* The global entry index of row 0 of (step, micro_step). */
+static uint64_t first_row(const struct sampler *s, uint64_t step, int micro_step)
+{
+    ZT_ASSERT(micro_step >= 0 && micro_step < s->accum);
+    uint64_t per_rank = (uint64_t)s->micro * (uint64_t)s->accum;
+    uint64_t global = per_rank * (uint64_t)s->dp_size;
+    return step * global + (uint64_t)s->dp_rank * per_rank +
+           (uint64_t)micro_step * (uint64_t)s->micro;
+}
+
+void sampler_rows(const struct sampler *s, uint64_t step, int micro_step, uint64_t *ids)
+{
+    const uint64_t first = first_row(s, step, micro_step);
+    for (int b = 0; b < s->micro; b++)
+        ids[b] = first + (uint64_t)b;
+}
+
 void sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t step, int micro_step,
                   int32_t *inputs, int32_t *targets)
 {
-    ZT_ASSERT(micro_step >= 0 && micro_step < s->accum);
     ZT_ASSERT(data->n >= s->n_windows * (size_t)s->seq_len + 1);
-    uint64_t per_rank = (uint64_t)s->micro * (uint64_t)s->accum;
-    uint64_t global = per_rank * (uint64_t)s->dp_size;
-    uint64_t first =
-        step * global + (uint64_t)s->dp_rank * per_rank + (uint64_t)micro_step * (uint64_t)s->micro;
+    const uint64_t first = first_row(s, step, micro_step);
     size_t len = (size_t)s->seq_len;
     for (int b = 0; b < s->micro; b++) {
         size_t w = sampler_window(s, first + (uint64_t)b);

@@ -77,6 +77,8 @@ static int ignored(const struct param_table *t, const char *name)
            (strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0);
 }
 
+static const char *const lora_targets[] = {"c_attn", NULL};
+
 const struct hf_mapping hf_gpt2_mapping = {
     .family = "gpt2",
     .title = "GPT-2",
@@ -87,4 +89,5 @@ const struct hf_mapping hf_gpt2_mapping = {
     .dim_key = dim_key,
     .ignored = ignored,
     .required_by = NULL,
+    .lora_targets = lora_targets,
 };

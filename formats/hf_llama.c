@@ -83,6 +83,8 @@ static const char *required_by(const struct param_table *t, int k, int64_t *valu
     return "model.tie_word_embeddings";
 }
 
+static const char *const lora_targets[] = {"q_proj", "v_proj", NULL};
+
 const struct hf_mapping hf_llama_mapping = {
     .family = "llama",
     .title = "Llama",
@@ -93,4 +95,5 @@ const struct hf_mapping hf_llama_mapping = {
     .dim_key = dim_key,
     .ignored = ignored,
     .required_by = required_by,
+    .lora_targets = lora_targets,
 };

@@ -94,6 +94,34 @@ static void export_name(const struct hf_mapping *m, const struct param_table *t,
     snprintf(name, n, "%s%s", prefixed ? m->prefix : "", bare);
 }
 
+zt_status hf_weights_module_names(const struct param_table *t, char ***names,
+                                  const char *const **defaults)
+{
+    const struct hf_mapping *m;
+    ZT_TRY(mapping_of(t, &m));
+    const size_t n = (size_t)t->n_tensors;
+    char **out = calloc(1, n * (sizeof(char *) + NAME_MAX_LEN));
+    if (!out)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the module names");
+    char *text = (char *)(out + n);
+    for (size_t k = 0; k < n; k++) {
+        if (!t->tensors[k].linear)
+            continue;
+        char bare[NAME_MAX_LEN];
+        int transposed;
+        const int prefixed = m->name(t, (int)k, bare, sizeof bare, &transposed);
+        size_t len = strlen(bare);
+        if (len > 7 && strcmp(bare + len - 7, ".weight") == 0)
+            bare[len - 7] = '\0';
+        out[k] = text + k * NAME_MAX_LEN;
+        snprintf(out[k], NAME_MAX_LEN, "%s%s", prefixed ? m->prefix : "", bare);
+    }
+    *names = out;
+    if (defaults)
+        *defaults = m->lora_targets;
+    return ZT_OK;
+}
+
 /* The Hugging Face shape of tensor p; returns ndim (1 for vectors, 2 for
  * matrices). */
 static int hf_shape(const struct param_tensor *p, int transposed, uint64_t shape[2])

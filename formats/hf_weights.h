@@ -89,4 +89,16 @@ zt_status hf_weights_read(struct hf_weights_reader *r, size_t begin, size_t end,
 /* Closes the files and frees the reader. NULL is allowed. */
 void hf_weights_close(struct hf_weights_reader *r);
 
+/* Module paths in the Hugging Face model, what PEFT's target_modules and
+ * adapter names refer to: for each of our tensors k < t->n_tensors that is
+ * a linear layer's weight (param_tensor.linear), *names[k] is its
+ * state-dict name without ".weight" ("transformer.h.0.attn.c_attn",
+ * "model.layers.0.self_attn.q_proj", "lm_head"); NULL for the others.
+ * *names is one allocation the caller frees with free(). *defaults (if not
+ * NULL) gets PEFT's default target_modules for the family,
+ * NULL-terminated, static. Statuses: ZT_ERR_UNSUPPORTED (no mapping for
+ * the family), ZT_ERR_NOMEM. */
+zt_status hf_weights_module_names(const struct param_table *t, char ***names,
+                                  const char *const **defaults);
+
 #endif

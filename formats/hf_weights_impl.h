@@ -48,6 +48,8 @@ struct hf_mapping {
      * that says it must be in the file ("model.tie_word_embeddings" for
      * an untied head), with its value; NULL if there is none. */
     const char *(*required_by)(const struct param_table *t, int k, int64_t *value);
+    /* PEFT's default target_modules for the architecture, NULL-terminated. */
+    const char *const *lora_targets;
 };
 
 /* The layer index of `name` if it reads "<layer><i>.<rest>" (*rest then

@@ -132,7 +132,7 @@ static zt_status init_params(struct shard_engine *e)
         const struct shard_unit *su = &e->part.units[u];
         size_t lo, hi;
         shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
-        t->family->init_params(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
+        param_table_init(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
         if (!e->policy.shard_params)
             st = store_working(e, at(e, e->params, su->padded_offset), host, su->numel, staging);
         else if (hi > lo)
@@ -371,9 +371,8 @@ static zt_status hook_pass_begin(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
     if (e->policy.shard_params) {
-        e->n_schedule =
-            e->table->family->unit_order(e->table, pass, e->schedule, MODEL_MAX_UNITS + 2);
-        ZT_ASSERT(e->n_schedule <= MODEL_MAX_UNITS + 2);
+        e->n_schedule = param_table_unit_order(e->table, pass, e->schedule, MODEL_MAX_UNITS + 4);
+        ZT_ASSERT(e->n_schedule <= MODEL_MAX_UNITS + 4);
         e->cursor = 0;
         e->issued = 0;
     }
@@ -454,11 +453,8 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
     if (!su->trainable) {
-        /* The backward still computes the unit's weight gradients (the
-         * model's ops produce them with the input gradients): they go to
-         * a zeroed scratch view and are dropped at grads_done. */
-        ZT_TRY(open_view(e, unit, "a frozen unit's discarded gradients", &e->grad_view[unit]));
-        *grads = e->grad_view[unit];
+        /* A frozen unit has no gradients: the model's ops skip them. */
+        *grads = NULL;
         return ZT_OK;
     }
     if (!is_16bit(e)) {
@@ -484,10 +480,8 @@ static zt_status hook_grads_done(void *ctx, int unit)
 {
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
-    if (!su->trainable) {
-        close_view(e, unit, &e->grad_view[unit]);
+    if (!su->trainable)
         return ZT_OK;
-    }
     if (is_16bit(e)) {
         void *dst = transient_grads(e) ? NULL : at(e, e->grads, su->state_padded_offset);
         if (transient_grads(e)) {
@@ -545,7 +539,7 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         out->bucket = calloc((size_t)t->n_units, sizeof *out->bucket);
         out->param_view = calloc((size_t)t->n_units, sizeof *out->param_view);
         out->grad_view = calloc((size_t)t->n_units, sizeof *out->grad_view);
-        out->gathers = calloc(MODEL_MAX_UNITS + 2, sizeof *out->gathers);
+        out->gathers = calloc(MODEL_MAX_UNITS + 4, sizeof *out->gathers);
         out->tensor_state_off = calloc((size_t)t->n_tensors + 1, sizeof *out->tensor_state_off);
         if (!out->unit_grads || !out->reduces || !out->bucket || !out->gathers ||
             !out->param_view || !out->grad_view || !out->tensor_state_off)

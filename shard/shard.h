@@ -198,7 +198,7 @@ struct shard_engine {
     size_t bucket_elems;
 
     /* Stage 3: the pass's unit schedule and the gathers of its positions. */
-    int schedule[MODEL_MAX_UNITS + 2];
+    int schedule[MODEL_MAX_UNITS + 4];
     int n_schedule, cursor, issued;
     struct shard_gather *gathers; /* one per schedule position */
 

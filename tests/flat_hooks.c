@@ -39,12 +39,22 @@ static zt_status flat_release(void *ctx, int unit)
     return ZT_OK;
 }
 
+/* Whether some tensor of the unit trains (else it lends no gradients, as
+ * the engine does). */
+static int unit_trains(const struct param_table *t, int unit)
+{
+    for (int k = 0; k < t->n_tensors; k++)
+        if (t->tensors[k].unit == unit && t->tensors[k].trainable)
+            return 1;
+    return 0;
+}
+
 static zt_status flat_grads(void *ctx, int unit, float **g)
 {
     struct flat_state *s = ctx;
     record(s, EV_GRADS, unit);
     s->grads_open++;
-    *g = s->grads + s->t->unit_offset[unit];
+    *g = unit_trains(s->t, unit) ? s->grads + s->t->unit_offset[unit] : NULL;
     return ZT_OK;
 }
 

@@ -19,7 +19,8 @@ struct flat_state {
     int events[FLAT_MAX_EVENTS][2]; /* (event, unit or pass) */
 };
 
-/* Hooks lending s->params and s->grads (whole flat buffers) unit by unit. */
+/* Hooks lending s->params and s->grads (whole flat buffers) unit by unit;
+ * a unit with no trainable tensor gets NULL gradients, as from the engine. */
 struct model_unit_hooks flat_hooks(struct flat_state *s);
 
 #endif

@@ -2,3 +2,4 @@
 zt_test(test_model SOURCES test_model.c flat_hooks.c LIBS zt_worker)
 zt_test(test_precision SOURCES test_precision.c LIBS zt_worker)
 zt_test(test_llama SOURCES test_llama.c flat_hooks.c LIBS zt_worker)
+zt_test(test_lora SOURCES test_lora.c flat_hooks.c LIBS zt_worker)

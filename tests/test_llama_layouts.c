@@ -30,16 +30,12 @@ static const char *layout(int np, int stage, const char *extra)
 
 static void train(const char *dir, const char *name, int np, const char *args, double *loss)
 {
-    ck_assert_msg(testutil_train_micro(dir, name, np, args) == 0, "%s failed:\n%s", name,
-                  testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", name))));
-    ck_assert_int_eq(testutil_micro_losses(dir, name, loss, STEPS), STEPS);
+    testutil_train_micro_losses(dir, name, np, args, loss, STEPS);
 }
 
 static void assert_close(const double *want, const double *got, double tol, const char *what)
 {
-    for (int i = 0; i < STEPS; i++)
-        ck_assert_msg(fabs(got[i] - want[i]) <= tol * fabs(want[i]),
-                      "%s, step %d: loss %.9g, 1 rank stage 0: %.9g", what, i + 1, got[i], want[i]);
+    testutil_assert_losses_close(want, got, STEPS, tol, what);
 }
 
 START_TEST(stages_and_world_sizes_give_the_same_losses)

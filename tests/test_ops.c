@@ -747,6 +747,145 @@ START_TEST(matmul_backward_accumulates)
 }
 END_TEST
 
+/* ---- LoRA's low-rank term ---- */
+
+/* N C r OC ldo: the output a slice of wider rows when ldo > OC. */
+static const int LORA_SIZES[][5] = {{4, 8, 2, 16, 16}, {3, 5, 1, 7, 12}, {6, 33, 4, 10, 10}};
+
+struct lora_case {
+    int N, C, r, OC, ldo;
+    struct tensor x, A, B, base, out, rw, dx, dA, dB;
+    float *scratch;
+    float scale;
+};
+
+static struct lora_case lora_setup(int i)
+{
+    struct lora_case l = {.N = LORA_SIZES[i][0],
+                          .C = LORA_SIZES[i][1],
+                          .r = LORA_SIZES[i][2],
+                          .OC = LORA_SIZES[i][3],
+                          .ldo = LORA_SIZES[i][4],
+                          .scale = 1.75f};
+    l.x = tensor_rand(l.N * l.C, 41, 1.0);
+    l.A = tensor_rand(l.r * l.C, 42, 0.5);
+    l.B = tensor_rand(l.OC * l.r, 43, 0.5);
+    l.base = tensor_rand(l.N * l.ldo, 44, 1.0);
+    l.rw = tensor_rand(l.N * l.ldo, 45, 1.0);
+    l.out = tensor_zeros(l.N * l.ldo);
+    l.dx = tensor_zeros(l.x.n);
+    l.dA = tensor_zeros(l.A.n);
+    l.dB = tensor_zeros(l.B.n);
+    l.scratch = calloc(2 * (size_t)l.N * l.r, sizeof(float));
+    ck_assert_ptr_nonnull(l.scratch);
+    return l;
+}
+
+static void lora_teardown(struct lora_case *l)
+{
+    struct tensor *all[] = {&l->x, &l->A, &l->B, &l->base, &l->out, &l->rw, &l->dx, &l->dA, &l->dB};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+    free(l->scratch);
+}
+
+/* out = base, then columns 0..OC of each row += scale * (x A^T) B^T. */
+static void ref_lora(struct lora_case *l)
+{
+    for (int n = 0; n < l->N; n++)
+        for (int o = 0; o < l->ldo; o++) {
+            double acc = 0.0;
+            for (int k = 0; o < l->OC && k < l->r; k++) {
+                double u = 0.0;
+                for (int c = 0; c < l->C; c++)
+                    u += l->x.d[n * l->C + c] * l->A.d[k * l->C + c];
+                acc += u * l->B.d[o * l->r + k];
+            }
+            l->out.d[n * l->ldo + o] = l->base.d[n * l->ldo + o] + l->scale * acc;
+        }
+}
+
+/* The objective's weights cover only the slice: the columns past OC are
+ * another layer's, which the backward must not read. */
+static double lora_objective(void *ctx)
+{
+    struct lora_case *l = ctx;
+    ref_lora(l);
+    double s = 0.0;
+    for (int n = 0; n < l->N; n++)
+        for (int o = 0; o < l->OC; o++)
+            s += l->out.d[n * l->ldo + o] * l->rw.d[n * l->ldo + o];
+    return s;
+}
+
+static void lora_backward(void *ctx)
+{
+    struct lora_case *l = ctx;
+    float *dout = malloc((size_t)l->N * l->ldo * sizeof(float));
+    ck_assert_ptr_nonnull(dout);
+    for (int i = 0; i < l->N * l->ldo; i++) /* NaN past the slice: must never be read */
+        dout[i] = i % l->ldo < l->OC ? l->rw.f[i] : NAN;
+    ck_assert_int_eq(ops_cpu_backend()->lora_backward(l->dx.f, l->dA.f, l->dB.f, l->scratch, dout,
+                                                      l->ldo, l->x.f, l->A.f, l->B.f, l->scale,
+                                                      l->N, l->C, l->r, l->OC),
+                     ZT_OK);
+    free(dout);
+}
+
+START_TEST(lora_forward_matches_reference)
+{
+    struct lora_case l = lora_setup(_i);
+    memcpy(l.out.f, l.base.f, (size_t)l.out.n * sizeof(float));
+    ck_assert_int_eq(ops_cpu_backend()->lora_forward(l.out.f, l.ldo, l.scratch, l.x.f, l.A.f, l.B.f,
+                                                     l.scale, l.N, l.C, l.r, l.OC),
+                     ZT_OK);
+    ref_lora(&l);
+    check_close("lora out", l.out.f, l.out.d, l.out.n, FWD_TOL);
+    lora_teardown(&l);
+}
+END_TEST
+
+START_TEST(lora_backward_matches_finite_differences)
+{
+    struct lora_case l = lora_setup(_i);
+    lora_backward(&l);
+    check_gradient("lora dinp", lora_objective, &l, l.x.d, l.dx.f, l.x.n);
+    check_gradient("lora dA", lora_objective, &l, l.A.d, l.dA.f, l.A.n);
+    check_gradient("lora dB", lora_objective, &l, l.B.d, l.dB.f, l.B.n);
+    lora_teardown(&l);
+}
+END_TEST
+
+START_TEST(lora_backward_accumulates_and_skips_dinp)
+{
+    struct lora_case l = lora_setup(1);
+    check_accumulates(lora_backward, &l,
+                      (struct grad[]){{"lora dinp", l.dx.f, l.dx.n},
+                                      {"lora dA", l.dA.f, l.dA.n},
+                                      {"lora dB", l.dB.f, l.dB.n}},
+                      3);
+    float *dout = calloc((size_t)l.N * l.ldo, sizeof(float));
+    ck_assert_ptr_nonnull(dout);
+    ck_assert_int_eq(ops_cpu_backend()->lora_backward(NULL, l.dA.f, l.dB.f, l.scratch, dout, l.ldo,
+                                                      l.x.f, l.A.f, l.B.f, l.scale, l.N, l.C, l.r,
+                                                      l.OC),
+                     ZT_OK);
+    free(dout);
+    lora_teardown(&l);
+}
+END_TEST
+
+START_TEST(matmul_backward_skips_a_frozen_weight)
+{
+    struct mm_case m = mm_setup(0);
+    ck_assert_int_eq(
+        ops_cpu_backend()->matmul_backward(m.dx.f, NULL, NULL, m.r.f, m.x.f, m.w.f, m.N, m.C, m.OC),
+        ZT_OK);
+    check_gradient("matmul dinp (frozen weight)", mm_objective, &m, m.x.d, m.dx.f, m.x.n);
+    mm_teardown(&m);
+}
+END_TEST
+
 /* ---- attention ---- */
 
 /* B T NH NKV hs. GPT-2's case NKV == NH: head size 4, T = 1, T past the
@@ -1374,8 +1513,9 @@ START_TEST(backend_table_is_complete)
               b->attention_forward && b->attention_backward && b->rmsnorm_forward &&
               b->rmsnorm_backward && b->rope_forward && b->rope_backward && b->swiglu_forward &&
               b->swiglu_backward && b->gelu_forward && b->gelu_backward && b->residual_forward &&
-              b->crossentropy_forward && b->crossentropy_backward && b->to_f32 && b->from_f32 &&
-              b->add_into && b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
+              b->lora_forward && b->lora_backward && b->crossentropy_forward &&
+              b->crossentropy_backward && b->to_f32 && b->from_f32 && b->add_into &&
+              b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
 }
 END_TEST
 
@@ -1465,6 +1605,10 @@ int main(void)
     tcase_add_loop_test(tc, attention_backward_matches_finite_differences, 0, NSIZES(ATT_SIZES));
     tcase_add_test(tc, attention_backward_accumulates);
     tcase_add_test(tc, attention_is_causal);
+    tcase_add_loop_test(tc, lora_forward_matches_reference, 0, NSIZES(LORA_SIZES));
+    tcase_add_loop_test(tc, lora_backward_matches_finite_differences, 0, NSIZES(LORA_SIZES));
+    tcase_add_test(tc, lora_backward_accumulates_and_skips_dinp);
+    tcase_add_test(tc, matmul_backward_skips_a_frozen_weight);
     tc = testutil_tcase(s, "rope", 60);
     tcase_add_loop_test(tc, rope_forward_matches_reference, 0, NSIZES(ROPE_SIZES));
     tcase_add_loop_test(tc, rope_backward_is_the_transpose, 0, NSIZES(ROPE_SIZES));

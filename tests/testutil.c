@@ -1,6 +1,8 @@
 /* tests/testutil.c — see testutil.h. */
 #include "testutil.h"
 
+#include <math.h>
+
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -185,6 +187,22 @@ int testutil_train_micro(const char *dir, const char *name, int np, const char *
 int testutil_micro_losses(const char *dir, const char *name, double *loss, int cap)
 {
     return testutil_read_losses(testutil_path_in(dir, testutil_fmt("%s.jsonl", name)), loss, cap);
+}
+
+void testutil_train_micro_losses(const char *dir, const char *name, int np, const char *extra,
+                                 double *loss, int n)
+{
+    ck_assert_msg(testutil_train_micro(dir, name, np, extra) == 0, "%s failed:\n%s", name,
+                  testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", name))));
+    ck_assert_int_eq(testutil_micro_losses(dir, name, loss, n), n);
+}
+
+void testutil_assert_losses_close(const double *want, const double *got, int n, double tol,
+                                  const char *what)
+{
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= tol * fabs(want[i]),
+                      "%s, step %d: loss %.9g, expected %.9g", what, i + 1, got[i], want[i]);
 }
 
 /* The program whose path ctest puts in the environment variable `name`. */

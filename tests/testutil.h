@@ -65,6 +65,16 @@ int testutil_train_micro(const char *dir, const char *name, int np, const char *
  * cap; returns how many. */
 int testutil_micro_losses(const char *dir, const char *name, double *loss, int cap);
 
+/* testutil_train_micro that must succeed (else the test fails with its
+ * log) and log n steps, whose losses it returns in loss[n]. */
+void testutil_train_micro_losses(const char *dir, const char *name, int np, const char *extra,
+                                 double *loss, int n);
+
+/* Fails the test unless |got[i] - want[i]| <= tol |want[i]| for i < n,
+ * naming `what` and the step. */
+void testutil_assert_losses_close(const double *want, const double *got, int n, double tol,
+                                  const char *what);
+
 /* A new test case called `name` added to s, with a timeout of
  * `timeout_s` seconds (the sanitizer build runs about 10x slower than the
  * release one: leave room for it). */

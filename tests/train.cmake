@@ -20,3 +20,5 @@ zt_test(test_eval_cmd SOURCES test_eval_cmd.c LIBS zt_common TIMEOUT 600 LAUNCHE
 zt_test(test_outputs SOURCES test_outputs.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 # The Llama family across stages, world sizes, precisions and checkpointing.
 zt_test(test_llama_layouts SOURCES test_llama_layouts.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
+# LoRA on both families across stages, world sizes, precisions and resume.
+zt_test(test_lora_layouts SOURCES test_lora_layouts.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)

@@ -153,6 +153,8 @@ static void add_layer(struct param_table *t, const struct llama_config *c, int l
         char name[48];
         snprintf(name, sizeof name, "layers.%d.%s", l, layer_suffix[k]);
         model_table_add(t, name, rows[k], cols[k], 1 + l, off);
+        if (cols[k] > 1)
+            model_table_mark_linear(t, PARAM_LINEAR);
     }
 }
 
@@ -179,8 +181,10 @@ static zt_status table_build(const struct zt_kvlist *shape, struct param_table *
     }
     out->unit_offset[L + 1] = off;
     model_table_add(out, "norm.weight", c.n_embd, 1, L + 1, &off);
-    if (!c.tie_word_embeddings)
+    if (!c.tie_word_embeddings) {
         model_table_add(out, "lm_head.weight", c.vocab_size, c.n_embd, L + 1, &off);
+        model_table_mark_linear(out, PARAM_LINEAR_HEAD);
+    }
     out->unit_offset[L + 2] = off;
     out->n_params = off;
     return ZT_OK;
@@ -444,6 +448,7 @@ static zt_status block_forward(struct llama *m, int l, const float *w, const flo
     /* q, k and v are one [QKV, C] matrix in the flat space. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_Q), NULL, BT, C, QKV));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_Q), 3, layer + a.qkv, layer + a.ln1, BT));
     MODEL_TIMED(
         m, MODEL_PROF_ROPE,
         ops->rope_forward(layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
@@ -452,6 +457,8 @@ static zt_status block_forward(struct llama *m, int l, const float *w, const flo
         ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, B, T, NH, NKV, hs));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_O), NULL, BT, NH * hs, C));
+    ZT_TRY(
+        model_lora_forward(&m->base, layer_tensor(l, T_O), 1, layer + a.res2, layer + a.atty, BT));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
                 ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
     MODEL_TIMED(m, MODEL_PROF_NORM,
@@ -460,9 +467,12 @@ static zt_status block_forward(struct llama *m, int l, const float *w, const flo
     /* gate and up are one [2I, C] matrix. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_forward(layer + a.gu, layer + a.ln2, P(T_GATE), NULL, BT, C, 2 * I));
+    ZT_TRY(
+        model_lora_forward(&m->base, layer_tensor(l, T_GATE), 2, layer + a.gu, layer + a.ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION, ops->swiglu_forward(layer + a.mlp, layer + a.gu, BT, I));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_forward(out, layer + a.mlp, P(T_DOWN), NULL, BT, I, C));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, out, layer + a.mlp, BT));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
     return ZT_OK;
@@ -477,19 +487,20 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
     const int BT = m->base.B * m->base.T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
     float *acts = m->acts;
     const float *w;
-    ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
+    ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 m->ops->rmsnorm_forward(
                     acts + a->lnf, acts + a->lnf_rstd, layer_output(m, a, L - 1),
                     model_param_in(t, norm_tensor(L), w), BT, C, (float)c->rms_norm_eps));
     if (c->tie_word_embeddings) {
-        ZT_TRY(h->params_release(h->ctx, L + 1));
-        ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+        ZT_TRY(model_unit_release(&m->base, h, L + 1));
+        ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     }
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 m->ops->matmul_forward(acts + a->logits, acts + a->lnf,
                                        model_param_in(t, head_tensor(c), w), NULL, BT, C, V));
-    ZT_TRY(h->params_release(h->ctx, c->tie_word_embeddings ? 0 : L + 1));
+    ZT_TRY(model_lora_forward(&m->base, head_tensor(c), 1, acts + a->logits, acts + a->lnf, BT));
+    ZT_TRY(model_unit_release(&m->base, h, c->tie_word_embeddings ? 0 : L + 1));
     MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
                 m->ops->crossentropy_forward(acts + a->losses, acts + a->probs, acts + a->logits,
                                              m->targets, BT, V));
@@ -511,16 +522,17 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
-    ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+    ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     MODEL_TIMED(m, MODEL_PROF_ENCODER,
                 m->ops->encoder_forward(m->acts + a.encoded, m->inputs, model_param_in(t, 0, w),
                                         NULL, B, T, C));
-    ZT_TRY(h->params_release(h->ctx, 0));
+    ZT_TRY(model_neftune_apply(&m->base, m->acts + a.encoded, C));
+    ZT_TRY(model_unit_release(&m->base, h, 0));
     for (int l = 0; l < L; l++) {
-        ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
+        ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
         ZT_TRY(block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
                              layer_output(m, &a, l)));
-        ZT_TRY(h->params_release(h->ctx, 1 + l));
+        ZT_TRY(model_unit_release(&m->base, h, 1 + l));
     }
     ZT_TRY(head_forward(m, h, &a));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
@@ -553,6 +565,8 @@ static zt_status block_backward(struct llama *m, int l, const float *w, float *g
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dmlp, G(T_DOWN), NULL, dres, layer + a.mlp, P(T_DOWN),
                                      BT, I, C));
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_DOWN), 1, sc + s.dmlp, dres,
+                               layer + a.mlp, BT));
     ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->swiglu_backward(sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
@@ -560,6 +574,8 @@ static zt_status block_backward(struct llama *m, int l, const float *w, float *g
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dln, G(T_GATE), NULL, sc + s.dgu, layer + a.ln2,
                                      P(T_GATE), BT, C, 2 * I));
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_GATE), 2, sc + s.dln, sc + s.dgu,
+                               layer + a.ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->rmsnorm_backward(dres, G(T_POST_NORM), sc + s.dln, layer + a.res2,
                                       P(T_POST_NORM), layer + a.ln2_rstd, BT, C));
@@ -567,6 +583,8 @@ static zt_status block_backward(struct llama *m, int l, const float *w, float *g
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.datty, G(T_O), NULL, dres, layer + a.atty, P(T_O), BT,
                                      NH * hs, C));
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_O), 1, sc + s.datty, dres,
+                               layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
@@ -577,6 +595,8 @@ static zt_status block_backward(struct llama *m, int l, const float *w, float *g
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dln, G(T_Q), NULL, sc + s.dqkv, layer + a.ln1, P(T_Q),
                                      BT, C, QKV));
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_Q), 3, sc + s.dln, sc + s.dqkv,
+                               layer + a.ln1, BT));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->rmsnorm_backward(dres, G(T_IN_NORM), sc + s.dln, x, P(T_IN_NORM),
                                       layer + a.ln1_rstd, BT, C));
@@ -603,8 +623,8 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
     MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
                 m->ops->crossentropy_backward(dlogits, m->acts + a.probs, m->targets,
                                               grad_scale / (float)BT, BT, V));
-    ZT_TRY(h->params_acquire(h->ctx, tied ? 0 : L + 1, &w));
-    ZT_TRY(h->grads_acquire(h->ctx, tied ? 0 : L + 1, &g));
+    ZT_TRY(model_unit_acquire(&m->base, h, tied ? 0 : L + 1, &w));
+    ZT_TRY(model_unit_grads_acquire(&m->base, h, tied ? 0 : L + 1, &g));
     if (tied)
         *g0 = g;
     ZT_TRY(zero(m, dln, (size_t)BT * C));
@@ -612,10 +632,11 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
                 m->ops->matmul_backward(dln, model_grad_in(t, head_tensor(c), g), NULL, dlogits,
                                         m->acts + a.lnf, model_param_in(t, head_tensor(c), w), BT,
                                         C, V));
+    ZT_TRY(model_lora_backward(&m->base, head_tensor(c), 1, dln, dlogits, m->acts + a.lnf, BT));
     if (tied) {
-        ZT_TRY(h->params_release(h->ctx, 0));
-        ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
-        ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
+        ZT_TRY(model_unit_release(&m->base, h, 0));
+        ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
+        ZT_TRY(model_unit_grads_acquire(&m->base, h, L + 1, &g));
     }
     ZT_TRY(zero(m, m->scratch + s.dres, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_NORM,
@@ -623,8 +644,8 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
                                          dln, layer_output(m, &a, L - 1),
                                          model_param_in(t, norm_tensor(L), w), m->acts + a.lnf_rstd,
                                          BT, C));
-    ZT_TRY(h->params_release(h->ctx, L + 1));
-    ZT_TRY(h->grads_done(h->ctx, L + 1));
+    ZT_TRY(model_unit_release(&m->base, h, L + 1));
+    ZT_TRY(model_unit_grads_done(&m->base, h, L + 1));
     return ZT_OK;
 }
 
@@ -646,22 +667,22 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
     for (int l = L - 1; l >= 0; l--) {
         const float *x = layer_output(m, &a, l - 1);
         float *layer = layer_internals(m, &a, l);
-        ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
-        ZT_TRY(h->grads_acquire(h->ctx, 1 + l, &g));
+        ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
+        ZT_TRY(model_unit_grads_acquire(&m->base, h, 1 + l, &g));
         /* One acquisition serves a checkpointed layer's recompute and its
          * backward; the output is rewritten with the same values. */
         if (model_block_checkpointed(m->ckpt_every, l))
             ZT_TRY(block_forward(m, l, w, x, layer, layer_output(m, &a, l)));
         ZT_TRY(block_backward(m, l, w, g, x, layer));
-        ZT_TRY(h->params_release(h->ctx, 1 + l));
-        ZT_TRY(h->grads_done(h->ctx, 1 + l));
+        ZT_TRY(model_unit_release(&m->base, h, 1 + l));
+        ZT_TRY(model_unit_grads_done(&m->base, h, 1 + l));
     }
     if (!g0)
-        ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
+        ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
     MODEL_TIMED(m, MODEL_PROF_ENCODER,
                 m->ops->encoder_backward(model_grad_in(t, 0, g0), NULL, m->scratch + s.dres,
                                          m->inputs, base->B, base->T, m->c.n_embd));
-    ZT_TRY(h->grads_done(h->ctx, 0));
+    ZT_TRY(model_unit_grads_done(&m->base, h, 0));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
     return ZT_OK;
 }

@@ -123,6 +123,8 @@ zt_status gpt2_table_build(const struct gpt2_config *cfg, struct param_table *ou
             snprintf(name, sizeof name, "h.%d.%s", l, s->suffix);
             model_table_add(out, name, s->rows_mul * C, s->cols_mul ? s->cols_mul * C : 1, 1 + l,
                             &off);
+            if (s->cols_mul)
+                model_table_mark_linear(out, PARAM_LINEAR);
         }
     }
     out->unit_offset[L + 1] = off;
@@ -357,6 +359,8 @@ static zt_status block_forward(struct gpt2 *m, int l, const float *w, const floa
     MODEL_TIMED(
         m, MODEL_PROF_MATMUL,
         ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
+    ZT_TRY(
+        model_lora_forward(&m->base, block_tensor(l, T_QKVW), 1, layer + a.qkv, layer + a.ln1, BT));
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B,
@@ -365,6 +369,8 @@ static zt_status block_forward(struct gpt2 *m, int l, const float *w, const floa
     MODEL_TIMED(
         m, MODEL_PROF_MATMUL,
         ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
+    ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_PROJW), 1, layer + a.res2, layer + a.atty,
+                              BT));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
                 ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
     MODEL_TIMED(m, MODEL_PROF_NORM,
@@ -373,10 +379,13 @@ static zt_status block_forward(struct gpt2 *m, int l, const float *w, const floa
     MODEL_TIMED(
         m, MODEL_PROF_MATMUL,
         ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
+    ZT_TRY(
+        model_lora_forward(&m->base, block_tensor(l, T_FCW), 1, layer + a.fch, layer + a.ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
+    ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_FCPW), 1, out, layer + a.fch_gelu, BT));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
     return ZT_OK;
@@ -400,33 +409,34 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
 
-    ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+    ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     MODEL_TIMED(m, MODEL_PROF_ENCODER,
                 m->ops->encoder_forward(acts + a.encoded, m->inputs, model_param_in(t, 0, w),
                                         model_param_in(t, 1, w), B, T, C));
-    ZT_TRY(h->params_release(h->ctx, 0));
+    ZT_TRY(model_neftune_apply(&m->base, acts + a.encoded, C));
+    ZT_TRY(model_unit_release(&m->base, h, 0));
 
     for (int l = 0; l < L; l++) {
-        ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
+        ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
         ZT_TRY(block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
                              layer_output(m, &a, l)));
-        ZT_TRY(h->params_release(h->ctx, 1 + l));
+        ZT_TRY(model_unit_release(&m->base, h, 1 + l));
     }
     const float *x = layer_output(m, &a, L - 1);
 
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
-    ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
+    ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
                                           model_param_in(t, k_lnf, w),
                                           model_param_in(t, k_lnf + 1, w), BT, C));
-    ZT_TRY(h->params_release(h->ctx, L + 1));
+    ZT_TRY(model_unit_release(&m->base, h, L + 1));
 
-    ZT_TRY(h->params_acquire(h->ctx, 0, &w));
+    ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 m->ops->matmul_forward(acts + a.logits, acts + a.lnf, model_param_in(t, 0, w), NULL,
                                        BT, C, V));
-    ZT_TRY(h->params_release(h->ctx, 0));
+    ZT_TRY(model_unit_release(&m->base, h, 0));
     MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
                 m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits,
                                              m->targets, BT, V));
@@ -460,6 +470,8 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres,
                                      layer + a.fch_gelu, P(T_FCPW), BT, 4 * C, C));
+    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCPW), 1, sc + s.dfch_gelu, dres,
+                               layer + a.fch_gelu, BT));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * 4 * C));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
@@ -467,6 +479,8 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2,
                                      P(T_FCW), BT, C, 4 * C));
+    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCW), 1, sc + s.dln, sc + s.dfch,
+                               layer + a.ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2,
                                         P(T_LN2W), layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
@@ -474,6 +488,8 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty,
                                      P(T_PROJW), BT, C, C));
+    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_PROJW), 1, sc + s.datty, dres,
+                               layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * C));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
@@ -482,6 +498,8 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
                                      P(T_QKVW), BT, C, 3 * C));
+    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_QKVW), 1, sc + s.dln, sc + s.dqkv,
+                               layer + a.ln1, BT));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
                                         layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
@@ -512,45 +530,45 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
                 m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets,
                                               grad_scale / (float)BT, BT, V));
-    ZT_TRY(h->params_acquire(h->ctx, 0, &w));
-    ZT_TRY(h->grads_acquire(h->ctx, 0, &g0));
+    ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
+    ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 m->ops->matmul_backward(sc + s.dln, model_grad_in(t, 0, g0), NULL, dlogits,
                                         acts + a.lnf, model_param_in(t, 0, w), BT, C, V));
-    ZT_TRY(h->params_release(h->ctx, 0));
+    ZT_TRY(model_unit_release(&m->base, h, 0));
 
     const float *x_last = layer_output(m, &a, L - 1);
-    ZT_TRY(h->params_acquire(h->ctx, L + 1, &w));
-    ZT_TRY(h->grads_acquire(h->ctx, L + 1, &g));
+    ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
+    ZT_TRY(model_unit_grads_acquire(&m->base, h, L + 1, &g));
     ZT_TRY(zero(m, dres, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 m->ops->layernorm_backward(dres, model_grad_in(t, k_lnf, g),
                                            model_grad_in(t, k_lnf + 1, g), sc + s.dln, x_last,
                                            model_param_in(t, k_lnf, w), acts + a.lnf_mean,
                                            acts + a.lnf_rstd, BT, C));
-    ZT_TRY(h->params_release(h->ctx, L + 1));
-    ZT_TRY(h->grads_done(h->ctx, L + 1));
+    ZT_TRY(model_unit_release(&m->base, h, L + 1));
+    ZT_TRY(model_unit_grads_done(&m->base, h, L + 1));
 
     for (int l = L - 1; l >= 0; l--) {
         const float *x = layer_output(m, &a, l - 1);
         float *layer = layer_internals(m, &a, l);
-        ZT_TRY(h->params_acquire(h->ctx, 1 + l, &w));
-        ZT_TRY(h->grads_acquire(h->ctx, 1 + l, &g));
+        ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
+        ZT_TRY(model_unit_grads_acquire(&m->base, h, 1 + l, &g));
         /* A checkpointed layer recomputes its internals from its input; one
          * acquisition of its parameters serves the recompute and the
          * backward. The output is rewritten with the same values. */
         if (model_block_checkpointed(m->ckpt_every, l))
             ZT_TRY(block_forward(m, l, w, x, layer, layer_output(m, &a, l)));
         ZT_TRY(block_backward(m, l, w, g, x, layer));
-        ZT_TRY(h->params_release(h->ctx, 1 + l));
-        ZT_TRY(h->grads_done(h->ctx, 1 + l));
+        ZT_TRY(model_unit_release(&m->base, h, 1 + l));
+        ZT_TRY(model_unit_grads_done(&m->base, h, 1 + l));
     }
 
     MODEL_TIMED(m, MODEL_PROF_ENCODER,
                 m->ops->encoder_backward(model_grad_in(t, 0, g0), model_grad_in(t, 1, g0), dres,
                                          m->inputs, B, T, C));
-    ZT_TRY(h->grads_done(h->ctx, 0));
+    ZT_TRY(model_unit_grads_done(&m->base, h, 0));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
     return ZT_OK;
 }

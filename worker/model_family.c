@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "llama.h"
+#include "lora.h"
+#include "model_parts.h"
 #include "model.h"
 
 static const struct model_family *const families[] = {&gpt2_family, &llama_family};
@@ -38,9 +40,51 @@ zt_status param_table_build(const struct zt_kvlist *shape, struct param_table *o
 
 void param_table_free(struct param_table *t)
 {
+    free(t->lora.unit_adapter);
     free(t->tensors);
     free(t->unit_offset);
     memset(t, 0, sizeof *t);
+}
+
+struct param_table param_table_base(const struct param_table *t)
+{
+    struct param_table base = *t;
+    if (t->lora.r > 0) {
+        base.n_tensors = t->lora.n_base_tensors;
+        base.n_units = t->lora.n_base_units;
+        base.n_params = t->lora.n_base_params;
+    }
+    memset(&base.lora, 0, sizeof base.lora);
+    return base;
+}
+
+void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                      float *dst)
+{
+    const size_t n_base = t->lora.r > 0 ? t->lora.n_base_params : t->n_params;
+    if (begin < n_base)
+        t->family->init_params(t, seed, begin, end < n_base ? end : n_base, dst);
+    if (end > n_base) {
+        const size_t lo = begin > n_base ? begin : n_base;
+        lora_init_params(t, seed, lo, end, dst + (lo - begin));
+    }
+}
+
+int param_table_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap)
+{
+    int base[MODEL_MAX_UNITS + 2];
+    const int n = t->family->unit_order(t, pass, base, MODEL_MAX_UNITS + 2);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const int a = param_table_adapter_unit(t, base[i]);
+        if (k < cap)
+            order[k] = base[i];
+        k++;
+        if (a >= 0 && k < cap)
+            order[k] = a;
+        k += a >= 0;
+    }
+    return k;
 }
 
 static const char *const profile_names[] = {
@@ -62,13 +106,21 @@ zt_status model_create(const struct param_table *t, const struct compute_backend
     *out = NULL;
     ZT_TRY(t->family->create(t, be, B, T, ckpt_every, out));
     ZT_ASSERT((*out)->family == t->family && (*out)->table == t);
-    return ZT_OK;
+    zt_status s = model_adapters_create(*out, be);
+    if (s != ZT_OK) {
+        (*out)->family->destroy(*out);
+        *out = NULL;
+    }
+    return s;
 }
 
 void model_destroy(struct model *m)
 {
-    if (m)
-        m->family->destroy(m);
+    if (!m)
+        return;
+    model_adapters_destroy(m);
+    model_neftune_free(m);
+    m->family->destroy(m);
 }
 
 zt_status model_forward(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,

@@ -49,14 +49,16 @@
 #include "../common/kvlist.h"
 #include "../common/status.h"
 
-/* Most units any family's model may have (a pass's schedule is bounded by
- * it plus the revisits). */
-#define MODEL_MAX_UNITS 1026
+/* Most units a table may have: a family's (at most 1026) and as many
+ * adapter units (a pass's schedule is bounded by it plus the revisits). */
+#define MODEL_MAX_UNITS 2052
 
 /* How a tensor's working copy is stored. Every tensor is in the run's
  * working precision today; a frozen base stored quantised (4-bit, QLoRA)
  * is a further kind, added with the kernels that read it. */
 enum param_storage { PARAM_STORAGE_WORKING };
+
+enum { PARAM_LINEAR = 1, PARAM_LINEAR_HEAD = 2 };
 
 struct param_tensor {
     char name[48];  /* "h.3.attn.qkv.weight" */
@@ -67,9 +69,28 @@ struct param_tensor {
     int trainable;              /* 0: frozen: the optimizer never updates it */
     int decay;                  /* 1: weight decay applies (2-D tensors) */
     enum param_storage storage; /* how its working copy is kept */
+    /* PARAM_LINEAR (a linear layer's weight [out, in], what a matmul reads)
+     * or PARAM_LINEAR_HEAD (the output head's): LoRA may adapt it; 0 else. */
+    int linear;
+    int adapter; /* a base weight: index of its lora_A tensor (lora_B follows), else -1 */
+    int adapts;  /* lora_A or lora_B: index of the base weight it adapts, else -1 */
 };
 
+enum model_pass { MODEL_PASS_FORWARD, MODEL_PASS_BACKWARD };
+
 struct model_family;
+
+/* LoRA adapters on a table (worker/lora.h adds them, after the family's
+ * own tensors and units, which keep their indices and offsets). r == 0:
+ * none, and the base counts equal the table's. */
+struct param_adapters {
+    int r;         /* rank */
+    float scale;   /* lora_alpha / r */
+    float dropout; /* lora_dropout: probability in [0, 1) */
+    int n_base_tensors, n_base_units;
+    size_t n_base_params;
+    int *unit_adapter; /* owned; n_base_units entries: the adapter unit of base unit u, or -1 */
+};
 
 struct param_table {
     const struct model_family *family;
@@ -79,15 +100,36 @@ struct param_table {
     int n_units;
     size_t *unit_offset; /* owned, n_units + 1 entries; unit u is [off[u], off[u+1]) */
     size_t n_params;
+    struct param_adapters lora; /* zeroed by a family's table_build */
 };
 
 void param_table_free(struct param_table *t);
+
+/* The adapter unit of unit u, or -1 (an adapter unit itself has none). */
+static inline int param_table_adapter_unit(const struct param_table *t, int u)
+{
+    return t->lora.r > 0 && u < t->lora.n_base_units ? t->lora.unit_adapter[u] : -1;
+}
+
+/* The family's own part of t: a shallow copy without the adapters, which
+ * shares t's arrays (never freed; valid while t is). What Hugging Face
+ * weights are read into and checked against. */
+struct param_table param_table_base(const struct param_table *t);
+
+/* Initial values of flat elements [begin, end) into dst[0..end-begin): the
+ * family's init_params for its tensors, the adapters' (worker/lora.h) for
+ * theirs. What every caller uses instead of the family's entry. */
+void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                      float *dst);
+
+/* The order in which a pass acquires units: the family's unit_order, each
+ * adapted unit followed by its adapter unit. Writes at most cap entries
+ * and returns how many the pass acquires. */
+int param_table_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap);
 static inline size_t param_table_unit_size(const struct param_table *t, int unit)
 {
     return t->unit_offset[unit + 1] - t->unit_offset[unit];
 }
-
-enum model_pass { MODEL_PASS_FORWARD, MODEL_PASS_BACKWARD };
 
 /* How the model borrows parameters and gradients, one unit at a time. The
  * pointers returned point at the unit's first element; they stay valid
@@ -99,7 +141,9 @@ struct model_unit_hooks {
     zt_status (*pass_end)(void *ctx, enum model_pass pass);
     zt_status (*params_acquire)(void *ctx, int unit, const float **params);
     zt_status (*params_release)(void *ctx, int unit);
-    /* The unit's gradient buffer; the backward ACCUMULATES into it. */
+    /* The unit's gradient buffer; the backward ACCUMULATES into it. NULL
+     * for a unit with no trainable tensor: the backward then computes no
+     * weight gradients for it (only the gradients flowing through it). */
     zt_status (*grads_acquire)(void *ctx, int unit, float **grads);
     /* The unit's gradients of this micro step are complete. */
     zt_status (*grads_done)(void *ctx, int unit);
@@ -145,6 +189,16 @@ struct model {
     int plan;                      /* plan-only device: passes walk the hooks, compute nothing */
     float mean_loss;               /* mean over the B x T targets of the last real forward */
     struct model_profile *profile; /* not owned; NULL: no timing. Set by the caller */
+    /* The borrowed adapter units and the adapters' scratch when the table
+     * has LoRA adapters (model_parts.h), else NULL; model_create sets it. */
+    struct model_adapters *lora;
+    /* Set by the caller before each forward: 1 for a training forward
+     * (NEFTune's noise applies to those only), and the global sample index
+     * of each of the B rows, which keys the noise so that it does not
+     * depend on how a step's batch is split over ranks (NULL: 0 .. B-1). */
+    int training;
+    const uint64_t *row_ids;
+    struct model_neftune *neftune; /* NULL: off (model_neftune_enable) */
 };
 
 struct compute_backend;
@@ -196,6 +250,16 @@ zt_status param_table_build(const struct zt_kvlist *shape, struct param_table *o
  * ZT_ERR_NOMEM. */
 zt_status model_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
                        int ckpt_every, struct model **out);
+/* NEFTune (Jain et al., 2023; Hugging Face's neftune_noise_alpha): in
+ * training forwards, noise uniform in [-1, 1] * alpha / sqrt(T * C) is
+ * added to the token embeddings, element (row, t, c) drawn from counter
+ * t * C + c of the generator keyed by rng_u64(rng_key(seed, "neftune"),
+ * row id), so reruns and any layout draw the same noise. Evaluation
+ * (m->training 0) sees none. Allocates a B x T x C buffer in be's memory
+ * and one on the host. Errors: ZT_ERR_NOMEM. */
+zt_status model_neftune_enable(struct model *m, const struct compute_backend *be, double alpha,
+                               uint64_t seed);
+
 /* Frees an instance and what it allocated; NULL is a no-op. */
 void model_destroy(struct model *m);
 

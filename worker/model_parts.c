@@ -2,8 +2,12 @@
  * (see model_parts.h). */
 #include "model_parts.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "../common/rng.h"
 
 void model_table_add(struct param_table *t, const char *name, int rows, int cols, int unit,
                      size_t *offset)
@@ -18,6 +22,9 @@ void model_table_add(struct param_table *t, const char *name, int rows, int cols
     p->trainable = 1;
     p->decay = cols > 1;
     p->storage = PARAM_STORAGE_WORKING;
+    p->linear = 0;
+    p->adapter = -1;
+    p->adapts = -1;
     *offset += p->numel;
 }
 
@@ -29,29 +36,187 @@ int model_blocks_checkpointed(int ckpt_every, int n)
     return count;
 }
 
+/* Whether unit u is an adapter unit (borrowed with its base unit). */
+static int is_adapter_unit(const struct param_table *t, int u)
+{
+    return t->lora.r > 0 && u >= t->lora.n_base_units;
+}
+
 zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enum model_pass pass)
 {
-    int order[MODEL_MAX_UNITS + 2], embedding_grads = 0;
-    const int n = m->family->unit_order(m->table, pass, order, MODEL_MAX_UNITS + 2);
+    int order[MODEL_MAX_UNITS + 4], embedding_grads = 0;
+    const int n = param_table_unit_order(m->table, pass, order, MODEL_MAX_UNITS + 4);
     const int backward = pass == MODEL_PASS_BACKWARD;
     const float *w;
     float *g;
-    ZT_ASSERT(n <= MODEL_MAX_UNITS + 2);
+    ZT_ASSERT(n <= MODEL_MAX_UNITS + 4);
     ZT_TRY(h->pass_begin(h->ctx, pass));
     for (int i = 0; i < n; i++) {
-        ZT_TRY(h->params_acquire(h->ctx, order[i], &w));
+        const int u = order[i];
+        if (is_adapter_unit(m->table, u))
+            continue; /* borrowed with its base unit */
+        ZT_TRY(model_unit_acquire(m, h, u, &w));
         if (backward)
-            ZT_TRY(h->grads_acquire(h->ctx, order[i], &g));
-        embedding_grads |= backward && order[i] == 0;
-        ZT_TRY(h->params_release(h->ctx, order[i]));
-        if (backward && order[i] != 0)
-            ZT_TRY(h->grads_done(h->ctx, order[i]));
+            ZT_TRY(model_unit_grads_acquire(m, h, u, &g));
+        embedding_grads |= backward && u == 0;
+        ZT_TRY(model_unit_release(m, h, u));
+        if (backward && u != 0)
+            ZT_TRY(model_unit_grads_done(m, h, u));
     }
     if (backward && !embedding_grads)
-        ZT_TRY(h->grads_acquire(h->ctx, 0, &g));
+        ZT_TRY(model_unit_grads_acquire(m, h, 0, &g));
     if (backward)
-        ZT_TRY(h->grads_done(h->ctx, 0));
+        ZT_TRY(model_unit_grads_done(m, h, 0));
     ZT_TRY(h->pass_end(h->ctx, pass));
+    return ZT_OK;
+}
+
+/* ---- LoRA adapters in the passes ---------------------------------------- */
+
+zt_status model_adapters_create(struct model *m, const struct compute_backend *be)
+{
+    const struct param_table *t = m->table;
+    m->lora = NULL;
+    if (t->lora.r == 0)
+        return ZT_OK;
+    ZT_ASSERT(param_table_adapter_unit(t, 0) < 0); /* the embedding's grads outlive the pass */
+    struct model_adapters *a = calloc(1, sizeof *a);
+    if (a) {
+        a->w = calloc((size_t)t->n_units, sizeof *a->w);
+        a->g = calloc((size_t)t->n_units, sizeof *a->g);
+    }
+    if (!a || !a->w || !a->g) {
+        if (a) {
+            free(a->w);
+            free(a->g);
+        }
+        free(a);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the LoRA adapters' state");
+    }
+    a->dev = &be->dev;
+    a->ops = be->ops;
+    a->scratch_bytes = 2 * (size_t)m->B * (size_t)m->T * (size_t)t->lora.r * sizeof(float);
+    void *p = NULL;
+    zt_status s = device_alloc(a->dev, LEDGER_WORKSPACE, a->scratch_bytes, "LoRA scratch", &p);
+    if (s != ZT_OK) {
+        free(a->w);
+        free(a->g);
+        free(a);
+        return s;
+    }
+    a->scratch = p;
+    m->lora = a;
+    return ZT_OK;
+}
+
+void model_adapters_destroy(struct model *m)
+{
+    struct model_adapters *a = m->lora;
+    if (!a)
+        return;
+    device_free(a->dev, LEDGER_WORKSPACE, a->scratch_bytes, a->scratch);
+    free(a->w);
+    free(a->g);
+    free(a);
+    m->lora = NULL;
+}
+
+static int adapter_of(const struct model *m, int u)
+{
+    return m->lora ? param_table_adapter_unit(m->table, u) : -1;
+}
+
+zt_status model_unit_acquire(struct model *m, const struct model_unit_hooks *h, int u,
+                             const float **params)
+{
+    ZT_TRY(h->params_acquire(h->ctx, u, params));
+    const int a = adapter_of(m, u);
+    return a < 0 ? ZT_OK : h->params_acquire(h->ctx, a, &m->lora->w[u]);
+}
+
+zt_status model_unit_release(struct model *m, const struct model_unit_hooks *h, int u)
+{
+    ZT_TRY(h->params_release(h->ctx, u));
+    const int a = adapter_of(m, u);
+    if (a < 0)
+        return ZT_OK;
+    m->lora->w[u] = NULL;
+    return h->params_release(h->ctx, a);
+}
+
+zt_status model_unit_grads_acquire(struct model *m, const struct model_unit_hooks *h, int u,
+                                   float **grads)
+{
+    ZT_TRY(h->grads_acquire(h->ctx, u, grads));
+    const int a = adapter_of(m, u);
+    return a < 0 ? ZT_OK : h->grads_acquire(h->ctx, a, &m->lora->g[u]);
+}
+
+zt_status model_unit_grads_done(struct model *m, const struct model_unit_hooks *h, int u)
+{
+    ZT_TRY(h->grads_done(h->ctx, u));
+    const int a = adapter_of(m, u);
+    if (a < 0)
+        return ZT_OK;
+    m->lora->g[u] = NULL;
+    return h->grads_done(h->ctx, a);
+}
+
+/* Row width of the fused outputs of tensors k .. k+n-1. */
+static int fused_width(const struct param_table *t, int k, int n)
+{
+    int width = 0;
+    for (int i = 0; i < n; i++)
+        width += t->tensors[k + i].rows;
+    return width;
+}
+
+zt_status model_lora_forward(struct model *m, int k, int n, float *out, const float *inp, int N)
+{
+    if (!m->lora)
+        return ZT_OK;
+    const struct param_table *t = m->table;
+    const struct model_adapters *a = m->lora;
+    const int ldo = fused_width(t, k, n);
+    const double t0 = m->profile ? zt_now_seconds() : 0.0;
+    for (int i = 0, col = 0; i < n; col += t->tensors[k + i].rows, i++) {
+        const struct param_tensor *p = &t->tensors[k + i];
+        if (p->adapter < 0)
+            continue;
+        const float *w = a->w[p->unit];
+        ZT_ASSERT(w);
+        ZT_TRY(a->ops->lora_forward(
+            out + col, ldo, a->scratch, inp, model_param_in(t, p->adapter, w),
+            model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols, t->lora.r, p->rows));
+    }
+    if (m->profile)
+        m->profile->seconds[MODEL_PROF_MATMUL] += zt_now_seconds() - t0;
+    return ZT_OK;
+}
+
+zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const float *dout,
+                              const float *inp, int N)
+{
+    if (!m->lora)
+        return ZT_OK;
+    const struct param_table *t = m->table;
+    const struct model_adapters *a = m->lora;
+    const int ldo = fused_width(t, k, n);
+    const double t0 = m->profile ? zt_now_seconds() : 0.0;
+    for (int i = 0, col = 0; i < n; col += t->tensors[k + i].rows, i++) {
+        const struct param_tensor *p = &t->tensors[k + i];
+        if (p->adapter < 0)
+            continue;
+        const float *w = a->w[p->unit];
+        float *g = a->g[p->unit];
+        ZT_ASSERT(w && g);
+        ZT_TRY(a->ops->lora_backward(
+            dinp, model_grad_in(t, p->adapter, g), model_grad_in(t, p->adapter + 1, g), a->scratch,
+            dout + col, ldo, inp, model_param_in(t, p->adapter, w),
+            model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols, t->lora.r, p->rows));
+    }
+    if (m->profile)
+        m->profile->seconds[MODEL_PROF_MATMUL] += zt_now_seconds() - t0;
     return ZT_OK;
 }
 
@@ -69,4 +234,65 @@ zt_status model_read_mean_loss(struct model *m, const struct device *dev, const 
     ZT_TRY(s);
     m->mean_loss = (float)(sum / n);
     return ZT_OK;
+}
+
+/* ---- NEFTune ------------------------------------------------------------- */
+
+zt_status model_neftune_enable(struct model *m, const struct compute_backend *be, double alpha,
+                               uint64_t seed)
+{
+    ZT_ASSERT(!m->neftune && alpha > 0.0);
+    struct model_neftune *n = calloc(1, sizeof *n);
+    const int C = m->table->tensors[0].cols; /* the token embedding's width */
+    const size_t bytes = (size_t)m->B * (size_t)m->T * (size_t)C * sizeof(float);
+    if (n)
+        n->host = m->plan ? NULL : malloc(bytes);
+    if (!n || (!m->plan && !n->host)) {
+        free(n);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate NEFTune's noise");
+    }
+    void *p = NULL;
+    zt_status s = device_alloc(&be->dev, LEDGER_WORKSPACE, bytes, "NEFTune noise", &p);
+    if (s != ZT_OK) {
+        free(n->host);
+        free(n);
+        return s;
+    }
+    n->alpha = alpha;
+    n->key = rng_key(seed, "neftune");
+    n->dev = p;
+    n->bytes = bytes;
+    n->device = &be->dev;
+    n->ops = be->ops;
+    m->neftune = n;
+    return ZT_OK;
+}
+
+void model_neftune_free(struct model *m)
+{
+    struct model_neftune *n = m->neftune;
+    if (!n)
+        return;
+    device_free(n->device, LEDGER_WORKSPACE, n->bytes, n->dev);
+    free(n->host);
+    free(n);
+    m->neftune = NULL;
+}
+
+zt_status model_neftune_apply(struct model *m, float *x, int C)
+{
+    const struct model_neftune *n = m->neftune;
+    if (!n || !m->training)
+        return ZT_OK;
+    const int T = m->T;
+    const double magnitude = n->alpha / sqrt((double)T * C);
+    for (int b = 0; b < m->B; b++) {
+        const uint64_t row = m->row_ids ? m->row_ids[b] : (uint64_t)b;
+        const uint64_t key = rng_u64(n->key, row);
+        float *dst = n->host + (size_t)b * T * C;
+        for (size_t i = 0; i < (size_t)T * C; i++)
+            dst[i] = (float)(magnitude * (2.0 * rng_uniform(key, i) - 1.0));
+    }
+    ZT_TRY(n->device->ops->copy_from_host(n->dev, n->host, n->bytes));
+    return n->ops->residual_forward(x, x, n->dev, m->B * T * C);
 }

@@ -9,6 +9,7 @@
 
 #include "../common/clock.h"
 #include "../common/status.h"
+#include "backend.h"
 #include "device.h"
 #include "model_family.h"
 
@@ -17,6 +18,13 @@
  * precision, weight decay on matrices only (cols > 1). */
 void model_table_add(struct param_table *t, const char *name, int rows, int cols, int unit,
                      size_t *offset);
+
+/* The tensor added last is a linear layer's weight: PARAM_LINEAR, or
+ * PARAM_LINEAR_HEAD for the output head. */
+static inline void model_table_mark_linear(struct param_table *t, int kind)
+{
+    t->tensors[t->n_tensors - 1].linear = kind;
+}
 
 /* Tensor k inside a unit's borrowed parameters or gradients, whose first
  * element is unit_base. */
@@ -27,11 +35,69 @@ static inline const float *model_param_in(const struct param_table *t, int k,
     return unit_base + (p->offset - t->unit_offset[p->unit]);
 }
 
+/* NULL when the unit has no gradients (a frozen unit's grads_acquire lends
+ * NULL): the ops then skip that weight gradient. */
 static inline float *model_grad_in(const struct param_table *t, int k, float *unit_base)
 {
     const struct param_tensor *p = &t->tensors[k];
-    return unit_base + (p->offset - t->unit_offset[p->unit]);
+    return unit_base ? unit_base + (p->offset - t->unit_offset[p->unit]) : NULL;
 }
+
+/* ---- LoRA adapters in the passes (worker/lora.h) ----
+ *
+ * A family borrows its units through model_unit_* rather than the hooks
+ * directly: each call borrows the unit's adapter unit right after it (the
+ * order param_table_unit_order gives a stage-3 engine) and keeps the
+ * adapter pointers here, so that model_lora_forward/backward, called after
+ * each linear layer's matmul, find the adapters of the layer's weights.
+ * Without adapters they are the plain hook calls and model_lora_* return
+ * at once. */
+struct model_adapters {
+    const float **w; /* [n_units]: base unit u's borrowed adapter parameters */
+    float **g;       /* [n_units]: and gradients */
+    float *scratch;  /* 2 * B*T*r floats: u and du of one adapter */
+    size_t scratch_bytes;
+    const struct device *dev;
+    const struct ops_backend *ops;
+};
+
+/* ---- NEFTune (model_neftune_enable) ---- */
+struct model_neftune {
+    double alpha;
+    uint64_t key; /* rng_key(seed, "neftune") */
+    float *host;  /* B*T*C: the noise drawn on the host */
+    float *dev;   /* the same in the device's memory (workspace) */
+    size_t bytes;
+    const struct device *device;
+    const struct ops_backend *ops;
+};
+
+/* After the token embedding of a training forward: adds the noise to the
+ * embeddings x[B*T, C] (nothing when off or not training). */
+zt_status model_neftune_apply(struct model *m, float *x, int C);
+void model_neftune_free(struct model *m);
+
+/* Sets up m->lora for m's table (NULL without adapters), its scratch in
+ * be's memory (counted as workspace). Errors: ZT_ERR_NOMEM. */
+zt_status model_adapters_create(struct model *m, const struct compute_backend *be);
+void model_adapters_destroy(struct model *m);
+
+zt_status model_unit_acquire(struct model *m, const struct model_unit_hooks *h, int u,
+                             const float **params);
+zt_status model_unit_release(struct model *m, const struct model_unit_hooks *h, int u);
+zt_status model_unit_grads_acquire(struct model *m, const struct model_unit_hooks *h, int u,
+                                   float **grads);
+zt_status model_unit_grads_done(struct model *m, const struct model_unit_hooks *h, int u);
+
+/* After the matmul of tensors k .. k+n-1 (weights whose outputs lie side by
+ * side in out's rows, as q|k|v do): adds each adapted one's low-rank term
+ * into its columns of out[N, sum of rows], given the matmul's input
+ * inp[N, C]. */
+zt_status model_lora_forward(struct model *m, int k, int n, float *out, const float *inp, int N);
+/* The backward of the same, given dout (the gradient w.r.t. out): the
+ * adapters' gradients, and their part of dinp (NULL: not wanted). */
+zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const float *dout,
+                              const float *inp, int N);
 
 /* Activation checkpointing as model_create describes it: block l is
  * checkpointed when ckpt_every > 0 divides it. */

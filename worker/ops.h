@@ -52,7 +52,7 @@ struct ops_backend {
     zt_status (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
                                  const float *wpe, int B, int T, int C);
     /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:], skipped
-     * when dwpe is NULL. */
+     * when dwpe is NULL (both when dwte is: a frozen embedding). */
     zt_status (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int B, int T, int C);
 
@@ -60,6 +60,7 @@ struct ops_backend {
      * saves per-row mean and 1/std for the backward. */
     zt_status (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                                    const float *weight, const float *bias, int N, int C);
+    /* dweight and dbias are both NULL (a frozen norm) or neither. */
     zt_status (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                     const float *inp, const float *weight, const float *mean,
                                     const float *rstd, int N, int C);
@@ -67,10 +68,26 @@ struct ops_backend {
     /* out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC] unless bias is NULL). */
     zt_status (*matmul_forward)(float *out, const float *inp, const float *weight,
                                 const float *bias, int N, int C, int OC);
-    /* dinp += dout @ weight; dweight += dout^T @ inp; dbias += column sums of
-     * dout (skipped when dbias is NULL). */
+    /* dinp += dout @ weight; dweight += dout^T @ inp (skipped when dweight
+     * is NULL: a frozen weight); dbias += column sums of dout (skipped when
+     * dbias is NULL). */
     zt_status (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, int N, int C, int OC);
+
+    /* LoRA's low-rank term of a linear layer (worker/lora.h): u[N,r] =
+     * inp[N,C] @ A[r,C]^T, then out[n, 0..OC) += scale * u[n,:] @ B[OC,r]^T
+     * on rows of out ldo floats apart (ldo >= OC: the layer's output may be
+     * a column slice of a wider one, as q_proj's is of the fused q|k|v).
+     * u is scratch the caller keeps no use of. */
+    zt_status (*lora_forward)(float *out, int ldo, float *u, const float *inp, const float *A,
+                              const float *B, float scale, int N, int C, int r, int OC);
+    /* Its backward given dout (the gradient w.r.t. out, rows ldo floats
+     * apart): with u recomputed, dB += scale * dout^T @ u, du = scale * dout
+     * @ B, dA += du^T @ inp, dinp += du @ A (skipped when dinp is NULL).
+     * scratch: 2*N*r floats. */
+    zt_status (*lora_backward)(float *dinp, float *dA, float *dB, float *scratch, const float *dout,
+                               int ldo, const float *inp, const float *A, const float *B,
+                               float scale, int N, int C, int r, int OC);
 
     /* Causal self-attention with grouped-query heads. Row (b,t) of
      * qkv[B,T,(NH+2*NKV)*hs] holds NH query heads, then NKV key heads, then
@@ -91,7 +108,7 @@ struct ops_backend {
      * rstd[n] = 1 / sqrt(mean(inp[n,:]^2) + eps), saved for the backward. */
     zt_status (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight,
                                  int N, int C, float eps);
-    /* dinp += d/dinp, dweight += d/dweight, given dout[N,C]. */
+    /* dinp += d/dinp, dweight += d/dweight (skipped when NULL), given dout[N,C]. */
     zt_status (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, const float *rstd, int N, int C);
 

@@ -40,6 +40,8 @@ zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wt
 zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                                int B, int T, int C)
 {
+    if (!dwte)
+        return ZT_OK;
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
         int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;

@@ -122,10 +122,11 @@ zt_status cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, cons
         for (int i = 0; i < N; i++)
             backward_row(dinp + (size_t)i * C, NULL, NULL, dout + (size_t)i * C,
                          inp + (size_t)i * C, weight, mean[i], rstd[i], C);
+        if (dweight)
 #pragma omp for schedule(static)
-        for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
-            param_block(dweight, dbias, dout, inp, mean, rstd, N, C, c0,
-                        c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
+            for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
+                param_block(dweight, dbias, dout, inp, mean, rstd, N, C, c0,
+                            c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
     }
     return ZT_OK;
 }

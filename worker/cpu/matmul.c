@@ -52,8 +52,9 @@ zt_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const f
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                 1.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                    dweight, C);
     if (!dbias)
         return ZT_OK;
 #pragma omp parallel for schedule(static)

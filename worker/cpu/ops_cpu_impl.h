@@ -80,6 +80,13 @@ zt_status cpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, i
 zt_status cpu_swiglu_forward(float *out, const float *gu, int N, int I);
 zt_status cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int I);
 
+/* lora_forward and lora_backward of worker/ops.h (sgemm on strided rows). */
+zt_status cpu_lora_forward(float *out, int ldo, float *u, const float *inp, const float *A,
+                           const float *B, float scale, int N, int C, int r, int OC);
+zt_status cpu_lora_backward(float *dinp, float *dA, float *dB, float *scratch, const float *dout,
+                            int ldo, const float *inp, const float *A, const float *B, float scale,
+                            int N, int C, int r, int OC);
+
 /* gelu_forward, gelu_backward and residual_forward of worker/ops.h. */
 zt_status cpu_gelu_forward(float *out, const float *inp, int N);
 zt_status cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N);

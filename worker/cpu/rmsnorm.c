@@ -88,10 +88,11 @@ zt_status cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, c
         for (int i = 0; i < N; i++)
             backward_row(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, weight,
                          rstd[i], C);
+        if (dweight)
 #pragma omp for schedule(static)
-        for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
-            weight_block(dweight, dout, inp, rstd, N, C, c0,
-                         c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
+            for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
+                weight_block(dweight, dout, inp, rstd, N, C, c0,
+                             c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
     }
     return ZT_OK;
 }

@@ -1,0 +1,217 @@
+/* worker/lora.c — adapters appended to a parameter table (see lora.h). */
+#include "lora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/rng.h"
+
+/* PEFT's rule for a list of target names: the module's name, or its last
+ * dotted components. */
+static int name_matches(const char *module, const char *target)
+{
+    size_t n = strlen(module), k = strlen(target);
+    if (n == k)
+        return strcmp(module, target) == 0;
+    return n > k && module[n - k - 1] == '.' && strcmp(module + n - k, target) == 0;
+}
+
+static int all_linear(const struct lora_spec *spec)
+{
+    return spec->n_targets == 1 && strcmp(spec->targets[0], LORA_ALL_LINEAR) == 0;
+}
+
+static int is_adapted(const struct param_table *t, const struct lora_spec *spec,
+                      const char *const *module_names, int k)
+{
+    const struct param_tensor *p = &t->tensors[k];
+    if (!p->linear || !module_names[k])
+        return 0;
+    if (all_linear(spec))
+        return p->linear == PARAM_LINEAR;
+    for (int i = 0; i < spec->n_targets; i++)
+        if (name_matches(module_names[k], spec->targets[i]))
+            return 1;
+    return 0;
+}
+
+static const char *leaf_of(const char *module)
+{
+    const char *dot = strrchr(module, '.');
+    return dot ? dot + 1 : module;
+}
+
+/* The last component of each linear module ("c_attn"), each once. */
+static void linear_modules(const struct param_table *t, const char *const *module_names, char *buf,
+                           size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < t->n_tensors && at < n; k++) {
+        if (!t->tensors[k].linear || !module_names[k])
+            continue;
+        const char *leaf = leaf_of(module_names[k]);
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++)
+            seen = t->tensors[j].linear && module_names[j] &&
+                   strcmp(leaf_of(module_names[j]), leaf) == 0;
+        if (!seen)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? ", " : "", leaf);
+    }
+}
+
+/* Every target names at least one module, and only linear ones. */
+static zt_status check_targets(const struct param_table *t, const struct lora_spec *spec,
+                               const char *const *module_names)
+{
+    char known[512];
+    if (all_linear(spec))
+        return ZT_OK;
+    for (int i = 0; i < spec->n_targets; i++) {
+        int linear = 0, other = 0;
+        for (int k = 0; k < t->n_tensors; k++) {
+            if (!module_names[k] || !name_matches(module_names[k], spec->targets[i]))
+                continue;
+            linear += t->tensors[k].linear != 0;
+            other += t->tensors[k].linear == 0;
+        }
+        if (!linear)
+            linear_modules(t, module_names, known, sizeof known);
+        if (other && !linear)
+            return zt_error_set(ZT_ERR_CONFIG,
+                                "lora.target_modules: '%s' is not a linear layer of this %s model "
+                                "(its linear layers: %s)",
+                                spec->targets[i], t->family->name, known);
+        if (!linear)
+            return zt_error_set(ZT_ERR_CONFIG,
+                                "lora.target_modules: '%s' matches no module of this %s model "
+                                "(its linear layers: %s; or \"" LORA_ALL_LINEAR "\")",
+                                spec->targets[i], t->family->name, known);
+    }
+    return ZT_OK;
+}
+
+/* "h.0.attn.qkv.weight" -> "h.0.attn.qkv.lora_A.weight". */
+static void adapter_name(const char *base, const char *which, char *out, size_t n)
+{
+    size_t stem = strlen(base);
+    if (stem > 7 && strcmp(base + stem - 7, ".weight") == 0)
+        stem -= 7;
+    snprintf(out, n, "%.*s.%s.weight", (int)stem, base, which);
+}
+
+static void add_tensor(struct param_table *t, const char *name, int rows, int cols, int unit,
+                       int adapts)
+{
+    struct param_tensor *p = &t->tensors[t->n_tensors++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rows = rows;
+    p->cols = cols;
+    p->numel = (size_t)rows * (size_t)cols;
+    p->offset = t->n_params;
+    p->unit = unit;
+    p->trainable = 1;
+    p->decay = 1; /* matrices, decayed as Hugging Face's Trainer decays them */
+    p->storage = PARAM_STORAGE_WORKING;
+    p->adapter = -1;
+    p->adapts = adapts;
+    t->n_params += p->numel;
+}
+
+/* How many adapted weights and adapter units the spec gives t. */
+static void count_adapted(const struct param_table *t, const struct lora_spec *spec,
+                          const char *const *module_names, int *n_weights, int *n_units)
+{
+    int last_unit = -1;
+    *n_weights = *n_units = 0;
+    for (int k = 0; k < t->n_tensors; k++) {
+        if (!is_adapted(t, spec, module_names, k))
+            continue;
+        (*n_weights)++;
+        if (t->tensors[k].unit != last_unit)
+            (*n_units)++;
+        last_unit = t->tensors[k].unit;
+    }
+}
+
+/* Grows t's arrays to hold the adapters; t is unchanged on failure. */
+static zt_status grow(struct param_table *t, int n_tensors, int n_units)
+{
+    struct param_tensor *tensors = malloc((size_t)n_tensors * sizeof *tensors);
+    size_t *unit_offset = malloc(((size_t)n_units + 1) * sizeof *unit_offset);
+    int *unit_adapter = malloc((size_t)t->n_units * sizeof *unit_adapter);
+    if (!tensors || !unit_offset || !unit_adapter) {
+        free(tensors);
+        free(unit_offset);
+        free(unit_adapter);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the LoRA adapters' table");
+    }
+    memcpy(tensors, t->tensors, (size_t)t->n_tensors * sizeof *tensors);
+    memcpy(unit_offset, t->unit_offset, ((size_t)t->n_units + 1) * sizeof *unit_offset);
+    for (int u = 0; u < t->n_units; u++)
+        unit_adapter[u] = -1;
+    free(t->tensors);
+    free(t->unit_offset);
+    t->tensors = tensors;
+    t->unit_offset = unit_offset;
+    t->lora.unit_adapter = unit_adapter;
+    return ZT_OK;
+}
+
+zt_status lora_attach(struct param_table *t, const struct lora_spec *spec,
+                      const char *const *module_names)
+{
+    ZT_ASSERT(t->lora.r == 0 && spec->r >= 1 && spec->n_targets >= 1);
+    ZT_TRY(check_targets(t, spec, module_names));
+    int n_weights, n_units;
+    count_adapted(t, spec, module_names, &n_weights, &n_units);
+    if (t->n_units + n_units > MODEL_MAX_UNITS)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "lora: %d adapted units on %d would exceed %d units in all", n_units,
+                            t->n_units, MODEL_MAX_UNITS);
+    const int n_base = t->n_tensors, base_units = t->n_units;
+    ZT_TRY(grow(t, n_base + 2 * n_weights, base_units + n_units));
+    t->lora.r = spec->r;
+    t->lora.scale = (float)(spec->alpha / spec->r);
+    t->lora.dropout = (float)spec->dropout;
+    t->lora.n_base_tensors = n_base;
+    t->lora.n_base_units = base_units;
+    t->lora.n_base_params = t->n_params;
+    for (int k = 0; k < n_base; k++) {
+        struct param_tensor *p = &t->tensors[k];
+        p->trainable = 0;
+        if (!is_adapted(t, spec, module_names, k))
+            continue;
+        int *unit = &t->lora.unit_adapter[p->unit];
+        if (*unit < 0) {
+            *unit = t->n_units++;
+            t->unit_offset[*unit] = t->n_params;
+        }
+        char name[sizeof p->name];
+        p->adapter = t->n_tensors;
+        adapter_name(p->name, "lora_A", name, sizeof name);
+        add_tensor(t, name, spec->r, p->cols, *unit, k);
+        adapter_name(p->name, "lora_B", name, sizeof name);
+        add_tensor(t, name, p->rows, spec->r, *unit, k);
+        t->unit_offset[*unit + 1] = t->n_params;
+    }
+    return ZT_OK;
+}
+
+void lora_init_params(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                      float *dst)
+{
+    const uint64_t key = rng_key(seed, "lora");
+    for (int k = t->lora.n_base_tensors; k < t->n_tensors; k++) {
+        const struct param_tensor *p = &t->tensors[k];
+        const int is_a = k == t->tensors[p->adapts].adapter;
+        const double bound = 1.0 / sqrt((double)p->cols);
+        size_t lo = p->offset > begin ? p->offset : begin;
+        size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+        for (size_t i = lo; i < hi; i++)
+            dst[i - begin] = is_a ? (float)(bound * (2.0 * rng_uniform(key, i) - 1.0)) : 0.0f;
+    }
+}
