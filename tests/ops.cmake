@@ -1,2 +1,3 @@
 zt_test(test_ops SOURCES test_ops.c LIBS zt_worker)
 zt_test(test_backend SOURCES test_backend.c LIBS zt_worker)
+zt_test(test_quant4 SOURCES test_quant4.c LIBS zt_worker)
