@@ -75,6 +75,16 @@ struct zt_config {
         char *bias; /* "none" */
     } lora;
 
+    /* QLoRA's 4-bit base (worker/param_quant.h), Hugging Face's
+     * BitsAndBytesConfig names. */
+    struct {
+        int load_in_4bit;
+        int load_in_8bit;              /* refused: not supported */
+        char *bnb_4bit_quant_type;     /* nf4 (default) or fp4 */
+        int bnb_4bit_use_double_quant; /* default false */
+        char *bnb_4bit_compute_dtype;  /* fp32 (default), bf16, fp16 */
+    } quantization;
+
     struct {
         char **train; /* one or more paths: a token file, or text files/folders */
         int n_train;
@@ -199,6 +209,10 @@ void config_free(struct zt_config *cfg);
 /* The learning-rate schedule the config describes (optimizer.lr and the
  * scheduler section), for worker/schedule.h's schedule_lr. */
 struct lr_schedule config_lr_schedule(const struct zt_config *cfg);
+
+/* quantization.bnb_4bit_compute_dtype as a dtype (ZT_F32, ZT_BF16 or
+ * ZT_F16) of a loaded config. */
+enum zt_dtype config_compute_dtype(const struct zt_config *c);
 
 /* The optimizer hyperparameters the config gives, at learning rate lr (the
  * schedule's for the step at hand). */

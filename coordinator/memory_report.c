@@ -207,6 +207,16 @@ static void print_model_states(const struct memory_report *r, FILE *f)
     fprintf(f, "  expected for stage %d, N = %d, %g+%g+%g+%g bytes per parameter: %s\n", r->stage,
             r->world_size, p[0], p[1], p[2], p[3], e);
     fprintf(f, "  difference %s .. %s (shard padding explains a small excess)\n", da, db);
+    if (r->base4_numel == 0)
+        return;
+    char q[32];
+    human(r->base4_bytes, q, sizeof q);
+    fprintf(f,
+            "  4-bit base: %llu parameters, codes and scales %s per rank, %.4f bytes per "
+            "parameter (in the params column)\n",
+            (unsigned long long)r->base4_numel, q,
+            (double)r->base4_bytes /
+                ((double)r->base4_numel / (r->stage == 3 ? (double)r->world_size : 1.0)));
 }
 
 void memory_report_print(const struct memory_report *r, FILE *f)
@@ -244,7 +254,8 @@ static void write_body(FILE *f, const struct memory_report *r)
     for (int k = 0; k < 4; k++)
         fprintf(f, "%s\"%s\": %.17g", k ? ", " : "",
                 ledger_category_name(model_state_categories[k]), r->bytes_per_param[k]);
-    fprintf(f, "}, \"baseline\": {");
+    fprintf(f, "}, \"base4_numel\": %llu, \"base4_bytes\": %llu, \"baseline\": {",
+            (unsigned long long)r->base4_numel, (unsigned long long)r->base4_bytes);
     write_categories(f, r->baseline);
     fprintf(f, ", \"total\": %llu}, \"expected_model_states\": %llu, \"ranks\": [",
             (unsigned long long)r->baseline_total, (unsigned long long)r->expected_model_states);

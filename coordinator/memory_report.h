@@ -16,6 +16,7 @@
  * JSON file (one line; bytes are exact integers):
  *   {"world_size": N, "stage": s, "n_params": Ψ,
  *    "bytes_per_param": {"params": p, "grads": g, "master_params": m, "optimizer_states": o},
+ *    "base4_numel": n, "base4_bytes": bytes,  (a 4-bit base; 0, 0 without)
  *    "baseline": {"<category>": bytes, ..., "total": bytes},
  *    "expected_model_states": bytes,
  *    "ranks": [{"rank": r, "peak": {"<category>": bytes, ...}, "total_peak": bytes,
@@ -47,7 +48,11 @@ struct memory_report {
     uint64_t baseline[LEDGER_CATEGORY_COUNT]; /* single-device plan peaks */
     uint64_t baseline_total;
     uint64_t expected_model_states; /* memory_expected_model_states() for this run */
-    struct memory_rank_row *ranks;  /* world_size rows in rank order; rank 0 only */
+    /* A 4-bit base (QLoRA): how many parameters it holds, and the bytes of
+     * their codes and scales on each rank (in the params column); 0, 0
+     * without one. */
+    uint64_t base4_numel, base4_bytes;
+    struct memory_rank_row *ranks; /* world_size rows in rank order; rank 0 only */
 };
 
 /* Collective over c: every rank sends its ledger peaks and its VmHWM (read

@@ -142,7 +142,9 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     for (int u = 0; u < p->n_units; u++) {
         m->unit_numel[u] = p->units[u].numel;
         m->unit_shard[u] = p->units[u].shard;
-        m->unit_frozen[u] = (unsigned char)!p->units[u].trainable;
+        m->unit_frozen[u] = p->units[u].packed       ? CKPT_UNIT_NOT_STORED
+                            : !p->units[u].trainable ? CKPT_UNIT_FROZEN
+                                                     : 0;
     }
     m->n_params = s->table.n_params;
     m->model = s->table.shape;
@@ -371,7 +373,7 @@ static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
             const uint64_t real = owned_real(meta->unit_numel[u], meta->unit_shard[u], (int)r);
             o->prefix[r * nu + u] = at;
             o->state_prefix[r * nu + u] = state_at;
-            at += real;
+            at += meta->unit_frozen && meta->unit_frozen[u] == CKPT_UNIT_NOT_STORED ? 0 : real;
             state_at += meta->unit_frozen && meta->unit_frozen[u] ? 0 : real;
         }
     }
@@ -459,8 +461,16 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                                 param_table_unit_size(&s->table, u));
     /* A unit that trains here needs the optimizer states the checkpoint has
      * only for units that trained there. */
+    for (int u = 0; u < m->n_units; u++)
+        if ((m->unit_frozen[u] == CKPT_UNIT_NOT_STORED) != s->engine.part.units[u].packed)
+            return zt_error_set(ZT_ERR_CHECKPOINT,
+                                "%s/meta.json: unit %d was %sstored in 4 bits in the checkpoint, "
+                                "but %s here (quantization.load_in_4bit must be as it was)",
+                                step_dir, u,
+                                m->unit_frozen[u] == CKPT_UNIT_NOT_STORED ? "" : "not ",
+                                s->engine.part.units[u].packed ? "is" : "is not");
     for (int u = 0; u < m->n_units && !weights_only; u++)
-        if (m->unit_frozen[u] != !s->engine.part.units[u].trainable)
+        if ((m->unit_frozen[u] == 0) != s->engine.part.units[u].trainable)
             return zt_error_set(ZT_ERR_CHECKPOINT,
                                 "%s/meta.json: unit %d was %s in the checkpoint, but %s here",
                                 step_dir, u, m->unit_frozen[u] ? "frozen" : "trained",
@@ -618,6 +628,12 @@ static zt_status import_weights(struct run_session *s, const char *path)
     zt_status st = buf ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the import staging");
     for (int u = 0; u < base.n_units && st == ZT_OK; u++) {
         size_t lo, hi, at = base.unit_offset[u];
+        if (s->engine.part.units[u].packed) { /* encoded whole on every rank */
+            st = hf_weights_read(r, at, at + param_table_unit_size(&base, u), buf);
+            if (st == ZT_OK)
+                st = shard_engine_set_packed(&s->engine, u, buf);
+            continue;
+        }
         shard_engine_held_range(&s->engine, u, &lo, &hi);
         if (hi == lo)
             continue;
@@ -675,6 +691,10 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
         s->weights_from = RUN_WEIGHTS_INIT_FROM;
         return ZT_OK;
     }
+    /* A 4-bit base is never in a checkpoint: it is quantised again from
+     * the weights it was loaded from (the initial values otherwise). */
+    if (s->engine.part.packed_total > 0 && s->cfg.model.init_from)
+        ZT_TRY(import_weights(s, s->cfg.model.init_from));
     /* evaluation needs the weights; resuming training, the optimizer too */
     ZT_TRY(run_checkpoint_load(s, step_dir, !need_train));
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", step_dir);

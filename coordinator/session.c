@@ -9,6 +9,7 @@
 
 #include "../formats/hf_weights.h"
 #include "../worker/lora.h"
+#include "../worker/param_quant.h"
 #include "../worker/model_family.h"
 #include "../worker/ops.h"
 
@@ -171,6 +172,14 @@ zt_status session_build_table(const struct zt_config *c, struct param_table *out
     config_model_shape(c, &shape);
     ZT_TRY(param_table_build(&shape, out));
     zt_status s = c->lora.enabled ? attach_adapters(c, out) : ZT_OK;
+    if (s == ZT_OK && c->quantization.load_in_4bit) {
+        struct param_quant_spec q = {.double_quant = c->quantization.bnb_4bit_use_double_quant,
+                                     .compute = config_compute_dtype(c)};
+        const int known = quant4_type_find(c->quantization.bnb_4bit_quant_type, &q.type);
+        ZT_ASSERT(known); /* the config checked it */
+        (void)known;
+        s = param_quant_attach(out, &q);
+    }
     if (s != ZT_OK)
         param_table_free(out);
     return s;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../common/clock.h"
+#include "../worker/param_quant.h"
 #include "../worker/schedule.h"
 #include "memory_report.h"
 #include "metrics.h"
@@ -346,9 +347,22 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     ZT_TRY(session_plan_baseline(s, &baseline));
     memcpy(r.baseline, baseline.peak, sizeof r.baseline);
     r.baseline_total = baseline.total_peak;
+    /* A 4-bit base's units are counted at their images' size, not at p
+     * bytes an element. */
+    const size_t split = s->engine.policy.shard_params ? (size_t)s->world : 1;
+    size_t image = 0, packed_numel = 0;
+    for (int u = 0; u < s->table.n_units; u++)
+        if (s->engine.part.units[u].packed) {
+            image += param_quant_unit_bytes(&s->table, u, s->engine.cfg.precision);
+            packed_numel += s->engine.part.units[u].numel;
+        }
+    r.base4_numel = param_quant_numel(&s->table);
+    r.base4_bytes = param_quant_region_bytes(&s->table) / split;
     r.expected_model_states =
-        memory_expected_model_states(r.stage, s->world, r.n_params, s->engine.part.trainable_numel,
-                                     r.bytes_per_param, s->engine.tensor_state_len * sizeof(float));
+        memory_expected_model_states(r.stage, s->world, r.n_params - packed_numel,
+                                     s->engine.part.trainable_numel, r.bytes_per_param,
+                                     s->engine.tensor_state_len * sizeof(float)) +
+        image / split;
     ZT_TRY(memory_report_gather(s->comm, &s->ledger, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {

@@ -191,6 +191,8 @@ struct ckpt_file {
 /* One checkpoint's description. The pointers are owned by the struct:
  * ckpt_meta_read allocates them, ckpt_meta_free releases them; a caller
  * filling one for ckpt_meta_write owns them as it likes. */
+enum { CKPT_UNIT_FROZEN = 1, CKPT_UNIT_NOT_STORED = 2 };
+
 struct ckpt_meta {
     uint32_t format_version; /* set by ckpt_meta_read; ckpt_meta_write writes the current one */
     int64_t step;            /* >= 0 */
@@ -201,10 +203,13 @@ struct ckpt_meta {
     int n_units;             /* >= 0 */
     uint64_t *unit_numel;    /* per unit: real elements (owned, n_units) */
     uint64_t *unit_shard;    /* per unit: elements per rank in this partition (owned) */
-    /* Per unit: 1 when it was frozen, so its shards hold the weights
-     * ("master") but no optimizer state sections (owned, n_units; a writer
-     * may leave it NULL for none; ckpt_meta_read always fills it). In
-     * meta.json "frozen": true on the unit, absent when it trains. */
+    /* Per unit: CKPT_UNIT_FROZEN when it was frozen, so its shards hold the
+     * weights ("master") but no optimizer state sections;
+     * CKPT_UNIT_NOT_STORED when it is frozen and not in the shards at all
+     * (a 4-bit base, rebuilt from the weights it was loaded from); 0 when
+     * it trains (owned, n_units; a writer may leave it NULL for none;
+     * ckpt_meta_read always fills it). In meta.json "frozen": true on the
+     * unit, and "stored": false, absent when it trains. */
     unsigned char *unit_frozen;
     uint64_t n_params;
     /* The model family and its shape ("model": {"family": "gpt2", ...}) and

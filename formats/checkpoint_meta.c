@@ -181,9 +181,12 @@ static void add_lists(struct json_text *t, const struct ckpt_meta *m)
 {
     json_text_printf(t, "  \"units\": [");
     for (int u = 0; u < m->n_units; u++)
-        json_text_printf(t, "%s\n    {\"numel\": %llu, \"shard\": %llu%s}", u ? "," : "",
+        json_text_printf(t, "%s\n    {\"numel\": %llu, \"shard\": %llu%s%s}", u ? "," : "",
                          (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u],
-                         m->unit_frozen && m->unit_frozen[u] ? ", \"frozen\": true" : "");
+                         m->unit_frozen && m->unit_frozen[u] ? ", \"frozen\": true" : "",
+                         m->unit_frozen && m->unit_frozen[u] == CKPT_UNIT_NOT_STORED
+                             ? ", \"stored\": false"
+                             : "");
     json_text_printf(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
     for (int r = 0; r < m->world; r++)
         json_text_printf(
@@ -380,6 +383,13 @@ static zt_status read_units(const char *path, const struct json_value *root, str
             const struct json_value *v;
             ZT_TRY(need(path, &list->items[u], "frozen", where, JSON_BOOL, &v));
             m->unit_frozen[u] = (unsigned char)(v->boolean != 0);
+        }
+        snprintf(where, sizeof where, "units[%zu].stored", u);
+        if (m->unit_frozen[u] && json_object_get(&list->items[u], "stored", NULL)) {
+            const struct json_value *v;
+            ZT_TRY(need(path, &list->items[u], "stored", where, JSON_BOOL, &v));
+            if (!v->boolean)
+                m->unit_frozen[u] = CKPT_UNIT_NOT_STORED;
         }
     }
     return ZT_OK;

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../worker/param_quant.h"
 #include "../worker/precision.h"
 #include "shard_impl.h"
 
@@ -49,10 +50,12 @@ struct shard_reduce {
     struct comm_request *req;
 };
 
-/* Bytes of a full unit / one rank's shard of it in the working precision. */
+/* Bytes of a full unit / one rank's shard of it in the working precision;
+ * a packed unit's padded image (what a gather holds). */
 static size_t unit_bytes(const struct shard_engine *e, int u)
 {
-    return e->part.units[u].padded * e->esz;
+    const struct shard_unit *su = &e->part.units[u];
+    return su->packed ? su->image_padded : su->padded * e->esz;
 }
 
 static size_t shard_bytes(const struct shard_engine *e, int u)
@@ -80,6 +83,10 @@ static zt_status alloc_states(struct shard_engine *e)
     void *p;
     ZT_TRY(alloc_state(e, LEDGER_PARAMS, (pol->shard_params ? shard : full) * e->esz, "parameters",
                        &e->params));
+    if (e->part.packed_total > 0)
+        ZT_TRY(alloc_state(e, LEDGER_PARAMS,
+                           pol->shard_params ? e->part.packed_shard_total : e->part.packed_total,
+                           "the 4-bit base", &e->packed));
     /* A fused-backward optimizer keeps no gradients between units. */
     if (!e->cfg.optimizer->fused_backward)
         ZT_TRY(alloc_state(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->esz,
@@ -133,6 +140,10 @@ static zt_status init_params(struct shard_engine *e)
         size_t lo, hi;
         shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
         param_table_init(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
+        if (su->packed) {
+            st = shard_engine_set_packed(e, u, host);
+            continue;
+        }
         if (!e->policy.shard_params)
             st = store_working(e, at(e, e->params, su->padded_offset), host, su->numel, staging);
         else if (hi > lo)
@@ -151,6 +162,52 @@ static zt_status init_params(struct shard_engine *e)
     return st;
 }
 
+/* ---- packed units (a 4-bit base, worker/param_quant.h) --------------------- */
+
+zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *full)
+{
+    const struct shard_unit *su = &e->part.units[u];
+    ZT_ASSERT(su->packed);
+    unsigned char *image = calloc(1, su->image_padded);
+    if (!image)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate a 4-bit unit's image");
+    param_quant_encode(e->table, u, e->cfg.precision, full, image);
+    zt_status st = e->policy.shard_params
+                       ? e->dev->ops->copy_from_host((char *)e->packed + su->image_shard_offset,
+                                                     image + (size_t)e->cfg.rank * su->image_shard,
+                                                     su->image_shard)
+                       : e->dev->ops->copy_from_host((char *)e->packed + su->image_offset, image,
+                                                     su->image_padded);
+    free(image);
+    return st;
+}
+
+/* Decodes packed unit u's image (device memory) into its fp32 view:
+ * straight from device memory that is host memory, else through host
+ * staging. */
+static zt_status decode_packed(struct shard_engine *e, int u, const void *image, float *view)
+{
+    const struct shard_unit *su = &e->part.units[u];
+    if (e->be->host_memory) {
+        param_quant_decode(e->table, u, e->cfg.precision, image, view);
+        return ZT_OK;
+    }
+    unsigned char *host = malloc(su->image);
+    float *values = malloc(su->numel * sizeof(float));
+    zt_status st = host && values
+                       ? ZT_OK
+                       : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the 4-bit decode staging");
+    if (st == ZT_OK)
+        st = e->dev->ops->copy_to_host(host, image, su->image);
+    if (st == ZT_OK) {
+        param_quant_decode(e->table, u, e->cfg.precision, host, values);
+        st = e->dev->ops->copy_from_host(view, values, su->numel * sizeof(float));
+    }
+    free(host);
+    free(values);
+    return st;
+}
+
 /* ---- stage 3: gathering units ------------------------------------------- */
 
 static zt_status start_gather(struct shard_engine *e, int pos)
@@ -165,10 +222,13 @@ static zt_status start_gather(struct shard_engine *e, int pos)
     g->buf = buf;
     g->req = NULL;
     g->state = GATHER_GATHERING;
-    if (!e->plan)
-        ZT_TRY(comm_iallgather(e->comm, at(e, e->params, su->shard_offset), g->buf, su->shard,
-                               e->cfg.precision, &g->req));
-    return ZT_OK;
+    if (e->plan)
+        return ZT_OK;
+    if (su->packed)
+        return comm_iallgather(e->comm, (char *)e->packed + su->image_shard_offset, g->buf,
+                               su->image_shard, ZT_U8, &g->req);
+    return comm_iallgather(e->comm, at(e, e->params, su->shard_offset), g->buf, su->shard,
+                           e->cfg.precision, &g->req);
 }
 
 static zt_status finish_gather(struct shard_engine *e, int pos)
@@ -414,11 +474,20 @@ static void close_view(struct shard_engine *e, int unit, float **view)
 static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
 {
     struct shard_engine *e = ctx;
+    const struct shard_unit *su = &e->part.units[unit];
     const void *src;
     if (e->policy.shard_params)
         ZT_TRY(gathered_acquire(e, unit, &src));
     else
-        src = at(e, e->params, e->part.units[unit].padded_offset);
+        src = su->packed ? (const void *)((char *)e->packed + su->image_offset)
+                         : at(e, e->params, su->padded_offset);
+    if (su->packed) {
+        ZT_TRY(open_view(e, unit, "a unit's dequantised parameters", &e->param_view[unit]));
+        if (!e->plan)
+            ZT_TRY(decode_packed(e, unit, src, e->param_view[unit]));
+        *params = e->param_view[unit];
+        return ZT_OK;
+    }
     if (!is_16bit(e)) {
         *params = src;
         return ZT_OK;
@@ -434,7 +503,7 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
 static zt_status hook_params_release(void *ctx, int unit)
 {
     struct shard_engine *e = ctx;
-    if (is_16bit(e))
+    if (is_16bit(e) || e->part.units[unit].packed)
         close_view(e, unit, &e->param_view[unit]);
     return e->policy.shard_params ? gathered_release(e, unit) : ZT_OK;
 }
@@ -533,6 +602,8 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         .grads_done = hook_grads_done,
     };
     zt_status st = shard_partition_build(t, cfg->world, &out->part);
+    if (st == ZT_OK)
+        shard_partition_pack(&out->part, t, cfg->precision);
     if (st == ZT_OK) {
         out->unit_grads = calloc((size_t)t->n_units, sizeof *out->unit_grads);
         out->reduces = calloc((size_t)t->n_units, sizeof *out->reduces);
@@ -598,7 +669,7 @@ static zt_status allgather_params(struct shard_engine *e, int trainable_only)
 {
     for (int u = 0; u < e->part.n_units; u++) {
         const struct shard_unit *su = &e->part.units[u];
-        if (trainable_only && !su->trainable)
+        if ((trainable_only && !su->trainable) || su->packed) /* each rank encoded it whole */
             continue;
         void *full = at(e, e->params, su->padded_offset);
         ZT_TRY(comm_allgather(e->comm, at(e, full, (size_t)e->cfg.rank * su->shard), full,
@@ -726,15 +797,21 @@ zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
     zt_status st = host ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the export staging");
     for (int u = 0; u < e->part.n_units && st == ZT_OK; u++) {
         const struct shard_unit *su = &e->part.units[u];
-        const void *src = at(e, e->params, su->padded_offset);
+        const void *src = su->packed ? (const void *)((char *)e->packed + su->image_offset)
+                                     : at(e, e->params, su->padded_offset);
         if (e->policy.shard_params) {
-            st = comm_allgather(e->comm, at(e, e->params, su->shard_offset), buf, su->shard,
-                                e->cfg.precision);
+            st = su->packed ? comm_allgather(e->comm, (char *)e->packed + su->image_shard_offset,
+                                             buf, su->image_shard, ZT_U8)
+                            : comm_allgather(e->comm, at(e, e->params, su->shard_offset), buf,
+                                             su->shard, e->cfg.precision);
             src = buf;
         }
+        const size_t bytes = su->packed ? su->image : su->numel * e->esz;
         if (st == ZT_OK)
-            st = e->dev->ops->copy_to_host(host, src, su->numel * e->esz);
-        if (st == ZT_OK)
+            st = e->dev->ops->copy_to_host(host, src, bytes);
+        if (st == ZT_OK && su->packed)
+            param_quant_decode(e->table, u, e->cfg.precision, host, dst + su->offset);
+        else if (st == ZT_OK)
             precision_to_f32(e->cfg.precision, host, dst + su->offset, su->numel);
     }
     free(host);
@@ -762,6 +839,8 @@ const char *shard_engine_state_name(const struct shard_engine *e, int which)
 int shard_engine_holds_state(const struct shard_engine *e, int which, int u)
 {
     ZT_ASSERT(which >= 0 && which < shard_engine_n_states(e));
+    if (e->part.units[u].packed) /* rebuilt from the base weights, never stored */
+        return 0;
     return which == SHARD_STATE_MASTER || e->part.units[u].trainable;
 }
 

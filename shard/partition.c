@@ -1,6 +1,7 @@
 /* shard/partition.c — the unit-by-unit even split of the flat space. */
 #include <stdlib.h>
 
+#include "../worker/param_quant.h"
 #include "shard.h"
 
 zt_status shard_partition_build(const struct param_table *t, int world, struct shard_partition *out)
@@ -40,6 +41,33 @@ zt_status shard_partition_build(const struct param_table *t, int world, struct s
         out->trainable_numel += su->numel;
     }
     return ZT_OK;
+}
+
+void shard_partition_pack(struct shard_partition *p, const struct param_table *t,
+                          enum zt_dtype working)
+{
+    const size_t quantum = (size_t)p->world * ZT_SHARD_ALIGN * 4;
+    p->padded_total = p->shard_total = p->packed_total = p->packed_shard_total = 0;
+    for (int u = 0; u < p->n_units; u++) {
+        struct shard_unit *su = &p->units[u];
+        su->packed = param_quant_unit_packed(t, u);
+        if (!su->packed) {
+            su->padded_offset = p->padded_total;
+            su->shard_offset = p->shard_total;
+            p->padded_total += su->padded;
+            p->shard_total += su->shard;
+            continue;
+        }
+        ZT_ASSERT(!su->trainable);
+        su->padded_offset = su->shard_offset = SHARD_NO_STATE;
+        su->image = param_quant_unit_bytes(t, u, working);
+        su->image_padded = (su->image + quantum - 1) / quantum * quantum;
+        su->image_shard = su->image_padded / (size_t)p->world;
+        su->image_offset = p->packed_total;
+        su->image_shard_offset = p->packed_shard_total;
+        p->packed_total += su->image_padded;
+        p->packed_shard_total += su->image_shard;
+    }
 }
 
 void shard_owned_range(const struct shard_partition *p, int rank, int u, size_t *lo, size_t *hi)

@@ -109,6 +109,12 @@ struct shard_unit {
     int trainable;
     size_t state_padded_offset; /* in a full padded buffer of trainable units */
     size_t state_shard_offset;  /* in a sharded buffer of trainable units */
+    /* A packed unit (worker/param_quant.h: a 4-bit base, always frozen) is
+     * not in the working-precision params: its byte image of `image`
+     * bytes, padded to world * ZT_SHARD_ALIGN * 4 bytes, lives in the
+     * packed buffer at these byte offsets (shard_partition_pack). */
+    int packed;
+    size_t image, image_padded, image_shard, image_offset, image_shard_offset;
 };
 
 #define SHARD_NO_STATE ((size_t)-1)
@@ -122,12 +128,20 @@ struct shard_partition {
     size_t state_padded_total; /* the same over trainable units: gradient, */
     size_t state_shard_total;  /* master and optimizer-state buffers */
     size_t trainable_numel;    /* real elements of the trainable units */
+    size_t packed_total;       /* bytes of the packed units' images: full, */
+    size_t packed_shard_total; /* and one rank's shares */
 };
 
 /* Builds the partition of `t` over `world` ranks. Errors: ZT_ERR_NOMEM. */
 zt_status shard_partition_build(const struct param_table *t, int world,
                                 struct shard_partition *out);
 void shard_partition_free(struct shard_partition *p);
+/* Takes t's packed units (4-bit base) out of the working-precision
+ * layout, which closes up, into byte images of their param_quant sizes
+ * at precision `working`. What the engine runs on; a partition only
+ * describing checkpoint shares needs no packing. */
+void shard_partition_pack(struct shard_partition *p, const struct param_table *t,
+                          enum zt_dtype working);
 /* Prints the partition (one line per unit and per rank's range). */
 void shard_partition_print(const struct shard_partition *p, const struct param_table *t, FILE *f);
 
@@ -172,6 +186,7 @@ struct shard_engine {
      * hold `esz`-byte elements of cfg.precision; master and moments fp32. */
     size_t esz;
     void *params;  /* stages 0-2: full padded; stage 3: shards */
+    void *packed;  /* the packed units' byte images (a 4-bit base), laid out like params */
     void *grads;   /* stages 0-1: full padded; stages 2-3: shards */
     float *master; /* 16-bit only: stage 0 full padded, else shards; fp32: NULL */
     /* The optimizer's state vectors (cfg.optimizer_states of them, each of
@@ -270,6 +285,13 @@ void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hpara
  * (LOMO) keeps no gradients. What the memory report's expected model
  * states are computed from. */
 void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4]);
+
+/* Packed unit u (a 4-bit base, shard_unit.packed) from its full fp32
+ * values full[unit size] (host): encoded whole, and the rank keeps what
+ * its stage keeps (the image, or its byte share under stage 3). Not
+ * collective: every rank encodes the same image. Errors: ZT_ERR_NOMEM,
+ * the device copy's. */
+zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *full);
 
 /* Copies the full working parameters, unpadded, as fp32 into host memory
  * dst[n_params]. Collective under stage 3 (it gathers). */

@@ -108,16 +108,22 @@ START_TEST(adapted_checkpoints_resume_exactly)
 }
 END_TEST
 
+/* The number after "key": in report. */
+static unsigned long long json_number(const char *report, const char *key)
+{
+    const char *at = strstr(report, testutil_fmt("\"%s\": ", key));
+    ck_assert_msg(at != NULL, "no %s in %s", key, report);
+    unsigned long long v = 0;
+    ck_assert_int_eq(sscanf(at + strlen(key) + 4, "%llu", &v), 1);
+    return v;
+}
+
 /* The value of "key": N in the first rank's "peak" object of a report. */
 static unsigned long long peak_of(const char *report, const char *key)
 {
     const char *ranks = strstr(report, "\"ranks\"");
     ck_assert_ptr_nonnull(ranks);
-    const char *at = strstr(ranks, testutil_fmt("\"%s\": ", key));
-    ck_assert_msg(at != NULL, "no %s in %s", key, report);
-    unsigned long long v = 0;
-    ck_assert_int_eq(sscanf(at + strlen(key) + 4, "%llu", &v), 1);
-    return v;
+    return json_number(ranks, key);
 }
 
 /* micro.yaml (n_embd 32, 2 blocks) with r = 8 on c_attn: per block A [8,
@@ -195,6 +201,69 @@ START_TEST(neftune_noise_is_training_only_and_deterministic)
 }
 END_TEST
 
+#define QLORA_NF4                                                                                  \
+    "--set quantization.load_in_4bit=true --set quantization.bnb_4bit_use_double_quant=true"
+
+/* QLoRA: the same across layouts too (every rank encodes the same images,
+ * stage 3 gathers them as bytes); NF4 with double quantisation on GPT-2,
+ * FP4 with a bf16 compute dtype on Llama. */
+START_TEST(qlora_stages_and_world_sizes_give_the_same_losses)
+{
+    same_losses_everywhere("qlora-gpt2", QLORA_NF4);
+    same_losses_everywhere("qlora-llama", LLAMA " --set quantization.load_in_4bit=true "
+                                                "--set quantization.bnb_4bit_quant_type=fp4 "
+                                                "--set quantization.bnb_4bit_compute_dtype=bf16");
+}
+END_TEST
+
+/* The 4-bit base's codes and scales take at most 0.52 bytes a parameter
+ * with double quantisation, and the measured parameters of a QLoRA rank
+ * are under half a LoRA rank's (fp32 base; the embeddings stay fp32).
+ * Weights from a Hugging Face file are quantised at load, and train alike
+ * at another layout. */
+START_TEST(qlora_base_is_half_a_byte_a_parameter)
+{
+    const char *dir = testutil_tmpdir("qlora-memory");
+    char init[600], ckpt[600]; /* kept: testutil_fmt's buffers are reused */
+    snprintf(init, sizeof init, "--set model.init_from=%s",
+             testutil_source_path("tests/data/hf_gpt2_micro.safetensors"));
+    snprintf(ckpt, sizeof ckpt, "--set checkpoint.dir=%s/ckpt --set checkpoint.every=4", dir);
+    double lossa[STEPS], lossb[STEPS];
+    train(dir, "lora", 2, layout(2, 3, testutil_fmt("%s --memory-report %s/lora.json", init, dir)),
+          lossa);
+    train(dir, "qlora", 2,
+          layout(2, 3, testutil_fmt(QLORA_NF4 " %s --memory-report %s/qlora.json", init, dir)),
+          lossa);
+    const char *lora = testutil_slurp(testutil_path_in(dir, "lora.json"));
+    const unsigned long long lora_params = peak_of(lora, "params");
+    const char *qlora = testutil_slurp(testutil_path_in(dir, "qlora.json"));
+    const unsigned long long numel = json_number(qlora, "base4_numel"),
+                             bytes = json_number(qlora, "base4_bytes");
+    ck_assert_msg(numel > 0 && 2.0 * (double)bytes / (double)numel <= 0.52,
+                  "%llu bytes a rank for %llu parameters", bytes, numel);
+    ck_assert_msg(peak_of(qlora, "params") * 2 < lora_params, "params %llu vs LoRA's %llu",
+                  peak_of(qlora, "params"), lora_params);
+    train(dir, "init0", 1, layout(1, 0, testutil_fmt(QLORA_NF4 " %s", init)), lossb);
+    assert_close(lossb, lossa, 1e-5, "QLoRA from Hugging Face weights, 2 ranks stage 3");
+    /* resumed at step 4 from a checkpoint without the base, at 4 ranks
+     * under stage 1: the base is quantised again from the file */
+    double first[4], second[4];
+    ck_assert_int_eq(
+        testutil_train_micro(
+            dir, "first", 2,
+            layout(2, 3, testutil_fmt(QLORA_NF4 " %s %s --set run.steps=4", init, ckpt))),
+        0);
+    ck_assert_int_eq(testutil_micro_losses(dir, "first", first, 4), 4);
+    ck_assert_int_eq(
+        testutil_train_micro(
+            dir, "second", 4,
+            layout(4, 1, testutil_fmt(QLORA_NF4 " %s %s --set run.resume=auto", init, ckpt))),
+        0);
+    ck_assert_int_eq(testutil_micro_losses(dir, "second", second, 4), 4);
+    assert_close(lossa + 4, second, 1e-5, "QLoRA resumed at 4 ranks, stage 1");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("lora_layouts");
@@ -206,5 +275,7 @@ int main(void)
     tcase_add_test(tc, memory_holds_the_adapters_states_only);
     tcase_add_test(tc, a_target_matching_nothing_is_refused);
     tcase_add_test(tc, neftune_noise_is_training_only_and_deterministic);
+    tcase_add_test(tc, qlora_stages_and_world_sizes_give_the_same_losses);
+    tcase_add_test(tc, qlora_base_is_half_a_byte_a_parameter);
     return testutil_run_suite(s, 0);
 }

@@ -389,7 +389,8 @@ START_TEST(test_json_matches_the_documented_format)
     ck_assert_str_eq(
         read_all(path),
         "{\"world_size\": 1, \"stage\": 0, \"n_params\": 50, \"bytes_per_param\": {\"params\": 4, "
-        "\"grads\": 4, \"master_params\": 0, \"optimizer_states\": 8}, \"baseline\": {\"params\": "
+        "\"grads\": 4, \"master_params\": 0, \"optimizer_states\": 8}, \"base4_numel\": 0, "
+        "\"base4_bytes\": 0, \"baseline\": {\"params\": "
         "100, \"grads\": 101, \"master_params\": 102, \"optimizer_states\": 103, "
         "\"gathered_params\": 104, \"activations\": 105, \"comm_buffers\": 106, \"workspace\": "
         "107, \"total\": 1000}, \"expected_model_states\": 800, \"ranks\": [{\"rank\": 0, "

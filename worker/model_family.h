@@ -46,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/dtype.h"
 #include "../common/kvlist.h"
 #include "../common/status.h"
 
@@ -53,10 +54,10 @@
  * adapter units (a pass's schedule is bounded by it plus the revisits). */
 #define MODEL_MAX_UNITS 2052
 
-/* How a tensor's working copy is stored. Every tensor is in the run's
- * working precision today; a frozen base stored quantised (4-bit, QLoRA)
- * is a further kind, added with the kernels that read it. */
-enum param_storage { PARAM_STORAGE_WORKING };
+/* How a tensor's working copy is stored: in the run's working precision,
+ * or (a frozen base weight under QLoRA, worker/param_quant.h) as 4-bit
+ * block-wise codes, dequantised for each use. */
+enum param_storage { PARAM_STORAGE_WORKING, PARAM_STORAGE_Q4 };
 
 enum { PARAM_LINEAR = 1, PARAM_LINEAR_HEAD = 2 };
 
@@ -101,6 +102,13 @@ struct param_table {
     size_t *unit_offset; /* owned, n_units + 1 entries; unit u is [off[u], off[u+1]) */
     size_t n_params;
     struct param_adapters lora; /* zeroed by a family's table_build */
+    /* QLoRA's 4-bit base (worker/param_quant.h); enabled 0: none. */
+    struct param_quant {
+        int enabled;
+        int type;              /* enum quant4_type: NF4 or FP4 */
+        int double_quant;      /* the block scales quantised too */
+        enum zt_dtype compute; /* what dequantised weights are rounded to: F32, BF16, F16 */
+    } quant;
 };
 
 void param_table_free(struct param_table *t);

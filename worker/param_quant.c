@@ -1,0 +1,123 @@
+/* worker/param_quant.c — the 4-bit base's unit images (see param_quant.h). */
+#include "param_quant.h"
+
+#include <string.h>
+
+#include "precision.h"
+
+/* Tensors start at multiples of 4 bytes (quant4 regions need it). */
+static size_t align4(size_t n)
+{
+    return (n + 3) & ~(size_t)3;
+}
+
+static size_t tensor_bytes(const struct param_table *t, const struct param_tensor *p,
+                           enum zt_dtype working)
+{
+    if (p->storage == PARAM_STORAGE_Q4)
+        return quant4_bytes(p->numel, t->quant.double_quant);
+    return align4(p->numel * zt_dtype_size(working));
+}
+
+zt_status param_quant_attach(struct param_table *t, const struct param_quant_spec *spec)
+{
+    int n = 0;
+    for (int k = 0; k < t->n_tensors; k++) {
+        struct param_tensor *p = &t->tensors[k];
+        if (p->linear != PARAM_LINEAR || p->trainable)
+            continue;
+        p->storage = PARAM_STORAGE_Q4;
+        n++;
+    }
+    if (n == 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "quantization.load_in_4bit: no frozen linear layer to store in 4 bits "
+                            "(4-bit storage is for a frozen base: set lora.enabled: true)");
+    t->quant = (struct param_quant){1, (int)spec->type, spec->double_quant, spec->compute};
+    return ZT_OK;
+}
+
+int param_quant_unit_packed(const struct param_table *t, int u)
+{
+    if (!t->quant.enabled)
+        return 0;
+    for (int k = 0; k < t->n_tensors; k++)
+        if (t->tensors[k].unit == u && t->tensors[k].storage == PARAM_STORAGE_Q4)
+            return 1;
+    return 0;
+}
+
+size_t param_quant_unit_bytes(const struct param_table *t, int u, enum zt_dtype working)
+{
+    size_t bytes = 0;
+    for (int k = 0; k < t->n_tensors; k++)
+        if (t->tensors[k].unit == u)
+            bytes += tensor_bytes(t, &t->tensors[k], working);
+    return bytes;
+}
+
+void param_quant_encode(const struct param_table *t, int u, enum zt_dtype working, const float *src,
+                        void *image)
+{
+    unsigned char *at = image;
+    const size_t base = t->unit_offset[u];
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *p = &t->tensors[k];
+        if (p->unit != u)
+            continue;
+        const size_t bytes = tensor_bytes(t, p, working);
+        const float *x = src + (p->offset - base);
+        if (p->storage == PARAM_STORAGE_Q4) {
+            quant4_quantize_region((enum quant4_type)t->quant.type, t->quant.double_quant, x,
+                                   p->numel, at);
+        } else {
+            memset(at, 0, bytes);
+            precision_from_f32(working, x, at, p->numel);
+        }
+        at += bytes;
+    }
+}
+
+void param_quant_decode(const struct param_table *t, int u, enum zt_dtype working,
+                        const void *image, float *dst)
+{
+    const unsigned char *at = image;
+    const size_t base = t->unit_offset[u];
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *p = &t->tensors[k];
+        if (p->unit != u)
+            continue;
+        float *y = dst + (p->offset - base);
+        if (p->storage == PARAM_STORAGE_Q4) {
+            quant4_dequantize_region((enum quant4_type)t->quant.type, t->quant.double_quant, at,
+                                     p->numel, 0, p->numel, y);
+            if (t->quant.compute != ZT_F32) /* y is scratch enough for the round trip */
+                for (size_t i = 0; i < p->numel; i++) {
+                    unsigned char h[2];
+                    precision_from_f32(t->quant.compute, y + i, h, 1);
+                    precision_to_f32(t->quant.compute, h, y + i, 1);
+                }
+        } else {
+            precision_to_f32(working, at, y, p->numel);
+        }
+        at += tensor_bytes(t, p, working);
+    }
+}
+
+size_t param_quant_region_bytes(const struct param_table *t)
+{
+    size_t n = 0;
+    for (int k = 0; k < t->n_tensors; k++)
+        if (t->tensors[k].storage == PARAM_STORAGE_Q4)
+            n += quant4_bytes(t->tensors[k].numel, t->quant.double_quant);
+    return n;
+}
+
+size_t param_quant_numel(const struct param_table *t)
+{
+    size_t n = 0;
+    for (int k = 0; k < t->n_tensors; k++)
+        if (t->tensors[k].storage == PARAM_STORAGE_Q4)
+            n += t->tensors[k].numel;
+    return n;
+}

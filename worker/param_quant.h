@@ -1,0 +1,71 @@
+/* worker/param_quant.h — a frozen base stored in 4 bits (QLoRA).
+ *
+ * QLoRA (Dettmers et al., 2023) keeps the frozen base model's linear
+ * weights as 4-bit block-wise codes (worker/quant4.h: NF4 or FP4, blocks
+ * of 64, optionally with the block scales quantised again) and trains LoRA
+ * adapters on top; each weight is dequantised when a layer uses it and the
+ * dequantised copy is dropped after. Which weights: every linear layer's
+ * but the output head's, as Hugging Face's bitsandbytes integration
+ * converts them (the head and the embeddings, norms and biases keep the
+ * working precision).
+ *
+ * Storage. A unit holding a 4-bit tensor is *packed*: its working copy is
+ * one byte image of its tensors in table order, each 4-bit tensor as its
+ * quant4 region (codes, then its scales), every other tensor as its
+ * elements in the working precision, each tensor starting at a multiple of
+ * 4 bytes. The ZeRO engine shards and gathers that image as bytes and
+ * decodes a gathered unit into fp32 for the passes; a packed unit is
+ * always frozen, so nothing else about it is stored. Encoding needs the
+ * whole unit (a tensor's double-quantisation offset is the mean of all its
+ * block scales), so whoever loads weights encodes full units and keeps
+ * its share of the image.
+ *
+ * bnb_4bit_compute_dtype: bitsandbytes dequantises into the compute dtype;
+ * the passes here compute in fp32, so a bf16 or fp16 compute dtype rounds
+ * the dequantised weights through it, which is the value bitsandbytes'
+ * matmul reads.
+ */
+#ifndef ZT_WORKER_PARAM_QUANT_H
+#define ZT_WORKER_PARAM_QUANT_H
+
+#include <stddef.h>
+
+#include "../common/dtype.h"
+#include "../common/status.h"
+#include "model_family.h"
+#include "quant4.h"
+
+struct param_quant_spec {
+    enum quant4_type type;
+    int double_quant;
+    enum zt_dtype compute; /* ZT_F32, ZT_BF16 or ZT_F16 */
+};
+
+/* Stores t's frozen linear weights, but the output head's, in 4 bits.
+ * Errors: ZT_ERR_CONFIG when none is frozen (4-bit storage is for a
+ * frozen base: enable lora). */
+zt_status param_quant_attach(struct param_table *t, const struct param_quant_spec *spec);
+
+/* Whether unit u is packed (holds a 4-bit tensor). */
+int param_quant_unit_packed(const struct param_table *t, int u);
+
+/* Bytes of packed unit u's image with `working` the run's precision. */
+size_t param_quant_unit_bytes(const struct param_table *t, int u, enum zt_dtype working);
+
+/* Encodes unit u's values src[unit size] (fp32, host) into its image
+ * (host memory of param_quant_unit_bytes bytes). */
+void param_quant_encode(const struct param_table *t, int u, enum zt_dtype working, const float *src,
+                        void *image);
+
+/* Decodes packed unit u's image (host memory) into dst[unit size] (fp32,
+ * host): 4-bit tensors dequantised and rounded through the compute
+ * dtype, the others widened. */
+void param_quant_decode(const struct param_table *t, int u, enum zt_dtype working,
+                        const void *image, float *dst);
+
+/* How many of t's parameters are stored in 4 bits, and the bytes of their
+ * regions (codes and scales) in the images. */
+size_t param_quant_numel(const struct param_table *t);
+size_t param_quant_region_bytes(const struct param_table *t);
+
+#endif
