@@ -7,7 +7,7 @@
  *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE] [--checkpoint DIR]
  *   zerotrain export CKPT_DIR --out FILE.safetensors [--dtype fp32|bf16|fp16]
  *                    [--max-shard-size SIZE]
- *   zerotrain prepare --out FILE PATH...
+ *   zerotrain prepare [--tokenizer bytes|gpt2] [--tokenizer-dir DIR] --out FILE PATH...
  *   zerotrain version | help [COMMAND]
  */
 #include "cli.h"
@@ -18,6 +18,7 @@
 
 #include "../comm/comm.h"
 #include "../common/status.h"
+#include "../data/data.h"
 #include "export.h"
 #include "prepare.h"
 #include "progress.h"
@@ -80,9 +81,14 @@ static const char export_help[] =
     "or DIR when NAME is model.\n";
 
 static const char prepare_help[] =
-    "usage: zerotrain prepare --out FILE PATH...\n"
-    "Tokenises text files and folders (recursively, in name order) with the byte tokenizer\n"
-    "(vocabulary 256) into a token file for data.train / data.val.\n";
+    "usage: zerotrain prepare [--tokenizer NAME] [--tokenizer-dir DIR] --out FILE PATH...\n"
+    "Tokenises text files and folders (recursively, in name order) into a token file for\n"
+    "data.train / data.val. Each file is one document.\n"
+    "  --tokenizer bytes      one token per byte: vocabulary 256, 1-byte ids (the default)\n"
+    "  --tokenizer gpt2       GPT-2's byte-level BPE: vocabulary 50257, 2-byte ids, and\n"
+    "                         <|endoftext|> (50256) between documents; needs --tokenizer-dir\n"
+    "  --tokenizer-dir DIR    the folder holding GPT-2's encoder.json and vocab.bpe\n"
+    "                         (scripts/gpt2_vocab.sh DIR fetches them)\n";
 
 struct cli_args {
     struct run_options run;
@@ -210,17 +216,47 @@ static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_ato
     return zt_status_exit_code(st);
 }
 
+/* prepare's tokenizer options against the table: a known name, and a
+ * folder exactly when that tokenizer reads one. Returns 0 or exit status 2. */
+static int check_tokenizer_args(const struct prepare_options *opt)
+{
+    char msg[256], names[128];
+    const int needs_dir = tokenizer_needs_dir(opt->tokenizer);
+    tokenizer_names(names, sizeof names);
+    if (needs_dir < 0)
+        snprintf(msg, sizeof msg, "--tokenizer %s: unknown tokenizer (known: %s)", opt->tokenizer,
+                 names);
+    else if (needs_dir && !opt->tokenizer_dir)
+        snprintf(msg, sizeof msg,
+                 "--tokenizer %s needs --tokenizer-dir DIR, the folder of its vocabulary "
+                 "(scripts/gpt2_vocab.sh fetches GPT-2's)",
+                 opt->tokenizer);
+    else if (!needs_dir && opt->tokenizer_dir)
+        snprintf(msg, sizeof msg, "--tokenizer-dir: the %s tokenizer reads no vocabulary folder",
+                 opt->tokenizer);
+    else
+        return 0;
+    return usage_exit("%s", msg);
+}
+
 static int run_prepare(int argc, char **argv)
 {
     const char *out = NULL;
+    struct prepare_options opt = {"bytes", NULL};
     const char *paths[4096];
     int n = 0;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--out") == 0) {
-            if (i + 1 >= argc) {
-                return usage_exit("%s needs a value", "--out");
-            }
+        const int takes_value = strcmp(argv[i], "--out") == 0 ||
+                                strcmp(argv[i], "--tokenizer") == 0 ||
+                                strcmp(argv[i], "--tokenizer-dir") == 0;
+        if (takes_value && i + 1 >= argc) {
+            return usage_exit("%s needs a value", argv[i]);
+        } else if (strcmp(argv[i], "--out") == 0) {
             out = argv[++i];
+        } else if (strcmp(argv[i], "--tokenizer") == 0) {
+            opt.tokenizer = argv[++i];
+        } else if (strcmp(argv[i], "--tokenizer-dir") == 0) {
+            opt.tokenizer_dir = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             return usage_exit("unknown option '%s' (see zerotrain help prepare)", argv[i]);
         } else if (n < (int)(sizeof paths / sizeof paths[0])) {
@@ -230,7 +266,10 @@ static int run_prepare(int argc, char **argv)
     if (!out || n == 0) {
         return usage_exit("%s", "prepare needs --out FILE and at least one PATH");
     }
-    zt_status st = prepare_run(out, paths, n, stdout);
+    const int bad = check_tokenizer_args(&opt);
+    if (bad)
+        return bad;
+    zt_status st = prepare_run(out, paths, n, &opt, stdout);
     if (st != ZT_OK)
         print_error(st);
     return zt_status_exit_code(st);

@@ -1,4 +1,4 @@
-/* data/data.h — token files, the byte tokenizer, datasets and the batch sampler.
+/* data/data.h — token files, tokenizers, datasets and the batch sampler.
  *
  * Token file format (little-endian), version 1:
  *   offset 0  char[8]  magic "ZTTOKENS"
@@ -97,6 +97,62 @@ int sniff_is_binary(const unsigned char *head, size_t n, int more, char *why, si
  * another vocabulary. */
 zt_status tokenizer_bytes_encode(const unsigned char *text, size_t n, struct token_buffer *out);
 
+/* ---- tokenizers by name ----
+ *
+ * A tokenizer turns text bytes into ids and back; each is an entry of one
+ * table (tokenizer.c), found by name:
+ *   "bytes"  the byte tokenizer above: vocabulary 256, no folder, no
+ *            end-of-text id;
+ *   "gpt2"   GPT-2's byte-level BPE (bpe.h): a folder holding OpenAI's
+ *            encoder.json and vocab.bpe (scripts/gpt2_vocab.sh fetches
+ *            them), vocabulary 50257, end-of-text id 50256; ids equal those
+ *            of GPT-2's own encoder for any text, and any bytes (invalid
+ *            UTF-8 too) decode back exactly.
+ * An open tokenizer is only read by encoding and decoding, so threads may
+ * share one. */
+struct tokenizer;
+
+/* Whether `name` names a tokenizer: 1 when it reads a vocabulary folder, 0
+ * when it reads none, -1 when there is no tokenizer of that name. */
+int tokenizer_needs_dir(const char *name);
+
+/* The tokenizers' names, ", " between them ("bytes, gpt2"), into buf[n]
+ * (NUL-terminated, cut to fit). */
+void tokenizer_names(char *buf, size_t n);
+
+/* Opens tokenizer `name` with its vocabulary folder `dir` (NULL for one
+ * that reads none) into *out; close it with tokenizer_close. Errors:
+ * ZT_ERR_USAGE (no tokenizer of that name, a folder missing or given to
+ * one that reads none), and the tokenizer's own: for gpt2 those of
+ * bpe_load in bpe.h (ZT_ERR_IO for a missing or unreadable folder or file,
+ * ZT_ERR_DATA for a malformed file, naming it and, in vocab.bpe, the line;
+ * ZT_ERR_NOMEM). On error *out is NULL. */
+zt_status tokenizer_open(const char *name, const char *dir, struct tokenizer **out);
+
+/* Frees the tokenizer; NULL-safe. */
+void tokenizer_close(struct tokenizer *t);
+
+/* The table name it was opened by ("gpt2"). */
+const char *tokenizer_name(const struct tokenizer *t);
+
+/* Its ids are 0 .. vocab size - 1. */
+uint32_t tokenizer_vocab_size(const struct tokenizer *t);
+
+/* The id put between documents, or -1 when it has none (bytes). */
+int32_t tokenizer_eot_id(const struct tokenizer *t);
+
+/* Appends the ids of text[0..n), one document or part of one, to *out
+ * (growing it) and sets its vocab_size. Errors: ZT_ERR_NOMEM; ZT_ERR_DATA
+ * when *out already holds tokens of another vocabulary. */
+zt_status tokenizer_encode(const struct tokenizer *t, const unsigned char *text, size_t n,
+                           struct token_buffer *out);
+
+/* The bytes of ids[0..n) into a new buffer (*out, caller frees; *len
+ * bytes). Errors: ZT_ERR_DATA for an id outside 0 .. vocab size - 1 (named
+ * with its position), ZT_ERR_NOMEM. On error *out is NULL. */
+zt_status tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n,
+                           unsigned char **out, size_t *len);
+
 /* How dataset_load_with treats what it finds; a zeroed struct is what
  * dataset_load does. */
 struct dataset_options {
@@ -109,6 +165,10 @@ struct dataset_options {
     /* 1: every input is meant as text (prepare): a ".tok" name means
      * nothing, and a token file is refused by its magic, never read. */
     int text_only;
+    /* What text is tokenised with; NULL: the byte tokenizer. Every text
+     * file is one document, and a tokenizer's end-of-text id goes between
+     * documents (not after the last). */
+    const struct tokenizer *tokenizer;
 };
 
 /* Skipped files the report names; the rest are only counted. */
@@ -131,7 +191,10 @@ void dataset_report_write_skipped(const struct dataset_report *r, FILE *f);
 
 /* Loads tokens from paths into *out (overwritten, not freed; the caller
  * frees it): a single token file, or any number of text files and folders,
- * each byte-tokenised and concatenated in the order given.
+ * each tokenised (opt->tokenizer, bytes by default) and concatenated in the
+ * order given, with the tokenizer's end-of-text id between files if it has
+ * one. A tokenizer that cannot take a file in pieces (gpt2) reads each
+ * file whole before encoding it.
  *
  * A path named directly is meant as a token file when it is a regular file
  * whose name ends in ".tok" or that starts with the token-file magic; it is

@@ -2,8 +2,10 @@
  * of the public contract (data.h), included only by the sources in data/.
  *
  * The reading code in tokfile.c and dataset.c streams files through one
- * fixed-size chunk so that memory is the token array plus one chunk, and
- * both grow token buffers the same way; that is all that lives here.
+ * fixed-size chunk so that memory is the token array plus one chunk (a
+ * tokenizer that cannot take pieces adds one file), and both grow token
+ * buffers the same way; dataset.c also asks the tokenizer table two things
+ * data.h does not expose.
  */
 #ifndef ZT_DATA_IMPL_H
 #define ZT_DATA_IMPL_H
@@ -20,6 +22,19 @@
  * so repeated appends cost amortised O(1) per token). `what` names the
  * input for the message. Errors: ZT_ERR_NOMEM. */
 zt_status data_buffer_reserve(struct token_buffer *b, size_t extra, const char *what);
+
+/* The byte tokenizer as an open tokenizer (static: never closed), what
+ * dataset_load_with uses when it is given none. */
+const struct tokenizer *tokenizer_default(void);
+
+/* Whether the tokenizer may be given a file in pieces cut anywhere (the
+ * tokens of the pieces are those of the whole): the byte tokenizer may,
+ * GPT-2's BPE may not (a piece boundary would split words). */
+int tokenizer_streams(const struct tokenizer *t);
+
+/* "DIR/NAME" in a new string (the caller frees it; NULL when out of
+ * memory), with no second slash when dir ends in one. */
+char *data_join_path(const char *dir, const char *name);
 
 /* The message for a failed open() or stat() of `path` with errno `err`:
  * "PATH: no such file or directory" for ENOENT, else "PATH: cannot

@@ -11,18 +11,21 @@
  * enclosing one would never end; the walk keeps the (device, inode) chain of
  * the folders above it and refuses such a loop.
  *
- * Text files are streamed through one chunk into the byte tokenizer. The
- * byte tokenizer takes any bytes, so nothing downstream would notice a file
- * that is not text; the checks are made here, on the first chunk, before a
- * token is kept. A file that starts with the token-file magic is refused
- * unless it is the only input: reading a prepared file as text would
- * silently train on its header and packed ids. A path named directly that
- * ends in .tok is meant as a token file too, so a damaged one is refused
- * with what is wrong rather than read as text; inside folders the name
- * decides nothing (tokenised text is often called *.tok), and a damaged
- * token file there is caught as binary, its header having NUL bytes. A
- * binary file (sniff.c) is an error naming it, or, inside a folder and with
- * skip_binary, left out and listed in the report for the caller to warn.
+ * Text files are streamed through one chunk into the tokenizer (bytes
+ * unless the options name another), or read whole for one that cannot take
+ * pieces; each file is a document, with the tokenizer's end-of-text id
+ * between documents. Tokenizers take any bytes, so nothing downstream would
+ * notice a file that is not text; the checks are made here, on the first
+ * chunk, before a token is kept. A file that starts with the token-file
+ * magic is refused unless it is the only input: reading a prepared file as
+ * text would silently train on its header and packed ids. A path named
+ * directly that ends in .tok is meant as a token file too, so a damaged one
+ * is refused with what is wrong rather than read as text; inside folders
+ * the name decides nothing (tokenised text is often called *.tok), and a
+ * damaged token file there is caught as binary, its header having NUL
+ * bytes. A binary file (sniff.c) is an error naming it, or, inside a folder
+ * and with skip_binary, left out and listed in the report for the caller to
+ * warn.
  */
 #include "data.h"
 #include "data_impl.h"
@@ -78,7 +81,7 @@ static int compare_paths(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static char *join_path(const char *dir, const char *name)
+char *data_join_path(const char *dir, const char *name)
 {
     size_t ld = strlen(dir), ln = strlen(name);
     int slash = ld > 0 && dir[ld - 1] != '/';
@@ -106,7 +109,7 @@ static zt_status list_entries(const char *dir, struct path_list *names)
     while (st == ZT_OK && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
-        char *p = join_path(dir, e->d_name);
+        char *p = data_join_path(dir, e->d_name);
         st = p ? path_list_push(names, p)
                : zt_error_set(ZT_ERR_NOMEM, "%s: out of memory listing files", dir);
         errno = 0;
@@ -168,7 +171,8 @@ static zt_status collect_folder(const char *root, const struct stat *sb, struct 
 /* What one load works with. */
 struct load {
     const struct dataset_options *opt;
-    unsigned char *chunk; /* DATA_CHUNK_BYTES, reused for every file */
+    const struct tokenizer *tok; /* opt's, or the byte tokenizer */
+    unsigned char *chunk;        /* DATA_CHUNK_BYTES, reused for every file */
     struct token_buffer *out;
     struct dataset_report *report;
 };
@@ -198,9 +202,71 @@ static zt_status check_head(const struct load *l, const char *path, size_t got, 
     return zt_error_set(ZT_ERR_DATA, "%s: is binary, not text (%s)", path, why);
 }
 
-/* Streams one text file of `size` bytes through the byte tokenizer. The
- * room for its tokens is reserved only once the head says it is text, so
- * a large binary file costs one chunk, not its size in tokens. */
+/* Puts the tokenizer's end-of-text id before every document but the
+ * first. The report counts the files read before this one. */
+static zt_status separate_document(const struct load *l, const char *path)
+{
+    const int32_t eot = tokenizer_eot_id(l->tok);
+    if (eot < 0 || l->report->n_files == 0)
+        return ZT_OK;
+    ZT_TRY(data_buffer_reserve(l->out, 1, path));
+    l->out->tokens[l->out->n++] = eot;
+    return ZT_OK;
+}
+
+/* Doubles the buffer *p of *cap bytes (freed on failure by the caller). */
+static zt_status grow_bytes(unsigned char **p, size_t *cap, const char *path)
+{
+    unsigned char *more = *cap <= SIZE_MAX / 2 ? realloc(*p, 2 * *cap) : NULL;
+    if (!more)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate more than %zu bytes to read it",
+                            path, *cap);
+    *p = more;
+    *cap *= 2;
+    return ZT_OK;
+}
+
+/* Reads the rest of a file whose first `got` bytes are in the chunk into
+ * one buffer and tokenises it whole. One byte of room past `size` lets the
+ * last fread see the end; a file that grows while read grows the buffer. */
+static zt_status encode_whole(const struct load *l, FILE *f, const char *path, size_t size,
+                              size_t got)
+{
+    size_t cap = (size > got ? size : got) + 1, n = got, r;
+    unsigned char *doc = malloc(cap);
+    if (!doc)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %zu bytes to read it", path, cap);
+    memcpy(doc, l->chunk, got);
+    zt_status st = ZT_OK;
+    while (st == ZT_OK && (r = fread(doc + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap)
+            st = grow_bytes(&doc, &cap, path);
+    }
+    if (st == ZT_OK && !ferror(f))
+        st = tokenizer_encode(l->tok, doc, n, l->out);
+    free(doc);
+    return st;
+}
+
+/* Tokenises one text file of `size` bytes whose first `got` bytes are in
+ * the chunk: chunk by chunk when the tokenizer takes pieces, else whole. */
+static zt_status encode_text(const struct load *l, FILE *f, const char *path, size_t size,
+                             size_t got)
+{
+    if (!tokenizer_streams(l->tok))
+        return encode_whole(l, f, path, size, got);
+    /* Room for one token per byte, the byte tokenizer's count. */
+    if (got > 0)
+        ZT_TRY(data_buffer_reserve(l->out, size, path));
+    for (; got > 0; got = fread(l->chunk, 1, DATA_CHUNK_BYTES, f))
+        ZT_TRY(tokenizer_encode(l->tok, l->chunk, got, l->out));
+    return ZT_OK;
+}
+
+/* Reads one text file of `size` bytes as one document. The room for its
+ * tokens is taken only once the head says it is text, so a large binary
+ * file costs one chunk, not its size in tokens. */
 static zt_status read_text(const struct load *l, FILE *f, const char *path, size_t size,
                            int in_folder, int *skip)
 {
@@ -209,10 +275,9 @@ static zt_status read_text(const struct load *l, FILE *f, const char *path, size
         ZT_TRY(check_head(l, path, got, in_folder, skip));
         if (*skip)
             return ZT_OK;
-        ZT_TRY(data_buffer_reserve(l->out, size, path));
     }
-    for (; got > 0; got = fread(l->chunk, 1, DATA_CHUNK_BYTES, f))
-        ZT_TRY(tokenizer_bytes_encode(l->chunk, got, l->out));
+    ZT_TRY(separate_document(l, path));
+    ZT_TRY(encode_text(l, f, path, size, got));
     if (ferror(f))
         return zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
     return ZT_OK;
@@ -305,6 +370,8 @@ static zt_status append_input(const struct load *l, const char *path, const stru
 static zt_status load_text(struct load *l, const char *const *paths, int n_paths,
                            const struct stat *sbs)
 {
+    /* Set first: the end-of-text id may come before any encoded token. */
+    l->out->vocab_size = tokenizer_vocab_size(l->tok);
     l->chunk = malloc(DATA_CHUNK_BYTES);
     if (!l->chunk)
         return zt_error_set(ZT_ERR_NOMEM, "data: cannot allocate the read buffer");
@@ -313,7 +380,6 @@ static zt_status load_text(struct load *l, const char *const *paths, int n_paths
         st = append_input(l, paths[i], &sbs[i]);
     free(l->chunk);
     l->chunk = NULL;
-    l->out->vocab_size = 256;
     return st;
 }
 
@@ -332,7 +398,8 @@ zt_status dataset_load_with(const char *const *paths, int n_paths,
 {
     static const struct dataset_options defaults = {0};
     struct dataset_report own = {0};
-    struct load l = {opt ? opt : &defaults, NULL, out, report ? report : &own};
+    struct load l = {opt ? opt : &defaults, NULL, NULL, out, report ? report : &own};
+    l.tok = l.opt->tokenizer ? l.opt->tokenizer : tokenizer_default();
     *out = (struct token_buffer){0};
     *l.report = (struct dataset_report){0};
     if (n_paths < 1)

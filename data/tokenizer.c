@@ -1,16 +1,49 @@
-/* data/tokenizer.c — token buffers and the byte-level tokenizer.
+/* data/tokenizer.c — token buffers, the table of tokenizers and the
+ * byte-level tokenizer.
  *
  * The byte tokenizer is the identity on bytes (vocabulary 256): it needs no
  * vocabulary file, round-trips any input exactly and is what the small
  * models in this project are trained on. Buffers grow geometrically because
  * a folder of many small files is appended one file at a time.
+ *
+ * Tokenizers are rows of one table, `tokenizers[]`: a name, whether it
+ * reads a folder and takes text in pieces, and its operations on the state
+ * `load` made. prepare, and later a config key or an instruction-data
+ * reader, reach every tokenizer by name through the functions of data.h;
+ * a new tokenizer is a row here and its own file, nothing else. The
+ * wrappers do what every tokenizer needs (vocabulary checks on the buffer
+ * and on ids to decode), so the rows do only their own work.
  */
+#include "bpe.h"
 #include "data.h"
 #include "data_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define BYTE_VOCAB 256u
+
+struct tokenizer_ops {
+    const char *name;
+    int needs_dir; /* load reads a vocabulary folder */
+    int streams;   /* see tokenizer_streams */
+    zt_status (*load)(const char *dir, void **state);
+    /* Appends the ids of text[0..n) to out, growing it. */
+    zt_status (*encode)(const void *state, const unsigned char *text, size_t n,
+                        struct token_buffer *out);
+    /* The bytes of ids (each below the vocabulary size) in a new buffer. */
+    zt_status (*decode)(const void *state, const int32_t *ids, size_t n, unsigned char **out,
+                        size_t *len);
+    uint32_t (*vocab_size)(const void *state);
+    int32_t (*eot_id)(const void *state);
+    void (*free)(void *state);
+};
+
+struct tokenizer {
+    const struct tokenizer_ops *ops;
+    void *state; /* owned: ops->free */
+};
 
 void token_buffer_free(struct token_buffer *b)
 {
@@ -43,16 +76,225 @@ zt_status data_buffer_reserve(struct token_buffer *b, size_t extra, const char *
     return ZT_OK;
 }
 
+/* Refuses to append tokens of one vocabulary to those of another. */
+static zt_status check_vocab(const struct token_buffer *out, uint32_t vocab)
+{
+    if (out->n > 0 && out->vocab_size != vocab)
+        return zt_error_set(ZT_ERR_DATA,
+                            "tokenizer: cannot append tokens of vocab size %u to tokens of vocab "
+                            "size %u",
+                            (unsigned)vocab, (unsigned)out->vocab_size);
+    return ZT_OK;
+}
+
 zt_status tokenizer_bytes_encode(const unsigned char *text, size_t n, struct token_buffer *out)
 {
-    if (out->n > 0 && out->vocab_size != BYTE_VOCAB)
-        return zt_error_set(ZT_ERR_DATA,
-                            "tokenizer: cannot append byte tokens to tokens of vocab size %u",
-                            (unsigned)out->vocab_size);
+    ZT_TRY(check_vocab(out, BYTE_VOCAB));
     ZT_TRY(data_buffer_reserve(out, n, "tokenizer"));
     for (size_t i = 0; i < n; i++)
         out->tokens[out->n + i] = text[i];
     out->n += n;
     out->vocab_size = BYTE_VOCAB;
     return ZT_OK;
+}
+
+/* ---- the byte tokenizer's row ---- */
+
+static zt_status bytes_load(const char *dir, void **state)
+{
+    (void)dir;
+    *state = NULL;
+    return ZT_OK;
+}
+
+static zt_status bytes_encode(const void *state, const unsigned char *text, size_t n,
+                              struct token_buffer *out)
+{
+    (void)state;
+    return tokenizer_bytes_encode(text, n, out);
+}
+
+static zt_status bytes_decode(const void *state, const int32_t *ids, size_t n, unsigned char **out,
+                              size_t *len)
+{
+    (void)state;
+    unsigned char *p = malloc(n > 0 ? n : 1);
+    if (!p)
+        return zt_error_set(ZT_ERR_NOMEM, "tokenizer bytes: cannot allocate %zu bytes", n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)ids[i];
+    *out = p;
+    *len = n;
+    return ZT_OK;
+}
+
+static uint32_t bytes_vocab_size(const void *state)
+{
+    (void)state;
+    return BYTE_VOCAB;
+}
+
+static int32_t bytes_eot_id(const void *state)
+{
+    (void)state;
+    return -1;
+}
+
+static void bytes_free(void *state)
+{
+    (void)state;
+}
+
+/* ---- GPT-2's row: bpe.h behind the table's signatures ---- */
+
+static zt_status gpt2_load(const char *dir, void **state)
+{
+    struct bpe *b;
+    ZT_TRY(bpe_load(dir, &b));
+    *state = b;
+    return ZT_OK;
+}
+
+static zt_status gpt2_encode(const void *state, const unsigned char *text, size_t n,
+                             struct token_buffer *out)
+{
+    return bpe_encode(state, text, n, out);
+}
+
+static zt_status gpt2_decode(const void *state, const int32_t *ids, size_t n, unsigned char **out,
+                             size_t *len)
+{
+    return bpe_decode(state, ids, n, out, len);
+}
+
+static uint32_t gpt2_vocab_size(const void *state)
+{
+    return ((const struct bpe *)state)->vocab_size;
+}
+
+static int32_t gpt2_eot_id(const void *state)
+{
+    return ((const struct bpe *)state)->eot;
+}
+
+static void gpt2_free(void *state)
+{
+    bpe_free(state);
+}
+
+static const struct tokenizer_ops tokenizers[] = {
+    {"bytes", 0, 1, bytes_load, bytes_encode, bytes_decode, bytes_vocab_size, bytes_eot_id,
+     bytes_free},
+    {"gpt2", 1, 0, gpt2_load, gpt2_encode, gpt2_decode, gpt2_vocab_size, gpt2_eot_id, gpt2_free},
+};
+
+#define N_TOKENIZERS (sizeof tokenizers / sizeof tokenizers[0])
+
+static const struct tokenizer_ops *find(const char *name)
+{
+    for (size_t i = 0; i < N_TOKENIZERS; i++)
+        if (strcmp(tokenizers[i].name, name) == 0)
+            return &tokenizers[i];
+    return NULL;
+}
+
+int tokenizer_needs_dir(const char *name)
+{
+    const struct tokenizer_ops *ops = find(name);
+    return ops ? ops->needs_dir : -1;
+}
+
+void tokenizer_names(char *buf, size_t n)
+{
+    size_t at = 0;
+    if (n > 0)
+        buf[0] = '\0';
+    for (size_t i = 0; i < N_TOKENIZERS && at < n; i++) {
+        int w = snprintf(buf + at, n - at, "%s%s", i ? ", " : "", tokenizers[i].name);
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
+zt_status tokenizer_open(const char *name, const char *dir, struct tokenizer **out)
+{
+    *out = NULL;
+    const struct tokenizer_ops *ops = find(name);
+    char names[128];
+    tokenizer_names(names, sizeof names);
+    if (!ops)
+        return zt_error_set(ZT_ERR_USAGE, "unknown tokenizer '%s' (known: %s)", name, names);
+    if (ops->needs_dir && !dir)
+        return zt_error_set(ZT_ERR_USAGE, "tokenizer %s needs a vocabulary folder", name);
+    if (!ops->needs_dir && dir)
+        return zt_error_set(ZT_ERR_USAGE, "tokenizer %s reads no vocabulary folder (%s given)",
+                            name, dir);
+    struct tokenizer *t = malloc(sizeof *t);
+    if (!t)
+        return zt_error_set(ZT_ERR_NOMEM, "tokenizer %s: out of memory", name);
+    t->ops = ops;
+    zt_status st = ops->load(dir, &t->state);
+    if (st != ZT_OK) {
+        free(t);
+        return st;
+    }
+    *out = t;
+    return ZT_OK;
+}
+
+void tokenizer_close(struct tokenizer *t)
+{
+    if (!t)
+        return;
+    t->ops->free(t->state);
+    free(t);
+}
+
+const struct tokenizer *tokenizer_default(void)
+{
+    static const struct tokenizer bytes = {&tokenizers[0], NULL};
+    return &bytes;
+}
+
+int tokenizer_streams(const struct tokenizer *t)
+{
+    return t->ops->streams;
+}
+
+const char *tokenizer_name(const struct tokenizer *t)
+{
+    return t->ops->name;
+}
+
+uint32_t tokenizer_vocab_size(const struct tokenizer *t)
+{
+    return t->ops->vocab_size(t->state);
+}
+
+int32_t tokenizer_eot_id(const struct tokenizer *t)
+{
+    return t->ops->eot_id(t->state);
+}
+
+zt_status tokenizer_encode(const struct tokenizer *t, const unsigned char *text, size_t n,
+                           struct token_buffer *out)
+{
+    const uint32_t vocab = tokenizer_vocab_size(t);
+    ZT_TRY(check_vocab(out, vocab));
+    ZT_TRY(t->ops->encode(t->state, text, n, out));
+    out->vocab_size = vocab;
+    return ZT_OK;
+}
+
+zt_status tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n,
+                           unsigned char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    const uint32_t vocab = tokenizer_vocab_size(t);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= vocab)
+            return zt_error_set(ZT_ERR_DATA,
+                                "tokenizer %s: id %d at position %zu is outside 0 .. %u",
+                                t->ops->name, ids[i], i, (unsigned)vocab - 1);
+    return t->ops->decode(t->state, ids, n, out, len);
 }

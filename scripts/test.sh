@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole suite twice: a
-# release build, then a build under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Set ZT_TEST_SANITIZE=0 to skip the second.
+# Installs what is missing, fetches GPT-2's vocabulary for the BPE tests,
+# builds, and runs the whole suite twice: a release build, then a build
+# under AddressSanitizer and UndefinedBehaviorSanitizer. Set
+# ZT_TEST_SANITIZE=0 to skip the second.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$ZT_ROOT/scripts/deps.sh"
+# GPT-2's vocabulary for the BPE suite (test_bpe reads ZT_GPT2_VOCAB_DIR):
+# fetched and verified once, then taken from the cache.
+export ZT_GPT2_VOCAB_DIR=${ZT_GPT2_VOCAB_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/zerotrain/gpt2}
+"$ZT_ROOT/scripts/gpt2_vocab.sh" "$ZT_GPT2_VOCAB_DIR"
 
 echo "== release build"
 zt_build "$ZT_ROOT/build"

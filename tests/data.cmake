@@ -5,3 +5,13 @@
 # zerotrain under mpirun to check exit codes and messages on every rank.
 zt_test(test_data SOURCES test_data.c ${PROJECT_SOURCE_DIR}/coordinator/prepare.c LIBS zt_data
         TIMEOUT 600 LAUNCHES_MPI)
+
+# GPT-2's byte-level BPE behind the tokenizer table: ids against an
+# independent reference (tests/data/gpt2_bpe_reference.txt), round trips,
+# broken vocabulary folders, an allocation fault loop, and `zerotrain prepare
+# --tokenizer gpt2` through the binary. It reads the vocabulary that
+# scripts/gpt2_vocab.sh fetches (scripts/test.sh runs it first) from
+# $ZT_GPT2_VOCAB_DIR or the script's default cache folder, and fails saying
+# so when it is missing.
+zt_test(test_bpe SOURCES test_bpe.c LIBS zt_data TIMEOUT 300)
+zt_wrap_alloc(test_bpe)

@@ -1040,7 +1040,7 @@ START_TEST(test_prepare_run_reads_back)
     char *report = NULL;
     size_t report_len = 0;
     FILE *rep = open_memstream(&report, &report_len);
-    ck_assert_int_eq(prepare_run(out, paths, 1, rep), ZT_OK);
+    ck_assert_int_eq(prepare_run(out, paths, 1, NULL, rep), ZT_OK);
     fclose(rep);
     const char *want =
         testutil_fmt("wrote 11 tokens (256 vocab, 1-byte ids) from 2 files to %s\n", out);
@@ -1054,7 +1054,7 @@ START_TEST(test_prepare_run_reads_back)
 
     /* A prepared file is not an input for prepare. */
     const char *again[] = {out};
-    expect_error(prepare_run(testutil_path_in(outdir, "x.tok"), again, 1, NULL), ZT_ERR_USAGE,
+    expect_error(prepare_run(testutil_path_in(outdir, "x.tok"), again, 1, NULL, NULL), ZT_ERR_USAGE,
                  "is already a token file");
     ck_assert_int_ne(access(testutil_path_in(outdir, "x.tok"), F_OK), 0);
 }
@@ -1065,11 +1065,11 @@ START_TEST(test_prepare_run_errors)
     const char *dir = testutil_tmpdir("preperr");
     const char *paths[] = {testutil_path_in(dir, "missing")};
     const char *out = testutil_path_in(dir, "o.tok");
-    expect_error(prepare_run(out, paths, 1, NULL), ZT_ERR_IO, "no such file or directory");
+    expect_error(prepare_run(out, paths, 1, NULL, NULL), ZT_ERR_IO, "no such file or directory");
     ck_assert_int_ne(access(out, F_OK), 0);
     testutil_write_file(testutil_path_in(dir, "t.txt"), "text", 4);
     const char *self[] = {testutil_path_in(dir, "t.txt")};
-    expect_error(prepare_run(testutil_path_in(dir, "t.txt"), self, 1, NULL), ZT_ERR_USAGE,
+    expect_error(prepare_run(testutil_path_in(dir, "t.txt"), self, 1, NULL, NULL), ZT_ERR_USAGE,
                  "the output is also an input");
 }
 END_TEST
@@ -1083,7 +1083,7 @@ START_TEST(test_prepare_tok_named_text_and_binary)
     testutil_write_file(in, "tokenised text", 14);
     const char *paths[] = {in};
     const char *out = testutil_path_in(dir, "o.tok");
-    ck_assert_int_eq(prepare_run(out, paths, 1, NULL), ZT_OK);
+    ck_assert_int_eq(prepare_run(out, paths, 1, NULL, NULL), ZT_OK);
     struct token_buffer b = {0};
     ck_assert_int_eq(tokfile_read(out, &b), ZT_OK);
     expect_tokens(&b, "tokenised text");
@@ -1091,7 +1091,7 @@ START_TEST(test_prepare_tok_named_text_and_binary)
     const char *bin = testutil_path_in(dir, "x.bin");
     testutil_write_file(bin, binary_bytes, sizeof binary_bytes);
     const char *bad[] = {bin};
-    expect_message(prepare_run(testutil_path_in(dir, "p.tok"), bad, 1, NULL), ZT_ERR_DATA,
+    expect_message(prepare_run(testutil_path_in(dir, "p.tok"), bad, 1, NULL, NULL), ZT_ERR_DATA,
                    testutil_fmt("%s: is binary, not text (a NUL byte at offset 8)", bin));
 }
 END_TEST
@@ -1100,7 +1100,7 @@ START_TEST(test_prepare_common_licenses)
 {
     const char *out = testutil_path_in(testutil_tmpdir("preplic"), "lic.tok");
     const char *paths[] = {LICENSES};
-    ck_assert_int_eq(prepare_run(out, paths, 1, NULL), ZT_OK);
+    ck_assert_int_eq(prepare_run(out, paths, 1, NULL, NULL), ZT_OK);
     struct token_buffer direct = {0}, back = {0};
     ck_assert_int_eq(dataset_load(paths, 1, &direct), ZT_OK);
     ck_assert_int_eq(tokfile_read(out, &back), ZT_OK);
