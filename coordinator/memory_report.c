@@ -223,10 +223,13 @@ void memory_report_print(const struct memory_report *r, FILE *f)
 {
     if (!r->ranks)
         return;
+    char trains[64] = "";
+    if (r->n_trainable > 0 && r->n_trainable < r->n_params)
+        snprintf(trains, sizeof trains, " (%llu trainable)", (unsigned long long)r->n_trainable);
     fprintf(f,
-            "memory per rank: ZeRO stage %d, %d ranks, %llu parameters; ratio = total / baseline "
-            "total\n",
-            r->stage, r->world_size, (unsigned long long)r->n_params);
+            "memory per rank: ZeRO stage %d, %d ranks, %llu parameters%s; ratio = total / "
+            "baseline total\n",
+            r->stage, r->world_size, (unsigned long long)r->n_params, trains);
     print_header(f);
     for (int i = 0; i < r->world_size; i++) {
         const struct memory_rank_row *row = &r->ranks[i];

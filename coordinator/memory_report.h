@@ -42,7 +42,8 @@ struct memory_rank_row {
 
 struct memory_report {
     int world_size, stage;
-    uint64_t n_params; /* Ψ, unpadded */
+    uint64_t n_params;    /* Ψ, unpadded */
+    uint64_t n_trainable; /* of them trainable (Ψ unless some are frozen): printed when fewer */
     /* params, grads, master_params, optimizer_states (fp32 AdamW: 4, 4, 0, 8) */
     double bytes_per_param[4];
     uint64_t baseline[LEDGER_CATEGORY_COUNT]; /* single-device plan peaks */

@@ -342,6 +342,8 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
 static zt_status report_memory(struct run_session *s, const struct run_options *o)
 {
     struct memory_report r = {.stage = s->cfg.zero.stage, .n_params = s->table.n_params};
+    for (int k = 0; k < s->table.n_tensors; k++)
+        r.n_trainable += s->table.tensors[k].trainable ? s->table.tensors[k].numel : 0;
     struct ledger baseline;
     shard_engine_bytes_per_param(&s->engine, r.bytes_per_param);
     ZT_TRY(session_plan_baseline(s, &baseline));
