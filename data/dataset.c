@@ -81,20 +81,6 @@ static int compare_paths(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-char *data_join_path(const char *dir, const char *name)
-{
-    size_t ld = strlen(dir), ln = strlen(name);
-    int slash = ld > 0 && dir[ld - 1] != '/';
-    char *p = malloc(ld + slash + ln + 1);
-    if (p) {
-        memcpy(p, dir, ld);
-        if (slash)
-            p[ld] = '/';
-        memcpy(p + ld + slash, name, ln + 1);
-    }
-    return p;
-}
-
 /* The non-dot entries of `dir`, in readdir order. The folder is closed
  * before any entry is visited, so deep trees do not hold a descriptor per
  * level. */

@@ -1,6 +1,6 @@
-/* worker/model_family.c — the table of model families and the generic
- * instance calls that dispatch through an instance's family (see
- * model_family.h). */
+/* worker/model_family.c — the table of model families and the parameter
+ * table's generic operations (see model_family.h); the instance calls are
+ * in model_instance.c. */
 #include "model_family.h"
 
 #include <stdio.h>
@@ -9,7 +9,6 @@
 
 #include "llama.h"
 #include "lora.h"
-#include "model_parts.h"
 #include "model.h"
 
 static const struct model_family *const families[] = {&gpt2_family, &llama_family};
@@ -97,40 +96,4 @@ const char *model_profile_name(enum model_profile_category c)
 {
     ZT_ASSERT((unsigned)c < MODEL_PROF_COUNT);
     return profile_names[c];
-}
-
-zt_status model_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
-                       int ckpt_every, struct model **out)
-{
-    ZT_ASSERT(t->family && B > 0 && T > 0 && ckpt_every >= 0);
-    *out = NULL;
-    ZT_TRY(t->family->create(t, be, B, T, ckpt_every, out));
-    ZT_ASSERT((*out)->family == t->family && (*out)->table == t);
-    zt_status s = model_adapters_create(*out, be);
-    if (s != ZT_OK) {
-        (*out)->family->destroy(*out);
-        *out = NULL;
-    }
-    return s;
-}
-
-void model_destroy(struct model *m)
-{
-    if (!m)
-        return;
-    model_adapters_destroy(m);
-    model_neftune_free(m);
-    m->family->destroy(m);
-}
-
-zt_status model_forward(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,
-                        const int32_t *targets)
-{
-    ZT_ASSERT(m->plan || (inputs && targets));
-    return m->family->forward(m, h, inputs, targets);
-}
-
-zt_status model_backward(struct model *m, const struct model_unit_hooks *h, float grad_scale)
-{
-    return m->family->backward(m, h, grad_scale);
 }

@@ -1,0 +1,42 @@
+/* worker/model_instance.c — the generic instance calls of model_family.h:
+ * create and destroy an instance through its family, with the parts every
+ * family's instance shares (LoRA adapters' state, NEFTune's noise:
+ * model_parts.h), and run its passes. */
+#include "model_family.h"
+#include "model_parts.h"
+
+zt_status model_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
+                       int ckpt_every, struct model **out)
+{
+    ZT_ASSERT(t->family && B > 0 && T > 0 && ckpt_every >= 0);
+    *out = NULL;
+    ZT_TRY(t->family->create(t, be, B, T, ckpt_every, out));
+    ZT_ASSERT((*out)->family == t->family && (*out)->table == t);
+    zt_status s = model_adapters_create(*out, be);
+    if (s != ZT_OK) {
+        (*out)->family->destroy(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+void model_destroy(struct model *m)
+{
+    if (!m)
+        return;
+    model_adapters_destroy(m);
+    model_neftune_free(m);
+    m->family->destroy(m);
+}
+
+zt_status model_forward(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,
+                        const int32_t *targets)
+{
+    ZT_ASSERT(m->plan || (inputs && targets));
+    return m->family->forward(m, h, inputs, targets);
+}
+
+zt_status model_backward(struct model *m, const struct model_unit_hooks *h, float grad_scale)
+{
+    return m->family->backward(m, h, grad_scale);
+}
