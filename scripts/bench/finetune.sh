@@ -47,8 +47,10 @@ for cfg in small llama-small; do
     # trainable parameters: the optimizer's 8 bytes each, split over 2 ranks
     optim=$(peak "$tmp/mem.json" optimizer_states)
     # the run's own count: "N parameters (M trainable)", or all N
-    trainable=$(grep -o '([0-9]* trainable)' "$tmp/log" | head -1 | tr -d '(' | awk '{print $1}')
-    trainable=${trainable:-$(grep -o '[0-9]* parameters' "$tmp/log" | head -1 | awk '{print $1}')}
+    trainable=$({ grep -o '([0-9]* trainable)' "$tmp/log" || true; } | head -1 | tr -d '(' |
+      awk '{print $1}')
+    trainable=${trainable:-$(grep 'memory per rank' "$tmp/log" | grep -o '[0-9][0-9]* parameters' |
+      awk '{print $1}')}
     predicted=$(awk -v t="$trainable" 'BEGIN {printf "%.2f", 8 * t / 2 / 1048576}')
     printf '%-11s %-6s | %10.2f %9.2f %9.2f %9s | %9s %9.1f | %9.0f %9s\n' "$cfg" "$method" \
       "$(peak "$tmp/mem.json" params)" "$(peak "$tmp/mem.json" grads)" "$optim" "$predicted" \
