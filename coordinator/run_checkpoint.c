@@ -112,6 +112,24 @@ static zt_status write_my_shard(struct run_session *s, long step, const char *st
     return ckpt_shard_writer_finish(w, &mine->bytes, &mine->checksum);
 }
 
+/* The adapters as meta.json records them: the config's lora section with
+ * target_modules resolved. The strings are borrowed (publish drops them
+ * before freeing the rest). */
+static zt_status describe_lora(const struct run_session *s, struct ckpt_lora *l)
+{
+    struct lora_spec spec;
+    if (s->table.lora.r == 0)
+        return ZT_OK;
+    ZT_TRY(session_lora_spec(&s->cfg, &spec));
+    l->r = spec.r;
+    l->alpha = spec.alpha;
+    l->dropout = spec.dropout;
+    snprintf(l->bias, sizeof l->bias, "%s", s->cfg.lora.bias);
+    l->targets = (char **)spec.targets;
+    l->n_targets = spec.n_targets;
+    return ZT_OK;
+}
+
 static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_file *files,
                            struct ckpt_meta *m)
 {
@@ -156,7 +174,7 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->scaler_hysteresis = s->scaler.hysteresis_left;
     m->optimizer_steps = s->engine.updates;
     m->files = files;
-    return ZT_OK;
+    return describe_lora(s, &m->lora);
 }
 
 static zt_status publish(struct run_session *s, long step, const char *dir, const char *step_dir,
@@ -169,7 +187,9 @@ static zt_status publish(struct run_session *s, long step, const char *dir, cons
         st = ckpt_meta_path(step_dir, path, sizeof path);
     if (st == ZT_OK)
         st = ckpt_meta_write(path, &m);
-    m.files = NULL; /* the caller's */
+    m.files = NULL;        /* the caller's */
+    m.lora.targets = NULL; /* the config's */
+    m.lora.n_targets = 0;
     ckpt_meta_free(&m);
     ZT_TRY(st);
     ZT_TRY(ckpt_publish(dir, step));
@@ -422,9 +442,51 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, enum
     return ZT_OK;
 }
 
-/* The checkpoint must be of this model (same family, shape, units and
- * frozen units) and of this optimizer, whose states are loaded with the
- * weights: one optimizer's moments are not another's. */
+/* The adapters a checkpoint's meta.json records, as a spec (borrowing
+ * its strings). */
+static struct lora_spec spec_of(const struct ckpt_lora *l)
+{
+    return (struct lora_spec){.r = l->r,
+                              .alpha = l->alpha,
+                              .dropout = l->dropout,
+                              .targets = (const char *const *)l->targets,
+                              .n_targets = l->n_targets};
+}
+
+/* The checkpoint's adapters must be the config's: another rank, alpha or
+ * set of targets is another model (even where the sizes agree). */
+static zt_status check_same_lora(const struct run_session *s, const char *step_dir,
+                                 const struct ckpt_meta *m)
+{
+    const int here = s->table.lora.r > 0, there = m->lora.r > 0;
+    if (here != there)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s/meta.json: the checkpoint %s LoRA adapters, but the config's "
+                            "lora.enabled is %s",
+                            step_dir, there ? "has" : "has no", here ? "true" : "false");
+    if (!here)
+        return ZT_OK;
+    struct lora_spec want;
+    const struct lora_spec had = spec_of(&m->lora);
+    char a[512], b[512];
+    ZT_TRY(session_lora_spec(&s->cfg, &want));
+    const char *key = lora_spec_diff(&had, &want, a, b, sizeof a);
+    if (!key && had.dropout != want.dropout) {
+        key = "lora_dropout";
+        snprintf(a, sizeof a, "%.17g", had.dropout);
+        snprintf(b, sizeof b, "%.17g", want.dropout);
+    }
+    if (key)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s/meta.json: the checkpoint's adapters have lora.%s %s, but the "
+                            "config says %s (set lora.%s as the checkpoint has it)",
+                            step_dir, key, a, b, key);
+    return ZT_OK;
+}
+
+/* The checkpoint must be of this model (same family, shape, adapters,
+ * units and frozen units) and of this optimizer, whose states are loaded
+ * with the weights: one optimizer's moments are not another's. */
 static zt_status check_same_model(const struct run_session *s, const char *step_dir,
                                   const struct ckpt_meta *m, int weights_only)
 {
@@ -438,6 +500,7 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                             "config's (%s)",
                             step_dir, had, have);
     }
+    ZT_TRY(check_same_lora(s, step_dir, m));
     if (!weights_only && strcmp(m->optimizer.kind, want) != 0)
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s/meta.json: the checkpoint was written with optimizer %s, but the "
@@ -758,30 +821,56 @@ void run_checkpoint_describe(const struct run_session *s, int training, char *bu
 
 /* ---- export ---------------------------------------------------------------- */
 
-zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta, float **params)
+/* The table meta.json describes, with its adapters, by the session's one
+ * way of building tables; it must be the checkpoint's partition. */
+static zt_status table_of(const char *step_dir, const struct ckpt_meta *m, struct param_table *t)
+{
+    const struct lora_spec spec = spec_of(&m->lora);
+    ZT_TRY(session_table_build(&m->model, m->lora.r ? &spec : NULL, t));
+    int same = t->n_params == m->n_params && t->n_units == m->n_units;
+    for (int u = 0; same && u < m->n_units; u++)
+        same = param_table_unit_size(t, u) == m->unit_numel[u];
+    if (same)
+        return ZT_OK;
+    param_table_free(t);
+    return zt_error_set(ZT_ERR_CHECKPOINT,
+                        "%s/meta.json: %llu parameters in %d units, but its model and adapters "
+                        "have %zu in %d",
+                        step_dir, (unsigned long long)m->n_params, m->n_units, t->n_params,
+                        t->n_units);
+}
+
+/* The master weights of every unit the shards hold, into their places. */
+static zt_status read_stored_units(const char *step_dir, const struct ckpt_meta *m,
+                                   const struct param_table *t, float *out)
 {
     struct old_shards o = {0};
-    *params = NULL;
-    ZT_TRY(ckpt_validate(step_dir, meta));
-    float *out = malloc((meta->n_params ? meta->n_params : 1) * sizeof(float));
-    zt_status st = out ? old_shards_open(&o, step_dir, meta)
-                       : zt_error_set(ZT_ERR_NOMEM, "cannot allocate %llu parameters",
-                                      (unsigned long long)meta->n_params);
-    uint64_t at = 0;
-    for (int u = 0; u < meta->n_units && st == ZT_OK; u++) {
-        st = old_shards_read(&o, SHARD_STATE_MASTER_NAME, ZT_F32, u, 0, meta->unit_numel[u],
-                             out + at);
-        at += meta->unit_numel[u];
-    }
-    if (st == ZT_OK && at != meta->n_params)
-        st = zt_error_set(ZT_ERR_CHECKPOINT,
-                          "%s/meta.json: units hold %llu elements, n_params "
-                          "says %llu",
-                          step_dir, (unsigned long long)at, (unsigned long long)meta->n_params);
+    zt_status st = old_shards_open(&o, step_dir, m);
+    for (int u = 0; u < m->n_units && st == ZT_OK; u++)
+        if (ckpt_meta_unit_stored(m, u))
+            st = old_shards_read(&o, SHARD_STATE_MASTER_NAME, ZT_F32, u, 0, m->unit_numel[u],
+                                 out + t->unit_offset[u]);
     if (o.meta)
         old_shards_close(&o);
+    return st;
+}
+
+zt_status run_checkpoint_read_model(const char *step_dir, struct ckpt_meta *meta,
+                                    struct param_table *table, float **params)
+{
+    *params = NULL;
+    ZT_TRY(ckpt_validate(step_dir, meta));
+    zt_status st = table_of(step_dir, meta, table);
+    if (st != ZT_OK) {
+        ckpt_meta_free(meta);
+        return st;
+    }
+    float *out = malloc((table->n_params ? table->n_params : 1) * sizeof(float));
+    st = out ? read_stored_units(step_dir, meta, table, out)
+             : zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu parameters", table->n_params);
     if (st != ZT_OK) {
         free(out);
+        param_table_free(table);
         ckpt_meta_free(meta);
         return st;
     }

@@ -83,9 +83,13 @@ zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_
  * weights_only), ZT_ERR_IO. */
 zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int weights_only);
 
-/* Reads a checkpoint's full fp32 weights, unpadded, in the flat order,
- * with only local file access (for `zerotrain export`). *params is owned
- * by the caller (free). meta receives the checkpoint's metadata. */
-zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta, float **params);
+/* Reads a checkpoint alone, with only local file access (for `zerotrain
+ * export`): validates it, builds the table its meta.json describes (model
+ * and adapters, session_table_build) into *table and reads its full fp32
+ * weights, unpadded, in the flat order, into *params (free). The caller
+ * frees all three (ckpt_meta_free, param_table_free, free); on error none
+ * is left to free. Errors: ZT_ERR_CHECKPOINT, ZT_ERR_IO, ZT_ERR_NOMEM. */
+zt_status run_checkpoint_read_model(const char *step_dir, struct ckpt_meta *meta,
+                                    struct param_table *table, float **params);
 
 #endif
