@@ -103,6 +103,7 @@ void config_free(struct zt_config *cfg)
     free_list(cfg->data.val, cfg->data.n_val);
     free_list(cfg->lora.target_modules, cfg->lora.n_target_modules);
     free(cfg->lora.bias);
+    free(cfg->lora.init_from);
     free(cfg->run.output_dir);
     free(cfg->comm.backend);
     free(cfg->comm.reduce_scatter);

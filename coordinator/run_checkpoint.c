@@ -20,7 +20,9 @@
 
 #include "../formats/checkpoint.h"
 #include "../formats/hf_weights.h"
+#include "../formats/peft_adapter.h"
 #include "../formats/safetensors_set.h"
+#include "run_base.h"
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 {
@@ -37,6 +39,15 @@ static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
 }
 
 /* ---- save ----------------------------------------------------------------- */
+
+/* Whether the checkpoint gets state `which` of unit u: every state the
+ * rank keeps, but a frozen unit's weights when the base is kept elsewhere
+ * (run_base.h). */
+static int saves_state(const struct run_session *s, int which, int u)
+{
+    return shard_engine_holds_state(&s->engine, which, u) &&
+           (!run_base_external(s) || s->engine.part.units[u].trainable);
+}
 
 static zt_status write_tensor_state(struct run_session *s, struct ckpt_shard_writer *w)
 {
@@ -62,7 +73,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
     for (int k = 0; k < n_states; k++) {
         uint64_t count = 0;
         for (int u = 0; u < p->n_units; u++)
-            if (shard_engine_holds_state(&s->engine, k, u))
+            if (saves_state(s, k, u))
                 count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
         ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k),
                                      shard_engine_state_dtype(&s->engine, k), count));
@@ -84,7 +95,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_owned_range(p, s->rank, u, &lo, &hi);
-            if (hi == lo || !shard_engine_holds_state(&s->engine, k, u))
+            if (hi == lo || !saves_state(s, k, u))
                 continue;
             st = shard_engine_get_state(&s->engine, k, u, lo, hi, buf);
             if (st == ZT_OK)
@@ -174,6 +185,8 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->scaler_hysteresis = s->scaler.hysteresis_left;
     m->optimizer_steps = s->engine.updates;
     m->files = files;
+    if (run_base_external(s))
+        m->base = s->base;
     return describe_lora(s, &m->lora);
 }
 
@@ -279,7 +292,7 @@ static zt_status check_weights_finite(struct run_session *s, long step, const ch
     for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
         size_t lo, hi, bad;
         shard_owned_range(p, s->rank, u, &lo, &hi);
-        if (hi == lo || !shard_engine_holds_state(&s->engine, SHARD_STATE_MASTER, u))
+        if (hi == lo || !saves_state(s, SHARD_STATE_MASTER, u))
             continue;
         st = shard_engine_get_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
         if (st == ZT_OK && !weights_finite(working, buf, hi - lo, buf + max_unit, &bad))
@@ -300,6 +313,8 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
     struct ckpt_file mine = {0, 0};
     run_checkpoint_dir(&s->cfg, dir, sizeof dir);
     ZT_TRY(agree(s, check_weights_finite(s, step, dir)));
+    /* meta.json records the base file's checksum: known before any shard */
+    ZT_TRY(agree(s, s->rank == 0 && run_base_external(s) ? run_base_digest(s) : ZT_OK));
     zt_status st = ZT_OK;
     if (s->rank == 0)
         st = ckpt_dir_prepare(dir, step, step_dir, sizeof step_dir);
@@ -391,7 +406,7 @@ static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
             const uint64_t real = owned_real(meta->unit_numel[u], meta->unit_shard[u], (int)r);
             o->prefix[r * nu + u] = at;
             o->state_prefix[r * nu + u] = state_at;
-            at += real;
+            at += ckpt_meta_unit_stored(meta, (int)u) ? real : 0;
             state_at += meta->unit_frozen && meta->unit_frozen[u] ? 0 : real;
         }
     }
@@ -548,7 +563,8 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
         for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_engine_held_range(&s->engine, u, &lo, &hi);
-            if (hi == lo || !shard_engine_holds_state(&s->engine, k, u))
+            if (hi == lo || !shard_engine_holds_state(&s->engine, k, u) ||
+                !ckpt_meta_unit_stored(m, u))
                 continue;
             st = old_shards_read(&o, shard_engine_state_name(&s->engine, k),
                                  shard_engine_state_dtype(&s->engine, k), u, lo, hi, buf);
@@ -591,6 +607,8 @@ static zt_status load_tensor_state(struct run_session *s, const char *step_dir)
     return st;
 }
 
+static zt_status load_base(struct run_session *s, const char *meta, const struct ckpt_base *b);
+
 zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int weights_only)
 {
     struct ckpt_meta m;
@@ -609,6 +627,8 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
         st = ckpt_meta_read(path, &m);
     ZT_TRY(agree(s, st));
     st = check_same_model(s, step_dir, &m, weights_only);
+    if (st == ZT_OK && m.base.kind != CKPT_BASE_STORED)
+        st = load_base(s, path, &m.base);
     if (st == ZT_OK)
         st = load_states(s, step_dir, &m, weights_only ? 1 : shard_engine_n_states(&s->engine));
     if (st == ZT_OK && !weights_only)
@@ -617,6 +637,7 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
     if (st == ZT_OK)
         st = shard_engine_params_from_master(&s->engine);
     if (st == ZT_OK) {
+        run_base_note(s, &m.base);
         shard_engine_set_updates(&s->engine, (long)m.optimizer_steps);
         s->start_step = (long)m.step;
         if (s->scaler.dynamic) {
@@ -655,19 +676,58 @@ static zt_status check_weights_folder(const char *path)
                         path, path, path);
 }
 
-/* model.init_from: each rank reads from the Hugging Face weights of the
- * model's family (formats/hf_weights.h) only the ranges it holds, as the
- * fp32 weights the optimizer starts from; the optimizer state starts at
- * zero. LoRA adapters are not in the file: they keep their initial
- * values. */
+/* Reads flat elements [begin, end) of the session's table from an open
+ * file of weights. */
+typedef zt_status (*range_reader)(void *reader, size_t begin, size_t end, float *dst);
+
+static zt_status read_hf(void *r, size_t begin, size_t end, float *dst)
+{
+    return hf_weights_read(r, begin, end, dst);
+}
+
+static zt_status read_peft(void *r, size_t begin, size_t end, float *dst)
+{
+    return peft_adapter_read(r, begin, end, dst);
+}
+
+/* Each rank reads the ranges it holds of units [u0, u1) through `read`
+ * into the fp32 weights the optimizer starts from (the optimizer state
+ * starts at zero); then, agreed, the parameters are rebuilt. */
+static zt_status import_units(struct run_session *s, int u0, int u1, range_reader read,
+                              void *reader)
+{
+    size_t max_unit = 0;
+    for (int u = u0; u < u1; u++)
+        max_unit = param_table_unit_size(&s->table, u) > max_unit
+                       ? param_table_unit_size(&s->table, u)
+                       : max_unit;
+    float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
+    zt_status st = buf ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the import staging");
+    for (int u = u0; u < u1 && st == ZT_OK; u++) {
+        size_t lo, hi, at = s->table.unit_offset[u];
+        shard_engine_held_range(&s->engine, u, &lo, &hi);
+        if (hi == lo)
+            continue;
+        st = read(reader, at + lo, at + hi, buf);
+        if (st == ZT_OK)
+            st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
+    }
+    free(buf);
+    zt_status agreed;
+    /* every rank must arrive before the collective rebuild of the params */
+    ZT_TRY(comm_agree_status(s->comm, st, &agreed));
+    ZT_TRY(agreed);
+    return shard_engine_params_from_master(&s->engine);
+}
+
+/* model.init_from: the base units from the Hugging Face weights of the
+ * model's family (formats/hf_weights.h), each rank reading only the ranges
+ * it holds. LoRA adapters are not in the file: they keep their initial
+ * values (or lora.init_from's). */
 static zt_status import_weights(struct run_session *s, const char *path)
 {
     struct hf_weights_reader *r = NULL;
     const struct param_table base = param_table_base(&s->table);
-    size_t max_unit = 0;
-    for (int u = 0; u < base.n_units; u++)
-        max_unit =
-            param_table_unit_size(&base, u) > max_unit ? param_table_unit_size(&base, u) : max_unit;
     zt_status opened = check_weights_folder(path), agreed_open;
     if (opened == ZT_OK)
         opened = hf_weights_open(path, &base, &r);
@@ -677,24 +737,56 @@ static zt_status import_weights(struct run_session *s, const char *path)
             hf_weights_close(r);
         return agreed_open;
     }
-    float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
-    zt_status st = buf ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the import staging");
-    for (int u = 0; u < base.n_units && st == ZT_OK; u++) {
-        size_t lo, hi, at = base.unit_offset[u];
-        shard_engine_held_range(&s->engine, u, &lo, &hi);
-        if (hi == lo)
-            continue;
-        st = hf_weights_read(r, at + lo, at + hi, buf);
-        if (st == ZT_OK)
-            st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
-    }
-    free(buf);
+    zt_status st = import_units(s, 0, base.n_units, read_hf, r);
     hf_weights_close(r);
-    zt_status agreed;
-    /* every rank must arrive before the collective rebuild of the params */
-    ZT_TRY(comm_agree_status(s->comm, st, &agreed));
-    ZT_TRY(agreed);
-    return shard_engine_params_from_master(&s->engine);
+    return st;
+}
+
+/* The initial values of a table, as a reader of ranges. */
+struct seed_reader {
+    const struct param_table *t;
+    uint64_t seed;
+};
+
+static zt_status read_seed(void *r, size_t begin, size_t end, float *dst)
+{
+    const struct seed_reader *sr = r;
+    param_table_init(sr->t, sr->seed, begin, end, dst);
+    return ZT_OK;
+}
+
+/* A checkpoint's base kept outside it (run_base.h): the file, once rank 0
+ * has checked its bytes against meta.json's record, or the seed's values.
+ * Collective. */
+static zt_status load_base(struct run_session *s, const char *meta, const struct ckpt_base *b)
+{
+    if (b->kind == CKPT_BASE_SEED) {
+        struct seed_reader sr = {&s->table, b->seed};
+        return import_units(s, 0, s->table.lora.n_base_units, read_seed, &sr);
+    }
+    ZT_TRY(agree(s, s->rank == 0 ? run_base_check(meta, b) : ZT_OK));
+    return import_weights(s, b->path);
+}
+
+/* lora.init_from: the adapter units from a PEFT adapter folder
+ * (formats/peft_adapter.h) that every rank checks against the config's
+ * lora section, each reading only the ranges it holds. */
+static zt_status import_adapters(struct run_session *s, const char *dir)
+{
+    struct peft_adapter_reader *r = NULL;
+    struct lora_spec want;
+    zt_status opened = session_lora_spec(&s->cfg, &want), agreed_open;
+    if (opened == ZT_OK)
+        opened = named_by("lora.init_from", peft_adapter_open(dir, &s->table, &want, &r));
+    ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));
+    if (agreed_open != ZT_OK) {
+        if (opened == ZT_OK)
+            peft_adapter_close(r);
+        return agreed_open;
+    }
+    zt_status st = import_units(s, s->table.lora.n_base_units, s->table.n_units, read_peft, r);
+    peft_adapter_close(r);
+    return st;
 }
 
 /* The checkpoint a session starts from, by one rule for every command:
@@ -732,10 +824,13 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
     /* each rank looks at the files itself: agree before loading collectively */
     ZT_TRY(agree(s, choose_checkpoint(s, o, need_train, step_dir, sizeof step_dir, &from)));
     if (from == RUN_WEIGHTS_INITIAL) {
-        if (!s->cfg.model.init_from)
-            return ZT_OK;
-        ZT_TRY(import_weights(s, s->cfg.model.init_from));
-        s->weights_from = RUN_WEIGHTS_INIT_FROM;
+        if (s->cfg.model.init_from) {
+            ZT_TRY(import_weights(s, s->cfg.model.init_from));
+            s->weights_from = RUN_WEIGHTS_INIT_FROM;
+        }
+        if (s->cfg.lora.init_from)
+            ZT_TRY(import_adapters(s, s->cfg.lora.init_from));
+        run_base_note(s, NULL);
         return ZT_OK;
     }
     /* evaluation needs the weights; resuming training, the optimizer too */
@@ -805,6 +900,21 @@ static void describe_eval(const struct run_session *s, char *buf, size_t n, int 
     }
 }
 
+/* lora.init_from: where the adapters came from, or that a checkpoint
+ * overrode it. */
+static void describe_adapters(const struct run_session *s, char *buf, size_t n)
+{
+    const char *dir = s->cfg.lora.init_from;
+    const size_t len = strlen(buf);
+    if (!dir || len + 1 >= n)
+        return;
+    if (s->weights_from == RUN_WEIGHTS_INITIAL || s->weights_from == RUN_WEIGHTS_INIT_FROM)
+        snprintf(buf + len, n - len, "%sadapters from %s (lora.init_from)",
+                 len ? "; " : "starting from the ", dir);
+    else
+        snprintf(buf + len, n - len, "; lora.init_from %s is not used", dir);
+}
+
 void run_checkpoint_describe(const struct run_session *s, int training, char *buf, size_t n,
                              int *warn)
 {
@@ -817,6 +927,7 @@ void run_checkpoint_describe(const struct run_session *s, int training, char *bu
                  s->cfg.model.init_from);
     else if (s->weights_from != RUN_WEIGHTS_INITIAL)
         describe_resume(s, buf, n);
+    describe_adapters(s, buf, n);
 }
 
 /* ---- export ---------------------------------------------------------------- */
@@ -868,6 +979,8 @@ zt_status run_checkpoint_read_model(const char *step_dir, struct ckpt_meta *meta
     float *out = malloc((table->n_params ? table->n_params : 1) * sizeof(float));
     st = out ? read_stored_units(step_dir, meta, table, out)
              : zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu parameters", table->n_params);
+    if (st == ZT_OK && meta->base.kind != CKPT_BASE_STORED)
+        st = run_base_read(step_dir, meta, table, out);
     if (st != ZT_OK) {
         free(out);
         param_table_free(table);

@@ -25,6 +25,7 @@
 #include "../comm/comm.h"
 #include "../common/ledger.h"
 #include "../data/data.h"
+#include "../formats/checkpoint.h"
 #include "../shard/shard.h"
 #include "../worker/backend.h"
 #include "../worker/lora.h"
@@ -105,6 +106,11 @@ struct run_session {
      * another rank: this one passes ZT_OK to the phase's final agreement,
      * so that the finder, not the lowest rank, prints its message. */
     int failed_elsewhere;
+    /* Where the frozen base's weights came from, which decides whether
+     * checkpoints store it (run_base.h); set by run_checkpoint_restore.
+     * base_digested: base.checksum and base.bytes are known (rank 0). */
+    struct ckpt_base base;
+    int base_digested;
 };
 
 /* INIT -> CONFIGURED. `need_train` loads the training data and sampler

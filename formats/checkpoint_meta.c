@@ -615,6 +615,9 @@ static zt_status read_tree(const char *path, const struct json_value *root, stru
     ZT_TRY(read_lora(path, root, &m->lora));
     if (m->format_version >= 3)
         ZT_TRY(read_base(path, root, &m->base));
+    /* only adapters leave frozen units out: a base without them is a broken file */
+    if (m->base.kind != CKPT_BASE_STORED && m->lora.r == 0)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key 'base' without 'lora'", path);
     ZT_TRY(read_strings(path, root, m));
     ZT_TRY(read_units(path, root, m));
     return read_files(path, root, m);

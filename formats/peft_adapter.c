@@ -348,7 +348,8 @@ static zt_status check_folder(const char *dir, const char *config, const char *w
     struct stat sb;
     char bin[PATH_LEN];
     if (stat(dir, &sb) != 0)
-        return zt_error_set(ZT_ERR_CONFIG, "%s: %s", dir, strerror(errno));
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s", dir,
+                            errno == ENOENT ? "no such folder" : strerror(errno));
     if (!S_ISDIR(sb.st_mode))
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: not a folder: expected a PEFT adapter folder (" PEFT_ADAPTER_CONFIG
