@@ -66,22 +66,43 @@ static zt_status declare_and_write(struct safetensors_writer *w, const struct pa
     return ZT_OK;
 }
 
-static zt_status write_weights(const char *path, const struct param_table *t, const float *params,
-                               enum zt_dtype dtype)
+static zt_status write_weights(const char *path, const struct param_table *t, char *const *modules,
+                               const float *params, enum zt_dtype dtype)
 {
-    char **modules;
     struct safetensors_writer *w;
-    ZT_TRY(hf_weights_module_names(t, &modules));
-    zt_status st = safetensors_writer_open(path, &w);
-    if (st == ZT_OK) {
-        st = declare_and_write(w, t, modules, params, dtype);
-        if (st == ZT_OK)
-            st = safetensors_writer_finish(w);
-        else
-            safetensors_writer_abort(w);
-    }
-    free(modules);
+    ZT_TRY(safetensors_writer_open(path, &w));
+    zt_status st = declare_and_write(w, t, modules, params, dtype);
+    if (st == ZT_OK)
+        return safetensors_writer_finish(w);
+    safetensors_writer_abort(w);
     return st;
+}
+
+/* The target_modules adapter_config.json lists: the spec's, but for
+ * "all-linear" the last name of each adapted module, once each, which is
+ * what PEFT saves for it and what every PEFT version reads. *names is
+ * allocated (free it); its strings are the spec's or in `modules`. */
+static zt_status listed_targets(const struct param_table *t, char *const *modules,
+                                const struct lora_spec *spec, const char ***names, int *n)
+{
+    const int all = spec->n_targets == 1 && strcmp(spec->targets[0], LORA_ALL_LINEAR) == 0;
+    *n = 0;
+    *names = malloc((size_t)(all ? t->lora.n_base_tensors : spec->n_targets) * sizeof **names);
+    if (!*names)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the target list");
+    for (int i = 0; !all && i < spec->n_targets; i++)
+        (*names)[(*n)++] = spec->targets[i];
+    for (int k = 0; all && k < t->lora.n_base_tensors; k++) {
+        if (t->tensors[k].adapter < 0)
+            continue;
+        const char *leaf = strrchr(modules[k], '.') ? strrchr(modules[k], '.') + 1 : modules[k];
+        int seen = 0;
+        for (int i = 0; i < *n && !seen; i++)
+            seen = strcmp((*names)[i], leaf) == 0;
+        if (!seen)
+            (*names)[(*n)++] = leaf;
+    }
+    return ZT_OK;
 }
 
 /* lora_alpha as PEFT's int when it is one, else as a float. */
@@ -95,8 +116,8 @@ static void put_number(struct json_text *j, double v)
 
 /* adapter_config.json as PEFT's to_json_string writes it: sorted keys,
  * indent 2. */
-static void config_text(struct json_text *j, const struct lora_spec *spec, int fan_in_fan_out,
-                        const char *base_model)
+static void config_text(struct json_text *j, const struct lora_spec *spec, const char **targets,
+                        int n_targets, int fan_in_fan_out, const char *base_model)
 {
     json_text_puts(j, "{\n  \"base_model_name_or_path\": ");
     if (base_model)
@@ -115,11 +136,36 @@ static void config_text(struct json_text *j, const struct lora_spec *spec, int f
                      ",\n  \"modules_to_save\": null,\n  \"peft_type\": \"LORA\",\n"
                      "  \"r\": %d,\n  \"target_modules\": [",
                      spec->r);
-    for (int i = 0; i < spec->n_targets; i++) {
+    for (int i = 0; i < n_targets; i++) {
         json_text_puts(j, i ? ",\n    " : "\n    ");
-        json_text_string(j, spec->targets[i], JSON_ESCAPE_U);
+        json_text_string(j, targets[i], JSON_ESCAPE_U);
     }
     json_text_puts(j, "\n  ],\n  \"task_type\": \"CAUSAL_LM\"\n}\n");
+}
+
+/* The weights, then the config that goes with them. */
+static zt_status write_folder(const char *weights, const char *config, const struct param_table *t,
+                              const float *params, enum zt_dtype dtype,
+                              const struct lora_spec *spec, int fan_in_fan_out,
+                              const char *base_model)
+{
+    char **modules;
+    const char **targets = NULL;
+    int n_targets = 0;
+    struct json_text j = {0};
+    ZT_TRY(hf_weights_module_names(t, &modules));
+    zt_status st = write_weights(weights, t, modules, params, dtype);
+    if (st == ZT_OK)
+        st = listed_targets(t, modules, spec, &targets, &n_targets);
+    if (st == ZT_OK) {
+        config_text(&j, spec, targets, n_targets, fan_in_fan_out, base_model);
+        st = j.oom ? zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the text", config)
+                   : atomic_file_write(config, j.p, j.len);
+    }
+    free(j.p);
+    free(targets);
+    free(modules);
+    return st;
 }
 
 zt_status peft_adapter_write(const char *dir, const struct param_table *t, const float *params,
@@ -136,13 +182,7 @@ zt_status peft_adapter_write(const char *dir, const struct param_table *t, const
     ZT_TRY(hf_weights_transposed(t, t->tensors[t->lora.n_base_tensors].adapts, &fan_in_fan_out));
     join(weights, dir, PEFT_ADAPTER_WEIGHTS);
     join(config, dir, PEFT_ADAPTER_CONFIG);
-    ZT_TRY(write_weights(weights, t, params, dtype));
-    struct json_text j = {0};
-    config_text(&j, spec, fan_in_fan_out, base_model);
-    zt_status st = j.oom ? zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the text", config)
-                         : atomic_file_write(config, j.p, j.len);
-    free(j.p);
-    return st;
+    return write_folder(weights, config, t, params, dtype, spec, fan_in_fan_out, base_model);
 }
 
 /* ---- reading: adapter_config.json ---- */
@@ -236,8 +276,18 @@ static zt_status read_targets(const char *path, const struct json_value *root,
 }
 
 /* The file's r, lora_alpha and target_modules against `want`. */
+/* Whether the file's targets adapt the same modules of t as the config's. */
+static zt_status same_modules(const struct param_table *t, const struct lora_spec *got, int *same)
+{
+    char **modules;
+    ZT_TRY(hf_weights_module_names(t, &modules));
+    *same = lora_spec_adapts_same(t, got, (const char *const *)modules);
+    free(modules);
+    return ZT_OK;
+}
+
 static zt_status check_spec(const char *path, const struct json_value *root,
-                            const struct lora_spec *want)
+                            const struct param_table *t, const struct lora_spec *want)
 {
     const struct json_value *r, *alpha;
     ZT_TRY(need(path, root, "r", JSON_INT, &r));
@@ -249,14 +299,18 @@ static zt_status check_spec(const char *path, const struct json_value *root,
     got.targets = targets;
     char a[512], b[512];
     const char *key = st == ZT_OK ? lora_spec_diff(&got, want, a, b, sizeof a) : NULL;
-    if (key)
+    int same = 0;
+    if (key && strcmp(key, "target_modules") == 0)
+        st = same_modules(t, &got, &same);
+    if (key && !same && st == ZT_OK)
         st = zt_error_set(ZT_ERR_CONFIG, "%s: %s is %s, but the config says lora.%s %s", path, key,
                           a, key, b);
     free(targets);
     return st;
 }
 
-static zt_status check_config(const char *path, const struct lora_spec *want)
+static zt_status check_config(const char *path, const struct param_table *t,
+                              const struct lora_spec *want)
 {
     char *text;
     size_t len;
@@ -272,7 +326,7 @@ static zt_status check_config(const char *path, const struct lora_spec *want)
     if (st == ZT_OK)
         st = check_settings(path, &root);
     if (st == ZT_OK)
-        st = check_spec(path, &root, want);
+        st = check_spec(path, &root, t, want);
     json_free(&root);
     return st;
 }
@@ -386,7 +440,7 @@ zt_status peft_adapter_open(const char *dir, const struct param_table *t,
     join(r->path, dir, PEFT_ADAPTER_WEIGHTS);
     zt_status st = check_folder(dir, config, r->path);
     if (st == ZT_OK)
-        st = check_config(config, want);
+        st = check_config(config, t, want);
     if (st == ZT_OK)
         st = safetensors_open(r->path, &r->file);
     if (st == ZT_OK)

@@ -48,8 +48,9 @@
  * order; only the adapters' are read) into the existing folder `dir`:
  * PEFT_ADAPTER_WEIGHTS with every adapter as `dtype` (ZT_F32, ZT_F16 or
  * ZT_BF16, rounded to nearest even) and metadata {"format": "pt"}, then
- * PEFT_ADAPTER_CONFIG describing `spec` (its target_modules as given) and
- * base_model (NULL: null). Statuses: ZT_ERR_UNSUPPORTED (a family without
+ * PEFT_ADAPTER_CONFIG describing `spec` (its target_modules as given, but
+ * "all-linear" as the last names of the adapted modules, which PEFT saves
+ * for it) and base_model (NULL: null). Statuses: ZT_ERR_UNSUPPORTED (a family without
  * a Hugging Face mapping; another dtype), ZT_ERR_IO, ZT_ERR_NOMEM. */
 zt_status peft_adapter_write(const char *dir, const struct param_table *t, const float *params,
                              enum zt_dtype dtype, const struct lora_spec *spec,
@@ -60,9 +61,9 @@ struct peft_adapter_reader;
 
 /* Opens the adapter folder `dir` for t (a table with adapters, which must
  * outlive the reader) and checks it: adapter_config.json's r, lora_alpha
- * and target_modules against `want` (ZT_ERR_CONFIG naming the file, the
- * key and both values: "DIR/adapter_config.json: r is 4, but the config
- * says lora.r 8"); every adapter of t in PEFT_ADAPTER_WEIGHTS under its
+ * and target_modules (equal as sets, or selecting the same modules of t)
+ * against `want` (ZT_ERR_CONFIG naming the file, the key and both values: "DIR/adapter_config.json:
+ * r is 4, but the config says lora.r 8"); every adapter of t in PEFT_ADAPTER_WEIGHTS under its
  * name, in its shape, a float dtype, and no other tensor in the file
  * (ZT_ERR_CONFIG naming the file and the tensor). *out is the reader or
  * NULL. Statuses also: ZT_ERR_CONFIG for a folder without either file or

@@ -189,7 +189,8 @@ END_TEST
 /* Llama with a random base: every linear layer's adapters (q_proj [32,
  * 32], k_proj and v_proj [16, 32] with 2 of 4 heads for keys and values,
  * o_proj, the MLP's at 64), nn.Linear's layout (fan_in_fan_out false), no
- * base file (null). */
+ * base file (null); all-linear listed as the layers' names, which
+ * lora.init_from takes for all-linear. */
 START_TEST(llama_adapter_export)
 {
     const char *dir = testutil_tmpdir("peft-llama");
@@ -209,10 +210,22 @@ START_TEST(llama_adapter_export)
     struct json_value c;
     read_config(testutil_fmt("%s/ad", dir), &c);
     check_common_config(&c);
-    ck_assert_str_eq(member(&c, "target_modules", JSON_ARRAY)->items[0].str, "all-linear");
+    /* all-linear as PEFT saves it: the adapted layers' names */
+    const struct json_value *targets = member(&c, "target_modules", JSON_ARRAY);
+    static const char *const linear[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                         "gate_proj", "up_proj", "down_proj"};
+    ck_assert_int_eq(targets->n, 7);
+    for (int i = 0; i < 7; i++)
+        ck_assert_str_eq(targets->items[i].str, linear[i]);
     ck_assert(!member(&c, "fan_in_fan_out", JSON_BOOL)->boolean);
     member(&c, "base_model_name_or_path", JSON_NULL);
     json_free(&c);
+    /* read back with the config's all-linear: the same modules, the same model */
+    const double want =
+        eval_loss(dir, "ckpt", testutil_fmt(LORA LLAMA ALL_LINEAR "--checkpoint %s/ck", dir));
+    const double got = eval_loss(
+        dir, "folder", testutil_fmt(LORA LLAMA ALL_LINEAR "--set lora.init_from=%s/ad", dir));
+    ck_assert_msg(got == want, "lora.init_from evaluates %.9g, the checkpoint %.9g", got, want);
 }
 END_TEST
 
@@ -241,8 +254,8 @@ END_TEST
 
 /* The merged model, evaluated as a plain model (`plain`: the model's
  * keys without init_from), gives the adapted checkpoint's validation loss. */
-static void merged_evaluates_the_same(const char *tag, const char *model, const char *lora,
-                                      const char *plain)
+static const char *merged_evaluates_the_same(const char *tag, const char *model, const char *lora,
+                                             const char *plain)
 {
     const char *dir = testutil_tmpdir(tag);
     train(dir, "run", 2,
@@ -254,13 +267,37 @@ static void merged_evaluates_the_same(const char *tag, const char *model, const 
         dir, "merged", testutil_fmt("%s--set model.init_from=%s/merged.safetensors", plain, dir));
     ck_assert_msg(fabs(merged - adapted) <= 1e-5, "%s: merged %.9g, adapted %.9g", tag, merged,
                   adapted);
+    return dir;
+}
+
+/* scripts/reference/peft_merge.py (PyTorch, float64) merges the exported
+ * adapter into the base file as PEFT does; the merged export must agree.
+ * Without /usr/bin/python3 and torch there is nothing to compare with. */
+static void python_merges_alike(const char *dir)
+{
+    const char *log = testutil_path_in(dir, "python.log");
+    if (testutil_run(log, "/usr/bin/python3 -c 'import torch'") != 0) {
+        fprintf(stderr, "test_peft: no /usr/bin/python3 with torch: the PyTorch merge is not "
+                        "compared\n");
+        return;
+    }
+    must_export(dir, "adapter", testutil_fmt("%s/ck --adapter --out %s/ad", dir, dir));
+    ck_assert_msg(testutil_run(log,
+                               "/usr/bin/python3 %s --base %s --adapter %s/ad --merged "
+                               "%s/merged.safetensors",
+                               testutil_source_path("scripts/reference/peft_merge.py"), hf_gpt2(),
+                               dir, dir) == 0,
+                  "%s", testutil_slurp(log));
 }
 
 START_TEST(merge_gives_the_adapted_loss_gpt2)
 {
-    merged_evaluates_the_same("peft-merge-gpt2",
-                              testutil_fmt("--set model.init_from=%s ", hf_gpt2()),
-                              LORA "--set 'lora.target_modules=[c_attn, c_proj, c_fc]' ", "");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s",
+             merged_evaluates_the_same(
+                 "peft-merge-gpt2", testutil_fmt("--set model.init_from=%s ", hf_gpt2()),
+                 LORA "--set 'lora.target_modules=[c_attn, c_proj, c_fc]' ", ""));
+    python_merges_alike(dir);
 }
 END_TEST
 

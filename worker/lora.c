@@ -259,6 +259,15 @@ const char *lora_spec_diff(const struct lora_spec *a, const struct lora_spec *b,
     return NULL;
 }
 
+int lora_spec_adapts_same(const struct param_table *t, const struct lora_spec *spec,
+                          const char *const *module_names)
+{
+    for (int k = 0; k < t->lora.n_base_tensors; k++)
+        if (is_adapted(t, spec, module_names, k) != (t->tensors[k].adapter >= 0))
+            return 0;
+    return 1;
+}
+
 void lora_merge(const struct param_table *t, double alpha, float *params)
 {
     const double scale = alpha / t->lora.r;

@@ -69,6 +69,13 @@ zt_status lora_attach(struct param_table *t, const struct lora_spec *spec,
 const char *lora_spec_diff(const struct lora_spec *a, const struct lora_spec *b, char *a_text,
                            char *b_text, size_t n);
 
+/* Whether spec's targets adapt exactly the weights t carries adapters on
+ * (module_names as lora_attach takes them): target lists that name the
+ * same modules in other words ("all-linear" and its layers' names) select
+ * the same model. */
+int lora_spec_adapts_same(const struct param_table *t, const struct lora_spec *spec,
+                          const char *const *module_names);
+
 /* Merges the adapters into the base weights of `params` (t->n_params
  * values in t's flat order), as PEFT's merge_and_unload does:
  * W + (lora_alpha / r) B A for every adapted W, each element computed in
