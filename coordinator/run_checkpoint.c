@@ -853,6 +853,25 @@ zt_status run_checkpoint_restore(struct run_session *s, const struct run_options
 
 /* ---- saying which weights ------------------------------------------------------ */
 
+/* After a loaded checkpoint's line: where its base came from when it
+ * keeps it outside (run_base.h), and a model.init_from it overrides (the
+ * base file itself is used), with `hint`. */
+static void describe_checkpoint_base(const struct run_session *s, char *buf, size_t n,
+                                     const char *hint)
+{
+    const char *init_from = s->cfg.model.init_from;
+    const int file = run_base_external(s) && s->base.kind == CKPT_BASE_FILE;
+    size_t len = strlen(buf);
+    if (file && len + 1 < n)
+        snprintf(buf + len, n - len, "; its base weights from %s, unchanged", s->base.path);
+    else if (run_base_external(s) && len + 1 < n)
+        snprintf(buf + len, n - len, "; its base drawn again from seed %llu",
+                 (unsigned long long)s->base.seed);
+    len = strlen(buf);
+    if (init_from && !(file && strcmp(init_from, s->base.path) == 0) && len + 1 < n)
+        snprintf(buf + len, n - len, "; model.init_from %s is not used%s", init_from, hint);
+}
+
 /* Training: which checkpoint it resumes and why, and what happens to a
  * model.init_from that the checkpoint overrides. */
 static void describe_resume(const struct run_session *s, char *buf, size_t n)
@@ -865,12 +884,8 @@ static void describe_resume(const struct run_session *s, char *buf, size_t n)
     } else {
         snprintf(why, sizeof why, "run.resume names it");
     }
-    int len =
-        snprintf(buf, n, "resumed from %s at step %ld (%s)", s->resumed_from, s->start_step, why);
-    if (s->cfg.model.init_from && len >= 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len,
-                 "; model.init_from %s is not used: set run.resume: never to start from it",
-                 s->cfg.model.init_from);
+    snprintf(buf, n, "resumed from %s at step %ld (%s)", s->resumed_from, s->start_step, why);
+    describe_checkpoint_base(s, buf, n, ": set run.resume: never to start from it");
 }
 
 /* Evaluation: which weights are measured; *warn when they are the initial
@@ -878,7 +893,6 @@ static void describe_resume(const struct run_session *s, char *buf, size_t n)
 static void describe_eval(const struct run_session *s, char *buf, size_t n, int *warn)
 {
     const char *init_from = s->cfg.model.init_from;
-    int len = 0;
     if (s->weights_from == RUN_WEIGHTS_INIT_FROM) {
         snprintf(buf, n, "evaluating weights from %s (model.init_from)", init_from);
     } else if (s->weights_from == RUN_WEIGHTS_INITIAL) {
@@ -892,11 +906,9 @@ static void describe_eval(const struct run_session *s, char *buf, size_t n, int 
             snprintf(buf, n,
                      "no checkpoint or init_from named: evaluating randomly initialised weights");
     } else {
-        len = snprintf(
-            buf, n, "evaluating checkpoint %s (step %ld%s)", s->resumed_from, s->start_step,
-            s->weights_from == RUN_WEIGHTS_LATEST ? ", the latest in checkpoint.dir" : "");
-        if (init_from && len >= 0 && (size_t)len < n)
-            snprintf(buf + len, n - (size_t)len, "; model.init_from %s is not used", init_from);
+        snprintf(buf, n, "evaluating checkpoint %s (step %ld%s)", s->resumed_from, s->start_step,
+                 s->weights_from == RUN_WEIGHTS_LATEST ? ", the latest in checkpoint.dir" : "");
+        describe_checkpoint_base(s, buf, n, "");
     }
 }
 

@@ -407,6 +407,11 @@ START_TEST(bad_adapter_folders_are_refused)
                          dir));
     refused(dir, "good", "--set lora.lora_alpha=32",
             "adapter_config.json: lora_alpha is 16, but the config says lora.lora_alpha 32");
+    const int rc =
+        testutil_train_micro(dir, "off", 1, testutil_fmt("--set lora.init_from=%s/good", dir));
+    ck_assert_msg(rc == 2 && strstr(testutil_slurp(testutil_path_in(dir, "off.log")),
+                                    "lora.init_from: names adapters, but lora.enabled is false"),
+                  "exit %d", rc);
     const char *gone = "base_model.model.transformer.h.1.attn.c_attn.lora_B.weight";
     copy_without(dir, "good", "short", gone);
     refused(dir, "short", "",
@@ -423,6 +428,19 @@ END_TEST
  * under stage 2. */
 #define TWO  "--set zero_optimization.stage=3 --set gradient_accumulation_steps=2 "
 #define FOUR "--set zero_optimization.stage=2 --set gradient_accumulation_steps=1 "
+
+/* Whether a loss of the resumed half is the straight run's: as logged,
+ * bit for bit, in the release build; the sanitizer build's instrumented
+ * code differs in the last bits between layouts (as test_trajectory's
+ * does), so there CMake sets a relative ZT_PEFT_TOLERANCE. */
+static int same_loss(double got, double want)
+{
+#ifdef ZT_PEFT_TOLERANCE
+    return fabs(got - want) <= ZT_PEFT_TOLERANCE * fabs(want);
+#else
+    return got == want;
+#endif
+}
 
 /* Straight, then half, a checkpoint, and the rest from it at another
  * world size and stage: the losses of the second half are the straight
@@ -443,7 +461,7 @@ static const char *resumes_exactly(const char *dir, const char *model)
     for (int i = 0; i < HALF; i++) {
         ck_assert_msg(first[i] == straight[i], "step %d: %.17g vs %.17g", i + 1, first[i],
                       straight[i]);
-        ck_assert_msg(second[i] == straight[HALF + i],
+        ck_assert_msg(same_loss(second[i], straight[HALF + i]),
                       "step %d after resuming at 4 ranks: %.17g vs %.17g", HALF + 1 + i, second[i],
                       straight[HALF + i]);
     }
