@@ -3,9 +3,15 @@
  * Save, by phase (each phase ends with an agreement, so a failure on any
  * rank stops every rank at the same point and the previous checkpoint stays
  * the published one):
+ *   every rank checks its weights are finite -> rank 0 checksums the
+ *   base file of a fine-tuning run, the first time (run_base.h) ->
  *   rank 0 prepares DIR/step-N -> every rank writes its shard (atomic) ->
  *   the shard sizes and checksums are gathered -> rank 0 writes meta.json
  *   (atomic), points DIR/latest at the step, and rotates old ones.
+ *
+ * Load: rank 0 validates every file -> each rank checks the model ->
+ * a base kept outside is checked and read -> each rank reads its ranges
+ * of the units the shards hold.
  */
 #include "run_checkpoint.h"
 
