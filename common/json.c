@@ -562,3 +562,16 @@ void json_text_string(struct json_text *t, const char *s, enum json_escape e)
     json_text_puts(t, run);
     json_text_put(t, "\"", 1);
 }
+
+void json_text_real(struct json_text *t, double v)
+{
+    char buf[40];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    json_text_puts(t, buf);
+    if (!strpbrk(buf, ".eEni"))
+        json_text_puts(t, ".0");
+}

@@ -105,6 +105,7 @@ void config_free(struct zt_config *cfg)
     free(cfg->lora.bias);
     free(cfg->quantization.bnb_4bit_quant_type);
     free(cfg->quantization.bnb_4bit_compute_dtype);
+    free(cfg->lora.init_from);
     free(cfg->run.output_dir);
     free(cfg->comm.backend);
     free(cfg->comm.reduce_scatter);

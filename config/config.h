@@ -72,7 +72,8 @@ struct zt_config {
         double lora_dropout;   /* default 0 */
         char **target_modules; /* default: the family's (gpt2: c_attn; llama: q_proj, v_proj) */
         int n_target_modules;
-        char *bias; /* "none" */
+        char *bias;      /* "none" */
+        char *init_from; /* NULL: initial adapters; else a PEFT adapter folder */
     } lora;
 
     /* QLoRA's 4-bit base (worker/param_quant.h), Hugging Face's

@@ -141,6 +141,10 @@ static const struct field fields[] = {
      "q_proj and v_proj for llama, as PEFT)"},
     {"lora.bias", T_STRING, OFF(lora.bias), 0, "none", NB, NB, 0, NULL,
      "none: biases stay frozen (the only choice)"},
+    {"lora.init_from", T_STRING, OFF(lora.init_from), 0, NULL, NB, NB, 0, NULL,
+     "null: the adapters start from their initial values; a PEFT adapter folder "
+     "(adapter_config.json, adapter_model.safetensors) of the same r, lora_alpha and "
+     "target_modules, as export --adapter or save_pretrained writes it"},
 
     {"quantization", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "QLoRA: the frozen base's linear layers stored in 4 bits (BitsAndBytesConfig's names)"},
@@ -1306,9 +1310,6 @@ static zt_status check_model_and_data(const struct walk *w)
     return ZT_OK;
 }
 
-/* checkpoint.dir null means no checkpoints (DeepSpeed saves nothing
- * without a save_dir): asking for periodic ones without a folder is a
- * mistake to name now, not a request to drop silently. */
 /* The dtype bnb_4bit_compute_dtype names (PyTorch's names too), or -1. */
 static int compute_dtype_of(const char *name)
 {
@@ -1358,10 +1359,20 @@ enum zt_dtype config_compute_dtype(const struct zt_config *c)
     return (enum zt_dtype)t;
 }
 
+/* lora.bias takes PEFT's values, of which zerotrain computes none only;
+ * adapters read from a folder need adapters to read into. */
 static zt_status check_lora(const struct walk *w)
 {
     char where[WHERE];
     const char *bias = w->cfg->lora.bias;
+    if (w->cfg->lora.init_from && !w->cfg->lora.enabled) {
+        where_of_keys(w, where, "lora.init_from", "lora.enabled", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: lora.init_from: names adapters, but lora.enabled is false: set "
+                            "lora.enabled: true (and lora.r, lora.lora_alpha and "
+                            "lora.target_modules as the adapters have them)",
+                            where);
+    }
     if (strcmp(bias, "none") == 0)
         return ZT_OK;
     where_of_keys(w, where, "lora.bias", NULL, NULL);
@@ -1373,6 +1384,9 @@ static zt_status check_lora(const struct walk *w)
                         where, bias);
 }
 
+/* checkpoint.dir null means no checkpoints (DeepSpeed saves nothing
+ * without a save_dir): asking for periodic ones without a folder is a
+ * mistake to name now, not a request to drop silently. */
 static zt_status check_checkpoint(const struct walk *w)
 {
     char where[WHERE];

@@ -5,8 +5,9 @@
  *                          [--memory-report FILE] [--dry-run] [--print-partition]
  *                          [--progress|--no-progress] [--profile] [--quiet]
  *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE] [--checkpoint DIR]
- *   zerotrain export CKPT_DIR --out FILE.safetensors [--dtype fp32|bf16|fp16]
+ *   zerotrain export CKPT_DIR --out FILE.safetensors [--merge] [--dtype fp32|bf16|fp16]
  *                    [--max-shard-size SIZE]
+ *   zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16]
  *   zerotrain prepare [--tokenizer bytes|gpt2] [--tokenizer-dir DIR] --out FILE PATH...
  *   zerotrain version | help [COMMAND]
  */
@@ -34,7 +35,9 @@ static const char usage_text[] =
     "  eval CONFIG [options]     print the validation loss of the configured model\n"
     "  prepare --out FILE PATH...  tokenise text files and folders into a token file\n"
     "  export CKPT_DIR --out FILE  write a checkpoint's weights as Hugging Face safetensors of\n"
-    "                            the model's family (sharded past --max-shard-size, 5GB)\n"
+    "                            the model's family (sharded past --max-shard-size, 5GB);\n"
+    "                            LoRA: --merge merges the adapters in, --adapter --out DIR\n"
+    "                            writes them as a PEFT adapter folder\n"
     "  version                   print the version\n"
     "  help [COMMAND]            print this help or a command's help\n"
     "\n"
@@ -66,19 +69,27 @@ static const char eval_help[] =
     "The last line printed is: val_loss <value>\n";
 
 static const char export_help[] =
-    "usage: zerotrain export CKPT_DIR --out DIR/NAME.safetensors [--dtype fp32|bf16|fp16]\n"
-    "                        [--max-shard-size SIZE]\n"
+    "usage: zerotrain export CKPT_DIR --out DIR/NAME.safetensors [--merge]\n"
+    "                        [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
+    "       zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16]\n"
     "Writes the full model of a checkpoint (a step-NNNNNNNN folder, or a checkpoint.dir whose\n"
     "`latest` names one) as Hugging Face weights of the model's family (GPT-2: GPT2Model's\n"
     "names and shapes; Llama: LlamaForCausalLM's), in fp32 (default) or the given precision.\n"
-    "Needs no MPI: it reads every rank's shard file.\n"
+    "Needs no MPI: it reads every rank's shard file, and the base model's file or seed when\n"
+    "a fine-tuning checkpoint keeps it outside.\n"
     "  --max-shard-size SIZE  the most bytes of tensor data in one file, as save_pretrained's\n"
     "                         max_shard_size (default 5GB): 5GB, 500MB, 100KB (powers of 10),\n"
     "                         2GiB, 512MiB, 64KiB (powers of 2) or a number of bytes.\n"
     "A model that fits is the one file DIR/NAME.safetensors; a larger one is cut as\n"
     "save_pretrained cuts it, into DIR/NAME-00001-of-0000N.safetensors ... and the index\n"
     "DIR/NAME.safetensors.index.json, written last. model.init_from takes the file, the index,\n"
-    "or DIR when NAME is model.\n";
+    "or DIR when NAME is model.\n"
+    "A checkpoint with LoRA adapters (lora.enabled) is exported one of two ways:\n"
+    "  --merge    the model with W + (lora_alpha / r) B A in every adapted weight, as PEFT's\n"
+    "             merge_and_unload() gives it\n"
+    "  --adapter  the adapters alone: DIR/adapter_model.safetensors and\n"
+    "             DIR/adapter_config.json, as PEFT's save_pretrained writes them (lora.init_from\n"
+    "             and PeftModel.from_pretrained read them)\n";
 
 static const char prepare_help[] =
     "usage: zerotrain prepare [--tokenizer NAME] [--tokenizer-dir DIR] --out FILE PATH...\n"
@@ -295,29 +306,54 @@ static int run_help(int argc, char **argv)
     return 0;
 }
 
+/* export's flags that choose what is written. */
+static const struct {
+    const char *flag;
+    enum export_what what;
+} export_flags[] = {{"--merge", EXPORT_MERGED}, {"--adapter", EXPORT_ADAPTER}};
+
+/* Whether argv[i] is one of export_flags; sets rq->what, or fails a second one. */
+static int export_flag(const char *arg, struct export_request *rq, int *usage)
+{
+    for (size_t k = 0; k < sizeof export_flags / sizeof export_flags[0]; k++) {
+        if (strcmp(arg, export_flags[k].flag) != 0)
+            continue;
+        if (rq->what != EXPORT_MODEL)
+            *usage = usage_exit("%s: --merge and --adapter exclude each other", arg);
+        rq->what = export_flags[k].what;
+        return 1;
+    }
+    return 0;
+}
+
 static int run_export(int argc, char **argv)
 {
-    const char *dir = NULL, *out = NULL, *dtype = "fp32", *max_shard = NULL;
-    for (int i = 0; i < argc; i++) {
+    struct export_request rq = {.dtype = "fp32", .what = EXPORT_MODEL};
+    int usage = 0;
+    for (int i = 0; i < argc && !usage; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            out = argv[++i];
+            rq.out = argv[++i];
         } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
-            dtype = argv[++i];
+            rq.dtype = argv[++i];
         } else if (strcmp(argv[i], "--max-shard-size") == 0 && i + 1 < argc) {
-            max_shard = argv[++i];
+            rq.max_shard_size = argv[++i];
+        } else if (export_flag(argv[i], &rq, &usage)) {
+            continue;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             return usage_exit("'%s': unknown option or missing value (see zerotrain help export)",
                               argv[i]);
-        } else if (!dir) {
-            dir = argv[i];
+        } else if (!rq.checkpoint) {
+            rq.checkpoint = argv[i];
         } else {
             return usage_exit("unexpected argument '%s': one CKPT_DIR only", argv[i]);
         }
     }
-    if (!dir || !out) {
+    if (usage)
+        return usage;
+    if (!rq.checkpoint || !rq.out) {
         return usage_exit("%s", "export needs CKPT_DIR and --out FILE (see zerotrain help export)");
     }
-    zt_status st = export_run(dir, out, dtype, max_shard, stdout);
+    zt_status st = export_run(&rq, stdout);
     if (st != ZT_OK)
         print_error(st);
     return zt_status_exit_code(st);

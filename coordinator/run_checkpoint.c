@@ -3,9 +3,15 @@
  * Save, by phase (each phase ends with an agreement, so a failure on any
  * rank stops every rank at the same point and the previous checkpoint stays
  * the published one):
+ *   every rank checks its weights are finite -> rank 0 checksums the
+ *   base file of a fine-tuning run, the first time (run_base.h) ->
  *   rank 0 prepares DIR/step-N -> every rank writes its shard (atomic) ->
  *   the shard sizes and checksums are gathered -> rank 0 writes meta.json
  *   (atomic), points DIR/latest at the step, and rotates old ones.
+ *
+ * Load: rank 0 validates every file -> each rank checks the model ->
+ * a base kept outside is checked and read -> each rank reads its ranges
+ * of the units the shards hold.
  */
 #include "run_checkpoint.h"
 
@@ -20,7 +26,9 @@
 
 #include "../formats/checkpoint.h"
 #include "../formats/hf_weights.h"
+#include "../formats/peft_adapter.h"
 #include "../formats/safetensors_set.h"
+#include "run_base.h"
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 {
@@ -37,6 +45,15 @@ static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
 }
 
 /* ---- save ----------------------------------------------------------------- */
+
+/* Whether the checkpoint gets state `which` of unit u: every state the
+ * rank keeps, but a frozen unit's weights when the base is kept elsewhere
+ * (run_base.h). */
+static int saves_state(const struct run_session *s, int which, int u)
+{
+    return shard_engine_holds_state(&s->engine, which, u) &&
+           (!run_base_external(s) || s->engine.part.units[u].trainable);
+}
 
 static zt_status write_tensor_state(struct run_session *s, struct ckpt_shard_writer *w)
 {
@@ -62,7 +79,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
     for (int k = 0; k < n_states; k++) {
         uint64_t count = 0;
         for (int u = 0; u < p->n_units; u++)
-            if (shard_engine_holds_state(&s->engine, k, u))
+            if (saves_state(s, k, u))
                 count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
         ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k),
                                      shard_engine_state_dtype(&s->engine, k), count));
@@ -84,7 +101,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_owned_range(p, s->rank, u, &lo, &hi);
-            if (hi == lo || !shard_engine_holds_state(&s->engine, k, u))
+            if (hi == lo || !saves_state(s, k, u))
                 continue;
             st = shard_engine_get_state(&s->engine, k, u, lo, hi, buf);
             if (st == ZT_OK)
@@ -110,6 +127,24 @@ static zt_status write_my_shard(struct run_session *s, long step, const char *st
         return st;
     }
     return ckpt_shard_writer_finish(w, &mine->bytes, &mine->checksum);
+}
+
+/* The adapters as meta.json records them: the config's lora section with
+ * target_modules resolved. The strings are borrowed (publish drops them
+ * before freeing the rest). */
+static zt_status describe_lora(const struct run_session *s, struct ckpt_lora *l)
+{
+    struct lora_spec spec;
+    if (s->table.lora.r == 0)
+        return ZT_OK;
+    ZT_TRY(session_lora_spec(&s->cfg, &spec));
+    l->r = spec.r;
+    l->alpha = spec.alpha;
+    l->dropout = spec.dropout;
+    snprintf(l->bias, sizeof l->bias, "%s", s->cfg.lora.bias);
+    l->targets = (char **)spec.targets;
+    l->n_targets = spec.n_targets;
+    return ZT_OK;
 }
 
 static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_file *files,
@@ -158,7 +193,9 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->scaler_hysteresis = s->scaler.hysteresis_left;
     m->optimizer_steps = s->engine.updates;
     m->files = files;
-    return ZT_OK;
+    if (run_base_external(s))
+        m->base = s->base;
+    return describe_lora(s, &m->lora);
 }
 
 static zt_status publish(struct run_session *s, long step, const char *dir, const char *step_dir,
@@ -171,7 +208,9 @@ static zt_status publish(struct run_session *s, long step, const char *dir, cons
         st = ckpt_meta_path(step_dir, path, sizeof path);
     if (st == ZT_OK)
         st = ckpt_meta_write(path, &m);
-    m.files = NULL; /* the caller's */
+    m.files = NULL;        /* the caller's */
+    m.lora.targets = NULL; /* the config's */
+    m.lora.n_targets = 0;
     ckpt_meta_free(&m);
     ZT_TRY(st);
     ZT_TRY(ckpt_publish(dir, step));
@@ -261,7 +300,7 @@ static zt_status check_weights_finite(struct run_session *s, long step, const ch
     for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
         size_t lo, hi, bad;
         shard_owned_range(p, s->rank, u, &lo, &hi);
-        if (hi == lo || !shard_engine_holds_state(&s->engine, SHARD_STATE_MASTER, u))
+        if (hi == lo || !saves_state(s, SHARD_STATE_MASTER, u))
             continue;
         st = shard_engine_get_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
         if (st == ZT_OK && !weights_finite(working, buf, hi - lo, buf + max_unit, &bad))
@@ -282,6 +321,8 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
     struct ckpt_file mine = {0, 0};
     run_checkpoint_dir(&s->cfg, dir, sizeof dir);
     ZT_TRY(agree(s, check_weights_finite(s, step, dir)));
+    /* meta.json records the base file's checksum: known before any shard */
+    ZT_TRY(agree(s, s->rank == 0 && run_base_external(s) ? run_base_digest(s) : ZT_OK));
     zt_status st = ZT_OK;
     if (s->rank == 0)
         st = ckpt_dir_prepare(dir, step, step_dir, sizeof step_dir);
@@ -373,7 +414,7 @@ static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
             const uint64_t real = owned_real(meta->unit_numel[u], meta->unit_shard[u], (int)r);
             o->prefix[r * nu + u] = at;
             o->state_prefix[r * nu + u] = state_at;
-            at += meta->unit_frozen && meta->unit_frozen[u] == CKPT_UNIT_NOT_STORED ? 0 : real;
+            at += ckpt_meta_unit_stored(meta, (int)u) ? real : 0;
             state_at += meta->unit_frozen && meta->unit_frozen[u] ? 0 : real;
         }
     }
@@ -424,9 +465,51 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, enum
     return ZT_OK;
 }
 
-/* The checkpoint must be of this model (same family, shape, units and
- * frozen units) and of this optimizer, whose states are loaded with the
- * weights: one optimizer's moments are not another's. */
+/* The adapters a checkpoint's meta.json records, as a spec (borrowing
+ * its strings). */
+static struct lora_spec spec_of(const struct ckpt_lora *l)
+{
+    return (struct lora_spec){.r = l->r,
+                              .alpha = l->alpha,
+                              .dropout = l->dropout,
+                              .targets = (const char *const *)l->targets,
+                              .n_targets = l->n_targets};
+}
+
+/* The checkpoint's adapters must be the config's: another rank, alpha or
+ * set of targets is another model (even where the sizes agree). */
+static zt_status check_same_lora(const struct run_session *s, const char *step_dir,
+                                 const struct ckpt_meta *m)
+{
+    const int here = s->table.lora.r > 0, there = m->lora.r > 0;
+    if (here != there)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s/meta.json: the checkpoint %s LoRA adapters, but the config's "
+                            "lora.enabled is %s",
+                            step_dir, there ? "has" : "has no", here ? "true" : "false");
+    if (!here)
+        return ZT_OK;
+    struct lora_spec want;
+    const struct lora_spec had = spec_of(&m->lora);
+    char a[512], b[512];
+    ZT_TRY(session_lora_spec(&s->cfg, &want));
+    const char *key = lora_spec_diff(&had, &want, a, b, sizeof a);
+    if (!key && had.dropout != want.dropout) {
+        key = "lora_dropout";
+        snprintf(a, sizeof a, "%.17g", had.dropout);
+        snprintf(b, sizeof b, "%.17g", want.dropout);
+    }
+    if (key)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s/meta.json: the checkpoint's adapters have lora.%s %s, but the "
+                            "config says %s (set lora.%s as the checkpoint has it)",
+                            step_dir, key, a, b, key);
+    return ZT_OK;
+}
+
+/* The checkpoint must be of this model (same family, shape, adapters,
+ * units and frozen units) and of this optimizer, whose states are loaded
+ * with the weights: one optimizer's moments are not another's. */
 static zt_status check_same_model(const struct run_session *s, const char *step_dir,
                                   const struct ckpt_meta *m, int weights_only)
 {
@@ -440,6 +523,7 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                             "config's (%s)",
                             step_dir, had, have);
     }
+    ZT_TRY(check_same_lora(s, step_dir, m));
     if (!weights_only && strcmp(m->optimizer.kind, want) != 0)
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s/meta.json: the checkpoint was written with optimizer %s, but the "
@@ -495,7 +579,8 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
         for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_engine_held_range(&s->engine, u, &lo, &hi);
-            if (hi == lo || !shard_engine_holds_state(&s->engine, k, u))
+            if (hi == lo || !shard_engine_holds_state(&s->engine, k, u) ||
+                !ckpt_meta_unit_stored(m, u))
                 continue;
             st = old_shards_read(&o, shard_engine_state_name(&s->engine, k),
                                  shard_engine_state_dtype(&s->engine, k), u, lo, hi, buf);
@@ -538,6 +623,8 @@ static zt_status load_tensor_state(struct run_session *s, const char *step_dir)
     return st;
 }
 
+static zt_status load_base(struct run_session *s, const char *meta, const struct ckpt_base *b);
+
 zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int weights_only)
 {
     struct ckpt_meta m;
@@ -556,6 +643,8 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
         st = ckpt_meta_read(path, &m);
     ZT_TRY(agree(s, st));
     st = check_same_model(s, step_dir, &m, weights_only);
+    if (st == ZT_OK && m.base.kind != CKPT_BASE_STORED)
+        st = load_base(s, path, &m.base);
     if (st == ZT_OK)
         st = load_states(s, step_dir, &m, weights_only ? 1 : shard_engine_n_states(&s->engine));
     if (st == ZT_OK && !weights_only)
@@ -564,6 +653,7 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
     if (st == ZT_OK)
         st = shard_engine_params_from_master(&s->engine);
     if (st == ZT_OK) {
+        run_base_note(s, &m.base);
         shard_engine_set_updates(&s->engine, (long)m.optimizer_steps);
         s->start_step = (long)m.step;
         if (s->scaler.dynamic) {
@@ -602,19 +692,64 @@ static zt_status check_weights_folder(const char *path)
                         path, path, path);
 }
 
-/* model.init_from: each rank reads from the Hugging Face weights of the
- * model's family (formats/hf_weights.h) only the ranges it holds, as the
- * fp32 weights the optimizer starts from; the optimizer state starts at
- * zero. LoRA adapters are not in the file: they keep their initial
- * values. */
+/* Reads flat elements [begin, end) of the session's table from an open
+ * file of weights. */
+typedef zt_status (*range_reader)(void *reader, size_t begin, size_t end, float *dst);
+
+static zt_status read_hf(void *r, size_t begin, size_t end, float *dst)
+{
+    return hf_weights_read(r, begin, end, dst);
+}
+
+static zt_status read_peft(void *r, size_t begin, size_t end, float *dst)
+{
+    return peft_adapter_read(r, begin, end, dst);
+}
+
+/* Each rank reads the ranges it holds of units [u0, u1) through `read`
+ * into the fp32 weights the optimizer starts from (the optimizer state
+ * starts at zero); then, agreed, the parameters are rebuilt. */
+static zt_status import_units(struct run_session *s, int u0, int u1, range_reader read,
+                              void *reader)
+{
+    size_t max_unit = 0;
+    for (int u = u0; u < u1; u++)
+        max_unit = param_table_unit_size(&s->table, u) > max_unit
+                       ? param_table_unit_size(&s->table, u)
+                       : max_unit;
+    float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
+    zt_status st = buf ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the import staging");
+    for (int u = u0; u < u1 && st == ZT_OK; u++) {
+        size_t lo, hi, at = s->table.unit_offset[u];
+        if (s->engine.part.units[u].packed) { /* a 4-bit unit: encoded whole on every rank */
+            st = read(reader, at, at + param_table_unit_size(&s->table, u), buf);
+            if (st == ZT_OK)
+                st = shard_engine_set_packed(&s->engine, u, buf);
+            continue;
+        }
+        shard_engine_held_range(&s->engine, u, &lo, &hi);
+        if (hi == lo)
+            continue;
+        st = read(reader, at + lo, at + hi, buf);
+        if (st == ZT_OK)
+            st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
+    }
+    free(buf);
+    zt_status agreed;
+    /* every rank must arrive before the collective rebuild of the params */
+    ZT_TRY(comm_agree_status(s->comm, st, &agreed));
+    ZT_TRY(agreed);
+    return shard_engine_params_from_master(&s->engine);
+}
+
+/* model.init_from: the base units from the Hugging Face weights of the
+ * model's family (formats/hf_weights.h), each rank reading only the ranges
+ * it holds. LoRA adapters are not in the file: they keep their initial
+ * values (or lora.init_from's). */
 static zt_status import_weights(struct run_session *s, const char *path)
 {
     struct hf_weights_reader *r = NULL;
     const struct param_table base = param_table_base(&s->table);
-    size_t max_unit = 0;
-    for (int u = 0; u < base.n_units; u++)
-        max_unit =
-            param_table_unit_size(&base, u) > max_unit ? param_table_unit_size(&base, u) : max_unit;
     zt_status opened = check_weights_folder(path), agreed_open;
     if (opened == ZT_OK)
         opened = hf_weights_open(path, &base, &r);
@@ -624,30 +759,56 @@ static zt_status import_weights(struct run_session *s, const char *path)
             hf_weights_close(r);
         return agreed_open;
     }
-    float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
-    zt_status st = buf ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the import staging");
-    for (int u = 0; u < base.n_units && st == ZT_OK; u++) {
-        size_t lo, hi, at = base.unit_offset[u];
-        if (s->engine.part.units[u].packed) { /* encoded whole on every rank */
-            st = hf_weights_read(r, at, at + param_table_unit_size(&base, u), buf);
-            if (st == ZT_OK)
-                st = shard_engine_set_packed(&s->engine, u, buf);
-            continue;
-        }
-        shard_engine_held_range(&s->engine, u, &lo, &hi);
-        if (hi == lo)
-            continue;
-        st = hf_weights_read(r, at + lo, at + hi, buf);
-        if (st == ZT_OK)
-            st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
-    }
-    free(buf);
+    zt_status st = import_units(s, 0, base.n_units, read_hf, r);
     hf_weights_close(r);
-    zt_status agreed;
-    /* every rank must arrive before the collective rebuild of the params */
-    ZT_TRY(comm_agree_status(s->comm, st, &agreed));
-    ZT_TRY(agreed);
-    return shard_engine_params_from_master(&s->engine);
+    return st;
+}
+
+/* The initial values of a table, as a reader of ranges. */
+struct seed_reader {
+    const struct param_table *t;
+    uint64_t seed;
+};
+
+static zt_status read_seed(void *r, size_t begin, size_t end, float *dst)
+{
+    const struct seed_reader *sr = r;
+    param_table_init(sr->t, sr->seed, begin, end, dst);
+    return ZT_OK;
+}
+
+/* A checkpoint's base kept outside it (run_base.h): the file, once rank 0
+ * has checked its bytes against meta.json's record, or the seed's values.
+ * Collective. */
+static zt_status load_base(struct run_session *s, const char *meta, const struct ckpt_base *b)
+{
+    if (b->kind == CKPT_BASE_SEED) {
+        struct seed_reader sr = {&s->table, b->seed};
+        return import_units(s, 0, s->table.lora.n_base_units, read_seed, &sr);
+    }
+    ZT_TRY(agree(s, s->rank == 0 ? run_base_check(meta, b) : ZT_OK));
+    return import_weights(s, b->path);
+}
+
+/* lora.init_from: the adapter units from a PEFT adapter folder
+ * (formats/peft_adapter.h) that every rank checks against the config's
+ * lora section, each reading only the ranges it holds. */
+static zt_status import_adapters(struct run_session *s, const char *dir)
+{
+    struct peft_adapter_reader *r = NULL;
+    struct lora_spec want;
+    zt_status opened = session_lora_spec(&s->cfg, &want), agreed_open;
+    if (opened == ZT_OK)
+        opened = named_by("lora.init_from", peft_adapter_open(dir, &s->table, &want, &r));
+    ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));
+    if (agreed_open != ZT_OK) {
+        if (opened == ZT_OK)
+            peft_adapter_close(r);
+        return agreed_open;
+    }
+    zt_status st = import_units(s, s->table.lora.n_base_units, s->table.n_units, read_peft, r);
+    peft_adapter_close(r);
+    return st;
 }
 
 /* The checkpoint a session starts from, by one rule for every command:
@@ -685,16 +846,15 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
     /* each rank looks at the files itself: agree before loading collectively */
     ZT_TRY(agree(s, choose_checkpoint(s, o, need_train, step_dir, sizeof step_dir, &from)));
     if (from == RUN_WEIGHTS_INITIAL) {
-        if (!s->cfg.model.init_from)
-            return ZT_OK;
-        ZT_TRY(import_weights(s, s->cfg.model.init_from));
-        s->weights_from = RUN_WEIGHTS_INIT_FROM;
+        if (s->cfg.model.init_from) {
+            ZT_TRY(import_weights(s, s->cfg.model.init_from));
+            s->weights_from = RUN_WEIGHTS_INIT_FROM;
+        }
+        if (s->cfg.lora.init_from)
+            ZT_TRY(import_adapters(s, s->cfg.lora.init_from));
+        run_base_note(s, NULL);
         return ZT_OK;
     }
-    /* A 4-bit base is never in a checkpoint: it is quantised again from
-     * the weights it was loaded from (the initial values otherwise). */
-    if (s->engine.part.packed_total > 0 && s->cfg.model.init_from)
-        ZT_TRY(import_weights(s, s->cfg.model.init_from));
     /* evaluation needs the weights; resuming training, the optimizer too */
     ZT_TRY(run_checkpoint_load(s, step_dir, !need_train));
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", step_dir);
@@ -715,6 +875,25 @@ zt_status run_checkpoint_restore(struct run_session *s, const struct run_options
 
 /* ---- saying which weights ------------------------------------------------------ */
 
+/* After a loaded checkpoint's line: where its base came from when it
+ * keeps it outside (run_base.h), and a model.init_from it overrides (the
+ * base file itself is used), with `hint`. */
+static void describe_checkpoint_base(const struct run_session *s, char *buf, size_t n,
+                                     const char *hint)
+{
+    const char *init_from = s->cfg.model.init_from;
+    const int file = run_base_external(s) && s->base.kind == CKPT_BASE_FILE;
+    size_t len = strlen(buf);
+    if (file && len + 1 < n)
+        snprintf(buf + len, n - len, "; its base weights from %s, unchanged", s->base.path);
+    else if (run_base_external(s) && len + 1 < n)
+        snprintf(buf + len, n - len, "; its base drawn again from seed %llu",
+                 (unsigned long long)s->base.seed);
+    len = strlen(buf);
+    if (init_from && !(file && strcmp(init_from, s->base.path) == 0) && len + 1 < n)
+        snprintf(buf + len, n - len, "; model.init_from %s is not used%s", init_from, hint);
+}
+
 /* Training: which checkpoint it resumes and why, and what happens to a
  * model.init_from that the checkpoint overrides. */
 static void describe_resume(const struct run_session *s, char *buf, size_t n)
@@ -727,12 +906,8 @@ static void describe_resume(const struct run_session *s, char *buf, size_t n)
     } else {
         snprintf(why, sizeof why, "run.resume names it");
     }
-    int len =
-        snprintf(buf, n, "resumed from %s at step %ld (%s)", s->resumed_from, s->start_step, why);
-    if (s->cfg.model.init_from && len >= 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len,
-                 "; model.init_from %s is not used: set run.resume: never to start from it",
-                 s->cfg.model.init_from);
+    snprintf(buf, n, "resumed from %s at step %ld (%s)", s->resumed_from, s->start_step, why);
+    describe_checkpoint_base(s, buf, n, ": set run.resume: never to start from it");
 }
 
 /* Evaluation: which weights are measured; *warn when they are the initial
@@ -740,7 +915,6 @@ static void describe_resume(const struct run_session *s, char *buf, size_t n)
 static void describe_eval(const struct run_session *s, char *buf, size_t n, int *warn)
 {
     const char *init_from = s->cfg.model.init_from;
-    int len = 0;
     if (s->weights_from == RUN_WEIGHTS_INIT_FROM) {
         snprintf(buf, n, "evaluating weights from %s (model.init_from)", init_from);
     } else if (s->weights_from == RUN_WEIGHTS_INITIAL) {
@@ -754,12 +928,25 @@ static void describe_eval(const struct run_session *s, char *buf, size_t n, int 
             snprintf(buf, n,
                      "no checkpoint or init_from named: evaluating randomly initialised weights");
     } else {
-        len = snprintf(
-            buf, n, "evaluating checkpoint %s (step %ld%s)", s->resumed_from, s->start_step,
-            s->weights_from == RUN_WEIGHTS_LATEST ? ", the latest in checkpoint.dir" : "");
-        if (init_from && len >= 0 && (size_t)len < n)
-            snprintf(buf + len, n - (size_t)len, "; model.init_from %s is not used", init_from);
+        snprintf(buf, n, "evaluating checkpoint %s (step %ld%s)", s->resumed_from, s->start_step,
+                 s->weights_from == RUN_WEIGHTS_LATEST ? ", the latest in checkpoint.dir" : "");
+        describe_checkpoint_base(s, buf, n, "");
     }
+}
+
+/* lora.init_from: where the adapters came from, or that a checkpoint
+ * overrode it. */
+static void describe_adapters(const struct run_session *s, char *buf, size_t n)
+{
+    const char *dir = s->cfg.lora.init_from;
+    const size_t len = strlen(buf);
+    if (!dir || len + 1 >= n)
+        return;
+    if (s->weights_from == RUN_WEIGHTS_INITIAL || s->weights_from == RUN_WEIGHTS_INIT_FROM)
+        snprintf(buf + len, n - len, "%sadapters from %s (lora.init_from)",
+                 len ? "; " : "starting from the ", dir);
+    else
+        snprintf(buf + len, n - len, "; lora.init_from %s is not used", dir);
 }
 
 void run_checkpoint_describe(const struct run_session *s, int training, char *buf, size_t n,
@@ -774,34 +961,63 @@ void run_checkpoint_describe(const struct run_session *s, int training, char *bu
                  s->cfg.model.init_from);
     else if (s->weights_from != RUN_WEIGHTS_INITIAL)
         describe_resume(s, buf, n);
+    describe_adapters(s, buf, n);
 }
 
 /* ---- export ---------------------------------------------------------------- */
 
-zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta, float **params)
+/* The table meta.json describes, with its adapters, by the session's one
+ * way of building tables; it must be the checkpoint's partition. */
+static zt_status table_of(const char *step_dir, const struct ckpt_meta *m, struct param_table *t)
+{
+    const struct lora_spec spec = spec_of(&m->lora);
+    ZT_TRY(session_table_build(&m->model, m->lora.r ? &spec : NULL, t));
+    int same = t->n_params == m->n_params && t->n_units == m->n_units;
+    for (int u = 0; same && u < m->n_units; u++)
+        same = param_table_unit_size(t, u) == m->unit_numel[u];
+    if (same)
+        return ZT_OK;
+    param_table_free(t);
+    return zt_error_set(ZT_ERR_CHECKPOINT,
+                        "%s/meta.json: %llu parameters in %d units, but its model and adapters "
+                        "have %zu in %d",
+                        step_dir, (unsigned long long)m->n_params, m->n_units, t->n_params,
+                        t->n_units);
+}
+
+/* The master weights of every unit the shards hold, into their places. */
+static zt_status read_stored_units(const char *step_dir, const struct ckpt_meta *m,
+                                   const struct param_table *t, float *out)
 {
     struct old_shards o = {0};
-    *params = NULL;
-    ZT_TRY(ckpt_validate(step_dir, meta));
-    float *out = malloc((meta->n_params ? meta->n_params : 1) * sizeof(float));
-    zt_status st = out ? old_shards_open(&o, step_dir, meta)
-                       : zt_error_set(ZT_ERR_NOMEM, "cannot allocate %llu parameters",
-                                      (unsigned long long)meta->n_params);
-    uint64_t at = 0;
-    for (int u = 0; u < meta->n_units && st == ZT_OK; u++) {
-        st = old_shards_read(&o, SHARD_STATE_MASTER_NAME, ZT_F32, u, 0, meta->unit_numel[u],
-                             out + at);
-        at += meta->unit_numel[u];
-    }
-    if (st == ZT_OK && at != meta->n_params)
-        st = zt_error_set(ZT_ERR_CHECKPOINT,
-                          "%s/meta.json: units hold %llu elements, n_params "
-                          "says %llu",
-                          step_dir, (unsigned long long)at, (unsigned long long)meta->n_params);
+    zt_status st = old_shards_open(&o, step_dir, m);
+    for (int u = 0; u < m->n_units && st == ZT_OK; u++)
+        if (ckpt_meta_unit_stored(m, u))
+            st = old_shards_read(&o, SHARD_STATE_MASTER_NAME, ZT_F32, u, 0, m->unit_numel[u],
+                                 out + t->unit_offset[u]);
     if (o.meta)
         old_shards_close(&o);
+    return st;
+}
+
+zt_status run_checkpoint_read_model(const char *step_dir, struct ckpt_meta *meta,
+                                    struct param_table *table, float **params)
+{
+    *params = NULL;
+    ZT_TRY(ckpt_validate(step_dir, meta));
+    zt_status st = table_of(step_dir, meta, table);
+    if (st != ZT_OK) {
+        ckpt_meta_free(meta);
+        return st;
+    }
+    float *out = malloc((table->n_params ? table->n_params : 1) * sizeof(float));
+    st = out ? read_stored_units(step_dir, meta, table, out)
+             : zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu parameters", table->n_params);
+    if (st == ZT_OK && meta->base.kind != CKPT_BASE_STORED)
+        st = run_base_read(step_dir, meta, table, out);
     if (st != ZT_OK) {
         free(out);
+        param_table_free(table);
         ckpt_meta_free(meta);
         return st;
     }

@@ -12,8 +12,12 @@
  * train. Gradients are zero between steps. Rank 0 writes meta.json: the
  * step, world size, stage, precision, the resolved config, the partition
  * (each unit's size, per-rank share and whether it is frozen), the model
- * family and shape, the optimizer and its hyperparameters, the loss scaler
- * and the optimizer step count. The data
+ * family and shape, the LoRA adapters ("lora"), the optimizer and its
+ * hyperparameters, the loss scaler and the optimizer step count. A run
+ * with adapters leaves its frozen base units out when they can be had
+ * again (model.init_from's file, or run.seed) and records where in
+ * "base" (run_base.h): its checkpoints hold the adapters and their
+ * optimizer states alone. The data
  * order and every random draw are pure functions of (seed, step), so the
  * step is all the sampler and generator state there is.
  *
@@ -35,7 +39,9 @@
 /* The last phase of opening a run (CONFIGURED, after session_open): the
  * weights from a checkpoint (eval --checkpoint; training: resuming as
  * run.resume says; eval: the latest in checkpoint.dir), else from
- * model.init_from, else the initial values stay; nothing under --dry-run.
+ * model.init_from (the base) and lora.init_from (the adapters), else the
+ * initial values stay; nothing under --dry-run. A checkpoint that keeps
+ * its base outside is loaded after its base (run_base.h).
  * A checkpoint path may be a step folder or a checkpoint folder
  * (ckpt_resolve). s->weights_from says which was taken. Collective and
  * agreed: on failure every rank gets the same status, the session is
@@ -75,17 +81,24 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
 zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_t n, int *found);
 
 /* Validates the checkpoint in step_dir (every file and checksum), checks
- * it is of this model, and loads it into the session whatever world size,
- * stage and precision wrote it; sets s->start_step. With weights_only
+ * it is of this model (adapters included: other lora settings are
+ * ZT_ERR_CONFIG naming both values), and loads it into the session
+ * whatever world size, stage and precision wrote it, its base first when
+ * kept outside (ZT_ERR_CHECKPOINT when that file changed or is gone); sets
+ * s->start_step and s->base. With weights_only
  * (evaluation) only the weights are loaded, so the optimizer and the
  * frozen units need not match. Errors: ZT_ERR_CHECKPOINT naming the file
  * and the problem, ZT_ERR_CONFIG (another optimizer's states, unless
  * weights_only), ZT_ERR_IO. */
 zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int weights_only);
 
-/* Reads a checkpoint's full fp32 weights, unpadded, in the flat order,
- * with only local file access (for `zerotrain export`). *params is owned
- * by the caller (free). meta receives the checkpoint's metadata. */
-zt_status run_checkpoint_read_weights(const char *step_dir, struct ckpt_meta *meta, float **params);
+/* Reads a checkpoint alone, with only local file access (for `zerotrain
+ * export`): validates it, builds the table its meta.json describes (model
+ * and adapters, session_table_build) into *table and reads its full fp32
+ * weights, unpadded, in the flat order, into *params (free). The caller
+ * frees all three (ckpt_meta_free, param_table_free, free); on error none
+ * is left to free. Errors: ZT_ERR_CHECKPOINT, ZT_ERR_IO, ZT_ERR_NOMEM. */
+zt_status run_checkpoint_read_model(const char *step_dir, struct ckpt_meta *meta,
+                                    struct param_table *table, float **params);
 
 #endif

@@ -143,43 +143,66 @@ static zt_status check_validation_size(const struct run_session *s)
                         windows, T + 1, B);
 }
 
-/* lora: adapters on the target modules (PEFT's defaults for the family when
- * none are named), the base frozen. */
-static zt_status attach_adapters(const struct zt_config *c, struct param_table *t)
+zt_status session_lora_spec(const struct zt_config *c, struct lora_spec *spec)
 {
-    char **modules;
-    const char *const *defaults;
-    ZT_TRY(hf_weights_module_names(t, &modules, &defaults));
-    int n_defaults = 0;
-    while (defaults[n_defaults])
-        n_defaults++;
-    const struct lora_spec spec = {
+    const char *const *defaults = hf_weights_lora_targets(c->model.family);
+    *spec = (struct lora_spec){
         .r = c->lora.r,
         .alpha = c->lora.lora_alpha,
         .dropout = c->lora.lora_dropout,
-        .targets =
-            c->lora.n_target_modules ? (const char *const *)c->lora.target_modules : defaults,
-        .n_targets = c->lora.n_target_modules ? c->lora.n_target_modules : n_defaults,
+        .targets = (const char *const *)c->lora.target_modules,
+        .n_targets = c->lora.n_target_modules,
     };
-    zt_status s = lora_attach(t, &spec, (const char *const *)modules);
+    if (spec->n_targets > 0)
+        return ZT_OK;
+    if (!defaults)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "lora: model family %s has no Hugging Face mapping, so no default "
+                            "lora.target_modules: name them",
+                            c->model.family);
+    spec->targets = defaults;
+    while (defaults[spec->n_targets])
+        spec->n_targets++;
+    return ZT_OK;
+}
+
+/* Adapters on the modules spec targets, named as in the Hugging Face
+ * model; the base frozen. */
+static zt_status attach_adapters(const struct lora_spec *spec, struct param_table *t)
+{
+    char **modules;
+    ZT_TRY(hf_weights_module_names(t, &modules));
+    zt_status s = lora_attach(t, spec, (const char *const *)modules);
     free(modules);
+    return s;
+}
+
+zt_status session_table_build(const struct zt_kvlist *shape, const struct lora_spec *lora,
+                              struct param_table *out)
+{
+    ZT_TRY(param_table_build(shape, out));
+    zt_status s = lora ? attach_adapters(lora, out) : ZT_OK;
+    if (s != ZT_OK)
+        param_table_free(out);
     return s;
 }
 
 zt_status session_build_table(const struct zt_config *c, struct param_table *out)
 {
     struct zt_kvlist shape;
+    struct lora_spec spec;
     config_model_shape(c, &shape);
-    ZT_TRY(param_table_build(&shape, out));
-    zt_status s = c->lora.enabled ? attach_adapters(c, out) : ZT_OK;
-    if (s == ZT_OK && c->quantization.load_in_4bit) {
-        struct param_quant_spec q = {.double_quant = c->quantization.bnb_4bit_use_double_quant,
-                                     .compute = config_compute_dtype(c)};
-        const int known = quant4_type_find(c->quantization.bnb_4bit_quant_type, &q.type);
-        ZT_ASSERT(known); /* the config checked it */
-        (void)known;
-        s = param_quant_attach(out, &q);
-    }
+    if (c->lora.enabled)
+        ZT_TRY(session_lora_spec(c, &spec));
+    ZT_TRY(session_table_build(&shape, c->lora.enabled ? &spec : NULL, out));
+    if (!c->quantization.load_in_4bit)
+        return ZT_OK;
+    struct param_quant_spec q = {.double_quant = c->quantization.bnb_4bit_use_double_quant,
+                                 .compute = config_compute_dtype(c)};
+    const int known = quant4_type_find(c->quantization.bnb_4bit_quant_type, &q.type);
+    ZT_ASSERT(known); /* the config checked it */
+    (void)known;
+    zt_status s = param_quant_attach(out, &q);
     if (s != ZT_OK)
         param_table_free(out);
     return s;

@@ -25,8 +25,10 @@
 #include "../comm/comm.h"
 #include "../common/ledger.h"
 #include "../data/data.h"
+#include "../formats/checkpoint.h"
 #include "../shard/shard.h"
 #include "../worker/backend.h"
+#include "../worker/lora.h"
 #include "../worker/model_family.h"
 #include "../worker/precision.h"
 #include "../config/config.h"
@@ -104,6 +106,11 @@ struct run_session {
      * another rank: this one passes ZT_OK to the phase's final agreement,
      * so that the finder, not the lowest rank, prints its message. */
     int failed_elsewhere;
+    /* Where the frozen base's weights came from, which decides whether
+     * checkpoints store it (run_base.h); set by run_checkpoint_restore.
+     * base_digested: base.checksum and base.bytes are known (rank 0). */
+    struct ckpt_base base;
+    int base_digested;
 };
 
 /* INIT -> CONFIGURED. `need_train` loads the training data and sampler
@@ -112,11 +119,24 @@ struct run_session {
  * agreed one; s->failed_here says whether this rank should print. */
 zt_status session_open(struct run_session *s, const struct run_options *o, int need_train);
 
-/* The parameter table the config describes: the family's model, with LoRA
- * adapters on it when lora.enabled (worker/lora.h). Errors: those of
- * param_table_build and lora_attach (a target_modules entry that matches
- * no linear layer is ZT_ERR_CONFIG). */
+/* The parameter table of the model `shape` describes, with the LoRA
+ * adapters `lora` asks for (NULL: none; worker/lora.h), its targets
+ * matched against the family's Hugging Face module names: the one way a
+ * table is built, from a config (session_build_table) or a checkpoint's
+ * meta.json (export). Errors: those of param_table_build and lora_attach
+ * (a target that matches no linear layer is ZT_ERR_CONFIG). */
+zt_status session_table_build(const struct zt_kvlist *shape, const struct lora_spec *lora,
+                              struct param_table *out);
+
+/* The table the config describes: its model shape, with the adapters
+ * session_lora_spec gives when lora.enabled. Errors: session_table_build's. */
 zt_status session_build_table(const struct zt_config *c, struct param_table *out);
+
+/* The adapters the config's lora section asks for, target_modules
+ * resolved: the config's list, else PEFT's default for the family. The
+ * strings are the config's or static. Errors: ZT_ERR_UNSUPPORTED (no
+ * default for a family without a Hugging Face mapping). */
+zt_status session_lora_spec(const struct zt_config *c, struct lora_spec *spec);
 void session_close(struct run_session *s);
 
 /* Agrees on `local` among all ranks of the world (comm_world_agree):

@@ -19,6 +19,7 @@
 #include "data_impl.h"
 
 #include "../common/atomic_file.h"
+#include "../common/fnv.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,25 +28,15 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-#define FNV_PRIME  0x100000001b3ULL
-
 /* The header as its fields, independent of how a struct would be laid out. */
 struct header {
     uint32_t version, width, vocab_size, reserved;
     uint64_t count, checksum;
 };
 
-static uint64_t fnv_update(uint64_t h, const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * FNV_PRIME;
-    return h;
-}
-
 uint64_t tokfile_checksum(const void *bytes, size_t n)
 {
-    return fnv_update(FNV_OFFSET, bytes, n);
+    return zt_fnv1a(ZT_FNV_OFFSET, bytes, n);
 }
 
 static void put_le(unsigned char *p, uint64_t v, int nbytes)
@@ -119,12 +110,12 @@ static zt_status write_body(FILE *f, const char *tmp, const int32_t *tokens, siz
                             uint32_t width, unsigned char *chunk, uint64_t *checksum)
 {
     size_t per_chunk = DATA_CHUNK_BYTES / width;
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = ZT_FNV_OFFSET;
     for (size_t start = 0; start < n; start += per_chunk) {
         size_t m = n - start < per_chunk ? n - start : per_chunk;
         for (size_t i = 0; i < m; i++)
             put_le(chunk + i * width, (uint32_t)tokens[start + i], (int)width);
-        h = fnv_update(h, chunk, m * width);
+        h = zt_fnv1a(h, chunk, m * width);
         ZT_TRY(write_bytes(f, tmp, chunk, m * width));
     }
     *checksum = h;
@@ -226,7 +217,7 @@ static zt_status read_header(FILE *f, const char *path, uint64_t size, struct he
 static zt_status read_body(FILE *f, const char *path, const struct header *h, unsigned char *chunk,
                            int32_t *tokens)
 {
-    uint64_t hash = FNV_OFFSET;
+    uint64_t hash = ZT_FNV_OFFSET;
     size_t per_chunk = DATA_CHUNK_BYTES / h->width, n = (size_t)h->count;
     size_t bad_pos = SIZE_MAX;
     for (size_t start = 0; start < n; start += per_chunk) {
@@ -237,7 +228,7 @@ static zt_status read_body(FILE *f, const char *path, const struct header *h, un
                        ? zt_error_set(ZT_ERR_IO, "%s: read failed: %s", path, strerror(errno))
                        : zt_error_set(ZT_ERR_DATA,
                                       "%s: truncated: the file shrank while being read", path);
-        hash = fnv_update(hash, chunk, m * h->width);
+        hash = zt_fnv1a(hash, chunk, m * h->width);
         for (size_t i = 0; i < m; i++) {
             uint32_t id = (uint32_t)get_le(chunk + i * h->width, (int)h->width);
             tokens[start + i] = (int32_t)id;

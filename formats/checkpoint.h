@@ -52,7 +52,9 @@
  * meta.json is one JSON object with the fields of struct ckpt_meta (see
  * ckpt_meta_write); 64-bit integers are written and read exactly, file
  * checksums are "0x" + 16 hex digits. Format 2 added the "model" and
- * "optimizer" objects (in place of version 1's GPT-2 shape keys).
+ * "optimizer" objects (in place of version 1's GPT-2 shape keys); format
+ * 3 the "base" object (frozen units kept outside the shards). "lora" may
+ * be in either.
  *
  * Errors: a bad or incomplete checkpoint is ZT_ERR_CHECKPOINT, a failing
  * system call ZT_ERR_IO, impossible arguments ZT_ERR_USAGE, allocation
@@ -70,7 +72,9 @@
 #include "../common/kvlist.h"
 #include "../common/status.h"
 
-#define CKPT_FORMAT_VERSION     2u /* meta.json "format_version" (1 is still read) */
+/* meta.json "format_version": 3 when the base is kept outside the shards
+ * (struct ckpt_base), else 2; 1 and 2 are still read. */
+#define CKPT_FORMAT_VERSION     3u
 #define CKPT_SHARD_MAGIC        "ZTCKSHRD"
 #define CKPT_SHARD_VERSION      1u
 #define CKPT_SHARD_HEADER_BYTES 24u
@@ -188,13 +192,41 @@ struct ckpt_file {
     uint64_t bytes, checksum;
 };
 
+/* LoRA adapters on the model, as PEFT's LoraConfig names them (meta.json
+ * "lora": {"r": 8, "lora_alpha": 16, "lora_dropout": 0, "bias": "none",
+ * "target_modules": ["c_attn"]}; absent: none, r 0), so that a table can
+ * be rebuilt from the checkpoint alone. */
+struct ckpt_lora {
+    int r; /* >= 1; 0: no adapters */
+    double alpha, dropout;
+    char bias[16];
+    char **targets; /* n_targets strings: target_modules as resolved */
+    int n_targets;
+};
+
+/* Where the frozen units' weights are (meta.json "base"). STORED (no
+ * "base" key): in the shards, like every unit's. Otherwise no shard holds
+ * a frozen unit: they are the file `path` (FILE, {"path": ..., "checksum":
+ * "0x...", "bytes": N}: Hugging Face weights whose bytes, every shard of a
+ * set in turn, have this FNV-1a 64 and total size) or the initial values
+ * drawn from `seed` (SEED, {"init": "seed", "seed": N}), and a loader
+ * takes them from there. Such a checkpoint is format 3. */
+enum ckpt_base_kind { CKPT_BASE_STORED, CKPT_BASE_FILE, CKPT_BASE_SEED };
+
+struct ckpt_base {
+    enum ckpt_base_kind kind;
+    char path[4096];          /* FILE: as the run named it */
+    uint64_t checksum, bytes; /* FILE */
+    uint64_t seed;            /* SEED */
+};
+
 /* One checkpoint's description. The pointers are owned by the struct:
  * ckpt_meta_read allocates them, ckpt_meta_free releases them; a caller
  * filling one for ckpt_meta_write owns them as it likes. */
 enum { CKPT_UNIT_FROZEN = 1, CKPT_UNIT_NOT_STORED = 2 };
 
 struct ckpt_meta {
-    uint32_t format_version; /* set by ckpt_meta_read; ckpt_meta_write writes the current one */
+    uint32_t format_version; /* set by ckpt_meta_read; the writer picks it (2 or 3) */
     int64_t step;            /* >= 0 */
     int world;               /* ranks that wrote it, >= 1 */
     int stage;               /* ZeRO stage 0 .. 3 */
@@ -226,7 +258,18 @@ struct ckpt_meta {
     int scaler_hysteresis;
     int64_t optimizer_steps;
     struct ckpt_file *files; /* owned, `world` entries: rank r's shard file */
+    struct ckpt_lora lora;   /* r 0: none */
+    struct ckpt_base base;
 };
+
+/* Whether unit u's weights are in the checkpoint's shards (a frozen unit's
+ * are not when the base is kept elsewhere). */
+static inline int ckpt_meta_unit_stored(const struct ckpt_meta *m, int u)
+{
+    if (m->unit_frozen && m->unit_frozen[u] == CKPT_UNIT_NOT_STORED)
+        return 0;
+    return m->base.kind == CKPT_BASE_STORED || !m->unit_frozen || !m->unit_frozen[u];
+}
 
 /* Writes m as JSON to `path` atomically. The owner keeps m. ZT_ERR_USAGE
  * when m could not be read back (world < 1, stage outside 0..3, unknown

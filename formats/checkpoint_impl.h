@@ -12,18 +12,15 @@
 
 #include "../common/atomic_file.h"
 #include "../common/fileio.h"
+#include "../common/fnv.h"
 #include "../common/status.h"
 
-#define CKPT_FNV_OFFSET 0xcbf29ce484222325ULL
-#define CKPT_FNV_PRIME  0x100000001b3ULL
+#define CKPT_FNV_OFFSET ZT_FNV_OFFSET
 
 /* FNV-1a 64 continued over n more bytes: start from CKPT_FNV_OFFSET. */
 static inline uint64_t ckpt_fnv(uint64_t h, const void *bytes, size_t n)
 {
-    const unsigned char *p = bytes;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * CKPT_FNV_PRIME;
-    return h;
+    return zt_fnv1a(h, bytes, n);
 }
 
 /* Reads a whole small file (at most `max` bytes: meta.json, latest) into a

@@ -77,6 +77,26 @@ static int64_t field_int(const struct ckpt_meta *m, const struct field *f)
     return v;
 }
 
+/* A non-empty NUL-terminated UTF-8 text within n bytes. */
+static int text_ok(const char *s, size_t n)
+{
+    const char *end = memchr(s, '\0', n);
+    return end && end > s && json_utf8_check(s, (size_t)(end - s)) == (size_t)(end - s);
+}
+
+static zt_status check_lora_writable(const char *path, const struct ckpt_lora *l)
+{
+    if (l->r == 0)
+        return ZT_OK;
+    int ok = l->r > 0 && isfinite(l->alpha) && isfinite(l->dropout) && l->n_targets >= 1 &&
+             l->targets && text_ok(l->bias, sizeof l->bias);
+    for (int i = 0; ok && i < l->n_targets; i++)
+        ok = l->targets[i] && text_ok(l->targets[i], strlen(l->targets[i]) + 1);
+    if (!ok)
+        return zt_error_set(ZT_ERR_USAGE, "%s: the lora description is incomplete", path);
+    return ZT_OK;
+}
+
 /* What the reader would refuse in m, as ZT_ERR_USAGE. */
 static zt_status check_writable(const char *path, const struct ckpt_meta *m)
 {
@@ -114,6 +134,9 @@ static zt_status check_writable(const char *path, const struct ckpt_meta *m)
                 return zt_error_set(ZT_ERR_USAGE, "%s: %s.%s must be finite", path,
                                     k ? "optimizer" : "model", l->items[i].name);
     }
+    ZT_TRY(check_lora_writable(path, &m->lora));
+    if (m->base.kind == CKPT_BASE_FILE && !text_ok(m->base.path, sizeof m->base.path))
+        return zt_error_set(ZT_ERR_USAGE, "%s: the base path is empty or not UTF-8", path);
     if (!m->config_yaml)
         return zt_error_set(ZT_ERR_USAGE, "%s: the config text is missing", path);
     size_t len = strlen(m->config_yaml), bad = json_utf8_check(m->config_yaml, len);
@@ -143,36 +166,23 @@ static void add_fields(struct json_text *t, const struct ckpt_meta *m)
     }
 }
 
-/* The shortest "%.Ng" text of v that reads back as v exactly, in buf. */
-static const char *shortest_double(double v, char *buf, size_t n)
-{
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(buf, n, "%.*g", digits, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    /* A real that prints as an integer (rope_theta 10000) gets ".0", so
-     * that it reads back as a real and a resume's shape compares equal. */
-    if (!strpbrk(buf, ".eEni") && strlen(buf) + 3 <= n)
-        strcat(buf, ".0");
-    return buf;
-}
-
 /* A described object on one line: {"KIND_KEY": "kind", "name": value, ...}. */
 static void add_kvlist(struct json_text *t, const char *key, const char *kind_key,
                        const struct zt_kvlist *l)
 {
     json_text_printf(t, "  \"%s\": {\"%s\": ", key, kind_key);
     json_text_string(t, l->kind, JSON_ESCAPE_SHORT);
-    char num[40];
     for (int k = 0; k < l->n; k++) {
         const struct zt_kv *kv = &l->items[k];
         json_text_printf(t, ", ");
         json_text_string(t, kv->name, JSON_ESCAPE_SHORT);
+        /* a real that prints as an integer (rope_theta 10000) gets ".0", so
+         * that it reads back as a real and a resume's shape compares equal */
+        json_text_printf(t, ": ");
         if (kv->is_real)
-            json_text_printf(t, ": %s", shortest_double(kv->r, num, sizeof num));
+            json_text_real(t, kv->r);
         else
-            json_text_printf(t, ": %lld", (long long)kv->i);
+            json_text_printf(t, "%lld", (long long)kv->i);
     }
     json_text_printf(t, "},\n");
 }
@@ -197,14 +207,52 @@ static void add_lists(struct json_text *t, const struct ckpt_meta *m)
     json_text_printf(t, "\n  ],\n");
 }
 
+/* "lora": {...} on one line, when there are adapters. */
+static void add_lora(struct json_text *t, const struct ckpt_lora *l)
+{
+    if (l->r == 0)
+        return;
+    json_text_printf(t, "  \"lora\": {\"r\": %d, \"lora_alpha\": ", l->r);
+    json_text_real(t, l->alpha);
+    json_text_printf(t, ", \"lora_dropout\": ");
+    json_text_real(t, l->dropout);
+    json_text_printf(t, ", \"bias\": ");
+    json_text_string(t, l->bias, JSON_ESCAPE_SHORT);
+    json_text_printf(t, ", \"target_modules\": [");
+    for (int i = 0; i < l->n_targets; i++) {
+        json_text_printf(t, "%s", i ? ", " : "");
+        json_text_string(t, l->targets[i], JSON_ESCAPE_SHORT);
+    }
+    json_text_printf(t, "]},\n");
+}
+
+/* "base": {...} on one line, when the frozen units are kept elsewhere. */
+static void add_base(struct json_text *t, const struct ckpt_base *b)
+{
+    if (b->kind == CKPT_BASE_SEED) {
+        json_text_printf(t, "  \"base\": {\"init\": \"seed\", \"seed\": %llu},\n",
+                         (unsigned long long)b->seed);
+    } else if (b->kind == CKPT_BASE_FILE) {
+        json_text_printf(t, "  \"base\": {\"path\": ");
+        json_text_string(t, b->path, JSON_ESCAPE_SHORT);
+        json_text_printf(t, ", \"checksum\": \"0x%016llx\", \"bytes\": %llu},\n",
+                         (unsigned long long)b->checksum, (unsigned long long)b->bytes);
+    }
+}
+
 zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
 {
     ZT_TRY(check_writable(path, m));
     struct json_text t = {0};
-    json_text_printf(&t, "{\n  \"format_version\": %u,\n", CKPT_FORMAT_VERSION);
+    /* Format 3 only where it is needed, so that older readers keep reading
+     * every checkpoint that holds all its units. */
+    json_text_printf(&t, "{\n  \"format_version\": %u,\n",
+                     m->base.kind == CKPT_BASE_STORED ? 2u : CKPT_FORMAT_VERSION);
     add_fields(&t, m);
     add_kvlist(&t, "model", MODEL_KIND_KEY, &m->model);
     add_kvlist(&t, "optimizer", OPTIMIZER_KIND_KEY, &m->optimizer);
+    add_lora(&t, &m->lora);
+    add_base(&t, &m->base);
     json_text_printf(&t, "  \"precision\": ");
     json_text_string(&t, m->precision, JSON_ESCAPE_SHORT);
     json_text_printf(&t, ",\n");
@@ -482,6 +530,84 @@ static zt_status read_v1_descriptions(const char *path, const struct json_value 
     return ZT_OK;
 }
 
+/* A string of 1 to n - 1 bytes into buf. */
+static zt_status need_text(const char *path, const struct json_value *obj, const char *key,
+                           const char *where, char *buf, size_t n)
+{
+    const struct json_value *v;
+    ZT_TRY(need(path, obj, key, where, JSON_STRING, &v));
+    if (!v->str[0] || strlen(v->str) >= n)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key '%s' must be 1 to %zu bytes", path, where,
+                            n - 1);
+    memcpy(buf, v->str, strlen(v->str) + 1);
+    return ZT_OK;
+}
+
+static zt_status read_targets(const char *path, const struct json_value *lora, struct ckpt_lora *l)
+{
+    const struct json_value *list;
+    ZT_TRY(need(path, lora, "target_modules", "lora.target_modules", JSON_ARRAY, &list));
+    if (list->n == 0 || list->n > INT_MAX)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key 'lora.target_modules' must not be empty",
+                            path);
+    if (!(l->targets = calloc(list->n, sizeof *l->targets)))
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the target modules", path);
+    for (size_t i = 0; i < list->n; i++) {
+        const struct json_value *v = &list->items[i];
+        if (v->type != JSON_STRING || !v->str[0])
+            return zt_error_set(ZT_ERR_CHECKPOINT,
+                                "%s: key 'lora.target_modules[%zu]' must be a non-empty string",
+                                path, i);
+        if (!(l->targets[i] = strdup(v->str)))
+            return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the target modules", path);
+        l->n_targets = (int)i + 1;
+    }
+    return ZT_OK;
+}
+
+/* "lora", when present. */
+static zt_status read_lora(const char *path, const struct json_value *root, struct ckpt_lora *l)
+{
+    const struct json_value *lora, *v;
+    int64_t r;
+    if (!json_object_get(root, "lora", NULL))
+        return ZT_OK;
+    ZT_TRY(need(path, root, "lora", "lora", JSON_OBJECT, &lora));
+    ZT_TRY(need_i64(path, lora, "r", "lora.r", 1, INT_MAX, &r));
+    ZT_TRY(need(path, lora, "lora_alpha", "lora.lora_alpha", JSON_REAL, &v));
+    l->alpha = v->real;
+    ZT_TRY(need(path, lora, "lora_dropout", "lora.lora_dropout", JSON_REAL, &v));
+    l->dropout = v->real;
+    ZT_TRY(need_text(path, lora, "bias", "lora.bias", l->bias, sizeof l->bias));
+    ZT_TRY(read_targets(path, lora, l));
+    l->r = (int)r;
+    return ZT_OK;
+}
+
+/* "base", when present (format 3). */
+static zt_status read_base(const char *path, const struct json_value *root, struct ckpt_base *b)
+{
+    const struct json_value *base;
+    char init[8];
+    if (!json_object_get(root, "base", NULL))
+        return ZT_OK;
+    ZT_TRY(need(path, root, "base", "base", JSON_OBJECT, &base));
+    if (!json_object_get(base, "init", NULL)) {
+        ZT_TRY(need_text(path, base, "path", "base.path", b->path, sizeof b->path));
+        ZT_TRY(need_hex64(path, base, "checksum", "base.checksum", &b->checksum));
+        ZT_TRY(need_u64(path, base, "bytes", "base.bytes", &b->bytes));
+        b->kind = CKPT_BASE_FILE;
+        return ZT_OK;
+    }
+    ZT_TRY(need_text(path, base, "init", "base.init", init, sizeof init));
+    if (strcmp(init, "seed") != 0)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key 'base.init' is '%s', expected 'seed'", path,
+                            init);
+    ZT_TRY(need_u64(path, base, "seed", "base.seed", &b->seed));
+    b->kind = CKPT_BASE_SEED;
+    return ZT_OK;
+}
+
 static zt_status read_tree(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
     if (root->type != JSON_OBJECT)
@@ -496,6 +622,12 @@ static zt_status read_tree(const char *path, const struct json_value *root, stru
         ZT_TRY(read_kvlist(path, root, "model", MODEL_KIND_KEY, &m->model));
         ZT_TRY(read_kvlist(path, root, "optimizer", OPTIMIZER_KIND_KEY, &m->optimizer));
     }
+    ZT_TRY(read_lora(path, root, &m->lora));
+    if (m->format_version >= 3)
+        ZT_TRY(read_base(path, root, &m->base));
+    /* only adapters leave frozen units out: a base without them is a broken file */
+    if (m->base.kind != CKPT_BASE_STORED && m->lora.r == 0)
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key 'base' without 'lora'", path);
     ZT_TRY(read_strings(path, root, m));
     ZT_TRY(read_units(path, root, m));
     return read_files(path, root, m);
@@ -528,5 +660,8 @@ void ckpt_meta_free(struct ckpt_meta *m)
     free(m->unit_shard);
     free(m->unit_frozen);
     free(m->files);
+    for (int i = 0; m->lora.targets && i < m->lora.n_targets; i++)
+        free(m->lora.targets[i]);
+    free(m->lora.targets);
     *m = (struct ckpt_meta){0};
 }

@@ -94,8 +94,7 @@ static void export_name(const struct hf_mapping *m, const struct param_table *t,
     snprintf(name, n, "%s%s", prefixed ? m->prefix : "", bare);
 }
 
-zt_status hf_weights_module_names(const struct param_table *t, char ***names,
-                                  const char *const **defaults)
+zt_status hf_weights_module_names(const struct param_table *t, char ***names)
 {
     const struct hf_mapping *m;
     ZT_TRY(mapping_of(t, &m));
@@ -117,8 +116,23 @@ zt_status hf_weights_module_names(const struct param_table *t, char ***names,
         snprintf(out[k], NAME_MAX_LEN, "%s%s", prefixed ? m->prefix : "", bare);
     }
     *names = out;
-    if (defaults)
-        *defaults = m->lora_targets;
+    return ZT_OK;
+}
+
+const char *const *hf_weights_lora_targets(const char *family)
+{
+    for (size_t k = 0; k < N_MAPPINGS; k++)
+        if (strcmp(mappings[k]->family, family) == 0)
+            return mappings[k]->lora_targets;
+    return NULL;
+}
+
+zt_status hf_weights_transposed(const struct param_table *t, int k, int *transposed)
+{
+    const struct hf_mapping *m;
+    char name[NAME_MAX_LEN];
+    ZT_TRY(mapping_of(t, &m));
+    m->name(t, k, name, sizeof name, transposed);
     return ZT_OK;
 }
 
@@ -478,21 +492,6 @@ static zt_status load_transposed(struct hf_weights_reader *r, int k)
     return ZT_OK;
 }
 
-/* The tensor holding flat element i (i < n_params): tensors tile the
- * space in table order. */
-static int tensor_of(const struct param_table *t, size_t i)
-{
-    int lo = 0, hi = t->n_tensors - 1;
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        if (t->tensors[mid].offset <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
 zt_status hf_weights_read(struct hf_weights_reader *r, size_t begin, size_t end, float *dst)
 {
     const struct param_table *t = r->t;
@@ -500,11 +499,9 @@ zt_status hf_weights_read(struct hf_weights_reader *r, size_t begin, size_t end,
         return zt_error_set(ZT_ERR_USAGE, "%s: cannot read parameters [%zu, %zu) of %zu", r->path,
                             begin, end, t->n_params);
     for (size_t pos = begin; pos < end;) {
-        int k = tensor_of(t, pos);
-        const struct param_tensor *p = &t->tensors[k];
-        size_t lo = pos - p->offset;
-        size_t hi = (end < p->offset + p->numel ? end : p->offset + p->numel) - p->offset;
-        ZT_ASSERT(pos >= p->offset && lo < hi);
+        int k;
+        size_t lo, hi;
+        param_table_piece(t, pos, end, &k, &lo, &hi);
         if (r->transposed[k]) {
             ZT_TRY(load_transposed(r, k));
             memcpy(dst, r->cache + lo, (hi - lo) * sizeof *dst);

@@ -94,11 +94,18 @@ void hf_weights_close(struct hf_weights_reader *r);
  * a linear layer's weight (param_tensor.linear), *names[k] is its
  * state-dict name without ".weight" ("transformer.h.0.attn.c_attn",
  * "model.layers.0.self_attn.q_proj", "lm_head"); NULL for the others.
- * *names is one allocation the caller frees with free(). *defaults (if not
- * NULL) gets PEFT's default target_modules for the family,
- * NULL-terminated, static. Statuses: ZT_ERR_UNSUPPORTED (no mapping for
- * the family), ZT_ERR_NOMEM. */
-zt_status hf_weights_module_names(const struct param_table *t, char ***names,
-                                  const char *const **defaults);
+ * *names is one allocation the caller frees with free(). Statuses:
+ * ZT_ERR_UNSUPPORTED (no mapping for the family), ZT_ERR_NOMEM. */
+zt_status hf_weights_module_names(const struct param_table *t, char ***names);
+
+/* PEFT's default target_modules for the family called `family` (its
+ * architecture's entry in PEFT's table), NULL-terminated and static; NULL
+ * when the family has no mapping. */
+const char *const *hf_weights_lora_targets(const char *family);
+
+/* Whether Hugging Face stores our tensor k transposed ([in, out]: GPT-2's
+ * Conv1D weights), what PEFT's fan_in_fan_out says of an adapted layer.
+ * Statuses: ZT_ERR_UNSUPPORTED (no mapping for the family). */
+zt_status hf_weights_transposed(const struct param_table *t, int k, int *transposed);
 
 #endif

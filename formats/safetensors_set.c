@@ -35,6 +35,7 @@
 
 #include "../common/atomic_file.h"
 #include "../common/fileio.h"
+#include "../common/fnv.h"
 #include "../common/json.h"
 #include "safetensors_impl.h"
 
@@ -43,6 +44,7 @@
 #define INDEX_SUFFIX  ".index.json"
 #define SHARD_DIGITS  5
 #define FRACTION_DIGS 9 /* of a size: keeps the arithmetic exact in 64 bits */
+#define DIGEST_CHUNK  (1u << 20)
 
 struct shard {
     char *name; /* as the index lists it; NULL for a single file */
@@ -412,6 +414,41 @@ zt_status safetensors_set_open(const char *path, struct safetensors_set **out)
         ZT_TRY(st);
     }
     *out = s;
+    return ZT_OK;
+}
+
+/* One file's bytes into the running checksum, a chunk at a time. */
+static zt_status digest_file(const char *path, unsigned char *chunk, uint64_t *h, uint64_t *bytes)
+{
+    int fd;
+    uint64_t size;
+    ZT_TRY(zt_open_regular(path, ZT_ERR_DATA, &fd, &size));
+    zt_status st = ZT_OK;
+    for (uint64_t at = 0; at < size && st == ZT_OK; at += DIGEST_CHUNK) {
+        const size_t n = size - at < DIGEST_CHUNK ? (size_t)(size - at) : DIGEST_CHUNK;
+        st = zt_pread_full(fd, path, chunk, n, at, ZT_ERR_DATA);
+        if (st == ZT_OK)
+            *h = zt_fnv1a(*h, chunk, n);
+    }
+    close(fd);
+    *bytes += size;
+    return st;
+}
+
+zt_status safetensors_set_digest(const struct safetensors_set *s, uint64_t *checksum,
+                                 uint64_t *bytes)
+{
+    unsigned char *chunk = malloc(DIGEST_CHUNK);
+    if (!chunk)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the read buffer", s->path);
+    uint64_t h = ZT_FNV_OFFSET, total = 0;
+    zt_status st = ZT_OK;
+    for (int i = 0; i < s->n_shards && st == ZT_OK; i++)
+        st = digest_file(s->shards[i].path, chunk, &h, &total);
+    free(chunk);
+    ZT_TRY(st);
+    *checksum = h;
+    *bytes = total;
     return ZT_OK;
 }
 

@@ -108,6 +108,14 @@ const char *safetensors_set_file_of(const struct safetensors_set *s,
 zt_status safetensors_set_read_f32(struct safetensors_set *s, const struct safetensors_tensor *t,
                                    uint64_t first, uint64_t count, float *dst);
 
+/* FNV-1a 64 (common/fnv.h) of the bytes of every shard file of s, one
+ * after the other in the set's shard order (a single file: its bytes),
+ * and their total size: what tells that a model's files have changed
+ * since. Reads every byte. Statuses: ZT_ERR_IO, ZT_ERR_DATA (a file that
+ * shrank while read), ZT_ERR_NOMEM. */
+zt_status safetensors_set_digest(const struct safetensors_set *s, uint64_t *checksum,
+                                 uint64_t *bytes);
+
 /* Closes every shard and frees s. NULL is allowed. */
 void safetensors_set_close(struct safetensors_set *s);
 

@@ -779,6 +779,66 @@ static const char *meta_text(const char *version, const char *world_line, const 
     return buf;
 }
 
+/* The adapters ("lora") and a base kept outside the shards ("base", format
+ * 3) read back as written; a checkpoint without a base stays format 2. */
+START_TEST(test_meta_records_adapters_and_base)
+{
+    const char *dir = testutil_tmpdir("ckpt");
+    const char *path = testutil_path_in(dir, "meta.json");
+    struct ckpt_file files[1] = {{400, 7}};
+    char *targets[] = {"c_attn", "c_proj"};
+    struct ckpt_meta m, r;
+    fill_meta(&m, 5, 1, files);
+    m.lora = (struct ckpt_lora){
+        .r = 8, .alpha = 16, .dropout = 0.05, .bias = "none", .targets = targets, .n_targets = 2};
+    m.base = (struct ckpt_base){.kind = CKPT_BASE_FILE,
+                                .path = "w/model.safetensors",
+                                .checksum = 0xfedcba9876543210ull,
+                                .bytes = 149832};
+    EXPECT_OK(ckpt_meta_write(path, &m));
+    size_t tn;
+    char *text = (char *)testutil_read_file(path, &tn);
+    text[tn] = '\0';
+    ck_assert_ptr_nonnull(strstr(text, "\"format_version\": 3,"));
+    ck_assert_ptr_nonnull(strstr(text, "\"lora\": {\"r\": 8, \"lora_alpha\": 16.0, "
+                                       "\"lora_dropout\": 0.05, \"bias\": \"none\", "
+                                       "\"target_modules\": [\"c_attn\", \"c_proj\"]},"));
+    ck_assert_ptr_nonnull(strstr(text,
+                                 "\"base\": {\"path\": \"w/model.safetensors\", "
+                                 "\"checksum\": \"0xfedcba9876543210\", \"bytes\": 149832},"));
+    free(text);
+    EXPECT_OK(ckpt_meta_read(path, &r));
+    ck_assert_int_eq(r.lora.r, 8);
+    ck_assert(r.lora.alpha == 16.0 && r.lora.dropout == 0.05);
+    ck_assert_str_eq(r.lora.bias, "none");
+    ck_assert_int_eq(r.lora.n_targets, 2);
+    ck_assert_str_eq(r.lora.targets[1], "c_proj");
+    ck_assert_int_eq(r.base.kind, CKPT_BASE_FILE);
+    ck_assert_str_eq(r.base.path, "w/model.safetensors");
+    ck_assert_uint_eq(r.base.checksum, 0xfedcba9876543210ull);
+    ck_assert_uint_eq(r.base.bytes, 149832);
+    ckpt_meta_free(&r);
+
+    m.base = (struct ckpt_base){.kind = CKPT_BASE_SEED, .seed = UINT64_MAX};
+    EXPECT_OK(ckpt_meta_write(path, &m));
+    EXPECT_OK(ckpt_meta_read(path, &r));
+    ck_assert_int_eq(r.base.kind, CKPT_BASE_SEED);
+    ck_assert_uint_eq(r.base.seed, UINT64_MAX);
+    ckpt_meta_free(&r);
+
+    m.base.kind = CKPT_BASE_STORED;
+    EXPECT_OK(ckpt_meta_write(path, &m));
+    EXPECT_OK(ckpt_meta_read(path, &r));
+    ck_assert_uint_eq(r.format_version, 2);
+    ck_assert_int_eq(r.base.kind, CKPT_BASE_STORED);
+    ck_assert_int_eq(r.lora.r, 8);
+    ckpt_meta_free(&r);
+    m.lora.targets = NULL; /* the test's */
+    m.lora.n_targets = 0;
+    ckpt_meta_free(&m);
+}
+END_TEST
+
 START_TEST(test_meta_reads_hand_written_json)
 {
     const char *dir = testutil_tmpdir("ckpt");
@@ -847,7 +907,7 @@ START_TEST(test_meta_errors_name_the_problem)
         int delta;
     } cases[] = {
         {"1", "", "", "missing key 'world'", NULL, 0},
-        {"3", "", "", "format version 3 is newer than this zerotrain understands (2)", NULL, 0},
+        {"4", "", "", "format version 4 is newer than this zerotrain understands (3)", NULL, 0},
         {"0", " \"world\": 1,", "", "format version 0 is not valid", NULL, 0},
         {"\"1\"", " \"world\": 1,", "", "key 'format_version' must be an integer, not a string",
          NULL, 0},
@@ -1417,11 +1477,11 @@ START_TEST(test_validate_meta_problems)
     char *v = strstr(orig, "\"format_version\": 2");
     ck_assert_ptr_nonnull(v);
     strcpy(text, orig);
-    text[v - orig + 18] = '3';
+    text[v - orig + 18] = '4';
     write_text(mp, text);
     EXPECT_ERROR(
         ckpt_validate(sd, NULL), ZT_ERR_CHECKPOINT,
-        testutil_fmt("%s: format version 3 is newer than this zerotrain understands (2)", mp));
+        testutil_fmt("%s: format version 4 is newer than this zerotrain understands (3)", mp));
     /* corrupt JSON: a brace removed at a known byte */
     strcpy(text, orig);
     char *units = strstr(text, "{\"numel\"");
@@ -1655,6 +1715,7 @@ static Suite *checkpoint_suite(void)
 
     TCase *meta = tcase_create("meta");
     tcase_add_test(meta, test_meta_round_trip_every_field);
+    tcase_add_test(meta, test_meta_records_adapters_and_base);
     tcase_add_test(meta, test_meta_reads_hand_written_json);
     tcase_add_test(meta, test_meta_errors_name_the_problem);
     tcase_add_test(meta, test_meta_field_errors);

@@ -213,6 +213,43 @@ START_TEST(test_folder)
 }
 END_TEST
 
+/* The digest of a set is FNV-1a 64 over its shards' bytes one after the
+ * other, in the shards' name order, written out here rather than trusted
+ * to the module's, and their total size; one file is its own bytes. */
+START_TEST(test_digest_covers_every_shard)
+{
+    static const char *const shards[] = {"model-00001-of-00003.safetensors",
+                                         "model-00002-of-00003.safetensors",
+                                         "model-00003-of-00003.safetensors"};
+    uint64_t want = 0xcbf29ce484222325ull, want_bytes = 0, got, bytes;
+    for (int i = 0; i < 3; i++) {
+        size_t n;
+        unsigned char *b = testutil_read_file(
+            testutil_source_path(testutil_fmt("tests/data/hf_llama_sharded/%s", shards[i])), &n);
+        for (size_t k = 0; k < n; k++)
+            want = (want ^ b[k]) * 0x100000001b3ull;
+        want_bytes += n;
+        free(b);
+    }
+    struct safetensors_set *s = NULL;
+    ck_assert_int_eq(safetensors_set_open(testutil_source_path("tests/data/hf_llama_sharded"), &s),
+                     ZT_OK);
+    ck_assert_int_eq(safetensors_set_digest(s, &got, &bytes), ZT_OK);
+    safetensors_set_close(s);
+    ck_assert_uint_eq(got, want);
+    ck_assert_uint_eq(bytes, want_bytes);
+    ck_assert_uint_eq(bytes, 9328 + 8736 + 7944);
+
+    ck_assert_int_eq(
+        safetensors_set_open(testutil_source_path("tests/data/hf_gpt2_micro.safetensors"), &s),
+        ZT_OK);
+    ck_assert_int_eq(safetensors_set_digest(s, &got, &bytes), ZT_OK);
+    safetensors_set_close(s);
+    ck_assert_uint_eq(bytes, 149832);
+    ck_assert_uint_ne(got, want);
+}
+END_TEST
+
 START_TEST(test_missing_file)
 {
     const char *path = testutil_path_in(testutil_tmpdir("set-nofile"), "none.safetensors");
@@ -645,6 +682,7 @@ static Suite *safetensors_set_suite(void)
     tcase_add_test(r, test_single_file);
     tcase_add_test(r, test_index_of_three_shards);
     tcase_add_test(r, test_folder);
+    tcase_add_test(r, test_digest_covers_every_shard);
     tcase_add_test(r, test_missing_file);
     tcase_add_test(r, test_open_allocation_faults);
     TCase *x = testutil_tcase(s, "index", 60);

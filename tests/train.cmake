@@ -22,3 +22,9 @@ zt_test(test_outputs SOURCES test_outputs.c LIBS zt_common TIMEOUT 600 LAUNCHES_
 zt_test(test_llama_layouts SOURCES test_llama_layouts.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 # LoRA on both families across stages, world sizes, precisions and resume.
 zt_test(test_lora_layouts SOURCES test_lora_layouts.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
+# Fine-tuning checkpoints in PEFT's format: export --adapter and --merge,
+# lora.init_from, checkpoints that keep only what trains, a changed base.
+zt_test(test_peft SOURCES test_peft.c LIBS zt_formats TIMEOUT 900 LAUNCHES_MPI)
+if(ZT_SANITIZE)
+  target_compile_definitions(test_peft PRIVATE ZT_PEFT_TOLERANCE=1e-6)
+endif()

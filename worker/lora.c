@@ -215,3 +215,78 @@ void lora_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
             dst[i - begin] = is_a ? (float)(bound * (2.0 * rng_uniform(key, i) - 1.0)) : 0.0f;
     }
 }
+
+/* Whether every target of a is one of b's. */
+static int targets_within(const struct lora_spec *a, const struct lora_spec *b)
+{
+    for (int i = 0; i < a->n_targets; i++) {
+        int found = 0;
+        for (int j = 0; j < b->n_targets && !found; j++)
+            found = strcmp(a->targets[i], b->targets[j]) == 0;
+        if (!found)
+            return 0;
+    }
+    return 1;
+}
+
+static void targets_text(const struct lora_spec *s, char *buf, size_t n)
+{
+    size_t at = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < s->n_targets && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%s", i ? ", " : "", s->targets[i]);
+    if (at < n)
+        snprintf(buf + at, n - at, "]");
+}
+
+const char *lora_spec_diff(const struct lora_spec *a, const struct lora_spec *b, char *a_text,
+                           char *b_text, size_t n)
+{
+    if (a->r != b->r) {
+        snprintf(a_text, n, "%d", a->r);
+        snprintf(b_text, n, "%d", b->r);
+        return "r";
+    }
+    if (a->alpha != b->alpha) {
+        snprintf(a_text, n, "%.17g", a->alpha);
+        snprintf(b_text, n, "%.17g", b->alpha);
+        return "lora_alpha";
+    }
+    if (!targets_within(a, b) || !targets_within(b, a)) {
+        targets_text(a, a_text, n);
+        targets_text(b, b_text, n);
+        return "target_modules";
+    }
+    return NULL;
+}
+
+int lora_spec_adapts_same(const struct param_table *t, const struct lora_spec *spec,
+                          const char *const *module_names)
+{
+    for (int k = 0; k < t->lora.n_base_tensors; k++)
+        if (is_adapted(t, spec, module_names, k) != (t->tensors[k].adapter >= 0))
+            return 0;
+    return 1;
+}
+
+void lora_merge(const struct param_table *t, double alpha, float *params)
+{
+    const double scale = alpha / t->lora.r;
+    const int r = t->lora.r;
+    for (int k = 0; k < t->lora.n_base_tensors; k++) {
+        const struct param_tensor *w = &t->tensors[k];
+        if (w->adapter < 0)
+            continue;
+        const float *a = params + t->tensors[w->adapter].offset;     /* [r, cols] */
+        const float *b = params + t->tensors[w->adapter + 1].offset; /* [rows, r] */
+        float *out = params + w->offset;
+        for (size_t o = 0; o < (size_t)w->rows; o++)
+            for (size_t i = 0; i < (size_t)w->cols; i++) {
+                double sum = 0.0;
+                for (int j = 0; j < r; j++)
+                    sum += (double)b[o * (size_t)r + (size_t)j] *
+                           (double)a[(size_t)j * (size_t)w->cols + i];
+                out[o * (size_t)w->cols + i] =
+                    (float)((double)out[o * (size_t)w->cols + i] + scale * sum);
+            }
+    }
+}

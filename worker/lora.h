@@ -61,6 +61,28 @@ struct lora_spec {
 zt_status lora_attach(struct param_table *t, const struct lora_spec *spec,
                       const char *const *module_names);
 
+/* The first of r, lora_alpha and target_modules (compared as sets, as
+ * PEFT matches them) on which a and b differ: returns its PEFT name ("r",
+ * "lora_alpha", "target_modules") with a's and b's values as text in
+ * a_text and b_text (n bytes each: "8", "[c_attn, c_proj]"); NULL when
+ * they agree. Dropout is left out: it changes training, not the model. */
+const char *lora_spec_diff(const struct lora_spec *a, const struct lora_spec *b, char *a_text,
+                           char *b_text, size_t n);
+
+/* Whether spec's targets adapt exactly the weights t carries adapters on
+ * (module_names as lora_attach takes them): target lists that name the
+ * same modules in other words ("all-linear" and its layers' names) select
+ * the same model. */
+int lora_spec_adapts_same(const struct param_table *t, const struct lora_spec *spec,
+                          const char *const *module_names);
+
+/* Merges the adapters into the base weights of `params` (t->n_params
+ * values in t's flat order), as PEFT's merge_and_unload does:
+ * W + (lora_alpha / r) B A for every adapted W, each element computed in
+ * double and rounded once; every other value is left as it is. `alpha` is
+ * the exact lora_alpha (t->lora.scale is its float quotient). */
+void lora_merge(const struct param_table *t, double alpha, float *params);
+
 /* Initial values of adapter elements [begin, end) (flat indices at or past
  * t->lora.n_base_params) into dst: A Kaiming-uniform from rng_key(seed,
  * "lora") at counter = flat index, B zero. */

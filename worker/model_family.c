@@ -57,6 +57,31 @@ struct param_table param_table_base(const struct param_table *t)
     return base;
 }
 
+/* The tensor holding flat element i (i < t->n_params): the tensors tile
+ * the space in table order. */
+static int tensor_of(const struct param_table *t, size_t i)
+{
+    int lo = 0, hi = t->n_tensors - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (t->tensors[mid].offset <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+void param_table_piece(const struct param_table *t, size_t pos, size_t end, int *k, size_t *lo,
+                       size_t *hi)
+{
+    const struct param_tensor *p = &t->tensors[ *k = tensor_of(t, pos)];
+    const size_t stop = end < p->offset + p->numel ? end : p->offset + p->numel;
+    ZT_ASSERT(pos >= p->offset && pos < stop);
+    *lo = pos - p->offset;
+    *hi = stop - p->offset;
+}
+
 void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                       float *dst)
 {

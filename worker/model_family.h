@@ -124,6 +124,12 @@ static inline int param_table_adapter_unit(const struct param_table *t, int u)
  * weights are read into and checked against. */
 struct param_table param_table_base(const struct param_table *t);
 
+/* The first piece of flat range [pos, end) (pos < end <= t->n_params)
+ * that lies in one tensor: *k that tensor, [*lo, *hi) the piece as
+ * elements of it. A reader of ranges walks a range piece by piece. */
+void param_table_piece(const struct param_table *t, size_t pos, size_t end, int *k, size_t *lo,
+                       size_t *hi);
+
 /* Initial values of flat elements [begin, end) into dst[0..end-begin): the
  * family's init_params for its tensors, the adapters' (worker/lora.h) for
  * theirs. What every caller uses instead of the family's entry. */
