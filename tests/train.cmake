@@ -22,3 +22,6 @@ zt_test(test_outputs SOURCES test_outputs.c LIBS zt_common TIMEOUT 600 LAUNCHES_
 zt_test(test_llama_layouts SOURCES test_llama_layouts.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 # LoRA on both families across stages, world sizes, precisions and resume.
 zt_test(test_lora_layouts SOURCES test_lora_layouts.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
+# JSONL instruction data through the binary: training, stages and world
+# sizes, the loss mask, GPT-2's tokenizer, a bad line on every rank.
+zt_test(test_jsonl_train SOURCES test_jsonl_train.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
