@@ -101,6 +101,9 @@ void config_free(struct zt_config *cfg)
     free(cfg->checkpoint.dir);
     free_list(cfg->data.train, cfg->data.n_train);
     free_list(cfg->data.val, cfg->data.n_val);
+    free(cfg->data.format);
+    free(cfg->data.tokenizer);
+    free(cfg->data.tokenizer_dir);
     free_list(cfg->lora.target_modules, cfg->lora.n_target_modules);
     free(cfg->lora.bias);
     free(cfg->quantization.bnb_4bit_quant_type);

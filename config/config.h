@@ -94,6 +94,10 @@ struct zt_config {
         double val_fraction; /* held-out tail of train when val is absent, default 0.1, [0, 0.5] */
         int seq_len;         /* default block_size; must be <= block_size */
         int skip_binary;     /* 1: binary files in data folders are skipped; default 0: error */
+        char *format;        /* text (default) or jsonl (instruction data with a loss mask) */
+        char *tokenizer;     /* bytes (default) or gpt2; text and jsonl are encoded with it */
+        char *tokenizer_dir; /* the tokenizer's vocabulary folder (gpt2); NULL when none */
+        int packing;         /* jsonl: 1: examples in one stream; default 0: a window each */
     } data;
 
     struct {

@@ -173,6 +173,20 @@ static const struct field fields[] = {
      "tokens per sample, <= model.block_size (default: block_size)"},
     {"data.skip_binary", T_BOOL, OFF(data.skip_binary), 0, "false", NB, NB, 0, NULL,
      "binary files inside data folders: false: an error; true: skipped with a warning"},
+    {"data.format", T_STRING, OFF(data.format), 0, "text", NB, NB, 0, NULL,
+     "text: files (or a token file) as one stream, every token a target; jsonl: instruction "
+     "examples, one JSON object a line, {\"prompt\", \"completion\"} (only the completion "
+     "and end-of-text count in the loss) or {\"text\"} (all count); folders: their *.jsonl "
+     "files"},
+    {"data.tokenizer", T_STRING, OFF(data.tokenizer), 0, "bytes", NB, NB, 0, NULL,
+     "bytes (vocabulary 256) or gpt2 (GPT-2's BPE, 50257 ids: needs data.tokenizer_dir and "
+     "model.vocab_size >= 50257); text and jsonl data are encoded with it"},
+    {"data.tokenizer_dir", T_STRING, OFF(data.tokenizer_dir), 0, NULL, NB, NB, 0, NULL,
+     "the tokenizer's vocabulary folder (gpt2: encoder.json and vocab.bpe, fetched by "
+     "scripts/gpt2_vocab.sh)"},
+    {"data.packing", T_BOOL, OFF(data.packing), 0, "false", NB, NB, 0, NULL,
+     "jsonl: true: examples concatenated into one stream cut into windows (TRL's packing); "
+     "false: each example one window, cut to seq_len and padded (padding not counted)"},
 
     {"run", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the run"},
     {"run.steps", T_LONG, OFF(run.steps), 0, "100", GE(1), NB, 0, NULL, "optimizer steps"},
@@ -1324,6 +1338,19 @@ static int compute_dtype_of(const char *name)
     return -1;
 }
 
+static zt_status check_data(const struct walk *w)
+{
+    static const char *const formats[] = {"text", "jsonl"};
+    const struct zt_config *c = w->cfg;
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (strcmp(c->data.format, formats[i]) == 0)
+            return ZT_OK;
+    char where[WHERE];
+    where_of_keys(w, where, "data.format", NULL, NULL);
+    return zt_error_set(ZT_ERR_CONFIG, "%s: data.format: must be text or jsonl, got '%s'", where,
+                        c->data.format);
+}
+
 static zt_status check_quantization(const struct walk *w)
 {
     const struct zt_config *c = w->cfg;
@@ -1486,6 +1513,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
     if (s == ZT_OK) {
         resolve_dependent_defaults(w);
         s = check_model_and_data(w);
+        if (s == ZT_OK)
+            s = check_data(w);
         if (s == ZT_OK)
             s = check_precision(w);
         if (s == ZT_OK)

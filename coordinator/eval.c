@@ -5,8 +5,10 @@
  * and grouped into micro batches of the training micro batch size (the
  * model's activations are sized for it); a trailing part that does not fill
  * a micro batch is left out. Micro batch j goes to rank j % world; losses
- * and token counts are summed over ranks, so the result does not depend on
- * the world size beyond float summation order.
+ * and counted targets are summed over ranks, so the result does not depend
+ * on the world size beyond float summation order. Under a loss mask the
+ * loss is the mean over counted targets only, and the tokens reported are
+ * those.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +19,9 @@
 static void fill_eval_batch(const struct token_buffer *val, int seq_len, int B, size_t batch,
                             int32_t *inputs, int32_t *targets)
 {
-    for (int b = 0; b < B; b++) {
-        const int32_t *w = val->tokens + ((size_t)batch * B + b) * seq_len;
-        memcpy(inputs + (size_t)b * seq_len, w, (size_t)seq_len * sizeof(int32_t));
-        memcpy(targets + (size_t)b * seq_len, w + 1, (size_t)seq_len * sizeof(int32_t));
-    }
+    for (int b = 0; b < B; b++)
+        (void)token_window_fill(val, (size_t)batch * B + b, seq_len, inputs + (size_t)b * seq_len,
+                                targets + (size_t)b * seq_len);
 }
 
 zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens)
@@ -45,7 +45,7 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
     const size_t rounds = shard_policy_forward_is_collective(&s->engine.policy)
                               ? (batches + world - 1) / world
                               : (batches + world - 1 - (size_t)s->rank) / world;
-    double sums[2] = {0.0, 0.0}; /* loss * tokens, tokens */
+    double sums[2] = {0.0, 0.0}; /* loss * counted, counted targets */
     zt_status st = ZT_OK;
     for (size_t i = 0; i < rounds && st == ZT_OK; i++) {
         const size_t j = (size_t)s->rank + i * world;
@@ -53,13 +53,16 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
         s->model->training = 0;
         st = model_forward(s->model, &s->engine.hooks, s->inputs, s->targets);
         if (j < batches) {
-            sums[0] += (double)s->model->mean_loss * B * T;
-            sums[1] += (double)B * T;
+            /* the mean times its counted targets, in an order that is the
+             * unmasked sum's bit for bit (the share is then exactly 1) */
+            const double share = (double)s->model->n_counted / ((double)B * T);
+            sums[0] += (double)s->model->mean_loss * B * T * share;
+            sums[1] += s->model->n_counted;
         }
     }
     ZT_TRY(st);
     ZT_TRY(comm_allreduce(s->comm, sums, 2, ZT_F64, COMM_OP_SUM));
-    *loss = sums[0] / sums[1];
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     *tokens = (uint64_t)sums[1];
     return ZT_OK;
 }

@@ -19,7 +19,8 @@ struct step_record {
     long step; /* 1-based */
     double loss, lr, grad_norm, step_ms, tokens_per_s, gflops;
     double loss_scale;      /* the scale this step's backward used (1 without fp16) */
-    int skipped;            /* an fp16 overflow skipped the update */
+    int skipped;            /* an fp16 overflow (or counted == 0) skipped the update */
+    uint64_t counted;       /* the step's counted targets, all ranks (loss-masked ones not) */
     struct comm_stats comm; /* this step's traffic of this rank */
 };
 

@@ -62,10 +62,49 @@ static zt_status check_data_paths(const char *key, char **paths, int n)
     return ZT_OK;
 }
 
+/* data.tokenizer names a tokenizer, and data.tokenizer_dir is given when it
+ * reads a folder and only then: configuration mistakes, told before any
+ * data is read. */
+static zt_status check_tokenizer_keys(const struct zt_config *c)
+{
+    char names[64];
+    const int needs = tokenizer_needs_dir(c->data.tokenizer);
+    tokenizer_names(names, sizeof names);
+    if (needs < 0)
+        return zt_error_set(ZT_ERR_CONFIG, "data.tokenizer: no tokenizer '%s' (there are: %s)",
+                            c->data.tokenizer, names);
+    if (needs && !c->data.tokenizer_dir)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "data.tokenizer: %s reads a vocabulary folder: set "
+                            "data.tokenizer_dir (scripts/gpt2_vocab.sh fetches GPT-2's)",
+                            c->data.tokenizer);
+    if (!needs && c->data.tokenizer_dir)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "data.tokenizer_dir: given, but data.tokenizer %s reads no folder",
+                            c->data.tokenizer);
+    return ZT_OK;
+}
+
+/* A tokenizer with a vocabulary folder makes ids up to its vocabulary
+ * size: the model must have an embedding row for each. (The byte
+ * tokenizer's data are checked id by id, as token files are: a small
+ * model.vocab_size with ASCII text is fine.) */
+static zt_status check_tokenizer_vocab(const struct zt_config *c, const struct tokenizer *t)
+{
+    const uint32_t v = tokenizer_vocab_size(t);
+    if (tokenizer_needs_dir(c->data.tokenizer) == 0 || (uint32_t)c->model.vocab_size >= v)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "model.vocab_size: %d is smaller than the vocabulary of data.tokenizer "
+                        "%s (%u ids): set model.vocab_size >= %u",
+                        c->model.vocab_size, c->data.tokenizer, v, v);
+}
+
 static zt_status load_config(struct run_session *s, const struct run_options *o)
 {
     ZT_TRY(config_load(o->config_path, o->overrides, o->n_overrides, &s->cfg));
     ZT_TRY(config_check_world(&s->cfg, s->world));
+    ZT_TRY(check_tokenizer_keys(&s->cfg));
     ZT_TRY(check_data_paths("data.train", s->cfg.data.train, s->cfg.data.n_train));
     ZT_TRY(check_data_paths("data.val", s->cfg.data.val, s->cfg.data.n_val));
     return ZT_OK;
@@ -81,17 +120,27 @@ static zt_status check_vocab(const struct token_buffer *b, const char *what, int
     return ZT_OK;
 }
 
-/* Loads the paths of one data key; the binary files data.skip_binary left
- * out are named once, by rank 0 (every rank reads the same files). */
-static zt_status load_paths(const struct run_session *s, const char *key, char **paths, int n,
-                            struct token_buffer *out)
+/* Loads the paths of one data key as data.format says, with the run's
+ * tokenizer; what the user should know of (skipped binary files, cut
+ * examples) is told once, by rank 0 (every rank reads the same files). */
+typedef zt_status (*data_loader)(const struct run_session *s, const struct tokenizer *tok,
+                                 const char *key, char **paths, int n, struct token_buffer *out);
+
+static void warn_prefix(const char *key)
+{
+    fprintf(stderr, "zerotrain: warning: %s: ", key);
+}
+
+static zt_status load_text(const struct run_session *s, const struct tokenizer *tok,
+                           const char *key, char **paths, int n, struct token_buffer *out)
 {
     const struct dataset_options opt = {.skip_binary = s->cfg.data.skip_binary,
-                                        .skip_setting = "data.skip_binary"};
+                                        .skip_setting = "data.skip_binary",
+                                        .tokenizer = tok};
     struct dataset_report rep = {0};
     zt_status st = dataset_load_with((const char *const *)paths, n, &opt, out, &rep);
     if (st == ZT_OK && rep.n_skipped > 0 && s->rank == 0) {
-        fprintf(stderr, "zerotrain: warning: %s: ", key);
+        warn_prefix(key);
         dataset_report_write_skipped(&rep, stderr);
         fputs(" (data.skip_binary is true)\n", stderr);
         fflush(stderr);
@@ -100,17 +149,57 @@ static zt_status load_paths(const struct run_session *s, const char *key, char *
     return st;
 }
 
+static zt_status load_jsonl(const struct run_session *s, const struct tokenizer *tok,
+                            const char *key, char **paths, int n, struct token_buffer *out)
+{
+    const struct jsonl_options opt = {
+        .tokenizer = tok, .packing = s->cfg.data.packing, .seq_len = s->cfg.data.seq_len};
+    struct jsonl_report rep;
+    ZT_TRY(jsonl_load((const char *const *)paths, n, &opt, out, &rep));
+    if (rep.n_truncated > 0 && s->rank == 0) {
+        warn_prefix(key);
+        fprintf(stderr,
+                "%zu of %zu examples are longer than data.seq_len (%d tokens) and were cut to "
+                "it (data.packing is false)\n",
+                rep.n_truncated, rep.n_examples, s->cfg.data.seq_len);
+        fflush(stderr);
+    }
+    return ZT_OK;
+}
+
+static data_loader loader_of(const char *format)
+{
+    static const struct {
+        const char *format;
+        data_loader load;
+    } loaders[] = {{"text", load_text}, {"jsonl", load_jsonl}};
+    for (size_t i = 0; i < sizeof loaders / sizeof loaders[0]; i++)
+        if (strcmp(loaders[i].format, format) == 0)
+            return loaders[i].load;
+    ZT_ASSERT(0 && "data.format is checked by the config");
+    return NULL;
+}
+
+static zt_status load_sets(struct run_session *s, const struct tokenizer *tok,
+                           struct token_buffer *all)
+{
+    const struct zt_config *c = &s->cfg;
+    const data_loader load = loader_of(c->data.format);
+    ZT_TRY(check_tokenizer_vocab(c, tok));
+    ZT_TRY(load(s, tok, "data.train", c->data.train, c->data.n_train, all));
+    if (c->data.n_val > 0)
+        return load(s, tok, "data.val", c->data.val, c->data.n_val, &s->val);
+    return dataset_split_tail(all, c->data.val_fraction, c->data.seq_len, &s->val);
+}
+
 static zt_status load_data(struct run_session *s, int need_train)
 {
     const struct zt_config *c = &s->cfg;
     struct token_buffer all = {0};
-    ZT_TRY(load_paths(s, "data.train", c->data.train, c->data.n_train, &all));
-    zt_status st;
-    if (c->data.n_val > 0) {
-        st = load_paths(s, "data.val", c->data.val, c->data.n_val, &s->val);
-    } else {
-        st = dataset_split_tail(&all, c->data.val_fraction, c->data.seq_len, &s->val);
-    }
+    struct tokenizer *tok;
+    ZT_TRY(tokenizer_open(c->data.tokenizer, c->data.tokenizer_dir, &tok));
+    zt_status st = load_sets(s, tok, &all);
+    tokenizer_close(tok);
     if (st == ZT_OK)
         st = check_vocab(&all, "data.train", c->model.vocab_size);
     if (st == ZT_OK && s->val.n > 0)

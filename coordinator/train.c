@@ -1,12 +1,24 @@
 /* coordinator/train.c — the training loop (RUNNING in session.h's diagram).
  *
  * One optimizer step: `accum` micro steps of forward + backward, each
- * accumulating gradients scaled by 1/accum; then the ZeRO engine reduces,
- * clips and updates. The reported loss is the mean over all micro batches
- * of all ranks (one 8-byte allreduce per step, outside the timed gradient
- * traffic it would otherwise blur). Rank 0 logs, writes the metrics and the
- * resolved configuration.
+ * accumulating gradients; then the ZeRO engine reduces, clips and updates.
+ * Rank 0 logs, writes the metrics and the resolved configuration.
+ *
+ * Normalisation. The step's loss is the mean over its counted targets (a
+ * loss mask leaves prompt tokens and padding out), and its gradient that
+ * mean's gradient, whatever the world size, stage or accumulation split:
+ * the sum of the counted losses divided by N, the step's counted targets
+ * over all ranks and micro steps. N is sampler_counted's, a pure function
+ * of (seed, step) every rank computes alone, so the division needs no
+ * communication before the backward. The model's backward divides by its
+ * B*T and the engine averages over the world's ranks, so each micro step's
+ * grad_scale is loss_scale * world * B*T / N. Without a mask N = world *
+ * accum * B*T and that is loss_scale / accum, computed so that it is bit
+ * for bit. The reported loss (one small allreduce per step, with the stop
+ * requests, outside the timed gradient traffic it would otherwise blur)
+ * weighs each micro batch's mean by its counted targets.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,10 +101,30 @@ static void comm_stats_delta(const struct comm_stats *now, const struct comm_sta
 /* The rank's micro batch m of `step`, for a training forward. */
 static void fill_batch(struct run_session *s, long step, int m)
 {
-    sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
+    (void)sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
     sampler_rows(&s->sampler, (uint64_t)step, m, s->row_ids);
     s->model->training = 1;
     s->model->row_ids = s->row_ids;
+}
+
+/* The backward's grad_scale for a step of `counted` targets (the design
+ * comment): loss_scale / (counted / (world * B*T)), whose quotient is
+ * exactly accum without a mask. */
+static float micro_grad_scale(const struct run_session *s, double loss_scale, uint64_t counted)
+{
+    const double micro_targets =
+        (double)s->world * s->cfg.train_micro_batch_size_per_gpu * s->cfg.data.seq_len;
+    return (float)(loss_scale / ((double)counted / micro_targets));
+}
+
+/* The last forward's mean weighed by its share of a full micro batch
+ * (1 without a mask, so the sums are today's bit for bit) into sums[0],
+ * the share into sums[1]. */
+static void add_loss(const struct model *m, double *sums)
+{
+    const double share = (double)m->n_counted / ((double)m->B * m->T);
+    sums[0] += m->mean_loss * share;
+    sums[1] += share;
 }
 
 /* A fused-backward optimizer (LOMO; one micro step, a config rule): the
@@ -101,20 +133,22 @@ static void fill_batch(struct run_session *s, long step, int m)
  * backward only measure it (the method's two backwards: twice the compute
  * of such a step), and an overflow skips the second. */
 static zt_status fused_step(struct run_session *s, long step, struct step_record *r,
-                            double *loss_sum, struct shard_step_result *result)
+                            double *loss_sums, struct shard_step_result *result)
 {
     const struct zt_config *c = &s->cfg;
     struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
+    const float grad_scale = micro_grad_scale(s, r->loss_scale, r->counted);
     double clip_coef = 1.0;
     fill_batch(s, step, 0);
     if (c->gradient_clipping > 0.0 || s->scaler.dynamic) {
         shard_engine_fused_arm(&s->engine, NULL, r->loss_scale, 1.0);
         ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
-        ZT_TRY(model_backward(s->model, &s->engine.hooks, (float)r->loss_scale));
+        ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
         ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
-        *loss_sum = s->model->mean_loss;
-        if (result->skipped)
+        if (result->skipped) {
+            add_loss(s->model, loss_sums);
             return ZT_OK;
+        }
         const double norm = result->grad_norm;
         if (c->gradient_clipping > 0.0 && norm > c->gradient_clipping)
             clip_coef = c->gradient_clipping / (norm + 1e-6);
@@ -122,47 +156,73 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     const double measured = result->grad_norm;
     shard_engine_fused_arm(&s->engine, &hp, r->loss_scale, clip_coef);
     ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
-    ZT_TRY(model_backward(s->model, &s->engine.hooks, (float)r->loss_scale));
-    *loss_sum = s->model->mean_loss;
+    ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
+    add_loss(s->model, loss_sums);
     ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
     if (c->gradient_clipping > 0.0 || s->scaler.dynamic)
         result->grad_norm = measured; /* before clipping, as for the other optimizers */
     return ZT_OK;
 }
 
-zt_status train_step(struct run_session *s, long step, struct step_record *r)
+/* The step's micro steps and update; loss_sums as add_loss. */
+static zt_status forward_backward_update(struct run_session *s, long step, struct step_record *r,
+                                         double *loss_sums, struct shard_step_result *result)
 {
     const struct zt_config *c = &s->cfg;
-    const int accum = c->gradient_accumulation_steps;
+    if (s->engine.cfg.optimizer->fused_backward)
+        return fused_step(s, step, r, loss_sums, result);
+    const float grad_scale = micro_grad_scale(s, r->loss_scale, r->counted);
+    for (int m = 0; m < c->gradient_accumulation_steps; m++) {
+        fill_batch(s, step, m);
+        ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
+        ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
+        add_loss(s->model, loss_sums);
+    }
+    struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
+    return shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result);
+}
+
+/* A step whose every target is masked has no loss to follow: every rank
+ * finds that alone (sampler_counted) and none computes or updates. */
+static void skip_all_masked(const struct run_session *s, long step, struct step_record *r)
+{
+    r->skipped = 1;
+    r->loss = NAN;
+    if (s->rank != 0)
+        return;
+    fprintf(stderr,
+            "zerotrain: warning: step %ld: every target of the step's batch is masked (no "
+            "completion tokens): skipped\n",
+            step + 1);
+    fflush(stderr);
+}
+
+zt_status train_step(struct run_session *s, long step, struct step_record *r)
+{
     struct comm_stats before = *comm_get_stats(s->comm);
-    double loss_sum = 0.0;
+    double sums[4] = {0.0, 0.0, 0.0, 0.0}; /* loss, counted share, stop requests */
     struct shard_step_result result = {0};
 
     r->loss_scale = s->scaler.scale;
-    if (s->engine.cfg.optimizer->fused_backward) {
-        ZT_TRY(fused_step(s, step, r, &loss_sum, &result));
+    r->counted = sampler_counted(&s->sampler, &s->train, (uint64_t)step);
+    if (r->counted > 0) {
+        ZT_TRY(forward_backward_update(s, step, r, sums, &result));
+        r->grad_norm = result.grad_norm;
+        r->skipped = result.skipped;
+        loss_scaler_update(&s->scaler, result.skipped);
     } else {
-        for (int m = 0; m < accum; m++) {
-            fill_batch(s, step, m);
-            ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
-            ZT_TRY(
-                model_backward(s->model, &s->engine.hooks, (float)(r->loss_scale / (double)accum)));
-            loss_sum += s->model->mean_loss;
-        }
-        struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
-        ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, &result));
+        skip_all_masked(s, step, r);
     }
-    r->grad_norm = result.grad_norm;
-    r->skipped = result.skipped;
-    loss_scaler_update(&s->scaler, result.skipped);
     comm_stats_delta(comm_get_stats(s->comm), &before, &r->comm);
     /* The loss average rides with the ranks' stop requests: a signal seen
      * by any rank stops every rank at this same step boundary. */
     const sig_atomic_t local = s->stop_signal ? *s->stop_signal : 0;
-    double sums[3] = {loss_sum, local == 1, local == 2};
-    ZT_TRY(comm_allreduce(s->comm, sums, 3, ZT_F64, COMM_OP_SUM));
-    r->loss = sums[0] / ((double)accum * s->world);
-    s->stop_request = sums[2] > 0 ? 2 : sums[1] > 0 ? 1 : 0;
+    sums[2] = local == 1;
+    sums[3] = local == 2;
+    ZT_TRY(comm_allreduce(s->comm, sums, 4, ZT_F64, COMM_OP_SUM));
+    if (r->counted > 0)
+        r->loss = sums[0] / sums[1];
+    s->stop_request = sums[3] > 0 ? 2 : sums[2] > 0 ? 1 : 0;
     return ZT_OK;
 }
 
@@ -182,7 +242,9 @@ static void log_step(struct run_session *s, struct train_io *io, const struct st
                  "%6.2f GFLOP/s | left %s%s%s",
                  r->step, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s, r->gflops,
                  left, s->scaler.dynamic ? scale_note(r, note, sizeof note) : "",
-                 r->skipped ? " | skipped (overflow)" : "");
+                 !r->skipped       ? ""
+                 : r->counted == 0 ? " | skipped (every target masked)"
+                                   : " | skipped (overflow)");
 }
 
 static zt_status evaluate_and_log(struct run_session *s, struct train_io *io, long step)
@@ -272,12 +334,18 @@ static zt_status diverged(const struct run_session *s, long step)
                         step, s->scaler.min_scale);
 }
 
+/* Every token of a step, masked or not: what the model computes on. */
+static double step_tokens(const struct run_session *s)
+{
+    const struct zt_config *c = &s->cfg;
+    return (double)c->train_micro_batch_size_per_gpu * c->data.seq_len *
+           c->gradient_accumulation_steps * (double)s->world;
+}
+
 static zt_status train_loop(struct run_session *s, struct train_io *io)
 {
     const struct zt_config *c = &s->cfg;
-    const int B = c->train_micro_batch_size_per_gpu, T = c->data.seq_len;
-    const double tokens_per_step =
-        (double)B * T * c->gradient_accumulation_steps * (double)s->world;
+    const int T = c->data.seq_len;
     const double flops_per_token = s->table.family->flops_per_token(&s->table, T);
     double elapsed = 0.0, comm_wait = 0.0;
     zt_status st = ZT_OK;
@@ -296,8 +364,8 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
         elapsed += dt;
         comm_wait += r.comm.wait_seconds;
         r.step_ms = dt * 1e3;
-        r.tokens_per_s = tokens_per_step / dt;
-        r.gflops = tokens_per_step * flops_per_token / dt / 1e9 / s->world;
+        r.tokens_per_s = (double)r.counted / dt; /* counted targets: masked ones are not */
+        r.gflops = step_tokens(s) * flops_per_token / dt / 1e9 / s->world;
         double left = elapsed / (double)(done + 1) * (double)(c->run.steps - step - 1);
         if (s->rank == 0) {
             metrics_write_step(io->metrics, &r);

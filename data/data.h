@@ -35,15 +35,22 @@
 #define ZT_TOKFILE_HEADER_SIZE 40
 
 /* Tokens in memory: always widened to int32. A zeroed struct is an empty
- * buffer. */
+ * buffer.
+ *
+ * The loss mask: NULL means every token counts; otherwise mask[i] = 0 says
+ * token i is never a prediction target (a prompt token, padding, the first
+ * token of an example laid in its own window), so where it would be a
+ * target the sampler writes -1, which the model does not count (ops.h).
+ * Only JSONL data (jsonl_load) carries a mask. */
 struct token_buffer {
     int32_t *tokens; /* owned */
     size_t n;
     uint32_t vocab_size; /* ids are < vocab_size */
     size_t capacity;     /* entries allocated; appends grow it geometrically */
+    uint8_t *mask;       /* owned; NULL or n entries (capacity allocated) */
 };
 
-/* Frees the tokens and leaves *b empty (zeroed); NULL-safe. */
+/* Frees the tokens and the mask and leaves *b empty (zeroed); NULL-safe. */
 void token_buffer_free(struct token_buffer *b);
 
 /* FNV-1a 64 of `n` bytes. */
@@ -231,12 +238,68 @@ zt_status dataset_load_counted(const char *const *paths, int n_paths, struct tok
 /* Splits off the last `fraction` of `all` (rounded down to whole tokens,
  * at least seq_len + 1 when fraction > 0) as validation into *val (a new
  * copy the caller frees; empty when fraction is 0); `all` keeps the head.
+ * With a mask the split is of whole windows (whole examples when each
+ * example is a window): the last floor(fraction * W) of the W windows, at
+ * least one, go to validation (with their mask), and `all` keeps the
+ * first ones and the token after them.
  * Errors: ZT_ERR_CONFIG (fraction outside [0, 1) or seq_len < 1),
  * ZT_ERR_DATA when either part would be shorter than seq_len + 1 tokens
  * ("data: N tokens are fewer than seq_len + 1 = M: not one training
  * window"), ZT_ERR_NOMEM. On error `all` is unchanged and *val empty. */
 zt_status dataset_split_tail(struct token_buffer *all, double fraction, int seq_len,
                              struct token_buffer *val);
+
+/* ---- JSONL instruction data (jsonl.c) ----
+ *
+ * Each non-empty line of a .jsonl file is one example, a JSON object with
+ * either string fields "prompt" and "completion", or a string field "text"
+ * (other fields are ignored). An example's tokens are its prompt's (mask
+ * 0: not counted in the loss), then its completion's and the tokenizer's
+ * end-of-text id (mask 1; the byte tokenizer has none: nothing is
+ * appended); a "text" example counts all its tokens and the end-of-text.
+ * The prompt and the completion are encoded separately and joined.
+ *
+ * Layout (seq_len T):
+ *   packing   examples concatenated into one stream, windows as for text
+ *             (they cross example boundaries, as TRL's packing does);
+ *   no packing  example e is window e: its first T tokens (the rest cut
+ *             off and counted in the report) at offset e*T, padded to T
+ *             with the end-of-text id (0 without one), mask 0; its first
+ *             token's mask is 0 too, as it is only ever the target of the
+ *             window before; one padding token ends the buffer, so that W =
+ *             examples and window e's targets e*T+1 .. e*T+T are its own
+ *             tokens and the next example's first (masked). */
+struct jsonl_options {
+    const struct tokenizer *tokenizer; /* NULL: the byte tokenizer */
+    int packing;                       /* 1: one stream; 0: one window per example */
+    int seq_len;                       /* T, >= 1 */
+};
+
+/* What jsonl_load read. */
+struct jsonl_report {
+    size_t n_files;     /* .jsonl files read */
+    size_t n_examples;  /* examples (non-empty lines) */
+    size_t n_truncated; /* examples longer than seq_len, cut (no packing) */
+};
+
+/* Loads JSONL examples from paths into *out (overwritten, not freed; the
+ * caller frees it), with the mask as the layout above says: each path a
+ * file (whatever its name) or a folder whose *.jsonl files under it are
+ * read in strcmp order of their paths. report may be NULL.
+ * Errors: ZT_ERR_USAGE (no paths), ZT_ERR_CONFIG (seq_len < 1), ZT_ERR_IO
+ * (a missing or unreadable path), ZT_ERR_DATA naming "PATH:LINE: " for a
+ * line that is not JSON, not an object, lacks a field, has a field that is
+ * not a string or repeated, or mixes "text" with "prompt"/"completion";
+ * "PATH: no examples" for a file without any, "PATH: folder contains no
+ * .jsonl files"; ZT_ERR_NOMEM. On error *out is empty. */
+zt_status jsonl_load(const char *const *paths, int n_paths, const struct jsonl_options *opt,
+                     struct token_buffer *out, struct jsonl_report *report);
+
+/* Window w of data (seq_len T) into inputs[T] (tokens w*T .. w*T+T-1) and
+ * targets[T] (the next T tokens, -1 where the mask says a token is not a
+ * target); returns how many targets count. */
+int token_window_fill(const struct token_buffer *data, size_t w, int seq_len, int32_t *inputs,
+                      int32_t *targets);
 
 struct sampler {
     size_t n_windows;
@@ -278,8 +341,16 @@ size_t sampler_window(struct sampler *s, uint64_t i);
  * micro step `micro_step` (0..accum-1) of optimizer step `step`: row b is
  * window w = sampler_window(s, step*G + dp_rank*micro*accum +
  * micro_step*micro + b), inputs tokens w*seq_len .. +seq_len-1 and targets the next
- * seq_len. `data` must be the n_tokens tokens the sampler was made for. */
-void sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t step, int micro_step,
-                  int32_t *inputs, int32_t *targets);
+ * seq_len (token_window_fill: -1 for a masked target). `data` must be the
+ * n_tokens tokens the sampler was made for. Returns how many of this
+ * micro batch's targets count. */
+int sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t step, int micro_step,
+                 int32_t *inputs, int32_t *targets);
+
+/* How many targets of the whole global step `step` count: over all
+ * dp_size ranks and all accum micro steps (G * seq_len without a mask). A
+ * pure function of (seed, step) and the data, so every rank computes the
+ * same number locally. */
+uint64_t sampler_counted(struct sampler *s, const struct token_buffer *data, uint64_t step);
 
 #endif

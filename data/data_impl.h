@@ -11,6 +11,7 @@
 #define ZT_DATA_IMPL_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "data.h"
 
@@ -40,5 +41,21 @@ char *data_join_path(const char *dir, const char *name);
  * "PATH: no such file or directory" for ENOENT, else "PATH: cannot
  * open: <strerror>". Returns ZT_ERR_IO. */
 zt_status data_open_error(const char *path, int err);
+
+/* A list of paths; a zeroed struct is empty. */
+struct data_path_list {
+    char **v; /* owned strings */
+    size_t n, cap;
+};
+
+/* Frees the paths and leaves *l empty. */
+void data_path_list_free(struct data_path_list *l);
+
+/* Every regular file under the folder `root` (sb: its stat), walked as
+ * dataset_load_with describes, sorted by path with strcmp, appended to
+ * *files (the caller frees it, on error too). Errors: ZT_ERR_IO, ZT_ERR_DATA
+ * ("PATH: folder contains no files", a folder loop), ZT_ERR_NOMEM. */
+zt_status data_collect_folder(const char *root, const struct stat *sb,
+                              struct data_path_list *files);
 
 #endif

@@ -39,11 +39,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-struct path_list {
-    char **v; /* owned strings */
-    size_t n, cap;
-};
-
 /* The folders above the one being walked, innermost first. */
 struct ancestor {
     dev_t dev;
@@ -51,16 +46,16 @@ struct ancestor {
     const struct ancestor *up;
 };
 
-static void path_list_free(struct path_list *l)
+void data_path_list_free(struct data_path_list *l)
 {
     for (size_t i = 0; i < l->n; i++)
         free(l->v[i]);
     free(l->v);
-    *l = (struct path_list){0};
+    *l = (struct data_path_list){0};
 }
 
 /* Takes ownership of `p` (freed on failure too). */
-static zt_status path_list_push(struct path_list *l, char *p)
+static zt_status path_list_push(struct data_path_list *l, char *p)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 16;
@@ -84,7 +79,7 @@ static int compare_paths(const void *a, const void *b)
 /* The non-dot entries of `dir`, in readdir order. The folder is closed
  * before any entry is visited, so deep trees do not hold a descriptor per
  * level. */
-static zt_status list_entries(const char *dir, struct path_list *names)
+static zt_status list_entries(const char *dir, struct data_path_list *names)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -106,10 +101,10 @@ static zt_status list_entries(const char *dir, struct path_list *names)
     return st;
 }
 
-static zt_status walk(const char *dir, const struct ancestor *up, struct path_list *files);
+static zt_status walk(const char *dir, const struct ancestor *up, struct data_path_list *files);
 
 /* Files go to the list, folders are walked, anything else is dropped. */
-static zt_status visit(const char *path, const struct ancestor *up, struct path_list *files)
+static zt_status visit(const char *path, const struct ancestor *up, struct data_path_list *files)
 {
     struct stat sb;
     if (stat(path, &sb) != 0) {
@@ -133,18 +128,17 @@ static zt_status visit(const char *path, const struct ancestor *up, struct path_
     return walk(path, &self, files);
 }
 
-static zt_status walk(const char *dir, const struct ancestor *up, struct path_list *files)
+static zt_status walk(const char *dir, const struct ancestor *up, struct data_path_list *files)
 {
-    struct path_list names = {0};
+    struct data_path_list names = {0};
     zt_status st = list_entries(dir, &names);
     for (size_t i = 0; st == ZT_OK && i < names.n; i++)
         st = visit(names.v[i], up, files);
-    path_list_free(&names);
+    data_path_list_free(&names);
     return st;
 }
 
-/* All files under the folder `root`, sorted by path. */
-static zt_status collect_folder(const char *root, const struct stat *sb, struct path_list *files)
+zt_status data_collect_folder(const char *root, const struct stat *sb, struct data_path_list *files)
 {
     struct ancestor self = {sb->st_dev, sb->st_ino, NULL};
     ZT_TRY(walk(root, &self, files));
@@ -312,8 +306,8 @@ static const char *plural(size_t n)
 /* Reads every file under the folder `root`, in path order. */
 static zt_status append_folder(const struct load *l, const char *root, const struct stat *sb)
 {
-    struct path_list files = {0};
-    zt_status st = collect_folder(root, sb, &files);
+    struct data_path_list files = {0};
+    zt_status st = data_collect_folder(root, sb, &files);
     size_t skipped = 0;
     for (size_t i = 0; st == ZT_OK && i < files.n; i++) {
         int skip;
@@ -329,7 +323,7 @@ static zt_status append_folder(const struct load *l, const char *root, const str
         st = zt_error_set(ZT_ERR_DATA,
                           "%s: folder contains no text files (%zu binary file%s skipped)", root,
                           skipped, plural(skipped));
-    path_list_free(&files);
+    data_path_list_free(&files);
     return st;
 }
 
@@ -454,6 +448,43 @@ static zt_status too_short(size_t n, int seq_len)
                         n, (long long)seq_len + 1);
 }
 
+/* A copy of all's tokens and mask [from, from + n) into *val. */
+static zt_status copy_range(const struct token_buffer *all, size_t from, size_t n,
+                            struct token_buffer *val)
+{
+    int32_t *tail = malloc(n * sizeof *tail);
+    uint8_t *mask = all->mask ? malloc(n) : NULL;
+    if (!tail || (all->mask && !mask)) {
+        free(tail);
+        free(mask);
+        return zt_error_set(ZT_ERR_NOMEM, "data: cannot allocate %zu validation tokens", n);
+    }
+    memcpy(tail, all->tokens + from, n * sizeof *tail);
+    if (mask)
+        memcpy(mask, all->mask + from, n);
+    *val = (struct token_buffer){tail, n, all->vocab_size, n, mask};
+    return ZT_OK;
+}
+
+/* With a mask: the last floor(fraction * W) windows (at least one), whole,
+ * so that no example of the one-window-per-example layout is cut. */
+static zt_status split_windows(struct token_buffer *all, double fraction, size_t len,
+                               struct token_buffer *val)
+{
+    const size_t windows = (all->n - 1) / len;
+    size_t k = (size_t)floor((double)windows * fraction);
+    k = k < 1 ? 1 : k;
+    if (k >= windows)
+        return zt_error_set(ZT_ERR_DATA,
+                            "data: %zu windows (examples) are too few to split: %zu for "
+                            "validation would leave none for training",
+                            windows, k);
+    const size_t from = (windows - k) * len;
+    ZT_TRY(copy_range(all, from, k * len + 1, val));
+    all->n = from + 1;
+    return ZT_OK;
+}
+
 zt_status dataset_split_tail(struct token_buffer *all, double fraction, int seq_len,
                              struct token_buffer *val)
 {
@@ -468,6 +499,8 @@ zt_status dataset_split_tail(struct token_buffer *all, double fraction, int seq_
         return too_short(all->n, seq_len);
     if (fraction == 0.0)
         return ZT_OK;
+    if (all->mask)
+        return split_windows(all, fraction, (size_t)seq_len, val);
     size_t n_val = (size_t)floor((double)all->n * fraction);
     if (n_val < window)
         n_val = window;
@@ -476,11 +509,7 @@ zt_status dataset_split_tail(struct token_buffer *all, double fraction, int seq_
                             "data: %zu tokens are too few to split: %zu validation tokens would "
                             "leave %zu for training, fewer than seq_len + 1 = %zu",
                             all->n, n_val, n_val < all->n ? all->n - n_val : 0, window);
-    int32_t *tail = malloc(n_val * sizeof *tail);
-    if (!tail)
-        return zt_error_set(ZT_ERR_NOMEM, "data: cannot allocate %zu validation tokens", n_val);
-    memcpy(tail, all->tokens + (all->n - n_val), n_val * sizeof *tail);
-    *val = (struct token_buffer){tail, n_val, all->vocab_size, n_val};
+    ZT_TRY(copy_range(all, all->n - n_val, n_val, val));
     all->n -= n_val;
     return ZT_OK;
 }

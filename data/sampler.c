@@ -118,16 +118,54 @@ void sampler_rows(const struct sampler *s, uint64_t step, int micro_step, uint64
         ids[b] = first + (uint64_t)b;
 }
 
-void sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t step, int micro_step,
-                  int32_t *inputs, int32_t *targets)
+int token_window_fill(const struct token_buffer *data, size_t w, int seq_len, int32_t *inputs,
+                      int32_t *targets)
+{
+    const size_t len = (size_t)seq_len, first = w * len;
+    ZT_ASSERT(data->n >= first + len + 1);
+    memcpy(inputs, data->tokens + first, len * sizeof *inputs);
+    memcpy(targets, data->tokens + first + 1, len * sizeof *targets);
+    if (!data->mask)
+        return seq_len;
+    int counted = 0;
+    for (size_t j = 0; j < len; j++) {
+        const int keep = data->mask[first + 1 + j] != 0;
+        targets[j] = keep ? targets[j] : -1;
+        counted += keep;
+    }
+    return counted;
+}
+
+int sampler_fill(struct sampler *s, const struct token_buffer *data, uint64_t step, int micro_step,
+                 int32_t *inputs, int32_t *targets)
 {
     ZT_ASSERT(data->n >= s->n_windows * (size_t)s->seq_len + 1);
     const uint64_t first = first_row(s, step, micro_step);
-    size_t len = (size_t)s->seq_len;
-    for (int b = 0; b < s->micro; b++) {
-        size_t w = sampler_window(s, first + (uint64_t)b);
-        const int32_t *src = data->tokens + w * len;
-        memcpy(inputs + (size_t)b * len, src, len * sizeof *inputs);
-        memcpy(targets + (size_t)b * len, src + 1, len * sizeof *targets);
-    }
+    const size_t len = (size_t)s->seq_len;
+    int counted = 0;
+    for (int b = 0; b < s->micro; b++)
+        counted += token_window_fill(data, sampler_window(s, first + (uint64_t)b), s->seq_len,
+                                     inputs + (size_t)b * len, targets + (size_t)b * len);
+    return counted;
+}
+
+/* Counted targets of window w: its mask entries w*T+1 .. w*T+T. */
+static uint64_t window_counted(const struct token_buffer *data, size_t w, size_t len)
+{
+    uint64_t n = 0;
+    for (size_t j = 1; j <= len; j++)
+        n += data->mask[w * len + j] != 0;
+    return n;
+}
+
+uint64_t sampler_counted(struct sampler *s, const struct token_buffer *data, uint64_t step)
+{
+    const uint64_t global = (uint64_t)s->micro * (uint64_t)s->accum * (uint64_t)s->dp_size;
+    const size_t len = (size_t)s->seq_len;
+    if (!data->mask)
+        return global * len;
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < global; i++)
+        n += window_counted(data, sampler_window(s, step * global + i), len);
+    return n;
 }

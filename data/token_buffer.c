@@ -11,6 +11,7 @@ void token_buffer_free(struct token_buffer *b)
     if (!b)
         return;
     free(b->tokens);
+    free(b->mask);
     *b = (struct token_buffer){0};
 }
 

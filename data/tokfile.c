@@ -268,7 +268,7 @@ static zt_status read_tokens(FILE *f, const char *path, const struct header *h,
         free(tokens);
         return st;
     }
-    *out = (struct token_buffer){tokens, n, h->vocab_size, n};
+    *out = (struct token_buffer){tokens, n, h->vocab_size, n, NULL};
     return ZT_OK;
 }
 

@@ -15,3 +15,7 @@ zt_test(test_data SOURCES test_data.c ${PROJECT_SOURCE_DIR}/coordinator/prepare.
 # so when it is missing.
 zt_test(test_bpe SOURCES test_bpe.c LIBS zt_data TIMEOUT 300)
 zt_wrap_alloc(test_bpe)
+
+# JSONL instruction data: parsing and its errors, the loss mask in both
+# layouts, the whole-window split, the sampler's masked targets and counts.
+zt_test(test_jsonl SOURCES test_jsonl.c LIBS zt_data TIMEOUT 120)

@@ -33,21 +33,9 @@
 
 /* ---- helpers ---- */
 
-/* The folder scripts/gpt2_vocab.sh fills; fails the test when it is not
- * there, since scripts/test.sh fetches it before the tests run. */
 static const char *vocab_dir(void)
 {
-    const char *env = getenv("ZT_GPT2_VOCAB_DIR");
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    const char *dir = env && env[0]   ? env
-                      : xdg && xdg[0] ? testutil_fmt("%s/zerotrain/gpt2", xdg)
-                                      : testutil_fmt("%s/.cache/zerotrain/gpt2", home ? home : "");
-    ck_assert_msg(access(testutil_path_in(dir, "encoder.json"), R_OK) == 0 &&
-                      access(testutil_path_in(dir, "vocab.bpe"), R_OK) == 0,
-                  "GPT-2's vocabulary is not in %s: run scripts/gpt2_vocab.sh [DIR] first "
-                  "(scripts/test.sh does), and set ZT_GPT2_VOCAB_DIR=DIR for another folder",
-                  dir);
-    return dir;
+    return testutil_gpt2_vocab_dir();
 }
 
 static struct tokenizer *open_gpt2(void)

@@ -396,6 +396,10 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.data.n_val, 0);
     ck_assert_double_eq(c.data.val_fraction, 0.1);
     ck_assert_int_eq(c.data.seq_len, 128);
+    ck_assert_str_eq(c.data.format, "text");
+    ck_assert_str_eq(c.data.tokenizer, "bytes");
+    ck_assert_ptr_null(c.data.tokenizer_dir);
+    ck_assert_int_eq(c.data.packing, 0);
     ck_assert_int_eq(c.run.steps, 100);
     ck_assert_uint_eq(c.run.seed, 1234);
     ck_assert_int_eq(c.run.eval_interval, 0);
@@ -1127,6 +1131,11 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "bad.yaml:2:51: scheduler.params.warmup_type: expected log or linear"},
+    {"data: {train: x, format: csv}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:1:26: data.format: must be text or jsonl, got 'csv'"},
     /* ranges */
     {"data: {train: x}\nmodel: {vocab_size: 70000}\n",
      NULL,

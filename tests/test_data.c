@@ -395,7 +395,7 @@ START_TEST(test_byte_tokenizer)
     token_buffer_free(&b);
 
     int32_t gpt[2] = {50000, 1};
-    struct token_buffer other = {gpt, 2, 50257, 2};
+    struct token_buffer other = {gpt, 2, 50257, 2, NULL};
     expect_error(tokenizer_bytes_encode(text, 1, &other), ZT_ERR_DATA, "vocab size 50257");
 }
 END_TEST
@@ -807,7 +807,7 @@ END_TEST
 
 static struct token_buffer counting_buffer(size_t n)
 {
-    struct token_buffer b = {malloc(n * sizeof(int32_t)), n, 1u << 20, n};
+    struct token_buffer b = {malloc(n * sizeof(int32_t)), n, 1u << 20, n, NULL};
     for (size_t i = 0; i < n; i++)
         b.tokens[i] = (int32_t)i;
     return b;

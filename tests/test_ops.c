@@ -288,7 +288,8 @@ static double ref_gelu(double x)
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / PI) * (x + 0.044715 * x * x * x)));
 }
 
-/* Returns the sum of the losses; probs may be NULL. */
+/* Returns the sum of the losses; probs may be NULL. A target < 0 is not
+ * counted: loss 0. */
 static double ref_crossentropy(double *losses, double *probs, const double *logits,
                                const int32_t *targets, int N, int V)
 {
@@ -303,7 +304,7 @@ static double ref_crossentropy(double *losses, double *probs, const double *logi
         if (probs)
             for (int j = 0; j < V; j++)
                 probs[(size_t)i * V + j] = exp(x[j] - m) / s;
-        losses[i] = log(s) + m - x[targets[i]];
+        losses[i] = targets[i] < 0 ? 0.0 : log(s) + m - x[targets[i]];
         total += losses[i];
     }
     return total;
@@ -1463,6 +1464,30 @@ START_TEST(crossentropy_backward_accumulates)
 }
 END_TEST
 
+/* Masked rows (target -1): every other row (_i 0) or every row (_i 1):
+ * loss 0 and no gradient, the others as the reference. */
+START_TEST(crossentropy_masked_rows_are_not_counted)
+{
+    struct xent_case x = xent_setup(0);
+    for (int i = 0; i < x.N; i++)
+        if (_i == 1 || i % 2 == 0)
+            x.tgt[i] = -1;
+    xent_forward(&x);
+    ref_crossentropy(x.losses.d, x.probs.d, x.logits.d, x.tgt, x.N, x.V);
+    check_close("masked crossentropy probs", x.probs.f, x.probs.d, x.probs.n, FWD_TOL);
+    for (int i = 0; i < x.N; i++)
+        ck_assert_double_eq_tol(x.losses.f[i], x.losses.d[i], FWD_TOL * fmax(1.0, x.losses.d[i]));
+    xent_backward(&x);
+    if (_i == 0) /* all masked: nothing to differentiate, all zero below */
+        check_gradient("masked crossentropy dlogits", xent_objective, &x, x.logits.d, x.dlogits.f,
+                       x.logits.n);
+    for (int i = 0; i < x.N; i++)
+        for (int j = 0; j < x.V && x.tgt[i] < 0; j++)
+            ck_assert_float_eq(x.dlogits.f[(size_t)i * x.V + j], 0.0f);
+    xent_teardown(&x);
+}
+END_TEST
+
 /* A target whose probability underflows float still gets its exact loss
  * (the log-sum-exp), not -log(0). */
 START_TEST(crossentropy_loss_survives_underflow)
@@ -1630,6 +1655,7 @@ int main(void)
                         NSIZES(XENT_SIZES));
     tcase_add_test(tc, crossentropy_backward_accumulates);
     tcase_add_test(tc, crossentropy_loss_survives_underflow);
+    tcase_add_loop_test(tc, crossentropy_masked_rows_are_not_counted, 0, 2);
     tc = testutil_tcase(s, "expf", 60);
     tcase_add_test(tc, cpu_expf_is_accurate);
     tc = testutil_tcase(s, "backend", 60);

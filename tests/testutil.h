@@ -75,6 +75,12 @@ void testutil_train_micro_losses(const char *dir, const char *name, int np, cons
 void testutil_assert_losses_close(const double *want, const double *got, int n, double tol,
                                   const char *what);
 
+/* The folder holding GPT-2's vocabulary (scripts/gpt2_vocab.sh fills it):
+ * $ZT_GPT2_VOCAB_DIR, else the script's default cache folder; fails the
+ * test when it is not there, since scripts/test.sh fetches it before the
+ * tests run. Static buffer as testutil_fmt's. */
+const char *testutil_gpt2_vocab_dir(void);
+
 /* A new test case called `name` added to s, with a timeout of
  * `timeout_s` seconds (the sanitizer build runs about 10x slower than the
  * release one: leave room for it). */

@@ -536,7 +536,7 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     }
     ZT_TRY(head_forward(m, h, &a));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
-    return model_read_mean_loss(base, m->dev, m->acts + a.losses, B * T);
+    return model_read_mean_loss(base, m->dev, m->acts + a.losses, targets, B * T);
 }
 
 /* ---- backward ----------------------------------------------------------------- */

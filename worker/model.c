@@ -442,7 +442,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
                                              m->targets, BT, V));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
 
-    return model_read_mean_loss(&m->base, m->dev, acts + a.losses, BT);
+    return model_read_mean_loss(&m->base, m->dev, acts + a.losses, targets, BT);
 }
 
 /* ---- backward ------------------------------------------------------------- */

@@ -195,13 +195,19 @@ const char *model_profile_name(enum model_profile_category c);
 
 /* The part of a model instance every family shares; the first member of
  * each family's instance struct (see the design comment). The family's
- * create sets every field but `profile`; forward sets `mean_loss`. */
+ * create sets every field but `profile`; forward sets `mean_loss`,
+ * `loss_sum` and `n_counted`. */
 struct model {
     const struct model_family *family; /* whose create made it */
     const struct param_table *table;   /* not owned; outlives the instance */
     int B, T;                          /* the micro batch its activations hold */
-    int plan;                      /* plan-only device: passes walk the hooks, compute nothing */
-    float mean_loss;               /* mean over the B x T targets of the last real forward */
+    int plan; /* plan-only device: passes walk the hooks, compute nothing */
+    /* The last real forward's loss: the sum over its counted targets (a
+     * target < 0 is masked: not counted, ops.h), how many counted, and
+     * their mean (0 when none counted). */
+    float mean_loss;
+    double loss_sum;
+    int n_counted;
     struct model_profile *profile; /* not owned; NULL: no timing. Set by the caller */
     /* The borrowed adapter units and the adapters' scratch when the table
      * has LoRA adapters (model_parts.h), else NULL; model_create sets it. */
@@ -277,15 +283,19 @@ zt_status model_neftune_enable(struct model *m, const struct compute_backend *be
 /* Frees an instance and what it allocated; NULL is a no-op. */
 void model_destroy(struct model *m);
 
-/* Forward over host arrays inputs/targets[B*T], borrowing the parameters
- * through h; sets m->mean_loss. A plan-only instance takes NULL for both
+/* Forward over host arrays inputs/targets[B*T] (a target < 0: a masked
+ * position, not counted), borrowing the parameters through h; sets
+ * m->mean_loss, m->loss_sum and m->n_counted. A plan-only instance takes NULL for both
  * and only walks the hooks. Errors: the hooks', the compute backend's,
  * ZT_ERR_NOMEM. */
 zt_status model_forward(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,
                         const int32_t *targets);
-/* Backward of the last forward: accumulates d(loss * grad_scale)/dparams
- * into the hooks' gradient buffers (grad_scale = 1/accumulation steps,
- * times the loss scale under fp16). Errors: the hooks', the compute
+/* Backward of the last forward: accumulates d(sum of the counted losses *
+ * grad_scale / (B*T))/dparams into the hooks' gradient buffers. With no
+ * mask grad_scale = 1/accumulation steps (times the loss scale under
+ * fp16): the gradient of the micro batch's mean; the training step scales
+ * it so that a step's gradient is that of its mean over counted targets
+ * (coordinator/train.c). Errors: the hooks', the compute
  * backend's. */
 zt_status model_backward(struct model *m, const struct model_unit_hooks *h, float grad_scale);
 

@@ -221,7 +221,7 @@ zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const 
 }
 
 zt_status model_read_mean_loss(struct model *m, const struct device *dev, const float *dev_losses,
-                               int n)
+                               const int32_t *targets, int n)
 {
     float *losses = malloc((size_t)n * sizeof(float));
     if (!losses)
@@ -232,7 +232,12 @@ zt_status model_read_mean_loss(struct model *m, const struct device *dev, const 
         sum += losses[i];
     free(losses);
     ZT_TRY(s);
-    m->mean_loss = (float)(sum / n);
+    int counted = 0;
+    for (int i = 0; i < n; i++)
+        counted += targets[i] >= 0;
+    m->loss_sum = sum;
+    m->n_counted = counted;
+    m->mean_loss = counted > 0 ? (float)(sum / counted) : 0.0f;
     return ZT_OK;
 }
 

@@ -121,11 +121,13 @@ int model_blocks_checkpointed(int ckpt_every, int n);
 zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enum model_pass pass);
 
 /* Reads the n per-position losses at dev_losses (memory of dev) back and
- * sets m->mean_loss to their mean. A non-finite loss is not an error here:
- * every rank meets it in the gradient reduction, at the same point.
- * Errors: ZT_ERR_NOMEM, the device's. */
+ * sets m->loss_sum to their sum, m->n_counted to how many of the host
+ * targets[n] are >= 0 (a masked position's loss is 0, ops.h) and
+ * m->mean_loss to sum / counted (0 when none counts). A non-finite loss is
+ * not an error here: every rank meets it in the gradient reduction, at the
+ * same point. Errors: ZT_ERR_NOMEM, the device's. */
 zt_status model_read_mean_loss(struct model *m, const struct device *dev, const float *dev_losses,
-                               int n);
+                               const int32_t *targets, int n);
 
 /* Runs the fallible `call` of family instance `fam` (whose `base` is its
  * struct model), adds its time to the profile's category when profiling,

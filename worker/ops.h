@@ -146,11 +146,15 @@ struct ops_backend {
     zt_status (*residual_forward)(float *out, const float *a, const float *b, int N);
 
     /* Fused softmax + cross-entropy over rows of logits[N,V]: probs[N,V]
-     * receives the softmax, losses[N] the per-row -log p[target]. */
+     * receives the softmax, losses[N] the per-row -log p[target]. A target
+     * < 0 is not counted (a masked position: a prompt token, padding): its
+     * row's loss is 0 (its probs are still written). */
     zt_status (*crossentropy_forward)(float *losses, float *probs, const float *logits,
                                       const int32_t *targets, int N, int V);
-    /* dlogits += (probs - onehot(target)) * dloss for every row (dloss is
-     * the same scalar for all rows: the mean's 1/N times any scaling). */
+    /* dlogits += (probs - onehot(target)) * dloss for every row whose
+     * target is >= 0; a row with a target < 0 gets nothing (dloss is the
+     * same scalar for all rows: the caller's normalisation times any
+     * scaling). */
     zt_status (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
                                        float dloss, int N, int V);
 

@@ -12,6 +12,11 @@
  * added; the rounding error grows with the block count plus the block
  * length over the lane count (a few hundred ulps at worst for V = 50257,
  * typically a few), instead of with V.
+ *
+ * A negative target marks a position that is not a prediction target (a
+ * prompt token or padding under a loss mask): the forward still writes
+ * its softmax, so every row of probs is defined, but its loss is 0 and the
+ * backward leaves its row of dlogits alone.
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
@@ -75,8 +80,9 @@ zt_status cpu_crossentropy_forward(float *losses, float *probs, const float *log
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         int t = targets[i];
-        ZT_ASSERT(t >= 0 && t < V);
-        losses[i] = forward_row(probs + (size_t)i * V, logits + (size_t)i * V, t, V);
+        ZT_ASSERT(t < V);
+        float loss = forward_row(probs + (size_t)i * V, logits + (size_t)i * V, t < 0 ? 0 : t, V);
+        losses[i] = t < 0 ? 0.0f : loss;
     }
     return ZT_OK;
 }
@@ -87,8 +93,9 @@ zt_status cpu_crossentropy_backward(float *dlogits, const float *probs, const in
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         int t = targets[i];
-        ZT_ASSERT(t >= 0 && t < V);
-        backward_row(dlogits + (size_t)i * V, probs + (size_t)i * V, t, dloss, V);
+        ZT_ASSERT(t < V);
+        if (t >= 0)
+            backward_row(dlogits + (size_t)i * V, probs + (size_t)i * V, t, dloss, V);
     }
     return ZT_OK;
 }
