@@ -28,6 +28,7 @@
 #include "../formats/hf_weights.h"
 #include "../formats/peft_adapter.h"
 #include "../formats/safetensors_set.h"
+#include "../worker/param_quant.h"
 #include "run_base.h"
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
@@ -195,6 +196,7 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->files = files;
     if (run_base_external(s))
         m->base = s->base;
+    session_quant_of(&s->cfg, &m->quant);
     return describe_lora(s, &m->lora);
 }
 
@@ -507,6 +509,29 @@ static zt_status check_same_lora(const struct run_session *s, const char *step_d
     return ZT_OK;
 }
 
+/* A 4-bit base must be stored as the checkpoint's was: its codes are
+ * part of the model. */
+static zt_status check_same_quant(const struct run_session *s, const char *step_dir,
+                                  const struct ckpt_meta *m)
+{
+    struct ckpt_quant want;
+    session_quant_of(&s->cfg, &want);
+    const struct ckpt_quant *had = &m->quant;
+    char a[96], b[96];
+    snprintf(a, sizeof a, "load_in_4bit %s, %s, double quant %s, compute %s",
+             had->load_in_4bit ? "true" : "false", had->load_in_4bit ? had->quant_type : "-",
+             had->double_quant ? "true" : "false", had->load_in_4bit ? had->compute_dtype : "-");
+    snprintf(b, sizeof b, "load_in_4bit %s, %s, double quant %s, compute %s",
+             want.load_in_4bit ? "true" : "false", want.load_in_4bit ? want.quant_type : "-",
+             want.double_quant ? "true" : "false", want.load_in_4bit ? want.compute_dtype : "-");
+    if (strcmp(a, b) == 0)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "%s/meta.json: the checkpoint's base was stored as (%s), the config's "
+                        "quantization section says (%s): set it as the checkpoint has it",
+                        step_dir, a, b);
+}
+
 /* The checkpoint must be of this model (same family, shape, adapters,
  * units and frozen units) and of this optimizer, whose states are loaded
  * with the weights: one optimizer's moments are not another's. */
@@ -524,6 +549,7 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                             step_dir, had, have);
     }
     ZT_TRY(check_same_lora(s, step_dir, m));
+    ZT_TRY(check_same_quant(s, step_dir, m));
     if (!weights_only && strcmp(m->optimizer.kind, want) != 0)
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s/meta.json: the checkpoint was written with optimizer %s, but the "
@@ -972,6 +998,8 @@ static zt_status table_of(const char *step_dir, const struct ckpt_meta *m, struc
 {
     const struct lora_spec spec = spec_of(&m->lora);
     ZT_TRY(session_table_build(&m->model, m->lora.r ? &spec : NULL, t));
+    if (m->quant.load_in_4bit)
+        ZT_TRY(session_table_quantise(&m->quant, t));
     int same = t->n_params == m->n_params && t->n_units == m->n_units;
     for (int u = 0; same && u < m->n_units; u++)
         same = param_table_unit_size(t, u) == m->unit_numel[u];
@@ -1015,6 +1043,9 @@ zt_status run_checkpoint_read_model(const char *step_dir, struct ckpt_meta *meta
              : zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu parameters", table->n_params);
     if (st == ZT_OK && meta->base.kind != CKPT_BASE_STORED)
         st = run_base_read(step_dir, meta, table, out);
+    /* a 4-bit base is the model the run computed with */
+    if (st == ZT_OK && meta->quant.load_in_4bit)
+        st = param_quant_round_trip(table, out);
     if (st != ZT_OK) {
         free(out);
         param_table_free(table);

@@ -276,6 +276,34 @@ zt_status session_table_build(const struct zt_kvlist *shape, const struct lora_s
     return s;
 }
 
+void session_quant_of(const struct zt_config *c, struct ckpt_quant *out)
+{
+    memset(out, 0, sizeof *out);
+    out->load_in_4bit = c->quantization.load_in_4bit;
+    if (!out->load_in_4bit)
+        return;
+    snprintf(out->quant_type, sizeof out->quant_type, "%s", c->quantization.bnb_4bit_quant_type);
+    out->double_quant = c->quantization.bnb_4bit_use_double_quant;
+    snprintf(out->compute_dtype, sizeof out->compute_dtype, "%s",
+             zt_precision_name(config_compute_dtype(c)));
+}
+
+zt_status session_table_quantise(const struct ckpt_quant *q, struct param_table *t)
+{
+    struct param_quant_spec spec = {.double_quant = q->double_quant};
+    zt_status s = ZT_OK;
+    if (!quant4_type_find(q->quant_type, &spec.type) ||
+        !zt_precision_from_name(q->compute_dtype, &spec.compute))
+        s = zt_error_set(ZT_ERR_CHECKPOINT,
+                         "quantization: unknown bnb_4bit_quant_type '%s' or compute dtype '%s'",
+                         q->quant_type, q->compute_dtype);
+    if (s == ZT_OK)
+        s = param_quant_attach(t, &spec);
+    if (s != ZT_OK)
+        param_table_free(t);
+    return s;
+}
+
 zt_status session_build_table(const struct zt_config *c, struct param_table *out)
 {
     struct zt_kvlist shape;
@@ -286,15 +314,9 @@ zt_status session_build_table(const struct zt_config *c, struct param_table *out
     ZT_TRY(session_table_build(&shape, c->lora.enabled ? &spec : NULL, out));
     if (!c->quantization.load_in_4bit)
         return ZT_OK;
-    struct param_quant_spec q = {.double_quant = c->quantization.bnb_4bit_use_double_quant,
-                                 .compute = config_compute_dtype(c)};
-    const int known = quant4_type_find(c->quantization.bnb_4bit_quant_type, &q.type);
-    ZT_ASSERT(known); /* the config checked it */
-    (void)known;
-    zt_status s = param_quant_attach(out, &q);
-    if (s != ZT_OK)
-        param_table_free(out);
-    return s;
+    struct ckpt_quant q;
+    session_quant_of(c, &q);
+    return session_table_quantise(&q, out);
 }
 
 static zt_status build_model(struct run_session *s, const struct run_options *o)

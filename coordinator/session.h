@@ -132,6 +132,15 @@ zt_status session_table_build(const struct zt_kvlist *shape, const struct lora_s
  * session_lora_spec gives when lora.enabled. Errors: session_table_build's. */
 zt_status session_build_table(const struct zt_config *c, struct param_table *out);
 
+/* The config's quantization section as a checkpoint records it (canonical
+ * names: "nf4", "bf16"). */
+void session_quant_of(const struct zt_config *c, struct ckpt_quant *out);
+
+/* Stores t's frozen linear weights in 4 bits as q says (param_quant.h).
+ * Errors: ZT_ERR_CHECKPOINT for names it does not know, those of
+ * param_quant_attach; t is freed on error. */
+zt_status session_table_quantise(const struct ckpt_quant *q, struct param_table *t);
+
 /* The adapters the config's lora section asks for, target_modules
  * resolved: the config's list, else PEFT's default for the family. The
  * strings are the config's or static. Errors: ZT_ERR_UNSUPPORTED (no

@@ -196,6 +196,16 @@ struct ckpt_file {
  * "lora": {"r": 8, "lora_alpha": 16, "lora_dropout": 0, "bias": "none",
  * "target_modules": ["c_attn"]}; absent: none, r 0), so that a table can
  * be rebuilt from the checkpoint alone. */
+/* A 4-bit base (meta.json "quantization", BitsAndBytesConfig's names;
+ * absent: none): what the frozen linear weights were stored as, so that
+ * export and resume rebuild the same model. */
+struct ckpt_quant {
+    int load_in_4bit;
+    char quant_type[8]; /* "nf4" or "fp4" */
+    int double_quant;
+    char compute_dtype[8]; /* "fp32", "bf16" or "fp16" */
+};
+
 struct ckpt_lora {
     int r; /* >= 1; 0: no adapters */
     double alpha, dropout;
@@ -259,6 +269,7 @@ struct ckpt_meta {
     int64_t optimizer_steps;
     struct ckpt_file *files; /* owned, `world` entries: rank r's shard file */
     struct ckpt_lora lora;   /* r 0: none */
+    struct ckpt_quant quant; /* load_in_4bit 0: none */
     struct ckpt_base base;
 };
 

@@ -226,6 +226,19 @@ static void add_lora(struct json_text *t, const struct ckpt_lora *l)
     json_text_printf(t, "]},\n");
 }
 
+/* "quantization": {...} on one line, with a 4-bit base. */
+static void add_quant(struct json_text *t, const struct ckpt_quant *q)
+{
+    if (!q->load_in_4bit)
+        return;
+    json_text_printf(t, "  \"quantization\": {\"load_in_4bit\": true, \"bnb_4bit_quant_type\": ");
+    json_text_string(t, q->quant_type, JSON_ESCAPE_SHORT);
+    json_text_printf(t, ", \"bnb_4bit_use_double_quant\": %s, \"bnb_4bit_compute_dtype\": ",
+                     q->double_quant ? "true" : "false");
+    json_text_string(t, q->compute_dtype, JSON_ESCAPE_SHORT);
+    json_text_printf(t, "},\n");
+}
+
 /* "base": {...} on one line, when the frozen units are kept elsewhere. */
 static void add_base(struct json_text *t, const struct ckpt_base *b)
 {
@@ -252,6 +265,7 @@ zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
     add_kvlist(&t, "model", MODEL_KIND_KEY, &m->model);
     add_kvlist(&t, "optimizer", OPTIMIZER_KIND_KEY, &m->optimizer);
     add_lora(&t, &m->lora);
+    add_quant(&t, &m->quant);
     add_base(&t, &m->base);
     json_text_printf(&t, "  \"precision\": ");
     json_text_string(&t, m->precision, JSON_ESCAPE_SHORT);
@@ -584,6 +598,25 @@ static zt_status read_lora(const char *path, const struct json_value *root, stru
     return ZT_OK;
 }
 
+/* "quantization", when present. */
+static zt_status read_quant(const char *path, const struct json_value *root, struct ckpt_quant *q)
+{
+    const struct json_value *obj, *v;
+    if (!json_object_get(root, "quantization", NULL))
+        return ZT_OK;
+    ZT_TRY(need(path, root, "quantization", "quantization", JSON_OBJECT, &obj));
+    ZT_TRY(need(path, obj, "load_in_4bit", "quantization.load_in_4bit", JSON_BOOL, &v));
+    q->load_in_4bit = v->boolean != 0;
+    ZT_TRY(need_text(path, obj, "bnb_4bit_quant_type", "quantization.bnb_4bit_quant_type",
+                     q->quant_type, sizeof q->quant_type));
+    ZT_TRY(need(path, obj, "bnb_4bit_use_double_quant", "quantization.bnb_4bit_use_double_quant",
+                JSON_BOOL, &v));
+    q->double_quant = v->boolean != 0;
+    ZT_TRY(need_text(path, obj, "bnb_4bit_compute_dtype", "quantization.bnb_4bit_compute_dtype",
+                     q->compute_dtype, sizeof q->compute_dtype));
+    return ZT_OK;
+}
+
 /* "base", when present (format 3). */
 static zt_status read_base(const char *path, const struct json_value *root, struct ckpt_base *b)
 {
@@ -623,6 +656,7 @@ static zt_status read_tree(const char *path, const struct json_value *root, stru
         ZT_TRY(read_kvlist(path, root, "optimizer", OPTIMIZER_KIND_KEY, &m->optimizer));
     }
     ZT_TRY(read_lora(path, root, &m->lora));
+    ZT_TRY(read_quant(path, root, &m->quant));
     if (m->format_version >= 3)
         ZT_TRY(read_base(path, root, &m->base));
     /* only adapters leave frozen units out: a base without them is a broken file */

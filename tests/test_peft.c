@@ -307,6 +307,20 @@ START_TEST(merge_gives_the_adapted_loss_llama)
 }
 END_TEST
 
+/* QLoRA: the merged export carries the base as the run computed with it,
+ * dequantised from its 4-bit codes (NF4, double quantisation, bf16
+ * compute), so it evaluates as the adapted checkpoint does. */
+START_TEST(merge_of_a_4bit_base_gives_the_adapted_loss)
+{
+    merged_evaluates_the_same(
+        "peft-merge-qlora", testutil_fmt("--set model.init_from=%s ", hf_gpt2()),
+        LORA "--set lora.target_modules=all-linear --set quantization.load_in_4bit=true "
+             "--set quantization.bnb_4bit_use_double_quant=true "
+             "--set quantization.bnb_4bit_compute_dtype=bf16 ",
+        "");
+}
+END_TEST
+
 /* ---- lora.init_from ---- */
 
 /* An exported adapter read back with lora.init_from: the evaluation is
@@ -568,6 +582,7 @@ int main(void)
     tcase_add_test(tc, export_asks_for_what_fits);
     tcase_add_test(tc, merge_gives_the_adapted_loss_gpt2);
     tcase_add_test(tc, merge_gives_the_adapted_loss_llama);
+    tcase_add_test(tc, merge_of_a_4bit_base_gives_the_adapted_loss);
     tcase_add_test(tc, adapters_round_trip_through_lora_init_from);
     tcase_add_test(tc, bad_adapter_folders_are_refused);
     tcase_add_test(tc, small_checkpoints_resume_exactly_file_base);

@@ -1,6 +1,7 @@
 /* worker/param_quant.c — the 4-bit base's unit images (see param_quant.h). */
 #include "param_quant.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "precision.h"
@@ -102,6 +103,24 @@ void param_quant_decode(const struct param_table *t, int u, enum zt_dtype workin
         }
         at += tensor_bytes(t, p, working);
     }
+}
+
+zt_status param_quant_round_trip(const struct param_table *t, float *params)
+{
+    for (int u = 0; u < t->n_units; u++) {
+        if (!param_quant_unit_packed(t, u))
+            continue;
+        /* working precision fp32: the unit's other tensors come back as
+         * they are */
+        void *image = malloc(param_quant_unit_bytes(t, u, ZT_F32));
+        if (!image)
+            return zt_error_set(ZT_ERR_NOMEM, "cannot allocate a 4-bit unit's image");
+        float *unit = params + t->unit_offset[u];
+        param_quant_encode(t, u, ZT_F32, unit, image);
+        param_quant_decode(t, u, ZT_F32, image, unit);
+        free(image);
+    }
+    return ZT_OK;
 }
 
 size_t param_quant_region_bytes(const struct param_table *t)

@@ -63,6 +63,12 @@ void param_quant_encode(const struct param_table *t, int u, enum zt_dtype workin
 void param_quant_decode(const struct param_table *t, int u, enum zt_dtype working,
                         const void *image, float *dst);
 
+/* Replaces each 4-bit tensor's values in params[t->n_params] (fp32, host,
+ * the flat order) by what its storage gives back: quantised and
+ * dequantised, rounded through the compute dtype. The model a 4-bit run
+ * computes with, for export. Errors: ZT_ERR_NOMEM. */
+zt_status param_quant_round_trip(const struct param_table *t, float *params);
+
 /* How many of t's parameters are stored in 4 bits, and the bytes of their
  * regions (codes and scales) in the images. */
 size_t param_quant_numel(const struct param_table *t);
