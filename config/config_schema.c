@@ -131,9 +131,9 @@ static const struct field fields[] = {
     {"lora.r", T_INT, OFF(lora.r), 0, "8", GE(1), LE(4096), 0, NULL, "adapter rank"},
     {"lora.lora_alpha", T_DOUBLE, OFF(lora.lora_alpha), 0, "8", GT(0), NB, 0, NULL,
      "the adapters' term is scaled by lora_alpha / r"},
-    {"lora.lora_dropout", T_DOUBLE, OFF(lora.lora_dropout), 0, "0", GE(0), LT(1),
-     F_UNSUPPORTED_NONZERO, "lora.lora_dropout > 0",
-     "dropout on the adapters' input in training forwards"},
+    {"lora.lora_dropout", T_DOUBLE, OFF(lora.lora_dropout), 0, "0", GE(0), LT(1), 0, NULL,
+     "dropout on the adapters' input in training forwards (a mask per sample, the same at any "
+     "world size)"},
     {"lora.target_modules", T_PATHS, OFF(lora.target_modules), OFF(lora.n_target_modules), NULL,
      NB, NB, 0, NULL,
      "module names or their last components (gpt2: c_attn, c_proj, c_fc; llama: q_proj, k_proj, "

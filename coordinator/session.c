@@ -335,6 +335,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
                         session_ckpt_every(c), &s->model));
     if (o->profile)
         s->model->profile = &s->profile;
+    s->model->seed = c->run.seed;
     if (c->run.neftune_noise_alpha > 0.0)
         ZT_TRY(
             model_neftune_enable(s->model, &s->compute, c->run.neftune_noise_alpha, c->run.seed));

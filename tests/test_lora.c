@@ -258,6 +258,105 @@ START_TEST(gpt2_lora_matches_pytorch)
 }
 END_TEST
 
+/* ---- LoRA dropout ---- */
+
+struct drop_fixture {
+    struct lora_reference ref;
+    struct param_table t;
+    struct ledger ledger;
+    struct compute_backend be;
+    struct model *m;
+    struct flat_state st;
+    struct model_unit_hooks h;
+    uint64_t rows[8];
+};
+
+static void drop_open(struct drop_fixture *fx, double dropout)
+{
+    reference_load(&fx->ref);
+    ck_assert_int_eq(gpt2_table_build(&fx->ref.cfg, &fx->t), ZT_OK);
+    const char *const targets[] = {"qkv", "proj", "fc"};
+    char **names = our_module_names(&fx->t);
+    const struct lora_spec spec = {.r = fx->ref.r,
+                                   .alpha = fx->ref.alpha,
+                                   .dropout = dropout,
+                                   .targets = targets,
+                                   .n_targets = 3};
+    const int n = fx->t.n_tensors;
+    ck_assert_int_eq(lora_attach(&fx->t, &spec, (const char *const *)names), ZT_OK);
+    free_names(names, n);
+    ledger_init(&fx->ledger, 0);
+    ck_assert_int_eq(compute_backend_open("cpu", &fx->ledger, &fx->be), ZT_OK);
+    ck_assert_int_eq(model_create(&fx->t, &fx->be, fx->ref.B, fx->ref.T, 1, &fx->m), ZT_OK);
+    fx->st = (struct flat_state){.t = &fx->t, .params = fx->ref.params};
+    fx->st.grads = calloc(fx->t.n_params, sizeof(float));
+    ck_assert_ptr_nonnull(fx->st.grads);
+    fx->h = flat_hooks(&fx->st);
+    ck_assert_int_le(fx->ref.B, 8);
+    for (int b = 0; b < fx->ref.B; b++)
+        fx->rows[b] = 1000 + 7 * (uint64_t)b;
+    fx->m->seed = 99;
+    fx->m->row_ids = fx->rows;
+}
+
+static void drop_close(struct drop_fixture *fx)
+{
+    model_destroy(fx->m);
+    compute_backend_close(&fx->be);
+    ck_assert_int_eq((int)fx->ledger.total_current, 0);
+    free(fx->st.grads);
+    param_table_free(&fx->t);
+    reference_free(&fx->ref);
+}
+
+static double drop_loss(struct drop_fixture *fx, int training)
+{
+    fx->m->training = training;
+    ck_assert_int_eq(model_forward(fx->m, &fx->h, fx->ref.inputs, fx->ref.targets), ZT_OK);
+    return fx->m->mean_loss;
+}
+
+/* Training forwards drop (the same mask every time), evaluation does not
+ * (bit-identical to a table without dropout), and the backward goes
+ * through the forward's mask: the largest adapter gradients match central
+ * differences of the loss with dropout. Activation checkpointing is on, so the backward's
+ * recompute draws the mask once more. */
+START_TEST(dropout_masks_training_forwards_alike)
+{
+    struct drop_fixture fx, plain;
+    drop_open(&fx, 0.3);
+    drop_open(&plain, 0.0);
+    const double eval = drop_loss(&fx, 0), train = drop_loss(&fx, 1);
+    ck_assert_msg(eval == drop_loss(&plain, 1), "evaluation differs from no dropout");
+    ck_assert_msg(fabs(train - eval) > 1e-4, "dropout changed nothing: %g vs %g", train, eval);
+    ck_assert_msg(train == drop_loss(&fx, 1), "a second training forward drew another mask");
+    ck_assert_int_eq(model_backward(fx.m, &fx.h, 1.0f), ZT_OK);
+    /* central differences on the 16 largest adapter gradients */
+    const size_t a0 = fx.t.lora.n_base_params, n = fx.t.n_params - a0;
+    float *g = malloc(n * sizeof(float));
+    ck_assert_ptr_nonnull(g);
+    memcpy(g, fx.st.grads + a0, n * sizeof(float));
+    for (int pick = 0; pick < 16; pick++) {
+        size_t at = 0;
+        for (size_t i = 1; i < n; i++)
+            at = fabsf(g[i]) > fabsf(g[at]) ? i : at;
+        const float old = fx.ref.params[a0 + at], eps = 1e-2f;
+        fx.ref.params[a0 + at] = old + eps;
+        const double up = drop_loss(&fx, 1);
+        fx.ref.params[a0 + at] = old - eps;
+        const double down = drop_loss(&fx, 1);
+        fx.ref.params[a0 + at] = old;
+        const double fd = (up - down) / (2.0 * eps);
+        ck_assert_msg(fabs(fd - g[at]) <= 3e-2 * fabs(g[at]), "adapter element %zu: %.6g vs %.6g",
+                      at, (double)g[at], fd);
+        g[at] = 0.0f;
+    }
+    free(g);
+    drop_close(&plain);
+    drop_close(&fx);
+}
+END_TEST
+
 /* ---- Llama against the merged model ---- */
 
 struct pass_result {
@@ -385,6 +484,7 @@ int main(void)
     tcase_add_test(tc, all_linear_leaves_out_the_head);
     tcase_add_test(tc, gpt2_lora_matches_pytorch);
     tcase_add_test(tc, llama_lora_is_the_merged_model);
+    tcase_add_test(tc, dropout_masks_training_forwards_alike);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }

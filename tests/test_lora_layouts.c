@@ -158,6 +158,25 @@ START_TEST(a_target_matching_nothing_is_refused)
 }
 END_TEST
 
+/* LoRA dropout's masks are drawn per sample: another world size and stage
+ * draw the same ones (Llama, every linear layer adapted). */
+START_TEST(dropout_is_the_same_at_any_layout)
+{
+    const char *dir = testutil_tmpdir("lora-dropout");
+    const char *drop = LLAMA " --set lora.lora_dropout=0.1";
+    double base[STEPS], plain[STEPS], got[STEPS];
+    train(dir, "base", 1, layout(1, 0, drop), base);
+    train(dir, "plain", 1, layout(1, 0, LLAMA), plain);
+    /* B starts at zero: the first step cannot tell, the last can */
+    ck_assert_msg(fabs(base[STEPS - 1] - plain[STEPS - 1]) > 1e-6, "dropout changed nothing");
+    train(dir, "np2-stage3", 2, layout(2, 3, drop), got);
+    assert_close(base, got, 1e-5, "dropout, 2 ranks, stage 3");
+    train(dir, "np4-stage1", 4,
+          layout(4, 1, testutil_fmt("%s --set activation_checkpointing.enabled=true", drop)), got);
+    assert_close(base, got, 1e-5, "dropout, 4 ranks, stage 1, checkpointed blocks");
+}
+END_TEST
+
 /* `zerotrain eval` of the checkpoint in dir/ckpt at 2 ranks: its
  * {"val_loss": ...} text. */
 static const char *eval_loss(const char *dir, const char *name, const char *extra)
@@ -275,6 +294,7 @@ int main(void)
     tcase_add_test(tc, memory_holds_the_adapters_states_only);
     tcase_add_test(tc, a_target_matching_nothing_is_refused);
     tcase_add_test(tc, neftune_noise_is_training_only_and_deterministic);
+    tcase_add_test(tc, dropout_is_the_same_at_any_layout);
     tcase_add_test(tc, qlora_stages_and_world_sizes_give_the_same_losses);
     tcase_add_test(tc, qlora_base_is_half_a_byte_a_parameter);
     return testutil_run_suite(s, 0);

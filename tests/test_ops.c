@@ -887,6 +887,30 @@ START_TEST(matmul_backward_skips_a_frozen_weight)
 }
 END_TEST
 
+/* ---- elementwise product (dropout masks) ---- */
+
+START_TEST(mul_forward_and_backward_match_reference)
+{
+    const int N = 37;
+    struct tensor a = tensor_rand(N, 51, 1.0), b = tensor_rand(N, 52, 2.0),
+                  d = tensor_rand(N, 53, 1.0);
+    struct tensor out = tensor_zeros(N), da = tensor_zeros(N);
+    ck_assert_int_eq(ops_cpu_backend()->mul_forward(out.f, a.f, b.f, N), ZT_OK);
+    for (int i = 0; i < N; i++)
+        out.d[i] = a.d[i] * b.d[i];
+    check_close("mul out", out.f, out.d, N, FWD_TOL);
+    for (int rep = 1; rep <= 2; rep++) { /* accumulates */
+        ck_assert_int_eq(ops_cpu_backend()->mul_backward(da.f, b.f, d.f, N), ZT_OK);
+        for (int i = 0; i < N; i++)
+            da.d[i] = rep * b.d[i] * d.d[i];
+        check_close("mul da", da.f, da.d, N, FWD_TOL);
+    }
+    struct tensor *all[] = {&a, &b, &d, &out, &da};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        tensor_free(all[i]);
+}
+END_TEST
+
 /* ---- attention ---- */
 
 /* B T NH NKV hs. GPT-2's case NKV == NH: head size 4, T = 1, T past the
@@ -1538,9 +1562,9 @@ START_TEST(backend_table_is_complete)
               b->attention_forward && b->attention_backward && b->rmsnorm_forward &&
               b->rmsnorm_backward && b->rope_forward && b->rope_backward && b->swiglu_forward &&
               b->swiglu_backward && b->gelu_forward && b->gelu_backward && b->residual_forward &&
-              b->lora_forward && b->lora_backward && b->crossentropy_forward &&
-              b->crossentropy_backward && b->to_f32 && b->from_f32 && b->add_into &&
-              b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
+              b->lora_forward && b->lora_backward && b->mul_forward && b->mul_backward &&
+              b->crossentropy_forward && b->crossentropy_backward && b->to_f32 && b->from_f32 &&
+              b->add_into && b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
 }
 END_TEST
 
@@ -1634,6 +1658,7 @@ int main(void)
     tcase_add_loop_test(tc, lora_backward_matches_finite_differences, 0, NSIZES(LORA_SIZES));
     tcase_add_test(tc, lora_backward_accumulates_and_skips_dinp);
     tcase_add_test(tc, matmul_backward_skips_a_frozen_weight);
+    tcase_add_test(tc, mul_forward_and_backward_match_reference);
     tc = testutil_tcase(s, "rope", 60);
     tcase_add_loop_test(tc, rope_forward_matches_reference, 0, NSIZES(ROPE_SIZES));
     tcase_add_loop_test(tc, rope_backward_is_the_transpose, 0, NSIZES(ROPE_SIZES));

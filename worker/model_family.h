@@ -218,6 +218,7 @@ struct model {
      * depend on how a step's batch is split over ranks (NULL: 0 .. B-1). */
     int training;
     const uint64_t *row_ids;
+    uint64_t seed; /* the run's seed: keys LoRA dropout's masks (with the row ids) */
     struct model_neftune *neftune; /* NULL: off (model_neftune_enable) */
 };
 

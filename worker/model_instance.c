@@ -14,6 +14,7 @@ zt_status model_create(const struct param_table *t, const struct compute_backend
     ZT_ASSERT((*out)->family == t->family && (*out)->table == t);
     zt_status s = model_adapters_create(*out, be);
     if (s != ZT_OK) {
+        model_adapters_destroy(*out);
         (*out)->family->destroy(*out);
         *out = NULL;
     }

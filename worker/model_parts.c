@@ -73,6 +73,30 @@ zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enu
 
 /* ---- LoRA adapters in the passes ---------------------------------------- */
 
+/* LoRA dropout's buffers (model_adapters), for the widest adapted input. */
+static zt_status dropout_buffers(struct model *m)
+{
+    struct model_adapters *a = m->lora;
+    const struct param_table *t = m->table;
+    size_t widest = 0;
+    for (int k = 0; k < t->lora.n_base_tensors; k++)
+        if (t->tensors[k].adapter >= 0 && (size_t)t->tensors[k].cols > widest)
+            widest = (size_t)t->tensors[k].cols;
+    a->drop_bytes = (size_t)m->B * (size_t)m->T * widest * sizeof(float);
+    float **dev[3] = {&a->mask, &a->dropped, &a->ddropped};
+    static const char *const what[3] = {"LoRA dropout mask", "LoRA dropped input",
+                                        "LoRA dropped input gradient"};
+    for (int i = 0; i < 3; i++) {
+        void *p = NULL;
+        ZT_TRY(device_alloc(a->dev, LEDGER_WORKSPACE, a->drop_bytes, what[i], &p));
+        *dev[i] = p;
+    }
+    if (m->plan)
+        return ZT_OK;
+    a->mask_host = malloc(a->drop_bytes);
+    return a->mask_host ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate LoRA dropout's mask");
+}
+
 zt_status model_adapters_create(struct model *m, const struct compute_backend *be)
 {
     const struct param_table *t = m->table;
@@ -106,7 +130,7 @@ zt_status model_adapters_create(struct model *m, const struct compute_backend *b
     }
     a->scratch = p;
     m->lora = a;
-    return ZT_OK;
+    return t->lora.dropout > 0.0f ? dropout_buffers(m) : ZT_OK;
 }
 
 void model_adapters_destroy(struct model *m)
@@ -115,6 +139,11 @@ void model_adapters_destroy(struct model *m)
     if (!a)
         return;
     device_free(a->dev, LEDGER_WORKSPACE, a->scratch_bytes, a->scratch);
+    float *drop[3] = {a->ddropped, a->dropped, a->mask};
+    for (int i = 0; i < 3 && a->drop_bytes; i++) /* newest first; a plan's are NULL but counted */
+        if (drop[i] || m->plan)
+            device_free(a->dev, LEDGER_WORKSPACE, a->drop_bytes, drop[i]);
+    free(a->mask_host);
     free(a->w);
     free(a->g);
     free(a);
@@ -171,6 +200,37 @@ static int fused_width(const struct param_table *t, int k, int n)
     return width;
 }
 
+/* Whether this pass drops the adapters' inputs (training forwards and
+ * their backward, lora_dropout > 0). */
+static int dropping(const struct model *m)
+{
+    return m->lora && m->training && m->table->lora.dropout > 0.0f;
+}
+
+/* Adapted tensor k's dropout mask for the micro batch, 0 or 1 / (1 - p)
+ * per element of its input [N = B*T, C], in a->mask: element (t, c) of
+ * batch row b is counter t*C + c of the generator keyed by the row's
+ * global sample index and k, so a layout and a recompute draw the same
+ * mask. Then a->dropped = inp * mask. */
+static zt_status drop_input(struct model *m, int k, const float *inp, int N, int C)
+{
+    struct model_adapters *a = m->lora;
+    const double p = m->table->lora.dropout;
+    const float keep = (float)(1.0 / (1.0 - p));
+    const uint64_t base = rng_key(m->seed, "lora_dropout");
+    const size_t row_len = (size_t)m->T * (size_t)C;
+    ZT_ASSERT(N == m->B * m->T && (size_t)N * C * sizeof(float) <= a->drop_bytes);
+    for (int b = 0; b < m->B; b++) {
+        const uint64_t row = m->row_ids ? m->row_ids[b] : (uint64_t)b;
+        const uint64_t key = rng_u64(rng_u64(base, row), (uint64_t)k);
+        float *dst = a->mask_host + (size_t)b * row_len;
+        for (size_t i = 0; i < row_len; i++)
+            dst[i] = rng_uniform(key, i) < p ? 0.0f : keep;
+    }
+    ZT_TRY(a->dev->ops->copy_from_host(a->mask, a->mask_host, (size_t)N * C * sizeof(float)));
+    return a->ops->mul_forward(a->dropped, inp, a->mask, N * C);
+}
+
 zt_status model_lora_forward(struct model *m, int k, int n, float *out, const float *inp, int N)
 {
     if (!m->lora)
@@ -183,11 +243,15 @@ zt_status model_lora_forward(struct model *m, int k, int n, float *out, const fl
         const struct param_tensor *p = &t->tensors[k + i];
         if (p->adapter < 0)
             continue;
-        const float *w = a->w[p->unit];
+        const float *w = a->w[p->unit], *x = inp;
         ZT_ASSERT(w);
-        ZT_TRY(a->ops->lora_forward(
-            out + col, ldo, a->scratch, inp, model_param_in(t, p->adapter, w),
-            model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols, t->lora.r, p->rows));
+        if (dropping(m)) {
+            ZT_TRY(drop_input(m, k + i, inp, N, p->cols));
+            x = a->dropped;
+        }
+        ZT_TRY(a->ops->lora_forward(out + col, ldo, a->scratch, x, model_param_in(t, p->adapter, w),
+                                    model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols,
+                                    t->lora.r, p->rows));
     }
     if (m->profile)
         m->profile->seconds[MODEL_PROF_MATMUL] += zt_now_seconds() - t0;
@@ -207,13 +271,22 @@ zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const 
         const struct param_tensor *p = &t->tensors[k + i];
         if (p->adapter < 0)
             continue;
-        const float *w = a->w[p->unit];
-        float *g = a->g[p->unit];
+        const float *w = a->w[p->unit], *x = inp;
+        float *g = a->g[p->unit], *dx = dinp;
         ZT_ASSERT(w && g);
+        const size_t nx = (size_t)N * p->cols;
+        if (dropping(m)) { /* the forward's mask again; dx goes through it below */
+            ZT_TRY(drop_input(m, k + i, inp, N, p->cols));
+            ZT_TRY(a->dev->ops->memset_zero(a->ddropped, nx * sizeof(float)));
+            x = a->dropped;
+            dx = dinp ? a->ddropped : NULL;
+        }
         ZT_TRY(a->ops->lora_backward(
-            dinp, model_grad_in(t, p->adapter, g), model_grad_in(t, p->adapter + 1, g), a->scratch,
-            dout + col, ldo, inp, model_param_in(t, p->adapter, w),
+            dx, model_grad_in(t, p->adapter, g), model_grad_in(t, p->adapter + 1, g), a->scratch,
+            dout + col, ldo, x, model_param_in(t, p->adapter, w),
             model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols, t->lora.r, p->rows));
+        if (dx && dx != dinp)
+            ZT_TRY(a->ops->mul_backward(dinp, a->mask, a->ddropped, (int)nx));
     }
     if (m->profile)
         m->profile->seconds[MODEL_PROF_MATMUL] += zt_now_seconds() - t0;

@@ -57,6 +57,11 @@ struct model_adapters {
     float **g;       /* [n_units]: and gradients */
     float *scratch;  /* 2 * B*T*r floats: u and du of one adapter */
     size_t scratch_bytes;
+    /* lora_dropout > 0: one adapter's mask (0 or 1 / (1 - p)), dropped
+     * input and its gradient, B*T*cols floats each for the widest adapted
+     * input, in the device's memory; the mask drawn on the host first. */
+    float *mask, *dropped, *ddropped, *mask_host;
+    size_t drop_bytes;
     const struct device *dev;
     const struct ops_backend *ops;
 };

@@ -144,6 +144,10 @@ struct ops_backend {
 
     /* out = a + b, elementwise over N floats. */
     zt_status (*residual_forward)(float *out, const float *a, const float *b, int N);
+    /* out = a * b elementwise over N floats (a dropout mask applied). */
+    zt_status (*mul_forward)(float *out, const float *a, const float *b, int N);
+    /* da += b * dout elementwise: mul_forward's gradient w.r.t. a. */
+    zt_status (*mul_backward)(float *da, const float *b, const float *dout, int N);
 
     /* Fused softmax + cross-entropy over rows of logits[N,V]: probs[N,V]
      * receives the softmax, losses[N] the per-row -log p[target]. A target

@@ -1,4 +1,4 @@
-/* worker/cpu/gelu.c — GELU (tanh approximation) and the residual add.
+/* worker/cpu/gelu.c — GELU (tanh approximation), the residual add and the elementwise product.
  *
  * GELU(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as in
  * GPT-2. Since 0.5 (1 + tanh(u)) = 1 / (1 + e^(-2u)) exactly, both
@@ -67,5 +67,21 @@ zt_status cpu_residual_forward(float *out, const float *a, const float *b, int N
 #pragma omp parallel for simd schedule(static)
     for (int i = 0; i < N; i++)
         out[i] = a[i] + b[i];
+    return ZT_OK;
+}
+
+zt_status cpu_mul_forward(float *out, const float *a, const float *b, int N)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int i = 0; i < N; i++)
+        out[i] = a[i] * b[i];
+    return ZT_OK;
+}
+
+zt_status cpu_mul_backward(float *da, const float *b, const float *dout, int N)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int i = 0; i < N; i++)
+        da[i] += b[i] * dout[i];
     return ZT_OK;
 }

@@ -87,10 +87,13 @@ zt_status cpu_lora_backward(float *dinp, float *dA, float *dB, float *scratch, c
                             int ldo, const float *inp, const float *A, const float *B, float scale,
                             int N, int C, int r, int OC);
 
-/* gelu_forward, gelu_backward and residual_forward of worker/ops.h. */
+/* gelu_forward, gelu_backward, residual_forward and mul_forward/backward of
+ * worker/ops.h (the elementwise ops). */
 zt_status cpu_gelu_forward(float *out, const float *inp, int N);
 zt_status cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
 zt_status cpu_residual_forward(float *out, const float *a, const float *b, int N);
+zt_status cpu_mul_forward(float *out, const float *a, const float *b, int N);
+zt_status cpu_mul_backward(float *da, const float *b, const float *dout, int N);
 
 /* crossentropy_forward and crossentropy_backward of worker/ops.h; a target
  * outside [0, V) fails a ZT_ASSERT. */
