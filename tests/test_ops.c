@@ -569,6 +569,40 @@ static void rms_backward(void *ctx)
                      ZT_OK);
 }
 
+/* Gradients that do not start at zero (accumulation over micro steps)
+ * come out bit for bit the same on any number of threads. */
+START_TEST(layernorm_backward_is_bitwise_thread_independent)
+{
+    struct ln_case l = ln_setup(3);
+    const int n = l.dx.n + 2 * l.C;
+    float *first = malloc((size_t)n * sizeof *first);
+    ck_assert_ptr_nonnull(first);
+    ln_forward(&l);
+    for (int threads = 1; threads <= 3; threads++) {
+        for (int i = 0; i < l.dx.n; i++)
+            l.dx.f[i] = 0.25f * l.r.f[i];
+        for (int c = 0; c < l.C; c++) {
+            l.dw.f[c] = 0.5f + 0.01f * (float)c;
+            l.db.f[c] = 0.3f - 0.02f * (float)c;
+        }
+        ops_cpu_set_threads(threads);
+        ln_backward(&l);
+        float *got[3] = {l.dx.f, l.dw.f, l.db.f};
+        const int len[3] = {l.dx.n, l.C, l.C};
+        for (int k = 0, at = 0; k < 3; at += len[k], k++) {
+            if (threads == 1)
+                memcpy(first + at, got[k], (size_t)len[k] * sizeof(float));
+            else
+                ck_assert_msg(memcmp(first + at, got[k], (size_t)len[k] * sizeof(float)) == 0,
+                              "layernorm gradient %d differs on %d threads", k, threads);
+        }
+    }
+    ops_cpu_set_threads(1);
+    free(first);
+    ln_teardown(&l);
+}
+END_TEST
+
 START_TEST(rmsnorm_forward_matches_reference)
 {
     struct rms_case m = rms_setup(_i);
@@ -1645,6 +1679,7 @@ int main(void)
     tcase_add_loop_test(tc, rmsnorm_backward_matches_finite_differences, 0, NSIZES(RMS_SIZES));
     tcase_add_test(tc, rmsnorm_backward_accumulates);
     tcase_add_test(tc, rmsnorm_backward_is_bitwise_thread_independent);
+    tcase_add_test(tc, layernorm_backward_is_bitwise_thread_independent);
     tc = testutil_tcase(s, "matmul", 60);
     tcase_add_loop_test(tc, matmul_forward_matches_reference, 0, 2 * NSIZES(MM_SIZES));
     tcase_add_loop_test(tc, matmul_backward_matches_finite_differences, 0, 2 * NSIZES(MM_SIZES));

@@ -8,15 +8,18 @@
  * vector lane, which bounds the rounding growth for the C of GPT-2 widths.
  *
  * The backward needs, per row, the sums of w*dout and w*dout*xhat before it
- * can write dinp, and accumulates dweight and dbias across all rows. With one
- * thread it does both in one sweep. With several, rows would race on
- * dweight/dbias, so rows go to threads for dinp and column blocks go to
- * threads for the parameter gradients, in a second sweep.
+ * can write dinp, and accumulates dweight and dbias across all rows. Rows
+ * go to threads for dinp; column blocks go to threads for the parameter
+ * gradients in a second sweep, each block's column sums added once. One
+ * thread does the same (rather than adding each row straight into dweight
+ * in the first sweep), because the two orders round differently whenever
+ * the gradients do not start at zero (accumulation over micro steps): the
+ * price of bit-identical results on any thread count is one more read of
+ * dout and inp, as in rmsnorm.c.
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
 #include <math.h>
-#include <omp.h>
 
 enum { COL_BLOCK = 64 };
 
@@ -54,9 +57,9 @@ zt_status cpu_layernorm_forward(float *out, float *mean, float *rstd, const floa
     return ZT_OK;
 }
 
-/* dinp for one row; also dweight/dbias when `dw` is non-NULL. */
-CPU_KERNEL static void backward_row(float *dx, float *dw, float *db, const float *dy,
-                                    const float *x, const float *w, float m, float rs, int C)
+/* dinp for one row. */
+CPU_KERNEL static void backward_row(float *dx, const float *dy, const float *x, const float *w,
+                                    float m, float rs, int C)
 {
     float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
@@ -66,20 +69,10 @@ CPU_KERNEL static void backward_row(float *dx, float *dw, float *db, const float
         sum_gx += g * (x[c] - m) * rs;
     }
     float mg = sum_g / (float)C, mgx = sum_gx / (float)C;
-    if (dw) {
 #pragma omp simd
-        for (int c = 0; c < C; c++) {
-            float xhat = (x[c] - m) * rs;
-            dx[c] += (w[c] * dy[c] - mg - xhat * mgx) * rs;
-            dw[c] += xhat * dy[c];
-            db[c] += dy[c];
-        }
-    } else {
-#pragma omp simd
-        for (int c = 0; c < C; c++) {
-            float xhat = (x[c] - m) * rs;
-            dx[c] += (w[c] * dy[c] - mg - xhat * mgx) * rs;
-        }
+    for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * rs;
+        dx[c] += (w[c] * dy[c] - mg - xhat * mgx) * rs;
     }
 }
 
@@ -110,18 +103,12 @@ zt_status cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, cons
                                  const float *inp, const float *weight, const float *mean,
                                  const float *rstd, int N, int C)
 {
-    if (omp_get_max_threads() == 1) {
-        for (int i = 0; i < N; i++)
-            backward_row(dinp + (size_t)i * C, dweight, dbias, dout + (size_t)i * C,
-                         inp + (size_t)i * C, weight, mean[i], rstd[i], C);
-        return ZT_OK;
-    }
 #pragma omp parallel
     {
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++)
-            backward_row(dinp + (size_t)i * C, NULL, NULL, dout + (size_t)i * C,
-                         inp + (size_t)i * C, weight, mean[i], rstd[i], C);
+            backward_row(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, weight,
+                         mean[i], rstd[i], C);
         if (dweight)
 #pragma omp for schedule(static)
             for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
