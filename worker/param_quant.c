@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/half.h"
 #include "precision.h"
 
 /* Tensors start at multiples of 4 bytes (quant4 regions need it). */
@@ -79,6 +80,18 @@ void param_quant_encode(const struct param_table *t, int u, enum zt_dtype workin
     }
 }
 
+/* y[0..n) rounded to the 16-bit compute dtype and widened back (F32: as
+ * they are). */
+static void round_through(enum zt_dtype compute, float *y, size_t n)
+{
+    if (compute == ZT_BF16)
+        for (size_t i = 0; i < n; i++)
+            y[i] = zt_bf16_to_f32(zt_f32_to_bf16(y[i]));
+    else if (compute == ZT_F16)
+        for (size_t i = 0; i < n; i++)
+            y[i] = zt_f16_to_f32(zt_f32_to_f16(y[i]));
+}
+
 void param_quant_decode(const struct param_table *t, int u, enum zt_dtype working,
                         const void *image, float *dst)
 {
@@ -92,12 +105,7 @@ void param_quant_decode(const struct param_table *t, int u, enum zt_dtype workin
         if (p->storage == PARAM_STORAGE_Q4) {
             quant4_dequantize_region((enum quant4_type)t->quant.type, t->quant.double_quant, at,
                                      p->numel, 0, p->numel, y);
-            if (t->quant.compute != ZT_F32) /* y is scratch enough for the round trip */
-                for (size_t i = 0; i < p->numel; i++) {
-                    unsigned char h[2];
-                    precision_from_f32(t->quant.compute, y + i, h, 1);
-                    precision_to_f32(t->quant.compute, h, y + i, 1);
-                }
+            round_through(t->quant.compute, y, p->numel);
         } else {
             precision_to_f32(working, at, y, p->numel);
         }
