@@ -431,7 +431,8 @@ static zt_status hook_pass_begin(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
     if (e->policy.shard_params) {
-        e->n_schedule = param_table_unit_order(e->table, pass, e->schedule, MODEL_MAX_UNITS + 4);
+        e->n_schedule = param_table_unit_order(e->table, &e->pipeline_stage, pass, e->schedule,
+                                               MODEL_MAX_UNITS + 4);
         ZT_ASSERT(e->n_schedule <= MODEL_MAX_UNITS + 4);
         e->cursor = 0;
         e->issued = 0;
@@ -591,6 +592,9 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     out->ops = be->ops;
     out->plan = !device_is_real(&be->dev);
     out->esz = zt_dtype_size(cfg->precision);
+    out->pipeline_stage = cfg->pipeline_stage ? *cfg->pipeline_stage : model_stage_whole(t);
+    out->cfg.pipeline_stage = cfg->pipeline_stage ? &out->pipeline_stage : NULL;
+    out->tie_peer = -1;
     ZT_ASSERT(comm || out->plan);
     out->hooks = (struct model_unit_hooks){
         .ctx = out,
@@ -601,7 +605,7 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         .grads_acquire = hook_grads_acquire,
         .grads_done = hook_grads_done,
     };
-    zt_status st = shard_partition_build(t, cfg->world, &out->part);
+    zt_status st = shard_partition_build_stage(t, cfg->world, out->cfg.pipeline_stage, &out->part);
     if (st == ZT_OK)
         shard_partition_pack(&out->part, t, cfg->precision);
     if (st == ZT_OK) {
@@ -690,6 +694,68 @@ static size_t reduced_count(const struct shard_engine *e)
     return !e->policy.shard_states ? e->part.state_padded_total : e->part.state_shard_total;
 }
 
+void shard_engine_join_pipeline(struct shard_engine *e, struct comm *pipe)
+{
+    const int stages = comm_size(pipe);
+    e->pipe = stages > 1 ? pipe : NULL;
+    e->tie_peer = -1;
+    e->tie_duplicate = 0;
+    if (!e->pipe || !param_table_head_tied(e->table) || !e->part.units[0].trainable)
+        return;
+    e->tie_peer = e->pipeline_stage.first ? stages - 1 : e->pipeline_stage.last ? 0 : -1;
+    e->tie_duplicate = e->pipeline_stage.last;
+}
+
+/* Where the tied embedding's reduced gradient lies in g (the reduced
+ * gradients the norm and update read), and how many elements. */
+static void tied_range(const struct shard_engine *e, size_t *off, size_t *n)
+{
+    const struct shard_unit *su = &e->part.units[0];
+    *off = e->policy.shard_states ? su->state_shard_offset : su->state_padded_offset;
+    *n = e->policy.shard_states ? su->shard : su->padded;
+}
+
+/* The first and last stage exchange their reduced gradients of the tied
+ * embedding and each adds the other's (Megatron's embedding group), so
+ * both take the same update. */
+static zt_status sync_tied(struct shard_engine *e, void *g)
+{
+    size_t off, n;
+    tied_range(e, &off, &n);
+    void *peer = NULL;
+    struct comm_request *req = NULL;
+    ZT_TRY(
+        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, "tied embedding gradients", &peer));
+    zt_status st = comm_isend(e->pipe, at(e, g, off), n, e->cfg.precision, e->tie_peer, &req);
+    if (st == ZT_OK)
+        st = comm_recv(e->pipe, peer, n, e->cfg.precision, e->tie_peer);
+    if (req) {
+        zt_status w = comm_wait(e->pipe, req);
+        st = st == ZT_OK ? w : st;
+    }
+    if (st == ZT_OK)
+        st = e->ops->add_into(e->cfg.precision, at(e, g, off), peer, n);
+    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, peer);
+    return st;
+}
+
+/* The sum of squares of this rank's share of the reduced gradients g[n],
+ * scaled, without the second copy of a tied embedding. */
+static zt_status norm_share(struct shard_engine *e, const void *g, size_t n, double scale,
+                            double *sumsq)
+{
+    if (!e->tie_duplicate)
+        return e->ops->sum_squares(e->cfg.precision, g, n, scale, sumsq);
+    size_t off, len;
+    double before = 0.0, after = 0.0;
+    tied_range(e, &off, &len);
+    ZT_TRY(e->ops->sum_squares(e->cfg.precision, g, off, scale, &before));
+    ZT_TRY(e->ops->sum_squares(e->cfg.precision, at(e, (void *)g, off + len), n - off - len, scale,
+                               &after));
+    *sumsq = before + after;
+    return ZT_OK;
+}
+
 static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
                            struct shard_update_stats *stats, struct optimizer_hparams *hp,
                            double loss_scale, int skip_on_overflow, struct shard_step_result *out)
@@ -699,11 +765,15 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
         ZT_TRY(comm_allreduce(e->comm, e->grads, n, e->cfg.precision, COMM_OP_SUM));
     else if (shard_policy_reduces_at_step(&e->policy))
         ZT_TRY(reduce_full_grads(e, g));
+    if (e->tie_peer >= 0)
+        ZT_TRY(sync_tied(e, g));
     const double unscale = 1.0 / ((double)e->cfg.world * loss_scale);
     double sumsq;
-    ZT_TRY(e->ops->sum_squares(e->cfg.precision, g, n, unscale, &sumsq));
+    ZT_TRY(norm_share(e, g, n, unscale, &sumsq));
     if (e->policy.shard_states)
         ZT_TRY(comm_allreduce(e->comm, &sumsq, 1, ZT_F64, COMM_OP_SUM));
+    if (e->pipe)
+        ZT_TRY(comm_allreduce(e->pipe, &sumsq, 1, ZT_F64, COMM_OP_SUM));
     const double norm = sqrt(sumsq);
     out->grad_norm = norm;
     if (!isfinite(norm)) {

@@ -6,6 +6,12 @@
 
 zt_status shard_partition_build(const struct param_table *t, int world, struct shard_partition *out)
 {
+    return shard_partition_build_stage(t, world, NULL, out);
+}
+
+zt_status shard_partition_build_stage(const struct param_table *t, int world,
+                                      const struct model_stage *stage, struct shard_partition *out)
+{
     ZT_ASSERT(world >= 1);
     out->world = world;
     out->n_units = t->n_units;
@@ -21,7 +27,8 @@ zt_status shard_partition_build(const struct param_table *t, int world, struct s
     for (int u = 0; u < t->n_units; u++) {
         struct shard_unit *su = &out->units[u];
         su->offset = t->unit_offset[u];
-        su->numel = param_table_unit_size(t, u);
+        su->held = model_stage_holds(t, stage, u);
+        su->numel = su->held ? param_table_unit_size(t, u) : 0;
         su->padded = (su->numel + quantum - 1) / quantum * quantum;
         su->shard = su->padded / (size_t)world;
         su->padded_offset = out->padded_total;
@@ -29,7 +36,7 @@ zt_status shard_partition_build(const struct param_table *t, int world, struct s
         out->padded_total += su->padded;
         out->shard_total += su->shard;
         su->trainable = 0;
-        for (int k = 0; k < t->n_tensors; k++)
+        for (int k = 0; k < t->n_tensors && su->held; k++)
             su->trainable |= t->tensors[k].unit == u && t->tensors[k].trainable;
         su->state_padded_offset = su->state_shard_offset = SHARD_NO_STATE;
         if (!su->trainable)
@@ -50,7 +57,7 @@ void shard_partition_pack(struct shard_partition *p, const struct param_table *t
     p->padded_total = p->shard_total = p->packed_total = p->packed_shard_total = 0;
     for (int u = 0; u < p->n_units; u++) {
         struct shard_unit *su = &p->units[u];
-        su->packed = param_quant_unit_packed(t, u);
+        su->packed = su->held && param_quant_unit_packed(t, u);
         if (!su->packed) {
             su->padded_offset = p->padded_total;
             su->shard_offset = p->shard_total;

@@ -12,6 +12,16 @@
  * at shard_offset). The padding never trains and is counted in memory. The
  * partition is a pure function of (table, world), the same in every stage.
  *
+ * Pipelines. The data-parallel ranks of one pipeline stage hold only the
+ * units the stage uses (worker/model_family.h's model_stage_holds): the
+ * others are in the partition with no elements (`held` 0), so a unit is
+ * split among the D ranks of its stage exactly as it would be without a
+ * pipeline. A tied embedding lives on the first and the last stage, its
+ * two copies kept equal: after the data-parallel reduction their reduced
+ * gradients are exchanged and added (A + B on one, B + A on the other:
+ * the same bits), and the last stage's copy is left out of the global
+ * gradient norm, which is summed over the pipeline too.
+ *
  * Stages (what each rank keeps between steps; Ψ parameters, N ranks):
  *   0  full params, full grads, full optimizer state; one allreduce per step.
  *   1  full params, full grads, optimizer state of its shards; per step one
@@ -97,7 +107,8 @@ static inline int shard_policy_forward_is_collective(const struct shard_policy *
 
 struct shard_unit {
     size_t offset;        /* first element of the unit in the flat space */
-    size_t numel;         /* real elements */
+    int held;             /* the rank's pipeline stage uses the unit (else numel is 0) */
+    size_t numel;         /* real elements held */
     size_t padded;        /* numel rounded up to a multiple of world * ZT_SHARD_ALIGN */
     size_t shard;         /* padded / world: what each rank owns */
     size_t padded_offset; /* where the unit starts in a full padded buffer */
@@ -135,6 +146,10 @@ struct shard_partition {
 /* Builds the partition of `t` over `world` ranks. Errors: ZT_ERR_NOMEM. */
 zt_status shard_partition_build(const struct param_table *t, int world,
                                 struct shard_partition *out);
+/* The same for the ranks of pipeline stage `stage` (NULL: the whole
+ * model): the units it does not use are held by nobody here. */
+zt_status shard_partition_build_stage(const struct param_table *t, int world,
+                                      const struct model_stage *stage, struct shard_partition *out);
 void shard_partition_free(struct shard_partition *p);
 /* Takes t's packed units (4-bit base) out of the working-precision
  * layout, which closes up, into byte images of their param_quant sizes
@@ -158,6 +173,9 @@ struct shard_engine_config {
     /* The run's hyperparameters as configured (the step passes its own,
      * with the scheduled lr): what sizes the optimizer's state. */
     struct optimizer_hparams hparams;
+    /* The pipeline stage whose units the engine keeps; NULL: the whole
+     * model. Copied at create. */
+    const struct model_stage *pipeline_stage;
 };
 
 #define SHARD_MAX_ALLOCS (4 + OPTIMIZER_MAX_STATES)
@@ -232,6 +250,14 @@ struct shard_engine {
 
     long updates;                  /* optimizer steps taken */
     struct model_unit_hooks hooks; /* what the model borrows through */
+
+    /* Pipelines (shard_engine_join_pipeline): the stage, the pipeline's
+     * group (the rank's stage is its rank there; NULL: no pipeline), the
+     * stage holding the other copy of a tied embedding (-1: none), and
+     * whether this copy is the one the norm leaves out. */
+    struct model_stage pipeline_stage;
+    struct comm *pipe;
+    int tie_peer, tie_duplicate;
 };
 
 /* Allocates the persistent model states on `dev` (counted in the ledger)
@@ -259,6 +285,13 @@ struct shard_step_result {
  * ZT_ERR_NUMERIC otherwise. Errors: ZT_ERR_COMM, ZT_ERR_NUMERIC. */
 zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp, double loss_scale,
                             int skip_on_overflow, struct shard_step_result *out);
+
+/* Makes the engine of one stage of a pipeline of comm_size(pipe) stages
+ * (pipe: the ranks sharing this rank's data-parallel coordinate, ranked
+ * by stage; cfg.pipeline_stage the rank's stage): the gradient norm is summed
+ * over the pipeline and a tied embedding's copies on the first and last
+ * stage are kept equal. pipe is borrowed. */
+void shard_engine_join_pipeline(struct shard_engine *e, struct comm *pipe);
 
 /* Fused-backward optimizers (optimizer->fused_backward, LOMO): there is no
  * gradient buffer; during the backward each unit's gradient, once

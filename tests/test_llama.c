@@ -243,7 +243,7 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
                       ps.events[i][1], fx.state.events[i][0], fx.state.events[i][1]);
     for (int pass = 0; pass < 2; pass++) {
         int order[16], k = 0, in_pass = 0;
-        const int n = fx.table.family->unit_order(&fx.table, (enum model_pass)pass, order, 16);
+        const int n = param_table_unit_order(&fx.table, NULL, (enum model_pass)pass, order, 16);
         for (int i = 0; i < fx.state.n_events; i++) {
             if (fx.state.events[i][0] == EV_BEGIN)
                 in_pass = fx.state.events[i][1] == pass;

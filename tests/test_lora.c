@@ -99,7 +99,7 @@ START_TEST(table_has_adapter_units_after_the_base)
     ck_assert_uint_eq(lora_n_params(&t), 2 * (4 * 16 + 48 * 4 + 4 * 16 + 64 * 4));
     /* each block's adapter unit is acquired right after the block */
     int order[16];
-    const int n = param_table_unit_order(&t, MODEL_PASS_FORWARD, order, 16);
+    const int n = param_table_unit_order(&t, NULL, MODEL_PASS_FORWARD, order, 16);
     const int want[] = {0, 1, units, 2, units + 1, 3, 0};
     ck_assert_int_eq(n, 7);
     for (int i = 0; i < n; i++)

@@ -25,6 +25,9 @@ struct reference {
     float loss, lr, beta1, beta2, eps, weight_decay;
 };
 
+/* The whole model as one stage, as an lvalue for gpt2_create. */
+#define whole_of(t) ((struct model_stage[1]){model_stage_whole(t)})[0]
+
 static void read_exact(FILE *f, void *dst, size_t bytes)
 {
     ck_assert_msg(fread(dst, 1, bytes, f) == bytes, "reference file truncated");
@@ -89,7 +92,9 @@ static void fixture_open(struct model_fixture *fx)
     ck_assert_int_eq((int)fx->table.n_params, fx->ref.n_params);
     ledger_init(&fx->ledger, 0);
     ck_assert_int_eq(compute_backend_open("cpu", &fx->ledger, &fx->be), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&fx->table, &fx->be, fx->ref.B, fx->ref.T, 0, &fx->model), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&fx->table, &fx->be, fx->ref.B, fx->ref.T, 0,
+                                 &whole_of(&fx->table), &fx->model),
+                     ZT_OK);
     fx->state = (struct flat_state){.t = &fx->table,
                                     .params = fx->ref.params,
                                     .grads = calloc(fx->table.n_params, sizeof(float))};
@@ -208,7 +213,8 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
     struct model_unit_hooks ph = flat_hooks(&ps);
     ledger_init(&plan, 1);
     ck_assert_int_eq(compute_backend_open("cpu", &plan, &dplan), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&fx.table, &dplan, fx.ref.B, fx.ref.T, 0, &pm), ZT_OK);
+    ck_assert_int_eq(
+        gpt2_create(&fx.table, &dplan, fx.ref.B, fx.ref.T, 0, &whole_of(&fx.table), &pm), ZT_OK);
     ck_assert_int_eq(gpt2_forward(&pm, &ph, NULL, NULL), ZT_OK);
     ck_assert_int_eq(gpt2_backward(&pm, &ph, 1.0f), ZT_OK);
     ck_assert_int_eq(ps.n_events, fx.state.n_events);
@@ -218,8 +224,9 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
                           ps.events[i][1] == fx.state.events[i][1],
                       "event %d: plan (%d, unit %d) vs real (%d, unit %d)", i, ps.events[i][0],
                       ps.events[i][1], fx.state.events[i][0], fx.state.events[i][1]);
-    /* The params acquisitions follow gpt2_unit_order. */
-    int order[16], n = gpt2_unit_order(&fx.table, MODEL_PASS_FORWARD, order, 16), k = 0;
+    /* The params acquisitions follow param_table_unit_order. */
+    int order[16], n = param_table_unit_order(&fx.table, NULL, MODEL_PASS_FORWARD, order, 16),
+                   k = 0;
     for (int i = 0; i < fx.state.n_events && k < n; i++)
         if (fx.state.events[i][0] == EV_PARAMS)
             ck_assert_int_eq(fx.state.events[i][1], order[k++]);
@@ -250,7 +257,9 @@ START_TEST(activation_checkpointing_is_bit_identical)
         struct model_unit_hooks ch = flat_hooks(&cs);
         ledger_init(&l, 0);
         ck_assert_int_eq(compute_backend_open("cpu", &l, &d), ZT_OK);
-        ck_assert_int_eq(gpt2_create(&fx.table, &d, fx.ref.B, fx.ref.T, every, &cm), ZT_OK);
+        ck_assert_int_eq(
+            gpt2_create(&fx.table, &d, fx.ref.B, fx.ref.T, every, &whole_of(&fx.table), &cm),
+            ZT_OK);
         ck_assert_int_eq(gpt2_forward(&cm, &ch, fx.ref.inputs, fx.ref.targets), ZT_OK);
         ck_assert_int_eq(gpt2_backward(&cm, &ch, 1.0f), ZT_OK);
         ck_assert(cm.base.mean_loss == loss);
@@ -382,8 +391,8 @@ START_TEST(plan_only_ledger_counts_without_allocating)
     ledger_init(&plan, 1);
     ck_assert_int_eq(compute_backend_open("cpu", &real, &dreal), ZT_OK);
     ck_assert_int_eq(compute_backend_open("cpu", &plan, &dplan), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&t, &dreal, 4, 128, 0, &a), ZT_OK);
-    ck_assert_int_eq(gpt2_create(&t, &dplan, 4, 128, 0, &b), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&t, &dreal, 4, 128, 0, &whole_of(&t), &a), ZT_OK);
+    ck_assert_int_eq(gpt2_create(&t, &dplan, 4, 128, 0, &whole_of(&t), &b), ZT_OK);
     ck_assert(a.acts != NULL && b.acts == NULL);
     ck_assert_uint_gt(plan.total_peak, 0);
     for (int k = 0; k < LEDGER_CATEGORY_COUNT; k++)

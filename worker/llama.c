@@ -206,31 +206,14 @@ static void init_params(const struct param_table *t, uint64_t seed, size_t begin
     }
 }
 
-static int unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap)
+static int blocks(const struct param_table *t)
 {
-    const struct llama_config c = llama_config_of(t);
-    const int L = c.n_layer;
-    int n = 0;
-#define PUSH(u)                                                                                    \
-    do {                                                                                           \
-        if (n < cap)                                                                               \
-            order[n] = (u);                                                                        \
-        n++;                                                                                       \
-    } while (0)
-    if (pass == MODEL_PASS_FORWARD) {
-        for (int u = 0; u <= L + 1; u++)
-            PUSH(u);
-        if (c.tie_word_embeddings)
-            PUSH(0);
-    } else {
-        if (c.tie_word_embeddings)
-            PUSH(0);
-        PUSH(L + 1);
-        for (int l = L; l >= 1; l--)
-            PUSH(l);
-    }
-#undef PUSH
-    return n;
+    return llama_config_of(t).n_layer;
+}
+
+static int head_tied(const struct param_table *t)
+{
+    return llama_config_of(t).tie_word_embeddings;
 }
 
 /* 6 x (parameters in matmuls, the head included) + 12 L T C for attention
@@ -267,10 +250,14 @@ struct act_layout {
     size_t ln1, ln1_rstd, qkv, atty, att, res2, ln2, ln2_rstd, gu, mlp;
 };
 
-static struct act_layout act_layout_of(const struct llama_config *c, int B, int T, int ckpt_every)
+static struct act_layout act_layout_of(const struct llama_config *c, int B, int T, int ckpt_every,
+                                       const struct model_stage *st)
 {
     const size_t BT = (size_t)B * T, C = c->n_embd, I = c->intermediate_size;
-    const int n_ckpt = model_blocks_checkpointed(ckpt_every, c->n_layer);
+    const size_t V = st->last ? (size_t)c->vocab_size : 0, head = st->last ? 1 : 0;
+    const int nb = st->end_block - st->first_block;
+    const int n_ckpt = model_blocks_checkpointed(ckpt_every, st->end_block) -
+                       model_blocks_checkpointed(ckpt_every, st->first_block);
     struct act_layout a;
     size_t o = 0;
     a.ln1 = o, o += BT * C;
@@ -287,14 +274,15 @@ static struct act_layout act_layout_of(const struct llama_config *c, int B, int 
 
     o = 0;
     a.encoded = o, o += BT * C;
-    a.outputs0 = o, o += BT * C * (size_t)c->n_layer;
-    a.internals0 = o, o += a.layer_stride * (size_t)(c->n_layer - n_ckpt);
+    a.outputs0 = o, o += BT * C * (size_t)nb;
+    a.internals0 = o, o += a.layer_stride * (size_t)(nb - n_ckpt);
     a.recompute = o, o += n_ckpt > 0 ? a.layer_stride : 0;
-    a.lnf = o, o += BT * C;
-    a.lnf_rstd = o, o += BT;
-    a.logits = o, o += BT * (size_t)c->vocab_size;
-    a.probs = o, o += BT * (size_t)c->vocab_size;
-    a.losses = o, o += BT;
+    /* The final norm, logits and losses: the last stage's only. */
+    a.lnf = o, o += BT * C * head;
+    a.lnf_rstd = o, o += BT * head;
+    a.logits = o, o += BT * V;
+    a.probs = o, o += BT * V;
+    a.losses = o, o += BT * head;
     a.total = o;
     return a;
 }
@@ -303,15 +291,20 @@ static float *layer_internals(const struct llama *m, const struct act_layout *a,
 {
     if (model_block_checkpointed(m->ckpt_every, l))
         return m->acts + a->recompute;
-    int kept_before = l - model_blocks_checkpointed(m->ckpt_every, l);
+    const int first = m->base.stage.first_block;
+    int kept_before = l - first -
+                      (model_blocks_checkpointed(m->ckpt_every, l) -
+                       model_blocks_checkpointed(m->ckpt_every, first));
     return m->acts + a->internals0 + (size_t)kept_before * a->layer_stride;
 }
 
-/* Layer l's output; layer -1 is the embedding output. */
+/* Layer l's output; the layer before the stage's first is its input (the
+ * embedding output, or what the previous stage sent). */
 static float *layer_output(const struct llama *m, const struct act_layout *a, int l)
 {
     const size_t btc = (size_t)m->base.B * m->base.T * m->c.n_embd;
-    return l < 0 ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)l * btc;
+    const int first = m->base.stage.first_block;
+    return l < first ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)(l - first) * btc;
 }
 
 struct scratch_layout {
@@ -388,11 +381,21 @@ static zt_status instance_alloc(struct llama *m)
     m->inputs = p;
     m->targets = p ? m->inputs + (size_t)m->base.B * m->base.T : NULL;
     m->n_allocated = 4;
-    return m->base.plan ? ZT_OK : rope_tables_fill(m);
+    if (m->base.plan)
+        return ZT_OK;
+    const struct model_stage *st = &m->base.stage;
+    const struct act_layout a = act_layout_of(&m->c, m->base.B, m->base.T, m->ckpt_every, st);
+    float *dres = m->scratch + scratch_layout_of(&m->c, m->base.B, m->base.T).dres;
+    m->base.boundary_in = st->first ? NULL : m->acts + a.encoded;
+    m->base.boundary_din = st->first ? NULL : dres;
+    m->base.boundary_out = st->last ? NULL : layer_output(m, &a, st->end_block - 1);
+    m->base.boundary_dout = st->last ? NULL : dres;
+    return rope_tables_fill(m);
 }
 
 static zt_status instance_create(const struct param_table *t, const struct compute_backend *be,
-                                 int B, int T, int ckpt_every, struct model **out)
+                                 int B, int T, int ckpt_every, const struct model_stage *stage,
+                                 struct model **out)
 {
     struct llama *m = calloc(1, sizeof *m);
     if (!m)
@@ -402,11 +405,12 @@ static zt_status instance_create(const struct param_table *t, const struct compu
     m->base.B = B;
     m->base.T = T;
     m->base.plan = !device_is_real(&be->dev);
+    m->base.stage = *stage;
     m->c = llama_config_of(t);
     m->ops = be->ops;
     m->dev = &be->dev;
     m->ckpt_every = ckpt_every;
-    m->act_bytes = act_layout_of(&m->c, B, T, ckpt_every).total * sizeof(float);
+    m->act_bytes = act_layout_of(&m->c, B, T, ckpt_every, stage).total * sizeof(float);
     m->scratch_bytes = scratch_layout_of(&m->c, B, T).total * sizeof(float);
     m->rope_bytes = 2 * (size_t)T * (size_t)(head_dim(&m->c) / 2) * sizeof(float);
     zt_status s = instance_alloc(m);
@@ -437,7 +441,8 @@ static zt_status block_forward(struct llama *m, int l, const float *w, const flo
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
     const struct llama_config *c = &m->c;
-    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const struct act_layout a =
+        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, I = c->intermediate_size;
     const int hs = head_dim(c), QKV = qkv_width(c), NH = c->n_head, NKV = c->n_kv_head;
     const float eps = (float)c->rms_norm_eps;
@@ -512,8 +517,8 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
 {
     struct llama *m = llama_of(base);
     const struct param_table *t = base->table;
-    const struct act_layout a = act_layout_of(&m->c, base->B, base->T, m->ckpt_every);
-    const int B = base->B, T = base->T, C = m->c.n_embd, L = m->c.n_layer;
+    const struct act_layout a = act_layout_of(&m->c, base->B, base->T, m->ckpt_every, &base->stage);
+    const int B = base->B, T = base->T, C = m->c.n_embd;
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     const float *w;
 
@@ -522,17 +527,23 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
-    ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-    MODEL_TIMED(m, MODEL_PROF_ENCODER,
-                m->ops->encoder_forward(m->acts + a.encoded, m->inputs, model_param_in(t, 0, w),
-                                        NULL, B, T, C));
-    ZT_TRY(model_neftune_apply(&m->base, m->acts + a.encoded, C));
-    ZT_TRY(model_unit_release(&m->base, h, 0));
-    for (int l = 0; l < L; l++) {
+    if (base->stage.first) {
+        ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
+        MODEL_TIMED(m, MODEL_PROF_ENCODER,
+                    m->ops->encoder_forward(m->acts + a.encoded, m->inputs, model_param_in(t, 0, w),
+                                            NULL, B, T, C));
+        ZT_TRY(model_neftune_apply(&m->base, m->acts + a.encoded, C));
+        ZT_TRY(model_unit_release(&m->base, h, 0));
+    }
+    for (int l = base->stage.first_block; l < base->stage.end_block; l++) {
         ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
         ZT_TRY(block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
                              layer_output(m, &a, l)));
         ZT_TRY(model_unit_release(&m->base, h, 1 + l));
+    }
+    if (!base->stage.last) {
+        ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
+        return model_stage_no_loss(base);
     }
     ZT_TRY(head_forward(m, h, &a));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
@@ -554,7 +565,8 @@ static zt_status block_backward(struct llama *m, int l, const float *w, float *g
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
     const struct llama_config *c = &m->c;
-    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const struct act_layout a =
+        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, I = c->intermediate_size;
     const int hs = head_dim(c), QKV = qkv_width(c), NH = c->n_head, NKV = c->n_kv_head;
@@ -613,7 +625,8 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
 {
     const struct param_table *t = m->base.table;
     const struct llama_config *c = &m->c;
-    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const struct act_layout a =
+        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
     const int BT = m->base.B * m->base.T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
     const int tied = c->tie_word_embeddings;
@@ -654,17 +667,17 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
 {
     struct llama *m = llama_of(base);
     const struct param_table *t = base->table;
-    const struct act_layout a = act_layout_of(&m->c, base->B, base->T, m->ckpt_every);
+    const struct act_layout a = act_layout_of(&m->c, base->B, base->T, m->ckpt_every, &base->stage);
     const struct scratch_layout s = scratch_layout_of(&m->c, base->B, base->T);
-    const int L = m->c.n_layer;
     const float *w;
     float *g, *g0 = NULL;
 
     if (base->plan)
         return model_plan_walk(&m->base, h, MODEL_PASS_BACKWARD);
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
-    ZT_TRY(head_backward(m, h, grad_scale, &g0));
-    for (int l = L - 1; l >= 0; l--) {
+    if (base->stage.last)
+        ZT_TRY(head_backward(m, h, grad_scale, &g0));
+    for (int l = base->stage.end_block - 1; l >= base->stage.first_block; l--) {
         const float *x = layer_output(m, &a, l - 1);
         float *layer = layer_internals(m, &a, l);
         ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
@@ -677,12 +690,18 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
         ZT_TRY(model_unit_release(&m->base, h, 1 + l));
         ZT_TRY(model_unit_grads_done(&m->base, h, 1 + l));
     }
-    if (!g0)
-        ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
-    MODEL_TIMED(m, MODEL_PROF_ENCODER,
-                m->ops->encoder_backward(model_grad_in(t, 0, g0), NULL, m->scratch + s.dres,
-                                         m->inputs, base->B, base->T, m->c.n_embd));
-    ZT_TRY(model_unit_grads_done(&m->base, h, 0));
+    /* Unit 0's gradient is borrowed by the tied head (on the last stage)
+     * or here, by the embedding's backward (on the first). */
+    const int head_borrowed = base->stage.last && m->c.tie_word_embeddings;
+    if (base->stage.first) {
+        if (!head_borrowed)
+            ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
+        MODEL_TIMED(m, MODEL_PROF_ENCODER,
+                    m->ops->encoder_backward(model_grad_in(t, 0, g0), NULL, m->scratch + s.dres,
+                                             m->inputs, base->B, base->T, m->c.n_embd));
+    }
+    if (head_borrowed || base->stage.first)
+        ZT_TRY(model_unit_grads_done(&m->base, h, 0));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
     return ZT_OK;
 }
@@ -691,7 +710,8 @@ const struct model_family llama_family = {
     .name = "llama",
     .table_build = table_build,
     .init_params = init_params,
-    .unit_order = unit_order,
+    .blocks = blocks,
+    .head_tied = head_tied,
     .flops_per_token = flops_per_token,
     .create = instance_create,
     .destroy = instance_destroy,

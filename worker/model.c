@@ -170,28 +170,16 @@ void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
     }
 }
 
-int gpt2_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap)
+static int blocks(const struct param_table *t)
 {
-    const int L = gpt2_config_of(t).n_layer;
-    int n = 0;
-#define PUSH(u)                                                                                    \
-    do {                                                                                           \
-        if (n < cap)                                                                               \
-            order[n] = (u);                                                                        \
-        n++;                                                                                       \
-    } while (0)
-    if (pass == MODEL_PASS_FORWARD) {
-        for (int u = 0; u <= L + 1; u++)
-            PUSH(u);
-        PUSH(0);
-    } else {
-        PUSH(0);
-        PUSH(L + 1);
-        for (int l = L; l >= 1; l--)
-            PUSH(l);
-    }
-#undef PUSH
-    return n;
+    return gpt2_config_of(t).n_layer;
+}
+
+/* GPT-2's head is always the token embedding. */
+static int head_tied(const struct param_table *t)
+{
+    (void)t;
+    return 1;
 }
 
 double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
@@ -218,10 +206,14 @@ struct act_layout {
     size_t total;
 };
 
-static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T, int ckpt_every)
+static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T, int ckpt_every,
+                                       const struct model_stage *st)
 {
-    const size_t BT = (size_t)B * T, C = c->n_embd, NH = c->n_head, V = c->vocab_size;
-    const int n_ckpt = model_blocks_checkpointed(ckpt_every, c->n_layer);
+    const size_t BT = (size_t)B * T, C = c->n_embd, NH = c->n_head;
+    const size_t V = st->last ? (size_t)c->vocab_size : 0, head = st->last ? 1 : 0;
+    const int nb = st->end_block - st->first_block;
+    const int n_ckpt = model_blocks_checkpointed(ckpt_every, st->end_block) -
+                       model_blocks_checkpointed(ckpt_every, st->first_block);
     struct act_layout a;
     size_t o = 0;
     a.ln1 = o, o += BT * C;
@@ -240,15 +232,16 @@ static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T
 
     o = 0;
     a.encoded = o, o += BT * C;
-    a.outputs0 = o, o += BT * C * (size_t)c->n_layer;
-    a.internals0 = o, o += a.layer_stride * (size_t)(c->n_layer - n_ckpt);
+    a.outputs0 = o, o += BT * C * (size_t)nb;
+    a.internals0 = o, o += a.layer_stride * (size_t)(nb - n_ckpt);
     a.recompute = o, o += n_ckpt > 0 ? a.layer_stride : 0;
-    a.lnf = o, o += BT * C;
-    a.lnf_mean = o, o += BT;
-    a.lnf_rstd = o, o += BT;
+    /* The final norm, logits and losses: the last stage's only. */
+    a.lnf = o, o += BT * C * head;
+    a.lnf_mean = o, o += BT * head;
+    a.lnf_rstd = o, o += BT * head;
     a.logits = o, o += BT * V;
     a.probs = o, o += BT * V;
-    a.losses = o, o += BT;
+    a.losses = o, o += BT * head;
     a.total = o;
     return a;
 }
@@ -259,15 +252,20 @@ static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, 
 {
     if (model_block_checkpointed(m->ckpt_every, l))
         return m->acts + a->recompute;
-    int kept_before = l - model_blocks_checkpointed(m->ckpt_every, l);
+    const int first = m->base.stage.first_block;
+    int kept_before = l - first -
+                      (model_blocks_checkpointed(m->ckpt_every, l) -
+                       model_blocks_checkpointed(m->ckpt_every, first));
     return m->acts + a->internals0 + (size_t)kept_before * a->layer_stride;
 }
 
-/* Layer l's output; layer -1 is the embedding output. */
+/* Layer l's output; the layer before the stage's first is its input (the
+ * embedding output, or what the previous stage sent). */
 static float *layer_output(const struct gpt2 *m, const struct act_layout *a, int l)
 {
     const size_t btc = (size_t)m->base.B * m->base.T * gpt2_config_of(m->base.table).n_embd;
-    return l < 0 ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)l * btc;
+    const int first = m->base.stage.first_block;
+    return l < first ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)(l - first) * btc;
 }
 
 /* Backward scratch, reused by every layer. */
@@ -292,7 +290,7 @@ static struct scratch_layout scratch_layout_of(const struct gpt2_config *c, int 
 }
 
 zt_status gpt2_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
-                      int ckpt_every, struct gpt2 *out)
+                      int ckpt_every, const struct model_stage *stage, struct gpt2 *out)
 {
     const struct device *dev = &be->dev;
     memset(out, 0, sizeof *out);
@@ -304,8 +302,9 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
     out->ckpt_every = ckpt_every;
     out->base.B = B;
     out->base.T = T;
+    out->base.stage = *stage;
     const struct gpt2_config c = gpt2_config_of(t);
-    out->act_bytes = act_layout_of(&c, B, T, ckpt_every).total * sizeof(float);
+    out->act_bytes = act_layout_of(&c, B, T, ckpt_every, stage).total * sizeof(float);
     out->scratch_bytes = scratch_layout_of(&c, B, T).total * sizeof(float);
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     zt_status s;
@@ -324,6 +323,14 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
     out->inputs = p;
     out->targets = p ? out->inputs + (size_t)B * T : NULL;
     out->n_allocated = 3;
+    if (out->base.plan)
+        return ZT_OK;
+    const struct act_layout a = act_layout_of(&c, B, T, ckpt_every, stage);
+    float *dres = out->scratch + scratch_layout_of(&c, B, T).dres;
+    out->base.boundary_in = stage->first ? NULL : out->acts + a.encoded;
+    out->base.boundary_din = stage->first ? NULL : dres;
+    out->base.boundary_out = stage->last ? NULL : layer_output(out, &a, stage->end_block - 1);
+    out->base.boundary_dout = stage->last ? NULL : dres;
     return ZT_OK;
 fail:
     gpt2_destroy(out);
@@ -350,7 +357,8 @@ static zt_status block_forward(struct gpt2 *m, int l, const float *w, const floa
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
     const struct gpt2_config c = gpt2_config_of(t);
-    const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
+    const struct act_layout a =
+        act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const int BT = m->base.B * m->base.T, C = c.n_embd, NH = c.n_head, hs = C / NH;
 #define P(k) model_param_in(t, block_tensor(l, k), w)
     MODEL_TIMED(m, MODEL_PROF_NORM,
@@ -396,7 +404,8 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 {
     const struct param_table *t = m->base.table;
     const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
-    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const struct act_layout a =
+        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, L = c->n_layer,
               V = c->vocab_size;
     const size_t tok_bytes = (size_t)BT * sizeof(int32_t);
@@ -409,18 +418,23 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
 
-    ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-    MODEL_TIMED(m, MODEL_PROF_ENCODER,
-                m->ops->encoder_forward(acts + a.encoded, m->inputs, model_param_in(t, 0, w),
-                                        model_param_in(t, 1, w), B, T, C));
-    ZT_TRY(model_neftune_apply(&m->base, acts + a.encoded, C));
-    ZT_TRY(model_unit_release(&m->base, h, 0));
-
-    for (int l = 0; l < L; l++) {
+    if (m->base.stage.first) {
+        ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
+        MODEL_TIMED(m, MODEL_PROF_ENCODER,
+                    m->ops->encoder_forward(acts + a.encoded, m->inputs, model_param_in(t, 0, w),
+                                            model_param_in(t, 1, w), B, T, C));
+        ZT_TRY(model_neftune_apply(&m->base, acts + a.encoded, C));
+        ZT_TRY(model_unit_release(&m->base, h, 0));
+    }
+    for (int l = m->base.stage.first_block; l < m->base.stage.end_block; l++) {
         ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
         ZT_TRY(block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
                              layer_output(m, &a, l)));
         ZT_TRY(model_unit_release(&m->base, h, 1 + l));
+    }
+    if (!m->base.stage.last) {
+        ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
+        return model_stage_no_loss(&m->base);
     }
     const float *x = layer_output(m, &a, L - 1);
 
@@ -459,7 +473,8 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
     const struct gpt2_config c = gpt2_config_of(t);
-    const struct act_layout a = act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every);
+    const struct act_layout a =
+        act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const struct scratch_layout s = scratch_layout_of(&c, m->base.B, m->base.T);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = c.n_embd, NH = c.n_head, hs = C / NH;
     float *sc = m->scratch, *dres = sc + s.dres;
@@ -508,22 +523,21 @@ static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g,
     return ZT_OK;
 }
 
-zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale)
+/* The loss, the head and the final norm, leaving d loss / d(last layer
+ * output) in dres; unit 0's gradient (the tied head's) stays borrowed in
+ * *g0 for the embedding's, completed at the end of the backward. */
+static zt_status head_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale,
+                               float **g0)
 {
     const struct param_table *t = m->base.table;
     const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
-    const struct act_layout a = act_layout_of(c, m->base.B, m->base.T, m->ckpt_every);
+    const struct act_layout a =
+        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
-    const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, L = c->n_layer,
-              V = c->vocab_size;
+    const int BT = m->base.B * m->base.T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
-    float *acts = m->acts, *sc = m->scratch, *dres = sc + s.dres;
+    float *acts = m->acts, *sc = m->scratch, *dres = sc + s.dres, *g;
     const float *w;
-    float *g, *g0;
-
-    if (m->base.plan)
-        return model_plan_walk(&m->base, h, MODEL_PASS_BACKWARD);
-    ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
     /* The head: logits are no longer needed, their buffer takes dlogits. */
     float *dlogits = acts + a.logits;
     ZT_TRY(zero(m, dlogits, (size_t)BT * V));
@@ -531,10 +545,10 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
                 m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets,
                                               grad_scale / (float)BT, BT, V));
     ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-    ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
+    ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, g0));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_backward(sc + s.dln, model_grad_in(t, 0, g0), NULL, dlogits,
+                m->ops->matmul_backward(sc + s.dln, model_grad_in(t, 0, *g0), NULL, dlogits,
                                         acts + a.lnf, model_param_in(t, 0, w), BT, C, V));
     ZT_TRY(model_unit_release(&m->base, h, 0));
 
@@ -548,9 +562,28 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
                                            model_param_in(t, k_lnf, w), acts + a.lnf_mean,
                                            acts + a.lnf_rstd, BT, C));
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
-    ZT_TRY(model_unit_grads_done(&m->base, h, L + 1));
+    return model_unit_grads_done(&m->base, h, L + 1);
+}
 
-    for (int l = L - 1; l >= 0; l--) {
+zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale)
+{
+    const struct param_table *t = m->base.table;
+    const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
+    const struct act_layout a =
+        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
+    const int B = m->base.B, T = m->base.T, C = c->n_embd;
+    float *dres = m->scratch + s.dres;
+    const float *w;
+    float *g, *g0;
+
+    if (m->base.plan)
+        return model_plan_walk(&m->base, h, MODEL_PASS_BACKWARD);
+    ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_BACKWARD));
+    g0 = NULL;
+    if (m->base.stage.last)
+        ZT_TRY(head_backward(m, h, grad_scale, &g0));
+    for (int l = m->base.stage.end_block - 1; l >= m->base.stage.first_block; l--) {
         const float *x = layer_output(m, &a, l - 1);
         float *layer = layer_internals(m, &a, l);
         ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
@@ -564,11 +597,17 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
         ZT_TRY(model_unit_release(&m->base, h, 1 + l));
         ZT_TRY(model_unit_grads_done(&m->base, h, 1 + l));
     }
-
-    MODEL_TIMED(m, MODEL_PROF_ENCODER,
-                m->ops->encoder_backward(model_grad_in(t, 0, g0), model_grad_in(t, 1, g0), dres,
-                                         m->inputs, B, T, C));
-    ZT_TRY(model_unit_grads_done(&m->base, h, 0));
+    /* The tied head (last stage) borrowed unit 0's gradient; the first
+     * stage alone borrows it here, for the embedding's backward. */
+    if (m->base.stage.first) {
+        if (!m->base.stage.last)
+            ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
+        MODEL_TIMED(m, MODEL_PROF_ENCODER,
+                    m->ops->encoder_backward(model_grad_in(t, 0, g0), model_grad_in(t, 1, g0), dres,
+                                             m->inputs, B, T, C));
+    }
+    if (m->base.stage.first || m->base.stage.last)
+        ZT_TRY(model_unit_grads_done(&m->base, h, 0));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_BACKWARD));
     return ZT_OK;
 }
@@ -589,12 +628,13 @@ static struct gpt2 *gpt2_of(struct model *m)
 }
 
 static zt_status instance_create(const struct param_table *t, const struct compute_backend *be,
-                                 int B, int T, int ckpt_every, struct model **out)
+                                 int B, int T, int ckpt_every, const struct model_stage *stage,
+                                 struct model **out)
 {
     struct gpt2 *g = malloc(sizeof *g);
     if (!g)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the model");
-    zt_status s = gpt2_create(t, be, B, T, ckpt_every, g);
+    zt_status s = gpt2_create(t, be, B, T, ckpt_every, stage, g);
     if (s != ZT_OK) {
         free(g);
         ZT_TRY(s);
@@ -626,7 +666,8 @@ const struct model_family gpt2_family = {
     .name = "gpt2",
     .table_build = table_from_shape,
     .init_params = gpt2_init_params,
-    .unit_order = gpt2_unit_order,
+    .blocks = blocks,
+    .head_tied = head_tied,
     .flops_per_token = flops_per_token,
     .create = instance_create,
     .destroy = instance_destroy,

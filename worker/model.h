@@ -63,13 +63,6 @@ void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
  * PaLM appendix B count. */
 double gpt2_flops_per_token(const struct gpt2_config *cfg, int T);
 
-/* The order in which a pass acquires unit parameters: forward 0, 1..L, L+1,
- * 0 (the tied head); backward 0 (head), L+1, L..1. Writes at most `cap`
- * units to order and returns how many the pass acquires (L + 3 forward,
- * L + 2 backward). gpt2_forward/backward follow exactly this order, so a
- * ZeRO-3 engine can prefetch from it. */
-int gpt2_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap);
-
 /* A GPT-2 instance: the generic part first (model_family.h), then what
  * GPT-2's passes keep. */
 struct gpt2 {
@@ -91,7 +84,7 @@ struct gpt2 {
  * model_backward say; gpt2_destroy frees what gpt2_create allocated but not
  * *m itself. */
 zt_status gpt2_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
-                      int ckpt_every, struct gpt2 *out);
+                      int ckpt_every, const struct model_stage *stage, struct gpt2 *out);
 void gpt2_destroy(struct gpt2 *m);
 zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const int32_t *inputs,
                        const int32_t *targets);

@@ -3,6 +3,7 @@
  * in model_instance.c. */
 #include "model_family.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,10 +95,157 @@ void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, 
     }
 }
 
-int param_table_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap)
+int param_table_blocks(const struct param_table *t)
 {
-    int base[MODEL_MAX_UNITS + 2];
-    const int n = t->family->unit_order(t, pass, base, MODEL_MAX_UNITS + 2);
+    return t->family->blocks(t);
+}
+
+int param_table_head_tied(const struct param_table *t)
+{
+    return t->family->head_tied(t);
+}
+
+struct model_stage model_stage_whole(const struct param_table *t)
+{
+    return (struct model_stage){0, param_table_blocks(t), 1, 1};
+}
+
+/* The base unit adapter unit u adapts (u itself for a base unit). */
+static int base_unit_of(const struct param_table *t, int u)
+{
+    if (t->lora.r == 0 || u < t->lora.n_base_units)
+        return u;
+    for (int b = 0; b < t->lora.n_base_units; b++)
+        if (t->lora.unit_adapter[b] == u)
+            return b;
+    return u;
+}
+
+int model_stage_holds(const struct param_table *t, const struct model_stage *s, int u)
+{
+    if (!s)
+        return 1;
+    const int b = base_unit_of(t, u), L = param_table_blocks(t);
+    if (b == 0)
+        return s->first || (s->last && param_table_head_tied(t));
+    if (b == L + 1)
+        return s->last;
+    return b - 1 >= s->first_block && b - 1 < s->end_block;
+}
+
+size_t model_stage_params(const struct param_table *t, const struct model_stage *s)
+{
+    size_t n = 0;
+    for (int u = 0; u < t->n_units; u++)
+        if (model_stage_holds(t, s, u))
+            n += param_table_unit_size(t, u);
+    return n;
+}
+
+/* The stages' first blocks (first[P] = L) that balance `weight` (block l's
+ * is weight[l], plus `head` on the last stage and `embed` on the first):
+ * the split whose heaviest stage is lightest, by dynamic programming over
+ * (stages, blocks) — P and L are small. Every stage gets a block. */
+static void balance(const double *weight, int L, int P, double embed, double head, int *first)
+{
+    const size_t W = (size_t)L + 1;
+    double *best = malloc((size_t)(P + 1) * W * sizeof *best);
+    int *cut = malloc((size_t)(P + 1) * W * sizeof *cut);
+    double *prefix = malloc(W * sizeof *prefix);
+    if (!best || !cut || !prefix) { /* fall back to the uniform split */
+        for (int p = 0; p <= P; p++)
+            first[p] = (int)((long)L * p / P);
+        free(best), free(cut), free(prefix);
+        return;
+    }
+    prefix[0] = 0.0;
+    for (int l = 0; l < L; l++)
+        prefix[l + 1] = prefix[l] + weight[l];
+    /* best[p * W + n]: the lightest heaviest stage when p stages take blocks [0, n). */
+    for (int p = 1; p <= P; p++)
+        for (int n = p; n <= L; n++) {
+            double b = INFINITY;
+            int at = p - 1;
+            for (int k = p - 1; k < n; k++) {
+                if (p == 1 && k > 0)
+                    break;
+                double stage = prefix[n] - prefix[k] + (p == 1 ? embed : 0.0) +
+                               (p == P && n == L ? head : 0.0);
+                double prev = p == 1 ? 0.0 : best[(size_t)(p - 1) * W + (size_t)k];
+                double worst = stage > prev ? stage : prev;
+                if (worst < b) {
+                    b = worst;
+                    at = k;
+                }
+            }
+            best[(size_t)p * W + (size_t)n] = b;
+            cut[(size_t)p * W + (size_t)n] = at;
+        }
+    first[P] = L;
+    for (int p = P, n = L; p >= 1; p--) {
+        n = cut[(size_t)p * W + (size_t)n];
+        first[p - 1] = n;
+    }
+    free(best), free(cut), free(prefix);
+}
+
+zt_status model_stage_of(const struct param_table *t, int stages, enum model_partition method,
+                         int index, struct model_stage *out)
+{
+    const int L = param_table_blocks(t);
+    ZT_ASSERT(stages >= 1 && index >= 0 && index < stages);
+    if (stages > L)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "pipeline.stages %d is more than the model's %d blocks: every stage "
+                            "needs a block",
+                            stages, L);
+    int *first = malloc((size_t)(stages + 1) * sizeof *first);
+    double *weight = malloc((size_t)L * sizeof *weight);
+    if (!first || !weight) {
+        free(first), free(weight);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the pipeline partition");
+    }
+    if (method == MODEL_PARTITION_UNIFORM) {
+        const int base = L / stages, extra = L % stages;
+        first[0] = 0;
+        for (int p = 0; p < stages; p++)
+            first[p + 1] = first[p] + base + (p < extra);
+    } else {
+        for (int l = 0; l < L; l++)
+            weight[l] = (double)param_table_unit_size(t, 1 + l);
+        const double embed = (double)param_table_unit_size(t, 0);
+        const double head = (double)param_table_unit_size(t, L + 1) +
+                            (param_table_head_tied(t) && stages > 1 ? embed : 0.0);
+        balance(weight, L, stages, embed, head, first);
+    }
+    *out = (struct model_stage){first[index], first[index + 1], index == 0, index == stages - 1};
+    free(first), free(weight);
+    return ZT_OK;
+}
+
+int param_table_unit_order(const struct param_table *t, const struct model_stage *stage,
+                           enum model_pass pass, int *order, int cap)
+{
+    const struct model_stage s = stage ? *stage : model_stage_whole(t);
+    const int L = param_table_blocks(t), tied = param_table_head_tied(t);
+    int base[MODEL_MAX_UNITS + 2], n = 0;
+    if (pass == MODEL_PASS_FORWARD) {
+        if (s.first)
+            base[n++] = 0;
+        for (int l = s.first_block; l < s.end_block; l++)
+            base[n++] = 1 + l;
+        if (s.last)
+            base[n++] = L + 1;
+        if (s.last && tied)
+            base[n++] = 0;
+    } else {
+        if (s.last && tied)
+            base[n++] = 0;
+        if (s.last)
+            base[n++] = L + 1;
+        for (int l = s.end_block - 1; l >= s.first_block; l--)
+            base[n++] = 1 + l;
+    }
     int k = 0;
     for (int i = 0; i < n; i++) {
         const int a = param_table_adapter_unit(t, base[i]);

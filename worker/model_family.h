@@ -136,10 +136,59 @@ void param_table_piece(const struct param_table *t, size_t pos, size_t end, int 
 void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                       float *dst);
 
-/* The order in which a pass acquires units: the family's unit_order, each
- * adapted unit followed by its adapter unit. Writes at most cap entries
+/* ---- pipeline stages ----
+ *
+ * Every family lays its units out alike: unit 0 the token embedding (which
+ * also holds the output head's weight when the head is tied to it), units
+ * 1 .. L the L blocks, unit L + 1 the final norm (with the head when it is
+ * not tied). A pipeline stage runs a contiguous range of blocks; the first
+ * stage also the embedding, the last the final norm, the head and the
+ * loss. The whole model is the one stage that is both. With a tied head,
+ * unit 0 is used by the first and the last stage: both hold it, and
+ * whoever runs the pipeline keeps the two copies equal (Megatron's
+ * embedding group). */
+struct model_stage {
+    int first_block, end_block; /* blocks [first_block, end_block) */
+    int first, last;            /* runs the embedding / the head and the loss */
+};
+
+/* How a pipeline's blocks are split among its stages (DeepSpeed's
+ * partition_method names): "uniform" gives each stage the same number of
+ * blocks (the first stages one more when they do not divide), "parameters"
+ * balances the parameters each stage holds, the embedding counted on the
+ * first stage and the final norm and head on the last. */
+enum model_partition { MODEL_PARTITION_PARAMETERS, MODEL_PARTITION_UNIFORM };
+
+/* The whole model as one stage. */
+struct model_stage model_stage_whole(const struct param_table *t);
+
+/* Stage `index` of `stages` over t's blocks, split as `method` says; every
+ * stage gets at least one block. Errors: ZT_ERR_CONFIG when there are
+ * fewer blocks than stages. */
+zt_status model_stage_of(const struct param_table *t, int stages, enum model_partition method,
+                         int index, struct model_stage *out);
+
+/* How many blocks t's model has, and whether its head is unit 0's
+ * embedding. */
+int param_table_blocks(const struct param_table *t);
+int param_table_head_tied(const struct param_table *t);
+
+/* Whether stage s uses unit u (an adapter unit: when it uses the unit the
+ * adapter adapts). NULL: the whole model, every unit. */
+int model_stage_holds(const struct param_table *t, const struct model_stage *s, int u);
+
+/* Parameters (real elements) of the units stage s holds. */
+size_t model_stage_params(const struct param_table *t, const struct model_stage *s);
+
+/* The order in which a pass of stage s (NULL: the whole model) acquires
+ * units, each adapted unit followed by its adapter unit. Forward: the
+ * embedding (first stage), the stage's blocks in order, then (last stage)
+ * the final norm and, when tied, unit 0 for the head. Backward: (last
+ * stage) unit 0 when tied, the final norm, then the blocks in reverse; the
+ * embedding's backward needs no parameters. Writes at most cap entries
  * and returns how many the pass acquires. */
-int param_table_unit_order(const struct param_table *t, enum model_pass pass, int *order, int cap);
+int param_table_unit_order(const struct param_table *t, const struct model_stage *s,
+                           enum model_pass pass, int *order, int cap);
 static inline size_t param_table_unit_size(const struct param_table *t, int unit)
 {
     return t->unit_offset[unit + 1] - t->unit_offset[unit];
@@ -220,6 +269,16 @@ struct model {
     const uint64_t *row_ids;
     uint64_t seed; /* the run's seed: keys LoRA dropout's masks (with the row ids) */
     struct model_neftune *neftune; /* NULL: off (model_neftune_enable) */
+    /* The pipeline stage the instance runs (the whole model but under a
+     * pipeline) and its boundaries with the neighbouring stages, each
+     * B*T*C floats in the device's memory (NULL where the stage has no
+     * such neighbour): `in` the activations a first block reads (written
+     * by the caller before a forward of a stage that is not the first),
+     * `out` the last block's output (read after such a forward, when the
+     * stage is not the last), `dout` the gradient of that output (written
+     * before the backward), `din` the gradient of `in` (read after it). */
+    struct model_stage stage;
+    float *boundary_in, *boundary_out, *boundary_dout, *boundary_din;
 };
 
 struct compute_backend;
@@ -234,17 +293,18 @@ struct model_family {
      * the same whatever the sharding (counter-based draws from seed). */
     void (*init_params)(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                         float *dst);
-    /* The order in which a pass acquires unit parameters; writes at most
-     * cap units and returns how many the pass acquires. The forward and
-     * backward follow exactly this order. */
-    int (*unit_order)(const struct param_table *t, enum model_pass pass, int *order, int cap);
+    /* The model's blocks (units 1 .. L, see "pipeline stages") and whether
+     * its head is tied to the embedding. Its passes acquire units in
+     * exactly param_table_unit_order's order. */
+    int (*blocks)(const struct param_table *t);
+    int (*head_tied)(const struct param_table *t);
     /* Model FLOPs per token of one training step at sequence length T. */
     double (*flops_per_token)(const struct param_table *t, int T);
     /* The instance operations, as model_create, model_destroy,
      * model_forward and model_backward describe them; `m` is always an
      * instance this family's create made. */
     zt_status (*create)(const struct param_table *t, const struct compute_backend *be, int B, int T,
-                        int ckpt_every, struct model **out);
+                        int ckpt_every, const struct model_stage *stage, struct model **out);
     void (*destroy)(struct model *m);
     zt_status (*forward)(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,
                          const int32_t *targets);
@@ -271,6 +331,14 @@ zt_status param_table_build(const struct zt_kvlist *shape, struct param_table *o
  * ZT_ERR_NOMEM. */
 zt_status model_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
                        int ckpt_every, struct model **out);
+/* The same for one pipeline stage: activations for its blocks only (the
+ * logits only on the last stage), its forward starting from
+ * m->boundary_in unless it is the first and its backward from
+ * m->boundary_dout unless it is the last (model_family.h's struct model).
+ * Its passes acquire exactly param_table_unit_order(t, stage, ...). */
+zt_status model_create_stage(const struct param_table *t, const struct compute_backend *be, int B,
+                             int T, int ckpt_every, const struct model_stage *stage,
+                             struct model **out);
 /* NEFTune (Jain et al., 2023; Hugging Face's neftune_noise_alpha): in
  * training forwards, noise uniform in [-1, 1] * alpha / sqrt(T * C) is
  * added to the token embeddings, element (row, t, c) drawn from counter

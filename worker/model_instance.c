@@ -8,9 +8,19 @@
 zt_status model_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
                        int ckpt_every, struct model **out)
 {
+    const struct model_stage whole = model_stage_whole(t);
+    return model_create_stage(t, be, B, T, ckpt_every, &whole, out);
+}
+
+zt_status model_create_stage(const struct param_table *t, const struct compute_backend *be, int B,
+                             int T, int ckpt_every, const struct model_stage *stage,
+                             struct model **out)
+{
     ZT_ASSERT(t->family && B > 0 && T > 0 && ckpt_every >= 0);
+    ZT_ASSERT(stage->first_block >= 0 && stage->first_block < stage->end_block &&
+              stage->end_block <= param_table_blocks(t));
     *out = NULL;
-    ZT_TRY(t->family->create(t, be, B, T, ckpt_every, out));
+    ZT_TRY(t->family->create(t, be, B, T, ckpt_every, stage, out));
     ZT_ASSERT((*out)->family == t->family && (*out)->table == t);
     zt_status s = model_adapters_create(*out, be);
     if (s != ZT_OK) {

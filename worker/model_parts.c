@@ -45,7 +45,7 @@ static int is_adapter_unit(const struct param_table *t, int u)
 zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enum model_pass pass)
 {
     int order[MODEL_MAX_UNITS + 4], embedding_grads = 0;
-    const int n = param_table_unit_order(m->table, pass, order, MODEL_MAX_UNITS + 4);
+    const int n = param_table_unit_order(m->table, &m->stage, pass, order, MODEL_MAX_UNITS + 4);
     const int backward = pass == MODEL_PASS_BACKWARD;
     const float *w;
     float *g;
@@ -63,9 +63,9 @@ zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enu
         if (backward && u != 0)
             ZT_TRY(model_unit_grads_done(m, h, u));
     }
-    if (backward && !embedding_grads)
+    if (backward && !embedding_grads && m->stage.first)
         ZT_TRY(model_unit_grads_acquire(m, h, 0, &g));
-    if (backward)
+    if (backward && (embedding_grads || m->stage.first))
         ZT_TRY(model_unit_grads_done(m, h, 0));
     ZT_TRY(h->pass_end(h->ctx, pass));
     return ZT_OK;

@@ -118,11 +118,12 @@ int model_blocks_checkpointed(int ckpt_every, int n);
  * makes, in its order, with no compute, so that a plan sees every gather
  * and gradient buffer a real step allocates (each family's tests compare
  * the two event by event). Every family's passes follow this pattern: the
- * forward acquires and releases each unit of its unit_order; the backward
- * acquires each unit's parameters and gradients, releases the parameters
- * and completes the gradients, except unit 0 (the embedding, whose
- * gradient completes last: borrowed from the head when it is tied,
- * borrowed at the end when not). */
+ * forward acquires and releases each unit of the stage's
+ * param_table_unit_order; the backward acquires each unit's parameters and
+ * gradients, releases the parameters and completes the gradients, except
+ * unit 0 (the embedding, whose gradient completes last: borrowed from the
+ * head when it is tied, borrowed at the end of the first stage's backward
+ * when not). */
 zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enum model_pass pass);
 
 /* Reads the n per-position losses at dev_losses (memory of dev) back and
@@ -133,6 +134,15 @@ zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enu
  * same point. Errors: ZT_ERR_NOMEM, the device's. */
 zt_status model_read_mean_loss(struct model *m, const struct device *dev, const float *dev_losses,
                                const int32_t *targets, int n);
+
+/* The forward of a stage that is not the last computes no loss. */
+static inline zt_status model_stage_no_loss(struct model *m)
+{
+    m->loss_sum = 0.0;
+    m->n_counted = 0;
+    m->mean_loss = 0.0f;
+    return ZT_OK;
+}
 
 /* Runs the fallible `call` of family instance `fam` (whose `base` is its
  * struct model), adds its time to the profile's category when profiling,
