@@ -56,16 +56,16 @@ int comm_layout_rank(const struct comm_layout *l, struct comm_coords c);
 
 /* Writes the grid as a user reads it (`--print-layout`): the line
  * "layout: world W = tensor T x pipeline P x data D", one line per rank
- * "  rank R: tp t, pp p, dp d", then the groups that rank talks in, each
- * as "  KIND (FIXED COORDINATES): ranks LIST":
+ * "  rank R: tp t, pp p, dp d", then every group, each as
+ * "  KIND (FIXED COORDINATES): ranks LIST" ("rank R" for a group of one):
  *   "  pipeline stage p: ranks ..."          the T * D ranks of stage p
  *   "  tensor-parallel group (pp p, dp d): ranks ..."
  *   "  data-parallel group (tp t, pp p): ranks ..."
  *   "  pipeline (tp t, dp d): ranks a -> b -> ..."   stage order
  *   "  model replica (dp d): ranks ..."     the T * P ranks of one replica
- * A kind is left out when its groups have one rank each (nobody to talk
- * to), and with P = 1 so are the stages. Lists are ascending, runs of three
- * or more consecutive ranks written "a-b", others separated by ", ". */
+ * A kind whose groups have one rank each (nobody to talk to) is left out,
+ * and so are the stages when P = 1. Lists are ascending, runs of three or
+ * more consecutive ranks written "a-b", others separated by ", ". */
 void comm_layout_print(const struct comm_layout *l, FILE *f);
 
 /* The communicators of this rank's groups, split from a comm of the
