@@ -62,17 +62,37 @@ zt_status config_load(const char *path, const struct config_override *overrides,
 
 zt_status config_check_world(const struct zt_config *cfg, int world_size)
 {
+    const char *source = cfg->source ? cfg->source : "config";
     long micro = cfg->train_micro_batch_size_per_gpu, accum = cfg->gradient_accumulation_steps;
+    long tp = cfg->tensor_parallel.size, pp = cfg->pipeline.stages;
     if (world_size < 1)
         return zt_error_set(ZT_ERR_USAGE, "config_check_world: world size %d", world_size);
-    if (cfg->train_batch_size == 0 || cfg->train_batch_size == micro * accum * world_size)
+    ZT_ASSERT(tp >= 1 && pp >= 1); /* config_load checked them */
+    if (world_size % (tp * pp) != 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: the world size %d is not a multiple of tensor_parallel.size (%ld) "
+                            "x pipeline.stages (%ld) = %ld ranks per model replica: run on a "
+                            "multiple of %ld ranks, or change the sizes",
+                            source, world_size, tp, pp, tp * pp, tp * pp);
+    /* DeepSpeed's train_batch_size counts the samples of one step over the
+     * data-parallel ranks only: the ranks of one replica share theirs. */
+    long dp = world_size / (tp * pp);
+    if (cfg->train_batch_size == 0 || cfg->train_batch_size == micro * accum * dp)
         return ZT_OK;
+    if (tp * pp == 1)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: train_batch_size: %ld must equal train_micro_batch_size_per_gpu "
+                            "(%ld) * gradient_accumulation_steps (%ld) * world size (%d) = %ld; "
+                            "remove it or make the product match",
+                            source, cfg->train_batch_size, micro, accum, world_size,
+                            micro * accum * dp);
     return zt_error_set(ZT_ERR_CONFIG,
                         "%s: train_batch_size: %ld must equal train_micro_batch_size_per_gpu "
-                        "(%ld) * gradient_accumulation_steps (%ld) * world size (%d) = %ld; "
-                        "remove it or make the product match",
-                        cfg->source ? cfg->source : "config", cfg->train_batch_size, micro, accum,
-                        world_size, micro * accum * world_size);
+                        "(%ld) * gradient_accumulation_steps (%ld) * data-parallel size %ld (world "
+                        "%d / (tensor %ld x pipeline %ld)) = %ld; remove it or make the product "
+                        "match",
+                        source, cfg->train_batch_size, micro, accum, dp, world_size, tp, pp,
+                        micro * accum * dp);
 }
 
 zt_status config_write_yaml(const struct zt_config *cfg, FILE *f)

@@ -1,8 +1,10 @@
 /* config/config.h — the run configuration: parse, override, validate.
  *
  * A config file is YAML (and so also JSON: a DeepSpeed config loads as it
- * is for the sections it shares). Sections `model`, `data`, `run` and `comm`
- * are ours; the training keys use DeepSpeed's names and meanings
+ * is for the sections it shares). Sections `model`, `data`, `run`, `comm`
+ * and `tensor_parallel` are ours, and so are the keys of `pipeline` (a
+ * section DeepSpeed has too, whose own keys are accepted beside ours); the
+ * training keys use DeepSpeed's names and meanings
  * (train_micro_batch_size_per_gpu, gradient_accumulation_steps,
  * train_batch_size, gradient_clipping, steps_per_print, optimizer,
  * scheduler, zero_optimization, fp16, bf16, activation_checkpointing).
@@ -41,6 +43,21 @@ enum zt_sched_type {
     ZT_SCHED_WARMUP_COSINE_LR
 };
 enum zt_warmup_type { ZT_WARMUP_LOG, ZT_WARMUP_LINEAR };
+
+/* pipeline.schedule: the order in which a step's micro batches pass
+ * through the stages. */
+enum pipeline_schedule {
+    PIPELINE_1F1B, /* "1f1b": after warm-up one forward, one backward; a stage holds at most
+                      P micro batches' activations (the default) */
+    PIPELINE_GPIPE /* "gpipe": every forward, then every backward */
+};
+
+/* pipeline.partition_method: how the blocks are cut into stages, by the
+ * names of DeepSpeed's PipelineModule. */
+enum pipeline_partition {
+    PIPELINE_PARTITION_PARAMETERS, /* "parameters": stages balanced by parameter count */
+    PIPELINE_PARTITION_UNIFORM     /* "uniform": the same number of blocks per stage */
+};
 
 struct zt_config {
     char *source; /* path of the file loaded */
@@ -122,9 +139,25 @@ struct zt_config {
         char *reduce_scatter, *allgather; /* MPI algorithms: "auto" (default), "native", "ring" */
     } comm;
 
+    /* Tensor parallelism (Megatron-LM's): each block's layers split across
+     * `size` ranks. */
+    struct {
+        int size;              /* T, default 1 */
+        int sequence_parallel; /* Megatron's sequence parallelism inside the group; default
+                                  false; accepted at size 1, where it changes nothing */
+    } tensor_parallel;
+
+    /* Pipeline parallelism: the blocks cut into `stages` consecutive runs,
+     * one per group of ranks, micro batches flowing through them. */
+    struct {
+        int stages;                               /* P, default 1; at most model.n_layer */
+        enum pipeline_schedule schedule;          /* default 1f1b */
+        enum pipeline_partition partition_method; /* default parameters */
+    } pipeline;
+
     int train_micro_batch_size_per_gpu; /* default 1 */
     int gradient_accumulation_steps;    /* default 1 */
-    long train_batch_size;              /* 0 = not given; else must equal micro*accum*world */
+    long train_batch_size;              /* 0 = not given; else must equal micro*accum*D */
     double gradient_clipping;           /* 0 = off; default 1.0 */
     long steps_per_print;               /* default 10 */
     char *device;                       /* compute backend: "auto" (default), "cpu", "cuda" */
@@ -201,7 +234,11 @@ int config_has_validation(const struct zt_config *cfg);
  * worker/model_family.h's param_table_build reads). */
 void config_model_shape(const struct zt_config *cfg, struct zt_kvlist *shape);
 
-/* Checks the rules that need the world size (train_batch_size). */
+/* Checks the rules that need the world size: it is a multiple of
+ * tensor_parallel.size T x pipeline.stages P, and train_batch_size, when
+ * given, equals micro batch x accumulation x the data-parallel size
+ * D = world / (T x P) (as DeepSpeed, which counts data-parallel ranks only).
+ * Errors: ZT_ERR_CONFIG naming the numbers, ZT_ERR_USAGE (world < 1). */
 zt_status config_check_world(const struct zt_config *cfg, int world_size);
 
 /* Writes the resolved configuration as YAML (every key, defaults included). */
@@ -214,6 +251,11 @@ void config_free(struct zt_config *cfg);
 /* The learning-rate schedule the config describes (optimizer.lr and the
  * scheduler section), for worker/schedule.h's schedule_lr. */
 struct lr_schedule config_lr_schedule(const struct zt_config *cfg);
+
+/* The config file's names of a pipeline schedule ("1f1b", "gpipe") and of
+ * a partition method ("parameters", "uniform"); static storage. */
+const char *config_pipeline_schedule_name(enum pipeline_schedule s);
+const char *config_pipeline_partition_name(enum pipeline_partition p);
 
 /* quantization.bnb_4bit_compute_dtype as a dtype (ZT_F32, ZT_BF16 or
  * ZT_F16) of a loaded config. */

@@ -15,9 +15,10 @@
  *
  * A row names a key or a whole section (its sub-keys are not checked: they
  * configure something zerotrain does not have). The rows follow
- * DeepSpeed's runtime config (deepspeed/runtime/config.py, constants.py,
- * zero/config.py, activation_checkpointing/config.py): the top level, then
- * the keys of the sections zerotrain shares.
+ * DeepSpeed's runtime config (deepspeed/runtime/config.py with its
+ * get_pipeline_config, constants.py, zero/config.py,
+ * activation_checkpointing/config.py, tensor_parallel/config.py): the top
+ * level, then the keys of the sections zerotrain shares.
  */
 #include "config_impl.h"
 
@@ -27,15 +28,16 @@
 
 /* When a given value asks for nothing zerotrain lacks. */
 enum quiet_when {
-    Q_NEVER,     /* any value asks for something */
-    Q_ALWAYS,    /* no value changes anything here */
-    Q_FALSE,     /* a boolean; false is off */
-    Q_TRUE,      /* a boolean; true is what zerotrain does */
-    Q_DISABLED,  /* a section; off unless `enabled: true`, as in DeepSpeed */
-    Q_NO_DEVICE, /* an offload section; off when `device` is absent or none */
-    Q_ONE,       /* a number; 1 is off */
-    Q_ZERO,      /* a number; 0 is off */
-    Q_NEGATIVE,  /* a number; below 0 is off */
+    Q_NEVER,       /* any value asks for something */
+    Q_ALWAYS,      /* no value changes anything here */
+    Q_FALSE,       /* a boolean; false is off */
+    Q_TRUE,        /* a boolean; true is what zerotrain does */
+    Q_DISABLED,    /* a section; off unless `enabled: true`, as in DeepSpeed */
+    Q_NO_DEVICE,   /* an offload section; off when `device` is absent or none */
+    Q_ONE,         /* a number; 1 is off */
+    Q_ZERO_OR_ONE, /* a number; 0 and 1 are off */
+    Q_ZERO,        /* a number; 0 is off */
+    Q_NEGATIVE,    /* a number; below 0 is off */
 };
 
 struct ds_key {
@@ -76,16 +78,16 @@ static const struct ds_key keys[] = {
     {"hybrid_engine", Q_DISABLED, "no inference engine"},
     {"memory_breakdown", Q_FALSE, "--memory-report FILE writes every rank's memory peaks"},
     {"nebula", Q_DISABLED, "checkpoints are written to checkpoint.dir"},
-    {"pipeline", Q_NEVER, "no pipeline parallelism: ZeRO data parallelism over all ranks"},
     {"prescale_gradients", Q_FALSE,
      "gradients are divided by the world size after the reduction"},
     {"progressive_layer_drop", Q_DISABLED, "every layer runs at every step"},
     {"quantize_training", Q_DISABLED, "weights are trained unquantized"},
-    {"seq_parallel_communication_data_type", Q_NEVER, "no sequence parallelism"},
-    {"sequence_parallel_size", Q_ONE, "no sequence parallelism"},
+    {"seq_parallel_communication_data_type", Q_NEVER,
+     "no Ulysses sequence parallelism (tensor_parallel.sequence_parallel is Megatron's)"},
+    {"sequence_parallel_size", Q_ONE,
+     "no Ulysses sequence parallelism (tensor_parallel.sequence_parallel is Megatron's)"},
     {"sparse_attention", Q_NEVER, "attention is dense"},
     {"sparse_gradients", Q_FALSE, "gradients are dense"},
-    {"tensor_parallel", Q_NEVER, "no tensor parallelism: ZeRO data parallelism over all ranks"},
     {"tensorboard", Q_DISABLED, "metrics go to metrics.jsonl (--metrics FILE)"},
     {"timers", Q_ALWAYS, "every log line shows the step time and throughput"},
     {"wall_clock_breakdown", Q_FALSE, "--profile shows where the step time went"},
@@ -122,7 +124,8 @@ static const struct ds_key keys[] = {
     {"zero_optimization.overlap_comm", Q_TRUE,
      "stages 2-3 overlap the gradient reduction with the backward and stage 3 prefetches"},
     {"zero_optimization.override_module_apply", Q_ALWAYS, "zerotrain's own model"},
-    {"zero_optimization.pipeline_loading_checkpoint", Q_FALSE, "no pipeline parallelism"},
+    {"zero_optimization.pipeline_loading_checkpoint", Q_FALSE,
+     "zerotrain reads its own checkpoints"},
     {"zero_optimization.reduce_scatter", Q_TRUE,
      "gradients are reduce-scattered (stages 1-3) or allreduced (stage 0)"},
     {"zero_optimization.round_robin_gradients", Q_FALSE, "gradients are not offloaded"},
@@ -194,6 +197,32 @@ static const struct ds_key keys[] = {
 
     /* optimizer */
     {"optimizer.legacy_fusion", Q_FALSE, "zerotrain's own optimizer kernels"},
+
+    /* pipeline (stages is the schema's; DeepSpeed's PipelineModule argument
+     * partition_method is the schema's pipeline.partition_method) */
+    {"pipeline.activation_checkpoint_interval", Q_ZERO,
+     "activation_checkpointing.every_n_blocks chooses the checkpointed blocks"},
+    {"pipeline.grad_partitioned", Q_ALWAYS, "zerotrain's own messages between stages"},
+    {"pipeline.partition", Q_NEVER,
+     "pipeline.partition_method cuts the blocks into stages (parameters or uniform)"},
+    {"pipeline.pipe_partitioned", Q_ALWAYS, "zerotrain's own messages between stages"},
+    {"pipeline.seed_layers", Q_FALSE, "initial weights come from run.seed alone"},
+    {"pipeline.use_reentrant", Q_ALWAYS, "zerotrain's own recomputation"},
+
+    /* tensor_parallel (DeepSpeed's AutoTP training keys; size and
+     * sequence_parallel are the schema's) */
+    {"tensor_parallel.autotp_size", Q_ZERO_OR_ONE,
+     "tensor_parallel.size is the tensor-parallel size"},
+    {"tensor_parallel.dtype", Q_NEVER,
+     "the precision is bf16.enabled's or fp16.enabled's (else fp32)"},
+    {"tensor_parallel.injection_policy_tuple", Q_NEVER, "zerotrain splits its own layers"},
+    {"tensor_parallel.keep_module_on_host", Q_FALSE, "each rank reads only the weights it holds"},
+    {"tensor_parallel.partition_config", Q_NEVER, "zerotrain splits its own layers"},
+    {"tensor_parallel.replace_with_kernel_inject", Q_FALSE, "zerotrain's own kernels"},
+    {"tensor_parallel.tensor_parallel", Q_NEVER,
+     "tensor_parallel.size is the tensor-parallel size"},
+    {"tensor_parallel.tp", Q_NEVER, "tensor_parallel.size is the tensor-parallel size"},
+    {"tensor_parallel.tp_overlap_comm", Q_ALWAYS, "zerotrain schedules its own collectives"},
 };
 /* clang-format on */
 
@@ -265,7 +294,16 @@ static int quiet_number(const struct ds_key *k, const struct yaml_tree_node *v)
     double x = v->kind == YAML_TREE_SCALAR && !v->quoted ? strtod(v->text, &end) : 0.0;
     if (!end || end == v->text || *end != '\0')
         return 0;
-    return k->quiet == Q_ONE ? x == 1.0 : k->quiet == Q_ZERO ? x == 0.0 : x < 0;
+    switch (k->quiet) {
+    case Q_ONE:
+        return x == 1.0;
+    case Q_ZERO_OR_ONE:
+        return x == 0.0 || x == 1.0;
+    case Q_ZERO:
+        return x == 0.0;
+    default:
+        return x < 0;
+    }
 }
 
 /* Whether `v` asks for nothing zerotrain lacks; checks its type on the way. */
@@ -283,6 +321,7 @@ static zt_status is_quiet(const struct ds_key *k, const struct yaml_tree_node *v
     case Q_NO_DEVICE:
         return quiet_section(k, v, quiet);
     case Q_ONE:
+    case Q_ZERO_OR_ONE:
     case Q_ZERO:
     case Q_NEGATIVE:
         *quiet = quiet_number(k, v);

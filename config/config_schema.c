@@ -37,22 +37,24 @@
 
 enum ftype {
     T_SECTION,
-    T_INT,       /* int */
-    T_LONG,      /* long */
-    T_U64,       /* uint64_t */
-    T_DOUBLE,    /* double, finite */
-    T_BOOL,      /* int 0/1 */
-    T_STRING,    /* char *, non-empty */
-    T_PATHS,     /* char ** at off, int count at off2: a string or a list of strings */
-    T_BETAS,     /* [b1, b2]: doubles at off and off2 */
-    T_EPS,       /* a number (off; off2 set to 0) or a pair [eps1, eps2] (off, off2) */
-    T_BACKEND,   /* char *: auto | mpi | nccl */
-    T_ALGO,      /* char *: auto | native | ring */
-    T_DEVICE,    /* char *: auto | cpu | cuda */
-    T_OPTIMIZER, /* char *: AdamW | Adam, any case */
-    T_SCHED,     /* enum zt_sched_type */
-    T_WARMUP,    /* enum zt_warmup_type */
-    T_FAMILY,    /* char *: a model family's name (worker/model_family.h) */
+    T_INT,            /* int */
+    T_LONG,           /* long */
+    T_U64,            /* uint64_t */
+    T_DOUBLE,         /* double, finite */
+    T_BOOL,           /* int 0/1 */
+    T_STRING,         /* char *, non-empty */
+    T_PATHS,          /* char ** at off, int count at off2: a string or a list of strings */
+    T_BETAS,          /* [b1, b2]: doubles at off and off2 */
+    T_EPS,            /* a number (off; off2 set to 0) or a pair [eps1, eps2] (off, off2) */
+    T_BACKEND,        /* char *: auto | mpi | nccl */
+    T_ALGO,           /* char *: auto | native | ring */
+    T_DEVICE,         /* char *: auto | cpu | cuda */
+    T_OPTIMIZER,      /* char *: AdamW | Adam, any case */
+    T_SCHED,          /* enum zt_sched_type */
+    T_WARMUP,         /* enum zt_warmup_type */
+    T_FAMILY,         /* char *: a model family's name (worker/model_family.h) */
+    T_PIPE_SCHEDULE,  /* enum pipeline_schedule */
+    T_PIPE_PARTITION, /* enum pipeline_partition */
 };
 
 enum {
@@ -222,12 +224,36 @@ static const struct field fields[] = {
     {"comm.allgather", T_ALGO, OFF(comm.allgather), 0, "auto", NB, NB, 0, NULL,
      "MPI allgather: auto, native or ring"},
 
+    {"tensor_parallel", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "tensor parallelism (Megatron-LM's): each block's layers split across ranks"},
+    {"tensor_parallel.size", T_INT, OFF(tensor_parallel.size), 0, "1", GE(1), NB, 0, NULL,
+     "ranks each layer is split across (T); it divides model.n_head, the MLP width and "
+     "model.vocab_size (llama: model.n_kv_head too)"},
+    {"tensor_parallel.sequence_parallel", T_BOOL, OFF(tensor_parallel.sequence_parallel), 0,
+     "false", NB, NB, 0, NULL,
+     "Megatron's sequence parallelism: outside the split layers each tensor-parallel rank holds "
+     "1/T of the sequence (data.seq_len divisible by T); no effect at size 1"},
+
+    {"pipeline", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "pipeline parallelism: the blocks cut into stages that micro batches flow through"},
+    {"pipeline.stages", T_INT, OFF(pipeline.stages), 0, "1", GE(1), NB, 0, NULL,
+     "pipeline stages (P), at most model.n_layer; the data-parallel size is world / (T * P)"},
+    {"pipeline.schedule", T_PIPE_SCHEDULE, OFF(pipeline.schedule), 0, "1f1b", NB, NB, 0, NULL,
+     "1f1b (one forward, one backward: at most P micro batches' activations held) or gpipe "
+     "(every forward, then every backward)"},
+    {"pipeline.partition_method", T_PIPE_PARTITION, OFF(pipeline.partition_method), 0,
+     "parameters", NB, NB, 0, NULL,
+     "how blocks are cut into stages: parameters (balanced by parameter count) or uniform (the "
+     "same number of blocks each)"},
+
     {"train_micro_batch_size_per_gpu", T_INT, OFF(train_micro_batch_size_per_gpu), 0, "1",
      GE(1), NB, 0, NULL, "sequences per rank per micro step"},
     {"gradient_accumulation_steps", T_INT, OFF(gradient_accumulation_steps), 0, "1", GE(1), NB,
      0, NULL, "micro steps per optimizer step"},
     {"train_batch_size", T_LONG, OFF(train_batch_size), 0, NULL, GE(1), NB, F_ZERO_IS_ABSENT,
-     NULL, "null, or micro batch * accumulation * world size"},
+     NULL,
+     "null, or micro batch * accumulation * data-parallel size (world / (tensor_parallel.size "
+     "* pipeline.stages))"},
     {"gradient_clipping", T_DOUBLE, OFF(gradient_clipping), 0, "1.0", GE(0), NB, 0, NULL,
      "global gradient norm limit, 0: off"},
     {"steps_per_print", T_LONG, OFF(steps_per_print), 0, "10", GE(1), NB, 0, NULL,
@@ -333,6 +359,11 @@ static const unsigned sched_masks[] = {[ZT_SCHED_NONE] = 0,
                                        [ZT_SCHED_WARMUP_DECAY_LR] = F_WARMUP_DECAY,
                                        [ZT_SCHED_WARMUP_COSINE_LR] = F_WARMUP_COSINE};
 static const char *const warmup_names[] = {[ZT_WARMUP_LOG] = "log", [ZT_WARMUP_LINEAR] = "linear"};
+static const char *const schedule_names[] = {[PIPELINE_1F1B] = "1f1b", [PIPELINE_GPIPE] = "gpipe"};
+static const char *const partition_names[] = {
+    [PIPELINE_PARTITION_PARAMETERS] = "parameters", [PIPELINE_PARTITION_UNIFORM] = "uniform"};
+#define N_SCHEDULES  ((int)(sizeof schedule_names / sizeof schedule_names[0]))
+#define N_PARTITIONS ((int)(sizeof partition_names / sizeof partition_names[0]))
 
 struct walk {
     struct zt_config *cfg;
@@ -478,6 +509,19 @@ static enum parsed parse_number(const struct yaml_tree_node *v, double *out)
 int config_has_validation(const struct zt_config *cfg)
 {
     return cfg->data.n_val > 0 || cfg->data.val_fraction > 0.0;
+}
+
+/* Here too, beside the names the pipeline keys take. */
+const char *config_pipeline_schedule_name(enum pipeline_schedule s)
+{
+    ZT_ASSERT((int)s >= 0 && (int)s < N_SCHEDULES);
+    return schedule_names[s];
+}
+
+const char *config_pipeline_partition_name(enum pipeline_partition p)
+{
+    ZT_ASSERT((int)p >= 0 && (int)p < N_PARTITIONS);
+    return partition_names[p];
 }
 
 /* ---- leaf values -------------------------------------------------------- */
@@ -774,6 +818,23 @@ static zt_status leaf_choice(struct walk *w, const struct field *f, const struct
         }
         return store_string(w, f, same_ignoring_case(s, opt->name) ? opt->name : opt->alias);
     }
+    if (f->type == T_PIPE_SCHEDULE || f->type == T_PIPE_PARTITION) {
+        /* DeepSpeed lower-cases partition_method; both keys take any case. */
+        const int schedule = f->type == T_PIPE_SCHEDULE;
+        const char *const *names = schedule ? schedule_names : partition_names;
+        const int n = schedule ? N_SCHEDULES : N_PARTITIONS;
+        int i = 0;
+        while (i < n && !same_ignoring_case(s, names[i]))
+            i++;
+        if (i == n)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected %s or %s, got '%s'", where,
+                                f->path, names[0], names[1], s);
+        if (schedule)
+            *(enum pipeline_schedule *)field_ptr(w->cfg, f->off) = (enum pipeline_schedule)i;
+        else
+            *(enum pipeline_partition *)field_ptr(w->cfg, f->off) = (enum pipeline_partition)i;
+        return ZT_OK;
+    }
     if (f->type == T_WARMUP) {
         int i = name_index(warmup_names, 2, s);
         if (i < 0)
@@ -805,10 +866,13 @@ static zt_status leaf_family(struct walk *w, const struct field *f, const struct
     return store_string(w, f, s);
 }
 
-/* DeepSpeed's own keys (everything outside our four sections). */
+/* DeepSpeed's own keys (everything outside our sections). The pipeline
+ * section's name is DeepSpeed's, but the keys with rows here are ours, and
+ * the HF Trainer fills none of them with "auto". */
 static int is_deepspeed_key(const char *path)
 {
-    static const char *const ours[] = {"model.", "data.", "run.", "comm.", "checkpoint."};
+    static const char *const ours[] = {
+        "model.", "data.", "run.", "comm.", "checkpoint.", "tensor_parallel.", "pipeline."};
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
         if (strncmp(path, ours[i], strlen(ours[i])) == 0)
             return 0;
@@ -856,6 +920,8 @@ static zt_status parse_leaf(struct walk *w, const struct field *f, const struct 
     case T_OPTIMIZER:
     case T_SCHED:
     case T_WARMUP:
+    case T_PIPE_SCHEDULE:
+    case T_PIPE_PARTITION:
         return leaf_choice(w, f, v, where);
     case T_FAMILY:
         return leaf_family(w, f, v, where);
@@ -1324,6 +1390,72 @@ static zt_status check_model_and_data(const struct walk *w)
     return ZT_OK;
 }
 
+/* What tensor parallelism splits must split evenly, in the order a model
+ * is read: attention heads (query, then llama's key/value heads), llama's
+ * MLP width, and the vocabulary (the embedding and the output head are
+ * split by rows, Megatron's vocabulary-parallel embedding). The first that
+ * does not is named. GPT-2's MLP width 4 n_embd needs no row: T divides
+ * n_head, which divides n_embd. */
+static zt_status check_tensor_split(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    const int t = c->tensor_parallel.size, llama = strcmp(c->model.family, "llama") == 0;
+    const struct {
+        int applies;
+        const char *key;
+        int value;
+        const char *why;
+    } splits[] = {
+        {1, "model.n_head", c->model.n_head,
+         "each tensor-parallel rank computes whole attention heads"},
+        {llama, "model.n_kv_head", c->model.n_kv_head,
+         "each tensor-parallel rank holds whole key/value heads"},
+        {llama, "model.intermediate_size", c->model.intermediate_size,
+         "the MLP's columns are split evenly"},
+        {1, "model.vocab_size", c->model.vocab_size,
+         "the embedding and the output head are split by vocabulary rows"},
+    };
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+        if (!splits[i].applies || splits[i].value % t == 0)
+            continue;
+        char where[WHERE];
+        where_of_keys(w, where, "tensor_parallel.size", splits[i].key, "model.hf_config");
+        return zt_error_set(ZT_ERR_CONFIG, "%s: tensor_parallel.size: %d must divide %s (%d): %s",
+                            where, t, splits[i].key, splits[i].value, splits[i].why);
+    }
+    return ZT_OK;
+}
+
+/* The grid's rules that do not need the world size (config_check_world
+ * has those): the tensor split, a block for every stage, and a sequence
+ * that cuts evenly. */
+static zt_status check_parallel(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    char where[WHERE];
+    ZT_TRY(check_tensor_split(w));
+    if (c->pipeline.stages > c->model.n_layer) {
+        where_of_keys(w, where, "pipeline.stages", "model.n_layer", "model.hf_config");
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: pipeline.stages: %d is more than model.n_layer (%d blocks): "
+                            "every stage needs a block",
+                            where, c->pipeline.stages, c->model.n_layer);
+    }
+    /* sequence_parallel at size 1 is accepted and changes nothing (a group
+     * of one holds the whole sequence), so that one config serves every
+     * size; at size > 1 each rank holds an equal slice of the sequence. */
+    if (c->tensor_parallel.sequence_parallel && c->data.seq_len % c->tensor_parallel.size != 0) {
+        where_of_keys(w, where, "tensor_parallel.sequence_parallel", "data.seq_len",
+                      "tensor_parallel.size");
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: tensor_parallel.sequence_parallel: data.seq_len (%d) must be "
+                            "divisible by tensor_parallel.size (%d): each tensor-parallel rank "
+                            "holds an equal slice of the sequence",
+                            where, c->data.seq_len, c->tensor_parallel.size);
+    }
+    return ZT_OK;
+}
+
 /* The dtype bnb_4bit_compute_dtype names (PyTorch's names too), or -1. */
 static int compute_dtype_of(const char *name)
 {
@@ -1514,6 +1646,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
         resolve_dependent_defaults(w);
         s = check_model_and_data(w);
         if (s == ZT_OK)
+            s = check_parallel(w);
+        if (s == ZT_OK)
             s = check_data(w);
         if (s == ZT_OK)
             s = check_precision(w);
@@ -1634,6 +1768,12 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
         break;
     case T_WARMUP:
         fputs(warmup_names[*(const enum zt_warmup_type *)p], f);
+        break;
+    case T_PIPE_SCHEDULE:
+        fputs(config_pipeline_schedule_name(*(const enum pipeline_schedule *)p), f);
+        break;
+    case T_PIPE_PARTITION:
+        fputs(config_pipeline_partition_name(*(const enum pipeline_partition *)p), f);
         break;
     case T_SECTION:
         break;

@@ -92,6 +92,11 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_int_eq(a->run.eval_batches, b->run.eval_batches);
     ck_assert_str_eq(a->run.output_dir, b->run.output_dir);
     ck_assert_str_eq(a->comm.backend, b->comm.backend);
+    ck_assert_int_eq(a->tensor_parallel.size, b->tensor_parallel.size);
+    ck_assert_int_eq(a->tensor_parallel.sequence_parallel, b->tensor_parallel.sequence_parallel);
+    ck_assert_int_eq(a->pipeline.stages, b->pipeline.stages);
+    ck_assert_int_eq(a->pipeline.schedule, b->pipeline.schedule);
+    ck_assert_int_eq(a->pipeline.partition_method, b->pipeline.partition_method);
     ck_assert_int_eq(a->train_micro_batch_size_per_gpu, b->train_micro_batch_size_per_gpu);
     ck_assert_int_eq(a->gradient_accumulation_steps, b->gradient_accumulation_steps);
     ck_assert_int_eq(a->train_batch_size, b->train_batch_size);
@@ -406,6 +411,11 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.run.eval_batches, 0);
     ck_assert_str_eq(c.run.output_dir, "runs/latest");
     ck_assert_str_eq(c.comm.backend, "auto");
+    ck_assert_int_eq(c.tensor_parallel.size, 1);
+    ck_assert_int_eq(c.tensor_parallel.sequence_parallel, 0);
+    ck_assert_int_eq(c.pipeline.stages, 1);
+    ck_assert_int_eq(c.pipeline.schedule, PIPELINE_1F1B);
+    ck_assert_int_eq(c.pipeline.partition_method, PIPELINE_PARTITION_PARAMETERS);
     ck_assert_int_eq(c.train_micro_batch_size_per_gpu, 1);
     ck_assert_int_eq(c.gradient_accumulation_steps, 1);
     ck_assert_int_eq(c.train_batch_size, 0);
@@ -545,6 +555,11 @@ START_TEST(test_full_yaml)
     ck_assert_int_eq(c.run.eval_batches, 4);
     ck_assert_str_eq(c.run.output_dir, "runs/full: test #1");
     ck_assert_str_eq(c.comm.backend, "mpi");
+    ck_assert_int_eq(c.tensor_parallel.size, 2);
+    ck_assert_int_eq(c.tensor_parallel.sequence_parallel, 1);
+    ck_assert_int_eq(c.pipeline.stages, 2);
+    ck_assert_int_eq(c.pipeline.schedule, PIPELINE_GPIPE);
+    ck_assert_int_eq(c.pipeline.partition_method, PIPELINE_PARTITION_UNIFORM);
     ck_assert_int_eq(c.train_micro_batch_size_per_gpu, 3);
     ck_assert_int_eq(c.gradient_accumulation_steps, 5);
     ck_assert_int_eq(c.train_batch_size, 30);
@@ -569,7 +584,11 @@ START_TEST(test_full_yaml)
     ck_assert_int_eq(c.fp16.enabled, 0);
     ck_assert_int_eq(c.bf16.enabled, 0);
     ck_assert_int_eq(c.activation_checkpointing.enabled, 0);
-    ck_assert_int_eq(config_check_world(&c, 2), ZT_OK); /* 3 * 5 * 2 = 30 */
+    /* DeepSpeed's pipe_partitioned and grad_partitioned pass quietly */
+    ck_assert_msg(c.ignored && !strstr(c.ignored, "pipeline"), "%s", c.ignored);
+    /* 3 * 5 * D = 30 with D = 2 data-parallel ranks of 2 x 2 */
+    ck_assert_int_eq(config_check_world(&c, 8), ZT_OK);
+    ck_assert_int_eq(config_check_world(&c, 2), ZT_ERR_CONFIG);
     config_free(&c);
 }
 END_TEST
@@ -746,6 +765,19 @@ START_TEST(test_deepspeed_values_off_or_asking)
         {"checkpoint: {tag_validation: Fail, load_universal: true}", NULL,
          "checkpoint.load_universal (true)"},
         {"fp16: {enabled: false, fp16_master_weights_and_grads: false}", NULL, NULL},
+        {"pipeline: {pipe_partitioned: true, grad_partitioned: false, seed_layers: false, "
+         "activation_checkpoint_interval: 0, use_reentrant: true}",
+         NULL, NULL},
+        {"pipeline: {stages: 2, activation_checkpoint_interval: 1}", NULL,
+         "pipeline.activation_checkpoint_interval (1)"},
+        {"pipeline: {partition: uniform}", NULL, "pipeline.partition (uniform)"},
+        {"pipeline: {seed_layers: true}", NULL, "pipeline.seed_layers (true)"},
+        {"tensor_parallel: {autotp_size: 0, tp_overlap_comm: true}", NULL, NULL},
+        {"tensor_parallel: {autotp_size: 1}", NULL, NULL},
+        {"tensor_parallel: {autotp_size: 4}", NULL,
+         "tensor_parallel.autotp_size (4): tensor_parallel.size is the tensor-parallel size"},
+        {"tensor_parallel: {size: 2, tp: {tp_size: 2}}", NULL, "tensor_parallel.tp"},
+        {"sequence_parallel_size: 2", NULL, "sequence_parallel_size (2): no Ulysses sequence"},
         {"", "zero_optimization.sub_group_size=1e9",
          "--set zero_optimization.sub_group_size=1e9: zero_optimization.sub_group_size (1e9)"},
     };
@@ -795,6 +827,112 @@ START_TEST(test_check_world_without_batch_size)
         load_text("data: {train: x}\ntrain_micro_batch_size_per_gpu: 3\n", NULL, 0, &c), ZT_OK);
     for (int world = 1; world <= 7; world++)
         ck_assert_int_eq(config_check_world(&c, world), ZT_OK);
+    config_free(&c);
+}
+END_TEST
+
+/* The grid's keys: every value, any case for the names (DeepSpeed lower-
+ * cases partition_method), and the names written back. */
+START_TEST(test_parallel_keys)
+{
+    struct zt_config c;
+    zt_status s =
+        load_text("data: {train: x}\ntensor_parallel: {size: 4, sequence_parallel: true}\n"
+                  "pipeline: {stages: 4, schedule: GPipe, partition_method: Uniform}\n",
+                  NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.tensor_parallel.size, 4);
+    ck_assert_int_eq(c.tensor_parallel.sequence_parallel, 1);
+    ck_assert_int_eq(c.pipeline.stages, 4);
+    ck_assert_int_eq(c.pipeline.schedule, PIPELINE_GPIPE);
+    ck_assert_int_eq(c.pipeline.partition_method, PIPELINE_PARTITION_UNIFORM);
+    ck_assert_str_eq(config_pipeline_schedule_name(c.pipeline.schedule), "gpipe");
+    ck_assert_str_eq(config_pipeline_partition_name(c.pipeline.partition_method), "uniform");
+    ck_assert_str_eq(config_pipeline_schedule_name(PIPELINE_1F1B), "1f1b");
+    ck_assert_str_eq(config_pipeline_partition_name(PIPELINE_PARTITION_PARAMETERS), "parameters");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(config_write_yaml(&c, f), ZT_OK);
+    ck_assert_int_eq(fclose(f), 0);
+    static const char *const written[] = {"\ntensor_parallel:  # ",
+                                          "\n  size: 4  # ",
+                                          "\n  sequence_parallel: true  # ",
+                                          "\npipeline:  # ",
+                                          "\n  stages: 4  # ",
+                                          "\n  schedule: gpipe  # ",
+                                          "\n  partition_method: uniform  # "};
+    for (size_t i = 0; i < sizeof written / sizeof written[0]; i++)
+        ck_assert_msg(strstr(text, written[i]), "no \"%s\" in\n%s", written[i] + 1, text);
+    free(text);
+    config_free(&c);
+    /* sequence_parallel at size 1 changes nothing and is accepted, whatever
+     * the sequence length */
+    s = load_text("data: {train: x, seq_len: 37}\ntensor_parallel: {sequence_parallel: true}\n",
+                  NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.tensor_parallel.size, 1);
+    ck_assert_int_eq(c.tensor_parallel.sequence_parallel, 1);
+    config_free(&c);
+    /* as many stages as blocks; llama splits on n_kv_head and its MLP too */
+    s = load_text("data: {train: x}\nmodel: {family: llama, n_head: 8, n_kv_head: 2, n_embd: 128, "
+                  "intermediate_size: 344, n_layer: 3}\ntensor_parallel: {size: 2}\n"
+                  "pipeline: {stages: 3}\n",
+                  NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.pipeline.stages, 3);
+    config_free(&c);
+}
+END_TEST
+
+/* The world is T x P x D: it must be a multiple of the replica's T x P
+ * ranks, and train_batch_size counts the D data-parallel ranks only. */
+START_TEST(test_check_world_with_tensor_and_pipeline)
+{
+    struct zt_config c;
+    zt_status s = load_text("data: {train: x}\ntrain_micro_batch_size_per_gpu: 3\n"
+                            "gradient_accumulation_steps: 5\ntrain_batch_size: 30\n"
+                            "tensor_parallel: {size: 2}\npipeline: {stages: 2}\n",
+                            NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(config_check_world(&c, 8), ZT_OK); /* D = 2: 3 * 5 * 2 = 30 */
+    s = config_check_world(&c, 4);
+    ck_assert_int_eq(s, ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(),
+                         "/bad.yaml: train_batch_size: 30 must equal "
+                         "train_micro_batch_size_per_gpu (3) * gradient_accumulation_steps (5) * "
+                         "data-parallel size 1 (world 4 / (tensor 2 x pipeline 2)) = 15; remove "
+                         "it or make the product match"),
+                  "%s", zt_error_message());
+    s = config_check_world(&c, 6);
+    ck_assert_int_eq(s, ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(),
+                         "/bad.yaml: the world size 6 is not a multiple of tensor_parallel.size "
+                         "(2) x pipeline.stages (2) = 4 ranks per model replica"),
+                  "%s", zt_error_message());
+    s = config_check_world(&c, 2); /* fewer ranks than one replica */
+    ck_assert_int_eq(s, ZT_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "the world size 2 is not a multiple"));
+    ck_assert_int_eq(config_check_world(&c, 0), ZT_ERR_USAGE);
+    config_free(&c);
+
+    /* without train_batch_size only the grid is checked */
+    s = load_text("data: {train: x}\ntensor_parallel: {size: 2}\npipeline: {stages: 3}\n", NULL, 0,
+                  &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    for (int world = 1; world <= 24; world++)
+        ck_assert_int_eq(config_check_world(&c, world), world % 6 == 0 ? ZT_OK : ZT_ERR_CONFIG);
+    config_free(&c);
+
+    /* tensor parallelism alone: D = world / T */
+    s = load_text("data: {train: x}\ntrain_batch_size: 6\ntensor_parallel: {size: 4}\n", NULL, 0,
+                  &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(config_check_world(&c, 24), ZT_OK);
+    ck_assert_int_eq(config_check_world(&c, 6), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "tensor_parallel.size (4) x pipeline.stages (1) = 4"),
+                  "%s", zt_error_message());
     config_free(&c);
 }
 END_TEST
@@ -856,6 +994,8 @@ START_TEST(test_round_trip)
         "data: {train: x}\noptimizer: {type: Adafactor, params: {relative_step: true, "
         "warmup_init: true}}\n",
         "data: {train: x}\noptimizer: {type: SGD, params: {momentum: 0.9, nesterov: true}}\n",
+        "data: {train: x}\ntensor_parallel: {size: 4, sequence_parallel: true}\n"
+        "pipeline: {stages: 3, schedule: gpipe, partition_method: uniform}\n",
     };
     const char *dir = testutil_tmpdir("config");
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
@@ -1502,6 +1642,86 @@ static const struct bad_case bad_cases[] = {
      {"data.train=x", NULL},
      ZT_ERR_CONFIG,
      "bad.yaml:1:1: the top level must be a mapping"},
+    /* tensor and pipeline parallelism */
+    {"data: {train: x}\ntensor_parallel: {size: 0}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:25: tensor_parallel.size: must be >= 1, got 0"},
+    {"data: {train: x}\npipeline:\n  stages: -2\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:11: pipeline.stages: must be >= 1, got -2"},
+    {"data: {train: x}\npipeline:\n  stages: 5\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:11: pipeline.stages: 5 is more than model.n_layer (4 blocks): every stage needs "
+     "a block"},
+    {"data: {train: x}\npipeline: {stages: 3}\n",
+     NULL,
+     {"model.n_layer=2", NULL},
+     ZT_ERR_CONFIG,
+     "--set model.n_layer=2: pipeline.stages: 3 is more than model.n_layer (2 blocks)"},
+    {"data: {train: x}\npipeline: {stages: auto}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:20: pipeline.stages: expected an integer, got 'auto'"},
+    {"data: {train: x}\npipeline:\n  schedule: interleaved\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:13: pipeline.schedule: expected 1f1b or gpipe, got 'interleaved'"},
+    {"data: {train: x}\npipeline:\n  partition_method: type:transformer\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:21: pipeline.partition_method: expected parameters or uniform, got "
+     "'type:transformer'"},
+    {"data: {train: x}\ntensor_parallel: {sise: 2}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:19: unknown key 'sise' in tensor_parallel (did you mean 'size'?)"},
+    {"data: {train: x}\ntensor_parallel:\n  sequence_parallel: sometimes\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:22: tensor_parallel.sequence_parallel: expected a boolean (true or false)"},
+    {"data: {train: x}\ntensor_parallel:\n  size: 3\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:9: tensor_parallel.size: 3 must divide model.n_head (4): each tensor-parallel "
+     "rank computes whole attention heads"},
+    {"data: {train: x}\nmodel: {n_head: 8, n_embd: 64}\n",
+     NULL,
+     {"tensor_parallel.size=8", "model.vocab_size=260"},
+     ZT_ERR_CONFIG,
+     "--set tensor_parallel.size=8: tensor_parallel.size: 8 must divide model.vocab_size (260): "
+     "the embedding and the output head are split by vocabulary rows"},
+    {"data: {train: x}\nmodel: {family: llama, n_head: 8, n_kv_head: 2, n_embd: 128}\n"
+     "tensor_parallel: {size: 4}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "tensor_parallel.size: 4 must divide model.n_kv_head (2): each tensor-parallel rank holds "
+     "whole key/value heads"},
+    {"data: {train: x}\nmodel: {family: llama, n_head: 4, n_embd: 128, intermediate_size: 250}\n"
+     "tensor_parallel: {size: 4}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "tensor_parallel.size: 4 must divide model.intermediate_size (250): the MLP's columns are "
+     "split evenly"},
+    {"data: {train: x, seq_len: 30}\ntensor_parallel: {size: 4, sequence_parallel: true}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "tensor_parallel.sequence_parallel: data.seq_len (30) must be divisible by "
+     "tensor_parallel.size (4): each tensor-parallel rank holds an equal slice of the sequence"},
 };
 
 START_TEST(test_bad_config)
@@ -1669,6 +1889,8 @@ static Suite *config_suite(void)
     tcase_add_test(good, test_deepspeed_values_off_or_asking);
     tcase_add_test(good, test_no_validation_set);
     tcase_add_test(good, test_check_world_without_batch_size);
+    tcase_add_test(good, test_parallel_keys);
+    tcase_add_test(good, test_check_world_with_tensor_and_pipeline);
     tcase_add_test(good, test_overrides);
     tcase_add_test(good, test_null_means_default);
     tcase_add_test(good, test_round_trip);
