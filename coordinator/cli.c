@@ -3,6 +3,7 @@
  *
  *   zerotrain train CONFIG [--set key.path=value]... [--metrics FILE]
  *                          [--memory-report FILE] [--dry-run] [--print-partition]
+ *                          [--print-layout]
  *                          [--progress|--no-progress] [--profile] [--quiet]
  *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE] [--checkpoint DIR]
  *   zerotrain export CKPT_DIR --out FILE.safetensors [--merge] [--dtype fp32|bf16|fp16]
@@ -51,6 +52,8 @@ static const char train_help[] =
     "  --dry-run              plan the memory without training (writes no file but\n"
     "                         --memory-report's)\n"
     "  --print-partition      print how the parameters are split among the ranks\n"
+    "  --print-layout         print the rank grid (tensor x pipeline x data parallel) and\n"
+    "                         each pipeline stage's blocks\n"
     "  --progress             draw a progress line (step/total, ETA); automatic on a terminal\n"
     "                         except under mpirun, which always looks like one\n"
     "  --no-progress          never draw it\n"
@@ -151,6 +154,8 @@ static zt_status parse_run_args(int argc, char **argv, int allow_train_opts, str
             a->run.profile = 1;
         } else if (allow_train_opts && strcmp(arg, "--print-partition") == 0) {
             a->run.print_partition = 1;
+        } else if (allow_train_opts && strcmp(arg, "--print-layout") == 0) {
+            a->run.print_layout = 1;
         } else if (strcmp(arg, "--quiet") == 0) {
             a->run.quiet = 1;
         } else if (arg[0] == '-' && arg[1] != '\0') {

@@ -4,15 +4,18 @@
  * The validation data is cut into consecutive windows of seq_len + 1 tokens
  * and grouped into micro batches of the training micro batch size (the
  * model's activations are sized for it); a trailing part that does not fill
- * a micro batch is left out. Micro batch j goes to rank j % world; losses
- * and counted targets are summed over ranks, so the result does not depend
- * on the world size beyond float summation order. Under a loss mask the
+ * a micro batch is left out. Micro batch j goes to data-parallel rank j %
+ * D (under a pipeline, through every stage of that rank's pipeline; the
+ * last stage's loss counts); losses and counted targets are summed over
+ * ranks, so the result does not depend on the layout beyond float
+ * summation order. Under a loss mask the
  * loss is the mean over counted targets only, and the tokens reported are
  * those.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline.h"
 #include "run_checkpoint.h"
 #include "train.h"
 
@@ -41,18 +44,19 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
     /* Under stage 3 every forward gathers parameters with all ranks, so
      * every rank runs the same number of forwards: a rank without a batch
      * of its own in the last round repeats batch 0 and does not count it. */
-    const size_t world = (size_t)s->world;
+    const size_t world = (size_t)s->dp_size, rank = (size_t)s->dp_rank;
     const size_t rounds = shard_policy_forward_is_collective(&s->engine.policy)
                               ? (batches + world - 1) / world
-                              : (batches + world - 1 - (size_t)s->rank) / world;
+                              : (batches + world - 1 - rank) / world;
     double sums[2] = {0.0, 0.0}; /* loss * counted, counted targets */
     zt_status st = ZT_OK;
     for (size_t i = 0; i < rounds && st == ZT_OK; i++) {
-        const size_t j = (size_t)s->rank + i * world;
+        const size_t j = rank + i * world;
         fill_eval_batch(&s->val, T, B, j < batches ? j : 0, s->inputs, s->targets);
         s->model->training = 0;
-        st = model_forward(s->model, &s->engine.hooks, s->inputs, s->targets);
-        if (j < batches) {
+        st = s->pipe ? pipeline_forward(s, s->inputs, s->targets)
+                     : model_forward(s->model, &s->engine.hooks, s->inputs, s->targets);
+        if (j < batches && s->stage.last) {
             /* the mean times its counted targets, in an order that is the
              * unmasked sum's bit for bit (the share is then exactly 1) */
             const double share = (double)s->model->n_counted / ((double)B * T);

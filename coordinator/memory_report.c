@@ -19,7 +19,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 2) /* peaks, total_peak, rss_peak */
+/* peaks, total_peak, rss_peak, tp, pp, dp, expected model states */
+#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 6)
 
 /* Column headers; a category missing here falls back to its full name. */
 static const char *const short_names[] = {
@@ -41,12 +42,18 @@ static const enum ledger_category model_state_categories[4] = {
 
 /* ---- gathering ---- */
 
-static void pack_row(const struct ledger *l, uint64_t row[ROW_WORDS])
+static void pack_row(const struct ledger *l, const struct memory_rank_row *place,
+                     uint64_t row[ROW_WORDS])
 {
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
         row[c] = l->peak[c];
-    row[LEDGER_CATEGORY_COUNT] = l->total_peak;
-    row[LEDGER_CATEGORY_COUNT + 1] = ledger_rss_peak();
+    uint64_t *at = row + LEDGER_CATEGORY_COUNT;
+    at[0] = l->total_peak;
+    at[1] = ledger_rss_peak();
+    at[2] = (uint64_t)place->tp;
+    at[3] = (uint64_t)place->pp;
+    at[4] = (uint64_t)place->dp;
+    at[5] = place->expected_model_states;
 }
 
 static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_rank_row *out)
@@ -54,17 +61,29 @@ static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_ra
     out->rank = rank;
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
         out->peak[c] = row[c];
-    out->total_peak = row[LEDGER_CATEGORY_COUNT];
-    out->rss_peak = row[LEDGER_CATEGORY_COUNT + 1];
+    const uint64_t *at = row + LEDGER_CATEGORY_COUNT;
+    out->total_peak = at[0];
+    out->rss_peak = at[1];
+    out->tp = (int)at[2];
+    out->pp = (int)at[3];
+    out->dp = (int)at[4];
+    out->expected_model_states = at[5];
 }
 
 zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r)
+{
+    const struct memory_rank_row place = {.dp = comm_rank(c)};
+    return memory_report_gather_placed(c, mine, &place, r);
+}
+
+zt_status memory_report_gather_placed(struct comm *c, const struct ledger *mine,
+                                      const struct memory_rank_row *place, struct memory_report *r)
 {
     const int rank = comm_rank(c), size = comm_size(c);
     r->world_size = size;
     r->ranks = NULL;
     uint64_t row[ROW_WORDS], *all = NULL;
-    pack_row(mine, row);
+    pack_row(mine, place, row);
     int32_t ok = 1;
     if (rank == 0) {
         all = malloc((size_t)size * sizeof row);
@@ -139,20 +158,27 @@ static const char *column_name(int c)
     return short_names[c] ? short_names[c] : ledger_category_name((enum ledger_category)c);
 }
 
-static void print_header(FILE *f)
+/* The rank column: "rank", or "rank (tp,pp,dp)" under a layout. */
+static int label_width(const struct memory_report *r)
 {
-    fprintf(f, "%8s", "rank");
+    return r->layout ? 16 : 8;
+}
+
+static void print_header(FILE *f, int width)
+{
+    fprintf(f, "%*s", width, width > 8 ? "rank (tp,pp,dp)" : "rank");
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
         fprintf(f, " %10s", column_name(c));
     fprintf(f, " %10s %10s %5s\n", "total", "rss", "ratio");
 }
 
 /* One table row; rss NULL prints "-" (a plan has no resident memory). */
-static void print_row(FILE *f, const char *label, const uint64_t peak[LEDGER_CATEGORY_COUNT],
-                      uint64_t total, const uint64_t *rss, uint64_t baseline_total)
+static void print_row(FILE *f, int width, const char *label,
+                      const uint64_t peak[LEDGER_CATEGORY_COUNT], uint64_t total,
+                      const uint64_t *rss, uint64_t baseline_total)
 {
     char b[32];
-    fprintf(f, "%8s", label);
+    fprintf(f, "%*s", width, label);
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
         human(peak[c], b, sizeof b);
         fprintf(f, " %10s", b);
@@ -204,9 +230,26 @@ static void print_model_states(const struct memory_report *r, FILE *f)
     const double *p = r->bytes_per_param;
     fprintf(f, "model states per rank (params+grads+master+optim peaks): measured %s .. %s\n", a,
             b);
-    fprintf(f, "  expected for stage %d, N = %d, %g+%g+%g+%g bytes per parameter: %s\n", r->stage,
-            r->world_size, p[0], p[1], p[2], p[3], e);
-    fprintf(f, "  difference %s .. %s (shard padding explains a small excess)\n", da, db);
+    if (!r->layout) {
+        fprintf(f, "  expected for stage %d, N = %d, %g+%g+%g+%g bytes per parameter: %s\n",
+                r->stage, r->world_size, p[0], p[1], p[2], p[3], e);
+        fprintf(f, "  difference %s .. %s (shard padding explains a small excess)\n", da, db);
+    } else {
+        fprintf(f,
+                "  expected for stage %d over each rank's data-parallel group and pipeline "
+                "stage, %g+%g+%g+%g bytes per parameter:\n",
+                r->stage, p[0], p[1], p[2], p[3]);
+    }
+    /* Pipeline stages hold different parts of the model: each rank
+     * against what its own stage's parameters need. */
+    for (int i = 0; i < r->world_size && r->layout; i++) {
+        const struct memory_rank_row *row = &r->ranks[i];
+        human(model_states_of(row), a, sizeof a);
+        human(row->expected_model_states, e, sizeof e);
+        format_difference(model_states_of(row), row->expected_model_states, da, sizeof da);
+        fprintf(f, "  rank %d (tp %d, pp %d, dp %d): measured %s, expected %s for its stage, %s\n",
+                row->rank, row->tp, row->pp, row->dp, a, e, da);
+    }
     if (r->base4_numel == 0)
         return;
     char q[32];
@@ -230,14 +273,19 @@ void memory_report_print(const struct memory_report *r, FILE *f)
             "memory per rank: ZeRO stage %d, %d ranks, %llu parameters%s; ratio = total / "
             "baseline total\n",
             r->stage, r->world_size, (unsigned long long)r->n_params, trains);
-    print_header(f);
+    print_header(f, label_width(r));
     for (int i = 0; i < r->world_size; i++) {
         const struct memory_rank_row *row = &r->ranks[i];
-        char label[16];
-        snprintf(label, sizeof label, "%d", row->rank);
-        print_row(f, label, row->peak, row->total_peak, &row->rss_peak, r->baseline_total);
+        char label[40];
+        if (r->layout)
+            snprintf(label, sizeof label, "%d (%d,%d,%d)", row->rank, row->tp, row->pp, row->dp);
+        else
+            snprintf(label, sizeof label, "%d", row->rank);
+        print_row(f, label_width(r), label, row->peak, row->total_peak, &row->rss_peak,
+                  r->baseline_total);
     }
-    print_row(f, "baseline", r->baseline, r->baseline_total, NULL, r->baseline_total);
+    print_row(f, label_width(r), "baseline", r->baseline, r->baseline_total, NULL,
+              r->baseline_total);
     print_model_states(r, f);
 }
 
@@ -264,10 +312,12 @@ static void write_body(FILE *f, const struct memory_report *r)
             (unsigned long long)r->baseline_total, (unsigned long long)r->expected_model_states);
     for (int i = 0; i < r->world_size; i++) {
         const struct memory_rank_row *row = &r->ranks[i];
-        fprintf(f, "%s{\"rank\": %d, \"peak\": {", i ? ", " : "", row->rank);
+        fprintf(f, "%s{\"rank\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"peak\": {",
+                i ? ", " : "", row->rank, row->tp, row->pp, row->dp);
         write_categories(f, row->peak);
-        fprintf(f, "}, \"total_peak\": %llu, \"rss_peak\": %llu}",
-                (unsigned long long)row->total_peak, (unsigned long long)row->rss_peak);
+        fprintf(f, "}, \"total_peak\": %llu, \"rss_peak\": %llu, \"expected_model_states\": %llu}",
+                (unsigned long long)row->total_peak, (unsigned long long)row->rss_peak,
+                (unsigned long long)row->expected_model_states);
     }
     fprintf(f, "]}\n");
 }

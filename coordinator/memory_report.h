@@ -19,8 +19,9 @@
  *    "base4_numel": n, "base4_bytes": bytes,  (a 4-bit base; 0, 0 without)
  *    "baseline": {"<category>": bytes, ..., "total": bytes},
  *    "expected_model_states": bytes,
- *    "ranks": [{"rank": r, "peak": {"<category>": bytes, ...}, "total_peak": bytes,
- *               "rss_peak": bytes}, ...]}
+ *    "ranks": [{"rank": r, "tp": t, "pp": p, "dp": d, "peak": {"<category>": bytes, ...},
+ *               "total_peak": bytes, "rss_peak": bytes, "expected_model_states": bytes},
+ *              ...]}
  * with the eight category names of ledger_category_name() in ledger order.
  */
 #ifndef ZT_COORDINATOR_MEMORY_REPORT_H
@@ -35,6 +36,11 @@
 
 struct memory_rank_row {
     int rank;
+    /* Its place in the layout (comm/layout.h) and the model-state bytes
+     * expected of it (memory_expected_model_states over its pipeline
+     * stage's parameters); 0, 0, rank and 0 when the caller gave none. */
+    int tp, pp, dp;
+    uint64_t expected_model_states;
     uint64_t peak[LEDGER_CATEGORY_COUNT];
     uint64_t total_peak; /* peak of the sum, not the sum of the peaks */
     uint64_t rss_peak;   /* VmHWM in bytes, 0 if unknown */
@@ -54,6 +60,7 @@ struct memory_report {
      * without one. */
     uint64_t base4_numel, base4_bytes;
     struct memory_rank_row *ranks; /* world_size rows in rank order; rank 0 only */
+    int layout;                    /* rows show (tp, pp, dp): tensor or pipeline parallel */
 };
 
 /* Collective over c: every rank sends its ledger peaks and its VmHWM (read
@@ -62,6 +69,10 @@ struct memory_report {
  * leaves the other fields alone. Errors (on every rank alike): ZT_ERR_NOMEM
  * (rank 0 could not allocate the rows), ZT_ERR_COMM. */
 zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r);
+/* The same with this rank's place in the layout and its expected model
+ * states (place->rank is ignored), which rank 0's rows then carry. */
+zt_status memory_report_gather_placed(struct comm *c, const struct ledger *mine,
+                                      const struct memory_rank_row *place, struct memory_report *r);
 
 /* The ZeRO paper's model-state bytes per rank with p, g, m, o bytes per
  * parameter (bpp[0..3]) for N = world ranks: stage 0 (p+g+m+o)Ψ; stage 1

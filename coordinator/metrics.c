@@ -121,8 +121,22 @@ void metrics_write_step(FILE *f, const struct step_record *r)
     for (int k = 0; k < COMM_KIND_COUNT; k++)
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", comm_kind_name((enum comm_kind)k),
                 (unsigned long long)r->comm.calls[k]);
-    fprintf(f, "}, \"comm_wait_ms\": %s}\n",
+    fprintf(f, "}, \"comm_wait_ms\": %s",
             num(r->comm.wait_seconds * 1e3, "%.4f", b[7], sizeof b[7]));
+    static const char *const axes[3] = {"tp", "pp", "dp"};
+    fprintf(f, ", \"comm_bytes_by_axis\": {");
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "%s\"%s\": %llu", k ? ", " : "", axes[k], (unsigned long long)r->axis[k].bytes);
+    fprintf(f, "}, \"comm_wait_ms_by_axis\": {");
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "%s\"%s\": %s", k ? ", " : "", axes[k],
+                num(r->axis[k].wait_seconds * 1e3, "%.4f", b[0], sizeof b[0]));
+    fprintf(f, "}");
+    if (r->busy_seconds > 0.0)
+        fprintf(
+            f, ", \"bubble\": %s",
+            num((r->span_seconds - r->busy_seconds) / r->busy_seconds, "%.4f", b[0], sizeof b[0]));
+    fprintf(f, "}\n");
     fflush(f);
 }
 

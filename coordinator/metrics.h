@@ -22,6 +22,15 @@ struct step_record {
     int skipped;            /* an fp16 overflow (or counted == 0) skipped the update */
     uint64_t counted;       /* the step's counted targets, all ranks (loss-masked ones not) */
     struct comm_stats comm; /* this step's traffic of this rank */
+    /* The same per axis of the layout: tensor, pipeline, data parallel
+     * (bytes sent, seconds waited), without the step's small agreement. */
+    struct axis_traffic {
+        uint64_t bytes;
+        double wait_seconds;
+    } axis[3];
+    /* Under a pipeline: this rank's seconds computing passes and the span
+     * of its schedule (pipeline.h); 0 and 0 without one. */
+    double busy_seconds, span_seconds;
 };
 
 /* Opens (truncates) path. Errors: ZT_ERR_IO. */

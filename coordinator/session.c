@@ -12,6 +12,7 @@
 #include "../worker/param_quant.h"
 #include "../worker/model_family.h"
 #include "../worker/ops.h"
+#include "pipeline.h"
 
 zt_status session_agree(zt_status local, int *print_here)
 {
@@ -100,10 +101,40 @@ static zt_status check_tokenizer_vocab(const struct zt_config *c, const struct t
                         c->model.vocab_size, c->data.tokenizer, v, v);
 }
 
+/* What this version runs of the layouts a config may ask for: pipelines
+ * with ZeRO 0-3 on the data-parallel axis; tensor parallelism not yet. */
+static zt_status check_layout_support(const struct zt_config *c)
+{
+    if (c->tensor_parallel.size > 1)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: tensor_parallel.size %d: tensor parallelism is not available in "
+                            "this version (pipeline.stages and ZeRO data parallelism are): set "
+                            "tensor_parallel.size to 1",
+                            c->source ? c->source : "config", c->tensor_parallel.size);
+    if (c->pipeline.stages == 1)
+        return ZT_OK;
+    if (c->checkpoint.dir)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: checkpoint.dir is set, and checkpoints of pipeline layouts "
+                            "(pipeline.stages %d) are not written in this version: set "
+                            "checkpoint.dir to null, or pipeline.stages to 1",
+                            c->source ? c->source : "config", c->pipeline.stages);
+    const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
+    if (opt && opt->fused_backward)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: optimizer.type %s updates inside the backward, which a pipeline "
+                            "of pipeline.stages %d splits over ranks: use another optimizer or "
+                            "pipeline.stages 1",
+                            c->source ? c->source : "config", c->optimizer.type,
+                            c->pipeline.stages);
+    return ZT_OK;
+}
+
 static zt_status load_config(struct run_session *s, const struct run_options *o)
 {
     ZT_TRY(config_load(o->config_path, o->overrides, o->n_overrides, &s->cfg));
     ZT_TRY(config_check_world(&s->cfg, s->world));
+    ZT_TRY(check_layout_support(&s->cfg));
     ZT_TRY(check_tokenizer_keys(&s->cfg));
     ZT_TRY(check_data_paths("data.train", s->cfg.data.train, s->cfg.data.n_train));
     ZT_TRY(check_data_paths("data.val", s->cfg.data.val, s->cfg.data.n_val));
@@ -211,7 +242,7 @@ static zt_status load_data(struct run_session *s, int need_train)
     s->train = all;
     ZT_TRY(sampler_init(&s->sampler, s->train.n, c->data.seq_len, c->run.seed,
                         c->train_micro_batch_size_per_gpu, c->gradient_accumulation_steps,
-                        comm_size(s->comm), comm_rank(s->comm)));
+                        s->dp_size, s->dp_rank));
     s->have_train = 1;
     return ZT_OK;
 }
@@ -319,20 +350,52 @@ zt_status session_build_table(const struct zt_config *c, struct param_table *out
     return session_table_quantise(&q, out);
 }
 
+/* The rank grid, this rank's place and its axes' groups (collective). */
+static zt_status open_layout(struct run_session *s)
+{
+    const struct zt_config *c = &s->cfg;
+    ZT_TRY(comm_layout_make(s->world, c->tensor_parallel.size, c->pipeline.stages, &s->layout));
+    s->coords = comm_layout_coords(&s->layout, s->rank);
+    s->dp_rank = s->coords.dp;
+    s->dp_size = s->layout.dp;
+    return comm_axes_split(s->comm, &s->layout, &s->axes);
+}
+
+static enum model_partition partition_of(const struct zt_config *c)
+{
+    return c->pipeline.partition_method == PIPELINE_PARTITION_UNIFORM ? MODEL_PARTITION_UNIFORM
+                                                                      : MODEL_PARTITION_PARAMETERS;
+}
+
+/* The pipeline's extra model instances, once the engine and the model
+ * exist. */
+static zt_status open_pipeline(struct run_session *s)
+{
+    if (s->cfg.pipeline.stages == 1)
+        return ZT_OK;
+    shard_engine_join_pipeline(&s->engine, s->axes.pp);
+    s->pipe = calloc(1, sizeof *s->pipe);
+    if (!s->pipe)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the pipeline");
+    return pipeline_create(s, s->pipe);
+}
+
 static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
     ZT_TRY(session_build_table(c, &s->table));
-    const struct shard_engine_config ec =
-        session_engine_config(c, c->zero.stage, s->world, s->rank);
+    s->stage_method = partition_of(c);
+    ZT_TRY(model_stage_of(&s->table, c->pipeline.stages, s->stage_method, s->coords.pp, &s->stage));
+    struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->dp_size, s->dp_rank);
+    ec.pipeline_stage = c->pipeline.stages > 1 ? &s->stage : NULL;
     if (c->fp16.enabled && c->fp16.loss_scale == 0.0)
         loss_scaler_init_dynamic(&s->scaler, c->fp16.initial_scale_power, c->fp16.loss_scale_window,
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
     else
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
-    ZT_TRY(shard_engine_create(&ec, &s->table, s->comm, &s->compute, &s->engine));
-    ZT_TRY(model_create(&s->table, &s->compute, c->train_micro_batch_size_per_gpu, c->data.seq_len,
-                        session_ckpt_every(c), &s->model));
+    ZT_TRY(shard_engine_create(&ec, &s->table, s->axes.dp, &s->compute, &s->engine));
+    ZT_TRY(model_create_stage(&s->table, &s->compute, c->train_micro_batch_size_per_gpu,
+                              c->data.seq_len, session_ckpt_every(c), &s->stage, &s->model));
     if (o->profile)
         s->model->profile = &s->profile;
     s->model->seed = c->run.seed;
@@ -347,7 +410,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     s->row_ids = malloc((size_t)c->train_micro_batch_size_per_gpu * sizeof *s->row_ids);
     if (!s->row_ids)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the host batch");
-    return ZT_OK;
+    return open_pipeline(s);
 }
 
 struct shard_engine_config session_engine_config(const struct zt_config *c, int stage, int world,
@@ -377,6 +440,13 @@ enum zt_dtype session_precision(const struct zt_config *c)
 int session_ckpt_every(const struct zt_config *c)
 {
     return c->activation_checkpointing.enabled ? c->activation_checkpointing.every_n_blocks : 0;
+}
+
+void session_add_loss(const struct model *m, double *sums)
+{
+    const double share = (double)m->n_counted / ((double)m->B * m->T);
+    sums[0] += m->mean_loss * share;
+    sums[1] += share;
 }
 
 zt_status session_plan_step(struct model *model, struct shard_engine *engine, int accum)
@@ -452,6 +522,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
                              .memory =
                                  s->compute.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
+    SESSION_PHASE(s, open_layout(s));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     SESSION_PHASE(s, build_model(s, o));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : check_validation_size(s));
@@ -467,6 +538,10 @@ void session_close(struct run_session *s)
     s->inputs = s->targets = NULL;
     free(s->row_ids);
     s->row_ids = NULL;
+    if (s->pipe)
+        pipeline_destroy(s->pipe);
+    free(s->pipe);
+    s->pipe = NULL;
     model_destroy(s->model);
     s->model = NULL;
     if (s->engine.dev)
@@ -477,6 +552,7 @@ void session_close(struct run_session *s)
         sampler_free(&s->sampler);
     token_buffer_free(&s->train);
     token_buffer_free(&s->val);
+    comm_axes_destroy(&s->axes);
     if (s->comm)
         comm_destroy(s->comm);
     s->comm = NULL;

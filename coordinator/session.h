@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "../comm/comm.h"
+#include "../comm/layout.h"
 #include "../common/ledger.h"
 #include "../data/data.h"
 #include "../formats/checkpoint.h"
@@ -64,7 +65,8 @@ struct run_options {
     const char *memory_report_path; /* NULL: none */
     int dry_run;                    /* plan memory without training */
     int print_partition;
-    int quiet; /* no resolved-config echo */
+    int print_layout; /* the rank grid and the pipeline stages' blocks */
+    int quiet;        /* no resolved-config echo */
     /* Set asynchronously by main's signal handlers: 1 = checkpoint and stop
      * (SIGTERM, SIGUSR1), 2 = stop without saving (SIGINT). May be NULL. */
     volatile sig_atomic_t *stop_signal;
@@ -75,11 +77,27 @@ struct run_options {
     const struct ckpt_fault_hooks *faults;
 };
 
+struct pipeline;
+
 struct run_session {
     enum run_state state;
     struct zt_config cfg;
     int rank, world, local_ranks;
-    struct comm *comm;
+    struct comm *comm; /* the world's */
+    /* The rank grid (tensor x pipeline x data parallel, comm/layout.h),
+     * this rank's place in it and its axes' groups. ZeRO shards over the
+     * data-parallel group (axes.dp, dp_size ranks): the engine, the sampler
+     * and the gradient averaging see only it. */
+    struct comm_layout layout;
+    struct comm_coords coords;
+    struct comm_axes axes;
+    int dp_rank, dp_size;
+    /* The rank's pipeline stage (the whole model without a pipeline) and,
+     * with pipeline.stages > 1, the pipeline that runs the micro batches
+     * (pipeline.h); NULL otherwise. */
+    struct model_stage stage;
+    enum model_partition stage_method; /* how the blocks were split into stages */
+    struct pipeline *pipe;
     struct ledger ledger;
     struct compute_backend compute; /* device memory, ops and stream, from cfg.device */
     struct param_table table;
@@ -168,6 +186,11 @@ enum zt_dtype session_precision(const struct zt_config *c);
 
 /* The model's activation checkpointing interval (0: off) for a config. */
 int session_ckpt_every(const struct zt_config *c);
+
+/* The last forward of m weighed into a step's loss sums: its mean times
+ * its share of a full micro batch into sums[0] (1 without a mask, so the
+ * sums are the unmasked ones bit for bit), the share into sums[1]. */
+void session_add_loss(const struct model *m, double *sums);
 
 /* Runs one optimizer step's allocation plan: `accum` planned forward and
  * backward passes and a planned engine step, through the same code as a

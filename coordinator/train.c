@@ -27,6 +27,7 @@
 #include "../worker/schedule.h"
 #include "memory_report.h"
 #include "metrics.h"
+#include "pipeline.h"
 #include "progress.h"
 #include "run_checkpoint.h"
 #include "train.h"
@@ -88,14 +89,46 @@ static zt_status open_outputs(struct run_session *s, const struct run_options *o
     return ZT_OK;
 }
 
-static void comm_stats_delta(const struct comm_stats *now, const struct comm_stats *before,
-                             struct comm_stats *out)
+/* The communicators a step's traffic goes through: the world's (the
+ * step's agreement) and each axis's (metrics.h's step_record.axis order:
+ * tensor, pipeline, data). */
+static void step_comms(const struct run_session *s, const struct comm *out[4])
 {
-    for (int k = 0; k < COMM_KIND_COUNT; k++) {
-        out->bytes[k] = now->bytes[k] - before->bytes[k];
-        out->calls[k] = now->calls[k] - before->calls[k];
+    out[0] = s->comm;
+    out[1] = s->axes.tp;
+    out[2] = s->axes.pp;
+    out[3] = s->axes.dp;
+}
+
+static void comm_stats_snapshot(const struct run_session *s, struct comm_stats snap[4])
+{
+    const struct comm *c[4];
+    step_comms(s, c);
+    for (int i = 0; i < 4; i++)
+        snap[i] = *comm_get_stats(c[i]);
+}
+
+/* The step's traffic: in total (r->comm) and per axis (r->axis). */
+static void comm_stats_delta(const struct run_session *s, const struct comm_stats before[4],
+                             struct step_record *r)
+{
+    struct comm_stats now[4];
+    comm_stats_snapshot(s, now);
+    memset(&r->comm, 0, sizeof r->comm);
+    for (int i = 0; i < 4; i++) {
+        struct axis_traffic *a = i > 0 ? &r->axis[i - 1] : NULL;
+        for (int k = 0; k < COMM_KIND_COUNT; k++) {
+            const uint64_t bytes = now[i].bytes[k] - before[i].bytes[k];
+            r->comm.bytes[k] += bytes;
+            r->comm.calls[k] += now[i].calls[k] - before[i].calls[k];
+            if (a)
+                a->bytes += bytes;
+        }
+        const double wait = now[i].wait_seconds - before[i].wait_seconds;
+        r->comm.wait_seconds += wait;
+        if (a)
+            a->wait_seconds = wait;
     }
-    out->wait_seconds = now->wait_seconds - before->wait_seconds;
 }
 
 /* The rank's micro batch m of `step`, for a training forward. */
@@ -113,18 +146,8 @@ static void fill_batch(struct run_session *s, long step, int m)
 static float micro_grad_scale(const struct run_session *s, double loss_scale, uint64_t counted)
 {
     const double micro_targets =
-        (double)s->world * s->cfg.train_micro_batch_size_per_gpu * s->cfg.data.seq_len;
+        (double)s->dp_size * s->cfg.train_micro_batch_size_per_gpu * s->cfg.data.seq_len;
     return (float)(loss_scale / ((double)counted / micro_targets));
-}
-
-/* The last forward's mean weighed by its share of a full micro batch
- * (1 without a mask, so the sums are today's bit for bit) into sums[0],
- * the share into sums[1]. */
-static void add_loss(const struct model *m, double *sums)
-{
-    const double share = (double)m->n_counted / ((double)m->B * m->T);
-    sums[0] += m->mean_loss * share;
-    sums[1] += share;
 }
 
 /* A fused-backward optimizer (LOMO; one micro step, a config rule): the
@@ -146,7 +169,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
         ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
         ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
         if (result->skipped) {
-            add_loss(s->model, loss_sums);
+            session_add_loss(s->model, loss_sums);
             return ZT_OK;
         }
         const double norm = result->grad_norm;
@@ -157,14 +180,14 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     shard_engine_fused_arm(&s->engine, &hp, r->loss_scale, clip_coef);
     ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
     ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
-    add_loss(s->model, loss_sums);
+    session_add_loss(s->model, loss_sums);
     ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
     if (c->gradient_clipping > 0.0 || s->scaler.dynamic)
         result->grad_norm = measured; /* before clipping, as for the other optimizers */
     return ZT_OK;
 }
 
-/* The step's micro steps and update; loss_sums as add_loss. */
+/* The step's micro steps and update; loss_sums as session_add_loss. */
 static zt_status forward_backward_update(struct run_session *s, long step, struct step_record *r,
                                          double *loss_sums, struct shard_step_result *result)
 {
@@ -172,11 +195,16 @@ static zt_status forward_backward_update(struct run_session *s, long step, struc
     if (s->engine.cfg.optimizer->fused_backward)
         return fused_step(s, step, r, loss_sums, result);
     const float grad_scale = micro_grad_scale(s, r->loss_scale, r->counted);
-    for (int m = 0; m < c->gradient_accumulation_steps; m++) {
+    if (s->pipe) {
+        ZT_TRY(pipeline_train_micro_steps(s, step, grad_scale, loss_sums));
+        r->busy_seconds = s->pipe->busy_seconds;
+        r->span_seconds = s->pipe->span_seconds;
+    }
+    for (int m = 0; m < c->gradient_accumulation_steps && !s->pipe; m++) {
         fill_batch(s, step, m);
         ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
         ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
-        add_loss(s->model, loss_sums);
+        session_add_loss(s->model, loss_sums);
     }
     struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
     return shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result);
@@ -199,7 +227,8 @@ static void skip_all_masked(const struct run_session *s, long step, struct step_
 
 zt_status train_step(struct run_session *s, long step, struct step_record *r)
 {
-    struct comm_stats before = *comm_get_stats(s->comm);
+    struct comm_stats before[4];
+    comm_stats_snapshot(s, before);
     double sums[4] = {0.0, 0.0, 0.0, 0.0}; /* loss, counted share, stop requests */
     struct shard_step_result result = {0};
 
@@ -213,7 +242,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     } else {
         skip_all_masked(s, step, r);
     }
-    comm_stats_delta(comm_get_stats(s->comm), &before, &r->comm);
+    comm_stats_delta(s, before, r);
     /* The loss average rides with the ranks' stop requests: a signal seen
      * by any rank stops every rank at this same step boundary. */
     const sig_atomic_t local = s->stop_signal ? *s->stop_signal : 0;
@@ -339,7 +368,7 @@ static double step_tokens(const struct run_session *s)
 {
     const struct zt_config *c = &s->cfg;
     return (double)c->train_micro_batch_size_per_gpu * c->data.seq_len *
-           c->gradient_accumulation_steps * (double)s->world;
+           c->gradient_accumulation_steps * (double)s->dp_size;
 }
 
 static zt_status train_loop(struct run_session *s, struct train_io *io)
@@ -419,7 +448,7 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     r.baseline_total = baseline.total_peak;
     /* A 4-bit base's units are counted at their images' size, not at p
      * bytes an element. */
-    const size_t split = s->engine.policy.shard_params ? (size_t)s->world : 1;
+    const size_t split = s->engine.policy.shard_params ? (size_t)s->dp_size : 1;
     size_t image = 0, packed_numel = 0;
     for (int u = 0; u < s->table.n_units; u++)
         if (s->engine.part.units[u].packed) {
@@ -428,12 +457,22 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
         }
     r.base4_numel = param_quant_numel(&s->table);
     r.base4_bytes = param_quant_region_bytes(&s->table) / split;
+    /* What this rank's ZeRO group keeps: its pipeline stage's units
+     * (all of them without a pipeline) over dp_size ranks. */
+    size_t held = 0;
+    for (int u = 0; u < s->table.n_units; u++)
+        held += s->engine.part.units[u].numel;
     r.expected_model_states =
-        memory_expected_model_states(r.stage, s->world, r.n_params - packed_numel,
+        memory_expected_model_states(r.stage, s->dp_size, held - packed_numel,
                                      s->engine.part.trainable_numel, r.bytes_per_param,
                                      s->engine.tensor_state_len * sizeof(float)) +
         image / split;
-    ZT_TRY(memory_report_gather(s->comm, &s->ledger, &r));
+    r.layout = s->layout.tp > 1 || s->layout.pp > 1;
+    const struct memory_rank_row place = {.tp = s->coords.tp,
+                                          .pp = s->coords.pp,
+                                          .dp = s->coords.dp,
+                                          .expected_model_states = r.expected_model_states};
+    ZT_TRY(memory_report_gather_placed(s->comm, &s->ledger, &place, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {
         if (o->dry_run)
@@ -478,12 +517,32 @@ static void log_start(const struct run_session *s, struct train_io *io)
                      s->start_step, s->cfg.run.steps);
         return;
     }
+    char layout[96] = "";
+    if (s->layout.tp > 1 || s->layout.pp > 1)
+        snprintf(layout, sizeof layout, " (tensor %d x pipeline %d x data %d, %s)", s->layout.tp,
+                 s->layout.pp, s->layout.dp,
+                 config_pipeline_schedule_name(s->cfg.pipeline.schedule));
     progress_log(&io->console,
-                 "training %zu parameters on %d rank(s), stage %d, %ld steps of %d x %d "
+                 "training %zu parameters on %d rank(s)%s, stage %d, %ld steps of %d x %d "
                  "x %d sequences of %d tokens",
-                 s->table.n_params, s->world, s->cfg.zero.stage, s->cfg.run.steps,
+                 s->table.n_params, s->world, layout, s->cfg.zero.stage, s->cfg.run.steps,
                  s->cfg.train_micro_batch_size_per_gpu, s->cfg.gradient_accumulation_steps,
-                 s->world, s->cfg.data.seq_len);
+                 s->dp_size, s->cfg.data.seq_len);
+}
+
+/* Rank 0: the rank grid and what each pipeline stage runs. */
+static void print_layout(const struct run_session *s)
+{
+    comm_layout_print(&s->layout, stdout);
+    const int P = s->layout.pp;
+    for (int p = 0; p < P && P > 1; p++) {
+        struct model_stage st;
+        if (model_stage_of(&s->table, P, s->stage_method, p, &st) != ZT_OK)
+            return;
+        printf("  stage %d: blocks %d-%d%s%s, %zu parameters\n", p, st.first_block,
+               st.end_block - 1, st.first ? " + embedding" : "",
+               st.last ? " + final norm and head" : "", model_stage_params(&s->table, &st));
+    }
 }
 
 zt_status train_run(const struct run_options *o, int *print_here)
@@ -497,6 +556,8 @@ zt_status train_run(const struct run_options *o, int *print_here)
         *print_here = s.failed_here;
         return st;
     }
+    if (o->print_layout && s.rank == 0)
+        print_layout(&s);
     if (o->print_partition && s.rank == 0)
         shard_partition_print(&s.engine.part, &s.table, stdout);
     st = session_agree(o->dry_run ? ZT_OK : run_checkpoint_check_dir(&s), print_here);

@@ -371,7 +371,8 @@ END_TEST
 /* The whole document for one rank, written out by hand. */
 START_TEST(test_json_matches_the_documented_format)
 {
-    struct memory_rank_row row = {.rank = 0, .total_peak = 900, .rss_peak = 4096};
+    struct memory_rank_row row = {
+        .rank = 0, .pp = 1, .total_peak = 900, .rss_peak = 4096, .expected_model_states = 700};
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
         row.peak[c] = 10 + (uint64_t)c;
     struct memory_report r = {.world_size = 1,
@@ -394,10 +395,10 @@ START_TEST(test_json_matches_the_documented_format)
         "100, \"grads\": 101, \"master_params\": 102, \"optimizer_states\": 103, "
         "\"gathered_params\": 104, \"activations\": 105, \"comm_buffers\": 106, \"workspace\": "
         "107, \"total\": 1000}, \"expected_model_states\": 800, \"ranks\": [{\"rank\": 0, "
-        "\"peak\": "
+        "\"tp\": 0, \"pp\": 1, \"dp\": 0, \"peak\": "
         "{\"params\": 10, \"grads\": 11, \"master_params\": 12, \"optimizer_states\": 13, "
         "\"gathered_params\": 14, \"activations\": 15, \"comm_buffers\": 16, \"workspace\": 17}, "
-        "\"total_peak\": 900, \"rss_peak\": 4096}]}\n");
+        "\"total_peak\": 900, \"rss_peak\": 4096, \"expected_model_states\": 700}]}\n");
 }
 END_TEST
 

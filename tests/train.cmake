@@ -31,3 +31,5 @@ endif()
 # JSONL instruction data through the binary: training, stages and world
 # sizes, the loss mask, GPT-2's tokenizer, a bad line on every rank.
 zt_test(test_jsonl_train SOURCES test_jsonl_train.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
+# Pipeline parallelism with ZeRO data parallelism: layouts' losses, reports.
+zt_test(test_pipeline SOURCES test_pipeline.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI)

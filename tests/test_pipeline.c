@@ -1,0 +1,281 @@
+/* tests/test_pipeline.c — pipeline parallelism composed with ZeRO data
+ * parallelism, through the binary under mpirun, on both model families:
+ * with fp32 and the same global batch (4 micro batches of 2 sequences a
+ * step), every layout's losses equal a 1-rank run with accumulation within
+ * 1e-5 relative over 10 steps — D=4 at ZeRO stages 0-3, P=2 x D=2 (1F1B
+ * at stages 0-3 and GPipe), P=4 (both schedules), P=2 with activation
+ * checkpointing and a uniform partition; Llama with its head tied to the
+ * embedding and not. Then what a pipeline reports: every rank's row with
+ * its coordinates, the stages' different model states, the bubble and
+ * the bytes per axis in the metrics; and --print-layout. The schedules'
+ * and partitions' own rules are in the serial suite below. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../coordinator/pipeline.h"
+#include "../worker/model.h"
+#include "testutil.h"
+
+#define STEPS 10
+
+#define DEEP "--set model.n_layer=4 --set gradient_clipping=0.5"
+#define LLAMA                                                                                      \
+    "--set model.family=llama --set model.n_head=4 --set model.n_kv_head=2 "                       \
+    "--set model.intermediate_size=64"
+
+/* A run of P stages at ZeRO `stage` over np ranks: the global batch is 4
+ * micro batches of 2 sequences, so each of the D = np / P data-parallel
+ * ranks accumulates 4 / D of them. */
+static const char *layout(int np, int P, int stage, const char *extra)
+{
+    return testutil_fmt(DEEP " --set pipeline.stages=%d --set zero_optimization.stage=%d --set "
+                             "gradient_accumulation_steps=%d %s",
+                        P, stage, 4 / (np / P), extra);
+}
+
+static void train(const char *dir, const char *name, int np, const char *args, double *loss)
+{
+    testutil_train_micro_losses(dir, name, np, args, loss, STEPS);
+}
+
+struct case_ {
+    int np, P, stage;
+    const char *extra;
+};
+
+static void same_losses_in_every_layout(const char *tag, const char *family)
+{
+    static const struct case_ cases[] = {
+        {4, 1, 0, ""},
+        {4, 1, 1, ""},
+        {4, 1, 2, ""},
+        {4, 1, 3, ""},
+        {4, 2, 0, ""},
+        {4, 2, 1, ""},
+        {4, 2, 2, ""},
+        {4, 2, 3, ""},
+        {4, 2, 0, "--set pipeline.schedule=gpipe"},
+        {4, 2, 3, "--set pipeline.schedule=gpipe"},
+        {4, 4, 0, ""},
+        {4, 4, 2, "--set pipeline.schedule=gpipe"},
+        {2, 2, 1,
+         "--set activation_checkpointing.enabled=true --set pipeline.partition_method=uniform"},
+    };
+    const char *dir = testutil_tmpdir(tag);
+    double base[STEPS], got[STEPS];
+    train(dir, "base", 1, layout(1, 1, 0, family), base);
+    ck_assert_msg(base[STEPS - 1] < base[0] - 0.05, "%s: loss did not fall: %g -> %g", tag, base[0],
+                  base[STEPS - 1]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct case_ *c = &cases[i];
+        const char *name = testutil_fmt("np%d-P%d-stage%d-%zu", c->np, c->P, c->stage, i);
+        char args[1024];
+        snprintf(args, sizeof args, "%s %s", c->extra, family);
+        train(dir, name, c->np, layout(c->np, c->P, c->stage, args), got);
+        testutil_assert_losses_close(base, got, STEPS, 1e-5,
+                                     testutil_fmt("%s: %d ranks, %d stages, ZeRO %d %s", tag, c->np,
+                                                  c->P, c->stage, c->extra));
+    }
+}
+
+START_TEST(gpt2_layouts_give_the_same_losses)
+{
+    same_losses_in_every_layout("pipe-gpt2", "");
+}
+END_TEST
+
+START_TEST(llama_layouts_give_the_same_losses)
+{
+    same_losses_in_every_layout("pipe-llama", LLAMA);
+}
+END_TEST
+
+START_TEST(tied_llama_layouts_give_the_same_losses)
+{
+    same_losses_in_every_layout("pipe-llama-tied", LLAMA " --set model.tie_word_embeddings=true");
+}
+END_TEST
+
+/* The memory report's rows carry (tp, pp, dp); the two stages' model
+ * states differ as their partitions do, each near what its own stage's
+ * parameters need; the metrics carry the bubble and the pipeline's bytes. */
+START_TEST(reports_show_the_layout)
+{
+    const char *dir = testutil_tmpdir("pipe-report");
+    const char *report = testutil_path_in(dir, "mem.json");
+    ck_assert_int_eq(testutil_train_micro(dir, "run", 4,
+                                          testutil_fmt("%s --memory-report %s --print-layout",
+                                                       layout(4, 2, 1, ""), report)),
+                     0);
+    const char *log = testutil_slurp(testutil_path_in(dir, "run.log"));
+    ck_assert_msg(strstr(log, "layout: world 4 = tensor 1 x pipeline 2 x data 2"), "%s", log);
+    ck_assert_msg(strstr(log, "stage 0: blocks 0-"), "%s", log);
+    ck_assert_msg(strstr(log, "+ final norm and head"), "%s", log);
+    ck_assert_msg(strstr(log, "rank (tp,pp,dp)"), "%s", log);
+    ck_assert_msg(strstr(log, "3 (0,1,1)"), "%s", log);
+    const char *json = testutil_slurp(report);
+    ck_assert_msg(strstr(json, "\"rank\": 2, \"tp\": 0, \"pp\": 1, \"dp\": 0"), "%s", json);
+    /* Each rank's model states within 5 % of its own stage's expectation. */
+    for (int r = 0; r < 4; r++) {
+        const char *row = strstr(json, testutil_fmt("\"rank\": %d,", r));
+        ck_assert_ptr_nonnull(row);
+        const char *e = strstr(row, "\"expected_model_states\": ");
+        ck_assert_ptr_nonnull(e);
+        const double expected = atof(e + strlen("\"expected_model_states\": "));
+        double measured = 0.0;
+        static const char *const keys[4] = {
+            "\"params\": ", "\"grads\": ", "\"master_params\": ", "\"optimizer_states\": "};
+        for (int k = 0; k < 4; k++) {
+            const char *v = strstr(row, keys[k]);
+            ck_assert_ptr_nonnull(v);
+            measured += atof(v + strlen(keys[k]));
+        }
+        ck_assert_msg(expected > 0 && fabs(measured - expected) <= 0.05 * expected,
+                      "rank %d: model states %g, expected %g", r, measured, expected);
+    }
+    const char *metrics = testutil_slurp(testutil_path_in(dir, "run.jsonl"));
+    ck_assert_msg(strstr(metrics, "\"bubble\": "), "%s", metrics);
+    const char *pp = strstr(metrics, "\"comm_bytes_by_axis\": {\"tp\": 0, \"pp\": ");
+    ck_assert_msg(pp && atof(pp + strlen("\"comm_bytes_by_axis\": {\"tp\": 0, \"pp\": ")) > 0, "%s",
+                  metrics);
+}
+END_TEST
+
+/* What a pipeline cannot run is refused on every rank with its reason. */
+START_TEST(refusals_are_clear)
+{
+    const char *dir = testutil_tmpdir("pipe-refuse");
+    ck_assert_int_ne(testutil_train_micro(dir, "deep", 2,
+                                          "--set pipeline.stages=2 --set "
+                                          "model.n_layer=1"),
+                     0);
+    const char *log = testutil_slurp(testutil_path_in(dir, "deep.log"));
+    ck_assert_msg(strstr(log, "pipeline.stages") && strstr(log, "block"), "%s", log);
+    ck_assert_int_ne(testutil_train_micro(dir, "odd", 3, "--set pipeline.stages=2"), 0);
+    log = testutil_slurp(testutil_path_in(dir, "odd.log"));
+    ck_assert_msg(strstr(log, "pipeline"), "%s", log);
+}
+END_TEST
+
+/* ---- the schedules and partitions, serially ---- */
+
+/* Every micro batch's forward comes before its backward, the backwards
+ * run in micro-batch order, at most `slots` micro batches are in flight,
+ * and slot k mod slots is free again when micro batch k starts. */
+static void check_schedule(enum pipeline_schedule kind, int P, int s, int m)
+{
+    struct pipeline_op ops[64];
+    pipeline_schedule_ops(kind, P, s, m, ops);
+    const int slots = pipeline_slots(kind, P, s, m);
+    int fwd = 0, bwd = 0, busy[64] = {0};
+    for (int i = 0; i < 2 * m; i++) {
+        if (ops[i].backward) {
+            ck_assert_int_eq(ops[i].micro, bwd++);
+            ck_assert_int_lt(ops[i].micro, fwd);
+            busy[ops[i].micro % slots] = 0;
+        } else {
+            ck_assert_int_eq(ops[i].micro, fwd++);
+            ck_assert_msg(!busy[ops[i].micro % slots], "P %d stage %d m %d: slot reused", P, s, m);
+            busy[ops[i].micro % slots] = 1;
+        }
+        ck_assert_int_le(fwd - bwd, slots);
+    }
+    ck_assert_int_eq(fwd, m);
+    ck_assert_int_eq(bwd, m);
+}
+
+START_TEST(schedules_keep_their_rules)
+{
+    for (int P = 1; P <= 5; P++)
+        for (int s = 0; s < P; s++)
+            for (int m = 1; m <= 9; m++) {
+                check_schedule(PIPELINE_1F1B, P, s, m);
+                check_schedule(PIPELINE_GPIPE, P, s, m);
+            }
+    /* 1F1B's warm-up: P - s - 1 forwards, then forward and backward in
+     * turn; the last stage alternates from the start. */
+    struct pipeline_op ops[8];
+    pipeline_schedule_ops(PIPELINE_1F1B, 3, 0, 4, ops);
+    static const int want0[8][2] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {0, 3}, {1, 1}, {1, 2}, {1, 3}};
+    for (int i = 0; i < 8; i++)
+        ck_assert(ops[i].backward == want0[i][0] && ops[i].micro == want0[i][1]);
+    pipeline_schedule_ops(PIPELINE_1F1B, 3, 2, 4, ops);
+    for (int i = 0; i < 8; i++)
+        ck_assert(ops[i].backward == (i % 2) && ops[i].micro == i / 2);
+    ck_assert_int_eq(pipeline_slots(PIPELINE_1F1B, 4, 0, 8), 4);
+    ck_assert_int_eq(pipeline_slots(PIPELINE_1F1B, 4, 3, 8), 1);
+    ck_assert_int_eq(pipeline_slots(PIPELINE_GPIPE, 4, 3, 8), 8);
+}
+END_TEST
+
+START_TEST(partitions_cover_the_blocks)
+{
+    struct param_table t;
+    const struct gpt2_config cfg = {512, 32, 6, 2, 32};
+    ck_assert_int_eq(gpt2_table_build(&cfg, &t), ZT_OK);
+    for (int P = 1; P <= 6; P++)
+        for (int method = 0; method < 2; method++) {
+            int next = 0;
+            size_t total = 0;
+            for (int p = 0; p < P; p++) {
+                struct model_stage s;
+                ck_assert_int_eq(model_stage_of(&t, P, (enum model_partition)method, p, &s), ZT_OK);
+                ck_assert_int_eq(s.first_block, next);
+                ck_assert_int_gt(s.end_block, s.first_block);
+                ck_assert_int_eq(s.first, p == 0);
+                ck_assert_int_eq(s.last, p == P - 1);
+                next = s.end_block;
+                total += model_stage_params(&t, &s);
+            }
+            ck_assert_int_eq(next, 6);
+            /* Every unit once, the tied embedding twice when P > 1. */
+            ck_assert_uint_eq(total, t.n_params + (P > 1 ? param_table_unit_size(&t, 0) : 0));
+        }
+    /* Uniform: 6 blocks over 4 stages are 2, 2, 1, 1. Parameters over 3
+     * stages: the embedding (512 x 32 + 32 x 32 = 17408, more than a
+     * block's 12704) is on the first stage and its tied copy with the
+     * final norm (64) on the last, so the middle takes 3 blocks: 2, 3, 1
+     * (heaviest 42816 against 2, 2, 2's 42880). */
+    struct model_stage s;
+    ck_assert_int_eq(model_stage_of(&t, 4, MODEL_PARTITION_UNIFORM, 1, &s), ZT_OK);
+    ck_assert(s.first_block == 2 && s.end_block == 4);
+    ck_assert_int_eq(model_stage_of(&t, 3, MODEL_PARTITION_PARAMETERS, 1, &s), ZT_OK);
+    ck_assert_msg(s.first_block == 2 && s.end_block == 5, "middle stage: blocks %d-%d",
+                  s.first_block, s.end_block - 1);
+    ck_assert_int_eq(model_stage_of(&t, 7, MODEL_PARTITION_UNIFORM, 0, &s), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "pipeline.stages 7"), "%s", zt_error_message());
+    /* A stage's unit order: the last stage of two visits its blocks, the
+     * final norm and the tied head. */
+    ck_assert_int_eq(model_stage_of(&t, 2, MODEL_PARTITION_UNIFORM, 1, &s), ZT_OK);
+    int order[16];
+    int n = param_table_unit_order(&t, &s, MODEL_PASS_FORWARD, order, 16);
+    static const int fwd[5] = {4, 5, 6, 7, 0};
+    ck_assert_int_eq(n, 5);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(order[i], fwd[i]);
+    n = param_table_unit_order(&t, &s, MODEL_PASS_BACKWARD, order, 16);
+    static const int bwd[5] = {0, 7, 6, 5, 4};
+    ck_assert_int_eq(n, 5);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(order[i], bwd[i]);
+    param_table_free(&t);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("pipeline");
+    TCase *serial = testutil_tcase(s, "schedules and partitions", 60);
+    tcase_add_test(serial, schedules_keep_their_rules);
+    tcase_add_test(serial, partitions_cover_the_blocks);
+    TCase *tc = testutil_tcase(s, "layouts", 900);
+    tcase_add_test(tc, gpt2_layouts_give_the_same_losses);
+    tcase_add_test(tc, llama_layouts_give_the_same_losses);
+    tcase_add_test(tc, tied_llama_layouts_give_the_same_losses);
+    tcase_add_test(tc, reports_show_the_layout);
+    tcase_add_test(tc, refusals_are_clear);
+    return testutil_run_suite(s, 0);
+}
