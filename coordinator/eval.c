@@ -107,6 +107,7 @@ zt_status eval_run(const struct run_options *o, int *print_here)
         *print_here = s.failed_here;
         return st;
     }
+    ZT_TRY(pipeline_open(&s, print_here));
     if (s.rank == 0)
         say_which_weights(&s);
     double loss = 0.0;

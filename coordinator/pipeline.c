@@ -37,7 +37,7 @@ int pipeline_slots(enum pipeline_schedule kind, int stages, int stage, int m)
     return stages - stage < m ? stages - stage : m;
 }
 
-zt_status pipeline_create(struct run_session *s, struct pipeline *out)
+static zt_status pipeline_create(struct run_session *s, struct pipeline *out)
 {
     const struct zt_config *c = &s->cfg;
     const int B = c->train_micro_batch_size_per_gpu, T = c->data.seq_len;
@@ -69,7 +69,7 @@ zt_status pipeline_create(struct run_session *s, struct pipeline *out)
     return ZT_OK;
 }
 
-void pipeline_destroy(struct pipeline *p)
+static void pipeline_destroy(struct pipeline *p)
 {
     for (int k = 0; k < p->n_slots && p->pending; k++)
         if (p->pending[k])
@@ -80,7 +80,24 @@ void pipeline_destroy(struct pipeline *p)
     free(p->pending);
     free(p->row_ids);
     free(p->ops);
-    memset(p, 0, sizeof *p);
+    free(p);
+}
+
+zt_status pipeline_open(struct run_session *s, int *print_here)
+{
+    zt_status st = ZT_OK;
+    if (s->cfg.pipeline.stages > 1) {
+        s->pipe_free = pipeline_destroy;
+        s->pipe = calloc(1, sizeof *s->pipe);
+        st = s->pipe ? pipeline_create(s, s->pipe)
+                     : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the pipeline");
+    }
+    st = session_agree(st, print_here);
+    if (st != ZT_OK) {
+        session_close(s);
+        s->state = RUN_FAILED;
+    }
+    return st;
 }
 
 /* Completes slot k's send in flight, if any: its buffers are free again. */

@@ -63,11 +63,13 @@ struct pipeline {
     double busy_seconds, span_seconds;
 };
 
-/* The pipeline of the session's layout: its stage's extra model instances
- * (like s->model, from the same table and backend). Errors: ZT_ERR_NOMEM,
- * those of model_create_stage. */
-zt_status pipeline_create(struct run_session *s, struct pipeline *out);
-void pipeline_destroy(struct pipeline *p);
+/* After session_open (and the weights' restore): with pipeline.stages > 1,
+ * s->pipe, the pipeline of the session's layout with its stage's extra
+ * model instances (like s->model, from the same table and backend), freed
+ * by session_close; nothing otherwise. Agreed among the ranks; on failure
+ * the session is closed. Errors: ZT_ERR_NOMEM, those of
+ * model_create_stage. */
+zt_status pipeline_open(struct run_session *s, int *print_here);
 
 /* One step's forwards and backwards of the micro batches of `step` on this
  * stage, the backward scaled by grad_scale; the last stage adds each

@@ -12,7 +12,6 @@
 #include "../worker/param_quant.h"
 #include "../worker/model_family.h"
 #include "../worker/ops.h"
-#include "pipeline.h"
 
 zt_status session_agree(zt_status local, int *print_here)
 {
@@ -367,19 +366,6 @@ static enum model_partition partition_of(const struct zt_config *c)
                                                                       : MODEL_PARTITION_PARAMETERS;
 }
 
-/* The pipeline's extra model instances, once the engine and the model
- * exist. */
-static zt_status open_pipeline(struct run_session *s)
-{
-    if (s->cfg.pipeline.stages == 1)
-        return ZT_OK;
-    shard_engine_join_pipeline(&s->engine, s->axes.pp);
-    s->pipe = calloc(1, sizeof *s->pipe);
-    if (!s->pipe)
-        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the pipeline");
-    return pipeline_create(s, s->pipe);
-}
-
 static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
@@ -410,7 +396,9 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     s->row_ids = malloc((size_t)c->train_micro_batch_size_per_gpu * sizeof *s->row_ids);
     if (!s->row_ids)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the host batch");
-    return open_pipeline(s);
+    if (c->pipeline.stages > 1)
+        shard_engine_join_pipeline(&s->engine, s->axes.pp);
+    return ZT_OK;
 }
 
 struct shard_engine_config session_engine_config(const struct zt_config *c, int stage, int world,
@@ -539,8 +527,7 @@ void session_close(struct run_session *s)
     free(s->row_ids);
     s->row_ids = NULL;
     if (s->pipe)
-        pipeline_destroy(s->pipe);
-    free(s->pipe);
+        s->pipe_free(s->pipe);
     s->pipe = NULL;
     model_destroy(s->model);
     s->model = NULL;

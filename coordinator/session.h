@@ -94,10 +94,12 @@ struct run_session {
     int dp_rank, dp_size;
     /* The rank's pipeline stage (the whole model without a pipeline) and,
      * with pipeline.stages > 1, the pipeline that runs the micro batches
-     * (pipeline.h); NULL otherwise. */
+     * (pipeline.h: pipeline_open, after session_open; NULL otherwise),
+     * which session_close frees through pipe_free. */
     struct model_stage stage;
     enum model_partition stage_method; /* how the blocks were split into stages */
     struct pipeline *pipe;
+    void (*pipe_free)(struct pipeline *p);
     struct ledger ledger;
     struct compute_backend compute; /* device memory, ops and stream, from cfg.device */
     struct param_table table;

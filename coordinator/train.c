@@ -556,6 +556,7 @@ zt_status train_run(const struct run_options *o, int *print_here)
         *print_here = s.failed_here;
         return st;
     }
+    ZT_TRY(pipeline_open(&s, print_here));
     if (o->print_layout && s.rank == 0)
         print_layout(&s);
     if (o->print_partition && s.rank == 0)
