@@ -5,7 +5,8 @@
  * 1e-5 relative over 10 steps — D=4 at ZeRO stages 0-3, P=2 x D=2 (1F1B
  * at stages 0-3 and GPipe), P=4 (both schedules), P=2 with activation
  * checkpointing and a uniform partition; Llama with its head tied to the
- * embedding and not. Then what a pipeline reports: every rank's row with
+ * embedding and not; and so do the validation losses at the end, evaluated
+ * through each layout's pipeline. Then what a pipeline reports: every rank's row with
  * its coordinates, the stages' different model states, the bubble and
  * the bytes per axis in the metrics; and --print-layout. The schedules'
  * and partitions' own rules are in the serial suite below. */
@@ -39,6 +40,15 @@ static const char *layout(int np, int P, int stage, const char *extra)
 static void train(const char *dir, const char *name, int np, const char *args, double *loss)
 {
     testutil_train_micro_losses(dir, name, np, args, loss, STEPS);
+}
+
+/* The run's final validation loss (evaluated through its pipeline). */
+static double val_loss(const char *dir, const char *name)
+{
+    const char *metrics = testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.jsonl", name)));
+    const char *v = strstr(metrics, "\"val_loss\": ");
+    ck_assert_msg(v != NULL, "%s: no val_loss in its metrics", name);
+    return atof(v + strlen("\"val_loss\": "));
 }
 
 struct case_ {
@@ -78,6 +88,9 @@ static void same_losses_in_every_layout(const char *tag, const char *family)
         testutil_assert_losses_close(base, got, STEPS, 1e-5,
                                      testutil_fmt("%s: %d ranks, %d stages, ZeRO %d %s", tag, c->np,
                                                   c->P, c->stage, c->extra));
+        const double want = val_loss(dir, "base"), v = val_loss(dir, name);
+        ck_assert_msg(fabs(v - want) <= 1e-5 * want, "%s %s: val_loss %.9g, expected %.9g", tag,
+                      name, v, want);
     }
 }
 
