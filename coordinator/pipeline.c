@@ -58,13 +58,7 @@ static zt_status pipeline_create(struct run_session *s, struct pipeline *out)
     pipeline_schedule_ops(out->kind, out->stages, out->stage, out->micro, out->ops);
     out->slots[0] = s->model;
     for (int k = 1; k < out->n_slots; k++) {
-        ZT_TRY(model_create_stage(&s->table, &s->compute, B, T, session_ckpt_every(c), &s->stage,
-                                  &out->slots[k]));
-        out->slots[k]->profile = s->model->profile;
-        out->slots[k]->seed = s->model->seed;
-        if (c->run.neftune_noise_alpha > 0.0)
-            ZT_TRY(model_neftune_enable(out->slots[k], &s->compute, c->run.neftune_noise_alpha,
-                                        c->run.seed));
+        ZT_TRY(session_model_create(s, s->model->profile, &out->slots[k]));
     }
     return ZT_OK;
 }

@@ -366,6 +366,19 @@ static enum model_partition partition_of(const struct zt_config *c)
                                                                       : MODEL_PARTITION_PARAMETERS;
 }
 
+zt_status session_model_create(struct run_session *s, struct model_profile *profile,
+                               struct model **out)
+{
+    const struct zt_config *c = &s->cfg;
+    ZT_TRY(model_create_stage(&s->table, &s->compute, c->train_micro_batch_size_per_gpu,
+                              c->data.seq_len, session_ckpt_every(c), &s->stage, out));
+    (*out)->profile = profile;
+    (*out)->seed = c->run.seed;
+    if (c->run.neftune_noise_alpha <= 0.0)
+        return ZT_OK;
+    return model_neftune_enable(*out, &s->compute, c->run.neftune_noise_alpha, c->run.seed);
+}
+
 static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
@@ -380,14 +393,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     else
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
     ZT_TRY(shard_engine_create(&ec, &s->table, s->axes.dp, &s->compute, &s->engine));
-    ZT_TRY(model_create_stage(&s->table, &s->compute, c->train_micro_batch_size_per_gpu,
-                              c->data.seq_len, session_ckpt_every(c), &s->stage, &s->model));
-    if (o->profile)
-        s->model->profile = &s->profile;
-    s->model->seed = c->run.seed;
-    if (c->run.neftune_noise_alpha > 0.0)
-        ZT_TRY(
-            model_neftune_enable(s->model, &s->compute, c->run.neftune_noise_alpha, c->run.seed));
+    ZT_TRY(session_model_create(s, o->profile ? &s->profile : NULL, &s->model));
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
     s->inputs = malloc(2 * bt * sizeof(int32_t));
     if (!s->inputs)

@@ -189,6 +189,14 @@ enum zt_dtype session_precision(const struct zt_config *c);
 /* The model's activation checkpointing interval (0: off) for a config. */
 int session_ckpt_every(const struct zt_config *c);
 
+/* An instance of the session's model for its pipeline stage (the whole
+ * model without a pipeline), for one micro batch, timed into `profile`
+ * (NULL: not), with the run's seed and NEFTune. *out is set once created:
+ * the caller destroys it, also on failure. Errors: those of
+ * model_create_stage and model_neftune_enable. */
+zt_status session_model_create(struct run_session *s, struct model_profile *profile,
+                               struct model **out);
+
 /* The last forward of m weighed into a step's loss sums: its mean times
  * its share of a full micro batch into sums[0] (1 without a mask, so the
  * sums are the unmasked ones bit for bit), the share into sums[1]. */

@@ -256,8 +256,7 @@ static struct act_layout act_layout_of(const struct llama_config *c, int B, int 
     const size_t BT = (size_t)B * T, C = c->n_embd, I = c->intermediate_size;
     const size_t V = st->last ? (size_t)c->vocab_size : 0, head = st->last ? 1 : 0;
     const int nb = st->end_block - st->first_block;
-    const int n_ckpt = model_blocks_checkpointed(ckpt_every, st->end_block) -
-                       model_blocks_checkpointed(ckpt_every, st->first_block);
+    const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
     struct act_layout a;
     size_t o = 0;
     a.ln1 = o, o += BT * C;
@@ -291,10 +290,7 @@ static float *layer_internals(const struct llama *m, const struct act_layout *a,
 {
     if (model_block_checkpointed(m->ckpt_every, l))
         return m->acts + a->recompute;
-    const int first = m->base.stage.first_block;
-    int kept_before = l - first -
-                      (model_blocks_checkpointed(m->ckpt_every, l) -
-                       model_blocks_checkpointed(m->ckpt_every, first));
+    const int kept_before = model_stage_kept_before(m->ckpt_every, &m->base.stage, l);
     return m->acts + a->internals0 + (size_t)kept_before * a->layer_stride;
 }
 
@@ -386,10 +382,8 @@ static zt_status instance_alloc(struct llama *m)
     const struct model_stage *st = &m->base.stage;
     const struct act_layout a = act_layout_of(&m->c, m->base.B, m->base.T, m->ckpt_every, st);
     float *dres = m->scratch + scratch_layout_of(&m->c, m->base.B, m->base.T).dres;
-    m->base.boundary_in = st->first ? NULL : m->acts + a.encoded;
-    m->base.boundary_din = st->first ? NULL : dres;
-    m->base.boundary_out = st->last ? NULL : layer_output(m, &a, st->end_block - 1);
-    m->base.boundary_dout = st->last ? NULL : dres;
+    model_stage_boundaries(&m->base, m->acts + a.encoded, layer_output(m, &a, st->end_block - 1),
+                           dres);
     return rope_tables_fill(m);
 }
 

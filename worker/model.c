@@ -212,8 +212,7 @@ static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T
     const size_t BT = (size_t)B * T, C = c->n_embd, NH = c->n_head;
     const size_t V = st->last ? (size_t)c->vocab_size : 0, head = st->last ? 1 : 0;
     const int nb = st->end_block - st->first_block;
-    const int n_ckpt = model_blocks_checkpointed(ckpt_every, st->end_block) -
-                       model_blocks_checkpointed(ckpt_every, st->first_block);
+    const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
     struct act_layout a;
     size_t o = 0;
     a.ln1 = o, o += BT * C;
@@ -252,10 +251,7 @@ static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, 
 {
     if (model_block_checkpointed(m->ckpt_every, l))
         return m->acts + a->recompute;
-    const int first = m->base.stage.first_block;
-    int kept_before = l - first -
-                      (model_blocks_checkpointed(m->ckpt_every, l) -
-                       model_blocks_checkpointed(m->ckpt_every, first));
+    const int kept_before = model_stage_kept_before(m->ckpt_every, &m->base.stage, l);
     return m->acts + a->internals0 + (size_t)kept_before * a->layer_stride;
 }
 
@@ -327,10 +323,8 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
         return ZT_OK;
     const struct act_layout a = act_layout_of(&c, B, T, ckpt_every, stage);
     float *dres = out->scratch + scratch_layout_of(&c, B, T).dres;
-    out->base.boundary_in = stage->first ? NULL : out->acts + a.encoded;
-    out->base.boundary_din = stage->first ? NULL : dres;
-    out->base.boundary_out = stage->last ? NULL : layer_output(out, &a, stage->end_block - 1);
-    out->base.boundary_dout = stage->last ? NULL : dres;
+    model_stage_boundaries(&out->base, out->acts + a.encoded,
+                           layer_output(out, &a, stage->end_block - 1), dres);
     return ZT_OK;
 fail:
     gpt2_destroy(out);

@@ -36,6 +36,26 @@ int model_blocks_checkpointed(int ckpt_every, int n)
     return count;
 }
 
+int model_stage_checkpointed(int ckpt_every, const struct model_stage *st)
+{
+    return model_blocks_checkpointed(ckpt_every, st->end_block) -
+           model_blocks_checkpointed(ckpt_every, st->first_block);
+}
+
+int model_stage_kept_before(int ckpt_every, const struct model_stage *st, int l)
+{
+    const struct model_stage before = {st->first_block, l, st->first, 0};
+    return l - st->first_block - model_stage_checkpointed(ckpt_every, &before);
+}
+
+void model_stage_boundaries(struct model *m, float *in, float *out, float *dres)
+{
+    m->boundary_in = m->stage.first ? NULL : in;
+    m->boundary_din = m->stage.first ? NULL : dres;
+    m->boundary_out = m->stage.last ? NULL : out;
+    m->boundary_dout = m->stage.last ? NULL : dres;
+}
+
 /* Whether unit u is an adapter unit (borrowed with its base unit). */
 static int is_adapter_unit(const struct param_table *t, int u)
 {

@@ -114,6 +114,18 @@ static inline int model_block_checkpointed(int ckpt_every, int l)
 /* How many of blocks 0 .. n-1 are checkpointed. */
 int model_blocks_checkpointed(int ckpt_every, int n);
 
+/* How many of stage st's blocks are checkpointed, and how many of its
+ * blocks before block l (l in the stage) keep their internals: where
+ * block l's kept internals lie among the stage's. */
+int model_stage_checkpointed(int ckpt_every, const struct model_stage *st);
+int model_stage_kept_before(int ckpt_every, const struct model_stage *st, int l);
+
+/* Sets m's pipeline boundaries (model_family.h) for its stage: `in` the
+ * stage's input activations, `out` its last block's output, `dres` the
+ * backward's running residual gradient (which holds d out on entry and
+ * d in on exit), each left NULL where the stage has no such neighbour. */
+void model_stage_boundaries(struct model *m, float *in, float *out, float *dres);
+
 /* A pass over a plan-only device: the hook calls a family's real pass
  * makes, in its order, with no compute, so that a plan sees every gather
  * and gradient buffer a real step allocates (each family's tests compare
