@@ -47,12 +47,30 @@ static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
 
 /* ---- save ----------------------------------------------------------------- */
 
+/* The pipeline stage whose ranks store unit u: the first that holds it (a
+ * tied embedding is held by the first and the last stage and stored once). */
+static zt_status storing_stage(const struct run_session *s, int u, int *out)
+{
+    for (int p = 0; p < s->layout.pp; p++) {
+        struct model_stage st;
+        ZT_TRY(model_stage_of(&s->table, s->layout.pp, s->stage_method, p, &st));
+        if (model_stage_holds(&s->table, &st, u)) {
+            *out = p;
+            return ZT_OK;
+        }
+    }
+    return zt_error_set(ZT_ERR_USAGE, "unit %d is held by no pipeline stage", u);
+}
+
 /* Whether the checkpoint gets state `which` of unit u: every state the
  * rank keeps, but a frozen unit's weights when the base is kept elsewhere
- * (run_base.h). */
+ * (run_base.h), and the last stage's copy of a tied embedding. */
 static int saves_state(const struct run_session *s, int which, int u)
 {
-    return shard_engine_holds_state(&s->engine, which, u) &&
+    const int duplicate = u == 0 && s->stage.last && !s->stage.first &&
+                          model_stage_holds(&s->table, &s->stage, 0) &&
+                          param_table_head_tied(&s->table);
+    return shard_engine_holds_state(&s->engine, which, u) && !duplicate &&
            (!run_base_external(s) || s->engine.part.units[u].trainable);
 }
 
@@ -81,13 +99,14 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         uint64_t count = 0;
         for (int u = 0; u < p->n_units; u++)
             if (saves_state(s, k, u))
-                count += owned_real(p->units[u].numel, p->units[u].shard, s->rank);
+                count += owned_real(p->units[u].numel, p->units[u].shard, s->dp_rank);
         ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k),
                                      shard_engine_state_dtype(&s->engine, k), count));
     }
     /* A whole-tensor optimizer's per-tensor state is the same on every
-     * rank: rank 0's shard holds it, whatever the world size. */
-    const int tensor_state = s->rank == 0 && s->engine.tensor_state_len > 0;
+     * rank of a stage: the first data-parallel rank's shard holds it (all
+     * tensors' entries, valid for the stage's), whatever the world size. */
+    const int tensor_state = s->dp_rank == 0 && s->engine.tensor_state_len > 0;
     if (tensor_state)
         ZT_TRY(ckpt_shard_writer_add(w, s->engine.cfg.optimizer->tensor_state_name, ZT_F32,
                                      s->engine.tensor_state_len));
@@ -101,7 +120,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
             s->faults->mid_shard(s->faults->arg, s->rank, step);
         for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
             size_t lo, hi;
-            shard_owned_range(p, s->rank, u, &lo, &hi);
+            shard_owned_range(p, s->dp_rank, u, &lo, &hi);
             if (hi == lo || !saves_state(s, k, u))
                 continue;
             st = shard_engine_get_state(&s->engine, k, u, lo, hi, buf);
@@ -148,6 +167,27 @@ static zt_status describe_lora(const struct run_session *s, struct ckpt_lora *l)
     return ZT_OK;
 }
 
+/* Each unit's size, share per data-parallel piece, storing stage and
+ * state, over the whole model: a stage's own partition has only its units. */
+static zt_status fill_units(const struct run_session *s, struct ckpt_meta *m)
+{
+    const struct shard_partition *held = &s->engine.part;
+    struct shard_partition whole;
+    ZT_TRY(shard_partition_build(&s->table, s->dp_size, &whole));
+    zt_status st = ZT_OK;
+    for (int u = 0; u < whole.n_units && st == ZT_OK; u++) {
+        m->unit_numel[u] = whole.units[u].numel;
+        m->unit_shard[u] = whole.units[u].shard;
+        m->unit_frozen[u] = param_quant_unit_packed(&s->table, u) ? CKPT_UNIT_NOT_STORED
+                            : !whole.units[u].trainable           ? CKPT_UNIT_FROZEN
+                                                                  : 0;
+        st = storing_stage(s, u, &m->unit_stage[u]);
+        ZT_ASSERT(!held->units[u].held || held->units[u].shard == whole.units[u].shard);
+    }
+    shard_partition_free(&whole);
+    return st;
+}
+
 static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_file *files,
                            struct ckpt_meta *m)
 {
@@ -156,16 +196,18 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     memset(m, 0, sizeof *m);
     m->step = step;
     m->world = s->world;
+    m->layout = (struct ckpt_layout){s->layout.tp, s->layout.pp, s->layout.dp};
     m->stage = c->zero.stage;
     snprintf(m->precision, sizeof m->precision, "%s", zt_precision_name(s->engine.cfg.precision));
     m->n_units = p->n_units;
     m->unit_numel = calloc((size_t)p->n_units, sizeof *m->unit_numel);
     m->unit_shard = calloc((size_t)p->n_units, sizeof *m->unit_shard);
     m->unit_frozen = calloc((size_t)p->n_units + 1, sizeof *m->unit_frozen);
+    m->unit_stage = calloc((size_t)p->n_units + 1, sizeof *m->unit_stage);
     char *yaml = NULL;
     size_t yaml_len = 0;
     FILE *f = open_memstream(&yaml, &yaml_len);
-    if (!m->unit_numel || !m->unit_shard || !m->unit_frozen || !f) {
+    if (!m->unit_numel || !m->unit_shard || !m->unit_frozen || !m->unit_stage || !f) {
         if (f)
             fclose(f);
         free(yaml);
@@ -175,20 +217,14 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     fclose(f);
     m->config_yaml = yaml;
     ZT_TRY(st);
-    for (int u = 0; u < p->n_units; u++) {
-        m->unit_numel[u] = p->units[u].numel;
-        m->unit_shard[u] = p->units[u].shard;
-        m->unit_frozen[u] = p->units[u].packed       ? CKPT_UNIT_NOT_STORED
-                            : !p->units[u].trainable ? CKPT_UNIT_FROZEN
-                                                     : 0;
-    }
+    ZT_TRY(fill_units(s, m));
     m->n_params = s->table.n_params;
     m->model = s->table.shape;
     const struct optimizer_hparams hp = config_optimizer_hparams(c, c->optimizer.lr);
     optimizer_describe(s->engine.cfg.optimizer, &hp, &m->optimizer);
     m->seed = c->run.seed;
     m->samples_seen = (uint64_t)step * (uint64_t)c->train_micro_batch_size_per_gpu *
-                      (uint64_t)c->gradient_accumulation_steps * (uint64_t)s->world;
+                      (uint64_t)c->gradient_accumulation_steps * (uint64_t)s->dp_size;
     m->loss_scale = s->scaler.scale;
     m->scaler_good_steps = s->scaler.good_steps;
     m->scaler_hysteresis = s->scaler.hysteresis_left;
@@ -301,7 +337,7 @@ static zt_status check_weights_finite(struct run_session *s, long step, const ch
     zt_status st = ZT_OK;
     for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
         size_t lo, hi, bad;
-        shard_owned_range(p, s->rank, u, &lo, &hi);
+        shard_owned_range(p, s->dp_rank, u, &lo, &hi);
         if (hi == lo || !saves_state(s, SHARD_STATE_MASTER, u))
             continue;
         st = shard_engine_get_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
@@ -399,6 +435,20 @@ struct old_shards {
     uint64_t *prefix, *state_prefix;
 };
 
+/* The grid the checkpoint's ranks stood on. */
+static struct comm_layout layout_of(const struct ckpt_meta *m)
+{
+    return (struct comm_layout){
+        .tp = m->layout.tp, .pp = m->layout.pp, .dp = m->layout.dp, .world = m->world};
+}
+
+/* The old rank whose file holds piece `piece` of unit u. */
+static int file_of(const struct ckpt_meta *m, int u, int piece)
+{
+    const struct comm_layout l = layout_of(m);
+    return comm_layout_rank(&l, (struct comm_coords){.tp = 0, .pp = m->unit_stage[u], .dp = piece});
+}
+
 static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
                                  const struct ckpt_meta *meta)
 {
@@ -410,10 +460,14 @@ static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
     o->state_prefix = calloc(w * nu + 1, sizeof *o->state_prefix);
     if (!o->files || !o->prefix || !o->state_prefix)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the shard table");
+    const struct comm_layout l = layout_of(meta);
     for (size_t r = 0; r < w; r++) {
+        const struct comm_coords at_r = comm_layout_coords(&l, (int)r);
         uint64_t at = 0, state_at = 0;
         for (size_t u = 0; u < nu; u++) {
-            const uint64_t real = owned_real(meta->unit_numel[u], meta->unit_shard[u], (int)r);
+            const int stores = at_r.tp == 0 && at_r.pp == meta->unit_stage[u];
+            const uint64_t real =
+                stores ? owned_real(meta->unit_numel[u], meta->unit_shard[u], at_r.dp) : 0;
             o->prefix[r * nu + u] = at;
             o->state_prefix[r * nu + u] = state_at;
             at += ckpt_meta_unit_stored(meta, (int)u) ? real : 0;
@@ -441,8 +495,8 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, enum
 {
     const uint64_t share = o->meta->unit_shard[u], numel = o->meta->unit_numel[u];
     while (a < b) {
-        const int r = (int)(a / share);
-        uint64_t end = share * (uint64_t)(r + 1);
+        const int piece = (int)(a / share), r = file_of(o->meta, u, piece);
+        uint64_t end = share * (uint64_t)(piece + 1);
         end = end < b ? end : b;
         end = end < numel ? end : numel;
         if (!o->files[r]) {
@@ -458,8 +512,8 @@ static zt_status old_shards_read(struct old_shards *o, const char *section, enum
                                 o->step_dir, r, dtype == ZT_U8 ? "8-bit" : "fp32", section);
         const uint64_t *prefix =
             strcmp(section, SHARD_STATE_MASTER_NAME) == 0 ? o->prefix : o->state_prefix;
-        uint64_t first =
-            prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] + (a - share * (uint64_t)r);
+        uint64_t first = prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] +
+                         (a - share * (uint64_t)piece);
         ZT_TRY(ckpt_shard_read(o->files[r], sec, first, end - a, dst));
         dst = (char *)dst + (end - a) * zt_dtype_size(dtype);
         a = end;
@@ -532,6 +586,15 @@ static zt_status check_same_quant(const struct run_session *s, const char *step_
                         step_dir, a, b);
 }
 
+/* Whether any tensor of unit u trains (whichever stage holds it). */
+static int unit_trains(const struct param_table *t, int u)
+{
+    for (int k = 0; k < t->n_tensors; k++)
+        if (t->tensors[k].unit == u && t->tensors[k].trainable)
+            return 1;
+    return 0;
+}
+
 /* The checkpoint must be of this model (same family, shape, adapters,
  * units and frozen units) and of this optimizer, whose states are loaded
  * with the weights: one optimizer's moments are not another's. */
@@ -572,15 +635,15 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
     /* A unit that trains here needs the optimizer states the checkpoint has
      * only for units that trained there. */
     for (int u = 0; u < m->n_units; u++)
-        if ((m->unit_frozen[u] == CKPT_UNIT_NOT_STORED) != s->engine.part.units[u].packed)
+        if ((m->unit_frozen[u] == CKPT_UNIT_NOT_STORED) != param_quant_unit_packed(&s->table, u))
             return zt_error_set(ZT_ERR_CHECKPOINT,
                                 "%s/meta.json: unit %d was %sstored in 4 bits in the checkpoint, "
                                 "but %s here (quantization.load_in_4bit must be as it was)",
                                 step_dir, u,
                                 m->unit_frozen[u] == CKPT_UNIT_NOT_STORED ? "" : "not ",
-                                s->engine.part.units[u].packed ? "is" : "is not");
+                                param_quant_unit_packed(&s->table, u) ? "is" : "is not");
     for (int u = 0; u < m->n_units && !weights_only; u++)
-        if ((m->unit_frozen[u] == 0) != s->engine.part.units[u].trainable)
+        if ((m->unit_frozen[u] == 0) != unit_trains(&s->table, u))
             return zt_error_set(ZT_ERR_CHECKPOINT,
                                 "%s/meta.json: unit %d was %s in the checkpoint, but %s here",
                                 step_dir, u, m->unit_frozen[u] ? "frozen" : "trained",
@@ -619,33 +682,72 @@ static zt_status load_states(struct run_session *s, const char *step_dir, const 
     return st;
 }
 
-/* A whole-tensor optimizer's per-tensor state, from rank 0's shard. */
-static zt_status load_tensor_state(struct run_session *s, const char *step_dir)
+/* Whether tensor k's unit was stored by pipeline stage p. */
+static int tensor_on_stage(const struct run_session *s, const struct ckpt_meta *m, int k, int p)
+{
+    return s->engine.tensor_state_off[k] != SHARD_NO_STATE &&
+           m->unit_stage[s->table.tensors[k].unit] == p;
+}
+
+/* Stage p's entries of a whole-tensor optimizer's per-tensor state, from
+ * the shard of the stage's first data-parallel rank, into host. */
+static zt_status load_stage_tensor_state(struct run_session *s, const char *step_dir,
+                                         const struct ckpt_meta *m, int p, float *host,
+                                         float *staging)
 {
     const size_t n = s->engine.tensor_state_len;
     const char *name = s->engine.cfg.optimizer->tensor_state_name;
-    if (n == 0)
-        return ZT_OK;
+    const struct comm_layout l = layout_of(m);
     char path[4096];
     struct ckpt_shard *f = NULL;
-    ZT_TRY(ckpt_shard_path(step_dir, 0, path, sizeof path));
+    ZT_TRY(ckpt_shard_path(step_dir, comm_layout_rank(&l, (struct comm_coords){0, p, 0}), path,
+                           sizeof path));
     ZT_TRY(ckpt_shard_open(path, &f));
     const struct ckpt_section *sec = ckpt_shard_find(f, name);
-    float *host = malloc(n * sizeof(float));
     zt_status st = ZT_OK;
-    if (!host)
-        st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the optimizer state staging");
-    else if (!sec || sec->dtype != ZT_F32 || sec->count != n)
+    if (!sec || sec->dtype != ZT_F32 || sec->count != n)
         st = zt_error_set(ZT_ERR_CHECKPOINT,
                           "%s: no fp32 section '%s' of %zu elements (the optimizer's per-tensor "
                           "state for this model)",
                           path, name, n);
     if (st == ZT_OK)
-        st = ckpt_shard_read(f, sec, 0, n, host);
+        st = ckpt_shard_read(f, sec, 0, n, staging);
+    ckpt_shard_close(f);
+    const struct optimizer_ops *opt = s->engine.cfg.optimizer;
+    for (int k = 0; k < s->table.n_tensors && st == ZT_OK; k++) {
+        const struct param_tensor *pt = &s->table.tensors[k];
+        const size_t at = s->engine.tensor_state_off[k];
+        if (tensor_on_stage(s, m, k, p))
+            memcpy(host + at, staging + at,
+                   opt->tensor_state_len(pt->rows, pt->cols, &s->engine.cfg.hparams) *
+                       sizeof(float));
+    }
+    return st;
+}
+
+/* A whole-tensor optimizer's per-tensor state: each tensor's entries from
+ * the stage that stored its unit. */
+static zt_status load_tensor_state(struct run_session *s, const char *step_dir,
+                                   const struct ckpt_meta *m)
+{
+    const size_t n = s->engine.tensor_state_len;
+    if (n == 0)
+        return ZT_OK;
+    float *host = calloc(n, sizeof(float)), *staging = malloc(n * sizeof(float));
+    zt_status st = host && staging
+                       ? ZT_OK
+                       : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the optimizer state staging");
+    for (int p = 0; p < m->layout.pp && st == ZT_OK; p++) {
+        int used = 0;
+        for (int k = 0; k < s->table.n_tensors; k++)
+            used |= tensor_on_stage(s, m, k, p);
+        if (used)
+            st = load_stage_tensor_state(s, step_dir, m, p, host, staging);
+    }
     if (st == ZT_OK)
         st = shard_engine_set_tensor_state(&s->engine, host);
     free(host);
-    ckpt_shard_close(f);
+    free(staging);
     return st;
 }
 
@@ -674,7 +776,7 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
     if (st == ZT_OK)
         st = load_states(s, step_dir, &m, weights_only ? 1 : shard_engine_n_states(&s->engine));
     if (st == ZT_OK && !weights_only)
-        st = load_tensor_state(s, step_dir);
+        st = load_tensor_state(s, step_dir, &m);
     st = agree(s, st);
     if (st == ZT_OK)
         st = shard_engine_params_from_master(&s->engine);

@@ -112,12 +112,6 @@ static zt_status check_layout_support(const struct zt_config *c)
                             c->source ? c->source : "config", c->tensor_parallel.size);
     if (c->pipeline.stages == 1)
         return ZT_OK;
-    if (c->checkpoint.dir)
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: checkpoint.dir is set, and checkpoints of pipeline layouts "
-                            "(pipeline.stages %d) are not written in this version: set "
-                            "checkpoint.dir to null, or pipeline.stages to 1",
-                            c->source ? c->source : "config", c->pipeline.stages);
     const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
     if (opt && opt->fused_backward)
         return zt_error_set(ZT_ERR_UNSUPPORTED,

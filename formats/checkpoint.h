@@ -72,9 +72,12 @@
 #include "../common/kvlist.h"
 #include "../common/status.h"
 
-/* meta.json "format_version": 3 when the base is kept outside the shards
- * (struct ckpt_base), else 2; 1 and 2 are still read. */
-#define CKPT_FORMAT_VERSION     3u
+/* meta.json "format_version": 4 when the ranks were laid out on more
+ * than the data-parallel axis (struct ckpt_layout: a reader that does not
+ * know the layout would take the wrong file for a piece), 3 when the base
+ * is kept outside the shards (struct ckpt_base), else 2; 1 .. 3 are still
+ * read. */
+#define CKPT_FORMAT_VERSION     4u
 #define CKPT_SHARD_MAGIC        "ZTCKSHRD"
 #define CKPT_SHARD_VERSION      1u
 #define CKPT_SHARD_HEADER_BYTES 24u
@@ -235,8 +238,17 @@ struct ckpt_base {
  * filling one for ckpt_meta_write owns them as it likes. */
 enum { CKPT_UNIT_FROZEN = 1, CKPT_UNIT_NOT_STORED = 2 };
 
+/* The grid the writing ranks stood on (comm/layout.h: rank = tp + T·(dp +
+ * D·pp)): tp·pp·dp = world. Unit u is stored by the pipeline stage
+ * unit_stage[u], cut into dp pieces of unit_shard[u] elements, piece d in
+ * the file of rank (0, d, unit_stage[u]). A checkpoint without "layout"
+ * (formats 1 .. 3) is {1, 1, world} with every unit on stage 0. */
+struct ckpt_layout {
+    int tp, pp, dp;
+};
+
 struct ckpt_meta {
-    uint32_t format_version; /* set by ckpt_meta_read; the writer picks it (2 or 3) */
+    uint32_t format_version; /* set by ckpt_meta_read; the writer picks it (2 .. 4) */
     int64_t step;            /* >= 0 */
     int world;               /* ranks that wrote it, >= 1 */
     int stage;               /* ZeRO stage 0 .. 3 */
@@ -253,6 +265,8 @@ struct ckpt_meta {
      * ckpt_meta_read always fills it). In meta.json "frozen": true on the
      * unit, and "stored": false, absent when it trains. */
     unsigned char *unit_frozen;
+    struct ckpt_layout layout; /* a writer's zeroed layout is {1, 1, world} */
+    int *unit_stage;           /* per unit (owned; a writer may leave it NULL for 0) */
     uint64_t n_params;
     /* The model family and its shape ("model": {"family": "gpt2", ...}) and
      * the optimizer with its hyperparameters ("optimizer": {"type":

@@ -97,6 +97,36 @@ static zt_status check_lora_writable(const char *path, const struct ckpt_lora *l
     return ZT_OK;
 }
 
+/* The layout a writer left zeroed is the data-parallel one. */
+static struct ckpt_layout layout_of(const struct ckpt_meta *m)
+{
+    if (m->layout.tp == 0 && m->layout.pp == 0 && m->layout.dp == 0)
+        return (struct ckpt_layout){1, 1, m->world};
+    return m->layout;
+}
+
+static int layout_is_data_only(const struct ckpt_meta *m)
+{
+    const struct ckpt_layout l = layout_of(m);
+    return l.tp == 1 && l.pp == 1;
+}
+
+/* The grid must hold exactly the writing ranks, and every unit a stage of
+ * it: `err` is the writer's ZT_ERR_USAGE or the reader's
+ * ZT_ERR_CHECKPOINT. */
+static zt_status check_layout(const char *path, zt_status err, const struct ckpt_meta *m)
+{
+    const struct ckpt_layout l = layout_of(m);
+    if (l.tp < 1 || l.pp < 1 || l.dp < 1 || (int64_t)l.tp * l.pp * l.dp != m->world)
+        return zt_error_set(err, "%s: layout tp %d x pp %d x dp %d is not the %d ranks of 'world'",
+                            path, l.tp, l.pp, l.dp, m->world);
+    for (int u = 0; m->unit_stage && u < m->n_units; u++)
+        if (m->unit_stage[u] < 0 || m->unit_stage[u] >= l.pp)
+            return zt_error_set(err, "%s: units[%d].pipeline_stage is %d, outside 0 .. %d", path, u,
+                                m->unit_stage[u], l.pp - 1);
+    return ZT_OK;
+}
+
 /* What the reader would refuse in m, as ZT_ERR_USAGE. */
 static zt_status check_writable(const char *path, const struct ckpt_meta *m)
 {
@@ -123,6 +153,7 @@ static zt_status check_writable(const char *path, const struct ckpt_meta *m)
         return zt_error_set(ZT_ERR_USAGE, "%s: %d units without their arrays", path, m->n_units);
     if (!m->files)
         return zt_error_set(ZT_ERR_USAGE, "%s: the shard file list is missing", path);
+    ZT_TRY(check_layout(path, ZT_ERR_USAGE, m));
     const struct zt_kvlist *described[2] = {&m->model, &m->optimizer};
     for (int k = 0; k < 2; k++) {
         const struct zt_kvlist *l = described[k];
@@ -187,16 +218,25 @@ static void add_kvlist(struct json_text *t, const char *key, const char *kind_ke
     json_text_printf(t, "},\n");
 }
 
+/* ", \"pipeline_stage\": P" for unit u, in buf. */
+static const char *pipeline_stage_text(const struct ckpt_meta *m, int u, char *buf, size_t n)
+{
+    snprintf(buf, n, ", \"pipeline_stage\": %d", m->unit_stage ? m->unit_stage[u] : 0);
+    return buf;
+}
+
 static void add_lists(struct json_text *t, const struct ckpt_meta *m)
 {
+    char stage[48];
     json_text_printf(t, "  \"units\": [");
     for (int u = 0; u < m->n_units; u++)
-        json_text_printf(t, "%s\n    {\"numel\": %llu, \"shard\": %llu%s%s}", u ? "," : "",
-                         (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u],
-                         m->unit_frozen && m->unit_frozen[u] ? ", \"frozen\": true" : "",
-                         m->unit_frozen && m->unit_frozen[u] == CKPT_UNIT_NOT_STORED
-                             ? ", \"stored\": false"
-                             : "");
+        json_text_printf(
+            t, "%s\n    {\"numel\": %llu, \"shard\": %llu%s%s%s}", u ? "," : "",
+            (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u],
+            layout_is_data_only(m) ? "" : pipeline_stage_text(m, u, stage, sizeof stage),
+            m->unit_frozen && m->unit_frozen[u] ? ", \"frozen\": true" : "",
+            m->unit_frozen && m->unit_frozen[u] == CKPT_UNIT_NOT_STORED ? ", \"stored\": false"
+                                                                        : "");
     json_text_printf(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
     for (int r = 0; r < m->world; r++)
         json_text_printf(
@@ -239,6 +279,15 @@ static void add_quant(struct json_text *t, const struct ckpt_quant *q)
     json_text_printf(t, "},\n");
 }
 
+/* "layout": {...} on one line, beyond data parallelism (format 4). */
+static void add_layout(struct json_text *t, const struct ckpt_meta *m)
+{
+    const struct ckpt_layout l = layout_of(m);
+    if (!layout_is_data_only(m))
+        json_text_printf(t, "  \"layout\": {\"tp\": %d, \"pp\": %d, \"dp\": %d},\n", l.tp, l.pp,
+                         l.dp);
+}
+
 /* "base": {...} on one line, when the frozen units are kept elsewhere. */
 static void add_base(struct json_text *t, const struct ckpt_base *b)
 {
@@ -257,11 +306,14 @@ zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
 {
     ZT_TRY(check_writable(path, m));
     struct json_text t = {0};
-    /* Format 3 only where it is needed, so that older readers keep reading
-     * every checkpoint that holds all its units. */
+    /* Formats 3 and 4 only where they are needed, so that older readers
+     * keep reading every data-parallel checkpoint that holds all its units. */
     json_text_printf(&t, "{\n  \"format_version\": %u,\n",
-                     m->base.kind == CKPT_BASE_STORED ? 2u : CKPT_FORMAT_VERSION);
+                     !layout_is_data_only(m)            ? CKPT_FORMAT_VERSION
+                     : m->base.kind == CKPT_BASE_STORED ? 2u
+                                                        : 3u);
     add_fields(&t, m);
+    add_layout(&t, m);
     add_kvlist(&t, "model", MODEL_KIND_KEY, &m->model);
     add_kvlist(&t, "optimizer", OPTIMIZER_KIND_KEY, &m->optimizer);
     add_lora(&t, &m->lora);
@@ -431,7 +483,8 @@ static zt_status read_units(const char *path, const struct json_value *root, str
     m->unit_numel = malloc((n ? n : 1) * sizeof *m->unit_numel);
     m->unit_shard = malloc((n ? n : 1) * sizeof *m->unit_shard);
     m->unit_frozen = calloc(n ? n : 1, sizeof *m->unit_frozen);
-    if (!m->unit_numel || !m->unit_shard || !m->unit_frozen)
+    m->unit_stage = calloc(n ? n : 1, sizeof *m->unit_stage);
+    if (!m->unit_numel || !m->unit_shard || !m->unit_frozen || !m->unit_stage)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %zu units", path, n);
     m->n_units = (int)n;
     for (size_t u = 0; u < n; u++) {
@@ -440,6 +493,13 @@ static zt_status read_units(const char *path, const struct json_value *root, str
         ZT_TRY(need_u64(path, &list->items[u], "numel", where, &m->unit_numel[u]));
         snprintf(where, sizeof where, "units[%zu].shard", u);
         ZT_TRY(need_u64(path, &list->items[u], "shard", where, &m->unit_shard[u]));
+        snprintf(where, sizeof where, "units[%zu].pipeline_stage", u);
+        if (!layout_is_data_only(m)) {
+            int64_t stage;
+            ZT_TRY(need_i64(path, &list->items[u], "pipeline_stage", where, 0, m->layout.pp - 1,
+                            &stage));
+            m->unit_stage[u] = (int)stage;
+        }
         snprintf(where, sizeof where, "units[%zu].frozen", u);
         if (json_object_get(&list->items[u], "frozen", NULL)) {
             const struct json_value *v;
@@ -641,6 +701,25 @@ static zt_status read_base(const char *path, const struct json_value *root, stru
     return ZT_OK;
 }
 
+/* "layout" (format 4), else the data-parallel grid of `world` ranks. */
+static zt_status read_layout(const char *path, const struct json_value *root, struct ckpt_meta *m)
+{
+    m->layout = (struct ckpt_layout){1, 1, m->world};
+    if (m->format_version < 4)
+        return ZT_OK;
+    const struct json_value *obj;
+    int64_t v[3];
+    static const char *const keys[3] = {"tp", "pp", "dp"};
+    ZT_TRY(need(path, root, "layout", "layout", JSON_OBJECT, &obj));
+    for (int k = 0; k < 3; k++) {
+        char where[32];
+        snprintf(where, sizeof where, "layout.%s", keys[k]);
+        ZT_TRY(need_i64(path, obj, keys[k], where, 1, INT_MAX, &v[k]));
+    }
+    m->layout = (struct ckpt_layout){(int)v[0], (int)v[1], (int)v[2]};
+    return check_layout(path, ZT_ERR_CHECKPOINT, m);
+}
+
 static zt_status read_tree(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
     if (root->type != JSON_OBJECT)
@@ -649,6 +728,7 @@ static zt_status read_tree(const char *path, const struct json_value *root, stru
     ZT_TRY(read_version(path, root, m));
     for (size_t k = 0; k < N_FIELDS; k++)
         ZT_TRY(read_field(path, root, &fields[k], m));
+    ZT_TRY(read_layout(path, root, m));
     if (m->format_version == 1) {
         ZT_TRY(read_v1_descriptions(path, root, m));
     } else {
@@ -693,6 +773,7 @@ void ckpt_meta_free(struct ckpt_meta *m)
     free(m->unit_numel);
     free(m->unit_shard);
     free(m->unit_frozen);
+    free(m->unit_stage);
     free(m->files);
     for (int i = 0; m->lora.targets && i < m->lora.n_targets; i++)
         free(m->lora.targets[i]);

@@ -907,7 +907,12 @@ START_TEST(test_meta_errors_name_the_problem)
         int delta;
     } cases[] = {
         {"1", "", "", "missing key 'world'", NULL, 0},
-        {"4", "", "", "format version 4 is newer than this zerotrain understands (3)", NULL, 0},
+        {"5", "", "", "format version 5 is newer than this zerotrain understands (4)", NULL, 0},
+        {"4", " \"world\": 1,", "", "missing key 'layout'", NULL, 0},
+        {"4", " \"world\": 1,", " \"layout\": {\"tp\": 1, \"pp\": 2, \"dp\": 1},",
+         "layout tp 1 x pp 2 x dp 1 is not the 1 ranks of 'world'", NULL, 0},
+        {"4", " \"world\": 1,", " \"layout\": {\"tp\": 1, \"pp\": 1},", "missing key 'layout.dp'",
+         NULL, 0},
         {"0", " \"world\": 1,", "", "format version 0 is not valid", NULL, 0},
         {"\"1\"", " \"world\": 1,", "", "key 'format_version' must be an integer, not a string",
          NULL, 0},
@@ -1067,6 +1072,54 @@ START_TEST(test_meta_write_refuses_what_cannot_be_read)
     EXPECT_ERROR(ckpt_meta_write(path, &m), ZT_ERR_USAGE,
                  testutil_fmt("%s: the config text is not valid UTF-8 at byte 3", path));
     ck_assert_int_eq(count_entries(dir), 0); /* nothing was created */
+    ckpt_meta_free(&m);
+}
+END_TEST
+
+/* A pipeline's grid ("layout") and each unit's stage read back as
+ * written, as format 4; a data-parallel checkpoint stays format 2 and
+ * reads as every unit on stage 0 of a {1, 1, world} grid; a stage outside
+ * the grid or a grid that is not the world is refused. */
+START_TEST(test_meta_records_the_layout)
+{
+    const char *dir = testutil_tmpdir("ckpt");
+    const char *path = testutil_path_in(dir, "meta.json");
+    struct ckpt_file files[4] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}};
+    struct ckpt_meta m, r;
+    fill_meta(&m, 5, 4, files);
+    EXPECT_OK(ckpt_meta_write(path, &m));
+    EXPECT_OK(ckpt_meta_read(path, &r));
+    ck_assert_uint_eq(r.format_version, 2);
+    ck_assert_int_eq(r.layout.tp, 1);
+    ck_assert_int_eq(r.layout.pp, 1);
+    ck_assert_int_eq(r.layout.dp, 4);
+    for (int u = 0; u < 3; u++)
+        ck_assert_int_eq(r.unit_stage[u], 0);
+    ckpt_meta_free(&r);
+
+    m.layout = (struct ckpt_layout){1, 2, 2};
+    m.unit_stage = calloc(3, sizeof *m.unit_stage);
+    m.unit_stage[1] = m.unit_stage[2] = 1;
+    EXPECT_OK(ckpt_meta_write(path, &m));
+    const char *text = testutil_slurp(path);
+    ck_assert_ptr_nonnull(strstr(text, "\"format_version\": 4,"));
+    ck_assert_ptr_nonnull(strstr(text, "\"layout\": {\"tp\": 1, \"pp\": 2, \"dp\": 2},"));
+    ck_assert_ptr_nonnull(strstr(text, "\"shard\": 251, \"pipeline_stage\": 1}"));
+    EXPECT_OK(ckpt_meta_read(path, &r));
+    ck_assert_uint_eq(r.format_version, 4);
+    ck_assert_int_eq(r.layout.pp, 2);
+    ck_assert_int_eq(r.layout.dp, 2);
+    ck_assert_int_eq(r.unit_stage[0], 0);
+    ck_assert_int_eq(r.unit_stage[2], 1);
+    ckpt_meta_free(&r);
+
+    m.unit_stage[2] = 2;
+    EXPECT_ERROR(ckpt_meta_write(path, &m), ZT_ERR_USAGE,
+                 testutil_fmt("%s: units[2].pipeline_stage is 2, outside 0 .. 1", path));
+    m.unit_stage[2] = 1;
+    m.layout.dp = 3;
+    EXPECT_ERROR(ckpt_meta_write(path, &m), ZT_ERR_USAGE,
+                 testutil_fmt("%s: layout tp 1 x pp 2 x dp 3 is not the 4 ranks of 'world'", path));
     ckpt_meta_free(&m);
 }
 END_TEST
@@ -1477,11 +1530,11 @@ START_TEST(test_validate_meta_problems)
     char *v = strstr(orig, "\"format_version\": 2");
     ck_assert_ptr_nonnull(v);
     strcpy(text, orig);
-    text[v - orig + 18] = '4';
+    text[v - orig + 18] = '5';
     write_text(mp, text);
     EXPECT_ERROR(
         ckpt_validate(sd, NULL), ZT_ERR_CHECKPOINT,
-        testutil_fmt("%s: format version 4 is newer than this zerotrain understands (3)", mp));
+        testutil_fmt("%s: format version 5 is newer than this zerotrain understands (4)", mp));
     /* corrupt JSON: a brace removed at a known byte */
     strcpy(text, orig);
     char *units = strstr(text, "{\"numel\"");
@@ -1720,6 +1773,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(meta, test_meta_errors_name_the_problem);
     tcase_add_test(meta, test_meta_field_errors);
     tcase_add_test(meta, test_meta_write_refuses_what_cannot_be_read);
+    tcase_add_test(meta, test_meta_records_the_layout);
     suite_add_tcase(s, meta);
 
     TCase *dirs = tcase_create("folders");

@@ -157,6 +157,72 @@ START_TEST(reports_show_the_layout)
 }
 END_TEST
 
+/* Runs `name` from `from`'s checkpoint of step 5 to step 10 and checks
+ * its 5 losses against the uninterrupted run's last 5. */
+static void resume_matches(const char *dir, const char *from, const char *name, int np,
+                           const char *args, const double *full)
+{
+    double part[5];
+    ck_assert_msg(testutil_train_micro(dir, name, np,
+                                       testutil_fmt("%s --set run.steps=10 --set "
+                                                    "run.resume=%s/%s-ck/step-00000005",
+                                                    args, dir, from)) == 0,
+                  "%s failed:\n%s", name,
+                  testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", name))));
+    ck_assert_int_eq(testutil_micro_losses(dir, name, part, 5), 5);
+    testutil_assert_losses_close(full + 5, part, 5, 1e-5,
+                                 testutil_fmt("%s resumed from %s", name, from));
+}
+
+/* Writes `name`'s checkpoints every 5 steps of 10 and its losses. */
+static void train_saving(const char *dir, const char *name, int np, const char *args, double *full)
+{
+    train(dir, name, np,
+          testutil_fmt("%s --set checkpoint.every=5 --set checkpoint.keep=5 "
+                       "--set checkpoint.dir=%s/%s-ck",
+                       args, dir, name),
+          full);
+}
+
+/* A checkpoint stores each unit with the stage that held it, so any
+ * layout resumes it: P=2 x D=2 into D=2 at ZeRO 3 and into P=4, D=2 into
+ * P=2 x D=2, and a tied head's second copy is not stored twice; a
+ * whole-tensor optimizer's per-tensor state (Adafactor) comes from each
+ * tensor's stage. Export reads a pipeline's checkpoint as any other. */
+START_TEST(checkpoints_resume_across_layouts)
+{
+    const char *dir = testutil_tmpdir("pipe-resume");
+    double full[STEPS];
+    static const char *const families[2] = {"", LLAMA " --set model.tie_word_embeddings=true"};
+    static const char *const names[2][5] = {
+        {"p2-0", "p2-to-d2-0", "p2-to-p4-0", "d2-0", "d2-to-p2-0"},
+        {"p2-1", "p2-to-d2-1", "p2-to-p4-1", "d2-1", "d2-to-p2-1"}};
+    for (int k = 0; k < 2; k++) {
+        const char *const *n = names[k], *family = families[k];
+        train_saving(dir, n[0], 4, layout(4, 2, 1, family), full);
+        resume_matches(dir, n[0], n[1], 2, layout(2, 1, 3, family), full);
+        resume_matches(dir, n[0], n[2], 4, layout(4, 4, 0, family), full);
+        train_saving(dir, n[3], 2, layout(2, 1, 3, family), full);
+        resume_matches(dir, n[3], n[4], 4, layout(4, 2, 2, family), full);
+    }
+    const char *ada = " --set optimizer.type=Adafactor --set optimizer.params.betas=null "
+                      "--set optimizer.params.eps=null";
+    train_saving(dir, "ada", 4, layout(4, 2, 1, ada), full);
+    resume_matches(dir, "ada", "ada-to-d1", 1, layout(1, 1, 0, ada), full);
+    const char *log = testutil_path_in(dir, "export.log");
+    ck_assert_msg(testutil_run(log, "%s export %s/p2-0-ck --out %s/p2.safetensors",
+                               testutil_binary(), dir, dir) == 0,
+                  "%s", testutil_slurp(log));
+    ck_assert_int_eq(testutil_run(log, "%s export %s/d2-0-ck --out %s/d2.safetensors",
+                                  testutil_binary(), dir, dir),
+                     0);
+    size_t a, b;
+    free(testutil_read_file(testutil_path_in(dir, "p2.safetensors"), &a));
+    free(testutil_read_file(testutil_path_in(dir, "d2.safetensors"), &b));
+    ck_assert_msg(a == b && a > 0, "exports of %zu and %zu bytes", a, b);
+}
+END_TEST
+
 /* What a pipeline cannot run is refused on every rank with its reason. */
 START_TEST(refusals_are_clear)
 {
@@ -290,5 +356,7 @@ int main(void)
     tcase_add_test(tc, tied_llama_layouts_give_the_same_losses);
     tcase_add_test(tc, reports_show_the_layout);
     tcase_add_test(tc, refusals_are_clear);
+    TCase *resume = testutil_tcase(s, "resume", 600);
+    tcase_add_test(resume, checkpoints_resume_across_layouts);
     return testutil_run_suite(s, 0);
 }
