@@ -6,6 +6,9 @@
  * finite differences of the scalar L = sum(out * R), R a fixed random tensor
  * passed to the backward as dout, taken on a double reimplementation of the
  * forward; so neither check reuses anything from the code under test.
+ * The vocabulary-parallel ops run on column slices of one matrix, the
+ * reductions between them done here, and are judged by the references on
+ * the full rows (and by the unsplit ops, which the references judge).
  * The one internal piece tested directly is cpu_expf (ops_cpu_impl.h), the
  * exponential under every softmax and GELU.
  *
@@ -32,6 +35,7 @@
 #include "worker/ops.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1560,6 +1564,378 @@ START_TEST(crossentropy_loss_survives_underflow)
 }
 END_TEST
 
+/* ---- vocabulary-parallel embedding and cross-entropy ---- */
+
+/* A vocabulary V and the widths of its parts (0-terminated): one part,
+ * uneven parts, parts one column wide, and parts past the 512-term
+ * summation block. The reductions between the ops are simulated here, in
+ * part order: MAX of row_max, SUM of row_stats. */
+static const int VOCAB_SPLITS[][5] = {
+    {37, 37}, {37, 12, 13, 12}, {37, 1, 20, 15, 1}, {700, 700}, {700, 600, 100}};
+enum { VOCAB_MAX_PARTS = 4, XV_N = 7 };
+static const int VOCAB_ONE_PART[] = {0, 3}; /* the splits into one part */
+
+struct vocab_split {
+    int V, n, lo[VOCAB_MAX_PARTS], w[VOCAB_MAX_PARTS];
+};
+
+static struct vocab_split vocab_split(int which)
+{
+    struct vocab_split s = {.V = VOCAB_SPLITS[which][0]};
+    int lo = 0;
+    for (int k = 1; k <= VOCAB_MAX_PARTS && VOCAB_SPLITS[which][k] > 0; k++) {
+        s.lo[s.n] = lo;
+        s.w[s.n] = VOCAB_SPLITS[which][k];
+        lo += s.w[s.n++];
+    }
+    ck_assert_int_eq(lo, s.V);
+    return s;
+}
+
+/* Columns [lo, lo + w) of the rows of x[N,V], as a new [N,w] matrix (its
+ * own allocation, so that the sanitizer build sees any read past a part). */
+static float *columns(const float *x, int N, int V, int lo, int w)
+{
+    float *part = malloc((size_t)N * w * sizeof *part);
+    ck_assert_ptr_nonnull(part);
+    for (int i = 0; i < N; i++)
+        memcpy(part + (size_t)i * w, x + (size_t)i * V + lo, (size_t)w * sizeof *part);
+    return part;
+}
+
+/* The inverse: part[N,w] into columns [lo, lo + w) of x[N,V]. */
+static void put_columns(float *x, const float *part, int N, int V, int lo, int w)
+{
+    for (int i = 0; i < N; i++)
+        memcpy(x + (size_t)i * V + lo, part + (size_t)i * w, (size_t)w * sizeof *part);
+}
+
+struct xvocab_case {
+    struct vocab_split s;
+    int N;
+    int32_t *tgt;
+    /* full [N,V] matrices: .d the references, .f the parts put together */
+    struct tensor logits, probs, losses, dlogits;
+    float *logit_part[VOCAB_MAX_PARTS], *prob_part[VOCAB_MAX_PARTS];
+    float *dlogit_part[VOCAB_MAX_PARTS], *loss_part[VOCAB_MAX_PARTS];
+};
+
+/* Rows 0 and 4 masked; the other five take, part by part in turn, the
+ * part's first column and then its last, so that every part owns a target
+ * and targets sit on the part edges. dlogits start nonzero (accumulation). */
+static struct xvocab_case xvocab_setup(int which)
+{
+    struct xvocab_case x = {.s = vocab_split(which), .N = XV_N};
+    int N = x.N, V = x.s.V;
+    x.tgt = malloc((size_t)N * sizeof *x.tgt);
+    ck_assert_ptr_nonnull(x.tgt);
+    for (int i = 0, k = 0; i < N; i++) {
+        if (i == 0 || i == 4) {
+            x.tgt[i] = -1;
+            continue;
+        }
+        int p = k % x.s.n;
+        x.tgt[i] = x.s.lo[p] + ((k / x.s.n) % 2 == 0 ? 0 : x.s.w[p] - 1);
+        k++;
+    }
+    x.logits = tensor_rand(N * V, 91, 4.0);
+    for (int i = 0; i < x.logits.n; i++) /* large logits: the max must be subtracted */
+        x.logits.d[i] = x.logits.f[i] += 60.0f;
+    x.probs = tensor_zeros(N * V);
+    x.losses = tensor_zeros(N);
+    x.dlogits = tensor_rand(N * V, 92, 1.0);
+    for (int p = 0; p < x.s.n; p++) {
+        x.logit_part[p] = columns(x.logits.f, N, V, x.s.lo[p], x.s.w[p]);
+        x.dlogit_part[p] = columns(x.dlogits.f, N, V, x.s.lo[p], x.s.w[p]);
+        x.prob_part[p] = malloc((size_t)N * x.s.w[p] * sizeof(float));
+        x.loss_part[p] = malloc((size_t)N * sizeof(float));
+        ck_assert_ptr_nonnull(x.prob_part[p]);
+        ck_assert_ptr_nonnull(x.loss_part[p]);
+    }
+    return x;
+}
+
+static void xvocab_teardown(struct xvocab_case *x)
+{
+    free(x->tgt);
+    tensor_free(&x->logits);
+    tensor_free(&x->probs);
+    tensor_free(&x->losses);
+    tensor_free(&x->dlogits);
+    for (int p = 0; p < x->s.n; p++) {
+        free(x->logit_part[p]);
+        free(x->prob_part[p]);
+        free(x->dlogit_part[p]);
+        free(x->loss_part[p]);
+    }
+}
+
+/* The three forward ops on every part with the reductions between them;
+ * losses.f and probs.f receive part 0's losses and all parts' probs. */
+static void xvocab_forward(struct xvocab_case *x)
+{
+    const struct ops_backend *ops = ops_cpu_backend();
+    const struct vocab_split *s = &x->s;
+    int N = x->N;
+    float row_max[XV_N], stats[2 * XV_N], part_max[XV_N], part_stats[2 * XV_N];
+    for (int i = 0; i < N; i++)
+        row_max[i] = -INFINITY;
+    for (int p = 0; p < s->n; p++) {
+        ck_assert_int_eq(ops->crossentropy_vocab_max(part_max, x->logit_part[p], N, s->w[p]),
+                         ZT_OK);
+        for (int i = 0; i < N; i++) {
+            /* exact: the softmax would hide a wrong max until e^x overflowed */
+            double m = -INFINITY;
+            for (int j = 0; j < s->w[p]; j++)
+                m = fmax(m, x->logits.d[(size_t)i * s->V + s->lo[p] + j]);
+            ck_assert_float_eq(part_max[i], (float)m);
+            row_max[i] = fmaxf(row_max[i], part_max[i]);
+        }
+    }
+    memset(stats, 0, sizeof stats);
+    for (int p = 0; p < s->n; p++) {
+        ck_assert_int_eq(ops->crossentropy_vocab_exp(x->prob_part[p], part_stats, x->logit_part[p],
+                                                     row_max, x->tgt, N, s->w[p], s->lo[p]),
+                         ZT_OK);
+        for (int i = 0; i < 2 * N; i++)
+            stats[i] += part_stats[i];
+    }
+    for (int p = 0; p < s->n; p++) {
+        ck_assert_int_eq(ops->crossentropy_vocab_finish(x->loss_part[p], x->prob_part[p], stats,
+                                                        x->tgt, N, s->w[p]),
+                         ZT_OK);
+        put_columns(x->probs.f, x->prob_part[p], N, s->V, s->lo[p], s->w[p]);
+    }
+    memcpy(x->losses.f, x->loss_part[0], (size_t)N * sizeof(float));
+}
+
+/* The backward on every part; dlogits.f receives the parts put together. */
+static void xvocab_backward(struct xvocab_case *x)
+{
+    const struct vocab_split *s = &x->s;
+    for (int p = 0; p < s->n; p++) {
+        ck_assert_int_eq(
+            ops_cpu_backend()->crossentropy_vocab_backward(
+                x->dlogit_part[p], x->prob_part[p], x->tgt, XENT_DLOSS, x->N, s->w[p], s->lo[p]),
+            ZT_OK);
+        put_columns(x->dlogits.f, x->dlogit_part[p], x->N, s->V, s->lo[p], s->w[p]);
+    }
+}
+
+/* Each part's probs against the reference softmax of the full rows, judged
+ * on the part's own scale; every part gives the same losses, those of the
+ * full rows. */
+START_TEST(crossentropy_vocab_matches_reference)
+{
+    struct xvocab_case x = xvocab_setup(_i);
+    const struct vocab_split *s = &x.s;
+    xvocab_forward(&x);
+    ref_crossentropy(x.losses.d, x.probs.d, x.logits.d, x.tgt, x.N, s->V);
+    double *want = malloc((size_t)x.probs.n * sizeof *want);
+    ck_assert_ptr_nonnull(want);
+    for (int p = 0; p < s->n; p++) {
+        float *got = columns(x.probs.f, x.N, s->V, s->lo[p], s->w[p]);
+        for (int i = 0; i < x.N; i++)
+            for (int j = 0; j < s->w[p]; j++)
+                want[(size_t)i * s->w[p] + j] = x.probs.d[(size_t)i * s->V + s->lo[p] + j];
+        char what[64];
+        snprintf(what, sizeof what, "vocab-parallel probs, part %d of %d", p, s->n);
+        check_close(what, got, want, x.N * s->w[p], FWD_TOL);
+        free(got);
+    }
+    free(want);
+    for (int i = 0; i < x.N; i++) {
+        ck_assert_double_eq_tol(x.losses.f[i], x.losses.d[i], FWD_TOL * fmax(1.0, x.losses.d[i]));
+        if (x.tgt[i] < 0)
+            ck_assert_float_eq(x.losses.f[i], 0.0f);
+        for (int p = 1; p < s->n; p++)
+            ck_assert_float_eq(x.loss_part[p][i], x.losses.f[i]);
+    }
+    xvocab_teardown(&x);
+}
+END_TEST
+
+/* The parts' dlogits put together against the double gradient (p -
+ * onehot) * dloss added to their nonzero start; masked rows keep their
+ * start exactly. */
+START_TEST(crossentropy_vocab_backward_matches_reference)
+{
+    struct xvocab_case x = xvocab_setup(_i);
+    int V = x.s.V;
+    xvocab_forward(&x);
+    ref_crossentropy(x.losses.d, x.probs.d, x.logits.d, x.tgt, x.N, V);
+    xvocab_backward(&x);
+    double *want = malloc((size_t)x.dlogits.n * sizeof *want);
+    ck_assert_ptr_nonnull(want);
+    for (int i = 0; i < x.N; i++)
+        for (int j = 0; j < V; j++) {
+            size_t k = (size_t)i * V + j;
+            double g = x.tgt[i] < 0 ? 0.0 : (x.probs.d[k] - (j == x.tgt[i])) * XENT_DLOSS;
+            want[k] = x.dlogits.d[k] + g;
+            if (x.tgt[i] < 0)
+                ck_assert_float_eq(x.dlogits.f[k], (float)x.dlogits.d[k]);
+        }
+    check_close("vocab-parallel dlogits", x.dlogits.f, want, x.dlogits.n, FWD_TOL);
+    free(want);
+    xvocab_teardown(&x);
+}
+END_TEST
+
+/* One part and no reduction: the fused ops' losses, probs and dlogits. */
+START_TEST(crossentropy_vocab_one_part_is_crossentropy)
+{
+    struct xvocab_case x = xvocab_setup(VOCAB_ONE_PART[_i]);
+    int N = x.N, V = x.s.V;
+    ck_assert_int_eq(x.s.n, 1);
+    float *losses = malloc((size_t)N * sizeof *losses);
+    float *probs = malloc((size_t)N * V * sizeof *probs);
+    float *dlogits = malloc((size_t)N * V * sizeof *dlogits);
+    ck_assert(losses && probs && dlogits);
+    memcpy(dlogits, x.dlogits.f, (size_t)N * V * sizeof *dlogits);
+    ck_assert_int_eq(
+        ops_cpu_backend()->crossentropy_forward(losses, probs, x.logits.f, x.tgt, N, V), ZT_OK);
+    ck_assert_int_eq(
+        ops_cpu_backend()->crossentropy_backward(dlogits, probs, x.tgt, XENT_DLOSS, N, V), ZT_OK);
+    xvocab_forward(&x);
+    xvocab_backward(&x);
+    double *want = calloc((size_t)N * V, sizeof *want);
+    ck_assert_ptr_nonnull(want);
+    for (int k = 0; k < N * V; k++)
+        want[k] = probs[k];
+    check_close("one-part probs", x.probs.f, want, N * V, 1e-6);
+    for (int k = 0; k < N * V; k++)
+        want[k] = dlogits[k];
+    check_close("one-part dlogits", x.dlogits.f, want, N * V, 1e-6);
+    for (int i = 0; i < N; i++)
+        ck_assert_double_eq_tol(x.losses.f[i], losses[i], 1e-6 * fmax(1.0, losses[i]));
+    free(want);
+    free(losses);
+    free(probs);
+    free(dlogits);
+    xvocab_teardown(&x);
+}
+END_TEST
+
+/* B T C and a vocabulary of 9 in parts 4, 1, 4: C past one 64-column block
+ * of the backward; tokens (5 bt mod 9) repeat and reach every part. */
+enum { EV_B = 3, EV_T = 4, EV_C = 70, EV_V = 9 };
+static const int EV_LO[] = {0, 4, 5}, EV_W[] = {4, 1, 4};
+enum { EV_PARTS = 3 };
+
+struct encv_case {
+    int32_t tok[EV_B * EV_T];
+    struct tensor wte, wpe, dout;
+};
+
+static struct encv_case encv_setup(void)
+{
+    struct encv_case e;
+    for (int bt = 0; bt < EV_B * EV_T; bt++)
+        e.tok[bt] = (int32_t)(bt * 5 % EV_V);
+    e.wte = tensor_rand(EV_V * EV_C, 94, 1.0);
+    e.wpe = tensor_rand(EV_T * EV_C, 95, 1.0);
+    e.dout = tensor_rand(EV_B * EV_T * EV_C, 96, 1.0);
+    return e;
+}
+
+static void encv_teardown(struct encv_case *e)
+{
+    tensor_free(&e->wte);
+    tensor_free(&e->wpe);
+    tensor_free(&e->dout);
+}
+
+/* The parts' outputs summed, wpe given to part 0 only (_i 0) or to none
+ * (_i 1), against encoder_forward on the full wte. The outputs start as NaN:
+ * the op overwrites. */
+START_TEST(encoder_forward_vocab_sums_to_encoder_forward)
+{
+    struct encv_case e = encv_setup();
+    const struct ops_backend *ops = ops_cpu_backend();
+    int n = EV_B * EV_T * EV_C;
+    const float *wpe = _i == 0 ? e.wpe.f : NULL;
+    float *full = malloc((size_t)n * sizeof *full), *out = malloc((size_t)n * sizeof *out);
+    ck_assert(full && out);
+    ck_assert_int_eq(ops->encoder_forward(full, e.tok, e.wte.f, wpe, EV_B, EV_T, EV_C), ZT_OK);
+    struct tensor sum = tensor_zeros(n);
+    for (int p = 0; p < EV_PARTS; p++) {
+        float *part = columns(e.wte.f, 1, EV_V * EV_C, EV_LO[p] * EV_C, EV_W[p] * EV_C);
+        for (int k = 0; k < n; k++)
+            out[k] = NAN;
+        ck_assert_int_eq(ops->encoder_forward_vocab(out, e.tok, part, p == 0 ? wpe : NULL, EV_B,
+                                                    EV_T, EV_C, EV_LO[p], EV_W[p]),
+                         ZT_OK);
+        for (int k = 0; k < n; k++)
+            sum.f[k] += out[k];
+        free(part);
+    }
+    for (int k = 0; k < n; k++)
+        sum.d[k] = full[k];
+    check_close(_i == 0 ? "vocab-parallel encoder out" : "vocab-parallel encoder out (no wpe)",
+                sum.f, sum.d, n, FWD_TOL);
+    tensor_free(&sum);
+    free(full);
+    free(out);
+    encv_teardown(&e);
+}
+END_TEST
+
+/* The parts' dwte put together, and dwpe given to the last part only (_i 0)
+ * or to none (_i 1), against encoder_backward; both start nonzero. */
+START_TEST(encoder_backward_vocab_matches_encoder_backward)
+{
+    struct encv_case e = encv_setup();
+    const struct ops_backend *ops = ops_cpu_backend();
+    int pos = _i == 0;
+    struct tensor dwte = tensor_rand(EV_V * EV_C, 97, 1.0),
+                  dwpe = tensor_rand(EV_T * EV_C, 98, 1.0);
+    float *want_dwte = malloc((size_t)dwte.n * sizeof(float));
+    float *want_dwpe = malloc((size_t)dwpe.n * sizeof(float));
+    ck_assert(want_dwte && want_dwpe);
+    memcpy(want_dwte, dwte.f, (size_t)dwte.n * sizeof(float));
+    memcpy(want_dwpe, dwpe.f, (size_t)dwpe.n * sizeof(float));
+    ck_assert_int_eq(
+        ops->encoder_backward(want_dwte, pos ? want_dwpe : NULL, e.dout.f, e.tok, EV_B, EV_T, EV_C),
+        ZT_OK);
+    for (int p = 0; p < EV_PARTS; p++) {
+        float *part = columns(dwte.f, 1, EV_V * EV_C, EV_LO[p] * EV_C, EV_W[p] * EV_C);
+        ck_assert_int_eq(ops->encoder_backward_vocab(part, pos && p == EV_PARTS - 1 ? dwpe.f : NULL,
+                                                     e.dout.f, e.tok, EV_B, EV_T, EV_C, EV_LO[p],
+                                                     EV_W[p]),
+                         ZT_OK);
+        put_columns(dwte.f, part, 1, EV_V * EV_C, EV_LO[p] * EV_C, EV_W[p] * EV_C);
+        free(part);
+    }
+    for (int k = 0; k < dwte.n; k++)
+        dwte.d[k] = want_dwte[k];
+    for (int k = 0; k < dwpe.n; k++)
+        dwpe.d[k] = want_dwpe[k];
+    check_close("vocab-parallel encoder dwte", dwte.f, dwte.d, dwte.n, FWD_TOL);
+    check_close(pos ? "vocab-parallel encoder dwpe" : "vocab-parallel encoder dwpe (not given)",
+                dwpe.f, dwpe.d, dwpe.n, FWD_TOL);
+    free(want_dwte);
+    free(want_dwpe);
+    tensor_free(&dwte);
+    tensor_free(&dwpe);
+    encv_teardown(&e);
+}
+END_TEST
+
+/* A frozen embedding (dwte_part NULL): dwpe is left alone too. */
+START_TEST(encoder_backward_vocab_skips_a_frozen_embedding)
+{
+    struct encv_case e = encv_setup();
+    struct tensor dwpe = tensor_rand(EV_T * EV_C, 98, 1.0);
+    ck_assert_int_eq(ops_cpu_backend()->encoder_backward_vocab(NULL, dwpe.f, e.dout.f, e.tok, EV_B,
+                                                               EV_T, EV_C, EV_LO[0], EV_W[0]),
+                     ZT_OK);
+    for (int k = 0; k < dwpe.n; k++)
+        ck_assert_float_eq(dwpe.f[k], (float)dwpe.d[k]);
+    tensor_free(&dwpe);
+    encv_teardown(&e);
+}
+END_TEST
+
 /* ---- the CPU backend's private exponential ---- */
 
 /* Every softmax and GELU rests on cpu_expf: within 1.5 ulp of exp on a
@@ -1598,7 +1974,10 @@ START_TEST(backend_table_is_complete)
               b->swiglu_backward && b->gelu_forward && b->gelu_backward && b->residual_forward &&
               b->lora_forward && b->lora_backward && b->mul_forward && b->mul_backward &&
               b->crossentropy_forward && b->crossentropy_backward && b->to_f32 && b->from_f32 &&
-              b->add_into && b->sum_squares && b->scale && b->memset_zero && b->adamw_update);
+              b->add_into && b->sum_squares && b->scale && b->memset_zero && b->adamw_update &&
+              b->encoder_forward_vocab && b->encoder_backward_vocab && b->crossentropy_vocab_max &&
+              b->crossentropy_vocab_exp && b->crossentropy_vocab_finish &&
+              b->crossentropy_vocab_backward);
 }
 END_TEST
 
@@ -1716,6 +2095,13 @@ int main(void)
     tcase_add_test(tc, crossentropy_backward_accumulates);
     tcase_add_test(tc, crossentropy_loss_survives_underflow);
     tcase_add_loop_test(tc, crossentropy_masked_rows_are_not_counted, 0, 2);
+    tc = testutil_tcase(s, "vocab_parallel", 60);
+    tcase_add_loop_test(tc, crossentropy_vocab_matches_reference, 0, NSIZES(VOCAB_SPLITS));
+    tcase_add_loop_test(tc, crossentropy_vocab_backward_matches_reference, 0, NSIZES(VOCAB_SPLITS));
+    tcase_add_loop_test(tc, crossentropy_vocab_one_part_is_crossentropy, 0, NSIZES(VOCAB_ONE_PART));
+    tcase_add_loop_test(tc, encoder_forward_vocab_sums_to_encoder_forward, 0, 2);
+    tcase_add_loop_test(tc, encoder_backward_vocab_matches_encoder_backward, 0, 2);
+    tcase_add_test(tc, encoder_backward_vocab_skips_a_frozen_embedding);
     tc = testutil_tcase(s, "expf", 60);
     tcase_add_test(tc, cpu_expf_is_accurate);
     tc = testutil_tcase(s, "backend", 60);

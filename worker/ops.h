@@ -56,6 +56,24 @@ struct ops_backend {
     zt_status (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int B, int T, int C);
 
+    /* The embedding under vocabulary-parallel tensor parallelism (Megatron's
+     * VocabParallelEmbedding): each of the tensor-parallel ranks holds the
+     * contiguous rows [v_lo, v_lo + Vp) of wte[V,C] as wte_part[Vp,C].
+     * out[b,t,:] = (wte_part[tok - v_lo,:] if v_lo <= tok < v_lo + Vp, else
+     * 0) + (wpe[t,:] unless wpe is NULL), tok = tokens[b,t]. The caller sums
+     * out over the ranks and passes wpe on one of them only, so the sum is
+     * encoder_forward's out. */
+    zt_status (*encoder_forward_vocab)(float *out, const int32_t *tokens, const float *wte_part,
+                                       const float *wpe, int B, int T, int C, int v_lo, int Vp);
+    /* Its backward, given every rank the same dout (the full gradient):
+     * dwte_part[tok - v_lo,:] += dout[b,t,:] for the tokens in the slice;
+     * dwpe[t,:] += dout[b,t,:] unless dwpe is NULL (pass it on the rank that
+     * was given wpe). Nothing at all when dwte_part is NULL (a frozen
+     * embedding), as encoder_backward. */
+    zt_status (*encoder_backward_vocab)(float *dwte_part, float *dwpe, const float *dout,
+                                        const int32_t *tokens, int B, int T, int C, int v_lo,
+                                        int Vp);
+
     /* LayerNorm over the last dimension (eps 1e-5, biased variance);
      * saves per-row mean and 1/std for the backward. */
     zt_status (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
@@ -161,6 +179,41 @@ struct ops_backend {
      * scaling). */
     zt_status (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
                                        float dloss, int N, int V);
+
+    /* Cross-entropy over logits split by vocabulary (Megatron's
+     * vocab_parallel_cross_entropy): each tensor-parallel rank holds columns
+     * [v_lo, v_lo + Vp) of the logits as logits[N,Vp], and no rank ever holds
+     * a full row. crossentropy_forward becomes three ops with a reduction
+     * over the ranks after each of the first two: max, allreduce MAX of
+     * row_max[N]; exp, allreduce SUM of row_stats[2N]; finish. Targets are
+     * global vocabulary indices (< 0: masked, as crossentropy_forward).
+     * With one part (v_lo = 0, Vp = V) and no reduction the three give
+     * crossentropy_forward's losses and probs, and crossentropy_vocab_backward
+     * crossentropy_backward's dlogits. Vp >= 1, v_lo >= 0. */
+
+    /* row_max[i] = the largest of logits[i,:] (this rank's columns). */
+    zt_status (*crossentropy_vocab_max)(float *row_max, const float *logits, int N, int Vp);
+    /* Given the global row_max: probs[i,j] = e^(logits[i,j] - row_max[i]),
+     * not yet normalised; row_stats[i] = the sum of probs[i,:] (as
+     * crossentropy_forward sums); row_stats[N + i] = logits[i, t - v_lo] -
+     * row_max[i] when t = targets[i] lies in [v_lo, v_lo + Vp), else 0
+     * (so the sum over ranks is the target's shifted logit). */
+    zt_status (*crossentropy_vocab_exp)(float *probs, float *row_stats, const float *logits,
+                                        const float *row_max, const int32_t *targets, int N, int Vp,
+                                        int v_lo);
+    /* Given the summed row_stats: probs[i,:] *= 1 / row_stats[i] (the
+     * softmax on this rank's columns, in place); losses[i] =
+     * log(row_stats[i]) - row_stats[N + i], or 0 when targets[i] < 0 (probs
+     * still written). */
+    zt_status (*crossentropy_vocab_finish)(float *losses, float *probs, const float *row_stats,
+                                           const int32_t *targets, int N, int Vp);
+    /* crossentropy_backward on this rank's columns: for every row whose
+     * target is >= 0, dlogits[i,:] += probs[i,:] * dloss, less dloss at the
+     * target's column when the target lies in [v_lo, v_lo + Vp); a row with
+     * a target < 0 gets nothing. No reduction follows. */
+    zt_status (*crossentropy_vocab_backward)(float *dlogits, const float *probs,
+                                             const int32_t *targets, float dloss, int N, int Vp,
+                                             int v_lo);
 
     /* ---- engine ops: the optimizer step over flat buffers ------------------ */
 

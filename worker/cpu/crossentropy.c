@@ -7,11 +7,12 @@
  * log-sum-exp, log(sum) - (x[target] - max), not from log(probs[target]),
  * so it stays finite and exact when the target's probability underflows.
  *
- * The sum over V terms is kept in float but blocked: each block of SUM_BLOCK
- * terms is summed with one partial per vector lane, then the block sums are
- * added; the rounding error grows with the block count plus the block
- * length over the lane count (a few hundred ulps at worst for V = 50257,
- * typically a few), instead of with V.
+ * The sum over V terms is kept in float but blocked (cpu_exp_sum in
+ * ops_cpu_impl.h, which the vocabulary-parallel ops share): each block of
+ * CPU_SUM_BLOCK terms is summed with one partial per vector lane, then the
+ * block sums are added; the rounding error grows with the block count plus
+ * the block length over the lane count (a few hundred ulps at worst for
+ * V = 50257, typically a few), instead of with V.
  *
  * A negative target marks a position that is not a prediction target (a
  * prompt token or padding under a loss mask): the forward still writes
@@ -24,40 +25,11 @@
 
 #include <math.h>
 
-enum { SUM_BLOCK = 512 };
-
-static inline float row_max(const float *x, int V)
-{
-    float m = x[0];
-#pragma omp simd reduction(max : m)
-    for (int j = 1; j < V; j++)
-        m = x[j] > m ? x[j] : m;
-    return m;
-}
-
-/* p[j] = e^(x[j] - m); returns the sum of the p[j]. */
-static inline float exp_sum(float *p, const float *x, float m, int V)
-{
-    float total = 0.0f;
-    for (int j0 = 0; j0 < V; j0 += SUM_BLOCK) {
-        int j1 = j0 + SUM_BLOCK < V ? j0 + SUM_BLOCK : V;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int j = j0; j < j1; j++) {
-            float e = cpu_expf(x[j] - m);
-            p[j] = e;
-            s += e;
-        }
-        total += s;
-    }
-    return total;
-}
-
 /* Softmax of one row into p; returns the row's loss. */
 CPU_KERNEL static float forward_row(float *p, const float *x, int t, int V)
 {
-    float m = row_max(x, V);
-    float s = exp_sum(p, x, m, V);
+    float m = cpu_row_max(x, V);
+    float s = cpu_exp_sum(p, x, m, V);
     float inv = 1.0f / s;
 #pragma omp simd
     for (int j = 0; j < V; j++)

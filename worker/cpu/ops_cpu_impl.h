@@ -102,6 +102,25 @@ zt_status cpu_crossentropy_forward(float *losses, float *probs, const float *log
 zt_status cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
                                     float dloss, int N, int V);
 
+/* The vocabulary-parallel embedding and cross-entropy of worker/ops.h
+ * (worker/cpu/vocab_parallel.c): encoder_forward_vocab,
+ * encoder_backward_vocab, crossentropy_vocab_max, crossentropy_vocab_exp,
+ * crossentropy_vocab_finish and crossentropy_vocab_backward; Vp < 1 or
+ * v_lo < 0 fails a ZT_ASSERT. */
+zt_status cpu_encoder_forward_vocab(float *out, const int32_t *tokens, const float *wte_part,
+                                    const float *wpe, int B, int T, int C, int v_lo, int Vp);
+zt_status cpu_encoder_backward_vocab(float *dwte_part, float *dwpe, const float *dout,
+                                     const int32_t *tokens, int B, int T, int C, int v_lo, int Vp);
+zt_status cpu_crossentropy_vocab_max(float *row_max, const float *logits, int N, int Vp);
+zt_status cpu_crossentropy_vocab_exp(float *probs, float *row_stats, const float *logits,
+                                     const float *row_max, const int32_t *targets, int N, int Vp,
+                                     int v_lo);
+zt_status cpu_crossentropy_vocab_finish(float *losses, float *probs, const float *row_stats,
+                                        const int32_t *targets, int N, int Vp);
+zt_status cpu_crossentropy_vocab_backward(float *dlogits, const float *probs,
+                                          const int32_t *targets, float dloss, int N, int Vp,
+                                          int v_lo);
+
 /* The engine ops of worker/ops.h (worker/cpu/engine_ops.c): to_f32,
  * from_f32, add_into, sum_squares, scale, memset_zero and the optimizer
  * kernels. */
@@ -174,6 +193,44 @@ static inline float cpu_expf(float x)
     p = p * r * r + r + 1.0f;
     s.i = ((int32_t)n + 127) * (1 << 23);
     return p * s.f;
+}
+
+/* The softmax row pieces that crossentropy.c and vocab_parallel.c share, so
+ * that a vocabulary split into one part sums exactly as the fused op does.
+ * Both are inlined into their callers' CPU_KERNEL row functions and so
+ * cloned with them. */
+
+/* Terms per block of cpu_exp_sum (the error bound is in crossentropy.c). */
+enum { CPU_SUM_BLOCK = 512 };
+
+/* The largest of x[0..n), n >= 1. */
+static inline float cpu_row_max(const float *x, int n)
+{
+    float m = x[0];
+#pragma omp simd reduction(max : m)
+    for (int j = 1; j < n; j++)
+        m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* p[j] = e^(x[j] - m) for j < n; returns their sum, in float but blocked:
+ * one partial per vector lane within a block of CPU_SUM_BLOCK terms, then
+ * the block sums added in order. */
+static inline float cpu_exp_sum(float *p, const float *x, float m, int n)
+{
+    float total = 0.0f;
+    for (int j0 = 0; j0 < n; j0 += CPU_SUM_BLOCK) {
+        int j1 = j0 + CPU_SUM_BLOCK < n ? j0 + CPU_SUM_BLOCK : n;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int j = j0; j < j1; j++) {
+            float e = cpu_expf(x[j] - m);
+            p[j] = e;
+            s += e;
+        }
+        total += s;
+    }
+    return total;
 }
 
 #endif

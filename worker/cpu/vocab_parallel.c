@@ -1,0 +1,184 @@
+/* worker/cpu/vocab_parallel.c — the token embedding and the cross-entropy
+ * with the vocabulary split over tensor-parallel ranks.
+ *
+ * Each rank holds the rows [v_lo, v_lo + Vp) of wte and so the same columns
+ * of the logits; the full rows of logits (V floats per position, the
+ * largest activation of the model) never exist anywhere. What a softmax
+ * needs from the other columns is two numbers per row, the max and the sum
+ * of exponentials, plus the target's logit, which only the rank owning it
+ * can read: these ops compute each rank's share, the caller reduces them
+ * between the ops, and the finish needs nothing more. The target's logit
+ * travels in the same buffer as the sums (row_stats[2N]), with 0 from the
+ * ranks that do not own it, so one SUM reduction carries both.
+ *
+ * The row pieces are crossentropy.c's (cpu_row_max and cpu_exp_sum in
+ * ops_cpu_impl.h), the probs are scaled by the reciprocal of the sum as it
+ * scales them, and the loss is its log(sum) - (x[target] - max); so a
+ * single part gives crossentropy_forward's and crossentropy_backward's
+ * numbers (bit for bit with GCC here; the test allows 1e-6), and with
+ * several parts the only difference is that the row sum is a sum of
+ * per-part sums.
+ *
+ * The embedding's forward gives a zero row for tokens outside the slice;
+ * summed over the ranks, each position gets its token's row exactly once
+ * (the others add exact zeros). The backward splits columns over threads
+ * for the reason encoder.c gives: a token repeats within a batch.
+ */
+#include "worker/cpu/ops_cpu_impl.h"
+
+#include "common/status.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Columns per thread task in the embedding backward, as in encoder.c. */
+enum { COL_BLOCK = 64 };
+
+/* Whether global index t lies in [v_lo, v_lo + Vp); false for a masked
+ * target (t < 0), since v_lo >= 0. */
+static inline int in_slice(int32_t t, int v_lo, int Vp)
+{
+    return t >= v_lo && t - v_lo < Vp;
+}
+
+zt_status cpu_encoder_forward_vocab(float *out, const int32_t *tokens, const float *wte_part,
+                                    const float *wpe, int B, int T, int C, int v_lo, int Vp)
+{
+    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int tok = tokens[bt];
+        float *o = out + (size_t)bt * C;
+        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        if (!in_slice(tok, v_lo, Vp)) {
+            if (p)
+                memcpy(o, p, (size_t)C * sizeof(float));
+            else
+                memset(o, 0, (size_t)C * sizeof(float));
+            continue;
+        }
+        const float *e = wte_part + (size_t)(tok - v_lo) * C;
+        if (!p) {
+            memcpy(o, e, (size_t)C * sizeof(float));
+            continue;
+        }
+#pragma omp simd
+        for (int c = 0; c < C; c++)
+            o[c] = e[c] + p[c];
+    }
+    return ZT_OK;
+}
+
+zt_status cpu_encoder_backward_vocab(float *dwte_part, float *dwpe, const float *dout,
+                                     const int32_t *tokens, int B, int T, int C, int v_lo, int Vp)
+{
+    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
+    if (!dwte_part)
+        return ZT_OK;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
+        int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            int tok = tokens[bt];
+            if (in_slice(tok, v_lo, Vp)) {
+                float *we = dwte_part + (size_t)(tok - v_lo) * C;
+#pragma omp simd
+                for (int c = c0; c < c1; c++)
+                    we[c] += d[c];
+            }
+            if (!dwpe)
+                continue;
+            float *pe = dwpe + (size_t)(bt % T) * C;
+#pragma omp simd
+            for (int c = c0; c < c1; c++)
+                pe[c] += d[c];
+        }
+    }
+    return ZT_OK;
+}
+
+/* The row functions are CPU_KERNEL wrappers so that the inlined helpers are
+ * cloned for AVX2 and AVX-512 (an omp parallel body would not be). */
+
+CPU_KERNEL static float max_row(const float *x, int Vp)
+{
+    return cpu_row_max(x, Vp);
+}
+
+CPU_KERNEL static float exp_row(float *p, const float *x, float m, int Vp)
+{
+    return cpu_exp_sum(p, x, m, Vp);
+}
+
+CPU_KERNEL static void scale_row(float *p, float inv, int Vp)
+{
+#pragma omp simd
+    for (int j = 0; j < Vp; j++)
+        p[j] *= inv;
+}
+
+/* crossentropy.c's backward row; t is the target's local column, or < 0
+ * when another rank owns it. */
+CPU_KERNEL static void backward_row(float *d, const float *p, int t, float dloss, int Vp)
+{
+    float dt = t >= 0 ? d[t] : 0.0f; /* the target's term in one rounding, not two */
+#pragma omp simd
+    for (int j = 0; j < Vp; j++)
+        d[j] += p[j] * dloss;
+    if (t >= 0)
+        d[t] = dt + (p[t] - 1.0f) * dloss;
+}
+
+zt_status cpu_crossentropy_vocab_max(float *row_max, const float *logits, int N, int Vp)
+{
+    ZT_ASSERT(Vp >= 1);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++)
+        row_max[i] = max_row(logits + (size_t)i * Vp, Vp);
+    return ZT_OK;
+}
+
+zt_status cpu_crossentropy_vocab_exp(float *probs, float *row_stats, const float *logits,
+                                     const float *row_max, const int32_t *targets, int N, int Vp,
+                                     int v_lo)
+{
+    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * Vp;
+        float m = row_max[i];
+        int t = targets[i];
+        row_stats[i] = exp_row(probs + (size_t)i * Vp, x, m, Vp);
+        row_stats[N + i] = in_slice(t, v_lo, Vp) ? x[t - v_lo] - m : 0.0f;
+    }
+    return ZT_OK;
+}
+
+zt_status cpu_crossentropy_vocab_finish(float *losses, float *probs, const float *row_stats,
+                                        const int32_t *targets, int N, int Vp)
+{
+    ZT_ASSERT(Vp >= 1);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float s = row_stats[i];
+        scale_row(probs + (size_t)i * Vp, 1.0f / s, Vp);
+        losses[i] = targets[i] < 0 ? 0.0f : logf(s) - row_stats[N + i];
+    }
+    return ZT_OK;
+}
+
+zt_status cpu_crossentropy_vocab_backward(float *dlogits, const float *probs,
+                                          const int32_t *targets, float dloss, int N, int Vp,
+                                          int v_lo)
+{
+    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        int t = targets[i];
+        if (t >= 0)
+            backward_row(dlogits + (size_t)i * Vp, probs + (size_t)i * Vp,
+                         in_slice(t, v_lo, Vp) ? t - v_lo : -1, dloss, Vp);
+    }
+    return ZT_OK;
+}
