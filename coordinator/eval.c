@@ -56,7 +56,7 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
         s->model->training = 0;
         st = s->pipe ? pipeline_forward(s, s->inputs, s->targets)
                      : model_forward(s->model, &s->engine.hooks, s->inputs, s->targets);
-        if (j < batches && s->stage.last) {
+        if (j < batches && s->stage.last && s->coords.tp == 0) {
             /* the mean times its counted targets, in an order that is the
              * unmasked sum's bit for bit (the share is then exactly 1) */
             const double share = (double)s->model->n_counted / ((double)B * T);

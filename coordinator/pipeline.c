@@ -166,7 +166,7 @@ zt_status pipeline_train_micro_steps(struct run_session *s, long step, float gra
         p->slots[k]->row_ids = rows;
         ZT_TRY(forward_on(s, p, k, s->inputs, s->targets));
         if (is_last(p))
-            session_add_loss(p->slots[k], loss_sums);
+            session_add_loss(s, p->slots[k], loss_sums);
     }
     for (int k = 0; k < p->n_slots; k++)
         ZT_TRY(settle(p, k));

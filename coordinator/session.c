@@ -10,6 +10,7 @@
 #include "../formats/hf_weights.h"
 #include "../worker/lora.h"
 #include "../worker/param_quant.h"
+#include "../worker/tensor_parallel.h"
 #include "../worker/model_family.h"
 #include "../worker/ops.h"
 
@@ -102,24 +103,42 @@ static zt_status check_tokenizer_vocab(const struct zt_config *c, const struct t
 
 /* What this version runs of the layouts a config may ask for: pipelines
  * with ZeRO 0-3 on the data-parallel axis; tensor parallelism not yet. */
+/* What tensor parallelism does not cover yet, refused before any work. */
+static zt_status check_tensor_support(const struct zt_config *c)
+{
+    const char *src = c->source ? c->source : "config";
+    const int T = c->tensor_parallel.size;
+    if (T == 1)
+        return ZT_OK;
+    const char *what = c->tensor_parallel.sequence_parallel ? "tensor_parallel.sequence_parallel"
+                       : c->checkpoint.dir                  ? "checkpoint.dir"
+                       : c->model.init_from                 ? "model.init_from"
+                       : c->lora.enabled                    ? "lora.enabled"
+                       : c->quantization.load_in_4bit       ? "quantization.load_in_4bit"
+                                                            : NULL;
+    if (what)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: tensor_parallel.size %d with %s set: not available in this "
+                            "version (tensor parallelism trains from the seed without "
+                            "checkpoints, sequence parallelism or fine-tuning yet): unset %s or "
+                            "set tensor_parallel.size to 1",
+                            src, T, what, what);
+    return ZT_OK;
+}
+
 static zt_status check_layout_support(const struct zt_config *c)
 {
-    if (c->tensor_parallel.size > 1)
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: tensor_parallel.size %d: tensor parallelism is not available in "
-                            "this version (pipeline.stages and ZeRO data parallelism are): set "
-                            "tensor_parallel.size to 1",
-                            c->source ? c->source : "config", c->tensor_parallel.size);
-    if (c->pipeline.stages == 1)
+    ZT_TRY(check_tensor_support(c));
+    if (c->pipeline.stages == 1 && c->tensor_parallel.size == 1)
         return ZT_OK;
     const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
     if (opt && opt->fused_backward)
         return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: optimizer.type %s updates inside the backward, which a pipeline "
-                            "of pipeline.stages %d splits over ranks: use another optimizer or "
-                            "pipeline.stages 1",
-                            c->source ? c->source : "config", c->optimizer.type,
-                            c->pipeline.stages);
+                            "%s: optimizer.type %s updates inside the backward, which a layout "
+                            "of pipeline.stages %d x tensor_parallel.size %d splits over ranks: "
+                            "use another optimizer, or pipeline.stages and tensor_parallel.size 1",
+                            c->source ? c->source : "config", c->optimizer.type, c->pipeline.stages,
+                            c->tensor_parallel.size);
     return ZT_OK;
 }
 
@@ -377,6 +396,12 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
     ZT_TRY(session_build_table(c, &s->table));
+    if (s->layout.tp > 1) {
+        struct param_table whole = s->table;
+        const zt_status st = param_table_tp_slice(&whole, s->layout.tp, s->coords.tp, &s->table);
+        param_table_free(&whole);
+        ZT_TRY(st);
+    }
     s->stage_method = partition_of(c);
     ZT_TRY(model_stage_of(&s->table, c->pipeline.stages, s->stage_method, s->coords.pp, &s->stage));
     struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->dp_size, s->dp_rank);
@@ -398,6 +423,8 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the host batch");
     if (c->pipeline.stages > 1)
         shard_engine_join_pipeline(&s->engine, s->axes.pp);
+    if (s->layout.tp > 1)
+        shard_engine_join_tensor(&s->engine, s->axes.tp);
     return ZT_OK;
 }
 
@@ -430,8 +457,10 @@ int session_ckpt_every(const struct zt_config *c)
     return c->activation_checkpointing.enabled ? c->activation_checkpointing.every_n_blocks : 0;
 }
 
-void session_add_loss(const struct model *m, double *sums)
+void session_add_loss(const struct run_session *s, const struct model *m, double *sums)
 {
+    if (s->coords.tp != 0) /* the tensor-parallel slices share one loss */
+        return;
     const double share = (double)m->n_counted / ((double)m->B * m->T);
     sums[0] += m->mean_loss * share;
     sums[1] += share;
@@ -458,12 +487,14 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
     const struct shard_engine_config ec = session_engine_config(c, 0, 1, 0);
     ledger_init(out, 1);
     ZT_TRY(compute_backend_open(c->device, out, &be));
-    zt_status st = shard_engine_create(&ec, &s->table, NULL, &be, &engine);
+    /* the single-rank baseline runs the whole model */
+    const struct param_table *whole = param_table_whole(&s->table);
+    zt_status st = shard_engine_create(&ec, whole, NULL, &be, &engine);
     if (st != ZT_OK) {
         compute_backend_close(&be);
         return st;
     }
-    st = model_create(&s->table, &be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+    st = model_create(whole, &be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
                       session_ckpt_every(c), &model);
     if (st == ZT_OK) {
         st = session_plan_step(model, &engine, 1);

@@ -200,7 +200,7 @@ zt_status session_model_create(struct run_session *s, struct model_profile *prof
 /* The last forward of m weighed into a step's loss sums: its mean times
  * its share of a full micro batch into sums[0] (1 without a mask, so the
  * sums are the unmasked ones bit for bit), the share into sums[1]. */
-void session_add_loss(const struct model *m, double *sums);
+void session_add_loss(const struct run_session *s, const struct model *m, double *sums);
 
 /* Runs one optimizer step's allocation plan: `accum` planned forward and
  * backward passes and a planned engine step, through the same code as a

@@ -24,6 +24,7 @@
 
 #include "../common/clock.h"
 #include "../worker/param_quant.h"
+#include "../worker/tensor_parallel.h"
 #include "../worker/schedule.h"
 #include "memory_report.h"
 #include "metrics.h"
@@ -169,7 +170,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
         ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
         ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
         if (result->skipped) {
-            session_add_loss(s->model, loss_sums);
+            session_add_loss(s, s->model, loss_sums);
             return ZT_OK;
         }
         const double norm = result->grad_norm;
@@ -180,7 +181,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     shard_engine_fused_arm(&s->engine, &hp, r->loss_scale, clip_coef);
     ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
     ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
-    session_add_loss(s->model, loss_sums);
+    session_add_loss(s, s->model, loss_sums);
     ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
     if (c->gradient_clipping > 0.0 || s->scaler.dynamic)
         result->grad_norm = measured; /* before clipping, as for the other optimizers */
@@ -204,7 +205,7 @@ static zt_status forward_backward_update(struct run_session *s, long step, struc
         fill_batch(s, step, m);
         ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
         ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
-        session_add_loss(s->model, loss_sums);
+        session_add_loss(s, s->model, loss_sums);
     }
     struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
     return shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result);
@@ -438,9 +439,11 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
  * --dry-run) against the single-device baseline. Collective. */
 static zt_status report_memory(struct run_session *s, const struct run_options *o)
 {
-    struct memory_report r = {.stage = s->cfg.zero.stage, .n_params = s->table.n_params};
-    for (int k = 0; k < s->table.n_tensors; k++)
-        r.n_trainable += s->table.tensors[k].trainable ? s->table.tensors[k].numel : 0;
+    /* the model's sizes are the whole model's, whatever slice this rank holds */
+    const struct param_table *whole = param_table_whole(&s->table);
+    struct memory_report r = {.stage = s->cfg.zero.stage, .n_params = whole->n_params};
+    for (int k = 0; k < whole->n_tensors; k++)
+        r.n_trainable += whole->tensors[k].trainable ? whole->tensors[k].numel : 0;
     struct ledger baseline;
     shard_engine_bytes_per_param(&s->engine, r.bytes_per_param);
     ZT_TRY(session_plan_baseline(s, &baseline));

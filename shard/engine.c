@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "../worker/param_quant.h"
+#include "../worker/tensor_parallel.h"
 #include "../worker/precision.h"
 #include "shard_impl.h"
 
@@ -139,7 +140,7 @@ static zt_status init_params(struct shard_engine *e)
         const struct shard_unit *su = &e->part.units[u];
         size_t lo, hi;
         shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
-        param_table_init(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
+        param_table_tp_init(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
         if (su->packed) {
             st = shard_engine_set_packed(e, u, host);
             continue;
@@ -756,6 +757,53 @@ static zt_status norm_share(struct shard_engine *e, const void *g, size_t n, dou
     return ZT_OK;
 }
 
+static zt_status hook_tp_allreduce(void *ctx, float *buf, size_t n, enum model_reduce op)
+{
+    struct shard_engine *e = ctx;
+    return comm_allreduce(e->tensor, buf, n, ZT_F32,
+                          op == MODEL_REDUCE_MAX ? COMM_OP_MAX : COMM_OP_SUM);
+}
+
+void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor)
+{
+    e->tensor = comm_size(tensor) > 1 ? tensor : NULL;
+    e->hooks.tp_allreduce = e->tensor ? hook_tp_allreduce : NULL;
+}
+
+/* Under tensor parallelism: the sum of squares of this rank's share of
+ * the reduced gradients g, each piece of a tensor that every
+ * tensor-parallel rank holds whole weighted 1/T, so that the sum over the
+ * tensor-parallel group counts it once (its gradients are the same on
+ * every slice). Without the second copy of a tied embedding. */
+static zt_status norm_share_tensor(struct shard_engine *e, const void *g, double scale,
+                                   double *sumsq)
+{
+    const struct param_table *t = e->table;
+    const double whole_weight = 1.0 / (double)comm_size(e->tensor);
+    double total = 0.0;
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *pt = &t->tensors[k];
+        const struct shard_unit *su = &e->part.units[pt->unit];
+        if (!su->held || !su->trainable || (pt->unit == 0 && e->tie_duplicate))
+            continue;
+        size_t lo = 0, hi = su->numel, base = su->state_padded_offset;
+        if (e->policy.shard_states) {
+            shard_owned_range(&e->part, e->cfg.rank, pt->unit, &lo, &hi);
+            base = su->state_shard_offset;
+        }
+        const size_t first = pt->offset - t->unit_offset[pt->unit], end = first + pt->numel;
+        const size_t a = first > lo ? first : lo, b = end < hi ? end : hi;
+        if (a >= b)
+            continue;
+        double part = 0.0;
+        ZT_TRY(e->ops->sum_squares(e->cfg.precision, at(e, (void *)g, base + (a - lo)), b - a,
+                                   scale, &part));
+        total += pt->tp_split ? part : part * whole_weight;
+    }
+    *sumsq = total;
+    return ZT_OK;
+}
+
 static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
                            struct shard_update_stats *stats, struct optimizer_hparams *hp,
                            double loss_scale, int skip_on_overflow, struct shard_step_result *out)
@@ -769,11 +817,16 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
         ZT_TRY(sync_tied(e, g));
     const double unscale = 1.0 / ((double)e->cfg.world * loss_scale);
     double sumsq;
-    ZT_TRY(norm_share(e, g, n, unscale, &sumsq));
+    if (e->tensor)
+        ZT_TRY(norm_share_tensor(e, g, unscale, &sumsq));
+    else
+        ZT_TRY(norm_share(e, g, n, unscale, &sumsq));
     if (e->policy.shard_states)
         ZT_TRY(comm_allreduce(e->comm, &sumsq, 1, ZT_F64, COMM_OP_SUM));
     if (e->pipe)
         ZT_TRY(comm_allreduce(e->pipe, &sumsq, 1, ZT_F64, COMM_OP_SUM));
+    if (e->tensor)
+        ZT_TRY(comm_allreduce(e->tensor, &sumsq, 1, ZT_F64, COMM_OP_SUM));
     const double norm = sqrt(sumsq);
     out->grad_norm = norm;
     if (!isfinite(norm)) {

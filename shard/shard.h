@@ -258,6 +258,10 @@ struct shard_engine {
     struct model_stage pipeline_stage;
     struct comm *pipe;
     int tie_peer, tie_duplicate;
+
+    /* Tensor parallelism (shard_engine_join_tensor): the group of the
+     * ranks holding the other slices of this rank's tensors; NULL: none. */
+    struct comm *tensor;
 };
 
 /* Allocates the persistent model states on `dev` (counted in the ledger)
@@ -292,6 +296,13 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
  * over the pipeline and a tied embedding's copies on the first and last
  * stage are kept equal. pipe is borrowed. */
 void shard_engine_join_pipeline(struct shard_engine *e, struct comm *pipe);
+
+/* Makes the engine of one tensor-parallel slice of the model (its table
+ * from param_table_tp_slice; tensor: the ranks holding the other slices,
+ * ranked by slice): the model's hooks gain tp_allreduce over the group,
+ * and the gradient norm sums the cut tensors' squares over it while
+ * counting the tensors every rank holds whole once. tensor is borrowed. */
+void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor);
 
 /* Fused-backward optimizers (optimizer->fused_backward, LOMO): there is no
  * gradient buffer; during the backward each unit's gradient, once

@@ -1,10 +1,11 @@
-/* tests/test_pipeline.c — pipeline parallelism composed with ZeRO data
- * parallelism, through the binary under mpirun, on both model families:
- * with fp32 and the same global batch (4 micro batches of 2 sequences a
- * step), every layout's losses equal a 1-rank run with accumulation within
- * 1e-5 relative over 10 steps — D=4 at ZeRO stages 0-3, P=2 x D=2 (1F1B
- * at stages 0-3 and GPipe), P=4 (both schedules), P=2 with activation
- * checkpointing and a uniform partition; Llama with its head tied to the
+/* tests/test_pipeline.c — tensor and pipeline parallelism composed with
+ * ZeRO data parallelism, through the binary under mpirun, on both model
+ * families: with fp32 and the same global batch (4 micro batches of 2
+ * sequences a step), every layout's losses equal a 1-rank run with
+ * accumulation within 1e-5 relative over 10 steps — D=4 at ZeRO stages
+ * 0-3, P=2 x D=2 (1F1B at stages 0-3 and GPipe), P=4 (both schedules), P=2
+ * with activation checkpointing and a uniform partition, T=2 x D=2 (ZeRO 1,
+ * and 3 with checkpointing), T=2 x P=2, T=4; Llama with its head tied to the
  * embedding and not; and so do the validation losses at the end, evaluated
  * through each layout's pipeline. Then what a pipeline reports: every rank's row with
  * its coordinates, the stages' different model states, the bubble and
@@ -17,24 +18,32 @@
 #include <string.h>
 
 #include "../coordinator/pipeline.h"
+#include "../shard/shard.h"
 #include "../worker/model.h"
+#include "../worker/tensor_parallel.h"
 #include "testutil.h"
 
 #define STEPS 10
 
-#define DEEP "--set model.n_layer=4 --set gradient_clipping=0.5"
+/* Heads enough for 4 tensor-parallel slices (Llama's key-value heads too). */
+#define DEEP "--set model.n_layer=4 --set model.n_head=4 --set gradient_clipping=0.5"
 #define LLAMA                                                                                      \
-    "--set model.family=llama --set model.n_head=4 --set model.n_kv_head=2 "                       \
+    "--set model.family=llama --set model.n_head=8 --set model.n_kv_head=4 "                       \
     "--set model.intermediate_size=64"
 
-/* A run of P stages at ZeRO `stage` over np ranks: the global batch is 4
- * micro batches of 2 sequences, so each of the D = np / P data-parallel
- * ranks accumulates 4 / D of them. */
+/* A run of P stages of T tensor-parallel slices at ZeRO `stage` over np
+ * ranks: the global batch is 4 micro batches of 2 sequences, so each of
+ * the D = np / (T P) data-parallel ranks accumulates 4 / D of them. */
+static const char *layout_tp(int np, int T, int P, int stage, const char *extra)
+{
+    return testutil_fmt(DEEP " --set tensor_parallel.size=%d --set pipeline.stages=%d --set "
+                             "zero_optimization.stage=%d --set gradient_accumulation_steps=%d %s",
+                        T, P, stage, 4 / (np / (P * T)), extra);
+}
+
 static const char *layout(int np, int P, int stage, const char *extra)
 {
-    return testutil_fmt(DEEP " --set pipeline.stages=%d --set zero_optimization.stage=%d --set "
-                             "gradient_accumulation_steps=%d %s",
-                        P, stage, 4 / (np / P), extra);
+    return layout_tp(np, 1, P, stage, extra);
 }
 
 static void train(const char *dir, const char *name, int np, const char *args, double *loss)
@@ -54,40 +63,47 @@ static double val_loss(const char *dir, const char *name)
 struct case_ {
     int np, P, stage;
     const char *extra;
+    int T;
 };
 
 static void same_losses_in_every_layout(const char *tag, const char *family)
 {
     static const struct case_ cases[] = {
-        {4, 1, 0, ""},
-        {4, 1, 1, ""},
-        {4, 1, 2, ""},
-        {4, 1, 3, ""},
-        {4, 2, 0, ""},
-        {4, 2, 1, ""},
-        {4, 2, 2, ""},
-        {4, 2, 3, ""},
-        {4, 2, 0, "--set pipeline.schedule=gpipe"},
-        {4, 2, 3, "--set pipeline.schedule=gpipe"},
-        {4, 4, 0, ""},
-        {4, 4, 2, "--set pipeline.schedule=gpipe"},
+        {4, 1, 0, "", 1},
+        {4, 1, 1, "", 1},
+        {4, 1, 2, "", 1},
+        {4, 1, 3, "", 1},
+        {4, 2, 0, "", 1},
+        {4, 2, 1, "", 1},
+        {4, 2, 2, "", 1},
+        {4, 2, 3, "", 1},
+        {4, 2, 0, "--set pipeline.schedule=gpipe", 1},
+        {4, 2, 3, "--set pipeline.schedule=gpipe", 1},
+        {4, 4, 0, "", 1},
+        {4, 4, 2, "--set pipeline.schedule=gpipe", 1},
         {2, 2, 1,
-         "--set activation_checkpointing.enabled=true --set pipeline.partition_method=uniform"},
+         "--set activation_checkpointing.enabled=true --set pipeline.partition_method=uniform", 1},
+        {4, 1, 1, "", 2},
+        {4, 1, 3, "--set activation_checkpointing.enabled=true", 2},
+        {4, 2, 1, "", 2},
+        {4, 1, 0, "", 4},
     };
-    const char *dir = testutil_tmpdir(tag);
+    char dir[512], name[128];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir(tag)); /* testutil's strings rotate */
     double base[STEPS], got[STEPS];
     train(dir, "base", 1, layout(1, 1, 0, family), base);
     ck_assert_msg(base[STEPS - 1] < base[0] - 0.05, "%s: loss did not fall: %g -> %g", tag, base[0],
                   base[STEPS - 1]);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct case_ *c = &cases[i];
-        const char *name = testutil_fmt("np%d-P%d-stage%d-%zu", c->np, c->P, c->stage, i);
+        const int T = c->T;
+        snprintf(name, sizeof name, "np%d-T%d-P%d-stage%d-%zu", c->np, T, c->P, c->stage, i);
         char args[1024];
         snprintf(args, sizeof args, "%s %s", c->extra, family);
-        train(dir, name, c->np, layout(c->np, c->P, c->stage, args), got);
+        train(dir, name, c->np, layout_tp(c->np, T, c->P, c->stage, args), got);
         testutil_assert_losses_close(base, got, STEPS, 1e-5,
-                                     testutil_fmt("%s: %d ranks, %d stages, ZeRO %d %s", tag, c->np,
-                                                  c->P, c->stage, c->extra));
+                                     testutil_fmt("%s: %d ranks, T=%d, %d stages, ZeRO %d %s", tag,
+                                                  c->np, T, c->P, c->stage, c->extra));
         const double want = val_loss(dir, "base"), v = val_loss(dir, name);
         ck_assert_msg(fabs(v - want) <= 1e-5 * want, "%s %s: val_loss %.9g, expected %.9g", tag,
                       name, v, want);
@@ -223,6 +239,56 @@ START_TEST(checkpoints_resume_across_layouts)
 }
 END_TEST
 
+/* The number after `key` in text (which must have it). */
+static double number_after(const char *text, const char *key)
+{
+    const char *v = strstr(text, key);
+    ck_assert_msg(v != NULL, "no %s in %s", key, text);
+    return atof(v + strlen(key));
+}
+
+/* Under tensor parallelism each rank's measured parameters are its slice's
+ * (the cut tensors' 1/T and the replicated ones whole, counted from the
+ * table independently of the run), and its activations are below the
+ * single-device baseline's, whose logits are whole. */
+START_TEST(tensor_slices_hold_their_share)
+{
+    const char *dir = testutil_tmpdir("tp-report");
+    const struct gpt2_config cfg = {
+        .vocab_size = 256, .block_size = 32, .n_layer = 4, .n_head = 4, .n_embd = 32};
+    struct param_table whole;
+    ck_assert_int_eq(gpt2_table_build(&cfg, &whole), ZT_OK);
+    for (int T = 2; T <= 4; T *= 2) {
+        const char *report = testutil_path_in(dir, testutil_fmt("mem%d.json", T));
+        ck_assert_int_eq(
+            testutil_train_micro(
+                dir, testutil_fmt("t%d", T), T,
+                testutil_fmt(DEEP " --set tensor_parallel.size=%d --memory-report %s", T, report)),
+            0);
+        const char *json = testutil_slurp(report);
+        const double baseline_acts =
+            number_after(strstr(json, "\"baseline\""), "\"activations\": ");
+        for (int r = 0; r < T; r++) {
+            struct param_table slice;
+            ck_assert_int_eq(param_table_tp_slice(&whole, T, r, &slice), ZT_OK);
+            const char *row = strstr(json, testutil_fmt("\"rank\": %d,", r));
+            ck_assert_ptr_nonnull(row);
+            ck_assert_msg(number_after(row, "\"tp\": ") == r, "%s", row);
+            /* ZeRO 0 at D = 1: the slice's units, each padded to the shard quantum */
+            struct shard_partition part;
+            ck_assert_int_eq(shard_partition_build(&slice, 1, &part), ZT_OK);
+            ck_assert_double_eq(number_after(row, "\"params\": "),
+                                (double)part.padded_total * sizeof(float));
+            ck_assert_uint_lt(part.padded_total - slice.n_params, (size_t)slice.n_units * 64);
+            shard_partition_free(&part);
+            ck_assert_msg(number_after(row, "\"activations\": ") < baseline_acts, "%s", row);
+            param_table_free(&slice);
+        }
+    }
+    param_table_free(&whole);
+}
+END_TEST
+
 /* What a pipeline cannot run is refused on every rank with its reason. */
 START_TEST(refusals_are_clear)
 {
@@ -236,6 +302,17 @@ START_TEST(refusals_are_clear)
     ck_assert_int_ne(testutil_train_micro(dir, "odd", 3, "--set pipeline.stages=2"), 0);
     log = testutil_slurp(testutil_path_in(dir, "odd.log"));
     ck_assert_msg(strstr(log, "pipeline"), "%s", log);
+    /* 2 heads cannot be cut over 4 tensor-parallel ranks */
+    ck_assert_int_ne(testutil_train_micro(dir, "heads", 4, "--set tensor_parallel.size=4"), 0);
+    log = testutil_slurp(testutil_path_in(dir, "heads.log"));
+    ck_assert_msg(strstr(log, "tensor_parallel.size: 4 must divide model.n_head (2)"), "%s", log);
+    ck_assert_int_ne(testutil_train_micro(dir, "tp-ckpt", 2,
+                                          testutil_fmt("--set tensor_parallel.size=2 --set "
+                                                       "checkpoint.dir=%s/ck",
+                                                       dir)),
+                     0);
+    log = testutil_slurp(testutil_path_in(dir, "tp-ckpt.log"));
+    ck_assert_msg(strstr(log, "tensor_parallel.size 2 with checkpoint.dir set"), "%s", log);
 }
 END_TEST
 
@@ -356,6 +433,7 @@ int main(void)
     tcase_add_test(tc, tied_llama_layouts_give_the_same_losses);
     tcase_add_test(tc, reports_show_the_layout);
     tcase_add_test(tc, refusals_are_clear);
+    tcase_add_test(tc, tensor_slices_hold_their_share);
     TCase *resume = testutil_tcase(s, "resume", 600);
     tcase_add_test(resume, checkpoints_resume_across_layouts);
     return testutil_run_suite(s, 0);

@@ -24,6 +24,7 @@
 #include "../common/rng.h"
 #include "backend.h"
 #include "model_parts.h"
+#include "tensor_parallel.h"
 
 /* ---- the table ------------------------------------------------------------- */
 
@@ -149,10 +150,16 @@ static void add_layer(struct param_table *t, const struct llama_config *c, int l
     const int rows[N_LAYER_TENSORS] = {
         C, c->n_head * hs, c->n_kv_head * hs, c->n_kv_head * hs, C, C, I, I, C};
     const int cols[N_LAYER_TENSORS] = {1, C, C, C, c->n_head * hs, 1, C, C, I};
+    /* Tensor parallelism: q, k, v column-parallel in whole heads, o
+     * row-parallel, gate and up column-parallel, down row-parallel. */
+    const int split[N_LAYER_TENSORS] = {TP_REPLICATED, TP_ROWS, TP_ROWS, TP_ROWS, TP_COLS,
+                                        TP_REPLICATED, TP_ROWS, TP_ROWS, TP_COLS};
+    const int block[N_LAYER_TENSORS] = {1, hs, hs, hs, hs, 1, 1, 1, 1};
     for (int k = 0; k < N_LAYER_TENSORS; k++) {
         char name[48];
         snprintf(name, sizeof name, "layers.%d.%s", l, layer_suffix[k]);
         model_table_add(t, name, rows[k], cols[k], 1 + l, off);
+        model_table_mark_tp(t, split[k], 1, block[k]);
         if (cols[k] > 1)
             model_table_mark_linear(t, PARAM_LINEAR);
     }
@@ -175,6 +182,7 @@ static zt_status table_build(const struct zt_kvlist *shape, struct param_table *
     }
     size_t off = 0;
     model_table_add(out, "embed_tokens.weight", c.vocab_size, c.n_embd, 0, &off);
+    model_table_mark_tp(out, TP_ROWS, 1, 1); /* vocabulary-parallel */
     for (int l = 0; l < L; l++) {
         out->unit_offset[1 + l] = off;
         add_layer(out, &c, l, &off);
@@ -183,6 +191,7 @@ static zt_status table_build(const struct zt_kvlist *shape, struct param_table *
     model_table_add(out, "norm.weight", c.n_embd, 1, L + 1, &off);
     if (!c.tie_word_embeddings) {
         model_table_add(out, "lm_head.weight", c.vocab_size, c.n_embd, L + 1, &off);
+        model_table_mark_tp(out, TP_ROWS, 1, 1);
         model_table_mark_linear(out, PARAM_LINEAR_HEAD);
     }
     out->unit_offset[L + 2] = off;
@@ -228,9 +237,35 @@ static double flops_per_token(const struct param_table *t, int T)
 
 /* ---- the instance ------------------------------------------------------------ */
 
+/* The sizes one rank computes with: the whole model's, or under tensor
+ * parallelism its slice's (tensor_parallel.h): its query and key-value
+ * heads, MLP width and vocabulary slice [v_lo, v_lo + V); the residual
+ * stream (C) is whole on every rank. */
+struct llama_dims {
+    int C, NH, NKV, hs, QKV, I, V, v_lo, tp_rank, sliced;
+};
+
+static struct llama_dims dims_of(const struct param_table *t)
+{
+    const struct llama_config c = llama_config_of(t);
+    const int tp = param_table_tp_size(t), hs = head_dim(&c), V = c.vocab_size / tp;
+    const int NH = c.n_head / tp, NKV = c.n_kv_head / tp;
+    return (struct llama_dims){.C = c.n_embd,
+                               .NH = NH,
+                               .NKV = NKV,
+                               .hs = hs,
+                               .QKV = (NH + 2 * NKV) * hs,
+                               .I = c.intermediate_size / tp,
+                               .V = V,
+                               .v_lo = param_table_tp_rank(t) * V,
+                               .tp_rank = param_table_tp_rank(t),
+                               .sliced = tp > 1};
+}
+
 struct llama {
     struct model base; /* first: a `struct model *` of this family points here */
     struct llama_config c;
+    struct llama_dims d;
     const struct ops_backend *ops;
     const struct device *dev; /* not owned */
     int ckpt_every;
@@ -245,25 +280,25 @@ struct llama {
  * act_layout for the scheme. */
 struct act_layout {
     size_t encoded, outputs0, internals0, layer_stride, recompute;
-    size_t lnf, lnf_rstd, logits, probs, losses, total;
+    size_t lnf, lnf_rstd, logits, probs, losses, loss_stats, total;
     /* inside a layer's internals */
     size_t ln1, ln1_rstd, qkv, atty, att, res2, ln2, ln2_rstd, gu, mlp;
 };
 
-static struct act_layout act_layout_of(const struct llama_config *c, int B, int T, int ckpt_every,
+static struct act_layout act_layout_of(const struct llama_dims *d, int B, int T, int ckpt_every,
                                        const struct model_stage *st)
 {
-    const size_t BT = (size_t)B * T, C = c->n_embd, I = c->intermediate_size;
-    const size_t V = st->last ? (size_t)c->vocab_size : 0, head = st->last ? 1 : 0;
+    const size_t BT = (size_t)B * T, C = d->C, I = d->I;
+    const size_t V = st->last ? (size_t)d->V : 0, head = st->last ? 1 : 0;
     const int nb = st->end_block - st->first_block;
     const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
     struct act_layout a;
     size_t o = 0;
     a.ln1 = o, o += BT * C;
     a.ln1_rstd = o, o += BT;
-    a.qkv = o, o += BT * (size_t)qkv_width(c);
-    a.atty = o, o += BT * C;
-    a.att = o, o += (size_t)B * c->n_head * T * T;
+    a.qkv = o, o += BT * (size_t)d->QKV;
+    a.atty = o, o += BT * (size_t)d->NH * d->hs;
+    a.att = o, o += (size_t)B * d->NH * T * T;
     a.res2 = o, o += BT * C;
     a.ln2 = o, o += BT * C;
     a.ln2_rstd = o, o += BT;
@@ -282,6 +317,7 @@ static struct act_layout act_layout_of(const struct llama_config *c, int B, int 
     a.logits = o, o += BT * V;
     a.probs = o, o += BT * V;
     a.losses = o, o += BT * head;
+    a.loss_stats = o, o += 3 * BT * head * (size_t)d->sliced; /* model_vocab_loss_forward's */
     a.total = o;
     return a;
 }
@@ -307,16 +343,16 @@ struct scratch_layout {
     size_t dres, dln, datty, dqkv, datt, dgu, dmlp, total;
 };
 
-static struct scratch_layout scratch_layout_of(const struct llama_config *c, int B, int T)
+static struct scratch_layout scratch_layout_of(const struct llama_dims *d, int B, int T)
 {
-    const size_t BT = (size_t)B * T, C = c->n_embd, I = c->intermediate_size;
+    const size_t BT = (size_t)B * T, C = d->C, I = d->I;
     struct scratch_layout s;
     size_t o = 0;
     s.dres = o, o += BT * C;
     s.dln = o, o += BT * C;
-    s.datty = o, o += BT * C;
-    s.dqkv = o, o += BT * (size_t)qkv_width(c);
-    s.datt = o, o += (size_t)B * c->n_head * T * T;
+    s.datty = o, o += BT * (size_t)d->NH * d->hs;
+    s.dqkv = o, o += BT * (size_t)d->QKV;
+    s.datt = o, o += (size_t)B * d->NH * T * T;
     s.dgu = o, o += BT * 2 * I;
     s.dmlp = o, o += BT * I;
     s.total = o;
@@ -380,8 +416,8 @@ static zt_status instance_alloc(struct llama *m)
     if (m->base.plan)
         return ZT_OK;
     const struct model_stage *st = &m->base.stage;
-    const struct act_layout a = act_layout_of(&m->c, m->base.B, m->base.T, m->ckpt_every, st);
-    float *dres = m->scratch + scratch_layout_of(&m->c, m->base.B, m->base.T).dres;
+    const struct act_layout a = act_layout_of(&m->d, m->base.B, m->base.T, m->ckpt_every, st);
+    float *dres = m->scratch + scratch_layout_of(&m->d, m->base.B, m->base.T).dres;
     model_stage_boundaries(&m->base, m->acts + a.encoded, layer_output(m, &a, st->end_block - 1),
                            dres);
     return rope_tables_fill(m);
@@ -401,11 +437,12 @@ static zt_status instance_create(const struct param_table *t, const struct compu
     m->base.plan = !device_is_real(&be->dev);
     m->base.stage = *stage;
     m->c = llama_config_of(t);
+    m->d = dims_of(t);
     m->ops = be->ops;
     m->dev = &be->dev;
     m->ckpt_every = ckpt_every;
-    m->act_bytes = act_layout_of(&m->c, B, T, ckpt_every, stage).total * sizeof(float);
-    m->scratch_bytes = scratch_layout_of(&m->c, B, T).total * sizeof(float);
+    m->act_bytes = act_layout_of(&m->d, B, T, ckpt_every, stage).total * sizeof(float);
+    m->scratch_bytes = scratch_layout_of(&m->d, B, T).total * sizeof(float);
     m->rope_bytes = 2 * (size_t)T * (size_t)(head_dim(&m->c) / 2) * sizeof(float);
     zt_status s = instance_alloc(m);
     if (s != ZT_OK) {
@@ -429,16 +466,17 @@ static void instance_destroy(struct model *m)
 
 /* ---- forward ------------------------------------------------------------------ */
 
-static zt_status block_forward(struct llama *m, int l, const float *w, const float *x, float *layer,
-                               float *out)
+static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h, int l,
+                               const float *w, const float *x, float *layer, float *out)
 {
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
     const struct llama_config *c = &m->c;
+    const struct llama_dims *d = &m->d;
     const struct act_layout a =
-        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, I = c->intermediate_size;
-    const int hs = head_dim(c), QKV = qkv_width(c), NH = c->n_head, NKV = c->n_kv_head;
+        act_layout_of(d, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = d->C, I = d->I;
+    const int hs = d->hs, QKV = d->QKV, NH = d->NH, NKV = d->NKV;
     const float eps = (float)c->rms_norm_eps;
 #define P(k) model_param_in(t, layer_tensor(l, k), w)
     MODEL_TIMED(
@@ -458,6 +496,7 @@ static zt_status block_forward(struct llama *m, int l, const float *w, const flo
                 ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_O), NULL, BT, NH * hs, C));
     ZT_TRY(
         model_lora_forward(&m->base, layer_tensor(l, T_O), 1, layer + a.res2, layer + a.atty, BT));
+    ZT_TRY(model_tp_allreduce(&m->base, h, layer + a.res2, (size_t)BT * C, MODEL_REDUCE_SUM));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
                 ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
     MODEL_TIMED(m, MODEL_PROF_NORM,
@@ -472,6 +511,7 @@ static zt_status block_forward(struct llama *m, int l, const float *w, const flo
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_forward(out, layer + a.mlp, P(T_DOWN), NULL, BT, I, C));
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, out, layer + a.mlp, BT));
+    ZT_TRY(model_tp_allreduce(&m->base, h, out, (size_t)BT * C, MODEL_REDUCE_SUM));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
     return ZT_OK;
@@ -483,7 +523,7 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
 {
     const struct param_table *t = m->base.table;
     const struct llama_config *c = &m->c;
-    const int BT = m->base.B * m->base.T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
+    const int BT = m->base.B * m->base.T, C = c->n_embd, V = m->d.V, L = c->n_layer;
     float *acts = m->acts;
     const float *w;
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
@@ -500,10 +540,9 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
                                        model_param_in(t, head_tensor(c), w), NULL, BT, C, V));
     ZT_TRY(model_lora_forward(&m->base, head_tensor(c), 1, acts + a->logits, acts + a->lnf, BT));
     ZT_TRY(model_unit_release(&m->base, h, c->tie_word_embeddings ? 0 : L + 1));
-    MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
-                m->ops->crossentropy_forward(acts + a->losses, acts + a->probs, acts + a->logits,
-                                             m->targets, BT, V));
-    return ZT_OK;
+    return model_vocab_loss_forward(&m->base, m->ops, h, acts + a->losses, acts + a->probs,
+                                    acts + a->logits, m->targets, acts + a->loss_stats, BT, V,
+                                    m->d.v_lo);
 }
 
 static zt_status instance_forward(struct model *base, const struct model_unit_hooks *h,
@@ -511,7 +550,7 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
 {
     struct llama *m = llama_of(base);
     const struct param_table *t = base->table;
-    const struct act_layout a = act_layout_of(&m->c, base->B, base->T, m->ckpt_every, &base->stage);
+    const struct act_layout a = act_layout_of(&m->d, base->B, base->T, m->ckpt_every, &base->stage);
     const int B = base->B, T = base->T, C = m->c.n_embd;
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     const float *w;
@@ -523,15 +562,14 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
     if (base->stage.first) {
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-        MODEL_TIMED(m, MODEL_PROF_ENCODER,
-                    m->ops->encoder_forward(m->acts + a.encoded, m->inputs, model_param_in(t, 0, w),
-                                            NULL, B, T, C));
+        ZT_TRY(model_vocab_embed_forward(&m->base, m->ops, h, m->acts + a.encoded, m->inputs,
+                                         model_param_in(t, 0, w), NULL, C, m->d.V, m->d.v_lo));
         ZT_TRY(model_neftune_apply(&m->base, m->acts + a.encoded, C));
         ZT_TRY(model_unit_release(&m->base, h, 0));
     }
     for (int l = base->stage.first_block; l < base->stage.end_block; l++) {
         ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
-        ZT_TRY(block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
+        ZT_TRY(block_forward(m, h, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
                              layer_output(m, &a, l)));
         ZT_TRY(model_unit_release(&m->base, h, 1 + l));
     }
@@ -553,17 +591,17 @@ static zt_status zero(struct llama *m, float *p, size_t n)
 }
 
 /* dres holds d loss / d(layer output) on entry and d loss / d x on exit. */
-static zt_status block_backward(struct llama *m, int l, const float *w, float *g, const float *x,
-                                const float *layer)
+static zt_status block_backward(struct llama *m, const struct model_unit_hooks *h, int l,
+                                const float *w, float *g, const float *x, const float *layer)
 {
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
-    const struct llama_config *c = &m->c;
+    const struct llama_dims *d = &m->d;
     const struct act_layout a =
-        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
-    const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, I = c->intermediate_size;
-    const int hs = head_dim(c), QKV = qkv_width(c), NH = c->n_head, NKV = c->n_kv_head;
+        act_layout_of(d, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const struct scratch_layout s = scratch_layout_of(d, m->base.B, m->base.T);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = d->C, I = d->I;
+    const int hs = d->hs, QKV = d->QKV, NH = d->NH, NKV = d->NKV;
     float *sc = m->scratch, *dres = sc + s.dres;
 #define P(k) model_param_in(t, layer_tensor(l, k), w)
 #define G(k) model_grad_in(t, layer_tensor(l, k), g)
@@ -582,10 +620,12 @@ static zt_status block_backward(struct llama *m, int l, const float *w, float *g
                                      P(T_GATE), BT, C, 2 * I));
     ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_GATE), 2, sc + s.dln, sc + s.dgu,
                                layer + a.ln2, BT));
+    /* a column-parallel layer's input gradient: summed over the slices */
+    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->rmsnorm_backward(dres, G(T_POST_NORM), sc + s.dln, layer + a.res2,
                                       P(T_POST_NORM), layer + a.ln2_rstd, BT, C));
-    ZT_TRY(zero(m, sc + s.datty, (size_t)BT * C));
+    ZT_TRY(zero(m, sc + s.datty, (size_t)BT * NH * hs));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.datty, G(T_O), NULL, dres, layer + a.atty, P(T_O), BT,
                                      NH * hs, C));
@@ -603,6 +643,7 @@ static zt_status block_backward(struct llama *m, int l, const float *w, float *g
                                      BT, C, QKV));
     ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_Q), 3, sc + s.dln, sc + s.dqkv,
                                layer + a.ln1, BT));
+    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->rmsnorm_backward(dres, G(T_IN_NORM), sc + s.dln, x, P(T_IN_NORM),
                                       layer + a.ln1_rstd, BT, C));
@@ -620,16 +661,15 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
     const struct param_table *t = m->base.table;
     const struct llama_config *c = &m->c;
     const struct act_layout a =
-        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
-    const int BT = m->base.B * m->base.T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
+        act_layout_of(&m->d, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const struct scratch_layout s = scratch_layout_of(&m->d, m->base.B, m->base.T);
+    const int BT = m->base.B * m->base.T, C = c->n_embd, V = m->d.V, L = c->n_layer;
     const int tied = c->tie_word_embeddings;
     float *dlogits = m->acts + a.logits, *dln = m->scratch + s.dln, *g;
     const float *w;
     ZT_TRY(zero(m, dlogits, (size_t)BT * V));
-    MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
-                m->ops->crossentropy_backward(dlogits, m->acts + a.probs, m->targets,
-                                              grad_scale / (float)BT, BT, V));
+    ZT_TRY(model_vocab_loss_backward(&m->base, m->ops, dlogits, m->acts + a.probs, m->targets,
+                                     grad_scale / (float)BT, BT, V, m->d.v_lo));
     ZT_TRY(model_unit_acquire(&m->base, h, tied ? 0 : L + 1, &w));
     ZT_TRY(model_unit_grads_acquire(&m->base, h, tied ? 0 : L + 1, &g));
     if (tied)
@@ -640,6 +680,7 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
                                         m->acts + a.lnf, model_param_in(t, head_tensor(c), w), BT,
                                         C, V));
     ZT_TRY(model_lora_backward(&m->base, head_tensor(c), 1, dln, dlogits, m->acts + a.lnf, BT));
+    ZT_TRY(model_tp_allreduce(&m->base, h, dln, (size_t)BT * C, MODEL_REDUCE_SUM));
     if (tied) {
         ZT_TRY(model_unit_release(&m->base, h, 0));
         ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
@@ -661,8 +702,8 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
 {
     struct llama *m = llama_of(base);
     const struct param_table *t = base->table;
-    const struct act_layout a = act_layout_of(&m->c, base->B, base->T, m->ckpt_every, &base->stage);
-    const struct scratch_layout s = scratch_layout_of(&m->c, base->B, base->T);
+    const struct act_layout a = act_layout_of(&m->d, base->B, base->T, m->ckpt_every, &base->stage);
+    const struct scratch_layout s = scratch_layout_of(&m->d, base->B, base->T);
     const float *w;
     float *g, *g0 = NULL;
 
@@ -679,8 +720,8 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
         /* One acquisition serves a checkpointed layer's recompute and its
          * backward; the output is rewritten with the same values. */
         if (model_block_checkpointed(m->ckpt_every, l))
-            ZT_TRY(block_forward(m, l, w, x, layer, layer_output(m, &a, l)));
-        ZT_TRY(block_backward(m, l, w, g, x, layer));
+            ZT_TRY(block_forward(m, h, l, w, x, layer, layer_output(m, &a, l)));
+        ZT_TRY(block_backward(m, h, l, w, g, x, layer));
         ZT_TRY(model_unit_release(&m->base, h, 1 + l));
         ZT_TRY(model_unit_grads_done(&m->base, h, 1 + l));
     }
@@ -690,9 +731,9 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
     if (base->stage.first) {
         if (!head_borrowed)
             ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
-        MODEL_TIMED(m, MODEL_PROF_ENCODER,
-                    m->ops->encoder_backward(model_grad_in(t, 0, g0), NULL, m->scratch + s.dres,
-                                             m->inputs, base->B, base->T, m->c.n_embd));
+        ZT_TRY(model_vocab_embed_backward(&m->base, m->ops, model_grad_in(t, 0, g0), NULL,
+                                          m->scratch + s.dres, m->inputs, m->c.n_embd, m->d.V,
+                                          m->d.v_lo));
     }
     if (head_borrowed || base->stage.first)
         ZT_TRY(model_unit_grads_done(&m->base, h, 0));

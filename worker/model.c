@@ -15,20 +15,28 @@
 
 #include "../common/rng.h"
 #include "model_parts.h"
+#include "tensor_parallel.h"
 
 /* ---- parameter table ---------------------------------------------------- */
 
 struct tensor_spec {
     const char *suffix;
     int rows_mul, cols_mul; /* multiples of C (0: literal 1) */
+    int tp_split, tp_parts; /* Megatron's cut (tensor_parallel.h), in whole heads */
 };
 
-/* Per-block tensors in their flat order; rows/cols are multiples of C. */
+/* Per-block tensors in their flat order; rows/cols are multiples of C.
+ * Tensor parallelism: the query-key-value projection is column-parallel by
+ * heads (three row parts cut alike), the MLP's first layer column-parallel,
+ * the two output projections row-parallel; norms and the row-parallel
+ * biases (added once, after the sum over ranks) are whole on every rank. */
 static const struct tensor_spec block_specs[] = {
-    {"ln_1.weight", 1, 0},   {"ln_1.bias", 1, 0},        {"attn.qkv.weight", 3, 1},
-    {"attn.qkv.bias", 3, 0}, {"attn.proj.weight", 1, 1}, {"attn.proj.bias", 1, 0},
-    {"ln_2.weight", 1, 0},   {"ln_2.bias", 1, 0},        {"mlp.fc.weight", 4, 1},
-    {"mlp.fc.bias", 4, 0},   {"mlp.proj.weight", 1, 4},  {"mlp.proj.bias", 1, 0},
+    {"ln_1.weight", 1, 0, TP_REPLICATED, 1}, {"ln_1.bias", 1, 0, TP_REPLICATED, 1},
+    {"attn.qkv.weight", 3, 1, TP_ROWS, 3},   {"attn.qkv.bias", 3, 0, TP_ROWS, 3},
+    {"attn.proj.weight", 1, 1, TP_COLS, 1},  {"attn.proj.bias", 1, 0, TP_REPLICATED, 1},
+    {"ln_2.weight", 1, 0, TP_REPLICATED, 1}, {"ln_2.bias", 1, 0, TP_REPLICATED, 1},
+    {"mlp.fc.weight", 4, 1, TP_ROWS, 1},     {"mlp.fc.bias", 4, 0, TP_ROWS, 1},
+    {"mlp.proj.weight", 1, 4, TP_COLS, 1},   {"mlp.proj.bias", 1, 0, TP_REPLICATED, 1},
 };
 #define N_BLOCK_TENSORS ((int)(sizeof block_specs / sizeof block_specs[0]))
 
@@ -99,6 +107,13 @@ static zt_status table_from_shape(const struct zt_kvlist *shape, struct param_ta
     return gpt2_table_build(&cfg, out);
 }
 
+/* What a slice of tensor s must keep together: the attention's weights
+ * are cut in whole heads, the MLP's anywhere. */
+static int head_rows(const struct gpt2_config *cfg, const struct tensor_spec *s)
+{
+    return strncmp(s->suffix, "attn.", 5) == 0 ? cfg->n_embd / cfg->n_head : 1;
+}
+
 zt_status gpt2_table_build(const struct gpt2_config *cfg, struct param_table *out)
 {
     const int L = cfg->n_layer, C = cfg->n_embd;
@@ -114,6 +129,7 @@ zt_status gpt2_table_build(const struct gpt2_config *cfg, struct param_table *ou
     }
     size_t off = 0;
     model_table_add(out, "wte.weight", cfg->vocab_size, C, 0, &off);
+    model_table_mark_tp(out, TP_ROWS, 1, 1); /* vocabulary-parallel embedding and head */
     model_table_add(out, "wpe.weight", cfg->block_size, C, 0, &off);
     for (int l = 0; l < L; l++) {
         out->unit_offset[1 + l] = off;
@@ -123,6 +139,8 @@ zt_status gpt2_table_build(const struct gpt2_config *cfg, struct param_table *ou
             snprintf(name, sizeof name, "h.%d.%s", l, s->suffix);
             model_table_add(out, name, s->rows_mul * C, s->cols_mul ? s->cols_mul * C : 1, 1 + l,
                             &off);
+            model_table_mark_tp(out, s->tp_split, s->tp_parts,
+                                s->tp_split == TP_REPLICATED ? 1 : head_rows(cfg, s));
             if (s->cols_mul)
                 model_table_mark_linear(out, PARAM_LINEAR);
         }
@@ -191,13 +209,35 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
 
 /* ---- activation layout ---------------------------------------------------- */
 
+/* The sizes one rank computes with: the whole model's, or under tensor
+ * parallelism its slice's (tensor_parallel.h): its heads, attention and
+ * MLP widths and vocabulary slice [v_lo, v_lo + V); the residual stream
+ * (C) is whole on every rank. */
+struct gpt2_dims {
+    int C, NH, hs, A, F, V, v_lo, tp_rank;
+};
+
+static struct gpt2_dims dims_of(const struct param_table *t)
+{
+    const struct gpt2_config c = gpt2_config_of(t);
+    const int tp = param_table_tp_size(t), V = c.vocab_size / tp;
+    return (struct gpt2_dims){.C = c.n_embd,
+                              .NH = c.n_head / tp,
+                              .hs = c.n_embd / c.n_head,
+                              .A = c.n_embd / tp,
+                              .F = 4 * c.n_embd / tp,
+                              .V = V,
+                              .v_lo = param_table_tp_rank(t) * V,
+                              .tp_rank = param_table_tp_rank(t)};
+}
+
 /* Offsets (in floats) of every activation inside the one allocation.
  * Every layer's output is kept (it is the next layer's input); a layer's
  * internals (what its backward reads) are kept only when the layer is not
  * checkpointed. Checkpointed layers recompute their internals into one
  * shared buffer during the backward. */
 struct act_layout {
-    size_t encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses;
+    size_t encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses, loss_stats;
     size_t outputs0;                 /* L outputs of B*T*C floats each */
     size_t internals0, layer_stride; /* kept internals, one stride per kept layer */
     size_t recompute;                /* one stride for checkpointed layers (if any) */
@@ -206,11 +246,13 @@ struct act_layout {
     size_t total;
 };
 
-static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T, int ckpt_every,
+static struct act_layout act_layout_of(const struct param_table *t, int B, int T, int ckpt_every,
                                        const struct model_stage *st)
 {
-    const size_t BT = (size_t)B * T, C = c->n_embd, NH = c->n_head;
-    const size_t V = st->last ? (size_t)c->vocab_size : 0, head = st->last ? 1 : 0;
+    const struct gpt2_dims d = dims_of(t);
+    const size_t BT = (size_t)B * T, C = d.C, NH = d.NH, A = d.A, F = d.F;
+    const size_t V = st->last ? (size_t)d.V : 0, head = st->last ? 1 : 0;
+    const size_t sliced = param_table_tp_size(t) > 1 ? 1 : 0;
     const int nb = st->end_block - st->first_block;
     const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
     struct act_layout a;
@@ -218,15 +260,15 @@ static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T
     a.ln1 = o, o += BT * C;
     a.ln1_mean = o, o += BT;
     a.ln1_rstd = o, o += BT;
-    a.qkv = o, o += BT * 3 * C;
-    a.atty = o, o += BT * C;
+    a.qkv = o, o += BT * 3 * A;
+    a.atty = o, o += BT * A;
     a.att = o, o += (size_t)B * NH * T * T;
     a.res2 = o, o += BT * C;
     a.ln2 = o, o += BT * C;
     a.ln2_mean = o, o += BT;
     a.ln2_rstd = o, o += BT;
-    a.fch = o, o += BT * 4 * C;
-    a.fch_gelu = o, o += BT * 4 * C;
+    a.fch = o, o += BT * F;
+    a.fch_gelu = o, o += BT * F;
     a.layer_stride = o;
 
     o = 0;
@@ -241,6 +283,7 @@ static struct act_layout act_layout_of(const struct gpt2_config *c, int B, int T
     a.logits = o, o += BT * V;
     a.probs = o, o += BT * V;
     a.losses = o, o += BT * head;
+    a.loss_stats = o, o += 3 * BT * head * sliced; /* model_vocab_loss_forward's */
     a.total = o;
     return a;
 }
@@ -259,7 +302,7 @@ static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, 
  * embedding output, or what the previous stage sent). */
 static float *layer_output(const struct gpt2 *m, const struct act_layout *a, int l)
 {
-    const size_t btc = (size_t)m->base.B * m->base.T * gpt2_config_of(m->base.table).n_embd;
+    const size_t btc = (size_t)m->base.B * m->base.T * dims_of(m->base.table).C;
     const int first = m->base.stage.first_block;
     return l < first ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)(l - first) * btc;
 }
@@ -269,18 +312,19 @@ struct scratch_layout {
     size_t dres, dln, datty, dqkv, datt, dfch, dfch_gelu, total;
 };
 
-static struct scratch_layout scratch_layout_of(const struct gpt2_config *c, int B, int T)
+static struct scratch_layout scratch_layout_of(const struct param_table *t, int B, int T)
 {
-    const size_t BT = (size_t)B * T, C = c->n_embd;
+    const struct gpt2_dims d = dims_of(t);
+    const size_t BT = (size_t)B * T, C = d.C, A = d.A, F = d.F;
     struct scratch_layout s;
     size_t o = 0;
     s.dres = o, o += BT * C;
     s.dln = o, o += BT * C;
-    s.datty = o, o += BT * C;
-    s.dqkv = o, o += BT * 3 * C;
-    s.datt = o, o += (size_t)B * c->n_head * T * T;
-    s.dfch = o, o += BT * 4 * C;
-    s.dfch_gelu = o, o += BT * 4 * C;
+    s.datty = o, o += BT * A;
+    s.dqkv = o, o += BT * 3 * A;
+    s.datt = o, o += (size_t)B * d.NH * T * T;
+    s.dfch = o, o += BT * F;
+    s.dfch_gelu = o, o += BT * F;
     s.total = o;
     return s;
 }
@@ -299,9 +343,8 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
     out->base.B = B;
     out->base.T = T;
     out->base.stage = *stage;
-    const struct gpt2_config c = gpt2_config_of(t);
-    out->act_bytes = act_layout_of(&c, B, T, ckpt_every, stage).total * sizeof(float);
-    out->scratch_bytes = scratch_layout_of(&c, B, T).total * sizeof(float);
+    out->act_bytes = act_layout_of(t, B, T, ckpt_every, stage).total * sizeof(float);
+    out->scratch_bytes = scratch_layout_of(t, B, T).total * sizeof(float);
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     zt_status s;
     void *p;
@@ -321,8 +364,8 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
     out->n_allocated = 3;
     if (out->base.plan)
         return ZT_OK;
-    const struct act_layout a = act_layout_of(&c, B, T, ckpt_every, stage);
-    float *dres = out->scratch + scratch_layout_of(&c, B, T).dres;
+    const struct act_layout a = act_layout_of(t, B, T, ckpt_every, stage);
+    float *dres = out->scratch + scratch_layout_of(t, B, T).dres;
     model_stage_boundaries(&out->base, out->acts + a.encoded,
                            layer_output(out, &a, stage->end_block - 1), dres);
     return ZT_OK;
@@ -345,49 +388,53 @@ void gpt2_destroy(struct gpt2 *m)
 
 /* ---- forward -------------------------------------------------------------- */
 
-static zt_status block_forward(struct gpt2 *m, int l, const float *w, const float *x, float *layer,
-                               float *out)
+static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h, int l,
+                               const float *w, const float *x, float *layer, float *out)
 {
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
-    const struct gpt2_config c = gpt2_config_of(t);
+    const struct gpt2_dims d = dims_of(t);
     const struct act_layout a =
-        act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const int BT = m->base.B * m->base.T, C = c.n_embd, NH = c.n_head, hs = C / NH;
+        act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const int BT = m->base.B * m->base.T, C = d.C, A = d.A, F = d.F;
+    /* a row-parallel projection's bias is added once, by the first slice */
+    const int bias_here = d.tp_rank == 0;
 #define P(k) model_param_in(t, block_tensor(l, k), w)
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
                                        P(T_LN1W), P(T_LN1B), BT, C));
     MODEL_TIMED(
         m, MODEL_PROF_MATMUL,
-        ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * C));
+        ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * A));
     ZT_TRY(
         model_lora_forward(&m->base, block_tensor(l, T_QKVW), 1, layer + a.qkv, layer + a.ln1, BT));
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B,
-                                       m->base.T, NH, NH, hs));
+                                       m->base.T, d.NH, d.NH, d.hs));
     /* attn projection output is staged in res2 then the residual added in place */
-    MODEL_TIMED(
-        m, MODEL_PROF_MATMUL,
-        ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW), P(T_PROJB), BT, C, C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW),
+                                    bias_here ? P(T_PROJB) : NULL, BT, A, C));
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_PROJW), 1, layer + a.res2, layer + a.atty,
                               BT));
+    ZT_TRY(model_tp_allreduce(&m->base, h, layer + a.res2, (size_t)BT * C, MODEL_REDUCE_SUM));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
                 ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
                                        layer + a.res2, P(T_LN2W), P(T_LN2B), BT, C));
-    MODEL_TIMED(
-        m, MODEL_PROF_MATMUL,
-        ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, 4 * C));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, F));
     ZT_TRY(
         model_lora_forward(&m->base, block_tensor(l, T_FCW), 1, layer + a.fch, layer + a.ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * 4 * C));
+                ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * F));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW), P(T_FCPB), BT, 4 * C, C));
+                ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW),
+                                    bias_here ? P(T_FCPB) : NULL, BT, F, C));
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_FCPW), 1, out, layer + a.fch_gelu, BT));
+    ZT_TRY(model_tp_allreduce(&m->base, h, out, (size_t)BT * C, MODEL_REDUCE_SUM));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
 #undef P
     return ZT_OK;
@@ -397,11 +444,10 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
                        const int32_t *targets)
 {
     const struct param_table *t = m->base.table;
-    const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
+    const struct gpt2_dims d = dims_of(t);
     const struct act_layout a =
-        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const int B = m->base.B, T = m->base.T, BT = B * T, C = c->n_embd, L = c->n_layer,
-              V = c->vocab_size;
+        act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = d.C, L = gpt2_config_of(t).n_layer;
     const size_t tok_bytes = (size_t)BT * sizeof(int32_t);
     float *acts = m->acts;
     const float *w;
@@ -414,15 +460,15 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
     if (m->base.stage.first) {
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-        MODEL_TIMED(m, MODEL_PROF_ENCODER,
-                    m->ops->encoder_forward(acts + a.encoded, m->inputs, model_param_in(t, 0, w),
-                                            model_param_in(t, 1, w), B, T, C));
+        ZT_TRY(model_vocab_embed_forward(&m->base, m->ops, h, acts + a.encoded, m->inputs,
+                                         model_param_in(t, 0, w), model_param_in(t, 1, w), C, d.V,
+                                         d.v_lo));
         ZT_TRY(model_neftune_apply(&m->base, acts + a.encoded, C));
         ZT_TRY(model_unit_release(&m->base, h, 0));
     }
     for (int l = m->base.stage.first_block; l < m->base.stage.end_block; l++) {
         ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
-        ZT_TRY(block_forward(m, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
+        ZT_TRY(block_forward(m, h, l, w, layer_output(m, &a, l - 1), layer_internals(m, &a, l),
                              layer_output(m, &a, l)));
         ZT_TRY(model_unit_release(&m->base, h, 1 + l));
     }
@@ -440,14 +486,15 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
                                           model_param_in(t, k_lnf + 1, w), BT, C));
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
 
+    /* the head: this rank's vocabulary slice of the logits, never all of them */
     ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 m->ops->matmul_forward(acts + a.logits, acts + a.lnf, model_param_in(t, 0, w), NULL,
-                                       BT, C, V));
+                                       BT, C, d.V));
     ZT_TRY(model_unit_release(&m->base, h, 0));
-    MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
-                m->ops->crossentropy_forward(acts + a.losses, acts + a.probs, acts + a.logits,
-                                             m->targets, BT, V));
+    ZT_TRY(model_vocab_loss_forward(&m->base, m->ops, h, acts + a.losses, acts + a.probs,
+                                    acts + a.logits, m->targets, acts + a.loss_stats, BT, d.V,
+                                    d.v_lo));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
 
     return model_read_mean_loss(&m->base, m->dev, acts + a.losses, targets, BT);
@@ -461,54 +508,61 @@ static zt_status zero(struct gpt2 *m, float *p, size_t n)
     return ZT_OK;
 }
 
-static zt_status block_backward(struct gpt2 *m, int l, const float *w, float *g, const float *x,
-                                const float *layer)
+static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h, int l,
+                                const float *w, float *g, const float *x, const float *layer)
 {
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
-    const struct gpt2_config c = gpt2_config_of(t);
+    const struct gpt2_dims d = dims_of(t);
     const struct act_layout a =
-        act_layout_of(&c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const struct scratch_layout s = scratch_layout_of(&c, m->base.B, m->base.T);
-    const int B = m->base.B, T = m->base.T, BT = B * T, C = c.n_embd, NH = c.n_head, hs = C / NH;
+        act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const struct scratch_layout s = scratch_layout_of(t, m->base.B, m->base.T);
+    const int B = m->base.B, T = m->base.T, BT = B * T, C = d.C, A = d.A, F = d.F;
     float *sc = m->scratch, *dres = sc + s.dres;
 #define P(k) model_param_in(t, block_tensor(l, k), w)
 #define G(k) model_grad_in(t, block_tensor(l, k), g)
-    /* dres holds d loss / d res3 on entry and d loss / d x on exit. */
-    ZT_TRY(zero(m, sc + s.dfch_gelu, (size_t)BT * 4 * C));
+    /* dres holds d loss / d res3 on entry and d loss / d x on exit. Under
+     * tensor parallelism it is whole on every rank; a column-parallel
+     * layer's input gradient is this rank's part of a sum, completed over
+     * the ranks before the norm below it (Megatron's conjugate of the
+     * forward's allreduce). A row-parallel bias's gradient is the same on
+     * every rank, as its norms' are. */
+    ZT_TRY(zero(m, sc + s.dfch_gelu, (size_t)BT * F));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres,
-                                     layer + a.fch_gelu, P(T_FCPW), BT, 4 * C, C));
+                                     layer + a.fch_gelu, P(T_FCPW), BT, F, C));
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCPW), 1, sc + s.dfch_gelu, dres,
                                layer + a.fch_gelu, BT));
-    ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * 4 * C));
+    ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * F));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * 4 * C));
+                ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * F));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2,
-                                     P(T_FCW), BT, C, 4 * C));
+                                     P(T_FCW), BT, C, F));
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCW), 1, sc + s.dln, sc + s.dfch,
                                layer + a.ln2, BT));
+    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2,
                                         P(T_LN2W), layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
-    ZT_TRY(zero(m, sc + s.datty, (size_t)BT * C));
+    ZT_TRY(zero(m, sc + s.datty, (size_t)BT * A));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty,
-                                     P(T_PROJW), BT, C, C));
+                                     P(T_PROJW), BT, A, C));
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_PROJW), 1, sc + s.datty, dres,
                                layer + a.atty, BT));
-    ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * C));
+    ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * A));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
-                                        layer + a.att, B, T, NH, NH, hs));
+                                        layer + a.att, B, T, d.NH, d.NH, d.hs));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
-                                     P(T_QKVW), BT, C, 3 * C));
+                                     P(T_QKVW), BT, C, 3 * A));
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_QKVW), 1, sc + s.dln, sc + s.dqkv,
                                layer + a.ln1, BT));
+    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
                                         layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
@@ -524,27 +578,27 @@ static zt_status head_backward(struct gpt2 *m, const struct model_unit_hooks *h,
                                float **g0)
 {
     const struct param_table *t = m->base.table;
-    const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
+    const struct gpt2_dims d = dims_of(t);
     const struct act_layout a =
-        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
-    const int BT = m->base.B * m->base.T, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
+        act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const struct scratch_layout s = scratch_layout_of(t, m->base.B, m->base.T);
+    const int BT = m->base.B * m->base.T, C = d.C, L = gpt2_config_of(t).n_layer;
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
     float *acts = m->acts, *sc = m->scratch, *dres = sc + s.dres, *g;
     const float *w;
     /* The head: logits are no longer needed, their buffer takes dlogits. */
     float *dlogits = acts + a.logits;
-    ZT_TRY(zero(m, dlogits, (size_t)BT * V));
-    MODEL_TIMED(m, MODEL_PROF_CROSSENTROPY,
-                m->ops->crossentropy_backward(dlogits, acts + a.probs, m->targets,
-                                              grad_scale / (float)BT, BT, V));
+    ZT_TRY(zero(m, dlogits, (size_t)BT * d.V));
+    ZT_TRY(model_vocab_loss_backward(&m->base, m->ops, dlogits, acts + a.probs, m->targets,
+                                     grad_scale / (float)BT, BT, d.V, d.v_lo));
     ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, g0));
     ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 m->ops->matmul_backward(sc + s.dln, model_grad_in(t, 0, *g0), NULL, dlogits,
-                                        acts + a.lnf, model_param_in(t, 0, w), BT, C, V));
+                                        acts + a.lnf, model_param_in(t, 0, w), BT, C, d.V));
     ZT_TRY(model_unit_release(&m->base, h, 0));
+    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
 
     const float *x_last = layer_output(m, &a, L - 1);
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
@@ -562,11 +616,11 @@ static zt_status head_backward(struct gpt2 *m, const struct model_unit_hooks *h,
 zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float grad_scale)
 {
     const struct param_table *t = m->base.table;
-    const struct gpt2_config cfg = gpt2_config_of(t), *c = &cfg;
+    const struct gpt2_dims d = dims_of(t);
     const struct act_layout a =
-        act_layout_of(c, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const struct scratch_layout s = scratch_layout_of(c, m->base.B, m->base.T);
-    const int B = m->base.B, T = m->base.T, C = c->n_embd;
+        act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
+    const struct scratch_layout s = scratch_layout_of(t, m->base.B, m->base.T);
+    const int C = d.C;
     float *dres = m->scratch + s.dres;
     const float *w;
     float *g, *g0;
@@ -586,8 +640,8 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
          * acquisition of its parameters serves the recompute and the
          * backward. The output is rewritten with the same values. */
         if (model_block_checkpointed(m->ckpt_every, l))
-            ZT_TRY(block_forward(m, l, w, x, layer, layer_output(m, &a, l)));
-        ZT_TRY(block_backward(m, l, w, g, x, layer));
+            ZT_TRY(block_forward(m, h, l, w, x, layer, layer_output(m, &a, l)));
+        ZT_TRY(block_backward(m, h, l, w, g, x, layer));
         ZT_TRY(model_unit_release(&m->base, h, 1 + l));
         ZT_TRY(model_unit_grads_done(&m->base, h, 1 + l));
     }
@@ -596,9 +650,9 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     if (m->base.stage.first) {
         if (!m->base.stage.last)
             ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
-        MODEL_TIMED(m, MODEL_PROF_ENCODER,
-                    m->ops->encoder_backward(model_grad_in(t, 0, g0), model_grad_in(t, 1, g0), dres,
-                                             m->inputs, B, T, C));
+        ZT_TRY(model_vocab_embed_backward(&m->base, m->ops, model_grad_in(t, 0, g0),
+                                          model_grad_in(t, 1, g0), dres, m->inputs, C, d.V,
+                                          d.v_lo));
     }
     if (m->base.stage.first || m->base.stage.last)
         ZT_TRY(model_unit_grads_done(&m->base, h, 0));

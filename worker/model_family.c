@@ -40,6 +40,10 @@ zt_status param_table_build(const struct zt_kvlist *shape, struct param_table *o
 
 void param_table_free(struct param_table *t)
 {
+    if (t->whole) {
+        param_table_free(t->whole);
+        free(t->whole);
+    }
     free(t->lora.unit_adapter);
     free(t->tensors);
     free(t->unit_offset);
@@ -86,6 +90,7 @@ void param_table_piece(const struct param_table *t, size_t pos, size_t end, int 
 void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                       float *dst)
 {
+    ZT_ASSERT(!t->whole); /* a slice's: param_table_tp_init */
     const size_t n_base = t->lora.r > 0 ? t->lora.n_base_params : t->n_params;
     if (begin < n_base)
         t->family->init_params(t, seed, begin, end < n_base ? end : n_base, dst);

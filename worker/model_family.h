@@ -75,9 +75,16 @@ struct param_tensor {
     int linear;
     int adapter; /* a base weight: index of its lora_A tensor (lora_B follows), else -1 */
     int adapts;  /* lora_A or lora_B: index of the base weight it adapts, else -1 */
+    /* How tensor parallelism cuts it (enum tp_split, worker/tensor_parallel.h;
+     * 0: every rank holds it whole), into how many equal parts its rows
+     * fall that are cut alike (3 for a fused query-key-value weight), and
+     * the rows or columns a slice must keep together (a head's). */
+    int tp_split, tp_parts, tp_block;
 };
 
 enum model_pass { MODEL_PASS_FORWARD, MODEL_PASS_BACKWARD };
+
+enum model_reduce { MODEL_REDUCE_SUM, MODEL_REDUCE_MAX };
 
 struct model_family;
 
@@ -109,6 +116,11 @@ struct param_table {
         int double_quant;      /* the block scales quantised too */
         enum zt_dtype compute; /* what dequantised weights are rounded to: F32, BF16, F16 */
     } quant;
+    /* Tensor parallelism (worker/tensor_parallel.h): this table is rank
+     * tp_rank's slice of `whole` (owned) over tp_size ranks; tp_size 1 and
+     * whole NULL for the whole model. Tensor k here is tensor k there. */
+    int tp_size, tp_rank;
+    struct param_table *whole;
 };
 
 void param_table_free(struct param_table *t);
@@ -132,7 +144,8 @@ void param_table_piece(const struct param_table *t, size_t pos, size_t end, int 
 
 /* Initial values of flat elements [begin, end) into dst[0..end-begin): the
  * family's init_params for its tensors, the adapters' (worker/lora.h) for
- * theirs. What every caller uses instead of the family's entry. */
+ * theirs. What every caller uses instead of the family's entry; a
+ * tensor-parallel slice's go through param_table_tp_init. */
 void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                       float *dst);
 
@@ -210,6 +223,10 @@ struct model_unit_hooks {
     zt_status (*grads_acquire)(void *ctx, int unit, float **grads);
     /* The unit's gradients of this micro step are complete. */
     zt_status (*grads_done)(void *ctx, int unit);
+    /* Tensor parallelism: buf[n] becomes its sum (MODEL_REDUCE_SUM) or
+     * maximum over the tensor-parallel ranks, the same on each. Only a
+     * table sliced over more than one rank calls it (NULL otherwise). */
+    zt_status (*tp_allreduce)(void *ctx, float *buf, size_t n, enum model_reduce op);
 };
 
 /* Where a step's compute time goes, when profiling is on. The categories

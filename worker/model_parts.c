@@ -25,6 +25,9 @@ void model_table_add(struct param_table *t, const char *name, int rows, int cols
     p->linear = 0;
     p->adapter = -1;
     p->adapts = -1;
+    p->tp_split = 0; /* TP_REPLICATED */
+    p->tp_parts = 1;
+    p->tp_block = 1;
     *offset += p->numel;
 }
 

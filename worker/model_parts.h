@@ -26,6 +26,15 @@ static inline void model_table_mark_linear(struct param_table *t, int kind)
     t->tensors[t->n_tensors - 1].linear = kind;
 }
 
+/* How tensor parallelism cuts the tensor added last (worker/tensor_parallel.h:
+ * enum tp_split, its row parts, and the rows or columns kept together). */
+static inline void model_table_mark_tp(struct param_table *t, int split, int parts, int block)
+{
+    t->tensors[t->n_tensors - 1].tp_split = split;
+    t->tensors[t->n_tensors - 1].tp_parts = parts;
+    t->tensors[t->n_tensors - 1].tp_block = block;
+}
+
 /* Tensor k inside a unit's borrowed parameters or gradients, whose first
  * element is unit_base. */
 static inline const float *model_param_in(const struct param_table *t, int k,
@@ -103,6 +112,40 @@ zt_status model_lora_forward(struct model *m, int k, int n, float *out, const fl
  * adapters' gradients, and their part of dinp (NULL: not wanted). */
 zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const float *dout,
                               const float *inp, int N);
+
+/* ---- tensor parallelism (worker/model_tensor.c) ----
+ *
+ * What both families compute the same way on a table sliced over the
+ * tensor-parallel ranks (tensor_parallel.h); on a whole model's table each
+ * is the plain op (the allreduce nothing). `ops` is the instance's. */
+
+/* buf[n] becomes its sum or maximum over the tensor-parallel ranks. */
+zt_status model_tp_allreduce(struct model *m, const struct model_unit_hooks *h, float *buf,
+                             size_t n, enum model_reduce op);
+/* The token embedding (plus wpe's positions unless it is NULL) of the
+ * vocabulary slice [v_lo, v_lo + V) this rank holds, summed over the
+ * ranks: every rank gets the whole embedding out[B*T, C]. */
+zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *ops,
+                                    const struct model_unit_hooks *h, float *out,
+                                    const int32_t *tokens, const float *wte, const float *wpe,
+                                    int C, int V, int v_lo);
+/* Its backward into the slice's rows (dwte NULL: frozen, nothing). */
+zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *ops, float *dwte,
+                                     float *dwpe, const float *dout, const int32_t *tokens, int C,
+                                     int V, int v_lo);
+/* Softmax cross-entropy over logits[N, V], this rank's vocabulary slice
+ * [v_lo, v_lo + V) of them: the row maxima and the sums of exponentials
+ * and target logits are reduced over the ranks (stats: 3N floats of the
+ * device's memory, unused on a whole model), so no rank holds all the
+ * logits; losses[N] is whole on every rank, probs the slice's. */
+zt_status model_vocab_loss_forward(struct model *m, const struct ops_backend *ops,
+                                   const struct model_unit_hooks *h, float *losses, float *probs,
+                                   const float *logits, const int32_t *targets, float *stats, int N,
+                                   int V, int v_lo);
+/* dlogits += (probs - onehot(target)) * dloss over the slice. */
+zt_status model_vocab_loss_backward(struct model *m, const struct ops_backend *ops, float *dlogits,
+                                    const float *probs, const int32_t *targets, float dloss, int N,
+                                    int V, int v_lo);
 
 /* Activation checkpointing as model_create describes it: block l is
  * checkpointed when ckpt_every > 0 divides it. */

@@ -1,0 +1,223 @@
+/* tests/test_tensor_parallel.c — the tensor-parallel slice of a parameter
+ * table (worker/tensor_parallel.h), for both families at T = 1, 2 and 4:
+ * every slice element maps to one element of the same whole tensor, the
+ * slices of a cut tensor cover it exactly once (a replicated one is whole
+ * on every rank), the slices' sizes are 1/T of the cut tensors, the
+ * query-key-value weight is cut in whole heads of each of its three parts
+ * (checked element by element against a naive formula), a slice
+ * initialises to the whole model's values, and sizes that do not divide
+ * are refused naming the tensor. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../worker/llama.h"
+#include "../worker/model.h"
+#include "../worker/tensor_parallel.h"
+#include "testutil.h"
+
+static struct param_table gpt2_whole(void)
+{
+    const struct gpt2_config c = {
+        .vocab_size = 64, .block_size = 8, .n_layer = 2, .n_head = 4, .n_embd = 16};
+    struct param_table t;
+    ck_assert_int_eq(gpt2_table_build(&c, &t), ZT_OK);
+    return t;
+}
+
+static struct param_table llama_whole(int tied)
+{
+    const struct llama_config c = {.vocab_size = 64,
+                                   .block_size = 8,
+                                   .n_layer = 2,
+                                   .n_head = 8,
+                                   .n_kv_head = 4,
+                                   .n_embd = 32,
+                                   .intermediate_size = 24,
+                                   .tie_word_embeddings = tied,
+                                   .rope_theta = 10000.0,
+                                   .rms_norm_eps = 1e-5};
+    struct zt_kvlist shape;
+    struct param_table t;
+    llama_describe(&c, &shape);
+    ck_assert_int_eq(param_table_build(&shape, &t), ZT_OK);
+    return t;
+}
+
+/* The slice element each whole element was reached from (-1: none), and
+ * how many times, over all ranks of one T. */
+struct coverage {
+    const struct param_table *slice;
+    int *hits;
+    size_t base; /* the slice range's first element */
+};
+
+static void mark(void *arg, size_t whole_begin, size_t n, size_t at)
+{
+    struct coverage *c = arg;
+    const struct param_table *s = c->slice, *w = s->whole;
+    for (size_t i = 0; i < n; i++) {
+        int ks, kw;
+        size_t lo, hi;
+        param_table_piece(s, c->base + at + i, c->base + at + i + 1, &ks, &lo, &hi);
+        param_table_piece(w, whole_begin + i, whole_begin + i + 1, &kw, &lo, &hi);
+        ck_assert_msg(ks == kw, "slice element %zu of %s lands in %s", c->base + at + i,
+                      s->tensors[ks].name, w->tensors[kw].name);
+        c->hits[whole_begin + i]++;
+    }
+}
+
+static void check_slices(const struct param_table *whole, int T)
+{
+    int *hits = calloc(whole->n_params, sizeof *hits);
+    for (int r = 0; r < T; r++) {
+        struct param_table s;
+        ck_assert_int_eq(param_table_tp_slice(whole, T, r, &s), ZT_OK);
+        ck_assert_int_eq(param_table_tp_size(&s), T);
+        ck_assert_int_eq(s.n_tensors, whole->n_tensors);
+        ck_assert_int_eq(s.n_units, whole->n_units);
+        for (int k = 0; k < s.n_tensors; k++) {
+            const struct param_tensor *a = &s.tensors[k], *b = &whole->tensors[k];
+            ck_assert_uint_eq(a->numel * (a->tp_split ? (size_t)T : 1), b->numel);
+            ck_assert_int_eq(a->unit, b->unit);
+        }
+        /* walked in uneven ranges, so that runs start mid-row */
+        struct coverage c = {&s, hits, 0};
+        for (size_t b = 0; b < s.n_params; b += 7) {
+            const size_t e = b + 7 < s.n_params ? b + 7 : s.n_params;
+            c.base = b;
+            param_table_tp_runs(&s, b, e, mark, &c);
+        }
+        param_table_free(&s);
+    }
+    for (int k = 0; k < whole->n_tensors; k++) {
+        const struct param_tensor *pt = &whole->tensors[k];
+        for (size_t i = 0; i < pt->numel; i++)
+            ck_assert_msg(hits[pt->offset + i] == (pt->tp_split ? 1 : T),
+                          "T=%d: %s element %zu reached %d times", T, pt->name, i,
+                          hits[pt->offset + i]);
+    }
+    free(hits);
+}
+
+START_TEST(slices_cover_every_tensor_once)
+{
+    struct param_table tables[3] = {gpt2_whole(), llama_whole(0), llama_whole(1)};
+    for (int i = 0; i < 3; i++) {
+        for (int T = 1; T <= 4; T *= 2)
+            check_slices(&tables[i], T);
+        param_table_free(&tables[i]);
+    }
+}
+END_TEST
+
+/* Gathers a slice's values through its runs. */
+struct gather {
+    const float *whole;
+    float *out;
+};
+
+static void copy_run(void *arg, size_t whole_begin, size_t n, size_t at)
+{
+    struct gather *g = arg;
+    memcpy(g->out + at, g->whole + whole_begin, n * sizeof(float));
+}
+
+START_TEST(a_slice_initialises_to_the_whole_models_values)
+{
+    struct param_table tables[2] = {gpt2_whole(), llama_whole(0)};
+    for (int i = 0; i < 2; i++) {
+        const struct param_table *w = &tables[i];
+        float *all = malloc(w->n_params * sizeof *all);
+        param_table_init(w, 11, 0, w->n_params, all);
+        for (int r = 0; r < 2; r++) {
+            struct param_table s;
+            ck_assert_int_eq(param_table_tp_slice(w, 2, r, &s), ZT_OK);
+            float *mine = malloc(s.n_params * sizeof *mine), *want = malloc(s.n_params * 4);
+            param_table_tp_init(&s, 11, 0, s.n_params, mine);
+            struct gather g = {all, want};
+            param_table_tp_runs(&s, 0, s.n_params, copy_run, &g);
+            ck_assert_int_eq(memcmp(mine, want, s.n_params * sizeof *mine), 0);
+            /* and from the middle of a range */
+            param_table_tp_init(&s, 11, 5, s.n_params - 3, mine);
+            ck_assert_int_eq(memcmp(mine, want + 5, (s.n_params - 8) * sizeof *mine), 0);
+            free(mine);
+            free(want);
+            param_table_free(&s);
+        }
+        free(all);
+        param_table_free(&tables[i]);
+    }
+}
+END_TEST
+
+/* GPT-2's fused weight [3C, C]: rank r's local row i of part q (q, k or v)
+ * is whole row q*C + r*C/T + i; the row-parallel projection's local
+ * column j is whole column r*C/T + j. */
+START_TEST(qkv_is_cut_in_whole_heads_of_each_part)
+{
+    struct param_table w = gpt2_whole();
+    const int C = 16, T = 2;
+    const int kq = 2 + 2, kp = 2 + 4; /* h.0.attn.qkv.weight, h.0.attn.proj.weight */
+    ck_assert_str_eq(w.tensors[kq].name, "h.0.attn.qkv.weight");
+    ck_assert_str_eq(w.tensors[kp].name, "h.0.attn.proj.weight");
+    float *all = malloc(w.n_params * sizeof *all);
+    for (size_t i = 0; i < w.n_params; i++)
+        all[i] = (float)i;
+    for (int r = 0; r < T; r++) {
+        struct param_table s;
+        ck_assert_int_eq(param_table_tp_slice(&w, T, r, &s), ZT_OK);
+        float *mine = malloc(s.n_params * sizeof *mine);
+        struct gather g = {all, mine};
+        param_table_tp_runs(&s, 0, s.n_params, copy_run, &g);
+        const size_t lrows = 3 * C / T;
+        ck_assert_int_eq(s.tensors[kq].rows, (int)lrows);
+        for (size_t i = 0; i < lrows; i++)
+            for (int j = 0; j < C; j++) {
+                const size_t q = i / (C / T), row = q * C + (size_t)r * C / T + i % (C / T);
+                ck_assert_float_eq(mine[s.tensors[kq].offset + i * C + j],
+                                   all[w.tensors[kq].offset + row * C + j]);
+            }
+        ck_assert_int_eq(s.tensors[kp].cols, C / T);
+        for (int i = 0; i < C; i++)
+            for (int j = 0; j < C / T; j++)
+                ck_assert_float_eq(mine[s.tensors[kp].offset + (size_t)i * C / T + j],
+                                   all[w.tensors[kp].offset + (size_t)i * C + r * C / T + j]);
+        free(mine);
+        param_table_free(&s);
+    }
+    free(all);
+    param_table_free(&w);
+}
+END_TEST
+
+START_TEST(sizes_that_do_not_divide_are_refused)
+{
+    struct param_table w = gpt2_whole(), l = llama_whole(0), s;
+    /* 4 heads over 8 ranks: a head would be cut */
+    ck_assert_int_eq(param_table_tp_slice(&w, 8, 0, &s), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "tensor_parallel.size 8 does not divide h.0.attn."),
+                  "%s", zt_error_message());
+    ck_assert_msg(strstr(zt_error_message(), "heads"), "%s", zt_error_message());
+    /* 4 key-value heads over 8 ranks (the 8 query heads would divide) */
+    ck_assert_int_eq(param_table_tp_slice(&l, 8, 0, &s), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "layers.0.self_attn.k_proj.weight"), "%s",
+                  zt_error_message());
+    /* a vocabulary of 64 over 3 ranks */
+    ck_assert_int_eq(param_table_tp_slice(&w, 3, 0, &s), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "wte.weight"), "%s", zt_error_message());
+    param_table_free(&w);
+    param_table_free(&l);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tensor_parallel");
+    TCase *tc = testutil_tcase(s, "slices", 60);
+    tcase_add_test(tc, slices_cover_every_tensor_once);
+    tcase_add_test(tc, a_slice_initialises_to_the_whole_models_values);
+    tcase_add_test(tc, qkv_is_cut_in_whole_heads_of_each_part);
+    tcase_add_test(tc, sizes_that_do_not_divide_are_refused);
+    return testutil_run_suite(s, 0);
+}

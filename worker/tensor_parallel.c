@@ -1,0 +1,149 @@
+/* worker/tensor_parallel.c — see tensor_parallel.h. */
+#include "tensor_parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+zt_status param_table_copy(const struct param_table *src, struct param_table *out)
+{
+    ZT_ASSERT(src->lora.r == 0 && !src->whole);
+    *out = *src;
+    out->tensors = malloc((size_t)src->n_tensors * sizeof *out->tensors + 1);
+    out->unit_offset = malloc(((size_t)src->n_units + 1) * sizeof *out->unit_offset);
+    if (!out->tensors || !out->unit_offset) {
+        free(out->tensors);
+        free(out->unit_offset);
+        memset(out, 0, sizeof *out);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the parameter table");
+    }
+    memcpy(out->tensors, src->tensors, (size_t)src->n_tensors * sizeof *out->tensors);
+    memcpy(out->unit_offset, src->unit_offset,
+           ((size_t)src->n_units + 1) * sizeof *out->unit_offset);
+    return ZT_OK;
+}
+
+/* Whether `size` ranks can cut tensor pt: each part's rows (or its
+ * columns) into equal slices of whole blocks (heads); names it if not. */
+static zt_status check_divides(const struct param_tensor *pt, int size)
+{
+    const int parts = pt->tp_parts > 0 ? pt->tp_parts : 1,
+              block = pt->tp_block > 0 ? pt->tp_block : 1;
+    const int cut = pt->tp_split == TP_ROWS ? pt->rows / parts : pt->cols;
+    if (pt->tp_split == TP_REPLICATED || cut % (size * block) == 0)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "tensor_parallel.size %d does not divide %s: its %d %s%s are cut over "
+                        "the tensor-parallel ranks in slices of whole %s (the model's heads, "
+                        "key-value heads, hidden sizes and vocabulary must be multiples of it)",
+                        size, pt->name, cut, pt->tp_split == TP_ROWS ? "rows" : "columns",
+                        parts > 1 ? " per part" : "", block > 1 ? "heads" : "rows or columns");
+}
+
+zt_status param_table_tp_slice(const struct param_table *whole, int size, int rank,
+                               struct param_table *out)
+{
+    ZT_ASSERT(size >= 1 && rank >= 0 && rank < size);
+    memset(out, 0, sizeof *out);
+    if (whole->lora.r > 0 || whole->quant.enabled)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "tensor_parallel.size %d: LoRA adapters and a 4-bit base are not cut "
+                            "over tensor-parallel ranks in this version: set tensor_parallel.size "
+                            "to 1 for fine-tuning",
+                            size);
+    for (int k = 0; k < whole->n_tensors; k++)
+        ZT_TRY(check_divides(&whole->tensors[k], size));
+    struct param_table *copy = malloc(sizeof *copy);
+    if (!copy)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the parameter table");
+    zt_status st = param_table_copy(whole, copy);
+    if (st == ZT_OK)
+        st = param_table_copy(whole, out);
+    if (st != ZT_OK) {
+        param_table_free(copy);
+        free(copy);
+        return st;
+    }
+    out->whole = copy;
+    out->tp_size = size;
+    out->tp_rank = rank;
+    size_t off = 0;
+    for (int u = 0, k = 0; u < out->n_units; u++) {
+        out->unit_offset[u] = off;
+        for (; k < out->n_tensors && out->tensors[k].unit == u; k++) {
+            struct param_tensor *pt = &out->tensors[k];
+            pt->rows /= pt->tp_split == TP_ROWS ? size : 1;
+            pt->cols /= pt->tp_split == TP_COLS ? size : 1;
+            pt->numel = (size_t)pt->rows * (size_t)pt->cols;
+            pt->offset = off;
+            off += pt->numel;
+        }
+    }
+    out->unit_offset[out->n_units] = off;
+    out->n_params = off;
+    return ZT_OK;
+}
+
+/* The run of the slice's tensor k starting at its element e, at most
+ * `max` long: where it starts in the whole model and how long it is. */
+static size_t run_of(const struct param_table *t, int k, size_t e, size_t max, size_t *whole_at)
+{
+    const struct param_tensor *pt = &t->tensors[k], *wt = &t->whole->tensors[k];
+    const size_t cols = (size_t)pt->cols, i = e / cols, j = e % cols;
+    size_t n = max;
+    if (pt->tp_split == TP_ROWS) {
+        const size_t parts = pt->tp_parts > 0 ? (size_t)pt->tp_parts : 1;
+        const size_t part_rows = (size_t)pt->rows / parts, q = i / part_rows, r = i % part_rows;
+        const size_t row = q * ((size_t)wt->rows / parts) + (size_t)t->tp_rank * part_rows + r;
+        *whole_at = wt->offset + row * cols + j;
+        const size_t left = (q + 1) * part_rows * cols - e;
+        n = n < left ? n : left;
+    } else if (pt->tp_split == TP_COLS) {
+        *whole_at = wt->offset + i * (size_t)wt->cols + (size_t)t->tp_rank * cols + j;
+        n = n < cols - j ? n : cols - j;
+    } else {
+        *whole_at = wt->offset + e;
+    }
+    return n;
+}
+
+void param_table_tp_runs(const struct param_table *t, size_t begin, size_t end, tp_run_fn fn,
+                         void *arg)
+{
+    if (!t->whole) {
+        if (end > begin)
+            fn(arg, begin, end - begin, 0);
+        return;
+    }
+    size_t pos = begin;
+    while (pos < end) {
+        int k;
+        size_t lo, hi, whole_at;
+        param_table_piece(t, pos, end, &k, &lo, &hi);
+        const size_t n = run_of(t, k, lo, hi - lo, &whole_at);
+        fn(arg, whole_at, n, pos - begin);
+        pos += n;
+    }
+}
+
+struct whole_init {
+    const struct param_table *whole;
+    uint64_t seed;
+    float *dst;
+};
+
+static void init_run(void *arg, size_t whole_begin, size_t n, size_t at)
+{
+    const struct whole_init *w = arg;
+    param_table_init(w->whole, w->seed, whole_begin, whole_begin + n, w->dst + at);
+}
+
+void param_table_tp_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                         float *dst)
+{
+    if (!t->whole) {
+        param_table_init(t, seed, begin, end, dst);
+        return;
+    }
+    struct whole_init w = {t->whole, seed, dst};
+    param_table_tp_runs(t, begin, end, init_run, &w);
+}

@@ -1,0 +1,85 @@
+/* worker/tensor_parallel.h — Megatron's tensor parallelism as a transform
+ * of a parameter table.
+ *
+ * A family marks each tensor of its table with how T ranks cut it
+ * (`param_tensor.tp_split`): a column-parallel linear layer's weight
+ * [out, in] and bias by rows (each rank computes out/T of the outputs),
+ * a row-parallel one's weight by columns (each rank reads in/T of the
+ * inputs and the partial outputs are summed over the ranks), the token
+ * embedding and an untied head by rows (vocabulary-parallel), and norms,
+ * position embeddings and row-parallel biases not at all. A fused
+ * query-key-value weight is cut in `tp_parts` = 3 row blocks, so that each
+ * rank holds the same heads of the three.
+ *
+ * `param_table_tp_slice` turns the whole model's table into rank t's: the
+ * same tensors in the same units, each with its slice's shape, laid out
+ * back to back as the family's tables are. ZeRO then shards that table
+ * over the data-parallel ranks as it shards any other. The slice keeps a
+ * copy of the whole table, and `param_table_tp_runs` maps any range of the
+ * slice's flat space to the runs of the whole model's flat space it holds:
+ * what initialisation (the same values whatever the layout), Hugging Face
+ * weights and checkpoints read and write by.
+ *
+ * What the model computes with a slice (the allreduces that complete a
+ * row-parallel output, the vocabulary-parallel loss) is the family's;
+ * this file only knows shapes.
+ */
+#ifndef ZT_WORKER_TENSOR_PARALLEL_H
+#define ZT_WORKER_TENSOR_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/status.h"
+#include "model_family.h"
+
+enum tp_split {
+    TP_REPLICATED = 0, /* every rank holds it whole */
+    TP_ROWS,           /* rows cut into T slices (per part): column-parallel, vocabulary-parallel */
+    TP_COLS,           /* columns cut into T slices: row-parallel */
+};
+
+/* The tensor-parallel size and rank of table t (1 and 0 for a whole
+ * model's). */
+static inline int param_table_tp_size(const struct param_table *t)
+{
+    return t->whole ? t->tp_size : 1;
+}
+static inline int param_table_tp_rank(const struct param_table *t)
+{
+    return t->whole ? t->tp_rank : 0;
+}
+
+/* The whole model's table: t's `whole`, or t itself. */
+static inline const struct param_table *param_table_whole(const struct param_table *t)
+{
+    return t->whole ? t->whole : t;
+}
+
+/* Rank `rank`'s slice of `whole` over `size` ranks into *out (free with
+ * param_table_free; it owns a copy of whole). size 1 gives a copy that is
+ * the whole model. Errors: ZT_ERR_CONFIG when size does not divide a cut
+ * dimension (naming the tensor and the dimension), ZT_ERR_UNSUPPORTED for
+ * a table with LoRA adapters or a 4-bit base, ZT_ERR_NOMEM. */
+zt_status param_table_tp_slice(const struct param_table *whole, int size, int rank,
+                               struct param_table *out);
+
+/* Calls fn(arg, whole_begin, n, at) for each maximal run of the slice's
+ * flat elements [begin, end) that lies contiguously in the whole model's
+ * flat space: slice elements [begin + at, begin + at + n) are whole
+ * elements [whole_begin, whole_begin + n). In the slice's order; a whole
+ * model's table (no `whole`) is one run. */
+typedef void (*tp_run_fn)(void *arg, size_t whole_begin, size_t n, size_t at);
+void param_table_tp_runs(const struct param_table *t, size_t begin, size_t end, tp_run_fn fn,
+                         void *arg);
+
+/* param_table_init for any table: a slice's elements get the whole
+ * model's values at their places, so every layout starts alike. */
+void param_table_tp_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
+                         float *dst);
+
+/* Deep copy of a table without adapters (its own arrays; free with
+ * param_table_free). Errors: ZT_ERR_NOMEM. */
+zt_status param_table_copy(const struct param_table *src, struct param_table *out);
+
+#endif
