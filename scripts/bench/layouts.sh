@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Data and pipeline layouts side by side at 4 ranks: configs/small.yaml (GPT-2) and
+# Data, tensor and pipeline layouts side by side at 4 ranks: configs/small.yaml (GPT-2) and
 # configs/llama-small.yaml, the same global batch of 8 micro batches of 2 sequences a step (each
 # of the D data-parallel ranks accumulates 8 / D), fp32 AdamW. One row per layout: the median
 # step time and tokens/s over the timed steps, the peak total bytes per rank (min-max over the
 # ranks, from the memory report), the bytes rank 0 sent per step on each axis (pipeline, data;
 # median), and rank 0's measured bubble (idle / busy, pipeline.h) beside (P - 1) / m. Four ranks
-# share the machine's cores: compare layouts as ratios within one run.
+# share the machine's cores: compare layouts as ratios within one run. T=4 is left out: both
+# configs have 6 query heads (and llama-small 2 key-value heads), which 4 slices cannot cut.
 # usage: scripts/bench/layouts.sh [STEPS]   (default 8)
 set -euo pipefail
 steps=${1:-8}
@@ -25,28 +26,33 @@ axis() {
     awk '{a[NR]=$1} END {m = NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.2f", m/1048576}'
 }
 
+# name|T|P|ZeRO stage|schedule
 layouts=(
-  "D=4 z0|1|0|1f1b"
-  "D=4 z1|1|1|1f1b"
-  "D=4 z2|1|2|1f1b"
-  "D=4 z3|1|3|1f1b"
-  "P=2xD=2 1f1b z1|2|1|1f1b"
-  "P=2xD=2 gpipe z1|2|1|gpipe"
-  "P=2xD=2 1f1b z3|2|3|1f1b"
-  "P=4 1f1b z0|4|0|1f1b"
-  "P=4 gpipe z0|4|0|gpipe"
+  "D=4 z0|1|1|0|1f1b"
+  "D=4 z1|1|1|1|1f1b"
+  "D=4 z2|1|1|2|1f1b"
+  "D=4 z3|1|1|3|1f1b"
+  "P=2xD=2 1f1b z1|1|2|1|1f1b"
+  "P=2xD=2 gpipe z1|1|2|1|gpipe"
+  "P=2xD=2 1f1b z3|1|2|3|1f1b"
+  "P=4 1f1b z0|1|4|0|1f1b"
+  "P=4 gpipe z0|1|4|0|gpipe"
+  "T=2xD=2 z1|2|1|1|1f1b"
+  "T=2xD=2 z3|2|1|3|1f1b"
+  "T=2xP=2 1f1b z0|2|2|0|1f1b"
 )
 
-printf '%-11s %-17s | %8s %9s | %13s | %8s %8s | %7s %7s\n' model layout "step ms" tokens/s \
-  "peak MiB" "pp MiB" "dp MiB" bubble "(P-1)/m"
+printf '%-11s %-17s | %8s %9s | %13s | %8s %8s %8s | %7s %7s\n' model layout "step ms" \
+  tokens/s "peak MiB" "tp MiB" "pp MiB" "dp MiB" bubble "(P-1)/m"
 for cfg in small llama-small; do
   for entry in "${layouts[@]}"; do
-    IFS='|' read -r name P stage schedule <<<"$entry"
-    D=$((4 / P))
+    IFS='|' read -r name T P stage schedule <<<"$entry"
+    D=$((4 / (T * P)))
     accum=$((8 / D))
     mpirun --oversubscribe -np 4 "$bin" train "configs/$cfg.yaml" --no-progress \
       --set run.steps=$((steps + warm)) --set run.eval_interval=0 --set run.eval_batches=1 \
       --set train_micro_batch_size_per_gpu=2 --set gradient_accumulation_steps=$accum \
+      --set tensor_parallel.size="$T" \
       --set pipeline.stages="$P" --set pipeline.schedule="$schedule" \
       --set zero_optimization.stage="$stage" --set data.train="$tmp/lic.tok" \
       --set run.output_dir="$tmp/run" --metrics "$tmp/m.jsonl" \
@@ -60,9 +66,9 @@ for cfg in small llama-small; do
       bubble=$(median "$tmp/m.jsonl" bubble)
       expected=$(awk -v p="$P" -v m="$accum" 'BEGIN {printf "%.3f", (p - 1) / m}')
     fi
-    printf '%-11s %-17s | %8.1f %9.0f | %13s | %8s %8s | %7s %7s\n' "$cfg" "$name" \
+    printf '%-11s %-17s | %8.1f %9.0f | %13s | %8s %8s %8s | %7s %7s\n' "$cfg" "$name" \
       "$(median "$tmp/m.jsonl" step_ms)" "$(median "$tmp/m.jsonl" tokens_per_s)" \
-      "$(range "$tmp/mem.json" total_peak)" "$(axis "$tmp/m.jsonl" pp)" \
+      "$(range "$tmp/mem.json" total_peak)" "$(axis "$tmp/m.jsonl" tp)" "$(axis "$tmp/m.jsonl" pp)" \
       "$(axis "$tmp/m.jsonl" dp)" "$bubble" "$expected"
   done
 done
