@@ -9,27 +9,43 @@
  * Without position embeddings (wpe, dwpe NULL: the Llama family, whose
  * positions are rotary) the forward is the gather alone and the backward
  * the scatter alone; the test is per row, outside the vector loops.
+ *
+ * Under tensor parallelism a rank holds the rows [v_lo, v_lo + Vp) of wte
+ * (vocabulary-parallel): the forward gives a zero row (plus the positions)
+ * for a token outside the slice, so that summed over the ranks each
+ * position gets its token's row exactly once, and the backward skips it.
+ * The whole vocabulary is the slice [0, INT_MAX).
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
+#include <limits.h>
 #include <string.h>
 
 /* Columns per thread task in the backward: a cache line's worth keeps
  * threads off each other's lines. */
 enum { COL_BLOCK = 64 };
 
-zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                              int B, int T, int C)
+zt_status cpu_encoder_forward_vocab(float *out, const int32_t *tokens, const float *wte_part,
+                                    const float *wpe, int B, int T, int C, int v_lo, int Vp)
 {
+    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        const float *e = wte + (size_t)tokens[bt] * C;
+        int tok = tokens[bt];
         float *o = out + (size_t)bt * C;
-        if (!wpe) {
+        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        if (!cpu_in_slice(tok, v_lo, Vp)) {
+            if (p)
+                memcpy(o, p, (size_t)C * sizeof(float));
+            else
+                memset(o, 0, (size_t)C * sizeof(float));
+            continue;
+        }
+        const float *e = wte_part + (size_t)(tok - v_lo) * C;
+        if (!p) {
             memcpy(o, e, (size_t)C * sizeof(float));
             continue;
         }
-        const float *p = wpe + (size_t)(bt % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++)
             o[c] = e[c] + p[c];
@@ -37,20 +53,24 @@ zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wt
     return ZT_OK;
 }
 
-zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                               int B, int T, int C)
+zt_status cpu_encoder_backward_vocab(float *dwte_part, float *dwpe, const float *dout,
+                                     const int32_t *tokens, int B, int T, int C, int v_lo, int Vp)
 {
-    if (!dwte)
+    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
+    if (!dwte_part)
         return ZT_OK;
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
         int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
         for (int bt = 0; bt < B * T; bt++) {
             const float *d = dout + (size_t)bt * C;
-            float *we = dwte + (size_t)tokens[bt] * C;
+            int tok = tokens[bt];
+            if (cpu_in_slice(tok, v_lo, Vp)) {
+                float *we = dwte_part + (size_t)(tok - v_lo) * C;
 #pragma omp simd
-            for (int c = c0; c < c1; c++)
-                we[c] += d[c];
+                for (int c = c0; c < c1; c++)
+                    we[c] += d[c];
+            }
             if (!dwpe)
                 continue;
             float *pe = dwpe + (size_t)(bt % T) * C;
@@ -60,4 +80,17 @@ zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, cons
         }
     }
     return ZT_OK;
+}
+
+/* The whole vocabulary is the slice that holds every token. */
+zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                              int B, int T, int C)
+{
+    return cpu_encoder_forward_vocab(out, tokens, wte, wpe, B, T, C, 0, INT_MAX);
+}
+
+zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                               int B, int T, int C)
+{
+    return cpu_encoder_backward_vocab(dwte, dwpe, dout, tokens, B, T, C, 0, INT_MAX);
 }

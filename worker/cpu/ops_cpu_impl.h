@@ -233,4 +233,11 @@ static inline float cpu_exp_sum(float *p, const float *x, float m, int n)
     return total;
 }
 
+/* Whether index t lies in the vocabulary slice [v_lo, v_lo + Vp); false
+ * for a masked target (t < 0), since v_lo >= 0. */
+static inline int cpu_in_slice(int32_t t, int v_lo, int Vp)
+{
+    return t >= v_lo && t - v_lo < Vp;
+}
+
 #endif

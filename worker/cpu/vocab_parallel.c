@@ -1,4 +1,4 @@
-/* worker/cpu/vocab_parallel.c — the token embedding and the cross-entropy
+/* worker/cpu/vocab_parallel.c — the cross-entropy
  * with the vocabulary split over tensor-parallel ranks.
  *
  * Each rank holds the rows [v_lo, v_lo + Vp) of wte and so the same columns
@@ -19,10 +19,7 @@
  * several parts the only difference is that the row sum is a sum of
  * per-part sums.
  *
- * The embedding's forward gives a zero row for tokens outside the slice;
- * summed over the ranks, each position gets its token's row exactly once
- * (the others add exact zeros). The backward splits columns over threads
- * for the reason encoder.c gives: a token repeats within a batch.
+ * The embedding's slice of the vocabulary is encoder.c's.
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
@@ -30,73 +27,6 @@
 
 #include <math.h>
 #include <string.h>
-
-/* Columns per thread task in the embedding backward, as in encoder.c. */
-enum { COL_BLOCK = 64 };
-
-/* Whether global index t lies in [v_lo, v_lo + Vp); false for a masked
- * target (t < 0), since v_lo >= 0. */
-static inline int in_slice(int32_t t, int v_lo, int Vp)
-{
-    return t >= v_lo && t - v_lo < Vp;
-}
-
-zt_status cpu_encoder_forward_vocab(float *out, const int32_t *tokens, const float *wte_part,
-                                    const float *wpe, int B, int T, int C, int v_lo, int Vp)
-{
-    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
-#pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < B * T; bt++) {
-        int tok = tokens[bt];
-        float *o = out + (size_t)bt * C;
-        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
-        if (!in_slice(tok, v_lo, Vp)) {
-            if (p)
-                memcpy(o, p, (size_t)C * sizeof(float));
-            else
-                memset(o, 0, (size_t)C * sizeof(float));
-            continue;
-        }
-        const float *e = wte_part + (size_t)(tok - v_lo) * C;
-        if (!p) {
-            memcpy(o, e, (size_t)C * sizeof(float));
-            continue;
-        }
-#pragma omp simd
-        for (int c = 0; c < C; c++)
-            o[c] = e[c] + p[c];
-    }
-    return ZT_OK;
-}
-
-zt_status cpu_encoder_backward_vocab(float *dwte_part, float *dwpe, const float *dout,
-                                     const int32_t *tokens, int B, int T, int C, int v_lo, int Vp)
-{
-    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
-    if (!dwte_part)
-        return ZT_OK;
-#pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
-        int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
-        for (int bt = 0; bt < B * T; bt++) {
-            const float *d = dout + (size_t)bt * C;
-            int tok = tokens[bt];
-            if (in_slice(tok, v_lo, Vp)) {
-                float *we = dwte_part + (size_t)(tok - v_lo) * C;
-#pragma omp simd
-                for (int c = c0; c < c1; c++)
-                    we[c] += d[c];
-            }
-            if (!dwpe)
-                continue;
-            float *pe = dwpe + (size_t)(bt % T) * C;
-#pragma omp simd
-            for (int c = c0; c < c1; c++)
-                pe[c] += d[c];
-        }
-    }
-    return ZT_OK;
-}
 
 /* The row functions are CPU_KERNEL wrappers so that the inlined helpers are
  * cloned for AVX2 and AVX-512 (an omp parallel body would not be). */
@@ -150,7 +80,7 @@ zt_status cpu_crossentropy_vocab_exp(float *probs, float *row_stats, const float
         float m = row_max[i];
         int t = targets[i];
         row_stats[i] = exp_row(probs + (size_t)i * Vp, x, m, Vp);
-        row_stats[N + i] = in_slice(t, v_lo, Vp) ? x[t - v_lo] - m : 0.0f;
+        row_stats[N + i] = cpu_in_slice(t, v_lo, Vp) ? x[t - v_lo] - m : 0.0f;
     }
     return ZT_OK;
 }
@@ -178,7 +108,7 @@ zt_status cpu_crossentropy_vocab_backward(float *dlogits, const float *probs,
         int t = targets[i];
         if (t >= 0)
             backward_row(dlogits + (size_t)i * Vp, probs + (size_t)i * Vp,
-                         in_slice(t, v_lo, Vp) ? t - v_lo : -1, dloss, Vp);
+                         cpu_in_slice(t, v_lo, Vp) ? t - v_lo : -1, dloss, Vp);
     }
     return ZT_OK;
 }
