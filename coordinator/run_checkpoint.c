@@ -25,10 +25,12 @@
 #include <unistd.h>
 
 #include "../formats/checkpoint.h"
+#include "../formats/checkpoint_reader.h"
 #include "../formats/hf_weights.h"
 #include "../formats/peft_adapter.h"
 #include "../formats/safetensors_set.h"
 #include "../worker/param_quant.h"
+#include "../worker/tensor_parallel.h"
 #include "run_base.h"
 
 void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
@@ -167,8 +169,8 @@ static zt_status describe_lora(const struct run_session *s, struct ckpt_lora *l)
     return ZT_OK;
 }
 
-/* Each unit's size, share per data-parallel piece, storing stage and
- * state, over the whole model: a stage's own partition has only its units. */
+/* Each unit's size, slice, share per data-parallel piece, storing stage
+ * and state, over every stage: a stage's own partition has only its units. */
 static zt_status fill_units(const struct run_session *s, struct ckpt_meta *m)
 {
     const struct shard_partition *held = &s->engine.part;
@@ -176,7 +178,8 @@ static zt_status fill_units(const struct run_session *s, struct ckpt_meta *m)
     ZT_TRY(shard_partition_build(&s->table, s->dp_size, &whole));
     zt_status st = ZT_OK;
     for (int u = 0; u < whole.n_units && st == ZT_OK; u++) {
-        m->unit_numel[u] = whole.units[u].numel;
+        m->unit_numel[u] = param_table_unit_size(param_table_whole(&s->table), u);
+        m->unit_slice[u] = whole.units[u].numel;
         m->unit_shard[u] = whole.units[u].shard;
         m->unit_frozen[u] = param_quant_unit_packed(&s->table, u) ? CKPT_UNIT_NOT_STORED
                             : !whole.units[u].trainable           ? CKPT_UNIT_FROZEN
@@ -201,13 +204,15 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     snprintf(m->precision, sizeof m->precision, "%s", zt_precision_name(s->engine.cfg.precision));
     m->n_units = p->n_units;
     m->unit_numel = calloc((size_t)p->n_units, sizeof *m->unit_numel);
+    m->unit_slice = calloc((size_t)p->n_units, sizeof *m->unit_slice);
     m->unit_shard = calloc((size_t)p->n_units, sizeof *m->unit_shard);
     m->unit_frozen = calloc((size_t)p->n_units + 1, sizeof *m->unit_frozen);
     m->unit_stage = calloc((size_t)p->n_units + 1, sizeof *m->unit_stage);
     char *yaml = NULL;
     size_t yaml_len = 0;
     FILE *f = open_memstream(&yaml, &yaml_len);
-    if (!m->unit_numel || !m->unit_shard || !m->unit_frozen || !m->unit_stage || !f) {
+    if (!m->unit_numel || !m->unit_slice || !m->unit_shard || !m->unit_frozen || !m->unit_stage ||
+        !f) {
         if (f)
             fclose(f);
         free(yaml);
@@ -218,7 +223,7 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->config_yaml = yaml;
     ZT_TRY(st);
     ZT_TRY(fill_units(s, m));
-    m->n_params = s->table.n_params;
+    m->n_params = param_table_whole(&s->table)->n_params;
     m->model = s->table.shape;
     const struct optimizer_hparams hp = config_optimizer_hparams(c, c->optimizer.lr);
     optimizer_describe(s->engine.cfg.optimizer, &hp, &m->optimizer);
@@ -425,102 +430,6 @@ zt_status run_checkpoint_find(const struct run_session *s, char *step_dir, size_
     return ckpt_find_latest(dir, step_dir, n, found);
 }
 
-/* The old checkpoint's shard files, opened as first needed. */
-struct old_shards {
-    const char *step_dir;
-    const struct ckpt_meta *meta;
-    struct ckpt_shard **files; /* meta->world entries */
-    /* [rank * n_units + u]: where unit u starts in rank's master section
-     * (every unit) and in its optimizer-state sections (trainable units). */
-    uint64_t *prefix, *state_prefix;
-};
-
-/* The grid the checkpoint's ranks stood on. */
-static struct comm_layout layout_of(const struct ckpt_meta *m)
-{
-    return (struct comm_layout){
-        .tp = m->layout.tp, .pp = m->layout.pp, .dp = m->layout.dp, .world = m->world};
-}
-
-/* The old rank whose file holds piece `piece` of unit u. */
-static int file_of(const struct ckpt_meta *m, int u, int piece)
-{
-    const struct comm_layout l = layout_of(m);
-    return comm_layout_rank(&l, (struct comm_coords){.tp = 0, .pp = m->unit_stage[u], .dp = piece});
-}
-
-static zt_status old_shards_open(struct old_shards *o, const char *step_dir,
-                                 const struct ckpt_meta *meta)
-{
-    const size_t w = (size_t)meta->world, nu = (size_t)meta->n_units;
-    o->step_dir = step_dir;
-    o->meta = meta;
-    o->files = calloc(w, sizeof *o->files);
-    o->prefix = calloc(w * nu + 1, sizeof *o->prefix);
-    o->state_prefix = calloc(w * nu + 1, sizeof *o->state_prefix);
-    if (!o->files || !o->prefix || !o->state_prefix)
-        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the shard table");
-    const struct comm_layout l = layout_of(meta);
-    for (size_t r = 0; r < w; r++) {
-        const struct comm_coords at_r = comm_layout_coords(&l, (int)r);
-        uint64_t at = 0, state_at = 0;
-        for (size_t u = 0; u < nu; u++) {
-            const int stores = at_r.tp == 0 && at_r.pp == meta->unit_stage[u];
-            const uint64_t real =
-                stores ? owned_real(meta->unit_numel[u], meta->unit_shard[u], at_r.dp) : 0;
-            o->prefix[r * nu + u] = at;
-            o->state_prefix[r * nu + u] = state_at;
-            at += ckpt_meta_unit_stored(meta, (int)u) ? real : 0;
-            state_at += meta->unit_frozen && meta->unit_frozen[u] ? 0 : real;
-        }
-    }
-    return ZT_OK;
-}
-
-static void old_shards_close(struct old_shards *o)
-{
-    if (o->files)
-        for (int r = 0; r < o->meta->world; r++)
-            if (o->files[r])
-                ckpt_shard_close(o->files[r]);
-    free(o->files);
-    free(o->prefix);
-    free(o->state_prefix);
-}
-
-/* Reads elements [a, b) of unit u of one section from whichever old ranks
- * own them. */
-static zt_status old_shards_read(struct old_shards *o, const char *section, enum zt_dtype dtype,
-                                 int u, uint64_t a, uint64_t b, void *dst)
-{
-    const uint64_t share = o->meta->unit_shard[u], numel = o->meta->unit_numel[u];
-    while (a < b) {
-        const int piece = (int)(a / share), r = file_of(o->meta, u, piece);
-        uint64_t end = share * (uint64_t)(piece + 1);
-        end = end < b ? end : b;
-        end = end < numel ? end : numel;
-        if (!o->files[r]) {
-            char path[4096];
-            ZT_TRY(ckpt_shard_path(o->step_dir, r, path, sizeof path));
-            ZT_TRY(ckpt_shard_open(path, &o->files[r]));
-        }
-        const struct ckpt_section *sec = ckpt_shard_find(o->files[r], section);
-        if (!sec || sec->dtype != dtype)
-            return zt_error_set(ZT_ERR_CHECKPOINT,
-                                "%s/rank-%05d.bin: no %s section '%s' (not a zerotrain "
-                                "training checkpoint of this version)",
-                                o->step_dir, r, dtype == ZT_U8 ? "8-bit" : "fp32", section);
-        const uint64_t *prefix =
-            strcmp(section, SHARD_STATE_MASTER_NAME) == 0 ? o->prefix : o->state_prefix;
-        uint64_t first = prefix[(size_t)r * (size_t)o->meta->n_units + (size_t)u] +
-                         (a - share * (uint64_t)piece);
-        ZT_TRY(ckpt_shard_read(o->files[r], sec, first, end - a, dst));
-        dst = (char *)dst + (end - a) * zt_dtype_size(dtype);
-        a = end;
-    }
-    return ZT_OK;
-}
-
 /* The adapters a checkpoint's meta.json records, as a spec (borrowing
  * its strings). */
 static struct lora_spec spec_of(const struct ckpt_lora *l)
@@ -620,18 +529,27 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                             "optimizer.type: %s, or export the weights and start from them with "
                             "model.init_from)",
                             step_dir, m->optimizer.kind, want, m->optimizer.kind);
-    if (m->n_params != s->table.n_params || m->n_units != s->table.n_units)
-        return zt_error_set(ZT_ERR_CHECKPOINT,
-                            "%s/meta.json: %llu parameters in %d units, the model has %zu in %d",
-                            step_dir, (unsigned long long)m->n_params, m->n_units,
-                            s->table.n_params, s->table.n_units);
+    const struct param_table *whole = param_table_whole(&s->table);
+    if (m->n_params != whole->n_params || m->n_units != whole->n_units)
+        return zt_error_set(
+            ZT_ERR_CHECKPOINT, "%s/meta.json: %llu parameters in %d units, the model has %zu in %d",
+            step_dir, (unsigned long long)m->n_params, m->n_units, whole->n_params, whole->n_units);
     for (int u = 0; u < m->n_units; u++)
-        if (m->unit_numel[u] != param_table_unit_size(&s->table, u) || m->unit_shard[u] == 0)
+        if (m->unit_numel[u] != param_table_unit_size(whole, u) || m->unit_shard[u] == 0)
             return zt_error_set(ZT_ERR_CHECKPOINT,
                                 "%s/meta.json: unit %d has %llu elements, "
                                 "the model's has %zu",
                                 step_dir, u, (unsigned long long)m->unit_numel[u],
-                                param_table_unit_size(&s->table, u));
+                                param_table_unit_size(whole, u));
+    /* per-tensor statistics of a slice are not the whole tensor's */
+    if (!weights_only && s->engine.tensor_state_len > 0 && m->layout.tp != s->layout.tp)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s/meta.json: the checkpoint was written with tensor_parallel.size "
+                            "%d, this run has %d: optimizer %s keeps statistics per tensor, "
+                            "which are not those of another slicing (resume with "
+                            "tensor_parallel.size %d, or export the weights and start from them "
+                            "with model.init_from)",
+                            step_dir, m->layout.tp, s->layout.tp, want, m->layout.tp);
     /* A unit that trains here needs the optimizer states the checkpoint has
      * only for units that trained there. */
     for (int u = 0; u < m->n_units; u++)
@@ -651,33 +569,43 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
     return ZT_OK;
 }
 
-/* Loads states 0 .. n_states - 1 (the master first, then the optimizer's). */
+/* State k's sections as the checkpoint reader finds them. */
+static struct ckpt_state state_of(const struct run_session *s, int k)
+{
+    return (struct ckpt_state){.name = shard_engine_state_name(&s->engine, k),
+                               .dtype = shard_engine_state_dtype(&s->engine, k),
+                               .trained_only = k != SHARD_STATE_MASTER};
+}
+
+/* Loads states 0 .. n_states - 1 (the master first, then the optimizer's)
+ * of the ranges this rank holds, from whichever files of the checkpoint's
+ * layout hold them (formats/checkpoint_reader.h). */
 static zt_status load_states(struct run_session *s, const char *step_dir, const struct ckpt_meta *m,
                              int n_states)
 {
-    struct old_shards o = {0};
+    struct ckpt_reader *r = NULL;
     size_t max_unit = 0;
     for (int u = 0; u < s->table.n_units; u++)
         max_unit = param_table_unit_size(&s->table, u) > max_unit
                        ? param_table_unit_size(&s->table, u)
                        : max_unit;
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
-    zt_status st = buf ? old_shards_open(&o, step_dir, m)
+    zt_status st = buf ? ckpt_reader_open(step_dir, m, param_table_whole(&s->table), &r)
                        : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the checkpoint staging");
-    for (int k = 0; k < n_states && st == ZT_OK; k++)
+    for (int k = 0; k < n_states && st == ZT_OK; k++) {
+        const struct ckpt_state state = state_of(s, k);
         for (int u = 0; u < s->table.n_units && st == ZT_OK; u++) {
             size_t lo, hi;
             shard_engine_held_range(&s->engine, u, &lo, &hi);
             if (hi == lo || !shard_engine_holds_state(&s->engine, k, u) ||
                 !ckpt_meta_unit_stored(m, u))
                 continue;
-            st = old_shards_read(&o, shard_engine_state_name(&s->engine, k),
-                                 shard_engine_state_dtype(&s->engine, k), u, lo, hi, buf);
+            st = ckpt_reader_read(r, &state, &s->table, u, lo, hi, buf);
             if (st == ZT_OK)
                 st = shard_engine_set_state(&s->engine, k, u, lo, hi, buf);
         }
-    if (o.meta)
-        old_shards_close(&o);
+    }
+    ckpt_reader_close(r);
     free(buf);
     return st;
 }
@@ -690,17 +618,18 @@ static int tensor_on_stage(const struct run_session *s, const struct ckpt_meta *
 }
 
 /* Stage p's entries of a whole-tensor optimizer's per-tensor state, from
- * the shard of the stage's first data-parallel rank, into host. */
+ * the shard of the stage's first data-parallel rank with this rank's
+ * slice, into host. */
 static zt_status load_stage_tensor_state(struct run_session *s, const char *step_dir,
                                          const struct ckpt_meta *m, int p, float *host,
                                          float *staging)
 {
     const size_t n = s->engine.tensor_state_len;
     const char *name = s->engine.cfg.optimizer->tensor_state_name;
-    const struct comm_layout l = layout_of(m);
     char path[4096];
     struct ckpt_shard *f = NULL;
-    ZT_TRY(ckpt_shard_path(step_dir, comm_layout_rank(&l, (struct comm_coords){0, p, 0}), path,
+    /* the same tensor-parallel size: check_same_model refuses another */
+    ZT_TRY(ckpt_shard_path(step_dir, ckpt_layout_rank(&m->layout, s->coords.tp, p, 0), path,
                            sizeof path));
     ZT_TRY(ckpt_shard_open(path, &f));
     const struct ckpt_section *sec = ckpt_shard_find(f, name);
@@ -834,6 +763,32 @@ static zt_status read_peft(void *r, size_t begin, size_t end, float *dst)
     return peft_adapter_read(r, begin, end, dst);
 }
 
+/* A reader of the whole model's ranges, read by a slice's: each run of
+ * the slice's range (worker/tensor_parallel.h) is a range of the whole. */
+struct slice_read {
+    range_reader read;
+    void *reader;
+    float *dst;
+    zt_status st;
+};
+
+static void read_run(void *arg, size_t whole_begin, size_t n, size_t at)
+{
+    struct slice_read *sr = arg;
+    if (sr->st == ZT_OK)
+        sr->st = sr->read(sr->reader, whole_begin, whole_begin + n, sr->dst + at);
+}
+
+/* Flat elements [begin, end) of table t (a slice, or the whole model) from
+ * a reader of the whole model's. */
+static zt_status read_through(const struct param_table *t, range_reader read, void *reader,
+                              size_t begin, size_t end, float *dst)
+{
+    struct slice_read sr = {read, reader, dst, ZT_OK};
+    param_table_tp_runs(t, begin, end, read_run, &sr);
+    return sr.st;
+}
+
 /* Each rank reads the ranges it holds of units [u0, u1) through `read`
  * into the fp32 weights the optimizer starts from (the optimizer state
  * starts at zero); then, agreed, the parameters are rebuilt. */
@@ -850,7 +805,8 @@ static zt_status import_units(struct run_session *s, int u0, int u1, range_reade
     for (int u = u0; u < u1 && st == ZT_OK; u++) {
         size_t lo, hi, at = s->table.unit_offset[u];
         if (s->engine.part.units[u].packed) { /* a 4-bit unit: encoded whole on every rank */
-            st = read(reader, at, at + param_table_unit_size(&s->table, u), buf);
+            st = read_through(&s->table, read, reader, at, at + param_table_unit_size(&s->table, u),
+                              buf);
             if (st == ZT_OK)
                 st = shard_engine_set_packed(&s->engine, u, buf);
             continue;
@@ -858,7 +814,7 @@ static zt_status import_units(struct run_session *s, int u0, int u1, range_reade
         shard_engine_held_range(&s->engine, u, &lo, &hi);
         if (hi == lo)
             continue;
-        st = read(reader, at + lo, at + hi, buf);
+        st = read_through(&s->table, read, reader, at + lo, at + hi, buf);
         if (st == ZT_OK)
             st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
     }
@@ -877,7 +833,8 @@ static zt_status import_units(struct run_session *s, int u0, int u1, range_reade
 static zt_status import_weights(struct run_session *s, const char *path)
 {
     struct hf_weights_reader *r = NULL;
-    const struct param_table base = param_table_base(&s->table);
+    /* the file holds the whole model, whichever slice this rank holds */
+    const struct param_table base = param_table_base(param_table_whole(&s->table));
     zt_status opened = check_weights_folder(path), agreed_open;
     if (opened == ZT_OK)
         opened = hf_weights_open(path, &base, &r);
@@ -911,7 +868,7 @@ static zt_status read_seed(void *r, size_t begin, size_t end, float *dst)
 static zt_status load_base(struct run_session *s, const char *meta, const struct ckpt_base *b)
 {
     if (b->kind == CKPT_BASE_SEED) {
-        struct seed_reader sr = {&s->table, b->seed};
+        struct seed_reader sr = {param_table_whole(&s->table), b->seed};
         return import_units(s, 0, s->table.lora.n_base_units, read_seed, &sr);
     }
     ZT_TRY(agree(s, s->rank == 0 ? run_base_check(meta, b) : ZT_OK));
@@ -1119,14 +1076,14 @@ static zt_status table_of(const char *step_dir, const struct ckpt_meta *m, struc
 static zt_status read_stored_units(const char *step_dir, const struct ckpt_meta *m,
                                    const struct param_table *t, float *out)
 {
-    struct old_shards o = {0};
-    zt_status st = old_shards_open(&o, step_dir, m);
+    const struct ckpt_state master = {SHARD_STATE_MASTER_NAME, ZT_F32, 0};
+    struct ckpt_reader *r;
+    ZT_TRY(ckpt_reader_open(step_dir, m, t, &r));
+    zt_status st = ZT_OK;
     for (int u = 0; u < m->n_units && st == ZT_OK; u++)
         if (ckpt_meta_unit_stored(m, u))
-            st = old_shards_read(&o, SHARD_STATE_MASTER_NAME, ZT_F32, u, 0, m->unit_numel[u],
-                                 out + t->unit_offset[u]);
-    if (o.meta)
-        old_shards_close(&o);
+            st = ckpt_reader_read(r, &master, t, u, 0, m->unit_numel[u], out + t->unit_offset[u]);
+    ckpt_reader_close(r);
     return st;
 }
 

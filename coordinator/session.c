@@ -101,8 +101,6 @@ static zt_status check_tokenizer_vocab(const struct zt_config *c, const struct t
                         c->model.vocab_size, c->data.tokenizer, v, v);
 }
 
-/* What this version runs of the layouts a config may ask for: pipelines
- * with ZeRO 0-3 on the data-parallel axis; tensor parallelism not yet. */
 /* What tensor parallelism does not cover yet, refused before any work. */
 static zt_status check_tensor_support(const struct zt_config *c)
 {
@@ -111,17 +109,15 @@ static zt_status check_tensor_support(const struct zt_config *c)
     if (T == 1)
         return ZT_OK;
     const char *what = c->tensor_parallel.sequence_parallel ? "tensor_parallel.sequence_parallel"
-                       : c->checkpoint.dir                  ? "checkpoint.dir"
-                       : c->model.init_from                 ? "model.init_from"
                        : c->lora.enabled                    ? "lora.enabled"
                        : c->quantization.load_in_4bit       ? "quantization.load_in_4bit"
                                                             : NULL;
     if (what)
         return zt_error_set(ZT_ERR_UNSUPPORTED,
                             "%s: tensor_parallel.size %d with %s set: not available in this "
-                            "version (tensor parallelism trains from the seed without "
-                            "checkpoints, sequence parallelism or fine-tuning yet): unset %s or "
-                            "set tensor_parallel.size to 1",
+                            "version (tensor parallelism trains whole models, without sequence "
+                            "parallelism, adapters or a 4-bit base yet): unset %s or set "
+                            "tensor_parallel.size to 1",
                             src, T, what, what);
     return ZT_OK;
 }

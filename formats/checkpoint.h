@@ -53,8 +53,9 @@
  * ckpt_meta_write); 64-bit integers are written and read exactly, file
  * checksums are "0x" + 16 hex digits. Format 2 added the "model" and
  * "optimizer" objects (in place of version 1's GPT-2 shape keys); format
- * 3 the "base" object (frozen units kept outside the shards). "lora" may
- * be in either.
+ * 3 the "base" object (frozen units kept outside the shards), format 4 the
+ * "layout" object and, per unit, its "pipeline_stage" and (tensor
+ * parallelism) "slice_numel". "lora" may be in any.
  *
  * Errors: a bad or incomplete checkpoint is ZT_ERR_CHECKPOINT, a failing
  * system call ZT_ERR_IO, impossible arguments ZT_ERR_USAGE, allocation
@@ -240,12 +241,29 @@ enum { CKPT_UNIT_FROZEN = 1, CKPT_UNIT_NOT_STORED = 2 };
 
 /* The grid the writing ranks stood on (comm/layout.h: rank = tp + T·(dp +
  * D·pp)): tp·pp·dp = world. Unit u is stored by the pipeline stage
- * unit_stage[u], cut into dp pieces of unit_shard[u] elements, piece d in
- * the file of rank (0, d, unit_stage[u]). A checkpoint without "layout"
- * (formats 1 .. 3) is {1, 1, world} with every unit on stage 0. */
+ * unit_stage[u]: each tensor-parallel rank t stores its slice of the unit
+ * (unit_slice[u] elements, worker/tensor_parallel.h says which), cut into
+ * dp pieces of unit_shard[u] elements, piece d in the file of rank (t, d,
+ * unit_stage[u]). Tensors that every tensor-parallel rank holds whole
+ * (norms, position embeddings) are in every slice; a reader takes them from
+ * t = 0. A checkpoint without "layout" (formats 1 .. 3) is {1, 1, world}
+ * with every unit on stage 0. */
 struct ckpt_layout {
     int tp, pp, dp;
 };
+
+/* The rank at coordinates (tp, pp, dp) of grid l, and rank r's
+ * coordinates: comm/layout.h's placement, which the files are named by. */
+static inline int ckpt_layout_rank(const struct ckpt_layout *l, int tp, int pp, int dp)
+{
+    return tp + l->tp * (dp + l->dp * pp);
+}
+static inline void ckpt_layout_coords(const struct ckpt_layout *l, int r, int *tp, int *pp, int *dp)
+{
+    *tp = r % l->tp;
+    *dp = r / l->tp % l->dp;
+    *pp = r / (l->tp * l->dp);
+}
 
 struct ckpt_meta {
     uint32_t format_version; /* set by ckpt_meta_read; the writer picks it (2 .. 4) */
@@ -255,8 +273,13 @@ struct ckpt_meta {
     char precision[16];      /* "fp32", "bf16", "fp16" */
     char *config_yaml;       /* the resolved config (owned; valid UTF-8) */
     int n_units;             /* >= 0 */
-    uint64_t *unit_numel;    /* per unit: real elements (owned, n_units) */
-    uint64_t *unit_shard;    /* per unit: elements per rank in this partition (owned) */
+    uint64_t *unit_numel;    /* per unit: real elements of the whole model (owned, n_units) */
+    /* Per unit: elements of one tensor-parallel rank's slice (owned; a
+     * writer may leave it NULL when layout.tp is 1; ckpt_meta_read always
+     * fills it, with unit_numel when tp is 1). In meta.json "slice_numel",
+     * present when tp > 1. */
+    uint64_t *unit_slice;
+    uint64_t *unit_shard; /* per unit: elements per data-parallel piece of the slice (owned) */
     /* Per unit: CKPT_UNIT_FROZEN when it was frozen, so its shards hold the
      * weights ("master") but no optimizer state sections;
      * CKPT_UNIT_NOT_STORED when it is frozen and not in the shards at all

@@ -218,25 +218,29 @@ static void add_kvlist(struct json_text *t, const char *key, const char *kind_ke
     json_text_printf(t, "},\n");
 }
 
-/* ", \"pipeline_stage\": P" for unit u, in buf. */
-static const char *pipeline_stage_text(const struct ckpt_meta *m, int u, char *buf, size_t n)
+/* ", \"pipeline_stage\": P" for unit u, and its ", \"slice_numel\": N"
+ * when the tensor-parallel ranks cut it, in buf. */
+static const char *layout_text(const struct ckpt_meta *m, int u, char *buf, size_t n)
 {
-    snprintf(buf, n, ", \"pipeline_stage\": %d", m->unit_stage ? m->unit_stage[u] : 0);
+    int len = snprintf(buf, n, ", \"pipeline_stage\": %d", m->unit_stage ? m->unit_stage[u] : 0);
+    if (layout_of(m).tp > 1 && len >= 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, ", \"slice_numel\": %llu",
+                 (unsigned long long)(m->unit_slice ? m->unit_slice[u] : m->unit_numel[u]));
     return buf;
 }
 
 static void add_lists(struct json_text *t, const struct ckpt_meta *m)
 {
-    char stage[48];
+    char stage[96];
     json_text_printf(t, "  \"units\": [");
     for (int u = 0; u < m->n_units; u++)
-        json_text_printf(
-            t, "%s\n    {\"numel\": %llu, \"shard\": %llu%s%s%s}", u ? "," : "",
-            (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u],
-            layout_is_data_only(m) ? "" : pipeline_stage_text(m, u, stage, sizeof stage),
-            m->unit_frozen && m->unit_frozen[u] ? ", \"frozen\": true" : "",
-            m->unit_frozen && m->unit_frozen[u] == CKPT_UNIT_NOT_STORED ? ", \"stored\": false"
-                                                                        : "");
+        json_text_printf(t, "%s\n    {\"numel\": %llu, \"shard\": %llu%s%s%s}", u ? "," : "",
+                         (unsigned long long)m->unit_numel[u], (unsigned long long)m->unit_shard[u],
+                         layout_is_data_only(m) ? "" : layout_text(m, u, stage, sizeof stage),
+                         m->unit_frozen && m->unit_frozen[u] ? ", \"frozen\": true" : "",
+                         m->unit_frozen && m->unit_frozen[u] == CKPT_UNIT_NOT_STORED
+                             ? ", \"stored\": false"
+                             : "");
     json_text_printf(t, "%s],\n  \"files\": [", m->n_units ? "\n  " : "");
     for (int r = 0; r < m->world; r++)
         json_text_printf(
@@ -475,16 +479,34 @@ static zt_status need_list(const char *path, const struct json_value *root, cons
     return ZT_OK;
 }
 
+/* Unit u's slice: units[u].slice_numel when tensor-parallel ranks cut
+ * it, else the whole unit. */
+static zt_status read_unit_slice(const char *path, const struct json_value *unit, size_t u,
+                                 struct ckpt_meta *m)
+{
+    char where[64];
+    m->unit_slice[u] = m->unit_numel[u];
+    snprintf(where, sizeof where, "units[%zu].slice_numel", u);
+    if (m->layout.tp > 1)
+        ZT_TRY(need_u64(path, unit, "slice_numel", where, &m->unit_slice[u]));
+    if (m->unit_slice[u] > m->unit_numel[u])
+        return zt_error_set(ZT_ERR_CHECKPOINT, "%s: %s is %llu, more than the unit's %llu", path,
+                            where, (unsigned long long)m->unit_slice[u],
+                            (unsigned long long)m->unit_numel[u]);
+    return ZT_OK;
+}
+
 static zt_status read_units(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
     const struct json_value *list;
     ZT_TRY(need_list(path, root, "units", INT_MAX, &list));
     size_t n = list->n;
     m->unit_numel = malloc((n ? n : 1) * sizeof *m->unit_numel);
+    m->unit_slice = malloc((n ? n : 1) * sizeof *m->unit_slice);
     m->unit_shard = malloc((n ? n : 1) * sizeof *m->unit_shard);
     m->unit_frozen = calloc(n ? n : 1, sizeof *m->unit_frozen);
     m->unit_stage = calloc(n ? n : 1, sizeof *m->unit_stage);
-    if (!m->unit_numel || !m->unit_shard || !m->unit_frozen || !m->unit_stage)
+    if (!m->unit_numel || !m->unit_slice || !m->unit_shard || !m->unit_frozen || !m->unit_stage)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %zu units", path, n);
     m->n_units = (int)n;
     for (size_t u = 0; u < n; u++) {
@@ -500,6 +522,7 @@ static zt_status read_units(const char *path, const struct json_value *root, str
                             &stage));
             m->unit_stage[u] = (int)stage;
         }
+        ZT_TRY(read_unit_slice(path, &list->items[u], u, m));
         snprintf(where, sizeof where, "units[%zu].frozen", u);
         if (json_object_get(&list->items[u], "frozen", NULL)) {
             const struct json_value *v;
@@ -771,6 +794,7 @@ void ckpt_meta_free(struct ckpt_meta *m)
         return;
     free(m->config_yaml);
     free(m->unit_numel);
+    free(m->unit_slice);
     free(m->unit_shard);
     free(m->unit_frozen);
     free(m->unit_stage);

@@ -1120,6 +1120,31 @@ START_TEST(test_meta_records_the_layout)
     m.layout.dp = 3;
     EXPECT_ERROR(ckpt_meta_write(path, &m), ZT_ERR_USAGE,
                  testutil_fmt("%s: layout tp 1 x pp 2 x dp 3 is not the 4 ranks of 'world'", path));
+
+    /* tensor-parallel slices: each unit's slice size is recorded */
+    m.layout = (struct ckpt_layout){2, 2, 1};
+    m.unit_slice = malloc(3 * sizeof *m.unit_slice);
+    for (int u = 0; u < 3; u++)
+        m.unit_slice[u] = 600 + (uint64_t)u;
+    EXPECT_OK(ckpt_meta_write(path, &m));
+    text = testutil_slurp(path);
+    ck_assert_ptr_nonnull(strstr(text, "\"pipeline_stage\": 1, \"slice_numel\": 602}"));
+    EXPECT_OK(ckpt_meta_read(path, &r));
+    ck_assert_int_eq(r.layout.tp, 2);
+    ck_assert_uint_eq(r.unit_slice[0], 600);
+    ck_assert_uint_eq(r.unit_slice[2], 602);
+    ckpt_meta_free(&r);
+    m.unit_slice[1] = 2000;
+    EXPECT_OK(ckpt_meta_write(path, &m));
+    EXPECT_ERROR(ckpt_meta_read(path, &r), ZT_ERR_CHECKPOINT,
+                 testutil_fmt("%s: units[1].slice_numel is 2000, more than the unit's 1001", path));
+    /* without the layout's tensor-parallel size, no slices */
+    m.layout = (struct ckpt_layout){1, 2, 2};
+    EXPECT_OK(ckpt_meta_write(path, &m));
+    ck_assert_ptr_null(strstr(testutil_slurp(path), "slice_numel"));
+    EXPECT_OK(ckpt_meta_read(path, &r));
+    ck_assert_uint_eq(r.unit_slice[1], 1001);
+    ckpt_meta_free(&r);
     ckpt_meta_free(&m);
 }
 END_TEST

@@ -239,6 +239,77 @@ START_TEST(checkpoints_resume_across_layouts)
 }
 END_TEST
 
+/* A checkpoint of tensor-parallel slices is read by any layout, each
+ * reader's runs of the whole model intersected with the writers' slices:
+ * T=2 x P=2 into D=2 at ZeRO 3, T=4 and T=2 x D=2; D=2 into T=2 x P=2; a
+ * Llama slice (grouped key-value heads, gated MLP, untied head) into one
+ * rank. Its export is the whole model: a T=2 x D=2 run starting from that
+ * file (model.init_from, read by the same runs) trains the losses a
+ * one-rank run from it does. A whole-tensor optimizer's
+ * per-tensor statistics resume only with the tensor-parallel size that
+ * computed them. */
+START_TEST(tensor_checkpoints_resume_across_layouts)
+{
+    const char *dir = testutil_tmpdir("tp-resume");
+    double full[STEPS];
+    train_saving(dir, "t2p2", 4, layout_tp(4, 2, 2, 1, ""), full);
+    resume_matches(dir, "t2p2", "t2p2-to-d2", 2, layout(2, 1, 3, ""), full);
+    resume_matches(dir, "t2p2", "t2p2-to-t4", 4, layout_tp(4, 4, 1, 0, ""), full);
+    resume_matches(dir, "t2p2", "t2p2-to-t2d2", 4, layout_tp(4, 2, 1, 2, ""), full);
+    train_saving(dir, "d2", 2, layout(2, 1, 3, ""), full);
+    resume_matches(dir, "d2", "d2-to-t2p2", 4, layout_tp(4, 2, 2, 3, ""), full);
+    train_saving(dir, "llama", 4, layout_tp(4, 2, 1, 3, LLAMA), full);
+    resume_matches(dir, "llama", "llama-to-d1", 1, layout(1, 1, 0, LLAMA), full);
+    resume_matches(dir, "llama", "llama-to-t4", 4, layout_tp(4, 4, 1, 1, LLAMA), full);
+
+    const char *log = testutil_path_in(dir, "export.log");
+    ck_assert_msg(testutil_run(log,
+                               "%s export %s/llama-ck/step-00000005 --out %s/llama.safetensors",
+                               testutil_binary(), dir, dir) == 0,
+                  "%s", testutil_slurp(log));
+    double one[3], sliced[3];
+    const char *from =
+        testutil_fmt("--set model.init_from=%s/llama.safetensors --set run.steps=3", dir);
+    testutil_train_micro_losses(dir, "from-export-1", 1,
+                                testutil_fmt("%s %s", layout(1, 1, 0, LLAMA), from), one, 3);
+    testutil_train_micro_losses(dir, "from-export-t2", 4,
+                                testutil_fmt("%s %s", layout_tp(4, 2, 1, 1, LLAMA), from), sliced,
+                                3);
+    testutil_assert_losses_close(one, sliced, 3, 1e-5, "T=2 x D=2 from the step-5 export");
+    ck_assert_msg(fabs(one[0] - full[0]) > 1e-3, "the export holds the initial weights");
+
+    const char *ada = " --set optimizer.type=Adafactor --set optimizer.params.betas=null "
+                      "--set optimizer.params.eps=null";
+    train_saving(dir, "ada", 4, layout_tp(4, 2, 1, 1, ada), full);
+    resume_matches(dir, "ada", "ada-to-t2p2", 4, layout_tp(4, 2, 2, 0, ada), full);
+    ck_assert_int_ne(testutil_train_micro(
+                         dir, "ada-to-d2", 2,
+                         testutil_fmt("%s --set run.resume=%s/ada-ck", layout(2, 1, 1, ada), dir)),
+                     0);
+    const char *text = testutil_slurp(testutil_path_in(dir, "ada-to-d2.log"));
+    ck_assert_msg(strstr(text, "written with tensor_parallel.size 2, this run has 1"), "%s", text);
+
+    /* a slice size that is not the model's cut is named, not read */
+    char meta[4096];
+    snprintf(meta, sizeof meta, "%s/t2p2-ck/step-00000005/meta.json", dir);
+    char *json = strdup(testutil_slurp(meta));
+    char *at = strstr(json, "\"slice_numel\": 6448");
+    ck_assert_msg(at != NULL, "%s", json);
+    memcpy(at + strlen("\"slice_numel\": 644"), "0", 1);
+    testutil_write_file(meta, json, strlen(json));
+    free(json);
+    ck_assert_int_ne(testutil_train_micro(dir, "bad-slice", 2,
+                                          testutil_fmt("%s --set run.resume=%s/t2p2-ck/"
+                                                       "step-00000005",
+                                                       layout(2, 1, 1, ""), dir)),
+                     0);
+    text = testutil_slurp(testutil_path_in(dir, "bad-slice.log"));
+    ck_assert_msg(strstr(text, "unit 1 has 12704 elements in slices of 6440, the model's has "
+                               "12704 in slices of 6448 over 2 tensor-parallel ranks"),
+                  "%s", text);
+}
+END_TEST
+
 /* The number after `key` in text (which must have it). */
 static double number_after(const char *text, const char *key)
 {
@@ -306,13 +377,11 @@ START_TEST(refusals_are_clear)
     ck_assert_int_ne(testutil_train_micro(dir, "heads", 4, "--set tensor_parallel.size=4"), 0);
     log = testutil_slurp(testutil_path_in(dir, "heads.log"));
     ck_assert_msg(strstr(log, "tensor_parallel.size: 4 must divide model.n_head (2)"), "%s", log);
-    ck_assert_int_ne(testutil_train_micro(dir, "tp-ckpt", 2,
-                                          testutil_fmt("--set tensor_parallel.size=2 --set "
-                                                       "checkpoint.dir=%s/ck",
-                                                       dir)),
+    ck_assert_int_ne(testutil_train_micro(dir, "tp-lora", 2,
+                                          "--set tensor_parallel.size=2 --set lora.enabled=true"),
                      0);
-    log = testutil_slurp(testutil_path_in(dir, "tp-ckpt.log"));
-    ck_assert_msg(strstr(log, "tensor_parallel.size 2 with checkpoint.dir set"), "%s", log);
+    log = testutil_slurp(testutil_path_in(dir, "tp-lora.log"));
+    ck_assert_msg(strstr(log, "tensor_parallel.size 2 with lora.enabled set"), "%s", log);
 }
 END_TEST
 
@@ -436,5 +505,7 @@ int main(void)
     tcase_add_test(tc, tensor_slices_hold_their_share);
     TCase *resume = testutil_tcase(s, "resume", 600);
     tcase_add_test(resume, checkpoints_resume_across_layouts);
+    TCase *tensor_resume = testutil_tcase(s, "tensor resume", 600);
+    tcase_add_test(tensor_resume, tensor_checkpoints_resume_across_layouts);
     return testutil_run_suite(s, 0);
 }
