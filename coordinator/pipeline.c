@@ -40,14 +40,16 @@ int pipeline_slots(enum pipeline_schedule kind, int stages, int stage, int m)
 static zt_status pipeline_create(struct run_session *s, struct pipeline *out)
 {
     const struct zt_config *c = &s->cfg;
-    const int B = c->train_micro_batch_size_per_gpu, T = c->data.seq_len;
+    const int B = c->train_micro_batch_size_per_gpu;
     memset(out, 0, sizeof *out);
     out->kind = c->pipeline.schedule;
     out->stages = c->pipeline.stages;
     out->stage = s->coords.pp;
     out->micro = c->gradient_accumulation_steps;
     out->pp = s->axes.pp;
-    out->boundary = (size_t)B * T * (size_t)c->model.n_embd;
+    /* the residual stream's rows this rank holds (all B*T, or its share
+     * under sequence parallelism) */
+    out->boundary = (size_t)model_sp_rows(s->model) * (size_t)c->model.n_embd;
     out->n_slots = pipeline_slots(out->kind, out->stages, out->stage, out->micro);
     out->slots = calloc((size_t)out->n_slots, sizeof *out->slots);
     out->pending = calloc((size_t)out->n_slots, sizeof *out->pending);

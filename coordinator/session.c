@@ -108,16 +108,14 @@ static zt_status check_tensor_support(const struct zt_config *c)
     const int T = c->tensor_parallel.size;
     if (T == 1)
         return ZT_OK;
-    const char *what = c->tensor_parallel.sequence_parallel ? "tensor_parallel.sequence_parallel"
-                       : c->lora.enabled                    ? "lora.enabled"
-                       : c->quantization.load_in_4bit       ? "quantization.load_in_4bit"
-                                                            : NULL;
+    const char *what = c->lora.enabled                ? "lora.enabled"
+                       : c->quantization.load_in_4bit ? "quantization.load_in_4bit"
+                                                      : NULL;
     if (what)
         return zt_error_set(ZT_ERR_UNSUPPORTED,
                             "%s: tensor_parallel.size %d with %s set: not available in this "
-                            "version (tensor parallelism trains whole models, without sequence "
-                            "parallelism, adapters or a 4-bit base yet): unset %s or set "
-                            "tensor_parallel.size to 1",
+                            "version (tensor parallelism trains whole models, without adapters "
+                            "or a 4-bit base yet): unset %s or set tensor_parallel.size to 1",
                             src, T, what, what);
     return ZT_OK;
 }
@@ -397,6 +395,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         const zt_status st = param_table_tp_slice(&whole, s->layout.tp, s->coords.tp, &s->table);
         param_table_free(&whole);
         ZT_TRY(st);
+        s->table.tp_sequence = c->tensor_parallel.sequence_parallel;
     }
     s->stage_method = partition_of(c);
     ZT_TRY(model_stage_of(&s->table, c->pipeline.stages, s->stage_method, s->coords.pp, &s->stage));

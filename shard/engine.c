@@ -764,10 +764,24 @@ static zt_status hook_tp_allreduce(void *ctx, float *buf, size_t n, enum model_r
                           op == MODEL_REDUCE_MAX ? COMM_OP_MAX : COMM_OP_SUM);
 }
 
+static zt_status hook_tp_allgather(void *ctx, const float *in, float *out, size_t n)
+{
+    struct shard_engine *e = ctx;
+    return comm_allgather(e->tensor, in, out, n, ZT_F32);
+}
+
+static zt_status hook_tp_reduce_scatter(void *ctx, const float *in, float *out, size_t n)
+{
+    struct shard_engine *e = ctx;
+    return comm_reduce_scatter(e->tensor, in, out, n, ZT_F32, COMM_OP_SUM);
+}
+
 void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor)
 {
     e->tensor = comm_size(tensor) > 1 ? tensor : NULL;
     e->hooks.tp_allreduce = e->tensor ? hook_tp_allreduce : NULL;
+    e->hooks.tp_allgather = e->tensor ? hook_tp_allgather : NULL;
+    e->hooks.tp_reduce_scatter = e->tensor ? hook_tp_reduce_scatter : NULL;
 }
 
 /* Under tensor parallelism: the sum of squares of this rank's share of

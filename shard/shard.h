@@ -299,9 +299,9 @@ void shard_engine_join_pipeline(struct shard_engine *e, struct comm *pipe);
 
 /* Makes the engine of one tensor-parallel slice of the model (its table
  * from param_table_tp_slice; tensor: the ranks holding the other slices,
- * ranked by slice): the model's hooks gain tp_allreduce over the group,
- * and the gradient norm sums the cut tensors' squares over it while
- * counting the tensors every rank holds whole once. tensor is borrowed. */
+ * ranked by slice): the model's hooks gain tp_allreduce, tp_allgather and tp_reduce_scatter over
+ * the group, and the gradient norm sums the cut tensors' squares over it while counting the tensors
+ * every rank holds whole once. tensor is borrowed. */
 void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor);
 
 /* Fused-backward optimizers (optimizer->fused_backward, LOMO): there is no

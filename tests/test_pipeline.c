@@ -31,6 +31,8 @@
     "--set model.family=llama --set model.n_head=8 --set model.n_kv_head=4 "                       \
     "--set model.intermediate_size=64"
 
+#define SEQUENCE "--set tensor_parallel.sequence_parallel=true"
+
 /* A run of P stages of T tensor-parallel slices at ZeRO `stage` over np
  * ranks: the global batch is 4 micro batches of 2 sequences, so each of
  * the D = np / (T P) data-parallel ranks accumulates 4 / D of them. */
@@ -87,6 +89,9 @@ static void same_losses_in_every_layout(const char *tag, const char *family)
         {4, 1, 3, "--set activation_checkpointing.enabled=true", 2},
         {4, 2, 1, "", 2},
         {4, 1, 0, "", 4},
+        {4, 1, 1, SEQUENCE, 2},
+        {4, 2, 3, SEQUENCE " --set activation_checkpointing.enabled=true", 2},
+        {4, 1, 0, SEQUENCE " --set activation_checkpointing.enabled=true", 4},
     };
     char dir[512], name[128];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir(tag)); /* testutil's strings rotate */
@@ -360,6 +365,44 @@ START_TEST(tensor_slices_hold_their_share)
 }
 END_TEST
 
+/* Sequence parallelism keeps 1/T of the residual stream's token rows:
+ * the measured activations of T=2 fall by what the rows a rank no longer
+ * holds took, counted here from GPT-2's definition (per block: LayerNorm
+ * 1's output, the attention's residual sum and LayerNorm 2's output, C
+ * floats each, and the two norms' mean and 1/std; the embedding's and
+ * each block's output; the final norm's mean and 1/std), and its
+ * tensor-parallel traffic is that of T=2 without it (an allgather and a
+ * reduce-scatter move what an allreduce does; the weight gradients' extra
+ * gathers and the norms' sums add to it). */
+START_TEST(sequence_parallel_keeps_a_share_of_the_rows)
+{
+    const char *dir = testutil_tmpdir("tp-sequence");
+    const int L = 4, C = 32, B = 2, T = 32, tp = 2;
+    const char *runs[2] = {"tp", "sp"};
+    double acts[2], tp_bytes[2];
+    for (int k = 0; k < 2; k++) {
+        const char *report = testutil_path_in(dir, testutil_fmt("%s.json", runs[k]));
+        ck_assert_int_eq(testutil_train_micro(dir, runs[k], 2,
+                                              testutil_fmt(DEEP " --set tensor_parallel.size=%d "
+                                                                "%s --memory-report %s",
+                                                           tp, k ? SEQUENCE : "", report)),
+                         0);
+        const char *json = testutil_slurp(report);
+        acts[k] = number_after(strstr(json, "\"rank\": 0,"), "\"activations\": ");
+        const char *metrics =
+            testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.jsonl", runs[k])));
+        tp_bytes[k] = number_after(metrics, "\"comm_bytes_by_axis\": {\"tp\": ");
+    }
+    const double per_row = L * (3.0 * C + 4) + (1 + L) * C + 2;
+    const double rows_gone = B * T - B * T / tp;
+    ck_assert_msg(acts[0] - acts[1] == per_row * rows_gone * sizeof(float),
+                  "activations %.0f without sequence parallelism, %.0f with it", acts[0], acts[1]);
+    ck_assert_msg(tp_bytes[1] >= tp_bytes[0] && tp_bytes[1] < 2 * tp_bytes[0],
+                  "tensor-parallel bytes %.0f, %.0f without sequence parallelism", tp_bytes[1],
+                  tp_bytes[0]);
+}
+END_TEST
+
 /* What a pipeline cannot run is refused on every rank with its reason. */
 START_TEST(refusals_are_clear)
 {
@@ -503,6 +546,7 @@ int main(void)
     tcase_add_test(tc, reports_show_the_layout);
     tcase_add_test(tc, refusals_are_clear);
     tcase_add_test(tc, tensor_slices_hold_their_share);
+    tcase_add_test(tc, sequence_parallel_keeps_a_share_of_the_rows);
     TCase *resume = testutil_tcase(s, "resume", 600);
     tcase_add_test(resume, checkpoints_resume_across_layouts);
     TCase *tensor_resume = testutil_tcase(s, "tensor resume", 600);

@@ -243,6 +243,7 @@ static double flops_per_token(const struct param_table *t, int T)
  * stream (C) is whole on every rank. */
 struct llama_dims {
     int C, NH, NKV, hs, QKV, I, V, v_lo, tp_rank, sliced;
+    int sp; /* the residual stream holds 1/sp of the token rows (model_sp_rows) */
 };
 
 static struct llama_dims dims_of(const struct param_table *t)
@@ -259,7 +260,8 @@ static struct llama_dims dims_of(const struct param_table *t)
                                .V = V,
                                .v_lo = param_table_tp_rank(t) * V,
                                .tp_rank = param_table_tp_rank(t),
-                               .sliced = tp > 1};
+                               .sliced = tp > 1,
+                               .sp = tp > 1 && t->tp_sequence ? tp : 1};
 }
 
 struct llama {
@@ -277,7 +279,7 @@ struct llama {
 };
 
 /* Offsets (in floats) inside the activation allocation; see model.c's
- * act_layout for the scheme. */
+ * act_layout for the scheme (R rows of the residual stream and the norms). */
 struct act_layout {
     size_t encoded, outputs0, internals0, layer_stride, recompute;
     size_t lnf, lnf_rstd, logits, probs, losses, loss_stats, total;
@@ -288,32 +290,33 @@ struct act_layout {
 static struct act_layout act_layout_of(const struct llama_dims *d, int B, int T, int ckpt_every,
                                        const struct model_stage *st)
 {
-    const size_t BT = (size_t)B * T, C = d->C, I = d->I;
+    const size_t BT = (size_t)B * T, R = BT / (size_t)d->sp, C = d->C, I = d->I;
     const size_t V = st->last ? (size_t)d->V : 0, head = st->last ? 1 : 0;
     const int nb = st->end_block - st->first_block;
     const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
     struct act_layout a;
     size_t o = 0;
-    a.ln1 = o, o += BT * C;
-    a.ln1_rstd = o, o += BT;
+    a.ln1 = o, o += R * C;
+    a.ln1_rstd = o, o += R;
     a.qkv = o, o += BT * (size_t)d->QKV;
     a.atty = o, o += BT * (size_t)d->NH * d->hs;
     a.att = o, o += (size_t)B * d->NH * T * T;
-    a.res2 = o, o += BT * C;
-    a.ln2 = o, o += BT * C;
-    a.ln2_rstd = o, o += BT;
+    a.res2 = o, o += R * C;
+    a.ln2 = o, o += R * C;
+    a.ln2_rstd = o, o += R;
     a.gu = o, o += BT * 2 * I;
     a.mlp = o, o += BT * I;
     a.layer_stride = o;
 
     o = 0;
-    a.encoded = o, o += BT * C;
-    a.outputs0 = o, o += BT * C * (size_t)nb;
+    a.encoded = o, o += R * C;
+    a.outputs0 = o, o += R * C * (size_t)nb;
     a.internals0 = o, o += a.layer_stride * (size_t)(nb - n_ckpt);
     a.recompute = o, o += n_ckpt > 0 ? a.layer_stride : 0;
-    /* The final norm, logits and losses: the last stage's only. */
+    /* The final norm (all B*T rows: the head's input), logits and
+     * losses: the last stage's only. */
     a.lnf = o, o += BT * C * head;
-    a.lnf_rstd = o, o += BT * head;
+    a.lnf_rstd = o, o += R * head;
     a.logits = o, o += BT * V;
     a.probs = o, o += BT * V;
     a.losses = o, o += BT * head;
@@ -334,27 +337,33 @@ static float *layer_internals(const struct llama *m, const struct act_layout *a,
  * embedding output, or what the previous stage sent). */
 static float *layer_output(const struct llama *m, const struct act_layout *a, int l)
 {
-    const size_t btc = (size_t)m->base.B * m->base.T * m->c.n_embd;
+    const size_t btc = (size_t)model_sp_rows(&m->base) * m->c.n_embd;
     const int first = m->base.stage.first_block;
     return l < first ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)(l - first) * btc;
 }
 
+/* Backward scratch; under sequence parallelism also the forward's (see
+ * model.c's scratch_layout). */
 struct scratch_layout {
-    size_t dres, dln, datty, dqkv, datt, dgu, dmlp, total;
+    size_t dres, dln, datty, dqkv, datt, dgu, dmlp, gathered, dln_rows, dnorm, total;
 };
 
 static struct scratch_layout scratch_layout_of(const struct llama_dims *d, int B, int T)
 {
-    const size_t BT = (size_t)B * T, C = d->C, I = d->I;
+    const size_t BT = (size_t)B * T, R = BT / (size_t)d->sp, C = d->C, I = d->I;
+    const size_t sequence = d->sp > 1 ? 1 : 0;
     struct scratch_layout s;
     size_t o = 0;
-    s.dres = o, o += BT * C;
+    s.dres = o, o += R * C;
     s.dln = o, o += BT * C;
     s.datty = o, o += BT * (size_t)d->NH * d->hs;
     s.dqkv = o, o += BT * (size_t)d->QKV;
     s.datt = o, o += (size_t)B * d->NH * T * T;
     s.dgu = o, o += BT * 2 * I;
     s.dmlp = o, o += BT * I;
+    s.gathered = o, o += BT * C * sequence;
+    s.dln_rows = sequence ? o : s.dln, o += R * C * sequence;
+    s.dnorm = o, o += C * sequence;
     s.total = o;
     return s;
 }
@@ -475,44 +484,49 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     const struct llama_dims *d = &m->d;
     const struct act_layout a =
         act_layout_of(d, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const int B = m->base.B, T = m->base.T, BT = B * T, C = d->C, I = d->I;
-    const int hs = d->hs, QKV = d->QKV, NH = d->NH, NKV = d->NKV;
+    const struct scratch_layout s = scratch_layout_of(d, m->base.B, m->base.T);
+    const int B = m->base.B, T = m->base.T, BT = B * T, R = model_sp_rows(&m->base), C = d->C;
+    const int I = d->I, hs = d->hs, QKV = d->QKV, NH = d->NH, NKV = d->NKV;
     const float eps = (float)c->rms_norm_eps;
+    float *gathered = m->scratch + s.gathered, *partial;
+    const float *ln1, *ln2;
 #define P(k) model_param_in(t, layer_tensor(l, k), w)
     MODEL_TIMED(
         m, MODEL_PROF_NORM,
-        ops->rmsnorm_forward(layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), BT, C, eps));
+        ops->rmsnorm_forward(layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), R, C, eps));
+    ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     /* q, k and v are one [QKV, C] matrix in the flat space. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_Q), NULL, BT, C, QKV));
-    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_Q), 3, layer + a.qkv, layer + a.ln1, BT));
+                ops->matmul_forward(layer + a.qkv, ln1, P(T_Q), NULL, BT, C, QKV));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_Q), 3, layer + a.qkv, ln1, BT));
     MODEL_TIMED(
         m, MODEL_PROF_ROPE,
         ops->rope_forward(layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
     MODEL_TIMED(
         m, MODEL_PROF_ATTENTION,
         ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, B, T, NH, NKV, hs));
+    partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_O), NULL, BT, NH * hs, C));
-    ZT_TRY(
-        model_lora_forward(&m->base, layer_tensor(l, T_O), 1, layer + a.res2, layer + a.atty, BT));
-    ZT_TRY(model_tp_allreduce(&m->base, h, layer + a.res2, (size_t)BT * C, MODEL_REDUCE_SUM));
+                ops->matmul_forward(partial, layer + a.atty, P(T_O), NULL, BT, NH * hs, C));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_O), 1, partial, layer + a.atty, BT));
+    ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
+                ops->residual_forward(layer + a.res2, layer + a.res2, x, R * C));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->rmsnorm_forward(layer + a.ln2, layer + a.ln2_rstd, layer + a.res2,
-                                     P(T_POST_NORM), BT, C, eps));
+                                     P(T_POST_NORM), R, C, eps));
+    ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     /* gate and up are one [2I, C] matrix. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.gu, layer + a.ln2, P(T_GATE), NULL, BT, C, 2 * I));
-    ZT_TRY(
-        model_lora_forward(&m->base, layer_tensor(l, T_GATE), 2, layer + a.gu, layer + a.ln2, BT));
+                ops->matmul_forward(layer + a.gu, ln2, P(T_GATE), NULL, BT, C, 2 * I));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_GATE), 2, layer + a.gu, ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION, ops->swiglu_forward(layer + a.mlp, layer + a.gu, BT, I));
+    partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(out, layer + a.mlp, P(T_DOWN), NULL, BT, I, C));
-    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, out, layer + a.mlp, BT));
-    ZT_TRY(model_tp_allreduce(&m->base, h, out, (size_t)BT * C, MODEL_REDUCE_SUM));
-    MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
+                ops->matmul_forward(partial, layer + a.mlp, P(T_DOWN), NULL, BT, I, C));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, partial, layer + a.mlp, BT));
+    ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
+    MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, R * C));
 #undef P
     return ZT_OK;
 }
@@ -525,20 +539,23 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
     const struct llama_config *c = &m->c;
     const int BT = m->base.B * m->base.T, C = c->n_embd, V = m->d.V, L = c->n_layer;
     float *acts = m->acts;
-    const float *w;
+    /* the norm of this rank's rows, gathered in place to the head's B*T */
+    float *lnf_rows = acts + a->lnf + model_sp_offset(&m->base, C);
+    const float *w, *lnf;
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->rmsnorm_forward(
-                    acts + a->lnf, acts + a->lnf_rstd, layer_output(m, a, L - 1),
-                    model_param_in(t, norm_tensor(L), w), BT, C, (float)c->rms_norm_eps));
+                m->ops->rmsnorm_forward(lnf_rows, acts + a->lnf_rstd, layer_output(m, a, L - 1),
+                                        model_param_in(t, norm_tensor(L), w),
+                                        model_sp_rows(&m->base), C, (float)c->rms_norm_eps));
+    ZT_TRY(model_sp_gather(&m->base, h, lnf_rows, acts + a->lnf, C, &lnf));
     if (c->tie_word_embeddings) {
         ZT_TRY(model_unit_release(&m->base, h, L + 1));
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     }
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_forward(acts + a->logits, acts + a->lnf,
-                                       model_param_in(t, head_tensor(c), w), NULL, BT, C, V));
-    ZT_TRY(model_lora_forward(&m->base, head_tensor(c), 1, acts + a->logits, acts + a->lnf, BT));
+                m->ops->matmul_forward(acts + a->logits, lnf, model_param_in(t, head_tensor(c), w),
+                                       NULL, BT, C, V));
+    ZT_TRY(model_lora_forward(&m->base, head_tensor(c), 1, acts + a->logits, lnf, BT));
     ZT_TRY(model_unit_release(&m->base, h, c->tie_word_embeddings ? 0 : L + 1));
     return model_vocab_loss_forward(&m->base, m->ops, h, acts + a->losses, acts + a->probs,
                                     acts + a->logits, m->targets, acts + a->loss_stats, BT, V,
@@ -562,9 +579,9 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
     if (base->stage.first) {
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-        ZT_TRY(model_vocab_embed_forward(&m->base, m->ops, h, m->acts + a.encoded, m->inputs,
+        ZT_TRY(model_vocab_embed_forward(&m->base, m->ops, h, m->acts + a.encoded,
+                                         m->scratch + scratch_layout_of(&m->d, B, T).dln, m->inputs,
                                          model_param_in(t, 0, w), NULL, C, m->d.V, m->d.v_lo));
-        ZT_TRY(model_neftune_apply(&m->base, m->acts + a.encoded, C));
         ZT_TRY(model_unit_release(&m->base, h, 0));
     }
     for (int l = base->stage.first_block; l < base->stage.end_block; l++) {
@@ -590,7 +607,31 @@ static zt_status zero(struct llama *m, float *p, size_t n)
     return ZT_OK;
 }
 
-/* dres holds d loss / d(layer output) on entry and d loss / d x on exit. */
+/* An RMSNorm's backward over this rank's rows: dinp += the input
+ * gradient, and the weight gradient (gw; NULL: frozen) accumulated,
+ * summed over the ranks under sequence parallelism. */
+static zt_status norm_backward(struct llama *m, const struct model_unit_hooks *h, float *dinp,
+                               float *gw, const float *dout, const float *inp, const float *weight,
+                               const float *rstd)
+{
+    const int C = m->d.C;
+    float *dnorm = m->scratch + scratch_layout_of(&m->d, m->base.B, m->base.T).dnorm, *dw;
+    ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gw, dnorm, (size_t)C, &dw));
+    MODEL_TIMED(
+        m, MODEL_PROF_NORM,
+        m->ops->rmsnorm_backward(dinp, dw, dout, inp, weight, rstd, model_sp_rows(&m->base), C));
+    return model_sp_norm_done(&m->base, m->ops, h, gw, dnorm, (size_t)C);
+}
+
+/* Where a column-parallel layer's input gradient is summed: model.c's. */
+static float *dln_partial(struct llama *m, const struct scratch_layout *s)
+{
+    return model_sp_partial(&m->base, m->scratch + s->dln_rows, m->scratch + s->dln);
+}
+
+/* dres holds d loss / d(layer output) on entry and d loss / d x on exit,
+ * this rank's rows of them (model.c's block_backward says how the
+ * slices' gradients meet). */
 static zt_status block_backward(struct llama *m, const struct model_unit_hooks *h, int l,
                                 const float *w, float *g, const float *x, const float *layer)
 {
@@ -602,34 +643,37 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     const struct scratch_layout s = scratch_layout_of(d, m->base.B, m->base.T);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = d->C, I = d->I;
     const int hs = d->hs, QKV = d->QKV, NH = d->NH, NKV = d->NKV;
-    float *sc = m->scratch, *dres = sc + s.dres;
+    float *sc = m->scratch, *dres = sc + s.dres, *gathered = sc + s.gathered;
+    float *dln = dln_partial(m, &s);
+    const float *dout, *ln;
 #define P(k) model_param_in(t, layer_tensor(l, k), w)
 #define G(k) model_grad_in(t, layer_tensor(l, k), g)
+    ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.dmlp, (size_t)BT * I));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.dmlp, G(T_DOWN), NULL, dres, layer + a.mlp, P(T_DOWN),
+                ops->matmul_backward(sc + s.dmlp, G(T_DOWN), NULL, dout, layer + a.mlp, P(T_DOWN),
                                      BT, I, C));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_DOWN), 1, sc + s.dmlp, dres,
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_DOWN), 1, sc + s.dmlp, dout,
                                layer + a.mlp, BT));
     ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->swiglu_backward(sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
-    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.dln, G(T_GATE), NULL, sc + s.dgu, layer + a.ln2,
-                                     P(T_GATE), BT, C, 2 * I));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_GATE), 2, sc + s.dln, sc + s.dgu,
-                               layer + a.ln2, BT));
+    ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln));
+    ZT_TRY(zero(m, dln, (size_t)BT * C));
+    MODEL_TIMED(
+        m, MODEL_PROF_MATMUL,
+        ops->matmul_backward(dln, G(T_GATE), NULL, sc + s.dgu, ln, P(T_GATE), BT, C, 2 * I));
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_GATE), 2, dln, sc + s.dgu, ln, BT));
     /* a column-parallel layer's input gradient: summed over the slices */
-    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
-    MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->rmsnorm_backward(dres, G(T_POST_NORM), sc + s.dln, layer + a.res2,
-                                      P(T_POST_NORM), layer + a.ln2_rstd, BT, C));
+    ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
+    ZT_TRY(norm_backward(m, h, dres, G(T_POST_NORM), sc + s.dln_rows, layer + a.res2,
+                         P(T_POST_NORM), layer + a.ln2_rstd));
+    ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * NH * hs));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.datty, G(T_O), NULL, dres, layer + a.atty, P(T_O), BT,
+                ops->matmul_backward(sc + s.datty, G(T_O), NULL, dout, layer + a.atty, P(T_O), BT,
                                      NH * hs, C));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_O), 1, sc + s.datty, dres,
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_O), 1, sc + s.datty, dout,
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
@@ -637,16 +681,14 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                                         layer + a.att, B, T, NH, NKV, hs));
     MODEL_TIMED(m, MODEL_PROF_ROPE,
                 ops->rope_backward(sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
-    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
+    ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
+    ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.dln, G(T_Q), NULL, sc + s.dqkv, layer + a.ln1, P(T_Q),
-                                     BT, C, QKV));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_Q), 3, sc + s.dln, sc + s.dqkv,
-                               layer + a.ln1, BT));
-    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
-    MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->rmsnorm_backward(dres, G(T_IN_NORM), sc + s.dln, x, P(T_IN_NORM),
-                                      layer + a.ln1_rstd, BT, C));
+                ops->matmul_backward(dln, G(T_Q), NULL, sc + s.dqkv, ln, P(T_Q), BT, C, QKV));
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_Q), 3, dln, sc + s.dqkv, ln, BT));
+    ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
+    ZT_TRY(norm_backward(m, h, dres, G(T_IN_NORM), sc + s.dln_rows, x, P(T_IN_NORM),
+                         layer + a.ln1_rstd));
 #undef P
 #undef G
     return ZT_OK;
@@ -665,7 +707,7 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
     const struct scratch_layout s = scratch_layout_of(&m->d, m->base.B, m->base.T);
     const int BT = m->base.B * m->base.T, C = c->n_embd, V = m->d.V, L = c->n_layer;
     const int tied = c->tie_word_embeddings;
-    float *dlogits = m->acts + a.logits, *dln = m->scratch + s.dln, *g;
+    float *dlogits = m->acts + a.logits, *dln = dln_partial(m, &s), *g;
     const float *w;
     ZT_TRY(zero(m, dlogits, (size_t)BT * V));
     ZT_TRY(model_vocab_loss_backward(&m->base, m->ops, dlogits, m->acts + a.probs, m->targets,
@@ -680,18 +722,16 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
                                         m->acts + a.lnf, model_param_in(t, head_tensor(c), w), BT,
                                         C, V));
     ZT_TRY(model_lora_backward(&m->base, head_tensor(c), 1, dln, dlogits, m->acts + a.lnf, BT));
-    ZT_TRY(model_tp_allreduce(&m->base, h, dln, (size_t)BT * C, MODEL_REDUCE_SUM));
+    ZT_TRY(model_sp_reduce(&m->base, h, dln, m->scratch + s.dln_rows, C));
     if (tied) {
         ZT_TRY(model_unit_release(&m->base, h, 0));
         ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
         ZT_TRY(model_unit_grads_acquire(&m->base, h, L + 1, &g));
     }
-    ZT_TRY(zero(m, m->scratch + s.dres, (size_t)BT * C));
-    MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->rmsnorm_backward(m->scratch + s.dres, model_grad_in(t, norm_tensor(L), g),
-                                         dln, layer_output(m, &a, L - 1),
-                                         model_param_in(t, norm_tensor(L), w), m->acts + a.lnf_rstd,
-                                         BT, C));
+    ZT_TRY(zero(m, m->scratch + s.dres, (size_t)model_sp_rows(&m->base) * C));
+    ZT_TRY(norm_backward(m, h, m->scratch + s.dres, model_grad_in(t, norm_tensor(L), g),
+                         m->scratch + s.dln_rows, layer_output(m, &a, L - 1),
+                         model_param_in(t, norm_tensor(L), w), m->acts + a.lnf_rstd));
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
     ZT_TRY(model_unit_grads_done(&m->base, h, L + 1));
     return ZT_OK;
@@ -731,9 +771,9 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
     if (base->stage.first) {
         if (!head_borrowed)
             ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
-        ZT_TRY(model_vocab_embed_backward(&m->base, m->ops, model_grad_in(t, 0, g0), NULL,
-                                          m->scratch + s.dres, m->inputs, m->c.n_embd, m->d.V,
-                                          m->d.v_lo));
+        ZT_TRY(model_vocab_embed_backward(&m->base, m->ops, h, model_grad_in(t, 0, g0), NULL,
+                                          m->scratch + s.dres, m->scratch + s.gathered, m->inputs,
+                                          m->c.n_embd, m->d.V, m->d.v_lo));
     }
     if (head_borrowed || base->stage.first)
         ZT_TRY(model_unit_grads_done(&m->base, h, 0));

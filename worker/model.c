@@ -215,6 +215,7 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
  * (C) is whole on every rank. */
 struct gpt2_dims {
     int C, NH, hs, A, F, V, v_lo, tp_rank;
+    int sp; /* the residual stream holds 1/sp of the token rows (model_sp_rows) */
 };
 
 static struct gpt2_dims dims_of(const struct param_table *t)
@@ -228,14 +229,16 @@ static struct gpt2_dims dims_of(const struct param_table *t)
                               .F = 4 * c.n_embd / tp,
                               .V = V,
                               .v_lo = param_table_tp_rank(t) * V,
-                              .tp_rank = param_table_tp_rank(t)};
+                              .tp_rank = param_table_tp_rank(t),
+                              .sp = tp > 1 && t->tp_sequence ? tp : 1};
 }
 
 /* Offsets (in floats) of every activation inside the one allocation.
  * Every layer's output is kept (it is the next layer's input); a layer's
  * internals (what its backward reads) are kept only when the layer is not
  * checkpointed. Checkpointed layers recompute their internals into one
- * shared buffer during the backward. */
+ * shared buffer during the backward. The residual stream and the norms
+ * hold R rows: B*T, or this rank's share under sequence parallelism. */
 struct act_layout {
     size_t encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses, loss_stats;
     size_t outputs0;                 /* L outputs of B*T*C floats each */
@@ -250,36 +253,37 @@ static struct act_layout act_layout_of(const struct param_table *t, int B, int T
                                        const struct model_stage *st)
 {
     const struct gpt2_dims d = dims_of(t);
-    const size_t BT = (size_t)B * T, C = d.C, NH = d.NH, A = d.A, F = d.F;
+    const size_t BT = (size_t)B * T, R = BT / (size_t)d.sp, C = d.C, NH = d.NH, A = d.A, F = d.F;
     const size_t V = st->last ? (size_t)d.V : 0, head = st->last ? 1 : 0;
     const size_t sliced = param_table_tp_size(t) > 1 ? 1 : 0;
     const int nb = st->end_block - st->first_block;
     const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
     struct act_layout a;
     size_t o = 0;
-    a.ln1 = o, o += BT * C;
-    a.ln1_mean = o, o += BT;
-    a.ln1_rstd = o, o += BT;
+    a.ln1 = o, o += R * C;
+    a.ln1_mean = o, o += R;
+    a.ln1_rstd = o, o += R;
     a.qkv = o, o += BT * 3 * A;
     a.atty = o, o += BT * A;
     a.att = o, o += (size_t)B * NH * T * T;
-    a.res2 = o, o += BT * C;
-    a.ln2 = o, o += BT * C;
-    a.ln2_mean = o, o += BT;
-    a.ln2_rstd = o, o += BT;
+    a.res2 = o, o += R * C;
+    a.ln2 = o, o += R * C;
+    a.ln2_mean = o, o += R;
+    a.ln2_rstd = o, o += R;
     a.fch = o, o += BT * F;
     a.fch_gelu = o, o += BT * F;
     a.layer_stride = o;
 
     o = 0;
-    a.encoded = o, o += BT * C;
-    a.outputs0 = o, o += BT * C * (size_t)nb;
+    a.encoded = o, o += R * C;
+    a.outputs0 = o, o += R * C * (size_t)nb;
     a.internals0 = o, o += a.layer_stride * (size_t)(nb - n_ckpt);
     a.recompute = o, o += n_ckpt > 0 ? a.layer_stride : 0;
-    /* The final norm, logits and losses: the last stage's only. */
+    /* The final norm (all B*T rows: the head's input), logits and
+     * losses: the last stage's only. */
     a.lnf = o, o += BT * C * head;
-    a.lnf_mean = o, o += BT * head;
-    a.lnf_rstd = o, o += BT * head;
+    a.lnf_mean = o, o += R * head;
+    a.lnf_rstd = o, o += R * head;
     a.logits = o, o += BT * V;
     a.probs = o, o += BT * V;
     a.losses = o, o += BT * head;
@@ -302,29 +306,37 @@ static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, 
  * embedding output, or what the previous stage sent). */
 static float *layer_output(const struct gpt2 *m, const struct act_layout *a, int l)
 {
-    const size_t btc = (size_t)m->base.B * m->base.T * dims_of(m->base.table).C;
+    const size_t btc = (size_t)model_sp_rows(&m->base) * dims_of(m->base.table).C;
     const int first = m->base.stage.first_block;
     return l < first ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)(l - first) * btc;
 }
 
-/* Backward scratch, reused by every layer. */
+/* Backward scratch, reused by every layer. Under sequence parallelism
+ * also the forward's: `gathered` takes a column-parallel layer's gathered
+ * input (or gradient), dln a partial sum of B*T rows before its
+ * reduce-scatter into dln_rows, dnorm a norm's weight gradients before
+ * their sum; without it dln_rows is dln and the others are empty. */
 struct scratch_layout {
-    size_t dres, dln, datty, dqkv, datt, dfch, dfch_gelu, total;
+    size_t dres, dln, datty, dqkv, datt, dfch, dfch_gelu, gathered, dln_rows, dnorm, total;
 };
 
 static struct scratch_layout scratch_layout_of(const struct param_table *t, int B, int T)
 {
     const struct gpt2_dims d = dims_of(t);
-    const size_t BT = (size_t)B * T, C = d.C, A = d.A, F = d.F;
+    const size_t BT = (size_t)B * T, R = BT / (size_t)d.sp, C = d.C, A = d.A, F = d.F;
+    const size_t sequence = d.sp > 1 ? 1 : 0;
     struct scratch_layout s;
     size_t o = 0;
-    s.dres = o, o += BT * C;
+    s.dres = o, o += R * C;
     s.dln = o, o += BT * C;
     s.datty = o, o += BT * A;
     s.dqkv = o, o += BT * 3 * A;
     s.datt = o, o += (size_t)B * d.NH * T * T;
     s.dfch = o, o += BT * F;
     s.dfch_gelu = o, o += BT * F;
+    s.gathered = o, o += BT * C * sequence;
+    s.dln_rows = sequence ? o : s.dln, o += R * C * sequence;
+    s.dnorm = o, o += 2 * C * sequence;
     s.total = o;
     return s;
 }
@@ -396,46 +408,50 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     const struct gpt2_dims d = dims_of(t);
     const struct act_layout a =
         act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
-    const int BT = m->base.B * m->base.T, C = d.C, A = d.A, F = d.F;
+    const struct scratch_layout s = scratch_layout_of(t, m->base.B, m->base.T);
+    const int BT = m->base.B * m->base.T, R = model_sp_rows(&m->base), C = d.C, A = d.A, F = d.F;
     /* a row-parallel projection's bias is added once, by the first slice */
     const int bias_here = d.tp_rank == 0;
+    float *gathered = m->scratch + s.gathered, *partial;
+    const float *ln1, *ln2;
 #define P(k) model_param_in(t, block_tensor(l, k), w)
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
-                                       P(T_LN1W), P(T_LN1B), BT, C));
-    MODEL_TIMED(
-        m, MODEL_PROF_MATMUL,
-        ops->matmul_forward(layer + a.qkv, layer + a.ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * A));
-    ZT_TRY(
-        model_lora_forward(&m->base, block_tensor(l, T_QKVW), 1, layer + a.qkv, layer + a.ln1, BT));
+                                       P(T_LN1W), P(T_LN1B), R, C));
+    ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                ops->matmul_forward(layer + a.qkv, ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * A));
+    ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_QKVW), 1, layer + a.qkv, ln1, BT));
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B,
                                        m->base.T, d.NH, d.NH, d.hs));
     /* attn projection output is staged in res2 then the residual added in place */
+    partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.res2, layer + a.atty, P(T_PROJW),
+                ops->matmul_forward(partial, layer + a.atty, P(T_PROJW),
                                     bias_here ? P(T_PROJB) : NULL, BT, A, C));
-    ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_PROJW), 1, layer + a.res2, layer + a.atty,
-                              BT));
-    ZT_TRY(model_tp_allreduce(&m->base, h, layer + a.res2, (size_t)BT * C, MODEL_REDUCE_SUM));
+    ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_PROJW), 1, partial, layer + a.atty, BT));
+    ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(layer + a.res2, layer + a.res2, x, BT * C));
+                ops->residual_forward(layer + a.res2, layer + a.res2, x, R * C));
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
-                                       layer + a.res2, P(T_LN2W), P(T_LN2B), BT, C));
+                                       layer + a.res2, P(T_LN2W), P(T_LN2B), R, C));
+    ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.fch, layer + a.ln2, P(T_FCW), P(T_FCB), BT, C, F));
-    ZT_TRY(
-        model_lora_forward(&m->base, block_tensor(l, T_FCW), 1, layer + a.fch, layer + a.ln2, BT));
+                ops->matmul_forward(layer + a.fch, ln2, P(T_FCW), P(T_FCB), BT, C, F));
+    ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_FCW), 1, layer + a.fch, ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * F));
+    partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(out, layer + a.fch_gelu, P(T_FCPW),
+                ops->matmul_forward(partial, layer + a.fch_gelu, P(T_FCPW),
                                     bias_here ? P(T_FCPB) : NULL, BT, F, C));
-    ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_FCPW), 1, out, layer + a.fch_gelu, BT));
-    ZT_TRY(model_tp_allreduce(&m->base, h, out, (size_t)BT * C, MODEL_REDUCE_SUM));
-    MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, BT * C));
+    ZT_TRY(
+        model_lora_forward(&m->base, block_tensor(l, T_FCPW), 1, partial, layer + a.fch_gelu, BT));
+    ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
+    MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, R * C));
 #undef P
     return ZT_OK;
 }
@@ -460,10 +476,9 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
     if (m->base.stage.first) {
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-        ZT_TRY(model_vocab_embed_forward(&m->base, m->ops, h, acts + a.encoded, m->inputs,
-                                         model_param_in(t, 0, w), model_param_in(t, 1, w), C, d.V,
-                                         d.v_lo));
-        ZT_TRY(model_neftune_apply(&m->base, acts + a.encoded, C));
+        ZT_TRY(model_vocab_embed_forward(
+            &m->base, m->ops, h, acts + a.encoded, m->scratch + scratch_layout_of(t, B, T).dln,
+            m->inputs, model_param_in(t, 0, w), model_param_in(t, 1, w), C, d.V, d.v_lo));
         ZT_TRY(model_unit_release(&m->base, h, 0));
     }
     for (int l = m->base.stage.first_block; l < m->base.stage.end_block; l++) {
@@ -479,18 +494,22 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     const float *x = layer_output(m, &a, L - 1);
 
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
+    /* the norm of this rank's rows, gathered in place to the head's B*T */
+    float *lnf_rows = acts + a.lnf + model_sp_offset(&m->base, C);
+    const float *lnf;
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->layernorm_forward(acts + a.lnf, acts + a.lnf_mean, acts + a.lnf_rstd, x,
-                                          model_param_in(t, k_lnf, w),
-                                          model_param_in(t, k_lnf + 1, w), BT, C));
+                m->ops->layernorm_forward(
+                    lnf_rows, acts + a.lnf_mean, acts + a.lnf_rstd, x, model_param_in(t, k_lnf, w),
+                    model_param_in(t, k_lnf + 1, w), model_sp_rows(&m->base), C));
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
+    ZT_TRY(model_sp_gather(&m->base, h, lnf_rows, acts + a.lnf, C, &lnf));
 
     /* the head: this rank's vocabulary slice of the logits, never all of them */
     ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-    MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_forward(acts + a.logits, acts + a.lnf, model_param_in(t, 0, w), NULL,
-                                       BT, C, d.V));
+    MODEL_TIMED(
+        m, MODEL_PROF_MATMUL,
+        m->ops->matmul_forward(acts + a.logits, lnf, model_param_in(t, 0, w), NULL, BT, C, d.V));
     ZT_TRY(model_unit_release(&m->base, h, 0));
     ZT_TRY(model_vocab_loss_forward(&m->base, m->ops, h, acts + a.losses, acts + a.probs,
                                     acts + a.logits, m->targets, acts + a.loss_stats, BT, d.V,
@@ -508,6 +527,34 @@ static zt_status zero(struct gpt2 *m, float *p, size_t n)
     return ZT_OK;
 }
 
+/* A LayerNorm's backward over this rank's rows: dinp += the input
+ * gradient, and the weight and bias gradients (gw, gb; NULL: frozen)
+ * accumulated, summed over the ranks under sequence parallelism. */
+static zt_status norm_backward(struct gpt2 *m, const struct model_unit_hooks *h, float *dinp,
+                               float *gw, float *gb, const float *dout, const float *inp,
+                               const float *weight, const float *mean, const float *rstd)
+{
+    const int C = dims_of(m->base.table).C;
+    float *dnorm = m->scratch + scratch_layout_of(m->base.table, m->base.B, m->base.T).dnorm;
+    float *dw, *db;
+    ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gw, dnorm, (size_t)C, &dw));
+    ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gb, dnorm + C, (size_t)C, &db));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                m->ops->layernorm_backward(dinp, dw, db, dout, inp, weight, mean, rstd,
+                                           model_sp_rows(&m->base), C));
+    ZT_TRY(model_sp_norm_done(&m->base, m->ops, h, gw, dnorm, (size_t)C));
+    return model_sp_norm_done(&m->base, m->ops, h, gb, dnorm + C, (size_t)C);
+}
+
+/* A column-parallel layer's input gradient: this rank's part of the sum
+ * over the slices, computed by `matmul` into dln (zeroed first) and
+ * completed into the rows the norm below reads (Megatron's conjugate of
+ * the forward's allreduce, or of its gather). */
+static float *dln_partial(struct gpt2 *m, const struct scratch_layout *s)
+{
+    return model_sp_partial(&m->base, m->scratch + s->dln_rows, m->scratch + s->dln);
+}
+
 static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h, int l,
                                 const float *w, float *g, const float *x, const float *layer)
 {
@@ -518,54 +565,56 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
         act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const struct scratch_layout s = scratch_layout_of(t, m->base.B, m->base.T);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = d.C, A = d.A, F = d.F;
-    float *sc = m->scratch, *dres = sc + s.dres;
+    float *sc = m->scratch, *dres = sc + s.dres, *gathered = sc + s.gathered;
+    float *dln = dln_partial(m, &s);
+    const float *dout, *ln;
 #define P(k) model_param_in(t, block_tensor(l, k), w)
 #define G(k) model_grad_in(t, block_tensor(l, k), g)
-    /* dres holds d loss / d res3 on entry and d loss / d x on exit. Under
-     * tensor parallelism it is whole on every rank; a column-parallel
-     * layer's input gradient is this rank's part of a sum, completed over
-     * the ranks before the norm below it (Megatron's conjugate of the
-     * forward's allreduce). A row-parallel bias's gradient is the same on
-     * every rank, as its norms' are. */
+    /* dres holds d loss / d res3 on entry and d loss / d x on exit, this
+     * rank's rows of them. Under tensor parallelism a row-parallel layer's
+     * output gradient is whole on every rank (gathered from the rows under
+     * sequence parallelism), and a column-parallel layer's input gradient
+     * is this rank's part of a sum, completed over the ranks before the
+     * norm below it. A row-parallel bias's gradient is the same on every
+     * rank. */
+    ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.dfch_gelu, (size_t)BT * F));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dres,
+                ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dout,
                                      layer + a.fch_gelu, P(T_FCPW), BT, F, C));
-    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCPW), 1, sc + s.dfch_gelu, dres,
+    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCPW), 1, sc + s.dfch_gelu, dout,
                                layer + a.fch_gelu, BT));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * F));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->gelu_backward(sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * F));
-    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
+    ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln));
+    ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.dln, G(T_FCW), G(T_FCB), sc + s.dfch, layer + a.ln2,
-                                     P(T_FCW), BT, C, F));
-    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCW), 1, sc + s.dln, sc + s.dfch,
-                               layer + a.ln2, BT));
-    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
-    MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->layernorm_backward(dres, G(T_LN2W), G(T_LN2B), sc + s.dln, layer + a.res2,
-                                        P(T_LN2W), layer + a.ln2_mean, layer + a.ln2_rstd, BT, C));
+                ops->matmul_backward(dln, G(T_FCW), G(T_FCB), sc + s.dfch, ln, P(T_FCW), BT, C, F));
+    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCW), 1, dln, sc + s.dfch, ln, BT));
+    ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
+    ZT_TRY(norm_backward(m, h, dres, G(T_LN2W), G(T_LN2B), sc + s.dln_rows, layer + a.res2,
+                         P(T_LN2W), layer + a.ln2_mean, layer + a.ln2_rstd));
+    ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * A));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dres, layer + a.atty,
+                ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dout, layer + a.atty,
                                      P(T_PROJW), BT, A, C));
-    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_PROJW), 1, sc + s.datty, dres,
+    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_PROJW), 1, sc + s.datty, dout,
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * A));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_backward(sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
                                         layer + a.att, B, T, d.NH, d.NH, d.hs));
-    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
-    MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, layer + a.ln1,
-                                     P(T_QKVW), BT, C, 3 * A));
-    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_QKVW), 1, sc + s.dln, sc + s.dqkv,
-                               layer + a.ln1, BT));
-    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
-    MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->layernorm_backward(dres, G(T_LN1W), G(T_LN1B), sc + s.dln, x, P(T_LN1W),
-                                        layer + a.ln1_mean, layer + a.ln1_rstd, BT, C));
+    ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
+    ZT_TRY(zero(m, dln, (size_t)BT * C));
+    MODEL_TIMED(
+        m, MODEL_PROF_MATMUL,
+        ops->matmul_backward(dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, ln, P(T_QKVW), BT, C, 3 * A));
+    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_QKVW), 1, dln, sc + s.dqkv, ln, BT));
+    ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
+    ZT_TRY(norm_backward(m, h, dres, G(T_LN1W), G(T_LN1B), sc + s.dln_rows, x, P(T_LN1W),
+                         layer + a.ln1_mean, layer + a.ln1_rstd));
 #undef P
 #undef G
     return ZT_OK;
@@ -591,24 +640,23 @@ static zt_status head_backward(struct gpt2 *m, const struct model_unit_hooks *h,
     ZT_TRY(zero(m, dlogits, (size_t)BT * d.V));
     ZT_TRY(model_vocab_loss_backward(&m->base, m->ops, dlogits, acts + a.probs, m->targets,
                                      grad_scale / (float)BT, BT, d.V, d.v_lo));
+    float *dln = dln_partial(m, &s);
     ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, g0));
-    ZT_TRY(zero(m, sc + s.dln, (size_t)BT * C));
+    ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_backward(sc + s.dln, model_grad_in(t, 0, *g0), NULL, dlogits,
-                                        acts + a.lnf, model_param_in(t, 0, w), BT, C, d.V));
+                m->ops->matmul_backward(dln, model_grad_in(t, 0, *g0), NULL, dlogits, acts + a.lnf,
+                                        model_param_in(t, 0, w), BT, C, d.V));
     ZT_TRY(model_unit_release(&m->base, h, 0));
-    ZT_TRY(model_tp_allreduce(&m->base, h, sc + s.dln, (size_t)BT * C, MODEL_REDUCE_SUM));
+    ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
 
     const float *x_last = layer_output(m, &a, L - 1);
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     ZT_TRY(model_unit_grads_acquire(&m->base, h, L + 1, &g));
-    ZT_TRY(zero(m, dres, (size_t)BT * C));
-    MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->layernorm_backward(dres, model_grad_in(t, k_lnf, g),
-                                           model_grad_in(t, k_lnf + 1, g), sc + s.dln, x_last,
-                                           model_param_in(t, k_lnf, w), acts + a.lnf_mean,
-                                           acts + a.lnf_rstd, BT, C));
+    ZT_TRY(zero(m, dres, (size_t)model_sp_rows(&m->base) * C));
+    ZT_TRY(norm_backward(m, h, dres, model_grad_in(t, k_lnf, g), model_grad_in(t, k_lnf + 1, g),
+                         sc + s.dln_rows, x_last, model_param_in(t, k_lnf, w), acts + a.lnf_mean,
+                         acts + a.lnf_rstd));
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
     return model_unit_grads_done(&m->base, h, L + 1);
 }
@@ -650,9 +698,9 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     if (m->base.stage.first) {
         if (!m->base.stage.last)
             ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
-        ZT_TRY(model_vocab_embed_backward(&m->base, m->ops, model_grad_in(t, 0, g0),
-                                          model_grad_in(t, 1, g0), dres, m->inputs, C, d.V,
-                                          d.v_lo));
+        ZT_TRY(model_vocab_embed_backward(&m->base, m->ops, h, model_grad_in(t, 0, g0),
+                                          model_grad_in(t, 1, g0), dres, m->scratch + s.gathered,
+                                          m->inputs, C, d.V, d.v_lo));
     }
     if (m->base.stage.first || m->base.stage.last)
         ZT_TRY(model_unit_grads_done(&m->base, h, 0));

@@ -118,8 +118,10 @@ struct param_table {
     } quant;
     /* Tensor parallelism (worker/tensor_parallel.h): this table is rank
      * tp_rank's slice of `whole` (owned) over tp_size ranks; tp_size 1 and
-     * whole NULL for the whole model. Tensor k here is tensor k there. */
-    int tp_size, tp_rank;
+     * whole NULL for the whole model. Tensor k here is tensor k there.
+     * tp_sequence: Megatron's sequence parallelism, set by the caller on a
+     * slice (model_parts.h says what the model then computes). */
+    int tp_size, tp_rank, tp_sequence;
     struct param_table *whole;
 };
 
@@ -227,6 +229,11 @@ struct model_unit_hooks {
      * maximum over the tensor-parallel ranks, the same on each. Only a
      * table sliced over more than one rank calls it (NULL otherwise). */
     zt_status (*tp_allreduce)(void *ctx, float *buf, size_t n, enum model_reduce op);
+    /* Sequence parallelism (a slice with tp_sequence): in[n] of every rank
+     * into out[n * T] in rank order (in may be out + rank * n), and the sum
+     * over the ranks of in[n * T]'s block `rank` into out[n]. */
+    zt_status (*tp_allgather)(void *ctx, const float *in, float *out, size_t n);
+    zt_status (*tp_reduce_scatter)(void *ctx, const float *in, float *out, size_t n);
 };
 
 /* Where a step's compute time goes, when profiling is on. The categories
@@ -288,7 +295,7 @@ struct model {
     struct model_neftune *neftune; /* NULL: off (model_neftune_enable) */
     /* The pipeline stage the instance runs (the whole model but under a
      * pipeline) and its boundaries with the neighbouring stages, each
-     * B*T*C floats in the device's memory (NULL where the stage has no
+     * model_sp_rows(m) * C floats in the device's memory (NULL where the stage has no
      * such neighbour): `in` the activations a first block reads (written
      * by the caller before a forward of a stage that is not the first),
      * `out` the last block's output (read after such a forward, when the
@@ -297,6 +304,11 @@ struct model {
     struct model_stage stage;
     float *boundary_in, *boundary_out, *boundary_dout, *boundary_din;
 };
+
+/* The token rows of the residual stream (the embedding's and each
+ * block's output, a pipeline boundary) the instance holds: all B*T, or
+ * under sequence parallelism its 1/T of them (model_parts.h). */
+int model_sp_rows(const struct model *m);
 
 struct compute_backend;
 

@@ -124,14 +124,20 @@ zt_status model_tp_allreduce(struct model *m, const struct model_unit_hooks *h, 
                              size_t n, enum model_reduce op);
 /* The token embedding (plus wpe's positions unless it is NULL) of the
  * vocabulary slice [v_lo, v_lo + V) this rank holds, summed over the
- * ranks: every rank gets the whole embedding out[B*T, C]. */
+ * ranks, with NEFTune's noise when it is on (model_neftune_apply): every
+ * rank gets the whole embedding out[B*T, C], or under sequence
+ * parallelism its rows of it (full[B*T, C] is the scratch the sum is
+ * reduce-scattered from; unused otherwise). */
 zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *ops,
-                                    const struct model_unit_hooks *h, float *out,
+                                    const struct model_unit_hooks *h, float *out, float *full,
                                     const int32_t *tokens, const float *wte, const float *wpe,
                                     int C, int V, int v_lo);
-/* Its backward into the slice's rows (dwte NULL: frozen, nothing). */
-zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *ops, float *dwte,
-                                     float *dwpe, const float *dout, const int32_t *tokens, int C,
+/* Its backward into the slice's rows (dwte NULL: frozen, nothing), from
+ * dout, this rank's rows of the gradient under sequence parallelism
+ * (gathered into full[B*T, C] first). */
+zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *ops,
+                                     const struct model_unit_hooks *h, float *dwte, float *dwpe,
+                                     const float *dout, float *full, const int32_t *tokens, int C,
                                      int V, int v_lo);
 /* Softmax cross-entropy over logits[N, V], this rank's vocabulary slice
  * [v_lo, v_lo + V) of them: the row maxima and the sums of exponentials
@@ -146,6 +152,48 @@ zt_status model_vocab_loss_forward(struct model *m, const struct ops_backend *op
 zt_status model_vocab_loss_backward(struct model *m, const struct ops_backend *ops, float *dlogits,
                                     const float *probs, const int32_t *targets, float dloss, int N,
                                     int V, int v_lo);
+
+/* ---- sequence parallelism (worker/model_tensor.c) ----
+ *
+ * On a slice with tp_sequence (Megatron-LM's sequence parallelism), the
+ * residual stream (the embedding's and every block's output, the norms'
+ * inputs and outputs, their gradients) holds only this rank's R = N / T
+ * of the N = B*T token rows, rows [rank R, rank R + R): every op there
+ * works row by row, so any cut of the rows gives the same values, and
+ * contiguous blocks of our [B, T, C] rows are what Megatron's cut of its
+ * [T, B, C] sequence axis is, bytes and savings alike. A column-parallel
+ * layer's input is gathered to all N rows first (and gathered again for
+ * its weight gradient in the backward, so that only the rows are kept),
+ * and a row-parallel layer's partial output is reduce-scattered to the
+ * rows where tensor parallelism alone allreduces it; in the backward the
+ * conjugates. A norm's weight gradient is then each rank's rows' part,
+ * summed over the ranks. Without tp_sequence every helper is the tensor-
+ * parallel op (or nothing, on a whole model). */
+
+/* model_sp_rows (model_family.h): the rows this rank holds. */
+/* Where this rank's rows start in a [N, C] buffer (0 without sequence
+ * parallelism). */
+size_t model_sp_offset(const struct model *m, int C);
+/* All N rows of a column-parallel layer's input, from this rank's rows
+ * [R, C]: *out is `rows` itself, or full[N, C] they were gathered into
+ * (rows may be full + model_sp_offset). */
+zt_status model_sp_gather(struct model *m, const struct model_unit_hooks *h, const float *rows,
+                          float *full, int C, const float **out);
+/* Where a partial sum over the ranks of N rows (a row-parallel layer's
+ * output, a column-parallel layer's input gradient) is written: `rows`,
+ * or the scratch full[N, C]. */
+float *model_sp_partial(const struct model *m, float *rows, float *full);
+/* Completes that partial sum into this rank's rows: an allreduce in
+ * place, or a reduce-scatter. */
+zt_status model_sp_reduce(struct model *m, const struct model_unit_hooks *h, float *partial,
+                          float *rows, int C);
+/* Where a norm's weight gradient (n floats) accumulates: *out is grad
+ * itself (NULL: frozen), or under sequence parallelism tmp[n], zeroed,
+ * which model_sp_norm_done then sums over the ranks into grad. */
+zt_status model_sp_norm_grad(struct model *m, const struct ops_backend *ops, float *grad,
+                             float *tmp, size_t n, float **out);
+zt_status model_sp_norm_done(struct model *m, const struct ops_backend *ops,
+                             const struct model_unit_hooks *h, float *grad, float *tmp, size_t n);
 
 /* Activation checkpointing as model_create describes it: block l is
  * checkpointed when ckpt_every > 0 divides it. */

@@ -1,6 +1,7 @@
 /* worker/model_tensor.c — what both families compute alike under tensor
- * parallelism (model_parts.h): the allreduce through the hooks, and the
- * vocabulary-parallel embedding and loss. */
+ * parallelism (model_parts.h): the collectives through the hooks, the
+ * vocabulary-parallel embedding and loss, and sequence parallelism's
+ * gathers and reduce-scatters of the residual stream's rows. */
 #include <string.h>
 
 #include "../common/clock.h"
@@ -32,32 +33,102 @@ zt_status model_tp_allreduce(struct model *m, const struct model_unit_hooks *h, 
     return h->tp_allreduce(h->ctx, buf, n, op);
 }
 
+static int sequence(const struct model *m)
+{
+    return sliced(m) && m->table->tp_sequence;
+}
+
+int model_sp_rows(const struct model *m)
+{
+    return m->B * m->T / (sequence(m) ? param_table_tp_size(m->table) : 1);
+}
+
+size_t model_sp_offset(const struct model *m, int C)
+{
+    return sequence(m) ? (size_t)param_table_tp_rank(m->table) * model_sp_rows(m) * C : 0;
+}
+
+zt_status model_sp_gather(struct model *m, const struct model_unit_hooks *h, const float *rows,
+                          float *full, int C, const float **out)
+{
+    *out = rows;
+    if (!sequence(m))
+        return ZT_OK;
+    ZT_ASSERT(h->tp_allgather);
+    *out = full;
+    return h->tp_allgather(h->ctx, rows, full, (size_t)model_sp_rows(m) * C);
+}
+
+float *model_sp_partial(const struct model *m, float *rows, float *full)
+{
+    return sequence(m) ? full : rows;
+}
+
+zt_status model_sp_reduce(struct model *m, const struct model_unit_hooks *h, float *partial,
+                          float *rows, int C)
+{
+    if (!sequence(m)) {
+        ZT_ASSERT(partial == rows);
+        return model_tp_allreduce(m, h, rows, (size_t)m->B * m->T * C, MODEL_REDUCE_SUM);
+    }
+    ZT_ASSERT(h->tp_reduce_scatter);
+    return h->tp_reduce_scatter(h->ctx, partial, rows, (size_t)model_sp_rows(m) * C);
+}
+
+zt_status model_sp_norm_grad(struct model *m, const struct ops_backend *ops, float *grad,
+                             float *tmp, size_t n, float **out)
+{
+    *out = grad;
+    if (!sequence(m) || !grad)
+        return ZT_OK;
+    *out = tmp;
+    return ops->memset_zero(tmp, n * sizeof(float));
+}
+
+zt_status model_sp_norm_done(struct model *m, const struct ops_backend *ops,
+                             const struct model_unit_hooks *h, float *grad, float *tmp, size_t n)
+{
+    if (!sequence(m) || !grad)
+        return ZT_OK;
+    ZT_TRY(model_tp_allreduce(m, h, tmp, n, MODEL_REDUCE_SUM));
+    return ops->residual_forward(grad, grad, tmp, (int)n);
+}
+
 zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *ops,
-                                    const struct model_unit_hooks *h, float *out,
+                                    const struct model_unit_hooks *h, float *out, float *full,
                                     const int32_t *tokens, const float *wte, const float *wpe,
                                     int C, int V, int v_lo)
 {
     if (!sliced(m)) {
         TIMED(m, MODEL_PROF_ENCODER, ops->encoder_forward(out, tokens, wte, wpe, m->B, m->T, C));
-        return ZT_OK;
+        return model_neftune_apply(m, out, C);
     }
-    /* the positions once, by the first slice, so that the sum has them once */
-    const float *positions = param_table_tp_rank(m->table) == 0 ? wpe : NULL;
+    /* the positions and NEFTune's noise once, by the first slice, so that
+     * the sum has them once */
+    const int first = param_table_tp_rank(m->table) == 0;
+    float *partial = model_sp_partial(m, out, full);
     TIMED(m, MODEL_PROF_ENCODER,
-          ops->encoder_forward_vocab(out, tokens, wte, positions, m->B, m->T, C, v_lo, V));
-    return model_tp_allreduce(m, h, out, (size_t)m->B * m->T * C, MODEL_REDUCE_SUM);
+          ops->encoder_forward_vocab(partial, tokens, wte, first ? wpe : NULL, m->B, m->T, C, v_lo,
+                                     V));
+    if (first)
+        ZT_TRY(model_neftune_apply(m, partial, C));
+    return model_sp_reduce(m, h, partial, out, C);
 }
 
-zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *ops, float *dwte,
-                                     float *dwpe, const float *dout, const int32_t *tokens, int C,
+zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *ops,
+                                     const struct model_unit_hooks *h, float *dwte, float *dwpe,
+                                     const float *dout, float *full, const int32_t *tokens, int C,
                                      int V, int v_lo)
 {
-    if (!sliced(m))
+    if (!sliced(m)) {
         TIMED(m, MODEL_PROF_ENCODER,
               ops->encoder_backward(dwte, dwpe, dout, tokens, m->B, m->T, C));
-    else
-        TIMED(m, MODEL_PROF_ENCODER,
-              ops->encoder_backward_vocab(dwte, dwpe, dout, tokens, m->B, m->T, C, v_lo, V));
+        return ZT_OK;
+    }
+    const float *d;
+    ZT_TRY(model_sp_gather(m, h, dout, full, C, &d));
+    TIMED(m, MODEL_PROF_ENCODER,
+          ops->encoder_backward_vocab(dwte, dwpe, d, tokens, m->B, m->T, C, v_lo, V));
     return ZT_OK;
 }
 

@@ -5,8 +5,10 @@
 # step time and tokens/s over the timed steps, the peak total bytes per rank (min-max over the
 # ranks, from the memory report), the bytes rank 0 sent per step on each axis (pipeline, data;
 # median), and rank 0's measured bubble (idle / busy, pipeline.h) beside (P - 1) / m. Four ranks
-# share the machine's cores: compare layouts as ratios within one run. T=4 is left out: both
-# configs have 6 query heads (and llama-small 2 key-value heads), which 4 slices cannot cut.
+# share the machine's cores: compare layouts as ratios within one run. "sp" rows add sequence
+# parallelism. Both configs have 6 query heads (llama-small 2 key-value heads), which 4 slices
+# cannot cut: the T=4 rows run them with 8 heads (llama-small 4 key-value heads), which leaves
+# GPT-2's parameters and FLOPs as they are and adds 3 % to llama-small's (its k and v).
 # usage: scripts/bench/layouts.sh [STEPS]   (default 8)
 set -euo pipefail
 steps=${1:-8}
@@ -26,7 +28,16 @@ axis() {
     awk '{a[NR]=$1} END {m = NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.2f", m/1048576}'
 }
 
-# name|T|P|ZeRO stage|schedule
+# The --set options of a row's variant for a config.
+variant() {
+  case "$1:$2" in
+    sp:*) echo "--set tensor_parallel.sequence_parallel=true" ;;
+    heads8:small) echo "--set model.n_head=8" ;;
+    heads8:llama-small) echo "--set model.n_head=8 --set model.n_kv_head=4" ;;
+  esac
+}
+
+# name|T|P|ZeRO stage|schedule|variant
 layouts=(
   "D=4 z0|1|1|0|1f1b"
   "D=4 z1|1|1|1|1f1b"
@@ -39,14 +50,23 @@ layouts=(
   "P=4 gpipe z0|1|4|0|gpipe"
   "T=2xD=2 z1|2|1|1|1f1b"
   "T=2xD=2 z3|2|1|3|1f1b"
+  "T=2xD=2 z1 sp|2|1|1|1f1b|sp"
   "T=2xP=2 1f1b z0|2|2|0|1f1b"
+  "T=2xP=2 1f1b z0 sp|2|2|0|1f1b|sp"
+  "T=4 z0 8 heads|4|1|0|1f1b|heads8"
+  "T=4 z0 8 heads sp|4|1|0|1f1b|heads8 sp"
 )
 
-printf '%-11s %-17s | %8s %9s | %13s | %8s %8s %8s | %7s %7s\n' model layout "step ms" \
+printf '%-11s %-20s | %8s %9s | %13s | %8s %8s %8s | %7s %7s\n' model layout "step ms" \
   tokens/s "peak MiB" "tp MiB" "pp MiB" "dp MiB" bubble "(P-1)/m"
 for cfg in small llama-small; do
   for entry in "${layouts[@]}"; do
-    IFS='|' read -r name T P stage schedule <<<"$entry"
+    IFS='|' read -r name T P stage schedule variants <<<"$entry"
+    extra=()
+    for v in $variants; do
+      read -ra opts <<<"$(variant "$v" "$cfg")"
+      extra+=("${opts[@]}")
+    done
     D=$((4 / (T * P)))
     accum=$((8 / D))
     mpirun --oversubscribe -np 4 "$bin" train "configs/$cfg.yaml" --no-progress \
@@ -56,7 +76,7 @@ for cfg in small llama-small; do
       --set pipeline.stages="$P" --set pipeline.schedule="$schedule" \
       --set zero_optimization.stage="$stage" --set data.train="$tmp/lic.tok" \
       --set run.output_dir="$tmp/run" --metrics "$tmp/m.jsonl" \
-      --memory-report "$tmp/mem.json" >"$tmp/log" 2>&1 || {
+      --memory-report "$tmp/mem.json" ${extra[@]+"${extra[@]}"} >"$tmp/log" 2>&1 || {
       cat "$tmp/log"
       exit 1
     }
@@ -66,7 +86,7 @@ for cfg in small llama-small; do
       bubble=$(median "$tmp/m.jsonl" bubble)
       expected=$(awk -v p="$P" -v m="$accum" 'BEGIN {printf "%.3f", (p - 1) / m}')
     fi
-    printf '%-11s %-17s | %8.1f %9.0f | %13s | %8s %8s %8s | %7s %7s\n' "$cfg" "$name" \
+    printf '%-11s %-20s | %8.1f %9.0f | %13s | %8s %8s %8s | %7s %7s\n' "$cfg" "$name" \
       "$(median "$tmp/m.jsonl" step_ms)" "$(median "$tmp/m.jsonl" tokens_per_s)" \
       "$(range "$tmp/mem.json" total_peak)" "$(axis "$tmp/m.jsonl" tp)" "$(axis "$tmp/m.jsonl" pp)" \
       "$(axis "$tmp/m.jsonl" dp)" "$bubble" "$expected"
