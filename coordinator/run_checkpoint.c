@@ -39,14 +39,6 @@ void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
     snprintf(buf, n, "%s", c->checkpoint.dir);
 }
 
-/* Real elements of unit u that `rank` owns when each rank has `share`. */
-static uint64_t owned_real(uint64_t numel, uint64_t share, int rank)
-{
-    uint64_t lo = share * (uint64_t)rank, hi = lo + share;
-    hi = hi < numel ? hi : numel;
-    return hi > lo ? hi - lo : 0;
-}
-
 /* ---- save ----------------------------------------------------------------- */
 
 /* The pipeline stage whose ranks store unit u: the first that holds it (a
@@ -101,7 +93,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         uint64_t count = 0;
         for (int u = 0; u < p->n_units; u++)
             if (saves_state(s, k, u))
-                count += owned_real(p->units[u].numel, p->units[u].shard, s->dp_rank);
+                count += ckpt_piece_elements(p->units[u].numel, p->units[u].shard, s->dp_rank);
         ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k),
                                      shard_engine_state_dtype(&s->engine, k), count));
     }

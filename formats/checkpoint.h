@@ -258,6 +258,16 @@ static inline int ckpt_layout_rank(const struct ckpt_layout *l, int tp, int pp, 
 {
     return tp + l->tp * (dp + l->dp * pp);
 }
+/* Elements a file holds of a unit's slice of `numel` cut into pieces of
+ * `share`: piece `piece`'s, which the last pieces may have fewer of (or
+ * none). Writers size their sections by it; readers find a unit in them. */
+static inline uint64_t ckpt_piece_elements(uint64_t numel, uint64_t share, int piece)
+{
+    uint64_t lo = share * (uint64_t)piece, hi = lo + share;
+    hi = hi < numel ? hi : numel;
+    return hi > lo ? hi - lo : 0;
+}
+
 static inline void ckpt_layout_coords(const struct ckpt_layout *l, int r, int *tp, int *pp, int *dp)
 {
     *tp = r % l->tp;

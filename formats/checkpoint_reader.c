@@ -31,15 +31,6 @@ struct ckpt_reader {
     struct runs mine, old; /* scratch of ckpt_reader_read */
 };
 
-/* Real elements of a unit of `numel` that piece `piece` holds when each
- * has `share`. */
-static uint64_t piece_real(uint64_t numel, uint64_t share, int piece)
-{
-    uint64_t lo = share * (uint64_t)piece, hi = lo + share;
-    hi = hi < numel ? hi : numel;
-    return hi > lo ? hi - lo : 0;
-}
-
 /* The old tensor-parallel rank t's table: its slice, or the whole model. */
 static const struct param_table *old_table(const struct ckpt_reader *r, int t)
 {
@@ -106,8 +97,9 @@ static void fill_prefixes(struct ckpt_reader *r)
         ckpt_layout_coords(&m->layout, rank, &tp, &pp, &dp);
         uint64_t at = 0, trained_at = 0;
         for (size_t u = 0; u < nu; u++) {
-            const uint64_t real =
-                pp == m->unit_stage[u] ? piece_real(m->unit_slice[u], m->unit_shard[u], dp) : 0;
+            const uint64_t real = pp == m->unit_stage[u]
+                                      ? ckpt_piece_elements(m->unit_slice[u], m->unit_shard[u], dp)
+                                      : 0;
             r->prefix[(size_t)rank * nu + u] = at;
             r->trained_prefix[(size_t)rank * nu + u] = trained_at;
             at += ckpt_meta_unit_stored(m, (int)u) ? real : 0;
