@@ -20,6 +20,12 @@
  * Errors: ZT_ERR_CONFIG, ZT_ERR_UNSUPPORTED, ZT_ERR_NOMEM. */
 zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg);
 
+/* YAML scalars written so that they read back as they were: a string
+ * double-quoted with '"', '\\' and control characters escaped, a double in
+ * the shortest %g form that reads back as the same double. */
+void config_write_quoted(FILE *f, const char *s);
+void config_write_double(FILE *f, double x);
+
 /* Lines of text collected one by one (the DeepSpeed settings a config gives
  * and zerotrain does not act on); text is NULL or NUL-terminated. */
 struct config_notes {

@@ -1671,7 +1671,7 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
 
 /* ---- writing ------------------------------------------------------------- */
 
-static void write_quoted(FILE *f, const char *s)
+void config_write_quoted(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -1686,11 +1686,10 @@ static void write_quoted(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* Shortest %g form that reads back as the same double. */
-static void write_double(FILE *f, double x)
+void config_write_double(FILE *f, double x)
 {
     char buf[40];
-    for (int prec = 15; prec <= 17; prec++) {
+    for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, x);
         if (strtod(buf, NULL) == x)
             break;
@@ -1701,9 +1700,9 @@ static void write_double(FILE *f, double x)
 static void write_pair(FILE *f, double a, double b)
 {
     fputc('[', f);
-    write_double(f, a);
+    config_write_double(f, a);
     fputs(", ", f);
-    write_double(f, b);
+    config_write_double(f, b);
     fputc(']', f);
 }
 
@@ -1727,7 +1726,7 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
         if ((fd->flags & F_ZERO_IS_ABSENT) && *(const double *)p == 0.0)
             fputs("null", f);
         else
-            write_double(f, *(const double *)p);
+            config_write_double(f, *(const double *)p);
         break;
     case T_BOOL:
         fputs(*(const int *)p ? "true" : "false", f);
@@ -1739,7 +1738,7 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
     case T_OPTIMIZER:
     case T_FAMILY:
         if (*(char *const *)p)
-            write_quoted(f, *(char *const *)p);
+            config_write_quoted(f, *(char *const *)p);
         else
             fputs("null", f);
         break;
@@ -1749,14 +1748,14 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
         fputs(n ? "[" : "null", f);
         for (int i = 0; i < n; i++) {
             fputs(i ? ", " : "", f);
-            write_quoted(f, paths[i]);
+            config_write_quoted(f, paths[i]);
         }
         fputs(n ? "]" : "", f);
         break;
     }
     case T_EPS:
         if (*(const double *)field_cptr(c, fd->off2) == 0.0)
-            write_double(f, *(const double *)p);
+            config_write_double(f, *(const double *)p);
         else
             write_pair(f, *(const double *)p, *(const double *)field_cptr(c, fd->off2));
         break;

@@ -10,6 +10,9 @@
  *                    [--max-shard-size SIZE]
  *   zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16]
  *   zerotrain prepare [--tokenizer bytes|gpt2] [--tokenizer-dir DIR] --out FILE PATH...
+ *   zerotrain plan CONFIG --gpus N [--gpus-per-node G] [--gpu-memory SIZE]
+ *                  [--machine NAME|FILE] [--global-batch B] [--top K] [--all]
+ *                  [--json FILE] [--set key.path=value]...
  *   zerotrain version | help [COMMAND]
  */
 #include "cli.h"
@@ -21,7 +24,9 @@
 #include "../comm/comm.h"
 #include "../common/status.h"
 #include "../data/data.h"
+#include "../common/size.h"
 #include "export.h"
+#include "plan.h"
 #include "prepare.h"
 #include "progress.h"
 #include "train.h"
@@ -39,6 +44,8 @@ static const char usage_text[] =
     "                            the model's family (sharded past --max-shard-size, 5GB);\n"
     "                            LoRA: --merge merges the adapters in, --adapter --out DIR\n"
     "                            writes them as a PEFT adapter folder\n"
+    "  plan CONFIG --gpus N      compare every tensor x pipeline x data x ZeRO layout of the\n"
+    "                            model on N GPUs: memory per rank, traffic, predicted speed\n"
     "  version                   print the version\n"
     "  help [COMMAND]            print this help or a command's help\n"
     "\n"
@@ -103,6 +110,30 @@ static const char prepare_help[] =
     "                         <|endoftext|> (50256) between documents; needs --tokenizer-dir\n"
     "  --tokenizer-dir DIR    the folder holding GPT-2's encoder.json and vocab.bpe\n"
     "                         (scripts/gpt2_vocab.sh DIR fetches them)\n";
+
+static const char plan_help[] =
+    "usage: zerotrain plan CONFIG --gpus N [options]\n"
+    "Plans every layout of the configured model on N GPUs without running it (one process,\n"
+    "no mpirun): tensor T x pipeline P x data D = N (T dividing the heads, P at most the\n"
+    "layers), ZeRO stage 0-3 on D, micro batch x accumulation keeping the global batch, and\n"
+    "activation checkpointing off, every block or every 2 blocks; precision, optimizer and\n"
+    "LoRA/QLoRA as configured. Per rank role (first, middle, last pipeline stage) it builds\n"
+    "the rank with training's own allocation code on a plan-only ledger (the peaks a run's\n"
+    "memory report measures), counts the bytes each axis sends, and predicts the step time\n"
+    "from the machine's rates. Layouts that fit are ranked by predicted tokens/s.\n"
+    "  --gpus N               the GPUs (ranks) to plan for\n"
+    "  --gpus-per-node G      GPUs per node (default: the machine's)\n"
+    "  --gpu-memory SIZE      memory of one GPU, as 80GiB or 40GB (default: the machine's)\n"
+    "  --machine NAME|FILE    a machine description: a name in configs/machines (h100-sxm,\n"
+    "                         a100-80gb, a100-40gb, ...) or a YAML file (zerotrain calibrate\n"
+    "                         writes one for the machine it runs on); default h100-sxm\n"
+    "  --global-batch B       sequences per optimizer step (default: the config's micro batch\n"
+    "                         x accumulation x N)\n"
+    "  --top K                rows printed (default 10)\n"
+    "  --all                  print every layout, also those that do not fit\n"
+    "  --json FILE            write every layout planned, each role's memory by category,\n"
+    "                         traffic and times, as JSON\n"
+    "  --set key.path=value   override a configuration key (repeatable)\n";
 
 struct cli_args {
     struct run_options run;
@@ -304,6 +335,8 @@ static int run_help(int argc, char **argv)
         fputs(prepare_help, stdout);
     else if (strcmp(topic, "export") == 0)
         fputs(export_help, stdout);
+    else if (strcmp(topic, "plan") == 0)
+        fputs(plan_help, stdout);
     else {
         fprintf(stderr, "zerotrain: error: no help for '%s'\n%s", topic, usage_text);
         return 2;
@@ -364,6 +397,86 @@ static int run_export(int argc, char **argv)
     return zt_status_exit_code(st);
 }
 
+/* A positive integer option's value, or 0. */
+static int positive_int(const char *text)
+{
+    char *end;
+    const long v = strtol(text, &end, 10);
+    return *end == '\0' && v > 0 && v <= 100000000 ? (int)v : 0;
+}
+
+/* Reads one plan option with a value at argv[*i]; returns 0 for a flag it
+ * does not know, -1 (usage printed) for a bad value. */
+static int plan_option(int argc, char **argv, int *i, struct plan_options *o,
+                       struct config_override *ov)
+{
+    const char *arg = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    static const char *const takes_value[] = {
+        "--gpus",         "--gpus-per-node", "--gpu-memory", "--machine",
+        "--global-batch", "--top",           "--json",       "--set"};
+    size_t k = 0;
+    while (k < sizeof takes_value / sizeof takes_value[0] && strcmp(arg, takes_value[k]) != 0)
+        k++;
+    if (k == sizeof takes_value / sizeof takes_value[0])
+        return 0;
+    if (!v)
+        return usage_exit("%s needs a value (see zerotrain help plan)", arg), -1;
+    (*i)++;
+    const int n = positive_int(v);
+    if ((k == 0 || k == 1 || k == 4 || k == 5) && !n) {
+        char fmt[64];
+        snprintf(fmt, sizeof fmt, "%s: '%%s' is not a positive whole number", arg);
+        return usage_exit(fmt, v), -1;
+    }
+    if (k == 0) {
+        o->gpus = n;
+    } else if (k == 1) {
+        o->per_node = n;
+    } else if (k == 4) {
+        o->global_batch = n;
+    } else if (k == 5) {
+        o->top = n;
+    } else if (k == 2 && !zt_size_parse(v, &o->gpu_memory)) {
+        return usage_exit("--gpu-memory: '%s' is not a size (80GiB, 40GB, or bytes)", v), -1;
+    } else if (k == 3) {
+        o->machine = v;
+    } else if (k == 6) {
+        o->json_path = v;
+    } else if (k == 7) {
+        if (o->n_overrides == MAX_OVERRIDES)
+            return usage_exit("too many --set options (at most %s)", "256"), -1;
+        ov[o->n_overrides++].assignment = v;
+    }
+    return 1;
+}
+
+static int run_plan(int argc, char **argv)
+{
+    struct config_override overrides[MAX_OVERRIDES];
+    struct plan_options o = {.overrides = overrides, .top = 10};
+    for (int i = 0; i < argc; i++) {
+        const int r = plan_option(argc, argv, &i, &o, overrides);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (strcmp(argv[i], "--all") == 0)
+            o.all = 1;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0')
+            return usage_exit("'%s': unknown option (see zerotrain help plan)", argv[i]);
+        else if (!o.config_path)
+            o.config_path = argv[i];
+        else
+            return usage_exit("unexpected argument '%s': one CONFIG file only", argv[i]);
+    }
+    if (!o.config_path || !o.gpus)
+        return usage_exit("%s", "plan needs CONFIG and --gpus N (see zerotrain help plan)");
+    zt_status st = plan_run(&o, stdout);
+    if (st != ZT_OK)
+        print_error(st);
+    return zt_status_exit_code(st);
+}
+
 int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
              const struct ckpt_fault_hooks *faults)
 {
@@ -380,6 +493,8 @@ int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
         return run_prepare(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0)
         return run_export(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0)
+        return run_plan(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("zerotrain %s\n", ZT_VERSION);
         return 0;

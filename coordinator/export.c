@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/size.h"
 #include "../formats/hf_weights.h"
 #include "../formats/peft_adapter.h"
 #include "../formats/safetensors_set.h"
@@ -42,7 +43,7 @@ static zt_status parse_max_shard_size(const struct export_request *rq, uint64_t 
                             "--max-shard-size %s: an adapter is one file (--max-shard-size is for "
                             "the model)",
                             text);
-    if (text && !safetensors_set_parse_size(text, out))
+    if (text && !zt_size_parse(text, out))
         return zt_error_set(ZT_ERR_USAGE,
                             "--max-shard-size %s: expected a size of at least one byte like 5GB, "
                             "500MB, 100KB (powers of 10), 2GiB, 512MiB, 64KiB (powers of 2) or a "

@@ -356,6 +356,19 @@ zt_status session_build_table(const struct zt_config *c, struct param_table *out
     return session_table_quantise(&q, out);
 }
 
+zt_status session_rank_table(const struct zt_config *c, int T, int t, struct param_table *out)
+{
+    ZT_TRY(session_build_table(c, out));
+    if (T == 1)
+        return ZT_OK;
+    struct param_table whole = *out;
+    const zt_status st = param_table_tp_slice(&whole, T, t, out);
+    param_table_free(&whole);
+    ZT_TRY(st);
+    out->tp_sequence = c->tensor_parallel.sequence_parallel;
+    return ZT_OK;
+}
+
 /* The rank grid, this rank's place and its axes' groups (collective). */
 static zt_status open_layout(struct run_session *s)
 {
@@ -367,37 +380,38 @@ static zt_status open_layout(struct run_session *s)
     return comm_axes_split(s->comm, &s->layout, &s->axes);
 }
 
-static enum model_partition partition_of(const struct zt_config *c)
+enum model_partition session_stage_method(const struct zt_config *c)
 {
     return c->pipeline.partition_method == PIPELINE_PARTITION_UNIFORM ? MODEL_PARTITION_UNIFORM
                                                                       : MODEL_PARTITION_PARAMETERS;
 }
 
-zt_status session_model_create(struct run_session *s, struct model_profile *profile,
-                               struct model **out)
+zt_status session_model_create_for(const struct zt_config *c, const struct param_table *t,
+                                   const struct compute_backend *be,
+                                   const struct model_stage *stage, struct model **out)
 {
-    const struct zt_config *c = &s->cfg;
-    ZT_TRY(model_create_stage(&s->table, &s->compute, c->train_micro_batch_size_per_gpu,
-                              c->data.seq_len, session_ckpt_every(c), &s->stage, out));
-    (*out)->profile = profile;
+    ZT_TRY(model_create_stage(t, be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+                              session_ckpt_every(c), stage, out));
     (*out)->seed = c->run.seed;
     if (c->run.neftune_noise_alpha <= 0.0)
         return ZT_OK;
-    return model_neftune_enable(*out, &s->compute, c->run.neftune_noise_alpha, c->run.seed);
+    return model_neftune_enable(*out, be, c->run.neftune_noise_alpha, c->run.seed);
+}
+
+zt_status session_model_create(struct run_session *s, struct model_profile *profile,
+                               struct model **out)
+{
+    const zt_status st = session_model_create_for(&s->cfg, &s->table, &s->compute, &s->stage, out);
+    if (*out)
+        (*out)->profile = profile;
+    return st;
 }
 
 static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
-    ZT_TRY(session_build_table(c, &s->table));
-    if (s->layout.tp > 1) {
-        struct param_table whole = s->table;
-        const zt_status st = param_table_tp_slice(&whole, s->layout.tp, s->coords.tp, &s->table);
-        param_table_free(&whole);
-        ZT_TRY(st);
-        s->table.tp_sequence = c->tensor_parallel.sequence_parallel;
-    }
-    s->stage_method = partition_of(c);
+    ZT_TRY(session_rank_table(c, s->layout.tp, s->coords.tp, &s->table));
+    s->stage_method = session_stage_method(c);
     ZT_TRY(model_stage_of(&s->table, c->pipeline.stages, s->stage_method, s->coords.pp, &s->stage));
     struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->dp_size, s->dp_rank);
     ec.pipeline_stage = c->pipeline.stages > 1 ? &s->stage : NULL;

@@ -189,6 +189,23 @@ enum zt_dtype session_precision(const struct zt_config *c);
 /* The model's activation checkpointing interval (0: off) for a config. */
 int session_ckpt_every(const struct zt_config *c);
 
+/* The parameter table rank t of a tensor-parallel group of T holds: the
+ * config's table (session_build_table), sliced when T > 1
+ * (param_table_tp_slice) and marked for sequence parallelism as the config
+ * says. Errors: those of session_build_table and param_table_tp_slice. */
+zt_status session_rank_table(const struct zt_config *c, int T, int t, struct param_table *out);
+
+/* How the config splits the blocks among pipeline stages. */
+enum model_partition session_stage_method(const struct zt_config *c);
+
+/* An instance of table t's model for `stage`, for one micro batch of the
+ * config, with its seed and NEFTune, in be's memory. *out is set once
+ * created: the caller destroys it, also on failure. Errors: those of
+ * model_create_stage and model_neftune_enable. */
+zt_status session_model_create_for(const struct zt_config *c, const struct param_table *t,
+                                   const struct compute_backend *be,
+                                   const struct model_stage *stage, struct model **out);
+
 /* An instance of the session's model for its pipeline stage (the whole
  * model without a pipeline), for one micro batch, timed into `profile`
  * (NULL: not), with the run's seed and NEFTune. *out is set once created:

@@ -170,14 +170,4 @@ zt_status safetensors_set_writer_finish(struct safetensors_set_writer *w);
  * already completed, and frees w. NULL is allowed. */
 void safetensors_set_writer_abort(struct safetensors_set_writer *w);
 
-/* ---- sizes ---- */
-
-/* Parses a shard size as Hugging Face writes them: a number of bytes
- * ("1000000"), or a number (with a fraction if wanted) and a unit, KB, MB,
- * GB, TB (powers of 10: "5GB", "1.5GB") or KiB, MiB, GiB, TiB (powers of 2:
- * "2GiB"), spelled so (lower-case "b" means bits to transformers). The
- * value is rounded down to whole bytes. Returns 1 and sets *bytes for a
- * size of at least one byte, 0 for anything else (*bytes untouched). */
-int safetensors_set_parse_size(const char *text, uint64_t *bytes);
-
 #endif

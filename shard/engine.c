@@ -695,16 +695,29 @@ static size_t reduced_count(const struct shard_engine *e)
     return !e->policy.shard_states ? e->part.state_padded_total : e->part.state_shard_total;
 }
 
+/* Which stage holds the other copy of a tied embedding, in a pipeline of
+ * `stages`. */
+static void find_tie(struct shard_engine *e, int stages)
+{
+    e->tie_peer = -1;
+    e->tie_duplicate = 0;
+    if (stages == 1 || !param_table_head_tied(e->table) || !e->part.units[0].trainable)
+        return;
+    e->tie_peer = e->pipeline_stage.first ? stages - 1 : e->pipeline_stage.last ? 0 : -1;
+    e->tie_duplicate = e->pipeline_stage.last;
+}
+
 void shard_engine_join_pipeline(struct shard_engine *e, struct comm *pipe)
 {
     const int stages = comm_size(pipe);
     e->pipe = stages > 1 ? pipe : NULL;
-    e->tie_peer = -1;
-    e->tie_duplicate = 0;
-    if (!e->pipe || !param_table_head_tied(e->table) || !e->part.units[0].trainable)
-        return;
-    e->tie_peer = e->pipeline_stage.first ? stages - 1 : e->pipeline_stage.last ? 0 : -1;
-    e->tie_duplicate = e->pipeline_stage.last;
+    find_tie(e, stages);
+}
+
+void shard_engine_plan_pipeline(struct shard_engine *e, int stages)
+{
+    ZT_ASSERT(e->plan);
+    find_tie(e, stages);
 }
 
 /* Where the tied embedding's reduced gradient lies in g (the reduced
@@ -738,6 +751,18 @@ static zt_status sync_tied(struct shard_engine *e, void *g)
         st = e->ops->add_into(e->cfg.precision, at(e, g, off), peer, n);
     device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, peer);
     return st;
+}
+
+/* What sync_tied holds, counted for a plan. */
+static zt_status plan_tied(struct shard_engine *e)
+{
+    size_t off, n;
+    void *peer = NULL;
+    tied_range(e, &off, &n);
+    ZT_TRY(
+        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, "tied embedding gradients", &peer));
+    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, peer);
+    return ZT_OK;
 }
 
 /* The sum of squares of this rank's share of the reduced gradients g[n],
@@ -900,6 +925,8 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
         st = shard_update_stats_alloc(e, &stats);
     if (st == ZT_OK && !e->plan)
         st = step_real(e, g, tmp, &stats, hp, loss_scale, skip_on_overflow, out);
+    else if (st == ZT_OK && e->tie_peer >= 0)
+        st = plan_tied(e);
     shard_update_stats_free(e, &stats);
     if (tmp_bytes && (tmp || e->plan))
         device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);

@@ -297,6 +297,11 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
  * stage are kept equal. pipe is borrowed. */
 void shard_engine_join_pipeline(struct shard_engine *e, struct comm *pipe);
 
+/* The same for a plan (a plan-only engine, no communicator): the engine of
+ * stage cfg.pipeline_stage of a pipeline of `stages` counts what a step of
+ * that stage holds for the tied embedding's exchange. */
+void shard_engine_plan_pipeline(struct shard_engine *e, int stages);
+
 /* Makes the engine of one tensor-parallel slice of the model (its table
  * from param_table_tp_slice; tensor: the ranks holding the other slices,
  * ranked by slice): the model's hooks gain tp_allreduce, tp_allgather and tp_reduce_scatter over

@@ -9,3 +9,6 @@ zt_test(test_config SOURCES test_config.c ../config/config.c ../config/config_sc
   LIBS zt_worker zt_common PkgConfig::YAML m)
 zt_wrap_alloc(test_config)
 zt_test(test_schedule SOURCES test_schedule.c ../worker/schedule.c LIBS zt_common)
+# Machine description files: the repository's machines, lookup by name,
+# bad files with their messages, and the write/load round trip.
+zt_test(test_machine SOURCES test_machine.c LIBS zt_config zt_common)

@@ -15,6 +15,7 @@
 #include "common/atomic_file.h"
 #include "common/ledger.h"
 #include "common/rng.h"
+#include "common/size.h"
 #include "common/status.h"
 #include "testutil.h"
 
@@ -214,6 +215,59 @@ START_TEST(atomic_file_earlier_write_error_fails_the_commit)
 }
 END_TEST
 
+START_TEST(sizes_parse_as_people_write_them)
+{
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } good[] = {
+        {"5GB", 5000000000ull},   {"500MB", 500000000ull},
+        {"100KB", 100000ull},     {"2TB", 2000000000000ull},
+        {"2GiB", 2147483648ull},  {"512MiB", 536870912ull},
+        {"64KiB", 65536ull},      {"1TiB", 1099511627776ull},
+        {"1000000", 1000000ull},  {"1", 1},
+        {"1.5GB", 1500000000ull}, {"0.5KiB", 512},
+        {"1.0001KB", 1000},       {"0.001KB", 1},
+        {"007MB", 7000000ull},    {"18446744073709551615", UINT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t b = 0;
+        ck_assert_msg(zt_size_parse(good[i].text, &b), "%s", good[i].text);
+        ck_assert_msg(b == good[i].bytes, "%s: %llu", good[i].text, (unsigned long long)b);
+    }
+    static const char *const bad[] = {
+        "",
+        "GB",
+        "5gb",
+        "5Gb",
+        "5 GB",
+        "5GB ",
+        " 5GB",
+        "5G",
+        "5XB",
+        "-5GB",
+        "0",
+        "0GB",
+        "0.0001KB",
+        "1.5",
+        ".GB",
+        "1e9",
+        "5GiBs",
+        "1..5GB",
+        "0x10",
+        "1.0000000001GB",
+        "18446744073709551616",
+        "20000000TB",
+        "18446744073709551615KB",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t b = 42;
+        ck_assert_msg(!zt_size_parse(bad[i], &b), "'%s' was taken", bad[i]);
+        ck_assert_uint_eq(b, 42);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("common");
@@ -226,6 +280,7 @@ int main(void)
     tcase_add_test(tc, atomic_file_missing_folder_is_an_io_error);
     tcase_add_test(tc, atomic_file_failed_rename_removes_the_temp_file);
     tcase_add_test(tc, atomic_file_earlier_write_error_fails_the_commit);
+    tcase_add_test(tc, sizes_parse_as_people_write_them);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }

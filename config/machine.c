@@ -1,0 +1,392 @@
+/* config/machine.c — machine files (see machine.h).
+ *
+ * One flat table names every key of the format as a dotted path, parents
+ * before their children and each section's keys together, with how the
+ * value is read and where it lives in struct machine. The reader walks the
+ * YAML tree against it (unknown keys, missing keys, values), and the writer
+ * prints it in table order, so the two cannot disagree on the format.
+ *
+ * Finding a file by name is a path join; only when that file is missing is
+ * the folder listed, to say which names there are.
+ */
+#include "machine.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../common/size.h"
+#include "config_impl.h"
+#include "yaml_tree.h"
+
+#ifndef ZT_MACHINES_DIR
+#error "ZT_MACHINES_DIR must be defined (config/CMakeLists.txt)"
+#endif
+
+enum kind {
+    K_SECTION, /* a mapping of the rows below it */
+    K_NAME,    /* char[64]: 1 to 63 characters */
+    K_SIZE,    /* uint64_t bytes: zt_size_parse */
+    K_COUNT,   /* int >= 1 */
+    K_RATE,    /* double, finite and > 0 */
+};
+
+struct row {
+    const char *path; /* dotted key path */
+    enum kind kind;
+    size_t off;       /* of the value in struct machine; 0 for sections */
+    const char *unit; /* written as a comment after the value */
+};
+
+#define OFF(member) offsetof(struct machine, member)
+#define FLOPS(p)    (OFF(matmul_flops) + (p) * sizeof(double))
+
+static const struct row rows[] = {
+    {"name", K_NAME, OFF(name), NULL},
+    {"device_memory", K_SIZE, OFF(device_memory), "of one device"},
+    {"devices_per_node", K_COUNT, OFF(devices_per_node), NULL},
+    {"compute", K_SECTION, 0, NULL},
+    {"compute.matmul_flops", K_SECTION, 0, "sustained dense matmul FLOP/s of one device"},
+    {"compute.matmul_flops.fp32", K_RATE, FLOPS(MACHINE_FP32), NULL},
+    {"compute.matmul_flops.bf16", K_RATE, FLOPS(MACHINE_BF16), NULL},
+    {"compute.matmul_flops.fp16", K_RATE, FLOPS(MACHINE_FP16), NULL},
+    {"compute.memory_bandwidth", K_RATE, OFF(memory_bandwidth), "bytes/s"},
+    {"links", K_SECTION, 0, "bus bandwidth in bytes/s, latency in s per collective step"},
+    {"links.intra_node", K_SECTION, 0, NULL},
+    {"links.intra_node.bandwidth", K_RATE, OFF(intra_node.bandwidth), NULL},
+    {"links.intra_node.latency", K_RATE, OFF(intra_node.latency), NULL},
+    {"links.inter_node", K_SECTION, 0, NULL},
+    {"links.inter_node.bandwidth", K_RATE, OFF(inter_node.bandwidth), NULL},
+    {"links.inter_node.latency", K_RATE, OFF(inter_node.latency), NULL},
+};
+
+#define N_ROWS (sizeof rows / sizeof rows[0])
+#define WHERE  512
+#define GOT    128
+
+/* The last component of a dotted path. */
+static const char *leaf(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    return dot ? dot + 1 : path;
+}
+
+/* Whether `path` is a key directly inside the section `prefix` ("" for the
+ * top level). */
+static int is_child(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (n == 0)
+        return strchr(path, '.') == NULL;
+    return strncmp(path, prefix, n) == 0 && path[n] == '.' && strchr(path + n + 1, '.') == NULL;
+}
+
+/* "name, device_memory, ..." : the keys the section `prefix` expects. */
+static void expected_keys(const char *prefix, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_ROWS && used < size; i++)
+        if (is_child(rows[i].path, prefix))
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "",
+                                     leaf(rows[i].path));
+}
+
+static zt_status unknown_key(const struct yaml_tree_node *key, const char *prefix)
+{
+    char where[WHERE], expected[256];
+    yaml_tree_where(key, where, sizeof where);
+    expected_keys(prefix, expected, sizeof expected);
+    return zt_error_set(ZT_ERR_CONFIG, "%s: unknown key '%s'%s%s (expected %s)", where, key->text,
+                        *prefix ? " in " : "", prefix, expected);
+}
+
+static zt_status bad_value(const struct yaml_tree_node *v, const char *path, const char *expected)
+{
+    char where[WHERE], got[GOT];
+    yaml_tree_where(v, where, sizeof where);
+    yaml_tree_describe(v, got, sizeof got);
+    return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected %s, got %s", where, path, expected, got);
+}
+
+static int is_plain(const struct yaml_tree_node *v)
+{
+    return v->kind == YAML_TREE_SCALAR && !v->quoted && !yaml_tree_is_null(v);
+}
+
+/* A positive finite decimal. strtod alone would also take "inf", "nan",
+ * hex floats and surrounding space, which a machine file should not. */
+static int parse_rate(const struct yaml_tree_node *v, double *out)
+{
+    if (!is_plain(v) || v->text[strspn(v->text, "0123456789+-.eE")] != '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    double d = strtod(v->text, &end);
+    if (end == v->text || *end != '\0' || errno == ERANGE || !isfinite(d) || !(d > 0))
+        return 0;
+    *out = d;
+    return 1;
+}
+
+static int parse_count(const struct yaml_tree_node *v, int *out)
+{
+    if (!is_plain(v) || v->text[strspn(v->text, "0123456789")] != '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    long n = strtol(v->text, &end, 10);
+    if (end == v->text || *end != '\0' || errno == ERANGE || n < 1 || n > INT_MAX)
+        return 0;
+    *out = (int)n;
+    return 1;
+}
+
+static zt_status read_value(const struct row *r, const struct yaml_tree_node *v, struct machine *m)
+{
+    char *field = (char *)m + r->off;
+    switch (r->kind) {
+    case K_NAME:
+        if (v->kind != YAML_TREE_SCALAR || yaml_tree_is_null(v) || v->text[0] == '\0' ||
+            strlen(v->text) >= sizeof m->name)
+            return bad_value(v, r->path, "a string of 1 to 63 characters");
+        strcpy(m->name, v->text);
+        return ZT_OK;
+    case K_SIZE:
+        if (v->kind != YAML_TREE_SCALAR || !zt_size_parse(v->text, (uint64_t *)(void *)field))
+            return bad_value(v, r->path, "a size such as 80GiB or a number of bytes");
+        return ZT_OK;
+    case K_COUNT:
+        if (!parse_count(v, (int *)(void *)field))
+            return bad_value(v, r->path, "an integer >= 1");
+        return ZT_OK;
+    case K_RATE:
+        if (!parse_rate(v, (double *)(void *)field))
+            return bad_value(v, r->path, "a positive number");
+        return ZT_OK;
+    case K_SECTION:
+        break;
+    }
+    ZT_ASSERT(0);
+    return ZT_ERR_INTERNAL;
+}
+
+/* Every key of `map` has a row; then every row of the section is present
+ * and read, in table order, so the first missing key reported is the first
+ * in the format. */
+static zt_status read_section(const struct yaml_tree_node *map, const char *prefix,
+                              struct machine *m)
+{
+    for (size_t k = 0; k < map->n; k++) {
+        size_t i = 0;
+        while (i < N_ROWS && !(is_child(rows[i].path, prefix) &&
+                               strcmp(leaf(rows[i].path), map->keys[k]->text) == 0))
+            i++;
+        if (i == N_ROWS)
+            return unknown_key(map->keys[k], prefix);
+    }
+    for (size_t i = 0; i < N_ROWS; i++) {
+        if (!is_child(rows[i].path, prefix))
+            continue;
+        const struct yaml_tree_node *v = yaml_tree_get(map, leaf(rows[i].path));
+        if (!v)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: missing key %s", map->origin, rows[i].path);
+        if (rows[i].kind != K_SECTION)
+            ZT_TRY(read_value(&rows[i], v, m));
+        else if (v->kind != YAML_TREE_MAP)
+            return bad_value(v, rows[i].path, "a mapping");
+        else
+            ZT_TRY(read_section(v, rows[i].path, m));
+    }
+    return ZT_OK;
+}
+
+static zt_status read_tree(const struct yaml_tree *t, const char *path, struct machine *m)
+{
+    if (!t->root)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: empty machine file", path);
+    if (t->root->kind != YAML_TREE_MAP) {
+        char where[WHERE], got[GOT], expected[256];
+        yaml_tree_where(t->root, where, sizeof where);
+        yaml_tree_describe(t->root, got, sizeof got);
+        expected_keys("", expected, sizeof expected);
+        return zt_error_set(ZT_ERR_CONFIG, "%s: a machine file must be a mapping of %s; got %s",
+                            where, expected, got);
+    }
+    return read_section(t->root, "", m);
+}
+
+/* ---- finding a machine by name ---------------------------------------- */
+
+static const char *machines_dir(void)
+{
+    const char *env = getenv("ZT_MACHINES_DIR");
+    return env && *env ? env : ZT_MACHINES_DIR;
+}
+
+static int is_path(const char *s)
+{
+    size_t n = strlen(s);
+    return strchr(s, '/') != NULL || (n >= 5 && strcmp(s + n - 5, ".yaml") == 0);
+}
+
+/* The stem of a "NAME.yaml" entry into stem (sized NAME_MAX + 1); 0 for
+ * other entries. */
+static int yaml_stem(const char *entry, char *stem)
+{
+    size_t n = strlen(entry);
+    if (n <= 5 || n > NAME_MAX || strcmp(entry + n - 5, ".yaml") != 0 || entry[0] == '.')
+        return 0;
+    memcpy(stem, entry, n - 5);
+    stem[n - 5] = '\0';
+    return 1;
+}
+
+/* "a, b, c" : the machine names in dir in sorted order, truncated to
+ * `size`. Each pass picks the smallest name after the last one written,
+ * which needs no allocation; a folder of machines is small. */
+static void list_names(DIR *d, char *buf, size_t size)
+{
+    char last[NAME_MAX + 1] = "", best[NAME_MAX + 1], stem[NAME_MAX + 1];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int have = 1; have && used < size;) {
+        have = 0;
+        rewinddir(d);
+        for (struct dirent *e; (e = readdir(d)) != NULL;)
+            if (yaml_stem(e->d_name, stem) && (!used || strcmp(stem, last) > 0) &&
+                (!have || strcmp(stem, best) < 0)) {
+                strcpy(best, stem);
+                have = 1;
+            }
+        if (have) {
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", best);
+            strcpy(last, best);
+        }
+    }
+}
+
+static zt_status no_such_machine(const char *name, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "no machine '%s': cannot list the machines folder %s: %s", name, dir,
+                            strerror(errno));
+    char names[1024];
+    list_names(d, names, sizeof names);
+    closedir(d);
+    if (!names[0])
+        return zt_error_set(ZT_ERR_CONFIG, "no machine '%s' in %s (there are none)", name, dir);
+    return zt_error_set(ZT_ERR_CONFIG, "no machine '%s' in %s (there are: %s)", name, dir, names);
+}
+
+/* The file to read for `name_or_path` into path (sized like machine.path). */
+static zt_status resolve(const char *name_or_path, char *path, size_t size)
+{
+    if (!*name_or_path)
+        return zt_error_set(ZT_ERR_CONFIG, "machine_load: empty machine name");
+    const char *dir = machines_dir();
+    int n = is_path(name_or_path) ? snprintf(path, size, "%s", name_or_path)
+                                  : snprintf(path, size, "%s/%s.yaml", dir, name_or_path);
+    if (n < 0 || (size_t)n >= size)
+        return zt_error_set(ZT_ERR_CONFIG, "machine_load: path too long: %s", name_or_path);
+    struct stat sb;
+    if (!is_path(name_or_path) && stat(path, &sb) != 0 && errno == ENOENT)
+        return no_such_machine(name_or_path, dir);
+    return ZT_OK;
+}
+
+zt_status machine_load(const char *name_or_path, struct machine *out)
+{
+    struct yaml_tree *t = NULL;
+    memset(out, 0, sizeof *out);
+    zt_status s = resolve(name_or_path, out->path, sizeof out->path);
+    if (s == ZT_OK)
+        s = yaml_tree_load_file(out->path, &t);
+    if (s == ZT_OK)
+        s = read_tree(t, out->path, out);
+    yaml_tree_free(t);
+    if (s != ZT_OK) {
+        memset(out, 0, sizeof *out); /* nothing half-read escapes */
+        zt_error_trace_push(__FILE__, __LINE__);
+    }
+    return s;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* The shortest %g form that reads back as the same double: exact like
+ * %.17g, and 6.9258e+14 reads better than 692580000000000. */
+/* The largest binary unit that divides the size exactly, so 80 GiB reads
+ * as 80GiB; zt_size_parse reads it back to the same bytes. */
+static void put_size(FILE *f, uint64_t bytes)
+{
+    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+    for (int i = 0; i < 4; i++) {
+        uint64_t scale = 1ull << (10 * (4 - i));
+        if (bytes % scale == 0) {
+            fprintf(f, "%llu%s", (unsigned long long)(bytes / scale), units[i]);
+            return;
+        }
+    }
+    fprintf(f, "%llu", (unsigned long long)bytes);
+}
+
+static void put_comment(FILE *f, const char *comment)
+{
+    while (comment && *comment) {
+        size_t n = strcspn(comment, "\n");
+        if (n)
+            fprintf(f, "# %.*s\n", (int)n, comment);
+        else
+            fputs("#\n", f);
+        comment += n + (comment[n] == '\n');
+    }
+}
+
+static void put_row(FILE *f, const struct row *r, const struct machine *m)
+{
+    const char *field = (const char *)m + r->off;
+    int depth = 0;
+    for (const char *p = r->path; *p; p++)
+        depth += *p == '.';
+    fprintf(f, "%*s%s:", 2 * depth, "", leaf(r->path));
+    if (r->kind != K_SECTION)
+        fputc(' ', f);
+    switch (r->kind) {
+    case K_SECTION:
+        break;
+    case K_NAME:
+        config_write_quoted(f, field);
+        break;
+    case K_SIZE:
+        put_size(f, *(const uint64_t *)(const void *)field);
+        break;
+    case K_COUNT:
+        fprintf(f, "%d", *(const int *)(const void *)field);
+        break;
+    case K_RATE:
+        config_write_double(f, *(const double *)(const void *)field);
+        break;
+    }
+    if (r->unit)
+        fprintf(f, " # %s", r->unit);
+    fputc('\n', f);
+}
+
+zt_status machine_write(const struct machine *m, const char *comment, FILE *f)
+{
+    put_comment(f, comment);
+    for (size_t i = 0; i < N_ROWS; i++)
+        put_row(f, &rows[i], m);
+    if (fflush(f) != 0 || ferror(f))
+        return zt_error_set(ZT_ERR_IO, "machine_write: cannot write machine '%s': %s", m->name,
+                            strerror(errno));
+    return ZT_OK;
+}

@@ -1,0 +1,99 @@
+/* config/machine.h — what one kind of machine can do, read from a small
+ * YAML file, for the planner's time and memory estimates.
+ *
+ * A machine file describes one device and the links between devices:
+ *
+ *     # comments ...
+ *     name: h100-sxm
+ *     device_memory: 80GiB        # zt_size_parse syntax, or a plain integer of bytes
+ *     devices_per_node: 8
+ *     compute:
+ *       matmul_flops:             # FLOP/s one device sustains in dense matmuls
+ *         fp32: 46.9e12           # 67 TFLOPS peak x 0.70
+ *         bf16: 692.58e12
+ *         fp16: 692.58e12
+ *       memory_bandwidth: 3.015e12 # bytes/s
+ *     links:
+ *       intra_node:
+ *         bandwidth: 360e9        # bytes/s a device sends in a collective (bus bandwidth)
+ *         latency: 3e-6           # s per collective step (per ring hop)
+ *       inter_node:
+ *         bandwidth: 45e9
+ *         latency: 5e-6
+ *
+ * The numbers are sustained rates, not datasheet peaks: the files under
+ * configs/machines/ take the peak from the vendor's datasheet and apply a
+ * stated efficiency factor, with the arithmetic in a comment, so that a
+ * reader can check and change them.
+ *
+ * Every key is required and no other key is allowed, so that a typo is an
+ * error rather than a silently ignored number. Numbers are plain decimal
+ * (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node is an
+ * integer >= 1; name is a string of 1 to 63 characters.
+ *
+ * Files live in a folder of machines, found by name: ZT_MACHINES_DIR in
+ * the environment, else the repository's configs/machines (compiled in).
+ *
+ * Errors are ZT_ERR_CONFIG, with one message naming the file and, where
+ * there is a node to point at, its line and column:
+ *   "FILE: empty machine file"
+ *   "FILE:L:C: a machine file must be a mapping of name, device_memory,
+ *    devices_per_node, compute, links; got 'x'"
+ *   "FILE:L:C: unknown key 'gpu_mem' (expected name, device_memory, ...)"
+ *   "FILE:L:C: unknown key 'bf17' in compute.matmul_flops (expected fp32, bf16, fp16)"
+ *   "FILE: missing key links.inter_node.latency"
+ *   "FILE:L:C: links.intra_node: expected a mapping, got '3'"
+ *   "FILE:L:C: compute.matmul_flops.bf16: expected a positive number, got 'fast'"
+ *   "FILE:L:C: devices_per_node: expected an integer >= 1, got '0'"
+ *   "FILE:L:C: device_memory: expected a size such as 80GiB or a number of bytes, got 'lots'"
+ *   "FILE:L:C: name: expected a string of 1 to 63 characters, got ..."
+ *   "no machine 'x' in DIR (there are: a100-40gb, a100-80gb, h100-sxm)"
+ *   "no machine 'x': cannot list the machines folder DIR: <strerror>"
+ *   yaml_tree_load_file's for a file that cannot be opened, read or parsed
+ *   ("cannot open the configuration file FILE: ...", YAML syntax errors).
+ * Nothing is allocated that outlives a call; struct machine is plain data.
+ */
+#ifndef ZT_CONFIG_MACHINE_H
+#define ZT_CONFIG_MACHINE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../common/status.h"
+
+/* One class of link between devices: what a device sends per second in a
+ * collective (nccl-tests' bus bandwidth) and the fixed cost of each step. */
+struct machine_link {
+    double bandwidth; /* bytes per second */
+    double latency;   /* seconds per collective step (per ring hop) */
+};
+
+struct machine {
+    char name[64];
+    char path[4096];        /* the file it was read from */
+    uint64_t device_memory; /* bytes of one device */
+    int devices_per_node;
+    double matmul_flops[3];  /* sustained dense matmul FLOP/s of one device, by working precision:
+                                [0] fp32, [1] bf16, [2] fp16 (enum machine_precision) */
+    double memory_bandwidth; /* bytes per second of one device's memory */
+    struct machine_link intra_node, inter_node;
+};
+
+/* Indexes of struct machine's matmul_flops. */
+enum machine_precision { MACHINE_FP32, MACHINE_BF16, MACHINE_FP16 };
+
+/* Reads a machine description into *out. `name_or_path` is a path when it
+ * contains '/' or ends in ".yaml"; otherwise a NAME, read from
+ * <dir>/NAME.yaml where dir is $ZT_MACHINES_DIR if set and non-empty, else
+ * the repository's configs/machines. out->path is the file read. On error
+ * *out is zeroed. Errors: ZT_ERR_CONFIG (see the top of this file). */
+zt_status machine_load(const char *name_or_path, struct machine *out);
+
+/* Writes m to f as a machine file that machine_load reads back to the same
+ * values (doubles in the shortest form that reads back exactly), after
+ * `comment` (may be NULL; each of its lines is written prefixed by "# ").
+ * m must hold what machine_load accepts, as one it filled does. Errors:
+ * ZT_ERR_IO "machine_write: cannot write machine 'NAME': <strerror>". */
+zt_status machine_write(const struct machine *m, const char *comment, FILE *f);
+
+#endif
