@@ -33,3 +33,7 @@ endif()
 zt_test(test_jsonl_train SOURCES test_jsonl_train.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 # Pipeline parallelism with ZeRO data parallelism: layouts' losses, reports.
 zt_test(test_pipeline SOURCES test_pipeline.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI)
+# zerotrain plan: each role's ledger peaks and each axis's bytes equal a
+# measured run's at 1-4 ranks across layouts; the ZeRO paper's model states
+# and Korthikanti et al.'s activations per layer from planned roles.
+zt_test(test_plan SOURCES test_plan.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI)

@@ -1,0 +1,340 @@
+/* tests/test_plan.c — `zerotrain plan` against what it predicts.
+ *
+ * Measured: for layouts of 1 to 4 ranks (ZeRO stages, T, P and their
+ * products, with and without checkpointing, sequence parallelism, both
+ * families) a 3-step run writes its memory report and metrics; the plan of
+ * the same layout must give, for every role, each category's peak and the
+ * total exactly as the run's rank of that role measured them, and the
+ * bytes rank 0 sent on each axis in a step exactly as its metrics counted.
+ *
+ * Published: the ZeRO paper's model-state memory of a 7.5 B model on 64
+ * GPUs (Rajbhandari et al., 2020, figure 1), and Korthikanti et al.'s
+ * activation memory per transformer layer (2022, equations 1, 2 and 4),
+ * both from plan roles built by the planner.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/json.h"
+#include "../config/config.h"
+#include "../coordinator/plan.h"
+#include "testutil.h"
+
+/* ---- reading the files a run and a plan write ----------------------------- */
+
+static void load_json(const char *path, struct json_value *out)
+{
+    size_t n;
+    unsigned char *text = testutil_read_file(path, &n);
+    const struct json_source src = {.path = path, .code = ZT_ERR_DATA, .max_depth = 16};
+    ck_assert_msg(json_parse(&src, (const char *)text, n, out) == ZT_OK, "%s: %s", path,
+                  zt_error_message());
+    free(text);
+}
+
+static const struct json_value *member(const struct json_value *obj, const char *key)
+{
+    const struct json_value *v = json_object_get(obj, key, NULL);
+    ck_assert_msg(v != NULL, "no member '%s'", key);
+    return v;
+}
+
+static uint64_t uint_of(const struct json_value *obj, const char *key)
+{
+    const struct json_value *v = member(obj, key);
+    ck_assert_msg(v->type == JSON_INT && !v->negative, "'%s' is not a count", key);
+    return v->magnitude;
+}
+
+/* ---- measured layouts ----------------------------------------------------- */
+
+struct layout_case {
+    int np, tp, pp, stage, ckpt, sp, llama;
+};
+
+/* micro.yaml with 4 layers and 4 heads (so that T and P go to 4), a global
+ * batch of 2 x 2 sequences per data-parallel rank */
+#define MODEL "--set model.n_layer=4 --set model.n_head=4 --set run.steps=3 "
+#define LLAMA "--set model.family=llama --set model.n_kv_head=2 --set model.intermediate_size=64 "
+
+static const struct layout_case cases[] = {
+    {1, 1, 1, 0, 0, 0, 0}, {2, 1, 1, 0, 1, 0, 0}, {2, 1, 1, 1, 0, 0, 0}, {2, 1, 1, 2, 1, 0, 0},
+    {2, 1, 1, 3, 0, 0, 0}, {2, 2, 1, 0, 0, 0, 0}, {2, 1, 2, 0, 1, 0, 0}, {3, 1, 3, 0, 0, 0, 0},
+    {3, 1, 1, 3, 1, 0, 0}, {4, 2, 2, 0, 0, 0, 0}, {4, 2, 1, 3, 1, 0, 0}, {4, 1, 2, 2, 0, 0, 0},
+    {4, 4, 1, 0, 1, 0, 0}, {4, 1, 4, 0, 0, 0, 0}, {4, 2, 1, 1, 0, 1, 0}, {4, 2, 2, 0, 1, 0, 1},
+    {4, 2, 1, 3, 0, 0, 1}, {2, 2, 1, 0, 0, 1, 1}, {4, 1, 2, 1, 1, 1, 1},
+};
+
+static const char *case_args(const struct layout_case *c)
+{
+    return testutil_fmt(MODEL "%s--set tensor_parallel.size=%d --set pipeline.stages=%d --set "
+                              "zero_optimization.stage=%d --set gradient_accumulation_steps=2 "
+                              "--set activation_checkpointing.enabled=%s%s",
+                        c->llama ? LLAMA : "", c->tp, c->pp, c->stage, c->ckpt ? "true" : "false",
+                        c->sp ? " --set tensor_parallel.sequence_parallel=true" : "");
+}
+
+/* The plan's entry for the case's layout (micro batch 2, 2 micro steps). */
+static const struct json_value *planned_layout(const struct json_value *plan,
+                                               const struct layout_case *c)
+{
+    const struct json_value *layouts = member(plan, "layouts");
+    for (size_t i = 0; i < layouts->n; i++) {
+        const struct json_value *l = &layouts->items[i];
+        if (uint_of(l, "tp") == (uint64_t)c->tp && uint_of(l, "pp") == (uint64_t)c->pp &&
+            uint_of(l, "zero_stage") == (uint64_t)c->stage && uint_of(l, "micro_batch") == 2 &&
+            uint_of(l, "accum") == 2 && uint_of(l, "ckpt_every") == (uint64_t)c->ckpt)
+            return l;
+    }
+    ck_abort_msg("the plan has no entry for the layout");
+    return NULL;
+}
+
+/* The measured rank of a role: tensor- and data-parallel rank 0 of its
+ * stage. */
+static const struct json_value *measured_rank(const struct json_value *report, uint64_t stage)
+{
+    const struct json_value *ranks = member(report, "ranks");
+    for (size_t i = 0; i < ranks->n; i++)
+        if (uint_of(&ranks->items[i], "tp") == 0 && uint_of(&ranks->items[i], "dp") == 0 &&
+            uint_of(&ranks->items[i], "pp") == stage)
+            return &ranks->items[i];
+    ck_abort_msg("the report has no rank of stage %llu", (unsigned long long)stage);
+    return NULL;
+}
+
+static void assert_role(const char *what, const struct json_value *role,
+                        const struct json_value *rank)
+{
+    const struct json_value *want = member(rank, "peak"), *got = member(role, "peak");
+    for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
+        const char *name = ledger_category_name((enum ledger_category)c);
+        ck_assert_msg(uint_of(got, name) == uint_of(want, name),
+                      "%s, stage %llu: %s planned %llu, measured %llu", what,
+                      (unsigned long long)uint_of(role, "stage"), name,
+                      (unsigned long long)uint_of(got, name),
+                      (unsigned long long)uint_of(want, name));
+    }
+    ck_assert_msg(uint_of(role, "total_peak") == uint_of(rank, "total_peak"),
+                  "%s: total planned %llu, measured %llu", what,
+                  (unsigned long long)uint_of(role, "total_peak"),
+                  (unsigned long long)uint_of(rank, "total_peak"));
+}
+
+/* Rank 0's bytes per axis in the second step's metrics line. */
+static void assert_traffic(const char *what, const char *metrics, const struct json_value *role)
+{
+    const char *text = testutil_slurp(metrics), *line = strstr(text, "\"loss\"");
+    line = line ? strstr(line + 1, "\"loss\"") : NULL;
+    ck_assert_msg(line != NULL, "%s: no second step in\n%s", what, text);
+    while (line > text && line[-1] != '\n')
+        line--;
+    struct json_value m;
+    const struct json_source src = {.path = metrics, .code = ZT_ERR_DATA, .max_depth = 8};
+    ck_assert_int_eq(json_parse(&src, line, strcspn(line, "\n"), &m), ZT_OK);
+    const struct json_value *axes = member(&m, "comm_bytes_by_axis"),
+                            *bytes = member(role, "bytes");
+    static const char *const run_axis[] = {"tp", "pp", "dp"}, *const plan_axis[] = {
+                                                                  "tensor", "pipeline", "data"};
+    for (int a = 0; a < 3; a++)
+        ck_assert_msg(uint_of(bytes, plan_axis[a]) == uint_of(axes, run_axis[a]),
+                      "%s: %s axis planned %llu bytes, sent %llu", what, plan_axis[a],
+                      (unsigned long long)uint_of(bytes, plan_axis[a]),
+                      (unsigned long long)uint_of(axes, run_axis[a]));
+    json_free(&m);
+}
+
+START_TEST(plan_equals_the_measured_ledger_and_traffic)
+{
+    const struct layout_case *c = &cases[_i];
+    char dir[4096], args[2048], what[128];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan"));
+    snprintf(args, sizeof args, "%s", case_args(c));
+    snprintf(what, sizeof what, "%d ranks T%d P%d stage %d%s%s%s", c->np, c->tp, c->pp, c->stage,
+             c->ckpt ? " checkpointed" : "", c->sp ? " sequence-parallel" : "",
+             c->llama ? " llama" : "");
+    ck_assert_msg(
+        testutil_train_micro(dir, "run", c->np,
+                             testutil_fmt("%s --memory-report %s/report.json", args, dir)) == 0,
+        "%s: the run failed:\n%s", what, testutil_slurp(testutil_path_in(dir, "run.log")));
+    const int D = c->np / (c->tp * c->pp);
+    ck_assert_msg(testutil_run(testutil_path_in(dir, "plan.log"),
+                               "%s plan %s --gpus %d --gpus-per-node %d --global-batch %d --all "
+                               "--json %s/plan.json %s",
+                               testutil_binary(), testutil_source_path("tests/data/micro.yaml"),
+                               c->np, c->np, 4 * D, dir, args) == 0,
+                  "%s: the plan failed:\n%s", what,
+                  testutil_slurp(testutil_path_in(dir, "plan.log")));
+    struct json_value plan, report;
+    load_json(testutil_path_in(dir, "plan.json"), &plan);
+    load_json(testutil_path_in(dir, "report.json"), &report);
+    const struct json_value *roles = member(planned_layout(&plan, c), "roles");
+    ck_assert_uint_eq(roles->n, c->pp < 3 ? (size_t)c->pp : 3);
+    for (size_t k = 0; k < roles->n; k++)
+        assert_role(what, &roles->items[k],
+                    measured_rank(&report, uint_of(&roles->items[k], "stage")));
+    assert_traffic(what, testutil_path_in(dir, "run.jsonl"), &roles->items[0]);
+    json_free(&plan);
+    json_free(&report);
+}
+END_TEST
+
+/* ---- published cases ------------------------------------------------------ */
+
+static void load_config(const char *yaml, struct zt_config *out)
+{
+    const char *path = testutil_path_in(testutil_tmpdir("plan-config"), "model.yaml");
+    testutil_write_file(path, yaml, strlen(yaml));
+    ck_assert_msg(config_load(path, NULL, 0, out) == ZT_OK, "%s", zt_error_message());
+}
+
+static uint64_t model_states(const struct plan_role *r)
+{
+    return r->peak[LEDGER_PARAMS] + r->peak[LEDGER_GRADS] + r->peak[LEDGER_MASTER_PARAMS] +
+           r->peak[LEDGER_OPTIMIZER_STATES];
+}
+
+/* ZeRO (Rajbhandari et al., 2020), figure 1: Psi = 7.5 B parameters, Adam
+ * in mixed precision (K = 12), 64 GPUs: 120 GB of model states per GPU
+ * without ZeRO, 31.4 GB under P_os (stage 1), 16.6 GB under P_os+g
+ * (stage 2), 1.9 GB under P_os+g+p (stage 3). A GPT-2 shape of about that
+ * size (36 layers of width 4096) planned at D = 64 holds per parameter
+ * exactly the bytes the figure's formulas give (up to its shards'
+ * padding), and scaled to 7.5 B they are the figure's numbers. */
+START_TEST(zero_paper_model_states)
+{
+    struct zt_config cfg;
+    load_config("model: {vocab_size: 50257, block_size: 1024, n_layer: 36, n_head: 32, "
+                "n_embd: 4096}\n"
+                "data: {train: /dev/null, seq_len: 1024}\nbf16: {enabled: true}\n"
+                "optimizer: {type: AdamW}\n",
+                &cfg);
+    struct plan_model pm;
+    ck_assert_int_eq(plan_model_of(&cfg, &pm), ZT_OK);
+    static const double per_param[] = {16.0, 4.0 + 12.0 / 64, 2.0 + 14.0 / 64, 16.0 / 64};
+    static const double figure_gb[] = {120.0, 31.4, 16.6, 1.9};
+    for (int stage = 0; stage <= 3; stage++) {
+        const struct plan_layout l = {
+            .tp = 1, .pp = 1, .dp = 64, .zero_stage = stage, .micro_batch = 1, .accum = 1};
+        struct plan_role r;
+        ck_assert_int_eq(plan_role(&cfg, &l, 0, &r), ZT_OK);
+        const double got = (double)model_states(&r) / (double)pm.n_params;
+        ck_assert_msg(fabs(got / per_param[stage] - 1.0) < 1e-4,
+                      "stage %d: %.6f bytes per parameter, ZeRO's formula %.6f", stage, got,
+                      per_param[stage]);
+        const double gb = round(got * 7.5e9 / 1e9 * 10.0) / 10.0;
+        ck_assert_msg(fabs(gb - figure_gb[stage]) < 1e-9, "stage %d: %.1f GB at 7.5 B, figure %.1f",
+                      stage, gb, figure_gb[stage]);
+    }
+    config_free(&cfg);
+}
+END_TEST
+
+/* Activation bytes of one layer: the plan of two layers less that of one. */
+static double layer_activations(int s, int b, int h, int a, int t, int sp)
+{
+    char yaml[512];
+    double bytes[2];
+    for (int L = 1; L <= 2; L++) {
+        snprintf(yaml, sizeof yaml,
+                 "model: {vocab_size: 256, block_size: %d, n_layer: %d, n_head: %d, n_embd: %d}\n"
+                 "data: {train: /dev/null, seq_len: %d}\ntrain_micro_batch_size_per_gpu: %d\n"
+                 "tensor_parallel: {size: %d, sequence_parallel: %s}\n",
+                 s, L, a, h, s, b, t, sp ? "true" : "false");
+        struct zt_config cfg;
+        load_config(yaml, &cfg);
+        const struct plan_layout l = {.tp = t, .pp = 1, .dp = 1, .micro_batch = b, .accum = 1};
+        struct plan_role r;
+        ck_assert_int_eq(plan_role(&cfg, &l, 0, &r), ZT_OK);
+        bytes[L - 1] = (double)r.peak[LEDGER_ACTIVATIONS];
+        config_free(&cfg);
+    }
+    return bytes[1] - bytes[0];
+}
+
+/* Korthikanti et al. (2022) count a layer's activations in 16-bit bytes:
+ * 34 sbh + 5 as^2b without tensor parallelism (eq. 1), sbh (10 + 24/t +
+ * 5as/(ht)) with it (eq. 2), and (34 sbh + 5 as^2 b)/t with sequence
+ * parallelism too (eq. 4). Of the 34, 2 are the two dropout masks (a byte
+ * each); of the 10 replicated, the same 2; of 5 as^2b, 1 is the attention
+ * dropout's mask and 2 the scores before the softmax. zerotrain has no
+ * dropout, keeps activations in fp32 (4 bytes) and keeps only the softmax's
+ * output (its backward needs nothing else), and keeps each norm's mean and
+ * reciprocal deviation (2 floats per row, so 16 sb bytes per layer). So
+ * per layer, exactly:
+ *   (34 - 2)/2 = 16 elements sbh + 1 as^2b                     (t = 1)
+ *   (10 - 2)/2 = 4 + 24/2/t = 12/t elements sbh + as^2b/t       (t > 1)
+ *   all of it over t                                       (sequence-par.)
+ * each times 4 bytes, plus the norms' statistics. */
+START_TEST(korthikanti_activations_per_layer)
+{
+    static const int shapes[][4] = {
+        {64, 1, 64, 4}, {128, 1, 64, 4}, {64, 2, 64, 4}, {64, 1, 128, 4}, {64, 1, 64, 8}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const double s = shapes[k][0], b = shapes[k][1], h = shapes[k][2], a = shapes[k][3];
+        const double sbh = s * b * h, as2b = a * s * s * b, stats = 16.0 * s * b;
+        for (int t = 1; t <= 4; t *= 2)
+            for (int sp = 0; sp <= (t > 1); sp++) {
+                const double got = layer_activations((int)s, (int)b, (int)h, (int)a, t, sp);
+                double want = 4.0 * ((4.0 + 12.0 / t) * sbh + as2b / t) + stats;
+                if (sp)
+                    want = (4.0 * (16.0 * sbh + as2b) + stats) / t;
+                ck_assert_msg(got == want,
+                              "s %g b %g h %g a %g t %d%s: %.0f bytes per layer, expected %.0f", s,
+                              b, h, a, t, sp ? " sequence-parallel" : "", got, want);
+            }
+    }
+}
+END_TEST
+
+/* The cost model: ring traffic and latency as comm.h and plan.h state. */
+START_TEST(cost_of_a_data_parallel_step)
+{
+    const struct machine m = {.device_memory = 1ull << 30,
+                              .devices_per_node = 2,
+                              .matmul_flops = {1e12, 1e12, 1e12},
+                              .memory_bandwidth = 1e11,
+                              .intra_node = {1e10, 1e-5},
+                              .inter_node = {1e9, 1e-4}};
+    const struct plan_model pm = {.layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
+    struct plan_role r = {.first = 1,
+                          .last = 1,
+                          .blocks = 1,
+                          .slots = 1,
+                          .esz = 4,
+                          .trainable_padded = 1000,
+                          .padded = 1000,
+                          .flops = 1e9};
+    const struct plan_layout l = {
+        .tp = 1, .pp = 1, .dp = 4, .zero_stage = 0, .micro_batch = 1, .accum = 1};
+    struct plan_time t;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    /* one allreduce of 4000 bytes over 4 ranks: 6000 bytes sent, 6 steps,
+     * across nodes (4 ranks, 2 per node) */
+    ck_assert_uint_eq(t.bytes[PLAN_AXIS_DATA], 6000);
+    ck_assert_int_eq(t.inter_node[PLAN_AXIS_DATA], 1);
+    ck_assert_double_eq_tol(t.comm[PLAN_AXIS_DATA], 6000 / 1e9 + 6 * 1e-4, 1e-15);
+    ck_assert_double_eq_tol(t.compute, 1e9 / 1e12, 1e-15);
+    ck_assert_double_eq_tol(t.step, t.compute + t.optimizer + t.comm[PLAN_AXIS_DATA], 1e-15);
+    /* the same on one node of 4 */
+    plan_cost(&pm, &l, &r, &m, 4, MACHINE_FP32, &t);
+    ck_assert_int_eq(t.inter_node[PLAN_AXIS_DATA], 0);
+    /* 4 ranks share 2 devices: each computes at half the rate */
+    ck_assert_double_eq_tol(t.compute, 2e9 / 1e12, 1e-15);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("plan");
+    TCase *tc = testutil_tcase(s, "published", 300);
+    tcase_add_test(tc, zero_paper_model_states);
+    tcase_add_test(tc, korthikanti_activations_per_layer);
+    tcase_add_test(tc, cost_of_a_data_parallel_step);
+    tc = testutil_tcase(s, "measured", 900);
+    tcase_add_loop_test(tc, plan_equals_the_measured_ledger_and_traffic, 0,
+                        (int)(sizeof cases / sizeof cases[0]));
+    return testutil_run_suite(s, 0);
+}
