@@ -13,6 +13,7 @@
  *   zerotrain plan CONFIG --gpus N [--gpus-per-node G] [--gpu-memory SIZE]
  *                  [--machine NAME|FILE] [--global-batch B] [--top K] [--all]
  *                  [--json FILE] [--set key.path=value]...
+ *   zerotrain calibrate --out FILE [--name NAME] [--device-memory SIZE] [--quick]
  *   zerotrain version | help [COMMAND]
  */
 #include "cli.h"
@@ -25,6 +26,7 @@
 #include "../common/status.h"
 #include "../data/data.h"
 #include "../common/size.h"
+#include "calibrate.h"
 #include "export.h"
 #include "plan.h"
 #include "prepare.h"
@@ -46,6 +48,7 @@ static const char usage_text[] =
     "                            writes them as a PEFT adapter folder\n"
     "  plan CONFIG --gpus N      compare every tensor x pipeline x data x ZeRO layout of the\n"
     "                            model on N GPUs: memory per rank, traffic, predicted speed\n"
+    "  calibrate --out FILE      measure this node into a machine file for plan --machine\n"
     "  version                   print the version\n"
     "  help [COMMAND]            print this help or a command's help\n"
     "\n"
@@ -134,6 +137,21 @@ static const char plan_help[] =
     "  --json FILE            write every layout planned, each role's memory by category,\n"
     "                         traffic and times, as JSON\n"
     "  --set key.path=value   override a configuration key (repeatable)\n";
+
+static const char calibrate_help[] =
+    "usage: mpirun -np R zerotrain calibrate --out FILE [--name NAME] [--device-memory SIZE]\n"
+    "                                        [--quick]\n"
+    "Measures the node it runs on and writes a machine file for zerotrain plan --machine FILE.\n"
+    "Run it with 2 to 4 ranks, all on this node. The node is one device (devices_per_node 1)\n"
+    "whose cores run one rank's threads: rank 0 times the CPU ops' matmuls at transformer\n"
+    "shapes and a memory triad on every core while the other ranks sleep; then all ranks time\n"
+    "allreduce, reduce-scatter and allgather from 4 KiB to 64 MiB and fit the link's latency\n"
+    "and bandwidth. The tables are printed and kept in the file's comment.\n"
+    "  --out FILE             the machine file written\n"
+    "  --name NAME            the machine's name, 1 to 63 characters (default cpu-<hostname>)\n"
+    "  --device-memory SIZE   memory of the device, as 64GiB or 512GB (default: the node's\n"
+    "                         physical memory)\n"
+    "  --quick                small sizes and few repetitions (seconds; for tests)\n";
 
 struct cli_args {
     struct run_options run;
@@ -337,6 +355,8 @@ static int run_help(int argc, char **argv)
         fputs(export_help, stdout);
     else if (strcmp(topic, "plan") == 0)
         fputs(plan_help, stdout);
+    else if (strcmp(topic, "calibrate") == 0)
+        fputs(calibrate_help, stdout);
     else {
         fprintf(stderr, "zerotrain: error: no help for '%s'\n%s", topic, usage_text);
         return 2;
@@ -477,6 +497,53 @@ static int run_plan(int argc, char **argv)
     return zt_status_exit_code(st);
 }
 
+/* calibrate: parse, run under MPI like train, print once, agree on the
+ * exit code. Every rank parses the same arguments alike. */
+static int run_calibrate(int argc, char **argv)
+{
+    char command[2048] = "zerotrain calibrate";
+    struct calibrate_options o = {.command_line = command};
+    int print_here = 0;
+    zt_status st = comm_runtime_init(NULL, NULL);
+    if (st != ZT_OK) {
+        print_error(st);
+        return zt_status_exit_code(st);
+    }
+    for (int i = 0; i < argc; i++) {
+        const size_t used = strlen(command);
+        snprintf(command + used, sizeof command - used, " %s", argv[i]);
+    }
+    for (int i = 0; i < argc && st == ZT_OK; i++) {
+        const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const int takes_value = strcmp(arg, "--out") == 0 || strcmp(arg, "--name") == 0 ||
+                                strcmp(arg, "--device-memory") == 0;
+        if (strcmp(arg, "--quick") == 0)
+            o.quick = 1;
+        else if (!takes_value)
+            st =
+                usage_error("'%s': unknown option or argument (see zerotrain help calibrate)", arg);
+        else if (!v)
+            st = usage_error("%s needs a value (see zerotrain help calibrate)", arg);
+        else if (strcmp(arg, "--out") == 0)
+            o.out_path = v;
+        else if (strcmp(arg, "--name") == 0)
+            o.name = v;
+        else if (!zt_size_parse(v, &o.device_memory))
+            st = usage_error("--device-memory: '%s' is not a size (64GiB, 512GB, or bytes)", v);
+        i += takes_value;
+    }
+    if (st == ZT_OK && !o.out_path)
+        st = usage_error("%s", "calibrate needs --out FILE (see zerotrain help calibrate)");
+    if (st != ZT_OK)
+        print_here = comm_world_rank() == 0;
+    else
+        st = calibrate_run(&o, stdout, &print_here);
+    if (st != ZT_OK && print_here)
+        print_run_error(st);
+    comm_runtime_finalize();
+    return zt_status_exit_code(st);
+}
+
 int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
              const struct ckpt_fault_hooks *faults)
 {
@@ -495,6 +562,8 @@ int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
         return run_export(argc - 2, argv + 2);
     if (strcmp(cmd, "plan") == 0)
         return run_plan(argc - 2, argv + 2);
+    if (strcmp(cmd, "calibrate") == 0)
+        return run_calibrate(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("zerotrain %s\n", ZT_VERSION);
         return 0;

@@ -218,9 +218,9 @@ static int by_rank(const void *a, const void *b)
     const struct planned *p = a, *q = b;
     if (p->fits != q->fits)
         return q->fits - p->fits;
-    if (p->fits)
+    if (p->fits && p->tokens_per_s != q->tokens_per_s)
         return (p->tokens_per_s < q->tokens_per_s) - (p->tokens_per_s > q->tokens_per_s);
-    return (p->peak > q->peak) - (p->peak < q->peak);
+    return (p->peak > q->peak) - (p->peak < q->peak); /* then the smaller peak */
 }
 
 static double gib(uint64_t bytes)
@@ -305,6 +305,11 @@ static void explain_runner_up(const struct planned *best, const struct planned *
         worst = b[k] - a[k] > b[worst] - a[worst] ? k : worst;
     char name[128];
     layout_name(&p->l, name, sizeof name);
+    if (p->step == best->step) {
+        fprintf(f, "runner-up: %s: as fast; it needs %.2f GiB more per rank\n", name,
+                gib(p->peak) - gib(best->peak));
+        return;
+    }
     fprintf(f, "runner-up: %s: %.1f%% slower; it pays %.3g s more in %s (%.3g s against %.3g s)\n",
             name, 100.0 * (p->step / best->step - 1.0), b[worst] - a[worst], part_names[worst],
             b[worst], a[worst]);

@@ -37,3 +37,5 @@ zt_test(test_pipeline SOURCES test_pipeline.c LIBS zt_coordinator TIMEOUT 900 LA
 # measured run's at 1-4 ranks across layouts; the ZeRO paper's model states
 # and Korthikanti et al.'s activations per layer from planned roles.
 zt_test(test_plan SOURCES test_plan.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI)
+# zerotrain calibrate: the link fit, and the binary under mpirun (--quick).
+zt_test(test_calibrate SOURCES test_calibrate.c LIBS zt_coordinator TIMEOUT 300 LAUNCHES_MPI)

@@ -1,0 +1,194 @@
+/* tests/test_calibrate.c — `zerotrain calibrate`: the link fit on numbers
+ * made from known links, and the binary under mpirun: a quick calibration
+ * writes a machine file that machine_load reads with every number positive
+ * and the measured tables in its comment; a world of one rank, a missing
+ * --out and an --out in a folder that does not exist are refused with the
+ * same exit code on every rank and one message.
+ *
+ * Each rank's own exit code is seen through a shell around it that prints
+ * the code and exits 0, so that mpirun lets every rank finish. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/machine.h"
+#include "coordinator/calibrate.h"
+#include "testutil.h"
+
+#define MPIRUN "mpirun --oversubscribe -np"
+/* Runs each rank inside sh, which prints "rank exit N" and exits 0. */
+#define EACH_RANK "sh -c '\"$0\" \"$@\"; echo \"rank exit $?\"'"
+
+/* Points of t = steps*latency + busbytes/bandwidth + skew*busbytes for the
+ * three collectives of calibrate at n ranks, sizes 4 KiB .. 4 MiB. */
+static int make_points(int n, double latency, double bandwidth, double skew, double *steps,
+                       double *bus, double *t)
+{
+    int k = 0;
+    for (double size = 4096; size <= 4 << 20; size *= 2)
+        for (int c = 0; c < 3; c++, k++) {
+            steps[k] = c == 0 ? 2.0 * (n - 1) : n - 1.0;
+            bus[k] = (c == 0 ? 2.0 * (n - 1) / n : (n - 1.0) / n) * size;
+            t[k] = steps[k] * latency + bus[k] / bandwidth + skew * bus[k];
+        }
+    return k;
+}
+
+/* Exact numbers give back the link they were made from. */
+START_TEST(fit_recovers_a_known_link)
+{
+    double steps[64], bus[64], t[64];
+    for (int n = 2; n <= 4; n++) {
+        const int k = make_points(n, 5e-6, 2e9, 0, steps, bus, t);
+        struct calibrate_link_fit fit;
+        calibrate_fit_link(steps, bus, t, k, &fit);
+        ck_assert_msg(fabs(fit.latency - 5e-6) < 1e-12 && fabs(fit.bandwidth - 2e9) < 1e-3 * 2e9,
+                      "n=%d: latency %g bandwidth %g", n, fit.latency, fit.bandwidth);
+        ck_assert_int_eq(fit.latency_fallback, 0);
+        ck_assert_int_eq(fit.bandwidth_fallback, 0);
+    }
+}
+END_TEST
+
+/* A negative latency (or 1/bandwidth) from the fit is replaced by a
+ * positive one taken from the points, and says so. */
+START_TEST(fit_forces_both_positive)
+{
+    double steps[64], bus[64], t[64];
+    /* t = bus/1e9 - 1us * steps: positive at every size, latency fits to -1us */
+    int k = make_points(2, 0, 1e9, 0, steps, bus, t);
+    for (int i = 0; i < k; i++)
+        t[i] -= 1e-6 * steps[i];
+    struct calibrate_link_fit fit;
+    calibrate_fit_link(steps, bus, t, k, &fit);
+    double lowest = INFINITY;
+    for (int i = 0; i < k; i++)
+        lowest = fmin(lowest, t[i] / steps[i]);
+    ck_assert_int_eq(fit.latency_fallback, 1);
+    ck_assert_int_eq(fit.bandwidth_fallback, 0);
+    ck_assert_msg(fit.latency == lowest, "latency %g, lowest time/steps %g", fit.latency, lowest);
+    ck_assert_msg(fit.bandwidth > 0.9e9 && fit.bandwidth < 1.1e9, "bandwidth %g", fit.bandwidth);
+
+    /* t falling with the size: 1/bandwidth fits negative */
+    k = make_points(2, 1e-3, INFINITY, -1e-12, steps, bus, t);
+    calibrate_fit_link(steps, bus, t, k, &fit);
+    double best = 0;
+    for (int i = 0; i < k; i++)
+        best = fmax(best, bus[i] / t[i]);
+    ck_assert_int_eq(fit.bandwidth_fallback, 1);
+    ck_assert_msg(fabs(fit.bandwidth - best) <= 1e-12 * best, "bandwidth %g, best busbw %g",
+                  fit.bandwidth, best);
+    ck_assert_msg(fit.latency > 0 && isfinite(fit.latency), "latency %g", fit.latency);
+}
+END_TEST
+
+/* A quick calibration at 2 ranks writes a machine file machine_load reads:
+ * one device per node, every rate positive, the 16-bit rates fp32's, one
+ * link for both classes, the node's memory, the tables in the comment. */
+START_TEST(quick_calibration_writes_a_machine_file)
+{
+    const char *dir = testutil_tmpdir("calibrate-ok");
+    const char *log = testutil_path_in(dir, "log"), *out = testutil_path_in(dir, "m.yaml");
+    const int rc =
+        testutil_run(log, MPIRUN " 2 %s calibrate --quick --out %s", testutil_binary(), out);
+    const char *text = testutil_slurp(log);
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, text);
+    ck_assert_msg(strstr(text, "wrote machine 'cpu-") != NULL, "%s", text);
+
+    struct machine m;
+    ck_assert_msg(machine_load(out, &m) == ZT_OK, "%s", zt_error_message());
+    char host[256] = "";
+    ck_assert_int_eq(gethostname(host, sizeof host - 1), 0);
+    ck_assert_str_eq(m.name, testutil_fmt("cpu-%.59s", host));
+    ck_assert_int_eq(m.devices_per_node, 1);
+    ck_assert_uint_eq(m.device_memory,
+                      (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE));
+    const double rates[] = {m.matmul_flops[MACHINE_FP32], m.memory_bandwidth,
+                            m.intra_node.bandwidth,       m.intra_node.latency,
+                            m.inter_node.bandwidth,       m.inter_node.latency};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
+        ck_assert_msg(rates[i] > 0 && isfinite(rates[i]), "number %zu is %g", i, rates[i]);
+    ck_assert(m.matmul_flops[MACHINE_BF16] == m.matmul_flops[MACHINE_FP32]);
+    ck_assert(m.matmul_flops[MACHINE_FP16] == m.matmul_flops[MACHINE_FP32]);
+    ck_assert(m.inter_node.bandwidth == m.intra_node.bandwidth);
+    ck_assert(m.inter_node.latency == m.intra_node.latency);
+
+    const char *file = testutil_slurp(out);
+    const char *const lines[] = {"# Measured by zerotrain calibrate on host ",
+                                 testutil_fmt("#   zerotrain calibrate --quick --out %s\n", out),
+                                 "with 2 ranks",
+                                 "#  rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd GFLOP/s\n",
+                                 "#   256   768  3072 ",
+                                 "# memory: triad",
+                                 "allreduce(us)",
+                                 "#    4194304 ",
+                                 "# links: least-squares fit",
+                                 "so fp32, bf16 and fp16 are the same number",
+                                 "intra_node and inter_node are both this fit"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(strstr(file, lines[i]) != NULL, "no '%s' in\n%s", lines[i], file);
+    /* written whole: no temporary file is left beside it */
+    ck_assert_int_eq(testutil_run(log, "ls %s", dir), 0);
+    ck_assert_str_eq(testutil_slurp(log), "log\nm.yaml\n");
+}
+END_TEST
+
+/* One message, and `code` on each of `ranks` ranks. */
+static void assert_refused(const char *log, int ranks, int code, const char *message)
+{
+    const char *text = testutil_slurp(log);
+    ck_assert_msg(testutil_count(text, "zerotrain: error: ") == 1, "%s", text);
+    ck_assert_msg(strstr(text, message) != NULL, "no '%s' in\n%s", message, text);
+    ck_assert_msg(testutil_count(text, testutil_fmt("rank exit %d\n", code)) == ranks,
+                  "want exit %d on %d ranks:\n%s", code, ranks, text);
+}
+
+/* Usage errors exit 2 everywhere before anything is measured or written. */
+START_TEST(usage_errors_exit_2_on_every_rank)
+{
+    const char *dir = testutil_tmpdir("calibrate-usage");
+    const char *log = testutil_path_in(dir, "log"), *out = testutil_path_in(dir, "m.yaml");
+    ck_assert_int_eq(testutil_run(log, MPIRUN " 1 " EACH_RANK " %s calibrate --quick --out %s",
+                                  testutil_binary(), out),
+                     0);
+    assert_refused(log, 1, 2,
+                   "zerotrain: error: calibrate measures collectives between ranks: run it under "
+                   "mpirun with 2 to 4 ranks\n");
+    ck_assert_int_eq(
+        testutil_run(log, MPIRUN " 2 " EACH_RANK " %s calibrate --quick", testutil_binary()), 0);
+    assert_refused(log, 2, 2, "zerotrain: error: calibrate needs --out FILE");
+    ck_assert_int_eq(access(out, F_OK), -1);
+}
+END_TEST
+
+/* An --out that cannot be created is a run-time failure found before
+ * measuring: exit 1 on every rank, the message naming the path. */
+START_TEST(unwritable_out_exits_1_on_every_rank)
+{
+    const char *dir = testutil_tmpdir("calibrate-nodir");
+    const char *log = testutil_path_in(dir, "log");
+    const char *out = testutil_fmt("%s/missing/m.yaml", dir);
+    ck_assert_int_eq(testutil_run(log, MPIRUN " 2 " EACH_RANK " %s calibrate --quick --out %s",
+                                  testutil_binary(), out),
+                     0);
+    assert_refused(log, 2, 1, testutil_fmt("zerotrain: error: rank 0: %s: cannot create ", out));
+    ck_assert_msg(strstr(testutil_slurp(log), "GEMM") == NULL, "measured before failing:\n%s",
+                  testutil_slurp(log));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("calibrate");
+    TCase *fit = testutil_tcase(s, "fit", 30);
+    tcase_add_test(fit, fit_recovers_a_known_link);
+    tcase_add_test(fit, fit_forces_both_positive);
+    TCase *bin = testutil_tcase(s, "binary", 120);
+    tcase_add_test(bin, quick_calibration_writes_a_machine_file);
+    tcase_add_test(bin, usage_errors_exit_2_on_every_rank);
+    tcase_add_test(bin, unwritable_out_exits_1_on_every_rank);
+    return testutil_run_suite(s, 0);
+}
