@@ -15,6 +15,9 @@ machine=${2:-cpu-this}
 warm=2
 source "$(dirname "$0")/common.sh"
 unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS # the ranks divide the cores as training does
+# zerotrain's OpenMP loops would otherwise spin between regions on the cores OpenBLAS's threads
+# need: a lone rank with two threads runs 6 s a step instead of 1
+export OMP_WAIT_POLICY=passive
 cfg=$ZT_ROOT/configs/small.yaml
 common=(--set model.n_head=8 --set run.eval_interval=0 --set "run.steps=$steps"
   --set train_micro_batch_size_per_gpu=2 --set "data.train=$tmp/lic.tok")
