@@ -620,7 +620,6 @@ START_TEST(test_writer_allocation_faults)
 }
 END_TEST
 
-
 static Suite *safetensors_set_suite(void)
 {
     Suite *s = suite_create("safetensors_set");
