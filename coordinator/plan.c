@@ -315,7 +315,7 @@ static void explain_runner_up(const struct planned *best, const struct planned *
             b[worst], a[worst]);
 }
 
-static void print_row(const struct plan_ctx *x, const struct planned *p, size_t rank, FILE *f)
+static void print_row(const struct planned *p, size_t rank, FILE *f)
 {
     const struct plan_time *t = &p->times[p->slowest];
     double comm = 0.0;
@@ -329,7 +329,6 @@ static void print_row(const struct plan_ctx *x, const struct planned *p, size_t 
             rank, p->l.tp, p->l.pp, p->l.dp, p->l.zero_stage, p->l.micro_batch, p->l.accum, ck,
             gib(p->peak), p->fits ? "yes" : "no", p->step, p->tokens_per_s, 100.0 * p->mfu,
             100.0 * comm / t->step, 100.0 * t->bubble / t->step);
-    (void)x;
 }
 
 static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
@@ -359,7 +358,7 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
                "tokens/s   MFU   comm  bubble\n");
     const size_t shown = x->o->all ? x->list.n : (size_t)x->o->top;
     for (size_t i = 0; i < x->list.n && i < shown && (x->o->all || x->list.v[i].fits); i++)
-        print_row(x, &x->list.v[i], i + 1, f);
+        print_row(&x->list.v[i], i + 1, f);
     if (fit == 0) {
         fprintf(f, "no layout fits: the smallest peak is %.2f GiB\n",
                 x->list.n ? gib(x->list.v[0].peak) : 0.0);

@@ -22,24 +22,24 @@ static uint64_t ring_half_bytes(uint64_t buf, int n) /* reduce-scatter, allgathe
 }
 
 /* Bytes and ring steps of one axis, added collective by collective. */
-struct axis_traffic {
+struct axis_load {
     uint64_t bytes;
     double steps; /* latency-bound hops: n - 1 per reduce-scatter/allgather, 2(n-1) per allreduce */
 };
 
-static void add_allreduce(struct axis_traffic *a, uint64_t buf, int n, double times)
+static void add_allreduce(struct axis_load *a, uint64_t buf, int n, double times)
 {
     a->bytes += (uint64_t)(times * (double)allreduce_bytes(buf, n));
     a->steps += n > 1 ? times * 2.0 * (n - 1) : 0.0;
 }
 
-static void add_half(struct axis_traffic *a, uint64_t buf, int n, double times)
+static void add_half(struct axis_load *a, uint64_t buf, int n, double times)
 {
     a->bytes += (uint64_t)(times * (double)ring_half_bytes(buf, n));
     a->steps += n > 1 ? times * (n - 1) : 0.0;
 }
 
-static void add_send(struct axis_traffic *a, uint64_t bytes, double times)
+static void add_send(struct axis_load *a, uint64_t bytes, double times)
 {
     a->bytes += (uint64_t)(times * (double)bytes);
     a->steps += times;
@@ -48,7 +48,7 @@ static void add_send(struct axis_traffic *a, uint64_t bytes, double times)
 /* The data-parallel axis: the stage's gradient reduction and parameter
  * gathers, and the norm's one double (stages 1-3). */
 static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
-                         struct axis_traffic *a)
+                         struct axis_load *a)
 {
     const int D = l->dp;
     const uint64_t grads = r->trainable_padded * r->esz;
@@ -81,7 +81,7 @@ static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
  * weight gradients, the head's input is gathered and its gradient
  * scattered, and the norms' weight gradients are summed. */
 static void tensor_traffic(const struct plan_model *pm, const struct plan_layout *l,
-                           const struct plan_role *r, int sequence_parallel, struct axis_traffic *a)
+                           const struct plan_role *r, int sequence_parallel, struct axis_load *a)
 {
     const int T = l->tp;
     const uint64_t rows = (uint64_t)l->micro_batch * (uint64_t)pm->seq;
@@ -104,7 +104,7 @@ static void tensor_traffic(const struct plan_model *pm, const struct plan_layout
 /* The pipeline axis: a boundary forward and back per micro batch, the
  * tied embedding's gradients once a step, the norm's double. */
 static void pipeline_traffic(const struct plan_layout *l, const struct plan_role *r,
-                             struct axis_traffic *a)
+                             struct axis_load *a)
 {
     const uint64_t boundary = r->boundary * sizeof(float);
     if (l->pp == 1)
@@ -138,7 +138,7 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
                const struct machine *m, int per_node, enum machine_precision precision,
                struct plan_time *out)
 {
-    struct axis_traffic t[PLAN_AXIS_COUNT];
+    struct axis_load t[PLAN_AXIS_COUNT];
     memset(out, 0, sizeof *out);
     memset(t, 0, sizeof t);
     tensor_traffic(pm, l, r, pm->sequence_parallel && l->tp > 1, &t[PLAN_AXIS_TENSOR]);
