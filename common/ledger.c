@@ -12,6 +12,18 @@ static const char *const category_names[] = {
 #undef ZT_LEDGER_NAME
 };
 
+static const char *const phase_names[] = {
+#define ZT_LEDGER_PHASE_NAME(id, name) name,
+    ZT_LEDGER_PHASES(ZT_LEDGER_PHASE_NAME)
+#undef ZT_LEDGER_PHASE_NAME
+};
+
+const char *ledger_phase_name(enum ledger_phase_kind k)
+{
+    ZT_ASSERT((int)k >= 0 && k < LEDGER_PHASE_COUNT);
+    return phase_names[k];
+}
+
 const char *ledger_category_name(enum ledger_category c)
 {
     ZT_ASSERT((int)c >= 0 && c < LEDGER_CATEGORY_COUNT);
@@ -22,6 +34,36 @@ void ledger_init(struct ledger *l, int plan_only)
 {
     memset(l, 0, sizeof *l);
     l->plan_only = plan_only;
+    l->phase = (struct ledger_phase){.kind = LEDGER_PHASE_SETUP, .unit = -1};
+    l->total_peak_phase = l->phase;
+    for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
+        l->peak_phase[c] = l->phase;
+}
+
+static int phase_is_outer(enum ledger_phase_kind k)
+{
+    return k == LEDGER_PHASE_SETUP || k == LEDGER_PHASE_CHECKPOINT || k == LEDGER_PHASE_EVALUATION;
+}
+
+void ledger_set_step(struct ledger *l, long step, int micro_step)
+{
+    l->phase = (struct ledger_phase){
+        .kind = LEDGER_PHASE_FORWARD, .unit = -1, .step = step, .micro_step = micro_step};
+}
+
+void ledger_enter(struct ledger *l, enum ledger_phase_kind k, int unit)
+{
+    ZT_ASSERT((int)k >= 0 && k < LEDGER_PHASE_COUNT);
+    if (!phase_is_outer(l->phase.kind) || phase_is_outer(k))
+        l->phase.kind = k;
+    l->phase.unit = unit;
+}
+
+void ledger_enter_outer(struct ledger *l, enum ledger_phase_kind k)
+{
+    ZT_ASSERT((int)k >= 0 && k < LEDGER_PHASE_COUNT);
+    l->phase.kind = k;
+    l->phase.unit = -1;
 }
 
 void ledger_add(struct ledger *l, enum ledger_category c, uint64_t bytes)
@@ -29,10 +71,18 @@ void ledger_add(struct ledger *l, enum ledger_category c, uint64_t bytes)
     ZT_ASSERT((int)c >= 0 && c < LEDGER_CATEGORY_COUNT);
     l->current[c] += bytes;
     l->total_current += bytes;
-    if (l->current[c] > l->peak[c])
+    l->allocs[c]++;
+    l->allocated[c] += bytes;
+    if (l->current[c] > l->peak[c]) {
         l->peak[c] = l->current[c];
-    if (l->total_current > l->total_peak)
+        l->peak_phase[c] = l->phase;
+    }
+    if (l->total_current > l->total_peak) {
         l->total_peak = l->total_current;
+        l->total_peak_phase = l->phase;
+    }
+    if (l->sink)
+        l->sink->record(l->sink->ctx, l, c, (int64_t)bytes);
 }
 
 void ledger_sub(struct ledger *l, enum ledger_category c, uint64_t bytes)
@@ -41,6 +91,10 @@ void ledger_sub(struct ledger *l, enum ledger_category c, uint64_t bytes)
     ZT_ASSERT(l->current[c] >= bytes);
     l->current[c] -= bytes;
     l->total_current -= bytes;
+    l->frees[c]++;
+    l->freed[c] += bytes;
+    if (l->sink)
+        l->sink->record(l->sink->ctx, l, c, -(int64_t)bytes);
 }
 
 uint64_t ledger_rss_peak(void)

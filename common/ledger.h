@@ -10,6 +10,20 @@
  * A ledger in plan mode is the same bookkeeping with no memory behind it:
  * running the real allocation plan against it gives what that plan would
  * need (the single-device baseline, `train --dry-run`).
+ *
+ * Phases. A peak is only useful when it says *when* it happened: the
+ * ledger knows what the rank is doing (the phase: setup, the forward or
+ * backward of unit u, the reduction, the optimizer step, a checkpoint, an
+ * evaluation, at step s and micro step m) and remembers the phase in which
+ * each category and the total reached their peak. The coordinator sets the
+ * step and the outer phases, the ZeRO engine the unit a pass is at. An
+ * outer phase (setup, checkpoint, evaluation) is not replaced by the inner
+ * ones the engine's hooks enter while it lasts (an evaluation's forward is
+ * still the evaluation): they only move its unit.
+ *
+ * Events. Every change can also go to a sink (the memory timeline,
+ * coordinator/memory_timeline.h), called after the change with the
+ * category and the signed number of bytes.
  */
 #ifndef ZT_LEDGER_H
 #define ZT_LEDGER_H
@@ -34,21 +48,74 @@ enum ledger_category {
         LEDGER_CATEGORY_COUNT
 };
 
+#define ZT_LEDGER_PHASES(X)                                                                        \
+    X(LEDGER_PHASE_SETUP, "setup")                                                                 \
+    X(LEDGER_PHASE_FORWARD, "forward")                                                             \
+    X(LEDGER_PHASE_BACKWARD, "backward")                                                           \
+    X(LEDGER_PHASE_REDUCTION, "reduction")                                                         \
+    X(LEDGER_PHASE_OPTIMIZER, "optimizer")                                                         \
+    X(LEDGER_PHASE_CHECKPOINT, "checkpoint")                                                       \
+    X(LEDGER_PHASE_EVALUATION, "evaluation")
+
+enum ledger_phase_kind {
+#define ZT_LEDGER_PHASE_ENUM(id, name) id,
+    ZT_LEDGER_PHASES(ZT_LEDGER_PHASE_ENUM)
+#undef ZT_LEDGER_PHASE_ENUM
+        LEDGER_PHASE_COUNT
+};
+
+/* Where a rank is in its run. */
+struct ledger_phase {
+    enum ledger_phase_kind kind;
+    int unit;       /* the unit the pass is at, -1 for none */
+    long step;      /* 1-based optimizer step; 0 before the first */
+    int micro_step; /* within the step, 0-based */
+};
+
+struct ledger;
+
+/* Receives every change after the ledger applied it. */
+struct ledger_sink {
+    void (*record)(void *ctx, const struct ledger *l, enum ledger_category c, int64_t bytes);
+    void *ctx;
+};
+
 struct ledger {
     int plan_only; /* 1: record sizes, allocate nothing */
     uint64_t current[LEDGER_CATEGORY_COUNT];
     uint64_t peak[LEDGER_CATEGORY_COUNT];
     uint64_t total_current, total_peak;
+    /* Counts since init: allocations and frees, and their bytes. */
+    uint64_t allocs[LEDGER_CATEGORY_COUNT], frees[LEDGER_CATEGORY_COUNT];
+    uint64_t allocated[LEDGER_CATEGORY_COUNT], freed[LEDGER_CATEGORY_COUNT];
+    struct ledger_phase phase;                             /* now */
+    struct ledger_phase peak_phase[LEDGER_CATEGORY_COUNT]; /* when each peak was first reached */
+    struct ledger_phase total_peak_phase;
+    const struct ledger_sink *sink; /* not owned; NULL: none */
 };
 
 /* Name of a category as printed in reports ("optimizer_states"). */
 const char *ledger_category_name(enum ledger_category c);
 
+/* Name of a phase as printed ("backward"). */
+const char *ledger_phase_name(enum ledger_phase_kind k);
+
+/* Starts empty, in the setup phase of step 0, with no sink. */
 void ledger_init(struct ledger *l, int plan_only);
 /* Records `bytes` more in category c, updating the peaks. */
 void ledger_add(struct ledger *l, enum ledger_category c, uint64_t bytes);
 /* Records `bytes` released from category c (must not exceed current). */
 void ledger_sub(struct ledger *l, enum ledger_category c, uint64_t bytes);
+
+/* Micro step m of step `step` begins: the forward, at no unit yet. */
+void ledger_set_step(struct ledger *l, long step, int micro_step);
+/* Enters phase k at `unit` (-1: none). An inner phase (forward, backward,
+ * reduction, optimizer) entered during an outer one (setup, checkpoint,
+ * evaluation) only moves the unit. */
+void ledger_enter(struct ledger *l, enum ledger_phase_kind k, int unit);
+/* Leaves any phase for outer phase k (setup, checkpoint, evaluation) or
+ * for an inner one: the coordinator's transitions. */
+void ledger_enter_outer(struct ledger *l, enum ledger_phase_kind k);
 
 /* Peak resident set size of this process in bytes (VmHWM), 0 if unknown. */
 uint64_t ledger_rss_peak(void);

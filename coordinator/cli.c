@@ -2,7 +2,9 @@
  * printed.
  *
  *   zerotrain train CONFIG [--set key.path=value]... [--metrics FILE]
- *                          [--memory-report FILE] [--dry-run] [--print-partition]
+ *                          [--memory-report FILE] [--memory-timeline FILE]
+ *                          [--memory-timeline-steps FIRST[-LAST]] [--memory-summary]
+ *                          [--dry-run] [--print-partition]
  *                          [--print-layout]
  *                          [--progress|--no-progress] [--profile] [--quiet]
  *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE] [--checkpoint DIR]
@@ -28,6 +30,7 @@
 #include "../common/size.h"
 #include "calibrate.h"
 #include "export.h"
+#include "memory_timeline.h"
 #include "plan.h"
 #include "prepare.h"
 #include "progress.h"
@@ -58,7 +61,15 @@ static const char train_help[] =
     "usage: zerotrain train CONFIG [options]\n"
     "  --set key.path=value   override a configuration key (repeatable; value is YAML)\n"
     "  --metrics FILE         write one JSON object per step (default <output_dir>/metrics.jsonl)\n"
-    "  --memory-report FILE   write the per-rank memory report as JSON\n"
+    "  --memory-report FILE   write the per-rank memory report as JSON (a run also keeps it\n"
+    "                         as <output_dir>/memory_report.json)\n"
+    "  --memory-timeline FILE write every allocation and free of every rank, with its phase\n"
+    "                         (forward/backward of a unit, reduction, optimizer, ...), as\n"
+    "                         JSON lines\n"
+    "  --memory-timeline-steps FIRST[-LAST]\n"
+    "                         the steps the timeline records (default 0-2; 0 is the setup)\n"
+    "  --memory-summary       print each rank's memory summary: per category current, peak,\n"
+    "                         allocated, freed, allocations, frees and the peak's phase\n"
     "  --dry-run              plan the memory without training (writes no file but\n"
     "                         --memory-report's)\n"
     "  --print-partition      print how the parameters are split among the ranks\n"
@@ -169,11 +180,14 @@ static zt_status parse_run_args(int argc, char **argv, int allow_train_opts, str
 {
     memset(a, 0, sizeof *a);
     a->run.overrides = a->overrides;
+    a->run.memory_timeline_last = 2; /* the setup and the first two steps */
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(arg, "--set") == 0 || strcmp(arg, "--metrics") == 0 ||
             (allow_train_opts && strcmp(arg, "--memory-report") == 0) ||
+            (allow_train_opts && strcmp(arg, "--memory-timeline") == 0) ||
+            (allow_train_opts && strcmp(arg, "--memory-timeline-steps") == 0) ||
             (!allow_train_opts && strcmp(arg, "--checkpoint") == 0)) {
             if (!value)
                 return usage_error("%s needs a value", arg);
@@ -184,6 +198,11 @@ static zt_status parse_run_args(int argc, char **argv, int allow_train_opts, str
                 a->run.metrics_path = value;
             } else if (strcmp(arg, "--memory-report") == 0) {
                 a->run.memory_report_path = value;
+            } else if (strcmp(arg, "--memory-timeline") == 0) {
+                a->run.memory_timeline_path = value;
+            } else if (strcmp(arg, "--memory-timeline-steps") == 0) {
+                ZT_TRY(memory_timeline_parse_steps(value, &a->run.memory_timeline_first,
+                                                   &a->run.memory_timeline_last));
             } else {
                 if (a->run.n_overrides == MAX_OVERRIDES)
                     return usage_error("too many --set options (at most %s)", "256");
@@ -199,6 +218,8 @@ static zt_status parse_run_args(int argc, char **argv, int allow_train_opts, str
             a->run.progress = PROGRESS_ALWAYS;
         } else if (allow_train_opts && strcmp(arg, "--no-progress") == 0) {
             a->run.progress = PROGRESS_NEVER;
+        } else if (allow_train_opts && strcmp(arg, "--memory-summary") == 0) {
+            a->run.memory_summary = 1;
         } else if (allow_train_opts && strcmp(arg, "--profile") == 0) {
             a->run.profile = 1;
         } else if (allow_train_opts && strcmp(arg, "--print-partition") == 0) {

@@ -135,9 +135,7 @@ uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, u
 
 /* ---- printing ---- */
 
-/* Exact bytes below 10 KiB, else KiB, MiB or GiB with two decimals; a unit
- * gives way to the next where its value would print as 1000.00 or more. */
-static void human(uint64_t bytes, char *buf, size_t n)
+void memory_format_bytes(uint64_t bytes, char *buf, size_t n)
 {
     static const char *const units[] = {"KiB", "MiB", "GiB"};
     if (bytes < 10 * 1024) {
@@ -180,13 +178,13 @@ static void print_row(FILE *f, int width, const char *label,
     char b[32];
     fprintf(f, "%*s", width, label);
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
-        human(peak[c], b, sizeof b);
+        memory_format_bytes(peak[c], b, sizeof b);
         fprintf(f, " %10s", b);
     }
-    human(total, b, sizeof b);
+    memory_format_bytes(total, b, sizeof b);
     fprintf(f, " %10s", b);
     if (rss)
-        human(*rss, b, sizeof b);
+        memory_format_bytes(*rss, b, sizeof b);
     fprintf(f, " %10s", rss ? b : "-");
     if (baseline_total)
         fprintf(f, " %5.2f\n", (double)total / (double)baseline_total);
@@ -222,9 +220,9 @@ static void print_model_states(const struct memory_report *r, FILE *f)
     if (r->world_size < 1)
         lo = 0;
     char a[32], b[32], e[32], da[32], db[32];
-    human(lo, a, sizeof a);
-    human(hi, b, sizeof b);
-    human(r->expected_model_states, e, sizeof e);
+    memory_format_bytes(lo, a, sizeof a);
+    memory_format_bytes(hi, b, sizeof b);
+    memory_format_bytes(r->expected_model_states, e, sizeof e);
     format_difference(lo, r->expected_model_states, da, sizeof da);
     format_difference(hi, r->expected_model_states, db, sizeof db);
     const double *p = r->bytes_per_param;
@@ -244,8 +242,8 @@ static void print_model_states(const struct memory_report *r, FILE *f)
      * against what its own stage's parameters need. */
     for (int i = 0; i < r->world_size && r->layout; i++) {
         const struct memory_rank_row *row = &r->ranks[i];
-        human(model_states_of(row), a, sizeof a);
-        human(row->expected_model_states, e, sizeof e);
+        memory_format_bytes(model_states_of(row), a, sizeof a);
+        memory_format_bytes(row->expected_model_states, e, sizeof e);
         format_difference(model_states_of(row), row->expected_model_states, da, sizeof da);
         fprintf(f, "  rank %d (tp %d, pp %d, dp %d): measured %s, expected %s for its stage, %s\n",
                 row->rank, row->tp, row->pp, row->dp, a, e, da);
@@ -253,7 +251,7 @@ static void print_model_states(const struct memory_report *r, FILE *f)
     if (r->base4_numel == 0)
         return;
     char q[32];
-    human(r->base4_bytes, q, sizeof q);
+    memory_format_bytes(r->base4_bytes, q, sizeof q);
     fprintf(f,
             "  4-bit base: %llu parameters, codes and scales %s per rank, %.4f bytes per "
             "parameter (in the params column)\n",

@@ -157,6 +157,7 @@ zt_status pipeline_train_micro_steps(struct run_session *s, long step, float gra
     for (int i = 0; i < 2 * p->micro; i++) {
         const struct pipeline_op op = p->ops[i];
         const int k = op.micro % p->n_slots;
+        ledger_set_step(&s->ledger, step + 1, op.micro);
         if (op.backward) {
             ZT_TRY(backward_on(s, p, k, grad_scale));
             continue;

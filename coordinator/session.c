@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../formats/hf_weights.h"
+#include "memory_timeline.h"
 #include "../worker/lora.h"
 #include "../worker/param_quant.h"
 #include "../worker/tensor_parallel.h"
@@ -481,6 +482,7 @@ zt_status session_plan_step(struct model *model, struct shard_engine *engine, in
     struct optimizer_hparams hp = {0};
     ZT_ASSERT(model->plan && engine->plan);
     for (int m = 0; m < accum; m++) {
+        ledger_set_step(engine->dev->ledger, 1, m);
         ZT_TRY(model_forward(model, &engine->hooks, NULL, NULL));
         ZT_TRY(model_backward(model, &engine->hooks, 1.0f));
     }
@@ -514,6 +516,16 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
     return st;
 }
 
+/* --memory-timeline: records from the ledger's first allocation on. */
+static zt_status open_timeline(struct run_session *s, const struct run_options *o)
+{
+    if (!o->memory_timeline_path)
+        return ZT_OK;
+    ZT_TRY(memory_timeline_create(o->memory_timeline_first, o->memory_timeline_last, &s->timeline));
+    memory_timeline_attach(s->timeline, &s->ledger);
+    return ZT_OK;
+}
+
 /* Runs one phase and agrees on its outcome; on failure closes the session. */
 #define SESSION_PHASE(s, expr)                                                                     \
     do {                                                                                           \
@@ -543,6 +555,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     }
     /* The device comes first: the communicator must reach its memory. */
     ledger_init(&s->ledger, o->dry_run);
+    SESSION_PHASE(s, open_timeline(s, o));
     SESSION_PHASE(s, compute_backend_open(s->cfg.device, &s->ledger, &s->compute));
     struct comm_config cc = {.backend = s->cfg.comm.backend,
                              .reduce_scatter = s->cfg.comm.reduce_scatter,
@@ -562,6 +575,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
 
 void session_close(struct run_session *s)
 {
+    s->ledger.sink = NULL; /* teardown is not part of any timeline */
     free(s->inputs);
     s->inputs = s->targets = NULL;
     free(s->row_ids);
@@ -584,4 +598,6 @@ void session_close(struct run_session *s)
         comm_destroy(s->comm);
     s->comm = NULL;
     config_free(&s->cfg);
+    memory_timeline_destroy(s->timeline);
+    s->timeline = NULL;
 }

@@ -63,7 +63,12 @@ struct run_options {
     int n_overrides;
     const char *metrics_path;       /* NULL: <output_dir>/metrics.jsonl */
     const char *memory_report_path; /* NULL: none */
-    int dry_run;                    /* plan memory without training */
+    /* --memory-timeline FILE: the ledger's events of steps [first, last]
+     * (coordinator/memory_timeline.h); NULL: none. */
+    const char *memory_timeline_path;
+    long memory_timeline_first, memory_timeline_last;
+    int memory_summary; /* print every rank's memory summary at the end */
+    int dry_run;        /* plan memory without training */
     int print_partition;
     int print_layout; /* the rank grid and the pipeline stages' blocks */
     int quiet;        /* no resolved-config echo */
@@ -78,6 +83,7 @@ struct run_options {
 };
 
 struct pipeline;
+struct memory_timeline;
 
 struct run_session {
     enum run_state state;
@@ -101,7 +107,8 @@ struct run_session {
     struct pipeline *pipe;
     void (*pipe_free)(struct pipeline *p);
     struct ledger ledger;
-    struct compute_backend compute; /* device memory, ops and stream, from cfg.device */
+    struct memory_timeline *timeline; /* owned; NULL without --memory-timeline */
+    struct compute_backend compute;   /* device memory, ops and stream, from cfg.device */
     struct param_table table;
     struct shard_engine engine;
     struct model *model;       /* owned; NULL until built */

@@ -27,6 +27,8 @@
 #include "../worker/tensor_parallel.h"
 #include "../worker/schedule.h"
 #include "memory_report.h"
+#include "memory_summary.h"
+#include "memory_timeline.h"
 #include "metrics.h"
 #include "pipeline.h"
 #include "progress.h"
@@ -163,6 +165,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
     const float grad_scale = micro_grad_scale(s, r->loss_scale, r->counted);
     double clip_coef = 1.0;
+    ledger_set_step(&s->ledger, step + 1, 0);
     fill_batch(s, step, 0);
     if (c->gradient_clipping > 0.0 || s->scaler.dynamic) {
         shard_engine_fused_arm(&s->engine, NULL, r->loss_scale, 1.0);
@@ -202,6 +205,7 @@ static zt_status forward_backward_update(struct run_session *s, long step, struc
         r->span_seconds = s->pipe->span_seconds;
     }
     for (int m = 0; m < c->gradient_accumulation_steps && !s->pipe; m++) {
+        ledger_set_step(&s->ledger, step + 1, m);
         fill_batch(s, step, m);
         ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
         ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
@@ -281,6 +285,7 @@ static zt_status evaluate_and_log(struct run_session *s, struct train_io *io, lo
 {
     double loss;
     uint64_t tokens;
+    ledger_enter_outer(&s->ledger, LEDGER_PHASE_EVALUATION);
     ZT_TRY(session_evaluate(s, &loss, &tokens));
     if (s->rank == 0) {
         progress_log(&io->console, "step %6ld | val loss %.4f (%llu tokens)", step, loss,
@@ -316,6 +321,7 @@ static zt_status save_checkpoint(struct run_session *s, struct train_io *io, lon
                                  const char *why)
 {
     char where[8192];
+    ledger_enter_outer(&s->ledger, LEDGER_PHASE_CHECKPOINT);
     zt_status st = run_checkpoint_save(s, step, where, sizeof where);
     if (st != ZT_OK) {
         s->failure_agreed = 1; /* the save agrees on its outcome */
@@ -485,9 +491,25 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
         fflush(stdout);
         if (o->memory_report_path)
             st = memory_report_write_json(&r, o->memory_report_path);
+        if (st == ZT_OK && !o->dry_run) { /* the run's folder keeps its report (zerotrain plot) */
+            char path[4096];
+            snprintf(path, sizeof path, "%s/memory_report.json", s->cfg.run.output_dir);
+            st = memory_report_write_json(&r, path);
+        }
     }
     memory_report_free(&r);
     return st;
+}
+
+/* --memory-summary: every rank's ledger, rank 0 prints. Collective. */
+static zt_status print_memory_summary(struct run_session *s)
+{
+    const struct memory_summary_place place = {.tp = s->coords.tp,
+                                               .pp = s->coords.pp,
+                                               .dp = s->coords.dp,
+                                               .layout = s->layout.tp > 1 || s->layout.pp > 1};
+    return memory_summary_print(s->comm, &s->ledger, &place, s->cfg.zero.stage,
+                                param_table_whole(&s->table), stdout);
 }
 
 /* A failure inside the loop other than a numerical one (which every rank
@@ -578,8 +600,15 @@ zt_status train_run(const struct run_options *o, int *print_here)
         abort_if_peers_may_block(&s, st);
         st = session_agree(s.failed_elsewhere ? ZT_OK : st, print_here);
     }
+    if (st == ZT_OK && s.timeline)
+        st = session_agree(memory_timeline_write(s.timeline, &s.ledger, s.comm,
+                                                 param_table_whole(&s.table),
+                                                 o->memory_timeline_path),
+                           print_here);
     if (st == ZT_OK)
         st = session_agree(report_memory(&s, o), print_here);
+    if (st == ZT_OK && o->memory_summary)
+        st = session_agree(print_memory_summary(&s), print_here);
     if (io.metrics)
         fclose(io.metrics);
     s.state = st == ZT_OK ? RUN_DONE : RUN_FAILED;

@@ -428,9 +428,17 @@ static zt_status unit_grads_complete(struct shard_engine *e, int unit)
 
 /* ---- the hooks ------------------------------------------------------------ */
 
+/* Tells the ledger where the step is, so that a peak names its phase. */
+static void enter_phase(struct shard_engine *e, enum ledger_phase_kind k, int unit)
+{
+    ledger_enter(e->dev->ledger, k, unit);
+}
+
 static zt_status hook_pass_begin(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
+    e->pass_phase = pass == MODEL_PASS_FORWARD ? LEDGER_PHASE_FORWARD : LEDGER_PHASE_BACKWARD;
+    enter_phase(e, e->pass_phase, -1);
     if (e->policy.shard_params) {
         e->n_schedule = param_table_unit_order(e->table, &e->pipeline_stage, pass, e->schedule,
                                                MODEL_MAX_UNITS + 4);
@@ -445,6 +453,7 @@ static zt_status hook_pass_end(void *ctx, enum model_pass pass)
 {
     struct shard_engine *e = ctx;
     if (pass == MODEL_PASS_BACKWARD && e->policy.shard_grads && !e->cfg.optimizer->fused_backward) {
+        enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
         ZT_TRY(close_bucket(e));
         while (e->n_reduces > 0)
             ZT_TRY(finish_oldest_reduce(e));
@@ -478,6 +487,7 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
     const void *src;
+    enter_phase(e, e->pass_phase, unit);
     if (e->policy.shard_params)
         ZT_TRY(gathered_acquire(e, unit, &src));
     else
@@ -523,6 +533,7 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
 {
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
+    enter_phase(e, LEDGER_PHASE_BACKWARD, unit);
     if (!su->trainable) {
         /* A frozen unit has no gradients: the model's ops skip them. */
         *grads = NULL;
@@ -563,9 +574,14 @@ static zt_status hook_grads_done(void *ctx, int unit)
             ZT_TRY(e->ops->from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded));
         close_view(e, unit, &e->grad_view[unit]);
     }
-    if (e->cfg.optimizer->fused_backward)
+    if (e->cfg.optimizer->fused_backward) {
+        enter_phase(e, LEDGER_PHASE_OPTIMIZER, unit);
         return fused_unit_done(e, unit);
-    return !e->policy.shard_grads ? ZT_OK : unit_grads_complete(e, unit);
+    }
+    if (!e->policy.shard_grads)
+        return ZT_OK;
+    enter_phase(e, LEDGER_PHASE_REDUCTION, unit);
+    return unit_grads_complete(e, unit);
 }
 
 /* ---- create / destroy ------------------------------------------------------ */
@@ -848,6 +864,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
                            double loss_scale, int skip_on_overflow, struct shard_step_result *out)
 {
     const size_t n = reduced_count(e);
+    enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
     if (shard_policy_allreduces_grads(&e->policy))
         ZT_TRY(comm_allreduce(e->comm, e->grads, n, e->cfg.precision, COMM_OP_SUM));
     else if (shard_policy_reduces_at_step(&e->policy))
@@ -881,6 +898,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     }
     double clip = e->cfg.clip > 0.0 && norm > e->cfg.clip ? e->cfg.clip / (norm + 1e-6) : 1.0;
     hp->step = ++e->updates;
+    enter_phase(e, LEDGER_PHASE_OPTIMIZER, -1);
     ZT_TRY(shard_update_owned(e, g, (float)(unscale * clip), tmp, stats, hp));
     if (shard_policy_regathers_params(&e->policy))
         ZT_TRY(allgather_params(e, 1));
@@ -912,11 +930,14 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
         (void)loss_scale;
         return step_fused(e, skip_on_overflow, out);
     }
+    enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
     if (shard_policy_reduces_at_step(&e->policy)) {
         ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, "reduced grad shards",
                             &shards));
         g = shards;
     }
+    /* the update's staging is allocated before the reduction runs */
+    enter_phase(e, LEDGER_PHASE_OPTIMIZER, -1);
     struct shard_update_stats stats = {0};
     zt_status st = ZT_OK;
     if (tmp_bytes)

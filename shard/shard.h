@@ -238,6 +238,9 @@ struct shard_engine {
     /* 16-bit: the fp32 views the model computes with, per unit (workspace). */
     float **param_view, **grad_view;
 
+    /* The pass the model is in, for the ledger's phase (common/ledger.h). */
+    enum ledger_phase_kind pass_phase;
+
     /* Fused-backward optimizers (LOMO): what the backward does with each
      * unit's reduced gradient (see shard_engine_fused_arm). */
     struct {

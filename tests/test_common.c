@@ -88,6 +88,59 @@ START_TEST(ledger_tracks_current_and_peaks)
 }
 END_TEST
 
+struct sink_log {
+    int n;
+    int64_t sum;
+};
+
+static void count_event(void *ctx, const struct ledger *l, enum ledger_category c, int64_t bytes)
+{
+    struct sink_log *log = ctx;
+    (void)l;
+    (void)c;
+    log->n++;
+    log->sum += bytes;
+}
+
+/* Counts, the phase of each peak, the outer-phase rule and the sink. */
+START_TEST(ledger_knows_phases_and_counts)
+{
+    struct ledger l;
+    struct sink_log log = {0, 0};
+    const struct ledger_sink sink = {count_event, &log};
+    ledger_init(&l, 0);
+    l.sink = &sink;
+    ledger_add(&l, LEDGER_PARAMS, 100); /* setup */
+    ledger_set_step(&l, 1, 0);
+    ledger_enter(&l, LEDGER_PHASE_BACKWARD, 3);
+    ledger_add(&l, LEDGER_WORKSPACE, 40);
+    ledger_sub(&l, LEDGER_WORKSPACE, 40);
+    ledger_enter(&l, LEDGER_PHASE_OPTIMIZER, -1);
+    ledger_add(&l, LEDGER_WORKSPACE, 20);
+    ledger_sub(&l, LEDGER_WORKSPACE, 20);
+    ck_assert_int_eq(l.peak_phase[LEDGER_PARAMS].kind, LEDGER_PHASE_SETUP);
+    ck_assert_int_eq(l.peak_phase[LEDGER_WORKSPACE].kind, LEDGER_PHASE_BACKWARD);
+    ck_assert_int_eq(l.peak_phase[LEDGER_WORKSPACE].unit, 3);
+    ck_assert_int_eq(l.peak_phase[LEDGER_WORKSPACE].step, 1);
+    ck_assert_int_eq(l.total_peak_phase.kind, LEDGER_PHASE_BACKWARD);
+    ck_assert_uint_eq(l.allocs[LEDGER_WORKSPACE], 2);
+    ck_assert_uint_eq(l.frees[LEDGER_WORKSPACE], 2);
+    ck_assert_uint_eq(l.allocated[LEDGER_WORKSPACE], 60);
+    ck_assert_uint_eq(l.freed[LEDGER_WORKSPACE], 60);
+    /* an evaluation's forward stays the evaluation; the unit moves */
+    ledger_enter_outer(&l, LEDGER_PHASE_EVALUATION);
+    ledger_enter(&l, LEDGER_PHASE_FORWARD, 2);
+    ck_assert_int_eq(l.phase.kind, LEDGER_PHASE_EVALUATION);
+    ck_assert_int_eq(l.phase.unit, 2);
+    ledger_set_step(&l, 2, 1);
+    ck_assert_int_eq(l.phase.kind, LEDGER_PHASE_FORWARD);
+    ck_assert_int_eq(l.phase.micro_step, 1);
+    ck_assert_int_eq(log.n, 5);
+    ck_assert_int_eq(log.sum, 100);
+    ck_assert_str_eq(ledger_phase_name(LEDGER_PHASE_REDUCTION), "reduction");
+}
+END_TEST
+
 /* ---- atomic files ---- */
 
 /* Names in dir other than . and .., joined with '/' in sorted order. */
@@ -275,6 +328,7 @@ int main(void)
     tcase_add_test(tc, status_names_codes_and_messages);
     tcase_add_test(tc, rng_is_a_pure_function_of_key_and_counter);
     tcase_add_test(tc, ledger_tracks_current_and_peaks);
+    tcase_add_test(tc, ledger_knows_phases_and_counts);
     tcase_add_test(tc, atomic_file_commit_replaces_the_file);
     tcase_add_test(tc, atomic_file_abort_leaves_the_file);
     tcase_add_test(tc, atomic_file_missing_folder_is_an_io_error);

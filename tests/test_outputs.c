@@ -292,7 +292,7 @@ START_TEST(null_checkpoint_dir_means_no_checkpoints)
     char dir[512];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("outputs-nullck"));
     ck_assert_int_eq(train(dir, "a", 2, "--set run.steps=2"), 0);
-    ck_assert_str_eq(listing(testutil_path_in(dir, "a")), "config.yaml\n");
+    ck_assert_str_eq(listing(testutil_path_in(dir, "a")), "config.yaml\nmemory_report.json\n");
     /* a checkpoint where the old default looked is left alone */
     ck_assert_int_eq(
         train(dir, "a", 2,

@@ -100,6 +100,53 @@ void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, 
     }
 }
 
+/* Length of the dotted prefix a and b share ("h.2.attn" and "h.2.mlp": 3). */
+static size_t shared_dotted_prefix(const char *a, const char *b)
+{
+    size_t i = 0, dot = 0;
+    while (a[i] && a[i] == b[i]) {
+        if (a[i] == '.')
+            dot = i;
+        i++;
+    }
+    return dot;
+}
+
+void param_table_unit_label(const struct param_table *t, int unit, char *buf, size_t n)
+{
+    ZT_ASSERT(unit >= 0 && unit < t->n_units && n > 0);
+    const char *first = NULL;
+    size_t prefix = 0;
+    for (int k = 0; k < t->n_tensors; k++) {
+        if (t->tensors[k].unit != unit)
+            continue;
+        const char *name = t->tensors[k].name;
+        if (!first) {
+            first = name;
+            prefix = strrchr(name, '.') ? (size_t)(strrchr(name, '.') - name) : strlen(name);
+        } else {
+            size_t p = shared_dotted_prefix(first, name);
+            prefix = p < prefix ? p : prefix;
+        }
+    }
+    buf[0] = '\0';
+    if (!first)
+        return;
+    if (prefix > 0) {
+        snprintf(buf, n, "%.*s", (int)prefix, first);
+        return;
+    }
+    size_t used = 0;
+    for (int k = 0; k < t->n_tensors && used + 1 < n; k++) {
+        if (t->tensors[k].unit != unit)
+            continue;
+        const char *name = t->tensors[k].name;
+        const size_t head = strcspn(name, ".");
+        int w = snprintf(buf + used, n - used, "%s%.*s", used ? "," : "", (int)head, name);
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
 int param_table_blocks(const struct param_table *t)
 {
     return t->family->blocks(t);

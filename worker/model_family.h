@@ -204,6 +204,10 @@ size_t model_stage_params(const struct param_table *t, const struct model_stage 
  * and returns how many the pass acquires. */
 int param_table_unit_order(const struct param_table *t, const struct model_stage *s,
                            enum model_pass pass, int *order, int cap);
+/* A name for unit u in reports: the common dotted prefix of its tensors'
+ * names ("h.2", "ln_f"), else their first components joined by commas
+ * ("wte,wpe"). Truncated to n - 1 characters. */
+void param_table_unit_label(const struct param_table *t, int unit, char *buf, size_t n);
 static inline size_t param_table_unit_size(const struct param_table *t, int unit)
 {
     return t->unit_offset[unit + 1] - t->unit_offset[unit];
