@@ -579,6 +579,11 @@ static int rank_arg(const char *v)
 /* plot: RUN_DIR... and its two options; no MPI. */
 static int run_plot(int argc, char **argv)
 {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(plot_help, stdout);
+            return 0;
+        }
     struct plot_options o = {.rank = -1};
     const char **runs = calloc((size_t)argc + 1, sizeof *runs);
     int usage = runs ? 0 : usage_exit("%s", "out of memory");

@@ -276,6 +276,20 @@ START_TEST(gnuplot_missing_says_what_to_install)
 }
 END_TEST
 
+/* zerotrain --help lists plot; plot --help says its usage and plots. */
+START_TEST(help_lists_plot)
+{
+    const char *log = testutil_path_in(root, "help.log");
+    ck_assert_int_eq(testutil_run(log, "%s --help", testutil_binary()), 0);
+    ck_assert_msg(strstr(testutil_slurp(log), "  plot RUN_DIR...  "), "%s", testutil_slurp(log));
+    ck_assert_int_eq(plot(log, "--help"), 0);
+    ck_assert_msg(
+        strstr(testutil_slurp(log), "usage: zerotrain plot RUN_DIR... [--out DIR] [--rank R]\n") &&
+            strstr(testutil_slurp(log), "memory_timeline.png"),
+        "%s", testutil_slurp(log));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plot");
@@ -287,5 +301,6 @@ int main(void)
     tcase_add_test(tc, a_malformed_line_names_file_and_line);
     tcase_add_test(tc, rank_picks_the_timeline);
     tcase_add_test(tc, gnuplot_missing_says_what_to_install);
+    tcase_add_test(tc, help_lists_plot);
     return testutil_run_suite(s, 0);
 }
