@@ -119,6 +119,8 @@ void config_free(struct zt_config *cfg)
     free(cfg->model.init_from);
     free(cfg->run.resume);
     free(cfg->checkpoint.dir);
+    free(cfg->csv_monitor.output_path);
+    free(cfg->csv_monitor.job_name);
     free_list(cfg->data.train, cfg->data.n_train);
     free_list(cfg->data.val, cfg->data.n_val);
     free(cfg->data.format);

@@ -7,7 +7,8 @@
  * training keys use DeepSpeed's names and meanings
  * (train_micro_batch_size_per_gpu, gradient_accumulation_steps,
  * train_batch_size, gradient_clipping, steps_per_print, optimizer,
- * scheduler, zero_optimization, fp16, bf16, activation_checkpointing).
+ * scheduler, zero_optimization, fp16, bf16, activation_checkpointing,
+ * csv_monitor).
  * DeepSpeed's other keys are accepted too: silently when their value means
  * "off" or asks for what zerotrain does anyway, else listed in
  * cfg->ignored for the one warning a run prints at start-up.
@@ -133,6 +134,14 @@ struct zt_config {
         long every; /* save every N steps; 0: only at the end and on preemption */
         int keep;   /* complete checkpoints kept, default 2 */
     } checkpoint;
+
+    /* DeepSpeed's csv_monitor: rank 0 also writes each metric to a CSV
+     * file of its own in output_path/job_name (coordinator/csv_monitor.h). */
+    struct {
+        int enabled;       /* default false */
+        char *output_path; /* default "": the current directory, as DeepSpeed's */
+        char *job_name;    /* default "DeepSpeedJobName"; may be "" */
+    } csv_monitor;
 
     struct {
         char *backend;                    /* "auto" (default), "mpi", "nccl" */

@@ -2,8 +2,9 @@
  * does not act on.
  *
  * A DeepSpeed config carries far more than zerotrain implements: monitors
- * (tensorboard, wandb, csv_monitor, comms_logger, flops_profiler), offload,
- * the stage-3 memory knobs, quantization, compression, curriculum learning.
+ * (tensorboard, wandb, comms_logger, flops_profiler; csv_monitor is the
+ * schema's), offload, the stage-3 memory knobs, quantization, compression,
+ * curriculum learning.
  * Refusing each of them would make every real DeepSpeed file fail one key
  * per run; ignoring them silently would lose what the user asked for. So
  * every DeepSpeed key that has no row in the schema (config_schema.c) has a
@@ -59,7 +60,6 @@ static const struct ds_key keys[] = {
      "metrics.jsonl records each step's communication bytes and calls; --profile times them"},
     {"compile", Q_DISABLED, "the model runs as built, nothing is compiled"},
     {"compression_training", Q_NEVER, "the model is trained uncompressed"},
-    {"csv_monitor", Q_DISABLED, "metrics go to metrics.jsonl (--metrics FILE)"},
     {"curriculum_learning", Q_DISABLED, "samples are drawn uniformly from data.train"},
     {"data_efficiency", Q_DISABLED, "samples are drawn uniformly from data.train"},
     {"data_types", Q_NEVER, "gradients are accumulated in the working precision"},

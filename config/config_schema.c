@@ -66,6 +66,8 @@ enum {
     F_WARMUP_DECAY = 1 << 5,
     F_WARMUP_COSINE = 1 << 6,
     F_LLAMA = 1 << 7, /* a key of model.family llama only */
+    /* a string that may be "" (DeepSpeed's csv_monitor paths) */
+    F_EMPTY_OK = 1 << 8,
 };
 #define F_ALL_SCHED (F_WARMUP_LR | F_WARMUP_DECAY | F_WARMUP_COSINE)
 
@@ -215,6 +217,15 @@ static const struct field fields[] = {
      "save every N optimizer steps (0: only at the end and on preemption); needs checkpoint.dir"},
     {"checkpoint.keep", T_INT, OFF(checkpoint.keep), 0, "2", GE(1), NB, 0, NULL,
      "complete checkpoints kept; older ones are removed after a new one is complete"},
+
+    {"csv_monitor", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "DeepSpeed's CSV monitor: rank 0 writes each metric to a CSV file of its own"},
+    {"csv_monitor.enabled", T_BOOL, OFF(csv_monitor.enabled), 0, "false", NB, NB, 0, NULL,
+     "true: Train_Samples_train_loss.csv, ..._lr.csv, ... in output_path/job_name"},
+    {"csv_monitor.output_path", T_STRING, OFF(csv_monitor.output_path), 0, "", NB, NB,
+     F_EMPTY_OK, NULL, "the job folder's parent (\"\": the current directory, as DeepSpeed's)"},
+    {"csv_monitor.job_name", T_STRING, OFF(csv_monitor.job_name), 0, "DeepSpeedJobName", NB, NB,
+     F_EMPTY_OK, NULL, "the folder in output_path the files go to"},
 
     {"comm", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "communication"},
     {"comm.backend", T_BACKEND, OFF(comm.backend), 0, "auto", NB, NB, 0, NULL,
@@ -681,6 +692,9 @@ static zt_status leaf_string(struct walk *w, const struct field *f, const struct
                              const char *where)
 {
     const char *s;
+    if ((f->flags & F_EMPTY_OK) && v->kind == YAML_TREE_SCALAR && v->text[0] == '\0' &&
+        !yaml_tree_is_null(v))
+        return store_string(w, f, "");
     ZT_TRY(scalar_text(where, f->path, v, "a string", &s));
     if (f->flags & F_UNSUPPORTED_GIVEN)
         return zt_error_set(ZT_ERR_UNSUPPORTED, "%s: %s: not supported yet: %s", where, f->path,
@@ -946,6 +960,7 @@ static zt_status apply_default(struct walk *w, const struct field *f)
         v = t->root;
     } else {
         scalar.text = (char *)f->def;
+        scalar.quoted = f->def[0] == '\0'; /* a default "" is the empty string, not null */
     }
     zt_status s = parse_leaf(w, f, v);
     yaml_tree_free(t);

@@ -16,6 +16,7 @@
  *                  [--machine NAME|FILE] [--global-batch B] [--top K] [--all]
  *                  [--json FILE] [--set key.path=value]...
  *   zerotrain calibrate --out FILE [--name NAME] [--device-memory SIZE] [--quick]
+ *   zerotrain plot RUN_DIR... [--out DIR] [--rank R]
  *   zerotrain version | help [COMMAND]
  */
 #include "cli.h"
@@ -32,6 +33,7 @@
 #include "export.h"
 #include "memory_timeline.h"
 #include "plan.h"
+#include "plot.h"
 #include "prepare.h"
 #include "progress.h"
 #include "train.h"
@@ -52,6 +54,8 @@ static const char usage_text[] =
     "  plan CONFIG --gpus N      compare every tensor x pipeline x data x ZeRO layout of the\n"
     "                            model on N GPUs: memory per rank, traffic, predicted speed\n"
     "  calibrate --out FILE      measure this node into a machine file for plan --machine\n"
+    "  plot RUN_DIR...           draw PNG plots of runs: loss, learning rate, gradient norm,\n"
+    "                            throughput, memory per rank and over a step (gnuplot)\n"
     "  version                   print the version\n"
     "  help [COMMAND]            print this help or a command's help\n"
     "\n"
@@ -163,6 +167,24 @@ static const char calibrate_help[] =
     "  --device-memory SIZE   memory of the device, as 64GiB or 512GB (default: the node's\n"
     "                         physical memory)\n"
     "  --quick                small sizes and few repetitions (seconds; for tests)\n";
+
+static const char plot_help[] =
+    "usage: zerotrain plot RUN_DIR... [--out DIR] [--rank R]\n"
+    "Draws PNG plots of one or more runs (each RUN_DIR a run.output_dir of zerotrain train,\n"
+    "holding config.yaml and metrics.jsonl) with gnuplot, which must be on PATH\n"
+    "(gnuplot-nox: scripts/deps.sh installs it). Runs are overlaid, named by their folders.\n"
+    "  loss.png             training loss, validation loss as points on dashes\n"
+    "  lr.png               learning rate\n"
+    "  grad_norm.png        gradient norm before clipping\n"
+    "  loss_scale.png       the fp16 loss scale (only when some run trains in fp16)\n"
+    "  throughput.png       tokens/s\n"
+    "  memory.png           each rank's peak memory by category and the single-device\n"
+    "                       baseline (runs with memory_report.json)\n"
+    "  memory_timeline.png  one rank's memory by category during the last step recorded in\n"
+    "                       the first run with memory_timeline.jsonl\n"
+    "A plot no run has data for is skipped, with a line saying why.\n"
+    "  --out DIR              where the PNGs go (default: the first RUN_DIR's plots/)\n"
+    "  --rank R               memory_timeline.png's rank (default 0)\n";
 
 struct cli_args {
     struct run_options run;
@@ -378,6 +400,8 @@ static int run_help(int argc, char **argv)
         fputs(plan_help, stdout);
     else if (strcmp(topic, "calibrate") == 0)
         fputs(calibrate_help, stdout);
+    else if (strcmp(topic, "plot") == 0)
+        fputs(plot_help, stdout);
     else {
         fprintf(stderr, "zerotrain: error: no help for '%s'\n%s", topic, usage_text);
         return 2;
@@ -565,6 +589,49 @@ static int run_calibrate(int argc, char **argv)
     return zt_status_exit_code(st);
 }
 
+/* plot's --rank value, or -1 for what is not a rank. */
+static int rank_arg(const char *v)
+{
+    char *end;
+    const long r = strtol(v, &end, 10);
+    return end != v && *end == '\0' && r >= 0 && r <= 100000000 ? (int)r : -1;
+}
+
+/* plot: RUN_DIR... and its two options; no MPI. */
+static int run_plot(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(plot_help, stdout);
+            return 0;
+        }
+    struct plot_options o = {.rank = -1};
+    const char **runs = calloc((size_t)argc + 1, sizeof *runs);
+    int usage = runs ? 0 : usage_exit("%s", "out of memory");
+    for (int i = 0; i < argc && !usage; i++) {
+        const char *arg = argv[i];
+        const int takes_value = strcmp(arg, "--out") == 0 || strcmp(arg, "--rank") == 0;
+        if (takes_value && i + 1 == argc)
+            usage = usage_exit("%s needs a value (see zerotrain help plot)", arg);
+        else if (strcmp(arg, "--out") == 0)
+            o.out_dir = argv[++i];
+        else if (strcmp(arg, "--rank") == 0 && (o.rank = rank_arg(argv[++i])) < 0)
+            usage = usage_exit("--rank: '%s' is not a rank (0, 1, ...)", argv[i]);
+        else if (!takes_value && arg[0] == '-' && arg[1] != '\0')
+            usage = usage_exit("'%s': unknown option (see zerotrain help plot)", arg);
+        else if (!takes_value)
+            runs[o.n_runs++] = arg;
+    }
+    if (!usage && o.n_runs == 0)
+        usage = usage_exit("%s", "plot needs at least one RUN_DIR (see zerotrain help plot)");
+    o.runs = runs;
+    const zt_status st = usage ? ZT_ERR_USAGE : plot_run(&o, stdout);
+    free(runs);
+    if (st != ZT_OK && !usage)
+        print_error(st);
+    return usage ? usage : zt_status_exit_code(st);
+}
+
 int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
              const struct ckpt_fault_hooks *faults)
 {
@@ -585,6 +652,8 @@ int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
         return run_plan(argc - 2, argv + 2);
     if (strcmp(cmd, "calibrate") == 0)
         return run_calibrate(argc - 2, argv + 2);
+    if (strcmp(cmd, "plot") == 0)
+        return run_plot(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("zerotrain %s\n", ZT_VERSION);
         return 0;

@@ -1,12 +1,7 @@
 /* coordinator/metrics.c — see metrics.h.
  *
  * Resuming keeps the history: the lines of steps up to the checkpoint's
- * stay as they were and only those past it (written after the checkpoint
- * by the run that is being resumed, and about to be written again) are
- * dropped, as TensorBoard purges orphaned events. The kept lines go to a
- * temporary file that replaces the old one whole, so a crash while
- * purging loses nothing. */
-#define _GNU_SOURCE /* getline */
+ * stay as they were and only those past it are dropped (log_trim.h). */
 #include "metrics.h"
 
 #include <errno.h>
@@ -15,57 +10,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/atomic_file.h"
+#include "log_trim.h"
 
 /* The step a line of ours records ("{\"step\": N, ..."), or -1 for any
- * other line. */
+ * other line (log_line_position). */
 static long line_step(const char *line)
 {
     long step;
     return sscanf(line, "{\"step\": %ld", &step) == 1 ? step : -1;
-}
-
-/* Copies the complete lines of `in` whose step is at most `keep_through`
- * (and lines that are not ours) to `out`. A last line without its newline
- * was cut short by a killed run and goes too. */
-static zt_status copy_kept_lines(FILE *in, FILE *out, long keep_through, const char *path)
-{
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    zt_status st = ZT_OK;
-    while ((len = getline(&line, &cap, in)) > 0) {
-        if (line[len - 1] != '\n' || line_step(line) > keep_through)
-            continue;
-        if (fwrite(line, 1, (size_t)len, out) != (size_t)len) {
-            st = zt_error_set(ZT_ERR_IO, "cannot write metrics file %s: %s", path, strerror(errno));
-            break;
-        }
-    }
-    if (st == ZT_OK && ferror(in))
-        st = zt_error_set(ZT_ERR_IO, "cannot read metrics file %s: %s", path, strerror(errno));
-    free(line);
-    return st;
-}
-
-/* Drops the lines past step `keep_through` from an existing file at path. */
-static zt_status purge_after(const char *path, long keep_through)
-{
-    FILE *in = fopen(path, "r");
-    if (!in)
-        return errno == ENOENT ? ZT_OK
-                               : zt_error_set(ZT_ERR_IO, "cannot read metrics file %s: %s", path,
-                                              strerror(errno));
-    struct atomic_file out;
-    zt_status st = atomic_file_open(path, &out);
-    if (st == ZT_OK)
-        st = copy_kept_lines(in, out.f, keep_through, path);
-    fclose(in);
-    if (st != ZT_OK) {
-        atomic_file_abort(&out);
-        return st;
-    }
-    return atomic_file_commit(&out);
 }
 
 zt_status metrics_open(const char *path, FILE **out)
@@ -76,7 +28,7 @@ zt_status metrics_open(const char *path, FILE **out)
 zt_status metrics_open_run(const char *path, long resumed_at, FILE **out)
 {
     if (resumed_at > 0)
-        ZT_TRY(purge_after(path, resumed_at));
+        ZT_TRY(log_trim_after(path, "metrics file", resumed_at, line_step));
     *out = fopen(path, resumed_at > 0 ? "a" : "w");
     if (!*out)
         return zt_error_set(ZT_ERR_IO, "cannot write metrics file %s: %s", path, strerror(errno));

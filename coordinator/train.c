@@ -26,6 +26,7 @@
 #include "../worker/param_quant.h"
 #include "../worker/tensor_parallel.h"
 #include "../worker/schedule.h"
+#include "csv_monitor.h"
 #include "memory_report.h"
 #include "memory_summary.h"
 #include "memory_timeline.h"
@@ -38,6 +39,8 @@
 struct train_io {
     struct progress console;
     FILE *metrics; /* rank 0 only */
+    /* rank 0 only; closed when csv_monitor is off */
+    struct csv_monitor csv;
 };
 
 /* Echoes the resolved configuration; `path` names where it was also
@@ -89,7 +92,9 @@ static zt_status open_outputs(struct run_session *s, const struct run_options *o
         mpath = path;
     }
     ZT_TRY(metrics_open_run(mpath, s->start_step, &io->metrics));
-    return ZT_OK;
+    const long samples_per_step = (long)s->cfg.train_micro_batch_size_per_gpu *
+                                  s->cfg.gradient_accumulation_steps * s->dp_size;
+    return csv_monitor_open(&io->csv, &s->cfg, samples_per_step, s->start_step);
 }
 
 /* The communicators a step's traffic goes through: the world's (the
@@ -291,6 +296,7 @@ static zt_status evaluate_and_log(struct run_session *s, struct train_io *io, lo
         progress_log(&io->console, "step %6ld | val loss %.4f (%llu tokens)", step, loss,
                      (unsigned long long)tokens);
         metrics_write_eval(io->metrics, step, loss, tokens);
+        csv_monitor_write_eval(&io->csv, step, loss);
     }
     return ZT_OK;
 }
@@ -405,6 +411,7 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
         double left = elapsed / (double)(done + 1) * (double)(c->run.steps - step - 1);
         if (s->rank == 0) {
             metrics_write_step(io->metrics, &r);
+            csv_monitor_write_step(&io->csv, &r);
             if (r.step % c->steps_per_print == 0 || step == s->start_step || r.step == c->run.steps)
                 log_step(s, io, &r, left);
             progress_update(&io->console, r.step, c->run.steps, left);
@@ -611,6 +618,7 @@ zt_status train_run(const struct run_options *o, int *print_here)
         st = session_agree(print_memory_summary(&s), print_here);
     if (io.metrics)
         fclose(io.metrics);
+    csv_monitor_close(&io.csv);
     s.state = st == ZT_OK ? RUN_DONE : RUN_FAILED;
     session_close(&s);
     return st;

@@ -3,9 +3,10 @@
 # Idempotent and silent when everything is present; works as root or via sudo.
 set -euo pipefail
 
-# procps: pgrep, which the preemption test uses to signal one rank.
+# procps: pgrep, which the preemption test uses to signal one rank. gnuplot-nox: zerotrain plot
+# draws with it (its pngcairo terminal).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-dev check
-          libopenblas-dev procps)
+          libopenblas-dev procps gnuplot-nox)
 
 missing=()
 for p in "${packages[@]}"; do

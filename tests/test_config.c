@@ -82,6 +82,9 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_pstr_eq(a->checkpoint.dir, b->checkpoint.dir);
     ck_assert_int_eq(a->checkpoint.every, b->checkpoint.every);
     ck_assert_int_eq(a->checkpoint.keep, b->checkpoint.keep);
+    ck_assert_int_eq(a->csv_monitor.enabled, b->csv_monitor.enabled);
+    ck_assert_str_eq(a->csv_monitor.output_path, b->csv_monitor.output_path);
+    ck_assert_str_eq(a->csv_monitor.job_name, b->csv_monitor.job_name);
     assert_same_paths(a->data.train, a->data.n_train, b->data.train, b->data.n_train);
     assert_same_paths(a->data.val, a->data.n_val, b->data.val, b->data.n_val);
     ck_assert_double_eq(a->data.val_fraction, b->data.val_fraction);
@@ -734,6 +737,46 @@ START_TEST(test_deepspeed_zero3_json)
 }
 END_TEST
 
+/* DeepSpeed's csv_monitor section: its defaults, its keys in YAML and in a
+ * DeepSpeed JSON file, "" (DeepSpeed's default output_path) a value. */
+START_TEST(test_csv_monitor_keys)
+{
+    struct zt_config c;
+    zt_status s = load_text("data: {train: x}\n", NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.csv_monitor.enabled, 0);
+    ck_assert_str_eq(c.csv_monitor.output_path, "");
+    ck_assert_str_eq(c.csv_monitor.job_name, "DeepSpeedJobName");
+    config_free(&c);
+
+    s = load_text("data: {train: x}\ncsv_monitor:\n  enabled: true\n  output_path: logs/csv\n",
+                  (const char *const[]){"csv_monitor.job_name=run 7"}, 1, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.csv_monitor.enabled, 1);
+    ck_assert_str_eq(c.csv_monitor.output_path, "logs/csv");
+    ck_assert_str_eq(c.csv_monitor.job_name, "run 7");
+    ck_assert_ptr_null(c.ignored); /* acted on, so not in the warning */
+    config_free(&c);
+
+    s = load_text("{\"data\": {\"train\": \"x\"}, \"csv_monitor\": {\"enabled\": true, "
+                  "\"output_path\": \"\", \"job_name\": \"\"}}\n",
+                  NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.csv_monitor.enabled, 1);
+    ck_assert_str_eq(c.csv_monitor.output_path, "");
+    ck_assert_str_eq(c.csv_monitor.job_name, "");
+    config_free(&c);
+
+    struct config_override ov[] = {{"data.train=tokens.bin"}};
+    s = config_load(testutil_source_path("tests/data/deepspeed_zero3.json"), ov, 1, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.csv_monitor.enabled, 0);
+    ck_assert_str_eq(c.csv_monitor.output_path, "logs/csv");
+    ck_assert_str_eq(c.csv_monitor.job_name, "gpt2_zero3");
+    config_free(&c);
+}
+END_TEST
+
 /* Which values of DeepSpeed's keys pass silently and which are listed. */
 START_TEST(test_deepspeed_values_off_or_asking)
 {
@@ -996,6 +1039,7 @@ START_TEST(test_round_trip)
         "data: {train: x}\noptimizer: {type: SGD, params: {momentum: 0.9, nesterov: true}}\n",
         "data: {train: x}\ntensor_parallel: {size: 4, sequence_parallel: true}\n"
         "pipeline: {stages: 3, schedule: gpipe, partition_method: uniform}\n",
+        "data: {train: x}\ncsv_monitor: {enabled: true, output_path: logs, job_name: \"\"}\n",
     };
     const char *dir = testutil_tmpdir("config");
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
@@ -1459,6 +1503,27 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "bad.yaml:2:14: tensorboard: expected a mapping, got 'true'"},
+    {"data: {train: x}\ncsv_monitor: {enabled: 3}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:24: csv_monitor.enabled: expected a boolean (true or false), got '3'"},
+    {"data: {train: x}\ncsv_monitor: {output_path: [a]}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:28: csv_monitor.output_path: expected a string, got a list"},
+    {"data: {train: x}\ncsv_monitor: {job: x}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:15: unknown key 'job' in csv_monitor (valid keys: enabled, output_path, "
+     "job_name)"},
+    {"data: {train: x}\ncsv_monitor: true\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:14: csv_monitor: expected a mapping, got 'true'"},
     {"data: {train: x}\nwandb: {enabled: maybe}\n",
      NULL,
      {NULL},
@@ -1887,6 +1952,7 @@ static Suite *config_suite(void)
     tcase_add_test(good, test_deepspeed_json);
     tcase_add_test(good, test_deepspeed_zero3_json);
     tcase_add_test(good, test_deepspeed_values_off_or_asking);
+    tcase_add_test(good, test_csv_monitor_keys);
     tcase_add_test(good, test_no_validation_set);
     tcase_add_test(good, test_check_world_without_batch_size);
     tcase_add_test(good, test_parallel_keys);
