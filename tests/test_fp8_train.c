@@ -108,6 +108,48 @@ START_TEST(activation_checkpointing_changes_no_bit)
 }
 END_TEST
 
+/* micro.yaml in fp8 (amax_history_len 3) for `steps` steps with
+ * checkpoints in dir/ck, `accum` micro batches per rank; the losses it
+ * logs (n: those after a resume) into loss. */
+static void train_saving(const char *dir, const char *name, int np, int accum, const char *ck,
+                         int steps, const char *extra, double *loss, int n)
+{
+    testutil_train_micro_losses(
+        dir, name, np,
+        testutil_fmt("--set fp8.enabled=true --set fp8.amax_history_len=3 --set run.steps=%d "
+                     "--set gradient_accumulation_steps=%d --set checkpoint.dir=%s/%s %s",
+                     steps, accum, dir, ck, extra),
+        loss, n);
+}
+
+/* A checkpoint keeps the scales and amax histories: a run resumed at step
+ * 4 continues bit for bit at one rank and within 1e-5 at two (stage 3);
+ * another amax_history_len restarts the scales (a note says so), which
+ * changes the losses, so the restored state is what made them equal. */
+START_TEST(resume_continues_with_the_saved_scales)
+{
+    enum { HALF = STEPS / 2 };
+    const char *dir = testutil_tmpdir("fp8-resume");
+    double whole[STEPS], half[HALF], got[HALF];
+    train_saving(dir, "whole", 1, 2, "ck-whole", STEPS, "", whole, STEPS);
+    for (int k = 0; k < 3; k++) {
+        train_saving(dir, testutil_fmt("half%d", k), 1, 2, testutil_fmt("ck%d", k), HALF, "", half,
+                     HALF);
+        ck_assert(memcmp(half, whole, sizeof half) == 0);
+    }
+    train_saving(dir, "resumed", 1, 2, "ck0", STEPS, "", got, HALF);
+    ck_assert_msg(memcmp(got, whole + HALF, sizeof got) == 0, "1 rank: resumed losses differ");
+    train_saving(dir, "resumed-np2", 2, 1, "ck1", STEPS, "--set zero_optimization.stage=3", got,
+                 HALF);
+    testutil_assert_losses_close(whole + HALF, got, HALF, 1e-5, "2 ranks resumed");
+    train_saving(dir, "restarted", 1, 2, "ck2", STEPS, "--set fp8.amax_history_len=5", got, HALF);
+    ck_assert_ptr_nonnull(strstr(testutil_slurp(testutil_path_in(dir, "restarted.log")),
+                                 "the fp8 scales restart at 1"));
+    ck_assert_msg(memcmp(got, whole + HALF, sizeof got) != 0,
+                  "restarted scales gave the restored run's losses");
+}
+END_TEST
+
 /* ---- fp8 against bf16 on configs/tiny.yaml ----
  *
  * 40 steps (the cosine schedule over 40) of tiny.yaml on one rank, bf16
@@ -244,6 +286,7 @@ static Suite *fp8_train_suite(void)
     tcase_add_test(t, layouts_give_the_one_rank_losses);
     tcase_add_test(t, llama_layouts_give_the_one_rank_losses);
     tcase_add_test(t, activation_checkpointing_changes_no_bit);
+    tcase_add_test(t, resume_continues_with_the_saved_scales);
     tcase_add_test(t, tiny_follows_bf16);
     tcase_add_test(t, dry_run_counts_the_fp8_buffers);
     tcase_add_test(t, refused_combinations_exit_with_a_config_error);

@@ -98,3 +98,23 @@ void fp8_scaling_update(struct fp8_scaling *s)
     memset(s->history, 0, n * sizeof *s->history);
     memset(s->amax, 0, n * sizeof *s->amax);
 }
+
+size_t fp8_scaling_state_len(const struct fp8_scaling *s)
+{
+    return s->n * (1 + (size_t)s->recipe.amax_history_len);
+}
+
+void fp8_scaling_get_state(const struct fp8_scaling *s, float *out)
+{
+    memcpy(out, s->scale, s->n * sizeof *out);
+    memcpy(out + s->n, s->history, s->n * (size_t)s->recipe.amax_history_len * sizeof *out);
+}
+
+void fp8_scaling_set_state(struct fp8_scaling *s, const float *in)
+{
+    memcpy(s->scale, in, s->n * sizeof *s->scale);
+    memcpy(s->history, in + s->n, s->n * (size_t)s->recipe.amax_history_len * sizeof *s->history);
+    for (size_t i = 0; i < s->n; i++)
+        s->scale_inv[i] = 1.0f / s->scale[i];
+    memset(s->amax, 0, s->n * sizeof *s->amax);
+}

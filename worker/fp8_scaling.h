@@ -46,6 +46,9 @@
  * it survives the max-reduction whatever the MPI library does with NaNs,
  * and like TE's NaN it keeps the scale unchanged while in the history.
  *
+ * A checkpoint stores the scales and histories (fp8_scaling_get_state), so
+ * a resumed run continues with the scales an uninterrupted one would use.
+ *
  * Ownership: fp8_scaling_create allocates everything; the parameter table
  * the scaling belongs to owns it (struct param_table's fp8), so every model
  * instance of the table — a pipeline stage's several, evaluation's —
@@ -120,6 +123,13 @@ void fp8_scaling_record(struct fp8_scaling *s, size_t i, float a);
 /* Step 4 of the design comment, on amax[] as the caller reduced it: the
  * histories take it, the scales are recomputed, amax[] is zeroed. */
 void fp8_scaling_update(struct fp8_scaling *s);
+
+/* What a checkpoint keeps of s: the scales, then the history rows
+ * (fp8_scaling_state_len floats; the step's amaxes are 0 between steps,
+ * the inverses follow from the scales). set_state takes it back. */
+size_t fp8_scaling_state_len(const struct fp8_scaling *s);
+void fp8_scaling_get_state(const struct fp8_scaling *s, float *out);
+void fp8_scaling_set_state(struct fp8_scaling *s, const float *in);
 
 /* The scale for amax a under recipe r for format f, `prev` where a is 0 or
  * not finite (step 4's formula). */
