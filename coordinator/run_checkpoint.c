@@ -756,7 +756,7 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
         st = load_states(s, step_dir, &m, weights_only ? 1 : shard_engine_n_states(&s->engine));
     if (st == ZT_OK && !weights_only)
         st = load_tensor_state(s, step_dir, &m);
-    if (st == ZT_OK && !weights_only)
+    if (st == ZT_OK) /* evaluation's forward quantises with them too */
         st = load_fp8_scaling(s, step_dir, &m);
     st = agree(s, st);
     if (st == ZT_OK)

@@ -125,7 +125,9 @@ static void train_saving(const char *dir, const char *name, int np, int accum, c
 /* A checkpoint keeps the scales and amax histories: a run resumed at step
  * 4 continues bit for bit at one rank and within 1e-5 at two (stage 3);
  * another amax_history_len restarts the scales (a note says so), which
- * changes the losses, so the restored state is what made them equal. */
+ * changes the losses, so the restored state is what made them equal.
+ * `eval --checkpoint` quantises with the saved scales too: it gives the
+ * validation loss the run printed at its end. */
 START_TEST(resume_continues_with_the_saved_scales)
 {
     enum { HALF = STEPS / 2 };
@@ -147,6 +149,20 @@ START_TEST(resume_continues_with_the_saved_scales)
                                  "the fp8 scales restart at 1"));
     ck_assert_msg(memcmp(got, whole + HALF, sizeof got) != 0,
                   "restarted scales gave the restored run's losses");
+    const char *v = strstr(testutil_slurp(testutil_path_in(dir, "whole.jsonl")), "\"val_loss\": ");
+    ck_assert_ptr_nonnull(v);
+    const double trained = strtod(v + 12, NULL);
+    const char *log = testutil_path_in(dir, "eval.log");
+    ck_assert_int_eq(testutil_run(log,
+                                  "%s eval %s --checkpoint %s/ck-whole --set fp8.enabled=true "
+                                  "--set fp8.amax_history_len=3",
+                                  testutil_binary(), testutil_source_path("tests/data/micro.yaml"),
+                                  dir),
+                     0);
+    const char *e = strstr(testutil_slurp(log), "val_loss ");
+    ck_assert_msg(e != NULL, "%s", testutil_slurp(log));
+    ck_assert_msg(fabs(strtod(e + 9, NULL) - trained) <= 1e-6, "eval %s, trained %.8f", e + 9,
+                  trained);
 }
 END_TEST
 
