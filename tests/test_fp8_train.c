@@ -153,12 +153,13 @@ START_TEST(resume_continues_with_the_saved_scales)
     ck_assert_ptr_nonnull(v);
     const double trained = strtod(v + 12, NULL);
     const char *log = testutil_path_in(dir, "eval.log");
-    ck_assert_int_eq(testutil_run(log,
-                                  "%s eval %s --checkpoint %s/ck-whole --set fp8.enabled=true "
-                                  "--set fp8.amax_history_len=3",
-                                  testutil_binary(), testutil_source_path("tests/data/micro.yaml"),
-                                  dir),
-                     0);
+    ck_assert_int_eq(
+        testutil_run(log,
+                     "mpirun --oversubscribe -np 1 %s eval %s --checkpoint %s/ck-whole "
+                     "--set fp8.enabled=true "
+                     "--set fp8.amax_history_len=3",
+                     testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir),
+        0);
     const char *e = strstr(testutil_slurp(log), "val_loss ");
     ck_assert_msg(e != NULL, "%s", testutil_slurp(log));
     ck_assert_msg(fabs(strtod(e + 9, NULL) - trained) <= 1e-6, "eval %s, trained %.8f", e + 9,
@@ -286,7 +287,8 @@ START_TEST(refused_combinations_exit_with_a_config_error)
     const char *dir = testutil_tmpdir("fp8-refused");
     const char *log = testutil_path_in(dir, "fp16.log");
     const int rc = testutil_run(log,
-                                "%s train %s --dry-run --set fp8.enabled=true "
+                                "mpirun --oversubscribe -np 1 %s train %s --dry-run "
+                                "--set fp8.enabled=true "
                                 "--set fp16.enabled=true",
                                 testutil_binary(), testutil_source_path("tests/data/micro.yaml"));
     ck_assert_int_eq(rc, 2);
