@@ -8,7 +8,7 @@
  * (train_micro_batch_size_per_gpu, gradient_accumulation_steps,
  * train_batch_size, gradient_clipping, steps_per_print, optimizer,
  * scheduler, zero_optimization, fp16, bf16, activation_checkpointing,
- * csv_monitor).
+ * csv_monitor), and `fp8` uses Transformer Engine's (DelayedScaling's).
  * DeepSpeed's other keys are accepted too: silently when their value means
  * "off" or asks for what zerotrain does anyway, else listed in
  * cfg->ignored for the one warning a run prints at start-up.
@@ -218,6 +218,15 @@ struct zt_config {
         int enabled;
         int every_n_blocks; /* checkpoint blocks 0, n, 2n, ...; default 1 (every block) */
     } activation_checkpointing;
+    /* fp8 GEMMs with delayed scaling (worker/fp8_scaling.h), Transformer
+     * Engine's DelayedScaling names. */
+    struct {
+        int enabled;
+        int format;            /* enum fp8_recipe_format: hybrid (default) or e4m3 */
+        int amax_history_len;  /* default 1024, >= 1 */
+        int amax_compute_algo; /* enum fp8_amax_algo: max (default) or most_recent */
+        int margin;            /* scales divided by 2^margin, default 0 */
+    } fp8;
 };
 
 /* One command-line override "key.path=value"; value is parsed as YAML

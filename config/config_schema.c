@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../worker/fp8_scaling.h"
 #include "../worker/model_family.h"
 #include "../worker/quant4.h"
 #include "../worker/optimizer.h"
@@ -55,6 +56,8 @@ enum ftype {
     T_FAMILY,         /* char *: a model family's name (worker/model_family.h) */
     T_PIPE_SCHEDULE,  /* enum pipeline_schedule */
     T_PIPE_PARTITION, /* enum pipeline_partition */
+    T_FP8_FORMAT,     /* int, enum fp8_recipe_format */
+    T_FP8_AMAX,       /* int, enum fp8_amax_algo */
 };
 
 enum {
@@ -356,6 +359,21 @@ static const struct field fields[] = {
      "false", NB, NB, 0, NULL, "recompute checkpointed blocks in the backward"},
     {"activation_checkpointing.every_n_blocks", T_INT, OFF(activation_checkpointing.every_n_blocks),
      0, "1", GE(1), NB, 0, NULL, "checkpoint blocks 0, n, 2n, ... (1: every block)"},
+
+    {"fp8", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "fp8 GEMMs in the blocks' linear layers with delayed scaling (Transformer Engine's "
+     "DelayedScaling), emulated exactly on the CPU"},
+    {"fp8.enabled", T_BOOL, OFF(fp8.enabled), 0, "false", NB, NB, 0, NULL,
+     "quantise the blocks' GEMM inputs: activations and weights to E4M3, output gradients as "
+     "fp8.format says"},
+    {"fp8.format", T_FP8_FORMAT, OFF(fp8.format), 0, "hybrid", NB, NB, 0, NULL,
+     "hybrid (output gradients in E5M2) or e4m3 (everything in E4M3)"},
+    {"fp8.amax_history_len", T_INT, OFF(fp8.amax_history_len), 0, "1024", GE(1), LE(1 << 20), 0,
+     NULL, "steps of amax history per tensor"},
+    {"fp8.amax_compute_algo", T_FP8_AMAX, OFF(fp8.amax_compute_algo), 0, "max", NB, NB, 0, NULL,
+     "the amax a scale comes from: max (of the history) or most_recent (the last step's)"},
+    {"fp8.margin", T_INT, OFF(fp8.margin), 0, "0", GE(0), LE(64), 0, NULL,
+     "scales are (fp8 max / amax) / 2^margin"},
 };
 /* clang-format on */
 
@@ -373,6 +391,20 @@ static const char *const warmup_names[] = {[ZT_WARMUP_LOG] = "log", [ZT_WARMUP_L
 static const char *const schedule_names[] = {[PIPELINE_1F1B] = "1f1b", [PIPELINE_GPIPE] = "gpipe"};
 static const char *const partition_names[] = {
     [PIPELINE_PARTITION_PARAMETERS] = "parameters", [PIPELINE_PARTITION_UNIFORM] = "uniform"};
+/* The fp8 section's choices, by Transformer Engine's names (any case). */
+static const char *const fp8_format_names[] = {
+    [FP8_RECIPE_HYBRID] = "hybrid", [FP8_RECIPE_E4M3] = "e4m3"};
+static const char *const fp8_amax_names[] = {
+    [FP8_AMAX_MAX] = "max", [FP8_AMAX_MOST_RECENT] = "most_recent"};
+static const struct fp8_choice {
+    enum ftype type;
+    const char *const *names;
+    int n;
+    const char *list; /* for the message */
+} fp8_choices[] = {
+    {T_FP8_FORMAT, fp8_format_names, 2, "hybrid, e4m3"},
+    {T_FP8_AMAX, fp8_amax_names, 2, "max, most_recent"},
+};
 #define N_SCHEDULES  ((int)(sizeof schedule_names / sizeof schedule_names[0]))
 #define N_PARTITIONS ((int)(sizeof partition_names / sizeof partition_names[0]))
 
@@ -794,6 +826,32 @@ static int same_ignoring_case(const char *a, const char *b)
     return *a == '\0' && *b == '\0';
 }
 
+static const struct fp8_choice *fp8_choice_of(enum ftype t)
+{
+    for (size_t i = 0; i < sizeof fp8_choices / sizeof fp8_choices[0]; i++)
+        if (fp8_choices[i].type == t)
+            return &fp8_choices[i];
+    ZT_ASSERT(0 && "not an fp8 choice");
+    return NULL;
+}
+
+/* An fp8 choice's name into its enum's value (an int field). */
+static zt_status leaf_fp8_choice(struct walk *w, const struct field *f,
+                                 const struct yaml_tree_node *v, const char *where)
+{
+    const struct fp8_choice *c = fp8_choice_of(f->type);
+    const char *s;
+    ZT_TRY(scalar_text(where, f->path, v, "a name", &s));
+    for (int i = 0; i < c->n; i++) {
+        if (same_ignoring_case(s, c->names[i])) {
+            *(int *)field_ptr(w->cfg, f->off) = i;
+            return ZT_OK;
+        }
+    }
+    return zt_error_set(ZT_ERR_CONFIG, "%s: %s: \"%s\" is not one of %s", where, f->path, s,
+                        c->list);
+}
+
 static zt_status leaf_choice(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
                              const char *where)
 {
@@ -937,6 +995,9 @@ static zt_status parse_leaf(struct walk *w, const struct field *f, const struct 
     case T_PIPE_SCHEDULE:
     case T_PIPE_PARTITION:
         return leaf_choice(w, f, v, where);
+    case T_FP8_FORMAT:
+    case T_FP8_AMAX:
+        return leaf_fp8_choice(w, f, v, where);
     case T_FAMILY:
         return leaf_family(w, f, v, where);
     case T_SECTION:
@@ -1587,6 +1648,38 @@ static zt_status check_precision(const struct walk *w)
     return ZT_OK;
 }
 
+/* fp8 GEMMs refuse what they would compute wrongly or not at all: LoRA's
+ * adapter terms (and so QLoRA's 4-bit base) run beside the block GEMMs
+ * on the unquantised input, and fp16's loss scale multiplies every output
+ * gradient, moving its amax with each change of the scale so that the
+ * delayed scales lag behind it; Transformer Engine's recipes train in bf16. */
+static zt_status check_fp8(const struct walk *w)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+        const char *why;
+    } refused[] = {
+        {"fp16.enabled", OFF(fp16.enabled),
+         "the fp16 loss scale moves the output gradients' amax at every change: use bf16 or fp32"},
+        {"lora.enabled", OFF(lora.enabled),
+         "LoRA's adapters would run beside the fp8 GEMMs on the unquantised input"},
+        {"quantization.load_in_4bit", OFF(quantization.load_in_4bit),
+         "a 4-bit base's weights are not fp8 GEMM operands"},
+    };
+    char where[WHERE];
+    if (!w->cfg->fp8.enabled)
+        return ZT_OK;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        if (!*(const int *)field_cptr(w->cfg, refused[i].off))
+            continue;
+        where_of_keys(w, where, "fp8.enabled", refused[i].key, NULL);
+        return zt_error_set(ZT_ERR_CONFIG, "%s: fp8.enabled: not with %s: %s", where,
+                            refused[i].key, refused[i].why);
+    }
+    return ZT_OK;
+}
+
 static zt_status check_scheduler(const struct walk *w)
 {
     const struct zt_config *c = w->cfg;
@@ -1666,6 +1759,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
             s = check_data(w);
         if (s == ZT_OK)
             s = check_precision(w);
+        if (s == ZT_OK)
+            s = check_fp8(w);
         if (s == ZT_OK)
             s = check_optimizer(w);
         if (s == ZT_OK)
@@ -1788,6 +1883,10 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
         break;
     case T_PIPE_PARTITION:
         fputs(config_pipeline_partition_name(*(const enum pipeline_partition *)p), f);
+        break;
+    case T_FP8_FORMAT:
+    case T_FP8_AMAX:
+        fputs(fp8_choice_of(fd->type)->names[*(const int *)p], f);
         break;
     case T_SECTION:
         break;

@@ -80,6 +80,23 @@ static zt_status write_tensor_state(struct run_session *s, struct ckpt_shard_wri
     return st;
 }
 
+/* fp8 delayed scaling's scales and amax histories (worker/fp8_scaling.h):
+ * the same on every rank after a step, so world rank 0's shard holds them
+ * once, whatever the layout. */
+#define FP8_SECTION "fp8_scaling"
+
+static zt_status write_fp8_scaling(const struct run_session *s, struct ckpt_shard_writer *w)
+{
+    const size_t n = fp8_scaling_state_len(s->table.fp8);
+    float *host = malloc(n * sizeof(float));
+    if (!host)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the fp8 scaling staging");
+    fp8_scaling_get_state(s->table.fp8, host);
+    const zt_status st = ckpt_shard_writer_write(w, host, n);
+    free(host);
+    return st;
+}
+
 static zt_status write_sections(struct run_session *s, long step, struct ckpt_shard_writer *w)
 {
     const struct shard_partition *p = &s->engine.part;
@@ -104,6 +121,9 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
     if (tensor_state)
         ZT_TRY(ckpt_shard_writer_add(w, s->engine.cfg.optimizer->tensor_state_name, ZT_F32,
                                      s->engine.tensor_state_len));
+    const int fp8 = s->rank == 0 && s->table.fp8;
+    if (fp8)
+        ZT_TRY(ckpt_shard_writer_add(w, FP8_SECTION, ZT_F32, fp8_scaling_state_len(s->table.fp8)));
     ZT_TRY(ckpt_shard_writer_begin(w));
     float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
     if (!buf)
@@ -125,6 +145,8 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
     free(buf);
     if (st == ZT_OK && tensor_state)
         st = write_tensor_state(s, w);
+    if (st == ZT_OK && fp8)
+        st = write_fp8_scaling(s, w);
     return st;
 }
 
@@ -672,6 +694,42 @@ static zt_status load_tensor_state(struct run_session *s, const char *step_dir,
     return st;
 }
 
+/* The fp8 scales and histories from the shard of the writer's rank 0. A
+ * checkpoint without them, or with another number of them (written
+ * without fp8, or with another amax_history_len or depth), leaves this
+ * run's histories empty and its scales 1, as a new run starts; rank 0
+ * says so. */
+static zt_status load_fp8_scaling(struct run_session *s, const char *step_dir,
+                                  const struct ckpt_meta *m)
+{
+    struct fp8_scaling *f = s->table.fp8;
+    if (!f)
+        return ZT_OK;
+    const size_t n = fp8_scaling_state_len(f);
+    char path[4096];
+    struct ckpt_shard *shard = NULL;
+    ZT_TRY(ckpt_shard_path(step_dir, ckpt_layout_rank(&m->layout, 0, 0, 0), path, sizeof path));
+    ZT_TRY(ckpt_shard_open(path, &shard));
+    const struct ckpt_section *sec = ckpt_shard_find(shard, FP8_SECTION);
+    float *host = NULL;
+    zt_status st = ZT_OK;
+    if (sec && sec->dtype == ZT_F32 && sec->count == n) {
+        host = malloc(n * sizeof(float));
+        st = host ? ckpt_shard_read(shard, sec, 0, n, host)
+                  : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the fp8 scaling staging");
+        if (st == ZT_OK)
+            fp8_scaling_set_state(f, host);
+    } else if (s->rank == 0) {
+        fprintf(stderr,
+                "zerotrain: note: %s holds no fp8 scaling state for this model and "
+                "fp8.amax_history_len: the fp8 scales restart at 1 with empty histories\n",
+                step_dir);
+    }
+    free(host);
+    ckpt_shard_close(shard);
+    return st;
+}
+
 static zt_status load_base(struct run_session *s, const char *meta, const struct ckpt_base *b);
 
 zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int weights_only)
@@ -698,6 +756,8 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
         st = load_states(s, step_dir, &m, weights_only ? 1 : shard_engine_n_states(&s->engine));
     if (st == ZT_OK && !weights_only)
         st = load_tensor_state(s, step_dir, &m);
+    if (st == ZT_OK) /* evaluation's forward quantises with them too */
+        st = load_fp8_scaling(s, step_dir, &m);
     st = agree(s, st);
     if (st == ZT_OK)
         st = shard_engine_params_from_master(&s->engine);

@@ -357,17 +357,35 @@ zt_status session_build_table(const struct zt_config *c, struct param_table *out
     return session_table_quantise(&q, out);
 }
 
+/* With fp8.enabled, t's delayed-scaling state (worker/fp8_scaling.h),
+ * owned by t. */
+static zt_status attach_fp8(const struct zt_config *c, struct param_table *t)
+{
+    if (!c->fp8.enabled)
+        return ZT_OK;
+    const struct fp8_recipe r = {.format = (enum fp8_recipe_format)c->fp8.format,
+                                 .amax_history_len = c->fp8.amax_history_len,
+                                 .amax_compute_algo = (enum fp8_amax_algo)c->fp8.amax_compute_algo,
+                                 .margin = c->fp8.margin};
+    return fp8_scaling_create(&r, param_table_blocks(t), &t->fp8);
+}
+
 zt_status session_rank_table(const struct zt_config *c, int T, int t, struct param_table *out)
 {
     ZT_TRY(session_build_table(c, out));
-    if (T == 1)
-        return ZT_OK;
-    struct param_table whole = *out;
-    const zt_status st = param_table_tp_slice(&whole, T, t, out);
-    param_table_free(&whole);
-    ZT_TRY(st);
-    out->tp_sequence = c->tensor_parallel.sequence_parallel;
-    return ZT_OK;
+    if (T > 1) {
+        struct param_table whole = *out;
+        const zt_status st = param_table_tp_slice(&whole, T, t, out);
+        param_table_free(&whole);
+        ZT_TRY(st);
+        out->tp_sequence = c->tensor_parallel.sequence_parallel;
+    }
+    zt_status st = attach_fp8(c, out);
+    if (st == ZT_OK && out->whole) /* the single-device baseline's */
+        st = attach_fp8(c, out->whole);
+    if (st != ZT_OK)
+        param_table_free(out);
+    return st;
 }
 
 /* The rank grid, this rank's place and its axes' groups (collective). */
@@ -412,6 +430,8 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
     ZT_TRY(session_rank_table(c, s->layout.tp, s->coords.tp, &s->table));
+    if (s->table.fp8) /* each rank's dY is the D-rank mean loss's times D (fp8_scaling.h) */
+        s->table.fp8->grad_divisor = (float)s->dp_size;
     s->stage_method = session_stage_method(c);
     ZT_TRY(model_stage_of(&s->table, c->pipeline.stages, s->stage_method, s->coords.pp, &s->stage));
     struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->dp_size, s->dp_rank);

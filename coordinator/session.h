@@ -199,7 +199,9 @@ int session_ckpt_every(const struct zt_config *c);
 /* The parameter table rank t of a tensor-parallel group of T holds: the
  * config's table (session_build_table), sliced when T > 1
  * (param_table_tp_slice) and marked for sequence parallelism as the config
- * says. Errors: those of session_build_table and param_table_tp_slice. */
+ * says, with fp8.enabled its fp8 scaling state (and its whole model's).
+ * Errors: those of session_build_table, param_table_tp_slice and
+ * fp8_scaling_create. */
 zt_status session_rank_table(const struct zt_config *c, int T, int t, struct param_table *out);
 
 /* How the config splits the blocks among pipeline stages. */

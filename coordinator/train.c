@@ -220,6 +220,20 @@ static zt_status forward_backward_update(struct run_session *s, long step, struc
     return shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result);
 }
 
+/* fp8 delayed scaling (worker/fp8_scaling.h): the step's amaxes, max-
+ * reduced over every rank (pipeline stages give 0 for blocks they lack,
+ * tensor-parallel slices their slice's maximum), enter the histories, and
+ * the next step's scales follow, the same on every rank. */
+static zt_status fp8_end_step(struct run_session *s)
+{
+    struct fp8_scaling *f = s->table.fp8;
+    if (!f)
+        return ZT_OK;
+    ZT_TRY(comm_allreduce(s->comm, f->amax, f->n, ZT_F32, COMM_OP_MAX));
+    fp8_scaling_update(f);
+    return ZT_OK;
+}
+
 /* A step whose every target is masked has no loss to follow: every rank
  * finds that alone (sampler_counted) and none computes or updates. */
 static void skip_all_masked(const struct run_session *s, long step, struct step_record *r)
@@ -246,6 +260,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     r->counted = sampler_counted(&s->sampler, &s->train, (uint64_t)step);
     if (r->counted > 0) {
         ZT_TRY(forward_backward_update(s, step, r, sums, &result));
+        ZT_TRY(fp8_end_step(s));
         r->grad_norm = result.grad_norm;
         r->skipped = result.skipped;
         loss_scaler_update(&s->scaler, result.skipped);

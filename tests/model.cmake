@@ -5,3 +5,6 @@ zt_test(test_llama SOURCES test_llama.c flat_hooks.c LIBS zt_worker)
 zt_test(test_lora SOURCES test_lora.c flat_hooks.c LIBS zt_worker)
 zt_test(test_qlora SOURCES test_qlora.c LIBS zt_worker)
 zt_test(test_tensor_parallel SOURCES test_tensor_parallel.c LIBS zt_worker)
+# fp8: the E4M3/E5M2 codec against scripts/reference/fp8_reference.py's
+# tables, delayed scaling, and the model path's fp8 GEMMs and buffers.
+zt_test(test_fp8 SOURCES test_fp8.c LIBS zt_worker)

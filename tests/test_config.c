@@ -16,6 +16,7 @@
 
 #include "../config/config.h"
 #include "../config/yaml_tree.h"
+#include "../worker/fp8_scaling.h"
 #include "fault_alloc.h"
 #include "testutil.h"
 
@@ -135,6 +136,11 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_int_eq(a->fp16.enabled, b->fp16.enabled);
     ck_assert_int_eq(a->bf16.enabled, b->bf16.enabled);
     ck_assert_int_eq(a->activation_checkpointing.enabled, b->activation_checkpointing.enabled);
+    ck_assert_int_eq(a->fp8.enabled, b->fp8.enabled);
+    ck_assert_int_eq(a->fp8.format, b->fp8.format);
+    ck_assert_int_eq(a->fp8.amax_history_len, b->fp8.amax_history_len);
+    ck_assert_int_eq(a->fp8.amax_compute_algo, b->fp8.amax_compute_algo);
+    ck_assert_int_eq(a->fp8.margin, b->fp8.margin);
 }
 
 /* Writes cfg, loads it back, checks equality; returns the text written. */
@@ -445,8 +451,42 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.fp16.enabled, 0);
     ck_assert_int_eq(c.bf16.enabled, 0);
     ck_assert_int_eq(c.activation_checkpointing.enabled, 0);
+    ck_assert_int_eq(c.fp8.enabled, 0);
+    ck_assert_int_eq(c.fp8.format, FP8_RECIPE_HYBRID);
+    ck_assert_int_eq(c.fp8.amax_history_len, 1024);
+    ck_assert_int_eq(c.fp8.amax_compute_algo, FP8_AMAX_MAX);
+    ck_assert_int_eq(c.fp8.margin, 0);
     config_free(&c);
     ck_assert(is_zeroed(&c));
+}
+END_TEST
+
+/* The fp8 section takes Transformer Engine's names, in any case, and
+ * writes them back in ours. */
+START_TEST(test_fp8_keys)
+{
+    struct zt_config c;
+    zt_status s = load_text("data: {train: x}\nbf16: {enabled: true}\nfp8:\n  enabled: true\n"
+                            "  format: E4M3\n  amax_history_len: 16\n"
+                            "  amax_compute_algo: most_recent\n  margin: 2\n",
+                            NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.fp8.enabled, 1);
+    ck_assert_int_eq(c.fp8.format, FP8_RECIPE_E4M3);
+    ck_assert_int_eq(c.fp8.amax_history_len, 16);
+    ck_assert_int_eq(c.fp8.amax_compute_algo, FP8_AMAX_MOST_RECENT);
+    ck_assert_int_eq(c.fp8.margin, 2);
+    char *text = round_trip(&c, testutil_tmpdir("config"));
+    ck_assert_ptr_nonnull(strstr(text, "format: e4m3"));
+    ck_assert_ptr_nonnull(strstr(text, "amax_compute_algo: most_recent"));
+    free(text);
+    config_free(&c);
+    const char *sets[] = {"fp8.format=HYBRID", "fp8.amax_compute_algo=Max"};
+    s = load_text("data: {train: x}\nfp8: {enabled: true, format: e4m3}\n", sets, 2, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.fp8.format, FP8_RECIPE_HYBRID);
+    ck_assert_int_eq(c.fp8.amax_compute_algo, FP8_AMAX_MAX);
+    config_free(&c);
 }
 END_TEST
 
@@ -1464,6 +1504,41 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "fp16.enabled and bf16.enabled are both true: choose one"},
+    {"data: {train: x}\nfp8: {enabled: true, format: x}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:30: fp8.format: \"x\" is not one of hybrid, e4m3"},
+    {"data: {train: x}\nfp8: {amax_compute_algo: mean}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "fp8.amax_compute_algo: \"mean\" is not one of max, most_recent"},
+    {"data: {train: x}\nfp8: {amax_history_len: 0}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "fp8.amax_history_len: must be between 1 and 1048576, got 0"},
+    {"data: {train: x}\nfp8: {margin: -1}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "fp8.margin: must be between 0 and 64, got -1"},
+    {"data: {train: x}\nfp16: {enabled: true}\nfp8: {enabled: true}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "fp8.enabled: not with fp16.enabled: the fp16 loss scale moves the output gradients' amax"},
+    {"data: {train: x}\nfp8: {enabled: true}\nlora: {enabled: true}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "fp8.enabled: not with lora.enabled"},
+    {"data: {train: x}\nfp8: {enabled: true}\nquantization: {load_in_4bit: true}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "fp8.enabled: not with quantization.load_in_4bit"},
     {"data: {train: x}\nfp16: {min_loss_scale: 0}\n",
      NULL,
      {NULL},
@@ -1945,6 +2020,7 @@ static Suite *config_suite(void)
 
     TCase *good = tcase_create("good");
     tcase_add_test(good, test_defaults);
+    tcase_add_test(good, test_fp8_keys);
     tcase_add_test(good, test_dependent_defaults_follow_their_source);
     tcase_add_test(good, test_lr_schedule_from_config);
     tcase_add_test(good, test_betas_default_per_optimizer);

@@ -264,6 +264,22 @@ static struct llama_dims dims_of(const struct param_table *t)
                                .sp = tp > 1 && t->tp_sequence ? tp : 1};
 }
 
+/* q|k|v, o_proj, gate|up, down_proj as this rank computes them. */
+static void gemm_shapes(const struct param_table *t, int in[FP8_GEMMS], int out[FP8_GEMMS])
+{
+    const struct llama_dims d = dims_of(t);
+    const int shapes[FP8_GEMMS][2] = {
+        [FP8_GEMM_QKV] = {d.C, d.QKV},
+        [FP8_GEMM_ATTN_OUT] = {d.NH * d.hs, d.C},
+        [FP8_GEMM_MLP_IN] = {d.C, 2 * d.I},
+        [FP8_GEMM_MLP_OUT] = {d.I, d.C},
+    };
+    for (int g = 0; g < FP8_GEMMS; g++) {
+        in[g] = shapes[g][0];
+        out[g] = shapes[g][1];
+    }
+}
+
 struct llama {
     struct model base; /* first: a `struct model *` of this family points here */
     struct llama_config c;
@@ -497,7 +513,8 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     /* q, k and v are one [QKV, C] matrix in the flat space. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.qkv, ln1, P(T_Q), NULL, BT, C, QKV));
+                model_linear_forward(&m->base, ops, l, FP8_GEMM_QKV, layer + a.qkv, ln1, P(T_Q),
+                                     NULL, BT, C, QKV));
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_Q), 3, layer + a.qkv, ln1, BT));
     MODEL_TIMED(
         m, MODEL_PROF_ROPE,
@@ -507,7 +524,8 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
         ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, B, T, NH, NKV, hs));
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(partial, layer + a.atty, P(T_O), NULL, BT, NH * hs, C));
+                model_linear_forward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, partial, layer + a.atty,
+                                     P(T_O), NULL, BT, NH * hs, C));
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_O), 1, partial, layer + a.atty, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
@@ -518,12 +536,14 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     /* gate and up are one [2I, C] matrix. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.gu, ln2, P(T_GATE), NULL, BT, C, 2 * I));
+                model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_IN, layer + a.gu, ln2,
+                                     P(T_GATE), NULL, BT, C, 2 * I));
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_GATE), 2, layer + a.gu, ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION, ops->swiglu_forward(layer + a.mlp, layer + a.gu, BT, I));
     partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(partial, layer + a.mlp, P(T_DOWN), NULL, BT, I, C));
+                model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_OUT, partial, layer + a.mlp,
+                                     P(T_DOWN), NULL, BT, I, C));
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, partial, layer + a.mlp, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, R * C));
@@ -651,8 +671,8 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.dmlp, (size_t)BT * I));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.dmlp, G(T_DOWN), NULL, dout, layer + a.mlp, P(T_DOWN),
-                                     BT, I, C));
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_OUT, sc + s.dmlp, G(T_DOWN),
+                                      NULL, dout, layer + a.mlp, P(T_DOWN), BT, I, C));
     ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_DOWN), 1, sc + s.dmlp, dout,
                                layer + a.mlp, BT));
     ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
@@ -660,9 +680,9 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                 ops->swiglu_backward(sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
-    MODEL_TIMED(
-        m, MODEL_PROF_MATMUL,
-        ops->matmul_backward(dln, G(T_GATE), NULL, sc + s.dgu, ln, P(T_GATE), BT, C, 2 * I));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_IN, dln, G(T_GATE), NULL,
+                                      sc + s.dgu, ln, P(T_GATE), BT, C, 2 * I));
     ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_GATE), 2, dln, sc + s.dgu, ln, BT));
     /* a column-parallel layer's input gradient: summed over the slices */
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
@@ -671,8 +691,8 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * NH * hs));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.datty, G(T_O), NULL, dout, layer + a.atty, P(T_O), BT,
-                                     NH * hs, C));
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, sc + s.datty, G(T_O),
+                                      NULL, dout, layer + a.atty, P(T_O), BT, NH * hs, C));
     ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_O), 1, sc + s.datty, dout,
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
@@ -684,7 +704,8 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(dln, G(T_Q), NULL, sc + s.dqkv, ln, P(T_Q), BT, C, QKV));
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_QKV, dln, G(T_Q), NULL,
+                                      sc + s.dqkv, ln, P(T_Q), BT, C, QKV));
     ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_Q), 3, dln, sc + s.dqkv, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_IN_NORM), sc + s.dln_rows, x, P(T_IN_NORM),
@@ -788,6 +809,7 @@ const struct model_family llama_family = {
     .blocks = blocks,
     .head_tied = head_tied,
     .flops_per_token = flops_per_token,
+    .gemm_shapes = gemm_shapes,
     .create = instance_create,
     .destroy = instance_destroy,
     .forward = instance_forward,

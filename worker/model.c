@@ -420,7 +420,8 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
                                        P(T_LN1W), P(T_LN1B), R, C));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.qkv, ln1, P(T_QKVW), P(T_QKVB), BT, C, 3 * A));
+                model_linear_forward(&m->base, ops, l, FP8_GEMM_QKV, layer + a.qkv, ln1, P(T_QKVW),
+                                     P(T_QKVB), BT, C, 3 * A));
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_QKVW), 1, layer + a.qkv, ln1, BT));
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
@@ -429,8 +430,8 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     /* attn projection output is staged in res2 then the residual added in place */
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(partial, layer + a.atty, P(T_PROJW),
-                                    bias_here ? P(T_PROJB) : NULL, BT, A, C));
+                model_linear_forward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, partial, layer + a.atty,
+                                     P(T_PROJW), bias_here ? P(T_PROJB) : NULL, BT, A, C));
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_PROJW), 1, partial, layer + a.atty, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
@@ -440,14 +441,16 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
                                        layer + a.res2, P(T_LN2W), P(T_LN2B), R, C));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(layer + a.fch, ln2, P(T_FCW), P(T_FCB), BT, C, F));
+                model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_IN, layer + a.fch, ln2,
+                                     P(T_FCW), P(T_FCB), BT, C, F));
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_FCW), 1, layer + a.fch, ln2, BT));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * F));
     partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_forward(partial, layer + a.fch_gelu, P(T_FCPW),
-                                    bias_here ? P(T_FCPB) : NULL, BT, F, C));
+                model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_OUT, partial,
+                                     layer + a.fch_gelu, P(T_FCPW), bias_here ? P(T_FCPB) : NULL,
+                                     BT, F, C));
     ZT_TRY(
         model_lora_forward(&m->base, block_tensor(l, T_FCPW), 1, partial, layer + a.fch_gelu, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
@@ -580,8 +583,9 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
     ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.dfch_gelu, (size_t)BT * F));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.dfch_gelu, G(T_FCPW), G(T_FCPB), dout,
-                                     layer + a.fch_gelu, P(T_FCPW), BT, F, C));
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_OUT, sc + s.dfch_gelu,
+                                      G(T_FCPW), G(T_FCPB), dout, layer + a.fch_gelu, P(T_FCPW), BT,
+                                      F, C));
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCPW), 1, sc + s.dfch_gelu, dout,
                                layer + a.fch_gelu, BT));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * F));
@@ -590,7 +594,8 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(dln, G(T_FCW), G(T_FCB), sc + s.dfch, ln, P(T_FCW), BT, C, F));
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_IN, dln, G(T_FCW), G(T_FCB),
+                                      sc + s.dfch, ln, P(T_FCW), BT, C, F));
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCW), 1, dln, sc + s.dfch, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_LN2W), G(T_LN2B), sc + s.dln_rows, layer + a.res2,
@@ -598,8 +603,8 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
     ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * A));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                ops->matmul_backward(sc + s.datty, G(T_PROJW), G(T_PROJB), dout, layer + a.atty,
-                                     P(T_PROJW), BT, A, C));
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, sc + s.datty, G(T_PROJW),
+                                      G(T_PROJB), dout, layer + a.atty, P(T_PROJW), BT, A, C));
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_PROJW), 1, sc + s.datty, dout,
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * A));
@@ -608,9 +613,9 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
                                         layer + a.att, B, T, d.NH, d.NH, d.hs));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
-    MODEL_TIMED(
-        m, MODEL_PROF_MATMUL,
-        ops->matmul_backward(dln, G(T_QKVW), G(T_QKVB), sc + s.dqkv, ln, P(T_QKVW), BT, C, 3 * A));
+    MODEL_TIMED(m, MODEL_PROF_MATMUL,
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_QKV, dln, G(T_QKVW), G(T_QKVB),
+                                      sc + s.dqkv, ln, P(T_QKVW), BT, C, 3 * A));
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_QKVW), 1, dln, sc + s.dqkv, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_LN1W), G(T_LN1B), sc + s.dln_rows, x, P(T_LN1W),
@@ -714,6 +719,22 @@ static double flops_per_token(const struct param_table *t, int T)
     return gpt2_flops_per_token(&c, T);
 }
 
+/* c_attn, attn c_proj, c_fc, mlp c_proj as this rank computes them. */
+static void gemm_shapes(const struct param_table *t, int in[FP8_GEMMS], int out[FP8_GEMMS])
+{
+    const struct gpt2_dims d = dims_of(t);
+    const int shapes[FP8_GEMMS][2] = {
+        [FP8_GEMM_QKV] = {d.C, 3 * d.A},
+        [FP8_GEMM_ATTN_OUT] = {d.A, d.C},
+        [FP8_GEMM_MLP_IN] = {d.C, d.F},
+        [FP8_GEMM_MLP_OUT] = {d.F, d.C},
+    };
+    for (int g = 0; g < FP8_GEMMS; g++) {
+        in[g] = shapes[g][0];
+        out[g] = shapes[g][1];
+    }
+}
+
 /* ---- the family's instance operations ------------------------------------ */
 
 /* The GPT-2 instance `m` is the base of. */
@@ -765,6 +786,7 @@ const struct model_family gpt2_family = {
     .blocks = blocks,
     .head_tied = head_tied,
     .flops_per_token = flops_per_token,
+    .gemm_shapes = gemm_shapes,
     .create = instance_create,
     .destroy = instance_destroy,
     .forward = instance_forward,

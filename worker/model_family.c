@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8_scaling.h"
 #include "llama.h"
 #include "lora.h"
 #include "model.h"
@@ -44,6 +45,7 @@ void param_table_free(struct param_table *t)
         param_table_free(t->whole);
         free(t->whole);
     }
+    fp8_scaling_destroy(t->fp8);
     free(t->lora.unit_adapter);
     free(t->tensors);
     free(t->unit_offset);

@@ -49,6 +49,7 @@
 #include "../common/dtype.h"
 #include "../common/kvlist.h"
 #include "../common/status.h"
+#include "fp8_scaling.h"
 
 /* Most units a table may have: a family's (at most 1026) and as many
  * adapter units (a pass's schedule is bounded by it plus the revisits). */
@@ -123,6 +124,10 @@ struct param_table {
      * slice (model_parts.h says what the model then computes). */
     int tp_size, tp_rank, tp_sequence;
     struct param_table *whole;
+    /* fp8 training (worker/fp8_scaling.h): the delayed-scaling state of the
+     * blocks' GEMMs, shared by every instance of the table; owned, freed
+     * by param_table_free. NULL: the GEMMs run in fp32. */
+    struct fp8_scaling *fp8;
 };
 
 void param_table_free(struct param_table *t);
@@ -297,6 +302,9 @@ struct model {
     const uint64_t *row_ids;
     uint64_t seed; /* the run's seed: keys LoRA dropout's masks (with the row ids) */
     struct model_neftune *neftune; /* NULL: off (model_neftune_enable) */
+    /* The fp8 GEMMs' buffers (model_parts.h) when the table has fp8
+     * scaling, else NULL; model_create sets it. */
+    struct model_fp8 *fp8;
     /* The pipeline stage the instance runs (the whole model but under a
      * pipeline) and its boundaries with the neighbouring stages, each
      * model_sp_rows(m) * C floats in the device's memory (NULL where the stage has no
@@ -333,6 +341,10 @@ struct model_family {
     int (*head_tied)(const struct param_table *t);
     /* Model FLOPs per token of one training step at sequence length T. */
     double (*flops_per_token)(const struct param_table *t, int T);
+    /* The in and out features of a block's GEMMs (enum fp8_gemm,
+     * worker/fp8_scaling.h) as a rank holding table t computes them (a
+     * tensor-parallel slice's): what the fp8 GEMMs' buffers are sized by. */
+    void (*gemm_shapes)(const struct param_table *t, int in[FP8_GEMMS], int out[FP8_GEMMS]);
     /* The instance operations, as model_create, model_destroy,
      * model_forward and model_backward describe them; `m` is always an
      * instance this family's create made. */

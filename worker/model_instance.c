@@ -1,7 +1,7 @@
 /* worker/model_instance.c — the generic instance calls of model_family.h:
  * create and destroy an instance through its family, with the parts every
- * family's instance shares (LoRA adapters' state, NEFTune's noise:
- * model_parts.h), and run its passes. */
+ * family's instance shares (LoRA adapters' state, NEFTune's noise, the
+ * fp8 GEMMs' buffers: model_parts.h), and run its passes. */
 #include "model_family.h"
 #include "model_parts.h"
 
@@ -23,7 +23,10 @@ zt_status model_create_stage(const struct param_table *t, const struct compute_b
     ZT_TRY(t->family->create(t, be, B, T, ckpt_every, stage, out));
     ZT_ASSERT((*out)->family == t->family && (*out)->table == t);
     zt_status s = model_adapters_create(*out, be);
+    if (s == ZT_OK)
+        s = model_fp8_create(*out, be, ckpt_every);
     if (s != ZT_OK) {
+        model_fp8_destroy(*out);
         model_adapters_destroy(*out);
         (*out)->family->destroy(*out);
         *out = NULL;
@@ -35,6 +38,7 @@ void model_destroy(struct model *m)
 {
     if (!m)
         return;
+    model_fp8_destroy(m);
     model_adapters_destroy(m);
     model_neftune_free(m);
     m->family->destroy(m);

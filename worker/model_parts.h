@@ -113,6 +113,73 @@ zt_status model_lora_forward(struct model *m, int k, int n, float *out, const fl
 zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const float *dout,
                               const float *inp, int N);
 
+/* ---- fp8 GEMMs (worker/model_fp8.c; the scaling: fp8_scaling.h) ----
+ *
+ * A family runs each block's four GEMMs (enum fp8_gemm) through
+ * model_linear_forward and model_linear_backward. Without fp8 (m->fp8
+ * NULL) they are the plain matmul ops. With it they emulate Transformer
+ * Engine's fp8 GEMM exactly, on fp32 hardware:
+ *   forward   X and W are quantised with their scales (E4M3), their amaxes
+ *             recorded in a training pass, and decoded times scale_inv
+ *             into fp32 scratch; matmul_forward multiplies those: the
+ *             values an fp8 tensor core multiplies, accumulated in fp32
+ *             (only the order of the fp32 sums may differ). The bias is
+ *             added in fp32.
+ *   backward  dY is quantised (E5M2 under "hybrid", else E4M3; divided by
+ *             the scaling's grad_divisor first, fp8_scaling.h) and decoded;
+ *             dX = dY' W' and dW = dY'^T X', X' decoded from the fp8 bytes
+ *             of X the forward kept and W quantised again with the step's
+ *             unchanged scale (the same bytes); dbias from the unquantised
+ *             dY, as TE's fused cast-and-dbias computes it.
+ * Buffers, each through device_alloc (so a plan counts them):
+ *   - the kept fp8 inputs of every block whose internals are kept, plus
+ *     one slot for the checkpointed blocks' recompute (as the activations
+ *     are laid out): N * (sum of the GEMMs' in) bytes a slot, under
+ *     `activations` ("fp8 activations"). The fp32 inputs stay where the
+ *     families' layouts keep them, so in this emulation fp8 adds memory
+ *     rather than saving it; a GPU implementation would drop them;
+ *   - one GEMM's fp8 weight and dY at a time (max in*out + N * max out
+ *     bytes), under `workspace` ("fp8 weight and gradient copies");
+ *   - the decoded fp32 operands X', W', dY' (N * max in + max in*out +
+ *     N * max out floats), under `workspace` ("fp8 emulation scratch"):
+ *     what only the emulation needs.
+ * N = B*T (inputs gathered to all rows under sequence parallelism). */
+struct model_fp8 {
+    struct fp8_scaling *scaling; /* the table's: shared by its instances */
+    const struct device *dev;
+    const struct ops_backend *ops;
+    int ckpt_every;
+    int in[FP8_GEMMS], out[FP8_GEMMS]; /* the family's gemm_shapes */
+    size_t x_at[FP8_GEMMS];            /* GEMM g's input inside a slot, bytes */
+    size_t slot_bytes;                 /* one block's kept fp8 inputs */
+    int n_slots;
+    uint8_t *kept; /* n_slots * slot_bytes: activations */
+    size_t kept_bytes;
+    uint8_t *copies; /* the weight's codes, then dY's: workspace */
+    size_t copies_bytes, dy_at;
+    float *scratch; /* X', then W', then dY': workspace */
+    size_t scratch_bytes, w_at, dy_scratch_at;
+};
+
+/* Sets up m->fp8 when m's table has fp8 scaling (NULL otherwise), for
+ * activation checkpointing every ckpt_every blocks, in be's memory.
+ * Errors: ZT_ERR_NOMEM, the device's. */
+zt_status model_fp8_create(struct model *m, const struct compute_backend *be, int ckpt_every);
+void model_fp8_destroy(struct model *m);
+
+/* out[N,OC] = inp[N,C] @ weight^T + bias as matmul_forward, for GEMM g of
+ * block l: in fp8 when m->fp8 is set (see above). */
+zt_status model_linear_forward(struct model *m, const struct ops_backend *ops, int l,
+                               enum fp8_gemm g, float *out, const float *inp, const float *weight,
+                               const float *bias, int N, int C, int OC);
+/* Its backward as matmul_backward (dinp required, dweight and dbias NULL
+ * to skip), for GEMM g of block l whose forward was the last one of this
+ * instance for that block. */
+zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, int l,
+                                enum fp8_gemm g, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight, int N,
+                                int C, int OC);
+
 /* ---- tensor parallelism (worker/model_tensor.c) ----
  *
  * What both families compute the same way on a table sliced over the

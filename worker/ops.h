@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "../common/dtype.h"
+#include "../common/fp8.h"
 #include "../common/status.h"
 #include "optimizer.h"
 
@@ -86,11 +87,23 @@ struct ops_backend {
     /* out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC] unless bias is NULL). */
     zt_status (*matmul_forward)(float *out, const float *inp, const float *weight,
                                 const float *bias, int N, int C, int OC);
-    /* dinp += dout @ weight; dweight += dout^T @ inp (skipped when dweight
-     * is NULL: a frozen weight); dbias += column sums of dout (skipped when
-     * dbias is NULL). */
+    /* dinp += dout @ weight (skipped when dinp is NULL: fp8 GEMMs take
+     * the bias gradient from the unquantised dout alone); dweight += dout^T
+     * @ inp (skipped when dweight is NULL: a frozen weight); dbias +=
+     * column sums of dout (skipped when dbias is NULL). */
     zt_status (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, int N, int C, int OC);
+
+    /* fp8 quantisation of a GEMM operand (common/fp8.h, the model's fp8
+     * GEMMs: worker/model_parts.h): q[i] = fp8_encode(x[i] * scale, f), and
+     * *amax (a host float) = max |x[i]| before scaling, NaN when some x[i]
+     * is (fp8_amax), in the same pass, as Transformer Engine's casts do. */
+    zt_status (*fp8_quantize)(uint8_t *q, float *amax, const float *x, size_t n, float scale,
+                              enum fp8_format f);
+    /* x[i] = fp8_decode(q[i], f) * scale_inv in fp32: the values an fp8
+     * GEMM multiplies, for the fp32 matmul that emulates it. */
+    zt_status (*fp8_dequantize)(float *x, const uint8_t *q, size_t n, float scale_inv,
+                                enum fp8_format f);
 
     /* LoRA's low-rank term of a linear layer (worker/lora.h): u[N,r] =
      * inp[N,C] @ A[r,C]^T, then out[n, 0..OC) += scale * u[n,:] @ B[OC,r]^T

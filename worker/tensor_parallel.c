@@ -6,7 +6,7 @@
 
 zt_status param_table_copy(const struct param_table *src, struct param_table *out)
 {
-    ZT_ASSERT(src->lora.r == 0 && !src->whole);
+    ZT_ASSERT(src->lora.r == 0 && !src->whole && !src->fp8); /* fp8's state is owned once */
     *out = *src;
     out->tensors = malloc((size_t)src->n_tensors * sizeof *out->tensors + 1);
     out->unit_offset = malloc(((size_t)src->n_units + 1) * sizeof *out->unit_offset);

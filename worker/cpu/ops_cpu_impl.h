@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
+#include "common/fp8.h"
 #include "common/status.h"
 
 struct optimizer_hparams;
@@ -55,6 +56,12 @@ zt_status cpu_matmul_forward(float *out, const float *inp, const float *weight, 
                              int N, int C, int OC);
 zt_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                               const float *inp, const float *weight, int N, int C, int OC);
+
+/* fp8_quantize and fp8_dequantize of worker/ops.h: common/fp8.h's loops. */
+zt_status cpu_fp8_quantize(uint8_t *q, float *amax, const float *x, size_t n, float scale,
+                           enum fp8_format f);
+zt_status cpu_fp8_dequantize(float *x, const uint8_t *q, size_t n, float scale_inv,
+                             enum fp8_format f);
 
 /* attention_forward and attention_backward of worker/ops.h; the backward
  * uses only the first T*T floats of scratch. */
