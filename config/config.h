@@ -200,6 +200,7 @@ struct zt_config {
     struct {
         int stage;                 /* 0..3 */
         long reduce_bucket_size;   /* elements, default 5e8 as in DeepSpeed */
+        int overlap_comm;          /* stages 0-1: reduce buckets in the backward; default 1 */
         int stage3_prefetch_depth; /* default 1 */
     } zero;
 

@@ -9,7 +9,7 @@
  * per run; ignoring them silently would lose what the user asked for. So
  * every DeepSpeed key that has no row in the schema (config_schema.c) has a
  * row here: when its value means "off" (`enabled: false`, `device: none`),
- * or asks for what zerotrain does anyway (`overlap_comm: true`), it is
+ * or asks for what zerotrain does anyway (`reduce_scatter: true`), it is
  * accepted silently; otherwise it is accepted and listed, with what
  * zerotrain does instead, in the one warning the run prints at start-up.
  * A key in neither table is still an unknown key (a typo, most likely).
@@ -121,8 +121,6 @@ static const struct ds_key keys[] = {
      "optimizer states stay in device memory, sharded under stages 1-3"},
     {"zero_optimization.offload_param", Q_NO_DEVICE,
      "parameters stay in device memory, sharded under stage 3"},
-    {"zero_optimization.overlap_comm", Q_TRUE,
-     "stages 2-3 overlap the gradient reduction with the backward and stage 3 prefetches"},
     {"zero_optimization.override_module_apply", Q_ALWAYS, "zerotrain's own model"},
     {"zero_optimization.pipeline_loading_checkpoint", Q_FALSE,
      "zerotrain reads its own checkpoints"},

@@ -332,6 +332,9 @@ static const struct field fields[] = {
      "0 data parallel, 1 optimizer state, 2 + gradients, 3 + parameters sharded"},
     {"zero_optimization.reduce_bucket_size", T_LONG, OFF(zero.reduce_bucket_size), 0, "5e8",
      GE(1), NB, 0, NULL, "elements per reduce bucket"},
+    {"zero_optimization.overlap_comm", T_BOOL, OFF(zero.overlap_comm), 0, "true", NB, NB, 0, NULL,
+     "stages 0-1 reduce gradient buckets during the last backward (false: at the step); stages "
+     "2-3 always do"},
     {"zero_optimization.stage3_prefetch_depth", T_INT, OFF(zero.stage3_prefetch_depth), 0, "1",
      GE(0), LE(1024), 0, NULL, "blocks gathered ahead in stage 3"},
 

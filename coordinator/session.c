@@ -443,6 +443,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
     ZT_TRY(shard_engine_create(&ec, &s->table, s->axes.dp, &s->compute, &s->engine));
     ZT_TRY(session_model_create(s, o->profile ? &s->profile : NULL, &s->model));
+    s->engine.profile = o->profile ? &s->engine_profile : NULL;
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
     s->inputs = malloc(2 * bt * sizeof(int32_t));
     if (!s->inputs)
@@ -469,6 +470,7 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
         .clip = c->gradient_clipping,
         .seed = c->run.seed,
         .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
+        .overlap_comm = c->zero.overlap_comm,
         .prefetch_depth = c->zero.stage3_prefetch_depth,
         .precision = session_precision(c),
         .optimizer = optimizer_find(c->optimizer.type),
@@ -504,6 +506,8 @@ zt_status session_plan_step(struct model *model, struct shard_engine *engine, in
     for (int m = 0; m < accum; m++) {
         ledger_set_step(engine->dev->ledger, 1, m);
         ZT_TRY(model_forward(model, &engine->hooks, NULL, NULL));
+        if (m == accum - 1)
+            shard_engine_final_backward(engine);
         ZT_TRY(model_backward(model, &engine->hooks, 1.0f));
     }
     return shard_engine_step(engine, &hp, 1.0, 0, &result);

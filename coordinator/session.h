@@ -115,7 +115,12 @@ struct run_session {
     struct loss_scaler scaler; /* fp16: dynamic or fixed; otherwise a fixed 1 */
     struct token_buffer train, val;
     struct sampler sampler;
-    struct model_profile profile;       /* filled when options.profile */
+    /* Filled when options.profile: the model's ops, the engine's phases,
+     * and the loop's own (seconds filling batches; the end-of-step
+     * agreement: fp8 scales, the loss and the stop requests). */
+    struct model_profile profile;
+    struct shard_profile engine_profile;
+    double profile_data_seconds, profile_agree_seconds;
     long start_step;                    /* optimizer steps already taken (resumed checkpoint) */
     volatile sig_atomic_t *stop_signal; /* from run_options */
     int failure_agreed;                 /* the failure being returned was agreed by every rank */

@@ -142,10 +142,12 @@ static void comm_stats_delta(const struct run_session *s, const struct comm_stat
 /* The rank's micro batch m of `step`, for a training forward. */
 static void fill_batch(struct run_session *s, long step, int m)
 {
+    const double t0 = zt_now_seconds();
     (void)sampler_fill(&s->sampler, &s->train, (uint64_t)step, m, s->inputs, s->targets);
     sampler_rows(&s->sampler, (uint64_t)step, m, s->row_ids);
     s->model->training = 1;
     s->model->row_ids = s->row_ids;
+    s->profile_data_seconds += zt_now_seconds() - t0;
 }
 
 /* The backward's grad_scale for a step of `counted` targets (the design
@@ -213,6 +215,8 @@ static zt_status forward_backward_update(struct run_session *s, long step, struc
         ledger_set_step(&s->ledger, step + 1, m);
         fill_batch(s, step, m);
         ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
+        if (m == c->gradient_accumulation_steps - 1)
+            shard_engine_final_backward(&s->engine);
         ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
         session_add_loss(s, s->model, loss_sums);
     }
@@ -255,11 +259,13 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     comm_stats_snapshot(s, before);
     double sums[4] = {0.0, 0.0, 0.0, 0.0}; /* loss, counted share, stop requests */
     struct shard_step_result result = {0};
+    double agree_t0 = zt_now_seconds();
 
     r->loss_scale = s->scaler.scale;
     r->counted = sampler_counted(&s->sampler, &s->train, (uint64_t)step);
     if (r->counted > 0) {
         ZT_TRY(forward_backward_update(s, step, r, sums, &result));
+        agree_t0 = zt_now_seconds();
         ZT_TRY(fp8_end_step(s));
         r->grad_norm = result.grad_norm;
         r->skipped = result.skipped;
@@ -277,6 +283,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     if (r->counted > 0)
         r->loss = sums[0] / sums[1];
     s->stop_request = sums[3] > 0 ? 2 : sums[2] > 0 ? 1 : 0;
+    s->profile_agree_seconds += zt_now_seconds() - agree_t0;
     return ZT_OK;
 }
 
@@ -316,26 +323,39 @@ static zt_status evaluate_and_log(struct run_session *s, struct train_io *io, lo
     return ZT_OK;
 }
 
-/* Rank 0's breakdown of the training time: each op category, time waiting
- * on communication, and the rest (optimizer, clipping, data, bookkeeping). */
+/* One row of the breakdown: its seconds and share of the training time. */
+static void profile_row(struct train_io *io, const char *name, double t, double train_seconds)
+{
+    progress_log(&io->console, "  %-16s %8.3f s %6.1f %%", name, t, 100.0 * t / train_seconds);
+}
+
+/* Rank 0's breakdown of the training time: each op category of the model,
+ * each phase of the engine (communication waits in the phase that issued
+ * them), the loop's own batches and agreement, and what none of them
+ * timed. The comm wait line splits out how much of the rows was spent
+ * blocked on other ranks. */
 static void print_profile(struct run_session *s, struct train_io *io, double train_seconds,
                           double comm_wait)
 {
-    double ops = 0.0;
+    double named = 0.0;
     progress_log(&io->console,
                  "where the time went (rank 0, %.2f s of training steps):", train_seconds);
     for (int k = 0; k < MODEL_PROF_COUNT; k++) {
-        double t = s->profile.seconds[k];
-        ops += t;
-        progress_log(&io->console, "  %-14s %8.3f s %6.1f %%",
-                     model_profile_name((enum model_profile_category)k), t,
-                     100.0 * t / train_seconds);
+        named += s->profile.seconds[k];
+        profile_row(io, model_profile_name((enum model_profile_category)k), s->profile.seconds[k],
+                    train_seconds);
     }
-    progress_log(&io->console, "  %-14s %8.3f s %6.1f %%", "comm wait", comm_wait,
-                 100.0 * comm_wait / train_seconds);
-    double rest = train_seconds - ops - comm_wait;
-    progress_log(&io->console, "  %-14s %8.3f s %6.1f %%", "other", rest,
-                 100.0 * rest / train_seconds);
+    for (int k = 0; k < SHARD_PROF_COUNT; k++) {
+        named += s->engine_profile.seconds[k];
+        profile_row(io, shard_profile_name((enum shard_profile_phase)k),
+                    s->engine_profile.seconds[k], train_seconds);
+    }
+    profile_row(io, "data loading", s->profile_data_seconds, train_seconds);
+    profile_row(io, "step agreement", s->profile_agree_seconds, train_seconds);
+    named += s->profile_data_seconds + s->profile_agree_seconds;
+    profile_row(io, "other", train_seconds - named, train_seconds);
+    progress_log(&io->console, "  of all this, blocked in communication: %.3f s (%.1f %%)",
+                 comm_wait, 100.0 * comm_wait / train_seconds);
 }
 
 static zt_status save_checkpoint(struct run_session *s, struct train_io *io, long step,

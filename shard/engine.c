@@ -373,13 +373,19 @@ static zt_status finish_oldest_reduce(struct shard_engine *e)
     memmove(e->reduces, e->reduces + 1, (size_t)(e->n_reduces - 1) * sizeof *e->reduces);
     e->n_reduces--;
     const struct shard_unit *su = &e->part.units[r.unit];
+    double t0 = prof_begin(e);
     zt_status st = r.req ? comm_wait(e->comm, r.req) : ZT_OK;
+    prof_end(e, SHARD_PROF_REDUCE, t0);
+    t0 = prof_begin(e);
     if (st == ZT_OK && !e->plan)
         st = e->ops->add_into(e->cfg.precision, at(e, e->grads, su->state_shard_offset), r.recv,
                               su->shard);
+    prof_end(e, SHARD_PROF_GRAD_ADD, t0);
+    t0 = prof_begin(e);
     device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, r.unit), r.recv);
     device_free(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, r.unit), e->unit_grads[r.unit]);
     e->unit_grads[r.unit] = NULL;
+    prof_end(e, SHARD_PROF_REDUCE, t0);
     return st;
 }
 
@@ -407,7 +413,7 @@ static zt_status close_bucket(struct shard_engine *e)
     while (e->n_reduces > 0)
         ZT_TRY(finish_oldest_reduce(e));
     for (int i = 0; i < e->n_bucket; i++)
-        ZT_TRY(start_reduce(e, e->bucket[i]));
+        PROF_TRY(e, SHARD_PROF_REDUCE, start_reduce(e, e->bucket[i]));
     e->n_bucket = 0;
     e->bucket_elems = 0;
     return ZT_OK;
@@ -423,6 +429,115 @@ static zt_status unit_grads_complete(struct shard_engine *e, int unit)
     e->bucket_elems += e->part.units[unit].padded;
     if (e->bucket_elems >= e->cfg.reduce_bucket_size)
         ZT_TRY(close_bucket(e));
+    return ZT_OK;
+}
+
+/* ---- stages 0-1: reducing the final backward's buckets early --------------- */
+
+/* Whether this backward reduces stage 0-1 gradients as they complete. */
+static int reduces_early(const struct shard_engine *e)
+{
+    return e->final_backward && e->cfg.overlap_comm && !e->policy.shard_grads &&
+           !e->cfg.optimizer->fused_backward;
+}
+
+static int by_unit(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* Stage 0: one allreduce of full grads [first, first + n) (elements). */
+static zt_status issue_allreduce(struct shard_engine *e, size_t first, size_t n)
+{
+    struct comm_request **req = &e->early[e->n_early];
+    ZT_ASSERT(e->n_early < e->table->n_units);
+    e->n_early++;
+    *req = NULL;
+    return e->plan ? ZT_OK
+                   : comm_iallreduce(e->comm, at(e, e->grads, first), n, e->cfg.precision,
+                                     COMM_OP_SUM, req);
+}
+
+/* Stage 1: unit u's full grads reduce-scattered into its reduced shard. */
+static zt_status issue_reduce_scatter(struct shard_engine *e, int u)
+{
+    const struct shard_unit *su = &e->part.units[u];
+    struct comm_request **req = &e->early[e->n_early];
+    ZT_ASSERT(e->n_early < e->table->n_units);
+    if (!e->early_shards_held) /* (a plan's allocations have no address) */
+        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, e->part.state_shard_total * e->esz,
+                            "reduced grad shards", &e->early_shards));
+    e->early_shards_held = 1;
+    e->n_early++;
+    *req = NULL;
+    return e->plan ? ZT_OK
+                   : comm_ireduce_scatter(e->comm, at(e, e->grads, su->state_padded_offset),
+                                          at(e, e->early_shards, su->state_shard_offset), su->shard,
+                                          e->cfg.precision, COMM_OP_SUM, req);
+}
+
+/* Issues the open bucket's reductions: stage 0 one allreduce per run of
+ * units adjacent in the grads, stage 1 one reduce-scatter per unit. */
+static zt_status issue_early_bucket(struct shard_engine *e)
+{
+    qsort(e->bucket, (size_t)e->n_bucket, sizeof *e->bucket, by_unit);
+    for (int i = 0; i < e->n_bucket;) {
+        const struct shard_unit *first = &e->part.units[e->bucket[i]];
+        size_t end = first->state_padded_offset + first->padded;
+        int j = i + 1;
+        if (!e->policy.shard_states)
+            while (j < e->n_bucket && e->part.units[e->bucket[j]].state_padded_offset == end)
+                end += e->part.units[e->bucket[j++]].padded;
+        for (int k = i; k < j; k++)
+            e->unit_reduced[e->bucket[k]] = 1;
+        ZT_TRY(e->policy.shard_states ? issue_reduce_scatter(e, e->bucket[i])
+                                      : issue_allreduce(e, first->state_padded_offset,
+                                                        end - first->state_padded_offset));
+        i = j;
+    }
+    e->n_bucket = 0;
+    e->bucket_elems = 0;
+    return ZT_OK;
+}
+
+/* A unit's gradient is final: it joins the open bucket, issued once it
+ * holds reduce_bucket_size elements. */
+static zt_status early_unit_complete(struct shard_engine *e, int unit)
+{
+    ZT_ASSERT(e->n_bucket < e->table->n_units);
+    e->bucket[e->n_bucket++] = unit;
+    e->bucket_elems += e->part.units[unit].padded;
+    return e->bucket_elems >= e->cfg.reduce_bucket_size ? issue_early_bucket(e) : ZT_OK;
+}
+
+void shard_engine_final_backward(struct shard_engine *e)
+{
+    e->final_backward = 1;
+}
+
+/* The step's stage 0-1 reduction after an early one: every issued
+ * reduction completed in issue order, then what the backward did not
+ * reach (a trainable unit whose gradient never completed) reduced here. */
+static zt_status finish_early(struct shard_engine *e, void *g)
+{
+    for (int i = 0; i < e->n_early; i++) {
+        struct comm_request *req = e->early[i];
+        e->early[i] = NULL;
+        if (req)
+            ZT_TRY(comm_wait(e->comm, req));
+    }
+    e->n_early = 0;
+    for (int u = 0; u < e->part.n_units; u++) {
+        const struct shard_unit *su = &e->part.units[u];
+        if (!su->trainable || e->unit_reduced[u])
+            continue;
+        ZT_TRY(e->policy.shard_states
+                   ? comm_reduce_scatter(e->comm, at(e, e->grads, su->state_padded_offset),
+                                         at(e, g, su->state_shard_offset), su->shard,
+                                         e->cfg.precision, COMM_OP_SUM)
+                   : comm_allreduce(e->comm, at(e, e->grads, su->state_padded_offset), su->padded,
+                                    e->cfg.precision, COMM_OP_SUM));
+    }
     return ZT_OK;
 }
 
@@ -458,6 +573,12 @@ static zt_status hook_pass_end(void *ctx, enum model_pass pass)
         while (e->n_reduces > 0)
             ZT_TRY(finish_oldest_reduce(e));
     }
+    if (pass == MODEL_PASS_BACKWARD && reduces_early(e)) {
+        enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
+        PROF_TRY(e, SHARD_PROF_REDUCE, issue_early_bucket(e));
+        e->final_backward = 0;
+        e->early_issued = 1;
+    }
     if (e->policy.shard_params) {
         ZT_ASSERT(e->cursor == e->n_schedule && e->issued == e->n_schedule);
         for (int pos = 0; pos < e->n_schedule; pos++)
@@ -482,6 +603,19 @@ static void close_view(struct shard_engine *e, int unit, float **view)
     *view = NULL;
 }
 
+/* The fp32 view of a packed (dequantised) or 16-bit unit's params at src. */
+static zt_status param_view_open(struct shard_engine *e, int unit, const void *src)
+{
+    if (e->part.units[unit].packed) {
+        ZT_TRY(open_view(e, unit, "a unit's dequantised parameters", &e->param_view[unit]));
+        return e->plan ? ZT_OK : decode_packed(e, unit, src, e->param_view[unit]);
+    }
+    ZT_TRY(open_view(e, unit, "a unit's fp32 parameters", &e->param_view[unit]));
+    return e->plan ? ZT_OK
+                   : e->ops->to_f32(e->cfg.precision, src, e->param_view[unit],
+                                    e->part.units[unit].padded);
+}
+
 static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
 {
     struct shard_engine *e = ctx;
@@ -489,25 +623,15 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
     const void *src;
     enter_phase(e, e->pass_phase, unit);
     if (e->policy.shard_params)
-        ZT_TRY(gathered_acquire(e, unit, &src));
+        PROF_TRY(e, SHARD_PROF_GATHER, gathered_acquire(e, unit, &src));
     else
         src = su->packed ? (const void *)((char *)e->packed + su->image_offset)
                          : at(e, e->params, su->padded_offset);
-    if (su->packed) {
-        ZT_TRY(open_view(e, unit, "a unit's dequantised parameters", &e->param_view[unit]));
-        if (!e->plan)
-            ZT_TRY(decode_packed(e, unit, src, e->param_view[unit]));
-        *params = e->param_view[unit];
-        return ZT_OK;
-    }
-    if (!is_16bit(e)) {
+    if (!su->packed && !is_16bit(e)) {
         *params = src;
         return ZT_OK;
     }
-    ZT_TRY(open_view(e, unit, "a unit's fp32 parameters", &e->param_view[unit]));
-    if (!e->plan)
-        ZT_TRY(
-            e->ops->to_f32(e->cfg.precision, src, e->param_view[unit], e->part.units[unit].padded));
+    PROF_TRY(e, SHARD_PROF_CAST, param_view_open(e, unit, src));
     *params = e->param_view[unit];
     return ZT_OK;
 }
@@ -515,9 +639,14 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
 static zt_status hook_params_release(void *ctx, int unit)
 {
     struct shard_engine *e = ctx;
+    double t0 = prof_begin(e);
     if (is_16bit(e) || e->part.units[unit].packed)
         close_view(e, unit, &e->param_view[unit]);
-    return e->policy.shard_params ? gathered_release(e, unit) : ZT_OK;
+    prof_end(e, SHARD_PROF_CAST, t0);
+    zt_status st = ZT_OK;
+    if (e->policy.shard_params)
+        PROF_CALL(e, SHARD_PROF_GATHER, st, gathered_release(e, unit));
+    return st;
 }
 
 /* Stages 2-3: the unit's transient full gradient, reduced once complete. */
@@ -526,6 +655,35 @@ static zt_status open_unit_grads(struct shard_engine *e, int unit)
     if (!e->unit_grads[unit])
         ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, unit), "a unit's gradients",
                             &e->unit_grads[unit]));
+    return ZT_OK;
+}
+
+/* The fp32 view a 16-bit unit's backward accumulates into: stages 0-1
+ * continue from the stored grads, stages 2-3 start each micro step from
+ * zero (the view is zeroed). */
+static zt_status grad_view_open(struct shard_engine *e, int unit)
+{
+    const struct shard_unit *su = &e->part.units[unit];
+    ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
+    if (transient_grads(e) || e->plan)
+        return ZT_OK;
+    return e->ops->to_f32(e->cfg.precision, at(e, e->grads, su->state_padded_offset),
+                          e->grad_view[unit], su->padded);
+}
+
+/* A 16-bit unit's fp32 gradients cast back into their store (the stored
+ * grads, or the unit's transient buffer), and the view dropped. */
+static zt_status grad_view_close(struct shard_engine *e, int unit)
+{
+    const struct shard_unit *su = &e->part.units[unit];
+    void *dst = at(e, e->grads, su->state_padded_offset);
+    if (transient_grads(e)) {
+        ZT_TRY(open_unit_grads(e, unit));
+        dst = e->unit_grads[unit];
+    }
+    if (!e->plan)
+        ZT_TRY(e->ops->from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded));
+    close_view(e, unit, &e->grad_view[unit]);
     return ZT_OK;
 }
 
@@ -544,16 +702,11 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
             *grads = at(e, e->grads, su->state_padded_offset);
             return ZT_OK;
         }
-        ZT_TRY(open_unit_grads(e, unit));
+        PROF_TRY(e, SHARD_PROF_REDUCE, open_unit_grads(e, unit));
         *grads = e->unit_grads[unit];
         return ZT_OK;
     }
-    /* The backward accumulates: stages 0-1 continue from the stored grads,
-     * stages 2-3 start each micro step from zero (the view is zeroed). */
-    ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
-    if (!transient_grads(e) && !e->plan)
-        ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, e->grads, su->state_padded_offset),
-                              e->grad_view[unit], su->padded));
+    PROF_TRY(e, SHARD_PROF_CAST, grad_view_open(e, unit));
     *grads = e->grad_view[unit];
     return ZT_OK;
 }
@@ -564,27 +717,34 @@ static zt_status hook_grads_done(void *ctx, int unit)
     const struct shard_unit *su = &e->part.units[unit];
     if (!su->trainable)
         return ZT_OK;
-    if (is_16bit(e)) {
-        void *dst = transient_grads(e) ? NULL : at(e, e->grads, su->state_padded_offset);
-        if (transient_grads(e)) {
-            ZT_TRY(open_unit_grads(e, unit));
-            dst = e->unit_grads[unit];
-        }
-        if (!e->plan)
-            ZT_TRY(e->ops->from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded));
-        close_view(e, unit, &e->grad_view[unit]);
-    }
+    if (is_16bit(e))
+        PROF_TRY(e, SHARD_PROF_CAST, grad_view_close(e, unit));
+    zt_status st = ZT_OK;
     if (e->cfg.optimizer->fused_backward) {
         enter_phase(e, LEDGER_PHASE_OPTIMIZER, unit);
-        return fused_unit_done(e, unit);
+        PROF_CALL(e, SHARD_PROF_UPDATE, st, fused_unit_done(e, unit));
+        return st;
     }
-    if (!e->policy.shard_grads)
+    if (!e->policy.shard_grads && !reduces_early(e))
         return ZT_OK;
     enter_phase(e, LEDGER_PHASE_REDUCTION, unit);
-    return unit_grads_complete(e, unit);
+    if (e->policy.shard_grads)
+        return unit_grads_complete(e, unit); /* times its own parts */
+    PROF_CALL(e, SHARD_PROF_REDUCE, st, early_unit_complete(e, unit));
+    return st;
 }
 
 /* ---- create / destroy ------------------------------------------------------ */
+
+const char *shard_profile_name(enum shard_profile_phase p)
+{
+    static const char *const names[SHARD_PROF_COUNT] = {
+#define SHARD_PROFILE_NAME(id, name) [id] = name,
+        SHARD_PROFILE_PHASES(SHARD_PROFILE_NAME)
+#undef SHARD_PROFILE_NAME
+    };
+    return p >= 0 && p < SHARD_PROF_COUNT ? names[p] : "?";
+}
 
 zt_status shard_engine_create(const struct shard_engine_config *cfg, const struct param_table *t,
                               struct comm *comm, const struct compute_backend *be,
@@ -629,12 +789,15 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         out->unit_grads = calloc((size_t)t->n_units, sizeof *out->unit_grads);
         out->reduces = calloc((size_t)t->n_units, sizeof *out->reduces);
         out->bucket = calloc((size_t)t->n_units, sizeof *out->bucket);
+        out->early = calloc((size_t)t->n_units, sizeof *out->early);
+        out->unit_reduced = calloc((size_t)t->n_units, 1);
         out->param_view = calloc((size_t)t->n_units, sizeof *out->param_view);
         out->grad_view = calloc((size_t)t->n_units, sizeof *out->grad_view);
         out->gathers = calloc(MODEL_MAX_UNITS + 4, sizeof *out->gathers);
         out->tensor_state_off = calloc((size_t)t->n_tensors + 1, sizeof *out->tensor_state_off);
-        if (!out->unit_grads || !out->reduces || !out->bucket || !out->gathers ||
-            !out->param_view || !out->grad_view || !out->tensor_state_off)
+        if (!out->unit_grads || !out->reduces || !out->bucket || !out->early ||
+            !out->unit_reduced || !out->gathers || !out->param_view || !out->grad_view ||
+            !out->tensor_state_off)
             st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the engine's bookkeeping");
     }
     if (st == ZT_OK)
@@ -651,6 +814,9 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
 
 void shard_engine_destroy(struct shard_engine *e)
 {
+    if (e->early_shards_held) /* a step that failed before it freed them */
+        device_free(e->dev, LEDGER_COMM_BUFFERS, e->part.state_shard_total * e->esz,
+                    e->early_shards);
     /* Frees exactly what was counted, real or planned, newest first. */
     while (e->n_allocs > 0) {
         const struct shard_alloc *a = &e->allocs[--e->n_allocs];
@@ -659,6 +825,8 @@ void shard_engine_destroy(struct shard_engine *e)
     free(e->unit_grads);
     free(e->reduces);
     free(e->bucket);
+    free(e->early);
+    free(e->unit_reduced);
     free(e->param_view);
     free(e->grad_view);
     free(e->gathers);
@@ -859,34 +1027,52 @@ static zt_status norm_share_tensor(struct shard_engine *e, const void *g, double
     return ZT_OK;
 }
 
+/* The step's reduction of the accumulated gradients into g, as the stage
+ * wants (stages 2-3 reduced theirs in the backward), and the tied
+ * embedding's copies made equal. */
+static zt_status reduce_grads(struct shard_engine *e, void *g)
+{
+    if (e->early_issued)
+        ZT_TRY(finish_early(e, g));
+    else if (shard_policy_allreduces_grads(&e->policy))
+        ZT_TRY(comm_allreduce(e->comm, e->grads, reduced_count(e), e->cfg.precision, COMM_OP_SUM));
+    else if (shard_policy_reduces_at_step(&e->policy))
+        ZT_TRY(reduce_full_grads(e, g));
+    return e->tie_peer >= 0 ? sync_tied(e, g) : ZT_OK;
+}
+
+/* The squared global norm of the reduced gradients g[n] times scale,
+ * summed over every group that holds a share of them. */
+static zt_status global_sumsq(struct shard_engine *e, const void *g, size_t n, double scale,
+                              double *sumsq)
+{
+    if (e->tensor)
+        ZT_TRY(norm_share_tensor(e, g, scale, sumsq));
+    else
+        ZT_TRY(norm_share(e, g, n, scale, sumsq));
+    if (e->policy.shard_states)
+        ZT_TRY(comm_allreduce(e->comm, sumsq, 1, ZT_F64, COMM_OP_SUM));
+    if (e->pipe)
+        ZT_TRY(comm_allreduce(e->pipe, sumsq, 1, ZT_F64, COMM_OP_SUM));
+    if (e->tensor)
+        ZT_TRY(comm_allreduce(e->tensor, sumsq, 1, ZT_F64, COMM_OP_SUM));
+    return ZT_OK;
+}
+
 static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
                            struct shard_update_stats *stats, struct optimizer_hparams *hp,
                            double loss_scale, int skip_on_overflow, struct shard_step_result *out)
 {
     const size_t n = reduced_count(e);
     enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
-    if (shard_policy_allreduces_grads(&e->policy))
-        ZT_TRY(comm_allreduce(e->comm, e->grads, n, e->cfg.precision, COMM_OP_SUM));
-    else if (shard_policy_reduces_at_step(&e->policy))
-        ZT_TRY(reduce_full_grads(e, g));
-    if (e->tie_peer >= 0)
-        ZT_TRY(sync_tied(e, g));
+    PROF_TRY(e, SHARD_PROF_REDUCE, reduce_grads(e, g));
     const double unscale = 1.0 / ((double)e->cfg.world * loss_scale);
     double sumsq;
-    if (e->tensor)
-        ZT_TRY(norm_share_tensor(e, g, unscale, &sumsq));
-    else
-        ZT_TRY(norm_share(e, g, n, unscale, &sumsq));
-    if (e->policy.shard_states)
-        ZT_TRY(comm_allreduce(e->comm, &sumsq, 1, ZT_F64, COMM_OP_SUM));
-    if (e->pipe)
-        ZT_TRY(comm_allreduce(e->pipe, &sumsq, 1, ZT_F64, COMM_OP_SUM));
-    if (e->tensor)
-        ZT_TRY(comm_allreduce(e->tensor, &sumsq, 1, ZT_F64, COMM_OP_SUM));
+    PROF_TRY(e, SHARD_PROF_NORM, global_sumsq(e, g, n, unscale, &sumsq));
     const double norm = sqrt(sumsq);
     out->grad_norm = norm;
     if (!isfinite(norm)) {
-        ZT_TRY(zero_grads(e));
+        PROF_TRY(e, SHARD_PROF_ZERO_GRADS, zero_grads(e));
         if (skip_on_overflow) {
             out->skipped = 1;
             return ZT_OK;
@@ -899,10 +1085,13 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     double clip = e->cfg.clip > 0.0 && norm > e->cfg.clip ? e->cfg.clip / (norm + 1e-6) : 1.0;
     hp->step = ++e->updates;
     enter_phase(e, LEDGER_PHASE_OPTIMIZER, -1);
-    ZT_TRY(shard_update_owned(e, g, (float)(unscale * clip), tmp, stats, hp));
+    PROF_TRY(e, SHARD_PROF_UPDATE,
+             shard_update_owned(e, g, (float)(unscale * clip), tmp, stats, hp));
     if (shard_policy_regathers_params(&e->policy))
-        ZT_TRY(allgather_params(e, 1));
-    return zero_grads(e);
+        PROF_TRY(e, SHARD_PROF_REGATHER, allgather_params(e, 1));
+    zt_status st;
+    PROF_CALL(e, SHARD_PROF_ZERO_GRADS, st, zero_grads(e));
+    return st;
 }
 
 /* Largest range one unit contributes to the update (the fp32 staging of
@@ -928,31 +1117,43 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
     if (e->cfg.optimizer->fused_backward) {
         (void)hp; /* the backward applied the update armed for it */
         (void)loss_scale;
-        return step_fused(e, skip_on_overflow, out);
+        zt_status st;
+        PROF_CALL(e, SHARD_PROF_NORM, st, step_fused(e, skip_on_overflow, out));
+        return st;
     }
     enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
-    if (shard_policy_reduces_at_step(&e->policy)) {
-        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, "reduced grad shards",
-                            &shards));
+    if (shard_policy_reduces_at_step(&e->policy) && e->early_shards_held)
+        shards = e->early_shards; /* the backward's reduce-scatters fill it */
+    else if (shard_policy_reduces_at_step(&e->policy))
+        PROF_TRY(e, SHARD_PROF_REDUCE,
+                 device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, "reduced grad shards",
+                              &shards));
+    if (shard_policy_reduces_at_step(&e->policy))
         g = shards;
-    }
     /* the update's staging is allocated before the reduction runs */
     enter_phase(e, LEDGER_PHASE_OPTIMIZER, -1);
     struct shard_update_stats stats = {0};
     zt_status st = ZT_OK;
+    double t0 = prof_begin(e);
     if (tmp_bytes)
         st = device_alloc(e->dev, LEDGER_WORKSPACE, tmp_bytes, "fp32 gradients", &tmp);
     if (st == ZT_OK)
         st = shard_update_stats_alloc(e, &stats);
+    prof_end(e, SHARD_PROF_UPDATE, t0);
     if (st == ZT_OK && !e->plan)
         st = step_real(e, g, tmp, &stats, hp, loss_scale, skip_on_overflow, out);
     else if (st == ZT_OK && e->tie_peer >= 0)
         st = plan_tied(e);
+    t0 = prof_begin(e);
     shard_update_stats_free(e, &stats);
     if (tmp_bytes && (tmp || e->plan))
         device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);
     if (shard_policy_reduces_at_step(&e->policy))
         device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, shards);
+    prof_end(e, SHARD_PROF_UPDATE, t0);
+    e->early_shards = NULL;
+    e->early_shards_held = e->early_issued = 0;
+    memset(e->unit_reduced, 0, (size_t)e->part.n_units);
     return st;
 }
 

@@ -165,9 +165,10 @@ struct shard_engine_config {
     int world, rank; /* the partition's; a plan may differ from the comm's */
     double clip;     /* global-norm clipping threshold, 0 = off */
     uint64_t seed;
-    size_t reduce_bucket_size;             /* stages 2-3: elements per gradient bucket, >= 1 */
-    int prefetch_depth;                    /* stage 3: units gathered ahead, >= 0 */
-    enum zt_dtype precision;               /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
+    size_t reduce_bucket_size; /* elements per gradient bucket, >= 1 */
+    int overlap_comm;          /* stages 0-1: shard_engine_final_backward reduces buckets in it */
+    int prefetch_depth;        /* stage 3: units gathered ahead, >= 0 */
+    enum zt_dtype precision;   /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
     const struct optimizer_ops *optimizer; /* its states are kept on the rank's range */
     int optimizer_states; /* how many of them: optimizer_state_count() of the run's hparams */
     /* The run's hyperparameters as configured (the step passes its own,
@@ -185,6 +186,35 @@ struct shard_alloc {
     size_t bytes;
     void *ptr; /* NULL under a plan-only ledger */
 };
+
+/* Where the engine's share of a step's time goes, when profiling (train
+ * --profile): seconds per phase, each communication wait counted in the
+ * phase that issued the collective. The model's ops are timed apart
+ * (worker/model_family.h), and hooks are called between the model's timed
+ * ops, never inside one, so no second is counted twice. */
+#define SHARD_PROFILE_PHASES(X)                                                                    \
+    X(SHARD_PROF_GATHER, "param gather")      /* stage 3: gathering units, waits, buffers */       \
+    X(SHARD_PROF_CAST, "precision cast")      /* fp32 views of 16-bit params and grads, 4-bit */   \
+    X(SHARD_PROF_REDUCE, "grad reduce")       /* reducing gradients, their waits and buffers */    \
+    X(SHARD_PROF_GRAD_ADD, "grad add")        /* stages 2-3: reduced shards into the grads */      \
+    X(SHARD_PROF_NORM, "grad norm")           /* the global norm and its agreement */              \
+    X(SHARD_PROF_UPDATE, "optimizer")         /* the update and its staging */                     \
+    X(SHARD_PROF_REGATHER, "param allgather") /* stages 1-2: updated params regathered */          \
+    X(SHARD_PROF_ZERO_GRADS, "grad zeroing")
+
+enum shard_profile_phase {
+#define SHARD_PROFILE_ENUM(id, name) id,
+    SHARD_PROFILE_PHASES(SHARD_PROFILE_ENUM)
+#undef SHARD_PROFILE_ENUM
+        SHARD_PROF_COUNT
+};
+
+struct shard_profile {
+    double seconds[SHARD_PROF_COUNT]; /* the engine adds to them, nobody resets them */
+};
+
+/* Name of a phase ("grad reduce"). */
+const char *shard_profile_name(enum shard_profile_phase p);
 
 struct shard_gather; /* stage-3 gather buffers in flight or resident */
 struct shard_reduce; /* stage-2/3 gradient reductions in flight */
@@ -230,6 +260,17 @@ struct shard_engine {
     int n_bucket;
     size_t bucket_elems;
 
+    /* Stages 0-1 in a backward armed by shard_engine_final_backward: the
+     * reductions issued from the full grads, oldest first (at most one per
+     * unit), which units they covered, and stage 1's reduced shards,
+     * allocated with its first reduction and freed by the step. */
+    int final_backward, early_issued; /* armed; the step finds reductions issued */
+    struct comm_request **early;
+    int n_early;
+    unsigned char *unit_reduced; /* n_units flags */
+    void *early_shards;
+    int early_shards_held;
+
     /* Stage 3: the pass's unit schedule and the gathers of its positions. */
     int schedule[MODEL_MAX_UNITS + 4];
     int n_schedule, cursor, issued;
@@ -253,6 +294,7 @@ struct shard_engine {
 
     long updates;                  /* optimizer steps taken */
     struct model_unit_hooks hooks; /* what the model borrows through */
+    struct shard_profile *profile; /* not owned; NULL: no timing. Set by the caller */
 
     /* Pipelines (shard_engine_join_pipeline): the stage, the pipeline's
      * group (the rank's stage is its rank there; NULL: no pipeline), the
@@ -280,6 +322,19 @@ struct shard_step_result {
     double grad_norm; /* of the unscaled, averaged gradients, before clipping */
     int skipped;      /* an overflow skipped the step (only with skip_on_overflow) */
 };
+
+/* Arms the next backward as the step's last (its gradients are final
+ * once it ends): stages 0-1 then reduce them in buckets during it, as
+ * stages 2-3 always do: a bucket of reduce_bucket_size elements of
+ * completed units is issued non-blocking (stage 0: an allreduce of each
+ * contiguous run of its units; stage 1: a reduce-scatter per unit) and
+ * advanced between units while the backward goes on, and the step waits
+ * for them instead of reducing. The result is the same reduction, so the
+ * losses do not depend on it (up to float summation order across more than
+ * two ranks). Without it the step reduces everything itself. The arming
+ * ends with the backward. No effect without cfg.overlap_comm, in other
+ * stages, or with a fused-backward optimizer. */
+void shard_engine_final_backward(struct shard_engine *e);
 
 /* Reduces the accumulated gradients as the stage requires, averages them
  * over ranks and divides out `loss_scale`, clips by global norm (computed

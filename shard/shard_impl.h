@@ -4,7 +4,38 @@
 #ifndef ZT_SHARD_IMPL_H
 #define ZT_SHARD_IMPL_H
 
+#include "../common/clock.h"
 #include "shard.h"
+
+/* Profiling (shard_profile): the start of a timed region, and its end
+ * adding the time to `phase`. Regions never nest, so each second is
+ * counted once. */
+static inline double prof_begin(const struct shard_engine *e)
+{
+    return e->profile ? zt_now_seconds() : 0.0;
+}
+
+static inline void prof_end(const struct shard_engine *e, enum shard_profile_phase phase, double t0)
+{
+    if (e->profile)
+        e->profile->seconds[phase] += zt_now_seconds() - t0;
+}
+
+/* st = call, its time added to `phase`; and the form that returns the
+ * failure from the enclosing function. */
+#define PROF_CALL(e, phase, st, call)                                                              \
+    do {                                                                                           \
+        const double prof_t0_ = prof_begin(e);                                                     \
+        (st) = (call);                                                                             \
+        prof_end((e), (phase), prof_t0_);                                                          \
+    } while (0)
+
+#define PROF_TRY(e, phase, call)                                                                   \
+    do {                                                                                           \
+        zt_status prof_st_;                                                                        \
+        PROF_CALL(e, phase, prof_st_, call);                                                       \
+        ZT_TRY(prof_st_);                                                                          \
+    } while (0)
 
 /* Element i of a working-precision buffer. */
 static inline void *at(const struct shard_engine *e, void *base, size_t i)

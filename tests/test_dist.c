@@ -291,6 +291,38 @@ START_TEST(ring_and_native_collectives_agree)
 }
 END_TEST
 
+/* Stages 0-1 reduce the last backward's gradient buckets during it
+ * (overlap_comm, the default) or everything at the step: the same sums, so
+ * the same curve within fp32 summation order; bf16 rounds each partial sum,
+ * whose grouping the buckets change at three ranks and more. Buckets of one
+ * element make every unit its own; accumulation 2 leaves the first
+ * backward of each step alone. */
+START_TEST(bucketed_reduction_matches_the_step_reduction)
+{
+    double ref[8], got[8];
+    for (int stage = 0; stage <= 1; stage++)
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            const char *sets[] = {stage_sets[stage], "gradient_accumulation_steps=2",
+                                  bf16 ? "bf16.enabled=true" : "bf16.enabled=false",
+                                  "zero_optimization.overlap_comm=false",
+                                  "zero_optimization.reduce_bucket_size=1"};
+            train_losses(sets, 5, 8, ref);
+            for (int b = 0; b < 2; b++) {
+                char what[96];
+                sets[3] = "zero_optimization.overlap_comm=true";
+                sets[4] = b ? "zero_optimization.reduce_bucket_size=3000"
+                            : "zero_optimization.reduce_bucket_size=1";
+                train_losses(sets, 5, 8, got);
+                snprintf(what, sizeof what, "stage %d%s, %s", stage, bf16 ? " bf16" : "", sets[4]);
+                for (int i = 0; i < 8; i++)
+                    ck_assert_msg(fabs(ref[i] - got[i]) <= (bf16 ? 1e-3 : 1e-5) * fabs(ref[i]),
+                                  "%s: step %d loss %.9g vs %.9g reduced at the step", what, i + 1,
+                                  got[i], ref[i]);
+            }
+        }
+}
+END_TEST
+
 /* Bytes this rank sends per optimizer step, per kind, from the partition:
  * reduce-scatter and allgather of n elements per rank send (N-1)*n*4;
  * allreduce 2(N-1)/N of its buffer. */
@@ -567,6 +599,7 @@ int main(void)
     tcase_add_test(tc, sixteen_bit_curves_track_fp32);
     tcase_add_test(tc, fp16_too_high_initial_scale_recovers);
     tcase_add_test(tc, ring_and_native_collectives_agree);
+    tcase_add_test(tc, bucketed_reduction_matches_the_step_reduction);
     tcase_add_test(tc, comm_volume_matches_the_model);
     tcase_add_test(tc, model_states_follow_the_zero_formulas);
     tcase_add_test(tc, sixteen_bit_model_states_follow_the_zero_formulas);
