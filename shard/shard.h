@@ -23,10 +23,17 @@
  * gradient norm, which is summed over the pipeline too.
  *
  * Stages (what each rank keeps between steps; Ψ parameters, N ranks):
- *   0  full params, full grads, full optimizer state; one allreduce per step.
+ *   0  full params, full grads, full optimizer state; the grads allreduced
+ *      once per step.
  *   1  full params, full grads, optimizer state of its shards; per step one
  *      reduce-scatter of the grads per unit, the update of its shards, and
  *      an allgather of the updated params per unit.
+ *      Under both, with overlap_comm, the step's last backward issues those
+ *      reductions in buckets of reduce_bucket_size elements as its units'
+ *      gradients become final (stage 0: one allreduce per run of adjacent
+ *      units), non-blocking and advanced between units, as DDP's buckets
+ *      are; the step then only waits. The grads are reduced in place, so no
+ *      buffer is added.
  *   2  full params, grads of its shards only: during the backward each
  *      unit's full gradient lives in a transient buffer until it is
  *      reduce-scattered and added to the shard. Completed units gather in a

@@ -24,11 +24,19 @@ seq_len + 1 tokens. Windows are drawn before the clock starts, so the step
 time covers zero_grad, forward, backward (with the gradient all-reduce,
 which DDP overlaps with it), clipping and the optimizer step.
 
+With --zero1 (several ranks) the optimizer is torch.distributed.optim's
+ZeroRedundancyOptimizer over AdamW: each rank keeps and updates its shard
+of the optimizer state and broadcasts its updated parameters, PyTorch's
+ZeRO stage 1, still under DDP's gradient all-reduce.
+
 Output on rank 0, one line each:
   torch ms_per_step=<median ms> tokens_per_s=<global tokens per second>
   torch breakdown fwd_ms=... bwd_ms=... opt_ms=... (medians; bwd includes
       the all-reduce) plus the parameter count, ranks, threads and rank 0's
       first and last training loss (a sanity check that it learns).
+  torch memory rss_peak_mib=... import_mib=... (rank 0's peak resident
+      memory, and what it was once torch was imported, before any model:
+      the difference is what training used)
 
 Usage:
   /usr/bin/python3 scripts/bench/torch_gpt2.py --tokens FILE --n-layer 4 --n-head 4 \
@@ -40,6 +48,7 @@ Usage:
 import argparse
 import math
 import os
+import resource
 import statistics
 import struct
 import sys
@@ -49,6 +58,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# Resident memory once torch is imported: the interpreter and the library,
+# which a C program does not carry.
+IMPORT_RSS_KIB = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 TOKFILE_MAGIC = b"ZTTOKENS"
 TOKFILE_VERSION = 1
@@ -274,6 +287,8 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     ap.add_argument("--port", type=int, default=29533, help="rendezvous port on 127.0.0.1")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--zero1", action="store_true",
+                    help="ZeroRedundancyOptimizer (ZeRO stage 1) over AdamW; needs several ranks")
     ap.add_argument("--no-checksum", action="store_true", help="skip the FNV-1a check (big files)")
     a = ap.parse_args(argv)
     if a.block_size == 0:
@@ -299,12 +314,15 @@ def world_from_env():
     return rank, size
 
 
-def make_optimizer(model, lr):
+def make_optimizer(model, lr, zero1):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                              {"params": no_decay, "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+    if zero1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(groups, optimizer_class=torch.optim.AdamW, lr=lr,
+                                       betas=(0.9, 0.999), eps=1e-8)
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
 
 
 def draw_batches(tokens, n, B, T, seed):
@@ -361,7 +379,9 @@ def main(argv):
         model = Gpt2(a.vocab, a.block_size, a.n_layer, a.n_head, a.n_embd)
     n_params = sum(p.numel() for p in model.parameters())
     params = list(model.parameters())
-    opt = make_optimizer(model, a.lr)
+    if a.zero1 and dist is None:
+        raise ValueError("--zero1 needs several ranks (mpirun -np N)")
+    opt = make_optimizer(model, a.lr, a.zero1)
     if dist is not None:
         model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     model.train()
@@ -387,6 +407,8 @@ def main(argv):
         print("torch breakdown fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f params=%d ranks=%d threads=%d"
               " loss_first=%.4f loss_last=%.4f"
               % (fwd, bwd, upd, n_params, world, a.threads, losses[0].item(), losses[-1].item()))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print("torch memory rss_peak_mib=%.1f import_mib=%.1f" % (peak / 1024, IMPORT_RSS_KIB / 1024))
         sys.stdout.flush()
     # No destroy_process_group(): with gloo on torch 1.13, a rank still
     # tearing down after rank 0 (the rendezvous store's host) has exited can
