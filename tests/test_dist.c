@@ -291,6 +291,19 @@ START_TEST(ring_and_native_collectives_agree)
 }
 END_TEST
 
+/* Stage 0 reduces its gradients with allreduce: the ring must train the
+ * same curve as MPI's own. */
+START_TEST(ring_and_native_allreduce_agree)
+{
+    double ref[6], got[6];
+    const char *sets[] = {"zero_optimization.stage=0", "comm.allreduce=native"};
+    train_losses(sets, 2, 6, ref);
+    sets[1] = "comm.allreduce=ring";
+    train_losses(sets, 2, 6, got);
+    assert_same_curve(ref, got, 6, "ring allreduce");
+}
+END_TEST
+
 /* Bytes this rank sends per optimizer step, per kind, from the partition:
  * reduce-scatter and allgather of n elements per rank send (N-1)*n*4;
  * allreduce 2(N-1)/N of its buffer. */
@@ -567,6 +580,7 @@ int main(void)
     tcase_add_test(tc, sixteen_bit_curves_track_fp32);
     tcase_add_test(tc, fp16_too_high_initial_scale_recovers);
     tcase_add_test(tc, ring_and_native_collectives_agree);
+    tcase_add_test(tc, ring_and_native_allreduce_agree);
     tcase_add_test(tc, comm_volume_matches_the_model);
     tcase_add_test(tc, model_states_follow_the_zero_formulas);
     tcase_add_test(tc, sixteen_bit_model_states_follow_the_zero_formulas);
