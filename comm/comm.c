@@ -3,8 +3,9 @@
  * Everything that does not depend on the backend lives here so each backend
  * is only its collectives and messages: argument checks (a bad argument is
  * caught before any rank enters a collective with it), the nccl-tests
- * bus-byte counters, the time spent blocked, request allocation, status
- * agreement, the choice of backend and the MPI side of splitting a group.
+ * bus-byte counters, the time spent blocked (and in comm_progress), request
+ * allocation, status agreement, the choice of backend and the MPI side of
+ * splitting a group.
  *
  * Choosing a backend is itself collective. Each rank asks query() locally and
  * the answers are combined with MPI_MIN, so a backend is used only if it is
@@ -175,6 +176,8 @@ zt_status comm_create(const struct comm_config *cfg, struct comm **out)
     zt_status st = parse_algo("reduce_scatter", cfg->reduce_scatter, &c->reduce_scatter_algo);
     if (st == ZT_OK)
         st = parse_algo("allgather", cfg->allgather, &c->allgather_algo);
+    if (st == ZT_OK)
+        st = parse_algo("allreduce", cfg->allreduce, &c->allreduce_algo);
     if (st != ZT_OK) {
         free(c);
         return st;
@@ -209,6 +212,7 @@ static zt_status split_mpi(struct comm *parent, int color, int key, struct comm 
     c->ops = parent->ops;
     c->reduce_scatter_algo = parent->reduce_scatter_algo;
     c->allgather_algo = parent->allgather_algo;
+    c->allreduce_algo = parent->allreduce_algo;
     c->ledger = parent->ledger;
     int rc = MPI_Comm_rank(mpi, &c->rank);
     if (rc == MPI_SUCCESS)
@@ -597,5 +601,16 @@ zt_status comm_wait(struct comm *c, struct comm_request *req)
     zt_status st = c->ops->wait(c, req);
     free(req);
     ZT_TRY(waited(c, t0, st));
+    return ZT_OK;
+}
+
+zt_status comm_progress(struct comm *c)
+{
+    if (!c->ops->progress)
+        return ZT_OK;
+    double t0 = MPI_Wtime();
+    zt_status st = c->ops->progress(c);
+    c->stats.progress_seconds += MPI_Wtime() - t0;
+    ZT_TRY(st);
     return ZT_OK;
 }

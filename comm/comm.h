@@ -35,19 +35,24 @@
  * Non-blocking collectives return a request that must be passed to comm_wait
  * exactly once, in the same order on every rank of the group; point-to-point
  * requests must be waited exactly once too, but in any order. Buffers must
- * not be touched until then. Time spent inside comm_wait and blocking calls
- * is added to `wait_seconds`.
+ * not be touched until then. There is no progress thread: outstanding
+ * requests advance while the caller is inside a comm call, and comm_progress
+ * is the call to make between pieces of computation so that they advance
+ * then too. Time spent inside comm_wait and blocking calls is added to
+ * `wait_seconds`, time inside comm_progress to `progress_seconds`.
  *
  * Reductions over 16-bit floats (ZT_BF16, ZT_F16) add in fp32 per element and
  * round once to nearest even per combining step, on every backend.
  *
- * The "mpi" backend has two algorithms for reduce-scatter and allgather:
- * "native" (the MPI library's collective) and "ring" (N-1 steps of
- * point-to-point exchange between neighbours). They agree up to the order
+ * The "mpi" backend has two algorithms for allreduce, reduce-scatter and
+ * allgather: "native" (the MPI library's collective) and "ring" (N-1 steps
+ * of point-to-point exchange between neighbours per phase; an allreduce is
+ * a reduce-scatter phase and an allgather phase). They agree up to the order
  * of floating point summation; "auto" picks per message size and group size
  * from measured thresholds (comm_mpi.c). Both give every rank the same
- * bytes for the same block. The "nccl" backend ignores these fields: NCCL
- * picks its own algorithms.
+ * bytes for the same block, and a blocking and a non-blocking call on the
+ * same sizes give the same bits. The "nccl" backend ignores these fields:
+ * NCCL picks its own algorithms.
  *
  * The process world beneath every group is MPI's: comm_runtime_init and the
  * comm_world_* calls start it, describe it and agree over it before any
@@ -85,7 +90,8 @@ const char *comm_kind_name(enum comm_kind k);
 struct comm_stats {
     uint64_t bytes[COMM_KIND_COUNT]; /* bytes this rank sent, per kind */
     uint64_t calls[COMM_KIND_COUNT];
-    double wait_seconds; /* time blocked in collectives and comm_wait */
+    double wait_seconds;     /* time blocked in collectives and comm_wait */
+    double progress_seconds; /* time in comm_progress (not blocked: not wait) */
 };
 
 struct ledger;
@@ -101,6 +107,7 @@ struct comm_config {
     const char *backend;        /* "auto" (NULL), "mpi" or "nccl" */
     const char *reduce_scatter; /* mpi algorithm: "auto" (NULL), "native" or "ring" */
     const char *allgather;      /* mpi algorithm: "auto" (NULL), "native" or "ring" */
+    const char *allreduce;      /* mpi algorithm: "auto" (NULL), "native" or "ring" */
     /* Where the backend's own staging memory (the ring's scratch blocks) is
      * recorded under LEDGER_COMM_BUFFERS; NULL: not recorded. Borrowed: it
      * must outlive the comm. */
@@ -168,7 +175,10 @@ zt_status comm_barrier(struct comm *c);
 
 /* Non-blocking variants; *req is valid until passed to comm_wait and is NULL
  * on failure. There is no progress thread: a native MPI collective advances
- * when MPI is entered, and a "ring" one runs entirely inside comm_wait. */
+ * when MPI is entered; a "ring" one posts its first messages when issued
+ * (once the ring requests issued before it on this comm are complete:
+ * rings run one after another in issue order) and advances in comm_progress
+ * and comm_wait, and in any later call that waits for a ring on this comm. */
 zt_status comm_iallreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, enum comm_op op,
                           struct comm_request **req);
 zt_status comm_ireduce_scatter(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
@@ -191,8 +201,18 @@ zt_status comm_isend(struct comm *c, const void *buf, size_t n, enum zt_dtype t,
 zt_status comm_irecv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer,
                      struct comm_request **req);
 
-/* Completes and frees a request (freed also when completion fails). */
+/* Completes and frees a request (freed also when completion fails). A
+ * collective's failure may also be reported by the comm_progress or
+ * comm_wait that met it first. */
 zt_status comm_wait(struct comm *c, struct comm_request *req);
+/* Advances this comm's outstanding non-blocking collectives without
+ * blocking: a ring request posts its next messages and reduces the chunks
+ * that have arrived; a native MPI request gets an MPI_Test (Open MPI
+ * advances its collectives only while MPI is entered). Returns at once when
+ * nothing is outstanding; a no-op on "nccl", whose collectives run on the
+ * device's stream. Not collective: call it as often as suits each rank.
+ * Errors: ZT_ERR_COMM. */
+zt_status comm_progress(struct comm *c);
 
 /* Agreement on a status: every rank passes its local status and receives
  * the first non-OK one by severity (max exit code, then the later entry of

@@ -6,8 +6,9 @@
  * of a `struct comm`, and each collective is one entry. comm.c owns
  * everything the backends share: argument checks, the byte counters and
  * wait-time accounting, the request allocation, status agreement and the
- * choice of backend. Every entry except query and the point-to-point ones
- * is collective over the comm's group (split: over the parent's).
+ * choice of backend. Every entry except query, progress and the
+ * point-to-point ones is collective over the comm's group (split: over the
+ * parent's).
  *
  * The MPI communicator `mpi` (with MPI_ERRORS_RETURN) is made by comm.c
  * before the backend is set up: for comm_create a dup of MPI_COMM_WORLD,
@@ -41,14 +42,14 @@ struct comm {
     void *impl;     /* backend state, owned by the backend (init/fini) */
     MPI_Comm mpi;   /* the group's communicator, MPI_ERRORS_RETURN; owned by comm.c */
     int rank, size; /* within the group */
-    enum comm_algo reduce_scatter_algo, allgather_algo;
+    enum comm_algo reduce_scatter_algo, allgather_algo, allreduce_algo;
     struct ledger *ledger; /* borrowed, may be NULL */
     struct comm_stats stats;
 };
 
 /* One outstanding non-blocking call. comm.c allocates it zeroed and fills
  * the call's arguments; the backend's i-entry fills the rest and its wait
- * entry releases what it took, even when completion fails. */
+ * entry releases what it took (and unlinks it), even when completion fails. */
 struct comm_request {
     enum comm_kind kind; /* COMM_KIND_SEND for both point-to-point forms */
     const void *in;      /* reduce-scatter/allgather input, isend buffer (else NULL) */
@@ -58,8 +59,9 @@ struct comm_request {
     enum comm_op op;
     int peer;            /* isend/irecv: the other rank */
     MPI_Request mpi_req; /* MPI backend, native algorithm */
-    int deferred;        /* MPI backend: 1 = the ring runs in wait */
-    void *impl;          /* other backend state (NCCL: a CUDA event) */
+    /* MPI backend: its list of outstanding requests, in issue order. */
+    struct comm_request *prev, *next;
+    void *impl; /* other backend state (MPI: the ring's; NCCL: a CUDA event) */
 };
 
 struct comm_backend_ops {
@@ -92,6 +94,9 @@ struct comm_backend_ops {
     zt_status (*isend)(struct comm *c, struct comm_request *req); /* req->in, n, dtype, peer */
     zt_status (*irecv)(struct comm *c, struct comm_request *req); /* req->out, n, dtype, peer */
     zt_status (*wait)(struct comm *c, struct comm_request *req);
+    /* Advances outstanding requests without blocking; local. NULL: nothing
+     * to do (the backend's requests advance by themselves). */
+    zt_status (*progress)(struct comm *c);
 };
 
 extern const struct comm_backend_ops comm_mpi_ops;

@@ -135,6 +135,7 @@ void config_free(struct zt_config *cfg)
     free(cfg->comm.backend);
     free(cfg->comm.reduce_scatter);
     free(cfg->comm.allgather);
+    free(cfg->comm.allreduce);
     free(cfg->device);
     free(cfg->optimizer.type);
     memset(cfg, 0, sizeof *cfg);

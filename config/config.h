@@ -144,8 +144,9 @@ struct zt_config {
     } csv_monitor;
 
     struct {
-        char *backend;                    /* "auto" (default), "mpi", "nccl" */
-        char *reduce_scatter, *allgather; /* MPI algorithms: "auto" (default), "native", "ring" */
+        char *backend; /* "auto" (default), "mpi", "nccl" */
+        char *reduce_scatter, *allgather,
+            *allreduce; /* MPI algorithms: "auto" (default), "native", "ring" */
     } comm;
 
     /* Tensor parallelism (Megatron-LM's): each block's layers split across

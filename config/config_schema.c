@@ -237,6 +237,8 @@ static const struct field fields[] = {
      "MPI reduce-scatter: auto, native or ring"},
     {"comm.allgather", T_ALGO, OFF(comm.allgather), 0, "auto", NB, NB, 0, NULL,
      "MPI allgather: auto, native or ring"},
+    {"comm.allreduce", T_ALGO, OFF(comm.allreduce), 0, "auto", NB, NB, 0, NULL,
+     "MPI allreduce: auto, native or ring"},
 
     {"tensor_parallel", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "tensor parallelism (Megatron-LM's): each block's layers split across ranks"},

@@ -584,6 +584,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     struct comm_config cc = {.backend = s->cfg.comm.backend,
                              .reduce_scatter = s->cfg.comm.reduce_scatter,
                              .allgather = s->cfg.comm.allgather,
+                             .allreduce = s->cfg.comm.allreduce,
                              .memory =
                                  s->compute.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));

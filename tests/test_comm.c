@@ -161,6 +161,30 @@ static const char *type_name(enum zt_dtype t)
     return names[t];
 }
 
+/* Whether buf[0..bytes) holds the same bytes on every rank (collective over
+ * the world; compares a hash). */
+static int same_on_every_rank(const void *buf, size_t bytes)
+{
+    uint64_t h = 1469598103934665603u, lo, hi;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ ((const unsigned char *)buf)[i]) * 1099511628211u;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+/* Calls comm_progress `times` times with a little computation between, as
+ * a training step would between layers. */
+static void progress_between_work(struct comm *c, int times)
+{
+    volatile double x = 0;
+    for (int k = 0; k < times; k++) {
+        for (int i = 0; i < 2000; i++)
+            x += i * 0.5;
+        CHECK_OK(comm_progress(c));
+    }
+}
+
 /* ---- creation and configuration ---- */
 
 START_TEST(test_create_reports_rank_size_backend)
@@ -186,6 +210,10 @@ START_TEST(test_create_rejects_unknown_names)
     ck_assert_int_eq(comm_create(&bad_algo, &c), ZT_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(zt_error_message(), "comm.allgather"));
     ck_assert_ptr_nonnull(strstr(zt_error_message(), "tree"));
+    struct comm_config bad_allreduce = {.backend = "mpi", .allreduce = "rabenseifner"};
+    ck_assert_int_eq(comm_create(&bad_allreduce, &c), ZT_ERR_CONFIG);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(zt_error_message(), "comm.allreduce"));
 }
 END_TEST
 
@@ -409,12 +437,8 @@ START_TEST(test_ring_matches_native_on_fractional_data)
     CHECK_OK(comm_allgather(native, b, ga, n, ZT_F32));
     CHECK_OK(comm_allgather(ring, b, gb, n, ZT_F32));
     CHECK(memcmp(ga, gb, n * (size_t)size * sizeof *ga) == 0, "ring and native allgather differ");
-    uint64_t h = 1469598103934665603u, lo, hi;
-    for (size_t i = 0; i < n * (size_t)size * sizeof *gb; i++)
-        h = (h ^ ((unsigned char *)gb)[i]) * 1099511628211u;
-    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    CHECK(lo == hi, "gathered ring results differ between ranks");
+    CHECK(same_on_every_rank(gb, n * (size_t)size * sizeof *gb),
+          "gathered ring results differ between ranks");
     free(in);
     free(a);
     free(b);
@@ -458,6 +482,214 @@ START_TEST(test_ring_many_chunks)
         check_allgather_exact(ring, types[k], big[k], 0, 0);
         check_allgather_exact(ring, types[k], big[k], 1, 1);
     }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* ---- ring allreduce ---- */
+
+/* Empty, fewer elements than ranks (blocks of one and empty blocks), odd
+ * lengths, several chunks. */
+static const size_t allreduce_counts[] = {0, 1, 2, 3, 7, 1001, 4097, 300007};
+#define N_ALLREDUCE_COUNTS (sizeof allreduce_counts / sizeof allreduce_counts[0])
+
+START_TEST(test_ring_allreduce_exact_every_type_op_and_size)
+{
+    reset_bad();
+    for (size_t k = 0; k < N_TYPES; k++)
+        for (int o = 0; o < 3; o++)
+            for (size_t j = 0; j < N_ALLREDUCE_COUNTS; j++)
+                for (int nb = 0; nb < 2; nb++)
+                    check_allreduce_exact(ring, all_types[k], all_ops[o], allreduce_counts[j], nb);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* Blocks longer than one group of chunks (RING_GROUP x 512 KiB: 256Ki f64,
+ * 512Ki f32, 1Mi 16-bit elements) at every group size up to 4, with a
+ * ragged tail. */
+START_TEST(test_ring_allreduce_many_groups)
+{
+    const struct {
+        enum zt_dtype t;
+        size_t n;
+    } cases[] = {{ZT_F64, 1100003}, {ZT_F32, 2200003}, {ZT_BF16, 4400003}};
+    reset_bad();
+    for (int k = 0; k < 3; k++) {
+        check_allreduce_exact(ring, cases[k].t, COMM_OP_SUM, cases[k].n, 0);
+        check_allreduce_exact(ring, cases[k].t, COMM_OP_MAX, cases[k].n, 1);
+    }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* Fills buf with this rank's fractional values, rounded to dtype t. */
+static void *frac_buffer(enum zt_dtype t, int r, size_t n)
+{
+    void *b = xmalloc(n * zt_dtype_size(t));
+    for (size_t i = 0; i < n; i++)
+        store(t, b, i, (float)frac_value(r, i));
+    return b;
+}
+
+/* Checks an allreduced sum of fractional data: against the sum over ranks
+ * of the inputs as stored (in double for f32/f64; in fp32, as the 16-bit
+ * ops add, then rounded, for bf16/f16), within one rounding per combining
+ * step plus the final one (relative to the sum of magnitudes). */
+static void check_fractional_sum(enum zt_dtype t, const void *got, size_t n, const char *what)
+{
+    const double unit = t == ZT_F64    ? 0x1p-53
+                        : t == ZT_F32  ? 0x1p-24
+                        : t == ZT_BF16 ? 0x1p-8
+                                       : 0x1p-11; /* half an ulp, relative */
+    double scratch[1];
+    for (size_t i = 0; i < n; i++) {
+        double want = 0, mag = 0;
+        float want32 = 0;
+        for (int r = 0; r < size; r++) {
+            store(t, scratch, 0, (float)frac_value(r, i));
+            double x = load(t, scratch, 0);
+            want += x;
+            want32 += (float)x;
+            mag += fabs(x);
+        }
+        if (t == ZT_BF16 || t == ZT_F16) {
+            store(t, scratch, 0, want32);
+            want = load(t, scratch, 0);
+        }
+        double v = load(t, got, i);
+        CHECK(fabs(v - want) <= (size + 1) * mag * unit, "%s %s n %zu [%zu]: %.9g vs %.9g", what,
+              type_name(t), n, i, v, want);
+    }
+}
+
+START_TEST(test_ring_allreduce_fractional_matches_native_and_reference)
+{
+    const size_t ns[] = {1, 3, 7, 1001, 600001};
+    const enum zt_dtype types[] = {ZT_F32, ZT_F64, ZT_BF16, ZT_F16};
+    reset_bad();
+    for (int k = 0; k < 4; k++) {
+        enum zt_dtype t = types[k];
+        for (int j = 0; j < 5; j++) {
+            size_t n = ns[j], bytes = n * zt_dtype_size(t);
+            void *a = frac_buffer(t, rank, n), *b = frac_buffer(t, rank, n);
+            CHECK_OK(comm_allreduce(native, a, n, t, COMM_OP_SUM));
+            CHECK_OK(comm_allreduce(ring, b, n, t, COMM_OP_SUM));
+            check_fractional_sum(t, a, n, "native");
+            check_fractional_sum(t, b, n, "ring");
+            CHECK(same_on_every_rank(b, bytes), "ring %s n %zu: ranks differ", type_name(t), n);
+            if (size == 2) /* one combining step: both are the one rounded sum */
+                CHECK(memcmp(a, b, bytes) == 0, "ring and native %s n %zu differ at 2 ranks",
+                      type_name(t), n);
+            free(a);
+            free(b);
+        }
+    }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* The non-blocking ring, progressed between pieces of work, gives the
+ * blocking ring's bits. */
+START_TEST(test_ring_iallreduce_with_progress_same_bits_as_blocking)
+{
+    const size_t ns[] = {3, 1001, 600001};
+    const enum zt_dtype types[] = {ZT_F32, ZT_BF16, ZT_F16};
+    reset_bad();
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 3; j++) {
+            enum zt_dtype t = types[k];
+            size_t n = ns[j];
+            void *a = frac_buffer(t, rank, n), *b = frac_buffer(t, rank, n);
+            struct comm_request *req = NULL;
+            CHECK_OK(comm_allreduce(ring, a, n, t, COMM_OP_SUM));
+            CHECK_OK(comm_iallreduce(ring, b, n, t, COMM_OP_SUM, &req));
+            progress_between_work(ring, 20 + 10 * rank); /* ranks progress unevenly */
+            CHECK_OK(comm_wait(ring, req));
+            CHECK(memcmp(a, b, n * zt_dtype_size(t)) == 0,
+                  "%s n %zu: blocking and progressed differ", type_name(t), n);
+            free(a);
+            free(b);
+        }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* Three ring allreduces outstanding, progressed, with a blocking ring call
+ * issued among them (it must finish the older ones first), then waited in
+ * order. */
+START_TEST(test_ring_several_outstanding)
+{
+    const struct {
+        enum zt_dtype t;
+        enum comm_op op;
+        size_t n;
+    } cases[] = {
+        {ZT_F32, COMM_OP_SUM, 600001}, {ZT_BF16, COMM_OP_MAX, 1001}, {ZT_F64, COMM_OP_MIN, 7}};
+    void *bufs[3];
+    struct comm_request *req[3] = {NULL, NULL, NULL};
+    const size_t n_mid = 4097;
+    reset_bad();
+    for (int k = 0; k < 3; k++) {
+        bufs[k] = exact_buffer(cases[k].t, rank, 0, cases[k].n);
+        CHECK_OK(comm_iallreduce(ring, bufs[k], cases[k].n, cases[k].t, cases[k].op, &req[k]));
+    }
+    progress_between_work(ring, 10);
+    void *mid = exact_buffer(ZT_I32, rank, 0, n_mid);
+    CHECK_OK(comm_allreduce(ring, mid, n_mid, ZT_I32, COMM_OP_SUM));
+    progress_between_work(ring, 10);
+    for (int k = 0; k < 3; k++)
+        CHECK_OK(comm_wait(ring, req[k]));
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < cases[k].n; i++)
+            CHECK(load(cases[k].t, bufs[k], i) == exact_reduced(cases[k].t, cases[k].op, i),
+                  "request %d [%zu]: %g", k, i, load(cases[k].t, bufs[k], i));
+    for (size_t i = 0; i < n_mid; i++)
+        CHECK(load(ZT_I32, mid, i) == exact_reduced(ZT_I32, COMM_OP_SUM, i), "blocking [%zu]", i);
+    for (int k = 0; k < 3; k++)
+        free(bufs[k]);
+    free(mid);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+/* comm_progress returns at once when idle, counts in progress_seconds and
+ * not in wait_seconds, and the ring counts the bytes the native call does. */
+START_TEST(test_progress_accounting_and_ring_bytes)
+{
+    const size_t n = 100003;
+    float *a = exact_buffer(ZT_F32, rank, 0, n), *b = exact_buffer(ZT_F32, rank, 0, n);
+    struct comm_request *qa = NULL, *qb = NULL;
+    reset_bad();
+    comm_reset_stats(native);
+    comm_reset_stats(ring);
+    CHECK_OK(comm_progress(ring)); /* nothing outstanding */
+    CHECK_OK(comm_iallreduce(native, a, n, ZT_F32, COMM_OP_SUM, &qa));
+    CHECK_OK(comm_iallreduce(ring, b, n, ZT_F32, COMM_OP_SUM, &qb));
+    progress_between_work(native, 5);
+    progress_between_work(ring, 5);
+    const struct comm_stats *sn = comm_get_stats(native), *sr = comm_get_stats(ring);
+    CHECK(sr->wait_seconds == 0.0 && sn->wait_seconds == 0.0, "progress counted as wait: %g %g",
+          sr->wait_seconds, sn->wait_seconds);
+    CHECK(sr->progress_seconds > 0.0 && sn->progress_seconds > 0.0, "progress_seconds %g %g",
+          sr->progress_seconds, sn->progress_seconds);
+    CHECK_OK(comm_wait(native, qa));
+    CHECK_OK(comm_wait(ring, qb));
+    CHECK_OK(comm_allreduce(native, a, n / 2, ZT_F32, COMM_OP_MAX));
+    CHECK_OK(comm_allreduce(ring, b, n / 2, ZT_F32, COMM_OP_MAX));
+    uint64_t N = (uint64_t)size, want = 2 * (N - 1) * (n * 4) / N + 2 * (N - 1) * (n / 2 * 4) / N;
+    CHECK(sr->bytes[COMM_KIND_ALLREDUCE] == want && sn->bytes[COMM_KIND_ALLREDUCE] == want,
+          "allreduce bytes ring %llu native %llu want %llu",
+          (unsigned long long)sr->bytes[COMM_KIND_ALLREDUCE],
+          (unsigned long long)sn->bytes[COMM_KIND_ALLREDUCE], (unsigned long long)want);
+    CHECK(sr->calls[COMM_KIND_ALLREDUCE] == 2, "calls %llu",
+          (unsigned long long)sr->calls[COMM_KIND_ALLREDUCE]);
+    CHECK(sr->wait_seconds > 0.0, "wait_seconds %g", sr->wait_seconds);
+    CHECK(memcmp(a, b, n * sizeof *a) == 0, "ring and native differ on exact data");
+    comm_reset_stats(ring);
+    CHECK(sr->progress_seconds == 0.0, "reset");
+    free(a);
+    free(b);
     ASSERT_NO_BAD();
 }
 END_TEST
@@ -589,8 +821,9 @@ START_TEST(test_nonblocking_single)
 }
 END_TEST
 
-/* Several requests in flight at once, waited in issue order. */
-static void check_overlapping_requests(struct comm *c)
+/* Several requests in flight at once, waited in issue order; with
+ * `progress`, comm_progress is called between issuing and waiting. */
+static void check_overlapping_requests(struct comm *c, int progress)
 {
     const size_t n = 333;
     float *ar = exact_buffer(ZT_F32, rank, 0, n);
@@ -602,6 +835,8 @@ static void check_overlapping_requests(struct comm *c)
     CHECK_OK(comm_ireduce_scatter(c, rs_in, rs_out, n, ZT_F64, COMM_OP_SUM, &q[0]));
     CHECK_OK(comm_iallreduce(c, ar, n, ZT_F32, COMM_OP_MIN, &q[1]));
     CHECK_OK(comm_iallgather(c, ag_in, ag_out, n, ZT_I32, &q[2]));
+    if (progress)
+        progress_between_work(c, 50);
     for (int k = 0; k < 3; k++)
         CHECK_OK(comm_wait(c, q[k]));
     for (size_t i = 0; i < n; i++) {
@@ -622,8 +857,11 @@ static void check_overlapping_requests(struct comm *c)
 START_TEST(test_nonblocking_overlapping)
 {
     reset_bad();
-    check_overlapping_requests(native);
-    check_overlapping_requests(ring);
+    check_overlapping_requests(native, 0);
+    check_overlapping_requests(ring, 0);
+    check_overlapping_requests(native, 1);
+    check_overlapping_requests(ring, 1);
+    check_overlapping_requests(autoc, 1);
     ASSERT_NO_BAD();
 }
 END_TEST
@@ -675,22 +913,25 @@ START_TEST(test_byte_counters_follow_bus_model)
 }
 END_TEST
 
-START_TEST(test_ring_scratch_is_on_the_ledger)
+/* Runs one float32 sum on a comm made from cfg with a ledger: the ring's
+ * scratch must be on it as `want` bytes, and off it once the comm is gone.
+ * n is per rank (reduce-scatter) or the buffer (allreduce). */
+static void check_ring_scratch(struct comm_config *cfg, enum comm_kind kind, size_t n,
+                               uint64_t want)
 {
     struct ledger led;
     struct comm *c = NULL;
-    const size_t n = 5000;
     ledger_init(&led, 0);
-    struct comm_config cfg = {.backend = "mpi", .reduce_scatter = "ring", .ledger = &led};
-    reset_bad();
-    CHECK_OK(comm_create(&cfg, &c));
+    cfg->ledger = &led;
+    CHECK_OK(comm_create(cfg, &c));
     if (c) {
-        float *in = exact_buffer(ZT_F32, rank, 0, n * (size_t)size);
+        size_t in_n = kind == COMM_KIND_REDUCE_SCATTER ? n * (size_t)size : n;
+        float *in = exact_buffer(ZT_F32, rank, 0, in_n);
         float *out = xmalloc(n * sizeof *out);
-        CHECK_OK(comm_reduce_scatter(c, in, out, n, ZT_F32, COMM_OP_SUM));
-        /* two slots of one group (here the whole block); two ranks send
-         * from `in` and receive into `out`, needing none */
-        uint64_t want = size > 2 ? 2 * n * sizeof(float) : 0;
+        if (kind == COMM_KIND_REDUCE_SCATTER)
+            CHECK_OK(comm_reduce_scatter(c, in, out, n, ZT_F32, COMM_OP_SUM));
+        else
+            CHECK_OK(comm_allreduce(c, in, n, ZT_F32, COMM_OP_SUM));
         CHECK(led.current[LEDGER_COMM_BUFFERS] == want, "ledger %llu want %llu",
               (unsigned long long)led.current[LEDGER_COMM_BUFFERS], (unsigned long long)want);
         comm_destroy(c);
@@ -698,6 +939,28 @@ START_TEST(test_ring_scratch_is_on_the_ledger)
         free(out);
     }
     CHECK(led.current[LEDGER_COMM_BUFFERS] == 0, "scratch not released");
+}
+
+START_TEST(test_ring_scratch_is_on_the_ledger)
+{
+    const size_t n = 5000;
+    struct comm_config cfg = {.backend = "mpi", .reduce_scatter = "ring"};
+    reset_bad();
+    /* two slots of one group (here the whole block); two ranks send from
+     * `in` and receive into `out`, needing none */
+    check_ring_scratch(&cfg, COMM_KIND_REDUCE_SCATTER, n, size > 2 ? 2 * n * sizeof(float) : 0);
+    ASSERT_NO_BAD();
+}
+END_TEST
+
+START_TEST(test_ring_allreduce_scratch_is_one_group_on_the_ledger)
+{
+    const size_t n = 5001;
+    struct comm_config cfg = {.backend = "mpi", .allreduce = "ring"};
+    reset_bad();
+    /* one slot for what arrives, the longest block (one group here) */
+    check_ring_scratch(&cfg, COMM_KIND_ALLREDUCE, n,
+                       size > 1 ? (n + (size_t)size - 1) / (size_t)size * sizeof(float) : 0);
     ASSERT_NO_BAD();
 }
 END_TEST
@@ -1257,6 +1520,13 @@ static Suite *comm_suite(void)
     tcase_add_test(tc, test_ring_matches_native_on_fractional_data);
     tcase_add_test(tc, test_ring_and_native_identical_on_exact_data);
     tcase_add_test(tc, test_ring_many_chunks);
+    tcase_add_test(tc, test_ring_allreduce_exact_every_type_op_and_size);
+    tcase_add_test(tc, test_ring_allreduce_many_groups);
+    tcase_add_test(tc, test_ring_allreduce_fractional_matches_native_and_reference);
+    tcase_add_test(tc, test_ring_iallreduce_with_progress_same_bits_as_blocking);
+    tcase_add_test(tc, test_ring_several_outstanding);
+    tcase_add_test(tc, test_progress_accounting_and_ring_bytes);
+    tcase_add_test(tc, test_ring_allreduce_scratch_is_one_group_on_the_ledger);
     tcase_add_test(tc, test_half_sum_rounds_ties_to_even);
     tcase_add_test(tc, test_half_sum_matches_fp32_reference);
     tcase_add_test(tc, test_broadcast_from_last_rank);
@@ -1286,13 +1556,14 @@ static Suite *comm_suite(void)
     return s;
 }
 
-static struct comm *make(const char *rs, const char *ag)
+static struct comm *make(const char *algo)
 {
-    struct comm_config cfg = {.backend = "mpi", .reduce_scatter = rs, .allgather = ag};
+    struct comm_config cfg = {
+        .backend = "mpi", .reduce_scatter = algo, .allgather = algo, .allreduce = algo};
     struct comm *c = NULL;
     zt_status st = comm_create(&cfg, &c);
     if (st != ZT_OK) {
-        fprintf(stderr, "comm_create(%s, %s): %s: %s\n", rs, ag, zt_status_str(st),
+        fprintf(stderr, "comm_create(%s): %s: %s\n", algo ? algo : "auto", zt_status_str(st),
                 zt_error_message());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -1304,9 +1575,9 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    native = make("native", "native");
-    ring = make("ring", "ring");
-    autoc = make("auto", NULL);
+    native = make("native");
+    ring = make("ring");
+    autoc = make(NULL);
     int rc = testutil_run_suite(comm_suite(), 1);
     comm_destroy(autoc);
     comm_destroy(ring);

@@ -96,6 +96,7 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_int_eq(a->run.eval_batches, b->run.eval_batches);
     ck_assert_str_eq(a->run.output_dir, b->run.output_dir);
     ck_assert_str_eq(a->comm.backend, b->comm.backend);
+    ck_assert_str_eq(a->comm.allreduce, b->comm.allreduce);
     ck_assert_int_eq(a->tensor_parallel.size, b->tensor_parallel.size);
     ck_assert_int_eq(a->tensor_parallel.sequence_parallel, b->tensor_parallel.sequence_parallel);
     ck_assert_int_eq(a->pipeline.stages, b->pipeline.stages);
@@ -420,6 +421,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.run.eval_batches, 0);
     ck_assert_str_eq(c.run.output_dir, "runs/latest");
     ck_assert_str_eq(c.comm.backend, "auto");
+    ck_assert_str_eq(c.comm.allreduce, "auto");
     ck_assert_int_eq(c.tensor_parallel.size, 1);
     ck_assert_int_eq(c.tensor_parallel.sequence_parallel, 0);
     ck_assert_int_eq(c.pipeline.stages, 1);
@@ -598,6 +600,7 @@ START_TEST(test_full_yaml)
     ck_assert_int_eq(c.run.eval_batches, 4);
     ck_assert_str_eq(c.run.output_dir, "runs/full: test #1");
     ck_assert_str_eq(c.comm.backend, "mpi");
+    ck_assert_str_eq(c.comm.allreduce, "ring");
     ck_assert_int_eq(c.tensor_parallel.size, 2);
     ck_assert_int_eq(c.tensor_parallel.sequence_parallel, 1);
     ck_assert_int_eq(c.pipeline.stages, 2);
@@ -1277,7 +1280,8 @@ static const struct bad_case bad_cases[] = {
      NULL,
      {NULL},
      ZT_ERR_CONFIG,
-     "bad.yaml:2:8: unknown key 'xyzzy' in comm (valid keys: backend, reduce_scatter, allgather)"},
+     "bad.yaml:2:8: unknown key 'xyzzy' in comm (valid keys: backend, reduce_scatter, allgather, "
+     "allreduce)"},
     /* types */
     {"data: {train: x}\nmodel:\n  n_embd: abc\n",
      NULL,

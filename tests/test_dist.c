@@ -323,6 +323,19 @@ START_TEST(bucketed_reduction_matches_the_step_reduction)
 }
 END_TEST
 
+/* Stage 0 reduces its gradients with allreduce: the ring must train the
+ * same curve as MPI's own. */
+START_TEST(ring_and_native_allreduce_agree)
+{
+    double ref[6], got[6];
+    const char *sets[] = {"zero_optimization.stage=0", "comm.allreduce=native"};
+    train_losses(sets, 2, 6, ref);
+    sets[1] = "comm.allreduce=ring";
+    train_losses(sets, 2, 6, got);
+    assert_same_curve(ref, got, 6, "ring allreduce");
+}
+END_TEST
+
 /* Bytes this rank sends per optimizer step, per kind, from the partition:
  * reduce-scatter and allgather of n elements per rank send (N-1)*n*4;
  * allreduce 2(N-1)/N of its buffer. */
@@ -600,6 +613,7 @@ int main(void)
     tcase_add_test(tc, fp16_too_high_initial_scale_recovers);
     tcase_add_test(tc, ring_and_native_collectives_agree);
     tcase_add_test(tc, bucketed_reduction_matches_the_step_reduction);
+    tcase_add_test(tc, ring_and_native_allreduce_agree);
     tcase_add_test(tc, comm_volume_matches_the_model);
     tcase_add_test(tc, model_states_follow_the_zero_formulas);
     tcase_add_test(tc, sixteen_bit_model_states_follow_the_zero_formulas);

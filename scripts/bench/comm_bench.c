@@ -3,8 +3,8 @@
  *   mpirun -np N comm_bench [--min BYTES] [--max BYTES] [--iters K] [--warmup W]
  *
  * Prints one table per collective and algorithm in the manner of nccl-tests:
- * allreduce (native), reduce_scatter (native, ring), allgather (native,
- * ring), sizes doubling from --min to --max. "size" is the full buffer in
+ * allreduce, reduce_scatter and allgather, each native and ring, sizes
+ * doubling from --min to --max. "size" is the full buffer in
  * bytes (the allreduce buffer, the reduce-scatter input, the allgather
  * output), rounded down to a multiple of 4*N; "count" its float32 elements.
  * The time of one iteration is the slowest rank's (MPI_MAX after a barrier),
@@ -16,6 +16,15 @@
  *
  * Buffers are host memory: this benchmarks the "mpi" backend, whose "auto"
  * thresholds in comm/comm_mpi.c come from these tables.
+ *
+ * A last table asks whether comm_progress hides a ring allreduce behind
+ * computation, for sizes growing fourfold from 1 MiB (within --min..--max):
+ * "comm" is comm_iallreduce then comm_wait; "compute" a busy float loop
+ * calibrated on rank 0 to take as long as "comm"; "no progress" issues the
+ * allreduce, computes, then waits; "overlap" does the same calling
+ * comm_progress about every millisecond of the loop. hidden = (comm +
+ * compute - overlap) / comm: 1 when the communication was entirely hidden,
+ * 0 when overlapping gained nothing.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -83,25 +92,33 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* One call of the benchmarked collective; n is per-rank elements for
- * reduce-scatter/allgather and the whole buffer for allreduce. */
-static zt_status run_once(const struct bench *b, float *big, float *small, size_t n)
+/* One call of the benchmarked collective on `size` elements: per-rank
+ * elements for reduce-scatter/allgather, the whole buffer for allreduce. */
+struct call {
+    const struct bench *b;
+    float *big, *small;
+    size_t n;
+};
+
+static zt_status run_once(const void *arg)
 {
-    switch (b->kind) {
+    const struct call *a = arg;
+    switch (a->b->kind) {
     case COMM_KIND_ALLREDUCE:
-        return comm_allreduce(b->c, big, n, ZT_F32, COMM_OP_SUM);
+        return comm_allreduce(a->b->c, a->big, a->n, ZT_F32, COMM_OP_SUM);
     case COMM_KIND_REDUCE_SCATTER:
-        return comm_reduce_scatter(b->c, big, small, n, ZT_F32, COMM_OP_SUM);
+        return comm_reduce_scatter(a->b->c, a->big, a->small, a->n, ZT_F32, COMM_OP_SUM);
     case COMM_KIND_ALLGATHER:
-        return comm_allgather(b->c, small, big, n, ZT_F32);
+        return comm_allgather(a->b->c, a->small, a->big, a->n, ZT_F32);
     default:
         return zt_error_set(ZT_ERR_USAGE, "comm_bench: unsupported kind");
     }
 }
 
-/* Median over iterations of the slowest rank's time, in seconds. */
-static zt_status time_size(const struct bench *b, const struct options *o, float *big, float *small,
-                           size_t n, double *median)
+/* Median over iterations of the slowest rank's time of once(arg), in
+ * seconds, after the warm-up ones. */
+static zt_status median_time(const struct options *o, zt_status (*once)(const void *),
+                             const void *arg, double *median)
 {
     double *t = malloc(sizeof *t * (size_t)o->iters);
     if (!t)
@@ -110,7 +127,7 @@ static zt_status time_size(const struct bench *b, const struct options *o, float
     for (int i = 0; i < o->warmup + o->iters && st == ZT_OK; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        st = run_once(b, big, small, n);
+        st = once(arg);
         double dt = MPI_Wtime() - t0, slowest = dt;
         MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (i >= o->warmup)
@@ -138,7 +155,8 @@ static zt_status run_table(const struct bench *b, const struct options *o, float
             continue;
         size_t n = b->kind == COMM_KIND_ALLREDUCE ? count : count / (size_t)N;
         double sec = 0;
-        ZT_TRY(time_size(b, o, big, small, n, &sec));
+        const struct call call = {b, big, small, n};
+        ZT_TRY(median_time(o, run_once, &call, &sec));
         double algbw = (double)size / sec / 1e9;
         if (comm_rank(b->c) == 0)
             printf("%16zu %14zu %11.1f %12.3f %12.3f\n", size, count, sec * 1e6, algbw,
@@ -150,11 +168,109 @@ static zt_status run_table(const struct bench *b, const struct options *o, float
     return ZT_OK;
 }
 
+/* ---- overlap ---- */
+
+enum overlap_mode { OVERLAP_COMM, OVERLAP_COMPUTE, OVERLAP_NO_PROGRESS, OVERLAP_PROGRESS, N_MODES };
+
+#define SLICE_FLOATS 16384 /* one slice of the busy loop: 64 KiB, in L2 */
+
+/* `slices` passes of a dependent float sum over work[0..SLICE_FLOATS), with
+ * comm_progress after every `every` of them when c is not NULL. */
+static zt_status compute(const float *work, long slices, struct comm *c, long every)
+{
+    float acc = 0;
+    for (long s = 0; s < slices; s++) {
+        for (int i = 0; i < SLICE_FLOATS; i++)
+            acc += work[i] * 1.0001f;
+        if (c && (s + 1) % every == 0)
+            ZT_TRY(comm_progress(c));
+    }
+    volatile float keep = acc; /* the loop must not be optimised away */
+    (void)keep;
+    return ZT_OK;
+}
+
+/* Slices to run so that the loop takes `seconds`, and slices per
+ * millisecond; rank 0's measurement, so that every rank does the same work. */
+static void calibrate(const float *work, double seconds, long *slices, long *per_ms)
+{
+    long probe[2] = {0, 0};
+    double t0 = MPI_Wtime();
+    compute(work, 200, NULL, 1);
+    double per_slice = (MPI_Wtime() - t0) / 200;
+    probe[0] = (long)(seconds / per_slice) + 1;
+    probe[1] = (long)(1e-3 / per_slice) + 1;
+    MPI_Bcast(probe, 2, MPI_LONG, 0, MPI_COMM_WORLD);
+    *slices = probe[0];
+    *per_ms = probe[1];
+}
+
+/* One timed run of the overlap table. */
+struct overlap_run {
+    struct comm *c;
+    enum overlap_mode mode;
+    float *buf;
+    size_t n;
+    const float *work;
+    long slices, per_ms;
+};
+
+static zt_status overlap_once(const void *arg)
+{
+    const struct overlap_run *a = arg;
+    struct comm_request *req = NULL;
+    if (a->mode != OVERLAP_COMPUTE)
+        ZT_TRY(comm_iallreduce(a->c, a->buf, a->n, ZT_F32, COMM_OP_SUM, &req));
+    if (a->mode != OVERLAP_COMM) {
+        zt_status st =
+            compute(a->work, a->slices, a->mode == OVERLAP_PROGRESS ? a->c : NULL, a->per_ms);
+        if (st != ZT_OK) {
+            if (req)
+                comm_wait(a->c, req);
+            return st;
+        }
+    }
+    return req ? comm_wait(a->c, req) : ZT_OK;
+}
+
+static zt_status overlap_table(struct comm *c, const struct options *o, float *big, float *work)
+{
+    if (comm_rank(c) == 0)
+        printf("# allreduce (ring) overlapped with computation (times in us)\n#%15s %11s %11s "
+               "%11s %11s %8s\n",
+               "size(B)", "comm", "compute", "no progress", "overlap", "hidden");
+    for (int i = 0; i < SLICE_FLOATS; i++) /* finite: the earlier tables left sums there */
+        work[i] = 1.0f;
+    for (size_t bytes = (size_t)1 << 20; bytes <= o->max_bytes; bytes *= 4) {
+        if (bytes < o->min_bytes)
+            continue;
+        size_t n = bytes / sizeof(float);
+        double t[N_MODES];
+        struct overlap_run run = {c, OVERLAP_COMM, big, n, work, 0, 1};
+        ZT_TRY(median_time(o, overlap_once, &run, &t[OVERLAP_COMM]));
+        calibrate(work, t[OVERLAP_COMM], &run.slices, &run.per_ms);
+        for (int m = OVERLAP_COMPUTE; m < N_MODES; m++) {
+            run.mode = (enum overlap_mode)m;
+            ZT_TRY(median_time(o, overlap_once, &run, &t[m]));
+        }
+        double hidden =
+            (t[OVERLAP_COMM] + t[OVERLAP_COMPUTE] - t[OVERLAP_PROGRESS]) / t[OVERLAP_COMM];
+        if (comm_rank(c) == 0)
+            printf("%16zu %11.0f %11.0f %11.0f %11.0f %8.2f\n", bytes, t[0] * 1e6, t[1] * 1e6,
+                   t[2] * 1e6, t[3] * 1e6, hidden);
+    }
+    if (comm_rank(c) == 0)
+        printf("\n");
+    fflush(stdout);
+    return ZT_OK;
+}
+
 static zt_status run(const struct options *o)
 {
     struct comm_config native_cfg = {
-        .backend = "mpi", .reduce_scatter = "native", .allgather = "native"};
-    struct comm_config ring_cfg = {.backend = "mpi", .reduce_scatter = "ring", .allgather = "ring"};
+        .backend = "mpi", .reduce_scatter = "native", .allgather = "native", .allreduce = "native"};
+    struct comm_config ring_cfg = {
+        .backend = "mpi", .reduce_scatter = "ring", .allgather = "ring", .allreduce = "ring"};
     struct comm *native = NULL, *ring = NULL;
     float *big = NULL, *small = NULL;
     zt_status st = comm_create(&native_cfg, &native);
@@ -176,6 +292,7 @@ static zt_status run(const struct options *o)
                comm_size(native), comm_backend_name(native), o->iters, o->warmup);
     const struct bench benches[] = {
         {"allreduce (native)", COMM_KIND_ALLREDUCE, native},
+        {"allreduce (ring)", COMM_KIND_ALLREDUCE, ring},
         {"reduce_scatter (native)", COMM_KIND_REDUCE_SCATTER, native},
         {"reduce_scatter (ring)", COMM_KIND_REDUCE_SCATTER, ring},
         {"allgather (native)", COMM_KIND_ALLGATHER, native},
@@ -183,6 +300,8 @@ static zt_status run(const struct options *o)
     };
     for (size_t i = 0; st == ZT_OK && i < sizeof benches / sizeof benches[0]; i++)
         st = run_table(&benches[i], o, big, small);
+    if (st == ZT_OK)
+        st = overlap_table(ring, o, big, small);
     free(big);
     free(small);
     comm_destroy(ring);
