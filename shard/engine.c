@@ -543,6 +543,19 @@ static zt_status finish_early(struct shard_engine *e, void *g)
 
 /* ---- the hooks ------------------------------------------------------------ */
 
+/* Between units: the collectives in flight (stage 3's gathers, a bucket's
+ * reductions) advance without blocking. There is no progress thread, and
+ * MPI moves a ring or a native collective only while it is entered. */
+static zt_status drive_comm(struct shard_engine *e)
+{
+    const int in_flight = e->n_early > 0 || e->n_reduces > 0 || e->issued > e->cursor;
+    if (e->plan || !in_flight)
+        return ZT_OK;
+    zt_status st;
+    PROF_CALL(e, SHARD_PROF_PROGRESS, st, comm_progress(e->comm));
+    return st;
+}
+
 /* Tells the ledger where the step is, so that a peak names its phase. */
 static void enter_phase(struct shard_engine *e, enum ledger_phase_kind k, int unit)
 {
@@ -622,6 +635,7 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
     const struct shard_unit *su = &e->part.units[unit];
     const void *src;
     enter_phase(e, e->pass_phase, unit);
+    ZT_TRY(drive_comm(e));
     if (e->policy.shard_params)
         PROF_TRY(e, SHARD_PROF_GATHER, gathered_acquire(e, unit, &src));
     else
@@ -692,6 +706,7 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
     enter_phase(e, LEDGER_PHASE_BACKWARD, unit);
+    ZT_TRY(drive_comm(e));
     if (!su->trainable) {
         /* A frozen unit has no gradients: the model's ops skip them. */
         *grads = NULL;

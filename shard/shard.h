@@ -203,6 +203,7 @@ struct shard_alloc {
     X(SHARD_PROF_GATHER, "param gather")      /* stage 3: gathering units, waits, buffers */       \
     X(SHARD_PROF_CAST, "precision cast")      /* fp32 views of 16-bit params and grads, 4-bit */   \
     X(SHARD_PROF_REDUCE, "grad reduce")       /* reducing gradients, their waits and buffers */    \
+    X(SHARD_PROF_PROGRESS, "comm progress")   /* collectives in flight advanced between units */   \
     X(SHARD_PROF_GRAD_ADD, "grad add")        /* stages 2-3: reduced shards into the grads */      \
     X(SHARD_PROF_NORM, "grad norm")           /* the global norm and its agreement */              \
     X(SHARD_PROF_UPDATE, "optimizer")         /* the update and its staging */                     \
