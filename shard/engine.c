@@ -218,7 +218,8 @@ static zt_status start_gather(struct shard_engine *e, int pos)
     const struct shard_unit *su = &e->part.units[u];
     void *buf;
     ZT_ASSERT(g->state == GATHER_RELEASED);
-    ZT_TRY(device_alloc(e->dev, LEDGER_GATHERED_PARAMS, unit_bytes(e, u), "a gathered unit", &buf));
+    ZT_TRY(device_alloc_uninit(e->dev, LEDGER_GATHERED_PARAMS, unit_bytes(e, u), "a gathered unit",
+                               &buf));
     g->unit = u;
     g->buf = buf;
     g->req = NULL;
@@ -395,8 +396,8 @@ static zt_status start_reduce(struct shard_engine *e, int unit)
     struct shard_reduce *r = &e->reduces[e->n_reduces];
     void *recv;
     ZT_ASSERT(e->n_reduces < e->table->n_units);
-    ZT_TRY(
-        device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), "a reduced shard", &recv));
+    ZT_TRY(device_alloc_uninit(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), "a reduced shard",
+                               &recv));
     *r = (struct shard_reduce){unit, recv, NULL};
     e->n_reduces++;
     if (!e->plan)
@@ -465,8 +466,8 @@ static zt_status issue_reduce_scatter(struct shard_engine *e, int u)
     struct comm_request **req = &e->early[e->n_early];
     ZT_ASSERT(e->n_early < e->table->n_units);
     if (!e->early_shards_held) /* (a plan's allocations have no address) */
-        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, e->part.state_shard_total * e->esz,
-                            "reduced grad shards", &e->early_shards));
+        ZT_TRY(device_alloc_uninit(e->dev, LEDGER_COMM_BUFFERS, e->part.state_shard_total * e->esz,
+                                   "reduced grad shards", &e->early_shards));
     e->early_shards_held = 1;
     e->n_early++;
     *req = NULL;
@@ -1141,8 +1142,8 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
         shards = e->early_shards; /* the backward's reduce-scatters fill it */
     else if (shard_policy_reduces_at_step(&e->policy))
         PROF_TRY(e, SHARD_PROF_REDUCE,
-                 device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, "reduced grad shards",
-                              &shards));
+                 device_alloc_uninit(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total,
+                                     "reduced grad shards", &shards));
     if (shard_policy_reduces_at_step(&e->policy))
         g = shards;
     /* the update's staging is allocated before the reduction runs */

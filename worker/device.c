@@ -46,8 +46,8 @@ zt_status device_open(const char *name, struct ledger *ledger, struct device *ou
     return ZT_OK;
 }
 
-zt_status device_alloc(const struct device *d, enum ledger_category cat, size_t bytes,
-                       const char *what, void **out)
+zt_status device_alloc_uninit(const struct device *d, enum ledger_category cat, size_t bytes,
+                              const char *what, void **out)
 {
     *out = NULL;
     if (!d->ledger->plan_only && bytes > 0) {
@@ -55,15 +55,21 @@ zt_status device_alloc(const struct device *d, enum ledger_category cat, size_t 
         if (!*out)
             return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu bytes for %s on %s", bytes, what,
                                 d->ops->name);
-        zt_status s = d->ops->memset_zero(*out, bytes);
-        if (s != ZT_OK) {
-            d->ops->free(*out);
-            *out = NULL;
-            return s;
-        }
     }
     ledger_add(d->ledger, cat, bytes);
     return ZT_OK;
+}
+
+zt_status device_alloc(const struct device *d, enum ledger_category cat, size_t bytes,
+                       const char *what, void **out)
+{
+    ZT_TRY(device_alloc_uninit(d, cat, bytes, what, out));
+    zt_status s = *out ? d->ops->memset_zero(*out, bytes) : ZT_OK;
+    if (s != ZT_OK) {
+        device_free(d, cat, bytes, *out);
+        *out = NULL;
+    }
+    return s;
 }
 
 void device_free(const struct device *d, enum ledger_category cat, size_t bytes, void *p)

@@ -54,6 +54,11 @@ zt_status device_open(const char *name, struct ledger *ledger, struct device *ou
  * ledger *out is NULL. Errors: ZT_ERR_NOMEM naming `what` and the size. */
 zt_status device_alloc(const struct device *d, enum ledger_category cat, size_t bytes,
                        const char *what, void **out);
+/* device_alloc without the zeroing, for a buffer its first use overwrites
+ * whole (a gather's or a reduction's destination): zeroing it would only
+ * fault in and write every page once more. The contents are undefined. */
+zt_status device_alloc_uninit(const struct device *d, enum ledger_category cat, size_t bytes,
+                              const char *what, void **out);
 /* Frees a buffer from device_alloc with the same category and size. NULL
  * is accepted (plan mode) and still uncounts the bytes. */
 void device_free(const struct device *d, enum ledger_category cat, size_t bytes, void *p);
