@@ -1,7 +1,11 @@
 /* shard/update.c — the optimizer update over the ranges a rank owns.
  *
  * Element-wise optimizers (AdamW, Lion, ...) run on each trainable
- * tensor's part of the rank's range of each unit, in one pass. Whole-tensor
+ * tensor's part of the rank's range of each unit, in one pass that also
+ * reads the gradients in the working precision with the unscale and clip
+ * applied on the fly, and under 16-bit precision writes the working copy
+ * from the updated master (struct optimizer_range): no fp32 staging of the
+ * gradients and no separate scale or cast pass. Whole-tensor
  * optimizers (Adafactor) need statistics of each whole tensor while the
  * rank holds only a piece of it: every round, each rank adds its pieces'
  * partial sums into one vector of doubles (all tensors back to back), one
