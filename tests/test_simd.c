@@ -143,6 +143,23 @@ static void guarded_check_free(struct guarded *g, size_t n, size_t esz)
     free(g->base);
 }
 
+/* A check of one case: type t, length LENS[l], output `off` elements past
+ * an aligned start. */
+typedef void (*case_fn)(const struct ops_backend *o, enum zt_dtype t, size_t l, size_t off);
+
+/* Runs fn on instruction set isa for TYPES[lo..hi), every length and both
+ * alignments; nothing (a printed line) where the set is missing. */
+static void for_each_case(int isa, size_t lo, size_t hi, case_fn fn)
+{
+    const struct ops_backend *o = isa_ops(isa);
+    if (!o)
+        return;
+    for (size_t k = lo; k < hi; k++)
+        for (size_t l = 0; l < N_LENS; l++)
+            for (size_t off = 0; off < 2; off++)
+                fn(o, TYPES[k], l, off);
+}
+
 /* ---- casts -------------------------------------------------------------- */
 
 START_TEST(to_f32_is_exact_on_every_16bit_pattern)
@@ -194,31 +211,28 @@ START_TEST(from_f32_matches_half_h_on_a_sweep_of_floats)
 END_TEST
 
 /* Both directions of every type, every length, both alignments. */
+static void check_casts(const struct ops_backend *o, enum zt_dtype t, size_t l, size_t off)
+{
+    const size_t n = LENS[l], esz = zt_dtype_size(t);
+    struct guarded src = guarded_alloc(n, 4, off), h = guarded_alloc(n, esz, off);
+    struct guarded back = guarded_alloc(n, 4, off);
+    fill(src.p, n, 11 + l, 1);
+    ck_assert_int_eq(o->from_f32(t, src.p, h.p, n), ZT_OK);
+    ck_assert_int_eq(o->to_f32(t, h.p, back.p, n), ZT_OK);
+    for (size_t i = 0; i < n; i++) {
+        const float x = ((float *)src.p)[i];
+        const float want = t == ZT_F32 ? x : ref_to_f32(t, ref_from_f32(t, x));
+        ck_assert_msg(half_f32_bits(((float *)back.p)[i]) == half_f32_bits(want),
+                      "type %d n %zu off %zu element %zu", (int)t, n, off, i);
+    }
+    guarded_check_free(&src, n, 4);
+    guarded_check_free(&h, n, esz);
+    guarded_check_free(&back, n, 4);
+}
+
 START_TEST(casts_cover_tails_and_unaligned_starts)
 {
-    const struct ops_backend *o = isa_ops(_i);
-    if (!o)
-        return;
-    for (size_t k = 0; k < N_TYPES; k++)
-        for (size_t l = 0; l < N_LENS; l++)
-            for (size_t off = 0; off < 2; off++) {
-                const enum zt_dtype t = TYPES[k];
-                const size_t n = LENS[l], esz = zt_dtype_size(t);
-                struct guarded src = guarded_alloc(n, 4, off), h = guarded_alloc(n, esz, off);
-                struct guarded back = guarded_alloc(n, 4, off);
-                fill(src.p, n, 11 + l, 1);
-                ck_assert_int_eq(o->from_f32(t, src.p, h.p, n), ZT_OK);
-                ck_assert_int_eq(o->to_f32(t, h.p, back.p, n), ZT_OK);
-                for (size_t i = 0; i < n; i++) {
-                    const float x = ((float *)src.p)[i];
-                    const float want = t == ZT_F32 ? x : ref_to_f32(t, ref_from_f32(t, x));
-                    ck_assert_msg(half_f32_bits(((float *)back.p)[i]) == half_f32_bits(want),
-                                  "type %d n %zu off %zu element %zu", (int)t, n, off, i);
-                }
-                guarded_check_free(&src, n, 4);
-                guarded_check_free(&h, n, esz);
-                guarded_check_free(&back, n, 4);
-            }
+    for_each_case(_i, 0, N_TYPES, check_casts);
 }
 END_TEST
 
@@ -228,106 +242,101 @@ END_TEST
  * for which NaN a sum of two NaNs keeps (the hardware takes the first
  * operand's, and the compiler may order them either way). */
 
+static void check_add_into(const struct ops_backend *o, enum zt_dtype t, size_t l, size_t off)
+{
+    const size_t n = LENS[l], esz = zt_dtype_size(t);
+    float *a = malloc((n + 1) * sizeof(float)), *b = malloc((n + 1) * sizeof(float));
+    float *want = malloc((n + 1) * sizeof(float));
+    fill(a, n, 21 + l, 1);
+    fill(b, n, 31 + l, 1);
+    struct guarded d = guarded_alloc(n, esz, off), s = guarded_alloc(n, esz, off);
+    ck_assert_int_eq(generic()->from_f32(t, a, d.p, n), ZT_OK);
+    ck_assert_int_eq(generic()->from_f32(t, b, s.p, n), ZT_OK);
+    for (size_t i = 0; i < n; i++) {
+        float sum = load(t, d.p, i) + load(t, s.p, i);
+        want[i] = t == ZT_F32 ? sum : ref_to_f32(t, ref_from_f32(t, sum));
+    }
+    ck_assert_int_eq(o->add_into(t, d.p, s.p, n), ZT_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(same_float(load(t, d.p, i), want[i]), "type %d n %zu off %zu element %zu",
+                      (int)t, n, off, i);
+    guarded_check_free(&d, n, esz);
+    guarded_check_free(&s, n, esz);
+    free(a), free(b), free(want);
+}
+
 START_TEST(add_into_rounds_the_fp32_sum)
 {
-    const struct ops_backend *o = isa_ops(_i);
-    if (!o)
-        return;
-    for (size_t k = 0; k < N_TYPES; k++)
-        for (size_t l = 0; l < N_LENS; l++)
-            for (size_t off = 0; off < 2; off++) {
-                const enum zt_dtype t = TYPES[k];
-                const size_t n = LENS[l], esz = zt_dtype_size(t);
-                float *a = malloc((n + 1) * sizeof(float)), *b = malloc((n + 1) * sizeof(float));
-                fill(a, n, 21 + l, 1);
-                fill(b, n, 31 + l, 1);
-                struct guarded d = guarded_alloc(n, esz, off), s = guarded_alloc(n, esz, off);
-                ck_assert_int_eq(generic()->from_f32(t, a, d.p, n), ZT_OK);
-                ck_assert_int_eq(generic()->from_f32(t, b, s.p, n), ZT_OK);
-                float *want = malloc((n + 1) * sizeof(float));
-                for (size_t i = 0; i < n; i++) {
-                    float sum = load(t, d.p, i) + load(t, s.p, i);
-                    want[i] = t == ZT_F32 ? sum : ref_to_f32(t, ref_from_f32(t, sum));
-                }
-                ck_assert_int_eq(o->add_into(t, d.p, s.p, n), ZT_OK);
-                for (size_t i = 0; i < n; i++)
-                    ck_assert_msg(same_float(load(t, d.p, i), want[i]),
-                                  "type %d n %zu off %zu element %zu", (int)t, n, off, i);
-                guarded_check_free(&d, n, esz);
-                guarded_check_free(&s, n, esz);
-                free(a), free(b), free(want);
-            }
+    for_each_case(_i, 0, N_TYPES, check_add_into);
 }
 END_TEST
+
+static void check_scale(const struct ops_backend *o, enum zt_dtype t, size_t l, size_t off)
+{
+    const size_t n = LENS[l];
+    struct guarded x = guarded_alloc(n, 4, off);
+    float *want = malloc((n + 1) * sizeof(float));
+    (void)t;
+    fill(x.p, n, 41 + l, 1);
+    for (size_t i = 0; i < n; i++)
+        want[i] = ((float *)x.p)[i] * 0.3f;
+    ck_assert_int_eq(o->scale(x.p, n, 0.3f), ZT_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(same_float(((float *)x.p)[i], want[i]));
+    guarded_check_free(&x, n, 4);
+    free(want);
+}
 
 START_TEST(scale_is_one_fp32_multiply)
 {
-    const struct ops_backend *o = isa_ops(_i);
-    if (!o)
-        return;
-    for (size_t l = 0; l < N_LENS; l++)
-        for (size_t off = 0; off < 2; off++) {
-            const size_t n = LENS[l];
-            struct guarded x = guarded_alloc(n, 4, off);
-            float *want = malloc((n + 1) * sizeof(float));
-            fill(x.p, n, 41 + l, 1);
-            for (size_t i = 0; i < n; i++)
-                want[i] = ((float *)x.p)[i] * 0.3f;
-            ck_assert_int_eq(o->scale(x.p, n, 0.3f), ZT_OK);
-            for (size_t i = 0; i < n; i++)
-                ck_assert(same_float(((float *)x.p)[i], want[i]));
-            guarded_check_free(&x, n, 4);
-            free(want);
-        }
+    for_each_case(_i, 0, 1, check_scale);
 }
 END_TEST
 
+static void check_sum_squares(const struct ops_backend *o, enum zt_dtype t, size_t l, size_t off)
+{
+    const size_t n = LENS[l], esz = zt_dtype_size(t);
+    float *x = malloc((n + 1) * sizeof(float));
+    fill(x, n, 51 + l, 0);
+    struct guarded a = guarded_alloc(n, esz, off), b = guarded_alloc(n, esz, 1 - off);
+    ck_assert_int_eq(generic()->from_f32(t, x, a.p, n), ZT_OK);
+    ck_assert_int_eq(generic()->from_f32(t, x, b.p, n), ZT_OK);
+    double ref = 0.0, got, again, moved;
+    for (size_t i = 0; i < n; i++) {
+        double v = (double)load(t, a.p, i) * 3.0;
+        ref += v * v;
+    }
+    ck_assert_int_eq(o->sum_squares(t, a.p, n, 3.0, &got), ZT_OK);
+    ck_assert_int_eq(o->sum_squares(t, a.p, n, 3.0, &again), ZT_OK);
+    ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
+    ck_assert_msg(fabs(got - ref) <= 1e-12 * ref, "type %d n %zu: %.17g, want %.17g", (int)t, n,
+                  got, ref);
+    ck_assert(memcmp(&got, &again, sizeof got) == 0);
+    ck_assert(memcmp(&got, &moved, sizeof got) == 0); /* alignment does not matter */
+    if (n > 0) {                                      /* non-finite in, non-finite out */
+        const uint16_t inf16 = t == ZT_BF16 ? 0x7f80 : 0x7c00;
+        const size_t at = n / 2;
+        if (t == ZT_F32)
+            ((float *)b.p)[at] = INFINITY;
+        else
+            ((uint16_t *)b.p)[at] = inf16;
+        ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
+        ck_assert(isinf(moved));
+        if (t == ZT_F32)
+            ((float *)b.p)[at] = NAN;
+        else
+            ((uint16_t *)b.p)[at] = (uint16_t)(inf16 | 0x0040);
+        ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
+        ck_assert(isnan(moved));
+    }
+    guarded_check_free(&a, n, esz);
+    guarded_check_free(&b, n, esz);
+    free(x);
+}
+
 START_TEST(sum_squares_is_close_and_repeats_its_bits)
 {
-    const struct ops_backend *o = isa_ops(_i);
-    if (!o)
-        return;
-    for (size_t k = 0; k < N_TYPES; k++)
-        for (size_t l = 0; l < N_LENS; l++) {
-            const enum zt_dtype t = TYPES[k];
-            const size_t n = LENS[l], esz = zt_dtype_size(t);
-            float *x = malloc((n + 1) * sizeof(float));
-            fill(x, n, 51 + l, 0);
-            struct guarded a = guarded_alloc(n, esz, 0), b = guarded_alloc(n, esz, 1);
-            ck_assert_int_eq(generic()->from_f32(t, x, a.p, n), ZT_OK);
-            ck_assert_int_eq(generic()->from_f32(t, x, b.p, n), ZT_OK);
-            double ref = 0.0, got, again, moved;
-            for (size_t i = 0; i < n; i++) {
-                double v = (double)load(t, a.p, i) * 3.0;
-                ref += v * v;
-            }
-            ck_assert_int_eq(o->sum_squares(t, a.p, n, 3.0, &got), ZT_OK);
-            ck_assert_int_eq(o->sum_squares(t, a.p, n, 3.0, &again), ZT_OK);
-            ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
-            ck_assert_msg(fabs(got - ref) <= 1e-12 * ref, "type %d n %zu: %.17g, want %.17g",
-                          (int)t, n, got, ref);
-            ck_assert(memcmp(&got, &again, sizeof got) == 0);
-            ck_assert(memcmp(&got, &moved, sizeof got) == 0); /* alignment does not matter */
-            if (n > 0) {                                      /* non-finite in, non-finite out */
-                const uint16_t inf16 = t == ZT_BF16 ? 0x7f80 : 0x7c00;
-                const size_t at = n / 2;
-                if (t == ZT_F32)
-                    ((float *)b.p)[at] = INFINITY;
-                else
-                    ((uint16_t *)b.p)[at] = inf16;
-                ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
-                ck_assert(isinf(moved));
-                if (t == ZT_F32)
-                    ((float *)b.p)[at] = NAN;
-                else
-                    ((uint16_t *)b.p)[at] = (uint16_t)(inf16 | 0x0040);
-                ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
-                ck_assert(isnan(moved));
-            }
-            guarded_check_free(&a, n, esz);
-            guarded_check_free(&b, n, esz);
-            free(x);
-        }
+    for_each_case(_i, 0, N_TYPES, check_sum_squares);
 }
 END_TEST
 
@@ -437,43 +446,44 @@ static void rule_state_free(struct rule_state *st)
 /* The rule through the op table (fp32 gradients, gscale folded in) equals
  * the reference loop run on gradients multiplied by gscale beforehand:
  * three steps, with and without weight decay, special gradients included. */
+static void check_rules(const struct ops_backend *o, enum zt_dtype t, size_t l, size_t off)
+{
+    const float gscale = 0.37f, decay = (float)((l + off) % 2);
+    const size_t n = LENS[l];
+    (void)t;
+    for (size_t c = 0; c < N_RULES; c++) {
+        const struct rule_case *rc = &RULES[c];
+        struct rule_state a, b;
+        rule_state_init(&a, n, off, 61 + l);
+        rule_state_init(&b, n, off, 61 + l);
+        float *gm = malloc((n + 1) * sizeof(float)), *g = gm + off;
+        float *scaled = malloc((n + 1) * sizeof(float));
+        for (long step = 1; step <= 3; step++) {
+            const struct optimizer_hparams hp = rule_hparams(rc, step);
+            fill(g, n, 71 + (uint64_t)step, 1);
+            for (size_t i = 0; i < n; i++)
+                scaled[i] = g[i] * gscale;
+            const struct optimizer_range r = {
+                .params = a.p,
+                .grads = g,
+                .grad_dtype = ZT_F32,
+                .gscale = gscale,
+                .states = {case_state(rc, &a, 0), case_state(rc, &a, 1)},
+                .n = n,
+                .decay = decay};
+            ck_assert_int_eq(rule_slot(o, rc, &r, &hp), ZT_OK);
+            rule_reference(rc, b.p, scaled, b.s, n, decay, &hp);
+        }
+        rule_state_same(&a, &b, n, rc->name, n);
+        rule_state_free(&a);
+        rule_state_free(&b);
+        free(gm), free(scaled);
+    }
+}
+
 START_TEST(rules_match_the_reference_bit_for_bit)
 {
-    const struct ops_backend *o = isa_ops(_i);
-    if (!o)
-        return;
-    const float gscale = 0.37f;
-    for (size_t c = 0; c < N_RULES; c++)
-        for (size_t l = 0; l < N_LENS; l++)
-            for (size_t off = 0; off < 2; off++) {
-                const size_t n = LENS[l];
-                const float decay = (float)((l + off) % 2);
-                struct rule_state a, b;
-                rule_state_init(&a, n, off, 61 + l);
-                rule_state_init(&b, n, off, 61 + l);
-                float *gm = malloc((n + 1) * sizeof(float)), *g = gm + off;
-                float *scaled = malloc((n + 1) * sizeof(float));
-                for (long step = 1; step <= 3; step++) {
-                    const struct optimizer_hparams hp = rule_hparams(&RULES[c], step);
-                    fill(g, n, 71 + (uint64_t)step, 1);
-                    for (size_t i = 0; i < n; i++)
-                        scaled[i] = g[i] * gscale;
-                    const struct optimizer_range r = {
-                        .params = a.p,
-                        .grads = g,
-                        .grad_dtype = ZT_F32,
-                        .gscale = gscale,
-                        .states = {case_state(&RULES[c], &a, 0), case_state(&RULES[c], &a, 1)},
-                        .n = n,
-                        .decay = decay};
-                    ck_assert_int_eq(rule_slot(o, &RULES[c], &r, &hp), ZT_OK);
-                    rule_reference(&RULES[c], b.p, scaled, b.s, n, decay, &hp);
-                }
-                rule_state_same(&a, &b, n, RULES[c].name, n);
-                rule_state_free(&a);
-                rule_state_free(&b);
-                free(gm), free(scaled);
-            }
+    for_each_case(_i, 0, 1, check_rules);
 }
 END_TEST
 
@@ -481,62 +491,62 @@ END_TEST
  * cast into the working copy) equals the sequence the engine ran before
  * it, through the generic ops: to_f32 into a staging buffer, scale, the
  * update on fp32, from_f32 of the master into the working copy. */
-START_TEST(fused_16bit_pass_equals_the_unfused_sequence)
+static void check_fused(const struct ops_backend *o, enum zt_dtype t, size_t l, size_t off)
 {
-    const struct ops_backend *o = isa_ops(_i);
-    if (!o)
-        return;
     const struct ops_backend *g0 = generic();
     const float gscale = 1.0f / 384.0f;
-    for (size_t k = 1; k < N_TYPES; k++)
-        for (size_t c = 0; c < N_RULES; c++)
-            for (size_t l = 0; l < N_LENS; l++) {
-                const enum zt_dtype t = TYPES[k];
-                const size_t n = LENS[l], off = l % 2;
-                struct rule_state a, b;
-                rule_state_init(&a, n, off, 81 + l);
-                rule_state_init(&b, n, off, 81 + l);
-                float *x = malloc((n + 1) * sizeof(float)), *tmp = malloc((n + 1) * sizeof(float));
-                struct guarded g16 = guarded_alloc(n, 2, off), wa = guarded_alloc(n, 2, off);
-                struct guarded wb = guarded_alloc(n, 2, off);
-                for (long step = 1; step <= 2; step++) {
-                    const struct optimizer_hparams hp = rule_hparams(&RULES[c], step);
-                    fill(x, n, 91 + (uint64_t)step, 0);
-                    ck_assert_int_eq(g0->from_f32(t, x, g16.p, n), ZT_OK);
-                    const struct optimizer_range fused = {
-                        .params = a.p,
-                        .grads = g16.p,
-                        .grad_dtype = t,
-                        .gscale = gscale,
-                        .states = {case_state(&RULES[c], &a, 0), case_state(&RULES[c], &a, 1)},
-                        .working = wa.p,
-                        .working_dtype = t,
-                        .n = n,
-                        .decay = 1.0f};
-                    ck_assert_int_eq(rule_slot(o, &RULES[c], &fused, &hp), ZT_OK);
-                    const struct optimizer_range plain = {
-                        .params = b.p,
-                        .grads = tmp,
-                        .grad_dtype = ZT_F32,
-                        .gscale = 1.0f,
-                        .states = {case_state(&RULES[c], &b, 0), case_state(&RULES[c], &b, 1)},
-                        .n = n,
-                        .decay = 1.0f};
-                    ck_assert_int_eq(g0->to_f32(t, g16.p, tmp, n), ZT_OK);
-                    ck_assert_int_eq(g0->scale(tmp, n, gscale), ZT_OK);
-                    ck_assert_int_eq(rule_slot(g0, &RULES[c], &plain, &hp), ZT_OK);
-                    ck_assert_int_eq(g0->from_f32(t, b.p, wb.p, n), ZT_OK);
-                }
-                rule_state_same(&a, &b, n, RULES[c].name, n);
-                ck_assert_msg(memcmp(wa.p, wb.p, n * 2) == 0, "%s n %zu: working copies differ",
-                              RULES[c].name, n);
-                rule_state_free(&a);
-                rule_state_free(&b);
-                guarded_check_free(&g16, n, 2);
-                guarded_check_free(&wa, n, 2);
-                guarded_check_free(&wb, n, 2);
-                free(x), free(tmp);
-            }
+    const size_t n = LENS[l];
+    for (size_t c = 0; c < N_RULES; c++) {
+        const struct rule_case *rc = &RULES[c];
+        struct rule_state a, b;
+        rule_state_init(&a, n, off, 81 + l);
+        rule_state_init(&b, n, off, 81 + l);
+        float *x = malloc((n + 1) * sizeof(float)), *tmp = malloc((n + 1) * sizeof(float));
+        struct guarded g16 = guarded_alloc(n, 2, off), wa = guarded_alloc(n, 2, off);
+        struct guarded wb = guarded_alloc(n, 2, off);
+        for (long step = 1; step <= 2; step++) {
+            const struct optimizer_hparams hp = rule_hparams(rc, step);
+            fill(x, n, 91 + (uint64_t)step, 0);
+            ck_assert_int_eq(g0->from_f32(t, x, g16.p, n), ZT_OK);
+            const struct optimizer_range fused = {
+                .params = a.p,
+                .grads = g16.p,
+                .grad_dtype = t,
+                .gscale = gscale,
+                .states = {case_state(rc, &a, 0), case_state(rc, &a, 1)},
+                .working = wa.p,
+                .working_dtype = t,
+                .n = n,
+                .decay = 1.0f};
+            ck_assert_int_eq(rule_slot(o, rc, &fused, &hp), ZT_OK);
+            const struct optimizer_range plain = {
+                .params = b.p,
+                .grads = tmp,
+                .grad_dtype = ZT_F32,
+                .gscale = 1.0f,
+                .states = {case_state(rc, &b, 0), case_state(rc, &b, 1)},
+                .n = n,
+                .decay = 1.0f};
+            ck_assert_int_eq(g0->to_f32(t, g16.p, tmp, n), ZT_OK);
+            ck_assert_int_eq(g0->scale(tmp, n, gscale), ZT_OK);
+            ck_assert_int_eq(rule_slot(g0, rc, &plain, &hp), ZT_OK);
+            ck_assert_int_eq(g0->from_f32(t, b.p, wb.p, n), ZT_OK);
+        }
+        rule_state_same(&a, &b, n, rc->name, n);
+        ck_assert_msg(memcmp(wa.p, wb.p, n * 2) == 0, "%s n %zu: working copies differ", rc->name,
+                      n);
+        rule_state_free(&a);
+        rule_state_free(&b);
+        guarded_check_free(&g16, n, 2);
+        guarded_check_free(&wa, n, 2);
+        guarded_check_free(&wb, n, 2);
+        free(x), free(tmp);
+    }
+}
+
+START_TEST(fused_16bit_pass_equals_the_unfused_sequence)
+{
+    for_each_case(_i, 1, N_TYPES, check_fused);
 }
 END_TEST
 
