@@ -247,7 +247,8 @@ struct ops_backend {
      * sums), but fixed: the same input gives the same bits on every run
      * and every rank. */
     zt_status (*sum_squares)(enum zt_dtype t, const void *src, size_t n, double scale, double *out);
-    /* x[i] *= s in fp32, in place: the gradient unscale before the update. */
+    /* x[i] *= s in fp32, in place: the gradient unscale and clip of the
+     * whole-tensor optimizers (the element-wise ones fold it into the update). */
     zt_status (*scale)(float *x, size_t n, float s);
     /* Sets `bytes` bytes at p to zero. */
     zt_status (*memset_zero)(void *p, size_t bytes);

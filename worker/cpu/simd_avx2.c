@@ -128,20 +128,34 @@ AVX2 zt_status cpu_avx2_add_into(enum zt_dtype t, void *dst, const void *src, si
     return ZT_OK;
 }
 
-/* Partial sums of squares: element i of a run goes to lane i mod 16. */
+/* Four elements of type t from element i of x, as floats (exact). */
+AVX2 static inline __m128 load4(enum zt_dtype t, const void *x, size_t i)
+{
+    const __m128i *p = (const __m128i *)((const uint16_t *)x + i);
+    if (t == ZT_BF16)
+        return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(p)), 16));
+    if (t == ZT_F16)
+        return _mm_cvtph_ps(_mm_loadl_epi64(p));
+    return _mm_loadu_ps((const float *)x + i);
+}
+
+/* Partial sums of squares: element i of the input goes to partial i mod
+ * 16, lane i mod 4 of part[(i / 4) mod 4]. */
 struct sumsq_acc {
     __m256d part[4];
 };
 
-/* Adds (x[i] * s)^2 for i < n, n a multiple of 16. */
-AVX2 static inline void sumsq_f32(struct sumsq_acc *a, const float *x, size_t n, __m256d s)
+/* Adds (x[i] * s)^2 for i < n, n a multiple of 16, x of type t. Always
+ * inlined, so that each call with a constant t is a loop of its own. */
+AVX2 __attribute__((always_inline)) static inline void
+sumsq_run(struct sumsq_acc *a, enum zt_dtype t, const void *x, size_t n, __m256d s)
 {
     __m256d p0 = a->part[0], p1 = a->part[1], p2 = a->part[2], p3 = a->part[3];
     for (size_t i = 0; i < n; i += 16) {
-        __m256d v0 = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), s);
-        __m256d v1 = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), s);
-        __m256d v2 = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 8)), s);
-        __m256d v3 = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 12)), s);
+        __m256d v0 = _mm256_mul_pd(_mm256_cvtps_pd(load4(t, x, i)), s);
+        __m256d v1 = _mm256_mul_pd(_mm256_cvtps_pd(load4(t, x, i + 4)), s);
+        __m256d v2 = _mm256_mul_pd(_mm256_cvtps_pd(load4(t, x, i + 8)), s);
+        __m256d v3 = _mm256_mul_pd(_mm256_cvtps_pd(load4(t, x, i + 12)), s);
         p0 = _mm256_fmadd_pd(v0, v0, p0);
         p1 = _mm256_fmadd_pd(v1, v1, p1);
         p2 = _mm256_fmadd_pd(v2, v2, p2);
@@ -150,30 +164,25 @@ AVX2 static inline void sumsq_f32(struct sumsq_acc *a, const float *x, size_t n,
     a->part[0] = p0, a->part[1] = p1, a->part[2] = p2, a->part[3] = p3;
 }
 
-/* 16-bit input is converted a block at a time into a stack buffer in L1. */
-enum { SUMSQ_BLOCK = 1024 };
-
 AVX2 zt_status cpu_avx2_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale,
                                     double *out)
 {
     const __m256d s = _mm256_set1_pd(scale);
-    const size_t whole = n / 16 * 16, esz = zt_dtype_size(t);
+    const size_t whole = n / 16 * 16;
     struct sumsq_acc a = {
         {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()}};
-    float block[SUMSQ_BLOCK];
-    if (t == ZT_F32)
-        sumsq_f32(&a, src, whole, s);
+    if (t == ZT_BF16)
+        sumsq_run(&a, ZT_BF16, src, whole, s);
+    else if (t == ZT_F16)
+        sumsq_run(&a, ZT_F16, src, whole, s);
     else
-        for (size_t i = 0; i < whole; i += SUMSQ_BLOCK) {
-            const size_t nb = whole - i < SUMSQ_BLOCK ? whole - i : SUMSQ_BLOCK;
-            cpu_avx2_to_f32(t, (const char *)src + i * esz, block, nb);
-            sumsq_f32(&a, block, nb, s);
-        }
+        sumsq_run(&a, ZT_F32, src, whole, s);
     __m256d v =
         _mm256_add_pd(_mm256_add_pd(a.part[0], a.part[1]), _mm256_add_pd(a.part[2], a.part[3]));
     double lane[4];
     _mm256_storeu_pd(lane, v);
-    const double tail = precision_sum_squares(t, (const char *)src + whole * esz, n - whole, scale);
+    const double tail =
+        precision_sum_squares(t, (const char *)src + whole * zt_dtype_size(t), n - whole, scale);
     *out = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + tail;
     return ZT_OK;
 }
