@@ -1,7 +1,11 @@
 /* shard/update.c — the optimizer update over the ranges a rank owns.
  *
  * Element-wise optimizers (AdamW, Lion, ...) run on each trainable
- * tensor's part of the rank's range of each unit, in one pass. Whole-tensor
+ * tensor's part of the rank's range of each unit, in one pass that also
+ * reads the gradients in the working precision with the unscale and clip
+ * applied on the fly, and under 16-bit precision writes the working copy
+ * from the updated master (struct optimizer_range): no fp32 staging of the
+ * gradients and no separate scale or cast pass. Whole-tensor
  * optimizers (Adafactor) need statistics of each whole tensor while the
  * rank holds only a piece of it: every round, each rank adds its pieces'
  * partial sums into one vector of doubles (all tensors back to back), one
@@ -15,35 +19,6 @@
 
 #include "shard_impl.h"
 
-/* The element-wise optimizer on unit elements [lo, hi); p, g and the state
- * vectors at state_off point at element lo. Tensors are cut at the range's
- * edges so each keeps its own flags: frozen ones are not updated, and
- * weight decay applies where the tensor says. */
-static zt_status update_unit_range(const struct shard_engine *e, int u, size_t lo, size_t hi,
-                                   float *p, const float *g, size_t state_off,
-                                   const struct optimizer_hparams *hp)
-{
-    const struct param_table *t = e->table;
-    const struct optimizer_ops *opt = e->cfg.optimizer;
-    const size_t base = t->unit_offset[u];
-    for (int k = 0; k < t->n_tensors; k++) {
-        const struct param_tensor *pt = &t->tensors[k];
-        if (pt->unit != u || !pt->trainable)
-            continue;
-        size_t a = pt->offset - base, b = a + pt->numel;
-        a = a > lo ? a : lo;
-        b = b < hi ? b : hi;
-        if (a >= b)
-            continue;
-        float *states[OPTIMIZER_MAX_STATES];
-        for (int j = 0; j < e->cfg.optimizer_states; j++)
-            states[j] = state_elem(e, j, state_off + (a - lo)); /* fp32 here */
-        ZT_TRY(opt->update(e->ops, p + (a - lo), g + (a - lo), states, b - a,
-                           pt->decay ? 1.0f : 0.0f, hp));
-    }
-    return ZT_OK;
-}
-
 /* The fp32 update target of the rank's range of unit u: the master under
  * 16-bit precision, else the working params. */
 static float *update_target(struct shard_engine *e, const struct owned_range *r)
@@ -51,8 +26,59 @@ static float *update_target(struct shard_engine *e, const struct owned_range *r)
     return is_16bit(e) ? e->master + r->state_off : (float *)e->params + r->working_off;
 }
 
-/* The rank's fp32 gradients of unit u's range times gscale: in place under
- * fp32 (scaled once, by the caller), through tmp under 16-bit. */
+/* The element-wise optimizer on the rank's range r of unit u, one fused
+ * pass per tensor piece (struct optimizer_range): `grads` points at element
+ * r->lo of the reduced gradients in working precision, which the kernel
+ * converts and multiplies by gscale as it reads them; under 16-bit precision
+ * the kernel also casts the updated master into the working params. Tensors
+ * are cut at the range's edges so each keeps its own flags: frozen ones are
+ * not updated (under 16-bit their working params are still refreshed from
+ * the master, as the whole range always was), and weight decay applies
+ * where the tensor says. */
+static zt_status update_unit_range(struct shard_engine *e, int u, const struct owned_range *r,
+                                   const void *grads, float gscale,
+                                   const struct optimizer_hparams *hp)
+{
+    const struct param_table *t = e->table;
+    const size_t base = t->unit_offset[u];
+    float *target = update_target(e, r);
+    void *working = is_16bit(e) ? at(e, e->params, r->working_off) : NULL;
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *pt = &t->tensors[k];
+        if (pt->unit != u)
+            continue;
+        size_t a = pt->offset - base, b = a + pt->numel;
+        a = a > r->lo ? a : r->lo;
+        b = b < r->hi ? b : r->hi;
+        if (a >= b)
+            continue;
+        const size_t off = a - r->lo;
+        if (!pt->trainable) {
+            if (working)
+                ZT_TRY(
+                    e->ops->from_f32(e->cfg.precision, target + off, at(e, working, off), b - a));
+            continue;
+        }
+        struct optimizer_range range = {
+            .params = target + off,
+            .grads = at(e, (void *)grads, off),
+            .grad_dtype = e->cfg.precision,
+            .gscale = gscale,
+            .working = working ? at(e, working, off) : NULL,
+            .working_dtype = e->cfg.precision,
+            .n = b - a,
+            .decay = pt->decay ? 1.0f : 0.0f,
+        };
+        for (int j = 0; j < e->cfg.optimizer_states; j++)
+            range.states[j] = state_elem(e, j, r->state_off + off); /* fp32 here */
+        ZT_TRY(e->cfg.optimizer->update(e->ops, &range, hp));
+    }
+    return ZT_OK;
+}
+
+/* The rank's fp32 gradients of unit u's range times gscale, for the
+ * whole-tensor optimizers: in place under fp32 (scaled once, by the
+ * caller), through tmp under 16-bit. */
 static zt_status unit_grads_f32(struct shard_engine *e, void *g, const struct owned_range *r,
                                 float gscale, float *tmp, const float **out)
 {
@@ -66,31 +92,26 @@ static zt_status unit_grads_f32(struct shard_engine *e, void *g, const struct ow
     return ZT_OK;
 }
 
-static zt_status update_elementwise(struct shard_engine *e, void *g, float gscale, float *tmp,
+static zt_status update_elementwise(struct shard_engine *e, void *g, float gscale,
                                     const struct optimizer_hparams *hp)
 {
     for (int u = 0; u < e->part.n_units; u++) {
         const struct owned_range r = owned_range_of(e, u);
-        const size_t n = r.hi - r.lo;
-        if (n == 0 || !e->part.units[u].trainable)
+        if (r.hi == r.lo || !e->part.units[u].trainable)
             continue;
-        const float *grad;
-        if (!is_16bit(e))
-            ZT_TRY(e->ops->scale((float *)g + r.grad_off, n, gscale));
-        ZT_TRY(unit_grads_f32(e, g, &r, gscale, tmp, &grad));
-        float *target = update_target(e, &r);
-        ZT_TRY(update_unit_range(e, u, r.lo, r.hi, target, grad, r.state_off, hp));
-        if (is_16bit(e))
-            ZT_TRY(e->ops->from_f32(e->cfg.precision, target, at(e, e->params, r.working_off), n));
+        ZT_TRY(update_unit_range(e, u, &r, at(e, g, r.grad_off), gscale, hp));
     }
     return ZT_OK;
 }
 
 /* ---- fused-backward optimizers -------------------------------------------------- */
 
+/* The update reads the reduced 16-bit gradients itself: tmp, the fp32
+ * staging the engine allocates under 16-bit precision, is not used. */
 zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
                                   const struct owned_range *r, float *tmp)
 {
+    (void)tmp;
     const size_t n = r->hi - r->lo;
     double sumsq;
     if (n == 0)
@@ -99,15 +120,7 @@ zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
     e->fused.sumsq += sumsq;
     if (!e->fused.update)
         return ZT_OK;
-    float *grad = is_16bit(e) ? tmp : reduced;
-    if (is_16bit(e))
-        ZT_TRY(e->ops->to_f32(e->cfg.precision, reduced, tmp, n));
-    ZT_TRY(e->ops->scale(grad, n, e->fused.gscale));
-    float *target = update_target(e, r);
-    ZT_TRY(update_unit_range(e, u, r->lo, r->hi, target, grad, r->state_off, &e->fused.hp));
-    if (is_16bit(e))
-        ZT_TRY(e->ops->from_f32(e->cfg.precision, target, at(e, e->params, r->working_off), n));
-    return ZT_OK;
+    return update_unit_range(e, u, r, reduced, e->fused.gscale, &e->fused.hp);
 }
 
 /* ---- whole-tensor optimizers ------------------------------------------------ */
@@ -256,7 +269,7 @@ zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale, floa
 {
     const struct optimizer_ops *opt = e->cfg.optimizer;
     if (!opt->whole_tensors)
-        return update_elementwise(e, g, gscale, tmp, hp);
+        return update_elementwise(e, g, gscale, hp); /* tmp: not needed */
     /* Under fp32 the gradients are scaled in place once, not once a round. */
     if (!is_16bit(e))
         for (int u = 0; u < e->part.n_units; u++) {

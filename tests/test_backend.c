@@ -41,6 +41,20 @@ static float *rand_floats(size_t n, uint64_t key, double scale)
     return x;
 }
 
+/* *r as a plain fp32 range (gscale 1, no working copy) over the arrays; returns r. */
+static const struct optimizer_range *f32_range(struct optimizer_range *r, float *p, const float *g,
+                                               float *s0, float *s1, size_t n, float decay)
+{
+    *r = (struct optimizer_range){.params = p,
+                                  .grads = g,
+                                  .grad_dtype = ZT_F32,
+                                  .gscale = 1.0f,
+                                  .states = {s0, s1},
+                                  .n = n,
+                                  .decay = decay};
+    return r;
+}
+
 static float half_to_f32(enum zt_dtype t, uint16_t h)
 {
     return t == ZT_BF16 ? zt_bf16_to_f32(h) : zt_f16_to_f32(h);
@@ -380,6 +394,7 @@ START_TEST(adamw_matches_double_reference)
     struct ledger l;
     struct compute_backend be;
     const struct ops_backend *ops = cpu_ops(&be, &l);
+    struct optimizer_range r;
     const size_t n = 777;
     float *p = rand_floats(n, 107, 1.0), *m = calloc(n, sizeof(float));
     float *v = calloc(n, sizeof(float));
@@ -394,7 +409,7 @@ START_TEST(adamw_matches_double_reference)
         for (size_t i = 0; i < n; i++)
             gd[i] = g[i];
         hp.step = step;
-        ck_assert_int_eq(ops->adamw_update(p, g, m, v, n, decay, &hp), ZT_OK);
+        ck_assert_int_eq(ops->adamw_update(f32_range(&r, p, g, m, v, n, decay), &hp), ZT_OK);
         /* the reference takes the float hyperparameters as given */
         adamw_ref(pd, gd, md, vd, n, decay, &hp);
         free(g);
@@ -455,6 +470,7 @@ START_TEST(adam_and_lion_match_double_references)
     struct ledger l;
     struct compute_backend be;
     const struct ops_backend *ops = cpu_ops(&be, &l);
+    struct optimizer_range r;
     const size_t n = 777;
     float *p = rand_floats(n, 117, 1.0), *m = calloc(n, sizeof(float));
     float *v = calloc(n, sizeof(float));
@@ -474,10 +490,10 @@ START_TEST(adam_and_lion_match_double_references)
             gd[i] = g[i];
         hp.step = step;
         if (lion) {
-            ck_assert_int_eq(ops->lion_update(p, g, m, n, decay, &hp), ZT_OK);
+            ck_assert_int_eq(ops->lion_update(f32_range(&r, p, g, m, NULL, n, decay), &hp), ZT_OK);
             lion_ref(pd, gd, md, n, decay, &hp, tie);
         } else {
-            ck_assert_int_eq(ops->adam_update(p, g, m, v, n, decay, &hp), ZT_OK);
+            ck_assert_int_eq(ops->adam_update(f32_range(&r, p, g, m, v, n, decay), &hp), ZT_OK);
             adam_ref(pd, gd, md, vd, n, decay, &hp);
         }
         free(g);
@@ -534,6 +550,7 @@ START_TEST(sgd_matches_double_reference)
     struct ledger l;
     struct compute_backend be;
     const struct ops_backend *ops = cpu_ops(&be, &l);
+    struct optimizer_range r;
     const size_t n = 555;
     float *p = rand_floats(n, 127, 1.0), *buf = calloc(n, sizeof(float));
     double *pd = malloc(n * sizeof(double)), *bd = calloc(n, sizeof(double));
@@ -550,7 +567,8 @@ START_TEST(sgd_matches_double_reference)
         for (size_t i = 0; i < n; i++)
             gd[i] = g[i];
         hp.step = step;
-        ck_assert_int_eq(ops->sgd_update(p, g, variant ? buf : NULL, n, decay, &hp), ZT_OK);
+        ck_assert_int_eq(
+            ops->sgd_update(f32_range(&r, p, g, variant ? buf : NULL, NULL, n, decay), &hp), ZT_OK);
         sgd_ref(pd, gd, bd, n, decay, &hp);
         free(g);
         for (size_t i = 0; i < n; i++) {
@@ -911,7 +929,8 @@ START_TEST(adamw_entry_is_adamw_update)
                                    .eps = 1e-8f,
                                    .weight_decay = 0.01f,
                                    .step = 3};
-    ck_assert_int_eq(ops->adamw_update(p1, g, m1, v1, n, 1.0f, &hp), ZT_OK);
+    struct optimizer_range r;
+    ck_assert_int_eq(ops->adamw_update(f32_range(&r, p1, g, m1, v1, n, 1.0f), &hp), ZT_OK);
     adamw_update(p2, g, m2, v2, n, 1.0f, &hp);
     ck_assert(memcmp(p1, p2, n * sizeof(float)) == 0);
     ck_assert(memcmp(m1, m2, n * sizeof(float)) == 0);

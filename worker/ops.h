@@ -30,7 +30,8 @@
  * - No op allocates; scratch comes from the caller.
  * - The engine ops are the backend-side form of the device-independent math
  *   in worker/precision.h and worker/optimizer.h: the CPU backend calls those
- *   functions, so its results are theirs bit for bit, and another backend
+ *   functions or vector kernels that reproduce them bit for bit (all but
+ *   sum_squares, whose order of summation is its own), and another backend
  *   must match them within each op's documented error.
  */
 #ifndef ZT_WORKER_OPS_H
@@ -241,27 +242,29 @@ struct ops_backend {
     zt_status (*add_into)(enum zt_dtype t, void *dst, const void *src, size_t n);
     /* *out = sum over i of (src[i] * scale)^2, products and sum in double,
      * src in working precision t (precision_sum_squares). *out is a host
-     * double; a non-finite element makes it non-finite. */
+     * double; a non-finite element makes it non-finite. The order of the
+     * sum is the backend's (the CPU's vector kernels keep several partial
+     * sums), but fixed: the same input gives the same bits on every run
+     * and every rank. */
     zt_status (*sum_squares)(enum zt_dtype t, const void *src, size_t n, double scale, double *out);
-    /* x[i] *= s in fp32, in place: the gradient unscale before the update. */
+    /* x[i] *= s in fp32, in place: the gradient unscale and clip of the
+     * whole-tensor optimizers (the element-wise ones fold it into the update). */
     zt_status (*scale)(float *x, size_t n, float s);
     /* Sets `bytes` bytes at p to zero. */
     zt_status (*memset_zero)(void *p, size_t bytes);
-    /* AdamW on params[0..n) in place from fp32 grads and moments m, v, with
-     * weight decay times `decay` (1.0f or 0.0f); the update of adamw_update in
-     * worker/optimizer.h. hp is a host struct. */
-    zt_status (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
-                              float decay, const struct optimizer_hparams *hp);
-    /* Adam with L2 (adam_update in worker/optimizer.h), the same arguments. */
-    zt_status (*adam_update)(float *params, const float *grads, float *m, float *v, size_t n,
-                             float decay, const struct optimizer_hparams *hp);
-    /* SGD with its momentum buffer, NULL without momentum (sgd_update in
-     * worker/optimizer.h). */
-    zt_status (*sgd_update)(float *params, const float *grads, float *buf, size_t n, float decay,
-                            const struct optimizer_hparams *hp);
-    /* Lion with its one momentum m (lion_update in worker/optimizer.h). */
-    zt_status (*lion_update)(float *params, const float *grads, float *m, size_t n, float decay,
-                             const struct optimizer_hparams *hp);
+    /* The element-wise optimizers over one range, with the gradient's
+     * conversion to fp32 and its scale by r->gscale before the rule and the
+     * cast of the updated fp32 parameters into r->working after it fused
+     * in (struct optimizer_range, worker/optimizer.h): each buffer is read
+     * and written once, and no fp32 copy of 16-bit gradients is staged in
+     * memory. The rule is that of adamw_update (states m, v), adam_update
+     * (m, v), sgd_update (its momentum buffer, NULL without momentum) and
+     * lion_update (m) in worker/optimizer.h, bit for bit. hp is a host
+     * struct. */
+    zt_status (*adamw_update)(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+    zt_status (*adam_update)(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+    zt_status (*sgd_update)(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+    zt_status (*lion_update)(const struct optimizer_range *r, const struct optimizer_hparams *hp);
     /* Adafactor's round and apply on one piece of a tensor
      * (adafactor_round / adafactor_apply in worker/optimizer.h); the piece's
      * stats are host memory. */
@@ -276,8 +279,27 @@ struct ops_backend {
                                  const struct optimizer_hparams *hp);
 };
 
-/* The CPU op table (worker/cpu/); static, never NULL. */
+/* The instruction sets the CPU backend's engine ops are built for. */
+enum ops_cpu_isa {
+    OPS_CPU_GENERIC, /* plain C: any CPU */
+    OPS_CPU_AVX2,    /* x86-64 with AVX2, FMA and F16C */
+    OPS_CPU_ISA_COUNT
+};
+
+/* The CPU op table (worker/cpu/) whose engine ops use the widest
+ * instruction set this build has and this CPU runs, chosen on each call
+ * from the CPU's features alone (so every call in a process returns the
+ * same table); static, never NULL. */
 const struct ops_backend *ops_cpu_backend(void);
+
+/* The CPU op table whose engine ops use instruction set `isa`, or NULL when
+ * this build lacks it or this CPU cannot run it; `why` (n bytes, may be
+ * NULL) then says which. The model ops are the same in every table. For
+ * tests and benchmarks, which compare the instruction sets. */
+const struct ops_backend *ops_cpu_backend_isa(enum ops_cpu_isa isa, char *why, size_t n);
+
+/* "generic", "avx2". */
+const char *ops_cpu_isa_name(enum ops_cpu_isa isa);
 
 /* Sets how many threads the CPU ops and the BLAS library may use (>= 1). */
 void ops_cpu_set_threads(int n);

@@ -44,31 +44,31 @@ static zt_status adamw8bit_entry_apply(const struct ops_backend *ops,
     return ops->adamw8bit_apply(pc, hp);
 }
 
-static zt_status adam_entry_update(const struct ops_backend *ops, float *params, const float *grads,
-                                   float *const *states, size_t n, float decay,
+static zt_status adam_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
                                    const struct optimizer_hparams *hp)
 {
-    return ops->adam_update(params, grads, states[0], states[1], n, decay, hp);
+    return ops->adam_update(r, hp);
 }
 
-static zt_status sgd_entry_update(const struct ops_backend *ops, float *params, const float *grads,
-                                  float *const *states, size_t n, float decay,
+static zt_status sgd_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
                                   const struct optimizer_hparams *hp)
 {
-    return ops->sgd_update(params, grads, hp->momentum != 0.0f ? states[0] : NULL, n, decay, hp);
+    struct optimizer_range plain = *r;
+    plain.states[0] = hp->momentum != 0.0f ? r->states[0] : NULL;
+    return ops->sgd_update(&plain, hp);
 }
 
 /* LOMO's update is plain SGD (with L2 weight decay, as SGD's). */
-static zt_status lomo_entry_update(const struct ops_backend *ops, float *params, const float *grads,
-                                   float *const *states, size_t n, float decay,
+static zt_status lomo_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
                                    const struct optimizer_hparams *hp)
 {
-    (void)states;
     struct optimizer_hparams sgd = *hp;
     sgd.momentum = 0.0f;
     sgd.dampening = 0.0f;
     sgd.nesterov = 0;
-    return ops->sgd_update(params, grads, NULL, n, decay, &sgd);
+    struct optimizer_range plain = *r;
+    plain.states[0] = NULL;
+    return ops->sgd_update(&plain, &sgd);
 }
 
 static int sgd_state_count(const struct optimizer_hparams *hp)
@@ -76,18 +76,16 @@ static int sgd_state_count(const struct optimizer_hparams *hp)
     return hp->momentum != 0.0f;
 }
 
-static zt_status lion_entry_update(const struct ops_backend *ops, float *params, const float *grads,
-                                   float *const *states, size_t n, float decay,
+static zt_status lion_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
                                    const struct optimizer_hparams *hp)
 {
-    return ops->lion_update(params, grads, states[0], n, decay, hp);
+    return ops->lion_update(r, hp);
 }
 
-static zt_status adamw_entry_update(const struct ops_backend *ops, float *params,
-                                    const float *grads, float *const *states, size_t n, float decay,
+static zt_status adamw_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
                                     const struct optimizer_hparams *hp)
 {
-    return ops->adamw_update(params, grads, states[0], states[1], n, decay, hp);
+    return ops->adamw_update(r, hp);
 }
 
 /* "Adam" is PyTorch's Adam (L2 added to the gradient), as PyTorch users

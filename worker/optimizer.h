@@ -13,12 +13,16 @@
  *
  * An entry's `update` runs the backend's kernel for it (a slot of the op
  * table, worker/ops.h); the math of each kernel is written once here in
- * plain C over fp32 ranges (adamw_update), which the CPU backend calls and
- * a GPU backend's kernel must match, so every backend and every ZeRO stage
- * run the same update on whichever range a rank owns. The caller passes
- * gradients already averaged, clipped and unscaled, and a per-range
- * weight-decay factor (1 for tensors that decay, 0 for the rest: see the
- * per-tensor flags in worker/model_family.h).
+ * plain C over fp32 ranges (adamw_update; its per-element steps in
+ * optim_elementwise.h), which the CPU backend's kernels reproduce bit for
+ * bit and a GPU backend's kernel must match, so every backend and every
+ * ZeRO stage run the same update on whichever range a rank owns. An
+ * element-wise update takes a struct optimizer_range: gradients averaged
+ * but with the unscale and clip still to apply (its gscale), in fp32 or in
+ * the 16-bit working precision, and a per-range weight-decay factor (1 for
+ * tensors that decay, 0 for the rest: see the per-tensor flags in
+ * worker/model_family.h). Whole-tensor updates take gradients already
+ * unscaled and clipped, in fp32.
  *
  * Adding an optimizer: its math here, a slot in struct ops_backend with the
  * CPU entry calling that math, and one entry in the table in optimizer.c.
@@ -109,6 +113,27 @@ struct optimizer_piece {
     float decay;                         /* 1: weight decay applies to the tensor */
 };
 
+/* One range of an element-wise update, with the passes around it fused in
+ * so that each buffer is read and written once: for i < n,
+ *   g = grads[i] as fp32 (exact), times gscale in fp32;
+ *   params[i] and states[k][i] updated by the rule from g;
+ *   working[i] = params[i] rounded to working_dtype, when working is set.
+ * Under 16-bit precision params is the fp32 master, grads the reduced
+ * 16-bit gradients and working the 16-bit working parameters; under fp32
+ * grads are fp32 and working is NULL. The result equals the unfused
+ * sequence (to_f32, scale, update, from_f32) bit for bit. */
+struct optimizer_range {
+    float *params;                       /* fp32, updated in place */
+    const void *grads;                   /* grad_dtype elements, not modified */
+    enum zt_dtype grad_dtype;            /* ZT_F32, ZT_BF16 or ZT_F16 */
+    float gscale;                        /* the unscale and clip factor */
+    float *states[OPTIMIZER_MAX_STATES]; /* the rule's fp32 states; SGD: NULL without momentum */
+    void *working;                       /* NULL, or the working copy to refresh */
+    enum zt_dtype working_dtype;         /* ZT_BF16, ZT_F16 (or ZT_F32) */
+    size_t n;
+    float decay; /* 1: weight decay applies to the range; 0: none */
+};
+
 struct optimizer_ops {
     const char *name;  /* "AdamW": the canonical spelling */
     const char *alias; /* another accepted spelling, or NULL */
@@ -129,12 +154,10 @@ struct optimizer_ops {
     double default_eps, default_eps2;    /* a pair eps when not given (those reading eps2) */
     int n_hparams;
     enum optimizer_hparam hparams[OPT_HP_COUNT]; /* the ones it reads, in meta.json order */
-    /* Updates params[0..n) in place from grads[0..n) and the state vectors
-     * states[k][0..n), all device memory of `ops`' backend, through the
-     * backend's kernel for this optimizer. `decay` is 1 to apply weight
-     * decay to the range, 0 for none. Errors: those of the kernel. */
-    zt_status (*update)(const struct ops_backend *ops, float *params, const float *grads,
-                        float *const *states, size_t n, float decay,
+    /* Updates the range r (device memory of `ops`' backend) through the
+     * backend's kernel for this optimizer: see struct optimizer_range.
+     * Errors: those of the kernel. */
+    zt_status (*update)(const struct ops_backend *ops, const struct optimizer_range *r,
                         const struct optimizer_hparams *hp);
 
     /* Whole-tensor optimizers (whole_tensors = 1; `update` is NULL). */

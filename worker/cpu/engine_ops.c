@@ -1,10 +1,19 @@
-/* worker/cpu/engine_ops.c — the engine ops of the CPU backend.
+/* worker/cpu/engine_ops.c — the engine ops of the CPU backend: the generic
+ * (plain C) set of the elementwise ones, the ops every instruction set
+ * shares, and the blocked driver of the fused optimizer update.
  *
- * Each op is the device-independent function of worker/precision.h or
- * worker/optimizer.h called on host memory, so the ZeRO engine computes the
- * same bits through the table as it did calling those functions directly.
- * Only `scale` is a loop of its own: the unscale the engine runs before the
- * update, one fp32 multiply per element.
+ * The generic ops are the device-independent functions of
+ * worker/precision.h and worker/optim_elementwise.h called on host memory,
+ * so the ZeRO engine computes the same bits through the table as it did
+ * calling those functions directly. `scale` is a loop of its own: one fp32
+ * multiply per element.
+ *
+ * Why blocks in cpu_range_update: the fused update must not stage a whole
+ * range of fp32 gradients in memory (a write and a read of 4 bytes per
+ * element, more than the 16-bit gradients themselves). A block of
+ * RANGE_BLOCK elements is converted into a stack buffer that stays in L1,
+ * the rule reads it from there, and the updated parameters are cast back
+ * while they are still in cache; main memory sees each buffer once.
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
@@ -50,32 +59,59 @@ zt_status cpu_memset_zero(void *p, size_t bytes)
     return ZT_OK;
 }
 
-zt_status cpu_adam_update(float *params, const float *grads, float *m, float *v, size_t n,
-                          float decay, const struct optimizer_hparams *hp)
+/* Elements per block of the fused update: 2 KiB of staged fp32 gradients,
+ * a multiple of every vector width. */
+enum { RANGE_BLOCK = 512 };
+
+zt_status cpu_range_update(const struct cpu_rule_kernels *k, enum optim_rule rule,
+                           const struct optimizer_range *r, const struct optimizer_hparams *hp)
 {
-    adam_update(params, grads, m, v, n, decay, hp);
+    const size_t gsz = zt_dtype_size(r->grad_dtype), wsz = zt_dtype_size(r->working_dtype);
+    struct optim_consts c;
+    float staged[RANGE_BLOCK];
+    optim_consts_init(rule, hp, r->decay, r->gscale, &c);
+    for (size_t i = 0; i < r->n; i += RANGE_BLOCK) {
+        const size_t nb = r->n - i < RANGE_BLOCK ? r->n - i : RANGE_BLOCK;
+        const void *g = (const char *)r->grads + i * gsz;
+        if (r->grad_dtype != ZT_F32)
+            ZT_TRY(k->to_f32(r->grad_dtype, g, staged, nb));
+        float *states[OPTIMIZER_MAX_STATES];
+        for (int j = 0; j < OPTIMIZER_MAX_STATES; j++)
+            states[j] = r->states[j] ? r->states[j] + i : NULL;
+        k->apply[rule](r->params + i, r->grad_dtype != ZT_F32 ? staged : g, states, nb, &c);
+        if (r->working)
+            ZT_TRY(k->from_f32(r->working_dtype, r->params + i, (char *)r->working + i * wsz, nb));
+    }
     return ZT_OK;
 }
 
-zt_status cpu_sgd_update(float *params, const float *grads, float *buf, size_t n, float decay,
-                         const struct optimizer_hparams *hp)
+static const struct cpu_rule_kernels GENERIC = {
+    .to_f32 = cpu_to_f32,
+    .from_f32 = cpu_from_f32,
+    .apply = {[OPTIM_ADAMW] = optim_adamw_apply,
+              [OPTIM_ADAM] = optim_adam_apply,
+              [OPTIM_SGD] = optim_sgd_apply,
+              [OPTIM_LION] = optim_lion_apply},
+};
+
+zt_status cpu_adamw_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
 {
-    sgd_update(params, grads, buf, n, decay, hp);
-    return ZT_OK;
+    return cpu_range_update(&GENERIC, OPTIM_ADAMW, r, hp);
 }
 
-zt_status cpu_lion_update(float *params, const float *grads, float *m, size_t n, float decay,
-                          const struct optimizer_hparams *hp)
+zt_status cpu_adam_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
 {
-    lion_update(params, grads, m, n, decay, hp);
-    return ZT_OK;
+    return cpu_range_update(&GENERIC, OPTIM_ADAM, r, hp);
 }
 
-zt_status cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
-                           float decay, const struct optimizer_hparams *hp)
+zt_status cpu_sgd_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
 {
-    adamw_update(params, grads, m, v, n, decay, hp);
-    return ZT_OK;
+    return cpu_range_update(&GENERIC, OPTIM_SGD, r, hp);
+}
+
+zt_status cpu_lion_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+{
+    return cpu_range_update(&GENERIC, OPTIM_LION, r, hp);
 }
 
 zt_status cpu_adafactor_round(int round, const struct optimizer_piece *pc,

@@ -1,10 +1,18 @@
-/* worker/cpu/ops_cpu.c — the CPU backend table and its thread count.
+/* worker/cpu/ops_cpu.c — the CPU backend's op tables, one per instruction
+ * set of the engine ops, and its thread count.
  *
  * The ops themselves live in one file per op (worker/cpu/<op>.c, the stems
- * the CUDA backend shares); this file only gathers them into the constant
- * table that ops_cpu_backend() hands out.
+ * the CUDA backend shares); this file only gathers them into constant
+ * tables. The model ops are the same in every table (their hot loops pick
+ * their instruction set through CPU_KERNEL's clones instead); the engine's
+ * elementwise ops come in one set per instruction set (ops_cpu_impl.h).
+ * ops_cpu_backend() hands out the widest set the CPU runs, decided from the
+ * CPU's features on each call, so the choice lives in no variable: the
+ * compute backend bundle keeps the table it was given.
  */
 #include "worker/ops.h"
+
+#include <stdio.h>
 
 #include "common/status.h"
 #include "worker/cpu/ops_cpu_impl.h"
@@ -12,58 +20,108 @@
 #include <cblas.h>
 #include <omp.h>
 
-static const struct ops_backend CPU_OPS = {
-    .name = "cpu",
-    .encoder_forward = cpu_encoder_forward,
-    .encoder_backward = cpu_encoder_backward,
-    .encoder_forward_vocab = cpu_encoder_forward_vocab,
-    .encoder_backward_vocab = cpu_encoder_backward_vocab,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .matmul_forward = cpu_matmul_forward,
-    .matmul_backward = cpu_matmul_backward,
-    .fp8_quantize = cpu_fp8_quantize,
-    .fp8_dequantize = cpu_fp8_dequantize,
-    .lora_forward = cpu_lora_forward,
-    .lora_backward = cpu_lora_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .rmsnorm_forward = cpu_rmsnorm_forward,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
-    .rope_forward = cpu_rope_forward,
-    .rope_backward = cpu_rope_backward,
-    .swiglu_forward = cpu_swiglu_forward,
-    .swiglu_backward = cpu_swiglu_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .residual_forward = cpu_residual_forward,
-    .mul_forward = cpu_mul_forward,
-    .mul_backward = cpu_mul_backward,
-    .crossentropy_forward = cpu_crossentropy_forward,
-    .crossentropy_backward = cpu_crossentropy_backward,
-    .crossentropy_vocab_max = cpu_crossentropy_vocab_max,
-    .crossentropy_vocab_exp = cpu_crossentropy_vocab_exp,
-    .crossentropy_vocab_finish = cpu_crossentropy_vocab_finish,
-    .crossentropy_vocab_backward = cpu_crossentropy_vocab_backward,
+/* The slots every table shares: the model ops, memset_zero and the
+ * whole-tensor optimizers. */
+#define CPU_SHARED_OPS                                                                             \
+    .name = "cpu", .encoder_forward = cpu_encoder_forward,                                         \
+    .encoder_backward = cpu_encoder_backward, .encoder_forward_vocab = cpu_encoder_forward_vocab,  \
+    .encoder_backward_vocab = cpu_encoder_backward_vocab,                                          \
+    .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,      \
+    .matmul_forward = cpu_matmul_forward, .matmul_backward = cpu_matmul_backward,                  \
+    .fp8_quantize = cpu_fp8_quantize, .fp8_dequantize = cpu_fp8_dequantize,                        \
+    .lora_forward = cpu_lora_forward, .lora_backward = cpu_lora_backward,                          \
+    .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,      \
+    .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,              \
+    .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward,                          \
+    .swiglu_forward = cpu_swiglu_forward, .swiglu_backward = cpu_swiglu_backward,                  \
+    .gelu_forward = cpu_gelu_forward, .gelu_backward = cpu_gelu_backward,                          \
+    .residual_forward = cpu_residual_forward, .mul_forward = cpu_mul_forward,                      \
+    .mul_backward = cpu_mul_backward, .crossentropy_forward = cpu_crossentropy_forward,            \
+    .crossentropy_backward = cpu_crossentropy_backward,                                            \
+    .crossentropy_vocab_max = cpu_crossentropy_vocab_max,                                          \
+    .crossentropy_vocab_exp = cpu_crossentropy_vocab_exp,                                          \
+    .crossentropy_vocab_finish = cpu_crossentropy_vocab_finish,                                    \
+    .crossentropy_vocab_backward = cpu_crossentropy_vocab_backward,                                \
+    .memset_zero = cpu_memset_zero, .adafactor_round = cpu_adafactor_round,                        \
+    .adafactor_apply = cpu_adafactor_apply, .adamw8bit_round = cpu_adamw8bit_round,                \
+    .adamw8bit_apply = cpu_adamw8bit_apply
+
+static const struct ops_backend CPU_OPS_GENERIC = {
+    CPU_SHARED_OPS,
     .to_f32 = cpu_to_f32,
     .from_f32 = cpu_from_f32,
     .add_into = cpu_add_into,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
-    .memset_zero = cpu_memset_zero,
     .adamw_update = cpu_adamw_update,
     .adam_update = cpu_adam_update,
     .sgd_update = cpu_sgd_update,
     .lion_update = cpu_lion_update,
-    .adafactor_round = cpu_adafactor_round,
-    .adafactor_apply = cpu_adafactor_apply,
-    .adamw8bit_round = cpu_adamw8bit_round,
-    .adamw8bit_apply = cpu_adamw8bit_apply,
 };
+
+static int always_usable(void)
+{
+    return 1;
+}
+
+#ifdef ZT_HAVE_AVX2
+static const struct ops_backend CPU_OPS_AVX2 = {
+    CPU_SHARED_OPS,
+    .to_f32 = cpu_avx2_to_f32,
+    .from_f32 = cpu_avx2_from_f32,
+    .add_into = cpu_avx2_add_into,
+    .sum_squares = cpu_avx2_sum_squares,
+    .scale = cpu_avx2_scale,
+    .adamw_update = cpu_avx2_adamw_update,
+    .adam_update = cpu_avx2_adam_update,
+    .sgd_update = cpu_avx2_sgd_update,
+    .lion_update = cpu_avx2_lion_update,
+};
+#endif
+
+/* The instruction sets this build has, widest first. */
+static const struct {
+    enum ops_cpu_isa isa;
+    int (*usable)(void); /* whether this CPU runs it */
+    const struct ops_backend *ops;
+} ISAS[] = {
+#ifdef ZT_HAVE_AVX2
+    {OPS_CPU_AVX2, cpu_avx2_usable, &CPU_OPS_AVX2},
+#endif
+    {OPS_CPU_GENERIC, always_usable, &CPU_OPS_GENERIC},
+};
+#define N_ISAS (sizeof ISAS / sizeof ISAS[0])
 
 const struct ops_backend *ops_cpu_backend(void)
 {
-    return &CPU_OPS;
+    for (size_t k = 0; k < N_ISAS; k++)
+        if (ISAS[k].usable())
+            return ISAS[k].ops;
+    return &CPU_OPS_GENERIC;
+}
+
+const struct ops_backend *ops_cpu_backend_isa(enum ops_cpu_isa isa, char *why, size_t n)
+{
+    for (size_t k = 0; k < N_ISAS; k++) {
+        if (ISAS[k].isa != isa)
+            continue;
+        if (ISAS[k].usable())
+            return ISAS[k].ops;
+        if (why)
+            snprintf(why, n, "this CPU lacks the %s instruction set", ops_cpu_isa_name(isa));
+        return NULL;
+    }
+    if (why)
+        snprintf(why, n, "this build has no %s kernels (not an x86-64 build)",
+                 ops_cpu_isa_name(isa));
+    return NULL;
+}
+
+const char *ops_cpu_isa_name(enum ops_cpu_isa isa)
+{
+    static const char *const names[OPS_CPU_ISA_COUNT] = {
+        [OPS_CPU_GENERIC] = "generic", [OPS_CPU_AVX2] = "avx2"};
+    return (unsigned)isa < OPS_CPU_ISA_COUNT ? names[isa] : "?";
 }
 
 /* OpenMP's count is a per-thread setting: it holds for the parallel regions

@@ -35,8 +35,7 @@
 #include "common/fp8.h"
 #include "common/status.h"
 
-struct optimizer_hparams;
-struct optimizer_piece;
+#include "worker/optim_elementwise.h"
 
 /* encoder_forward and encoder_backward of worker/ops.h. */
 zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
@@ -128,29 +127,68 @@ zt_status cpu_crossentropy_vocab_backward(float *dlogits, const float *probs,
                                           const int32_t *targets, float dloss, int N, int Vp,
                                           int v_lo);
 
-/* The engine ops of worker/ops.h (worker/cpu/engine_ops.c): to_f32,
- * from_f32, add_into, sum_squares, scale, memset_zero and the optimizer
- * kernels. */
-zt_status cpu_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n);
-zt_status cpu_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
-zt_status cpu_add_into(enum zt_dtype t, void *dst, const void *src, size_t n);
-zt_status cpu_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale, double *out);
-zt_status cpu_scale(float *x, size_t n, float s);
+/* The engine ops of worker/ops.h. The ones that are the same for every
+ * instruction set (worker/cpu/engine_ops.c): memset_zero and the
+ * whole-tensor optimizers. */
 zt_status cpu_memset_zero(void *p, size_t bytes);
-zt_status cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
-                           float decay, const struct optimizer_hparams *hp);
-zt_status cpu_adam_update(float *params, const float *grads, float *m, float *v, size_t n,
-                          float decay, const struct optimizer_hparams *hp);
-zt_status cpu_sgd_update(float *params, const float *grads, float *buf, size_t n, float decay,
-                         const struct optimizer_hparams *hp);
-zt_status cpu_lion_update(float *params, const float *grads, float *m, size_t n, float decay,
-                          const struct optimizer_hparams *hp);
 zt_status cpu_adafactor_round(int round, const struct optimizer_piece *pc,
                               const struct optimizer_hparams *hp);
 zt_status cpu_adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
 zt_status cpu_adamw8bit_round(int round, const struct optimizer_piece *pc,
                               const struct optimizer_hparams *hp);
 zt_status cpu_adamw8bit_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
+
+/* ---- the engine's elementwise ops per instruction set ---------------------
+ *
+ * Each instruction set (enum ops_cpu_isa) provides the engine ops of
+ * worker/ops.h that touch every element: to_f32, from_f32, add_into,
+ * sum_squares, scale and the element-wise optimizers, with the semantics of
+ * the slots of the same stem; ops_cpu.c puts each set into its op table.
+ * The generic set (cpu_*, engine_ops.c) is worker/precision.c's and
+ * worker/optim_elementwise.c's plain C; the AVX2 set (cpu_avx2_*,
+ * simd_avx2.c, built on x86-64 only, where the build defines ZT_HAVE_AVX2)
+ * is vector code with the same results bit for bit except sum_squares'
+ * order of summation. The optimizer slots of both are cpu_range_update
+ * over the set's casts and rule loops. */
+zt_status cpu_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n);
+zt_status cpu_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
+zt_status cpu_add_into(enum zt_dtype t, void *dst, const void *src, size_t n);
+zt_status cpu_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale, double *out);
+zt_status cpu_scale(float *x, size_t n, float s);
+zt_status cpu_adamw_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+zt_status cpu_adam_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+zt_status cpu_sgd_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+zt_status cpu_lion_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+
+zt_status cpu_avx2_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n);
+zt_status cpu_avx2_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
+zt_status cpu_avx2_add_into(enum zt_dtype t, void *dst, const void *src, size_t n);
+zt_status cpu_avx2_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale,
+                               double *out);
+zt_status cpu_avx2_scale(float *x, size_t n, float s);
+zt_status cpu_avx2_adamw_update(const struct optimizer_range *r,
+                                const struct optimizer_hparams *hp);
+zt_status cpu_avx2_adam_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+zt_status cpu_avx2_sgd_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+zt_status cpu_avx2_lion_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+/* Whether this CPU (and its OS) runs the AVX2 set: AVX2, FMA and F16C. */
+int cpu_avx2_usable(void);
+
+/* The rule loops of one instruction set, indexed by enum optim_rule
+ * (worker/optim_elementwise.h), and its casts. */
+struct cpu_rule_kernels {
+    zt_status (*to_f32)(enum zt_dtype t, const void *src, float *dst, size_t n);
+    zt_status (*from_f32)(enum zt_dtype t, const float *src, void *dst, size_t n);
+    optim_apply_fn apply[OPTIM_RULE_COUNT];
+};
+
+/* The element-wise update of rule `rule` on r (struct optimizer_range)
+ * with kernels k, in blocks small enough for L1: a 16-bit block of
+ * gradients is converted into a stack buffer, the rule runs on it (the
+ * scale by gscale inside the rule), and the updated block of parameters is
+ * cast into r->working while still in cache. */
+zt_status cpu_range_update(const struct cpu_rule_kernels *k, enum optim_rule rule,
+                           const struct optimizer_range *r, const struct optimizer_hparams *hp);
 
 /* Marks a row kernel for the AVX-512 / AVX2 / baseline clones above. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
