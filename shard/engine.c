@@ -285,6 +285,14 @@ static zt_status gathered_release(struct shard_engine *e, int unit)
     return ZT_ERR_INTERNAL;
 }
 
+/* The fp32 staging of 16-bit gradients the update needs for a range of n
+ * elements: only whole-tensor optimizers read them through it; the
+ * element-wise ones convert in their fused pass (shard/update.c). */
+static size_t staging_floats(const struct shard_engine *e, size_t n)
+{
+    return is_16bit(e) && e->cfg.optimizer->whole_tensors ? n : 0;
+}
+
 /* Each unit's gradient lives in its own transient buffer, reduced once
  * complete: stages 2-3, and every stage of a fused-backward optimizer. */
 static int transient_grads(const struct shard_engine *e)
@@ -316,7 +324,7 @@ static zt_status fused_unit_done(struct shard_engine *e, int unit)
     const struct shard_unit *su = &e->part.units[unit];
     const struct owned_range r = owned_range_of(e, unit);
     void *full = e->unit_grads[unit], *reduced = full, *tmp = NULL;
-    const size_t tmp_bytes = is_16bit(e) ? (r.hi - r.lo) * sizeof(float) : 0;
+    const size_t tmp_bytes = staging_floats(e, r.hi - r.lo) * sizeof(float);
     zt_status st = ZT_OK;
     if (e->policy.shard_states)
         st = device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), "a reduced shard",
@@ -1126,7 +1134,7 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
                             int skip_on_overflow, struct shard_step_result *out)
 {
     const size_t shard_bytes_total = e->part.state_shard_total * e->esz;
-    const size_t tmp_bytes = is_16bit(e) ? max_update_range(e) * sizeof(float) : 0;
+    const size_t tmp_bytes = staging_floats(e, max_update_range(e)) * sizeof(float);
     void *g = e->grads, *shards = NULL, *tmp = NULL;
     out->grad_norm = 0.0;
     out->skipped = 0;
