@@ -36,9 +36,9 @@
  * each of R ranks max(1, cores / R) threads, so R > cores oversubscribes
  * the cores, and the planner then lets the busy ranks absorb a pipeline
  * stage's idle time (plan.h). `zerotrain calibrate` writes it (the online
- * cores); a file without it (the GPU machines, whose ranks compute on
- * their devices) reads as 0, "not stated", which the planner takes as
- * never oversubscribed.
+ * cores); the GPU machines give their DGX node's CPU cores, which their 8
+ * ranks never oversubscribe. A file without it reads as 0, "not stated",
+ * which the planner takes as never oversubscribed.
  *
  * Files live in a folder of machines, found by name: ZT_MACHINES_DIR in
  * the environment, else the repository's configs/machines (compiled in).
