@@ -41,28 +41,30 @@ struct row {
     enum kind kind;
     size_t off;       /* of the value in struct machine; 0 for sections */
     const char *unit; /* written as a comment after the value */
+    int optional;     /* may be absent (its field stays 0, and is not written while 0) */
 };
 
 #define OFF(member) offsetof(struct machine, member)
 #define FLOPS(p)    (OFF(matmul_flops) + (p) * sizeof(double))
 
 static const struct row rows[] = {
-    {"name", K_NAME, OFF(name), NULL},
-    {"device_memory", K_SIZE, OFF(device_memory), "of one device"},
-    {"devices_per_node", K_COUNT, OFF(devices_per_node), NULL},
-    {"compute", K_SECTION, 0, NULL},
-    {"compute.matmul_flops", K_SECTION, 0, "sustained dense matmul FLOP/s of one device"},
-    {"compute.matmul_flops.fp32", K_RATE, FLOPS(MACHINE_FP32), NULL},
-    {"compute.matmul_flops.bf16", K_RATE, FLOPS(MACHINE_BF16), NULL},
-    {"compute.matmul_flops.fp16", K_RATE, FLOPS(MACHINE_FP16), NULL},
-    {"compute.memory_bandwidth", K_RATE, OFF(memory_bandwidth), "bytes/s"},
-    {"links", K_SECTION, 0, "bus bandwidth in bytes/s, latency in s per collective step"},
-    {"links.intra_node", K_SECTION, 0, NULL},
-    {"links.intra_node.bandwidth", K_RATE, OFF(intra_node.bandwidth), NULL},
-    {"links.intra_node.latency", K_RATE, OFF(intra_node.latency), NULL},
-    {"links.inter_node", K_SECTION, 0, NULL},
-    {"links.inter_node.bandwidth", K_RATE, OFF(inter_node.bandwidth), NULL},
-    {"links.inter_node.latency", K_RATE, OFF(inter_node.latency), NULL},
+    {"name", K_NAME, OFF(name), NULL, 0},
+    {"device_memory", K_SIZE, OFF(device_memory), "of one device", 0},
+    {"devices_per_node", K_COUNT, OFF(devices_per_node), NULL, 0},
+    {"cores", K_COUNT, OFF(cores), "of one node", 1},
+    {"compute", K_SECTION, 0, NULL, 0},
+    {"compute.matmul_flops", K_SECTION, 0, "sustained dense matmul FLOP/s of one device", 0},
+    {"compute.matmul_flops.fp32", K_RATE, FLOPS(MACHINE_FP32), NULL, 0},
+    {"compute.matmul_flops.bf16", K_RATE, FLOPS(MACHINE_BF16), NULL, 0},
+    {"compute.matmul_flops.fp16", K_RATE, FLOPS(MACHINE_FP16), NULL, 0},
+    {"compute.memory_bandwidth", K_RATE, OFF(memory_bandwidth), "bytes/s", 0},
+    {"links", K_SECTION, 0, "bus bandwidth in bytes/s, latency in s per collective step", 0},
+    {"links.intra_node", K_SECTION, 0, NULL, 0},
+    {"links.intra_node.bandwidth", K_RATE, OFF(intra_node.bandwidth), NULL, 0},
+    {"links.intra_node.latency", K_RATE, OFF(intra_node.latency), NULL, 0},
+    {"links.inter_node", K_SECTION, 0, NULL, 0},
+    {"links.inter_node.bandwidth", K_RATE, OFF(inter_node.bandwidth), NULL, 0},
+    {"links.inter_node.latency", K_RATE, OFF(inter_node.latency), NULL, 0},
 };
 
 #define N_ROWS (sizeof rows / sizeof rows[0])
@@ -194,6 +196,8 @@ static zt_status read_section(const struct yaml_tree_node *map, const char *pref
         if (!is_child(rows[i].path, prefix))
             continue;
         const struct yaml_tree_node *v = yaml_tree_get(map, leaf(rows[i].path));
+        if (!v && rows[i].optional)
+            continue;
         if (!v)
             return zt_error_set(ZT_ERR_CONFIG, "%s: missing key %s", map->origin, rows[i].path);
         if (rows[i].kind != K_SECTION)
@@ -380,11 +384,20 @@ static void put_row(FILE *f, const struct row *r, const struct machine *m)
     fputc('\n', f);
 }
 
+/* Whether an optional row's field holds 0, its "not stated" (only counts
+ * are optional). */
+static int is_unset(const struct row *r, const struct machine *m)
+{
+    ZT_ASSERT(r->kind == K_COUNT);
+    return *(const int *)(const void *)((const char *)m + r->off) == 0;
+}
+
 zt_status machine_write(const struct machine *m, const char *comment, FILE *f)
 {
     put_comment(f, comment);
     for (size_t i = 0; i < N_ROWS; i++)
-        put_row(f, &rows[i], m);
+        if (!rows[i].optional || !is_unset(&rows[i], m))
+            put_row(f, &rows[i], m);
     if (fflush(f) != 0 || ferror(f))
         return zt_error_set(ZT_ERR_IO, "machine_write: cannot write machine '%s': %s", m->name,
                             strerror(errno));

@@ -7,6 +7,7 @@
  *     name: h100-sxm
  *     device_memory: 80GiB        # zt_size_parse syntax, or a plain integer of bytes
  *     devices_per_node: 8
+ *     cores: 112                  # optional: CPU cores of one node
  *     compute:
  *       matmul_flops:             # FLOP/s one device sustains in dense matmuls
  *         fp32: 46.9e12           # 67 TFLOPS peak x 0.70
@@ -26,10 +27,18 @@
  * stated efficiency factor, with the arithmetic in a comment, so that a
  * reader can check and change them.
  *
- * Every key is required and no other key is allowed, so that a typo is an
- * error rather than a silently ignored number. Numbers are plain decimal
- * (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node is an
- * integer >= 1; name is a string of 1 to 63 characters.
+ * Every key but `cores` is required and no other key is allowed, so that a
+ * typo is an error rather than a silently ignored number. Numbers are plain
+ * decimal (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node and
+ * cores are integers >= 1; name is a string of 1 to 63 characters.
+ *
+ * `cores` is what the ranks of a node run their threads on: `train` gives
+ * each of R ranks max(1, cores / R) threads, so R > cores oversubscribes
+ * the cores, and the planner then lets the busy ranks absorb a pipeline
+ * stage's idle time (plan.h). `zerotrain calibrate` writes it (the online
+ * cores); the GPU machines give their DGX node's CPU cores, which their 8
+ * ranks never oversubscribe. A file without it reads as 0, "not stated",
+ * which the planner takes as never oversubscribed.
  *
  * Files live in a folder of machines, found by name: ZT_MACHINES_DIR in
  * the environment, else the repository's configs/machines (compiled in).
@@ -38,13 +47,14 @@
  * there is a node to point at, its line and column:
  *   "FILE: empty machine file"
  *   "FILE:L:C: a machine file must be a mapping of name, device_memory,
- *    devices_per_node, compute, links; got 'x'"
+ *    devices_per_node, cores, compute, links; got 'x'"
  *   "FILE:L:C: unknown key 'gpu_mem' (expected name, device_memory, ...)"
  *   "FILE:L:C: unknown key 'bf17' in compute.matmul_flops (expected fp32, bf16, fp16)"
  *   "FILE: missing key links.inter_node.latency"
  *   "FILE:L:C: links.intra_node: expected a mapping, got '3'"
  *   "FILE:L:C: compute.matmul_flops.bf16: expected a positive number, got 'fast'"
  *   "FILE:L:C: devices_per_node: expected an integer >= 1, got '0'"
+ *   "FILE:L:C: cores: expected an integer >= 1, got '-2'"
  *   "FILE:L:C: device_memory: expected a size such as 80GiB or a number of bytes, got 'lots'"
  *   "FILE:L:C: name: expected a string of 1 to 63 characters, got ..."
  *   "no machine 'x' in DIR (there are: a100-40gb, a100-80gb, h100-sxm)"
@@ -73,6 +83,7 @@ struct machine {
     char path[4096];        /* the file it was read from */
     uint64_t device_memory; /* bytes of one device */
     int devices_per_node;
+    int cores;               /* CPU cores of one node; 0: not stated */
     double matmul_flops[3];  /* sustained dense matmul FLOP/s of one device, by working precision:
                                 [0] fp32, [1] bf16, [2] fp16 (enum machine_precision) */
     double memory_bandwidth; /* bytes per second of one device's memory */

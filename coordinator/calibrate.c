@@ -222,6 +222,7 @@ static zt_status check_setup(const struct calibrate_options *o, struct calibrati
         cal->m.device_memory = (uint64_t)pages * (uint64_t)page;
     }
     cal->m.devices_per_node = 1;
+    cal->m.cores = cal->cores;
     if (cal->ranks < 2)
         return zt_error_set(ZT_ERR_USAGE, "calibrate measures collectives between ranks: run it "
                                           "under mpirun with 2 to 4 ranks");
@@ -704,6 +705,8 @@ static zt_status build_comment(const struct calibration *cal, const struct calib
     fprintf(f, "A CPU node is ONE device (devices_per_node: 1): its cores run one rank's BLAS "
                "threads\nand the ranks of the node share them, so every rate is what all the "
                "cores sustain\ntogether. Rates are rounded to 4 significant digits.\n");
+    fprintf(f, "cores: the node's online cores (sysconf _SC_NPROCESSORS_ONLN), which train "
+               "divides\namong the ranks of the node, one thread each at least.\n");
     fprintf(f, "device_memory: %s.\n\n",
             o->device_memory ? "given by --device-memory"
                              : "the node's physical memory (sysconf _SC_PHYS_PAGES x "

@@ -22,7 +22,9 @@
  *            as activation traffic at its memory bandwidth, the optimizer
  *            step as state traffic, the collectives as bytes over the
  *            link's bandwidth plus a latency per ring step, exposed or
- *            hidden by each stage's overlap rule, and the pipeline's bubble.
+ *            hidden by each stage's overlap rule, and the pipeline's bubble
+ *            (less where the node's ranks oversubscribe its cores, so
+ *            that an idle stage's core runs the others: plan_bubble).
  *
  * The cost model (plan_cost) is a pure function of a layout's facts and a
  * machine (config/machine.h), so it is tested without building anything.
@@ -117,6 +119,14 @@ zt_status plan_stage_blocks(const struct zt_config *base, const struct plan_layo
 void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const struct plan_role *r,
                const struct machine *m, int per_node, enum machine_precision precision,
                struct plan_time *out);
+
+/* The idle time the pipeline schedule exposes in a step of `busy` seconds
+ * of a stage's own work, P = pp stages and m = accum micro batches: busy x
+ * (P-1)/m, the bubble of 1F1B and GPipe, when each rank has its cores to
+ * itself (oversubscription 1). When the node's ranks ask for o > 1 times
+ * its cores (machine.h's cores), a stage's idle time is absorbed by the
+ * other ranks taking its core: max(0, busy x (1 + (P-1)/m) / o - busy). */
+double plan_bubble(double busy, int pp, int accum, double oversubscription);
 
 /* The command's options. */
 struct plan_options {

@@ -134,6 +134,30 @@ static double device_share(const struct machine *m, int per_node)
     return share > 1.0 ? share : 1.0;
 }
 
+/* How many times over the node's ranks ask for its cores: `train` gives
+ * each of R ranks max(1, cores / R) threads (coordinator/session.c), so
+ * R x threads / cores, and 1 where the machine does not state its cores or
+ * the ranks fit. device_share already divides a node's rates among its
+ * ranks: this factor says only whether a rank's idle time is another's. */
+static double oversubscription(const struct machine *m, int per_node)
+{
+    if (m->cores <= 0)
+        return 1.0;
+    const int threads = m->cores / per_node > 0 ? m->cores / per_node : 1;
+    const double o = (double)per_node * threads / m->cores;
+    return o > 1.0 ? o : 1.0;
+}
+
+double plan_bubble(double busy, int pp, int accum, double oversubscription)
+{
+    /* 1F1B and GPipe both idle P - 1 micro batches' time per step: a
+     * stage's span is busy (1 + (P-1)/m). Oversubscribed o times, the
+     * node's cores run the other ranks while one idles, so the span
+     * shrinks by o, down to the busy time itself */
+    const double span = busy * (1.0 + (double)(pp - 1) / accum) / oversubscription;
+    return span > busy ? span - busy : 0.0;
+}
+
 void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const struct plan_role *r,
                const struct machine *m, int per_node, enum machine_precision precision,
                struct plan_time *out)
@@ -171,9 +195,8 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
         out->exposed[PLAN_AXIS_DATA] =
             out->comm[PLAN_AXIS_DATA] > hidden ? out->comm[PLAN_AXIS_DATA] - hidden : 0.0;
     }
-    /* 1F1B and GPipe both idle P - 1 micro batches' time per step */
     const double busy =
         out->compute + out->exposed[PLAN_AXIS_TENSOR] + out->exposed[PLAN_AXIS_PIPELINE];
-    out->bubble = (l->pp - 1) * busy / l->accum;
+    out->bubble = plan_bubble(busy, l->pp, l->accum, oversubscription(m, per_node));
     out->step = busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->optimizer;
 }

@@ -86,8 +86,8 @@ START_TEST(fit_forces_both_positive)
 END_TEST
 
 /* A quick calibration at 2 ranks writes a machine file machine_load reads:
- * one device per node, every rate positive, the 16-bit rates fp32's, one
- * link for both classes, the node's memory, the tables in the comment. */
+ * one device per node with the node's online cores, every rate positive, the 16-bit rates fp32's,
+ * one link for both classes, the node's memory, the tables in the comment. */
 START_TEST(quick_calibration_writes_a_machine_file)
 {
     const char *dir = testutil_tmpdir("calibrate-ok");
@@ -104,6 +104,7 @@ START_TEST(quick_calibration_writes_a_machine_file)
     ck_assert_int_eq(gethostname(host, sizeof host - 1), 0);
     ck_assert_str_eq(m.name, testutil_fmt("cpu-%.59s", host));
     ck_assert_int_eq(m.devices_per_node, 1);
+    ck_assert_int_eq(m.cores, (int)sysconf(_SC_NPROCESSORS_ONLN));
     ck_assert_uint_eq(m.device_memory,
                       (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE));
     const double rates[] = {m.matmul_flops[MACHINE_FP32], m.memory_bandwidth,
@@ -123,6 +124,7 @@ START_TEST(quick_calibration_writes_a_machine_file)
                                  "#  rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd GFLOP/s\n",
                                  "#   256   768  3072 ",
                                  "# memory: triad",
+                                 "# cores: the node's online cores",
                                  "allreduce(us)",
                                  "#    4194304 ",
                                  "# links: least-squares fit",

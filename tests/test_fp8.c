@@ -8,7 +8,10 @@
  * representable value, every midpoint and its float neighbours, values
  * beyond the range, underflow, infinities and NaNs. Random floats over the
  * whole exponent range are checked against a brute-force nearest-even
- * search over the 256 decoded values in double, written here. The scaling
+ * search over the 256 decoded values in double, written here. The CPU
+ * op table's vectorised quantise and dequantise are checked against the
+ * codec bit for bit (an exhaustive run over all 2^32 floats at scale 1
+ * agreed too; it takes minutes, so the test keeps a sample). The scaling
  * is checked against a naive reference that keeps every step's amax in a
  * list; the GEMMs against triple loops in double over the decoded values;
  * the buffers' bytes against the sizes the model's shape gives.
@@ -168,6 +171,86 @@ START_TEST(test_scaled_encode_and_amax)
     ck_assert(isnan(fp8_amax(with_nan, 3)));
     const float with_inf[2] = {-INFINITY, 2.0f};
     ck_assert(isinf(fp8_amax(with_inf, 2)));
+}
+END_TEST
+
+/* ---- the CPU ops against the codec ---------------------------------------- */
+
+/* The encode inputs of the reference tables, then random 32-bit patterns
+ * (every class: NaNs, infinities, zeros, float subnormals, normals), with
+ * the NaNs among the random ones made finite except one at index nan_at:
+ * prefixes before it have a finite (or infinite) amax. */
+static float *op_inputs(size_t *n, size_t *nan_at)
+{
+    enum { RANDOM = 60000 };
+    size_t cap = RANDOM + 4096, k = 0;
+    float *x = malloc(cap * sizeof *x);
+    ck_assert_ptr_nonnull(x);
+    FILE *f = open_tables();
+    char line[256], kind[16], fmt[16];
+    unsigned bits, code;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%15s %15s %x %x", kind, fmt, &bits, &code) == 4 &&
+            strcmp(kind, "encode") == 0 && !isnan(float_of_bits(bits))) {
+            if (k == cap - RANDOM) {
+                cap *= 2;
+                x = realloc(x, cap * sizeof *x);
+                ck_assert_ptr_nonnull(x);
+            }
+            x[k++] = float_of_bits(bits);
+        }
+    fclose(f);
+    const uint64_t key = rng_key(11, "fp8 op inputs");
+    for (uint64_t i = 0; i < RANDOM; i++) {
+        const float v = float_of_bits((uint32_t)rng_u64(key, i));
+        x[k++] = isnan(v) ? (float)i : v;
+    }
+    *nan_at = k - 5;
+    x[*nan_at] = -NAN;
+    *n = k;
+    return x;
+}
+
+/* The op table's fp8_quantize and fp8_dequantize (worker/cpu/fp8.c,
+ * vectorised and threaded) give the codec's fp8_encode_scaled, fp8_amax
+ * and fp8_decode_scaled bit for bit: at scales 1, a power of two and two
+ * that are not (one overflowing most values), on prefixes whose lengths
+ * end inside a vector and span several thread chunks. */
+START_TEST(test_cpu_ops_match_the_codec)
+{
+    const struct ops_backend *ops = ops_cpu_backend();
+    size_t n, nan_at;
+    float *x = op_inputs(&n, &nan_at);
+    uint8_t *got = malloc(n), *want = malloc(n);
+    float *back = malloc(n * sizeof *back), *back_want = malloc(n * sizeof *back);
+    ck_assert(got && want && back && back_want);
+    static const float scales[] = {1.0f, 0.0078125f, 60.3f, 3.7e9f};
+    const size_t lens[] = {0, 1, 7, 33, 1000, nan_at, n};
+    for (int ff = 0; ff < FP8_FORMAT_COUNT; ff++)
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const size_t len = lens[li];
+                const enum fp8_format f = (enum fp8_format)ff;
+                float amax = -1.0f;
+                memset(got, 0xaa, n);
+                ck_assert_int_eq(ops->fp8_quantize(got, &amax, x, len, scales[si], f), ZT_OK);
+                fp8_encode_scaled(want, x, len, scales[si], f);
+                const float amax_want = fp8_amax(x, len);
+                ck_assert_msg(memcmp(got, want, len) == 0 &&
+                                  memcmp(&amax, &amax_want, sizeof amax) == 0,
+                              "format %d scale %g length %zu: codes or amax (%a, want %a) differ",
+                              ff, scales[si], len, amax, amax_want);
+                ck_assert_int_eq(ops->fp8_dequantize(back, got, len, 1.0f / scales[si], f), ZT_OK);
+                fp8_decode_scaled(back_want, got, len, 1.0f / scales[si], f);
+                ck_assert_msg(memcmp(back, back_want, len * sizeof *back) == 0,
+                              "format %d scale %g length %zu: decoded values differ", ff,
+                              scales[si], len);
+            }
+    free(x);
+    free(got);
+    free(want);
+    free(back);
+    free(back_want);
 }
 END_TEST
 
@@ -446,6 +529,7 @@ static Suite *fp8_suite(void)
     tcase_add_test(codec, test_encode_reference_cases);
     tcase_add_test(codec, test_encode_random_floats_brute_force);
     tcase_add_test(codec, test_scaled_encode_and_amax);
+    tcase_add_test(codec, test_cpu_ops_match_the_codec);
     tcase_set_timeout(codec, 60);
     suite_add_tcase(s, codec);
     TCase *scaling = tcase_create("scaling");

@@ -1,8 +1,9 @@
 /* tests/test_fp8_train.c — fp8 training through the binary under mpirun:
  * every layout trains with the 1-rank run's scales, activation
- * checkpointing changes no bit, configs/tiny.yaml in fp8 follows bf16
- * within the measured tolerance, the dry run counts the fp8 buffers to the
- * byte, and refused combinations exit with a configuration error.
+ * checkpointing changes no bit, configs/tiny.yaml in fp8 follows bf16's
+ * loss curve over 300 steps (40 in the sanitizer build) within the
+ * measured tolerance, the dry run counts the fp8 buffers to the byte, and
+ * refused combinations exit with a configuration error.
  *
  * The layouts run tests/data/micro.yaml with the global batch kept (4 x 2
  * sequences a step). Data and pipeline parallelism reproduce the 1-rank
@@ -169,23 +170,48 @@ END_TEST
 
 /* ---- fp8 against bf16 on configs/tiny.yaml ----
  *
- * 40 steps (the cosine schedule over 40) of tiny.yaml on one rank, bf16
- * against bf16 with fp8 GEMMs (hybrid, TE's default delayed scaling).
- * Measured on this build: per-step |fp8 - bf16| at most 0.090 (step 30,
- * where the loss falls fastest and a small lag shows most), its mean over
- * the 40 steps 0.015, the validation losses at the end 3.1849 and 3.1963
- * (0.011 apart); bf16 against fp32 differs by at most 0.0055 there, so
- * fp8's three mantissa bits, not noise, make the gap. The bounds below
- * are about twice the measured values. Scales that never leave 1 (the
- * update dropped: small weights and output gradients fall into E4M3's and
- * E5M2's subnormals or flush to zero) measured a largest gap of 0.26, a
- * mean of 0.088 and 0.21 at the last step, well outside. Over 300 steps
- * (scripts/bench/fp8.sh) the gap is 0.175 at most (step 29), 0.005 on
- * average over the last 50 steps and 0.013 in validation loss. */
-#define TINY_STEPS 40
+ * tiny.yaml on one rank, bf16 against bf16 with fp8 GEMMs (hybrid, TE's
+ * default delayed scaling), the cosine schedule over the run's steps, the
+ * same seed and data. Two lengths, with bounds about twice to four times
+ * what this build measured (the runs are deterministic on one machine;
+ * the margin is for other CPUs' BLAS kernels and for later changes that
+ * move the curves a little without breaking fp8):
+ *
+ *   300 steps (release build; scripts/bench/fp8.sh 300 prints the same
+ *   curves): per-step |fp8 - bf16| at most 0.175 (step 29, where the loss
+ *   falls fastest and a small lag shows most), its mean over the last 50
+ *   steps 0.0049, the last step's 0.0016, the validation losses at the end
+ *   2.6338 and 2.6469 (0.013 apart); both fall from 5.52 to 2.44. Held to
+ *   0.35, 0.02, 0.03 and a fall of more than 2.5. With scales that never
+ *   leave 1 (the update dropped: small weights and output gradients fall
+ *   into E4M3's and E5M2's subnormals or flush to zero) the same run gave a
+ *   largest gap of 1.13, a mean over the last 50 steps of 0.88 and 0.85 in
+ *   validation loss: far outside every bound.
+ *
+ *   40 steps (the sanitizer build, where 2 x 300 instrumented steps would
+ *   take minutes): at most 0.090 (step 30), mean 0.015 over the 40 steps,
+ *   validation losses 3.1849 and 3.1963; held to 0.2, 0.03 and 0.03, and a
+ *   fall of more than 2. Scales stuck at 1 gave 0.26 and 0.088 there. bf16
+ *   against fp32 differs by at most 0.0055 over these steps, so fp8's three
+ *   mantissa bits, not noise, make the gaps. */
+struct curve_bounds {
+    int steps;
+    int tail;        /* the last `tail` steps' mean |gap| is held to tail_gap */
+    double max_gap;  /* every step's |gap| */
+    double tail_gap; /* mean |gap| over the tail */
+    double val_gap;  /* the validation losses at the end */
+    double min_fall; /* fp8 and bf16 fall by more than this from step 1 */
+};
 
-static void train_tiny(const char *dir, const char *name, const char *extra, double *loss,
-                       double *val)
+#ifdef ZT_FP8_TRAIN_SANITIZED
+static const struct curve_bounds tiny_curve = {40, 40, 0.2, 0.03, 0.03, 2.0};
+#else
+static const struct curve_bounds tiny_curve = {300, 50, 0.35, 0.02, 0.03, 2.5};
+#endif
+enum { TINY_MAX_STEPS = 300 };
+
+static void train_tiny(const char *dir, const char *name, int steps, const char *extra,
+                       double *loss, double *val)
 {
     const char *log = testutil_path_in(dir, testutil_fmt("%s.log", name));
     const char *metrics = testutil_path_in(dir, testutil_fmt("%s.jsonl", name));
@@ -194,10 +220,10 @@ static void train_tiny(const char *dir, const char *name, const char *extra, dou
         "mpirun --oversubscribe -np 1 %s train %s --quiet --no-progress --set run.steps=%d "
         "--set scheduler.params.total_num_steps=%d --set run.eval_interval=0 "
         "--set run.output_dir=%s/%s --metrics %s --set bf16.enabled=true %s",
-        testutil_binary(), testutil_source_path("configs/tiny.yaml"), TINY_STEPS, TINY_STEPS, dir,
-        name, metrics, extra);
+        testutil_binary(), testutil_source_path("configs/tiny.yaml"), steps, steps, dir, name,
+        metrics, extra);
     ck_assert_msg(rc == 0, "%s failed:\n%s", name, testutil_slurp(log));
-    ck_assert_int_eq(testutil_read_losses(metrics, loss, TINY_STEPS), TINY_STEPS);
+    ck_assert_int_eq(testutil_read_losses(metrics, loss, steps), steps);
     const char *v = strstr(testutil_slurp(metrics), "\"val_loss\": ");
     ck_assert_msg(v != NULL, "%s: no validation loss", name);
     *val = strtod(v + 12, NULL);
@@ -205,22 +231,36 @@ static void train_tiny(const char *dir, const char *name, const char *extra, dou
 
 START_TEST(tiny_follows_bf16)
 {
+    const struct curve_bounds *b = &tiny_curve;
+#ifdef ZT_FP8_TRAIN_SANITIZED
+    fprintf(stderr, "tiny_follows_bf16: the sanitizer build checks 40 steps; the 300-step curve "
+                    "is skipped here (2 x 300 instrumented steps take minutes) and checked by "
+                    "the release build\n");
+#endif
     const char *dir = testutil_tmpdir("fp8-tiny");
-    double bf16[TINY_STEPS], fp8[TINY_STEPS], val_bf16, val_fp8, sum = 0.0, worst = 0.0;
-    train_tiny(dir, "bf16", "", bf16, &val_bf16);
-    train_tiny(dir, "fp8", "--set fp8.enabled=true", fp8, &val_fp8);
-    for (int i = 0; i < TINY_STEPS; i++) {
+    double bf16[TINY_MAX_STEPS], fp8[TINY_MAX_STEPS], val_bf16, val_fp8, worst = 0.0, tail = 0.0;
+    int worst_at = 0;
+    train_tiny(dir, "bf16", b->steps, "", bf16, &val_bf16);
+    train_tiny(dir, "fp8", b->steps, "--set fp8.enabled=true", fp8, &val_fp8);
+    for (int i = 0; i < b->steps; i++) {
         const double d = fabs(fp8[i] - bf16[i]);
-        worst = d > worst ? d : worst;
-        sum += d;
-        ck_assert_msg(d <= 0.2, "step %d: fp8 %.4f, bf16 %.4f", i + 1, fp8[i], bf16[i]);
+        if (d > worst)
+            worst = d, worst_at = i + 1;
+        if (i >= b->steps - b->tail)
+            tail += d;
     }
-    ck_assert_msg(sum / TINY_STEPS <= 0.03, "mean |fp8 - bf16| %.4f (largest %.4f)",
-                  sum / TINY_STEPS, worst);
-    ck_assert_msg(fabs(val_fp8 - val_bf16) <= 0.03, "validation loss: fp8 %.4f, bf16 %.4f", val_fp8,
-                  val_bf16);
-    ck_assert_msg(fp8[TINY_STEPS - 1] < fp8[0] - 2.0, "fp8 did not learn: %.4f -> %.4f", fp8[0],
-                  fp8[TINY_STEPS - 1]);
+    tail /= b->tail;
+    ck_assert_msg(worst <= b->max_gap,
+                  "%d steps: |fp8 - bf16| %.4f at step %d (fp8 %.4f, bf16 %.4f)", b->steps, worst,
+                  worst_at, fp8[worst_at - 1], bf16[worst_at - 1]);
+    ck_assert_msg(tail <= b->tail_gap, "%d steps: mean |fp8 - bf16| over the last %d steps %.4f",
+                  b->steps, b->tail, tail);
+    ck_assert_msg(fabs(val_fp8 - val_bf16) <= b->val_gap, "validation loss: fp8 %.4f, bf16 %.4f",
+                  val_fp8, val_bf16);
+    const int last = b->steps - 1;
+    ck_assert_msg(fp8[last] < fp8[0] - b->min_fall && bf16[last] < bf16[0] - b->min_fall,
+                  "did not learn: fp8 %.4f -> %.4f, bf16 %.4f -> %.4f", fp8[0], fp8[last], bf16[0],
+                  bf16[last]);
 }
 END_TEST
 

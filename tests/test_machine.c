@@ -88,6 +88,7 @@ static void assert_positive(const struct machine *m)
     ck_assert_msg(m->name[0] != '\0', "%s: empty name", m->path);
     ck_assert_uint_gt(m->device_memory, 0);
     ck_assert_int_ge(m->devices_per_node, 1);
+    ck_assert_int_ge(m->cores, 0); /* 0: not stated */
     for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++)
         ck_assert_double_gt(m->matmul_flops[p], 0);
     ck_assert_double_gt(m->memory_bandwidth, 0);
@@ -103,6 +104,7 @@ static void assert_same_machine(const struct machine *a, const struct machine *b
     ck_assert_str_eq(a->name, b->name);
     ck_assert_uint_eq(a->device_memory, b->device_memory);
     ck_assert_int_eq(a->devices_per_node, b->devices_per_node);
+    ck_assert_int_eq(a->cores, b->cores);
     for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++)
         ck_assert_double_eq(a->matmul_flops[p], b->matmul_flops[p]);
     ck_assert_double_eq(a->memory_bandwidth, b->memory_bandwidth);
@@ -169,6 +171,8 @@ START_TEST(test_repository_machine_values)
     ck_assert_str_eq(h.name, "h100-sxm");
     ck_assert_uint_eq(h.device_memory, 85899345920ull);
     ck_assert_int_eq(h.devices_per_node, 8);
+    ck_assert_int_eq(h.cores, 112);
+    ck_assert_int_eq(a80.cores, 128);
     ck_assert_uint_eq(a80.device_memory, 80 * GIB);
     ck_assert_uint_eq(a40.device_memory, 40 * GIB);
     /* Sustained, not peak: below the datasheet figures. */
@@ -262,7 +266,8 @@ struct bad_case {
 static const struct bad_case bad_cases[] = {
     /* keys */
     {"devices_per_node: 8\n", "devices_per_node: 8\ngpu_mem: 80GiB\n",
-     "FILE:5:1: unknown key 'gpu_mem' (expected name, device_memory, devices_per_node, compute, "
+     "FILE:5:1: unknown key 'gpu_mem' (expected name, device_memory, devices_per_node, cores, "
+     "compute, "
      "links)"},
     {"    bf16: 989e12", "    bf17: 989e12",
      "FILE:8:5: unknown key 'bf17' in compute.matmul_flops (expected fp32, bf16, fp16)"},
@@ -315,6 +320,17 @@ static const struct bad_case bad_cases[] = {
      "FILE:4:19: devices_per_node: expected an integer >= 1, got '2.5'"},
     {"devices_per_node: 8", "devices_per_node: 99999999999",
      "FILE:4:19: devices_per_node: expected an integer >= 1, got '99999999999'"},
+    /* cores (optional, but never a bad value) */
+    {"devices_per_node: 8\n", "devices_per_node: 8\ncores: -2\n",
+     "FILE:5:8: cores: expected an integer >= 1, got '-2'"},
+    {"devices_per_node: 8\n", "devices_per_node: 8\ncores: 2.5\n",
+     "FILE:5:8: cores: expected an integer >= 1, got '2.5'"},
+    {"devices_per_node: 8\n", "devices_per_node: 8\ncores: 0\n",
+     "FILE:5:8: cores: expected an integer >= 1, got '0'"},
+    {"devices_per_node: 8\n", "devices_per_node: 8\ncores: two\n",
+     "FILE:5:8: cores: expected an integer >= 1, got 'two'"},
+    {"devices_per_node: 8\n", "devices_per_node: 8\ncores:\n",
+     "FILE:5:7: cores: expected an integer >= 1, got null"},
     /* device_memory */
     {"device_memory: 80GiB", "device_memory: lots",
      "FILE:3:16: device_memory: expected a size such as 80GiB or a number of bytes, got 'lots'"},
@@ -338,10 +354,10 @@ static const struct bad_case bad_cases[] = {
     /* the whole file */
     {NULL, "- a\n- b\n",
      "FILE:1:1: a machine file must be a mapping of name, device_memory, devices_per_node, "
-     "compute, links; got a list"},
+     "cores, compute, links; got a list"},
     {NULL, "h100\n",
      "FILE:1:1: a machine file must be a mapping of name, device_memory, devices_per_node, "
-     "compute, links; got 'h100'"},
+     "cores, compute, links; got 'h100'"},
     {NULL, "", "FILE: empty machine file"},
     {NULL, "# only a comment\n", "FILE: empty machine file"},
     {NULL, "name: [\n",
@@ -449,6 +465,7 @@ START_TEST(test_write_round_trips_awkward_values)
                            .name = "a \"quoted\": #name\\ with\ttab",
                            .device_memory = 123456789,
                            .devices_per_node = 2147483647,
+                           .cores = 2147483647,
                            .matmul_flops = {0.1, 1.0 / 3.0, DBL_MAX},
                            .memory_bandwidth = DBL_MIN,
                            .intra_node = {2.0 / 3.0, 1e-300},
@@ -469,6 +486,29 @@ START_TEST(test_write_round_trips_awkward_values)
     round_trip(&m, NULL, dir, &back);
     ck_assert_ptr_nonnull(
         strstr(testutil_slurp(testutil_path_in(dir, "written.yaml")), "device_memory: 5121KiB"));
+}
+END_TEST
+
+/* cores is the one optional key: absent reads as 0 and is not written
+ * while 0; stated, it reads and round-trips as given. */
+START_TEST(test_cores_is_optional)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("machine-cores"));
+    const char *path = testutil_path_in(dir, "m.yaml");
+    struct machine m, back;
+    write_text(path, good_text);
+    load_ok(path, &m);
+    ck_assert_int_eq(m.cores, 0);
+    round_trip(&m, NULL, dir, &back);
+    ck_assert_ptr_null(strstr(testutil_slurp(testutil_path_in(dir, "written.yaml")), "cores"));
+
+    write_text(path, edited("devices_per_node: 8\n", "devices_per_node: 8\ncores: 2\n"));
+    load_ok(path, &m);
+    ck_assert_int_eq(m.cores, 2);
+    round_trip(&m, NULL, dir, &back);
+    ck_assert_ptr_nonnull(strstr(testutil_slurp(testutil_path_in(dir, "written.yaml")),
+                                 "\ndevices_per_node: 8\ncores: 2 # of one node\ncompute:"));
 }
 END_TEST
 
@@ -506,6 +546,7 @@ static Suite *machine_suite(void)
     TCase *write = testutil_tcase(s, "write", 60);
     tcase_add_test(write, test_write_round_trips_repository_machine);
     tcase_add_test(write, test_write_round_trips_awkward_values);
+    tcase_add_test(write, test_cores_is_optional);
     tcase_add_test(write, test_write_error);
     return s;
 }

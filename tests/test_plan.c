@@ -326,6 +326,60 @@ START_TEST(cost_of_a_data_parallel_step)
 }
 END_TEST
 
+/* The pipeline bubble: (P-1)/m of the busy time when every rank has its
+ * cores, shrunk where the node's ranks oversubscribe them (plan.h). */
+START_TEST(bubble_shrinks_on_oversubscribed_cores)
+{
+    /* o = 1 is the 1F1B/GPipe bubble: busy (P-1)/m */
+    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 8, 1.0), 3.0 / 8.0, 1e-15);
+    ck_assert_double_eq_tol(plan_bubble(0.2, 2, 4, 1.0), 0.2 * 1.0 / 4.0, 1e-15);
+    ck_assert_double_eq(plan_bubble(1.0, 1, 4, 1.0), 0.0);
+    /* o = 2: 1 x (1 + 3/2) / 2 - 1 = 0.25; (1 + 3/8) / 2 < 1: all absorbed */
+    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 2, 2.0), 0.25, 1e-15);
+    ck_assert_double_eq(plan_bubble(1.0, 4, 8, 2.0), 0.0);
+    ck_assert_double_eq(plan_bubble(1.0, 2, 2, 2.0), 0.0);
+    /* o = 5/4 (5 ranks on 4 cores): (1 + 3/2) / 1.25 - 1 = 1 */
+    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 2, 1.25), 1.0, 1e-15);
+
+    /* Through plan_cost: P4 x D1, 2 micro batches, 4 ranks on a CPU node
+     * (one device). A rank computes 2 x 1e9 FLOPs at a quarter of 1e12:
+     * 8 ms; the pipeline sends the norm's double (2 x 3/4 x 8 = 12 bytes
+     * over 1e10 B/s, no latency): busy = 8e-3 + 1.2e-9 s. */
+    struct machine m = {.device_memory = 1ull << 30,
+                        .devices_per_node = 1,
+                        .matmul_flops = {1e12, 1e12, 1e12},
+                        .memory_bandwidth = 1e11,
+                        .intra_node = {1e10, 0.0},
+                        .inter_node = {1e10, 0.0}};
+    const struct plan_model pm = {.layers = 4, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
+    const struct plan_role r = {.blocks = 1, .slots = 1, .esz = 4, .flops = 1e9};
+    const struct plan_layout l = {
+        .tp = 1, .pp = 4, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 2};
+    const double busy = 8e-3 + 1.2e-9;
+    struct plan_time t;
+    static const struct {
+        int cores;
+        double bubble; /* in units of busy */
+    } cases[] = {
+        {0, 1.5},                     /* cores not stated: never oversubscribed, (4-1)/2 */
+        {4, 1.5},                     /* one core per rank: o = 1 */
+        {8, 1.5},                     /* two threads per rank, 8 of 8 cores: o = 1 */
+        {2, 0.25},                    /* half a core per rank: o = 2 */
+        {3, 2.5 / (4.0 / 3.0) - 1.0}, /* 4 ranks of one thread on 3 cores: o = 4/3 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        m.cores = cases[i].cores;
+        plan_cost(&pm, &l, &r, &m, 4, MACHINE_FP32, &t);
+        ck_assert_double_eq_tol(t.compute, 8e-3, 1e-15);
+        ck_assert_double_eq_tol(t.exposed[PLAN_AXIS_PIPELINE], 1.2e-9, 1e-18);
+        ck_assert_msg(fabs(t.bubble - cases[i].bubble * busy) <= 1e-15,
+                      "cores %d: bubble %.17g, expected %.17g", cases[i].cores, t.bubble,
+                      cases[i].bubble * busy);
+        ck_assert_double_eq_tol(t.step, busy + t.bubble, 1e-15);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -333,6 +387,7 @@ int main(void)
     tcase_add_test(tc, zero_paper_model_states);
     tcase_add_test(tc, korthikanti_activations_per_layer);
     tcase_add_test(tc, cost_of_a_data_parallel_step);
+    tcase_add_test(tc, bubble_shrinks_on_oversubscribed_cores);
     tc = testutil_tcase(s, "measured", 900);
     tcase_add_loop_test(tc, plan_equals_the_measured_ledger_and_traffic, 0,
                         (int)(sizeof cases / sizeof cases[0]));

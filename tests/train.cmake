@@ -42,5 +42,9 @@ zt_test(test_plan SOURCES test_plan.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_M
 # zerotrain calibrate: the link fit, and the binary under mpirun (--quick).
 zt_test(test_calibrate SOURCES test_calibrate.c LIBS zt_coordinator TIMEOUT 300 LAUNCHES_MPI)
 # fp8 training through the binary: layouts against one rank, checkpointing,
-# configs/tiny.yaml against bf16, the dry run's fp8 buffers, refusals.
+# configs/tiny.yaml against bf16 (300 steps; 40 in the sanitizer build), the
+# dry run's fp8 buffers, refusals.
 zt_test(test_fp8_train SOURCES test_fp8_train.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
+if(ZT_SANITIZE)
+  target_compile_definitions(test_fp8_train PRIVATE ZT_FP8_TRAIN_SANITIZED=1)
+endif()
