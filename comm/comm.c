@@ -606,10 +606,10 @@ zt_status comm_wait(struct comm *c, struct comm_request *req)
 
 zt_status comm_progress(struct comm *c)
 {
-    if (!c->ops->progress)
+    if (!c->ops->advance)
         return ZT_OK;
     double t0 = MPI_Wtime();
-    zt_status st = c->ops->progress(c);
+    zt_status st = c->ops->advance(c);
     c->stats.progress_seconds += MPI_Wtime() - t0;
     ZT_TRY(st);
     return ZT_OK;

@@ -6,7 +6,7 @@
  * of a `struct comm`, and each collective is one entry. comm.c owns
  * everything the backends share: argument checks, the byte counters and
  * wait-time accounting, the request allocation, status agreement and the
- * choice of backend. Every entry except query, progress and the
+ * choice of backend. Every entry except query, advance and the
  * point-to-point ones is collective over the comm's group (split: over the
  * parent's).
  *
@@ -96,7 +96,7 @@ struct comm_backend_ops {
     zt_status (*wait)(struct comm *c, struct comm_request *req);
     /* Advances outstanding requests without blocking; local. NULL: nothing
      * to do (the backend's requests advance by themselves). */
-    zt_status (*progress)(struct comm *c);
+    zt_status (*advance)(struct comm *c);
 };
 
 extern const struct comm_backend_ops comm_mpi_ops;

@@ -818,7 +818,7 @@ static zt_status wait_request(struct comm *c, struct comm_request *q)
 
 /* Tests every native request (Open MPI progresses its collectives inside
  * such calls), then moves the rings as far as they go without waiting. */
-static zt_status progress(struct comm *c)
+static zt_status advance(struct comm *c)
 {
     for (struct comm_request *q = state(c)->head; q; q = q->next) {
         int done = 0;
@@ -849,5 +849,5 @@ const struct comm_backend_ops comm_mpi_ops = {
     .isend = isend,
     .irecv = irecv,
     .wait = wait_request,
-    .progress = progress,
+    .advance = advance,
 };

@@ -99,6 +99,7 @@ START_TEST(dry_run_writes_nothing)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("outputs-dry"));
+    testutil_mark_handmade(dir);
     const char *run = testutil_path_in(dir, "a");
     ck_assert_int_eq(testutil_run(testutil_path_in(dir, "mk.log"), "mkdir %s", run), 0);
     static const char config[] = "# the config of an earlier run\n";

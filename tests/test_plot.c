@@ -208,7 +208,9 @@ END_TEST
 /* A copy of run a with `sed` applied to one of its files. */
 static const char *broken_copy(const char *tag, const char *file, const char *sed)
 {
-    const char *dir = testutil_path_in(testutil_tmpdir(tag), "run");
+    const char *parent = testutil_tmpdir(tag);
+    testutil_mark_handmade(parent);
+    const char *dir = testutil_path_in(parent, "run");
     const char *log = testutil_path_in(root, "cp.log");
     ck_assert_int_eq(
         testutil_run(log, "cp -r %s/a/run %s && sed -i '%s' %s/%s", root, dir, sed, dir, file), 0);

@@ -64,7 +64,9 @@ const char *testutil_source_path(const char *rel)
 
 const char *testutil_tmpdir(const char *tag)
 {
-    const char *t = getenv("TMPDIR");
+    const char *t = getenv("ZT_TEST_TMPDIR");
+    if (!t || !*t)
+        t = getenv("TMPDIR");
     char *b = slot();
     snprintf(b, SLOT_BYTES, "%s/zt-%s-XXXXXX", t ? t : "/tmp", tag);
     if (!mkdtemp(b)) {
@@ -72,6 +74,12 @@ const char *testutil_tmpdir(const char *tag)
         abort();
     }
     return b;
+}
+
+void testutil_mark_handmade(const char *dir)
+{
+    static const char why[] = "files here were written by a test, not by zerotrain\n";
+    testutil_write_file(testutil_path_in(dir, TESTUTIL_HANDMADE), why, sizeof why - 1);
 }
 
 const char *testutil_path_in(const char *dir, const char *name)

@@ -19,8 +19,18 @@ int testutil_run_suite(Suite *s, int is_mpi);
  * next call of either. */
 const char *testutil_source_path(const char *rel);
 
-/* A fresh empty directory under $TMPDIR (or /tmp); static buffer as above. */
+/* A fresh empty directory under $ZT_TEST_TMPDIR (CTest sets it to the build
+ * tree's tests/tmp, emptied before each ctest run), else $TMPDIR, else /tmp;
+ * static buffer as above. */
 const char *testutil_tmpdir(const char *tag);
+
+/* Every output file zerotrain writes under ZT_TEST_TMPDIR is checked after
+ * the suites have run (test_output_json.c): metrics and timelines line by
+ * line, reports whole. A test that writes such a file by hand (a fixture,
+ * a deliberately broken copy) marks its folder with this file, and the
+ * check leaves that folder and everything below it alone. */
+#define TESTUTIL_HANDMADE ".handmade"
+void testutil_mark_handmade(const char *dir);
 
 /* "DIR/NAME" in a static buffer of its own ring of 16; fails the test if it
  * does not fit. */
