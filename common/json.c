@@ -565,6 +565,10 @@ void json_text_string(struct json_text *t, const char *s, enum json_escape e)
 
 void json_text_real(struct json_text *t, double v)
 {
+    if (!isfinite(v)) {
+        json_text_puts(t, "null");
+        return;
+    }
     char buf[40];
     for (int digits = 15; digits <= 17; digits++) {
         snprintf(buf, sizeof buf, "%.*g", digits, v);

@@ -111,9 +111,11 @@ __attribute__((format(printf, 2, 3))) void json_text_printf(struct json_text *t,
                                                             ...);
 /* Appends s as a JSON string, quotes included, escaped as `e` says. */
 void json_text_string(struct json_text *t, const char *s, enum json_escape e);
-/* Appends finite v as the shortest number text that reads back as v
- * exactly, with ".0" when it would look like an integer ("10000.0"), so
- * that it reads back as a real (as Python's repr writes floats). */
+/* Appends v as the shortest number text that reads back as v exactly,
+ * with ".0" when it would look like an integer ("10000.0"), so that it
+ * reads back as a real (as Python's repr writes floats). JSON has no NaN
+ * or infinity: those are written as null, which every reader takes, and
+ * a reader that needs a number then says so. */
 void json_text_real(struct json_text *t, double v);
 
 #endif

@@ -11,6 +11,7 @@
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -361,6 +362,34 @@ START_TEST(test_allocation_fault_loop)
 }
 END_TEST
 
+/* The writer's reals read back exactly as reals; NaN and the infinities,
+ * which JSON cannot spell, are null. */
+START_TEST(test_written_reals_read_back)
+{
+    static const double values[] = {0.1, -3.5, 1e-7, 10000.0, 1.0 / 3.0, 6.02214076e23, -0.0};
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+        struct json_text t = {0};
+        json_text_real(&t, values[k]);
+        ck_assert(!t.oom);
+        struct json_value v = parse_ok(t.p);
+        ck_assert_msg(v.type == JSON_REAL && v.real == values[k], "%.17g written as %s", values[k],
+                      t.p);
+        json_free(&v);
+        free(t.p);
+    }
+    static const double not_numbers[] = {NAN, -NAN, INFINITY, -INFINITY};
+    for (size_t k = 0; k < sizeof not_numbers / sizeof not_numbers[0]; k++) {
+        struct json_text t = {0};
+        json_text_real(&t, not_numbers[k]);
+        ck_assert_str_eq(t.p, "null");
+        struct json_value v = parse_ok(t.p);
+        ck_assert_int_eq(v.type, JSON_NULL);
+        json_free(&v);
+        free(t.p);
+    }
+}
+END_TEST
+
 static Suite *json_suite(void)
 {
     Suite *s = suite_create("json");
@@ -369,6 +398,7 @@ static Suite *json_suite(void)
     tcase_add_test(v, test_scalars_at_the_top);
     tcase_add_test(v, test_exact_integer_limits);
     tcase_add_test(v, test_real_numbers);
+    tcase_add_test(v, test_written_reals_read_back);
     tcase_add_test(v, test_escapes_and_surrogates);
     tcase_add_test(v, test_utf8_validation);
     tcase_add_test(v, test_duplicate_keys_are_counted);
