@@ -24,6 +24,7 @@
  * chosen entry is kept in the struct comm, not in a global.
  */
 #include "comm_impl.h"
+#include "flight_impl.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -173,6 +174,7 @@ zt_status comm_create(const struct comm_config *cfg, struct comm **out)
     if (!c)
         return zt_error_set(ZT_ERR_NOMEM, "comm_create: out of memory");
     c->ledger = cfg->ledger;
+    c->flight = cfg->flight;
     zt_status st = parse_algo("reduce_scatter", cfg->reduce_scatter, &c->reduce_scatter_algo);
     if (st == ZT_OK)
         st = parse_algo("allgather", cfg->allgather, &c->allgather_algo);
@@ -193,6 +195,9 @@ zt_status comm_create(const struct comm_config *cfg, struct comm **out)
         free(c);
         return st;
     }
+    c->flight_key = 1;
+    if (c->flight)
+        c->flight_group = flight_group_add(c->flight, c->flight_key, "world", c->size, c->rank);
     *out = c;
     return ZT_OK;
 }
@@ -214,6 +219,15 @@ static zt_status split_mpi(struct comm *parent, int color, int key, struct comm 
     c->allgather_algo = parent->allgather_algo;
     c->allreduce_algo = parent->allreduce_algo;
     c->ledger = parent->ledger;
+    c->flight = parent->flight;
+    /* splitmix64 of the parent's key, its split count and the color: every
+     * member agrees, and two splits of one parent never share a key */
+    uint64_t k =
+        (parent->flight_key + parent->splits++ * 0x632be59bd9b4e019ull) * 0x9e3779b97f4a7c15ull +
+        (uint64_t)color + 1;
+    k = (k ^ (k >> 30)) * 0xbf58476d1ce4e5b9ull;
+    k = (k ^ (k >> 27)) * 0x94d049bb133111ebull;
+    c->flight_key = (k ^ (k >> 31)) | 2; /* never 0 or the world's 1 */
     int rc = MPI_Comm_rank(mpi, &c->rank);
     if (rc == MPI_SUCCESS)
         rc = MPI_Comm_size(mpi, &c->size);
@@ -222,6 +236,8 @@ static zt_status split_mpi(struct comm *parent, int color, int key, struct comm 
         free(c);
         return comm_mpi_error(rc, "MPI_Comm_rank/size(split communicator)");
     }
+    if (c->flight)
+        c->flight_group = flight_group_add(c->flight, c->flight_key, "split", c->size, c->rank);
     *out = c;
     return ZT_OK;
 }
@@ -280,6 +296,12 @@ int comm_size(const struct comm *c)
     return c->size;
 }
 
+void comm_set_name(struct comm *c, const char *name)
+{
+    if (c->flight)
+        flight_group_name(c->flight, c->flight_group, name);
+}
+
 const char *comm_backend_name(const struct comm *c)
 {
     return c->ops->name;
@@ -295,10 +317,43 @@ void comm_reset_stats(struct comm *c)
     memset(&c->stats, 0, sizeof c->stats);
 }
 
+/* ---- the flight recorder's notes (flight_impl.h) ---- */
+
+/* Opens the entry of a call on c; 0 when c records nothing. `n` elements
+ * of t are the call's count. */
+static uint64_t note_call(struct comm *c, int op, int recv, int peer, size_t n, enum zt_dtype t,
+                          int blocking)
+{
+    if (!c->flight)
+        return 0;
+    return flight_begin(c->flight, c->flight_group, op, recv, peer, (uint64_t)n * zt_dtype_size(t),
+                        t, blocking);
+}
+
+/* Closes it with the call's status and passes the status through. */
+static zt_status note_done(struct comm *c, uint64_t id, zt_status st)
+{
+    if (id)
+        flight_end(c->flight, id, st);
+    return st;
+}
+
 zt_status comm_agree_status(struct comm *c, zt_status local, zt_status *agreed)
 {
     ZT_ASSERT(c && agreed);
-    return agree(c->mpi, c->rank, local, agreed);
+    uint64_t id = note_call(c, FLIGHT_OP_AGREE, 0, -1, 2, ZT_I32, 1);
+    zt_status st = agree(c->mpi, c->rank, local, agreed);
+    note_done(c, id, *agreed == ZT_ERR_COMM ? ZT_ERR_COMM : ZT_OK);
+    return st;
+}
+
+zt_status comm_agree_ranks(struct comm *c, zt_status local, int *print_here)
+{
+    ZT_ASSERT(c && print_here);
+    uint64_t id = note_call(c, FLIGHT_OP_AGREE, 0, -1, 2, ZT_I32, 1);
+    zt_status st = comm_agree_over(c->mpi, c->rank, local, print_here);
+    note_done(c, id, ZT_OK);
+    return st;
 }
 
 /* ---- argument checks and accounting ---- */
@@ -410,8 +465,9 @@ zt_status comm_allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, e
     ZT_TRY(check_type("comm_allreduce", t));
     ZT_TRY(check_op("comm_allreduce", op));
     ZT_TRY(check_buffer("comm_allreduce", "buf", buf, n));
+    uint64_t id = note_call(c, COMM_KIND_ALLREDUCE, 0, -1, n, t, 1);
     double t0 = MPI_Wtime();
-    ZT_TRY(waited(c, t0, c->ops->allreduce(c, buf, n, t, op)));
+    ZT_TRY(waited(c, t0, note_done(c, id, c->ops->allreduce(c, buf, n, t, op))));
     account(c, COMM_KIND_ALLREDUCE, n, t, 0);
     return ZT_OK;
 }
@@ -420,8 +476,9 @@ zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t 
                               enum comm_op op)
 {
     ZT_TRY(check_reduce_scatter(c, "comm_reduce_scatter", in, out, n, t, op));
+    uint64_t id = note_call(c, COMM_KIND_REDUCE_SCATTER, 0, -1, n, t, 1);
     double t0 = MPI_Wtime();
-    ZT_TRY(waited(c, t0, c->ops->reduce_scatter(c, in, out, n, t, op)));
+    ZT_TRY(waited(c, t0, note_done(c, id, c->ops->reduce_scatter(c, in, out, n, t, op))));
     account(c, COMM_KIND_REDUCE_SCATTER, n, t, 0);
     return ZT_OK;
 }
@@ -429,8 +486,9 @@ zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t 
 zt_status comm_allgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t)
 {
     ZT_TRY(check_allgather(c, "comm_allgather", in, out, n, t));
+    uint64_t id = note_call(c, COMM_KIND_ALLGATHER, 0, -1, n, t, 1);
     double t0 = MPI_Wtime();
-    ZT_TRY(waited(c, t0, c->ops->allgather(c, in, out, n, t)));
+    ZT_TRY(waited(c, t0, note_done(c, id, c->ops->allgather(c, in, out, n, t))));
     account(c, COMM_KIND_ALLGATHER, n, t, 0);
     return ZT_OK;
 }
@@ -440,8 +498,9 @@ zt_status comm_broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, i
     ZT_TRY(check_type("comm_broadcast", t));
     ZT_TRY(check_buffer("comm_broadcast", "buf", buf, n));
     ZT_TRY(check_rank(c, "comm_broadcast", "root", root));
+    uint64_t id = note_call(c, COMM_KIND_BROADCAST, 0, root, n, t, 1);
     double t0 = MPI_Wtime();
-    ZT_TRY(waited(c, t0, c->ops->broadcast(c, buf, n, t, root)));
+    ZT_TRY(waited(c, t0, note_done(c, id, c->ops->broadcast(c, buf, n, t, root))));
     account(c, COMM_KIND_BROADCAST, n, t, root == c->rank);
     return ZT_OK;
 }
@@ -459,16 +518,19 @@ zt_status comm_gather(struct comm *c, const void *in, void *out, size_t n, enum 
         if (overlap(in, n * es, out, n * (size_t)c->size * es))
             return zt_error_set(ZT_ERR_USAGE, "comm_gather: in and out overlap");
     }
+    uint64_t id = note_call(c, COMM_KIND_GATHER, 0, root, n, t, 1);
     double t0 = MPI_Wtime();
-    ZT_TRY(waited(c, t0, c->ops->gather(c, in, is_root ? out : NULL, n, t, root)));
+    ZT_TRY(
+        waited(c, t0, note_done(c, id, c->ops->gather(c, in, is_root ? out : NULL, n, t, root))));
     account(c, COMM_KIND_GATHER, n, t, is_root);
     return ZT_OK;
 }
 
 zt_status comm_barrier(struct comm *c)
 {
+    uint64_t id = note_call(c, FLIGHT_OP_BARRIER, 0, -1, 0, ZT_U8, 1);
     double t0 = MPI_Wtime();
-    return waited(c, t0, c->ops->barrier(c));
+    return waited(c, t0, note_done(c, id, c->ops->barrier(c)));
 }
 
 /* ---- point-to-point ---- */
@@ -485,8 +547,9 @@ static zt_status check_message(const struct comm *c, const char *where, const vo
 zt_status comm_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer)
 {
     ZT_TRY(check_message(c, "comm_send", buf, n, t, peer));
+    uint64_t id = note_call(c, COMM_KIND_SEND, 0, peer, n, t, 1);
     double t0 = MPI_Wtime();
-    ZT_TRY(waited(c, t0, c->ops->send(c, buf, n, t, peer)));
+    ZT_TRY(waited(c, t0, note_done(c, id, c->ops->send(c, buf, n, t, peer))));
     account(c, COMM_KIND_SEND, n, t, 0);
     return ZT_OK;
 }
@@ -494,8 +557,9 @@ zt_status comm_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, 
 zt_status comm_recv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer)
 {
     ZT_TRY(check_message(c, "comm_recv", buf, n, t, peer));
+    uint64_t id = note_call(c, COMM_KIND_SEND, 1, peer, n, t, 1);
     double t0 = MPI_Wtime();
-    return waited(c, t0, c->ops->recv(c, buf, n, t, peer));
+    return waited(c, t0, note_done(c, id, c->ops->recv(c, buf, n, t, peer)));
 }
 
 /* ---- non-blocking calls ---- */
@@ -513,8 +577,15 @@ static zt_status request_new(enum comm_kind kind, const void *in, void *out, siz
     r->dtype = t;
     r->op = op;
     r->mpi_req = MPI_REQUEST_NULL;
+    r->peer = -1;
     *req = r;
     return ZT_OK;
+}
+
+/* Closes a request's entry when issuing it failed; passes st through. */
+static zt_status note_failed(struct comm *c, uint64_t id, zt_status st)
+{
+    return st == ZT_OK ? st : note_done(c, id, st);
 }
 
 /* Issues a filled request through `issue`, counting it when `counted`;
@@ -523,7 +594,8 @@ static zt_status request_issue(struct comm *c,
                                zt_status (*issue)(struct comm *, struct comm_request *),
                                struct comm_request *r, int counted, struct comm_request **req)
 {
-    zt_status st = issue(c, r);
+    r->flight_id = note_call(c, r->kind, issue == c->ops->irecv, r->peer, r->n, r->dtype, 0);
+    zt_status st = note_failed(c, r->flight_id, issue(c, r));
     if (st != ZT_OK) {
         free(r);
         return st;
@@ -597,8 +669,10 @@ zt_status comm_wait(struct comm *c, struct comm_request *req)
 {
     if (!req)
         return zt_error_set(ZT_ERR_USAGE, "comm_wait: NULL request");
+    if (req->flight_id)
+        flight_wait(c->flight, req->flight_id);
     double t0 = MPI_Wtime();
-    zt_status st = c->ops->wait(c, req);
+    zt_status st = note_done(c, req->flight_id, c->ops->wait(c, req));
     free(req);
     ZT_TRY(waited(c, t0, st));
     return ZT_OK;

@@ -95,6 +95,7 @@ struct comm_stats {
 };
 
 struct ledger;
+struct comm_flight; /* flight.h */
 
 /* Where the buffers passed to a comm live. */
 enum comm_memory {
@@ -115,6 +116,9 @@ struct comm_config {
     /* Where the buffers live (zero: host). "auto" picks a backend for this
      * memory; naming a backend that works on other memory is ZT_ERR_CONFIG. */
     enum comm_memory memory;
+    /* The flight recorder (flight.h) that notes every call of this comm and
+     * of its splits; NULL: none. Borrowed: it must outlive the comm. */
+    struct comm_flight *flight;
 };
 
 struct comm;         /* opaque */
@@ -143,6 +147,11 @@ zt_status comm_split(struct comm *parent, int color, int key, struct comm **out)
 /* Frees the communicator and everything it owns (collective over its
  * group). NULL is a no-op. Requests not yet waited on are a caller bug. */
 void comm_destroy(struct comm *c);
+
+/* Names the group in the flight recorder's logs and messages ("data",
+ * "tensor", ...; comm_create's group is "world", a split's "split" until
+ * named). Local; a no-op without a recorder. */
+void comm_set_name(struct comm *c, const char *name);
 
 /* This rank's index within the group and the group's number of ranks. */
 int comm_rank(const struct comm *c);
@@ -223,6 +232,12 @@ zt_status comm_progress(struct comm *c);
  * a failing rank keeps its own message. If the agreement itself fails the
  * result is ZT_ERR_COMM. */
 zt_status comm_agree_status(struct comm *c, zt_status local, zt_status *agreed);
+
+/* comm_world_agree's agreement over a comm that holds every rank (the one
+ * comm_create made), noted in its flight recorder so that a rank that never
+ * arrives is named: most severe status; *print_here set on the lowest rank
+ * whose own status was not ZT_OK. Messages are left alone. */
+zt_status comm_agree_ranks(struct comm *c, zt_status local, int *print_here);
 
 /* Counters since creation or the last reset; owned by the comm. */
 const struct comm_stats *comm_get_stats(const struct comm *c);

@@ -45,6 +45,14 @@ struct comm {
     enum comm_algo reduce_scatter_algo, allgather_algo, allreduce_algo;
     struct ledger *ledger; /* borrowed, may be NULL */
     struct comm_stats stats;
+    /* The flight recorder every call is noted in (borrowed, may be NULL),
+     * this group's index in it and its key there (the same on every
+     * member: world 1, a split mixed from the parent's key, the number of
+     * splits the parent made before and the color). */
+    struct comm_flight *flight;
+    int flight_group;
+    uint64_t flight_key;
+    uint64_t splits; /* comm_split calls on it so far (the same on every member) */
 };
 
 /* One outstanding non-blocking call. comm.c allocates it zeroed and fills
@@ -61,7 +69,8 @@ struct comm_request {
     MPI_Request mpi_req; /* MPI backend, native algorithm */
     /* MPI backend: its list of outstanding requests, in issue order. */
     struct comm_request *prev, *next;
-    void *impl; /* other backend state (MPI: the ring's; NCCL: a CUDA event) */
+    void *impl;         /* other backend state (MPI: the ring's; NCCL: a CUDA event) */
+    uint64_t flight_id; /* its entry in the comm's flight recorder; 0: none */
 };
 
 struct comm_backend_ops {
@@ -107,6 +116,11 @@ extern const struct comm_backend_ops comm_nccl_ops;
 /* Translates a failed MPI return code into ZT_ERR_COMM with the call's name
  * (the text of `call` up to its first parenthesis) and MPI's error string. */
 zt_status comm_mpi_error(int rc, const char *call);
+
+/* The agreement of comm_world_agree over any communicator of every rank
+ * (comm_world.c): most severe status, *print_here on the lowest rank that
+ * failed. */
+zt_status comm_agree_over(MPI_Comm mpi, int rank, zt_status local, int *print_here);
 
 /* The one translation of MPI return codes: evaluates an MPI call and returns
  * ZT_ERR_COMM from the enclosing function when it fails. */

@@ -51,9 +51,8 @@ int comm_local_ranks(void)
     return n;
 }
 
-zt_status comm_world_agree(zt_status local, int *print_here)
+zt_status comm_agree_over(MPI_Comm mpi, int rank, zt_status local, int *print_here)
 {
-    const int rank = comm_world_rank();
     if ((int)local < 0 || local >= ZT_STATUS_COUNT)
         local = ZT_ERR_INTERNAL;
     /* One MPI_MAX over two ints: the severity (exit code first, then the
@@ -62,13 +61,18 @@ zt_status comm_world_agree(zt_status local, int *print_here)
     int mine[2] = {zt_status_exit_code(local) * ZT_STATUS_COUNT + (int)local,
                    local == ZT_OK ? -INT_MAX : -rank};
     int all[2];
-    int rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, mpi);
     if (rc != MPI_SUCCESS) {
         *print_here = 1;
         return comm_mpi_error(rc, "MPI_Allreduce(world status agreement)");
     }
     *print_here = local != ZT_OK && rank == -all[1];
     return (zt_status)(all[0] % ZT_STATUS_COUNT);
+}
+
+zt_status comm_world_agree(zt_status local, int *print_here)
+{
+    return comm_agree_over(MPI_COMM_WORLD, comm_world_rank(), local, print_here);
 }
 
 void comm_world_abort(int code)

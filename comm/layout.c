@@ -203,9 +203,15 @@ static void color_key(const struct comm_layout *l, enum group_kind k, struct com
 static zt_status split_axis(struct comm *world, const struct comm_layout *l, enum group_kind k,
                             struct comm **out)
 {
+    static const char *const names[] = {[GROUP_TP] = "tensor",
+                                        [GROUP_DP] = "data",
+                                        [GROUP_PP] = "pipeline",
+                                        [GROUP_MODEL] = "model",
+                                        [GROUP_STAGE] = "stage"};
     int color, key;
     color_key(l, k, comm_layout_coords(l, comm_rank(world)), &color, &key);
     ZT_TRY(comm_split(world, color, key, out));
+    comm_set_name(*out, names[k]);
     ZT_ASSERT(comm_size(*out) == group_size(l, k) && comm_rank(*out) == key);
     return ZT_OK;
 }

@@ -146,7 +146,8 @@ struct zt_config {
     struct {
         char *backend; /* "auto" (default), "mpi", "nccl" */
         char *reduce_scatter, *allgather,
-            *allreduce; /* MPI algorithms: "auto" (default), "native", "ring" */
+            *allreduce;   /* MPI algorithms: "auto" (default), "native", "ring" */
+        double timeout_s; /* a call blocked this long ends the job (flight.h); 0: off */
     } comm;
 
     /* Tensor parallelism (Megatron-LM's): each block's layers split across

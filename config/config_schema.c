@@ -239,6 +239,9 @@ static const struct field fields[] = {
      "MPI allgather: auto, native or ring"},
     {"comm.allreduce", T_ALGO, OFF(comm.allreduce), 0, "auto", NB, NB, 0, NULL,
      "MPI allreduce: auto, native or ring"},
+    {"comm.timeout_s", T_DOUBLE, OFF(comm.timeout_s), 0, "300", GE(0), NB, 0, NULL,
+     "seconds a collective may stay blocked before every rank writes its flight log and exits "
+     "1, naming the ranks that never entered it (0: no flight recorder or watchdog)"},
 
     {"tensor_parallel", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "tensor parallelism (Megatron-LM's): each block's layers split across ranks"},

@@ -93,7 +93,8 @@ zt_status eval_run(const struct run_options *o, int *print_here)
     zt_status st = session_open(&s, o, 0);
     if (st == ZT_OK && !config_has_validation(&s.cfg)) {
         /* every rank finds it: agreed, printed once, before any weights load */
-        st = session_agree(zt_error_set(ZT_ERR_CONFIG,
+        st = session_agree(&s,
+                           zt_error_set(ZT_ERR_CONFIG,
                                         "eval: there is no validation data to evaluate on "
                                         "(data.val_fraction is 0 and data.val is not given): "
                                         "give data.val or a data.val_fraction > 0"),
@@ -113,7 +114,7 @@ zt_status eval_run(const struct run_options *o, int *print_here)
     double loss = 0.0;
     uint64_t tokens = 0;
     st = session_evaluate(&s, &loss, &tokens);
-    st = session_agree(st, print_here);
+    st = session_agree(&s, st, print_here);
     if (st == ZT_OK && s.rank == 0) {
         printf("evaluated %llu validation tokens\n", (unsigned long long)tokens);
         FILE *f;

@@ -88,7 +88,7 @@ zt_status pipeline_open(struct run_session *s, int *print_here)
         st = s->pipe ? pipeline_create(s, s->pipe)
                      : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the pipeline");
     }
-    st = session_agree(st, print_here);
+    st = session_agree(s, st, print_here);
     if (st != ZT_OK) {
         session_close(s);
         s->state = RUN_FAILED;

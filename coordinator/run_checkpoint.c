@@ -1002,7 +1002,7 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
 zt_status run_checkpoint_restore(struct run_session *s, const struct run_options *o, int need_train)
 {
     zt_status st = o->dry_run ? ZT_OK : restore_weights(s, o, need_train);
-    st = session_agree(s->failed_elsewhere ? ZT_OK : st, &s->failed_here);
+    st = session_agree(s, s->failed_elsewhere ? ZT_OK : st, &s->failed_here);
     if (st != ZT_OK) {
         session_close(s);
         s->state = RUN_FAILED;

@@ -15,8 +15,10 @@
 #include "../worker/model_family.h"
 #include "../worker/ops.h"
 
-zt_status session_agree(zt_status local, int *print_here)
+zt_status session_agree(const struct run_session *s, zt_status local, int *print_here)
 {
+    if (s->comm)
+        return comm_agree_ranks(s->comm, local, print_here);
     return comm_world_agree(local, print_here);
 }
 
@@ -550,11 +552,33 @@ static zt_status open_timeline(struct run_session *s, const struct run_options *
     return ZT_OK;
 }
 
+/* The flight recorder and its watchdog (comm/flight.h), with several ranks
+ * and a timeout. A side channel that could not reach every rank is said
+ * once: the watchdog still ends a stalled job, naming less. */
+static zt_status open_flight(struct run_session *s)
+{
+    int missing = 0;
+    if (s->world == 1 || !(s->cfg.comm.timeout_s > 0))
+        return ZT_OK;
+    const struct comm_flight_config fc = {.timeout_s = s->cfg.comm.timeout_s,
+                                          .dir = s->cfg.run.output_dir};
+    ZT_TRY(comm_flight_create(&fc, &s->flight, &missing));
+    if (missing > 0) {
+        fprintf(stderr,
+                "zerotrain: warning: comm.timeout_s: %d rank(s) could not reach rank 0's side "
+                "channel (TCP): a stalled collective still ends the job, but those ranks' states "
+                "are not collected\n",
+                missing);
+        fflush(stderr);
+    }
+    return ZT_OK;
+}
+
 /* Runs one phase and agrees on its outcome; on failure closes the session. */
 #define SESSION_PHASE(s, expr)                                                                     \
     do {                                                                                           \
         zt_status phase_local_ = (expr);                                                           \
-        zt_status phase_agreed_ = session_agree(phase_local_, &(s)->failed_here);                  \
+        zt_status phase_agreed_ = session_agree((s), phase_local_, &(s)->failed_here);             \
         if (phase_agreed_ != ZT_OK) {                                                              \
             session_close(s);                                                                      \
             (s)->state = RUN_FAILED;                                                               \
@@ -581,12 +605,13 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     ledger_init(&s->ledger, o->dry_run);
     SESSION_PHASE(s, open_timeline(s, o));
     SESSION_PHASE(s, compute_backend_open(s->cfg.device, &s->ledger, &s->compute));
+    SESSION_PHASE(s, o->dry_run ? ZT_OK : open_flight(s));
     struct comm_config cc = {.backend = s->cfg.comm.backend,
                              .reduce_scatter = s->cfg.comm.reduce_scatter,
                              .allgather = s->cfg.comm.allgather,
                              .allreduce = s->cfg.comm.allreduce,
-                             .memory =
-                                 s->compute.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA};
+                             .memory = s->compute.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA,
+                             .flight = s->flight};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     SESSION_PHASE(s, open_layout(s));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
@@ -622,6 +647,8 @@ void session_close(struct run_session *s)
     if (s->comm)
         comm_destroy(s->comm);
     s->comm = NULL;
+    comm_flight_destroy(s->flight);
+    s->flight = NULL;
     config_free(&s->cfg);
     memory_timeline_destroy(s->timeline);
     s->timeline = NULL;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "../comm/comm.h"
+#include "../comm/flight.h"
 #include "../comm/layout.h"
 #include "../common/ledger.h"
 #include "../data/data.h"
@@ -90,6 +91,10 @@ struct run_session {
     struct zt_config cfg;
     int rank, world, local_ranks;
     struct comm *comm; /* the world's */
+    /* Every comm call of this rank, and the watchdog that ends a job stuck
+     * in one (comm/flight.h; comm.timeout_s); NULL with one rank, in a dry
+     * run, or with comm.timeout_s 0. Outlives s->comm. */
+    struct comm_flight *flight;
     /* The rank grid (tensor x pipeline x data parallel, comm/layout.h),
      * this rank's place in it and its axes' groups. ZeRO shards over the
      * data-parallel group (axes.dp, dp_size ranks): the engine, the sampler
@@ -183,8 +188,9 @@ void session_close(struct run_session *s);
 /* Agrees on `local` among all ranks of the world (comm_world_agree):
  * returns the most severe status any rank had and sets *print_here when
  * this rank is the lowest one that failed. Works before the communicator
- * exists. */
-zt_status session_agree(zt_status local, int *print_here);
+ * exists; once it does, over it (comm_agree_ranks), so that the flight
+ * recorder's watchdog names a rank that never arrives. */
+zt_status session_agree(const struct run_session *s, zt_status local, int *print_here);
 
 /* Validation loss of the current parameters over the validation data
  * (run.eval_batches micro batches, or all whole micro batches). */

@@ -565,6 +565,7 @@ static void abort_if_peers_may_block(const struct run_session *s, zt_status st)
         return;
     fprintf(stderr, "zerotrain: error: rank %d: %s\n", s->rank, zt_error_message());
     fflush(stderr);
+    comm_flight_leave(s->flight); /* this rank ends the job: its peers must not call it dead */
     comm_world_abort(zt_status_exit_code(st));
 }
 
@@ -628,11 +629,12 @@ zt_status train_run(const struct run_options *o, int *print_here)
         print_layout(&s);
     if (o->print_partition && s.rank == 0)
         shard_partition_print(&s.engine.part, &s.table, stdout);
-    st = session_agree(o->dry_run ? ZT_OK : run_checkpoint_check_dir(&s), print_here);
+    st = session_agree(&s, o->dry_run ? ZT_OK : run_checkpoint_check_dir(&s), print_here);
     if (st == ZT_OK)
-        st = session_agree(open_outputs(&s, o, &io), print_here);
+        st = session_agree(&s, open_outputs(&s, o, &io), print_here);
     if (st == ZT_OK && o->dry_run)
-        st = session_agree(session_plan_step(s.model, &s.engine, s.cfg.gradient_accumulation_steps),
+        st = session_agree(&s,
+                           session_plan_step(s.model, &s.engine, s.cfg.gradient_accumulation_steps),
                            print_here);
     if (st == ZT_OK && !o->dry_run) {
         s.state = RUN_RUNNING;
@@ -640,17 +642,18 @@ zt_status train_run(const struct run_options *o, int *print_here)
             log_start(&s, &io);
         st = train_loop(&s, &io);
         abort_if_peers_may_block(&s, st);
-        st = session_agree(s.failed_elsewhere ? ZT_OK : st, print_here);
+        st = session_agree(&s, s.failed_elsewhere ? ZT_OK : st, print_here);
     }
     if (st == ZT_OK && s.timeline)
-        st = session_agree(memory_timeline_write(s.timeline, &s.ledger, s.comm,
+        st = session_agree(&s,
+                           memory_timeline_write(s.timeline, &s.ledger, s.comm,
                                                  param_table_whole(&s.table),
                                                  o->memory_timeline_path),
                            print_here);
     if (st == ZT_OK)
-        st = session_agree(report_memory(&s, o), print_here);
+        st = session_agree(&s, report_memory(&s, o), print_here);
     if (st == ZT_OK && o->memory_summary)
-        st = session_agree(print_memory_summary(&s), print_here);
+        st = session_agree(&s, print_memory_summary(&s), print_here);
     if (io.metrics)
         fclose(io.metrics);
     csv_monitor_close(&io.csv);

@@ -422,6 +422,7 @@ START_TEST(test_defaults)
     ck_assert_str_eq(c.run.output_dir, "runs/latest");
     ck_assert_str_eq(c.comm.backend, "auto");
     ck_assert_str_eq(c.comm.allreduce, "auto");
+    ck_assert(c.comm.timeout_s == 300.0);
     ck_assert_int_eq(c.tensor_parallel.size, 1);
     ck_assert_int_eq(c.tensor_parallel.sequence_parallel, 0);
     ck_assert_int_eq(c.pipeline.stages, 1);
@@ -1281,7 +1282,7 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "bad.yaml:2:8: unknown key 'xyzzy' in comm (valid keys: backend, reduce_scatter, allgather, "
-     "allreduce)"},
+     "allreduce, timeout_s)"},
     /* types */
     {"data: {train: x}\nmodel:\n  n_embd: abc\n",
      NULL,

@@ -589,7 +589,8 @@ START_TEST(failure_on_one_rank_reaches_all)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const int culprit = size - 1;
     zt_status local = rank == culprit ? zt_error_set(ZT_ERR_DATA, "data broken") : ZT_OK;
-    zt_status agreed = session_agree(local, &printers);
+    const struct run_session none = {0}; /* no comm yet: over the world */
+    zt_status agreed = session_agree(&none, local, &printers);
     ck_assert_int_eq(agreed, ZT_ERR_DATA);
     MPI_Allreduce(&printers, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     ck_assert_int_eq(total, 1);

@@ -241,6 +241,33 @@ TCase *testutil_tcase(Suite *s, const char *name, int timeout_s)
 
 pid_t testutil_find_rank(const char *marker)
 {
+    return testutil_find_world_rank(marker, -1);
+}
+
+/* OMPI_COMM_WORLD_RANK from a process's environment; -1 when absent. */
+static int world_rank_of(long pid)
+{
+    FILE *f = fopen(testutil_fmt("/proc/%ld/environ", pid), "r");
+    char var[4096];
+    int rank = -1;
+    size_t k = 0;
+    for (int c; f && (c = fgetc(f)) != EOF;) {
+        if (c != '\0' && k + 1 < sizeof var) {
+            var[k++] = (char)c;
+            continue;
+        }
+        var[k] = '\0';
+        k = 0;
+        if (strncmp(var, "OMPI_COMM_WORLD_RANK=", 21) == 0)
+            rank = atoi(var + 21);
+    }
+    if (f)
+        fclose(f);
+    return rank;
+}
+
+pid_t testutil_find_world_rank(const char *marker, int rank)
+{
     char cmd[1024], comm[64];
     snprintf(cmd, sizeof cmd, "pgrep -f -- '%s'", marker);
     FILE *p = popen(cmd, "r");
@@ -249,7 +276,8 @@ pid_t testutil_find_rank(const char *marker)
     pid_t found = 0;
     while (!found && fscanf(p, "%ld", &pid) == 1) {
         FILE *f = fopen(testutil_fmt("/proc/%ld/comm", pid), "r");
-        if (f && fgets(comm, sizeof comm, f) && strncmp(comm, "zerotrain", 9) == 0)
+        if (f && fgets(comm, sizeof comm, f) && strncmp(comm, "zerotrain", 9) == 0 &&
+            (rank < 0 || world_rank_of(pid) == rank))
             found = (pid_t)pid;
         if (f)
             fclose(f);

@@ -104,6 +104,10 @@ pid_t testutil_find_rank(const char *marker);
  * `lines` lines, then returns testutil_find_rank(marker); 0 if that never
  * happened. For signalling a rank of a run in progress. */
 pid_t testutil_wait_for_rank(const char *metrics, int lines, const char *marker);
+/* The pid of world rank `rank` (OMPI_COMM_WORLD_RANK in its environment;
+ * any rank when negative) among the zerotrain processes whose command line
+ * contains `marker`; 0 when there is none. */
+pid_t testutil_find_world_rank(const char *marker, int rank);
 
 /* The zerotrain binary (ZT_BINARY, set by CTest). */
 const char *testutil_binary(void);

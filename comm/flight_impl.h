@@ -1,0 +1,115 @@
+/* comm/flight_impl.h — the flight recorder's insides; for comm/ only.
+ *
+ * flight.c owns the ring of entries, the groups and the log file;
+ * watchdog.c owns the thread and the side channel. comm.c records through
+ * flight_group_add, flight_begin, flight_wait and flight_end. Everything
+ * the watchdog reads is guarded by `mu`; the main thread holds it only to
+ * copy a few words in or out, never across a call into MPI.
+ */
+#ifndef ZT_COMM_FLIGHT_IMPL_H
+#define ZT_COMM_FLIGHT_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "flight.h"
+
+#define FLIGHT_MAX_GROUPS 64
+#define FLIGHT_NAME_LEN   24
+#define FLIGHT_HOST_LEN   64
+
+/* What an entry records: a comm_kind, or one of the calls that move no
+ * counted bytes. */
+enum { FLIGHT_OP_BARRIER = COMM_KIND_COUNT, FLIGHT_OP_AGREE };
+
+/* "allreduce", ..., "send" or "recv" for point-to-point, "barrier",
+ * "agree". */
+const char *flight_op_name(int op, int recv);
+
+/* "f32", "bf16", ... as the logs write a dtype. */
+const char *flight_dtype_name(enum zt_dtype t);
+
+enum flight_state { FLIGHT_ISSUED, FLIGHT_WAITING, FLIGHT_DONE, FLIGHT_FAILED };
+
+/* A group as the recorder knows it: `key` is the same on every member
+ * (world: 1; a split: mixed from the parent's key and the color). */
+struct flight_group {
+    uint64_t key;
+    char name[FLIGHT_NAME_LEN];
+    int size, rank;              /* of the group, this rank's place in it */
+    uint64_t entered, completed; /* collectives on it, this rank */
+    uint64_t sends, recvs;       /* point-to-point messages posted */
+};
+
+/* One call. `id` is its place in the recorder's history (from 1); the slot
+ * ring[(id - 1) % COMM_FLIGHT_ENTRIES] holds it until overwritten. */
+struct flight_entry {
+    uint64_t id;
+    uint64_t seq; /* collective: #seq on the group; message: #seq per direction */
+    int group;    /* index into groups[] */
+    int kind;     /* enum comm_kind or FLIGHT_OP_* */
+    int recv;     /* a point-to-point receive (kind COMM_KIND_SEND) */
+    int peer;     /* group rank of the peer or root; -1: none */
+    int blocking; /* a blocking call (else non-blocking, waited later) */
+    uint64_t bytes;
+    enum zt_dtype dtype;
+    double start, wait_start, end; /* seconds since the recorder began; end < 0: open */
+    enum flight_state state;
+};
+
+struct flight_side; /* watchdog.c: the side channel and its thread */
+
+struct comm_flight {
+    pthread_mutex_t mu;
+    double t0;    /* zt_now_seconds() at creation */
+    double wall0; /* seconds since the epoch at creation */
+    double timeout_s;
+    char dir[4096]; /* the run's output folder */
+    int rank, world;
+    char (*hosts)[FLIGHT_HOST_LEN]; /* world ranks' host names */
+    struct flight_entry ring[COMM_FLIGHT_ENTRIES];
+    uint64_t next_id; /* id of the next entry */
+    struct flight_group groups[FLIGHT_MAX_GROUPS];
+    int n_groups;
+    uint64_t blocked_id;      /* the entry this rank is blocked in; 0: none */
+    double last_end;          /* when the latest call ended (since t0); < 0: none yet */
+    uint64_t last_id;         /* that call */
+    struct flight_side *side; /* NULL without a watchdog */
+};
+
+/* Registers a group (under the lock) and returns its index; past
+ * FLIGHT_MAX_GROUPS the last slot is shared, named "other". */
+int flight_group_add(struct comm_flight *f, uint64_t key, const char *name, int size, int rank);
+/* Renames group g (comm_set_name). */
+void flight_group_name(struct comm_flight *f, int g, const char *name);
+/* Opens an entry for a call on group g and returns its id. A blocking call
+ * starts WAITING (the rank is blocked from now on), a non-blocking one
+ * ISSUED. Collectives take the group's next sequence number. */
+uint64_t flight_begin(struct comm_flight *f, int g, int kind, int recv, int peer, uint64_t bytes,
+                      enum zt_dtype t, int blocking);
+/* A non-blocking call's comm_wait begins: the rank is blocked in it. */
+void flight_wait(struct comm_flight *f, uint64_t id);
+/* Closes the entry: DONE on ZT_OK, else FAILED; the rank is no longer
+ * blocked. A collective counts as completed on its group. */
+void flight_end(struct comm_flight *f, uint64_t id, zt_status st);
+
+/* Copies the entry with this id, if still in the ring (under the lock:
+ * callers hold it). Returns 0 when it was overwritten. */
+int flight_entry_get(const struct comm_flight *f, uint64_t id, struct flight_entry *out);
+/* Writes "allreduce #57 on group world (16 B, f64)" for an entry. */
+void flight_entry_describe(const struct comm_flight *f, const struct flight_entry *e, char *buf,
+                           size_t n);
+/* The log of this rank as JSON text (caller frees); NULL when out of
+ * memory. Takes the lock. */
+char *flight_log_json(struct comm_flight *f, const char *reason);
+/* Seconds since the recorder began. */
+double flight_now(const struct comm_flight *f);
+
+/* watchdog.c: starts the side channel and the thread (collective over the
+ * world; *connected is 1 where this rank reached rank 0, and on rank 0 the
+ * number of ranks that did not); stops them. */
+zt_status flight_side_start(struct comm_flight *f, int *missing);
+void flight_side_stop(struct comm_flight *f, int goodbye);
+
+#endif
