@@ -150,6 +150,7 @@ static zt_status setup(struct comm *c, const struct comm_config *cfg)
     COMM_MPI_TRY(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN));
     COMM_MPI_TRY(MPI_Comm_rank(c->mpi, &c->rank));
     COMM_MPI_TRY(MPI_Comm_size(c->mpi, &c->size));
+    ZT_TRY(comm_nodes_world(c));
     ZT_TRY(choose_backend(cfg, c->mpi, &c->ops));
     zt_status st = c->ops->init(c, cfg), all;
     agree(c->mpi, c->rank, st, &all);
@@ -192,6 +193,7 @@ zt_status comm_create(const struct comm_config *cfg, struct comm **out)
     st = setup(c, cfg);
     if (st != ZT_OK) {
         MPI_Comm_free(&c->mpi);
+        free(c->node_of);
         free(c);
         return st;
     }
@@ -236,6 +238,13 @@ static zt_status split_mpi(struct comm *parent, int color, int key, struct comm 
         free(c);
         return comm_mpi_error(rc, "MPI_Comm_rank/size(split communicator)");
     }
+    zt_status st = comm_nodes_split(parent, c);
+    if (st != ZT_OK) {
+        MPI_Comm_free(&c->mpi);
+        free(c->node_of);
+        free(c);
+        return st;
+    }
     if (c->flight)
         c->flight_group = flight_group_add(c->flight, c->flight_key, "split", c->size, c->rank);
     *out = c;
@@ -248,6 +257,7 @@ static void free_shell(struct comm *c)
     if (!c)
         return;
     MPI_Comm_free(&c->mpi);
+    free(c->node_of);
     free(c);
 }
 
@@ -283,6 +293,7 @@ void comm_destroy(struct comm *c)
         return;
     c->ops->fini(c);
     MPI_Comm_free(&c->mpi);
+    free(c->node_of);
     free(c);
 }
 
@@ -445,10 +456,15 @@ static uint64_t bus_bytes(const struct comm *c, enum comm_kind kind, size_t n, e
     return 0;
 }
 
-static void account(struct comm *c, enum comm_kind kind, size_t n, enum zt_dtype t, int is_root)
+/* Counts one call; peer: the other rank of a message, -1 for a
+ * collective (its link split, comm_nodes.c). */
+static void account(struct comm *c, enum comm_kind kind, size_t n, enum zt_dtype t, int is_root,
+                    int peer)
 {
-    c->stats.bytes[kind] += bus_bytes(c, kind, n, t, is_root);
+    const uint64_t bytes = bus_bytes(c, kind, n, t, is_root);
+    c->stats.bytes[kind] += bytes;
     c->stats.calls[kind]++;
+    comm_nodes_account(c, kind, bytes, peer);
 }
 
 /* Adds the time since t0 to wait_seconds and passes the status through. */
@@ -468,7 +484,7 @@ zt_status comm_allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, e
     uint64_t id = note_call(c, COMM_KIND_ALLREDUCE, 0, -1, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->allreduce(c, buf, n, t, op))));
-    account(c, COMM_KIND_ALLREDUCE, n, t, 0);
+    account(c, COMM_KIND_ALLREDUCE, n, t, 0, -1);
     return ZT_OK;
 }
 
@@ -479,7 +495,7 @@ zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t 
     uint64_t id = note_call(c, COMM_KIND_REDUCE_SCATTER, 0, -1, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->reduce_scatter(c, in, out, n, t, op))));
-    account(c, COMM_KIND_REDUCE_SCATTER, n, t, 0);
+    account(c, COMM_KIND_REDUCE_SCATTER, n, t, 0, -1);
     return ZT_OK;
 }
 
@@ -489,7 +505,7 @@ zt_status comm_allgather(struct comm *c, const void *in, void *out, size_t n, en
     uint64_t id = note_call(c, COMM_KIND_ALLGATHER, 0, -1, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->allgather(c, in, out, n, t))));
-    account(c, COMM_KIND_ALLGATHER, n, t, 0);
+    account(c, COMM_KIND_ALLGATHER, n, t, 0, -1);
     return ZT_OK;
 }
 
@@ -501,7 +517,7 @@ zt_status comm_broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, i
     uint64_t id = note_call(c, COMM_KIND_BROADCAST, 0, root, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->broadcast(c, buf, n, t, root))));
-    account(c, COMM_KIND_BROADCAST, n, t, root == c->rank);
+    account(c, COMM_KIND_BROADCAST, n, t, root == c->rank, -1);
     return ZT_OK;
 }
 
@@ -522,7 +538,7 @@ zt_status comm_gather(struct comm *c, const void *in, void *out, size_t n, enum 
     double t0 = MPI_Wtime();
     ZT_TRY(
         waited(c, t0, note_done(c, id, c->ops->gather(c, in, is_root ? out : NULL, n, t, root))));
-    account(c, COMM_KIND_GATHER, n, t, is_root);
+    account(c, COMM_KIND_GATHER, n, t, is_root, -1);
     return ZT_OK;
 }
 
@@ -550,7 +566,7 @@ zt_status comm_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, 
     uint64_t id = note_call(c, COMM_KIND_SEND, 0, peer, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->send(c, buf, n, t, peer))));
-    account(c, COMM_KIND_SEND, n, t, 0);
+    account(c, COMM_KIND_SEND, n, t, 0, peer);
     return ZT_OK;
 }
 
@@ -601,7 +617,7 @@ static zt_status request_issue(struct comm *c,
         return st;
     }
     if (counted)
-        account(c, r->kind, r->n, r->dtype, 0);
+        account(c, r->kind, r->n, r->dtype, 0, r->kind == COMM_KIND_SEND ? r->peer : -1);
     *req = r;
     return ZT_OK;
 }

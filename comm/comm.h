@@ -32,6 +32,21 @@
  * Non-blocking calls count when issued. Counters are per comm: a split
  * starts its own at zero.
  *
+ * Nodes and link classes. Every world rank is on one node, and every rank
+ * knows every rank's node (comm_node_of, agreed at comm_create): the ranks
+ * that share memory (MPI_COMM_TYPE_SHARED), nodes numbered in the order of
+ * their lowest world rank; or, when ZT_SIMULATED_RANKS_PER_NODE=S is set
+ * in world rank 0's environment (S >= 1, taken from rank 0 by every rank),
+ * world ranks [k*S, (k+1)*S) form node k, so that one machine can play
+ * several. Each call's bus bytes B (above) are split by link class, on
+ * every rank of the group alike: a collective on a group of N ranks is
+ * modelled as the ring of its members in group rank order (edges i -> i+1
+ * mod N); of those N edges X join ranks on different nodes, and
+ * B * X / N (rounded down) counts as inter-node, the rest as intra-node. A
+ * message (send) is inter-node when its peer is on another node. So a
+ * group inside one node sends only intra-node bytes, a group of one rank
+ * per node only inter-node bytes, and intra + inter is always B.
+ *
  * Non-blocking collectives return a request that must be passed to comm_wait
  * exactly once, in the same order on every rank of the group; point-to-point
  * requests must be waited exactly once too, but in any order. Buffers must
@@ -87,8 +102,17 @@ enum comm_kind {
 /* Name of a kind as used in metrics ("allreduce", "reduce_scatter", ...). */
 const char *comm_kind_name(enum comm_kind k);
 
+/* The class of link a byte crosses (see the design comment). */
+enum comm_link { COMM_LINK_INTRA, COMM_LINK_INTER, COMM_LINK_COUNT };
+
+/* Name of a link class as used in metrics ("intra", "inter"). */
+const char *comm_link_name(enum comm_link l);
+
 struct comm_stats {
     uint64_t bytes[COMM_KIND_COUNT]; /* bytes this rank sent, per kind */
+    /* The same bytes by link class: link_bytes[INTRA][k] + link_bytes[INTER][k]
+     * == bytes[k]. */
+    uint64_t link_bytes[COMM_LINK_COUNT][COMM_KIND_COUNT];
     uint64_t calls[COMM_KIND_COUNT];
     double wait_seconds;     /* time blocked in collectives and comm_wait */
     double progress_seconds; /* time in comm_progress (not blocked: not wait) */
@@ -242,6 +266,13 @@ zt_status comm_agree_ranks(struct comm *c, zt_status local, int *print_here);
 /* Counters since creation or the last reset; owned by the comm. */
 const struct comm_stats *comm_get_stats(const struct comm *c);
 void comm_reset_stats(struct comm *c);
+
+/* The node of group rank `rank` (in [0, comm_size)): the index of its node
+ * among the world's nodes (see the design comment), the same on every rank. */
+int comm_node_of(const struct comm *c, int rank);
+/* How many distinct nodes the group's ranks are on (1 for a group inside
+ * one node). */
+int comm_nodes_spanned(const struct comm *c);
 
 /* ---- the process world (usable before any struct comm exists) ---- */
 

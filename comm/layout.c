@@ -252,3 +252,43 @@ void comm_axes_destroy(struct comm_axes *a)
     comm_destroy(a->tp);
     *a = (struct comm_axes){0};
 }
+
+/* ---- the data-parallel group's hierarchy ---------------------------------- */
+
+static zt_status split_dp(struct comm *dp, int shard_size, int secondary_size,
+                          struct comm_dp_groups *out)
+{
+    const int d = comm_rank(dp), n = comm_size(dp);
+    if (shard_size < n) {
+        ZT_TRY(comm_split(dp, d / shard_size, d % shard_size, &out->shard));
+        ZT_TRY(comm_split(dp, d % shard_size, d / shard_size, &out->replica));
+    }
+    if (secondary_size > 1)
+        ZT_TRY(comm_split(dp, d / secondary_size, d % secondary_size, &out->secondary));
+    return ZT_OK;
+}
+
+zt_status comm_dp_groups_split(struct comm *dp, int shard_size, int secondary_size,
+                               struct comm_dp_groups *out)
+{
+    const int n = comm_size(dp);
+    *out = (struct comm_dp_groups){0};
+    ZT_ASSERT(shard_size >= 1 && n % shard_size == 0);
+    ZT_ASSERT(secondary_size <= 1 || n % secondary_size == 0);
+    zt_status s = split_dp(dp, shard_size, secondary_size, out);
+    if (s != ZT_OK) {
+        comm_dp_groups_destroy(out);
+        zt_error_trace_push(__FILE__, __LINE__);
+    }
+    return s;
+}
+
+void comm_dp_groups_destroy(struct comm_dp_groups *g)
+{
+    if (!g)
+        return;
+    comm_destroy(g->secondary);
+    comm_destroy(g->replica);
+    comm_destroy(g->shard);
+    *g = (struct comm_dp_groups){0};
+}

@@ -93,4 +93,31 @@ zt_status comm_axes_split(struct comm *world, const struct comm_layout *l, struc
  * members, and a NULL a, are fine. */
 void comm_axes_destroy(struct comm_axes *a);
 
+/* The hierarchy inside one data-parallel group of D ranks (ZeRO's shard
+ * groups, shard/shard.h):
+ *   shard:     G consecutive dp ranks, dp / G its color; its rank dp % G
+ *              (HSDP: ZeRO shards within it); NULL when G is D
+ *   replica:   the D / G ranks holding the same shard, one per shard group
+ *              (dp % G its color); its rank dp / G; NULL when G is D
+ *   secondary: H consecutive dp ranks, dp / H its color; its rank dp % H
+ *              (hpZ's secondary partition); NULL when H is 0 or 1
+ * Consecutive dp ranks are consecutive world ranks without tensor
+ * parallelism, so a launcher that fills nodes rank by rank puts a group of
+ * G (or H) dividing the ranks per node on one node. */
+struct comm_dp_groups {
+    struct comm *shard, *replica, *secondary;
+};
+
+/* Splits the data-parallel group `dp` for shard groups of `shard_size` G
+ * and secondary groups of `secondary_size` H (each dividing comm_size(dp),
+ * asserted; G = comm_size(dp) and H <= 1: no group). Collective over dp.
+ * *out is owned by the caller, freed with comm_dp_groups_destroy; on
+ * failure it is zeroed and every rank gets the same status. Errors: those
+ * of comm_split. */
+zt_status comm_dp_groups_split(struct comm *dp, int shard_size, int secondary_size,
+                               struct comm_dp_groups *out);
+
+/* Destroys each member and zeroes *g; NULL members and a NULL g are fine. */
+void comm_dp_groups_destroy(struct comm_dp_groups *g);
+
 #endif

@@ -11,6 +11,9 @@
  * running the real allocation plan against it gives what that plan would
  * need (the single-device baseline, `train --dry-run`).
  *
+ * secondary_params is ZeRO++ hpZ's second copy of the stage-3 parameter
+ * shards, partitioned within a node (shard/shard.h); zero without hpZ.
+ *
  * Phases. A peak is only useful when it says *when* it happened: the
  * ledger knows what the rank is doing (the phase: setup, the forward or
  * backward of unit u, the reduction, the optimizer step, a checkpoint, an
@@ -37,6 +40,7 @@
     X(LEDGER_MASTER_PARAMS, "master_params")                                                       \
     X(LEDGER_OPTIMIZER_STATES, "optimizer_states")                                                 \
     X(LEDGER_GATHERED_PARAMS, "gathered_params")                                                   \
+    X(LEDGER_SECONDARY_PARAMS, "secondary_params")                                                 \
     X(LEDGER_ACTIVATIONS, "activations")                                                           \
     X(LEDGER_COMM_BUFFERS, "comm_buffers")                                                         \
     X(LEDGER_WORKSPACE, "workspace")

@@ -60,6 +60,19 @@ zt_status config_load(const char *path, const struct config_override *overrides,
     return s;
 }
 
+/* A group size of the data-parallel hierarchy (0: unset) must divide the
+ * data-parallel size. */
+static zt_status check_group_size(const char *where, const char *key, long size, long dp,
+                                  int world_size, long replica)
+{
+    if (size == 0 || (size <= dp && dp % size == 0))
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "%s: zero_optimization.%s: %ld does not divide the data-parallel size "
+                        "%ld (world %d / %ld ranks per model replica): use a divisor of %ld",
+                        where, key, size, dp, world_size, replica, dp);
+}
+
 zt_status config_check_world(const struct zt_config *cfg, int world_size)
 {
     const char *source = cfg->source ? cfg->source : "config";
@@ -77,6 +90,11 @@ zt_status config_check_world(const struct zt_config *cfg, int world_size)
     /* DeepSpeed's train_batch_size counts the samples of one step over the
      * data-parallel ranks only: the ranks of one replica share theirs. */
     long dp = world_size / (tp * pp);
+    ZT_TRY(check_group_size(cfg->zero.shard_group_where, "shard_group_size",
+                            cfg->zero.shard_group_size, dp, world_size, tp * pp));
+    if (cfg->zero.hpz_partition_size > 1)
+        ZT_TRY(check_group_size(cfg->zero.hpz_where, "zero_hpz_partition_size",
+                                cfg->zero.hpz_partition_size, dp, world_size, tp * pp));
     if (cfg->train_batch_size == 0 || cfg->train_batch_size == micro * accum * dp)
         return ZT_OK;
     if (tp * pp == 1)

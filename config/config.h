@@ -204,6 +204,17 @@ struct zt_config {
         long reduce_bucket_size;   /* elements, default 5e8 as in DeepSpeed */
         int overlap_comm;          /* stages 0-1: reduce buckets in the backward; default 1 */
         int stage3_prefetch_depth; /* default 1 */
+        /* HSDP: ZeRO shards within groups of this many consecutive
+         * data-parallel ranks and replicates across the groups; 0 (the
+         * default): the whole data-parallel group. */
+        int shard_group_size;
+        /* hpZ (stage 3): a secondary copy of the parameter shards
+         * partitioned within groups of this many consecutive data-parallel
+         * ranks, which the backward gathers from; 1 (the default): off. */
+        int hpz_partition_size;
+        /* Where each was set ("file:line:col", an override, or the file),
+         * for config_check_world's messages. */
+        char shard_group_where[512], hpz_where[512];
     } zero;
 
     struct {

@@ -148,8 +148,6 @@ static const struct ds_key keys[] = {
     {"zero_optimization.sub_group_size", Q_NEVER,
      "each rank updates its whole shard in one pass"},
     {"zero_optimization.use_multi_rank_bucket_allreduce", Q_ALWAYS, "zerotrain's own buckets"},
-    {"zero_optimization.zero_hpz_partition_size", Q_ONE,
-     "parameters are sharded over all ranks (no secondary partition)"},
     {"zero_optimization.zero_quantized_gradients", Q_FALSE, "gradients are reduced unquantized"},
     {"zero_optimization.zero_quantized_nontrainable_weights", Q_FALSE,
      "frozen weights are kept unquantized"},

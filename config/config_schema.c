@@ -342,6 +342,14 @@ static const struct field fields[] = {
      "2-3 always do"},
     {"zero_optimization.stage3_prefetch_depth", T_INT, OFF(zero.stage3_prefetch_depth), 0, "1",
      GE(0), LE(1024), 0, NULL, "blocks gathered ahead in stage 3"},
+    {"zero_optimization.shard_group_size", T_INT, OFF(zero.shard_group_size), 0, "0", GE(0), NB, 0,
+     NULL,
+     "HSDP: shard within groups of this many consecutive data-parallel ranks, replicate across "
+     "them (0: all data-parallel ranks; stages 1-3)"},
+    {"zero_optimization.zero_hpz_partition_size", T_INT, OFF(zero.hpz_partition_size), 0, "1",
+     GE(1), NB, 0, NULL,
+     "ZeRO++ hpZ: a secondary copy of the stage-3 shards within groups of this many consecutive "
+     "data-parallel ranks (one node's), which the backward gathers from (1: off)"},
 
     {"fp16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "fp16 mixed precision"},
     {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, 0, NULL,
@@ -1510,6 +1518,54 @@ static zt_status check_tensor_split(const struct walk *w)
     return ZT_OK;
 }
 
+/* Where a key was set, for rules checked once the world size is known. */
+static void remember_where(const struct walk *w, const char *path, char *buf, size_t n)
+{
+    char where[WHERE];
+    where_of_keys(w, where, path, NULL, NULL);
+    snprintf(buf, n, "%s", where);
+}
+
+/* The hierarchy's keys against the stage and each other (their sizes
+ * against the data-parallel size: config_check_world). */
+static zt_status check_zero_groups(const struct walk *w)
+{
+    struct zt_config *c = w->cfg;
+    char where[WHERE];
+    remember_where(w, "zero_optimization.shard_group_size", c->zero.shard_group_where,
+                   sizeof c->zero.shard_group_where);
+    remember_where(w, "zero_optimization.zero_hpz_partition_size", c->zero.hpz_where,
+                   sizeof c->zero.hpz_where);
+    if (c->zero.shard_group_size > 0 && c->zero.stage == 0) {
+        where_of_keys(w, where, "zero_optimization.shard_group_size", "zero_optimization.stage",
+                      NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: zero_optimization.shard_group_size: %d, but stage 0 shards "
+                            "nothing (every rank keeps everything): set zero_optimization.stage "
+                            "1, 2 or 3, or remove the key",
+                            where, c->zero.shard_group_size);
+    }
+    if (c->zero.hpz_partition_size > 1 && c->zero.stage != 3) {
+        where_of_keys(w, where, "zero_optimization.zero_hpz_partition_size",
+                      "zero_optimization.stage", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: zero_optimization.zero_hpz_partition_size: %d needs stage 3 "
+                            "(the secondary copy is of the parameter shards, which only stage 3 "
+                            "keeps), but zero_optimization.stage is %d",
+                            where, c->zero.hpz_partition_size, c->zero.stage);
+    }
+    if (c->zero.hpz_partition_size > 1 && c->zero.shard_group_size > 0) {
+        where_of_keys(w, where, "zero_optimization.zero_hpz_partition_size",
+                      "zero_optimization.shard_group_size", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: zero_optimization.zero_hpz_partition_size and shard_group_size "
+                            "are both set: hpZ keeps a secondary copy of shards over all "
+                            "data-parallel ranks, HSDP shards within groups; choose one",
+                            where);
+    }
+    return ZT_OK;
+}
+
 /* The grid's rules that do not need the world size (config_check_world
  * has those): the tensor split, a block for every stage, and a sequence
  * that cuts evenly. */
@@ -1763,6 +1819,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
         s = check_model_and_data(w);
         if (s == ZT_OK)
             s = check_parallel(w);
+        if (s == ZT_OK)
+            s = check_zero_groups(w);
         if (s == ZT_OK)
             s = check_data(w);
         if (s == ZT_OK)

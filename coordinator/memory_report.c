@@ -7,7 +7,8 @@
  * returned early would leave the others blocked or out of step in the next
  * collective, so every rank leaves with the same status.
  *
- * The table keeps to about 120 columns: ten byte columns of ten characters
+ * The table keeps to about 120 columns (hpZ's secondary column comes only
+ * with hpZ): ten byte columns of ten characters
  * ("999.99 MiB" is the widest a value gets, since a unit gives way to the
  * next at 1000 of it rather than 1024) with the category names shortened.
  */
@@ -29,6 +30,7 @@ static const char *const short_names[] = {
     [LEDGER_MASTER_PARAMS] = "master",
     [LEDGER_OPTIMIZER_STATES] = "optim",
     [LEDGER_GATHERED_PARAMS] = "gathered",
+    [LEDGER_SECONDARY_PARAMS] = "secondary",
     [LEDGER_ACTIVATIONS] = "activ",
     [LEDGER_COMM_BUFFERS] = "comm",
     [LEDGER_WORKSPACE] = "workspace",
@@ -162,24 +164,38 @@ static int label_width(const struct memory_report *r)
     return r->layout ? 16 : 8;
 }
 
-static void print_header(FILE *f, int width)
+/* Which categories get a column: all but hpZ's secondary copy, which
+ * only a run with it shows (so the table keeps its width without). */
+static void shown_columns(const struct memory_report *r, int shown[LEDGER_CATEGORY_COUNT])
+{
+    for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
+        shown[c] = c != LEDGER_SECONDARY_PARAMS || r->baseline[c] > 0;
+        for (int i = 0; i < r->world_size && !shown[c]; i++)
+            shown[c] = r->ranks[i].peak[c] > 0;
+    }
+}
+
+static void print_header(FILE *f, int width, const int shown[LEDGER_CATEGORY_COUNT])
 {
     fprintf(f, "%*s", width, width > 8 ? "rank (tp,pp,dp)" : "rank");
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
-        fprintf(f, " %10s", column_name(c));
+        if (shown[c])
+            fprintf(f, " %10s", column_name(c));
     fprintf(f, " %10s %10s %5s\n", "total", "rss", "ratio");
 }
 
 /* One table row; rss NULL prints "-" (a plan has no resident memory). */
 static void print_row(FILE *f, int width, const char *label,
                       const uint64_t peak[LEDGER_CATEGORY_COUNT], uint64_t total,
-                      const uint64_t *rss, uint64_t baseline_total)
+                      const uint64_t *rss, uint64_t baseline_total,
+                      const int shown[LEDGER_CATEGORY_COUNT])
 {
     char b[32];
     fprintf(f, "%*s", width, label);
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
         memory_format_bytes(peak[c], b, sizeof b);
-        fprintf(f, " %10s", b);
+        if (shown[c])
+            fprintf(f, " %10s", b);
     }
     memory_format_bytes(total, b, sizeof b);
     fprintf(f, " %10s", b);
@@ -271,7 +287,9 @@ void memory_report_print(const struct memory_report *r, FILE *f)
             "memory per rank: ZeRO stage %d, %d ranks, %llu parameters%s; ratio = total / "
             "baseline total\n",
             r->stage, r->world_size, (unsigned long long)r->n_params, trains);
-    print_header(f, label_width(r));
+    int shown[LEDGER_CATEGORY_COUNT];
+    shown_columns(r, shown);
+    print_header(f, label_width(r), shown);
     for (int i = 0; i < r->world_size; i++) {
         const struct memory_rank_row *row = &r->ranks[i];
         char label[40];
@@ -280,10 +298,10 @@ void memory_report_print(const struct memory_report *r, FILE *f)
         else
             snprintf(label, sizeof label, "%d", row->rank);
         print_row(f, label_width(r), label, row->peak, row->total_peak, &row->rss_peak,
-                  r->baseline_total);
+                  r->baseline_total, shown);
     }
     print_row(f, label_width(r), "baseline", r->baseline, r->baseline_total, NULL,
-              r->baseline_total);
+              r->baseline_total, shown);
     print_model_states(r, f);
 }
 

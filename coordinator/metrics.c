@@ -69,6 +69,12 @@ void metrics_write_step(FILE *f, const struct step_record *r)
     for (int k = 0; k < COMM_KIND_COUNT; k++)
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", comm_kind_name((enum comm_kind)k),
                 (unsigned long long)r->comm.bytes[k]);
+    for (int l = 0; l < COMM_LINK_COUNT; l++) {
+        fprintf(f, "}, \"comm_bytes_%s\": {", comm_link_name((enum comm_link)l));
+        for (int k = 0; k < COMM_KIND_COUNT; k++)
+            fprintf(f, "%s\"%s\": %llu", k ? ", " : "", comm_kind_name((enum comm_kind)k),
+                    (unsigned long long)r->comm.link_bytes[l][k]);
+    }
     fprintf(f, "}, \"comm_calls\": {");
     for (int k = 0; k < COMM_KIND_COUNT; k++)
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", comm_kind_name((enum comm_kind)k),

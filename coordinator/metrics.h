@@ -2,7 +2,9 @@
  *
  * One object per optimizer step: step, time (Unix seconds when the line was
  * written), loss, lr, grad_norm, step_ms, tokens_per_s, gflops, loss_scale,
- * skipped, comm_bytes {kind: bytes this step}, comm_calls, comm_wait_ms;
+ * skipped, comm_bytes {kind: bytes this step}, the same split by link
+ * class as comm.h models it, comm_bytes_intra and comm_bytes_inter (each
+ * {kind: bytes}; intra + inter = comm_bytes), comm_calls, comm_wait_ms;
  * and one per evaluation: step, time, val_loss, val_tokens. A number JSON
  * cannot hold (the NaN loss of a step skipped on overflow) is null. Written
  * by rank 0 only; flushed per line so a killed run keeps what it logged. */

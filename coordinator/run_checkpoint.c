@@ -41,6 +41,30 @@ void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
 
 /* ---- save ----------------------------------------------------------------- */
 
+/* The layout a checkpoint is stored in: the run's, but with HSDP's shard
+ * group as the data-parallel size, since the R shard groups hold the same
+ * shards. The first group's ranks write them (as a run of T x P x G ranks
+ * would), the others write nothing; a reader reshards from any layout, so
+ * the checkpoint resumes under HSDP or without. */
+static struct ckpt_layout stored_layout(const struct run_session *s)
+{
+    return (struct ckpt_layout){s->layout.tp, s->layout.pp, s->engine.part.world};
+}
+
+/* Whether this rank writes a file: it is in the first shard group. */
+static int stores_shard(const struct run_session *s)
+{
+    return s->dp_rank < s->engine.part.world;
+}
+
+/* The file of world rank r in the stored layout (-1: r writes none). */
+static int stored_file(const struct run_session *s, int r)
+{
+    const struct comm_coords c = comm_layout_coords(&s->layout, r);
+    const struct ckpt_layout l = stored_layout(s);
+    return c.dp < l.dp ? ckpt_layout_rank(&l, c.tp, c.pp, c.dp) : -1;
+}
+
 /* The pipeline stage whose ranks store unit u: the first that holds it (a
  * tied embedding is held by the first and the last stage and stored once). */
 static zt_status storing_stage(const struct run_session *s, int u, int *out)
@@ -110,14 +134,15 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
         uint64_t count = 0;
         for (int u = 0; u < p->n_units; u++)
             if (saves_state(s, k, u))
-                count += ckpt_piece_elements(p->units[u].numel, p->units[u].shard, s->dp_rank);
+                count +=
+                    ckpt_piece_elements(p->units[u].numel, p->units[u].shard, s->engine.cfg.rank);
         ZT_TRY(ckpt_shard_writer_add(w, shard_engine_state_name(&s->engine, k),
                                      shard_engine_state_dtype(&s->engine, k), count));
     }
     /* A whole-tensor optimizer's per-tensor state is the same on every
      * rank of a stage: the first data-parallel rank's shard holds it (all
      * tensors' entries, valid for the stage's), whatever the world size. */
-    const int tensor_state = s->dp_rank == 0 && s->engine.tensor_state_len > 0;
+    const int tensor_state = s->engine.cfg.rank == 0 && s->engine.tensor_state_len > 0;
     if (tensor_state)
         ZT_TRY(ckpt_shard_writer_add(w, s->engine.cfg.optimizer->tensor_state_name, ZT_F32,
                                      s->engine.tensor_state_len));
@@ -134,7 +159,7 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
             s->faults->mid_shard(s->faults->arg, s->rank, step);
         for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
             size_t lo, hi;
-            shard_owned_range(p, s->dp_rank, u, &lo, &hi);
+            shard_owned_range(p, s->engine.cfg.rank, u, &lo, &hi);
             if (hi == lo || !saves_state(s, k, u))
                 continue;
             st = shard_engine_get_state(&s->engine, k, u, lo, hi, buf);
@@ -155,8 +180,12 @@ static zt_status write_my_shard(struct run_session *s, long step, const char *st
 {
     char path[4096];
     struct ckpt_shard_writer *w;
-    ZT_TRY(ckpt_shard_path(step_dir, s->rank, path, sizeof path));
-    ZT_TRY(ckpt_shard_writer_open(path, s->rank, s->world, &w));
+    const struct ckpt_layout l = stored_layout(s);
+    const int file = stored_file(s, s->rank);
+    if (file < 0) /* HSDP: another shard group writes these shards */
+        return ZT_OK;
+    ZT_TRY(ckpt_shard_path(step_dir, file, path, sizeof path));
+    ZT_TRY(ckpt_shard_writer_open(path, file, l.tp * l.pp * l.dp, &w));
     zt_status st = write_sections(s, step, w);
     if (st != ZT_OK) {
         ckpt_shard_writer_abort(w);
@@ -189,7 +218,7 @@ static zt_status fill_units(const struct run_session *s, struct ckpt_meta *m)
 {
     const struct shard_partition *held = &s->engine.part;
     struct shard_partition whole;
-    ZT_TRY(shard_partition_build(&s->table, s->dp_size, &whole));
+    ZT_TRY(shard_partition_build(&s->table, s->engine.part.world, &whole));
     zt_status st = ZT_OK;
     for (int u = 0; u < whole.n_units && st == ZT_OK; u++) {
         m->unit_numel[u] = param_table_unit_size(param_table_whole(&s->table), u);
@@ -212,8 +241,8 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     const struct zt_config *c = &s->cfg;
     memset(m, 0, sizeof *m);
     m->step = step;
-    m->world = s->world;
-    m->layout = (struct ckpt_layout){s->layout.tp, s->layout.pp, s->layout.dp};
+    m->layout = stored_layout(s);
+    m->world = m->layout.tp * m->layout.pp * m->layout.dp;
     m->stage = c->zero.stage;
     snprintf(m->precision, sizeof m->precision, "%s", zt_precision_name(s->engine.cfg.precision));
     m->n_units = p->n_units;
@@ -356,8 +385,8 @@ static zt_status check_weights_finite(struct run_session *s, long step, const ch
     zt_status st = ZT_OK;
     for (int u = 0; u < p->n_units && st == ZT_OK; u++) {
         size_t lo, hi, bad;
-        shard_owned_range(p, s->dp_rank, u, &lo, &hi);
-        if (hi == lo || !saves_state(s, SHARD_STATE_MASTER, u))
+        shard_owned_range(p, s->engine.cfg.rank, u, &lo, &hi);
+        if (hi == lo || !stores_shard(s) || !saves_state(s, SHARD_STATE_MASTER, u))
             continue;
         st = shard_engine_get_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
         if (st == ZT_OK && !weights_finite(working, buf, hi - lo, buf + max_unit, &bad))
@@ -403,7 +432,8 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
     st = comm_gather(s->comm, info, all, 2, ZT_I64, 0);
     if (st == ZT_OK && s->rank == 0) {
         for (int r = 0; r < s->world; r++)
-            files[r] = (struct ckpt_file){all[2 * r], all[2 * r + 1]};
+            if (stored_file(s, r) >= 0)
+                files[stored_file(s, r)] = (struct ckpt_file){all[2 * r], all[2 * r + 1]};
         st = publish(s, step, dir, step_dir, files);
     }
     free(all);

@@ -390,6 +390,29 @@ zt_status session_rank_table(const struct zt_config *c, int T, int t, struct par
     return st;
 }
 
+/* A shard group (HSDP) or a secondary group (hpZ) is meant to be one
+ * node's ranks; one that spans nodes still trains the same, but its
+ * traffic crosses them: rank 0 says so, once. */
+static void warn_spread_groups(const struct run_session *s)
+{
+    const struct {
+        const char *key;
+        struct comm *group;
+    } groups[] = {{"shard_group_size", s->dp_groups.shard},
+                  {"zero_hpz_partition_size", s->dp_groups.secondary}};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        const struct comm *g = groups[i].group;
+        if (!g || comm_nodes_spanned(g) == 1 || s->rank != 0)
+            continue;
+        fprintf(stderr,
+                "zerotrain: warning: zero_optimization.%s: %d: rank 0's group spans %d nodes, so "
+                "its traffic crosses nodes (a divisor of the ranks per node keeps it inside "
+                "one)\n",
+                groups[i].key, comm_size(g), comm_nodes_spanned(g));
+        fflush(stderr);
+    }
+}
+
 /* The rank grid, this rank's place and its axes' groups (collective). */
 static zt_status open_layout(struct run_session *s)
 {
@@ -398,7 +421,11 @@ static zt_status open_layout(struct run_session *s)
     s->coords = comm_layout_coords(&s->layout, s->rank);
     s->dp_rank = s->coords.dp;
     s->dp_size = s->layout.dp;
-    return comm_axes_split(s->comm, &s->layout, &s->axes);
+    ZT_TRY(comm_axes_split(s->comm, &s->layout, &s->axes));
+    const int shard = c->zero.shard_group_size > 0 ? c->zero.shard_group_size : s->dp_size;
+    ZT_TRY(comm_dp_groups_split(s->axes.dp, shard, c->zero.hpz_partition_size, &s->dp_groups));
+    warn_spread_groups(s);
+    return ZT_OK;
 }
 
 enum model_partition session_stage_method(const struct zt_config *c)
@@ -443,7 +470,8 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
     else
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
-    ZT_TRY(shard_engine_create(&ec, &s->table, s->axes.dp, &s->compute, &s->engine));
+    ZT_TRY(shard_engine_create(&ec, &s->table, s->dp_groups.shard ? s->dp_groups.shard : s->axes.dp,
+                               &s->compute, &s->engine));
     ZT_TRY(session_model_create(s, o->profile ? &s->profile : NULL, &s->model));
     s->engine.profile = o->profile ? &s->engine_profile : NULL;
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
@@ -458,6 +486,10 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         shard_engine_join_pipeline(&s->engine, s->axes.pp);
     if (s->layout.tp > 1)
         shard_engine_join_tensor(&s->engine, s->axes.tp);
+    if (s->dp_groups.replica)
+        shard_engine_join_replicas(&s->engine, s->dp_groups.replica);
+    if (s->dp_groups.secondary)
+        shard_engine_join_secondary(&s->engine, s->dp_groups.secondary);
     return ZT_OK;
 }
 
@@ -465,10 +497,16 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
                                                  int rank)
 {
     const struct optimizer_hparams hp = config_optimizer_hparams(c, c->optimizer.lr);
+    /* HSDP: the partition is one shard group's of G ranks, R = D / G of them */
+    const int G = c->zero.shard_group_size, H = c->zero.hpz_partition_size;
+    const int hsdp = stage >= 1 && G > 0 && G < world && world % G == 0;
+    const int hpz = stage == 3 && H > 1 && world % H == 0;
     return (struct shard_engine_config){
         .stage = stage,
-        .world = world,
-        .rank = rank,
+        .world = hsdp ? G : world,
+        .rank = hsdp ? rank % G : rank,
+        .replicas = hsdp ? world / G : 1,
+        .secondary_size = hpz ? H : 0,
         .clip = c->gradient_clipping,
         .seed = c->run.seed,
         .reduce_bucket_size = (size_t)c->zero.reduce_bucket_size,
@@ -643,6 +681,7 @@ void session_close(struct run_session *s)
         sampler_free(&s->sampler);
     token_buffer_free(&s->train);
     token_buffer_free(&s->val);
+    comm_dp_groups_destroy(&s->dp_groups);
     comm_axes_destroy(&s->axes);
     if (s->comm)
         comm_destroy(s->comm);

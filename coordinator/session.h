@@ -103,6 +103,10 @@ struct run_session {
     struct comm_coords coords;
     struct comm_axes axes;
     int dp_rank, dp_size;
+    /* The data-parallel group's hierarchy (comm/layout.h): HSDP's shard
+     * group, which the engine runs on instead of axes.dp, and its
+     * replicas; hpZ's secondary group. NULL members when not configured. */
+    struct comm_dp_groups dp_groups;
     /* The rank's pipeline stage (the whole model without a pipeline) and,
      * with pipeline.stages > 1, the pipeline that runs the micro batches
      * (pipeline.h: pipeline_open, after session_open; NULL otherwise),

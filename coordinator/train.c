@@ -98,44 +98,67 @@ static zt_status open_outputs(struct run_session *s, const struct run_options *o
 }
 
 /* The communicators a step's traffic goes through: the world's (the
- * step's agreement) and each axis's (metrics.h's step_record.axis order:
- * tensor, pipeline, data). */
-static void step_comms(const struct run_session *s, const struct comm *out[4])
+ * step's agreement), each axis's, and the data-parallel group's
+ * hierarchy (shard groups, replicas, hpZ's secondary groups), with the
+ * axis each belongs to (metrics.h's step_record.axis order: tensor,
+ * pipeline, data; -1: none). A missing group is NULL. */
+#define STEP_COMMS 7
+
+static void step_comms(const struct run_session *s, const struct comm *out[STEP_COMMS],
+                       int axis[STEP_COMMS])
 {
-    out[0] = s->comm;
-    out[1] = s->axes.tp;
-    out[2] = s->axes.pp;
-    out[3] = s->axes.dp;
+    const struct comm *c[STEP_COMMS] = {s->comm,
+                                        s->axes.tp,
+                                        s->axes.pp,
+                                        s->axes.dp,
+                                        s->dp_groups.shard,
+                                        s->dp_groups.replica,
+                                        s->dp_groups.secondary};
+    static const int axes[STEP_COMMS] = {-1, 0, 1, 2, 2, 2, 2};
+    for (int i = 0; i < STEP_COMMS; i++) {
+        out[i] = c[i];
+        axis[i] = axes[i];
+    }
 }
 
-static void comm_stats_snapshot(const struct run_session *s, struct comm_stats snap[4])
+static void comm_stats_snapshot(const struct run_session *s, struct comm_stats snap[STEP_COMMS])
 {
-    const struct comm *c[4];
-    step_comms(s, c);
-    for (int i = 0; i < 4; i++)
-        snap[i] = *comm_get_stats(c[i]);
+    const struct comm *c[STEP_COMMS];
+    int axis[STEP_COMMS];
+    step_comms(s, c, axis);
+    for (int i = 0; i < STEP_COMMS; i++)
+        if (c[i])
+            snap[i] = *comm_get_stats(c[i]);
+        else
+            memset(&snap[i], 0, sizeof snap[i]);
 }
 
 /* The step's traffic: in total (r->comm) and per axis (r->axis). */
-static void comm_stats_delta(const struct run_session *s, const struct comm_stats before[4],
-                             struct step_record *r)
+static void comm_stats_delta(const struct run_session *s,
+                             const struct comm_stats before[STEP_COMMS], struct step_record *r)
 {
-    struct comm_stats now[4];
+    struct comm_stats now[STEP_COMMS];
+    const struct comm *c[STEP_COMMS];
+    int axis[STEP_COMMS];
+    step_comms(s, c, axis);
     comm_stats_snapshot(s, now);
     memset(&r->comm, 0, sizeof r->comm);
-    for (int i = 0; i < 4; i++) {
-        struct axis_traffic *a = i > 0 ? &r->axis[i - 1] : NULL;
+    memset(r->axis, 0, sizeof r->axis);
+    for (int i = 0; i < STEP_COMMS; i++) {
+        struct axis_traffic *a = axis[i] >= 0 ? &r->axis[axis[i]] : NULL;
         for (int k = 0; k < COMM_KIND_COUNT; k++) {
             const uint64_t bytes = now[i].bytes[k] - before[i].bytes[k];
             r->comm.bytes[k] += bytes;
             r->comm.calls[k] += now[i].calls[k] - before[i].calls[k];
+            for (int l = 0; l < COMM_LINK_COUNT; l++)
+                r->comm.link_bytes[l][k] += now[i].link_bytes[l][k] - before[i].link_bytes[l][k];
             if (a)
                 a->bytes += bytes;
         }
         const double wait = now[i].wait_seconds - before[i].wait_seconds;
         r->comm.wait_seconds += wait;
         if (a)
-            a->wait_seconds = wait;
+            a->wait_seconds += wait;
     }
 }
 
@@ -255,7 +278,7 @@ static void skip_all_masked(const struct run_session *s, long step, struct step_
 
 zt_status train_step(struct run_session *s, long step, struct step_record *r)
 {
-    struct comm_stats before[4];
+    struct comm_stats before[STEP_COMMS];
     comm_stats_snapshot(s, before);
     double sums[4] = {0.0, 0.0, 0.0, 0.0}; /* loss, counted share, stop requests */
     struct shard_step_result result = {0};
@@ -499,7 +522,9 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     r.baseline_total = baseline.total_peak;
     /* A 4-bit base's units are counted at their images' size, not at p
      * bytes an element. */
-    const size_t split = s->engine.policy.shard_params ? (size_t)s->dp_size : 1;
+    /* ZeRO's group: the data-parallel ranks, or one HSDP shard group */
+    const int group = s->engine.part.world;
+    const size_t split = s->engine.policy.shard_params ? (size_t)group : 1;
     size_t image = 0, packed_numel = 0;
     for (int u = 0; u < s->table.n_units; u++)
         if (s->engine.part.units[u].packed) {
@@ -509,12 +534,12 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     r.base4_numel = param_quant_numel(&s->table);
     r.base4_bytes = param_quant_region_bytes(&s->table) / split;
     /* What this rank's ZeRO group keeps: its pipeline stage's units
-     * (all of them without a pipeline) over dp_size ranks. */
+     * (all of them without a pipeline) over the group's ranks. */
     size_t held = 0;
     for (int u = 0; u < s->table.n_units; u++)
         held += s->engine.part.units[u].numel;
     r.expected_model_states =
-        memory_expected_model_states(r.stage, s->dp_size, held - packed_numel,
+        memory_expected_model_states(r.stage, group, held - packed_numel,
                                      s->engine.part.trainable_numel, r.bytes_per_param,
                                      s->engine.tensor_state_len * sizeof(float)) +
         image / split;

@@ -43,6 +43,8 @@ struct shard_gather {
     enum gather_state state;
     void *buf; /* full padded unit in the working precision, gathered_params */
     struct comm_request *req;
+    struct comm *via; /* the comm req runs on: the primary group's or hpZ's secondary */
+    int refresh;      /* hpZ: copy the rank's secondary share out once gathered */
 };
 
 struct shard_reduce {
@@ -62,6 +64,32 @@ static size_t unit_bytes(const struct shard_engine *e, int u)
 static size_t shard_bytes(const struct shard_engine *e, int u)
 {
     return e->part.units[u].shard * e->esz;
+}
+
+/* hpZ: whether the engine keeps a secondary copy, and the bytes of the
+ * rank's secondary share of unit u (1/H of what a gather holds). */
+static int has_secondary(const struct shard_engine *e)
+{
+    return e->cfg.secondary_size > 1;
+}
+
+static size_t secondary_bytes(const struct shard_engine *e, int u)
+{
+    return unit_bytes(e, u) / (size_t)e->cfg.secondary_size;
+}
+
+/* hpZ: the parameters changed, so every secondary share is out of date
+ * until the unit's next primary gather. */
+static void secondary_stale(struct shard_engine *e)
+{
+    if (e->secondary_fresh)
+        memset(e->secondary_fresh, 0, (size_t)e->part.n_units);
+}
+
+/* The ranks the gradients are averaged over: every replica's. */
+static double dp_ranks(const struct shard_engine *e)
+{
+    return (double)e->cfg.world * (e->cfg.replicas > 1 ? e->cfg.replicas : 1);
 }
 
 /* ---- persistent states ---------------------------------------------------- */
@@ -101,6 +129,15 @@ static zt_status alloc_states(struct shard_engine *e)
         ZT_TRY(
             alloc_state(e, LEDGER_OPTIMIZER_STATES, bytes, e->cfg.optimizer->state_names[k], &p));
         e->states[k] = p;
+    }
+    if (has_secondary(e)) {
+        size_t total = 0;
+        for (int u = 0; u < e->part.n_units; u++) {
+            e->secondary_off[u] = total;
+            total += e->part.units[u].held ? secondary_bytes(e, u) : 0;
+        }
+        ZT_TRY(alloc_state(e, LEDGER_SECONDARY_PARAMS, total, "hpZ secondary parameter shards",
+                           &e->secondary_params));
     }
     if (!e->cfg.optimizer->whole_tensors)
         return ZT_OK;
@@ -169,6 +206,7 @@ zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *fu
 {
     const struct shard_unit *su = &e->part.units[u];
     ZT_ASSERT(su->packed);
+    secondary_stale(e);
     unsigned char *image = calloc(1, su->image_padded);
     if (!image)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate a 4-bit unit's image");
@@ -224,6 +262,21 @@ static zt_status start_gather(struct shard_engine *e, int pos)
     g->buf = buf;
     g->req = NULL;
     g->state = GATHER_GATHERING;
+    g->via = e->comm;
+    g->refresh = 0;
+    if (has_secondary(e) && e->secondary_fresh[u]) {
+        /* hpZ: the rest of the step gathers within the secondary group */
+        g->via = e->secondary;
+        const size_t share = secondary_bytes(e, u);
+        if (e->plan)
+            return ZT_OK;
+        return comm_iallgather(e->secondary, (char *)e->secondary_params + e->secondary_off[u],
+                               g->buf, su->packed ? share : share / e->esz,
+                               su->packed ? ZT_U8 : e->cfg.precision, &g->req);
+    }
+    ZT_ASSERT(!has_secondary(e) || e->pass_phase == LEDGER_PHASE_FORWARD ||
+              e->pass_phase == LEDGER_PHASE_EVALUATION || e->plan);
+    g->refresh = has_secondary(e);
     if (e->plan)
         return ZT_OK;
     if (su->packed)
@@ -240,10 +293,19 @@ static zt_status finish_gather(struct shard_engine *e, int pos)
     if (g->req) {
         struct comm_request *req = g->req;
         g->req = NULL;
-        ZT_TRY(comm_wait(e->comm, req));
+        ZT_TRY(comm_wait(g->via, req));
     }
     g->state = GATHER_RESIDENT;
-    return ZT_OK;
+    if (!g->refresh)
+        return ZT_OK;
+    /* hpZ: this rank's share of the secondary copy, from the gathered unit */
+    const size_t share = secondary_bytes(e, g->unit);
+    const size_t h = (size_t)(e->cfg.rank % e->cfg.secondary_size);
+    e->secondary_fresh[g->unit] = 1;
+    if (e->plan)
+        return ZT_OK;
+    return e->dev->ops->copy((char *)e->secondary_params + e->secondary_off[g->unit],
+                             (const char *)g->buf + h * share, share);
 }
 
 static void release_gather(struct shard_engine *e, struct shard_gather *g)
@@ -311,7 +373,7 @@ void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hpara
         e->fused.hp = *hp;
         e->fused.hp.step = ++e->updates;
     }
-    e->fused.unscale = 1.0 / ((double)e->cfg.world * loss_scale);
+    e->fused.unscale = 1.0 / (dp_ranks(e) * loss_scale);
     e->fused.gscale = (float)(e->fused.unscale * clip_coef);
     e->fused.sumsq = 0.0;
 }
@@ -336,6 +398,8 @@ static zt_status fused_unit_done(struct shard_engine *e, int unit)
                  ? comm_reduce_scatter(e->comm, full, reduced, su->shard, e->cfg.precision,
                                        COMM_OP_SUM)
                  : comm_allreduce(e->comm, full, su->padded, e->cfg.precision, COMM_OP_SUM);
+    if (st == ZT_OK && !e->plan && e->replica) /* HSDP: across the shard groups */
+        st = comm_allreduce(e->replica, reduced, su->shard, e->cfg.precision, COMM_OP_SUM);
     if (st == ZT_OK && !e->plan)
         st = shard_update_fused_unit(e, unit, reduced, &r, tmp);
     if (st == ZT_OK && !e->plan && e->fused.update && shard_policy_regathers_params(&e->policy)) {
@@ -562,6 +626,8 @@ static zt_status drive_comm(struct shard_engine *e)
         return ZT_OK;
     zt_status st;
     PROF_CALL(e, SHARD_PROF_PROGRESS, st, comm_progress(e->comm));
+    if (st == ZT_OK && e->secondary)
+        PROF_CALL(e, SHARD_PROF_PROGRESS, st, comm_progress(e->secondary));
     return st;
 }
 
@@ -784,6 +850,10 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     ZT_ASSERT(cfg->precision == ZT_F32 || cfg->precision == ZT_BF16 || cfg->precision == ZT_F16);
     ZT_ASSERT(cfg->optimizer && cfg->optimizer_states >= 0 &&
               cfg->optimizer_states <= cfg->optimizer->n_states);
+    /* the config refuses these (config_check_world, the zero rules) */
+    ZT_ASSERT(cfg->replicas <= 1 || policy->shard_states);
+    ZT_ASSERT(cfg->secondary_size <= 1 ||
+              (policy->shard_params && cfg->world % cfg->secondary_size == 0));
     out->cfg = *cfg;
     out->policy = *policy;
     out->table = t;
@@ -819,9 +889,11 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         out->grad_view = calloc((size_t)t->n_units, sizeof *out->grad_view);
         out->gathers = calloc(MODEL_MAX_UNITS + 4, sizeof *out->gathers);
         out->tensor_state_off = calloc((size_t)t->n_tensors + 1, sizeof *out->tensor_state_off);
+        out->secondary_off = calloc((size_t)t->n_units, sizeof *out->secondary_off);
+        out->secondary_fresh = calloc((size_t)t->n_units, 1);
         if (!out->unit_grads || !out->reduces || !out->bucket || !out->early ||
             !out->unit_reduced || !out->gathers || !out->param_view || !out->grad_view ||
-            !out->tensor_state_off)
+            !out->tensor_state_off || !out->secondary_off || !out->secondary_fresh)
             st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the engine's bookkeeping");
     }
     if (st == ZT_OK)
@@ -855,6 +927,8 @@ void shard_engine_destroy(struct shard_engine *e)
     free(e->grad_view);
     free(e->gathers);
     free(e->tensor_state_off);
+    free(e->secondary_off);
+    free(e->secondary_fresh);
     shard_partition_free(&e->part);
     memset(e, 0, sizeof *e);
 }
@@ -1009,6 +1083,19 @@ static zt_status hook_tp_reduce_scatter(void *ctx, const float *in, float *out, 
     return comm_reduce_scatter(e->tensor, in, out, n, ZT_F32, COMM_OP_SUM);
 }
 
+void shard_engine_join_replicas(struct shard_engine *e, struct comm *replica)
+{
+    ZT_ASSERT(comm_size(replica) == (e->cfg.replicas > 1 ? e->cfg.replicas : 1));
+    e->replica = comm_size(replica) > 1 ? replica : NULL;
+}
+
+void shard_engine_join_secondary(struct shard_engine *e, struct comm *secondary)
+{
+    ZT_ASSERT(has_secondary(e) && comm_size(secondary) == e->cfg.secondary_size &&
+              comm_rank(secondary) == e->cfg.rank % e->cfg.secondary_size);
+    e->secondary = secondary;
+}
+
 void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor)
 {
     e->tensor = comm_size(tensor) > 1 ? tensor : NULL;
@@ -1062,6 +1149,9 @@ static zt_status reduce_grads(struct shard_engine *e, void *g)
         ZT_TRY(comm_allreduce(e->comm, e->grads, reduced_count(e), e->cfg.precision, COMM_OP_SUM));
     else if (shard_policy_reduces_at_step(&e->policy))
         ZT_TRY(reduce_full_grads(e, g));
+    /* HSDP: the shard group's sums added across the groups, once a step */
+    if (e->replica)
+        ZT_TRY(comm_allreduce(e->replica, g, reduced_count(e), e->cfg.precision, COMM_OP_SUM));
     return e->tie_peer >= 0 ? sync_tied(e, g) : ZT_OK;
 }
 
@@ -1090,7 +1180,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     const size_t n = reduced_count(e);
     enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
     PROF_TRY(e, SHARD_PROF_REDUCE, reduce_grads(e, g));
-    const double unscale = 1.0 / ((double)e->cfg.world * loss_scale);
+    const double unscale = 1.0 / (dp_ranks(e) * loss_scale);
     double sumsq;
     PROF_TRY(e, SHARD_PROF_NORM, global_sumsq(e, g, n, unscale, &sumsq));
     const double norm = sqrt(sumsq);
@@ -1113,6 +1203,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
              shard_update_owned(e, g, (float)(unscale * clip), tmp, stats, hp));
     if (shard_policy_regathers_params(&e->policy))
         PROF_TRY(e, SHARD_PROF_REGATHER, allgather_params(e, 1));
+    secondary_stale(e);
     zt_status st;
     PROF_CALL(e, SHARD_PROF_ZERO_GRADS, st, zero_grads(e));
     return st;
@@ -1307,6 +1398,7 @@ zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_
 zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
                                  const void *src)
 {
+    secondary_stale(e);
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
     if (!master_is_working(e, which, u))
@@ -1322,6 +1414,7 @@ zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_
 
 zt_status shard_engine_params_from_master(struct shard_engine *e)
 {
+    secondary_stale(e);
     if (is_16bit(e))
         for (int u = 0; u < e->part.n_units; u++) {
             const struct owned_range r = owned_range_of(e, u);

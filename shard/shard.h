@@ -46,6 +46,23 @@
  *      (stage3_prefetch_depth); gradients as in stage 2; the update needs no
  *      allgather.
  *
+ * Hierarchy (node-aware ZeRO). HSDP (cfg.replicas R > 1): the engine's
+ * comm is one shard group of G = world ranks, and the D = G * R
+ * data-parallel ranks are R such groups holding the same shards: the
+ * partition and everything above is over the group, and once the
+ * gradients are reduce-scattered within it (accumulated over the step's
+ * micro steps) the reduced shards are allreduced across the replicas (the
+ * R ranks holding the same shard), once per step before the norm; the
+ * average is over all D ranks. hpZ (cfg.secondary_size H > 1, stage 3,
+ * ZeRO++): besides the primary shards over all ranks, each rank keeps a
+ * secondary copy of every unit partitioned within its group of H ranks
+ * (LEDGER_SECONDARY_PARAMS, 1/H of each padded unit). A unit's first
+ * gather of a step (a forward's) is a primary one over all ranks, and the
+ * rank copies its secondary share out of the gathered unit; every later
+ * gather of it that step (the backward's, the next micro steps'
+ * forwards') is an allgather of the secondary shares within the group,
+ * which stays inside a node. The update makes the secondary copy stale.
+ *
  * Where the math runs: every operation on the states (precision casts, the
  * gradient norm, unscaling, the optimizer update, adding reduced shards,
  * zeroing) is an op of the compute backend the engine was created with
@@ -184,9 +201,17 @@ struct shard_engine_config {
     /* The pipeline stage whose units the engine keeps; NULL: the whole
      * model. Copied at create. */
     const struct model_stage *pipeline_stage;
+    /* HSDP: how many shard groups of `world` ranks hold the same shards
+     * (the data-parallel size is world * replicas); 0 or 1: none. The
+     * groups' comm comes with shard_engine_join_replicas. */
+    int replicas;
+    /* hpZ, stage 3: the secondary partition's group size H (dividing
+     * world; the rank's place in its group is rank % H); 0 or 1: none.
+     * The group's comm comes with shard_engine_join_secondary. */
+    int secondary_size;
 };
 
-#define SHARD_MAX_ALLOCS (4 + OPTIMIZER_MAX_STATES)
+#define SHARD_MAX_ALLOCS (5 + OPTIMIZER_MAX_STATES)
 
 struct shard_alloc {
     enum ledger_category cat;
@@ -315,6 +340,17 @@ struct shard_engine {
     /* Tensor parallelism (shard_engine_join_tensor): the group of the
      * ranks holding the other slices of this rank's tensors; NULL: none. */
     struct comm *tensor;
+
+    /* HSDP (shard_engine_join_replicas): the ranks holding this rank's
+     * shards in the other shard groups; NULL: none. */
+    struct comm *replica;
+    /* hpZ: the secondary group (shard_engine_join_secondary; NULL for a
+     * plan), the secondary copy (each held unit's share of unit_bytes / H
+     * at secondary_off[u]) and which units' shares are current this step. */
+    struct comm *secondary;
+    void *secondary_params;
+    size_t *secondary_off;
+    unsigned char *secondary_fresh;
 };
 
 /* Allocates the persistent model states on `dev` (counted in the ledger)
@@ -367,6 +403,15 @@ void shard_engine_join_pipeline(struct shard_engine *e, struct comm *pipe);
  * stage cfg.pipeline_stage of a pipeline of `stages` counts what a step of
  * that stage holds for the tied embedding's exchange. */
 void shard_engine_plan_pipeline(struct shard_engine *e, int stages);
+
+/* HSDP: the engine's shard group is one of cfg.replicas; replica holds
+ * the ranks with the same shards in each (comm_size(replica) ==
+ * cfg.replicas, asserted), borrowed. */
+void shard_engine_join_replicas(struct shard_engine *e, struct comm *replica);
+
+/* hpZ: the secondary group of cfg.secondary_size ranks (rank % H within
+ * it, asserted), borrowed. */
+void shard_engine_join_secondary(struct shard_engine *e, struct comm *secondary);
 
 /* Makes the engine of one tensor-parallel slice of the model (its table
  * from param_table_tp_slice; tensor: the ranks holding the other slices,

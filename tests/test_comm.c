@@ -1499,12 +1499,83 @@ START_TEST(test_backend_must_match_buffer_memory)
 }
 END_TEST
 
+/* Every rank's node as comm.h defines it (the real nodes of one machine:
+ * one; or ZT_SIMULATED_RANKS_PER_NODE's), and the link-class split of a
+ * group's bytes: the share of its ring's edges between nodes is
+ * inter-node, on every rank alike; a message by its peer's node. */
+static struct comm *make(const char *algo);
+
+static int expected_node(int r)
+{
+    const char *v = getenv("ZT_SIMULATED_RANKS_PER_NODE");
+    return v && atoi(v) > 0 ? r / atoi(v) : 0;
+}
+
+static void check_link_split(struct comm *c, const int *world_of, const char *what)
+{
+    const int n = comm_size(c);
+    int cross = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(comm_node_of(c, i) == expected_node(world_of[i]), "%s: member %d on node %d", what, i,
+              comm_node_of(c, i));
+        cross += n > 1 && expected_node(world_of[i]) != expected_node(world_of[(i + 1) % n]);
+    }
+    comm_reset_stats(c);
+    float x[64] = {0};
+    CHECK_OK(comm_allreduce(c, x, 64, ZT_F32, COMM_OP_SUM));
+    const struct comm_stats *st = comm_get_stats(c);
+    const uint64_t bus = st->bytes[COMM_KIND_ALLREDUCE];
+    CHECK(st->link_bytes[COMM_LINK_INTER][COMM_KIND_ALLREDUCE] == bus * (uint64_t)cross / n,
+          "%s: inter %llu of %llu bytes, %d of %d edges cross", what,
+          (unsigned long long)st->link_bytes[COMM_LINK_INTER][COMM_KIND_ALLREDUCE],
+          (unsigned long long)bus, cross, n);
+    CHECK(st->link_bytes[COMM_LINK_INTRA][COMM_KIND_ALLREDUCE] +
+                  st->link_bytes[COMM_LINK_INTER][COMM_KIND_ALLREDUCE] ==
+              bus,
+          "%s: intra + inter is not the bytes", what);
+}
+
+START_TEST(test_nodes_and_link_classes)
+{
+    struct comm *w = make("native");
+    int world_of[64];
+    for (int i = 0; i < size; i++)
+        world_of[i] = i;
+    check_link_split(w, world_of, "world");
+    /* the even and the odd ranks: a strided group */
+    struct comm *half = NULL;
+    CHECK_OK(comm_split(w, rank % 2, rank, &half));
+    int n = 0;
+    for (int i = rank % 2; i < size; i += 2)
+        world_of[n++] = i;
+    check_link_split(half, world_of, "half");
+    comm_destroy(half);
+    /* a message counts by the peer's node */
+    if (size >= 2 && rank < 2) {
+        float v[8] = {0};
+        const int peer = 1 - rank;
+        comm_reset_stats(w);
+        if (rank == 0)
+            CHECK_OK(comm_send(w, v, 8, ZT_F32, peer));
+        else
+            CHECK_OK(comm_recv(w, v, 8, ZT_F32, peer));
+        const uint64_t inter = comm_get_stats(w)->link_bytes[COMM_LINK_INTER][COMM_KIND_SEND];
+        CHECK(inter == (rank == 0 && expected_node(0) != expected_node(1) ? sizeof v : 0),
+              "send: %llu inter-node bytes", (unsigned long long)inter);
+    }
+    comm_destroy(w);
+    CHECK(strcmp(comm_link_name(COMM_LINK_INTER), "inter") == 0, "link name");
+    ASSERT_NO_BAD();
+}
+END_TEST
+
 static Suite *comm_suite(void)
 {
     Suite *s = suite_create("comm");
     TCase *tc = tcase_create("mpi");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_create_reports_rank_size_backend);
+    tcase_add_test(tc, test_nodes_and_link_classes);
     tcase_add_test(tc, test_barrier_waits_for_the_last_rank);
     tcase_add_test(tc, test_create_rejects_unknown_names);
     tcase_add_test(tc, test_create_nccl_without_gpu_is_config_error);

@@ -832,8 +832,6 @@ START_TEST(test_deepspeed_values_off_or_asking)
         {"zero_optimization: {offload_param: {device: nvme, nvme_path: /x}}", NULL,
          "zero_optimization.offload_param (device: nvme)"},
         {"zero_optimization: {overlap_comm: true, contiguous_gradients: true}", NULL, NULL},
-        {"zero_optimization: {zero_hpz_partition_size: 8}", NULL,
-         "zero_optimization.zero_hpz_partition_size (8)"},
         {"zero_optimization: {mics_shard_size: -1}", NULL, NULL},
         {"tensorboard: {output_path: x, job_name: y}", NULL, NULL},
         {"wandb: {enabled: true, project: p}", NULL, "wandb (enabled: true)"},

@@ -60,6 +60,7 @@ static void want_peaks(int r, uint64_t peak[LEDGER_CATEGORY_COUNT], uint64_t *to
     peak[LEDGER_MASTER_PARAMS] = 4096 * (k + 1);
     peak[LEDGER_OPTIMIZER_STATES] = 3 * MIB * (k + 1);
     peak[LEDGER_GATHERED_PARAMS] = 20000;
+    peak[LEDGER_SECONDARY_PARAMS] = 0;
     peak[LEDGER_ACTIVATIONS] = 10000 * (k + 1);
     peak[LEDGER_COMM_BUFFERS] = 512 * k;
     peak[LEDGER_WORKSPACE] = 123;
@@ -393,11 +394,13 @@ START_TEST(test_json_matches_the_documented_format)
         "\"grads\": 4, \"master_params\": 0, \"optimizer_states\": 8}, \"base4_numel\": 0, "
         "\"base4_bytes\": 0, \"baseline\": {\"params\": "
         "100, \"grads\": 101, \"master_params\": 102, \"optimizer_states\": 103, "
-        "\"gathered_params\": 104, \"activations\": 105, \"comm_buffers\": 106, \"workspace\": "
-        "107, \"total\": 1000}, \"expected_model_states\": 800, \"ranks\": [{\"rank\": 0, "
+        "\"gathered_params\": 104, \"secondary_params\": 105, \"activations\": 106, "
+        "\"comm_buffers\": 107, \"workspace\": 108, \"total\": 1000}, \"expected_model_states\": "
+        "800, \"ranks\": [{\"rank\": 0, "
         "\"tp\": 0, \"pp\": 1, \"dp\": 0, \"peak\": "
         "{\"params\": 10, \"grads\": 11, \"master_params\": 12, \"optimizer_states\": 13, "
-        "\"gathered_params\": 14, \"activations\": 15, \"comm_buffers\": 16, \"workspace\": 17}, "
+        "\"gathered_params\": 14, \"secondary_params\": 15, \"activations\": 16, "
+        "\"comm_buffers\": 17, \"workspace\": 18}, "
         "\"total_peak\": 900, \"rss_peak\": 4096, \"expected_model_states\": 700}]}\n");
 }
 END_TEST
@@ -533,8 +536,9 @@ END_TEST
 START_TEST(test_print_units_and_ratio)
 {
     struct memory_rank_row row = {.rank = 0, .total_peak = 50 * MIB, .rss_peak = 3 * GIB / 4};
-    const uint64_t peaks[LEDGER_CATEGORY_COUNT] = {0,       10239,   10240,      3 * MIB / 2,
-                                                   1023999, 3 * GIB, 1023 * KIB, 999 * KIB};
+    /* no hpZ: the secondary column (0 everywhere) is left out */
+    const uint64_t peaks[LEDGER_CATEGORY_COUNT] = {0, 10239,   10240,      3 * MIB / 2, 1023999,
+                                                   0, 3 * GIB, 1023 * KIB, 999 * KIB};
     const char *const cells[] = {"0 B",       "10239 B",    "10.00 KiB", "1.50 MiB",
                                  "0.98 MiB",  "3.00 GiB",   "1.00 MiB",  "999.00 KiB",
                                  "50.00 MiB", "768.00 MiB", " 0.25"};

@@ -40,6 +40,10 @@ zt_test(test_pipeline SOURCES test_pipeline.c LIBS zt_coordinator TIMEOUT 900 LA
 # measured run's at 1-4 ranks across layouts; the ZeRO paper's model states
 # and Korthikanti et al.'s activations per layer from planned roles.
 zt_test(test_plan SOURCES test_plan.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI)
+# Node-aware ZeRO at 4 ranks as 2 simulated nodes x 2: hpZ and HSDP against
+# flat ZeRO (losses, each link class's bytes by formula, the secondary copy
+# in the report and the dry run), refusals, checkpoints resumed and resharded.
+zt_test(test_hier SOURCES test_hier.c LIBS zt_coordinator TIMEOUT 600 LAUNCHES_MPI)
 # zerotrain calibrate: the link fit, and the binary under mpirun (--quick).
 zt_test(test_calibrate SOURCES test_calibrate.c LIBS zt_coordinator TIMEOUT 300 LAUNCHES_MPI)
 # fp8 training through the binary: layouts against one rank, checkpointing,
