@@ -410,12 +410,13 @@ static void check_free(struct check *c)
     free(c->raw);
 }
 
-/* Each unit's position in the pass's order of acquisitions (its first). */
+/* Each unit's position in the whole model's pass (its first acquisition):
+ * the same on every pipeline stage, so that stages compare. */
 static void unit_positions(const struct run_session *s, enum model_pass pass, int *pos)
 {
     const struct param_table *t = s->engine.table;
     int order[2 * MODEL_MAX_UNITS];
-    const int n = param_table_unit_order(t, &s->stage, pass, order, 2 * MODEL_MAX_UNITS);
+    const int n = param_table_unit_order(t, NULL, pass, order, 2 * MODEL_MAX_UNITS);
     for (int u = 0; u < t->n_units; u++)
         pos[u] = KEY_POS_MAX;
     for (int i = n - 1; i >= 0; i--)

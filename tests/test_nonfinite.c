@@ -188,6 +188,7 @@ START_TEST(skip_skips_the_step_and_goes_on)
     const char *path = testutil_path_in(dir, "metrics.jsonl");
     size_t n;
     char *text = (char *)testutil_read_file(path, &n);
+    text[n] = '\0'; /* the spare byte */
     int steps = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         struct json_source src = {.path = path, .code = ZT_ERR_DATA, .max_depth = 16};
