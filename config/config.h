@@ -53,6 +53,13 @@ enum pipeline_schedule {
     PIPELINE_GPIPE /* "gpipe": every forward, then every backward */
 };
 
+/* run.on_nonfinite: what a step whose loss or gradient norm is not finite
+ * does (beyond fp16's overflows, which the loss scaler skips). */
+enum zt_nonfinite_action {
+    ZT_NONFINITE_STOP, /* "stop": the first non-finite value is reported and the run ends */
+    ZT_NONFINITE_SKIP  /* "skip": reported, skipped on every rank, and the run goes on */
+};
+
 /* pipeline.partition_method: how the blocks are cut into stages, by the
  * names of DeepSpeed's PipelineModule. */
 enum pipeline_partition {
@@ -127,6 +134,8 @@ struct zt_config {
         long eval_batches; /* micro batches per evaluation, 0 = the whole val set; default 0 */
         char *output_dir;  /* default "runs/latest" */
         char *resume;      /* "auto" (default), "never", or a checkpoint path */
+        int on_nonfinite;  /* enum zt_nonfinite_action, default stop */
+        int nonfinite_skip_limit; /* skip: consecutive skipped steps that end the run, default 10 */
     } run;
 
     struct {

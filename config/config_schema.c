@@ -58,6 +58,7 @@ enum ftype {
     T_PIPE_PARTITION, /* enum pipeline_partition */
     T_FP8_FORMAT,     /* int, enum fp8_recipe_format */
     T_FP8_AMAX,       /* int, enum fp8_amax_algo */
+    T_NONFINITE,      /* int, enum zt_nonfinite_action */
 };
 
 enum {
@@ -211,6 +212,12 @@ static const struct field fields[] = {
 
     {"run.resume", T_STRING, OFF(run.resume), 0, "auto", NB, NB, 0, NULL,
      "auto: the latest checkpoint in checkpoint.dir if any; never; or a checkpoint path"},
+    {"run.on_nonfinite", T_NONFINITE, OFF(run.on_nonfinite), 0, "stop", NB, NB, 0, NULL,
+     "a step whose loss or gradient norm is not finite (fp16's overflows aside): stop: report "
+     "its first non-finite value and end the run (exit 1); skip: report it, skip the step on "
+     "every rank and go on"},
+    {"run.nonfinite_skip_limit", T_INT, OFF(run.nonfinite_skip_limit), 0, "10", GE(1), NB, 0,
+     NULL, "on_nonfinite skip: this many non-finite steps in a row end the run as diverged"},
 
     {"checkpoint", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "training checkpoints"},
     {"checkpoint.dir", T_STRING, OFF(checkpoint.dir), 0, NULL, NB, NB, 0, NULL,
@@ -407,11 +414,14 @@ static const char *const warmup_names[] = {[ZT_WARMUP_LOG] = "log", [ZT_WARMUP_L
 static const char *const schedule_names[] = {[PIPELINE_1F1B] = "1f1b", [PIPELINE_GPIPE] = "gpipe"};
 static const char *const partition_names[] = {
     [PIPELINE_PARTITION_PARAMETERS] = "parameters", [PIPELINE_PARTITION_UNIFORM] = "uniform"};
-/* The fp8 section's choices, by Transformer Engine's names (any case). */
+/* Choices stored as an int enum, by name (any case): the fp8 section's,
+ * by Transformer Engine's names, and run.on_nonfinite's. */
 static const char *const fp8_format_names[] = {
     [FP8_RECIPE_HYBRID] = "hybrid", [FP8_RECIPE_E4M3] = "e4m3"};
 static const char *const fp8_amax_names[] = {
     [FP8_AMAX_MAX] = "max", [FP8_AMAX_MOST_RECENT] = "most_recent"};
+static const char *const nonfinite_names[] = {
+    [ZT_NONFINITE_STOP] = "stop", [ZT_NONFINITE_SKIP] = "skip"};
 static const struct fp8_choice {
     enum ftype type;
     const char *const *names;
@@ -420,6 +430,7 @@ static const struct fp8_choice {
 } fp8_choices[] = {
     {T_FP8_FORMAT, fp8_format_names, 2, "hybrid, e4m3"},
     {T_FP8_AMAX, fp8_amax_names, 2, "max, most_recent"},
+    {T_NONFINITE, nonfinite_names, 2, "stop, skip"},
 };
 #define N_SCHEDULES  ((int)(sizeof schedule_names / sizeof schedule_names[0]))
 #define N_PARTITIONS ((int)(sizeof partition_names / sizeof partition_names[0]))
@@ -1013,6 +1024,7 @@ static zt_status parse_leaf(struct walk *w, const struct field *f, const struct 
         return leaf_choice(w, f, v, where);
     case T_FP8_FORMAT:
     case T_FP8_AMAX:
+    case T_NONFINITE:
         return leaf_fp8_choice(w, f, v, where);
     case T_FAMILY:
         return leaf_family(w, f, v, where);
@@ -1952,6 +1964,7 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
         break;
     case T_FP8_FORMAT:
     case T_FP8_AMAX:
+    case T_NONFINITE:
         fputs(fp8_choice_of(fd->type)->names[*(const int *)p], f);
         break;
     case T_SECTION:

@@ -90,6 +90,14 @@ void metrics_write_step(FILE *f, const struct step_record *r)
         fprintf(f, "%s\"%s\": %s", k ? ", " : "", axes[k],
                 num(r->axis[k].wait_seconds * 1e3, "%.4f", b[0], sizeof b[0]));
     fprintf(f, "}");
+    static const char *const reasons[] = {[STEP_SKIP_NONE] = NULL,
+                                          [STEP_SKIP_OVERFLOW] = "overflow",
+                                          [STEP_SKIP_MASKED] = "masked",
+                                          [STEP_SKIP_NONFINITE] = "nonfinite"};
+    if (r->skipped && reasons[r->skip_reason])
+        fprintf(f, ", \"skip_reason\": \"%s\"", reasons[r->skip_reason]);
+    if (r->nonfinite_skips >= 0)
+        fprintf(f, ", \"nonfinite_skips\": %ld", r->nonfinite_skips);
     if (r->busy_seconds > 0.0)
         fprintf(
             f, ", \"bubble\": %s",

@@ -20,8 +20,17 @@
 struct step_record {
     long step; /* 1-based */
     double loss, lr, grad_norm, step_ms, tokens_per_s, gflops;
-    double loss_scale;      /* the scale this step's backward used (1 without fp16) */
-    int skipped;            /* an fp16 overflow (or counted == 0) skipped the update */
+    double loss_scale; /* the scale this step's backward used (1 without fp16) */
+    int skipped;       /* an fp16 overflow (or counted == 0) skipped the update */
+    enum step_skip {
+        STEP_SKIP_NONE,      /* not skipped */
+        STEP_SKIP_OVERFLOW,  /* fp16's loss scaler: "overflow" */
+        STEP_SKIP_MASKED,    /* no counted target: "masked" */
+        STEP_SKIP_NONFINITE, /* run.on_nonfinite skip: "nonfinite" */
+    } skip_reason;
+    /* Steps skipped for non-finite values since the run (re)started, with
+     * run.on_nonfinite skip; -1 otherwise (not written). */
+    long nonfinite_skips;
     uint64_t counted;       /* the step's counted targets, all ranks (loss-masked ones not) */
     struct comm_stats comm; /* this step's traffic of this rank */
     /* The same per axis of the layout: tensor, pipeline, data parallel

@@ -36,15 +36,23 @@
 #include "../config/config.h"
 
 /* Fault injection into run_checkpoint_save (run_checkpoint.h), for the tests of crash safety
- * (in the manner of SQLite's test VFS): a test build of the program passes
- * hooks through cli_main into the run options; the zerotrain binary passes
- * none, so no hook is ever called there. */
+ * (in the manner of SQLite's test VFS), and into the training forward, for
+ * the tests of non-finite steps (nonfinite.h): a test build of the program
+ * passes hooks through cli_main into the run options; the zerotrain binary
+ * passes none, so no hook is ever called there. */
 struct ckpt_fault_hooks {
     /* Called by every rank while it writes its shard of the checkpoint of
      * `step`, after the first section and before the second: a hook that
      * kills the process leaves a half-written shard, as a node failure
      * would. NULL: none. */
     void (*mid_shard)(void *arg, int rank, long step);
+    /* Called with each op output of every training forward of the run
+     * (struct model_probe's, at 1-based `step` and micro batch `micro`;
+     * buf[n] in the compute backend's memory, host memory on the CPU): a
+     * hook may write non-finite values into it, as a diverging op would.
+     * NULL: none. */
+    void (*forward_output)(void *arg, int rank, long step, int micro, int block, const char *what,
+                           float *buf, size_t n);
     void *arg; /* passed to the hook */
 };
 
@@ -135,7 +143,17 @@ struct run_session {
     int failure_agreed;                 /* the failure being returned was agreed by every rank */
     /* From run_options: NULL but in test builds. */
     const struct ckpt_fault_hooks *faults;
-    int stop_request;          /* agreed among ranks after each step: 0, 1 save+stop, 2 stop */
+    int stop_request; /* agreed among ranks after each step: 0, 1 save+stop, 2 stop */
+    /* Non-finite steps (nonfinite.h) since the run (re)started: skipped
+     * (run.on_nonfinite skip), skipped in a row up to the last step, and
+     * re-run to find their first non-finite value. */
+    struct {
+        long skipped, in_a_row;
+        int diagnosed;
+    } nonfinite;
+    /* Test builds' forward_output hook as the models' probe (nonfinite.h);
+     * unused without one. */
+    struct model_probe fault_probe;
     char resumed_from[4096];   /* the checkpoint loaded, "" if none */
     int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */
     uint64_t *row_ids;         /* the batch rows' global sample indices (sampler_rows) */

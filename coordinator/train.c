@@ -31,6 +31,7 @@
 #include "memory_summary.h"
 #include "memory_timeline.h"
 #include "metrics.h"
+#include "nonfinite.h"
 #include "pipeline.h"
 #include "progress.h"
 #include "run_checkpoint.h"
@@ -243,8 +244,11 @@ static zt_status forward_backward_update(struct run_session *s, long step, struc
         ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
         session_add_loss(s, s->model, loss_sums);
     }
+    /* A non-finite norm is a skip at the engine, every rank alike:
+     * train_step decides what it means (fp16's overflow, or
+     * run.on_nonfinite). */
     struct optimizer_hparams hp = config_optimizer_hparams(c, r->lr);
-    return shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result);
+    return shard_engine_step(&s->engine, &hp, r->loss_scale, 1, result);
 }
 
 /* fp8 delayed scaling (worker/fp8_scaling.h): the step's amaxes, max-
@@ -266,6 +270,7 @@ static zt_status fp8_end_step(struct run_session *s)
 static void skip_all_masked(const struct run_session *s, long step, struct step_record *r)
 {
     r->skipped = 1;
+    r->skip_reason = STEP_SKIP_MASKED;
     r->loss = NAN;
     if (s->rank != 0)
         return;
@@ -274,6 +279,87 @@ static void skip_all_masked(const struct run_session *s, long step, struct step_
             "completion tokens): skipped\n",
             step + 1);
     fflush(stderr);
+}
+
+/* The re-run of a non-finite step for nonfinite_diagnose: the same micro
+ * steps and engine step, its loss and result thrown away. */
+static zt_status rerun_step(struct run_session *s, long step, void *arg)
+{
+    struct step_record again = *(const struct step_record *)arg;
+    double sums[4] = {0.0, 0.0, 0.0, 0.0};
+    struct shard_step_result result = {0};
+    return forward_backward_update(s, step, &again, sums, &result);
+}
+
+/* The message of a first non-finite value, as its rank gives it. */
+static void describe_finding(const struct nonfinite_finding *f, long step, char *buf, size_t n)
+{
+    char micro[48] = "";
+    if (f->micro >= 0)
+        snprintf(micro, sizeof micro, ", micro batch %d", f->micro);
+    snprintf(buf, n, "step %ld: first non-finite value%s: %s%s%s", step, micro, f->what,
+             f->report[0] ? "; report: " : "", f->report);
+}
+
+/* A step whose gradient norm is not finite without fp16's loss scaling
+ * (the engine skipped it on every rank): its first non-finite value is
+ * found and reported (the first NONFINITE_MAX_DIAGNOSED such steps of a
+ * run), then run.on_nonfinite stops the run (ZT_ERR_NUMERIC, printed by
+ * the rank that found the value) or counts the skip (train_loop stops at
+ * nonfinite_skip_limit in a row). Every rank comes here at the same step
+ * and leaves alike. */
+static zt_status on_nonfinite(struct run_session *s, long step, struct step_record *r)
+{
+    const int skip = s->cfg.run.on_nonfinite == ZT_NONFINITE_SKIP;
+    const int diagnose = s->nonfinite.diagnosed < NONFINITE_MAX_DIAGNOSED;
+    struct nonfinite_finding f = {0};
+    char what[8192];
+    r->skip_reason = STEP_SKIP_NONFINITE;
+    s->nonfinite.skipped++;
+    s->nonfinite.in_a_row++;
+    if (diagnose) {
+        s->nonfinite.diagnosed++;
+        ZT_TRY(nonfinite_diagnose(s, step, rerun_step, r, &f));
+    }
+    const int finder = f.found && f.rank == s->rank;
+    if (finder)
+        describe_finding(&f, step + 1, what, sizeof what);
+    if (!skip) {
+        s->failed_elsewhere = f.found && !finder; /* the finder prints */
+        if (finder)
+            return zt_error_set(ZT_ERR_NUMERIC,
+                                "%s; the gradient norm is %g: training diverged (lower "
+                                "optimizer.params.lr, set gradient_clipping, or set "
+                                "run.on_nonfinite: skip)",
+                                what, r->grad_norm);
+        return zt_error_set(ZT_ERR_NUMERIC,
+                            "step %ld: the gradient norm is %g: training diverged (lower "
+                            "optimizer.params.lr or set gradient_clipping)%s",
+                            step + 1, r->grad_norm,
+                            f.found ? "" : "; re-running the step met no non-finite value");
+    }
+    if (finder)
+        fprintf(stderr, "zerotrain: warning: rank %d: %s; skipped (run.on_nonfinite: skip)\n",
+                s->rank, what);
+    else if (diagnose && !f.found && s->rank == 0)
+        fprintf(stderr,
+                "zerotrain: warning: step %ld: the gradient norm is %g, and re-running the step "
+                "met no non-finite value; skipped (run.on_nonfinite: skip)\n",
+                step + 1, r->grad_norm);
+    fflush(stderr);
+    return ZT_OK;
+}
+
+/* run.on_nonfinite skip: nonfinite_skip_limit steps in a row skipped; like
+ * fp16's loss scale at its floor, the run has diverged. Every rank counts
+ * alike. */
+static zt_status nonfinite_limit(const struct run_session *s, long step)
+{
+    return zt_error_set(ZT_ERR_NUMERIC,
+                        "step %ld: %ld steps in a row had non-finite values and were skipped "
+                        "(run.nonfinite_skip_limit = %d): the run has diverged (lower "
+                        "optimizer.params.lr, or resume from an earlier checkpoint)",
+                        step, s->nonfinite.in_a_row, s->cfg.run.nonfinite_skip_limit);
 }
 
 zt_status train_step(struct run_session *s, long step, struct step_record *r)
@@ -288,14 +374,20 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     r->counted = sampler_counted(&s->sampler, &s->train, (uint64_t)step);
     if (r->counted > 0) {
         ZT_TRY(forward_backward_update(s, step, r, sums, &result));
-        agree_t0 = zt_now_seconds();
-        ZT_TRY(fp8_end_step(s));
         r->grad_norm = result.grad_norm;
         r->skipped = result.skipped;
+        r->skip_reason = result.skipped ? STEP_SKIP_OVERFLOW : STEP_SKIP_NONE;
+        if (result.skipped && !s->scaler.dynamic)
+            ZT_TRY(on_nonfinite(s, step, r));
+        else
+            s->nonfinite.in_a_row = 0;
+        agree_t0 = zt_now_seconds();
+        ZT_TRY(fp8_end_step(s));
         loss_scaler_update(&s->scaler, result.skipped);
     } else {
         skip_all_masked(s, step, r);
     }
+    r->nonfinite_skips = s->cfg.run.on_nonfinite == ZT_NONFINITE_SKIP ? s->nonfinite.skipped : -1;
     comm_stats_delta(s, before, r);
     /* The loss average rides with the ranks' stop requests: a signal seen
      * by any rank stops every rank at this same step boundary. */
@@ -319,6 +411,12 @@ static const char *scale_note(const struct step_record *r, char *buf, size_t n)
 static void log_step(struct run_session *s, struct train_io *io, const struct step_record *r,
                      double seconds_left)
 {
+    static const char *const skip_notes[] = {
+        [STEP_SKIP_NONE] = "",
+        [STEP_SKIP_OVERFLOW] = " | skipped (overflow)",
+        [STEP_SKIP_MASKED] = " | skipped (every target masked)",
+        [STEP_SKIP_NONFINITE] = " | skipped (non-finite values)",
+    };
     char left[32], note[48];
     progress_format_duration(seconds_left, left, sizeof left);
     progress_log(&io->console,
@@ -326,9 +424,7 @@ static void log_step(struct run_session *s, struct train_io *io, const struct st
                  "%6.2f GFLOP/s | left %s%s%s",
                  r->step, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s, r->gflops,
                  left, s->scaler.dynamic ? scale_note(r, note, sizeof note) : "",
-                 !r->skipped       ? ""
-                 : r->counted == 0 ? " | skipped (every target masked)"
-                                   : " | skipped (overflow)");
+                 !r->skipped ? "" : skip_notes[r->skip_reason]);
 }
 
 static zt_status evaluate_and_log(struct run_session *s, struct train_io *io, long step)
@@ -476,6 +572,11 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
         }
         if (r.skipped && at_floor) {
             st = diverged(s, r.step);
+            break;
+        }
+        if (r.skip_reason == STEP_SKIP_NONFINITE &&
+            s->nonfinite.in_a_row >= c->run.nonfinite_skip_limit) {
+            st = nonfinite_limit(s, r.step);
             break;
         }
         st = after_step(s, io, r.step, &stop);
@@ -650,6 +751,7 @@ zt_status train_run(const struct run_options *o, int *print_here)
         return st;
     }
     ZT_TRY(pipeline_open(&s, print_here));
+    nonfinite_fault_probe_attach(&s);
     if (o->print_layout && s.rank == 0)
         print_layout(&s);
     if (o->print_partition && s.rank == 0)

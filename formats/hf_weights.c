@@ -119,6 +119,37 @@ zt_status hf_weights_module_names(const struct param_table *t, char ***names)
     return ZT_OK;
 }
 
+/* The family's mapping, or NULL; sets no message (naming only). */
+static const struct hf_mapping *mapping_or_null(const struct param_table *t)
+{
+    for (size_t k = 0; k < N_MAPPINGS; k++)
+        if (strcmp(mappings[k]->family, t->family->name) == 0)
+            return mappings[k];
+    return NULL;
+}
+
+int hf_weights_tensor_name(const struct param_table *t, int k, char *name, size_t n)
+{
+    const struct hf_mapping *m = mapping_or_null(t);
+    const int own = t->lora.r > 0 ? t->lora.n_base_tensors : t->n_tensors;
+    if (!m || k < 0 || k >= own)
+        return 0;
+    char bare[NAME_MAX_LEN];
+    int transposed;
+    const int prefixed = m->name(t, k, bare, sizeof bare, &transposed);
+    snprintf(name, n, "%s%s", prefixed ? m->prefix : "", bare);
+    return 1;
+}
+
+int hf_weights_block_name(const struct param_table *t, int l, char *name, size_t n)
+{
+    const struct hf_mapping *m = mapping_or_null(t);
+    if (!m)
+        return 0;
+    snprintf(name, n, "%s%s%d", m->prefix, m->layer, l);
+    return 1;
+}
+
 const char *const *hf_weights_lora_targets(const char *family)
 {
     for (size_t k = 0; k < N_MAPPINGS; k++)

@@ -98,6 +98,15 @@ void hf_weights_close(struct hf_weights_reader *r);
  * ZT_ERR_UNSUPPORTED (no mapping for the family), ZT_ERR_NOMEM. */
 zt_status hf_weights_module_names(const struct param_table *t, char ***names);
 
+/* Names in messages and reports. The state-dict name a *ForCausalLM
+ * model gives our tensor k ("transformer.h.3.attn.c_attn.weight",
+ * "lm_head.weight"), and the module path of block l ("transformer.h.3",
+ * "model.layers.3"), into name[0..n) (truncated to fit): 1, or 0 with name
+ * untouched when the family has no mapping or k is not one of the
+ * family's own tensors (a LoRA adapter's). Set no error message. */
+int hf_weights_tensor_name(const struct param_table *t, int k, char *name, size_t n);
+int hf_weights_block_name(const struct param_table *t, int l, char *name, size_t n);
+
 /* PEFT's default target_modules for the family called `family` (its
  * architecture's entry in PEFT's table), NULL-terminated and static; NULL
  * when the family has no mapping. */

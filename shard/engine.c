@@ -1173,6 +1173,18 @@ static zt_status global_sumsq(struct shard_engine *e, const void *g, size_t n, d
     return ZT_OK;
 }
 
+/* The reduced gradients this rank holds, unit by unit, to the probe. */
+static zt_status probe_reduced(struct shard_engine *e, const void *g, double scale)
+{
+    const struct shard_reduced_probe *p = e->reduced_probe;
+    for (int u = 0; u < e->part.n_units; u++) {
+        const struct owned_range r = owned_range_of(e, u);
+        if (e->part.units[u].trainable && r.hi > r.lo)
+            ZT_TRY(p->unit(p->ctx, u, r.lo, at(e, (void *)g, r.grad_off), r.hi - r.lo, scale));
+    }
+    return ZT_OK;
+}
+
 static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
                            struct shard_update_stats *stats, struct optimizer_hparams *hp,
                            double loss_scale, int skip_on_overflow, struct shard_step_result *out)
@@ -1181,13 +1193,15 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
     PROF_TRY(e, SHARD_PROF_REDUCE, reduce_grads(e, g));
     const double unscale = 1.0 / (dp_ranks(e) * loss_scale);
+    if (e->reduced_probe)
+        ZT_TRY(probe_reduced(e, g, unscale));
     double sumsq;
     PROF_TRY(e, SHARD_PROF_NORM, global_sumsq(e, g, n, unscale, &sumsq));
     const double norm = sqrt(sumsq);
     out->grad_norm = norm;
-    if (!isfinite(norm)) {
+    if (!isfinite(norm) || e->reduced_probe) { /* a probed step never updates */
         PROF_TRY(e, SHARD_PROF_ZERO_GRADS, zero_grads(e));
-        if (skip_on_overflow) {
+        if (skip_on_overflow || e->reduced_probe) {
             out->skipped = 1;
             return ZT_OK;
         }

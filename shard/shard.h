@@ -328,6 +328,8 @@ struct shard_engine {
     long updates;                  /* optimizer steps taken */
     struct model_unit_hooks hooks; /* what the model borrows through */
     struct shard_profile *profile; /* not owned; NULL: no timing. Set by the caller */
+    /* not owned; NULL (always but in a re-run step): none. Set by the caller */
+    const struct shard_reduced_probe *reduced_probe;
 
     /* Pipelines (shard_engine_join_pipeline): the stage, the pipeline's
      * group (the rank's stage is its rank there; NULL: no pipeline), the
@@ -361,6 +363,19 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
                               struct comm *comm, const struct compute_backend *be,
                               struct shard_engine *out);
 void shard_engine_destroy(struct shard_engine *e);
+
+/* Diagnosis of a non-finite step (coordinator/nonfinite.h). While an
+ * engine's `reduced_probe` is set, shard_engine_step reduces the
+ * gradients as always, then hands `unit` each trainable unit's range this
+ * rank holds of the reduced gradients, in unit order (g[n], the working
+ * precision, in the engine's memory: elements [first, first + n) of the
+ * unit, times `scale` the averaged unscaled gradient), measures the norm
+ * and zeroes the gradients: it never updates, and reports the step
+ * skipped. Only steps re-run to find a first non-finite value set it. */
+struct shard_reduced_probe {
+    void *ctx;
+    zt_status (*unit)(void *ctx, int unit, size_t first, const void *g, size_t n, double scale);
+};
 
 struct shard_step_result {
     double grad_norm; /* of the unscaled, averaged gradients, before clipping */

@@ -94,6 +94,8 @@ static void assert_same_config(const struct zt_config *a, const struct zt_config
     ck_assert_uint_eq(a->run.seed, b->run.seed);
     ck_assert_int_eq(a->run.eval_interval, b->run.eval_interval);
     ck_assert_int_eq(a->run.eval_batches, b->run.eval_batches);
+    ck_assert_int_eq(a->run.on_nonfinite, b->run.on_nonfinite);
+    ck_assert_int_eq(a->run.nonfinite_skip_limit, b->run.nonfinite_skip_limit);
     ck_assert_str_eq(a->run.output_dir, b->run.output_dir);
     ck_assert_str_eq(a->comm.backend, b->comm.backend);
     ck_assert_str_eq(a->comm.allreduce, b->comm.allreduce);

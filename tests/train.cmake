@@ -53,3 +53,7 @@ zt_test(test_fp8_train SOURCES test_fp8_train.c LIBS zt_common TIMEOUT 600 LAUNC
 if(ZT_SANITIZE)
   target_compile_definitions(test_fp8_train PRIVATE ZT_FP8_TRAIN_SANITIZED=1)
 endif()
+# Non-finite steps through the binary (and zerotrain_faulty's poisoned
+# forwards): run.on_nonfinite stop and skip, the first non-finite value and
+# its report, the skip limit, the key's refusals, fp16's overflows.
+zt_test(test_nonfinite SOURCES test_nonfinite.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)

@@ -1,12 +1,18 @@
-/* tests/zerotrain_faulty.c — the zerotrain command line with checkpoint
- * fault injection, for test_resume's crash-safety test only (the zerotrain
- * binary carries no such hook).
+/* tests/zerotrain_faulty.c — the zerotrain command line with fault
+ * injection, for the tests only (the zerotrain binary carries no such
+ * hook): test_resume's crash safety, test_watchdog's hung rank and
+ * test_nonfinite's poisoned steps.
  *
  * ZT_TEST_CRASH_IN_SAVE=R,S kills rank R with SIGKILL in the middle of
  * writing its shard of the checkpoint of step S, as a node failure would;
  * ZT_TEST_CRASH_IN_SAVE=R,S,hang makes it sleep there for good instead, as
- * a stuck file system would (test_watchdog). Signals are left at their
- * defaults: the tests need no graceful stop. */
+ * a stuck file system would. Signals are left at their defaults: the tests
+ * need no graceful stop.
+ *
+ * ZT_TEST_POISON=R,S,M,B writes a NaN into the first element of block B's
+ * attention output in the forward of micro batch M of step S (1-based) on
+ * rank R, as an op that diverged would; the step's re-run meets it too. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,15 +22,16 @@
 #include "coordinator/cli.h"
 #include "coordinator/run_checkpoint.h"
 
-struct crash_point {
+struct fault_point {
     int rank;
     long step;
     int hang; /* sleep for good instead of dying */
+    int micro, block;
 };
 
 static void crash_mid_shard(void *arg, int rank, long step)
 {
-    const struct crash_point *at = arg;
+    const struct fault_point *at = arg;
     if (rank != at->rank || step != at->step)
         return;
     while (at->hang)
@@ -32,17 +39,40 @@ static void crash_mid_shard(void *arg, int rank, long step)
     raise(SIGKILL);
 }
 
+static void poison_attention(void *arg, int rank, long step, int micro, int block, const char *what,
+                             float *buf, size_t n)
+{
+    const struct fault_point *at = arg;
+    if (rank == at->rank && step == at->step && micro == at->micro && block == at->block &&
+        strcmp(what, "attention output") == 0 && n > 0)
+        buf[0] = NAN;
+}
+
+/* ZT_TEST_CRASH_IN_SAVE's value: 1 when it parses. */
+static int parse_crash(const char *spec, struct fault_point *at)
+{
+    char how[8] = "";
+    const int n = sscanf(spec, "%d,%ld,%7s", &at->rank, &at->step, how);
+    at->hang = n == 3;
+    return n == 2 || (n == 3 && strcmp(how, "hang") == 0);
+}
+
 int main(int argc, char **argv)
 {
-    const char *spec = getenv("ZT_TEST_CRASH_IN_SAVE");
-    struct crash_point at = {0};
-    char how[8] = "";
-    const int n = spec ? sscanf(spec, "%d,%ld,%7s", &at.rank, &at.step, how) : 0;
-    if (n < 2 || (n == 3 && strcmp(how, "hang") != 0)) {
-        fprintf(stderr, "%s: set ZT_TEST_CRASH_IN_SAVE=RANK,STEP[,hang]\n", argv[0]);
+    const char *crash = getenv("ZT_TEST_CRASH_IN_SAVE"), *poison = getenv("ZT_TEST_POISON");
+    struct fault_point at = {0};
+    struct ckpt_fault_hooks faults = {.arg = &at};
+    if (crash && parse_crash(crash, &at))
+        faults.mid_shard = crash_mid_shard;
+    else if (poison &&
+             sscanf(poison, "%d,%ld,%d,%d", &at.rank, &at.step, &at.micro, &at.block) == 4)
+        faults.forward_output = poison_attention;
+    else {
+        fprintf(stderr,
+                "%s: set ZT_TEST_CRASH_IN_SAVE=RANK,STEP[,hang] or "
+                "ZT_TEST_POISON=RANK,STEP,MICRO,BLOCK\n",
+                argv[0]);
         return 2;
     }
-    at.hang = n == 3;
-    const struct ckpt_fault_hooks faults = {.mid_shard = crash_mid_shard, .arg = &at};
     return cli_main(argc, argv, NULL, &faults);
 }

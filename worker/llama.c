@@ -510,6 +510,7 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     MODEL_TIMED(
         m, MODEL_PROF_NORM,
         ops->rmsnorm_forward(layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), R, C, eps));
+    MODEL_PROBE(&m->base, l, layer_tensor(l, T_IN_NORM), "output", layer + a.ln1, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     /* q, k and v are one [QKV, C] matrix in the flat space. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -519,9 +520,12 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     MODEL_TIMED(
         m, MODEL_PROF_ROPE,
         ops->rope_forward(layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+    MODEL_PROBE(&m->base, l, layer_tensor(l, T_Q), "q, k and v outputs after the rotary embedding",
+                layer + a.qkv, (size_t)BT * QKV);
     MODEL_TIMED(
         m, MODEL_PROF_ATTENTION,
         ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, B, T, NH, NKV, hs));
+    MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * NH * hs);
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, partial, layer + a.atty,
@@ -530,16 +534,22 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
                 ops->residual_forward(layer + a.res2, layer + a.res2, x, R * C));
+    MODEL_PROBE(&m->base, l, layer_tensor(l, T_O), "output plus the residual", layer + a.res2,
+                (size_t)R * C);
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->rmsnorm_forward(layer + a.ln2, layer + a.ln2_rstd, layer + a.res2,
                                      P(T_POST_NORM), R, C, eps));
+    MODEL_PROBE(&m->base, l, layer_tensor(l, T_POST_NORM), "output", layer + a.ln2, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     /* gate and up are one [2I, C] matrix. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_IN, layer + a.gu, ln2,
                                      P(T_GATE), NULL, BT, C, 2 * I));
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_GATE), 2, layer + a.gu, ln2, BT));
+    MODEL_PROBE(&m->base, l, layer_tensor(l, T_GATE), "gate and up outputs", layer + a.gu,
+                (size_t)BT * 2 * I);
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION, ops->swiglu_forward(layer + a.mlp, layer + a.gu, BT, I));
+    MODEL_PROBE(&m->base, l, -1, "mlp SwiGLU output", layer + a.mlp, (size_t)BT * I);
     partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_OUT, partial, layer + a.mlp,
@@ -547,6 +557,8 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, partial, layer + a.mlp, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, R * C));
+    MODEL_PROBE(&m->base, l, layer_tensor(l, T_DOWN), "output plus the residual", out,
+                (size_t)R * C);
 #undef P
     return ZT_OK;
 }
@@ -567,6 +579,8 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
                 m->ops->rmsnorm_forward(lnf_rows, acts + a->lnf_rstd, layer_output(m, a, L - 1),
                                         model_param_in(t, norm_tensor(L), w),
                                         model_sp_rows(&m->base), C, (float)c->rms_norm_eps));
+    MODEL_PROBE(&m->base, L, norm_tensor(L), "output", lnf_rows,
+                (size_t)model_sp_rows(&m->base) * C);
     ZT_TRY(model_sp_gather(&m->base, h, lnf_rows, acts + a->lnf, C, &lnf));
     if (c->tie_word_embeddings) {
         ZT_TRY(model_unit_release(&m->base, h, L + 1));
@@ -576,6 +590,7 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
                 m->ops->matmul_forward(acts + a->logits, lnf, model_param_in(t, head_tensor(c), w),
                                        NULL, BT, C, V));
     ZT_TRY(model_lora_forward(&m->base, head_tensor(c), 1, acts + a->logits, lnf, BT));
+    MODEL_PROBE(&m->base, L, -1, "logits (the head's output)", acts + a->logits, (size_t)BT * V);
     ZT_TRY(model_unit_release(&m->base, h, c->tie_word_embeddings ? 0 : L + 1));
     return model_vocab_loss_forward(&m->base, m->ops, h, acts + a->losses, acts + a->probs,
                                     acts + a->logits, m->targets, acts + a->loss_stats, BT, V,
@@ -602,6 +617,8 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
         ZT_TRY(model_vocab_embed_forward(&m->base, m->ops, h, m->acts + a.encoded,
                                          m->scratch + scratch_layout_of(&m->d, B, T).dln, m->inputs,
                                          model_param_in(t, 0, w), NULL, C, m->d.V, m->d.v_lo));
+        MODEL_PROBE(&m->base, -1, -1, "embedding output", m->acts + a.encoded,
+                    (size_t)model_sp_rows(&m->base) * C);
         ZT_TRY(model_unit_release(&m->base, h, 0));
     }
     for (int l = base->stage.first_block; l < base->stage.end_block; l++) {

@@ -418,15 +418,18 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_forward(layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd, x,
                                        P(T_LN1W), P(T_LN1B), R, C));
+    MODEL_PROBE(&m->base, l, block_tensor(l, T_LN1W), "output", layer + a.ln1, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_QKV, layer + a.qkv, ln1, P(T_QKVW),
                                      P(T_QKVB), BT, C, 3 * A));
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_QKVW), 1, layer + a.qkv, ln1, BT));
+    MODEL_PROBE(&m->base, l, block_tensor(l, T_QKVW), "output", layer + a.qkv, (size_t)BT * 3 * A);
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_forward(layer + a.atty, layer + a.att, layer + a.qkv, m->base.B,
                                        m->base.T, d.NH, d.NH, d.hs));
+    MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * A);
     /* attn projection output is staged in res2 then the residual added in place */
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -436,16 +439,21 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
                 ops->residual_forward(layer + a.res2, layer + a.res2, x, R * C));
+    MODEL_PROBE(&m->base, l, block_tensor(l, T_PROJW), "output plus the residual", layer + a.res2,
+                (size_t)R * C);
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->layernorm_forward(layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
                                        layer + a.res2, P(T_LN2W), P(T_LN2B), R, C));
+    MODEL_PROBE(&m->base, l, block_tensor(l, T_LN2W), "output", layer + a.ln2, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_IN, layer + a.fch, ln2,
                                      P(T_FCW), P(T_FCB), BT, C, F));
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_FCW), 1, layer + a.fch, ln2, BT));
+    MODEL_PROBE(&m->base, l, block_tensor(l, T_FCW), "output", layer + a.fch, (size_t)BT * F);
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->gelu_forward(layer + a.fch_gelu, layer + a.fch, BT * F));
+    MODEL_PROBE(&m->base, l, -1, "mlp GELU output", layer + a.fch_gelu, (size_t)BT * F);
     partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_OUT, partial,
@@ -455,6 +463,8 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
         model_lora_forward(&m->base, block_tensor(l, T_FCPW), 1, partial, layer + a.fch_gelu, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL, ops->residual_forward(out, out, layer + a.res2, R * C));
+    MODEL_PROBE(&m->base, l, block_tensor(l, T_FCPW), "output plus the residual", out,
+                (size_t)R * C);
 #undef P
     return ZT_OK;
 }
@@ -482,6 +492,8 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
         ZT_TRY(model_vocab_embed_forward(
             &m->base, m->ops, h, acts + a.encoded, m->scratch + scratch_layout_of(t, B, T).dln,
             m->inputs, model_param_in(t, 0, w), model_param_in(t, 1, w), C, d.V, d.v_lo));
+        MODEL_PROBE(&m->base, -1, -1, "embedding output (token + position)", acts + a.encoded,
+                    (size_t)model_sp_rows(&m->base) * C);
         ZT_TRY(model_unit_release(&m->base, h, 0));
     }
     for (int l = m->base.stage.first_block; l < m->base.stage.end_block; l++) {
@@ -505,6 +517,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
                 m->ops->layernorm_forward(
                     lnf_rows, acts + a.lnf_mean, acts + a.lnf_rstd, x, model_param_in(t, k_lnf, w),
                     model_param_in(t, k_lnf + 1, w), model_sp_rows(&m->base), C));
+    MODEL_PROBE(&m->base, L, k_lnf, "output", lnf_rows, (size_t)model_sp_rows(&m->base) * C);
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
     ZT_TRY(model_sp_gather(&m->base, h, lnf_rows, acts + a.lnf, C, &lnf));
 
@@ -513,6 +526,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     MODEL_TIMED(
         m, MODEL_PROF_MATMUL,
         m->ops->matmul_forward(acts + a.logits, lnf, model_param_in(t, 0, w), NULL, BT, C, d.V));
+    MODEL_PROBE(&m->base, L, -1, "logits (the head's output)", acts + a.logits, (size_t)BT * d.V);
     ZT_TRY(model_unit_release(&m->base, h, 0));
     ZT_TRY(model_vocab_loss_forward(&m->base, m->ops, h, acts + a.losses, acts + a.probs,
                                     acts + a.logits, m->targets, acts + a.loss_stats, BT, d.V,

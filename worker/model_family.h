@@ -275,6 +275,23 @@ struct model_profile {
 /* Name of a profile category ("matmul"). */
 const char *model_profile_name(enum model_profile_category c);
 
+/* Watching a forward's values (coordinator/nonfinite.h: what finds a
+ * step's first non-finite value). When an instance's `probe` is set, its
+ * family's training forward hands it each op's output right after the op
+ * computed it, in the order computed, and model_read_mean_loss hands it
+ * the per-token losses. `block` is the block the op belongs to (-1 the
+ * embedding, n_layer the final norm and the head), `tensor` the table
+ * index of the weight whose layer computed the output (-1: an op without
+ * one: attention, an activation, a residual sum), `what` the op's output
+ * in words ("attention output"); buf[n] is in the instance's device
+ * memory. Recomputations in a backward (activation checkpointing) call it
+ * too. NULL (every healthy step): nothing is called, nothing is copied. */
+struct model_probe {
+    void *ctx;
+    zt_status (*forward)(void *ctx, int block, int tensor, const char *what, float *buf, size_t n);
+    zt_status (*loss)(void *ctx, const float *losses, size_t n);
+};
+
 /* The part of a model instance every family shares; the first member of
  * each family's instance struct (see the design comment). The family's
  * create sets every field but `profile`; forward sets `mean_loss`,
@@ -291,6 +308,7 @@ struct model {
     double loss_sum;
     int n_counted;
     struct model_profile *profile; /* not owned; NULL: no timing. Set by the caller */
+    struct model_probe *probe;     /* not owned; NULL: none (above). Set by the caller */
     /* The borrowed adapter units and the adapters' scratch when the table
      * has LoRA adapters (model_parts.h), else NULL; model_create sets it. */
     struct model_adapters *lora;

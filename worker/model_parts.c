@@ -322,6 +322,13 @@ zt_status model_read_mean_loss(struct model *m, const struct device *dev, const 
     float *losses = malloc((size_t)n * sizeof(float));
     if (!losses)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the loss readback");
+    if (m->probe) {
+        zt_status probed = m->probe->loss(m->probe->ctx, dev_losses, (size_t)n);
+        if (probed != ZT_OK) {
+            free(losses);
+            return probed;
+        }
+    }
     zt_status s = dev->ops->copy_to_host(losses, dev_losses, (size_t)n * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < n; i++)

@@ -299,7 +299,8 @@ zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enu
 /* Reads the n per-position losses at dev_losses (memory of dev) back and
  * sets m->loss_sum to their sum, m->n_counted to how many of the host
  * targets[n] are >= 0 (a masked position's loss is 0, ops.h) and
- * m->mean_loss to sum / counted (0 when none counts). A non-finite loss is
+ * m->mean_loss to sum / counted (0 when none counts), after handing them
+ * to m's probe if it has one. A non-finite loss is
  * not an error here: every rank meets it in the gradient reduction, at the
  * same point. Errors: ZT_ERR_NOMEM, the device's. */
 zt_status model_read_mean_loss(struct model *m, const struct device *dev, const float *dev_losses,
@@ -324,6 +325,15 @@ static inline zt_status model_stage_no_loss(struct model *m)
         if ((fam)->base.profile)                                                                   \
             (fam)->base.profile->seconds[category] += zt_now_seconds() - timed_t0_;                \
         ZT_TRY(timed_status_);                                                                     \
+    } while (0)
+
+/* Hands buf[n], the output of the op just run, to instance m's probe
+ * (model_family.h's struct model_probe) when it has one, and returns the
+ * probe's failure from the enclosing function. */
+#define MODEL_PROBE(m, block, tensor, what, buf, n)                                                \
+    do {                                                                                           \
+        if ((m)->probe)                                                                            \
+            ZT_TRY((m)->probe->forward((m)->probe->ctx, block, tensor, what, buf, n));             \
     } while (0)
 
 #endif
