@@ -88,10 +88,10 @@ why_not() {
   fi
   have_cap 12 || { echo "no CAP_NET_ADMIN (a container without --cap-add NET_ADMIN?)"; return 1; }
   have_cap 21 || { echo "no CAP_SYS_ADMIN (needed for network and UTS namespaces)"; return 1; }
-  [ -e /proc/self/ns/net ] && [ -e /proc/self/ns/uts ] || {
+  if [ ! -e /proc/self/ns/net ] || [ ! -e /proc/self/ns/uts ]; then
     echo "the kernel has no network or UTS namespaces"
     return 1
-  }
+  fi
   # A throwaway namespace proves the rest without touching the root one.
   local probe=zt-probe-$$ err
   if ! err=$(ip netns add "$probe" 2>&1); then
@@ -120,12 +120,12 @@ check() {
 
 # The hosts that are up, in order of their number.
 hosts() {
-  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$PREFIX[0-9]+\$" |
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}[0-9]+\$" |
     sed "s/^$PREFIX//" | sort -n | sed "s/^/$PREFIX/" || true
 }
 
 host_arg() {
-  [[ ${1:-} =~ ^$PREFIX[0-9]+$ ]] || die "not a simulated host name: '${1:-}' (expected ${PREFIX}N)"
+  [[ ${1:-} =~ ^${PREFIX}[0-9]+$ ]] || die "not a simulated host name: '${1:-}' (expected ${PREFIX}N)"
   ip netns list | awk '{print $1}' | grep -qx -- "$1" || die "$1 is not up (simhosts.sh up N)"
 }
 
@@ -146,7 +146,7 @@ down() {
   done
   # links whose namespace was never made or whose peer is still here
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
-    grep -E "^$PREFIX[0-9]+-[rn]\$" || true); do
+    grep -E "^${PREFIX}[0-9]+-[rn]\$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -156,7 +156,9 @@ down() {
 
 up() {
   local n=${1:-}
-  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "up N: N from 1 to 200, got '$n'"
+  if ! [[ $n =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt 200 ]; then
+    die "up N: N from 1 to 200, got '$n'"
+  fi
   check
   down
   trap 'echo "simhosts.sh: up failed, removing what was made" >&2; down' ERR
@@ -191,6 +193,7 @@ agent() {
   shift
   [ $# -gt 0 ] || die "agent HOST CMD...: no command"
   # As ssh does: the words are joined into one command for the host's shell.
+  # shellcheck disable=SC2016 # expanded by that shell
   exec ip netns exec "$host" unshare --uts -- sh -c 'hostname "$0" && eval "$*"' "$host" "$@"
 }
 
@@ -219,5 +222,5 @@ case ${1:-} in
   mpirun) shift; run_mpirun "$@" ;;
   link-down) link_set down "${2:-}" ;;
   link-up) link_set up "${2:-}" ;;
-  *) sed -n '9,24p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '/^# usage:/,/^#$/p' "$SELF" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac
