@@ -11,9 +11,9 @@ set_tests_properties(simhosts_up PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77
   FIXTURES_SETUP zt_simhosts)
 add_test(NAME simhosts_down COMMAND ${ZT_SIMHOSTS} down)
 set_tests_properties(simhosts_down PROPERTIES TIMEOUT 60 FIXTURES_CLEANUP zt_simhosts)
-zt_test(test_multihost SOURCES test_multihost.c LIBS zt_common TIMEOUT 300 LAUNCHES_MPI)
+zt_test(test_multihost SOURCES test_multihost.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 add_test(NAME test_multihost_link_down COMMAND test_multihost link-down)
-set_tests_properties(test_multihost_link_down PROPERTIES TIMEOUT 150 SKIP_RETURN_CODE 77
+set_tests_properties(test_multihost_link_down PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "${ZT_TEST_ENV};${ZT_MPI_ENV}" FIXTURES_REQUIRED zt_outputs)
 set_tests_properties(test_multihost test_multihost_link_down PROPERTIES
   RESOURCE_LOCK zt_simhosts)
