@@ -32,7 +32,8 @@
 #     --mca pml ob1 --mca btl self,vader,tcp \
 #     --mca btl_tcp_if_include 10.213.0.0/24 --mca oob_tcp_if_include 10.213.0.0/24 \
 #     -np 4 CMD
-# (the agent path made absolute). Why each one:
+# (the agent path made absolute; Open MPI splits it at spaces, so the
+# checkout's path must have none). Why each one:
 # - plm_rsh_agent: the launcher calls "AGENT HOST orted ..." for every host;
 #   the agent joins the arguments into one shell command as ssh does and runs
 #   it under `ip netns exec HOST unshare --uts` after `hostname HOST`, so
