@@ -4,9 +4,11 @@
 set -euo pipefail
 
 # procps: pgrep, which the preemption test uses to signal one rank. gnuplot-nox: zerotrain plot
-# draws with it (its pngcairo terminal).
+# draws with it (its pngcairo terminal). libopenblas0-openmp: OpenBLAS on OpenMP's threads, which
+# zerotrain links in preference to the pthread build (CMakeLists.txt says why). iproute2: the
+# simulated hosts of the multi-node tests (scripts/simhosts.sh).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-dev check
-          libopenblas-dev procps gnuplot-nox)
+          libopenblas-dev libopenblas0-openmp procps gnuplot-nox iproute2)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -9,15 +9,13 @@
 # steps, "ratio" predicted / measured. The last line names the worst row. Timings, not a test:
 # the machine is shared and noisy, so read the ratios, and rerun before believing one outlier.
 # usage: scripts/bench/plan_vs_measured.sh [STEPS] [MACHINE]   (default 8, cpu-this)
+#        ROWS="1|1|1|0|false 2|1|1|0|false" scripts/bench/plan_vs_measured.sh ...: only those rows
 set -euo pipefail
 steps=${1:-8}
 machine=${2:-cpu-this}
 warm=2
 source "$(dirname "$0")/common.sh"
 unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS # the ranks divide the cores as training does
-# zerotrain's OpenMP loops would otherwise spin between regions on the cores OpenBLAS's threads
-# need: a lone rank with two threads runs 6 s a step instead of 1
-export OMP_WAIT_POLICY=passive
 cfg=$ZT_ROOT/configs/small.yaml
 common=(--set model.n_head=8 --set run.eval_interval=0 --set "run.steps=$steps"
   --set train_micro_batch_size_per_gpu=2 --set "data.train=$tmp/lic.tok")
@@ -30,6 +28,9 @@ layouts=(
   "4|1|1|0|false" "4|1|1|1|false" "4|1|1|2|false" "4|1|1|3|false"
   "4|2|1|1|false" "4|1|2|1|false" "4|2|2|0|false" "4|4|1|0|false" "4|1|4|0|true"
 )
+if [ -n "${ROWS:-}" ]; then
+  read -r -a layouts <<<"$ROWS"
+fi
 
 printf '%-5s %-3s %-3s %-3s %-4s %-5s | %12s %12s %7s\n' ranks T P D ZeRO ckpt "predicted ms" \
   "measured ms" ratio

@@ -24,13 +24,18 @@
  * Entries of att above the diagonal are written as zero; the backward relies
  * on that when it multiplies by att^T over whole blocks.
  *
- * Threads: the sgemm calls run on OpenBLAS's threads and the softmax rows on
- * OpenMP's; (b, h) pairs stay sequential because calling the pthreads build
- * of OpenBLAS from several OpenMP threads at once oversubscribes the cores.
- * In the backward that order also matters for correctness: the g query
- * heads of a group all add into the same dk and dv, which they do one after
- * another in a fixed order, so there is no race and the sum does not depend
- * on the thread count.
+ * Threads: a head's products are small (at T = 256 a block's are 32 rows
+ * by at most 256), too small to split well, so with several threads the
+ * heads are what is shared: the forward runs the (b, h) pairs, the backward
+ * the (b, key/value head) groups on OpenMP's threads, each calling a
+ * one-thread sgemm (the OpenMP build of OpenBLAS runs inline inside a
+ * parallel region) and its softmax rows inline. In the backward the g query
+ * heads of a group all add into the same dk and dv, so a group is one
+ * iteration that runs its heads one after another in a fixed order: no
+ * race, and the sum does not depend on the thread count. With one thread,
+ * or the pthreads build of OpenBLAS (whose own threads would then
+ * oversubscribe the cores), the pairs run in turn and each sgemm and
+ * softmax may use every thread.
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
@@ -200,18 +205,37 @@ static struct head_view view_of(int T, int NH, int NKV, int hs)
                               .threads = omp_get_max_threads()};
 }
 
+/* Whether the heads go to OpenMP's threads (see the top of the file):
+ * several threads, and an OpenBLAS that then runs each sgemm inline. */
+static int heads_in_parallel(const struct head_view *w)
+{
+    return w->threads > 1 && openblas_get_parallel() == 2; /* 2: the OpenMP build */
+}
+
+/* Pair p = b NH + h of the forward. */
+static void forward_pair(float *out, float *att, const float *qkv, int p, const struct head_view *w)
+{
+    const int b = p / w->NH, h = p % w->NH, T = w->T;
+    const float *rows = qkv + (size_t)b * T * w->ld;
+    struct head_cols c = head_cols_of(w, h);
+    forward_head(out + (size_t)b * T * w->ldo + c.q, att + (size_t)p * T * T, rows + c.q,
+                 rows + c.k, rows + c.v, w);
+}
+
 zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
                                 int NKV, int hs)
 {
     const struct head_view w = view_of(T, NH, NKV, hs);
-    for (int b = 0; b < B; b++) {
-        const float *rows = qkv + (size_t)b * T * w.ld;
-        for (int h = 0; h < NH; h++) {
-            struct head_cols c = head_cols_of(&w, h);
-            forward_head(out + (size_t)b * T * w.ldo + c.q, att + ((size_t)b * NH + h) * T * T,
-                         rows + c.q, rows + c.k, rows + c.v, &w);
-        }
+    if (!heads_in_parallel(&w)) {
+        for (int p = 0; p < B * NH; p++)
+            forward_pair(out, att, qkv, p, &w);
+        return ZT_OK;
     }
+    struct head_view one = w;
+    one.threads = 1; /* softmax rows inline: this thread owns the pair */
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < B * NH; p++)
+        forward_pair(out, att, qkv, p, &one);
     return ZT_OK;
 }
 
@@ -241,21 +265,38 @@ static void backward_head(float *dq, float *dk, float *dv, float *datt, const fl
     }
 }
 
+/* Group p = b NKV + kv of the backward: its g query heads in turn, on the
+ * T*T slice `datt` of scratch. */
+static void backward_group(float *dqkv, float *datt, const float *dout, const float *qkv,
+                           const float *att, int p, const struct head_view *w)
+{
+    const int g = w->NH / w->NKV, b = p / w->NKV, kv = p % w->NKV, T = w->T;
+    const float *rows = qkv + (size_t)b * T * w->ld;
+    float *drows = dqkv + (size_t)b * T * w->ld;
+    for (int h = kv * g; h < (kv + 1) * g; h++) {
+        struct head_cols c = head_cols_of(w, h);
+        backward_head(drows + c.q, drows + c.k, drows + c.v, datt,
+                      dout + (size_t)b * T * w->ldo + c.q, rows + c.q, rows + c.k, rows + c.v,
+                      att + ((size_t)b * w->NH + h) * T * T, w);
+    }
+}
+
 zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                  const float *att, int B, int T, int NH, int NKV, int hs)
 {
     const struct head_view w = view_of(T, NH, NKV, hs);
-    /* Heads run one after another, so one T*T slice of scratch serves all
-     * and stays in cache. */
-    for (int b = 0; b < B; b++) {
-        const float *rows = qkv + (size_t)b * T * w.ld;
-        float *drows = dqkv + (size_t)b * T * w.ld;
-        for (int h = 0; h < NH; h++) {
-            struct head_cols c = head_cols_of(&w, h);
-            backward_head(drows + c.q, drows + c.k, drows + c.v, scratch,
-                          dout + (size_t)b * T * w.ldo + c.q, rows + c.q, rows + c.k, rows + c.v,
-                          att + ((size_t)b * NH + h) * T * T, &w);
-        }
+    /* In turn, one T*T slice of scratch serves every head and stays in
+     * cache; in parallel each group takes its own (scratch holds B NH of
+     * them, and there are B NKV <= B NH groups). */
+    if (!heads_in_parallel(&w)) {
+        for (int p = 0; p < B * NKV; p++)
+            backward_group(dqkv, scratch, dout, qkv, att, p, &w);
+        return ZT_OK;
     }
+    struct head_view one = w;
+    one.threads = 1;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < B * NKV; p++)
+        backward_group(dqkv, scratch + (size_t)p * T * T, dout, qkv, att, p, &one);
     return ZT_OK;
 }
