@@ -52,21 +52,17 @@ static const char *const memory_device[] = {
     [COMM_MEMORY_HOST] = "cpu", [COMM_MEMORY_CUDA] = "cuda"};
 #define N_MEMORY (sizeof memory_device / sizeof memory_device[0])
 
+static const char *const link_names[COMM_LINK_COUNT] = {
+    [COMM_LINK_INTRA] = "intra", [COMM_LINK_INTER] = "inter"};
+
+const char *comm_link_name(enum comm_link l)
+{
+    return (int)l >= 0 && l < COMM_LINK_COUNT ? link_names[l] : "unknown";
+}
+
 const char *comm_kind_name(enum comm_kind k)
 {
     return (int)k >= 0 && k < COMM_KIND_COUNT ? kind_names[k] : "unknown";
-}
-
-zt_status comm_mpi_error(int rc, const char *call)
-{
-    char msg[MPI_MAX_ERROR_STRING + 1];
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
-        len = 0;
-    msg[len] = '\0';
-    size_t name_len = strcspn(call, "(");
-    return zt_error_set(ZT_ERR_COMM, "comm: %.*s failed: %s (code %d)", (int)name_len, call,
-                        len ? msg : "unknown MPI error", rc);
 }
 
 /* ---- creation and choice of backend ---- */
@@ -150,7 +146,7 @@ static zt_status setup(struct comm *c, const struct comm_config *cfg)
     COMM_MPI_TRY(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN));
     COMM_MPI_TRY(MPI_Comm_rank(c->mpi, &c->rank));
     COMM_MPI_TRY(MPI_Comm_size(c->mpi, &c->size));
-    ZT_TRY(comm_nodes_world(c));
+    ZT_TRY(comm_nodes_world(c->mpi, &c->nodes));
     ZT_TRY(choose_backend(cfg, c->mpi, &c->ops));
     zt_status st = c->ops->init(c, cfg), all;
     agree(c->mpi, c->rank, st, &all);
@@ -193,7 +189,7 @@ zt_status comm_create(const struct comm_config *cfg, struct comm **out)
     st = setup(c, cfg);
     if (st != ZT_OK) {
         MPI_Comm_free(&c->mpi);
-        free(c->node_of);
+        comm_nodes_free(&c->nodes);
         free(c);
         return st;
     }
@@ -238,10 +234,10 @@ static zt_status split_mpi(struct comm *parent, int color, int key, struct comm 
         free(c);
         return comm_mpi_error(rc, "MPI_Comm_rank/size(split communicator)");
     }
-    zt_status st = comm_nodes_split(parent, c);
+    zt_status st = comm_nodes_split(&parent->nodes, parent->mpi, c->mpi, &c->nodes);
     if (st != ZT_OK) {
         MPI_Comm_free(&c->mpi);
-        free(c->node_of);
+        comm_nodes_free(&c->nodes);
         free(c);
         return st;
     }
@@ -257,7 +253,7 @@ static void free_shell(struct comm *c)
     if (!c)
         return;
     MPI_Comm_free(&c->mpi);
-    free(c->node_of);
+    comm_nodes_free(&c->nodes);
     free(c);
 }
 
@@ -293,8 +289,18 @@ void comm_destroy(struct comm *c)
         return;
     c->ops->fini(c);
     MPI_Comm_free(&c->mpi);
-    free(c->node_of);
+    comm_nodes_free(&c->nodes);
     free(c);
+}
+
+int comm_node_of(const struct comm *c, int rank)
+{
+    return comm_nodes_node_of(&c->nodes, rank);
+}
+
+int comm_nodes_spanned(const struct comm *c)
+{
+    return comm_nodes_count(&c->nodes);
 }
 
 int comm_rank(const struct comm *c)
@@ -330,14 +336,25 @@ void comm_reset_stats(struct comm *c)
 
 /* ---- the flight recorder's notes (flight_impl.h) ---- */
 
-/* Opens the entry of a call on c; 0 when c records nothing. `n` elements
- * of t are the call's count. */
-static uint64_t note_call(struct comm *c, int op, int recv, int peer, size_t n, enum zt_dtype t,
+/* Opens the entry of a collective of kind k on c; 0 when c records
+ * nothing. `n` elements of t are the call's count. */
+static uint64_t note_call(struct comm *c, enum comm_kind k, int peer, size_t n, enum zt_dtype t,
                           int blocking)
 {
     if (!c->flight)
         return 0;
-    return flight_begin(c->flight, c->flight_group, op, recv, peer, (uint64_t)n * zt_dtype_size(t),
+    return flight_begin(c->flight, c->flight_group, comm_kind_name(k), FLIGHT_COLLECTIVE, peer,
+                        (uint64_t)n * zt_dtype_size(t), t, blocking);
+}
+
+/* The same for a call that is not one of the counted kinds ("barrier",
+ * "agree") or a message (FLIGHT_SEND, FLIGHT_RECV, op "send" or "recv"). */
+static uint64_t note_other(struct comm *c, const char *op, enum flight_class cls, int peer,
+                           size_t n, enum zt_dtype t, int blocking)
+{
+    if (!c->flight)
+        return 0;
+    return flight_begin(c->flight, c->flight_group, op, cls, peer, (uint64_t)n * zt_dtype_size(t),
                         t, blocking);
 }
 
@@ -352,7 +369,7 @@ static zt_status note_done(struct comm *c, uint64_t id, zt_status st)
 zt_status comm_agree_status(struct comm *c, zt_status local, zt_status *agreed)
 {
     ZT_ASSERT(c && agreed);
-    uint64_t id = note_call(c, FLIGHT_OP_AGREE, 0, -1, 2, ZT_I32, 1);
+    uint64_t id = note_other(c, "agree", FLIGHT_COLLECTIVE, -1, 2, ZT_I32, 1);
     zt_status st = agree(c->mpi, c->rank, local, agreed);
     note_done(c, id, *agreed == ZT_ERR_COMM ? ZT_ERR_COMM : ZT_OK);
     return st;
@@ -361,7 +378,7 @@ zt_status comm_agree_status(struct comm *c, zt_status local, zt_status *agreed)
 zt_status comm_agree_ranks(struct comm *c, zt_status local, int *print_here)
 {
     ZT_ASSERT(c && print_here);
-    uint64_t id = note_call(c, FLIGHT_OP_AGREE, 0, -1, 2, ZT_I32, 1);
+    uint64_t id = note_other(c, "agree", FLIGHT_COLLECTIVE, -1, 2, ZT_I32, 1);
     zt_status st = comm_agree_over(c->mpi, c->rank, local, print_here);
     note_done(c, id, ZT_OK);
     return st;
@@ -464,7 +481,9 @@ static void account(struct comm *c, enum comm_kind kind, size_t n, enum zt_dtype
     const uint64_t bytes = bus_bytes(c, kind, n, t, is_root);
     c->stats.bytes[kind] += bytes;
     c->stats.calls[kind]++;
-    comm_nodes_account(c, kind, bytes, peer);
+    const uint64_t inter = comm_nodes_inter_bytes(&c->nodes, bytes, peer);
+    c->stats.link_bytes[COMM_LINK_INTER][kind] += inter;
+    c->stats.link_bytes[COMM_LINK_INTRA][kind] += bytes - inter;
 }
 
 /* Adds the time since t0 to wait_seconds and passes the status through. */
@@ -481,7 +500,7 @@ zt_status comm_allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t, e
     ZT_TRY(check_type("comm_allreduce", t));
     ZT_TRY(check_op("comm_allreduce", op));
     ZT_TRY(check_buffer("comm_allreduce", "buf", buf, n));
-    uint64_t id = note_call(c, COMM_KIND_ALLREDUCE, 0, -1, n, t, 1);
+    uint64_t id = note_call(c, COMM_KIND_ALLREDUCE, -1, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->allreduce(c, buf, n, t, op))));
     account(c, COMM_KIND_ALLREDUCE, n, t, 0, -1);
@@ -492,7 +511,7 @@ zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t 
                               enum comm_op op)
 {
     ZT_TRY(check_reduce_scatter(c, "comm_reduce_scatter", in, out, n, t, op));
-    uint64_t id = note_call(c, COMM_KIND_REDUCE_SCATTER, 0, -1, n, t, 1);
+    uint64_t id = note_call(c, COMM_KIND_REDUCE_SCATTER, -1, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->reduce_scatter(c, in, out, n, t, op))));
     account(c, COMM_KIND_REDUCE_SCATTER, n, t, 0, -1);
@@ -502,7 +521,7 @@ zt_status comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t 
 zt_status comm_allgather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t)
 {
     ZT_TRY(check_allgather(c, "comm_allgather", in, out, n, t));
-    uint64_t id = note_call(c, COMM_KIND_ALLGATHER, 0, -1, n, t, 1);
+    uint64_t id = note_call(c, COMM_KIND_ALLGATHER, -1, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->allgather(c, in, out, n, t))));
     account(c, COMM_KIND_ALLGATHER, n, t, 0, -1);
@@ -514,7 +533,7 @@ zt_status comm_broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, i
     ZT_TRY(check_type("comm_broadcast", t));
     ZT_TRY(check_buffer("comm_broadcast", "buf", buf, n));
     ZT_TRY(check_rank(c, "comm_broadcast", "root", root));
-    uint64_t id = note_call(c, COMM_KIND_BROADCAST, 0, root, n, t, 1);
+    uint64_t id = note_call(c, COMM_KIND_BROADCAST, root, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->broadcast(c, buf, n, t, root))));
     account(c, COMM_KIND_BROADCAST, n, t, root == c->rank, -1);
@@ -534,7 +553,7 @@ zt_status comm_gather(struct comm *c, const void *in, void *out, size_t n, enum 
         if (overlap(in, n * es, out, n * (size_t)c->size * es))
             return zt_error_set(ZT_ERR_USAGE, "comm_gather: in and out overlap");
     }
-    uint64_t id = note_call(c, COMM_KIND_GATHER, 0, root, n, t, 1);
+    uint64_t id = note_call(c, COMM_KIND_GATHER, root, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(
         waited(c, t0, note_done(c, id, c->ops->gather(c, in, is_root ? out : NULL, n, t, root))));
@@ -544,7 +563,7 @@ zt_status comm_gather(struct comm *c, const void *in, void *out, size_t n, enum 
 
 zt_status comm_barrier(struct comm *c)
 {
-    uint64_t id = note_call(c, FLIGHT_OP_BARRIER, 0, -1, 0, ZT_U8, 1);
+    uint64_t id = note_other(c, "barrier", FLIGHT_COLLECTIVE, -1, 0, ZT_U8, 1);
     double t0 = MPI_Wtime();
     return waited(c, t0, note_done(c, id, c->ops->barrier(c)));
 }
@@ -563,7 +582,7 @@ static zt_status check_message(const struct comm *c, const char *where, const vo
 zt_status comm_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer)
 {
     ZT_TRY(check_message(c, "comm_send", buf, n, t, peer));
-    uint64_t id = note_call(c, COMM_KIND_SEND, 0, peer, n, t, 1);
+    uint64_t id = note_other(c, "send", FLIGHT_SEND, peer, n, t, 1);
     double t0 = MPI_Wtime();
     ZT_TRY(waited(c, t0, note_done(c, id, c->ops->send(c, buf, n, t, peer))));
     account(c, COMM_KIND_SEND, n, t, 0, peer);
@@ -573,7 +592,7 @@ zt_status comm_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, 
 zt_status comm_recv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer)
 {
     ZT_TRY(check_message(c, "comm_recv", buf, n, t, peer));
-    uint64_t id = note_call(c, COMM_KIND_SEND, 1, peer, n, t, 1);
+    uint64_t id = note_other(c, "recv", FLIGHT_RECV, peer, n, t, 1);
     double t0 = MPI_Wtime();
     return waited(c, t0, note_done(c, id, c->ops->recv(c, buf, n, t, peer)));
 }
@@ -610,7 +629,11 @@ static zt_status request_issue(struct comm *c,
                                zt_status (*issue)(struct comm *, struct comm_request *),
                                struct comm_request *r, int counted, struct comm_request **req)
 {
-    r->flight_id = note_call(c, r->kind, issue == c->ops->irecv, r->peer, r->n, r->dtype, 0);
+    const int recv = issue == c->ops->irecv;
+    r->flight_id = r->kind != COMM_KIND_SEND
+                       ? note_call(c, r->kind, r->peer, r->n, r->dtype, 0)
+                       : note_other(c, recv ? "recv" : "send", recv ? FLIGHT_RECV : FLIGHT_SEND,
+                                    r->peer, r->n, r->dtype, 0);
     zt_status st = note_failed(c, r->flight_id, issue(c, r));
     if (st != ZT_OK) {
         free(r);

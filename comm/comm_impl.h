@@ -31,6 +31,8 @@
 #include <mpi.h>
 
 #include "comm.h"
+#include "mpi_error.h"
+#include "nodes.h"
 
 struct ledger;
 
@@ -52,11 +54,8 @@ struct comm {
     struct comm_flight *flight;
     int flight_group;
     uint64_t flight_key;
-    uint64_t splits; /* comm_split calls on it so far (the same on every member) */
-    /* comm_nodes.c: the node of each member (size entries, owned) and how
-     * many edges of the ring in rank order join different nodes. */
-    int *node_of;
-    int ring_cross;
+    uint64_t splits;         /* comm_split calls on it so far (the same on every member) */
+    struct comm_nodes nodes; /* each member's node (nodes.h), owned */
 };
 
 /* One outstanding non-blocking call. comm.c allocates it zeroed and fills
@@ -117,34 +116,9 @@ extern const struct comm_backend_ops comm_mpi_ops;
 extern const struct comm_backend_ops comm_nccl_ops;
 #endif
 
-/* comm_nodes.c. The nodes of the world's ranks into c->node_of (c is a
- * comm of all world ranks, rank order the world's); collective over it.
- * Errors: ZT_ERR_CONFIG (ZT_SIMULATED_RANKS_PER_NODE is not a number >= 1),
- * ZT_ERR_NOMEM, ZT_ERR_COMM. */
-zt_status comm_nodes_world(struct comm *c);
-/* The nodes of child's members from the parent's (local, no message).
- * Errors: ZT_ERR_NOMEM, ZT_ERR_COMM. */
-zt_status comm_nodes_split(const struct comm *parent, struct comm *child);
-/* Adds `bytes` of a call of `kind` to c's link-class counters; peer: the
- * other rank of a message, -1 for a collective. */
-void comm_nodes_account(struct comm *c, enum comm_kind kind, uint64_t bytes, int peer);
-
-/* Translates a failed MPI return code into ZT_ERR_COMM with the call's name
- * (the text of `call` up to its first parenthesis) and MPI's error string. */
-zt_status comm_mpi_error(int rc, const char *call);
-
 /* The agreement of comm_world_agree over any communicator of every rank
  * (comm_world.c): most severe status, *print_here on the lowest rank that
  * failed. */
 zt_status comm_agree_over(MPI_Comm mpi, int rank, zt_status local, int *print_here);
-
-/* The one translation of MPI return codes: evaluates an MPI call and returns
- * ZT_ERR_COMM from the enclosing function when it fails. */
-#define COMM_MPI_TRY(call)                                                                         \
-    do {                                                                                           \
-        int comm_mpi_rc_ = (call);                                                                 \
-        if (comm_mpi_rc_ != MPI_SUCCESS)                                                           \
-            return comm_mpi_error(comm_mpi_rc_, #call);                                            \
-    } while (0)
 
 #endif

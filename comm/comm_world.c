@@ -7,12 +7,26 @@
  * work on MPI_COMM_WORLD directly and keep its default error handler
  * (errors are fatal there, as before any comm exists nothing could recover
  * from them); a code that does come back goes through comm_mpi_error like
- * every other MPI result.
+ * every other MPI result. comm_mpi_error, the one translation of MPI's
+ * codes (comm_impl.h), lives here, at the bottom of the module.
  */
 #include "comm_impl.h"
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
+
+zt_status comm_mpi_error(int rc, const char *call)
+{
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        len = 0;
+    msg[len] = '\0';
+    size_t name_len = strcspn(call, "(");
+    return zt_error_set(ZT_ERR_COMM, "comm: %.*s failed: %s (code %d)", (int)name_len, call,
+                        len ? msg : "unknown MPI error", rc);
+}
 
 zt_status comm_runtime_init(int *argc, char ***argv)
 {

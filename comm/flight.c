@@ -18,10 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <mpi.h>
+
 #include "../common/atomic_file.h"
 #include "../common/clock.h"
 #include "../common/json.h"
-#include "comm_impl.h"
 
 static const char *const state_names[] = {
     [FLIGHT_ISSUED] = "issued",
@@ -76,20 +77,21 @@ static struct flight_entry *slot(struct comm_flight *f, uint64_t id)
     return &f->ring[(id - 1) % COMM_FLIGHT_ENTRIES];
 }
 
-uint64_t flight_begin(struct comm_flight *f, int g, int kind, int recv, int peer, uint64_t bytes,
-                      enum zt_dtype t, int blocking)
+uint64_t flight_begin(struct comm_flight *f, int g, const char *op, enum flight_class cls, int peer,
+                      uint64_t bytes, enum zt_dtype t, int blocking)
 {
     const double now = flight_now(f);
     pthread_mutex_lock(&f->mu);
     struct flight_group *grp = &f->groups[g];
-    const int message = kind == COMM_KIND_SEND;
-    uint64_t seq = !message ? ++grp->entered : recv ? ++grp->recvs : ++grp->sends;
+    uint64_t seq = cls == FLIGHT_COLLECTIVE ? ++grp->entered
+                   : cls == FLIGHT_RECV     ? ++grp->recvs
+                                            : ++grp->sends;
     uint64_t id = ++f->next_id;
     *slot(f, id) = (struct flight_entry){.id = id,
                                          .seq = seq,
                                          .group = g,
-                                         .kind = kind,
-                                         .recv = recv,
+                                         .op = op,
+                                         .cls = cls,
                                          .peer = peer,
                                          .blocking = blocking,
                                          .bytes = bytes,
@@ -125,7 +127,7 @@ void flight_end(struct comm_flight *f, uint64_t id, zt_status st)
     if (e->id == id) {
         e->state = st == ZT_OK ? FLIGHT_DONE : FLIGHT_FAILED;
         e->end = now;
-        if (e->kind != COMM_KIND_SEND)
+        if (e->cls == FLIGHT_COLLECTIVE)
             f->groups[e->group].completed++;
     }
     if (f->blocked_id == id)
@@ -146,33 +148,16 @@ int flight_entry_get(const struct comm_flight *f, uint64_t id, struct flight_ent
     return 1;
 }
 
-const char *flight_op_name(int op, int recv)
+void flight_describe(char *buf, size_t n, const char *op, enum flight_class cls, uint64_t seq,
+                     int peer, const char *group, uint64_t bytes, enum zt_dtype t)
 {
-    if (op == COMM_KIND_SEND)
-        return recv ? "recv" : "send";
-    if (op == FLIGHT_OP_BARRIER)
-        return "barrier";
-    if (op == FLIGHT_OP_AGREE)
-        return "agree";
-    return comm_kind_name((enum comm_kind)op);
-}
-
-static const char *kind_label(const struct flight_entry *e)
-{
-    return flight_op_name(e->kind, e->recv);
-}
-
-void flight_entry_describe(const struct comm_flight *f, const struct flight_entry *e, char *buf,
-                           size_t n)
-{
-    char peer[32] = "";
-    if (e->kind == COMM_KIND_SEND)
-        snprintf(peer, sizeof peer, " %s rank %d", e->recv ? "from" : "to", e->peer);
-    else if (e->peer >= 0)
-        snprintf(peer, sizeof peer, " rooted at rank %d", e->peer);
-    snprintf(buf, n, "%s #%llu%s on group %s (%llu B, %s)", kind_label(e),
-             (unsigned long long)e->seq, peer, f->groups[e->group].name,
-             (unsigned long long)e->bytes, flight_dtype_name(e->dtype));
+    char whom[40] = "";
+    if (cls != FLIGHT_COLLECTIVE)
+        snprintf(whom, sizeof whom, " %s rank %d", cls == FLIGHT_RECV ? "from" : "to", peer);
+    else if (peer >= 0)
+        snprintf(whom, sizeof whom, " rooted at rank %d", peer);
+    snprintf(buf, n, "%s #%llu%s on group %s (%llu B of %s)", op, (unsigned long long)seq, whom,
+             group, (unsigned long long)bytes, flight_dtype_name(t));
 }
 
 /* ---- the log ---- */
@@ -183,7 +168,7 @@ static void put_entry(struct json_text *t, const struct comm_flight *f,
     json_text_printf(t, "{\"id\": %llu, \"seq\": %llu, \"group\": ", (unsigned long long)e->id,
                      (unsigned long long)e->seq);
     json_text_string(t, f->groups[e->group].name, JSON_ESCAPE_U);
-    json_text_printf(t, ", \"op\": \"%s\", \"peer\": ", kind_label(e));
+    json_text_printf(t, ", \"op\": \"%s\", \"peer\": ", e->op);
     if (e->peer >= 0)
         json_text_printf(t, "%d", e->peer);
     else
@@ -306,24 +291,14 @@ static zt_status exchange_hosts(struct comm_flight *f)
     if (!f->hosts)
         return zt_error_set(ZT_ERR_NOMEM, "flight recorder: out of memory for %d host names",
                             f->world);
-    COMM_MPI_TRY(MPI_Allgather(mine, FLIGHT_HOST_LEN, MPI_CHAR, f->hosts, FLIGHT_HOST_LEN, MPI_CHAR,
-                               MPI_COMM_WORLD));
+    if (MPI_Allgather(mine, FLIGHT_HOST_LEN, MPI_CHAR, f->hosts, FLIGHT_HOST_LEN, MPI_CHAR,
+                      MPI_COMM_WORLD) != MPI_SUCCESS)
+        return zt_error_set(ZT_ERR_COMM, "flight recorder: MPI_Allgather of the host names failed");
     return ZT_OK;
 }
 
-static zt_status setup(struct comm_flight *f, const struct comm_flight_config *cfg, int *missing)
+zt_status flight_init(const struct comm_flight_config *cfg, struct comm_flight **out)
 {
-    snprintf(f->dir, sizeof f->dir, "%s", cfg->dir ? cfg->dir : ".");
-    ZT_TRY(exchange_hosts(f));
-    if (cfg->timeout_s > 0)
-        ZT_TRY(flight_side_start(f, missing));
-    return ZT_OK;
-}
-
-zt_status comm_flight_create(const struct comm_flight_config *cfg, struct comm_flight **out,
-                             int *degraded_ranks)
-{
-    int missing = 0;
     *out = NULL;
     struct comm_flight *f = calloc(1, sizeof *f);
     if (!f)
@@ -333,31 +308,22 @@ zt_status comm_flight_create(const struct comm_flight_config *cfg, struct comm_f
     f->wall0 = (double)time(NULL);
     f->timeout_s = cfg->timeout_s;
     f->last_end = -1.0;
+    snprintf(f->dir, sizeof f->dir, "%s", cfg->dir ? cfg->dir : ".");
     MPI_Comm_rank(MPI_COMM_WORLD, &f->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &f->world);
-    zt_status st = setup(f, cfg, &missing);
+    zt_status st = exchange_hosts(f);
     if (st != ZT_OK) {
-        comm_flight_destroy(f);
+        flight_free(f);
         return st;
     }
-    if (degraded_ranks)
-        *degraded_ranks = missing;
     *out = f;
     return ZT_OK;
 }
 
-void comm_flight_leave(struct comm_flight *f)
-{
-    if (f && f->side)
-        flight_side_stop(f, 1);
-}
-
-void comm_flight_destroy(struct comm_flight *f)
+void flight_free(struct comm_flight *f)
 {
     if (!f)
         return;
-    if (f->side)
-        flight_side_stop(f, 1);
     free(f->hosts);
     pthread_mutex_destroy(&f->mu);
     free(f);

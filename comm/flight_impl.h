@@ -1,10 +1,13 @@
 /* comm/flight_impl.h — the flight recorder's insides; for comm/ only.
  *
  * flight.c owns the ring of entries, the groups and the log file;
- * watchdog.c owns the thread and the side channel. comm.c records through
- * flight_group_add, flight_begin, flight_wait and flight_end. Everything
- * the watchdog reads is guarded by `mu`; the main thread holds it only to
- * copy a few words in or out, never across a call into MPI.
+ * watchdog.c owns the thread, the side channel and the recorder's public
+ * life (comm_flight_create, _destroy, _leave), on top of flight.c. comm.c
+ * records through flight_group_add, flight_begin, flight_wait and
+ * flight_end, naming each call itself, so that nothing here depends on
+ * comm.c. Everything the watchdog reads is guarded by `mu`; the main thread
+ * holds it only to copy a few words in or out, never across a call into
+ * MPI.
  */
 #ifndef ZT_COMM_FLIGHT_IMPL_H
 #define ZT_COMM_FLIGHT_IMPL_H
@@ -12,20 +15,16 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "comm.h"
+#include "../common/dtype.h"
 #include "flight.h"
 
 #define FLIGHT_MAX_GROUPS 64
 #define FLIGHT_NAME_LEN   24
 #define FLIGHT_HOST_LEN   64
 
-/* What an entry records: a comm_kind, or one of the calls that move no
- * counted bytes. */
-enum { FLIGHT_OP_BARRIER = COMM_KIND_COUNT, FLIGHT_OP_AGREE };
-
-/* "allreduce", ..., "send" or "recv" for point-to-point, "barrier",
- * "agree". */
-const char *flight_op_name(int op, int recv);
+/* A collective counts on its group's sequence; a message on the group's
+ * sends or receives. */
+enum flight_class { FLIGHT_COLLECTIVE, FLIGHT_SEND, FLIGHT_RECV };
 
 /* "f32", "bf16", ... as the logs write a dtype. */
 const char *flight_dtype_name(enum zt_dtype t);
@@ -46,10 +45,10 @@ struct flight_group {
  * ring[(id - 1) % COMM_FLIGHT_ENTRIES] holds it until overwritten. */
 struct flight_entry {
     uint64_t id;
-    uint64_t seq; /* collective: #seq on the group; message: #seq per direction */
-    int group;    /* index into groups[] */
-    int kind;     /* enum comm_kind or FLIGHT_OP_* */
-    int recv;     /* a point-to-point receive (kind COMM_KIND_SEND) */
+    uint64_t seq;   /* collective: #seq on the group; message: #seq per direction */
+    int group;      /* index into groups[] */
+    const char *op; /* "allreduce", "send", "agree", ...: static storage */
+    enum flight_class cls;
     int peer;     /* group rank of the peer or root; -1: none */
     int blocking; /* a blocking call (else non-blocking, waited later) */
     uint64_t bytes;
@@ -86,8 +85,8 @@ void flight_group_name(struct comm_flight *f, int g, const char *name);
 /* Opens an entry for a call on group g and returns its id. A blocking call
  * starts WAITING (the rank is blocked from now on), a non-blocking one
  * ISSUED. Collectives take the group's next sequence number. */
-uint64_t flight_begin(struct comm_flight *f, int g, int kind, int recv, int peer, uint64_t bytes,
-                      enum zt_dtype t, int blocking);
+uint64_t flight_begin(struct comm_flight *f, int g, const char *op, enum flight_class cls, int peer,
+                      uint64_t bytes, enum zt_dtype t, int blocking);
 /* A non-blocking call's comm_wait begins: the rank is blocked in it. */
 void flight_wait(struct comm_flight *f, uint64_t id);
 /* Closes the entry: DONE on ZT_OK, else FAILED; the rank is no longer
@@ -97,19 +96,21 @@ void flight_end(struct comm_flight *f, uint64_t id, zt_status st);
 /* Copies the entry with this id, if still in the ring (under the lock:
  * callers hold it). Returns 0 when it was overwritten. */
 int flight_entry_get(const struct comm_flight *f, uint64_t id, struct flight_entry *out);
-/* Writes "allreduce #57 on group world (16 B, f64)" for an entry. */
-void flight_entry_describe(const struct comm_flight *f, const struct flight_entry *e, char *buf,
-                           size_t n);
+/* Writes a call as the messages name it: "allreduce #57 on group world
+ * (16 B of f64)", "send #3 to rank 1 on group pipeline (...)". */
+void flight_describe(char *buf, size_t n, const char *op, enum flight_class cls, uint64_t seq,
+                     int peer, const char *group, uint64_t bytes, enum zt_dtype t);
 /* The log of this rank as JSON text (caller frees); NULL when out of
  * memory. Takes the lock. */
 char *flight_log_json(struct comm_flight *f, const char *reason);
 /* Seconds since the recorder began. */
 double flight_now(const struct comm_flight *f);
 
-/* watchdog.c: starts the side channel and the thread (collective over the
- * world; *connected is 1 where this rank reached rank 0, and on rank 0 the
- * number of ranks that did not); stops them. */
-zt_status flight_side_start(struct comm_flight *f, int *missing);
-void flight_side_stop(struct comm_flight *f, int goodbye);
+/* The recorder without a watchdog: allocated, its clock started, every
+ * rank's host name learnt (collective over the world). *out is freed with
+ * flight_free. Errors: ZT_ERR_NOMEM, ZT_ERR_COMM. */
+zt_status flight_init(const struct comm_flight_config *cfg, struct comm_flight **out);
+/* Frees what flight_init made (the side channel must be stopped). */
+void flight_free(struct comm_flight *f);
 
 #endif

@@ -47,7 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm_impl.h"
+#include <mpi.h>
 
 #define MAX_ADDRS   16
 #define WIRE_GROUPS 16
@@ -71,8 +71,9 @@ struct wire_call {
     int32_t valid, group_index;
     char group[FLIGHT_NAME_LEN];
     uint64_t group_key, seq, bytes;
-    int32_t kind, recv, peer, dtype;
-    double waited; /* seconds blocked in it, or since it ended */
+    char op[16];
+    int32_t cls, peer, dtype;
+    double seconds; /* blocked in it so far, or since it ended */
 };
 
 struct wire_group {
@@ -180,11 +181,11 @@ static void fill_call(const struct comm_flight *f, const struct flight_entry *e,
     w->group_key = g->key;
     w->seq = e->seq;
     w->bytes = e->bytes;
-    w->kind = (int32_t)e->kind;
-    w->recv = e->recv;
+    snprintf(w->op, sizeof w->op, "%s", e->op);
+    w->cls = (int32_t)e->cls;
     w->peer = e->peer;
     w->dtype = (int32_t)e->dtype;
-    w->waited = e->end >= 0 ? now - e->end : now - e->wait_start;
+    w->seconds = e->end >= 0 ? now - e->end : now - e->wait_start;
 }
 
 /* This rank's groups, the call it is blocked in and its latest call. */
@@ -209,20 +210,8 @@ static void fill_state(struct comm_flight *f, struct wire_msg *m)
 
 static void describe_call(const struct wire_call *w, char *buf, size_t n)
 {
-    struct flight_entry e = {.seq = w->seq,
-                             .kind = w->kind,
-                             .recv = w->recv,
-                             .peer = w->peer,
-                             .bytes = w->bytes,
-                             .dtype = (enum zt_dtype)w->dtype};
-    char peer[40] = "";
-    if (e.kind == COMM_KIND_SEND)
-        snprintf(peer, sizeof peer, " %s rank %d", e.recv ? "from" : "to", e.peer);
-    else if (e.peer >= 0)
-        snprintf(peer, sizeof peer, " rooted at rank %d", e.peer);
-    snprintf(buf, n, "%s #%llu%s on group %s (%llu B of %s)", flight_op_name(e.kind, e.recv),
-             (unsigned long long)e.seq, peer, w->group, (unsigned long long)e.bytes,
-             flight_dtype_name(e.dtype));
+    flight_describe(buf, n, w->op, (enum flight_class)w->cls, w->seq, w->peer, w->group, w->bytes,
+                    (enum zt_dtype)w->dtype);
 }
 
 /* ---- leaving ---- */
@@ -345,11 +334,11 @@ static int not_entered(const struct comm_flight *f, int r, char *why, size_t n)
         char call[160];
         if (m->blocked.valid) {
             describe_call(&m->blocked, call, sizeof call);
-            snprintf(why, n, "blocked in %s for %.1f s", call, m->blocked.waited);
+            snprintf(why, n, "blocked in %s for %.1f s", call, m->blocked.seconds);
         } else if (m->last.valid) {
             describe_call(&m->last, call, sizeof call);
             snprintf(why, n, "not in a collective; its latest call, %s, ended %.1f s ago", call,
-                     m->last.waited);
+                     m->last.seconds);
         } else {
             snprintf(why, n, "no collective yet");
         }
@@ -394,7 +383,7 @@ static void conclude_inquiry(struct comm_flight *f)
     snprintf(line, sizeof line,
              "zerotrain: error: rank 0: comm.timeout_s = %g: %s has not completed on rank %d "
              "after %.1f s: ",
-             f->timeout_s, call, s->stall_rank, s->stall.waited);
+             f->timeout_s, call, s->stall_rank, s->stall.seconds);
     list_silent(f, line, sizeof line, &count);
     for (int r = 0; r < f->world; r++) {
         char why[300];
@@ -558,7 +547,7 @@ static void check_own_stall(struct comm_flight *f)
              "zerotrain: error: rank %d: comm.timeout_s = %g: %s has not completed after %.1f s "
              "(no side channel to rank 0: the other ranks' states are unknown); flight logs in "
              "%.300s/flight/",
-             f->rank, f->timeout_s, call, m.blocked.waited, f->dir);
+             f->rank, f->timeout_s, call, m.blocked.seconds, f->dir);
     fprintf(stderr, "%s\n", line);
     write_log_and_exit(f, line);
 }
@@ -770,7 +759,10 @@ static zt_status side_alloc(struct comm_flight *f, struct flight_side **out)
     return ZT_OK;
 }
 
-zt_status flight_side_start(struct comm_flight *f, int *missing)
+/* Starts the side channel and the thread (collective over the world);
+ * *missing: on rank 0 the number of ranks that could not connect, 0
+ * elsewhere. */
+static zt_status flight_side_start(struct comm_flight *f, int *missing)
 {
     struct rank0_address a;
     memset(&a, 0, sizeof a);
@@ -782,7 +774,8 @@ zt_status flight_side_start(struct comm_flight *f, int *missing)
         list_addresses(&a);
         a.token = new_token();
     }
-    COMM_MPI_TRY(MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, MPI_COMM_WORLD));
+    if (MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return zt_error_set(ZT_ERR_COMM, "flight watchdog: MPI_Bcast of rank 0's address failed");
     s->token = a.token;
     if (f->rank == 0 && s->listen_fd >= 0) {
         if (pthread_create(&s->thread, NULL, watch, f) == 0)
@@ -801,12 +794,14 @@ zt_status flight_side_start(struct comm_flight *f, int *missing)
             s->running = 1;
     }
     int lacking = !connected, total = 0;
-    COMM_MPI_TRY(MPI_Reduce(&lacking, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
+    if (MPI_Reduce(&lacking, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return zt_error_set(ZT_ERR_COMM, "flight watchdog: MPI_Reduce of the connections failed");
     *missing = f->rank == 0 ? total : 0;
     return ZT_OK;
 }
 
-void flight_side_stop(struct comm_flight *f, int goodbye)
+/* Stops the thread and, with `goodbye`, says BYE on every connection. */
+static void flight_side_stop(struct comm_flight *f, int goodbye)
 {
     struct flight_side *s = f->side;
     if (!s)
@@ -823,4 +818,39 @@ void flight_side_stop(struct comm_flight *f, int goodbye)
                 send_type(f, s->conns[i].fd, W_BYE);
     side_free(s);
     f->side = NULL;
+}
+
+/* ---- the recorder's life (flight.h) ---- */
+
+zt_status comm_flight_create(const struct comm_flight_config *cfg, struct comm_flight **out,
+                             int *degraded_ranks)
+{
+    int missing = 0;
+    *out = NULL;
+    struct comm_flight *f = NULL;
+    ZT_TRY(flight_init(cfg, &f));
+    zt_status st = cfg->timeout_s > 0 ? flight_side_start(f, &missing) : ZT_OK;
+    if (st != ZT_OK) {
+        comm_flight_destroy(f);
+        return st;
+    }
+    if (degraded_ranks)
+        *degraded_ranks = missing;
+    *out = f;
+    return ZT_OK;
+}
+
+void comm_flight_leave(struct comm_flight *f)
+{
+    if (f && f->side)
+        flight_side_stop(f, 1);
+}
+
+void comm_flight_destroy(struct comm_flight *f)
+{
+    if (!f)
+        return;
+    if (f->side)
+        flight_side_stop(f, 1);
+    flight_free(f);
 }
