@@ -216,6 +216,12 @@ static uint64_t model_states_of(const struct memory_rank_row *row)
     return sum;
 }
 
+/* The ranks the model states are sharded over (struct memory_report). */
+static int shard_ranks(const struct memory_report *r)
+{
+    return r->shard_ranks > 0 ? r->shard_ranks : r->world_size;
+}
+
 static void format_difference(uint64_t measured, uint64_t expected, char *buf, size_t n)
 {
     if (expected == 0)
@@ -245,8 +251,10 @@ static void print_model_states(const struct memory_report *r, FILE *f)
     fprintf(f, "model states per rank (params+grads+master+optim peaks): measured %s .. %s\n", a,
             b);
     if (!r->layout) {
-        fprintf(f, "  expected for stage %d, N = %d, %g+%g+%g+%g bytes per parameter: %s\n",
-                r->stage, r->world_size, p[0], p[1], p[2], p[3], e);
+        const int n = shard_ranks(r);
+        fprintf(f, "  expected for stage %d, N = %d%s, %g+%g+%g+%g bytes per parameter: %s\n",
+                r->stage, n, n != r->world_size ? " (one shard group)" : "", p[0], p[1], p[2], p[3],
+                e);
         fprintf(f, "  difference %s .. %s (shard padding explains a small excess)\n", da, db);
     } else {
         fprintf(f,
@@ -273,7 +281,7 @@ static void print_model_states(const struct memory_report *r, FILE *f)
             "parameter (in the params column)\n",
             (unsigned long long)r->base4_numel, q,
             (double)r->base4_bytes /
-                ((double)r->base4_numel / (r->stage == 3 ? (double)r->world_size : 1.0)));
+                ((double)r->base4_numel / (r->stage == 3 ? (double)shard_ranks(r) : 1.0)));
 }
 
 void memory_report_print(const struct memory_report *r, FILE *f)

@@ -48,6 +48,9 @@ struct memory_rank_row {
 
 struct memory_report {
     int world_size, stage;
+    /* ZeRO's group: the ranks the model states are sharded over (the
+     * data-parallel ranks, or one HSDP shard group); 0: world_size. */
+    int shard_ranks;
     uint64_t n_params;    /* Ψ, unpadded */
     uint64_t n_trainable; /* of them trainable (Ψ unless some are frozen): printed when fewer */
     /* params, grads, master_params, optimizer_states (fp32 AdamW: 4, 4, 0, 8) */

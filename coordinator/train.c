@@ -639,6 +639,7 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     size_t held = 0;
     for (int u = 0; u < s->table.n_units; u++)
         held += s->engine.part.units[u].numel;
+    r.shard_ranks = group;
     r.expected_model_states =
         memory_expected_model_states(r.stage, group, held - packed_numel,
                                      s->engine.part.trainable_numel, r.bytes_per_param,

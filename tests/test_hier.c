@@ -243,6 +243,11 @@ START_TEST(stage3_hpz_and_hsdp_match_flat_with_the_formulas_traffic)
     losses(dir, "hsdp", hsdp, STEPS);
     testutil_assert_losses_close(flat, hpz, STEPS, 1e-5, "hpZ against flat ZeRO-3");
     testutil_assert_losses_close(flat, hsdp, STEPS, 1e-5, "HSDP against flat ZeRO-3");
+    /* the report's expectation names the ranks the states are sharded over */
+    const char *report = testutil_slurp(testutil_path_in(dir, "hsdp.log"));
+    ck_assert_msg(strstr(report, "expected for stage 3, N = 2 (one shard group)"), "%s", report);
+    report = testutil_slurp(testutil_path_in(dir, "flat.log"));
+    ck_assert_msg(strstr(report, "expected for stage 3, N = 4, "), "%s", report);
 
     struct model_sizes m4, m2;
     model_sizes(NP, &m4);
