@@ -73,16 +73,6 @@ static uint64_t uint_of(const struct json_value *obj, const char *key)
     return v->magnitude;
 }
 
-static void load_json(const char *path, struct json_value *out)
-{
-    size_t n;
-    unsigned char *text = testutil_read_file(path, &n);
-    const struct json_source src = {.path = path, .code = ZT_ERR_DATA, .max_depth = 16};
-    ck_assert_msg(json_parse(&src, (const char *)text, n, out) == ZT_OK, "%s: %s", path,
-                  zt_error_message());
-    free(text);
-}
-
 /* The bytes of one step by link class and kind: the last step's line. */
 struct traffic {
     uint64_t bytes[COMM_LINK_COUNT][COMM_KIND_COUNT];
@@ -183,8 +173,8 @@ static void assert_memory(const char *dir)
                          NP, testutil_binary(), tiny(), cases[i].extra, plan_path) == 0,
             "dry run failed:\n%s", testutil_slurp(testutil_path_in(dir, "dry.log")));
         struct json_value r, p;
-        load_json(run_path, &r);
-        load_json(plan_path, &p);
+        testutil_load_json(run_path, &r);
+        testutil_load_json(plan_path, &p);
         struct model_sizes m;
         model_sizes(cases[i].group, &m);
         uint64_t secondary = 0;

@@ -25,12 +25,7 @@ static void read_report(const char *dir, long step, struct json_value *out)
 {
     const char *path = testutil_fmt("%s/nonfinite/step-%ld.json", dir, step);
     ck_assert_msg(access(path, F_OK) == 0, "no report %s", path);
-    size_t n;
-    char *text = (char *)testutil_read_file(path, &n);
-    struct json_source src = {.path = path, .code = ZT_ERR_DATA, .max_depth = 16};
-    zt_status st = json_parse(&src, text, n, out);
-    free(text);
-    ck_assert_msg(st == ZT_OK, "%s", zt_error_message());
+    testutil_load_json(path, out);
     ck_assert_int_eq(out->type, JSON_OBJECT);
 }
 

@@ -24,16 +24,6 @@
 
 /* ---- reading the files a run and a plan write ----------------------------- */
 
-static void load_json(const char *path, struct json_value *out)
-{
-    size_t n;
-    unsigned char *text = testutil_read_file(path, &n);
-    const struct json_source src = {.path = path, .code = ZT_ERR_DATA, .max_depth = 16};
-    ck_assert_msg(json_parse(&src, (const char *)text, n, out) == ZT_OK, "%s: %s", path,
-                  zt_error_message());
-    free(text);
-}
-
 static const struct json_value *member(const struct json_value *obj, const char *key)
 {
     const struct json_value *v = json_object_get(obj, key, NULL);
@@ -168,8 +158,8 @@ START_TEST(plan_equals_the_measured_ledger_and_traffic)
                   "%s: the plan failed:\n%s", what,
                   testutil_slurp(testutil_path_in(dir, "plan.log")));
     struct json_value plan, report;
-    load_json(testutil_path_in(dir, "plan.json"), &plan);
-    load_json(testutil_path_in(dir, "report.json"), &report);
+    testutil_load_json(testutil_path_in(dir, "plan.json"), &plan);
+    testutil_load_json(testutil_path_in(dir, "report.json"), &report);
     const struct json_value *roles = member(planned_layout(&plan, c), "roles");
     ck_assert_uint_eq(roles->n, c->pp < 3 ? (size_t)c->pp : 3);
     for (size_t k = 0; k < roles->n; k++)

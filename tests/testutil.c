@@ -1,6 +1,8 @@
 /* tests/testutil.c — see testutil.h. */
 #include "testutil.h"
 
+#include "common/json.h"
+
 #include <math.h>
 
 #include <mpi.h>
@@ -323,4 +325,15 @@ const char *testutil_gpt2_vocab_dir(void)
                   "(scripts/test.sh does), and set ZT_GPT2_VOCAB_DIR=DIR for another folder",
                   dir);
     return dir;
+}
+
+void testutil_load_json(const char *path, struct json_value *out)
+{
+    size_t n = 0;
+    unsigned char *text = testutil_read_file(path, &n);
+    ck_assert_msg(text != NULL, "cannot read %s", path);
+    const struct json_source src = {.path = path, .code = ZT_ERR_DATA, .max_depth = 16};
+    const zt_status st = json_parse(&src, (const char *)text, n, out);
+    free(text);
+    ck_assert_msg(st == ZT_OK, "%s: %s", path, zt_error_message());
 }

@@ -47,6 +47,11 @@ void testutil_write_file(const char *path, const void *bytes, size_t n);
  * the *n bytes read; fails the test if it cannot be read. */
 unsigned char *testutil_read_file(const char *path, size_t *n);
 
+struct json_value;
+/* Parses the JSON file at path into *out (freed with json_free); fails the
+ * test, naming the file and the byte, when it is missing or not JSON. */
+void testutil_load_json(const char *path, struct json_value *out);
+
 /* Little-endian packing of the low nbytes (1..8) of v, and its inverse,
  * written out here so that format checks do not trust the modules' own. */
 void testutil_put_le(unsigned char *p, uint64_t v, int nbytes);
