@@ -31,7 +31,8 @@ static const char *const state_names[] = {
     [FLIGHT_FAILED] = "failed",
 };
 
-const char *flight_dtype_name(enum zt_dtype t)
+/* "f32", "bf16", ... as the logs write a dtype. */
+static const char *flight_dtype_name(enum zt_dtype t)
 {
     static const char *const names[] = {
         [ZT_F32] = "f32", [ZT_F64] = "f64", [ZT_BF16] = "bf16", [ZT_F16] = "f16",
@@ -269,11 +270,6 @@ zt_status comm_flight_write(struct comm_flight *f, const char *reason)
     zt_status st = atomic_file_write(path, text, strlen(text));
     free(text);
     return st;
-}
-
-const char *comm_flight_host(const struct comm_flight *f, int r)
-{
-    return r >= 0 && r < f->world ? f->hosts[r] : "?";
 }
 
 /* ---- creation ---- */

@@ -96,8 +96,4 @@ void comm_flight_leave(struct comm_flight *f);
  * Errors: ZT_ERR_IO, ZT_ERR_NOMEM. */
 zt_status comm_flight_write(struct comm_flight *f, const char *reason);
 
-/* The host name of world rank r as the recorder learnt it (static storage
- * of the recorder; "?" when out of range). */
-const char *comm_flight_host(const struct comm_flight *f, int r);
-
 #endif

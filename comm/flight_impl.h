@@ -26,9 +26,6 @@
  * sends or receives. */
 enum flight_class { FLIGHT_COLLECTIVE, FLIGHT_SEND, FLIGHT_RECV };
 
-/* "f32", "bf16", ... as the logs write a dtype. */
-const char *flight_dtype_name(enum zt_dtype t);
-
 enum flight_state { FLIGHT_ISSUED, FLIGHT_WAITING, FLIGHT_DONE, FLIGHT_FAILED };
 
 /* A group as the recorder knows it: `key` is the same on every member
