@@ -75,6 +75,11 @@ void zt_error_clear(void);
         if (!(cond))                                                                               \
             zt_assert_fail(#cond, __FILE__, __LINE__);                                             \
     } while (0)
+/* The CUDA kernels (C++) include this header too. */
+#ifdef __cplusplus
+[[noreturn]] void zt_assert_fail(const char *cond, const char *file, int line);
+#else
 _Noreturn void zt_assert_fail(const char *cond, const char *file, int line);
+#endif
 
 #endif

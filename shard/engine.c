@@ -451,8 +451,8 @@ static zt_status finish_oldest_reduce(struct shard_engine *e)
     prof_end(e, SHARD_PROF_REDUCE, t0);
     t0 = prof_begin(e);
     if (st == ZT_OK && !e->plan)
-        st = e->ops->add_into(e->cfg.precision, at(e, e->grads, su->state_shard_offset), r.recv,
-                              su->shard);
+        st = e->ops->add_into(e->ops, e->cfg.precision, at(e, e->grads, su->state_shard_offset),
+                              r.recv, su->shard);
     prof_end(e, SHARD_PROF_GRAD_ADD, t0);
     t0 = prof_begin(e);
     device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, r.unit), r.recv);
@@ -700,7 +700,7 @@ static zt_status param_view_open(struct shard_engine *e, int unit, const void *s
     }
     ZT_TRY(open_view(e, unit, "a unit's fp32 parameters", &e->param_view[unit]));
     return e->plan ? ZT_OK
-                   : e->ops->to_f32(e->cfg.precision, src, e->param_view[unit],
+                   : e->ops->to_f32(e->ops, e->cfg.precision, src, e->param_view[unit],
                                     e->part.units[unit].padded);
 }
 
@@ -756,7 +756,7 @@ static zt_status grad_view_open(struct shard_engine *e, int unit)
     ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
     if (transient_grads(e) || e->plan)
         return ZT_OK;
-    return e->ops->to_f32(e->cfg.precision, at(e, e->grads, su->state_padded_offset),
+    return e->ops->to_f32(e->ops, e->cfg.precision, at(e, e->grads, su->state_padded_offset),
                           e->grad_view[unit], su->padded);
 }
 
@@ -771,7 +771,7 @@ static zt_status grad_view_close(struct shard_engine *e, int unit)
         dst = e->unit_grads[unit];
     }
     if (!e->plan)
-        ZT_TRY(e->ops->from_f32(e->cfg.precision, e->grad_view[unit], dst, su->padded));
+        ZT_TRY(e->ops->from_f32(e->ops, e->cfg.precision, e->grad_view[unit], dst, su->padded));
     close_view(e, unit, &e->grad_view[unit]);
     return ZT_OK;
 }
@@ -968,7 +968,7 @@ static zt_status allgather_params(struct shard_engine *e, int trainable_only)
 static zt_status zero_grads(struct shard_engine *e)
 {
     size_t n = !e->policy.shard_grads ? e->part.state_padded_total : e->part.state_shard_total;
-    return e->ops->memset_zero(e->grads, n * e->esz);
+    return e->ops->memset_zero(e->ops, e->grads, n * e->esz);
 }
 
 /* The elements of the reduced gradients the norm and update read. */
@@ -1030,7 +1030,7 @@ static zt_status sync_tied(struct shard_engine *e, void *g)
         st = st == ZT_OK ? w : st;
     }
     if (st == ZT_OK)
-        st = e->ops->add_into(e->cfg.precision, at(e, g, off), peer, n);
+        st = e->ops->add_into(e->ops, e->cfg.precision, at(e, g, off), peer, n);
     device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, peer);
     return st;
 }
@@ -1053,13 +1053,13 @@ static zt_status norm_share(struct shard_engine *e, const void *g, size_t n, dou
                             double *sumsq)
 {
     if (!e->tie_duplicate)
-        return e->ops->sum_squares(e->cfg.precision, g, n, scale, sumsq);
+        return e->ops->sum_squares(e->ops, e->cfg.precision, g, n, scale, sumsq);
     size_t off, len;
     double before = 0.0, after = 0.0;
     tied_range(e, &off, &len);
-    ZT_TRY(e->ops->sum_squares(e->cfg.precision, g, off, scale, &before));
-    ZT_TRY(e->ops->sum_squares(e->cfg.precision, at(e, (void *)g, off + len), n - off - len, scale,
-                               &after));
+    ZT_TRY(e->ops->sum_squares(e->ops, e->cfg.precision, g, off, scale, &before));
+    ZT_TRY(e->ops->sum_squares(e->ops, e->cfg.precision, at(e, (void *)g, off + len), n - off - len,
+                               scale, &after));
     *sumsq = before + after;
     return ZT_OK;
 }
@@ -1130,8 +1130,8 @@ static zt_status norm_share_tensor(struct shard_engine *e, const void *g, double
         if (a >= b)
             continue;
         double part = 0.0;
-        ZT_TRY(e->ops->sum_squares(e->cfg.precision, at(e, (void *)g, base + (a - lo)), b - a,
-                                   scale, &part));
+        ZT_TRY(e->ops->sum_squares(e->ops, e->cfg.precision, at(e, (void *)g, base + (a - lo)),
+                                   b - a, scale, &part));
         total += pt->tp_split ? part : part * whole_weight;
     }
     *sumsq = total;
@@ -1433,7 +1433,7 @@ zt_status shard_engine_params_from_master(struct shard_engine *e)
         for (int u = 0; u < e->part.n_units; u++) {
             const struct owned_range r = owned_range_of(e, u);
             if (e->part.units[u].trainable) /* frozen ones were set directly */
-                ZT_TRY(e->ops->from_f32(e->cfg.precision, e->master + r.state_off,
+                ZT_TRY(e->ops->from_f32(e->ops, e->cfg.precision, e->master + r.state_off,
                                         at(e, e->params, r.working_off), r.hi - r.lo));
         }
     if (shard_policy_regathers_params(&e->policy))

@@ -55,8 +55,8 @@ static zt_status update_unit_range(struct shard_engine *e, int u, const struct o
         const size_t off = a - r->lo;
         if (!pt->trainable) {
             if (working)
-                ZT_TRY(
-                    e->ops->from_f32(e->cfg.precision, target + off, at(e, working, off), b - a));
+                ZT_TRY(e->ops->from_f32(e->ops, e->cfg.precision, target + off, at(e, working, off),
+                                        b - a));
             continue;
         }
         struct optimizer_range range = {
@@ -86,8 +86,8 @@ static zt_status unit_grads_f32(struct shard_engine *e, void *g, const struct ow
     *out = (const float *)g + r->grad_off;
     if (!is_16bit(e))
         return ZT_OK;
-    ZT_TRY(e->ops->to_f32(e->cfg.precision, at(e, g, r->grad_off), tmp, n));
-    ZT_TRY(e->ops->scale(tmp, n, gscale));
+    ZT_TRY(e->ops->to_f32(e->ops, e->cfg.precision, at(e, g, r->grad_off), tmp, n));
+    ZT_TRY(e->ops->scale(e->ops, tmp, n, gscale));
     *out = tmp;
     return ZT_OK;
 }
@@ -116,7 +116,7 @@ zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
     double sumsq;
     if (n == 0)
         return ZT_OK;
-    ZT_TRY(e->ops->sum_squares(e->cfg.precision, reduced, n, e->fused.unscale, &sumsq));
+    ZT_TRY(e->ops->sum_squares(e->ops, e->cfg.precision, reduced, n, e->fused.unscale, &sumsq));
     e->fused.sumsq += sumsq;
     if (!e->fused.update)
         return ZT_OK;
@@ -204,8 +204,8 @@ static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale, flo
                          : opt->tensor_round(e->ops, pass->round, &pc, hp));
         }
         if (apply && is_16bit(e) && r.hi > r.lo)
-            ZT_TRY(e->ops->from_f32(e->cfg.precision, target, at(e, e->params, r.working_off),
-                                    r.hi - r.lo));
+            ZT_TRY(e->ops->from_f32(e->ops, e->cfg.precision, target,
+                                    at(e, e->params, r.working_off), r.hi - r.lo));
     }
     return ZT_OK;
 }
@@ -228,7 +228,7 @@ static zt_status update_whole_tensors(struct shard_engine *e, void *g, float gsc
     const struct optimizer_ops *opt = e->cfg.optimizer;
     for (int q = 0; q < opt->n_rounds; q++) {
         pass->round = q;
-        ZT_TRY(e->ops->memset_zero(pass->stats[q], stats_total(e, q) * sizeof(double)));
+        ZT_TRY(e->ops->memset_zero(e->ops, pass->stats[q], stats_total(e, q) * sizeof(double)));
         ZT_TRY(visit_pieces(e, g, gscale, tmp, pass, hp));
         if (e->policy.shard_states)
             ZT_TRY(comm_allreduce(e->comm, pass->stats[q], stats_total(e, q), ZT_F64,
@@ -275,7 +275,7 @@ zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale, floa
         for (int u = 0; u < e->part.n_units; u++) {
             const struct owned_range r = owned_range_of(e, u);
             if (r.hi > r.lo && e->part.units[u].trainable)
-                ZT_TRY(e->ops->scale((float *)g + r.grad_off, r.hi - r.lo, gscale));
+                ZT_TRY(e->ops->scale(e->ops, (float *)g + r.grad_off, r.hi - r.lo, gscale));
         }
     struct piece_pass pass = {0};
     for (int q = 0; q < opt->n_rounds; q++)

@@ -164,7 +164,7 @@ START_TEST(bundle_memory_is_counted)
     ck_assert_ptr_nonnull(p);
     ck_assert_uint_eq(l.total_current, 1000);
     memset(p, 0x5a, 1000);
-    ck_assert_int_eq(ops->memset_zero(p, 999), ZT_OK);
+    ck_assert_int_eq(ops->memset_zero(ops, p, 999), ZT_OK);
     const unsigned char *b = p;
     for (int i = 0; i < 999; i++)
         ck_assert_uint_eq(b[i], 0);
@@ -195,7 +195,7 @@ START_TEST(from_f32_matches_half_h)
                               65520.0f, 70000.0f, 0x1p-20f,       -0x1p-130f};
     memcpy(src + 4096, special, sizeof special);
     uint16_t *dst = malloc(n * sizeof *dst);
-    ck_assert_int_eq(ops->from_f32(t, src, dst, n), ZT_OK);
+    ck_assert_int_eq(ops->from_f32(ops, t, src, dst, n), ZT_OK);
     for (size_t i = 0; i < n; i++)
         ck_assert_msg(dst[i] == f32_to_half(t, src[i]), "%s: element %zu (%a): %04x, want %04x",
                       t == ZT_BF16 ? "bf16" : "fp16", i, (double)src[i], dst[i],
@@ -219,8 +219,8 @@ START_TEST(to_f32_round_trips_every_pattern)
     float *f = malloc(n * sizeof *f);
     for (size_t i = 0; i < n; i++)
         h[i] = (uint16_t)i;
-    ck_assert_int_eq(ops->to_f32(t, h, f, n), ZT_OK);
-    ck_assert_int_eq(ops->from_f32(t, f, back, n), ZT_OK);
+    ck_assert_int_eq(ops->to_f32(ops, t, h, f, n), ZT_OK);
+    ck_assert_int_eq(ops->from_f32(ops, t, f, back, n), ZT_OK);
     for (size_t i = 0; i < n; i++) {
         float want = half_to_f32(t, h[i]);
         ck_assert(memcmp(&f[i], &want, sizeof want) == 0 || (isnan(f[i]) && isnan(want)));
@@ -246,14 +246,14 @@ START_TEST(casts_round_trip_floats)
     float *src = rand_floats(n, 102, 100.0), *back = malloc(n * sizeof(float));
     float *copy = malloc(n * sizeof(float));
     uint16_t *h = malloc(n * sizeof *h);
-    ck_assert_int_eq(ops->from_f32(ZT_F32, src, copy, n), ZT_OK);
+    ck_assert_int_eq(ops->from_f32(ops, ZT_F32, src, copy, n), ZT_OK);
     ck_assert(memcmp(copy, src, n * sizeof(float)) == 0);
-    ck_assert_int_eq(ops->to_f32(ZT_F32, copy, back, n), ZT_OK);
+    ck_assert_int_eq(ops->to_f32(ops, ZT_F32, copy, back, n), ZT_OK);
     ck_assert(memcmp(back, src, n * sizeof(float)) == 0);
     for (int k = 0; k < 2; k++) {
         const double half_ulp = HALVES[k] == ZT_BF16 ? 0x1p-8 : 0x1p-11;
-        ck_assert_int_eq(ops->from_f32(HALVES[k], src, h, n), ZT_OK);
-        ck_assert_int_eq(ops->to_f32(HALVES[k], h, back, n), ZT_OK);
+        ck_assert_int_eq(ops->from_f32(ops, HALVES[k], src, h, n), ZT_OK);
+        ck_assert_int_eq(ops->to_f32(ops, HALVES[k], h, back, n), ZT_OK);
         for (size_t i = 0; i < n; i++) {
             if (fabs((double)src[i]) < 0x1p-14) /* fp16 subnormals: absolute error */
                 continue;
@@ -288,7 +288,7 @@ START_TEST(add_into_matches_exact_sum)
     if (t == ZT_F32) {
         float *d = malloc(n * sizeof *d);
         memcpy(d, a, n * sizeof *d);
-        ck_assert_int_eq(ops->add_into(t, d, b, n), ZT_OK);
+        ck_assert_int_eq(ops->add_into(ops, t, d, b, n), ZT_OK);
         for (size_t i = 0; i < n; i++)
             ck_assert(d[i] == (float)((double)a[i] + (double)b[i]));
         free(d);
@@ -299,7 +299,7 @@ START_TEST(add_into_matches_exact_sum)
             hb[i] = f32_to_half(t, b[i]);
         }
         memcpy(d, ha, n * 2);
-        ck_assert_int_eq(ops->add_into(t, d, hb, n), ZT_OK);
+        ck_assert_int_eq(ops->add_into(ops, t, d, hb, n), ZT_OK);
         for (size_t i = 0; i < n; i++) {
             double exact = (double)half_to_f32(t, ha[i]) + (double)half_to_f32(t, hb[i]);
             uint16_t want = f32_to_half(t, (float)exact);
@@ -338,13 +338,13 @@ START_TEST(sum_squares_matches_double_loop)
         want += v * v;
     }
     want *= scale * scale;
-    ck_assert_int_eq(ops->sum_squares(t, buf, n, scale, &got), ZT_OK);
+    ck_assert_int_eq(ops->sum_squares(ops, t, buf, n, scale, &got), ZT_OK);
     ck_assert_msg(fabs(got - want) <= 1e-12 * want, "%.17g, want %.17g", got, want);
-    ck_assert_int_eq(ops->sum_squares(t, buf, 0, scale, &got), ZT_OK);
+    ck_assert_int_eq(ops->sum_squares(ops, t, buf, 0, scale, &got), ZT_OK);
     ck_assert(got == 0.0);
     if (t == ZT_F32) { /* a non-finite element shows */
         ((float *)buf)[17] = INFINITY;
-        ck_assert_int_eq(ops->sum_squares(t, buf, n, scale, &got), ZT_OK);
+        ck_assert_int_eq(ops->sum_squares(ops, t, buf, n, scale, &got), ZT_OK);
         ck_assert(!isfinite(got));
     }
     free(x);
@@ -361,7 +361,7 @@ START_TEST(scale_multiplies_in_place)
     const size_t n = 1001;
     const float s = 0.37f;
     float *x = rand_floats(n, 106, 1e3), *orig = rand_floats(n, 106, 1e3);
-    ck_assert_int_eq(ops->scale(x, n - 1, s), ZT_OK);
+    ck_assert_int_eq(ops->scale(ops, x, n - 1, s), ZT_OK);
     for (size_t i = 0; i < n - 1; i++)
         ck_assert(x[i] == (float)((double)orig[i] * (double)s)); /* one rounding */
     ck_assert(x[n - 1] == orig[n - 1]);                          /* n respected */
@@ -409,7 +409,7 @@ START_TEST(adamw_matches_double_reference)
         for (size_t i = 0; i < n; i++)
             gd[i] = g[i];
         hp.step = step;
-        ck_assert_int_eq(ops->adamw_update(f32_range(&r, p, g, m, v, n, decay), &hp), ZT_OK);
+        ck_assert_int_eq(ops->adamw_update(ops, f32_range(&r, p, g, m, v, n, decay), &hp), ZT_OK);
         /* the reference takes the float hyperparameters as given */
         adamw_ref(pd, gd, md, vd, n, decay, &hp);
         free(g);
@@ -490,10 +490,12 @@ START_TEST(adam_and_lion_match_double_references)
             gd[i] = g[i];
         hp.step = step;
         if (lion) {
-            ck_assert_int_eq(ops->lion_update(f32_range(&r, p, g, m, NULL, n, decay), &hp), ZT_OK);
+            ck_assert_int_eq(ops->lion_update(ops, f32_range(&r, p, g, m, NULL, n, decay), &hp),
+                             ZT_OK);
             lion_ref(pd, gd, md, n, decay, &hp, tie);
         } else {
-            ck_assert_int_eq(ops->adam_update(f32_range(&r, p, g, m, v, n, decay), &hp), ZT_OK);
+            ck_assert_int_eq(ops->adam_update(ops, f32_range(&r, p, g, m, v, n, decay), &hp),
+                             ZT_OK);
             adam_ref(pd, gd, md, vd, n, decay, &hp);
         }
         free(g);
@@ -568,7 +570,8 @@ START_TEST(sgd_matches_double_reference)
             gd[i] = g[i];
         hp.step = step;
         ck_assert_int_eq(
-            ops->sgd_update(f32_range(&r, p, g, variant ? buf : NULL, NULL, n, decay), &hp), ZT_OK);
+            ops->sgd_update(ops, f32_range(&r, p, g, variant ? buf : NULL, NULL, n, decay), &hp),
+            ZT_OK);
         sgd_ref(pd, gd, bd, n, decay, &hp);
         free(g);
         for (size_t i = 0; i < n; i++) {
@@ -930,7 +933,7 @@ START_TEST(adamw_entry_is_adamw_update)
                                    .weight_decay = 0.01f,
                                    .step = 3};
     struct optimizer_range r;
-    ck_assert_int_eq(ops->adamw_update(f32_range(&r, p1, g, m1, v1, n, 1.0f), &hp), ZT_OK);
+    ck_assert_int_eq(ops->adamw_update(ops, f32_range(&r, p1, g, m1, v1, n, 1.0f), &hp), ZT_OK);
     adamw_update(p2, g, m2, v2, n, 1.0f, &hp);
     ck_assert(memcmp(p1, p2, n * sizeof(float)) == 0);
     ck_assert(memcmp(m1, m2, n * sizeof(float)) == 0);

@@ -233,14 +233,15 @@ START_TEST(test_cpu_ops_match_the_codec)
                 const enum fp8_format f = (enum fp8_format)ff;
                 float amax = -1.0f;
                 memset(got, 0xaa, n);
-                ck_assert_int_eq(ops->fp8_quantize(got, &amax, x, len, scales[si], f), ZT_OK);
+                ck_assert_int_eq(ops->fp8_quantize(ops, got, &amax, x, len, scales[si], f), ZT_OK);
                 fp8_encode_scaled(want, x, len, scales[si], f);
                 const float amax_want = fp8_amax(x, len);
                 ck_assert_msg(memcmp(got, want, len) == 0 &&
                                   memcmp(&amax, &amax_want, sizeof amax) == 0,
                               "format %d scale %g length %zu: codes or amax (%a, want %a) differ",
                               ff, scales[si], len, amax, amax_want);
-                ck_assert_int_eq(ops->fp8_dequantize(back, got, len, 1.0f / scales[si], f), ZT_OK);
+                ck_assert_int_eq(ops->fp8_dequantize(ops, back, got, len, 1.0f / scales[si], f),
+                                 ZT_OK);
                 fp8_decode_scaled(back_want, got, len, 1.0f / scales[si], f);
                 ck_assert_msg(memcmp(back, back_want, len * sizeof *back) == 0,
                               "format %d scale %g length %zu: decoded values differ", ff,

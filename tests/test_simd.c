@@ -172,7 +172,7 @@ START_TEST(to_f32_is_exact_on_every_16bit_pattern)
         struct guarded h = guarded_alloc(n, 2, 1), f = guarded_alloc(n, 4, 1);
         for (size_t i = 0; i < n; i++)
             ((uint16_t *)h.p)[i] = (uint16_t)i;
-        ck_assert_int_eq(o->to_f32(TYPES[k], h.p, f.p, n), ZT_OK);
+        ck_assert_int_eq(o->to_f32(o, TYPES[k], h.p, f.p, n), ZT_OK);
         for (size_t i = 0; i < n; i++) {
             uint32_t got = half_f32_bits(((float *)f.p)[i]);
             uint32_t want = half_f32_bits(ref_to_f32(TYPES[k], (uint16_t)i));
@@ -198,7 +198,7 @@ START_TEST(from_f32_matches_half_h_on_a_sweep_of_floats)
         x[i] = bits_f32(i < N_SPECIALS ? SPECIALS[i] : (uint32_t)((i - N_SPECIALS) * 4093u));
     for (size_t k = 1; k < N_TYPES; k++) {
         struct guarded h = guarded_alloc(n, 2, 1);
-        ck_assert_int_eq(o->from_f32(TYPES[k], x, h.p, n), ZT_OK);
+        ck_assert_int_eq(o->from_f32(o, TYPES[k], x, h.p, n), ZT_OK);
         for (size_t i = 0; i < n; i++) {
             uint16_t got = ((uint16_t *)h.p)[i], want = ref_from_f32(TYPES[k], x[i]);
             ck_assert_msg(got == want, "%s of %08x: %04x, want %04x", k == 1 ? "bf16" : "f16",
@@ -217,8 +217,8 @@ static void check_casts(const struct ops_backend *o, enum zt_dtype t, size_t l, 
     struct guarded src = guarded_alloc(n, 4, off), h = guarded_alloc(n, esz, off);
     struct guarded back = guarded_alloc(n, 4, off);
     fill(src.p, n, 11 + l, 1);
-    ck_assert_int_eq(o->from_f32(t, src.p, h.p, n), ZT_OK);
-    ck_assert_int_eq(o->to_f32(t, h.p, back.p, n), ZT_OK);
+    ck_assert_int_eq(o->from_f32(o, t, src.p, h.p, n), ZT_OK);
+    ck_assert_int_eq(o->to_f32(o, t, h.p, back.p, n), ZT_OK);
     for (size_t i = 0; i < n; i++) {
         const float x = ((float *)src.p)[i];
         const float want = t == ZT_F32 ? x : ref_to_f32(t, ref_from_f32(t, x));
@@ -250,13 +250,13 @@ static void check_add_into(const struct ops_backend *o, enum zt_dtype t, size_t 
     fill(a, n, 21 + l, 1);
     fill(b, n, 31 + l, 1);
     struct guarded d = guarded_alloc(n, esz, off), s = guarded_alloc(n, esz, off);
-    ck_assert_int_eq(generic()->from_f32(t, a, d.p, n), ZT_OK);
-    ck_assert_int_eq(generic()->from_f32(t, b, s.p, n), ZT_OK);
+    ck_assert_int_eq(generic()->from_f32(generic(), t, a, d.p, n), ZT_OK);
+    ck_assert_int_eq(generic()->from_f32(generic(), t, b, s.p, n), ZT_OK);
     for (size_t i = 0; i < n; i++) {
         float sum = load(t, d.p, i) + load(t, s.p, i);
         want[i] = t == ZT_F32 ? sum : ref_to_f32(t, ref_from_f32(t, sum));
     }
-    ck_assert_int_eq(o->add_into(t, d.p, s.p, n), ZT_OK);
+    ck_assert_int_eq(o->add_into(o, t, d.p, s.p, n), ZT_OK);
     for (size_t i = 0; i < n; i++)
         ck_assert_msg(same_float(load(t, d.p, i), want[i]), "type %d n %zu off %zu element %zu",
                       (int)t, n, off, i);
@@ -280,7 +280,7 @@ static void check_scale(const struct ops_backend *o, enum zt_dtype t, size_t l, 
     fill(x.p, n, 41 + l, 1);
     for (size_t i = 0; i < n; i++)
         want[i] = ((float *)x.p)[i] * 0.3f;
-    ck_assert_int_eq(o->scale(x.p, n, 0.3f), ZT_OK);
+    ck_assert_int_eq(o->scale(o, x.p, n, 0.3f), ZT_OK);
     for (size_t i = 0; i < n; i++)
         ck_assert(same_float(((float *)x.p)[i], want[i]));
     guarded_check_free(&x, n, 4);
@@ -299,16 +299,16 @@ static void check_sum_squares(const struct ops_backend *o, enum zt_dtype t, size
     float *x = malloc((n + 1) * sizeof(float));
     fill(x, n, 51 + l, 0);
     struct guarded a = guarded_alloc(n, esz, off), b = guarded_alloc(n, esz, 1 - off);
-    ck_assert_int_eq(generic()->from_f32(t, x, a.p, n), ZT_OK);
-    ck_assert_int_eq(generic()->from_f32(t, x, b.p, n), ZT_OK);
+    ck_assert_int_eq(generic()->from_f32(generic(), t, x, a.p, n), ZT_OK);
+    ck_assert_int_eq(generic()->from_f32(generic(), t, x, b.p, n), ZT_OK);
     double ref = 0.0, got, again, moved;
     for (size_t i = 0; i < n; i++) {
         double v = (double)load(t, a.p, i) * 3.0;
         ref += v * v;
     }
-    ck_assert_int_eq(o->sum_squares(t, a.p, n, 3.0, &got), ZT_OK);
-    ck_assert_int_eq(o->sum_squares(t, a.p, n, 3.0, &again), ZT_OK);
-    ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
+    ck_assert_int_eq(o->sum_squares(o, t, a.p, n, 3.0, &got), ZT_OK);
+    ck_assert_int_eq(o->sum_squares(o, t, a.p, n, 3.0, &again), ZT_OK);
+    ck_assert_int_eq(o->sum_squares(o, t, b.p, n, 3.0, &moved), ZT_OK);
     ck_assert_msg(fabs(got - ref) <= 1e-12 * ref, "type %d n %zu: %.17g, want %.17g", (int)t, n,
                   got, ref);
     ck_assert(memcmp(&got, &again, sizeof got) == 0);
@@ -320,13 +320,13 @@ static void check_sum_squares(const struct ops_backend *o, enum zt_dtype t, size
             ((float *)b.p)[at] = INFINITY;
         else
             ((uint16_t *)b.p)[at] = inf16;
-        ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
+        ck_assert_int_eq(o->sum_squares(o, t, b.p, n, 3.0, &moved), ZT_OK);
         ck_assert(isinf(moved));
         if (t == ZT_F32)
             ((float *)b.p)[at] = NAN;
         else
             ((uint16_t *)b.p)[at] = (uint16_t)(inf16 | 0x0040);
-        ck_assert_int_eq(o->sum_squares(t, b.p, n, 3.0, &moved), ZT_OK);
+        ck_assert_int_eq(o->sum_squares(o, t, b.p, n, 3.0, &moved), ZT_OK);
         ck_assert(isnan(moved));
     }
     guarded_check_free(&a, n, esz);
@@ -362,9 +362,10 @@ static const struct rule_case {
 static zt_status rule_slot(const struct ops_backend *o, const struct rule_case *rc,
                            const struct optimizer_range *r, const struct optimizer_hparams *hp)
 {
-    zt_status (*const slots[])(const struct optimizer_range *, const struct optimizer_hparams *) = {
-        o->adamw_update, o->adam_update, o->sgd_update, o->lion_update};
-    return slots[rc->rule](r, hp);
+    zt_status (*const slots[])(const struct ops_backend *, const struct optimizer_range *,
+                               const struct optimizer_hparams *) = {o->adamw_update, o->adam_update,
+                                                                    o->sgd_update, o->lion_update};
+    return slots[rc->rule](o, r, hp);
 }
 
 /* worker/optimizer.h's reference loop of the case on fp32 gradients. */
@@ -507,7 +508,7 @@ static void check_fused(const struct ops_backend *o, enum zt_dtype t, size_t l, 
         for (long step = 1; step <= 2; step++) {
             const struct optimizer_hparams hp = rule_hparams(rc, step);
             fill(x, n, 91 + (uint64_t)step, 0);
-            ck_assert_int_eq(g0->from_f32(t, x, g16.p, n), ZT_OK);
+            ck_assert_int_eq(g0->from_f32(g0, t, x, g16.p, n), ZT_OK);
             const struct optimizer_range fused = {
                 .params = a.p,
                 .grads = g16.p,
@@ -527,10 +528,10 @@ static void check_fused(const struct ops_backend *o, enum zt_dtype t, size_t l, 
                 .states = {case_state(rc, &b, 0), case_state(rc, &b, 1)},
                 .n = n,
                 .decay = 1.0f};
-            ck_assert_int_eq(g0->to_f32(t, g16.p, tmp, n), ZT_OK);
-            ck_assert_int_eq(g0->scale(tmp, n, gscale), ZT_OK);
+            ck_assert_int_eq(g0->to_f32(g0, t, g16.p, tmp, n), ZT_OK);
+            ck_assert_int_eq(g0->scale(g0, tmp, n, gscale), ZT_OK);
             ck_assert_int_eq(rule_slot(g0, rc, &plain, &hp), ZT_OK);
-            ck_assert_int_eq(g0->from_f32(t, b.p, wb.p, n), ZT_OK);
+            ck_assert_int_eq(g0->from_f32(g0, t, b.p, wb.p, n), ZT_OK);
         }
         rule_state_same(&a, &b, n, rc->name, n);
         ck_assert_msg(memcmp(wa.p, wb.p, n * 2) == 0, "%s n %zu: working copies differ", rc->name,

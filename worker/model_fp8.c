@@ -118,7 +118,7 @@ static zt_status quantise(struct model *m, size_t i, enum fp8_operand o, uint8_t
 {
     struct fp8_scaling *s = m->fp8->scaling;
     float amax;
-    ZT_TRY(m->fp8->ops->fp8_quantize(q, &amax, x, n, s->scale[i] / divisor,
+    ZT_TRY(m->fp8->ops->fp8_quantize(m->fp8->ops, q, &amax, x, n, s->scale[i] / divisor,
                                      fp8_operand_format(&s->recipe, o)));
     if (m->training)
         fp8_scaling_record(s, i, amax / divisor);
@@ -130,7 +130,7 @@ static zt_status dequantise(struct model *m, size_t i, enum fp8_operand o, float
                             const uint8_t *q, size_t n, float divisor)
 {
     const struct fp8_scaling *s = m->fp8->scaling;
-    return m->fp8->ops->fp8_dequantize(x, q, n, s->scale_inv[i] * divisor,
+    return m->fp8->ops->fp8_dequantize(m->fp8->ops, x, q, n, s->scale_inv[i] * divisor,
                                        fp8_operand_format(&s->recipe, o));
 }
 
@@ -157,12 +157,12 @@ zt_status model_linear_forward(struct model *m, const struct ops_backend *ops, i
 {
     struct model_fp8 *f = m->fp8;
     if (!f)
-        return ops->matmul_forward(out, inp, weight, bias, N, C, OC);
+        return ops->matmul_forward(ops, out, inp, weight, bias, N, C, OC);
     check_shape(m, g, N, C, OC);
     float *x = f->scratch, *w = f->scratch + f->w_at;
     ZT_TRY(operand(m, l, g, FP8_INPUT, kept_input(m, l, g), inp, (size_t)N * C, x));
     ZT_TRY(operand(m, l, g, FP8_WEIGHT, f->copies, weight, (size_t)OC * C, w));
-    return ops->matmul_forward(out, x, w, bias, N, C, OC);
+    return ops->matmul_forward(ops, out, x, w, bias, N, C, OC);
 }
 
 zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, int l,
@@ -172,7 +172,7 @@ zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, 
 {
     struct model_fp8 *f = m->fp8;
     if (!f)
-        return ops->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return ops->matmul_backward(ops, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     ZT_ASSERT(dinp);
     check_shape(m, g, N, C, OC);
     float *x = f->scratch, *w = f->scratch + f->w_at, *dy = f->scratch + f->dy_scratch_at;
@@ -181,8 +181,8 @@ zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, 
     if (dweight)
         ZT_TRY(dequantise(m, fp8_scaling_index(l, g, FP8_INPUT), FP8_INPUT, x, kept_input(m, l, g),
                           (size_t)N * C, 1.0f));
-    ZT_TRY(ops->matmul_backward(dinp, dweight, NULL, dy, x, w, N, C, OC));
+    ZT_TRY(ops->matmul_backward(ops, dinp, dweight, NULL, dy, x, w, N, C, OC));
     if (dbias)
-        ZT_TRY(ops->matmul_backward(NULL, NULL, dbias, dout, inp, weight, N, C, OC));
+        ZT_TRY(ops->matmul_backward(ops, NULL, NULL, dbias, dout, inp, weight, N, C, OC));
     return ZT_OK;
 }

@@ -47,16 +47,21 @@
 
 struct ops_backend {
     const char *name; /* "cpu", "cuda" */
+    /* The backend's state for one opened compute backend (the CUDA stream,
+     * cuBLAS handle and scratch), reached by every op through its first
+     * argument `self`, the table it was called through; NULL on the CPU,
+     * whose tables are static. */
+    void *ctx;
 
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. With wpe == NULL no
      * position embedding is added (the Llama family's positions are rotary,
      * applied inside attention): out[b,t,:] = wte[tokens[b,t],:]. */
-    zt_status (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
-                                 const float *wpe, int B, int T, int C);
+    zt_status (*encoder_forward)(const struct ops_backend *self, float *out, const int32_t *tokens,
+                                 const float *wte, const float *wpe, int B, int T, int C);
     /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:], skipped
      * when dwpe is NULL (both when dwte is: a frozen embedding). */
-    zt_status (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
-                                  const int32_t *tokens, int B, int T, int C);
+    zt_status (*encoder_backward)(const struct ops_backend *self, float *dwte, float *dwpe,
+                                  const float *dout, const int32_t *tokens, int B, int T, int C);
 
     /* The embedding under vocabulary-parallel tensor parallelism (Megatron's
      * VocabParallelEmbedding): each of the tensor-parallel ranks holds the
@@ -65,61 +70,67 @@ struct ops_backend {
      * 0) + (wpe[t,:] unless wpe is NULL), tok = tokens[b,t]. The caller sums
      * out over the ranks and passes wpe on one of them only, so the sum is
      * encoder_forward's out. */
-    zt_status (*encoder_forward_vocab)(float *out, const int32_t *tokens, const float *wte_part,
+    zt_status (*encoder_forward_vocab)(const struct ops_backend *self, float *out,
+                                       const int32_t *tokens, const float *wte_part,
                                        const float *wpe, int B, int T, int C, int v_lo, int Vp);
     /* Its backward, given every rank the same dout (the full gradient):
      * dwte_part[tok - v_lo,:] += dout[b,t,:] for the tokens in the slice;
      * dwpe[t,:] += dout[b,t,:] unless dwpe is NULL (pass it on the rank that
      * was given wpe). Nothing at all when dwte_part is NULL (a frozen
      * embedding), as encoder_backward. */
-    zt_status (*encoder_backward_vocab)(float *dwte_part, float *dwpe, const float *dout,
-                                        const int32_t *tokens, int B, int T, int C, int v_lo,
-                                        int Vp);
+    zt_status (*encoder_backward_vocab)(const struct ops_backend *self, float *dwte_part,
+                                        float *dwpe, const float *dout, const int32_t *tokens,
+                                        int B, int T, int C, int v_lo, int Vp);
 
     /* LayerNorm over the last dimension (eps 1e-5, biased variance);
      * saves per-row mean and 1/std for the backward. */
-    zt_status (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                                   const float *weight, const float *bias, int N, int C);
+    zt_status (*layernorm_forward)(const struct ops_backend *self, float *out, float *mean,
+                                   float *rstd, const float *inp, const float *weight,
+                                   const float *bias, int N, int C);
     /* dweight and dbias are both NULL (a frozen norm) or neither. */
-    zt_status (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                                    const float *inp, const float *weight, const float *mean,
-                                    const float *rstd, int N, int C);
+    zt_status (*layernorm_backward)(const struct ops_backend *self, float *dinp, float *dweight,
+                                    float *dbias, const float *dout, const float *inp,
+                                    const float *weight, const float *mean, const float *rstd,
+                                    int N, int C);
 
     /* out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC] unless bias is NULL). */
-    zt_status (*matmul_forward)(float *out, const float *inp, const float *weight,
-                                const float *bias, int N, int C, int OC);
+    zt_status (*matmul_forward)(const struct ops_backend *self, float *out, const float *inp,
+                                const float *weight, const float *bias, int N, int C, int OC);
     /* dinp += dout @ weight (skipped when dinp is NULL: fp8 GEMMs take
      * the bias gradient from the unquantised dout alone); dweight += dout^T
      * @ inp (skipped when dweight is NULL: a frozen weight); dbias +=
      * column sums of dout (skipped when dbias is NULL). */
-    zt_status (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                                 const float *inp, const float *weight, int N, int C, int OC);
+    zt_status (*matmul_backward)(const struct ops_backend *self, float *dinp, float *dweight,
+                                 float *dbias, const float *dout, const float *inp,
+                                 const float *weight, int N, int C, int OC);
 
     /* fp8 quantisation of a GEMM operand (common/fp8.h, the model's fp8
      * GEMMs: worker/model_parts.h): q[i] = fp8_encode(x[i] * scale, f), and
      * *amax (a host float) = max |x[i]| before scaling, NaN when some x[i]
      * is (fp8_amax), in the same pass, as Transformer Engine's casts do. */
-    zt_status (*fp8_quantize)(uint8_t *q, float *amax, const float *x, size_t n, float scale,
-                              enum fp8_format f);
+    zt_status (*fp8_quantize)(const struct ops_backend *self, uint8_t *q, float *amax,
+                              const float *x, size_t n, float scale, enum fp8_format f);
     /* x[i] = fp8_decode(q[i], f) * scale_inv in fp32: the values an fp8
      * GEMM multiplies, for the fp32 matmul that emulates it. */
-    zt_status (*fp8_dequantize)(float *x, const uint8_t *q, size_t n, float scale_inv,
-                                enum fp8_format f);
+    zt_status (*fp8_dequantize)(const struct ops_backend *self, float *x, const uint8_t *q,
+                                size_t n, float scale_inv, enum fp8_format f);
 
     /* LoRA's low-rank term of a linear layer (worker/lora.h): u[N,r] =
      * inp[N,C] @ A[r,C]^T, then out[n, 0..OC) += scale * u[n,:] @ B[OC,r]^T
      * on rows of out ldo floats apart (ldo >= OC: the layer's output may be
      * a column slice of a wider one, as q_proj's is of the fused q|k|v).
      * u is scratch the caller keeps no use of. */
-    zt_status (*lora_forward)(float *out, int ldo, float *u, const float *inp, const float *A,
-                              const float *B, float scale, int N, int C, int r, int OC);
+    zt_status (*lora_forward)(const struct ops_backend *self, float *out, int ldo, float *u,
+                              const float *inp, const float *A, const float *B, float scale, int N,
+                              int C, int r, int OC);
     /* Its backward given dout (the gradient w.r.t. out, rows ldo floats
      * apart): with u recomputed, dB += scale * dout^T @ u, du = scale * dout
      * @ B, dA += du^T @ inp, dinp += du @ A (skipped when dinp is NULL).
      * scratch: 2*N*r floats. */
-    zt_status (*lora_backward)(float *dinp, float *dA, float *dB, float *scratch, const float *dout,
-                               int ldo, const float *inp, const float *A, const float *B,
-                               float scale, int N, int C, int r, int OC);
+    zt_status (*lora_backward)(const struct ops_backend *self, float *dinp, float *dA, float *dB,
+                               float *scratch, const float *dout, int ldo, const float *inp,
+                               const float *A, const float *B, float scale, int N, int C, int r,
+                               int OC);
 
     /* Causal self-attention with grouped-query heads. Row (b,t) of
      * qkv[B,T,(NH+2*NKV)*hs] holds NH query heads, then NKV key heads, then
@@ -127,22 +138,23 @@ struct ops_backend {
      * head h / (NH/NKV) (NH a multiple of NKV). out[B,T,NH*hs]; att[B,NH,T,T]
      * receives the softmax probabilities (0 above the diagonal), kept for the
      * backward. Scale 1/sqrt(hs). GPT-2 is the case NKV == NH. */
-    zt_status (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int NH,
-                                   int NKV, int hs);
+    zt_status (*attention_forward)(const struct ops_backend *self, float *out, float *att,
+                                   const float *qkv, int B, int T, int NH, int NKV, int hs);
     /* dqkv += gradient w.r.t. qkv (key/value heads accumulate over the query
      * heads sharing them); scratch: at least B*NH*T*T floats, contents
      * undefined on return. */
-    zt_status (*attention_backward)(float *dqkv, float *scratch, const float *dout,
-                                    const float *qkv, const float *att, int B, int T, int NH,
-                                    int NKV, int hs);
+    zt_status (*attention_backward)(const struct ops_backend *self, float *dqkv, float *scratch,
+                                    const float *dout, const float *qkv, const float *att, int B,
+                                    int T, int NH, int NKV, int hs);
 
     /* RMSNorm over the last dimension: out[n,:] = inp[n,:] * rstd[n] * weight,
      * rstd[n] = 1 / sqrt(mean(inp[n,:]^2) + eps), saved for the backward. */
-    zt_status (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight,
-                                 int N, int C, float eps);
+    zt_status (*rmsnorm_forward)(const struct ops_backend *self, float *out, float *rstd,
+                                 const float *inp, const float *weight, int N, int C, float eps);
     /* dinp += d/dinp, dweight += d/dweight (skipped when NULL), given dout[N,C]. */
-    zt_status (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
-                                  const float *weight, const float *rstd, int N, int C);
+    zt_status (*rmsnorm_backward)(const struct ops_backend *self, float *dinp, float *dweight,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const float *rstd, int N, int C);
 
     /* Rotary position embedding on rows of x: row r (r = b*T + t, position
      * t = r % T) has row_stride floats; its first n_heads*hs columns are
@@ -151,48 +163,57 @@ struct ops_backend {
      * with cos = cos_t[t*hs/2 + i], sin = sin_t[t*hs/2 + i] (tables [T, hs/2]
      * the caller computed: angle t * theta^(-2i/hs)). Columns past
      * n_heads*hs are untouched. In place. */
-    zt_status (*rope_forward)(float *x, const float *cos_t, const float *sin_t, int B, int T,
-                              int n_heads, int hs, int row_stride);
+    zt_status (*rope_forward)(const struct ops_backend *self, float *x, const float *cos_t,
+                              const float *sin_t, int B, int T, int n_heads, int hs,
+                              int row_stride);
     /* The backward of rope_forward, in place: dx (the gradient w.r.t. the
      * rotated values) is replaced by the gradient w.r.t. the values before
      * rotation (the transposed rotation: (d1 cos + d2 sin, d2 cos - d1 sin)).
      * The one backward op that transforms instead of accumulating: the
      * rotation is linear, so the model applies it to the gradient buffer
      * between the attention backward and the qkv matmul backward. */
-    zt_status (*rope_backward)(float *dx, const float *cos_t, const float *sin_t, int B, int T,
-                               int n_heads, int hs, int row_stride);
+    zt_status (*rope_backward)(const struct ops_backend *self, float *dx, const float *cos_t,
+                               const float *sin_t, int B, int T, int n_heads, int hs,
+                               int row_stride);
 
     /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-    zt_status (*gelu_forward)(float *out, const float *inp, int N);
-    zt_status (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
+    zt_status (*gelu_forward)(const struct ops_backend *self, float *out, const float *inp, int N);
+    zt_status (*gelu_backward)(const struct ops_backend *self, float *dinp, const float *inp,
+                               const float *dout, int N);
 
     /* SwiGLU: out[n,i] = silu(gu[n,i]) * gu[n,I+i] for n < N, i < I,
      * silu(g) = g / (1 + exp(-g)); gu[N,2I] holds the gate projection's I
      * columns then the up projection's I columns of each row (one matmul of
      * the gate_proj and up_proj weights stacked). */
-    zt_status (*swiglu_forward)(float *out, const float *gu, int N, int I);
+    zt_status (*swiglu_forward)(const struct ops_backend *self, float *out, const float *gu, int N,
+                                int I);
     /* dgu[N,2I] += the gradient w.r.t. gu, given dout[N,I]. */
-    zt_status (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int I);
+    zt_status (*swiglu_backward)(const struct ops_backend *self, float *dgu, const float *dout,
+                                 const float *gu, int N, int I);
 
     /* out = a + b, elementwise over N floats. */
-    zt_status (*residual_forward)(float *out, const float *a, const float *b, int N);
+    zt_status (*residual_forward)(const struct ops_backend *self, float *out, const float *a,
+                                  const float *b, int N);
     /* out = a * b elementwise over N floats (a dropout mask applied). */
-    zt_status (*mul_forward)(float *out, const float *a, const float *b, int N);
+    zt_status (*mul_forward)(const struct ops_backend *self, float *out, const float *a,
+                             const float *b, int N);
     /* da += b * dout elementwise: mul_forward's gradient w.r.t. a. */
-    zt_status (*mul_backward)(float *da, const float *b, const float *dout, int N);
+    zt_status (*mul_backward)(const struct ops_backend *self, float *da, const float *b,
+                              const float *dout, int N);
 
     /* Fused softmax + cross-entropy over rows of logits[N,V]: probs[N,V]
      * receives the softmax, losses[N] the per-row -log p[target]. A target
      * < 0 is not counted (a masked position: a prompt token, padding): its
      * row's loss is 0 (its probs are still written). */
-    zt_status (*crossentropy_forward)(float *losses, float *probs, const float *logits,
-                                      const int32_t *targets, int N, int V);
+    zt_status (*crossentropy_forward)(const struct ops_backend *self, float *losses, float *probs,
+                                      const float *logits, const int32_t *targets, int N, int V);
     /* dlogits += (probs - onehot(target)) * dloss for every row whose
      * target is >= 0; a row with a target < 0 gets nothing (dloss is the
      * same scalar for all rows: the caller's normalisation times any
      * scaling). */
-    zt_status (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
-                                       float dloss, int N, int V);
+    zt_status (*crossentropy_backward)(const struct ops_backend *self, float *dlogits,
+                                       const float *probs, const int32_t *targets, float dloss,
+                                       int N, int V);
 
     /* Cross-entropy over logits split by vocabulary (Megatron's
      * vocab_parallel_cross_entropy): each tensor-parallel rank holds columns
@@ -206,52 +227,58 @@ struct ops_backend {
      * crossentropy_backward's dlogits. Vp >= 1, v_lo >= 0. */
 
     /* row_max[i] = the largest of logits[i,:] (this rank's columns). */
-    zt_status (*crossentropy_vocab_max)(float *row_max, const float *logits, int N, int Vp);
+    zt_status (*crossentropy_vocab_max)(const struct ops_backend *self, float *row_max,
+                                        const float *logits, int N, int Vp);
     /* Given the global row_max: probs[i,j] = e^(logits[i,j] - row_max[i]),
      * not yet normalised; row_stats[i] = the sum of probs[i,:] (as
      * crossentropy_forward sums); row_stats[N + i] = logits[i, t - v_lo] -
      * row_max[i] when t = targets[i] lies in [v_lo, v_lo + Vp), else 0
      * (so the sum over ranks is the target's shifted logit). */
-    zt_status (*crossentropy_vocab_exp)(float *probs, float *row_stats, const float *logits,
-                                        const float *row_max, const int32_t *targets, int N, int Vp,
-                                        int v_lo);
+    zt_status (*crossentropy_vocab_exp)(const struct ops_backend *self, float *probs,
+                                        float *row_stats, const float *logits, const float *row_max,
+                                        const int32_t *targets, int N, int Vp, int v_lo);
     /* Given the summed row_stats: probs[i,:] *= 1 / row_stats[i] (the
      * softmax on this rank's columns, in place); losses[i] =
      * log(row_stats[i]) - row_stats[N + i], or 0 when targets[i] < 0 (probs
      * still written). */
-    zt_status (*crossentropy_vocab_finish)(float *losses, float *probs, const float *row_stats,
+    zt_status (*crossentropy_vocab_finish)(const struct ops_backend *self, float *losses,
+                                           float *probs, const float *row_stats,
                                            const int32_t *targets, int N, int Vp);
     /* crossentropy_backward on this rank's columns: for every row whose
      * target is >= 0, dlogits[i,:] += probs[i,:] * dloss, less dloss at the
      * target's column when the target lies in [v_lo, v_lo + Vp); a row with
      * a target < 0 gets nothing. No reduction follows. */
-    zt_status (*crossentropy_vocab_backward)(float *dlogits, const float *probs,
-                                             const int32_t *targets, float dloss, int N, int Vp,
-                                             int v_lo);
+    zt_status (*crossentropy_vocab_backward)(const struct ops_backend *self, float *dlogits,
+                                             const float *probs, const int32_t *targets,
+                                             float dloss, int N, int Vp, int v_lo);
 
     /* ---- engine ops: the optimizer step over flat buffers ------------------ */
 
     /* Working precision (t = ZT_F32, ZT_BF16 or ZT_F16) to fp32:
      * dst[i] = src[i] as float, exactly (precision_to_f32). */
-    zt_status (*to_f32)(enum zt_dtype t, const void *src, float *dst, size_t n);
+    zt_status (*to_f32)(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                        float *dst, size_t n);
     /* fp32 to working precision: dst[i] = src[i] rounded to nearest even in
      * t; beyond fp16's range gives infinity (precision_from_f32). */
-    zt_status (*from_f32)(enum zt_dtype t, const float *src, void *dst, size_t n);
+    zt_status (*from_f32)(const struct ops_backend *self, enum zt_dtype t, const float *src,
+                          void *dst, size_t n);
     /* dst[i] = round_t(dst[i] + src[i]), both in working precision t, the sum
      * taken in fp32 (precision_add_into). */
-    zt_status (*add_into)(enum zt_dtype t, void *dst, const void *src, size_t n);
+    zt_status (*add_into)(const struct ops_backend *self, enum zt_dtype t, void *dst,
+                          const void *src, size_t n);
     /* *out = sum over i of (src[i] * scale)^2, products and sum in double,
      * src in working precision t (precision_sum_squares). *out is a host
      * double; a non-finite element makes it non-finite. The order of the
      * sum is the backend's (the CPU's vector kernels keep several partial
      * sums), but fixed: the same input gives the same bits on every run
      * and every rank. */
-    zt_status (*sum_squares)(enum zt_dtype t, const void *src, size_t n, double scale, double *out);
+    zt_status (*sum_squares)(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                             size_t n, double scale, double *out);
     /* x[i] *= s in fp32, in place: the gradient unscale and clip of the
      * whole-tensor optimizers (the element-wise ones fold it into the update). */
-    zt_status (*scale)(float *x, size_t n, float s);
+    zt_status (*scale)(const struct ops_backend *self, float *x, size_t n, float s);
     /* Sets `bytes` bytes at p to zero. */
-    zt_status (*memset_zero)(void *p, size_t bytes);
+    zt_status (*memset_zero)(const struct ops_backend *self, void *p, size_t bytes);
     /* The element-wise optimizers over one range, with the gradient's
      * conversion to fp32 and its scale by r->gscale before the rule and the
      * cast of the updated fp32 parameters into r->working after it fused
@@ -261,21 +288,27 @@ struct ops_backend {
      * (m, v), sgd_update (its momentum buffer, NULL without momentum) and
      * lion_update (m) in worker/optimizer.h, bit for bit. hp is a host
      * struct. */
-    zt_status (*adamw_update)(const struct optimizer_range *r, const struct optimizer_hparams *hp);
-    zt_status (*adam_update)(const struct optimizer_range *r, const struct optimizer_hparams *hp);
-    zt_status (*sgd_update)(const struct optimizer_range *r, const struct optimizer_hparams *hp);
-    zt_status (*lion_update)(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+    zt_status (*adamw_update)(const struct ops_backend *self, const struct optimizer_range *r,
+                              const struct optimizer_hparams *hp);
+    zt_status (*adam_update)(const struct ops_backend *self, const struct optimizer_range *r,
+                             const struct optimizer_hparams *hp);
+    zt_status (*sgd_update)(const struct ops_backend *self, const struct optimizer_range *r,
+                            const struct optimizer_hparams *hp);
+    zt_status (*lion_update)(const struct ops_backend *self, const struct optimizer_range *r,
+                             const struct optimizer_hparams *hp);
     /* Adafactor's round and apply on one piece of a tensor
      * (adafactor_round / adafactor_apply in worker/optimizer.h); the piece's
      * stats are host memory. */
-    zt_status (*adafactor_round)(int round, const struct optimizer_piece *pc,
+    zt_status (*adafactor_round)(const struct ops_backend *self, int round,
+                                 const struct optimizer_piece *pc,
                                  const struct optimizer_hparams *hp);
-    zt_status (*adafactor_apply)(const struct optimizer_piece *pc,
+    zt_status (*adafactor_apply)(const struct ops_backend *self, const struct optimizer_piece *pc,
                                  const struct optimizer_hparams *hp);
     /* 8-bit AdamW's round and apply (adamw8bit_round / adamw8bit_apply). */
-    zt_status (*adamw8bit_round)(int round, const struct optimizer_piece *pc,
+    zt_status (*adamw8bit_round)(const struct ops_backend *self, int round,
+                                 const struct optimizer_piece *pc,
                                  const struct optimizer_hparams *hp);
-    zt_status (*adamw8bit_apply)(const struct optimizer_piece *pc,
+    zt_status (*adamw8bit_apply)(const struct ops_backend *self, const struct optimizer_piece *pc,
                                  const struct optimizer_hparams *hp);
 };
 

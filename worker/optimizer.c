@@ -14,14 +14,14 @@ static zt_status adafactor_entry_round(const struct ops_backend *ops, int round,
                                        const struct optimizer_piece *pc,
                                        const struct optimizer_hparams *hp)
 {
-    return ops->adafactor_round(round, pc, hp);
+    return ops->adafactor_round(ops, round, pc, hp);
 }
 
 static zt_status adafactor_entry_apply(const struct ops_backend *ops,
                                        const struct optimizer_piece *pc,
                                        const struct optimizer_hparams *hp)
 {
-    return ops->adafactor_apply(pc, hp);
+    return ops->adafactor_apply(ops, pc, hp);
 }
 
 /* The first moment only with a beta1. */
@@ -34,20 +34,20 @@ static zt_status adamw8bit_entry_round(const struct ops_backend *ops, int round,
                                        const struct optimizer_piece *pc,
                                        const struct optimizer_hparams *hp)
 {
-    return ops->adamw8bit_round(round, pc, hp);
+    return ops->adamw8bit_round(ops, round, pc, hp);
 }
 
 static zt_status adamw8bit_entry_apply(const struct ops_backend *ops,
                                        const struct optimizer_piece *pc,
                                        const struct optimizer_hparams *hp)
 {
-    return ops->adamw8bit_apply(pc, hp);
+    return ops->adamw8bit_apply(ops, pc, hp);
 }
 
 static zt_status adam_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
                                    const struct optimizer_hparams *hp)
 {
-    return ops->adam_update(r, hp);
+    return ops->adam_update(ops, r, hp);
 }
 
 static zt_status sgd_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
@@ -55,7 +55,7 @@ static zt_status sgd_entry_update(const struct ops_backend *ops, const struct op
 {
     struct optimizer_range plain = *r;
     plain.states[0] = hp->momentum != 0.0f ? r->states[0] : NULL;
-    return ops->sgd_update(&plain, hp);
+    return ops->sgd_update(ops, &plain, hp);
 }
 
 /* LOMO's update is plain SGD (with L2 weight decay, as SGD's). */
@@ -68,7 +68,7 @@ static zt_status lomo_entry_update(const struct ops_backend *ops, const struct o
     sgd.nesterov = 0;
     struct optimizer_range plain = *r;
     plain.states[0] = NULL;
-    return ops->sgd_update(&plain, &sgd);
+    return ops->sgd_update(ops, &plain, &sgd);
 }
 
 static int sgd_state_count(const struct optimizer_hparams *hp)
@@ -79,13 +79,13 @@ static int sgd_state_count(const struct optimizer_hparams *hp)
 static zt_status lion_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
                                    const struct optimizer_hparams *hp)
 {
-    return ops->lion_update(r, hp);
+    return ops->lion_update(ops, r, hp);
 }
 
 static zt_status adamw_entry_update(const struct ops_backend *ops, const struct optimizer_range *r,
                                     const struct optimizer_hparams *hp)
 {
-    return ops->adamw_update(r, hp);
+    return ops->adamw_update(ops, r, hp);
 }
 
 /* "Adam" is PyTorch's Adam (L2 added to the gradient), as PyTorch users

@@ -36,39 +36,39 @@ static const float GSCALE = 0.5f;
 
 static void to_f32(const struct ops_backend *o, struct bufs *b)
 {
-    o->to_f32(ZT_BF16, b->g16, b->tmp, b->n);
+    o->to_f32(o, ZT_BF16, b->g16, b->tmp, b->n);
 }
 
 static void from_f32(const struct ops_backend *o, struct bufs *b)
 {
-    o->from_f32(ZT_BF16, b->p, b->w16, b->n);
+    o->from_f32(o, ZT_BF16, b->p, b->w16, b->n);
 }
 
 static void add_into_bf16(const struct ops_backend *o, struct bufs *b)
 {
-    o->add_into(ZT_BF16, b->w16, b->g16, b->n);
+    o->add_into(o, ZT_BF16, b->w16, b->g16, b->n);
 }
 
 static void add_into_f32(const struct ops_backend *o, struct bufs *b)
 {
-    o->add_into(ZT_F32, b->tmp, b->g, b->n);
+    o->add_into(o, ZT_F32, b->tmp, b->g, b->n);
 }
 
 static void sum_squares_bf16(const struct ops_backend *o, struct bufs *b)
 {
     double s;
-    o->sum_squares(ZT_BF16, b->g16, b->n, 0.5, &s);
+    o->sum_squares(o, ZT_BF16, b->g16, b->n, 0.5, &s);
 }
 
 static void sum_squares_f32(const struct ops_backend *o, struct bufs *b)
 {
     double s;
-    o->sum_squares(ZT_F32, b->g, b->n, 0.5, &s);
+    o->sum_squares(o, ZT_F32, b->g, b->n, 0.5, &s);
 }
 
 static void scale(const struct ops_backend *o, struct bufs *b)
 {
-    o->scale(b->tmp, b->n, 1.0f);
+    o->scale(o, b->tmp, b->n, 1.0f);
 }
 
 /* AdamW over all of b's params and moments, from grads of type t times
@@ -85,7 +85,7 @@ static void adamw(const struct ops_backend *o, struct bufs *b, const void *grads
                                       .working_dtype = ZT_BF16,
                                       .n = b->n,
                                       .decay = 1.0f};
-    o->adamw_update(&r, &HP);
+    o->adamw_update(o, &r, &HP);
 }
 
 static void adamw_f32(const struct ops_backend *o, struct bufs *b)
@@ -97,10 +97,10 @@ static void adamw_f32(const struct ops_backend *o, struct bufs *b)
  * fp32 gradients, scale them, update the master, cast it back. */
 static void adamw_bf16_unfused(const struct ops_backend *o, struct bufs *b)
 {
-    o->to_f32(ZT_BF16, b->g16, b->tmp, b->n);
-    o->scale(b->tmp, b->n, GSCALE);
+    o->to_f32(o, ZT_BF16, b->g16, b->tmp, b->n);
+    o->scale(o, b->tmp, b->n, GSCALE);
     adamw(o, b, b->tmp, ZT_F32, 1.0f, 0);
-    o->from_f32(ZT_BF16, b->p, b->w16, b->n);
+    o->from_f32(o, ZT_BF16, b->p, b->w16, b->n);
 }
 
 static void adamw_bf16_fused(const struct ops_backend *o, struct bufs *b)
@@ -111,7 +111,7 @@ static void adamw_bf16_fused(const struct ops_backend *o, struct bufs *b)
 /* The fp32 update before: a scale pass over the gradients, then the rule. */
 static void adamw_f32_unfused(const struct ops_backend *o, struct bufs *b)
 {
-    o->scale(b->g, b->n, 1.0f);
+    o->scale(o, b->g, b->n, 1.0f);
     adamw(o, b, b->g, ZT_F32, 1.0f, 0);
 }
 

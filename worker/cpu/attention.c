@@ -222,9 +222,10 @@ static void forward_pair(float *out, float *att, const float *qkv, int p, const 
                  rows + c.k, rows + c.v, w);
 }
 
-zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
-                                int NKV, int hs)
+zt_status cpu_attention_forward(const struct ops_backend *self, float *out, float *att,
+                                const float *qkv, int B, int T, int NH, int NKV, int hs)
 {
+    (void)self;
     const struct head_view w = view_of(T, NH, NKV, hs);
     if (!heads_in_parallel(&w)) {
         for (int p = 0; p < B * NH; p++)
@@ -281,9 +282,11 @@ static void backward_group(float *dqkv, float *datt, const float *dout, const fl
     }
 }
 
-zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                 const float *att, int B, int T, int NH, int NKV, int hs)
+zt_status cpu_attention_backward(const struct ops_backend *self, float *dqkv, float *scratch,
+                                 const float *dout, const float *qkv, const float *att, int B,
+                                 int T, int NH, int NKV, int hs)
 {
+    (void)self;
     const struct head_view w = view_of(T, NH, NKV, hs);
     /* In turn, one T*T slice of scratch serves every head and stays in
      * cache; in parallel each group takes its own (scratch holds B NH of

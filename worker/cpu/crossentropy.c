@@ -46,9 +46,10 @@ CPU_KERNEL static void backward_row(float *d, const float *p, int t, float dloss
     d[t] = dt + (p[t] - 1.0f) * dloss;
 }
 
-zt_status cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
-                                   const int32_t *targets, int N, int V)
+zt_status cpu_crossentropy_forward(const struct ops_backend *self, float *losses, float *probs,
+                                   const float *logits, const int32_t *targets, int N, int V)
 {
+    (void)self;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         int t = targets[i];
@@ -59,9 +60,11 @@ zt_status cpu_crossentropy_forward(float *losses, float *probs, const float *log
     return ZT_OK;
 }
 
-zt_status cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                                    float dloss, int N, int V)
+zt_status cpu_crossentropy_backward(const struct ops_backend *self, float *dlogits,
+                                    const float *probs, const int32_t *targets, float dloss, int N,
+                                    int V)
 {
+    (void)self;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         int t = targets[i];

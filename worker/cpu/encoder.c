@@ -25,9 +25,11 @@
  * threads off each other's lines. */
 enum { COL_BLOCK = 64 };
 
-zt_status cpu_encoder_forward_vocab(float *out, const int32_t *tokens, const float *wte_part,
-                                    const float *wpe, int B, int T, int C, int v_lo, int Vp)
+zt_status cpu_encoder_forward_vocab(const struct ops_backend *self, float *out,
+                                    const int32_t *tokens, const float *wte_part, const float *wpe,
+                                    int B, int T, int C, int v_lo, int Vp)
 {
+    (void)self;
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
@@ -53,9 +55,11 @@ zt_status cpu_encoder_forward_vocab(float *out, const int32_t *tokens, const flo
     return ZT_OK;
 }
 
-zt_status cpu_encoder_backward_vocab(float *dwte_part, float *dwpe, const float *dout,
-                                     const int32_t *tokens, int B, int T, int C, int v_lo, int Vp)
+zt_status cpu_encoder_backward_vocab(const struct ops_backend *self, float *dwte_part, float *dwpe,
+                                     const float *dout, const int32_t *tokens, int B, int T, int C,
+                                     int v_lo, int Vp)
 {
+    (void)self;
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
     if (!dwte_part)
         return ZT_OK;
@@ -83,14 +87,16 @@ zt_status cpu_encoder_backward_vocab(float *dwte_part, float *dwpe, const float 
 }
 
 /* The whole vocabulary is the slice that holds every token. */
-zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                              int B, int T, int C)
+zt_status cpu_encoder_forward(const struct ops_backend *self, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int B, int T, int C)
 {
-    return cpu_encoder_forward_vocab(out, tokens, wte, wpe, B, T, C, 0, INT_MAX);
+    (void)self;
+    return cpu_encoder_forward_vocab(self, out, tokens, wte, wpe, B, T, C, 0, INT_MAX);
 }
 
-zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                               int B, int T, int C)
+zt_status cpu_encoder_backward(const struct ops_backend *self, float *dwte, float *dwpe,
+                               const float *dout, const int32_t *tokens, int B, int T, int C)
 {
-    return cpu_encoder_backward_vocab(dwte, dwpe, dout, tokens, B, T, C, 0, INT_MAX);
+    (void)self;
+    return cpu_encoder_backward_vocab(self, dwte, dwpe, dout, tokens, B, T, C, 0, INT_MAX);
 }

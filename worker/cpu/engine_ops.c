@@ -22,39 +22,49 @@
 #include "worker/optimizer.h"
 #include "worker/precision.h"
 
-zt_status cpu_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n)
+zt_status cpu_to_f32(const struct ops_backend *self, enum zt_dtype t, const void *src, float *dst,
+                     size_t n)
 {
+    (void)self;
     precision_to_f32(t, src, dst, n);
     return ZT_OK;
 }
 
-zt_status cpu_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n)
+zt_status cpu_from_f32(const struct ops_backend *self, enum zt_dtype t, const float *src, void *dst,
+                       size_t n)
 {
+    (void)self;
     precision_from_f32(t, src, dst, n);
     return ZT_OK;
 }
 
-zt_status cpu_add_into(enum zt_dtype t, void *dst, const void *src, size_t n)
+zt_status cpu_add_into(const struct ops_backend *self, enum zt_dtype t, void *dst, const void *src,
+                       size_t n)
 {
+    (void)self;
     precision_add_into(t, dst, src, n);
     return ZT_OK;
 }
 
-zt_status cpu_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale, double *out)
+zt_status cpu_sum_squares(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                          size_t n, double scale, double *out)
 {
+    (void)self;
     *out = precision_sum_squares(t, src, n, scale);
     return ZT_OK;
 }
 
-zt_status cpu_scale(float *x, size_t n, float s)
+zt_status cpu_scale(const struct ops_backend *self, float *x, size_t n, float s)
 {
+    (void)self;
     for (size_t i = 0; i < n; i++)
         x[i] *= s;
     return ZT_OK;
 }
 
-zt_status cpu_memset_zero(void *p, size_t bytes)
+zt_status cpu_memset_zero(const struct ops_backend *self, void *p, size_t bytes)
 {
+    (void)self;
     memset(p, 0, bytes);
     return ZT_OK;
 }
@@ -63,9 +73,11 @@ zt_status cpu_memset_zero(void *p, size_t bytes)
  * a multiple of every vector width. */
 enum { RANGE_BLOCK = 512 };
 
-zt_status cpu_range_update(const struct cpu_rule_kernels *k, enum optim_rule rule,
-                           const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_range_update(const struct ops_backend *self, const struct cpu_rule_kernels *k,
+                           enum optim_rule rule, const struct optimizer_range *r,
+                           const struct optimizer_hparams *hp)
 {
+    (void)self;
     const size_t gsz = zt_dtype_size(r->grad_dtype), wsz = zt_dtype_size(r->working_dtype);
     struct optim_consts c;
     float staged[RANGE_BLOCK];
@@ -74,13 +86,14 @@ zt_status cpu_range_update(const struct cpu_rule_kernels *k, enum optim_rule rul
         const size_t nb = r->n - i < RANGE_BLOCK ? r->n - i : RANGE_BLOCK;
         const void *g = (const char *)r->grads + i * gsz;
         if (r->grad_dtype != ZT_F32)
-            ZT_TRY(k->to_f32(r->grad_dtype, g, staged, nb));
+            ZT_TRY(k->to_f32(self, r->grad_dtype, g, staged, nb));
         float *states[OPTIMIZER_MAX_STATES];
         for (int j = 0; j < OPTIMIZER_MAX_STATES; j++)
             states[j] = r->states[j] ? r->states[j] + i : NULL;
         k->apply[rule](r->params + i, r->grad_dtype != ZT_F32 ? staged : g, states, nb, &c);
         if (r->working)
-            ZT_TRY(k->from_f32(r->working_dtype, r->params + i, (char *)r->working + i * wsz, nb));
+            ZT_TRY(k->from_f32(self, r->working_dtype, r->params + i, (char *)r->working + i * wsz,
+                               nb));
     }
     return ZT_OK;
 }
@@ -94,48 +107,62 @@ static const struct cpu_rule_kernels GENERIC = {
               [OPTIM_LION] = optim_lion_apply},
 };
 
-zt_status cpu_adamw_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_adamw_update(const struct ops_backend *self, const struct optimizer_range *r,
+                           const struct optimizer_hparams *hp)
 {
-    return cpu_range_update(&GENERIC, OPTIM_ADAMW, r, hp);
+    (void)self;
+    return cpu_range_update(self, &GENERIC, OPTIM_ADAMW, r, hp);
 }
 
-zt_status cpu_adam_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_adam_update(const struct ops_backend *self, const struct optimizer_range *r,
+                          const struct optimizer_hparams *hp)
 {
-    return cpu_range_update(&GENERIC, OPTIM_ADAM, r, hp);
+    (void)self;
+    return cpu_range_update(self, &GENERIC, OPTIM_ADAM, r, hp);
 }
 
-zt_status cpu_sgd_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_sgd_update(const struct ops_backend *self, const struct optimizer_range *r,
+                         const struct optimizer_hparams *hp)
 {
-    return cpu_range_update(&GENERIC, OPTIM_SGD, r, hp);
+    (void)self;
+    return cpu_range_update(self, &GENERIC, OPTIM_SGD, r, hp);
 }
 
-zt_status cpu_lion_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_lion_update(const struct ops_backend *self, const struct optimizer_range *r,
+                          const struct optimizer_hparams *hp)
 {
-    return cpu_range_update(&GENERIC, OPTIM_LION, r, hp);
+    (void)self;
+    return cpu_range_update(self, &GENERIC, OPTIM_LION, r, hp);
 }
 
-zt_status cpu_adafactor_round(int round, const struct optimizer_piece *pc,
-                              const struct optimizer_hparams *hp)
+zt_status cpu_adafactor_round(const struct ops_backend *self, int round,
+                              const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
 {
+    (void)self;
     adafactor_round(round, pc, hp);
     return ZT_OK;
 }
 
-zt_status cpu_adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
+zt_status cpu_adafactor_apply(const struct ops_backend *self, const struct optimizer_piece *pc,
+                              const struct optimizer_hparams *hp)
 {
+    (void)self;
     adafactor_apply(pc, hp);
     return ZT_OK;
 }
 
-zt_status cpu_adamw8bit_round(int round, const struct optimizer_piece *pc,
-                              const struct optimizer_hparams *hp)
+zt_status cpu_adamw8bit_round(const struct ops_backend *self, int round,
+                              const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
 {
+    (void)self;
     adamw8bit_round(round, pc, hp);
     return ZT_OK;
 }
 
-zt_status cpu_adamw8bit_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
+zt_status cpu_adamw8bit_apply(const struct ops_backend *self, const struct optimizer_piece *pc,
+                              const struct optimizer_hparams *hp)
 {
+    (void)self;
     adamw8bit_apply(pc, hp);
     return ZT_OK;
 }

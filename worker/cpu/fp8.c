@@ -84,9 +84,10 @@ CPU_KERNEL static uint32_t quantize_span(uint8_t *q, const float *x, size_t n, f
     return amax;
 }
 
-zt_status cpu_fp8_quantize(uint8_t *q, float *amax, const float *x, size_t n, float scale,
-                           enum fp8_format f)
+zt_status cpu_fp8_quantize(const struct ops_backend *self, uint8_t *q, float *amax, const float *x,
+                           size_t n, float scale, enum fp8_format f)
 {
+    (void)self;
     const struct encode_consts k = consts_of(f);
     uint32_t m = 0;
     const long chunks = (long)((n + CHUNK - 1) / CHUNK);
@@ -102,9 +103,10 @@ zt_status cpu_fp8_quantize(uint8_t *q, float *amax, const float *x, size_t n, fl
     return ZT_OK;
 }
 
-zt_status cpu_fp8_dequantize(float *x, const uint8_t *q, size_t n, float scale_inv,
-                             enum fp8_format f)
+zt_status cpu_fp8_dequantize(const struct ops_backend *self, float *x, const uint8_t *q, size_t n,
+                             float scale_inv, enum fp8_format f)
 {
+    (void)self;
     float table[256];
     for (int c = 0; c < 256; c++)
         table[c] = fp8_decode((uint8_t)c, f) * scale_inv;

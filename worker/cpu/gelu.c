@@ -46,40 +46,49 @@ CPU_KERNEL static void backward_span(float *dinp, const float *inp, const float 
     }
 }
 
-zt_status cpu_gelu_forward(float *out, const float *inp, int N)
+zt_status cpu_gelu_forward(const struct ops_backend *self, float *out, const float *inp, int N)
 {
+    (void)self;
 #pragma omp parallel for schedule(static)
     for (int i0 = 0; i0 < N; i0 += CHUNK)
         forward_span(out + i0, inp + i0, N - i0 < CHUNK ? N - i0 : CHUNK);
     return ZT_OK;
 }
 
-zt_status cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N)
+zt_status cpu_gelu_backward(const struct ops_backend *self, float *dinp, const float *inp,
+                            const float *dout, int N)
 {
+    (void)self;
 #pragma omp parallel for schedule(static)
     for (int i0 = 0; i0 < N; i0 += CHUNK)
         backward_span(dinp + i0, inp + i0, dout + i0, N - i0 < CHUNK ? N - i0 : CHUNK);
     return ZT_OK;
 }
 
-zt_status cpu_residual_forward(float *out, const float *a, const float *b, int N)
+zt_status cpu_residual_forward(const struct ops_backend *self, float *out, const float *a,
+                               const float *b, int N)
 {
+    (void)self;
 #pragma omp parallel for simd schedule(static)
     for (int i = 0; i < N; i++)
         out[i] = a[i] + b[i];
     return ZT_OK;
 }
 
-zt_status cpu_mul_forward(float *out, const float *a, const float *b, int N)
+zt_status cpu_mul_forward(const struct ops_backend *self, float *out, const float *a,
+                          const float *b, int N)
 {
+    (void)self;
 #pragma omp parallel for simd schedule(static)
     for (int i = 0; i < N; i++)
         out[i] = a[i] * b[i];
     return ZT_OK;
 }
 
-zt_status cpu_mul_backward(float *da, const float *b, const float *dout, int N)
+zt_status cpu_mul_backward(const struct ops_backend *self, float *da, const float *b,
+                           const float *dout, int N)
 {
+    (void)self;
 #pragma omp parallel for simd schedule(static)
     for (int i = 0; i < N; i++)
         da[i] += b[i] * dout[i];

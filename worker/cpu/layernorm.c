@@ -48,9 +48,11 @@ CPU_KERNEL static void forward_row(float *o, float *mean, float *rstd, const flo
     *rstd = rs;
 }
 
-zt_status cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                const float *weight, const float *bias, int N, int C)
+zt_status cpu_layernorm_forward(const struct ops_backend *self, float *out, float *mean,
+                                float *rstd, const float *inp, const float *weight,
+                                const float *bias, int N, int C)
 {
+    (void)self;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++)
         forward_row(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, weight, bias, C);
@@ -99,10 +101,12 @@ CPU_KERNEL static void param_block(float *dw, float *db, const float *dout, cons
     }
 }
 
-zt_status cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                 const float *inp, const float *weight, const float *mean,
-                                 const float *rstd, int N, int C)
+zt_status cpu_layernorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
+                                 float *dbias, const float *dout, const float *inp,
+                                 const float *weight, const float *mean, const float *rstd, int N,
+                                 int C)
 {
+    (void)self;
 #pragma omp parallel
     {
 #pragma omp for schedule(static)

@@ -9,19 +9,23 @@
 
 #include <cblas.h>
 
-zt_status cpu_lora_forward(float *out, int ldo, float *u, const float *inp, const float *A,
-                           const float *B, float scale, int N, int C, int r, int OC)
+zt_status cpu_lora_forward(const struct ops_backend *self, float *out, int ldo, float *u,
+                           const float *inp, const float *A, const float *B, float scale, int N,
+                           int C, int r, int OC)
 {
+    (void)self;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, r, C, 1.0f, inp, C, A, C, 0.0f, u, r);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, r, scale, u, r, B, r, 1.0f, out,
                 ldo);
     return ZT_OK;
 }
 
-zt_status cpu_lora_backward(float *dinp, float *dA, float *dB, float *scratch, const float *dout,
-                            int ldo, const float *inp, const float *A, const float *B, float scale,
-                            int N, int C, int r, int OC)
+zt_status cpu_lora_backward(const struct ops_backend *self, float *dinp, float *dA, float *dB,
+                            float *scratch, const float *dout, int ldo, const float *inp,
+                            const float *A, const float *B, float scale, int N, int C, int r,
+                            int OC)
 {
+    (void)self;
     float *u = scratch, *du = scratch + (size_t)N * r;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, r, C, 1.0f, inp, C, A, C, 0.0f, u, r);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, r, N, scale, dout, ldo, u, r, 1.0f, dB,

@@ -17,9 +17,10 @@
  * the rows stream past. */
 enum { COL_BLOCK = 256 };
 
-zt_status cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                             int N, int C, int OC)
+zt_status cpu_matmul_forward(const struct ops_backend *self, float *out, const float *inp,
+                             const float *weight, const float *bias, int N, int C, int OC)
 {
+    (void)self;
     float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for schedule(static)
@@ -47,9 +48,11 @@ static void bias_block(float *dbias, const float *dout, int N, int OC, int o0, i
         dbias[o0 + o] += acc[o];
 }
 
-zt_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                              const float *inp, const float *weight, int N, int C, int OC)
+zt_status cpu_matmul_backward(const struct ops_backend *self, float *dinp, float *dweight,
+                              float *dbias, const float *dout, const float *inp,
+                              const float *weight, int N, int C, int OC)
 {
+    (void)self;
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                     1.0f, dinp, C);

@@ -37,106 +37,128 @@
 
 #include "worker/optim_elementwise.h"
 
+struct ops_backend;
+
 /* encoder_forward and encoder_backward of worker/ops.h. */
-zt_status cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                              int B, int T, int C);
-zt_status cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                               int B, int T, int C);
+zt_status cpu_encoder_forward(const struct ops_backend *self, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int B, int T, int C);
+zt_status cpu_encoder_backward(const struct ops_backend *self, float *dwte, float *dwpe,
+                               const float *dout, const int32_t *tokens, int B, int T, int C);
 
 /* layernorm_forward and layernorm_backward of worker/ops.h. */
-zt_status cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                const float *weight, const float *bias, int N, int C);
-zt_status cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                 const float *inp, const float *weight, const float *mean,
-                                 const float *rstd, int N, int C);
+zt_status cpu_layernorm_forward(const struct ops_backend *self, float *out, float *mean,
+                                float *rstd, const float *inp, const float *weight,
+                                const float *bias, int N, int C);
+zt_status cpu_layernorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
+                                 float *dbias, const float *dout, const float *inp,
+                                 const float *weight, const float *mean, const float *rstd, int N,
+                                 int C);
 
 /* matmul_forward and matmul_backward of worker/ops.h (one sgemm per product). */
-zt_status cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                             int N, int C, int OC);
-zt_status cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                              const float *inp, const float *weight, int N, int C, int OC);
+zt_status cpu_matmul_forward(const struct ops_backend *self, float *out, const float *inp,
+                             const float *weight, const float *bias, int N, int C, int OC);
+zt_status cpu_matmul_backward(const struct ops_backend *self, float *dinp, float *dweight,
+                              float *dbias, const float *dout, const float *inp,
+                              const float *weight, int N, int C, int OC);
 
 /* fp8_quantize and fp8_dequantize of worker/ops.h: common/fp8.h's loops. */
-zt_status cpu_fp8_quantize(uint8_t *q, float *amax, const float *x, size_t n, float scale,
-                           enum fp8_format f);
-zt_status cpu_fp8_dequantize(float *x, const uint8_t *q, size_t n, float scale_inv,
-                             enum fp8_format f);
+zt_status cpu_fp8_quantize(const struct ops_backend *self, uint8_t *q, float *amax, const float *x,
+                           size_t n, float scale, enum fp8_format f);
+zt_status cpu_fp8_dequantize(const struct ops_backend *self, float *x, const uint8_t *q, size_t n,
+                             float scale_inv, enum fp8_format f);
 
 /* attention_forward and attention_backward of worker/ops.h; the backward
  * uses only the first T*T floats of scratch. */
-zt_status cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
-                                int NKV, int hs);
-zt_status cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                 const float *att, int B, int T, int NH, int NKV, int hs);
+zt_status cpu_attention_forward(const struct ops_backend *self, float *out, float *att,
+                                const float *qkv, int B, int T, int NH, int NKV, int hs);
+zt_status cpu_attention_backward(const struct ops_backend *self, float *dqkv, float *scratch,
+                                 const float *dout, const float *qkv, const float *att, int B,
+                                 int T, int NH, int NKV, int hs);
 
 /* rmsnorm_forward and rmsnorm_backward of worker/ops.h. */
-zt_status cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
-                              int C, float eps);
-zt_status cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                               const float *weight, const float *rstd, int N, int C);
+zt_status cpu_rmsnorm_forward(const struct ops_backend *self, float *out, float *rstd,
+                              const float *inp, const float *weight, int N, int C, float eps);
+zt_status cpu_rmsnorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *rstd, int N, int C);
 
 /* rope_forward and rope_backward of worker/ops.h; hs odd or heads wider
  * than row_stride fail a ZT_ASSERT. */
-zt_status cpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T,
-                           int n_heads, int hs, int row_stride);
-zt_status cpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T,
-                            int n_heads, int hs, int row_stride);
+zt_status cpu_rope_forward(const struct ops_backend *self, float *x, const float *cos_t,
+                           const float *sin_t, int B, int T, int n_heads, int hs, int row_stride);
+zt_status cpu_rope_backward(const struct ops_backend *self, float *dx, const float *cos_t,
+                            const float *sin_t, int B, int T, int n_heads, int hs, int row_stride);
 
 /* swiglu_forward and swiglu_backward of worker/ops.h. */
-zt_status cpu_swiglu_forward(float *out, const float *gu, int N, int I);
-zt_status cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int I);
+zt_status cpu_swiglu_forward(const struct ops_backend *self, float *out, const float *gu, int N,
+                             int I);
+zt_status cpu_swiglu_backward(const struct ops_backend *self, float *dgu, const float *dout,
+                              const float *gu, int N, int I);
 
 /* lora_forward and lora_backward of worker/ops.h (sgemm on strided rows). */
-zt_status cpu_lora_forward(float *out, int ldo, float *u, const float *inp, const float *A,
-                           const float *B, float scale, int N, int C, int r, int OC);
-zt_status cpu_lora_backward(float *dinp, float *dA, float *dB, float *scratch, const float *dout,
-                            int ldo, const float *inp, const float *A, const float *B, float scale,
-                            int N, int C, int r, int OC);
+zt_status cpu_lora_forward(const struct ops_backend *self, float *out, int ldo, float *u,
+                           const float *inp, const float *A, const float *B, float scale, int N,
+                           int C, int r, int OC);
+zt_status cpu_lora_backward(const struct ops_backend *self, float *dinp, float *dA, float *dB,
+                            float *scratch, const float *dout, int ldo, const float *inp,
+                            const float *A, const float *B, float scale, int N, int C, int r,
+                            int OC);
 
 /* gelu_forward, gelu_backward, residual_forward and mul_forward/backward of
  * worker/ops.h (the elementwise ops). */
-zt_status cpu_gelu_forward(float *out, const float *inp, int N);
-zt_status cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
-zt_status cpu_residual_forward(float *out, const float *a, const float *b, int N);
-zt_status cpu_mul_forward(float *out, const float *a, const float *b, int N);
-zt_status cpu_mul_backward(float *da, const float *b, const float *dout, int N);
+zt_status cpu_gelu_forward(const struct ops_backend *self, float *out, const float *inp, int N);
+zt_status cpu_gelu_backward(const struct ops_backend *self, float *dinp, const float *inp,
+                            const float *dout, int N);
+zt_status cpu_residual_forward(const struct ops_backend *self, float *out, const float *a,
+                               const float *b, int N);
+zt_status cpu_mul_forward(const struct ops_backend *self, float *out, const float *a,
+                          const float *b, int N);
+zt_status cpu_mul_backward(const struct ops_backend *self, float *da, const float *b,
+                           const float *dout, int N);
 
 /* crossentropy_forward and crossentropy_backward of worker/ops.h; a target
  * outside [0, V) fails a ZT_ASSERT. */
-zt_status cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
-                                   const int32_t *targets, int N, int V);
-zt_status cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                                    float dloss, int N, int V);
+zt_status cpu_crossentropy_forward(const struct ops_backend *self, float *losses, float *probs,
+                                   const float *logits, const int32_t *targets, int N, int V);
+zt_status cpu_crossentropy_backward(const struct ops_backend *self, float *dlogits,
+                                    const float *probs, const int32_t *targets, float dloss, int N,
+                                    int V);
 
 /* The vocabulary-parallel embedding and cross-entropy of worker/ops.h
  * (worker/cpu/vocab_parallel.c): encoder_forward_vocab,
  * encoder_backward_vocab, crossentropy_vocab_max, crossentropy_vocab_exp,
  * crossentropy_vocab_finish and crossentropy_vocab_backward; Vp < 1 or
  * v_lo < 0 fails a ZT_ASSERT. */
-zt_status cpu_encoder_forward_vocab(float *out, const int32_t *tokens, const float *wte_part,
-                                    const float *wpe, int B, int T, int C, int v_lo, int Vp);
-zt_status cpu_encoder_backward_vocab(float *dwte_part, float *dwpe, const float *dout,
-                                     const int32_t *tokens, int B, int T, int C, int v_lo, int Vp);
-zt_status cpu_crossentropy_vocab_max(float *row_max, const float *logits, int N, int Vp);
-zt_status cpu_crossentropy_vocab_exp(float *probs, float *row_stats, const float *logits,
-                                     const float *row_max, const int32_t *targets, int N, int Vp,
-                                     int v_lo);
-zt_status cpu_crossentropy_vocab_finish(float *losses, float *probs, const float *row_stats,
-                                        const int32_t *targets, int N, int Vp);
-zt_status cpu_crossentropy_vocab_backward(float *dlogits, const float *probs,
-                                          const int32_t *targets, float dloss, int N, int Vp,
-                                          int v_lo);
+zt_status cpu_encoder_forward_vocab(const struct ops_backend *self, float *out,
+                                    const int32_t *tokens, const float *wte_part, const float *wpe,
+                                    int B, int T, int C, int v_lo, int Vp);
+zt_status cpu_encoder_backward_vocab(const struct ops_backend *self, float *dwte_part, float *dwpe,
+                                     const float *dout, const int32_t *tokens, int B, int T, int C,
+                                     int v_lo, int Vp);
+zt_status cpu_crossentropy_vocab_max(const struct ops_backend *self, float *row_max,
+                                     const float *logits, int N, int Vp);
+zt_status cpu_crossentropy_vocab_exp(const struct ops_backend *self, float *probs, float *row_stats,
+                                     const float *logits, const float *row_max,
+                                     const int32_t *targets, int N, int Vp, int v_lo);
+zt_status cpu_crossentropy_vocab_finish(const struct ops_backend *self, float *losses, float *probs,
+                                        const float *row_stats, const int32_t *targets, int N,
+                                        int Vp);
+zt_status cpu_crossentropy_vocab_backward(const struct ops_backend *self, float *dlogits,
+                                          const float *probs, const int32_t *targets, float dloss,
+                                          int N, int Vp, int v_lo);
 
 /* The engine ops of worker/ops.h. The ones that are the same for every
  * instruction set (worker/cpu/engine_ops.c): memset_zero and the
  * whole-tensor optimizers. */
-zt_status cpu_memset_zero(void *p, size_t bytes);
-zt_status cpu_adafactor_round(int round, const struct optimizer_piece *pc,
+zt_status cpu_memset_zero(const struct ops_backend *self, void *p, size_t bytes);
+zt_status cpu_adafactor_round(const struct ops_backend *self, int round,
+                              const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
+zt_status cpu_adafactor_apply(const struct ops_backend *self, const struct optimizer_piece *pc,
                               const struct optimizer_hparams *hp);
-zt_status cpu_adafactor_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
-zt_status cpu_adamw8bit_round(int round, const struct optimizer_piece *pc,
+zt_status cpu_adamw8bit_round(const struct ops_backend *self, int round,
+                              const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
+zt_status cpu_adamw8bit_apply(const struct ops_backend *self, const struct optimizer_piece *pc,
                               const struct optimizer_hparams *hp);
-zt_status cpu_adamw8bit_apply(const struct optimizer_piece *pc, const struct optimizer_hparams *hp);
 
 /* ---- the engine's elementwise ops per instruction set ---------------------
  *
@@ -150,35 +172,51 @@ zt_status cpu_adamw8bit_apply(const struct optimizer_piece *pc, const struct opt
  * is vector code with the same results bit for bit except sum_squares'
  * order of summation. The optimizer slots of both are cpu_range_update
  * over the set's casts and rule loops. */
-zt_status cpu_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n);
-zt_status cpu_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
-zt_status cpu_add_into(enum zt_dtype t, void *dst, const void *src, size_t n);
-zt_status cpu_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale, double *out);
-zt_status cpu_scale(float *x, size_t n, float s);
-zt_status cpu_adamw_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
-zt_status cpu_adam_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
-zt_status cpu_sgd_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
-zt_status cpu_lion_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+zt_status cpu_to_f32(const struct ops_backend *self, enum zt_dtype t, const void *src, float *dst,
+                     size_t n);
+zt_status cpu_from_f32(const struct ops_backend *self, enum zt_dtype t, const float *src, void *dst,
+                       size_t n);
+zt_status cpu_add_into(const struct ops_backend *self, enum zt_dtype t, void *dst, const void *src,
+                       size_t n);
+zt_status cpu_sum_squares(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                          size_t n, double scale, double *out);
+zt_status cpu_scale(const struct ops_backend *self, float *x, size_t n, float s);
+zt_status cpu_adamw_update(const struct ops_backend *self, const struct optimizer_range *r,
+                           const struct optimizer_hparams *hp);
+zt_status cpu_adam_update(const struct ops_backend *self, const struct optimizer_range *r,
+                          const struct optimizer_hparams *hp);
+zt_status cpu_sgd_update(const struct ops_backend *self, const struct optimizer_range *r,
+                         const struct optimizer_hparams *hp);
+zt_status cpu_lion_update(const struct ops_backend *self, const struct optimizer_range *r,
+                          const struct optimizer_hparams *hp);
 
-zt_status cpu_avx2_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n);
-zt_status cpu_avx2_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
-zt_status cpu_avx2_add_into(enum zt_dtype t, void *dst, const void *src, size_t n);
-zt_status cpu_avx2_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale,
-                               double *out);
-zt_status cpu_avx2_scale(float *x, size_t n, float s);
-zt_status cpu_avx2_adamw_update(const struct optimizer_range *r,
+zt_status cpu_avx2_to_f32(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                          float *dst, size_t n);
+zt_status cpu_avx2_from_f32(const struct ops_backend *self, enum zt_dtype t, const float *src,
+                            void *dst, size_t n);
+zt_status cpu_avx2_add_into(const struct ops_backend *self, enum zt_dtype t, void *dst,
+                            const void *src, size_t n);
+zt_status cpu_avx2_sum_squares(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                               size_t n, double scale, double *out);
+zt_status cpu_avx2_scale(const struct ops_backend *self, float *x, size_t n, float s);
+zt_status cpu_avx2_adamw_update(const struct ops_backend *self, const struct optimizer_range *r,
                                 const struct optimizer_hparams *hp);
-zt_status cpu_avx2_adam_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
-zt_status cpu_avx2_sgd_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
-zt_status cpu_avx2_lion_update(const struct optimizer_range *r, const struct optimizer_hparams *hp);
+zt_status cpu_avx2_adam_update(const struct ops_backend *self, const struct optimizer_range *r,
+                               const struct optimizer_hparams *hp);
+zt_status cpu_avx2_sgd_update(const struct ops_backend *self, const struct optimizer_range *r,
+                              const struct optimizer_hparams *hp);
+zt_status cpu_avx2_lion_update(const struct ops_backend *self, const struct optimizer_range *r,
+                               const struct optimizer_hparams *hp);
 /* Whether this CPU (and its OS) runs the AVX2 set: AVX2, FMA and F16C. */
 int cpu_avx2_usable(void);
 
 /* The rule loops of one instruction set, indexed by enum optim_rule
  * (worker/optim_elementwise.h), and its casts. */
 struct cpu_rule_kernels {
-    zt_status (*to_f32)(enum zt_dtype t, const void *src, float *dst, size_t n);
-    zt_status (*from_f32)(enum zt_dtype t, const float *src, void *dst, size_t n);
+    zt_status (*to_f32)(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                        float *dst, size_t n);
+    zt_status (*from_f32)(const struct ops_backend *self, enum zt_dtype t, const float *src,
+                          void *dst, size_t n);
     optim_apply_fn apply[OPTIM_RULE_COUNT];
 };
 
@@ -187,8 +225,9 @@ struct cpu_rule_kernels {
  * gradients is converted into a stack buffer, the rule runs on it (the
  * scale by gscale inside the rule), and the updated block of parameters is
  * cast into r->working while still in cache. */
-zt_status cpu_range_update(const struct cpu_rule_kernels *k, enum optim_rule rule,
-                           const struct optimizer_range *r, const struct optimizer_hparams *hp);
+zt_status cpu_range_update(const struct ops_backend *self, const struct cpu_rule_kernels *k,
+                           enum optim_rule rule, const struct optimizer_range *r,
+                           const struct optimizer_hparams *hp);
 
 /* Marks a row kernel for the AVX-512 / AVX2 / baseline clones above. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)

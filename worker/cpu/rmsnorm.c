@@ -38,9 +38,10 @@ CPU_KERNEL static void forward_row(float *o, float *rstd, const float *x, const 
     *rstd = rs;
 }
 
-zt_status cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
-                              int C, float eps)
+zt_status cpu_rmsnorm_forward(const struct ops_backend *self, float *out, float *rstd,
+                              const float *inp, const float *weight, int N, int C, float eps)
 {
+    (void)self;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++)
         forward_row(out + (size_t)i * C, rstd + i, inp + (size_t)i * C, weight, C, eps);
@@ -79,9 +80,11 @@ CPU_KERNEL static void weight_block(float *dw, const float *dout, const float *i
         dw[c0 + c] += acc[c];
 }
 
-zt_status cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                               const float *weight, const float *rstd, int N, int C)
+zt_status cpu_rmsnorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *rstd, int N, int C)
 {
+    (void)self;
 #pragma omp parallel
     {
 #pragma omp for schedule(static)

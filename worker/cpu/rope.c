@@ -50,16 +50,18 @@ static void rotate_rows(float *x, const float *cos_t, const float *sin_t, float 
     }
 }
 
-zt_status cpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T,
-                           int n_heads, int hs, int row_stride)
+zt_status cpu_rope_forward(const struct ops_backend *self, float *x, const float *cos_t,
+                           const float *sin_t, int B, int T, int n_heads, int hs, int row_stride)
 {
+    (void)self;
     rotate_rows(x, cos_t, sin_t, 1.0f, B, T, n_heads, hs, row_stride);
     return ZT_OK;
 }
 
-zt_status cpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T,
-                            int n_heads, int hs, int row_stride)
+zt_status cpu_rope_backward(const struct ops_backend *self, float *dx, const float *cos_t,
+                            const float *sin_t, int B, int T, int n_heads, int hs, int row_stride)
 {
+    (void)self;
     rotate_rows(dx, cos_t, sin_t, -1.0f, B, T, n_heads, hs, row_stride);
     return ZT_OK;
 }

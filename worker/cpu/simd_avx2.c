@@ -78,8 +78,10 @@ AVX2 static inline void store_f16(uint16_t *p, __m256 x)
 /* ---- casts and sums ------------------------------------------------------ */
 
 /* The 16-bit loops cover whole vectors; the generic code takes the tail. */
-AVX2 zt_status cpu_avx2_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n)
+AVX2 zt_status cpu_avx2_to_f32(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                               float *dst, size_t n)
 {
+    (void)self;
     const uint16_t *h = src;
     size_t i = 0;
     if (t == ZT_BF16)
@@ -92,8 +94,10 @@ AVX2 zt_status cpu_avx2_to_f32(enum zt_dtype t, const void *src, float *dst, siz
     return ZT_OK;
 }
 
-AVX2 zt_status cpu_avx2_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n)
+AVX2 zt_status cpu_avx2_from_f32(const struct ops_backend *self, enum zt_dtype t, const float *src,
+                                 void *dst, size_t n)
 {
+    (void)self;
     uint16_t *h = dst;
     size_t i = 0;
     if (t == ZT_BF16)
@@ -106,8 +110,10 @@ AVX2 zt_status cpu_avx2_from_f32(enum zt_dtype t, const float *src, void *dst, s
     return ZT_OK;
 }
 
-AVX2 zt_status cpu_avx2_add_into(enum zt_dtype t, void *dst, const void *src, size_t n)
+AVX2 zt_status cpu_avx2_add_into(const struct ops_backend *self, enum zt_dtype t, void *dst,
+                                 const void *src, size_t n)
 {
+    (void)self;
     uint16_t *d = dst;
     const uint16_t *s = src;
     float *df = dst;
@@ -164,9 +170,10 @@ sumsq_run(struct sumsq_acc *a, enum zt_dtype t, const void *x, size_t n, __m256d
     a->part[0] = p0, a->part[1] = p1, a->part[2] = p2, a->part[3] = p3;
 }
 
-AVX2 zt_status cpu_avx2_sum_squares(enum zt_dtype t, const void *src, size_t n, double scale,
-                                    double *out)
+AVX2 zt_status cpu_avx2_sum_squares(const struct ops_backend *self, enum zt_dtype t,
+                                    const void *src, size_t n, double scale, double *out)
 {
+    (void)self;
     const __m256d s = _mm256_set1_pd(scale);
     const size_t whole = n / 16 * 16;
     struct sumsq_acc a = {
@@ -187,8 +194,9 @@ AVX2 zt_status cpu_avx2_sum_squares(enum zt_dtype t, const void *src, size_t n, 
     return ZT_OK;
 }
 
-AVX2 zt_status cpu_avx2_scale(float *x, size_t n, float s)
+AVX2 zt_status cpu_avx2_scale(const struct ops_backend *self, float *x, size_t n, float s)
 {
+    (void)self;
     const __m256 vs = _mm256_set1_ps(s);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -320,22 +328,30 @@ static const struct cpu_rule_kernels AVX2_RULES = {
               [OPTIM_LION] = lion_apply},
 };
 
-zt_status cpu_avx2_adamw_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_avx2_adamw_update(const struct ops_backend *self, const struct optimizer_range *r,
+                                const struct optimizer_hparams *hp)
 {
-    return cpu_range_update(&AVX2_RULES, OPTIM_ADAMW, r, hp);
+    (void)self;
+    return cpu_range_update(self, &AVX2_RULES, OPTIM_ADAMW, r, hp);
 }
 
-zt_status cpu_avx2_adam_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_avx2_adam_update(const struct ops_backend *self, const struct optimizer_range *r,
+                               const struct optimizer_hparams *hp)
 {
-    return cpu_range_update(&AVX2_RULES, OPTIM_ADAM, r, hp);
+    (void)self;
+    return cpu_range_update(self, &AVX2_RULES, OPTIM_ADAM, r, hp);
 }
 
-zt_status cpu_avx2_sgd_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_avx2_sgd_update(const struct ops_backend *self, const struct optimizer_range *r,
+                              const struct optimizer_hparams *hp)
 {
-    return cpu_range_update(&AVX2_RULES, OPTIM_SGD, r, hp);
+    (void)self;
+    return cpu_range_update(self, &AVX2_RULES, OPTIM_SGD, r, hp);
 }
 
-zt_status cpu_avx2_lion_update(const struct optimizer_range *r, const struct optimizer_hparams *hp)
+zt_status cpu_avx2_lion_update(const struct ops_backend *self, const struct optimizer_range *r,
+                               const struct optimizer_hparams *hp)
 {
-    return cpu_range_update(&AVX2_RULES, OPTIM_LION, r, hp);
+    (void)self;
+    return cpu_range_update(self, &AVX2_RULES, OPTIM_LION, r, hp);
 }

@@ -39,8 +39,10 @@ CPU_KERNEL static void backward_row(float *dgate, float *dup, const float *dout,
     }
 }
 
-zt_status cpu_swiglu_forward(float *out, const float *gu, int N, int I)
+zt_status cpu_swiglu_forward(const struct ops_backend *self, float *out, const float *gu, int N,
+                             int I)
 {
+    (void)self;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *row = gu + (size_t)n * 2 * I;
@@ -49,8 +51,10 @@ zt_status cpu_swiglu_forward(float *out, const float *gu, int N, int I)
     return ZT_OK;
 }
 
-zt_status cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int I)
+zt_status cpu_swiglu_backward(const struct ops_backend *self, float *dgu, const float *dout,
+                              const float *gu, int N, int I)
 {
+    (void)self;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *row = gu + (size_t)n * 2 * I;

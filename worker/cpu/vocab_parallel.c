@@ -60,8 +60,10 @@ CPU_KERNEL static void backward_row(float *d, const float *p, int t, float dloss
         d[t] = dt + (p[t] - 1.0f) * dloss;
 }
 
-zt_status cpu_crossentropy_vocab_max(float *row_max, const float *logits, int N, int Vp)
+zt_status cpu_crossentropy_vocab_max(const struct ops_backend *self, float *row_max,
+                                     const float *logits, int N, int Vp)
 {
+    (void)self;
     ZT_ASSERT(Vp >= 1);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++)
@@ -69,10 +71,11 @@ zt_status cpu_crossentropy_vocab_max(float *row_max, const float *logits, int N,
     return ZT_OK;
 }
 
-zt_status cpu_crossentropy_vocab_exp(float *probs, float *row_stats, const float *logits,
-                                     const float *row_max, const int32_t *targets, int N, int Vp,
-                                     int v_lo)
+zt_status cpu_crossentropy_vocab_exp(const struct ops_backend *self, float *probs, float *row_stats,
+                                     const float *logits, const float *row_max,
+                                     const int32_t *targets, int N, int Vp, int v_lo)
 {
+    (void)self;
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
@@ -85,9 +88,11 @@ zt_status cpu_crossentropy_vocab_exp(float *probs, float *row_stats, const float
     return ZT_OK;
 }
 
-zt_status cpu_crossentropy_vocab_finish(float *losses, float *probs, const float *row_stats,
-                                        const int32_t *targets, int N, int Vp)
+zt_status cpu_crossentropy_vocab_finish(const struct ops_backend *self, float *losses, float *probs,
+                                        const float *row_stats, const int32_t *targets, int N,
+                                        int Vp)
 {
+    (void)self;
     ZT_ASSERT(Vp >= 1);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
@@ -98,10 +103,11 @@ zt_status cpu_crossentropy_vocab_finish(float *losses, float *probs, const float
     return ZT_OK;
 }
 
-zt_status cpu_crossentropy_vocab_backward(float *dlogits, const float *probs,
-                                          const int32_t *targets, float dloss, int N, int Vp,
-                                          int v_lo)
+zt_status cpu_crossentropy_vocab_backward(const struct ops_backend *self, float *dlogits,
+                                          const float *probs, const int32_t *targets, float dloss,
+                                          int N, int Vp, int v_lo)
 {
+    (void)self;
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
