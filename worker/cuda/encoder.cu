@@ -65,7 +65,8 @@ __global__ void forward_kernel(float *out, const int32_t *tokens, const float *w
 
 /* dwte_part[row(bt), c] += dout[bt, c] for bt = 0, 1, ..., BT-1 in order,
  * for one column c. dout and dwte_part never overlap, so dout's reads may
- * run ahead of dwte's writes (__restrict__). */
+ * run ahead of dwte's writes (__restrict__). Host-callable too, so that the
+ * tile's forwarding can be checked against the plain loop without a GPU. */
 __host__ __device__ inline void walk_column(float *__restrict__ dwte_part,
                                             const float *__restrict__ dout,
                                             const int32_t *__restrict__ tokens, int BT, int C,
@@ -95,13 +96,13 @@ __host__ __device__ inline void walk_column(float *__restrict__ dwte_part,
     }
 }
 
-/* One thread per column of dwte_part. */
+/* One thread per column of dwte_part (grid-stride past the capped grid). */
 __global__ void dwte_kernel(float *dwte_part, const float *dout, const int32_t *tokens, int BT,
                             int C, int v_lo, int Vp)
 {
-    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (c < C)
-        walk_column(dwte_part, dout, tokens, BT, C, c, v_lo, Vp);
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < (size_t)C;
+         c += (size_t)gridDim.x * blockDim.x)
+        walk_column(dwte_part, dout, tokens, BT, C, (int)c, v_lo, Vp);
 }
 
 /* dwpe[t, c] += dout[b*T + t, c] for b = 0, 1, ..., B-1 in order, one
