@@ -1,0 +1,312 @@
+/* worker/cuda/crossentropy.cu — fused softmax and cross-entropy over the
+ * vocabulary on the GPU, whole rows (worker/cpu/crossentropy.c) and split
+ * by vocabulary over tensor-parallel ranks (worker/cpu/vocab_parallel.c).
+ *
+ * One block per row of logits: a row is up to ~150k floats, as long as the
+ * rows are many (B T of them), so a block of CE_THREADS strides over its
+ * row with coalesced loads and the grid covers the rows. The forward reads
+ * the row for its max, then writes e^(x - max) into probs while summing,
+ * then scales probs by 1/sum; each thread rescales exactly the entries it
+ * wrote, so the passes need no barrier between them. The loss is taken
+ * from the log-sum-exp, log(sum) - (x[target] - max), as on the CPU, so it
+ * stays finite when the target's probability underflows.
+ *
+ * Determinism and precision: the max is exact in any order. The sum of
+ * exponentials is a fixed tree: each thread adds its strided terms in
+ * order, in double, then the warps fold their partials by shuffles and the
+ * first warp folds the warps' — the same order on every run, set by the
+ * row length and CE_THREADS alone. The double partials make the sum exact
+ * to well below float's rounding (the CPU's blocked float sum is the less
+ * accurate of the two), so the backends differ by the CPU's own error.
+ *
+ * The vocabulary-parallel ops are the same row pieces (row_max,
+ * row_exp_sum, scale_row, the backward's row update) around the caller's
+ * reductions, so one part (v_lo = 0, Vp = V) gives crossentropy_forward's
+ * and crossentropy_backward's numbers bit for bit, as ops.h promises.
+ *
+ * A negative target marks a position that is not a prediction target: its
+ * probs are still written, its loss is 0 and its row of dlogits is left
+ * alone. A target >= V is a broken precondition, an assert on the CPU; a
+ * kernel cannot return a status, so it traps, and the stream's next
+ * synchronisation reports the failed launch.
+ */
+#include "worker/cuda/cuda_impl.h"
+
+#include <math.h>
+
+enum {
+    CE_THREADS = 512, /* threads per row's block */
+    WARP = 32,
+    CE_WARPS = CE_THREADS / WARP,
+};
+
+static __device__ float warp_max(float x)
+{
+    for (int o = WARP / 2; o > 0; o /= 2) {
+        float y = __shfl_xor_sync(0xffffffffu, x, o);
+        x = y > x ? y : x;
+    }
+    return x;
+}
+
+/* A butterfly: every lane adds the same two values at every step, so all
+ * lanes end with the same bits. */
+static __device__ double warp_sum(double x)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* The max of x over the block, returned to every thread. After the second
+ * barrier no thread reads `part` again, and `total` is rewritten only
+ * after the next call's first barrier, which every thread reaches after
+ * reading it: consecutive calls need no third barrier. */
+static __device__ float block_max(float x)
+{
+    __shared__ float part[CE_WARPS];
+    __shared__ float total;
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    x = warp_max(x);
+    if (lane == 0)
+        part[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        x = warp_max(lane < CE_WARPS ? part[lane] : -INFINITY);
+        if (lane == 0)
+            total = x;
+    }
+    __syncthreads();
+    return total;
+}
+
+/* The sum of x over the block, in a fixed order, returned to every thread
+ * (the barriers as in block_max). */
+static __device__ double block_sum(double x)
+{
+    __shared__ double part[CE_WARPS];
+    __shared__ double total;
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    x = warp_sum(x);
+    if (lane == 0)
+        part[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        x = warp_sum(lane < CE_WARPS ? part[lane] : 0.0);
+        if (lane == 0)
+            total = x;
+    }
+    __syncthreads();
+    return total;
+}
+
+/* The largest of x[0..n), n >= 1. */
+static __device__ float row_max(const float *x, int n)
+{
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += CE_THREADS)
+        m = x[j] > m ? x[j] : m;
+    return block_max(m);
+}
+
+/* p[j] = e^(x[j] - m) for j < n; returns their sum (see the top of the
+ * file for its order). */
+static __device__ float row_exp_sum(float *p, const float *x, float m, int n)
+{
+    double s = 0.0;
+    for (int j = threadIdx.x; j < n; j += CE_THREADS) {
+        float e = expf(x[j] - m);
+        p[j] = e;
+        s += e;
+    }
+    return (float)block_sum(s);
+}
+
+/* p[j] *= inv: each thread the entries row_exp_sum had it write. */
+static __device__ void scale_row(float *p, float inv, int n)
+{
+    for (int j = threadIdx.x; j < n; j += CE_THREADS)
+        p[j] *= inv;
+}
+
+/* d[j] += p[j] dloss, less dloss at column t (none when t < 0): the
+ * target's term in one rounding, (p[t] - 1) dloss, as on the CPU. */
+static __device__ void backward_row(float *d, const float *p, int t, float dloss, int n)
+{
+    for (int j = threadIdx.x; j < n; j += CE_THREADS)
+        d[j] += (j == t ? p[j] - 1.0f : p[j]) * dloss;
+}
+
+/* A target past the vocabulary: crossentropy.c's ZT_ASSERT, on the device. */
+static __device__ void check_target(int t, int V)
+{
+    if (t >= V)
+        __trap();
+}
+
+static __global__ void forward_rows(float *losses, float *probs, const float *logits,
+                                    const int32_t *targets, int N, int V)
+{
+    for (int i = blockIdx.x; i < N; i += gridDim.x) {
+        const int t = targets[i];
+        check_target(t, V);
+        const float *x = logits + (size_t)i * V;
+        float *p = probs + (size_t)i * V;
+        const float m = row_max(x, V);
+        const float s = row_exp_sum(p, x, m, V);
+        scale_row(p, 1.0f / s, V);
+        if (threadIdx.x == 0)
+            losses[i] = t < 0 ? 0.0f : logf(s) - (x[t] - m);
+    }
+}
+
+static __global__ void backward_rows(float *dlogits, const float *probs, const int32_t *targets,
+                                     float dloss, int N, int V)
+{
+    for (int i = blockIdx.x; i < N; i += gridDim.x) {
+        const int t = targets[i];
+        check_target(t, V);
+        if (t >= 0)
+            backward_row(dlogits + (size_t)i * V, probs + (size_t)i * V, t, dloss, V);
+    }
+}
+
+static __global__ void vocab_max_rows(float *row_max_out, const float *logits, int N, int Vp)
+{
+    for (int i = blockIdx.x; i < N; i += gridDim.x) {
+        const float m = row_max(logits + (size_t)i * Vp, Vp);
+        if (threadIdx.x == 0)
+            row_max_out[i] = m;
+    }
+}
+
+/* Whether index t lies in the slice [v_lo, v_lo + Vp); false for a masked
+ * target (t < 0), since v_lo >= 0. */
+static __device__ bool in_slice(int t, int v_lo, int Vp)
+{
+    return t >= v_lo && t - v_lo < Vp;
+}
+
+static __global__ void vocab_exp_rows(float *probs, float *row_stats, const float *logits,
+                                      const float *row_max_in, const int32_t *targets, int N,
+                                      int Vp, int v_lo)
+{
+    for (int i = blockIdx.x; i < N; i += gridDim.x) {
+        const float *x = logits + (size_t)i * Vp;
+        const float m = row_max_in[i];
+        const int t = targets[i];
+        const float s = row_exp_sum(probs + (size_t)i * Vp, x, m, Vp);
+        if (threadIdx.x == 0) {
+            row_stats[i] = s;
+            row_stats[N + i] = in_slice(t, v_lo, Vp) ? x[t - v_lo] - m : 0.0f;
+        }
+    }
+}
+
+static __global__ void vocab_finish_rows(float *losses, float *probs, const float *row_stats,
+                                         const int32_t *targets, int N, int Vp)
+{
+    for (int i = blockIdx.x; i < N; i += gridDim.x) {
+        const float s = row_stats[i];
+        scale_row(probs + (size_t)i * Vp, 1.0f / s, Vp);
+        if (threadIdx.x == 0)
+            losses[i] = targets[i] < 0 ? 0.0f : logf(s) - row_stats[N + i];
+    }
+}
+
+static __global__ void vocab_backward_rows(float *dlogits, const float *probs,
+                                           const int32_t *targets, float dloss, int N, int Vp,
+                                           int v_lo)
+{
+    for (int i = blockIdx.x; i < N; i += gridDim.x) {
+        const int t = targets[i];
+        if (t >= 0)
+            backward_row(dlogits + (size_t)i * Vp, probs + (size_t)i * Vp,
+                         in_slice(t, v_lo, Vp) ? t - v_lo : -1, dloss, Vp);
+    }
+}
+
+/* One block per row (capped; the kernels stride over the rest). */
+static unsigned row_grid(int N)
+{
+    return cuda_blocks((size_t)N, 1);
+}
+
+extern "C" zt_status cuda_crossentropy_forward(const struct ops_backend *self, float *losses,
+                                               float *probs, const float *logits,
+                                               const int32_t *targets, int N, int V)
+{
+    ZT_ASSERT(N >= 0 && V >= 1);
+    if (N == 0)
+        return ZT_OK;
+    forward_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(losses, probs, logits,
+                                                                            targets, N, V);
+    CUDA_LAUNCHED();
+    return ZT_OK;
+}
+
+extern "C" zt_status cuda_crossentropy_backward(const struct ops_backend *self, float *dlogits,
+                                                const float *probs, const int32_t *targets,
+                                                float dloss, int N, int V)
+{
+    ZT_ASSERT(N >= 0 && V >= 1);
+    if (N == 0)
+        return ZT_OK;
+    backward_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(dlogits, probs,
+                                                                             targets, dloss, N, V);
+    CUDA_LAUNCHED();
+    return ZT_OK;
+}
+
+extern "C" zt_status cuda_crossentropy_vocab_max(const struct ops_backend *self, float *row_max,
+                                                 const float *logits, int N, int Vp)
+{
+    ZT_ASSERT(N >= 0 && Vp >= 1);
+    if (N == 0)
+        return ZT_OK;
+    vocab_max_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(row_max, logits, N,
+                                                                              Vp);
+    CUDA_LAUNCHED();
+    return ZT_OK;
+}
+
+extern "C" zt_status cuda_crossentropy_vocab_exp(const struct ops_backend *self, float *probs,
+                                                 float *row_stats, const float *logits,
+                                                 const float *row_max, const int32_t *targets,
+                                                 int N, int Vp, int v_lo)
+{
+    ZT_ASSERT(N >= 0 && Vp >= 1 && v_lo >= 0);
+    if (N == 0)
+        return ZT_OK;
+    vocab_exp_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(
+        probs, row_stats, logits, row_max, targets, N, Vp, v_lo);
+    CUDA_LAUNCHED();
+    return ZT_OK;
+}
+
+extern "C" zt_status cuda_crossentropy_vocab_finish(const struct ops_backend *self, float *losses,
+                                                    float *probs, const float *row_stats,
+                                                    const int32_t *targets, int N, int Vp)
+{
+    ZT_ASSERT(N >= 0 && Vp >= 1);
+    if (N == 0)
+        return ZT_OK;
+    vocab_finish_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(
+        losses, probs, row_stats, targets, N, Vp);
+    CUDA_LAUNCHED();
+    return ZT_OK;
+}
+
+extern "C" zt_status cuda_crossentropy_vocab_backward(const struct ops_backend *self,
+                                                      float *dlogits, const float *probs,
+                                                      const int32_t *targets, float dloss, int N,
+                                                      int Vp, int v_lo)
+{
+    ZT_ASSERT(N >= 0 && Vp >= 1 && v_lo >= 0);
+    if (N == 0)
+        return ZT_OK;
+    vocab_backward_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(
+        dlogits, probs, targets, dloss, N, Vp, v_lo);
+    CUDA_LAUNCHED();
+    return ZT_OK;
+}
