@@ -58,6 +58,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef ZT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "common/half.h"
 #include "common/rng.h"
 #include "testutil.h"
@@ -147,10 +151,21 @@ static void report(struct harness *h, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* Counts an op that did not return ZT_OK. On a backend with a stream the
+ * op only queued its work: wait for it here, so that a fault in its
+ * kernels is reported against it, and so that reading the results back
+ * does not depend on how the device copies order against the stream. */
 static void status_ok(struct harness *h, const char *op, zt_status st)
 {
     if (st != ZT_OK)
         report(h, "%s returned %s: %s", op, zt_status_str(st), zt_error_message());
+#ifdef ZT_HAVE_CUDA
+    if (h->be.stream && strcmp(h->be.name, "cuda") == 0) {
+        const cudaError_t err = cudaStreamSynchronize((cudaStream_t)h->be.stream);
+        if (err != cudaSuccess)
+            report(h, "%s: its kernels failed: %s", op, cudaGetErrorString(err));
+    }
+#endif
 }
 
 /* Calls op through the table under test (counted, not aborting) or the reference. */
