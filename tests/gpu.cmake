@@ -3,3 +3,20 @@
 if(ZT_HAVE_CUDA)
   zt_test(test_gpu SOURCES test_gpu.c LIBS zt_worker zt_comm RANKS 1 2 TIMEOUT 120)
 endif()
+# Every op of the compute backend named by ZT_TEST_BACKEND against the CPU
+# backend (test_gpu_ops.c), one executable run twice: test_gpu_ops_cpu
+# compares the CPU with itself, which proves the harness on every build and
+# under the sanitizers; test_gpu_ops runs the CUDA ops and skips (77)
+# without a device. Not through zt_test, whose test takes the executable's
+# name: the same properties, plus the backend (and no fork for CUDA, whose
+# context does not survive one).
+add_executable(test_gpu_ops test_gpu_ops.c)
+target_link_libraries(test_gpu_ops PRIVATE zt_worker zt_testutil PkgConfig::CHECK)
+add_test(NAME test_gpu_ops_cpu COMMAND test_gpu_ops)
+set_tests_properties(test_gpu_ops_cpu PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${ZT_TEST_ENV};ZT_TEST_BACKEND=cpu" FIXTURES_REQUIRED zt_outputs)
+if(ZT_HAVE_CUDA)
+  add_test(NAME test_gpu_ops COMMAND test_gpu_ops)
+  set_tests_properties(test_gpu_ops PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+    ENVIRONMENT "${ZT_TEST_ENV};ZT_TEST_BACKEND=cuda;CK_FORK=no" FIXTURES_REQUIRED zt_outputs)
+endif()

@@ -1,0 +1,1677 @@
+/* tests/test_gpu_ops.c — every slot of the op table (worker/ops.h) of one
+ * compute backend, the backend under test, against the CPU backend.
+ *
+ * The backend under test is named by ZT_TEST_BACKEND ("cuda" or "cpu",
+ * default "cpu") and opened with compute_backend_open; when it cannot run
+ * here the suite prints "SKIP: <why>" and exits 77. The reference is always
+ * ops_cpu_backend() on host buffers. Each check makes fresh random inputs
+ * from fixed seeds (negative values included), copies them into the
+ * backend's device buffers, runs the op through be.ops, copies the results
+ * back and compares them with the CPU's on the same inputs. With
+ * ZT_TEST_BACKEND=cpu the suite compares the CPU with itself: that run
+ * proves the harness (buffers, shapes, the driving of every op) before a
+ * GPU is there, and the self-check below proves that it can fail.
+ *
+ * What a comparison catches:
+ * - Outputs of forward ops start as NaN on the backend's side (every byte
+ *   0xff), so an element the op leaves unwritten fails.
+ * - Gradients of accumulating backward ops start as the same random values
+ *   on both sides, so an op that assigns where it must add fails.
+ * - Arguments whose NULL means "skip" get a case with NULL.
+ * - Sizes are odd on purpose (B=2 T=7 C=24 NH=4 NKV=2 hs=6 V=37, N=1, sizes
+ *   that are not multiples of 32 or 256, T past a 64-row tile), so that the
+ *   edges of thread blocks and vector loops are exercised.
+ *
+ * Budgets, in one place (the constants below):
+ * - FP32_BUDGET 1e-5: max |but - ref| / max |ref| over the tensor, for the
+ *   model ops, whose sums a GPU reorders.
+ * - ELEMENTWISE_BUDGET 0: bit for bit (NaNs equal whatever their payload)
+ *   for the casts, add_into, scale, memset_zero and the element-wise
+ *   optimizers, including 8-bit AdamW. worker/ops.h makes this the CPU's
+ *   contract; the CUDA kernels are held to it as well. If a CUDA kernel
+ *   cannot be (FMA contraction, a different powf), relax it there, with the
+ *   reason next to it.
+ * - SUMSQ_BUDGET 1e-12 relative for sum_squares (a double sum whose order
+ *   is each backend's own), and for Adafactor's double statistics.
+ * - fp8 codes and amax: exact, always.
+ * No op of worker/ops.h takes bf16 operands (the model ops are fp32; the
+ * 16-bit engine ops are exact), so no bf16 budget is needed here.
+ *
+ * The whole-tensor optimizers run as shard/update.c drives them: a tensor
+ * cut into pieces as ranks hold it (one piece empty), every "rank" with
+ * its own copy of the tensor state, each round's statistics zeroed with the
+ * backend's memset_zero, filled by the piece and combined over the pieces
+ * (the allreduce) between rounds. As in the engine, stats, tensor state,
+ * parameters, gradients and states are all device memory of the backend.
+ *
+ * Every comparison is non-aborting: it prints the op, the worst element,
+ * both values and the error, and counts a failure; a test fails at its end
+ * when any comparison did. The self-check runs the same checks on copies of
+ * the CPU table with deliberately broken slots and asserts that each one
+ * is reported.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef ZT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "common/half.h"
+#include "common/rng.h"
+#include "testutil.h"
+#include "worker/backend.h"
+#include "worker/optimizer.h"
+
+/* ---- budgets ------------------------------------------------------------- */
+
+static const double FP32_BUDGET = 1e-5;
+static const double SUMSQ_BUDGET = 1e-12;
+/* 0: bit for bit. The one place to relax the element-wise ops (see the top). */
+static const double ELEMENTWISE_BUDGET = 0.0;
+
+/* ---- the harness --------------------------------------------------------- */
+
+enum { MAX_BUFFERS = 4096 };
+
+/* One opened backend under test beside the CPU reference, the buffers made
+ * for the checks (freed together at the end) and the failures so far. */
+struct harness {
+    struct ledger ledger;
+    struct compute_backend be;     /* the backend under test: its memory and ops */
+    const struct ops_backend *but; /* the table under test: be.ops, or a broken copy */
+    const struct ops_backend *ref; /* the CPU table, on host buffers */
+    int failures;                  /* comparisons over budget, ops that did not return ZT_OK */
+    int quiet;                     /* 1: count failures without printing them (self-check) */
+    int n_dev, n_host;
+    void *dev[MAX_BUFFERS];
+    size_t dev_bytes[MAX_BUFFERS];
+    void *host[MAX_BUFFERS];
+};
+
+static const char *backend_name(void)
+{
+    const char *name = getenv("ZT_TEST_BACKEND");
+    return name && *name ? name : "cpu";
+}
+
+/* Opens the backend named `name` (its ops under test) beside the CPU reference. */
+static void harness_open_named(struct harness *h, const char *name)
+{
+    memset(h, 0, sizeof *h);
+    ledger_init(&h->ledger, 0);
+    ck_assert_msg(compute_backend_open(name, &h->ledger, &h->be) == ZT_OK, "%s: %s", name,
+                  zt_error_message());
+    h->but = h->be.ops;
+    h->ref = ops_cpu_backend();
+}
+
+static void harness_open(struct harness *h)
+{
+    harness_open_named(h, backend_name());
+}
+
+/* Frees every buffer the checks made; the ledger must come back to zero. */
+static void harness_release(struct harness *h)
+{
+    for (int i = h->n_dev - 1; i >= 0; i--)
+        device_free(&h->be.dev, LEDGER_WORKSPACE, h->dev_bytes[i], h->dev[i]);
+    for (int i = 0; i < h->n_host; i++)
+        free(h->host[i]);
+    h->n_dev = h->n_host = 0;
+    ck_assert_uint_eq(h->ledger.total_current, 0);
+}
+
+/* Frees everything, closes the backend and fails the test if any check did. */
+static void harness_close(struct harness *h)
+{
+    harness_release(h);
+    compute_backend_close(&h->be);
+    ck_assert_msg(h->failures == 0, "%d comparison(s) failed on backend '%s' (see above)",
+                  h->failures, backend_name());
+}
+
+static void report(struct harness *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(struct harness *h, const char *fmt, ...)
+{
+    h->failures++;
+    if (h->quiet)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL [%s] ", h->but->name ? h->but->name : "?");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* Counts an op that did not return ZT_OK. On a backend with a stream the
+ * op only queued its work: wait for it here, so that a fault in its
+ * kernels is reported against it, and so that reading the results back
+ * does not depend on how the device copies order against the stream. */
+static void status_ok(struct harness *h, const char *op, zt_status st)
+{
+    if (st != ZT_OK)
+        report(h, "%s returned %s: %s", op, zt_status_str(st), zt_error_message());
+#ifdef ZT_HAVE_CUDA
+    if (h->be.stream && strcmp(h->be.name, "cuda") == 0) {
+        const cudaError_t err = cudaStreamSynchronize((cudaStream_t)h->be.stream);
+        if (err != cudaSuccess)
+            report(h, "%s: its kernels failed: %s", op, cudaGetErrorString(err));
+    }
+#endif
+}
+
+/* Calls op through the table under test (counted, not aborting) or the reference. */
+#define BUT(h, op, ...) status_ok((h), #op, (h)->but->op((h)->but, __VA_ARGS__))
+#define REF(h, op, ...) ck_assert_int_eq((h)->ref->op((h)->ref, __VA_ARGS__), ZT_OK)
+
+/* A zeroed host buffer, freed by harness_release. */
+static void *hmem(struct harness *h, size_t bytes)
+{
+    ck_assert_int_lt(h->n_host, MAX_BUFFERS);
+    void *p = calloc(bytes ? bytes : 1, 1);
+    ck_assert_ptr_nonnull(p);
+    h->host[h->n_host++] = p;
+    return p;
+}
+
+static void *hdup(struct harness *h, const void *src, size_t bytes)
+{
+    return memcpy(hmem(h, bytes), src, bytes);
+}
+
+/* n floats uniform in [lo, hi) from counter stream `key`. */
+static float *rnd_range(struct harness *h, size_t n, uint64_t key, double lo, double hi)
+{
+    float *x = hmem(h, n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(lo + (hi - lo) * rng_uniform(key, (uint64_t)i));
+    return x;
+}
+
+/* n floats uniform in [-scale, scale). */
+static float *rnd(struct harness *h, size_t n, uint64_t key, double scale)
+{
+    return rnd_range(h, n, key, -scale, scale);
+}
+
+/* n token ids in [0, V); every fifth one -1 (masked) when `masked`. */
+static int32_t *ids(struct harness *h, int n, int V, uint64_t key, int masked)
+{
+    int32_t *t = hmem(h, (size_t)n * sizeof *t);
+    for (int i = 0; i < n; i++)
+        t[i] = masked && i % 5 == 3 ? -1 : (int32_t)(rng_u64(key, (uint64_t)i) % (uint64_t)V);
+    return t;
+}
+
+static void *dev_alloc(struct harness *h, size_t bytes)
+{
+    ck_assert_int_lt(h->n_dev, MAX_BUFFERS);
+    void *p = NULL;
+    bytes = bytes ? bytes : 1;
+    ck_assert_int_eq(device_alloc_uninit(&h->be.dev, LEDGER_WORKSPACE, bytes, "op test", &p),
+                     ZT_OK);
+    h->dev[h->n_dev] = p;
+    h->dev_bytes[h->n_dev++] = bytes;
+    return p;
+}
+
+/* A device copy of host[0..bytes). */
+static void *to_dev(struct harness *h, const void *host, size_t bytes)
+{
+    void *p = dev_alloc(h, bytes);
+    if (bytes)
+        ck_assert_int_eq(h->be.dev.ops->copy_from_host(p, host, bytes), ZT_OK);
+    return p;
+}
+
+/* A device buffer whose every byte is 0xff: NaN as floats, doubles and
+ * 16-bit floats, so that an element an op leaves unwritten fails. */
+static void *poisoned(struct harness *h, size_t bytes)
+{
+    void *pattern = hmem(h, bytes);
+    memset(pattern, 0xff, bytes);
+    return to_dev(h, pattern, bytes);
+}
+
+/* A host copy of dev[0..bytes). */
+static void *from_dev(struct harness *h, const void *dev, size_t bytes)
+{
+    void *p = hmem(h, bytes);
+    if (bytes)
+        ck_assert_int_eq(h->be.dev.ops->copy_to_host(p, dev, bytes), ZT_OK);
+    return p;
+}
+
+/* ---- comparisons --------------------------------------------------------- */
+
+/* max |but - ref| / max |ref| over n elements of t (absolute when ref is
+ * all zero); a NaN or infinity on one side only, or infinities of
+ * different signs, is an infinite error. Over `budget` (or non-finite)
+ * counts a failure naming the op, the worst element, both values and the
+ * error. Returns the error. */
+static double expect_close_t(struct harness *h, const char *name, enum zt_dtype t, const void *but,
+                             const void *ref, size_t n, double budget);
+
+static double expect_close(struct harness *h, const char *name, const float *but, const float *ref,
+                           size_t n, double budget)
+{
+    return expect_close_t(h, name, ZT_F32, but, ref, n, budget);
+}
+
+static double expect_dev_close(struct harness *h, const char *name, const float *dev,
+                               const float *ref, size_t n, double budget)
+{
+    return expect_close(h, name, from_dev(h, dev, n * sizeof(float)), ref, n, budget);
+}
+
+/* The value of element i of an array of t as a double (for messages and NaN tests). */
+static double elem_value(enum zt_dtype t, const void *p, size_t i)
+{
+    switch (t) {
+    case ZT_F32:
+        return ((const float *)p)[i];
+    case ZT_F64:
+        return ((const double *)p)[i];
+    case ZT_BF16:
+        return zt_bf16_to_f32(((const uint16_t *)p)[i]);
+    case ZT_F16:
+        return zt_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const uint8_t *)p)[i];
+    }
+}
+
+static double expect_close_t(struct harness *h, const char *name, enum zt_dtype t, const void *but,
+                             const void *ref, size_t n, double budget)
+{
+    double scale = 0.0, worst = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double r = elem_value(t, ref, i);
+        if (isfinite(r) && fabs(r) > scale)
+            scale = fabs(r);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const double a = elem_value(t, but, i), r = elem_value(t, ref, i);
+        double d;
+        if (isnan(r) || isnan(a))
+            d = isnan(r) && isnan(a) ? 0.0 : INFINITY;
+        else if (isinf(r) || isinf(a))
+            d = r == a ? 0.0 : INFINITY;
+        else
+            d = fabs(a - r);
+        if (d > worst) {
+            worst = d;
+            at = i;
+        }
+    }
+    const double err = scale > 0.0 ? worst / scale : worst;
+    if (!(err <= budget))
+        report(h, "%s: element %zu of %zu: backend %.17g, cpu %.17g, error %.3g > budget %.3g",
+               name, at, n, elem_value(t, but, at), elem_value(t, ref, at), err, budget);
+    return err;
+}
+
+/* Element for element the same bits (n elements of t; floats that are NaN
+ * on both sides count as equal whatever their payload). Returns 1 when all
+ * match; else counts a failure naming the first differing element. */
+static int expect_same(struct harness *h, const char *name, enum zt_dtype t, const void *but,
+                       const void *ref, size_t n)
+{
+    const size_t esz = zt_dtype_size(t);
+    const int is_float = t == ZT_F32 || t == ZT_F64 || t == ZT_BF16 || t == ZT_F16;
+    for (size_t i = 0; i < n; i++) {
+        const void *a = (const char *)but + i * esz, *b = (const char *)ref + i * esz;
+        if (memcmp(a, b, esz) == 0)
+            continue;
+        if (is_float && isnan(elem_value(t, but, i)) && isnan(elem_value(t, ref, i)))
+            continue;
+        uint64_t ua = 0, ub = 0;
+        memcpy(&ua, a, esz);
+        memcpy(&ub, b, esz);
+        report(h,
+               "%s: element %zu of %zu differs: backend %.9g (0x%llx), cpu %.9g (0x%llx), want "
+               "the same bits",
+               name, i, n, elem_value(t, but, i), (unsigned long long)ua, elem_value(t, ref, i),
+               (unsigned long long)ub);
+        return 0;
+    }
+    return 1;
+}
+
+static int expect_dev_same(struct harness *h, const char *name, enum zt_dtype t, const void *dev,
+                           const void *ref, size_t n)
+{
+    return expect_same(h, name, t, from_dev(h, dev, n * zt_dtype_size(t)), ref, n);
+}
+
+/* An element-wise op's result (n elements of t on the device): bit for bit
+ * while ELEMENTWISE_BUDGET is 0, else within it relative to the largest. */
+static void expect_elementwise(struct harness *h, const char *name, enum zt_dtype t,
+                               const void *dev, const void *ref, size_t n)
+{
+    const void *but = from_dev(h, dev, n * zt_dtype_size(t));
+    if (ELEMENTWISE_BUDGET == 0.0 || t == ZT_U8) {
+        expect_same(h, name, t, but, ref, n);
+        return;
+    }
+    float *a = hmem(h, n * sizeof(float)), *b = hmem(h, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (float)elem_value(t, but, i);
+        b[i] = (float)elem_value(t, ref, i);
+    }
+    expect_close(h, name, a, b, n, ELEMENTWISE_BUDGET);
+}
+
+#define FB(n)     ((size_t)(n) * sizeof(float))
+#define IB(n)     ((size_t)(n) * sizeof(int32_t))
+#define NAME(...) testutil_fmt(__VA_ARGS__)
+
+/* ---- embeddings ------------------------------------------------------------ */
+
+/* encoder_forward with and without wpe; encoder_backward with both
+ * gradients, without dwpe, and frozen (both NULL: nothing may change).
+ * V small against B*T, so tokens repeat and rows of dwte collect several
+ * rows of dout. */
+static void check_encoder(struct harness *h, int B, int T, int C, int V, uint64_t key)
+{
+    const int N = B * T;
+    const float *wte = rnd(h, (size_t)V * C, key, 1.0), *wpe = rnd(h, (size_t)T * C, key + 1, 1.0);
+    const int32_t *tok = ids(h, N, V, key + 2, 0);
+    const float *d_wte = to_dev(h, wte, FB(V * C)), *d_wpe = to_dev(h, wpe, FB(T * C));
+    const int32_t *d_tok = to_dev(h, tok, IB(N));
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        float *out = hmem(h, FB(N * C)), *d_out = poisoned(h, FB(N * C));
+        REF(h, encoder_forward, out, tok, wte, with_wpe ? wpe : NULL, B, T, C);
+        BUT(h, encoder_forward, d_out, d_tok, d_wte, with_wpe ? d_wpe : NULL, B, T, C);
+        expect_dev_close(h, NAME("encoder_forward B=%d T=%d C=%d wpe=%d", B, T, C, with_wpe), d_out,
+                         out, (size_t)N * C, FP32_BUDGET);
+    }
+    const float *dout = rnd(h, (size_t)N * C, key + 3, 1.0);
+    const float *d_dout = to_dev(h, dout, FB(N * C));
+    for (int c = 0; c < 3; c++) { /* 0: both, 1: dwpe NULL, 2: frozen */
+        float *dwte = rnd(h, (size_t)V * C, key + 4 + c, 1.0);
+        float *dwpe = rnd(h, (size_t)T * C, key + 8 + c, 1.0);
+        float *d_dwte = to_dev(h, dwte, FB(V * C)), *d_dwpe = to_dev(h, dwpe, FB(T * C));
+        REF(h, encoder_backward, c < 2 ? dwte : NULL, c == 0 ? dwpe : NULL, dout, tok, B, T, C);
+        BUT(h, encoder_backward, c < 2 ? d_dwte : NULL, c == 0 ? d_dwpe : NULL, d_dout, d_tok, B, T,
+            C);
+        expect_dev_close(h, NAME("encoder_backward dwte B=%d T=%d C=%d case=%d", B, T, C, c),
+                         d_dwte, dwte, (size_t)V * C, FP32_BUDGET);
+        expect_dev_close(h, NAME("encoder_backward dwpe B=%d T=%d C=%d case=%d", B, T, C, c),
+                         d_dwpe, dwpe, (size_t)T * C, FP32_BUDGET);
+    }
+}
+
+/* The vocabulary-parallel embedding on the slice [v_lo, v_lo + Vp) of V,
+ * tokens drawn over the whole vocabulary (most outside the slice). */
+static void check_encoder_vocab(struct harness *h, int B, int T, int C, int V, int v_lo, int Vp,
+                                uint64_t key)
+{
+    const int N = B * T;
+    const float *wte = rnd(h, (size_t)Vp * C, key, 1.0), *wpe = rnd(h, (size_t)T * C, key + 1, 1.0);
+    const int32_t *tok = ids(h, N, V, key + 2, 0);
+    const float *d_wte = to_dev(h, wte, FB(Vp * C)), *d_wpe = to_dev(h, wpe, FB(T * C));
+    const int32_t *d_tok = to_dev(h, tok, IB(N));
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        float *out = hmem(h, FB(N * C)), *d_out = poisoned(h, FB(N * C));
+        REF(h, encoder_forward_vocab, out, tok, wte, with_wpe ? wpe : NULL, B, T, C, v_lo, Vp);
+        BUT(h, encoder_forward_vocab, d_out, d_tok, d_wte, with_wpe ? d_wpe : NULL, B, T, C, v_lo,
+            Vp);
+        expect_dev_close(h, NAME("encoder_forward_vocab v_lo=%d Vp=%d wpe=%d", v_lo, Vp, with_wpe),
+                         d_out, out, (size_t)N * C, FP32_BUDGET);
+    }
+    const float *dout = rnd(h, (size_t)N * C, key + 3, 1.0);
+    const float *d_dout = to_dev(h, dout, FB(N * C));
+    for (int c = 0; c < 3; c++) { /* 0: both, 1: dwpe NULL, 2: frozen (dwte_part NULL) */
+        float *dwte = rnd(h, (size_t)Vp * C, key + 4 + c, 1.0);
+        float *dwpe = rnd(h, (size_t)T * C, key + 8 + c, 1.0);
+        float *d_dwte = to_dev(h, dwte, FB(Vp * C)), *d_dwpe = to_dev(h, dwpe, FB(T * C));
+        REF(h, encoder_backward_vocab, c < 2 ? dwte : NULL, c == 0 ? dwpe : NULL, dout, tok, B, T,
+            C, v_lo, Vp);
+        BUT(h, encoder_backward_vocab, c < 2 ? d_dwte : NULL, c == 0 ? d_dwpe : NULL, d_dout, d_tok,
+            B, T, C, v_lo, Vp);
+        expect_dev_close(h, NAME("encoder_backward_vocab dwte v_lo=%d Vp=%d case=%d", v_lo, Vp, c),
+                         d_dwte, dwte, (size_t)Vp * C, FP32_BUDGET);
+        expect_dev_close(h, NAME("encoder_backward_vocab dwpe v_lo=%d Vp=%d case=%d", v_lo, Vp, c),
+                         d_dwpe, dwpe, (size_t)T * C, FP32_BUDGET);
+    }
+}
+
+/* ---- normalisations ------------------------------------------------------ */
+
+/* LayerNorm forward (out, mean, rstd all written), then the backward on
+ * the reference's mean and rstd, trainable and frozen. Inputs off-centre
+ * so the mean matters. */
+static void check_layernorm(struct harness *h, int N, int C, uint64_t key)
+{
+    const size_t n = (size_t)N * C;
+    const float *inp = rnd_range(h, n, key, -1.0, 3.0), *w = rnd(h, (size_t)C, key + 1, 1.5);
+    const float *b = rnd(h, (size_t)C, key + 2, 1.0);
+    const float *d_inp = to_dev(h, inp, FB(n)), *d_w = to_dev(h, w, FB(C)),
+                *d_b = to_dev(h, b, FB(C));
+    float *out = hmem(h, FB(n)), *mean = hmem(h, FB(N)), *rstd = hmem(h, FB(N));
+    float *d_out = poisoned(h, FB(n)), *d_mean = poisoned(h, FB(N)), *d_rstd = poisoned(h, FB(N));
+    REF(h, layernorm_forward, out, mean, rstd, inp, w, b, N, C);
+    BUT(h, layernorm_forward, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    expect_dev_close(h, NAME("layernorm_forward out N=%d C=%d", N, C), d_out, out, n, FP32_BUDGET);
+    expect_dev_close(h, NAME("layernorm_forward mean N=%d C=%d", N, C), d_mean, mean, (size_t)N,
+                     FP32_BUDGET);
+    expect_dev_close(h, NAME("layernorm_forward rstd N=%d C=%d", N, C), d_rstd, rstd, (size_t)N,
+                     FP32_BUDGET);
+    const float *dout = rnd(h, n, key + 3, 1.0);
+    const float *d_dout = to_dev(h, dout, FB(n));
+    const float *r_mean = to_dev(h, mean, FB(N)), *r_rstd = to_dev(h, rstd, FB(N));
+    for (int frozen = 0; frozen < 2; frozen++) {
+        float *dinp = rnd(h, n, key + 4 + frozen, 1.0), *dw = rnd(h, (size_t)C, key + 6, 1.0);
+        float *db = rnd(h, (size_t)C, key + 7, 1.0);
+        float *d_dinp = to_dev(h, dinp, FB(n)), *d_dw = to_dev(h, dw, FB(C)),
+              *d_db = to_dev(h, db, FB(C));
+        REF(h, layernorm_backward, dinp, frozen ? NULL : dw, frozen ? NULL : db, dout, inp, w, mean,
+            rstd, N, C);
+        BUT(h, layernorm_backward, d_dinp, frozen ? NULL : d_dw, frozen ? NULL : d_db, d_dout,
+            d_inp, d_w, r_mean, r_rstd, N, C);
+        expect_dev_close(h, NAME("layernorm_backward dinp N=%d C=%d frozen=%d", N, C, frozen),
+                         d_dinp, dinp, n, FP32_BUDGET);
+        expect_dev_close(h, NAME("layernorm_backward dweight N=%d C=%d frozen=%d", N, C, frozen),
+                         d_dw, dw, (size_t)C, FP32_BUDGET);
+        expect_dev_close(h, NAME("layernorm_backward dbias N=%d C=%d frozen=%d", N, C, frozen),
+                         d_db, db, (size_t)C, FP32_BUDGET);
+    }
+}
+
+static void check_rmsnorm(struct harness *h, int N, int C, float eps, uint64_t key)
+{
+    const size_t n = (size_t)N * C;
+    const float *inp = rnd(h, n, key, 2.0), *w = rnd(h, (size_t)C, key + 1, 1.5);
+    const float *d_inp = to_dev(h, inp, FB(n)), *d_w = to_dev(h, w, FB(C));
+    float *out = hmem(h, FB(n)), *rstd = hmem(h, FB(N));
+    float *d_out = poisoned(h, FB(n)), *d_rstd = poisoned(h, FB(N));
+    REF(h, rmsnorm_forward, out, rstd, inp, w, N, C, eps);
+    BUT(h, rmsnorm_forward, d_out, d_rstd, d_inp, d_w, N, C, eps);
+    expect_dev_close(h, NAME("rmsnorm_forward out N=%d C=%d", N, C), d_out, out, n, FP32_BUDGET);
+    expect_dev_close(h, NAME("rmsnorm_forward rstd N=%d C=%d", N, C), d_rstd, rstd, (size_t)N,
+                     FP32_BUDGET);
+    const float *dout = rnd(h, n, key + 3, 1.0);
+    const float *d_dout = to_dev(h, dout, FB(n)), *r_rstd = to_dev(h, rstd, FB(N));
+    for (int frozen = 0; frozen < 2; frozen++) {
+        float *dinp = rnd(h, n, key + 4 + frozen, 1.0), *dw = rnd(h, (size_t)C, key + 6, 1.0);
+        float *d_dinp = to_dev(h, dinp, FB(n)), *d_dw = to_dev(h, dw, FB(C));
+        REF(h, rmsnorm_backward, dinp, frozen ? NULL : dw, dout, inp, w, rstd, N, C);
+        BUT(h, rmsnorm_backward, d_dinp, frozen ? NULL : d_dw, d_dout, d_inp, d_w, r_rstd, N, C);
+        expect_dev_close(h, NAME("rmsnorm_backward dinp N=%d C=%d frozen=%d", N, C, frozen), d_dinp,
+                         dinp, n, FP32_BUDGET);
+        expect_dev_close(h, NAME("rmsnorm_backward dweight N=%d C=%d frozen=%d", N, C, frozen),
+                         d_dw, dw, (size_t)C, FP32_BUDGET);
+    }
+}
+
+/* ---- linear layers --------------------------------------------------------- */
+
+/* matmul_forward with and without bias; matmul_backward with every subset
+ * of its three gradients (each NULL one skipped, the others accumulated). */
+static void check_matmul(struct harness *h, int N, int C, int OC, uint64_t key)
+{
+    const float *inp = rnd(h, (size_t)N * C, key, 1.0), *w = rnd(h, (size_t)OC * C, key + 1, 1.0);
+    const float *bias = rnd(h, (size_t)OC, key + 2, 1.0);
+    const float *d_inp = to_dev(h, inp, FB(N * C)), *d_w = to_dev(h, w, FB(OC * C)),
+                *d_bias = to_dev(h, bias, FB(OC));
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        float *out = hmem(h, FB(N * OC)), *d_out = poisoned(h, FB(N * OC));
+        REF(h, matmul_forward, out, inp, w, with_bias ? bias : NULL, N, C, OC);
+        BUT(h, matmul_forward, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+        expect_dev_close(h, NAME("matmul_forward N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias),
+                         d_out, out, (size_t)N * OC, FP32_BUDGET);
+    }
+    const float *dout = rnd(h, (size_t)N * OC, key + 3, 1.0);
+    const float *d_dout = to_dev(h, dout, FB(N * OC));
+    for (int mask = 0; mask < 8; mask++) { /* bit 0: dinp, 1: dweight, 2: dbias */
+        float *dinp = rnd(h, (size_t)N * C, key + 10 + mask, 1.0);
+        float *dw = rnd(h, (size_t)OC * C, key + 20 + mask, 1.0);
+        float *db = rnd(h, (size_t)OC, key + 30 + mask, 1.0);
+        float *d_dinp = to_dev(h, dinp, FB(N * C)), *d_dw = to_dev(h, dw, FB(OC * C)),
+              *d_db = to_dev(h, db, FB(OC));
+        REF(h, matmul_backward, mask & 1 ? dinp : NULL, mask & 2 ? dw : NULL, mask & 4 ? db : NULL,
+            dout, inp, w, N, C, OC);
+        BUT(h, matmul_backward, mask & 1 ? d_dinp : NULL, mask & 2 ? d_dw : NULL,
+            mask & 4 ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
+        expect_dev_close(h, NAME("matmul_backward dinp N=%d C=%d OC=%d mask=%d", N, C, OC, mask),
+                         d_dinp, dinp, (size_t)N * C, FP32_BUDGET);
+        expect_dev_close(h, NAME("matmul_backward dweight N=%d C=%d OC=%d mask=%d", N, C, OC, mask),
+                         d_dw, dw, (size_t)OC * C, FP32_BUDGET);
+        expect_dev_close(h, NAME("matmul_backward dbias N=%d C=%d OC=%d mask=%d", N, C, OC, mask),
+                         d_db, db, (size_t)OC, FP32_BUDGET);
+    }
+}
+
+/* LoRA on a column slice of a wider output (ldo > OC): the forward adds
+ * into out, whose columns past OC must stay as they were; the backward
+ * with and without dinp. u and scratch start as NaN and are not compared
+ * (the caller keeps no use of them). */
+static void check_lora(struct harness *h, int N, int C, int r, int OC, int ldo, uint64_t key)
+{
+    const float scale = 0.75f;
+    const size_t no = (size_t)N * ldo;
+    const float *inp = rnd(h, (size_t)N * C, key, 1.0), *A = rnd(h, (size_t)r * C, key + 1, 1.0);
+    const float *Bm = rnd(h, (size_t)OC * r, key + 2, 1.0);
+    const float *d_inp = to_dev(h, inp, FB(N * C)), *d_A = to_dev(h, A, FB(r * C)),
+                *d_B = to_dev(h, Bm, FB(OC * r));
+    float *out = rnd(h, no, key + 3, 1.0), *d_out = to_dev(h, out, FB(no));
+    float *u = hmem(h, FB(N * r)), *d_u = poisoned(h, FB(N * r));
+    REF(h, lora_forward, out, ldo, u, inp, A, Bm, scale, N, C, r, OC);
+    BUT(h, lora_forward, d_out, ldo, d_u, d_inp, d_A, d_B, scale, N, C, r, OC);
+    expect_dev_close(h, NAME("lora_forward N=%d C=%d r=%d OC=%d ldo=%d", N, C, r, OC, ldo), d_out,
+                     out, no, FP32_BUDGET);
+    const float *dout = rnd(h, no, key + 4, 1.0);
+    const float *d_dout = to_dev(h, dout, FB(no));
+    for (int with_dinp = 0; with_dinp < 2; with_dinp++) {
+        float *dinp = rnd(h, (size_t)N * C, key + 5 + with_dinp, 1.0);
+        float *dA = rnd(h, (size_t)r * C, key + 7, 1.0), *dB = rnd(h, (size_t)OC * r, key + 8, 1.0);
+        float *d_dinp = to_dev(h, dinp, FB(N * C)), *d_dA = to_dev(h, dA, FB(r * C)),
+              *d_dB = to_dev(h, dB, FB(OC * r));
+        float *scratch = hmem(h, FB(2 * N * r)), *d_scratch = poisoned(h, FB(2 * N * r));
+        REF(h, lora_backward, with_dinp ? dinp : NULL, dA, dB, scratch, dout, ldo, inp, A, Bm,
+            scale, N, C, r, OC);
+        BUT(h, lora_backward, with_dinp ? d_dinp : NULL, d_dA, d_dB, d_scratch, d_dout, ldo, d_inp,
+            d_A, d_B, scale, N, C, r, OC);
+        expect_dev_close(h, NAME("lora_backward dinp N=%d C=%d r=%d dinp=%d", N, C, r, with_dinp),
+                         d_dinp, dinp, (size_t)N * C, FP32_BUDGET);
+        expect_dev_close(h, NAME("lora_backward dA N=%d C=%d r=%d dinp=%d", N, C, r, with_dinp),
+                         d_dA, dA, (size_t)r * C, FP32_BUDGET);
+        expect_dev_close(h, NAME("lora_backward dB N=%d C=%d r=%d dinp=%d", N, C, r, with_dinp),
+                         d_dB, dB, (size_t)OC * r, FP32_BUDGET);
+    }
+}
+
+/* ---- fp8 ----------------------------------------------------------------- */
+
+/* Quantisation of values that saturate (scale puts the largest past the
+ * format's range), include zeros of both signs, and optionally a NaN (amax
+ * NaN); the codes and amax exactly. Dequantisation of every code (NaN and
+ * infinity codes included) exactly: a decode and one fp32 product. */
+static void check_fp8(struct harness *h, enum fp8_format f, size_t n, int with_nan, uint64_t key)
+{
+    float *x = rnd(h, n, key, 3.0);
+    if (n > 3) {
+        x[1] = 0.0f;
+        x[2] = -0.0f;
+        x[3] = 1e-30f;
+    }
+    if (with_nan)
+        x[n / 2] = NAN;
+    const float scale = fp8_max_finite(f) / 2.0f;
+    uint8_t *q = hmem(h, n), *d_q = poisoned(h, n);
+    float amax = 0.0f, d_amax = 0.0f;
+    REF(h, fp8_quantize, q, &amax, x, n, scale, f);
+    BUT(h, fp8_quantize, d_q, &d_amax, to_dev(h, x, FB(n)), n, scale, f);
+    expect_dev_same(
+        h, NAME("fp8_quantize codes %s n=%zu nan=%d", fp8_format_info(f)->name, n, with_nan), ZT_U8,
+        d_q, q, n);
+    expect_same(h, NAME("fp8_quantize amax %s n=%zu nan=%d", fp8_format_info(f)->name, n, with_nan),
+                ZT_F32, &d_amax, &amax, 1);
+
+    uint8_t *codes = hmem(h, n);
+    for (size_t i = 0; i < n; i++)
+        codes[i] = (uint8_t)(i < 256 ? i : rng_u64(key + 1, i) & 0xff);
+    const float scale_inv = -0.37f;
+    float *y = hmem(h, FB(n)), *d_y = poisoned(h, FB(n));
+    REF(h, fp8_dequantize, y, codes, n, scale_inv, f);
+    BUT(h, fp8_dequantize, d_y, to_dev(h, codes, n), n, scale_inv, f);
+    expect_dev_same(h, NAME("fp8_dequantize %s n=%zu", fp8_format_info(f)->name, n), ZT_F32, d_y, y,
+                    n);
+}
+
+/* ---- attention and rotary positions ---------------------------------------- */
+
+/* Causal grouped-query attention: out and every probability (zeros above
+ * the diagonal included) written; the backward on the reference's att,
+ * key/value heads accumulating over the query heads that share them. */
+static void check_attention(struct harness *h, int B, int T, int NH, int NKV, int hs, uint64_t key)
+{
+    const size_t nq = (size_t)B * T * (size_t)(NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
+    const size_t na = (size_t)B * NH * T * T;
+    const float *qkv = rnd(h, nq, key, 1.5);
+    const float *d_qkv = to_dev(h, qkv, FB(nq));
+    float *out = hmem(h, FB(no)), *att = hmem(h, FB(na));
+    float *d_out = poisoned(h, FB(no)), *d_att = poisoned(h, FB(na));
+    REF(h, attention_forward, out, att, qkv, B, T, NH, NKV, hs);
+    BUT(h, attention_forward, d_out, d_att, d_qkv, B, T, NH, NKV, hs);
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
+    expect_dev_close(h, NAME("attention_forward out %s", shape), d_out, out, no, FP32_BUDGET);
+    expect_dev_close(h, NAME("attention_forward att %s", shape), d_att, att, na, FP32_BUDGET);
+    const float *dout = rnd(h, no, key + 1, 1.0);
+    float *dqkv = rnd(h, nq, key + 2, 1.0), *d_dqkv = to_dev(h, dqkv, FB(nq));
+    float *scratch = hmem(h, FB(na));
+    REF(h, attention_backward, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
+    BUT(h, attention_backward, d_dqkv, poisoned(h, FB(na)), to_dev(h, dout, FB(no)), d_qkv,
+        to_dev(h, att, FB(na)), B, T, NH, NKV, hs);
+    expect_dev_close(h, NAME("attention_backward dqkv %s", shape), d_dqkv, dqkv, nq, FP32_BUDGET);
+}
+
+/* RoPE on the query heads and on the key heads of qkv rows (row_stride
+ * wider than the rotated heads: the columns past them must stay), forward
+ * then backward, both in place on the same random buffer on each side. */
+static void check_rope(struct harness *h, int B, int T, int NH, int NKV, int hs, uint64_t key)
+{
+    const int stride = (NH + 2 * NKV) * hs;
+    const size_t n = (size_t)B * T * stride, nt = (size_t)T * (hs / 2);
+    float *cos_t = hmem(h, FB(nt)), *sin_t = hmem(h, FB(nt));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hs / 2; i++) {
+            const double angle = t * pow(10000.0, -2.0 * i / hs);
+            cos_t[t * (hs / 2) + i] = (float)cos(angle);
+            sin_t[t * (hs / 2) + i] = (float)sin(angle);
+        }
+    const float *d_cos = to_dev(h, cos_t, FB(nt)), *d_sin = to_dev(h, sin_t, FB(nt));
+    for (int backward = 0; backward < 2; backward++)
+        for (int part = 0; part < 2; part++) { /* 0: the query heads, 1: the key heads */
+            float *x = rnd(h, n, key + (uint64_t)(2 * backward + part), 1.0);
+            float *d_x = to_dev(h, x, FB(n));
+            const int off = part ? NH * hs : 0, heads = part ? NKV : NH;
+            if (backward) {
+                REF(h, rope_backward, x + off, cos_t, sin_t, B, T, heads, hs, stride);
+                BUT(h, rope_backward, d_x + off, d_cos, d_sin, B, T, heads, hs, stride);
+            } else {
+                REF(h, rope_forward, x + off, cos_t, sin_t, B, T, heads, hs, stride);
+                BUT(h, rope_forward, d_x + off, d_cos, d_sin, B, T, heads, hs, stride);
+            }
+            expect_dev_close(h,
+                             NAME("rope_%s B=%d T=%d heads=%d hs=%d stride=%d",
+                                  backward ? "backward" : "forward", B, T, heads, hs, stride),
+                             d_x, x, n, FP32_BUDGET);
+        }
+}
+
+/* ---- pointwise ------------------------------------------------------------- */
+
+/* GELU, the residual add and the mask multiply with its gradient. */
+static void check_pointwise(struct harness *h, int N, uint64_t key)
+{
+    const size_t n = (size_t)N;
+    const float *a = rnd(h, n, key, 5.0), *b = rnd(h, n, key + 1, 2.0);
+    const float *dout = rnd(h, n, key + 2, 1.0);
+    const float *d_a = to_dev(h, a, FB(n)), *d_b = to_dev(h, b, FB(n)),
+                *d_dout = to_dev(h, dout, FB(n));
+    float *out = hmem(h, FB(n)), *d_out = poisoned(h, FB(n));
+    REF(h, gelu_forward, out, a, N);
+    BUT(h, gelu_forward, d_out, d_a, N);
+    expect_dev_close(h, NAME("gelu_forward N=%d", N), d_out, out, n, FP32_BUDGET);
+    float *dinp = rnd(h, n, key + 3, 1.0), *d_dinp = to_dev(h, dinp, FB(n));
+    REF(h, gelu_backward, dinp, a, dout, N);
+    BUT(h, gelu_backward, d_dinp, d_a, d_dout, N);
+    expect_dev_close(h, NAME("gelu_backward N=%d", N), d_dinp, dinp, n, FP32_BUDGET);
+
+    out = hmem(h, FB(n));
+    d_out = poisoned(h, FB(n));
+    REF(h, residual_forward, out, a, b, N);
+    BUT(h, residual_forward, d_out, d_a, d_b, N);
+    expect_dev_close(h, NAME("residual_forward N=%d", N), d_out, out, n, FP32_BUDGET);
+    out = hmem(h, FB(n));
+    d_out = poisoned(h, FB(n));
+    REF(h, mul_forward, out, a, b, N);
+    BUT(h, mul_forward, d_out, d_a, d_b, N);
+    expect_dev_close(h, NAME("mul_forward N=%d", N), d_out, out, n, FP32_BUDGET);
+    float *da = rnd(h, n, key + 4, 1.0), *d_da = to_dev(h, da, FB(n));
+    REF(h, mul_backward, da, b, dout, N);
+    BUT(h, mul_backward, d_da, d_b, d_dout, N);
+    expect_dev_close(h, NAME("mul_backward N=%d", N), d_da, da, n, FP32_BUDGET);
+}
+
+static void check_swiglu(struct harness *h, int N, int I, uint64_t key)
+{
+    const size_t n = (size_t)N * I;
+    const float *gu = rnd(h, 2 * n, key, 4.0), *dout = rnd(h, n, key + 1, 1.0);
+    const float *d_gu = to_dev(h, gu, FB(2 * n));
+    float *out = hmem(h, FB(n)), *d_out = poisoned(h, FB(n));
+    REF(h, swiglu_forward, out, gu, N, I);
+    BUT(h, swiglu_forward, d_out, d_gu, N, I);
+    expect_dev_close(h, NAME("swiglu_forward N=%d I=%d", N, I), d_out, out, n, FP32_BUDGET);
+    float *dgu = rnd(h, 2 * n, key + 2, 1.0), *d_dgu = to_dev(h, dgu, FB(2 * n));
+    REF(h, swiglu_backward, dgu, dout, gu, N, I);
+    BUT(h, swiglu_backward, d_dgu, to_dev(h, dout, FB(n)), d_gu, N, I);
+    expect_dev_close(h, NAME("swiglu_backward N=%d I=%d", N, I), d_dgu, dgu, 2 * n, FP32_BUDGET);
+}
+
+/* ---- cross-entropy --------------------------------------------------------- */
+
+/* The fused softmax + cross-entropy with masked rows (target -1): losses
+ * and every prob written; the backward on the reference's probs. */
+static void check_crossentropy(struct harness *h, int N, int V, uint64_t key)
+{
+    const size_t n = (size_t)N * V;
+    const float *logits = rnd(h, n, key, 4.0);
+    const int32_t *tgt = ids(h, N, V, key + 1, 1);
+    const int32_t *d_tgt = to_dev(h, tgt, IB(N));
+    float *losses = hmem(h, FB(N)), *probs = hmem(h, FB(n));
+    float *d_losses = poisoned(h, FB(N)), *d_probs = poisoned(h, FB(n));
+    REF(h, crossentropy_forward, losses, probs, logits, tgt, N, V);
+    BUT(h, crossentropy_forward, d_losses, d_probs, to_dev(h, logits, FB(n)), d_tgt, N, V);
+    expect_dev_close(h, NAME("crossentropy_forward losses N=%d V=%d", N, V), d_losses, losses,
+                     (size_t)N, FP32_BUDGET);
+    expect_dev_close(h, NAME("crossentropy_forward probs N=%d V=%d", N, V), d_probs, probs, n,
+                     FP32_BUDGET);
+    float *dlogits = rnd(h, n, key + 2, 1.0), *d_dlogits = to_dev(h, dlogits, FB(n));
+    const float dloss = 1.0f / (float)N;
+    REF(h, crossentropy_backward, dlogits, probs, tgt, dloss, N, V);
+    BUT(h, crossentropy_backward, d_dlogits, to_dev(h, probs, FB(n)), d_tgt, dloss, N, V);
+    expect_dev_close(h, NAME("crossentropy_backward N=%d V=%d", N, V), d_dlogits, dlogits, n,
+                     FP32_BUDGET);
+}
+
+/* The vocabulary-parallel cross-entropy on the columns [v_lo, v_lo + Vp)
+ * of V, each of its four ops on its own given inputs (the reductions
+ * between them are the caller's): targets over the whole vocabulary,
+ * some in the slice, some not, some masked. */
+static void check_crossentropy_vocab(struct harness *h, int N, int V, int v_lo, int Vp,
+                                     uint64_t key)
+{
+    const size_t n = (size_t)N * Vp;
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d V=%d v_lo=%d Vp=%d", N, V, v_lo, Vp);
+    const float *logits = rnd(h, n, key, 4.0);
+    const float *d_logits = to_dev(h, logits, FB(n));
+    const int32_t *tgt = ids(h, N, V, key + 1, 1);
+    const int32_t *d_tgt = to_dev(h, tgt, IB(N));
+
+    float *row_max = hmem(h, FB(N)), *d_row_max = poisoned(h, FB(N));
+    REF(h, crossentropy_vocab_max, row_max, logits, N, Vp);
+    BUT(h, crossentropy_vocab_max, d_row_max, d_logits, N, Vp);
+    expect_dev_close(h, NAME("crossentropy_vocab_max %s", shape), d_row_max, row_max, (size_t)N,
+                     FP32_BUDGET);
+
+    /* the global max: at least this part's */
+    float *gmax = rnd_range(h, (size_t)N, key + 2, 0.0, 1.0);
+    for (int i = 0; i < N; i++)
+        gmax[i] += row_max[i];
+    float *probs = hmem(h, FB(n)), *stats = hmem(h, FB(2 * N));
+    float *d_probs = poisoned(h, FB(n)), *d_stats = poisoned(h, FB(2 * N));
+    REF(h, crossentropy_vocab_exp, probs, stats, logits, gmax, tgt, N, Vp, v_lo);
+    BUT(h, crossentropy_vocab_exp, d_probs, d_stats, d_logits, to_dev(h, gmax, FB(N)), d_tgt, N, Vp,
+        v_lo);
+    expect_dev_close(h, NAME("crossentropy_vocab_exp probs %s", shape), d_probs, probs, n,
+                     FP32_BUDGET);
+    expect_dev_close(h, NAME("crossentropy_vocab_exp row_stats %s", shape), d_stats, stats,
+                     2 * (size_t)N, FP32_BUDGET);
+
+    /* the summed stats: this part's sums plus the other parts' */
+    float *tot = hdup(h, stats, FB(2 * N));
+    for (int i = 0; i < N; i++)
+        tot[i] += 1.0f + (float)i;
+    float *d_fprobs = to_dev(h, probs, FB(n)), *losses = hmem(h, FB(N));
+    float *d_losses = poisoned(h, FB(N));
+    REF(h, crossentropy_vocab_finish, losses, probs, tot, tgt, N, Vp);
+    BUT(h, crossentropy_vocab_finish, d_losses, d_fprobs, to_dev(h, tot, FB(2 * N)), d_tgt, N, Vp);
+    expect_dev_close(h, NAME("crossentropy_vocab_finish losses %s", shape), d_losses, losses,
+                     (size_t)N, FP32_BUDGET);
+    expect_dev_close(h, NAME("crossentropy_vocab_finish probs %s", shape), d_fprobs, probs, n,
+                     FP32_BUDGET);
+
+    float *dlogits = rnd(h, n, key + 3, 1.0), *d_dlogits = to_dev(h, dlogits, FB(n));
+    const float dloss = 0.37f;
+    REF(h, crossentropy_vocab_backward, dlogits, probs, tgt, dloss, N, Vp, v_lo);
+    BUT(h, crossentropy_vocab_backward, d_dlogits, to_dev(h, probs, FB(n)), d_tgt, dloss, N, Vp,
+        v_lo);
+    expect_dev_close(h, NAME("crossentropy_vocab_backward %s", shape), d_dlogits, dlogits, n,
+                     FP32_BUDGET);
+}
+
+/* ---- engine ops: casts, reductions, scaling -------------------------------- */
+
+static const enum zt_dtype WORKING[] = {ZT_F32, ZT_BF16, ZT_F16};
+
+static const char *dtype_name(enum zt_dtype t)
+{
+    return t == ZT_F32 ? "f32" : t == ZT_BF16 ? "bf16" : t == ZT_F16 ? "f16" : "?";
+}
+
+/* n floats over many binades (subnormals of fp16 and bf16, fp16's
+ * overflow), with ties of both 16-bit formats, signed zeros, infinities
+ * and a NaN among the first ones. */
+static float *spread_floats(struct harness *h, size_t n, uint64_t key)
+{
+    float *x = rnd(h, n, key, 2.0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = ldexpf(x[i], (int)(rng_u64(key + 1, i) % 80) - 50);
+    const float special[] = {0.0f,      -0.0f,  1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 65520.0f,
+                             70000.0f,  -1e30f, 0x1p-20f,       -0x1p-130f,      INFINITY,
+                             -INFINITY, NAN,    0x1p-149f,      -3.0f + 0x1p-7f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0] && i < n; i++)
+        x[i] = special[i];
+    return x;
+}
+
+/* n elements of t: the working-precision values of spread_floats, or for
+ * 16-bit types every bit pattern first. */
+static void *working_values(struct harness *h, enum zt_dtype t, size_t n, uint64_t key)
+{
+    void *v = hmem(h, n * zt_dtype_size(t));
+    REF(h, from_f32, t, spread_floats(h, n, key), v, n);
+    if (t != ZT_F32)
+        for (size_t i = 0; i < n && i < 65536; i++)
+            ((uint16_t *)v)[i] = (uint16_t)i;
+    return v;
+}
+
+/* to_f32 and from_f32 in every working precision, bit for bit. */
+static void check_casts(struct harness *h, enum zt_dtype t, size_t n, uint64_t key)
+{
+    const char *tn = dtype_name(t);
+    const void *src = working_values(h, t, n, key);
+    float *f = hmem(h, FB(n)), *d_f = poisoned(h, FB(n));
+    REF(h, to_f32, t, src, f, n);
+    BUT(h, to_f32, t, to_dev(h, src, n * zt_dtype_size(t)), d_f, n);
+    expect_elementwise(h, NAME("to_f32 %s n=%zu", tn, n), ZT_F32, d_f, f, n);
+
+    const float *x = spread_floats(h, n, key + 2);
+    void *w = hmem(h, n * zt_dtype_size(t)), *d_w = poisoned(h, n * zt_dtype_size(t));
+    REF(h, from_f32, t, x, w, n);
+    BUT(h, from_f32, t, to_dev(h, x, FB(n)), d_w, n);
+    expect_elementwise(h, NAME("from_f32 %s n=%zu", tn, n), t, d_w, w, n);
+}
+
+/* add_into in every working precision, on moderate values (the sum of
+ * two spread values is mostly one of them). */
+static void check_add_into(struct harness *h, enum zt_dtype t, size_t n, uint64_t key)
+{
+    const size_t bytes = n * zt_dtype_size(t);
+    void *dst = hmem(h, bytes), *src = hmem(h, bytes);
+    REF(h, from_f32, t, rnd(h, n, key, 3.0), dst, n);
+    REF(h, from_f32, t, rnd(h, n, key + 1, 3.0), src, n);
+    void *d_dst = to_dev(h, dst, bytes);
+    REF(h, add_into, t, dst, src, n);
+    BUT(h, add_into, t, d_dst, to_dev(h, src, bytes), n);
+    expect_elementwise(h, NAME("add_into %s n=%zu", dtype_name(t), n), t, d_dst, dst, n);
+}
+
+/* sum_squares within SUMSQ_BUDGET (its order of summation is each
+ * backend's own); with an infinity among the values, non-finite on both. */
+static void check_sum_squares(struct harness *h, enum zt_dtype t, size_t n, int with_inf,
+                              uint64_t key)
+{
+    const size_t bytes = n * zt_dtype_size(t);
+    float *x = rnd(h, n, key, 3.0);
+    if (with_inf)
+        x[n / 3] = -INFINITY;
+    void *src = hmem(h, bytes);
+    REF(h, from_f32, t, x, src, n);
+    const double scale = 1.0 / 3.0;
+    double ref = 0.0, got = 0.0;
+    REF(h, sum_squares, t, src, n, scale, &ref);
+    BUT(h, sum_squares, t, to_dev(h, src, bytes), n, scale, &got);
+    const char *name = NAME("sum_squares %s n=%zu inf=%d", dtype_name(t), n, with_inf);
+    if (!isfinite(ref))
+        expect_same(h, name, ZT_F64, &got, &ref, 1);
+    else
+        expect_close_t(h, name, ZT_F64, &got, &ref, 1, SUMSQ_BUDGET);
+}
+
+/* scale in place, and memset_zero of an odd byte count from an odd
+ * offset: the bytes around it must stay. */
+static void check_scale_and_memset(struct harness *h, size_t n, uint64_t key)
+{
+    float *x = rnd(h, n, key, 3.0), *d_x = to_dev(h, x, FB(n));
+    REF(h, scale, x, n, -0.37f);
+    BUT(h, scale, d_x, n, -0.37f);
+    expect_elementwise(h, NAME("scale n=%zu", n), ZT_F32, d_x, x, n);
+
+    const size_t bytes = n + 6;
+    unsigned char *b = hmem(h, bytes);
+    memset(b, 0xab, bytes);
+    unsigned char *d_b = to_dev(h, b, bytes);
+    REF(h, memset_zero, b + 3, n);
+    BUT(h, memset_zero, d_b + 3, n);
+    expect_elementwise(h, NAME("memset_zero bytes=%zu", n), ZT_U8, d_b, b, bytes);
+}
+
+/* ---- element-wise optimizers ----------------------------------------------- */
+
+enum rule { RULE_ADAMW, RULE_ADAM, RULE_SGD, RULE_LION };
+
+static const char *const RULE_NAMES[] = {"adamw_update", "adam_update", "sgd_update",
+                                         "lion_update"};
+
+static zt_status run_rule(const struct ops_backend *ops, enum rule rule,
+                          const struct optimizer_range *r, const struct optimizer_hparams *hp)
+{
+    switch (rule) {
+    case RULE_ADAMW:
+        return ops->adamw_update(ops, r, hp);
+    case RULE_ADAM:
+        return ops->adam_update(ops, r, hp);
+    case RULE_SGD:
+        return ops->sgd_update(ops, r, hp);
+    default:
+        return ops->lion_update(ops, r, hp);
+    }
+}
+
+/* One fused update of n elements: gradients in grad_t scaled by gscale,
+ * the rule's states (n_states of them, random: v non-negative) and, when
+ * working_t is not ZT_F32, the working copy refreshed (it starts as NaN on
+ * the backend's side). Parameters, states and the working copy bit for bit. */
+static void check_rule(struct harness *h, enum rule rule, const struct optimizer_hparams *hp,
+                       int n_states, enum zt_dtype grad_t, enum zt_dtype working_t, size_t n,
+                       float decay, uint64_t key)
+{
+    char what[128];
+    snprintf(what, sizeof what, "%s grads=%s working=%s n=%zu decay=%g step=%ld mom=%g nest=%d",
+             RULE_NAMES[rule], dtype_name(grad_t),
+             working_t == ZT_F32 ? "none" : dtype_name(working_t), n, (double)decay, hp->step,
+             (double)hp->momentum, hp->nesterov);
+    const size_t gbytes = n * zt_dtype_size(grad_t), wbytes = n * zt_dtype_size(working_t);
+    float *p = rnd(h, n, key, 1.0), *d_p = to_dev(h, p, FB(n));
+    void *g = hmem(h, gbytes);
+    REF(h, from_f32, grad_t, rnd(h, n, key + 1, 2.0), g, n);
+    struct optimizer_range r = {.params = p,
+                                .grads = g,
+                                .grad_dtype = grad_t,
+                                .gscale = 0.7f,
+                                .n = n,
+                                .decay = decay,
+                                .working_dtype = working_t};
+    struct optimizer_range d = r;
+    d.params = d_p;
+    d.grads = to_dev(h, g, gbytes);
+    for (int k = 0; k < n_states; k++) {
+        /* the second moments (adam's state 1) are non-negative */
+        r.states[k] = k == 1 ? rnd_range(h, n, key + 2 + (uint64_t)k, 0.0, 0.01)
+                             : rnd(h, n, key + 2 + (uint64_t)k, 0.1);
+        d.states[k] = to_dev(h, r.states[k], FB(n));
+    }
+    if (working_t != ZT_F32) {
+        r.working = hmem(h, wbytes);
+        d.working = poisoned(h, wbytes);
+    }
+    ck_assert_int_eq(run_rule(h->ref, rule, &r, hp), ZT_OK);
+    status_ok(h, what, run_rule(h->but, rule, &d, hp));
+    expect_elementwise(h, NAME("%s: params", what), ZT_F32, d_p, p, n);
+    for (int k = 0; k < n_states; k++)
+        expect_elementwise(h, NAME("%s: state %d", what, k), ZT_F32, d.states[k], r.states[k], n);
+    if (working_t != ZT_F32)
+        expect_elementwise(h, NAME("%s: working", what), working_t, d.working, r.working, n);
+}
+
+static const struct optimizer_hparams ADAM_HP = {
+    .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 3};
+
+/* Every rule over the engine's precisions (fp32 gradients and no working
+ * copy; 16-bit gradients and working copy; fp32 gradients with a bf16
+ * working copy), decay on and off, n odd and n = 1. SGD without momentum
+ * (no state), with momentum at its first step (buf = g) and later, and
+ * Nesterov. */
+static void check_elementwise_optimizers(struct harness *h, size_t n, uint64_t key)
+{
+    static const enum zt_dtype PAIRS[][2] = {
+        {ZT_F32, ZT_F32}, {ZT_BF16, ZT_BF16}, {ZT_F16, ZT_F16}, {ZT_F32, ZT_BF16}};
+    for (int c = 0; c < 4; c++) {
+        const enum zt_dtype gt = PAIRS[c][0], wt = PAIRS[c][1];
+        const float decay = c % 2 ? 0.0f : 1.0f;
+        const uint64_t k = key + 100 * (uint64_t)c;
+        check_rule(h, RULE_ADAMW, &ADAM_HP, 2, gt, wt, n, decay, k);
+        check_rule(h, RULE_ADAM, &ADAM_HP, 2, gt, wt, n, decay, k + 10);
+        struct optimizer_hparams lion = ADAM_HP;
+        lion.beta2 = 0.99f;
+        check_rule(h, RULE_LION, &lion, 1, gt, wt, n, decay, k + 20);
+        struct optimizer_hparams sgd = {.lr = 0.05f, .weight_decay = 0.01f, .step = 3};
+        check_rule(h, RULE_SGD, &sgd, 0, gt, wt, n, decay, k + 30);
+        sgd.momentum = 0.9f;
+        sgd.dampening = 0.1f;
+        for (long step = 1; step <= 3; step += 2) {
+            sgd.step = step;
+            sgd.nesterov = 0;
+            check_rule(h, RULE_SGD, &sgd, 1, gt, wt, n, decay, k + 40 + (uint64_t)step);
+            sgd.nesterov = 1;
+            sgd.dampening = 0.0f; /* PyTorch's Nesterov takes no dampening */
+            check_rule(h, RULE_SGD, &sgd, 1, gt, wt, n, decay, k + 50 + (uint64_t)step);
+            sgd.dampening = 0.1f;
+        }
+    }
+}
+
+/* ---- whole-tensor optimizers ------------------------------------------------- */
+
+/* Overwrites dev[0..bytes) with host's. */
+static void put(struct harness *h, void *dev, const void *host, size_t bytes)
+{
+    if (bytes)
+        ck_assert_int_eq(h->be.dev.ops->copy_from_host(dev, host, bytes), ZT_OK);
+}
+
+/* Compares n host values of t: bit for bit when budget is 0, else within
+ * budget relative to the largest. */
+static void expect_values(struct harness *h, const char *name, enum zt_dtype t, const void *but,
+                          const void *ref, size_t n, double budget)
+{
+    if (budget == 0.0)
+        expect_same(h, name, t, but, ref, n);
+    else
+        expect_close_t(h, name, t, but, ref, n, budget);
+}
+
+/* The tensors of one side (reference on the host, or the backend's
+ * device) for the whole-tensor optimizers: the tensor whole, and one
+ * tensor-state copy per rank. */
+enum { RANKS = 3 };
+struct tensor_side {
+    float *params, *grads;
+    void *states[OPTIMIZER_MAX_STATES];
+    float *tstate[RANKS];
+    double *totals[OPTIMIZER_MAX_ROUNDS];
+};
+
+/* Rank k's piece [cut[k], cut[k+1]) of the tensor on one side; an empty
+ * piece has lo = hi = 0 and no pointers, as shard/update.c passes it. */
+static struct optimizer_piece piece_of(const struct tensor_side *s, int k, const size_t *cut,
+                                       int rows, int cols, const size_t *esz, int n_states)
+{
+    struct optimizer_piece pc = {.rows = rows,
+                                 .cols = cols,
+                                 .numel = (size_t)rows * (size_t)cols,
+                                 .tensor_state = s->tstate[k],
+                                 .decay = 1.0f};
+    for (int q = 0; q < OPTIMIZER_MAX_ROUNDS; q++)
+        pc.stats[q] = s->totals[q];
+    if (cut[k] == cut[k + 1])
+        return pc;
+    pc.lo = cut[k];
+    pc.hi = cut[k + 1];
+    pc.params = s->params + pc.lo;
+    pc.grads = s->grads + pc.lo;
+    for (int j = 0; j < n_states; j++)
+        pc.states[j] = (char *)s->states[j] + pc.lo * esz[j];
+    return pc;
+}
+
+/* Budgets of the whole-tensor optimizers' results, by what they are. */
+struct piece_budgets {
+    double stats[OPTIMIZER_MAX_ROUNDS]; /* each round's partial and total statistics */
+    double values;                      /* parameters, states, tensor state */
+};
+
+/* Round q on every rank's piece: each rank's partial statistics zeroed
+ * with the table's memset_zero (as the engine does), filled by the round,
+ * compared, and combined into the totals by the round's reduction (the
+ * allreduce). */
+static void pieces_round(struct harness *h, const struct optimizer_ops *o, int q,
+                         struct tensor_side *ref, struct tensor_side *but, const size_t *cut,
+                         int rows, int cols, const size_t *esz, int n_states,
+                         const struct optimizer_hparams *hp, const struct piece_budgets *bud,
+                         const char *what)
+{
+    const size_t ns = o->stats_len(q, rows, cols, hp), bytes = ns * sizeof(double);
+    double *tot_ref = hmem(h, bytes), *tot_but = hmem(h, bytes);
+    for (int k = 0; k < RANKS; k++) {
+        struct optimizer_piece pr = piece_of(ref, k, cut, rows, cols, esz, n_states);
+        struct optimizer_piece pb = piece_of(but, k, cut, rows, cols, esz, n_states);
+        double *part_ref = hmem(h, bytes), *part_dev = dev_alloc(h, bytes);
+        BUT(h, memset_zero, part_dev, bytes);
+        pr.stats[q] = part_ref;
+        pb.stats[q] = part_dev;
+        ck_assert_int_eq(o->tensor_round(h->ref, q, &pr, hp), ZT_OK);
+        status_ok(h, NAME("%s round %d", what, q), o->tensor_round(h->but, q, &pb, hp));
+        const double *part_but = from_dev(h, part_dev, bytes);
+        expect_values(h, NAME("%s round %d rank %d: stats", what, q, k), ZT_F64, part_but, part_ref,
+                      ns, bud->stats[q]);
+        const int max = o->round_reduce[q] == OPTIMIZER_REDUCE_MAX;
+        for (size_t i = 0; i < ns; i++) {
+            tot_ref[i] = max ? fmax(tot_ref[i], part_ref[i]) : tot_ref[i] + part_ref[i];
+            tot_but[i] = max ? fmax(tot_but[i], part_but[i]) : tot_but[i] + part_but[i];
+        }
+    }
+    ref->totals[q] = tot_ref;
+    but->totals[q] = to_dev(h, tot_but, bytes);
+}
+
+/* `steps` steps of a whole-tensor optimizer on a rows x cols tensor cut
+ * into RANKS pieces (the middle one empty), states and tensor state
+ * starting at zero as device_alloc leaves them. Every result is compared
+ * after each step; then the backend's buffers take the reference's values,
+ * so that each step is judged on the same inputs. The second step's
+ * gradients are large, so the update clips. */
+static void check_pieces(struct harness *h, const char *opt, int rows, int cols,
+                         struct optimizer_hparams hp, const struct piece_budgets *bud, int steps,
+                         uint64_t key)
+{
+    const struct optimizer_ops *o = optimizer_find(opt);
+    ck_assert_ptr_nonnull(o);
+    const size_t n = (size_t)rows * (size_t)cols, len = o->tensor_state_len(rows, cols, &hp);
+    const size_t cut[RANKS + 1] = {0, n * 2 / 5, n * 2 / 5, n};
+    const int n_states = optimizer_state_count(o, &hp);
+    size_t esz[OPTIMIZER_MAX_STATES];
+    struct tensor_side ref = {0}, but = {0};
+    ref.params = rnd(h, n, key, 1.0);
+    but.params = to_dev(h, ref.params, FB(n));
+    for (int j = 0; j < n_states; j++) {
+        esz[j] = zt_dtype_size(o->state_dtype[j]);
+        ref.states[j] = hmem(h, n * esz[j]);
+        but.states[j] = to_dev(h, ref.states[j], n * esz[j]);
+    }
+    for (int k = 0; k < RANKS; k++) {
+        ref.tstate[k] = hmem(h, FB(len));
+        but.tstate[k] = to_dev(h, ref.tstate[k], FB(len));
+    }
+    char what[128];
+    for (long step = 1; step <= steps; step++) {
+        hp.step = step;
+        snprintf(what, sizeof what, "%s %dx%d beta1=%g step=%ld", opt, rows, cols, (double)hp.beta1,
+                 step);
+        ref.grads = rnd(h, n, key + 1 + (uint64_t)step, step == 2 ? 50.0 : 0.5);
+        but.grads = to_dev(h, ref.grads, FB(n));
+        for (int q = 0; q < o->n_rounds; q++)
+            pieces_round(h, o, q, &ref, &but, cut, rows, cols, esz, n_states, &hp, bud, what);
+        for (int k = 0; k < RANKS; k++) {
+            struct optimizer_piece pr = piece_of(&ref, k, cut, rows, cols, esz, n_states);
+            struct optimizer_piece pb = piece_of(&but, k, cut, rows, cols, esz, n_states);
+            ck_assert_int_eq(o->tensor_apply(h->ref, &pr, &hp), ZT_OK);
+            status_ok(h, NAME("%s apply", what), o->tensor_apply(h->but, &pb, &hp));
+        }
+        expect_values(h, NAME("%s: params", what), ZT_F32, from_dev(h, but.params, FB(n)),
+                      ref.params, n, bud->values);
+        put(h, but.params, ref.params, FB(n));
+        for (int j = 0; j < n_states; j++) {
+            const enum zt_dtype t = o->state_dtype[j] == ZT_U8 ? ZT_U8 : ZT_F32;
+            expect_values(h, NAME("%s: state %d", what, j), t,
+                          from_dev(h, but.states[j], n * esz[j]), ref.states[j], n, bud->values);
+            put(h, but.states[j], ref.states[j], n * esz[j]);
+        }
+        for (int k = 0; k < RANKS; k++) {
+            expect_values(h, NAME("%s: tensor state of rank %d", what, k), ZT_F32,
+                          from_dev(h, but.tstate[k], FB(len)), ref.tstate[k], len, bud->values);
+            put(h, but.tstate[k], ref.tstate[k], FB(len));
+        }
+    }
+}
+
+/* Adafactor on a factored matrix and a vector, with and without beta1,
+ * lr relative to the parameters' RMS and the relative step. Round 0's
+ * statistics are double sums of the same floats (SUMSQ_BUDGET); round 1's
+ * square the update, which divides by fp32 factors (FP32_BUDGET). */
+static void check_adafactor(struct harness *h, int rows, int cols, int variant, uint64_t key)
+{
+    const struct optimizer_hparams hp = {.lr = 0.03f,
+                                         .eps = 1e-30f,
+                                         .eps2 = 1e-3f,
+                                         .clip_threshold = 1.0f,
+                                         .decay_rate = -0.8f,
+                                         .weight_decay = 0.1f,
+                                         .beta1 = variant ? 0.9f : 0.0f,
+                                         .scale_parameter = !variant,
+                                         .relative_step = variant};
+    const struct piece_budgets bud = {{SUMSQ_BUDGET, FP32_BUDGET}, FP32_BUDGET};
+    check_pieces(h, "Adafactor", rows, cols, hp, &bud, 3, key);
+}
+
+/* 8-bit AdamW on a quantised tensor cut inside a block (and past a block
+ * edge) and on one small enough to keep fp32 moments: codes, absmax and
+ * parameters bit for bit (every step is element-wise; the maxima are exact). */
+static void check_adamw8bit(struct harness *h, int rows, int cols, uint64_t key)
+{
+    const struct optimizer_hparams hp = {.lr = 0.01f,
+                                         .beta1 = 0.9f,
+                                         .beta2 = 0.999f,
+                                         .eps = 1e-8f,
+                                         .weight_decay = 0.01f,
+                                         .min_8bit_size = 256};
+    const struct piece_budgets bud = {{ELEMENTWISE_BUDGET, ELEMENTWISE_BUDGET}, ELEMENTWISE_BUDGET};
+    check_pieces(h, "AdamW8bit", rows, cols, hp, &bud, 3, key);
+}
+
+/* ---- the tests ------------------------------------------------------------- */
+
+/* The model's sizes: B=2 T=7 C=24 NH=4 NKV=2 hs=6 V=37. */
+enum { B_ = 2, T_ = 7, C_ = 24, NH_ = 4, NKV_ = 2, HS_ = 6, V_ = 37 };
+
+START_TEST(embeddings)
+{
+    struct harness h;
+    harness_open(&h);
+    check_encoder(&h, B_, T_, C_, V_, 1000);
+    check_encoder(&h, 1, 1, 3, 1, 1100);
+    check_encoder(&h, 3, 5, 33, 4, 1200); /* many repeats of each token */
+    check_encoder_vocab(&h, B_, T_, C_, V_, 10, 13, 1300);
+    check_encoder_vocab(&h, B_, T_, C_, V_, 0, V_, 1400);
+    check_encoder_vocab(&h, B_, T_, C_, V_, V_ - 1, 1, 1500);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(norms)
+{
+    struct harness h;
+    harness_open(&h);
+    check_layernorm(&h, B_ * T_, C_, 2000);
+    check_layernorm(&h, 1, 7, 2100);
+    check_layernorm(&h, 3, 771, 2200);
+    check_rmsnorm(&h, B_ * T_, C_, 1e-5f, 2300);
+    check_rmsnorm(&h, 1, 7, 1e-6f, 2400);
+    check_rmsnorm(&h, 3, 771, 1e-5f, 2500);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(linear)
+{
+    struct harness h;
+    harness_open(&h);
+    check_matmul(&h, B_ * T_, C_, V_, 3000);
+    check_matmul(&h, 1, 3, 5, 3100);
+    check_matmul(&h, 33, 70, 65, 3200);
+    check_lora(&h, B_ * T_, C_, 3, V_, V_ + 5, 3300);
+    check_lora(&h, 1, 5, 1, 7, 7, 3400);
+    check_lora(&h, 33, 70, 4, 65, 3 * 65, 3500);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(fp8)
+{
+    struct harness h;
+    harness_open(&h);
+    for (int f = 0; f < FP8_FORMAT_COUNT; f++) {
+        check_fp8(&h, (enum fp8_format)f, 1001, 0, 4000 + 10 * (uint64_t)f);
+        check_fp8(&h, (enum fp8_format)f, 1, 0, 4100 + 10 * (uint64_t)f);
+        check_fp8(&h, (enum fp8_format)f, 4099, 1, 4200 + 10 * (uint64_t)f);
+    }
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(attention)
+{
+    struct harness h;
+    harness_open(&h);
+    check_attention(&h, B_, T_, NH_, NKV_, HS_, 5000);
+    check_attention(&h, B_, T_, 3, 3, HS_, 5100); /* GPT-2: NKV == NH */
+    check_attention(&h, 1, 1, 2, 1, 5, 5200);
+    check_attention(&h, 1, 70, 2, 1, 5, 5300); /* T past a 64-row tile */
+    check_rope(&h, B_, T_, NH_, NKV_, HS_, 5400);
+    check_rope(&h, 1, 1, 1, 1, 2, 5500);
+    check_rope(&h, 2, 33, 3, 1, 10, 5600);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(pointwise)
+{
+    struct harness h;
+    harness_open(&h);
+    check_pointwise(&h, 1001, 6000);
+    check_pointwise(&h, 1, 6100);
+    check_pointwise(&h, B_ * T_ * C_, 6200);
+    check_swiglu(&h, B_ * T_, V_, 6300);
+    check_swiglu(&h, 1, 1, 6400);
+    check_swiglu(&h, 3, 257, 6500);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(crossentropy)
+{
+    struct harness h;
+    harness_open(&h);
+    check_crossentropy(&h, B_ * T_, V_, 7000);
+    check_crossentropy(&h, 1, 1, 7100);
+    check_crossentropy(&h, 3, 1001, 7200);
+    check_crossentropy_vocab(&h, B_ * T_, V_, 10, 13, 7300);
+    check_crossentropy_vocab(&h, B_ * T_, V_, 0, V_, 7400);
+    check_crossentropy_vocab(&h, B_ * T_, V_, V_ - 1, 1, 7500);
+    check_crossentropy_vocab(&h, 3, 3000, 1000, 1001, 7600);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(casts_and_reductions)
+{
+    struct harness h;
+    harness_open(&h);
+    for (int i = 0; i < 3; i++) {
+        const enum zt_dtype t = WORKING[i];
+        const uint64_t k = 8000 + 100 * (uint64_t)i;
+        check_casts(&h, t, t == ZT_F32 ? 4099 : 65536 + 37, k);
+        check_casts(&h, t, 1, k + 10);
+        check_add_into(&h, t, 1001, k + 20);
+        check_add_into(&h, t, 1, k + 30);
+        check_sum_squares(&h, t, 1, 0, k + 40);
+        check_sum_squares(&h, t, 1001, 0, k + 50);
+        check_sum_squares(&h, t, 300007, 0, k + 60);
+        check_sum_squares(&h, t, 1001, 1, k + 70);
+    }
+    check_scale_and_memset(&h, 1001, 8500);
+    check_scale_and_memset(&h, 1, 8600);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(elementwise_optimizers)
+{
+    struct harness h;
+    harness_open(&h);
+    check_elementwise_optimizers(&h, 1001, 9000);
+    check_elementwise_optimizers(&h, 1, 9500);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(whole_tensor_optimizers)
+{
+    struct harness h;
+    harness_open(&h);
+    for (int variant = 0; variant < 2; variant++) {
+        check_adafactor(&h, 7, V_, variant, 10000 + 100 * (uint64_t)variant);
+        check_adafactor(&h, V_, 1, variant, 10200 + 100 * (uint64_t)variant);
+    }
+    check_adamw8bit(&h, 20, 30, 10400); /* 600 elements: 3 blocks, cut at 240 */
+    check_adamw8bit(&h, V_, 1, 10500);  /* below min_8bit_size: fp32 moments */
+    harness_close(&h);
+}
+END_TEST
+
+/* ---- the self-check: the harness reports broken ops ------------------------- */
+
+/* Each broken slot does the CPU's work with one deliberate fault, the kind
+ * a new kernel might have. The CPU's device memory is host memory, so a
+ * broken op may touch its buffers directly. */
+static const struct ops_backend *cpu(void)
+{
+    return ops_cpu_backend();
+}
+
+/* leaves the last element unwritten */
+static zt_status gelu_forward_short(const struct ops_backend *self, float *out, const float *inp,
+                                    int N)
+{
+    (void)self;
+    return N > 1 ? cpu()->gelu_forward(cpu(), out, inp, N - 1) : ZT_OK;
+}
+
+/* assigns its gradients instead of accumulating them */
+static zt_status layernorm_backward_assigns(const struct ops_backend *self, float *dinp,
+                                            float *dweight, float *dbias, const float *dout,
+                                            const float *inp, const float *weight,
+                                            const float *mean, const float *rstd, int N, int C)
+{
+    (void)self;
+    memset(dinp, 0, FB((size_t)N * C));
+    if (dweight) {
+        memset(dweight, 0, FB(C));
+        memset(dbias, 0, FB(C));
+    }
+    return cpu()->layernorm_backward(cpu(), dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
+                                     C);
+}
+
+/* misses the last element */
+static zt_status sum_squares_short(const struct ops_backend *self, enum zt_dtype t, const void *src,
+                                   size_t n, double scale, double *out)
+{
+    (void)self;
+    return cpu()->sum_squares(cpu(), t, src, n > 1 ? n - 1 : n, scale, out);
+}
+
+/* drops the bias */
+static zt_status matmul_forward_no_bias(const struct ops_backend *self, float *out,
+                                        const float *inp, const float *weight, const float *bias,
+                                        int N, int C, int OC)
+{
+    (void)self;
+    (void)bias;
+    return cpu()->matmul_forward(cpu(), out, inp, weight, NULL, N, C, OC);
+}
+
+/* truncates to bf16 instead of rounding to nearest even */
+static zt_status from_f32_truncates(const struct ops_backend *self, enum zt_dtype t,
+                                    const float *src, void *dst, size_t n)
+{
+    (void)self;
+    if (t != ZT_BF16)
+        return cpu()->from_f32(cpu(), t, src, dst, n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        ((uint16_t *)dst)[i] = (uint16_t)(u >> 16);
+    }
+    return ZT_OK;
+}
+
+/* never refreshes the working copy */
+static zt_status adamw_update_stale_working(const struct ops_backend *self,
+                                            const struct optimizer_range *r,
+                                            const struct optimizer_hparams *hp)
+{
+    (void)self;
+    struct optimizer_range without = *r;
+    without.working = NULL;
+    return cpu()->adamw_update(cpu(), &without, hp);
+}
+
+/* rotates the wrong way */
+static zt_status rope_forward_backwards(const struct ops_backend *self, float *x,
+                                        const float *cos_t, const float *sin_t, int B, int T,
+                                        int n_heads, int hs, int row_stride)
+{
+    (void)self;
+    return cpu()->rope_backward(cpu(), x, cos_t, sin_t, B, T, n_heads, hs, row_stride);
+}
+
+/* amax one ulp high */
+static zt_status fp8_quantize_amax_ulp(const struct ops_backend *self, uint8_t *q, float *amax,
+                                       const float *x, size_t n, float scale, enum fp8_format f)
+{
+    (void)self;
+    zt_status st = cpu()->fp8_quantize(cpu(), q, amax, x, n, scale, f);
+    *amax = nextafterf(*amax, INFINITY);
+    return st;
+}
+
+/* counts the masked rows too (their target taken as 0) */
+static zt_status crossentropy_backward_unmasked(const struct ops_backend *self, float *dlogits,
+                                                const float *probs, const int32_t *targets,
+                                                float dloss, int N, int V)
+{
+    (void)self;
+    int32_t *t = malloc(IB(N));
+    ck_assert_ptr_nonnull(t);
+    for (int i = 0; i < N; i++)
+        t[i] = targets[i] < 0 ? 0 : targets[i];
+    zt_status st = cpu()->crossentropy_backward(cpu(), dlogits, probs, t, dloss, N, V);
+    free(t);
+    return st;
+}
+
+/* forgets the weight decay */
+static zt_status adafactor_apply_no_decay(const struct ops_backend *self,
+                                          const struct optimizer_piece *pc,
+                                          const struct optimizer_hparams *hp)
+{
+    (void)self;
+    struct optimizer_piece without = *pc;
+    without.decay = 0.0f;
+    return cpu()->adafactor_apply(cpu(), &without, hp);
+}
+
+static void break_gelu(struct ops_backend *t)
+{
+    t->gelu_forward = gelu_forward_short;
+}
+static void break_layernorm(struct ops_backend *t)
+{
+    t->layernorm_backward = layernorm_backward_assigns;
+}
+static void break_sum_squares(struct ops_backend *t)
+{
+    t->sum_squares = sum_squares_short;
+}
+static void break_matmul(struct ops_backend *t)
+{
+    t->matmul_forward = matmul_forward_no_bias;
+}
+static void break_from_f32(struct ops_backend *t)
+{
+    t->from_f32 = from_f32_truncates;
+}
+static void break_adamw(struct ops_backend *t)
+{
+    t->adamw_update = adamw_update_stale_working;
+}
+static void break_rope(struct ops_backend *t)
+{
+    t->rope_forward = rope_forward_backwards;
+}
+static void break_fp8(struct ops_backend *t)
+{
+    t->fp8_quantize = fp8_quantize_amax_ulp;
+}
+static void break_crossentropy(struct ops_backend *t)
+{
+    t->crossentropy_backward = crossentropy_backward_unmasked;
+}
+static void break_adafactor(struct ops_backend *t)
+{
+    t->adafactor_apply = adafactor_apply_no_decay;
+}
+
+static void run_gelu(struct harness *h)
+{
+    check_pointwise(h, 1001, 6000);
+}
+static void run_layernorm(struct harness *h)
+{
+    check_layernorm(h, B_ * T_, C_, 2000);
+}
+static void run_sum_squares(struct harness *h)
+{
+    check_sum_squares(h, ZT_F32, 1001, 0, 8050);
+}
+static void run_matmul(struct harness *h)
+{
+    check_matmul(h, B_ * T_, C_, V_, 3000);
+}
+static void run_from_f32(struct harness *h)
+{
+    check_casts(h, ZT_BF16, 1001, 8100);
+}
+static void run_adamw(struct harness *h)
+{
+    check_rule(h, RULE_ADAMW, &ADAM_HP, 2, ZT_BF16, ZT_BF16, 1001, 1.0f, 9100);
+}
+static void run_rope(struct harness *h)
+{
+    check_rope(h, B_, T_, NH_, NKV_, HS_, 5400);
+}
+static void run_fp8(struct harness *h)
+{
+    check_fp8(h, FP8_E4M3, 1001, 0, 4000);
+}
+static void run_crossentropy(struct harness *h)
+{
+    check_crossentropy(h, B_ * T_, V_, 7000);
+}
+static void run_adafactor(struct harness *h)
+{
+    check_adafactor(h, 7, V_, 0, 10000);
+}
+
+static const struct {
+    const char *what;
+    void (*install)(struct ops_backend *table);
+    void (*check)(struct harness *h);
+} BREAKAGES[] = {
+    {"a gelu_forward that leaves the last element unwritten", break_gelu, run_gelu},
+    {"a layernorm_backward that assigns instead of accumulating", break_layernorm, run_layernorm},
+    {"a sum_squares that misses the last element", break_sum_squares, run_sum_squares},
+    {"a matmul_forward that drops the bias", break_matmul, run_matmul},
+    {"a from_f32 that truncates to bf16", break_from_f32, run_from_f32},
+    {"an adamw_update that leaves the working copy stale", break_adamw, run_adamw},
+    {"a rope_forward that rotates the wrong way", break_rope, run_rope},
+    {"an fp8_quantize whose amax is one ulp high", break_fp8, run_fp8},
+    {"a crossentropy_backward that counts masked rows", break_crossentropy, run_crossentropy},
+    {"an adafactor_apply that forgets the weight decay", break_adafactor, run_adafactor},
+};
+enum { N_BREAKAGES = sizeof BREAKAGES / sizeof BREAKAGES[0] };
+
+/* The check passes on the intact CPU table and reports the broken one. */
+START_TEST(harness_reports_broken_ops)
+{
+    struct harness h;
+    harness_open_named(&h, "cpu");
+    BREAKAGES[_i].check(&h);
+    ck_assert_msg(h.failures == 0, "the intact CPU table failed the check for %s",
+                  BREAKAGES[_i].what);
+    struct ops_backend broken = *ops_cpu_backend();
+    broken.name = "broken";
+    BREAKAGES[_i].install(&broken);
+    h.but = &broken;
+    h.quiet = 1;
+    BREAKAGES[_i].check(&h);
+    const int caught = h.failures;
+    h.failures = 0;
+    harness_close(&h);
+    ck_assert_msg(caught > 0, "the harness did not report %s", BREAKAGES[_i].what);
+}
+END_TEST
+
+/* The comparisons themselves: a NaN where the reference has a number, an
+ * error just over the budget, a sign of zero; and what they let pass. */
+START_TEST(comparisons_fail_when_they_should)
+{
+    struct harness h;
+    harness_open_named(&h, "cpu");
+    h.quiet = 1;
+    const float ref[3] = {1.0f, -2.0f, 3.0f};
+    const float unwritten[3] = {1.0f, -2.0f, NAN}, off[3] = {1.0f, -2.0f, 3.0f + 1e-4f};
+    ck_assert(isinf(expect_close(&h, "unwritten", unwritten, ref, 3, FP32_BUDGET)));
+    ck_assert_int_eq(h.failures, 1);
+    ck_assert(expect_close(&h, "off", off, ref, 3, FP32_BUDGET) > FP32_BUDGET);
+    ck_assert_int_eq(h.failures, 2);
+    ck_assert(expect_close(&h, "off", off, ref, 3, 1e-4) <= 1e-4);
+    ck_assert_int_eq(h.failures, 2);
+    const float zero = 0.0f, minus_zero = -0.0f, nan1 = NAN, nan2 = -NAN;
+    ck_assert(!expect_same(&h, "zero", ZT_F32, &minus_zero, &zero, 1));
+    ck_assert_int_eq(h.failures, 3);
+    ck_assert(expect_same(&h, "nan", ZT_F32, &nan1, &nan2, 1));
+    const uint8_t c1 = 7, c2 = 8;
+    ck_assert(!expect_same(&h, "codes", ZT_U8, &c1, &c2, 1));
+    ck_assert_int_eq(h.failures, 4);
+    h.failures = 0;
+    harness_close(&h);
+}
+END_TEST
+
+int main(void)
+{
+    const char *name = backend_name();
+    char why[256] = "";
+    if (compute_backend_query(name, why, sizeof why) < 0) {
+        printf("SKIP: backend '%s' is not usable here: %s\n", name, why);
+        return 77;
+    }
+    /* A CUDA context does not survive fork: run the cases in this process. */
+    if (strcmp(name, "cpu") != 0)
+        setenv("CK_FORK", "no", 0);
+    Suite *s = suite_create("gpu_ops");
+    TCase *tc = testutil_tcase(s, "model", 120);
+    tcase_add_test(tc, embeddings);
+    tcase_add_test(tc, norms);
+    tcase_add_test(tc, linear);
+    tcase_add_test(tc, fp8);
+    tcase_add_test(tc, attention);
+    tcase_add_test(tc, pointwise);
+    tcase_add_test(tc, crossentropy);
+    tc = testutil_tcase(s, "engine", 120);
+    tcase_add_test(tc, casts_and_reductions);
+    tcase_add_test(tc, elementwise_optimizers);
+    tcase_add_test(tc, whole_tensor_optimizers);
+    tc = testutil_tcase(s, "selfcheck", 120);
+    tcase_add_test(tc, comparisons_fail_when_they_should);
+    tcase_add_loop_test(tc, harness_reports_broken_ops, 0, N_BREAKAGES);
+    return testutil_run_suite(s, 0);
+}
