@@ -141,7 +141,7 @@ static zt_status scan_f32(struct check *c, const float *dev, size_t n, double sc
     stats_init(st);
     for (size_t i = 0; i < n; i += SCAN_BLOCK) {
         const size_t k = n - i < SCAN_BLOCK ? n - i : SCAN_BLOCK;
-        ZT_TRY(d->ops->copy_to_host(c->host, dev + i, k * sizeof(float)));
+        ZT_TRY(d->ops->copy_to_host(d, c->host, dev + i, k * sizeof(float)));
         stats_add(st, c->host, k, scale);
     }
     return ZT_OK;
@@ -158,7 +158,7 @@ static zt_status scan_working(struct check *c, const void *g, size_t n, enum zt_
     stats_init(st);
     for (size_t i = 0; i < n; i += SCAN_BLOCK) {
         const size_t k = n - i < SCAN_BLOCK ? n - i : SCAN_BLOCK;
-        ZT_TRY(d->ops->copy_to_host(c->raw, (const char *)g + i * esz, k * esz));
+        ZT_TRY(d->ops->copy_to_host(d, c->raw, (const char *)g + i * esz, k * esz));
         const uint16_t *h = c->raw;
         for (size_t j = 0; j < k; j++)
             c->host[j] = t == ZT_BF16 ? zt_bf16_to_f32(h[j]) : zt_f16_to_f32(h[j]);

@@ -156,7 +156,7 @@ static zt_status store_working(struct shard_engine *e, void *dst, const float *s
                                void *staging)
 {
     precision_from_f32(e->cfg.precision, src, staging, n);
-    return e->dev->ops->copy_from_host(dst, staging, n * e->esz);
+    return e->dev->ops->copy_from_host(e->dev, dst, staging, n * e->esz);
 }
 
 /* Initial values: each unit is drawn on the host, then the rank stores what
@@ -189,10 +189,10 @@ static zt_status init_params(struct shard_engine *e)
         if (st != ZT_OK || !is_16bit(e) || !su->trainable)
             continue;
         if (!e->policy.shard_states)
-            st = ops->copy_from_host(e->master + su->state_padded_offset, host,
+            st = ops->copy_from_host(e->dev, e->master + su->state_padded_offset, host,
                                      su->numel * sizeof(float));
         else if (hi > lo)
-            st = ops->copy_from_host(e->master + su->state_shard_offset, host + lo,
+            st = ops->copy_from_host(e->dev, e->master + su->state_shard_offset, host + lo,
                                      (hi - lo) * sizeof(float));
     }
     free(host);
@@ -212,11 +212,11 @@ zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *fu
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate a 4-bit unit's image");
     param_quant_encode(e->table, u, e->cfg.precision, full, image);
     zt_status st = e->policy.shard_params
-                       ? e->dev->ops->copy_from_host((char *)e->packed + su->image_shard_offset,
-                                                     image + (size_t)e->cfg.rank * su->image_shard,
-                                                     su->image_shard)
-                       : e->dev->ops->copy_from_host((char *)e->packed + su->image_offset, image,
-                                                     su->image_padded);
+                       ? e->dev->ops->copy_from_host(
+                             e->dev, (char *)e->packed + su->image_shard_offset,
+                             image + (size_t)e->cfg.rank * su->image_shard, su->image_shard)
+                       : e->dev->ops->copy_from_host(e->dev, (char *)e->packed + su->image_offset,
+                                                     image, su->image_padded);
     free(image);
     return st;
 }
@@ -237,10 +237,10 @@ static zt_status decode_packed(struct shard_engine *e, int u, const void *image,
                        ? ZT_OK
                        : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the 4-bit decode staging");
     if (st == ZT_OK)
-        st = e->dev->ops->copy_to_host(host, image, su->image);
+        st = e->dev->ops->copy_to_host(e->dev, host, image, su->image);
     if (st == ZT_OK) {
         param_quant_decode(e->table, u, e->cfg.precision, host, values);
-        st = e->dev->ops->copy_from_host(view, values, su->numel * sizeof(float));
+        st = e->dev->ops->copy_from_host(e->dev, view, values, su->numel * sizeof(float));
     }
     free(host);
     free(values);
@@ -304,7 +304,7 @@ static zt_status finish_gather(struct shard_engine *e, int pos)
     e->secondary_fresh[g->unit] = 1;
     if (e->plan)
         return ZT_OK;
-    return e->dev->ops->copy((char *)e->secondary_params + e->secondary_off[g->unit],
+    return e->dev->ops->copy(e->dev, (char *)e->secondary_params + e->secondary_off[g->unit],
                              (const char *)g->buf + h * share, share);
 }
 
@@ -1323,7 +1323,7 @@ zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
         }
         const size_t bytes = su->packed ? su->image : su->numel * e->esz;
         if (st == ZT_OK)
-            st = e->dev->ops->copy_to_host(host, src, bytes);
+            st = e->dev->ops->copy_to_host(e->dev, host, src, bytes);
         if (st == ZT_OK && su->packed)
             param_quant_decode(e->table, u, e->cfg.precision, host, dst + su->offset);
         else if (st == ZT_OK)
@@ -1398,11 +1398,11 @@ zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
     if (!master_is_working(e, which, u))
-        return e->dev->ops->copy_to_host(dst, state_at(e, which, u, lo), n * esz);
+        return e->dev->ops->copy_to_host(e->dev, dst, state_at(e, which, u, lo), n * esz);
     void *staging = malloc(n ? n * e->esz : 1);
     if (!staging)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
-    zt_status st = e->dev->ops->copy_to_host(staging, working_at(e, u, lo), n * e->esz);
+    zt_status st = e->dev->ops->copy_to_host(e->dev, staging, working_at(e, u, lo), n * e->esz);
     if (st == ZT_OK)
         precision_to_f32(e->cfg.precision, staging, dst, n);
     free(staging);
@@ -1416,12 +1416,12 @@ zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
     if (!master_is_working(e, which, u))
-        return e->dev->ops->copy_from_host(state_at(e, which, u, lo), src, n * esz);
+        return e->dev->ops->copy_from_host(e->dev, state_at(e, which, u, lo), src, n * esz);
     void *staging = malloc(n ? n * e->esz : 1);
     if (!staging)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
     precision_from_f32(e->cfg.precision, src, staging, n);
-    zt_status st = e->dev->ops->copy_from_host(working_at(e, u, lo), staging, n * e->esz);
+    zt_status st = e->dev->ops->copy_from_host(e->dev, working_at(e, u, lo), staging, n * e->esz);
     free(staging);
     return st;
 }
@@ -1443,12 +1443,14 @@ zt_status shard_engine_params_from_master(struct shard_engine *e)
 
 zt_status shard_engine_get_tensor_state(struct shard_engine *e, float *dst)
 {
-    return e->dev->ops->copy_to_host(dst, e->tensor_state, e->tensor_state_len * sizeof(float));
+    return e->dev->ops->copy_to_host(e->dev, dst, e->tensor_state,
+                                     e->tensor_state_len * sizeof(float));
 }
 
 zt_status shard_engine_set_tensor_state(struct shard_engine *e, const float *src)
 {
-    return e->dev->ops->copy_from_host(e->tensor_state, src, e->tensor_state_len * sizeof(float));
+    return e->dev->ops->copy_from_host(e->dev, e->tensor_state, src,
+                                       e->tensor_state_len * sizeof(float));
 }
 
 void shard_engine_set_updates(struct shard_engine *e, long updates)

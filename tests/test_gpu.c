@@ -26,14 +26,25 @@ START_TEST(cuda_memory_round_trip_is_counted)
     void *dev;
     ck_assert_int_eq(device_alloc(&d, LEDGER_ACTIVATIONS, N * sizeof(float), "test", &dev), ZT_OK);
     ck_assert_uint_eq(l.current[LEDGER_ACTIVATIONS], N * sizeof(float));
-    ck_assert_int_eq(d.ops->copy_to_host(back, dev, N * sizeof(float)), ZT_OK);
+    ck_assert_int_eq(d.ops->copy_to_host(&d, back, dev, N * sizeof(float)), ZT_OK);
     for (int i = 0; i < N; i++)
         ck_assert(back[i] == 0.0f); /* device_alloc zeroes */
-    ck_assert_int_eq(d.ops->copy_from_host(dev, host, N * sizeof(float)), ZT_OK);
-    ck_assert_int_eq(d.ops->copy_to_host(back, dev, N * sizeof(float)), ZT_OK);
+    ck_assert_int_eq(d.ops->copy_from_host(&d, dev, host, N * sizeof(float)), ZT_OK);
+    ck_assert_int_eq(d.ops->copy_to_host(&d, back, dev, N * sizeof(float)), ZT_OK);
     ck_assert(memcmp(host, back, N * sizeof(float)) == 0);
+    struct device_memory_info mi;
+    ck_assert_int_eq(device_memory_info(&d, &mi), ZT_OK);
+    ck_assert_uint_ge(mi.reserved, mi.used);
+    ck_assert_uint_ge(mi.used, N * sizeof(float));
+    ck_assert_uint_ge(mi.peak, mi.used);
+    ck_assert_uint_le(mi.largest_free, mi.reserved - mi.used);
+    ck_assert_uint_gt(mi.driver_total, mi.reserved);
     device_free(&d, LEDGER_ACTIVATIONS, N * sizeof(float), dev);
     ck_assert_uint_eq(l.total_current, 0);
+    ck_assert_int_eq(device_memory_info(&d, &mi), ZT_OK);
+    ck_assert_uint_eq(mi.used, 0);
+    ck_assert_uint_eq(mi.largest_free, mi.reserved); /* the pool coalesced back to one block */
+    device_close(&d);
     free(host);
     free(back);
 }
@@ -57,14 +68,15 @@ START_TEST(nccl_allreduce_matches_the_host_sum)
         host[i] = (float)(rank + 1) * (float)(i % 13);
     void *dev;
     ck_assert_int_eq(device_alloc(&d, LEDGER_COMM_BUFFERS, sizeof host, "test", &dev), ZT_OK);
-    ck_assert_int_eq(d.ops->copy_from_host(dev, host, sizeof host), ZT_OK);
+    ck_assert_int_eq(d.ops->copy_from_host(&d, dev, host, sizeof host), ZT_OK);
     ck_assert_int_eq(comm_allreduce(c, dev, N, ZT_F32, COMM_OP_SUM), ZT_OK);
-    ck_assert_int_eq(d.ops->copy_to_host(back, dev, sizeof back), ZT_OK);
+    ck_assert_int_eq(d.ops->copy_to_host(&d, back, dev, sizeof back), ZT_OK);
     const float ranks_sum = (float)size * (float)(size + 1) / 2.0f;
     for (int i = 0; i < N; i++)
         ck_assert_msg(back[i] == ranks_sum * (float)(i % 13), "element %d: %g", i, back[i]);
     device_free(&d, LEDGER_COMM_BUFFERS, sizeof host, dev);
     comm_destroy(c);
+    device_close(&d);
 }
 END_TEST
 #endif

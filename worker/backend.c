@@ -141,5 +141,6 @@ void compute_backend_close(struct compute_backend *be)
         if (e && e->stream_destroy && be->stream)
             e->stream_destroy(be->stream);
     }
+    device_close(&be->dev);
     memset(be, 0, sizeof *be);
 }

@@ -1,6 +1,8 @@
-/* worker/device.c — backend selection and ledger-counted allocation. */
+/* worker/device.c — backend selection, the backend's state, and
+ * ledger-counted allocation. */
 #include "device.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const struct device_backend_ops *find_backend(const char *name)
@@ -41,9 +43,38 @@ zt_status device_open(const char *name, struct ledger *ledger, struct device *ou
         if (ops->query(why, sizeof why) < 0)
             return zt_error_set(ZT_ERR_DEVICE, "device '%s' is not usable here: %s", name, why);
     }
-    out->ops = ops;
-    out->ledger = ledger;
+    *out = (struct device){.ops = ops, .ledger = ledger};
+    if (ops->open && !ledger->plan_only) {
+        zt_status s = ops->open(out);
+        if (s != ZT_OK) {
+            memset(out, 0, sizeof *out);
+            return s;
+        }
+    }
     return ZT_OK;
+}
+
+void device_close(struct device *d)
+{
+    if (d->ops && d->ops->close && d->state)
+        d->ops->close(d);
+    memset(d, 0, sizeof *d);
+}
+
+zt_status device_memory_info(const struct device *d, struct device_memory_info *out)
+{
+    memset(out, 0, sizeof *out);
+    return d->ops->memory_info(d, out);
+}
+
+/* Names the buffer in a backend's out-of-memory message, which knows the
+ * pool's numbers but not what the bytes were for. */
+static zt_status name_failure(const struct device *d, size_t bytes, const char *what, zt_status s)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", zt_error_message());
+    return zt_error_set(s, "cannot allocate %zu bytes for %s on %s: %s", bytes, what, d->ops->name,
+                        why);
 }
 
 zt_status device_alloc_uninit(const struct device *d, enum ledger_category cat, size_t bytes,
@@ -51,7 +82,11 @@ zt_status device_alloc_uninit(const struct device *d, enum ledger_category cat, 
 {
     *out = NULL;
     if (!d->ledger->plan_only && bytes > 0) {
-        ZT_TRY(d->ops->alloc(bytes, out));
+        zt_status s = d->ops->alloc(d, bytes, out);
+        if (s != ZT_OK) {
+            *out = NULL;
+            return name_failure(d, bytes, what, s);
+        }
         if (!*out)
             return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu bytes for %s on %s", bytes, what,
                                 d->ops->name);
@@ -64,7 +99,7 @@ zt_status device_alloc(const struct device *d, enum ledger_category cat, size_t 
                        const char *what, void **out)
 {
     ZT_TRY(device_alloc_uninit(d, cat, bytes, what, out));
-    zt_status s = *out ? d->ops->memset_zero(*out, bytes) : ZT_OK;
+    zt_status s = *out ? d->ops->memset_zero(d, *out, bytes) : ZT_OK;
     if (s != ZT_OK) {
         device_free(d, cat, bytes, *out);
         *out = NULL;
@@ -75,6 +110,6 @@ zt_status device_alloc(const struct device *d, enum ledger_category cat, size_t 
 void device_free(const struct device *d, enum ledger_category cat, size_t bytes, void *p)
 {
     if (p)
-        d->ops->free(p);
+        d->ops->free(d, p);
     ledger_sub(d->ledger, cat, bytes);
 }

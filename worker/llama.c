@@ -400,7 +400,7 @@ static zt_status rope_tables_fill(struct llama *m)
             host[(size_t)t * half + i] = (float)cos(angle);
             host[n + (size_t)t * half + i] = (float)sin(angle);
         }
-    zt_status s = m->dev->ops->copy_from_host(m->rope_cos, host, 2 * n * sizeof(float));
+    zt_status s = m->dev->ops->copy_from_host(m->dev, m->rope_cos, host, 2 * n * sizeof(float));
     free(host);
     return s;
 }
@@ -612,8 +612,8 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
 
     if (base->plan)
         return model_plan_walk(&m->base, h, MODEL_PASS_FORWARD);
-    ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
-    ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
+    ZT_TRY(m->dev->ops->copy_from_host(m->dev, m->inputs, inputs, tok_bytes));
+    ZT_TRY(m->dev->ops->copy_from_host(m->dev, m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
     if (base->stage.first) {
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
@@ -643,7 +643,7 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
 
 static zt_status zero(struct llama *m, float *p, size_t n)
 {
-    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
+    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(m->dev, p, n * sizeof(float)));
     return ZT_OK;
 }
 

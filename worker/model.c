@@ -484,8 +484,8 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
     if (m->base.plan)
         return model_plan_walk(&m->base, h, MODEL_PASS_FORWARD);
-    ZT_TRY(m->dev->ops->copy_from_host(m->inputs, inputs, tok_bytes));
-    ZT_TRY(m->dev->ops->copy_from_host(m->targets, targets, tok_bytes));
+    ZT_TRY(m->dev->ops->copy_from_host(m->dev, m->inputs, inputs, tok_bytes));
+    ZT_TRY(m->dev->ops->copy_from_host(m->dev, m->targets, targets, tok_bytes));
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
 
     if (m->base.stage.first) {
@@ -542,7 +542,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
 
 static zt_status zero(struct gpt2 *m, float *p, size_t n)
 {
-    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(p, n * sizeof(float)));
+    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(m->dev, p, n * sizeof(float)));
     return ZT_OK;
 }
 

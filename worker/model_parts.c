@@ -250,7 +250,8 @@ static zt_status drop_input(struct model *m, int k, const float *inp, int N, int
         for (size_t i = 0; i < row_len; i++)
             dst[i] = rng_uniform(key, i) < p ? 0.0f : keep;
     }
-    ZT_TRY(a->dev->ops->copy_from_host(a->mask, a->mask_host, (size_t)N * C * sizeof(float)));
+    ZT_TRY(
+        a->dev->ops->copy_from_host(a->dev, a->mask, a->mask_host, (size_t)N * C * sizeof(float)));
     return a->ops->mul_forward(a->ops, a->dropped, inp, a->mask, N * C);
 }
 
@@ -300,7 +301,7 @@ zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const 
         const size_t nx = (size_t)N * p->cols;
         if (dropping(m)) { /* the forward's mask again; dx goes through it below */
             ZT_TRY(drop_input(m, k + i, inp, N, p->cols));
-            ZT_TRY(a->dev->ops->memset_zero(a->ddropped, nx * sizeof(float)));
+            ZT_TRY(a->dev->ops->memset_zero(a->dev, a->ddropped, nx * sizeof(float)));
             x = a->dropped;
             dx = dinp ? a->ddropped : NULL;
         }
@@ -329,7 +330,7 @@ zt_status model_read_mean_loss(struct model *m, const struct device *dev, const 
             return probed;
         }
     }
-    zt_status s = dev->ops->copy_to_host(losses, dev_losses, (size_t)n * sizeof(float));
+    zt_status s = dev->ops->copy_to_host(dev, losses, dev_losses, (size_t)n * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < n; i++)
         sum += losses[i];
@@ -401,6 +402,6 @@ zt_status model_neftune_apply(struct model *m, float *x, int C)
         for (size_t i = 0; i < (size_t)T * C; i++)
             dst[i] = (float)(magnitude * (2.0 * rng_uniform(key, i) - 1.0));
     }
-    ZT_TRY(n->device->ops->copy_from_host(n->dev, n->host, n->bytes));
+    ZT_TRY(n->device->ops->copy_from_host(n->device, n->dev, n->host, n->bytes));
     return n->ops->residual_forward(n->ops, x, x, n->dev, m->B * T * C);
 }
