@@ -143,6 +143,12 @@ struct comm_config {
     /* The flight recorder (flight.h) that notes every call of this comm and
      * of its splits; NULL: none. Borrowed: it must outlive the comm. */
     struct comm_flight *flight;
+    /* Device memory only: the stream (a cudaStream_t) whose queued kernels
+     * write and read the buffers. Each collective waits, on the device, for
+     * the work queued there before it was called, so callers need not
+     * synchronise that stream first; NULL: the caller has. Splits inherit
+     * it. Borrowed. */
+    void *device_stream;
 };
 
 struct comm;         /* opaque */

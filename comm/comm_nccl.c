@@ -10,9 +10,16 @@
  *
  * Every NCCL call goes onto one stream owned by the backend, so the
  * collectives of a rank complete in the order they were issued, as comm.h
- * promises. Blocking calls wait for the stream before returning (the caller
- * must have finished writing the input, e.g. by synchronising its compute
- * stream); non-blocking calls record a CUDA event that comm_wait waits for.
+ * promises. With comm_config.device_stream (the compute stream), each call
+ * first makes this stream wait, on the device, for an event recorded on the
+ * compute stream: a collective then reads its input only after the kernels
+ * queued before it wrote it, and writes its output only after the kernels
+ * queued before it stopped reading the old contents, with no host
+ * synchronisation, so a prefetch overlaps compute for real. Without one,
+ * the caller must have finished writing the input (e.g. by synchronising its
+ * compute stream). Blocking calls wait for the stream before returning;
+ * non-blocking calls record a CUDA event that comm_wait waits for, so the
+ * kernels a caller queues after comm_wait see the result.
  *
  * Waiting polls the stream and ncclCommGetAsyncError instead of blocking in
  * cudaStreamSynchronize: when a peer dies NCCL would spin forever, whereas
@@ -53,6 +60,10 @@ struct nccl_state {
     ncclComm_t comm;
     cudaStream_t stream;
     int device;
+    /* comm_config.device_stream (NULL: none) and the event each call
+     * records on it for this comm's stream to wait on. */
+    cudaStream_t producer;
+    cudaEvent_t ready;
 };
 
 static zt_status nccl_error(ncclResult_t r, const char *call)
@@ -188,6 +199,8 @@ static void fini(struct comm *c)
         return;
     if (s->comm)
         ncclCommDestroy(s->comm);
+    if (s->ready)
+        cudaEventDestroy(s->ready);
     if (s->stream)
         cudaStreamDestroy(s->stream);
     free(s);
@@ -200,6 +213,7 @@ static zt_status init_state(struct comm *c, struct nccl_state *s)
     ZT_TRY(pick_device(c, &s->device));
     ZT_TRY(share_unique_id(c, &id));
     CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
     NCCL_TRY(ncclCommInitRank(&s->comm, c->size, id, c->rank));
     return ZT_OK;
 }
@@ -209,8 +223,10 @@ static zt_status split_state(struct comm *parent, struct comm *child, struct ncc
                              int color, int key)
 {
     s->device = state(parent)->device;
+    s->producer = state(parent)->producer;
     CUDA_TRY(cudaSetDevice(s->device));
     CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
     (void)child;
     NCCL_TRY(ncclCommSplit(state(parent)->comm, color, key, &s->comm, NULL));
@@ -238,10 +254,10 @@ static zt_status split(struct comm *parent, struct comm *child, int color, int k
 
 static zt_status init(struct comm *c, const struct comm_config *cfg)
 {
-    (void)cfg;
     struct nccl_state *s = calloc(1, sizeof *s);
     if (!s)
         return zt_error_set(ZT_ERR_NOMEM, "comm(nccl): out of memory");
+    s->producer = (cudaStream_t)cfg->device_stream;
     c->impl = s;
     zt_status st = init_state(c, s);
     if (st != ZT_OK)
@@ -272,9 +288,22 @@ static zt_status sync_on(struct comm *c, cudaEvent_t ev)
 
 /* ---- enqueueing (shared by the blocking and non-blocking entries) ---- */
 
+/* Orders what comes next on this comm's stream after the work queued so
+ * far on the compute stream (see the file comment). */
+static zt_status after_producer(struct comm *c)
+{
+    struct nccl_state *s = state(c);
+    if (!s->producer)
+        return ZT_OK;
+    CUDA_TRY(cudaEventRecord(s->ready, s->producer));
+    CUDA_TRY(cudaStreamWaitEvent(s->stream, s->ready, 0));
+    return ZT_OK;
+}
+
 static zt_status enqueue_allreduce(struct comm *c, void *buf, size_t n, enum zt_dtype t,
                                    enum comm_op op)
 {
+    ZT_TRY(after_producer(c));
     struct nccl_state *s = state(c);
     NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(t), nccl_op(op), s->comm, s->stream));
     return ZT_OK;
@@ -283,6 +312,7 @@ static zt_status enqueue_allreduce(struct comm *c, void *buf, size_t n, enum zt_
 static zt_status enqueue_reduce_scatter(struct comm *c, const void *in, void *out, size_t n,
                                         enum zt_dtype t, enum comm_op op)
 {
+    ZT_TRY(after_producer(c));
     struct nccl_state *s = state(c);
     NCCL_TRY(ncclReduceScatter(in, out, n, nccl_type(t), nccl_op(op), s->comm, s->stream));
     return ZT_OK;
@@ -291,6 +321,7 @@ static zt_status enqueue_reduce_scatter(struct comm *c, const void *in, void *ou
 static zt_status enqueue_allgather(struct comm *c, const void *in, void *out, size_t n,
                                    enum zt_dtype t)
 {
+    ZT_TRY(after_producer(c));
     struct nccl_state *s = state(c);
     NCCL_TRY(ncclAllGather(in, out, n, nccl_type(t), s->comm, s->stream));
     return ZT_OK;
@@ -319,6 +350,7 @@ static zt_status allgather(struct comm *c, const void *in, void *out, size_t n, 
 
 static zt_status broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t, int root)
 {
+    ZT_TRY(after_producer(c));
     struct nccl_state *s = state(c);
     NCCL_TRY(ncclBroadcast(buf, buf, n, nccl_type(t), root, s->comm, s->stream));
     return sync_on(c, NULL);
@@ -327,6 +359,7 @@ static zt_status broadcast(struct comm *c, void *buf, size_t n, enum zt_dtype t,
 static zt_status gather(struct comm *c, const void *in, void *out, size_t n, enum zt_dtype t,
                         int root)
 {
+    ZT_TRY(after_producer(c));
     struct nccl_state *s = state(c);
     const size_t block = n * zt_dtype_size(t);
     if (c->rank == root && block > 0)
@@ -357,6 +390,7 @@ static zt_status barrier(struct comm *c)
 
 static zt_status enqueue_send(struct comm *c, const void *buf, size_t n, enum zt_dtype t, int peer)
 {
+    ZT_TRY(after_producer(c));
     struct nccl_state *s = state(c);
     NCCL_TRY(ncclSend(buf, n, nccl_type(t), peer, s->comm, s->stream));
     return ZT_OK;
@@ -364,6 +398,7 @@ static zt_status enqueue_send(struct comm *c, const void *buf, size_t n, enum zt
 
 static zt_status enqueue_recv(struct comm *c, void *buf, size_t n, enum zt_dtype t, int peer)
 {
+    ZT_TRY(after_producer(c));
     struct nccl_state *s = state(c);
     NCCL_TRY(ncclRecv(buf, n, nccl_type(t), peer, s->comm, s->stream));
     return ZT_OK;

@@ -242,7 +242,7 @@ static zt_status check_one_node(const struct calibration *cal, int local_ranks)
 static zt_status open_compute(struct calibration *cal)
 {
     ledger_init(&cal->ledger, 0);
-    ZT_TRY(compute_backend_open("cpu", &cal->ledger, &cal->be));
+    ZT_TRY(compute_backend_open("cpu", -1, &cal->ledger, &cal->be));
     ops_cpu_set_threads(1); /* rank 0 takes every core for its own phase only */
     return ZT_OK;
 }

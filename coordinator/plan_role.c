@@ -149,7 +149,7 @@ zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, i
     ZT_TRY(session_rank_table(&c, l->tp, 0, &t));
     zt_status s = model_stage_of(&t, l->pp, session_stage_method(&c), stage, &st);
     if (s == ZT_OK)
-        s = compute_backend_open("cpu", &ledger, &be); /* plans need no device */
+        s = compute_backend_open("cpu", -1, &ledger, &be); /* plans need no device */
     if (s != ZT_OK) {
         param_table_free(&t);
         return s;

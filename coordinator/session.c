@@ -561,7 +561,7 @@ zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)
     struct model *model;
     const struct shard_engine_config ec = session_engine_config(c, 0, 1, 0);
     ledger_init(out, 1);
-    ZT_TRY(compute_backend_open(c->device, out, &be));
+    ZT_TRY(compute_backend_open(c->device, -1, out, &be));
     /* the single-rank baseline runs the whole model */
     const struct param_table *whole = param_table_whole(&s->table);
     zt_status st = shard_engine_create(&ec, whole, NULL, &be, &engine);
@@ -642,14 +642,15 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     /* The device comes first: the communicator must reach its memory. */
     ledger_init(&s->ledger, o->dry_run);
     SESSION_PHASE(s, open_timeline(s, o));
-    SESSION_PHASE(s, compute_backend_open(s->cfg.device, &s->ledger, &s->compute));
+    SESSION_PHASE(s, compute_backend_open(s->cfg.device, -1, &s->ledger, &s->compute));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : open_flight(s));
     struct comm_config cc = {.backend = s->cfg.comm.backend,
                              .reduce_scatter = s->cfg.comm.reduce_scatter,
                              .allgather = s->cfg.comm.allgather,
                              .allreduce = s->cfg.comm.allreduce,
                              .memory = s->compute.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA,
-                             .flight = s->flight};
+                             .flight = s->flight,
+                             .device_stream = s->compute.stream};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     SESSION_PHASE(s, open_layout(s));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));

@@ -20,3 +20,8 @@ if(ZT_HAVE_CUDA)
   set_tests_properties(test_gpu_ops PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
     ENVIRONMENT "${ZT_TEST_ENV};ZT_TEST_BACKEND=cuda;CK_FORK=no" FIXTURES_REQUIRED zt_outputs)
 endif()
+# Whole training runs on the GPU against the CPU's losses (test_gpu_train.c):
+# it launches mpirun itself.
+if(ZT_HAVE_CUDA)
+  zt_test(test_gpu_train SOURCES test_gpu_train.c LIBS zt_worker TIMEOUT 1200 LAUNCHES_MPI)
+endif()

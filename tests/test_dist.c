@@ -515,7 +515,7 @@ START_TEST(plan_matches_a_real_step)
         struct shard_engine engine;
         struct model *model;
         ledger_init(&plan, 1);
-        ck_assert_int_eq(compute_backend_open("cpu", &plan, &be), ZT_OK);
+        ck_assert_int_eq(compute_backend_open("cpu", -1, &plan, &be), ZT_OK);
         ck_assert_int_eq(shard_engine_create(&s.engine.cfg, &s.table, NULL, &be, &engine), ZT_OK);
         ck_assert_int_eq(
             model_create(&s.table, &be, s.model->B, s.model->T, session_ckpt_every(&s.cfg), &model),

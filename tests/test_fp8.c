@@ -366,7 +366,7 @@ static void gemm_fixture_open(struct gemm_fixture *fx, int plan, int fp8, int ck
     if (fp8)
         ck_assert_int_eq(fp8_scaling_create(&r, fx->cfg.n_layer, &fx->t.fp8), ZT_OK);
     ledger_init(&fx->ledger, plan);
-    ck_assert_int_eq(compute_backend_open("cpu", &fx->ledger, &fx->be), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &fx->ledger, &fx->be), ZT_OK);
     ck_assert_int_eq(model_create(&fx->t, &fx->be, 2, 8, ckpt_every, &fx->m), ZT_OK);
 }
 

@@ -105,7 +105,7 @@ static void harness_open_named(struct harness *h, const char *name)
 {
     memset(h, 0, sizeof *h);
     ledger_init(&h->ledger, 0);
-    ck_assert_msg(compute_backend_open(name, &h->ledger, &h->be) == ZT_OK, "%s: %s", name,
+    ck_assert_msg(compute_backend_open(name, -1, &h->ledger, &h->be) == ZT_OK, "%s: %s", name,
                   zt_error_message());
     h->but = h->be.ops;
     h->ref = ops_cpu_backend();
@@ -228,7 +228,7 @@ static void *to_dev(struct harness *h, const void *host, size_t bytes)
 {
     void *p = dev_alloc(h, bytes);
     if (bytes)
-        ck_assert_int_eq(h->be.dev.ops->copy_from_host(p, host, bytes), ZT_OK);
+        ck_assert_int_eq(h->be.dev.ops->copy_from_host(&h->be.dev, p, host, bytes), ZT_OK);
     return p;
 }
 
@@ -246,7 +246,7 @@ static void *from_dev(struct harness *h, const void *dev, size_t bytes)
 {
     void *p = hmem(h, bytes);
     if (bytes)
-        ck_assert_int_eq(h->be.dev.ops->copy_to_host(p, dev, bytes), ZT_OK);
+        ck_assert_int_eq(h->be.dev.ops->copy_to_host(&h->be.dev, p, dev, bytes), ZT_OK);
     return p;
 }
 
@@ -1043,7 +1043,7 @@ static void check_elementwise_optimizers(struct harness *h, size_t n, uint64_t k
 static void put(struct harness *h, void *dev, const void *host, size_t bytes)
 {
     if (bytes)
-        ck_assert_int_eq(h->be.dev.ops->copy_from_host(dev, host, bytes), ZT_OK);
+        ck_assert_int_eq(h->be.dev.ops->copy_from_host(&h->be.dev, dev, host, bytes), ZT_OK);
 }
 
 /* Compares n host values of t: bit for bit when budget is 0, else within

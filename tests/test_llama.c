@@ -108,7 +108,7 @@ static void fixture_open(struct fixture *fx, int which, int ckpt_every)
     ck_assert_ptr_eq(fx->table.family, &llama_family);
     ck_assert_int_eq((int)fx->table.n_params, fx->ref.n_params);
     ledger_init(&fx->ledger, 0);
-    ck_assert_int_eq(compute_backend_open("cpu", &fx->ledger, &fx->be), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &fx->ledger, &fx->be), ZT_OK);
     ck_assert_int_eq(
         model_create(&fx->table, &fx->be, fx->ref.B, fx->ref.T, ckpt_every, &fx->model), ZT_OK);
     fx->state = (struct flat_state){.t = &fx->table,
@@ -230,7 +230,7 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
     struct flat_state ps = {.t = &fx.table, .params = fx.ref.params, .grads = fx.state.grads};
     struct model_unit_hooks ph = flat_hooks(&ps);
     ledger_init(&plan, 1);
-    ck_assert_int_eq(compute_backend_open("cpu", &plan, &dplan), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &plan, &dplan), ZT_OK);
     ck_assert_int_eq(model_create(&fx.table, &dplan, fx.ref.B, fx.ref.T, 0, &pm), ZT_OK);
     ck_assert(pm->plan);
     ck_assert_int_eq(model_forward(pm, &ph, NULL, NULL), ZT_OK);

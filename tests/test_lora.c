@@ -224,7 +224,7 @@ START_TEST(gpt2_lora_matches_pytorch)
     struct compute_backend be;
     struct model *m;
     ledger_init(&ledger, 0);
-    ck_assert_int_eq(compute_backend_open("cpu", &ledger, &be), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &ledger, &be), ZT_OK);
     ck_assert_int_eq(model_create(&t, &be, ref.B, ref.T, 1, &m), ZT_OK);
     struct flat_state st = {.t = &t, .params = ref.params, .grads = calloc(t.n_params, 4)};
     ck_assert_ptr_nonnull(st.grads);
@@ -286,7 +286,7 @@ static void drop_open(struct drop_fixture *fx, double dropout)
     ck_assert_int_eq(lora_attach(&fx->t, &spec, (const char *const *)names), ZT_OK);
     free_names(names, n);
     ledger_init(&fx->ledger, 0);
-    ck_assert_int_eq(compute_backend_open("cpu", &fx->ledger, &fx->be), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &fx->ledger, &fx->be), ZT_OK);
     ck_assert_int_eq(model_create(&fx->t, &fx->be, fx->ref.B, fx->ref.T, 1, &fx->m), ZT_OK);
     fx->st = (struct flat_state){.t = &fx->t, .params = fx->ref.params};
     fx->st.grads = calloc(fx->t.n_params, sizeof(float));
@@ -371,7 +371,7 @@ static struct pass_result run_passes(const struct param_table *t, float *params,
     struct compute_backend be;
     struct model *m;
     ledger_init(&ledger, 0);
-    ck_assert_int_eq(compute_backend_open("cpu", &ledger, &be), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &ledger, &be), ZT_OK);
     ck_assert_int_eq(model_create(t, &be, B, T, 0, &m), ZT_OK);
     struct flat_state st = {.t = t, .params = params, .grads = calloc(t->n_params, 4)};
     ck_assert_ptr_nonnull(st.grads);

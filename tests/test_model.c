@@ -91,7 +91,7 @@ static void fixture_open(struct model_fixture *fx)
     ck_assert_int_eq(gpt2_table_build(&fx->ref.cfg, &fx->table), ZT_OK);
     ck_assert_int_eq((int)fx->table.n_params, fx->ref.n_params);
     ledger_init(&fx->ledger, 0);
-    ck_assert_int_eq(compute_backend_open("cpu", &fx->ledger, &fx->be), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &fx->ledger, &fx->be), ZT_OK);
     ck_assert_int_eq(gpt2_create(&fx->table, &fx->be, fx->ref.B, fx->ref.T, 0,
                                  &whole_of(&fx->table), &fx->model),
                      ZT_OK);
@@ -212,7 +212,7 @@ START_TEST(plan_walk_makes_the_same_hook_calls_as_a_real_pass)
     struct flat_state ps = {.t = &fx.table, .params = fx.ref.params, .grads = fx.state.grads};
     struct model_unit_hooks ph = flat_hooks(&ps);
     ledger_init(&plan, 1);
-    ck_assert_int_eq(compute_backend_open("cpu", &plan, &dplan), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &plan, &dplan), ZT_OK);
     ck_assert_int_eq(
         gpt2_create(&fx.table, &dplan, fx.ref.B, fx.ref.T, 0, &whole_of(&fx.table), &pm), ZT_OK);
     ck_assert_int_eq(gpt2_forward(&pm, &ph, NULL, NULL), ZT_OK);
@@ -256,7 +256,7 @@ START_TEST(activation_checkpointing_is_bit_identical)
             .t = &fx.table, .params = fx.ref.params, .grads = calloc(n, sizeof(float))};
         struct model_unit_hooks ch = flat_hooks(&cs);
         ledger_init(&l, 0);
-        ck_assert_int_eq(compute_backend_open("cpu", &l, &d), ZT_OK);
+        ck_assert_int_eq(compute_backend_open("cpu", -1, &l, &d), ZT_OK);
         ck_assert_int_eq(
             gpt2_create(&fx.table, &d, fx.ref.B, fx.ref.T, every, &whole_of(&fx.table), &cm),
             ZT_OK);
@@ -298,7 +298,7 @@ START_TEST(generic_instance_dispatches_to_the_family)
         .t = &fx.table, .params = fx.ref.params, .grads = calloc(n, sizeof(float))};
     struct model_unit_hooks gh = flat_hooks(&gs);
     ledger_init(&l, 0);
-    ck_assert_int_eq(compute_backend_open("cpu", &l, &d), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &l, &d), ZT_OK);
     ck_assert_int_eq(model_create(&fx.table, &d, fx.ref.B, fx.ref.T, 0, &m), ZT_OK);
     ck_assert_ptr_eq(m->family, &gpt2_family);
     ck_assert_ptr_eq(m->table, &fx.table);
@@ -389,8 +389,8 @@ START_TEST(plan_only_ledger_counts_without_allocating)
     ck_assert_int_eq(gpt2_table_build(&c, &t), ZT_OK);
     ledger_init(&real, 0);
     ledger_init(&plan, 1);
-    ck_assert_int_eq(compute_backend_open("cpu", &real, &dreal), ZT_OK);
-    ck_assert_int_eq(compute_backend_open("cpu", &plan, &dplan), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &real, &dreal), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &plan, &dplan), ZT_OK);
     ck_assert_int_eq(gpt2_create(&t, &dreal, 4, 128, 0, &whole_of(&t), &a), ZT_OK);
     ck_assert_int_eq(gpt2_create(&t, &dplan, 4, 128, 0, &whole_of(&t), &b), ZT_OK);
     ck_assert(a.acts != NULL && b.acts == NULL);

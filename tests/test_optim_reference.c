@@ -295,7 +295,7 @@ static void run_stage(const struct optim_case *c, const struct model_ref *mr,
     struct ledger ledger;
     struct compute_backend be;
     ledger_init(&ledger, 0);
-    ck_assert_int_eq(compute_backend_open("cpu", &ledger, &be), ZT_OK);
+    ck_assert_int_eq(compute_backend_open("cpu", -1, &ledger, &be), ZT_OK);
     struct comm_config cc = {.memory = be.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA};
     struct comm *comm;
     ck_assert_int_eq(comm_create(&cc, &comm), ZT_OK);

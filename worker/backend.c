@@ -1,9 +1,10 @@
 /* worker/backend.c — the table of compute backends and the choice among them.
  *
  * An entry names the device memory table (opened through device_open under
- * the same name), the op table and how to make the stream. The table is
- * static const and lists only what was built; the chosen entry's pieces are
- * copied into the caller's struct compute_backend, not kept in a global.
+ * the same name), how to make a device current, and how to open and close
+ * its op table with the stream the ops run on. The table is static const
+ * and lists only what was built; what an open makes is kept in the caller's
+ * struct compute_backend, not in a global.
  * Unlike comm/, choosing is local (no collective): each rank opens its own
  * device, and a failure reaches the other ranks through the session's phase
  * agreement. Whether the communicator can reach the chosen memory is comm/'s
@@ -18,11 +19,15 @@ struct backend_entry {
     const char *name;
     /* >= 0: usable here; < 0: not, with the reason written into why. */
     int (*query)(char *why, size_t n);
-    const struct ops_backend *(*ops)(void);
     int host_memory; /* 1: its device memory is host memory */
-    /* NULL: the ops are synchronous and need no stream (stream stays NULL). */
-    zt_status (*stream_create)(void **stream);
-    void (*stream_destroy)(void *stream);
+    /* Makes device `ordinal` current for the opening thread (-1: keep the
+     * current one) before its memory and ops open; NULL: one device only. */
+    zt_status (*bind)(int ordinal);
+    /* The op table for one open (a static one, or one made for this open
+     * with its ctx) and the queue its ops run on (NULL: synchronous ops). */
+    zt_status (*ops_open)(const struct ops_backend **ops, void **stream);
+    /* Releases what ops_open made; NULL: it made nothing. */
+    void (*ops_close)(const struct ops_backend *ops);
 };
 
 static int cpu_query(char *why, size_t n)
@@ -32,27 +37,27 @@ static int cpu_query(char *why, size_t n)
     return 0;
 }
 
+static zt_status cpu_ops_open(const struct ops_backend **ops, void **stream)
+{
+    *ops = ops_cpu_backend();
+    *stream = NULL;
+    return ZT_OK;
+}
+
 #ifdef ZT_HAVE_CUDA
-/* CUDA device memory is built, CUDA compute ops are not: never usable yet,
- * and the reason also says whether a device is there at all. When the ops
- * exist, this becomes the device query alone and the entry gets its op
- * table and stream functions. */
+/* Usable wherever the CUDA runtime sees a device. */
 static int cuda_query(char *why, size_t n)
 {
-    char dev_why[200] = "";
-    if (device_cuda_backend()->query(dev_why, sizeof dev_why) < 0)
-        snprintf(why, n, "CUDA compute ops are not built yet, and %s", dev_why);
-    else
-        snprintf(why, n, "CUDA compute ops are not built yet");
-    return -1;
+    return device_cuda_backend()->query(why, n);
 }
 #endif
 
 static const struct backend_entry entries[] = {
 #ifdef ZT_HAVE_CUDA
-    {"cuda", cuda_query, NULL, 0, NULL, NULL}, /* first: "auto" prefers the GPU */
+    /* first: "auto" prefers the GPU */
+    {"cuda", cuda_query, 0, ops_cuda_bind, ops_cuda_open, ops_cuda_close},
 #endif
-    {"cpu", cpu_query, ops_cpu_backend, 1, NULL, NULL},
+    {"cpu", cpu_query, 1, NULL, cpu_ops_open, NULL},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 
@@ -114,22 +119,22 @@ zt_status compute_backend_select(const char *name, const char **chosen)
     return ZT_OK;
 }
 
-zt_status compute_backend_open(const char *name, struct ledger *ledger, struct compute_backend *out)
+zt_status compute_backend_open(const char *name, int ordinal, struct ledger *ledger,
+                               struct compute_backend *out)
 {
     const struct backend_entry *e;
     memset(out, 0, sizeof *out);
     ZT_TRY(choose(name, &e));
-    ZT_ASSERT(e->ops && "a usable backend has an op table");
+    if (e->bind)
+        ZT_TRY(e->bind(ordinal));
     ZT_TRY(device_open(e->name, ledger, &out->dev));
-    if (e->stream_create) {
-        zt_status s = e->stream_create(&out->stream);
-        if (s != ZT_OK) {
-            memset(out, 0, sizeof *out);
-            return s;
-        }
+    zt_status s = e->ops_open(&out->ops, &out->stream);
+    if (s != ZT_OK) {
+        device_close(&out->dev);
+        memset(out, 0, sizeof *out);
+        return s;
     }
     out->name = e->name;
-    out->ops = e->ops();
     out->host_memory = e->host_memory;
     return ZT_OK;
 }
@@ -138,8 +143,8 @@ void compute_backend_close(struct compute_backend *be)
 {
     if (be->name) {
         const struct backend_entry *e = find(be->name);
-        if (e && e->stream_destroy && be->stream)
-            e->stream_destroy(be->stream);
+        if (e && e->ops_close)
+            e->ops_close(be->ops);
     }
     device_close(&be->dev);
     memset(be, 0, sizeof *be);

@@ -12,12 +12,13 @@
  * only with ZT_HAVE_CUDA), in the manner of comm/: each entry's query says
  * whether it can run here and, if not, why; compute_backend_select picks by
  * name, "auto" taking the first usable entry (CUDA before CPU). The CPU is
- * always usable. The CUDA entry reports itself unusable for now: CUDA device
- * memory exists (worker/cuda/) but no CUDA compute ops are built, so "auto"
- * falls back to the CPU and naming "cuda" is an error that says so.
+ * always usable; the CUDA entry is usable where the CUDA runtime sees a GPU
+ * (worker/cuda/: device memory, and every op as a kernel or cuBLAS call).
  *
  * Ownership: compute_backend_open fills a caller-owned struct; the struct
- * owns its stream (none on the CPU) and borrows the ledger. Buffers from
+ * owns its stream and, on CUDA, its op table (a copy per open whose ctx
+ * holds the stream, the cuBLAS handle and scratch; the CPU's is static),
+ * and borrows the ledger. Buffers from
  * device_alloc(&be->dev, ...) are the caller's to free before
  * compute_backend_close. Nothing here is global: two opened backends are
  * independent.
@@ -35,7 +36,7 @@
 struct compute_backend {
     const char *name;              /* "cpu" or "cuda": the entry chosen, static */
     struct device dev;             /* device memory and the ledger (borrowed) it counts in */
-    const struct ops_backend *ops; /* the op table for memory of `dev`; static */
+    const struct ops_backend *ops; /* the op table for memory of `dev` (owned: see above) */
     void *stream;                  /* the queue ops run on: NULL on the CPU (ops are
                                     * synchronous); a cudaStream_t on CUDA */
     int host_memory;               /* 1: device buffers are host memory (what a
@@ -53,15 +54,18 @@ int compute_backend_query(const char *name, char *why, size_t n);
  * backend is not built or not usable here, with the reason). */
 zt_status compute_backend_select(const char *name, const char **chosen);
 
-/* Selects as compute_backend_select, opens the device memory counted in
- * `ledger` (borrowed; a plan-only ledger gives a plan-only device) and
- * creates the backend's stream. On failure *out is zeroed. Errors: those of
- * compute_backend_select, ZT_ERR_DEVICE (the device or stream would not
- * open). */
-zt_status compute_backend_open(const char *name, struct ledger *ledger,
+/* Selects as compute_backend_select, makes device `ordinal` current on a
+ * backend with several (CUDA: an index into the GPUs this process sees; -1
+ * keeps the current one; the CPU ignores it), opens the device memory
+ * counted in `ledger` (borrowed; a plan-only ledger gives a plan-only
+ * device) and the op table with its stream. On failure *out is zeroed.
+ * Errors: those of compute_backend_select, ZT_ERR_DEVICE (no such device,
+ * or the device or stream would not open), ZT_ERR_NOMEM. */
+zt_status compute_backend_open(const char *name, int ordinal, struct ledger *ledger,
                                struct compute_backend *out);
 
-/* Destroys the stream and zeroes *be. Accepts a zeroed struct. */
+/* Waits for and destroys the stream, releases the op table an open made
+ * and zeroes *be. Accepts a zeroed struct. */
 void compute_backend_close(struct compute_backend *be);
 
 #endif

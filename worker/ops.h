@@ -298,7 +298,8 @@ struct ops_backend {
                              const struct optimizer_hparams *hp);
     /* Adafactor's round and apply on one piece of a tensor
      * (adafactor_round / adafactor_apply in worker/optimizer.h); the piece's
-     * stats are host memory. */
+     * stats and tensor_state are device memory like its other buffers (the
+     * engine reduces the stats across ranks with comm_allreduce). */
     zt_status (*adafactor_round)(const struct ops_backend *self, int round,
                                  const struct optimizer_piece *pc,
                                  const struct optimizer_hparams *hp);
@@ -336,5 +337,21 @@ const char *ops_cpu_isa_name(enum ops_cpu_isa isa);
 
 /* Sets how many threads the CPU ops and the BLAS library may use (>= 1). */
 void ops_cpu_set_threads(int n);
+
+#ifdef ZT_HAVE_CUDA
+/* The CUDA backend (worker/cuda/), opened through worker/backend.h. */
+
+/* Makes GPU `ordinal` (an index into the devices this process sees, after
+ * CUDA_VISIBLE_DEVICES) current for the calling thread; -1 keeps the
+ * current one. Errors: ZT_ERR_DEVICE (no such GPU, or the runtime's). */
+zt_status ops_cuda_bind(int ordinal);
+/* A CUDA op table for the current GPU with its own state (ctx: a compute
+ * stream, a cuBLAS handle on it, scratch), and that stream as a
+ * cudaStream_t in *stream. Errors: ZT_ERR_DEVICE, ZT_ERR_NOMEM. */
+zt_status ops_cuda_open(const struct ops_backend **out, void **stream);
+/* Waits for the table's stream, then releases what ops_cuda_open made.
+ * Accepts NULL. */
+void ops_cuda_close(const struct ops_backend *ops);
+#endif
 
 #endif

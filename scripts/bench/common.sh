@@ -1,13 +1,15 @@
 # shellcheck shell=bash
 # Sourced by the benchmark scripts once they have set `warm` (the warm-up
-# steps median() skips): the environment, a Release build in build/ ($bin),
+# steps median() skips): the environment, a Release build in build/ or
+# $ZT_BUILD_DIR ($bin),
 # a temporary folder $tmp removed on exit holding lic.tok (the texts in
 # /usr/share/common-licenses as a token file), and one BLAS thread per
 # rank. The scripts differ only in what they run and tabulate, so the setup
 # they share lives here once.
 source "$(dirname "${BASH_SOURCE[0]}")/../env.sh"
-zt_build "$ZT_ROOT/build" >/dev/null
-bin=$ZT_ROOT/build/zerotrain
+build_dir=${ZT_BUILD_DIR:-$ZT_ROOT/build} # the GPU check builds into its own
+zt_build "$build_dir" >/dev/null
+bin=$build_dir/zerotrain
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$bin" prepare --out "$tmp/lic.tok" /usr/share/common-licenses >/dev/null

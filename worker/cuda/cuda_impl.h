@@ -12,8 +12,7 @@
  * results the host reads (sum_squares, fp8_quantize's amax) copy them
  * through ctx->host_scratch and wait for the stream. Host-side arguments
  * (scalars, hyperparameters, struct optimizer_range/piece themselves) are
- * read at the call; the buffers they point to are device memory, except
- * where worker/ops.h says host (adafactor's and 8-bit AdamW's stats).
+ * read at the call; every buffer they point to is device memory.
  */
 #ifndef ZT_WORKER_CUDA_CUDA_IMPL_H
 #define ZT_WORKER_CUDA_CUDA_IMPL_H
@@ -38,9 +37,12 @@ struct cuda_ctx {
     int device;          /* the GPU's ordinal, current on the opening thread */
     int sm_count;        /* its multiprocessors, for grid sizes */
     cudaStream_t stream; /* compute: every op is issued here, in order */
-    cublasHandle_t blas; /* bound to `stream`; CUBLAS_PEDANTIC_MATH unless tf32 */
-    void *scratch;       /* device, CUDA_SCRATCH_BYTES: reductions' partials */
-    void *host_scratch;  /* pinned host, CUDA_SCRATCH_BYTES: results read back */
+    cublasHandle_t blas; /* bound to `stream`; default math: full fp32, no TF32 */
+    /* device, CUDA_SCRATCH_BYTES: reductions' partials, attention's batched
+     * GEMM pointer arrays; any op may overwrite it, which is safe because
+     * every op runs in order on `stream`, so no op's scratch outlives it */
+    void *scratch;
+    void *host_scratch; /* pinned host, CUDA_SCRATCH_BYTES: results read back */
 };
 
 static inline struct cuda_ctx *cuda_ctx_of(const struct ops_backend *self)
