@@ -14,7 +14,8 @@
  * is followed by an agreement on its status: a rank that failed to
  * initialise makes all ranks fail together. A backend serves one kind of
  * memory (its table entry says which), so the choice also follows where
- * the caller's buffers live.
+ * the caller's buffers live; "mpi" has a table for each (on device memory
+ * the staged one, comm_staged.c).
  *
  * Splitting is two agreed phases over the parent: the MPI split and the
  * child's struct, then the backend's split (for NCCL itself collective over
@@ -34,7 +35,7 @@ static const struct comm_backend_ops *const backends[] = {
 #ifdef ZT_HAVE_NCCL
     &comm_nccl_ops, /* first: "auto" prefers the GPU when every rank has one */
 #endif
-    &comm_mpi_ops,
+    &comm_mpi_ops, &comm_staged_ops, /* device memory without NCCL: MPI on host copies */
 };
 #define N_BACKENDS (sizeof backends / sizeof backends[0])
 
@@ -110,15 +111,17 @@ static zt_status choose_backend(const struct comm_config *cfg, MPI_Comm mpi,
     if (!is_auto && strcmp(want, "mpi") != 0 && strcmp(want, "nccl") != 0)
         return zt_error_set(ZT_ERR_CONFIG, "comm.backend: unknown backend '%s' (auto, mpi, nccl)",
                             want);
+    /* A name may stand for one table per memory ("mpi": host, and staged
+     * on device memory); a table for other memory is an error only when the
+     * name has none for this one. */
+    const struct comm_backend_ops *other_memory = NULL;
     for (size_t i = 0; i < N_BACKENDS; i++) {
         if (!is_auto && strcmp(want, backends[i]->name) != 0)
             continue;
         if (backends[i]->memory != cfg->memory) {
-            if (is_auto)
-                continue;
-            return zt_error_set(ZT_ERR_CONFIG,
-                                "comm.backend: %s needs %s buffers, but device is %s", want,
-                                memory_buffers[backends[i]->memory], memory_device[cfg->memory]);
+            if (!other_memory)
+                other_memory = backends[i];
+            continue;
         }
         char why[256] = "";
         int local = backends[i]->query(cfg, why, sizeof why) < 0 ? 0 : 1;
@@ -132,6 +135,9 @@ static zt_status choose_backend(const struct comm_config *cfg, MPI_Comm mpi,
             return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not usable: %s", want,
                                 local ? "not usable on another rank" : why);
     }
+    if (!is_auto && other_memory)
+        return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s needs %s buffers, but device is %s",
+                            want, memory_buffers[other_memory->memory], memory_device[cfg->memory]);
     if (!is_auto)
         return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not built into this binary", want);
     return zt_error_set(ZT_ERR_CONFIG,
@@ -322,6 +328,11 @@ void comm_set_name(struct comm *c, const char *name)
 const char *comm_backend_name(const struct comm *c)
 {
     return c->ops->name;
+}
+
+int comm_backend_staged(const struct comm *c)
+{
+    return c->ops->host_staged;
 }
 
 const struct comm_stats *comm_get_stats(const struct comm *c)

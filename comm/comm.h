@@ -13,7 +13,8 @@
  * ranks outside the group take no part, so collectives on disjoint groups
  * may be interleaved freely. Buffers are memory of the kind the config
  * names (comm_config.memory: host memory for "mpi", device memory for
- * "nccl").
+ * "nccl" and for "mpi" with host staging, which copies them through host
+ * memory around each call: comm_staged.c).
  *
  * Point-to-point messages (comm_send, comm_recv and their non-blocking
  * forms) pair one sender with one receiver of the same group, with the same
@@ -124,7 +125,25 @@ struct comm_flight; /* flight.h */
 /* Where the buffers passed to a comm live. */
 enum comm_memory {
     COMM_MEMORY_HOST, /* host memory (device "cpu"): the "mpi" backend */
-    COMM_MEMORY_CUDA  /* CUDA device memory: the "nccl" backend */
+    COMM_MEMORY_CUDA  /* CUDA device memory: "nccl", or "mpi" with host staging */
+};
+
+/* How the "mpi" backend reaches device memory when it runs on CUDA buffers
+ * (comm_staged.c): it copies each call's device buffers through pinned host
+ * staging buffers. Every function returns ZT_OK or the error it set
+ * (ZT_ERR_DEVICE for the CUDA runtime, ZT_ERR_NOMEM). to_host and
+ * to_device copy `bytes` and have finished with both buffers when they
+ * return; to_host must see everything the caller's device work wrote to
+ * `dev` before the call. alloc_pinned gives host memory of `bytes` > 0
+ * bytes that free_pinned releases. Tests pass memcpy and malloc, so that
+ * every staged path runs on ordinary host memory. On this path the
+ * non-blocking collectives complete inside the call that issues them (their
+ * wait has nothing left to do); messages stay non-blocking. */
+struct comm_stager {
+    zt_status (*to_host)(void *host, const void *dev, size_t bytes);
+    zt_status (*to_device)(void *dev, const void *host, size_t bytes);
+    zt_status (*alloc_pinned)(size_t bytes, void **out);
+    void (*free_pinned)(void *p);
 };
 
 /* All fields may be zero/NULL: a zeroed config means "auto" everywhere. */
@@ -149,6 +168,11 @@ struct comm_config {
      * synchronise that stream first; NULL: the caller has. Splits inherit
      * it. Borrowed. */
     void *device_stream;
+    /* The copies of "mpi" on COMM_MEMORY_CUDA buffers; NULL: the CUDA
+     * runtime's (cudaMemcpy, cudaMallocHost), in builds with CUDA. Ignored
+     * on host memory and by "nccl". Borrowed: it must outlive the comm and
+     * its splits. */
+    const struct comm_stager *stager;
 };
 
 struct comm;         /* opaque */
@@ -157,7 +181,8 @@ struct comm_request; /* opaque; owned by the comm until comm_wait */
 /* Creates the group of all ranks (MPI_COMM_WORLD's; the runtime must be
  * initialised; collective over the world). "auto" takes the first built
  * backend for cfg->memory whose query says it is usable on every rank, NCCL
- * before MPI. *out is owned by the caller and freed with comm_destroy; on
+ * before MPI (on device memory the staged MPI, which naming "mpi" there
+ * also gives). *out is owned by the caller and freed with comm_destroy; on
  * failure *out is NULL.
  * Errors: ZT_ERR_CONFIG (unknown or unusable backend, a backend for other
  * memory, unknown algorithm), ZT_ERR_USAGE (runtime not initialised, unknown
@@ -188,6 +213,10 @@ int comm_rank(const struct comm *c);
 int comm_size(const struct comm *c);
 /* The chosen backend's name ("mpi", "nccl"); static storage. */
 const char *comm_backend_name(const struct comm *c);
+/* 1 when the backend works on host memory and copies the caller's device
+ * buffers through host staging buffers around each call ("mpi" on
+ * COMM_MEMORY_CUDA), so a log can say "mpi (host staging)"; else 0. */
+int comm_backend_staged(const struct comm *c);
 
 /* In place: buf[0..n) becomes the reduction over ranks.
  * Errors: ZT_ERR_USAGE (bad dtype/op, NULL buffer), ZT_ERR_UNSUPPORTED

@@ -79,6 +79,9 @@ struct comm_request {
 struct comm_backend_ops {
     const char *name;        /* "mpi", "nccl" */
     enum comm_memory memory; /* the buffers it works on */
+    /* 1: it copies those buffers through host memory around each call and
+     * runs on the copies (comm_staged.c; comm_backend_staged). */
+    int host_staged;
     /* >= 0: usable; < 0: not usable here, with the reason written to why.
      * Local (not collective): comm.c agrees on the answer across ranks. */
     int (*query)(const struct comm_config *cfg, char *why, size_t n);
@@ -112,8 +115,19 @@ struct comm_backend_ops {
 };
 
 extern const struct comm_backend_ops comm_mpi_ops;
+/* "mpi" on CUDA device memory: comm_mpi_ops on pinned host copies of the
+ * buffers, made by comm_config.stager (comm_staged.c). */
+extern const struct comm_backend_ops comm_staged_ops;
 #ifdef ZT_HAVE_NCCL
 extern const struct comm_backend_ops comm_nccl_ops;
+#endif
+#ifdef ZT_HAVE_CUDA
+/* The staged backend's copies when the config names none: the CUDA
+ * runtime's (comm_cuda_stager.c). */
+extern const struct comm_stager comm_cuda_stager;
+/* >= 0 when the CUDA runtime sees a device to copy from; < 0 with the
+ * reason written to why. Local. */
+int comm_cuda_stager_query(char *why, size_t n);
 #endif
 
 /* The agreement of comm_world_agree over any communicator of every rank

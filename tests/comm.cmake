@@ -12,3 +12,7 @@ set_tests_properties(test_comm_np4_nodes PROPERTIES TIMEOUT 120 PROCESSORS 4
 zt_test(test_half SOURCES test_half.c LIBS zt_common)
 zt_test(test_layout SOURCES test_layout.c LIBS zt_comm)
 zt_test(test_layout_mpi SOURCES test_layout_mpi.c LIBS zt_comm RANKS 4 8)
+# "mpi" with host staging (comm_staged.c) on host buffers labelled as device
+# memory, through a memcpy stager: every collective, message and split
+# against the plain backend bit for bit, the ledger, and failed copies.
+zt_test(test_comm_staged SOURCES test_comm_staged.c LIBS zt_comm RANKS 1 2 3)
