@@ -20,8 +20,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* peaks, total_peak, rss_peak, tp, pp, dp, expected model states */
-#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 6)
+/* peaks, total_peak, rss_peak, tp, pp, dp, expected model states, the
+ * device's five */
+#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 11)
 
 /* Column headers; a category missing here falls back to its full name. */
 static const char *const short_names[] = {
@@ -56,6 +57,11 @@ static void pack_row(const struct ledger *l, const struct memory_rank_row *place
     at[3] = (uint64_t)place->pp;
     at[4] = (uint64_t)place->dp;
     at[5] = place->expected_model_states;
+    at[6] = place->device_reserved;
+    at[7] = place->device_used_peak;
+    at[8] = place->device_largest_free;
+    at[9] = place->driver_free;
+    at[10] = place->driver_total;
 }
 
 static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_rank_row *out)
@@ -70,6 +76,11 @@ static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_ra
     out->pp = (int)at[3];
     out->dp = (int)at[4];
     out->expected_model_states = at[5];
+    out->device_reserved = at[6];
+    out->device_used_peak = at[7];
+    out->device_largest_free = at[8];
+    out->driver_free = at[9];
+    out->driver_total = at[10];
 }
 
 zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r)
@@ -284,6 +295,22 @@ static void print_model_states(const struct memory_report *r, FILE *f)
                 ((double)r->base4_numel / (r->stage == 3 ? (double)shard_ranks(r) : 1.0)));
 }
 
+/* On a GPU: each rank's caching pool against the card, in MiB. */
+static void print_device_rows(const struct memory_report *r, FILE *f)
+{
+    const double mib = 1024.0 * 1024.0;
+    fprintf(f, "device memory (MiB): reserved by the pool, peak in use, largest free block, "
+               "free / total on the card\n");
+    for (int i = 0; i < r->world_size; i++) {
+        const struct memory_rank_row *row = &r->ranks[i];
+        fprintf(f,
+                "  rank %d: reserved %.1f, peak used %.1f, largest free %.1f, card %.1f / %.1f\n",
+                row->rank, (double)row->device_reserved / mib, (double)row->device_used_peak / mib,
+                (double)row->device_largest_free / mib, (double)row->driver_free / mib,
+                (double)row->driver_total / mib);
+    }
+}
+
 void memory_report_print(const struct memory_report *r, FILE *f)
 {
     if (!r->ranks)
@@ -311,6 +338,8 @@ void memory_report_print(const struct memory_report *r, FILE *f)
     print_row(f, label_width(r), "baseline", r->baseline, r->baseline_total, NULL,
               r->baseline_total, shown);
     print_model_states(r, f);
+    if (r->device_memory)
+        print_device_rows(r, f);
 }
 
 /* ---- JSON ---- */
@@ -339,9 +368,15 @@ static void write_body(FILE *f, const struct memory_report *r)
         fprintf(f, "%s{\"rank\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"peak\": {",
                 i ? ", " : "", row->rank, row->tp, row->pp, row->dp);
         write_categories(f, row->peak);
-        fprintf(f, "}, \"total_peak\": %llu, \"rss_peak\": %llu, \"expected_model_states\": %llu}",
+        fprintf(f, "}, \"total_peak\": %llu, \"rss_peak\": %llu, \"expected_model_states\": %llu",
                 (unsigned long long)row->total_peak, (unsigned long long)row->rss_peak,
                 (unsigned long long)row->expected_model_states);
+        fprintf(f,
+                ", \"device\": {\"reserved\": %llu, \"used_peak\": %llu, \"largest_free\": "
+                "%llu, \"driver_free\": %llu, \"driver_total\": %llu}}",
+                (unsigned long long)row->device_reserved, (unsigned long long)row->device_used_peak,
+                (unsigned long long)row->device_largest_free, (unsigned long long)row->driver_free,
+                (unsigned long long)row->driver_total);
     }
     fprintf(f, "]}\n");
 }

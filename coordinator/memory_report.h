@@ -20,8 +20,14 @@
  *    "baseline": {"<category>": bytes, ..., "total": bytes},
  *    "expected_model_states": bytes,
  *    "ranks": [{"rank": r, "tp": t, "pp": p, "dp": d, "peak": {"<category>": bytes, ...},
- *               "total_peak": bytes, "rss_peak": bytes, "expected_model_states": bytes},
+ *               "total_peak": bytes, "rss_peak": bytes, "expected_model_states": bytes,
+ *               "device": {"reserved": bytes, "used_peak": bytes, "largest_free": bytes,
+ *                          "driver_free": bytes, "driver_total": bytes}},
  *              ...]}
+ * "device" is worker/device.h's device_memory_info read at the report: on
+ * a GPU the caching pool's reservation, the peak of its blocks in use, its
+ * largest free block and what the driver says is free of the card's
+ * memory; on the CPU the ledger's bytes and the host's physical pages.
  * with the eight category names of ledger_category_name() in ledger order.
  */
 #ifndef ZT_COORDINATOR_MEMORY_REPORT_H
@@ -44,6 +50,11 @@ struct memory_rank_row {
     uint64_t peak[LEDGER_CATEGORY_COUNT];
     uint64_t total_peak; /* peak of the sum, not the sum of the peaks */
     uint64_t rss_peak;   /* VmHWM in bytes, 0 if unknown */
+    /* The device's own account (struct device_memory_info): reserved,
+     * peak used, largest free block, the driver's free and total bytes;
+     * filled by the caller, zero when it gave none. */
+    uint64_t device_reserved, device_used_peak, device_largest_free;
+    uint64_t driver_free, driver_total;
 };
 
 struct memory_report {
@@ -64,6 +75,7 @@ struct memory_report {
     uint64_t base4_numel, base4_bytes;
     struct memory_rank_row *ranks; /* world_size rows in rank order; rank 0 only */
     int layout;                    /* rows show (tp, pp, dp): tensor or pipeline parallel */
+    int device_memory;             /* 1: the buffers are a GPU's: print the device rows */
 };
 
 /* Collective over c: every rank sends its ledger peaks and its VmHWM (read

@@ -646,10 +646,18 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
                                      s->engine.tensor_state_len * sizeof(float)) +
         image / split;
     r.layout = s->layout.tp > 1 || s->layout.pp > 1;
+    r.device_memory = !s->compute.host_memory;
+    struct device_memory_info dm = {0};
+    ZT_TRY(device_memory_info(&s->compute.dev, &dm));
     const struct memory_rank_row place = {.tp = s->coords.tp,
                                           .pp = s->coords.pp,
                                           .dp = s->coords.dp,
-                                          .expected_model_states = r.expected_model_states};
+                                          .expected_model_states = r.expected_model_states,
+                                          .device_reserved = dm.reserved,
+                                          .device_used_peak = dm.peak,
+                                          .device_largest_free = dm.largest_free,
+                                          .driver_free = dm.driver_free,
+                                          .driver_total = dm.driver_total};
     ZT_TRY(memory_report_gather_placed(s->comm, &s->ledger, &place, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {

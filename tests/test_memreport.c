@@ -105,6 +105,42 @@ START_TEST(test_gather_collects_every_rank_in_order)
 }
 END_TEST
 
+/* The device's account travels with each rank's row, and a report on
+ * device memory prints it per rank. */
+START_TEST(test_gather_carries_the_device_account)
+{
+    struct ledger l;
+    fill_ledger(&l, rank);
+    const struct memory_rank_row place = {.dp = rank,
+                                          .device_reserved = 1000000ull + (uint64_t)rank,
+                                          .device_used_peak = 2000000ull + (uint64_t)rank,
+                                          .device_largest_free = 3000ull + (uint64_t)rank,
+                                          .driver_free = 4000000ull + (uint64_t)rank,
+                                          .driver_total = 5000000ull + (uint64_t)rank};
+    struct memory_report r = {.stage = 0, .n_params = 7, .device_memory = 1};
+    ck_assert_int_eq(memory_report_gather_placed(world, &l, &place, &r), ZT_OK);
+    if (rank != 0)
+        return;
+    for (int i = 0; i < size; i++) {
+        const struct memory_rank_row *row = &r.ranks[i];
+        ck_assert_uint_eq(row->device_reserved, 1000000ull + (uint64_t)i);
+        ck_assert_uint_eq(row->device_used_peak, 2000000ull + (uint64_t)i);
+        ck_assert_uint_eq(row->device_largest_free, 3000ull + (uint64_t)i);
+        ck_assert_uint_eq(row->driver_free, 4000000ull + (uint64_t)i);
+        ck_assert_uint_eq(row->driver_total, 5000000ull + (uint64_t)i);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    memory_report_print(&r, f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(text, "device memory (MiB)"));
+    ck_assert_ptr_nonnull(strstr(text, "rank 0: reserved 1.0, peak used 1.9, largest free 0.0"));
+    free(text);
+    memory_report_free(&r);
+}
+END_TEST
+
 /* ---- expected model states ---- */
 
 struct expectation {
@@ -372,8 +408,16 @@ END_TEST
 /* The whole document for one rank, written out by hand. */
 START_TEST(test_json_matches_the_documented_format)
 {
-    struct memory_rank_row row = {
-        .rank = 0, .pp = 1, .total_peak = 900, .rss_peak = 4096, .expected_model_states = 700};
+    struct memory_rank_row row = {.rank = 0,
+                                  .pp = 1,
+                                  .total_peak = 900,
+                                  .rss_peak = 4096,
+                                  .expected_model_states = 700,
+                                  .device_reserved = 2000,
+                                  .device_used_peak = 1500,
+                                  .device_largest_free = 256,
+                                  .driver_free = 30000,
+                                  .driver_total = 80000};
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
         row.peak[c] = 10 + (uint64_t)c;
     struct memory_report r = {.world_size = 1,
@@ -401,7 +445,9 @@ START_TEST(test_json_matches_the_documented_format)
         "{\"params\": 10, \"grads\": 11, \"master_params\": 12, \"optimizer_states\": 13, "
         "\"gathered_params\": 14, \"secondary_params\": 15, \"activations\": 16, "
         "\"comm_buffers\": 17, \"workspace\": 18}, "
-        "\"total_peak\": 900, \"rss_peak\": 4096, \"expected_model_states\": 700}]}\n");
+        "\"total_peak\": 900, \"rss_peak\": 4096, \"expected_model_states\": 700, "
+        "\"device\": {\"reserved\": 2000, \"used_peak\": 1500, \"largest_free\": 256, "
+        "\"driver_free\": 30000, \"driver_total\": 80000}}]}\n");
 }
 END_TEST
 
@@ -603,6 +649,7 @@ static Suite *memreport_suite(void)
     TCase *tc = tcase_create("memreport");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_gather_collects_every_rank_in_order);
+    tcase_add_test(tc, test_gather_carries_the_device_account);
     tcase_add_test(tc, test_expected_model_states_fp32);
     tcase_add_test(tc, test_expected_model_states_16bit);
     tcase_add_test(tc, test_expected_model_states_paper_example);
