@@ -26,12 +26,29 @@
  * 16-bit floats, so the result does not depend on the compiler's or the
  * FPU's rounding mode. The format's constants are one row of a table
  * (fp8_format_info); encode and decode are the same code for both rows.
+ *
+ * Encode and decode of one value given the row (fp8_encode_with,
+ * fp8_decode_with) are static inline below and ZT_HOST_DEVICE
+ * (common/hostdev.h): the CUDA backend's fp8 kernels (worker/cuda/fp8.cu)
+ * run this same source with the row passed by value.
+ *
+ * Encoding takes the float's exponent and 24-bit significand apart: a value
+ * in the format's normal range keeps its exponent (rebiased) and rounds its
+ * mantissa from 23 to M bits; a smaller one becomes a subnormal, its
+ * significand shifted down to units of the smallest subnormal and rounded
+ * there. Either way the rounded code may carry into the next binade (a
+ * subnormal into the smallest normal, 0.111 into 1.000), which the bit
+ * layout encodes correctly as it stands; codes past the largest finite one
+ * (E4M3's NaN, E5M2's infinities, or an exponent the format lacks) are
+ * clamped to it: that is the saturation.
  */
 #ifndef ZT_FP8_H
 #define ZT_FP8_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "hostdev.h"
 
 enum fp8_format { FP8_E4M3, FP8_E5M2, FP8_FORMAT_COUNT };
 
@@ -69,5 +86,63 @@ void fp8_decode_scaled(float *x, const uint8_t *q, size_t n, float scale_inv, en
 
 /* The largest |x[i]| (0 for n == 0); NaN when some x[i] is NaN. */
 float fp8_amax(const float *x, size_t n);
+
+/* The code of |x| = a (float bits without sign, finite, not zero, not a
+ * float subnormal), before clamping to the largest finite code. */
+ZT_HOST_DEVICE static inline uint32_t fp8_encode_magnitude(uint32_t a,
+                                                           const struct fp8_format_info *fi)
+{
+    const int M = fi->man_bits, emin = 1 - fi->bias;
+    const int e = (int)(a >> 23) - 127;
+    if (e + fi->bias > (1 << fi->exp_bits) - 1) /* beyond every exponent the format has */
+        return 0xffu;
+    if (e >= emin) { /* normal: rebias the exponent, round the mantissa to M bits */
+        const unsigned drop = 23u - (unsigned)M;
+        const uint32_t q = ((uint32_t)(e + fi->bias) << M) | ((a & 0x7fffffu) >> drop);
+        return zt_round_shift(q, a & ((1u << drop) - 1u), drop);
+    }
+    /* subnormal: the value is sig * 2^(e-23) and the unit 2^(emin-M), so
+     * the code is sig / 2^shift; at shift >= 25 it is below a quarter unit */
+    const unsigned shift = 23u - (unsigned)M + (unsigned)(emin - e);
+    if (shift >= 25)
+        return 0;
+    const uint32_t sig = (a & 0x7fffffu) | 0x800000u;
+    return zt_round_shift(sig >> shift, sig & ((1u << shift) - 1u), shift);
+}
+
+/* fp8_encode(x, f) given f's row fi. */
+ZT_HOST_DEVICE static inline uint8_t fp8_encode_with(float x, const struct fp8_format_info *fi)
+{
+    const uint32_t u = zt_float_bits(x);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint8_t)(sign | fi->nan_code);
+    if (a == 0x7f800000u) /* infinity saturates too */
+        return (uint8_t)(sign | fi->max_code);
+    if (a < 0x00800000u) /* zero or a float subnormal: far below half the smallest fp8 */
+        return sign;
+    const uint32_t q = fp8_encode_magnitude(a, fi);
+    return (uint8_t)(sign | (q > fi->max_code ? fi->max_code : q));
+}
+
+/* fp8_decode(q, f) given f's row fi. The subnormal's product is exact, so
+ * its bits do not depend on how a compiler schedules it. */
+ZT_HOST_DEVICE static inline float fp8_decode_with(uint8_t q, const struct fp8_format_info *fi)
+{
+    const uint32_t sign = (uint32_t)(q & 0x80u) << 24;
+    const uint32_t c = q & 0x7fu, M = (uint32_t)fi->man_bits;
+    const uint32_t exp = c >> M, man = c & ((1u << M) - 1u);
+    const uint32_t exp_ones = (1u << fi->exp_bits) - 1u;
+    if (fi->has_inf && exp == exp_ones)
+        return zt_bits_float(sign | 0x7f800000u | (man ? 0x400000u : 0u));
+    if (!fi->has_inf && c == 0x7fu)
+        return zt_bits_float(sign | 0x7fc00000u);
+    if (exp == 0) { /* subnormal: man * 2^(1 - bias - M), exact in a float */
+        const float unit = zt_bits_float((uint32_t)(127 + 1 - fi->bias - (int)M) << 23);
+        return zt_bits_float(sign | zt_float_bits((float)man * unit));
+    }
+    return zt_bits_float(sign | ((exp - (uint32_t)fi->bias + 127u) << 23) | (man << (23u - M)));
+}
 
 #endif

@@ -11,31 +11,31 @@
  * (made quiet, sign kept), infinities stay infinite, values beyond the finite
  * range round to infinity, and f16 subnormals are produced and read exactly.
  * Everything is static inline: these sit in inner loops (the MPI reduction of
- * 16-bit buffers, casts between master weights and compute weights).
+ * 16-bit buffers, casts between master weights and compute weights). The
+ * conversions are also the CUDA backend's (worker/cuda/engine_ops.cu):
+ * ZT_HOST_DEVICE (common/hostdev.h) compiles them for the device too, so
+ * both backends round with one source.
  */
 #ifndef ZT_HALF_H
 #define ZT_HALF_H
 
 #include <stdint.h>
-#include <string.h>
 
-/* The bit pattern of a float, and back (memcpy is the defined way). */
-static inline uint32_t half_f32_bits(float f)
+#include "hostdev.h"
+
+/* The bit pattern of a float, and back. */
+ZT_HOST_DEVICE static inline uint32_t half_f32_bits(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
+    return zt_float_bits(f);
 }
 
-static inline float half_bits_f32(uint32_t u)
+ZT_HOST_DEVICE static inline float half_bits_f32(uint32_t u)
 {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return zt_bits_float(u);
 }
 
 /* bf16 -> float: exact (bf16 is the upper half of a float). */
-static inline float zt_bf16_to_f32(uint16_t h)
+ZT_HOST_DEVICE static inline float zt_bf16_to_f32(uint16_t h)
 {
     return half_bits_f32((uint32_t)h << 16);
 }
@@ -45,7 +45,7 @@ static inline float zt_bf16_to_f32(uint16_t h)
  * exponent when the mantissa overflows, which also turns the largest
  * floats into infinity as rounding demands. NaN is kept apart so the carry
  * cannot turn it into infinity. */
-static inline uint16_t zt_f32_to_bf16(float f)
+ZT_HOST_DEVICE static inline uint16_t zt_f32_to_bf16(float f)
 {
     uint32_t u = half_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -55,7 +55,7 @@ static inline uint16_t zt_f32_to_bf16(float f)
 }
 
 /* f16 -> float: exact for every value, subnormals included. */
-static inline float zt_f16_to_f32(uint16_t h)
+ZT_HOST_DEVICE static inline float zt_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
@@ -69,20 +69,11 @@ static inline float zt_f16_to_f32(uint16_t h)
     return half_bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-/* Rounds q + rem/2^shift to nearest even; rem < 2^shift, 1 <= shift < 32. */
-static inline uint32_t half_round_shift(uint32_t q, uint32_t rem, unsigned shift)
-{
-    uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (q & 1u)))
-        q++;
-    return q;
-}
-
 /* float -> f16, round to nearest even. |f| >= 65520 (halfway between the
  * largest f16, 65504, and 2^16; the tie goes to the even neighbour, which
  * is infinity) becomes infinity; |f| below 2^-14 becomes a subnormal or
  * zero, rounded on the full-precision mantissa. */
-static inline uint16_t zt_f32_to_f16(float f)
+ZT_HOST_DEVICE static inline uint16_t zt_f32_to_f16(float f)
 {
     uint32_t u = half_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -93,7 +84,7 @@ static inline uint16_t zt_f32_to_f16(float f)
         return (uint16_t)(sign | 0x7c00u);
     if (a >= 0x38800000u) { /* normal f16: rebias the exponent, round 13 bits */
         uint32_t q = (a - 0x38000000u) >> 13;
-        return (uint16_t)(sign | half_round_shift(q, a & 0x1fffu, 13));
+        return (uint16_t)(sign | zt_round_shift(q, a & 0x1fffu, 13));
     }
     uint32_t exp = a >> 23;
     if (exp < 102) /* below 2^-25 (float subnormals too): rounds to zero */
@@ -103,7 +94,7 @@ static inline uint16_t zt_f32_to_f16(float f)
      * normal, encoded correctly as it stands. */
     uint32_t mant = (a & 0x7fffffu) | 0x800000u;
     unsigned shift = 126u - exp;
-    uint32_t q = half_round_shift(mant >> shift, mant & ((1u << shift) - 1u), shift);
+    uint32_t q = zt_round_shift(mant >> shift, mant & ((1u << shift) - 1u), shift);
     return (uint16_t)(sign | q);
 }
 

@@ -114,31 +114,3 @@ const float quant_dynamic_unsigned[256] = {
     0x1.efccccp-1f,  0x1.f36668p-1f,  0x1.f7p-1f,      0x1.fa999cp-1f,  0x1.fe3334p-1f,
     0x1p+0f,
 };
-
-/* bitsandbytes' search (dQuantize and quantize_2D in csrc/kernels.cu): from
- * index 127 in steps of 64, 32, ..., 1, remembering the neighbours passed,
- * then the nearer of the final index and the neighbour on x's side by
- * comparing with their float midpoint. The kernels start the neighbours at
- * -1 (0 unsigned) and 1; starting them at the map's ends gives the same
- * codes: the lower one is only read at index 0, where both answers are 0,
- * and the upper one is map[255] = 1. */
-unsigned char quant_dynamic_encode(const float map[256], float x)
-{
-    int pivot = 127, upper_pivot = 255, lower_pivot = 0;
-    float lower = map[0], upper = map[255];
-    for (int step = 64; step > 0; step >>= 1) {
-        if (x > map[pivot]) {
-            lower_pivot = pivot;
-            lower = map[pivot];
-            pivot += step;
-        } else {
-            upper_pivot = pivot;
-            upper = map[pivot];
-            pivot -= step;
-        }
-    }
-    const float val = map[pivot];
-    if (x > val)
-        return (unsigned char)(x > (upper + val) * 0.5f ? upper_pivot : pivot);
-    return (unsigned char)(x < (lower + val) * 0.5f ? lower_pivot : pivot);
-}

@@ -12,10 +12,15 @@
  * signed, with 0 and 1: 256 float32 values, ascending, map[255] = 1. The
  * signed map's 0 is at index 127.
  *
- * Constant tables and pure functions: nothing to create or free.
+ * Constant tables and pure functions: nothing to create or free. The
+ * search is static inline and ZT_HOST_DEVICE (common/hostdev.h): the CUDA
+ * backend's 8-bit AdamW (worker/cuda/optim_pieces.cu) runs this source on
+ * the maps staged in shared memory.
  */
 #ifndef ZT_WORKER_QUANT_MAPS_H
 #define ZT_WORKER_QUANT_MAPS_H
+
+#include "../common/hostdev.h"
 
 extern const float quant_dynamic_signed[256];   /* create_dynamic_map(signed=True) */
 extern const float quant_dynamic_unsigned[256]; /* create_dynamic_map(signed=False) */
@@ -25,6 +30,33 @@ extern const float quant_dynamic_unsigned[256]; /* create_dynamic_map(signed=Fal
  * absmax: the nearest code, a value exactly at the float32 midpoint of two
  * codes taking the one the binary search ended on. NaN gives 0, as in the
  * kernels. */
-unsigned char quant_dynamic_encode(const float map[256], float x);
+ZT_HOST_DEVICE static inline unsigned char quant_dynamic_encode(const float map[256], float x)
+{
+    /* bitsandbytes' search (dQuantize and quantize_2D in csrc/kernels.cu):
+     * from index 127 in steps of 64, 32, ..., 1, remembering the neighbours
+     * passed, then the nearer of the final index and the neighbour on x's
+     * side by comparing with their float midpoint. The kernels start the
+     * neighbours at -1 (0 unsigned) and 1; starting them at the map's ends
+     * gives the same codes: the lower one is only read at index 0, where
+     * both answers are 0, and the upper one is map[255] = 1. The midpoint's
+     * sum feeds a product, never the reverse, so no compiler fuses it. */
+    int pivot = 127, upper_pivot = 255, lower_pivot = 0;
+    float lower = map[0], upper = map[255];
+    for (int step = 64; step > 0; step >>= 1) {
+        if (x > map[pivot]) {
+            lower_pivot = pivot;
+            lower = map[pivot];
+            pivot += step;
+        } else {
+            upper_pivot = pivot;
+            upper = map[pivot];
+            pivot -= step;
+        }
+    }
+    const float val = map[pivot];
+    if (x > val)
+        return (unsigned char)(x > (upper + val) * 0.5f ? upper_pivot : pivot);
+    return (unsigned char)(x < (lower + val) * 0.5f ? lower_pivot : pivot);
+}
 
 #endif

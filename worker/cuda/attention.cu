@@ -36,11 +36,12 @@
  * terms in a fixed order; inside one call the pairs write disjoint outputs.
  *
  * Softmaxes: one warp per row of att, lanes striding over the row, max and
- * sum folded by a butterfly of shuffles (every lane ends with the same bits,
- * and the order is fixed by the shape alone). Rows are at most T floats, so
+ * sum folded by reduce.cuh's butterfly of shuffles (every lane ends with
+ * the same bits, and the order is fixed by the shape alone). Rows are at most T floats, so
  * a warp's 32 partial sums keep float's rounding small; expf, not __expf.
  */
 #include "worker/cuda/cuda_impl.h"
+#include "worker/cuda/reduce.cuh"
 
 #include <math.h>
 
@@ -50,6 +51,9 @@ enum {
     WARP = 32,
     FILL_THREADS = 256,
 };
+
+using reduce::warp_max;
+using reduce::warp_sum;
 
 /* Where one operand of a batched product lies for query head h of batch
  * row b: base + b * b_stride + (h / head_div) * head_stride. head_div is g
@@ -179,24 +183,6 @@ static struct batch_map every_pair(const struct attn_shape *s)
 static struct batch_map group_member(const struct attn_shape *s, int j)
 {
     return {s->NKV, s->g, j};
-}
-
-static __device__ float warp_max(float x)
-{
-    for (int o = WARP / 2; o > 0; o /= 2) {
-        float y = __shfl_xor_sync(0xffffffffu, x, o);
-        x = y > x ? y : x;
-    }
-    return x;
-}
-
-/* A butterfly: every lane adds the same two values at every step (in
- * either order, which float addition does not mind), so all end equal. */
-static __device__ float warp_sum(float x)
-{
-    for (int o = WARP / 2; o > 0; o /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
 }
 
 /* In place on rows of att (row r is query position r % T): the scaled

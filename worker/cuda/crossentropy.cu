@@ -31,73 +31,23 @@
  * synchronisation reports the failed launch.
  */
 #include "worker/cuda/cuda_impl.h"
+#include "worker/cuda/reduce.cuh"
 
 #include <math.h>
 
-enum {
-    CE_THREADS = 512, /* threads per row's block */
-    WARP = 32,
-    CE_WARPS = CE_THREADS / WARP,
-};
+enum { CE_THREADS = 512 }; /* threads per row's block */
 
-static __device__ float warp_max(float x)
-{
-    for (int o = WARP / 2; o > 0; o /= 2) {
-        float y = __shfl_xor_sync(0xffffffffu, x, o);
-        x = y > x ? y : x;
-    }
-    return x;
-}
-
-/* A butterfly: every lane adds the same two values at every step, so all
- * lanes end with the same bits. */
-static __device__ double warp_sum(double x)
-{
-    for (int o = WARP / 2; o > 0; o /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
-/* The max of x over the block, returned to every thread. After the second
- * barrier no thread reads `part` again, and `total` is rewritten only
- * after the next call's first barrier, which every thread reaches after
- * reading it: consecutive calls need no third barrier. */
+/* The max and the sum of x over the block, returned to every thread:
+ * reduce.cuh's block_shuffle_fold (each warp by shuffles, then warp 0 over
+ * the warps' results), whose consecutive calls need no barrier between. */
 static __device__ float block_max(float x)
 {
-    __shared__ float part[CE_WARPS];
-    __shared__ float total;
-    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
-    x = warp_max(x);
-    if (lane == 0)
-        part[w] = x;
-    __syncthreads();
-    if (w == 0) {
-        x = warp_max(lane < CE_WARPS ? part[lane] : -INFINITY);
-        if (lane == 0)
-            total = x;
-    }
-    __syncthreads();
-    return total;
+    return reduce::block_shuffle_fold<CE_THREADS>(x, reduce::max_op{}, -INFINITY);
 }
 
-/* The sum of x over the block, in a fixed order, returned to every thread
- * (the barriers as in block_max). */
 static __device__ double block_sum(double x)
 {
-    __shared__ double part[CE_WARPS];
-    __shared__ double total;
-    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
-    x = warp_sum(x);
-    if (lane == 0)
-        part[w] = x;
-    __syncthreads();
-    if (w == 0) {
-        x = warp_sum(lane < CE_WARPS ? part[lane] : 0.0);
-        if (lane == 0)
-            total = x;
-    }
-    __syncthreads();
-    return total;
+    return reduce::block_shuffle_fold<CE_THREADS>(x, reduce::add_op{}, 0.0);
 }
 
 /* The largest of x[0..n), n >= 1. */

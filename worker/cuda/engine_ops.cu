@@ -7,11 +7,11 @@
  * worker/optim_elementwise.{h,c}): the ZeRO engine runs the same step
  * whichever backend holds a shard, so these kernels copy the CPU's
  * arithmetic operation for operation.
- * - The 16-bit conversions are common/half.h's integer code ported
- *   line for line (round to nearest even, fp16 overflow to infinity, NaNs
- *   kept quiet with their payload); the hardware's __float2half_rn and
- *   __float2bfloat16_rn round the same way but do not promise the CPU's NaN
- *   bits.
+ * - The 16-bit conversions are common/half.h's own (ZT_HOST_DEVICE: the
+ *   CPU's source compiled for the device): round to nearest even, fp16
+ *   overflow to infinity, NaNs kept quiet with their payload. The
+ *   hardware's __float2half_rn and __float2bfloat16_rn round the same way
+ *   but do not promise the CPU's NaN bits.
  * - Every float operation is an explicit __fadd_rn / __fmul_rn / __fdiv_rn /
  *   __fsqrt_rn: nvcc would otherwise contract a * b + c into one fused
  *   multiply-add, which rounds once where the CPU (built without
@@ -26,81 +26,24 @@
  *
  * Parallelisation: the element-wise ops are one thread per element in
  * grid-stride loops (every element independent). sum_squares is the one
- * reduction: each thread sums a fixed strided subset in double, each block
- * reduces its threads in a fixed tree into ctx->scratch, and one block then
- * reduces the partials in a fixed order, so the result depends on n alone
- * (not on the GPU model or the run) and is the same bits on every rank.
+ * reduction, reduce.cuh's tree_sum: each thread sums a fixed strided subset
+ * in double, each block reduces its threads in a fixed tree into
+ * ctx->scratch, and one block then reduces the partials in a fixed order,
+ * so the result depends on n alone (not on the GPU model or the run) and
+ * is the same bits on every rank.
  */
 #include <math.h>
 #include <string.h>
 
+#include "common/half.h"
 #include "worker/cuda/cuda_impl.h"
+#include "worker/cuda/reduce.cuh"
 
 extern "C" {
 #include "worker/optim_elementwise.h"
 }
 
-enum { THREADS = 256, MAX_PARTIALS = 1024 };
-
-/* ---- common/half.h on the device ----------------------------------------- */
-
-static __device__ __forceinline__ float bf16_to_f32(uint16_t h)
-{
-    return __uint_as_float((uint32_t)h << 16);
-}
-
-static __device__ __forceinline__ uint16_t f32_to_bf16(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN, sign kept */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static __device__ __forceinline__ float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1f)
-        return __uint_as_float(sign | 0x7f800000u | (mant ? 0x00400000u | (mant << 13) : 0));
-    if (exp == 0) { /* zero or subnormal: mant * 2^-24, exact */
-        float v = __fmul_rn(__uint2float_rn(mant), 5.9604644775390625e-8f);
-        return sign ? -v : v;
-    }
-    return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-static __device__ __forceinline__ uint32_t round_shift(uint32_t q, uint32_t rem, unsigned shift)
-{
-    uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (q & 1u)))
-        q++;
-    return q;
-}
-
-static __device__ __forceinline__ uint16_t f32_to_f16(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u)
-        return (uint16_t)(sign | 0x7c00u);
-    if (a >= 0x38800000u) {
-        uint32_t q = (a - 0x38000000u) >> 13;
-        return (uint16_t)(sign | round_shift(q, a & 0x1fffu, 13));
-    }
-    uint32_t exp = a >> 23;
-    if (exp < 102)
-        return sign;
-    uint32_t mant = (a & 0x7fffffu) | 0x800000u;
-    unsigned shift = 126u - exp;
-    uint32_t q = round_shift(mant >> shift, mant & ((1u << shift) - 1u), shift);
-    return (uint16_t)(sign | q);
-}
+enum { THREADS = 256 };
 
 /* Element i of a working-precision buffer as fp32 (exact). */
 static __device__ __forceinline__ float load_f32(enum zt_dtype t, const void *p, size_t i)
@@ -108,7 +51,7 @@ static __device__ __forceinline__ float load_f32(enum zt_dtype t, const void *p,
     if (t == ZT_F32)
         return ((const float *)p)[i];
     const uint16_t h = ((const uint16_t *)p)[i];
-    return t == ZT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    return t == ZT_BF16 ? zt_bf16_to_f32(h) : zt_f16_to_f32(h);
 }
 
 /* Element i of a working-precision buffer = v rounded to t. */
@@ -117,7 +60,7 @@ static __device__ __forceinline__ void store_f32(enum zt_dtype t, void *p, size_
     if (t == ZT_F32)
         ((float *)p)[i] = v;
     else
-        ((uint16_t *)p)[i] = t == ZT_BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+        ((uint16_t *)p)[i] = t == ZT_BF16 ? zt_f32_to_bf16(v) : zt_f32_to_f16(v);
 }
 
 /* The NaN x86's SSE arithmetic returns for r = a op b when r is NaN: the
@@ -245,70 +188,36 @@ zt_status cuda_memset_zero(const struct ops_backend *self, void *p, size_t bytes
 
 /* ---- sum_squares ----------------------------------------------------------- */
 
-/* The sum of every thread's v in a fixed tree; the block's total in
- * thread 0. blockDim.x == THREADS. */
-static __device__ double block_sum(double v)
-{
-    __shared__ double sh[THREADS];
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s)
-            sh[threadIdx.x] = __dadd_rn(sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    return sh[0];
-}
-
-/* partials[block] = sum of (src[i] * scale)^2 over the block's elements:
- * thread k of the grid takes i = k, k + stride, ... in order. Products
- * and sums are rounded separately (no fma), as precision_sum_squares
- * does; a non-finite element makes the sum non-finite. */
-static __global__ void sum_squares_partial(enum zt_dtype t, const void *src, size_t n, double scale,
-                                           double *partials)
-{
-    double s = 0.0;
-    for (size_t i = thread_index(); i < n; i += grid_stride()) {
+/* (src[i] * scale)^2 in double: product and square rounded separately
+ * (no fma), as precision_sum_squares does; a non-finite element makes the
+ * sum non-finite. */
+struct scaled_square {
+    enum zt_dtype t;
+    const void *src;
+    double scale;
+    __device__ double operator()(size_t i) const
+    {
         const double v = __dmul_rn((double)load_f32(t, src, i), scale);
-        s = __dadd_rn(s, __dmul_rn(v, v));
+        return __dmul_rn(v, v);
     }
-    const double total = block_sum(s);
-    if (threadIdx.x == 0)
-        partials[blockIdx.x] = total;
-}
-
-/* partials[n_partials] = the sum of partials[0..n_partials), one block. */
-static __global__ void sum_partials(double *partials, unsigned n_partials)
-{
-    double s = 0.0;
-    for (unsigned i = threadIdx.x; i < n_partials; i += THREADS)
-        s = __dadd_rn(s, partials[i]);
-    const double total = block_sum(s);
-    if (threadIdx.x == 0)
-        partials[n_partials] = total;
-}
+};
 
 zt_status cuda_sum_squares(const struct ops_backend *self, enum zt_dtype t, const void *src,
                            size_t n, double scale, double *out)
 {
-    static_assert((MAX_PARTIALS + 1) * sizeof(double) <= CUDA_SCRATCH_BYTES,
-                  "the partials fit the scratch buffer");
+    static_assert(reduce::TREE_SUM_SCRATCH_DOUBLES * sizeof(double) <= CUDA_SCRATCH_BYTES,
+                  "the partials and the total fit the scratch buffer");
     check_storage(t);
     struct cuda_ctx *ctx = cuda_ctx_of(self);
     if (n == 0) {
         *out = 0.0;
         return ZT_OK;
     }
-    /* The grid depends on n alone, so the order of the sum does too. */
-    const unsigned blocks =
-        cuda_blocks(n, THREADS) < MAX_PARTIALS ? cuda_blocks(n, THREADS) : (unsigned)MAX_PARTIALS;
     double *partials = (double *)ctx->scratch;
-    sum_squares_partial<<<blocks, THREADS, 0, ctx->stream>>>(t, src, n, scale, partials);
-    CUDA_LAUNCHED();
-    sum_partials<<<1, THREADS, 0, ctx->stream>>>(partials, blocks);
-    CUDA_LAUNCHED();
-    CUDA_TRY(cudaMemcpyAsync(ctx->host_scratch, partials + blocks, sizeof(double),
-                             cudaMemcpyDeviceToHost, ctx->stream));
+    double *total = partials + reduce::TREE_SUM_MAX_PARTIALS;
+    ZT_TRY(reduce::tree_sum<false>(ctx->stream, scaled_square{t, src, scale}, n, partials, total));
+    CUDA_TRY(cudaMemcpyAsync(ctx->host_scratch, total, sizeof(double), cudaMemcpyDeviceToHost,
+                             ctx->stream));
     CUDA_TRY(cudaStreamSynchronize(ctx->stream));
     memcpy(out, ctx->host_scratch, sizeof(double));
     return ZT_OK;

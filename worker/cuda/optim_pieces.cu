@@ -30,34 +30,37 @@
  * - The mean of the row factors is a sequential sum as on the CPU (one
  *   block stages the factors in shared memory, one thread adds them in
  *   order): bit-identical.
- * - The two whole-piece sums (p^2 in round 0, u^2 in round 1) are a fixed
- *   tree (per-thread strided sums, per-block trees into ctx->scratch, one
- *   block over the partials), deterministic but in an order of its own:
+ * - The two whole-piece sums (p^2 in round 0, u^2 in round 1) are
+ *   reduce.cuh's tree_sum (per-thread strided sums, per-block trees into
+ *   ctx->scratch, one block over the partials), deterministic but in an
+ *   order of its own:
  *   they may differ from the CPU in the last bits of a double, which
  *   optimizer.h allows ("up to the order of double-precision sums").
  * - 8-bit AdamW's block absmax is a max, exact in any order; its codes
- *   use bitsandbytes' binary search (worker/quant_maps.c) ported as is,
- *   over the maps staged in shared memory (passed as kernel arguments, so
- *   no device-global table needs initialising).
+ *   use bitsandbytes' binary search, worker/quant_maps.h's
+ *   quant_dynamic_encode itself (ZT_HOST_DEVICE), over the maps staged in
+ *   shared memory (passed as kernel arguments, so no device-global table
+ *   needs initialising).
  */
 #include <math.h>
 #include <string.h>
 
 #include "worker/cuda/cuda_impl.h"
+#include "worker/cuda/reduce.cuh"
 
 extern "C" {
 #include "worker/quant_maps.h"
 }
 
-enum { THREADS = 256, MAX_PARTIALS = 1024, QBLOCK = ADAMW8BIT_BLOCK };
+enum { THREADS = 256, QBLOCK = ADAMW8BIT_BLOCK };
 
 static_assert(QBLOCK == THREADS, "one thread per element of a quantisation block");
 
 /* What a piece's kernels leave in ctx->scratch for the next ones. */
 struct piece_scratch {
-    double partials[MAX_PARTIALS + 1]; /* a tree sum's per-block partials, then its total */
-    float inv_row_mean;                /* Adafactor: 1 / mean of the row factors */
-    float step, keep;                  /* Adafactor's apply: the step size and 1 - lr wd */
+    double partials[reduce::TREE_SUM_SCRATCH_DOUBLES]; /* tree_sum's per-block partials */
+    float inv_row_mean;                                /* Adafactor: 1 / mean of the row factors */
+    float step, keep; /* Adafactor's apply: the step size and 1 - lr wd */
 };
 
 static_assert(sizeof(struct piece_scratch) <= CUDA_SCRATCH_BYTES, "fits ctx->scratch");
@@ -91,61 +94,12 @@ static zt_status stats_reachable(const void *p, const char *what)
     return ZT_OK;
 }
 
-/* ---- a deterministic double sum added into one slot --------------------------- */
-
-/* The sum of every thread's v in a fixed tree; the total in thread 0.
- * blockDim.x == THREADS. */
-static __device__ double block_sum(double v)
-{
-    __shared__ double sh[THREADS];
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s)
-            sh[threadIdx.x] = __dadd_rn(sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    return sh[0];
-}
-
-/* partials[block] = the sum of term(i) over the block's threads' strided
- * elements. */
-template <class Term>
-static __global__ void sum_partial_kernel(Term term, size_t n, double *partials)
-{
-    double s = 0.0;
-    for (size_t i = thread_index(); i < n; i += grid_stride())
-        s = __dadd_rn(s, term(i));
-    const double total = block_sum(s);
-    if (threadIdx.x == 0)
-        partials[blockIdx.x] = total;
-}
-
-/* *slot += the sum of the partials, one block. */
-static __global__ void add_partials_kernel(const double *partials, unsigned n_partials,
-                                           double *slot)
-{
-    double s = 0.0;
-    for (unsigned i = threadIdx.x; i < n_partials; i += THREADS)
-        s = __dadd_rn(s, partials[i]);
-    const double total = block_sum(s);
-    if (threadIdx.x == 0)
-        *slot = __dadd_rn(*slot, total);
-}
-
-/* *slot += sum of term(i) for i < n, n > 0; the grid depends on n alone, so
- * the order of the sum does too. */
+/* *slot += sum of term(i) for i < n, n > 0 (reduce.cuh's tree_sum). */
 template <class Term>
 static zt_status add_sum(struct cuda_ctx *ctx, Term term, size_t n, double *slot)
 {
-    const unsigned blocks =
-        cuda_blocks(n, THREADS) < MAX_PARTIALS ? cuda_blocks(n, THREADS) : (unsigned)MAX_PARTIALS;
     double *partials = ((struct piece_scratch *)ctx->scratch)->partials;
-    sum_partial_kernel<<<blocks, THREADS, 0, ctx->stream>>>(term, n, partials);
-    CUDA_LAUNCHED();
-    add_partials_kernel<<<1, THREADS, 0, ctx->stream>>>(partials, blocks, slot);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return reduce::tree_sum<true>(ctx->stream, term, n, partials, slot);
 }
 
 /* ---- Adafactor ------------------------------------------------------------------ */
@@ -436,28 +390,6 @@ static __device__ void stage_maps(const struct quant_maps &q, float *s, float *u
     __syncthreads();
 }
 
-/* quant_dynamic_encode (worker/quant_maps.c), operation for operation. */
-static __device__ unsigned char dynamic_encode(const float *map, float x)
-{
-    int pivot = 127, upper_pivot = 255, lower_pivot = 0;
-    float lower = map[0], upper = map[255];
-    for (int step = 64; step > 0; step >>= 1) {
-        if (x > map[pivot]) {
-            lower_pivot = pivot;
-            lower = map[pivot];
-            pivot += step;
-        } else {
-            upper_pivot = pivot;
-            upper = map[pivot];
-            pivot -= step;
-        }
-    }
-    const float val = map[pivot];
-    if (x > val)
-        return (unsigned char)(x > __fmul_rn(__fadd_rn(upper, val), 0.5f) ? upper_pivot : pivot);
-    return (unsigned char)(x < __fmul_rn(__fadd_rn(lower, val), 0.5f) ? lower_pivot : pivot);
-}
-
 /* The hyperparameters of a step, as floats the CPU reads them. */
 struct adamw8bit_args {
     float b1, b2, one_minus_b1, one_minus_b2;
@@ -508,15 +440,27 @@ struct piece_8bit {
     size_t lo, hi, nb;
 };
 
+/* A quantisation block's largest |m| and v, combined with fmax (NaN
+ * ignored, exact in any order). */
+struct max_pair {
+    double m, v;
+};
+
+struct fmax_pair_op {
+    __device__ max_pair operator()(max_pair a, max_pair b) const
+    {
+        return max_pair{fmax(a.m, b.m), fmax(a.v, b.v)};
+    }
+};
+
 /* Round 0: one block per quantisation block the piece touches, one thread
  * per element; the block's max |m| and v go into stats[qb] and
- * stats[nb + qb] with fmax (NaN ignored, exact in any order). */
+ * stats[nb + qb] with fmax. */
 static __global__ void adamw8bit_max_kernel(struct piece_8bit pc, struct quant_maps q,
                                             struct adamw8bit_args a, size_t qb0, size_t n_qb,
                                             double *stats)
 {
     __shared__ float ms[256], mu[256];
-    __shared__ double max1[THREADS], max2[THREADS];
     stage_maps(q, ms, mu);
     for (size_t k = blockIdx.x; k < n_qb; k += gridDim.x) {
         const size_t qb = qb0 + k, at = qb * QBLOCK + threadIdx.x;
@@ -528,21 +472,13 @@ static __global__ void adamw8bit_max_kernel(struct piece_8bit pc, struct quant_m
             a1 = fabsf(m);
             a2 = fabsf(v);
         }
-        max1[threadIdx.x] = fmax(0.0, a1);
-        max2[threadIdx.x] = fmax(0.0, a2);
-        __syncthreads();
-        for (unsigned s = THREADS / 2; s > 0; s >>= 1) {
-            if (threadIdx.x < s) {
-                max1[threadIdx.x] = fmax(max1[threadIdx.x], max1[threadIdx.x + s]);
-                max2[threadIdx.x] = fmax(max2[threadIdx.x], max2[threadIdx.x + s]);
-            }
-            __syncthreads();
-        }
+        const max_pair top =
+            reduce::block_tree<THREADS>(max_pair{fmax(0.0, a1), fmax(0.0, a2)}, fmax_pair_op{});
         if (threadIdx.x == 0) {
-            stats[qb] = fmax(stats[qb], max1[0]);
-            stats[pc.nb + qb] = fmax(stats[pc.nb + qb], max2[0]);
+            stats[qb] = fmax(stats[qb], top.m);
+            stats[pc.nb + qb] = fmax(stats[pc.nb + qb], top.v);
         }
-        __syncthreads();
+        __syncthreads(); /* every thread has read the tree before the next block's */
     }
 }
 
@@ -562,8 +498,8 @@ static __global__ void adamw8bit_apply_kernel(struct piece_8bit pc, struct quant
         /* an all-zero block has absmax 0: its codes are those of 0 */
         const float a1 = __double2float_rn(new_max[block]);
         const float a2 = __double2float_rn(new_max[pc.nb + block]);
-        unsigned char c1 = dynamic_encode(ms, a1 > 0.0f ? __fdiv_rn(m, a1) : 0.0f);
-        const unsigned char c2 = dynamic_encode(mu, a2 > 0.0f ? __fdiv_rn(v, a2) : 0.0f);
+        unsigned char c1 = quant_dynamic_encode(ms, a1 > 0.0f ? __fdiv_rn(m, a1) : 0.0f);
+        const unsigned char c2 = quant_dynamic_encode(mu, a2 > 0.0f ? __fdiv_rn(v, a2) : 0.0f);
         /* the first moment keeps its sign (bitsandbytes' rule) */
         if ((__float_as_uint(ms[c1]) >> 31) != (__float_as_uint(m) >> 31))
             c1 = (unsigned char)(m > 0.0f ? c1 + 1 : c1 - 1);
