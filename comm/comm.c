@@ -7,10 +7,14 @@
  * allocation, status agreement, the choice of backend and the MPI side of
  * splitting a group.
  *
- * Choosing a backend is itself collective. Each rank asks query() locally and
- * the answers are combined with MPI_MIN, so a backend is used only if it is
- * usable on every rank; otherwise one rank could pick NCCL while another
- * picks MPI and the first collective would hang. For the same reason init()
+ * Choosing a backend is itself collective. Under "auto" the rule of
+ * comm_backend_auto (comm_choice.c) names the backend from the buffers'
+ * memory, the build and whether any rank shares its GPU (agreed with
+ * MPI_MAX, so every rank applies the rule to the same inputs). The named
+ * backend's query() is then asked on each rank and the answers are
+ * combined with MPI_MIN, so a backend is used only if it is usable on
+ * every rank; otherwise one rank could pick NCCL while another picks MPI
+ * and the first collective would hang. For the same reason init()
  * is followed by an agreement on its status: a rank that failed to
  * initialise makes all ranks fail together. A backend serves one kind of
  * memory (its table entry says which), so the choice also follows where
@@ -28,12 +32,13 @@
 #include "flight_impl.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const struct comm_backend_ops *const backends[] = {
 #ifdef ZT_HAVE_NCCL
-    &comm_nccl_ops, /* first: "auto" prefers the GPU when every rank has one */
+    &comm_nccl_ops,
 #endif
     &comm_mpi_ops, &comm_staged_ops, /* device memory without NCCL: MPI on host copies */
 };
@@ -102,47 +107,126 @@ static zt_status agree(MPI_Comm mpi, int rank, zt_status local, zt_status *agree
     return *agreed;
 }
 
-/* Finds the backend to use, agreed over all ranks; see comm_create. */
-static zt_status choose_backend(const struct comm_config *cfg, MPI_Comm mpi,
-                                const struct comm_backend_ops **out)
+/* Every backend a configuration may name, built or not, with the memories
+ * it has a table for (a bit per enum comm_memory): a name on memory it
+ * cannot read is refused for that reason even in a build that lacks it. */
+static const struct {
+    const char *name;
+    unsigned memories;
+} known_backends[] = {
+    {"mpi", 1u << COMM_MEMORY_HOST | 1u << COMM_MEMORY_CUDA}, /* on CUDA: staged */
+    {"nccl", 1u << COMM_MEMORY_CUDA},
+};
+#define N_KNOWN (sizeof known_backends / sizeof known_backends[0])
+
+#ifdef ZT_HAVE_NCCL
+enum { NCCL_BUILT = 1 };
+#else
+enum { NCCL_BUILT = 0 };
+#endif
+
+/* The built table of `name` for `memory`, or NULL. */
+static const struct comm_backend_ops *built_backend(const char *name, enum comm_memory memory)
 {
-    const char *want = cfg->backend ? cfg->backend : "auto";
-    int is_auto = strcmp(want, "auto") == 0;
-    if (!is_auto && strcmp(want, "mpi") != 0 && strcmp(want, "nccl") != 0)
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (strcmp(backends[i]->name, name) == 0 && backends[i]->memory == memory)
+            return backends[i];
+    return NULL;
+}
+
+/* Whether `b` is usable on every rank (query() agreed with MPI_MIN); why
+ * not on this rank into why. */
+static zt_status usable_everywhere(const struct comm_backend_ops *b, const struct comm_config *cfg,
+                                   MPI_Comm mpi, int *all, char *why, size_t n)
+{
+    int here = b->query(cfg, why, n) < 0 ? 0 : 1;
+    COMM_MPI_TRY(MPI_Allreduce(&here, all, 1, MPI_INT, MPI_MIN, mpi));
+    if (here && !*all)
+        snprintf(why, n, "not usable on another rank");
+    return ZT_OK;
+}
+
+/* comm.backend named: it must have a table for cfg->memory, built, and
+ * usable on every rank. */
+static zt_status choose_named(const char *want, const struct comm_config *cfg, MPI_Comm mpi,
+                              const struct comm_backend_ops **out, char *reason, size_t n)
+{
+    size_t k = 0;
+    while (k < N_KNOWN && strcmp(want, known_backends[k].name) != 0)
+        k++;
+    if (k == N_KNOWN)
         return zt_error_set(ZT_ERR_CONFIG, "comm.backend: unknown backend '%s' (auto, mpi, nccl)",
                             want);
-    /* A name may stand for one table per memory ("mpi": host, and staged
-     * on device memory); a table for other memory is an error only when the
-     * name has none for this one. */
-    const struct comm_backend_ops *other_memory = NULL;
-    for (size_t i = 0; i < N_BACKENDS; i++) {
-        if (!is_auto && strcmp(want, backends[i]->name) != 0)
-            continue;
-        if (backends[i]->memory != cfg->memory) {
-            if (!other_memory)
-                other_memory = backends[i];
-            continue;
-        }
-        char why[256] = "";
-        int local = backends[i]->query(cfg, why, sizeof why) < 0 ? 0 : 1;
-        int all = 0;
-        COMM_MPI_TRY(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, mpi));
-        if (all) {
-            *out = backends[i];
-            return ZT_OK;
-        }
-        if (!is_auto)
-            return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not usable: %s", want,
-                                local ? "not usable on another rank" : why);
-    }
-    if (!is_auto && other_memory)
+    if (!(known_backends[k].memories & 1u << cfg->memory)) {
+        const enum comm_memory other =
+            cfg->memory == COMM_MEMORY_HOST ? COMM_MEMORY_CUDA : COMM_MEMORY_HOST;
         return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s needs %s buffers, but device is %s",
-                            want, memory_buffers[other_memory->memory], memory_device[cfg->memory]);
-    if (!is_auto)
+                            want, memory_buffers[other], memory_device[cfg->memory]);
+    }
+    const struct comm_backend_ops *b = built_backend(want, cfg->memory);
+    if (!b)
         return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not built into this binary", want);
-    return zt_error_set(ZT_ERR_CONFIG,
-                        "comm.backend: auto: no backend for %s buffers is usable on every rank",
-                        memory_buffers[cfg->memory]);
+    char why[256] = "";
+    int all = 0;
+    ZT_TRY(usable_everywhere(b, cfg, mpi, &all, why, sizeof why));
+    if (!all)
+        return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not usable: %s", want, why);
+    snprintf(reason, n, "%s%s: named by comm.backend", want,
+             b->host_staged ? " with host staging" : "");
+    *out = b;
+    return ZT_OK;
+}
+
+/* comm.backend auto: comm_backend_auto's rule on the agreed inputs. Where
+ * it names NCCL and NCCL is unusable on some rank (a driver, a device
+ * NCCL refuses), the rule's "otherwise" applies: the staged MPI. */
+static zt_status choose_auto(const struct comm_config *cfg, MPI_Comm mpi,
+                             const struct comm_backend_ops **out, char *reason, size_t n)
+{
+    int mine = cfg->ranks_share_gpu != 0, any = 0;
+    if (cfg->memory == COMM_MEMORY_CUDA) /* the rule reads it on device memory only */
+        COMM_MPI_TRY(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, mpi));
+    struct comm_backend_choice rule;
+    ZT_TRY(comm_backend_auto(memory_device[cfg->memory], NCCL_BUILT, any, &rule));
+    const struct comm_backend_ops *b = built_backend(rule.backend, cfg->memory);
+    ZT_ASSERT(b && b->host_staged == rule.host_staging);
+    char why[256] = "";
+    int all = 0;
+    ZT_TRY(usable_everywhere(b, cfg, mpi, &all, why, sizeof why));
+    if (all) {
+        snprintf(reason, n, "%s", rule.reason);
+        *out = b;
+        return ZT_OK;
+    }
+    if (rule.host_staging || cfg->memory != COMM_MEMORY_CUDA)
+        return zt_error_set(ZT_ERR_CONFIG, "comm.backend: auto: %s; but it is not usable: %s",
+                            rule.reason, why);
+    char nccl_why[256];
+    snprintf(nccl_why, sizeof nccl_why, "%s", why);
+    b = built_backend("mpi", COMM_MEMORY_CUDA);
+    ZT_ASSERT(b && b->host_staged);
+    ZT_TRY(usable_everywhere(b, cfg, mpi, &all, why, sizeof why));
+    if (!all)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "comm.backend: auto: no backend for device buffers is usable on every "
+                            "rank: nccl: %s; mpi with host staging: %s",
+                            nccl_why, why);
+    snprintf(reason, n,
+             "mpi with host staging: device is cuda, but nccl is not usable on every "
+             "rank (%s)",
+             nccl_why);
+    *out = b;
+    return ZT_OK;
+}
+
+/* Finds the backend to use, agreed over all ranks; see comm_create. */
+static zt_status choose_backend(const struct comm_config *cfg, MPI_Comm mpi,
+                                const struct comm_backend_ops **out, char *reason, size_t n)
+{
+    const char *want = cfg->backend ? cfg->backend : "auto";
+    if (strcmp(want, "auto") == 0)
+        return choose_auto(cfg, mpi, out, reason, n);
+    return choose_named(want, cfg, mpi, out, reason, n);
 }
 
 /* Everything of comm_create after the communicator exists; on failure the
@@ -153,7 +237,7 @@ static zt_status setup(struct comm *c, const struct comm_config *cfg)
     COMM_MPI_TRY(MPI_Comm_rank(c->mpi, &c->rank));
     COMM_MPI_TRY(MPI_Comm_size(c->mpi, &c->size));
     ZT_TRY(comm_nodes_world(c->mpi, &c->nodes));
-    ZT_TRY(choose_backend(cfg, c->mpi, &c->ops));
+    ZT_TRY(choose_backend(cfg, c->mpi, &c->ops, c->backend_reason, sizeof c->backend_reason));
     zt_status st = c->ops->init(c, cfg), all;
     agree(c->mpi, c->rank, st, &all);
     if (all != ZT_OK && st == ZT_OK)
@@ -219,6 +303,7 @@ static zt_status split_mpi(struct comm *parent, int color, int key, struct comm 
     }
     c->mpi = mpi; /* the error handler comes from the parent */
     c->ops = parent->ops;
+    memcpy(c->backend_reason, parent->backend_reason, sizeof c->backend_reason);
     c->reduce_scatter_algo = parent->reduce_scatter_algo;
     c->allgather_algo = parent->allgather_algo;
     c->allreduce_algo = parent->allreduce_algo;
@@ -333,6 +418,11 @@ const char *comm_backend_name(const struct comm *c)
 int comm_backend_staged(const struct comm *c)
 {
     return c->ops->host_staged;
+}
+
+const char *comm_backend_reason(const struct comm *c)
+{
+    return c->backend_reason;
 }
 
 const struct comm_stats *comm_get_stats(const struct comm *c)

@@ -173,17 +173,46 @@ struct comm_config {
      * on host memory and by "nccl". Borrowed: it must outlive the comm and
      * its splits. */
     const struct comm_stager *stager;
+    /* "auto" on device memory: nonzero when this rank shares its GPU with
+     * another rank of its node (worker/device_bind.h's `shared`). Agreed at
+     * comm_create: one rank sharing makes every rank take MPI. */
+    int ranks_share_gpu;
 };
+
+/* What "comm.backend: auto" uses, and why, in one line a run can log. */
+struct comm_backend_choice {
+    const char *backend; /* "nccl" or "mpi"; static storage */
+    /* 1: device buffers are copied through host memory around each
+     * collective (MPI on device memory); 0: the backend reads the buffers
+     * where they are. */
+    int host_staging;
+    char reason[192]; /* "nccl: device is cuda, ...", no newline */
+};
+
+/* The rule behind "auto", as a pure function: NCCL when the compute device
+ * is "cuda", NCCL is built and no rank shares its GPU (NCCL cannot put two
+ * ranks of one communicator on one device); otherwise MPI, staging device
+ * buffers through host memory when the device is "cuda". `device` is the
+ * compute backend chosen ("cpu" or "cuda", never "auto"); on device "cpu"
+ * the other two inputs do not matter. comm_create applies it to
+ * comm_config.memory, with nccl_built from the build and ranks_share_gpu
+ * agreed over the ranks. *out is written only on success.
+ * Errors: ZT_ERR_USAGE (device NULL or not "cpu"/"cuda", out NULL). */
+zt_status comm_backend_auto(const char *device, int nccl_built, int ranks_share_gpu,
+                            struct comm_backend_choice *out);
 
 struct comm;         /* opaque */
 struct comm_request; /* opaque; owned by the comm until comm_wait */
 
 /* Creates the group of all ranks (MPI_COMM_WORLD's; the runtime must be
- * initialised; collective over the world). "auto" takes the first built
- * backend for cfg->memory whose query says it is usable on every rank, NCCL
- * before MPI (on device memory the staged MPI, which naming "mpi" there
- * also gives). *out is owned by the caller and freed with comm_destroy; on
- * failure *out is NULL.
+ * initialised; collective over the world). "auto" follows
+ * comm_backend_auto for cfg->memory (device "cpu" for host memory, "cuda"
+ * for device memory) and the ranks_share_gpu of every rank: NCCL, or MPI,
+ * on device memory the staged MPI (comm_staged.c, which naming "mpi" there
+ * also gives). The backend must be usable on every rank; where the rule
+ * names NCCL and it is not, "auto" takes the staged MPI, as the rule's
+ * "otherwise" says. *out is owned by the caller and freed with
+ * comm_destroy; on failure *out is NULL.
  * Errors: ZT_ERR_CONFIG (unknown or unusable backend, a backend for other
  * memory, unknown algorithm), ZT_ERR_USAGE (runtime not initialised, unknown
  * memory), ZT_ERR_COMM, ZT_ERR_DEVICE, ZT_ERR_NOMEM. */
@@ -217,6 +246,10 @@ const char *comm_backend_name(const struct comm *c);
  * buffers through host staging buffers around each call ("mpi" on
  * COMM_MEMORY_CUDA), so a log can say "mpi (host staging)"; else 0. */
 int comm_backend_staged(const struct comm *c);
+/* Why that backend, one line without newline for the run's log: the rule's
+ * reason under "auto" (comm_backend_auto), "<name>: named by comm.backend"
+ * otherwise; a split keeps its parent's. Owned by the comm. */
+const char *comm_backend_reason(const struct comm *c);
 
 /* In place: buf[0..n) becomes the reduction over ranks.
  * Errors: ZT_ERR_USAGE (bad dtype/op, NULL buffer), ZT_ERR_UNSUPPORTED

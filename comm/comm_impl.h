@@ -54,8 +54,9 @@ struct comm {
     struct comm_flight *flight;
     int flight_group;
     uint64_t flight_key;
-    uint64_t splits;         /* comm_split calls on it so far (the same on every member) */
-    struct comm_nodes nodes; /* each member's node (nodes.h), owned */
+    uint64_t splits;          /* comm_split calls on it so far (the same on every member) */
+    struct comm_nodes nodes;  /* each member's node (nodes.h), owned */
+    char backend_reason[192]; /* comm_backend_reason's line */
 };
 
 /* One outstanding non-blocking call. comm.c allocates it zeroed and fills

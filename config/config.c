@@ -182,6 +182,16 @@ struct lr_schedule config_lr_schedule(const struct zt_config *cfg)
     };
 }
 
+/* Said rather than refused: a DeepSpeed file written for GPUs should run on
+ * the CPU unchanged, and the user should know the key did nothing there. */
+const char *config_offload_note(const struct zt_config *cfg, int host_memory)
+{
+    if (!host_memory || cfg->zero.offload_optimizer.device != ZT_OFFLOAD_CPU)
+        return NULL;
+    return "zero_optimization.offload_optimizer (device: cpu) changes nothing on device cpu: the "
+           "optimizer states already live in host memory";
+}
+
 struct optimizer_hparams config_optimizer_hparams(const struct zt_config *c, double lr)
 {
     return (struct optimizer_hparams){

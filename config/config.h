@@ -60,6 +60,14 @@ enum zt_nonfinite_action {
     ZT_NONFINITE_SKIP  /* "skip": reported, skipped on every rank, and the run goes on */
 };
 
+/* zero_optimization.offload_optimizer.device: where ZeRO-Offload keeps the
+ * optimizer states and runs their update (DeepSpeed's names; its "nvme" is
+ * refused at load). */
+enum zt_offload_device {
+    ZT_OFFLOAD_NONE, /* "none": with the parameters, on the compute device (the default) */
+    ZT_OFFLOAD_CPU   /* "cpu": in host memory; on device cpu that is where they are anyway */
+};
+
 /* pipeline.partition_method: how the blocks are cut into stages, by the
  * names of DeepSpeed's PipelineModule. */
 enum pipeline_partition {
@@ -224,6 +232,13 @@ struct zt_config {
         /* Where each was set ("file:line:col", an override, or the file),
          * for config_check_world's messages. */
         char shard_group_where[512], hpz_where[512];
+        /* ZeRO-Offload, DeepSpeed's offload_optimizer: read by the CUDA
+         * engine; the CPU engine's states are host memory already, so there
+         * it changes nothing (config_offload_note says so). */
+        struct {
+            enum zt_offload_device device; /* default none */
+            int pin_memory; /* page-locked host buffers for the states; default false */
+        } offload_optimizer;
     } zero;
 
     struct {
@@ -297,6 +312,13 @@ struct lr_schedule config_lr_schedule(const struct zt_config *cfg);
  * a partition method ("parameters", "uniform"); static storage. */
 const char *config_pipeline_schedule_name(enum pipeline_schedule s);
 const char *config_pipeline_partition_name(enum pipeline_partition p);
+
+/* The one-line note (no newline) a run prints at start-up about
+ * zero_optimization.offload_optimizer on a compute device whose memory is
+ * host memory (host_memory nonzero: device cpu), where offloading the
+ * optimizer states moves nothing; NULL when there is nothing to say
+ * (offload off, or a GPU). Static storage. */
+const char *config_offload_note(const struct zt_config *cfg, int host_memory);
 
 /* quantization.bnb_4bit_compute_dtype as a dtype (ZT_F32, ZT_BF16 or
  * ZT_F16) of a loaded config. */

@@ -117,8 +117,16 @@ static const struct ds_key keys[] = {
     {"zero_optimization.memory_efficient_linear", Q_ALWAYS, "zerotrain's own linear layers"},
     {"zero_optimization.mics_hierarchical_params_gather", Q_FALSE, "no MiCS"},
     {"zero_optimization.mics_shard_size", Q_NEGATIVE, "no MiCS: ZeRO shards over all ranks"},
-    {"zero_optimization.offload_optimizer", Q_NO_DEVICE,
-     "optimizer states stay in device memory, sharded under stages 1-3"},
+    /* offload_optimizer's device and pin_memory are the schema's; the rest
+     * configure NVMe offload, which the schema refuses */
+    {"zero_optimization.offload_optimizer.buffer_count", Q_ALWAYS, "no NVMe offload"},
+    {"zero_optimization.offload_optimizer.fast_init", Q_ALWAYS, "no NVMe offload"},
+    {"zero_optimization.offload_optimizer.nvme_path", Q_ALWAYS, "no NVMe offload"},
+    {"zero_optimization.offload_optimizer.pipeline", Q_ALWAYS, "no NVMe offload"},
+    {"zero_optimization.offload_optimizer.pipeline_read", Q_ALWAYS, "no NVMe offload"},
+    {"zero_optimization.offload_optimizer.pipeline_write", Q_ALWAYS, "no NVMe offload"},
+    {"zero_optimization.offload_optimizer.ratio", Q_ONE,
+     "offload_optimizer offloads all of the optimizer states"},
     {"zero_optimization.offload_param", Q_NO_DEVICE,
      "parameters stay in device memory, sharded under stage 3"},
     {"zero_optimization.override_module_apply", Q_ALWAYS, "zerotrain's own model"},

@@ -59,6 +59,7 @@ enum ftype {
     T_FP8_FORMAT,     /* int, enum fp8_recipe_format */
     T_FP8_AMAX,       /* int, enum fp8_amax_algo */
     T_NONFINITE,      /* int, enum zt_nonfinite_action */
+    T_OFFLOAD_DEVICE, /* enum zt_offload_device: none | cpu (nvme refused) */
 };
 
 enum {
@@ -357,6 +358,15 @@ static const struct field fields[] = {
      GE(1), NB, 0, NULL,
      "ZeRO++ hpZ: a secondary copy of the stage-3 shards within groups of this many consecutive "
      "data-parallel ranks (one node's), which the backward gathers from (1: off)"},
+    {"zero_optimization.offload_optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "ZeRO-Offload (DeepSpeed's): the optimizer states and their update in host memory"},
+    {"zero_optimization.offload_optimizer.device", T_OFFLOAD_DEVICE,
+     OFF(zero.offload_optimizer.device), 0, "none", NB, NB, 0, NULL,
+     "none, or cpu: optimizer states in host memory (on device cpu they are there already: no "
+     "effect); nvme is not supported"},
+    {"zero_optimization.offload_optimizer.pin_memory", T_BOOL,
+     OFF(zero.offload_optimizer.pin_memory), 0, "false", NB, NB, 0, NULL,
+     "page-locked host buffers for the offloaded states (faster copies to and from the GPU)"},
 
     {"fp16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "fp16 mixed precision"},
     {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, 0, NULL,
@@ -420,6 +430,8 @@ static const char *const fp8_format_names[] = {
     [FP8_RECIPE_HYBRID] = "hybrid", [FP8_RECIPE_E4M3] = "e4m3"};
 static const char *const fp8_amax_names[] = {
     [FP8_AMAX_MAX] = "max", [FP8_AMAX_MOST_RECENT] = "most_recent"};
+static const char *const offload_device_names[] = {
+    [ZT_OFFLOAD_NONE] = "none", [ZT_OFFLOAD_CPU] = "cpu"};
 static const char *const nonfinite_names[] = {
     [ZT_NONFINITE_STOP] = "stop", [ZT_NONFINITE_SKIP] = "skip"};
 static const struct fp8_choice {
@@ -954,6 +966,25 @@ static zt_status leaf_choice(struct walk *w, const struct field *f, const struct
     return ZT_OK;
 }
 
+/* DeepSpeed's offload devices. NVMe (ZeRO-Infinity) is a valid DeepSpeed
+ * value that zerotrain has no path for: refused by name, not as a typo. */
+static zt_status leaf_offload_device(struct walk *w, const struct field *f,
+                                     const struct yaml_tree_node *v, const char *where)
+{
+    const char *s;
+    ZT_TRY(scalar_text(where, f->path, v, "none or cpu", &s));
+    if (strcmp(s, "nvme") == 0)
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: %s: nvme: NVMe offload is not supported (none or cpu)", where,
+                            f->path);
+    int i = name_index(offload_device_names, 2, s);
+    if (i < 0)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected none or cpu, got '%s'", where, f->path,
+                            s);
+    *(enum zt_offload_device *)field_ptr(w->cfg, f->off) = (enum zt_offload_device)i;
+    return ZT_OK;
+}
+
 static zt_status leaf_family(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
                              const char *where)
 {
@@ -1028,6 +1059,8 @@ static zt_status parse_leaf(struct walk *w, const struct field *f, const struct 
         return leaf_fp8_choice(w, f, v, where);
     case T_FAMILY:
         return leaf_family(w, f, v, where);
+    case T_OFFLOAD_DEVICE:
+        return leaf_offload_device(w, f, v, where);
     case T_SECTION:
         break;
     }
@@ -1540,6 +1573,22 @@ static void remember_where(const struct walk *w, const char *path, char *buf, si
 
 /* The hierarchy's keys against the stage and each other (their sizes
  * against the data-parallel size: config_check_world). */
+/* NCCL reduces GPU memory: with the CPU named as the device it could never
+ * run, so say so here, at the keys, rather than when the communicator is
+ * made. (device auto is resolved at run time; comm_create says it then.) */
+static zt_status check_comm_device(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    char where[WHERE];
+    if (strcmp(c->comm.backend, "nccl") != 0 || strcmp(c->device, "cpu") != 0)
+        return ZT_OK;
+    where_of_keys(w, where, "comm.backend", "device", NULL);
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "%s: comm.backend: nccl reduces GPU memory, but device is cpu (use "
+                        "comm.backend: mpi or auto, or device: cuda)",
+                        where);
+}
+
 static zt_status check_zero_groups(const struct walk *w)
 {
     struct zt_config *c = w->cfg;
@@ -1832,6 +1881,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
         if (s == ZT_OK)
             s = check_parallel(w);
         if (s == ZT_OK)
+            s = check_comm_device(w);
+        if (s == ZT_OK)
             s = check_zero_groups(w);
         if (s == ZT_OK)
             s = check_data(w);
@@ -1966,6 +2017,9 @@ static void write_value(FILE *f, const struct field *fd, const struct zt_config 
     case T_FP8_AMAX:
     case T_NONFINITE:
         fputs(fp8_choice_of(fd->type)->names[*(const int *)p], f);
+        break;
+    case T_OFFLOAD_DEVICE:
+        fputs(offload_device_names[*(const enum zt_offload_device *)p], f);
         break;
     case T_SECTION:
         break;

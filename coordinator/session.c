@@ -612,6 +612,39 @@ static zt_status open_flight(struct run_session *s)
     return ZT_OK;
 }
 
+/* Whether this rank shares its GPU with another rank of its node, the input
+ * comm.backend auto needs on device memory (comm_backend_auto). The CUDA
+ * backend will know it from the device binding it opens its device by
+ * (worker/device_bind.h, `shared`); until the bundle reports it, no rank
+ * shares one, and on the CPU the rule does not read it. */
+static int rank_shares_gpu(const struct compute_backend *be)
+{
+    (void)be;
+    return 0;
+}
+
+/* Once, by rank 0, when the config's offload_optimizer can do nothing on
+ * the device opened (config_offload_note). */
+static void note_offload(const struct run_session *s)
+{
+    const char *note = config_offload_note(&s->cfg, s->compute.host_memory);
+    if (s->rank != 0 || !note)
+        return;
+    fprintf(stderr, "zerotrain: note: %s\n", note);
+    fflush(stderr);
+}
+
+/* Under comm.backend auto on a GPU, rank 0 says which backend the rule took
+ * and why (on the CPU it is always MPI, and nothing is said). */
+static void note_comm_backend(const struct run_session *s)
+{
+    if (s->rank != 0 || s->compute.host_memory)
+        return;
+    fprintf(stderr, "zerotrain: note: comm.backend %s: %s\n", s->cfg.comm.backend,
+            comm_backend_reason(s->comm));
+    fflush(stderr);
+}
+
 /* Runs one phase and agrees on its outcome; on failure closes the session. */
 #define SESSION_PHASE(s, expr)                                                                     \
     do {                                                                                           \
@@ -643,6 +676,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     ledger_init(&s->ledger, o->dry_run);
     SESSION_PHASE(s, open_timeline(s, o));
     SESSION_PHASE(s, compute_backend_open(s->cfg.device, -1, &s->ledger, &s->compute));
+    note_offload(s);
     SESSION_PHASE(s, o->dry_run ? ZT_OK : open_flight(s));
     struct comm_config cc = {.backend = s->cfg.comm.backend,
                              .reduce_scatter = s->cfg.comm.reduce_scatter,
@@ -650,8 +684,10 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
                              .allreduce = s->cfg.comm.allreduce,
                              .memory = s->compute.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA,
                              .flight = s->flight,
-                             .device_stream = s->compute.stream};
+                             .device_stream = s->compute.stream,
+                             .ranks_share_gpu = rank_shares_gpu(&s->compute)};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
+    note_comm_backend(s);
     SESSION_PHASE(s, open_layout(s));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     SESSION_PHASE(s, build_model(s, o));

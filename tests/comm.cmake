@@ -16,3 +16,5 @@ zt_test(test_layout_mpi SOURCES test_layout_mpi.c LIBS zt_comm RANKS 4 8)
 # memory, through a memcpy stager: every collective, message and split
 # against the plain backend bit for bit, the ledger, and failed copies.
 zt_test(test_comm_staged SOURCES test_comm_staged.c LIBS zt_comm RANKS 1 2 3)
+# The rule behind comm.backend auto: pure, serial.
+zt_test(test_comm_choice SOURCES test_comm_choice.c LIBS zt_comm)

@@ -21,6 +21,11 @@ static int read_losses(const char *path, double *loss)
 
 #define MPIRUN "mpirun --oversubscribe -np"
 
+/* config_offload_note's line (config/config.h). */
+#define OFFLOAD_NOTE                                                                               \
+    "zero_optimization.offload_optimizer (device: cpu) changes nothing on device cpu: the "        \
+    "optimizer states already live in host memory"
+
 START_TEST(world_size_and_accumulation_are_interchangeable)
 {
     const char *dir = testutil_tmpdir("cli-equiv");
@@ -160,12 +165,41 @@ START_TEST(deepspeed_config_runs_with_one_warning)
     const char *out = testutil_slurp(log);
     ck_assert_msg(rc == 0, "exit %d, output:\n%s", rc, out);
     ck_assert_msg(testutil_count(out, "zerotrain: warning:") == 1, "output:\n%s", out);
-    ck_assert_msg(testutil_count(out, "does not act on 10 DeepSpeed settings") == 1, "output:\n%s",
+    ck_assert_msg(testutil_count(out, "does not act on 9 DeepSpeed settings") == 1, "output:\n%s",
                   out);
-    ck_assert_msg(strstr(out, "tensorboard (enabled: true)") &&
-                      strstr(out, "zero_optimization.offload_optimizer (device: cpu)"),
+    ck_assert_msg(strstr(out, "tensorboard (enabled: true)"), "output:\n%s", out);
+    /* offload_optimizer is read, and on the CPU said to change nothing */
+    ck_assert_msg(testutil_count(out, "zero_optimization.offload_optimizer") == 1 &&
+                      testutil_count(out, OFFLOAD_NOTE) == 1,
                   "output:\n%s", out);
     ck_assert_msg(!strstr(out, "zerotrain: error"), "output:\n%s", out);
+}
+END_TEST
+
+/* ZeRO-Offload on the CPU: rank 0 alone says, once, that it changes
+ * nothing, and the run trains exactly as without the key (the same losses,
+ * bit for bit). */
+START_TEST(offload_optimizer_on_cpu_notes_once_and_changes_nothing)
+{
+    enum { STEPS = 10 };
+    const char *dir = testutil_tmpdir("cli-offload");
+    double plain[STEPS], offload[STEPS];
+    testutil_train_micro_losses(dir, "plain", 2, "--set zero_optimization.stage=2", plain, STEPS);
+    testutil_train_micro_losses(dir, "offload", 2,
+                                "--set zero_optimization.stage=2 "
+                                "--set zero_optimization.offload_optimizer.device=cpu "
+                                "--set zero_optimization.offload_optimizer.pin_memory=true",
+                                offload, STEPS);
+    for (int i = 0; i < STEPS; i++)
+        ck_assert_msg(plain[i] == offload[i], "step %d: loss %.9g with offload, %.9g without",
+                      i + 1, offload[i], plain[i]);
+    const char *out = testutil_slurp(testutil_path_in(dir, "offload.log"));
+    ck_assert_msg(testutil_count(out, "zerotrain: note: " OFFLOAD_NOTE "\n") == 1 &&
+                      testutil_count(out, "offload_optimizer") == 1 && !strstr(out, "warning") &&
+                      !strstr(out, "error"),
+                  "output:\n%s", out);
+    out = testutil_slurp(testutil_path_in(dir, "plain.log"));
+    ck_assert_msg(!strstr(out, "offload"), "output:\n%s", out);
 }
 END_TEST
 
@@ -357,6 +391,7 @@ int main(void)
     tcase_add_test(tc, missing_config_exits_2_naming_the_path);
     tcase_add_test(tc, empty_set_value_exits_2_naming_the_argument);
     tcase_add_test(tc, deepspeed_config_runs_with_one_warning);
+    tcase_add_test(tc, offload_optimizer_on_cpu_notes_once_and_changes_nothing);
     tcase_add_test(tc, no_validation_data_means_no_evaluation);
     tcase_add_test(tc, prepare_then_train_and_eval_on_the_token_file);
     tcase_add_test(tc, dry_run_reports_memory_without_training);

@@ -1476,10 +1476,9 @@ START_TEST(test_backend_must_match_buffer_memory)
     struct comm_config nccl_host = {.backend = "nccl", .memory = COMM_MEMORY_HOST};
     ck_assert_int_eq(comm_create(&nccl_host, &c), ZT_ERR_CONFIG);
     ck_assert_ptr_null(c);
-#ifdef ZT_HAVE_NCCL
+    /* the same message whether or not NCCL is built */
     ck_assert_str_eq(zt_error_message(),
                      "comm.backend: nccl needs device buffers, but device is cpu");
-#endif
     /* "mpi" on device memory is the staged one (test_comm_staged.c), usable
      * where the CUDA runtime sees a device */
     struct comm_config mpi_cuda = {.backend = "mpi", .memory = COMM_MEMORY_CUDA};
@@ -1493,7 +1492,8 @@ START_TEST(test_backend_must_match_buffer_memory)
     }
     struct comm_config bad = {.memory = (enum comm_memory)7};
     ck_assert_int_eq(comm_create(&bad, &c), ZT_ERR_USAGE);
-    /* auto on device memory: NCCL where every rank has a GPU, else nothing */
+    /* auto on device memory without a stager: NCCL where every rank has a
+     * GPU, else the CUDA runtime's staging, else nothing */
     struct comm_config auto_cuda = {.memory = COMM_MEMORY_CUDA};
     zt_status st = comm_create(&auto_cuda, &c);
     if (st == ZT_OK) {
@@ -1503,6 +1503,93 @@ START_TEST(test_backend_must_match_buffer_memory)
         ck_assert_int_eq(st, ZT_ERR_CONFIG);
         ck_assert_ptr_nonnull(strstr(zt_error_message(), "device buffers"));
     }
+}
+END_TEST
+
+/* "auto" follows comm_backend_auto and says why: on host memory MPI, with
+ * the rule's line; a named backend says it was named; a split keeps its
+ * parent's reason. */
+START_TEST(test_auto_reason_on_host_memory)
+{
+    struct comm *c = NULL, *half = NULL;
+    struct comm_config host = {.memory = COMM_MEMORY_HOST, .ranks_share_gpu = 1};
+    ck_assert_int_eq(comm_create(&host, &c), ZT_OK);
+    ck_assert_str_eq(comm_backend_name(c), "mpi");
+    ck_assert_str_eq(comm_backend_reason(c), "mpi: device is cpu, so the buffers are host memory");
+    ck_assert_int_eq(comm_split(c, comm_rank(c) % 2, 0, &half), ZT_OK);
+    ck_assert_str_eq(comm_backend_reason(half), comm_backend_reason(c));
+    comm_destroy(half);
+    comm_destroy(c);
+    struct comm_config named = {.backend = "mpi"};
+    ck_assert_int_eq(comm_create(&named, &c), ZT_OK);
+    ck_assert_str_eq(comm_backend_reason(c), "mpi: named by comm.backend");
+    comm_destroy(c);
+}
+END_TEST
+
+/* A stager of plain copies, so that "mpi" with host staging runs on host
+ * buffers labelled as device memory (test_comm_staged.c tests it whole). */
+static zt_status copy_bytes(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+    return ZT_OK;
+}
+
+static zt_status alloc_bytes(size_t bytes, void **out)
+{
+    *out = malloc(bytes);
+    return *out ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "test stager: out of memory");
+}
+
+static const struct comm_stager copy_stager = {copy_bytes, copy_bytes, alloc_bytes, free};
+
+/* On device memory one rank sharing its GPU makes every rank take MPI with
+ * host staging (the input is agreed before the rule), saying why; without
+ * sharing "auto" takes NCCL where it is built and usable on every rank,
+ * else the staged MPI with the reason. */
+START_TEST(test_auto_on_device_memory_follows_the_rule)
+{
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    struct comm *c = NULL;
+    struct comm_config cfg = {
+        .memory = COMM_MEMORY_CUDA, .stager = &copy_stager, .ranks_share_gpu = rank == size - 1};
+    ck_assert_msg(comm_create(&cfg, &c) == ZT_OK, "%s", zt_error_message());
+    ck_assert_str_eq(comm_backend_name(c), "mpi");
+    ck_assert_int_eq(comm_backend_staged(c), 1);
+#ifdef ZT_HAVE_NCCL
+    ck_assert_str_eq(comm_backend_reason(c),
+                     "mpi with host staging: device is cuda, but ranks share a GPU (more ranks on "
+                     "a node than visible GPUs), which NCCL cannot drive");
+#else
+    ck_assert_str_eq(comm_backend_reason(c), "mpi with host staging: device is cuda, but this "
+                                             "binary was built without NCCL");
+#endif
+    float x[3] = {1.0f, 2.0f, (float)rank};
+    ck_assert_int_eq(comm_allreduce(c, x, 3, ZT_F32, COMM_OP_SUM), ZT_OK);
+    ck_assert(x[0] == (float)size && x[2] == (float)(size * (size - 1) / 2));
+    comm_destroy(c);
+
+    cfg.ranks_share_gpu = 0;
+    ck_assert_msg(comm_create(&cfg, &c) == ZT_OK, "%s", zt_error_message());
+    if (strcmp(comm_backend_name(c), "nccl") == 0) { /* a GPU per rank */
+        ck_assert_str_eq(comm_backend_reason(c), "nccl: device is cuda, NCCL is built and every "
+                                                 "rank has a GPU of its own");
+    } else {
+        ck_assert_int_eq(comm_backend_staged(c), 1);
+#ifdef ZT_HAVE_NCCL
+        const char *fallback =
+            "mpi with host staging: device is cuda, but nccl is not usable on every rank (";
+        ck_assert_msg(strncmp(comm_backend_reason(c), fallback, strlen(fallback)) == 0, "%s",
+                      comm_backend_reason(c));
+#endif
+    }
+    comm_destroy(c);
+    cfg.backend = "mpi";
+    ck_assert_int_eq(comm_create(&cfg, &c), ZT_OK);
+    ck_assert_str_eq(comm_backend_reason(c), "mpi with host staging: named by comm.backend");
+    comm_destroy(c);
 }
 END_TEST
 
@@ -1630,6 +1717,8 @@ static Suite *comm_suite(void)
     tcase_add_test(tc, test_world_agree_all_ok);
     tcase_add_test(tc, test_world_agree_most_severe_lowest_failing);
     tcase_add_test(tc, test_backend_must_match_buffer_memory);
+    tcase_add_test(tc, test_auto_reason_on_host_memory);
+    tcase_add_test(tc, test_auto_on_device_memory_follows_the_rule);
     suite_add_tcase(s, tc);
     return s;
 }
