@@ -453,6 +453,8 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.zero.stage, 0);
     ck_assert_int_eq(c.zero.reduce_bucket_size, 500000000);
     ck_assert_int_eq(c.zero.stage3_prefetch_depth, 1);
+    ck_assert_int_eq(c.zero.offload_optimizer.device, ZT_OFFLOAD_NONE);
+    ck_assert_int_eq(c.zero.offload_optimizer.pin_memory, 0);
     ck_assert_int_eq(c.fp16.enabled, 0);
     ck_assert_int_eq(c.bf16.enabled, 0);
     ck_assert_int_eq(c.activation_checkpointing.enabled, 0);
@@ -630,6 +632,8 @@ START_TEST(test_full_yaml)
     ck_assert_int_eq(c.zero.stage, 0);
     ck_assert_int_eq(c.zero.reduce_bucket_size, 25000000);
     ck_assert_int_eq(c.zero.stage3_prefetch_depth, 3);
+    ck_assert_int_eq(c.zero.offload_optimizer.device, ZT_OFFLOAD_CPU);
+    ck_assert_int_eq(c.zero.offload_optimizer.pin_memory, 1);
     ck_assert_int_eq(c.fp16.enabled, 0);
     ck_assert_int_eq(c.bf16.enabled, 0);
     ck_assert_int_eq(c.activation_checkpointing.enabled, 0);
