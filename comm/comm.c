@@ -211,9 +211,10 @@ static zt_status choose_auto(const struct comm_config *cfg, MPI_Comm mpi,
                             "comm.backend: auto: no backend for device buffers is usable on every "
                             "rank: nccl: %s; mpi with host staging: %s",
                             nccl_why, why);
+    /* the reason is one log line: NCCL's cut to what fits */
     snprintf(reason, n,
              "mpi with host staging: device is cuda, but nccl is not usable on every "
-             "rank (%s)",
+             "rank (%.100s)",
              nccl_why);
     *out = b;
     return ZT_OK;
