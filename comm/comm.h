@@ -355,6 +355,9 @@ int comm_world_size(void);
 /* The number of world ranks on this node (this one included); 1 if the
  * runtime cannot tell. Collective over the world. */
 int comm_local_ranks(void);
+/* This rank's index among its node's ranks (key: world rank) and their
+ * number; 0 and 1 if the runtime cannot tell. Collective over the world. */
+void comm_local_place(int *rank, int *size);
 /* Agreement over the world, for phases that may run before a comm exists:
  * every rank passes its local status and gets the most severe one any rank
  * had (max exit code, then the later entry of the status list); *print_here

@@ -53,16 +53,24 @@ int comm_world_size(void)
     return size;
 }
 
-int comm_local_ranks(void)
+void comm_local_place(int *rank, int *size)
 {
     MPI_Comm local;
-    int n = 1;
+    *rank = 0;
+    *size = 1;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
         MPI_SUCCESS) {
-        MPI_Comm_size(local, &n);
+        MPI_Comm_rank(local, rank);
+        MPI_Comm_size(local, size);
         MPI_Comm_free(&local);
     }
-    return n;
+}
+
+int comm_local_ranks(void)
+{
+    int rank, size;
+    comm_local_place(&rank, &size);
+    return size;
 }
 
 zt_status comm_agree_over(MPI_Comm mpi, int rank, zt_status local, int *print_here)

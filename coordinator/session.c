@@ -9,6 +9,7 @@
 
 #include "../formats/hf_weights.h"
 #include "memory_timeline.h"
+#include "../worker/device_bind.h"
 #include "../worker/lora.h"
 #include "../worker/param_quant.h"
 #include "../worker/tensor_parallel.h"
@@ -612,15 +613,27 @@ static zt_status open_flight(struct run_session *s)
     return ZT_OK;
 }
 
-/* Whether this rank shares its GPU with another rank of its node, the input
- * comm.backend auto needs on device memory (comm_backend_auto). The CUDA
- * backend will know it from the device binding it opens its device by
- * (worker/device_bind.h, `shared`); until the bundle reports it, no rank
- * shares one, and on the CPU the rule does not read it. */
-static int rank_shares_gpu(const struct compute_backend *be)
+/* The device this rank opens: on a backend with devices to choose among,
+ * the one its node-local rank is bound to (worker/device_bind.h: the
+ * launcher's local rank, else the shared-memory split's), recording
+ * whether ranks share it, the input comm.backend auto needs; the backend's
+ * only one (-1) otherwise. */
+static zt_status bind_device(struct run_session *s)
 {
-    (void)be;
-    return 0;
+    int count = 0;
+    s->device_ordinal = -1;
+    s->device_shared = 0;
+    ZT_TRY(compute_backend_devices(s->cfg.device, &count));
+    if (count == 0)
+        return ZT_OK;
+    struct device_bind_env env;
+    struct device_binding b;
+    device_bind_env_read(&env);
+    const struct device_bind_split split = {.rank = s->local_rank, .size = s->local_ranks};
+    ZT_TRY(device_bind_choose(&env, split, count, &b));
+    s->device_ordinal = b.ordinal;
+    s->device_shared = b.shared;
+    return ZT_OK;
 }
 
 /* Once, by rank 0, when the config's offload_optimizer can do nothing on
@@ -663,7 +676,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     s->state = RUN_INIT;
     s->rank = comm_world_rank();
     s->world = comm_world_size();
-    s->local_ranks = comm_local_ranks();
+    comm_local_place(&s->local_rank, &s->local_ranks);
     ops_cpu_set_threads(threads_per_rank(s->local_ranks));
 
     SESSION_PHASE(s, load_config(s, o));
@@ -675,7 +688,9 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     /* The device comes first: the communicator must reach its memory. */
     ledger_init(&s->ledger, o->dry_run);
     SESSION_PHASE(s, open_timeline(s, o));
-    SESSION_PHASE(s, compute_backend_open(s->cfg.device, -1, &s->ledger, &s->compute));
+    SESSION_PHASE(s, bind_device(s));
+    SESSION_PHASE(s,
+                  compute_backend_open(s->cfg.device, s->device_ordinal, &s->ledger, &s->compute));
     note_offload(s);
     SESSION_PHASE(s, o->dry_run ? ZT_OK : open_flight(s));
     struct comm_config cc = {.backend = s->cfg.comm.backend,
@@ -685,7 +700,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
                              .memory = s->compute.host_memory ? COMM_MEMORY_HOST : COMM_MEMORY_CUDA,
                              .flight = s->flight,
                              .device_stream = s->compute.stream,
-                             .ranks_share_gpu = rank_shares_gpu(&s->compute)};
+                             .ranks_share_gpu = s->device_shared};
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     note_comm_backend(s);
     SESSION_PHASE(s, open_layout(s));

@@ -98,6 +98,11 @@ struct run_session {
     enum run_state state;
     struct zt_config cfg;
     int rank, world, local_ranks;
+    int local_rank; /* this rank's index among its node's ranks */
+    /* The GPU this rank computes on (worker/device_bind.h): its ordinal
+     * among the visible ones, -1 on a backend with none to choose, and
+     * whether another rank of the node computes on it too. */
+    int device_ordinal, device_shared;
     struct comm *comm; /* the world's */
     /* Every comm call of this rank, and the watchdog that ends a job stuck
      * in one (comm/flight.h; comm.timeout_s); NULL with one rank, in a dry

@@ -28,6 +28,9 @@ struct backend_entry {
     zt_status (*ops_open)(const struct ops_backend **ops, void **stream);
     /* Releases what ops_open made; NULL: it made nothing. */
     void (*ops_close)(const struct ops_backend *ops);
+    /* How many devices this process sees to bind ranks to; NULL: none to
+     * choose among (the CPU). */
+    zt_status (*devices)(int *count);
 };
 
 static int cpu_query(char *why, size_t n)
@@ -55,9 +58,9 @@ static int cuda_query(char *why, size_t n)
 static const struct backend_entry entries[] = {
 #ifdef ZT_HAVE_CUDA
     /* first: "auto" prefers the GPU */
-    {"cuda", cuda_query, 0, ops_cuda_bind, ops_cuda_open, ops_cuda_close},
+    {"cuda", cuda_query, 0, ops_cuda_bind, ops_cuda_open, ops_cuda_close, ops_cuda_devices},
 #endif
-    {"cpu", cpu_query, 1, NULL, cpu_ops_open, NULL},
+    {"cpu", cpu_query, 1, NULL, cpu_ops_open, NULL, NULL},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 
@@ -117,6 +120,14 @@ zt_status compute_backend_select(const char *name, const char **chosen)
     ZT_TRY(choose(name, &e));
     *chosen = e->name;
     return ZT_OK;
+}
+
+zt_status compute_backend_devices(const char *name, int *count)
+{
+    const struct backend_entry *e;
+    *count = 0;
+    ZT_TRY(choose(name, &e));
+    return e->devices ? e->devices(count) : ZT_OK;
 }
 
 zt_status compute_backend_open(const char *name, int ordinal, struct ledger *ledger,

@@ -54,6 +54,13 @@ int compute_backend_query(const char *name, char *why, size_t n);
  * backend is not built or not usable here, with the reason). */
 zt_status compute_backend_select(const char *name, const char **chosen);
 
+/* How many devices the backend `name` resolves to can choose among here
+ * (CUDA: the GPUs this process sees, after CUDA_VISIBLE_DEVICES), the
+ * count worker/device_bind.h binds node-local ranks over; 0 for a backend
+ * with nothing to choose (the CPU). Errors: those of
+ * compute_backend_select, ZT_ERR_DEVICE. */
+zt_status compute_backend_devices(const char *name, int *count);
+
 /* Selects as compute_backend_select, makes device `ordinal` current on a
  * backend with several (CUDA: an index into the GPUs this process sees; -1
  * keeps the current one; the CPU ignores it), opens the device memory

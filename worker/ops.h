@@ -345,6 +345,8 @@ void ops_cpu_set_threads(int n);
  * CUDA_VISIBLE_DEVICES) current for the calling thread; -1 keeps the
  * current one. Errors: ZT_ERR_DEVICE (no such GPU, or the runtime's). */
 zt_status ops_cuda_bind(int ordinal);
+/* The GPUs this process sees (cudaGetDeviceCount). Errors: ZT_ERR_DEVICE. */
+zt_status ops_cuda_devices(int *count);
 /* A CUDA op table for the current GPU with its own state (ctx: a compute
  * stream, a cuBLAS handle on it, scratch), and that stream as a
  * cudaStream_t in *stream. Errors: ZT_ERR_DEVICE, ZT_ERR_NOMEM. */

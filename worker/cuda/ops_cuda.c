@@ -91,6 +91,12 @@ zt_status cublas_error(cublasStatus_t st, const char *call, const char *file, in
                         cublasGetStatusString(st), cublasGetStatusName(st));
 }
 
+zt_status ops_cuda_devices(int *count)
+{
+    CUDA_TRY(cudaGetDeviceCount(count));
+    return ZT_OK;
+}
+
 zt_status ops_cuda_bind(int ordinal)
 {
     int count = 0;
