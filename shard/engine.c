@@ -24,6 +24,11 @@
  * gradient view, open from the tied head to the embeddings). The update
  * runs in fp32 on the master copy and is cast back, round to nearest even.
  *
+ * ZeRO-Offload (cfg.offload_optimizer, shard/offload.c): the master, the
+ * optimizer's states and its whole-tensor state are allocated in host
+ * memory (state_dev) and the update runs there; everything else above is
+ * unchanged, the gradient norm included.
+ *
  * Under a plan-only device every allocation is made and counted exactly as
  * in a real step, but nothing is computed or communicated.
  */
@@ -94,13 +99,32 @@ static double dp_ranks(const struct shard_engine *e)
 
 /* ---- persistent states ---------------------------------------------------- */
 
+/* A persistent buffer in the compute backend's memory (params, grads,
+ * packed, secondary) or, with `state`, in state memory (master, optimizer
+ * states: the host's under offload). */
+static zt_status alloc_in(struct shard_engine *e, int state, enum ledger_category cat, size_t bytes,
+                          const char *what, void **out)
+{
+    ZT_ASSERT(e->n_allocs < SHARD_MAX_ALLOCS);
+    if (state)
+        ZT_TRY(shard_state_alloc(e, cat, bytes, what, out));
+    else
+        ZT_TRY(device_alloc(e->dev, cat, bytes, what, out));
+    e->allocs[e->n_allocs++] =
+        (struct shard_alloc){state ? e->state_dev : e->dev, cat, bytes, *out};
+    return ZT_OK;
+}
+
+static zt_status alloc_working(struct shard_engine *e, enum ledger_category cat, size_t bytes,
+                               const char *what, void **out)
+{
+    return alloc_in(e, 0, cat, bytes, what, out);
+}
+
 static zt_status alloc_state(struct shard_engine *e, enum ledger_category cat, size_t bytes,
                              const char *what, void **out)
 {
-    ZT_ASSERT(e->n_allocs < SHARD_MAX_ALLOCS);
-    ZT_TRY(device_alloc(e->dev, cat, bytes, what, out));
-    e->allocs[e->n_allocs++] = (struct shard_alloc){cat, bytes, *out};
-    return ZT_OK;
+    return alloc_in(e, 1, cat, bytes, what, out);
 }
 
 static zt_status alloc_states(struct shard_engine *e)
@@ -110,17 +134,17 @@ static zt_status alloc_states(struct shard_engine *e)
     const size_t tfull = e->part.state_padded_total, tshard = e->part.state_shard_total;
     const size_t held = pol->shard_states ? tshard : tfull, fp32 = held * sizeof(float);
     void *p;
-    ZT_TRY(alloc_state(e, LEDGER_PARAMS, (pol->shard_params ? shard : full) * e->esz, "parameters",
-                       &e->params));
+    ZT_TRY(alloc_working(e, LEDGER_PARAMS, (pol->shard_params ? shard : full) * e->esz,
+                         "parameters", &e->params));
     if (e->part.packed_total > 0)
-        ZT_TRY(alloc_state(e, LEDGER_PARAMS,
-                           pol->shard_params ? e->part.packed_shard_total : e->part.packed_total,
-                           "the 4-bit base", &e->packed));
+        ZT_TRY(alloc_working(e, LEDGER_PARAMS,
+                             pol->shard_params ? e->part.packed_shard_total : e->part.packed_total,
+                             "the 4-bit base", &e->packed));
     /* A fused-backward optimizer keeps no gradients between units. */
     if (!e->cfg.optimizer->fused_backward)
-        ZT_TRY(alloc_state(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->esz,
-                           "gradients", &e->grads));
-    if (is_16bit(e)) {
+        ZT_TRY(alloc_working(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->esz,
+                             "gradients", &e->grads));
+    if (has_master(e)) {
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
         e->master = p;
     }
@@ -136,8 +160,8 @@ static zt_status alloc_states(struct shard_engine *e)
             e->secondary_off[u] = total;
             total += e->part.units[u].held ? secondary_bytes(e, u) : 0;
         }
-        ZT_TRY(alloc_state(e, LEDGER_SECONDARY_PARAMS, total, "hpZ secondary parameter shards",
-                           &e->secondary_params));
+        ZT_TRY(alloc_working(e, LEDGER_SECONDARY_PARAMS, total, "hpZ secondary parameter shards",
+                             &e->secondary_params));
     }
     if (!e->cfg.optimizer->whole_tensors)
         return ZT_OK;
@@ -165,7 +189,7 @@ static zt_status store_working(struct shard_engine *e, void *dst, const float *s
 static zt_status init_params(struct shard_engine *e)
 {
     const struct param_table *t = e->table;
-    const struct device_backend_ops *ops = e->dev->ops;
+    const struct device *sd = e->state_dev;
     size_t max_unit = 0;
     for (int u = 0; u < t->n_units; u++)
         max_unit = e->part.units[u].numel > max_unit ? e->part.units[u].numel : max_unit;
@@ -186,14 +210,14 @@ static zt_status init_params(struct shard_engine *e)
             st = store_working(e, at(e, e->params, su->padded_offset), host, su->numel, staging);
         else if (hi > lo)
             st = store_working(e, at(e, e->params, su->shard_offset), host + lo, hi - lo, staging);
-        if (st != ZT_OK || !is_16bit(e) || !su->trainable)
+        if (st != ZT_OK || !has_master(e) || !su->trainable)
             continue;
         if (!e->policy.shard_states)
-            st = ops->copy_from_host(e->dev, e->master + su->state_padded_offset, host,
-                                     su->numel * sizeof(float));
+            st = sd->ops->copy_from_host(sd, e->master + su->state_padded_offset, host,
+                                         su->numel * sizeof(float));
         else if (hi > lo)
-            st = ops->copy_from_host(e->dev, e->master + su->state_shard_offset, host + lo,
-                                     (hi - lo) * sizeof(float));
+            st = sd->ops->copy_from_host(sd, e->master + su->state_shard_offset, host + lo,
+                                         (hi - lo) * sizeof(float));
     }
     free(host);
     free(staging);
@@ -862,6 +886,8 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     out->dev = &be->dev;
     out->ops = be->ops;
     out->plan = !device_is_real(&be->dev);
+    out->state_dev = out->dev;
+    out->state_ops = out->ops;
     out->esz = zt_dtype_size(cfg->precision);
     out->pipeline_stage = cfg->pipeline_stage ? *cfg->pipeline_stage : model_stage_whole(t);
     out->cfg.pipeline_stage = cfg->pipeline_stage ? &out->pipeline_stage : NULL;
@@ -896,6 +922,8 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
             !out->tensor_state_off || !out->secondary_off || !out->secondary_fresh)
             st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the engine's bookkeeping");
     }
+    if (st == ZT_OK && shard_offload_wanted(cfg, be))
+        st = shard_offload_open(out);
     if (st == ZT_OK)
         st = alloc_states(out);
     if (st != ZT_OK) {
@@ -916,8 +944,12 @@ void shard_engine_destroy(struct shard_engine *e)
     /* Frees exactly what was counted, real or planned, newest first. */
     while (e->n_allocs > 0) {
         const struct shard_alloc *a = &e->allocs[--e->n_allocs];
-        device_free(e->dev, a->cat, a->bytes, a->ptr);
+        if (a->dev == e->state_dev)
+            shard_state_free(e, a->cat, a->bytes, a->ptr);
+        else
+            device_free(a->dev, a->cat, a->bytes, a->ptr);
     }
+    shard_offload_close(e);
     free(e->unit_grads);
     free(e->reduces);
     free(e->bucket);
@@ -1185,9 +1217,9 @@ static zt_status probe_reduced(struct shard_engine *e, const void *g, double sca
     return ZT_OK;
 }
 
-static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
-                           struct shard_update_stats *stats, struct optimizer_hparams *hp,
-                           double loss_scale, int skip_on_overflow, struct shard_step_result *out)
+static zt_status step_real(struct shard_engine *e, void *g, struct shard_update_bufs *bufs,
+                           struct optimizer_hparams *hp, double loss_scale, int skip_on_overflow,
+                           struct shard_step_result *out)
 {
     const size_t n = reduced_count(e);
     enter_phase(e, LEDGER_PHASE_REDUCTION, -1);
@@ -1213,8 +1245,7 @@ static zt_status step_real(struct shard_engine *e, void *g, float *tmp,
     double clip = e->cfg.clip > 0.0 && norm > e->cfg.clip ? e->cfg.clip / (norm + 1e-6) : 1.0;
     hp->step = ++e->updates;
     enter_phase(e, LEDGER_PHASE_OPTIMIZER, -1);
-    PROF_TRY(e, SHARD_PROF_UPDATE,
-             shard_update_owned(e, g, (float)(unscale * clip), tmp, stats, hp));
+    PROF_TRY(e, SHARD_PROF_UPDATE, shard_update_owned(e, g, (float)(unscale * clip), bufs, hp));
     if (shard_policy_regathers_params(&e->policy))
         PROF_TRY(e, SHARD_PROF_REGATHER, allgather_params(e, 1));
     secondary_stale(e);
@@ -1235,12 +1266,54 @@ static size_t max_update_range(const struct shard_engine *e)
     return m;
 }
 
+/* Bytes of the update's buffers in state memory (struct shard_update_bufs):
+ * tmp, and under offload the host copies of the gradients and of one
+ * unit's working params. */
+static void update_bufs_bytes(const struct shard_engine *e, size_t bytes[3])
+{
+    bytes[0] = staging_floats(e, max_update_range(e)) * sizeof(float);
+    bytes[1] = e->offload ? reduced_count(e) * e->esz : 0;
+    bytes[2] = e->offload ? max_update_range(e) * e->esz : 0;
+}
+
+static void update_bufs_free(struct shard_engine *e, struct shard_update_bufs *b)
+{
+    size_t bytes[3];
+    update_bufs_bytes(e, bytes);
+    shard_update_stats_free(e, &b->stats);
+    void *ptr[3] = {b->tmp, b->host_grads, b->host_working};
+    const enum ledger_category cat[3] = {LEDGER_WORKSPACE, LEDGER_COMM_BUFFERS, LEDGER_WORKSPACE};
+    for (int i = 2; i >= 0; i--)
+        if (bytes[i] && (ptr[i] || e->plan)) /* (a plan's allocations have no address) */
+            shard_state_free(e, cat[i], bytes[i], ptr[i]);
+    memset(b, 0, sizeof *b);
+}
+
+static zt_status update_bufs_alloc(struct shard_engine *e, struct shard_update_bufs *b)
+{
+    size_t bytes[3];
+    update_bufs_bytes(e, bytes);
+    void **ptr[3] = {(void **)&b->tmp, &b->host_grads, &b->host_working};
+    static const char *const what[3] = {"fp32 gradients", "offloaded gradients",
+                                        "offloaded working parameters"};
+    const enum ledger_category cat[3] = {LEDGER_WORKSPACE, LEDGER_COMM_BUFFERS, LEDGER_WORKSPACE};
+    memset(b, 0, sizeof *b);
+    zt_status st = ZT_OK;
+    for (int i = 0; i < 3 && st == ZT_OK; i++)
+        if (bytes[i])
+            st = shard_state_alloc(e, cat[i], bytes[i], what[i], ptr[i]);
+    if (st == ZT_OK)
+        st = shard_update_stats_alloc(e, &b->stats);
+    if (st != ZT_OK)
+        update_bufs_free(e, b);
+    return st;
+}
+
 zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp, double loss_scale,
                             int skip_on_overflow, struct shard_step_result *out)
 {
     const size_t shard_bytes_total = e->part.state_shard_total * e->esz;
-    const size_t tmp_bytes = staging_floats(e, max_update_range(e)) * sizeof(float);
-    void *g = e->grads, *shards = NULL, *tmp = NULL;
+    void *g = e->grads, *shards = NULL;
     out->grad_norm = 0.0;
     out->skipped = 0;
     if (e->cfg.optimizer->fused_backward) {
@@ -1261,22 +1334,17 @@ zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp
         g = shards;
     /* the update's staging is allocated before the reduction runs */
     enter_phase(e, LEDGER_PHASE_OPTIMIZER, -1);
-    struct shard_update_stats stats = {0};
-    zt_status st = ZT_OK;
-    double t0 = prof_begin(e);
-    if (tmp_bytes)
-        st = device_alloc(e->dev, LEDGER_WORKSPACE, tmp_bytes, "fp32 gradients", &tmp);
-    if (st == ZT_OK)
-        st = shard_update_stats_alloc(e, &stats);
-    prof_end(e, SHARD_PROF_UPDATE, t0);
+    struct shard_update_bufs bufs;
+    zt_status st;
+    PROF_CALL(e, SHARD_PROF_UPDATE, st, update_bufs_alloc(e, &bufs));
+    const int bufs_held = st == ZT_OK; /* a failed allocation freed its part */
     if (st == ZT_OK && !e->plan)
-        st = step_real(e, g, tmp, &stats, hp, loss_scale, skip_on_overflow, out);
+        st = step_real(e, g, &bufs, hp, loss_scale, skip_on_overflow, out);
     else if (st == ZT_OK && e->tie_peer >= 0)
         st = plan_tied(e);
-    t0 = prof_begin(e);
-    shard_update_stats_free(e, &stats);
-    if (tmp_bytes && (tmp || e->plan))
-        device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);
+    double t0 = prof_begin(e);
+    if (bufs_held)
+        update_bufs_free(e, &bufs);
     if (shard_policy_reduces_at_step(&e->policy))
         device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes_total, shards);
     prof_end(e, SHARD_PROF_UPDATE, t0);
@@ -1292,7 +1360,7 @@ void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4])
     const double trainable = (double)e->part.trainable_numel;
     out[0] = half ? 2 : 4;
     out[1] = e->cfg.optimizer->fused_backward ? 0 : half ? 2 : 4;
-    out[2] = half ? 4 : 0;
+    out[2] = has_master(e) ? 4 : 0;
     out[3] = 0;
     for (int k = 0; k < e->cfg.optimizer_states; k++)
         out[3] += (double)zt_dtype_size(e->cfg.optimizer->state_dtype[k]);
@@ -1359,11 +1427,23 @@ int shard_engine_holds_state(const struct shard_engine *e, int which, int u)
     return which == SHARD_STATE_MASTER || e->part.units[u].trainable;
 }
 
-/* A frozen unit under 16-bit precision has no fp32 master: its weights
- * are the working copy, converted on the way to and from the host. */
+/* A frozen unit under 16-bit precision or offload has no fp32 master: its
+ * weights are the working copy, converted on the way to and from the host. */
 static int master_is_working(const struct shard_engine *e, int which, int u)
 {
-    return which == SHARD_STATE_MASTER && is_16bit(e) && !e->part.units[u].trainable;
+    return which == SHARD_STATE_MASTER && has_master(e) && !e->part.units[u].trainable;
+}
+
+/* Under fp32 without offload the master of a unit is its working params. */
+static int master_in_params(const struct shard_engine *e, int which)
+{
+    return which == SHARD_STATE_MASTER && !has_master(e);
+}
+
+const struct device *shard_engine_state_device(const struct shard_engine *e, int which, int u)
+{
+    ZT_ASSERT(shard_engine_holds_state(e, which, u));
+    return master_is_working(e, which, u) || master_in_params(e, which) ? e->dev : e->state_dev;
 }
 
 enum zt_dtype shard_engine_state_dtype(const struct shard_engine *e, int which)
@@ -1372,8 +1452,8 @@ enum zt_dtype shard_engine_state_dtype(const struct shard_engine *e, int which)
     return which == SHARD_STATE_MASTER ? ZT_F32 : e->cfg.optimizer->state_dtype[which - 1];
 }
 
-/* Device address of state element `lo` of unit u (inside the held range;
- * not for master_is_working). */
+/* Address of state element `lo` of unit u (inside the held range; not
+ * for master_is_working), in shard_engine_state_device's memory. */
 static void *state_at(struct shard_engine *e, int which, int u, size_t lo)
 {
     const struct owned_range r = owned_range_of(e, u);
@@ -1382,7 +1462,8 @@ static void *state_at(struct shard_engine *e, int which, int u, size_t lo)
     const size_t skip = lo - r.lo;
     if (which != SHARD_STATE_MASTER)
         return state_elem(e, which - 1, r.state_off + skip);
-    return is_16bit(e) ? e->master + r.state_off + skip : (float *)e->params + r.working_off + skip;
+    return has_master(e) ? e->master + r.state_off + skip
+                         : (float *)e->params + r.working_off + skip;
 }
 
 /* The working params at element lo of unit u's held range. */
@@ -1397,8 +1478,9 @@ zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_
 {
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
+    const struct device *d = shard_engine_state_device(e, which, u);
     if (!master_is_working(e, which, u))
-        return e->dev->ops->copy_to_host(e->dev, dst, state_at(e, which, u, lo), n * esz);
+        return d->ops->copy_to_host(d, dst, state_at(e, which, u, lo), n * esz);
     void *staging = malloc(n ? n * e->esz : 1);
     if (!staging)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
@@ -1415,8 +1497,9 @@ zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_
     secondary_stale(e);
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
+    const struct device *d = shard_engine_state_device(e, which, u);
     if (!master_is_working(e, which, u))
-        return e->dev->ops->copy_from_host(e->dev, state_at(e, which, u, lo), src, n * esz);
+        return d->ops->copy_from_host(d, state_at(e, which, u, lo), src, n * esz);
     void *staging = malloc(n ? n * e->esz : 1);
     if (!staging)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
@@ -1426,16 +1509,41 @@ zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_
     return st;
 }
 
+/* Under offload: range r's working params from the host master, cast on
+ * the host into staging[] and copied to the device. */
+static zt_status push_from_master(struct shard_engine *e, const struct owned_range *r,
+                                  void *staging)
+{
+    ZT_TRY(e->state_ops->from_f32(e->state_ops, e->cfg.precision, e->master + r->state_off, staging,
+                                  r->hi - r->lo));
+    return shard_offload_push_working(e, r, staging);
+}
+
+/* The working params of every trainable unit's held range from the
+ * master (frozen ones were set directly). */
+static zt_status working_from_master(struct shard_engine *e)
+{
+    void *staging = NULL;
+    if (e->offload && !(staging = malloc(max_update_range(e) * e->esz + 1)))
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
+    zt_status st = ZT_OK;
+    for (int u = 0; u < e->part.n_units && st == ZT_OK; u++) {
+        const struct owned_range r = owned_range_of(e, u);
+        if (!e->part.units[u].trainable || r.hi == r.lo)
+            continue;
+        st = e->offload ? push_from_master(e, &r, staging)
+                        : e->ops->from_f32(e->ops, e->cfg.precision, e->master + r.state_off,
+                                           at(e, e->params, r.working_off), r.hi - r.lo);
+    }
+    free(staging);
+    return st;
+}
+
 zt_status shard_engine_params_from_master(struct shard_engine *e)
 {
     secondary_stale(e);
-    if (is_16bit(e))
-        for (int u = 0; u < e->part.n_units; u++) {
-            const struct owned_range r = owned_range_of(e, u);
-            if (e->part.units[u].trainable) /* frozen ones were set directly */
-                ZT_TRY(e->ops->from_f32(e->ops, e->cfg.precision, e->master + r.state_off,
-                                        at(e, e->params, r.working_off), r.hi - r.lo));
-        }
+    if (has_master(e))
+        ZT_TRY(working_from_master(e));
     if (shard_policy_regathers_params(&e->policy))
         ZT_TRY(allgather_params(e, 0));
     return ZT_OK;
@@ -1443,14 +1551,14 @@ zt_status shard_engine_params_from_master(struct shard_engine *e)
 
 zt_status shard_engine_get_tensor_state(struct shard_engine *e, float *dst)
 {
-    return e->dev->ops->copy_to_host(e->dev, dst, e->tensor_state,
-                                     e->tensor_state_len * sizeof(float));
+    const struct device *d = e->state_dev;
+    return d->ops->copy_to_host(d, dst, e->tensor_state, e->tensor_state_len * sizeof(float));
 }
 
 zt_status shard_engine_set_tensor_state(struct shard_engine *e, const float *src)
 {
-    return e->dev->ops->copy_from_host(e->dev, e->tensor_state, src,
-                                       e->tensor_state_len * sizeof(float));
+    const struct device *d = e->state_dev;
+    return d->ops->copy_from_host(d, e->tensor_state, src, e->tensor_state_len * sizeof(float));
 }
 
 void shard_engine_set_updates(struct shard_engine *e, long updates)

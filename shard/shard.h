@@ -70,6 +70,10 @@
  * ops and device memory through a GPU's; the engine's own code only
  * decides what runs where. Host-side staging (initial values, exports) is
  * converted on the host and copied through the device's copy functions.
+ * Under ZeRO-Offload (cfg.offload_optimizer) the master, the optimizer's
+ * states and the update move to a second, CPU backend (shard/offload.c):
+ * the states are then in host memory and the update's ops are the CPU's,
+ * while params, gradients, the reductions and the norm stay on the device.
  *
  * Block life cycle under stage 3 (one gather buffer per scheduled use):
  *
@@ -209,11 +213,38 @@ struct shard_engine_config {
      * world; the rank's place in its group is rank % H); 0 or 1: none.
      * The group's comm comes with shard_engine_join_secondary. */
     int secondary_size;
+    /* ZeRO-Offload (DeepSpeed's offload_optimizer: {device: cpu}): the
+     * fp32 master (kept under fp32 precision too), the optimizer states and
+     * the whole-tensor state live in host memory and the update runs there
+     * on the CPU op table; each step copies the reduced gradients of the
+     * rank's ranges device -> host and the updated working parameters host
+     * -> device. Only when the compute backend's memory is not host memory
+     * (a GPU's), unless offload_force. Refused with a fused-backward
+     * optimizer (LOMO updates inside the backward). */
+    int offload_optimizer;
+    /* Allocate those host states through `pinned` (page-locked memory,
+     * which the device copies at full bus speed); without the hook they are
+     * ordinary host memory. */
+    int offload_pin_memory;
+    const struct shard_pinned_alloc *pinned; /* borrowed; NULL: pageable */
+    /* For tests: take the offload path even on host memory (the copies
+     * are then memcpys through the CPU device table), so that a machine
+     * without a GPU runs all of it. */
+    int offload_force;
+};
+
+/* Page-locked host memory (cudaMallocHost / cudaFreeHost on a GPU) for
+ * ZeRO-Offload's host states. alloc: *out NULL with ZT_OK, or an error,
+ * when the bytes are not there. */
+struct shard_pinned_alloc {
+    zt_status (*alloc)(size_t bytes, void **out);
+    void (*free)(void *p);
 };
 
 #define SHARD_MAX_ALLOCS (5 + OPTIMIZER_MAX_STATES)
 
 struct shard_alloc {
+    const struct device *dev; /* the engine's device, or the offload host's */
     enum ledger_category cat;
     size_t bytes;
     void *ptr; /* NULL under a plan-only ledger */
@@ -249,8 +280,9 @@ struct shard_profile {
 /* Name of a phase ("grad reduce"). */
 const char *shard_profile_name(enum shard_profile_phase p);
 
-struct shard_gather; /* stage-3 gather buffers in flight or resident */
-struct shard_reduce; /* stage-2/3 gradient reductions in flight */
+struct shard_gather;  /* stage-3 gather buffers in flight or resident */
+struct shard_offload; /* ZeRO-Offload's host backend (shard/offload.c) */
+struct shard_reduce;  /* stage-2/3 gradient reductions in flight */
 
 struct shard_engine {
     struct shard_engine_config cfg;
@@ -269,7 +301,7 @@ struct shard_engine {
     void *params;  /* stages 0-2: full padded; stage 3: shards */
     void *packed;  /* the packed units' byte images (a 4-bit base), laid out like params */
     void *grads;   /* stages 0-1: full padded; stages 2-3: shards */
-    float *master; /* 16-bit only: stage 0 full padded, else shards; fp32: NULL */
+    float *master; /* 16-bit or offload: stage 0 full padded, else shards; else NULL */
     /* The optimizer's state vectors (cfg.optimizer_states of them, each of
      * its state_dtype), laid out like master: stage 0 full padded, else
      * shards. */
@@ -282,6 +314,13 @@ struct shard_engine {
     size_t *tensor_state_off; /* n_tensors entries, SHARD_NO_STATE for frozen tensors */
     struct shard_alloc allocs[SHARD_MAX_ALLOCS]; /* every persistent allocation */
     int n_allocs;
+    /* Where master, states and tensor_state live and the ops that work on
+     * them: dev and ops, or under offload the host backend's (`offload`,
+     * NULL without). Every pointer above is in state_dev's memory but
+     * params, packed, grads and secondary_params, which are in dev's. */
+    struct shard_offload *offload;
+    const struct device *state_dev;
+    const struct ops_backend *state_ops;
 
     /* Stages 2-3: each unit's transient full gradient buffer (comm_buffers),
      * the reductions in flight (the previous bucket), oldest first, and the
@@ -457,8 +496,9 @@ void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hpara
  * for AdamW's fp32 m and v, 2 for AdamW8bit's codes) plus the state every
  * rank keeps whole (Adafactor's factors, AdamW8bit's block scales)
  * averaged over the trainable parameters. A fused-backward optimizer
- * (LOMO) keeps no gradients. What the memory report's expected model
- * states are computed from. */
+ * (LOMO) keeps no gradients. Under ZeRO-Offload the master is kept
+ * under fp32 too (4), in host memory. What the memory report's expected
+ * model states are computed from. */
 void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4]);
 
 /* Packed unit u (a 4-bit base, shard_unit.packed) from its full fp32
@@ -498,6 +538,19 @@ void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, si
 /* The element type of state `which`: fp32 for the master, the optimizer's
  * state_dtype for its states (8-bit codes are ZT_U8). */
 enum zt_dtype shard_engine_state_dtype(const struct shard_engine *e, int which);
+
+/* The memory state `which` of unit u is in (a state the rank holds): the
+ * engine's device, or under ZeRO-Offload the host's for the master of a
+ * trainable unit and for the optimizer's states. shard_engine_get_state
+ * and set_state copy through it already; for readers of the pointers. */
+const struct device *shard_engine_state_device(const struct shard_engine *e, int which, int u);
+
+/* ZeRO-Offload: the bytes the engine holds in host memory now and at
+ * most, persistent states and the step's staging (0 without offload).
+ * The ledger has no host/device split: these bytes are also in its
+ * categories (master_params, optimizer_states, workspace), so device
+ * bytes are the ledger's total minus these. */
+void shard_engine_host_bytes(const struct shard_engine *e, size_t *current, size_t *peak);
 
 /* Copies state elements [lo, hi) of unit u (inside the held range; a state
  * the rank holds for u) to host memory dst[hi - lo] of the state's dtype,

@@ -54,6 +54,14 @@ static inline int is_16bit(const struct shard_engine *e)
     return e->cfg.precision != ZT_F32;
 }
 
+/* The update's fp32 target is a master copy apart from the working
+ * params: under 16-bit precision, and under offload (the working params
+ * are on the device, the update on the host). */
+static inline int has_master(const struct shard_engine *e)
+{
+    return is_16bit(e) || e->offload;
+}
+
 /* The rank's range of unit u for the update: unit elements [lo, hi), and
  * the element offset of lo in the gradient buffer and in the fp32 update
  * target / moments (SHARD_NO_STATE for a frozen unit), and in the working
@@ -84,20 +92,36 @@ static inline struct owned_range owned_range_of(const struct shard_engine *e, in
  * around every step, a plan's included, so the ledger counts them; none for
  * element-wise optimizers. Errors: ZT_ERR_NOMEM. */
 struct shard_update_stats {
-    double *v[OPTIMIZER_MAX_ROUNDS];
+    double *v[OPTIMIZER_MAX_ROUNDS]; /* in state memory: the pieces' ops write them */
     size_t n[OPTIMIZER_MAX_ROUNDS];
+    /* Offload: device copies the allreduce runs on (a communicator works
+     * on the compute backend's memory); NULL without offload. */
+    double *dev[OPTIMIZER_MAX_ROUNDS];
 };
 zt_status shard_update_stats_alloc(struct shard_engine *e, struct shard_update_stats *out);
 void shard_update_stats_free(struct shard_engine *e, struct shard_update_stats *s);
 
+/* What the update works with besides the gradients, allocated by the
+ * step in state memory: `tmp` (max_update_range floats) stages a unit's
+ * fp32 gradients under 16-bit precision for whole-tensor optimizers, and
+ * under offload host_grads (the reduced gradients' layout) receives the
+ * gradients of the rank's ranges and host_working (max_update_range
+ * working-precision elements) one unit's updated working params on their
+ * way to the device. */
+struct shard_update_bufs {
+    float *tmp;
+    struct shard_update_stats stats;
+    void *host_grads, *host_working;
+};
+
 /* The optimizer update over the rank's ranges (shard/update.c), with the
  * reduced gradients g (working precision, at the layout reduced_count
- * describes) times gscale. Under 16-bit precision the fp32 gradients of a
- * unit go through `tmp` (max_update_range floats) and the updated master is
- * cast back into the working parameters. Errors: those of the ops, and of
- * the statistics' allreduce for whole-tensor optimizers (ZT_ERR_COMM). */
-zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
-                             struct shard_update_stats *stats, const struct optimizer_hparams *hp);
+ * describes, in the engine's device memory) times gscale. Under 16-bit
+ * precision or offload the updated master is cast into the working
+ * parameters. Errors: those of the ops and copies, and of the statistics'
+ * allreduce for whole-tensor optimizers (ZT_ERR_COMM). */
+zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale,
+                             struct shard_update_bufs *b, const struct optimizer_hparams *hp);
 
 /* Fused-backward optimizers: the reduced gradient of unit u's range r
  * (working precision, element r->lo first) measured into e->fused.sumsq
@@ -110,5 +134,32 @@ zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
  * starts in e->tensor_state (SHARD_NO_STATE for frozen tensors), and the
  * total, set in out[n_tensors]. */
 size_t shard_tensor_state_layout(const struct shard_engine *e, size_t *out);
+
+/* ---- ZeRO-Offload (shard/offload.c) ---- */
+
+/* Whether an engine of cfg on `be` offloads its states. */
+int shard_offload_wanted(const struct shard_engine_config *cfg, const struct compute_backend *be);
+/* Opens the host backend (on the engine's ledger; pinned when asked and
+ * hooked) and points state_dev / state_ops at it. Errors: those of
+ * compute_backend_open, ZT_ERR_NOMEM. */
+zt_status shard_offload_open(struct shard_engine *e);
+/* Closes it (after every host buffer was freed); no-op without offload. */
+void shard_offload_close(struct shard_engine *e);
+/* Allocates / frees `bytes` of state memory counted under cat, and under
+ * offload in the engine's host bytes. Errors: those of device_alloc. */
+zt_status shard_state_alloc(struct shard_engine *e, enum ledger_category cat, size_t bytes,
+                            const char *what, void **out);
+void shard_state_free(struct shard_engine *e, enum ledger_category cat, size_t bytes, void *p);
+/* Copies the reduced gradients g (device) of the rank's trainable ranges
+ * into host[] laid out alike. Errors: the device copy's. */
+zt_status shard_offload_pull_grads(struct shard_engine *e, const void *g, void *host);
+/* Writes range r's n working-precision elements host[n] into the device
+ * working params. Errors: the device copy's. */
+zt_status shard_offload_push_working(struct shard_engine *e, const struct owned_range *r,
+                                     const void *host);
+/* Sums (or maxes) host[n] over the engine's comm through dev[n] (device
+ * memory, what the communicator works on). Errors: ZT_ERR_COMM, copies'. */
+zt_status shard_offload_allreduce(struct shard_engine *e, double *host, double *dev, size_t n,
+                                  enum comm_op op);
 
 #endif

@@ -14,16 +14,40 @@
  * reads the totals. The vector is O(rows + cols) per matrix, so the
  * communication is small next to the gradients, and the update equals the
  * unsharded one whatever the world size.
+ *
+ * Every op here runs on the memory the states are in (e->state_ops): the
+ * device's, or under ZeRO-Offload the host's, where the update then reads
+ * a host copy of the gradients and writes the working params through a
+ * host staging buffer that is copied to the device unit by unit
+ * (shard/offload.c).
  */
 #include <string.h>
 
 #include "shard_impl.h"
 
 /* The fp32 update target of the rank's range of unit u: the master under
- * 16-bit precision, else the working params. */
+ * 16-bit precision or offload, else the working params. */
 static float *update_target(struct shard_engine *e, const struct owned_range *r)
 {
-    return is_16bit(e) ? e->master + r->state_off : (float *)e->params + r->working_off;
+    return has_master(e) ? e->master + r->state_off : (float *)e->params + r->working_off;
+}
+
+/* Where the update writes range r's working params from the updated
+ * master: the device's under 16-bit precision, the host staging under
+ * offload (pushed by finish_working), none when the target is the
+ * working params. */
+static void *update_working(struct shard_engine *e, const struct owned_range *r,
+                            const struct shard_update_bufs *b)
+{
+    if (e->offload)
+        return b->host_working;
+    return is_16bit(e) ? at(e, e->params, r->working_off) : NULL;
+}
+
+static zt_status finish_working(struct shard_engine *e, const struct owned_range *r,
+                                const struct shard_update_bufs *b)
+{
+    return e->offload ? shard_offload_push_working(e, r, b->host_working) : ZT_OK;
 }
 
 /* The element-wise optimizer on the rank's range r of unit u, one fused
@@ -36,13 +60,12 @@ static float *update_target(struct shard_engine *e, const struct owned_range *r)
  * the master, as the whole range always was), and weight decay applies
  * where the tensor says. */
 static zt_status update_unit_range(struct shard_engine *e, int u, const struct owned_range *r,
-                                   const void *grads, float gscale,
+                                   const void *grads, float gscale, void *working,
                                    const struct optimizer_hparams *hp)
 {
     const struct param_table *t = e->table;
     const size_t base = t->unit_offset[u];
     float *target = update_target(e, r);
-    void *working = is_16bit(e) ? at(e, e->params, r->working_off) : NULL;
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *pt = &t->tensors[k];
         if (pt->unit != u)
@@ -55,8 +78,8 @@ static zt_status update_unit_range(struct shard_engine *e, int u, const struct o
         const size_t off = a - r->lo;
         if (!pt->trainable) {
             if (working)
-                ZT_TRY(e->ops->from_f32(e->ops, e->cfg.precision, target + off, at(e, working, off),
-                                        b - a));
+                ZT_TRY(e->state_ops->from_f32(e->state_ops, e->cfg.precision, target + off,
+                                              at(e, working, off), b - a));
             continue;
         }
         struct optimizer_range range = {
@@ -71,7 +94,7 @@ static zt_status update_unit_range(struct shard_engine *e, int u, const struct o
         };
         for (int j = 0; j < e->cfg.optimizer_states; j++)
             range.states[j] = state_elem(e, j, r->state_off + off); /* fp32 here */
-        ZT_TRY(e->cfg.optimizer->update(e->ops, &range, hp));
+        ZT_TRY(e->cfg.optimizer->update(e->state_ops, &range, hp));
     }
     return ZT_OK;
 }
@@ -86,20 +109,23 @@ static zt_status unit_grads_f32(struct shard_engine *e, void *g, const struct ow
     *out = (const float *)g + r->grad_off;
     if (!is_16bit(e))
         return ZT_OK;
-    ZT_TRY(e->ops->to_f32(e->ops, e->cfg.precision, at(e, g, r->grad_off), tmp, n));
-    ZT_TRY(e->ops->scale(e->ops, tmp, n, gscale));
+    ZT_TRY(e->state_ops->to_f32(e->state_ops, e->cfg.precision, at(e, g, r->grad_off), tmp, n));
+    ZT_TRY(e->state_ops->scale(e->state_ops, tmp, n, gscale));
     *out = tmp;
     return ZT_OK;
 }
 
 static zt_status update_elementwise(struct shard_engine *e, void *g, float gscale,
+                                    const struct shard_update_bufs *b,
                                     const struct optimizer_hparams *hp)
 {
     for (int u = 0; u < e->part.n_units; u++) {
         const struct owned_range r = owned_range_of(e, u);
         if (r.hi == r.lo || !e->part.units[u].trainable)
             continue;
-        ZT_TRY(update_unit_range(e, u, &r, at(e, g, r.grad_off), gscale, hp));
+        ZT_TRY(update_unit_range(e, u, &r, at(e, g, r.grad_off), gscale, update_working(e, &r, b),
+                                 hp));
+        ZT_TRY(finish_working(e, &r, b));
     }
     return ZT_OK;
 }
@@ -107,7 +133,8 @@ static zt_status update_elementwise(struct shard_engine *e, void *g, float gscal
 /* ---- fused-backward optimizers -------------------------------------------------- */
 
 /* The update reads the reduced 16-bit gradients itself: tmp, the fp32
- * staging the engine allocates under 16-bit precision, is not used. */
+ * staging the engine allocates under 16-bit precision, is not used. Never
+ * offloaded (shard_offload_open refuses), so the states are the device's. */
 zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
                                   const struct owned_range *r, float *tmp)
 {
@@ -120,7 +147,8 @@ zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
     e->fused.sumsq += sumsq;
     if (!e->fused.update)
         return ZT_OK;
-    return update_unit_range(e, u, r, reduced, e->fused.gscale, &e->fused.hp);
+    void *working = is_16bit(e) ? at(e, e->params, r->working_off) : NULL;
+    return update_unit_range(e, u, r, reduced, e->fused.gscale, working, &e->fused.hp);
 }
 
 /* ---- whole-tensor optimizers ------------------------------------------------ */
@@ -174,8 +202,21 @@ static struct optimizer_piece piece_of(struct shard_engine *e, const struct para
     return pc;
 }
 
-static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale, float *tmp,
-                              struct piece_pass *pass, const struct optimizer_hparams *hp)
+/* After the apply of unit u's pieces: the working params of range r from
+ * the updated master, where it is apart from them. */
+static zt_status refresh_working(struct shard_engine *e, const struct owned_range *r,
+                                 const float *target, const struct shard_update_bufs *b)
+{
+    void *working = update_working(e, r, b);
+    if (!working || r->hi == r->lo)
+        return ZT_OK;
+    ZT_TRY(e->state_ops->from_f32(e->state_ops, e->cfg.precision, target, working, r->hi - r->lo));
+    return finish_working(e, r, b);
+}
+
+static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale,
+                              const struct shard_update_bufs *b, struct piece_pass *pass,
+                              const struct optimizer_hparams *hp)
 {
     const struct param_table *t = e->table;
     const struct optimizer_ops *opt = e->cfg.optimizer;
@@ -188,7 +229,7 @@ static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale, flo
         const float *grad = NULL;
         float *target = NULL;
         if (r.hi > r.lo) {
-            ZT_TRY(unit_grads_f32(e, g, &r, gscale, tmp, &grad));
+            ZT_TRY(unit_grads_f32(e, g, &r, gscale, b->tmp, &grad));
             target = update_target(e, &r);
         }
         for (int k = 0; k < t->n_tensors; k++) {
@@ -200,12 +241,11 @@ static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale, flo
                 pc.stats[q] = pass->stats[q] + at_stats[q];
                 at_stats[q] += opt->stats_len(q, pt->rows, pt->cols, &e->cfg.hparams);
             }
-            ZT_TRY(apply ? opt->tensor_apply(e->ops, &pc, hp)
-                         : opt->tensor_round(e->ops, pass->round, &pc, hp));
+            ZT_TRY(apply ? opt->tensor_apply(e->state_ops, &pc, hp)
+                         : opt->tensor_round(e->state_ops, pass->round, &pc, hp));
         }
-        if (apply && is_16bit(e) && r.hi > r.lo)
-            ZT_TRY(e->ops->from_f32(e->ops, e->cfg.precision, target,
-                                    at(e, e->params, r.working_off), r.hi - r.lo));
+        if (apply)
+            ZT_TRY(refresh_working(e, &r, target, b));
     }
     return ZT_OK;
 }
@@ -222,21 +262,51 @@ static size_t stats_total(const struct shard_engine *e, int q)
     return n;
 }
 
-static zt_status update_whole_tensors(struct shard_engine *e, void *g, float gscale, float *tmp,
+/* Round q's statistics summed (or maxed) over the ranks that split the
+ * tensors: in place, or under offload through their device copy. */
+static zt_status reduce_stats(struct shard_engine *e, const struct shard_update_stats *s, int q)
+{
+    const enum comm_op op =
+        e->cfg.optimizer->round_reduce[q] == OPTIMIZER_REDUCE_MAX ? COMM_OP_MAX : COMM_OP_SUM;
+    if (e->offload)
+        return shard_offload_allreduce(e, s->v[q], s->dev[q], s->n[q], op);
+    return comm_allreduce(e->comm, s->v[q], s->n[q], ZT_F64, op);
+}
+
+static zt_status update_whole_tensors(struct shard_engine *e, void *g, float gscale,
+                                      const struct shard_update_bufs *b,
                                       const struct optimizer_hparams *hp, struct piece_pass *pass)
 {
     const struct optimizer_ops *opt = e->cfg.optimizer;
     for (int q = 0; q < opt->n_rounds; q++) {
         pass->round = q;
-        ZT_TRY(e->ops->memset_zero(e->ops, pass->stats[q], stats_total(e, q) * sizeof(double)));
-        ZT_TRY(visit_pieces(e, g, gscale, tmp, pass, hp));
+        ZT_TRY(e->state_ops->memset_zero(e->state_ops, pass->stats[q],
+                                         stats_total(e, q) * sizeof(double)));
+        ZT_TRY(visit_pieces(e, g, gscale, b, pass, hp));
         if (e->policy.shard_states)
-            ZT_TRY(comm_allreduce(e->comm, pass->stats[q], stats_total(e, q), ZT_F64,
-                                  opt->round_reduce[q] == OPTIMIZER_REDUCE_MAX ? COMM_OP_MAX
-                                                                               : COMM_OP_SUM));
+            ZT_TRY(reduce_stats(e, &b->stats, q));
     }
     pass->round = opt->n_rounds;
-    return visit_pieces(e, g, gscale, tmp, pass, hp);
+    return visit_pieces(e, g, gscale, b, pass, hp);
+}
+
+/* Round q's statistics: in state memory, and under offload their device
+ * copy for the allreduce. */
+static zt_status stats_alloc_round(struct shard_engine *e, struct shard_update_stats *s, int q,
+                                   size_t n)
+{
+    ZT_TRY(shard_state_alloc(e, LEDGER_WORKSPACE, n * sizeof(double), "optimizer statistics",
+                             (void **)&s->v[q]));
+    s->n[q] = n;
+    if (!e->offload)
+        return ZT_OK;
+    zt_status st = device_alloc(e->dev, LEDGER_WORKSPACE, n * sizeof(double),
+                                "optimizer statistics (device copy)", (void **)&s->dev[q]);
+    if (st != ZT_OK) {
+        shard_state_free(e, LEDGER_WORKSPACE, n * sizeof(double), s->v[q]);
+        s->n[q] = 0;
+    }
+    return st;
 }
 
 zt_status shard_update_stats_alloc(struct shard_engine *e, struct shard_update_stats *out)
@@ -244,11 +314,8 @@ zt_status shard_update_stats_alloc(struct shard_engine *e, struct shard_update_s
     memset(out, 0, sizeof *out);
     const struct optimizer_ops *opt = e->cfg.optimizer;
     for (int q = 0; opt->whole_tensors && q < opt->n_rounds; q++) {
-        out->n[q] = stats_total(e, q);
-        zt_status st = device_alloc(e->dev, LEDGER_WORKSPACE, out->n[q] * sizeof(double),
-                                    "optimizer statistics", (void **)&out->v[q]);
+        zt_status st = stats_alloc_round(e, out, q, stats_total(e, q));
         if (st != ZT_OK) {
-            out->n[q] = 0;
             shard_update_stats_free(e, out);
             return st;
         }
@@ -258,27 +325,36 @@ zt_status shard_update_stats_alloc(struct shard_engine *e, struct shard_update_s
 
 void shard_update_stats_free(struct shard_engine *e, struct shard_update_stats *s)
 {
-    for (int q = OPTIMIZER_MAX_ROUNDS - 1; q >= 0; q--)
-        if (s->n[q])
-            device_free(e->dev, LEDGER_WORKSPACE, s->n[q] * sizeof(double), s->v[q]);
+    for (int q = OPTIMIZER_MAX_ROUNDS - 1; q >= 0; q--) {
+        if (!s->n[q])
+            continue;
+        if (e->offload)
+            device_free(e->dev, LEDGER_WORKSPACE, s->n[q] * sizeof(double), s->dev[q]);
+        shard_state_free(e, LEDGER_WORKSPACE, s->n[q] * sizeof(double), s->v[q]);
+    }
     memset(s, 0, sizeof *s);
 }
 
-zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale, float *tmp,
-                             struct shard_update_stats *stats, const struct optimizer_hparams *hp)
+zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale,
+                             struct shard_update_bufs *b, const struct optimizer_hparams *hp)
 {
     const struct optimizer_ops *opt = e->cfg.optimizer;
+    if (e->offload) { /* the update reads the gradients where the states are */
+        ZT_TRY(shard_offload_pull_grads(e, g, b->host_grads));
+        g = b->host_grads;
+    }
     if (!opt->whole_tensors)
-        return update_elementwise(e, g, gscale, hp); /* tmp: not needed */
+        return update_elementwise(e, g, gscale, b, hp); /* tmp: not needed */
     /* Under fp32 the gradients are scaled in place once, not once a round. */
     if (!is_16bit(e))
         for (int u = 0; u < e->part.n_units; u++) {
             const struct owned_range r = owned_range_of(e, u);
             if (r.hi > r.lo && e->part.units[u].trainable)
-                ZT_TRY(e->ops->scale(e->ops, (float *)g + r.grad_off, r.hi - r.lo, gscale));
+                ZT_TRY(e->state_ops->scale(e->state_ops, (float *)g + r.grad_off, r.hi - r.lo,
+                                           gscale));
         }
     struct piece_pass pass = {0};
     for (int q = 0; q < opt->n_rounds; q++)
-        pass.stats[q] = stats->v[q];
-    return update_whole_tensors(e, g, gscale, tmp, hp, &pass);
+        pass.stats[q] = b->stats.v[q];
+    return update_whole_tensors(e, g, gscale, b, hp, &pass);
 }

@@ -6,6 +6,10 @@ zt_test(test_watchdog SOURCES test_watchdog.c LIBS zt_common TIMEOUT 300 LAUNCHE
 add_executable(zerotrain_faulty zerotrain_faulty.c)
 target_link_libraries(zerotrain_faulty PRIVATE zt_coordinator)
 zt_test(test_frozen SOURCES test_frozen.c LIBS zt_coordinator RANKS 1 2 3 TIMEOUT 300)
+# ZeRO-Offload on the CPU (the engine's offload_force): bit-identical to
+# the non-offloaded run in every stage, precision and optimizer kind;
+# checkpoints crossing both ways; the host bytes against the ledger.
+zt_test(test_offload SOURCES test_offload.c LIBS zt_coordinator RANKS 1 2 3 TIMEOUT 600)
 zt_test(test_trajectory SOURCES test_trajectory.c LIBS zt_coordinator RANKS 2 TIMEOUT 600)
 # Haswell kernels on every x86-64 CPU with AVX2: the recorded losses are
 # bit-exact, and OpenBLAS's kernel choice would otherwise follow the CPU.
