@@ -21,8 +21,8 @@
 #include <stdlib.h>
 
 /* peaks, total_peak, rss_peak, tp, pp, dp, expected model states, the
- * device's five */
-#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 11)
+ * device's five, the offload host peak */
+#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 12)
 
 /* Column headers; a category missing here falls back to its full name. */
 static const char *const short_names[] = {
@@ -62,6 +62,7 @@ static void pack_row(const struct ledger *l, const struct memory_rank_row *place
     at[8] = place->device_largest_free;
     at[9] = place->driver_free;
     at[10] = place->driver_total;
+    at[11] = place->offload_host_peak;
 }
 
 static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_rank_row *out)
@@ -81,6 +82,7 @@ static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_ra
     out->device_largest_free = at[8];
     out->driver_free = at[9];
     out->driver_total = at[10];
+    out->offload_host_peak = at[11];
 }
 
 zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r)
@@ -373,10 +375,11 @@ static void write_body(FILE *f, const struct memory_report *r)
                 (unsigned long long)row->expected_model_states);
         fprintf(f,
                 ", \"device\": {\"reserved\": %llu, \"used_peak\": %llu, \"largest_free\": "
-                "%llu, \"driver_free\": %llu, \"driver_total\": %llu}}",
+                "%llu, \"driver_free\": %llu, \"driver_total\": %llu, \"offload_host_peak\": "
+                "%llu}}",
                 (unsigned long long)row->device_reserved, (unsigned long long)row->device_used_peak,
                 (unsigned long long)row->device_largest_free, (unsigned long long)row->driver_free,
-                (unsigned long long)row->driver_total);
+                (unsigned long long)row->driver_total, (unsigned long long)row->offload_host_peak);
     }
     fprintf(f, "]}\n");
 }

@@ -22,12 +22,16 @@
  *    "ranks": [{"rank": r, "tp": t, "pp": p, "dp": d, "peak": {"<category>": bytes, ...},
  *               "total_peak": bytes, "rss_peak": bytes, "expected_model_states": bytes,
  *               "device": {"reserved": bytes, "used_peak": bytes, "largest_free": bytes,
- *                          "driver_free": bytes, "driver_total": bytes}},
+ *                          "driver_free": bytes, "driver_total": bytes,
+ *                          "offload_host_peak": bytes}},
  *              ...]}
  * "device" is worker/device.h's device_memory_info read at the report: on
  * a GPU the caching pool's reservation, the peak of its blocks in use, its
  * largest free block and what the driver says is free of the card's
  * memory; on the CPU the ledger's bytes and the host's physical pages.
+ * "offload_host_peak" is the part of the rank's peaks that ZeRO-Offload
+ * keeps in host memory (master weights, optimizer states, the update's
+ * staging; 0 without offload).
  * with the eight category names of ledger_category_name() in ledger order.
  */
 #ifndef ZT_COORDINATOR_MEMORY_REPORT_H
@@ -55,6 +59,7 @@ struct memory_rank_row {
      * filled by the caller, zero when it gave none. */
     uint64_t device_reserved, device_used_peak, device_largest_free;
     uint64_t driver_free, driver_total;
+    uint64_t offload_host_peak; /* ZeRO-Offload's host bytes at their peak */
 };
 
 struct memory_report {

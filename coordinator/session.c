@@ -466,6 +466,8 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     ZT_TRY(model_stage_of(&s->table, c->pipeline.stages, s->stage_method, s->coords.pp, &s->stage));
     struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->dp_size, s->dp_rank);
     ec.pipeline_stage = c->pipeline.stages > 1 ? &s->stage : NULL;
+    s->pinned = (struct shard_pinned_alloc){s->compute.pinned_alloc, s->compute.pinned_free};
+    ec.pinned = s->compute.pinned_alloc ? &s->pinned : NULL;
     if (c->fp16.enabled && c->fp16.loss_scale == 0.0)
         loss_scaler_init_dynamic(&s->scaler, c->fp16.initial_scale_power, c->fp16.loss_scale_window,
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
@@ -517,6 +519,8 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
         .optimizer = optimizer_find(c->optimizer.type),
         .optimizer_states = optimizer_state_count(optimizer_find(c->optimizer.type), &hp),
         .hparams = hp,
+        .offload_optimizer = c->zero.offload_optimizer.device == ZT_OFFLOAD_CPU,
+        .offload_pin_memory = c->zero.offload_optimizer.pin_memory,
     };
 }
 

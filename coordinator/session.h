@@ -103,6 +103,9 @@ struct run_session {
      * among the visible ones, -1 on a backend with none to choose, and
      * whether another rank of the node computes on it too. */
     int device_ordinal, device_shared;
+    /* The compute backend's page-locked host memory, lent to the engine
+     * for ZeRO-Offload's host states. */
+    struct shard_pinned_alloc pinned;
     struct comm *comm; /* the world's */
     /* Every comm call of this rank, and the watchdog that ends a job stuck
      * in one (comm/flight.h; comm.timeout_s); NULL with one rank, in a dry

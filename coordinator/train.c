@@ -648,7 +648,9 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     r.layout = s->layout.tp > 1 || s->layout.pp > 1;
     r.device_memory = !s->compute.host_memory;
     struct device_memory_info dm = {0};
+    size_t host_now = 0, host_peak = 0;
     ZT_TRY(device_memory_info(&s->compute.dev, &dm));
+    shard_engine_host_bytes(&s->engine, &host_now, &host_peak);
     const struct memory_rank_row place = {.tp = s->coords.tp,
                                           .pp = s->coords.pp,
                                           .dp = s->coords.dp,
@@ -657,7 +659,8 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
                                           .device_used_peak = dm.peak,
                                           .device_largest_free = dm.largest_free,
                                           .driver_free = dm.driver_free,
-                                          .driver_total = dm.driver_total};
+                                          .driver_total = dm.driver_total,
+                                          .offload_host_peak = host_peak};
     ZT_TRY(memory_report_gather_placed(s->comm, &s->ledger, &place, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {

@@ -417,7 +417,8 @@ START_TEST(test_json_matches_the_documented_format)
                                   .device_used_peak = 1500,
                                   .device_largest_free = 256,
                                   .driver_free = 30000,
-                                  .driver_total = 80000};
+                                  .driver_total = 80000,
+                                  .offload_host_peak = 640};
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
         row.peak[c] = 10 + (uint64_t)c;
     struct memory_report r = {.world_size = 1,
@@ -447,7 +448,7 @@ START_TEST(test_json_matches_the_documented_format)
         "\"comm_buffers\": 17, \"workspace\": 18}, "
         "\"total_peak\": 900, \"rss_peak\": 4096, \"expected_model_states\": 700, "
         "\"device\": {\"reserved\": 2000, \"used_peak\": 1500, \"largest_free\": 256, "
-        "\"driver_free\": 30000, \"driver_total\": 80000}}]}\n");
+        "\"driver_free\": 30000, \"driver_total\": 80000, \"offload_host_peak\": 640}}]}\n");
 }
 END_TEST
 

@@ -31,6 +31,9 @@ struct backend_entry {
     /* How many devices this process sees to bind ranks to; NULL: none to
      * choose among (the CPU). */
     zt_status (*devices)(int *count);
+    /* Page-locked host memory; NULL where device memory is host memory. */
+    zt_status (*pinned_alloc)(size_t bytes, void **out);
+    void (*pinned_free)(void *p);
 };
 
 static int cpu_query(char *why, size_t n)
@@ -58,9 +61,10 @@ static int cuda_query(char *why, size_t n)
 static const struct backend_entry entries[] = {
 #ifdef ZT_HAVE_CUDA
     /* first: "auto" prefers the GPU */
-    {"cuda", cuda_query, 0, ops_cuda_bind, ops_cuda_open, ops_cuda_close, ops_cuda_devices},
+    {"cuda", cuda_query, 0, ops_cuda_bind, ops_cuda_open, ops_cuda_close, ops_cuda_devices,
+     ops_cuda_pinned_alloc, ops_cuda_pinned_free},
 #endif
-    {"cpu", cpu_query, 1, NULL, cpu_ops_open, NULL, NULL},
+    {"cpu", cpu_query, 1, NULL, cpu_ops_open, NULL, NULL, NULL, NULL},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 
@@ -147,6 +151,8 @@ zt_status compute_backend_open(const char *name, int ordinal, struct ledger *led
     }
     out->name = e->name;
     out->host_memory = e->host_memory;
+    out->pinned_alloc = e->pinned_alloc;
+    out->pinned_free = e->pinned_free;
     return ZT_OK;
 }
 

@@ -41,6 +41,12 @@ struct compute_backend {
                                     * synchronous); a cudaStream_t on CUDA */
     int host_memory;               /* 1: device buffers are host memory (what a
                                     * communicator must be able to read) */
+    /* Page-locked host memory, which the device copies to and from
+     * fastest (ZeRO-Offload's host states): cudaMallocHost on CUDA; NULL
+     * where device memory is host memory already. alloc: *out NULL with
+     * ZT_OK, or ZT_ERR_NOMEM with a message. */
+    zt_status (*pinned_alloc)(size_t bytes, void **out);
+    void (*pinned_free)(void *p);
 };
 
 /* Whether the backend named `name` ("cpu", "cuda") can run here: >= 0

@@ -347,6 +347,10 @@ void ops_cpu_set_threads(int n);
 zt_status ops_cuda_bind(int ordinal);
 /* The GPUs this process sees (cudaGetDeviceCount). Errors: ZT_ERR_DEVICE. */
 zt_status ops_cuda_devices(int *count);
+/* Page-locked host memory (cudaMallocHost; cudaFreeHost, which accepts
+ * NULL). Errors: ZT_ERR_NOMEM naming the size. */
+zt_status ops_cuda_pinned_alloc(size_t bytes, void **out);
+void ops_cuda_pinned_free(void *p);
 /* A CUDA op table for the current GPU with its own state (ctx: a compute
  * stream, a cuBLAS handle on it, scratch), and that stream as a
  * cudaStream_t in *stream. Errors: ZT_ERR_DEVICE, ZT_ERR_NOMEM. */

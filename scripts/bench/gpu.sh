@@ -40,7 +40,7 @@ for cfg in small llama-small gpt2-124m; do
   tps=$(median "$tmp/$cfg.jsonl" tokens_per_s)
   gf=$(median "$tmp/$cfg.jsonl" gflops)
   peak_mib=$(max_field "$tmp/$cfg.mem.json" total_peak)
-  reserved=$(max_field "$tmp/$cfg.mem.json" device_reserved)
+  reserved=$(max_field "$tmp/$cfg.mem.json" reserved)
   awk -v c="$cfg" -v ms="$ms" -v t="$tps" -v g="$gf" -v p="$peak" -v m="$peak_mib" \
     -v r="$reserved" 'BEGIN {printf "%-12s %5d | %9.2f %11.0f %9.2f %5.1f%% | %12.1f %12.1f\n",
       c, 1, ms, t, g / 1000, 100 * g / 1000 / p, m, r}'

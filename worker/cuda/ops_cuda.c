@@ -97,6 +97,22 @@ zt_status ops_cuda_devices(int *count)
     return ZT_OK;
 }
 
+zt_status ops_cuda_pinned_alloc(size_t bytes, void **out)
+{
+    *out = NULL;
+    cudaError_t err = cudaMallocHost(out, bytes);
+    if (err == cudaSuccess)
+        return ZT_OK;
+    *out = NULL;
+    return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu bytes of page-locked host memory: %s",
+                        bytes, cudaGetErrorString(err));
+}
+
+void ops_cuda_pinned_free(void *p)
+{
+    cudaFreeHost(p);
+}
+
 zt_status ops_cuda_bind(int ordinal)
 {
     int count = 0;
