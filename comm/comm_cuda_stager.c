@@ -23,7 +23,7 @@
 
 #include "comm_impl.h"
 
-static zt_status cuda_error(cudaError_t e, const char *call)
+static zt_status stager_cuda_error(cudaError_t e, const char *call)
 {
     return zt_error_set(e == cudaErrorMemoryAllocation ? ZT_ERR_NOMEM : ZT_ERR_DEVICE,
                         "comm(mpi, host staging): %s failed: %s", call, cudaGetErrorString(e));
@@ -33,7 +33,7 @@ static zt_status cuda_error(cudaError_t e, const char *call)
     do {                                                                                           \
         cudaError_t stager_rc_ = (call);                                                           \
         if (stager_rc_ != cudaSuccess)                                                             \
-            return cuda_error(stager_rc_, #call);                                                  \
+            return stager_cuda_error(stager_rc_, #call);                                           \
     } while (0)
 
 static zt_status to_host(void *host, const void *dev, size_t bytes)

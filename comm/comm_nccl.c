@@ -72,7 +72,7 @@ static zt_status nccl_error(ncclResult_t r, const char *call)
                         ncclGetErrorString(r));
 }
 
-static zt_status cuda_error(cudaError_t e, const char *call)
+static zt_status nccl_cuda_error(cudaError_t e, const char *call)
 {
     return zt_error_set(ZT_ERR_DEVICE, "comm(nccl): %.*s failed: %s", (int)strcspn(call, "("), call,
                         cudaGetErrorString(e));
@@ -89,7 +89,7 @@ static zt_status cuda_error(cudaError_t e, const char *call)
     do {                                                                                           \
         cudaError_t cuda_rc_ = (call);                                                             \
         if (cuda_rc_ != cudaSuccess)                                                               \
-            return cuda_error(cuda_rc_, #call);                                                    \
+            return nccl_cuda_error(cuda_rc_, #call);                                               \
     } while (0)
 
 static struct nccl_state *state(const struct comm *c)
@@ -275,7 +275,7 @@ static zt_status sync_on(struct comm *c, cudaEvent_t ev)
         if (e == cudaSuccess)
             return ZT_OK;
         if (e != cudaErrorNotReady)
-            return cuda_error(e, ev ? "cudaEventQuery" : "cudaStreamQuery");
+            return nccl_cuda_error(e, ev ? "cudaEventQuery" : "cudaStreamQuery");
         ncclResult_t async = ncclSuccess;
         NCCL_TRY(ncclCommGetAsyncError(s->comm, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
@@ -426,7 +426,7 @@ static zt_status record(struct comm *c, struct comm_request *q)
     cudaError_t e = cudaEventRecord(ev, state(c)->stream);
     if (e != cudaSuccess) {
         cudaEventDestroy(ev);
-        return cuda_error(e, "cudaEventRecord");
+        return nccl_cuda_error(e, "cudaEventRecord");
     }
     q->impl = ev;
     return ZT_OK;

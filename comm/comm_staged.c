@@ -124,7 +124,7 @@ static struct comm *inner(const struct comm *c)
 }
 
 /* base + off, without forming an offset from NULL (an empty call's buffer). */
-static unsigned char *at(unsigned char *base, size_t off)
+static unsigned char *byte_at(unsigned char *base, size_t off)
 {
     return base ? base + off : NULL;
 }
@@ -337,8 +337,8 @@ static zt_status staged_reduce_scatter(struct comm *c, const void *in, void *out
     const size_t block = n * zt_dtype_size(t), full = block * (size_t)c->size;
     unsigned char *h = NULL;
     ZT_TRY(coll_reserve(c, full + block, &h));
-    struct comm_request r = request(COMM_KIND_REDUCE_SCATTER, h, at(h, full), n, t, op);
-    const struct staging g = {in, h, full, out, at(h, full), block};
+    struct comm_request r = request(COMM_KIND_REDUCE_SCATTER, h, byte_at(h, full), n, t, op);
+    const struct staging g = {in, h, full, out, byte_at(h, full), block};
     return run_staged(c, &r, -1, nonblocking, &g);
 }
 
@@ -352,7 +352,7 @@ static zt_status staged_allgather(struct comm *c, const void *in, void *out, siz
     const size_t block = n * zt_dtype_size(t), full = block * (size_t)c->size;
     unsigned char *h = NULL;
     ZT_TRY(coll_reserve(c, full, &h));
-    unsigned char *own = at(h, (size_t)c->rank * block);
+    unsigned char *own = byte_at(h, (size_t)c->rank * block);
     struct comm_request r = request(COMM_KIND_ALLGATHER, own, h, n, t, COMM_OP_SUM);
     const struct staging g = {in, own, block, out, h, full};
     return run_staged(c, &r, -1, nonblocking, &g);
@@ -398,7 +398,7 @@ static zt_status gather(struct comm *c, const void *in, void *out, size_t n, enu
     const int is_root = c->rank == root;
     unsigned char *h = NULL;
     ZT_TRY(coll_reserve(c, block + full, &h));
-    unsigned char *gathered = is_root ? at(h, block) : NULL;
+    unsigned char *gathered = is_root ? byte_at(h, block) : NULL;
     struct comm_request r = request(COMM_KIND_GATHER, h, gathered, n, t, COMM_OP_SUM);
     const struct staging g = {in, h, block, is_root ? out : NULL, gathered, full};
     return run_staged(c, &r, root, 0, &g);
