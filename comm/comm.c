@@ -246,6 +246,23 @@ static zt_status setup(struct comm *c, const struct comm_config *cfg)
     return all;
 }
 
+/* A comm on device buffers gets the same group over MPI on host buffers
+ * (comm_host): every rank makes it, so the agreement inside comm_create
+ * keeps the ranks together. It has no flight recorder of its own: its
+ * calls are the coordinator's small host-side exchanges. */
+static zt_status make_host_twin(struct comm *c, const struct comm_config *cfg)
+{
+    if (c->ops->memory == COMM_MEMORY_HOST)
+        return ZT_OK;
+    struct comm_config hc = *cfg;
+    hc.backend = "mpi";
+    hc.memory = COMM_MEMORY_HOST;
+    hc.flight = NULL;
+    hc.device_stream = NULL;
+    hc.stager = NULL;
+    return comm_create(&hc, &c->host);
+}
+
 zt_status comm_create(const struct comm_config *cfg, struct comm **out)
 {
     static const struct comm_config defaults = {0};
@@ -287,6 +304,11 @@ zt_status comm_create(const struct comm_config *cfg, struct comm **out)
     c->flight_key = 1;
     if (c->flight)
         c->flight_group = flight_group_add(c->flight, c->flight_key, "world", c->size, c->rank);
+    st = make_host_twin(c, cfg);
+    if (st != ZT_OK) {
+        comm_destroy(c);
+        return st;
+    }
     *out = c;
     return ZT_OK;
 }
@@ -371,14 +393,25 @@ zt_status comm_split(struct comm *parent, int color, int key, struct comm **out)
         free_shell(c);
         return agreed;
     }
+    /* the host twin splits alongside (comm_split agrees across the parent) */
+    if (parent->host && (st = comm_split(parent->host, color, key, &c->host)) != ZT_OK) {
+        comm_destroy(c);
+        return st;
+    }
     *out = c;
     return ZT_OK;
+}
+
+struct comm *comm_host(struct comm *c)
+{
+    return c->host ? c->host : c;
 }
 
 void comm_destroy(struct comm *c)
 {
     if (!c)
         return;
+    comm_destroy(c->host);
     c->ops->fini(c);
     MPI_Comm_free(&c->mpi);
     comm_nodes_free(&c->nodes);

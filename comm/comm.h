@@ -232,6 +232,14 @@ zt_status comm_split(struct comm *parent, int color, int key, struct comm **out)
  * group). NULL is a no-op. Requests not yet waited on are a caller bug. */
 void comm_destroy(struct comm *c);
 
+/* The group for buffers in host memory: c itself when c's buffers are
+ * host memory; for a comm on device buffers (NCCL, or MPI with host
+ * staging), the same ranks over MPI on host memory, made with it by
+ * comm_create and comm_split and destroyed with it. Every small exchange
+ * of host values (a loss, a norm, a report's rows) goes through it, so
+ * one call site serves every device. */
+struct comm *comm_host(struct comm *c);
+
 /* Names the group in the flight recorder's logs and messages ("data",
  * "tensor", ...; comm_create's group is "world", a split's "split" until
  * named). Local; a no-op without a recorder. */

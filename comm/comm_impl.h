@@ -57,6 +57,10 @@ struct comm {
     uint64_t splits;          /* comm_split calls on it so far (the same on every member) */
     struct comm_nodes nodes;  /* each member's node (nodes.h), owned */
     char backend_reason[192]; /* comm_backend_reason's line */
+    /* The same group over MPI on host memory, for the small host-side
+     * exchanges of a comm whose buffers are device memory (comm_host);
+     * NULL when this comm's buffers are host memory. Owned. */
+    struct comm *host;
 };
 
 /* One outstanding non-blocking call. comm.c allocates it zeroed and fills

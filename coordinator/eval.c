@@ -65,7 +65,7 @@ zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens
         }
     }
     ZT_TRY(st);
-    ZT_TRY(comm_allreduce(s->comm, sums, 2, ZT_F64, COMM_OP_SUM));
+    ZT_TRY(comm_allreduce(comm_host(s->comm), sums, 2, ZT_F64, COMM_OP_SUM));
     *loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     *tokens = (uint64_t)sums[1];
     return ZT_OK;

@@ -94,6 +94,7 @@ zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct
 zt_status memory_report_gather_placed(struct comm *c, const struct ledger *mine,
                                       const struct memory_rank_row *place, struct memory_report *r)
 {
+    c = comm_host(c); /* the rows are host memory */
     const int rank = comm_rank(c), size = comm_size(c);
     r->world_size = size;
     r->ranks = NULL;

@@ -131,6 +131,7 @@ zt_status memory_summary_print(struct comm *c, const struct ledger *mine,
                                const struct memory_summary_place *place, int stage,
                                const struct param_table *names, FILE *f)
 {
+    c = comm_host(c); /* the rows are host memory */
     const int rank = comm_rank(c), size = comm_size(c);
     int64_t row[RANK_WORDS], *all = NULL;
     pack_rank(mine, place, row);

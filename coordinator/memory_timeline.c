@@ -191,6 +191,7 @@ static zt_status write_file(const char *path, const int64_t *all, const int64_t 
 zt_status memory_timeline_write(struct memory_timeline *t, struct ledger *l, struct comm *c,
                                 const struct param_table *names, const char *path)
 {
+    c = comm_host(c); /* the rows are host memory */
     if (l->sink == &t->sink)
         l->sink = NULL;
     const int rank = comm_rank(c), size = comm_size(c);

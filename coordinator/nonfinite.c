@@ -583,10 +583,10 @@ zt_status nonfinite_diagnose(struct run_session *s, long step,
     zt_status st = rerun_checked(&c, step, rerun, arg);
     double key = c.best, who;
     if (st == ZT_OK)
-        st = comm_allreduce(s->comm, &key, 1, ZT_F64, COMM_OP_MIN);
+        st = comm_allreduce(comm_host(s->comm), &key, 1, ZT_F64, COMM_OP_MIN);
     who = c.best == key && key != KEY_NONE ? s->rank : s->world;
     if (st == ZT_OK)
-        st = comm_allreduce(s->comm, &who, 1, ZT_F64, COMM_OP_MIN);
+        st = comm_allreduce(comm_host(s->comm), &who, 1, ZT_F64, COMM_OP_MIN);
     if (st != ZT_OK || key == KEY_NONE) {
         check_free(&c);
         return st;

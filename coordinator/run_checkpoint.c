@@ -429,7 +429,7 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
         return ZT_ERR_NOMEM;
     }
     uint64_t info[2] = {mine.bytes, mine.checksum};
-    st = comm_gather(s->comm, info, all, 2, ZT_I64, 0);
+    st = comm_gather(comm_host(s->comm), info, all, 2, ZT_I64, 0);
     if (st == ZT_OK && s->rank == 0) {
         for (int r = 0; r < s->world; r++)
             if (stored_file(s, r) >= 0)

@@ -260,7 +260,7 @@ static zt_status fp8_end_step(struct run_session *s)
     struct fp8_scaling *f = s->table.fp8;
     if (!f)
         return ZT_OK;
-    ZT_TRY(comm_allreduce(s->comm, f->amax, f->n, ZT_F32, COMM_OP_MAX));
+    ZT_TRY(comm_allreduce(comm_host(s->comm), f->amax, f->n, ZT_F32, COMM_OP_MAX));
     fp8_scaling_update(f);
     return ZT_OK;
 }
@@ -394,7 +394,7 @@ zt_status train_step(struct run_session *s, long step, struct step_record *r)
     const sig_atomic_t local = s->stop_signal ? *s->stop_signal : 0;
     sums[2] = local == 1;
     sums[3] = local == 2;
-    ZT_TRY(comm_allreduce(s->comm, sums, 4, ZT_F64, COMM_OP_SUM));
+    ZT_TRY(comm_allreduce(comm_host(s->comm), sums, 4, ZT_F64, COMM_OP_SUM));
     if (r->counted > 0)
         r->loss = sums[0] / sums[1];
     s->stop_request = sums[3] > 0 ? 2 : sums[2] > 0 ? 1 : 0;

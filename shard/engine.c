@@ -446,7 +446,7 @@ static zt_status step_fused(struct shard_engine *e, int skip_on_overflow,
 {
     double sumsq = e->fused.sumsq;
     if (e->policy.shard_states && !e->plan)
-        ZT_TRY(comm_allreduce(e->comm, &sumsq, 1, ZT_F64, COMM_OP_SUM));
+        ZT_TRY(comm_allreduce(comm_host(e->comm), &sumsq, 1, ZT_F64, COMM_OP_SUM));
     e->fused.sumsq = 0.0;
     out->grad_norm = sqrt(sumsq);
     if (isfinite(out->grad_norm) || e->plan)
@@ -1197,11 +1197,11 @@ static zt_status global_sumsq(struct shard_engine *e, const void *g, size_t n, d
     else
         ZT_TRY(norm_share(e, g, n, scale, sumsq));
     if (e->policy.shard_states)
-        ZT_TRY(comm_allreduce(e->comm, sumsq, 1, ZT_F64, COMM_OP_SUM));
+        ZT_TRY(comm_allreduce(comm_host(e->comm), sumsq, 1, ZT_F64, COMM_OP_SUM));
     if (e->pipe)
-        ZT_TRY(comm_allreduce(e->pipe, sumsq, 1, ZT_F64, COMM_OP_SUM));
+        ZT_TRY(comm_allreduce(comm_host(e->pipe), sumsq, 1, ZT_F64, COMM_OP_SUM));
     if (e->tensor)
-        ZT_TRY(comm_allreduce(e->tensor, sumsq, 1, ZT_F64, COMM_OP_SUM));
+        ZT_TRY(comm_allreduce(comm_host(e->tensor), sumsq, 1, ZT_F64, COMM_OP_SUM));
     return ZT_OK;
 }
 

@@ -227,6 +227,34 @@ END_TEST
 
 /* "auto" on device memory: NCCL when it is usable on every rank (a machine
  * where every rank has a GPU), else the staged MPI. */
+/* A comm on device buffers has a host twin for host values, splits carry
+ * it along, and a host comm is its own. */
+START_TEST(test_host_twin_serves_host_values)
+{
+    struct comm *twin = comm_host(staged_comm[0]);
+    ck_assert_ptr_ne(twin, staged_comm[0]);
+    ck_assert_int_eq(comm_backend_staged(twin), 0);
+    ck_assert_ptr_eq(comm_host(twin), twin);
+    ck_assert_ptr_eq(comm_host(host_comm[0]), host_comm[0]);
+    ck_assert_int_eq(comm_size(twin), size);
+    ck_assert_int_eq(comm_rank(twin), rank);
+    double v = rank + 1.0;
+    CHECK_OK(comm_allreduce(twin, &v, 1, ZT_F64, COMM_OP_SUM));
+    ck_assert(v == size * (size + 1) / 2.0);
+    struct comm *half = NULL;
+    CHECK_OK(comm_split(staged_comm[0], rank % 2, rank, &half));
+    ck_assert_int_eq(comm_backend_staged(half), 1);
+    struct comm *half_twin = comm_host(half);
+    ck_assert_ptr_ne(half_twin, half);
+    ck_assert_int_eq(comm_size(half_twin), comm_size(half));
+    ck_assert_int_eq(comm_rank(half_twin), comm_rank(half));
+    int one = 1;
+    CHECK_OK(comm_allreduce(half_twin, &one, 1, ZT_I32, COMM_OP_SUM));
+    ck_assert_int_eq(one, comm_size(half));
+    comm_destroy(half);
+}
+END_TEST
+
 START_TEST(test_auto_on_device_memory_falls_back_to_staged)
 {
     struct comm_config cfg = {.memory = COMM_MEMORY_CUDA, .stager = &mem_stager};
@@ -813,6 +841,7 @@ static Suite *staged_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_mpi_on_device_memory_is_staged);
     tcase_add_test(tc, test_auto_on_device_memory_falls_back_to_staged);
+    tcase_add_test(tc, test_host_twin_serves_host_values);
     tcase_add_test(tc, test_allreduce_matches_host);
     tcase_add_test(tc, test_large_allreduce_and_reduce_scatter_match_host);
     tcase_add_test(tc, test_reduce_scatter_matches_host);
