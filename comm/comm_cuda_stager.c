@@ -70,7 +70,7 @@ const struct comm_stager comm_cuda_stager = {
     .free_pinned = free_pinned,
 };
 
-int comm_cuda_stager_query(char *why, size_t n)
+int comm_cuda_device_query(char *why, size_t n)
 {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);

@@ -130,9 +130,9 @@ extern const struct comm_backend_ops comm_nccl_ops;
 /* The staged backend's copies when the config names none: the CUDA
  * runtime's (comm_cuda_stager.c). */
 extern const struct comm_stager comm_cuda_stager;
-/* >= 0 when the CUDA runtime sees a device to copy from; < 0 with the
- * reason written to why. Local. */
-int comm_cuda_stager_query(char *why, size_t n);
+/* >= 0 when the CUDA runtime sees a device (what both the staged backend's
+ * copies and NCCL need); < 0 with the reason written to why. Local. */
+int comm_cuda_device_query(char *why, size_t n);
 #endif
 
 /* The agreement of comm_world_agree over any communicator of every rank

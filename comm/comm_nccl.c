@@ -126,18 +126,8 @@ static ncclRedOp_t nccl_op(enum comm_op op)
 
 static int query(const struct comm_config *cfg, char *why, size_t n)
 {
-    int count = 0;
     (void)cfg;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-        snprintf(why, n, "cudaGetDeviceCount failed: %s", cudaGetErrorString(e));
-        return -1;
-    }
-    if (count == 0) {
-        snprintf(why, n, "no CUDA device");
-        return -1;
-    }
-    return 0;
+    return comm_cuda_device_query(why, n);
 }
 
 /* The rank's index among the ranks sharing its node, and their number. */

@@ -601,7 +601,7 @@ static int query(const struct comm_config *cfg, char *why, size_t n)
     if (cfg->stager)
         return 0;
 #ifdef ZT_HAVE_CUDA
-    return comm_cuda_stager_query(why, n);
+    return comm_cuda_device_query(why, n);
 #else
     snprintf(why, n, "built without CUDA: no way to copy device buffers (and no stager given)");
     return -1;

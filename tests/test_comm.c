@@ -25,6 +25,7 @@
 #include "../comm/comm.h"
 #include "../common/half.h"
 #include "../common/ledger.h"
+#include "soft_check.h"
 #include "testutil.h"
 
 static struct comm *native, *ring, *autoc; /* made in main, one per algorithm */
@@ -35,28 +36,6 @@ static const size_t counts[] = {1, 7, 4097};
 static const enum zt_dtype all_types[] = {ZT_F32, ZT_F64, ZT_BF16, ZT_F16, ZT_I32, ZT_I64, ZT_U8};
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 static const enum comm_op all_ops[] = {COMM_OP_SUM, COMM_OP_MAX, COMM_OP_MIN};
-
-/* Failures are counted, and the first one described, until the end. */
-static int bad;
-static char first_bad[512];
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond) && bad++ == 0)                                                                 \
-            snprintf(first_bad, sizeof first_bad, __VA_ARGS__);                                    \
-    } while (0)
-#define CHECK_OK(expr)                                                                             \
-    do {                                                                                           \
-        zt_status st_ = (expr);                                                                    \
-        CHECK(st_ == ZT_OK, "%s: %s: %s", #expr, zt_status_str(st_), zt_error_message());          \
-    } while (0)
-#define ASSERT_NO_BAD()                                                                            \
-    ck_assert_msg(bad == 0, "rank %d: %d failures, first: %s", rank, bad, first_bad)
-
-static void reset_bad(void)
-{
-    bad = 0;
-    first_bad[0] = '\0';
-}
 
 /* ---- deterministic inputs and typed buffers ---- */
 

@@ -28,6 +28,7 @@
 #include "../comm/flight.h"
 #include "../common/half.h"
 #include "../common/ledger.h"
+#include "soft_check.h"
 #include "testutil.h"
 
 static int rank, size;
@@ -77,29 +78,6 @@ static void mem_free(void *p)
 }
 
 static const struct comm_stager mem_stager = {mem_to_host, mem_to_device, mem_alloc, mem_free};
-
-/* ---- checks that never stop a rank early ---- */
-
-static int bad;
-static char first_bad[512];
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond) && bad++ == 0)                                                                 \
-            snprintf(first_bad, sizeof first_bad, __VA_ARGS__);                                    \
-    } while (0)
-#define CHECK_OK(expr)                                                                             \
-    do {                                                                                           \
-        zt_status st_ = (expr);                                                                    \
-        CHECK(st_ == ZT_OK, "%s: %s: %s", #expr, zt_status_str(st_), zt_error_message());          \
-    } while (0)
-#define ASSERT_NO_BAD()                                                                            \
-    ck_assert_msg(bad == 0, "rank %d: %d failures, first: %s", rank, bad, first_bad)
-
-static void reset_bad(void)
-{
-    bad = 0;
-    first_bad[0] = '\0';
-}
 
 /* ---- comms and buffers ---- */
 

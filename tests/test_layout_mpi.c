@@ -15,20 +15,11 @@
 #include <string.h>
 
 #include "../comm/layout.h"
+#include "soft_check.h"
 #include "testutil.h"
 
 static struct comm *world;
 static int rank, size;
-
-static int bad;
-static char first_bad[512];
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond) && bad++ == 0)                                                                 \
-            snprintf(first_bad, sizeof first_bad, __VA_ARGS__);                                    \
-    } while (0)
-#define ASSERT_NO_BAD()                                                                            \
-    ck_assert_msg(bad == 0, "rank %d: %d failures, first: %s", rank, bad, first_bad)
 
 /* The world ranks of this rank's group on one axis, in the group's rank
  * order, as the layout says they are. */
