@@ -443,22 +443,22 @@ END_TEST
 #define TWO  "--set zero_optimization.stage=3 --set gradient_accumulation_steps=2 "
 #define FOUR "--set zero_optimization.stage=2 --set gradient_accumulation_steps=1 "
 
-/* Whether a loss of the resumed half is the straight run's: as logged,
- * bit for bit, in the release build; the sanitizer build's instrumented
- * code differs in the last bits between layouts (as test_trajectory's
- * does), so there CMake sets a relative ZT_PEFT_TOLERANCE. */
+/* Whether a loss of the resumed half is the straight run's, within
+ * rounding. Not bit for bit: at 4 ranks each rank's weight gradients are
+ * one product, at 2 ranks the second micro step's product is added into
+ * the first's, and where a GEMM kernel blocks the sum over rows that
+ * addition falls between blocks. Which kernel runs follows the CPU (4e-8
+ * apart on one whose OpenBLAS took its generic kernel). The first half,
+ * same layout, stays exact. */
 static int same_loss(double got, double want)
 {
-#ifdef ZT_PEFT_TOLERANCE
-    return fabs(got - want) <= ZT_PEFT_TOLERANCE * fabs(want);
-#else
-    return got == want;
-#endif
+    return fabs(got - want) <= 1e-6 * fabs(want);
 }
 
 /* Straight, then half, a checkpoint, and the rest from it at another
- * world size and stage: the losses of the second half are the straight
- * run's as logged. Returns the checkpoint's step folder. */
+ * world size and stage: the losses of the first half are the straight
+ * run's bit for bit, those of the second within rounding (same_loss).
+ * Returns the checkpoint's step folder. */
 static const char *resumes_exactly(const char *dir, const char *model)
 {
     double straight[STEPS], first[HALF], second[HALF];

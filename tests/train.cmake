@@ -32,9 +32,6 @@ zt_test(test_lora_layouts SOURCES test_lora_layouts.c LIBS zt_common TIMEOUT 900
 # Fine-tuning checkpoints in PEFT's format: export --adapter and --merge,
 # lora.init_from, checkpoints that keep only what trains, a changed base.
 zt_test(test_peft SOURCES test_peft.c LIBS zt_formats TIMEOUT 900 LAUNCHES_MPI)
-if(ZT_SANITIZE)
-  target_compile_definitions(test_peft PRIVATE ZT_PEFT_TOLERANCE=1e-6)
-endif()
 # JSONL instruction data through the binary: training, stages and world
 # sizes, the loss mask, GPT-2's tokenizer, a bad line on every rank.
 zt_test(test_jsonl_train SOURCES test_jsonl_train.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
