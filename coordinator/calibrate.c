@@ -304,11 +304,14 @@ static void put_wait_note(FILE *f, const struct calibration *cal)
 
 static void put_gemm_table(FILE *f, const struct calibration *cal)
 {
+    char kernel[160];
+    if (cal->be.ops->gemm_describe(cal->be.ops, ZT_F32, kernel, sizeof kernel) != ZT_OK)
+        snprintf(kernel, sizeof kernel, "unknown: %s", zt_error_message());
     fprintf(f,
             "GEMM: the CPU ops' matmul_forward and matmul_backward (no bias: the dense products\n"
-            "alone) on rank 0, %d BLAS threads %s, median of %d after\n"
-            "%d warm-up; FLOPs 2*rows*C*OC forward, 4*rows*C*OC backward\n",
-            cal->cores, placement(cal), cal->sz.gemm_reps, cal->sz.gemm_warmup);
+            "alone) on rank 0, %d threads %s, median of %d after\n"
+            "%d warm-up; FLOPs 2*rows*C*OC forward, 4*rows*C*OC backward; kernel: %s\n",
+            cal->cores, placement(cal), cal->sz.gemm_reps, cal->sz.gemm_warmup, kernel);
     fprintf(f, " rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd GFLOP/s\n");
     for (int i = 0; i < cal->n_gemm; i++) {
         const struct gemm_row *g = &cal->gemm[i];

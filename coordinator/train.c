@@ -734,6 +734,12 @@ static void log_start(const struct run_session *s, struct train_io *io)
                  s->table.n_params, s->world, layout, s->cfg.zero.stage, s->cfg.run.steps,
                  s->cfg.train_micro_batch_size_per_gpu, s->cfg.gradient_accumulation_steps,
                  s->dp_size, s->cfg.data.seq_len);
+    /* Never a generic kernel unsaid: what the products run on. */
+    const struct ops_backend *ops = s->compute.ops;
+    char kernel[160];
+    if (ops->gemm_describe(ops, ZT_F32, kernel, sizeof kernel) != ZT_OK)
+        snprintf(kernel, sizeof kernel, "unknown (%s)", zt_error_message());
+    progress_log(&io->console, "GEMMs (fp32) on %s", kernel);
 }
 
 /* Rank 0: the rank grid and what each pipeline stage runs. */

@@ -7,8 +7,9 @@ set -euo pipefail
 # draws with it (its pngcairo terminal). libopenblas0-openmp: OpenBLAS on OpenMP's threads, which
 # zerotrain links in preference to the pthread build (CMakeLists.txt says why). iproute2: the
 # simulated hosts of the multi-node tests (scripts/simhosts.sh).
+# libdnnl-dev: oneDNN, the CPU's GEMMs (worker/cpu/gemm.h).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-dev check
-          libopenblas-dev libopenblas0-openmp procps gnuplot-nox iproute2)
+          libopenblas-dev libopenblas0-openmp libdnnl-dev procps gnuplot-nox iproute2)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,4 +1,6 @@
 zt_test(test_ops SOURCES test_ops.c LIBS zt_worker)
+# The CPU's matrix products through oneDNN and OpenBLAS against double loops.
+zt_test(test_gemm SOURCES test_gemm.c LIBS zt_worker)
 zt_test(test_backend SOURCES test_backend.c LIBS zt_worker)
 zt_test(test_device_pool SOURCES test_device_pool.c LIBS zt_worker)
 # A rank's GPU from its node-local rank: pure, no device needed.

@@ -6,9 +6,9 @@
  *
  * The corpus is a fixed file in the tree (tests/data/trajectory_corpus.txt)
  * rather than tiny.yaml's system folder, so that the numbers do not depend
- * on the machine's packages; CTest pins one BLAS thread and OpenBLAS's
- * Haswell kernels for this suite so that they do not depend on its CPU
- * either. Losses are stored as C99 hex floats: exact.
+ * on the machine's packages; CTest pins one BLAS thread, OpenBLAS for the
+ * products (ZT_CPU_GEMM) and its Haswell kernels for this suite so that
+ * they do not depend on its CPU either. Losses are stored as C99 hex floats: exact.
  *
  * The sanitizer build is another binary: its instrumented code gives the
  * same trajectories up to the last bits (measured: gradient norms about

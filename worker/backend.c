@@ -45,9 +45,8 @@ static int cpu_query(char *why, size_t n)
 
 static zt_status cpu_ops_open(const struct ops_backend **ops, void **stream)
 {
-    *ops = ops_cpu_backend();
     *stream = NULL;
-    return ZT_OK;
+    return ops_cpu_open(ops);
 }
 
 #ifdef ZT_HAVE_CUDA
@@ -64,7 +63,7 @@ static const struct backend_entry entries[] = {
     {"cuda", cuda_query, 0, ops_cuda_bind, ops_cuda_open, ops_cuda_close, ops_cuda_devices,
      ops_cuda_pinned_alloc, ops_cuda_pinned_free},
 #endif
-    {"cpu", cpu_query, 1, NULL, cpu_ops_open, NULL, NULL, NULL, NULL},
+    {"cpu", cpu_query, 1, NULL, cpu_ops_open, ops_cpu_close, NULL, NULL, NULL},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 

@@ -14,9 +14,10 @@
  * Conventions shared by every backend:
  * - Every op returns zt_status: ZT_OK, or the failure of the device library
  *   translated at the backend's boundary (ZT_ERR_DEVICE with the call and
- *   its message). The CPU ops cannot fail and always return ZT_OK; broken
- *   preconditions (a target outside the vocabulary, a bad dtype) hit an
- *   always-on assert in every backend.
+ *   its message). Of the CPU ops only the matrix products can fail (a
+ *   oneDNN call, or no memory for a new kernel); broken preconditions (a
+ *   target outside the vocabulary, a bad dtype) hit an always-on assert in
+ *   every backend.
  * - Forward ops overwrite their outputs.
  * - Backward ops ACCUMULATE (+=) into every gradient they produce, both the
  *   parameter gradients and the input gradients; callers zero what must start
@@ -48,10 +49,18 @@
 struct ops_backend {
     const char *name; /* "cpu", "cuda" */
     /* The backend's state for one opened compute backend (the CUDA stream,
-     * cuBLAS handle and scratch), reached by every op through its first
-     * argument `self`, the table it was called through; NULL on the CPU,
-     * whose tables are static. */
+     * cuBLAS handle and scratch; the CPU's GEMM kernels built so far),
+     * reached by every op through its first argument `self`, the table it
+     * was called through; NULL in the CPU's static tables, whose products
+     * then build their kernels at each call. */
     void *ctx;
+
+    /* What the matrix products of `ab_type` operands (ZT_F32, ZT_BF16) run
+     * on, for the run's start line and records: library, version and
+     * kernel ("onednn 2.6.3 brg:avx512_core", "cublas sgemm"), into
+     * buf[0..n). Errors: those of building the probe's kernel. */
+    zt_status (*gemm_describe)(const struct ops_backend *self, enum zt_dtype ab_type, char *buf,
+                               size_t n);
 
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. With wpe == NULL no
      * position embedding is added (the Llama family's positions are rotary,
@@ -337,6 +346,14 @@ const char *ops_cpu_isa_name(enum ops_cpu_isa isa);
 
 /* Sets how many threads the CPU ops and the BLAS library may use (>= 1). */
 void ops_cpu_set_threads(int n);
+
+/* A copy of ops_cpu_backend()'s table whose ctx keeps the GEMM kernels it
+ * builds (worker/cpu/gemm.h; library from ZT_CPU_GEMM, else oneDNN where
+ * it has a kernel, else OpenBLAS). Released by ops_cpu_close. Errors:
+ * those of cpu_gemm_create. */
+zt_status ops_cpu_open(const struct ops_backend **out);
+/* Releases what ops_cpu_open made; accepts NULL. */
+void ops_cpu_close(const struct ops_backend *ops);
 
 #ifdef ZT_HAVE_CUDA
 /* The CUDA backend (worker/cuda/), opened through worker/backend.h. */

@@ -290,6 +290,9 @@ def parse_args(argv):
     ap.add_argument("--zero1", action="store_true",
                     help="ZeroRedundancyOptimizer (ZeRO stage 1) over AdamW; needs several ranks")
     ap.add_argument("--no-checksum", action="store_true", help="skip the FNV-1a check (big files)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward under torch.autocast('cpu', bfloat16): bf16 GEMMs with fp32 "
+                         "weights and optimizer, what a PyTorch user runs on a CPU with bf16")
     a = ap.parse_args(argv)
     if a.block_size == 0:
         a.block_size = a.seq_len
@@ -339,11 +342,12 @@ def draw_batches(tokens, n, B, T, seed):
     return out
 
 
-def train_step(model, opt, params, x, y):
+def train_step(model, opt, params, x, y, bf16):
     """One optimizer step; returns (fwd, bwd, opt) seconds and the loss tensor."""
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    loss = model(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = model(x, y)
     t1 = time.perf_counter()
     loss.backward()
     t2 = time.perf_counter()
@@ -390,7 +394,7 @@ def main(argv):
                            a.seed * 1000003 + rank)
     times, losses = [], []
     for i, (x, y) in enumerate(batches):
-        t, loss = train_step(model, opt, params, x, y)
+        t, loss = train_step(model, opt, params, x, y, a.bf16)
         losses.append(loss)
         if i >= a.warmup:
             times.append(t)
@@ -405,8 +409,9 @@ def main(argv):
         tok_s = world * a.micro_batch * a.seq_len / (step / 1e3)
         print("torch ms_per_step=%.3f tokens_per_s=%.1f" % (step, tok_s))
         print("torch breakdown fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f params=%d ranks=%d threads=%d"
-              " loss_first=%.4f loss_last=%.4f"
-              % (fwd, bwd, upd, n_params, world, a.threads, losses[0].item(), losses[-1].item()))
+              " loss_first=%.4f loss_last=%.4f precision=%s"
+              % (fwd, bwd, upd, n_params, world, a.threads, losses[0].item(), losses[-1].item(),
+                 "bf16-autocast" if a.bf16 else "fp32"))
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print("torch memory rss_peak_mib=%.1f import_mib=%.1f" % (peak / 1024, IMPORT_RSS_KIB / 1024))
         sys.stdout.flush()

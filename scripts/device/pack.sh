@@ -17,6 +17,7 @@ packages=(
   libnl-route-3-200 libnuma1 libpsm2-2 libpsm-infinipath1 libmunge2 libltdl7 libpciaccess0
   libyaml-0-2 libyaml-dev check libsubunit0 libsubunit-dev libopenblas0-openmp libopenblas-dev
   libopenblas-openmp-dev libopenblas0 libgfortran5 libquadmath0 pkgconf pkgconf-bin libpkgconf3
+  libdnnl2 libdnnl-dev ocl-icd-libopencl1
 )
 (cd "$out" && apt-get download "${packages[@]}" >/dev/null 2>&1) || {
   echo "pack.sh: apt-get download failed (needs Debian's package lists: apt-get update)" >&2

@@ -1,16 +1,15 @@
 /* worker/cpu/matmul.c — the linear layer out = inp @ weight^T + bias.
  *
- * All three products are single cblas_sgemm calls on the row-major buffers
- * as they lie (weight [OC, C] is read transposed in place, never copied).
- * The bias is fused by writing it into every output row first and letting
- * sgemm accumulate with beta = 1: OpenBLAS would otherwise spend the same
- * pass zeroing C for beta = 0, so the bias costs no extra sweep over out.
- * The backward's dinp and dweight use beta = 1, which is exactly the
- * accumulate convention of worker/ops.h.
+ * All three products are single cpu_gemm calls (gemm.h) on the row-major
+ * buffers as they lie (weight [OC, C] is read transposed in place, never
+ * copied). The bias is fused by writing it into every output row first
+ * and letting the product accumulate: the library would otherwise spend
+ * the same pass zeroing out, so the bias costs no extra sweep over it.
+ * The backward's dinp and dweight accumulate, which is exactly the
+ * convention of worker/ops.h.
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
-#include <cblas.h>
 #include <string.h>
 
 /* Columns per dbias task: the running sums stay in registers and L1 while
@@ -20,17 +19,12 @@ enum { COL_BLOCK = 256 };
 zt_status cpu_matmul_forward(const struct ops_backend *self, float *out, const float *inp,
                              const float *weight, const float *bias, int N, int C, int OC)
 {
-    (void)self;
-    float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < N; i++)
             memcpy(out + (size_t)i * OC, bias, (size_t)OC * sizeof(float));
-        beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
-                out, OC);
-    return ZT_OK;
+    return cpu_gemm_f32(self, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias != NULL, out, OC);
 }
 
 /* dbias[o0..o1) += column sums of dout, each sum added once. */
@@ -52,13 +46,10 @@ zt_status cpu_matmul_backward(const struct ops_backend *self, float *dinp, float
                               float *dbias, const float *dout, const float *inp,
                               const float *weight, int N, int C, int OC)
 {
-    (void)self;
     if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                    1.0f, dinp, C);
+        ZT_TRY(cpu_gemm_f32(self, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1, dinp, C));
     if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                    dweight, C);
+        ZT_TRY(cpu_gemm_f32(self, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1, dweight, C));
     if (!dbias)
         return ZT_OK;
 #pragma omp parallel for schedule(static)

@@ -13,6 +13,7 @@
 #include "worker/ops.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common/status.h"
 #include "worker/cpu/ops_cpu_impl.h"
@@ -23,7 +24,7 @@
 /* The slots every table shares: the model ops, memset_zero and the
  * whole-tensor optimizers. */
 #define CPU_SHARED_OPS                                                                             \
-    .name = "cpu", .encoder_forward = cpu_encoder_forward,                                         \
+    .name = "cpu", .gemm_describe = cpu_gemm_describe_op, .encoder_forward = cpu_encoder_forward,  \
     .encoder_backward = cpu_encoder_backward, .encoder_forward_vocab = cpu_encoder_forward_vocab,  \
     .encoder_backward_vocab = cpu_encoder_backward_vocab,                                          \
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,      \
@@ -122,6 +123,70 @@ const char *ops_cpu_isa_name(enum ops_cpu_isa isa)
     static const char *const names[OPS_CPU_ISA_COUNT] = {
         [OPS_CPU_GENERIC] = "generic", [OPS_CPU_AVX2] = "avx2"};
     return (unsigned)isa < OPS_CPU_ISA_COUNT ? names[isa] : "?";
+}
+
+/* One open: the table copy and the state its ctx points at, freed together. */
+struct cpu_open {
+    struct ops_backend ops;
+    struct cpu_ctx ctx;
+};
+
+zt_status ops_cpu_open(const struct ops_backend **out)
+{
+    *out = NULL;
+    struct cpu_open *o = calloc(1, sizeof *o);
+    if (!o)
+        return zt_error_set(ZT_ERR_NOMEM, "CPU op table: out of memory");
+    zt_status s = cpu_gemm_create(CPU_GEMM_AUTO, &o->ctx.gemm);
+    if (s != ZT_OK) {
+        free(o);
+        return s;
+    }
+    o->ops = *ops_cpu_backend();
+    o->ops.ctx = &o->ctx;
+    *out = &o->ops;
+    return ZT_OK;
+}
+
+void ops_cpu_close(const struct ops_backend *ops)
+{
+    if (!ops)
+        return;
+    struct cpu_open *o = (struct cpu_open *)ops; /* ops is o's first member */
+    cpu_gemm_destroy(o->ctx.gemm);
+    free(o);
+}
+
+struct cpu_gemm *cpu_gemm_of(const struct ops_backend *self)
+{
+    return self && self->ctx ? ((const struct cpu_ctx *)self->ctx)->gemm : NULL;
+}
+
+zt_status cpu_gemm_f32(const struct ops_backend *self, int trans_a, int trans_b, int M, int N,
+                       int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                       int accumulate, float *C, int ldc)
+{
+    const struct cpu_gemm_call c = {.trans_a = trans_a,
+                                    .trans_b = trans_b,
+                                    .M = M,
+                                    .N = N,
+                                    .K = K,
+                                    .alpha = alpha,
+                                    .accumulate = accumulate,
+                                    .ab_type = ZT_F32,
+                                    .A = A,
+                                    .lda = lda,
+                                    .B = B,
+                                    .ldb = ldb,
+                                    .C = C,
+                                    .ldc = ldc};
+    return cpu_gemm_run(cpu_gemm_of(self), &c);
+}
+
+zt_status cpu_gemm_describe_op(const struct ops_backend *self, enum zt_dtype ab_type, char *buf,
+                               size_t n)
+{
+    return cpu_gemm_describe(cpu_gemm_of(self), ab_type, buf, n);
 }
 
 /* OpenMP's count is a per-thread setting: it holds for the parallel regions

@@ -35,9 +35,28 @@
 #include "common/fp8.h"
 #include "common/status.h"
 
+#include "worker/cpu/gemm.h"
 #include "worker/optim_elementwise.h"
 
 struct ops_backend;
+
+/* An opened CPU table's ctx (ops_cpu_open): its GEMM state. */
+struct cpu_ctx {
+    struct cpu_gemm *gemm;
+};
+
+/* The GEMM state the op was called with: NULL through a static table. */
+struct cpu_gemm *cpu_gemm_of(const struct ops_backend *self);
+
+/* One fp32 product through self's GEMM state (gemm.h's fields in its
+ * order: C = alpha op(A) op(B), + C when accumulate). */
+zt_status cpu_gemm_f32(const struct ops_backend *self, int trans_a, int trans_b, int M, int N,
+                       int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                       int accumulate, float *C, int ldc);
+
+/* gemm_describe of worker/ops.h. */
+zt_status cpu_gemm_describe_op(const struct ops_backend *self, enum zt_dtype ab_type, char *buf,
+                               size_t n);
 
 /* encoder_forward and encoder_backward of worker/ops.h. */
 zt_status cpu_encoder_forward(const struct ops_backend *self, float *out, const int32_t *tokens,
@@ -54,7 +73,7 @@ zt_status cpu_layernorm_backward(const struct ops_backend *self, float *dinp, fl
                                  const float *weight, const float *mean, const float *rstd, int N,
                                  int C);
 
-/* matmul_forward and matmul_backward of worker/ops.h (one sgemm per product). */
+/* matmul_forward and matmul_backward of worker/ops.h (one cpu_gemm per product). */
 zt_status cpu_matmul_forward(const struct ops_backend *self, float *out, const float *inp,
                              const float *weight, const float *bias, int N, int C, int OC);
 zt_status cpu_matmul_backward(const struct ops_backend *self, float *dinp, float *dweight,

@@ -24,8 +24,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <cublas_api.h>
+
+/* fp32 products are cublasSgemm in its default math; 16-bit ones are not
+ * built yet. */
+static zt_status cuda_gemm_describe(const struct ops_backend *self, enum zt_dtype ab_type,
+                                    char *buf, size_t n)
+{
+    (void)self;
+    if (ab_type != ZT_F32)
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "the CUDA backend has no 16-bit GEMM yet");
+    snprintf(buf, n, "cublas %d.%d.%d sgemm", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH);
+    return ZT_OK;
+}
+
 static const struct ops_backend CUDA_OPS = {
     .name = "cuda",
+    .gemm_describe = cuda_gemm_describe,
     .encoder_forward = cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .encoder_forward_vocab = cuda_encoder_forward_vocab,

@@ -1,0 +1,91 @@
+/* worker/cpu/gemm.h — the CPU backend's matrix products: one call, two
+ * libraries behind it, the kernel each shape runs on named.
+ *
+ * Every product of the CPU ops is one cpu_gemm_run: row-major
+ * C[M,N] = alpha op(A) op(B), added into C when `accumulate`, with A and B
+ * fp32 or bf16 and C fp32 (the accumulation is fp32 in every library).
+ * Leading dimensions are taken as the buffers lie, so transposed operands
+ * and column slices of wider rows are read in place, never copied.
+ *
+ * Why two libraries: Debian's OpenBLAS picks its kernels from a table of
+ * CPU models that stops before the newest (on a Sapphire Rapids-class Xeon
+ * it runs the generic "Prescott" code, 17-26 GFLOP/s at GPT-2's shapes)
+ * and has no bf16 GEMM. oneDNN generates its kernels at run time from the
+ * CPU's features (AMX, AVX512-BF16, AVX-512, AVX2), as PyTorch's CPU
+ * autocast does. The libraries are rows of a table (gemm.c); a run takes
+ * oneDNN where it is built and has a real kernel for the shape, OpenBLAS
+ * where oneDNN would fall back to its reference loops. ZT_CPU_GEMM=openblas
+ * or =onednn forces one (tests that pin a kernel for bit-exact records,
+ * benchmarks comparing them).
+ *
+ * State: a oneDNN primitive is built once per shape (dimensions, strides,
+ * dtypes, alpha, accumulate, thread count) and kept in the struct cpu_gemm
+ * it was run through: building one costs 10-80 us, one of GPT-2 124M's
+ * products 0.2-5 ms. A struct cpu_gemm belongs to one opened CPU backend
+ * (its op table's ctx); calls on it come from the thread that runs the ops,
+ * never from inside an OpenMP parallel region.
+ *
+ * Bits: each library sums in its own order, and oneDNN's blocking follows
+ * the CPU's ISA and cache sizes, so results agree across libraries and CPUs
+ * within fp32 rounding, not bit for bit; on one machine with one thread
+ * count a shape repeats exactly.
+ */
+#ifndef ZT_WORKER_CPU_GEMM_H
+#define ZT_WORKER_CPU_GEMM_H
+
+#include <stddef.h>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+enum cpu_gemm_lib {
+    CPU_GEMM_AUTO,     /* oneDNN where it has a kernel for the shape, else OpenBLAS */
+    CPU_GEMM_ONEDNN,   /* oneDNN only (where it is built) */
+    CPU_GEMM_OPENBLAS, /* OpenBLAS only: fp32 operands */
+    CPU_GEMM_LIB_COUNT
+};
+
+/* One product. trans_a: A is stored [K, M] (lda >= M) and read as its
+ * transpose; otherwise [M, K] (lda >= K). trans_b likewise: [N, K] read
+ * transposed, or [K, N]. C is [M, N] with ldc >= N. */
+struct cpu_gemm_call {
+    int trans_a, trans_b;
+    int M, N, K;
+    float alpha;
+    int accumulate;        /* 1: C += alpha A B; 0: C = alpha A B */
+    enum zt_dtype ab_type; /* ZT_F32 or ZT_BF16 (uint16_t bits), both operands */
+    const void *A;
+    int lda;
+    const void *B;
+    int ldb;
+    float *C;
+    int ldc;
+};
+
+struct cpu_gemm;
+
+/* Makes the state for products through library `lib` (CPU_GEMM_AUTO:
+ * the environment's ZT_CPU_GEMM, else auto). Errors: ZT_ERR_CONFIG (an
+ * unknown ZT_CPU_GEMM value, or a library this build lacks), ZT_ERR_DEVICE
+ * (oneDNN would not open its CPU engine), ZT_ERR_NOMEM. */
+zt_status cpu_gemm_create(enum cpu_gemm_lib lib, struct cpu_gemm **out);
+
+/* Frees the state and its primitives; accepts NULL. */
+void cpu_gemm_destroy(struct cpu_gemm *g);
+
+/* Runs one product. With g NULL a state is made for the call and dropped
+ * after it (what the static op tables do: correct, but each shape's kernel
+ * is built anew). bf16 operands need oneDNN. Errors: ZT_ERR_DEVICE (a
+ * oneDNN call failed, named), ZT_ERR_UNSUPPORTED (bf16 without oneDNN),
+ * ZT_ERR_NOMEM. */
+zt_status cpu_gemm_run(struct cpu_gemm *g, const struct cpu_gemm_call *c);
+
+/* What products of `ab_type` operands run on, probed on one mid-sized
+ * shape (512 x 768 x 768): "onednn 2.6.3 brg:avx512_core" or
+ * "openblas 0.3.21 Haswell". Written into buf[0..n). */
+zt_status cpu_gemm_describe(struct cpu_gemm *g, enum zt_dtype ab_type, char *buf, size_t n);
+
+/* "auto", "onednn", "openblas". */
+const char *cpu_gemm_lib_name(enum cpu_gemm_lib lib);
+
+#endif
