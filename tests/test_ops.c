@@ -1047,11 +1047,12 @@ static const int ATT_SIZES[][5] = {{2, 5, 3, 3, 4}, {1, 1, 2, 2, 3},  {1, 70, 2,
 enum { ATT_GQA = 4 }; /* the first grouped case: NH = 4, NKV = 2, T = 70 */
 
 /* The larger grid, judged against the double forward and backward: query
- * heads per key/value head g in {1, 2, 4} (NKV = 2), T in {1, 7, 33, 130}
- * (one tile, a partial tile, past two and into a third), hs in {8, 16, 64};
- * case i is g = ATT_G[i / 12], T = ATT_T[i / 3 % 4], hs = ATT_HS[i % 3]. */
-static const int ATT_G[] = {1, 2, 4}, ATT_T[] = {1, 7, 33, 130}, ATT_HS[] = {8, 16, 64};
-enum { ATT_GRID = 36, ATT_THREADS = 35 /* g 4, T 130, hs 64 */ };
+ * heads per key/value head g in {1, 2, 4} (NKV = 2), T in {1, 7, 33, 130,
+ * 300} (one query tile, partial tiles, past two, and past the CPU's
+ * 256-key tile, where the online softmax rescales), hs in {8, 16, 64};
+ * case i is g = ATT_G[i / 15], T = ATT_T[i / 3 % 5], hs = ATT_HS[i % 3]. */
+static const int ATT_G[] = {1, 2, 4}, ATT_T[] = {1, 7, 33, 130, 300}, ATT_HS[] = {8, 16, 64};
+enum { ATT_GRID = 45, ATT_THREADS = 44 /* g 4, T 300, hs 64 */ };
 
 struct att_case {
     int B, T, NH, NKV, hs;
@@ -1081,7 +1082,7 @@ static struct att_case att_setup(int which)
 
 static struct att_case att_grid_setup(int i)
 {
-    const int g = ATT_G[i / 12], T = ATT_T[i / 3 % 4], hs = ATT_HS[i % 3];
+    const int g = ATT_G[i / 15], T = ATT_T[i / 3 % 5], hs = ATT_HS[i % 3];
     return att_make(2, T, 2 * g, 2, hs);
 }
 

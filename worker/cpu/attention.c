@@ -26,14 +26,20 @@
  * dS = P o (dP - D), dQ += scale dS K, dK += scale dS^T Q. Everything but
  * the two tiles S/P and dP (and D) goes straight into dqkv.
  *
- * Products: cblas_sgemm on tiles. At 64 x 64 x 64 OpenBLAS runs at its large
- * GEMM's rate here (90 GFLOP/s on one core), which GCC's vectorised loops do
- * not approach; the row work (max, exp, sums, masks) is CPU_KERNEL code over
- * whole tile rows of KTILE lanes with the masked lanes zeroed bitwise, so
- * it vectorises (see cpu_expf). scripts/bench/attention.sh has the times.
+ * Products: cblas_sgemm on tiles. Even at 64 x 64 x 64 OpenBLAS runs at its
+ * large GEMM's rate here (90 GFLOP/s on one core), which GCC's vectorised
+ * loops do not approach; the row work (max, exp, sums, masks) is CPU_KERNEL
+ * code over a tile row's keys rounded up to 16 lanes, the masked lanes
+ * zeroed bitwise, so it vectorises (see cpu_expf).
  *
- * Workspace: the tiles live on the stack (3 QTILE x KTILE floats and a few
- * rows, under 50 KB), so neither direction needs scratch from the caller.
+ * Cost: the forward does the unfused kernel's products and is as fast or
+ * faster (its T x T writes are gone); the backward recomputes S = Q K^T, a
+ * fifth product beside the unfused backward's four, and is slower by about
+ * that much on one core (scripts/bench/attention.sh has the times).
+ *
+ * Workspace: the tiles live on the stack of the thread running them (the
+ * forward one QTILE x KTILE tile, 64 KiB; the backward two, 128 KiB, and a
+ * few rows), so neither direction needs scratch from the caller.
  *
  * Threads: tiles are too small to split, so the work items go to OpenMP's
  * threads, each calling a one-thread sgemm (the OpenMP build of OpenBLAS
@@ -55,13 +61,17 @@
 #include <omp.h>
 #include <string.h>
 
-/* Query rows and key columns per tile. 64 x 64 kept the forward ahead of the
- * unfused kernel at T = 256 and the sgemms at full rate (they stay below
- * OpenBLAS's threshold for threading one product, 2^18 multiply-adds at
- * hs = 64). KTILE is a multiple of 16 (the row loops' vector width) and of
- * QTILE, so that a key tile that starts before a query tile's end starts at
- * or before its first row. */
-enum { QTILE = 64, KTILE = 64 };
+/* Query rows and key columns per tile. Wide key tiles make few, large
+ * products (64 x 256 x hs, then 64 x hs x 256) and few rescalings of the
+ * accumulator; at T <= 256 a query tile sees one key tile and the online
+ * softmax is a plain one. On one core (scripts/bench/attention.sh, a
+ * loaded machine, so rough) 64 x 256 was the best forward of 32..128 x
+ * 64..256, and the backward differed by less than the noise between 128
+ * and 256 columns. The diagonal costs nothing extra: a query tile's last
+ * key tile ends at its last row. KTILE is a multiple of 16 (the row loops'
+ * vector width) and of QTILE, so that a key tile that starts before a
+ * query tile's end starts at or before its first row. */
+enum { QTILE = 64, KTILE = 256 };
 
 /* Where one (b, h) finds its operands: q, k, v (and dq, dk, dv) are rows
  * ld floats apart, out and dout rows ldo = NH*hs floats apart. */
@@ -105,23 +115,23 @@ static struct head_cols head_cols_of(const struct head_view *w, int h)
                               .v = (size_t)(w->NH + w->NKV + kv) * w->hs};
 }
 
-/* ---- row kernels: one row of a tile, KTILE lanes, the first n valid ----- */
+/* ---- row kernels: one row of a tile, w lanes, the first n valid -------- */
 
 /* The online softmax step of one row of S (n >= 1 valid entries; the rest
  * finite): with the row's running max *m and sum *l, s becomes
  * e^(s - m_new) (0 past n), *l = *l e^(m - m_new) + the row's sum, *m =
  * m_new; returns e^(m - m_new), the factor the row's accumulator takes.
  * first: no previous tile (returns 0). */
-CPU_KERNEL static float online_softmax_row(float *s, int n, float *m, float *l, int first)
+CPU_KERNEL static float online_softmax_row(float *s, int n, int w, float *m, float *l, int first)
 {
     float mx = first ? -INFINITY : *m, sum = 0.0f;
 #pragma omp simd reduction(max : mx)
-    for (int c = 0; c < KTILE; c++) {
+    for (int c = 0; c < w; c++) {
         float v = c < n ? s[c] : -INFINITY;
         mx = v > mx ? v : mx;
     }
 #pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < KTILE; c++) {
+    for (int c = 0; c < w; c++) {
         /* A bitwise mask, not `c < n ? e : 0`, keeps the loop vectorisable
          * (see cpu_expf). */
         union cpu_fbits e = {.f = cpu_expf(s[c] - mx)};
@@ -137,10 +147,10 @@ CPU_KERNEL static float online_softmax_row(float *s, int n, float *m, float *l, 
 
 /* The probabilities of one row recomputed from its log-sum-exp:
  * s = e^(s - lse) for the first n entries, 0 past them (n may be <= 0). */
-CPU_KERNEL static void probs_row(float *s, int n, float lse)
+CPU_KERNEL static void probs_row(float *s, int n, int w, float lse)
 {
 #pragma omp simd
-    for (int c = 0; c < KTILE; c++) {
+    for (int c = 0; c < w; c++) {
         union cpu_fbits e = {.f = cpu_expf(s[c] - lse)};
         e.i &= -(int32_t)(c < n);
         s[c] = e.f;
@@ -148,10 +158,10 @@ CPU_KERNEL static void probs_row(float *s, int n, float lse)
 }
 
 /* The softmax backward of one row: dp = p (dp - d); zero where p is. */
-CPU_KERNEL static void dscores_row(float *dp, const float *p, float d)
+CPU_KERNEL static void dscores_row(float *dp, const float *p, int w, float d)
 {
 #pragma omp simd
-    for (int c = 0; c < KTILE; c++)
+    for (int c = 0; c < w; c++)
         dp[c] = p[c] * (dp[c] - d);
 }
 
@@ -171,6 +181,13 @@ CPU_KERNEL static float dot_row(const float *a, const float *b, int n)
     for (int c = 0; c < n; c++)
         s += a[c] * b[c];
     return s;
+}
+
+/* The lanes the row loops run over for a tile of bk keys: bk rounded up to
+ * whole vectors of 16 (within KTILE), the padding lanes masked. */
+static int lanes_of(int bk)
+{
+    return (bk + 15) / 16 * 16;
 }
 
 /* Valid keys of row i (absolute) in the key tile starting at j0, ending at
@@ -200,8 +217,8 @@ static void forward_tile(float *o, float *lse, const float *q, const float *k, c
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale,
                     q + (size_t)i0 * ld, ld, k + (size_t)j0 * ld, ld, 0.0f, s, KTILE);
         for (int r = 0; r < bq; r++) {
-            float corr = online_softmax_row(s + r * KTILE, keys_in_tile(i0 + r, j0, j1), &m[r],
-                                            &l[r], first);
+            float corr = online_softmax_row(s + r * KTILE, keys_in_tile(i0 + r, j0, j1),
+                                            lanes_of(bk), &m[r], &l[r], first);
             if (!first)
                 scale_row(ob + (size_t)r * ldo, hs, corr);
         }
@@ -271,14 +288,14 @@ static void backward_tile(const struct head_grads *g, int i0, const struct head_
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale, qb, ld, kb, ld,
                     0.0f, p, KTILE);
         for (int r = 0; r < bq; r++)
-            probs_row(p + r * KTILE, keys_in_tile(i0 + r, j0, j1), g->lse[i0 + r]);
+            probs_row(p + r * KTILE, keys_in_tile(i0 + r, j0, j1), lanes_of(bk), g->lse[i0 + r]);
         /* dV += P^T dO; dP = dO V^T; dS = P o (dP - D). */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hs, bq, 1.0f, p, KTILE, dob, ldo,
                     1.0f, g->dv + (size_t)j0 * ld, ld);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, 1.0f, dob, ldo, vb, ld,
                     0.0f, dp, KTILE);
         for (int r = 0; r < bq; r++)
-            dscores_row(dp + r * KTILE, p + r * KTILE, d[r]);
+            dscores_row(dp + r * KTILE, p + r * KTILE, lanes_of(bk), d[r]);
         /* S = scale Q K^T: dQ += scale dS K, dK += scale dS^T Q. */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, hs, bk, w->scale, dp, KTILE, kb,
                     ld, 1.0f, g->dq + (size_t)i0 * ld, ld);
