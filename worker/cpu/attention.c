@@ -117,6 +117,21 @@ static struct head_cols head_cols_of(const struct head_view *w, int h)
 
 /* ---- row kernels: one row of a tile, w lanes, the first n valid -------- */
 
+/* Sums run in LANES running partials folded in a fixed order, never in
+ * `omp simd reduction(+)`, whose order follows the vector width of the
+ * clone the CPU gets (8 lanes under AVX2, 16 under AVX-512): this way a
+ * row's sums, and so the losses, are the same bits on every x86-64 CPU.
+ * (Max needs no such care: it is exact in any order.) */
+enum { LANES = 16 };
+
+static float fold(const float acc[LANES])
+{
+    float s = 0.0f;
+    for (int l = 0; l < LANES; l++)
+        s += acc[l];
+    return s;
+}
+
 /* The online softmax step of one row of S (n >= 1 valid entries; the rest
  * finite): with the row's running max *m and sum *l, s becomes
  * e^(s - m_new) (0 past n), *l = *l e^(m - m_new) + the row's sum, *m =
@@ -130,15 +145,19 @@ CPU_KERNEL static float online_softmax_row(float *s, int n, int w, float *m, flo
         float v = c < n ? s[c] : -INFINITY;
         mx = v > mx ? v : mx;
     }
-#pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < w; c++) {
-        /* A bitwise mask, not `c < n ? e : 0`, keeps the loop vectorisable
-         * (see cpu_expf). */
-        union cpu_fbits e = {.f = cpu_expf(s[c] - mx)};
-        e.i &= -(int32_t)(c < n);
-        s[c] = e.f;
-        sum += e.f;
+    float acc[LANES] = {0};
+    for (int c0 = 0; c0 < w; c0 += LANES) {
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            /* A bitwise mask, not `c < n ? e : 0`, keeps the loop
+             * vectorisable (see cpu_expf). */
+            union cpu_fbits e = {.f = cpu_expf(s[c0 + l] - mx)};
+            e.i &= -(int32_t)(c0 + l < n);
+            s[c0 + l] = e.f;
+            acc[l] += e.f;
+        }
     }
+    sum = fold(acc);
     float corr = first ? 0.0f : cpu_expf(*m - mx);
     *l = first ? sum : *l * corr + sum;
     *m = mx;
@@ -173,14 +192,19 @@ CPU_KERNEL static void scale_row(float *x, int n, float a)
         x[c] *= a;
 }
 
-/* sum_c a[c] b[c], c < n, in float. */
+/* sum_c a[c] b[c], c < n, in float, in the fixed order of fold. */
 CPU_KERNEL static float dot_row(const float *a, const float *b, int n)
 {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int c = 0; c < n; c++)
-        s += a[c] * b[c];
-    return s;
+    float acc[LANES] = {0};
+    const int nv = n / LANES * LANES;
+    for (int c0 = 0; c0 < nv; c0 += LANES) {
+#pragma omp simd
+        for (int l = 0; l < LANES; l++)
+            acc[l] += a[c0 + l] * b[c0 + l];
+    }
+    for (int c = nv; c < n; c++)
+        acc[c - nv] += a[c] * b[c];
+    return fold(acc);
 }
 
 /* The lanes the row loops run over for a tile of bk keys: bk rounded up to
