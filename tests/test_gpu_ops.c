@@ -631,29 +631,28 @@ static void check_fp8(struct harness *h, enum fp8_format f, size_t n, int with_n
 
 /* ---- attention and rotary positions ---------------------------------------- */
 
-/* Causal grouped-query attention: out and every probability (zeros above
- * the diagonal included) written; the backward on the reference's att,
- * key/value heads accumulating over the query heads that share them. */
+/* Causal grouped-query attention, fused: out and lse written; the backward
+ * on the reference's out and lse, key/value heads accumulating over the
+ * query heads that share them. */
 static void check_attention(struct harness *h, int B, int T, int NH, int NKV, int hs, uint64_t key)
 {
     const size_t nq = (size_t)B * T * (size_t)(NH + 2 * NKV) * hs, no = (size_t)B * T * NH * hs;
-    const size_t na = (size_t)B * NH * T * T;
+    const size_t nl = (size_t)B * NH * T;
     const float *qkv = rnd(h, nq, key, 1.5);
     const float *d_qkv = to_dev(h, qkv, FB(nq));
-    float *out = hmem(h, FB(no)), *att = hmem(h, FB(na));
-    float *d_out = poisoned(h, FB(no)), *d_att = poisoned(h, FB(na));
-    REF(h, attention_forward, out, att, qkv, B, T, NH, NKV, hs);
-    BUT(h, attention_forward, d_out, d_att, d_qkv, B, T, NH, NKV, hs);
+    float *out = hmem(h, FB(no)), *lse = hmem(h, FB(nl));
+    float *d_out = poisoned(h, FB(no)), *d_lse = poisoned(h, FB(nl));
+    REF(h, attention_forward, out, lse, qkv, B, T, NH, NKV, hs);
+    BUT(h, attention_forward, d_out, d_lse, d_qkv, B, T, NH, NKV, hs);
     char shape[96];
     snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
     expect_dev_close(h, NAME("attention_forward out %s", shape), d_out, out, no, FP32_BUDGET);
-    expect_dev_close(h, NAME("attention_forward att %s", shape), d_att, att, na, FP32_BUDGET);
+    expect_dev_close(h, NAME("attention_forward lse %s", shape), d_lse, lse, nl, FP32_BUDGET);
     const float *dout = rnd(h, no, key + 1, 1.0);
     float *dqkv = rnd(h, nq, key + 2, 1.0), *d_dqkv = to_dev(h, dqkv, FB(nq));
-    float *scratch = hmem(h, FB(na));
-    REF(h, attention_backward, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
-    BUT(h, attention_backward, d_dqkv, poisoned(h, FB(na)), to_dev(h, dout, FB(no)), d_qkv,
-        to_dev(h, att, FB(na)), B, T, NH, NKV, hs);
+    REF(h, attention_backward, dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs);
+    BUT(h, attention_backward, d_dqkv, to_dev(h, dout, FB(no)), d_qkv, to_dev(h, out, FB(no)),
+        to_dev(h, lse, FB(nl)), B, T, NH, NKV, hs);
     expect_dev_close(h, NAME("attention_backward dqkv %s", shape), d_dqkv, dqkv, nq, FP32_BUDGET);
 }
 
@@ -1292,7 +1291,12 @@ START_TEST(attention)
     check_attention(&h, B_, T_, NH_, NKV_, HS_, 5000);
     check_attention(&h, B_, T_, 3, 3, HS_, 5100); /* GPT-2: NKV == NH */
     check_attention(&h, 1, 1, 2, 1, 5, 5200);
-    check_attention(&h, 1, 70, 2, 1, 5, 5300); /* T past a 64-row tile */
+    check_attention(&h, 1, 70, 2, 1, 5, 5300);   /* T past a 64-row tile */
+    check_attention(&h, 2, 130, 4, 2, 64, 5310); /* GPT-2's head size, several tiles */
+    /* wide heads: past 48 KiB of shared memory a block, and the GPU's
+     * smaller tile for hs 256 where 32 rows do not fit */
+    check_attention(&h, 1, 40, 2, 1, 128, 5320);
+    check_attention(&h, 1, 20, 1, 1, 256, 5330);
     check_rope(&h, B_, T_, NH_, NKV_, HS_, 5400);
     check_rope(&h, 1, 1, 1, 1, 2, 5500);
     check_rope(&h, 2, 33, 3, 1, 10, 5600);

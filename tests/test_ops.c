@@ -22,7 +22,7 @@
  *   about 1e-11. The float backward carries about 1e-6 relative error.
  *   A missing term in a gradient shows up at 1e-2 or more.
  * Sizes are small and odd on purpose (T = 1, C not a multiple of the vector
- * width, N = 3, attention with T past the 32-row query block and head size
+ * width, N = 3, attention with T past the 64-row tile and head size
  * 5, RMSNorm across three 64-column blocks) so that remainder loops and
  * block edges are exercised. Grouped-query attention is checked against
  * plain multi-head attention on key/value heads repeated the way Hugging
@@ -958,48 +958,144 @@ END_TEST
 
 /* ---- attention ---- */
 
-/* B T NH NKV hs. GPT-2's case NKV == NH: head size 4, T = 1, T past the
- * 32-row query block, head size 5. Then grouped-query heads, all with
- * T = 70: two query heads per key/value head, all four sharing one, and
- * NKV == NH again with four heads. */
+/* The fused op keeps no probabilities: its forward is judged on out and
+ * lse against the double loop above, its backward against a double
+ * backward written here from the full softmax (P, dP = dO V^T, dS = P o
+ * (dP - rowsum(P o dP))), and, on the small cases below, against finite
+ * differences too. Both use ATTENTION_FP32_TOL (worker/ops.h). */
+
+/* lse[B,NH,T]: each row's log-sum-exp of its scaled causal scores. */
+static void ref_attention_lse(double *lse, const double *qkv, int B, int T, int NH, int NKV, int hs)
+{
+    const int ld = (NH + 2 * NKV) * hs, g = NH / NKV;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = qkv + ((size_t)b * T + i) * ld + h * hs;
+                double m = -INFINITY, s = 0.0, *sc = malloc((size_t)(i + 1) * sizeof *sc);
+                ck_assert_ptr_nonnull(sc);
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * ld + (NH + h / g) * hs;
+                    sc[j] = dot(q, k, hs) / sqrt((double)hs);
+                    m = fmax(m, sc[j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    s += exp(sc[j] - m);
+                lse[((size_t)b * NH + h) * T + i] = m + log(s);
+                free(sc);
+            }
+}
+
+/* dqkv += the gradient of sum(out * dout) w.r.t. qkv, through the full
+ * T x T softmax of each head, in double. */
+static void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, int B,
+                                   int T, int NH, int NKV, int hs)
+{
+    const int ld = (NH + 2 * NKV) * hs, ldo = NH * hs, g = NH / NKV;
+    const double scale = 1.0 / sqrt((double)hs);
+    double *p = malloc((size_t)T * T * sizeof *p), *dp = malloc((size_t)T * T * sizeof *dp);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_ptr_nonnull(dp);
+#define Q(t)            (qkv + ((size_t)b * T + (t)) * ld + h * hs)
+#define K(t)            (qkv + ((size_t)b * T + (t)) * ld + (NH + h / g) * hs)
+#define V(t)            (qkv + ((size_t)b * T + (t)) * ld + (NH + NKV + h / g) * hs)
+#define DO(t)           (dout + ((size_t)b * T + (t)) * ldo + h * hs)
+#define D(base, t, off) (dqkv + ((size_t)b * T + (t)) * ld + (off)*hs)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < T; i++) {
+                double m = -INFINITY, s = 0.0, rs = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    p[i * T + j] = dot(Q(i), K(j), hs) * scale;
+                    m = fmax(m, p[i * T + j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    s += p[i * T + j] = exp(p[i * T + j] - m);
+                for (int j = 0; j <= i; j++) {
+                    p[i * T + j] /= s;
+                    dp[i * T + j] = dot(DO(i), V(j), hs);
+                    rs += p[i * T + j] * dp[i * T + j];
+                }
+                for (int j = 0; j <= i; j++) /* now dS, the scores' gradient */
+                    dp[i * T + j] = p[i * T + j] * (dp[i * T + j] - rs);
+            }
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j <= i; j++)
+                    for (int c = 0; c < hs; c++) {
+                        D(dqkv, i, h)[c] += scale * dp[i * T + j] * K(j)[c];
+                        D(dqkv, j, NH + h / g)[c] += scale * dp[i * T + j] * Q(i)[c];
+                        D(dqkv, j, NH + NKV + h / g)[c] += p[i * T + j] * DO(i)[c];
+                    }
+        }
+#undef Q
+#undef K
+#undef V
+#undef DO
+#undef D
+    free(p);
+    free(dp);
+}
+
+/* B T NH NKV hs: the cases small enough for finite differences. GPT-2's
+ * case NKV == NH: head size 4, T = 1, T past the 64-row tile, head size 5.
+ * Then grouped-query heads, all with T = 70: two query heads per
+ * key/value head, all four sharing one, and NKV == NH again with four
+ * heads. */
 static const int ATT_SIZES[][5] = {{2, 5, 3, 3, 4}, {1, 1, 2, 2, 3},  {1, 70, 2, 2, 4},
                                    {2, 3, 4, 4, 5}, {1, 70, 4, 2, 4}, {2, 70, 4, 1, 3},
                                    {1, 70, 4, 4, 3}};
 enum { ATT_GQA = 4 }; /* the first grouped case: NH = 4, NKV = 2, T = 70 */
 
+/* The larger grid, judged against the double forward and backward: query
+ * heads per key/value head g in {1, 2, 4} (NKV = 2), T in {1, 7, 33, 130,
+ * 300} (one query tile, partial tiles, past two, and past the CPU's
+ * 256-key tile, where the online softmax rescales), hs in {8, 16, 64};
+ * case i is g = ATT_G[i / 15], T = ATT_T[i / 3 % 5], hs = ATT_HS[i % 3]. */
+static const int ATT_G[] = {1, 2, 4}, ATT_T[] = {1, 7, 33, 130, 300}, ATT_HS[] = {8, 16, 64};
+enum { ATT_GRID = 45, ATT_THREADS = 44 /* g 4, T 300, hs 64 */ };
+
 struct att_case {
     int B, T, NH, NKV, hs;
-    struct tensor qkv, out, att, r, dqkv, scratch;
+    struct tensor qkv, out, lse, r, dqkv;
 };
+
+static struct att_case att_make(int B, int T, int NH, int NKV, int hs)
+{
+    struct att_case a = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs};
+    int rows = a.B * a.T, n = rows * a.NH * a.hs, nl = a.B * a.NH * a.T;
+    int nqkv = rows * (a.NH + 2 * a.NKV) * a.hs;
+    /* logits of a few units: a peaked softmax (q . k / sqrt(hs) has a
+     * deviation of 1.5^2 / 3 at any hs) */
+    a.qkv = tensor_rand(nqkv, 41, 1.5);
+    a.r = tensor_rand(n, 42, 1.0);
+    a.out = tensor_zeros(n);
+    a.lse = tensor_zeros(nl);
+    a.dqkv = tensor_zeros(nqkv);
+    return a;
+}
 
 static struct att_case att_setup(int which)
 {
-    struct att_case a = {.B = ATT_SIZES[which][0],
-                         .T = ATT_SIZES[which][1],
-                         .NH = ATT_SIZES[which][2],
-                         .NKV = ATT_SIZES[which][3],
-                         .hs = ATT_SIZES[which][4]};
-    int rows = a.B * a.T, n = rows * a.NH * a.hs, nt = a.B * a.NH * a.T * a.T;
-    int nqkv = rows * (a.NH + 2 * a.NKV) * a.hs;
-    a.qkv = tensor_rand(nqkv, 41, 1.5); /* logits of a few units: a peaked softmax */
-    a.r = tensor_rand(n, 42, 1.0);
-    a.out = tensor_zeros(n);
-    a.att = tensor_zeros(nt);
-    a.dqkv = tensor_zeros(nqkv);
-    a.scratch = tensor_zeros(nt);
-    return a;
+    const int *z = ATT_SIZES[which];
+    return att_make(z[0], z[1], z[2], z[3], z[4]);
+}
+
+static struct att_case att_grid_setup(int i)
+{
+    const int g = ATT_G[i / 15], T = ATT_T[i / 3 % 5], hs = ATT_HS[i % 3];
+    return att_make(2, T, 2 * g, 2, hs);
 }
 
 static void att_teardown(struct att_case *a)
 {
-    struct tensor *all[] = {&a->qkv, &a->out, &a->att, &a->r, &a->dqkv, &a->scratch};
+    struct tensor *all[] = {&a->qkv, &a->out, &a->lse, &a->r, &a->dqkv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         tensor_free(all[i]);
 }
 
 static void att_forward(struct att_case *a)
 {
-    ck_assert_int_eq(ops_cpu_backend()->attention_forward(ops_cpu_backend(), a->out.f, a->att.f,
+    ck_assert_int_eq(ops_cpu_backend()->attention_forward(ops_cpu_backend(), a->out.f, a->lse.f,
                                                           a->qkv.f, a->B, a->T, a->NH, a->NKV,
                                                           a->hs),
                      ZT_OK);
@@ -1008,9 +1104,9 @@ static void att_forward(struct att_case *a)
 static void att_backward(void *ctx)
 {
     struct att_case *a = ctx;
-    ck_assert_int_eq(ops_cpu_backend()->attention_backward(ops_cpu_backend(), a->dqkv.f,
-                                                           a->scratch.f, a->r.f, a->qkv.f, a->att.f,
-                                                           a->B, a->T, a->NH, a->NKV, a->hs),
+    ck_assert_int_eq(ops_cpu_backend()->attention_backward(ops_cpu_backend(), a->dqkv.f, a->r.f,
+                                                           a->qkv.f, a->out.f, a->lse.f, a->B, a->T,
+                                                           a->NH, a->NKV, a->hs),
                      ZT_OK);
 }
 
@@ -1021,18 +1117,29 @@ static double att_objective(void *ctx)
     return dot(a->out.d, a->r.d, a->out.n);
 }
 
+/* Forward into buffers of NaN (all must be overwritten): out and lse
+ * against the double loop, lse on the scale max(1, max |lse|). */
+static void check_attention_forward(struct att_case *a)
+{
+    for (int i = 0; i < a->out.n; i++)
+        a->out.f[i] = NAN;
+    for (int i = 0; i < a->lse.n; i++)
+        a->lse.f[i] = NAN;
+    att_forward(a);
+    ref_attention(a->out.d, NULL, a->qkv.d, a->B, a->T, a->NH, a->NKV, a->hs);
+    ref_attention_lse(a->lse.d, a->qkv.d, a->B, a->T, a->NH, a->NKV, a->hs);
+    check_close("attention out", a->out.f, a->out.d, a->out.n, ATTENTION_FP32_TOL);
+    const double scale = fmax(1.0, max_abs(a->lse.d, a->lse.n));
+    for (int i = 0; i < a->lse.n; i++)
+        ck_assert_msg(fabs(a->lse.f[i] - a->lse.d[i]) <= ATTENTION_FP32_TOL * scale,
+                      "attention lse[%d]: got %.9g, want %.9g", i, (double)a->lse.f[i],
+                      a->lse.d[i]);
+}
+
 START_TEST(attention_forward_matches_reference)
 {
     struct att_case a = att_setup(_i);
-    for (int i = 0; i < a.att.n; i++) /* garbage above the diagonal must be overwritten */
-        a.att.f[i] = NAN;
-    att_forward(&a);
-    ref_attention(a.out.d, a.att.d, a.qkv.d, a.B, a.T, a.NH, a.NKV, a.hs);
-    check_close("attention out", a.out.f, a.out.d, a.out.n, FWD_TOL);
-    check_close("attention att", a.att.f, a.att.d, a.att.n, FWD_TOL);
-    for (int r = 0; r < a.B * a.NH * a.T; r++)
-        for (int j = r % a.T + 1; j < a.T; j++)
-            ck_assert_msg(a.att.f[(size_t)r * a.T + j] == 0.0f, "att above the diagonal not 0");
+    check_attention_forward(&a);
     att_teardown(&a);
 }
 END_TEST
@@ -1043,6 +1150,55 @@ START_TEST(attention_backward_matches_finite_differences)
     att_forward(&a);
     att_backward(&a);
     check_gradient("attention dqkv", att_objective, &a, a.qkv.d, a.dqkv.f, a.qkv.n);
+    att_teardown(&a);
+}
+END_TEST
+
+/* The grid: forward, then the backward onto a random dqkv (it adds)
+ * against the double backward onto the same. */
+START_TEST(attention_matches_double_reference)
+{
+    struct att_case a = att_grid_setup(_i);
+    check_attention_forward(&a);
+    for (int i = 0; i < a.dqkv.n; i++) {
+        a.dqkv.f[i] = (float)(0.01 * sin(i));
+        a.dqkv.d[i] = a.dqkv.f[i];
+    }
+    att_backward(&a);
+    ref_attention_backward(a.dqkv.d, a.r.d, a.qkv.d, a.B, a.T, a.NH, a.NKV, a.hs);
+    char what[96];
+    snprintf(what, sizeof what, "attention dqkv T=%d NH=%d NKV=%d hs=%d", a.T, a.NH, a.NKV, a.hs);
+    check_close(what, a.dqkv.f, a.dqkv.d, a.dqkv.n, ATTENTION_FP32_TOL);
+    att_teardown(&a);
+}
+END_TEST
+
+/* One and two threads give the same out, lse and dqkv, bit for bit. */
+START_TEST(attention_is_bitwise_thread_independent)
+{
+    struct att_case a = att_grid_setup(ATT_THREADS);
+    float *first = NULL;
+    const int n = a.out.n + a.lse.n + a.dqkv.n;
+    for (int threads = 1; threads <= 2; threads++) {
+        ops_cpu_set_threads(threads);
+        memset(a.dqkv.f, 0, (size_t)a.dqkv.n * sizeof(float));
+        att_forward(&a);
+        att_backward(&a);
+        float *got = malloc((size_t)n * sizeof *got);
+        ck_assert_ptr_nonnull(got);
+        memcpy(got, a.out.f, (size_t)a.out.n * sizeof(float));
+        memcpy(got + a.out.n, a.lse.f, (size_t)a.lse.n * sizeof(float));
+        memcpy(got + a.out.n + a.lse.n, a.dqkv.f, (size_t)a.dqkv.n * sizeof(float));
+        if (first) {
+            ck_assert_msg(memcmp(first, got, (size_t)n * sizeof(float)) == 0,
+                          "attention differs on %d threads", threads);
+            free(got);
+        } else {
+            first = got;
+        }
+    }
+    ops_cpu_set_threads(1);
+    free(first);
     att_teardown(&a);
 }
 END_TEST
@@ -2087,6 +2243,8 @@ int main(void)
     tc = testutil_tcase(s, "attention", 60);
     tcase_add_loop_test(tc, attention_forward_matches_reference, 0, NSIZES(ATT_SIZES));
     tcase_add_loop_test(tc, attention_backward_matches_finite_differences, 0, NSIZES(ATT_SIZES));
+    tcase_add_loop_test(tc, attention_matches_double_reference, 0, ATT_GRID);
+    tcase_add_test(tc, attention_is_bitwise_thread_independent);
     tcase_add_test(tc, attention_backward_accumulates);
     tcase_add_test(tc, attention_is_causal);
     tcase_add_loop_test(tc, lora_forward_matches_reference, 0, NSIZES(LORA_SIZES));

@@ -248,33 +248,67 @@ static double layer_activations(int s, int b, int h, int a, int t, int sp)
  * 34 sbh + 5 as^2b without tensor parallelism (eq. 1), sbh (10 + 24/t +
  * 5as/(ht)) with it (eq. 2), and (34 sbh + 5 as^2 b)/t with sequence
  * parallelism too (eq. 4). Of the 34, 2 are the two dropout masks (a byte
- * each); of the 10 replicated, the same 2; of 5 as^2b, 1 is the attention
- * dropout's mask and 2 the scores before the softmax. zerotrain has no
- * dropout, keeps activations in fp32 (4 bytes) and keeps only the softmax's
- * output (its backward needs nothing else), and keeps each norm's mean and
- * reciprocal deviation (2 floats per row, so 16 sb bytes per layer). So
- * per layer, exactly:
- *   (34 - 2)/2 = 16 elements sbh + 1 as^2b                     (t = 1)
- *   (10 - 2)/2 = 4 + 24/2/t = 12/t elements sbh + as^2b/t       (t > 1)
+ * each); of the 10 replicated, the same 2; 5 as^2b is attention's T x T
+ * part (the scores, the softmax, its dropout mask), which a fused
+ * attention does not keep: with it the formula is 34 sbh (their selective
+ * recomputation's figure). zerotrain's attention is fused
+ * (worker/cpu/attention.c): it keeps the output and one log-sum-exp per
+ * query row and head, a s b floats. It has no dropout, keeps activations
+ * in fp32 (4 bytes an element, twice the paper's 2: the fp32 numbers here
+ * are 2 x (34 - 2) = 64 sbh bytes, not 34 sbh; 16-bit activations are
+ * future work, issue 33) and keeps each norm's mean and reciprocal
+ * deviation (2 floats per row, so 16 sb bytes per layer). So per layer,
+ * exactly:
+ *   (34 - 2)/2 = 16 elements sbh + asb                      (t = 1)
+ *   (10 - 2)/2 = 4 + 24/2/t = 12/t elements sbh + asb/t     (t > 1)
  *   all of it over t                                       (sequence-par.)
- * each times 4 bytes, plus the norms' statistics. */
+ * each times 4 bytes, plus the norms' statistics: linear in s. */
 START_TEST(korthikanti_activations_per_layer)
 {
     static const int shapes[][4] = {
         {64, 1, 64, 4}, {128, 1, 64, 4}, {64, 2, 64, 4}, {64, 1, 128, 4}, {64, 1, 64, 8}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         const double s = shapes[k][0], b = shapes[k][1], h = shapes[k][2], a = shapes[k][3];
-        const double sbh = s * b * h, as2b = a * s * s * b, stats = 16.0 * s * b;
+        const double sbh = s * b * h, asb = a * s * b, stats = 16.0 * s * b;
         for (int t = 1; t <= 4; t *= 2)
             for (int sp = 0; sp <= (t > 1); sp++) {
                 const double got = layer_activations((int)s, (int)b, (int)h, (int)a, t, sp);
-                double want = 4.0 * ((4.0 + 12.0 / t) * sbh + as2b / t) + stats;
+                double want = 4.0 * ((4.0 + 12.0 / t) * sbh + asb / t) + stats;
                 if (sp)
-                    want = (4.0 * (16.0 * sbh + as2b) + stats) / t;
+                    want = (4.0 * (16.0 * sbh + asb) + stats) / t;
                 ck_assert_msg(got == want,
                               "s %g b %g h %g a %g t %d%s: %.0f bytes per layer, expected %.0f", s,
                               b, h, a, t, sp ? " sequence-parallel" : "", got, want);
             }
+    }
+}
+END_TEST
+
+/* With fused attention a rank's activations grow linearly in the sequence
+ * length: configs/small.yaml's model (6 layers, 6 heads, width 384) at
+ * micro batch 1, the ledger's activation bytes per token at seq 256, 512,
+ * 1024 and 2048 within 1 % of each other (with the T x T probabilities
+ * kept they grew 3.5 times from 256 to 2048). */
+START_TEST(activations_grow_linearly_in_seq)
+{
+    double per_token[4];
+    for (int k = 0; k < 4; k++) {
+        const int seq = 256 << k;
+        char yaml[512];
+        snprintf(yaml, sizeof yaml,
+                 "model: {vocab_size: 256, block_size: %d, n_layer: 6, n_head: 6, n_embd: 384}\n"
+                 "data: {train: /dev/null, seq_len: %d}\ntrain_micro_batch_size_per_gpu: 1\n",
+                 seq, seq);
+        struct zt_config cfg;
+        load_config(yaml, &cfg);
+        const struct plan_layout l = {.tp = 1, .pp = 1, .dp = 1, .micro_batch = 1, .accum = 1};
+        struct plan_role r;
+        ck_assert_int_eq(plan_role(&cfg, &l, 0, &r), ZT_OK);
+        per_token[k] = (double)r.peak[LEDGER_ACTIVATIONS] / seq;
+        config_free(&cfg);
+        ck_assert_msg(fabs(per_token[k] / per_token[0] - 1.0) < 0.01,
+                      "seq %d: %.1f activation bytes per token, seq 256: %.1f", seq, per_token[k],
+                      per_token[0]);
     }
 }
 END_TEST
@@ -376,6 +410,7 @@ int main(void)
     TCase *tc = testutil_tcase(s, "published", 300);
     tcase_add_test(tc, zero_paper_model_states);
     tcase_add_test(tc, korthikanti_activations_per_layer);
+    tcase_add_test(tc, activations_grow_linearly_in_seq);
     tcase_add_test(tc, cost_of_a_data_parallel_step);
     tcase_add_test(tc, bubble_shrinks_on_oversubscribed_cores);
     tc = testutil_tcase(s, "measured", 900);

@@ -300,7 +300,7 @@ struct act_layout {
     size_t encoded, outputs0, internals0, layer_stride, recompute;
     size_t lnf, lnf_rstd, logits, probs, losses, loss_stats, total;
     /* inside a layer's internals */
-    size_t ln1, ln1_rstd, qkv, atty, att, res2, ln2, ln2_rstd, gu, mlp;
+    size_t ln1, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_rstd, gu, mlp;
 };
 
 static struct act_layout act_layout_of(const struct llama_dims *d, int B, int T, int ckpt_every,
@@ -316,7 +316,7 @@ static struct act_layout act_layout_of(const struct llama_dims *d, int B, int T,
     a.ln1_rstd = o, o += R;
     a.qkv = o, o += BT * (size_t)d->QKV;
     a.atty = o, o += BT * (size_t)d->NH * d->hs;
-    a.att = o, o += (size_t)B * d->NH * T * T;
+    a.lse = o, o += (size_t)B * d->NH * T; /* attention's row log-sum-exps */
     a.res2 = o, o += R * C;
     a.ln2 = o, o += R * C;
     a.ln2_rstd = o, o += R;
@@ -361,7 +361,7 @@ static float *layer_output(const struct llama *m, const struct act_layout *a, in
 /* Backward scratch; under sequence parallelism also the forward's (see
  * model.c's scratch_layout). */
 struct scratch_layout {
-    size_t dres, dln, datty, dqkv, datt, dgu, dmlp, gathered, dln_rows, dnorm, total;
+    size_t dres, dln, datty, dqkv, dgu, dmlp, gathered, dln_rows, dnorm, total;
 };
 
 static struct scratch_layout scratch_layout_of(const struct llama_dims *d, int B, int T)
@@ -374,7 +374,6 @@ static struct scratch_layout scratch_layout_of(const struct llama_dims *d, int B
     s.dln = o, o += BT * C;
     s.datty = o, o += BT * (size_t)d->NH * d->hs;
     s.dqkv = o, o += BT * (size_t)d->QKV;
-    s.datt = o, o += (size_t)B * d->NH * T * T;
     s.dgu = o, o += BT * 2 * I;
     s.dmlp = o, o += BT * I;
     s.gathered = o, o += BT * C * sequence;
@@ -523,7 +522,7 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_Q), "q, k and v outputs after the rotary embedding",
                 layer + a.qkv, (size_t)BT * QKV);
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_forward(ops, layer + a.atty, layer + a.att, layer + a.qkv, B, T, NH,
+                ops->attention_forward(ops, layer + a.atty, layer + a.lse, layer + a.qkv, B, T, NH,
                                        NKV, hs));
     MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * NH * hs);
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
@@ -717,8 +716,8 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_backward(ops, sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
-                                        layer + a.att, B, T, NH, NKV, hs));
+                ops->attention_backward(ops, sc + s.dqkv, sc + s.datty, layer + a.qkv,
+                                        layer + a.atty, layer + a.lse, B, T, NH, NKV, hs));
     MODEL_TIMED(
         m, MODEL_PROF_ROPE,
         ops->rope_backward(ops, sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));

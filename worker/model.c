@@ -244,7 +244,7 @@ struct act_layout {
     size_t outputs0;                 /* L outputs of B*T*C floats each */
     size_t internals0, layer_stride; /* kept internals, one stride per kept layer */
     size_t recompute;                /* one stride for checkpointed layers (if any) */
-    size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch,
+    size_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch,
         fch_gelu; /* offsets inside a layer's internals */
     size_t total;
 };
@@ -265,7 +265,7 @@ static struct act_layout act_layout_of(const struct param_table *t, int B, int T
     a.ln1_rstd = o, o += R;
     a.qkv = o, o += BT * 3 * A;
     a.atty = o, o += BT * A;
-    a.att = o, o += (size_t)B * NH * T * T;
+    a.lse = o, o += (size_t)B * NH * T; /* attention's row log-sum-exps */
     a.res2 = o, o += R * C;
     a.ln2 = o, o += R * C;
     a.ln2_mean = o, o += R;
@@ -317,7 +317,7 @@ static float *layer_output(const struct gpt2 *m, const struct act_layout *a, int
  * reduce-scatter into dln_rows, dnorm a norm's weight gradients before
  * their sum; without it dln_rows is dln and the others are empty. */
 struct scratch_layout {
-    size_t dres, dln, datty, dqkv, datt, dfch, dfch_gelu, gathered, dln_rows, dnorm, total;
+    size_t dres, dln, datty, dqkv, dfch, dfch_gelu, gathered, dln_rows, dnorm, total;
 };
 
 static struct scratch_layout scratch_layout_of(const struct param_table *t, int B, int T)
@@ -331,7 +331,6 @@ static struct scratch_layout scratch_layout_of(const struct param_table *t, int 
     s.dln = o, o += BT * C;
     s.datty = o, o += BT * A;
     s.dqkv = o, o += BT * 3 * A;
-    s.datt = o, o += (size_t)B * d.NH * T * T;
     s.dfch = o, o += BT * F;
     s.dfch_gelu = o, o += BT * F;
     s.gathered = o, o += BT * C * sequence;
@@ -427,7 +426,7 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     MODEL_PROBE(&m->base, l, block_tensor(l, T_QKVW), "output", layer + a.qkv, (size_t)BT * 3 * A);
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_forward(ops, layer + a.atty, layer + a.att, layer + a.qkv, m->base.B,
+                ops->attention_forward(ops, layer + a.atty, layer + a.lse, layer + a.qkv, m->base.B,
                                        m->base.T, d.NH, d.NH, d.hs));
     MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * A);
     /* attn projection output is staged in res2 then the residual added in place */
@@ -625,8 +624,8 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * A));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_backward(ops, sc + s.dqkv, sc + s.datt, sc + s.datty, layer + a.qkv,
-                                        layer + a.att, B, T, d.NH, d.NH, d.hs));
+                ops->attention_backward(ops, sc + s.dqkv, sc + s.datty, layer + a.qkv,
+                                        layer + a.atty, layer + a.lse, B, T, d.NH, d.NH, d.hs));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,

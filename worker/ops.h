@@ -46,6 +46,12 @@
 #include "../common/status.h"
 #include "optimizer.h"
 
+/* The fp32 attention's bound (attention_forward): relative to the largest
+ * magnitude of the exact result, for out, lse and dqkv. Float sums of at
+ * most hs products and of one tile's probabilities at a time (the online
+ * softmax adds tiles, not single terms), so about 1e-6 in practice. */
+#define ATTENTION_FP32_TOL 1e-5
+
 struct ops_backend {
     const char *name; /* "cpu", "cuda" */
     /* The backend's state for one opened compute backend (the CUDA stream,
@@ -141,19 +147,35 @@ struct ops_backend {
                                const float *A, const float *B, float scale, int N, int C, int r,
                                int OC);
 
-    /* Causal self-attention with grouped-query heads. Row (b,t) of
+    /* Causal self-attention with grouped-query heads, fused: no T x T
+     * matrix is stored in any backend (FlashAttention's algorithm: tiles of
+     * queries against tiles of keys with an online softmax; the backward
+     * recomputes the probabilities tile by tile). Row (b,t) of
      * qkv[B,T,(NH+2*NKV)*hs] holds NH query heads, then NKV key heads, then
      * NKV value heads, hs columns each; query head h attends with key/value
-     * head h / (NH/NKV) (NH a multiple of NKV). out[B,T,NH*hs]; att[B,NH,T,T]
-     * receives the softmax probabilities (0 above the diagonal), kept for the
-     * backward. Scale 1/sqrt(hs). GPT-2 is the case NKV == NH. */
-    zt_status (*attention_forward)(const struct ops_backend *self, float *out, float *att,
+     * head h / (NH/NKV) (NH a multiple of NKV). Scale 1/sqrt(hs). GPT-2 is
+     * the case NKV == NH.
+     * out[B,T,NH*hs] receives the output; lse[B,NH,T] each row's log-sum-exp
+     * (natural log) of its scaled scores, s_ij = q_i . k_j / sqrt(hs) for
+     * j <= i: what the backward needs, with out, to recompute the softmax.
+     * Accuracy (fp32): out within ATTENTION_FP32_TOL of a double loop over
+     * the full softmax relative to its largest magnitude (max |err| /
+     * max |ref| over the tensor), lse within ATTENTION_FP32_TOL times
+     * max(1, max |lse|); tests/test_ops.c holds the CPU to it, and
+     * tests/test_gpu_ops.c other backends to the CPU. */
+    zt_status (*attention_forward)(const struct ops_backend *self, float *out, float *lse,
                                    const float *qkv, int B, int T, int NH, int NKV, int hs);
     /* dqkv += gradient w.r.t. qkv (key/value heads accumulate over the query
-     * heads sharing them); scratch: at least B*NH*T*T floats, contents
-     * undefined on return. */
-    zt_status (*attention_backward)(const struct ops_backend *self, float *dqkv, float *scratch,
-                                    const float *dout, const float *qkv, const float *att, int B,
+     * heads sharing them), given dout[B,T,NH*hs] and the forward's out and
+     * lse (out for D_i = dout_i . out_i, the softmax backward's row term).
+     * No scratch: each backend's tile workspace is its own (the CPU's on
+     * the stack of each thread, two tiles of 64 x 256 floats; the GPU's in
+     * shared memory), so it is O(threads x tile x tile), never B*NH*T*T.
+     * dqkv within ATTENTION_FP32_TOL of the exact gradient (relative to its
+     * largest magnitude). The CPU's result does not depend on the thread
+     * count, bit for bit. */
+    zt_status (*attention_backward)(const struct ops_backend *self, float *dqkv, const float *dout,
+                                    const float *qkv, const float *out, const float *lse, int B,
                                     int T, int NH, int NKV, int hs);
 
     /* RMSNorm over the last dimension: out[n,:] = inp[n,:] * rstd[n] * weight,

@@ -1,41 +1,56 @@
-/* worker/cpu/attention.c — causal self-attention with grouped-query heads.
+/* worker/cpu/attention.c — causal self-attention with grouped-query heads,
+ * fused (FlashAttention's algorithm): no T x T matrix is ever stored.
  *
- * Per (batch, query head) the work is three small matrix products on strided
- * views of qkv and a row softmax in between. A row of qkv holds NH query
- * heads, then NKV key heads, then NKV value heads, ld = (NH + 2 NKV) hs
- * floats; query head h reads key/value head h / g (g = NH / NKV query heads
- * per group), whose k and v start at columns (NH + h/g) hs and
- * (NH + NKV + h/g) hs, so sgemm reads q, k and v in place with lda = ld.
- * GPT-2 is g = 1 (ld = 3C). Sharing is by index only: no repeated copy of
- * k and v is made, forward or backward.
+ * Why: keeping the softmax probabilities att[B,NH,T,T] for the backward made
+ * activations grow with T^2 (configs/small.yaml: 9.9x from seq 1024 to 4096)
+ * and the backward needed as much scratch again. Here the forward keeps only
+ * the output and each row's log-sum-exp (lse[B,NH,T]); the backward
+ * recomputes the probabilities tile by tile from q, k and lse. Memory is
+ * linear in T; the price is one more Q K^T product in the backward.
  *
- * Causality: row i only sees keys 0..i, so half of Q K^T and of att V is
- * wasted on the masked triangle. The rows are cut into blocks of QBLOCK; the
- * block of rows [i0, i1) needs only key columns [0, i1), which is what its
- * sgemm computes. With T = 256 and eight blocks this does 9/16 of the full
- * products' work. Smaller blocks save more flops but lose more to sgemm's
- * per-call overhead; on one core, blocks of 32 made the forward 15-25%
- * faster than one block per head for T = 128 and 256 (head sizes 32, 64)
- * and were on par with 64 for T = 128, slightly ahead for T = 256.
- * Everything a block needs (its att rows, q rows, and the k/v prefix) is
- * reused while hot in cache, so each block runs its products and its
- * softmax back to back.
+ * Layout: a row of qkv holds NH query heads, then NKV key heads, then NKV
+ * value heads, ld = (NH + 2 NKV) hs floats; query head h reads key/value
+ * head h / g (g = NH / NKV), whose k and v start at columns (NH + h/g) hs
+ * and (NH + NKV + h/g) hs. Sharing is by index only: no copy of k and v is
+ * made, forward or backward, and every product reads q, k, v, out, dout and
+ * dqkv in place with their row strides.
  *
- * Entries of att above the diagonal are written as zero; the backward relies
- * on that when it multiplies by att^T over whole blocks.
+ * Forward, per (b, h) and query tile of QTILE rows: key tiles of KTILE
+ * columns up to the diagonal (tiles above it are skipped), S = scale Q K^T,
+ * then per row the online softmax: the running max m and sum l, the
+ * accumulator (the head's rows of out itself) rescaled by e^(m_old - m_new)
+ * before P V is added. At the end out /= l and lse = m + log l.
  *
- * Threads: a head's products are small (at T = 256 a block's are 32 rows
- * by at most 256), too small to split well, so with several threads the
- * heads are what is shared: the forward runs the (b, h) pairs, the backward
- * the (b, key/value head) groups on OpenMP's threads, each calling a
- * one-thread sgemm (the OpenMP build of OpenBLAS runs inline inside a
- * parallel region) and its softmax rows inline. In the backward the g query
- * heads of a group all add into the same dk and dv, so a group is one
- * iteration that runs its heads one after another in a fixed order: no
- * race, and the sum does not depend on the thread count. With one thread,
- * or the pthreads build of OpenBLAS (whose own threads would then
- * oversubscribe the cores), the pairs run in turn and each sgemm and
- * softmax may use every thread.
+ * Backward (FlashAttention-2): per query tile, D = rowsum(dO o O); per key
+ * tile, P = e^(S - lse) (recomputed), dV += P^T dO, dP = dO V^T,
+ * dS = P o (dP - D), dQ += scale dS K, dK += scale dS^T Q. Everything but
+ * the two tiles S/P and dP (and D) goes straight into dqkv.
+ *
+ * Products: cblas_sgemm on tiles. Even at 64 x 64 x 64 OpenBLAS runs at its
+ * large GEMM's rate here (90 GFLOP/s on one core), which GCC's vectorised
+ * loops do not approach; the row work (max, exp, sums, masks) is CPU_KERNEL
+ * code over a tile row's keys rounded up to 16 lanes, the masked lanes
+ * zeroed bitwise, so it vectorises (see cpu_expf).
+ *
+ * Cost: the forward does the unfused kernel's products and is as fast or
+ * faster (its T x T writes are gone); the backward recomputes S = Q K^T, a
+ * fifth product beside the unfused backward's four, and is slower by about
+ * that much on one core (scripts/bench/attention.sh has the times).
+ *
+ * Workspace: the tiles live on the stack of the thread running them (the
+ * forward one QTILE x KTILE tile, 64 KiB; the backward two, 128 KiB, and a
+ * few rows), so neither direction needs scratch from the caller.
+ *
+ * Threads: tiles are too small to split, so the work items go to OpenMP's
+ * threads, each calling a one-thread sgemm (the OpenMP build of OpenBLAS
+ * runs inline inside a parallel region). The forward's items are the
+ * (b, h, query tile) triples, independent of each other. In the backward
+ * the g query heads of a group and all their query tiles add into the same
+ * dk and dv, so a group (b, key/value head) is one item that runs its heads
+ * and tiles in a fixed order: no race, no atomics, and the result does not
+ * depend on the thread count. With one thread, or the pthreads build of
+ * OpenBLAS (whose own threads would oversubscribe the cores), the items run
+ * in turn.
  */
 #include "worker/cpu/ops_cpu_impl.h"
 
@@ -46,122 +61,45 @@
 #include <omp.h>
 #include <string.h>
 
-enum { QBLOCK = 32 };
-
-/* Rows are short (n <= T, a few hundred) and 16 lanes wide under AVX-512,
- * so per-row overheads matter. The loops run over whole chunks of PAD
- * entries, up to n rounded up to PAD but not past the row's end, with the
- * padding lanes masked off; the running max and sum are PAD-wide arrays the
- * compiler keeps in vector registers. This beats `omp simd reduction`
- * (whose per-lane arrays GCC initialises and folds one element at a time)
- * by 20% on T = 128 and leaves at most a T % PAD tail to scalar code. */
-enum { PAD = 16 };
-
-/* n rounded up to a whole chunk, capped at limit. */
-static int padded_end(int n, int limit)
-{
-    int p = (n + PAD - 1) / PAD * PAD;
-    return p < limit ? p : limit;
-}
-
-/* Softmax of row r over its first n entries (n >= 1); zeros r[n..T).
- * Entries past n may hold anything, NaN included: they are masked, never
- * mixed in. */
-CPU_KERNEL static void softmax_causal_row(float *r, int n, int T)
-{
-    int np = padded_end(n, T);
-    int nv = np / PAD * PAD; /* entries in whole chunks */
-    float mx[PAD], sum[PAD];
-    for (int l = 0; l < PAD; l++) {
-        mx[l] = -INFINITY;
-        sum[l] = 0.0f;
-    }
-    for (int j0 = 0; j0 < nv; j0 += PAD) {
-#pragma omp simd
-        for (int l = 0; l < PAD; l++) {
-            float x = r[j0 + l], v = j0 + l < n ? x : -INFINITY;
-            mx[l] = v > mx[l] ? v : mx[l];
-        }
-    }
-    float m = -INFINITY, s = 0.0f;
-    for (int l = 0; l < PAD; l++)
-        m = mx[l] > m ? mx[l] : m;
-    for (int j = nv; j < n; j++)
-        m = r[j] > m ? r[j] : m;
-    for (int j0 = 0; j0 < nv; j0 += PAD) {
-#pragma omp simd
-        for (int l = 0; l < PAD; l++) {
-            /* A bitwise mask, not `j < n ? e : 0`, keeps the loop
-             * vectorisable (see cpu_expf). */
-            union cpu_fbits e = {.f = cpu_expf(r[j0 + l] - m)};
-            e.i &= -(int32_t)(j0 + l < n);
-            r[j0 + l] = e.f;
-            sum[l] += e.f;
-        }
-    }
-    for (int j = nv; j < np; j++) {
-        r[j] = j < n ? cpu_expf(r[j] - m) : 0.0f;
-        s += r[j];
-    }
-    for (int l = 0; l < PAD; l++)
-        s += sum[l];
-    float inv = 1.0f / s;
-#pragma omp simd
-    for (int j = 0; j < np; j++)
-        r[j] *= inv;
-    memset(r + np, 0, (size_t)(T - np) * sizeof(float));
-}
-
-/* Softmax backward of row i of a block ending at i1, in place in d:
- * d[j] becomes att[j] (d[j] - sum_k att[k] d[k]) for j <= i and 0 for
- * i < j < i1, so that the block's products may run over keys [0, i1).
- * Past the diagonal att is 0 and d is finite (sgemm output), so the padded
- * loops produce exact zeros there. */
-CPU_KERNEL static void softmax_backward_row(float *d, const float *att, int i, int i1)
-{
-    int np = padded_end(i + 1, i1);
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j < np; j++)
-        dot += att[j] * d[j];
-#pragma omp simd
-    for (int j = 0; j < np; j++)
-        d[j] = att[j] * (d[j] - dot);
-    memset(d + np, 0, (size_t)(i1 - np) * sizeof(float));
-}
-
-/* An OpenMP parallel region costs about 0.4 us even with one thread, and
- * attention would open one per block per head, hundreds per call (6% of
- * the forward at T = 128): with one thread the row loops run inline. */
-static void softmax_rows(float *a, int i0, int i1, int T, int threads)
-{
-    if (threads == 1) {
-        for (int i = i0; i < i1; i++)
-            softmax_causal_row(a + (size_t)i * T, i + 1, T);
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int i = i0; i < i1; i++)
-        softmax_causal_row(a + (size_t)i * T, i + 1, T);
-}
-
-static void softmax_backward_rows(float *datt, const float *a, int i0, int i1, int T, int threads)
-{
-    if (threads == 1) {
-        for (int i = i0; i < i1; i++)
-            softmax_backward_row(datt + (size_t)i * T, a + (size_t)i * T, i, i1);
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int i = i0; i < i1; i++)
-        softmax_backward_row(datt + (size_t)i * T, a + (size_t)i * T, i, i1);
-}
+/* Query rows and key columns per tile. Wide key tiles make few, large
+ * products (64 x 256 x hs, then 64 x hs x 256) and few rescalings of the
+ * accumulator; at T <= 256 a query tile sees one key tile and the online
+ * softmax is a plain one. On one core (scripts/bench/attention.sh, a
+ * loaded machine, so rough) 64 x 256 was the best forward of 32..128 x
+ * 64..256, and the backward differed by less than the noise between 128
+ * and 256 columns. The diagonal costs nothing extra: a query tile's last
+ * key tile ends at its last row. KTILE is a multiple of 16 (the row loops'
+ * vector width) and of QTILE, so that a key tile that starts before a
+ * query tile's end starts at or before its first row. */
+enum { QTILE = 64, KTILE = 256 };
 
 /* Where one (b, h) finds its operands: q, k, v (and dq, dk, dv) are rows
  * ld floats apart, out and dout rows ldo = NH*hs floats apart. */
 struct head_view {
     int T, NH, NKV, hs, ld, ldo, threads;
+    float scale;
 };
+
+/* The strides of one call; a head count that does not divide fails. */
+static struct head_view view_of(int T, int NH, int NKV, int hs)
+{
+    ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0 && T >= 0);
+    return (struct head_view){.T = T,
+                              .NH = NH,
+                              .NKV = NKV,
+                              .hs = hs,
+                              .ld = (NH + 2 * NKV) * hs,
+                              .ldo = NH * hs,
+                              .threads = omp_get_max_threads(),
+                              .scale = 1.0f / sqrtf((float)hs)};
+}
+
+/* Whether the work items go to OpenMP's threads (see the top of the file):
+ * several threads, and an OpenBLAS that then runs each sgemm inline. */
+static int items_in_parallel(const struct head_view *w)
+{
+    return w->threads > 1 && openblas_get_parallel() == 2; /* 2: the OpenMP build */
+}
 
 /* The first columns of query head h and of the key and value head it reads,
  * within a row of qkv (q also within a row of out). */
@@ -177,129 +115,255 @@ static struct head_cols head_cols_of(const struct head_view *w, int h)
                               .v = (size_t)(w->NH + w->NKV + kv) * w->hs};
 }
 
-static void forward_head(float *o, float *a, const float *q, const float *k, const float *v,
-                         const struct head_view *w)
+/* ---- row kernels: one row of a tile, w lanes, the first n valid -------- */
+
+/* Sums run in LANES running partials folded in a fixed order, never in
+ * `omp simd reduction(+)`, whose order follows the vector width of the
+ * clone the CPU gets (8 lanes under AVX2, 16 under AVX-512): this way a
+ * row's sums, and so the losses, are the same bits on every x86-64 CPU.
+ * (Max needs no such care: it is exact in any order.) */
+enum { LANES = 16 };
+
+static float fold(const float acc[LANES])
 {
-    const int T = w->T, hs = w->hs, ld = w->ld, ldo = w->ldo;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int i0 = 0; i0 < T; i0 += QBLOCK) {
-        int i1 = i0 + QBLOCK < T ? i0 + QBLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs, scale,
-                    q + (size_t)i0 * ld, ld, k, ld, 0.0f, a + (size_t)i0 * T, T);
-        softmax_rows(a, i0, i1, T, w->threads);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f,
-                    a + (size_t)i0 * T, T, v, ld, 0.0f, o + (size_t)i0 * ldo, ldo);
+    float s = 0.0f;
+    for (int l = 0; l < LANES; l++)
+        s += acc[l];
+    return s;
+}
+
+/* The online softmax step of one row of S (n >= 1 valid entries; the rest
+ * finite): with the row's running max *m and sum *l, s becomes
+ * e^(s - m_new) (0 past n), *l = *l e^(m - m_new) + the row's sum, *m =
+ * m_new; returns e^(m - m_new), the factor the row's accumulator takes.
+ * first: no previous tile (returns 0). */
+CPU_KERNEL static float online_softmax_row(float *s, int n, int w, float *m, float *l, int first)
+{
+    float mx = first ? -INFINITY : *m, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int c = 0; c < w; c++) {
+        float v = c < n ? s[c] : -INFINITY;
+        mx = v > mx ? v : mx;
+    }
+    float acc[LANES] = {0};
+    for (int c0 = 0; c0 < w; c0 += LANES) {
+#pragma omp simd
+        for (int l = 0; l < LANES; l++) {
+            /* A bitwise mask, not `c < n ? e : 0`, keeps the loop
+             * vectorisable (see cpu_expf). */
+            union cpu_fbits e = {.f = cpu_expf(s[c0 + l] - mx)};
+            e.i &= -(int32_t)(c0 + l < n);
+            s[c0 + l] = e.f;
+            acc[l] += e.f;
+        }
+    }
+    sum = fold(acc);
+    float corr = first ? 0.0f : cpu_expf(*m - mx);
+    *l = first ? sum : *l * corr + sum;
+    *m = mx;
+    return corr;
+}
+
+/* The probabilities of one row recomputed from its log-sum-exp:
+ * s = e^(s - lse) for the first n entries, 0 past them (n may be <= 0). */
+CPU_KERNEL static void probs_row(float *s, int n, int w, float lse)
+{
+#pragma omp simd
+    for (int c = 0; c < w; c++) {
+        union cpu_fbits e = {.f = cpu_expf(s[c] - lse)};
+        e.i &= -(int32_t)(c < n);
+        s[c] = e.f;
     }
 }
 
-/* The strides of one call; a head count that does not divide fails. */
-static struct head_view view_of(int T, int NH, int NKV, int hs)
+/* The softmax backward of one row: dp = p (dp - d); zero where p is. */
+CPU_KERNEL static void dscores_row(float *dp, const float *p, int w, float d)
 {
-    ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0);
-    return (struct head_view){.T = T,
-                              .NH = NH,
-                              .NKV = NKV,
-                              .hs = hs,
-                              .ld = (NH + 2 * NKV) * hs,
-                              .ldo = NH * hs,
-                              .threads = omp_get_max_threads()};
+#pragma omp simd
+    for (int c = 0; c < w; c++)
+        dp[c] = p[c] * (dp[c] - d);
 }
 
-/* Whether the heads go to OpenMP's threads (see the top of the file):
- * several threads, and an OpenBLAS that then runs each sgemm inline. */
-static int heads_in_parallel(const struct head_view *w)
+/* x[0..n) *= a. */
+CPU_KERNEL static void scale_row(float *x, int n, float a)
 {
-    return w->threads > 1 && openblas_get_parallel() == 2; /* 2: the OpenMP build */
+#pragma omp simd
+    for (int c = 0; c < n; c++)
+        x[c] *= a;
 }
 
-/* Pair p = b NH + h of the forward. */
-static void forward_pair(float *out, float *att, const float *qkv, int p, const struct head_view *w)
+/* sum_c a[c] b[c], c < n, in float, in the fixed order of fold. */
+CPU_KERNEL static float dot_row(const float *a, const float *b, int n)
 {
-    const int b = p / w->NH, h = p % w->NH, T = w->T;
+    float acc[LANES] = {0};
+    const int nv = n / LANES * LANES;
+    for (int c0 = 0; c0 < nv; c0 += LANES) {
+#pragma omp simd
+        for (int l = 0; l < LANES; l++)
+            acc[l] += a[c0 + l] * b[c0 + l];
+    }
+    for (int c = nv; c < n; c++)
+        acc[c - nv] += a[c] * b[c];
+    return fold(acc);
+}
+
+/* The lanes the row loops run over for a tile of bk keys: bk rounded up to
+ * whole vectors of 16 (within KTILE), the padding lanes masked. */
+static int lanes_of(int bk)
+{
+    return (bk + 15) / 16 * 16;
+}
+
+/* Valid keys of row i (absolute) in the key tile starting at j0, ending at
+ * j1: min(i + 1, j1) - j0, <= 0 when the row ends before the tile. */
+static int keys_in_tile(int i, int j0, int j1)
+{
+    int e = i + 1 < j1 ? i + 1 : j1;
+    return e - j0;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+/* Query tile [i0, i0 + QTILE) of one (b, h): o and lse point at the head's
+ * row 0 (o's rows ldo apart, lse's contiguous), q, k, v at its columns of
+ * row 0 of qkv. */
+static void forward_tile(float *o, float *lse, const float *q, const float *k, const float *v,
+                         int i0, const struct head_view *w)
+{
+    /* Every entry of s stays finite: zeroed once, then only sgemm output. */
+    float s[QTILE * KTILE], m[QTILE], l[QTILE];
+    memset(s, 0, sizeof s);
+    const int T = w->T, hs = w->hs, ld = w->ld, ldo = w->ldo;
+    const int i1 = i0 + QTILE < T ? i0 + QTILE : T, bq = i1 - i0;
+    float *ob = o + (size_t)i0 * ldo;
+    for (int j0 = 0; j0 < i1; j0 += KTILE) {
+        const int j1 = j0 + KTILE < i1 ? j0 + KTILE : i1, bk = j1 - j0, first = j0 == 0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale,
+                    q + (size_t)i0 * ld, ld, k + (size_t)j0 * ld, ld, 0.0f, s, KTILE);
+        for (int r = 0; r < bq; r++) {
+            float corr = online_softmax_row(s + r * KTILE, keys_in_tile(i0 + r, j0, j1),
+                                            lanes_of(bk), &m[r], &l[r], first);
+            if (!first)
+                scale_row(ob + (size_t)r * ldo, hs, corr);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, hs, bk, 1.0f, s, KTILE,
+                    v + (size_t)j0 * ld, ld, first ? 0.0f : 1.0f, ob, ldo);
+    }
+    for (int r = 0; r < bq; r++) {
+        scale_row(ob + (size_t)r * ldo, hs, 1.0f / l[r]);
+        lse[i0 + r] = m[r] + logf(l[r]);
+    }
+}
+
+/* Work item p of the forward: pair p / tiles = b NH + h, query tile
+ * p % tiles. */
+static void forward_item(float *out, float *lse, const float *qkv, int p, int tiles,
+                         const struct head_view *w)
+{
+    const int pair = p / tiles, b = pair / w->NH, h = pair % w->NH, T = w->T;
     const float *rows = qkv + (size_t)b * T * w->ld;
     struct head_cols c = head_cols_of(w, h);
-    forward_head(out + (size_t)b * T * w->ldo + c.q, att + (size_t)p * T * T, rows + c.q,
-                 rows + c.k, rows + c.v, w);
+    forward_tile(out + (size_t)b * T * w->ldo + c.q, lse + (size_t)pair * T, rows + c.q, rows + c.k,
+                 rows + c.v, (p % tiles) * QTILE, w);
 }
 
-zt_status cpu_attention_forward(const struct ops_backend *self, float *out, float *att,
+zt_status cpu_attention_forward(const struct ops_backend *self, float *out, float *lse,
                                 const float *qkv, int B, int T, int NH, int NKV, int hs)
 {
     (void)self;
     const struct head_view w = view_of(T, NH, NKV, hs);
-    if (!heads_in_parallel(&w)) {
-        for (int p = 0; p < B * NH; p++)
-            forward_pair(out, att, qkv, p, &w);
+    const int tiles = (T + QTILE - 1) / QTILE, items = B * NH * tiles;
+    if (!items_in_parallel(&w)) {
+        for (int p = 0; p < items; p++)
+            forward_item(out, lse, qkv, p, tiles, &w);
         return ZT_OK;
     }
-    struct head_view one = w;
-    one.threads = 1; /* softmax rows inline: this thread owns the pair */
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < B * NH; p++)
-        forward_pair(out, att, qkv, p, &one);
+    /* Later tiles have more keys: handed out one at a time. */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int p = 0; p < items; p++)
+        forward_item(out, lse, qkv, p, tiles, &w);
     return ZT_OK;
 }
 
-/* One (b, h): dq/dk/dv and q/k/v point at the head's columns of dqkv and
- * qkv, dout at its columns of dout; datt is T*T scratch. */
-static void backward_head(float *dq, float *dk, float *dv, float *datt, const float *dout,
-                          const float *q, const float *k, const float *v, const float *a,
-                          const struct head_view *w)
+/* ---- backward ----------------------------------------------------------- */
+
+/* The operands of one query head in the backward, each at the head's
+ * columns of row 0 of its tensor. */
+struct head_grads {
+    float *dq, *dk, *dv;
+    const float *q, *k, *v, *o, *dout, *lse;
+};
+
+/* Query tile [i0, i0 + QTILE) of one head: its dq rows, and the dk and dv
+ * rows of the key tiles up to the diagonal. */
+static void backward_tile(const struct head_grads *g, int i0, const struct head_view *w)
 {
+    float p[QTILE * KTILE], dp[QTILE * KTILE], d[QTILE];
+    memset(p, 0, sizeof p); /* finite everywhere, as in forward_tile */
+    memset(dp, 0, sizeof dp);
     const int T = w->T, hs = w->hs, ld = w->ld, ldo = w->ldo;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int i0 = 0; i0 < T; i0 += QBLOCK) {
-        int i1 = i0 + QBLOCK < T ? i0 + QBLOCK : T, bs = i1 - i0;
-        const float *ab = a + (size_t)i0 * T, *dob = dout + (size_t)i0 * ldo;
-        float *db = datt + (size_t)i0 * T;
-        /* datt = dout V^T and dV += att^T dout, over the block's key prefix. */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bs, i1, hs, 1.0f, dob, ldo, v, ld,
-                    0.0f, db, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, bs, 1.0f, ab, T, dob, ldo,
-                    1.0f, dv, ld);
-        softmax_backward_rows(datt, a, i0, i1, T, w->threads);
-        /* preatt = scale Q K^T: dQ += scale dpre K, dK += scale dpre^T Q. */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bs, hs, i1, scale, db, T, k, ld,
-                    1.0f, dq + (size_t)i0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, bs, scale, db, T,
-                    q + (size_t)i0 * ld, ld, 1.0f, dk, ld);
+    const int i1 = i0 + QTILE < T ? i0 + QTILE : T, bq = i1 - i0;
+    const float *qb = g->q + (size_t)i0 * ld, *dob = g->dout + (size_t)i0 * ldo;
+    for (int r = 0; r < bq; r++)
+        d[r] = dot_row(dob + (size_t)r * ldo, g->o + (size_t)(i0 + r) * ldo, hs);
+    for (int j0 = 0; j0 < i1; j0 += KTILE) {
+        const int j1 = j0 + KTILE < i1 ? j0 + KTILE : i1, bk = j1 - j0;
+        const float *kb = g->k + (size_t)j0 * ld, *vb = g->v + (size_t)j0 * ld;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale, qb, ld, kb, ld,
+                    0.0f, p, KTILE);
+        for (int r = 0; r < bq; r++)
+            probs_row(p + r * KTILE, keys_in_tile(i0 + r, j0, j1), lanes_of(bk), g->lse[i0 + r]);
+        /* dV += P^T dO; dP = dO V^T; dS = P o (dP - D). */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hs, bq, 1.0f, p, KTILE, dob, ldo,
+                    1.0f, g->dv + (size_t)j0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, 1.0f, dob, ldo, vb, ld,
+                    0.0f, dp, KTILE);
+        for (int r = 0; r < bq; r++)
+            dscores_row(dp + r * KTILE, p + r * KTILE, lanes_of(bk), d[r]);
+        /* S = scale Q K^T: dQ += scale dS K, dK += scale dS^T Q. */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, hs, bk, w->scale, dp, KTILE, kb,
+                    ld, 1.0f, g->dq + (size_t)i0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hs, bq, w->scale, dp, KTILE, qb,
+                    ld, 1.0f, g->dk + (size_t)j0 * ld, ld);
     }
 }
 
-/* Group p = b NKV + kv of the backward: its g query heads in turn, on the
- * T*T slice `datt` of scratch. */
-static void backward_group(float *dqkv, float *datt, const float *dout, const float *qkv,
-                           const float *att, int p, const struct head_view *w)
+/* Group p = b NKV + kv of the backward: its g query heads in order, each
+ * head's query tiles in order. */
+static void backward_group(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int p, const struct head_view *w)
 {
     const int g = w->NH / w->NKV, b = p / w->NKV, kv = p % w->NKV, T = w->T;
-    const float *rows = qkv + (size_t)b * T * w->ld;
-    float *drows = dqkv + (size_t)b * T * w->ld;
+    const size_t rows = (size_t)b * T * w->ld, orows = (size_t)b * T * w->ldo;
     for (int h = kv * g; h < (kv + 1) * g; h++) {
         struct head_cols c = head_cols_of(w, h);
-        backward_head(drows + c.q, drows + c.k, drows + c.v, datt,
-                      dout + (size_t)b * T * w->ldo + c.q, rows + c.q, rows + c.k, rows + c.v,
-                      att + ((size_t)b * w->NH + h) * T * T, w);
+        const struct head_grads hg = {.dq = dqkv + rows + c.q,
+                                      .dk = dqkv + rows + c.k,
+                                      .dv = dqkv + rows + c.v,
+                                      .q = qkv + rows + c.q,
+                                      .k = qkv + rows + c.k,
+                                      .v = qkv + rows + c.v,
+                                      .o = out + orows + c.q,
+                                      .dout = dout + orows + c.q,
+                                      .lse = lse + ((size_t)b * w->NH + h) * T};
+        for (int i0 = 0; i0 < T; i0 += QTILE)
+            backward_tile(&hg, i0, w);
     }
 }
 
-zt_status cpu_attention_backward(const struct ops_backend *self, float *dqkv, float *scratch,
-                                 const float *dout, const float *qkv, const float *att, int B,
-                                 int T, int NH, int NKV, int hs)
+zt_status cpu_attention_backward(const struct ops_backend *self, float *dqkv, const float *dout,
+                                 const float *qkv, const float *out, const float *lse, int B, int T,
+                                 int NH, int NKV, int hs)
 {
     (void)self;
     const struct head_view w = view_of(T, NH, NKV, hs);
-    /* In turn, one T*T slice of scratch serves every head and stays in
-     * cache; in parallel each group takes its own (scratch holds B NH of
-     * them, and there are B NKV <= B NH groups). */
-    if (!heads_in_parallel(&w)) {
+    if (!items_in_parallel(&w)) {
         for (int p = 0; p < B * NKV; p++)
-            backward_group(dqkv, scratch, dout, qkv, att, p, &w);
+            backward_group(dqkv, dout, qkv, out, lse, p, &w);
         return ZT_OK;
     }
-    struct head_view one = w;
-    one.threads = 1;
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < B * NKV; p++)
-        backward_group(dqkv, scratch + (size_t)p * T * T, dout, qkv, att, p, &one);
+        backward_group(dqkv, dout, qkv, out, lse, p, &w);
     return ZT_OK;
 }

@@ -86,13 +86,13 @@ zt_status cpu_fp8_quantize(const struct ops_backend *self, uint8_t *q, float *am
 zt_status cpu_fp8_dequantize(const struct ops_backend *self, float *x, const uint8_t *q, size_t n,
                              float scale_inv, enum fp8_format f);
 
-/* attention_forward and attention_backward of worker/ops.h; the backward
- * uses only the first T*T floats of scratch. */
-zt_status cpu_attention_forward(const struct ops_backend *self, float *out, float *att,
+/* attention_forward and attention_backward of worker/ops.h (fused, tiles
+ * on the stack). */
+zt_status cpu_attention_forward(const struct ops_backend *self, float *out, float *lse,
                                 const float *qkv, int B, int T, int NH, int NKV, int hs);
-zt_status cpu_attention_backward(const struct ops_backend *self, float *dqkv, float *scratch,
-                                 const float *dout, const float *qkv, const float *att, int B,
-                                 int T, int NH, int NKV, int hs);
+zt_status cpu_attention_backward(const struct ops_backend *self, float *dqkv, const float *dout,
+                                 const float *qkv, const float *out, const float *lse, int B, int T,
+                                 int NH, int NKV, int hs);
 
 /* rmsnorm_forward and rmsnorm_backward of worker/ops.h. */
 zt_status cpu_rmsnorm_forward(const struct ops_backend *self, float *out, float *rstd,

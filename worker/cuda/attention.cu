@@ -1,44 +1,35 @@
 /* worker/cuda/attention.cu — causal self-attention with grouped-query heads
- * on the GPU: worker/cpu/attention.c's products and softmaxes, on the
- * context's stream.
+ * on the GPU, fused as worker/cpu/attention.c is (FlashAttention's
+ * algorithm): the forward keeps out and each row's log-sum-exp, the
+ * backward recomputes the probabilities tile by tile. No T x T matrix and
+ * no scratch: every tile lives in shared memory.
  *
  * Layout (worker/ops.h): a row of qkv holds NH query heads, then NKV key
  * heads, then NKV value heads, hs floats each, ld = (NH + 2 NKV) hs; query
- * head h reads key/value head h / g, g = NH / NKV. att[B,NH,T,T] keeps the
- * probabilities for the backward, so the T x T matrix goes to memory
- * anyway, which takes away most of what a fused (flash) kernel would save.
+ * head h reads key/value head h / g, g = NH / NKV, by index (no copies).
  *
- * Products: cuBLAS, not hand-tiled kernels. Every product of a head is a
- * GEMM on strided views of qkv, out and att, and the context's handle runs
- * them in plain fp32 (CUBLAS_PEDANTIC_MATH unless the run asked for tf32):
- * full-rate, tested tiling, and the same bits on every run for the same
- * shapes (cuBLAS is deterministic on one GPU model unless told to use
- * atomics). One call covers every (b, h) pair at once through
- * cublasSgemmBatched: a strided batch cannot, since the pair's operands are
- * T ld floats apart along b but hs apart along h (and k, v repeat over the
- * g heads of a group), while the per-head sizes (T <= 1024, hs 64..128)
- * need the whole batch to fill the GPU. The pointer arrays are built on the
- * stream by a small kernel in ctx->scratch (three pointers per pair;
- * batches beyond its room go in pieces), so nothing waits for the host.
+ * Kernels: plain fp32 tiles of BT query rows by BT key columns (BT = 32, or
+ * 16 or 8 where the device's shared memory cannot hold 32 rows of a wide
+ * head), 128 threads a block, expf (not __expf). Straightforward rather than
+ * tuned: dot products from shared memory, no tensor cores.
+ * - forward: a block per (query tile, h, b); key tiles up to the diagonal
+ *   (those above it are skipped), the online softmax per row (a warp per
+ *   row, lanes over the tile's columns), the accumulator rescaled by
+ *   e^(m_old - m_new) before P V is added; out = acc / l, lse = m + log l.
+ * - backward, two kernels, FlashAttention-2's products with no float
+ *   atomics: dq, a block per (query tile, h, b) over the key tiles, and
+ *   dk/dv, a block per (key tile, key/value head, b) over the group's query
+ *   heads in order and, for each, the query tiles from the diagonal on. So
+ *   every output element is written by one thread, which adds its terms in
+ *   an order fixed by the shape alone: the same bits on every run. Each
+ *   kernel recomputes P = e^(S - lse) and dP = dO V^T for its tiles, and
+ *   D = rowsum(dO o O) per query tile (hs products per row: small beside
+ *   the tile's BT hs per row).
+ * Reductions: warp rows through reduce.cuh's butterflies (fixed order);
+ * every other sum is one thread's loop in index order.
  *
- * Causality: as on the CPU, rows are cut into chunks of QCHUNK; rows
- * [i0, i1) see keys [0, i1) only, so each chunk's products stop there.
- * At T = 1024 the four chunks do 10/16 of the full products' work, for
- * four times the calls (each a whole batch of B NH pairs). Entries of att
- * above the diagonal are written as exact zeros by the softmax; the
- * products then run over whole chunks with those zeros in them, and the
- * backward relies on them the same way.
- *
- * Grouped heads in the backward: the g query heads of a group all add into
- * the same dk and dv. No atomics: the sum over the group is g separate
- * batched calls (query head j = 0..g-1 of every group in call j, beta = 1),
- * issued in order on the stream, so each group's dk and dv receive their g
- * terms in a fixed order; inside one call the pairs write disjoint outputs.
- *
- * Softmaxes: one warp per row of att, lanes striding over the row, max and
- * sum folded by reduce.cuh's butterfly of shuffles (every lane ends with
- * the same bits, and the order is fixed by the shape alone). Rows are at most T floats, so
- * a warp's 32 partial sums keep float's rounding small; expf, not __expf.
+ * Not run here (no GPU on the development machine): tests/test_gpu_ops.c
+ * checks it against the CPU ops wherever a GPU is lent.
  */
 #include "worker/cuda/cuda_impl.h"
 #include "worker/cuda/reduce.cuh"
@@ -46,297 +37,358 @@
 #include <math.h>
 
 enum {
-    QCHUNK = 256, /* query rows per chunk of the causal products */
-    SOFTMAX_THREADS = 256,
+    THREADS = 128, /* four warps */
     WARP = 32,
-    FILL_THREADS = 256,
+    TILE_MAX = 32, /* BT at most a warp's lanes: the softmax has a lane per column */
 };
 
 using reduce::warp_max;
 using reduce::warp_sum;
 
-/* Where one operand of a batched product lies for query head h of batch
- * row b: base + b * b_stride + (h / head_div) * head_stride. head_div is g
- * for the key and value heads (shared by a group), 1 otherwise. */
-struct operand {
-    const float *base;
-    long long b_stride;
-    long long head_stride;
-    int head_div;
-};
-
-/* Which (b, h) batch item p stands for: b = p / per_b, h = (p % per_b) *
- * mul + add. The per-pair products take every query head (per_b = NH,
- * mul = 1, add = 0); the group sums take query head `add` of each of the
- * NKV groups (per_b = NKV, mul = g). */
-struct batch_map {
-    int per_b, mul, add;
-};
-
-/* One batched product in cuBLAS's column-major terms (a row-major matrix
- * with leading dimension ld is its transpose, column-major, same ld). */
-struct gemm {
-    cublasOperation_t ta, tb;
-    int m, n, k;
-    float alpha, beta;
-    struct operand a, b, c;
-    int lda, ldb, ldc;
-};
-
-/* A batched product, its arguments in cublasSgemm's order. */
-static struct gemm gemm_of(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                           float alpha, struct operand a, int lda, struct operand b, int ldb,
-                           float beta, struct operand c, int ldc)
-{
-    struct gemm g = {ta, tb, m, n, k, alpha, beta, a, b, c, lda, ldb, ldc};
-    return g;
-}
-
-/* The strides of one call (shape_of fills it in this order). */
+/* The shape of one call and the tile it runs with. */
 struct attn_shape {
-    int B, T, NH, NKV, hs, g;
-    int ld;  /* floats per row of qkv and dqkv */
-    int ldo; /* floats per row of out and dout */
+    int B, T, NH, NKV, hs, g, ld, ldo, bt;
+    float scale;
 };
 
-static __device__ const float *operand_at(struct operand o, int b, int h)
+/* Shared memory of a block, in floats: tiles of bt rows, those read across
+ * rows by a warp (q, k, v, dout) padded to hs + 1 floats so that the lanes
+ * of a dot product hit distinct banks; score tiles bt x (bt + 1). */
+static size_t fwd_floats(int bt, int hs)
 {
-    return o.base + (long long)b * o.b_stride + (long long)(h / o.head_div) * o.head_stride;
+    return (size_t)bt * (hs + 1) * 2 + (size_t)bt * hs * 2 + (size_t)bt * (bt + 1) + 3 * bt;
+}
+static size_t dq_floats(int bt, int hs)
+{
+    return (size_t)bt * (hs + 1) * 4 + (size_t)bt * hs + 2 * (size_t)bt * (bt + 1) + 2 * bt;
+}
+static size_t dkv_floats(int bt, int hs)
+{
+    return (size_t)bt * (hs + 1) * 4 + 2 * (size_t)bt * hs + 2 * (size_t)bt * (bt + 1) + 2 * bt;
 }
 
-/* The pointers of batch items p0 .. p0 + n - 1 into a[0..n), b[0..n),
- * c[0..n). */
-static __global__ void fill_pointers(const float **a, const float **b, float **c, int p0, int n,
-                                     struct batch_map map, struct operand oa, struct operand ob,
-                                     struct operand oc)
+/* Where block-wide pieces of shared memory start: a bump allocator. */
+struct smem_cursor {
+    float *p;
+    __device__ float *take(size_t n)
+    {
+        float *r = p;
+        p += n;
+        return r;
+    }
+};
+
+extern __shared__ float attn_smem[];
+
+/* rows [r0, r0 + n) of a head's columns (col) of a tensor with rows ld
+ * floats apart, into dst with rows dld floats apart; zeros past n up to bt
+ * rows, so that every tile entry is finite. */
+__device__ static void load_rows(float *dst, int dld, const float *src, size_t ld, int r0, int n,
+                                 int bt, int hs)
 {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        int p = p0 + i, bi = p / map.per_b, h = (p % map.per_b) * map.mul + map.add;
-        a[i] = operand_at(oa, bi, h);
-        b[i] = operand_at(ob, bi, h);
-        c[i] = const_cast<float *>(operand_at(oc, bi, h));
+    for (int e = threadIdx.x; e < bt * hs; e += blockDim.x) {
+        int r = e / hs, d = e % hs;
+        dst[r * dld + d] = r < n ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
     }
 }
 
-/* Runs g over `items` batch items, in pieces that fit their pointer arrays
- * into ctx->scratch. Stream order keeps a piece's arrays intact until its
- * GEMM has run, so every piece reuses the same room. */
-static zt_status run_batched(struct cuda_ctx *ctx, const struct gemm *g, struct batch_map map,
-                             int items)
+/* s[r][c] = a_r . b_c over hs for r, c < bt (rows of a and b apart by
+ * hs + 1), times `mul`. */
+__device__ static void tile_dots(float *s, const float *a, const float *b, int bt, int hs,
+                                 float mul)
 {
-    const int room = (int)(CUDA_SCRATCH_BYTES / (3 * sizeof(float *)));
-    const float **pa = (const float **)ctx->scratch;
-    const float **pb = pa + room;
-    float **pc = (float **)(pb + room);
-    for (int p0 = 0; p0 < items; p0 += room) {
-        int n = items - p0 < room ? items - p0 : room;
-        fill_pointers<<<cuda_blocks((size_t)n, FILL_THREADS), FILL_THREADS, 0, ctx->stream>>>(
-            pa, pb, pc, p0, n, map, g->a, g->b, g->c);
-        CUDA_LAUNCHED();
-        CUBLAS_TRY(cublasSgemmBatched(ctx->blas, g->ta, g->tb, g->m, g->n, g->k, &g->alpha, pa,
-                                      g->lda, pb, g->ldb, &g->beta, pc, g->ldc, n));
+    for (int e = threadIdx.x; e < bt * bt; e += blockDim.x) {
+        int r = e / bt, c = e % bt;
+        const float *x = a + r * (hs + 1), *y = b + c * (hs + 1);
+        float acc = 0.0f;
+        for (int d = 0; d < hs; d++)
+            acc = fmaf(x[d], y[d], acc);
+        s[r * (bt + 1) + c] = acc * mul;
     }
+}
+
+/* dst[r] = x_r . y_r over hs for the first n rows of bt (x and y rows
+ * apart by xld and yld), a warp per row. */
+__device__ static void row_dots(float *dst, const float *x, int xld, const float *y, size_t yld,
+                                int n, int bt, int hs)
+{
+    const int lane = threadIdx.x % WARP;
+    for (int r = threadIdx.x / WARP; r < bt; r += blockDim.x / WARP) {
+        float acc = 0.0f;
+        for (int d = lane; d < hs && r < n; d += WARP)
+            acc = fmaf(x[r * xld + d], y[(size_t)r * yld + d], acc);
+        acc = warp_sum(acc);
+        if (lane == 0)
+            dst[r] = acc;
+    }
+}
+
+/* Whether entry (r, c) of the tile pair (query rows from i0, n_q of them;
+ * keys from j0, n_k) is a causal score. */
+__device__ static bool visible(int r, int c, int i0, int j0, int n_q, int n_k)
+{
+    return r < n_q && c < n_k && j0 + c <= i0 + r;
+}
+
+/* ---- forward ----------------------------------------------------------------- */
+
+__global__ static void attention_forward_kernel(float *out, float *lse, const float *qkv,
+                                                attn_shape s)
+{
+    const int bt = s.bt, hs = s.hs, T = s.T;
+    const int i0 = blockIdx.x * bt, h = blockIdx.y, b = blockIdx.z, kv = h / s.g;
+    const int nq = min(bt, T - i0), lane = threadIdx.x % WARP;
+    smem_cursor sm{attn_smem};
+    float *q = sm.take((size_t)bt * (hs + 1)), *k = sm.take((size_t)bt * (hs + 1));
+    float *v = sm.take((size_t)bt * hs), *acc = sm.take((size_t)bt * hs);
+    float *p = sm.take((size_t)bt * (bt + 1));
+    float *m = sm.take(bt), *l = sm.take(bt), *corr = sm.take(bt);
+    const float *rows = qkv + (size_t)b * T * s.ld;
+    load_rows(q, hs + 1, rows + (size_t)h * hs, s.ld, i0, nq, bt, hs);
+    for (int e = threadIdx.x; e < bt * hs; e += blockDim.x)
+        acc[e] = 0.0f;
+    for (int r = threadIdx.x; r < bt; r += blockDim.x) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    for (int j0 = 0; j0 < i0 + nq; j0 += bt) {
+        const int nk = min(bt, T - j0);
+        __syncthreads(); /* the previous tile's readers are done */
+        load_rows(k, hs + 1, rows + (size_t)(s.NH + kv) * hs, s.ld, j0, nk, bt, hs);
+        load_rows(v, hs, rows + (size_t)(s.NH + s.NKV + kv) * hs, s.ld, j0, nk, bt, hs);
+        __syncthreads();
+        tile_dots(p, q, k, bt, hs, s.scale);
+        __syncthreads();
+        /* the online softmax: a warp per row, a lane per column */
+        for (int r = threadIdx.x / WARP; r < bt; r += blockDim.x / WARP) {
+            const bool on = lane < bt && visible(r, lane, i0, j0, nq, nk);
+            const float x = on ? p[r * (bt + 1) + lane] : -INFINITY;
+            const float mx = fmaxf(m[r], warp_max(x));
+            /* a row with no visible key here (only rows past nq, which
+             * are never written out) keeps mx = -inf: guard the NaN */
+            const float e = on ? expf(x - mx) : 0.0f, sum = warp_sum(e);
+            if (lane < bt)
+                p[r * (bt + 1) + lane] = e;
+            if (lane == 0) {
+                const float c = mx == -INFINITY ? 1.0f : expf(m[r] - mx);
+                corr[r] = c;
+                l[r] = l[r] * c + sum;
+                m[r] = mx;
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < bt * hs; e += blockDim.x) {
+            const int r = e / hs, d = e % hs;
+            float a = acc[e] * corr[r];
+            for (int c = 0; c < bt; c++)
+                a = fmaf(p[r * (bt + 1) + c], v[c * hs + d], a);
+            acc[e] = a;
+        }
+    }
+    __syncthreads();
+    float *ob = out + (size_t)b * T * s.ldo + (size_t)h * hs;
+    for (int e = threadIdx.x; e < nq * hs; e += blockDim.x) {
+        const int r = e / hs, d = e % hs;
+        ob[(size_t)(i0 + r) * s.ldo + d] = acc[e] / l[r];
+    }
+    for (int r = threadIdx.x; r < nq; r += blockDim.x)
+        lse[((size_t)b * s.NH + h) * T + i0 + r] = m[r] + logf(l[r]);
+}
+
+/* ---- backward ---------------------------------------------------------------- */
+
+/* The probabilities and score gradients of one tile pair, in place:
+ * p = e^(p - lse_r) where visible, else 0; ds = p (ds - D_r). */
+__device__ static void tile_softmax_backward(float *p, float *ds, const float *lse_r,
+                                             const float *D, int i0, int j0, int nq, int nk, int bt)
+{
+    for (int e = threadIdx.x; e < bt * bt; e += blockDim.x) {
+        const int r = e / bt, c = e % bt, at = r * (bt + 1) + c;
+        const float pr = visible(r, c, i0, j0, nq, nk) ? expf(p[at] - lse_r[r]) : 0.0f;
+        p[at] = pr;
+        ds[at] = pr * (ds[at] - D[r]);
+    }
+}
+
+/* dq for query tile blockIdx.x of head blockIdx.y of batch row blockIdx.z:
+ * dq += scale sum over key tiles of dS K. */
+__global__ static void attention_dq_kernel(float *dqkv, const float *dout, const float *qkv,
+                                           const float *out, const float *lse, attn_shape s)
+{
+    const int bt = s.bt, hs = s.hs, T = s.T;
+    const int i0 = blockIdx.x * bt, h = blockIdx.y, b = blockIdx.z, kv = h / s.g;
+    const int nq = min(bt, T - i0);
+    smem_cursor sm{attn_smem};
+    float *q = sm.take((size_t)bt * (hs + 1)), *dob = sm.take((size_t)bt * (hs + 1));
+    float *k = sm.take((size_t)bt * (hs + 1)), *v = sm.take((size_t)bt * (hs + 1));
+    float *dq = sm.take((size_t)bt * hs);
+    float *p = sm.take((size_t)bt * (bt + 1)), *ds = sm.take((size_t)bt * (bt + 1));
+    float *D = sm.take(bt), *lr = sm.take(bt);
+    const float *rows = qkv + (size_t)b * T * s.ld;
+    const size_t orow = (size_t)b * T * s.ldo + (size_t)h * hs;
+    load_rows(q, hs + 1, rows + (size_t)h * hs, s.ld, i0, nq, bt, hs);
+    load_rows(dob, hs + 1, dout + orow, s.ldo, i0, nq, bt, hs);
+    for (int e = threadIdx.x; e < bt * hs; e += blockDim.x)
+        dq[e] = 0.0f;
+    for (int r = threadIdx.x; r < bt; r += blockDim.x)
+        lr[r] = r < nq ? lse[((size_t)b * s.NH + h) * T + i0 + r] : 0.0f;
+    __syncthreads();
+    row_dots(D, dob, hs + 1, out + orow + (size_t)i0 * s.ldo, s.ldo, nq, bt, hs);
+    for (int j0 = 0; j0 < i0 + nq; j0 += bt) {
+        const int nk = min(bt, T - j0);
+        __syncthreads();
+        load_rows(k, hs + 1, rows + (size_t)(s.NH + kv) * hs, s.ld, j0, nk, bt, hs);
+        load_rows(v, hs + 1, rows + (size_t)(s.NH + s.NKV + kv) * hs, s.ld, j0, nk, bt, hs);
+        __syncthreads();
+        tile_dots(p, q, k, bt, hs, s.scale);
+        tile_dots(ds, dob, v, bt, hs, 1.0f);
+        __syncthreads();
+        tile_softmax_backward(p, ds, lr, D, i0, j0, nq, nk, bt);
+        __syncthreads();
+        for (int e = threadIdx.x; e < bt * hs; e += blockDim.x) {
+            const int r = e / hs, d = e % hs;
+            float a = dq[e];
+            for (int c = 0; c < bt; c++)
+                a = fmaf(ds[r * (bt + 1) + c], k[c * (hs + 1) + d], a);
+            dq[e] = a;
+        }
+    }
+    __syncthreads();
+    float *dqb = dqkv + (size_t)b * T * s.ld + (size_t)h * hs;
+    for (int e = threadIdx.x; e < nq * hs; e += blockDim.x) {
+        const int r = e / hs, d = e % hs;
+        dqb[(size_t)(i0 + r) * s.ld + d] += s.scale * dq[e];
+    }
+}
+
+/* dk and dv for key tile blockIdx.x of key/value head blockIdx.y of batch
+ * row blockIdx.z: over the group's query heads in order and each one's
+ * query tiles from the diagonal on, dV += P^T dO and dK += scale dS^T Q. */
+__global__ static void attention_dkv_kernel(float *dqkv, const float *dout, const float *qkv,
+                                            const float *out, const float *lse, attn_shape s)
+{
+    const int bt = s.bt, hs = s.hs, T = s.T;
+    const int j0 = blockIdx.x * bt, kv = blockIdx.y, b = blockIdx.z;
+    const int nk = min(bt, T - j0);
+    smem_cursor sm{attn_smem};
+    float *k = sm.take((size_t)bt * (hs + 1)), *v = sm.take((size_t)bt * (hs + 1));
+    float *q = sm.take((size_t)bt * (hs + 1)), *dob = sm.take((size_t)bt * (hs + 1));
+    float *dk = sm.take((size_t)bt * hs), *dv = sm.take((size_t)bt * hs);
+    float *p = sm.take((size_t)bt * (bt + 1)), *ds = sm.take((size_t)bt * (bt + 1));
+    float *D = sm.take(bt), *lr = sm.take(bt);
+    const float *rows = qkv + (size_t)b * T * s.ld;
+    load_rows(k, hs + 1, rows + (size_t)(s.NH + kv) * hs, s.ld, j0, nk, bt, hs);
+    load_rows(v, hs + 1, rows + (size_t)(s.NH + s.NKV + kv) * hs, s.ld, j0, nk, bt, hs);
+    for (int e = threadIdx.x; e < bt * hs; e += blockDim.x)
+        dk[e] = dv[e] = 0.0f;
+    for (int h = kv * s.g; h < (kv + 1) * s.g; h++) {
+        const size_t orow = (size_t)b * T * s.ldo + (size_t)h * hs;
+        for (int i0 = j0; i0 < T; i0 += bt) {
+            const int nq = min(bt, T - i0);
+            __syncthreads(); /* the previous tile's readers are done */
+            load_rows(q, hs + 1, rows + (size_t)h * hs, s.ld, i0, nq, bt, hs);
+            load_rows(dob, hs + 1, dout + orow, s.ldo, i0, nq, bt, hs);
+            for (int r = threadIdx.x; r < bt; r += blockDim.x)
+                lr[r] = r < nq ? lse[((size_t)b * s.NH + h) * T + i0 + r] : 0.0f;
+            __syncthreads();
+            row_dots(D, dob, hs + 1, out + orow + (size_t)i0 * s.ldo, s.ldo, nq, bt, hs);
+            tile_dots(p, q, k, bt, hs, s.scale);
+            tile_dots(ds, dob, v, bt, hs, 1.0f);
+            __syncthreads();
+            tile_softmax_backward(p, ds, lr, D, i0, j0, nq, nk, bt);
+            __syncthreads();
+            for (int e = threadIdx.x; e < bt * hs; e += blockDim.x) {
+                const int c = e / hs, d = e % hs;
+                float av = dv[e], ak = dk[e];
+                for (int r = 0; r < bt; r++) {
+                    av = fmaf(p[r * (bt + 1) + c], dob[r * (hs + 1) + d], av);
+                    ak = fmaf(ds[r * (bt + 1) + c], q[r * (hs + 1) + d], ak);
+                }
+                dv[e] = av;
+                dk[e] = ak;
+            }
+        }
+    }
+    __syncthreads();
+    float *dkb = dqkv + (size_t)b * T * s.ld + (size_t)(s.NH + kv) * hs;
+    float *dvb = dqkv + (size_t)b * T * s.ld + (size_t)(s.NH + s.NKV + kv) * hs;
+    for (int e = threadIdx.x; e < nk * hs; e += blockDim.x) {
+        const int c = e / hs, d = e % hs;
+        dkb[(size_t)(j0 + c) * s.ld + d] += s.scale * dk[e];
+        dvb[(size_t)(j0 + c) * s.ld + d] += dv[e];
+    }
+}
+
+/* ---- launching ----------------------------------------------------------------- */
+
+/* The shape, with the widest tile (32, 16 or 8 rows) whose blocks fit the
+ * device's shared memory in all three kernels. */
+static zt_status shape_of(const struct cuda_ctx *ctx, int B, int T, int NH, int NKV, int hs,
+                          attn_shape *out)
+{
+    ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0 && T >= 0 && B >= 0);
+    int optin = 0;
+    CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device));
+    int bt = TILE_MAX;
+    while (bt >= 8 && dkv_floats(bt, hs) * sizeof(float) > (size_t)optin)
+        bt /= 2;
+    if (bt < 8)
+        return zt_error_set(ZT_ERR_DEVICE,
+                            "attention: head size %d needs more shared memory than this GPU's "
+                            "%d bytes per block",
+                            hs, optin);
+    *out = attn_shape{
+        B, T, NH, NKV, hs, NH / NKV, (NH + 2 * NKV) * hs, NH * hs, bt, 1.0f / sqrtf((float)hs)};
     return ZT_OK;
 }
 
-static struct attn_shape shape_of(int B, int T, int NH, int NKV, int hs)
+/* Raises a kernel's dynamic shared memory limit to `bytes` where it is
+ * past the default 48 KiB. */
+template <class K> static zt_status allow_smem(K kernel, size_t bytes)
 {
-    ZT_ASSERT(B >= 0 && T >= 1 && NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0);
-    return {B, T, NH, NKV, hs, NH / NKV, (NH + 2 * NKV) * hs, NH * hs};
+    if (bytes > 48 * 1024)
+        CUDA_TRY(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return ZT_OK;
 }
 
-/* The operands, for rows from i0 on. q, k and v (and dq, dk, dv) are
- * views of qkv (dqkv), rows_view of out (dout), square_view of att (the
- * backward's scratch, laid out as att). */
-static struct operand q_view(const struct attn_shape *s, const float *qkv, int i0)
-{
-    return {qkv + (size_t)i0 * s->ld, (long long)s->T * s->ld, s->hs, 1};
-}
-
-static struct operand k_view(const struct attn_shape *s, const float *qkv)
-{
-    return {qkv + (size_t)s->NH * s->hs, (long long)s->T * s->ld, s->hs, s->g};
-}
-
-static struct operand v_view(const struct attn_shape *s, const float *qkv)
-{
-    return {qkv + (size_t)(s->NH + s->NKV) * s->hs, (long long)s->T * s->ld, s->hs, s->g};
-}
-
-static struct operand rows_view(const struct attn_shape *s, const float *out, int i0)
-{
-    return {out + (size_t)i0 * s->ldo, (long long)s->T * s->ldo, s->hs, 1};
-}
-
-static struct operand square_view(const struct attn_shape *s, const float *att, int i0)
-{
-    long long tt = (long long)s->T * s->T;
-    return {att + (size_t)i0 * s->T, tt * s->NH, tt, 1};
-}
-
-static struct batch_map every_pair(const struct attn_shape *s)
-{
-    return {s->NH, 1, 0};
-}
-
-/* Query head j of every group. */
-static struct batch_map group_member(const struct attn_shape *s, int j)
-{
-    return {s->NKV, s->g, j};
-}
-
-/* In place on rows of att (row r is query position r % T): the scaled
- * scores of keys 0..i become their softmax, the rest of the row 0. One
- * warp per row; the grid strides over rows a warp at a time, so the
- * shuffles always see the whole warp. */
-static __global__ void softmax_causal(float *att, size_t rows, int T)
-{
-    const int lane = threadIdx.x % WARP;
-    const size_t warps = (size_t)gridDim.x * blockDim.x / WARP;
-    for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP; r < rows; r += warps) {
-        float *a = att + r * T;
-        const int n = (int)(r % T) + 1;
-        float m = -INFINITY;
-        for (int j = lane; j < n; j += WARP)
-            m = a[j] > m ? a[j] : m;
-        m = warp_max(m);
-        float s = 0.0f;
-        for (int j = lane; j < n; j += WARP) {
-            float e = expf(a[j] - m);
-            a[j] = e;
-            s += e;
-        }
-        const float inv = 1.0f / warp_sum(s);
-        for (int j = lane; j < T; j += WARP)
-            a[j] = j < n ? a[j] * inv : 0.0f;
-    }
-}
-
-/* In place on rows of d (the gradient w.r.t. att, over keys 0..i at least):
- * d[j] becomes att[j] (d[j] - sum_k att[k] d[k]) for j <= i, and 0 past
- * the diagonal, where d may hold anything the chunked product left. */
-static __global__ void softmax_causal_backward(float *d, const float *att, size_t rows, int T)
-{
-    const int lane = threadIdx.x % WARP;
-    const size_t warps = (size_t)gridDim.x * blockDim.x / WARP;
-    for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP; r < rows; r += warps) {
-        float *dr = d + r * T;
-        const float *a = att + r * T;
-        const int n = (int)(r % T) + 1;
-        float dot = 0.0f;
-        for (int j = lane; j < n; j += WARP)
-            dot += a[j] * dr[j];
-        dot = warp_sum(dot);
-        for (int j = lane; j < T; j += WARP)
-            dr[j] = j < n ? a[j] * (dr[j] - dot) : 0.0f;
-    }
-}
-
-static unsigned row_blocks(size_t rows)
-{
-    return cuda_blocks(rows * WARP, SOFTMAX_THREADS);
-}
-
-/* The end of the chunk of query rows that starts at i0. */
-static int chunk_end(int i0, int T)
-{
-    return i0 + QCHUNK < T ? i0 + QCHUNK : T;
-}
-
-extern "C" zt_status cuda_attention_forward(const struct ops_backend *self, float *out, float *att,
+extern "C" zt_status cuda_attention_forward(const struct ops_backend *self, float *out, float *lse,
                                             const float *qkv, int B, int T, int NH, int NKV, int hs)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
-    const struct attn_shape s = shape_of(B, T, NH, NKV, hs);
-    if (B == 0)
+    attn_shape s;
+    ZT_TRY(shape_of(ctx, B, T, NH, NKV, hs, &s));
+    if (B == 0 || T == 0)
         return ZT_OK;
-    const int pairs = B * NH;
-    const float scale = 1.0f / sqrtf((float)hs);
-    /* att rows [i0, i1), keys [0, i1): scale q k^T. */
-    for (int i0 = 0; i0 < T; i0 += QCHUNK) {
-        int i1 = chunk_end(i0, T);
-        struct gemm g = gemm_of(CUBLAS_OP_T, CUBLAS_OP_N, i1, i1 - i0, hs, scale, k_view(&s, qkv),
-                                s.ld, q_view(&s, qkv, i0), s.ld, 0.0f, square_view(&s, att, i0), T);
-        ZT_TRY(run_batched(ctx, &g, every_pair(&s), pairs));
-    }
-    const size_t rows = (size_t)pairs * T;
-    softmax_causal<<<row_blocks(rows), SOFTMAX_THREADS, 0, ctx->stream>>>(att, rows, T);
+    const size_t bytes = fwd_floats(s.bt, hs) * sizeof(float);
+    ZT_TRY(allow_smem(attention_forward_kernel, bytes));
+    const dim3 grid((unsigned)((T + s.bt - 1) / s.bt), (unsigned)NH, (unsigned)B);
+    attention_forward_kernel<<<grid, THREADS, bytes, ctx->stream>>>(out, lse, qkv, s);
     CUDA_LAUNCHED();
-    /* out rows [i0, i1) = att[i0:i1, 0:i1] v[0:i1]. */
-    for (int i0 = 0; i0 < T; i0 += QCHUNK) {
-        int i1 = chunk_end(i0, T);
-        struct gemm g =
-            gemm_of(CUBLAS_OP_N, CUBLAS_OP_N, hs, i1 - i0, i1, 1.0f, v_view(&s, qkv), s.ld,
-                    square_view(&s, att, i0), T, 0.0f, rows_view(&s, out, i0), s.ldo);
-        ZT_TRY(run_batched(ctx, &g, every_pair(&s), pairs));
-    }
-    return ZT_OK;
-}
-
-/* datt rows [i0, i1) = dout v^T over keys [0, i1), into scratch (laid out
- * as att); then dv[0:i1] += att[i0:i1, 0:i1]^T dout[i0:i1], one query head
- * of every group per call. */
-static zt_status backward_values(struct cuda_ctx *ctx, const struct attn_shape *s, float *dqkv,
-                                 float *datt, const float *dout, const float *qkv, const float *att)
-{
-    const int pairs = s->B * s->NH, groups = s->B * s->NKV, T = s->T, hs = s->hs;
-    for (int i0 = 0; i0 < T; i0 += QCHUNK) {
-        int i1 = chunk_end(i0, T);
-        struct gemm g =
-            gemm_of(CUBLAS_OP_T, CUBLAS_OP_N, i1, i1 - i0, hs, 1.0f, v_view(s, qkv), s->ld,
-                    rows_view(s, dout, i0), s->ldo, 0.0f, square_view(s, datt, i0), T);
-        ZT_TRY(run_batched(ctx, &g, every_pair(s), pairs));
-    }
-    for (int i0 = 0; i0 < T; i0 += QCHUNK) {
-        int i1 = chunk_end(i0, T);
-        struct gemm g =
-            gemm_of(CUBLAS_OP_N, CUBLAS_OP_T, hs, i1, i1 - i0, 1.0f, rows_view(s, dout, i0), s->ldo,
-                    square_view(s, att, i0), T, 1.0f, v_view(s, dqkv), s->ld);
-        for (int j = 0; j < s->g; j++)
-            ZT_TRY(run_batched(ctx, &g, group_member(s, j), groups));
-    }
-    return ZT_OK;
-}
-
-/* With dpre = the gradient w.r.t. the scaled scores (in scratch):
- * dq[i0:i1] += scale dpre[i0:i1, 0:i1] k[0:i1]; then dk[0:i1] += scale
- * dpre[i0:i1, 0:i1]^T q[i0:i1], one query head of every group per call. */
-static zt_status backward_scores(struct cuda_ctx *ctx, const struct attn_shape *s, float *dqkv,
-                                 const float *dpre, const float *qkv)
-{
-    const int pairs = s->B * s->NH, groups = s->B * s->NKV, T = s->T, hs = s->hs;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int i0 = 0; i0 < T; i0 += QCHUNK) {
-        int i1 = chunk_end(i0, T);
-        struct gemm g =
-            gemm_of(CUBLAS_OP_N, CUBLAS_OP_N, hs, i1 - i0, i1, scale, k_view(s, qkv), s->ld,
-                    square_view(s, dpre, i0), T, 1.0f, q_view(s, dqkv, i0), s->ld);
-        ZT_TRY(run_batched(ctx, &g, every_pair(s), pairs));
-    }
-    for (int i0 = 0; i0 < T; i0 += QCHUNK) {
-        int i1 = chunk_end(i0, T);
-        struct gemm g =
-            gemm_of(CUBLAS_OP_N, CUBLAS_OP_T, hs, i1, i1 - i0, scale, q_view(s, qkv, i0), s->ld,
-                    square_view(s, dpre, i0), T, 1.0f, k_view(s, dqkv), s->ld);
-        for (int j = 0; j < s->g; j++)
-            ZT_TRY(run_batched(ctx, &g, group_member(s, j), groups));
-    }
     return ZT_OK;
 }
 
 extern "C" zt_status cuda_attention_backward(const struct ops_backend *self, float *dqkv,
-                                             float *scratch, const float *dout, const float *qkv,
-                                             const float *att, int B, int T, int NH, int NKV,
+                                             const float *dout, const float *qkv, const float *out,
+                                             const float *lse, int B, int T, int NH, int NKV,
                                              int hs)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
-    const struct attn_shape s = shape_of(B, T, NH, NKV, hs);
-    if (B == 0)
+    attn_shape s;
+    ZT_TRY(shape_of(ctx, B, T, NH, NKV, hs, &s));
+    if (B == 0 || T == 0)
         return ZT_OK;
-    ZT_TRY(backward_values(ctx, &s, dqkv, scratch, dout, qkv, att));
-    const size_t rows = (size_t)B * NH * T;
-    softmax_causal_backward<<<row_blocks(rows), SOFTMAX_THREADS, 0, ctx->stream>>>(scratch, att,
-                                                                                   rows, T);
+    const unsigned tiles = (unsigned)((T + s.bt - 1) / s.bt);
+    const size_t dq_bytes = dq_floats(s.bt, hs) * sizeof(float);
+    const size_t dkv_bytes = dkv_floats(s.bt, hs) * sizeof(float);
+    ZT_TRY(allow_smem(attention_dq_kernel, dq_bytes));
+    ZT_TRY(allow_smem(attention_dkv_kernel, dkv_bytes));
+    /* dq and dk/dv touch disjoint columns of dqkv: no order between them */
+    attention_dq_kernel<<<dim3(tiles, (unsigned)NH, (unsigned)B), THREADS, dq_bytes, ctx->stream>>>(
+        dqkv, dout, qkv, out, lse, s);
     CUDA_LAUNCHED();
-    return backward_scores(ctx, &s, dqkv, scratch, qkv);
+    attention_dkv_kernel<<<dim3(tiles, (unsigned)NKV, (unsigned)B), THREADS, dkv_bytes,
+                           ctx->stream>>>(dqkv, dout, qkv, out, lse, s);
+    CUDA_LAUNCHED();
+    return ZT_OK;
 }

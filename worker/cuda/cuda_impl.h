@@ -38,9 +38,9 @@ struct cuda_ctx {
     int sm_count;        /* its multiprocessors, for grid sizes */
     cudaStream_t stream; /* compute: every op is issued here, in order */
     cublasHandle_t blas; /* bound to `stream`; default math: full fp32, no TF32 */
-    /* device, CUDA_SCRATCH_BYTES: reductions' partials, attention's batched
-     * GEMM pointer arrays; any op may overwrite it, which is safe because
-     * every op runs in order on `stream`, so no op's scratch outlives it */
+    /* device, CUDA_SCRATCH_BYTES: reductions' partials; any op may
+     * overwrite it, which is safe because every op runs in order on
+     * `stream`, so no op's scratch outlives it */
     void *scratch;
     void *host_scratch; /* pinned host, CUDA_SCRATCH_BYTES: results read back */
 };
@@ -126,10 +126,10 @@ zt_status cuda_lora_backward(const struct ops_backend *self, float *dinp, float 
                              int OC);
 
 /* attention.cu */
-zt_status cuda_attention_forward(const struct ops_backend *self, float *out, float *att,
+zt_status cuda_attention_forward(const struct ops_backend *self, float *out, float *lse,
                                  const float *qkv, int B, int T, int NH, int NKV, int hs);
-zt_status cuda_attention_backward(const struct ops_backend *self, float *dqkv, float *scratch,
-                                  const float *dout, const float *qkv, const float *att, int B,
+zt_status cuda_attention_backward(const struct ops_backend *self, float *dqkv, const float *dout,
+                                  const float *qkv, const float *out, const float *lse, int B,
                                   int T, int NH, int NKV, int hs);
 
 /* rmsnorm.cu */

@@ -162,7 +162,7 @@ static zt_status ctx_make(struct cuda_ctx *ctx)
     CUBLAS_TRY(cublasCreate(&ctx->blas));
     CUBLAS_TRY(cublasSetStream(ctx->blas, ctx->stream));
     CUBLAS_TRY(cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH));
-    /* alpha and beta are host scalars in every call (attention.cu, matmul.cu) */
+    /* alpha and beta are host scalars in every call (matmul.cu, lora.cu) */
     CUBLAS_TRY(cublasSetPointerMode(ctx->blas, CUBLAS_POINTER_MODE_HOST));
     CUDA_TRY(cudaMalloc(&ctx->scratch, CUDA_SCRATCH_BYTES));
     CUDA_TRY(cudaMallocHost(&ctx->host_scratch, CUDA_SCRATCH_BYTES));
