@@ -8,10 +8,11 @@
 # usage: scripts/bench/gemm.sh [REPS]   (default 7)
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
-zt_build "$ZT_ROOT/build" >/dev/null
+build_dir=${ZT_BUILD_DIR:-$ZT_ROOT/build}
+zt_build "$build_dir" >/dev/null
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 flags=$(grep -m1 "^flags" /proc/cpuinfo | tr ' ' '\n' |
   grep -E '^(avx2|avx512f|avx512_bf16|avx512_vnni|amx_bf16|amx_tile)$' | tr '\n' ' ')
 echo "# CPU: $cpu; $(nproc) cores; features: $flags"
 echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset: detected)}"
-OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$ZT_ROOT/build/worker/gemm_bench" "$@"
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$build_dir/worker/gemm_bench" "$@"

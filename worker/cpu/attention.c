@@ -117,21 +117,6 @@ static struct head_cols head_cols_of(const struct head_view *w, int h)
 
 /* ---- row kernels: one row of a tile, w lanes, the first n valid -------- */
 
-/* Sums run in LANES running partials folded in a fixed order, never in
- * `omp simd reduction(+)`, whose order follows the vector width of the
- * clone the CPU gets (8 lanes under AVX2, 16 under AVX-512): this way a
- * row's sums, and so the losses, are the same bits on every x86-64 CPU.
- * (Max needs no such care: it is exact in any order.) */
-enum { LANES = 16 };
-
-static float fold(const float acc[LANES])
-{
-    float s = 0.0f;
-    for (int l = 0; l < LANES; l++)
-        s += acc[l];
-    return s;
-}
-
 /* The online softmax step of one row of S (n >= 1 valid entries; the rest
  * finite): with the row's running max *m and sum *l, s becomes
  * e^(s - m_new) (0 past n), *l = *l e^(m - m_new) + the row's sum, *m =
@@ -145,10 +130,10 @@ CPU_KERNEL static float online_softmax_row(float *s, int n, int w, float *m, flo
         float v = c < n ? s[c] : -INFINITY;
         mx = v > mx ? v : mx;
     }
-    float acc[LANES] = {0};
-    for (int c0 = 0; c0 < w; c0 += LANES) {
+    float acc[CPU_LANES] = {0}; /* sums in the fixed order of ops_cpu_impl.h */
+    for (int c0 = 0; c0 < w; c0 += CPU_LANES) {
 #pragma omp simd
-        for (int l = 0; l < LANES; l++) {
+        for (int l = 0; l < CPU_LANES; l++) {
             /* A bitwise mask, not `c < n ? e : 0`, keeps the loop
              * vectorisable (see cpu_expf). */
             union cpu_fbits e = {.f = cpu_expf(s[c0 + l] - mx)};
@@ -157,7 +142,7 @@ CPU_KERNEL static float online_softmax_row(float *s, int n, int w, float *m, flo
             acc[l] += e.f;
         }
     }
-    sum = fold(acc);
+    sum = cpu_lanes_fold(acc);
     float corr = first ? 0.0f : cpu_expf(*m - mx);
     *l = first ? sum : *l * corr + sum;
     *m = mx;
@@ -192,19 +177,12 @@ CPU_KERNEL static void scale_row(float *x, int n, float a)
         x[c] *= a;
 }
 
-/* sum_c a[c] b[c], c < n, in float, in the fixed order of fold. */
+/* sum_c a[c] b[c], c < n, in float (CPU_ROW_SUM's order). */
 CPU_KERNEL static float dot_row(const float *a, const float *b, int n)
 {
-    float acc[LANES] = {0};
-    const int nv = n / LANES * LANES;
-    for (int c0 = 0; c0 < nv; c0 += LANES) {
-#pragma omp simd
-        for (int l = 0; l < LANES; l++)
-            acc[l] += a[c0 + l] * b[c0 + l];
-    }
-    for (int c = nv; c < n; c++)
-        acc[c - nv] += a[c] * b[c];
-    return fold(acc);
+    float s;
+    CPU_ROW_SUM(s, n, a[c] * b[c]);
+    return s;
 }
 
 /* The lanes the row loops run over for a tile of bk keys: bk rounded up to

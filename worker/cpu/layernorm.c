@@ -29,17 +29,10 @@ static const float LN_EPS = 1e-5f;
 CPU_KERNEL static void forward_row(float *o, float *mean, float *rstd, const float *x,
                                    const float *w, const float *b, int C)
 {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int c = 0; c < C; c++)
-        s += x[c];
+    float s, v;
+    CPU_ROW_SUM(s, C, x[c]);
     float m = s / (float)C;
-    float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-    for (int c = 0; c < C; c++) {
-        float d = x[c] - m;
-        v += d * d;
-    }
+    CPU_ROW_SUM(v, C, (x[c] - m) * (x[c] - m));
     float rs = 1.0f / sqrtf(v / (float)C + LN_EPS);
 #pragma omp simd
     for (int c = 0; c < C; c++)
@@ -63,13 +56,9 @@ zt_status cpu_layernorm_forward(const struct ops_backend *self, float *out, floa
 CPU_KERNEL static void backward_row(float *dx, const float *dy, const float *x, const float *w,
                                     float m, float rs, int C)
 {
-    float sum_g = 0.0f, sum_gx = 0.0f;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-    for (int c = 0; c < C; c++) {
-        float g = w[c] * dy[c];
-        sum_g += g;
-        sum_gx += g * (x[c] - m) * rs;
-    }
+    float sum_g, sum_gx;
+    CPU_ROW_SUM(sum_g, C, w[c] * dy[c]);
+    CPU_ROW_SUM(sum_gx, C, w[c] * dy[c] * (x[c] - m) * rs);
     float mg = sum_g / (float)C, mgx = sum_gx / (float)C;
 #pragma omp simd
     for (int c = 0; c < C; c++) {

@@ -40,6 +40,40 @@
 
 struct ops_backend;
 
+/* Row sums that give the same bits on every CPU. `omp simd reduction(+)`
+ * sums in the order of the vector width of the clone the CPU gets (8
+ * lanes under AVX2, 16 under AVX-512, 4 in the baseline), so a norm's
+ * statistics, and every loss after them, would follow the CPU. Instead a
+ * sum runs in CPU_LANES running partials (lane l takes terms l, l + 16,
+ * ...), which every width vectorises alike, folded in lane order. */
+enum { CPU_LANES = 16 };
+
+static inline float cpu_lanes_fold(const float acc[CPU_LANES])
+{
+    float s = 0.0f;
+    for (int l = 0; l < CPU_LANES; l++)
+        s += acc[l];
+    return s;
+}
+
+/* out = the sum over c in [0, n) of `term`, an expression of c, in the
+ * order above. */
+#define CPU_ROW_SUM(out, n, term)                                                                  \
+    do {                                                                                           \
+        float acc_[CPU_LANES] = {0};                                                               \
+        const int nv_ = (n) / CPU_LANES * CPU_LANES;                                               \
+        for (int c0_ = 0; c0_ < nv_; c0_ += CPU_LANES) {                                           \
+            _Pragma("omp simd") for (int l_ = 0; l_ < CPU_LANES; l_++)                             \
+            {                                                                                      \
+                const int c = c0_ + l_;                                                            \
+                acc_[l_] += (term);                                                                \
+            }                                                                                      \
+        }                                                                                          \
+        for (int c = nv_; c < (n); c++)                                                            \
+            acc_[c - nv_] += (term);                                                               \
+        (out) = cpu_lanes_fold(acc_);                                                              \
+    } while (0)
+
 /* An opened CPU table's ctx (ops_cpu_open): its GEMM state. */
 struct cpu_ctx {
     struct cpu_gemm *gemm;

@@ -27,10 +27,8 @@ enum { COL_BLOCK = 64 };
 CPU_KERNEL static void forward_row(float *o, float *rstd, const float *x, const float *w, int C,
                                    float eps)
 {
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int c = 0; c < C; c++)
-        ss += x[c] * x[c];
+    float ss;
+    CPU_ROW_SUM(ss, C, x[c] * x[c]);
     float rs = 1.0f / sqrtf(ss / (float)C + eps);
 #pragma omp simd
     for (int c = 0; c < C; c++)
@@ -52,10 +50,8 @@ zt_status cpu_rmsnorm_forward(const struct ops_backend *self, float *out, float 
 CPU_KERNEL static void backward_row(float *dx, const float *dy, const float *x, const float *w,
                                     float rs, int C)
 {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int c = 0; c < C; c++)
-        s += w[c] * dy[c] * (x[c] * rs);
+    float s;
+    CPU_ROW_SUM(s, C, w[c] * dy[c] * (x[c] * rs));
     float m = s / (float)C;
 #pragma omp simd
     for (int c = 0; c < C; c++)
