@@ -281,6 +281,10 @@ struct ckpt_meta {
     int world;               /* ranks that wrote it, >= 1 */
     int stage;               /* ZeRO stage 0 .. 3 */
     char precision[16];      /* "fp32", "bf16", "fp16" */
+    /* What the writer's matrix products ran on ("onednn 2.6.3
+     * brg:avx512_core"): a record for whoever compares runs, never checked
+     * on resume. In meta.json "gemm", absent when empty (older files). */
+    char gemm[128];
     char *config_yaml;       /* the resolved config (owned; valid UTF-8) */
     int n_units;             /* >= 0 */
     uint64_t *unit_numel;    /* per unit: real elements of the whole model (owned, n_units) */

@@ -326,6 +326,11 @@ zt_status ckpt_meta_write(const char *path, const struct ckpt_meta *m)
     json_text_printf(&t, "  \"precision\": ");
     json_text_string(&t, m->precision, JSON_ESCAPE_SHORT);
     json_text_printf(&t, ",\n");
+    if (m->gemm[0]) {
+        json_text_printf(&t, "  \"gemm\": ");
+        json_text_string(&t, m->gemm, JSON_ESCAPE_SHORT);
+        json_text_printf(&t, ",\n");
+    }
     add_lists(&t, m);
     json_text_printf(&t, "  \"config_yaml\": ");
     json_text_string(&t, m->config_yaml, JSON_ESCAPE_SHORT);
@@ -456,6 +461,11 @@ static zt_status read_strings(const char *path, const struct json_value *root, s
                             "%s: key 'precision' is '%s', expected fp32, bf16 or fp16", path,
                             v->str);
     strcpy(m->precision, v->str);
+    if ((v = json_object_get(root, "gemm", NULL))) { /* a record only: any text, cut to fit */
+        if (v->type != JSON_STRING)
+            return zt_error_set(ZT_ERR_CHECKPOINT, "%s: key 'gemm' must be a string", path);
+        snprintf(m->gemm, sizeof m->gemm, "%s", v->str);
+    }
     ZT_TRY(need(path, root, "config_yaml", "config_yaml", JSON_STRING, &v));
     size_t len = strlen(v->str);
     if (!(m->config_yaml = malloc(len + 1)))

@@ -689,6 +689,7 @@ START_TEST(test_meta_round_trip_every_field)
     strcpy(m.config_yaml, cfg);
     m.stage = 3;
     strcpy(m.precision, "fp16");
+    strcpy(m.gemm, "onednn 2.6.3 brg:avx512_core_amx");
     m.unit_numel[1] = UINT64_MAX;
     m.unit_shard[2] = (1ull << 63) + 5;
     m.n_params = (1ull << 53) + 1;
@@ -727,6 +728,7 @@ START_TEST(test_meta_round_trip_every_field)
     ck_assert_int_eq(r.world, 3);
     ck_assert_int_eq(r.stage, 3);
     ck_assert_str_eq(r.precision, "fp16");
+    ck_assert_str_eq(r.gemm, "onednn 2.6.3 brg:avx512_core_amx");
     ck_assert_str_eq(r.config_yaml, cfg);
     ck_assert_int_eq(r.n_units, 3);
     for (int u = 0; u < 3; u++) {
@@ -806,8 +808,10 @@ START_TEST(test_meta_records_adapters_and_base)
     ck_assert_ptr_nonnull(strstr(text,
                                  "\"base\": {\"path\": \"w/model.safetensors\", "
                                  "\"checksum\": \"0xfedcba9876543210\", \"bytes\": 149832},"));
+    ck_assert_ptr_null(strstr(text, "\"gemm\"")); /* none recorded: the key is left out */
     free(text);
     EXPECT_OK(ckpt_meta_read(path, &r));
+    ck_assert_str_eq(r.gemm, "");
     ck_assert_int_eq(r.lora.r, 8);
     ck_assert(r.lora.alpha == 16.0 && r.lora.dropout == 0.05);
     ck_assert_str_eq(r.lora.bias, "none");
@@ -977,6 +981,8 @@ START_TEST(test_meta_field_errors)
     } cases[] = {
         {"\"precision\": \"fp32\"", "\"precision\": \"fp8\"",
          "key 'precision' is 'fp8', expected fp32, bf16 or fp16", NULL},
+        {"\"precision\": \"fp32\"", "\"precision\": \"fp32\", \"gemm\": 7",
+         "key 'gemm' must be a string", NULL},
         {"\"seed\": 18446744073709551615", "\"seed\": 18446744073709551616",
          "not valid JSON at byte %zu: integer out of the 64-bit range", "18446744073709551616"},
         {"\"seed\": 18446744073709551615", "\"seed\": -1", "key 'seed' must not be negative", NULL},

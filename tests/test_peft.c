@@ -519,6 +519,9 @@ START_TEST(small_checkpoints_resume_exactly_seed_base)
     const char *step = resumes_exactly(dir, LLAMA ALL_LINEAR);
     const char *meta = testutil_slurp(testutil_fmt("%s/meta.json", step));
     ck_assert_msg(strstr(meta, "\"base\": {\"init\": \"seed\", \"seed\": 42},"), "%s", meta);
+    /* the GEMM kernel the run's products took, recorded */
+    ck_assert_msg(strstr(meta, "\"gemm\": \"onednn ") || strstr(meta, "\"gemm\": \"openblas "),
+                  "%s", meta);
 }
 END_TEST
 
