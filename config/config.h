@@ -304,6 +304,12 @@ zt_status config_write_yaml(const struct zt_config *cfg, FILE *f);
  * or already freed config. */
 void config_free(struct zt_config *cfg);
 
+/* Writes the configuration reference (docs/reference/config.md) as Markdown
+ * from the schema's table: per section every key's type, default, allowed
+ * values, doc and DeepSpeed name, then DeepSpeed's keys accepted without
+ * effect. Errors: ZT_ERR_IO when the stream reports a write error. */
+zt_status config_write_reference(FILE *f);
+
 /* The learning-rate schedule the config describes (optimizer.lr and the
  * scheduler section), for worker/schedule.h's schedule_lr. */
 struct lr_schedule config_lr_schedule(const struct zt_config *cfg);

@@ -399,3 +399,53 @@ zt_status config_deepspeed_accept(const char *path, const struct yaml_tree_node 
         ZT_TRY(note(k, value, notes));
     return ZT_OK;
 }
+
+/* The quiet rule in words, for the reference. */
+static const char *quiet_words(enum quiet_when q)
+{
+    switch (q) {
+    case Q_NEVER:
+        return "never";
+    case Q_ALWAYS:
+        return "always";
+    case Q_FALSE:
+        return "`false`";
+    case Q_TRUE:
+        return "`true`";
+    case Q_DISABLED:
+        return "`enabled` absent or `false`";
+    case Q_NO_DEVICE:
+        return "`device` absent or `none`";
+    case Q_ONE:
+        return "`1`";
+    case Q_ZERO_OR_ONE:
+        return "`0` or `1`";
+    case Q_ZERO:
+        return "`0`";
+    case Q_NEGATIVE:
+        return "below 0";
+    }
+    ZT_ASSERT(0 && "every rule is described");
+    return "";
+}
+
+void config_deepspeed_write_reference(FILE *f)
+{
+    fputs("\n## DeepSpeed keys accepted without effect\n"
+          "\n"
+          "DeepSpeed's keys that zerotrain knows but does not act on. A given one is accepted:\n"
+          "silently when its value is null or as the second column says (the value means \"off\"\n"
+          "or asks for what zerotrain does anyway), else listed, with what zerotrain does\n"
+          "instead, in the one warning a run prints at start-up. A key that names a section\n"
+          "covers every key under it. A key in neither this table nor the ones above is an\n"
+          "error.\n"
+          "\n"
+          "| Key | Silent when | What zerotrain does instead |\n"
+          "|---|---|---|\n",
+          f);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        fprintf(f, "| `%s` | %s | ", keys[i].path, quiet_words(keys[i].quiet));
+        config_write_md_cell(f, keys[i].instead);
+        fputs(" |\n", f);
+    }
+}

@@ -47,6 +47,14 @@ zt_status config_deepspeed_accept(const char *path, const struct yaml_tree_node 
  * did-you-mean suggestions of unknown keys). */
 const char *config_deepspeed_path(size_t i);
 
+/* Writes the table of DeepSpeed's keys accepted without effect as a
+ * Markdown section of the configuration reference. */
+void config_deepspeed_write_reference(FILE *f);
+
+/* Writes `s` as the text of a Markdown table cell: '|', '*' and backslash
+ * escaped, '<' as "&lt;". */
+void config_write_md_cell(FILE *f, const char *s);
+
 /* Writes every stored key of `cfg` as YAML with one comment per key.
  * Errors: ZT_ERR_IO when the stream reports a write error. */
 zt_status config_schema_write(const struct zt_config *cfg, FILE *f);

@@ -5,10 +5,11 @@
  * sections included, parents before their children and each section's keys
  * together. A row says the type, where the value lives in struct zt_config
  * (NO_STORE for sections), the default as YAML text, the allowed range, what
- * makes the key "not supported yet", and a one-line doc. Everything that
- * needs to know the keys reads this table: the defaults, the walk, the
- * did-you-mean suggestions, the list of a scheduler's valid parameters and
- * the YAML writer, so adding a key is adding a row. DeepSpeed's keys that
+ * makes the key "not supported yet", whether DeepSpeed has the key (F_DS),
+ * and a one-line doc. Everything that needs to know the keys reads this
+ * table: the defaults, the walk, the did-you-mean suggestions, the list of a
+ * scheduler's valid parameters, the YAML writer and the Markdown reference
+ * (docs/reference/config.md), so adding a key is adding a row. DeepSpeed's keys that
  * zerotrain does not act on have no row here but one in config_deepspeed.c,
  * which the walk asks about any key this table lacks.
  *
@@ -73,6 +74,10 @@ enum {
     F_LLAMA = 1 << 7, /* a key of model.family llama only */
     /* a string that may be "" (DeepSpeed's csv_monitor paths) */
     F_EMPTY_OK = 1 << 8,
+    /* DeepSpeed's key, under this name and with its meaning (the reference's
+     * "DeepSpeed name" column); a row without it is ours, PEFT's,
+     * bitsandbytes', Hugging Face's or Transformer Engine's */
+    F_DS = 1 << 9,
 };
 #define F_ALL_SCHED (F_WARMUP_LR | F_WARMUP_DECAY | F_WARMUP_COSINE)
 
@@ -231,12 +236,13 @@ static const struct field fields[] = {
 
     {"csv_monitor", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "DeepSpeed's CSV monitor: rank 0 writes each metric to a CSV file of its own"},
-    {"csv_monitor.enabled", T_BOOL, OFF(csv_monitor.enabled), 0, "false", NB, NB, 0, NULL,
+    {"csv_monitor.enabled", T_BOOL, OFF(csv_monitor.enabled), 0, "false", NB, NB, F_DS, NULL,
      "true: Train_Samples_train_loss.csv, ..._lr.csv, ... in output_path/job_name"},
     {"csv_monitor.output_path", T_STRING, OFF(csv_monitor.output_path), 0, "", NB, NB,
-     F_EMPTY_OK, NULL, "the job folder's parent (\"\": the current directory, as DeepSpeed's)"},
+     F_EMPTY_OK | F_DS, NULL,
+     "the job folder's parent (\"\": the current directory, as DeepSpeed's)"},
     {"csv_monitor.job_name", T_STRING, OFF(csv_monitor.job_name), 0, "DeepSpeedJobName", NB, NB,
-     F_EMPTY_OK, NULL, "the folder in output_path the files go to"},
+     F_EMPTY_OK | F_DS, NULL, "the folder in output_path the files go to"},
 
     {"comm", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "communication"},
     {"comm.backend", T_BACKEND, OFF(comm.backend), 0, "auto", NB, NB, 0, NULL,
@@ -263,7 +269,7 @@ static const struct field fields[] = {
 
     {"pipeline", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "pipeline parallelism: the blocks cut into stages that micro batches flow through"},
-    {"pipeline.stages", T_INT, OFF(pipeline.stages), 0, "1", GE(1), NB, 0, NULL,
+    {"pipeline.stages", T_INT, OFF(pipeline.stages), 0, "1", GE(1), NB, F_DS, NULL,
      "pipeline stages (P), at most model.n_layer; the data-parallel size is world / (T * P)"},
     {"pipeline.schedule", T_PIPE_SCHEDULE, OFF(pipeline.schedule), 0, "1f1b", NB, NB, 0, NULL,
      "1f1b (one forward, one backward: at most P micro batches' activations held) or gpipe "
@@ -274,34 +280,34 @@ static const struct field fields[] = {
      "same number of blocks each)"},
 
     {"train_micro_batch_size_per_gpu", T_INT, OFF(train_micro_batch_size_per_gpu), 0, "1",
-     GE(1), NB, 0, NULL, "sequences per rank per micro step"},
+     GE(1), NB, F_DS, NULL, "sequences per rank per micro step"},
     {"gradient_accumulation_steps", T_INT, OFF(gradient_accumulation_steps), 0, "1", GE(1), NB,
-     0, NULL, "micro steps per optimizer step"},
-    {"train_batch_size", T_LONG, OFF(train_batch_size), 0, NULL, GE(1), NB, F_ZERO_IS_ABSENT,
-     NULL,
+     F_DS, NULL, "micro steps per optimizer step"},
+    {"train_batch_size", T_LONG, OFF(train_batch_size), 0, NULL, GE(1), NB,
+     F_ZERO_IS_ABSENT | F_DS, NULL,
      "null, or micro batch * accumulation * data-parallel size (world / (tensor_parallel.size "
      "* pipeline.stages))"},
-    {"gradient_clipping", T_DOUBLE, OFF(gradient_clipping), 0, "1.0", GE(0), NB, 0, NULL,
+    {"gradient_clipping", T_DOUBLE, OFF(gradient_clipping), 0, "1.0", GE(0), NB, F_DS, NULL,
      "global gradient norm limit, 0: off"},
-    {"steps_per_print", T_LONG, OFF(steps_per_print), 0, "10", GE(1), NB, 0, NULL,
+    {"steps_per_print", T_LONG, OFF(steps_per_print), 0, "10", GE(1), NB, F_DS, NULL,
      "steps between progress lines"},
     {"device", T_DEVICE, OFF(device), 0, "auto", NB, NB, 0, NULL,
      "compute backend: auto (the GPU when usable), cpu or cuda"},
 
     {"optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the optimizer"},
-    {"optimizer.type", T_OPTIMIZER, OFF(optimizer.type), 0, "AdamW", NB, NB, 0, NULL,
+    {"optimizer.type", T_OPTIMIZER, OFF(optimizer.type), 0, "AdamW", NB, NB, F_DS, NULL,
      "AdamW, Adam, SGD, Lion, Adafactor, AdamW8bit or LOMO (any case)"},
-    {"optimizer.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "its parameters"},
-    {"optimizer.params.lr", T_DOUBLE, OFF(optimizer.lr), 0, "1e-3", GT(0), NB, 0, NULL,
+    {"optimizer.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, F_DS, NULL, "its parameters"},
+    {"optimizer.params.lr", T_DOUBLE, OFF(optimizer.lr), 0, "1e-3", GT(0), NB, F_DS, NULL,
      "learning rate"},
     {"optimizer.params.betas", T_BETAS, OFF(optimizer.beta1), OFF(optimizer.beta2),
-     "[0.9, 0.999]", GE(0), LT(1), 0, NULL, "[beta1, beta2]"},
+     "[0.9, 0.999]", GE(0), LT(1), F_DS, NULL, "[beta1, beta2]"},
     {"optimizer.params.beta1", T_DOUBLE, OFF(optimizer.beta1), 0, NULL, GE(0), LT(1),
      F_ZERO_IS_ABSENT, NULL, "Adafactor's first-moment decay (null: no first moment)"},
-    {"optimizer.params.eps", T_EPS, OFF(optimizer.eps), OFF(optimizer.eps2), "1e-8", GT(0), NB, 0,
-     NULL, "denominator term; Adafactor: [eps1, eps2], default [1e-30, 1e-3]"},
+    {"optimizer.params.eps", T_EPS, OFF(optimizer.eps), OFF(optimizer.eps2), "1e-8", GT(0), NB,
+     F_DS, NULL, "denominator term; Adafactor: [eps1, eps2], default [1e-30, 1e-3]"},
     {"optimizer.params.weight_decay", T_DOUBLE, OFF(optimizer.weight_decay), 0, "0.01", GE(0),
-     NB, 0, NULL, "weight decay (decoupled for AdamW and Lion, L2 for Adam and SGD)"},
+     NB, F_DS, NULL, "weight decay (decoupled for AdamW and Lion, L2 for Adam and SGD)"},
     {"optimizer.params.momentum", T_DOUBLE, OFF(optimizer.momentum), 0, "0", GE(0), NB, 0, NULL,
      "SGD momentum (0: none, and no state)"},
     {"optimizer.params.dampening", T_DOUBLE, OFF(optimizer.dampening), 0, "0", GE(0), LE(1), 0,
@@ -322,30 +328,31 @@ static const struct field fields[] = {
      NULL, "Adafactor: relative_step's lr starts at 1e-6 t"},
 
     {"scheduler", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "learning-rate schedule"},
-    {"scheduler.type", T_SCHED, OFF(scheduler.type), 0, NULL, NB, NB, 0, NULL,
+    {"scheduler.type", T_SCHED, OFF(scheduler.type), 0, NULL, NB, NB, F_DS, NULL,
      "WarmupLR, WarmupDecayLR or WarmupCosineLR"},
-    {"scheduler.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "its parameters"},
+    {"scheduler.params", T_SECTION, NO_STORE, 0, NULL, NB, NB, F_DS, NULL, "its parameters"},
     {"scheduler.params.warmup_min_lr", T_DOUBLE, OFF(scheduler.warmup_min_lr), 0, "0", GE(0),
-     NB, F_WARMUP_LR | F_WARMUP_DECAY, NULL, "lr at step 0"},
+     NB, F_WARMUP_LR | F_WARMUP_DECAY | F_DS, NULL, "lr at step 0"},
     {"scheduler.params.warmup_max_lr", T_DOUBLE, OFF(scheduler.warmup_max_lr), 0, NULL, GE(0),
-     NB, F_WARMUP_LR | F_WARMUP_DECAY, NULL, "lr after warmup (default: optimizer lr)"},
+     NB, F_WARMUP_LR | F_WARMUP_DECAY | F_DS, NULL, "lr after warmup (default: optimizer lr)"},
     {"scheduler.params.warmup_num_steps", T_LONG, OFF(scheduler.warmup_num_steps), 0, "1000",
-     GE(0), NB, F_ALL_SCHED, NULL, "warmup length in steps (at least 2 are used)"},
+     GE(0), NB, F_ALL_SCHED | F_DS, NULL, "warmup length in steps (at least 2 are used)"},
     {"scheduler.params.warmup_type", T_WARMUP, OFF(scheduler.warmup_type), 0, "log", NB, NB,
-     F_ALL_SCHED, NULL, "log or linear"},
+     F_ALL_SCHED | F_DS, NULL, "log or linear"},
     {"scheduler.params.total_num_steps", T_LONG, OFF(scheduler.total_num_steps), 0, NULL, GE(1),
-     NB, F_WARMUP_DECAY | F_WARMUP_COSINE, NULL, "end of the decay (default: run.steps)"},
+     NB, F_WARMUP_DECAY | F_WARMUP_COSINE | F_DS, NULL, "end of the decay (default: run.steps)"},
     {"scheduler.params.warmup_min_ratio", T_DOUBLE, OFF(scheduler.warmup_min_ratio), 0, "0",
-     GE(0), LE(1), F_WARMUP_COSINE, NULL, "lr ratio at step 0"},
+     GE(0), LE(1), F_WARMUP_COSINE | F_DS, NULL, "lr ratio at step 0"},
     {"scheduler.params.cos_min_ratio", T_DOUBLE, OFF(scheduler.cos_min_ratio), 0, "1e-4", GE(0),
-     LE(1), F_WARMUP_COSINE, NULL, "lr ratio at the end of the decay"},
+     LE(1), F_WARMUP_COSINE | F_DS, NULL, "lr ratio at the end of the decay"},
 
     {"zero_optimization", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "ZeRO partitioning"},
-    {"zero_optimization.stage", T_INT, OFF(zero.stage), 0, "0", GE(0), LE(3), 0, NULL,
+    {"zero_optimization.stage", T_INT, OFF(zero.stage), 0, "0", GE(0), LE(3), F_DS, NULL,
      "0 data parallel, 1 optimizer state, 2 + gradients, 3 + parameters sharded"},
     {"zero_optimization.reduce_bucket_size", T_LONG, OFF(zero.reduce_bucket_size), 0, "5e8",
-     GE(1), NB, 0, NULL, "elements per reduce bucket"},
-    {"zero_optimization.overlap_comm", T_BOOL, OFF(zero.overlap_comm), 0, "true", NB, NB, 0, NULL,
+     GE(1), NB, F_DS, NULL, "elements per reduce bucket"},
+    {"zero_optimization.overlap_comm", T_BOOL, OFF(zero.overlap_comm), 0, "true", NB, NB, F_DS,
+     NULL,
      "stages 0-1 reduce gradient buckets during the last backward (false: at the step); stages "
      "2-3 always do"},
     {"zero_optimization.stage3_prefetch_depth", T_INT, OFF(zero.stage3_prefetch_depth), 0, "1",
@@ -355,35 +362,35 @@ static const struct field fields[] = {
      "HSDP: shard within groups of this many consecutive data-parallel ranks, replicate across "
      "them (0: all data-parallel ranks; stages 1-3)"},
     {"zero_optimization.zero_hpz_partition_size", T_INT, OFF(zero.hpz_partition_size), 0, "1",
-     GE(1), NB, 0, NULL,
+     GE(1), NB, F_DS, NULL,
      "ZeRO++ hpZ: a secondary copy of the stage-3 shards within groups of this many consecutive "
      "data-parallel ranks (one node's), which the backward gathers from (1: off)"},
-    {"zero_optimization.offload_optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+    {"zero_optimization.offload_optimizer", T_SECTION, NO_STORE, 0, NULL, NB, NB, F_DS, NULL,
      "ZeRO-Offload (DeepSpeed's): the optimizer states and their update in host memory"},
     {"zero_optimization.offload_optimizer.device", T_OFFLOAD_DEVICE,
-     OFF(zero.offload_optimizer.device), 0, "none", NB, NB, 0, NULL,
+     OFF(zero.offload_optimizer.device), 0, "none", NB, NB, F_DS, NULL,
      "none, or cpu: optimizer states in host memory (on device cpu they are there already: no "
      "effect); nvme is not supported"},
     {"zero_optimization.offload_optimizer.pin_memory", T_BOOL,
-     OFF(zero.offload_optimizer.pin_memory), 0, "false", NB, NB, 0, NULL,
+     OFF(zero.offload_optimizer.pin_memory), 0, "false", NB, NB, F_DS, NULL,
      "page-locked host buffers for the offloaded states (faster copies to and from the GPU)"},
 
     {"fp16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "fp16 mixed precision"},
-    {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, 0, NULL,
+    {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, F_DS, NULL,
      "fp16 working params and grads, fp32 master weights, loss scaling"},
-    {"fp16.loss_scale", T_DOUBLE, OFF(fp16.loss_scale), 0, "0", GE(0), NB, 0, NULL,
+    {"fp16.loss_scale", T_DOUBLE, OFF(fp16.loss_scale), 0, "0", GE(0), NB, F_DS, NULL,
      "0: dynamic loss scaling; > 0: this fixed scale"},
-    {"fp16.initial_scale_power", T_INT, OFF(fp16.initial_scale_power), 0, "16", GE(0), LE(64), 0,
+    {"fp16.initial_scale_power", T_INT, OFF(fp16.initial_scale_power), 0, "16", GE(0), LE(64), F_DS,
      NULL, "dynamic scaling starts at 2^this"},
-    {"fp16.loss_scale_window", T_INT, OFF(fp16.loss_scale_window), 0, "1000", GE(1), NB, 0, NULL,
+    {"fp16.loss_scale_window", T_INT, OFF(fp16.loss_scale_window), 0, "1000", GE(1), NB, F_DS, NULL,
      "clean steps before the scale doubles"},
-    {"fp16.hysteresis", T_INT, OFF(fp16.hysteresis), 0, "2", GE(1), NB, 0, NULL,
+    {"fp16.hysteresis", T_INT, OFF(fp16.hysteresis), 0, "2", GE(1), NB, F_DS, NULL,
      "overflows tolerated before the scale halves"},
-    {"fp16.min_loss_scale", T_DOUBLE, OFF(fp16.min_loss_scale), 0, "1", GT(0), NB, 0, NULL,
+    {"fp16.min_loss_scale", T_DOUBLE, OFF(fp16.min_loss_scale), 0, "1", GT(0), NB, F_DS, NULL,
      "the scale never falls below this"},
 
     {"bf16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "bf16 mixed precision"},
-    {"bf16.enabled", T_BOOL, OFF(bf16.enabled), 0, "false", NB, NB, 0, NULL,
+    {"bf16.enabled", T_BOOL, OFF(bf16.enabled), 0, "false", NB, NB, F_DS, NULL,
      "bf16 working params and grads, fp32 master weights"},
 
     {"activation_checkpointing", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
@@ -412,6 +419,10 @@ static const struct field fields[] = {
 
 enum { N_FIELDS = sizeof fields / sizeof fields[0], WHERE = 512 };
 
+static const char *const backend_names[] = {"auto", "mpi", "nccl"};
+static const char *const algorithm_names[] = {"auto", "native", "ring"};
+static const char *const device_names[] = {"auto", "cpu", "cuda"};
+static const char *const family_names[] = {"gpt2", "llama"};
 static const char *const sched_names[] = {[ZT_SCHED_NONE] = NULL,
                                           [ZT_SCHED_WARMUP_LR] = "WarmupLR",
                                           [ZT_SCHED_WARMUP_DECAY_LR] = "WarmupDecayLR",
@@ -894,25 +905,22 @@ static zt_status leaf_fp8_choice(struct walk *w, const struct field *f,
 static zt_status leaf_choice(struct walk *w, const struct field *f, const struct yaml_tree_node *v,
                              const char *where)
 {
-    static const char *const backends[] = {"auto", "mpi", "nccl"};
-    static const char *const algorithms[] = {"auto", "native", "ring"};
-    static const char *const devices[] = {"auto", "cpu", "cuda"};
     const char *s;
     ZT_TRY(scalar_text(where, f->path, v, "a name", &s));
     if (f->type == T_ALGO) {
-        if (name_index(algorithms, 3, s) < 0)
+        if (name_index(algorithm_names, 3, s) < 0)
             return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected auto, native or ring, got '%s'",
                                 where, f->path, s);
         return store_string(w, f, s);
     }
     if (f->type == T_DEVICE) {
-        if (name_index(devices, 3, s) < 0)
+        if (name_index(device_names, 3, s) < 0)
             return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected auto, cpu or cuda, got '%s'",
                                 where, f->path, s);
         return store_string(w, f, s);
     }
     if (f->type == T_BACKEND) {
-        if (name_index(backends, 3, s) < 0)
+        if (name_index(backend_names, 3, s) < 0)
             return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected auto, mpi or nccl, got '%s'",
                                 where, f->path, s);
         return store_string(w, f, s);
@@ -2068,5 +2076,229 @@ zt_status config_schema_write(const struct zt_config *cfg, FILE *f)
     }
     if (fflush(f) != 0 || ferror(f))
         return zt_error_set(ZT_ERR_IO, "cannot write the configuration: %s", strerror(errno));
+    return ZT_OK;
+}
+
+/* ---- the Markdown reference (docs/reference/config.md) -------------------- */
+
+void config_write_md_cell(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|' || *s == '*' || *s == '\\')
+            fputc('\\', f);
+        if (*s == '<')
+            fputs("&lt;", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static const char *type_name(enum ftype t)
+{
+    switch (t) {
+    case T_SECTION:
+        return "section";
+    case T_INT:
+    case T_LONG:
+    case T_U64:
+        return "integer";
+    case T_DOUBLE:
+        return "number";
+    case T_BOOL:
+        return "boolean";
+    case T_STRING:
+        return "string";
+    case T_PATHS:
+        return "string or list of strings";
+    case T_BETAS:
+        return "[number, number]";
+    case T_EPS:
+        return "number or [number, number]";
+    default:
+        return "name";
+    }
+}
+
+/* The names a choice row takes, or NULL (the optimizers are listed by
+ * optimizer_list_names). */
+static const char *const *choice_names(enum ftype t, int *n)
+{
+    static const struct {
+        enum ftype type;
+        const char *const *names;
+        int n;
+    } choices[] = {
+        {T_BACKEND, backend_names, 3},
+        {T_ALGO, algorithm_names, 3},
+        {T_DEVICE, device_names, 3},
+        {T_FAMILY, family_names, 2},
+        {T_SCHED, sched_names + 1, 3},
+        {T_WARMUP, warmup_names, 2},
+        {T_PIPE_SCHEDULE, schedule_names, N_SCHEDULES},
+        {T_PIPE_PARTITION, partition_names, N_PARTITIONS},
+        {T_OFFLOAD_DEVICE, offload_device_names, 2},
+    };
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
+        if (choices[i].type == t) {
+            *n = choices[i].n;
+            return choices[i].names;
+        }
+    if (t == T_FP8_FORMAT || t == T_FP8_AMAX || t == T_NONFINITE) {
+        *n = fp8_choice_of(t)->n;
+        return fp8_choice_of(t)->names;
+    }
+    *n = 0;
+    return NULL;
+}
+
+static void write_bound(FILE *f, struct bound b)
+{
+    const char *op = b.kind == '[' ? ">=" : b.kind == '(' ? ">" : b.kind == ']' ? "<=" : "<";
+    fprintf(f, "%s %.15g", op, b.v);
+}
+
+/* The "allowed" cell: the range or the names, then what limits the key. */
+static void write_allowed(FILE *f, const struct field *fd)
+{
+    const char *sep = "";
+    int n = 0;
+    const char *const *names = choice_names(fd->type, &n);
+    if (fd->type == T_OPTIMIZER) {
+        char known[256];
+        optimizer_list_names(known, sizeof known);
+        fprintf(f, "%s (any case)", known);
+        sep = "; ";
+    } else if (names) {
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s`%s`", i ? ", " : "", names[i]);
+        sep = "; ";
+    } else if (fd->lo.kind && fd->hi.kind) {
+        fprintf(f, "%s%c%.15g, %.15g%c", fd->type == T_BETAS ? "each in " : "", fd->lo.kind,
+                fd->lo.v, fd->hi.v, fd->hi.kind);
+        sep = "; ";
+    } else if (fd->lo.kind || fd->hi.kind) {
+        fputs(fd->type == T_BETAS || fd->type == T_EPS ? "each " : "", f);
+        write_bound(f, fd->lo.kind ? fd->lo : fd->hi);
+        sep = "; ";
+    }
+    if (fd->flags & F_EMPTY_OK) {
+        fprintf(f, "%smay be `\"\"`", sep);
+        sep = "; ";
+    }
+    if (fd->flags & F_UNSUPPORTED_TRUE) {
+        fprintf(f, "%sonly `false` (true: not supported yet)", sep);
+        sep = "; ";
+    }
+    if (fd->flags & F_UNSUPPORTED_NONZERO) {
+        fprintf(f, "%sonly `0` (others: not supported yet)", sep);
+        sep = "; ";
+    }
+    if (fd->flags & F_UNSUPPORTED_GIVEN) {
+        fprintf(f, "%snot supported yet", sep);
+        sep = "; ";
+    }
+    if (fd->flags & F_LLAMA) {
+        fprintf(f, "%smodel.family llama only", sep);
+        sep = "; ";
+    }
+    if ((fd->flags & F_ALL_SCHED) && (fd->flags & F_ALL_SCHED) != F_ALL_SCHED) {
+        fprintf(f, "%sscheduler.type", sep);
+        for (int s = ZT_SCHED_WARMUP_LR, k = 0; s <= ZT_SCHED_WARMUP_COSINE_LR; s++)
+            if (fd->flags & sched_masks[s])
+                fprintf(f, "%s %s", k++ ? "," : "", sched_names[s]);
+        fputs(" only", f);
+    }
+}
+
+/* The "default" cell: the YAML text; null when absent means absent; derived
+ * (the doc says from what) when it is resolved after the walk. */
+static void write_default(FILE *f, const struct field *fd)
+{
+    if (fd->type == T_SECTION)
+        return;
+    if (fd->def && fd->def[0])
+        fprintf(f, "`%s`", fd->def);
+    else if (fd->def)
+        fputs("`\"\"`", f);
+    else if ((fd->type == T_INT || fd->type == T_LONG || fd->type == T_DOUBLE) &&
+             !(fd->flags & F_ZERO_IS_ABSENT))
+        fputs("derived", f);
+    else
+        fputs("`null`", f);
+}
+
+static void write_row(FILE *f, const struct field *fd)
+{
+    fprintf(f, "| `%s` | %s | ", fd->path, type_name(fd->type));
+    write_default(f, fd);
+    fputs(" | ", f);
+    write_allowed(f, fd);
+    fputs(" | ", f);
+    config_write_md_cell(f, fd->doc);
+    fputs(" | ", f);
+    if (fd->flags & F_DS)
+        fprintf(f, "`%s`", fd->path);
+    fputs(" |\n", f);
+}
+
+static void write_table_head(FILE *f)
+{
+    fputs("| Key | Type | Default | Allowed | Description | DeepSpeed name |\n"
+          "|---|---|---|---|---|---|\n",
+          f);
+}
+
+/* The top-level section at fields[i] with every row under it, or, for the
+ * first top-level key that is not a section, every such key. */
+static void write_section(FILE *f, size_t i)
+{
+    const struct field *top = &fields[i];
+    if (top->type == T_SECTION) {
+        fprintf(f, "\n## `%s`\n\n", top->path);
+        config_write_md_cell(f, top->doc);
+        fputs(".\n\n", f);
+    } else {
+        fputs("\n## Top-level keys\n\n", f);
+    }
+    write_table_head(f);
+    size_t len = strlen(top->path);
+    for (size_t j = i; j < N_FIELDS; j++) {
+        const char *p = fields[j].path;
+        int under = top->type == T_SECTION ? strncmp(p, top->path, len) == 0 && p[len] == '.'
+                                           : !strchr(p, '.') && fields[j].type != T_SECTION;
+        if (under)
+            write_row(f, &fields[j]);
+    }
+}
+
+zt_status config_write_reference(FILE *f)
+{
+    for (size_t i = 0; i < sizeof family_names / sizeof family_names[0]; i++)
+        ZT_ASSERT(model_family_find(family_names[i]));
+    fputs("<!-- Generated by `zerotrain help --reference config` from config/config_schema.c\n"
+          "     and config/config_deepspeed.c: do not edit, run scripts/docs.sh. -->\n"
+          "# Configuration reference\n"
+          "\n"
+          "Every key a configuration file (YAML, or DeepSpeed's JSON) may give, by section,\n"
+          "in the order `zerotrain train` prints the resolved configuration. A key is a dotted\n"
+          "path: `optimizer.params.lr` is `lr` under `params` under `optimizer`, as `--set`\n"
+          "takes it. A key given as `null` takes its default; a *derived* default is computed\n"
+          "from other keys, as the description says. The last column names the key in\n"
+          "DeepSpeed's configuration where DeepSpeed has it with the same meaning. The last\n"
+          "section lists DeepSpeed's keys that are accepted without effect.\n",
+          f);
+    int top_keys = 0;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        if (strchr(fields[i].path, '.'))
+            continue;
+        if (fields[i].type == T_SECTION)
+            write_section(f, i);
+        else if (!top_keys++)
+            write_section(f, i);
+    }
+    config_deepspeed_write_reference(f);
+    if (fflush(f) != 0 || ferror(f))
+        return zt_error_set(ZT_ERR_IO, "cannot write the configuration reference: %s",
+                            strerror(errno));
     return ZT_OK;
 }

@@ -3,6 +3,9 @@
 #define ZT_COORDINATOR_CLI_H
 
 #include <signal.h>
+#include <stdio.h>
+
+#include "../common/status.h"
 
 struct ckpt_fault_hooks;
 
@@ -13,5 +16,10 @@ struct ckpt_fault_hooks;
  * NULL but in test builds (coordinator/run_checkpoint.h). */
 int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
              const struct ckpt_fault_hooks *faults);
+
+/* Writes the command-line reference (docs/reference/cli.md) as Markdown
+ * from the help texts `zerotrain help` prints: the usage, then each
+ * command's help in a code block. Errors: ZT_ERR_IO on a write error. */
+zt_status cli_write_reference(FILE *f);
 
 #endif

@@ -1,5 +1,8 @@
 zt_test(test_dist SOURCES test_dist.c LIBS zt_coordinator RANKS 1 2 3 4 TIMEOUT 300)
 zt_test(test_cli SOURCES test_cli.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
+# docs/reference/config.md and cli.md against what the binary generates
+# (zerotrain help --reference config|cli); scripts/docs.sh rewrites them.
+zt_test(test_docs SOURCES test_docs.c LIBS zt_common TIMEOUT 60)
 zt_test(test_resume SOURCES test_resume.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 zt_test(test_watchdog SOURCES test_watchdog.c LIBS zt_common TIMEOUT 300 LAUNCHES_MPI)
 # zerotrain with checkpoint fault injection, for test_resume's crash test.
