@@ -108,6 +108,7 @@ static void *filled(size_t n, enum zt_dtype t, unsigned seed)
     return f;
 }
 
+/* g[p] NULL: path p does not run on this CPU (bf16 without a kernel). */
 static void bench_shape(const struct shape *s, struct cpu_gemm *g[PATHS], int reps)
 {
     const size_t N = (size_t)s->rows, C = (size_t)s->C, OC = (size_t)s->OC;
@@ -121,6 +122,8 @@ static void bench_shape(const struct shape *s, struct cpu_gemm *g[PATHS], int re
     double *ms = calloc((size_t)PATHS * PRODUCTS * (size_t)reps, sizeof(double));
     for (int r = -1; r < reps; r++) /* r = -1: warm-up, builds the kernels */
         for (int p = 0; p < PATHS; p++) {
+            if (!g[p])
+                continue;
             const int t = p == 2;
             struct cpu_gemm_call call[PRODUCTS];
             products(s, t ? ZT_BF16 : ZT_F32, in[t], w[t], d[t], out, dinp, dw, call);
@@ -140,7 +143,10 @@ static void bench_shape(const struct shape *s, struct cpu_gemm *g[PATHS], int re
         for (int p = 0; p < PATHS; p++) {
             double *v = ms + ((size_t)p * PRODUCTS + k) * reps;
             qsort(v, (size_t)reps, sizeof *v, cmp);
-            printf(" %8.1f", flop / v[reps / 2] / 1e9);
+            if (g[p])
+                printf(" %8.1f", flop / v[reps / 2] / 1e9);
+            else
+                printf(" %8s", "n/a");
         }
     printf("\n");
     fflush(stdout);
@@ -161,9 +167,17 @@ int main(int argc, char **argv)
     const enum cpu_gemm_lib libs[PATHS] = {CPU_GEMM_OPENBLAS, CPU_GEMM_ONEDNN, CPU_GEMM_ONEDNN};
     char kernel[PATHS][160];
     for (int p = 0; p < PATHS; p++) {
-        if (cpu_gemm_create(libs[p], &g[p]) != ZT_OK ||
-            cpu_gemm_describe(g[p], p == 2 ? ZT_BF16 : ZT_F32, kernel[p], sizeof kernel[p]) !=
-                ZT_OK) {
+        if (cpu_gemm_create(libs[p], &g[p]) != ZT_OK) {
+            fprintf(stderr, "gemm_bench: %s\n", zt_error_message());
+            return 1;
+        }
+        const zt_status st =
+            cpu_gemm_describe(g[p], p == 2 ? ZT_BF16 : ZT_F32, kernel[p], sizeof kernel[p]);
+        if (st == ZT_ERR_UNSUPPORTED) { /* no bf16 kernel on this CPU: the column says n/a */
+            snprintf(kernel[p], sizeof kernel[p], "none: %s", zt_error_message());
+            cpu_gemm_destroy(g[p]);
+            g[p] = NULL;
+        } else if (st != ZT_OK) {
             fprintf(stderr, "gemm_bench: %s\n", zt_error_message());
             return 1;
         }

@@ -75,14 +75,16 @@ void cpu_gemm_destroy(struct cpu_gemm *g);
 
 /* Runs one product. With g NULL a state is made for the call and dropped
  * after it (what the static op tables do: correct, but each shape's kernel
- * is built anew). bf16 operands need oneDNN. Errors: ZT_ERR_DEVICE (a
- * oneDNN call failed, named), ZT_ERR_UNSUPPORTED (bf16 without oneDNN),
- * ZT_ERR_NOMEM. */
+ * is built anew). bf16 operands need oneDNN, and a CPU it has a bf16
+ * kernel for (oneDNN 2.6: AVX-512 or newer; an AVX2-only CPU has none).
+ * Errors: ZT_ERR_DEVICE (a oneDNN call failed, named), ZT_ERR_UNSUPPORTED
+ * (bf16 without oneDNN, or on a CPU without a bf16 kernel), ZT_ERR_NOMEM. */
 zt_status cpu_gemm_run(struct cpu_gemm *g, const struct cpu_gemm_call *c);
 
 /* What products of `ab_type` operands run on, probed on one mid-sized
  * shape (512 x 768 x 768): "onednn 2.6.3 brg:avx512_core" or
- * "openblas 0.3.21 Haswell". Written into buf[0..n). */
+ * "openblas 0.3.21 Haswell". Written into buf[0..n). Errors: those of
+ * cpu_gemm_run (ZT_ERR_UNSUPPORTED: no bf16 kernel here, as there). */
 zt_status cpu_gemm_describe(struct cpu_gemm *g, enum zt_dtype ab_type, char *buf, size_t n);
 
 /* "auto", "onednn", "openblas". */

@@ -164,6 +164,14 @@ static zt_status build(struct gemm_onednn *d, const struct key *k, struct prim *
         st = dnnl_primitive_desc_create(&p->pd, &md, attr, d->engine, NULL);
     dnnl_primitive_attr_destroy(attr);
     ZT_TRY(s);
+    if (st == dnnl_unimplemented && k->ab_type == ZT_BF16) {
+        char v[32];
+        gemm_onednn_version(v, sizeof v);
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "oneDNN %s has no bf16 GEMM for this CPU (it needs AVX-512, "
+                            "AVX512-BF16 or AMX)",
+                            v);
+    }
     DNNL_TRY(st);
     DNNL_TRY(dnnl_primitive_create(&p->p, p->pd));
     DNNL_TRY(dnnl_memory_create(&p->a, &a, d->engine, DNNL_MEMORY_NONE));
