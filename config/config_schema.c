@@ -2081,18 +2081,6 @@ zt_status config_schema_write(const struct zt_config *cfg, FILE *f)
 
 /* ---- the Markdown reference (docs/reference/config.md) -------------------- */
 
-void config_write_md_cell(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '|' || *s == '*' || *s == '\\')
-            fputc('\\', f);
-        if (*s == '<')
-            fputs("&lt;", f);
-        else
-            fputc(*s, f);
-    }
-}
-
 static const char *type_name(enum ftype t)
 {
     switch (t) {

@@ -285,9 +285,9 @@ struct ckpt_meta {
      * brg:avx512_core"): a record for whoever compares runs, never checked
      * on resume. In meta.json "gemm", absent when empty (older files). */
     char gemm[128];
-    char *config_yaml;       /* the resolved config (owned; valid UTF-8) */
-    int n_units;             /* >= 0 */
-    uint64_t *unit_numel;    /* per unit: real elements of the whole model (owned, n_units) */
+    char *config_yaml;    /* the resolved config (owned; valid UTF-8) */
+    int n_units;          /* >= 0 */
+    uint64_t *unit_numel; /* per unit: real elements of the whole model (owned, n_units) */
     /* Per unit: elements of one tensor-parallel rank's slice (owned; a
      * writer may leave it NULL when layout.tp is 1; ckpt_meta_read always
      * fills it, with unit_numel when tp is 1). In meta.json "slice_numel",

@@ -5,7 +5,7 @@
 # allocation of the loader in its fault loop; libyaml's own allocations are
 # in a shared library and are not affected.
 zt_test(test_config SOURCES test_config.c ../config/config.c ../config/config_schema.c
-  ../config/config_deepspeed.c ../config/config_hf.c ../config/yaml_tree.c
+  ../config/config_deepspeed.c ../config/config_markdown.c ../config/config_hf.c ../config/yaml_tree.c
   LIBS zt_worker zt_common PkgConfig::YAML m)
 zt_wrap_alloc(test_config)
 zt_test(test_schedule SOURCES test_schedule.c ../worker/schedule.c LIBS zt_common)
