@@ -7,3 +7,5 @@ zt_test(test_device_pool SOURCES test_device_pool.c LIBS zt_worker)
 zt_test(test_device_bind SOURCES test_device_bind.c LIBS zt_worker)
 zt_test(test_quant4 SOURCES test_quant4.c LIBS zt_worker)
 zt_test(test_simd SOURCES test_simd.c LIBS zt_worker TIMEOUT 300)
+# The 16-bit (bf16, fp16) forms of the model ops against their fp32 forms.
+zt_test(test_ops16 SOURCES test_ops16.c LIBS zt_worker)

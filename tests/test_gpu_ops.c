@@ -34,8 +34,9 @@
  * - SUMSQ_BUDGET 1e-12 relative for sum_squares (a double sum whose order
  *   is each backend's own), and for Adafactor's double statistics.
  * - fp8 codes and amax: exact, always.
- * No op of worker/ops.h takes bf16 operands (the model ops are fp32; the
- * 16-bit engine ops are exact), so no bf16 budget is needed here.
+ * The model ops run here in fp32 only: the CUDA backend refuses their
+ * 16-bit forms so far (ZT_ERR_UNSUPPORTED), and the 16-bit engine ops are
+ * exact, so no bf16 budget is needed yet.
  *
  * The whole-tensor optimizers run as shard/update.c drives them: a tensor
  * cut into pieces as ranks hold it (one piece empty), every "rank" with
@@ -390,8 +391,8 @@ static void check_encoder(struct harness *h, int B, int T, int C, int V, uint64_
     const int32_t *d_tok = to_dev(h, tok, IB(N));
     for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
         float *out = hmem(h, FB(N * C)), *d_out = poisoned(h, FB(N * C));
-        REF(h, encoder_forward, out, tok, wte, with_wpe ? wpe : NULL, B, T, C);
-        BUT(h, encoder_forward, d_out, d_tok, d_wte, with_wpe ? d_wpe : NULL, B, T, C);
+        REF(h, encoder_forward, ZT_F32, out, tok, wte, with_wpe ? wpe : NULL, B, T, C);
+        BUT(h, encoder_forward, ZT_F32, d_out, d_tok, d_wte, with_wpe ? d_wpe : NULL, B, T, C);
         expect_dev_close(h, NAME("encoder_forward B=%d T=%d C=%d wpe=%d", B, T, C, with_wpe), d_out,
                          out, (size_t)N * C, FP32_BUDGET);
     }
@@ -401,9 +402,10 @@ static void check_encoder(struct harness *h, int B, int T, int C, int V, uint64_
         float *dwte = rnd(h, (size_t)V * C, key + 4 + c, 1.0);
         float *dwpe = rnd(h, (size_t)T * C, key + 8 + c, 1.0);
         float *d_dwte = to_dev(h, dwte, FB(V * C)), *d_dwpe = to_dev(h, dwpe, FB(T * C));
-        REF(h, encoder_backward, c < 2 ? dwte : NULL, c == 0 ? dwpe : NULL, dout, tok, B, T, C);
-        BUT(h, encoder_backward, c < 2 ? d_dwte : NULL, c == 0 ? d_dwpe : NULL, d_dout, d_tok, B, T,
+        REF(h, encoder_backward, ZT_F32, c < 2 ? dwte : NULL, c == 0 ? dwpe : NULL, dout, tok, B, T,
             C);
+        BUT(h, encoder_backward, ZT_F32, c < 2 ? d_dwte : NULL, c == 0 ? d_dwpe : NULL, d_dout,
+            d_tok, B, T, C);
         expect_dev_close(h, NAME("encoder_backward dwte B=%d T=%d C=%d case=%d", B, T, C, c),
                          d_dwte, dwte, (size_t)V * C, FP32_BUDGET);
         expect_dev_close(h, NAME("encoder_backward dwpe B=%d T=%d C=%d case=%d", B, T, C, c),
@@ -423,9 +425,10 @@ static void check_encoder_vocab(struct harness *h, int B, int T, int C, int V, i
     const int32_t *d_tok = to_dev(h, tok, IB(N));
     for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
         float *out = hmem(h, FB(N * C)), *d_out = poisoned(h, FB(N * C));
-        REF(h, encoder_forward_vocab, out, tok, wte, with_wpe ? wpe : NULL, B, T, C, v_lo, Vp);
-        BUT(h, encoder_forward_vocab, d_out, d_tok, d_wte, with_wpe ? d_wpe : NULL, B, T, C, v_lo,
+        REF(h, encoder_forward_vocab, ZT_F32, out, tok, wte, with_wpe ? wpe : NULL, B, T, C, v_lo,
             Vp);
+        BUT(h, encoder_forward_vocab, ZT_F32, d_out, d_tok, d_wte, with_wpe ? d_wpe : NULL, B, T, C,
+            v_lo, Vp);
         expect_dev_close(h, NAME("encoder_forward_vocab v_lo=%d Vp=%d wpe=%d", v_lo, Vp, with_wpe),
                          d_out, out, (size_t)N * C, FP32_BUDGET);
     }
@@ -435,10 +438,10 @@ static void check_encoder_vocab(struct harness *h, int B, int T, int C, int V, i
         float *dwte = rnd(h, (size_t)Vp * C, key + 4 + c, 1.0);
         float *dwpe = rnd(h, (size_t)T * C, key + 8 + c, 1.0);
         float *d_dwte = to_dev(h, dwte, FB(Vp * C)), *d_dwpe = to_dev(h, dwpe, FB(T * C));
-        REF(h, encoder_backward_vocab, c < 2 ? dwte : NULL, c == 0 ? dwpe : NULL, dout, tok, B, T,
-            C, v_lo, Vp);
-        BUT(h, encoder_backward_vocab, c < 2 ? d_dwte : NULL, c == 0 ? d_dwpe : NULL, d_dout, d_tok,
+        REF(h, encoder_backward_vocab, ZT_F32, c < 2 ? dwte : NULL, c == 0 ? dwpe : NULL, dout, tok,
             B, T, C, v_lo, Vp);
+        BUT(h, encoder_backward_vocab, ZT_F32, c < 2 ? d_dwte : NULL, c == 0 ? d_dwpe : NULL,
+            d_dout, d_tok, B, T, C, v_lo, Vp);
         expect_dev_close(h, NAME("encoder_backward_vocab dwte v_lo=%d Vp=%d case=%d", v_lo, Vp, c),
                          d_dwte, dwte, (size_t)Vp * C, FP32_BUDGET);
         expect_dev_close(h, NAME("encoder_backward_vocab dwpe v_lo=%d Vp=%d case=%d", v_lo, Vp, c),
@@ -460,8 +463,8 @@ static void check_layernorm(struct harness *h, int N, int C, uint64_t key)
                 *d_b = to_dev(h, b, FB(C));
     float *out = hmem(h, FB(n)), *mean = hmem(h, FB(N)), *rstd = hmem(h, FB(N));
     float *d_out = poisoned(h, FB(n)), *d_mean = poisoned(h, FB(N)), *d_rstd = poisoned(h, FB(N));
-    REF(h, layernorm_forward, out, mean, rstd, inp, w, b, N, C);
-    BUT(h, layernorm_forward, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    REF(h, layernorm_forward, ZT_F32, out, mean, rstd, inp, w, b, N, C);
+    BUT(h, layernorm_forward, ZT_F32, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
     expect_dev_close(h, NAME("layernorm_forward out N=%d C=%d", N, C), d_out, out, n, FP32_BUDGET);
     expect_dev_close(h, NAME("layernorm_forward mean N=%d C=%d", N, C), d_mean, mean, (size_t)N,
                      FP32_BUDGET);
@@ -475,10 +478,10 @@ static void check_layernorm(struct harness *h, int N, int C, uint64_t key)
         float *db = rnd(h, (size_t)C, key + 7, 1.0);
         float *d_dinp = to_dev(h, dinp, FB(n)), *d_dw = to_dev(h, dw, FB(C)),
               *d_db = to_dev(h, db, FB(C));
-        REF(h, layernorm_backward, dinp, frozen ? NULL : dw, frozen ? NULL : db, dout, inp, w, mean,
-            rstd, N, C);
-        BUT(h, layernorm_backward, d_dinp, frozen ? NULL : d_dw, frozen ? NULL : d_db, d_dout,
-            d_inp, d_w, r_mean, r_rstd, N, C);
+        REF(h, layernorm_backward, ZT_F32, dinp, frozen ? NULL : dw, frozen ? NULL : db, dout, inp,
+            w, mean, rstd, N, C);
+        BUT(h, layernorm_backward, ZT_F32, d_dinp, frozen ? NULL : d_dw, frozen ? NULL : d_db,
+            d_dout, d_inp, d_w, r_mean, r_rstd, N, C);
         expect_dev_close(h, NAME("layernorm_backward dinp N=%d C=%d frozen=%d", N, C, frozen),
                          d_dinp, dinp, n, FP32_BUDGET);
         expect_dev_close(h, NAME("layernorm_backward dweight N=%d C=%d frozen=%d", N, C, frozen),
@@ -495,8 +498,8 @@ static void check_rmsnorm(struct harness *h, int N, int C, float eps, uint64_t k
     const float *d_inp = to_dev(h, inp, FB(n)), *d_w = to_dev(h, w, FB(C));
     float *out = hmem(h, FB(n)), *rstd = hmem(h, FB(N));
     float *d_out = poisoned(h, FB(n)), *d_rstd = poisoned(h, FB(N));
-    REF(h, rmsnorm_forward, out, rstd, inp, w, N, C, eps);
-    BUT(h, rmsnorm_forward, d_out, d_rstd, d_inp, d_w, N, C, eps);
+    REF(h, rmsnorm_forward, ZT_F32, out, rstd, inp, w, N, C, eps);
+    BUT(h, rmsnorm_forward, ZT_F32, d_out, d_rstd, d_inp, d_w, N, C, eps);
     expect_dev_close(h, NAME("rmsnorm_forward out N=%d C=%d", N, C), d_out, out, n, FP32_BUDGET);
     expect_dev_close(h, NAME("rmsnorm_forward rstd N=%d C=%d", N, C), d_rstd, rstd, (size_t)N,
                      FP32_BUDGET);
@@ -505,8 +508,9 @@ static void check_rmsnorm(struct harness *h, int N, int C, float eps, uint64_t k
     for (int frozen = 0; frozen < 2; frozen++) {
         float *dinp = rnd(h, n, key + 4 + frozen, 1.0), *dw = rnd(h, (size_t)C, key + 6, 1.0);
         float *d_dinp = to_dev(h, dinp, FB(n)), *d_dw = to_dev(h, dw, FB(C));
-        REF(h, rmsnorm_backward, dinp, frozen ? NULL : dw, dout, inp, w, rstd, N, C);
-        BUT(h, rmsnorm_backward, d_dinp, frozen ? NULL : d_dw, d_dout, d_inp, d_w, r_rstd, N, C);
+        REF(h, rmsnorm_backward, ZT_F32, dinp, frozen ? NULL : dw, dout, inp, w, rstd, N, C);
+        BUT(h, rmsnorm_backward, ZT_F32, d_dinp, frozen ? NULL : d_dw, d_dout, d_inp, d_w, r_rstd,
+            N, C);
         expect_dev_close(h, NAME("rmsnorm_backward dinp N=%d C=%d frozen=%d", N, C, frozen), d_dinp,
                          dinp, n, FP32_BUDGET);
         expect_dev_close(h, NAME("rmsnorm_backward dweight N=%d C=%d frozen=%d", N, C, frozen),
@@ -526,8 +530,8 @@ static void check_matmul(struct harness *h, int N, int C, int OC, uint64_t key)
                 *d_bias = to_dev(h, bias, FB(OC));
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         float *out = hmem(h, FB(N * OC)), *d_out = poisoned(h, FB(N * OC));
-        REF(h, matmul_forward, out, inp, w, with_bias ? bias : NULL, N, C, OC);
-        BUT(h, matmul_forward, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+        REF(h, matmul_forward, ZT_F32, out, inp, w, with_bias ? bias : NULL, N, C, OC);
+        BUT(h, matmul_forward, ZT_F32, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
         expect_dev_close(h, NAME("matmul_forward N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias),
                          d_out, out, (size_t)N * OC, FP32_BUDGET);
     }
@@ -539,9 +543,9 @@ static void check_matmul(struct harness *h, int N, int C, int OC, uint64_t key)
         float *db = rnd(h, (size_t)OC, key + 30 + mask, 1.0);
         float *d_dinp = to_dev(h, dinp, FB(N * C)), *d_dw = to_dev(h, dw, FB(OC * C)),
               *d_db = to_dev(h, db, FB(OC));
-        REF(h, matmul_backward, mask & 1 ? dinp : NULL, mask & 2 ? dw : NULL, mask & 4 ? db : NULL,
-            dout, inp, w, N, C, OC);
-        BUT(h, matmul_backward, mask & 1 ? d_dinp : NULL, mask & 2 ? d_dw : NULL,
+        REF(h, matmul_backward, ZT_F32, mask & 1 ? dinp : NULL, mask & 2 ? dw : NULL,
+            mask & 4 ? db : NULL, dout, inp, w, N, C, OC);
+        BUT(h, matmul_backward, ZT_F32, mask & 1 ? d_dinp : NULL, mask & 2 ? d_dw : NULL,
             mask & 4 ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
         expect_dev_close(h, NAME("matmul_backward dinp N=%d C=%d OC=%d mask=%d", N, C, OC, mask),
                          d_dinp, dinp, (size_t)N * C, FP32_BUDGET);
@@ -566,8 +570,8 @@ static void check_lora(struct harness *h, int N, int C, int r, int OC, int ldo, 
                 *d_B = to_dev(h, Bm, FB(OC * r));
     float *out = rnd(h, no, key + 3, 1.0), *d_out = to_dev(h, out, FB(no));
     float *u = hmem(h, FB(N * r)), *d_u = poisoned(h, FB(N * r));
-    REF(h, lora_forward, out, ldo, u, inp, A, Bm, scale, N, C, r, OC);
-    BUT(h, lora_forward, d_out, ldo, d_u, d_inp, d_A, d_B, scale, N, C, r, OC);
+    REF(h, lora_forward, ZT_F32, out, ldo, u, inp, A, Bm, scale, N, C, r, OC);
+    BUT(h, lora_forward, ZT_F32, d_out, ldo, d_u, d_inp, d_A, d_B, scale, N, C, r, OC);
     expect_dev_close(h, NAME("lora_forward N=%d C=%d r=%d OC=%d ldo=%d", N, C, r, OC, ldo), d_out,
                      out, no, FP32_BUDGET);
     const float *dout = rnd(h, no, key + 4, 1.0);
@@ -578,10 +582,10 @@ static void check_lora(struct harness *h, int N, int C, int r, int OC, int ldo, 
         float *d_dinp = to_dev(h, dinp, FB(N * C)), *d_dA = to_dev(h, dA, FB(r * C)),
               *d_dB = to_dev(h, dB, FB(OC * r));
         float *scratch = hmem(h, FB(2 * N * r)), *d_scratch = poisoned(h, FB(2 * N * r));
-        REF(h, lora_backward, with_dinp ? dinp : NULL, dA, dB, scratch, dout, ldo, inp, A, Bm,
-            scale, N, C, r, OC);
-        BUT(h, lora_backward, with_dinp ? d_dinp : NULL, d_dA, d_dB, d_scratch, d_dout, ldo, d_inp,
-            d_A, d_B, scale, N, C, r, OC);
+        REF(h, lora_backward, ZT_F32, with_dinp ? dinp : NULL, dA, dB, scratch, dout, ldo, inp, A,
+            Bm, scale, N, C, r, OC);
+        BUT(h, lora_backward, ZT_F32, with_dinp ? d_dinp : NULL, d_dA, d_dB, d_scratch, d_dout, ldo,
+            d_inp, d_A, d_B, scale, N, C, r, OC);
         expect_dev_close(h, NAME("lora_backward dinp N=%d C=%d r=%d dinp=%d", N, C, r, with_dinp),
                          d_dinp, dinp, (size_t)N * C, FP32_BUDGET);
         expect_dev_close(h, NAME("lora_backward dA N=%d C=%d r=%d dinp=%d", N, C, r, with_dinp),
@@ -642,17 +646,17 @@ static void check_attention(struct harness *h, int B, int T, int NH, int NKV, in
     const float *d_qkv = to_dev(h, qkv, FB(nq));
     float *out = hmem(h, FB(no)), *lse = hmem(h, FB(nl));
     float *d_out = poisoned(h, FB(no)), *d_lse = poisoned(h, FB(nl));
-    REF(h, attention_forward, out, lse, qkv, B, T, NH, NKV, hs);
-    BUT(h, attention_forward, d_out, d_lse, d_qkv, B, T, NH, NKV, hs);
+    REF(h, attention_forward, ZT_F32, out, lse, qkv, B, T, NH, NKV, hs);
+    BUT(h, attention_forward, ZT_F32, d_out, d_lse, d_qkv, B, T, NH, NKV, hs);
     char shape[96];
     snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d hs=%d", B, T, NH, NKV, hs);
     expect_dev_close(h, NAME("attention_forward out %s", shape), d_out, out, no, FP32_BUDGET);
     expect_dev_close(h, NAME("attention_forward lse %s", shape), d_lse, lse, nl, FP32_BUDGET);
     const float *dout = rnd(h, no, key + 1, 1.0);
     float *dqkv = rnd(h, nq, key + 2, 1.0), *d_dqkv = to_dev(h, dqkv, FB(nq));
-    REF(h, attention_backward, dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs);
-    BUT(h, attention_backward, d_dqkv, to_dev(h, dout, FB(no)), d_qkv, to_dev(h, out, FB(no)),
-        to_dev(h, lse, FB(nl)), B, T, NH, NKV, hs);
+    REF(h, attention_backward, ZT_F32, dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs);
+    BUT(h, attention_backward, ZT_F32, d_dqkv, to_dev(h, dout, FB(no)), d_qkv,
+        to_dev(h, out, FB(no)), to_dev(h, lse, FB(nl)), B, T, NH, NKV, hs);
     expect_dev_close(h, NAME("attention_backward dqkv %s", shape), d_dqkv, dqkv, nq, FP32_BUDGET);
 }
 
@@ -677,11 +681,11 @@ static void check_rope(struct harness *h, int B, int T, int NH, int NKV, int hs,
             float *d_x = to_dev(h, x, FB(n));
             const int off = part ? NH * hs : 0, heads = part ? NKV : NH;
             if (backward) {
-                REF(h, rope_backward, x + off, cos_t, sin_t, B, T, heads, hs, stride);
-                BUT(h, rope_backward, d_x + off, d_cos, d_sin, B, T, heads, hs, stride);
+                REF(h, rope_backward, ZT_F32, x + off, cos_t, sin_t, B, T, heads, hs, stride);
+                BUT(h, rope_backward, ZT_F32, d_x + off, d_cos, d_sin, B, T, heads, hs, stride);
             } else {
-                REF(h, rope_forward, x + off, cos_t, sin_t, B, T, heads, hs, stride);
-                BUT(h, rope_forward, d_x + off, d_cos, d_sin, B, T, heads, hs, stride);
+                REF(h, rope_forward, ZT_F32, x + off, cos_t, sin_t, B, T, heads, hs, stride);
+                BUT(h, rope_forward, ZT_F32, d_x + off, d_cos, d_sin, B, T, heads, hs, stride);
             }
             expect_dev_close(h,
                              NAME("rope_%s B=%d T=%d heads=%d hs=%d stride=%d",
@@ -701,27 +705,27 @@ static void check_pointwise(struct harness *h, int N, uint64_t key)
     const float *d_a = to_dev(h, a, FB(n)), *d_b = to_dev(h, b, FB(n)),
                 *d_dout = to_dev(h, dout, FB(n));
     float *out = hmem(h, FB(n)), *d_out = poisoned(h, FB(n));
-    REF(h, gelu_forward, out, a, N);
-    BUT(h, gelu_forward, d_out, d_a, N);
+    REF(h, gelu_forward, ZT_F32, out, a, N);
+    BUT(h, gelu_forward, ZT_F32, d_out, d_a, N);
     expect_dev_close(h, NAME("gelu_forward N=%d", N), d_out, out, n, FP32_BUDGET);
     float *dinp = rnd(h, n, key + 3, 1.0), *d_dinp = to_dev(h, dinp, FB(n));
-    REF(h, gelu_backward, dinp, a, dout, N);
-    BUT(h, gelu_backward, d_dinp, d_a, d_dout, N);
+    REF(h, gelu_backward, ZT_F32, dinp, a, dout, N);
+    BUT(h, gelu_backward, ZT_F32, d_dinp, d_a, d_dout, N);
     expect_dev_close(h, NAME("gelu_backward N=%d", N), d_dinp, dinp, n, FP32_BUDGET);
 
     out = hmem(h, FB(n));
     d_out = poisoned(h, FB(n));
-    REF(h, residual_forward, out, a, b, N);
-    BUT(h, residual_forward, d_out, d_a, d_b, N);
+    REF(h, residual_forward, ZT_F32, out, a, b, N);
+    BUT(h, residual_forward, ZT_F32, d_out, d_a, d_b, N);
     expect_dev_close(h, NAME("residual_forward N=%d", N), d_out, out, n, FP32_BUDGET);
     out = hmem(h, FB(n));
     d_out = poisoned(h, FB(n));
-    REF(h, mul_forward, out, a, b, N);
-    BUT(h, mul_forward, d_out, d_a, d_b, N);
+    REF(h, mul_forward, ZT_F32, out, a, b, N);
+    BUT(h, mul_forward, ZT_F32, d_out, d_a, d_b, N);
     expect_dev_close(h, NAME("mul_forward N=%d", N), d_out, out, n, FP32_BUDGET);
     float *da = rnd(h, n, key + 4, 1.0), *d_da = to_dev(h, da, FB(n));
-    REF(h, mul_backward, da, b, dout, N);
-    BUT(h, mul_backward, d_da, d_b, d_dout, N);
+    REF(h, mul_backward, ZT_F32, da, b, dout, N);
+    BUT(h, mul_backward, ZT_F32, d_da, d_b, d_dout, N);
     expect_dev_close(h, NAME("mul_backward N=%d", N), d_da, da, n, FP32_BUDGET);
 }
 
@@ -731,12 +735,12 @@ static void check_swiglu(struct harness *h, int N, int I, uint64_t key)
     const float *gu = rnd(h, 2 * n, key, 4.0), *dout = rnd(h, n, key + 1, 1.0);
     const float *d_gu = to_dev(h, gu, FB(2 * n));
     float *out = hmem(h, FB(n)), *d_out = poisoned(h, FB(n));
-    REF(h, swiglu_forward, out, gu, N, I);
-    BUT(h, swiglu_forward, d_out, d_gu, N, I);
+    REF(h, swiglu_forward, ZT_F32, out, gu, N, I);
+    BUT(h, swiglu_forward, ZT_F32, d_out, d_gu, N, I);
     expect_dev_close(h, NAME("swiglu_forward N=%d I=%d", N, I), d_out, out, n, FP32_BUDGET);
     float *dgu = rnd(h, 2 * n, key + 2, 1.0), *d_dgu = to_dev(h, dgu, FB(2 * n));
-    REF(h, swiglu_backward, dgu, dout, gu, N, I);
-    BUT(h, swiglu_backward, d_dgu, to_dev(h, dout, FB(n)), d_gu, N, I);
+    REF(h, swiglu_backward, ZT_F32, dgu, dout, gu, N, I);
+    BUT(h, swiglu_backward, ZT_F32, d_dgu, to_dev(h, dout, FB(n)), d_gu, N, I);
     expect_dev_close(h, NAME("swiglu_backward N=%d I=%d", N, I), d_dgu, dgu, 2 * n, FP32_BUDGET);
 }
 
@@ -752,16 +756,16 @@ static void check_crossentropy(struct harness *h, int N, int V, uint64_t key)
     const int32_t *d_tgt = to_dev(h, tgt, IB(N));
     float *losses = hmem(h, FB(N)), *probs = hmem(h, FB(n));
     float *d_losses = poisoned(h, FB(N)), *d_probs = poisoned(h, FB(n));
-    REF(h, crossentropy_forward, losses, probs, logits, tgt, N, V);
-    BUT(h, crossentropy_forward, d_losses, d_probs, to_dev(h, logits, FB(n)), d_tgt, N, V);
+    REF(h, crossentropy_forward, ZT_F32, losses, probs, logits, tgt, N, V);
+    BUT(h, crossentropy_forward, ZT_F32, d_losses, d_probs, to_dev(h, logits, FB(n)), d_tgt, N, V);
     expect_dev_close(h, NAME("crossentropy_forward losses N=%d V=%d", N, V), d_losses, losses,
                      (size_t)N, FP32_BUDGET);
     expect_dev_close(h, NAME("crossentropy_forward probs N=%d V=%d", N, V), d_probs, probs, n,
                      FP32_BUDGET);
     float *dlogits = rnd(h, n, key + 2, 1.0), *d_dlogits = to_dev(h, dlogits, FB(n));
     const float dloss = 1.0f / (float)N;
-    REF(h, crossentropy_backward, dlogits, probs, tgt, dloss, N, V);
-    BUT(h, crossentropy_backward, d_dlogits, to_dev(h, probs, FB(n)), d_tgt, dloss, N, V);
+    REF(h, crossentropy_backward, ZT_F32, dlogits, probs, tgt, dloss, N, V);
+    BUT(h, crossentropy_backward, ZT_F32, d_dlogits, to_dev(h, probs, FB(n)), d_tgt, dloss, N, V);
     expect_dev_close(h, NAME("crossentropy_backward N=%d V=%d", N, V), d_dlogits, dlogits, n,
                      FP32_BUDGET);
 }
@@ -782,8 +786,8 @@ static void check_crossentropy_vocab(struct harness *h, int N, int V, int v_lo, 
     const int32_t *d_tgt = to_dev(h, tgt, IB(N));
 
     float *row_max = hmem(h, FB(N)), *d_row_max = poisoned(h, FB(N));
-    REF(h, crossentropy_vocab_max, row_max, logits, N, Vp);
-    BUT(h, crossentropy_vocab_max, d_row_max, d_logits, N, Vp);
+    REF(h, crossentropy_vocab_max, ZT_F32, row_max, logits, N, Vp);
+    BUT(h, crossentropy_vocab_max, ZT_F32, d_row_max, d_logits, N, Vp);
     expect_dev_close(h, NAME("crossentropy_vocab_max %s", shape), d_row_max, row_max, (size_t)N,
                      FP32_BUDGET);
 
@@ -793,9 +797,9 @@ static void check_crossentropy_vocab(struct harness *h, int N, int V, int v_lo, 
         gmax[i] += row_max[i];
     float *probs = hmem(h, FB(n)), *stats = hmem(h, FB(2 * N));
     float *d_probs = poisoned(h, FB(n)), *d_stats = poisoned(h, FB(2 * N));
-    REF(h, crossentropy_vocab_exp, probs, stats, logits, gmax, tgt, N, Vp, v_lo);
-    BUT(h, crossentropy_vocab_exp, d_probs, d_stats, d_logits, to_dev(h, gmax, FB(N)), d_tgt, N, Vp,
-        v_lo);
+    REF(h, crossentropy_vocab_exp, ZT_F32, probs, stats, logits, gmax, tgt, N, Vp, v_lo);
+    BUT(h, crossentropy_vocab_exp, ZT_F32, d_probs, d_stats, d_logits, to_dev(h, gmax, FB(N)),
+        d_tgt, N, Vp, v_lo);
     expect_dev_close(h, NAME("crossentropy_vocab_exp probs %s", shape), d_probs, probs, n,
                      FP32_BUDGET);
     expect_dev_close(h, NAME("crossentropy_vocab_exp row_stats %s", shape), d_stats, stats,
@@ -807,8 +811,9 @@ static void check_crossentropy_vocab(struct harness *h, int N, int V, int v_lo, 
         tot[i] += 1.0f + (float)i;
     float *d_fprobs = to_dev(h, probs, FB(n)), *losses = hmem(h, FB(N));
     float *d_losses = poisoned(h, FB(N));
-    REF(h, crossentropy_vocab_finish, losses, probs, tot, tgt, N, Vp);
-    BUT(h, crossentropy_vocab_finish, d_losses, d_fprobs, to_dev(h, tot, FB(2 * N)), d_tgt, N, Vp);
+    REF(h, crossentropy_vocab_finish, ZT_F32, losses, probs, tot, tgt, N, Vp);
+    BUT(h, crossentropy_vocab_finish, ZT_F32, d_losses, d_fprobs, to_dev(h, tot, FB(2 * N)), d_tgt,
+        N, Vp);
     expect_dev_close(h, NAME("crossentropy_vocab_finish losses %s", shape), d_losses, losses,
                      (size_t)N, FP32_BUDGET);
     expect_dev_close(h, NAME("crossentropy_vocab_finish probs %s", shape), d_fprobs, probs, n,
@@ -816,9 +821,9 @@ static void check_crossentropy_vocab(struct harness *h, int N, int V, int v_lo, 
 
     float *dlogits = rnd(h, n, key + 3, 1.0), *d_dlogits = to_dev(h, dlogits, FB(n));
     const float dloss = 0.37f;
-    REF(h, crossentropy_vocab_backward, dlogits, probs, tgt, dloss, N, Vp, v_lo);
-    BUT(h, crossentropy_vocab_backward, d_dlogits, to_dev(h, probs, FB(n)), d_tgt, dloss, N, Vp,
-        v_lo);
+    REF(h, crossentropy_vocab_backward, ZT_F32, dlogits, probs, tgt, dloss, N, Vp, v_lo);
+    BUT(h, crossentropy_vocab_backward, ZT_F32, d_dlogits, to_dev(h, probs, FB(n)), d_tgt, dloss, N,
+        Vp, v_lo);
     expect_dev_close(h, NAME("crossentropy_vocab_backward %s", shape), d_dlogits, dlogits, n,
                      FP32_BUDGET);
 }
@@ -1390,27 +1395,27 @@ static const struct ops_backend *cpu(void)
 }
 
 /* leaves the last element unwritten */
-static zt_status gelu_forward_short(const struct ops_backend *self, float *out, const float *inp,
-                                    int N)
+static zt_status gelu_forward_short(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                    const void *inp, int N)
 {
     (void)self;
-    return N > 1 ? cpu()->gelu_forward(cpu(), out, inp, N - 1) : ZT_OK;
+    return N > 1 ? cpu()->gelu_forward(cpu(), t, out, inp, N - 1) : ZT_OK;
 }
 
 /* assigns its gradients instead of accumulating them */
-static zt_status layernorm_backward_assigns(const struct ops_backend *self, float *dinp,
-                                            float *dweight, float *dbias, const float *dout,
-                                            const float *inp, const float *weight,
+static zt_status layernorm_backward_assigns(const struct ops_backend *self, enum zt_dtype t,
+                                            void *dinp, float *dweight, float *dbias,
+                                            const void *dout, const void *inp, const void *weight,
                                             const float *mean, const float *rstd, int N, int C)
 {
     (void)self;
-    memset(dinp, 0, FB((size_t)N * C));
+    memset(dinp, 0, (size_t)N * C * zt_dtype_size(t));
     if (dweight) {
         memset(dweight, 0, FB(C));
         memset(dbias, 0, FB(C));
     }
-    return cpu()->layernorm_backward(cpu(), dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
-                                     C);
+    return cpu()->layernorm_backward(cpu(), t, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                     N, C);
 }
 
 /* misses the last element */
@@ -1422,13 +1427,13 @@ static zt_status sum_squares_short(const struct ops_backend *self, enum zt_dtype
 }
 
 /* drops the bias */
-static zt_status matmul_forward_no_bias(const struct ops_backend *self, float *out,
-                                        const float *inp, const float *weight, const float *bias,
+static zt_status matmul_forward_no_bias(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                        const void *inp, const void *weight, const void *bias,
                                         int N, int C, int OC)
 {
     (void)self;
     (void)bias;
-    return cpu()->matmul_forward(cpu(), out, inp, weight, NULL, N, C, OC);
+    return cpu()->matmul_forward(cpu(), t, out, inp, weight, NULL, N, C, OC);
 }
 
 /* truncates to bf16 instead of rounding to nearest even */
@@ -1458,12 +1463,12 @@ static zt_status adamw_update_stale_working(const struct ops_backend *self,
 }
 
 /* rotates the wrong way */
-static zt_status rope_forward_backwards(const struct ops_backend *self, float *x,
+static zt_status rope_forward_backwards(const struct ops_backend *self, enum zt_dtype t, void *x,
                                         const float *cos_t, const float *sin_t, int B, int T,
                                         int n_heads, int hs, int row_stride)
 {
     (void)self;
-    return cpu()->rope_backward(cpu(), x, cos_t, sin_t, B, T, n_heads, hs, row_stride);
+    return cpu()->rope_backward(cpu(), t, x, cos_t, sin_t, B, T, n_heads, hs, row_stride);
 }
 
 /* amax one ulp high */
@@ -1477,17 +1482,17 @@ static zt_status fp8_quantize_amax_ulp(const struct ops_backend *self, uint8_t *
 }
 
 /* counts the masked rows too (their target taken as 0) */
-static zt_status crossentropy_backward_unmasked(const struct ops_backend *self, float *dlogits,
-                                                const float *probs, const int32_t *targets,
-                                                float dloss, int N, int V)
+static zt_status crossentropy_backward_unmasked(const struct ops_backend *self, enum zt_dtype t,
+                                                void *dlogits, const void *probs,
+                                                const int32_t *targets, float dloss, int N, int V)
 {
     (void)self;
-    int32_t *t = malloc(IB(N));
-    ck_assert_ptr_nonnull(t);
+    int32_t *tgt = malloc(IB(N));
+    ck_assert_ptr_nonnull(tgt);
     for (int i = 0; i < N; i++)
-        t[i] = targets[i] < 0 ? 0 : targets[i];
-    zt_status st = cpu()->crossentropy_backward(cpu(), dlogits, probs, t, dloss, N, V);
-    free(t);
+        tgt[i] = targets[i] < 0 ? 0 : targets[i];
+    zt_status st = cpu()->crossentropy_backward(cpu(), t, dlogits, probs, tgt, dloss, N, V);
+    free(tgt);
     return st;
 }
 

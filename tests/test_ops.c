@@ -374,7 +374,7 @@ static double enc_objective(void *ctx)
 static void enc_backward(void *ctx)
 {
     struct enc_case *e = ctx;
-    ck_assert_int_eq(ops_cpu_backend()->encoder_backward(ops_cpu_backend(), e->dwte.f,
+    ck_assert_int_eq(ops_cpu_backend()->encoder_backward(ops_cpu_backend(), ZT_F32, e->dwte.f,
                                                          e->pos ? e->dwpe.f : NULL, e->r.f, e->tok,
                                                          e->B, e->T, e->C),
                      ZT_OK);
@@ -383,8 +383,9 @@ static void enc_backward(void *ctx)
 START_TEST(encoder_forward_matches_reference)
 {
     struct enc_case e = enc_setup(_i);
-    ck_assert_int_eq(ops_cpu_backend()->encoder_forward(ops_cpu_backend(), e.out.f, e.tok, e.wte.f,
-                                                        e.pos ? e.wpe.f : NULL, e.B, e.T, e.C),
+    ck_assert_int_eq(ops_cpu_backend()->encoder_forward(ops_cpu_backend(), ZT_F32, e.out.f, e.tok,
+                                                        e.wte.f, e.pos ? e.wpe.f : NULL, e.B, e.T,
+                                                        e.C),
                      ZT_OK);
     enc_ref(&e);
     check_close(e.pos ? "encoder out" : "encoder out (no wpe)", e.out.f, e.out.d, e.out.n, FWD_TOL);
@@ -460,17 +461,17 @@ static double ln_objective(void *ctx)
 
 static void ln_forward(struct ln_case *l)
 {
-    ck_assert_int_eq(ops_cpu_backend()->layernorm_forward(ops_cpu_backend(), l->out.f, l->mean.f,
-                                                          l->rstd.f, l->x.f, l->w.f, l->b.f, l->N,
-                                                          l->C),
+    ck_assert_int_eq(ops_cpu_backend()->layernorm_forward(ops_cpu_backend(), ZT_F32, l->out.f,
+                                                          l->mean.f, l->rstd.f, l->x.f, l->w.f,
+                                                          l->b.f, l->N, l->C),
                      ZT_OK);
 }
 
 static void ln_backward(void *ctx)
 {
     struct ln_case *l = ctx;
-    ck_assert_int_eq(ops_cpu_backend()->layernorm_backward(ops_cpu_backend(), l->dx.f, l->dw.f,
-                                                           l->db.f, l->r.f, l->x.f, l->w.f,
+    ck_assert_int_eq(ops_cpu_backend()->layernorm_backward(ops_cpu_backend(), ZT_F32, l->dx.f,
+                                                           l->dw.f, l->db.f, l->r.f, l->x.f, l->w.f,
                                                            l->mean.f, l->rstd.f, l->N, l->C),
                      ZT_OK);
 }
@@ -562,17 +563,18 @@ static double rms_objective(void *ctx)
 
 static void rms_forward(struct rms_case *m)
 {
-    ck_assert_int_eq(ops_cpu_backend()->rmsnorm_forward(ops_cpu_backend(), m->out.f, m->rstd.f,
-                                                        m->x.f, m->w.f, m->N, m->C, m->eps),
+    ck_assert_int_eq(ops_cpu_backend()->rmsnorm_forward(ops_cpu_backend(), ZT_F32, m->out.f,
+                                                        m->rstd.f, m->x.f, m->w.f, m->N, m->C,
+                                                        m->eps),
                      ZT_OK);
 }
 
 static void rms_backward(void *ctx)
 {
     struct rms_case *m = ctx;
-    ck_assert_int_eq(ops_cpu_backend()->rmsnorm_backward(ops_cpu_backend(), m->dx.f, m->dw.f,
-                                                         m->r.f, m->x.f, m->w.f, m->rstd.f, m->N,
-                                                         m->C),
+    ck_assert_int_eq(ops_cpu_backend()->rmsnorm_backward(ops_cpu_backend(), ZT_F32, m->dx.f,
+                                                         m->dw.f, m->r.f, m->x.f, m->w.f, m->rstd.f,
+                                                         m->N, m->C),
                      ZT_OK);
 }
 
@@ -636,7 +638,8 @@ START_TEST(rmsnorm_eps_is_inside_the_root)
         w[c] = (float)(c + 1);
     }
     ck_assert_int_eq(
-        ops_cpu_backend()->rmsnorm_forward(ops_cpu_backend(), out, rstd, x, w, 2, C, 1e-6f), ZT_OK);
+        ops_cpu_backend()->rmsnorm_forward(ops_cpu_backend(), ZT_F32, out, rstd, x, w, 2, C, 1e-6f),
+        ZT_OK);
     for (int i = 0; i < 2 * C; i++) {
         double want = x[i] / sqrt((double)x[i] * x[i] + (double)1e-6f) * w[i % C];
         ck_assert_double_eq_tol(out[i], want, 1e-6 * fabs(want));
@@ -742,7 +745,7 @@ static double mm_objective(void *ctx)
 static void mm_backward(void *ctx)
 {
     struct mm_case *m = ctx;
-    ck_assert_int_eq(ops_cpu_backend()->matmul_backward(ops_cpu_backend(), m->dx.f, m->dw.f,
+    ck_assert_int_eq(ops_cpu_backend()->matmul_backward(ops_cpu_backend(), ZT_F32, m->dx.f, m->dw.f,
                                                         m->has_bias ? m->db.f : NULL, m->r.f,
                                                         m->x.f, m->w.f, m->N, m->C, m->OC),
                      ZT_OK);
@@ -753,9 +756,9 @@ START_TEST(matmul_forward_matches_reference)
     struct mm_case m = mm_setup(_i);
     for (int i = 0; i < m.out.n; i++) /* garbage that the forward must overwrite */
         m.out.f[i] = 1e6f;
-    ck_assert_int_eq(ops_cpu_backend()->matmul_forward(ops_cpu_backend(), m.out.f, m.x.f, m.w.f,
-                                                       m.has_bias ? m.bias.f : NULL, m.N, m.C,
-                                                       m.OC),
+    ck_assert_int_eq(ops_cpu_backend()->matmul_forward(ops_cpu_backend(), ZT_F32, m.out.f, m.x.f,
+                                                       m.w.f, m.has_bias ? m.bias.f : NULL, m.N,
+                                                       m.C, m.OC),
                      ZT_OK);
     ref_matmul(m.out.d, m.x.d, m.w.d, m.has_bias ? m.bias.d : NULL, m.N, m.C, m.OC);
     check_close(m.has_bias ? "matmul out (bias)" : "matmul out (no bias)", m.out.f, m.out.d,
@@ -869,9 +872,9 @@ static void lora_backward(void *ctx)
     ck_assert_ptr_nonnull(dout);
     for (int i = 0; i < l->N * l->ldo; i++) /* NaN past the slice: must never be read */
         dout[i] = i % l->ldo < l->OC ? l->rw.f[i] : NAN;
-    ck_assert_int_eq(ops_cpu_backend()->lora_backward(ops_cpu_backend(), l->dx.f, l->dA.f, l->dB.f,
-                                                      l->scratch, dout, l->ldo, l->x.f, l->A.f,
-                                                      l->B.f, l->scale, l->N, l->C, l->r, l->OC),
+    ck_assert_int_eq(ops_cpu_backend()->lora_backward(
+                         ops_cpu_backend(), ZT_F32, l->dx.f, l->dA.f, l->dB.f, l->scratch, dout,
+                         l->ldo, l->x.f, l->A.f, l->B.f, l->scale, l->N, l->C, l->r, l->OC),
                      ZT_OK);
     free(dout);
 }
@@ -880,9 +883,9 @@ START_TEST(lora_forward_matches_reference)
 {
     struct lora_case l = lora_setup(_i);
     memcpy(l.out.f, l.base.f, (size_t)l.out.n * sizeof(float));
-    ck_assert_int_eq(ops_cpu_backend()->lora_forward(ops_cpu_backend(), l.out.f, l.ldo, l.scratch,
-                                                     l.x.f, l.A.f, l.B.f, l.scale, l.N, l.C, l.r,
-                                                     l.OC),
+    ck_assert_int_eq(ops_cpu_backend()->lora_forward(ops_cpu_backend(), ZT_F32, l.out.f, l.ldo,
+                                                     l.scratch, l.x.f, l.A.f, l.B.f, l.scale, l.N,
+                                                     l.C, l.r, l.OC),
                      ZT_OK);
     ref_lora(&l);
     check_close("lora out", l.out.f, l.out.d, l.out.n, FWD_TOL);
@@ -911,9 +914,9 @@ START_TEST(lora_backward_accumulates_and_skips_dinp)
                       3);
     float *dout = calloc((size_t)l.N * l.ldo, sizeof(float));
     ck_assert_ptr_nonnull(dout);
-    ck_assert_int_eq(ops_cpu_backend()->lora_backward(ops_cpu_backend(), NULL, l.dA.f, l.dB.f,
-                                                      l.scratch, dout, l.ldo, l.x.f, l.A.f, l.B.f,
-                                                      l.scale, l.N, l.C, l.r, l.OC),
+    ck_assert_int_eq(ops_cpu_backend()->lora_backward(ops_cpu_backend(), ZT_F32, NULL, l.dA.f,
+                                                      l.dB.f, l.scratch, dout, l.ldo, l.x.f, l.A.f,
+                                                      l.B.f, l.scale, l.N, l.C, l.r, l.OC),
                      ZT_OK);
     free(dout);
     lora_teardown(&l);
@@ -923,8 +926,8 @@ END_TEST
 START_TEST(matmul_backward_skips_a_frozen_weight)
 {
     struct mm_case m = mm_setup(0);
-    ck_assert_int_eq(ops_cpu_backend()->matmul_backward(ops_cpu_backend(), m.dx.f, NULL, NULL,
-                                                        m.r.f, m.x.f, m.w.f, m.N, m.C, m.OC),
+    ck_assert_int_eq(ops_cpu_backend()->matmul_backward(ops_cpu_backend(), ZT_F32, m.dx.f, NULL,
+                                                        NULL, m.r.f, m.x.f, m.w.f, m.N, m.C, m.OC),
                      ZT_OK);
     check_gradient("matmul dinp (frozen weight)", mm_objective, &m, m.x.d, m.dx.f, m.x.n);
     mm_teardown(&m);
@@ -939,13 +942,14 @@ START_TEST(mul_forward_and_backward_match_reference)
     struct tensor a = tensor_rand(N, 51, 1.0), b = tensor_rand(N, 52, 2.0),
                   d = tensor_rand(N, 53, 1.0);
     struct tensor out = tensor_zeros(N), da = tensor_zeros(N);
-    ck_assert_int_eq(ops_cpu_backend()->mul_forward(ops_cpu_backend(), out.f, a.f, b.f, N), ZT_OK);
+    ck_assert_int_eq(ops_cpu_backend()->mul_forward(ops_cpu_backend(), ZT_F32, out.f, a.f, b.f, N),
+                     ZT_OK);
     for (int i = 0; i < N; i++)
         out.d[i] = a.d[i] * b.d[i];
     check_close("mul out", out.f, out.d, N, FWD_TOL);
     for (int rep = 1; rep <= 2; rep++) { /* accumulates */
-        ck_assert_int_eq(ops_cpu_backend()->mul_backward(ops_cpu_backend(), da.f, b.f, d.f, N),
-                         ZT_OK);
+        ck_assert_int_eq(
+            ops_cpu_backend()->mul_backward(ops_cpu_backend(), ZT_F32, da.f, b.f, d.f, N), ZT_OK);
         for (int i = 0; i < N; i++)
             da.d[i] = rep * b.d[i] * d.d[i];
         check_close("mul da", da.f, da.d, N, FWD_TOL);
@@ -1095,18 +1099,18 @@ static void att_teardown(struct att_case *a)
 
 static void att_forward(struct att_case *a)
 {
-    ck_assert_int_eq(ops_cpu_backend()->attention_forward(ops_cpu_backend(), a->out.f, a->lse.f,
-                                                          a->qkv.f, a->B, a->T, a->NH, a->NKV,
-                                                          a->hs),
+    ck_assert_int_eq(ops_cpu_backend()->attention_forward(ops_cpu_backend(), ZT_F32, a->out.f,
+                                                          a->lse.f, a->qkv.f, a->B, a->T, a->NH,
+                                                          a->NKV, a->hs),
                      ZT_OK);
 }
 
 static void att_backward(void *ctx)
 {
     struct att_case *a = ctx;
-    ck_assert_int_eq(ops_cpu_backend()->attention_backward(ops_cpu_backend(), a->dqkv.f, a->r.f,
-                                                           a->qkv.f, a->out.f, a->lse.f, a->B, a->T,
-                                                           a->NH, a->NKV, a->hs),
+    ck_assert_int_eq(ops_cpu_backend()->attention_backward(ops_cpu_backend(), ZT_F32, a->dqkv.f,
+                                                           a->r.f, a->qkv.f, a->out.f, a->lse.f,
+                                                           a->B, a->T, a->NH, a->NKV, a->hs),
                      ZT_OK);
 }
 
@@ -1318,7 +1322,7 @@ static void rope_apply(struct rope_case *p, float *x, int backward)
 {
     const struct ops_backend *b = ops_cpu_backend();
     ck_assert_int_eq((backward ? b->rope_backward : b->rope_forward)(
-                         b, x, p->cs.f, p->sn.f, p->B, p->T, p->n_heads, p->hs, p->stride),
+                         b, ZT_F32, x, p->cs.f, p->sn.f, p->B, p->T, p->n_heads, p->hs, p->stride),
                      ZT_OK);
 }
 
@@ -1416,14 +1420,15 @@ static void gelu_backward(void *ctx)
 {
     struct gelu_case *g = ctx;
     ck_assert_int_eq(
-        ops_cpu_backend()->gelu_backward(ops_cpu_backend(), g->dx.f, g->x.f, g->r.f, g->N), ZT_OK);
+        ops_cpu_backend()->gelu_backward(ops_cpu_backend(), ZT_F32, g->dx.f, g->x.f, g->r.f, g->N),
+        ZT_OK);
 }
 
 START_TEST(gelu_forward_matches_reference)
 {
     struct gelu_case g = gelu_setup(_i);
-    ck_assert_int_eq(ops_cpu_backend()->gelu_forward(ops_cpu_backend(), g.out.f, g.x.f, g.N),
-                     ZT_OK);
+    ck_assert_int_eq(
+        ops_cpu_backend()->gelu_forward(ops_cpu_backend(), ZT_F32, g.out.f, g.x.f, g.N), ZT_OK);
     for (int i = 0; i < g.N; i++)
         g.out.d[i] = ref_gelu(g.x.d[i]);
     check_close("gelu out", g.out.f, g.out.d, g.N, FWD_TOL);
@@ -1445,7 +1450,7 @@ START_TEST(gelu_forward_is_accurate_elementwise)
     for (int i = 0; i < N; i++)
         x[i] = -5.5f + 17.5f * (float)i / (N - 1);
     x[0] = -30.0f;
-    ck_assert_int_eq(ops_cpu_backend()->gelu_forward(ops_cpu_backend(), y, x, N), ZT_OK);
+    ck_assert_int_eq(ops_cpu_backend()->gelu_forward(ops_cpu_backend(), ZT_F32, y, x, N), ZT_OK);
     ck_assert_msg(y[0] <= 0.0f && y[0] > -1e-30f, "gelu(-30) = %g", (double)y[0]);
     for (int i = 1; i < N; i++) {
         double u = sqrt(2.0 / PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
@@ -1476,8 +1481,8 @@ END_TEST
 START_TEST(residual_forward_adds)
 {
     struct tensor a = tensor_rand(37, 61, 3.0), b = tensor_rand(37, 62, 3.0), o = tensor_zeros(37);
-    ck_assert_int_eq(ops_cpu_backend()->residual_forward(ops_cpu_backend(), o.f, a.f, b.f, 37),
-                     ZT_OK);
+    ck_assert_int_eq(
+        ops_cpu_backend()->residual_forward(ops_cpu_backend(), ZT_F32, o.f, a.f, b.f, 37), ZT_OK);
     for (int i = 0; i < 37; i++)
         ck_assert_float_eq(o.f[i], (float)(a.d[i] + b.d[i]));
     tensor_free(&a);
@@ -1536,7 +1541,7 @@ static double swiglu_objective(void *ctx)
 static void swiglu_backward(void *ctx)
 {
     struct swiglu_case *w = ctx;
-    ck_assert_int_eq(ops_cpu_backend()->swiglu_backward(ops_cpu_backend(), w->dgu.f, w->r.f,
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_backward(ops_cpu_backend(), ZT_F32, w->dgu.f, w->r.f,
                                                         w->gu.f, w->N, w->I),
                      ZT_OK);
 }
@@ -1545,7 +1550,8 @@ START_TEST(swiglu_forward_matches_reference)
 {
     struct swiglu_case w = swiglu_setup(_i);
     ck_assert_int_eq(
-        ops_cpu_backend()->swiglu_forward(ops_cpu_backend(), w.out.f, w.gu.f, w.N, w.I), ZT_OK);
+        ops_cpu_backend()->swiglu_forward(ops_cpu_backend(), ZT_F32, w.out.f, w.gu.f, w.N, w.I),
+        ZT_OK);
     ref_swiglu(w.out.d, w.gu.d, w.N, w.I);
     check_close("swiglu out", w.out.f, w.out.d, w.out.n, FWD_TOL);
     swiglu_teardown(&w);
@@ -1586,9 +1592,10 @@ START_TEST(swiglu_survives_extreme_gates)
         gu[I + i] = 0.5f;
         dout[i] = 1.0f;
     }
-    ck_assert_int_eq(ops_cpu_backend()->swiglu_forward(ops_cpu_backend(), out, gu, 1, I), ZT_OK);
-    ck_assert_int_eq(ops_cpu_backend()->swiglu_backward(ops_cpu_backend(), dgu, dout, gu, 1, I),
+    ck_assert_int_eq(ops_cpu_backend()->swiglu_forward(ops_cpu_backend(), ZT_F32, out, gu, 1, I),
                      ZT_OK);
+    ck_assert_int_eq(
+        ops_cpu_backend()->swiglu_backward(ops_cpu_backend(), ZT_F32, dgu, dout, gu, 1, I), ZT_OK);
     for (int i = 0; i < I; i++) {
         /* sigmoid(g) and 1 - sigmoid(g), each without cancellation */
         double g = G[i], e = exp(-fabs(g));
@@ -1644,7 +1651,7 @@ static void xent_teardown(struct xent_case *x)
 
 static void xent_forward(struct xent_case *x)
 {
-    ck_assert_int_eq(ops_cpu_backend()->crossentropy_forward(ops_cpu_backend(), x->losses.f,
+    ck_assert_int_eq(ops_cpu_backend()->crossentropy_forward(ops_cpu_backend(), ZT_F32, x->losses.f,
                                                              x->probs.f, x->logits.f, x->tgt, x->N,
                                                              x->V),
                      ZT_OK);
@@ -1653,9 +1660,9 @@ static void xent_forward(struct xent_case *x)
 static void xent_backward(void *ctx)
 {
     struct xent_case *x = ctx;
-    ck_assert_int_eq(ops_cpu_backend()->crossentropy_backward(ops_cpu_backend(), x->dlogits.f,
-                                                              x->probs.f, x->tgt, XENT_DLOSS, x->N,
-                                                              x->V),
+    ck_assert_int_eq(ops_cpu_backend()->crossentropy_backward(ops_cpu_backend(), ZT_F32,
+                                                              x->dlogits.f, x->probs.f, x->tgt,
+                                                              XENT_DLOSS, x->N, x->V),
                      ZT_OK);
 }
 
@@ -1728,8 +1735,8 @@ START_TEST(crossentropy_loss_survives_underflow)
 {
     float logits[4] = {100.0f, -100.0f, 99.0f, 0.0f}, probs[4], loss;
     int32_t target = 1;
-    ck_assert_int_eq(ops_cpu_backend()->crossentropy_forward(ops_cpu_backend(), &loss, probs,
-                                                             logits, &target, 1, 4),
+    ck_assert_int_eq(ops_cpu_backend()->crossentropy_forward(ops_cpu_backend(), ZT_F32, &loss,
+                                                             probs, logits, &target, 1, 4),
                      ZT_OK);
     double want = log(1.0 + exp(-1.0) + exp(-100.0)) + 200.0;
     ck_assert_double_eq_tol(loss, want, 1e-5 * want);
@@ -1854,8 +1861,9 @@ static void xvocab_forward(struct xvocab_case *x)
     for (int i = 0; i < N; i++)
         row_max[i] = -INFINITY;
     for (int p = 0; p < s->n; p++) {
-        ck_assert_int_eq(ops->crossentropy_vocab_max(ops, part_max, x->logit_part[p], N, s->w[p]),
-                         ZT_OK);
+        ck_assert_int_eq(
+            ops->crossentropy_vocab_max(ops, ZT_F32, part_max, x->logit_part[p], N, s->w[p]),
+            ZT_OK);
         for (int i = 0; i < N; i++) {
             /* exact: the softmax would hide a wrong max until e^x overflowed */
             double m = -INFINITY;
@@ -1867,7 +1875,7 @@ static void xvocab_forward(struct xvocab_case *x)
     }
     memset(stats, 0, sizeof stats);
     for (int p = 0; p < s->n; p++) {
-        ck_assert_int_eq(ops->crossentropy_vocab_exp(ops, x->prob_part[p], part_stats,
+        ck_assert_int_eq(ops->crossentropy_vocab_exp(ops, ZT_F32, x->prob_part[p], part_stats,
                                                      x->logit_part[p], row_max, x->tgt, N, s->w[p],
                                                      s->lo[p]),
                          ZT_OK);
@@ -1875,8 +1883,8 @@ static void xvocab_forward(struct xvocab_case *x)
             stats[i] += part_stats[i];
     }
     for (int p = 0; p < s->n; p++) {
-        ck_assert_int_eq(ops->crossentropy_vocab_finish(ops, x->loss_part[p], x->prob_part[p],
-                                                        stats, x->tgt, N, s->w[p]),
+        ck_assert_int_eq(ops->crossentropy_vocab_finish(ops, ZT_F32, x->loss_part[p],
+                                                        x->prob_part[p], stats, x->tgt, N, s->w[p]),
                          ZT_OK);
         put_columns(x->probs.f, x->prob_part[p], N, s->V, s->lo[p], s->w[p]);
     }
@@ -1889,7 +1897,7 @@ static void xvocab_backward(struct xvocab_case *x)
     const struct vocab_split *s = &x->s;
     for (int p = 0; p < s->n; p++) {
         ck_assert_int_eq(ops_cpu_backend()->crossentropy_vocab_backward(
-                             ops_cpu_backend(), x->dlogit_part[p], x->prob_part[p], x->tgt,
+                             ops_cpu_backend(), ZT_F32, x->dlogit_part[p], x->prob_part[p], x->tgt,
                              XENT_DLOSS, x->N, s->w[p], s->lo[p]),
                          ZT_OK);
         put_columns(x->dlogits.f, x->dlogit_part[p], x->N, s->V, s->lo[p], s->w[p]);
@@ -1966,11 +1974,11 @@ START_TEST(crossentropy_vocab_one_part_is_crossentropy)
     float *dlogits = malloc((size_t)N * V * sizeof *dlogits);
     ck_assert(losses && probs && dlogits);
     memcpy(dlogits, x.dlogits.f, (size_t)N * V * sizeof *dlogits);
-    ck_assert_int_eq(ops_cpu_backend()->crossentropy_forward(ops_cpu_backend(), losses, probs,
-                                                             x.logits.f, x.tgt, N, V),
+    ck_assert_int_eq(ops_cpu_backend()->crossentropy_forward(ops_cpu_backend(), ZT_F32, losses,
+                                                             probs, x.logits.f, x.tgt, N, V),
                      ZT_OK);
-    ck_assert_int_eq(ops_cpu_backend()->crossentropy_backward(ops_cpu_backend(), dlogits, probs,
-                                                              x.tgt, XENT_DLOSS, N, V),
+    ck_assert_int_eq(ops_cpu_backend()->crossentropy_backward(ops_cpu_backend(), ZT_F32, dlogits,
+                                                              probs, x.tgt, XENT_DLOSS, N, V),
                      ZT_OK);
     xvocab_forward(&x);
     xvocab_backward(&x);
@@ -2032,14 +2040,16 @@ START_TEST(encoder_forward_vocab_sums_to_encoder_forward)
     const float *wpe = _i == 0 ? e.wpe.f : NULL;
     float *full = malloc((size_t)n * sizeof *full), *out = malloc((size_t)n * sizeof *out);
     ck_assert(full && out);
-    ck_assert_int_eq(ops->encoder_forward(ops, full, e.tok, e.wte.f, wpe, EV_B, EV_T, EV_C), ZT_OK);
+    ck_assert_int_eq(ops->encoder_forward(ops, ZT_F32, full, e.tok, e.wte.f, wpe, EV_B, EV_T, EV_C),
+                     ZT_OK);
     struct tensor sum = tensor_zeros(n);
     for (int p = 0; p < EV_PARTS; p++) {
         float *part = columns(e.wte.f, 1, EV_V * EV_C, EV_LO[p] * EV_C, EV_W[p] * EV_C);
         for (int k = 0; k < n; k++)
             out[k] = NAN;
-        ck_assert_int_eq(ops->encoder_forward_vocab(ops, out, e.tok, part, p == 0 ? wpe : NULL,
-                                                    EV_B, EV_T, EV_C, EV_LO[p], EV_W[p]),
+        ck_assert_int_eq(ops->encoder_forward_vocab(ops, ZT_F32, out, e.tok, part,
+                                                    p == 0 ? wpe : NULL, EV_B, EV_T, EV_C, EV_LO[p],
+                                                    EV_W[p]),
                          ZT_OK);
         for (int k = 0; k < n; k++)
             sum.f[k] += out[k];
@@ -2070,13 +2080,13 @@ START_TEST(encoder_backward_vocab_matches_encoder_backward)
     ck_assert(want_dwte && want_dwpe);
     memcpy(want_dwte, dwte.f, (size_t)dwte.n * sizeof(float));
     memcpy(want_dwpe, dwpe.f, (size_t)dwpe.n * sizeof(float));
-    ck_assert_int_eq(ops->encoder_backward(ops, want_dwte, pos ? want_dwpe : NULL, e.dout.f, e.tok,
-                                           EV_B, EV_T, EV_C),
+    ck_assert_int_eq(ops->encoder_backward(ops, ZT_F32, want_dwte, pos ? want_dwpe : NULL, e.dout.f,
+                                           e.tok, EV_B, EV_T, EV_C),
                      ZT_OK);
     for (int p = 0; p < EV_PARTS; p++) {
         float *part = columns(dwte.f, 1, EV_V * EV_C, EV_LO[p] * EV_C, EV_W[p] * EV_C);
         ck_assert_int_eq(
-            ops->encoder_backward_vocab(ops, part, pos && p == EV_PARTS - 1 ? dwpe.f : NULL,
+            ops->encoder_backward_vocab(ops, ZT_F32, part, pos && p == EV_PARTS - 1 ? dwpe.f : NULL,
                                         e.dout.f, e.tok, EV_B, EV_T, EV_C, EV_LO[p], EV_W[p]),
             ZT_OK);
         put_columns(dwte.f, part, 1, EV_V * EV_C, EV_LO[p] * EV_C, EV_W[p] * EV_C);
@@ -2102,9 +2112,9 @@ START_TEST(encoder_backward_vocab_skips_a_frozen_embedding)
 {
     struct encv_case e = encv_setup();
     struct tensor dwpe = tensor_rand(EV_T * EV_C, 98, 1.0);
-    ck_assert_int_eq(ops_cpu_backend()->encoder_backward_vocab(ops_cpu_backend(), NULL, dwpe.f,
-                                                               e.dout.f, e.tok, EV_B, EV_T, EV_C,
-                                                               EV_LO[0], EV_W[0]),
+    ck_assert_int_eq(ops_cpu_backend()->encoder_backward_vocab(ops_cpu_backend(), ZT_F32, NULL,
+                                                               dwpe.f, e.dout.f, e.tok, EV_B, EV_T,
+                                                               EV_C, EV_LO[0], EV_W[0]),
                      ZT_OK);
     for (int k = 0; k < dwpe.n; k++)
         ck_assert_float_eq(dwpe.f[k], (float)dwpe.d[k]);

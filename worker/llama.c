@@ -508,7 +508,7 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
 #define P(k) model_param_in(t, layer_tensor(l, k), w)
     MODEL_TIMED(
         m, MODEL_PROF_NORM,
-        ops->rmsnorm_forward(ops, layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), R, C, eps));
+        ops->rmsnorm_forward(ops, ZT_F32, layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), R, C, eps));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_IN_NORM), "output", layer + a.ln1, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     /* q, k and v are one [QKV, C] matrix in the flat space. */
@@ -518,11 +518,11 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_Q), 3, layer + a.qkv, ln1, BT));
     MODEL_TIMED(
         m, MODEL_PROF_ROPE,
-        ops->rope_forward(ops, layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+        ops->rope_forward(ops, ZT_F32, layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_Q), "q, k and v outputs after the rotary embedding",
                 layer + a.qkv, (size_t)BT * QKV);
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_forward(ops, layer + a.atty, layer + a.lse, layer + a.qkv, B, T, NH,
+                ops->attention_forward(ops, ZT_F32, layer + a.atty, layer + a.lse, layer + a.qkv, B, T, NH,
                                        NKV, hs));
     MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * NH * hs);
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
@@ -532,11 +532,11 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_O), 1, partial, layer + a.atty, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(ops, layer + a.res2, layer + a.res2, x, R * C));
+                ops->residual_forward(ops, ZT_F32, layer + a.res2, layer + a.res2, x, R * C));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_O), "output plus the residual", layer + a.res2,
                 (size_t)R * C);
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->rmsnorm_forward(ops, layer + a.ln2, layer + a.ln2_rstd, layer + a.res2,
+                ops->rmsnorm_forward(ops, ZT_F32, layer + a.ln2, layer + a.ln2_rstd, layer + a.res2,
                                      P(T_POST_NORM), R, C, eps));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_POST_NORM), "output", layer + a.ln2, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
@@ -548,7 +548,7 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_GATE), "gate and up outputs", layer + a.gu,
                 (size_t)BT * 2 * I);
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->swiglu_forward(ops, layer + a.mlp, layer + a.gu, BT, I));
+                ops->swiglu_forward(ops, ZT_F32, layer + a.mlp, layer + a.gu, BT, I));
     MODEL_PROBE(&m->base, l, -1, "mlp SwiGLU output", layer + a.mlp, (size_t)BT * I);
     partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -557,7 +557,7 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, partial, layer + a.mlp, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(ops, out, out, layer + a.res2, R * C));
+                ops->residual_forward(ops, ZT_F32, out, out, layer + a.res2, R * C));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_DOWN), "output plus the residual", out,
                 (size_t)R * C);
 #undef P
@@ -577,7 +577,7 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
     const float *w, *lnf;
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->rmsnorm_forward(m->ops, lnf_rows, acts + a->lnf_rstd,
+                m->ops->rmsnorm_forward(m->ops, ZT_F32, lnf_rows, acts + a->lnf_rstd,
                                         layer_output(m, a, L - 1),
                                         model_param_in(t, norm_tensor(L), w),
                                         model_sp_rows(&m->base), C, (float)c->rms_norm_eps));
@@ -589,7 +589,7 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     }
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_forward(m->ops, acts + a->logits, lnf,
+                m->ops->matmul_forward(m->ops, ZT_F32, acts + a->logits, lnf,
                                        model_param_in(t, head_tensor(c), w), NULL, BT, C, V));
     ZT_TRY(model_lora_forward(&m->base, head_tensor(c), 1, acts + a->logits, lnf, BT));
     MODEL_PROBE(&m->base, L, -1, "logits (the head's output)", acts + a->logits, (size_t)BT * V);
@@ -657,7 +657,7 @@ static zt_status norm_backward(struct llama *m, const struct model_unit_hooks *h
     float *dnorm = m->scratch + scratch_layout_of(&m->d, m->base.B, m->base.T).dnorm, *dw;
     ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gw, dnorm, (size_t)C, &dw));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->rmsnorm_backward(m->ops, dinp, dw, dout, inp, weight, rstd,
+                m->ops->rmsnorm_backward(m->ops, ZT_F32, dinp, dw, dout, inp, weight, rstd,
                                          model_sp_rows(&m->base), C));
     return model_sp_norm_done(&m->base, m->ops, h, gw, dnorm, (size_t)C);
 }
@@ -696,7 +696,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                                layer + a.mlp, BT));
     ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->swiglu_backward(ops, sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
+                ops->swiglu_backward(ops, ZT_F32, sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -716,11 +716,11 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_backward(ops, sc + s.dqkv, sc + s.datty, layer + a.qkv,
+                ops->attention_backward(ops, ZT_F32, sc + s.dqkv, sc + s.datty, layer + a.qkv,
                                         layer + a.atty, layer + a.lse, B, T, NH, NKV, hs));
     MODEL_TIMED(
         m, MODEL_PROF_ROPE,
-        ops->rope_backward(ops, sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+        ops->rope_backward(ops, ZT_F32, sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -759,7 +759,7 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
         *g0 = g;
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_backward(m->ops, dln, model_grad_in(t, head_tensor(c), g), NULL,
+                m->ops->matmul_backward(m->ops, ZT_F32, dln, model_grad_in(t, head_tensor(c), g), NULL,
                                         dlogits, m->acts + a.lnf,
                                         model_param_in(t, head_tensor(c), w), BT, C, V));
     ZT_TRY(model_lora_backward(&m->base, head_tensor(c), 1, dln, dlogits, m->acts + a.lnf, BT));

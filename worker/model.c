@@ -415,7 +415,7 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     const float *ln1, *ln2;
 #define P(k) model_param_in(t, block_tensor(l, k), w)
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->layernorm_forward(ops, layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd,
+                ops->layernorm_forward(ops, ZT_F32, layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd,
                                        x, P(T_LN1W), P(T_LN1B), R, C));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_LN1W), "output", layer + a.ln1, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
@@ -426,7 +426,7 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     MODEL_PROBE(&m->base, l, block_tensor(l, T_QKVW), "output", layer + a.qkv, (size_t)BT * 3 * A);
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_forward(ops, layer + a.atty, layer + a.lse, layer + a.qkv, m->base.B,
+                ops->attention_forward(ops, ZT_F32, layer + a.atty, layer + a.lse, layer + a.qkv, m->base.B,
                                        m->base.T, d.NH, d.NH, d.hs));
     MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * A);
     /* attn projection output is staged in res2 then the residual added in place */
@@ -437,11 +437,11 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_PROJW), 1, partial, layer + a.atty, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(ops, layer + a.res2, layer + a.res2, x, R * C));
+                ops->residual_forward(ops, ZT_F32, layer + a.res2, layer + a.res2, x, R * C));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_PROJW), "output plus the residual", layer + a.res2,
                 (size_t)R * C);
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->layernorm_forward(ops, layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
+                ops->layernorm_forward(ops, ZT_F32, layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
                                        layer + a.res2, P(T_LN2W), P(T_LN2B), R, C));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_LN2W), "output", layer + a.ln2, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
@@ -451,7 +451,7 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_FCW), 1, layer + a.fch, ln2, BT));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_FCW), "output", layer + a.fch, (size_t)BT * F);
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->gelu_forward(ops, layer + a.fch_gelu, layer + a.fch, BT * F));
+                ops->gelu_forward(ops, ZT_F32, layer + a.fch_gelu, layer + a.fch, BT * F));
     MODEL_PROBE(&m->base, l, -1, "mlp GELU output", layer + a.fch_gelu, (size_t)BT * F);
     partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -462,7 +462,7 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
         model_lora_forward(&m->base, block_tensor(l, T_FCPW), 1, partial, layer + a.fch_gelu, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(ops, out, out, layer + a.res2, R * C));
+                ops->residual_forward(ops, ZT_F32, out, out, layer + a.res2, R * C));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_FCPW), "output plus the residual", out,
                 (size_t)R * C);
 #undef P
@@ -514,7 +514,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     const float *lnf;
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->layernorm_forward(m->ops, lnf_rows, acts + a.lnf_mean, acts + a.lnf_rstd, x,
+                m->ops->layernorm_forward(m->ops, ZT_F32, lnf_rows, acts + a.lnf_mean, acts + a.lnf_rstd, x,
                                           model_param_in(t, k_lnf, w),
                                           model_param_in(t, k_lnf + 1, w), model_sp_rows(&m->base),
                                           C));
@@ -525,7 +525,7 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     /* the head: this rank's vocabulary slice of the logits, never all of them */
     ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_forward(m->ops, acts + a.logits, lnf, model_param_in(t, 0, w), NULL,
+                m->ops->matmul_forward(m->ops, ZT_F32, acts + a.logits, lnf, model_param_in(t, 0, w), NULL,
                                        BT, C, d.V));
     MODEL_PROBE(&m->base, L, -1, "logits (the head's output)", acts + a.logits, (size_t)BT * d.V);
     ZT_TRY(model_unit_release(&m->base, h, 0));
@@ -558,7 +558,7 @@ static zt_status norm_backward(struct gpt2 *m, const struct model_unit_hooks *h,
     ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gw, dnorm, (size_t)C, &dw));
     ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gb, dnorm + C, (size_t)C, &db));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->layernorm_backward(m->ops, dinp, dw, db, dout, inp, weight, mean, rstd,
+                m->ops->layernorm_backward(m->ops, ZT_F32, dinp, dw, db, dout, inp, weight, mean, rstd,
                                            model_sp_rows(&m->base), C));
     ZT_TRY(model_sp_norm_done(&m->base, m->ops, h, gw, dnorm, (size_t)C));
     return model_sp_norm_done(&m->base, m->ops, h, gb, dnorm + C, (size_t)C);
@@ -605,7 +605,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
                                layer + a.fch_gelu, BT));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * F));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->gelu_backward(ops, sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * F));
+                ops->gelu_backward(ops, ZT_F32, sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * F));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -624,7 +624,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * A));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_backward(ops, sc + s.dqkv, sc + s.datty, layer + a.qkv,
+                ops->attention_backward(ops, ZT_F32, sc + s.dqkv, sc + s.datty, layer + a.qkv,
                                         layer + a.atty, layer + a.lse, B, T, d.NH, d.NH, d.hs));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
@@ -665,7 +665,7 @@ static zt_status head_backward(struct gpt2 *m, const struct model_unit_hooks *h,
     ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, g0));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_backward(m->ops, dln, model_grad_in(t, 0, *g0), NULL, dlogits,
+                m->ops->matmul_backward(m->ops, ZT_F32, dln, model_grad_in(t, 0, *g0), NULL, dlogits,
                                         acts + a.lnf, model_param_in(t, 0, w), BT, C, d.V));
     ZT_TRY(model_unit_release(&m->base, h, 0));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));

@@ -157,12 +157,12 @@ zt_status model_linear_forward(struct model *m, const struct ops_backend *ops, i
 {
     struct model_fp8 *f = m->fp8;
     if (!f)
-        return ops->matmul_forward(ops, out, inp, weight, bias, N, C, OC);
+        return ops->matmul_forward(ops, ZT_F32, out, inp, weight, bias, N, C, OC);
     check_shape(m, g, N, C, OC);
     float *x = f->scratch, *w = f->scratch + f->w_at;
     ZT_TRY(operand(m, l, g, FP8_INPUT, kept_input(m, l, g), inp, (size_t)N * C, x));
     ZT_TRY(operand(m, l, g, FP8_WEIGHT, f->copies, weight, (size_t)OC * C, w));
-    return ops->matmul_forward(ops, out, x, w, bias, N, C, OC);
+    return ops->matmul_forward(ops, ZT_F32, out, x, w, bias, N, C, OC);
 }
 
 zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, int l,
@@ -172,7 +172,7 @@ zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, 
 {
     struct model_fp8 *f = m->fp8;
     if (!f)
-        return ops->matmul_backward(ops, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return ops->matmul_backward(ops, ZT_F32, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     ZT_ASSERT(dinp);
     check_shape(m, g, N, C, OC);
     float *x = f->scratch, *w = f->scratch + f->w_at, *dy = f->scratch + f->dy_scratch_at;
@@ -181,8 +181,8 @@ zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, 
     if (dweight)
         ZT_TRY(dequantise(m, fp8_scaling_index(l, g, FP8_INPUT), FP8_INPUT, x, kept_input(m, l, g),
                           (size_t)N * C, 1.0f));
-    ZT_TRY(ops->matmul_backward(ops, dinp, dweight, NULL, dy, x, w, N, C, OC));
+    ZT_TRY(ops->matmul_backward(ops, ZT_F32, dinp, dweight, NULL, dy, x, w, N, C, OC));
     if (dbias)
-        ZT_TRY(ops->matmul_backward(ops, NULL, NULL, dbias, dout, inp, weight, N, C, OC));
+        ZT_TRY(ops->matmul_backward(ops, ZT_F32, NULL, NULL, dbias, dout, inp, weight, N, C, OC));
     return ZT_OK;
 }

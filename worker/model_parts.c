@@ -252,7 +252,7 @@ static zt_status drop_input(struct model *m, int k, const float *inp, int N, int
     }
     ZT_TRY(
         a->dev->ops->copy_from_host(a->dev, a->mask, a->mask_host, (size_t)N * C * sizeof(float)));
-    return a->ops->mul_forward(a->ops, a->dropped, inp, a->mask, N * C);
+    return a->ops->mul_forward(a->ops, ZT_F32, a->dropped, inp, a->mask, N * C);
 }
 
 zt_status model_lora_forward(struct model *m, int k, int n, float *out, const float *inp, int N)
@@ -274,7 +274,7 @@ zt_status model_lora_forward(struct model *m, int k, int n, float *out, const fl
             x = a->dropped;
         }
         ZT_TRY(a->ops->lora_forward(
-            a->ops, out + col, ldo, a->scratch, x, model_param_in(t, p->adapter, w),
+            a->ops, ZT_F32, out + col, ldo, a->scratch, x, model_param_in(t, p->adapter, w),
             model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols, t->lora.r, p->rows));
     }
     if (m->profile)
@@ -306,11 +306,11 @@ zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const 
             dx = dinp ? a->ddropped : NULL;
         }
         ZT_TRY(a->ops->lora_backward(
-            a->ops, dx, model_grad_in(t, p->adapter, g), model_grad_in(t, p->adapter + 1, g),
+            a->ops, ZT_F32, dx, model_grad_in(t, p->adapter, g), model_grad_in(t, p->adapter + 1, g),
             a->scratch, dout + col, ldo, x, model_param_in(t, p->adapter, w),
             model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols, t->lora.r, p->rows));
         if (dx && dx != dinp)
-            ZT_TRY(a->ops->mul_backward(a->ops, dinp, a->mask, a->ddropped, (int)nx));
+            ZT_TRY(a->ops->mul_backward(a->ops, ZT_F32, dinp, a->mask, a->ddropped, (int)nx));
     }
     if (m->profile)
         m->profile->seconds[MODEL_PROF_MATMUL] += zt_now_seconds() - t0;
@@ -403,5 +403,5 @@ zt_status model_neftune_apply(struct model *m, float *x, int C)
             dst[i] = (float)(magnitude * (2.0 * rng_uniform(key, i) - 1.0));
     }
     ZT_TRY(n->device->ops->copy_from_host(n->device, n->dev, n->host, n->bytes));
-    return n->ops->residual_forward(n->ops, x, x, n->dev, m->B * T * C);
+    return n->ops->residual_forward(n->ops, ZT_F32, x, x, n->dev, m->B * T * C);
 }

@@ -91,7 +91,7 @@ zt_status model_sp_norm_done(struct model *m, const struct ops_backend *ops,
     if (!sequence(m) || !grad)
         return ZT_OK;
     ZT_TRY(model_tp_allreduce(m, h, tmp, n, MODEL_REDUCE_SUM));
-    return ops->residual_forward(ops, grad, grad, tmp, (int)n);
+    return ops->residual_forward(ops, ZT_F32, grad, grad, tmp, (int)n);
 }
 
 zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *ops,
@@ -101,7 +101,7 @@ zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *o
 {
     if (!sliced(m)) {
         TIMED(m, MODEL_PROF_ENCODER,
-              ops->encoder_forward(ops, out, tokens, wte, wpe, m->B, m->T, C));
+              ops->encoder_forward(ops, ZT_F32, out, tokens, wte, wpe, m->B, m->T, C));
         return model_neftune_apply(m, out, C);
     }
     /* the positions and NEFTune's noise once, by the first slice, so that
@@ -109,7 +109,7 @@ zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *o
     const int first = param_table_tp_rank(m->table) == 0;
     float *partial = model_sp_partial(m, out, full);
     TIMED(m, MODEL_PROF_ENCODER,
-          ops->encoder_forward_vocab(ops, partial, tokens, wte, first ? wpe : NULL, m->B, m->T, C,
+          ops->encoder_forward_vocab(ops, ZT_F32, partial, tokens, wte, first ? wpe : NULL, m->B, m->T, C,
                                      v_lo, V));
     if (first)
         ZT_TRY(model_neftune_apply(m, partial, C));
@@ -123,13 +123,13 @@ zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *
 {
     if (!sliced(m)) {
         TIMED(m, MODEL_PROF_ENCODER,
-              ops->encoder_backward(ops, dwte, dwpe, dout, tokens, m->B, m->T, C));
+              ops->encoder_backward(ops, ZT_F32, dwte, dwpe, dout, tokens, m->B, m->T, C));
         return ZT_OK;
     }
     const float *d;
     ZT_TRY(model_sp_gather(m, h, dout, full, C, &d));
     TIMED(m, MODEL_PROF_ENCODER,
-          ops->encoder_backward_vocab(ops, dwte, dwpe, d, tokens, m->B, m->T, C, v_lo, V));
+          ops->encoder_backward_vocab(ops, ZT_F32, dwte, dwpe, d, tokens, m->B, m->T, C, v_lo, V));
     return ZT_OK;
 }
 
@@ -140,17 +140,17 @@ zt_status model_vocab_loss_forward(struct model *m, const struct ops_backend *op
 {
     if (!sliced(m)) {
         TIMED(m, MODEL_PROF_CROSSENTROPY,
-              ops->crossentropy_forward(ops, losses, probs, logits, targets, N, V));
+              ops->crossentropy_forward(ops, ZT_F32, losses, probs, logits, targets, N, V));
         return ZT_OK;
     }
     float *row_max = stats, *row_sums = stats + N; /* sums of exponentials, then target logits */
-    TIMED(m, MODEL_PROF_CROSSENTROPY, ops->crossentropy_vocab_max(ops, row_max, logits, N, V));
+    TIMED(m, MODEL_PROF_CROSSENTROPY, ops->crossentropy_vocab_max(ops, ZT_F32, row_max, logits, N, V));
     ZT_TRY(model_tp_allreduce(m, h, row_max, (size_t)N, MODEL_REDUCE_MAX));
     TIMED(m, MODEL_PROF_CROSSENTROPY,
-          ops->crossentropy_vocab_exp(ops, probs, row_sums, logits, row_max, targets, N, V, v_lo));
+          ops->crossentropy_vocab_exp(ops, ZT_F32, probs, row_sums, logits, row_max, targets, N, V, v_lo));
     ZT_TRY(model_tp_allreduce(m, h, row_sums, 2 * (size_t)N, MODEL_REDUCE_SUM));
     TIMED(m, MODEL_PROF_CROSSENTROPY,
-          ops->crossentropy_vocab_finish(ops, losses, probs, row_sums, targets, N, V));
+          ops->crossentropy_vocab_finish(ops, ZT_F32, losses, probs, row_sums, targets, N, V));
     return ZT_OK;
 }
 
@@ -160,9 +160,9 @@ zt_status model_vocab_loss_backward(struct model *m, const struct ops_backend *o
 {
     if (!sliced(m))
         TIMED(m, MODEL_PROF_CROSSENTROPY,
-              ops->crossentropy_backward(ops, dlogits, probs, targets, dloss, N, V));
+              ops->crossentropy_backward(ops, ZT_F32, dlogits, probs, targets, dloss, N, V));
     else
         TIMED(m, MODEL_PROF_CROSSENTROPY,
-              ops->crossentropy_vocab_backward(ops, dlogits, probs, targets, dloss, N, V, v_lo));
+              ops->crossentropy_vocab_backward(ops, ZT_F32, dlogits, probs, targets, dloss, N, V, v_lo));
     return ZT_OK;
 }

@@ -14,8 +14,9 @@
  * Conventions shared by every backend:
  * - Every op returns zt_status: ZT_OK, or the failure of the device library
  *   translated at the backend's boundary (ZT_ERR_DEVICE with the call and
- *   its message). Of the CPU ops only the matrix products can fail (a
- *   oneDNN call, or no memory for a new kernel); broken preconditions (a
+ *   its message). Of the CPU ops only the matrix products (a oneDNN call,
+ *   no memory for a new kernel, no 16-bit kernel on this CPU) and the
+ *   16-bit forms (no memory to stage rows) can fail; broken preconditions (a
  *   target outside the vocabulary, a bad dtype) hit an always-on assert in
  *   every backend.
  * - Forward ops overwrite their outputs.
@@ -28,7 +29,23 @@
  *   device pointers are ordinary host pointers. Scalars (scale factors,
  *   hyperparameters) are host values; results the host needs (a sum of
  *   squares) come back through host out-parameters.
- * - No op allocates; scratch comes from the caller.
+ * - Every model op takes `t`, the type of its activations, their gradients
+ *   and its weights: ZT_F32, or a 16-bit ZT_BF16 or ZT_F16 (uint16_t
+ *   bits), the `void *` buffers. What stays fp32 whatever t is: the
+ *   statistics the backward reads (mean, rstd, lse), the losses and the
+ *   cross-entropy's row statistics, the weight gradients (so a step's
+ *   gradients accumulate in fp32, as DeepSpeed's grad_accum_dtype fp32),
+ *   and rotary tables. A 16-bit op computes in fp32 and rounds each value
+ *   it stores once (to nearest even; beyond fp16's range to infinity):
+ *   its result is the fp32 op's on the widened inputs, rounded, bit for
+ *   bit, for every op but the matrix products (matmul, lora, and the
+ *   products inside attention), whose fp32 sums may run in another order,
+ *   within OPS_16BIT_GEMM_TOL. A backend without a 16-bit form of an op
+ *   (or a kernel for it on this device) returns ZT_ERR_UNSUPPORTED saying
+ *   which; the fp32 forms always run.
+ * - No op allocates device memory; scratch comes from the caller. (The
+ *   CPU's 16-bit forms stage rows through fp32 buffers of each thread, at
+ *   most a few rows or one attention head at a time, freed by the call.)
  * - The engine ops are the backend-side form of the device-independent math
  *   in worker/precision.h and worker/optimizer.h: the CPU backend calls those
  *   functions or vector kernels that reproduce them bit for bit (all but
@@ -52,6 +69,13 @@
  * softmax adds tiles, not single terms), so about 1e-6 in practice. */
 #define ATTENTION_FP32_TOL 1e-5
 
+/* A 16-bit matrix product's bound against the fp32 op on the same (widened)
+ * operands, relative to the largest magnitude of the fp32 result: its
+ * rounding once to bf16 (at most 2^-8 relative; 2^-11 for fp16) plus fp32 sums
+ * in another order. Attention's 16-bit forms are held to the same bound
+ * against its fp32 forms. */
+#define OPS_16BIT_GEMM_TOL(t) ((t) == ZT_BF16 ? 8e-3 : 1e-3)
+
 struct ops_backend {
     const char *name; /* "cpu", "cuda" */
     /* The backend's state for one opened compute backend (the CUDA stream,
@@ -71,12 +95,14 @@ struct ops_backend {
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. With wpe == NULL no
      * position embedding is added (the Llama family's positions are rotary,
      * applied inside attention): out[b,t,:] = wte[tokens[b,t],:]. */
-    zt_status (*encoder_forward)(const struct ops_backend *self, float *out, const int32_t *tokens,
-                                 const float *wte, const float *wpe, int B, int T, int C);
+    zt_status (*encoder_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                 const int32_t *tokens, const void *wte, const void *wpe, int B,
+                                 int T, int C);
     /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:], skipped
      * when dwpe is NULL (both when dwte is: a frozen embedding). */
-    zt_status (*encoder_backward)(const struct ops_backend *self, float *dwte, float *dwpe,
-                                  const float *dout, const int32_t *tokens, int B, int T, int C);
+    zt_status (*encoder_backward)(const struct ops_backend *self, enum zt_dtype t, float *dwte,
+                                  float *dwpe, const void *dout, const int32_t *tokens, int B,
+                                  int T, int C);
 
     /* The embedding under vocabulary-parallel tensor parallelism (Megatron's
      * VocabParallelEmbedding): each of the tensor-parallel ranks holds the
@@ -85,39 +111,41 @@ struct ops_backend {
      * 0) + (wpe[t,:] unless wpe is NULL), tok = tokens[b,t]. The caller sums
      * out over the ranks and passes wpe on one of them only, so the sum is
      * encoder_forward's out. */
-    zt_status (*encoder_forward_vocab)(const struct ops_backend *self, float *out,
-                                       const int32_t *tokens, const float *wte_part,
-                                       const float *wpe, int B, int T, int C, int v_lo, int Vp);
+    zt_status (*encoder_forward_vocab)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                       const int32_t *tokens, const void *wte_part, const void *wpe,
+                                       int B, int T, int C, int v_lo, int Vp);
     /* Its backward, given every rank the same dout (the full gradient):
      * dwte_part[tok - v_lo,:] += dout[b,t,:] for the tokens in the slice;
      * dwpe[t,:] += dout[b,t,:] unless dwpe is NULL (pass it on the rank that
      * was given wpe). Nothing at all when dwte_part is NULL (a frozen
      * embedding), as encoder_backward. */
-    zt_status (*encoder_backward_vocab)(const struct ops_backend *self, float *dwte_part,
-                                        float *dwpe, const float *dout, const int32_t *tokens,
-                                        int B, int T, int C, int v_lo, int Vp);
+    zt_status (*encoder_backward_vocab)(const struct ops_backend *self, enum zt_dtype t,
+                                        float *dwte_part, float *dwpe, const void *dout,
+                                        const int32_t *tokens, int B, int T, int C, int v_lo,
+                                        int Vp);
 
     /* LayerNorm over the last dimension (eps 1e-5, biased variance);
      * saves per-row mean and 1/std for the backward. */
-    zt_status (*layernorm_forward)(const struct ops_backend *self, float *out, float *mean,
-                                   float *rstd, const float *inp, const float *weight,
-                                   const float *bias, int N, int C);
+    zt_status (*layernorm_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                   float *mean, float *rstd, const void *inp, const void *weight,
+                                   const void *bias, int N, int C);
     /* dweight and dbias are both NULL (a frozen norm) or neither. */
-    zt_status (*layernorm_backward)(const struct ops_backend *self, float *dinp, float *dweight,
-                                    float *dbias, const float *dout, const float *inp,
-                                    const float *weight, const float *mean, const float *rstd,
-                                    int N, int C);
+    zt_status (*layernorm_backward)(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                                    float *dweight, float *dbias, const void *dout, const void *inp,
+                                    const void *weight, const float *mean, const float *rstd, int N,
+                                    int C);
 
     /* out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC] unless bias is NULL). */
-    zt_status (*matmul_forward)(const struct ops_backend *self, float *out, const float *inp,
-                                const float *weight, const float *bias, int N, int C, int OC);
+    zt_status (*matmul_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                const void *inp, const void *weight, const void *bias, int N, int C,
+                                int OC);
     /* dinp += dout @ weight (skipped when dinp is NULL: fp8 GEMMs take
      * the bias gradient from the unquantised dout alone); dweight += dout^T
      * @ inp (skipped when dweight is NULL: a frozen weight); dbias +=
      * column sums of dout (skipped when dbias is NULL). */
-    zt_status (*matmul_backward)(const struct ops_backend *self, float *dinp, float *dweight,
-                                 float *dbias, const float *dout, const float *inp,
-                                 const float *weight, int N, int C, int OC);
+    zt_status (*matmul_backward)(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                                 float *dweight, float *dbias, const void *dout, const void *inp,
+                                 const void *weight, int N, int C, int OC);
 
     /* fp8 quantisation of a GEMM operand (common/fp8.h, the model's fp8
      * GEMMs: worker/model_parts.h): q[i] = fp8_encode(x[i] * scale, f), and
@@ -132,20 +160,21 @@ struct ops_backend {
 
     /* LoRA's low-rank term of a linear layer (worker/lora.h): u[N,r] =
      * inp[N,C] @ A[r,C]^T, then out[n, 0..OC) += scale * u[n,:] @ B[OC,r]^T
-     * on rows of out ldo floats apart (ldo >= OC: the layer's output may be
+     * on rows of out ldo elements apart (ldo >= OC: the layer's output may be
      * a column slice of a wider one, as q_proj's is of the fused q|k|v).
-     * u is scratch the caller keeps no use of. */
-    zt_status (*lora_forward)(const struct ops_backend *self, float *out, int ldo, float *u,
-                              const float *inp, const float *A, const float *B, float scale, int N,
-                              int C, int r, int OC);
+     * u (N*r elements of t) is scratch the caller keeps no use of. */
+    zt_status (*lora_forward)(const struct ops_backend *self, enum zt_dtype t, void *out, int ldo,
+                              void *u, const void *inp, const void *A, const void *B, float scale,
+                              int N, int C, int r, int OC);
     /* Its backward given dout (the gradient w.r.t. out, rows ldo floats
      * apart): with u recomputed, dB += scale * dout^T @ u, du = scale * dout
      * @ B, dA += du^T @ inp, dinp += du @ A (skipped when dinp is NULL).
-     * scratch: 2*N*r floats. */
-    zt_status (*lora_backward)(const struct ops_backend *self, float *dinp, float *dA, float *dB,
-                               float *scratch, const float *dout, int ldo, const float *inp,
-                               const float *A, const float *B, float scale, int N, int C, int r,
-                               int OC);
+     * scratch: 2*N*r elements of t (u and du, rounded
+     * to t between the products as out is). */
+    zt_status (*lora_backward)(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                               float *dA, float *dB, void *scratch, const void *dout, int ldo,
+                               const void *inp, const void *A, const void *B, float scale, int N,
+                               int C, int r, int OC);
 
     /* Causal self-attention with grouped-query heads, fused: no T x T
      * matrix is stored in any backend (FlashAttention's algorithm: tiles of
@@ -163,8 +192,9 @@ struct ops_backend {
      * max |ref| over the tensor), lse within ATTENTION_FP32_TOL times
      * max(1, max |lse|); tests/test_ops.c holds the CPU to it, and
      * tests/test_gpu_ops.c other backends to the CPU. */
-    zt_status (*attention_forward)(const struct ops_backend *self, float *out, float *lse,
-                                   const float *qkv, int B, int T, int NH, int NKV, int hs);
+    zt_status (*attention_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                   float *lse, const void *qkv, int B, int T, int NH, int NKV,
+                                   int hs);
     /* dqkv += gradient w.r.t. qkv (key/value heads accumulate over the query
      * heads sharing them), given dout[B,T,NH*hs] and the forward's out and
      * lse (out for D_i = dout_i . out_i, the softmax backward's row term).
@@ -174,77 +204,80 @@ struct ops_backend {
      * dqkv within ATTENTION_FP32_TOL of the exact gradient (relative to its
      * largest magnitude). The CPU's result does not depend on the thread
      * count, bit for bit. */
-    zt_status (*attention_backward)(const struct ops_backend *self, float *dqkv, const float *dout,
-                                    const float *qkv, const float *out, const float *lse, int B,
-                                    int T, int NH, int NKV, int hs);
+    zt_status (*attention_backward)(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
+                                    const void *dout, const void *qkv, const void *out,
+                                    const float *lse, int B, int T, int NH, int NKV, int hs);
 
     /* RMSNorm over the last dimension: out[n,:] = inp[n,:] * rstd[n] * weight,
      * rstd[n] = 1 / sqrt(mean(inp[n,:]^2) + eps), saved for the backward. */
-    zt_status (*rmsnorm_forward)(const struct ops_backend *self, float *out, float *rstd,
-                                 const float *inp, const float *weight, int N, int C, float eps);
+    zt_status (*rmsnorm_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                 float *rstd, const void *inp, const void *weight, int N, int C,
+                                 float eps);
     /* dinp += d/dinp, dweight += d/dweight (skipped when NULL), given dout[N,C]. */
-    zt_status (*rmsnorm_backward)(const struct ops_backend *self, float *dinp, float *dweight,
-                                  const float *dout, const float *inp, const float *weight,
-                                  const float *rstd, int N, int C);
+    zt_status (*rmsnorm_backward)(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                                  float *dweight, const void *dout, const void *inp,
+                                  const void *weight, const float *rstd, int N, int C);
 
     /* Rotary position embedding on rows of x: row r (r = b*T + t, position
-     * t = r % T) has row_stride floats; its first n_heads*hs columns are
+     * t = r % T) has row_stride elements; its first n_heads*hs columns are
      * n_heads heads of hs (even) columns; each head's pair (x1 = x[i],
      * x2 = x[i + hs/2]), i < hs/2, becomes (x1 cos - x2 sin, x2 cos + x1 sin)
      * with cos = cos_t[t*hs/2 + i], sin = sin_t[t*hs/2 + i] (tables [T, hs/2]
      * the caller computed: angle t * theta^(-2i/hs)). Columns past
      * n_heads*hs are untouched. In place. */
-    zt_status (*rope_forward)(const struct ops_backend *self, float *x, const float *cos_t,
-                              const float *sin_t, int B, int T, int n_heads, int hs,
-                              int row_stride);
+    zt_status (*rope_forward)(const struct ops_backend *self, enum zt_dtype t, void *x,
+                              const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                              int hs, int row_stride);
     /* The backward of rope_forward, in place: dx (the gradient w.r.t. the
      * rotated values) is replaced by the gradient w.r.t. the values before
      * rotation (the transposed rotation: (d1 cos + d2 sin, d2 cos - d1 sin)).
      * The one backward op that transforms instead of accumulating: the
      * rotation is linear, so the model applies it to the gradient buffer
      * between the attention backward and the qkv matmul backward. */
-    zt_status (*rope_backward)(const struct ops_backend *self, float *dx, const float *cos_t,
-                               const float *sin_t, int B, int T, int n_heads, int hs,
-                               int row_stride);
+    zt_status (*rope_backward)(const struct ops_backend *self, enum zt_dtype t, void *dx,
+                               const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                               int hs, int row_stride);
 
     /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-    zt_status (*gelu_forward)(const struct ops_backend *self, float *out, const float *inp, int N);
-    zt_status (*gelu_backward)(const struct ops_backend *self, float *dinp, const float *inp,
-                               const float *dout, int N);
+    zt_status (*gelu_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                              const void *inp, int N);
+    zt_status (*gelu_backward)(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                               const void *inp, const void *dout, int N);
 
     /* SwiGLU: out[n,i] = silu(gu[n,i]) * gu[n,I+i] for n < N, i < I,
      * silu(g) = g / (1 + exp(-g)); gu[N,2I] holds the gate projection's I
      * columns then the up projection's I columns of each row (one matmul of
      * the gate_proj and up_proj weights stacked). */
-    zt_status (*swiglu_forward)(const struct ops_backend *self, float *out, const float *gu, int N,
-                                int I);
+    zt_status (*swiglu_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                const void *gu, int N, int I);
     /* dgu[N,2I] += the gradient w.r.t. gu, given dout[N,I]. */
-    zt_status (*swiglu_backward)(const struct ops_backend *self, float *dgu, const float *dout,
-                                 const float *gu, int N, int I);
+    zt_status (*swiglu_backward)(const struct ops_backend *self, enum zt_dtype t, void *dgu,
+                                 const void *dout, const void *gu, int N, int I);
 
-    /* out = a + b, elementwise over N floats. */
-    zt_status (*residual_forward)(const struct ops_backend *self, float *out, const float *a,
-                                  const float *b, int N);
-    /* out = a * b elementwise over N floats (a dropout mask applied). */
-    zt_status (*mul_forward)(const struct ops_backend *self, float *out, const float *a,
-                             const float *b, int N);
+    /* out = a + b, elementwise over N elements. */
+    zt_status (*residual_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                  const void *a, const void *b, int N);
+    /* out = a * b elementwise over N elements (a dropout mask applied). */
+    zt_status (*mul_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                             const void *a, const void *b, int N);
     /* da += b * dout elementwise: mul_forward's gradient w.r.t. a. */
-    zt_status (*mul_backward)(const struct ops_backend *self, float *da, const float *b,
-                              const float *dout, int N);
+    zt_status (*mul_backward)(const struct ops_backend *self, enum zt_dtype t, void *da,
+                              const void *b, const void *dout, int N);
 
     /* Fused softmax + cross-entropy over rows of logits[N,V]: probs[N,V]
      * receives the softmax, losses[N] the per-row -log p[target]. A target
      * < 0 is not counted (a masked position: a prompt token, padding): its
      * row's loss is 0 (its probs are still written). */
-    zt_status (*crossentropy_forward)(const struct ops_backend *self, float *losses, float *probs,
-                                      const float *logits, const int32_t *targets, int N, int V);
+    zt_status (*crossentropy_forward)(const struct ops_backend *self, enum zt_dtype t,
+                                      float *losses, void *probs, const void *logits,
+                                      const int32_t *targets, int N, int V);
     /* dlogits += (probs - onehot(target)) * dloss for every row whose
      * target is >= 0; a row with a target < 0 gets nothing (dloss is the
      * same scalar for all rows: the caller's normalisation times any
      * scaling). */
-    zt_status (*crossentropy_backward)(const struct ops_backend *self, float *dlogits,
-                                       const float *probs, const int32_t *targets, float dloss,
-                                       int N, int V);
+    zt_status (*crossentropy_backward)(const struct ops_backend *self, enum zt_dtype t,
+                                       void *dlogits, const void *probs, const int32_t *targets,
+                                       float dloss, int N, int V);
 
     /* Cross-entropy over logits split by vocabulary (Megatron's
      * vocab_parallel_cross_entropy): each tensor-parallel rank holds columns
@@ -258,30 +291,32 @@ struct ops_backend {
      * crossentropy_backward's dlogits. Vp >= 1, v_lo >= 0. */
 
     /* row_max[i] = the largest of logits[i,:] (this rank's columns). */
-    zt_status (*crossentropy_vocab_max)(const struct ops_backend *self, float *row_max,
-                                        const float *logits, int N, int Vp);
+    zt_status (*crossentropy_vocab_max)(const struct ops_backend *self, enum zt_dtype t,
+                                        float *row_max, const void *logits, int N, int Vp);
     /* Given the global row_max: probs[i,j] = e^(logits[i,j] - row_max[i]),
      * not yet normalised; row_stats[i] = the sum of probs[i,:] (as
      * crossentropy_forward sums); row_stats[N + i] = logits[i, t - v_lo] -
      * row_max[i] when t = targets[i] lies in [v_lo, v_lo + Vp), else 0
      * (so the sum over ranks is the target's shifted logit). */
-    zt_status (*crossentropy_vocab_exp)(const struct ops_backend *self, float *probs,
-                                        float *row_stats, const float *logits, const float *row_max,
-                                        const int32_t *targets, int N, int Vp, int v_lo);
+    zt_status (*crossentropy_vocab_exp)(const struct ops_backend *self, enum zt_dtype t,
+                                        void *probs, float *row_stats, const void *logits,
+                                        const float *row_max, const int32_t *targets, int N, int Vp,
+                                        int v_lo);
     /* Given the summed row_stats: probs[i,:] *= 1 / row_stats[i] (the
      * softmax on this rank's columns, in place); losses[i] =
      * log(row_stats[i]) - row_stats[N + i], or 0 when targets[i] < 0 (probs
      * still written). */
-    zt_status (*crossentropy_vocab_finish)(const struct ops_backend *self, float *losses,
-                                           float *probs, const float *row_stats,
+    zt_status (*crossentropy_vocab_finish)(const struct ops_backend *self, enum zt_dtype t,
+                                           float *losses, void *probs, const float *row_stats,
                                            const int32_t *targets, int N, int Vp);
     /* crossentropy_backward on this rank's columns: for every row whose
      * target is >= 0, dlogits[i,:] += probs[i,:] * dloss, less dloss at the
      * target's column when the target lies in [v_lo, v_lo + Vp); a row with
      * a target < 0 gets nothing. No reduction follows. */
-    zt_status (*crossentropy_vocab_backward)(const struct ops_backend *self, float *dlogits,
-                                             const float *probs, const int32_t *targets,
-                                             float dloss, int N, int Vp, int v_lo);
+    zt_status (*crossentropy_vocab_backward)(const struct ops_backend *self, enum zt_dtype t,
+                                             void *dlogits, const void *probs,
+                                             const int32_t *targets, float dloss, int N, int Vp,
+                                             int v_lo);
 
     /* ---- engine ops: the optimizer step over flat buffers ------------------ */
 

@@ -92,11 +92,11 @@ static void run(int T, int reps)
         double t2 = zt_now_seconds();
         unfused_attention_backward(ops, dqkv_u, scratch, dout, qkv, att, B, T, NH, NH, HS);
         double t3 = zt_now_seconds();
-        ops->attention_forward(ops, out_f, lse, qkv, B, T, NH, NH, HS);
+        ops->attention_forward(ops, ZT_F32, out_f, lse, qkv, B, T, NH, NH, HS);
         double t4 = zt_now_seconds();
         memset(dqkv_f, 0, nq * sizeof(float));
         double t5 = zt_now_seconds();
-        ops->attention_backward(ops, dqkv_f, dout, qkv, out_f, lse, B, T, NH, NH, HS);
+        ops->attention_backward(ops, ZT_F32, dqkv_f, dout, qkv, out_f, lse, B, T, NH, NH, HS);
         double t6 = zt_now_seconds();
         if (r > 0) {
             t[0][r - 1] = t1 - t0;

@@ -59,6 +59,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Query rows and key columns per tile. Wide key tiles make few, large
@@ -245,11 +246,87 @@ static void forward_item(float *out, float *lse, const float *qkv, int p, int ti
                  rows + c.v, (p % tiles) * QTILE, w);
 }
 
-zt_status cpu_attention_forward(const struct ops_backend *self, float *out, float *lse,
-                                const float *qkv, int B, int T, int NH, int NKV, int hs)
+/* ---- 16-bit forms -------------------------------------------------------
+ *
+ * Under 16 bits the head's operands are staged into fp32 rows of the thread
+ * (ops_cpu_impl.h) and the fp32 tiles above run on them unchanged: the
+ * forward stages one (b, h)'s q, k, v ([T, 3 hs]: as a qkv of one head),
+ * the backward one group's g query heads, its k and v, their out, dout and
+ * dqkv. Work items are then whole heads (forward) and groups (backward). */
+
+/* n columns of rows [0, T) of src (type t, row i at element at + i ld) to
+ * or from fp32 rows dld apart. */
+static void stage_rows(enum zt_dtype t, float *dst, int dld, const void *src, size_t at, int ld,
+                       int T, int n)
+{
+    for (int i = 0; i < T; i++)
+        precision_to_f32(t, cpu_elem(t, src, at + (size_t)i * ld), dst + (size_t)i * dld,
+                         (size_t)n);
+}
+
+static void unstage_rows(enum zt_dtype t, void *dst, size_t at, int ld, const float *src, int sld,
+                         int T, int n)
+{
+    for (int i = 0; i < T; i++)
+        precision_from_f32(t, src + (size_t)i * sld, cpu_elem(t, dst, at + (size_t)i * ld),
+                           (size_t)n);
+}
+
+/* The fp32 view of a staged block of g query heads with one key/value
+ * head: q | k | v rows of (g + 2) hs floats, out rows of g hs. */
+static struct head_view staged_view(const struct head_view *w, int g)
+{
+    struct head_view s = *w;
+    s.NH = g, s.NKV = 1, s.ld = (g + 2) * w->hs, s.ldo = g * w->hs;
+    return s;
+}
+
+static size_t forward16_floats(const struct head_view *w)
+{
+    return (size_t)w->T * 4 * w->hs;
+}
+
+/* Pair p = b NH + h of the forward, staged in st (forward16_floats). */
+static void forward16_head(enum zt_dtype t, void *out, float *lse, const void *qkv, int p,
+                           const struct head_view *w, float *st)
+{
+    const int b = p / w->NH, h = p % w->NH, T = w->T, hs = w->hs;
+    const struct head_view s = staged_view(w, 1);
+    const struct head_cols c = head_cols_of(w, h);
+    const size_t rows = (size_t)b * T * w->ld, orows = (size_t)b * T * w->ldo;
+    float *sq = st, *so = st + (size_t)T * s.ld;
+    stage_rows(t, sq, s.ld, qkv, rows + c.q, w->ld, T, hs);
+    stage_rows(t, sq + hs, s.ld, qkv, rows + c.k, w->ld, T, hs);
+    stage_rows(t, sq + 2 * hs, s.ld, qkv, rows + c.v, w->ld, T, hs);
+    for (int i0 = 0; i0 < T; i0 += QTILE)
+        forward_tile(so, lse + (size_t)p * T, sq, sq + hs, sq + 2 * hs, i0, &s);
+    unstage_rows(t, out, orows + c.q, w->ldo, so, s.ldo, T, hs);
+}
+
+static zt_status forward16(enum zt_dtype t, void *out, float *lse, const void *qkv, int B,
+                           const struct head_view *w)
+{
+    const size_t n = forward16_floats(w);
+    int failed = 0;
+#pragma omp parallel if (items_in_parallel(w))
+    {
+        float *st = cpu_stage_alloc(t, n, &failed);
+#pragma omp for schedule(dynamic, 1)
+        for (int p = 0; p < B * w->NH; p++)
+            if (st)
+                forward16_head(t, out, lse, qkv, p, w, st);
+        free(st);
+    }
+    return cpu_stage_status(failed, "attention_forward", n);
+}
+
+zt_status cpu_attention_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                float *lse, const void *qkv, int B, int T, int NH, int NKV, int hs)
 {
     (void)self;
     const struct head_view w = view_of(T, NH, NKV, hs);
+    if (t != ZT_F32)
+        return forward16(t, out, lse, qkv, B, &w);
     const int tiles = (T + QTILE - 1) / QTILE, items = B * NH * tiles;
     if (!items_in_parallel(&w)) {
         for (int p = 0; p < items; p++)
@@ -329,12 +406,64 @@ static void backward_group(float *dqkv, const float *dout, const float *qkv, con
     }
 }
 
-zt_status cpu_attention_backward(const struct ops_backend *self, float *dqkv, const float *dout,
-                                 const float *qkv, const float *out, const float *lse, int B, int T,
-                                 int NH, int NKV, int hs)
+static size_t backward16_floats(const struct head_view *w)
+{
+    const int g = w->NH / w->NKV;
+    return (size_t)w->T * w->hs * (2 * (g + 2) + 2 * g);
+}
+
+/* Group p = b NKV + kv of the backward, staged in st (backward16_floats):
+ * its q heads, k and v (as one qkv of g + 2 heads), dqkv likewise, and
+ * the heads' out and dout. */
+static void backward16_group(enum zt_dtype t, void *dqkv, const void *dout, const void *qkv,
+                             const void *out, const float *lse, int p, const struct head_view *w,
+                             float *st)
+{
+    const int g = w->NH / w->NKV, b = p / w->NKV, kv = p % w->NKV, T = w->T, hs = w->hs;
+    const struct head_view s = staged_view(w, g);
+    const struct head_cols c = head_cols_of(w, kv * g);
+    const size_t rows = (size_t)b * T * w->ld, orows = (size_t)b * T * w->ldo;
+    const size_t nq = (size_t)T * s.ld, no = (size_t)T * s.ldo;
+    float *sq = st, *sd = st + nq, *so = st + 2 * nq, *sdo = so + no;
+    /* the group's q heads are adjacent columns of qkv, as are its dq heads */
+    const size_t at[3] = {rows + c.q, rows + c.k, rows + c.v};
+    const int col[3] = {0, g * hs, (g + 1) * hs}, width[3] = {g * hs, hs, hs};
+    for (int k = 0; k < 3; k++) {
+        stage_rows(t, sq + col[k], s.ld, qkv, at[k], w->ld, T, width[k]);
+        stage_rows(t, sd + col[k], s.ld, dqkv, at[k], w->ld, T, width[k]);
+    }
+    stage_rows(t, so, s.ldo, out, orows + c.q, w->ldo, T, g * hs);
+    stage_rows(t, sdo, s.ldo, dout, orows + c.q, w->ldo, T, g * hs);
+    backward_group(sd, sdo, sq, so, lse + ((size_t)b * w->NH + (size_t)kv * g) * T, 0, &s);
+    for (int k = 0; k < 3; k++)
+        unstage_rows(t, dqkv, at[k], w->ld, sd + col[k], s.ld, T, width[k]);
+}
+
+static zt_status backward16(enum zt_dtype t, void *dqkv, const void *dout, const void *qkv,
+                            const void *out, const float *lse, int B, const struct head_view *w)
+{
+    const size_t n = backward16_floats(w);
+    int failed = 0;
+#pragma omp parallel if (items_in_parallel(w))
+    {
+        float *st = cpu_stage_alloc(t, n, &failed);
+#pragma omp for schedule(static)
+        for (int p = 0; p < B * w->NKV; p++)
+            if (st)
+                backward16_group(t, dqkv, dout, qkv, out, lse, p, w, st);
+        free(st);
+    }
+    return cpu_stage_status(failed, "attention_backward", n);
+}
+
+zt_status cpu_attention_backward(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
+                                 const void *dout, const void *qkv, const void *out,
+                                 const float *lse, int B, int T, int NH, int NKV, int hs)
 {
     (void)self;
     const struct head_view w = view_of(T, NH, NKV, hs);
+    if (t != ZT_F32)
+        return backward16(t, dqkv, dout, qkv, out, lse, B, &w);
     if (!items_in_parallel(&w)) {
         for (int p = 0; p < B * NKV; p++)
             backward_group(dqkv, dout, qkv, out, lse, p, &w);

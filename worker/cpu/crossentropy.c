@@ -24,6 +24,7 @@
 #include "common/status.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 /* Softmax of one row into p; returns the row's loss. */
 CPU_KERNEL static float forward_row(float *p, const float *x, int t, int V)
@@ -46,31 +47,39 @@ CPU_KERNEL static void backward_row(float *d, const float *p, int t, float dloss
     d[t] = dt + (p[t] - 1.0f) * dloss;
 }
 
-zt_status cpu_crossentropy_forward(const struct ops_backend *self, float *losses, float *probs,
-                                   const float *logits, const int32_t *targets, int N, int V)
+/* Under 16 bits a row of logits and of probs is staged (2V floats a
+ * thread). */
+zt_status cpu_crossentropy_forward(const struct ops_backend *self, enum zt_dtype t, float *losses,
+                                   void *probs, const void *logits, const int32_t *targets, int N,
+                                   int V)
 {
     (void)self;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        int t = targets[i];
-        ZT_ASSERT(t < V);
-        float loss = forward_row(probs + (size_t)i * V, logits + (size_t)i * V, t < 0 ? 0 : t, V);
-        losses[i] = t < 0 ? 0.0f : loss;
-    }
+    const size_t v = (size_t)V;
+    CPU_STAGED_ROWS(t, 2 * v, "crossentropy_forward", N, i, st, {
+        int tg = targets[i];
+        ZT_ASSERT(tg < V);
+        float *p = cpu_place(t, probs, (size_t)i * v, v, st, 0);
+        float loss =
+            forward_row(p, cpu_widen(t, logits, (size_t)i * v, v, st + v), tg < 0 ? 0 : tg, V);
+        cpu_store(t, probs, (size_t)i * v, v, p);
+        losses[i] = tg < 0 ? 0.0f : loss;
+    });
     return ZT_OK;
 }
-
-zt_status cpu_crossentropy_backward(const struct ops_backend *self, float *dlogits,
-                                    const float *probs, const int32_t *targets, float dloss, int N,
+zt_status cpu_crossentropy_backward(const struct ops_backend *self, enum zt_dtype t, void *dlogits,
+                                    const void *probs, const int32_t *targets, float dloss, int N,
                                     int V)
 {
     (void)self;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        int t = targets[i];
-        ZT_ASSERT(t < V);
-        if (t >= 0)
-            backward_row(dlogits + (size_t)i * V, probs + (size_t)i * V, t, dloss, V);
-    }
+    const size_t v = (size_t)V;
+    CPU_STAGED_ROWS(t, 2 * v, "crossentropy_backward", N, i, st, {
+        int tg = targets[i];
+        ZT_ASSERT(tg < V);
+        if (tg >= 0) {
+            float *d = cpu_place(t, dlogits, (size_t)i * v, v, st, 1);
+            backward_row(d, cpu_widen(t, probs, (size_t)i * v, v, st + v), tg, dloss, V);
+            cpu_store(t, dlogits, (size_t)i * v, v, d);
+        }
+    });
     return ZT_OK;
 }

@@ -25,39 +25,53 @@
  * threads off each other's lines. */
 enum { COL_BLOCK = 64 };
 
-zt_status cpu_encoder_forward_vocab(const struct ops_backend *self, float *out,
-                                    const int32_t *tokens, const float *wte_part, const float *wpe,
+/* o[0..C) = e + p, spans of CPU_STAGE widened and rounded under 16 bits. */
+static void add_rows(enum zt_dtype t, void *out, size_t o, const void *wte, size_t e,
+                     const void *wpe, size_t p, int C)
+{
+    for (int c0 = 0; c0 < C; c0 += CPU_STAGE) {
+        float to[CPU_STAGE], te[CPU_STAGE], tp[CPU_STAGE];
+        const int n = C - c0 < CPU_STAGE ? C - c0 : CPU_STAGE;
+        const float *x = cpu_widen(t, wte, e + c0, n, te), *y = cpu_widen(t, wpe, p + c0, n, tp);
+        float *z = cpu_place(t, out, o + c0, n, to, 0);
+#pragma omp simd
+        for (int c = 0; c < n; c++)
+            z[c] = x[c] + y[c];
+        cpu_store(t, out, o + c0, n, z);
+    }
+}
+
+zt_status cpu_encoder_forward_vocab(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                    const int32_t *tokens, const void *wte_part, const void *wpe,
                                     int B, int T, int C, int v_lo, int Vp)
 {
     (void)self;
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
+    const size_t row = (size_t)C * zt_dtype_size(t);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         int tok = tokens[bt];
-        float *o = out + (size_t)bt * C;
-        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
-        if (!cpu_in_slice(tok, v_lo, Vp)) {
-            if (p)
-                memcpy(o, p, (size_t)C * sizeof(float));
+        const size_t o = (size_t)bt * C, p = (size_t)(bt % T) * C;
+        const int in_slice = cpu_in_slice(tok, v_lo, Vp);
+        /* A copy needs no rounding: the row is already of type t. */
+        if (!in_slice || !wpe) {
+            const void *src = in_slice ? cpu_elem(t, wte_part, (size_t)(tok - v_lo) * C)
+                              : wpe    ? cpu_elem(t, wpe, p)
+                                       : NULL;
+            if (src)
+                memcpy(cpu_elem(t, out, o), src, row);
             else
-                memset(o, 0, (size_t)C * sizeof(float));
+                memset(cpu_elem(t, out, o), 0, row);
             continue;
         }
-        const float *e = wte_part + (size_t)(tok - v_lo) * C;
-        if (!p) {
-            memcpy(o, e, (size_t)C * sizeof(float));
-            continue;
-        }
-#pragma omp simd
-        for (int c = 0; c < C; c++)
-            o[c] = e[c] + p[c];
+        add_rows(t, out, o, wte_part, (size_t)(tok - v_lo) * C, wpe, p, C);
     }
     return ZT_OK;
 }
 
-zt_status cpu_encoder_backward_vocab(const struct ops_backend *self, float *dwte_part, float *dwpe,
-                                     const float *dout, const int32_t *tokens, int B, int T, int C,
-                                     int v_lo, int Vp)
+zt_status cpu_encoder_backward_vocab(const struct ops_backend *self, enum zt_dtype t,
+                                     float *dwte_part, float *dwpe, const void *dout,
+                                     const int32_t *tokens, int B, int T, int C, int v_lo, int Vp)
 {
     (void)self;
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
@@ -66,37 +80,37 @@ zt_status cpu_encoder_backward_vocab(const struct ops_backend *self, float *dwte
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += COL_BLOCK) {
         int c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        float tmp[COL_BLOCK];
         for (int bt = 0; bt < B * T; bt++) {
-            const float *d = dout + (size_t)bt * C;
+            const float *d = cpu_widen(t, dout, (size_t)bt * C + c0, (size_t)(c1 - c0), tmp);
             int tok = tokens[bt];
             if (cpu_in_slice(tok, v_lo, Vp)) {
-                float *we = dwte_part + (size_t)(tok - v_lo) * C;
+                float *we = dwte_part + (size_t)(tok - v_lo) * C + c0;
 #pragma omp simd
-                for (int c = c0; c < c1; c++)
+                for (int c = 0; c < c1 - c0; c++)
                     we[c] += d[c];
             }
             if (!dwpe)
                 continue;
-            float *pe = dwpe + (size_t)(bt % T) * C;
+            float *pe = dwpe + (size_t)(bt % T) * C + c0;
 #pragma omp simd
-            for (int c = c0; c < c1; c++)
+            for (int c = 0; c < c1 - c0; c++)
                 pe[c] += d[c];
         }
     }
     return ZT_OK;
 }
 
-/* The whole vocabulary is the slice that holds every token. */
-zt_status cpu_encoder_forward(const struct ops_backend *self, float *out, const int32_t *tokens,
-                              const float *wte, const float *wpe, int B, int T, int C)
+zt_status cpu_encoder_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                              const int32_t *tokens, const void *wte, const void *wpe, int B, int T,
+                              int C)
 {
-    (void)self;
-    return cpu_encoder_forward_vocab(self, out, tokens, wte, wpe, B, T, C, 0, INT_MAX);
+    return cpu_encoder_forward_vocab(self, t, out, tokens, wte, wpe, B, T, C, 0, INT_MAX);
 }
 
-zt_status cpu_encoder_backward(const struct ops_backend *self, float *dwte, float *dwpe,
-                               const float *dout, const int32_t *tokens, int B, int T, int C)
+zt_status cpu_encoder_backward(const struct ops_backend *self, enum zt_dtype t, float *dwte,
+                               float *dwpe, const void *dout, const int32_t *tokens, int B, int T,
+                               int C)
 {
-    (void)self;
-    return cpu_encoder_backward_vocab(self, dwte, dwpe, dout, tokens, B, T, C, 0, INT_MAX);
+    return cpu_encoder_backward_vocab(self, t, dwte, dwpe, dout, tokens, B, T, C, 0, INT_MAX);
 }

@@ -79,14 +79,14 @@ static void openblas_run(const struct cpu_gemm_call *c)
 {
     cblas_sgemm(CblasRowMajor, c->trans_a ? CblasTrans : CblasNoTrans,
                 c->trans_b ? CblasTrans : CblasNoTrans, c->M, c->N, c->K, c->alpha, c->A, c->lda,
-                c->B, c->ldb, c->accumulate ? 1.0f : 0.0f, c->C, c->ldc);
+                c->B, c->ldb, c->accumulate ? 1.0f : 0.0f, (float *)c->C, c->ldc);
 }
 
 /* Whether c goes to OpenBLAS under g's library. */
 static zt_status takes_openblas(struct cpu_gemm *g, const struct cpu_gemm_call *c, int *blas)
 {
     *blas = g->lib == CPU_GEMM_OPENBLAS;
-    if (g->lib != CPU_GEMM_AUTO || c->ab_type != ZT_F32)
+    if (g->lib != CPU_GEMM_AUTO || c->ab_type != ZT_F32 || c->c_type != ZT_F32)
         return ZT_OK;
     const char *kernel;
     return gemm_onednn_kernel(g->dnnl, c, &kernel, blas);
@@ -98,8 +98,9 @@ static void empty_sum(const struct cpu_gemm_call *c)
 {
     if (c->accumulate)
         return;
+    const size_t es = zt_dtype_size(c->c_type);
     for (int i = 0; i < c->M; i++)
-        memset(c->C + (size_t)i * c->ldc, 0, (size_t)c->N * sizeof(float));
+        memset((char *)c->C + (size_t)i * c->ldc * es, 0, (size_t)c->N * es);
 }
 
 static zt_status run(struct cpu_gemm *g, const struct cpu_gemm_call *c)
@@ -112,9 +113,10 @@ static zt_status run(struct cpu_gemm *g, const struct cpu_gemm_call *c)
     }
     int blas;
     ZT_TRY(takes_openblas(g, c, &blas));
-    if (blas && c->ab_type != ZT_F32)
+    if (blas && (c->ab_type != ZT_F32 || c->c_type != ZT_F32))
         return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "a bf16 GEMM needs oneDNN (ZT_CPU_GEMM=openblas has fp32 only)");
+                            "a %s GEMM needs oneDNN (ZT_CPU_GEMM=openblas has fp32 only)",
+                            zt_precision_name(c->ab_type != ZT_F32 ? c->ab_type : c->c_type));
     if (blas) {
         openblas_run(c);
         return ZT_OK;
@@ -146,6 +148,7 @@ zt_status cpu_gemm_describe(struct cpu_gemm *g, enum zt_dtype ab_type, char *buf
                                         .K = 768,
                                         .alpha = 1.0f,
                                         .ab_type = ab_type,
+                                        .c_type = ZT_F32,
                                         .lda = 768,
                                         .ldb = 768,
                                         .ldc = 768};
@@ -156,7 +159,7 @@ zt_status cpu_gemm_describe(struct cpu_gemm *g, enum zt_dtype ab_type, char *buf
         sscanf(OPENBLAS_VERSION, "%*s %31s", v);
         snprintf(buf, n, "openblas %s %s", v, openblas_get_corename());
     } else if (s == ZT_OK && blas) {
-        snprintf(buf, n, "none (bf16 needs oneDNN)");
+        snprintf(buf, n, "none (%s needs oneDNN)", zt_precision_name(ab_type));
     } else if (s == ZT_OK) {
         const char *kernel;
         int generic;

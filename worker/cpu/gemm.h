@@ -3,7 +3,8 @@
  *
  * Every product of the CPU ops is one cpu_gemm_run: row-major
  * C[M,N] = alpha op(A) op(B), added into C when `accumulate`, with A and B
- * fp32 or bf16 and C fp32 (the accumulation is fp32 in every library).
+ * fp32, bf16 or fp16 and C fp32 or the operands' type (the accumulation is
+ * fp32 in every library; a 16-bit C is rounded once, at the store).
  * Leading dimensions are taken as the buffers lie, so transposed operands
  * and column slices of wider rows are read in place, never copied.
  *
@@ -53,12 +54,13 @@ struct cpu_gemm_call {
     int M, N, K;
     float alpha;
     int accumulate;        /* 1: C += alpha A B; 0: C = alpha A B */
-    enum zt_dtype ab_type; /* ZT_F32 or ZT_BF16 (uint16_t bits), both operands */
+    enum zt_dtype ab_type; /* ZT_F32, ZT_BF16 or ZT_F16 (uint16_t bits), both operands */
+    enum zt_dtype c_type;  /* ZT_F32, or ab_type */
     const void *A;
     int lda;
     const void *B;
     int ldb;
-    float *C;
+    void *C;
     int ldc;
 };
 
@@ -75,10 +77,11 @@ void cpu_gemm_destroy(struct cpu_gemm *g);
 
 /* Runs one product. With g NULL a state is made for the call and dropped
  * after it (what the static op tables do: correct, but each shape's kernel
- * is built anew). bf16 operands need oneDNN, and a CPU it has a bf16
- * kernel for (oneDNN 2.6: AVX-512 or newer; an AVX2-only CPU has none).
- * Errors: ZT_ERR_DEVICE (a oneDNN call failed, named), ZT_ERR_UNSUPPORTED
- * (bf16 without oneDNN, or on a CPU without a bf16 kernel), ZT_ERR_NOMEM. */
+ * is built anew). 16-bit operands need oneDNN, and a CPU it has a kernel
+ * for (oneDNN 2.6: bf16 on AVX-512 or newer, none on an AVX2-only CPU;
+ * fp16 on AVX512-FP16 only). Errors: ZT_ERR_DEVICE (a oneDNN call failed,
+ * named), ZT_ERR_UNSUPPORTED (16-bit without oneDNN, or on a CPU without
+ * a kernel for it), ZT_ERR_NOMEM. */
 zt_status cpu_gemm_run(struct cpu_gemm *g, const struct cpu_gemm_call *c);
 
 /* What products of `ab_type` operands run on, probed on one mid-sized

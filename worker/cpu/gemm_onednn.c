@@ -34,7 +34,7 @@
 
 /* A product less its pointers: what a primitive is built for. */
 struct key {
-    int trans_a, trans_b, M, N, K, lda, ldb, ldc, accumulate, ab_type, threads;
+    int trans_a, trans_b, M, N, K, lda, ldb, ldc, accumulate, ab_type, c_type, threads;
     float alpha;
 };
 
@@ -110,17 +110,22 @@ static struct key key_of(const struct cpu_gemm_call *c)
     k.trans_a = c->trans_a, k.trans_b = c->trans_b;
     k.M = c->M, k.N = c->N, k.K = c->K;
     k.lda = c->lda, k.ldb = c->ldb, k.ldc = c->ldc;
-    k.accumulate = c->accumulate, k.ab_type = (int)c->ab_type;
+    k.accumulate = c->accumulate, k.ab_type = (int)c->ab_type, k.c_type = (int)c->c_type;
     k.threads = omp_get_max_threads();
     k.alpha = c->alpha;
     return k;
+}
+
+static dnnl_data_type_t dnnl_type(int t)
+{
+    return t == ZT_BF16 ? dnnl_bf16 : t == ZT_F16 ? dnnl_f16 : dnnl_f32;
 }
 
 /* The memory descriptors of a product's three operands. */
 static zt_status describe(const struct key *k, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
                           dnnl_memory_desc_t *c)
 {
-    const dnnl_data_type_t t = k->ab_type == ZT_BF16 ? dnnl_bf16 : dnnl_f32;
+    const dnnl_data_type_t t = dnnl_type(k->ab_type), ct = dnnl_type(k->c_type);
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
     dnnl_dims_t as = {k->lda, 1}, bs = {k->ldb, 1}, cs = {k->ldc, 1};
     if (k->trans_a)
@@ -129,7 +134,7 @@ static zt_status describe(const struct key *k, dnnl_memory_desc_t *a, dnnl_memor
         bs[0] = 1, bs[1] = k->ldb;
     DNNL_TRY(dnnl_memory_desc_init_by_strides(a, 2, ad, t, as));
     DNNL_TRY(dnnl_memory_desc_init_by_strides(b, 2, bd, t, bs));
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(c, 2, cd, dnnl_f32, cs));
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(c, 2, cd, ct, cs));
     return ZT_OK;
 }
 
@@ -164,13 +169,13 @@ static zt_status build(struct gemm_onednn *d, const struct key *k, struct prim *
         st = dnnl_primitive_desc_create(&p->pd, &md, attr, d->engine, NULL);
     dnnl_primitive_attr_destroy(attr);
     ZT_TRY(s);
-    if (st == dnnl_unimplemented && k->ab_type == ZT_BF16) {
+    if (st == dnnl_unimplemented && k->ab_type != ZT_F32) {
         char v[32];
         gemm_onednn_version(v, sizeof v);
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "oneDNN %s has no bf16 GEMM for this CPU (it needs AVX-512, "
-                            "AVX512-BF16 or AMX)",
-                            v);
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "oneDNN %s has no %s GEMM for this CPU (%s)", v,
+                            zt_precision_name((enum zt_dtype)k->ab_type),
+                            k->ab_type == ZT_BF16 ? "it needs AVX-512, AVX512-BF16 or AMX"
+                                                  : "it needs AVX512-FP16 or AMX-FP16");
     }
     DNNL_TRY(st);
     DNNL_TRY(dnnl_primitive_create(&p->p, p->pd));
@@ -179,6 +184,10 @@ static zt_status build(struct gemm_onednn *d, const struct key *k, struct prim *
     DNNL_TRY(dnnl_memory_create(&p->c, &c, d->engine, DNNL_MEMORY_NONE));
     DNNL_TRY(dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &p->kernel));
     p->generic = strncmp(p->kernel, "ref", 3) == 0;
+    /* A 16-bit reference loop would take hours where a kernel takes seconds. */
+    if (p->generic && k->ab_type != ZT_F32)
+        return zt_error_set(ZT_ERR_UNSUPPORTED, "oneDNN has only its reference %s GEMM (%s) here",
+                            zt_precision_name((enum zt_dtype)k->ab_type), p->kernel);
     return ZT_OK;
 }
 

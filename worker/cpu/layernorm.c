@@ -20,6 +20,7 @@
 #include "worker/cpu/ops_cpu_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 enum { COL_BLOCK = 64 };
 
@@ -41,15 +42,34 @@ CPU_KERNEL static void forward_row(float *o, float *mean, float *rstd, const flo
     *rstd = rs;
 }
 
-zt_status cpu_layernorm_forward(const struct ops_backend *self, float *out, float *mean,
-                                float *rstd, const float *inp, const float *weight,
-                                const float *bias, int N, int C)
+/* Rows [0, N): out in t, statistics in fp32. */
+static zt_status forward_rows(enum zt_dtype t, void *out, float *mean, float *rstd, const void *inp,
+                              const float *w, const float *b, int N, int C)
+{
+    const size_t n = (size_t)C;
+    CPU_STAGED_ROWS(t, 2 * n, "layernorm_forward", N, i, st, {
+        float *o = cpu_place(t, out, (size_t)i * n, n, st, 0);
+        forward_row(o, mean + i, rstd + i, cpu_widen(t, inp, (size_t)i * n, n, st + n), w, b, C);
+        cpu_store(t, out, (size_t)i * n, n, o);
+    });
+    return ZT_OK;
+}
+
+zt_status cpu_layernorm_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                float *mean, float *rstd, const void *inp, const void *weight,
+                                const void *bias, int N, int C)
 {
     (void)self;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++)
-        forward_row(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, weight, bias, C);
-    return ZT_OK;
+    const size_t n = (size_t)C;
+    float *w_owned, *b_owned = NULL;
+    const float *w, *b;
+    ZT_TRY(cpu_widen_shared(t, weight, n, "layernorm_forward", &w_owned, &w));
+    zt_status s = cpu_widen_shared(t, bias, n, "layernorm_forward", &b_owned, &b);
+    if (s == ZT_OK)
+        s = forward_rows(t, out, mean, rstd, inp, w, b, N, C);
+    free(w_owned);
+    free(b_owned);
+    return s;
 }
 
 /* dinp for one row. */
@@ -68,15 +88,15 @@ CPU_KERNEL static void backward_row(float *dx, const float *dy, const float *x, 
 }
 
 /* dweight/dbias for columns [c0, c1) summed over all rows, added once. */
-CPU_KERNEL static void param_block(float *dw, float *db, const float *dout, const float *inp,
-                                   const float *mean, const float *rstd, int N, int C, int c0,
-                                   int c1)
+CPU_KERNEL static void param_block(float *dw, float *db, enum zt_dtype t, const void *dout,
+                                   const void *inp, const float *mean, const float *rstd, int N,
+                                   int C, int c0, int c1)
 {
-    float aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
+    float aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0}, tdy[COL_BLOCK], tx[COL_BLOCK];
     int n = c1 - c0;
     for (int i = 0; i < N; i++) {
-        const float *dy = dout + (size_t)i * C + c0;
-        const float *x = inp + (size_t)i * C + c0;
+        const float *dy = cpu_widen(t, dout, (size_t)i * C + c0, (size_t)n, tdy);
+        const float *x = cpu_widen(t, inp, (size_t)i * C + c0, (size_t)n, tx);
         float m = mean[i], rs = rstd[i];
 #pragma omp simd
         for (int c = 0; c < n; c++) {
@@ -90,23 +110,39 @@ CPU_KERNEL static void param_block(float *dw, float *db, const float *dout, cons
     }
 }
 
-zt_status cpu_layernorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
-                                 float *dbias, const float *dout, const float *inp,
-                                 const float *weight, const float *mean, const float *rstd, int N,
+/* dinp for rows [0, N), in t. */
+static zt_status backward_rows(enum zt_dtype t, void *dinp, const void *dout, const void *inp,
+                               const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    const size_t n = (size_t)C;
+    CPU_STAGED_ROWS(t, 3 * n, "layernorm_backward", N, i, st, {
+        const size_t at = (size_t)i * n;
+        float *dx = cpu_place(t, dinp, at, n, st, 1);
+        backward_row(dx, cpu_widen(t, dout, at, n, st + n), cpu_widen(t, inp, at, n, st + 2 * n), w,
+                     mean[i], rstd[i], C);
+        cpu_store(t, dinp, at, n, dx);
+    });
+    return ZT_OK;
+}
+
+zt_status cpu_layernorm_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                                 float *dweight, float *dbias, const void *dout, const void *inp,
+                                 const void *weight, const float *mean, const float *rstd, int N,
                                  int C)
 {
     (void)self;
-#pragma omp parallel
-    {
-#pragma omp for schedule(static)
-        for (int i = 0; i < N; i++)
-            backward_row(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, weight,
-                         mean[i], rstd[i], C);
-        if (dweight)
-#pragma omp for schedule(static)
-            for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
-                param_block(dweight, dbias, dout, inp, mean, rstd, N, C, c0,
-                            c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
-    }
+    const size_t n = (size_t)C;
+    float *w_owned;
+    const float *w;
+    ZT_TRY(cpu_widen_shared(t, weight, n, "layernorm_backward", &w_owned, &w));
+    zt_status s = backward_rows(t, dinp, dout, inp, w, mean, rstd, N, C);
+    free(w_owned);
+    ZT_TRY(s);
+    if (!dweight)
+        return ZT_OK;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
+        param_block(dweight, dbias, t, dout, inp, mean, rstd, N, C, c0,
+                    c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
     return ZT_OK;
 }

@@ -162,9 +162,9 @@ struct cpu_gemm *cpu_gemm_of(const struct ops_backend *self)
     return self && self->ctx ? ((const struct cpu_ctx *)self->ctx)->gemm : NULL;
 }
 
-zt_status cpu_gemm_f32(const struct ops_backend *self, int trans_a, int trans_b, int M, int N,
-                       int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                       int accumulate, float *C, int ldc)
+zt_status cpu_gemm_typed(const struct ops_backend *self, enum zt_dtype t, enum zt_dtype ct,
+                         int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A,
+                         int lda, const void *B, int ldb, int accumulate, void *C, int ldc)
 {
     const struct cpu_gemm_call c = {.trans_a = trans_a,
                                     .trans_b = trans_b,
@@ -173,7 +173,8 @@ zt_status cpu_gemm_f32(const struct ops_backend *self, int trans_a, int trans_b,
                                     .K = K,
                                     .alpha = alpha,
                                     .accumulate = accumulate,
-                                    .ab_type = ZT_F32,
+                                    .ab_type = t,
+                                    .c_type = ct,
                                     .A = A,
                                     .lda = lda,
                                     .B = B,
@@ -181,6 +182,40 @@ zt_status cpu_gemm_f32(const struct ops_backend *self, int trans_a, int trans_b,
                                     .C = C,
                                     .ldc = ldc};
     return cpu_gemm_run(cpu_gemm_of(self), &c);
+}
+
+float *cpu_stage_alloc(enum zt_dtype t, size_t n, int *failed)
+{
+    if (t == ZT_F32)
+        return NULL;
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+#pragma omp atomic write
+        *failed = 1;
+    }
+    return p;
+}
+
+zt_status cpu_widen_shared(enum zt_dtype t, const void *src, size_t n, const char *op,
+                           float **owned, const float **out)
+{
+    *owned = NULL;
+    *out = src;
+    if (t == ZT_F32)
+        return ZT_OK;
+    if (!(*owned = malloc((n ? n : 1) * sizeof(float))))
+        return zt_error_set(ZT_ERR_NOMEM, "%s: no memory to widen %zu weights", op, n);
+    precision_to_f32(t, src, *owned, n);
+    *out = *owned;
+    return ZT_OK;
+}
+
+zt_status cpu_stage_status(int failed, const char *op, size_t floats)
+{
+    if (!failed)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_NOMEM, "%s: no memory to stage %zu fp32 values per thread", op,
+                        floats);
 }
 
 zt_status cpu_gemm_describe_op(const struct ops_backend *self, enum zt_dtype ab_type, char *buf,

@@ -37,6 +37,7 @@
 
 #include "worker/cpu/gemm.h"
 #include "worker/optim_elementwise.h"
+#include "worker/precision.h"
 
 struct ops_backend;
 
@@ -82,37 +83,127 @@ struct cpu_ctx {
 /* The GEMM state the op was called with: NULL through a static table. */
 struct cpu_gemm *cpu_gemm_of(const struct ops_backend *self);
 
-/* One fp32 product through self's GEMM state (gemm.h's fields in its
- * order: C = alpha op(A) op(B), + C when accumulate). */
-zt_status cpu_gemm_f32(const struct ops_backend *self, int trans_a, int trans_b, int M, int N,
-                       int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                       int accumulate, float *C, int ldc);
+/* One product through self's GEMM state (gemm.h's fields in its order:
+ * C = alpha op(A) op(B), + C when accumulate), A and B of type t, C of
+ * type ct (ZT_F32 or t). */
+zt_status cpu_gemm_typed(const struct ops_backend *self, enum zt_dtype t, enum zt_dtype ct,
+                         int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A,
+                         int lda, const void *B, int ldb, int accumulate, void *C, int ldc);
+
+/* ---- the 16-bit forms (worker/ops.h: t = ZT_BF16 or ZT_F16) ----
+ *
+ * Each runs the fp32 form's own row kernels on fp32 copies of the rows it
+ * reads, widened exactly, and rounds each value it stores once: so its
+ * result is the fp32 op's on the widened inputs, rounded, bit for bit.
+ * Rows too wide for the stack (a norm's C, a cross-entropy's V, attention
+ * heads) are staged in a heap buffer per thread and call; elementwise ops
+ * and column blocks stage CPU_STAGE floats on the stack. With t = ZT_F32
+ * every helper hands out the buffer itself: one code path, no copy. */
+enum { CPU_STAGE = 1024 };
+
+/* Element i of a buffer of type t. */
+static inline void *cpu_elem(enum zt_dtype t, const void *p, size_t i)
+{
+    return (char *)p + i * zt_dtype_size(t);
+}
+
+/* Elements [i, i + n) of src (type t) as floats: src itself under fp32,
+ * else widened into tmp[n]. */
+static inline const float *cpu_widen(enum zt_dtype t, const void *src, size_t i, size_t n,
+                                     float *tmp)
+{
+    if (t == ZT_F32)
+        return (const float *)src + i;
+    precision_to_f32(t, cpu_elem(t, src, i), tmp, n);
+    return tmp;
+}
+
+/* Where elements [i, i + n) of dst (type t) are computed in fp32: dst
+ * itself under fp32, else tmp[n], holding dst's values widened when
+ * `load` (an accumulation or an in-place op reads them). cpu_store then
+ * rounds tmp into dst. */
+static inline float *cpu_place(enum zt_dtype t, void *dst, size_t i, size_t n, float *tmp, int load)
+{
+    if (t == ZT_F32)
+        return (float *)dst + i;
+    if (load)
+        precision_to_f32(t, cpu_elem(t, dst, i), tmp, n);
+    return tmp;
+}
+
+static inline void cpu_store(enum zt_dtype t, void *dst, size_t i, size_t n, const float *tmp)
+{
+    if (t != ZT_F32)
+        precision_from_f32(t, tmp, cpu_elem(t, dst, i), n);
+}
+
+/* A thread's heap staging of n floats for a 16-bit form (NULL under fp32,
+ * which needs none); on failure NULL with *failed set, and the thread
+ * skips its rows. cpu_stage_status turns *failed into the op's error. */
+float *cpu_stage_alloc(enum zt_dtype t, size_t n, int *failed);
+zt_status cpu_stage_status(int failed, const char *op, size_t floats);
+
+/* Whether a thread with staging `stage` may compute (see cpu_stage_alloc). */
+static inline int cpu_staged(enum zt_dtype t, const float *stage)
+{
+    return t == ZT_F32 || stage != NULL;
+}
+
+/* Runs the statements `...` for each row `i` in [0, N) on OpenMP threads
+ * (a static split), `st` naming `floats` floats of staging of the thread
+ * (NULL under fp32); returns the op's error from the enclosing function
+ * when staging failed. */
+#define CPU_STAGED_ROWS(t, floats, op, N, i, st, ...)                                              \
+    do {                                                                                           \
+        int failed_ = 0;                                                                           \
+        _Pragma("omp parallel")                                                                    \
+        {                                                                                          \
+            float *st = cpu_stage_alloc(t, floats, &failed_);                                      \
+            _Pragma("omp for schedule(static)") for (int i = 0; i < (N); i++)                      \
+            {                                                                                      \
+                if (cpu_staged(t, st)) {                                                           \
+                    __VA_ARGS__                                                                    \
+                }                                                                                  \
+            }                                                                                      \
+            free(st);                                                                              \
+        }                                                                                          \
+        ZT_TRY(cpu_stage_status(failed_, op, floats));                                             \
+    } while (0)
+
+/* src[0..n) of type t as floats, for every thread to read: *out is src
+ * itself under fp32, else a widened copy in *owned, which the caller
+ * frees. Errors: ZT_ERR_NOMEM naming `op`. */
+zt_status cpu_widen_shared(enum zt_dtype t, const void *src, size_t n, const char *op,
+                           float **owned, const float **out);
 
 /* gemm_describe of worker/ops.h. */
 zt_status cpu_gemm_describe_op(const struct ops_backend *self, enum zt_dtype ab_type, char *buf,
                                size_t n);
 
 /* encoder_forward and encoder_backward of worker/ops.h. */
-zt_status cpu_encoder_forward(const struct ops_backend *self, float *out, const int32_t *tokens,
-                              const float *wte, const float *wpe, int B, int T, int C);
-zt_status cpu_encoder_backward(const struct ops_backend *self, float *dwte, float *dwpe,
-                               const float *dout, const int32_t *tokens, int B, int T, int C);
+zt_status cpu_encoder_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                              const int32_t *tokens, const void *wte, const void *wpe, int B, int T,
+                              int C);
+zt_status cpu_encoder_backward(const struct ops_backend *self, enum zt_dtype t, float *dwte,
+                               float *dwpe, const void *dout, const int32_t *tokens, int B, int T,
+                               int C);
 
 /* layernorm_forward and layernorm_backward of worker/ops.h. */
-zt_status cpu_layernorm_forward(const struct ops_backend *self, float *out, float *mean,
-                                float *rstd, const float *inp, const float *weight,
-                                const float *bias, int N, int C);
-zt_status cpu_layernorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
-                                 float *dbias, const float *dout, const float *inp,
-                                 const float *weight, const float *mean, const float *rstd, int N,
+zt_status cpu_layernorm_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                float *mean, float *rstd, const void *inp, const void *weight,
+                                const void *bias, int N, int C);
+zt_status cpu_layernorm_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                                 float *dweight, float *dbias, const void *dout, const void *inp,
+                                 const void *weight, const float *mean, const float *rstd, int N,
                                  int C);
 
 /* matmul_forward and matmul_backward of worker/ops.h (one cpu_gemm per product). */
-zt_status cpu_matmul_forward(const struct ops_backend *self, float *out, const float *inp,
-                             const float *weight, const float *bias, int N, int C, int OC);
-zt_status cpu_matmul_backward(const struct ops_backend *self, float *dinp, float *dweight,
-                              float *dbias, const float *dout, const float *inp,
-                              const float *weight, int N, int C, int OC);
+zt_status cpu_matmul_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                             const void *inp, const void *weight, const void *bias, int N, int C,
+                             int OC);
+zt_status cpu_matmul_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                              float *dweight, float *dbias, const void *dout, const void *inp,
+                              const void *weight, int N, int C, int OC);
 
 /* fp8_quantize and fp8_dequantize of worker/ops.h: common/fp8.h's loops. */
 zt_status cpu_fp8_quantize(const struct ops_backend *self, uint8_t *q, float *amax, const float *x,
@@ -122,59 +213,63 @@ zt_status cpu_fp8_dequantize(const struct ops_backend *self, float *x, const uin
 
 /* attention_forward and attention_backward of worker/ops.h (fused, tiles
  * on the stack). */
-zt_status cpu_attention_forward(const struct ops_backend *self, float *out, float *lse,
-                                const float *qkv, int B, int T, int NH, int NKV, int hs);
-zt_status cpu_attention_backward(const struct ops_backend *self, float *dqkv, const float *dout,
-                                 const float *qkv, const float *out, const float *lse, int B, int T,
-                                 int NH, int NKV, int hs);
+zt_status cpu_attention_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                float *lse, const void *qkv, int B, int T, int NH, int NKV, int hs);
+zt_status cpu_attention_backward(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
+                                 const void *dout, const void *qkv, const void *out,
+                                 const float *lse, int B, int T, int NH, int NKV, int hs);
 
 /* rmsnorm_forward and rmsnorm_backward of worker/ops.h. */
-zt_status cpu_rmsnorm_forward(const struct ops_backend *self, float *out, float *rstd,
-                              const float *inp, const float *weight, int N, int C, float eps);
-zt_status cpu_rmsnorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
-                               const float *dout, const float *inp, const float *weight,
-                               const float *rstd, int N, int C);
+zt_status cpu_rmsnorm_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                              float *rstd, const void *inp, const void *weight, int N, int C,
+                              float eps);
+zt_status cpu_rmsnorm_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                               float *dweight, const void *dout, const void *inp,
+                               const void *weight, const float *rstd, int N, int C);
 
 /* rope_forward and rope_backward of worker/ops.h; hs odd or heads wider
  * than row_stride fail a ZT_ASSERT. */
-zt_status cpu_rope_forward(const struct ops_backend *self, float *x, const float *cos_t,
-                           const float *sin_t, int B, int T, int n_heads, int hs, int row_stride);
-zt_status cpu_rope_backward(const struct ops_backend *self, float *dx, const float *cos_t,
-                            const float *sin_t, int B, int T, int n_heads, int hs, int row_stride);
+zt_status cpu_rope_forward(const struct ops_backend *self, enum zt_dtype t, void *x,
+                           const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                           int hs, int row_stride);
+zt_status cpu_rope_backward(const struct ops_backend *self, enum zt_dtype t, void *dx,
+                            const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                            int hs, int row_stride);
 
 /* swiglu_forward and swiglu_backward of worker/ops.h. */
-zt_status cpu_swiglu_forward(const struct ops_backend *self, float *out, const float *gu, int N,
-                             int I);
-zt_status cpu_swiglu_backward(const struct ops_backend *self, float *dgu, const float *dout,
-                              const float *gu, int N, int I);
+zt_status cpu_swiglu_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                             const void *gu, int N, int I);
+zt_status cpu_swiglu_backward(const struct ops_backend *self, enum zt_dtype t, void *dgu,
+                              const void *dout, const void *gu, int N, int I);
 
 /* lora_forward and lora_backward of worker/ops.h (sgemm on strided rows). */
-zt_status cpu_lora_forward(const struct ops_backend *self, float *out, int ldo, float *u,
-                           const float *inp, const float *A, const float *B, float scale, int N,
-                           int C, int r, int OC);
-zt_status cpu_lora_backward(const struct ops_backend *self, float *dinp, float *dA, float *dB,
-                            float *scratch, const float *dout, int ldo, const float *inp,
-                            const float *A, const float *B, float scale, int N, int C, int r,
-                            int OC);
+zt_status cpu_lora_forward(const struct ops_backend *self, enum zt_dtype t, void *out, int ldo,
+                           void *u, const void *inp, const void *A, const void *B, float scale,
+                           int N, int C, int r, int OC);
+zt_status cpu_lora_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp, float *dA,
+                            float *dB, void *scratch, const void *dout, int ldo, const void *inp,
+                            const void *A, const void *B, float scale, int N, int C, int r, int OC);
 
 /* gelu_forward, gelu_backward, residual_forward and mul_forward/backward of
  * worker/ops.h (the elementwise ops). */
-zt_status cpu_gelu_forward(const struct ops_backend *self, float *out, const float *inp, int N);
-zt_status cpu_gelu_backward(const struct ops_backend *self, float *dinp, const float *inp,
-                            const float *dout, int N);
-zt_status cpu_residual_forward(const struct ops_backend *self, float *out, const float *a,
-                               const float *b, int N);
-zt_status cpu_mul_forward(const struct ops_backend *self, float *out, const float *a,
-                          const float *b, int N);
-zt_status cpu_mul_backward(const struct ops_backend *self, float *da, const float *b,
-                           const float *dout, int N);
+zt_status cpu_gelu_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                           const void *inp, int N);
+zt_status cpu_gelu_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                            const void *inp, const void *dout, int N);
+zt_status cpu_residual_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                               const void *a, const void *b, int N);
+zt_status cpu_mul_forward(const struct ops_backend *self, enum zt_dtype t, void *out, const void *a,
+                          const void *b, int N);
+zt_status cpu_mul_backward(const struct ops_backend *self, enum zt_dtype t, void *da, const void *b,
+                           const void *dout, int N);
 
 /* crossentropy_forward and crossentropy_backward of worker/ops.h; a target
  * outside [0, V) fails a ZT_ASSERT. */
-zt_status cpu_crossentropy_forward(const struct ops_backend *self, float *losses, float *probs,
-                                   const float *logits, const int32_t *targets, int N, int V);
-zt_status cpu_crossentropy_backward(const struct ops_backend *self, float *dlogits,
-                                    const float *probs, const int32_t *targets, float dloss, int N,
+zt_status cpu_crossentropy_forward(const struct ops_backend *self, enum zt_dtype t, float *losses,
+                                   void *probs, const void *logits, const int32_t *targets, int N,
+                                   int V);
+zt_status cpu_crossentropy_backward(const struct ops_backend *self, enum zt_dtype t, void *dlogits,
+                                    const void *probs, const int32_t *targets, float dloss, int N,
                                     int V);
 
 /* The vocabulary-parallel embedding and cross-entropy of worker/ops.h
@@ -182,23 +277,23 @@ zt_status cpu_crossentropy_backward(const struct ops_backend *self, float *dlogi
  * encoder_backward_vocab, crossentropy_vocab_max, crossentropy_vocab_exp,
  * crossentropy_vocab_finish and crossentropy_vocab_backward; Vp < 1 or
  * v_lo < 0 fails a ZT_ASSERT. */
-zt_status cpu_encoder_forward_vocab(const struct ops_backend *self, float *out,
-                                    const int32_t *tokens, const float *wte_part, const float *wpe,
+zt_status cpu_encoder_forward_vocab(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                    const int32_t *tokens, const void *wte_part, const void *wpe,
                                     int B, int T, int C, int v_lo, int Vp);
-zt_status cpu_encoder_backward_vocab(const struct ops_backend *self, float *dwte_part, float *dwpe,
-                                     const float *dout, const int32_t *tokens, int B, int T, int C,
-                                     int v_lo, int Vp);
-zt_status cpu_crossentropy_vocab_max(const struct ops_backend *self, float *row_max,
-                                     const float *logits, int N, int Vp);
-zt_status cpu_crossentropy_vocab_exp(const struct ops_backend *self, float *probs, float *row_stats,
-                                     const float *logits, const float *row_max,
+zt_status cpu_encoder_backward_vocab(const struct ops_backend *self, enum zt_dtype t,
+                                     float *dwte_part, float *dwpe, const void *dout,
+                                     const int32_t *tokens, int B, int T, int C, int v_lo, int Vp);
+zt_status cpu_crossentropy_vocab_max(const struct ops_backend *self, enum zt_dtype t,
+                                     float *row_max, const void *logits, int N, int Vp);
+zt_status cpu_crossentropy_vocab_exp(const struct ops_backend *self, enum zt_dtype t, void *probs,
+                                     float *row_stats, const void *logits, const float *row_max,
                                      const int32_t *targets, int N, int Vp, int v_lo);
-zt_status cpu_crossentropy_vocab_finish(const struct ops_backend *self, float *losses, float *probs,
-                                        const float *row_stats, const int32_t *targets, int N,
-                                        int Vp);
-zt_status cpu_crossentropy_vocab_backward(const struct ops_backend *self, float *dlogits,
-                                          const float *probs, const int32_t *targets, float dloss,
-                                          int N, int Vp, int v_lo);
+zt_status cpu_crossentropy_vocab_finish(const struct ops_backend *self, enum zt_dtype t,
+                                        float *losses, void *probs, const float *row_stats,
+                                        const int32_t *targets, int N, int Vp);
+zt_status cpu_crossentropy_vocab_backward(const struct ops_backend *self, enum zt_dtype t,
+                                          void *dlogits, const void *probs, const int32_t *targets,
+                                          float dloss, int N, int Vp, int v_lo);
 
 /* The engine ops of worker/ops.h. The ones that are the same for every
  * instruction set (worker/cpu/engine_ops.c): memset_zero and the

@@ -20,6 +20,7 @@
 #include "worker/cpu/ops_cpu_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 enum { COL_BLOCK = 64 };
 
@@ -36,16 +37,32 @@ CPU_KERNEL static void forward_row(float *o, float *rstd, const float *x, const 
     *rstd = rs;
 }
 
-zt_status cpu_rmsnorm_forward(const struct ops_backend *self, float *out, float *rstd,
-                              const float *inp, const float *weight, int N, int C, float eps)
+/* Rows [0, N): out in t, 1/rms in fp32. */
+static zt_status forward_rows(enum zt_dtype t, void *out, float *rstd, const void *inp,
+                              const float *w, int N, int C, float eps)
 {
-    (void)self;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++)
-        forward_row(out + (size_t)i * C, rstd + i, inp + (size_t)i * C, weight, C, eps);
+    const size_t n = (size_t)C;
+    CPU_STAGED_ROWS(t, 2 * n, "rmsnorm_forward", N, i, st, {
+        float *o = cpu_place(t, out, (size_t)i * n, n, st, 0);
+        forward_row(o, rstd + i, cpu_widen(t, inp, (size_t)i * n, n, st + n), w, C, eps);
+        cpu_store(t, out, (size_t)i * n, n, o);
+    });
     return ZT_OK;
 }
 
+zt_status cpu_rmsnorm_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                              float *rstd, const void *inp, const void *weight, int N, int C,
+                              float eps)
+{
+    (void)self;
+    const size_t n = (size_t)C;
+    float *w_owned;
+    const float *w;
+    ZT_TRY(cpu_widen_shared(t, weight, n, "rmsnorm_forward", &w_owned, &w));
+    zt_status s = forward_rows(t, out, rstd, inp, w, N, C, eps);
+    free(w_owned);
+    return s;
+}
 /* dinp for one row. */
 CPU_KERNEL static void backward_row(float *dx, const float *dy, const float *x, const float *w,
                                     float rs, int C)
@@ -59,14 +76,14 @@ CPU_KERNEL static void backward_row(float *dx, const float *dy, const float *x, 
 }
 
 /* dweight for columns [c0, c1) summed over all rows, added once. */
-CPU_KERNEL static void weight_block(float *dw, const float *dout, const float *inp,
+CPU_KERNEL static void weight_block(float *dw, enum zt_dtype t, const void *dout, const void *inp,
                                     const float *rstd, int N, int C, int c0, int c1)
 {
-    float acc[COL_BLOCK] = {0};
+    float acc[COL_BLOCK] = {0}, tdy[COL_BLOCK], tx[COL_BLOCK];
     int n = c1 - c0;
     for (int i = 0; i < N; i++) {
-        const float *dy = dout + (size_t)i * C + c0;
-        const float *x = inp + (size_t)i * C + c0;
+        const float *dy = cpu_widen(t, dout, (size_t)i * C + c0, (size_t)n, tdy);
+        const float *x = cpu_widen(t, inp, (size_t)i * C + c0, (size_t)n, tx);
         float rs = rstd[i];
 #pragma omp simd
         for (int c = 0; c < n; c++)
@@ -76,22 +93,38 @@ CPU_KERNEL static void weight_block(float *dw, const float *dout, const float *i
         dw[c0 + c] += acc[c];
 }
 
-zt_status cpu_rmsnorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
-                               const float *dout, const float *inp, const float *weight,
-                               const float *rstd, int N, int C)
+/* dinp for rows [0, N), in t. */
+static zt_status backward_rows(enum zt_dtype t, void *dinp, const void *dout, const void *inp,
+                               const float *w, const float *rstd, int N, int C)
+{
+    const size_t n = (size_t)C;
+    CPU_STAGED_ROWS(t, 3 * n, "rmsnorm_backward", N, i, st, {
+        const size_t at = (size_t)i * n;
+        float *dx = cpu_place(t, dinp, at, n, st, 1);
+        backward_row(dx, cpu_widen(t, dout, at, n, st + n), cpu_widen(t, inp, at, n, st + 2 * n), w,
+                     rstd[i], C);
+        cpu_store(t, dinp, at, n, dx);
+    });
+    return ZT_OK;
+}
+
+zt_status cpu_rmsnorm_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                               float *dweight, const void *dout, const void *inp,
+                               const void *weight, const float *rstd, int N, int C)
 {
     (void)self;
-#pragma omp parallel
-    {
-#pragma omp for schedule(static)
-        for (int i = 0; i < N; i++)
-            backward_row(dinp + (size_t)i * C, dout + (size_t)i * C, inp + (size_t)i * C, weight,
-                         rstd[i], C);
-        if (dweight)
-#pragma omp for schedule(static)
-            for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
-                weight_block(dweight, dout, inp, rstd, N, C, c0,
-                             c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
-    }
+    const size_t n = (size_t)C;
+    float *w_owned;
+    const float *w;
+    ZT_TRY(cpu_widen_shared(t, weight, n, "rmsnorm_backward", &w_owned, &w));
+    zt_status s = backward_rows(t, dinp, dout, inp, w, rstd, N, C);
+    free(w_owned);
+    ZT_TRY(s);
+    if (!dweight)
+        return ZT_OK;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += COL_BLOCK)
+        weight_block(dweight, t, dout, inp, rstd, N, C, c0,
+                     c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C);
     return ZT_OK;
 }

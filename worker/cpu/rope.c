@@ -37,31 +37,41 @@ static void rotate_row(float *x, const float *cs, const float *sn, float sign, i
     }
 }
 
-static void rotate_rows(float *x, const float *cos_t, const float *sin_t, float sign, int B, int T,
-                        int n_heads, int hs, int row_stride)
+/* Every row in place; under 16 bits its rotated columns are widened and
+ * rounded back one head at a time (the rest are never touched). */
+static void rotate_rows(enum zt_dtype t, void *x, const float *cos_t, const float *sin_t,
+                        float sign, int B, int T, int n_heads, int hs, int row_stride)
 {
     ZT_ASSERT(hs > 0 && hs % 2 == 0 && n_heads >= 0 && n_heads * hs <= row_stride);
+    ZT_ASSERT(t == ZT_F32 || hs <= CPU_STAGE);
     const int half = hs / 2;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < B * T; r++) {
-        size_t t = (size_t)(r % T);
-        rotate_row(x + (size_t)r * row_stride, cos_t + t * half, sin_t + t * half, sign, n_heads,
-                   hs);
+        size_t tp = (size_t)(r % T);
+        for (int h = 0; h < n_heads; h++) {
+            float tmp[CPU_STAGE];
+            const size_t at = (size_t)r * row_stride + (size_t)h * hs;
+            float *head = cpu_place(t, x, at, (size_t)hs, tmp, 1);
+            rotate_row(head, cos_t + tp * half, sin_t + tp * half, sign, 1, hs);
+            cpu_store(t, x, at, (size_t)hs, head);
+        }
     }
 }
 
-zt_status cpu_rope_forward(const struct ops_backend *self, float *x, const float *cos_t,
-                           const float *sin_t, int B, int T, int n_heads, int hs, int row_stride)
+zt_status cpu_rope_forward(const struct ops_backend *self, enum zt_dtype t, void *x,
+                           const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                           int hs, int row_stride)
 {
     (void)self;
-    rotate_rows(x, cos_t, sin_t, 1.0f, B, T, n_heads, hs, row_stride);
+    rotate_rows(t, x, cos_t, sin_t, 1.0f, B, T, n_heads, hs, row_stride);
     return ZT_OK;
 }
 
-zt_status cpu_rope_backward(const struct ops_backend *self, float *dx, const float *cos_t,
-                            const float *sin_t, int B, int T, int n_heads, int hs, int row_stride)
+zt_status cpu_rope_backward(const struct ops_backend *self, enum zt_dtype t, void *dx,
+                            const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                            int hs, int row_stride)
 {
     (void)self;
-    rotate_rows(dx, cos_t, sin_t, -1.0f, B, T, n_heads, hs, row_stride);
+    rotate_rows(t, dx, cos_t, sin_t, -1.0f, B, T, n_heads, hs, row_stride);
     return ZT_OK;
 }

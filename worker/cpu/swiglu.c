@@ -39,27 +39,51 @@ CPU_KERNEL static void backward_row(float *dgate, float *dup, const float *dout,
     }
 }
 
-zt_status cpu_swiglu_forward(const struct ops_backend *self, float *out, const float *gu, int N,
-                             int I)
+/* Rows of gu stage their gate and up halves, CPU_STAGE columns at a time
+ * under 16 bits. */
+static int span_of(int i0, int I)
+{
+    return I - i0 < CPU_STAGE ? I - i0 : CPU_STAGE;
+}
+
+zt_status cpu_swiglu_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                             const void *gu, int N, int I)
 {
     (void)self;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *row = gu + (size_t)n * 2 * I;
-        forward_row(out + (size_t)n * I, row, row + I, I);
+        const size_t row = (size_t)n * 2 * I;
+        for (int i0 = 0; i0 < I; i0 += CPU_STAGE) {
+            float to[CPU_STAGE], tg[CPU_STAGE], tu[CPU_STAGE];
+            const int w = span_of(i0, I);
+            const size_t at = (size_t)n * I + i0;
+            float *o = cpu_place(t, out, at, w, to, 0);
+            forward_row(o, cpu_widen(t, gu, row + i0, w, tg), cpu_widen(t, gu, row + I + i0, w, tu),
+                        w);
+            cpu_store(t, out, at, w, o);
+        }
     }
     return ZT_OK;
 }
 
-zt_status cpu_swiglu_backward(const struct ops_backend *self, float *dgu, const float *dout,
-                              const float *gu, int N, int I)
+zt_status cpu_swiglu_backward(const struct ops_backend *self, enum zt_dtype t, void *dgu,
+                              const void *dout, const void *gu, int N, int I)
 {
     (void)self;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *row = gu + (size_t)n * 2 * I;
-        float *drow = dgu + (size_t)n * 2 * I;
-        backward_row(drow, drow + I, dout + (size_t)n * I, row, row + I, I);
+        const size_t row = (size_t)n * 2 * I;
+        for (int i0 = 0; i0 < I; i0 += CPU_STAGE) {
+            float tdg[CPU_STAGE], tdu[CPU_STAGE], tdo[CPU_STAGE], tg[CPU_STAGE], tu[CPU_STAGE];
+            const int w = span_of(i0, I);
+            float *dg = cpu_place(t, dgu, row + i0, w, tdg, 1);
+            float *du = cpu_place(t, dgu, row + I + i0, w, tdu, 1);
+            backward_row(dg, du, cpu_widen(t, dout, (size_t)n * I + i0, w, tdo),
+                         cpu_widen(t, gu, row + i0, w, tg), cpu_widen(t, gu, row + I + i0, w, tu),
+                         w);
+            cpu_store(t, dgu, row + i0, w, dg);
+            cpu_store(t, dgu, row + I + i0, w, du);
+        }
     }
     return ZT_OK;
 }

@@ -26,6 +26,7 @@
 #include "common/status.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The row functions are CPU_KERNEL wrappers so that the inlined helpers are
@@ -60,61 +61,67 @@ CPU_KERNEL static void backward_row(float *d, const float *p, int t, float dloss
         d[t] = dt + (p[t] - 1.0f) * dloss;
 }
 
-zt_status cpu_crossentropy_vocab_max(const struct ops_backend *self, float *row_max,
-                                     const float *logits, int N, int Vp)
+/* Under 16 bits each op stages a row of each typed buffer it touches (at
+ * most 2 Vp floats a thread), as crossentropy.c does. */
+zt_status cpu_crossentropy_vocab_max(const struct ops_backend *self, enum zt_dtype t,
+                                     float *row_max, const void *logits, int N, int Vp)
 {
     (void)self;
     ZT_ASSERT(Vp >= 1);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++)
-        row_max[i] = max_row(logits + (size_t)i * Vp, Vp);
+    const size_t v = (size_t)Vp;
+    CPU_STAGED_ROWS(t, v, "crossentropy_vocab_max", N, i, st,
+                    { row_max[i] = max_row(cpu_widen(t, logits, (size_t)i * v, v, st), Vp); });
     return ZT_OK;
 }
-
-zt_status cpu_crossentropy_vocab_exp(const struct ops_backend *self, float *probs, float *row_stats,
-                                     const float *logits, const float *row_max,
+zt_status cpu_crossentropy_vocab_exp(const struct ops_backend *self, enum zt_dtype t, void *probs,
+                                     float *row_stats, const void *logits, const float *row_max,
                                      const int32_t *targets, int N, int Vp, int v_lo)
 {
     (void)self;
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *x = logits + (size_t)i * Vp;
+    const size_t v = (size_t)Vp;
+    CPU_STAGED_ROWS(t, 2 * v, "crossentropy_vocab_exp", N, i, st, {
+        const float *x = cpu_widen(t, logits, (size_t)i * v, v, st + v);
+        float *p = cpu_place(t, probs, (size_t)i * v, v, st, 0);
         float m = row_max[i];
-        int t = targets[i];
-        row_stats[i] = exp_row(probs + (size_t)i * Vp, x, m, Vp);
-        row_stats[N + i] = cpu_in_slice(t, v_lo, Vp) ? x[t - v_lo] - m : 0.0f;
-    }
+        int tg = targets[i];
+        row_stats[i] = exp_row(p, x, m, Vp);
+        row_stats[N + i] = cpu_in_slice(tg, v_lo, Vp) ? x[tg - v_lo] - m : 0.0f;
+        cpu_store(t, probs, (size_t)i * v, v, p);
+    });
     return ZT_OK;
 }
-
-zt_status cpu_crossentropy_vocab_finish(const struct ops_backend *self, float *losses, float *probs,
-                                        const float *row_stats, const int32_t *targets, int N,
-                                        int Vp)
+zt_status cpu_crossentropy_vocab_finish(const struct ops_backend *self, enum zt_dtype t,
+                                        float *losses, void *probs, const float *row_stats,
+                                        const int32_t *targets, int N, int Vp)
 {
     (void)self;
     ZT_ASSERT(Vp >= 1);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
+    const size_t v = (size_t)Vp;
+    CPU_STAGED_ROWS(t, v, "crossentropy_vocab_finish", N, i, st, {
         float s = row_stats[i];
-        scale_row(probs + (size_t)i * Vp, 1.0f / s, Vp);
+        float *p = cpu_place(t, probs, (size_t)i * v, v, st, 1);
+        scale_row(p, 1.0f / s, Vp);
+        cpu_store(t, probs, (size_t)i * v, v, p);
         losses[i] = targets[i] < 0 ? 0.0f : logf(s) - row_stats[N + i];
-    }
+    });
     return ZT_OK;
 }
-
-zt_status cpu_crossentropy_vocab_backward(const struct ops_backend *self, float *dlogits,
-                                          const float *probs, const int32_t *targets, float dloss,
-                                          int N, int Vp, int v_lo)
+zt_status cpu_crossentropy_vocab_backward(const struct ops_backend *self, enum zt_dtype t,
+                                          void *dlogits, const void *probs, const int32_t *targets,
+                                          float dloss, int N, int Vp, int v_lo)
 {
     (void)self;
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        int t = targets[i];
-        if (t >= 0)
-            backward_row(dlogits + (size_t)i * Vp, probs + (size_t)i * Vp,
-                         cpu_in_slice(t, v_lo, Vp) ? t - v_lo : -1, dloss, Vp);
-    }
+    const size_t v = (size_t)Vp;
+    CPU_STAGED_ROWS(t, 2 * v, "crossentropy_vocab_backward", N, i, st, {
+        int tg = targets[i];
+        if (tg >= 0) {
+            float *d = cpu_place(t, dlogits, (size_t)i * v, v, st, 1);
+            backward_row(d, cpu_widen(t, probs, (size_t)i * v, v, st + v),
+                         cpu_in_slice(tg, v_lo, Vp) ? tg - v_lo : -1, dloss, Vp);
+            cpu_store(t, dlogits, (size_t)i * v, v, d);
+        }
+    });
     return ZT_OK;
 }
