@@ -228,7 +228,7 @@ static zt_status check_pass_end(void *ctx, enum model_pass pass)
     return c->inner.pass_end(c->inner.ctx, pass);
 }
 
-static zt_status check_params_acquire(void *ctx, int unit, const float **params)
+static zt_status check_params_acquire(void *ctx, int unit, const void **params)
 {
     struct check *c = ctx;
     ZT_TRY(c->inner.params_acquire(c->inner.ctx, unit, params));
@@ -238,8 +238,8 @@ static zt_status check_params_acquire(void *ctx, int unit, const float **params)
     const double key = next_key(c, NONFINITE_PARAMETER, micro, c->pos[0][unit]);
     if (key == KEY_NONE)
         return ZT_OK;
-    return scan_unit(c, key, micro, unit, 0, *params, param_table_unit_size(c->t, unit), ZT_F32,
-                     1.0);
+    return scan_unit(c, key, micro, unit, 0, *params, param_table_unit_size(c->t, unit),
+                     c->t->compute, 1.0);
 }
 
 static zt_status check_params_release(void *ctx, int unit)
@@ -314,18 +314,19 @@ static void activation_name(const struct param_table *t, int block, int tensor, 
 }
 
 /* A test build's hook sees the output first, in the re-run as in the step. */
-static void fault_forward(struct run_session *s, int block, const char *what, float *buf, size_t n)
+static void fault_forward(struct run_session *s, int block, const char *what, enum zt_dtype t,
+                          void *buf, size_t n)
 {
     if (s->faults && s->faults->forward_output && s->ledger.phase.kind == LEDGER_PHASE_FORWARD)
         s->faults->forward_output(s->faults->arg, s->rank, s->ledger.phase.step,
-                                  s->ledger.phase.micro_step, block, what, buf, n);
+                                  s->ledger.phase.micro_step, block, what, t, buf, n);
 }
 
-static zt_status check_forward(void *ctx, int block, int tensor, const char *what, float *buf,
-                               size_t n)
+static zt_status check_forward(void *ctx, int block, int tensor, const char *what,
+                               enum zt_dtype t, void *buf, size_t n)
 {
     struct check *c = ctx;
-    fault_forward(c->s, block, what, buf, n);
+    fault_forward(c->s, block, what, t, buf, n);
     if (c->pass != MODEL_PASS_FORWARD) /* a checkpointed block recomputed */
         return ZT_OK;
     const int micro = current_micro(c);
@@ -333,7 +334,7 @@ static zt_status check_forward(void *ctx, int block, int tensor, const char *wha
     if (key == KEY_NONE)
         return ZT_OK;
     struct stats st;
-    ZT_TRY(scan_f32(c, buf, n, 1.0, &st));
+    ZT_TRY(scan_working(c, buf, n, t, 1.0, &st));
     if (stats_nonfinite(&st)) {
         char name[256];
         activation_name(c->t, block, tensor, what, name, sizeof name);
@@ -366,11 +367,11 @@ static zt_status check_reduced(void *ctx, int unit, size_t first, const void *g,
     return scan_unit(c, key, -1, unit, first, g, n, c->s->engine.cfg.precision, scale);
 }
 
-static zt_status fault_only_forward(void *ctx, int block, int tensor, const char *what, float *buf,
-                                    size_t n)
+static zt_status fault_only_forward(void *ctx, int block, int tensor, const char *what,
+                                    enum zt_dtype t, void *buf, size_t n)
 {
     (void)tensor;
-    fault_forward(ctx, block, what, buf, n);
+    fault_forward(ctx, block, what, t, buf, n);
     return ZT_OK;
 }
 

@@ -122,13 +122,13 @@ static zt_status forward_on(struct run_session *s, struct pipeline *p, int k, co
     struct model *m = p->slots[k];
     ZT_TRY(settle(p, k));
     if (!is_first(p))
-        ZT_TRY(comm_recv(p->pp, m->boundary_in, p->boundary, ZT_F32, p->stage - 1));
+        ZT_TRY(comm_recv(p->pp, m->boundary_in, p->boundary, m->table->compute, p->stage - 1));
     const double t0 = zt_now_seconds();
     ZT_TRY(model_forward(m, &s->engine.hooks, inputs, targets));
     p->busy_seconds += zt_now_seconds() - t0;
     if (!is_last(p))
-        ZT_TRY(
-            comm_isend(p->pp, m->boundary_out, p->boundary, ZT_F32, p->stage + 1, &p->pending[k]));
+        ZT_TRY(comm_isend(p->pp, m->boundary_out, p->boundary, m->table->compute, p->stage + 1,
+                          &p->pending[k]));
     return ZT_OK;
 }
 
@@ -137,13 +137,13 @@ static zt_status backward_on(struct run_session *s, struct pipeline *p, int k, f
     struct model *m = p->slots[k];
     ZT_TRY(settle(p, k));
     if (!is_last(p))
-        ZT_TRY(comm_recv(p->pp, m->boundary_dout, p->boundary, ZT_F32, p->stage + 1));
+        ZT_TRY(comm_recv(p->pp, m->boundary_dout, p->boundary, m->table->compute, p->stage + 1));
     const double t0 = zt_now_seconds();
     ZT_TRY(model_backward(m, &s->engine.hooks, grad_scale));
     p->busy_seconds += zt_now_seconds() - t0;
     if (!is_first(p))
-        ZT_TRY(
-            comm_isend(p->pp, m->boundary_din, p->boundary, ZT_F32, p->stage - 1, &p->pending[k]));
+        ZT_TRY(comm_isend(p->pp, m->boundary_din, p->boundary, m->table->compute, p->stage - 1,
+                          &p->pending[k]));
     return ZT_OK;
 }
 

@@ -147,6 +147,8 @@ zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, i
     memset(out, 0, sizeof *out);
     ledger_init(&ledger, 1);
     ZT_TRY(session_rank_table(&c, l->tp, 0, &t));
+    char why[192];
+    t.compute = session_compute_type(&c, NULL, why, sizeof why); /* the hardware planned for */
     zt_status s = model_stage_of(&t, l->pp, session_stage_method(&c), stage, &st);
     if (s == ZT_OK)
         s = compute_backend_open("cpu", -1, &ledger, &be); /* plans need no device */

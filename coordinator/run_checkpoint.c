@@ -246,7 +246,7 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     m->stage = c->zero.stage;
     snprintf(m->precision, sizeof m->precision, "%s", zt_precision_name(s->engine.cfg.precision));
     const struct ops_backend *ops = s->compute.ops;
-    if (ops->gemm_describe(ops, ZT_F32, m->gemm, sizeof m->gemm) != ZT_OK)
+    if (ops->gemm_describe(ops, s->table.compute, m->gemm, sizeof m->gemm) != ZT_OK)
         m->gemm[0] = '\0'; /* a record only: a run is not stopped for it */
     m->n_units = p->n_units;
     m->unit_numel = calloc((size_t)p->n_units, sizeof *m->unit_numel);

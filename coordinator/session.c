@@ -460,6 +460,8 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
     ZT_TRY(session_rank_table(c, s->layout.tp, s->coords.tp, &s->table));
+    s->table.compute =
+        session_compute_type(c, s->compute.ops, s->compute_why, sizeof s->compute_why);
     if (s->table.fp8) /* each rank's dY is the D-rank mean loss's times D (fp8_scaling.h) */
         s->table.fp8->grad_divisor = (float)s->dp_size;
     s->stage_method = session_stage_method(c);
@@ -527,6 +529,28 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
 enum zt_dtype session_precision(const struct zt_config *c)
 {
     return c->bf16.enabled ? ZT_BF16 : c->fp16.enabled ? ZT_F16 : ZT_F32;
+}
+
+enum zt_dtype session_compute_type(const struct zt_config *c, const struct ops_backend *ops,
+                                   char *why, size_t n)
+{
+    const enum zt_dtype t = session_precision(c);
+    const char *layout = c->fp8.enabled                 ? "fp8 GEMMs are emulated in fp32"
+                         : c->tensor_parallel.size > 1  ? "tensor parallelism reduces in fp32"
+                         : c->quantization.load_in_4bit ? "QLoRA's 4-bit base dequantises to fp32"
+                                                        : NULL;
+    snprintf(why, n, "%s", "");
+    if (t == ZT_F32)
+        return ZT_F32;
+    if (layout) {
+        snprintf(why, n, "%s so far", layout);
+        return ZT_F32;
+    }
+    if (ops && ops->computes(ops, t) != ZT_OK) {
+        snprintf(why, n, "%s", zt_error_message());
+        return ZT_F32;
+    }
+    return t;
 }
 
 int session_ckpt_every(const struct zt_config *c)

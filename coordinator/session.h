@@ -48,11 +48,12 @@ struct ckpt_fault_hooks {
     void (*mid_shard)(void *arg, int rank, long step);
     /* Called with each op output of every training forward of the run
      * (struct model_probe's, at 1-based `step` and micro batch `micro`;
-     * buf[n] in the compute backend's memory, host memory on the CPU): a
+     * buf[n] of type t in the compute backend's memory, host memory on
+     * the CPU): a
      * hook may write non-finite values into it, as a diverging op would.
      * NULL: none. */
     void (*forward_output)(void *arg, int rank, long step, int micro, int block, const char *what,
-                           float *buf, size_t n);
+                           enum zt_dtype t, void *buf, size_t n);
     void *arg; /* passed to the hook */
 };
 
@@ -163,6 +164,7 @@ struct run_session {
      * unused without one. */
     struct model_probe fault_probe;
     char resumed_from[4096];   /* the checkpoint loaded, "" if none */
+    char compute_why[192];     /* why a 16-bit run computes in fp32, "" if it does not */
     int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */
     uint64_t *row_ids;         /* the batch rows' global sample indices (sampler_rows) */
     int have_train;            /* train data and sampler loaded */
@@ -233,6 +235,15 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
 
 /* The working precision a config asks for: ZT_BF16, ZT_F16 or ZT_F32. */
 enum zt_dtype session_precision(const struct zt_config *c);
+
+/* The type the passes compute in (param_table.compute) for a config on the
+ * compute backend `ops` (NULL: a plan for hardware that has every form):
+ * the working precision where the layout and the backend have 16-bit
+ * forms, else ZT_F32, with the reason in why[0..n) ("" when none is
+ * needed). fp8 GEMMs, tensor parallelism and QLoRA's 4-bit base compute
+ * in fp32 so far. */
+enum zt_dtype session_compute_type(const struct zt_config *c, const struct ops_backend *ops,
+                                   char *why, size_t n);
 
 /* The model's activation checkpointing interval (0: off) for a config. */
 int session_ckpt_every(const struct zt_config *c);

@@ -736,10 +736,15 @@ static void log_start(const struct run_session *s, struct train_io *io)
                  s->dp_size, s->cfg.data.seq_len);
     /* Never a generic kernel unsaid: what the products run on. */
     const struct ops_backend *ops = s->compute.ops;
+    const enum zt_dtype t = s->table.compute;
     char kernel[160];
-    if (ops->gemm_describe(ops, ZT_F32, kernel, sizeof kernel) != ZT_OK)
+    if (ops->gemm_describe(ops, t, kernel, sizeof kernel) != ZT_OK)
         snprintf(kernel, sizeof kernel, "unknown (%s)", zt_error_message());
-    progress_log(&io->console, "GEMMs (fp32) on %s", kernel);
+    if (!s->compute_why[0])
+        progress_log(&io->console, "computing in %s, GEMMs on %s", zt_precision_name(t), kernel);
+    else /* 16-bit storage, fp32 compute: say why */
+        progress_log(&io->console, "computing in fp32 (%s stored only: %s), GEMMs on %s",
+                     zt_precision_name(s->engine.cfg.precision), s->compute_why, kernel);
 }
 
 /* Rank 0: the rank grid and what each pipeline stage runs. */

@@ -728,7 +728,14 @@ static zt_status param_view_open(struct shard_engine *e, int unit, const void *s
                                     e->part.units[unit].padded);
 }
 
-static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
+/* Whether the model computes in the working precision itself: its 16-bit
+ * units are then lent as they are stored, without an fp32 view. */
+static int lends_working(const struct shard_engine *e)
+{
+    return e->table->compute != ZT_F32;
+}
+
+static zt_status hook_params_acquire(void *ctx, int unit, const void **params)
 {
     struct shard_engine *e = ctx;
     const struct shard_unit *su = &e->part.units[unit];
@@ -740,7 +747,9 @@ static zt_status hook_params_acquire(void *ctx, int unit, const float **params)
     else
         src = su->packed ? (const void *)((char *)e->packed + su->image_offset)
                          : at(e, e->params, su->padded_offset);
-    if (!su->packed && !is_16bit(e)) {
+    /* 16-bit compute lends the store itself: never packed, never another type */
+    ZT_ASSERT(!lends_working(e) || (e->table->compute == e->cfg.precision && !su->packed));
+    if (!su->packed && (!is_16bit(e) || lends_working(e))) {
         *params = src;
         return ZT_OK;
     }
@@ -753,7 +762,7 @@ static zt_status hook_params_release(void *ctx, int unit)
 {
     struct shard_engine *e = ctx;
     double t0 = prof_begin(e);
-    if (is_16bit(e) || e->part.units[unit].packed)
+    if ((is_16bit(e) && !lends_working(e)) || e->part.units[unit].packed)
         close_view(e, unit, &e->param_view[unit]);
     prof_end(e, SHARD_PROF_CAST, t0);
     zt_status st = ZT_OK;

@@ -22,9 +22,10 @@ static zt_status flat_end(void *ctx, enum model_pass pass)
     return ZT_OK;
 }
 
-static zt_status flat_params(void *ctx, int unit, const float **p)
+static zt_status flat_params(void *ctx, int unit, const void **p)
 {
     struct flat_state *s = ctx;
+    ZT_ASSERT(s->t->compute == ZT_F32); /* the flat buffers are fp32 */
     record(s, EV_PARAMS, unit);
     s->acquired++;
     *p = s->params + s->t->unit_offset[unit];

@@ -118,6 +118,8 @@ static int cpu_has_bf16_gemm(void)
     char buf[160];
     ck_assert_int_eq(cpu_gemm_create(CPU_GEMM_ONEDNN, &g), ZT_OK);
     const zt_status s = cpu_gemm_describe(g, ZT_BF16, buf, sizeof buf);
+    /* supports says the same as describe, whichever it is */
+    ck_assert_int_eq(cpu_gemm_supports(g, ZT_BF16), s);
     cpu_gemm_destroy(g);
     if (s == ZT_ERR_UNSUPPORTED) {
         ck_assert_msg(strstr(zt_error_message(), "has no bf16 GEMM for this CPU"), "%s",
@@ -217,6 +219,9 @@ START_TEST(libraries_say_what_they_run)
     ck_assert_msg(strncmp(buf, "openblas 0.", 11) == 0, "%s", buf);
     ck_assert_int_eq(cpu_gemm_describe(g, ZT_BF16, buf, sizeof buf), ZT_OK);
     ck_assert_str_eq(buf, "none (bf16 needs oneDNN)");
+    ck_assert_int_eq(cpu_gemm_supports(g, ZT_F32), ZT_OK);
+    ck_assert_int_eq(cpu_gemm_supports(g, ZT_BF16), ZT_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(zt_error_message(), "bf16 GEMM needs oneDNN"), "%s", zt_error_message());
     uint16_t x = 0;
     float y = 0;
     const struct cpu_gemm_call bf = {.M = 1,

@@ -209,7 +209,7 @@ static zt_status kb_pass_end(void *ctx, enum model_pass pass)
     return k->inner->pass_end(k->inner->ctx, pass);
 }
 
-static zt_status kb_params_acquire(void *ctx, int unit, const float **params)
+static zt_status kb_params_acquire(void *ctx, int unit, const void **params)
 {
     const struct key_bias_hooks *k = ctx;
     return k->inner->params_acquire(k->inner->ctx, unit, params);

@@ -21,6 +21,7 @@
 
 #include "coordinator/cli.h"
 #include "coordinator/run_checkpoint.h"
+#include "worker/precision.h"
 
 struct fault_point {
     int rank;
@@ -40,12 +41,13 @@ static void crash_mid_shard(void *arg, int rank, long step)
 }
 
 static void poison_attention(void *arg, int rank, long step, int micro, int block, const char *what,
-                             float *buf, size_t n)
+                             enum zt_dtype t, void *buf, size_t n)
 {
     const struct fault_point *at = arg;
+    const float nan = NAN;
     if (rank == at->rank && step == at->step && micro == at->micro && block == at->block &&
         strcmp(what, "attention output") == 0 && n > 0)
-        buf[0] = NAN;
+        precision_from_f32(t, &nan, buf, 1);
 }
 
 /* ZT_TEST_CRASH_IN_SAVE's value: 1 when it parses. */

@@ -243,7 +243,8 @@ static double flops_per_token(const struct param_table *t, int T)
  * stream (C) is whole on every rank. */
 struct llama_dims {
     int C, NH, NKV, hs, QKV, I, V, v_lo, tp_rank, sliced;
-    int sp; /* the residual stream holds 1/sp of the token rows (model_sp_rows) */
+    int sp;    /* the residual stream holds 1/sp of the token rows (model_sp_rows) */
+    size_t es; /* bytes of one activation: the table's compute type */
 };
 
 static struct llama_dims dims_of(const struct param_table *t)
@@ -261,7 +262,8 @@ static struct llama_dims dims_of(const struct param_table *t)
                                .v_lo = param_table_tp_rank(t) * V,
                                .tp_rank = param_table_tp_rank(t),
                                .sliced = tp > 1,
-                               .sp = tp > 1 && t->tp_sequence ? tp : 1};
+                               .sp = tp > 1 && t->tp_sequence ? tp : 1,
+                               .es = zt_dtype_size(t->compute)};
 }
 
 /* q|k|v, o_proj, gate|up, down_proj as this rank computes them. */
@@ -288,14 +290,18 @@ struct llama {
     const struct device *dev; /* not owned */
     int ckpt_every;
     size_t act_bytes, scratch_bytes, rope_bytes;
-    float *acts, *scratch;
-    float *rope_cos, *rope_sin; /* [T, hs/2] each, one allocation */
+    unsigned char *acts, *scratch; /* byte layouts: act_layout, scratch_layout */
+    float *rope_cos, *rope_sin;    /* [T, hs/2] each, one allocation */
     int32_t *inputs, *targets;
     int n_allocated; /* how many of acts, scratch, rope tables, tokens exist */
 };
 
-/* Offsets (in floats) inside the activation allocation; see model.c's
- * act_layout for the scheme (R rows of the residual stream and the norms). */
+#define STAT MODEL_STAT
+#define take model_layout_take
+
+/* Offsets (in bytes) inside the activation allocation; see model.c's
+ * act_layout for the scheme (R rows of the residual stream and the norms;
+ * activations in the compute type, statistics in fp32). */
 struct act_layout {
     size_t encoded, outputs0, internals0, layer_stride, recompute;
     size_t lnf, lnf_rstd, logits, probs, losses, loss_stats, total;
@@ -310,38 +316,39 @@ static struct act_layout act_layout_of(const struct llama_dims *d, int B, int T,
     const size_t V = st->last ? (size_t)d->V : 0, head = st->last ? 1 : 0;
     const int nb = st->end_block - st->first_block;
     const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
+    const size_t es = d->es, f = sizeof(float);
     struct act_layout a;
     size_t o = 0;
-    a.ln1 = o, o += R * C;
-    a.ln1_rstd = o, o += R;
-    a.qkv = o, o += BT * (size_t)d->QKV;
-    a.atty = o, o += BT * (size_t)d->NH * d->hs;
-    a.lse = o, o += (size_t)B * d->NH * T; /* attention's row log-sum-exps */
-    a.res2 = o, o += R * C;
-    a.ln2 = o, o += R * C;
-    a.ln2_rstd = o, o += R;
-    a.gu = o, o += BT * 2 * I;
-    a.mlp = o, o += BT * I;
+    a.ln1 = take(&o, R * C, es);
+    a.ln1_rstd = take(&o, R, f);
+    a.qkv = take(&o, BT * (size_t)d->QKV, es);
+    a.atty = take(&o, BT * (size_t)d->NH * d->hs, es);
+    a.lse = take(&o, (size_t)B * d->NH * T, f); /* attention's row log-sum-exps */
+    a.res2 = take(&o, R * C, es);
+    a.ln2 = take(&o, R * C, es);
+    a.ln2_rstd = take(&o, R, f);
+    a.gu = take(&o, BT * 2 * I, es);
+    a.mlp = take(&o, BT * I, es);
     a.layer_stride = o;
 
     o = 0;
-    a.encoded = o, o += R * C;
-    a.outputs0 = o, o += R * C * (size_t)nb;
-    a.internals0 = o, o += a.layer_stride * (size_t)(nb - n_ckpt);
-    a.recompute = o, o += n_ckpt > 0 ? a.layer_stride : 0;
+    a.encoded = take(&o, R * C, es);
+    a.outputs0 = take(&o, R * C * (size_t)nb, es);
+    a.internals0 = take(&o, a.layer_stride * (size_t)(nb - n_ckpt), 1);
+    a.recompute = take(&o, n_ckpt > 0 ? a.layer_stride : 0, 1);
     /* The final norm (all B*T rows: the head's input), logits and
      * losses: the last stage's only. */
-    a.lnf = o, o += BT * C * head;
-    a.lnf_rstd = o, o += R * head;
-    a.logits = o, o += BT * V;
-    a.probs = o, o += BT * V;
-    a.losses = o, o += BT * head;
-    a.loss_stats = o, o += 3 * BT * head * (size_t)d->sliced; /* model_vocab_loss_forward's */
+    a.lnf = take(&o, BT * C * head, es);
+    a.lnf_rstd = take(&o, R * head, f);
+    a.logits = take(&o, BT * V, es);
+    a.probs = take(&o, BT * V, es);
+    a.losses = take(&o, BT * head, f);
+    a.loss_stats = take(&o, 3 * BT * head * (size_t)d->sliced, f); /* model_vocab_loss_forward's */
     a.total = o;
     return a;
 }
 
-static float *layer_internals(const struct llama *m, const struct act_layout *a, int l)
+static unsigned char *layer_internals(const struct llama *m, const struct act_layout *a, int l)
 {
     if (model_block_checkpointed(m->ckpt_every, l))
         return m->acts + a->recompute;
@@ -351,9 +358,9 @@ static float *layer_internals(const struct llama *m, const struct act_layout *a,
 
 /* Layer l's output; the layer before the stage's first is its input (the
  * embedding output, or what the previous stage sent). */
-static float *layer_output(const struct llama *m, const struct act_layout *a, int l)
+static unsigned char *layer_output(const struct llama *m, const struct act_layout *a, int l)
 {
-    const size_t btc = (size_t)model_sp_rows(&m->base) * m->c.n_embd;
+    const size_t btc = (size_t)model_sp_rows(&m->base) * m->c.n_embd * m->d.es;
     const int first = m->base.stage.first_block;
     return l < first ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)(l - first) * btc;
 }
@@ -367,18 +374,19 @@ struct scratch_layout {
 static struct scratch_layout scratch_layout_of(const struct llama_dims *d, int B, int T)
 {
     const size_t BT = (size_t)B * T, R = BT / (size_t)d->sp, C = d->C, I = d->I;
-    const size_t sequence = d->sp > 1 ? 1 : 0;
+    const size_t sequence = d->sp > 1 ? 1 : 0, es = d->es;
     struct scratch_layout s;
     size_t o = 0;
-    s.dres = o, o += R * C;
-    s.dln = o, o += BT * C;
-    s.datty = o, o += BT * (size_t)d->NH * d->hs;
-    s.dqkv = o, o += BT * (size_t)d->QKV;
-    s.dgu = o, o += BT * 2 * I;
-    s.dmlp = o, o += BT * I;
-    s.gathered = o, o += BT * C * sequence;
-    s.dln_rows = sequence ? o : s.dln, o += R * C * sequence;
-    s.dnorm = o, o += C * sequence;
+    s.dres = take(&o, R * C, es);
+    s.dln = take(&o, BT * C, es);
+    s.datty = take(&o, BT * (size_t)d->NH * d->hs, es);
+    s.dqkv = take(&o, BT * (size_t)d->QKV, es);
+    s.dgu = take(&o, BT * 2 * I, es);
+    s.dmlp = take(&o, BT * I, es);
+    s.gathered = take(&o, BT * C * sequence, es);
+    s.dln_rows = take(&o, R * C * sequence, es);
+    s.dln_rows = sequence ? s.dln_rows : s.dln;
+    s.dnorm = take(&o, C * sequence, sizeof(float));
     s.total = o;
     return s;
 }
@@ -441,7 +449,7 @@ static zt_status instance_alloc(struct llama *m)
         return ZT_OK;
     const struct model_stage *st = &m->base.stage;
     const struct act_layout a = act_layout_of(&m->d, m->base.B, m->base.T, m->ckpt_every, st);
-    float *dres = m->scratch + scratch_layout_of(&m->d, m->base.B, m->base.T).dres;
+    unsigned char *dres = m->scratch + scratch_layout_of(&m->d, m->base.B, m->base.T).dres;
     model_stage_boundaries(&m->base, m->acts + a.encoded, layer_output(m, &a, st->end_block - 1),
                            dres);
     return rope_tables_fill(m);
@@ -465,8 +473,8 @@ static zt_status instance_create(const struct param_table *t, const struct compu
     m->ops = be->ops;
     m->dev = &be->dev;
     m->ckpt_every = ckpt_every;
-    m->act_bytes = act_layout_of(&m->d, B, T, ckpt_every, stage).total * sizeof(float);
-    m->scratch_bytes = scratch_layout_of(&m->d, B, T).total * sizeof(float);
+    m->act_bytes = act_layout_of(&m->d, B, T, ckpt_every, stage).total;
+    m->scratch_bytes = scratch_layout_of(&m->d, B, T).total;
     m->rope_bytes = 2 * (size_t)T * (size_t)(head_dim(&m->c) / 2) * sizeof(float);
     zt_status s = instance_alloc(m);
     if (s != ZT_OK) {
@@ -491,10 +499,11 @@ static void instance_destroy(struct model *m)
 /* ---- forward ------------------------------------------------------------------ */
 
 static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h, int l,
-                               const float *w, const float *x, float *layer, float *out)
+                               const void *w, const void *x, unsigned char *layer, void *out)
 {
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
+    const enum zt_dtype at = model_act(&m->base);
     const struct llama_config *c = &m->c;
     const struct llama_dims *d = &m->d;
     const struct act_layout a =
@@ -503,12 +512,12 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     const int B = m->base.B, T = m->base.T, BT = B * T, R = model_sp_rows(&m->base), C = d->C;
     const int I = d->I, hs = d->hs, QKV = d->QKV, NH = d->NH, NKV = d->NKV;
     const float eps = (float)c->rms_norm_eps;
-    float *gathered = m->scratch + s.gathered, *partial;
-    const float *ln1, *ln2;
+    void *gathered = m->scratch + s.gathered, *partial;
+    const void *ln1, *ln2;
 #define P(k) model_param_in(t, layer_tensor(l, k), w)
-    MODEL_TIMED(
-        m, MODEL_PROF_NORM,
-        ops->rmsnorm_forward(ops, ZT_F32, layer + a.ln1, layer + a.ln1_rstd, x, P(T_IN_NORM), R, C, eps));
+    MODEL_TIMED(m, MODEL_PROF_NORM,
+                ops->rmsnorm_forward(ops, at, layer + a.ln1, STAT(layer + a.ln1_rstd), x,
+                                     P(T_IN_NORM), R, C, eps));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_IN_NORM), "output", layer + a.ln1, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     /* q, k and v are one [QKV, C] matrix in the flat space. */
@@ -516,14 +525,14 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_QKV, layer + a.qkv, ln1, P(T_Q),
                                      NULL, BT, C, QKV));
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_Q), 3, layer + a.qkv, ln1, BT));
-    MODEL_TIMED(
-        m, MODEL_PROF_ROPE,
-        ops->rope_forward(ops, ZT_F32, layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+    MODEL_TIMED(m, MODEL_PROF_ROPE,
+                ops->rope_forward(ops, at, layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV,
+                                  hs, QKV));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_Q), "q, k and v outputs after the rotary embedding",
                 layer + a.qkv, (size_t)BT * QKV);
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_forward(ops, ZT_F32, layer + a.atty, layer + a.lse, layer + a.qkv, B, T, NH,
-                                       NKV, hs));
+                ops->attention_forward(ops, at, layer + a.atty, STAT(layer + a.lse), layer + a.qkv,
+                                       B, T, NH, NKV, hs));
     MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * NH * hs);
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -532,12 +541,12 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_O), 1, partial, layer + a.atty, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(ops, ZT_F32, layer + a.res2, layer + a.res2, x, R * C));
+                ops->residual_forward(ops, at, layer + a.res2, layer + a.res2, x, R * C));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_O), "output plus the residual", layer + a.res2,
                 (size_t)R * C);
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->rmsnorm_forward(ops, ZT_F32, layer + a.ln2, layer + a.ln2_rstd, layer + a.res2,
-                                     P(T_POST_NORM), R, C, eps));
+                ops->rmsnorm_forward(ops, at, layer + a.ln2, STAT(layer + a.ln2_rstd),
+                                     layer + a.res2, P(T_POST_NORM), R, C, eps));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_POST_NORM), "output", layer + a.ln2, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     /* gate and up are one [2I, C] matrix. */
@@ -548,7 +557,7 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_GATE), "gate and up outputs", layer + a.gu,
                 (size_t)BT * 2 * I);
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->swiglu_forward(ops, ZT_F32, layer + a.mlp, layer + a.gu, BT, I));
+                ops->swiglu_forward(ops, at, layer + a.mlp, layer + a.gu, BT, I));
     MODEL_PROBE(&m->base, l, -1, "mlp SwiGLU output", layer + a.mlp, (size_t)BT * I);
     partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -557,7 +566,7 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, partial, layer + a.mlp, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(ops, ZT_F32, out, out, layer + a.res2, R * C));
+                ops->residual_forward(ops, at, out, out, layer + a.res2, R * C));
     MODEL_PROBE(&m->base, l, layer_tensor(l, T_DOWN), "output plus the residual", out,
                 (size_t)R * C);
 #undef P
@@ -571,13 +580,14 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
     const struct param_table *t = m->base.table;
     const struct llama_config *c = &m->c;
     const int BT = m->base.B * m->base.T, C = c->n_embd, V = m->d.V, L = c->n_layer;
-    float *acts = m->acts;
+    unsigned char *acts = m->acts;
+    const enum zt_dtype at = model_act(&m->base);
     /* the norm of this rank's rows, gathered in place to the head's B*T */
-    float *lnf_rows = acts + a->lnf + model_sp_offset(&m->base, C);
-    const float *w, *lnf;
+    void *lnf_rows = acts + a->lnf + model_sp_offset(&m->base, C) * m->d.es;
+    const void *w, *lnf;
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->rmsnorm_forward(m->ops, ZT_F32, lnf_rows, acts + a->lnf_rstd,
+                m->ops->rmsnorm_forward(m->ops, at, lnf_rows, STAT(acts + a->lnf_rstd),
                                         layer_output(m, a, L - 1),
                                         model_param_in(t, norm_tensor(L), w),
                                         model_sp_rows(&m->base), C, (float)c->rms_norm_eps));
@@ -589,13 +599,13 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     }
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_forward(m->ops, ZT_F32, acts + a->logits, lnf,
+                m->ops->matmul_forward(m->ops, at, acts + a->logits, lnf,
                                        model_param_in(t, head_tensor(c), w), NULL, BT, C, V));
     ZT_TRY(model_lora_forward(&m->base, head_tensor(c), 1, acts + a->logits, lnf, BT));
     MODEL_PROBE(&m->base, L, -1, "logits (the head's output)", acts + a->logits, (size_t)BT * V);
     ZT_TRY(model_unit_release(&m->base, h, c->tie_word_embeddings ? 0 : L + 1));
-    return model_vocab_loss_forward(&m->base, m->ops, h, acts + a->losses, acts + a->probs,
-                                    acts + a->logits, m->targets, acts + a->loss_stats, BT, V,
+    return model_vocab_loss_forward(&m->base, m->ops, h, STAT(acts + a->losses), acts + a->probs,
+                                    acts + a->logits, m->targets, STAT(acts + a->loss_stats), BT, V,
                                     m->d.v_lo);
 }
 
@@ -607,7 +617,7 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     const struct act_layout a = act_layout_of(&m->d, base->B, base->T, m->ckpt_every, &base->stage);
     const int B = base->B, T = base->T, C = m->c.n_embd;
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
-    const float *w;
+    const void *w;
 
     if (base->plan)
         return model_plan_walk(&m->base, h, MODEL_PASS_FORWARD);
@@ -635,35 +645,36 @@ static zt_status instance_forward(struct model *base, const struct model_unit_ho
     }
     ZT_TRY(head_forward(m, h, &a));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
-    return model_read_mean_loss(base, m->dev, m->acts + a.losses, targets, B * T);
+    return model_read_mean_loss(base, m->dev, STAT(m->acts + a.losses), targets, B * T);
 }
 
 /* ---- backward ----------------------------------------------------------------- */
 
-static zt_status zero(struct llama *m, float *p, size_t n)
+/* Zeroes n activations (of the compute type) at p. */
+static zt_status zero(struct llama *m, void *p, size_t n)
 {
-    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(m->dev, p, n * sizeof(float)));
+    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(m->dev, p, n * m->d.es));
     return ZT_OK;
 }
 
 /* An RMSNorm's backward over this rank's rows: dinp += the input
  * gradient, and the weight gradient (gw; NULL: frozen) accumulated,
  * summed over the ranks under sequence parallelism. */
-static zt_status norm_backward(struct llama *m, const struct model_unit_hooks *h, float *dinp,
-                               float *gw, const float *dout, const float *inp, const float *weight,
+static zt_status norm_backward(struct llama *m, const struct model_unit_hooks *h, void *dinp,
+                               float *gw, const void *dout, const void *inp, const void *weight,
                                const float *rstd)
 {
     const int C = m->d.C;
-    float *dnorm = m->scratch + scratch_layout_of(&m->d, m->base.B, m->base.T).dnorm, *dw;
+    float *dnorm = STAT(m->scratch + scratch_layout_of(&m->d, m->base.B, m->base.T).dnorm), *dw;
     ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gw, dnorm, (size_t)C, &dw));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->rmsnorm_backward(m->ops, ZT_F32, dinp, dw, dout, inp, weight, rstd,
-                                         model_sp_rows(&m->base), C));
+                m->ops->rmsnorm_backward(m->ops, model_act(&m->base), dinp, dw, dout, inp, weight,
+                                         rstd, model_sp_rows(&m->base), C));
     return model_sp_norm_done(&m->base, m->ops, h, gw, dnorm, (size_t)C);
 }
 
 /* Where a column-parallel layer's input gradient is summed: model.c's. */
-static float *dln_partial(struct llama *m, const struct scratch_layout *s)
+static void *dln_partial(struct llama *m, const struct scratch_layout *s)
 {
     return model_sp_partial(&m->base, m->scratch + s->dln_rows, m->scratch + s->dln);
 }
@@ -672,19 +683,20 @@ static float *dln_partial(struct llama *m, const struct scratch_layout *s)
  * this rank's rows of them (model.c's block_backward says how the
  * slices' gradients meet). */
 static zt_status block_backward(struct llama *m, const struct model_unit_hooks *h, int l,
-                                const float *w, float *g, const float *x, const float *layer)
+                                const void *w, float *g, const void *x, const unsigned char *layer)
 {
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
+    const enum zt_dtype at = model_act(&m->base);
     const struct llama_dims *d = &m->d;
     const struct act_layout a =
         act_layout_of(d, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const struct scratch_layout s = scratch_layout_of(d, m->base.B, m->base.T);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = d->C, I = d->I;
     const int hs = d->hs, QKV = d->QKV, NH = d->NH, NKV = d->NKV;
-    float *sc = m->scratch, *dres = sc + s.dres, *gathered = sc + s.gathered;
-    float *dln = dln_partial(m, &s);
-    const float *dout, *ln;
+    unsigned char *sc = m->scratch, *dres = sc + s.dres, *gathered = sc + s.gathered;
+    void *dln = dln_partial(m, &s);
+    const void *dout, *ln;
 #define P(k) model_param_in(t, layer_tensor(l, k), w)
 #define G(k) model_grad_in(t, layer_tensor(l, k), g)
     ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
@@ -696,7 +708,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                                layer + a.mlp, BT));
     ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->swiglu_backward(ops, ZT_F32, sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
+                ops->swiglu_backward(ops, at, sc + s.dgu, sc + s.dmlp, layer + a.gu, BT, I));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -706,7 +718,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     /* a column-parallel layer's input gradient: summed over the slices */
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_POST_NORM), sc + s.dln_rows, layer + a.res2,
-                         P(T_POST_NORM), layer + a.ln2_rstd));
+                         P(T_POST_NORM), STAT(layer + a.ln2_rstd)));
     ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * NH * hs));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -716,11 +728,11 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_backward(ops, ZT_F32, sc + s.dqkv, sc + s.datty, layer + a.qkv,
-                                        layer + a.atty, layer + a.lse, B, T, NH, NKV, hs));
-    MODEL_TIMED(
-        m, MODEL_PROF_ROPE,
-        ops->rope_backward(ops, ZT_F32, sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV, hs, QKV));
+                ops->attention_backward(ops, at, sc + s.dqkv, sc + s.datty, layer + a.qkv,
+                                        layer + a.atty, STAT(layer + a.lse), B, T, NH, NKV, hs));
+    MODEL_TIMED(m, MODEL_PROF_ROPE,
+                ops->rope_backward(ops, at, sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV,
+                                   hs, QKV));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -729,7 +741,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_Q), 3, dln, sc + s.dqkv, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_IN_NORM), sc + s.dln_rows, x, P(T_IN_NORM),
-                         layer + a.ln1_rstd));
+                         STAT(layer + a.ln1_rstd)));
 #undef P
 #undef G
     return ZT_OK;
@@ -748,8 +760,9 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
     const struct scratch_layout s = scratch_layout_of(&m->d, m->base.B, m->base.T);
     const int BT = m->base.B * m->base.T, C = c->n_embd, V = m->d.V, L = c->n_layer;
     const int tied = c->tie_word_embeddings;
-    float *dlogits = m->acts + a.logits, *dln = dln_partial(m, &s), *g;
-    const float *w;
+    void *dlogits = m->acts + a.logits, *dln = dln_partial(m, &s);
+    float *g;
+    const void *w;
     ZT_TRY(zero(m, dlogits, (size_t)BT * V));
     ZT_TRY(model_vocab_loss_backward(&m->base, m->ops, dlogits, m->acts + a.probs, m->targets,
                                      grad_scale / (float)BT, BT, V, m->d.v_lo));
@@ -759,9 +772,9 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
         *g0 = g;
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_backward(m->ops, ZT_F32, dln, model_grad_in(t, head_tensor(c), g), NULL,
-                                        dlogits, m->acts + a.lnf,
-                                        model_param_in(t, head_tensor(c), w), BT, C, V));
+                m->ops->matmul_backward(
+                    m->ops, model_act(&m->base), dln, model_grad_in(t, head_tensor(c), g), NULL,
+                    dlogits, m->acts + a.lnf, model_param_in(t, head_tensor(c), w), BT, C, V));
     ZT_TRY(model_lora_backward(&m->base, head_tensor(c), 1, dln, dlogits, m->acts + a.lnf, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, m->scratch + s.dln_rows, C));
     if (tied) {
@@ -772,7 +785,7 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
     ZT_TRY(zero(m, m->scratch + s.dres, (size_t)model_sp_rows(&m->base) * C));
     ZT_TRY(norm_backward(m, h, m->scratch + s.dres, model_grad_in(t, norm_tensor(L), g),
                          m->scratch + s.dln_rows, layer_output(m, &a, L - 1),
-                         model_param_in(t, norm_tensor(L), w), m->acts + a.lnf_rstd));
+                         model_param_in(t, norm_tensor(L), w), STAT(m->acts + a.lnf_rstd)));
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
     ZT_TRY(model_unit_grads_done(&m->base, h, L + 1));
     return ZT_OK;
@@ -785,7 +798,7 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
     const struct param_table *t = base->table;
     const struct act_layout a = act_layout_of(&m->d, base->B, base->T, m->ckpt_every, &base->stage);
     const struct scratch_layout s = scratch_layout_of(&m->d, base->B, base->T);
-    const float *w;
+    const void *w;
     float *g, *g0 = NULL;
 
     if (base->plan)
@@ -794,8 +807,8 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
     if (base->stage.last)
         ZT_TRY(head_backward(m, h, grad_scale, &g0));
     for (int l = base->stage.end_block - 1; l >= base->stage.first_block; l--) {
-        const float *x = layer_output(m, &a, l - 1);
-        float *layer = layer_internals(m, &a, l);
+        const void *x = layer_output(m, &a, l - 1);
+        unsigned char *layer = layer_internals(m, &a, l);
         ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
         ZT_TRY(model_unit_grads_acquire(&m->base, h, 1 + l, &g));
         /* One acquisition serves a checkpointed layer's recompute and its

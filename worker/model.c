@@ -209,6 +209,9 @@ double gpt2_flops_per_token(const struct gpt2_config *cfg, int T)
 
 /* ---- activation layout ---------------------------------------------------- */
 
+#define STAT MODEL_STAT
+#define take model_layout_take
+
 /* The sizes one rank computes with: the whole model's, or under tensor
  * parallelism its slice's (tensor_parallel.h): its heads, attention and
  * MLP widths and vocabulary slice [v_lo, v_lo + V); the residual stream
@@ -233,7 +236,10 @@ static struct gpt2_dims dims_of(const struct param_table *t)
                               .sp = tp > 1 && t->tp_sequence ? tp : 1};
 }
 
-/* Offsets (in floats) of every activation inside the one allocation.
+/* Offsets (in bytes) of every activation inside the one allocation:
+ * activations in the table's compute type, statistics (norm means and
+ * 1/std, attention's log-sum-exps, losses) in fp32, each region starting
+ * 4-byte aligned.
  * Every layer's output is kept (it is the next layer's input); a layer's
  * internals (what its backward reads) are kept only when the layer is not
  * checkpointed. Checkpointed layers recompute their internals into one
@@ -258,43 +264,44 @@ static struct act_layout act_layout_of(const struct param_table *t, int B, int T
     const size_t sliced = param_table_tp_size(t) > 1 ? 1 : 0;
     const int nb = st->end_block - st->first_block;
     const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
+    const size_t es = zt_dtype_size(t->compute), f = sizeof(float);
     struct act_layout a;
     size_t o = 0;
-    a.ln1 = o, o += R * C;
-    a.ln1_mean = o, o += R;
-    a.ln1_rstd = o, o += R;
-    a.qkv = o, o += BT * 3 * A;
-    a.atty = o, o += BT * A;
-    a.lse = o, o += (size_t)B * NH * T; /* attention's row log-sum-exps */
-    a.res2 = o, o += R * C;
-    a.ln2 = o, o += R * C;
-    a.ln2_mean = o, o += R;
-    a.ln2_rstd = o, o += R;
-    a.fch = o, o += BT * F;
-    a.fch_gelu = o, o += BT * F;
+    a.ln1 = take(&o, R * C, es);
+    a.ln1_mean = take(&o, R, f);
+    a.ln1_rstd = take(&o, R, f);
+    a.qkv = take(&o, BT * 3 * A, es);
+    a.atty = take(&o, BT * A, es);
+    a.lse = take(&o, (size_t)B * NH * T, f); /* attention's row log-sum-exps */
+    a.res2 = take(&o, R * C, es);
+    a.ln2 = take(&o, R * C, es);
+    a.ln2_mean = take(&o, R, f);
+    a.ln2_rstd = take(&o, R, f);
+    a.fch = take(&o, BT * F, es);
+    a.fch_gelu = take(&o, BT * F, es);
     a.layer_stride = o;
 
     o = 0;
-    a.encoded = o, o += R * C;
-    a.outputs0 = o, o += R * C * (size_t)nb;
-    a.internals0 = o, o += a.layer_stride * (size_t)(nb - n_ckpt);
-    a.recompute = o, o += n_ckpt > 0 ? a.layer_stride : 0;
+    a.encoded = take(&o, R * C, es);
+    a.outputs0 = take(&o, R * C * (size_t)nb, es);
+    a.internals0 = take(&o, a.layer_stride * (size_t)(nb - n_ckpt), 1);
+    a.recompute = take(&o, n_ckpt > 0 ? a.layer_stride : 0, 1);
     /* The final norm (all B*T rows: the head's input), logits and
      * losses: the last stage's only. */
-    a.lnf = o, o += BT * C * head;
-    a.lnf_mean = o, o += R * head;
-    a.lnf_rstd = o, o += R * head;
-    a.logits = o, o += BT * V;
-    a.probs = o, o += BT * V;
-    a.losses = o, o += BT * head;
-    a.loss_stats = o, o += 3 * BT * head * sliced; /* model_vocab_loss_forward's */
+    a.lnf = take(&o, BT * C * head, es);
+    a.lnf_mean = take(&o, R * head, f);
+    a.lnf_rstd = take(&o, R * head, f);
+    a.logits = take(&o, BT * V, es);
+    a.probs = take(&o, BT * V, es);
+    a.losses = take(&o, BT * head, f);
+    a.loss_stats = take(&o, 3 * BT * head * sliced, f); /* model_vocab_loss_forward's */
     a.total = o;
     return a;
 }
 
 /* Where layer l's internals live: its own kept block, or the shared
  * recompute buffer when it is checkpointed. */
-static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, int l)
+static unsigned char *layer_internals(const struct gpt2 *m, const struct act_layout *a, int l)
 {
     if (model_block_checkpointed(m->ckpt_every, l))
         return m->acts + a->recompute;
@@ -304,9 +311,10 @@ static float *layer_internals(const struct gpt2 *m, const struct act_layout *a, 
 
 /* Layer l's output; the layer before the stage's first is its input (the
  * embedding output, or what the previous stage sent). */
-static float *layer_output(const struct gpt2 *m, const struct act_layout *a, int l)
+static unsigned char *layer_output(const struct gpt2 *m, const struct act_layout *a, int l)
 {
-    const size_t btc = (size_t)model_sp_rows(&m->base) * dims_of(m->base.table).C;
+    const size_t btc = (size_t)model_sp_rows(&m->base) * dims_of(m->base.table).C *
+                       zt_dtype_size(model_act(&m->base));
     const int first = m->base.stage.first_block;
     return l < first ? m->acts + a->encoded : m->acts + a->outputs0 + (size_t)(l - first) * btc;
 }
@@ -324,18 +332,19 @@ static struct scratch_layout scratch_layout_of(const struct param_table *t, int 
 {
     const struct gpt2_dims d = dims_of(t);
     const size_t BT = (size_t)B * T, R = BT / (size_t)d.sp, C = d.C, A = d.A, F = d.F;
-    const size_t sequence = d.sp > 1 ? 1 : 0;
+    const size_t sequence = d.sp > 1 ? 1 : 0, es = zt_dtype_size(t->compute);
     struct scratch_layout s;
     size_t o = 0;
-    s.dres = o, o += R * C;
-    s.dln = o, o += BT * C;
-    s.datty = o, o += BT * A;
-    s.dqkv = o, o += BT * 3 * A;
-    s.dfch = o, o += BT * F;
-    s.dfch_gelu = o, o += BT * F;
-    s.gathered = o, o += BT * C * sequence;
-    s.dln_rows = sequence ? o : s.dln, o += R * C * sequence;
-    s.dnorm = o, o += 2 * C * sequence;
+    s.dres = take(&o, R * C, es);
+    s.dln = take(&o, BT * C, es);
+    s.datty = take(&o, BT * A, es);
+    s.dqkv = take(&o, BT * 3 * A, es);
+    s.dfch = take(&o, BT * F, es);
+    s.dfch_gelu = take(&o, BT * F, es);
+    s.gathered = take(&o, BT * C * sequence, es);
+    s.dln_rows = take(&o, R * C * sequence, es);
+    s.dln_rows = sequence ? s.dln_rows : s.dln;
+    s.dnorm = take(&o, 2 * C * sequence, sizeof(float));
     s.total = o;
     return s;
 }
@@ -354,8 +363,8 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
     out->base.B = B;
     out->base.T = T;
     out->base.stage = *stage;
-    out->act_bytes = act_layout_of(t, B, T, ckpt_every, stage).total * sizeof(float);
-    out->scratch_bytes = scratch_layout_of(t, B, T).total * sizeof(float);
+    out->act_bytes = act_layout_of(t, B, T, ckpt_every, stage).total;
+    out->scratch_bytes = scratch_layout_of(t, B, T).total;
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     zt_status s;
     void *p;
@@ -376,7 +385,7 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
     if (out->base.plan)
         return ZT_OK;
     const struct act_layout a = act_layout_of(t, B, T, ckpt_every, stage);
-    float *dres = out->scratch + scratch_layout_of(t, B, T).dres;
+    unsigned char *dres = out->scratch + scratch_layout_of(t, B, T).dres;
     model_stage_boundaries(&out->base, out->acts + a.encoded,
                            layer_output(out, &a, stage->end_block - 1), dres);
     return ZT_OK;
@@ -400,7 +409,7 @@ void gpt2_destroy(struct gpt2 *m)
 /* ---- forward -------------------------------------------------------------- */
 
 static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h, int l,
-                               const float *w, const float *x, float *layer, float *out)
+                               const void *w, const void *x, unsigned char *layer, void *out)
 {
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
@@ -411,12 +420,13 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     const int BT = m->base.B * m->base.T, R = model_sp_rows(&m->base), C = d.C, A = d.A, F = d.F;
     /* a row-parallel projection's bias is added once, by the first slice */
     const int bias_here = d.tp_rank == 0;
-    float *gathered = m->scratch + s.gathered, *partial;
-    const float *ln1, *ln2;
+    const enum zt_dtype at = model_act(&m->base);
+    void *gathered = m->scratch + s.gathered, *partial;
+    const void *ln1, *ln2;
 #define P(k) model_param_in(t, block_tensor(l, k), w)
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->layernorm_forward(ops, ZT_F32, layer + a.ln1, layer + a.ln1_mean, layer + a.ln1_rstd,
-                                       x, P(T_LN1W), P(T_LN1B), R, C));
+                ops->layernorm_forward(ops, at, layer + a.ln1, STAT(layer + a.ln1_mean),
+                                       STAT(layer + a.ln1_rstd), x, P(T_LN1W), P(T_LN1B), R, C));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_LN1W), "output", layer + a.ln1, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -426,8 +436,8 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     MODEL_PROBE(&m->base, l, block_tensor(l, T_QKVW), "output", layer + a.qkv, (size_t)BT * 3 * A);
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_forward(ops, ZT_F32, layer + a.atty, layer + a.lse, layer + a.qkv, m->base.B,
-                                       m->base.T, d.NH, d.NH, d.hs));
+                ops->attention_forward(ops, at, layer + a.atty, STAT(layer + a.lse), layer + a.qkv,
+                                       m->base.B, m->base.T, d.NH, d.NH, d.hs));
     MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * A);
     /* attn projection output is staged in res2 then the residual added in place */
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
@@ -437,12 +447,13 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_PROJW), 1, partial, layer + a.atty, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(ops, ZT_F32, layer + a.res2, layer + a.res2, x, R * C));
+                ops->residual_forward(ops, at, layer + a.res2, layer + a.res2, x, R * C));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_PROJW), "output plus the residual", layer + a.res2,
                 (size_t)R * C);
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                ops->layernorm_forward(ops, ZT_F32, layer + a.ln2, layer + a.ln2_mean, layer + a.ln2_rstd,
-                                       layer + a.res2, P(T_LN2W), P(T_LN2B), R, C));
+                ops->layernorm_forward(ops, at, layer + a.ln2, STAT(layer + a.ln2_mean),
+                                       STAT(layer + a.ln2_rstd), layer + a.res2, P(T_LN2W),
+                                       P(T_LN2B), R, C));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_LN2W), "output", layer + a.ln2, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -451,7 +462,7 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     ZT_TRY(model_lora_forward(&m->base, block_tensor(l, T_FCW), 1, layer + a.fch, ln2, BT));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_FCW), "output", layer + a.fch, (size_t)BT * F);
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->gelu_forward(ops, ZT_F32, layer + a.fch_gelu, layer + a.fch, BT * F));
+                ops->gelu_forward(ops, at, layer + a.fch_gelu, layer + a.fch, BT * F));
     MODEL_PROBE(&m->base, l, -1, "mlp GELU output", layer + a.fch_gelu, (size_t)BT * F);
     partial = model_sp_partial(&m->base, out, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -462,7 +473,7 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
         model_lora_forward(&m->base, block_tensor(l, T_FCPW), 1, partial, layer + a.fch_gelu, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
-                ops->residual_forward(ops, ZT_F32, out, out, layer + a.res2, R * C));
+                ops->residual_forward(ops, at, out, out, layer + a.res2, R * C));
     MODEL_PROBE(&m->base, l, block_tensor(l, T_FCPW), "output plus the residual", out,
                 (size_t)R * C);
 #undef P
@@ -478,8 +489,8 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
         act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = d.C, L = gpt2_config_of(t).n_layer;
     const size_t tok_bytes = (size_t)BT * sizeof(int32_t);
-    float *acts = m->acts;
-    const float *w;
+    unsigned char *acts = m->acts;
+    const void *w;
 
     if (m->base.plan)
         return model_plan_walk(&m->base, h, MODEL_PASS_FORWARD);
@@ -506,16 +517,17 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
         ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
         return model_stage_no_loss(&m->base);
     }
-    const float *x = layer_output(m, &a, L - 1);
+    const void *x = layer_output(m, &a, L - 1);
+    const enum zt_dtype at = model_act(&m->base);
 
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
     /* the norm of this rank's rows, gathered in place to the head's B*T */
-    float *lnf_rows = acts + a.lnf + model_sp_offset(&m->base, C);
-    const float *lnf;
+    void *lnf_rows = acts + a.lnf + model_sp_offset(&m->base, C) * zt_dtype_size(at);
+    const void *lnf;
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->layernorm_forward(m->ops, ZT_F32, lnf_rows, acts + a.lnf_mean, acts + a.lnf_rstd, x,
-                                          model_param_in(t, k_lnf, w),
+                m->ops->layernorm_forward(m->ops, at, lnf_rows, STAT(acts + a.lnf_mean),
+                                          STAT(acts + a.lnf_rstd), x, model_param_in(t, k_lnf, w),
                                           model_param_in(t, k_lnf + 1, w), model_sp_rows(&m->base),
                                           C));
     MODEL_PROBE(&m->base, L, k_lnf, "output", lnf_rows, (size_t)model_sp_rows(&m->base) * C);
@@ -525,41 +537,43 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     /* the head: this rank's vocabulary slice of the logits, never all of them */
     ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_forward(m->ops, ZT_F32, acts + a.logits, lnf, model_param_in(t, 0, w), NULL,
-                                       BT, C, d.V));
+                m->ops->matmul_forward(m->ops, at, acts + a.logits, lnf, model_param_in(t, 0, w),
+                                       NULL, BT, C, d.V));
     MODEL_PROBE(&m->base, L, -1, "logits (the head's output)", acts + a.logits, (size_t)BT * d.V);
     ZT_TRY(model_unit_release(&m->base, h, 0));
-    ZT_TRY(model_vocab_loss_forward(&m->base, m->ops, h, acts + a.losses, acts + a.probs,
-                                    acts + a.logits, m->targets, acts + a.loss_stats, BT, d.V,
+    ZT_TRY(model_vocab_loss_forward(&m->base, m->ops, h, STAT(acts + a.losses), acts + a.probs,
+                                    acts + a.logits, m->targets, STAT(acts + a.loss_stats), BT, d.V,
                                     d.v_lo));
     ZT_TRY(h->pass_end(h->ctx, MODEL_PASS_FORWARD));
 
-    return model_read_mean_loss(&m->base, m->dev, acts + a.losses, targets, BT);
+    return model_read_mean_loss(&m->base, m->dev, STAT(acts + a.losses), targets, BT);
 }
 
 /* ---- backward ------------------------------------------------------------- */
 
-static zt_status zero(struct gpt2 *m, float *p, size_t n)
+/* Zeroes n activations (of the compute type) at p. */
+static zt_status zero(struct gpt2 *m, void *p, size_t n)
 {
-    MODEL_TIMED(m, MODEL_PROF_ZERO, m->dev->ops->memset_zero(m->dev, p, n * sizeof(float)));
+    MODEL_TIMED(m, MODEL_PROF_ZERO,
+                m->dev->ops->memset_zero(m->dev, p, n * zt_dtype_size(model_act(&m->base))));
     return ZT_OK;
 }
 
 /* A LayerNorm's backward over this rank's rows: dinp += the input
  * gradient, and the weight and bias gradients (gw, gb; NULL: frozen)
  * accumulated, summed over the ranks under sequence parallelism. */
-static zt_status norm_backward(struct gpt2 *m, const struct model_unit_hooks *h, float *dinp,
-                               float *gw, float *gb, const float *dout, const float *inp,
-                               const float *weight, const float *mean, const float *rstd)
+static zt_status norm_backward(struct gpt2 *m, const struct model_unit_hooks *h, void *dinp,
+                               float *gw, float *gb, const void *dout, const void *inp,
+                               const void *weight, const float *mean, const float *rstd)
 {
     const int C = dims_of(m->base.table).C;
-    float *dnorm = m->scratch + scratch_layout_of(m->base.table, m->base.B, m->base.T).dnorm;
+    float *dnorm = STAT(m->scratch + scratch_layout_of(m->base.table, m->base.B, m->base.T).dnorm);
     float *dw, *db;
     ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gw, dnorm, (size_t)C, &dw));
     ZT_TRY(model_sp_norm_grad(&m->base, m->ops, gb, dnorm + C, (size_t)C, &db));
     MODEL_TIMED(m, MODEL_PROF_NORM,
-                m->ops->layernorm_backward(m->ops, ZT_F32, dinp, dw, db, dout, inp, weight, mean, rstd,
-                                           model_sp_rows(&m->base), C));
+                m->ops->layernorm_backward(m->ops, model_act(&m->base), dinp, dw, db, dout, inp,
+                                           weight, mean, rstd, model_sp_rows(&m->base), C));
     ZT_TRY(model_sp_norm_done(&m->base, m->ops, h, gw, dnorm, (size_t)C));
     return model_sp_norm_done(&m->base, m->ops, h, gb, dnorm + C, (size_t)C);
 }
@@ -568,13 +582,13 @@ static zt_status norm_backward(struct gpt2 *m, const struct model_unit_hooks *h,
  * over the slices, computed by `matmul` into dln (zeroed first) and
  * completed into the rows the norm below reads (Megatron's conjugate of
  * the forward's allreduce, or of its gather). */
-static float *dln_partial(struct gpt2 *m, const struct scratch_layout *s)
+static void *dln_partial(struct gpt2 *m, const struct scratch_layout *s)
 {
     return model_sp_partial(&m->base, m->scratch + s->dln_rows, m->scratch + s->dln);
 }
 
 static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h, int l,
-                                const float *w, float *g, const float *x, const float *layer)
+                                const void *w, float *g, const void *x, const unsigned char *layer)
 {
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
@@ -583,9 +597,10 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
         act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const struct scratch_layout s = scratch_layout_of(t, m->base.B, m->base.T);
     const int B = m->base.B, T = m->base.T, BT = B * T, C = d.C, A = d.A, F = d.F;
-    float *sc = m->scratch, *dres = sc + s.dres, *gathered = sc + s.gathered;
-    float *dln = dln_partial(m, &s);
-    const float *dout, *ln;
+    const enum zt_dtype at = model_act(&m->base);
+    unsigned char *sc = m->scratch, *dres = sc + s.dres, *gathered = sc + s.gathered;
+    void *dln = dln_partial(m, &s);
+    const void *dout, *ln;
 #define P(k) model_param_in(t, block_tensor(l, k), w)
 #define G(k) model_grad_in(t, block_tensor(l, k), g)
     /* dres holds d loss / d res3 on entry and d loss / d x on exit, this
@@ -605,7 +620,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
                                layer + a.fch_gelu, BT));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * F));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
-                ops->gelu_backward(ops, ZT_F32, sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * F));
+                ops->gelu_backward(ops, at, sc + s.dfch, layer + a.fch, sc + s.dfch_gelu, BT * F));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -614,7 +629,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCW), 1, dln, sc + s.dfch, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_LN2W), G(T_LN2B), sc + s.dln_rows, layer + a.res2,
-                         P(T_LN2W), layer + a.ln2_mean, layer + a.ln2_rstd));
+                         P(T_LN2W), STAT(layer + a.ln2_mean), STAT(layer + a.ln2_rstd)));
     ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.datty, (size_t)BT * A));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -624,8 +639,9 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * A));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_backward(ops, ZT_F32, sc + s.dqkv, sc + s.datty, layer + a.qkv,
-                                        layer + a.atty, layer + a.lse, B, T, d.NH, d.NH, d.hs));
+                ops->attention_backward(ops, at, sc + s.dqkv, sc + s.datty, layer + a.qkv,
+                                        layer + a.atty, STAT(layer + a.lse), B, T, d.NH, d.NH,
+                                        d.hs));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -634,7 +650,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
     ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_QKVW), 1, dln, sc + s.dqkv, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_LN1W), G(T_LN1B), sc + s.dln_rows, x, P(T_LN1W),
-                         layer + a.ln1_mean, layer + a.ln1_rstd));
+                         STAT(layer + a.ln1_mean), STAT(layer + a.ln1_rstd)));
 #undef P
 #undef G
     return ZT_OK;
@@ -653,30 +669,32 @@ static zt_status head_backward(struct gpt2 *m, const struct model_unit_hooks *h,
     const struct scratch_layout s = scratch_layout_of(t, m->base.B, m->base.T);
     const int BT = m->base.B * m->base.T, C = d.C, L = gpt2_config_of(t).n_layer;
     const int k_lnf = 2 + L * N_BLOCK_TENSORS;
-    float *acts = m->acts, *sc = m->scratch, *dres = sc + s.dres, *g;
-    const float *w;
+    unsigned char *acts = m->acts, *sc = m->scratch, *dres = sc + s.dres;
+    float *g;
+    const void *w;
     /* The head: logits are no longer needed, their buffer takes dlogits. */
-    float *dlogits = acts + a.logits;
+    void *dlogits = acts + a.logits;
     ZT_TRY(zero(m, dlogits, (size_t)BT * d.V));
     ZT_TRY(model_vocab_loss_backward(&m->base, m->ops, dlogits, acts + a.probs, m->targets,
                                      grad_scale / (float)BT, BT, d.V, d.v_lo));
-    float *dln = dln_partial(m, &s);
+    void *dln = dln_partial(m, &s);
     ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
     ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, g0));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                m->ops->matmul_backward(m->ops, ZT_F32, dln, model_grad_in(t, 0, *g0), NULL, dlogits,
-                                        acts + a.lnf, model_param_in(t, 0, w), BT, C, d.V));
+                m->ops->matmul_backward(m->ops, model_act(&m->base), dln, model_grad_in(t, 0, *g0),
+                                        NULL, dlogits, acts + a.lnf, model_param_in(t, 0, w), BT, C,
+                                        d.V));
     ZT_TRY(model_unit_release(&m->base, h, 0));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
 
-    const float *x_last = layer_output(m, &a, L - 1);
+    const void *x_last = layer_output(m, &a, L - 1);
     ZT_TRY(model_unit_acquire(&m->base, h, L + 1, &w));
     ZT_TRY(model_unit_grads_acquire(&m->base, h, L + 1, &g));
     ZT_TRY(zero(m, dres, (size_t)model_sp_rows(&m->base) * C));
     ZT_TRY(norm_backward(m, h, dres, model_grad_in(t, k_lnf, g), model_grad_in(t, k_lnf + 1, g),
-                         sc + s.dln_rows, x_last, model_param_in(t, k_lnf, w), acts + a.lnf_mean,
-                         acts + a.lnf_rstd));
+                         sc + s.dln_rows, x_last, model_param_in(t, k_lnf, w),
+                         STAT(acts + a.lnf_mean), STAT(acts + a.lnf_rstd)));
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
     return model_unit_grads_done(&m->base, h, L + 1);
 }
@@ -689,8 +707,8 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
         act_layout_of(t, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
     const struct scratch_layout s = scratch_layout_of(t, m->base.B, m->base.T);
     const int C = d.C;
-    float *dres = m->scratch + s.dres;
-    const float *w;
+    unsigned char *dres = m->scratch + s.dres;
+    const void *w;
     float *g, *g0;
 
     if (m->base.plan)
@@ -700,8 +718,8 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     if (m->base.stage.last)
         ZT_TRY(head_backward(m, h, grad_scale, &g0));
     for (int l = m->base.stage.end_block - 1; l >= m->base.stage.first_block; l--) {
-        const float *x = layer_output(m, &a, l - 1);
-        float *layer = layer_internals(m, &a, l);
+        const void *x = layer_output(m, &a, l - 1);
+        unsigned char *layer = layer_internals(m, &a, l);
         ZT_TRY(model_unit_acquire(&m->base, h, 1 + l, &w));
         ZT_TRY(model_unit_grads_acquire(&m->base, h, 1 + l, &g));
         /* A checkpointed layer recomputes its internals from its input; one

@@ -71,8 +71,8 @@ struct gpt2 {
     const struct device *dev; /* not owned: the compute backend's memory */
     int ckpt_every;           /* activation checkpointing: every k-th block, 0 = off */
     size_t act_bytes, scratch_bytes;
-    float *acts;               /* owned: all forward activations, one allocation */
-    float *scratch;            /* owned: backward scratch, one allocation */
+    unsigned char *acts;       /* owned: all forward activations, one allocation */
+    unsigned char *scratch;    /* owned: backward scratch, one allocation */
     int32_t *inputs, *targets; /* owned device copies of the batch */
     int n_allocated;           /* how many of acts, scratch, inputs exist (for destroy) */
 };

@@ -128,6 +128,13 @@ struct param_table {
      * blocks' GEMMs, shared by every instance of the table; owned, freed
      * by param_table_free. NULL: the GEMMs run in fp32. */
     struct fp8_scaling *fp8;
+    /* The type the passes compute in (worker/ops.h's t): activations,
+     * their gradients, and the parameters params_acquire lends. ZT_F32
+     * (the zeroed default: 16-bit storage is then lent as fp32 views), or
+     * the 16-bit working precision itself where the run's backend has
+     * 16-bit forms (model_compute_type says where). Weight gradients are
+     * fp32 views either way. Set by the caller before any instance. */
+    enum zt_dtype compute;
 };
 
 void param_table_free(struct param_table *t);
@@ -226,7 +233,9 @@ struct model_unit_hooks {
     void *ctx;
     zt_status (*pass_begin)(void *ctx, enum model_pass pass);
     zt_status (*pass_end)(void *ctx, enum model_pass pass);
-    zt_status (*params_acquire)(void *ctx, int unit, const float **params);
+    /* The unit's parameters in the table's compute type (elements of
+     * zt_dtype_size(table->compute) bytes). */
+    zt_status (*params_acquire)(void *ctx, int unit, const void **params);
     zt_status (*params_release)(void *ctx, int unit);
     /* The unit's gradient buffer; the backward ACCUMULATES into it. NULL
      * for a unit with no trainable tensor: the backward then computes no
@@ -284,11 +293,12 @@ const char *model_profile_name(enum model_profile_category c);
  * index of the weight whose layer computed the output (-1: an op without
  * one: attention, an activation, a residual sum), `what` the op's output
  * in words ("attention output"); buf[n] is in the instance's device
- * memory. Recomputations in a backward (activation checkpointing) call it
- * too. NULL (every healthy step): nothing is called, nothing is copied. */
+ * memory, of the table's compute type t. Recomputations in a backward (activation checkpointing)
+ * call it too. NULL (every healthy step): nothing is called, nothing is copied. */
 struct model_probe {
     void *ctx;
-    zt_status (*forward)(void *ctx, int block, int tensor, const char *what, float *buf, size_t n);
+    zt_status (*forward)(void *ctx, int block, int tensor, const char *what, enum zt_dtype t,
+                         void *buf, size_t n);
     zt_status (*loss)(void *ctx, const float *losses, size_t n);
 };
 
@@ -325,14 +335,15 @@ struct model {
     struct model_fp8 *fp8;
     /* The pipeline stage the instance runs (the whole model but under a
      * pipeline) and its boundaries with the neighbouring stages, each
-     * model_sp_rows(m) * C floats in the device's memory (NULL where the stage has no
+     * model_sp_rows(m) * C elements of the table's compute type in the
+     * device's memory (NULL where the stage has no
      * such neighbour): `in` the activations a first block reads (written
      * by the caller before a forward of a stage that is not the first),
      * `out` the last block's output (read after such a forward, when the
      * stage is not the last), `dout` the gradient of that output (written
      * before the backward), `din` the gradient of `in` (read after it). */
     struct model_stage stage;
-    float *boundary_in, *boundary_out, *boundary_dout, *boundary_din;
+    void *boundary_in, *boundary_out, *boundary_dout, *boundary_din;
 };
 
 /* The token rows of the residual stream (the embedding's and each

@@ -152,12 +152,13 @@ static void check_shape(const struct model *m, enum fp8_gemm g, int N, int C, in
 }
 
 zt_status model_linear_forward(struct model *m, const struct ops_backend *ops, int l,
-                               enum fp8_gemm g, float *out, const float *inp, const float *weight,
-                               const float *bias, int N, int C, int OC)
+                               enum fp8_gemm g, void *out, const void *inp, const void *weight,
+                               const void *bias, int N, int C, int OC)
 {
     struct model_fp8 *f = m->fp8;
     if (!f)
-        return ops->matmul_forward(ops, ZT_F32, out, inp, weight, bias, N, C, OC);
+        return ops->matmul_forward(ops, model_act(m), out, inp, weight, bias, N, C, OC);
+    ZT_ASSERT(model_act(m) == ZT_F32); /* the emulation widens nothing: fp32 passes only */
     check_shape(m, g, N, C, OC);
     float *x = f->scratch, *w = f->scratch + f->w_at;
     ZT_TRY(operand(m, l, g, FP8_INPUT, kept_input(m, l, g), inp, (size_t)N * C, x));
@@ -166,14 +167,15 @@ zt_status model_linear_forward(struct model *m, const struct ops_backend *ops, i
 }
 
 zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, int l,
-                                enum fp8_gemm g, float *dinp, float *dweight, float *dbias,
-                                const float *dout, const float *inp, const float *weight, int N,
-                                int C, int OC)
+                                enum fp8_gemm g, void *dinp, float *dweight, float *dbias,
+                                const void *dout, const void *inp, const void *weight, int N, int C,
+                                int OC)
 {
     struct model_fp8 *f = m->fp8;
     if (!f)
-        return ops->matmul_backward(ops, ZT_F32, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-    ZT_ASSERT(dinp);
+        return ops->matmul_backward(ops, model_act(m), dinp, dweight, dbias, dout, inp, weight, N,
+                                    C, OC);
+    ZT_ASSERT(dinp && model_act(m) == ZT_F32);
     check_shape(m, g, N, C, OC);
     float *x = f->scratch, *w = f->scratch + f->w_at, *dy = f->scratch + f->dy_scratch_at;
     ZT_TRY(operand(m, l, g, FP8_GRAD_OUTPUT, f->copies + f->dy_at, dout, (size_t)N * OC, dy));

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../common/rng.h"
+#include "precision.h"
 
 void model_table_add(struct param_table *t, const char *name, int rows, int cols, int unit,
                      size_t *offset)
@@ -51,7 +52,7 @@ int model_stage_kept_before(int ckpt_every, const struct model_stage *st, int l)
     return l - st->first_block - model_stage_checkpointed(ckpt_every, &before);
 }
 
-void model_stage_boundaries(struct model *m, float *in, float *out, float *dres)
+void model_stage_boundaries(struct model *m, void *in, void *out, void *dres)
 {
     m->boundary_in = m->stage.first ? NULL : in;
     m->boundary_din = m->stage.first ? NULL : dres;
@@ -70,7 +71,7 @@ zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enu
     int order[MODEL_MAX_UNITS + 4], embedding_grads = 0;
     const int n = param_table_unit_order(m->table, &m->stage, pass, order, MODEL_MAX_UNITS + 4);
     const int backward = pass == MODEL_PASS_BACKWARD;
-    const float *w;
+    const void *w;
     float *g;
     ZT_ASSERT(n <= MODEL_MAX_UNITS + 4);
     ZT_TRY(h->pass_begin(h->ctx, pass));
@@ -94,6 +95,23 @@ zt_status model_plan_walk(struct model *m, const struct model_unit_hooks *h, enu
     return ZT_OK;
 }
 
+/* host[n] (fp32) into device memory dst as type t: narrowed on the host
+ * into typed[n] first under 16 bits. */
+static zt_status model_copy_typed(const struct device *dev, enum zt_dtype t, void *dst,
+                                  const float *host, void *typed, size_t n)
+{
+    if (t == ZT_F32)
+        return dev->ops->copy_from_host(dev, dst, host, n * sizeof(float));
+    precision_from_f32(t, host, typed, n);
+    return dev->ops->copy_from_host(dev, dst, typed, n * zt_dtype_size(t));
+}
+
+/* Column col of rows of m's compute type starting at p. */
+static void *column_of(const struct model *m, void *p, int col)
+{
+    return (char *)p + (size_t)col * zt_dtype_size(model_act(m));
+}
+
 /* ---- LoRA adapters in the passes ---------------------------------------- */
 
 /* LoRA dropout's buffers (model_adapters), for the widest adapted input. */
@@ -105,8 +123,9 @@ static zt_status dropout_buffers(struct model *m)
     for (int k = 0; k < t->lora.n_base_tensors; k++)
         if (t->tensors[k].adapter >= 0 && (size_t)t->tensors[k].cols > widest)
             widest = (size_t)t->tensors[k].cols;
-    a->drop_bytes = (size_t)m->B * (size_t)m->T * widest * sizeof(float);
-    float **dev[3] = {&a->mask, &a->dropped, &a->ddropped};
+    const size_t n = (size_t)m->B * (size_t)m->T * widest;
+    a->drop_bytes = n * zt_dtype_size(model_act(m));
+    void **dev[3] = {&a->mask, &a->dropped, &a->ddropped};
     static const char *const what[3] = {"LoRA dropout mask", "LoRA dropped input",
                                         "LoRA dropped input gradient"};
     for (int i = 0; i < 3; i++) {
@@ -116,8 +135,11 @@ static zt_status dropout_buffers(struct model *m)
     }
     if (m->plan)
         return ZT_OK;
-    a->mask_host = malloc(a->drop_bytes);
-    return a->mask_host ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate LoRA dropout's mask");
+    a->mask_host = malloc(n * sizeof(float));
+    a->host_typed = model_act(m) == ZT_F32 ? NULL : malloc(a->drop_bytes);
+    if (!a->mask_host || (model_act(m) != ZT_F32 && !a->host_typed))
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate LoRA dropout's mask");
+    return ZT_OK;
 }
 
 zt_status model_adapters_create(struct model *m, const struct compute_backend *be)
@@ -142,7 +164,8 @@ zt_status model_adapters_create(struct model *m, const struct compute_backend *b
     }
     a->dev = &be->dev;
     a->ops = be->ops;
-    a->scratch_bytes = 2 * (size_t)m->B * (size_t)m->T * (size_t)t->lora.r * sizeof(float);
+    a->scratch_bytes =
+        2 * (size_t)m->B * (size_t)m->T * (size_t)t->lora.r * zt_dtype_size(model_act(m));
     void *p = NULL;
     zt_status s = device_alloc(a->dev, LEDGER_WORKSPACE, a->scratch_bytes, "LoRA scratch", &p);
     if (s != ZT_OK) {
@@ -162,11 +185,12 @@ void model_adapters_destroy(struct model *m)
     if (!a)
         return;
     device_free(a->dev, LEDGER_WORKSPACE, a->scratch_bytes, a->scratch);
-    float *drop[3] = {a->ddropped, a->dropped, a->mask};
+    void *drop[3] = {a->ddropped, a->dropped, a->mask};
     for (int i = 0; i < 3 && a->drop_bytes; i++) /* newest first; a plan's are NULL but counted */
         if (drop[i] || m->plan)
             device_free(a->dev, LEDGER_WORKSPACE, a->drop_bytes, drop[i]);
     free(a->mask_host);
+    free(a->host_typed);
     free(a->w);
     free(a->g);
     free(a);
@@ -179,7 +203,7 @@ static int adapter_of(const struct model *m, int u)
 }
 
 zt_status model_unit_acquire(struct model *m, const struct model_unit_hooks *h, int u,
-                             const float **params)
+                             const void **params)
 {
     ZT_TRY(h->params_acquire(h->ctx, u, params));
     const int a = adapter_of(m, u);
@@ -235,14 +259,15 @@ static int dropping(const struct model *m)
  * batch row b is counter t*C + c of the generator keyed by the row's
  * global sample index and k, so a layout and a recompute draw the same
  * mask. Then a->dropped = inp * mask. */
-static zt_status drop_input(struct model *m, int k, const float *inp, int N, int C)
+static zt_status drop_input(struct model *m, int k, const void *inp, int N, int C)
 {
     struct model_adapters *a = m->lora;
     const double p = m->table->lora.dropout;
     const float keep = (float)(1.0 / (1.0 - p));
     const uint64_t base = rng_key(m->seed, "lora_dropout");
     const size_t row_len = (size_t)m->T * (size_t)C;
-    ZT_ASSERT(N == m->B * m->T && (size_t)N * C * sizeof(float) <= a->drop_bytes);
+    const size_t n = (size_t)N * C;
+    ZT_ASSERT(N == m->B * m->T && n * zt_dtype_size(model_act(m)) <= a->drop_bytes);
     for (int b = 0; b < m->B; b++) {
         const uint64_t row = m->row_ids ? m->row_ids[b] : (uint64_t)b;
         const uint64_t key = rng_u64(rng_u64(base, row), (uint64_t)k);
@@ -250,12 +275,11 @@ static zt_status drop_input(struct model *m, int k, const float *inp, int N, int
         for (size_t i = 0; i < row_len; i++)
             dst[i] = rng_uniform(key, i) < p ? 0.0f : keep;
     }
-    ZT_TRY(
-        a->dev->ops->copy_from_host(a->dev, a->mask, a->mask_host, (size_t)N * C * sizeof(float)));
-    return a->ops->mul_forward(a->ops, ZT_F32, a->dropped, inp, a->mask, N * C);
+    ZT_TRY(model_copy_typed(a->dev, model_act(m), a->mask, a->mask_host, a->host_typed, n));
+    return a->ops->mul_forward(a->ops, model_act(m), a->dropped, inp, a->mask, N * C);
 }
 
-zt_status model_lora_forward(struct model *m, int k, int n, float *out, const float *inp, int N)
+zt_status model_lora_forward(struct model *m, int k, int n, void *out, const void *inp, int N)
 {
     if (!m->lora)
         return ZT_OK;
@@ -267,23 +291,24 @@ zt_status model_lora_forward(struct model *m, int k, int n, float *out, const fl
         const struct param_tensor *p = &t->tensors[k + i];
         if (p->adapter < 0)
             continue;
-        const float *w = a->w[p->unit], *x = inp;
+        const void *w = a->w[p->unit], *x = inp;
         ZT_ASSERT(w);
         if (dropping(m)) {
             ZT_TRY(drop_input(m, k + i, inp, N, p->cols));
             x = a->dropped;
         }
-        ZT_TRY(a->ops->lora_forward(
-            a->ops, ZT_F32, out + col, ldo, a->scratch, x, model_param_in(t, p->adapter, w),
-            model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols, t->lora.r, p->rows));
+        ZT_TRY(a->ops->lora_forward(a->ops, model_act(m), column_of(m, out, col), ldo, a->scratch,
+                                    x, model_param_in(t, p->adapter, w),
+                                    model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols,
+                                    t->lora.r, p->rows));
     }
     if (m->profile)
         m->profile->seconds[MODEL_PROF_MATMUL] += zt_now_seconds() - t0;
     return ZT_OK;
 }
 
-zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const float *dout,
-                              const float *inp, int N)
+zt_status model_lora_backward(struct model *m, int k, int n, void *dinp, const void *dout,
+                              const void *inp, int N)
 {
     if (!m->lora)
         return ZT_OK;
@@ -295,22 +320,24 @@ zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const 
         const struct param_tensor *p = &t->tensors[k + i];
         if (p->adapter < 0)
             continue;
-        const float *w = a->w[p->unit], *x = inp;
-        float *g = a->g[p->unit], *dx = dinp;
+        const void *w = a->w[p->unit], *x = inp;
+        float *g = a->g[p->unit];
+        void *dx = dinp;
         ZT_ASSERT(w && g);
         const size_t nx = (size_t)N * p->cols;
         if (dropping(m)) { /* the forward's mask again; dx goes through it below */
             ZT_TRY(drop_input(m, k + i, inp, N, p->cols));
-            ZT_TRY(a->dev->ops->memset_zero(a->dev, a->ddropped, nx * sizeof(float)));
+            ZT_TRY(a->dev->ops->memset_zero(a->dev, a->ddropped, nx * zt_dtype_size(model_act(m))));
             x = a->dropped;
             dx = dinp ? a->ddropped : NULL;
         }
         ZT_TRY(a->ops->lora_backward(
-            a->ops, ZT_F32, dx, model_grad_in(t, p->adapter, g), model_grad_in(t, p->adapter + 1, g),
-            a->scratch, dout + col, ldo, x, model_param_in(t, p->adapter, w),
-            model_param_in(t, p->adapter + 1, w), t->lora.scale, N, p->cols, t->lora.r, p->rows));
+            a->ops, model_act(m), dx, model_grad_in(t, p->adapter, g),
+            model_grad_in(t, p->adapter + 1, g), a->scratch, column_of(m, (void *)dout, col), ldo,
+            x, model_param_in(t, p->adapter, w), model_param_in(t, p->adapter + 1, w),
+            t->lora.scale, N, p->cols, t->lora.r, p->rows));
         if (dx && dx != dinp)
-            ZT_TRY(a->ops->mul_backward(a->ops, ZT_F32, dinp, a->mask, a->ddropped, (int)nx));
+            ZT_TRY(a->ops->mul_backward(a->ops, model_act(m), dinp, a->mask, a->ddropped, (int)nx));
     }
     if (m->profile)
         m->profile->seconds[MODEL_PROF_MATMUL] += zt_now_seconds() - t0;
@@ -353,10 +380,17 @@ zt_status model_neftune_enable(struct model *m, const struct compute_backend *be
     ZT_ASSERT(!m->neftune && alpha > 0.0);
     struct model_neftune *n = calloc(1, sizeof *n);
     const int C = m->table->tensors[0].cols; /* the token embedding's width */
-    const size_t bytes = (size_t)m->B * (size_t)m->T * (size_t)C * sizeof(float);
-    if (n)
-        n->host = m->plan ? NULL : malloc(bytes);
-    if (!n || (!m->plan && !n->host)) {
+    const size_t count = (size_t)m->B * (size_t)m->T * (size_t)C;
+    const size_t bytes = count * zt_dtype_size(model_act(m));
+    if (n && !m->plan) {
+        n->host = malloc(count * sizeof(float));
+        n->host_typed = model_act(m) == ZT_F32 ? NULL : malloc(bytes);
+    }
+    if (!n || (!m->plan && (!n->host || (model_act(m) != ZT_F32 && !n->host_typed)))) {
+        if (n) {
+            free(n->host);
+            free(n->host_typed);
+        }
         free(n);
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate NEFTune's noise");
     }
@@ -364,6 +398,7 @@ zt_status model_neftune_enable(struct model *m, const struct compute_backend *be
     zt_status s = device_alloc(&be->dev, LEDGER_WORKSPACE, bytes, "NEFTune noise", &p);
     if (s != ZT_OK) {
         free(n->host);
+        free(n->host_typed);
         free(n);
         return s;
     }
@@ -384,11 +419,12 @@ void model_neftune_free(struct model *m)
         return;
     device_free(n->device, LEDGER_WORKSPACE, n->bytes, n->dev);
     free(n->host);
+    free(n->host_typed);
     free(n);
     m->neftune = NULL;
 }
 
-zt_status model_neftune_apply(struct model *m, float *x, int C)
+zt_status model_neftune_apply(struct model *m, void *x, int C)
 {
     const struct model_neftune *n = m->neftune;
     if (!n || !m->training)
@@ -402,6 +438,7 @@ zt_status model_neftune_apply(struct model *m, float *x, int C)
         for (size_t i = 0; i < (size_t)T * C; i++)
             dst[i] = (float)(magnitude * (2.0 * rng_uniform(key, i) - 1.0));
     }
-    ZT_TRY(n->device->ops->copy_from_host(n->device, n->dev, n->host, n->bytes));
-    return n->ops->residual_forward(n->ops, ZT_F32, x, x, n->dev, m->B * T * C);
+    ZT_TRY(model_copy_typed(n->device, model_act(m), n->dev, n->host, n->host_typed,
+                            (size_t)m->B * T * C));
+    return n->ops->residual_forward(n->ops, model_act(m), x, x, n->dev, m->B * T * C);
 }

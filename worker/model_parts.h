@@ -35,17 +35,37 @@ static inline void model_table_mark_tp(struct param_table *t, int split, int par
     t->tensors[t->n_tensors - 1].tp_block = block;
 }
 
-/* Tensor k inside a unit's borrowed parameters or gradients, whose first
- * element is unit_base. */
-static inline const float *model_param_in(const struct param_table *t, int k,
-                                          const float *unit_base)
+/* The type instance m computes in (param_table.compute). */
+static inline enum zt_dtype model_act(const struct model *m)
 {
-    const struct param_tensor *p = &t->tensors[k];
-    return unit_base + (p->offset - t->unit_offset[p->unit]);
+    return m->table->compute;
 }
 
-/* NULL when the unit has no gradients (a frozen unit's grads_acquire lends
- * NULL): the ops then skip that weight gradient. */
+/* Tensor k inside a unit's borrowed parameters (elements of t->compute),
+ * whose first element is unit_base. */
+static inline const void *model_param_in(const struct param_table *t, int k, const void *unit_base)
+{
+    const struct param_tensor *p = &t->tensors[k];
+    return (const char *)unit_base +
+           (p->offset - t->unit_offset[p->unit]) * zt_dtype_size(t->compute);
+}
+
+/* Appends a region of n elements of es bytes to a family's byte layout of
+ * activations or scratch at *o, and returns its offset. Regions start
+ * 4-byte aligned, so fp32 statistics may follow 16-bit activations; an
+ * fp32 layout is the same as one counted in floats. */
+static inline size_t model_layout_take(size_t *o, size_t n, size_t es)
+{
+    const size_t at = *o;
+    *o = (at + n * es + 3) / 4 * 4;
+    return at;
+}
+
+/* An fp32 statistic at a byte address p of such a layout. */
+#define MODEL_STAT(p) ((float *)(void *)(p))
+
+/* Tensor k inside a unit's borrowed fp32 gradients; NULL when the unit has no gradients (a frozen
+ * unit's grads_acquire lends NULL): the ops then skip that weight gradient. */
 static inline float *model_grad_in(const struct param_table *t, int k, float *unit_base)
 {
     const struct param_tensor *p = &t->tensors[k];
@@ -62,14 +82,18 @@ static inline float *model_grad_in(const struct param_table *t, int k, float *un
  * Without adapters they are the plain hook calls and model_lora_* return
  * at once. */
 struct model_adapters {
-    const float **w; /* [n_units]: base unit u's borrowed adapter parameters */
-    float **g;       /* [n_units]: and gradients */
-    float *scratch;  /* 2 * B*T*r floats: u and du of one adapter */
+    const void **w; /* [n_units]: base unit u's borrowed adapter parameters */
+    float **g;      /* [n_units]: and gradients */
+    void *scratch;  /* 2 * B*T*r elements of the compute type: u and du of one adapter */
     size_t scratch_bytes;
     /* lora_dropout > 0: one adapter's mask (0 or 1 / (1 - p)), dropped
-     * input and its gradient, B*T*cols floats each for the widest adapted
-     * input, in the device's memory; the mask drawn on the host first. */
-    float *mask, *dropped, *ddropped, *mask_host;
+     * input and its gradient, B*T*cols elements of the compute type each
+     * for the widest adapted input, in the device's memory; the mask drawn
+     * on the host first (mask_host, fp32; host_typed: narrowed for the
+     * copy under 16 bits, else NULL). */
+    void *mask, *dropped, *ddropped;
+    float *mask_host;
+    void *host_typed;
     size_t drop_bytes;
     const struct device *dev;
     const struct ops_backend *ops;
@@ -78,9 +102,10 @@ struct model_adapters {
 /* ---- NEFTune (model_neftune_enable) ---- */
 struct model_neftune {
     double alpha;
-    uint64_t key; /* rng_key(seed, "neftune") */
-    float *host;  /* B*T*C: the noise drawn on the host */
-    float *dev;   /* the same in the device's memory (workspace) */
+    uint64_t key;     /* rng_key(seed, "neftune") */
+    float *host;      /* B*T*C: the noise drawn on the host */
+    void *host_typed; /* narrowed to the compute type under 16 bits, else NULL */
+    void *dev;        /* the same in the device's memory (workspace), compute type */
     size_t bytes;
     const struct device *device;
     const struct ops_backend *ops;
@@ -88,7 +113,7 @@ struct model_neftune {
 
 /* After the token embedding of a training forward: adds the noise to the
  * embeddings x[B*T, C] (nothing when off or not training). */
-zt_status model_neftune_apply(struct model *m, float *x, int C);
+zt_status model_neftune_apply(struct model *m, void *x, int C);
 void model_neftune_free(struct model *m);
 
 /* Sets up m->lora for m's table (NULL without adapters), its scratch in
@@ -97,7 +122,7 @@ zt_status model_adapters_create(struct model *m, const struct compute_backend *b
 void model_adapters_destroy(struct model *m);
 
 zt_status model_unit_acquire(struct model *m, const struct model_unit_hooks *h, int u,
-                             const float **params);
+                             const void **params);
 zt_status model_unit_release(struct model *m, const struct model_unit_hooks *h, int u);
 zt_status model_unit_grads_acquire(struct model *m, const struct model_unit_hooks *h, int u,
                                    float **grads);
@@ -107,11 +132,11 @@ zt_status model_unit_grads_done(struct model *m, const struct model_unit_hooks *
  * side in out's rows, as q|k|v do): adds each adapted one's low-rank term
  * into its columns of out[N, sum of rows], given the matmul's input
  * inp[N, C]. */
-zt_status model_lora_forward(struct model *m, int k, int n, float *out, const float *inp, int N);
+zt_status model_lora_forward(struct model *m, int k, int n, void *out, const void *inp, int N);
 /* The backward of the same, given dout (the gradient w.r.t. out): the
  * adapters' gradients, and their part of dinp (NULL: not wanted). */
-zt_status model_lora_backward(struct model *m, int k, int n, float *dinp, const float *dout,
-                              const float *inp, int N);
+zt_status model_lora_backward(struct model *m, int k, int n, void *dinp, const void *dout,
+                              const void *inp, int N);
 
 /* ---- fp8 GEMMs (worker/model_fp8.c; the scaling: fp8_scaling.h) ----
  *
@@ -170,15 +195,15 @@ void model_fp8_destroy(struct model *m);
 /* out[N,OC] = inp[N,C] @ weight^T + bias as matmul_forward, for GEMM g of
  * block l: in fp8 when m->fp8 is set (see above). */
 zt_status model_linear_forward(struct model *m, const struct ops_backend *ops, int l,
-                               enum fp8_gemm g, float *out, const float *inp, const float *weight,
-                               const float *bias, int N, int C, int OC);
+                               enum fp8_gemm g, void *out, const void *inp, const void *weight,
+                               const void *bias, int N, int C, int OC);
 /* Its backward as matmul_backward (dinp required, dweight and dbias NULL
  * to skip), for GEMM g of block l whose forward was the last one of this
  * instance for that block. */
 zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, int l,
-                                enum fp8_gemm g, float *dinp, float *dweight, float *dbias,
-                                const float *dout, const float *inp, const float *weight, int N,
-                                int C, int OC);
+                                enum fp8_gemm g, void *dinp, float *dweight, float *dbias,
+                                const void *dout, const void *inp, const void *weight, int N, int C,
+                                int OC);
 
 /* ---- tensor parallelism (worker/model_tensor.c) ----
  *
@@ -196,15 +221,15 @@ zt_status model_tp_allreduce(struct model *m, const struct model_unit_hooks *h, 
  * parallelism its rows of it (full[B*T, C] is the scratch the sum is
  * reduce-scattered from; unused otherwise). */
 zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *ops,
-                                    const struct model_unit_hooks *h, float *out, float *full,
-                                    const int32_t *tokens, const float *wte, const float *wpe,
-                                    int C, int V, int v_lo);
+                                    const struct model_unit_hooks *h, void *out, void *full,
+                                    const int32_t *tokens, const void *wte, const void *wpe, int C,
+                                    int V, int v_lo);
 /* Its backward into the slice's rows (dwte NULL: frozen, nothing), from
  * dout, this rank's rows of the gradient under sequence parallelism
  * (gathered into full[B*T, C] first). */
 zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *ops,
                                      const struct model_unit_hooks *h, float *dwte, float *dwpe,
-                                     const float *dout, float *full, const int32_t *tokens, int C,
+                                     const void *dout, void *full, const int32_t *tokens, int C,
                                      int V, int v_lo);
 /* Softmax cross-entropy over logits[N, V], this rank's vocabulary slice
  * [v_lo, v_lo + V) of them: the row maxima and the sums of exponentials
@@ -212,12 +237,12 @@ zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *
  * device's memory, unused on a whole model), so no rank holds all the
  * logits; losses[N] is whole on every rank, probs the slice's. */
 zt_status model_vocab_loss_forward(struct model *m, const struct ops_backend *ops,
-                                   const struct model_unit_hooks *h, float *losses, float *probs,
-                                   const float *logits, const int32_t *targets, float *stats, int N,
+                                   const struct model_unit_hooks *h, float *losses, void *probs,
+                                   const void *logits, const int32_t *targets, float *stats, int N,
                                    int V, int v_lo);
 /* dlogits += (probs - onehot(target)) * dloss over the slice. */
-zt_status model_vocab_loss_backward(struct model *m, const struct ops_backend *ops, float *dlogits,
-                                    const float *probs, const int32_t *targets, float dloss, int N,
+zt_status model_vocab_loss_backward(struct model *m, const struct ops_backend *ops, void *dlogits,
+                                    const void *probs, const int32_t *targets, float dloss, int N,
                                     int V, int v_lo);
 
 /* ---- sequence parallelism (worker/model_tensor.c) ----
@@ -244,16 +269,16 @@ size_t model_sp_offset(const struct model *m, int C);
 /* All N rows of a column-parallel layer's input, from this rank's rows
  * [R, C]: *out is `rows` itself, or full[N, C] they were gathered into
  * (rows may be full + model_sp_offset). */
-zt_status model_sp_gather(struct model *m, const struct model_unit_hooks *h, const float *rows,
-                          float *full, int C, const float **out);
+zt_status model_sp_gather(struct model *m, const struct model_unit_hooks *h, const void *rows,
+                          void *full, int C, const void **out);
 /* Where a partial sum over the ranks of N rows (a row-parallel layer's
  * output, a column-parallel layer's input gradient) is written: `rows`,
  * or the scratch full[N, C]. */
-float *model_sp_partial(const struct model *m, float *rows, float *full);
+void *model_sp_partial(const struct model *m, void *rows, void *full);
 /* Completes that partial sum into this rank's rows: an allreduce in
  * place, or a reduce-scatter. */
-zt_status model_sp_reduce(struct model *m, const struct model_unit_hooks *h, float *partial,
-                          float *rows, int C);
+zt_status model_sp_reduce(struct model *m, const struct model_unit_hooks *h, void *partial,
+                          void *rows, int C);
 /* Where a norm's weight gradient (n floats) accumulates: *out is grad
  * itself (NULL: frozen), or under sequence parallelism tmp[n], zeroed,
  * which model_sp_norm_done then sums over the ranks into grad. */
@@ -282,7 +307,7 @@ int model_stage_kept_before(int ckpt_every, const struct model_stage *st, int l)
  * stage's input activations, `out` its last block's output, `dres` the
  * backward's running residual gradient (which holds d out on entry and
  * d in on exit), each left NULL where the stage has no such neighbour. */
-void model_stage_boundaries(struct model *m, float *in, float *out, float *dres);
+void model_stage_boundaries(struct model *m, void *in, void *out, void *dres);
 
 /* A pass over a plan-only device: the hook calls a family's real pass
  * makes, in its order, with no compute, so that a plan sees every gather
@@ -333,7 +358,8 @@ static inline zt_status model_stage_no_loss(struct model *m)
 #define MODEL_PROBE(m, block, tensor, what, buf, n)                                                \
     do {                                                                                           \
         if ((m)->probe)                                                                            \
-            ZT_TRY((m)->probe->forward((m)->probe->ctx, block, tensor, what, buf, n));             \
+            ZT_TRY(                                                                                \
+                (m)->probe->forward((m)->probe->ctx, block, tensor, what, model_act(m), buf, n));  \
     } while (0)
 
 #endif

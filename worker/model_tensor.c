@@ -48,30 +48,30 @@ size_t model_sp_offset(const struct model *m, int C)
     return sequence(m) ? (size_t)param_table_tp_rank(m->table) * model_sp_rows(m) * C : 0;
 }
 
-zt_status model_sp_gather(struct model *m, const struct model_unit_hooks *h, const float *rows,
-                          float *full, int C, const float **out)
+zt_status model_sp_gather(struct model *m, const struct model_unit_hooks *h, const void *rows,
+                          void *full, int C, const void **out)
 {
     *out = rows;
     if (!sequence(m))
         return ZT_OK;
-    ZT_ASSERT(h->tp_allgather);
+    ZT_ASSERT(h->tp_allgather && model_act(m) == ZT_F32); /* sliced passes compute in fp32 */
     *out = full;
     return h->tp_allgather(h->ctx, rows, full, (size_t)model_sp_rows(m) * C);
 }
 
-float *model_sp_partial(const struct model *m, float *rows, float *full)
+void *model_sp_partial(const struct model *m, void *rows, void *full)
 {
     return sequence(m) ? full : rows;
 }
 
-zt_status model_sp_reduce(struct model *m, const struct model_unit_hooks *h, float *partial,
-                          float *rows, int C)
+zt_status model_sp_reduce(struct model *m, const struct model_unit_hooks *h, void *partial,
+                          void *rows, int C)
 {
     if (!sequence(m)) {
         ZT_ASSERT(partial == rows);
         return model_tp_allreduce(m, h, rows, (size_t)m->B * m->T * C, MODEL_REDUCE_SUM);
     }
-    ZT_ASSERT(h->tp_reduce_scatter);
+    ZT_ASSERT(h->tp_reduce_scatter && model_act(m) == ZT_F32);
     return h->tp_reduce_scatter(h->ctx, partial, rows, (size_t)model_sp_rows(m) * C);
 }
 
@@ -95,22 +95,22 @@ zt_status model_sp_norm_done(struct model *m, const struct ops_backend *ops,
 }
 
 zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *ops,
-                                    const struct model_unit_hooks *h, float *out, float *full,
-                                    const int32_t *tokens, const float *wte, const float *wpe,
-                                    int C, int V, int v_lo)
+                                    const struct model_unit_hooks *h, void *out, void *full,
+                                    const int32_t *tokens, const void *wte, const void *wpe, int C,
+                                    int V, int v_lo)
 {
     if (!sliced(m)) {
         TIMED(m, MODEL_PROF_ENCODER,
-              ops->encoder_forward(ops, ZT_F32, out, tokens, wte, wpe, m->B, m->T, C));
+              ops->encoder_forward(ops, model_act(m), out, tokens, wte, wpe, m->B, m->T, C));
         return model_neftune_apply(m, out, C);
     }
     /* the positions and NEFTune's noise once, by the first slice, so that
      * the sum has them once */
     const int first = param_table_tp_rank(m->table) == 0;
-    float *partial = model_sp_partial(m, out, full);
+    void *partial = model_sp_partial(m, out, full);
     TIMED(m, MODEL_PROF_ENCODER,
-          ops->encoder_forward_vocab(ops, ZT_F32, partial, tokens, wte, first ? wpe : NULL, m->B, m->T, C,
-                                     v_lo, V));
+          ops->encoder_forward_vocab(ops, model_act(m), partial, tokens, wte, first ? wpe : NULL,
+                                     m->B, m->T, C, v_lo, V));
     if (first)
         ZT_TRY(model_neftune_apply(m, partial, C));
     return model_sp_reduce(m, h, partial, out, C);
@@ -118,51 +118,56 @@ zt_status model_vocab_embed_forward(struct model *m, const struct ops_backend *o
 
 zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *ops,
                                      const struct model_unit_hooks *h, float *dwte, float *dwpe,
-                                     const float *dout, float *full, const int32_t *tokens, int C,
+                                     const void *dout, void *full, const int32_t *tokens, int C,
                                      int V, int v_lo)
 {
     if (!sliced(m)) {
         TIMED(m, MODEL_PROF_ENCODER,
-              ops->encoder_backward(ops, ZT_F32, dwte, dwpe, dout, tokens, m->B, m->T, C));
+              ops->encoder_backward(ops, model_act(m), dwte, dwpe, dout, tokens, m->B, m->T, C));
         return ZT_OK;
     }
-    const float *d;
+    const void *d;
     ZT_TRY(model_sp_gather(m, h, dout, full, C, &d));
     TIMED(m, MODEL_PROF_ENCODER,
-          ops->encoder_backward_vocab(ops, ZT_F32, dwte, dwpe, d, tokens, m->B, m->T, C, v_lo, V));
+          ops->encoder_backward_vocab(ops, model_act(m), dwte, dwpe, d, tokens, m->B, m->T, C, v_lo,
+                                      V));
     return ZT_OK;
 }
 
 zt_status model_vocab_loss_forward(struct model *m, const struct ops_backend *ops,
-                                   const struct model_unit_hooks *h, float *losses, float *probs,
-                                   const float *logits, const int32_t *targets, float *stats, int N,
+                                   const struct model_unit_hooks *h, float *losses, void *probs,
+                                   const void *logits, const int32_t *targets, float *stats, int N,
                                    int V, int v_lo)
 {
     if (!sliced(m)) {
         TIMED(m, MODEL_PROF_CROSSENTROPY,
-              ops->crossentropy_forward(ops, ZT_F32, losses, probs, logits, targets, N, V));
+              ops->crossentropy_forward(ops, model_act(m), losses, probs, logits, targets, N, V));
         return ZT_OK;
     }
     float *row_max = stats, *row_sums = stats + N; /* sums of exponentials, then target logits */
-    TIMED(m, MODEL_PROF_CROSSENTROPY, ops->crossentropy_vocab_max(ops, ZT_F32, row_max, logits, N, V));
+    TIMED(m, MODEL_PROF_CROSSENTROPY,
+          ops->crossentropy_vocab_max(ops, model_act(m), row_max, logits, N, V));
     ZT_TRY(model_tp_allreduce(m, h, row_max, (size_t)N, MODEL_REDUCE_MAX));
     TIMED(m, MODEL_PROF_CROSSENTROPY,
-          ops->crossentropy_vocab_exp(ops, ZT_F32, probs, row_sums, logits, row_max, targets, N, V, v_lo));
+          ops->crossentropy_vocab_exp(ops, model_act(m), probs, row_sums, logits, row_max, targets,
+                                      N, V, v_lo));
     ZT_TRY(model_tp_allreduce(m, h, row_sums, 2 * (size_t)N, MODEL_REDUCE_SUM));
-    TIMED(m, MODEL_PROF_CROSSENTROPY,
-          ops->crossentropy_vocab_finish(ops, ZT_F32, losses, probs, row_sums, targets, N, V));
+    TIMED(
+        m, MODEL_PROF_CROSSENTROPY,
+        ops->crossentropy_vocab_finish(ops, model_act(m), losses, probs, row_sums, targets, N, V));
     return ZT_OK;
 }
 
-zt_status model_vocab_loss_backward(struct model *m, const struct ops_backend *ops, float *dlogits,
-                                    const float *probs, const int32_t *targets, float dloss, int N,
+zt_status model_vocab_loss_backward(struct model *m, const struct ops_backend *ops, void *dlogits,
+                                    const void *probs, const int32_t *targets, float dloss, int N,
                                     int V, int v_lo)
 {
     if (!sliced(m))
         TIMED(m, MODEL_PROF_CROSSENTROPY,
-              ops->crossentropy_backward(ops, ZT_F32, dlogits, probs, targets, dloss, N, V));
+              ops->crossentropy_backward(ops, model_act(m), dlogits, probs, targets, dloss, N, V));
     else
         TIMED(m, MODEL_PROF_CROSSENTROPY,
-              ops->crossentropy_vocab_backward(ops, ZT_F32, dlogits, probs, targets, dloss, N, V, v_lo));
+              ops->crossentropy_vocab_backward(ops, model_act(m), dlogits, probs, targets, dloss, N,
+                                               V, v_lo));
     return ZT_OK;
 }

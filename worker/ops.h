@@ -92,6 +92,13 @@ struct ops_backend {
     zt_status (*gemm_describe)(const struct ops_backend *self, enum zt_dtype ab_type, char *buf,
                                size_t n);
 
+    /* ZT_OK when every model op has a form for activations of type t on
+     * this device and its products a kernel (the CPU: bf16 where oneDNN
+     * has a bf16 GEMM kernel for the CPU, fp16 where it has an fp16 one);
+     * else ZT_ERR_UNSUPPORTED saying what is missing. fp32: always ZT_OK.
+     * What a run's compute type is chosen by (param_table.compute). */
+    zt_status (*computes)(const struct ops_backend *self, enum zt_dtype t);
+
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. With wpe == NULL no
      * position embedding is added (the Llama family's positions are rotary,
      * applied inside attention): out[b,t,:] = wte[tokens[b,t],:]. */

@@ -34,7 +34,7 @@ zt() {
     --set run.eval_batches=1 --set data.train="$tmp/lic.tok" --set run.output_dir="$tmp/run" \
     --set zero_optimization.stage="$stage" --set bf16.enabled=$([ "$prec" = bf16 ] && echo true || echo false) \
     --metrics "$tmp/m.jsonl" "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
-  echo "$(median "$tmp/m.jsonl" tokens_per_s) $(grep -m1 -o 'GEMMs (fp32) on .*' "$tmp/log" | sed 's/GEMMs (fp32) on //')"
+  echo "$(median "$tmp/m.jsonl" tokens_per_s) $(grep -m1 -o 'GEMMs on .*' "$tmp/log" | sed 's/GEMMs on //')"
 }
 
 # torch CFG-ARGS... : tokens/s or "-"

@@ -290,6 +290,8 @@ def parse_args(argv):
     ap.add_argument("--zero1", action="store_true",
                     help="ZeroRedundancyOptimizer (ZeRO stage 1) over AdamW; needs several ranks")
     ap.add_argument("--no-checksum", action="store_true", help="skip the FNV-1a check (big files)")
+    ap.add_argument("--losses", default="",
+                    help="rank 0 writes each step's training loss here, one per line")
     ap.add_argument("--bf16", action="store_true",
                     help="forward under torch.autocast('cpu', bfloat16): bf16 GEMMs with fp32 "
                          "weights and optimizer, what a PyTorch user runs on a CPU with bf16")
@@ -412,6 +414,9 @@ def main(argv):
               " loss_first=%.4f loss_last=%.4f precision=%s"
               % (fwd, bwd, upd, n_params, world, a.threads, losses[0].item(), losses[-1].item(),
                  "bf16-autocast" if a.bf16 else "fp32"))
+        if a.losses:
+            with open(a.losses, "w") as f:
+                f.writelines("%.8f\n" % l.item() for l in losses)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print("torch memory rss_peak_mib=%.1f import_mib=%.1f" % (peak / 1024, IMPORT_RSS_KIB / 1024))
         sys.stdout.flush()

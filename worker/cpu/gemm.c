@@ -134,6 +134,42 @@ zt_status cpu_gemm_run(struct cpu_gemm *g, const struct cpu_gemm_call *c)
     return s;
 }
 
+/* A linear layer's forward at GPT-2's width, for describe and supports. */
+static struct cpu_gemm_call probe_of(enum zt_dtype ab_type)
+{
+    return (struct cpu_gemm_call){.trans_b = 1,
+                                  .M = 512,
+                                  .N = 768,
+                                  .K = 768,
+                                  .alpha = 1.0f,
+                                  .ab_type = ab_type,
+                                  .c_type = ZT_F32,
+                                  .lda = 768,
+                                  .ldb = 768,
+                                  .ldc = 768};
+}
+
+zt_status cpu_gemm_supports(struct cpu_gemm *g, enum zt_dtype ab_type)
+{
+    if (ab_type == ZT_F32)
+        return ZT_OK;
+    struct cpu_gemm *own = NULL;
+    if (!g) {
+        ZT_TRY(cpu_gemm_create(CPU_GEMM_AUTO, &own));
+        g = own;
+    }
+    const struct cpu_gemm_call probe = probe_of(ab_type);
+    const char *kernel;
+    int generic;
+    zt_status s = g->lib == CPU_GEMM_OPENBLAS
+                      ? zt_error_set(ZT_ERR_UNSUPPORTED,
+                                     "a %s GEMM needs oneDNN (ZT_CPU_GEMM=openblas has fp32 only)",
+                                     zt_precision_name(ab_type))
+                      : gemm_onednn_kernel(g->dnnl, &probe, &kernel, &generic);
+    cpu_gemm_destroy(own);
+    return s;
+}
+
 zt_status cpu_gemm_describe(struct cpu_gemm *g, enum zt_dtype ab_type, char *buf, size_t n)
 {
     struct cpu_gemm *own = NULL;
@@ -141,17 +177,7 @@ zt_status cpu_gemm_describe(struct cpu_gemm *g, enum zt_dtype ab_type, char *buf
         ZT_TRY(cpu_gemm_create(CPU_GEMM_AUTO, &own));
         g = own;
     }
-    /* A linear layer's forward at GPT-2's width; no buffer is touched. */
-    const struct cpu_gemm_call probe = {.trans_b = 1,
-                                        .M = 512,
-                                        .N = 768,
-                                        .K = 768,
-                                        .alpha = 1.0f,
-                                        .ab_type = ab_type,
-                                        .c_type = ZT_F32,
-                                        .lda = 768,
-                                        .ldb = 768,
-                                        .ldc = 768};
+    const struct cpu_gemm_call probe = probe_of(ab_type); /* no buffer is touched */
     int blas;
     zt_status s = takes_openblas(g, &probe, &blas);
     if (s == ZT_OK && blas && ab_type == ZT_F32) {

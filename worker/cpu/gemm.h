@@ -90,6 +90,11 @@ zt_status cpu_gemm_run(struct cpu_gemm *g, const struct cpu_gemm_call *c);
  * cpu_gemm_run (ZT_ERR_UNSUPPORTED: no bf16 kernel here, as there). */
 zt_status cpu_gemm_describe(struct cpu_gemm *g, enum zt_dtype ab_type, char *buf, size_t n);
 
+/* ZT_OK when products of `ab_type` operands run here (fp32 always); else
+ * ZT_ERR_UNSUPPORTED saying why, as cpu_gemm_run would (g NULL: a state
+ * made for the call). */
+zt_status cpu_gemm_supports(struct cpu_gemm *g, enum zt_dtype ab_type);
+
 /* "auto", "onednn", "openblas". */
 const char *cpu_gemm_lib_name(enum cpu_gemm_lib lib);
 

@@ -24,8 +24,9 @@
 /* The slots every table shares: the model ops, memset_zero and the
  * whole-tensor optimizers. */
 #define CPU_SHARED_OPS                                                                             \
-    .name = "cpu", .gemm_describe = cpu_gemm_describe_op, .encoder_forward = cpu_encoder_forward,  \
-    .encoder_backward = cpu_encoder_backward, .encoder_forward_vocab = cpu_encoder_forward_vocab,  \
+    .name = "cpu", .gemm_describe = cpu_gemm_describe_op, .computes = cpu_computes,                \
+    .encoder_forward = cpu_encoder_forward, .encoder_backward = cpu_encoder_backward,              \
+    .encoder_forward_vocab = cpu_encoder_forward_vocab,                                            \
     .encoder_backward_vocab = cpu_encoder_backward_vocab,                                          \
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,      \
     .matmul_forward = cpu_matmul_forward, .matmul_backward = cpu_matmul_backward,                  \
@@ -216,6 +217,12 @@ zt_status cpu_stage_status(int failed, const char *op, size_t floats)
         return ZT_OK;
     return zt_error_set(ZT_ERR_NOMEM, "%s: no memory to stage %zu fp32 values per thread", op,
                         floats);
+}
+
+/* The row ops have every 16-bit form; the products need a kernel. */
+zt_status cpu_computes(const struct ops_backend *self, enum zt_dtype t)
+{
+    return cpu_gemm_supports(cpu_gemm_of(self), t);
 }
 
 zt_status cpu_gemm_describe_op(const struct ops_backend *self, enum zt_dtype ab_type, char *buf,

@@ -176,6 +176,9 @@ static inline int cpu_staged(enum zt_dtype t, const float *stage)
 zt_status cpu_widen_shared(enum zt_dtype t, const void *src, size_t n, const char *op,
                            float **owned, const float **out);
 
+/* computes of worker/ops.h. */
+zt_status cpu_computes(const struct ops_backend *self, enum zt_dtype t);
+
 /* gemm_describe of worker/ops.h. */
 zt_status cpu_gemm_describe_op(const struct ops_backend *self, enum zt_dtype ab_type, char *buf,
                                size_t n);

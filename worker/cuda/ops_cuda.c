@@ -58,6 +58,12 @@ static zt_status fp32_only(enum zt_dtype t, const char *op)
                         op, zt_precision_name(t));
 }
 
+static zt_status cuda_computes(const struct ops_backend *self, enum zt_dtype t)
+{
+    (void)self;
+    return fp32_only(t, "model ops");
+}
+
 static zt_status encoder_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
                                  const int32_t *tokens, const void *wte, const void *wpe, int B,
                                  int T, int C)
@@ -292,6 +298,7 @@ static zt_status crossentropy_vocab_backward(const struct ops_backend *self, enu
 static const struct ops_backend CUDA_OPS = {
     .name = "cuda",
     .gemm_describe = cuda_gemm_describe,
+    .computes = cuda_computes,
     .encoder_forward = encoder_forward,
     .encoder_backward = encoder_backward,
     .encoder_forward_vocab = encoder_forward_vocab,
