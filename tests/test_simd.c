@@ -22,6 +22,7 @@
 
 #include "common/half.h"
 #include "testutil.h"
+#include "worker/cpu/ops_cpu_impl.h"
 #include "worker/ops.h"
 
 static const size_t LENS[] = {0, 1, 7, 8, 9, 31, 1000, 4097};
@@ -207,6 +208,33 @@ START_TEST(from_f32_matches_half_h_on_a_sweep_of_floats)
         guarded_check_free(&h, n, 2);
     }
     free(x);
+}
+END_TEST
+
+/* The 16-bit model ops' staging casts (worker/cpu/ops_cpu_impl.h, vector
+ * clones of their own) are the reference's too: every 16-bit pattern
+ * widened, the float sweep and its specials narrowed, at odd lengths. */
+START_TEST(staging_casts_match_the_reference)
+{
+    const size_t n = ((size_t)1 << 20) + N_SPECIALS, p = 65536;
+    float *x = malloc(n * sizeof(float)), *f = malloc(p * sizeof(float));
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    ck_assert(x && f && h);
+    for (size_t i = 0; i < n; i++)
+        x[i] = bits_f32(i < N_SPECIALS ? SPECIALS[i] : (uint32_t)((i - N_SPECIALS) * 4093u));
+    for (size_t k = 1; k < N_TYPES; k++) {
+        cpu_stage_from_f32(TYPES[k], x, h, n - 3);
+        for (size_t i = 0; i < n - 3; i++)
+            ck_assert_msg(h[i] == ref_from_f32(TYPES[k], x[i]), "type %d of %08x: %04x, want %04x",
+                          (int)TYPES[k], half_f32_bits(x[i]), h[i], ref_from_f32(TYPES[k], x[i]));
+        for (size_t i = 0; i < p; i++)
+            h[i] = (uint16_t)i;
+        cpu_stage_to_f32(TYPES[k], h, f, p - 5);
+        for (size_t i = 0; i < p - 5; i++)
+            ck_assert_msg(half_f32_bits(f[i]) == half_f32_bits(ref_to_f32(TYPES[k], h[i])),
+                          "type %d %04zx", (int)TYPES[k], i);
+    }
+    free(x), free(f), free(h);
 }
 END_TEST
 
@@ -575,6 +603,7 @@ int main(void)
     tcase_add_loop_test(tc, rules_match_the_reference_bit_for_bit, 0, OPS_CPU_ISA_COUNT);
     tcase_add_loop_test(tc, fused_16bit_pass_equals_the_unfused_sequence, 0, OPS_CPU_ISA_COUNT);
     tcase_add_test(tc, the_default_table_is_the_widest_usable);
+    tcase_add_test(tc, staging_casts_match_the_reference);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }

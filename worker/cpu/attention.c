@@ -260,7 +260,7 @@ static void stage_rows(enum zt_dtype t, float *dst, int dld, const void *src, si
                        int T, int n)
 {
     for (int i = 0; i < T; i++)
-        precision_to_f32(t, cpu_elem(t, src, at + (size_t)i * ld), dst + (size_t)i * dld,
+        cpu_stage_to_f32(t, cpu_elem(t, src, at + (size_t)i * ld), dst + (size_t)i * dld,
                          (size_t)n);
 }
 
@@ -268,7 +268,7 @@ static void unstage_rows(enum zt_dtype t, void *dst, size_t at, int ld, const fl
                          int T, int n)
 {
     for (int i = 0; i < T; i++)
-        precision_from_f32(t, src + (size_t)i * sld, cpu_elem(t, dst, at + (size_t)i * ld),
+        cpu_stage_from_f32(t, src + (size_t)i * sld, cpu_elem(t, dst, at + (size_t)i * ld),
                            (size_t)n);
 }
 

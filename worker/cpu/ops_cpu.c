@@ -197,6 +197,44 @@ float *cpu_stage_alloc(enum zt_dtype t, size_t n, int *failed)
     return p;
 }
 
+CPU_KERNEL static void bf16_widen(const uint16_t *src, float *dst, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        const union cpu_fbits b = {.i = (int32_t)((uint32_t)src[i] << 16)};
+        dst[i] = b.f;
+    }
+}
+
+/* zt_f32_to_bf16's rounding, written for the vectoriser: NaN by select. */
+CPU_KERNEL static void bf16_narrow(const float *src, uint16_t *dst, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        const union cpu_fbits b = {.f = src[i]};
+        const uint32_t u = (uint32_t)b.i;
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        const uint32_t quiet = (u >> 16) | 0x0040u;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    }
+}
+
+void cpu_stage_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n)
+{
+    if (t == ZT_BF16)
+        bf16_widen(src, dst, n);
+    else
+        precision_to_f32(t, src, dst, n);
+}
+
+void cpu_stage_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n)
+{
+    if (t == ZT_BF16)
+        bf16_narrow(src, dst, n);
+    else
+        precision_from_f32(t, src, dst, n);
+}
+
 zt_status cpu_widen_shared(enum zt_dtype t, const void *src, size_t n, const char *op,
                            float **owned, const float **out)
 {
@@ -206,7 +244,7 @@ zt_status cpu_widen_shared(enum zt_dtype t, const void *src, size_t n, const cha
         return ZT_OK;
     if (!(*owned = malloc((n ? n : 1) * sizeof(float))))
         return zt_error_set(ZT_ERR_NOMEM, "%s: no memory to widen %zu weights", op, n);
-    precision_to_f32(t, src, *owned, n);
+    cpu_stage_to_f32(t, src, *owned, n);
     *out = *owned;
     return ZT_OK;
 }

@@ -107,6 +107,13 @@ static inline void *cpu_elem(enum zt_dtype t, const void *p, size_t i)
     return (char *)p + i * zt_dtype_size(t);
 }
 
+/* precision_to_f32 and precision_from_f32 for the staging, bit for bit,
+ * with bf16 in vector code (CPU_KERNEL clones): the 16-bit forms convert
+ * every value they read and write, which the scalar loops made cost as
+ * much as a norm itself. */
+void cpu_stage_to_f32(enum zt_dtype t, const void *src, float *dst, size_t n);
+void cpu_stage_from_f32(enum zt_dtype t, const float *src, void *dst, size_t n);
+
 /* Elements [i, i + n) of src (type t) as floats: src itself under fp32,
  * else widened into tmp[n]. */
 static inline const float *cpu_widen(enum zt_dtype t, const void *src, size_t i, size_t n,
@@ -114,7 +121,7 @@ static inline const float *cpu_widen(enum zt_dtype t, const void *src, size_t i,
 {
     if (t == ZT_F32)
         return (const float *)src + i;
-    precision_to_f32(t, cpu_elem(t, src, i), tmp, n);
+    cpu_stage_to_f32(t, cpu_elem(t, src, i), tmp, n);
     return tmp;
 }
 
@@ -127,14 +134,14 @@ static inline float *cpu_place(enum zt_dtype t, void *dst, size_t i, size_t n, f
     if (t == ZT_F32)
         return (float *)dst + i;
     if (load)
-        precision_to_f32(t, cpu_elem(t, dst, i), tmp, n);
+        cpu_stage_to_f32(t, cpu_elem(t, dst, i), tmp, n);
     return tmp;
 }
 
 static inline void cpu_store(enum zt_dtype t, void *dst, size_t i, size_t n, const float *tmp)
 {
     if (t != ZT_F32)
-        precision_from_f32(t, tmp, cpu_elem(t, dst, i), n);
+        cpu_stage_from_f32(t, tmp, cpu_elem(t, dst, i), n);
 }
 
 /* A thread's heap staging of n floats for a 16-bit form (NULL under fp32,
