@@ -332,11 +332,11 @@ static void time_gemm(struct calibration *cal, float *const buf[6], struct gemm_
     ZT_ASSERT(reps <= 16);
     for (int r = 0; r < warm + reps; r++) {
         double t0 = zt_now_seconds();
-        ZT_ASSERT(ops->matmul_forward(ops, ZT_F32, buf[2], buf[0], buf[1], NULL, g->rows, g->C, g->OC) ==
-                  ZT_OK);
+        ZT_ASSERT(ops->matmul_forward(ops, ZT_F32, buf[2], buf[0], buf[1], NULL, g->rows, g->C,
+                                      g->OC) == ZT_OK);
         double t1 = zt_now_seconds();
-        ZT_ASSERT(ops->matmul_backward(ops, ZT_F32, buf[4], buf[5], NULL, buf[3], buf[0], buf[1], g->rows,
-                                       g->C, g->OC) == ZT_OK);
+        ZT_ASSERT(ops->matmul_backward(ops, ZT_F32, buf[4], buf[5], NULL, buf[3], buf[0], buf[1],
+                                       g->rows, g->C, g->OC) == ZT_OK);
         double t2 = zt_now_seconds();
         if (r >= warm) {
             fwd[r - warm] = t1 - t0;

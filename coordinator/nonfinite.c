@@ -322,8 +322,8 @@ static void fault_forward(struct run_session *s, int block, const char *what, en
                                   s->ledger.phase.micro_step, block, what, t, buf, n);
 }
 
-static zt_status check_forward(void *ctx, int block, int tensor, const char *what,
-                               enum zt_dtype t, void *buf, size_t n)
+static zt_status check_forward(void *ctx, int block, int tensor, const char *what, enum zt_dtype t,
+                               void *buf, size_t n)
 {
     struct check *c = ctx;
     fault_forward(c->s, block, what, t, buf, n);
