@@ -149,6 +149,7 @@ void config_free(struct zt_config *cfg)
     free(cfg->quantization.bnb_4bit_quant_type);
     free(cfg->quantization.bnb_4bit_compute_dtype);
     free(cfg->lora.init_from);
+    free(cfg->data_types.grad_accum_dtype);
     free(cfg->run.output_dir);
     free(cfg->comm.backend);
     free(cfg->comm.reduce_scatter);

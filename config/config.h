@@ -253,6 +253,9 @@ struct zt_config {
         int enabled;
     } bf16;
     struct {
+        char *grad_accum_dtype; /* NULL: the working precision; fp32, bf16, fp16 */
+    } data_types;
+    struct {
         int enabled;
         int every_n_blocks; /* checkpoint blocks 0, n, 2n, ...; default 1 (every block) */
     } activation_checkpointing;
@@ -325,6 +328,10 @@ const char *config_pipeline_partition_name(enum pipeline_partition p);
  * optimizer states moves nothing; NULL when there is nothing to say
  * (offload off, or a GPU). Static storage. */
 const char *config_offload_note(const struct zt_config *cfg, int host_memory);
+
+/* Whether data_types.grad_accum_dtype keeps a 16-bit run's gradients in
+ * fp32. */
+int config_grad_accum_fp32(const struct zt_config *c);
 
 /* quantization.bnb_4bit_compute_dtype as a dtype (ZT_F32, ZT_BF16 or
  * ZT_F16) of a loaded config. */

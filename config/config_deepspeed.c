@@ -62,7 +62,6 @@ static const struct ds_key keys[] = {
     {"compression_training", Q_NEVER, "the model is trained uncompressed"},
     {"curriculum_learning", Q_DISABLED, "samples are drawn uniformly from data.train"},
     {"data_efficiency", Q_DISABLED, "samples are drawn uniformly from data.train"},
-    {"data_types", Q_NEVER, "gradients are accumulated in the working precision"},
     {"dataloader_drop_last", Q_ALWAYS, "zerotrain has its own sampler"},
     {"disable_allgather", Q_FALSE, "updated parameters are allgathered (stages 1 and 2)"},
     {"dump_state", Q_FALSE, "the resolved configuration is printed and written to "

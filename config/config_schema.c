@@ -393,6 +393,12 @@ static const struct field fields[] = {
     {"bf16.enabled", T_BOOL, OFF(bf16.enabled), 0, "false", NB, NB, F_DS, NULL,
      "bf16 working params and grads, fp32 master weights"},
 
+    {"data_types", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the gradients' type"},
+    {"data_types.grad_accum_dtype", T_STRING, OFF(data_types.grad_accum_dtype), 0, NULL, NB, NB,
+     F_DS, NULL,
+     "fp32: under bf16 or fp16, keep the gradients, their accumulation over micro steps and "
+     "their reductions in fp32 (twice the bytes); unset or the working precision's name: in it"},
+
     {"activation_checkpointing", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "activation checkpointing"},
     {"activation_checkpointing.enabled", T_BOOL, OFF(activation_checkpointing.enabled), 0,
@@ -1720,6 +1726,12 @@ static zt_status check_quantization(const struct walk *w)
     return ZT_OK;
 }
 
+int config_grad_accum_fp32(const struct zt_config *c)
+{
+    const char *name = c->data_types.grad_accum_dtype;
+    return (c->bf16.enabled || c->fp16.enabled) && name && compute_dtype_of(name) == (int)ZT_F32;
+}
+
 enum zt_dtype config_compute_dtype(const struct zt_config *c)
 {
     const int t = compute_dtype_of(c->quantization.bnb_4bit_compute_dtype);
@@ -1770,6 +1782,26 @@ static zt_status check_checkpoint(const struct walk *w)
 
 /* Each scheduler type takes only its own parameters, as DeepSpeed's
  * constructors do; a stray one is almost always meant for another type. */
+static int compute_dtype_of(const char *name);
+
+/* grad_accum_dtype names fp32 or the working precision itself: DeepSpeed
+ * takes no other pairing either. */
+static zt_status check_grad_accum(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    const char *name = c->data_types.grad_accum_dtype;
+    const enum zt_dtype working = c->bf16.enabled ? ZT_BF16 : c->fp16.enabled ? ZT_F16 : ZT_F32;
+    const int t = name ? compute_dtype_of(name) : (int)working;
+    if (t == (int)ZT_F32 || t == (int)working)
+        return ZT_OK;
+    char where[WHERE];
+    where_of_keys(w, where, "data_types.grad_accum_dtype", NULL, NULL);
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "%s: data_types.grad_accum_dtype: must be fp32 or the working precision "
+                        "(%s), got '%s'",
+                        where, zt_precision_name(working), name);
+}
+
 static zt_status check_precision(const struct walk *w)
 {
     char where[WHERE];
@@ -1778,7 +1810,7 @@ static zt_status check_precision(const struct walk *w)
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: fp16.enabled and bf16.enabled are both true: choose one", where);
     }
-    return ZT_OK;
+    return check_grad_accum(w);
 }
 
 /* fp8 GEMMs refuse what they would compute wrongly or not at all: LoRA's

@@ -271,22 +271,24 @@ static zt_status check_grads_done(void *ctx, int unit)
     return c->inner.grads_done(c->inner.ctx, unit);
 }
 
-static zt_status check_tp_allreduce(void *ctx, float *buf, size_t n, enum model_reduce op)
+static zt_status check_tp_allreduce(void *ctx, enum zt_dtype t, void *buf, size_t n,
+                                    enum model_reduce op)
 {
     struct check *c = ctx;
-    return c->inner.tp_allreduce(c->inner.ctx, buf, n, op);
+    return c->inner.tp_allreduce(c->inner.ctx, t, buf, n, op);
 }
 
-static zt_status check_tp_allgather(void *ctx, const float *in, float *out, size_t n)
+static zt_status check_tp_allgather(void *ctx, enum zt_dtype t, const void *in, void *out, size_t n)
 {
     struct check *c = ctx;
-    return c->inner.tp_allgather(c->inner.ctx, in, out, n);
+    return c->inner.tp_allgather(c->inner.ctx, t, in, out, n);
 }
 
-static zt_status check_tp_reduce_scatter(void *ctx, const float *in, float *out, size_t n)
+static zt_status check_tp_reduce_scatter(void *ctx, enum zt_dtype t, const void *in, void *out,
+                                         size_t n)
 {
     struct check *c = ctx;
-    return c->inner.tp_reduce_scatter(c->inner.ctx, in, out, n);
+    return c->inner.tp_reduce_scatter(c->inner.ctx, t, in, out, n);
 }
 
 /* ---- the models' probes and the engine's ------------------------------ */
@@ -364,7 +366,7 @@ static zt_status check_reduced(void *ctx, int unit, size_t first, const void *g,
     const double key = next_key(c, NONFINITE_REDUCED, 0, unit);
     if (key == KEY_NONE)
         return ZT_OK;
-    return scan_unit(c, key, -1, unit, first, g, n, c->s->engine.cfg.precision, scale);
+    return scan_unit(c, key, -1, unit, first, g, n, c->s->engine.grad_type, scale);
 }
 
 static zt_status fault_only_forward(void *ctx, int block, int tensor, const char *what,

@@ -60,7 +60,7 @@ static zt_status pipeline_create(struct run_session *s, struct pipeline *out)
     pipeline_schedule_ops(out->kind, out->stages, out->stage, out->micro, out->ops);
     out->slots[0] = s->model;
     for (int k = 1; k < out->n_slots; k++) {
-        ZT_TRY(session_model_create(s, s->model->profile, &out->slots[k]));
+        ZT_TRY(session_model_create(s, s->model->profile, s->model, &out->slots[k]));
     }
     return ZT_OK;
 }

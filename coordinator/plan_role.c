@@ -123,7 +123,7 @@ static zt_status plan_rank(const struct zt_config *c, const struct plan_layout *
     zt_status s =
         slots ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot plan %d instances", out->slots);
     for (int k = 0; k < out->slots && s == ZT_OK; k++)
-        s = session_model_create_for(c, t, be, st, &slots[k]);
+        s = session_model_create_for(c, t, be, st, k ? slots[0] : NULL, &slots[k]);
     if (s == ZT_OK) {
         read_engine(&engine, out);
         out->boundary = (size_t)model_sp_rows(slots[0]) * (size_t)c->model.n_embd;

@@ -437,10 +437,11 @@ enum model_partition session_stage_method(const struct zt_config *c)
 
 zt_status session_model_create_for(const struct zt_config *c, const struct param_table *t,
                                    const struct compute_backend *be,
-                                   const struct model_stage *stage, struct model **out)
+                                   const struct model_stage *stage, const struct model *lender,
+                                   struct model **out)
 {
-    ZT_TRY(model_create_stage(t, be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
-                              session_ckpt_every(c), stage, out));
+    ZT_TRY(model_create_slot(t, be, c->train_micro_batch_size_per_gpu, c->data.seq_len,
+                             session_ckpt_every(c), stage, lender, out));
     (*out)->seed = c->run.seed;
     if (c->run.neftune_noise_alpha <= 0.0)
         return ZT_OK;
@@ -448,9 +449,10 @@ zt_status session_model_create_for(const struct zt_config *c, const struct param
 }
 
 zt_status session_model_create(struct run_session *s, struct model_profile *profile,
-                               struct model **out)
+                               const struct model *lender, struct model **out)
 {
-    const zt_status st = session_model_create_for(&s->cfg, &s->table, &s->compute, &s->stage, out);
+    const zt_status st =
+        session_model_create_for(&s->cfg, &s->table, &s->compute, &s->stage, lender, out);
     if (*out)
         (*out)->profile = profile;
     return st;
@@ -477,7 +479,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
     ZT_TRY(shard_engine_create(&ec, &s->table, s->dp_groups.shard ? s->dp_groups.shard : s->axes.dp,
                                &s->compute, &s->engine));
-    ZT_TRY(session_model_create(s, o->profile ? &s->profile : NULL, &s->model));
+    ZT_TRY(session_model_create(s, o->profile ? &s->profile : NULL, NULL, &s->model));
     s->engine.profile = o->profile ? &s->engine_profile : NULL;
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
     s->inputs = malloc(2 * bt * sizeof(int32_t));
@@ -518,6 +520,7 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
         .overlap_comm = c->zero.overlap_comm,
         .prefetch_depth = c->zero.stage3_prefetch_depth,
         .precision = session_precision(c),
+        .grad_accum_fp32 = config_grad_accum_fp32(c),
         .optimizer = optimizer_find(c->optimizer.type),
         .optimizer_states = optimizer_state_count(optimizer_find(c->optimizer.type), &hp),
         .hparams = hp,
@@ -535,10 +538,7 @@ enum zt_dtype session_compute_type(const struct zt_config *c, const struct ops_b
                                    char *why, size_t n)
 {
     const enum zt_dtype t = session_precision(c);
-    const char *layout = c->fp8.enabled                 ? "fp8 GEMMs are emulated in fp32"
-                         : c->tensor_parallel.size > 1  ? "tensor parallelism reduces in fp32"
-                         : c->quantization.load_in_4bit ? "QLoRA's 4-bit base dequantises to fp32"
-                                                        : NULL;
+    const char *layout = c->fp8.enabled ? "fp8 GEMMs are emulated in fp32" : NULL;
     snprintf(why, n, "%s", "");
     if (t == ZT_F32)
         return ZT_F32;

@@ -260,20 +260,23 @@ zt_status session_rank_table(const struct zt_config *c, int T, int t, struct par
 enum model_partition session_stage_method(const struct zt_config *c);
 
 /* An instance of table t's model for `stage`, for one micro batch of the
- * config, with its seed and NEFTune, in be's memory. *out is set once
- * created: the caller destroys it, also on failure. Errors: those of
- * model_create_stage and model_neftune_enable. */
+ * config, with its seed and NEFTune, in be's memory; a pipeline slot
+ * borrows the backward scratch of `lender`, the stage's first slot (NULL:
+ * its own; model_create_slot). *out is set once created: the caller
+ * destroys it, also on failure. Errors: those of model_create_slot and
+ * model_neftune_enable. */
 zt_status session_model_create_for(const struct zt_config *c, const struct param_table *t,
                                    const struct compute_backend *be,
-                                   const struct model_stage *stage, struct model **out);
+                                   const struct model_stage *stage, const struct model *lender,
+                                   struct model **out);
 
 /* An instance of the session's model for its pipeline stage (the whole
  * model without a pipeline), for one micro batch, timed into `profile`
- * (NULL: not), with the run's seed and NEFTune. *out is set once created:
- * the caller destroys it, also on failure. Errors: those of
- * model_create_stage and model_neftune_enable. */
+ * (NULL: not), with the run's seed and NEFTune, borrowing `lender`'s
+ * scratch as above. *out is set once created: the caller destroys it, also
+ * on failure. Errors: those of model_create_slot and model_neftune_enable. */
 zt_status session_model_create(struct run_session *s, struct model_profile *profile,
-                               struct model **out);
+                               const struct model *lender, struct model **out);
 
 /* The last forward of m weighed into a step's loss sums: its mean times
  * its share of a full micro batch into sums[0] (1 without a mask, so the

@@ -66,9 +66,15 @@ static size_t unit_bytes(const struct shard_engine *e, int u)
     return su->packed ? su->image_padded : su->padded * e->esz;
 }
 
-static size_t shard_bytes(const struct shard_engine *e, int u)
+/* Bytes of a full unit / one rank's shard of it in grad_type. */
+static size_t unit_grad_bytes(const struct shard_engine *e, int u)
 {
-    return e->part.units[u].shard * e->esz;
+    return e->part.units[u].padded * e->gsz;
+}
+
+static size_t shard_grad_bytes(const struct shard_engine *e, int u)
+{
+    return e->part.units[u].shard * e->gsz;
 }
 
 /* hpZ: whether the engine keeps a secondary copy, and the bytes of the
@@ -142,7 +148,7 @@ static zt_status alloc_states(struct shard_engine *e)
                              "the 4-bit base", &e->packed));
     /* A fused-backward optimizer keeps no gradients between units. */
     if (!e->cfg.optimizer->fused_backward)
-        ZT_TRY(alloc_working(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->esz,
+        ZT_TRY(alloc_working(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->gsz,
                              "gradients", &e->grads));
     if (has_master(e)) {
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
@@ -245,26 +251,28 @@ zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *fu
     return st;
 }
 
-/* Decodes packed unit u's image (device memory) into its fp32 view:
- * straight from device memory that is host memory, else through host
- * staging. */
-static zt_status decode_packed(struct shard_engine *e, int u, const void *image, float *view)
+/* Decodes packed unit u's image (device memory) into its view in the
+ * compute type: straight from device memory that is host memory, else
+ * through host staging. */
+static zt_status decode_packed(struct shard_engine *e, int u, const void *image, void *view)
 {
     const struct shard_unit *su = &e->part.units[u];
+    const enum zt_dtype to = e->table->compute;
     if (e->be->host_memory) {
-        param_quant_decode(e->table, u, e->cfg.precision, image, view);
+        param_quant_decode(e->table, u, e->cfg.precision, image, to, view);
         return ZT_OK;
     }
+    const size_t bytes = su->numel * zt_dtype_size(to);
     unsigned char *host = malloc(su->image);
-    float *values = malloc(su->numel * sizeof(float));
+    void *values = malloc(bytes);
     zt_status st = host && values
                        ? ZT_OK
                        : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the 4-bit decode staging");
     if (st == ZT_OK)
         st = e->dev->ops->copy_to_host(e->dev, host, image, su->image);
     if (st == ZT_OK) {
-        param_quant_decode(e->table, u, e->cfg.precision, host, values);
-        st = e->dev->ops->copy_from_host(e->dev, view, values, su->numel * sizeof(float));
+        param_quant_decode(e->table, u, e->cfg.precision, host, to, values);
+        st = e->dev->ops->copy_from_host(e->dev, view, values, bytes);
     }
     free(host);
     free(values);
@@ -376,7 +384,7 @@ static zt_status gathered_release(struct shard_engine *e, int unit)
  * element-wise ones convert in their fused pass (shard/update.c). */
 static size_t staging_floats(const struct shard_engine *e, size_t n)
 {
-    return is_16bit(e) && e->cfg.optimizer->whole_tensors ? n : 0;
+    return grads_16bit(e) && e->cfg.optimizer->whole_tensors ? n : 0;
 }
 
 /* Each unit's gradient lives in its own transient buffer, reduced once
@@ -413,17 +421,16 @@ static zt_status fused_unit_done(struct shard_engine *e, int unit)
     const size_t tmp_bytes = staging_floats(e, r.hi - r.lo) * sizeof(float);
     zt_status st = ZT_OK;
     if (e->policy.shard_states)
-        st = device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), "a reduced shard",
+        st = device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_grad_bytes(e, unit), "a reduced shard",
                           &reduced);
     if (st == ZT_OK && tmp_bytes)
         st = device_alloc(e->dev, LEDGER_WORKSPACE, tmp_bytes, "fp32 gradients", &tmp);
     if (st == ZT_OK && !e->plan)
         st = e->policy.shard_states
-                 ? comm_reduce_scatter(e->comm, full, reduced, su->shard, e->cfg.precision,
-                                       COMM_OP_SUM)
-                 : comm_allreduce(e->comm, full, su->padded, e->cfg.precision, COMM_OP_SUM);
+                 ? comm_reduce_scatter(e->comm, full, reduced, su->shard, e->grad_type, COMM_OP_SUM)
+                 : comm_allreduce(e->comm, full, su->padded, e->grad_type, COMM_OP_SUM);
     if (st == ZT_OK && !e->plan && e->replica) /* HSDP: across the shard groups */
-        st = comm_allreduce(e->replica, reduced, su->shard, e->cfg.precision, COMM_OP_SUM);
+        st = comm_allreduce(e->replica, reduced, su->shard, e->grad_type, COMM_OP_SUM);
     if (st == ZT_OK && !e->plan)
         st = shard_update_fused_unit(e, unit, reduced, &r, tmp);
     if (st == ZT_OK && !e->plan && e->fused.update && shard_policy_regathers_params(&e->policy)) {
@@ -434,8 +441,8 @@ static zt_status fused_unit_done(struct shard_engine *e, int unit)
     if (tmp_bytes && (tmp || e->plan))
         device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);
     if (e->policy.shard_states && (reduced || e->plan))
-        device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), reduced);
-    device_free(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, unit), full);
+        device_free(e->dev, LEDGER_COMM_BUFFERS, shard_grad_bytes(e, unit), reduced);
+    device_free(e->dev, LEDGER_COMM_BUFFERS, unit_grad_bytes(e, unit), full);
     e->unit_grads[unit] = NULL;
     return st;
 }
@@ -475,12 +482,12 @@ static zt_status finish_oldest_reduce(struct shard_engine *e)
     prof_end(e, SHARD_PROF_REDUCE, t0);
     t0 = prof_begin(e);
     if (st == ZT_OK && !e->plan)
-        st = e->ops->add_into(e->ops, e->cfg.precision, at(e, e->grads, su->state_shard_offset),
+        st = e->ops->add_into(e->ops, e->grad_type, gat(e, e->grads, su->state_shard_offset),
                               r.recv, su->shard);
     prof_end(e, SHARD_PROF_GRAD_ADD, t0);
     t0 = prof_begin(e);
-    device_free(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, r.unit), r.recv);
-    device_free(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, r.unit), e->unit_grads[r.unit]);
+    device_free(e->dev, LEDGER_COMM_BUFFERS, shard_grad_bytes(e, r.unit), r.recv);
+    device_free(e->dev, LEDGER_COMM_BUFFERS, unit_grad_bytes(e, r.unit), e->unit_grads[r.unit]);
     e->unit_grads[r.unit] = NULL;
     prof_end(e, SHARD_PROF_REDUCE, t0);
     return st;
@@ -492,13 +499,13 @@ static zt_status start_reduce(struct shard_engine *e, int unit)
     struct shard_reduce *r = &e->reduces[e->n_reduces];
     void *recv;
     ZT_ASSERT(e->n_reduces < e->table->n_units);
-    ZT_TRY(device_alloc_uninit(e->dev, LEDGER_COMM_BUFFERS, shard_bytes(e, unit), "a reduced shard",
-                               &recv));
+    ZT_TRY(device_alloc_uninit(e->dev, LEDGER_COMM_BUFFERS, shard_grad_bytes(e, unit),
+                               "a reduced shard", &recv));
     *r = (struct shard_reduce){unit, recv, NULL};
     e->n_reduces++;
     if (!e->plan)
-        ZT_TRY(comm_ireduce_scatter(e->comm, e->unit_grads[unit], r->recv, su->shard,
-                                    e->cfg.precision, COMM_OP_SUM, &r->req));
+        ZT_TRY(comm_ireduce_scatter(e->comm, e->unit_grads[unit], r->recv, su->shard, e->grad_type,
+                                    COMM_OP_SUM, &r->req));
     return ZT_OK;
 }
 
@@ -551,8 +558,8 @@ static zt_status issue_allreduce(struct shard_engine *e, size_t first, size_t n)
     e->n_early++;
     *req = NULL;
     return e->plan ? ZT_OK
-                   : comm_iallreduce(e->comm, at(e, e->grads, first), n, e->cfg.precision,
-                                     COMM_OP_SUM, req);
+                   : comm_iallreduce(e->comm, gat(e, e->grads, first), n, e->grad_type, COMM_OP_SUM,
+                                     req);
 }
 
 /* Stage 1: unit u's full grads reduce-scattered into its reduced shard. */
@@ -562,15 +569,15 @@ static zt_status issue_reduce_scatter(struct shard_engine *e, int u)
     struct comm_request **req = &e->early[e->n_early];
     ZT_ASSERT(e->n_early < e->table->n_units);
     if (!e->early_shards_held) /* (a plan's allocations have no address) */
-        ZT_TRY(device_alloc_uninit(e->dev, LEDGER_COMM_BUFFERS, e->part.state_shard_total * e->esz,
+        ZT_TRY(device_alloc_uninit(e->dev, LEDGER_COMM_BUFFERS, e->part.state_shard_total * e->gsz,
                                    "reduced grad shards", &e->early_shards));
     e->early_shards_held = 1;
     e->n_early++;
     *req = NULL;
     return e->plan ? ZT_OK
-                   : comm_ireduce_scatter(e->comm, at(e, e->grads, su->state_padded_offset),
-                                          at(e, e->early_shards, su->state_shard_offset), su->shard,
-                                          e->cfg.precision, COMM_OP_SUM, req);
+                   : comm_ireduce_scatter(e->comm, gat(e, e->grads, su->state_padded_offset),
+                                          gat(e, e->early_shards, su->state_shard_offset),
+                                          su->shard, e->grad_type, COMM_OP_SUM, req);
 }
 
 /* Issues the open bucket's reductions: stage 0 one allreduce per run of
@@ -629,11 +636,11 @@ static zt_status finish_early(struct shard_engine *e, void *g)
         if (!su->trainable || e->unit_reduced[u])
             continue;
         ZT_TRY(e->policy.shard_states
-                   ? comm_reduce_scatter(e->comm, at(e, e->grads, su->state_padded_offset),
-                                         at(e, g, su->state_shard_offset), su->shard,
-                                         e->cfg.precision, COMM_OP_SUM)
-                   : comm_allreduce(e->comm, at(e, e->grads, su->state_padded_offset), su->padded,
-                                    e->cfg.precision, COMM_OP_SUM));
+                   ? comm_reduce_scatter(e->comm, gat(e, e->grads, su->state_padded_offset),
+                                         gat(e, g, su->state_shard_offset), su->shard, e->grad_type,
+                                         COMM_OP_SUM)
+                   : comm_allreduce(e->comm, gat(e, e->grads, su->state_padded_offset), su->padded,
+                                    e->grad_type, COMM_OP_SUM));
     }
     return ZT_OK;
 }
@@ -699,30 +706,31 @@ static zt_status hook_pass_end(void *ctx, enum model_pass pass)
     return ZT_OK;
 }
 
-/* Under 16-bit precision the model computes on an fp32 view of a unit. */
-static zt_status open_view(struct shard_engine *e, int unit, const char *what, float **view)
+/* A unit's view in type t: the fp32 view a 16-bit unit is computed on
+ * when the model computes in fp32, or a packed unit's decoded weights. */
+static zt_status open_view(struct shard_engine *e, int unit, enum zt_dtype t, const char *what,
+                           void **view)
 {
-    void *p;
-    ZT_TRY(device_alloc(e->dev, LEDGER_WORKSPACE, e->part.units[unit].padded * sizeof(float), what,
-                        &p));
-    *view = p;
-    return ZT_OK;
+    return device_alloc(e->dev, LEDGER_WORKSPACE, e->part.units[unit].padded * zt_dtype_size(t),
+                        what, view);
 }
 
-static void close_view(struct shard_engine *e, int unit, float **view)
+static void close_view(struct shard_engine *e, int unit, enum zt_dtype t, void **view)
 {
-    device_free(e->dev, LEDGER_WORKSPACE, e->part.units[unit].padded * sizeof(float), *view);
+    device_free(e->dev, LEDGER_WORKSPACE, e->part.units[unit].padded * zt_dtype_size(t), *view);
     *view = NULL;
 }
 
-/* The fp32 view of a packed (dequantised) or 16-bit unit's params at src. */
+/* The view of a packed (dequantised, in the compute type) or 16-bit
+ * (fp32) unit's params at src. */
 static zt_status param_view_open(struct shard_engine *e, int unit, const void *src)
 {
     if (e->part.units[unit].packed) {
-        ZT_TRY(open_view(e, unit, "a unit's dequantised parameters", &e->param_view[unit]));
+        ZT_TRY(open_view(e, unit, e->table->compute, "a unit's dequantised parameters",
+                         &e->param_view[unit]));
         return e->plan ? ZT_OK : decode_packed(e, unit, src, e->param_view[unit]);
     }
-    ZT_TRY(open_view(e, unit, "a unit's fp32 parameters", &e->param_view[unit]));
+    ZT_TRY(open_view(e, unit, ZT_F32, "a unit's fp32 parameters", &e->param_view[unit]));
     return e->plan ? ZT_OK
                    : e->ops->to_f32(e->ops, e->cfg.precision, src, e->param_view[unit],
                                     e->part.units[unit].padded);
@@ -733,6 +741,12 @@ static zt_status param_view_open(struct shard_engine *e, int unit, const void *s
 static int lends_working(const struct shard_engine *e)
 {
     return e->table->compute != ZT_F32;
+}
+
+/* The type of unit u's parameter view, while one is open. */
+static enum zt_dtype param_view_type(const struct shard_engine *e, int u)
+{
+    return e->part.units[u].packed ? e->table->compute : ZT_F32;
 }
 
 static zt_status hook_params_acquire(void *ctx, int unit, const void **params)
@@ -747,8 +761,8 @@ static zt_status hook_params_acquire(void *ctx, int unit, const void **params)
     else
         src = su->packed ? (const void *)((char *)e->packed + su->image_offset)
                          : at(e, e->params, su->padded_offset);
-    /* 16-bit compute lends the store itself: never packed, never another type */
-    ZT_ASSERT(!lends_working(e) || (e->table->compute == e->cfg.precision && !su->packed));
+    /* 16-bit compute lends the store itself, never another type */
+    ZT_ASSERT(!lends_working(e) || e->table->compute == e->cfg.precision);
     if (!su->packed && (!is_16bit(e) || lends_working(e))) {
         *params = src;
         return ZT_OK;
@@ -763,7 +777,7 @@ static zt_status hook_params_release(void *ctx, int unit)
     struct shard_engine *e = ctx;
     double t0 = prof_begin(e);
     if ((is_16bit(e) && !lends_working(e)) || e->part.units[unit].packed)
-        close_view(e, unit, &e->param_view[unit]);
+        close_view(e, unit, param_view_type(e, unit), &e->param_view[unit]);
     prof_end(e, SHARD_PROF_CAST, t0);
     zt_status st = ZT_OK;
     if (e->policy.shard_params)
@@ -775,8 +789,8 @@ static zt_status hook_params_release(void *ctx, int unit)
 static zt_status open_unit_grads(struct shard_engine *e, int unit)
 {
     if (!e->unit_grads[unit])
-        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, unit_bytes(e, unit), "a unit's gradients",
-                            &e->unit_grads[unit]));
+        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, unit_grad_bytes(e, unit),
+                            "a unit's gradients", &e->unit_grads[unit]));
     return ZT_OK;
 }
 
@@ -786,10 +800,10 @@ static zt_status open_unit_grads(struct shard_engine *e, int unit)
 static zt_status grad_view_open(struct shard_engine *e, int unit)
 {
     const struct shard_unit *su = &e->part.units[unit];
-    ZT_TRY(open_view(e, unit, "a unit's fp32 gradients", &e->grad_view[unit]));
+    ZT_TRY(open_view(e, unit, ZT_F32, "a unit's fp32 gradients", &e->grad_view[unit]));
     if (transient_grads(e) || e->plan)
         return ZT_OK;
-    return e->ops->to_f32(e->ops, e->cfg.precision, at(e, e->grads, su->state_padded_offset),
+    return e->ops->to_f32(e->ops, e->grad_type, gat(e, e->grads, su->state_padded_offset),
                           e->grad_view[unit], su->padded);
 }
 
@@ -798,14 +812,14 @@ static zt_status grad_view_open(struct shard_engine *e, int unit)
 static zt_status grad_view_close(struct shard_engine *e, int unit)
 {
     const struct shard_unit *su = &e->part.units[unit];
-    void *dst = at(e, e->grads, su->state_padded_offset);
+    void *dst = gat(e, e->grads, su->state_padded_offset);
     if (transient_grads(e)) {
         ZT_TRY(open_unit_grads(e, unit));
         dst = e->unit_grads[unit];
     }
     if (!e->plan)
-        ZT_TRY(e->ops->from_f32(e->ops, e->cfg.precision, e->grad_view[unit], dst, su->padded));
-    close_view(e, unit, &e->grad_view[unit]);
+        ZT_TRY(e->ops->from_f32(e->ops, e->grad_type, e->grad_view[unit], dst, su->padded));
+    close_view(e, unit, ZT_F32, &e->grad_view[unit]);
     return ZT_OK;
 }
 
@@ -820,9 +834,9 @@ static zt_status hook_grads_acquire(void *ctx, int unit, float **grads)
         *grads = NULL;
         return ZT_OK;
     }
-    if (!is_16bit(e)) {
+    if (!grads_16bit(e)) {
         if (!transient_grads(e)) {
-            *grads = at(e, e->grads, su->state_padded_offset);
+            *grads = gat(e, e->grads, su->state_padded_offset);
             return ZT_OK;
         }
         PROF_TRY(e, SHARD_PROF_REDUCE, open_unit_grads(e, unit));
@@ -840,7 +854,7 @@ static zt_status hook_grads_done(void *ctx, int unit)
     const struct shard_unit *su = &e->part.units[unit];
     if (!su->trainable)
         return ZT_OK;
-    if (is_16bit(e))
+    if (grads_16bit(e))
         PROF_TRY(e, SHARD_PROF_CAST, grad_view_close(e, unit));
     zt_status st = ZT_OK;
     if (e->cfg.optimizer->fused_backward) {
@@ -898,6 +912,8 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     out->state_dev = out->dev;
     out->state_ops = out->ops;
     out->esz = zt_dtype_size(cfg->precision);
+    out->grad_type = cfg->grad_accum_fp32 ? ZT_F32 : cfg->precision;
+    out->gsz = zt_dtype_size(out->grad_type);
     out->pipeline_stage = cfg->pipeline_stage ? *cfg->pipeline_stage : model_stage_whole(t);
     out->cfg.pipeline_stage = cfg->pipeline_stage ? &out->pipeline_stage : NULL;
     out->tie_peer = -1;
@@ -984,9 +1000,9 @@ static zt_status reduce_full_grads(struct shard_engine *e, void *shards)
         const struct shard_unit *su = &e->part.units[u];
         if (!su->trainable)
             continue;
-        ZT_TRY(comm_reduce_scatter(e->comm, at(e, e->grads, su->state_padded_offset),
-                                   at(e, shards, su->state_shard_offset), su->shard,
-                                   e->cfg.precision, COMM_OP_SUM));
+        ZT_TRY(comm_reduce_scatter(e->comm, gat(e, e->grads, su->state_padded_offset),
+                                   gat(e, shards, su->state_shard_offset), su->shard, e->grad_type,
+                                   COMM_OP_SUM));
     }
     return ZT_OK;
 }
@@ -1009,7 +1025,7 @@ static zt_status allgather_params(struct shard_engine *e, int trainable_only)
 static zt_status zero_grads(struct shard_engine *e)
 {
     size_t n = !e->policy.shard_grads ? e->part.state_padded_total : e->part.state_shard_total;
-    return e->ops->memset_zero(e->ops, e->grads, n * e->esz);
+    return e->ops->memset_zero(e->ops, e->grads, n * e->gsz);
 }
 
 /* The elements of the reduced gradients the norm and update read. */
@@ -1062,17 +1078,17 @@ static zt_status sync_tied(struct shard_engine *e, void *g)
     void *peer = NULL;
     struct comm_request *req = NULL;
     ZT_TRY(
-        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, "tied embedding gradients", &peer));
-    zt_status st = comm_isend(e->pipe, at(e, g, off), n, e->cfg.precision, e->tie_peer, &req);
+        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, "tied embedding gradients", &peer));
+    zt_status st = comm_isend(e->pipe, gat(e, g, off), n, e->grad_type, e->tie_peer, &req);
     if (st == ZT_OK)
-        st = comm_recv(e->pipe, peer, n, e->cfg.precision, e->tie_peer);
+        st = comm_recv(e->pipe, peer, n, e->grad_type, e->tie_peer);
     if (req) {
         zt_status w = comm_wait(e->pipe, req);
         st = st == ZT_OK ? w : st;
     }
     if (st == ZT_OK)
-        st = e->ops->add_into(e->ops, e->cfg.precision, at(e, g, off), peer, n);
-    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, peer);
+        st = e->ops->add_into(e->ops, e->grad_type, gat(e, g, off), peer, n);
+    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, peer);
     return st;
 }
 
@@ -1083,8 +1099,8 @@ static zt_status plan_tied(struct shard_engine *e)
     void *peer = NULL;
     tied_range(e, &off, &n);
     ZT_TRY(
-        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, "tied embedding gradients", &peer));
-    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->esz, peer);
+        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, "tied embedding gradients", &peer));
+    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, peer);
     return ZT_OK;
 }
 
@@ -1094,34 +1110,35 @@ static zt_status norm_share(struct shard_engine *e, const void *g, size_t n, dou
                             double *sumsq)
 {
     if (!e->tie_duplicate)
-        return e->ops->sum_squares(e->ops, e->cfg.precision, g, n, scale, sumsq);
+        return e->ops->sum_squares(e->ops, e->grad_type, g, n, scale, sumsq);
     size_t off, len;
     double before = 0.0, after = 0.0;
     tied_range(e, &off, &len);
-    ZT_TRY(e->ops->sum_squares(e->ops, e->cfg.precision, g, off, scale, &before));
-    ZT_TRY(e->ops->sum_squares(e->ops, e->cfg.precision, at(e, (void *)g, off + len), n - off - len,
+    ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, g, off, scale, &before));
+    ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, gat(e, (void *)g, off + len), n - off - len,
                                scale, &after));
     *sumsq = before + after;
     return ZT_OK;
 }
 
-static zt_status hook_tp_allreduce(void *ctx, float *buf, size_t n, enum model_reduce op)
+static zt_status hook_tp_allreduce(void *ctx, enum zt_dtype t, void *buf, size_t n,
+                                   enum model_reduce op)
 {
     struct shard_engine *e = ctx;
-    return comm_allreduce(e->tensor, buf, n, ZT_F32,
-                          op == MODEL_REDUCE_MAX ? COMM_OP_MAX : COMM_OP_SUM);
+    return comm_allreduce(e->tensor, buf, n, t, op == MODEL_REDUCE_MAX ? COMM_OP_MAX : COMM_OP_SUM);
 }
 
-static zt_status hook_tp_allgather(void *ctx, const float *in, float *out, size_t n)
+static zt_status hook_tp_allgather(void *ctx, enum zt_dtype t, const void *in, void *out, size_t n)
 {
     struct shard_engine *e = ctx;
-    return comm_allgather(e->tensor, in, out, n, ZT_F32);
+    return comm_allgather(e->tensor, in, out, n, t);
 }
 
-static zt_status hook_tp_reduce_scatter(void *ctx, const float *in, float *out, size_t n)
+static zt_status hook_tp_reduce_scatter(void *ctx, enum zt_dtype t, const void *in, void *out,
+                                        size_t n)
 {
     struct shard_engine *e = ctx;
-    return comm_reduce_scatter(e->tensor, in, out, n, ZT_F32, COMM_OP_SUM);
+    return comm_reduce_scatter(e->tensor, in, out, n, t, COMM_OP_SUM);
 }
 
 void shard_engine_join_replicas(struct shard_engine *e, struct comm *replica)
@@ -1171,8 +1188,8 @@ static zt_status norm_share_tensor(struct shard_engine *e, const void *g, double
         if (a >= b)
             continue;
         double part = 0.0;
-        ZT_TRY(e->ops->sum_squares(e->ops, e->cfg.precision, at(e, (void *)g, base + (a - lo)),
-                                   b - a, scale, &part));
+        ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, gat(e, (void *)g, base + (a - lo)), b - a,
+                                   scale, &part));
         total += pt->tp_split ? part : part * whole_weight;
     }
     *sumsq = total;
@@ -1187,12 +1204,12 @@ static zt_status reduce_grads(struct shard_engine *e, void *g)
     if (e->early_issued)
         ZT_TRY(finish_early(e, g));
     else if (shard_policy_allreduces_grads(&e->policy))
-        ZT_TRY(comm_allreduce(e->comm, e->grads, reduced_count(e), e->cfg.precision, COMM_OP_SUM));
+        ZT_TRY(comm_allreduce(e->comm, e->grads, reduced_count(e), e->grad_type, COMM_OP_SUM));
     else if (shard_policy_reduces_at_step(&e->policy))
         ZT_TRY(reduce_full_grads(e, g));
     /* HSDP: the shard group's sums added across the groups, once a step */
     if (e->replica)
-        ZT_TRY(comm_allreduce(e->replica, g, reduced_count(e), e->cfg.precision, COMM_OP_SUM));
+        ZT_TRY(comm_allreduce(e->replica, g, reduced_count(e), e->grad_type, COMM_OP_SUM));
     return e->tie_peer >= 0 ? sync_tied(e, g) : ZT_OK;
 }
 
@@ -1221,7 +1238,7 @@ static zt_status probe_reduced(struct shard_engine *e, const void *g, double sca
     for (int u = 0; u < e->part.n_units; u++) {
         const struct owned_range r = owned_range_of(e, u);
         if (e->part.units[u].trainable && r.hi > r.lo)
-            ZT_TRY(p->unit(p->ctx, u, r.lo, at(e, (void *)g, r.grad_off), r.hi - r.lo, scale));
+            ZT_TRY(p->unit(p->ctx, u, r.lo, gat(e, (void *)g, r.grad_off), r.hi - r.lo, scale));
     }
     return ZT_OK;
 }
@@ -1281,7 +1298,7 @@ static size_t max_update_range(const struct shard_engine *e)
 static void update_bufs_bytes(const struct shard_engine *e, size_t bytes[3])
 {
     bytes[0] = staging_floats(e, max_update_range(e)) * sizeof(float);
-    bytes[1] = e->offload ? reduced_count(e) * e->esz : 0;
+    bytes[1] = e->offload ? reduced_count(e) * e->gsz : 0;
     bytes[2] = e->offload ? max_update_range(e) * e->esz : 0;
 }
 
@@ -1321,7 +1338,7 @@ static zt_status update_bufs_alloc(struct shard_engine *e, struct shard_update_b
 zt_status shard_engine_step(struct shard_engine *e, struct optimizer_hparams *hp, double loss_scale,
                             int skip_on_overflow, struct shard_step_result *out)
 {
-    const size_t shard_bytes_total = e->part.state_shard_total * e->esz;
+    const size_t shard_bytes_total = e->part.state_shard_total * e->gsz;
     void *g = e->grads, *shards = NULL;
     out->grad_norm = 0.0;
     out->skipped = 0;
@@ -1368,7 +1385,7 @@ void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4])
     const int half = is_16bit(e);
     const double trainable = (double)e->part.trainable_numel;
     out[0] = half ? 2 : 4;
-    out[1] = e->cfg.optimizer->fused_backward ? 0 : half ? 2 : 4;
+    out[1] = e->cfg.optimizer->fused_backward ? 0 : (double)e->gsz;
     out[2] = has_master(e) ? 4 : 0;
     out[3] = 0;
     for (int k = 0; k < e->cfg.optimizer_states; k++)
@@ -1402,7 +1419,7 @@ zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
         if (st == ZT_OK)
             st = e->dev->ops->copy_to_host(e->dev, host, src, bytes);
         if (st == ZT_OK && su->packed)
-            param_quant_decode(e->table, u, e->cfg.precision, host, dst + su->offset);
+            param_quant_decode(e->table, u, e->cfg.precision, host, ZT_F32, dst + su->offset);
         else if (st == ZT_OK)
             precision_to_f32(e->cfg.precision, host, dst + su->offset, su->numel);
     }

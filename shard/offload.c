@@ -124,8 +124,8 @@ zt_status shard_offload_pull_grads(struct shard_engine *e, const void *g, void *
         const struct owned_range r = owned_range_of(e, u);
         if (!e->part.units[u].trainable || r.hi == r.lo)
             continue;
-        ZT_TRY(e->dev->ops->copy_to_host(e->dev, at(e, host, r.grad_off),
-                                         at(e, (void *)g, r.grad_off), (r.hi - r.lo) * e->esz));
+        ZT_TRY(e->dev->ops->copy_to_host(e->dev, gat(e, host, r.grad_off),
+                                         gat(e, (void *)g, r.grad_off), (r.hi - r.lo) * e->gsz));
     }
     return ZT_OK;
 }

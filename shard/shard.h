@@ -197,6 +197,10 @@ struct shard_engine_config {
     int overlap_comm;          /* stages 0-1: shard_engine_final_backward reduces buckets in it */
     int prefetch_depth;        /* stage 3: units gathered ahead, >= 0 */
     enum zt_dtype precision;   /* working params and grads: ZT_F32, ZT_BF16 or ZT_F16 */
+    /* DeepSpeed's data_types.grad_accum_dtype fp32 under 16-bit precision:
+     * the grads, their accumulation over micro steps and their reductions
+     * are fp32 while the params stay 16-bit. */
+    int grad_accum_fp32;
     const struct optimizer_ops *optimizer; /* its states are kept on the rank's range */
     int optimizer_states; /* how many of them: optimizer_state_count() of the run's hparams */
     /* The run's hyperparameters as configured (the step passes its own,
@@ -295,9 +299,12 @@ struct shard_engine {
     struct shard_partition part;
     int plan; /* the device is plan-only: count, never compute or communicate */
 
-    /* Persistent model states (see the stage table above). Params and grads
-     * hold `esz`-byte elements of cfg.precision; master and moments fp32. */
-    size_t esz;
+    /* Persistent model states (see the stage table above). Params hold
+     * `esz`-byte elements of cfg.precision, grads `gsz`-byte elements of
+     * `grad_type` (cfg.precision, or fp32 with grad_accum_fp32); master and
+     * moments fp32. */
+    size_t esz, gsz;
+    enum zt_dtype grad_type;
     void *params;  /* stages 0-2: full padded; stage 3: shards */
     void *packed;  /* the packed units' byte images (a 4-bit base), laid out like params */
     void *grads;   /* stages 0-1: full padded; stages 2-3: shards */
@@ -348,8 +355,10 @@ struct shard_engine {
     int n_schedule, cursor, issued;
     struct shard_gather *gathers; /* one per schedule position */
 
-    /* 16-bit: the fp32 views the model computes with, per unit (workspace). */
-    float **param_view, **grad_view;
+    /* Per unit, the views the model computes with (workspace): a 16-bit
+     * unit's fp32 params and grads when it computes in fp32, a packed
+     * unit's decoded params in the compute type. */
+    void **param_view, **grad_view;
 
     /* The pass the model is in, for the ledger's phase (common/ledger.h). */
     enum ledger_phase_kind pass_phase;
@@ -406,8 +415,8 @@ void shard_engine_destroy(struct shard_engine *e);
 /* Diagnosis of a non-finite step (coordinator/nonfinite.h). While an
  * engine's `reduced_probe` is set, shard_engine_step reduces the
  * gradients as always, then hands `unit` each trainable unit's range this
- * rank holds of the reduced gradients, in unit order (g[n], the working
- * precision, in the engine's memory: elements [first, first + n) of the
+ * rank holds of the reduced gradients, in unit order (g[n] in
+ * grad_type, in the engine's memory: elements [first, first + n) of the
  * unit, times `scale` the averaged unscaled gradient), measures the norm
  * and zeroes the gradients: it never updates, and reports the step
  * skipped. Only steps re-run to find a first non-finite value set it. */

@@ -49,9 +49,22 @@ static inline void *state_elem(const struct shard_engine *e, int k, size_t i)
     return (char *)e->states[k] + i * zt_dtype_size(e->cfg.optimizer->state_dtype[k]);
 }
 
+/* Element i of a gradient buffer (grad_type). */
+static inline void *gat(const struct shard_engine *e, void *base, size_t i)
+{
+    return (char *)base + i * e->gsz;
+}
+
 static inline int is_16bit(const struct shard_engine *e)
 {
     return e->cfg.precision != ZT_F32;
+}
+
+/* Whether the grads are 16-bit (the backward then accumulates into fp32
+ * views of them). */
+static inline int grads_16bit(const struct shard_engine *e)
+{
+    return e->grad_type != ZT_F32;
 }
 
 /* The update's fp32 target is a master copy apart from the working

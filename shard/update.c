@@ -52,7 +52,7 @@ static zt_status finish_working(struct shard_engine *e, const struct owned_range
 
 /* The element-wise optimizer on the rank's range r of unit u, one fused
  * pass per tensor piece (struct optimizer_range): `grads` points at element
- * r->lo of the reduced gradients in working precision, which the kernel
+ * r->lo of the reduced gradients (grad_type), which the kernel
  * converts and multiplies by gscale as it reads them; under 16-bit precision
  * the kernel also casts the updated master into the working params. Tensors
  * are cut at the range's edges so each keeps its own flags: frozen ones are
@@ -84,8 +84,8 @@ static zt_status update_unit_range(struct shard_engine *e, int u, const struct o
         }
         struct optimizer_range range = {
             .params = target + off,
-            .grads = at(e, (void *)grads, off),
-            .grad_dtype = e->cfg.precision,
+            .grads = gat(e, (void *)grads, off),
+            .grad_dtype = e->grad_type,
             .gscale = gscale,
             .working = working ? at(e, working, off) : NULL,
             .working_dtype = e->cfg.precision,
@@ -100,16 +100,16 @@ static zt_status update_unit_range(struct shard_engine *e, int u, const struct o
 }
 
 /* The rank's fp32 gradients of unit u's range times gscale, for the
- * whole-tensor optimizers: in place under fp32 (scaled once, by the
- * caller), through tmp under 16-bit. */
+ * whole-tensor optimizers: in place when they are fp32 (scaled once, by
+ * the caller), through tmp when they are 16-bit. */
 static zt_status unit_grads_f32(struct shard_engine *e, void *g, const struct owned_range *r,
                                 float gscale, float *tmp, const float **out)
 {
     const size_t n = r->hi - r->lo;
     *out = (const float *)g + r->grad_off;
-    if (!is_16bit(e))
+    if (!grads_16bit(e))
         return ZT_OK;
-    ZT_TRY(e->state_ops->to_f32(e->state_ops, e->cfg.precision, at(e, g, r->grad_off), tmp, n));
+    ZT_TRY(e->state_ops->to_f32(e->state_ops, e->grad_type, gat(e, g, r->grad_off), tmp, n));
     ZT_TRY(e->state_ops->scale(e->state_ops, tmp, n, gscale));
     *out = tmp;
     return ZT_OK;
@@ -123,7 +123,7 @@ static zt_status update_elementwise(struct shard_engine *e, void *g, float gscal
         const struct owned_range r = owned_range_of(e, u);
         if (r.hi == r.lo || !e->part.units[u].trainable)
             continue;
-        ZT_TRY(update_unit_range(e, u, &r, at(e, g, r.grad_off), gscale, update_working(e, &r, b),
+        ZT_TRY(update_unit_range(e, u, &r, gat(e, g, r.grad_off), gscale, update_working(e, &r, b),
                                  hp));
         ZT_TRY(finish_working(e, &r, b));
     }
@@ -143,7 +143,7 @@ zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
     double sumsq;
     if (n == 0)
         return ZT_OK;
-    ZT_TRY(e->ops->sum_squares(e->ops, e->cfg.precision, reduced, n, e->fused.unscale, &sumsq));
+    ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, reduced, n, e->fused.unscale, &sumsq));
     e->fused.sumsq += sumsq;
     if (!e->fused.update)
         return ZT_OK;
@@ -345,8 +345,8 @@ zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale,
     }
     if (!opt->whole_tensors)
         return update_elementwise(e, g, gscale, b, hp); /* tmp: not needed */
-    /* Under fp32 the gradients are scaled in place once, not once a round. */
-    if (!is_16bit(e))
+    /* fp32 gradients are scaled in place once, not once a round. */
+    if (!grads_16bit(e))
         for (int u = 0; u < e->part.n_units; u++) {
             const struct owned_range r = owned_range_of(e, u);
             if (r.hi > r.lo && e->part.units[u].trainable)

@@ -723,7 +723,6 @@ START_TEST(test_deepspeed_zero3_json)
         "zero_optimization.stage3_gather_16bit_weights_on_model_save",
         "flops_profiler",
         "tensorboard",
-        "data_types",
     };
     static const char *const silent[] = {
         "prescale_gradients",
@@ -758,6 +757,8 @@ START_TEST(test_deepspeed_zero3_json)
     zt_status s = config_load(path, ov, 1, &c);
     ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
     ck_assert_int_eq(c.zero.stage, 3);
+    ck_assert_str_eq(c.data_types.grad_accum_dtype, "fp32"); /* honoured: fp32 gradients */
+    ck_assert_int_eq(config_grad_accum_fp32(&c), 1);
     ck_assert_int_eq(c.zero.reduce_bucket_size, 500000000);
     ck_assert_int_eq(c.bf16.enabled, 1);
     ck_assert_int_eq(c.train_micro_batch_size_per_gpu, 4);
@@ -766,9 +767,9 @@ START_TEST(test_deepspeed_zero3_json)
     ck_assert_ptr_nonnull(c.ignored);
     char heading[4300];
     snprintf(heading, sizeof heading,
-             "%s: zerotrain does not act on 9 DeepSpeed settings and trains without them:\n", path);
+             "%s: zerotrain does not act on 8 DeepSpeed settings and trains without them:\n", path);
     ck_assert_msg(strncmp(c.ignored, heading, strlen(heading)) == 0, "%s", c.ignored);
-    ck_assert_int_eq(testutil_count(c.ignored, "\n"), 10);
+    ck_assert_int_eq(testutil_count(c.ignored, "\n"), 9);
     ck_assert_int_eq(c.zero.offload_optimizer.device, ZT_OFFLOAD_CPU);
     ck_assert_int_eq(c.zero.offload_optimizer.pin_memory, 1);
     for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++)
@@ -1654,6 +1655,17 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "fp8.enabled: not with quantization.load_in_4bit"},
+    {"data: {train: x}\nbf16: {enabled: true}\ndata_types: {grad_accum_dtype: fp16}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:32: data_types.grad_accum_dtype: must be fp32 or the working precision (bf16), "
+     "got 'fp16'"},
+    {"data: {train: x}\ndata_types: {grad_accum_dtype: float64}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "data_types.grad_accum_dtype: must be fp32 or the working precision (fp32), got 'float64'"},
     {"data: {train: x}\nfp16: {min_loss_scale: 0}\n",
      NULL,
      {NULL},
@@ -2109,7 +2121,7 @@ START_TEST(test_allocation_failures_deepspeed)
         long left = fault_alloc_disarm();
         if (s == ZT_OK) {
             ck_assert_int_gt(left, 0);
-            ck_assert_int_eq(testutil_count(c.ignored, "\n"), 10); /* the heading and 9 settings */
+            ck_assert_int_eq(testutil_count(c.ignored, "\n"), 9); /* the heading and 8 settings */
             config_free(&c);
             break;
         }

@@ -81,6 +81,23 @@ START_TEST(bf16_follows_fp32)
 }
 END_TEST
 
+#define QLORA_NF4                                                                                  \
+    "--set quantization.load_in_4bit=true --set quantization.bnb_4bit_use_double_quant=true"
+
+/* QLoRA in bf16 computes in bf16 (its base decoded into bf16 views) and
+ * follows the fp32 run as LoRA does. */
+START_TEST(qlora_computes_in_bf16)
+{
+    const char *dir = testutil_tmpdir("qlora-bf16");
+    double fp32[STEPS], got[STEPS];
+    train(dir, "fp32", 2, layout(2, 3, QLORA_NF4), fp32);
+    train(dir, "bf16", 2, layout(2, 3, QLORA_NF4 " --set bf16.enabled=true"), got);
+    assert_close(fp32, got, 2e-2, "QLoRA bf16");
+    const char *log = testutil_slurp(testutil_path_in(dir, "bf16.log"));
+    ck_assert_msg(strstr(log, "computing in bf16,") != NULL, "not computing in bf16:\n%s", log);
+}
+END_TEST
+
 /* Four steps, a checkpoint, four more from it: the losses of the second
  * half repeat a straight run's bit for bit. */
 START_TEST(adapted_checkpoints_resume_exactly)
@@ -220,9 +237,6 @@ START_TEST(neftune_noise_is_training_only_and_deterministic)
 }
 END_TEST
 
-#define QLORA_NF4                                                                                  \
-    "--set quantization.load_in_4bit=true --set quantization.bnb_4bit_use_double_quant=true"
-
 /* QLoRA: the same across layouts too (every rank encodes the same images,
  * stage 3 gathers them as bytes); NF4 with double quantisation on GPT-2,
  * FP4 with a bf16 compute dtype on Llama. */
@@ -290,6 +304,7 @@ int main(void)
     tcase_add_test(tc, gpt2_stages_and_world_sizes_give_the_same_losses);
     tcase_add_test(tc, llama_stages_and_world_sizes_give_the_same_losses);
     tcase_add_test(tc, bf16_follows_fp32);
+    tcase_add_test(tc, qlora_computes_in_bf16);
     tcase_add_test(tc, adapted_checkpoints_resume_exactly);
     tcase_add_test(tc, memory_holds_the_adapters_states_only);
     tcase_add_test(tc, a_target_matching_nothing_is_refused);

@@ -136,6 +136,38 @@ END_TEST
 /* The memory report's rows carry (tp, pp, dp); the two stages' model
  * states differ as their partitions do, each near what its own stage's
  * parameters need; the metrics carry the bubble and the pipeline's bytes. */
+/* In bf16 the slices' partial sums are rounded before they are added, so
+ * tensor-parallel layouts follow the one-rank bf16 run within a bound,
+ * not bit for bit (measured about 2e-5; the bound leaves room for other
+ * kernels' rounding). Their activations travel in bf16. */
+START_TEST(bf16_tensor_layouts_follow_one_rank)
+{
+    static const struct case_ cases[] = {
+        {2, 1, 1, "", 2},
+        {4, 2, 0, "", 2},
+        {2, 1, 3, SEQUENCE, 2},
+        {4, 1, 2, SEQUENCE " " LLAMA, 4},
+    };
+    char dir[512], name[128];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("pipe-bf16"));
+    double base[STEPS], llama[STEPS], got[STEPS];
+    train(dir, "base", 1, layout(1, 1, 0, "--set bf16.enabled=true"), base);
+    train(dir, "llama", 1, layout(1, 1, 0, "--set bf16.enabled=true " LLAMA), llama);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct case_ *c = &cases[i];
+        snprintf(name, sizeof name, "np%d-T%d-P%d-stage%d-%zu", c->np, c->T, c->P, c->stage, i);
+        char args[1024];
+        snprintf(args, sizeof args, "--set bf16.enabled=true %s", c->extra);
+        train(dir, name, c->np, layout_tp(c->np, c->T, c->P, c->stage, args), got);
+        testutil_assert_losses_close(strstr(c->extra, "llama") ? llama : base, got, STEPS, 2e-3,
+                                     testutil_fmt("bf16: %d ranks, T=%d, %d stages, ZeRO %d %s",
+                                                  c->np, c->T, c->P, c->stage, c->extra));
+        const char *log = testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", name)));
+        ck_assert_msg(strstr(log, "computing in bf16,") != NULL, "%s: %s", name, log);
+    }
+}
+END_TEST
+
 START_TEST(reports_show_the_layout)
 {
     const char *dir = testutil_tmpdir("pipe-report");
@@ -365,6 +397,41 @@ START_TEST(tensor_slices_hold_their_share)
 }
 END_TEST
 
+/* Under 1F1B stage s of P keeps min(P - s, m) micro batches in flight, one
+ * instance (slot) each. The slots of a stage hold one backward scratch
+ * between them; a stage that is not the first gives each its own buffer
+ * for the gradient it sends back (a boundary: B*T*C floats). Three
+ * stages, m = 4 against m = 1: stage 0's three slots take no more
+ * workspace than one, stage 1's two take one boundary more. */
+static void workspace_by_rank(const char *dir, int accum, double out[3])
+{
+    const char *report = testutil_path_in(dir, testutil_fmt("ws%d.json", accum));
+    ck_assert_int_eq(testutil_train_micro(dir, testutil_fmt("ws%d", accum), 3,
+                                          testutil_fmt(DEEP " --dry-run --set pipeline.stages=3 "
+                                                            "--set gradient_accumulation_steps=%d "
+                                                            "--memory-report %s",
+                                                       accum, report)),
+                     0);
+    const char *json = testutil_slurp(report);
+    for (int r = 0; r < 3; r++) {
+        const char *row = strstr(json, testutil_fmt("\"rank\": %d,", r));
+        ck_assert_ptr_nonnull(row);
+        out[r] = number_after(strstr(row, "\"peak\""), "\"workspace\": ");
+    }
+}
+
+START_TEST(pipeline_slots_share_one_scratch)
+{
+    const char *dir = testutil_tmpdir("pipe-scratch");
+    double one[3], four[3];
+    workspace_by_rank(dir, 1, one);
+    workspace_by_rank(dir, 4, four);
+    ck_assert_double_eq(four[0], one[0]);
+    ck_assert_double_eq(four[1] - one[1], 2.0 * 32 * 32 * sizeof(float)); /* B 2, T 32, C 32 */
+    ck_assert_double_eq(four[2], one[2]);
+}
+END_TEST
+
 /* Sequence parallelism keeps 1/T of the residual stream's token rows:
  * the measured activations of T=2 fall by what the rows a rank no longer
  * holds took, counted here from GPT-2's definition (per block: LayerNorm
@@ -543,6 +610,8 @@ int main(void)
     tcase_add_test(tc, gpt2_layouts_give_the_same_losses);
     tcase_add_test(tc, llama_layouts_give_the_same_losses);
     tcase_add_test(tc, tied_llama_layouts_give_the_same_losses);
+    tcase_add_test(tc, bf16_tensor_layouts_follow_one_rank);
+    tcase_add_test(tc, pipeline_slots_share_one_scratch);
     tcase_add_test(tc, reports_show_the_layout);
     tcase_add_test(tc, refusals_are_clear);
     tcase_add_test(tc, tensor_slices_hold_their_share);

@@ -8,6 +8,7 @@
  * stages and world sizes is in test_lora_layouts. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,24 @@ START_TEST(a_base_that_trains_is_refused)
 }
 END_TEST
 
+/* Decoded into the 16-bit working type (what a run computing in it
+ * reads), the unit is the fp32 decode rounded once, bit for bit. */
+static void check_typed_decode(const struct param_table *t, int u, enum zt_dtype working,
+                               const void *image, const float *f32)
+{
+    if (working == ZT_F32)
+        return;
+    const size_t n = param_table_unit_size(t, u);
+    uint16_t *got = malloc(n * 2), *want = malloc(n * 2);
+    ck_assert(got && want);
+    param_quant_decode(t, u, working, image, working, got);
+    precision_from_f32(working, f32, want, n);
+    ck_assert_msg(memcmp(got, want, n * 2) == 0, "the %s decode is not the fp32 one rounded",
+                  zt_precision_name(working));
+    free(got);
+    free(want);
+}
+
 /* Unit 1's image decodes to quant4's dequantisation of each 4-bit tensor
  * and to the working-precision rounding of the others. */
 static void check_round_trip(enum quant4_type type, int dq, enum zt_dtype working,
@@ -89,7 +108,8 @@ static void check_round_trip(enum quant4_type type, int dq, enum zt_dtype workin
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(0.2 * rng_normal(11, i));
     param_quant_encode(&t, u, working, x, image);
-    param_quant_decode(&t, u, working, image, got);
+    param_quant_decode(&t, u, working, image, ZT_F32, got);
+    check_typed_decode(&t, u, working, image, got);
     for (int k = 0; k < t.n_tensors; k++) {
         const struct param_tensor *p = &t.tensors[k];
         if (p->unit != u)

@@ -291,6 +291,7 @@ struct llama {
     int ckpt_every;
     size_t act_bytes, scratch_bytes, rope_bytes;
     unsigned char *acts, *scratch; /* byte layouts: act_layout, scratch_layout */
+    const struct llama *lender;    /* whose scratch this one borrows; NULL: its own */
     float *rope_cos, *rope_sin;    /* [T, hs/2] each, one allocation */
     int32_t *inputs, *targets;
     int n_allocated; /* how many of acts, scratch, rope tables, tokens exist */
@@ -419,7 +420,7 @@ static void instance_free(struct llama *m)
         device_free(m->dev, LEDGER_ACTIVATIONS, 2 * tok_bytes, m->inputs);
     if (m->n_allocated >= 3)
         device_free(m->dev, LEDGER_WORKSPACE, m->rope_bytes, m->rope_cos);
-    if (m->n_allocated >= 2)
+    if (m->n_allocated >= 2 && !m->lender)
         device_free(m->dev, LEDGER_WORKSPACE, m->scratch_bytes, m->scratch);
     if (m->n_allocated >= 1)
         device_free(m->dev, LEDGER_ACTIVATIONS, m->act_bytes, m->acts);
@@ -434,7 +435,9 @@ static zt_status instance_alloc(struct llama *m)
     ZT_TRY(device_alloc(dev, LEDGER_ACTIVATIONS, m->act_bytes, "activations", &p));
     m->acts = p;
     m->n_allocated = 1;
-    ZT_TRY(device_alloc(dev, LEDGER_WORKSPACE, m->scratch_bytes, "backward scratch", &p));
+    p = m->lender ? m->lender->scratch : NULL;
+    if (!m->lender)
+        ZT_TRY(device_alloc(dev, LEDGER_WORKSPACE, m->scratch_bytes, "backward scratch", &p));
     m->scratch = p;
     m->n_allocated = 2;
     ZT_TRY(device_alloc(dev, LEDGER_WORKSPACE, m->rope_bytes, "rotary tables", &p));
@@ -455,9 +458,15 @@ static zt_status instance_alloc(struct llama *m)
     return rope_tables_fill(m);
 }
 
+static struct llama *llama_of(struct model *m)
+{
+    ZT_ASSERT(m->family == &llama_family);
+    return (struct llama *)m;
+}
+
 static zt_status instance_create(const struct param_table *t, const struct compute_backend *be,
                                  int B, int T, int ckpt_every, const struct model_stage *stage,
-                                 struct model **out)
+                                 const struct model *lender, struct model **out)
 {
     struct llama *m = calloc(1, sizeof *m);
     if (!m)
@@ -475,6 +484,8 @@ static zt_status instance_create(const struct param_table *t, const struct compu
     m->ckpt_every = ckpt_every;
     m->act_bytes = act_layout_of(&m->d, B, T, ckpt_every, stage).total;
     m->scratch_bytes = scratch_layout_of(&m->d, B, T).total;
+    m->lender = lender ? llama_of((struct model *)lender) : NULL;
+    model_stage_boundary_size(&m->base, m->d.C);
     m->rope_bytes = 2 * (size_t)T * (size_t)(head_dim(&m->c) / 2) * sizeof(float);
     zt_status s = instance_alloc(m);
     if (s != ZT_OK) {
@@ -483,12 +494,6 @@ static zt_status instance_create(const struct param_table *t, const struct compu
     }
     *out = &m->base;
     return ZT_OK;
-}
-
-static struct llama *llama_of(struct model *m)
-{
-    ZT_ASSERT(m->family == &llama_family);
-    return (struct llama *)m;
 }
 
 static void instance_destroy(struct model *m)

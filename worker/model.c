@@ -349,8 +349,11 @@ static struct scratch_layout scratch_layout_of(const struct param_table *t, int 
     return s;
 }
 
-zt_status gpt2_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
-                      int ckpt_every, const struct model_stage *stage, struct gpt2 *out)
+/* gpt2_create, borrowing the backward scratch of `lender` when not NULL
+ * (model_create_slot). */
+static zt_status gpt2_create_lent(const struct param_table *t, const struct compute_backend *be,
+                                  int B, int T, int ckpt_every, const struct model_stage *stage,
+                                  const struct gpt2 *lender, struct gpt2 *out)
 {
     const struct device *dev = &be->dev;
     memset(out, 0, sizeof *out);
@@ -365,6 +368,8 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
     out->base.stage = *stage;
     out->act_bytes = act_layout_of(t, B, T, ckpt_every, stage).total;
     out->scratch_bytes = scratch_layout_of(t, B, T).total;
+    out->scratch_lent = lender != NULL;
+    model_stage_boundary_size(&out->base, dims_of(t).C);
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     zt_status s;
     void *p;
@@ -372,8 +377,9 @@ zt_status gpt2_create(const struct param_table *t, const struct compute_backend 
         goto fail;
     out->acts = p;
     out->n_allocated = 1;
-    if ((s = device_alloc(dev, LEDGER_WORKSPACE, out->scratch_bytes, "backward scratch", &p)) !=
-        ZT_OK)
+    p = lender ? lender->scratch : NULL;
+    if (!lender && (s = device_alloc(dev, LEDGER_WORKSPACE, out->scratch_bytes, "backward scratch",
+                                     &p)) != ZT_OK)
         goto fail;
     out->scratch = p;
     out->n_allocated = 2;
@@ -394,12 +400,18 @@ fail:
     return s;
 }
 
+zt_status gpt2_create(const struct param_table *t, const struct compute_backend *be, int B, int T,
+                      int ckpt_every, const struct model_stage *stage, struct gpt2 *out)
+{
+    return gpt2_create_lent(t, be, B, T, ckpt_every, stage, NULL, out);
+}
+
 void gpt2_destroy(struct gpt2 *m)
 {
     const size_t tok_bytes = (size_t)m->base.B * m->base.T * sizeof(int32_t);
     if (m->n_allocated >= 3)
         device_free(m->dev, LEDGER_ACTIVATIONS, 2 * tok_bytes, m->inputs);
-    if (m->n_allocated >= 2)
+    if (m->n_allocated >= 2 && !m->scratch_lent)
         device_free(m->dev, LEDGER_WORKSPACE, m->scratch_bytes, m->scratch);
     if (m->n_allocated >= 1)
         device_free(m->dev, LEDGER_ACTIVATIONS, m->act_bytes, m->acts);
@@ -779,12 +791,13 @@ static struct gpt2 *gpt2_of(struct model *m)
 
 static zt_status instance_create(const struct param_table *t, const struct compute_backend *be,
                                  int B, int T, int ckpt_every, const struct model_stage *stage,
-                                 struct model **out)
+                                 const struct model *lender, struct model **out)
 {
     struct gpt2 *g = malloc(sizeof *g);
     if (!g)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the model");
-    zt_status s = gpt2_create(t, be, B, T, ckpt_every, stage, g);
+    const struct gpt2 *from = lender ? gpt2_of((struct model *)lender) : NULL;
+    zt_status s = gpt2_create_lent(t, be, B, T, ckpt_every, stage, from, g);
     if (s != ZT_OK) {
         free(g);
         ZT_TRY(s);

@@ -73,6 +73,7 @@ struct gpt2 {
     size_t act_bytes, scratch_bytes;
     unsigned char *acts;       /* owned: all forward activations, one allocation */
     unsigned char *scratch;    /* owned: backward scratch, one allocation */
+    int scratch_lent;          /* the scratch is another instance's (model_create_slot) */
     int32_t *inputs, *targets; /* owned device copies of the batch */
     int n_allocated;           /* how many of acts, scratch, inputs exist (for destroy) */
 };

@@ -243,15 +243,18 @@ struct model_unit_hooks {
     zt_status (*grads_acquire)(void *ctx, int unit, float **grads);
     /* The unit's gradients of this micro step are complete. */
     zt_status (*grads_done)(void *ctx, int unit);
-    /* Tensor parallelism: buf[n] becomes its sum (MODEL_REDUCE_SUM) or
-     * maximum over the tensor-parallel ranks, the same on each. Only a
-     * table sliced over more than one rank calls it (NULL otherwise). */
-    zt_status (*tp_allreduce)(void *ctx, float *buf, size_t n, enum model_reduce op);
+    /* Tensor parallelism: buf[n] of type t becomes its sum
+     * (MODEL_REDUCE_SUM) or maximum over the tensor-parallel ranks, the
+     * same on each. Only a table sliced over more than one rank calls it
+     * (NULL otherwise). Activations travel in the compute type, row
+     * statistics in fp32. */
+    zt_status (*tp_allreduce)(void *ctx, enum zt_dtype t, void *buf, size_t n,
+                              enum model_reduce op);
     /* Sequence parallelism (a slice with tp_sequence): in[n] of every rank
      * into out[n * T] in rank order (in may be out + rank * n), and the sum
      * over the ranks of in[n * T]'s block `rank` into out[n]. */
-    zt_status (*tp_allgather)(void *ctx, const float *in, float *out, size_t n);
-    zt_status (*tp_reduce_scatter)(void *ctx, const float *in, float *out, size_t n);
+    zt_status (*tp_allgather)(void *ctx, enum zt_dtype t, const void *in, void *out, size_t n);
+    zt_status (*tp_reduce_scatter)(void *ctx, enum zt_dtype t, const void *in, void *out, size_t n);
 };
 
 /* Where a step's compute time goes, when profiling is on. The categories
@@ -344,6 +347,12 @@ struct model {
      * before the backward), `din` the gradient of `in` (read after it). */
     struct model_stage stage;
     void *boundary_in, *boundary_out, *boundary_dout, *boundary_din;
+    /* `din` is a buffer of its own (model_create_slot), copied from where
+     * the backward leaves it in the scratch, `din_result`; the device and
+     * bytes of that copy. */
+    void *din_result;
+    const struct device *boundary_dev;
+    size_t boundary_bytes;
 };
 
 /* The token rows of the residual stream (the embedding's and each
@@ -376,9 +385,12 @@ struct model_family {
     void (*gemm_shapes)(const struct param_table *t, int in[FP8_GEMMS], int out[FP8_GEMMS]);
     /* The instance operations, as model_create, model_destroy,
      * model_forward and model_backward describe them; `m` is always an
-     * instance this family's create made. */
+     * instance this family's create made. create borrows the backward
+     * scratch of `lender` (an instance of the same family and shape; NULL:
+     * it allocates its own), as model_create_slot describes. */
     zt_status (*create)(const struct param_table *t, const struct compute_backend *be, int B, int T,
-                        int ckpt_every, const struct model_stage *stage, struct model **out);
+                        int ckpt_every, const struct model_stage *stage, const struct model *lender,
+                        struct model **out);
     void (*destroy)(struct model *m);
     zt_status (*forward)(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,
                          const int32_t *targets);
@@ -413,6 +425,16 @@ zt_status model_create(const struct param_table *t, const struct compute_backend
 zt_status model_create_stage(const struct param_table *t, const struct compute_backend *be, int B,
                              int T, int ckpt_every, const struct model_stage *stage,
                              struct model **out);
+/* The same for a pipeline slot: one of the instances of a stage that hold
+ * the micro batches in flight. Slots run their passes one at a time, so
+ * all borrow the backward scratch of `lender` (the stage's first slot, or
+ * NULL for that one): a stage holds its scratch once, however many micro
+ * batches it keeps. A stage that is not the first sends `din` from a
+ * buffer of each slot's own (a send may still read it while another
+ * slot's backward runs). The lender outlives its borrowers. */
+zt_status model_create_slot(const struct param_table *t, const struct compute_backend *be, int B,
+                            int T, int ckpt_every, const struct model_stage *stage,
+                            const struct model *lender, struct model **out);
 /* NEFTune (Jain et al., 2023; Hugging Face's neftune_noise_alpha): in
  * training forwards, noise uniform in [-1, 1] * alpha / sqrt(T * C) is
  * added to the token embeddings, element (row, t, c) drawn from counter

@@ -211,9 +211,10 @@ zt_status model_linear_backward(struct model *m, const struct ops_backend *ops, 
  * tensor-parallel ranks (tensor_parallel.h); on a whole model's table each
  * is the plain op (the allreduce nothing). `ops` is the instance's. */
 
-/* buf[n] becomes its sum or maximum over the tensor-parallel ranks. */
-zt_status model_tp_allreduce(struct model *m, const struct model_unit_hooks *h, float *buf,
-                             size_t n, enum model_reduce op);
+/* buf[n] of type t becomes its sum or maximum over the tensor-parallel
+ * ranks. */
+zt_status model_tp_allreduce(struct model *m, const struct model_unit_hooks *h, enum zt_dtype t,
+                             void *buf, size_t n, enum model_reduce op);
 /* The token embedding (plus wpe's positions unless it is NULL) of the
  * vocabulary slice [v_lo, v_lo + V) this rank holds, summed over the
  * ranks, with NEFTune's noise when it is on (model_neftune_apply): every
@@ -308,6 +309,8 @@ int model_stage_kept_before(int ckpt_every, const struct model_stage *st, int l)
  * backward's running residual gradient (which holds d out on entry and
  * d in on exit), each left NULL where the stage has no such neighbour. */
 void model_stage_boundaries(struct model *m, void *in, void *out, void *dres);
+/* The bytes of one boundary, for width C (set by create, plans too). */
+void model_stage_boundary_size(struct model *m, int C);
 
 /* A pass over a plan-only device: the hook calls a family's real pass
  * makes, in its order, with no compute, so that a plan sees every gather

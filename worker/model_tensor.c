@@ -24,13 +24,13 @@ static int sliced(const struct model *m)
     return param_table_tp_size(m->table) > 1;
 }
 
-zt_status model_tp_allreduce(struct model *m, const struct model_unit_hooks *h, float *buf,
-                             size_t n, enum model_reduce op)
+zt_status model_tp_allreduce(struct model *m, const struct model_unit_hooks *h, enum zt_dtype t,
+                             void *buf, size_t n, enum model_reduce op)
 {
     if (!sliced(m))
         return ZT_OK;
     ZT_ASSERT(h->tp_allreduce);
-    return h->tp_allreduce(h->ctx, buf, n, op);
+    return h->tp_allreduce(h->ctx, t, buf, n, op);
 }
 
 static int sequence(const struct model *m)
@@ -54,9 +54,9 @@ zt_status model_sp_gather(struct model *m, const struct model_unit_hooks *h, con
     *out = rows;
     if (!sequence(m))
         return ZT_OK;
-    ZT_ASSERT(h->tp_allgather && model_act(m) == ZT_F32); /* sliced passes compute in fp32 */
+    ZT_ASSERT(h->tp_allgather);
     *out = full;
-    return h->tp_allgather(h->ctx, rows, full, (size_t)model_sp_rows(m) * C);
+    return h->tp_allgather(h->ctx, model_act(m), rows, full, (size_t)model_sp_rows(m) * C);
 }
 
 void *model_sp_partial(const struct model *m, void *rows, void *full)
@@ -69,10 +69,11 @@ zt_status model_sp_reduce(struct model *m, const struct model_unit_hooks *h, voi
 {
     if (!sequence(m)) {
         ZT_ASSERT(partial == rows);
-        return model_tp_allreduce(m, h, rows, (size_t)m->B * m->T * C, MODEL_REDUCE_SUM);
+        return model_tp_allreduce(m, h, model_act(m), rows, (size_t)m->B * m->T * C,
+                                  MODEL_REDUCE_SUM);
     }
-    ZT_ASSERT(h->tp_reduce_scatter && model_act(m) == ZT_F32);
-    return h->tp_reduce_scatter(h->ctx, partial, rows, (size_t)model_sp_rows(m) * C);
+    ZT_ASSERT(h->tp_reduce_scatter);
+    return h->tp_reduce_scatter(h->ctx, model_act(m), partial, rows, (size_t)model_sp_rows(m) * C);
 }
 
 zt_status model_sp_norm_grad(struct model *m, const struct ops_backend *ops, float *grad,
@@ -90,7 +91,7 @@ zt_status model_sp_norm_done(struct model *m, const struct ops_backend *ops,
 {
     if (!sequence(m) || !grad)
         return ZT_OK;
-    ZT_TRY(model_tp_allreduce(m, h, tmp, n, MODEL_REDUCE_SUM));
+    ZT_TRY(model_tp_allreduce(m, h, ZT_F32, tmp, n, MODEL_REDUCE_SUM));
     return ops->residual_forward(ops, ZT_F32, grad, grad, tmp, (int)n);
 }
 
@@ -147,11 +148,11 @@ zt_status model_vocab_loss_forward(struct model *m, const struct ops_backend *op
     float *row_max = stats, *row_sums = stats + N; /* sums of exponentials, then target logits */
     TIMED(m, MODEL_PROF_CROSSENTROPY,
           ops->crossentropy_vocab_max(ops, model_act(m), row_max, logits, N, V));
-    ZT_TRY(model_tp_allreduce(m, h, row_max, (size_t)N, MODEL_REDUCE_MAX));
+    ZT_TRY(model_tp_allreduce(m, h, ZT_F32, row_max, (size_t)N, MODEL_REDUCE_MAX));
     TIMED(m, MODEL_PROF_CROSSENTROPY,
           ops->crossentropy_vocab_exp(ops, model_act(m), probs, row_sums, logits, row_max, targets,
                                       N, V, v_lo));
-    ZT_TRY(model_tp_allreduce(m, h, row_sums, 2 * (size_t)N, MODEL_REDUCE_SUM));
+    ZT_TRY(model_tp_allreduce(m, h, ZT_F32, row_sums, 2 * (size_t)N, MODEL_REDUCE_SUM));
     TIMED(
         m, MODEL_PROF_CROSSENTROPY,
         ops->crossentropy_vocab_finish(ops, model_act(m), losses, probs, row_sums, targets, N, V));

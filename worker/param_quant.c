@@ -92,23 +92,45 @@ static void round_through(enum zt_dtype compute, float *y, size_t n)
             y[i] = zt_f16_to_f32(zt_f32_to_f16(y[i]));
 }
 
-void param_quant_decode(const struct param_table *t, int u, enum zt_dtype working,
-                        const void *image, float *dst)
+/* A 4-bit tensor's values dequantised into y[numel] of type `to`, rounded
+ * through the compute dtype first; a chunk at a time through fp32 when
+ * `to` is 16-bit. */
+static void decode_q4(const struct param_table *t, const void *region, size_t numel,
+                      enum zt_dtype to, void *y)
 {
+    enum { CHUNK = 2048 };
+    const enum quant4_type type = (enum quant4_type)t->quant.type;
+    if (to == ZT_F32) {
+        quant4_dequantize_region(type, t->quant.double_quant, region, numel, 0, numel, y);
+        round_through(t->quant.compute, y, numel);
+        return;
+    }
+    float chunk[CHUNK];
+    for (size_t lo = 0; lo < numel; lo += CHUNK) {
+        const size_t hi = lo + CHUNK < numel ? lo + CHUNK : numel;
+        quant4_dequantize_region(type, t->quant.double_quant, region, numel, lo, hi, chunk);
+        round_through(t->quant.compute, chunk, hi - lo);
+        precision_from_f32(to, chunk, (char *)y + lo * zt_dtype_size(to), hi - lo);
+    }
+}
+
+void param_quant_decode(const struct param_table *t, int u, enum zt_dtype working,
+                        const void *image, enum zt_dtype to, void *dst)
+{
+    ZT_ASSERT(to == ZT_F32 || to == working);
     const unsigned char *at = image;
-    const size_t base = t->unit_offset[u];
+    const size_t base = t->unit_offset[u], esz = zt_dtype_size(to);
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *p = &t->tensors[k];
         if (p->unit != u)
             continue;
-        float *y = dst + (p->offset - base);
-        if (p->storage == PARAM_STORAGE_Q4) {
-            quant4_dequantize_region((enum quant4_type)t->quant.type, t->quant.double_quant, at,
-                                     p->numel, 0, p->numel, y);
-            round_through(t->quant.compute, y, p->numel);
-        } else {
-            precision_to_f32(working, at, y, p->numel);
-        }
+        char *y = (char *)dst + (p->offset - base) * esz;
+        if (p->storage == PARAM_STORAGE_Q4)
+            decode_q4(t, at, p->numel, to, y);
+        else if (to == ZT_F32)
+            precision_to_f32(working, at, (float *)y, p->numel);
+        else
+            memcpy(y, at, p->numel * esz);
         at += tensor_bytes(t, p, working);
     }
 }
@@ -125,7 +147,7 @@ zt_status param_quant_round_trip(const struct param_table *t, float *params)
             return zt_error_set(ZT_ERR_NOMEM, "cannot allocate a 4-bit unit's image");
         float *unit = params + t->unit_offset[u];
         param_quant_encode(t, u, ZT_F32, unit, image);
-        param_quant_decode(t, u, ZT_F32, image, unit);
+        param_quant_decode(t, u, ZT_F32, image, ZT_F32, unit);
         free(image);
     }
     return ZT_OK;

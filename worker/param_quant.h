@@ -14,16 +14,15 @@
  * quant4 region (codes, then its scales), every other tensor as its
  * elements in the working precision, each tensor starting at a multiple of
  * 4 bytes. The ZeRO engine shards and gathers that image as bytes and
- * decodes a gathered unit into fp32 for the passes; a packed unit is
+ * decodes a gathered unit into the type the passes compute in; a packed unit is
  * always frozen, so nothing else about it is stored. Encoding needs the
  * whole unit (a tensor's double-quantisation offset is the mean of all its
  * block scales), so whoever loads weights encodes full units and keeps
  * its share of the image.
  *
- * bnb_4bit_compute_dtype: bitsandbytes dequantises into the compute dtype;
- * the passes here compute in fp32, so a bf16 or fp16 compute dtype rounds
- * the dequantised weights through it, which is the value bitsandbytes'
- * matmul reads.
+ * bnb_4bit_compute_dtype: bitsandbytes dequantises into the compute dtype.
+ * Here the dequantised weights are rounded through it, which is the value
+ * bitsandbytes' matmul reads, whatever type the passes compute in.
  */
 #ifndef ZT_WORKER_PARAM_QUANT_H
 #define ZT_WORKER_PARAM_QUANT_H
@@ -57,11 +56,11 @@ size_t param_quant_unit_bytes(const struct param_table *t, int u, enum zt_dtype 
 void param_quant_encode(const struct param_table *t, int u, enum zt_dtype working, const float *src,
                         void *image);
 
-/* Decodes packed unit u's image (host memory) into dst[unit size] (fp32,
- * host): 4-bit tensors dequantised and rounded through the compute
- * dtype, the others widened. */
+/* Decodes packed unit u's image (host memory) into dst[unit size] (host)
+ * of type `to`, fp32 or the working precision: 4-bit tensors dequantised
+ * and rounded through the compute dtype, the others widened or copied. */
 void param_quant_decode(const struct param_table *t, int u, enum zt_dtype working,
-                        const void *image, float *dst);
+                        const void *image, enum zt_dtype to, void *dst);
 
 /* Replaces each 4-bit tensor's values in params[t->n_params] (fp32, host,
  * the flat order) by what its storage gives back: quantised and
