@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/fileio.h"
 #include "log_trim.h"
-#include "session.h"
 
 struct csv_event {
     const char *name; /* DeepSpeed's event name */
@@ -102,7 +102,7 @@ zt_status csv_monitor_open(struct csv_monitor *m, const struct zt_config *cfg,
         return ZT_OK;
     char dir[4096];
     log_dir(cfg, dir, sizeof dir);
-    zt_status st = session_mkdir_p(dir);
+    zt_status st = zt_mkdir_p(dir);
     if (st != ZT_OK) {
         char why[1024];
         snprintf(why, sizeof why, "%s", zt_error_message()); /* the message is rewritten */

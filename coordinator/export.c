@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/fileio.h"
 #include "../common/size.h"
 #include "../formats/hf_weights.h"
 #include "../formats/peft_adapter.h"
@@ -104,7 +105,7 @@ static zt_status export_adapter(struct export_job *j, FILE *report)
                                    .dropout = m->lora.dropout,
                                    .targets = (const char *const *)m->lora.targets,
                                    .n_targets = m->lora.n_targets};
-    ZT_TRY(session_mkdir_p(j->rq->out));
+    ZT_TRY(zt_mkdir_p(j->rq->out));
     ZT_TRY(peft_adapter_write(j->rq->out, &j->table, j->params, j->dtype, &spec,
                               m->base.kind == CKPT_BASE_FILE ? m->base.path : NULL));
     fprintf(report,

@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/fileio.h"
 #include "gnuplot.h"
 #include "plot_impl.h"
-#include "session.h"
 
 /* ---- the runs --------------------------------------------------------------- */
 
@@ -396,7 +396,7 @@ zt_status plot_run(const struct plot_options *o, FILE *out)
     if (st == ZT_OK)
         st = gnuplot_find(&d.program);
     if (st == ZT_OK)
-        st = session_mkdir_p(out_dir);
+        st = zt_mkdir_p(out_dir);
     if (st == ZT_OK)
         st = draw_curves(&d, runs, o->n_runs);
     if (st == ZT_OK)

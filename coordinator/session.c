@@ -23,26 +23,6 @@ zt_status session_agree(const struct run_session *s, zt_status local, int *print
     return comm_world_agree(local, print_here);
 }
 
-zt_status session_mkdir_p(const char *dir)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return zt_error_set(ZT_ERR_IO, "%s: path too long", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST)
-                return zt_error_set(ZT_ERR_IO, "cannot create directory %s: %s", path,
-                                    strerror(errno));
-            *p = saved;
-            if (saved == '\0')
-                break;
-        }
-    }
-    return ZT_OK;
-}
-
 /* Threads per rank: the user's OMP_NUM_THREADS if set, else the cores
  * divided among the ranks on this node (oversubscribing BLAS threads
  * across ranks costs far more than it gains). */

@@ -290,7 +290,4 @@ zt_status session_plan_step(struct model *model, struct shard_engine *engine, in
  * allocation code (no memory, no communication). */
 zt_status session_plan_baseline(const struct run_session *s, struct ledger *out);
 
-/* Creates `dir` and its parents (mode 0755). Errors: ZT_ERR_IO. */
-zt_status session_mkdir_p(const char *dir);
-
 #endif

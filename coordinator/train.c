@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "../common/clock.h"
+#include "../common/fileio.h"
 #include "../worker/param_quant.h"
 #include "../worker/tensor_parallel.h"
 #include "../worker/schedule.h"
@@ -61,7 +62,7 @@ static zt_status echo_config(const struct run_session *s, const struct run_optio
 static zt_status write_resolved_config(const struct run_session *s, const struct run_options *o)
 {
     char path[4096];
-    ZT_TRY(session_mkdir_p(s->cfg.run.output_dir));
+    ZT_TRY(zt_mkdir_p(s->cfg.run.output_dir));
     snprintf(path, sizeof path, "%s/config.yaml", s->cfg.run.output_dir);
     FILE *f = fopen(path, "w");
     if (!f)
