@@ -1,6 +1,6 @@
-/* coordinator/cli.h — the `zerotrain` command line. */
-#ifndef ZT_COORDINATOR_CLI_H
-#define ZT_COORDINATOR_CLI_H
+/* cli/cli.h — the `zerotrain` command line. */
+#ifndef ZT_CLI_CLI_H
+#define ZT_CLI_CLI_H
 
 #include <signal.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* coordinator/export.c — see export.h. One process reads every rank's
+/* cli/export.c — see export.h. One process reads every rank's
  * shard of the checkpoint (no MPI) and its base when kept elsewhere,
  * rebuilds the table and the full fp32 weights in the flat order
  * (run_checkpoint_read_model) and hands them to the writer of what was
@@ -15,7 +15,7 @@
 #include "../formats/hf_weights.h"
 #include "../formats/peft_adapter.h"
 #include "../formats/safetensors_set.h"
-#include "run_checkpoint.h"
+#include "../coordinator/run_checkpoint.h"
 
 /* What one export writes from, and where. */
 struct export_job {

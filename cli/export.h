@@ -1,9 +1,9 @@
-/* coordinator/export.h — `zerotrain export`: a checkpoint's weights as
+/* cli/export.h — `zerotrain export`: a checkpoint's weights as
  * Hugging Face weights of the model's family (one safetensors file or
  * shards with their index), and a fine-tuning checkpoint's LoRA adapters
  * as PEFT writes them, or merged into the model. */
-#ifndef ZT_COORDINATOR_EXPORT_H
-#define ZT_COORDINATOR_EXPORT_H
+#ifndef ZT_CLI_EXPORT_H
+#define ZT_CLI_EXPORT_H
 
 #include <stdio.h>
 

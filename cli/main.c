@@ -1,4 +1,4 @@
-/* coordinator/main.c — the zerotrain binary: signal handling and the CLI.
+/* cli/main.c — the zerotrain binary: signal handling and the CLI.
  *
  * The only global mutable state of the program is the stop request the
  * signal handlers write (a handler can reach nothing else). SIGTERM and

@@ -1,4 +1,4 @@
-/* coordinator/prepare.c — see prepare.h.
+/* cli/prepare.c — see prepare.h.
  *
  * The checks here are the ones that only make sense for prepare: a token
  * file given as input (it is already prepared; reading it as text would

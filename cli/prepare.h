@@ -1,12 +1,12 @@
-/* coordinator/prepare.h — the core of `zerotrain prepare`: text files and
+/* cli/prepare.h — the core of `zerotrain prepare`: text files and
  * folders in, one token file out.
  *
  * Tokenising once ahead of training means every rank of every run reads
  * the same verified, checksummed tokens instead of re-walking a folder that
  * may have changed; the CLI parses the arguments and calls prepare_run.
  */
-#ifndef ZT_COORDINATOR_PREPARE_H
-#define ZT_COORDINATOR_PREPARE_H
+#ifndef ZT_CLI_PREPARE_H
+#define ZT_CLI_PREPARE_H
 
 #include <stdio.h>
 

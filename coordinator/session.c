@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "../formats/hf_weights.h"
-#include "memory_timeline.h"
+#include "../report/report.h"
 #include "../worker/device_bind.h"
 #include "../worker/lora.h"
 #include "../worker/param_quant.h"

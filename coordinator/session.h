@@ -74,7 +74,7 @@ struct run_options {
     const char *metrics_path;       /* NULL: <output_dir>/metrics.jsonl */
     const char *memory_report_path; /* NULL: none */
     /* --memory-timeline FILE: the ledger's events of steps [first, last]
-     * (coordinator/memory_timeline.h); NULL: none. */
+     * (report/memory_timeline.h); NULL: none. */
     const char *memory_timeline_path;
     long memory_timeline_first, memory_timeline_last;
     int memory_summary; /* print every rank's memory summary at the end */

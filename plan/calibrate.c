@@ -1,4 +1,4 @@
-/* coordinator/calibrate.c — measuring this node for a machine file
+/* plan/calibrate.c — measuring this node for a machine file
  * (calibrate.h).
  *
  * The run is a sequence of phases, each ended by an agreement over the

@@ -1,4 +1,4 @@
-/* coordinator/calibrate.h — `zerotrain calibrate`: measure the node it runs
+/* plan/calibrate.h — `zerotrain calibrate`: measure the node it runs
  * on and write a machine file (config/machine.h) for the planner.
  *
  * The planner's machine files under configs/machines/ take datasheet peaks
@@ -21,8 +21,8 @@
  * where each number came from. Nothing here is global state; the results
  * live in a caller-owned struct calibration.
  */
-#ifndef ZT_COORDINATOR_CALIBRATE_H
-#define ZT_COORDINATOR_CALIBRATE_H
+#ifndef ZT_PLAN_CALIBRATE_H
+#define ZT_PLAN_CALIBRATE_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* coordinator/plan.c — enumerating the layouts of `zerotrain plan`, ranking
+/* plan/plan.c — enumerating the layouts of `zerotrain plan`, ranking
  * them and telling why (plan.h). */
 #include "plan.h"
 
@@ -9,7 +9,7 @@
 
 #include "../common/clock.h"
 #include "../worker/optimizer.h"
-#include "session.h"
+#include "../coordinator/session.h"
 
 #define PLAN_MAX_ROLES 4
 

@@ -1,4 +1,4 @@
-/* coordinator/plan.h — `zerotrain plan`: every layout of a model on a
+/* plan/plan.h — `zerotrain plan`: every layout of a model on a
  * cluster, compared before any node is booked.
  *
  * A layout is the tensor x pipeline x data grid (T x P x D = the GPUs), the
@@ -30,9 +30,15 @@
  * machine (config/machine.h), so it is tested without building anything.
  * Nothing here allocates the model: a plan of a trillion parameters on a
  * hundred thousand GPUs takes the time of its table walks.
+ *
+ * The folder: plan.c enumerates and ranks the layouts, plan_role.c builds
+ * one rank role on a plan-only session (coordinator/session.h), plan_cost.c
+ * is the cost model, and calibrate.h (included below, so that this header
+ * is the folder's whole face) measures a node into the machine file that
+ * the cost model reads. It stands above coordinator/; only cli/ uses it.
  */
-#ifndef ZT_COORDINATOR_PLAN_H
-#define ZT_COORDINATOR_PLAN_H
+#ifndef ZT_PLAN_PLAN_H
+#define ZT_PLAN_PLAN_H
 
 #include <stdio.h>
 
@@ -40,6 +46,7 @@
 #include "../common/ledger.h"
 #include "../config/config.h"
 #include "../config/machine.h"
+#include "calibrate.h"
 
 /* One layout to plan. */
 struct plan_layout {

@@ -1,4 +1,4 @@
-/* coordinator/plan_cost.c — traffic and time of one rank role (plan.h).
+/* plan/plan_cost.c — traffic and time of one rank role (plan.h).
  *
  * Traffic is counted as comm.h counts it (nccl-tests' bus model: what a rank
  * sends), collective by collective as the step issues them, so that a run's

@@ -1,4 +1,4 @@
-/* coordinator/plan_role.c — one rank of a layout, built on a plan-only
+/* plan/plan_role.c — one rank of a layout, built on a plan-only
  * ledger with training's own code (see plan.h). */
 #include "plan.h"
 
@@ -7,8 +7,8 @@
 
 #include "../worker/model_family.h"
 #include "../worker/tensor_parallel.h"
-#include "pipeline.h"
-#include "session.h"
+#include "../coordinator/pipeline.h"
+#include "../coordinator/session.h"
 
 struct zt_config plan_config(const struct zt_config *base, const struct plan_layout *l)
 {

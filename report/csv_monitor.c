@@ -1,4 +1,4 @@
-/* coordinator/csv_monitor.c — see csv_monitor.h.
+/* report/csv_monitor.c — see csv_monitor.h.
  *
  * The events are a table: DeepSpeed's name, where the value comes from,
  * whether the row is an evaluation's (at the samples after its step) and

@@ -1,4 +1,4 @@
-/* coordinator/csv_monitor.h — DeepSpeed's csv_monitor: each metric in a
+/* report/csv_monitor.h — DeepSpeed's csv_monitor: each metric in a
  * CSV file of its own.
  *
  * DeepSpeed's CSV monitor (deepspeed/monitor/csv_monitor.py) writes each
@@ -40,8 +40,8 @@
  * csv_monitor_open on rank 0 when csv_monitor.enabled -> writes ->
  * csv_monitor_close (safe on a closed monitor).
  */
-#ifndef ZT_COORDINATOR_CSV_MONITOR_H
-#define ZT_COORDINATOR_CSV_MONITOR_H
+#ifndef ZT_REPORT_CSV_MONITOR_H
+#define ZT_REPORT_CSV_MONITOR_H
 
 #include <stdio.h>
 

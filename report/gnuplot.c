@@ -1,4 +1,4 @@
-/* coordinator/gnuplot.c — see gnuplot.h. */
+/* report/gnuplot.c — see gnuplot.h. */
 #define _GNU_SOURCE /* environ */
 #include "gnuplot.h"
 

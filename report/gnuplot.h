@@ -1,4 +1,4 @@
-/* coordinator/gnuplot.h — one PNG drawn by a gnuplot child process.
+/* report/gnuplot.h — one PNG drawn by a gnuplot child process.
  *
  * zerotrain draws its plots with gnuplot rather than a plotting library of
  * its own: a plot is a script, and gnuplot (Debian's gnuplot-nox, which
@@ -19,8 +19,8 @@
  * Life cycle: gnuplot_begin -> fprintf(job.script, ...) -> gnuplot_finish
  * or gnuplot_abort; both release everything.
  */
-#ifndef ZT_COORDINATOR_GNUPLOT_H
-#define ZT_COORDINATOR_GNUPLOT_H
+#ifndef ZT_REPORT_GNUPLOT_H
+#define ZT_REPORT_GNUPLOT_H
 
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-/* coordinator/log_trim.c — see log_trim.h. */
+/* report/log_trim.c — see log_trim.h. */
 #define _GNU_SOURCE /* getline */
 #include "log_trim.h"
 

@@ -1,4 +1,4 @@
-/* coordinator/log_trim.h — cutting a run's line logs back to a checkpoint.
+/* report/log_trim.h — cutting a run's line logs back to a checkpoint.
  *
  * A run appends one line per step (or per evaluation) to its logs:
  * metrics.jsonl, csv_monitor's CSV files. A resumed run keeps the history
@@ -10,8 +10,8 @@
  * lines go to a temporary file that replaces the old one whole
  * (atomic_file.h), so a crash while trimming loses nothing.
  */
-#ifndef ZT_COORDINATOR_LOG_TRIM_H
-#define ZT_COORDINATOR_LOG_TRIM_H
+#ifndef ZT_REPORT_LOG_TRIM_H
+#define ZT_REPORT_LOG_TRIM_H
 
 #include "../common/status.h"
 

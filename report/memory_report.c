@@ -1,4 +1,4 @@
-/* coordinator/memory_report.c — see memory_report.h.
+/* report/memory_report.c — see memory_report.h.
  *
  * The gather sends each rank's row as a flat array of uint64 (the category
  * peaks, the total peak, the resident peak) with one comm_gather, so the

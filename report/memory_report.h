@@ -1,4 +1,4 @@
-/* coordinator/memory_report.h — the per-rank memory report of a run.
+/* report/memory_report.h — the per-rank memory report of a run.
  *
  * At the end of `zerotrain train` (and of `train --dry-run`, whose ledgers
  * are in plan mode) every rank's ledger peaks and resident peak (VmHWM) are
@@ -34,8 +34,8 @@
  * staging; 0 without offload).
  * with the eight category names of ledger_category_name() in ledger order.
  */
-#ifndef ZT_COORDINATOR_MEMORY_REPORT_H
-#define ZT_COORDINATOR_MEMORY_REPORT_H
+#ifndef ZT_REPORT_MEMORY_REPORT_H
+#define ZT_REPORT_MEMORY_REPORT_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* coordinator/memory_summary.c — see memory_summary.h. */
+/* report/memory_summary.c — see memory_summary.h. */
 #include "memory_summary.h"
 
 #include <stdlib.h>

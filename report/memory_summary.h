@@ -1,4 +1,4 @@
-/* coordinator/memory_summary.h — each rank's memory ledger as a table shaped
+/* report/memory_summary.h — each rank's memory ledger as a table shaped
  * like torch.cuda.memory_summary() (`train --memory-summary`).
  *
  * Per category and for the total: bytes held now, the peak, bytes
@@ -9,8 +9,8 @@
  * printed rank by rank. Under `--dry-run` the ledgers are plans: the table
  * shows what one step would allocate, and when.
  */
-#ifndef ZT_COORDINATOR_MEMORY_SUMMARY_H
-#define ZT_COORDINATOR_MEMORY_SUMMARY_H
+#ifndef ZT_REPORT_MEMORY_SUMMARY_H
+#define ZT_REPORT_MEMORY_SUMMARY_H
 
 #include <stdio.h>
 

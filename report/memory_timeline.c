@@ -1,4 +1,4 @@
-/* coordinator/memory_timeline.c — see memory_timeline.h. */
+/* report/memory_timeline.c — see memory_timeline.h. */
 #include "memory_timeline.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* coordinator/memory_timeline.h — every change of a rank's memory ledger
+/* report/memory_timeline.h — every change of a rank's memory ledger
  * over chosen steps, with the phase it happened in (`train
  * --memory-timeline FILE`).
  *
@@ -27,8 +27,8 @@
  * out); the rank's events are then followed by the line
  * {"rank": R, "truncated": true, "events": N}.
  */
-#ifndef ZT_COORDINATOR_MEMORY_TIMELINE_H
-#define ZT_COORDINATOR_MEMORY_TIMELINE_H
+#ifndef ZT_REPORT_MEMORY_TIMELINE_H
+#define ZT_REPORT_MEMORY_TIMELINE_H
 
 #include "../comm/comm.h"
 #include "../common/ledger.h"

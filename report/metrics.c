@@ -1,4 +1,4 @@
-/* coordinator/metrics.c — see metrics.h.
+/* report/metrics.c — see metrics.h.
  *
  * Resuming keeps the history: the lines of steps up to the checkpoint's
  * stay as they were and only those past it are dropped (log_trim.h). */

@@ -1,4 +1,4 @@
-/* coordinator/metrics.h — the per-step metrics file (JSON lines).
+/* report/metrics.h — the per-step metrics file (JSON lines).
  *
  * One object per optimizer step: step, time (Unix seconds when the line was
  * written), loss, lr, grad_norm, step_ms, tokens_per_s, gflops, loss_scale,
@@ -8,8 +8,8 @@
  * and one per evaluation: step, time, val_loss, val_tokens. A number JSON
  * cannot hold (the NaN loss of a step skipped on overflow) is null. Written
  * by rank 0 only; flushed per line so a killed run keeps what it logged. */
-#ifndef ZT_COORDINATOR_METRICS_H
-#define ZT_COORDINATOR_METRICS_H
+#ifndef ZT_REPORT_METRICS_H
+#define ZT_REPORT_METRICS_H
 
 #include <stdint.h>
 #include <stdio.h>

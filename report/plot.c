@@ -1,4 +1,4 @@
-/* coordinator/plot.c — see plot.h.
+/* report/plot.c — see plot.h.
  *
  * The order of work: every run folder is checked and read first (so a bad
  * input stops the command before anything is drawn), then gnuplot is

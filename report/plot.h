@@ -1,4 +1,4 @@
-/* coordinator/plot.h — `zerotrain plot`: PNG plots of runs, drawn by
+/* report/plot.h — `zerotrain plot`: PNG plots of runs, drawn by
  * gnuplot.
  *
  *   zerotrain plot RUN_DIR... [--out DIR] [--rank R]
@@ -36,8 +36,8 @@
  * timeline lacks), plot_data.h's for a malformed file, ZT_ERR_IO (gnuplot
  * not on PATH, or failing), ZT_ERR_NOMEM.
  */
-#ifndef ZT_COORDINATOR_PLOT_H
-#define ZT_COORDINATOR_PLOT_H
+#ifndef ZT_REPORT_PLOT_H
+#define ZT_REPORT_PLOT_H
 
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-/* coordinator/plot_data.c — see plot_data.h.
+/* report/plot_data.c — see plot_data.h.
  *
  * The line-per-record files go through one reader (each_record), which
  * numbers the lines, parses each as a JSON object and hands it to the

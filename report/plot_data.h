@@ -1,4 +1,4 @@
-/* coordinator/plot_data.h — what `zerotrain plot` reads from a run folder.
+/* report/plot_data.h — what `zerotrain plot` reads from a run folder.
  *
  * A run folder (train's run.output_dir) holds config.yaml and metrics.jsonl
  * always, and memory_report.json and memory_timeline.jsonl when the run
@@ -13,7 +13,7 @@
  *                          quantity worth a plot
  *   memory_report.json     each rank's peak per ledger category, its peak
  *                          of the total, and the single-device baseline
- *                          (coordinator/memory_report.h); the categories
+ *                          (memory_report.h); the categories
  *                          are whatever keys `peak` has, not a list here
  *   memory_timeline.jsonl  one ledger event per line, several ranks' in one
  *                          file: rank, time (s since the ledger started),
@@ -30,8 +30,8 @@
  * Ownership: each struct is filled by its reader and released by its
  * *_free, which is safe on a zeroed struct.
  */
-#ifndef ZT_COORDINATOR_PLOT_DATA_H
-#define ZT_COORDINATOR_PLOT_DATA_H
+#ifndef ZT_REPORT_PLOT_DATA_H
+#define ZT_REPORT_PLOT_DATA_H
 
 #include <stddef.h>
 

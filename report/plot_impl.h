@@ -1,8 +1,8 @@
-/* coordinator/plot_impl.h — for plot*.c only: the runs as plot.c loads
+/* report/plot_impl.h — for plot*.c only: the runs as plot.c loads
  * them, and the memory plots' scripts (plot_memory.c), which plot.c
  * draws beside its curves. */
-#ifndef ZT_COORDINATOR_PLOT_IMPL_H
-#define ZT_COORDINATOR_PLOT_IMPL_H
+#ifndef ZT_REPORT_PLOT_IMPL_H
+#define ZT_REPORT_PLOT_IMPL_H
 
 #include <limits.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* coordinator/plot_memory.c — memory.png and memory_timeline.png's
+/* report/plot_memory.c — memory.png and memory_timeline.png's
  * gnuplot scripts (plot_impl.h).
  *
  * memory.png is a row-stacked histogram: one row per rank, a row for the

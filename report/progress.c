@@ -1,4 +1,4 @@
-/* coordinator/progress.c — see progress.h. */
+/* report/progress.c — see progress.h. */
 #include "progress.h"
 
 #include <stdarg.h>

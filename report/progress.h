@@ -1,10 +1,10 @@
-/* coordinator/progress.h — rank 0's console: log lines and a progress line.
+/* report/progress.h — rank 0's console: log lines and a progress line.
  *
  * On a terminal the current step is shown as one line redrawn in place
  * ("step 12/100  ETA 1m02s"), and log lines scroll past it; when output goes
  * to a file or pipe only the plain log lines are written. */
-#ifndef ZT_COORDINATOR_PROGRESS_H
-#define ZT_COORDINATOR_PROGRESS_H
+#ifndef ZT_REPORT_PROGRESS_H
+#define ZT_REPORT_PROGRESS_H
 
 #include <stdio.h>
 
