@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -78,5 +79,25 @@ zt_status zt_read_small_file(const char *path, size_t max, zt_status bad, char *
     buf[size] = '\0';
     *out = buf;
     *len = (size_t)size;
+    return ZT_OK;
+}
+
+zt_status zt_mkdir_p(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return zt_error_set(ZT_ERR_IO, "%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST)
+                return zt_error_set(ZT_ERR_IO, "cannot create directory %s: %s", path,
+                                    strerror(errno));
+            *p = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
     return ZT_OK;
 }

@@ -1,5 +1,6 @@
-/* common/fileio.h — reading files: opening a regular file for reading,
- * reading an exact byte range, and reading a small file whole.
+/* common/fileio.h — reading files and making folders: opening a regular
+ * file for reading, reading an exact byte range, reading a small file
+ * whole, and creating a folder with its parents.
  *
  * Checkpoint shards, safetensors files, meta.json and DIR/latest are read
  * with these, so that a missing file, a failed read and a file that ends
@@ -41,5 +42,10 @@ zt_status zt_pread_full(int fd, const char *path, void *buf, size_t n, uint64_t 
  * ZT_ERR_NOMEM, and `bad` (the format's status) for "PATH: N bytes, more
  * than the limit of MAX" and a file that shrinks while read. *out is NULL and *len 0 on failure. */
 zt_status zt_read_small_file(const char *path, size_t max, zt_status bad, char **out, size_t *len);
+
+/* Creates `dir` and its parents (mode 0755); folders that exist are kept.
+ * Errors: ZT_ERR_IO "cannot create directory PATH: <strerror>", or "DIR:
+ * path too long". */
+zt_status zt_mkdir_p(const char *dir);
 
 #endif

@@ -25,7 +25,7 @@
  * still the evaluation): they only move its unit.
  *
  * Events. Every change can also go to a sink (the memory timeline,
- * coordinator/memory_timeline.h), called after the change with the
+ * report/memory_timeline.h), called after the change with the
  * category and the signed number of bytes.
  */
 #ifndef ZT_LEDGER_H

@@ -153,7 +153,7 @@ struct zt_config {
     } checkpoint;
 
     /* DeepSpeed's csv_monitor: rank 0 also writes each metric to a CSV
-     * file of its own in output_path/job_name (coordinator/csv_monitor.h). */
+     * file of its own in output_path/job_name (report/csv_monitor.h). */
     struct {
         int enabled;       /* default false */
         char *output_path; /* default "": the current directory, as DeepSpeed's */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../common/atomic_file.h"
+#include "../common/fileio.h"
 #include "../common/half.h"
 #include "../common/json.h"
 #include "../formats/hf_weights.h"
@@ -565,7 +566,7 @@ static void report(struct run_session *s, const struct check *c, struct nonfinit
             (int)sizeof f->report)
         st = zt_error_set(ZT_ERR_IO, "%s: path too long", s->cfg.run.output_dir);
     if (st == ZT_OK)
-        st = session_mkdir_p(dir);
+        st = zt_mkdir_p(dir);
     if (st == ZT_OK)
         st = write_report(s, c, f, f->report);
     if (st == ZT_OK)

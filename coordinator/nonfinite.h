@@ -35,7 +35,7 @@
 #ifndef ZT_COORDINATOR_NONFINITE_H
 #define ZT_COORDINATOR_NONFINITE_H
 
-#include "metrics.h"
+#include "../report/report.h"
 #include "session.h"
 
 /* Re-runs at most this many steps of a run: a run skipping steps by the

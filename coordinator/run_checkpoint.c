@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/fileio.h"
 #include "../formats/checkpoint.h"
 #include "../formats/checkpoint_reader.h"
 #include "../formats/hf_weights.h"
@@ -311,7 +312,7 @@ static zt_status publish(struct run_session *s, long step, const char *dir, cons
 static zt_status try_write_in(const char *dir, int rank)
 {
     char path[4200];
-    if (session_mkdir_p(dir) != ZT_OK) {
+    if (zt_mkdir_p(dir) != ZT_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", zt_error_message());
         return zt_error_set(ZT_ERR_IO, "checkpoint.dir %s: not writable: %s", dir, why);

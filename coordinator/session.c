@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "../formats/hf_weights.h"
-#include "memory_timeline.h"
+#include "../report/report.h"
 #include "../worker/device_bind.h"
 #include "../worker/lora.h"
 #include "../worker/param_quant.h"
@@ -21,26 +21,6 @@ zt_status session_agree(const struct run_session *s, zt_status local, int *print
     if (s->comm)
         return comm_agree_ranks(s->comm, local, print_here);
     return comm_world_agree(local, print_here);
-}
-
-zt_status session_mkdir_p(const char *dir)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return zt_error_set(ZT_ERR_IO, "%s: path too long", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST)
-                return zt_error_set(ZT_ERR_IO, "cannot create directory %s: %s", path,
-                                    strerror(errno));
-            *p = saved;
-            if (saved == '\0')
-                break;
-        }
-    }
-    return ZT_OK;
 }
 
 /* Threads per rank: the user's OMP_NUM_THREADS if set, else the cores

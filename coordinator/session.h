@@ -74,7 +74,7 @@ struct run_options {
     const char *metrics_path;       /* NULL: <output_dir>/metrics.jsonl */
     const char *memory_report_path; /* NULL: none */
     /* --memory-timeline FILE: the ledger's events of steps [first, last]
-     * (coordinator/memory_timeline.h); NULL: none. */
+     * (report/memory_timeline.h); NULL: none. */
     const char *memory_timeline_path;
     long memory_timeline_first, memory_timeline_last;
     int memory_summary; /* print every rank's memory summary at the end */
@@ -292,8 +292,5 @@ zt_status session_plan_step(struct model *model, struct shard_engine *engine, in
  * this model, micro batch and precision, from a dry plan through the same
  * allocation code (no memory, no communication). */
 zt_status session_plan_baseline(const struct run_session *s, struct ledger *out);
-
-/* Creates `dir` and its parents (mode 0755). Errors: ZT_ERR_IO. */
-zt_status session_mkdir_p(const char *dir);
 
 #endif

@@ -23,17 +23,13 @@
 #include <string.h>
 
 #include "../common/clock.h"
+#include "../common/fileio.h"
 #include "../worker/param_quant.h"
 #include "../worker/tensor_parallel.h"
 #include "../worker/schedule.h"
-#include "csv_monitor.h"
-#include "memory_report.h"
-#include "memory_summary.h"
-#include "memory_timeline.h"
-#include "metrics.h"
+#include "../report/report.h"
 #include "nonfinite.h"
 #include "pipeline.h"
-#include "progress.h"
 #include "run_checkpoint.h"
 #include "train.h"
 
@@ -61,7 +57,7 @@ static zt_status echo_config(const struct run_session *s, const struct run_optio
 static zt_status write_resolved_config(const struct run_session *s, const struct run_options *o)
 {
     char path[4096];
-    ZT_TRY(session_mkdir_p(s->cfg.run.output_dir));
+    ZT_TRY(zt_mkdir_p(s->cfg.run.output_dir));
     snprintf(path, sizeof path, "%s/config.yaml", s->cfg.run.output_dir);
     FILE *f = fopen(path, "w");
     if (!f)

@@ -2,7 +2,7 @@
 #ifndef ZT_COORDINATOR_TRAIN_H
 #define ZT_COORDINATOR_TRAIN_H
 
-#include "metrics.h"
+#include "../report/report.h"
 #include "session.h"
 
 /* Runs training as configured; on every rank. *print_here tells main

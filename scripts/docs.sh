@@ -2,7 +2,7 @@
 # Regenerates the references in docs/reference/ from the zerotrain binary:
 #   config.md  zerotrain help --reference config  (config/config_schema.c's table
 #              and config/config_deepspeed.c's)
-#   cli.md     zerotrain help --reference cli     (coordinator/cli.c's help texts)
+#   cli.md     zerotrain help --reference cli     (cli/cli.c's help texts)
 # The binary is $ZT_BUILD_DIR/zerotrain (default build/), brought up to date
 # first. test_docs fails while the checked-in files differ from its output.
 # usage: scripts/docs.sh

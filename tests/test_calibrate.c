@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "config/machine.h"
-#include "coordinator/calibrate.h"
+#include "plan/calibrate.h"
 #include "testutil.h"
 
 #define MPIRUN "mpirun --oversubscribe -np"

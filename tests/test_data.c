@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "../common/rng.h"
-#include "../coordinator/prepare.h"
+#include "../cli/prepare.h"
 #include "../data/data.h"
 #include "testutil.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/memory_report.h"
+#include "report/memory_report.h"
 #include "coordinator/run_checkpoint.h"
 #include "coordinator/train.h"
 #include "testutil.h"

@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 
 #include "../common/ledger.h"
-#include "../coordinator/memory_report.h"
+#include "../report/memory_report.h"
 #include "testutil.h"
 
 static int rank, size;

@@ -19,7 +19,7 @@
 
 #include "../common/json.h"
 #include "../config/config.h"
-#include "../coordinator/plan.h"
+#include "../plan/plan.h"
 #include "testutil.h"
 
 /* ---- reading the files a run and a plan write ----------------------------- */

@@ -7,7 +7,7 @@ zt_test(test_resume SOURCES test_resume.c LIBS zt_common TIMEOUT 600 LAUNCHES_MP
 zt_test(test_watchdog SOURCES test_watchdog.c LIBS zt_common TIMEOUT 300 LAUNCHES_MPI)
 # zerotrain with checkpoint fault injection, for test_resume's crash test.
 add_executable(zerotrain_faulty zerotrain_faulty.c)
-target_link_libraries(zerotrain_faulty PRIVATE zt_coordinator)
+target_link_libraries(zerotrain_faulty PRIVATE zt_cli)
 zt_test(test_frozen SOURCES test_frozen.c LIBS zt_coordinator RANKS 1 2 3 TIMEOUT 300)
 # ZeRO-Offload on the CPU (the engine's offload_force): bit-identical to
 # the non-offloaded run in every stage, precision and optimizer kind;
@@ -45,13 +45,13 @@ zt_test(test_pipeline SOURCES test_pipeline.c LIBS zt_coordinator TIMEOUT 900 LA
 # zerotrain plan: each role's ledger peaks and each axis's bytes equal a
 # measured run's at 1-4 ranks across layouts; the ZeRO paper's model states
 # and Korthikanti et al.'s activations per layer from planned roles.
-zt_test(test_plan SOURCES test_plan.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI)
+zt_test(test_plan SOURCES test_plan.c LIBS zt_plan TIMEOUT 900 LAUNCHES_MPI)
 # Node-aware ZeRO at 4 ranks as 2 simulated nodes x 2: hpZ and HSDP against
 # flat ZeRO (losses, each link class's bytes by formula, the secondary copy
 # in the report and the dry run), refusals, checkpoints resumed and resharded.
 zt_test(test_hier SOURCES test_hier.c LIBS zt_coordinator TIMEOUT 600 LAUNCHES_MPI)
 # zerotrain calibrate: the link fit, and the binary under mpirun (--quick).
-zt_test(test_calibrate SOURCES test_calibrate.c LIBS zt_coordinator TIMEOUT 300 LAUNCHES_MPI)
+zt_test(test_calibrate SOURCES test_calibrate.c LIBS zt_plan TIMEOUT 300 LAUNCHES_MPI)
 # fp8 training through the binary: layouts against one rank, checkpointing,
 # configs/tiny.yaml against bf16 (300 steps; 40 in the sanitizer build), the
 # dry run's fp8 buffers, refusals.

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/cli.h"
+#include "cli/cli.h"
 #include "coordinator/run_checkpoint.h"
 #include "worker/precision.h"
 

@@ -1,0 +1,832 @@
+/* plan/calibrate.c — measuring this node for a machine file
+ * (calibrate.h).
+ *
+ * The run is a sequence of phases, each ended by an agreement over the
+ * world so that every rank leaves a failed phase together and no rank is
+ * left waiting in a collective that the others never enter:
+ *
+ *   check options and world   (every rank alike)
+ *   open the output           (rank 0: a missing folder fails before any measuring)
+ *   open the CPU ops and comm (every rank)
+ *   open the wake semaphore   (every rank; see open_wake)
+ *   triad and GEMM            (rank 0 on every core; the others asleep on the semaphore)
+ *   collectives               (every rank)
+ *   fit and write             (rank 0)
+ *
+ * Only rank 0 holds results; the other ranks only take part in the
+ * collectives. Buffers come from the CPU backend's device memory, counted
+ * in a ledger of this run's own.
+ *
+ * Three things a naive measurement gets wrong on a CPU node, all seen on
+ * the 2-core machine this was written on: mpirun binds rank 0 to one core,
+ * so its BLAS threads share it (half the GEMM rate: see widen_affinity);
+ * ranks waiting in a collective poll, taking cores from rank 0 (half the
+ * GEMM rate at 2 ranks, less at 4: see open_wake); and OpenMP and OpenBLAS
+ * workers spin a while after their work, on the cores the other pool then
+ * needs (small GEMMs several times slower, the triad a tenth as fast: see
+ * time_gemm and measure_node).
+ */
+#ifdef __linux__
+#define _GNU_SOURCE /* sched_setaffinity and the CPU_SET macros */
+#endif
+#include "calibrate.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <semaphore.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <dirent.h>
+#include <sched.h>
+#endif
+
+#include "../comm/comm.h"
+#include "../common/atomic_file.h"
+#include "../common/clock.h"
+#include "../config/machine.h"
+#include "../worker/backend.h"
+#include "../worker/ops.h"
+
+enum { MAX_SHAPES = 12, MAX_SIZES = 16, N_COLLECTIVES = 3 };
+
+/* The rows of the GEMM table: rows = B*T, C in features, OC out features. */
+static const int gemm_rows_full[] = {512, 2048}, gemm_rows_quick[] = {256};
+static const int gemm_cs[] = {128, 768};
+static const int gemm_oc_factors[] = {1, 3, 4};
+/* matmul_flops is read from the rows with this C (GPT-2 small's width). */
+enum { GEMM_REFERENCE_C = 768 };
+/* Seconds of triad passes before the timed ones. */
+#define TRIAD_WARMUP_S 0.25
+
+static const char *const collective_names[N_COLLECTIVES] = {"allreduce", "reduce_scatter",
+                                                            "allgather"};
+
+/* Sizes and repetitions of one calibration (--quick or not). */
+struct sizes {
+    const int *gemm_rows;
+    int n_gemm_rows;
+    int gemm_reps, gemm_warmup;
+    size_t triad_bytes; /* of each of the 3 arrays */
+    int triad_reps;
+    size_t coll_min, coll_max; /* full buffer bytes, doubling */
+    int coll_iters, coll_warmup;
+};
+
+struct gemm_row {
+    int rows, C, OC;
+    double fwd, bwd, both; /* FLOP/s: forward, backward, and the two together */
+};
+
+struct coll_row {
+    size_t size;               /* bytes of the full buffer */
+    double sec[N_COLLECTIVES]; /* median of the slowest rank's time */
+};
+
+struct calibration {
+    struct sizes sz;
+    int rank, ranks, cores;
+    int all_cores;  /* 1: rank 0's threads were free to use every core */
+    sem_t *wake;    /* the other ranks sleep on it during rank 0's phase; NULL: none */
+    int all_asleep; /* 1: every other rank had `wake` open, so none polled meanwhile */
+    char host[256];
+    struct ledger ledger;
+    struct compute_backend be;
+    struct comm *comm;
+    struct atomic_file out;
+    struct gemm_row gemm[MAX_SHAPES];
+    int n_gemm;
+    double triad_rate; /* bytes/s */
+    struct coll_row coll[MAX_SIZES];
+    int n_sizes;
+    struct calibrate_link_fit fit;
+    struct machine m;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorted in place). */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* x to 4 significant digits: what a measurement holds, and a short number
+ * in the file. */
+static double round4(double x)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%.4g", x);
+    return strtod(text, NULL);
+}
+
+static double busbytes_factor(int kind, int n)
+{
+    return kind == 0 ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+}
+
+static double steps_of(int kind, int n)
+{
+    return kind == 0 ? 2.0 * (n - 1) : (double)(n - 1);
+}
+
+void calibrate_fit_link(const double *steps, const double *busbytes, const double *t, int n,
+                        struct calibrate_link_fit *out)
+{
+    ZT_ASSERT(n >= 1);
+    double sss = 0, ssx = 0, sxx = 0, sst = 0, sxt = 0, min_lat = INFINITY, max_bw = 0;
+    for (int i = 0; i < n; i++) {
+        ZT_ASSERT(steps[i] > 0 && busbytes[i] > 0 && t[i] > 0);
+        sss += steps[i] * steps[i];
+        ssx += steps[i] * busbytes[i];
+        sxx += busbytes[i] * busbytes[i];
+        sst += steps[i] * t[i];
+        sxt += busbytes[i] * t[i];
+        min_lat = fmin(min_lat, t[i] / steps[i]);
+        max_bw = fmax(max_bw, busbytes[i] / t[i]);
+    }
+    const double det = sss * sxx - ssx * ssx;
+    /* latency a and seconds per bus byte b of t = a*steps + b*busbytes */
+    double a = det > 0 ? (sst * sxx - ssx * sxt) / det : 0.0;
+    double b = det > 0 ? (sss * sxt - ssx * sst) / det : 0.0;
+    memset(out, 0, sizeof *out);
+    if (!(a > 0) || !isfinite(a)) {
+        out->latency_fallback = 1;
+        a = min_lat;
+        b = (sxt - a * ssx) / sxx; /* b alone, a fixed */
+    }
+    if (!(b > 0) || !isfinite(b)) {
+        out->bandwidth_fallback = 1;
+        b = 1.0 / max_bw;
+        if (!out->latency_fallback) {
+            a = (sst - b * ssx) / sss; /* a alone, b fixed */
+            if (!(a > 0)) {
+                out->latency_fallback = 1;
+                a = min_lat;
+            }
+        }
+    }
+    out->latency = a;
+    out->bandwidth = 1.0 / b;
+}
+
+/* ---- options and world ---- */
+
+static void pick_sizes(int quick, struct sizes *s)
+{
+    *s = (struct sizes){.gemm_rows = quick ? gemm_rows_quick : gemm_rows_full,
+                        .n_gemm_rows = quick ? 1 : 2,
+                        .gemm_reps = quick ? 3 : 5,
+                        .gemm_warmup = 1,
+                        .triad_bytes = (size_t)(quick ? 8 : 64) << 20,
+                        .triad_reps = quick ? 5 : 10,
+                        .coll_min = 4096,
+                        .coll_max = (size_t)(quick ? 4 : 64) << 20,
+                        .coll_iters = quick ? 5 : 10,
+                        .coll_warmup = quick ? 1 : 2};
+}
+
+/* Fills what every rank knows alike: sizes, name, device memory. */
+static zt_status check_setup(const struct calibrate_options *o, struct calibration *cal)
+{
+    pick_sizes(o->quick, &cal->sz);
+    cal->rank = comm_world_rank();
+    cal->ranks = comm_world_size();
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cal->cores = cores > 0 ? (int)cores : 1;
+    if (gethostname(cal->host, sizeof cal->host - 1) != 0 || !cal->host[0])
+        snprintf(cal->host, sizeof cal->host, "unknown");
+    if (!o->out_path || !o->out_path[0])
+        return zt_error_set(ZT_ERR_USAGE, "calibrate needs --out FILE");
+    if (o->name && (!o->name[0] || strlen(o->name) >= sizeof cal->m.name))
+        return zt_error_set(ZT_ERR_USAGE, "--name: expected 1 to %zu characters, got %zu",
+                            sizeof cal->m.name - 1, strlen(o->name));
+    if (o->name)
+        snprintf(cal->m.name, sizeof cal->m.name, "%s", o->name);
+    else
+        snprintf(cal->m.name, sizeof cal->m.name, "cpu-%.59s", cal->host);
+    cal->m.device_memory = o->device_memory;
+    if (!cal->m.device_memory) {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || page <= 0)
+            return zt_error_set(ZT_ERR_USAGE, "calibrate cannot tell this node's memory: "
+                                              "give --device-memory SIZE");
+        cal->m.device_memory = (uint64_t)pages * (uint64_t)page;
+    }
+    cal->m.devices_per_node = 1;
+    cal->m.cores = cal->cores;
+    if (cal->ranks < 2)
+        return zt_error_set(ZT_ERR_USAGE, "calibrate measures collectives between ranks: run it "
+                                          "under mpirun with 2 to 4 ranks");
+    return ZT_OK;
+}
+
+static zt_status check_one_node(const struct calibration *cal, int local_ranks)
+{
+    if (local_ranks != cal->ranks)
+        return zt_error_set(ZT_ERR_USAGE,
+                            "calibrate measures one node, but only %d of its %d ranks run on "
+                            "this one: start them all on one node",
+                            local_ranks, cal->ranks);
+    return ZT_OK;
+}
+
+static zt_status open_compute(struct calibration *cal)
+{
+    ledger_init(&cal->ledger, 0);
+    ZT_TRY(compute_backend_open("cpu", -1, &cal->ledger, &cal->be));
+    ops_cpu_set_threads(1); /* rank 0 takes every core for its own phase only */
+    return ZT_OK;
+}
+
+static zt_status alloc_floats(struct calibration *cal, size_t n, const char *what, float **out)
+{
+    void *p = NULL;
+    ZT_TRY(device_alloc(&cal->be.dev, LEDGER_WORKSPACE, n * sizeof(float), what, &p));
+    *out = p;
+    return ZT_OK;
+}
+
+static void free_floats(struct calibration *cal, size_t n, float *p)
+{
+    if (p)
+        device_free(&cal->be.dev, LEDGER_WORKSPACE, n * sizeof(float), p);
+}
+
+/* Values that keep the products small and finite over repetitions. The
+ * GEMM and collective buffers are filled by this thread alone: an OpenMP
+ * region would leave its workers spinning on the cores the next
+ * measurement needs. */
+static void fill(float *v, size_t n, int seed)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)((i * 7 + (size_t)seed) % 13) * 0.01f;
+}
+
+/* fill on every thread, each touching first the part it streams later. */
+static void fill_parallel(float *v, size_t n, int seed)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)((i * 7 + (size_t)seed) % 13) * 0.01f;
+}
+
+/* ---- GEMM ---- */
+
+/* Where rank 0's threads ran, for the tables' headings. */
+static const char *placement(const struct calibration *cal)
+{
+    return cal->all_cores ? "free on every core" : "on the cores mpirun bound rank 0 to";
+}
+
+/* Whether rank 0 had the cores to itself while it measured. */
+static void put_wait_note(FILE *f, const struct calibration *cal)
+{
+    if (cal->all_asleep)
+        fprintf(f, "While rank 0 measured its compute, the other ranks slept (a POSIX "
+                   "semaphore).\n");
+    else
+        fprintf(f, "While rank 0 measured its compute, some ranks waited polling in MPI (no "
+                   "POSIX\nsemaphore could be shared): they took cores, so the compute rates may "
+                   "be low.\n");
+    if (!cal->all_cores)
+        fprintf(f, "Rank 0's threads could not be freed of mpirun's binding: the compute rates "
+                   "are\nthose of the cores it was bound to.\n");
+}
+
+static void put_gemm_table(FILE *f, const struct calibration *cal)
+{
+    char kernel[160];
+    if (cal->be.ops->gemm_describe(cal->be.ops, ZT_F32, kernel, sizeof kernel) != ZT_OK)
+        snprintf(kernel, sizeof kernel, "unknown: %s", zt_error_message());
+    fprintf(f,
+            "GEMM: the CPU ops' matmul_forward and matmul_backward (no bias: the dense products\n"
+            "alone) on rank 0, %d threads %s, median of %d after\n"
+            "%d warm-up; FLOPs 2*rows*C*OC forward, 4*rows*C*OC backward; kernel: %s\n",
+            cal->cores, placement(cal), cal->sz.gemm_reps, cal->sz.gemm_warmup, kernel);
+    fprintf(f, " rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd GFLOP/s\n");
+    for (int i = 0; i < cal->n_gemm; i++) {
+        const struct gemm_row *g = &cal->gemm[i];
+        fprintf(f, "%5d %5d %5d %12.2f %12.2f %16.2f\n", g->rows, g->C, g->OC, g->fwd / 1e9,
+                g->bwd / 1e9, g->both / 1e9);
+    }
+}
+
+/* Times one shape: forward and backward, each the median of the reps.
+ * Without bias the ops are the sgemm calls alone: their bias loops are
+ * OpenMP regions whose workers, spinning afterwards, would take cores from
+ * the BLAS threads and make small shapes look several times slower. */
+static void time_gemm(struct calibration *cal, float *const buf[6], struct gemm_row *g)
+{
+    const struct ops_backend *ops = cal->be.ops;
+    const int reps = cal->sz.gemm_reps, warm = cal->sz.gemm_warmup;
+    double fwd[16], bwd[16];
+    ZT_ASSERT(reps <= 16);
+    for (int r = 0; r < warm + reps; r++) {
+        double t0 = zt_now_seconds();
+        ZT_ASSERT(ops->matmul_forward(ops, ZT_F32, buf[2], buf[0], buf[1], NULL, g->rows, g->C,
+                                      g->OC) == ZT_OK);
+        double t1 = zt_now_seconds();
+        ZT_ASSERT(ops->matmul_backward(ops, ZT_F32, buf[4], buf[5], NULL, buf[3], buf[0], buf[1],
+                                       g->rows, g->C, g->OC) == ZT_OK);
+        double t2 = zt_now_seconds();
+        if (r >= warm) {
+            fwd[r - warm] = t1 - t0;
+            bwd[r - warm] = t2 - t1;
+        }
+    }
+    const double flops = 2.0 * g->rows * g->C * g->OC;
+    const double tf = median(fwd, reps), tb = median(bwd, reps);
+    g->fwd = flops / tf;
+    g->bwd = 2.0 * flops / tb;
+    g->both = 3.0 * flops / (tf + tb);
+}
+
+static zt_status measure_gemm(struct calibration *cal)
+{
+    const struct sizes *s = &cal->sz;
+    const int max_rows = s->gemm_rows[s->n_gemm_rows - 1];
+    const int max_c = gemm_cs[sizeof gemm_cs / sizeof gemm_cs[0] - 1];
+    const int max_oc =
+        max_c * gemm_oc_factors[sizeof gemm_oc_factors / sizeof gemm_oc_factors[0] - 1];
+    /* inp, weight, out, dout, dinp, dweight */
+    const size_t n[6] = {(size_t)max_rows * max_c,  (size_t)max_oc * max_c,
+                         (size_t)max_rows * max_oc, (size_t)max_rows * max_oc,
+                         (size_t)max_rows * max_c,  (size_t)max_oc * max_c};
+    float *buf[6] = {0};
+    zt_status st = ZT_OK;
+    for (int k = 0; k < 6 && st == ZT_OK; k++) {
+        st = alloc_floats(cal, n[k], "calibrate: GEMM buffers", &buf[k]);
+        if (st == ZT_OK)
+            fill(buf[k], n[k], k);
+    }
+    for (int r = 0; r < s->n_gemm_rows && st == ZT_OK; r++)
+        for (size_t c = 0; c < sizeof gemm_cs / sizeof gemm_cs[0]; c++)
+            for (size_t k = 0; k < sizeof gemm_oc_factors / sizeof gemm_oc_factors[0]; k++) {
+                struct gemm_row *g = &cal->gemm[cal->n_gemm++];
+                ZT_ASSERT(cal->n_gemm <= MAX_SHAPES);
+                *g = (struct gemm_row){.rows = s->gemm_rows[r],
+                                       .C = gemm_cs[c],
+                                       .OC = gemm_cs[c] * gemm_oc_factors[k]};
+                time_gemm(cal, buf, g);
+            }
+    for (int k = 0; k < 6; k++)
+        free_floats(cal, n[k], buf[k]);
+    return st;
+}
+
+/* The median fwd+bwd rate over the shapes of the reference width. */
+static double gemm_rate(const struct calibration *cal)
+{
+    double v[MAX_SHAPES];
+    int n = 0;
+    for (int i = 0; i < cal->n_gemm; i++)
+        if (cal->gemm[i].C == GEMM_REFERENCE_C)
+            v[n++] = cal->gemm[i].both;
+    ZT_ASSERT(n > 0);
+    return median(v, n);
+}
+
+/* ---- memory bandwidth ---- */
+
+static void put_triad_line(FILE *f, const struct calibration *cal)
+{
+    fprintf(f,
+            "memory: triad a[i] = b[i] + s*c[i] over 3 float arrays of %zu MiB on rank 0, %d "
+            "OpenMP\nthreads %s, 12 bytes per element, median of %d after %.2g s of\n"
+            "warm-up: %.2f GB/s\n",
+            cal->sz.triad_bytes >> 20, cal->cores, placement(cal), cal->sz.triad_reps,
+            TRIAD_WARMUP_S, cal->triad_rate / 1e9);
+}
+
+static void triad(float *a, const float *b, const float *c, size_t n)
+{
+    const float s = 0.5f;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        a[i] = b[i] + s * c[i];
+}
+
+static zt_status measure_triad(struct calibration *cal)
+{
+    const size_t n = cal->sz.triad_bytes / sizeof(float);
+    const int reps = cal->sz.triad_reps;
+    float *v[3] = {0};
+    zt_status st = ZT_OK;
+    for (int k = 0; k < 3 && st == ZT_OK; k++) {
+        st = alloc_floats(cal, n, "calibrate: triad arrays", &v[k]);
+        if (st == ZT_OK)
+            fill_parallel(v[k], n, k);
+    }
+    double t[16];
+    ZT_ASSERT(reps <= 16);
+    /* warm-up by time, long enough for threads that spin after their last
+     * work (OpenBLAS's wait about 0.1 s) to have gone to sleep */
+    const double w0 = zt_now_seconds();
+    while (st == ZT_OK && zt_now_seconds() - w0 < TRIAD_WARMUP_S)
+        triad(v[0], v[1], v[2], n);
+    for (int r = 0; r < reps && st == ZT_OK; r++) {
+        const double t0 = zt_now_seconds();
+        triad(v[0], v[1], v[2], n);
+        t[r] = zt_now_seconds() - t0;
+    }
+    if (st == ZT_OK) {
+        volatile float sink = v[0][n / 2]; /* the stores are used */
+        (void)sink;
+        cal->triad_rate = 3.0 * sizeof(float) * (double)n / median(t, reps);
+    }
+    for (int k = 0; k < 3; k++)
+        free_floats(cal, n, v[k]);
+    return st;
+}
+
+/* ---- the cores of rank 0 ----
+ *
+ * mpirun binds each rank to a core (or a socket) by default, and threads
+ * inherit the binding: rank 0's BLAS threads would share one core. For its
+ * phase rank 0 lets every thread of the process run on every core, then
+ * puts back the mask it had. Linux only; elsewhere the launcher's binding
+ * stays, and the report says so. */
+
+struct affinity {
+    int widened; /* 1: every thread may run on every core until restored */
+#ifdef __linux__
+    cpu_set_t saved;
+#endif
+};
+
+#ifdef __linux__
+/* Gives every thread of this process the mask `set`; 0 when all took it. */
+static int set_threads_affinity(const cpu_set_t *set)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int bad = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.')
+            bad |= sched_setaffinity((pid_t)atol(e->d_name), sizeof *set, set) != 0;
+    closedir(d);
+    return bad ? -1 : 0;
+}
+#endif
+
+static void widen_affinity(struct affinity *a)
+{
+    memset(a, 0, sizeof *a);
+#ifdef __linux__
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        CPU_SET(i, &all); /* the kernel keeps the CPUs this process may use */
+    if (sched_getaffinity(0, sizeof a->saved, &a->saved) == 0)
+        a->widened = set_threads_affinity(&all) == 0;
+#endif
+}
+
+static void restore_affinity(const struct affinity *a)
+{
+#ifdef __linux__
+    if (a->widened)
+        (void)set_threads_affinity(&a->saved); /* best effort: only the placement changes */
+#else
+    (void)a;
+#endif
+}
+
+/* ---- the other ranks' wait ----
+ *
+ * While rank 0 measures, the other ranks must leave the cores alone. In a
+ * collective they would not: MPI polls while it waits, and yielding the
+ * core between polls still cost half of rank 0's GEMM rate in a test on
+ * 2 cores, and more with 3 waiting ranks. So they sleep on a POSIX named
+ * semaphore that rank 0 creates and posts once per rank when it is done.
+ * Where one cannot be had, the ranks without it wait in the agreement
+ * instead, and the file's comment says that the compute rates may be low. */
+
+/* Collective over cal->comm: rank 0 creates the semaphore, the others open
+ * it; cal->all_asleep tells whether every rank has it. */
+static zt_status open_wake(struct calibration *cal)
+{
+    int64_t msg[2] = {0, 0}; /* rank 0's pid, whether it made the semaphore */
+    char name[64];
+    sem_t *sem = SEM_FAILED;
+    if (cal->rank == 0) {
+        snprintf(name, sizeof name, "/zerotrain-calibrate-%ld", (long)getpid());
+        sem = sem_open(name, O_CREAT | O_EXCL, 0600, 0);
+        msg[0] = (int64_t)getpid();
+        msg[1] = sem != SEM_FAILED;
+    }
+    ZT_TRY(comm_broadcast(cal->comm, msg, 2, ZT_I64, 0));
+    if (cal->rank != 0 && msg[1]) {
+        snprintf(name, sizeof name, "/zerotrain-calibrate-%ld", (long)msg[0]);
+        sem = sem_open(name, 0);
+    }
+    cal->wake = sem == SEM_FAILED ? NULL : sem;
+    double have = cal->wake != NULL;
+    ZT_TRY(comm_allreduce(cal->comm, &have, 1, ZT_F64, COMM_OP_MIN));
+    cal->all_asleep = have == 1.0;
+    if (cal->rank == 0 && msg[1]) /* every rank that could open it has: the name can go */
+        sem_unlink(name);
+    return ZT_OK;
+}
+
+/* Rank 0's phase: every core of the node on its compute. The triad goes
+ * first: it needs no BLAS thread, and its buffers are filled by OpenMP,
+ * whose workers have gone to sleep by the time the GEMM buffers are
+ * filled. */
+static zt_status measure_node(struct calibration *cal, FILE *report)
+{
+    struct affinity aff;
+    widen_affinity(&aff);
+    cal->all_cores = aff.widened;
+    ops_cpu_set_threads(cal->cores);
+    if (report) {
+        put_wait_note(report, cal);
+        fputc('\n', report);
+    }
+    zt_status st = measure_triad(cal);
+    if (st == ZT_OK && report) {
+        put_triad_line(report, cal);
+        fputc('\n', report);
+        fflush(report);
+    }
+    if (st == ZT_OK)
+        st = measure_gemm(cal);
+    if (st == ZT_OK && report) {
+        put_gemm_table(report, cal);
+        fprintf(report, "matmul_flops (median fwd+bwd at C=%d): %.2f GFLOP/s\n\n", GEMM_REFERENCE_C,
+                gemm_rate(cal) / 1e9);
+        fflush(report);
+    }
+    ops_cpu_set_threads(1);
+    restore_affinity(&aff);
+    /* the BLAS workers spin a while after their last product: let them stop
+     * before the collectives are timed */
+    nanosleep(&(struct timespec){.tv_nsec = 200000000}, NULL);
+    return st;
+}
+
+/* ---- collectives ---- */
+
+static void put_coll_table(FILE *f, const struct calibration *cal)
+{
+    fprintf(f,
+            "collectives: the \"%s\" backend (algorithms auto), float32 sum, %d ranks; the "
+            "slowest\nrank's time, median of %d after %d warm-up; size is the full buffer, "
+            "busbw = size/time\n* 2(n-1)/n for allreduce, * (n-1)/n for the others\n",
+            comm_backend_name(cal->comm), cal->ranks, cal->sz.coll_iters, cal->sz.coll_warmup);
+    fprintf(f, "%10s", "size(B)");
+    for (int k = 0; k < N_COLLECTIVES; k++)
+        fprintf(f, " %16s(us) %5s", collective_names[k], "GB/s");
+    fputc('\n', f);
+    for (int i = 0; i < cal->n_sizes; i++) {
+        const struct coll_row *r = &cal->coll[i];
+        fprintf(f, "%10zu", r->size);
+        for (int k = 0; k < N_COLLECTIVES; k++)
+            fprintf(f, " %20.1f %5.2f", r->sec[k] * 1e6,
+                    (double)r->size / r->sec[k] * busbytes_factor(k, cal->ranks) / 1e9);
+        fputc('\n', f);
+    }
+}
+
+/* One call of collective `kind` over `count` floats of the full buffer. */
+static zt_status run_collective(struct comm *c, int kind, float *big, float *small, size_t count)
+{
+    const size_t per_rank = count / (size_t)comm_size(c);
+    if (kind == 0)
+        return comm_allreduce(c, big, count, ZT_F32, COMM_OP_SUM);
+    if (kind == 1)
+        return comm_reduce_scatter(c, big, small, per_rank, ZT_F32, COMM_OP_SUM);
+    return comm_allgather(c, small, big, per_rank, ZT_F32);
+}
+
+/* The median over iterations of the slowest rank's time of one call. */
+static zt_status time_collective(struct calibration *cal, int kind, float *big, float *small,
+                                 size_t count, double *sec)
+{
+    const int iters = cal->sz.coll_iters, warm = cal->sz.coll_warmup;
+    double t[16];
+    ZT_ASSERT(iters <= 16);
+    for (int i = 0; i < warm + iters; i++) {
+        ZT_TRY(comm_barrier(cal->comm));
+        const double t0 = zt_now_seconds();
+        ZT_TRY(run_collective(cal->comm, kind, big, small, count));
+        double dt = zt_now_seconds() - t0;
+        ZT_TRY(comm_allreduce(cal->comm, &dt, 1, ZT_F64, COMM_OP_MAX));
+        if (i >= warm)
+            t[i - warm] = dt;
+    }
+    *sec = median(t, iters);
+    return ZT_OK;
+}
+
+static zt_status measure_collectives(struct calibration *cal, FILE *report)
+{
+    const size_t n = cal->ranks, unit = sizeof(float) * n;
+    const size_t count = cal->sz.coll_max / sizeof(float);
+    float *big = NULL, *small = NULL;
+    zt_status st = alloc_floats(cal, count, "calibrate: collective buffers", &big);
+    if (st == ZT_OK)
+        st = alloc_floats(cal, count / n + 1, "calibrate: collective buffers", &small);
+    if (st == ZT_OK) {
+        fill(big, count, 1);
+        fill(small, count / n + 1, 2);
+    }
+    for (size_t bytes = cal->sz.coll_min; bytes <= cal->sz.coll_max && st == ZT_OK; bytes *= 2) {
+        struct coll_row *r = &cal->coll[cal->n_sizes++];
+        ZT_ASSERT(cal->n_sizes <= MAX_SIZES);
+        r->size = bytes / unit * unit;
+        for (int k = 0; k < N_COLLECTIVES && st == ZT_OK; k++)
+            st = time_collective(cal, k, big, small, r->size / sizeof(float), &r->sec[k]);
+    }
+    free_floats(cal, count / n + 1, small);
+    free_floats(cal, count, big);
+    if (st == ZT_OK && report && cal->rank == 0) {
+        put_coll_table(report, cal);
+        fputc('\n', report);
+        fflush(report);
+    }
+    return st;
+}
+
+/* ---- the fit and the file ---- */
+
+static void fit_links(struct calibration *cal)
+{
+    double steps[MAX_SIZES * N_COLLECTIVES], bus[MAX_SIZES * N_COLLECTIVES],
+        t[MAX_SIZES * N_COLLECTIVES];
+    int n = 0;
+    for (int i = 0; i < cal->n_sizes; i++)
+        for (int k = 0; k < N_COLLECTIVES; k++, n++) {
+            steps[n] = steps_of(k, cal->ranks);
+            bus[n] = busbytes_factor(k, cal->ranks) * (double)cal->coll[i].size;
+            t[n] = cal->coll[i].sec[k];
+        }
+    calibrate_fit_link(steps, bus, t, n, &cal->fit);
+}
+
+static void put_fit(FILE *f, const struct calibration *cal)
+{
+    fprintf(f,
+            "links: least-squares fit of t = steps*latency + busbytes/bandwidth over the %d "
+            "points\nabove (busbytes = 2(n-1)/n*size, steps = 2(n-1) for allreduce; (n-1)/n*size "
+            "and n-1\nfor the others): latency %.4g s, bandwidth %.4g GB/s\n",
+            cal->n_sizes * N_COLLECTIVES, cal->fit.latency, cal->fit.bandwidth / 1e9);
+    if (cal->fit.latency_fallback)
+        fprintf(f, "The fit's latency was not positive: latency is the lowest time/steps "
+                   "measured (a\nsmallest size's), and the bandwidth is refitted with it.\n");
+    if (cal->fit.bandwidth_fallback)
+        fprintf(f, "The fit's 1/bandwidth was not positive: bandwidth is the highest busbw "
+                   "measured.\n");
+}
+
+/* The comment of the machine file: where every number came from. */
+static zt_status build_comment(const struct calibration *cal, const struct calibrate_options *o,
+                               char **text)
+{
+    size_t len = 0;
+    FILE *f = open_memstream(text, &len);
+    if (!f)
+        return zt_error_set(ZT_ERR_NOMEM, "calibrate: no memory for the file's comment");
+    char date[64];
+    const time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tm));
+    fprintf(f,
+            "Measured by zerotrain calibrate on host %s, %s,\nwith %d ranks on its %d cores%s:\n"
+            "  %s\n\n",
+            cal->host, date, cal->ranks, cal->cores, o->quick ? " (--quick sizes)" : "",
+            o->command_line ? o->command_line : "zerotrain calibrate");
+    fprintf(f, "A CPU node is ONE device (devices_per_node: 1): its cores run one rank's BLAS "
+               "threads\nand the ranks of the node share them, so every rate is what all the "
+               "cores sustain\ntogether. Rates are rounded to 4 significant digits.\n");
+    fprintf(f, "cores: the node's online cores (sysconf _SC_NPROCESSORS_ONLN), which train "
+               "divides\namong the ranks of the node, one thread each at least.\n");
+    fprintf(f, "device_memory: %s.\n\n",
+            o->device_memory ? "given by --device-memory"
+                             : "the node's physical memory (sysconf _SC_PHYS_PAGES x "
+                               "_SC_PAGESIZE)");
+    put_wait_note(f, cal);
+    put_gemm_table(f, cal);
+    fprintf(f,
+            "matmul_flops: the median fwd+bwd rate of the C=%d rows. The CPU path computes "
+            "bf16\nand fp16 models in fp32, so fp32, bf16 and fp16 are the same number.\n\n",
+            GEMM_REFERENCE_C);
+    put_triad_line(f, cal);
+    fprintf(f, "memory_bandwidth: this rate.\n\n");
+    put_coll_table(f, cal);
+    fputc('\n', f);
+    put_fit(f, cal);
+    fprintf(f, "intra_node and inter_node are both this fit: calibrate ran on one node, so "
+               "the link\nbetween nodes was not measured and is taken to be the same.\n");
+    if (fclose(f) != 0) {
+        free(*text);
+        *text = NULL;
+        return zt_error_set(ZT_ERR_NOMEM, "calibrate: no memory for the file's comment");
+    }
+    return ZT_OK;
+}
+
+static zt_status check_rate(const char *what, double v)
+{
+    if (!(v > 0) || !isfinite(v))
+        return zt_error_set(ZT_ERR_INTERNAL, "calibrate: measured %s = %g, not a positive rate",
+                            what, v);
+    return ZT_OK;
+}
+
+/* Rank 0's last phase: the machine, its comment, the file. */
+static zt_status write_machine(struct calibration *cal, const struct calibrate_options *o,
+                               FILE *report)
+{
+    struct machine *m = &cal->m;
+    fit_links(cal);
+    const double flops = round4(gemm_rate(cal));
+    for (int p = 0; p < 3; p++)
+        m->matmul_flops[p] = flops;
+    m->memory_bandwidth = round4(cal->triad_rate);
+    m->intra_node.bandwidth = round4(cal->fit.bandwidth);
+    m->intra_node.latency = round4(cal->fit.latency);
+    m->inter_node = m->intra_node;
+    ZT_TRY(check_rate("matmul_flops", flops));
+    ZT_TRY(check_rate("memory_bandwidth", m->memory_bandwidth));
+    ZT_TRY(check_rate("the link bandwidth", m->intra_node.bandwidth));
+    ZT_TRY(check_rate("the link latency", m->intra_node.latency));
+    if (report) {
+        put_fit(report, cal);
+        fflush(report);
+    }
+    char *comment = NULL;
+    ZT_TRY(build_comment(cal, o, &comment));
+    zt_status st = machine_write(m, comment, cal->out.f);
+    free(comment);
+    if (st != ZT_OK)
+        return zt_error_set(st, "%s: %s", o->out_path, zt_error_message());
+    ZT_TRY(atomic_file_commit(&cal->out));
+    if (report) {
+        fprintf(report, "\nwrote machine '%s' to %s\n", m->name, o->out_path);
+        fflush(report);
+    }
+    return ZT_OK;
+}
+
+zt_status calibrate_run(const struct calibrate_options *o, FILE *report, int *print_here)
+{
+    struct calibration *cal = calloc(1, sizeof *cal);
+    zt_status st = cal ? check_setup(o, cal)
+                       : zt_error_set(ZT_ERR_NOMEM, "calibrate: no memory for its tables");
+    st = comm_world_agree(st, print_here);
+    if (st == ZT_OK) /* comm_local_ranks is collective: every rank is here */
+        st = comm_world_agree(check_one_node(cal, comm_local_ranks()), print_here);
+    if (st == ZT_OK)
+        st = comm_world_agree(cal->rank == 0 ? atomic_file_open(o->out_path, &cal->out) : ZT_OK,
+                              print_here);
+    if (st == ZT_OK)
+        st = comm_world_agree(open_compute(cal), print_here);
+    if (st == ZT_OK) {
+        struct comm_config cc = {.backend = "mpi", .ledger = &cal->ledger};
+        st = comm_world_agree(comm_create(&cc, &cal->comm), print_here);
+    }
+    if (st == ZT_OK && cal->rank == 0 && report) {
+        fprintf(report, "calibrate: %d ranks on %s (%d cores)%s; rank 0 measures the compute\n\n",
+                cal->ranks, cal->host, cal->cores, o->quick ? ", quick sizes" : "");
+        fflush(report);
+    }
+    if (st == ZT_OK)
+        st = comm_world_agree(open_wake(cal), print_here);
+    /* the other ranks sleep (or wait in the agreement) while rank 0 has every core */
+    if (st == ZT_OK) {
+        zt_status local = ZT_OK;
+        if (cal->rank == 0) {
+            local = measure_node(cal, report);
+            for (int r = 1; r < cal->ranks && cal->wake; r++)
+                sem_post(cal->wake);
+        } else if (cal->wake) {
+            while (sem_wait(cal->wake) != 0 && errno == EINTR)
+                continue;
+        }
+        st = comm_world_agree(local, print_here);
+    }
+    if (st == ZT_OK)
+        st = comm_world_agree(measure_collectives(cal, report), print_here);
+    if (st == ZT_OK)
+        st = comm_world_agree(cal->rank == 0 ? write_machine(cal, o, report) : ZT_OK, print_here);
+    if (cal) {
+        if (cal->wake)
+            sem_close(cal->wake);
+        comm_destroy(cal->comm);
+        compute_backend_close(&cal->be);
+        atomic_file_abort(&cal->out);
+        free(cal);
+    }
+    return st;
+}

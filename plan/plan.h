@@ -1,0 +1,163 @@
+/* plan/plan.h — `zerotrain plan`: every layout of a model on a
+ * cluster, compared before any node is booked.
+ *
+ * A layout is the tensor x pipeline x data grid (T x P x D = the GPUs), the
+ * ZeRO stage on the data-parallel axis, the micro batch and accumulation
+ * that keep the global batch, and the activation checkpointing interval;
+ * the precision, optimizer and adapters are the config's. For each layout
+ * the plan gives:
+ *
+ *   memory   of each rank role (the first, the heaviest middle and the last
+ *            pipeline stage; tensor- and data-parallel rank 0 of it), by
+ *            ledger category: the config is changed to the layout and the
+ *            rank's table, engine and model instances are built on a
+ *            plan-only ledger, and one optimizer step's passes run through
+ *            them (session_plan_step): the allocation code of training,
+ *            run without memory, without MPI and without the other ranks.
+ *            It equals what that rank's ledger measures in a run.
+ *   traffic  bytes one rank sends per step on each axis, in the bus model
+ *            of comm.h (what a run's metrics report as comm_bytes_by_axis),
+ *            and the link class each axis's ring crosses.
+ *   time     per role: matmul FLOPs at the machine's rate, the other ops
+ *            as activation traffic at its memory bandwidth, the optimizer
+ *            step as state traffic, the collectives as bytes over the
+ *            link's bandwidth plus a latency per ring step, exposed or
+ *            hidden by each stage's overlap rule, and the pipeline's bubble
+ *            (less where the node's ranks oversubscribe its cores, so
+ *            that an idle stage's core runs the others: plan_bubble).
+ *
+ * The cost model (plan_cost) is a pure function of a layout's facts and a
+ * machine (config/machine.h), so it is tested without building anything.
+ * Nothing here allocates the model: a plan of a trillion parameters on a
+ * hundred thousand GPUs takes the time of its table walks.
+ *
+ * The folder: plan.c enumerates and ranks the layouts, plan_role.c builds
+ * one rank role on a plan-only session (coordinator/session.h), plan_cost.c
+ * is the cost model, and calibrate.h (included below, so that this header
+ * is the folder's whole face) measures a node into the machine file that
+ * the cost model reads. It stands above coordinator/; only cli/ uses it.
+ */
+#ifndef ZT_PLAN_PLAN_H
+#define ZT_PLAN_PLAN_H
+
+#include <stdio.h>
+
+#include "../comm/comm.h"
+#include "../common/ledger.h"
+#include "../config/config.h"
+#include "../config/machine.h"
+#include "calibrate.h"
+
+/* One layout to plan. */
+struct plan_layout {
+    int tp, pp, dp;
+    int zero_stage;
+    int micro_batch, accum; /* per data-parallel rank: micro_batch x accum sequences */
+    int ckpt_every;         /* activation checkpointing interval, 0: off */
+};
+
+/* Axes in the order metrics report them (step_record.axis). */
+enum plan_axis { PLAN_AXIS_TENSOR, PLAN_AXIS_PIPELINE, PLAN_AXIS_DATA, PLAN_AXIS_COUNT };
+
+/* What one rank role holds and does in one optimizer step: the facts the
+ * cost model needs, all read from the built rank. */
+struct plan_role {
+    int stage;       /* its pipeline stage */
+    int first, last; /* the stage holds the embedding / the head */
+    int blocks;      /* blocks of the stage */
+    int slots;       /* model instances in flight (pipeline schedule) */
+    uint64_t peak[LEDGER_CATEGORY_COUNT];
+    uint64_t total_peak;
+    /* the rank's ZeRO partition: full padded elements of all units and of
+     * the trainable ones, and the rank's share of the trainable ones */
+    size_t padded, trainable_padded, trainable_shard;
+    size_t esz;         /* bytes of a working-precision element */
+    size_t pass_bytes;  /* full units a micro batch's passes acquire, in bytes */
+    size_t state_bytes; /* the rank's persistent model states */
+    size_t boundary;    /* fp32 elements crossing a stage boundary per micro batch */
+    int tied_exchange;  /* exchanges a tied embedding's gradient with another stage */
+    size_t tied_elems;  /* that exchange's elements */
+    double flops;       /* matmul FLOPs of one micro batch on this rank */
+    int units;          /* units the stage's passes acquire */
+};
+
+/* The model-wide facts of a plan (the same for every layout). */
+struct plan_model {
+    int layers, heads, kv_heads, embd, vocab, seq;
+    double flops_per_token; /* one training step of the whole model */
+    int norm_vectors;       /* vectors of one norm: 2 (LayerNorm), 1 (RMSNorm) */
+    int sequence_parallel;  /* tensor_parallel.sequence_parallel */
+    size_t n_params;
+};
+
+/* What the cost model predicts for one role of one layout. */
+struct plan_time {
+    double compute;                  /* matmuls + other ops, all micro batches */
+    double optimizer;                /* the optimizer step */
+    double comm[PLAN_AXIS_COUNT];    /* every collective of the axis, whole */
+    double exposed[PLAN_AXIS_COUNT]; /* the part the stage's overlap leaves */
+    double bubble;                   /* idle time of the pipeline schedule */
+    double step;                     /* the step: all of it */
+    uint64_t bytes[PLAN_AXIS_COUNT]; /* bytes this rank sends per step */
+    int inter_node[PLAN_AXIS_COUNT]; /* the axis's ring crosses nodes */
+};
+
+/* Facts of the model a config describes. Errors: session_build_table's. */
+zt_status plan_model_of(const struct zt_config *c, struct plan_model *out);
+
+/* A copy of `base` set to layout l (shallow: shares base's strings; do not
+ * config_free it). */
+struct zt_config plan_config(const struct zt_config *base, const struct plan_layout *l);
+
+/* Builds pipeline stage `stage` of layout l's rank (tp 0, dp 0) on a
+ * plan-only ledger and runs one optimizer step's passes through it.
+ * Errors: those of building the table, engine and instances
+ * (ZT_ERR_CONFIG for a layout the model cannot take). */
+zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, int stage,
+                    struct plan_role *out);
+
+/* The blocks of each of layout l's pipeline stages, into blocks[0..pp).
+ * Errors: those of building the table; ZT_ERR_CONFIG (fewer blocks than
+ * stages). */
+zt_status plan_stage_blocks(const struct zt_config *base, const struct plan_layout *l, int *blocks);
+
+/* Predicted traffic and time of role r of layout l on machine m, with
+ * `per_node` GPUs per node. */
+void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const struct plan_role *r,
+               const struct machine *m, int per_node, enum machine_precision precision,
+               struct plan_time *out);
+
+/* The idle time the pipeline schedule exposes in a step of `busy` seconds
+ * of a stage's own work, P = pp stages and m = accum micro batches: busy x
+ * (P-1)/m, the bubble of 1F1B and GPipe, when each rank has its cores to
+ * itself (oversubscription 1). When the node's ranks ask for o > 1 times
+ * its cores (machine.h's cores), a stage's idle time is absorbed by the
+ * other ranks taking its core: max(0, busy x (1 + (P-1)/m) / o - busy). */
+double plan_bubble(double busy, int pp, int accum, double oversubscription);
+
+/* The command's options. */
+struct plan_options {
+    const char *config_path;
+    const struct config_override *overrides;
+    int n_overrides;
+    int gpus;              /* N */
+    int per_node;          /* 0: the machine's devices_per_node */
+    uint64_t gpu_memory;   /* 0: the machine's device_memory */
+    const char *machine;   /* name or path; NULL: h100-sxm */
+    long global_batch;     /* sequences per step; 0: the config's micro x accum x N */
+    int top;               /* rows printed, default 10 */
+    const char *json_path; /* NULL: none */
+    int all;               /* print every layout, fitting or not */
+};
+
+/* Fraction of a device's memory kept free for the allocator's
+ * fragmentation and the libraries' own buffers (CUDA context, cuBLAS
+ * workspace, NCCL channels): a layout fits when its largest role's
+ * total peak is at most (1 - margin) of the memory. */
+#define PLAN_ALLOCATOR_MARGIN 0.10
+
+/* Runs the plan and prints the table to f. Errors: ZT_ERR_USAGE,
+ * ZT_ERR_CONFIG, ZT_ERR_IO (the JSON), ZT_ERR_NOMEM. */
+zt_status plan_run(const struct plan_options *o, FILE *f);
+
+#endif

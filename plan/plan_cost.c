@@ -1,0 +1,202 @@
+/* plan/plan_cost.c — traffic and time of one rank role (plan.h).
+ *
+ * Traffic is counted as comm.h counts it (nccl-tests' bus model: what a rank
+ * sends), collective by collective as the step issues them, so that a run's
+ * comm_bytes_by_axis checks it. Time is a sum of rates the machine file
+ * states: nothing here is fitted to a run.
+ */
+#include "plan.h"
+
+#include <string.h>
+
+/* Bytes a rank sends in one collective over n ranks (comm.h's counters,
+ * fractions of a byte dropped). */
+static uint64_t allreduce_bytes(uint64_t buf, int n)
+{
+    return n > 1 ? 2 * (uint64_t)(n - 1) * buf / (uint64_t)n : 0;
+}
+
+static uint64_t ring_half_bytes(uint64_t buf, int n) /* reduce-scatter, allgather */
+{
+    return n > 1 ? (uint64_t)(n - 1) * buf / (uint64_t)n : 0;
+}
+
+/* Bytes and ring steps of one axis, added collective by collective. */
+struct axis_load {
+    uint64_t bytes;
+    double steps; /* latency-bound hops: n - 1 per reduce-scatter/allgather, 2(n-1) per allreduce */
+};
+
+static void add_allreduce(struct axis_load *a, uint64_t buf, int n, double times)
+{
+    a->bytes += (uint64_t)(times * (double)allreduce_bytes(buf, n));
+    a->steps += n > 1 ? times * 2.0 * (n - 1) : 0.0;
+}
+
+static void add_half(struct axis_load *a, uint64_t buf, int n, double times)
+{
+    a->bytes += (uint64_t)(times * (double)ring_half_bytes(buf, n));
+    a->steps += n > 1 ? times * (n - 1) : 0.0;
+}
+
+static void add_send(struct axis_load *a, uint64_t bytes, double times)
+{
+    a->bytes += (uint64_t)(times * (double)bytes);
+    a->steps += times;
+}
+
+/* The data-parallel axis: the stage's gradient reduction and parameter
+ * gathers, and the norm's one double (stages 1-3). */
+static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
+                         struct axis_load *a)
+{
+    const int D = l->dp;
+    const uint64_t grads = r->trainable_padded * r->esz;
+    switch (l->zero_stage) {
+    case 0:
+        add_allreduce(a, grads, D, 1);
+        return;
+    case 1:
+        add_half(a, grads, D, 1);
+        add_half(a, grads, D, 1); /* the updated parameters regathered */
+        break;
+    case 2:
+        add_half(a, grads, D, l->accum); /* every micro batch's backward */
+        add_half(a, grads, D, 1);
+        break;
+    default:
+        /* each unit gathered every time a pass acquires it */
+        add_half(a, r->pass_bytes, D, l->accum);
+        add_half(a, grads, D, l->accum);
+        break;
+    }
+    add_allreduce(a, sizeof(double), D, 1);
+}
+
+/* The tensor-parallel axis, per micro batch: each block's row-parallel
+ * outputs and column-parallel input gradients (two each way), a recomputed
+ * forward's again, the vocabulary-parallel embedding and loss. Under
+ * sequence parallelism each allreduce becomes a reduce-scatter and an
+ * allgather, the backward gathers each block's two inputs again for the
+ * weight gradients, the head's input is gathered and its gradient
+ * scattered, and the norms' weight gradients are summed. */
+static void tensor_traffic(const struct plan_model *pm, const struct plan_layout *l,
+                           const struct plan_role *r, int sequence_parallel, struct axis_load *a)
+{
+    const int T = l->tp;
+    const uint64_t rows = (uint64_t)l->micro_batch * (uint64_t)pm->seq;
+    const uint64_t act = rows * (uint64_t)pm->embd * sizeof(float);
+    const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0, m = l->accum;
+    if (!sequence_parallel) {
+        const double n = r->blocks * 2.0 * (2.0 + recompute) + r->first + r->last;
+        add_allreduce(a, act, T, n * m);
+    } else {
+        const double halves = r->blocks * (10.0 + 4.0 * recompute) + r->first + 3.0 * r->last;
+        add_half(a, act, T, halves * m);
+        const double norms = 2.0 * r->blocks + r->last;
+        add_allreduce(a, (uint64_t)pm->embd * sizeof(float), T, norms * pm->norm_vectors * m);
+    }
+    if (r->last) /* the loss: row maxima, sums of exponentials, target logits */
+        add_allreduce(a, rows * sizeof(float), T, 3.0 * m);
+    add_allreduce(a, sizeof(double), T, 1); /* the gradient norm's share */
+}
+
+/* The pipeline axis: a boundary forward and back per micro batch, the
+ * tied embedding's gradients once a step, the norm's double. */
+static void pipeline_traffic(const struct plan_layout *l, const struct plan_role *r,
+                             struct axis_load *a)
+{
+    const uint64_t boundary = r->boundary * sizeof(float);
+    if (l->pp == 1)
+        return;
+    add_send(a, boundary, (r->last ? 0 : 1) * (double)l->accum);
+    add_send(a, boundary, (r->first ? 0 : 1) * (double)l->accum);
+    if (r->tied_exchange)
+        add_send(a, r->tied_elems * r->esz, 1);
+    add_allreduce(a, sizeof(double), l->pp, 1);
+}
+
+/* Ranks are numbered tensor-innermost, then data, then pipeline
+ * (comm/layout.h): an axis's ring spans stride x size consecutive ranks,
+ * and crosses nodes when that is more than a node holds. */
+static int crosses_nodes(const struct plan_layout *l, enum plan_axis axis, int per_node)
+{
+    const int size[] = {l->tp, l->pp, l->dp};
+    const long span[] = {l->tp, (long)l->tp * l->dp * l->pp, (long)l->tp * l->dp};
+    return size[axis] > 1 && span[axis] > per_node;
+}
+
+/* How many ranks share one device: more than one on a CPU node, whose
+ * cores are its one device. */
+static double device_share(const struct machine *m, int per_node)
+{
+    const double share = (double)per_node / m->devices_per_node;
+    return share > 1.0 ? share : 1.0;
+}
+
+/* How many times over the node's ranks ask for its cores: `train` gives
+ * each of R ranks max(1, cores / R) threads (coordinator/session.c), so
+ * R x threads / cores, and 1 where the machine does not state its cores or
+ * the ranks fit. device_share already divides a node's rates among its
+ * ranks: this factor says only whether a rank's idle time is another's. */
+static double oversubscription(const struct machine *m, int per_node)
+{
+    if (m->cores <= 0)
+        return 1.0;
+    const int threads = m->cores / per_node > 0 ? m->cores / per_node : 1;
+    const double o = (double)per_node * threads / m->cores;
+    return o > 1.0 ? o : 1.0;
+}
+
+double plan_bubble(double busy, int pp, int accum, double oversubscription)
+{
+    /* 1F1B and GPipe both idle P - 1 micro batches' time per step: a
+     * stage's span is busy (1 + (P-1)/m). Oversubscribed o times, the
+     * node's cores run the other ranks while one idles, so the span
+     * shrinks by o, down to the busy time itself */
+    const double span = busy * (1.0 + (double)(pp - 1) / accum) / oversubscription;
+    return span > busy ? span - busy : 0.0;
+}
+
+void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const struct plan_role *r,
+               const struct machine *m, int per_node, enum machine_precision precision,
+               struct plan_time *out)
+{
+    struct axis_load t[PLAN_AXIS_COUNT];
+    memset(out, 0, sizeof *out);
+    memset(t, 0, sizeof t);
+    tensor_traffic(pm, l, r, pm->sequence_parallel && l->tp > 1, &t[PLAN_AXIS_TENSOR]);
+    pipeline_traffic(l, r, &t[PLAN_AXIS_PIPELINE]);
+    data_traffic(l, r, &t[PLAN_AXIS_DATA]);
+
+    const double share = device_share(m, per_node);
+    const double flops_rate = m->matmul_flops[precision] / share;
+    const double mem_rate = m->memory_bandwidth / share;
+    /* the other ops stream each activation of an instance about three
+     * times (written in the forward, read and its gradient written in the
+     * backward) */
+    const double act_bytes = (double)r->peak[LEDGER_ACTIVATIONS] / (r->slots > 0 ? r->slots : 1);
+    const double micro = r->flops / flops_rate + 3.0 * act_bytes / mem_rate;
+    out->compute = micro * l->accum;
+    /* the update reads and writes every state of the rank's range */
+    out->optimizer = 2.0 * (double)r->state_bytes / mem_rate;
+    for (int k = 0; k < PLAN_AXIS_COUNT; k++) {
+        out->inter_node[k] = crosses_nodes(l, (enum plan_axis)k, per_node);
+        const struct machine_link *link = out->inter_node[k] ? &m->inter_node : &m->intra_node;
+        out->bytes[k] = t[k].bytes;
+        out->comm[k] = (double)t[k].bytes / link->bandwidth + t[k].steps * link->latency;
+        out->exposed[k] = out->comm[k];
+    }
+    /* stages 2 and 3 reduce (and stage 3 gathers) inside the passes, hidden
+     * behind the compute they overlap; stages 0 and 1 reduce after the
+     * backward, in the open */
+    if (l->zero_stage >= 2) {
+        const double hidden = out->compute;
+        out->exposed[PLAN_AXIS_DATA] =
+            out->comm[PLAN_AXIS_DATA] > hidden ? out->comm[PLAN_AXIS_DATA] - hidden : 0.0;
+    }
+    const double busy =
+        out->compute + out->exposed[PLAN_AXIS_TENSOR] + out->exposed[PLAN_AXIS_PIPELINE];
+    out->bubble = plan_bubble(busy, l->pp, l->accum, oversubscription(m, per_node));
+    out->step = busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->optimizer;
+}

@@ -1,0 +1,186 @@
+/* plan/plan_role.c — one rank of a layout, built on a plan-only
+ * ledger with training's own code (see plan.h). */
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../worker/model_family.h"
+#include "../worker/tensor_parallel.h"
+#include "../coordinator/pipeline.h"
+#include "../coordinator/session.h"
+
+struct zt_config plan_config(const struct zt_config *base, const struct plan_layout *l)
+{
+    struct zt_config c = *base;
+    c.tensor_parallel.size = l->tp;
+    c.pipeline.stages = l->pp;
+    c.zero.stage = l->zero_stage;
+    c.train_micro_batch_size_per_gpu = l->micro_batch;
+    c.gradient_accumulation_steps = l->accum;
+    c.train_batch_size = 0;
+    c.activation_checkpointing.enabled = l->ckpt_every > 0;
+    c.activation_checkpointing.every_n_blocks = l->ckpt_every > 0 ? l->ckpt_every : 1;
+    return c;
+}
+
+/* The token embedding's rows and width: tensor 0 of every family. */
+static void embedding_shape(const struct param_table *whole, int *vocab, int *embd)
+{
+    *vocab = whole->tensors[0].rows;
+    *embd = whole->tensors[0].cols;
+}
+
+zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
+{
+    struct param_table t;
+    ZT_TRY(session_build_table(c, &t));
+    memset(out, 0, sizeof *out);
+    out->layers = param_table_blocks(&t);
+    out->heads = c->model.n_head;
+    out->kv_heads = c->model.n_kv_head > 0 ? c->model.n_kv_head : c->model.n_head;
+    embedding_shape(&t, &out->vocab, &out->embd);
+    out->seq = c->data.seq_len;
+    out->flops_per_token = t.family->flops_per_token(&t, c->data.seq_len);
+    out->n_params = t.n_params;
+    /* the final norm's unit (L + 1) holds one norm's vectors (and may hold
+     * an untied head) */
+    const int final_norm = out->layers + 1;
+    for (int k = 0; k < t.n_tensors; k++)
+        out->norm_vectors +=
+            t.tensors[k].unit == final_norm && t.tensors[k].numel == (size_t)out->embd;
+    out->sequence_parallel = c->tensor_parallel.sequence_parallel;
+    param_table_free(&t);
+    return ZT_OK;
+}
+
+/* Matmul FLOPs of one micro batch on a rank of stage st: its blocks' share
+ * of the model's (the head's 6 V C per token taken out and given to the
+ * last stage), a recomputed forward (a third of a block's) under
+ * checkpointing, all over the tensor-parallel ranks. */
+static double stage_flops(const struct zt_config *c, const struct param_table *t,
+                          const struct model_stage *st)
+{
+    const struct param_table *whole = param_table_whole(t);
+    int vocab, embd;
+    embedding_shape(whole, &vocab, &embd);
+    const int L = param_table_blocks(whole);
+    const double head = 6.0 * vocab * embd;
+    const double block = (whole->family->flops_per_token(whole, c->data.seq_len) - head) / L;
+    const double recompute = c->activation_checkpointing.enabled ? 1.0 / 3.0 : 0.0;
+    const double per_token =
+        (st->end_block - st->first_block) * block * (1.0 + recompute) + (st->last ? head : 0.0);
+    const double tokens = (double)c->train_micro_batch_size_per_gpu * c->data.seq_len;
+    return per_token * tokens / param_table_tp_size(t);
+}
+
+/* Bytes of the full units one micro batch's passes acquire, in order
+ * (what stage 3 gathers: a unit used twice, as a tied embedding is, twice). */
+static size_t pass_unit_bytes(const struct shard_engine *e)
+{
+    int order[MODEL_MAX_UNITS + 4];
+    size_t bytes = 0;
+    const enum model_pass passes[] = {MODEL_PASS_FORWARD, MODEL_PASS_BACKWARD};
+    for (int p = 0; p < 2; p++) {
+        const int n = param_table_unit_order(e->table, &e->pipeline_stage, passes[p], order,
+                                             MODEL_MAX_UNITS + 4);
+        for (int i = 0; i < n; i++) {
+            const struct shard_unit *su = &e->part.units[order[i]];
+            bytes += su->packed ? su->image_padded : su->padded * e->esz;
+        }
+    }
+    return bytes;
+}
+
+static void read_engine(const struct shard_engine *e, struct plan_role *out)
+{
+    out->pass_bytes = pass_unit_bytes(e);
+    out->padded = e->part.padded_total;
+    out->trainable_padded = e->part.state_padded_total;
+    out->trainable_shard = e->part.state_shard_total;
+    out->esz = e->esz;
+    out->state_bytes = 0;
+    for (int k = 0; k < e->n_allocs; k++)
+        out->state_bytes += e->allocs[k].bytes;
+    const struct shard_unit *emb = &e->part.units[0];
+    out->tied_exchange = e->tie_peer >= 0;
+    out->tied_elems = e->policy.shard_states ? emb->shard : emb->padded;
+}
+
+/* The engine, the stage's instances in flight and one planned step. */
+static zt_status plan_rank(const struct zt_config *c, const struct plan_layout *l,
+                           const struct param_table *t, const struct model_stage *st,
+                           const struct compute_backend *be, struct plan_role *out)
+{
+    struct shard_engine engine;
+    struct shard_engine_config ec = session_engine_config(c, l->zero_stage, l->dp, 0);
+    ec.pipeline_stage = l->pp > 1 ? st : NULL;
+    ZT_TRY(shard_engine_create(&ec, t, NULL, be, &engine));
+    shard_engine_plan_pipeline(&engine, l->pp);
+    /* a pipeline's 1F1B keeps at most P - stage micro batches in flight */
+    out->slots = l->pp > 1 ? pipeline_slots(c->pipeline.schedule, l->pp, out->stage, l->accum) : 1;
+    struct model **slots = calloc((size_t)out->slots, sizeof *slots);
+    zt_status s =
+        slots ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot plan %d instances", out->slots);
+    for (int k = 0; k < out->slots && s == ZT_OK; k++)
+        s = session_model_create_for(c, t, be, st, k ? slots[0] : NULL, &slots[k]);
+    if (s == ZT_OK) {
+        read_engine(&engine, out);
+        out->boundary = (size_t)model_sp_rows(slots[0]) * (size_t)c->model.n_embd;
+        s = session_plan_step(slots[0], &engine, l->accum);
+    }
+    for (int k = out->slots - 1; k >= 0 && slots; k--)
+        model_destroy(slots[k]);
+    free(slots);
+    shard_engine_destroy(&engine);
+    return s;
+}
+
+zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, int stage,
+                    struct plan_role *out)
+{
+    const struct zt_config c = plan_config(base, l);
+    struct ledger ledger;
+    struct compute_backend be;
+    struct param_table t;
+    struct model_stage st;
+    memset(out, 0, sizeof *out);
+    ledger_init(&ledger, 1);
+    ZT_TRY(session_rank_table(&c, l->tp, 0, &t));
+    char why[192];
+    t.compute = session_compute_type(&c, NULL, why, sizeof why); /* the hardware planned for */
+    zt_status s = model_stage_of(&t, l->pp, session_stage_method(&c), stage, &st);
+    if (s == ZT_OK)
+        s = compute_backend_open("cpu", -1, &ledger, &be); /* plans need no device */
+    if (s != ZT_OK) {
+        param_table_free(&t);
+        return s;
+    }
+    out->stage = stage;
+    out->first = st.first;
+    out->last = st.last;
+    out->blocks = st.end_block - st.first_block;
+    out->flops = stage_flops(&c, &t, &st);
+    out->units = out->blocks + st.first + st.last;
+    s = plan_rank(&c, l, &t, &st, &be, out);
+    memcpy(out->peak, ledger.peak, sizeof out->peak);
+    out->total_peak = ledger.total_peak;
+    compute_backend_close(&be);
+    param_table_free(&t);
+    return s;
+}
+
+zt_status plan_stage_blocks(const struct zt_config *base, const struct plan_layout *l, int *blocks)
+{
+    const struct zt_config c = plan_config(base, l);
+    struct param_table t;
+    struct model_stage st;
+    ZT_TRY(session_rank_table(&c, l->tp, 0, &t));
+    zt_status s = ZT_OK;
+    for (int p = 0; p < l->pp && s == ZT_OK; p++) {
+        s = model_stage_of(&t, l->pp, session_stage_method(&c), p, &st);
+        blocks[p] = st.end_block - st.first_block;
+    }
+    param_table_free(&t);
+    return s;
+}
