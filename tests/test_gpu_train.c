@@ -8,8 +8,10 @@
  *   RoPE, SwiGLU), fp32;
  * - two ranks sharing one GPU at every ZeRO stage: NCCL refuses two ranks
  *   on one device, so the communicator is MPI with host staging;
- * - bf16 with fp32 master weights, one rank, within the 16-bit budget of
- *   tests/test_dist.c (the GPU keeps 16-bit activations, the CPU fp32).
+ * - bf16 with fp32 master weights, one rank, GPT-2 and the Llama family,
+ *   within the 16-bit budget of tests/test_dist.c: the GPU computes in
+ *   bf16 (its 16-bit ops), the CPU in bf16 where oneDNN has a bf16 kernel
+ *   for it and in fp32 elsewhere.
  * Without a usable GPU every case skips (exit 77) and says why.
  */
 #include <check.h>
@@ -71,6 +73,12 @@ START_TEST(gpt2_one_rank_bf16)
 }
 END_TEST
 
+START_TEST(llama_one_rank_bf16)
+{
+    assert_gpu_follows_cpu("llama-bf16", 1, "--set bf16.enabled=true " LLAMA, 0.05);
+}
+END_TEST
+
 int main(void)
 {
     char why[256] = "";
@@ -83,7 +91,8 @@ int main(void)
     tcase_add_test(tc, gpt2_one_rank_fp32);
     tcase_add_test(tc, llama_one_rank_fp32);
     tcase_add_test(tc, two_ranks_on_one_gpu_every_stage);
-    tc = testutil_tcase(s, "bf16", 300);
+    tc = testutil_tcase(s, "bf16", 600);
     tcase_add_test(tc, gpt2_one_rank_bf16);
+    tcase_add_test(tc, llama_one_rank_bf16);
     return testutil_run_suite(s, 0);
 }

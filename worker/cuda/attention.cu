@@ -5,12 +5,16 @@
  * no scratch: every tile lives in shared memory.
  *
  * Layout (worker/ops.h): a row of qkv holds NH query heads, then NKV key
- * heads, then NKV value heads, hs floats each, ld = (NH + 2 NKV) hs; query
+ * heads, then NKV value heads, hs elements each, ld = (NH + 2 NKV) hs; query
  * head h reads key/value head h / g, g = NH / NKV, by index (no copies).
  *
  * Kernels: plain fp32 tiles of BT query rows by BT key columns (BT = 32, or
  * 16 or 8 where the device's shared memory cannot hold 32 rows of a wide
- * head), 128 threads a block, expf (not __expf). Straightforward rather than
+ * head), 128 threads a block, expf (not __expf). qkv, out, dout and dqkv
+ * are of the op's type (fp32, bf16, fp16; the kernels are templates over
+ * it, elem.cuh): tiles are widened into fp32 shared memory as they load,
+ * and each stored value is rounded once, at the end (out, and dqkv's old
+ * value plus the whole gradient); lse stays fp32. Straightforward rather than
  * tuned: dot products from shared memory, no tensor cores.
  * - forward: a block per (query tile, h, b); key tiles up to the diagonal
  *   (those above it are skipped), the online softmax per row (a warp per
@@ -32,6 +36,7 @@
  * checks it against the CPU ops wherever a GPU is lent.
  */
 #include "worker/cuda/cuda_impl.h"
+#include "worker/cuda/elem.cuh"
 #include "worker/cuda/reduce.cuh"
 
 #include <math.h>
@@ -42,6 +47,8 @@ enum {
     TILE_MAX = 32, /* BT at most a warp's lanes: the softmax has a lane per column */
 };
 
+using elem::f32;
+using elem::round_to;
 using reduce::warp_max;
 using reduce::warp_sum;
 
@@ -80,15 +87,16 @@ struct smem_cursor {
 
 extern __shared__ float attn_smem[];
 
-/* rows [r0, r0 + n) of a head's columns (col) of a tensor with rows ld
- * floats apart, into dst with rows dld floats apart; zeros past n up to bt
- * rows, so that every tile entry is finite. */
-__device__ static void load_rows(float *dst, int dld, const float *src, size_t ld, int r0, int n,
+/* rows [r0, r0 + n) of a head's hs columns (from src) of a tensor with
+ * rows ld elements apart, widened into dst with rows dld floats apart;
+ * zeros past n up to bt rows, so that every tile entry is finite. */
+template <class E>
+__device__ static void load_rows(float *dst, int dld, const E *src, size_t ld, int r0, int n,
                                  int bt, int hs)
 {
     for (int e = threadIdx.x; e < bt * hs; e += blockDim.x) {
         int r = e / hs, d = e % hs;
-        dst[r * dld + d] = r < n ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+        dst[r * dld + d] = r < n ? f32(src[(size_t)(r0 + r) * ld + d]) : 0.0f;
     }
 }
 
@@ -107,16 +115,18 @@ __device__ static void tile_dots(float *s, const float *a, const float *b, int b
     }
 }
 
-/* dst[r] = x_r . y_r over hs for the first n rows of bt (x and y rows
- * apart by xld and yld), a warp per row. */
-__device__ static void row_dots(float *dst, const float *x, int xld, const float *y, size_t yld,
-                                int n, int bt, int hs)
+/* dst[r] = x_r . y_r over hs for the first n rows of bt, 0 past them (x
+ * in shared memory, rows xld floats apart; y in global memory, rows yld
+ * elements apart), a warp per row. */
+template <class E>
+__device__ static void row_dots(float *dst, const float *x, int xld, const E *y, size_t yld, int n,
+                                int bt, int hs)
 {
     const int lane = threadIdx.x % WARP;
     for (int r = threadIdx.x / WARP; r < bt; r += blockDim.x / WARP) {
         float acc = 0.0f;
         for (int d = lane; d < hs && r < n; d += WARP)
-            acc = fmaf(x[r * xld + d], y[(size_t)r * yld + d], acc);
+            acc = fmaf(x[r * xld + d], f32(y[(size_t)r * yld + d]), acc);
         acc = warp_sum(acc);
         if (lane == 0)
             dst[r] = acc;
@@ -132,8 +142,8 @@ __device__ static bool visible(int r, int c, int i0, int j0, int n_q, int n_k)
 
 /* ---- forward ----------------------------------------------------------------- */
 
-__global__ static void attention_forward_kernel(float *out, float *lse, const float *qkv,
-                                                attn_shape s)
+template <class E>
+__global__ static void attention_forward_kernel(E *out, float *lse, const E *qkv, attn_shape s)
 {
     const int bt = s.bt, hs = s.hs, T = s.T;
     const int i0 = blockIdx.x * bt, h = blockIdx.y, b = blockIdx.z, kv = h / s.g;
@@ -143,7 +153,7 @@ __global__ static void attention_forward_kernel(float *out, float *lse, const fl
     float *v = sm.take((size_t)bt * hs), *acc = sm.take((size_t)bt * hs);
     float *p = sm.take((size_t)bt * (bt + 1));
     float *m = sm.take(bt), *l = sm.take(bt), *corr = sm.take(bt);
-    const float *rows = qkv + (size_t)b * T * s.ld;
+    const E *rows = qkv + (size_t)b * T * s.ld;
     load_rows(q, hs + 1, rows + (size_t)h * hs, s.ld, i0, nq, bt, hs);
     for (int e = threadIdx.x; e < bt * hs; e += blockDim.x)
         acc[e] = 0.0f;
@@ -186,10 +196,10 @@ __global__ static void attention_forward_kernel(float *out, float *lse, const fl
         }
     }
     __syncthreads();
-    float *ob = out + (size_t)b * T * s.ldo + (size_t)h * hs;
+    E *ob = out + (size_t)b * T * s.ldo + (size_t)h * hs;
     for (int e = threadIdx.x; e < nq * hs; e += blockDim.x) {
         const int r = e / hs, d = e % hs;
-        ob[(size_t)(i0 + r) * s.ldo + d] = acc[e] / l[r];
+        ob[(size_t)(i0 + r) * s.ldo + d] = round_to<E>(acc[e] / l[r]);
     }
     for (int r = threadIdx.x; r < nq; r += blockDim.x)
         lse[((size_t)b * s.NH + h) * T + i0 + r] = m[r] + logf(l[r]);
@@ -212,8 +222,9 @@ __device__ static void tile_softmax_backward(float *p, float *ds, const float *l
 
 /* dq for query tile blockIdx.x of head blockIdx.y of batch row blockIdx.z:
  * dq += scale sum over key tiles of dS K. */
-__global__ static void attention_dq_kernel(float *dqkv, const float *dout, const float *qkv,
-                                           const float *out, const float *lse, attn_shape s)
+template <class E>
+__global__ static void attention_dq_kernel(E *dqkv, const E *dout, const E *qkv, const E *out,
+                                           const float *lse, attn_shape s)
 {
     const int bt = s.bt, hs = s.hs, T = s.T;
     const int i0 = blockIdx.x * bt, h = blockIdx.y, b = blockIdx.z, kv = h / s.g;
@@ -224,7 +235,7 @@ __global__ static void attention_dq_kernel(float *dqkv, const float *dout, const
     float *dq = sm.take((size_t)bt * hs);
     float *p = sm.take((size_t)bt * (bt + 1)), *ds = sm.take((size_t)bt * (bt + 1));
     float *D = sm.take(bt), *lr = sm.take(bt);
-    const float *rows = qkv + (size_t)b * T * s.ld;
+    const E *rows = qkv + (size_t)b * T * s.ld;
     const size_t orow = (size_t)b * T * s.ldo + (size_t)h * hs;
     load_rows(q, hs + 1, rows + (size_t)h * hs, s.ld, i0, nq, bt, hs);
     load_rows(dob, hs + 1, dout + orow, s.ldo, i0, nq, bt, hs);
@@ -254,18 +265,20 @@ __global__ static void attention_dq_kernel(float *dqkv, const float *dout, const
         }
     }
     __syncthreads();
-    float *dqb = dqkv + (size_t)b * T * s.ld + (size_t)h * hs;
+    E *dqb = dqkv + (size_t)b * T * s.ld + (size_t)h * hs;
     for (int e = threadIdx.x; e < nq * hs; e += blockDim.x) {
         const int r = e / hs, d = e % hs;
-        dqb[(size_t)(i0 + r) * s.ld + d] += s.scale * dq[e];
+        E *g = dqb + (size_t)(i0 + r) * s.ld + d;
+        *g = round_to<E>(f32(*g) + s.scale * dq[e]);
     }
 }
 
 /* dk and dv for key tile blockIdx.x of key/value head blockIdx.y of batch
  * row blockIdx.z: over the group's query heads in order and each one's
  * query tiles from the diagonal on, dV += P^T dO and dK += scale dS^T Q. */
-__global__ static void attention_dkv_kernel(float *dqkv, const float *dout, const float *qkv,
-                                            const float *out, const float *lse, attn_shape s)
+template <class E>
+__global__ static void attention_dkv_kernel(E *dqkv, const E *dout, const E *qkv, const E *out,
+                                            const float *lse, attn_shape s)
 {
     const int bt = s.bt, hs = s.hs, T = s.T;
     const int j0 = blockIdx.x * bt, kv = blockIdx.y, b = blockIdx.z;
@@ -276,7 +289,7 @@ __global__ static void attention_dkv_kernel(float *dqkv, const float *dout, cons
     float *dk = sm.take((size_t)bt * hs), *dv = sm.take((size_t)bt * hs);
     float *p = sm.take((size_t)bt * (bt + 1)), *ds = sm.take((size_t)bt * (bt + 1));
     float *D = sm.take(bt), *lr = sm.take(bt);
-    const float *rows = qkv + (size_t)b * T * s.ld;
+    const E *rows = qkv + (size_t)b * T * s.ld;
     load_rows(k, hs + 1, rows + (size_t)(s.NH + kv) * hs, s.ld, j0, nk, bt, hs);
     load_rows(v, hs + 1, rows + (size_t)(s.NH + s.NKV + kv) * hs, s.ld, j0, nk, bt, hs);
     for (int e = threadIdx.x; e < bt * hs; e += blockDim.x)
@@ -310,12 +323,13 @@ __global__ static void attention_dkv_kernel(float *dqkv, const float *dout, cons
         }
     }
     __syncthreads();
-    float *dkb = dqkv + (size_t)b * T * s.ld + (size_t)(s.NH + kv) * hs;
-    float *dvb = dqkv + (size_t)b * T * s.ld + (size_t)(s.NH + s.NKV + kv) * hs;
+    E *dkb = dqkv + (size_t)b * T * s.ld + (size_t)(s.NH + kv) * hs;
+    E *dvb = dqkv + (size_t)b * T * s.ld + (size_t)(s.NH + s.NKV + kv) * hs;
     for (int e = threadIdx.x; e < nk * hs; e += blockDim.x) {
         const int c = e / hs, d = e % hs;
-        dkb[(size_t)(j0 + c) * s.ld + d] += s.scale * dk[e];
-        dvb[(size_t)(j0 + c) * s.ld + d] += dv[e];
+        E *gk = dkb + (size_t)(j0 + c) * s.ld + d, *gv = dvb + (size_t)(j0 + c) * s.ld + d;
+        *gk = round_to<E>(f32(*gk) + s.scale * dk[e]);
+        *gv = round_to<E>(f32(*gv) + dv[e]);
     }
 }
 
@@ -352,8 +366,9 @@ template <class K> static zt_status allow_smem(K kernel, size_t bytes)
     return ZT_OK;
 }
 
-extern "C" zt_status cuda_attention_forward(const struct ops_backend *self, float *out, float *lse,
-                                            const float *qkv, int B, int T, int NH, int NKV, int hs)
+extern "C" zt_status cuda_attention_forward(const struct ops_backend *self, enum zt_dtype t,
+                                            void *out, float *lse, const void *qkv, int B, int T,
+                                            int NH, int NKV, int hs)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
     attn_shape s;
@@ -361,17 +376,21 @@ extern "C" zt_status cuda_attention_forward(const struct ops_backend *self, floa
     if (B == 0 || T == 0)
         return ZT_OK;
     const size_t bytes = fwd_floats(s.bt, hs) * sizeof(float);
-    ZT_TRY(allow_smem(attention_forward_kernel, bytes));
     const dim3 grid((unsigned)((T + s.bt - 1) / s.bt), (unsigned)NH, (unsigned)B);
-    attention_forward_kernel<<<grid, THREADS, bytes, ctx->stream>>>(out, lse, qkv, s);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return elem::with_type(t, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        ZT_TRY(allow_smem(attention_forward_kernel<E>, bytes));
+        attention_forward_kernel<E><<<grid, THREADS, bytes, ctx->stream>>>(
+            static_cast<E *>(out), lse, static_cast<const E *>(qkv), s);
+        CUDA_LAUNCHED();
+        return ZT_OK;
+    });
 }
 
-extern "C" zt_status cuda_attention_backward(const struct ops_backend *self, float *dqkv,
-                                             const float *dout, const float *qkv, const float *out,
-                                             const float *lse, int B, int T, int NH, int NKV,
-                                             int hs)
+extern "C" zt_status cuda_attention_backward(const struct ops_backend *self, enum zt_dtype t,
+                                             void *dqkv, const void *dout, const void *qkv,
+                                             const void *out, const float *lse, int B, int T,
+                                             int NH, int NKV, int hs)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
     attn_shape s;
@@ -381,14 +400,22 @@ extern "C" zt_status cuda_attention_backward(const struct ops_backend *self, flo
     const unsigned tiles = (unsigned)((T + s.bt - 1) / s.bt);
     const size_t dq_bytes = dq_floats(s.bt, hs) * sizeof(float);
     const size_t dkv_bytes = dkv_floats(s.bt, hs) * sizeof(float);
-    ZT_TRY(allow_smem(attention_dq_kernel, dq_bytes));
-    ZT_TRY(allow_smem(attention_dkv_kernel, dkv_bytes));
-    /* dq and dk/dv touch disjoint columns of dqkv: no order between them */
-    attention_dq_kernel<<<dim3(tiles, (unsigned)NH, (unsigned)B), THREADS, dq_bytes, ctx->stream>>>(
-        dqkv, dout, qkv, out, lse, s);
-    CUDA_LAUNCHED();
-    attention_dkv_kernel<<<dim3(tiles, (unsigned)NKV, (unsigned)B), THREADS, dkv_bytes,
-                           ctx->stream>>>(dqkv, dout, qkv, out, lse, s);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return elem::with_type(t, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        E *g = static_cast<E *>(dqkv);
+        const E *d = static_cast<const E *>(dout), *x = static_cast<const E *>(qkv),
+                *o = static_cast<const E *>(out);
+        ZT_TRY(allow_smem(attention_dq_kernel<E>, dq_bytes));
+        ZT_TRY(allow_smem(attention_dkv_kernel<E>, dkv_bytes));
+        /* dq and dk/dv touch disjoint columns of dqkv: no order between them */
+        attention_dq_kernel<E>
+            <<<dim3(tiles, (unsigned)NH, (unsigned)B), THREADS, dq_bytes, ctx->stream>>>(g, d, x, o,
+                                                                                         lse, s);
+        CUDA_LAUNCHED();
+        attention_dkv_kernel<E>
+            <<<dim3(tiles, (unsigned)NKV, (unsigned)B), THREADS, dkv_bytes, ctx->stream>>>(
+                g, d, x, o, lse, s);
+        CUDA_LAUNCHED();
+        return ZT_OK;
+    });
 }

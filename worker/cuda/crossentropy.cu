@@ -2,12 +2,14 @@
  * vocabulary on the GPU, whole rows (worker/cpu/crossentropy.c) and split
  * by vocabulary over tensor-parallel ranks (worker/cpu/vocab_parallel.c).
  *
- * One block per row of logits: a row is up to ~150k floats, as long as the
+ * One block per row of logits: a row is up to ~150k values, as long as the
  * rows are many (B T of them), so a block of CE_THREADS strides over its
  * row with coalesced loads and the grid covers the rows. The forward reads
- * the row for its max, then writes e^(x - max) into probs while summing,
- * then scales probs by 1/sum; each thread rescales exactly the entries it
- * wrote, so the passes need no barrier between them. The loss is taken
+ * the row for its max, then for the sum of e^(x - max), then writes
+ * probs = e^(x - max) / sum; each pass's reduction returns to every thread,
+ * so the passes need no barrier between them. The kernels are templates
+ * over the element type of logits, probs and dlogits (elem.cuh): fp32
+ * inside, each stored value rounded once; losses and row statistics fp32. The loss is taken
  * from the log-sum-exp, log(sum) - (x[target] - max), as on the CPU, so it
  * stays finite when the target's probability underflows.
  *
@@ -31,9 +33,13 @@
  * synchronisation reports the failed launch.
  */
 #include "worker/cuda/cuda_impl.h"
+#include "worker/cuda/elem.cuh"
 #include "worker/cuda/reduce.cuh"
 
 #include <math.h>
+
+using elem::f32;
+using elem::round_to;
 
 enum { CE_THREADS = 512 }; /* threads per row's block */
 
@@ -51,40 +57,63 @@ static __device__ double block_sum(double x)
 }
 
 /* The largest of x[0..n), n >= 1. */
-static __device__ float row_max(const float *x, int n)
+template <class E> static __device__ float row_max(const E *x, int n)
 {
     float m = -INFINITY;
-    for (int j = threadIdx.x; j < n; j += CE_THREADS)
-        m = x[j] > m ? x[j] : m;
+    for (int j = threadIdx.x; j < n; j += CE_THREADS) {
+        const float v = f32(x[j]);
+        m = v > m ? v : m;
+    }
     return block_max(m);
 }
 
-/* p[j] = e^(x[j] - m) for j < n; returns their sum (see the top of the
- * file for its order). */
-static __device__ float row_exp_sum(float *p, const float *x, float m, int n)
+/* The sum of e^(x[j] - m) over j < n (see the top of the file for its
+ * order). */
+template <class E> static __device__ float row_exp_total(const E *x, float m, int n)
+{
+    double s = 0.0;
+    for (int j = threadIdx.x; j < n; j += CE_THREADS)
+        s += expf(f32(x[j]) - m);
+    return (float)block_sum(s);
+}
+
+/* p[j] = e^(x[j] - m) for j < n, rounded to E; returns the sum of the
+ * unrounded terms, in row_exp_total's order. */
+template <class E> static __device__ float row_exp_sum(E *p, const E *x, float m, int n)
 {
     double s = 0.0;
     for (int j = threadIdx.x; j < n; j += CE_THREADS) {
-        float e = expf(x[j] - m);
-        p[j] = e;
+        float e = expf(f32(x[j]) - m);
+        p[j] = round_to<E>(e);
         s += e;
     }
     return (float)block_sum(s);
 }
 
-/* p[j] *= inv: each thread the entries row_exp_sum had it write. */
-static __device__ void scale_row(float *p, float inv, int n)
+/* p[j] = e^(x[j] - m) * inv for j < n: the softmax, each value rounded
+ * once (the exponential is taken again rather than stored and read back,
+ * which under 16 bits would round it twice). */
+template <class E> static __device__ void write_probs(E *p, const E *x, float m, float inv, int n)
 {
     for (int j = threadIdx.x; j < n; j += CE_THREADS)
-        p[j] *= inv;
+        p[j] = round_to<E>(expf(f32(x[j]) - m) * inv);
+}
+
+/* p[j] *= inv for j < n. */
+template <class E> static __device__ void scale_row(E *p, float inv, int n)
+{
+    for (int j = threadIdx.x; j < n; j += CE_THREADS)
+        p[j] = round_to<E>(f32(p[j]) * inv);
 }
 
 /* d[j] += p[j] dloss, less dloss at column t (none when t < 0): the
  * target's term in one rounding, (p[t] - 1) dloss, as on the CPU. */
-static __device__ void backward_row(float *d, const float *p, int t, float dloss, int n)
+template <class E> static __device__ void backward_row(E *d, const E *p, int t, float dloss, int n)
 {
-    for (int j = threadIdx.x; j < n; j += CE_THREADS)
-        d[j] += (j == t ? p[j] - 1.0f : p[j]) * dloss;
+    for (int j = threadIdx.x; j < n; j += CE_THREADS) {
+        const float pj = f32(p[j]);
+        d[j] = round_to<E>(f32(d[j]) + (j == t ? pj - 1.0f : pj) * dloss);
+    }
 }
 
 /* A target past the vocabulary: crossentropy.c's ZT_ASSERT, on the device. */
@@ -94,23 +123,24 @@ static __device__ void check_target(int t, int V)
         __trap();
 }
 
-static __global__ void forward_rows(float *losses, float *probs, const float *logits,
+template <class E>
+static __global__ void forward_rows(float *losses, E *probs, const E *logits,
                                     const int32_t *targets, int N, int V)
 {
     for (int i = blockIdx.x; i < N; i += gridDim.x) {
         const int t = targets[i];
         check_target(t, V);
-        const float *x = logits + (size_t)i * V;
-        float *p = probs + (size_t)i * V;
+        const E *x = logits + (size_t)i * V;
         const float m = row_max(x, V);
-        const float s = row_exp_sum(p, x, m, V);
-        scale_row(p, 1.0f / s, V);
+        const float s = row_exp_total(x, m, V);
+        write_probs(probs + (size_t)i * V, x, m, 1.0f / s, V);
         if (threadIdx.x == 0)
-            losses[i] = t < 0 ? 0.0f : logf(s) - (x[t] - m);
+            losses[i] = t < 0 ? 0.0f : logf(s) - (f32(x[t]) - m);
     }
 }
 
-static __global__ void backward_rows(float *dlogits, const float *probs, const int32_t *targets,
+template <class E>
+static __global__ void backward_rows(E *dlogits, const E *probs, const int32_t *targets,
                                      float dloss, int N, int V)
 {
     for (int i = blockIdx.x; i < N; i += gridDim.x) {
@@ -121,7 +151,8 @@ static __global__ void backward_rows(float *dlogits, const float *probs, const i
     }
 }
 
-static __global__ void vocab_max_rows(float *row_max_out, const float *logits, int N, int Vp)
+template <class E>
+static __global__ void vocab_max_rows(float *row_max_out, const E *logits, int N, int Vp)
 {
     for (int i = blockIdx.x; i < N; i += gridDim.x) {
         const float m = row_max(logits + (size_t)i * Vp, Vp);
@@ -137,23 +168,25 @@ static __device__ bool in_slice(int t, int v_lo, int Vp)
     return t >= v_lo && t - v_lo < Vp;
 }
 
-static __global__ void vocab_exp_rows(float *probs, float *row_stats, const float *logits,
+template <class E>
+static __global__ void vocab_exp_rows(E *probs, float *row_stats, const E *logits,
                                       const float *row_max_in, const int32_t *targets, int N,
                                       int Vp, int v_lo)
 {
     for (int i = blockIdx.x; i < N; i += gridDim.x) {
-        const float *x = logits + (size_t)i * Vp;
+        const E *x = logits + (size_t)i * Vp;
         const float m = row_max_in[i];
         const int t = targets[i];
         const float s = row_exp_sum(probs + (size_t)i * Vp, x, m, Vp);
         if (threadIdx.x == 0) {
             row_stats[i] = s;
-            row_stats[N + i] = in_slice(t, v_lo, Vp) ? x[t - v_lo] - m : 0.0f;
+            row_stats[N + i] = in_slice(t, v_lo, Vp) ? f32(x[t - v_lo]) - m : 0.0f;
         }
     }
 }
 
-static __global__ void vocab_finish_rows(float *losses, float *probs, const float *row_stats,
+template <class E>
+static __global__ void vocab_finish_rows(float *losses, E *probs, const float *row_stats,
                                          const int32_t *targets, int N, int Vp)
 {
     for (int i = blockIdx.x; i < N; i += gridDim.x) {
@@ -164,9 +197,9 @@ static __global__ void vocab_finish_rows(float *losses, float *probs, const floa
     }
 }
 
-static __global__ void vocab_backward_rows(float *dlogits, const float *probs,
-                                           const int32_t *targets, float dloss, int N, int Vp,
-                                           int v_lo)
+template <class E>
+static __global__ void vocab_backward_rows(E *dlogits, const E *probs, const int32_t *targets,
+                                           float dloss, int N, int Vp, int v_lo)
 {
     for (int i = blockIdx.x; i < N; i += gridDim.x) {
         const int t = targets[i];
@@ -182,81 +215,79 @@ static unsigned row_grid(int N)
     return cuda_blocks((size_t)N, 1);
 }
 
-extern "C" zt_status cuda_crossentropy_forward(const struct ops_backend *self, float *losses,
-                                               float *probs, const float *logits,
+/* Launches KERNEL<E>, E the element type of t, one block of CE_THREADS per
+ * row; the arguments may name E. */
+#define CE_LAUNCH(self, t, N, KERNEL, ...)                                                         \
+    elem::with_type((t), [&](auto tag) {                                                           \
+        using E = typename decltype(tag)::type;                                                    \
+        KERNEL<E><<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(__VA_ARGS__);         \
+        CUDA_LAUNCHED();                                                                           \
+        return ZT_OK;                                                                              \
+    })
+
+extern "C" zt_status cuda_crossentropy_forward(const struct ops_backend *self, enum zt_dtype t,
+                                               float *losses, void *probs, const void *logits,
                                                const int32_t *targets, int N, int V)
 {
     ZT_ASSERT(N >= 0 && V >= 1);
     if (N == 0)
         return ZT_OK;
-    forward_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(losses, probs, logits,
-                                                                            targets, N, V);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return CE_LAUNCH(self, t, N, forward_rows, losses, static_cast<E *>(probs),
+                     static_cast<const E *>(logits), targets, N, V);
 }
 
-extern "C" zt_status cuda_crossentropy_backward(const struct ops_backend *self, float *dlogits,
-                                                const float *probs, const int32_t *targets,
-                                                float dloss, int N, int V)
+extern "C" zt_status cuda_crossentropy_backward(const struct ops_backend *self, enum zt_dtype t,
+                                                void *dlogits, const void *probs,
+                                                const int32_t *targets, float dloss, int N, int V)
 {
     ZT_ASSERT(N >= 0 && V >= 1);
     if (N == 0)
         return ZT_OK;
-    backward_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(dlogits, probs,
-                                                                             targets, dloss, N, V);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return CE_LAUNCH(self, t, N, backward_rows, static_cast<E *>(dlogits),
+                     static_cast<const E *>(probs), targets, dloss, N, V);
 }
 
-extern "C" zt_status cuda_crossentropy_vocab_max(const struct ops_backend *self, float *row_max,
-                                                 const float *logits, int N, int Vp)
+extern "C" zt_status cuda_crossentropy_vocab_max(const struct ops_backend *self, enum zt_dtype t,
+                                                 float *row_max, const void *logits, int N, int Vp)
 {
     ZT_ASSERT(N >= 0 && Vp >= 1);
     if (N == 0)
         return ZT_OK;
-    vocab_max_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(row_max, logits, N,
-                                                                              Vp);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return CE_LAUNCH(self, t, N, vocab_max_rows, row_max, static_cast<const E *>(logits), N, Vp);
 }
 
-extern "C" zt_status cuda_crossentropy_vocab_exp(const struct ops_backend *self, float *probs,
-                                                 float *row_stats, const float *logits,
+extern "C" zt_status cuda_crossentropy_vocab_exp(const struct ops_backend *self, enum zt_dtype t,
+                                                 void *probs, float *row_stats, const void *logits,
                                                  const float *row_max, const int32_t *targets,
                                                  int N, int Vp, int v_lo)
 {
     ZT_ASSERT(N >= 0 && Vp >= 1 && v_lo >= 0);
     if (N == 0)
         return ZT_OK;
-    vocab_exp_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(
-        probs, row_stats, logits, row_max, targets, N, Vp, v_lo);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return CE_LAUNCH(self, t, N, vocab_exp_rows, static_cast<E *>(probs), row_stats,
+                     static_cast<const E *>(logits), row_max, targets, N, Vp, v_lo);
 }
 
-extern "C" zt_status cuda_crossentropy_vocab_finish(const struct ops_backend *self, float *losses,
-                                                    float *probs, const float *row_stats,
-                                                    const int32_t *targets, int N, int Vp)
+extern "C" zt_status cuda_crossentropy_vocab_finish(const struct ops_backend *self, enum zt_dtype t,
+                                                    float *losses, void *probs,
+                                                    const float *row_stats, const int32_t *targets,
+                                                    int N, int Vp)
 {
     ZT_ASSERT(N >= 0 && Vp >= 1);
     if (N == 0)
         return ZT_OK;
-    vocab_finish_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(
-        losses, probs, row_stats, targets, N, Vp);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return CE_LAUNCH(self, t, N, vocab_finish_rows, losses, static_cast<E *>(probs), row_stats,
+                     targets, N, Vp);
 }
 
 extern "C" zt_status cuda_crossentropy_vocab_backward(const struct ops_backend *self,
-                                                      float *dlogits, const float *probs,
-                                                      const int32_t *targets, float dloss, int N,
-                                                      int Vp, int v_lo)
+                                                      enum zt_dtype t, void *dlogits,
+                                                      const void *probs, const int32_t *targets,
+                                                      float dloss, int N, int Vp, int v_lo)
 {
     ZT_ASSERT(N >= 0 && Vp >= 1 && v_lo >= 0);
     if (N == 0)
         return ZT_OK;
-    vocab_backward_rows<<<row_grid(N), CE_THREADS, 0, cuda_ctx_of(self)->stream>>>(
-        dlogits, probs, targets, dloss, N, Vp, v_lo);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return CE_LAUNCH(self, t, N, vocab_backward_rows, static_cast<E *>(dlogits),
+                     static_cast<const E *>(probs), targets, dloss, N, Vp, v_lo);
 }

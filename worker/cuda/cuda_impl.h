@@ -34,10 +34,14 @@ enum { CUDA_SCRATCH_BYTES = 1 << 20 };
 /* One opened CUDA compute backend (ops_cuda_open): what every op needs
  * beyond its arguments. Owned by the backend instance, one per rank. */
 struct cuda_ctx {
-    int device;          /* the GPU's ordinal, current on the opening thread */
-    int sm_count;        /* its multiprocessors, for grid sizes */
+    int device;   /* the GPU's ordinal, current on the opening thread */
+    int sm_count; /* its multiprocessors, for grid sizes */
+    int cc_major; /* its compute capability, for what it computes */
+    int cc_minor;
     cudaStream_t stream; /* compute: every op is issued here, in order */
-    cublasHandle_t blas; /* bound to `stream`; default math: full fp32, no TF32 */
+    /* bound to `stream`; default math (full fp32, no TF32) and no reduced
+     * precision reductions: a 16-bit product sums in fp32 to the end */
+    cublasHandle_t blas;
     /* device, CUDA_SCRATCH_BYTES: reductions' partials; any op may
      * overwrite it, which is safe because every op runs in order on
      * `stream`, so no op's scratch outlives it */
@@ -80,105 +84,132 @@ static inline unsigned cuda_blocks(size_t n, unsigned threads)
     return b == 0 ? 1u : b > 65535u * 16u ? 65535u * 16u : (unsigned)b;
 }
 
-/* ---- the ops: the slots of worker/ops.h, same arguments after `self` ---- */
+/* ---- the ops: the slots of worker/ops.h, same arguments --------------------
+ *
+ * The model ops take the dtype t of their activations, gradients and
+ * weights (fp32, bf16, fp16) and `void *` buffers of it; their kernels are
+ * templates over the element type (elem.cuh) that compute in fp32 and
+ * round each stored value once. */
+
+/* ZT_OK when ctx's GPU has the GEMMs of t (computes of worker/ops.h),
+ * else ZT_ERR_UNSUPPORTED saying what it lacks. ops_cuda.c. */
+zt_status cuda_ctx_computes(const struct cuda_ctx *ctx, enum zt_dtype t);
+
+/* One product through ctx's cuBLAS handle, column-major as cuBLAS reads
+ * it: C[m, n] = alpha op(A) op(B) + beta C, A and B of type ab (ZT_F32,
+ * ZT_BF16, ZT_F16), C of type c (ZT_F32 or ab), summed in fp32
+ * (CUBLAS_COMPUTE_32F) and rounded to c once. Errors: cuda_ctx_computes'
+ * for 16-bit operands, cuBLAS's. matmul.cu. */
+zt_status cuda_gemm(struct cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, float alpha, enum zt_dtype ab, const void *A, int lda, const void *B,
+                    int ldb, float beta, enum zt_dtype c, void *C, int ldc);
 
 /* encoder.cu */
-zt_status cuda_encoder_forward(const struct ops_backend *self, float *out, const int32_t *tokens,
-                               const float *wte, const float *wpe, int B, int T, int C);
-zt_status cuda_encoder_backward(const struct ops_backend *self, float *dwte, float *dwpe,
-                                const float *dout, const int32_t *tokens, int B, int T, int C);
-zt_status cuda_encoder_forward_vocab(const struct ops_backend *self, float *out,
-                                     const int32_t *tokens, const float *wte_part, const float *wpe,
+zt_status cuda_encoder_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                               const int32_t *tokens, const void *wte, const void *wpe, int B,
+                               int T, int C);
+zt_status cuda_encoder_backward(const struct ops_backend *self, enum zt_dtype t, float *dwte,
+                                float *dwpe, const void *dout, const int32_t *tokens, int B, int T,
+                                int C);
+zt_status cuda_encoder_forward_vocab(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                     const int32_t *tokens, const void *wte_part, const void *wpe,
                                      int B, int T, int C, int v_lo, int Vp);
-zt_status cuda_encoder_backward_vocab(const struct ops_backend *self, float *dwte_part, float *dwpe,
-                                      const float *dout, const int32_t *tokens, int B, int T, int C,
-                                      int v_lo, int Vp);
+zt_status cuda_encoder_backward_vocab(const struct ops_backend *self, enum zt_dtype t,
+                                      float *dwte_part, float *dwpe, const void *dout,
+                                      const int32_t *tokens, int B, int T, int C, int v_lo, int Vp);
 
 /* layernorm.cu */
-zt_status cuda_layernorm_forward(const struct ops_backend *self, float *out, float *mean,
-                                 float *rstd, const float *inp, const float *weight,
-                                 const float *bias, int N, int C);
-zt_status cuda_layernorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
-                                  float *dbias, const float *dout, const float *inp,
-                                  const float *weight, const float *mean, const float *rstd, int N,
+zt_status cuda_layernorm_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                 float *mean, float *rstd, const void *inp, const void *weight,
+                                 const void *bias, int N, int C);
+zt_status cuda_layernorm_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                                  float *dweight, float *dbias, const void *dout, const void *inp,
+                                  const void *weight, const float *mean, const float *rstd, int N,
                                   int C);
 
 /* matmul.cu */
-zt_status cuda_matmul_forward(const struct ops_backend *self, float *out, const float *inp,
-                              const float *weight, const float *bias, int N, int C, int OC);
-zt_status cuda_matmul_backward(const struct ops_backend *self, float *dinp, float *dweight,
-                               float *dbias, const float *dout, const float *inp,
-                               const float *weight, int N, int C, int OC);
+zt_status cuda_matmul_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                              const void *inp, const void *weight, const void *bias, int N, int C,
+                              int OC);
+zt_status cuda_matmul_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                               float *dweight, float *dbias, const void *dout, const void *inp,
+                               const void *weight, int N, int C, int OC);
 
-/* fp8.cu */
+/* fp8.cu (fp32 only, as worker/ops.h's fp8 slots) */
 zt_status cuda_fp8_quantize(const struct ops_backend *self, uint8_t *q, float *amax, const float *x,
                             size_t n, float scale, enum fp8_format f);
 zt_status cuda_fp8_dequantize(const struct ops_backend *self, float *x, const uint8_t *q, size_t n,
                               float scale_inv, enum fp8_format f);
 
 /* lora.cu */
-zt_status cuda_lora_forward(const struct ops_backend *self, float *out, int ldo, float *u,
-                            const float *inp, const float *A, const float *B, float scale, int N,
-                            int C, int r, int OC);
-zt_status cuda_lora_backward(const struct ops_backend *self, float *dinp, float *dA, float *dB,
-                             float *scratch, const float *dout, int ldo, const float *inp,
-                             const float *A, const float *B, float scale, int N, int C, int r,
+zt_status cuda_lora_forward(const struct ops_backend *self, enum zt_dtype t, void *out, int ldo,
+                            void *u, const void *inp, const void *A, const void *B, float scale,
+                            int N, int C, int r, int OC);
+zt_status cuda_lora_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp, float *dA,
+                             float *dB, void *scratch, const void *dout, int ldo, const void *inp,
+                             const void *A, const void *B, float scale, int N, int C, int r,
                              int OC);
 
 /* attention.cu */
-zt_status cuda_attention_forward(const struct ops_backend *self, float *out, float *lse,
-                                 const float *qkv, int B, int T, int NH, int NKV, int hs);
-zt_status cuda_attention_backward(const struct ops_backend *self, float *dqkv, const float *dout,
-                                  const float *qkv, const float *out, const float *lse, int B,
-                                  int T, int NH, int NKV, int hs);
+zt_status cuda_attention_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                 float *lse, const void *qkv, int B, int T, int NH, int NKV,
+                                 int hs);
+zt_status cuda_attention_backward(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
+                                  const void *dout, const void *qkv, const void *out,
+                                  const float *lse, int B, int T, int NH, int NKV, int hs);
 
 /* rmsnorm.cu */
-zt_status cuda_rmsnorm_forward(const struct ops_backend *self, float *out, float *rstd,
-                               const float *inp, const float *weight, int N, int C, float eps);
-zt_status cuda_rmsnorm_backward(const struct ops_backend *self, float *dinp, float *dweight,
-                                const float *dout, const float *inp, const float *weight,
-                                const float *rstd, int N, int C);
+zt_status cuda_rmsnorm_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                               float *rstd, const void *inp, const void *weight, int N, int C,
+                               float eps);
+zt_status cuda_rmsnorm_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                                float *dweight, const void *dout, const void *inp,
+                                const void *weight, const float *rstd, int N, int C);
 
 /* rope.cu */
-zt_status cuda_rope_forward(const struct ops_backend *self, float *x, const float *cos_t,
-                            const float *sin_t, int B, int T, int n_heads, int hs, int row_stride);
-zt_status cuda_rope_backward(const struct ops_backend *self, float *dx, const float *cos_t,
-                             const float *sin_t, int B, int T, int n_heads, int hs, int row_stride);
+zt_status cuda_rope_forward(const struct ops_backend *self, enum zt_dtype t, void *x,
+                            const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                            int hs, int row_stride);
+zt_status cuda_rope_backward(const struct ops_backend *self, enum zt_dtype t, void *dx,
+                             const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                             int hs, int row_stride);
 
 /* gelu.cu: GELU and the pointwise residual and mask ops */
-zt_status cuda_gelu_forward(const struct ops_backend *self, float *out, const float *inp, int N);
-zt_status cuda_gelu_backward(const struct ops_backend *self, float *dinp, const float *inp,
-                             const float *dout, int N);
-zt_status cuda_residual_forward(const struct ops_backend *self, float *out, const float *a,
-                                const float *b, int N);
-zt_status cuda_mul_forward(const struct ops_backend *self, float *out, const float *a,
-                           const float *b, int N);
-zt_status cuda_mul_backward(const struct ops_backend *self, float *da, const float *b,
-                            const float *dout, int N);
+zt_status cuda_gelu_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                            const void *inp, int N);
+zt_status cuda_gelu_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                             const void *inp, const void *dout, int N);
+zt_status cuda_residual_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                const void *a, const void *b, int N);
+zt_status cuda_mul_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                           const void *a, const void *b, int N);
+zt_status cuda_mul_backward(const struct ops_backend *self, enum zt_dtype t, void *da,
+                            const void *b, const void *dout, int N);
 
 /* swiglu.cu */
-zt_status cuda_swiglu_forward(const struct ops_backend *self, float *out, const float *gu, int N,
-                              int I);
-zt_status cuda_swiglu_backward(const struct ops_backend *self, float *dgu, const float *dout,
-                               const float *gu, int N, int I);
+zt_status cuda_swiglu_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                              const void *gu, int N, int I);
+zt_status cuda_swiglu_backward(const struct ops_backend *self, enum zt_dtype t, void *dgu,
+                               const void *dout, const void *gu, int N, int I);
 
 /* crossentropy.cu: the whole-row and the vocabulary-parallel forms */
-zt_status cuda_crossentropy_forward(const struct ops_backend *self, float *losses, float *probs,
-                                    const float *logits, const int32_t *targets, int N, int V);
-zt_status cuda_crossentropy_backward(const struct ops_backend *self, float *dlogits,
-                                     const float *probs, const int32_t *targets, float dloss, int N,
+zt_status cuda_crossentropy_forward(const struct ops_backend *self, enum zt_dtype t, float *losses,
+                                    void *probs, const void *logits, const int32_t *targets, int N,
+                                    int V);
+zt_status cuda_crossentropy_backward(const struct ops_backend *self, enum zt_dtype t, void *dlogits,
+                                     const void *probs, const int32_t *targets, float dloss, int N,
                                      int V);
-zt_status cuda_crossentropy_vocab_max(const struct ops_backend *self, float *row_max,
-                                      const float *logits, int N, int Vp);
-zt_status cuda_crossentropy_vocab_exp(const struct ops_backend *self, float *probs,
-                                      float *row_stats, const float *logits, const float *row_max,
+zt_status cuda_crossentropy_vocab_max(const struct ops_backend *self, enum zt_dtype t,
+                                      float *row_max, const void *logits, int N, int Vp);
+zt_status cuda_crossentropy_vocab_exp(const struct ops_backend *self, enum zt_dtype t, void *probs,
+                                      float *row_stats, const void *logits, const float *row_max,
                                       const int32_t *targets, int N, int Vp, int v_lo);
-zt_status cuda_crossentropy_vocab_finish(const struct ops_backend *self, float *losses,
-                                         float *probs, const float *row_stats,
+zt_status cuda_crossentropy_vocab_finish(const struct ops_backend *self, enum zt_dtype t,
+                                         float *losses, void *probs, const float *row_stats,
                                          const int32_t *targets, int N, int Vp);
-zt_status cuda_crossentropy_vocab_backward(const struct ops_backend *self, float *dlogits,
-                                           const float *probs, const int32_t *targets, float dloss,
-                                           int N, int Vp, int v_lo);
+zt_status cuda_crossentropy_vocab_backward(const struct ops_backend *self, enum zt_dtype t,
+                                           void *dlogits, const void *probs, const int32_t *targets,
+                                           float dloss, int N, int Vp, int v_lo);
 
 /* engine_ops.cu: precision casts, norms, scaling and the element-wise
  * optimizers */

@@ -1,9 +1,11 @@
 /* worker/cuda/encoder.cu — token plus position embedding, forward and
  * backward, on the GPU; the CPU's is worker/cpu/encoder.c.
  *
- * The forward is a gather and an add: one thread per output float,
+ * The forward is a gather and an add: one thread per output element,
  * consecutive threads on consecutive columns of a row (coalesced reads of
- * the wte and wpe rows and of the write), in a grid-stride loop.
+ * the wte and wpe rows and of the write), in a grid-stride loop. Under 16
+ * bits (elem.cuh) the sum is taken in fp32 and rounded once; the gradients
+ * dwte and dwpe are fp32 whatever dout is.
  *
  * The backward scatters dout's rows into the wte rows its tokens pick, and
  * a token may repeat within the batch, so two positions can add into the
@@ -28,11 +30,15 @@
  * whole vocabulary is the slice [0, INT_MAX).
  */
 #include "worker/cuda/cuda_impl.h"
+#include "worker/cuda/elem.cuh"
 
 #include <climits>
 
 namespace
 {
+
+using elem::f32;
+using elem::round_to;
 
 constexpr unsigned THREADS = 256;
 /* The dwte walk: a warp per block spreads the few column threads over as
@@ -47,30 +53,33 @@ __host__ __device__ inline int slice_row(int32_t tok, int v_lo, int Vp)
     return tok >= v_lo && tok - v_lo < Vp ? tok - v_lo : -1;
 }
 
-__global__ void forward_kernel(float *out, const int32_t *tokens, const float *wte_part,
-                               const float *wpe, size_t n, int T, int C, int v_lo, int Vp)
+/* Under 16 bits a row copied (no position, or a token outside the slice)
+ * keeps its values exactly; only a sum is rounded. */
+template <class E>
+__global__ void forward_kernel(E *out, const int32_t *tokens, const E *wte_part, const E *wpe,
+                               size_t n, int T, int C, int v_lo, int Vp)
 {
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         size_t bt = k / (size_t)C, c = k - bt * (size_t)C;
         int row = slice_row(tokens[bt], v_lo, Vp);
-        float p = wpe ? wpe[(bt % (size_t)T) * C + c] : 0.0f;
+        float p = wpe ? f32(wpe[(bt % (size_t)T) * C + c]) : 0.0f;
         /* Outside the slice the position alone (not 0 + p: a -0 stays). */
         if (row < 0)
-            out[k] = p;
+            out[k] = round_to<E>(p);
         else
-            out[k] = wpe ? wte_part[(size_t)row * C + c] + p : wte_part[(size_t)row * C + c];
+            out[k] = round_to<E>(wpe ? f32(wte_part[(size_t)row * C + c]) + p
+                                     : f32(wte_part[(size_t)row * C + c]));
     }
 }
 
 /* dwte_part[row(bt), c] += dout[bt, c] for bt = 0, 1, ..., BT-1 in order,
  * for one column c. dout and dwte_part never overlap, so dout's reads may
- * run ahead of dwte's writes (__restrict__). Host-callable too, so that the
- * tile's forwarding can be checked against the plain loop without a GPU. */
-__host__ __device__ inline void walk_column(float *__restrict__ dwte_part,
-                                            const float *__restrict__ dout,
-                                            const int32_t *__restrict__ tokens, int BT, int C,
-                                            int c, int v_lo, int Vp)
+ * run ahead of dwte's writes (__restrict__). */
+template <class E>
+__device__ inline void walk_column(float *__restrict__ dwte_part, const E *__restrict__ dout,
+                                   const int32_t *__restrict__ tokens, int BT, int C, int c,
+                                   int v_lo, int Vp)
 {
     for (int bt0 = 0; bt0 < BT; bt0 += TILE) {
         int row[TILE];
@@ -88,7 +97,7 @@ __host__ __device__ inline void walk_column(float *__restrict__ dwte_part,
             for (int j = 0; j < k; j++)
                 if (row[j] == row[k])
                     acc = val[j];
-            val[k] = acc + dout[(size_t)(bt0 + k) * C + c];
+            val[k] = acc + f32(dout[(size_t)(bt0 + k) * C + c]);
         }
         for (int k = 0; k < TILE; k++)
             if (row[k] >= 0)
@@ -97,8 +106,9 @@ __host__ __device__ inline void walk_column(float *__restrict__ dwte_part,
 }
 
 /* One thread per column of dwte_part (grid-stride past the capped grid). */
-__global__ void dwte_kernel(float *dwte_part, const float *dout, const int32_t *tokens, int BT,
-                            int C, int v_lo, int Vp)
+template <class E>
+__global__ void dwte_kernel(float *dwte_part, const E *dout, const int32_t *tokens, int BT, int C,
+                            int v_lo, int Vp)
 {
     for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < (size_t)C;
          c += (size_t)gridDim.x * blockDim.x)
@@ -107,60 +117,71 @@ __global__ void dwte_kernel(float *dwte_part, const float *dout, const int32_t *
 
 /* dwpe[t, c] += dout[b*T + t, c] for b = 0, 1, ..., B-1 in order, one
  * thread per (t, c). */
-__global__ void dwpe_kernel(float *dwpe, const float *dout, size_t n, int B, int T, int C)
+template <class E>
+__global__ void dwpe_kernel(float *dwpe, const E *dout, size_t n, int B, int T, int C)
 {
     const size_t plane = (size_t)T * C;
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
         float acc = dwpe[k];
         for (int b = 0; b < B; b++)
-            acc += dout[(size_t)b * plane + k];
+            acc += f32(dout[(size_t)b * plane + k]);
         dwpe[k] = acc;
     }
 }
 
 } // namespace
 
-zt_status cuda_encoder_forward_vocab(const struct ops_backend *self, float *out,
-                                     const int32_t *tokens, const float *wte_part, const float *wpe,
+zt_status cuda_encoder_forward_vocab(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                     const int32_t *tokens, const void *wte_part, const void *wpe,
                                      int B, int T, int C, int v_lo, int Vp)
 {
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
     size_t n = B > 0 && T > 0 && C > 0 ? (size_t)B * T * C : 0;
-    forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx_of(self)->stream>>>(
-        out, tokens, wte_part, wpe, n, T > 0 ? T : 1, C > 0 ? C : 1, v_lo, Vp);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    return elem::with_type(t, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        forward_kernel<E><<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx_of(self)->stream>>>(
+            static_cast<E *>(out), tokens, static_cast<const E *>(wte_part),
+            static_cast<const E *>(wpe), n, T > 0 ? T : 1, C > 0 ? C : 1, v_lo, Vp);
+        CUDA_LAUNCHED();
+        return ZT_OK;
+    });
 }
 
-zt_status cuda_encoder_backward_vocab(const struct ops_backend *self, float *dwte_part, float *dwpe,
-                                      const float *dout, const int32_t *tokens, int B, int T, int C,
-                                      int v_lo, int Vp)
+zt_status cuda_encoder_backward_vocab(const struct ops_backend *self, enum zt_dtype t,
+                                      float *dwte_part, float *dwpe, const void *dout,
+                                      const int32_t *tokens, int B, int T, int C, int v_lo, int Vp)
 {
     ZT_ASSERT(Vp >= 1 && v_lo >= 0);
     if (!dwte_part || B <= 0 || T <= 0 || C <= 0)
         return ZT_OK;
     struct cuda_ctx *ctx = cuda_ctx_of(self);
-    dwte_kernel<<<cuda_blocks((size_t)C, DWTE_THREADS), DWTE_THREADS, 0, ctx->stream>>>(
-        dwte_part, dout, tokens, B * T, C, v_lo, Vp);
-    CUDA_LAUNCHED();
-    if (!dwpe)
+    return elem::with_type(t, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        const E *d = static_cast<const E *>(dout);
+        dwte_kernel<E><<<cuda_blocks((size_t)C, DWTE_THREADS), DWTE_THREADS, 0, ctx->stream>>>(
+            dwte_part, d, tokens, B * T, C, v_lo, Vp);
+        CUDA_LAUNCHED();
+        if (!dwpe)
+            return ZT_OK;
+        size_t n = (size_t)T * C;
+        dwpe_kernel<E><<<cuda_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dwpe, d, n, B, T, C);
+        CUDA_LAUNCHED();
         return ZT_OK;
-    size_t n = (size_t)T * C;
-    dwpe_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dwpe, dout, n, B, T, C);
-    CUDA_LAUNCHED();
-    return ZT_OK;
+    });
 }
 
 /* The whole vocabulary is the slice that holds every token. */
-zt_status cuda_encoder_forward(const struct ops_backend *self, float *out, const int32_t *tokens,
-                               const float *wte, const float *wpe, int B, int T, int C)
+zt_status cuda_encoder_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                               const int32_t *tokens, const void *wte, const void *wpe, int B,
+                               int T, int C)
 {
-    return cuda_encoder_forward_vocab(self, out, tokens, wte, wpe, B, T, C, 0, INT_MAX);
+    return cuda_encoder_forward_vocab(self, t, out, tokens, wte, wpe, B, T, C, 0, INT_MAX);
 }
 
-zt_status cuda_encoder_backward(const struct ops_backend *self, float *dwte, float *dwpe,
-                                const float *dout, const int32_t *tokens, int B, int T, int C)
+zt_status cuda_encoder_backward(const struct ops_backend *self, enum zt_dtype t, float *dwte,
+                                float *dwpe, const void *dout, const int32_t *tokens, int B, int T,
+                                int C)
 {
-    return cuda_encoder_backward_vocab(self, dwte, dwpe, dout, tokens, B, T, C, 0, INT_MAX);
+    return cuda_encoder_backward_vocab(self, t, dwte, dwpe, dout, tokens, B, T, C, 0, INT_MAX);
 }

@@ -3,8 +3,9 @@
  *
  * Forward: u[N, r] = inp @ A^T, out[:, 0..OC) += scale * u @ B^T. Backward:
  * u recomputed, dB += scale * dout^T @ u, du = scale * dout @ B,
- * dA += du^T @ inp, dinp += du @ A. Each product is one cublasSgemm on the
- * buffers as they lie, with no kernels of its own: the work is four or five
+ * dA += du^T @ inp, dinp += du @ A. Each product is one cuda_gemm
+ * (cublasGemmEx, fp32 sums; u, du, out and dinp of the op's type t, dA and
+ * dB fp32) on the buffers as they lie, with no kernels of its own: the work is four or five
  * thin GEMMs (one dimension is the rank r), which cuBLAS already shapes
  * for, and no elementwise pass is needed because the scale rides on alpha
  * and the accumulations on beta = 1.
@@ -20,56 +21,58 @@
  */
 #include "worker/cuda/cuda_impl.h"
 
-/* u[N, r] = inp[N, C] @ A[r, C]^T: u^T[r, N] = (A's view [C, r])^T @ inp's
- * view [C, N]. */
-static zt_status lora_down(struct cuda_ctx *ctx, float *u, const float *inp, const float *A, int N,
-                           int C, int r)
+/* Elements i.. of a buffer of t. */
+static void *at(enum zt_dtype t, void *p, size_t i)
 {
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_TRY(
-        cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, r, N, C, &one, A, C, inp, C, &zero, u, r));
-    return ZT_OK;
+    return (char *)p + i * zt_dtype_size(t);
 }
 
-extern "C" zt_status cuda_lora_forward(const struct ops_backend *self, float *out, int ldo,
-                                       float *u, const float *inp, const float *A, const float *B,
-                                       float scale, int N, int C, int r, int OC)
+/* u[N, r] = inp[N, C] @ A[r, C]^T, rounded to t: u^T[r, N] = (A's view
+ * [C, r])^T @ inp's view [C, N]. */
+static zt_status lora_down(struct cuda_ctx *ctx, enum zt_dtype t, void *u, const void *inp,
+                           const void *A, int N, int C, int r)
+{
+    return cuda_gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, r, N, C, 1.0f, t, A, C, inp, C, 0.0f, t, u, r);
+}
+
+extern "C" zt_status cuda_lora_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                       int ldo, void *u, const void *inp, const void *A,
+                                       const void *B, float scale, int N, int C, int r, int OC)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
     if (N <= 0 || C <= 0 || r <= 0 || OC <= 0)
         return ZT_OK; /* an empty product: the term adds nothing (cuBLAS would
                          refuse the zero leading dimensions) */
-    ZT_TRY(lora_down(ctx, u, inp, A, N, C, r));
+    ZT_TRY(lora_down(ctx, t, u, inp, A, N, C, r));
     /* out^T[OC, N] (ld ldo) += scale * (B's view [r, OC])^T @ u^T[r, N] */
-    const float one = 1.0f;
-    CUBLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, r, &scale, B, r, u, r, &one,
-                           out, ldo));
-    return ZT_OK;
+    return cuda_gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, r, scale, t, B, r, u, r, 1.0f, t, out,
+                     ldo);
 }
 
-extern "C" zt_status cuda_lora_backward(const struct ops_backend *self, float *dinp, float *dA,
-                                        float *dB, float *scratch, const float *dout, int ldo,
-                                        const float *inp, const float *A, const float *B,
+/* dA and dB in fp32, u and du rounded to t between the products (as the
+ * CPU's, so both sides multiply the same values). */
+extern "C" zt_status cuda_lora_backward(const struct ops_backend *self, enum zt_dtype t, void *dinp,
+                                        float *dA, float *dB, void *scratch, const void *dout,
+                                        int ldo, const void *inp, const void *A, const void *B,
                                         float scale, int N, int C, int r, int OC)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
     if (N <= 0 || C <= 0 || r <= 0 || OC <= 0)
         return ZT_OK; /* every gradient adds an empty sum or zero */
-    float *u = scratch, *du = scratch + (size_t)N * r;
-    const float one = 1.0f, zero = 0.0f;
-    ZT_TRY(lora_down(ctx, u, inp, A, N, C, r));
+    void *u = scratch, *du = at(t, scratch, (size_t)N * r);
+    ZT_TRY(lora_down(ctx, t, u, inp, A, N, C, r));
     /* dB^T[r, OC] += scale * u^T[r, N] @ (dout^T[OC, N], ld ldo)^T */
-    CUBLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, r, OC, N, &scale, u, r, dout, ldo,
-                           &one, dB, r));
+    ZT_TRY(cuda_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, r, OC, N, scale, t, u, r, dout, ldo, 1.0f,
+                     ZT_F32, dB, r));
     /* du^T[r, N] = scale * B's view [r, OC] @ dout^T[OC, N] (ld ldo) */
-    CUBLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, r, N, OC, &scale, B, r, dout, ldo,
-                           &zero, du, r));
+    ZT_TRY(cuda_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, r, N, OC, scale, t, B, r, dout, ldo, 0.0f, t,
+                     du, r));
     /* dA^T[C, r] += inp^T[C, N] @ (du^T[r, N])^T */
-    CUBLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, C, r, N, &one, inp, C, du, r, &one,
-                           dA, C));
+    ZT_TRY(cuda_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, C, r, N, 1.0f, t, inp, C, du, r, 1.0f, ZT_F32,
+                     dA, C));
     /* dinp^T[C, N] += A's view [C, r] @ du^T[r, N] */
-    if (dinp)
-        CUBLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, r, &one, A, C, du, r,
-                               &one, dinp, C));
-    return ZT_OK;
+    if (!dinp)
+        return ZT_OK;
+    return cuda_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, C, N, r, 1.0f, t, A, C, du, r, 1.0f, t, dinp,
+                     C);
 }

@@ -6,12 +6,16 @@
  * row-major product P = X @ Y is issued as P^T = Y^T @ X^T with the operands
  * swapped, and every buffer is read as it lies (weight [OC, C] is never
  * copied or transposed in memory). The three products are single
- * cublasSgemm calls on the context's handle, already bound to its stream;
- * the math mode (pedantic fp32, or TF32 when the run asks for it) is the
- * handle's, set when the backend opens, so nothing here changes it.
+ * cublasGemmEx calls (cuda_gemm) on the context's handle, already bound to
+ * its stream, with operands and out of the op's type t, dweight fp32, and
+ * CUBLAS_COMPUTE_32F: 16-bit operands are multiplied exactly on tensor
+ * cores and summed in fp32, and a 16-bit out is rounded once, after the
+ * bias or the old value is added (beta = 1), as the CPU's oneDNN products
+ * do. The math mode (pedantic fp32, no reduced-precision reductions) is
+ * the handle's, set when the backend opens, so nothing here changes it.
  *
  * The bias is fused as on the CPU: a copy kernel writes it into every row
- * of out and the sgemm adds the product with beta = 1. The backward's dinp
+ * of out and the product adds into it with beta = 1. The backward's dinp
  * and dweight use beta = 1, the accumulate convention of worker/ops.h.
  *
  * dbias (column sums of dout[N, OC]) is a reduction over rows, done without
@@ -31,6 +35,7 @@
  * the columns are done in groups, one after another on the stream.
  */
 #include "worker/cuda/cuda_impl.h"
+#include "worker/cuda/elem.cuh"
 
 /* The dbias reduction's block: 32 columns (a warp across a row) x 8 rows. */
 enum { BIAS_COLS = 32, BIAS_LANES = 8 };
@@ -49,41 +54,55 @@ static int ld_of(int cols)
 
 /* out[i, :] = bias for every row i of out[N, OC]: blocks stride over rows
  * (y) and column tiles (x), so no thread divides to find its column. */
-__global__ void bias_broadcast(float *out, const float *bias, int N, int OC)
+template <class E> __global__ void bias_broadcast(E *out, const E *bias, int N, int OC)
 {
     for (int i = blockIdx.y; i < N; i += gridDim.y)
         for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < OC; o += gridDim.x * blockDim.x)
             out[(size_t)i * OC + o] = bias[o];
 }
 
-extern "C" zt_status cuda_matmul_forward(const struct ops_backend *self, float *out,
-                                         const float *inp, const float *weight, const float *bias,
+extern "C" zt_status cuda_gemm(struct cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb,
+                               int m, int n, int k, float alpha, enum zt_dtype ab, const void *A,
+                               int lda, const void *B, int ldb, float beta, enum zt_dtype c,
+                               void *C, int ldc)
+{
+    ZT_ASSERT(c == ZT_F32 || c == ab);
+    ZT_TRY(cuda_ctx_computes(ctx, ab));
+    CUBLAS_TRY(cublasGemmEx(ctx->blas, ta, tb, m, n, k, &alpha, A, elem::blas_type(ab), lda, B,
+                            elem::blas_type(ab), ldb, &beta, C, elem::blas_type(c), ldc,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return ZT_OK;
+}
+
+extern "C" zt_status cuda_matmul_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                         const void *inp, const void *weight, const void *bias,
                                          int N, int C, int OC)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
     if (N <= 0 || OC <= 0)
         return ZT_OK;
-    const float one = 1.0f;
-    float beta = 0.0f;
-    if (bias) {
-        const unsigned col_tiles = cuda_blocks((size_t)OC, 256);
-        const dim3 grid(col_tiles < 64u ? col_tiles : 64u, N < 65535 ? (unsigned)N : 65535u);
-        bias_broadcast<<<grid, 256, 0, ctx->stream>>>(out, bias, N, OC);
-        CUDA_LAUNCHED();
-        beta = 1.0f;
-    }
+    if (bias)
+        ZT_TRY(elem::with_type(t, [&](auto tag) {
+            using E = typename decltype(tag)::type;
+            const unsigned col_tiles = cuda_blocks((size_t)OC, 256);
+            const dim3 grid(col_tiles < 64u ? col_tiles : 64u, N < 65535 ? (unsigned)N : 65535u);
+            bias_broadcast<E><<<grid, 256, 0, ctx->stream>>>(static_cast<E *>(out),
+                                                             static_cast<const E *>(bias), N, OC);
+            CUDA_LAUNCHED();
+            return ZT_OK;
+        }));
     /* out^T[OC, N] (+)= weight[OC, C] (its column-major view [C, OC],
      * transposed) @ inp^T (inp's column-major view [C, N]) */
-    CUBLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, ld_of(C),
-                           inp, ld_of(C), &beta, out, OC));
-    return ZT_OK;
+    return cuda_gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, t, weight, ld_of(C), inp,
+                     ld_of(C), bias ? 1.0f : 0.0f, t, out, OC);
 }
 
 /* partial[chunk, c] = the sum of dout[n, o0 + c] over the rows n of chunk
  * `blockIdx.y` (rows_per consecutive rows), for the ncols columns from o0.
  * Block (BIAS_COLS, BIAS_LANES); lane ty sums rows ty, ty + 8, ... of the
  * chunk in order, then lane 0 adds the lanes in order. */
-__global__ void bias_partials(double *partial, const float *dout, int N, int OC, int o0, int ncols,
+template <class E>
+__global__ void bias_partials(double *partial, const E *dout, int N, int OC, int o0, int ncols,
                               int rows_per)
 {
     __shared__ double lanes[BIAS_LANES][BIAS_COLS];
@@ -93,7 +112,7 @@ __global__ void bias_partials(double *partial, const float *dout, int N, int OC,
     double acc = 0.0;
     if (c < ncols)
         for (int n = r0 + (int)threadIdx.y; n < r1; n += BIAS_LANES)
-            acc += (double)dout[(size_t)n * OC + o0 + c];
+            acc += (double)elem::f32(dout[(size_t)n * OC + o0 + c]);
     lanes[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y != 0 || c >= ncols)
@@ -118,7 +137,8 @@ __global__ void bias_finish(float *dbias, const double *partial, int o0, int nco
 
 /* dbias += the column sums of dout[N, OC], in column groups that fit the
  * scratch. */
-static zt_status bias_backward(struct cuda_ctx *ctx, float *dbias, const float *dout, int N, int OC)
+template <class E>
+static zt_status bias_backward(struct cuda_ctx *ctx, float *dbias, const E *dout, int N, int OC)
 {
     double *partial = (double *)ctx->scratch;
     const int group = OC < (int)SCRATCH_DOUBLES ? OC : (int)SCRATCH_DOUBLES;
@@ -132,7 +152,8 @@ static zt_status bias_backward(struct cuda_ctx *ctx, float *dbias, const float *
         const int rows_per = (N + chunks - 1) / chunks;
         const dim3 grid((unsigned)((ncols + BIAS_COLS - 1) / BIAS_COLS), (unsigned)chunks);
         const dim3 block(BIAS_COLS, BIAS_LANES);
-        bias_partials<<<grid, block, 0, ctx->stream>>>(partial, dout, N, OC, o0, ncols, rows_per);
+        bias_partials<E>
+            <<<grid, block, 0, ctx->stream>>>(partial, dout, N, OC, o0, ncols, rows_per);
         CUDA_LAUNCHED();
         bias_finish<<<(unsigned)((ncols + 255) / 256), 256, 0, ctx->stream>>>(dbias, partial, o0,
                                                                               ncols, chunks);
@@ -141,24 +162,26 @@ static zt_status bias_backward(struct cuda_ctx *ctx, float *dbias, const float *
     return ZT_OK;
 }
 
-extern "C" zt_status cuda_matmul_backward(const struct ops_backend *self, float *dinp,
-                                          float *dweight, float *dbias, const float *dout,
-                                          const float *inp, const float *weight, int N, int C,
-                                          int OC)
+extern "C" zt_status cuda_matmul_backward(const struct ops_backend *self, enum zt_dtype t,
+                                          void *dinp, float *dweight, float *dbias,
+                                          const void *dout, const void *inp, const void *weight,
+                                          int N, int C, int OC)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
     if (N <= 0 || OC <= 0)
         return ZT_OK; /* every gradient adds an empty sum */
-    const float one = 1.0f;
     /* dinp^T[C, N] += weight's column-major view [C, OC] @ dout^T [OC, N] */
     if (dinp && C > 0)
-        CUBLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout,
-                               OC, &one, dinp, C));
-    /* dweight^T[C, OC] += inp^T [C, N] @ (dout^T [OC, N])^T */
+        ZT_TRY(cuda_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, t, weight, C, dout, OC,
+                         1.0f, t, dinp, C));
+    /* dweight^T[C, OC] += inp^T [C, N] @ (dout^T [OC, N])^T, in fp32 */
     if (dweight && C > 0)
-        CUBLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout,
-                               OC, &one, dweight, C));
-    if (dbias)
-        ZT_TRY(bias_backward(ctx, dbias, dout, N, OC));
-    return ZT_OK;
+        ZT_TRY(cuda_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, t, inp, C, dout, OC, 1.0f,
+                         ZT_F32, dweight, C));
+    if (!dbias)
+        return ZT_OK;
+    return elem::with_type(t, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        return bias_backward<E>(ctx, dbias, static_cast<const E *>(dout), N, OC);
+    });
 }
