@@ -252,6 +252,21 @@ static zt_status find_byte_tokens(struct bpe_tokenizer *t, const char *path)
     return ZT_OK;
 }
 
+/* Whether no model token has a "▁" after another character: then no merge
+ * crosses from a word into the "▁" that starts the next, and a text may be
+ * merged word by word, with the same ids, in time linear in the words. */
+static int words_split(const struct bpe *b)
+{
+    for (uint32_t id = 0; id < b->vocab_size; id++) {
+        const unsigned char *p = b->bytes + b->offsets[id];
+        const size_t n = b->offsets[id + 1] - b->offsets[id];
+        for (size_t i = 1; i + 3 <= n; i++)
+            if (memcmp(p + i, METASPACE, 3) == 0 && (i < 3 || memcmp(p + i - 3, METASPACE, 3) != 0))
+                return 0;
+    }
+    return 1;
+}
+
 zt_status bpe_tokenizer_finish(struct bpe_tokenizer *t, const char *path,
                                const unsigned char *const *texts, const size_t *lens,
                                const int32_t *ids, size_t n)
@@ -260,6 +275,7 @@ zt_status bpe_tokenizer_finish(struct bpe_tokenizer *t, const char *path,
     t->vocab_size = t->b->vocab_size;
     ZT_TRY(take_added(t, path, texts, lens, ids, n));
     ZT_TRY(find_byte_tokens(t, path));
+    t->split_words = t->symbols == BPE_SYMBOLS_CHARS && words_split(t->b);
     return build_decoding(t, path);
 }
 
@@ -358,12 +374,15 @@ static zt_status encode_chars(const struct bpe_tokenizer *t, struct bpe_work *w,
     size_t k = 0;
     if (prepend)
         ZT_TRY(char_symbols(t, w, (const unsigned char *)" ", 1, &k));
+    int after_space = prepend;
     for (size_t pos = 0; pos < n;) {
         uint32_t cp;
         const size_t len = pretokenize_char(text, n, pos, &cp);
-        if (t->split_metaspace && (cp == ' ' || cp == 0x2581))
+        const int space = cp == ' ' || cp == 0x2581;
+        if (space && (t->split_metaspace || (t->split_words && !after_space)))
             flush_chars(t, w, &k, out);
         ZT_TRY(char_symbols(t, w, text + pos, len, &k));
+        after_space = space;
         pos += len;
     }
     flush_chars(t, w, &k, out);

@@ -13,7 +13,9 @@
  *     text, and a piece's symbols start as its characters, a character that
  *     is no token falling back to the tokens of its bytes (<0x41>) or, with
  *     no byte fallback, to the unknown token. The text is one piece, or
- *     with Metaspace's split one piece per "▁".
+ *     with Metaspace's split one piece per "▁"; when no token has a "▁"
+ *     after another character (Llama 2's, Mistral's), merging word by word
+ *     gives the same ids, and is done so.
  * Merging is bpe.h's. Added tokens (special or not) are found in the text
  * first, leftmost and longest, and the text between them is encoded on its
  * own: each such part of a character vocabulary gets its own "▁" (Hugging
@@ -65,6 +67,8 @@ struct bpe_tokenizer {
     enum bpe_prepend prepend;
     int metaspace;           /* Metaspace: a part that starts with a space gets no "▁" */
     int split_metaspace;     /* Metaspace's split: a piece starts at each "▁" */
+    int split_words;         /* a piece starts at each "▁" after another character: no token
+                                holds one there, so no merge crosses it */
     int byte_fallback;       /* unknown characters as their bytes' tokens */
     int fuse_unk;            /* consecutive unknown characters as one unknown token */
     int strip_leading_space; /* decoding drops one leading space */

@@ -336,7 +336,9 @@ static const char *mini_json(const char *extra, const char *merges)
     }
     json_text_printf(&j, ", \"ab\": 256, \"abc\": 257}, \"merges\": %s}, %s}", merges, extra);
     ck_assert(!j.oom);
-    return testutil_fmt("%s", j.p);
+    const char *json = testutil_fmt("%s", j.p);
+    free(j.p);
+    return json;
 }
 
 #define BYTE_LEVEL "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}"
