@@ -11,7 +11,8 @@
  *   zerotrain export CKPT_DIR --out FILE.safetensors [--merge] [--dtype fp32|bf16|fp16]
  *                    [--max-shard-size SIZE]
  *   zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16]
- *   zerotrain prepare [--tokenizer bytes|gpt2] [--tokenizer-dir DIR] --out FILE PATH...
+ *   zerotrain prepare [--tokenizer NAME] [--tokenizer-dir DIR] --out FILE PATH...
+ *   zerotrain tokenize [--tokenizer NAME] [--tokenizer-dir DIR] [--file FILE] [--decode]
  *   zerotrain plan CONFIG --gpus N [--gpus-per-node G] [--gpu-memory SIZE]
  *                  [--machine NAME|FILE] [--global-batch B] [--top K] [--all]
  *                  [--json FILE] [--set key.path=value]...
@@ -32,6 +33,7 @@
 #include "../config/config.h"
 #include "../coordinator/train.h"
 #include "../data/data.h"
+#include "../data/tokenize_cmd.h"
 #include "../plan/plan.h"
 #include "../report/report.h"
 #include "export.h"
@@ -46,6 +48,7 @@ static const char usage_text[] =
     "  train CONFIG [options]    train the model described by CONFIG (YAML or DeepSpeed JSON)\n"
     "  eval CONFIG [options]     print the validation loss of the configured model\n"
     "  prepare --out FILE PATH...  tokenise text files and folders into a token file\n"
+    "  tokenize                  print the ids of a text (stdin) as JSON, or --decode ids\n"
     "  export CKPT_DIR --out FILE  write a checkpoint's weights as Hugging Face safetensors of\n"
     "                            the model's family (sharded past --max-shard-size, 5GB);\n"
     "                            LoRA: --merge merges the adapters in, --adapter --out DIR\n"
@@ -125,8 +128,12 @@ static const char prepare_help[] =
     "  --tokenizer bytes      one token per byte: vocabulary 256, 1-byte ids (the default)\n"
     "  --tokenizer gpt2       GPT-2's byte-level BPE: vocabulary 50257, 2-byte ids, and\n"
     "                         <|endoftext|> (50256) between documents; needs --tokenizer-dir\n"
-    "  --tokenizer-dir DIR    the folder holding GPT-2's encoder.json and vocab.bpe\n"
-    "                         (scripts/gpt2_vocab.sh DIR fetches them)\n";
+    "  --tokenizer hf         a Hugging Face tokenizer.json (Llama 3, Qwen2, Llama 2, Mistral,\n"
+    "                         ...): its eos_token between documents; ids over 65,536 take 4 bytes\n"
+    "  --tokenizer cl100k|o200k  tiktoken's rank files, <|endoftext|> between documents\n"
+    "  --tokenizer-dir DIR    the tokenizer's folder (GPT-2's encoder.json and vocab.bpe,\n"
+    "                         tokenizer.json, or NAME_base.tiktoken); without --tokenizer,\n"
+    "                         the one it holds (scripts/gpt2_vocab.sh, scripts/tokenizers.sh)\n";
 
 static const char plan_help[] =
     "usage: zerotrain plan CONFIG --gpus N [options]\n"
@@ -199,9 +206,9 @@ static const char help_help[] =
 static const struct {
     const char *command, *text;
 } helps[] = {
-    {"train", train_help},   {"eval", eval_help}, {"prepare", prepare_help},
-    {"export", export_help}, {"plan", plan_help}, {"calibrate", calibrate_help},
-    {"plot", plot_help},     {"help", help_help},
+    {"train", train_help},         {"eval", eval_help},     {"prepare", prepare_help},
+    {"tokenize", tokenize_help},   {"export", export_help}, {"plan", plan_help},
+    {"calibrate", calibrate_help}, {"plot", plot_help},     {"help", help_help},
 };
 enum { N_HELPS = sizeof helps / sizeof helps[0] };
 
@@ -370,6 +377,8 @@ static int run_mpi_command(int is_train, int argc, char **argv, volatile sig_ato
 static int check_tokenizer_args(const struct prepare_options *opt)
 {
     char msg[256], names[128];
+    if (!opt->tokenizer)
+        return 0; /* the folder's own, or bytes: tokenizer_open says which */
     const int needs_dir = tokenizer_needs_dir(opt->tokenizer);
     tokenizer_names(names, sizeof names);
     if (needs_dir < 0)
@@ -391,7 +400,7 @@ static int check_tokenizer_args(const struct prepare_options *opt)
 static int run_prepare(int argc, char **argv)
 {
     const char *out = NULL;
-    struct prepare_options opt = {"bytes", NULL};
+    struct prepare_options opt = {NULL, NULL};
     const char *paths[4096];
     int n = 0;
     for (int i = 0; i < argc; i++) {
@@ -694,6 +703,8 @@ int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
         return run_mpi_command(0, argc - 2, argv + 2, stop, faults);
     if (strcmp(cmd, "prepare") == 0)
         return run_prepare(argc - 2, argv + 2);
+    if (strcmp(cmd, "tokenize") == 0)
+        return tokenize_command(argc - 2, argv + 2, stdin, stdout, stderr);
     if (strcmp(cmd, "export") == 0)
         return run_export(argc - 2, argv + 2);
     if (strcmp(cmd, "plan") == 0)

@@ -39,11 +39,7 @@ static zt_status check_inputs(const char *out_path, const char *const *paths, in
 static zt_status token_width(const struct tokenizer *tok, uint32_t *width)
 {
     const uint32_t vocab = tokenizer_vocab_size(tok);
-    if (vocab > 65536)
-        return zt_error_set(ZT_ERR_DATA,
-                            "prepare: tokenizer %s has %u tokens, more than 2-byte ids hold",
-                            tokenizer_name(tok), (unsigned)vocab);
-    *width = vocab <= 256 ? 1 : 2;
+    *width = vocab <= 256 ? 1 : vocab <= 65536 ? 2 : 4;
     return ZT_OK;
 }
 
@@ -76,7 +72,7 @@ zt_status prepare_run(const char *out_path, const char *const *paths, int n_path
         opt = &defaults;
     ZT_TRY(check_inputs(out_path, paths, n_paths));
     struct tokenizer *tok;
-    ZT_TRY(tokenizer_open(opt->tokenizer ? opt->tokenizer : "bytes", opt->tokenizer_dir, &tok));
+    ZT_TRY(tokenizer_open(opt->tokenizer, opt->tokenizer_dir, &tok));
     size_t n = 0, n_files = 0;
     uint32_t width = 0;
     zt_status st = token_width(tok, &width);

@@ -15,7 +15,7 @@
 /* Which tokenizer prepare uses; a zeroed struct (or NULL) is the byte
  * tokenizer. */
 struct prepare_options {
-    const char *tokenizer;     /* a name of data.h's table; NULL: "bytes" */
+    const char *tokenizer;     /* a name of data.h's table; NULL: the folder's own, else bytes */
     const char *tokenizer_dir; /* its vocabulary folder; NULL for one that reads none */
 };
 

@@ -113,8 +113,9 @@ static const struct field fields[] = {
      "gpt2 or llama (RMSNorm, rotary embedding, grouped-query attention, SwiGLU)"},
     {"model.hf_config", T_STRING, OFF(model.hf_config), 0, NULL, NB, NB, 0, NULL,
      "null, or a Hugging Face config.json: the family and every model key not set here"},
-    {"model.vocab_size", T_INT, OFF(model.vocab_size), 0, "256", GE(1), LE(65536), 0, NULL,
-     "vocabulary size (256: byte tokenizer)"},
+    {"model.vocab_size", T_INT, OFF(model.vocab_size), 0, "256", GE(1), LE(2147483647), 0, NULL,
+     "vocabulary size (256: byte tokenizer; up to 2^31 - 1, token files of 4-byte ids past "
+     "65536)"},
     {"model.block_size", T_INT, OFF(model.block_size), 0, "128", GE(1), LE(1 << 20), 0, NULL,
      "maximum sequence length"},
     {"model.n_layer", T_INT, OFF(model.n_layer), 0, "4", GE(1), LE(1024), 0, NULL,
@@ -193,11 +194,14 @@ static const struct field fields[] = {
      "and end-of-text count in the loss) or {\"text\"} (all count); folders: their *.jsonl "
      "files"},
     {"data.tokenizer", T_STRING, OFF(data.tokenizer), 0, "bytes", NB, NB, 0, NULL,
-     "bytes (vocabulary 256) or gpt2 (GPT-2's BPE, 50257 ids: needs data.tokenizer_dir and "
-     "model.vocab_size >= 50257); text and jsonl data are encoded with it"},
+     "bytes (vocabulary 256), gpt2 (GPT-2's BPE, 50257 ids), hf (a Hugging Face "
+     "tokenizer.json: Llama 3, Qwen2, Llama 2, Mistral ...) or cl100k, o200k (tiktoken's "
+     "rank files); all but bytes need data.tokenizer_dir and model.vocab_size at least their "
+     "vocabulary; text and jsonl data are encoded with it"},
     {"data.tokenizer_dir", T_STRING, OFF(data.tokenizer_dir), 0, NULL, NB, NB, 0, NULL,
-     "the tokenizer's vocabulary folder (gpt2: encoder.json and vocab.bpe, fetched by "
-     "scripts/gpt2_vocab.sh)"},
+     "the tokenizer's folder (gpt2: encoder.json and vocab.bpe, fetched by "
+     "scripts/gpt2_vocab.sh; hf: tokenizer.json and tokenizer_config.json, a model's own or "
+     "fetched by scripts/tokenizers.sh; cl100k, o200k: NAME_base.tiktoken)"},
     {"data.packing", T_BOOL, OFF(data.packing), 0, "false", NB, NB, 0, NULL,
      "jsonl: true: examples concatenated into one stream cut into windows (TRL's packing); "
      "false: each example one window, cut to seq_len and padded (padding not counted)"},

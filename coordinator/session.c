@@ -67,7 +67,8 @@ static zt_status check_tokenizer_keys(const struct zt_config *c)
         return zt_error_set(ZT_ERR_CONFIG,
                             "data.tokenizer_dir: given, but data.tokenizer %s reads no folder",
                             c->data.tokenizer);
-    return ZT_OK;
+    ZT_TRY(tokenizer_check_model_files(c->data.tokenizer, "model.hf_config", c->model.hf_config));
+    return tokenizer_check_model_files(c->data.tokenizer, "model.init_from", c->model.init_from);
 }
 
 /* A tokenizer with a vocabulary folder makes ids up to its vocabulary

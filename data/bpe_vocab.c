@@ -4,9 +4,8 @@
  * Both files are untrusted: everything bpe.c later relies on without
  * looking (ids dense and below the vocabulary size, one token per byte,
  * every merge and its result a token, no pair twice) is checked here, and
- * a failure names the file and, in vocab.bpe, the line. While loading, a
- * hash index from token bytes to id turns the merges' strings into ids; it
- * is dropped once the merge table is built, since encoding works on ids.
+ * a failure names the file and, in vocab.bpe, the line. The hash index
+ * from token bytes to id (struct bpe's) turns the merges' strings into ids.
  */
 #include "bpe.h"
 #include "data_impl.h"
@@ -25,28 +24,15 @@
 
 #define EOT_TEXT "<|endoftext|>"
 
-/* GPT-2's byte alphabet stops before U+0144: the characters that stand for
- * a byte are below it. */
-#define ALPHABET_END 0x144
-
-/* Token bytes -> id while loading: open addressing over ids, -1 empty. */
-struct token_index {
-    int32_t *slots;
-    size_t mask;
-};
-
 struct loader {
     struct bpe *b;
-    int16_t byte_of[ALPHABET_END]; /* the byte a character stands for, -1 none */
-    struct token_index index;
-    unsigned char *scratch; /* a token's bytes while it is looked up */
+    int16_t byte_of[BPE_ALPHABET_END]; /* the byte a character stands for, -1 none */
+    unsigned char *scratch;            /* a token's bytes while it is looked up */
 };
 
-/* bytes_to_unicode of GPT-2's encoder.py, inverted: the printable bytes
- * stand for themselves, the others in order for U+0100 onwards. */
-static void build_alphabet(int16_t byte_of[ALPHABET_END])
+void bpe_alphabet_build(int16_t byte_of[BPE_ALPHABET_END])
 {
-    for (int cp = 0; cp < ALPHABET_END; cp++)
+    for (int cp = 0; cp < BPE_ALPHABET_END; cp++)
         byte_of[cp] = -1;
     int next = 0x100;
     for (int byte = 0; byte < 256; byte++) {
@@ -56,49 +42,20 @@ static void build_alphabet(int16_t byte_of[ALPHABET_END])
     }
 }
 
-/* The bytes of a token written in the alphabet (valid UTF-8, s[0..n)),
- * into out (room for n); returns their count, or sets *bad to the first
- * character outside the alphabet and returns SIZE_MAX. */
-static size_t token_bytes(const struct loader *ld, const unsigned char *s, size_t n,
+size_t bpe_alphabet_bytes(const int16_t byte_of[BPE_ALPHABET_END], const unsigned char *s, size_t n,
                           unsigned char *out, uint32_t *bad)
 {
     size_t m = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         i += pretokenize_char(s, n, i, &cp);
-        if (cp >= ALPHABET_END || ld->byte_of[cp] < 0) {
+        if (cp >= BPE_ALPHABET_END || byte_of[cp] < 0) {
             *bad = cp;
             return SIZE_MAX;
         }
-        out[m++] = (unsigned char)ld->byte_of[cp];
+        out[m++] = (unsigned char)byte_of[cp];
     }
     return m;
-}
-
-/* The index slot of the token with bytes p[0..n): the one holding it or
- * the empty one where it would go. */
-static int32_t *index_slot(const struct loader *ld, const unsigned char *p, size_t n)
-{
-    const struct bpe *b = ld->b;
-    /* Token files' FNV-1a checksum is a good enough hash of short strings. */
-    for (size_t i = (size_t)tokfile_checksum(p, n) & ld->index.mask;;
-         i = (i + 1) & ld->index.mask) {
-        int32_t *slot = &ld->index.slots[i];
-        if (*slot < 0)
-            return slot;
-        const uint32_t from = b->offsets[*slot], len = b->offsets[*slot + 1] - from;
-        if (len == n && memcmp(b->bytes + from, p, n) == 0)
-            return slot;
-    }
-}
-
-/* The smallest power of two of at least 2n slots (at most half full). */
-static size_t table_size(size_t n)
-{
-    size_t size = 16;
-    while (size < 2 * n)
-        size *= 2;
-    return size;
 }
 
 /* ---- encoder.json ---- */
@@ -136,8 +93,8 @@ static zt_status take_token(struct loader *ld, const char *path, const char *key
     struct bpe *b = ld->b;
     const uint32_t from = b->offsets[id];
     uint32_t bad = 0;
-    const size_t n =
-        token_bytes(ld, (const unsigned char *)key, strlen(key), b->bytes + from, &bad);
+    const size_t n = bpe_alphabet_bytes(ld->byte_of, (const unsigned char *)key, strlen(key),
+                                        b->bytes + from, &bad);
     if (n == SIZE_MAX)
         return zt_error_set(ZT_ERR_DATA,
                             "%s: token \"%s\" has U+%04X, not a character of GPT-2's byte "
@@ -146,7 +103,7 @@ static zt_status take_token(struct loader *ld, const char *path, const char *key
     if (n == 0)
         return zt_error_set(ZT_ERR_DATA, "%s: token %d is empty", path, id);
     b->offsets[id + 1] = from + (uint32_t)n;
-    int32_t *slot = index_slot(ld, b->bytes + from, n);
+    int32_t *slot = bpe_index_slot(b, b->bytes + from, n);
     if (*slot >= 0)
         return zt_error_set(ZT_ERR_DATA, "%s: token \"%s\" is given twice (ids %d and %d)", path,
                             key, *slot, id);
@@ -157,7 +114,7 @@ static zt_status take_token(struct loader *ld, const char *path, const char *key
 /* The id of the token with bytes p[0..n), or -1. */
 static int32_t token_id(const struct loader *ld, const unsigned char *p, size_t n)
 {
-    return *index_slot(ld, p, n);
+    return bpe_token_id(ld->b, p, n);
 }
 
 /* The end-of-text token and the token of every single byte. */
@@ -190,15 +147,15 @@ static zt_status take_tokens(struct loader *ld, const char *path, const struct j
     b->vocab_size = (uint32_t)obj->n;
     b->offsets = calloc(obj->n + 1, sizeof *b->offsets);
     b->bytes = malloc(total > 0 ? total : 1);
-    ld->index.mask = table_size(obj->n) - 1;
-    ld->index.slots = malloc((ld->index.mask + 1) * sizeof *ld->index.slots);
+    b->index_mask = bpe_table_size(obj->n) - 1;
+    b->index = malloc((b->index_mask + 1) * sizeof *b->index);
     size_t *order = malloc(obj->n * sizeof *order);
     zt_status st = ZT_OK;
-    if (!b->offsets || !b->bytes || !ld->index.slots || !order || total > UINT32_MAX)
+    if (!b->offsets || !b->bytes || !b->index || !order || total > UINT32_MAX)
         st =
             zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the table of %zu tokens", path, obj->n);
     if (st == ZT_OK) {
-        memset(ld->index.slots, 0xFF, (ld->index.mask + 1) * sizeof *ld->index.slots);
+        memset(b->index, 0xFF, (b->index_mask + 1) * sizeof *b->index);
         st = take_ids(path, obj, order);
     }
     for (size_t id = 0; st == ZT_OK && id < obj->n; id++)
@@ -240,7 +197,8 @@ static zt_status merge_token(struct loader *ld, const char *path, size_t line, c
                              size_t n, int32_t *id)
 {
     uint32_t bad = 0;
-    const size_t m = token_bytes(ld, (const unsigned char *)s, n, ld->scratch, &bad);
+    const size_t m =
+        bpe_alphabet_bytes(ld->byte_of, (const unsigned char *)s, n, ld->scratch, &bad);
     if (m == SIZE_MAX)
         return zt_error_set(ZT_ERR_DATA,
                             "%s:%zu: token \"%.*s\" has U+%04X, not a character of GPT-2's byte "
@@ -312,7 +270,7 @@ static zt_status scan_merges(struct loader *ld, const char *path, const char *te
         return zt_error_set(ZT_ERR_DATA, "%s: too many merges (%zu)", path, lines - 1);
     struct bpe *b = ld->b;
     b->n_merges = (uint32_t)(lines - 1);
-    b->merge_mask = table_size(b->n_merges) - 1;
+    b->merge_mask = bpe_table_size(b->n_merges) - 1;
     b->merges = malloc((b->merge_mask + 1) * sizeof *b->merges);
     ld->scratch = malloc(longest + 1);
     if (!b->merges || !ld->scratch)
@@ -341,23 +299,13 @@ static zt_status load_merges(struct loader *ld, const char *path)
 
 /* ---- the folder ---- */
 
-/* A missing folder or file is the usual first mistake: say how to get one. */
-static zt_status check_present(const char *path, const char *what)
-{
-    struct stat sb;
-    if (stat(path, &sb) == 0 || errno != ENOENT)
-        return ZT_OK;
-    return zt_error_set(ZT_ERR_IO,
-                        "%s: no such %s (scripts/gpt2_vocab.sh fetches GPT-2's encoder.json and "
-                        "vocab.bpe)",
-                        path, what);
-}
+#define GPT2_HINT "scripts/gpt2_vocab.sh fetches GPT-2's encoder.json and vocab.bpe"
 
 static zt_status load_files(struct loader *ld, const char *dir, const char *enc, const char *bpe)
 {
-    ZT_TRY(check_present(dir, "folder"));
-    ZT_TRY(check_present(enc, "file"));
-    ZT_TRY(check_present(bpe, "file"));
+    ZT_TRY(data_check_present(dir, "folder", ZT_ERR_IO, GPT2_HINT));
+    ZT_TRY(data_check_present(enc, "file", ZT_ERR_IO, GPT2_HINT));
+    ZT_TRY(data_check_present(bpe, "file", ZT_ERR_IO, GPT2_HINT));
     ZT_TRY(load_encoder(ld, enc));
     return load_merges(ld, bpe);
 }
@@ -366,15 +314,16 @@ zt_status bpe_load(const char *dir, struct bpe **out)
 {
     *out = NULL;
     struct loader ld = {0};
-    build_alphabet(ld.byte_of);
+    bpe_alphabet_build(ld.byte_of);
     ld.b = calloc(1, sizeof *ld.b);
+    if (ld.b)
+        ld.b->rounds = 1;
     char *enc = data_join_path(dir, "encoder.json"), *bpe = data_join_path(dir, "vocab.bpe");
     zt_status st = ld.b && enc && bpe
                        ? load_files(&ld, dir, enc, bpe)
                        : zt_error_set(ZT_ERR_NOMEM, "%s: out of memory loading the tokenizer", dir);
     free(enc);
     free(bpe);
-    free(ld.index.slots);
     free(ld.scratch);
     if (st != ZT_OK) {
         bpe_free(ld.b);

@@ -58,8 +58,8 @@ uint64_t tokfile_checksum(const void *bytes, size_t n);
 
 /* Writes a token file atomically: PATH.tmp.<pid>, fflush + fsync, rename
  * over PATH, fsync of the folder; a failure removes the temp file and leaves
- * PATH as it was. width 1 or 2; vocab_size in 1 .. 256^width; every id must
- * be in 0 .. vocab_size - 1.
+ * PATH as it was. width 1, 2 or 4; vocab_size in 1 .. 256^width (4:
+ * INT32_MAX, as ids are int32); every id must be in 0 .. vocab_size - 1.
  * Errors: ZT_ERR_IO, ZT_ERR_DATA (bad width or vocab, an id that does not
  * fit, named with its position). */
 zt_status tokfile_write(const char *path, const int32_t *tokens, size_t n, uint32_t width,
@@ -115,6 +115,18 @@ zt_status tokenizer_bytes_encode(const unsigned char *text, size_t n, struct tok
  *            them), vocabulary 50257, end-of-text id 50256; ids equal those
  *            of GPT-2's own encoder for any text, and any bytes (invalid
  *            UTF-8 too) decode back exactly.
+ *   "hf"     a Hugging Face tokenizer.json with a BPE model, byte-level
+ *            (Llama 3, Qwen2, GPT-NeoX, GPT-2) or SentencePiece-style with
+ *            byte fallback (Llama 2, Mistral 7B, TinyLlama), and its added
+ *            tokens; tokenizer_config.json's bos_token and eos_token give
+ *            the begin-of-text and end-of-text ids (bpe_tokenizer.h);
+ *   "cl100k", "o200k"  tiktoken's rank files cl100k_base.tiktoken and
+ *            o200k_base.tiktoken, with tiktoken's patterns and special
+ *            tokens; end-of-text <|endoftext|>.
+ * Added and special tokens written in the text ("<|eot_id|>") are those
+ * tokens for hf, cl100k and o200k (Hugging Face's and tiktoken's
+ * allowed_special="all"), text for gpt2. scripts/tokenizers.sh fetches
+ * reference vocabularies of each.
  * An open tokenizer is only read by encoding and decoding, so threads may
  * share one. */
 struct tokenizer;
@@ -127,13 +139,29 @@ int tokenizer_needs_dir(const char *name);
  * (NUL-terminated, cut to fit). */
 void tokenizer_names(char *buf, size_t n);
 
+/* The name of the tokenizer whose files the folder holds (tokenizer.json:
+ * "hf", a tiktoken rank file, GPT-2's encoder.json), or NULL. */
+const char *tokenizer_detect(const char *dir);
+
+/* A model's files and the tokenizer it is given: when `tokenizer` reads no
+ * folder (bytes) but the model setting `key` names a file or folder
+ * (`path`, NULL: nothing to check) beside which a tokenizer lies
+ * (tokenizer_detect of the folder), the model's ids are not bytes: a
+ * ZT_ERR_CONFIG naming both and what to set. */
+zt_status tokenizer_check_model_files(const char *tokenizer, const char *key, const char *path);
+
 /* Opens tokenizer `name` with its vocabulary folder `dir` (NULL for one
- * that reads none) into *out; close it with tokenizer_close. Errors:
+ * that reads none) into *out; close it with tokenizer_close. A NULL name
+ * is the tokenizer the folder holds (tokenizer_detect), or bytes without a
+ * folder. Errors:
  * ZT_ERR_USAGE (no tokenizer of that name, a folder missing or given to
  * one that reads none), and the tokenizer's own: for gpt2 those of
  * bpe_load in bpe.h (ZT_ERR_IO for a missing or unreadable folder or file,
  * ZT_ERR_DATA for a malformed file, naming it and, in vocab.bpe, the line;
- * ZT_ERR_NOMEM). On error *out is NULL. */
+ * ZT_ERR_NOMEM); for hf, cl100k and o200k those of hf_tokenizer_load and
+ * tiktoken_load (ZT_ERR_CONFIG for a missing or malformed file,
+ * ZT_ERR_UNSUPPORTED for what a tokenizer.json asks that is not written
+ * here). On error *out is NULL. */
 zt_status tokenizer_open(const char *name, const char *dir, struct tokenizer **out);
 
 /* Frees the tokenizer; NULL-safe. */
@@ -147,6 +175,9 @@ uint32_t tokenizer_vocab_size(const struct tokenizer *t);
 
 /* The id put between documents, or -1 when it has none (bytes). */
 int32_t tokenizer_eot_id(const struct tokenizer *t);
+
+/* The begin-of-text id (tokenizer_config.json's bos_token), or -1. */
+int32_t tokenizer_bos_id(const struct tokenizer *t);
 
 /* Appends the ids of text[0..n), one document or part of one, to *out
  * (growing it) and sets its vocab_size. Errors: ZT_ERR_NOMEM; ZT_ERR_DATA

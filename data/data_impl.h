@@ -42,6 +42,11 @@ char *data_join_path(const char *dir, const char *name);
  * open: <strerror>". Returns ZT_ERR_IO. */
 zt_status data_open_error(const char *path, int err);
 
+/* ZT_OK when `path` exists or cannot be told missing; else `code` with
+ * "PATH: no such WHAT (HINT)": a tokenizer's missing folder or file is the
+ * usual first mistake, and the hint says how to get one. */
+zt_status data_check_present(const char *path, const char *what, zt_status code, const char *hint);
+
 /* A list of paths; a zeroed struct is empty. */
 struct data_path_list {
     char **v; /* owned strings */

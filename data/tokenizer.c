@@ -15,12 +15,14 @@
  * and on ids to decode), so the rows do only their own work.
  */
 #include "bpe.h"
+#include "bpe_tokenizer.h"
 #include "data.h"
 #include "data_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define BYTE_VOCAB 256u
 
@@ -37,7 +39,11 @@ struct tokenizer_ops {
                         size_t *len);
     uint32_t (*vocab_size)(const void *state);
     int32_t (*eot_id)(const void *state);
+    int32_t (*bos_id)(const void *state);
     void (*free)(void *state);
+    /* The file in a folder that says the folder is this tokenizer's
+     * (tokenizer_open without a name); NULL: none. */
+    const char *marker;
 };
 
 struct tokenizer {
@@ -114,6 +120,13 @@ static void bytes_free(void *state)
     (void)state;
 }
 
+/* The bytes and gpt2 rows have no begin-of-text id. */
+static int32_t no_bos_id(const void *state)
+{
+    (void)state;
+    return -1;
+}
+
 /* ---- GPT-2's row: bpe.h behind the table's signatures ---- */
 
 static zt_status gpt2_load(const char *dir, void **state)
@@ -151,10 +164,77 @@ static void gpt2_free(void *state)
     bpe_free(state);
 }
 
+/* ---- the rows of bpe_tokenizer.h: tokenizer.json and tiktoken ---- */
+
+static zt_status hf_load(const char *dir, void **state)
+{
+    struct bpe_tokenizer *t;
+    ZT_TRY(hf_tokenizer_load(dir, &t));
+    *state = t;
+    return ZT_OK;
+}
+
+static zt_status tiktoken_load_named(const char *name, const char *dir, void **state)
+{
+    struct bpe_tokenizer *t;
+    ZT_TRY(tiktoken_load(dir, tiktoken_encoding(name), &t));
+    *state = t;
+    return ZT_OK;
+}
+
+static zt_status cl100k_load(const char *dir, void **state)
+{
+    return tiktoken_load_named("cl100k", dir, state);
+}
+
+static zt_status o200k_load(const char *dir, void **state)
+{
+    return tiktoken_load_named("o200k", dir, state);
+}
+
+static zt_status bpet_encode(const void *state, const unsigned char *text, size_t n,
+                             struct token_buffer *out)
+{
+    return bpe_tokenizer_encode(state, text, n, out);
+}
+
+static zt_status bpet_decode(const void *state, const int32_t *ids, size_t n, unsigned char **out,
+                             size_t *len)
+{
+    return bpe_tokenizer_decode(state, ids, n, out, len);
+}
+
+static uint32_t bpet_vocab_size(const void *state)
+{
+    return ((const struct bpe_tokenizer *)state)->vocab_size;
+}
+
+static int32_t bpet_eot_id(const void *state)
+{
+    return ((const struct bpe_tokenizer *)state)->eos;
+}
+
+static int32_t bpet_bos_id(const void *state)
+{
+    return ((const struct bpe_tokenizer *)state)->bos;
+}
+
+static void bpet_free(void *state)
+{
+    bpe_tokenizer_free(state);
+}
+
 static const struct tokenizer_ops tokenizers[] = {
     {"bytes", 0, 1, bytes_load, bytes_encode, bytes_decode, bytes_vocab_size, bytes_eot_id,
-     bytes_free},
-    {"gpt2", 1, 0, gpt2_load, gpt2_encode, gpt2_decode, gpt2_vocab_size, gpt2_eot_id, gpt2_free},
+     no_bos_id, bytes_free, NULL},
+    {"gpt2", 1, 0, gpt2_load, gpt2_encode, gpt2_decode, gpt2_vocab_size, gpt2_eot_id, no_bos_id,
+     gpt2_free, "encoder.json"},
+    {"hf", 1, 0, hf_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id, bpet_bos_id,
+     bpet_free, "tokenizer.json"},
+    {"cl100k", 1, 0, cl100k_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id,
+     bpet_bos_id, bpet_free, "cl100k_base.tiktoken"},
+    {"o200k", 1, 0, o200k_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id, bpet_bos_id,
+     bpet_free, "o200k_base.tiktoken"},
 };
 
 #define N_TOKENIZERS (sizeof tokenizers / sizeof tokenizers[0])
@@ -184,9 +264,58 @@ void tokenizer_names(char *buf, size_t n)
     }
 }
 
+const char *tokenizer_detect(const char *dir)
+{
+    for (size_t i = 0; i < N_TOKENIZERS; i++) {
+        if (!tokenizers[i].marker)
+            continue;
+        char *path = data_join_path(dir, tokenizers[i].marker);
+        struct stat sb;
+        const int there = path && stat(path, &sb) == 0;
+        free(path);
+        if (there)
+            return tokenizers[i].name;
+    }
+    return NULL;
+}
+
+zt_status tokenizer_check_model_files(const char *tokenizer, const char *key, const char *path)
+{
+    if (!path || tokenizer_needs_dir(tokenizer) != 0)
+        return ZT_OK;
+    struct stat sb;
+    char *dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? strdup(path) : NULL;
+    if (!dir && (dir = strdup(path)) != NULL) {
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            slash[slash == dir] = '\0';
+        else
+            strcpy(dir, ".");
+    }
+    if (!dir)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", key);
+    const char *found = tokenizer_detect(dir);
+    zt_status st = ZT_OK;
+    if (found)
+        st = zt_error_set(ZT_ERR_CONFIG,
+                          "data.tokenizer: %s, but %s (%s) comes with a tokenizer in %s: its ids "
+                          "are not bytes; set data.tokenizer: %s and data.tokenizer_dir: %s",
+                          tokenizer, key, path, dir, found, dir);
+    free(dir);
+    return st;
+}
+
 zt_status tokenizer_open(const char *name, const char *dir, struct tokenizer **out)
 {
     *out = NULL;
+    if (!name && dir && !(name = tokenizer_detect(dir)))
+        return zt_error_set(ZT_ERR_USAGE,
+                            "%s: holds no tokenizer zerotrain knows (tokenizer.json, "
+                            "cl100k_base.tiktoken, o200k_base.tiktoken, or encoder.json with "
+                            "vocab.bpe): name one with --tokenizer",
+                            dir);
+    if (!name)
+        name = "bytes";
     const struct tokenizer_ops *ops = find(name);
     char names[128];
     tokenizer_names(names, sizeof names);
@@ -242,6 +371,11 @@ uint32_t tokenizer_vocab_size(const struct tokenizer *t)
 int32_t tokenizer_eot_id(const struct tokenizer *t)
 {
     return t->ops->eot_id(t->state);
+}
+
+int32_t tokenizer_bos_id(const struct tokenizer *t)
+{
+    return t->ops->bos_id(t->state);
 }
 
 zt_status tokenizer_encode(const struct tokenizer *t, const unsigned char *text, size_t n,

@@ -85,10 +85,11 @@ zt_status data_open_error(const char *path, int err)
  * non-empty and every id below it must fit the width. */
 static zt_status check_width_vocab(const char *path, uint32_t width, uint32_t vocab_size)
 {
-    if (width != 1 && width != 2)
-        return zt_error_set(ZT_ERR_DATA, "%s: token width %u not supported (1 or 2)", path,
+    if (width != 1 && width != 2 && width != 4)
+        return zt_error_set(ZT_ERR_DATA, "%s: token width %u not supported (1, 2 or 4)", path,
                             (unsigned)width);
-    uint64_t max_vocab = (uint64_t)1 << (8 * width);
+    /* Ids are int32 in memory, so 4-byte ids stop below 2^31. */
+    uint64_t max_vocab = width == 4 ? INT32_MAX : (uint64_t)1 << (8 * width);
     if (vocab_size == 0 || vocab_size > max_vocab)
         return zt_error_set(ZT_ERR_DATA, "%s: vocab size %u does not fit %u-byte ids (1 .. %llu)",
                             path, (unsigned)vocab_size, (unsigned)width,
@@ -242,8 +243,9 @@ static zt_status read_body(FILE *f, const char *path, const struct header *h, un
                             "is corrupt",
                             path, (unsigned long long)h->checksum, (unsigned long long)hash);
     if (bad_pos != SIZE_MAX)
-        return zt_error_set(ZT_ERR_DATA, "%s: token id %ld at position %zu is >= vocab size %u",
-                            path, (long)tokens[bad_pos], bad_pos, (unsigned)h->vocab_size);
+        return zt_error_set(ZT_ERR_DATA, "%s: token id %lu at position %zu is >= vocab size %u",
+                            path, (unsigned long)(uint32_t)tokens[bad_pos], bad_pos,
+                            (unsigned)h->vocab_size);
     return ZT_OK;
 }
 

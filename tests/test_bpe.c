@@ -343,7 +343,7 @@ START_TEST(test_table_by_name)
 {
     char names[64];
     tokenizer_names(names, sizeof names);
-    ck_assert_str_eq(names, "bytes, gpt2");
+    ck_assert_str_eq(names, "bytes, gpt2, hf, cl100k, o200k");
     tokenizer_names(names, 6);
     ck_assert_str_eq(names, "bytes");
     ck_assert_int_eq(tokenizer_needs_dir("bytes"), 0);
@@ -351,7 +351,7 @@ START_TEST(test_table_by_name)
     ck_assert_int_eq(tokenizer_needs_dir("GPT2"), -1);
     struct tokenizer *t = (struct tokenizer *)1;
     expect_status(tokenizer_open("gpt3", NULL, &t), ZT_ERR_USAGE,
-                  "unknown tokenizer 'gpt3' (known: bytes, gpt2)");
+                  "unknown tokenizer 'gpt3' (known: bytes, gpt2, hf, cl100k, o200k)");
     ck_assert(t == NULL);
     expect_status(tokenizer_open("gpt2", NULL, &t), ZT_ERR_USAGE,
                   "tokenizer gpt2 needs a vocabulary folder");
@@ -380,7 +380,7 @@ START_TEST(test_unicode_classes)
 {
     for (size_t i = 0; i < unicode_class_range_count; i++) {
         const struct unicode_range *r = &unicode_class_ranges[i];
-        ck_assert(r->first <= r->last && r->last <= 0x10FFFF && r->cls != UCLASS_OTHER);
+        ck_assert(r->first <= r->last && r->last <= 0x10FFFF && r->cat != UCAT_OTHER);
         ck_assert(i == 0 || r->first > unicode_class_ranges[i - 1].last);
     }
     ck_assert_int_eq(unicode_class(0xE9), UCLASS_LETTER);    /* é */
@@ -663,12 +663,17 @@ START_TEST(test_prepare_usage_and_vocab_errors)
     testutil_write_file(in, "text", 4);
     const char *out = testutil_path_in(dir, "o.tok");
     expect_prepare(testutil_fmt("--tokenizer gpt3 --out %s %s", out, in), 2,
-                   "zerotrain: error: --tokenizer gpt3: unknown tokenizer (known: bytes, gpt2)");
+                   "zerotrain: error: --tokenizer gpt3: unknown tokenizer (known: bytes, gpt2, hf, "
+                   "cl100k, o200k)");
     expect_prepare(testutil_fmt("--tokenizer gpt2 --out %s %s", out, in), 2,
                    "zerotrain: error: --tokenizer gpt2 needs --tokenizer-dir DIR");
-    expect_prepare(testutil_fmt("--tokenizer-dir %s --out %s %s", dir, out, in), 2,
+    expect_prepare(testutil_fmt("--tokenizer bytes --tokenizer-dir %s --out %s %s", dir, out, in),
+                   2,
                    "zerotrain: error: --tokenizer-dir: the bytes tokenizer reads no vocabulary "
                    "folder");
+    /* Without --tokenizer the folder says which; this one holds none. */
+    expect_prepare(testutil_fmt("--tokenizer-dir %s --out %s %s", dir, out, in), 2,
+                   testutil_fmt("zerotrain: error: %s: holds no tokenizer zerotrain knows", dir));
     expect_prepare(testutil_fmt("--out %s %s --tokenizer", out, in), 2,
                    "zerotrain: error: --tokenizer needs a value");
     expect_prepare(

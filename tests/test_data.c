@@ -133,6 +133,35 @@ START_TEST(test_roundtrip_width1)
 }
 END_TEST
 
+/* 4-byte ids: Llama 3's vocabulary and ids up to INT32_MAX - 1; a vocab
+ * past INT32_MAX does not fit the int32 ids in memory. */
+START_TEST(test_roundtrip_width4)
+{
+    const char *path = testutil_path_in(testutil_tmpdir("w4"), "w4.tok");
+    const int32_t t[] = {128000, 9906, 0, 65536, 128255, 1};
+    ck_assert_int_eq(tokfile_write(path, t, 6, 4, 128256), ZT_OK);
+    size_t size;
+    unsigned char *raw = testutil_read_file(path, &size);
+    ck_assert_uint_eq(size, 40 + 4 * 6);
+    ck_assert_uint_eq(testutil_get_le(raw + 12, 4), 4);
+    ck_assert_uint_eq(testutil_get_le(raw + 40 + 4 * 3, 4), 65536);
+    free(raw);
+    struct token_buffer b = {0};
+    ck_assert_int_eq(tokfile_read(path, &b), ZT_OK);
+    ck_assert_uint_eq(b.vocab_size, 128256);
+    ck_assert_uint_eq(b.n, 6);
+    ck_assert_mem_eq(b.tokens, t, sizeof t);
+    token_buffer_free(&b);
+    const int32_t big[] = {INT32_MAX - 1};
+    ck_assert_int_eq(tokfile_write(path, big, 1, 4, INT32_MAX), ZT_OK);
+    ck_assert_int_eq(tokfile_read(path, &b), ZT_OK);
+    ck_assert_int_eq(b.tokens[0], INT32_MAX - 1);
+    token_buffer_free(&b);
+    expect_error(tokfile_write(path, big, 1, 4, (uint32_t)INT32_MAX + 1), ZT_ERR_DATA,
+                 "vocab size 2147483648 does not fit 4-byte ids");
+}
+END_TEST
+
 START_TEST(test_roundtrip_width2)
 {
     /* More tokens than one 1 MiB chunk holds at 2 bytes each. */
@@ -186,7 +215,7 @@ START_TEST(test_write_rejects_bad_input)
     int32_t neg[2] = {0, -1};
     expect_error(tokfile_write(path, neg, 2, 2, 1000), ZT_ERR_DATA, "token id -1 at position 1");
     expect_error(tokfile_write(path, t, 2, 3, 256), ZT_ERR_DATA,
-                 "token width 3 not supported (1 or 2)");
+                 "token width 3 not supported (1, 2 or 4)");
     expect_error(tokfile_write(path, t, 2, 1, 300), ZT_ERR_DATA, "vocab size 300");
     expect_error(tokfile_write(path, t, 2, 2, 0), ZT_ERR_DATA, "vocab size 0");
     ck_assert_int_ne(access(path, F_OK), 0);
@@ -269,7 +298,7 @@ START_TEST(test_read_bad_width)
 {
     const char *path = small_tokfile("width", 10);
     patch_u32(path, 12, 3);
-    const char *want = testutil_fmt("%s: token width 3 not supported (1 or 2)", path);
+    const char *want = testutil_fmt("%s: token width 3 not supported (1, 2 or 4)", path);
     struct token_buffer b = {0};
     expect_message(tokfile_read(path, &b), ZT_ERR_DATA, want);
 }
@@ -584,7 +613,7 @@ START_TEST(test_load_damaged_tok_header)
         {2, 0x58585858, "not a token file (bad magic)"},
         {8, 9, "token file version 9 is newer than this zerotrain understands (1)"},
         {8, 0, "token file version 0 is not valid (expected 1)"},
-        {12, 4, "token width 4 not supported (1 or 2)"},
+        {12, 3, "token width 3 not supported (1, 2 or 4)"},
         {20, 1, "reserved header field is 1, expected 0"},
         {24, 11, "truncated: header says 11 tokens (11 bytes) but the file has 10 bytes of tokens"},
         {24, 9, "header says 9 tokens (9 bytes) but the file has 10 bytes of tokens"},
@@ -1192,6 +1221,7 @@ static Suite *data_suite(void)
     tcase_add_test(f, test_checksum_vectors);
     tcase_add_test(f, test_roundtrip_width1);
     tcase_add_test(f, test_roundtrip_width2);
+    tcase_add_test(f, test_roundtrip_width4);
     tcase_add_test(f, test_roundtrip_empty);
     tcase_add_test(f, test_write_rejects_bad_input);
     tcase_add_test(f, test_write_is_atomic_and_replaces);

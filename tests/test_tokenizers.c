@@ -1,0 +1,466 @@
+/* tests/test_tokenizers.c — the tokenizer.json and tiktoken rows of the
+ * tokenizer table against the npm packages' own encoders, and
+ * `zerotrain tokenize`.
+ *
+ * The vocabularies are those scripts/tokenizers.sh fetches and verifies
+ * (scripts/test.sh runs it before the tests): llama3, llama2, mistral,
+ * cl100k and o200k under $ZT_TOKENIZERS_DIR, else the script's default
+ * cache folder; when one is missing the tests that need it fail saying how
+ * to get it. The reference ids come from running each package's encoder
+ * with node on tests/data/tokenizer_corpus.json (scripts/tokenizers/
+ * reference.mjs): code, CJK, emoji, combining marks, white space runs,
+ * digits, letter case changes and special tokens. They must equal
+ * zerotrain's id for id, and every text must decode back to its bytes
+ * (SentencePiece-style vocabularies aside where Hugging Face's do not
+ * either: a special token in the text, or a literal "▁").
+ *
+ * Small tokenizer.json files written here check what the real ones cannot:
+ * each way a file can be malformed or ask for what is not supported.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/json.h"
+#include "../data/data.h"
+#include "testutil.h"
+
+/* ---- the reference vocabularies ---- */
+
+static const char *tokenizers_root(void)
+{
+    const char *env = getenv("ZT_TOKENIZERS_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    return env && env[0]   ? env
+           : xdg && xdg[0] ? testutil_fmt("%s/zerotrain/tokenizers", xdg)
+                           : testutil_fmt("%s/.cache/zerotrain/tokenizers", home ? home : "");
+}
+
+/* ROOT/NAME, checked to hold `file`. */
+static const char *vocab_dir(const char *name, const char *file)
+{
+    const char *dir = testutil_path_in(tokenizers_root(), name);
+    ck_assert_msg(access(testutil_path_in(dir, file), R_OK) == 0,
+                  "%s's vocabulary is not in %s: run scripts/tokenizers.sh all [--dir ROOT] first "
+                  "(scripts/test.sh does), and set ZT_TOKENIZERS_DIR=ROOT for another folder",
+                  name, dir);
+    return dir;
+}
+
+struct reference {
+    const char *name, *file, *row; /* fetched as NAME, holding FILE, opened as ROW */
+    uint32_t vocab;
+    int32_t eot, bos;
+    int sentencepiece;
+};
+
+static const struct reference references[] = {
+    {"llama3", "tokenizer.json", "hf", 128256, 128001, 128000, 0},
+    {"llama2", "tokenizer.json", "hf", 32000, 2, 1, 1},
+    {"mistral", "tokenizer.json", "hf", 32000, 2, 1, 1},
+    {"cl100k", "cl100k_base.tiktoken", "cl100k", 100277, 100257, -1, 0},
+    {"o200k", "o200k_base.tiktoken", "o200k", 200019, 199999, -1, 0},
+};
+
+static struct tokenizer *open_reference(const struct reference *r)
+{
+    struct tokenizer *t;
+    /* No name: the folder's files say which row reads it. */
+    zt_status st = tokenizer_open(NULL, vocab_dir(r->name, r->file), &t);
+    ck_assert_msg(st == ZT_OK, "%s: %s", r->name, zt_error_message());
+    ck_assert_str_eq(tokenizer_name(t), r->row);
+    ck_assert_uint_eq(tokenizer_vocab_size(t), r->vocab);
+    ck_assert_int_eq(tokenizer_eot_id(t), r->eot);
+    ck_assert_int_eq(tokenizer_bos_id(t), r->bos);
+    return t;
+}
+
+/* The corpus, as an array of strings (owned by the caller's root). */
+static const struct json_value *load_corpus(struct json_value *root)
+{
+    testutil_load_json(testutil_source_path("tests/data/tokenizer_corpus.json"), root);
+    ck_assert_int_eq(root->type, JSON_ARRAY);
+    ck_assert_uint_ge(root->n, 30);
+    return root;
+}
+
+/* The reference encoder's ids of every text: one line each. */
+static char *reference_ids(const struct reference *r)
+{
+    const char *out = testutil_path_in(testutil_tmpdir("tokenizers-ref"), r->name);
+    const char *log = testutil_path_in(testutil_tmpdir("tokenizers-ref"), "log");
+    const int rc = testutil_run(log, "{ node %s %s %s %s > %s; }",
+                                testutil_source_path("scripts/tokenizers/reference.mjs"), r->name,
+                                testutil_path_in(tokenizers_root(), "npm/node_modules"),
+                                testutil_source_path("tests/data/tokenizer_corpus.json"), out);
+    ck_assert_msg(rc == 0,
+                  "the reference encoder of %s failed (exit %d; node and the packages "
+                  "come with scripts/tokenizers.sh): %s",
+                  r->name, rc, testutil_slurp(log));
+    size_t n;
+    char *text = (char *)testutil_read_file(out, &n);
+    ck_assert(text != NULL);
+    return text;
+}
+
+/* Line i of the reference output as ids. */
+static void parse_line(const char *line, size_t len, struct json_value *ids)
+{
+    const struct json_source src = {"reference ids", NULL, ZT_ERR_DATA, 2};
+    ck_assert_msg(json_parse(&src, line, len, ids) == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(ids->type, JSON_ARRAY);
+}
+
+static void expect_ids(const struct reference *r, size_t i, const char *text,
+                       const struct token_buffer *got, const struct json_value *want)
+{
+    size_t first = SIZE_MAX;
+    for (size_t k = 0; k < want->n && k < got->n && first == SIZE_MAX; k++)
+        if ((int64_t)want->items[k].magnitude != got->tokens[k])
+            first = k;
+    ck_assert_msg(got->n == want->n && first == SIZE_MAX,
+                  "%s, text %zu (\"%.60s\"): %zu ids, the reference %zu; first difference at %zu",
+                  r->name, i, text, got->n, want->n, first);
+}
+
+/* Hugging Face's SentencePiece-style vocabularies do not give back a
+ * special token's neighbourhood (each part gets its own "▁") or a literal
+ * "▁" (decoded as a space). */
+static int round_trips(const struct reference *r, const char *text)
+{
+    return !r->sentencepiece || (!strstr(text, "<s>") && !strstr(text, "</s>") &&
+                                 !strstr(text, "<unk>") && !strstr(text, "\xE2\x96\x81"));
+}
+
+static void expect_round_trip(const struct tokenizer *t, const struct token_buffer *ids,
+                              const void *text, size_t n, const char *what)
+{
+    unsigned char *back;
+    size_t len;
+    zt_status st = tokenizer_decode(t, ids->tokens, ids->n, &back, &len);
+    ck_assert_msg(st == ZT_OK, "%s: %s", what, zt_error_message());
+    ck_assert_msg(len == n && memcmp(back, text, n) == 0, "%s: %zu bytes decode to %zu others",
+                  what, n, len);
+    free(back);
+}
+
+START_TEST(test_reference_ids)
+{
+    const struct reference *r = &references[_i];
+    struct tokenizer *t = open_reference(r);
+    struct json_value corpus;
+    load_corpus(&corpus);
+    char *ref = reference_ids(r);
+    const char *line = ref;
+    for (size_t i = 0; i < corpus.n; i++) {
+        const char *end = strchr(line, '\n');
+        ck_assert_msg(end != NULL, "%s: the reference has %zu lines, not %zu", r->name, i,
+                      corpus.n);
+        struct json_value want;
+        parse_line(line, (size_t)(end - line), &want);
+        const char *text = corpus.items[i].str;
+        struct token_buffer got = {0};
+        ck_assert_msg(tokenizer_encode(t, (const unsigned char *)text, strlen(text), &got) == ZT_OK,
+                      "%s", zt_error_message());
+        expect_ids(r, i, text, &got, &want);
+        if (round_trips(r, text))
+            expect_round_trip(t, &got, text, strlen(text), testutil_fmt("%s text %zu", r->name, i));
+        token_buffer_free(&got);
+        json_free(&want);
+        line = end + 1;
+    }
+    free(ref);
+    json_free(&corpus);
+    tokenizer_close(t);
+}
+END_TEST
+
+/* Bytes that are not UTF-8 and every byte value: byte-level vocabularies
+ * and byte fallback give them back exactly. */
+START_TEST(test_any_bytes_round_trip)
+{
+    const struct reference *r = &references[_i];
+    struct tokenizer *t = open_reference(r);
+    unsigned char text[600];
+    for (size_t i = 0; i < 256; i++)
+        text[i] = (unsigned char)(i == 0 ? 1 : i);
+    uint64_t s = 0x9E3779B97F4A7C15ULL;
+    for (size_t i = 256; i < sizeof text; i++) {
+        s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+        text[i] = (unsigned char)((s * 0x2545F4914F6CDD1DULL) >> 56);
+    }
+    text[0] = 'x'; /* not a space: SentencePiece's decoder strips a leading one */
+    struct token_buffer ids = {0};
+    ck_assert_msg(tokenizer_encode(t, text, sizeof text, &ids) == ZT_OK, "%s", zt_error_message());
+    expect_round_trip(t, &ids, text, sizeof text, r->name);
+    token_buffer_free(&ids);
+    tokenizer_close(t);
+}
+END_TEST
+
+/* The Llama 3 vocabulary through prepare: ids over 65,536 take 4 bytes,
+ * and the token file reads back as the encoder's ids. */
+START_TEST(test_prepare_llama3_width4)
+{
+    const char *vocab = vocab_dir("llama3", "tokenizer.json");
+    const char *dir = testutil_tmpdir("tokenizers-prepare");
+    const char *a = testutil_path_in(dir, "a.txt"), *b = testutil_path_in(dir, "b.txt");
+    testutil_write_file(a, "Hello world", 11);
+    testutil_write_file(b, "日本語", 9);
+    const char *out = testutil_path_in(dir, "out.tok"), *log = testutil_path_in(dir, "log");
+    ck_assert_int_eq(testutil_run(log, "%s prepare --tokenizer-dir %s --out %s %s %s",
+                                  testutil_binary(), vocab, out, a, b),
+                     0);
+    ck_assert_msg(strstr(testutil_slurp(log), "(128256 vocab, 4-byte ids) from 2 files"), "%s",
+                  testutil_slurp(log));
+    struct token_buffer got = {0};
+    ck_assert_msg(tokfile_read(out, &got) == ZT_OK, "%s", zt_error_message());
+    /* "Hello" " world", <|end_of_text|>, then 日本語: an id past 65,535. */
+    const int32_t want[] = {9906, 1917, 128001, 102433, 102158};
+    ck_assert_uint_eq(got.n, 5);
+    ck_assert_uint_eq(got.vocab_size, 128256);
+    ck_assert_mem_eq(got.tokens, want, sizeof want);
+    token_buffer_free(&got);
+}
+END_TEST
+
+/* The start-up checks of a run: a tokenizer larger than model.vocab_size
+ * (both numbers named), bytes given to a model whose files come with a
+ * tokenizer, and model.vocab_size up to 2^31 - 1. */
+START_TEST(test_run_start_errors)
+{
+    const char *vocab = vocab_dir("llama3", "tokenizer.json");
+    const char *dir = testutil_tmpdir("tokenizers-run"), *log = testutil_path_in(dir, "log");
+    const char *tiny = testutil_source_path("configs/tiny.yaml");
+    int rc = testutil_run(log,
+                          "%s train %s --set data.tokenizer=hf --set data.tokenizer_dir=%s "
+                          "--set run.output_dir=%s/out",
+                          testutil_binary(), tiny, vocab, dir);
+    ck_assert_msg(rc == 2 && strstr(testutil_slurp(log),
+                                    "model.vocab_size: 256 is smaller than the vocabulary of "
+                                    "data.tokenizer hf (128256 ids)"),
+                  "exit %d: %s", rc, testutil_slurp(log));
+    const char *model = testutil_path_in(dir, "model");
+    ck_assert_int_eq(
+        testutil_run(log, "mkdir -p %s && cp %s/tokenizer.json %s/", model, vocab, model), 0);
+    testutil_write_file(testutil_path_in(model, "config.json"), "{}", 2);
+    rc = testutil_run(log, "%s train %s --set model.init_from=%s --dry-run", testutil_binary(),
+                      tiny, model);
+    ck_assert_msg(rc == 2 && strstr(testutil_slurp(log),
+                                    testutil_fmt("data.tokenizer: bytes, but model.init_from (%s) "
+                                                 "comes with a tokenizer in %s",
+                                                 model, model)),
+                  "exit %d: %s", rc, testutil_slurp(log));
+    rc = testutil_run(
+        log, "%s train %s --set model.vocab_size=128256 --dry-run --set run.output_dir=%s/o",
+        testutil_binary(), tiny, dir);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, testutil_slurp(log));
+    rc = testutil_run(log, "%s train %s --set model.vocab_size=2147483648 --dry-run",
+                      testutil_binary(), tiny);
+    ck_assert_msg(rc == 2 && strstr(testutil_slurp(log), "model.vocab_size"), "exit %d: %s", rc,
+                  testutil_slurp(log));
+}
+END_TEST
+
+/* ---- zerotrain tokenize ---- */
+
+START_TEST(test_tokenize_command)
+{
+    const char *vocab = vocab_dir("cl100k", "cl100k_base.tiktoken");
+    const char *dir = testutil_tmpdir("tokenizers-cmd");
+    const char *in = testutil_path_in(dir, "in.txt"), *ids = testutil_path_in(dir, "ids.json");
+    const char *log = testutil_path_in(dir, "log"), *back = testutil_path_in(dir, "back.txt");
+    testutil_write_file(in, "Hello world!<|endoftext|>", 25);
+    ck_assert_int_eq(testutil_run(ids,
+                                  "%s tokenize --tokenizer cl100k --tokenizer-dir %s --file %s",
+                                  testutil_binary(), vocab, in),
+                     0);
+    ck_assert_str_eq(testutil_slurp(ids), "[9906, 1917, 0, 100257]\n");
+    ck_assert_int_eq(testutil_run(back, "%s tokenize --tokenizer-dir %s --decode < %s",
+                                  testutil_binary(), vocab, ids),
+                     0);
+    ck_assert_str_eq(testutil_slurp(back), "Hello world!<|endoftext|>");
+    /* Bytes in, byte ids out, without a folder. */
+    ck_assert_int_eq(testutil_run(log, "printf 'ab' | %s tokenize", testutil_binary()), 0);
+    ck_assert_str_eq(testutil_slurp(log), "[97, 98]\n");
+    const struct {
+        const char *args, *message;
+    } bad[] = {
+        {"--tokenizer gpt3", "unknown tokenizer 'gpt3'"},
+        {"--frobnicate", "'--frobnicate': unknown option"},
+        {"--file", "--file needs a value"},
+        {testutil_fmt("--file %s/none.txt", dir), "none.txt: no such file"},
+        {testutil_fmt("--tokenizer-dir %s", dir), "holds no tokenizer zerotrain knows"},
+        {testutil_fmt("--tokenizer hf --tokenizer-dir %s", dir), "tokenizer.json: no such file"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const int rc =
+            testutil_run(log, "printf 'x' | %s tokenize %s", testutil_binary(), bad[i].args);
+        ck_assert_msg(rc == 2 && strstr(testutil_slurp(log), bad[i].message) &&
+                          testutil_count(testutil_slurp(log), "zerotrain: error:") == 1,
+                      "%s: exit %d: %s", bad[i].args, rc, testutil_slurp(log));
+    }
+    const char *decode_bad[][2] = {
+        {"[1, \"x\"]", "item 1: expected an id"},
+        {"{}", "expected a JSON array of ids"},
+        {"[1, 2", "not valid JSON"},
+        {"[100261]", "id 100261 at position 0 names no token"},
+        {"[300000]", "id 300000 at position 0 is outside 0 .. 100276"},
+    };
+    for (size_t i = 0; i < sizeof decode_bad / sizeof decode_bad[0]; i++) {
+        testutil_write_file(ids, decode_bad[i][0], strlen(decode_bad[i][0]));
+        const int rc = testutil_run(log, "%s tokenize --tokenizer-dir %s --decode --file %s",
+                                    testutil_binary(), vocab, ids);
+        ck_assert_msg(rc != 0 && strstr(testutil_slurp(log), decode_bad[i][1]), "%s: exit %d: %s",
+                      decode_bad[i][0], rc, testutil_slurp(log));
+    }
+}
+END_TEST
+
+/* ---- broken and unsupported tokenizer.json files ---- */
+
+/* A byte-level tokenizer.json over the 256 bytes (written in GPT-2's
+ * alphabet) and the tokens "ab", "abc", with `extra` spliced into the
+ * top-level object and `merges` as the merge list. */
+static const char *mini_json(const char *extra, const char *merges)
+{
+    struct json_text j = {0};
+    json_text_puts(&j, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+    unsigned next = 0x100;
+    for (unsigned b = 0; b < 256; b++) {
+        const int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        json_text_printf(&j, "%s\"\\u%04X\": %u", b ? ", " : "", printable ? b : next++, b);
+    }
+    json_text_printf(&j, ", \"ab\": 256, \"abc\": 257}, \"merges\": %s}, %s}", merges, extra);
+    ck_assert(!j.oom);
+    const char *json = testutil_fmt("%s", j.p);
+    free(j.p);
+    return json;
+}
+
+#define BYTE_LEVEL "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}"
+
+/* Writes tokenizer.json (and tokenizer_config.json unless NULL) into a new
+ * folder and expects the open to give `want` with `message`. */
+static void expect_open(const char *json, const char *config, zt_status want, const char *message)
+{
+    const char *dir = testutil_tmpdir("tokenizers-mini");
+    testutil_write_file(testutil_path_in(dir, "tokenizer.json"), json, strlen(json));
+    if (config)
+        testutil_write_file(testutil_path_in(dir, "tokenizer_config.json"), config, strlen(config));
+    else
+        unlink(testutil_path_in(dir, "tokenizer_config.json"));
+    struct tokenizer *t = NULL;
+    const zt_status st = tokenizer_open("hf", dir, &t);
+    ck_assert_msg(st == want, "%s: %s, expected %s (%s)", message, zt_status_str(st),
+                  zt_status_str(want), zt_error_message());
+    ck_assert_msg(want == ZT_OK || strstr(zt_error_message(), message), "message '%s' lacks '%s'",
+                  zt_error_message(), message);
+    if (want == ZT_OK) {
+        struct token_buffer ids = {0};
+        ck_assert(tokenizer_encode(t, (const unsigned char *)"abc abd", 7, &ids) == ZT_OK);
+        const int32_t expected[] = {257, ' ', 256, 'd'};
+        ck_assert_uint_eq(ids.n, 4);
+        ck_assert_mem_eq(ids.tokens, expected, sizeof expected);
+        token_buffer_free(&ids);
+    }
+    tokenizer_close(t);
+}
+
+START_TEST(test_broken_files)
+{
+    const char *merges = "[\"a b\", [\"ab\", \"c\"]]";
+    expect_open(mini_json(BYTE_LEVEL, merges), "{\"eos_token\": {\"content\": \"abc\"}}", ZT_OK,
+                "");
+    expect_open("{\"model\": ", NULL, ZT_ERR_CONFIG, "tokenizer.json: not valid JSON at byte");
+    expect_open("[]", NULL, ZT_ERR_CONFIG, "expected an object, got an array");
+    expect_open("{\"model\": {\"type\": \"Unigram\"}}", NULL, ZT_ERR_UNSUPPORTED,
+                "model.type: Unigram is not supported");
+    expect_open(mini_json(BYTE_LEVEL, "[\"a xy\"]"), NULL, ZT_ERR_CONFIG,
+                "model.merges[0]: token \"xy\" is not in model.vocab");
+    expect_open(mini_json(BYTE_LEVEL, "[\"a c\"]"), NULL, ZT_ERR_CONFIG,
+                "model.merges[0]: \"a\" + \"c\" makes a token that is not in model.vocab");
+    expect_open(mini_json(BYTE_LEVEL, "[\"ab\"]"), NULL, ZT_ERR_CONFIG,
+                "model.merges[0]: expected \"A B\"");
+    expect_open(mini_json(BYTE_LEVEL, "{}"), NULL, ZT_ERR_CONFIG,
+                "model.merges: expected an array, got an object");
+    expect_open(mini_json("\"normalizer\": {\"type\": \"NFC\"}, " BYTE_LEVEL, merges), NULL,
+                ZT_ERR_UNSUPPORTED, "normalizer: NFC is not supported");
+    expect_open(mini_json("\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": "
+                          "[{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\d+\"}, "
+                          "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": "
+                          "false}]}",
+                          merges),
+                NULL, ZT_ERR_UNSUPPORTED, "the Split pattern \"\\d+\" is not one zerotrain");
+    expect_open(mini_json(BYTE_LEVEL ", \"added_tokens\": [{\"id\": 258, \"content\": \"<x>\", "
+                                     "\"lstrip\": true}]",
+                          merges),
+                NULL, ZT_ERR_UNSUPPORTED, "added_tokens[0] (\"<x>\"): lstrip is not supported");
+    expect_open(mini_json(BYTE_LEVEL ", \"added_tokens\": [{\"content\": \"<x>\"}]", merges), NULL,
+                ZT_ERR_CONFIG, "added_tokens[0]: expected an object with an integer \"id\"");
+    expect_open(mini_json("\"pre_tokenizer\": null", merges), NULL, ZT_ERR_UNSUPPORTED,
+                "neither byte-level (ByteLevel) nor SentencePiece-style");
+    expect_open(mini_json(BYTE_LEVEL, merges), "{\"eos_token\": \"</s>\"}", ZT_ERR_CONFIG,
+                "tokenizer_config.json: eos_token: \"</s>\" is not a token of");
+    expect_open(mini_json(BYTE_LEVEL, merges), "{\"eos_token\": ", ZT_ERR_CONFIG,
+                "tokenizer_config.json: not valid JSON");
+    /* A byte-level vocabulary without a token for each byte. */
+    expect_open(
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, " BYTE_LEVEL "}",
+        NULL, ZT_ERR_CONFIG, "has no token for the byte 0x00");
+}
+END_TEST
+
+/* tiktoken rank files: a line out of order or not base64. */
+START_TEST(test_broken_rank_files)
+{
+    const char *dir = testutil_tmpdir("tokenizers-ranks");
+    const char *path = testutil_path_in(dir, "cl100k_base.tiktoken");
+    const struct {
+        const char *text, *message;
+    } bad[] = {
+        {"QQ== 0\nQg== 2\n", "cl100k_base.tiktoken:2: expected rank 1 after the token"},
+        {"QQ== 0\n!!!! 1\n", "cl100k_base.tiktoken:2: the token is not base64"},
+        {"QQ== 0\nQQ== 1\n", "cl100k_base.tiktoken:2: the token of rank 0 again"},
+        {"QQ== 0", "does not end with a newline"},
+        {"QQ==\n", "cl100k_base.tiktoken:1: expected \"BASE64 RANK\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        testutil_write_file(path, bad[i].text, strlen(bad[i].text));
+        struct tokenizer *t = NULL;
+        const zt_status st = tokenizer_open("cl100k", dir, &t);
+        ck_assert_msg(st == ZT_ERR_CONFIG && strstr(zt_error_message(), bad[i].message), "%s: %s",
+                      bad[i].message, zt_error_message());
+    }
+    unlink(path);
+    struct tokenizer *t = NULL;
+    ck_assert_int_eq(tokenizer_open("cl100k", dir, &t), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "no such file (scripts/tokenizers.sh cl100k"), "%s",
+                  zt_error_message());
+}
+END_TEST
+
+static Suite *tokenizers_suite(void)
+{
+    Suite *s = suite_create("tokenizers");
+    const int n = (int)(sizeof references / sizeof references[0]);
+    TCase *r = testutil_tcase(s, "reference", 600);
+    tcase_add_loop_test(r, test_reference_ids, 0, n);
+    tcase_add_loop_test(r, test_any_bytes_round_trip, 0, n);
+    tcase_add_test(r, test_prepare_llama3_width4);
+    TCase *c = testutil_tcase(s, "command", 300);
+    tcase_add_test(c, test_tokenize_command);
+    tcase_add_test(c, test_run_start_errors);
+    TCase *f = testutil_tcase(s, "files", 120);
+    tcase_add_test(f, test_broken_files);
+    tcase_add_test(f, test_broken_rank_files);
+    return s;
+}
+
+int main(void)
+{
+    return testutil_run_suite(tokenizers_suite(), 0);
+}
