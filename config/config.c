@@ -132,6 +132,7 @@ void config_free(struct zt_config *cfg)
         return;
     free(cfg->source);
     free(cfg->ignored);
+    free(cfg->no_effect);
     free(cfg->model.family);
     free(cfg->model.hf_config);
     free(cfg->model.init_from);

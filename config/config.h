@@ -11,7 +11,11 @@
  * csv_monitor), and `fp8` uses Transformer Engine's (DelayedScaling's).
  * DeepSpeed's other keys are accepted too: silently when their value means
  * "off" or asks for what zerotrain does anyway, else listed in
- * cfg->ignored for the one warning a run prints at start-up.
+ * cfg->ignored for the one warning a run prints at start-up. Settings
+ * that do nothing beside the others given (sequence parallelism at tensor
+ * size 1, an interval of activation checkpointing that is off, ...) are
+ * accepted too, so that one config serves every layout, and listed in
+ * cfg->no_effect for a second such warning.
  *
  * Loading is: parse the file into a tree (yaml_tree.h), apply `--set
  * key.path=value` overrides to the tree, then walk the tree against the
@@ -81,6 +85,10 @@ struct zt_config {
      * the DeepSpeed settings given that zerotrain does not act on, each
      * with its position and what zerotrain does instead. */
     char *ignored;
+    /* NULL, or the text of the start-up warning about settings given that
+     * have no effect beside the others (sequence parallelism at
+     * tensor_parallel.size 1, ...), one line each with its position. */
+    char *no_effect;
 
     struct {
         char *family;                /* "gpt2" (default) or "llama" (worker/model_family.h) */

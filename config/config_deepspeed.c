@@ -334,7 +334,7 @@ static zt_status is_quiet(const struct ds_key *k, const struct yaml_tree_node *v
     return ZT_ERR_INTERNAL;
 }
 
-static zt_status notes_append(struct config_notes *n, const char *line)
+zt_status config_notes_append(struct config_notes *n, const char *line)
 {
     size_t len = strlen(line);
     if (n->len + len + 1 > n->cap) {
@@ -382,7 +382,7 @@ static zt_status note(const struct ds_key *k, const struct yaml_tree_node *v,
     }
     snprintf(line, sizeof line, "  %s: %s%s%s%s: %s\n", where, k->path, value[0] ? " (" : "", value,
              value[0] ? ")" : "", k->instead);
-    return notes_append(n, line);
+    return config_notes_append(n, line);
 }
 
 zt_status config_deepspeed_accept(const char *path, const struct yaml_tree_node *value,

@@ -34,6 +34,10 @@ struct config_notes {
     int count;
 };
 
+/* Appends `line` (newline-terminated) to n and counts it. Errors:
+ * ZT_ERR_NOMEM. */
+zt_status config_notes_append(struct config_notes *n, const char *line);
+
 /* Asks config_deepspeed.c about the key at `path` (dotted), which has no
  * row in the schema: sets *known when it is one of DeepSpeed's keys. Such a
  * key is accepted; unless its value is null, means "off" or asks for what

@@ -472,6 +472,7 @@ struct walk {
     struct zt_config *cfg;
     const struct yaml_tree_node *given[N_FIELDS]; /* value nodes, NULL when absent */
     struct config_notes ignored;                  /* DeepSpeed settings given and not acted on */
+    struct config_notes no_effect;                /* settings given that the others make moot */
 };
 
 static zt_status nomem(void)
@@ -1886,22 +1887,125 @@ static zt_status check_scheduler(const struct walk *w)
     return ZT_OK;
 }
 
-/* The start-up warning's text: a heading naming the file, then the lines
- * the walk collected, which cfg then owns. */
-static zt_status take_ignored(struct walk *w)
+/* Settings that do nothing beside the others given. They are accepted, so
+ * that one config serves every layout (and `zerotrain plan` reads them for
+ * layouts where they act), and said once at start-up, as Megatron warns of
+ * sequence parallelism at tensor size 1. A rule fires only for a key the
+ * file or --set gives a value other than its default: a resolved config
+ * (which writes every key) says nothing new when it is run again. */
+static int tensor_size_one(const struct zt_config *c)
 {
-    static const char heading[] = "%s: zerotrain does not act on %d DeepSpeed setting%s and "
-                                  "trains without %s:\n%s";
-    struct config_notes *n = &w->ignored;
+    return c->tensor_parallel.size == 1;
+}
+static int checkpointing_off(const struct zt_config *c)
+{
+    return !c->activation_checkpointing.enabled;
+}
+static int nothing_offloaded(const struct zt_config *c)
+{
+    return c->zero.offload_optimizer.device == ZT_OFFLOAD_NONE;
+}
+static int params_not_sharded(const struct zt_config *c)
+{
+    return c->zero.stage < 3;
+}
+static int one_stage(const struct zt_config *c)
+{
+    return c->pipeline.stages == 1;
+}
+static int stop_on_nonfinite(const struct zt_config *c)
+{
+    return c->run.on_nonfinite == ZT_NONFINITE_STOP;
+}
+static int text_data(const struct zt_config *c)
+{
+    return strcmp(c->data.format, "text") == 0;
+}
+
+static const struct {
+    const char *key;
+    int (*moot)(const struct zt_config *c);
+    const char *why;
+} no_effect_rules[] = {
+    {"tensor_parallel.sequence_parallel", tensor_size_one,
+     "tensor_parallel.size is 1, so the one rank holds the whole sequence anyway"},
+    {"activation_checkpointing.every_n_blocks", checkpointing_off,
+     "activation_checkpointing.enabled is false, so no block is checkpointed"},
+    {"zero_optimization.offload_optimizer.pin_memory", nothing_offloaded,
+     "zero_optimization.offload_optimizer.device is none, so nothing is offloaded"},
+    {"zero_optimization.stage3_prefetch_depth", params_not_sharded,
+     "zero_optimization.stage is below 3, so no parameters are gathered"},
+    {"pipeline.schedule", one_stage, "pipeline.stages is 1, so there is no pipeline"},
+    {"pipeline.partition_method", one_stage, "pipeline.stages is 1, so every block is on it"},
+    {"run.nonfinite_skip_limit", stop_on_nonfinite,
+     "run.on_nonfinite is stop, so the first non-finite step ends the run"},
+    {"data.packing", text_data, "data.format is text, which is always one stream"},
+};
+
+/* Whether the int-stored key at `path` (a number, boolean or name of an
+ * enum) holds its default: the default is parsed as a given value is, into
+ * a scratch config. */
+static int holds_default(const struct walk *w, const char *path)
+{
+    const struct field *f = &fields[field_find(path)];
+    ZT_ASSERT(f->def && (f->type == T_INT || f->type == T_BOOL || f->type == T_PIPE_SCHEDULE ||
+                         f->type == T_PIPE_PARTITION || f->type == T_NONFINITE));
+    struct zt_config defaults = {0};
+    struct walk scratch = {.cfg = &defaults};
+    const zt_status parsed = apply_default(&scratch, f); /* nothing is allocated for an int */
+    ZT_ASSERT(parsed == ZT_OK);
+    int value, def;
+    memcpy(&value, (const char *)w->cfg + f->off, sizeof value);
+    memcpy(&def, (const char *)&defaults + f->off, sizeof def);
+    return value == def;
+}
+
+/* One line "  WHERE: KEY (VALUE): no effect: WHY" per rule that fires. */
+static zt_status note_no_effect(struct walk *w)
+{
+    for (size_t i = 0; i < sizeof no_effect_rules / sizeof no_effect_rules[0]; i++) {
+        const struct yaml_tree_node *n = given(w, no_effect_rules[i].key);
+        if (!n || holds_default(w, no_effect_rules[i].key) || !no_effect_rules[i].moot(w->cfg))
+            continue;
+        char where[WHERE], value[128], line[1024];
+        yaml_tree_where(n, where, sizeof where);
+        yaml_tree_describe(n, value, sizeof value);
+        snprintf(line, sizeof line, "  %s: %s (%s): no effect: %s\n", where, no_effect_rules[i].key,
+                 value, no_effect_rules[i].why);
+        ZT_TRY(config_notes_append(&w->no_effect, line));
+    }
+    return ZT_OK;
+}
+
+/* A start-up warning's text: `heading`, then the lines the walk collected
+ * in n; *out (left NULL when there are none) is then cfg's. */
+static zt_status take_notes(const struct config_notes *n, const char *heading, char **out)
+{
     if (n->count == 0)
         return ZT_OK;
-    const char *plural = n->count == 1 ? "" : "s", *them = n->count == 1 ? "it" : "them";
-    int len = snprintf(NULL, 0, heading, w->cfg->source, n->count, plural, them, n->text);
-    char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    const size_t h = strlen(heading);
+    char *text = malloc(h + n->len + 1);
     if (!text)
         return nomem();
-    snprintf(text, (size_t)len + 1, heading, w->cfg->source, n->count, plural, them, n->text);
-    w->cfg->ignored = text;
+    memcpy(text, heading, h);
+    memcpy(text + h, n->text, n->len + 1);
+    *out = text;
+    return ZT_OK;
+}
+
+/* The two start-up warnings: DeepSpeed settings zerotrain does not act on,
+ * and settings the others make moot. */
+static zt_status take_warnings(struct walk *w)
+{
+    char heading[WHERE + 128];
+    const int ds = w->ignored.count, moot = w->no_effect.count;
+    snprintf(heading, sizeof heading,
+             "%s: zerotrain does not act on %d DeepSpeed setting%s and trains without %s:\n",
+             w->cfg->source, ds, ds == 1 ? "" : "s", ds == 1 ? "it" : "them");
+    ZT_TRY(take_notes(&w->ignored, heading, &w->cfg->ignored));
+    snprintf(heading, sizeof heading, "%s: %d setting%s given with no effect in this run:\n",
+             w->cfg->source, moot, moot == 1 ? "" : "s");
+    ZT_TRY(take_notes(&w->no_effect, heading, &w->cfg->no_effect));
     return ZT_OK;
 }
 
@@ -1946,8 +2050,11 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
     if (s == ZT_OK)
         s = check_scheduler(w);
     if (s == ZT_OK)
-        s = take_ignored(w);
+        s = note_no_effect(w);
+    if (s == ZT_OK)
+        s = take_warnings(w);
     free(w->ignored.text);
+    free(w->no_effect.text);
     free(w);
     return s;
 }

@@ -690,8 +690,11 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
 
     SESSION_PHASE(s, load_config(s, o));
     /* Once, for every rank: the config is the same everywhere. */
-    if (s->rank == 0 && s->cfg.ignored) {
-        fprintf(stderr, "zerotrain: warning: %s", s->cfg.ignored);
+    if (s->rank == 0) {
+        const char *warnings[] = {s->cfg.ignored, s->cfg.no_effect};
+        for (size_t i = 0; i < sizeof warnings / sizeof warnings[0]; i++)
+            if (warnings[i])
+                fprintf(stderr, "zerotrain: warning: %s", warnings[i]);
         fflush(stderr);
     }
     /* The device comes first: the communicator must reach its memory. */

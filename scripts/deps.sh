@@ -7,9 +7,12 @@ set -euo pipefail
 # draws with it (its pngcairo terminal). libopenblas0-openmp: OpenBLAS on OpenMP's threads, which
 # zerotrain links in preference to the pthread build (CMakeLists.txt says why). iproute2: the
 # simulated hosts of the multi-node tests (scripts/simhosts.sh).
-# libdnnl-dev: oneDNN, the CPU's GEMMs (worker/cpu/gemm.h).
+# libdnnl-dev: oneDNN, the CPU's GEMMs (worker/cpu/gemm.h). clang, libclang-rt-dev (its
+# runtimes, libFuzzer among them: libclang_rt.fuzzer) and libomp-dev (clang's OpenMP): the fuzz
+# targets of tests/fuzz (scripts/fuzz.sh).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-dev check
-          libopenblas-dev libopenblas0-openmp libdnnl-dev procps gnuplot-nox iproute2)
+          libopenblas-dev libopenblas0-openmp libdnnl-dev procps gnuplot-nox iproute2
+          clang libclang-rt-dev libomp-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,9 @@
 # Installs what is missing, fetches GPT-2's vocabulary and the reference
 # tokenizers for the tokenizer tests, builds, and runs the whole suite twice: a release build, then a build
 # under AddressSanitizer and UndefinedBehaviorSanitizer. Set
-# ZT_TEST_SANITIZE=0 to skip the second.
+# ZT_TEST_SANITIZE=0 to skip the second. Both replay the fuzz targets'
+# corpus and kept findings; where clang's libFuzzer is installed each
+# target then fuzzes for ZT_TEST_FUZZ_SECONDS (default 5; 0 skips it).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$ZT_ROOT/scripts/deps.sh"
@@ -28,4 +30,10 @@ if [ "${ZT_TEST_SANITIZE:-1}" != 0 ]; then
   export LSAN_OPTIONS=suppressions=$ZT_ROOT/tests/lsan.supp:print_suppressions=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   (cd "$ZT_ROOT/build-asan" && ctest --output-on-failure -j "$ZT_JOBS")
+fi
+
+fuzz_seconds=${ZT_TEST_FUZZ_SECONDS:-5}
+if [ "$fuzz_seconds" != 0 ] && "$ZT_ROOT/scripts/fuzz.sh" --check; then
+  echo "== fuzz targets, ${fuzz_seconds} s each"
+  "$ZT_ROOT/scripts/fuzz.sh" "$fuzz_seconds"
 fi

@@ -1031,6 +1031,95 @@ START_TEST(test_parallel_keys)
 }
 END_TEST
 
+/* Settings the others make moot are accepted and listed, with their
+ * position, for the start-up warning: sequence parallelism at tensor size
+ * 1 (Megatron warns of it too), and each rule of the table once; a value
+ * that acts, or a default, is not listed, and neither is anything of a
+ * resolved config written back. */
+START_TEST(test_settings_with_no_effect)
+{
+    struct zt_config c;
+    zt_status s =
+        load_text("data: {train: x}\ntensor_parallel: {sequence_parallel: true}\n", NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_ptr_nonnull(c.no_effect);
+    ck_assert_msg(strstr(c.no_effect, "bad.yaml: 1 setting given with no effect in this run:\n") &&
+                      strstr(c.no_effect, "bad.yaml:2:38: tensor_parallel.sequence_parallel "
+                                          "('true'): no effect: tensor_parallel.size is 1"),
+                  "%s", c.no_effect);
+    ck_assert_ptr_null(c.ignored);
+    config_free(&c);
+    const char *const set[] = {"tensor_parallel.sequence_parallel=true"};
+    s = load_text("data: {train: x}\n", set, 1, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_msg(c.no_effect && strstr(c.no_effect, "  --set tensor_parallel.sequence_parallel="
+                                                     "true: tensor_parallel.sequence_parallel"),
+                  "%s", c.no_effect ? c.no_effect : "(none)");
+    config_free(&c);
+    static const struct {
+        const char *text, *key; /* key NULL: nothing listed */
+    } cases[] = {
+        {"tensor_parallel: {size: 2, sequence_parallel: true}", NULL},
+        {"tensor_parallel: {sequence_parallel: false}", NULL},
+        {"activation_checkpointing: {every_n_blocks: 2}",
+         "activation_checkpointing.every_n_blocks"},
+        {"activation_checkpointing: {enabled: true, every_n_blocks: 2}", NULL},
+        {"zero_optimization: {offload_optimizer: {pin_memory: true}}",
+         "zero_optimization.offload_optimizer.pin_memory"},
+        {"zero_optimization: {offload_optimizer: {device: cpu, pin_memory: true}}", NULL},
+        {"zero_optimization: {stage: 2, stage3_prefetch_depth: 4}",
+         "zero_optimization.stage3_prefetch_depth"},
+        {"zero_optimization: {stage: 3, stage3_prefetch_depth: 4}", NULL},
+        {"pipeline: {schedule: gpipe}", "pipeline.schedule"},
+        {"pipeline: {partition_method: uniform}", "pipeline.partition_method"},
+        {"model: {n_layer: 2}\npipeline: {stages: 2, schedule: gpipe}", NULL},
+        {"run: {nonfinite_skip_limit: 3}", "run.nonfinite_skip_limit"},
+        {"run: {on_nonfinite: skip, nonfinite_skip_limit: 3}", NULL},
+        {"data: {packing: true}", "data.packing"},
+        {"data: {format: jsonl, packing: true}", NULL},
+        /* a default, as a resolved config writes every key */
+        {"activation_checkpointing: {every_n_blocks: 1}", NULL},
+        {"zero_optimization: {stage: 0, stage3_prefetch_depth: 1}", NULL},
+        {"pipeline: {schedule: 1F1B, partition_method: parameters}", NULL},
+        {"run: {nonfinite_skip_limit: 10}", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        /* data.train after the case: a case's own data section is merged */
+        snprintf(text, sizeof text, "%s\n", cases[i].text);
+        const char *const train[] = {"data.train=x"};
+        s = load_text(text, train, 1, &c);
+        ck_assert_msg(s == ZT_OK, "%s: %s", cases[i].text, zt_error_message());
+        if (!cases[i].key)
+            ck_assert_msg(!c.no_effect, "%s: listed\n%s", cases[i].text, c.no_effect);
+        else
+            ck_assert_msg(c.no_effect && strstr(c.no_effect, "1 setting given") &&
+                              strstr(c.no_effect, cases[i].key),
+                          "%s: not listed: %s", cases[i].text, c.no_effect ? c.no_effect : "");
+        config_free(&c);
+    }
+    s = load_text("data: {train: x}\ntensor_parallel: {sequence_parallel: true}\n"
+                  "pipeline: {schedule: gpipe}\n",
+                  NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_msg(c.no_effect && strstr(c.no_effect, "2 settings given"), "%s", c.no_effect);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(config_write_yaml(&c, f), ZT_OK);
+    ck_assert_int_eq(fclose(f), 0);
+    config_free(&c);
+    ck_assert_int_eq(load_text(text, NULL, 0, &c), ZT_OK);
+    ck_assert_msg(c.no_effect && strstr(c.no_effect, "2 settings given"), "%s", c.no_effect);
+    config_free(&c);
+    free(text);
+    ck_assert_int_eq(config_load(testutil_source_path("configs/tiny.yaml"), NULL, 0, &c), ZT_OK);
+    ck_assert_msg(!c.no_effect, "%s", c.no_effect);
+    config_free(&c);
+}
+END_TEST
+
 /* The world is T x P x D: it must be a multiple of the replica's T x P
  * ranks, and train_batch_size counts the D data-parallel ranks only. */
 START_TEST(test_check_world_with_tensor_and_pipeline)
@@ -2160,6 +2249,7 @@ static Suite *config_suite(void)
     tcase_add_test(good, test_no_validation_set);
     tcase_add_test(good, test_check_world_without_batch_size);
     tcase_add_test(good, test_parallel_keys);
+    tcase_add_test(good, test_settings_with_no_effect);
     tcase_add_test(good, test_check_world_with_tensor_and_pipeline);
     tcase_add_test(good, test_overrides);
     tcase_add_test(good, test_null_means_default);
