@@ -13,7 +13,9 @@
 zt_status zt_open_regular(const char *path, zt_status not_regular, int *fd, uint64_t *size)
 {
     *size = 0;
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO's open would wait for a writer before the check
+     * below could refuse it; regular files ignore the flag */
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (*fd < 0)
         return errno == ENOENT
                    ? zt_error_set(ZT_ERR_IO, "%s: no such file or directory", path)

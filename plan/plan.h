@@ -72,9 +72,11 @@ struct plan_role {
      * the trainable ones, and the rank's share of the trainable ones */
     size_t padded, trainable_padded, trainable_shard;
     size_t esz;         /* bytes of a working-precision element */
+    size_t grad_esz;    /* bytes of a gradient element (fp32 with grad_accum_dtype fp32) */
+    size_t act_esz;     /* bytes of an activation element: the compute type's */
     size_t pass_bytes;  /* full units a micro batch's passes acquire, in bytes */
     size_t state_bytes; /* the rank's persistent model states */
-    size_t boundary;    /* fp32 elements crossing a stage boundary per micro batch */
+    size_t boundary;    /* elements crossing a stage boundary per micro batch */
     int tied_exchange;  /* exchanges a tied embedding's gradient with another stage */
     size_t tied_elems;  /* that exchange's elements */
     double flops;       /* matmul FLOPs of one micro batch on this rank */

@@ -51,18 +51,19 @@ static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
                          struct axis_load *a)
 {
     const int D = l->dp;
-    const uint64_t grads = r->trainable_padded * r->esz;
+    const uint64_t grads = r->trainable_padded * r->grad_esz;
+    const uint64_t params = r->trainable_padded * r->esz;
     switch (l->zero_stage) {
     case 0:
         add_allreduce(a, grads, D, 1);
         return;
     case 1:
         add_half(a, grads, D, 1);
-        add_half(a, grads, D, 1); /* the updated parameters regathered */
+        add_half(a, params, D, 1); /* the updated parameters regathered */
         break;
     case 2:
         add_half(a, grads, D, l->accum); /* every micro batch's backward */
-        add_half(a, grads, D, 1);
+        add_half(a, params, D, 1);
         break;
     default:
         /* each unit gathered every time a pass acquires it */
@@ -79,13 +80,14 @@ static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
  * sequence parallelism each allreduce becomes a reduce-scatter and an
  * allgather, the backward gathers each block's two inputs again for the
  * weight gradients, the head's input is gathered and its gradient
- * scattered, and the norms' weight gradients are summed. */
+ * scattered, and the norms' weight gradients are summed. Activations move
+ * in the compute type, the norms' and the loss's sums in fp32. */
 static void tensor_traffic(const struct plan_model *pm, const struct plan_layout *l,
                            const struct plan_role *r, int sequence_parallel, struct axis_load *a)
 {
     const int T = l->tp;
     const uint64_t rows = (uint64_t)l->micro_batch * (uint64_t)pm->seq;
-    const uint64_t act = rows * (uint64_t)pm->embd * sizeof(float);
+    const uint64_t act = rows * (uint64_t)pm->embd * r->act_esz; /* in the compute type */
     const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0, m = l->accum;
     if (!sequence_parallel) {
         const double n = r->blocks * 2.0 * (2.0 + recompute) + r->first + r->last;
@@ -106,13 +108,13 @@ static void tensor_traffic(const struct plan_model *pm, const struct plan_layout
 static void pipeline_traffic(const struct plan_layout *l, const struct plan_role *r,
                              struct axis_load *a)
 {
-    const uint64_t boundary = r->boundary * sizeof(float);
+    const uint64_t boundary = r->boundary * r->act_esz;
     if (l->pp == 1)
         return;
     add_send(a, boundary, (r->last ? 0 : 1) * (double)l->accum);
     add_send(a, boundary, (r->first ? 0 : 1) * (double)l->accum);
     if (r->tied_exchange)
-        add_send(a, r->tied_elems * r->esz, 1);
+        add_send(a, r->tied_elems * r->grad_esz, 1);
     add_allreduce(a, sizeof(double), l->pp, 1);
 }
 

@@ -99,6 +99,8 @@ static void read_engine(const struct shard_engine *e, struct plan_role *out)
     out->trainable_padded = e->part.state_padded_total;
     out->trainable_shard = e->part.state_shard_total;
     out->esz = e->esz;
+    out->grad_esz = e->gsz;
+    out->act_esz = zt_dtype_size(e->table->compute);
     out->state_bytes = 0;
     for (int k = 0; k < e->n_allocs; k++)
         out->state_bytes += e->allocs[k].bytes;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/atomic_file.h"
+#include "common/fileio.h"
 #include "common/ledger.h"
 #include "common/rng.h"
 #include "common/size.h"
@@ -232,6 +233,21 @@ START_TEST(atomic_file_missing_folder_is_an_io_error)
 }
 END_TEST
 
+/* A path that names a FIFO (a config given as <(...), say) is refused as
+ * not a regular file at once, not waited on for a writer. */
+START_TEST(a_fifo_is_refused_without_waiting)
+{
+    const char *path = testutil_path_in(testutil_tmpdir("fifo"), "pipe");
+    unlink(path);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    int fd;
+    uint64_t size;
+    ck_assert_int_eq(zt_open_regular(path, ZT_ERR_CONFIG, &fd, &size), ZT_ERR_CONFIG);
+    ck_assert_int_eq(fd, -1);
+    ck_assert_str_eq(zt_error_message(), testutil_fmt("%s: not a regular file", path));
+}
+END_TEST
+
 /* A folder where the file should go: the rename fails, the temp file goes. */
 START_TEST(atomic_file_failed_rename_removes_the_temp_file)
 {
@@ -332,6 +348,7 @@ int main(void)
     tcase_add_test(tc, atomic_file_commit_replaces_the_file);
     tcase_add_test(tc, atomic_file_abort_leaves_the_file);
     tcase_add_test(tc, atomic_file_missing_folder_is_an_io_error);
+    tcase_add_test(tc, a_fifo_is_refused_without_waiting);
     tcase_add_test(tc, atomic_file_failed_rename_removes_the_temp_file);
     tcase_add_test(tc, atomic_file_earlier_write_error_fails_the_commit);
     tcase_add_test(tc, sizes_parse_as_people_write_them);

@@ -366,6 +366,8 @@ START_TEST(cost_of_a_data_parallel_step)
                           .blocks = 1,
                           .slots = 1,
                           .esz = 4,
+                          .grad_esz = 4,
+                          .act_esz = 4,
                           .trainable_padded = 1000,
                           .padded = 1000,
                           .flops = 1e9};
@@ -414,7 +416,8 @@ START_TEST(bubble_shrinks_on_oversubscribed_cores)
                         .intra_node = {1e10, 0.0},
                         .inter_node = {1e10, 0.0}};
     const struct plan_model pm = {.layers = 4, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
-    const struct plan_role r = {.blocks = 1, .slots = 1, .esz = 4, .flops = 1e9};
+    const struct plan_role r = {
+        .blocks = 1, .slots = 1, .esz = 4, .grad_esz = 4, .act_esz = 4, .flops = 1e9};
     const struct plan_layout l = {
         .tp = 1, .pp = 4, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 2};
     const double busy = 8e-3 + 1.2e-9;
