@@ -145,6 +145,7 @@ void config_free(struct zt_config *cfg)
     free(cfg->data.format);
     free(cfg->data.tokenizer);
     free(cfg->data.tokenizer_dir);
+    free(cfg->data.chat_template);
     free_list(cfg->lora.target_modules, cfg->lora.n_target_modules);
     free(cfg->lora.bias);
     free(cfg->quantization.bnb_4bit_quant_type);

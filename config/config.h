@@ -138,6 +138,7 @@ struct zt_config {
         char *format;        /* text (default) or jsonl (instruction data with a loss mask) */
         char *tokenizer;     /* bytes (default) or gpt2; text and jsonl are encoded with it */
         char *tokenizer_dir; /* the tokenizer's vocabulary folder (gpt2); NULL when none */
+        char *chat_template; /* jsonl "messages": a built-in template; NULL: the tokenizer's */
         int packing;         /* jsonl: 1: examples in one stream; default 0: a window each */
     } data;
 

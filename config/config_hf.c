@@ -70,9 +70,13 @@ struct architecture {
     const struct requirement *requirements;
 };
 
+/* Mistral is the Llama decoder with a sliding attention window, which is
+ * full attention while the sequence fits in it (config_hf.sliding_window,
+ * checked against data.seq_len once that is known). */
 static const struct architecture architectures[] = {
     {"GPT2LMHeadModel", "gpt2", "gpt2", gpt2_keys, gpt2_requirements},
     {"LlamaForCausalLM", "llama", "llama", llama_keys, llama_requirements},
+    {"MistralForCausalLM", "mistral", "llama", llama_keys, llama_requirements},
 };
 #define N_ARCHITECTURES (sizeof architectures / sizeof architectures[0])
 
@@ -95,7 +99,7 @@ static zt_status find_architecture(const char *path, const struct json_value *ro
         }
     return zt_error_set(ZT_ERR_CONFIG,
                         "%s: architecture %s (model_type %s) is not one zerotrain builds "
-                        "(GPT2LMHeadModel, LlamaForCausalLM)",
+                        "(GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM)",
                         path, name ? name : "not given", model_type ? model_type : "not given");
 }
 
@@ -177,6 +181,20 @@ static zt_status read_values(const char *path, const struct json_value *root,
     return ZT_OK;
 }
 
+/* sliding_window: null (none) or a positive whole number. */
+static zt_status read_sliding_window(const char *path, const struct json_value *root,
+                                     struct config_hf *out)
+{
+    const struct json_value *v = json_object_get(root, "sliding_window", NULL);
+    if (!v || v->type == JSON_NULL)
+        return ZT_OK;
+    if (v->type != JSON_INT || v->negative || v->magnitude == 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: sliding_window must be null or a positive whole number", path);
+    out->sliding_window = v->magnitude;
+    return ZT_OK;
+}
+
 zt_status config_hf_read(const char *path, struct config_hf *out)
 {
     char *text = NULL;
@@ -205,6 +223,8 @@ zt_status config_hf_read(const char *path, struct config_hf *out)
         s = check_head_dim(path, &root);
     if (s == ZT_OK)
         s = read_values(path, &root, a, out);
+    if (s == ZT_OK && strcmp(a->model_type, "mistral") == 0)
+        s = read_sliding_window(path, &root, out);
     if (s == ZT_OK)
         snprintf(out->family, sizeof out->family, "%s", a->family);
     json_free(&root);

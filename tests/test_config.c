@@ -1352,6 +1352,58 @@ START_TEST(test_hf_config)
 }
 END_TEST
 
+/* Mistral's config.json is the llama family; its sliding window must hold
+ * the whole sequence (then it is full attention), else the refusal names
+ * both numbers. */
+START_TEST(test_hf_config_mistral)
+{
+    const char *dir = testutil_tmpdir("config");
+    const char *json =
+        "{\"architectures\": [\"MistralForCausalLM\"], \"model_type\": \"mistral\", "
+        "\"hidden_size\": 64, \"intermediate_size\": 160, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"max_position_embeddings\": "
+        "1024, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"sliding_window\": 256, "
+        "\"vocab_size\": 320, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}";
+    const char *path = write_file(dir, "mistral.json", json, strlen(json));
+    static const struct {
+        const char *data, *message;
+        zt_status status;
+    } cases[] = {
+        {"{train: x, seq_len: 256}", NULL, ZT_OK},
+        {"{train: x, seq_len: 128}", NULL, ZT_OK},
+        {"{train: x, seq_len: 257}", "sliding_window 256 is shorter than data.seq_len 257",
+         ZT_ERR_UNSUPPORTED},
+        /* seq_len defaults to max_position_embeddings. */
+        {"{train: x}", "sliding_window 256 is shorter than data.seq_len 1024", ZT_ERR_UNSUPPORTED},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[4096];
+        snprintf(text, sizeof text, "data: %s\nmodel: {hf_config: \"%s\"}\n", cases[k].data, path);
+        struct zt_config c;
+        zt_status s = load_text(text, NULL, 0, &c);
+        ck_assert_msg(s == cases[k].status &&
+                          (!cases[k].message || strstr(zt_error_message(), cases[k].message)),
+                      "case %zu: %s: %s", k, zt_status_str(s), zt_error_message());
+        if (s != ZT_OK)
+            continue;
+        ck_assert_str_eq(c.model.family, "llama");
+        ck_assert_int_eq(c.model.n_kv_head, 2);
+        ck_assert_int_eq(c.model.vocab_size, 320);
+        ck_assert_int_eq(c.model.block_size, 1024);
+        config_free(&c);
+    }
+    const char *unbounded = "{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": "
+                            "null, \"max_position_embeddings\": 2048}";
+    path = write_file(dir, "mistral-null.json", unbounded, strlen(unbounded));
+    char text[4096];
+    snprintf(text, sizeof text, "data: {train: x}\nmodel: {hf_config: \"%s\"}\n", path);
+    struct zt_config c;
+    ck_assert_msg(load_text(text, NULL, 0, &c) == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.data.seq_len, 2048);
+    config_free(&c);
+}
+END_TEST
+
 /* What a config.json may say that zerotrain does not build is refused by
  * name. */
 START_TEST(test_hf_config_refusals)
@@ -2257,6 +2309,7 @@ static Suite *config_suite(void)
     tcase_add_test(good, test_repository_configs);
     tcase_add_test(good, test_llama_defaults);
     tcase_add_test(good, test_hf_config);
+    tcase_add_test(good, test_hf_config_mistral);
     tcase_add_test(good, test_hf_config_refusals);
     suite_add_tcase(s, good);
 
