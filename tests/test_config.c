@@ -1421,7 +1421,10 @@ START_TEST(test_hf_config_refusals)
         {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
          "\"num_attention_heads\": 4, \"head_dim\": 32}",
          "head_dim 32", ZT_ERR_UNSUPPORTED},
-        {"{\"architectures\": [\"Qwen2ForCausalLM\"]}", "Qwen2ForCausalLM", ZT_ERR_CONFIG},
+        {"{\"architectures\": [\"Qwen2ForCausalLM\"]}",
+         "Qwen2ForCausalLM is not supported: its attention has biases on q, k and v",
+         ZT_ERR_UNSUPPORTED},
+        {"{\"architectures\": [\"Phi3ForCausalLM\"]}", "Phi3ForCausalLM", ZT_ERR_CONFIG},
         {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"big\"}",
          "hidden_size must be a number", ZT_ERR_CONFIG},
         {"{\"architectures\": [\"LlamaForCausalLM\"], \"num_attention_heads\": 4.5}",
