@@ -236,6 +236,7 @@ static void llama_shape(const struct zt_config *c, struct zt_kvlist *shape)
         .tie_word_embeddings = c->model.tie_word_embeddings,
         .rope_theta = c->model.rope_theta,
         .rms_norm_eps = c->model.rms_norm_eps,
+        .attention_bias = c->model.attention_bias,
     };
     llama_describe(&l, shape);
 }

@@ -101,6 +101,7 @@ struct zt_config {
         double rope_theta;       /* default 10000 */
         double rms_norm_eps;     /* default 1e-5 */
         int tie_word_embeddings; /* default false */
+        int attention_bias;      /* llama: q, k and v biases (Qwen2); default false */
         char *hf_config; /* NULL, or a Hugging Face config.json the unset model keys come from */
         char *init_from; /* NULL: random init; else Hugging Face weights of the family */
     } model;

@@ -83,8 +83,9 @@ struct config_hf {
     struct config_hf_value items[CONFIG_HF_MAX];
 };
 
-/* Reads the config.json at `path` (GPT2LMHeadModel, LlamaForCausalLM or
- * MistralForCausalLM, else the model_type): the family, Mistral's
+/* Reads the config.json at `path` (GPT2LMHeadModel, LlamaForCausalLM,
+ * MistralForCausalLM or Qwen2ForCausalLM, whose model.attention_bias it
+ * sets, else the model_type): the family, Mistral's
  * sliding_window and the values of the keys it gives
  * under Hugging Face's names (GPT2Config's n_embd, n_head, n_layer,
  * n_positions, vocab_size; LlamaConfig's hidden_size, num_attention_heads,

@@ -113,8 +113,8 @@ static const struct field fields[] = {
      "gpt2 or llama (RMSNorm, rotary embedding, grouped-query attention, SwiGLU)"},
     {"model.hf_config", T_STRING, OFF(model.hf_config), 0, NULL, NB, NB, 0, NULL,
      "null, or a Hugging Face config.json (GPT2LMHeadModel, LlamaForCausalLM, "
-     "MistralForCausalLM with a sliding_window of at least data.seq_len): the family and every "
-     "model key not set here"},
+     "MistralForCausalLM with a sliding_window of at least data.seq_len, Qwen2ForCausalLM): the "
+     "family and every model key not set here"},
     {"model.vocab_size", T_INT, OFF(model.vocab_size), 0, "256", GE(1), LE(2147483647), 0, NULL,
      "vocabulary size (256: byte tokenizer; up to 2^31 - 1, token files of 4-byte ids past "
      "65536)"},
@@ -137,6 +137,9 @@ static const struct field fields[] = {
      NULL, "RMSNorm epsilon"},
     {"model.tie_word_embeddings", T_BOOL, OFF(model.tie_word_embeddings), 0, "false", NB, NB,
      F_LLAMA, NULL, "true: the output head is embed_tokens (GPT-2's head is always tied)"},
+    {"model.attention_bias", T_BOOL, OFF(model.attention_bias), 0, "false", NB, NB, F_LLAMA, NULL,
+     "true: q, k and v projections have biases, as Qwen2's (set by a Qwen2ForCausalLM "
+     "model.hf_config)"},
     {"model.init_from", T_STRING, OFF(model.init_from), 0, NULL, NB, NB, 0, NULL,
      "null: random initialisation; Hugging Face weights of the family (a .safetensors file, a "
      "model.safetensors.index.json, or a folder holding either)"},

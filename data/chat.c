@@ -3,7 +3,9 @@
  * counts only the assistant's turns (TRL's assistant_only_loss).
  *
  * A template is a row of `templates[]`: its name, the marker that tells its
- * Jinja text apart in a tokenizer_config.json (the Jinja is never run), the
+ * Jinja text apart in a tokenizer_config.json (the Jinja is never run; a
+ * later release of the family that renders otherwise is told apart too, and
+ * recognised as none, rather than rendered as the earlier one), the
  * special tokens it writes, which must each be one token of the tokenizer
  * (else a tokenizer without them would learn "<|eot_id|>" as ten ordinary
  * tokens), and a function that writes the conversation as Hugging Face's
@@ -246,6 +248,7 @@ static zt_status render_mistral(const struct chat_input *in, struct chat_render 
 struct chat_template {
     const char *name;
     const char *marker; /* a string only this family's Jinja template holds */
+    const char *later;  /* one that a later release's holds, which renders otherwise */
     const char *specials[3];
     zt_status (*render)(const struct chat_input *in, struct chat_render *r);
 };
@@ -254,11 +257,12 @@ struct chat_template {
 static const struct chat_template templates[] = {
     {"llama3",
      "<|start_header_id|>",
+     "Cutting Knowledge Date",
      {"<|begin_of_text|>", "<|eot_id|>", "<|end_header_id|>"},
      render_llama3},
-    {"chatml", "<|im_start|>", {"<|im_start|>", "<|im_end|>", NULL}, render_chatml},
-    {"llama2", "<<SYS>>", {"<s>", "</s>", NULL}, render_llama2},
-    {"mistral", "[INST]", {"<s>", "</s>", NULL}, render_mistral},
+    {"chatml", "<|im_start|>", "You are Qwen", {"<|im_start|>", "<|im_end|>", NULL}, render_chatml},
+    {"llama2", "<<SYS>>", NULL, {"<s>", "</s>", NULL}, render_llama2},
+    {"mistral", "[INST]", "[AVAILABLE_TOOLS]", {"<s>", "</s>", NULL}, render_mistral},
 };
 
 #define N_TEMPLATES (sizeof templates / sizeof templates[0])
@@ -275,7 +279,8 @@ const char *chat_template_detect(const char *jinja)
 {
     for (size_t i = 0; i < N_TEMPLATES; i++)
         if (strstr(jinja, templates[i].marker))
-            return templates[i].name;
+            return templates[i].later && strstr(jinja, templates[i].later) ? NULL
+                                                                           : templates[i].name;
     return NULL;
 }
 

@@ -298,7 +298,9 @@ struct chat_template;
 /* The template of that name, or NULL. Static. */
 const struct chat_template *chat_template_find(const char *name);
 
-/* The name of the family whose markers the Jinja text holds, or NULL. */
+/* The name of the family whose markers the Jinja text holds, or NULL (also
+ * for a later release that renders otherwise: Llama 3.1's dated header,
+ * Qwen2.5's system message, Mistral v0.3's tools). */
 const char *chat_template_detect(const char *jinja);
 
 /* The templates' names, ", " between them, into buf[n] (NUL-terminated). */

@@ -446,15 +446,24 @@ END_TEST
 /* ---- chat templates: "messages" lines token by token ---- */
 
 /* Loads one JSONL line with tokenizer tok and template (NULL: the
- * tokenizer's) into *out as one packed stream. */
-static zt_status load_chat(const struct tokenizer *tok, const char *template, const char *line,
-                           struct token_buffer *out)
+ * tokenizer's) into *out: packed when seq_len is 0, else one window of
+ * seq_len. */
+static zt_status load_chat_window(const struct tokenizer *tok, const char *template,
+                                  const char *line, int seq_len, struct token_buffer *out)
 {
     const char *path = testutil_path_in(testutil_tmpdir("chat"), "chat.jsonl");
     testutil_write_file(path, line, strlen(line));
-    const struct jsonl_options opt = {
-        .tokenizer = tok, .packing = 1, .seq_len = 8, .chat_template = template};
+    const struct jsonl_options opt = {.tokenizer = tok,
+                                      .packing = seq_len == 0,
+                                      .seq_len = seq_len ? seq_len : 8,
+                                      .chat_template = template};
     return jsonl_load(&path, 1, &opt, out, NULL);
+}
+
+static zt_status load_chat(const struct tokenizer *tok, const char *template, const char *line,
+                           struct token_buffer *out)
+{
+    return load_chat_window(tok, template, line, 0, out);
 }
 
 struct chat_case {
@@ -554,6 +563,12 @@ START_TEST(test_chat_chatml_detected)
     struct tokenizer *tok;
     ck_assert_msg(tokenizer_open("hf", dir, &tok) == ZT_OK, "%s", zt_error_message());
     ck_assert_str_eq(tokenizer_chat_template(tok), "chatml");
+    ck_assert_str_eq(chat_template_detect("{{ '<|start_header_id|>' }}"), "llama3");
+    ck_assert_str_eq(chat_template_detect("{{ '<<SYS>>\\n' }}[INST]"), "llama2");
+    ck_assert_str_eq(chat_template_detect("{{ '[INST] ' }}"), "mistral");
+    ck_assert_ptr_null(chat_template_detect("Cutting Knowledge Date <|start_header_id|>"));
+    ck_assert_ptr_null(chat_template_detect("<|im_start|>system\\nYou are Qwen"));
+    ck_assert_ptr_null(chat_template_detect("{{ message.content }}"));
     struct token_buffer b = {0};
     zt_status st = load_chat(tok, NULL,
                              "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
