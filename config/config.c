@@ -145,6 +145,7 @@ void config_free(struct zt_config *cfg)
     free(cfg->data.format);
     free(cfg->data.tokenizer);
     free(cfg->data.tokenizer_dir);
+    free(cfg->data.chat_template);
     free_list(cfg->lora.target_modules, cfg->lora.n_target_modules);
     free(cfg->lora.bias);
     free(cfg->quantization.bnb_4bit_quant_type);
@@ -235,6 +236,7 @@ static void llama_shape(const struct zt_config *c, struct zt_kvlist *shape)
         .tie_word_embeddings = c->model.tie_word_embeddings,
         .rope_theta = c->model.rope_theta,
         .rms_norm_eps = c->model.rms_norm_eps,
+        .attention_bias = c->model.attention_bias,
     };
     llama_describe(&l, shape);
 }

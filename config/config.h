@@ -101,6 +101,7 @@ struct zt_config {
         double rope_theta;       /* default 10000 */
         double rms_norm_eps;     /* default 1e-5 */
         int tie_word_embeddings; /* default false */
+        int attention_bias;      /* llama: q, k and v biases (Qwen2); default false */
         char *hf_config; /* NULL, or a Hugging Face config.json the unset model keys come from */
         char *init_from; /* NULL: random init; else Hugging Face weights of the family */
     } model;
@@ -138,6 +139,7 @@ struct zt_config {
         char *format;        /* text (default) or jsonl (instruction data with a loss mask) */
         char *tokenizer;     /* bytes (default) or gpt2; text and jsonl are encoded with it */
         char *tokenizer_dir; /* the tokenizer's vocabulary folder (gpt2); NULL when none */
+        char *chat_template; /* jsonl "messages": a built-in template; NULL: the tokenizer's */
         int packing;         /* jsonl: 1: examples in one stream; default 0: a window each */
     } data;
 

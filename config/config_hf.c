@@ -2,7 +2,9 @@
  * config_impl.h).
  *
  * The architecture decides the family and which of the file's names map
- * to which of our keys; one table per family says so. What a file may
+ * to which of our keys; one table per family says so. Mistral and Qwen2
+ * are the llama family: Mistral with a window that must hold the sequence,
+ * Qwen2 with q, k and v biases. What a file may
  * carry that zerotrain does not implement (a rotary scaling, biases on the
  * attention or the MLP, another activation, a head size that is not
  * hidden_size / num_attention_heads) is refused by name: converting such a
@@ -64,15 +66,29 @@ static const struct requirement llama_requirements[] = {
     {NULL, NULL, NULL},
 };
 
+/* Qwen2's attention always has q, k and v biases (and no key says so). */
+static const struct requirement qwen2_requirements[] = {
+    {"hidden_act", "\"silu\"", "the SwiGLU MLP gates with SiLU"},
+    {"rope_scaling", "null", "rotary scaling (long-context variants) is not implemented"},
+    {"use_sliding_window", "false", "sliding-window attention is not implemented"},
+    {NULL, NULL, NULL},
+};
+
 struct architecture {
     const char *name, *model_type, *family;
     const struct key_map *keys;
     const struct requirement *requirements;
+    int qkv_bias; /* q, k and v have biases, whatever the file says (Qwen2) */
 };
 
+/* Mistral is the Llama decoder with a sliding attention window, which is
+ * full attention while the sequence fits in it (config_hf.sliding_window,
+ * checked against data.seq_len once that is known). */
 static const struct architecture architectures[] = {
-    {"GPT2LMHeadModel", "gpt2", "gpt2", gpt2_keys, gpt2_requirements},
-    {"LlamaForCausalLM", "llama", "llama", llama_keys, llama_requirements},
+    {"GPT2LMHeadModel", "gpt2", "gpt2", gpt2_keys, gpt2_requirements, 0},
+    {"LlamaForCausalLM", "llama", "llama", llama_keys, llama_requirements, 0},
+    {"MistralForCausalLM", "mistral", "llama", llama_keys, llama_requirements, 0},
+    {"Qwen2ForCausalLM", "qwen2", "llama", llama_keys, qwen2_requirements, 1},
 };
 #define N_ARCHITECTURES (sizeof architectures / sizeof architectures[0])
 
@@ -95,7 +111,7 @@ static zt_status find_architecture(const char *path, const struct json_value *ro
         }
     return zt_error_set(ZT_ERR_CONFIG,
                         "%s: architecture %s (model_type %s) is not one zerotrain builds "
-                        "(GPT2LMHeadModel, LlamaForCausalLM)",
+                        "(GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)",
                         path, name ? name : "not given", model_type ? model_type : "not given");
 }
 
@@ -177,6 +193,20 @@ static zt_status read_values(const char *path, const struct json_value *root,
     return ZT_OK;
 }
 
+/* sliding_window: null (none) or a positive whole number. */
+static zt_status read_sliding_window(const char *path, const struct json_value *root,
+                                     struct config_hf *out)
+{
+    const struct json_value *v = json_object_get(root, "sliding_window", NULL);
+    if (!v || v->type == JSON_NULL)
+        return ZT_OK;
+    if (v->type != JSON_INT || v->negative || v->magnitude == 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: sliding_window must be null or a positive whole number", path);
+    out->sliding_window = v->magnitude;
+    return ZT_OK;
+}
+
 zt_status config_hf_read(const char *path, struct config_hf *out)
 {
     char *text = NULL;
@@ -205,6 +235,13 @@ zt_status config_hf_read(const char *path, struct config_hf *out)
         s = check_head_dim(path, &root);
     if (s == ZT_OK)
         s = read_values(path, &root, a, out);
+    if (s == ZT_OK && strcmp(a->model_type, "mistral") == 0)
+        s = read_sliding_window(path, &root, out);
+    if (s == ZT_OK && a->qkv_bias) {
+        ZT_ASSERT(out->n < CONFIG_HF_MAX);
+        out->items[out->n++] = (struct config_hf_value){
+            .hf_key = "architectures", .path = "model.attention_bias", .value = 1};
+    }
     if (s == ZT_OK)
         snprintf(out->family, sizeof out->family, "%s", a->family);
     json_free(&root);

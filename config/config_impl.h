@@ -9,6 +9,7 @@
 #ifndef ZT_CONFIG_CONFIG_IMPL_H
 #define ZT_CONFIG_CONFIG_IMPL_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "config.h"
@@ -76,13 +77,16 @@ struct config_hf_value {
 
 /* What a Hugging Face config.json says about a model. */
 struct config_hf {
-    char family[16]; /* the family its architecture is: "gpt2", "llama" */
+    char family[16];         /* the family its architecture is: "gpt2", "llama" */
+    uint64_t sliding_window; /* Mistral's attention window in tokens; 0: none */
     int n;
     struct config_hf_value items[CONFIG_HF_MAX];
 };
 
-/* Reads the config.json at `path` (GPT2LMHeadModel or LlamaForCausalLM,
- * else the model_type): the family and the values of the keys it gives
+/* Reads the config.json at `path` (GPT2LMHeadModel, LlamaForCausalLM,
+ * MistralForCausalLM or Qwen2ForCausalLM, whose model.attention_bias it
+ * sets, else the model_type): the family, Mistral's
+ * sliding_window and the values of the keys it gives
  * under Hugging Face's names (GPT2Config's n_embd, n_head, n_layer,
  * n_positions, vocab_size; LlamaConfig's hidden_size, num_attention_heads,
  * num_key_value_heads, intermediate_size, num_hidden_layers, rope_theta,

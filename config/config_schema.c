@@ -112,7 +112,9 @@ static const struct field fields[] = {
     {"model.family", T_FAMILY, OFF(model.family), 0, "gpt2", NB, NB, 0, NULL,
      "gpt2 or llama (RMSNorm, rotary embedding, grouped-query attention, SwiGLU)"},
     {"model.hf_config", T_STRING, OFF(model.hf_config), 0, NULL, NB, NB, 0, NULL,
-     "null, or a Hugging Face config.json: the family and every model key not set here"},
+     "null, or a Hugging Face config.json (GPT2LMHeadModel, LlamaForCausalLM, "
+     "MistralForCausalLM with a sliding_window of at least data.seq_len, Qwen2ForCausalLM): the "
+     "family and every model key not set here"},
     {"model.vocab_size", T_INT, OFF(model.vocab_size), 0, "256", GE(1), LE(2147483647), 0, NULL,
      "vocabulary size (256: byte tokenizer; up to 2^31 - 1, token files of 4-byte ids past "
      "65536)"},
@@ -135,6 +137,9 @@ static const struct field fields[] = {
      NULL, "RMSNorm epsilon"},
     {"model.tie_word_embeddings", T_BOOL, OFF(model.tie_word_embeddings), 0, "false", NB, NB,
      F_LLAMA, NULL, "true: the output head is embed_tokens (GPT-2's head is always tied)"},
+    {"model.attention_bias", T_BOOL, OFF(model.attention_bias), 0, "false", NB, NB, F_LLAMA, NULL,
+     "true: q, k and v projections have biases, as Qwen2's (set by a Qwen2ForCausalLM "
+     "model.hf_config)"},
     {"model.init_from", T_STRING, OFF(model.init_from), 0, NULL, NB, NB, 0, NULL,
      "null: random initialisation; Hugging Face weights of the family (a .safetensors file, a "
      "model.safetensors.index.json, or a folder holding either)"},
@@ -191,8 +196,8 @@ static const struct field fields[] = {
     {"data.format", T_STRING, OFF(data.format), 0, "text", NB, NB, 0, NULL,
      "text: files (or a token file) as one stream, every token a target; jsonl: instruction "
      "examples, one JSON object a line, {\"prompt\", \"completion\"} (only the completion "
-     "and end-of-text count in the loss) or {\"text\"} (all count); folders: their *.jsonl "
-     "files"},
+     "and end-of-text count in the loss), {\"text\"} (all count) or {\"messages\"} (a "
+     "conversation, see data.chat_template); folders: their *.jsonl files"},
     {"data.tokenizer", T_STRING, OFF(data.tokenizer), 0, "bytes", NB, NB, 0, NULL,
      "bytes (vocabulary 256), gpt2 (GPT-2's BPE, 50257 ids), hf (a Hugging Face "
      "tokenizer.json: Llama 3, Qwen2, Llama 2, Mistral ...) or cl100k, o200k (tiktoken's "
@@ -202,6 +207,10 @@ static const struct field fields[] = {
      "the tokenizer's folder (gpt2: encoder.json and vocab.bpe, fetched by "
      "scripts/gpt2_vocab.sh; hf: tokenizer.json and tokenizer_config.json, a model's own or "
      "fetched by scripts/tokenizers.sh; cl100k, o200k: NAME_base.tiktoken)"},
+    {"data.chat_template", T_STRING, OFF(data.chat_template), 0, NULL, NB, NB, 0, NULL,
+     "jsonl {\"messages\": [...]} lines: llama3, chatml (Qwen2), llama2 or mistral, rendered as "
+     "Hugging Face's apply_chat_template does, the loss on the assistant's turns only; unset: "
+     "the family the tokenizer_config.json's chat_template is"},
     {"data.packing", T_BOOL, OFF(data.packing), 0, "false", NB, NB, 0, NULL,
      "jsonl: true: examples concatenated into one stream cut into windows (TRL's packing); "
      "false: each example one window, cut to seq_len and padded (padding not counted)"},
@@ -1307,6 +1316,19 @@ static zt_status apply_hf_config(struct walk *w)
     for (int k = 0; k < hf.n; k++)
         if (!given(w, hf.items[k].path))
             ZT_TRY(set_from_hf(w, c->model.hf_config, &hf.items[k]));
+    /* A window at least the sequence is full attention, which is what the
+     * family computes; a shorter one would be another model. */
+    const int seq_len = given(w, "data.seq_len") ? c->data.seq_len : c->model.block_size;
+    if (hf.sliding_window > 0 && hf.sliding_window < (uint64_t)seq_len) {
+        where_of_keys(w, where, "model.hf_config", "data.seq_len", NULL);
+        return zt_error_set(ZT_ERR_UNSUPPORTED,
+                            "%s: model.hf_config %s: sliding_window %llu is shorter than "
+                            "data.seq_len %d: sliding-window attention is not implemented; set "
+                            "data.seq_len (and model.block_size) to at most %llu, where the "
+                            "window is full attention",
+                            where, c->model.hf_config, (unsigned long long)hf.sliding_window,
+                            seq_len, (unsigned long long)hf.sliding_window);
+    }
     return ZT_OK;
 }
 

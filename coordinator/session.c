@@ -174,8 +174,10 @@ static zt_status load_text(const struct run_session *s, const struct tokenizer *
 static zt_status load_jsonl(const struct run_session *s, const struct tokenizer *tok,
                             const char *key, char **paths, int n, struct token_buffer *out)
 {
-    const struct jsonl_options opt = {
-        .tokenizer = tok, .packing = s->cfg.data.packing, .seq_len = s->cfg.data.seq_len};
+    const struct jsonl_options opt = {.tokenizer = tok,
+                                      .packing = s->cfg.data.packing,
+                                      .seq_len = s->cfg.data.seq_len,
+                                      .chat_template = s->cfg.data.chat_template};
     struct jsonl_report rep;
     ZT_TRY(jsonl_load((const char *const *)paths, n, &opt, out, &rep));
     if (rep.n_truncated > 0 && s->rank == 0) {

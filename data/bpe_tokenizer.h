@@ -81,7 +81,11 @@ struct bpe_tokenizer {
     uint32_t added_first[256]; /* how many added tokens start with each byte */
     uint32_t added_start[256]; /* the index of the first of them in `added` */
     int32_t bos, eos;          /* from tokenizer_config.json, or the format's own; -1 none */
-    uint32_t next_id;          /* while loading: the model ids below it are put */
+    /* The built-in chat template tokenizer_config.json's chat_template is
+     * (chat_template_detect): a name, "" for one of no known family, NULL
+     * for none. Static. */
+    const char *chat_template;
+    uint32_t next_id; /* while loading: the model ids below it are put */
 };
 
 /* A new empty tokenizer (bos, eos, space, unk and byte ids -1) with a new
@@ -137,11 +141,10 @@ zt_status bpe_tokenizer_decode(const struct bpe_tokenizer *t, const int32_t *ids
                                unsigned char **out, size_t *len);
 
 /* Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json
- * (its bos_token and eos_token) into a new *out. Errors: ZT_ERR_CONFIG for
- * a missing folder or file (with a hint at scripts/tokenizers.sh) and for
- * a file that is not what tokenizer.json is, naming the file and the key
- * (model.vocab, model.merges[12], added_tokens[3].id ...);
- * ZT_ERR_UNSUPPORTED for a valid file that asks for what is not written
+ * (its bos_token, eos_token and which family its chat_template is) into a new *out. Errors:
+ * ZT_ERR_CONFIG for a missing folder or file (with a hint at scripts/tokenizers.sh) and for a file
+ * that is not what tokenizer.json is, naming the file and the key (model.vocab, model.merges[12],
+ * added_tokens[3].id ...); ZT_ERR_UNSUPPORTED for a valid file that asks for what is not written
  * here (another model type than BPE, a normalizer or pre-tokenizer other
  * than those above, a pattern pretokenize.h does not have, added tokens
  * that strip white space), naming it; ZT_ERR_NOMEM. */

@@ -179,6 +179,11 @@ int32_t tokenizer_eot_id(const struct tokenizer *t);
 /* The begin-of-text id (tokenizer_config.json's bos_token), or -1. */
 int32_t tokenizer_bos_id(const struct tokenizer *t);
 
+/* The built-in chat template (below) its tokenizer_config.json's
+ * chat_template is: a name, "" for a template of no family zerotrain
+ * knows, NULL when the tokenizer has none. */
+const char *tokenizer_chat_template(const struct tokenizer *t);
+
 /* Appends the ids of text[0..n), one document or part of one, to *out
  * (growing it) and sets its vocab_size. Errors: ZT_ERR_NOMEM; ZT_ERR_DATA
  * when *out already holds tokens of another vocabulary. */
@@ -280,6 +285,34 @@ zt_status dataset_load_counted(const char *const *paths, int n_paths, struct tok
 zt_status dataset_split_tail(struct token_buffer *all, double fraction, int seq_len,
                              struct token_buffer *val);
 
+/* ---- chat templates (chat.c) ----
+ *
+ * Built-in renderings of a conversation, as Hugging Face's
+ * apply_chat_template writes it for each family (the strings are tabled in
+ * docs/guide/fine-tuning.md): "llama3" (Llama 3 Instruct), "chatml" (Qwen2
+ * Instruct), "llama2" (Llama 2 chat), "mistral" (Mistral 7B Instruct v0.1,
+ * v0.2). A Jinja chat_template is never run, only recognised by a marker
+ * its family's holds. */
+struct chat_template;
+
+/* The template of that name, or NULL. Static. */
+const struct chat_template *chat_template_find(const char *name);
+
+/* The name of the family whose markers the Jinja text holds, or NULL (also
+ * for a later release that renders otherwise: Llama 3.1's dated header,
+ * Qwen2.5's system message, Mistral v0.3's tools). */
+const char *chat_template_detect(const char *jinja);
+
+/* The templates' names, ", " between them, into buf[n] (NUL-terminated). */
+void chat_template_names(char *buf, size_t n);
+
+const char *chat_template_name(const struct chat_template *tpl);
+
+/* ZT_OK when each special token the template writes is one token of tok;
+ * else ZT_ERR_CONFIG naming `key`, the template and the token. */
+zt_status chat_template_check(const struct chat_template *tpl, const struct tokenizer *tok,
+                              const char *key);
+
 /* ---- JSONL instruction data (jsonl.c) ----
  *
  * Each non-empty line of a .jsonl file is one example, a JSON object with
@@ -289,6 +322,12 @@ zt_status dataset_split_tail(struct token_buffer *all, double fraction, int seq_
  * end-of-text id (mask 1; the byte tokenizer has none: nothing is
  * appended); a "text" example counts all its tokens and the end-of-text.
  * The prompt and the completion are encoded separately and joined.
+ * A third form, {"messages": [{"role": "system"|"user"|"assistant",
+ * "content": STRING}, ...]}, is a conversation: rendered by the chat
+ * template (opt->chat_template, else the one the tokenizer's config names),
+ * encoded whole, and counted only on the assistant's turns (each template
+ * says which tokens: the reply and its end-of-turn token); no end-of-text
+ * is appended, the template writes its own.
  *
  * Layout (seq_len T):
  *   packing   examples concatenated into one stream, windows as for text
@@ -304,6 +343,7 @@ struct jsonl_options {
     const struct tokenizer *tokenizer; /* NULL: the byte tokenizer */
     int packing;                       /* 1: one stream; 0: one window per example */
     int seq_len;                       /* T, >= 1 */
+    const char *chat_template;         /* for "messages" lines; NULL: the tokenizer's */
 };
 
 /* What jsonl_load read. */
@@ -321,6 +361,11 @@ struct jsonl_report {
  * (a missing or unreadable path), ZT_ERR_DATA naming "PATH:LINE: " for a
  * line that is not JSON, not an object, lacks a field, has a field that is
  * not a string or repeated, or mixes "text" with "prompt"/"completion";
+ * ZT_ERR_CONFIG (exit 2) naming "PATH:LINE: " and the field for a
+ * "messages" line: a message that is not an object, without a role or
+ * content, an unknown role, content not a string, no assistant message,
+ * turns a template does not take, no template to render with; and for an
+ * unknown chat_template or one whose special tokens the tokenizer lacks;
  * "PATH: no examples" for a file without any, "PATH: folder contains no
  * .jsonl files"; ZT_ERR_NOMEM. On error *out is empty. */
 zt_status jsonl_load(const char *const *paths, int n_paths, const struct jsonl_options *opt,

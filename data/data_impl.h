@@ -63,4 +63,20 @@ void data_path_list_free(struct data_path_list *l);
 zt_status data_collect_folder(const char *root, const struct stat *sb,
                               struct data_path_list *files);
 
+/* The names name(0) .. name(count - 1), ", " between them, into buf[n]
+ * (NUL-terminated, cut short when it does not fit): what the tables of
+ * tokenizers and chat templates list in messages. */
+void data_names_join(char *buf, size_t n, size_t count, const char *(*name)(size_t i));
+
+struct json_value;
+
+/* The conversation `messages` (the JSON array of a "messages" line at
+ * `where`, "PATH:LINE") rendered by tpl and encoded with tok into *out
+ * (emptied first, grown; its mask a new array of out->capacity entries, 1
+ * on the tokens that count). Errors: ZT_ERR_CONFIG (exit 2: the user's
+ * input to fix) naming where and the field (data.h's list), ZT_ERR_NOMEM. */
+zt_status chat_encode(const struct chat_template *tpl, const struct tokenizer *tok,
+                      const struct json_value *messages, const char *where,
+                      struct token_buffer *out);
+
 #endif

@@ -506,7 +506,24 @@ static zt_status take_tokenizer(struct hf_loader *ld, const struct json_value *r
     return named_token(ld, ld->path, "model.unk_token", member(model, "unk_token"), &t->unk_id);
 }
 
-/* tokenizer_config.json, when there is one: bos_token and eos_token. */
+/* The family of chat_template: a Jinja string, or a list of named ones of
+ * which "default" is what apply_chat_template uses. */
+static void take_chat_template(struct bpe_tokenizer *t, const struct json_value *v)
+{
+    const char *jinja = v && v->type == JSON_STRING ? v->str : NULL;
+    for (size_t i = 0; v && v->type == JSON_ARRAY && i < v->n; i++) {
+        const char *name = string_of(&v->items[i], "name");
+        if (name && strcmp(name, "default") == 0)
+            jinja = string_of(&v->items[i], "template");
+    }
+    if (jinja) {
+        const char *family = chat_template_detect(jinja);
+        t->chat_template = family ? family : "";
+    }
+}
+
+/* tokenizer_config.json, when there is one: bos_token, eos_token and
+ * chat_template. */
 static zt_status take_config(struct hf_loader *ld, const char *dir)
 {
     char *path = data_join_path(dir, "tokenizer_config.json");
@@ -528,6 +545,8 @@ static zt_status take_config(struct hf_loader *ld, const char *dir)
             st = named_token(ld, path, "bos_token", member(&root, "bos_token"), &ld->t->bos);
         if (st == ZT_OK)
             st = named_token(ld, path, "eos_token", member(&root, "eos_token"), &ld->t->eos);
+        if (st == ZT_OK)
+            take_chat_template(ld->t, member(&root, "chat_template"));
     }
     json_free(&root);
     free(text);

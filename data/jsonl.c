@@ -36,6 +36,7 @@ struct jsonl_load {
     struct token_buffer *out;
     struct token_buffer ex; /* one example's tokens, reused */
     struct jsonl_report *report;
+    const struct chat_template *chat; /* once a "messages" line needed it */
 };
 
 /* Room for `extra` more tokens and mask entries in out (the mask is kept
@@ -78,9 +79,10 @@ static zt_status append_padding(struct jsonl_load *l, size_t n, const char *what
     return ZT_OK;
 }
 
-/* Places the example in l->ex (its first n_prompt tokens not counted) as
- * data.h's layout says. */
-static zt_status place_example(struct jsonl_load *l, size_t n_prompt, const char *what)
+/* Places the example in l->ex as data.h's layout says: counted as `mask`
+ * says, or with mask NULL all but the first n_prompt tokens. */
+static zt_status place_example(struct jsonl_load *l, size_t n_prompt, const uint8_t *mask,
+                               const char *what)
 {
     const size_t T = (size_t)l->opt->seq_len, start = l->out->n;
     size_t n = l->ex.n;
@@ -88,9 +90,14 @@ static zt_status place_example(struct jsonl_load *l, size_t n_prompt, const char
         n = T;
         l->report->n_truncated++;
     }
-    const size_t np = n_prompt < n ? n_prompt : n;
-    ZT_TRY(append(l->out, l->ex.tokens, np, 0, what));
-    ZT_TRY(append(l->out, l->ex.tokens + np, n - np, 1, what));
+    if (mask) {
+        ZT_TRY(append(l->out, l->ex.tokens, n, 0, what));
+        memcpy(l->out->mask + start, mask, n);
+    } else {
+        const size_t np = n_prompt < n ? n_prompt : n;
+        ZT_TRY(append(l->out, l->ex.tokens, np, 0, what));
+        ZT_TRY(append(l->out, l->ex.tokens + np, n - np, 1, what));
+    }
     if (l->opt->packing)
         return ZT_OK;
     ZT_TRY(append_padding(l, T - n, what));
@@ -112,6 +119,58 @@ static zt_status string_field(const struct json_value *obj, const char *key, con
     return ZT_OK;
 }
 
+/* The chat template "messages" lines are rendered with: data.chat_template,
+ * else the tokenizer's; found and checked against the tokenizer once. */
+static zt_status chat_template_of(struct jsonl_load *l, const char *where)
+{
+    if (l->chat)
+        return ZT_OK;
+    char names[64];
+    chat_template_names(names, sizeof names);
+    const char *name = l->opt->chat_template;
+    const char *key = "data.chat_template";
+    if (!name) {
+        name = tokenizer_chat_template(l->tok);
+        key = "the tokenizer's chat_template";
+        if (!name)
+            return zt_error_set(ZT_ERR_CONFIG,
+                                "%s: \"messages\" need a chat template, and tokenizer %s names "
+                                "none: set data.chat_template (%s)",
+                                where, tokenizer_name(l->tok), names);
+        if (!name[0])
+            return zt_error_set(ZT_ERR_CONFIG,
+                                "%s: \"messages\" need a chat template, and the chat_template of "
+                                "tokenizer %s's tokenizer_config.json is none of the built-in "
+                                "ones: set data.chat_template (%s)",
+                                where, tokenizer_name(l->tok), names);
+    }
+    const struct chat_template *tpl = chat_template_find(name);
+    if (!tpl)
+        return zt_error_set(ZT_ERR_CONFIG, "data.chat_template: unknown template '%s' (known: %s)",
+                            name, names);
+    ZT_TRY(chat_template_check(tpl, l->tok, key));
+    l->chat = tpl;
+    return ZT_OK;
+}
+
+/* A "messages" example: rendered, encoded and placed. */
+static zt_status add_chat(struct jsonl_load *l, const struct json_value *obj,
+                          const struct json_value *messages, const char *where)
+{
+    for (size_t i = 0; i < obj->n; i++)
+        if (strcmp(obj->keys[i], "prompt") == 0 || strcmp(obj->keys[i], "completion") == 0 ||
+            strcmp(obj->keys[i], "text") == 0)
+            return zt_error_set(ZT_ERR_CONFIG,
+                                "%s: has both \"messages\" and \"%s\": an example is one "
+                                "conversation, a prompt and a completion, or a text",
+                                where, obj->keys[i]);
+    ZT_TRY(chat_template_of(l, where));
+    ZT_TRY(chat_encode(l->chat, l->tok, messages, where, &l->ex));
+    ZT_TRY(place_example(l, 0, l->ex.mask, where));
+    l->report->n_examples++;
+    return ZT_OK;
+}
+
 /* Which form the object is: its prompt and completion (text NULL), or its
  * text (the others NULL). */
 static zt_status example_fields(const struct json_value *obj, const char *where,
@@ -121,8 +180,8 @@ static zt_status example_fields(const struct json_value *obj, const char *where,
 {
     if (obj->type != JSON_OBJECT)
         return zt_error_set(ZT_ERR_DATA,
-                            "%s: an example must be a JSON object with \"prompt\" and "
-                            "\"completion\", or \"text\"; got %s",
+                            "%s: an example must be a JSON object with \"messages\", with "
+                            "\"prompt\" and \"completion\", or with \"text\"; got %s",
                             where, json_type_name(obj->type));
     ZT_TRY(string_field(obj, "prompt", where, prompt));
     ZT_TRY(string_field(obj, "completion", where, completion));
@@ -138,8 +197,8 @@ static zt_status example_fields(const struct json_value *obj, const char *where,
         return zt_error_set(ZT_ERR_DATA, "%s: has \"%s\" but no \"%s\"", where,
                             *prompt ? "prompt" : "completion", *prompt ? "completion" : "prompt");
     return zt_error_set(ZT_ERR_DATA,
-                        "%s: has neither \"prompt\" and \"completion\" nor \"text\" (string "
-                        "fields)",
+                        "%s: has neither \"messages\", \"prompt\" and \"completion\", nor "
+                        "\"text\"",
                         where);
 }
 
@@ -151,6 +210,13 @@ static zt_status encode_string(struct jsonl_load *l, const struct json_value *v)
 /* One example from the object: its tokens into l->ex, then placed. */
 static zt_status add_example(struct jsonl_load *l, const struct json_value *obj, const char *where)
 {
+    size_t n_messages = 0;
+    const struct json_value *messages =
+        obj->type == JSON_OBJECT ? json_object_get(obj, "messages", &n_messages) : NULL;
+    if (n_messages > 1)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: \"messages\" is repeated", where);
+    if (messages)
+        return add_chat(l, obj, messages, where);
     const struct json_value *prompt, *completion, *text;
     ZT_TRY(example_fields(obj, where, &prompt, &completion, &text));
     l->ex.n = 0;
@@ -165,7 +231,7 @@ static zt_status add_example(struct jsonl_load *l, const struct json_value *obj,
         ZT_TRY(data_buffer_reserve(&l->ex, 1, where));
         l->ex.tokens[l->ex.n++] = eot;
     }
-    ZT_TRY(place_example(l, n_prompt, where));
+    ZT_TRY(place_example(l, n_prompt, NULL, where));
     l->report->n_examples++;
     return ZT_OK;
 }
@@ -258,7 +324,8 @@ zt_status jsonl_load(const char *const *paths, int n_paths, const struct jsonl_o
                            opt->tokenizer ? opt->tokenizer : tokenizer_default(),
                            out,
                            {0},
-                           report ? report : &own};
+                           report ? report : &own,
+                           NULL};
     *out = (struct token_buffer){0};
     *l.report = (struct jsonl_report){0};
     if (n_paths < 1)
@@ -267,6 +334,12 @@ zt_status jsonl_load(const char *const *paths, int n_paths, const struct jsonl_o
         return zt_error_set(ZT_ERR_CONFIG, "data: seq_len %d must be >= 1", opt->seq_len);
     out->vocab_size = tokenizer_vocab_size(l.tok);
     zt_status st = ZT_OK;
+    if (opt->chat_template && !chat_template_find(opt->chat_template)) {
+        char names[64];
+        chat_template_names(names, sizeof names);
+        return zt_error_set(ZT_ERR_CONFIG, "data.chat_template: unknown template '%s' (known: %s)",
+                            opt->chat_template, names);
+    }
     for (int i = 0; st == ZT_OK && i < n_paths; i++)
         st = read_path(&l, paths[i]);
     if (st == ZT_OK && !opt->packing)

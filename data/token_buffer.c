@@ -1,7 +1,8 @@
 /* data/token_buffer.c — growing and freeing a struct token_buffer (see
  * data.h and data_impl.h): what every tokenizer and the dataset loader
- * append through. */
+ * append through; and the list of a table's names for messages. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "data_impl.h"
@@ -36,4 +37,15 @@ zt_status data_buffer_reserve(struct token_buffer *b, size_t extra, const char *
     b->tokens = t;
     b->capacity = new_cap;
     return ZT_OK;
+}
+
+void data_names_join(char *buf, size_t n, size_t count, const char *(*name)(size_t i))
+{
+    size_t at = 0;
+    if (n > 0)
+        buf[0] = '\0';
+    for (size_t i = 0; i < count && at < n; i++) {
+        int w = snprintf(buf + at, n - at, "%s%s", i ? ", " : "", name(i));
+        at += w > 0 ? (size_t)w : 0;
+    }
 }

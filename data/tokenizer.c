@@ -44,6 +44,8 @@ struct tokenizer_ops {
     /* The file in a folder that says the folder is this tokenizer's
      * (tokenizer_open without a name); NULL: none. */
     const char *marker;
+    /* See tokenizer_chat_template; NULL: the tokenizer has no config. */
+    const char *(*chat_template)(const void *state);
 };
 
 struct tokenizer {
@@ -219,6 +221,11 @@ static int32_t bpet_bos_id(const void *state)
     return ((const struct bpe_tokenizer *)state)->bos;
 }
 
+static const char *bpet_chat_template(const void *state)
+{
+    return ((const struct bpe_tokenizer *)state)->chat_template;
+}
+
 static void bpet_free(void *state)
 {
     bpe_tokenizer_free(state);
@@ -226,15 +233,15 @@ static void bpet_free(void *state)
 
 static const struct tokenizer_ops tokenizers[] = {
     {"bytes", 0, 1, bytes_load, bytes_encode, bytes_decode, bytes_vocab_size, bytes_eot_id,
-     no_bos_id, bytes_free, NULL},
+     no_bos_id, bytes_free, NULL, NULL},
     {"gpt2", 1, 0, gpt2_load, gpt2_encode, gpt2_decode, gpt2_vocab_size, gpt2_eot_id, no_bos_id,
-     gpt2_free, "encoder.json"},
+     gpt2_free, "encoder.json", NULL},
     {"hf", 1, 0, hf_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id, bpet_bos_id,
-     bpet_free, "tokenizer.json"},
+     bpet_free, "tokenizer.json", bpet_chat_template},
     {"cl100k", 1, 0, cl100k_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id,
-     bpet_bos_id, bpet_free, "cl100k_base.tiktoken"},
+     bpet_bos_id, bpet_free, "cl100k_base.tiktoken", NULL},
     {"o200k", 1, 0, o200k_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id, bpet_bos_id,
-     bpet_free, "o200k_base.tiktoken"},
+     bpet_free, "o200k_base.tiktoken", NULL},
 };
 
 #define N_TOKENIZERS (sizeof tokenizers / sizeof tokenizers[0])
@@ -253,15 +260,14 @@ int tokenizer_needs_dir(const char *name)
     return ops ? ops->needs_dir : -1;
 }
 
+static const char *tokenizer_name_at(size_t i)
+{
+    return tokenizers[i].name;
+}
+
 void tokenizer_names(char *buf, size_t n)
 {
-    size_t at = 0;
-    if (n > 0)
-        buf[0] = '\0';
-    for (size_t i = 0; i < N_TOKENIZERS && at < n; i++) {
-        int w = snprintf(buf + at, n - at, "%s%s", i ? ", " : "", tokenizers[i].name);
-        at += w > 0 ? (size_t)w : 0;
-    }
+    data_names_join(buf, n, N_TOKENIZERS, tokenizer_name_at);
 }
 
 const char *tokenizer_detect(const char *dir)
@@ -376,6 +382,11 @@ int32_t tokenizer_eot_id(const struct tokenizer *t)
 int32_t tokenizer_bos_id(const struct tokenizer *t)
 {
     return t->ops->bos_id(t->state);
+}
+
+const char *tokenizer_chat_template(const struct tokenizer *t)
+{
+    return t->ops->chat_template ? t->ops->chat_template(t->state) : NULL;
 }
 
 zt_status tokenizer_encode(const struct tokenizer *t, const unsigned char *text, size_t n,

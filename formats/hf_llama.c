@@ -36,6 +36,9 @@ static const struct {
     {"mlp.gate_proj.weight", "intermediate_size", "n_embd"},
     {"mlp.up_proj.weight", "intermediate_size", "n_embd"},
     {"mlp.down_proj.weight", "n_embd", "intermediate_size"},
+    {"self_attn.q_proj.bias", "n_head", "n_embd"},
+    {"self_attn.k_proj.bias", "n_kv_head", "n_embd"},
+    {"self_attn.v_proj.bias", "n_kv_head", "n_embd"},
 };
 
 static const char *dim_key(const struct param_table *t, int k, int d, int64_t *value)

@@ -1352,6 +1352,90 @@ START_TEST(test_hf_config)
 }
 END_TEST
 
+/* Loads a config whose model is the config.json `json` (written as NAME)
+ * and whose data section is `data`. */
+static zt_status load_with_hf(const char *name, const char *json, const char *data,
+                              struct zt_config *c)
+{
+    const char *path = write_file(testutil_tmpdir("config"), name, json, strlen(json));
+    char text[4096];
+    snprintf(text, sizeof text, "data: %s\nmodel: {hf_config: \"%s\"}\n", data, path);
+    return load_text(text, NULL, 0, c);
+}
+
+/* Mistral's config.json is the llama family; its sliding window must hold
+ * the whole sequence (then it is full attention), else the refusal names
+ * both numbers. */
+START_TEST(test_hf_config_mistral)
+{
+    const char *json =
+        "{\"architectures\": [\"MistralForCausalLM\"], \"model_type\": \"mistral\", "
+        "\"hidden_size\": 64, \"intermediate_size\": 160, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"max_position_embeddings\": "
+        "1024, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"sliding_window\": 256, "
+        "\"vocab_size\": 320, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}";
+    static const struct {
+        const char *data, *message;
+        zt_status status;
+    } cases[] = {
+        {"{train: x, seq_len: 256}", NULL, ZT_OK},
+        {"{train: x, seq_len: 128}", NULL, ZT_OK},
+        {"{train: x, seq_len: 257}", "sliding_window 256 is shorter than data.seq_len 257",
+         ZT_ERR_UNSUPPORTED},
+        /* seq_len defaults to max_position_embeddings. */
+        {"{train: x}", "sliding_window 256 is shorter than data.seq_len 1024", ZT_ERR_UNSUPPORTED},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct zt_config c;
+        zt_status s = load_with_hf("mistral.json", json, cases[k].data, &c);
+        ck_assert_msg(s == cases[k].status &&
+                          (!cases[k].message || strstr(zt_error_message(), cases[k].message)),
+                      "case %zu: %s: %s", k, zt_status_str(s), zt_error_message());
+        if (s != ZT_OK)
+            continue;
+        ck_assert_str_eq(c.model.family, "llama");
+        ck_assert_int_eq(c.model.n_kv_head, 2);
+        ck_assert_int_eq(c.model.vocab_size, 320);
+        ck_assert_int_eq(c.model.block_size, 1024);
+        config_free(&c);
+    }
+    const char *unbounded = "{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": "
+                            "null, \"max_position_embeddings\": 2048}";
+    struct zt_config c;
+    ck_assert_msg(load_with_hf("mistral-null.json", unbounded, "{train: x}", &c) == ZT_OK, "%s",
+                  zt_error_message());
+    ck_assert_int_eq(c.data.seq_len, 2048);
+    config_free(&c);
+}
+END_TEST
+
+/* Qwen2's config.json is the llama family with q, k and v biases (no key
+ * says so: the architecture does), recorded in the model's shape. */
+START_TEST(test_hf_config_qwen2)
+{
+    const char *json =
+        "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", "
+        "\"hidden_size\": 64, \"intermediate_size\": 160, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"max_position_embeddings\": "
+        "512, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"sliding_window\": 512, "
+        "\"use_sliding_window\": false, \"max_window_layers\": 21, \"vocab_size\": 320, "
+        "\"tie_word_embeddings\": true, \"hidden_act\": \"silu\"}";
+    struct zt_config c;
+    zt_status s = load_with_hf("qwen2.json", json, "{train: x, seq_len: 128}", &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_str_eq(c.model.family, "llama");
+    ck_assert_int_eq(c.model.attention_bias, 1);
+    ck_assert_int_eq(c.model.tie_word_embeddings, 1);
+    ck_assert_double_eq(c.model.rope_theta, 1000000.0);
+    struct zt_kvlist shape;
+    config_model_shape(&c, &shape);
+    const struct zt_kv *bias = zt_kv_find(&shape, "attention_bias");
+    ck_assert_ptr_nonnull(bias);
+    ck_assert_int_eq(bias->i, 1);
+    config_free(&c);
+}
+END_TEST
+
 /* What a config.json may say that zerotrain does not build is refused by
  * name. */
 START_TEST(test_hf_config_refusals)
@@ -1369,7 +1453,9 @@ START_TEST(test_hf_config_refusals)
         {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
          "\"num_attention_heads\": 4, \"head_dim\": 32}",
          "head_dim 32", ZT_ERR_UNSUPPORTED},
-        {"{\"architectures\": [\"Qwen2ForCausalLM\"]}", "Qwen2ForCausalLM", ZT_ERR_CONFIG},
+        {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"use_sliding_window\": true}",
+         "use_sliding_window is true: not supported", ZT_ERR_UNSUPPORTED},
+        {"{\"architectures\": [\"Phi3ForCausalLM\"]}", "Phi3ForCausalLM", ZT_ERR_CONFIG},
         {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"big\"}",
          "hidden_size must be a number", ZT_ERR_CONFIG},
         {"{\"architectures\": [\"LlamaForCausalLM\"], \"num_attention_heads\": 4.5}",
@@ -2257,6 +2343,8 @@ static Suite *config_suite(void)
     tcase_add_test(good, test_repository_configs);
     tcase_add_test(good, test_llama_defaults);
     tcase_add_test(good, test_hf_config);
+    tcase_add_test(good, test_hf_config_mistral);
+    tcase_add_test(good, test_hf_config_qwen2);
     tcase_add_test(good, test_hf_config_refusals);
     suite_add_tcase(s, good);
 

@@ -34,11 +34,14 @@
 
 struct shape {
     int vocab, block, layers, heads, kv_heads, embd, inter, tied;
+    int bias; /* q, k and v biases (Qwen2) */
 };
 
-/* The configurations of tests/data/llama_reference.bin and _tied.bin. */
-static const struct shape untied = {64, 16, 2, 4, 2, 16, 24, 0};
-static const struct shape tied = {64, 16, 2, 4, 1, 16, 40, 1};
+/* The configurations of tests/data/llama_reference.bin, _tied.bin and
+ * _qwen2.bin. */
+static const struct shape untied = {64, 16, 2, 4, 2, 16, 24, 0, 0};
+static const struct shape tied = {64, 16, 2, 4, 1, 16, 40, 1, 0};
+static const struct shape qwen2 = {64, 16, 2, 4, 2, 16, 24, 1, 1};
 
 /* ---- the reference layout ---- */
 
@@ -106,6 +109,8 @@ static void build_table(const struct shape *c, struct param_table *t)
     zt_kv_add_int(&kv, "tie_word_embeddings", c->tied);
     zt_kv_add_real(&kv, "rope_theta", 10000.0);
     zt_kv_add_real(&kv, "rms_norm_eps", 1e-5);
+    if (c->bias)
+        zt_kv_add_int(&kv, "attention_bias", 1);
     ck_assert_msg(param_table_build(&kv, t) == ZT_OK, "%s", zt_error_message());
 }
 
@@ -235,13 +240,22 @@ END_TEST
  * and BF16 as rounded. */
 START_TEST(test_round_trips)
 {
-    const struct shape *shapes[] = {&untied, &tied};
-    for (int i = 0; i < 2; i++) {
+    const struct shape *shapes[] = {&untied, &tied, &qwen2};
+    for (int i = 0; i < 3; i++) {
         struct param_table t;
         build_table(shapes[i], &t);
         float *params = make_params(&t, 2.0 + i);
         const char *path = testutil_path_in(testutil_tmpdir("llama-rt"), "m.safetensors");
         ck_assert_int_eq(hf_weights_export(&t, params, ZT_F32, path, 0, NULL), ZT_OK);
+        size_t len;
+        unsigned char *file = testutil_read_file(path, &len);
+        /* the safetensors header, a JSON text after its 8-byte length */
+        const size_t header = (size_t)testutil_get_le(file, 8);
+        ck_assert_uint_le(8 + header, len);
+        file[8 + header] = '\0';
+        const char *bias_name = "\"model.layers.1.self_attn.v_proj.bias\"";
+        ck_assert_int_eq(strstr((char *)file + 8, bias_name) != NULL, shapes[i]->bias);
+        free(file);
         float *got = hfutil_read_all(path, &t);
         expect_same(got, params, &t);
         free(got);
@@ -436,13 +450,13 @@ START_TEST(test_wrong_widths)
         struct shape c;
         const char *text;
     } cases[] = {
-        {{32, 16, 2, 4, 2, 16, 24, 0},
+        {{32, 16, 2, 4, 2, 16, 24, 0, 0},
          "model.embed_tokens.weight has shape [64, 16] but the config says model.vocab_size 32 "
          "(expected [32, 16])"},
-        {{64, 16, 2, 4, 2, 16, 32, 0},
+        {{64, 16, 2, 4, 2, 16, 32, 0, 0},
          "model.layers.0.mlp.gate_proj.weight has shape [24, 16] but the config says "
          "model.intermediate_size 32 (expected [32, 16])"},
-        {{64, 16, 2, 4, 2, 32, 24, 0},
+        {{64, 16, 2, 4, 2, 32, 24, 0, 0},
          "model.embed_tokens.weight has shape [64, 16] but the config says model.n_embd 32 "
          "(expected [64, 32])"},
     };

@@ -42,9 +42,13 @@ static void reference_load(const char *name, struct reference *r)
     char magic[8];
     int32_t hdr[10];
     float reals[2];
+    int32_t bias = 0;
     read_exact(f, magic, 8);
-    ck_assert(memcmp(magic, "ZTLLAM01", 8) == 0);
+    const int with_bias = memcmp(magic, "ZTLLAM02", 8) == 0;
+    ck_assert(with_bias || memcmp(magic, "ZTLLAM01", 8) == 0);
     read_exact(f, hdr, sizeof hdr);
+    if (with_bias)
+        read_exact(f, &bias, sizeof bias);
     read_exact(f, reals, sizeof reals);
     r->cfg = (struct llama_config){.vocab_size = hdr[0],
                                    .block_size = hdr[1],
@@ -55,7 +59,8 @@ static void reference_load(const char *name, struct reference *r)
                                    .intermediate_size = hdr[6],
                                    .tie_word_embeddings = hdr[7],
                                    .rope_theta = reals[0],
-                                   .rms_norm_eps = reals[1]};
+                                   .rms_norm_eps = reals[1],
+                                   .attention_bias = bias};
     r->B = hdr[8];
     r->T = hdr[9];
     read_exact(f, &r->n_params, sizeof(int32_t));
@@ -97,7 +102,10 @@ struct fixture {
     struct model_unit_hooks hooks;
 };
 
-static const char *const reference_files[] = {"llama_reference.bin", "llama_reference_tied.bin"};
+/* Untied, tied, and Qwen2-shaped (tied, q, k and v biases). */
+static const char *const reference_files[] = {"llama_reference.bin", "llama_reference_tied.bin",
+                                              "llama_reference_qwen2.bin"};
+#define N_REFERENCES ((int)(sizeof reference_files / sizeof reference_files[0]))
 
 static void fixture_open(struct fixture *fx, int which, int ckpt_every)
 {
@@ -295,8 +303,14 @@ START_TEST(table_follows_the_hugging_face_layout)
     ck_assert_int_eq(t->tensors[3].rows, c->n_kv_head * hs);
     ck_assert_str_eq(t->tensors[7].name, "layers.0.mlp.gate_proj.weight");
     ck_assert_int_eq(t->tensors[7].rows, c->intermediate_size);
-    ck_assert_str_eq(t->tensors[1 + 9 * c->n_layer].name, "norm.weight");
-    ck_assert_int_eq(t->n_tensors, 2 + 9 * c->n_layer + !c->tie_word_embeddings);
+    const int per_layer = c->attention_bias ? 12 : 9;
+    ck_assert_str_eq(t->tensors[1 + per_layer * c->n_layer].name, "norm.weight");
+    ck_assert_int_eq(t->n_tensors, 2 + per_layer * c->n_layer + !c->tie_word_embeddings);
+    if (c->attention_bias) {
+        ck_assert_str_eq(t->tensors[10].name, "layers.0.self_attn.q_proj.bias");
+        ck_assert_int_eq(t->tensors[11].rows, c->n_kv_head * hs);
+        ck_assert_str_eq(t->tensors[12].name, "layers.0.self_attn.v_proj.bias");
+    }
     if (!c->tie_word_embeddings)
         ck_assert_str_eq(t->tensors[t->n_tensors - 1].name, "lm_head.weight");
     size_t off = 0;
@@ -330,7 +344,9 @@ START_TEST(init_is_independent_of_sharding)
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *p = &t->tensors[k];
         for (size_t i = p->offset; i < p->offset + p->numel; i++) {
-            if (p->cols == 1) {
+            if (strstr(p->name, ".bias")) {
+                ck_assert(whole[i] == 0.0f); /* nn.Linear's bias: zeros */
+            } else if (p->cols == 1) {
                 ck_assert(whole[i] == 1.0f);
             } else {
                 sum2 += (double)whole[i] * whole[i];
@@ -394,16 +410,16 @@ int main(void)
 {
     Suite *s = suite_create("llama");
     TCase *tc = testutil_tcase(s, "reference", 120);
-    tcase_add_loop_test(tc, loss_matches_reference, 0, 2);
-    tcase_add_loop_test(tc, gradients_match_reference, 0, 2);
-    tcase_add_loop_test(tc, adamw_trajectory_matches_reference, 0, 2);
-    tcase_add_loop_test(tc, backward_accumulates_with_scale, 0, 2);
+    tcase_add_loop_test(tc, loss_matches_reference, 0, N_REFERENCES);
+    tcase_add_loop_test(tc, gradients_match_reference, 0, N_REFERENCES);
+    tcase_add_loop_test(tc, adamw_trajectory_matches_reference, 0, N_REFERENCES);
+    tcase_add_loop_test(tc, backward_accumulates_with_scale, 0, N_REFERENCES);
     tc = testutil_tcase(s, "passes", 120);
-    tcase_add_loop_test(tc, plan_walk_makes_the_same_hook_calls_as_a_real_pass, 0, 2);
-    tcase_add_loop_test(tc, activation_checkpointing_is_bit_identical, 0, 2);
+    tcase_add_loop_test(tc, plan_walk_makes_the_same_hook_calls_as_a_real_pass, 0, N_REFERENCES);
+    tcase_add_loop_test(tc, activation_checkpointing_is_bit_identical, 0, N_REFERENCES);
     tc = testutil_tcase(s, "table", 60);
-    tcase_add_loop_test(tc, table_follows_the_hugging_face_layout, 0, 2);
-    tcase_add_loop_test(tc, init_is_independent_of_sharding, 0, 2);
+    tcase_add_loop_test(tc, table_follows_the_hugging_face_layout, 0, N_REFERENCES);
+    tcase_add_loop_test(tc, init_is_independent_of_sharding, 0, N_REFERENCES);
     tcase_add_test(tc, bad_shapes_are_refused);
     return testutil_run_suite(s, 0);
 }

@@ -139,7 +139,7 @@ END_TEST
 
 START_TEST(all_linear_leaves_out_the_head)
 {
-    const struct llama_config c = {64, 16, 2, 4, 2, 32, 48, 0, 10000.0, 1e-5};
+    const struct llama_config c = {64, 16, 2, 4, 2, 32, 48, 0, 10000.0, 1e-5, 0};
     struct zt_kvlist shape;
     struct param_table t;
     llama_describe(&c, &shape);
@@ -386,7 +386,7 @@ static struct pass_result run_passes(const struct param_table *t, float *params,
 
 START_TEST(llama_lora_is_the_merged_model)
 {
-    const struct llama_config c = {64, 16, 2, 4, 2, 32, 48, 0, 10000.0, 1e-5};
+    const struct llama_config c = {64, 16, 2, 4, 2, 32, 48, 0, 10000.0, 1e-5, 0};
     const int B = 2, T = 12;
     struct zt_kvlist shape;
     struct param_table base, t;

@@ -25,7 +25,7 @@ static struct param_table gpt2_whole(void)
     return t;
 }
 
-static struct param_table llama_whole(int tied)
+static struct param_table llama_whole(int tied, int bias)
 {
     const struct llama_config c = {.vocab_size = 64,
                                    .block_size = 8,
@@ -36,7 +36,8 @@ static struct param_table llama_whole(int tied)
                                    .intermediate_size = 24,
                                    .tie_word_embeddings = tied,
                                    .rope_theta = 10000.0,
-                                   .rms_norm_eps = 1e-5};
+                                   .rms_norm_eps = 1e-5,
+                                   .attention_bias = bias};
     struct zt_kvlist shape;
     struct param_table t;
     llama_describe(&c, &shape);
@@ -102,8 +103,10 @@ static void check_slices(const struct param_table *whole, int T)
 
 START_TEST(slices_cover_every_tensor_once)
 {
-    struct param_table tables[3] = {gpt2_whole(), llama_whole(0), llama_whole(1)};
-    for (int i = 0; i < 3; i++) {
+    /* the last with Qwen2's q, k and v biases, cut as their projections */
+    struct param_table tables[4] = {gpt2_whole(), llama_whole(0, 0), llama_whole(1, 0),
+                                    llama_whole(1, 1)};
+    for (int i = 0; i < 4; i++) {
         for (int T = 1; T <= 4; T *= 2)
             check_slices(&tables[i], T);
         param_table_free(&tables[i]);
@@ -125,8 +128,8 @@ static void copy_run(void *arg, size_t whole_begin, size_t n, size_t at)
 
 START_TEST(a_slice_initialises_to_the_whole_models_values)
 {
-    struct param_table tables[2] = {gpt2_whole(), llama_whole(0)};
-    for (int i = 0; i < 2; i++) {
+    struct param_table tables[3] = {gpt2_whole(), llama_whole(0, 0), llama_whole(0, 1)};
+    for (int i = 0; i < 3; i++) {
         const struct param_table *w = &tables[i];
         float *all = malloc(w->n_params * sizeof *all);
         param_table_init(w, 11, 0, w->n_params, all);
@@ -193,7 +196,7 @@ END_TEST
 
 START_TEST(sizes_that_do_not_divide_are_refused)
 {
-    struct param_table w = gpt2_whole(), l = llama_whole(0), s;
+    struct param_table w = gpt2_whole(), l = llama_whole(0, 0), s;
     /* 4 heads over 8 ranks: a head would be cut */
     ck_assert_int_eq(param_table_tp_slice(&w, 8, 0, &s), ZT_ERR_CONFIG);
     ck_assert_msg(strstr(zt_error_message(), "tensor_parallel.size 8 does not divide h.0.attn."),

@@ -443,6 +443,222 @@ START_TEST(test_broken_rank_files)
 }
 END_TEST
 
+/* ---- chat templates: "messages" lines token by token ---- */
+
+/* Loads one JSONL line with tokenizer tok and template (NULL: the
+ * tokenizer's) into *out: packed when seq_len is 0, else one window of
+ * seq_len. */
+static zt_status load_chat_window(const struct tokenizer *tok, const char *template,
+                                  const char *line, int seq_len, struct token_buffer *out)
+{
+    const char *path = testutil_path_in(testutil_tmpdir("chat"), "chat.jsonl");
+    testutil_write_file(path, line, strlen(line));
+    const struct jsonl_options opt = {.tokenizer = tok,
+                                      .packing = seq_len == 0,
+                                      .seq_len = seq_len ? seq_len : 8,
+                                      .chat_template = template};
+    return jsonl_load(&path, 1, &opt, out, NULL);
+}
+
+static zt_status load_chat(const struct tokenizer *tok, const char *template, const char *line,
+                           struct token_buffer *out)
+{
+    return load_chat_window(tok, template, line, 0, out);
+}
+
+struct chat_case {
+    const char *vocab, *template, *line;
+    /* The reference encoder's ids of the text apply_chat_template renders
+     * (scripts/tokenizers/reference.mjs on it; the text is in the guide's
+     * table), and the [begin, end) index ranges that count. */
+    const int32_t *ids;
+    size_t n;
+    size_t counted[2][2];
+};
+
+static const int32_t llama3_ids[] = {
+    128000, 128006, 9125, 128007, 271,    2675,   527,    51637,  13,  128009, 128006, 882,
+    128007, 271,    3923, 374,    220,    17,     10,     17,     30,  128009, 128006, 78191,
+    128007, 271,    19,   13,     128009, 128006, 882,    128007, 271, 3112,   220,    18,
+    10,     18,     30,   128009, 128006, 78191,  128007, 271,    21,  13,     128009};
+static const int32_t llama2_ids[] = {1,     518,   25580, 29962, 3532,  14816, 29903, 6778,  13,
+                                     3629,  11473, 29889, 13,    29966, 829,   14816, 29903, 6778,
+                                     13,    13,    18567, 518,   29914, 25580, 29962, 15043, 29991,
+                                     29871, 2,     1,     518,   25580, 29962, 2648,  29872, 518,
+                                     29914, 25580, 29962, 7197,  26966, 29889, 29871, 2};
+static const int32_t mistral_ids[] = {1,     733,   16289, 28793, 15359, 733,   28748, 16289, 28793,
+                                      16230, 28808, 2,     733,   16289, 28793, 2463,  28706, 733,
+                                      28748, 16289, 28793, 10604, 17664, 28723, 2};
+
+#define IDS(a) a, sizeof a / sizeof a[0]
+static const struct chat_case chat_cases[] = {
+    /* <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are
+     * terse.<|eot_id|>...assistant<|end_header_id|>\n\n4.<|eot_id|>...
+     * assistant<|end_header_id|>\n\n6.<|eot_id|>: contents trimmed. */
+    {"llama3",
+     "llama3",
+     "{\"messages\": [{\"role\": \"system\", \"content\": \"You are terse.\"}, {\"role\": "
+     "\"user\", \"content\": \"What is 2+2?\"}, {\"role\": \"assistant\", \"content\": \"4.\"}, "
+     "{\"role\": \"user\", \"content\": \"And 3+3?\"}, {\"role\": \"assistant\", \"content\": "
+     "\" 6. \"}]}\n",
+     IDS(llama3_ids),
+     {{26, 29}, {44, 47}}},
+    /* <s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST]
+     * Bye [/INST] Goodbye. </s>: the assistant's " Hello! </s>" counts. */
+    {"llama2",
+     "llama2",
+     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+     "\"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello!\"}, {\"role\": "
+     "\"user\", \"content\": \"Bye \"}, {\"role\": \"assistant\", \"content\": \"  Goodbye.\"}]}\n",
+     IDS(llama2_ids),
+     {{25, 29}, {39, 44}}},
+    /* <s>[INST] Hi [/INST]Hello!</s>[INST] Bye [/INST]Goodbye.</s> */
+    {"mistral",
+     "mistral",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
+     "\"content\": \"Hello!\"}, {\"role\": \"user\", \"content\": \"Bye\"}, {\"role\": "
+     "\"assistant\", \"content\": \"Goodbye.\"}]}\n",
+     IDS(mistral_ids),
+     {{9, 12}, {21, 25}}},
+};
+#define N_CHAT_CASES (sizeof chat_cases / sizeof chat_cases[0])
+
+START_TEST(test_chat_templates)
+{
+    const struct chat_case *c = &chat_cases[_i];
+    struct tokenizer *tok;
+    ck_assert(tokenizer_open("hf", vocab_dir(c->vocab, "tokenizer.json"), &tok) == ZT_OK);
+    struct token_buffer b = {0};
+    zt_status st = load_chat(tok, c->template, c->line, &b);
+    ck_assert_msg(st == ZT_OK, "%s: %s", c->template, zt_error_message());
+    ck_assert_uint_eq(b.n, c->n);
+    for (size_t i = 0; i < b.n; i++) {
+        const int counted = (i >= c->counted[0][0] && i < c->counted[0][1]) ||
+                            (i >= c->counted[1][0] && i < c->counted[1][1]);
+        ck_assert_msg(b.tokens[i] == c->ids[i], "%s: id %zu: %d, want %d", c->template, i,
+                      b.tokens[i], c->ids[i]);
+        ck_assert_msg(b.mask[i] == counted, "%s: mask %zu: %d, want %d", c->template, i, b.mask[i],
+                      counted);
+    }
+    token_buffer_free(&b);
+    tokenizer_close(tok);
+}
+END_TEST
+
+/* ChatML on a byte-level vocabulary with <|im_start|> and <|im_end|>, the
+ * template found from tokenizer_config.json's Jinja: ids are the bytes and
+ * the two tokens, and a default system message comes first. */
+START_TEST(test_chat_chatml_detected)
+{
+    const char *dir = testutil_tmpdir("chat-chatml");
+    const char *json = mini_json(BYTE_LEVEL ", \"added_tokens\": [{\"id\": 258, \"content\": "
+                                            "\"<|im_start|>\", \"special\": true}, {\"id\": 259, "
+                                            "\"content\": \"<|im_end|>\", \"special\": true}]",
+                                 "[]");
+    const char *config = "{\"eos_token\": \"<|im_end|>\", \"chat_template\": \"{% for message in "
+                         "messages %}{{'<|im_start|>' + message['role'] + '\\\\n' + "
+                         "message['content'] + '<|im_end|>' + '\\\\n'}}{% endfor %}\"}";
+    testutil_write_file(testutil_path_in(dir, "tokenizer.json"), json, strlen(json));
+    testutil_write_file(testutil_path_in(dir, "tokenizer_config.json"), config, strlen(config));
+    struct tokenizer *tok;
+    ck_assert_msg(tokenizer_open("hf", dir, &tok) == ZT_OK, "%s", zt_error_message());
+    ck_assert_str_eq(tokenizer_chat_template(tok), "chatml");
+    ck_assert_str_eq(chat_template_detect("{{ '<|start_header_id|>' }}"), "llama3");
+    ck_assert_str_eq(chat_template_detect("{{ '<<SYS>>\\n' }}[INST]"), "llama2");
+    ck_assert_str_eq(chat_template_detect("{{ '[INST] ' }}"), "mistral");
+    ck_assert_ptr_null(chat_template_detect("Cutting Knowledge Date <|start_header_id|>"));
+    ck_assert_ptr_null(chat_template_detect("<|im_start|>system\\nYou are Qwen"));
+    ck_assert_ptr_null(chat_template_detect("{{ message.content }}"));
+    struct token_buffer b = {0};
+    zt_status st = load_chat(tok, NULL,
+                             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                             "{\"role\": \"assistant\", \"content\": \"yo\"}]}",
+                             &b);
+    ck_assert_msg(st == ZT_OK, "%s", zt_error_message());
+    /* S = <|im_start|> (258), E = <|im_end|> (259); "yo" and E count. */
+    const char *text = "Ssystem\nYou are a helpful assistant.E\nSuser\nhiE\nSassistant\nyoE\n";
+    const size_t n = strlen(text), reply = n - strlen("yoE\n");
+    ck_assert_uint_eq(b.n, n);
+    for (size_t i = 0; i < b.n; i++) {
+        const int32_t want = text[i] == 'S' ? 258 : text[i] == 'E' ? 259 : text[i];
+        ck_assert_msg(b.tokens[i] == want, "id %zu: %d, want %d", i, b.tokens[i], want);
+        ck_assert_msg(b.mask[i] == (i >= reply && i < n - 1), "mask %zu: %d", i, b.mask[i]);
+    }
+    token_buffer_free(&b);
+    tokenizer_close(tok);
+}
+END_TEST
+
+/* Each bad conversation is refused naming the line and the field. */
+START_TEST(test_chat_errors)
+{
+    struct tokenizer *tok;
+    ck_assert(tokenizer_open("hf", vocab_dir("llama3", "tokenizer.json"), &tok) == ZT_OK);
+    static const struct {
+        const char *template, *line, *message;
+        zt_status want;
+    } bad[] = {
+        {"llama3", "{\"messages\": [{\"content\": \"x\"}]}",
+         "chat.jsonl:1: messages[0]: has no "
+         "\"role\"",
+         ZT_ERR_CONFIG},
+        {"llama3", "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
+         "messages[0].role: unknown role 'tool'", ZT_ERR_CONFIG},
+        {"llama3",
+         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+         "\"content\": 3}]}",
+         "messages[1].content: must be a string, not an integer", ZT_ERR_CONFIG},
+        {"llama3", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}",
+         "no assistant message", ZT_ERR_CONFIG},
+        {"llama3", "{\"messages\": {}}", "messages: must be a non-empty array", ZT_ERR_CONFIG},
+        {"llama3", "{\"messages\": [], \"text\": \"x\"}", "has both \"messages\" and \"text\"",
+         ZT_ERR_CONFIG},
+        {"vicuna", "{\"messages\": []}",
+         "data.chat_template: unknown template 'vicuna' (known: "
+         "llama3, chatml, llama2, mistral)",
+         ZT_ERR_CONFIG},
+        {"chatml",
+         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+         "\"content\": \"y\"}]}",
+         "template chatml writes <|im_start|>, which tokenizer hf does not have as one token",
+         ZT_ERR_CONFIG},
+        {NULL,
+         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+         "\"content\": \"y\"}]}",
+         "chat.jsonl:1: \"messages\" need a chat template, and tokenizer hf names none",
+         ZT_ERR_CONFIG},
+        {"mistral",
+         "{\"messages\": [{\"role\": \"system\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+         "\"content\": \"y\"}]}",
+         "messages[0].role: system, but template mistral has no system message", ZT_ERR_CONFIG},
+        {"llama2",
+         "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}, {\"role\": \"user\", "
+         "\"content\": \"y\"}]}",
+         "messages[0].role: assistant, but template llama2 takes user and assistant turns in "
+         "turn",
+         ZT_ERR_CONFIG},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct tokenizer *t = tok;
+        struct tokenizer *llama2 = NULL;
+        if (bad[i].template && strcmp(bad[i].template, "llama3") != 0 &&
+            strcmp(bad[i].template, "chatml") != 0 && strcmp(bad[i].template, "vicuna") != 0) {
+            ck_assert(tokenizer_open("hf", vocab_dir("llama2", "tokenizer.json"), &llama2) ==
+                      ZT_OK);
+            t = llama2;
+        }
+        struct token_buffer b = {0};
+        const zt_status st = load_chat(t, bad[i].template, bad[i].line, &b);
+        ck_assert_msg(st == bad[i].want && strstr(zt_error_message(), bad[i].message),
+                      "case %zu: %s: '%s' lacks '%s'", i, zt_status_str(st), zt_error_message(),
+                      bad[i].message);
+        ck_assert_uint_eq(b.n, 0);
+        tokenizer_close(llama2);
+    }
+    tokenizer_close(tok);
+}
+END_TEST
+
 static Suite *tokenizers_suite(void)
 {
     Suite *s = suite_create("tokenizers");
@@ -457,6 +673,10 @@ static Suite *tokenizers_suite(void)
     TCase *f = testutil_tcase(s, "files", 120);
     tcase_add_test(f, test_broken_files);
     tcase_add_test(f, test_broken_rank_files);
+    TCase *ch = testutil_tcase(s, "chat", 120);
+    tcase_add_loop_test(ch, test_chat_templates, 0, (int)N_CHAT_CASES);
+    tcase_add_test(ch, test_chat_chatml_detected);
+    tcase_add_test(ch, test_chat_errors);
     return s;
 }
 

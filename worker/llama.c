@@ -28,29 +28,51 @@
 
 /* ---- the table ------------------------------------------------------------- */
 
-/* Per-layer tensors in their flat order. */
-enum { T_IN_NORM, T_Q, T_K, T_V, T_O, T_POST_NORM, T_GATE, T_UP, T_DOWN, N_LAYER_TENSORS };
+/* Per-layer tensors in their flat order; the q, k and v biases (Qwen2's
+ * attention_bias) last, only in a model that has them, so that a model
+ * without keeps its flat layout. */
+enum {
+    T_IN_NORM,
+    T_Q,
+    T_K,
+    T_V,
+    T_O,
+    T_POST_NORM,
+    T_GATE,
+    T_UP,
+    T_DOWN,
+    T_Q_BIAS,
+    T_K_BIAS,
+    T_V_BIAS,
+    N_LAYER_TENSORS
+};
 
 static const char *const layer_suffix[N_LAYER_TENSORS] = {
     "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
     "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
     "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+    "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
 };
 
-static int layer_tensor(int l, int k)
+static int tensors_per_layer(const struct llama_config *c)
 {
-    return 1 + l * N_LAYER_TENSORS + k;
+    return c->attention_bias ? N_LAYER_TENSORS : T_Q_BIAS;
 }
 
-static int norm_tensor(int L)
+static int layer_tensor(const struct llama_config *c, int l, int k)
 {
-    return 1 + L * N_LAYER_TENSORS;
+    return 1 + l * tensors_per_layer(c) + k;
+}
+
+static int norm_tensor(const struct llama_config *c)
+{
+    return 1 + c->n_layer * tensors_per_layer(c);
 }
 
 /* The head: lm_head after the final norm, or embed_tokens when tied. */
 static int head_tensor(const struct llama_config *c)
 {
-    return c->tie_word_embeddings ? 0 : norm_tensor(c->n_layer) + 1;
+    return c->tie_word_embeddings ? 0 : norm_tensor(c) + 1;
 }
 
 static int head_dim(const struct llama_config *c)
@@ -79,6 +101,8 @@ void llama_describe(const struct llama_config *c, struct zt_kvlist *shape)
         zt_kv_add_int(shape, int_keys[k], v[k]);
     zt_kv_add_real(shape, "rope_theta", c->rope_theta);
     zt_kv_add_real(shape, "rms_norm_eps", c->rms_norm_eps);
+    if (c->attention_bias) /* absent: none, as in shapes written before it */
+        zt_kv_add_int(shape, "attention_bias", 1);
 }
 
 /* A real entry; an integer is accepted too (a JSON writer may print
@@ -126,7 +150,12 @@ zt_status llama_config_from_shape(const struct zt_kvlist *shape, struct llama_co
                                 !kv ? "missing" : "not an integer in range");
         v[k] = (int)kv->i;
     }
-    struct llama_config c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], 0.0, 0.0};
+    struct llama_config c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], 0.0, 0.0, 0};
+    const struct zt_kv *bias = zt_kv_find(shape, "attention_bias");
+    if (bias && (bias->is_real || bias->i < 0 || bias->i > 1))
+        return zt_error_set(ZT_ERR_CHECKPOINT, "llama model shape: attention_bias is neither 0 "
+                                               "nor 1");
+    c.attention_bias = bias ? (int)bias->i : 0;
     ZT_TRY(shape_real(shape, "rope_theta", &c.rope_theta));
     ZT_TRY(shape_real(shape, "rms_norm_eps", &c.rms_norm_eps));
     ZT_TRY(check_config(&c));
@@ -148,14 +177,16 @@ static void add_layer(struct param_table *t, const struct llama_config *c, int l
 {
     const int C = c->n_embd, hs = head_dim(c), I = c->intermediate_size;
     const int rows[N_LAYER_TENSORS] = {
-        C, c->n_head * hs, c->n_kv_head * hs, c->n_kv_head * hs, C, C, I, I, C};
-    const int cols[N_LAYER_TENSORS] = {1, C, C, C, c->n_head * hs, 1, C, C, I};
+        C, c->n_head * hs, c->n_kv_head * hs, c->n_kv_head * hs, C, C, I, I,
+        C, c->n_head * hs, c->n_kv_head * hs, c->n_kv_head * hs};
+    const int cols[N_LAYER_TENSORS] = {1, C, C, C, c->n_head * hs, 1, C, C, I, 1, 1, 1};
     /* Tensor parallelism: q, k, v column-parallel in whole heads, o
      * row-parallel, gate and up column-parallel, down row-parallel. */
-    const int split[N_LAYER_TENSORS] = {TP_REPLICATED, TP_ROWS, TP_ROWS, TP_ROWS, TP_COLS,
-                                        TP_REPLICATED, TP_ROWS, TP_ROWS, TP_COLS};
-    const int block[N_LAYER_TENSORS] = {1, hs, hs, hs, hs, 1, 1, 1, 1};
-    for (int k = 0; k < N_LAYER_TENSORS; k++) {
+    const int split[N_LAYER_TENSORS] = {TP_REPLICATED, TP_ROWS,       TP_ROWS, TP_ROWS,
+                                        TP_COLS,       TP_REPLICATED, TP_ROWS, TP_ROWS,
+                                        TP_COLS,       TP_ROWS,       TP_ROWS, TP_ROWS};
+    const int block[N_LAYER_TENSORS] = {1, hs, hs, hs, hs, 1, 1, 1, 1, hs, hs, hs};
+    for (int k = 0; k < tensors_per_layer(c); k++) {
         char name[48];
         snprintf(name, sizeof name, "layers.%d.%s", l, layer_suffix[k]);
         model_table_add(t, name, rows[k], cols[k], 1 + l, off);
@@ -174,7 +205,7 @@ static zt_status table_build(const struct zt_kvlist *shape, struct param_table *
     out->family = &llama_family;
     llama_describe(&c, &out->shape);
     out->n_units = L + 2;
-    out->tensors = calloc((size_t)(3 + L * N_LAYER_TENSORS), sizeof *out->tensors);
+    out->tensors = calloc((size_t)(3 + L * tensors_per_layer(&c)), sizeof *out->tensors);
     out->unit_offset = calloc((size_t)out->n_units + 1, sizeof *out->unit_offset);
     if (!out->tensors || !out->unit_offset) {
         param_table_free(out);
@@ -200,7 +231,7 @@ static zt_status table_build(const struct zt_kvlist *shape, struct param_table *
 }
 
 /* Hugging Face's initialisation (LlamaPreTrainedModel): every matrix
- * normal(0, initializer_range = 0.02), every norm weight 1. Element i is
+ * normal(0, initializer_range = 0.02), every norm weight 1, every bias 0. Element i is
  * counter i of rng_key(seed, "init"), so any shard draws the same values. */
 static void init_params(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                         float *dst)
@@ -210,8 +241,9 @@ static void init_params(const struct param_table *t, uint64_t seed, size_t begin
         const struct param_tensor *p = &t->tensors[k];
         size_t lo = p->offset > begin ? p->offset : begin;
         size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+        const int bias = strstr(p->name, ".bias") != NULL;
         for (size_t i = lo; i < hi; i++)
-            dst[i - begin] = p->cols == 1 ? 1.0f : (float)(0.02 * rng_normal(key, i));
+            dst[i - begin] = bias ? 0.0f : p->cols == 1 ? 1.0f : (float)(0.02 * rng_normal(key, i));
     }
 }
 
@@ -519,22 +551,22 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     const float eps = (float)c->rms_norm_eps;
     void *gathered = m->scratch + s.gathered, *partial;
     const void *ln1, *ln2;
-#define P(k) model_param_in(t, layer_tensor(l, k), w)
+#define P(k) model_param_in(t, layer_tensor(c, l, k), w)
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->rmsnorm_forward(ops, at, layer + a.ln1, STAT(layer + a.ln1_rstd), x,
                                      P(T_IN_NORM), R, C, eps));
-    MODEL_PROBE(&m->base, l, layer_tensor(l, T_IN_NORM), "output", layer + a.ln1, (size_t)R * C);
+    MODEL_PROBE(&m->base, l, layer_tensor(c, l, T_IN_NORM), "output", layer + a.ln1, (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln1));
     /* q, k and v are one [QKV, C] matrix in the flat space. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_QKV, layer + a.qkv, ln1, P(T_Q),
-                                     NULL, BT, C, QKV));
-    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_Q), 3, layer + a.qkv, ln1, BT));
+                                     c->attention_bias ? P(T_Q_BIAS) : NULL, BT, C, QKV));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(c, l, T_Q), 3, layer + a.qkv, ln1, BT));
     MODEL_TIMED(m, MODEL_PROF_ROPE,
                 ops->rope_forward(ops, at, layer + a.qkv, m->rope_cos, m->rope_sin, B, T, NH + NKV,
                                   hs, QKV));
-    MODEL_PROBE(&m->base, l, layer_tensor(l, T_Q), "q, k and v outputs after the rotary embedding",
-                layer + a.qkv, (size_t)BT * QKV);
+    MODEL_PROBE(&m->base, l, layer_tensor(c, l, T_Q),
+                "q, k and v outputs after the rotary embedding", layer + a.qkv, (size_t)BT * QKV);
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
                 ops->attention_forward(ops, at, layer + a.atty, STAT(layer + a.lse), layer + a.qkv,
                                        B, T, NH, NKV, hs));
@@ -543,23 +575,24 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, partial, layer + a.atty,
                                      P(T_O), NULL, BT, NH * hs, C));
-    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_O), 1, partial, layer + a.atty, BT));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(c, l, T_O), 1, partial, layer + a.atty, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, layer + a.res2, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
                 ops->residual_forward(ops, at, layer + a.res2, layer + a.res2, x, R * C));
-    MODEL_PROBE(&m->base, l, layer_tensor(l, T_O), "output plus the residual", layer + a.res2,
+    MODEL_PROBE(&m->base, l, layer_tensor(c, l, T_O), "output plus the residual", layer + a.res2,
                 (size_t)R * C);
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 ops->rmsnorm_forward(ops, at, layer + a.ln2, STAT(layer + a.ln2_rstd),
                                      layer + a.res2, P(T_POST_NORM), R, C, eps));
-    MODEL_PROBE(&m->base, l, layer_tensor(l, T_POST_NORM), "output", layer + a.ln2, (size_t)R * C);
+    MODEL_PROBE(&m->base, l, layer_tensor(c, l, T_POST_NORM), "output", layer + a.ln2,
+                (size_t)R * C);
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln2, gathered, C, &ln2));
     /* gate and up are one [2I, C] matrix. */
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_IN, layer + a.gu, ln2,
                                      P(T_GATE), NULL, BT, C, 2 * I));
-    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_GATE), 2, layer + a.gu, ln2, BT));
-    MODEL_PROBE(&m->base, l, layer_tensor(l, T_GATE), "gate and up outputs", layer + a.gu,
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(c, l, T_GATE), 2, layer + a.gu, ln2, BT));
+    MODEL_PROBE(&m->base, l, layer_tensor(c, l, T_GATE), "gate and up outputs", layer + a.gu,
                 (size_t)BT * 2 * I);
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
                 ops->swiglu_forward(ops, at, layer + a.mlp, layer + a.gu, BT, I));
@@ -568,11 +601,11 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_forward(&m->base, ops, l, FP8_GEMM_MLP_OUT, partial, layer + a.mlp,
                                      P(T_DOWN), NULL, BT, I, C));
-    ZT_TRY(model_lora_forward(&m->base, layer_tensor(l, T_DOWN), 1, partial, layer + a.mlp, BT));
+    ZT_TRY(model_lora_forward(&m->base, layer_tensor(c, l, T_DOWN), 1, partial, layer + a.mlp, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, partial, out, C));
     MODEL_TIMED(m, MODEL_PROF_RESIDUAL,
                 ops->residual_forward(ops, at, out, out, layer + a.res2, R * C));
-    MODEL_PROBE(&m->base, l, layer_tensor(l, T_DOWN), "output plus the residual", out,
+    MODEL_PROBE(&m->base, l, layer_tensor(c, l, T_DOWN), "output plus the residual", out,
                 (size_t)R * C);
 #undef P
     return ZT_OK;
@@ -594,9 +627,9 @@ static zt_status head_forward(struct llama *m, const struct model_unit_hooks *h,
     MODEL_TIMED(m, MODEL_PROF_NORM,
                 m->ops->rmsnorm_forward(m->ops, at, lnf_rows, STAT(acts + a->lnf_rstd),
                                         layer_output(m, a, L - 1),
-                                        model_param_in(t, norm_tensor(L), w),
+                                        model_param_in(t, norm_tensor(c), w),
                                         model_sp_rows(&m->base), C, (float)c->rms_norm_eps));
-    MODEL_PROBE(&m->base, L, norm_tensor(L), "output", lnf_rows,
+    MODEL_PROBE(&m->base, L, norm_tensor(c), "output", lnf_rows,
                 (size_t)model_sp_rows(&m->base) * C);
     ZT_TRY(model_sp_gather(&m->base, h, lnf_rows, acts + a->lnf, C, &lnf));
     if (c->tie_word_embeddings) {
@@ -693,6 +726,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     const struct param_table *t = m->base.table;
     const struct ops_backend *ops = m->ops;
     const enum zt_dtype at = model_act(&m->base);
+    const struct llama_config *c = &m->c;
     const struct llama_dims *d = &m->d;
     const struct act_layout a =
         act_layout_of(d, m->base.B, m->base.T, m->ckpt_every, &m->base.stage);
@@ -702,14 +736,14 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     unsigned char *sc = m->scratch, *dres = sc + s.dres, *gathered = sc + s.gathered;
     void *dln = dln_partial(m, &s);
     const void *dout, *ln;
-#define P(k) model_param_in(t, layer_tensor(l, k), w)
-#define G(k) model_grad_in(t, layer_tensor(l, k), g)
+#define P(k) model_param_in(t, layer_tensor(c, l, k), w)
+#define G(k) model_grad_in(t, layer_tensor(c, l, k), g)
     ZT_TRY(model_sp_gather(&m->base, h, dres, gathered, C, &dout));
     ZT_TRY(zero(m, sc + s.dmlp, (size_t)BT * I));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_OUT, sc + s.dmlp, G(T_DOWN),
                                       NULL, dout, layer + a.mlp, P(T_DOWN), BT, I, C));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_DOWN), 1, sc + s.dmlp, dout,
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(c, l, T_DOWN), 1, sc + s.dmlp, dout,
                                layer + a.mlp, BT));
     ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
@@ -719,7 +753,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_IN, dln, G(T_GATE), NULL,
                                       sc + s.dgu, ln, P(T_GATE), BT, C, 2 * I));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_GATE), 2, dln, sc + s.dgu, ln, BT));
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(c, l, T_GATE), 2, dln, sc + s.dgu, ln, BT));
     /* a column-parallel layer's input gradient: summed over the slices */
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_POST_NORM), sc + s.dln_rows, layer + a.res2,
@@ -729,7 +763,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, sc + s.datty, G(T_O),
                                       NULL, dout, layer + a.atty, P(T_O), BT, NH * hs, C));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_O), 1, sc + s.datty, dout,
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(c, l, T_O), 1, sc + s.datty, dout,
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
@@ -741,9 +775,10 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
-                model_linear_backward(&m->base, ops, l, FP8_GEMM_QKV, dln, G(T_Q), NULL,
-                                      sc + s.dqkv, ln, P(T_Q), BT, C, QKV));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(l, T_Q), 3, dln, sc + s.dqkv, ln, BT));
+                model_linear_backward(&m->base, ops, l, FP8_GEMM_QKV, dln, G(T_Q),
+                                      c->attention_bias ? G(T_Q_BIAS) : NULL, sc + s.dqkv, ln,
+                                      P(T_Q), BT, C, QKV));
+    ZT_TRY(model_lora_backward(&m->base, layer_tensor(c, l, T_Q), 3, dln, sc + s.dqkv, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_IN_NORM), sc + s.dln_rows, x, P(T_IN_NORM),
                          STAT(layer + a.ln1_rstd)));
@@ -788,9 +823,9 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
         ZT_TRY(model_unit_grads_acquire(&m->base, h, L + 1, &g));
     }
     ZT_TRY(zero(m, m->scratch + s.dres, (size_t)model_sp_rows(&m->base) * C));
-    ZT_TRY(norm_backward(m, h, m->scratch + s.dres, model_grad_in(t, norm_tensor(L), g),
+    ZT_TRY(norm_backward(m, h, m->scratch + s.dres, model_grad_in(t, norm_tensor(c), g),
                          m->scratch + s.dln_rows, layer_output(m, &a, L - 1),
-                         model_param_in(t, norm_tensor(L), w), STAT(m->acts + a.lnf_rstd)));
+                         model_param_in(t, norm_tensor(c), w), STAT(m->acts + a.lnf_rstd)));
     ZT_TRY(model_unit_release(&m->base, h, L + 1));
     ZT_TRY(model_unit_grads_done(&m->base, h, L + 1));
     return ZT_OK;

@@ -37,6 +37,7 @@ struct llama_config {
     int vocab_size, block_size, n_layer, n_head, n_kv_head, n_embd, intermediate_size;
     int tie_word_embeddings; /* 1: the head is embed_tokens */
     double rope_theta, rms_norm_eps;
+    int attention_bias; /* 1: q, k and v have biases (Qwen2) */
 };
 
 /* The family's table of operations ("llama"). */
@@ -44,7 +45,8 @@ extern const struct model_family llama_family;
 
 /* Llama's shape as its family describes it: kind "llama" with vocab_size,
  * block_size, n_layer, n_head, n_kv_head, n_embd, intermediate_size,
- * tie_word_embeddings (integers), rope_theta, rms_norm_eps (reals). */
+ * tie_word_embeddings (integers), rope_theta, rms_norm_eps (reals), and
+ * attention_bias 1 when the model has q, k and v biases (absent: none). */
 void llama_describe(const struct llama_config *cfg, struct zt_kvlist *shape);
 
 /* The config of a "llama" shape: every key present, integers in range,

@@ -40,7 +40,9 @@ with
                  h // (n_head / n_kv_head) (Hugging Face's repeat_kv);
                  y_h = softmax(q_h k^T / sqrt(hs), causal) v per sequence;
                  heads concatenated along the last dim before o_proj.
-No biases anywhere. Matrices are nn.Linear layout [out, in], row-major.
+No biases, except with --qwen2 (Qwen2's attention): q, k and v each get
+their bias added after the projection, before the rotary embedding.
+Matrices are nn.Linear layout [out, in], row-major.
 
 Flat parameter order:
   embed_tokens.weight [V, C],
@@ -50,6 +52,8 @@ Flat parameter order:
                self_attn.o_proj.weight [C, n_head*hs],
                post_attention_layernorm.weight [C], mlp.gate_proj.weight [I, C],
                mlp.up_proj.weight [I, C], mlp.down_proj.weight [C, I],
+               with --qwen2 then self_attn.q_proj.bias [n_head*hs],
+               self_attn.k_proj.bias [n_kv_head*hs], self_attn.v_proj.bias [n_kv_head*hs],
   norm.weight [C],
   lm_head.weight [V, C]                          (only when not tied).
 
@@ -57,9 +61,11 @@ Configurations (B=2, T=12, maxT=16, V=64, n_layer=2, n_head=4, n_embd=16):
   default: n_kv_head 2, intermediate_size 24, rope_theta 10000,
            rms_norm_eps 1e-5, untied, seed 0;
   --tied:  n_kv_head 1, intermediate_size 40, rope_theta 500000,
-           rms_norm_eps 1e-6, tie_word_embeddings, seed 1.
+           rms_norm_eps 1e-6, tie_word_embeddings, seed 1;
+  --qwen2: n_kv_head 2, intermediate_size 24, rope_theta 1000000,
+           rms_norm_eps 1e-6, tie_word_embeddings, q/k/v biases, seed 2.
 Values from random.Random(seed), in this order: every parameter in flat
-order, row-major (matrices and embeddings gauss(0, 0.2), norm weights
+order, row-major (matrices, embeddings and biases gauss(0, 0.2), norm weights
 1 + gauss(0, 0.1)), each rounded to float32 before it is used; then
 inputs [B*T] and targets [B*T], each randrange(V). The float32 values in the
 file are therefore exactly the values the float64 reference used.
@@ -74,9 +80,10 @@ lr 1e-2, betas (0.9, 0.999), eps 1e-8, weight_decay 0.1, no clipping, 5 steps
 on the same batch; losses[i] is the loss before update i (losses[0] == loss).
 
 Binary file (little-endian, no padding):
-  char[8]  "ZTLLAM01"
+  char[8]  "ZTLLAM01" ("ZTLLAM02" with --qwen2)
   int32    V, maxT, n_layer, n_head, n_kv_head, n_embd, intermediate_size,
            tie_word_embeddings, B, T
+  int32    attention_bias            (only in ZTLLAM02 files)
   float32  rope_theta, rms_norm_eps
   int32    n_params                  (flat total)
   int32    inputs[B*T]               (row-major [B,T])
@@ -91,6 +98,7 @@ Binary file (little-endian, no padding):
 Usage:
   python3 scripts/reference/llama_reference.py --out tests/data/llama_reference.bin
   python3 scripts/reference/llama_reference.py --tied --out tests/data/llama_reference_tied.bin
+  python3 scripts/reference/llama_reference.py --qwen2 --out tests/data/llama_reference_qwen2.bin
 """
 
 import argparse
@@ -102,11 +110,14 @@ import sys
 import time
 
 MAGIC = b"ZTLLAM01"
+MAGIC_BIAS = b"ZTLLAM02"  # then int32 attention_bias after the ten header integers
 BASE = dict(V=64, maxT=16, n_layer=2, n_head=4, n_embd=16, B=2, T=12)
 UNTIED = dict(BASE, n_kv_head=2, intermediate_size=24, rope_theta=10000.0,
               rms_norm_eps=1e-5, tie_word_embeddings=0, seed=0)
 TIED = dict(BASE, n_kv_head=1, intermediate_size=40, rope_theta=500000.0,
             rms_norm_eps=1e-6, tie_word_embeddings=1, seed=1)
+QWEN2 = dict(BASE, n_kv_head=2, intermediate_size=24, rope_theta=1000000.0,
+             rms_norm_eps=1e-6, tie_word_embeddings=1, attention_bias=1, seed=2)
 ADAMW = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1)
 N_STEPS = 5
 GRADCHECK_PER_TENSOR = 5
@@ -287,6 +298,18 @@ def mul_rows(tp, a, r):
     return tp.op(y, a.shape, back)
 
 
+def add_cols(tp, a, c):
+    """y[n, m] = a[n, m] + c[m]  (a [N, M], c [M])."""
+    N, M = a.shape
+    assert len(c.val) == M
+    y = [p + c.val[i % M] for i, p in enumerate(a.val)]
+
+    def back(g):
+        _acc(a, list(g))
+        _acc(c, [sum(g[m::M]) for m in range(M)])
+    return tp.op(y, a.shape, back)
+
+
 def mul_cols(tp, a, c):
     """y[n, m] = a[n, m] * c[m]  (a [N, M], c [M])."""
     N, M = a.shape
@@ -354,6 +377,12 @@ def param_specs(cfg):
             (p + "mlp.up_proj.weight", (I, C), "matrix"),
             (p + "mlp.down_proj.weight", (C, I), "matrix"),
         ]
+        if cfg.get("attention_bias"):
+            specs += [
+                (p + "self_attn.q_proj.bias", (nq,), "bias"),
+                (p + "self_attn.k_proj.bias", (nkv,), "bias"),
+                (p + "self_attn.v_proj.bias", (nkv,), "bias"),
+            ]
     specs.append(("norm.weight", (C,), "norm"))
     if not cfg["tie_word_embeddings"]:
         specs.append(("lm_head.weight", (V, C), "matrix"))
@@ -378,7 +407,7 @@ def draw(cfg):
     params = {}
     for name, shape, kind in param_specs(cfg):
         n = numel(shape)
-        if kind == "matrix":
+        if kind in ("matrix", "bias"):
             params[name] = [f32(rng.gauss(0.0, 0.2)) for _ in range(n)]
         else:
             params[name] = [f32(1.0 + rng.gauss(0.0, 0.1)) for _ in range(n)]
@@ -498,9 +527,14 @@ def forward(tp, P, cfg, K, inputs, targets):
     for l in range(cfg["n_layer"]):
         p = "layers.%d." % l
         a = rmsnorm(tp, x, P[p + "input_layernorm.weight"], eps)
-        q = rope(tp, linear(tp, a, P[p + "self_attn.q_proj.weight"]), K.rope_q)
-        k = rope(tp, linear(tp, a, P[p + "self_attn.k_proj.weight"]), K.rope_k)
-        v = linear(tp, a, P[p + "self_attn.v_proj.weight"])
+        def proj(name):
+            y = linear(tp, a, P[p + "self_attn.%s_proj.weight" % name])
+            if cfg.get("attention_bias"):
+                y = add_cols(tp, y, P[p + "self_attn.%s_proj.bias" % name])
+            return y
+        q = rope(tp, proj("q"), K.rope_q)
+        k = rope(tp, proj("k"), K.rope_k)
+        v = proj("v")
         h = add(tp, x, linear(tp, attention(tp, q, k, v, cfg, K),
                               P[p + "self_attn.o_proj.weight"]))
         m = rmsnorm(tp, h, P[p + "post_attention_layernorm.weight"], eps)
@@ -548,8 +582,12 @@ def plain_loss(params, cfg, inputs, targets):
         w = params[name]
         return [w[r * cols:(r + 1) * cols] for r in range(rows)]
 
-    def lin(vec, w):
-        return [sum(wi * xi for wi, xi in zip(row, vec)) for row in w]
+    def lin(vec, w, bias=None):
+        y = [sum(wi * xi for wi, xi in zip(row, vec)) for row in w]
+        return y if bias is None else [e + b for e, b in zip(y, bias)]
+
+    def bias_of(name):
+        return params[name] if cfg.get("attention_bias") else None
 
     def rms(vec, w):
         var = sum(e * e for e in vec) / len(vec)
@@ -574,11 +612,12 @@ def plain_loss(params, cfg, inputs, targets):
             wo = mat(p + "self_attn.o_proj.weight", C, nh * hs)
             a = [rms(x, params[p + "input_layernorm.weight"]) for x in xs]
             # [T, heads, hs] after view; rope per head at position t.
-            q = [[rotary(lin(a[t], wq)[h * hs:(h + 1) * hs], t) for h in range(nh)]
+            bq, bk, bv = (bias_of(p + "self_attn.%s_proj.bias" % n) for n in "qkv")
+            q = [[rotary(lin(a[t], wq, bq)[h * hs:(h + 1) * hs], t) for h in range(nh)]
                  for t in range(T)]
-            k = [[rotary(lin(a[t], wk)[h * hs:(h + 1) * hs], t) for h in range(nkv)]
+            k = [[rotary(lin(a[t], wk, bk)[h * hs:(h + 1) * hs], t) for h in range(nkv)]
                  for t in range(T)]
-            v = [[lin(a[t], wv)[h * hs:(h + 1) * hs] for h in range(nkv)] for t in range(T)]
+            v = [[lin(a[t], wv, bv)[h * hs:(h + 1) * hs] for h in range(nkv)] for t in range(T)]
             # repeat_kv: head h of the expanded k, v is kv head h // n_rep.
             k = [[k[t][h // n_rep] for h in range(nh)] for t in range(T)]
             v = [[v[t][h // n_rep] for h in range(nh)] for t in range(T)]
@@ -677,10 +716,12 @@ def adamw_trajectory(params, cfg, K, inputs, targets, n_steps):
 def write_file(path, cfg, inputs, targets, params_flat, loss, grads_flat, losses):
     n = len(params_flat)
     with open(path, "wb") as f:
-        f.write(MAGIC)
+        f.write(MAGIC_BIAS if cfg.get("attention_bias") else MAGIC)
         f.write(struct.pack("<10i", cfg["V"], cfg["maxT"], cfg["n_layer"], cfg["n_head"],
                             cfg["n_kv_head"], cfg["n_embd"], cfg["intermediate_size"],
                             cfg["tie_word_embeddings"], cfg["B"], cfg["T"]))
+        if cfg.get("attention_bias"):
+            f.write(struct.pack("<i", 1))
         f.write(struct.pack("<2f", cfg["rope_theta"], cfg["rms_norm_eps"]))
         f.write(struct.pack("<i", n))
         f.write(struct.pack("<%di" % len(inputs), *inputs))
@@ -699,10 +740,12 @@ def main():
     ap.add_argument("--out", required=True, help="output .bin path")
     ap.add_argument("--tied", action="store_true",
                     help="the tied-embedding configuration (see the docstring)")
+    ap.add_argument("--qwen2", action="store_true",
+                    help="the Qwen2-shaped configuration, with q, k and v biases")
     args = ap.parse_args()
 
     t0 = time.time()
-    cfg = TIED if args.tied else UNTIED
+    cfg = QWEN2 if args.qwen2 else TIED if args.tied else UNTIED
     assert cfg["n_embd"] % cfg["n_head"] == 0 and cfg["n_head"] % cfg["n_kv_head"] == 0
     assert (cfg["n_embd"] // cfg["n_head"]) % 2 == 0 and cfg["T"] <= cfg["maxT"]
     K = Constants(cfg)

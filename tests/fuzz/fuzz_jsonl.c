@@ -11,7 +11,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *path = fuzz_write("train.jsonl", data + 1, size - 1);
     const char *paths[] = {path};
     for (int packing = 0; packing <= 1; packing++) {
-        const struct jsonl_options opt = {NULL, packing, 1 + data[0] % 64};
+        const struct jsonl_options opt = {NULL, packing, 1 + data[0] % 64, NULL};
         struct token_buffer b = {0};
         struct jsonl_report report;
         fuzz_begin();
