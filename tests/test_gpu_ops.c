@@ -837,6 +837,24 @@ static void check_attention(struct harness *h, enum zt_dtype t, int B, int T, in
                  typed_budget(t));
 }
 
+/* Attention of n new rows over a key/value cache of p0 + n positions
+ * (decoding), fp32 only; row strides wider than the heads. */
+static void check_attention_cached(struct harness *h, int p0, int n, int NH, int NKV, int hs,
+                                   uint64_t key)
+{
+    const int qs = (NH + 2 * NKV) * hs, ks = NKV * hs + 3, P = p0 + n;
+    const size_t nq = (size_t)n * qs, nk = (size_t)P * ks, no = (size_t)n * NH * hs;
+    const float *q = rnd_t(h, ZT_F32, nq, key, 1.5), *k = rnd_t(h, ZT_F32, nk, key + 1, 1.5);
+    const float *v = rnd_t(h, ZT_F32, nk, key + 2, 1.0);
+    float *out = hmem(h, FB(no)), *d_out = poisoned(h, FB(no));
+    REF(h, attention_cached_forward, ZT_F32, out, q, qs, k, v, ks, p0, n, NH, NKV, hs);
+    BUT(h, attention_cached_forward, ZT_F32, d_out, to_dev(h, q, FB(nq)), qs, to_dev(h, k, FB(nk)),
+        to_dev(h, v, FB(nk)), ks, p0, n, NH, NKV, hs);
+    expect_dev_close(
+        h, NAME("attention_cached_forward p0=%d n=%d NH=%d NKV=%d hs=%d", p0, n, NH, NKV, hs),
+        d_out, out, no, FP32_BUDGET);
+}
+
 /* RoPE on the query heads and on the key heads of qkv rows (row_stride
  * wider than the rotated heads: the columns past them must stay), forward
  * then backward, both in place on the same random buffer on each side. */
@@ -1498,6 +1516,11 @@ START_TEST(attention)
      * smaller tile for hs 256 where 32 rows do not fit */
     check_attention(&h, t, 1, 40, 2, 1, 128, 5320);
     check_attention(&h, t, 1, 20, 1, 1, 256, 5330);
+    if (t == ZT_F32) {
+        check_attention_cached(&h, 0, 9, 4, 2, 16, 5340);
+        check_attention_cached(&h, 40, 1, 4, 2, 64, 5350);
+        check_attention_cached(&h, 100, 3, 3, 3, 32, 5360);
+    }
     check_rope(&h, t, B_, T_, NH_, NKV_, HS_, 5400);
     check_rope(&h, t, 1, 1, 1, 1, 2, 5500);
     check_rope(&h, t, 2, 33, 3, 1, 10, 5600);
