@@ -123,6 +123,53 @@ START_TEST(prompts_from_a_file)
 }
 END_TEST
 
+/* A LoRA checkpoint generates with its adapters merged in: adapters
+ * trained on another text change the base's continuation, and give the
+ * same text as the checkpoint's export --merge named in model.init_from. */
+START_TEST(lora_checkpoint_equals_its_merged_export)
+{
+    train_once();
+    char *other = malloc(40 * 300);
+    ck_assert(other != NULL);
+    other[0] = '\0';
+    for (int i = 0; i < 300; i++)
+        strcat(other, "a b c d e f g h i j k l m n o p. ");
+    testutil_write_file(testutil_path_in(dir, "other.txt"), other, strlen(other));
+    free(other);
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "base.log"),
+                                  "%s export %s/ck --out %s/base.safetensors", testutil_binary(),
+                                  dir, dir),
+                     0);
+    ck_assert_int_eq(
+        testutil_run(testutil_path_in(dir, "lora.log"),
+                     "mpirun -np 1 %s train %s/gen.yaml --quiet --no-progress --set "
+                     "lora.enabled=true --set lora.r=8 --set lora.target_modules=all-linear "
+                     "--set run.steps=40 --set optimizer.params.lr=1e-2 --set "
+                     "model.init_from=%s/base.safetensors --set data.train=%s/other.txt --set "
+                     "checkpoint.dir=%s/lck --set run.output_dir=%s/lrun",
+                     testutil_binary(), dir, dir, dir, dir, dir),
+        0);
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "merge.log"),
+                                  "%s export %s/lck --merge --out %s/merged.safetensors",
+                                  testutil_binary(), dir, dir),
+                     0);
+    const char *from = "%s/gen.yaml --set checkpoint.dir=null --set model.init_from=%s/%s "
+                       "--prompt 'the ' --max-new-tokens 30";
+    ck_assert_int_eq(
+        generate("lora", testutil_fmt("%s/lck --prompt 'the ' --max-new-tokens 30", dir)), 0);
+    ck_assert_int_eq(generate("merged", testutil_fmt(from, dir, dir, "merged.safetensors")), 0);
+    ck_assert_int_eq(generate("base", testutil_fmt(from, dir, dir, "base.safetensors")), 0);
+    char *a = output("lora", "out"), *b = output("merged", "out"), *base = output("base", "out");
+    char *log = output("lora", "log");
+    ck_assert_str_eq(a, b);
+    ck_assert_int_eq((int)strlen(a), 4 + 30 + 1);
+    ck_assert_msg(strncmp(base, "the quick brown fox", 19) == 0, "%s", base);
+    ck_assert_msg(strcmp(a, base) != 0, "the adapters changed nothing: %s", a);
+    ck_assert_msg(strstr(log, "(step 40, adapters merged in)"), "%s", log);
+    free(a), free(b), free(base), free(log);
+}
+END_TEST
+
 /* Each refusal: exit 2 and the message. */
 START_TEST(refusals_name_the_problem)
 {
@@ -168,6 +215,7 @@ static Suite *generate_suite(void)
     tcase_add_test(tc, continues_the_training_text);
     tcase_add_test(tc, sampling_repeats_with_its_seed);
     tcase_add_test(tc, prompts_from_a_file);
+    tcase_add_test(tc, lora_checkpoint_equals_its_merged_export);
     tcase_add_test(tc, refusals_name_the_problem);
     suite_add_tcase(s, tc);
     return s;
