@@ -445,7 +445,13 @@ static zt_status generate_all(const struct gen_options *o, const struct gen_mode
                               char **prompts, size_t n, FILE *out, FILE *err)
 {
     struct infer_model *im;
-    ZT_TRY(infer_open(&g->base, g->params, ops_cpu_backend(), &im));
+    const struct ops_backend *ops; /* the CPU's, keeping its GEMM kernels between steps */
+    ZT_TRY(ops_cpu_open(&ops));
+    zt_status opened = infer_open(&g->base, g->params, ops, &im);
+    if (opened != ZT_OK) {
+        ops_cpu_close(ops);
+        return opened;
+    }
     const int V = infer_vocab_size(im);
     float *logits = malloc((size_t)V * sizeof *logits);
     int32_t *order = malloc((size_t)V * sizeof *order);
@@ -477,6 +483,7 @@ static zt_status generate_all(const struct gen_options *o, const struct gen_mode
     free(order);
     free(logits);
     infer_close(im);
+    ops_cpu_close(ops);
     return st;
 }
 

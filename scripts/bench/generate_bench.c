@@ -36,12 +36,14 @@ int main(int argc, char **argv)
     float *params = malloc(t.n_params * sizeof(float));
     float *logits = malloc((size_t)c.vocab_size * sizeof(float));
     int32_t *seq = malloc((size_t)(ctx + n_new) * sizeof(int32_t));
-    if (!params || !logits || !seq)
+    int32_t *order = malloc((size_t)c.vocab_size * sizeof(int32_t));
+    if (!params || !logits || !seq || !order)
         return 1;
     param_table_init(&t, 1, 0, t.n_params, params);
     for (int i = 0; i < ctx; i++)
         seq[i] = (int32_t)((i * 7919) % c.vocab_size);
-    if (infer_open(&t, params, ops_cpu_backend(), &m) != ZT_OK)
+    const struct ops_backend *ops;
+    if (ops_cpu_open(&ops) != ZT_OK || infer_open(&t, params, ops, &m) != ZT_OK)
         return 1;
     const struct sampling greedy = {0, 0, 1};
     /* with the cache: the prompt once, then one token per step */
@@ -49,7 +51,7 @@ int main(int argc, char **argv)
         return 1;
     double t0 = zt_now_seconds();
     for (int i = 0; i < n_new; i++) {
-        seq[ctx + i] = sampling_pick(&greedy, logits, c.vocab_size, 0, 0, NULL);
+        seq[ctx + i] = sampling_pick(&greedy, logits, c.vocab_size, 0, 0, order);
         if (infer_step(m, &seq[ctx + i], 1, logits) != ZT_OK)
             return 1;
     }
@@ -67,7 +69,8 @@ int main(int argc, char **argv)
     printf("| GPT-2 L%d C%d V%d | %d | %d | %.1f | %.2f | %.1fx |\n", c.n_layer, c.n_embd,
            c.vocab_size, ctx, n_new, cached, full, cached / full);
     infer_close(m);
+    ops_cpu_close(ops);
     param_table_free(&t);
-    free(params), free(logits), free(seq);
+    free(params), free(logits), free(seq), free(order);
     return 0;
 }
