@@ -84,57 +84,92 @@ struct gen_model {
 
 /* ---- the options --------------------------------------------------------- */
 
-static zt_status number(const char *opt, const char *text, double lo, double hi, double *out)
+/* The options that take a value; numbers are checked against [lo, hi]
+ * (whole: an integer), the others (lo > hi) taken as text. */
+enum gen_value { V_PROMPT, V_FILE, V_MAX_NEW, V_TEMPERATURE, V_TOP_K, V_TOP_P, V_SEED, V_SET };
+
+static const struct {
+    const char *name;
+    double lo, hi;
+    int whole;
+} value_options[] = {
+    [V_PROMPT] = {"--prompt", 1, 0, 0},
+    [V_FILE] = {"--file", 1, 0, 0},
+    [V_MAX_NEW] = {"--max-new-tokens", 0, 1e8, 1},
+    [V_TEMPERATURE] = {"--temperature", 0, 1e6, 0},
+    [V_TOP_K] = {"--top-k", 0, 1e9, 1},
+    [V_TOP_P] = {"--top-p", 1e-9, 1, 0},
+    [V_SEED] = {"--seed", 0, 9007199254740992.0, 1}, /* 2^53: exact in a double */
+    [V_SET] = {"--set", 1, 0, 0},
+};
+
+static zt_status number_of(int k, const char *text, double *out)
 {
     char *end;
-    const double v = strtod(text, &end);
-    if (end == text || *end != '\0' || !(v >= lo && v <= hi))
-        return zt_error_set(ZT_ERR_USAGE, "%s %s: expected a number in [%g, %g]", opt, text, lo,
-                            hi);
+    const double v = strtod(text, &end), lo = value_options[k].lo, hi = value_options[k].hi;
+    if (end == text || *end != '\0' || !(v >= lo && v <= hi) ||
+        (value_options[k].whole && v != (double)(int64_t)v))
+        return zt_error_set(ZT_ERR_USAGE, "%s %s: expected %s in [%g, %g]", value_options[k].name,
+                            text, value_options[k].whole ? "a whole number" : "a number", lo, hi);
     *out = v;
+    return ZT_OK;
+}
+
+static zt_status set_value(int k, const char *val, struct gen_options *o)
+{
+    double v = 0;
+    if (value_options[k].lo <= value_options[k].hi)
+        ZT_TRY(number_of(k, val, &v));
+    switch ((enum gen_value)k) {
+    case V_PROMPT:
+        o->prompt = val, o->have_prompt = 1;
+        break;
+    case V_FILE:
+        o->file = val;
+        break;
+    case V_MAX_NEW:
+        o->max_new = (int)v;
+        break;
+    case V_TEMPERATURE:
+        o->temperature = v;
+        break;
+    case V_TOP_K:
+        o->top_k = (int)v;
+        break;
+    case V_TOP_P:
+        o->top_p = v;
+        break;
+    case V_SEED:
+        o->seed = (uint64_t)v;
+        break;
+    case V_SET:
+        if (o->n_sets == MAX_SETS)
+            return zt_error_set(ZT_ERR_USAGE, "too many --set options (at most %d)", MAX_SETS);
+        o->sets[o->n_sets++].assignment = val;
+        break;
+    }
     return ZT_OK;
 }
 
 /* Reads option argv[*i] (with its value); ZT_ERR_USAGE names what is wrong. */
 static zt_status parse_option(int argc, char **argv, int *i, struct gen_options *o)
 {
-    static const char *const flags[] = {"--json", "--chat"};
     const char *arg = argv[*i];
-    double v;
-    if (strcmp(arg, flags[0]) == 0)
+    if (strcmp(arg, "--json") == 0)
         return o->json = 1, ZT_OK;
-    if (strcmp(arg, flags[1]) == 0)
+    if (strcmp(arg, "--chat") == 0)
         return zt_error_set(ZT_ERR_USAGE,
                             "--chat: no chat template is available yet; pass the prompt already "
                             "formatted as the model was trained on it");
-    if (*i + 1 >= argc)
-        return zt_error_set(ZT_ERR_USAGE, "%s needs a value (see zerotrain help generate)", arg);
-    const char *val = argv[++*i];
-    if (strcmp(arg, "--prompt") == 0) {
-        o->prompt = val;
-        o->have_prompt = 1;
-    } else if (strcmp(arg, "--file") == 0) {
-        o->file = val;
-    } else if (strcmp(arg, "--max-new-tokens") == 0) {
-        ZT_TRY(number(arg, val, 0, 1e8, &v));
-        o->max_new = (int)v;
-    } else if (strcmp(arg, "--temperature") == 0) {
-        ZT_TRY(number(arg, val, 0, 1e6, &o->temperature));
-    } else if (strcmp(arg, "--top-k") == 0) {
-        ZT_TRY(number(arg, val, 0, 1e9, &v));
-        o->top_k = (int)v;
-    } else if (strcmp(arg, "--top-p") == 0) {
-        ZT_TRY(number(arg, val, 1e-9, 1, &o->top_p));
-    } else if (strcmp(arg, "--seed") == 0) {
-        ZT_TRY(number(arg, val, 0, 9007199254740992.0, &v));
-        o->seed = (uint64_t)v;
-    } else if (strcmp(arg, "--set") == 0 && o->n_sets < MAX_SETS) {
-        o->sets[o->n_sets++].assignment = val;
-    } else {
-        return zt_error_set(ZT_ERR_USAGE, "'%s': unknown option (see zerotrain help generate)",
-                            arg);
+    for (size_t k = 0; k < sizeof value_options / sizeof value_options[0]; k++) {
+        if (strcmp(arg, value_options[k].name) != 0)
+            continue;
+        if (*i + 1 >= argc)
+            return zt_error_set(ZT_ERR_USAGE, "%s needs a value (see zerotrain help generate)",
+                                arg);
+        return set_value((int)k, argv[++*i], o);
     }
-    return ZT_OK;
+    return zt_error_set(ZT_ERR_USAGE, "'%s': unknown option (see zerotrain help generate)", arg);
 }
 
 static zt_status parse_args(int argc, char **argv, struct gen_options *o)

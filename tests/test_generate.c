@@ -184,6 +184,9 @@ START_TEST(refusals_name_the_problem)
          "no weights to generate with: checkpoint.dir", 2},
         {"%s/ck --chat --prompt x", "--chat: no chat template", 2},
         {"%s/ck --prompt x --temperature -1", "--temperature -1: expected a number", 2},
+        {"%s/ck --prompt x --max-new-tokens 2.5", "--max-new-tokens 2.5: expected a whole number",
+         2},
+        {"%s/ck --prompt x --frobnicate", "'--frobnicate': unknown option", 2},
         {"%s/ck --prompt x --file y", "--prompt and --file exclude each other", 2},
         {"%s/ck --max-new-tokens 2 --prompt "
          "0123456789012345678901234567890123456789012345678901234567890123456789",
