@@ -50,7 +50,7 @@ const char generate_help[] =
     "                         begin- or end-of-text token)\n"
     "  --file JSONL           one prompt per line, {\"prompt\": TEXT}; prints one JSON line each\n"
     "  --max-new-tokens N     tokens generated after the prompt (default 64); stops earlier at\n"
-    "                         the tokenizer's end-of-text token\n"
+    "                         the tokenizer's end-of-text token or at block_size positions\n"
     "  --temperature T        0 (default): greedy, the most likely token each step; > 0: draw\n"
     "                         from softmax(logits / T)\n"
     "  --top-k K              draw among the K most likely tokens only (default 0: all)\n"
@@ -58,7 +58,7 @@ const char generate_help[] =
     "                         reaches P (default 1: all)\n"
     "  --seed S               the draws' seed (default 1234): the same seed, the same text\n"
     "  --json                 print {\"prompt\", \"completion\", \"ids\", ...} as one JSON line\n"
-    "  --chat                 not available yet: there is no chat template; format the prompt\n"
+    "  --chat                 refused for now (no chat template yet): format the prompt yourself\n"
     "  --set key.path=value   override a key of CONFIG (repeatable)\n"
     "Speeds go to stderr: prefill and decode tokens/s.\n";
 
