@@ -11,6 +11,7 @@
  *   zerotrain export CKPT_DIR --out FILE.safetensors [--merge] [--dtype fp32|bf16|fp16]
  *                    [--max-shard-size SIZE]
  *   zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16]
+ *   zerotrain generate CONFIG|CKPT_DIR [--prompt TEXT | --file JSONL] [options]
  *   zerotrain prepare [--tokenizer NAME] [--tokenizer-dir DIR] --out FILE PATH...
  *   zerotrain tokenize [--tokenizer NAME] [--tokenizer-dir DIR] [--file FILE] [--decode]
  *   zerotrain plan CONFIG --gpus N [--gpus-per-node G] [--gpu-memory SIZE]
@@ -37,6 +38,7 @@
 #include "../plan/plan.h"
 #include "../report/report.h"
 #include "export.h"
+#include "generate.h"
 #include "prepare.h"
 
 #define MAX_OVERRIDES 256
@@ -47,6 +49,8 @@ static const char usage_text[] =
     "commands:\n"
     "  train CONFIG [options]    train the model described by CONFIG (YAML or DeepSpeed JSON)\n"
     "  eval CONFIG [options]     print the validation loss of the configured model\n"
+    "  generate CONFIG|CKPT_DIR  continue a prompt with the trained model (KV cache, greedy\n"
+    "                            or sampled), decoded with the run's tokenizer\n"
     "  prepare --out FILE PATH...  tokenise text files and folders into a token file\n"
     "  tokenize                  print the ids of a text (stdin) as JSON, or --decode ids\n"
     "  export CKPT_DIR --out FILE  write a checkpoint's weights as Hugging Face safetensors of\n"
@@ -206,9 +210,10 @@ static const char help_help[] =
 static const struct {
     const char *command, *text;
 } helps[] = {
-    {"train", train_help},         {"eval", eval_help},     {"prepare", prepare_help},
-    {"tokenize", tokenize_help},   {"export", export_help}, {"plan", plan_help},
-    {"calibrate", calibrate_help}, {"plot", plot_help},     {"help", help_help},
+    {"train", train_help},     {"eval", eval_help},           {"generate", generate_help},
+    {"prepare", prepare_help}, {"tokenize", tokenize_help},   {"export", export_help},
+    {"plan", plan_help},       {"calibrate", calibrate_help}, {"plot", plot_help},
+    {"help", help_help},
 };
 enum { N_HELPS = sizeof helps / sizeof helps[0] };
 
@@ -701,6 +706,8 @@ int cli_main(int argc, char **argv, volatile sig_atomic_t *stop,
         return run_mpi_command(1, argc - 2, argv + 2, stop, faults);
     if (strcmp(cmd, "eval") == 0)
         return run_mpi_command(0, argc - 2, argv + 2, stop, faults);
+    if (strcmp(cmd, "generate") == 0)
+        return generate_command(argc - 2, argv + 2, stdout, stderr);
     if (strcmp(cmd, "prepare") == 0)
         return run_prepare(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0)

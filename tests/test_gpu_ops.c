@@ -837,6 +837,24 @@ static void check_attention(struct harness *h, enum zt_dtype t, int B, int T, in
                  typed_budget(t));
 }
 
+/* Attention of n new rows over a key/value cache of p0 + n positions
+ * (decoding), fp32 only; row strides wider than the heads. */
+static void check_attention_cached(struct harness *h, int p0, int n, int NH, int NKV, int hs,
+                                   uint64_t key)
+{
+    const int qs = (NH + 2 * NKV) * hs, ks = NKV * hs + 3, P = p0 + n;
+    const size_t nq = (size_t)n * qs, nk = (size_t)P * ks, no = (size_t)n * NH * hs;
+    const float *q = rnd_t(h, ZT_F32, nq, key, 1.5), *k = rnd_t(h, ZT_F32, nk, key + 1, 1.5);
+    const float *v = rnd_t(h, ZT_F32, nk, key + 2, 1.0);
+    float *out = hmem(h, FB(no)), *d_out = poisoned(h, FB(no));
+    REF(h, attention_cached_forward, ZT_F32, out, q, qs, k, v, ks, p0, n, NH, NKV, hs);
+    BUT(h, attention_cached_forward, ZT_F32, d_out, to_dev(h, q, FB(nq)), qs, to_dev(h, k, FB(nk)),
+        to_dev(h, v, FB(nk)), ks, p0, n, NH, NKV, hs);
+    expect_dev_close(
+        h, NAME("attention_cached_forward p0=%d n=%d NH=%d NKV=%d hs=%d", p0, n, NH, NKV, hs),
+        d_out, out, no, FP32_BUDGET);
+}
+
 /* RoPE on the query heads and on the key heads of qkv rows (row_stride
  * wider than the rotated heads: the columns past them must stay), forward
  * then backward, both in place on the same random buffer on each side. */
@@ -1498,6 +1516,11 @@ START_TEST(attention)
      * smaller tile for hs 256 where 32 rows do not fit */
     check_attention(&h, t, 1, 40, 2, 1, 128, 5320);
     check_attention(&h, t, 1, 20, 1, 1, 256, 5330);
+    if (t == ZT_F32) {
+        check_attention_cached(&h, 0, 9, 4, 2, 16, 5340);
+        check_attention_cached(&h, 40, 1, 4, 2, 64, 5350);
+        check_attention_cached(&h, 100, 3, 3, 3, 32, 5360);
+    }
     check_rope(&h, t, B_, T_, NH_, NKV_, HS_, 5400);
     check_rope(&h, t, 1, 1, 1, 1, 2, 5500);
     check_rope(&h, t, 2, 33, 3, 1, 10, 5600);
@@ -1691,6 +1714,23 @@ static zt_status rope_forward_backwards(const struct ops_backend *self, enum zt_
     return cpu()->rope_backward(cpu(), t, x, cos_t, sin_t, B, T, n_heads, hs, row_stride);
 }
 
+/* the cache without its newest position: row i sees keys 0 .. p0 + i - 1
+ * (row 0 of a prompt, which would see none, keeps its own key) */
+static zt_status attention_cached_one_short(const struct ops_backend *self, enum zt_dtype t,
+                                            void *out, const void *q, int q_stride, const void *k,
+                                            const void *v, int kv_stride, int p0, int n, int NH,
+                                            int NKV, int hs)
+{
+    (void)self;
+    for (int i = 0; i < n; i++) {
+        const int seen = p0 + i > 0 ? p0 + i - 1 : 0;
+        ZT_TRY(cpu()->attention_cached_forward(cpu(), t, (float *)out + (size_t)i * NH * hs,
+                                               (const float *)q + (size_t)i * q_stride, q_stride, k,
+                                               v, kv_stride, seen, 1, NH, NKV, hs));
+    }
+    return ZT_OK;
+}
+
 /* amax one ulp high */
 static zt_status fp8_quantize_amax_ulp(const struct ops_backend *self, uint8_t *q, float *amax,
                                        const float *x, size_t n, float scale, enum fp8_format f)
@@ -1759,6 +1799,10 @@ static void break_rope(struct ops_backend *t)
 {
     t->rope_forward = rope_forward_backwards;
 }
+static void break_attention_cached(struct ops_backend *t)
+{
+    t->attention_cached_forward = attention_cached_one_short;
+}
 static void break_fp8(struct ops_backend *t)
 {
     t->fp8_quantize = fp8_quantize_amax_ulp;
@@ -1804,6 +1848,10 @@ static void run_rope(struct harness *h)
 {
     check_rope(h, ZT_F32, B_, T_, NH_, NKV_, HS_, 5400);
 }
+static void run_attention_cached(struct harness *h)
+{
+    check_attention_cached(h, 40, 3, 4, 2, 16, 5350);
+}
 static void run_fp8(struct harness *h)
 {
     check_fp8(h, FP8_E4M3, 1001, 0, 4000);
@@ -1830,6 +1878,8 @@ static const struct {
     {"a from_f32 that truncates to bf16", break_from_f32, run_from_f32},
     {"an adamw_update that leaves the working copy stale", break_adamw, run_adamw},
     {"a rope_forward that rotates the wrong way", break_rope, run_rope},
+    {"an attention_cached_forward that misses the newest position", break_attention_cached,
+     run_attention_cached},
     {"an fp8_quantize whose amax is one ulp high", break_fp8, run_fp8},
     {"a crossentropy_backward that counts masked rows", break_crossentropy, run_crossentropy},
     {"an adafactor_apply that forgets the weight decay", break_adafactor, run_adafactor},

@@ -27,6 +27,8 @@ zt_test(test_optim_reference SOURCES test_optim_reference.c LIBS zt_coordinator 
 zt_test(test_optim_layouts SOURCES test_optim_layouts.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 # What eval, export and training take as their weights, and what they say about it.
 zt_test(test_eval_cmd SOURCES test_eval_cmd.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
+# zerotrain generate: a trained model continues its text; refusals.
+zt_test(test_generate SOURCES test_generate.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 zt_test(test_outputs SOURCES test_outputs.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 # The memory timeline and summary against the ledger and the memory report.
 zt_test(test_memtimeline SOURCES test_memtimeline.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)

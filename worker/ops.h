@@ -215,6 +215,21 @@ struct ops_backend {
                                     const void *dout, const void *qkv, const void *out,
                                     const float *lse, int B, int T, int NH, int NKV, int hs);
 
+    /* Attention of n new positions against a key/value cache, for decoding
+     * one sequence: query row i (position p0 + i) attends keys and values
+     * 0 .. p0 + i. q[i * q_stride + h * hs ...] is query head h of row i;
+     * k[j * kv_stride + g * hs ...] and v[...] alike key and value head g of
+     * position j (the cache holds p0 + n positions, the new ones included);
+     * head h reads head g = h / (NH/NKV). out[n, NH*hs]. Scale 1/sqrt(hs).
+     * With p0 = 0 and n = T it is attention_forward's out over the same
+     * rows; with n = 1 one token's attention over the whole past. No
+     * lse: nothing runs backward through it. fp32 only (a 16-bit t is
+     * ZT_ERR_UNSUPPORTED); within ATTENTION_FP32_TOL of a double loop. */
+    zt_status (*attention_cached_forward)(const struct ops_backend *self, enum zt_dtype t,
+                                          void *out, const void *q, int q_stride, const void *k,
+                                          const void *v, int kv_stride, int p0, int n, int NH,
+                                          int NKV, int hs);
+
     /* RMSNorm over the last dimension: out[n,:] = inp[n,:] * rstd[n] * weight,
      * rstd[n] = 1 / sqrt(mean(inp[n,:]^2) + eps), saved for the backward. */
     zt_status (*rmsnorm_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,

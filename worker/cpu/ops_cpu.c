@@ -33,6 +33,7 @@
     .fp8_quantize = cpu_fp8_quantize, .fp8_dequantize = cpu_fp8_dequantize,                        \
     .lora_forward = cpu_lora_forward, .lora_backward = cpu_lora_backward,                          \
     .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,      \
+    .attention_cached_forward = cpu_attention_cached_forward,                                      \
     .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,              \
     .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward,                          \
     .swiglu_forward = cpu_swiglu_forward, .swiglu_backward = cpu_swiglu_backward,                  \

@@ -225,6 +225,9 @@ zt_status cpu_fp8_dequantize(const struct ops_backend *self, float *x, const uin
  * on the stack). */
 zt_status cpu_attention_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
                                 float *lse, const void *qkv, int B, int T, int NH, int NKV, int hs);
+zt_status cpu_attention_cached_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                       const void *q, int q_stride, const void *k, const void *v,
+                                       int kv_stride, int p0, int n, int NH, int NKV, int hs);
 zt_status cpu_attention_backward(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
                                  const void *dout, const void *qkv, const void *out,
                                  const float *lse, int B, int T, int NH, int NKV, int hs);

@@ -154,6 +154,9 @@ zt_status cuda_lora_backward(const struct ops_backend *self, enum zt_dtype t, vo
 zt_status cuda_attention_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
                                  float *lse, const void *qkv, int B, int T, int NH, int NKV,
                                  int hs);
+zt_status cuda_attention_cached_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                        const void *q, int q_stride, const void *k, const void *v,
+                                        int kv_stride, int p0, int n, int NH, int NKV, int hs);
 zt_status cuda_attention_backward(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
                                   const void *dout, const void *qkv, const void *out,
                                   const float *lse, int B, int T, int NH, int NKV, int hs);

@@ -79,6 +79,7 @@ static const struct ops_backend CUDA_OPS = {
     .lora_backward = cuda_lora_backward,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
+    .attention_cached_forward = cuda_attention_cached_forward,
     .rmsnorm_forward = cuda_rmsnorm_forward,
     .rmsnorm_backward = cuda_rmsnorm_backward,
     .rope_forward = cuda_rope_forward,

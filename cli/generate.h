@@ -1,0 +1,19 @@
+/* cli/generate.h — `zerotrain generate`: text from a trained model, one
+ * token per step over a key/value cache (worker/infer.h), with the run's
+ * tokenizer. One process, no MPI. */
+#ifndef ZT_CLI_GENERATE_H
+#define ZT_CLI_GENERATE_H
+
+#include <stdio.h>
+
+/* The command's help, as `zerotrain help generate` prints it. */
+extern const char generate_help[];
+
+/* Runs `zerotrain generate ARGS` (argv without the command's name): the
+ * text (or JSON lines) to `out`, the source line, speeds and errors
+ * ("zerotrain: error: ...") to `err`. Returns the exit status: 0, 2 for a
+ * usage or configuration error (a missing checkpoint, no weights, a prompt
+ * too long for the model), 1 for a run-time failure. */
+int generate_command(int argc, char **argv, FILE *out, FILE *err);
+
+#endif

@@ -1,0 +1,230 @@
+/* tests/test_generate.c — `zerotrain generate` through the binary: a model
+ * trained on a short sentence repeated continues it, from its CONFIG and
+ * from its checkpoint alike; greedy and seeded sampling repeat; --file
+ * gives one JSON line per prompt; what it cannot do is refused with exit
+ * 2 and a message naming the problem. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static const char sentence[] = "the quick brown fox jumps over the lazy dog. ";
+
+static char dir[512];
+
+/* Trains the model once: a GPT-2 on the byte tokenizer, the sentence
+ * repeated, into dir/ck. */
+static void train_once(void)
+{
+    if (dir[0])
+        return;
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("generate"));
+    char *text = malloc(sizeof sentence * 300);
+    ck_assert(text != NULL);
+    text[0] = '\0';
+    for (int i = 0; i < 300; i++)
+        strcat(text, sentence);
+    testutil_write_file(testutil_path_in(dir, "text.txt"), text, strlen(text));
+    free(text);
+    const char *yaml =
+        testutil_fmt("model: {vocab_size: 256, block_size: 64, n_layer: 2, n_head: 2, n_embd: 64}\n"
+                     "data: {train: %s/text.txt, val_fraction: 0.05, seq_len: 64}\n"
+                     "run: {steps: 150, seed: 3, output_dir: %s/run}\n"
+                     "checkpoint: {dir: %s/ck}\n"
+                     "train_micro_batch_size_per_gpu: 4\n"
+                     "optimizer: {type: AdamW, params: {lr: 3.0e-3, weight_decay: 0.0}}\n",
+                     dir, dir, dir);
+    testutil_write_file(testutil_path_in(dir, "gen.yaml"), yaml, strlen(yaml));
+    ck_assert_msg(testutil_run(testutil_path_in(dir, "train.log"),
+                               "mpirun -np 1 %s train %s/gen.yaml --quiet --no-progress",
+                               testutil_binary(), dir) == 0,
+                  "%s", testutil_slurp(testutil_path_in(dir, "train.log")));
+}
+
+/* `zerotrain generate ARGS`, stdout in dir/name.out, stderr in dir/name.log. */
+static int generate(const char *name, const char *args)
+{
+    return testutil_run(testutil_path_in(dir, testutil_fmt("%s.log", name)),
+                        "(%s generate %s > %s/%s.out)", testutil_binary(), args, dir, name);
+}
+
+static char *output(const char *name, const char *ext)
+{
+    char *t = strdup(testutil_slurp(testutil_fmt("%s/%s.%s", dir, name, ext)));
+    ck_assert(t != NULL);
+    return t;
+}
+
+START_TEST(continues_the_training_text)
+{
+    train_once();
+    ck_assert_int_eq(generate("config", testutil_fmt("%s/gen.yaml --prompt 'the quick brown' "
+                                                     "--max-new-tokens 40",
+                                                     dir)),
+                     0);
+    char *out = output("config", "out"), *log = output("config", "log");
+    ck_assert_msg(strncmp(out, "the quick brown fox jumps over the lazy dog. the quick ", 55) == 0,
+                  "%s", out);
+    ck_assert_int_eq((int)strlen(out), (int)strlen("the quick brown") + 40 + 1);
+    ck_assert_msg(strstr(log, testutil_fmt("generate: checkpoint %s/ck/step-00000150", dir)) &&
+                      strstr(log, "greedy") && strstr(log, "decode 39 tokens at"),
+                  "%s", log);
+    /* the checkpoint alone gives the same text: its config names the tokenizer */
+    ck_assert_int_eq(generate("ckpt", testutil_fmt("%s/ck --prompt 'the quick brown' "
+                                                   "--max-new-tokens 40",
+                                                   dir)),
+                     0);
+    char *again = output("ckpt", "out");
+    ck_assert_str_eq(again, out);
+    free(out), free(log), free(again);
+}
+END_TEST
+
+START_TEST(sampling_repeats_with_its_seed)
+{
+    train_once();
+    const char *args = testutil_fmt("%s/ck --prompt 'the ' --max-new-tokens 40 --temperature 1.5 "
+                                    "--top-k 20 --top-p 0.95 --seed 11 --json",
+                                    dir);
+    ck_assert_int_eq(generate("s1", args), 0);
+    ck_assert_int_eq(generate("s2", args), 0);
+    char *a = output("s1", "out"), *b = output("s2", "out");
+    ck_assert_str_eq(a, b);
+    ck_assert_msg(strstr(a, "{\"prompt\": \"the \", \"completion\": ") == a, "%s", a);
+    ck_assert_msg(strstr(a, "\"prompt_tokens\": 4, \"new_tokens\": 40, \"ids\": ["), "%s", a);
+    free(a), free(b);
+}
+END_TEST
+
+START_TEST(prompts_from_a_file)
+{
+    train_once();
+    const char *jsonl = "{\"prompt\": \"the lazy \"}\n\n{\"prompt\": \"fox \"}\n";
+    testutil_write_file(testutil_path_in(dir, "prompts.jsonl"), jsonl, strlen(jsonl));
+    ck_assert_int_eq(generate("file", testutil_fmt("%s/ck --file %s/prompts.jsonl "
+                                                   "--max-new-tokens 8",
+                                                   dir, dir)),
+                     0);
+    char *out = output("file", "out");
+    ck_assert_msg(testutil_count(out, "\n") == 2 &&
+                      strstr(out, "{\"prompt\": \"the lazy \", \"completion\": \"dog. the\"") &&
+                      strstr(out, "{\"prompt\": \"fox \", \"completion\": \"jumps ov\""),
+                  "%s", out);
+    free(out);
+    const char *bad = "{\"text\": \"x\"}\n";
+    testutil_write_file(testutil_path_in(dir, "bad.jsonl"), bad, strlen(bad));
+    ck_assert_int_eq(generate("badfile", testutil_fmt("%s/ck --file %s/bad.jsonl", dir, dir)), 2);
+    char *log = output("badfile", "log");
+    ck_assert_msg(strstr(log, "bad.jsonl:1: expected an object with a string \"prompt\""), "%s",
+                  log);
+    free(log);
+}
+END_TEST
+
+/* A LoRA checkpoint generates with its adapters merged in: adapters
+ * trained on another text change the base's continuation, and give the
+ * same text as the checkpoint's export --merge named in model.init_from. */
+START_TEST(lora_checkpoint_equals_its_merged_export)
+{
+    train_once();
+    char *other = malloc(40 * 300);
+    ck_assert(other != NULL);
+    other[0] = '\0';
+    for (int i = 0; i < 300; i++)
+        strcat(other, "a b c d e f g h i j k l m n o p. ");
+    testutil_write_file(testutil_path_in(dir, "other.txt"), other, strlen(other));
+    free(other);
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "base.log"),
+                                  "%s export %s/ck --out %s/base.safetensors", testutil_binary(),
+                                  dir, dir),
+                     0);
+    ck_assert_int_eq(
+        testutil_run(testutil_path_in(dir, "lora.log"),
+                     "mpirun -np 1 %s train %s/gen.yaml --quiet --no-progress --set "
+                     "lora.enabled=true --set lora.r=8 --set lora.target_modules=all-linear "
+                     "--set run.steps=40 --set optimizer.params.lr=1e-2 --set "
+                     "model.init_from=%s/base.safetensors --set data.train=%s/other.txt --set "
+                     "checkpoint.dir=%s/lck --set run.output_dir=%s/lrun",
+                     testutil_binary(), dir, dir, dir, dir, dir),
+        0);
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "merge.log"),
+                                  "%s export %s/lck --merge --out %s/merged.safetensors",
+                                  testutil_binary(), dir, dir),
+                     0);
+    const char *from = "%s/gen.yaml --set checkpoint.dir=null --set model.init_from=%s/%s "
+                       "--prompt 'the ' --max-new-tokens 30";
+    ck_assert_int_eq(
+        generate("lora", testutil_fmt("%s/lck --prompt 'the ' --max-new-tokens 30", dir)), 0);
+    ck_assert_int_eq(generate("merged", testutil_fmt(from, dir, dir, "merged.safetensors")), 0);
+    ck_assert_int_eq(generate("base", testutil_fmt(from, dir, dir, "base.safetensors")), 0);
+    char *a = output("lora", "out"), *b = output("merged", "out"), *base = output("base", "out");
+    char *log = output("lora", "log");
+    ck_assert_str_eq(a, b);
+    ck_assert_int_eq((int)strlen(a), 4 + 30 + 1);
+    ck_assert_msg(strncmp(base, "the quick brown fox", 19) == 0, "%s", base);
+    ck_assert_msg(strcmp(a, base) != 0, "the adapters changed nothing: %s", a);
+    ck_assert_msg(strstr(log, "(step 40, adapters merged in)"), "%s", log);
+    free(a), free(b), free(base), free(log);
+}
+END_TEST
+
+/* Each refusal: exit 2 and the message. */
+START_TEST(refusals_name_the_problem)
+{
+    train_once();
+    const struct {
+        const char *args, *message;
+        int exit_status; /* 2: usage or configuration; 1: a bad checkpoint */
+    } cases[] = {
+        {"%s/nowhere --prompt x", "nowhere: no such file or folder", 2},
+        {"%s/run --prompt x", "neither a checkpoint", 1},
+        {"%s/gen.yaml --set checkpoint.dir=%s/none --prompt x",
+         "no weights to generate with: checkpoint.dir", 2},
+        {"%s/ck --chat --prompt x", "--chat: no chat template", 2},
+        {"%s/ck --prompt x --temperature -1", "--temperature -1: expected a number", 2},
+        {"%s/ck --prompt x --max-new-tokens 2.5", "--max-new-tokens 2.5: expected a whole number",
+         2},
+        {"%s/ck --prompt x --frobnicate", "'--frobnicate': unknown option", 2},
+        {"%s/ck --prompt x --file y", "--prompt and --file exclude each other", 2},
+        {"%s/ck --max-new-tokens 2 --prompt "
+         "0123456789012345678901234567890123456789012345678901234567890123456789",
+         "the prompt is 70 tokens: the model holds 64 positions", 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *name = testutil_fmt("refused%zu", i);
+        const int status = generate(name, testutil_fmt(cases[i].args, dir, dir));
+        char *log = output(name, "log");
+        ck_assert_msg(status == cases[i].exit_status && strstr(log, cases[i].message),
+                      "case %zu: exit %d: %s", i, status, log);
+        free(log);
+    }
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "two.log"),
+                                  "mpirun --oversubscribe -np 2 %s generate %s/ck --prompt x",
+                                  testutil_binary(), dir),
+                     2);
+    char *log = output("two", "log");
+    ck_assert_msg(strstr(log, "generate runs in one process, not 2 ranks"), "%s", log);
+    free(log);
+}
+END_TEST
+
+static Suite *generate_suite(void)
+{
+    Suite *s = suite_create("generate");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, continues_the_training_text);
+    tcase_add_test(tc, sampling_repeats_with_its_seed);
+    tcase_add_test(tc, prompts_from_a_file);
+    tcase_add_test(tc, lora_checkpoint_equals_its_merged_export);
+    tcase_add_test(tc, refusals_name_the_problem);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return testutil_run_suite(generate_suite(), 0);
+}
