@@ -57,6 +57,7 @@
 #ifndef ZT_COMM_FLIGHT_H
 #define ZT_COMM_FLIGHT_H
 
+#include "../common/ledger.h"
 #include "../common/status.h"
 
 /* Entries each rank keeps; older ones are overwritten. */
@@ -90,6 +91,14 @@ void comm_flight_destroy(struct comm_flight *f);
  * anything: for a rank about to end the job itself (comm_world_abort), so
  * that no peer reports it as dead. NULL is a no-op. */
 void comm_flight_leave(struct comm_flight *f);
+
+/* A phase watcher for this rank's ledger (common/ledger.h): with it the
+ * watchdog can say what a rank that is in no call is computing ("busy for
+ * 12.0 s in the forward of unit 3 at step 40"), and tell a rank that moves
+ * (its phase changes) from one that is stuck. Owned by f: set it as the
+ * ledger's `watch` after comm_flight_create and clear it before
+ * comm_flight_destroy. Never NULL. */
+const struct ledger_phase_watch *comm_flight_phase_watch(struct comm_flight *f);
 
 /* Writes this rank's log to <dir>/flight/rank-R.json now, with `reason`
  * in it; what the watchdog writes on a stall. Not collective.
