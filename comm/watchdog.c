@@ -579,7 +579,7 @@ static void end_inquiry_slow(struct comm_flight *f, const char *line)
 static void conclude_inquiry(struct comm_flight *f)
 {
     struct flight_side *s = f->side;
-    char line[WIRE_TEXT - 1], part[400];
+    char line[WIRE_TEXT - 32], part[400]; /* the prefix goes in front */
     int count = 0, stuck = 0, fabric = 0;
     memset(&s->states[0], 0, sizeof s->states[0]);
     fill_state(f, &s->states[0]); /* rank 0 may have moved since the query */

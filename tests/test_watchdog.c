@@ -31,8 +31,11 @@
 #include "common/json.h"
 #include "testutil.h"
 
-#define MPIRUN    "mpirun --oversubscribe -np"
-#define TIMEOUT_S 3
+#define MPIRUN "mpirun --oversubscribe -np"
+/* Long enough that a rank starved of CPU on a loaded machine does not go
+ * without moving for that long; the bound checked is the timeout + 10 s
+ * whatever it is. */
+#define TIMEOUT_S 5
 #define RANKS     3
 
 static double now(void)
@@ -167,8 +170,9 @@ START_TEST(stopped_rank_is_named_within_the_timeout)
 {
     struct bg_run r;
     const char *out = stop_rank(&r, "watchdog-stop", 1);
-    ck_assert_msg(strstr(out, "comm.timeout_s = 3: ") && strstr(out, "has not completed"), "%s",
-                  out);
+    ck_assert_msg(strstr(out, testutil_fmt("comm.timeout_s = %d: ", TIMEOUT_S)) &&
+                      strstr(out, "has not completed"),
+                  "%s", out);
     ck_assert_msg(strstr(out, "rank 1 (host ") && strstr(out, "does not answer"), "%s", out);
     check_flight_log(&r, 0, "rank 1 (host ");
     check_flight_log(&r, 2, "rank 1 (host ");
