@@ -11,14 +11,14 @@
  * flight logs that parse (test_output_json reads them again after the
  * suite).
  *
- * The slow tests make one rank sleep after each block of one step's
- * forward (zerotrain_faulty's ZT_TEST_SLOW): in all several times
- * comm.timeout_s late, but moving from unit to unit far more often than
- * that, as a healthy straggler or a slow pipeline stage does. The run must
- * finish with exit 0 and a warning that names the slow rank as busy, not
- * a hang. No outcome depends on timing luck: a stop or a hang is waited
- * for without end, and each sleep of the slow rank is a small fraction of
- * the timeout. */
+ * The slow tests (a straggler, a slow pipeline stage, an uneven final
+ * evaluation) make one rank sleep 0.3 s after each block of one step's
+ * forwards or of the final evaluation (zerotrain_faulty's ZT_TEST_SLOW)
+ * with comm.timeout_s = 1: in all nearly twice the timeout late, so that
+ * the others' wait is reported, but moving from unit to unit every 0.3 s,
+ * as a healthy slow rank does. The run must finish with exit 0 and a
+ * warning that names the slow rank as busy, not a hang. A stop or a hang
+ * is waited for without end, so those verdicts need no luck either. */
 #include <check.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -275,18 +275,34 @@ START_TEST(straggler_does_not_end_the_run)
 }
 END_TEST
 
-/* A slow first pipeline stage (3 blocks of 0.5 s per micro batch): the
+/* A slow first pipeline stage (6 blocks of 0.3 s per micro batch): the
  * second stage waits for its message, and the line says so, point to
  * point, naming the stage it waits for as busy. */
 START_TEST(slow_pipeline_stage_does_not_end_the_run)
 {
-    const char *out = slow_run("watchdog-pipeline", 2, "0,3,0.5",
-                               "--set pipeline.stages=2 --set gradient_accumulation_steps=2");
+    const char *out = slow_run("watchdog-pipeline", 2, "0,3,0.3",
+                               "--set pipeline.stages=2 --set gradient_accumulation_steps=2 "
+                               "--set model.n_layer=12");
     ck_assert_msg(strstr(out, "rank 1 has been waiting for rank 0") &&
                       strstr(out, "on group pipeline") && strstr(out, "at step 3") &&
                       strstr(out, "rank 0 (host ") && strstr(out, "is busy for"),
                   "%s", out);
     ck_assert_msg(!strstr(out, "never entered"), "%s", out);
+}
+END_TEST
+
+/* An uneven final evaluation: rank 1 evaluates slowly (6 blocks of 0.3 s
+ * per batch), the others wait for it alone in the evaluation's allreduce;
+ * the line names rank 1 as busy in the evaluation, and the run ends with
+ * its validation loss and exit 0. */
+START_TEST(uneven_evaluation_does_not_end_the_run)
+{
+    const char *out = slow_run("watchdog-eval", 3, "1,5,0.3,eval", "");
+    ck_assert_msg((strstr(out, "rank 1 (host ") && strstr(out, "busy for") &&
+                   strstr(out, "in an evaluation of unit")) ||
+                      strstr(out, "a straggler"),
+                  "%s", out);
+    ck_assert_msg(strstr(out, "val loss"), "%s", out);
 }
 END_TEST
 
@@ -318,6 +334,7 @@ int main(void)
     tcase_add_test(tc, bad_timeout_is_refused);
     tcase_add_test(tc, straggler_does_not_end_the_run);
     tcase_add_test(tc, slow_pipeline_stage_does_not_end_the_run);
+    tcase_add_test(tc, uneven_evaluation_does_not_end_the_run);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }
