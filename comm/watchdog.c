@@ -12,17 +12,23 @@
  *
  *   other rank                           rank 0
  *   HELLO(token) ------------------->    ACK
- *   STALL(call) -------------------->    (first stall only) QUERY to all
- *   STATE(groups, blocked, last) <---    QUERY
- *                                        after the answers or GRACE s:
- *                                        prints the line, ABORT(line) to all
+ *   STALL(call) -------------------->    QUERY to all (LOOKING back to the
+ *                                        reporter while an inquiry runs)
+ *   STATE(groups, blocked, last, <---    QUERY
+ *         phase)                         after the answers or GRACE s:
+ *                                        a slow rank: a warning, CLEAR to all;
+ *                                        nobody missing: LOOKING, and QUERY
+ *                                        again REREAD s later;
+ *                                        else the line, ABORT(line) to all
  *   DONE (log written), _exit(1) <---    ABORT; waits for DONEs, _exit(1)
  *   BYE ----------------------------->   (left cleanly: not dead)
  *
  * A connection that ends without BYE is a dead rank: rank 0 names it and
  * sends ABORT; the others, losing rank 0 that way, name rank 0. A STALL
- * that rank 0 does not answer with ABORT within GRACE + 2 s means rank 0 is
- * stopped or unreachable; the reporting rank names it.
+ * that rank 0 answers with neither ABORT, LOOKING nor CLEAR within
+ * GRACE + 2 s means rank 0 is stopped or unreachable; the reporting rank
+ * names it. After a CLEAR, a rank still blocked in the same call reports it
+ * again once another timeout has passed.
  *
  * The thread never touches MPI. It reads the recorder under its lock and
  * leaves through _exit(1) after writing this rank's log; the launcher ends
