@@ -103,6 +103,7 @@ uint64_t flight_begin(struct comm_flight *f, int g, const char *op, enum flight_
                                          .state = blocking ? FLIGHT_WAITING : FLIGHT_ISSUED};
     if (blocking)
         f->blocked_id = id;
+    f->last_move = now;
     pthread_mutex_unlock(&f->mu);
     return id;
 }
@@ -135,7 +136,44 @@ void flight_end(struct comm_flight *f, uint64_t id, zt_status st)
         f->blocked_id = 0;
     f->last_end = now;
     f->last_id = id;
+    f->last_move = now;
     pthread_mutex_unlock(&f->mu);
+}
+
+static void phase_moved(void *ctx, const struct ledger_phase *p)
+{
+    struct comm_flight *f = ctx;
+    const double now = flight_now(f);
+    pthread_mutex_lock(&f->mu);
+    if (!f->have_phase || f->phase.kind != p->kind || f->phase.step != p->step)
+        f->phase_start = now;
+    f->phase = *p;
+    f->have_phase = 1;
+    f->last_move = now;
+    pthread_mutex_unlock(&f->mu);
+}
+
+const struct ledger_phase_watch *comm_flight_phase_watch(struct comm_flight *f)
+{
+    return &f->watch;
+}
+
+void flight_phase_describe(char *buf, size_t n, const struct ledger_phase *p)
+{
+    static const char *const what[] = {
+        [LEDGER_PHASE_SETUP] = "setup",
+        [LEDGER_PHASE_FORWARD] = "the forward",
+        [LEDGER_PHASE_BACKWARD] = "the backward",
+        [LEDGER_PHASE_REDUCTION] = "the gradient reduction",
+        [LEDGER_PHASE_OPTIMIZER] = "the optimizer step",
+        [LEDGER_PHASE_CHECKPOINT] = "a checkpoint write",
+        [LEDGER_PHASE_EVALUATION] = "an evaluation",
+    };
+    const char *w = (unsigned)p->kind < LEDGER_PHASE_COUNT ? what[p->kind] : "?";
+    char unit[32] = "";
+    if (p->unit >= 0)
+        snprintf(unit, sizeof unit, " of unit %d", p->unit);
+    snprintf(buf, n, "%s%s at step %ld (micro step %d)", w, unit, p->step, p->micro_step);
 }
 
 int flight_entry_get(const struct comm_flight *f, uint64_t id, struct flight_entry *out)
@@ -222,6 +260,14 @@ char *flight_log_json(struct comm_flight *f, const char *reason)
         json_text_printf(&t, "%llu", (unsigned long long)f->blocked_id);
     else
         json_text_puts(&t, "null");
+    json_text_puts(&t, ",\n  \"phase\": ");
+    if (f->have_phase) {
+        char phase[160];
+        flight_phase_describe(phase, sizeof phase, &f->phase);
+        json_text_string(&t, phase, JSON_ESCAPE_U);
+    } else {
+        json_text_puts(&t, "null");
+    }
     json_text_puts(&t, ",\n");
     put_groups(&t, f);
     json_text_puts(&t, "  \"calls\": [");
@@ -304,6 +350,7 @@ zt_status flight_init(const struct comm_flight_config *cfg, struct comm_flight *
     f->wall0 = (double)time(NULL);
     f->timeout_s = cfg->timeout_s;
     f->last_end = -1.0;
+    f->watch = (struct ledger_phase_watch){.moved = phase_moved, .ctx = f};
     snprintf(f->dir, sizeof f->dir, "%s", cfg->dir ? cfg->dir : ".");
     MPI_Comm_rank(MPI_COMM_WORLD, &f->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &f->world);

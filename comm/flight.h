@@ -29,11 +29,18 @@
  * MPI so that it still works while MPI is stuck. Rank 0's thread leads:
  *
  *   - a rank blocked longer than the timeout reports its call to rank 0;
- *     rank 0 asks every rank for its state, waits a few seconds for the
- *     answers, and prints one line naming the call (kind, #S, group,
- *     bytes) and every rank that never entered it (what that rank is doing
- *     instead) or does not answer (stopped, hung, or its host unreachable),
- *     with the ranks' hosts; then every rank that can still act writes
+ *     rank 0 asks every rank for its state and waits a few seconds for the
+ *     answers. If the call has completed anywhere since, a rank was only
+ *     late (a straggler): a warning. Else it names the ranks the call waits
+ *     for (the members that never entered a collective, the peer of a
+ *     message) with what each is doing: blocked in another call, or busy
+ *     in its ledger phase (comm_flight_phase_watch) and for how long, or
+ *     not answering (stopped, hung, its host unreachable). If all that
+ *     answered are moving (a call or a phase change within the timeout),
+ *     the rank is slow, not hung: a warning, and the call is reported
+ *     again a timeout later. If nobody is missing, rank 0 looks once more
+ *     a second later before blaming the network. Otherwise it prints one
+ *     line, and every rank that can still act writes
  *     <dir>/flight/rank-R.json and exits 1;
  *   - a connection that closes without a goodbye is a rank that died
  *     (killed by a signal, crashed): rank 0 names it and its host at once
@@ -57,6 +64,7 @@
 #ifndef ZT_COMM_FLIGHT_H
 #define ZT_COMM_FLIGHT_H
 
+#include "../common/ledger.h"
 #include "../common/status.h"
 
 /* Entries each rank keeps; older ones are overwritten. */
@@ -90,6 +98,14 @@ void comm_flight_destroy(struct comm_flight *f);
  * anything: for a rank about to end the job itself (comm_world_abort), so
  * that no peer reports it as dead. NULL is a no-op. */
 void comm_flight_leave(struct comm_flight *f);
+
+/* A phase watcher for this rank's ledger (common/ledger.h): with it the
+ * watchdog can say what a rank that is in no call is computing ("busy for
+ * 12.0 s in the forward of unit 3 at step 40"), and tell a rank that moves
+ * (its phase changes) from one that is stuck. Owned by f: set it as the
+ * ledger's `watch` after comm_flight_create and clear it before
+ * comm_flight_destroy. Never NULL. */
+const struct ledger_phase_watch *comm_flight_phase_watch(struct comm_flight *f);
 
 /* Writes this rank's log to <dir>/flight/rank-R.json now, with `reason`
  * in it; what the watchdog writes on a stall. Not collective.

@@ -68,9 +68,14 @@ struct comm_flight {
     uint64_t next_id; /* id of the next entry */
     struct flight_group groups[FLIGHT_MAX_GROUPS];
     int n_groups;
-    uint64_t blocked_id;      /* the entry this rank is blocked in; 0: none */
-    double last_end;          /* when the latest call ended (since t0); < 0: none yet */
-    uint64_t last_id;         /* that call */
+    uint64_t blocked_id;       /* the entry this rank is blocked in; 0: none */
+    double last_end;           /* when the latest call ended (since t0); < 0: none yet */
+    uint64_t last_id;          /* that call */
+    struct ledger_phase phase; /* what the rank computes (comm_flight_phase_watch) */
+    int have_phase;
+    double phase_start; /* when it entered that phase (since t0) */
+    double last_move;   /* when it last moved: a call began or ended, or its phase changed */
+    struct ledger_phase_watch watch;
     struct flight_side *side; /* NULL without a watchdog */
 };
 
@@ -97,6 +102,9 @@ int flight_entry_get(const struct comm_flight *f, uint64_t id, struct flight_ent
  * (16 B of f64)", "send #3 to rank 1 on group pipeline (...)". */
 void flight_describe(char *buf, size_t n, const char *op, enum flight_class cls, uint64_t seq,
                      int peer, const char *group, uint64_t bytes, enum zt_dtype t);
+/* Writes a ledger phase as the messages name it: "the forward of unit 3
+ * at step 40 (micro step 0)", "a checkpoint write at step 8 ...". */
+void flight_phase_describe(char *buf, size_t n, const struct ledger_phase *p);
 /* The log of this rank as JSON text (caller frees); NULL when out of
  * memory. Takes the lock. */
 char *flight_log_json(struct comm_flight *f, const char *reason);

@@ -12,17 +12,23 @@
  *
  *   other rank                           rank 0
  *   HELLO(token) ------------------->    ACK
- *   STALL(call) -------------------->    (first stall only) QUERY to all
- *   STATE(groups, blocked, last) <---    QUERY
- *                                        after the answers or GRACE s:
- *                                        prints the line, ABORT(line) to all
+ *   STALL(call) -------------------->    QUERY to all (LOOKING back to the
+ *                                        reporter while an inquiry runs)
+ *   STATE(groups, blocked, last, <---    QUERY
+ *         phase)                         after the answers or GRACE s:
+ *                                        a slow rank: a warning, CLEAR to all;
+ *                                        nobody missing: LOOKING, and QUERY
+ *                                        again REREAD s later;
+ *                                        else the line, ABORT(line) to all
  *   DONE (log written), _exit(1) <---    ABORT; waits for DONEs, _exit(1)
  *   BYE ----------------------------->   (left cleanly: not dead)
  *
  * A connection that ends without BYE is a dead rank: rank 0 names it and
  * sends ABORT; the others, losing rank 0 that way, name rank 0. A STALL
- * that rank 0 does not answer with ABORT within GRACE + 2 s means rank 0 is
- * stopped or unreachable; the reporting rank names it.
+ * that rank 0 answers with neither ABORT, LOOKING nor CLEAR within
+ * GRACE + 2 s means rank 0 is stopped or unreachable; the reporting rank
+ * names it. After a CLEAR, a rank still blocked in the same call reports it
+ * again once another timeout has passed.
  *
  * The thread never touches MPI. It reads the recorder under its lock and
  * leaves through _exit(1) after writing this rank's log; the launcher ends
@@ -53,6 +59,9 @@
 #define WIRE_GROUPS 16
 #define WIRE_TEXT   1024
 #define GRACE_S     3.0 /* rank 0 waits this long for the states */
+#define REREAD_S    1.0 /* before blaming the fabric, rank 0 looks again after this */
+#define DONE_WAIT_S 3.0 /* rank 0 waits this long for the others' logs */
+#define WARNINGS    5   /* slow-rank warnings printed; the rest are counted */
 #define CONNECT_S   2.0 /* per address tried */
 
 enum wire_type {
@@ -64,7 +73,9 @@ enum wire_type {
     W_QUERY,
     W_STATE,
     W_ABORT,
-    W_DONE
+    W_DONE,
+    W_LOOKING, /* rank 0 to a reporter: the inquiry goes on (a second look) */
+    W_CLEAR    /* rank 0 to all: the stall was a slow rank; keep going */
 };
 
 struct wire_call {
@@ -78,7 +89,17 @@ struct wire_call {
 
 struct wire_group {
     uint64_t key, entered, completed;
+    int32_t rank, pad; /* this rank's place in the group */
     char name[FLIGHT_NAME_LEN];
+};
+
+/* What a rank in no call is doing, from its ledger's phase. */
+struct wire_busy {
+    int32_t in_phase; /* the ledger reported a phase */
+    int32_t kind, unit, micro_step;
+    int64_t step;
+    double busy_s;  /* in no call for this long (since its latest call ended) */
+    double quiet_s; /* since it last moved: a call began or ended, or its phase changed */
 };
 
 struct wire_msg {
@@ -86,6 +107,7 @@ struct wire_msg {
     int32_t type, rank;
     struct wire_call blocked; /* STALL, STATE: the call this rank is blocked in */
     struct wire_call last;    /* STATE: the latest call that ended */
+    struct wire_busy busy;    /* STATE, STALL */
     int32_t n_groups, pad;
     struct wire_group groups[WIRE_GROUPS];
     char text[WIRE_TEXT]; /* ABORT: the line rank 0 printed */
@@ -114,6 +136,11 @@ struct flight_side {
     int inquiring;          /* rank 0 */
     double inquiry_deadline;
     int stall_rank;
+    int round;         /* rank 0: 1, then 2 for the second look */
+    double requery_at; /* rank 0: when the second look begins; 0: none */
+    int warnings;      /* rank 0: slow-rank warnings so far */
+    uint64_t fired_id; /* the call this rank last reported, and when */
+    double fired_at;
     struct wire_call stall;
     struct wire_msg *states; /* rank 0: per world rank */
     unsigned char *answered; /* rank 0: per world rank */
@@ -198,11 +225,19 @@ static void fill_state(struct comm_flight *f, struct wire_msg *m)
         fill_call(f, &e, now, &m->blocked);
     if (flight_entry_get(f, f->last_id, &e))
         fill_call(f, &e, now, &m->last);
+    m->busy.in_phase = f->have_phase;
+    m->busy.kind = (int32_t)f->phase.kind;
+    m->busy.unit = f->phase.unit;
+    m->busy.micro_step = f->phase.micro_step;
+    m->busy.step = f->phase.step;
+    m->busy.busy_s = f->last_end >= 0 ? now - f->last_end : now;
+    m->busy.quiet_s = now - (f->last_move > 0 ? f->last_move : 0);
     m->n_groups = f->n_groups < WIRE_GROUPS ? f->n_groups : WIRE_GROUPS;
     for (int g = 0; g < m->n_groups; g++) {
         m->groups[g].key = f->groups[g].key;
         m->groups[g].entered = f->groups[g].entered;
         m->groups[g].completed = f->groups[g].completed;
+        m->groups[g].rank = f->groups[g].rank;
         memcpy(m->groups[g].name, f->groups[g].name, sizeof m->groups[g].name);
     }
     pthread_mutex_unlock(&f->mu);
@@ -233,8 +268,9 @@ _Noreturn static void write_log_and_exit(struct comm_flight *f, const char *reas
 }
 
 /* Rank 0: the line is printed; every rank that can still act writes its
- * log and exits. Waits up to a second for their DONE so that the launcher
- * does not kill them before. */
+ * log and exits. Waits up to DONE_WAIT_S for the DONE of those that can
+ * (the ranks that answered the inquiry), so that the launcher does not
+ * kill them before. */
 _Noreturn static void abort_all(struct comm_flight *f, const char *line)
 {
     struct flight_side *s = f->side;
@@ -252,20 +288,25 @@ _Noreturn static void abort_all(struct comm_flight *f, const char *line)
     snprintf(m.text, sizeof m.text, "%s", line);
     int waiting = 0;
     for (int i = 0; i < s->n_conns; i++) {
-        if (s->conns[i].fd >= 0 && s->conns[i].rank >= 0 && !s->conns[i].left) {
+        const int r = s->conns[i].rank;
+        if (s->inquiring && r > 0 && !s->answered[r]) {
+            send_msg(s->conns[i].fd, &m); /* it did not answer: no DONE to wait for */
+            continue;
+        }
+        if (s->conns[i].fd >= 0 && r >= 0 && !s->conns[i].left) {
             send_msg(s->conns[i].fd, &m);
             waiting++;
         }
     }
-    const double until = flight_now(f) + 1.0;
+    const double until = flight_now(f) + DONE_WAIT_S;
     while (waiting > 0 && flight_now(f) < until) {
         for (int i = 0; i < s->n_conns; i++) {
             struct conn *c = &s->conns[i];
             if (c->fd < 0 || c->rank < 0)
                 continue;
             int r = read_some(c);
-            if (r != 0) {
-                waiting--;
+            if (r < 0 || (r == 1 && c->in.type == W_DONE)) {
+                waiting -= !(s->inquiring && c->rank > 0 && !s->answered[c->rank]);
                 close(c->fd);
                 c->fd = -1;
             }
@@ -287,22 +328,38 @@ static int side_connected(const struct flight_side *s, int r)
     return 0;
 }
 
+/* Sends a bare message to every rank still connected. */
+static void send_all(struct comm_flight *f, int type)
+{
+    struct flight_side *s = f->side;
+    for (int i = 0; i < s->n_conns; i++)
+        if (s->conns[i].rank > 0 && s->conns[i].fd >= 0 && !s->conns[i].left)
+            send_type(f, s->conns[i].fd, type);
+}
+
+/* Asks every rank for its state (rank 0 reads its own). */
+static void query_all(struct comm_flight *f)
+{
+    struct flight_side *s = f->side;
+    s->inquiry_deadline = flight_now(f) + GRACE_S;
+    memset(s->answered, 0, (size_t)f->world);
+    memset(&s->states[0], 0, sizeof s->states[0]);
+    fill_state(f, &s->states[0]);
+    s->answered[0] = 1;
+    send_all(f, W_QUERY);
+}
+
 static void start_inquiry(struct comm_flight *f, int from_rank, const struct wire_call *call)
 {
     struct flight_side *s = f->side;
     if (s->inquiring)
         return;
     s->inquiring = 1;
+    s->round = 1;
+    s->requery_at = 0;
     s->stall_rank = from_rank;
     s->stall = *call;
-    s->inquiry_deadline = flight_now(f) + GRACE_S;
-    memset(s->answered, 0, (size_t)f->world);
-    memset(&s->states[0], 0, sizeof s->states[0]);
-    fill_state(f, &s->states[0]);
-    s->answered[0] = 1;
-    for (int i = 0; i < s->n_conns; i++)
-        if (s->conns[i].rank > 0 && s->conns[i].fd >= 0 && !s->conns[i].left)
-            send_type(f, s->conns[i].fd, W_QUERY);
+    query_all(f);
 }
 
 static int all_answered(const struct comm_flight *f)
@@ -321,30 +378,115 @@ static void append(char *line, size_t n, const char *fmt, const char *a)
         snprintf(line + len, n - len, fmt, a);
 }
 
-/* What rank r is doing instead of the stalled call, when it answered. */
-static int not_entered(const struct comm_flight *f, int r, char *why, size_t n)
+static const struct wire_group *find_group(const struct wire_msg *m, uint64_t key)
+{
+    for (int g = 0; g < m->n_groups; g++)
+        if (m->groups[g].key == key)
+            return &m->groups[g];
+    return NULL;
+}
+
+/* The world rank holding place `grank` of group `key`, among the ranks that
+ * answered; -1 when none did. */
+static int world_rank_of(const struct comm_flight *f, uint64_t key, int grank)
+{
+    for (int r = 0; r < f->world; r++) {
+        const struct wire_group *g =
+            f->side->answered[r] ? find_group(&f->side->states[r], key) : NULL;
+        if (g && g->rank == grank)
+            return r;
+    }
+    return -1;
+}
+
+static int same_call(const struct wire_call *a, const struct wire_call *b)
+{
+    return a->valid && b->valid && a->group_key == b->group_key && a->cls == b->cls &&
+           a->seq == b->seq;
+}
+
+/* Whether the stalled call has completed anywhere: on a member of its
+ * group (a collective), or on the rank that reported it. Then the rank
+ * that was waiting waited for a straggler, not for a hang. */
+static int stall_completed(const struct comm_flight *f)
 {
     const struct flight_side *s = f->side;
-    const struct wire_msg *m = &s->states[r];
-    for (int g = 0; g < m->n_groups; g++) {
-        if (m->groups[g].key != s->stall.group_key)
+    for (int r = 0; r < f->world; r++) {
+        if (!s->answered[r])
             continue;
-        if (m->groups[g].entered >= s->stall.seq)
-            return 0;
-        char call[160];
-        if (m->blocked.valid) {
-            describe_call(&m->blocked, call, sizeof call);
-            snprintf(why, n, "blocked in %s for %.1f s", call, m->blocked.seconds);
-        } else if (m->last.valid) {
-            describe_call(&m->last, call, sizeof call);
-            snprintf(why, n, "not in a collective; its latest call, %s, ended %.1f s ago", call,
-                     m->last.seconds);
-        } else {
-            snprintf(why, n, "no collective yet");
-        }
-        return 1;
+        const struct wire_msg *m = &s->states[r];
+        if (r == s->stall_rank && !same_call(&m->blocked, &s->stall))
+            return 1;
+        const struct wire_group *g = find_group(m, s->stall.group_key);
+        if (s->stall.cls == FLIGHT_COLLECTIVE && g && g->completed >= s->stall.seq)
+            return 1;
     }
-    return 0; /* not a member of that group */
+    return 0;
+}
+
+/* A call as a rank's state names it: point-to-point waits by their peer's
+ * world rank ("waiting for rank 2's message (recv #3 on group pipeline,
+ * ...)"), collectives by the call. */
+static void describe_wait(const struct comm_flight *f, const struct wire_call *w, char *buf,
+                          size_t n)
+{
+    char call[200];
+    describe_call(w, call, sizeof call);
+    const int peer = w->cls == FLIGHT_COLLECTIVE ? -1 : world_rank_of(f, w->group_key, w->peer);
+    char who[48];
+    if (peer >= 0)
+        snprintf(who, sizeof who, "rank %d", peer);
+    else
+        snprintf(who, sizeof who, "rank %d of group %s", w->peer, w->group);
+    if (w->cls == FLIGHT_RECV)
+        snprintf(buf, n, "waiting for %s's message (%s)", who, call);
+    else if (w->cls == FLIGHT_SEND)
+        snprintf(buf, n, "waiting for %s to take its message (%s)", who, call);
+    else
+        snprintf(buf, n, "blocked in %s", call);
+}
+
+/* Where a rank is in the run, from its ledger ("in the forward of unit 3
+ * at step 40 (micro step 0)"), or "". */
+static void describe_phase(const struct wire_busy *b, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    if (!b->in_phase)
+        return;
+    const struct ledger_phase p = {.kind = (enum ledger_phase_kind)b->kind,
+                                   .unit = b->unit,
+                                   .step = (long)b->step,
+                                   .micro_step = b->micro_step};
+    char what[160];
+    flight_phase_describe(what, sizeof what, &p);
+    snprintf(buf, n, " in %s", what);
+}
+
+enum member { MEMBER_CLEAR, MEMBER_MOVING, MEMBER_STUCK };
+
+/* What rank r (which answered) is doing, and whether it moves: a rank
+ * blocked in another call is stuck once it has waited longer than the
+ * timeout itself (else its own wait is being watched); a rank in no call
+ * is busy computing, and stuck once it has not moved (no call, no phase
+ * change) for longer than the timeout. */
+static enum member describe_member(const struct comm_flight *f, int r, char *why, size_t n)
+{
+    const struct wire_msg *m = &f->side->states[r];
+    char phase[200];
+    describe_phase(&m->busy, phase, sizeof phase);
+    if (m->blocked.valid) {
+        char wait[300];
+        describe_wait(f, &m->blocked, wait, sizeof wait);
+        snprintf(why, n, "%s for %.1f s%s", wait, m->blocked.seconds, phase);
+        return m->blocked.seconds > f->timeout_s ? MEMBER_STUCK : MEMBER_MOVING;
+    }
+    const int stuck = m->busy.quiet_s > f->timeout_s;
+    if (stuck)
+        snprintf(why, n, "busy for %.1f s (in no call)%s, not moving for %.1f s", m->busy.busy_s,
+                 phase, m->busy.quiet_s);
+    else
+        snprintf(why, n, "busy for %.1f s (in no call)%s, and moving", m->busy.busy_s, phase);
+    return stuck ? MEMBER_STUCK : MEMBER_MOVING;
 }
 
 /* The ranks that did not answer, grouped by host. */
@@ -374,33 +516,118 @@ static void list_silent(const struct comm_flight *f, char *line, size_t n, int *
         append(line, n, "%s", " (stopped, hung, or unreachable)");
 }
 
+/* The members the stalled call waits for, appended to line: for a
+ * collective every member that never entered it, for a message its peer.
+ * Counts them and those stuck; *fabric: the peer of a message is blocked
+ * in the matching call, so the message itself does not get through. */
+static void list_awaited(const struct comm_flight *f, char *line, size_t n, int *count, int *stuck,
+                         int *fabric)
+{
+    const struct flight_side *s = f->side;
+    const int p2p = s->stall.cls != FLIGHT_COLLECTIVE;
+    const int peer = p2p ? world_rank_of(f, s->stall.group_key, s->stall.peer) : -1;
+    for (int r = 0; r < f->world; r++) {
+        if (!s->answered[r] || r == s->stall_rank || (p2p && r != peer))
+            continue;
+        const struct wire_msg *m = &s->states[r];
+        const struct wire_group *g = find_group(m, s->stall.group_key);
+        if (!g || (!p2p && g->entered >= s->stall.seq))
+            continue; /* not a member, or entered it */
+        if (p2p && m->blocked.valid && m->blocked.group_key == s->stall.group_key &&
+            m->blocked.cls != FLIGHT_COLLECTIVE && m->blocked.cls != s->stall.cls &&
+            world_rank_of(f, m->blocked.group_key, m->blocked.peer) == s->stall_rank) {
+            *fabric = 1; /* both ends are in the exchange */
+            continue;
+        }
+        char why[600], part[800];
+        const enum member v = describe_member(f, r, why, sizeof why);
+        snprintf(part, sizeof part, "%srank %d (host %s) %s%s", *count ? "; " : "", r, f->hosts[r],
+                 p2p ? "is " : "never entered it: ", why);
+        append(line, n, "%s", part);
+        *count += 1;
+        *stuck += v == MEMBER_STUCK;
+    }
+}
+
+/* The first words of the line: which rank waits, how long, for what. */
+static void describe_stall(const struct comm_flight *f, char *line, size_t n)
+{
+    const struct flight_side *s = f->side;
+    char wait[300], phase[200] = "";
+    if (s->answered[s->stall_rank])
+        describe_phase(&s->states[s->stall_rank].busy, phase, sizeof phase);
+    if (s->stall.cls == FLIGHT_COLLECTIVE) {
+        describe_call(&s->stall, wait, sizeof wait);
+        snprintf(line, n, "comm.timeout_s = %g: %s has not completed on rank %d after %.1f s%s%s: ",
+                 f->timeout_s, wait, s->stall_rank, s->stall.seconds, *phase ? "," : "", phase);
+    } else {
+        describe_wait(f, &s->stall, wait, sizeof wait);
+        snprintf(line, n, "comm.timeout_s = %g: rank %d has been %s for %.1f s%s%s: ", f->timeout_s,
+                 s->stall_rank, wait, s->stall.seconds, *phase ? "," : "", phase);
+    }
+}
+
+/* A slow rank, not a hang: says so (the first WARNINGS times) and tells
+ * every rank to keep going. */
+static void end_inquiry_slow(struct comm_flight *f, const char *line)
+{
+    struct flight_side *s = f->side;
+    if (s->warnings < WARNINGS)
+        fprintf(stderr, "zerotrain: warning: rank 0: %s%s\n", line,
+                s->warnings == WARNINGS - 1 ? " (further such warnings are not printed)" : "");
+    fflush(stderr);
+    s->warnings++;
+    s->inquiring = 0;
+    s->requery_at = 0;
+    send_all(f, W_CLEAR);
+}
+
 static void conclude_inquiry(struct comm_flight *f)
 {
     struct flight_side *s = f->side;
-    char line[WIRE_TEXT - 1], call[200], part[400];
-    int count = 0;
-    describe_call(&s->stall, call, sizeof call);
-    snprintf(line, sizeof line,
-             "zerotrain: error: rank 0: comm.timeout_s = %g: %s has not completed on rank %d "
-             "after %.1f s: ",
-             f->timeout_s, call, s->stall_rank, s->stall.seconds);
-    list_silent(f, line, sizeof line, &count);
-    for (int r = 0; r < f->world; r++) {
-        char why[300];
-        if (!s->answered[r] || !not_entered(f, r, why, sizeof why))
-            continue;
-        snprintf(part, sizeof part, "%srank %d (host %s) never entered it: %s", count ? "; " : "",
-                 r, f->hosts[r], why);
-        append(line, sizeof line, "%s", part);
-        count++;
-    }
-    if (!count)
+    char line[WIRE_TEXT - 32], part[400]; /* the prefix goes in front */
+    int count = 0, stuck = 0, fabric = 0;
+    memset(&s->states[0], 0, sizeof s->states[0]);
+    fill_state(f, &s->states[0]); /* rank 0 may have moved since the query */
+    describe_stall(f, line, sizeof line);
+    if (stall_completed(f)) {
         append(line, sizeof line, "%s",
-               "every rank of the group entered it, so the collective itself does not complete "
-               "(a network or MPI problem)");
+               "it has completed since, so a rank was late (a straggler), not hung; the run goes "
+               "on");
+        end_inquiry_slow(f, line);
+        return;
+    }
+    list_silent(f, line, sizeof line, &count);
+    stuck += count;
+    list_awaited(f, line, sizeof line, &count, &stuck, &fabric);
+    if ((!count || fabric) && s->round == 1) {
+        /* nobody to blame but the fabric: look once more before saying so */
+        s->round = 2;
+        s->requery_at = flight_now(f) + REREAD_S;
+        s->inquiry_deadline = 0;
+        send_all(f, W_LOOKING);
+        return;
+    }
+    if (count && !stuck && !fabric) {
+        append(line, sizeof line, "%s",
+               ": a slow rank, not a hang; the run goes on (comm.timeout_s bounds how long a "
+               "rank waits for one that does not move)");
+        end_inquiry_slow(f, line);
+        return;
+    }
+    if (fabric)
+        append(line, sizeof line, "%s",
+               "both ends are in the exchange, and a second look found it still there, so the "
+               "message does not get through (a network or MPI problem)");
+    else if (!count)
+        append(line, sizeof line, "%s",
+               "every rank of the group entered it, and a second look found it completed "
+               "nowhere, so the collective itself does not complete (a network or MPI problem)");
     snprintf(part, sizeof part, "; flight logs in %.300s/flight/", f->dir);
     append(line, sizeof line, "%s", part);
-    abort_all(f, line);
+    char full[WIRE_TEXT];
+    snprintf(full, sizeof full, "zerotrain: error: rank 0: %s", line);
+    abort_all(f, full);
 }
 
 /* ---- events ---- */
@@ -460,8 +687,17 @@ static void on_message(struct comm_flight *f, struct conn *c)
         c->left = 1;
         return;
     case W_STALL:
-        if (f->rank == 0)
+        if (f->rank == 0 && s->inquiring)
+            send_type(f, c->fd, W_LOOKING); /* one inquiry at a time: it covers this one */
+        else if (f->rank == 0)
             start_inquiry(f, m->rank, &m->blocked);
+        return;
+    case W_LOOKING:
+        if (s->report_deadline > 0)
+            s->report_deadline = flight_now(f) + GRACE_S + 2.0;
+        return;
+    case W_CLEAR:
+        s->report_deadline = 0;
         return;
     case W_STATE:
         if (f->rank == 0 && s->inquiring && m->rank > 0 && m->rank < f->world) {
@@ -510,21 +746,24 @@ static void on_closed(struct comm_flight *f, struct conn *c)
         lost_rank0(f, "ended without leaving the job (killed by a signal, or crashed)");
 }
 
-/* Once per tick: has this rank been blocked longer than the timeout? */
+/* Once per tick: has this rank been blocked longer than the timeout? A
+ * call found slow but moving is reported again after another timeout. */
 static void check_own_stall(struct comm_flight *f)
 {
     struct flight_side *s = f->side;
     struct flight_entry e;
     struct wire_msg m;
-    if (s->fired)
-        return;
+    if (s->report_deadline > 0)
+        return; /* rank 0 has not answered the last report yet */
     pthread_mutex_lock(&f->mu);
     const double now = flight_now(f);
-    int stalled = flight_entry_get(f, f->blocked_id, &e) && now - e.wait_start > f->timeout_s;
+    int stalled = flight_entry_get(f, f->blocked_id, &e) && now - e.wait_start > f->timeout_s &&
+                  (e.id != s->fired_id || now - s->fired_at > f->timeout_s);
     pthread_mutex_unlock(&f->mu);
     if (!stalled)
         return;
-    s->fired = 1;
+    s->fired_id = e.id;
+    s->fired_at = now;
     memset(&m, 0, sizeof m);
     m.token = s->token;
     m.type = W_STALL;
@@ -598,8 +837,13 @@ static void *watch(void *arg)
                 on_closed(f, c);
         }
         check_own_stall(f);
-        if (s->inquiring && (all_answered(f) || flight_now(f) > s->inquiry_deadline))
+        if (s->inquiring && s->requery_at > 0 && flight_now(f) >= s->requery_at) {
+            s->requery_at = 0; /* the second look */
+            query_all(f);
+        } else if (s->inquiring && s->requery_at == 0 &&
+                   (all_answered(f) || flight_now(f) > s->inquiry_deadline)) {
             conclude_inquiry(f);
+        }
         if (f->rank != 0 && s->report_deadline > 0 && flight_now(f) > s->report_deadline)
             lost_rank0(f, "does not answer (stopped, hung, or its host is unreachable)");
     }

@@ -45,10 +45,17 @@ static int phase_is_outer(enum ledger_phase_kind k)
     return k == LEDGER_PHASE_SETUP || k == LEDGER_PHASE_CHECKPOINT || k == LEDGER_PHASE_EVALUATION;
 }
 
+static void phase_moved(const struct ledger *l)
+{
+    if (l->watch)
+        l->watch->moved(l->watch->ctx, &l->phase);
+}
+
 void ledger_set_step(struct ledger *l, long step, int micro_step)
 {
     l->phase = (struct ledger_phase){
         .kind = LEDGER_PHASE_FORWARD, .unit = -1, .step = step, .micro_step = micro_step};
+    phase_moved(l);
 }
 
 void ledger_enter(struct ledger *l, enum ledger_phase_kind k, int unit)
@@ -57,6 +64,7 @@ void ledger_enter(struct ledger *l, enum ledger_phase_kind k, int unit)
     if (!phase_is_outer(l->phase.kind) || phase_is_outer(k))
         l->phase.kind = k;
     l->phase.unit = unit;
+    phase_moved(l);
 }
 
 void ledger_enter_outer(struct ledger *l, enum ledger_phase_kind k)
@@ -64,6 +72,7 @@ void ledger_enter_outer(struct ledger *l, enum ledger_phase_kind k)
     ZT_ASSERT((int)k >= 0 && k < LEDGER_PHASE_COUNT);
     l->phase.kind = k;
     l->phase.unit = -1;
+    phase_moved(l);
 }
 
 void ledger_add(struct ledger *l, enum ledger_category c, uint64_t bytes)

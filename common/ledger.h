@@ -26,7 +26,9 @@
  *
  * Events. Every change can also go to a sink (the memory timeline,
  * report/memory_timeline.h), called after the change with the
- * category and the signed number of bytes.
+ * category and the signed number of bytes; every phase change to a phase
+ * watcher (the collective watchdog, comm/flight.h, which says what a rank
+ * that is in no call is doing).
  */
 #ifndef ZT_LEDGER_H
 #define ZT_LEDGER_H
@@ -84,6 +86,12 @@ struct ledger_sink {
     void *ctx;
 };
 
+/* Receives every phase change, after it. */
+struct ledger_phase_watch {
+    void (*moved)(void *ctx, const struct ledger_phase *now);
+    void *ctx;
+};
+
 struct ledger {
     int plan_only; /* 1: record sizes, allocate nothing */
     uint64_t current[LEDGER_CATEGORY_COUNT];
@@ -95,7 +103,8 @@ struct ledger {
     struct ledger_phase phase;                             /* now */
     struct ledger_phase peak_phase[LEDGER_CATEGORY_COUNT]; /* when each peak was first reached */
     struct ledger_phase total_peak_phase;
-    const struct ledger_sink *sink; /* not owned; NULL: none */
+    const struct ledger_sink *sink;         /* not owned; NULL: none */
+    const struct ledger_phase_watch *watch; /* not owned; NULL: none */
 };
 
 /* Name of a category as printed in reports ("optimizer_states"). */

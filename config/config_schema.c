@@ -266,9 +266,11 @@ static const struct field fields[] = {
      "MPI allgather: auto, native or ring"},
     {"comm.allreduce", T_ALGO, OFF(comm.allreduce), 0, "auto", NB, NB, 0, NULL,
      "MPI allreduce: auto, native or ring"},
-    {"comm.timeout_s", T_DOUBLE, OFF(comm.timeout_s), 0, "300", GE(0), NB, 0, NULL,
-     "seconds a collective may stay blocked before every rank writes its flight log and exits "
-     "1, naming the ranks that never entered it (0: no flight recorder or watchdog)"},
+    {"comm.timeout_s", T_DOUBLE, OFF(comm.timeout_s), 0, "600", GE(0), NB, 0, NULL,
+     "seconds one rank may wait in a call for peers that do not move (stopped, dead, "
+     "unreachable, or stuck in one phase) before every rank writes its flight log and the job "
+     "ends with exit 1, naming them; a peer still computing gets a warning (0: no flight "
+     "recorder or watchdog)"},
 
     {"tensor_parallel", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "tensor parallelism (Megatron-LM's): each block's layers split across ranks"},

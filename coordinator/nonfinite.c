@@ -320,9 +320,12 @@ static void activation_name(const struct param_table *t, int block, int tensor, 
 static void fault_forward(struct run_session *s, int block, const char *what, enum zt_dtype t,
                           void *buf, size_t n)
 {
-    if (s->faults && s->faults->forward_output && s->ledger.phase.kind == LEDGER_PHASE_FORWARD)
+    const enum ledger_phase_kind k = s->ledger.phase.kind;
+    if (s->faults && s->faults->forward_output &&
+        (k == LEDGER_PHASE_FORWARD || k == LEDGER_PHASE_EVALUATION))
         s->faults->forward_output(s->faults->arg, s->rank, s->ledger.phase.step,
-                                  s->ledger.phase.micro_step, block, what, t, buf, n);
+                                  k == LEDGER_PHASE_EVALUATION ? -1 : s->ledger.phase.micro_step,
+                                  block, what, t, buf, n);
 }
 
 static zt_status check_forward(void *ctx, int block, int tensor, const char *what, enum zt_dtype t,

@@ -76,8 +76,9 @@ zt_status nonfinite_diagnose(struct run_session *s, long step,
                              void *arg, struct nonfinite_finding *out);
 
 /* Test builds: when s->faults has a forward_output hook, s->fault_probe
- * hands it every op output of the session's training forwards (set on the
- * models, the pipeline's included); nothing otherwise. */
+ * hands it every op output of the session's training forwards and
+ * evaluations (micro -1) (set on the models, the pipeline's included);
+ * nothing otherwise. */
 void nonfinite_fault_probe_attach(struct run_session *s);
 
 #endif

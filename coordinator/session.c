@@ -613,6 +613,7 @@ static zt_status open_flight(struct run_session *s)
     const struct comm_flight_config fc = {.timeout_s = s->cfg.comm.timeout_s,
                                           .dir = s->cfg.run.output_dir};
     ZT_TRY(comm_flight_create(&fc, &s->flight, &missing));
+    s->ledger.watch = comm_flight_phase_watch(s->flight);
     if (missing > 0) {
         fprintf(stderr,
                 "zerotrain: warning: comm.timeout_s: %d rank(s) could not reach rank 0's side "
@@ -752,6 +753,7 @@ void session_close(struct run_session *s)
     if (s->comm)
         comm_destroy(s->comm);
     s->comm = NULL;
+    s->ledger.watch = NULL;
     comm_flight_destroy(s->flight);
     s->flight = NULL;
     config_free(&s->cfg);

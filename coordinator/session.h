@@ -47,7 +47,8 @@ struct ckpt_fault_hooks {
      * would. NULL: none. */
     void (*mid_shard)(void *arg, int rank, long step);
     /* Called with each op output of every training forward of the run
-     * (struct model_probe's, at 1-based `step` and micro batch `micro`;
+     * (struct model_probe's, at 1-based `step` and micro batch `micro`,
+     * -1 in an evaluation at that step;
      * buf[n] of type t in the compute backend's memory, host memory on
      * the CPU): a
      * hook may write non-finite values into it, as a diverging op would.

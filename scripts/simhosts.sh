@@ -17,7 +17,9 @@
 #   agent HOST CMD... run CMD in HOST's namespace, as ssh would: Open MPI's
 #                     rsh launcher calls it
 #   mpirun ARGS...    mpirun across the hosts that are up, SLOTS ranks each
-#                     (env ZT_SIMHOSTS_SLOTS, default 2), with the settings below
+#                     (env ZT_SIMHOSTS_SLOTS, default 2), with the settings below,
+#                     through scripts/launch.sh (which ends mpirun once the job
+#                     is over, even with a host's link down)
 #   link-down HOST    pull HOST's cable: its packets are dropped, no error
 #   link-up HOST      plug it back in
 #
@@ -27,7 +29,7 @@
 # port of the bridge; loopback is up in each.
 #
 # `simhosts.sh mpirun -np 4 CMD` runs exactly:
-#   mpirun --host zt-h0:2,zt-h1:2 \
+#   scripts/launch.sh --host zt-h0:2,zt-h1:2 \
 #     --mca plm_rsh_agent "scripts/simhosts.sh agent" --mca plm_rsh_no_tree_spawn 1 \
 #     --mca pml ob1 --mca btl self,vader,tcp \
 #     --mca btl_tcp_if_include 10.213.0.0/24 --mca oob_tcp_if_include 10.213.0.0/24 \
@@ -202,7 +204,7 @@ run_mpirun() {
   local slots=${ZT_SIMHOSTS_SLOTS:-2} list h
   list=$(hosts | sed "s/\$/:$slots/" | paste -sd, -)
   [ -n "$list" ] || die "no simulated hosts are up (simhosts.sh up N)"
-  exec mpirun --host "$list" \
+  exec "$(dirname "$SELF")/launch.sh" --host "$list" \
     --mca plm_rsh_agent "$SELF agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl self,vader,tcp \
     --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET" "$@"

@@ -424,7 +424,7 @@ START_TEST(test_defaults)
     ck_assert_str_eq(c.run.output_dir, "runs/latest");
     ck_assert_str_eq(c.comm.backend, "auto");
     ck_assert_str_eq(c.comm.allreduce, "auto");
-    ck_assert(c.comm.timeout_s == 300.0);
+    ck_assert(c.comm.timeout_s == 600.0);
     ck_assert_int_eq(c.tensor_parallel.size, 1);
     ck_assert_int_eq(c.tensor_parallel.sequence_parallel, 0);
     ck_assert_int_eq(c.pipeline.stages, 1);

@@ -173,9 +173,10 @@ static int line_with(const char *text, const char *a, const char *b)
 /* 2 hosts x 2 ranks with comm.timeout_s = 5; after a few steps zt-h1's link
  * goes down (its packets dropped, no error on either side). Every rank
  * must be gone within timeout_s + 10 s, each having written its flight
- * log, and a line of zerotrain's must name the host that stopped
- * answering. mpirun itself may wait for zt-h1's daemon: the link comes
- * back up and mpirun is ended once the ranks have been checked. */
+ * log, a line of zerotrain's must name the host that stopped answering,
+ * and the launcher itself (simhosts.sh mpirun: scripts/launch.sh around
+ * mpirun, which alone would wait for zt-h1's daemon for many minutes) must
+ * have exited by then too, non-zero. */
 START_TEST(link_down_stops_every_rank)
 {
     char dir[512];
@@ -205,16 +206,18 @@ START_TEST(link_down_stops_every_rank)
         left = live_ranks(marker);
     }
     const double took = now_s() - t0;
-
-    /* put things back before any check can end the test */
-    const int up = testutil_run(quiet, "%s link-up zt-h1", simhosts());
     int status = 0, waited = 0;
-    for (int i = 0; i < 50 && !waited; i++) { /* mpirun may finish by itself */
+    while (!waited && now_s() - t0 < TIMEOUT_S + 10) {
         waited = waitpid(child, &status, WNOHANG) == child;
         if (!waited)
             nanosleep(&(struct timespec){0, 100000000}, NULL);
     }
-    if (!waited) {
+    const int launcher_ended = waited;
+    const double launcher_took = now_s() - t0;
+
+    /* put things back before any check can end the test */
+    const int up = testutil_run(quiet, "%s link-up zt-h1", simhosts());
+    if (!waited) { /* a failure already: only clean up */
         kill(child, SIGTERM);
         for (int i = 0; i < 50 && !waited; i++) {
             waited = waitpid(child, &status, WNOHANG) == child;
@@ -234,6 +237,10 @@ START_TEST(link_down_stops_every_rank)
     ck_assert_msg(left == 0,
                   "%d zerotrain ranks still ran %.1f s after zt-h1's link went down:\n%s", left,
                   took, out);
+    ck_assert_msg(launcher_ended, "the launcher still ran %.1f s after zt-h1's link went down:\n%s",
+                  launcher_took, out);
+    ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "the launcher exited 0:\n%s",
+                  out);
     ck_assert_msg(line_with(out, "zerotrain", "zt-h1"),
                   "no line of zerotrain's names host zt-h1:\n%s", out);
     for (int r = 0; r < 4; r++)

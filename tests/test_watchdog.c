@@ -1,14 +1,24 @@
-/* tests/test_watchdog.c — a job that cannot go on ends, and says why
- * (comm/flight.h).
+/* tests/test_watchdog.c — a job that cannot go on ends, and says why;
+ * one that is only slow goes on (comm/flight.h).
  *
- * Each test starts a 3-rank run of the micro model with a short
- * comm.timeout_s, lets it train a few steps, then breaks one rank: stops
- * it (SIGSTOP), kills it (SIGKILL), or makes it hang inside a checkpoint
- * write while the others wait for it (zerotrain_faulty). Every rank must
- * be gone within the timeout plus 10 s, the job's exit must be non-zero,
- * one line must name the rank and its host, and the ranks that could act
- * must have written flight logs that parse (test_output_json reads them
- * again after the suite). */
+ * The failing tests start a 3-rank run of the micro model with a short
+ * comm.timeout_s, let it train a few steps, then break one rank: stop it
+ * (SIGSTOP), kill it (SIGKILL), or make it hang inside a checkpoint write
+ * while the others wait for it (zerotrain_faulty). The launcher itself
+ * (mpirun, which the test's child execs) must be gone within the timeout
+ * plus 10 s with a non-zero exit, no rank may be left, one line must name
+ * the rank and its host, and the ranks that could act must have written
+ * flight logs that parse (test_output_json reads them again after the
+ * suite).
+ *
+ * The slow tests (a straggler, a slow pipeline stage, an uneven final
+ * evaluation) make one rank sleep 0.3 s after each block of one step's
+ * forwards or of the final evaluation (zerotrain_faulty's ZT_TEST_SLOW)
+ * with comm.timeout_s = 1: in all nearly twice the timeout late, so that
+ * the others' wait is reported, but moving from unit to unit every 0.3 s,
+ * as a healthy slow rank does. The run must finish with exit 0 and a
+ * warning that names the slow rank as busy, not a hang. A stop or a hang
+ * is waited for without end, so those verdicts need no luck either. */
 #include <check.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -21,8 +31,11 @@
 #include "common/json.h"
 #include "testutil.h"
 
-#define MPIRUN    "mpirun --oversubscribe -np"
-#define TIMEOUT_S 3
+#define MPIRUN "mpirun --oversubscribe -np"
+/* Long enough that a rank starved of CPU on a loaded machine does not go
+ * without moving for that long; the bound checked is the timeout + 10 s
+ * whatever it is. */
+#define TIMEOUT_S 5
 #define RANKS     3
 
 static double now(void)
@@ -47,11 +60,12 @@ static void start(struct bg_run *r, const char *tag, const char *binary, const c
     snprintf(r->marker, sizeof r->marker, "run.output_dir=%s/out", r->dir);
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "%s " MPIRUN " %d %s train %s --quiet --no-progress --set %s "
+             "%s exec " MPIRUN " %d %s train %s --quiet --no-progress --set %s "
              "--set run.steps=1000000 --set comm.timeout_s=%d --set checkpoint.dir=%s/ck "
              "--metrics %s %s >%s 2>&1",
              env, RANKS, binary, testutil_source_path("tests/data/micro.yaml"), r->marker,
              TIMEOUT_S, r->dir, r->metrics, extra, r->log);
+    /* sh execs mpirun: the child is the launcher */
     r->child = fork();
     ck_assert(r->child >= 0);
     if (r->child == 0) {
@@ -156,8 +170,9 @@ START_TEST(stopped_rank_is_named_within_the_timeout)
 {
     struct bg_run r;
     const char *out = stop_rank(&r, "watchdog-stop", 1);
-    ck_assert_msg(strstr(out, "comm.timeout_s = 3: ") && strstr(out, "has not completed"), "%s",
-                  out);
+    ck_assert_msg(strstr(out, testutil_fmt("comm.timeout_s = %d: ", TIMEOUT_S)) &&
+                      strstr(out, "has not completed"),
+                  "%s", out);
     ck_assert_msg(strstr(out, "rank 1 (host ") && strstr(out, "does not answer"), "%s", out);
     check_flight_log(&r, 0, "rank 1 (host ");
     check_flight_log(&r, 2, "rank 1 (host ");
@@ -212,7 +227,8 @@ START_TEST(hung_rank_never_entered_the_collective)
     const char *out = testutil_slurp(r.log);
     ck_assert_msg(took < 30, "took %.1f s:\n%s", took, out);
     ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "exit 0:\n%s", out);
-    ck_assert_msg(strstr(out, "rank 1 (host ") && strstr(out, "never entered it") &&
+    ck_assert_msg(strstr(out, "rank 1 (host ") && strstr(out, "never entered it: busy for") &&
+                      strstr(out, "in a checkpoint write at step 4") && strstr(out, "not moving") &&
                       !strstr(out, "does not answer"),
                   "%s", out);
     ck_assert_int_eq(testutil_count(out, "zerotrain: error:"), 1);
@@ -220,6 +236,73 @@ START_TEST(hung_rank_never_entered_the_collective)
     check_flight_log(&r, 1, "never entered it");
     check_flight_log(&r, 2, "never entered it");
     ck_assert(!ranks_left(&r));
+}
+END_TEST
+
+/* Runs zerotrain_faulty with ZT_TEST_SLOW=slow to its end; returns its
+ * log once it exited 0, with no error and a warning. */
+static const char *slow_run(const char *tag, int ranks, const char *slow, const char *extra)
+{
+    const char *dir = testutil_tmpdir(tag);
+    const char *log = testutil_fmt("%s/log", dir);
+    int rc = testutil_run(log,
+                          "ZT_TEST_SLOW=%s " MPIRUN " %d %s train %s --quiet --no-progress "
+                          "--set run.output_dir=%s/out --set run.steps=5 --set model.n_layer=6 "
+                          "--set comm.timeout_s=1 --set checkpoint.dir=%s/ck %s",
+                          slow, ranks, testutil_faulty_binary(),
+                          testutil_source_path("tests/data/micro.yaml"), dir, dir, extra);
+    const char *out = testutil_slurp(log);
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);
+    ck_assert_msg(!strstr(out, "zerotrain: error:"), "%s", out);
+    ck_assert_msg(strstr(out, "zerotrain: warning: rank 0: comm.timeout_s = 1: "), "%s", out);
+    ck_assert_msg(strstr(out, "a slow rank, not a hang") || strstr(out, "a straggler"), "%s", out);
+    ck_assert_msg(!strstr(out, "network or MPI problem") && !strstr(out, "does not answer"), "%s",
+                  out);
+    return out;
+}
+
+/* A data-parallel rank several timeouts late in step 3 (6 blocks of 0.3 s
+ * with comm.timeout_s = 1), moving all along: the others' wait is
+ * reported as a slow rank busy in its forward, and the run finishes its
+ * steps, checkpoints and evaluation. */
+START_TEST(straggler_does_not_end_the_run)
+{
+    const char *out = slow_run("watchdog-straggler", 3, "2,3,0.3", "--set checkpoint.every=2");
+    ck_assert_msg(strstr(out, "rank 2 (host ") || strstr(out, "a straggler"), "%s", out);
+    ck_assert_msg(strstr(out, "busy for") || strstr(out, "a straggler"), "%s", out);
+    ck_assert_msg(strstr(out, "in the forward of unit") || strstr(out, "a straggler"), "%s", out);
+    ck_assert_msg(strstr(out, "checkpoint saved") && strstr(out, "val loss"), "%s", out);
+}
+END_TEST
+
+/* A slow first pipeline stage (6 blocks of 0.3 s per micro batch): the
+ * second stage waits for its message, and the line says so, point to
+ * point, naming the stage it waits for as busy. */
+START_TEST(slow_pipeline_stage_does_not_end_the_run)
+{
+    const char *out = slow_run("watchdog-pipeline", 2, "0,3,0.3",
+                               "--set pipeline.stages=2 --set gradient_accumulation_steps=2 "
+                               "--set model.n_layer=12");
+    ck_assert_msg(strstr(out, "rank 1 has been waiting for rank 0") &&
+                      strstr(out, "on group pipeline") && strstr(out, "at step 3") &&
+                      strstr(out, "rank 0 (host ") && strstr(out, "is busy for"),
+                  "%s", out);
+    ck_assert_msg(!strstr(out, "never entered"), "%s", out);
+}
+END_TEST
+
+/* An uneven final evaluation: rank 1 evaluates slowly (6 blocks of 0.3 s
+ * per batch), the others wait for it alone in the evaluation's allreduce;
+ * the line names rank 1 as busy in the evaluation, and the run ends with
+ * its validation loss and exit 0. */
+START_TEST(uneven_evaluation_does_not_end_the_run)
+{
+    const char *out = slow_run("watchdog-eval", 3, "1,5,0.3,eval", "");
+    ck_assert_msg((strstr(out, "rank 1 (host ") && strstr(out, "busy for") &&
+                   strstr(out, "in an evaluation of unit")) ||
+                      strstr(out, "a straggler"),
+                  "%s", out);
+    ck_assert_msg(strstr(out, "val loss"), "%s", out);
 }
 END_TEST
 
@@ -249,6 +332,9 @@ int main(void)
     tcase_add_test(tc, killed_rank_is_named_at_once);
     tcase_add_test(tc, hung_rank_never_entered_the_collective);
     tcase_add_test(tc, bad_timeout_is_refused);
+    tcase_add_test(tc, straggler_does_not_end_the_run);
+    tcase_add_test(tc, slow_pipeline_stage_does_not_end_the_run);
+    tcase_add_test(tc, uneven_evaluation_does_not_end_the_run);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }

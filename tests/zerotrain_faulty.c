@@ -11,12 +11,18 @@
  *
  * ZT_TEST_POISON=R,S,M,B writes a NaN into the first element of block B's
  * attention output in the forward of micro batch M of step S (1-based) on
- * rank R, as an op that diverged would; the step's re-run meets it too. */
+ * rank R, as an op that diverged would; the step's re-run meets it too.
+ *
+ * ZT_TEST_SLOW=R,S,SECONDS[,eval] makes rank R sleep SECONDS after each
+ * block's attention output in the forwards of step S (every micro batch),
+ * or with ",eval" in the evaluation at step S: a rank that is slow but
+ * moves from unit to unit, for test_watchdog's slow-rank cases. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -26,7 +32,9 @@
 struct fault_point {
     int rank;
     long step;
-    int hang; /* sleep for good instead of dying */
+    double seconds; /* ZT_TEST_SLOW */
+    int in_eval;    /* ZT_TEST_SLOW's ",eval": the evaluation's forwards only */
+    int hang;       /* sleep for good instead of dying */
     int micro, block;
 };
 
@@ -50,6 +58,18 @@ static void poison_attention(void *arg, int rank, long step, int micro, int bloc
         precision_from_f32(t, &nan, buf, 1);
 }
 
+static void slow_forward(void *arg, int rank, long step, int micro, int block, const char *what,
+                         enum zt_dtype t, void *buf, size_t n)
+{
+    const struct fault_point *at = arg;
+    (void)block, (void)t, (void)buf, (void)n;
+    if (rank == at->rank && step == at->step && (micro < 0) == at->in_eval &&
+        strcmp(what, "attention output") == 0)
+        nanosleep(&(struct timespec){(time_t)at->seconds,
+                                     (long)((at->seconds - (double)(time_t)at->seconds) * 1e9)},
+                  NULL);
+}
+
 /* ZT_TEST_CRASH_IN_SAVE's value: 1 when it parses. */
 static int parse_crash(const char *spec, struct fault_point *at)
 {
@@ -59,9 +79,19 @@ static int parse_crash(const char *spec, struct fault_point *at)
     return n == 2 || (n == 3 && strcmp(how, "hang") == 0);
 }
 
+/* ZT_TEST_SLOW's value: 1 when it parses. */
+static int parse_slow(const char *spec, struct fault_point *at)
+{
+    char where[8] = "";
+    const int n = sscanf(spec, "%d,%ld,%lf,%7s", &at->rank, &at->step, &at->seconds, where);
+    at->in_eval = n == 4;
+    return at->seconds >= 0 && (n == 3 || (n == 4 && strcmp(where, "eval") == 0));
+}
+
 int main(int argc, char **argv)
 {
     const char *crash = getenv("ZT_TEST_CRASH_IN_SAVE"), *poison = getenv("ZT_TEST_POISON");
+    const char *slow = getenv("ZT_TEST_SLOW");
     struct fault_point at = {0};
     struct ckpt_fault_hooks faults = {.arg = &at};
     if (crash && parse_crash(crash, &at))
@@ -69,10 +99,12 @@ int main(int argc, char **argv)
     else if (poison &&
              sscanf(poison, "%d,%ld,%d,%d", &at.rank, &at.step, &at.micro, &at.block) == 4)
         faults.forward_output = poison_attention;
+    else if (slow && parse_slow(slow, &at))
+        faults.forward_output = slow_forward;
     else {
         fprintf(stderr,
                 "%s: set ZT_TEST_CRASH_IN_SAVE=RANK,STEP[,hang] or "
-                "ZT_TEST_POISON=RANK,STEP,MICRO,BLOCK\n",
+                "ZT_TEST_POISON=RANK,STEP,MICRO,BLOCK or ZT_TEST_SLOW=RANK,STEP,SECONDS[,eval]\n",
                 argv[0]);
         return 2;
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The flight recorder's cost: configs/tiny.yaml at 2 ranks, stages 0 and 3,
-# with the recorder and watchdog on (comm.timeout_s 300, the default) and
+# with the recorder and watchdog on (comm.timeout_s 600, the default) and
 # off (0), run in turn ROUNDS times so that both see the same machine. Each
 # run's median ms per step over its timed steps; then per stage the median
 # of the on/off ratios of the rounds. Stage 3 makes the most calls per step
@@ -28,7 +28,7 @@ for stage in 0 3; do
   offs=() ons=() ratios=()
   for ((r = 0; r < rounds; r++)); do
     off=$(run "$stage" 0)
-    on=$(run "$stage" 300)
+    on=$(run "$stage" 600)
     offs+=("$off") ons+=("$on")
     ratios+=("$(awk -v a="$on" -v b="$off" 'BEGIN {print a / b}')")
   done
