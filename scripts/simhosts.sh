@@ -55,13 +55,24 @@
 # - btl_tcp_if_include, oob_tcp_if_include: the bridge's subnet, the one
 #   network every host and mpirun share (the hosts have nothing else but
 #   loopback, which would mislead the peers).
-# One set of simulated hosts per machine: the names are fixed.
+#
+# ZT_SIMHOSTS_ID=K (1 to 250) gives a separate set: hosts ztK-h0, ..., bridge
+# ztK-br, subnet 10.213.K.0/24, so that two suites on one machine (each
+# build tree configures its own K) never take down or reach the other's
+# hosts. Unset, the names are the ones above.
 set -euo pipefail
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
-PREFIX=zt-h
-BRIDGE=zt-br0
-NET=10.213.0
+ID=${ZT_SIMHOSTS_ID:-}
+if [ -n "$ID" ]; then
+  if ! [[ $ID =~ ^[0-9]+$ ]] || [ "$ID" -lt 1 ] || [ "$ID" -gt 250 ]; then
+    echo "simhosts.sh: ZT_SIMHOSTS_ID must be from 1 to 250, got '$ID'" >&2
+    exit 2
+  fi
+  PREFIX=zt$ID-h BRIDGE=zt$ID-br NET=10.213.$ID
+else
+  PREFIX=zt-h BRIDGE=zt-br0 NET=10.213.0
+fi
 SUBNET=$NET.0/24
 
 die() {

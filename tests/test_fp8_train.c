@@ -345,10 +345,15 @@ static Suite *fp8_train_suite(void)
     tcase_add_test(t, llama_layouts_give_the_one_rank_losses);
     tcase_add_test(t, activation_checkpointing_changes_no_bit);
     tcase_add_test(t, resume_continues_with_the_saved_scales);
-    tcase_add_test(t, tiny_follows_bf16);
     tcase_add_test(t, dry_run_counts_the_fp8_buffers);
     tcase_add_test(t, refused_combinations_exit_with_a_config_error);
     suite_add_tcase(s, t);
+    /* the curve alone, tagged: CTest runs it as test_fp8_train_curve beside the rest */
+    TCase *curve = tcase_create("curve");
+    tcase_set_timeout(curve, 300);
+    tcase_set_tags(curve, "curve");
+    tcase_add_test(curve, tiny_follows_bf16);
+    suite_add_tcase(s, curve);
     return s;
 }
 

@@ -1,5 +1,5 @@
 /* tests/test_lora_layouts.c — LoRA through the binary under mpirun, on
- * both families: ZeRO stages 0-3 at 1, 2 and 4 ranks give the same losses
+ * both families: ZeRO stages 0-3 at 2 and 4 ranks give one rank's losses
  * (fp32, global batch kept), bf16 follows fp32, a checkpoint of an adapted
  * run resumes exactly, the memory report's gradients and AdamW states are
  * those of the adapters alone (4 and 8 bytes per adapter parameter over N
@@ -47,11 +47,12 @@ static void same_losses_everywhere(const char *tag, const char *family)
     train(dir, "base", 1, layout(1, 0, family), base);
     ck_assert_msg(base[STEPS - 1] < base[0] - 0.02, "%s: loss did not fall: %g -> %g", tag, base[0],
                   base[STEPS - 1]);
-    static const int worlds[] = {1, 2, 4};
-    for (int w = 0; w < 3; w++)
+    /* each stage at 2 and 4 ranks, against one rank at stage 0: at one
+     * rank a stage's shard is the whole tensor, with no boundary for the
+     * adapters to cross, and the stages' own paths run at 2 and 4 */
+    static const int worlds[] = {2, 4};
+    for (int w = 0; w < 2; w++)
         for (int stage = 0; stage <= 3; stage++) {
-            if (worlds[w] == 1 && stage == 0)
-                continue;
             const char *name = testutil_fmt("np%d-stage%d", worlds[w], stage);
             train(dir, name, worlds[w], layout(worlds[w], stage, family), got);
             assert_close(base, got, 1e-5,

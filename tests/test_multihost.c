@@ -35,6 +35,14 @@ static const char *simhosts(void)
     return testutil_source_path("scripts/simhosts.sh");
 }
 
+/* Simulated host i's name: scripts/simhosts.sh's rule, zt-hI or, with
+ * ZT_SIMHOSTS_ID=K (each build tree's own set), ztK-hI. */
+static const char *host(int i)
+{
+    const char *id = getenv("ZT_SIMHOSTS_ID");
+    return id && *id ? testutil_fmt("zt%s-h%d", id, i) : testutil_fmt("zt-h%d", i);
+}
+
 static const char *tiny(void)
 {
     return testutil_source_path("configs/tiny.yaml");
@@ -77,10 +85,10 @@ START_TEST(ranks_run_on_their_hosts)
                                   simhosts()),
                      0);
     const char *out = testutil_slurp(log);
-    static const char *const want[] = {"rank 0 on zt-h0\n", "rank 1 on zt-h0\n",
-                                       "rank 2 on zt-h1\n", "rank 3 on zt-h1\n"};
-    for (int r = 0; r < 4; r++)
-        ck_assert_msg(testutil_count(out, want[r]) == 1, "no '%.15s' in:\n%s", want[r], out);
+    for (int r = 0; r < 4; r++) {
+        const char *want = testutil_fmt("rank %d on %s\n", r, host(r / 2));
+        ck_assert_msg(testutil_count(out, want) == 1, "no '%s' in:\n%s", want, out);
+    }
 }
 END_TEST
 
@@ -198,7 +206,7 @@ START_TEST(link_down_stops_every_rank)
     }
     const pid_t rank = testutil_wait_for_rank(metrics, 3, marker);
     const char *quiet = testutil_path_in(dir, "link.log");
-    const int down = rank > 0 ? testutil_run(quiet, "%s link-down zt-h1", simhosts()) : -1;
+    const int down = rank > 0 ? testutil_run(quiet, "%s link-down %s", simhosts(), host(1)) : -1;
     const double t0 = now_s();
     int left = live_ranks(marker);
     while (left > 0 && now_s() - t0 < TIMEOUT_S + 10) {
@@ -216,7 +224,7 @@ START_TEST(link_down_stops_every_rank)
     const double launcher_took = now_s() - t0;
 
     /* put things back before any check can end the test */
-    const int up = testutil_run(quiet, "%s link-up zt-h1", simhosts());
+    const int up = testutil_run(quiet, "%s link-up %s", simhosts(), host(1));
     if (!waited) { /* a failure already: only clean up */
         kill(child, SIGTERM);
         for (int i = 0; i < 50 && !waited; i++) {
@@ -234,15 +242,14 @@ START_TEST(link_down_stops_every_rank)
     ck_assert_msg(rank > 0, "the run never reached step 3:\n%s", out);
     ck_assert_int_eq(down, 0);
     ck_assert_int_eq(up, 0);
-    ck_assert_msg(left == 0,
-                  "%d zerotrain ranks still ran %.1f s after zt-h1's link went down:\n%s", left,
-                  took, out);
-    ck_assert_msg(launcher_ended, "the launcher still ran %.1f s after zt-h1's link went down:\n%s",
-                  launcher_took, out);
+    ck_assert_msg(left == 0, "%d zerotrain ranks still ran %.1f s after %s's link went down:\n%s",
+                  left, took, host(1), out);
+    ck_assert_msg(launcher_ended, "the launcher still ran %.1f s after %s's link went down:\n%s",
+                  launcher_took, host(1), out);
     ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "the launcher exited 0:\n%s",
                   out);
-    ck_assert_msg(line_with(out, "zerotrain", "zt-h1"),
-                  "no line of zerotrain's names host zt-h1:\n%s", out);
+    ck_assert_msg(line_with(out, "zerotrain", host(1)), "no line of zerotrain's names host %s:\n%s",
+                  host(1), out);
     for (int r = 0; r < 4; r++)
         ck_assert_msg(access(testutil_fmt("%s/run/flight/rank-%d.json", dir, r), R_OK) == 0,
                       "rank %d wrote no flight log (%s/run/flight)", r, dir);
@@ -272,14 +279,14 @@ static void skip_unless_ready(int link_down)
     const char *bin = getenv("ZT_BINARY");
     char log[600], cmd[2048];
     snprintf(log, sizeof log, "%s/ready.log", dir);
-    snprintf(cmd, sizeof cmd, "%s hosts | grep -qx zt-h1 || %s check >%s 2>&1", simhosts(),
+    snprintf(cmd, sizeof cmd, "%s hosts | grep -qx %s || %s check >%s 2>&1", simhosts(), host(1),
              simhosts(), log);
     int st = system(cmd);
     if (st != 0) {
         printf("SKIP: %s\n", WIFEXITED(st) && WEXITSTATUS(st) == 77
                                  ? first_line(log)
-                                 : "the simulated hosts zt-h0 and zt-h1 are not up: run the suite "
-                                   "through ctest, whose fixture runs scripts/simhosts.sh up 2");
+                                 : "the simulated hosts are not up: run the suite through ctest, "
+                                   "whose fixture runs scripts/simhosts.sh up 2");
         exit(77);
     }
     if (!link_down)

@@ -607,6 +607,7 @@ int main(void)
     tcase_add_test(serial, schedules_keep_their_rules);
     tcase_add_test(serial, partitions_cover_the_blocks);
     TCase *tc = testutil_tcase(s, "layouts", 900);
+    tcase_set_tags(tc, "layouts"); /* CTest's test_pipeline_layouts; the rest in _rest */
     tcase_add_test(tc, gpt2_layouts_give_the_same_losses);
     tcase_add_test(tc, llama_layouts_give_the_same_losses);
     tcase_add_test(tc, tied_llama_layouts_give_the_same_losses);

@@ -43,7 +43,9 @@ zt_test(test_peft SOURCES test_peft.c LIBS zt_formats TIMEOUT 900 LAUNCHES_MPI)
 # sizes, the loss mask, GPT-2's tokenizer, a bad line on every rank.
 zt_test(test_jsonl_train SOURCES test_jsonl_train.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 # Pipeline parallelism with ZeRO data parallelism: layouts' losses, reports.
-zt_test(test_pipeline SOURCES test_pipeline.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI)
+# Two tests that run side by side: the cases tagged "layouts", the rest.
+zt_test(test_pipeline SOURCES test_pipeline.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI
+        SPLIT layouts)
 # zerotrain plan: each role's ledger peaks and each axis's bytes equal a
 # measured run's at 1-4 ranks across layouts; the ZeRO paper's model states
 # and Korthikanti et al.'s activations per layer from planned roles.
@@ -57,7 +59,8 @@ zt_test(test_calibrate SOURCES test_calibrate.c LIBS zt_plan TIMEOUT 300 LAUNCHE
 # fp8 training through the binary: layouts against one rank, checkpointing,
 # configs/tiny.yaml against bf16 (300 steps; 40 in the sanitizer build), the
 # dry run's fp8 buffers, refusals.
-zt_test(test_fp8_train SOURCES test_fp8_train.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
+zt_test(test_fp8_train SOURCES test_fp8_train.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI
+        SPLIT curve)
 if(ZT_SANITIZE)
   target_compile_definitions(test_fp8_train PRIVATE ZT_FP8_TRAIN_SANITIZED=1)
 endif()
