@@ -3,7 +3,9 @@
  * takes what the config names and says which; a checkpoint folder and a
  * step folder are accepted alike wherever a checkpoint is taken, and a
  * folder that is neither is named with what was expected; a resume that
- * overrides model.init_from, or leaves nothing to train, says so. */
+ * overrides model.init_from, or leaves nothing to train, says so; a
+ * checkpoint.dir that does not exist is an error; every validation window
+ * counts, whatever the micro batch, rank count or stage. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
