@@ -59,14 +59,23 @@ static zt_status write_model(struct export_job *j, const struct param_table *t, 
 {
     int n_shards = 1;
     const char *out = j->rq->out;
+    /* as save_pretrained: the folder is made, and config.json beside the
+     * weights lets from_pretrained(folder) build the model they fill */
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out) : 1, slash ? out : ".");
+    if (slash == out)
+        snprintf(dir, sizeof dir, "/");
+    ZT_TRY(zt_mkdir_p(dir));
     ZT_TRY(hf_weights_export(t, j->params, j->dtype, out, j->max_shard, &n_shards));
+    ZT_TRY(hf_weights_write_config(t, j->dtype, dir));
     if (n_shards == 1)
-        fprintf(report, "wrote %s: %zu parameters of step %lld (%s)%s as %s\n", out, t->n_params,
-                (long long)j->meta.step, j->step_dir, how, j->rq->dtype);
+        fprintf(report, "wrote %s and %s/config.json: %zu parameters of step %lld (%s)%s as %s\n",
+                out, dir, t->n_params, (long long)j->meta.step, j->step_dir, how, j->rq->dtype);
     else
         fprintf(report,
-                "wrote %s.index.json and %d shards beside it: %zu parameters of step %lld "
-                "(%s)%s as %s\n",
+                "wrote %s.index.json and %d shards beside it, with config.json: %zu "
+                "parameters of step %lld (%s)%s as %s\n",
                 out, n_shards, t->n_params, (long long)j->meta.step, j->step_dir, how,
                 j->rq->dtype);
     return ZT_OK;

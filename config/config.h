@@ -145,6 +145,8 @@ struct zt_config {
 
     struct {
         long steps;                 /* optimizer steps, default 100 */
+        double epochs;              /* > 0: passes over data.train, which set steps once the data
+                                       is read (session.c); default 0: steps counts */
         double neftune_noise_alpha; /* NEFTune's noise on the embeddings, 0 (default): off */
         uint64_t seed;              /* default 1234 */
         long eval_interval;         /* steps between evaluations, 0 = only at the end (if there is
@@ -222,6 +224,7 @@ struct zt_config {
         long warmup_num_steps;           /* default 1000 as in DeepSpeed */
         enum zt_warmup_type warmup_type; /* default log, as in DeepSpeed */
         long total_num_steps;            /* WarmupDecayLR/WarmupCosineLR; default run.steps */
+        int total_from_steps;            /* 1: total_num_steps was not given (follows run.steps) */
         double warmup_min_ratio;         /* WarmupCosineLR, default 0 */
         double cos_min_ratio;            /* WarmupCosineLR, default 1e-4 */
     } scheduler;

@@ -217,6 +217,10 @@ static const struct field fields[] = {
 
     {"run", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "the run"},
     {"run.steps", T_LONG, OFF(run.steps), 0, "100", GE(1), NB, 0, NULL, "optimizer steps"},
+    {"run.epochs", T_DOUBLE, OFF(run.epochs), 0, "0", GE(0), NB, 0, NULL,
+     "passes over data.train instead of run.steps (the HF Trainer's num_train_epochs): the "
+     "steps are ceil(epochs x training windows / global batch), the schedule's total too; "
+     "each epoch a new order drawn from (run.seed, epoch); 0: run.steps counts"},
     {"run.seed", T_U64, OFF(run.seed), 0, "1234", NB, NB, 0, NULL, "random seed"},
     {"run.neftune_noise_alpha", T_DOUBLE, OFF(run.neftune_noise_alpha), 0, "0", GE(0), NB, 0,
      NULL,
@@ -1371,8 +1375,10 @@ static void resolve_dependent_defaults(struct walk *w)
         c->data.seq_len = c->model.block_size;
     if (!given(w, "scheduler.params.warmup_max_lr"))
         c->scheduler.warmup_max_lr = c->optimizer.lr;
-    if (!given(w, "scheduler.params.total_num_steps"))
+    if (!given(w, "scheduler.params.total_num_steps")) {
         c->scheduler.total_num_steps = c->run.steps;
+        c->scheduler.total_from_steps = 1;
+    }
     /* The betas default to the optimizer's own ([0.9, 0.99] for Lion, no
      * first moment for Adafactor), and so does a pair eps. */
     const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
@@ -1799,6 +1805,13 @@ static zt_status check_lora(const struct walk *w)
 static zt_status check_checkpoint(const struct walk *w)
 {
     char where[WHERE];
+    if (w->cfg->run.epochs > 0 && given(w, "run.steps")) {
+        where_of_keys(w, where, "run.epochs", "run.steps", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: run.epochs: %g and run.steps: %ld both say how long to train: "
+                            "give one of them",
+                            where, w->cfg->run.epochs, w->cfg->run.steps);
+    }
     if (w->cfg->checkpoint.every > 0 && !w->cfg->checkpoint.dir) {
         where_of_keys(w, where, "checkpoint.every", "checkpoint.dir", NULL);
         return zt_error_set(ZT_ERR_CONFIG,

@@ -2,15 +2,19 @@
  * for the `eval` command.
  *
  * The validation data is cut into consecutive windows of seq_len + 1 tokens
- * and grouped into micro batches of the training micro batch size (the
- * model's activations are sized for it); a trailing part that does not fill
- * a micro batch is left out. Micro batch j goes to data-parallel rank j %
- * D (under a pipeline, through every stage of that rank's pipeline; the
- * last stage's loss counts); losses and counted targets are summed over
- * ranks, so the result does not depend on the layout beyond float
- * summation order. Under a loss mask the
- * loss is the mean over counted targets only, and the tokens reported are
- * those.
+ * (run.eval_batches, when set, caps them at that many micro batches). The
+ * windows are split evenly over the D data-parallel ranks, rank r taking a
+ * contiguous run of them, and each rank evaluates its share in micro
+ * batches of the training micro batch size (the model's activations are
+ * sized for it); a last batch that is not full is filled with rows whose
+ * targets are all masked. Every rank runs the same number of forwards (a
+ * rank whose share is shorter runs a fully masked batch), so no rank
+ * computes alone while the others wait in the sum, and stage 3's gathers
+ * line up. Under a pipeline each batch goes through every stage of that
+ * rank's pipeline and the last stage's loss counts. The per-token losses
+ * and counted targets are summed over ranks: the result is the mean over
+ * every counted target of the set, whatever the micro batch, rank count or
+ * layout, up to the order of a double-precision sum.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,48 +23,47 @@
 #include "run_checkpoint.h"
 #include "train.h"
 
-static void fill_eval_batch(const struct token_buffer *val, int seq_len, int B, size_t batch,
-                            int32_t *inputs, int32_t *targets)
+/* Rows first .. first + B - 1 of this rank's share of `count` windows
+ * starting at window `begin`; rows past the share repeat its first window
+ * with every target masked. */
+static void fill_eval_batch(const struct token_buffer *val, int seq_len, int B, size_t begin,
+                            size_t count, size_t first, int32_t *inputs, int32_t *targets)
 {
-    for (int b = 0; b < B; b++)
-        (void)token_window_fill(val, (size_t)batch * B + b, seq_len, inputs + (size_t)b * seq_len,
-                                targets + (size_t)b * seq_len);
+    for (int b = 0; b < B; b++) {
+        int32_t *in = inputs + (size_t)b * seq_len, *tg = targets + (size_t)b * seq_len;
+        const size_t row = first + (size_t)b;
+        (void)token_window_fill(val, begin + (row < count ? row : 0), seq_len, in, tg);
+        if (row >= count)
+            for (int j = 0; j < seq_len; j++)
+                tg[j] = -1;
+    }
 }
 
 zt_status session_evaluate(struct run_session *s, double *loss, uint64_t *tokens)
 {
     const int B = s->cfg.train_micro_batch_size_per_gpu, T = s->cfg.data.seq_len;
-    const size_t windows = s->val.n > 0 ? (s->val.n - 1) / (size_t)T : 0;
-    size_t batches = windows / (size_t)B;
-    if (s->cfg.run.eval_batches > 0 && (size_t)s->cfg.run.eval_batches < batches)
-        batches = (size_t)s->cfg.run.eval_batches;
-    if (batches == 0)
+    size_t windows = s->val.n > 0 ? (s->val.n - 1) / (size_t)T : 0;
+    if (s->cfg.run.eval_batches > 0 && (size_t)s->cfg.run.eval_batches * B < windows)
+        windows = (size_t)s->cfg.run.eval_batches * B;
+    if (windows == 0)
         return zt_error_set(ZT_ERR_DATA,
-                            "validation data has %zu windows of seq_len + 1 = %d tokens, fewer "
-                            "than one micro batch of %d: give more data.val or a larger "
-                            "data.val_fraction",
-                            windows, T + 1, B);
+                            "validation data has no window of seq_len + 1 = %d tokens: give "
+                            "more data.val or a larger data.val_fraction",
+                            T + 1);
 
-    /* Under stage 3 every forward gathers parameters with all ranks, so
-     * every rank runs the same number of forwards: a rank without a batch
-     * of its own in the last round repeats batch 0 and does not count it. */
     const size_t world = (size_t)s->dp_size, rank = (size_t)s->dp_rank;
-    const size_t rounds = shard_policy_forward_is_collective(&s->engine.policy)
-                              ? (batches + world - 1) / world
-                              : (batches + world - 1 - rank) / world;
-    double sums[2] = {0.0, 0.0}; /* loss * counted, counted targets */
+    const size_t begin = windows * rank / world, count = windows * (rank + 1) / world - begin;
+    const size_t most = (windows + world - 1) / world; /* the longest share */
+    const size_t rounds = (most + (size_t)B - 1) / (size_t)B;
+    double sums[2] = {0.0, 0.0}; /* summed loss of counted targets, counted targets */
     zt_status st = ZT_OK;
     for (size_t i = 0; i < rounds && st == ZT_OK; i++) {
-        const size_t j = rank + i * world;
-        fill_eval_batch(&s->val, T, B, j < batches ? j : 0, s->inputs, s->targets);
+        fill_eval_batch(&s->val, T, B, begin, count, i * (size_t)B, s->inputs, s->targets);
         s->model->training = 0;
         st = s->pipe ? pipeline_forward(s, s->inputs, s->targets)
                      : model_forward(s->model, &s->engine.hooks, s->inputs, s->targets);
-        if (j < batches && s->stage.last && s->coords.tp == 0) {
-            /* the mean times its counted targets, in an order that is the
-             * unmasked sum's bit for bit (the share is then exactly 1) */
-            const double share = (double)s->model->n_counted / ((double)B * T);
-            sums[0] += (double)s->model->mean_loss * B * T * share;
+        if (st == ZT_OK && s->stage.last && s->coords.tp == 0) {
+            sums[0] += s->model->loss_sum;
             sums[1] += s->model->n_counted;
         }
     }

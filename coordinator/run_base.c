@@ -84,18 +84,26 @@ static zt_status read_file(const char *step_dir, const struct ckpt_meta *m,
     return st;
 }
 
-/* Rounds n values to the working precision, as the run's frozen units
- * held them. */
-static zt_status round_to(const char *precision, float *v, size_t n)
+/* Rounds the adapted base weights of t to the working precision, as the
+ * run's frozen units held them under the adapters. */
+static zt_status round_adapted(const char *precision, const struct param_table *t, float *params)
 {
     enum zt_dtype working = ZT_F32;
     if (!zt_precision_from_name(precision, &working) || working == ZT_F32)
         return ZT_OK;
-    uint16_t *half = malloc((n ? n : 1) * sizeof *half);
+    size_t most = 1;
+    for (int k = 0; k < t->lora.n_base_tensors; k++)
+        most = t->tensors[k].numel > most ? t->tensors[k].numel : most;
+    uint16_t *half = malloc(most * sizeof *half);
     if (!half)
-        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu 16-bit values", n);
-    precision_from_f32(working, v, half, n);
-    precision_to_f32(working, half, v, n);
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu 16-bit values", most);
+    for (int k = 0; k < t->lora.n_base_tensors; k++) {
+        const struct param_tensor *p = &t->tensors[k];
+        if (p->adapter < 0)
+            continue;
+        precision_from_f32(working, params + p->offset, half, p->numel);
+        precision_to_f32(working, half, params + p->offset, p->numel);
+    }
     free(half);
     return ZT_OK;
 }
@@ -109,5 +117,5 @@ zt_status run_base_read(const char *step_dir, const struct ckpt_meta *m,
         ZT_TRY(read_file(step_dir, m, &base, params));
     else
         param_table_init(t, m->base.seed, 0, base.n_params, params);
-    return round_to(m->precision, params, base.n_params);
+    return round_adapted(m->precision, t, params);
 }

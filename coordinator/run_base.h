@@ -48,9 +48,11 @@ zt_status run_base_check(const char *meta, const struct ckpt_base *b);
 /* The whole base of t (a table with adapters) into params[0 ..
  * t->lora.n_base_params), as the run that wrote the checkpoint in
  * step_dir (meta m, base kept outside) held it: the file, checked and
- * read, or the seed's values, rounded to the checkpoint's precision. No
- * MPI. Errors: run_base_check's, hf_weights_open's and _read's,
- * ZT_ERR_NOMEM. */
+ * read, or the seed's values. The weights that carry adapters are rounded
+ * to the checkpoint's precision, as the run held them under the adapters
+ * that a merge adds; every other tensor keeps the base's own values, bit
+ * for bit, since the run never changed it. No MPI. Errors: run_base_check's, hf_weights_open's and
+ * _read's, ZT_ERR_NOMEM. */
 zt_status run_base_read(const char *step_dir, const struct ckpt_meta *m,
                         const struct param_table *t, float *params);
 

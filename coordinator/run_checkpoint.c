@@ -1000,6 +1000,15 @@ static zt_status choose_checkpoint(const struct run_session *s, const struct run
         if (found)
             *from = strcmp(s->cfg.run.resume, "auto") == 0 ? RUN_WEIGHTS_LATEST : RUN_WEIGHTS_NAMED;
     } else if (s->cfg.checkpoint.dir) {
+        struct stat sb;
+        /* a folder that never was, with nothing else named, would measure
+         * random weights under a name that promises trained ones */
+        if (stat(s->cfg.checkpoint.dir, &sb) != 0 && !s->cfg.model.init_from)
+            return zt_error_set(ZT_ERR_CONFIG,
+                                "checkpoint.dir: %s: no such folder, so there is no checkpoint "
+                                "to evaluate: train with this config first, or name the "
+                                "weights with --checkpoint or model.init_from",
+                                s->cfg.checkpoint.dir);
         ZT_TRY(named_by("checkpoint.dir",
                         ckpt_find_latest(s->cfg.checkpoint.dir, step_dir, n, &found)));
         if (found)

@@ -2,6 +2,7 @@
 #include "session.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -171,6 +172,15 @@ static zt_status load_text(const struct run_session *s, const struct tokenizer *
     return st;
 }
 
+/* Whether any target of the loaded examples counts. */
+static int has_target(const struct token_buffer *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (!b->mask || b->mask[i])
+            return 1;
+    return 0;
+}
+
 static zt_status load_jsonl(const struct run_session *s, const struct tokenizer *tok,
                             const char *key, char **paths, int n, struct token_buffer *out)
 {
@@ -180,12 +190,23 @@ static zt_status load_jsonl(const struct run_session *s, const struct tokenizer 
                                       .chat_template = s->cfg.data.chat_template};
     struct jsonl_report rep;
     ZT_TRY(jsonl_load((const char *const *)paths, n, &opt, out, &rep));
+    if (!has_target(out))
+        return zt_error_set(ZT_ERR_DATA,
+                            "%s: no example keeps a trainable token at data.seq_len %d: %zu of "
+                            "%zu examples were cut, %zu of them inside the prompt (%s%s): "
+                            "raise data.seq_len or shorten the prompts",
+                            key, s->cfg.data.seq_len, rep.n_truncated, rep.n_examples,
+                            rep.n_untrained, rep.n_truncated ? "first: " : "no example cut",
+                            rep.n_truncated ? rep.truncated_at[0] : "");
     if (rep.n_truncated > 0 && s->rank == 0) {
         warn_prefix(key);
         fprintf(stderr,
                 "%zu of %zu examples are longer than data.seq_len (%d tokens) and were cut to "
-                "it (data.packing is false)\n",
-                rep.n_truncated, rep.n_examples, s->cfg.data.seq_len);
+                "it (data.packing is false); %zu lost every completion token:",
+                rep.n_truncated, rep.n_examples, s->cfg.data.seq_len, rep.n_untrained);
+        for (size_t i = 0; i < rep.n_truncated && i < JSONL_REPORT_NAMED; i++)
+            fprintf(stderr, " %s", rep.truncated_at[i]);
+        fputs(rep.n_truncated > JSONL_REPORT_NAMED ? " ...\n" : "\n", stderr);
         fflush(stderr);
     }
     return ZT_OK;
@@ -216,6 +237,29 @@ static zt_status load_sets(struct run_session *s, const struct tokenizer *tok,
     return dataset_split_tail(all, c->data.val_fraction, c->data.seq_len, &s->val);
 }
 
+/* run.epochs: the steps that many passes over the training windows take
+ * (the last step may run into the next epoch, as a whole batch), and the
+ * schedule's total with them unless it was given. */
+static void steps_from_epochs(struct run_session *s)
+{
+    struct zt_config *c = &s->cfg;
+    const double global = (double)c->train_micro_batch_size_per_gpu *
+                          c->gradient_accumulation_steps * (double)s->dp_size;
+    const double steps = ceil(c->run.epochs * (double)s->sampler.n_windows / global);
+    c->run.steps = steps < 1.0 ? 1 : (long)steps;
+    if (c->scheduler.total_from_steps)
+        c->scheduler.total_num_steps = c->run.steps;
+}
+
+double session_epoch_at(const struct run_session *s, long step)
+{
+    if (!(s->cfg.run.epochs > 0) || s->sampler.n_windows == 0)
+        return -1.0;
+    const double global = (double)s->cfg.train_micro_batch_size_per_gpu *
+                          s->cfg.gradient_accumulation_steps * (double)s->dp_size;
+    return (double)step * global / (double)s->sampler.n_windows;
+}
+
 static zt_status load_data(struct run_session *s, int need_train)
 {
     const struct zt_config *c = &s->cfg;
@@ -237,23 +281,25 @@ static zt_status load_data(struct run_session *s, int need_train)
                         c->train_micro_batch_size_per_gpu, c->gradient_accumulation_steps,
                         s->dp_size, s->dp_rank));
     s->have_train = 1;
+    if (c->run.epochs > 0)
+        steps_from_epochs(s);
     return ZT_OK;
 }
 
-/* An evaluation needs one micro batch of validation windows (eval.c).
- * Finding that out at the first evaluation would lose the training before
- * it, with every rank failing there on its own; so it is checked here. */
+/* An evaluation needs one validation window (eval.c). Finding that out at
+ * the first evaluation would lose the training before it, with every rank
+ * failing there on its own; so it is checked here. */
 static zt_status check_validation_size(const struct run_session *s)
 {
     const struct zt_config *c = &s->cfg;
-    const int B = c->train_micro_batch_size_per_gpu, T = c->data.seq_len;
+    const int T = c->data.seq_len;
     const size_t windows = s->val.n > 0 ? (s->val.n - 1) / (size_t)T : 0;
-    if (!config_has_validation(c) || windows >= (size_t)B)
+    if (!config_has_validation(c) || windows >= 1)
         return ZT_OK;
     return zt_error_set(ZT_ERR_DATA,
-                        "validation data has %zu windows of seq_len + 1 = %d tokens, fewer than "
-                        "one micro batch of %d: give more data.val or a larger data.val_fraction",
-                        windows, T + 1, B);
+                        "validation data has no window of seq_len + 1 = %d tokens: give more "
+                        "data.val or a larger data.val_fraction",
+                        T + 1);
 }
 
 zt_status session_lora_spec(const struct zt_config *c, struct lora_spec *spec)

@@ -284,6 +284,10 @@ zt_status session_model_create(struct run_session *s, struct model_profile *prof
  * sums are the unmasked ones bit for bit), the share into sums[1]. */
 void session_add_loss(const struct run_session *s, const struct model *m, double *sums);
 
+/* Passes over the training windows after `step` optimizer steps under
+ * run.epochs; -1 without it. */
+double session_epoch_at(const struct run_session *s, long step);
+
 /* Runs one optimizer step's allocation plan: `accum` planned forward and
  * backward passes and a planned engine step, through the same code as a
  * real step (the session's device must be plan-only). */

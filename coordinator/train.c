@@ -413,13 +413,15 @@ static void log_step(struct run_session *s, struct train_io *io, const struct st
         [STEP_SKIP_MASKED] = " | skipped (every target masked)",
         [STEP_SKIP_NONFINITE] = " | skipped (non-finite values)",
     };
-    char left[32], note[48];
+    char left[32], note[48], epoch[32] = "";
     progress_format_duration(seconds_left, left, sizeof left);
+    if (r->epoch > 0)
+        snprintf(epoch, sizeof epoch, " | epoch %.2f", r->epoch);
     progress_log(&io->console,
-                 "step %6ld | loss %.4f | lr %.3e | grad norm %.4f | %8.1f ms | %9.0f tok/s | "
+                 "step %6ld%s | loss %.4f | lr %.3e | grad norm %.4f | %8.1f ms | %9.0f tok/s | "
                  "%6.2f GFLOP/s | left %s%s%s",
-                 r->step, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s, r->gflops,
-                 left, s->scaler.dynamic ? scale_note(r, note, sizeof note) : "",
+                 r->step, epoch, r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s,
+                 r->gflops, left, s->scaler.dynamic ? scale_note(r, note, sizeof note) : "",
                  !r->skipped ? "" : skip_notes[r->skip_reason]);
 }
 
@@ -534,6 +536,17 @@ static double step_tokens(const struct run_session *s)
            c->gradient_accumulation_steps * (double)s->dp_size;
 }
 
+/* Without checkpoint.dir nothing is saved: said when the run starts and
+ * again when it ends, so the trained weights never vanish unannounced. */
+static void note_unsaved(struct train_io *io, const char *when)
+{
+    progress_log(&io->console,
+                 "note: checkpoint.dir is not set: the trained weights %s saved (set "
+                 "checkpoint.dir, e.g. --set checkpoint.dir=runs/NAME/ckpt, then `zerotrain "
+                 "export` it)",
+                 when);
+}
+
 static zt_status train_loop(struct run_session *s, struct train_io *io)
 {
     const struct zt_config *c = &s->cfg;
@@ -546,7 +559,9 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     const struct lr_schedule lrs = config_lr_schedule(c);
 
     for (; step < c->run.steps && st == ZT_OK && !stop; step++, done++) {
-        struct step_record r = {.step = step + 1, .lr = schedule_lr(&lrs, step)};
+        struct step_record r = {.step = step + 1,
+                                .lr = schedule_lr(&lrs, step),
+                                .epoch = session_epoch_at(s, step + 1)};
         const int at_floor = loss_scaler_at_floor(&s->scaler);
         double t0 = zt_now_seconds();
         st = train_step(s, step, &r);
@@ -591,6 +606,8 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     if (c->checkpoint.dir && done > 0 &&
         !(c->checkpoint.every > 0 && step % c->checkpoint.every == 0))
         ZT_TRY(save_checkpoint(s, io, step, "end of training"));
+    else if (!c->checkpoint.dir && done > 0 && s->rank == 0)
+        note_unsaved(io, "were not");
     /* data.val_fraction: 0 without data.val is a run without a validation
      * set (as in DeepSpeed and the HF Trainer): nothing to evaluate. */
     if (config_has_validation(c))
@@ -703,6 +720,15 @@ static void abort_if_peers_may_block(const struct run_session *s, zt_status st)
     comm_world_abort(zt_status_exit_code(st));
 }
 
+/* Parameters the optimizer updates: the table's less its frozen tensors. */
+static size_t trainable_params(const struct param_table *t)
+{
+    size_t n = 0;
+    for (int k = 0; k < t->n_tensors; k++)
+        n += t->tensors[k].trainable ? t->tensors[k].numel : 0;
+    return n;
+}
+
 /* Rank 0: which weights the run starts from and why, then what it trains.
  * A resumed run that is already at run.steps trains nothing and says so:
  * it still evaluates and exits 0, so resubmitting a finished job (as a
@@ -724,12 +750,24 @@ static void log_start(const struct run_session *s, struct train_io *io)
         snprintf(layout, sizeof layout, " (tensor %d x pipeline %d x data %d, %s)", s->layout.tp,
                  s->layout.pp, s->layout.dp,
                  config_pipeline_schedule_name(s->cfg.pipeline.schedule));
+    char count[64];
+    const size_t trainable = trainable_params(&s->table);
+    if (trainable == s->table.n_params)
+        snprintf(count, sizeof count, "%zu", trainable);
+    else /* LoRA, a frozen embedding: the frozen ones are not "trained" */
+        snprintf(count, sizeof count, "%zu of %zu", trainable, s->table.n_params);
+    char epochs[96] = "";
+    if (s->cfg.run.epochs > 0)
+        snprintf(epochs, sizeof epochs, " (%g epochs of %zu windows)", s->cfg.run.epochs,
+                 s->sampler.n_windows);
     progress_log(&io->console,
-                 "training %zu parameters on %d rank(s)%s, stage %d, %ld steps of %d x %d "
+                 "training %s parameters on %d rank(s)%s, stage %d, %ld steps%s of %d x %d "
                  "x %d sequences of %d tokens",
-                 s->table.n_params, s->world, layout, s->cfg.zero.stage, s->cfg.run.steps,
+                 count, s->world, layout, s->cfg.zero.stage, s->cfg.run.steps, epochs,
                  s->cfg.train_micro_batch_size_per_gpu, s->cfg.gradient_accumulation_steps,
                  s->dp_size, s->cfg.data.seq_len);
+    if (!s->cfg.checkpoint.dir)
+        note_unsaved(io, "will not be");
     /* Never a generic kernel unsaid: what the products run on. */
     const struct ops_backend *ops = s->compute.ops;
     const enum zt_dtype t = s->table.compute;

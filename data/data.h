@@ -346,11 +346,16 @@ struct jsonl_options {
     const char *chat_template;         /* for "messages" lines; NULL: the tokenizer's */
 };
 
+enum { JSONL_REPORT_NAMED = 3 };
+
 /* What jsonl_load read. */
 struct jsonl_report {
     size_t n_files;     /* .jsonl files read */
     size_t n_examples;  /* examples (non-empty lines) */
     size_t n_truncated; /* examples longer than seq_len, cut (no packing) */
+    size_t n_untrained; /* of those, examples left without a counted target */
+    /* "PATH:LINE" of the first JSONL_REPORT_NAMED truncated examples */
+    char truncated_at[JSONL_REPORT_NAMED][512];
 };
 
 /* Loads JSONL examples from paths into *out (overwritten, not freed; the

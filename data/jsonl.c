@@ -87,8 +87,14 @@ static zt_status place_example(struct jsonl_load *l, size_t n_prompt, const uint
     const size_t T = (size_t)l->opt->seq_len, start = l->out->n;
     size_t n = l->ex.n;
     if (!l->opt->packing && n > T) {
+        struct jsonl_report *r = l->report;
+        if (r->n_truncated < JSONL_REPORT_NAMED)
+            snprintf(r->truncated_at[r->n_truncated], sizeof r->truncated_at[0], "%.500s", what);
+        r->n_truncated++;
+        /* window targets are tokens 1 .. T-1 of the example: the
+         * completion must begin before T to leave one */
+        r->n_untrained += n_prompt >= T;
         n = T;
-        l->report->n_truncated++;
     }
     if (mask) {
         ZT_TRY(append(l->out, l->ex.tokens, n, 0, what));

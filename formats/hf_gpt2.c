@@ -79,6 +79,18 @@ static int ignored(const struct param_table *t, const char *name)
 
 static const char *const lora_targets[] = {"c_attn", NULL};
 
+/* GPT2Config's names; our layer norms use its default epsilon, 1e-5, and
+ * the tanh GELU ("gelu_new"); the head is tied to the embedding. */
+static const struct hf_config_key config_keys[] = {
+    {"vocab_size", "vocab_size", 0},
+    {"n_positions", "block_size", 0},
+    {"n_ctx", "block_size", 0},
+    {"n_embd", "n_embd", 0},
+    {"n_layer", "n_layer", 0},
+    {"n_head", "n_head", 0},
+    {NULL, NULL, 0},
+};
+
 const struct hf_mapping hf_gpt2_mapping = {
     .family = "gpt2",
     .title = "GPT-2",
@@ -90,4 +102,8 @@ const struct hf_mapping hf_gpt2_mapping = {
     .ignored = ignored,
     .required_by = NULL,
     .lora_targets = lora_targets,
+    .config_fixed = "\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
+                    "\"n_inner\": null, \"activation_function\": \"gelu_new\", "
+                    "\"layer_norm_epsilon\": 1e-05, \"tie_word_embeddings\": true",
+    .config_keys = config_keys,
 };

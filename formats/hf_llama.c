@@ -88,6 +88,21 @@ static const char *required_by(const struct param_table *t, int k, int64_t *valu
 
 static const char *const lora_targets[] = {"q_proj", "v_proj", NULL};
 
+/* LlamaConfig's names: SiLU-gated MLP, no biases, no rotary scaling. */
+static const struct hf_config_key config_keys[] = {
+    {"vocab_size", "vocab_size", 0},
+    {"max_position_embeddings", "block_size", 0},
+    {"hidden_size", "n_embd", 0},
+    {"intermediate_size", "intermediate_size", 0},
+    {"num_hidden_layers", "n_layer", 0},
+    {"num_attention_heads", "n_head", 0},
+    {"num_key_value_heads", "n_kv_head", 0},
+    {"rms_norm_eps", "rms_norm_eps", 0},
+    {"rope_theta", "rope_theta", 0},
+    {"tie_word_embeddings", "tie_word_embeddings", 1},
+    {NULL, NULL, 0},
+};
+
 const struct hf_mapping hf_llama_mapping = {
     .family = "llama",
     .title = "Llama",
@@ -99,4 +114,8 @@ const struct hf_mapping hf_llama_mapping = {
     .ignored = ignored,
     .required_by = required_by,
     .lora_targets = lora_targets,
+    .config_fixed = "\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+                    "\"hidden_act\": \"silu\", \"rope_scaling\": null, \"attention_bias\": false, "
+                    "\"mlp_bias\": false",
+    .config_keys = config_keys,
 };

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/atomic_file.h"
 #include "hf_gpt2.h"
 #include "hf_llama.h"
 #include "hf_weights_impl.h"
@@ -280,6 +281,41 @@ zt_status hf_weights_export(const struct param_table *t, const float *params, en
     free(tile);
     ZT_TRY(st);
     return ZT_OK;
+}
+
+zt_status hf_weights_write_config(const struct param_table *t, enum zt_dtype dtype, const char *dir)
+{
+    static const struct {
+        enum zt_dtype dtype;
+        const char *torch;
+    } torch_dtypes[] = {{ZT_F32, "float32"}, {ZT_BF16, "bfloat16"}, {ZT_F16, "float16"}};
+    const struct hf_mapping *m;
+    ZT_TRY(mapping_of(t, &m));
+    const char *torch = "float32";
+    for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
+        if (torch_dtypes[i].dtype == dtype)
+            torch = torch_dtypes[i].torch;
+    char text[4096], path[4200];
+    size_t len = (size_t)snprintf(text, sizeof text, "{%s", m->config_fixed);
+    for (const struct hf_config_key *k = m->config_keys; k->hf && len < sizeof text; k++) {
+        const struct zt_kv *kv = zt_kv_find(&t->shape, k->shape);
+        ZT_ASSERT(kv);
+        if (k->boolean)
+            len += (size_t)snprintf(text + len, sizeof text - len, ", \"%s\": %s", k->hf,
+                                    kv->i ? "true" : "false");
+        else if (kv->is_real)
+            len += (size_t)snprintf(text + len, sizeof text - len, ", \"%s\": %.10g", k->hf, kv->r);
+        else
+            len += (size_t)snprintf(text + len, sizeof text - len, ", \"%s\": %lld", k->hf,
+                                    (long long)kv->i);
+    }
+    if (len < sizeof text)
+        len +=
+            (size_t)snprintf(text + len, sizeof text - len, ", \"torch_dtype\": \"%s\"}\n", torch);
+    ZT_ASSERT(len < sizeof text);
+    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+        return zt_error_set(ZT_ERR_IO, "%s: path too long", dir);
+    return atomic_file_write(path, text, len);
 }
 
 /* ---- import: the checks ---- */

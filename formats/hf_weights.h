@@ -57,6 +57,15 @@
 zt_status hf_weights_export(const struct param_table *t, const float *params, enum zt_dtype dtype,
                             const char *path, uint64_t max_shard_bytes, int *n_shards);
 
+/* Writes `dir`/config.json as save_pretrained does for t's family: the
+ * architecture, the shape under the config class's names and torch_dtype
+ * (`dtype`'s name: "float32", "bfloat16", "float16"), so that
+ * from_pretrained(dir) builds the model the weights beside it fill. The
+ * file appears complete or not at all. Statuses: ZT_ERR_UNSUPPORTED (a
+ * family without a mapping), ZT_ERR_IO. */
+zt_status hf_weights_write_config(const struct param_table *t, enum zt_dtype dtype,
+                                  const char *dir);
+
 /* An open Hugging Face file or set checked against a parameter table. Not
  * for use from several threads at once (it keeps the last transposed
  * tensor read). */

@@ -50,6 +50,14 @@ struct hf_mapping {
     const char *(*required_by)(const struct param_table *t, int k, int64_t *value);
     /* PEFT's default target_modules for the architecture, NULL-terminated. */
     const char *const *lora_targets;
+    /* config.json: the members that do not depend on the shape (JSON text,
+     * comma-separated: architectures, model_type, fixed choices), then
+     * one member per entry, the config class's name and the shape's value. */
+    const char *config_fixed;
+    const struct hf_config_key {
+        const char *hf, *shape; /* "n_positions", "block_size" */
+        int boolean;            /* 1: written as true / false */
+    } * config_keys;            /* ends with {NULL} */
 };
 
 /* The layer index of `name` if it reads "<layer><i>.<rest>" (*rest then

@@ -81,6 +81,8 @@ void metrics_write_step(FILE *f, const struct step_record *r)
                 (unsigned long long)r->comm.calls[k]);
     fprintf(f, "}, \"comm_wait_ms\": %s",
             num(r->comm.wait_seconds * 1e3, "%.4f", b[7], sizeof b[7]));
+    if (r->epoch > 0)
+        fprintf(f, ", \"epoch\": %.6g", r->epoch);
     static const char *const axes[3] = {"tp", "pp", "dp"};
     fprintf(f, ", \"comm_bytes_by_axis\": {");
     for (int k = 0; k < 3; k++)

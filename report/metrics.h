@@ -42,6 +42,9 @@ struct step_record {
     /* Under a pipeline: this rank's seconds computing passes and the span
      * of its schedule (pipeline.h); 0 and 0 without one. */
     double busy_seconds, span_seconds;
+    /* Passes over the training data at the step's end under run.epochs;
+     * <= 0 otherwise (not written). */
+    double epoch;
 };
 
 /* Opens (truncates) path. Errors: ZT_ERR_IO. */

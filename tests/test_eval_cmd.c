@@ -3,8 +3,11 @@
  * takes what the config names and says which; a checkpoint folder and a
  * step folder are accepted alike wherever a checkpoint is taken, and a
  * folder that is neither is named with what was expected; a resume that
- * overrides model.init_from, or leaves nothing to train, says so. */
+ * overrides model.init_from, or leaves nothing to train, says so; a
+ * checkpoint.dir that does not exist is an error; every validation window
+ * counts, whatever the micro batch, rank count or stage. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,12 +100,23 @@ START_TEST(eval_takes_what_the_config_names)
     ck_assert_str_ne(random, latest);
     free(random);
 
-    ck_assert_int_eq(eval(dir, "empty", 1, testutil_fmt("--set checkpoint.dir=%s/none", dir)), 0);
+    /* a folder that exists but holds nothing yet: said, initial weights */
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "mk.log"), "mkdir -p %s/empty", dir), 0);
+    ck_assert_int_eq(eval(dir, "empty", 1, testutil_fmt("--set checkpoint.dir=%s/empty", dir)), 0);
     out = text_of(dir, "empty", "log");
-    ck_assert_msg(strstr(out, testutil_fmt("zerotrain: warning: checkpoint.dir %s/none holds no "
+    ck_assert_msg(strstr(out, testutil_fmt("zerotrain: warning: checkpoint.dir %s/empty holds no "
                                            "checkpoint and no model.init_from is named",
                                            dir)),
                   "%s", out);
+    free(out);
+    /* one that does not exist names nothing trained: an error, once */
+    int rc = eval(dir, "none", 2, testutil_fmt("--set checkpoint.dir=%s/none", dir));
+    out = text_of(dir, "none", "log");
+    ck_assert_msg(rc == 2 &&
+                      strstr(out, testutil_fmt("checkpoint.dir: %s/none: no such folder", dir)),
+                  "exit %d:\n%s", rc, out);
+    ck_assert_msg(testutil_count(out, "zerotrain: error:") == 1 && !strstr(out, "val_loss"), "%s",
+                  out);
     free(out);
     free(latest);
     free(given);
@@ -259,6 +273,64 @@ START_TEST(a_resume_says_what_it_overrides)
 }
 END_TEST
 
+/* The val_loss and token count of dir/name.json. */
+static void read_eval(const char *dir, const char *name, double *loss, unsigned long long *tokens)
+{
+    const char *json = testutil_slurp(testutil_fmt("%s/%s.json", dir, name));
+    ck_assert_msg(sscanf(json, "{\"val_loss\": %lf, \"tokens\": %llu}", loss, tokens) == 2, "%s",
+                  json);
+}
+
+/* Every validation window counts, a partial last batch too, whatever the
+ * micro batch, rank count or stage: the same tokens, the same loss within
+ * 1e-6. 37 windows divide by none of the batch sizes or rank counts. */
+START_TEST(eval_covers_the_whole_set)
+{
+    enum { WINDOWS = 37, T = 32 };
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("eval-whole"));
+    /* WINDOWS * T + 1 bytes (the byte tokenizer): exactly WINDOWS windows */
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "val.log"),
+                                  "(head -c %d /usr/share/common-licenses/GPL-3 > %s/val.txt)",
+                                  WINDOWS * T + 1, dir),
+                     0);
+    static const struct {
+        const char *name;
+        int np, micro, stage;
+    } runs[] = {{"m1", 1, 1, 0},   {"m5", 1, 5, 0},     {"m12x2", 2, 12, 0},
+                {"m5x3", 3, 5, 2}, {"m5x2s3", 2, 5, 3}, {"m2x3s3", 3, 2, 3}};
+    double first = 0.0;
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const char *extra = testutil_fmt("--set data.val=%s/val.txt --set run.eval_batches=0 "
+                                         "--set train_micro_batch_size_per_gpu=%d "
+                                         "--set zero_optimization.stage=%d",
+                                         dir, runs[i].micro, runs[i].stage);
+        int rc = eval(dir, runs[i].name, runs[i].np, extra);
+        ck_assert_msg(rc == 0, "%s: exit %d\n%s", runs[i].name, rc,
+                      testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", runs[i].name))));
+        double loss;
+        unsigned long long tokens;
+        read_eval(dir, runs[i].name, &loss, &tokens);
+        ck_assert_msg(tokens == (unsigned long long)WINDOWS * T, "%s: %llu tokens", runs[i].name,
+                      tokens);
+        if (i == 0)
+            first = loss;
+        ck_assert_msg(fabs(loss - first) <= 1e-6, "%s: val_loss %.9f, at micro batch 1: %.9f",
+                      runs[i].name, loss, first);
+    }
+    /* run.eval_batches still caps: 2 batches of 5 */
+    ck_assert_int_eq(eval(dir, "cap", 2,
+                          testutil_fmt("--set data.val=%s/val.txt --set run.eval_batches=2 "
+                                       "--set train_micro_batch_size_per_gpu=5",
+                                       dir)),
+                     0);
+    double loss;
+    unsigned long long tokens;
+    read_eval(dir, "cap", &loss, &tokens);
+    ck_assert_uint_eq(tokens, 10ull * T);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("eval_cmd");
@@ -267,5 +339,6 @@ int main(void)
     tcase_add_test(tc, a_checkpoint_folder_is_taken_everywhere);
     tcase_add_test(tc, a_folder_that_is_neither_is_named);
     tcase_add_test(tc, a_resume_says_what_it_overrides);
+    tcase_add_test(tc, eval_covers_the_whole_set);
     return testutil_run_suite(s, 0);
 }

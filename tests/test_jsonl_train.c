@@ -186,6 +186,48 @@ START_TEST(a_bad_line_fails_every_rank_naming_it)
 }
 END_TEST
 
+/* Prompts that all fill seq_len leave nothing to train: refused at the
+ * start naming the file's first cut line, not "trained" on skipped steps;
+ * a set with some such examples trains and names the cut lines. */
+START_TEST(prompts_longer_than_seq_len_are_named)
+{
+    char dir[4096];
+    own_tmpdir(dir, "jsonl-long");
+    const char *path = testutil_path_in(dir, "long.jsonl");
+    char text[1024] = "";
+    for (int i = 0; i < 4; i++)
+        snprintf(text + strlen(text), sizeof text - strlen(text),
+                 "{\"prompt\": \"%d: a prompt much longer than the window of 32 tokens\", "
+                 "\"completion\": \" yes\"}\n",
+                 i);
+    testutil_write_file(path, text, strlen(text));
+    ck_assert_int_eq(testutil_train_micro(dir, "run", 2, jsonl_args(path, "")), 1);
+    const char *log = testutil_slurp(testutil_path_in(dir, "run.log"));
+    ck_assert_msg(strstr(log, testutil_fmt("data.train: no example keeps a trainable token at "
+                                           "data.seq_len 32: 4 of 4 examples were cut, 4 of them "
+                                           "inside the prompt (first: %s:1)",
+                                           path)) != NULL,
+                  "%s", log);
+    ck_assert_int_eq(testutil_count(log, "zerotrain: error:"), 1);
+    ck_assert_msg(strstr(log, "GFLOP/s") == NULL, "trained:\n%s", log);
+
+    const char *mixed = testutil_path_in(dir, "mixed.jsonl");
+    char both[2048];
+    snprintf(both, sizeof both, "%s{\"prompt\": \"Q:\", \"completion\": \" fine\"}\n", text);
+    testutil_write_file(mixed, both, strlen(both));
+    ck_assert_int_eq(testutil_train_micro(dir, "mixed", 1,
+                                          jsonl_args(mixed, "--set data.val_fraction=0 "
+                                                            "--set run.steps=1")),
+                     0);
+    log = testutil_slurp(testutil_path_in(dir, "mixed.log"));
+    ck_assert_msg(strstr(log, testutil_fmt("4 of 5 examples are longer than data.seq_len (32 "
+                                           "tokens) and were cut to it (data.packing is false); 4 "
+                                           "lost every completion token: %s:1 %s:2 %s:3 ...\n",
+                                           mixed, mixed, mixed)) != NULL,
+                  "%s", log);
+}
+END_TEST
+
 static Suite *jsonl_train_suite(void)
 {
     Suite *s = suite_create("jsonl_train");
@@ -196,6 +238,7 @@ static Suite *jsonl_train_suite(void)
     tcase_add_test(tc, gpt2_tokenizer_trains_on_jsonl);
     tcase_add_test(tc, a_vocab_smaller_than_the_tokenizer_is_refused);
     tcase_add_test(tc, a_bad_line_fails_every_rank_naming_it);
+    tcase_add_test(tc, prompts_longer_than_seq_len_are_named);
     return s;
 }
 

@@ -137,6 +137,38 @@ START_TEST(targets_follow_peft_matching)
 }
 END_TEST
 
+/* A target that is a regular expression matches the modules whose whole
+ * name it matches, as PEFT's string target_modules (re.fullmatch), with
+ * Python's \d and (?: understood; one that matches nothing is refused. */
+START_TEST(a_regex_target_matches_whole_names)
+{
+    struct param_table t;
+    ck_assert_int_eq(gpt2_table_build(&MICRO, &t), ZT_OK);
+    const int n_base = t.n_tensors;
+    const char *const layer1[] = {"h\\.1\\.(?:attn\\.qkv|mlp\\.\\w+)"};
+    ck_assert_int_eq(attach(&t, 2, 2.0, layer1, 1), ZT_OK);
+    ck_assert_int_eq(t.n_tensors, n_base + 3 * 2); /* qkv, fc, proj of block 1 */
+    const char *want[] = {"h.1.attn.qkv.lora_A.weight", "h.1.mlp.fc.lora_A.weight",
+                          "h.1.mlp.proj.lora_A.weight"};
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(t.tensors[n_base + 2 * i].name, want[i]);
+    param_table_free(&t);
+
+    ck_assert_int_eq(gpt2_table_build(&MICRO, &t), ZT_OK);
+    const char *const every_qkv[] = {".*\\d\\.attn\\.qkv"};
+    ck_assert_int_eq(attach(&t, 2, 2.0, every_qkv, 1), ZT_OK);
+    ck_assert_int_eq(t.n_tensors, n_base + 2 * 2);
+    param_table_free(&t);
+
+    /* a fullmatch: a pattern for part of a name matches nothing */
+    ck_assert_int_eq(gpt2_table_build(&MICRO, &t), ZT_OK);
+    const char *const part[] = {"attn\\.q.*"};
+    ck_assert_int_eq(attach(&t, 2, 2.0, part, 1), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "matches no module"), "%s", zt_error_message());
+    param_table_free(&t);
+}
+END_TEST
+
 START_TEST(all_linear_leaves_out_the_head)
 {
     const struct llama_config c = {64, 16, 2, 4, 2, 32, 48, 0, 10000.0, 1e-5, 0};
@@ -481,6 +513,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, table_has_adapter_units_after_the_base);
     tcase_add_test(tc, targets_follow_peft_matching);
+    tcase_add_test(tc, a_regex_target_matches_whole_names);
     tcase_add_test(tc, all_linear_leaves_out_the_head);
     tcase_add_test(tc, gpt2_lora_matches_pytorch);
     tcase_add_test(tc, llama_lora_is_the_merged_model);

@@ -5,6 +5,7 @@
  * start and null means no checkpoints, and a run-time error is printed
  * once. */
 #include <check.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,6 +295,13 @@ START_TEST(null_checkpoint_dir_means_no_checkpoints)
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("outputs-nullck"));
     ck_assert_int_eq(train(dir, "a", 2, "--set run.steps=2"), 0);
     ck_assert_str_eq(listing(testutil_path_in(dir, "a")), "config.yaml\nmemory_report.json\n");
+    /* nothing saved is said at the start and at the end, once each */
+    const char *said = log_of(dir, "a");
+    ck_assert_msg(testutil_count(said, "note: checkpoint.dir is not set: the trained weights will "
+                                       "not be saved") == 1 &&
+                      testutil_count(said, "note: checkpoint.dir is not set: the trained weights "
+                                           "were not saved") == 1,
+                  "%s", said);
     /* a checkpoint where the old default looked is left alone */
     ck_assert_int_eq(
         train(dir, "a", 2,
@@ -350,19 +358,62 @@ START_TEST(preemption_without_checkpoint_dir_says_nothing_was_saved)
 END_TEST
 
 /* An error every rank finds is printed once, by rank 0, naming it, before
- * any step (here: validation data too small for one micro batch, which
- * used to surface after training, on every rank). */
+ * any step (here: validation data without one window, which used to
+ * surface after training, on every rank). */
 START_TEST(run_time_error_is_printed_once)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("outputs-once"));
-    const int rc = train(dir, "a", 3, "--set data.val_fraction=0.00001");
+    ck_assert_int_eq(
+        testutil_run(testutil_path_in(dir, "v.log"), "(printf 'too short' > %s/v.txt)", dir), 0);
+    const int rc = train(dir, "a", 3, testutil_fmt("--set data.val=%s/v.txt", dir));
     const char *out = log_of(dir, "a");
     ck_assert_msg(rc == 1, "exit %d:\n%s", rc, out);
     ck_assert_msg(testutil_count(out, "zerotrain: error:") == 1, "%s", out);
-    ck_assert_msg(strstr(out, "zerotrain: error: rank 0: validation data has 1 windows"), "%s",
+    ck_assert_msg(strstr(out, "zerotrain: error: rank 0: validation data has no window"), "%s",
                   out);
     ck_assert_msg(strstr(out, "| loss") == NULL, "trained:\n%s", out);
+}
+END_TEST
+
+/* run.epochs sets the steps from the data: ceil(epochs x windows / global
+ * batch), named at the start, the epoch in each metrics line; given with
+ * run.steps it is refused naming both. */
+START_TEST(epochs_set_the_steps)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("outputs-epochs"));
+    const char *yaml = testutil_path_in(dir, "micro.yaml");
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "cp.log"), "(grep -v '^  steps:' %s > %s)",
+                                  testutil_source_path("tests/data/micro.yaml"), yaml),
+                     0);
+    const char *log = testutil_path_in(dir, "a.log");
+    int rc = testutil_run(log,
+                          "mpirun --oversubscribe -np 2 %s train %s --quiet --no-progress --set "
+                          "run.output_dir=%s/a --metrics %s/a.jsonl --set run.epochs=0.01",
+                          testutil_binary(), yaml, dir, dir);
+    const char *out = testutil_slurp(log);
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);
+    const char *at = strstr(out, ", stage 0, ");
+    long steps = 0;
+    unsigned long windows = 0;
+    ck_assert_msg(at && sscanf(at, ", stage 0, %ld steps (0.01 epochs of %lu windows)", &steps,
+                               &windows) == 2,
+                  "%s", out);
+    const long want = (long)ceil(0.01 * (double)windows / 4.0); /* 2 x 1 x 2 ranks */
+    ck_assert_msg(steps == want && want >= 2, "%ld steps for %lu windows, want %ld", steps, windows,
+                  want);
+    struct metrics_line l[MAX_LINES];
+    const int n = read_metrics(testutil_path_in(dir, "a.jsonl"), l, MAX_LINES);
+    assert_each_step_once(l, n, steps);
+    const char *metrics = testutil_slurp(testutil_path_in(dir, "a.jsonl"));
+    ck_assert_msg(testutil_count(metrics, "\"epoch\": ") == steps, "%s", metrics);
+
+    rc = train(dir, "b", 2, "--set run.epochs=1");
+    out = log_of(dir, "b");
+    ck_assert_msg(rc == 2 && strstr(out, "run.epochs: 1 and run.steps: 10 both say how long to "
+                                         "train: give one of them"),
+                  "exit %d:\n%s", rc, out);
 }
 END_TEST
 
@@ -379,5 +430,6 @@ int main(void)
     tcase_add_test(tc, null_checkpoint_dir_means_no_checkpoints);
     tcase_add_test(tc, preemption_without_checkpoint_dir_says_nothing_was_saved);
     tcase_add_test(tc, run_time_error_is_printed_once);
+    tcase_add_test(tc, epochs_set_the_steps);
     return testutil_run_suite(s, 0);
 }

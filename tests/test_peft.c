@@ -105,14 +105,20 @@ static int same_bytes(const char *a, const char *b)
 }
 
 /* The parsed adapter_config.json of an adapter folder (json_free it). */
-static void read_config(const char *dir, struct json_value *root)
+/* dir/name parsed into *root. */
+static void read_json(const char *dir, const char *name, struct json_value *root)
 {
     size_t n;
-    const char *path = testutil_path_in(dir, "adapter_config.json");
+    const char *path = testutil_path_in(dir, name);
     char *text = (char *)testutil_read_file(path, &n);
     const struct json_source src = {path, NULL, ZT_ERR_DATA, 8};
     ck_assert_msg(json_parse(&src, text, n, root) == ZT_OK, "%s", zt_error_message());
     free(text);
+}
+
+static void read_config(const char *dir, struct json_value *root)
+{
+    read_json(dir, "adapter_config.json", root);
 }
 
 static const struct json_value *member(const struct json_value *root, const char *key,
@@ -289,6 +295,122 @@ static void python_merges_alike(const char *dir)
                                dir, dir) == 0,
                   "%s", testutil_slurp(log));
 }
+
+/* A merged export into a folder that does not exist yet, as
+ * save_pretrained: the folder is made, config.json written beside the
+ * weights, and a loader that knows only config.json and Hugging Face's
+ * architectures (scripts/reference/hf_folder_loss.py, PyTorch) computes
+ * the loss zerotrain's eval gives the folder, within 1e-4. Without
+ * /usr/bin/python3 and torch only the files are checked. */
+static void export_loads_from_its_folder(const char *tag, const char *model, const char *plain,
+                                         const char *architecture)
+{
+    enum { WINDOWS = 6, T = 32 };
+    const char *dir = testutil_tmpdir(tag);
+    train(dir, "run", 2,
+          testutil_fmt("%s" LORA "--set run.steps=3 --set checkpoint.dir=%s/ck", model, dir));
+    must_export(dir, "merge",
+                testutil_fmt("%s/ck --merge --out %s/out/hf/model.safetensors", dir, dir));
+    struct json_value c;
+    read_json(testutil_fmt("%s/out/hf", dir), "config.json", &c);
+    const struct json_value *arch = member(&c, "architectures", JSON_ARRAY);
+    ck_assert_int_eq(arch->n, 1);
+    ck_assert_str_eq(arch->items[0].str, architecture);
+    ck_assert_str_eq(member(&c, "torch_dtype", JSON_STRING)->str, "float32");
+    json_free(&c);
+
+    const char *val = testutil_path_in(dir, "val.txt");
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "val.log"),
+                                  "(head -c %d /usr/share/common-licenses/GPL-3 > %s)",
+                                  WINDOWS * T + 1, val),
+                     0);
+    const double ours = eval_loss(
+        dir, "ours",
+        testutil_fmt("%s--set model.init_from=%s/out/hf --set data.val=%s --set run.eval_batches=0",
+                     plain, dir, val));
+    const char *log = testutil_path_in(dir, "python.log");
+    if (testutil_run(log, "/usr/bin/python3 -c 'import torch'") != 0) {
+        fprintf(stderr, "test_peft: no /usr/bin/python3 with torch: the folder is not loaded in "
+                        "PyTorch\n");
+        return;
+    }
+    ck_assert_msg(testutil_run(log, "/usr/bin/python3 %s %s/out/hf %s %d",
+                               testutil_source_path("scripts/reference/hf_folder_loss.py"), dir,
+                               val, T) == 0,
+                  "%s", testutil_slurp(log));
+    double theirs = NAN;
+    ck_assert_msg(sscanf(testutil_slurp(log), "loss %lf", &theirs) == 1, "%s", testutil_slurp(log));
+    ck_assert_msg(fabs(theirs - ours) <= 1e-4, "%s: PyTorch %.9f, zerotrain %.9f", tag, theirs,
+                  ours);
+}
+
+START_TEST(export_is_a_pretrained_folder_gpt2)
+{
+    export_loads_from_its_folder("peft-folder-gpt2",
+                                 testutil_fmt("--set model.init_from=%s ", hf_gpt2()), "",
+                                 "GPT2LMHeadModel");
+}
+END_TEST
+
+START_TEST(export_is_a_pretrained_folder_llama)
+{
+    export_loads_from_its_folder("peft-folder-llama", LLAMA ALL_LINEAR, LLAMA, "LlamaForCausalLM");
+}
+END_TEST
+
+/* Whether f has bits a bf16 rounding would drop. */
+static int below_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (u & 0xffffu) != 0;
+}
+
+/* A bf16 QLoRA run merged and exported as fp32: the tensors the run never
+ * changed (embeddings, norms, biases) are the base file's values, bit for
+ * bit, not their bf16 roundings. */
+START_TEST(a_merge_keeps_untouched_tensors_exact)
+{
+    const char *dir = testutil_tmpdir("peft-exact");
+    train(dir, "run", 2,
+          testutil_fmt("--set model.init_from=%s " LORA
+                       "--set lora.target_modules=all-linear --set bf16.enabled=true "
+                       "--set quantization.load_in_4bit=true "
+                       "--set quantization.bnb_4bit_compute_dtype=bf16 --set run.steps=2 "
+                       "--set checkpoint.dir=%s/ck",
+                       hf_gpt2(), dir));
+    must_export(dir, "merge", testutil_fmt("%s/ck --merge --out %s/m.safetensors", dir, dir));
+    struct safetensors *base, *merged;
+    ck_assert_int_eq(safetensors_open(hf_gpt2(), &base), ZT_OK);
+    ck_assert_int_eq(safetensors_open(testutil_fmt("%s/m.safetensors", dir), &merged), ZT_OK);
+    int compared = 0, rounded = 0;
+    for (int i = 0; i < safetensors_count(merged); i++) {
+        const struct safetensors_tensor *m = safetensors_tensor_at(merged, i);
+        const char *name = m->name;
+        if (strstr(name, ".weight") && (strstr(name, "attn.c_") || strstr(name, "mlp.c_")))
+            continue; /* adapted: merged */
+        const struct safetensors_tensor *b = safetensors_find(base, name);
+        if (!b)
+            b = safetensors_find(base, testutil_fmt("transformer.%s", name));
+        ck_assert_msg(b != NULL, "%s: not in the base", name);
+        const uint64_t n = safetensors_tensor_numel(m);
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        ck_assert(x && y && safetensors_tensor_numel(b) == n);
+        ck_assert_int_eq(safetensors_read_f32(merged, m, 0, n, x), ZT_OK);
+        ck_assert_int_eq(safetensors_read_f32(base, b, 0, n, y), ZT_OK);
+        ck_assert_msg(memcmp(x, y, n * sizeof *x) == 0, "%s differs from the base", name);
+        for (uint64_t j = 0; j < n; j++) /* not vacuous: bf16 would have rounded these */
+            rounded += below_bf16(y[j]);
+        compared++;
+        free(x);
+        free(y);
+    }
+    safetensors_close(base);
+    safetensors_close(merged);
+    ck_assert_msg(compared >= 6 && rounded > 0, "%d tensors compared, %d values below bf16",
+                  compared, rounded);
+}
+END_TEST
 
 START_TEST(merge_gives_the_adapted_loss_gpt2)
 {
@@ -584,6 +706,9 @@ int main(void)
     tcase_add_test(tc, llama_adapter_export);
     tcase_add_test(tc, export_asks_for_what_fits);
     tcase_add_test(tc, merge_gives_the_adapted_loss_gpt2);
+    tcase_add_test(tc, export_is_a_pretrained_folder_gpt2);
+    tcase_add_test(tc, export_is_a_pretrained_folder_llama);
+    tcase_add_test(tc, a_merge_keeps_untouched_tensors_exact);
     tcase_add_test(tc, merge_gives_the_adapted_loss_llama);
     tcase_add_test(tc, merge_of_a_4bit_base_gives_the_adapted_loss);
     tcase_add_test(tc, adapters_round_trip_through_lora_init_from);

@@ -2,17 +2,63 @@
 #include "lora.h"
 
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/rng.h"
 
+/* Whether `target` reads as a regular expression (PEFT takes a string
+ * target_modules as one) rather than a module name. */
+static int is_pattern(const char *target)
+{
+    return strpbrk(target, "*+?[](){}|^$\\") != NULL;
+}
+
+/* Python's re.fullmatch(pattern, module) for the patterns PEFT configs
+ * use, through POSIX extended expressions: "(?:" becomes "(", and the
+ * classes \d, \w, \s their bracket forms. 0 when it does not compile. */
+static int pattern_matches(const char *module, const char *pattern)
+{
+    static const struct {
+        const char *python, *posix;
+    } rewrites[] = {{"(?:", "("},
+                    {"\\d", "[0-9]"},
+                    {"\\w", "[A-Za-z0-9_]"},
+                    {"\\s", "[[:space:]]"},
+                    {"\\.", "[.]"}};
+    char ere[1024];
+    size_t at = 0;
+    at += (size_t)snprintf(ere, sizeof ere, "^(");
+    for (const char *c = pattern; *c && at + 16 < sizeof ere;) {
+        size_t r = 0, n_rewrites = sizeof rewrites / sizeof rewrites[0];
+        while (r < n_rewrites && strncmp(c, rewrites[r].python, strlen(rewrites[r].python)) != 0)
+            r++;
+        if (r < n_rewrites) {
+            at += (size_t)snprintf(ere + at, sizeof ere - at, "%s", rewrites[r].posix);
+            c += strlen(rewrites[r].python);
+        } else {
+            ere[at++] = *c++;
+        }
+    }
+    snprintf(ere + at, sizeof ere - at, ")$");
+    regex_t re;
+    if (regcomp(&re, ere, REG_EXTENDED | REG_NOSUB) != 0)
+        return 0;
+    const int hit = regexec(&re, module, 0, NULL, 0) == 0;
+    regfree(&re);
+    return hit;
+}
+
 /* PEFT's rule for a list of target names: the module's name, or its last
- * dotted components. */
+ * dotted components; a target that is a regular expression matches the
+ * modules whose whole name it matches, as PEFT's string form does. */
 static int name_matches(const char *module, const char *target)
 {
     size_t n = strlen(module), k = strlen(target);
+    if (is_pattern(target) && pattern_matches(module, target))
+        return 1;
     if (n == k)
         return strcmp(module, target) == 0;
     return n > k && module[n - k - 1] == '.' && strcmp(module + n - k, target) == 0;
