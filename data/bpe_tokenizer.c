@@ -41,6 +41,7 @@ void bpe_tokenizer_free(struct bpe_tokenizer *t)
     free(t->dec_bytes);
     free(t->added);
     free(t->added_bytes);
+    free(t->chat_template);
     free(t);
 }
 

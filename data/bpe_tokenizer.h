@@ -81,10 +81,9 @@ struct bpe_tokenizer {
     uint32_t added_first[256]; /* how many added tokens start with each byte */
     uint32_t added_start[256]; /* the index of the first of them in `added` */
     int32_t bos, eos;          /* from tokenizer_config.json, or the format's own; -1 none */
-    /* The built-in chat template tokenizer_config.json's chat_template is
-     * (chat_template_detect): a name, "" for one of no known family, NULL
-     * for none. Static. */
-    const char *chat_template;
+    /* tokenizer_config.json's chat_template (the Jinja text; a list's
+     * "default" entry), owned; NULL for none. */
+    char *chat_template;
     uint32_t next_id; /* while loading: the model ids below it are put */
 };
 

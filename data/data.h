@@ -179,9 +179,9 @@ int32_t tokenizer_eot_id(const struct tokenizer *t);
 /* The begin-of-text id (tokenizer_config.json's bos_token), or -1. */
 int32_t tokenizer_bos_id(const struct tokenizer *t);
 
-/* The built-in chat template (below) its tokenizer_config.json's
- * chat_template is: a name, "" for a template of no family zerotrain
- * knows, NULL when the tokenizer has none. */
+/* Its tokenizer_config.json's chat_template, the Jinja text (which
+ * chat_template_detect, below, names the family of); NULL when the
+ * tokenizer has none. */
 const char *tokenizer_chat_template(const struct tokenizer *t);
 
 /* Appends the ids of text[0..n), one document or part of one, to *out

@@ -506,9 +506,9 @@ static zt_status take_tokenizer(struct hf_loader *ld, const struct json_value *r
     return named_token(ld, ld->path, "model.unk_token", member(model, "unk_token"), &t->unk_id);
 }
 
-/* The family of chat_template: a Jinja string, or a list of named ones of
- * which "default" is what apply_chat_template uses. */
-static void take_chat_template(struct bpe_tokenizer *t, const struct json_value *v)
+/* chat_template's Jinja: a string, or a list of named ones of which
+ * "default" is what apply_chat_template uses. */
+static zt_status take_chat_template(struct bpe_tokenizer *t, const struct json_value *v)
 {
     const char *jinja = v && v->type == JSON_STRING ? v->str : NULL;
     for (size_t i = 0; v && v->type == JSON_ARRAY && i < v->n; i++) {
@@ -516,10 +516,9 @@ static void take_chat_template(struct bpe_tokenizer *t, const struct json_value 
         if (name && strcmp(name, "default") == 0)
             jinja = string_of(&v->items[i], "template");
     }
-    if (jinja) {
-        const char *family = chat_template_detect(jinja);
-        t->chat_template = family ? family : "";
-    }
+    if (jinja && !(t->chat_template = strdup(jinja)))
+        return zt_error_set(ZT_ERR_NOMEM, "cannot keep the tokenizer's chat_template");
+    return ZT_OK;
 }
 
 /* tokenizer_config.json, when there is one: bos_token, eos_token and
@@ -546,7 +545,7 @@ static zt_status take_config(struct hf_loader *ld, const char *dir)
         if (st == ZT_OK)
             st = named_token(ld, path, "eos_token", member(&root, "eos_token"), &ld->t->eos);
         if (st == ZT_OK)
-            take_chat_template(ld->t, member(&root, "chat_template"));
+            st = take_chat_template(ld->t, member(&root, "chat_template"));
     }
     json_free(&root);
     free(text);

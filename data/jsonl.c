@@ -136,14 +136,15 @@ static zt_status chat_template_of(struct jsonl_load *l, const char *where)
     const char *name = l->opt->chat_template;
     const char *key = "data.chat_template";
     if (!name) {
-        name = tokenizer_chat_template(l->tok);
+        const char *jinja = tokenizer_chat_template(l->tok);
+        name = jinja ? chat_template_detect(jinja) : NULL;
         key = "the tokenizer's chat_template";
-        if (!name)
+        if (!jinja)
             return zt_error_set(ZT_ERR_CONFIG,
                                 "%s: \"messages\" need a chat template, and tokenizer %s names "
                                 "none: set data.chat_template (%s)",
                                 where, tokenizer_name(l->tok), names);
-        if (!name[0])
+        if (!name)
             return zt_error_set(ZT_ERR_CONFIG,
                                 "%s: \"messages\" need a chat template, and the chat_template of "
                                 "tokenizer %s's tokenizer_config.json is none of the built-in "

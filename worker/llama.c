@@ -517,7 +517,7 @@ static zt_status instance_create(const struct param_table *t, const struct compu
     m->act_bytes = act_layout_of(&m->d, B, T, ckpt_every, stage).total;
     m->scratch_bytes = scratch_layout_of(&m->d, B, T).total;
     m->lender = lender ? llama_of((struct model *)lender) : NULL;
-    model_stage_boundary_size(&m->base, m->d.C);
+    model_stage_boundary_size(&m->base, (size_t)model_sp_rows(&m->base) * m->d.C);
     m->rope_bytes = 2 * (size_t)T * (size_t)(head_dim(&m->c) / 2) * sizeof(float);
     zt_status s = instance_alloc(m);
     if (s != ZT_OK) {

@@ -369,7 +369,7 @@ static zt_status gpt2_create_lent(const struct param_table *t, const struct comp
     out->act_bytes = act_layout_of(t, B, T, ckpt_every, stage).total;
     out->scratch_bytes = scratch_layout_of(t, B, T).total;
     out->scratch_lent = lender != NULL;
-    model_stage_boundary_size(&out->base, dims_of(t).C);
+    model_stage_boundary_size(&out->base, (size_t)model_sp_rows(&out->base) * dims_of(t).C);
     const size_t tok_bytes = (size_t)B * T * sizeof(int32_t);
     zt_status s;
     void *p;

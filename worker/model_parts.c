@@ -60,9 +60,9 @@ void model_stage_boundaries(struct model *m, void *in, void *out, void *dres)
     m->boundary_dout = m->stage.last ? NULL : dres;
 }
 
-void model_stage_boundary_size(struct model *m, int C)
+void model_stage_boundary_size(struct model *m, size_t elems)
 {
-    m->boundary_bytes = (size_t)model_sp_rows(m) * (size_t)C * zt_dtype_size(m->table->compute);
+    m->boundary_bytes = elems * zt_dtype_size(m->table->compute);
 }
 
 /* Whether unit u is an adapter unit (borrowed with its base unit). */

@@ -309,8 +309,9 @@ int model_stage_kept_before(int ckpt_every, const struct model_stage *st, int l)
  * backward's running residual gradient (which holds d out on entry and
  * d in on exit), each left NULL where the stage has no such neighbour. */
 void model_stage_boundaries(struct model *m, void *in, void *out, void *dres);
-/* The bytes of one boundary, for width C (set by create, plans too). */
-void model_stage_boundary_size(struct model *m, int C);
+/* The size of one boundary: `elems` elements of the compute type
+ * (model_sp_rows x C; set by create, plans too). */
+void model_stage_boundary_size(struct model *m, size_t elems);
 
 /* A pass over a plan-only device: the hook calls a family's real pass
  * makes, in its order, with no compute, so that a plan sees every gather
