@@ -22,7 +22,7 @@
  * kernel (fp16 has none on the CPU; bf16 only with AVX-512): without one
  * they return ZT_ERR_UNSUPPORTED with a message, which is accepted, so the
  * test never depends on the kernel this CPU gets. Attention's 16-bit forms
- * need none and must always run.
+ * widen their operands where there is no kernel, and must always run.
  */
 #include "testutil.h"
 
@@ -594,9 +594,10 @@ START_TEST(lora_backward_16bit_within_tolerance)
 }
 END_TEST
 
-/* ---- attention: causal, grouped-query and not; T past the 64-row tile ---- */
+/* ---- attention: causal, grouped-query and not; T past the 64-row tile
+ * and (300) past the 256-column key tile ---- */
 
-static const int ATT16[][4] = {{1, 70, 4, 2}, {2, 70, 4, 4}, {1, 200, 4, 2}, {1, 200, 4, 4}};
+static const int ATT16[][4] = {{1, 70, 4, 2}, {2, 70, 4, 4}, {1, 200, 4, 2}, {1, 300, 4, 4}};
 enum { ATT_HS = 16 }; /* B T NH NKV above */
 
 /* Loop index i: case i / 2 (so 1 or 3 threads alternate with the cases). */
@@ -629,6 +630,41 @@ START_TEST(attention_16bit_within_tolerance)
     ten_free(&dout);
     ten_free(&dqkv);
     fpair_free(&lse);
+}
+END_TEST
+
+/* The 16-bit forms on 1 and 3 threads: out, lse and dqkv the same, bit
+ * for bit (each work item runs in a fixed order on one thread). */
+START_TEST(attention_16bit_is_bitwise_thread_independent)
+{
+    const enum zt_dtype t = _i ? ZT_F16 : ZT_BF16;
+    const int B = 2, T = 300, NH = 4, NKV = 2, hs = ATT_HS;
+    const int nqkv = B * T * (NH + 2 * NKV) * hs, nout = B * T * NH * hs, nlse = B * NH * T;
+    struct ten qkv = ten_randn(t, nqkv, 611, 1.0, 0.0), dout = ten_randn(t, nout, 612, 1.0, 0.0);
+    uint16_t *res[2];
+    float *lse[2];
+    for (int k = 0; k < 2; k++) {
+        ops_cpu_set_threads(k ? 3 : 1);
+        res[k] = calloc((size_t)(nout + nqkv), sizeof(uint16_t));
+        lse[k] = calloc((size_t)nlse, sizeof(float));
+        ck_assert(res[k] && lse[k]);
+        ok(ops->attention_forward(ops, t, res[k], lse[k], qkv.h, B, T, NH, NKV, hs),
+           "attention_forward");
+        ok(ops->attention_backward(ops, t, res[k] + nout, dout.h, qkv.h, res[k], lse[k], B, T, NH,
+                                   NKV, hs),
+           "attention_backward");
+    }
+    ck_assert_msg(memcmp(res[0], res[1], (size_t)(nout + nqkv) * sizeof(uint16_t)) == 0,
+                  "%s attention differs on 3 threads", tname(t));
+    ck_assert_msg(memcmp(lse[0], lse[1], (size_t)nlse * sizeof(float)) == 0,
+                  "%s attention's lse differs on 3 threads", tname(t));
+    ops_cpu_set_threads(1);
+    for (int k = 0; k < 2; k++) {
+        free(res[k]);
+        free(lse[k]);
+    }
+    ten_free(&qkv);
+    ten_free(&dout);
 }
 END_TEST
 
@@ -883,6 +919,7 @@ int main(void)
     tcase_add_loop_test(tc, lora_backward_16bit_within_tolerance, 0, 4);
     tc = tcase(s, "attention");
     tcase_add_loop_test(tc, attention_16bit_within_tolerance, 0, 2 * NSIZES(ATT16));
+    tcase_add_loop_test(tc, attention_16bit_is_bitwise_thread_independent, 0, 2);
     tc = tcase(s, "rope");
     tcase_add_loop_test(tc, rope_16bit_is_rounded_fp32_and_spares_other_columns, 0, 8);
     tc = tcase(s, "elementwise");

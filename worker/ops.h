@@ -45,7 +45,8 @@
  *   which; the fp32 forms always run.
  * - No op allocates device memory; scratch comes from the caller. (The
  *   CPU's 16-bit forms stage rows through fp32 buffers of each thread, at
- *   most a few rows or one attention head at a time, freed by the call.)
+ *   most a few rows or, in attention, a few tiles and one group's dk and
+ *   dv at a time, freed by the call.)
  * - The engine ops are the backend-side form of the device-independent math
  *   in worker/precision.h and worker/optimizer.h: the CPU backend calls those
  *   functions or vector kernels that reproduce them bit for bit (all but
@@ -205,9 +206,11 @@ struct ops_backend {
     /* dqkv += gradient w.r.t. qkv (key/value heads accumulate over the query
      * heads sharing them), given dout[B,T,NH*hs] and the forward's out and
      * lse (out for D_i = dout_i . out_i, the softmax backward's row term).
-     * No scratch: each backend's tile workspace is its own (the CPU's on
-     * the stack of each thread, two tiles of 64 x 256 floats; the GPU's in
-     * shared memory), so it is O(threads x tile x tile), never B*NH*T*T.
+     * No scratch: each backend's tile workspace is its own (the CPU's fp32
+     * form on the stack of each thread, two tiles of 64 x 256 floats; its
+     * 16-bit forms from the heap per thread and call, with a group's dk
+     * and dv in fp32, 2 T hs floats; the GPU's in shared memory), so it is
+     * O(threads x (tile x tile + T hs)), never B*NH*T*T.
      * dqkv within ATTENTION_FP32_TOL of the exact gradient (relative to its
      * largest magnitude). The CPU's result does not depend on the thread
      * count, bit for bit. */

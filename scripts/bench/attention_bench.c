@@ -8,12 +8,16 @@
  * Each repetition runs the unfused forward and backward, then the fused
  * ones, back to back in one process, so both see the same machine; the
  * table has the medians. The first repetition is a warm-up, not counted.
- * The last columns are the bytes each keeps for the backward beyond out
- * (att against lse) and its backward's scratch, and the largest difference
- * between the two kernels' outputs and gradients (relative to the largest
- * magnitude), a check that they compute the same thing.
+ * The fused kernel's bf16 form (worker/cpu/attention16.c: bf16 products
+ * where the CPU has a kernel for them) runs third, through an opened op
+ * table so that its GEMM primitives are built once. The last columns are
+ * the bytes each keeps for the backward beyond out (att against lse) and
+ * its backward's scratch, and the largest difference between the two fp32
+ * kernels' outputs and gradients (relative to the largest magnitude), a
+ * check that they compute the same thing.
  */
 #include "common/clock.h"
+#include "common/half.h"
 #include "common/rng.h"
 #include "worker/ops.h"
 
@@ -72,7 +76,19 @@ static double rel_diff(const float *a, const float *b, size_t n)
     return m > 0.0 ? d / m : d;
 }
 
-static void run(int T, int reps)
+static uint16_t *to_bf16(const float *x, size_t n)
+{
+    uint16_t *h = calloc(n, sizeof *h);
+    if (!h) {
+        fprintf(stderr, "attention_bench: out of memory (%zu bf16)\n", n);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = zt_f32_to_bf16(x[i]);
+    return h;
+}
+
+static void run(const struct ops_backend *ops16, int T, int reps)
 {
     const struct ops_backend *ops = ops_cpu_backend();
     const size_t nq = (size_t)B * T * 3 * NH * HS, no = (size_t)B * T * NH * HS;
@@ -83,7 +99,9 @@ static void run(int T, int reps)
     float *dqkv_f = alloc_floats(nq);
     fill(qkv, nq, 1, 1.0f);
     fill(dout, no, 2, 1.0f);
-    double t[4][MAX_REPS];
+    uint16_t *qkv_h = to_bf16(qkv, nq), *dout_h = to_bf16(dout, no), *out_h = to_bf16(out_f, no);
+    uint16_t *dqkv_h = to_bf16(dqkv_f, nq);
+    double t[6][MAX_REPS];
     for (int r = 0; r <= reps; r++) {
         double t0 = zt_now_seconds();
         unfused_attention_forward(ops, out_u, att, qkv, B, T, NH, NH, HS);
@@ -98,21 +116,30 @@ static void run(int T, int reps)
         double t5 = zt_now_seconds();
         ops->attention_backward(ops, ZT_F32, dqkv_f, dout, qkv, out_f, lse, B, T, NH, NH, HS);
         double t6 = zt_now_seconds();
+        ops16->attention_forward(ops16, ZT_BF16, out_h, lse, qkv_h, B, T, NH, NH, HS);
+        double t7 = zt_now_seconds();
+        memset(dqkv_h, 0, nq * sizeof(uint16_t));
+        double t8 = zt_now_seconds();
+        ops16->attention_backward(ops16, ZT_BF16, dqkv_h, dout_h, qkv_h, out_h, lse, B, T, NH, NH,
+                                  HS);
+        double t9 = zt_now_seconds();
         if (r > 0) {
             t[0][r - 1] = t1 - t0;
             t[1][r - 1] = t3 - t2;
             t[2][r - 1] = t4 - t3;
             t[3][r - 1] = t6 - t5;
+            t[4][r - 1] = t7 - t6;
+            t[5][r - 1] = t9 - t8;
         }
     }
-    double m[4];
-    for (int k = 0; k < 4; k++)
+    double m[6];
+    for (int k = 0; k < 6; k++)
         m[k] = 1e3 * median(t[k], reps);
     const double diff = fmax(rel_diff(out_f, out_u, no), rel_diff(dqkv_f, dqkv_u, nq));
-    printf("| %5d | %10.2f | %12.2f | %6.2fx | %10.2f | %12.2f | %6.2fx | %19.1f | %13.3f | %12.1e "
-           "|\n",
-           T, m[0], m[2], m[0] / m[2], m[1], m[3], m[1] / m[3], (double)na * 4 / 1048576.0 * 2,
-           (double)nl * 4 / 1048576.0, diff);
+    printf("| %5d | %10.2f | %12.2f | %6.2fx | %10.2f | %12.2f | %6.2fx | %11.2f | %11.2f | %19.1f "
+           "| %13.3f | %12.1e |\n",
+           T, m[0], m[2], m[0] / m[2], m[1], m[3], m[1] / m[3], m[4], m[5],
+           (double)na * 4 / 1048576.0 * 2, (double)nl * 4 / 1048576.0, diff);
     free(qkv);
     free(dout);
     free(out_u);
@@ -122,6 +149,10 @@ static void run(int T, int reps)
     free(out_f);
     free(lse);
     free(dqkv_f);
+    free(qkv_h);
+    free(dout_h);
+    free(out_h);
+    free(dqkv_h);
 }
 
 int main(int argc, char **argv)
@@ -135,16 +166,22 @@ int main(int argc, char **argv)
     printf("attention, one thread, B=%d NH=%d hs=%d (GPT-2 124M), medians of %d runs; "
            "OpenBLAS %s\n",
            B, NH, HS, reps, openblas_get_corename());
+    const struct ops_backend *ops16;
+    if (ops_cpu_open(&ops16) != ZT_OK) {
+        fprintf(stderr, "attention_bench: %s\n", zt_error_message());
+        return 1;
+    }
     printf("| T     | fwd old ms | fwd fused ms | speedup | bwd old ms | bwd fused ms | speedup "
-           "| old att+scratch MiB | fused lse MiB | max rel diff |\n");
+           "| fwd bf16 ms | bwd bf16 ms | old att+scratch MiB | fused lse MiB | max rel diff |\n");
     printf("|-------|------------|--------------|---------|------------|--------------|---------"
-           "|---------------------|---------------|--------------|\n");
+           "|-------------|-------------|---------------------|---------------|--------------|\n");
     if (argc > 2)
         for (int i = 2; i < argc; i++)
-            run(atoi(argv[i]), reps);
+            run(ops16, atoi(argv[i]), reps);
     else {
-        run(256, reps);
-        run(1024, reps);
+        run(ops16, 256, reps);
+        run(ops16, 1024, reps);
     }
+    ops_cpu_close(ops16);
     return 0;
 }

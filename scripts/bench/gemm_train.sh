@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Training throughput by GEMM path, 2 ranks x 1 thread, back to back in one
 # run: configs/small.yaml and GPT-2 124M (configs/gpt2-124m.yaml, vocab
-# 50257, seq 256, micro batch 2) at ZeRO stages 0 and 3, with the products
+# 50257, seq 256 at micro batch 2 and seq 1024 at micro batch 1) at ZeRO
+# stages 0 and 3, with the products
 # on OpenBLAS (ZT_CPU_GEMM=openblas, whatever kernel OpenBLAS picks here or
 # OPENBLAS_CORETYPE names) and on oneDNN, fp32 and bf16; PyTorch DDP fp32
 # and with bf16 autocast beside them (python3-torch, Debian's; skipped when
 # absent). Medians of the timed steps; tokens/s and the ratio to PyTorch's
 # best. The CPU's features and each path's kernel are printed above the
-# table.
+# table. A second table sets the matmul phase of each bf16 run (stage 0,
+# `--profile`, rank 0) against the one-thread oneDNN bf16 ceiling that
+# gemm_bench measures at the same shapes in the same run: the products'
+# FLOPs are 6 x tokens x (12 L C^2 + V C) per rank and step.
 # usage: scripts/bench/gemm_train.sh [STEPS]   (default 6 timed steps, 2 warm-up)
 set -euo pipefail
 steps=${1:-6}
@@ -53,16 +57,25 @@ row() { # model, run, tokens/s, best torch, kernel
   printf '%-10s %-26s %10.0f %8s  %s\n' "$1" "$2" "$3" "$ratio" "$5"
 }
 
+# shape MODEL: sets cfg L H C T B V extra for a row of the tables
+shape() {
+  case $1 in
+  small)
+    cfg=small; L=$(cfg_value small n_layer); H=$(cfg_value small n_head)
+    C=$(cfg_value small n_embd); T=$(cfg_value small seq_len)
+    B=$(cfg_value small train_micro_batch_size_per_gpu); V=256; extra=() ;;
+  gpt2-124m) # the config is this shape already
+    cfg=gpt2-124m; L=12; H=12; C=768; T=256; B=2; V=50257; extra=() ;;
+  gpt2-1024)
+    cfg=gpt2-124m; L=12; H=12; C=768; T=1024; B=1; V=50257
+    extra=(--set data.seq_len=1024 --set train_micro_batch_size_per_gpu=1) ;;
+  esac
+}
+
+models=(small gpt2-124m gpt2-1024)
 printf '%-10s %-26s %10s %8s  %s\n' model run tokens/s "vs torch" kernel
-for model in small gpt2-124m; do
-  if [ $model = small ]; then
-    L=$(cfg_value small n_layer); H=$(cfg_value small n_head); C=$(cfg_value small n_embd)
-    T=$(cfg_value small seq_len); B=$(cfg_value small train_micro_batch_size_per_gpu)
-    V=256; extra=()
-  else
-    L=12; H=12; C=768; T=256; B=2; V=50257
-    extra=() # the config is this shape already
-  fi
+for model in "${models[@]}"; do
+  shape $model
   targs=(--n-layer $L --n-head $H --n-embd $C --seq-len $T --block-size $T --vocab $V --micro-batch $B)
   t32=$(torch_run "${targs[@]}")
   t16=$(torch_run "${targs[@]}" --bf16)
@@ -71,7 +84,7 @@ for model in small gpt2-124m; do
   for stage in 0 3; do
     for run in "openblas fp32" "onednn fp32" "onednn bf16"; do
       read -r lib prec <<<"$run"
-      read -r tps kernel <<<"$(zt $model "$lib" "$prec" $stage "${extra[@]}")"
+      read -r tps kernel <<<"$(zt $cfg "$lib" "$prec" $stage "${extra[@]}")"
       row $model "zerotrain $prec st$stage $lib" "$tps" "$best" "$kernel"
     done
   done
@@ -79,3 +92,24 @@ for model in small gpt2-124m; do
   [ "$t16" != - ] && row $model "torch DDP bf16 autocast" "$t16" "$best" ""
 done
 [ $have_torch = 1 ] || echo "(python3-torch not installed: PyTorch rows skipped)"
+
+# The ceiling: gemm_bench's one-thread oneDNN bf16 GFLOP/s, the median over
+# a model's rows (forward, input and weight gradients).
+ceil=$("$build_dir/worker/gemm_bench" 5)
+ceiling() { # gemm_bench row prefix
+  awk -v p="$1" '$1 == p && NF >= 14 {print $(NF - 6); print $(NF - 3); print $NF}' <<<"$ceil" | sort -g |
+    awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
+}
+echo
+echo "# matmul phase of zerotrain bf16 st0 onednn (--profile, rank 0, $((steps + warm)) steps)"
+printf '%-10s %12s %10s %10s %12s %8s\n' model "GFLOP/step" "matmul s" GFLOP/s "ceiling" share
+for model in "${models[@]}"; do
+  shape $model
+  zt $cfg onednn bf16 0 "${extra[@]}" --profile >/dev/null
+  mm=$(sed -nE 's/^ +matmul +([0-9.]+) s.*/\1/p' "$tmp/log" | head -1)
+  prefix=small; [ $cfg = gpt2-124m ] && prefix=gpt2
+  awk -v L=$L -v C=$C -v V=$V -v T=$T -v B=$B -v n=$((steps + warm)) -v mm="$mm" \
+    -v cl="$(ceiling $prefix)" -v m=$model 'BEGIN {
+      f = 6 * B * T * (12 * L * C * C + V * C) / 1e9; r = f * n / mm
+      printf "%-10s %12.1f %10.3f %10.1f %12.1f %7.0f%%\n", m, f, mm, r, cl, 100 * r / cl }'
+done

@@ -26,7 +26,8 @@
  * dS = P o (dP - D), dQ += scale dS K, dK += scale dS^T Q. Everything but
  * the two tiles S/P and dP (and D) goes straight into dqkv.
  *
- * Products: cblas_sgemm on tiles. Even at 64 x 64 x 64 OpenBLAS runs at its
+ * Products (this file's fp32 form; the 16-bit forms, products on 16-bit
+ * operands through oneDNN, are attention16.c): cblas_sgemm on tiles. Even at 64 x 64 x 64 OpenBLAS runs at its
  * large GEMM's rate here (90 GFLOP/s on one core), which GCC's vectorised
  * loops do not approach; the row work (max, exp, sums, masks) is CPU_KERNEL
  * code over a tile row's keys rounded up to 16 lanes, the masked lanes
@@ -52,6 +53,7 @@
  * OpenBLAS (whose own threads would oversubscribe the cores), the items run
  * in turn.
  */
+#include "worker/cpu/attention_impl.h"
 #include "worker/cpu/ops_cpu_impl.h"
 
 #include "common/status.h"
@@ -62,27 +64,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Query rows and key columns per tile. Wide key tiles make few, large
+/* The tile sizes (attention_impl.h). Wide key tiles make few, large
  * products (64 x 256 x hs, then 64 x hs x 256) and few rescalings of the
  * accumulator; at T <= 256 a query tile sees one key tile and the online
  * softmax is a plain one. On one core (scripts/bench/attention.sh, a
  * loaded machine, so rough) 64 x 256 was the best forward of 32..128 x
  * 64..256, and the backward differed by less than the noise between 128
  * and 256 columns. The diagonal costs nothing extra: a query tile's last
- * key tile ends at its last row. KTILE is a multiple of 16 (the row loops'
- * vector width) and of QTILE, so that a key tile that starts before a
- * query tile's end starts at or before its first row. */
-enum { QTILE = 64, KTILE = 256 };
+ * key tile ends at its last row. KTILE is a multiple of QTILE, so that a
+ * key tile that starts before a query tile's end starts at or before its
+ * first row. */
 
-/* Where one (b, h) finds its operands: q, k, v (and dq, dk, dv) are rows
- * ld floats apart, out and dout rows ldo = NH*hs floats apart. */
-struct head_view {
-    int T, NH, NKV, hs, ld, ldo, threads;
-    float scale;
-};
-
-/* The strides of one call; a head count that does not divide fails. */
-static struct head_view view_of(int T, int NH, int NKV, int hs)
+struct head_view attn_view_of(int T, int NH, int NKV, int hs)
 {
     ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0 && T >= 0);
     return (struct head_view){.T = T,
@@ -102,13 +95,7 @@ static int items_in_parallel(const struct head_view *w)
     return w->threads > 1 && openblas_get_parallel() == 2; /* 2: the OpenMP build */
 }
 
-/* The first columns of query head h and of the key and value head it reads,
- * within a row of qkv (q also within a row of out). */
-struct head_cols {
-    size_t q, k, v;
-};
-
-static struct head_cols head_cols_of(const struct head_view *w, int h)
+struct head_cols attn_head_cols(const struct head_view *w, int h)
 {
     int kv = h / (w->NH / w->NKV);
     return (struct head_cols){.q = (size_t)h * w->hs,
@@ -116,14 +103,9 @@ static struct head_cols head_cols_of(const struct head_view *w, int h)
                               .v = (size_t)(w->NH + w->NKV + kv) * w->hs};
 }
 
-/* ---- row kernels: one row of a tile, w lanes, the first n valid -------- */
+/* ---- row kernels (attention_impl.h) ---- */
 
-/* The online softmax step of one row of S (n >= 1 valid entries; the rest
- * finite): with the row's running max *m and sum *l, s becomes
- * e^(s - m_new) (0 past n), *l = *l e^(m - m_new) + the row's sum, *m =
- * m_new; returns e^(m - m_new), the factor the row's accumulator takes.
- * first: no previous tile (returns 0). */
-CPU_KERNEL static float online_softmax_row(float *s, int n, int w, float *m, float *l, int first)
+CPU_KERNEL float attn_online_softmax_row(float *s, int n, int w, float *m, float *l, int first)
 {
     float mx = first ? -INFINITY : *m, sum = 0.0f;
 #pragma omp simd reduction(max : mx)
@@ -150,9 +132,7 @@ CPU_KERNEL static float online_softmax_row(float *s, int n, int w, float *m, flo
     return corr;
 }
 
-/* The probabilities of one row recomputed from its log-sum-exp:
- * s = e^(s - lse) for the first n entries, 0 past them (n may be <= 0). */
-CPU_KERNEL static void probs_row(float *s, int n, int w, float lse)
+CPU_KERNEL void attn_probs_row(float *s, int n, int w, float lse)
 {
 #pragma omp simd
     for (int c = 0; c < w; c++) {
@@ -162,43 +142,25 @@ CPU_KERNEL static void probs_row(float *s, int n, int w, float lse)
     }
 }
 
-/* The softmax backward of one row: dp = p (dp - d); zero where p is. */
-CPU_KERNEL static void dscores_row(float *dp, const float *p, int w, float d)
+CPU_KERNEL void attn_dscores_row(float *dp, const float *p, int w, float d)
 {
 #pragma omp simd
     for (int c = 0; c < w; c++)
         dp[c] = p[c] * (dp[c] - d);
 }
 
-/* x[0..n) *= a. */
-CPU_KERNEL static void scale_row(float *x, int n, float a)
+CPU_KERNEL void attn_scale_row(float *x, int n, float a)
 {
 #pragma omp simd
     for (int c = 0; c < n; c++)
         x[c] *= a;
 }
 
-/* sum_c a[c] b[c], c < n, in float (CPU_ROW_SUM's order). */
-CPU_KERNEL static float dot_row(const float *a, const float *b, int n)
+CPU_KERNEL float attn_dot_row(const float *a, const float *b, int n)
 {
     float s;
     CPU_ROW_SUM(s, n, a[c] * b[c]);
     return s;
-}
-
-/* The lanes the row loops run over for a tile of bk keys: bk rounded up to
- * whole vectors of 16 (within KTILE), the padding lanes masked. */
-static int lanes_of(int bk)
-{
-    return (bk + 15) / 16 * 16;
-}
-
-/* Valid keys of row i (absolute) in the key tile starting at j0, ending at
- * j1: min(i + 1, j1) - j0, <= 0 when the row ends before the tile. */
-static int keys_in_tile(int i, int j0, int j1)
-{
-    int e = i + 1 < j1 ? i + 1 : j1;
-    return e - j0;
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -220,16 +182,16 @@ static void forward_tile(float *o, float *lse, const float *q, const float *k, c
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale,
                     q + (size_t)i0 * ld, ld, k + (size_t)j0 * ld, ld, 0.0f, s, KTILE);
         for (int r = 0; r < bq; r++) {
-            float corr = online_softmax_row(s + r * KTILE, keys_in_tile(i0 + r, j0, j1),
-                                            lanes_of(bk), &m[r], &l[r], first);
+            float corr = attn_online_softmax_row(s + r * KTILE, attn_keys_in_tile(i0 + r, j0, j1),
+                                                 attn_lanes(bk), &m[r], &l[r], first);
             if (!first)
-                scale_row(ob + (size_t)r * ldo, hs, corr);
+                attn_scale_row(ob + (size_t)r * ldo, hs, corr);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, hs, bk, 1.0f, s, KTILE,
                     v + (size_t)j0 * ld, ld, first ? 0.0f : 1.0f, ob, ldo);
     }
     for (int r = 0; r < bq; r++) {
-        scale_row(ob + (size_t)r * ldo, hs, 1.0f / l[r]);
+        attn_scale_row(ob + (size_t)r * ldo, hs, 1.0f / l[r]);
         lse[i0 + r] = m[r] + logf(l[r]);
     }
 }
@@ -241,92 +203,17 @@ static void forward_item(float *out, float *lse, const float *qkv, int p, int ti
 {
     const int pair = p / tiles, b = pair / w->NH, h = pair % w->NH, T = w->T;
     const float *rows = qkv + (size_t)b * T * w->ld;
-    struct head_cols c = head_cols_of(w, h);
+    struct head_cols c = attn_head_cols(w, h);
     forward_tile(out + (size_t)b * T * w->ldo + c.q, lse + (size_t)pair * T, rows + c.q, rows + c.k,
                  rows + c.v, (p % tiles) * QTILE, w);
-}
-
-/* ---- 16-bit forms -------------------------------------------------------
- *
- * Under 16 bits the head's operands are staged into fp32 rows of the thread
- * (ops_cpu_impl.h) and the fp32 tiles above run on them unchanged: the
- * forward stages one (b, h)'s q, k, v ([T, 3 hs]: as a qkv of one head),
- * the backward one group's g query heads, its k and v, their out, dout and
- * dqkv. Work items are then whole heads (forward) and groups (backward). */
-
-/* n columns of rows [0, T) of src (type t, row i at element at + i ld) to
- * or from fp32 rows dld apart. */
-static void stage_rows(enum zt_dtype t, float *dst, int dld, const void *src, size_t at, int ld,
-                       int T, int n)
-{
-    for (int i = 0; i < T; i++)
-        cpu_stage_to_f32(t, cpu_elem(t, src, at + (size_t)i * ld), dst + (size_t)i * dld,
-                         (size_t)n);
-}
-
-static void unstage_rows(enum zt_dtype t, void *dst, size_t at, int ld, const float *src, int sld,
-                         int T, int n)
-{
-    for (int i = 0; i < T; i++)
-        cpu_stage_from_f32(t, src + (size_t)i * sld, cpu_elem(t, dst, at + (size_t)i * ld),
-                           (size_t)n);
-}
-
-/* The fp32 view of a staged block of g query heads with one key/value
- * head: q | k | v rows of (g + 2) hs floats, out rows of g hs. */
-static struct head_view staged_view(const struct head_view *w, int g)
-{
-    struct head_view s = *w;
-    s.NH = g, s.NKV = 1, s.ld = (g + 2) * w->hs, s.ldo = g * w->hs;
-    return s;
-}
-
-static size_t forward16_floats(const struct head_view *w)
-{
-    return (size_t)w->T * 4 * w->hs;
-}
-
-/* Pair p = b NH + h of the forward, staged in st (forward16_floats). */
-static void forward16_head(enum zt_dtype t, void *out, float *lse, const void *qkv, int p,
-                           const struct head_view *w, float *st)
-{
-    const int b = p / w->NH, h = p % w->NH, T = w->T, hs = w->hs;
-    const struct head_view s = staged_view(w, 1);
-    const struct head_cols c = head_cols_of(w, h);
-    const size_t rows = (size_t)b * T * w->ld, orows = (size_t)b * T * w->ldo;
-    float *sq = st, *so = st + (size_t)T * s.ld;
-    stage_rows(t, sq, s.ld, qkv, rows + c.q, w->ld, T, hs);
-    stage_rows(t, sq + hs, s.ld, qkv, rows + c.k, w->ld, T, hs);
-    stage_rows(t, sq + 2 * hs, s.ld, qkv, rows + c.v, w->ld, T, hs);
-    for (int i0 = 0; i0 < T; i0 += QTILE)
-        forward_tile(so, lse + (size_t)p * T, sq, sq + hs, sq + 2 * hs, i0, &s);
-    unstage_rows(t, out, orows + c.q, w->ldo, so, s.ldo, T, hs);
-}
-
-static zt_status forward16(enum zt_dtype t, void *out, float *lse, const void *qkv, int B,
-                           const struct head_view *w)
-{
-    const size_t n = forward16_floats(w);
-    int failed = 0;
-#pragma omp parallel if (items_in_parallel(w))
-    {
-        float *st = cpu_stage_alloc(t, n, &failed);
-#pragma omp for schedule(dynamic, 1)
-        for (int p = 0; p < B * w->NH; p++)
-            if (st)
-                forward16_head(t, out, lse, qkv, p, w, st);
-        free(st);
-    }
-    return cpu_stage_status(failed, "attention_forward", n);
 }
 
 zt_status cpu_attention_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
                                 float *lse, const void *qkv, int B, int T, int NH, int NKV, int hs)
 {
-    (void)self;
-    const struct head_view w = view_of(T, NH, NKV, hs);
+    const struct head_view w = attn_view_of(T, NH, NKV, hs);
     if (t != ZT_F32)
-        return forward16(t, out, lse, qkv, B, &w);
+        return attn16_forward(self, t, out, lse, qkv, B, &w);
     const int tiles = (T + QTILE - 1) / QTILE, items = B * NH * tiles;
     if (!items_in_parallel(&w)) {
         for (int p = 0; p < items; p++)
@@ -360,21 +247,22 @@ static void backward_tile(const struct head_grads *g, int i0, const struct head_
     const int i1 = i0 + QTILE < T ? i0 + QTILE : T, bq = i1 - i0;
     const float *qb = g->q + (size_t)i0 * ld, *dob = g->dout + (size_t)i0 * ldo;
     for (int r = 0; r < bq; r++)
-        d[r] = dot_row(dob + (size_t)r * ldo, g->o + (size_t)(i0 + r) * ldo, hs);
+        d[r] = attn_dot_row(dob + (size_t)r * ldo, g->o + (size_t)(i0 + r) * ldo, hs);
     for (int j0 = 0; j0 < i1; j0 += KTILE) {
         const int j1 = j0 + KTILE < i1 ? j0 + KTILE : i1, bk = j1 - j0;
         const float *kb = g->k + (size_t)j0 * ld, *vb = g->v + (size_t)j0 * ld;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale, qb, ld, kb, ld,
                     0.0f, p, KTILE);
         for (int r = 0; r < bq; r++)
-            probs_row(p + r * KTILE, keys_in_tile(i0 + r, j0, j1), lanes_of(bk), g->lse[i0 + r]);
+            attn_probs_row(p + r * KTILE, attn_keys_in_tile(i0 + r, j0, j1), attn_lanes(bk),
+                           g->lse[i0 + r]);
         /* dV += P^T dO; dP = dO V^T; dS = P o (dP - D). */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hs, bq, 1.0f, p, KTILE, dob, ldo,
                     1.0f, g->dv + (size_t)j0 * ld, ld);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, 1.0f, dob, ldo, vb, ld,
                     0.0f, dp, KTILE);
         for (int r = 0; r < bq; r++)
-            dscores_row(dp + r * KTILE, p + r * KTILE, lanes_of(bk), d[r]);
+            attn_dscores_row(dp + r * KTILE, p + r * KTILE, attn_lanes(bk), d[r]);
         /* S = scale Q K^T: dQ += scale dS K, dK += scale dS^T Q. */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, hs, bk, w->scale, dp, KTILE, kb,
                     ld, 1.0f, g->dq + (size_t)i0 * ld, ld);
@@ -391,7 +279,7 @@ static void backward_group(float *dqkv, const float *dout, const float *qkv, con
     const int g = w->NH / w->NKV, b = p / w->NKV, kv = p % w->NKV, T = w->T;
     const size_t rows = (size_t)b * T * w->ld, orows = (size_t)b * T * w->ldo;
     for (int h = kv * g; h < (kv + 1) * g; h++) {
-        struct head_cols c = head_cols_of(w, h);
+        struct head_cols c = attn_head_cols(w, h);
         const struct head_grads hg = {.dq = dqkv + rows + c.q,
                                       .dk = dqkv + rows + c.k,
                                       .dv = dqkv + rows + c.v,
@@ -406,64 +294,13 @@ static void backward_group(float *dqkv, const float *dout, const float *qkv, con
     }
 }
 
-static size_t backward16_floats(const struct head_view *w)
-{
-    const int g = w->NH / w->NKV;
-    return (size_t)w->T * w->hs * (2 * (g + 2) + 2 * g);
-}
-
-/* Group p = b NKV + kv of the backward, staged in st (backward16_floats):
- * its q heads, k and v (as one qkv of g + 2 heads), dqkv likewise, and
- * the heads' out and dout. */
-static void backward16_group(enum zt_dtype t, void *dqkv, const void *dout, const void *qkv,
-                             const void *out, const float *lse, int p, const struct head_view *w,
-                             float *st)
-{
-    const int g = w->NH / w->NKV, b = p / w->NKV, kv = p % w->NKV, T = w->T, hs = w->hs;
-    const struct head_view s = staged_view(w, g);
-    const struct head_cols c = head_cols_of(w, kv * g);
-    const size_t rows = (size_t)b * T * w->ld, orows = (size_t)b * T * w->ldo;
-    const size_t nq = (size_t)T * s.ld, no = (size_t)T * s.ldo;
-    float *sq = st, *sd = st + nq, *so = st + 2 * nq, *sdo = so + no;
-    /* the group's q heads are adjacent columns of qkv, as are its dq heads */
-    const size_t at[3] = {rows + c.q, rows + c.k, rows + c.v};
-    const int col[3] = {0, g * hs, (g + 1) * hs}, width[3] = {g * hs, hs, hs};
-    for (int k = 0; k < 3; k++) {
-        stage_rows(t, sq + col[k], s.ld, qkv, at[k], w->ld, T, width[k]);
-        stage_rows(t, sd + col[k], s.ld, dqkv, at[k], w->ld, T, width[k]);
-    }
-    stage_rows(t, so, s.ldo, out, orows + c.q, w->ldo, T, g * hs);
-    stage_rows(t, sdo, s.ldo, dout, orows + c.q, w->ldo, T, g * hs);
-    backward_group(sd, sdo, sq, so, lse + ((size_t)b * w->NH + (size_t)kv * g) * T, 0, &s);
-    for (int k = 0; k < 3; k++)
-        unstage_rows(t, dqkv, at[k], w->ld, sd + col[k], s.ld, T, width[k]);
-}
-
-static zt_status backward16(enum zt_dtype t, void *dqkv, const void *dout, const void *qkv,
-                            const void *out, const float *lse, int B, const struct head_view *w)
-{
-    const size_t n = backward16_floats(w);
-    int failed = 0;
-#pragma omp parallel if (items_in_parallel(w))
-    {
-        float *st = cpu_stage_alloc(t, n, &failed);
-#pragma omp for schedule(static)
-        for (int p = 0; p < B * w->NKV; p++)
-            if (st)
-                backward16_group(t, dqkv, dout, qkv, out, lse, p, w, st);
-        free(st);
-    }
-    return cpu_stage_status(failed, "attention_backward", n);
-}
-
 zt_status cpu_attention_backward(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
                                  const void *dout, const void *qkv, const void *out,
                                  const float *lse, int B, int T, int NH, int NKV, int hs)
 {
-    (void)self;
-    const struct head_view w = view_of(T, NH, NKV, hs);
+    const struct head_view w = attn_view_of(T, NH, NKV, hs);
     if (t != ZT_F32)
-        return backward16(t, dqkv, dout, qkv, out, lse, B, &w);
+        return attn16_backward(self, t, dqkv, dout, qkv, out, lse, B, &w);
     if (!items_in_parallel(&w)) {
         for (int p = 0; p < B * NKV; p++)
             backward_group(dqkv, dout, qkv, out, lse, p, &w);

@@ -47,7 +47,7 @@ static zt_status lib_from_env(enum cpu_gemm_lib *lib)
                         "ZT_CPU_GEMM=%s: unknown GEMM library (auto, onednn, openblas)", v);
 }
 
-zt_status cpu_gemm_create(enum cpu_gemm_lib lib, struct cpu_gemm **out)
+static zt_status create(enum cpu_gemm_lib lib, int own_scratch, struct cpu_gemm **out)
 {
     *out = NULL;
     if (lib == CPU_GEMM_AUTO)
@@ -57,7 +57,7 @@ zt_status cpu_gemm_create(enum cpu_gemm_lib lib, struct cpu_gemm **out)
         return zt_error_set(ZT_ERR_NOMEM, "GEMM state: out of memory");
     g->lib = lib;
     if (lib != CPU_GEMM_OPENBLAS) {
-        zt_status s = gemm_onednn_open(&g->dnnl);
+        zt_status s = gemm_onednn_open(own_scratch, &g->dnnl);
         if (s != ZT_OK) {
             free(g);
             return s;
@@ -67,12 +67,54 @@ zt_status cpu_gemm_create(enum cpu_gemm_lib lib, struct cpu_gemm **out)
     return ZT_OK;
 }
 
+zt_status cpu_gemm_create(enum cpu_gemm_lib lib, struct cpu_gemm **out)
+{
+    return create(lib, 0, out);
+}
+
 void cpu_gemm_destroy(struct cpu_gemm *g)
 {
     if (!g)
         return;
     gemm_onednn_close(g->dnnl);
     free(g);
+}
+
+struct cpu_gemm_team {
+    int n;
+    struct cpu_gemm *member[]; /* n slots, NULL until their thread asks */
+};
+
+zt_status cpu_gemm_team_create(int threads, struct cpu_gemm_team **out)
+{
+    *out = calloc(1, sizeof **out + (size_t)threads * sizeof(struct cpu_gemm *));
+    if (!*out)
+        return zt_error_set(ZT_ERR_NOMEM, "GEMM states for %d threads: out of memory", threads);
+    (*out)->n = threads;
+    return ZT_OK;
+}
+
+void cpu_gemm_team_destroy(struct cpu_gemm_team *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < t->n; i++)
+        cpu_gemm_destroy(t->member[i]);
+    free(t);
+}
+
+int cpu_gemm_team_size(const struct cpu_gemm_team *t)
+{
+    return t->n;
+}
+
+zt_status cpu_gemm_team_member(struct cpu_gemm_team *t, int i, struct cpu_gemm **out)
+{
+    ZT_ASSERT(i >= 0 && i < t->n);
+    if (!t->member[i])
+        ZT_TRY(create(CPU_GEMM_AUTO, 1, &t->member[i]));
+    *out = t->member[i];
+    return ZT_OK;
 }
 
 static void openblas_run(const struct cpu_gemm_call *c)

@@ -24,7 +24,9 @@
  * it was run through: building one costs 10-80 us, one of GPT-2 124M's
  * products 0.2-5 ms. A struct cpu_gemm belongs to one opened CPU backend
  * (its op table's ctx); calls on it come from the thread that runs the ops,
- * never from inside an OpenMP parallel region.
+ * never from inside an OpenMP parallel region. Products run by the threads
+ * of a parallel region (attention's tiles) take a state per thread from a
+ * struct cpu_gemm_team instead.
  *
  * Bits: each library sums in its own order, and oneDNN's blocking follows
  * the CPU's ISA and cache sizes, so results agree across libraries and CPUs
@@ -94,6 +96,27 @@ zt_status cpu_gemm_describe(struct cpu_gemm *g, enum zt_dtype ab_type, char *buf
  * ZT_ERR_UNSUPPORTED saying why, as cpu_gemm_run would (g NULL: a state
  * made for the call). */
 zt_status cpu_gemm_supports(struct cpu_gemm *g, enum zt_dtype ab_type);
+
+/* States for the threads of an OpenMP parallel region, one per thread
+ * number, each made by its own thread on first use and then used by that
+ * thread only. A member's primitives hold their own scratch (oneDNN's
+ * shared scratch would tie a primitive to the OS thread that built it),
+ * and are built for the thread count the member's thread sees: a region
+ * whose threads each run one-thread products sets it to 1 first. */
+struct cpu_gemm_team;
+
+/* A team of `threads` empty slots. Errors: ZT_ERR_NOMEM. */
+zt_status cpu_gemm_team_create(int threads, struct cpu_gemm_team **out);
+
+/* Frees every member made; accepts NULL. */
+void cpu_gemm_team_destroy(struct cpu_gemm_team *t);
+
+/* Slots in the team. */
+int cpu_gemm_team_size(const struct cpu_gemm_team *t);
+
+/* The state of thread `i` (< cpu_gemm_team_size), made on the first call;
+ * called by thread i only. Errors: those of cpu_gemm_create. */
+zt_status cpu_gemm_team_member(struct cpu_gemm_team *t, int i, struct cpu_gemm **out);
 
 /* "auto", "onednn", "openblas". */
 const char *cpu_gemm_lib_name(enum cpu_gemm_lib lib);

@@ -13,8 +13,10 @@
 
 struct gemm_onednn;
 
-/* Opens the CPU engine and stream. Errors: ZT_ERR_DEVICE, ZT_ERR_NOMEM. */
-zt_status gemm_onednn_open(struct gemm_onednn **out);
+/* Opens the CPU engine and stream; own_scratch: each primitive gets a
+ * scratch buffer of its own (a team member's), else oneDNN's shared one.
+ * Errors: ZT_ERR_DEVICE, ZT_ERR_NOMEM. */
+zt_status gemm_onednn_open(int own_scratch, struct gemm_onednn **out);
 
 /* Destroys every primitive, the stream and the engine; accepts NULL. */
 void gemm_onednn_close(struct gemm_onednn *d);

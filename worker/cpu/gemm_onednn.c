@@ -43,7 +43,8 @@ struct prim {
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
     dnnl_memory_t a, b, c;
-    const char *kernel; /* the pd's implementation name, owned by pd */
+    dnnl_memory_t scratch; /* own_scratch only */
+    const char *kernel;    /* the pd's implementation name, owned by pd */
     int generic;
     struct prim *next;
 };
@@ -52,14 +53,16 @@ struct gemm_onednn {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     struct prim *prims; /* most recently built first */
+    int own_scratch;
 };
 
-zt_status gemm_onednn_open(struct gemm_onednn **out)
+zt_status gemm_onednn_open(int own_scratch, struct gemm_onednn **out)
 {
     *out = NULL;
     struct gemm_onednn *d = calloc(1, sizeof *d);
     if (!d)
         return zt_error_set(ZT_ERR_NOMEM, "oneDNN GEMM state: out of memory");
+    d->own_scratch = own_scratch;
     zt_status s = ZT_OK;
     if (dnnl_engine_create(&d->engine, dnnl_cpu, 0) != dnnl_success)
         s = zt_error_set(ZT_ERR_DEVICE, "oneDNN: the CPU engine would not open");
@@ -81,6 +84,8 @@ static void prim_free(struct prim *p)
         dnnl_memory_destroy(p->b);
     if (p->c)
         dnnl_memory_destroy(p->c);
+    if (p->scratch)
+        dnnl_memory_destroy(p->scratch);
     if (p->p)
         dnnl_primitive_destroy(p->p);
     if (p->pd)
@@ -138,9 +143,12 @@ static zt_status describe(const struct key *k, dnnl_memory_desc_t *a, dnnl_memor
     return ZT_OK;
 }
 
-/* The attributes: alpha as the output scale, accumulation as a sum. */
-static zt_status attributes(const struct key *k, dnnl_primitive_attr_t attr)
+/* The attributes: alpha as the output scale, accumulation as a sum, and
+ * who holds the scratch. */
+static zt_status attributes(const struct key *k, int own_scratch, dnnl_primitive_attr_t attr)
 {
+    if (own_scratch)
+        DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     if (k->alpha != 1.0f)
         DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha));
     if (!k->accumulate)
@@ -163,7 +171,7 @@ static zt_status build(struct gemm_onednn *d, const struct key *k, struct prim *
     DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
     dnnl_primitive_attr_t attr;
     DNNL_TRY(dnnl_primitive_attr_create(&attr));
-    zt_status s = attributes(k, attr);
+    zt_status s = attributes(k, d->own_scratch, attr);
     dnnl_status_t st = dnnl_success;
     if (s == ZT_OK)
         st = dnnl_primitive_desc_create(&p->pd, &md, attr, d->engine, NULL);
@@ -182,6 +190,10 @@ static zt_status build(struct gemm_onednn *d, const struct key *k, struct prim *
     DNNL_TRY(dnnl_memory_create(&p->a, &a, d->engine, DNNL_MEMORY_NONE));
     DNNL_TRY(dnnl_memory_create(&p->b, &b, d->engine, DNNL_MEMORY_NONE));
     DNNL_TRY(dnnl_memory_create(&p->c, &c, d->engine, DNNL_MEMORY_NONE));
+    if (d->own_scratch)
+        DNNL_TRY(dnnl_memory_create(
+            &p->scratch, dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0),
+            d->engine, DNNL_MEMORY_ALLOCATE));
     DNNL_TRY(dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &p->kernel));
     p->generic = strncmp(p->kernel, "ref", 3) == 0;
     /* A 16-bit reference loop would take hours where a kernel takes seconds. */
@@ -233,8 +245,11 @@ zt_status gemm_onednn_run(struct gemm_onednn *d, const struct cpu_gemm_call *c)
     DNNL_TRY(dnnl_memory_set_data_handle(p->a, (void *)c->A));
     DNNL_TRY(dnnl_memory_set_data_handle(p->b, (void *)c->B));
     DNNL_TRY(dnnl_memory_set_data_handle(p->c, c->C));
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
-    DNNL_TRY(dnnl_primitive_execute(p->p, d->stream, 3, args));
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, p->a},
+                              {DNNL_ARG_WEIGHTS, p->b},
+                              {DNNL_ARG_DST, p->c},
+                              {DNNL_ARG_SCRATCHPAD, p->scratch}};
+    DNNL_TRY(dnnl_primitive_execute(p->p, d->stream, p->scratch ? 4 : 3, args));
     DNNL_TRY(dnnl_stream_wait(d->stream));
     return ZT_OK;
 }

@@ -127,6 +127,14 @@ const char *ops_cpu_isa_name(enum ops_cpu_isa isa)
     return (unsigned)isa < OPS_CPU_ISA_COUNT ? names[isa] : "?";
 }
 
+/* A slot for every thread a region of this process may run: OpenMP's
+ * count now, or the processors if a run raises it later. */
+static int team_size(void)
+{
+    const int now = omp_get_max_threads(), procs = omp_get_num_procs();
+    return now > procs ? now : procs;
+}
+
 /* One open: the table copy and the state its ctx points at, freed together. */
 struct cpu_open {
     struct ops_backend ops;
@@ -140,7 +148,10 @@ zt_status ops_cpu_open(const struct ops_backend **out)
     if (!o)
         return zt_error_set(ZT_ERR_NOMEM, "CPU op table: out of memory");
     zt_status s = cpu_gemm_create(CPU_GEMM_AUTO, &o->ctx.gemm);
+    if (s == ZT_OK)
+        s = cpu_gemm_team_create(team_size(), &o->ctx.team);
     if (s != ZT_OK) {
+        cpu_gemm_destroy(o->ctx.gemm);
         free(o);
         return s;
     }
@@ -156,7 +167,21 @@ void ops_cpu_close(const struct ops_backend *ops)
         return;
     struct cpu_open *o = (struct cpu_open *)ops; /* ops is o's first member */
     cpu_gemm_destroy(o->ctx.gemm);
+    cpu_gemm_team_destroy(o->ctx.team);
     free(o);
+}
+
+zt_status cpu_gemm_team_of(const struct ops_backend *self, struct cpu_gemm_team **team,
+                           struct cpu_gemm_team **owned)
+{
+    *owned = NULL;
+    if (self && self->ctx) {
+        *team = ((const struct cpu_ctx *)self->ctx)->team;
+        return ZT_OK;
+    }
+    ZT_TRY(cpu_gemm_team_create(team_size(), owned));
+    *team = *owned;
+    return ZT_OK;
 }
 
 struct cpu_gemm *cpu_gemm_of(const struct ops_backend *self)

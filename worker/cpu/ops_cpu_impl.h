@@ -75,10 +75,18 @@ static inline float cpu_lanes_fold(const float acc[CPU_LANES])
         (out) = cpu_lanes_fold(acc_);                                                              \
     } while (0)
 
-/* An opened CPU table's ctx (ops_cpu_open): its GEMM state. */
+/* An opened CPU table's ctx (ops_cpu_open): its GEMM state, and one per
+ * thread for products inside parallel regions (attention's tiles). */
 struct cpu_ctx {
     struct cpu_gemm *gemm;
+    struct cpu_gemm_team *team;
 };
+
+/* self's per-thread GEMM states; through a static table (no ctx), a team
+ * made for the call, also in *owned for the caller to destroy (else
+ * *owned is NULL). Errors: ZT_ERR_NOMEM. */
+zt_status cpu_gemm_team_of(const struct ops_backend *self, struct cpu_gemm_team **team,
+                           struct cpu_gemm_team **owned);
 
 /* The GEMM state the op was called with: NULL through a static table. */
 struct cpu_gemm *cpu_gemm_of(const struct ops_backend *self);
