@@ -27,8 +27,9 @@
  * the two tiles S/P and dP (and D) goes straight into dqkv.
  *
  * Products (this file's fp32 form; the 16-bit forms, products on 16-bit
- * operands through oneDNN, are attention16.c): cblas_sgemm on tiles. Even at 64 x 64 x 64 OpenBLAS runs at its
- * large GEMM's rate here (90 GFLOP/s on one core), which GCC's vectorised
+ * operands through oneDNN, are attention16.c): cblas_sgemm on tiles. Even
+ * at 64 x 64 x 64 OpenBLAS runs at its large GEMM's rate here (90 GFLOP/s
+ * on one core), which GCC's vectorised
  * loops do not approach; the row work (max, exp, sums, masks) is CPU_KERNEL
  * code over a tile row's keys rounded up to 16 lanes, the masked lanes
  * zeroed bitwise, so it vectorises (see cpu_expf).
