@@ -41,11 +41,13 @@ struct row {
     enum kind kind;
     size_t off;       /* of the value in struct machine; 0 for sections */
     const char *unit; /* written as a comment after the value */
-    int optional;     /* may be absent (its field stays 0, and is not written while 0) */
+    int optional;     /* may be absent (its field, or a section's fields, stay 0, and are
+                         not written while 0) */
 };
 
 #define OFF(member) offsetof(struct machine, member)
 #define FLOPS(p)    (OFF(matmul_flops) + (p) * sizeof(double))
+#define PEAK(p)     (OFF(peak_matmul_flops) + (p) * sizeof(double))
 
 static const struct row rows[] = {
     {"name", K_NAME, OFF(name), NULL, 0},
@@ -57,6 +59,11 @@ static const struct row rows[] = {
     {"compute.matmul_flops.fp32", K_RATE, FLOPS(MACHINE_FP32), NULL, 0},
     {"compute.matmul_flops.bf16", K_RATE, FLOPS(MACHINE_BF16), NULL, 0},
     {"compute.matmul_flops.fp16", K_RATE, FLOPS(MACHINE_FP16), NULL, 0},
+    {"compute.peak_matmul_flops", K_SECTION, 0, "the datasheet's dense peak (MFU's denominator)",
+     1},
+    {"compute.peak_matmul_flops.fp32", K_RATE, PEAK(MACHINE_FP32), NULL, 1},
+    {"compute.peak_matmul_flops.bf16", K_RATE, PEAK(MACHINE_BF16), NULL, 1},
+    {"compute.peak_matmul_flops.fp16", K_RATE, PEAK(MACHINE_FP16), NULL, 1},
     {"compute.memory_bandwidth", K_RATE, OFF(memory_bandwidth), "bytes/s", 0},
     {"links", K_SECTION, 0, "bus bandwidth in bytes/s, latency in s per collective step", 0},
     {"links.intra_node", K_SECTION, 0, NULL, 0},
@@ -384,12 +391,25 @@ static void put_row(FILE *f, const struct row *r, const struct machine *m)
     fputc('\n', f);
 }
 
-/* Whether an optional row's field holds 0, its "not stated" (only counts
- * are optional). */
+/* Whether an optional row holds 0, its "not stated": its count or rate,
+ * or every row of its section. */
 static int is_unset(const struct row *r, const struct machine *m)
 {
-    ZT_ASSERT(r->kind == K_COUNT);
-    return *(const int *)(const void *)((const char *)m + r->off) == 0;
+    const void *field = (const char *)m + r->off;
+    switch (r->kind) {
+    case K_COUNT:
+        return *(const int *)field == 0;
+    case K_RATE:
+        return *(const double *)field == 0.0;
+    case K_SECTION:
+        for (size_t i = 0; i < N_ROWS; i++)
+            if (is_child(rows[i].path, r->path) && !is_unset(&rows[i], m))
+                return 0;
+        return 1;
+    default:
+        ZT_ASSERT(0);
+        return 0;
+    }
 }
 
 zt_status machine_write(const struct machine *m, const char *comment, FILE *f)

@@ -13,6 +13,10 @@
  *         fp32: 46.9e12           # 67 TFLOPS peak x 0.70
  *         bf16: 692.58e12
  *         fp16: 692.58e12
+ *       peak_matmul_flops:        # optional: the datasheet's dense peak
+ *         fp32: 67e12
+ *         bf16: 989.4e12
+ *         fp16: 989.4e12
  *       memory_bandwidth: 3.015e12 # bytes/s
  *     links:
  *       intra_node:
@@ -27,8 +31,15 @@
  * stated efficiency factor, with the arithmetic in a comment, so that a
  * reader can check and change them.
  *
- * Every key but `cores` is required and no other key is allowed, so that a
- * typo is an error rather than a silently ignored number. Numbers are plain
+ * `peak_matmul_flops` is the vendor's dense peak itself, what model FLOPs
+ * utilisation (MFU) is measured against, as PaLM's and Megatron's papers
+ * measure it; the planner reports MFU only for the precisions a file
+ * states it for (calibrate, which measures a CPU, states none), and the
+ * share of the sustained rate beside it.
+ *
+ * Every key but `cores` and the peaks is required and no other key is
+ * allowed, so that a typo is an error rather than a silently ignored
+ * number. Numbers are plain
  * decimal (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node and
  * cores are integers >= 1; name is a string of 1 to 63 characters.
  *
@@ -83,14 +94,15 @@ struct machine {
     char path[4096];        /* the file it was read from */
     uint64_t device_memory; /* bytes of one device */
     int devices_per_node;
-    int cores;               /* CPU cores of one node; 0: not stated */
-    double matmul_flops[3];  /* sustained dense matmul FLOP/s of one device, by working precision:
-                                [0] fp32, [1] bf16, [2] fp16 (enum machine_precision) */
-    double memory_bandwidth; /* bytes per second of one device's memory */
+    int cores;              /* CPU cores of one node; 0: not stated */
+    double matmul_flops[3]; /* sustained dense matmul FLOP/s of one device, by working precision:
+                               [0] fp32, [1] bf16, [2] fp16 (enum machine_precision) */
+    double peak_matmul_flops[3]; /* the datasheet's dense peak, likewise; 0: not stated */
+    double memory_bandwidth;     /* bytes per second of one device's memory */
     struct machine_link intra_node, inter_node;
 };
 
-/* Indexes of struct machine's matmul_flops. */
+/* Indexes of struct machine's matmul_flops and peak_matmul_flops. */
 enum machine_precision { MACHINE_FP32, MACHINE_BF16, MACHINE_FP16 };
 
 /* Reads a machine description into *out. `name_or_path` is a path when it

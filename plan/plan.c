@@ -21,7 +21,9 @@ struct planned {
     struct plan_time times[PLAN_MAX_ROLES];
     uint64_t peak; /* the largest role's total */
     int slowest;   /* the role whose step is the longest: the layout's */
-    double step, tokens_per_s, mfu;
+    double step, tokens_per_s;
+    double mfu;       /* model FLOPs against the datasheet's dense peak; NaN: not stated */
+    double sustained; /* ... against the machine file's sustained rate */
     int fits;
 };
 
@@ -124,8 +126,10 @@ static zt_status plan_one(struct plan_ctx *x, const struct plan_layout *l, const
     p.tokens_per_s = tokens / p.step;
     const double share = (double)x->per_node / x->machine.devices_per_node;
     const double devices = x->o->gpus / (share > 1.0 ? share : 1.0);
-    p.mfu = x->model.flops_per_token * p.tokens_per_s /
-            (devices * x->machine.matmul_flops[x->precision]);
+    const double achieved = x->model.flops_per_token * p.tokens_per_s / devices;
+    const double peak = x->machine.peak_matmul_flops[x->precision];
+    p.mfu = peak > 0.0 ? achieved / peak : NAN;
+    p.sustained = achieved / x->machine.matmul_flops[x->precision];
     p.fits = p.peak <= x->usable;
     return list_push(&x->list, &p);
 }
@@ -324,11 +328,15 @@ static void print_row(const struct planned *p, size_t rank, FILE *f)
     char ck[8] = "off";
     if (p->l.ckpt_every)
         snprintf(ck, sizeof ck, "%d", p->l.ckpt_every);
+    char mfu[16] = "    -";
+    if (isfinite(p->mfu))
+        snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * p->mfu);
     fprintf(f,
-            "%4zu %4d %4d %6d %4d %5d x %-5d %5s %9.2f %4s %9.4g %11.4g %5.1f%% %6.1f%% %6.1f%%\n",
+            "%4zu %4d %4d %6d %4d %5d x %-5d %5s %9.2f %4s %9.4g %11.4g %6s %5.1f%% %6.1f%% "
+            "%6.1f%%\n",
             rank, p->l.tp, p->l.pp, p->l.dp, p->l.zero_stage, p->l.micro_batch, p->l.accum, ck,
-            gib(p->peak), p->fits ? "yes" : "no", p->step, p->tokens_per_s, 100.0 * p->mfu,
-            100.0 * comm / t->step, 100.0 * t->bubble / t->step);
+            gib(p->peak), p->fits ? "yes" : "no", p->step, p->tokens_per_s, mfu,
+            100.0 * p->sustained, 100.0 * comm / t->step, 100.0 * t->bubble / t->step);
 }
 
 static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
@@ -355,7 +363,7 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
         fprintf(f, "; %zu refused (%s)", x->refused, x->refused_why);
     fputc('\n', f);
     fprintf(f, "rank    T    P      D ZeRO micro x accum ckpt  peak GiB fits    step s    "
-               "tokens/s   MFU   comm  bubble\n");
+               "tokens/s    MFU  sust.   comm  bubble\n");
     const size_t shown = x->o->all ? x->list.n : (size_t)x->o->top;
     for (size_t i = 0; i < x->list.n && i < shown && (x->o->all || x->list.v[i].fits); i++)
         print_row(&x->list.v[i], i + 1, f);
@@ -428,6 +436,8 @@ static void json_layout(FILE *f, const struct planned *p)
     json_num(f, p->tokens_per_s);
     fputs(", \"mfu\": ", f);
     json_num(f, p->mfu);
+    fputs(", \"sustained_share\": ", f);
+    json_num(f, p->sustained);
     fputs(", \"roles\": [", f);
     for (int k = 0; k < p->n_roles; k++) {
         fputs(k ? ", " : "", f);

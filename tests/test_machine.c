@@ -105,8 +105,10 @@ static void assert_same_machine(const struct machine *a, const struct machine *b
     ck_assert_uint_eq(a->device_memory, b->device_memory);
     ck_assert_int_eq(a->devices_per_node, b->devices_per_node);
     ck_assert_int_eq(a->cores, b->cores);
-    for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++)
+    for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++) {
         ck_assert_double_eq(a->matmul_flops[p], b->matmul_flops[p]);
+        ck_assert_double_eq(a->peak_matmul_flops[p], b->peak_matmul_flops[p]);
+    }
     ck_assert_double_eq(a->memory_bandwidth, b->memory_bandwidth);
     ck_assert_double_eq(a->intra_node.bandwidth, b->intra_node.bandwidth);
     ck_assert_double_eq(a->intra_node.latency, b->intra_node.latency);
@@ -175,9 +177,14 @@ START_TEST(test_repository_machine_values)
     ck_assert_int_eq(a80.cores, 128);
     ck_assert_uint_eq(a80.device_memory, 80 * GIB);
     ck_assert_uint_eq(a40.device_memory, 40 * GIB);
-    /* Sustained, not peak: below the datasheet figures. */
+    /* Sustained, not peak: below the datasheet figures, which the peaks
+     * state (dense: half the sparse figure). */
     ck_assert_double_lt(h.matmul_flops[MACHINE_BF16], 989.4e12);
     ck_assert_double_lt(h.matmul_flops[MACHINE_FP32], 67e12);
+    ck_assert_double_eq(h.peak_matmul_flops[MACHINE_BF16], 989.4e12);
+    ck_assert_double_eq(h.peak_matmul_flops[MACHINE_FP32], 67e12);
+    ck_assert_double_eq(a80.peak_matmul_flops[MACHINE_BF16], 312e12);
+    ck_assert_double_eq(a40.peak_matmul_flops[MACHINE_FP16], 312e12);
     ck_assert_double_lt(h.memory_bandwidth, 3.35e12);
     ck_assert_double_lt(h.intra_node.bandwidth, 450e9);
     ck_assert_double_lt(h.inter_node.bandwidth, 50e9);
@@ -512,6 +519,40 @@ START_TEST(test_cores_is_optional)
 }
 END_TEST
 
+/* peak_matmul_flops is optional, as each of its precisions: absent reads
+ * as 0 ("not stated") and is not written; a stated one round-trips. */
+START_TEST(test_peaks_are_optional)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("machine-peaks"));
+    const char *path = testutil_path_in(dir, "m.yaml");
+    struct machine m, back;
+    write_text(path, good_text);
+    load_ok(path, &m);
+    for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++)
+        ck_assert_double_eq(m.peak_matmul_flops[p], 0.0);
+    round_trip(&m, NULL, dir, &back);
+    ck_assert_ptr_null(strstr(testutil_slurp(testutil_path_in(dir, "written.yaml")), "peak"));
+
+    write_text(path, edited("  memory_bandwidth:", "  peak_matmul_flops:\n    bf16: 1979e12\n"
+                                                   "  memory_bandwidth:"));
+    load_ok(path, &m);
+    ck_assert_double_eq(m.peak_matmul_flops[MACHINE_BF16], 1979e12);
+    ck_assert_double_eq(m.peak_matmul_flops[MACHINE_FP32], 0.0);
+    round_trip(&m, NULL, dir, &back);
+    const char *text = testutil_slurp(testutil_path_in(dir, "written.yaml"));
+    ck_assert_msg(strstr(text, "\n  peak_matmul_flops: # the datasheet's dense peak (MFU's "
+                               "denominator)\n    bf16: 1.979e+15\n  memory_bandwidth:"),
+                  "%s", text);
+
+    write_text(path, edited("  memory_bandwidth:", "  peak_matmul_flops:\n    bf16: fast\n"
+                                                   "  memory_bandwidth:"));
+    load_fails(path, with_file("FILE:11:11: compute.peak_matmul_flops.bf16: expected a positive "
+                               "number, got 'fast'",
+                               path));
+}
+END_TEST
+
 START_TEST(test_write_error)
 {
     FILE *f = fopen("/dev/full", "w");
@@ -547,6 +588,7 @@ static Suite *machine_suite(void)
     tcase_add_test(write, test_write_round_trips_repository_machine);
     tcase_add_test(write, test_write_round_trips_awkward_values);
     tcase_add_test(write, test_cores_is_optional);
+    tcase_add_test(write, test_peaks_are_optional);
     tcase_add_test(write, test_write_error);
     return s;
 }

@@ -171,6 +171,47 @@ START_TEST(plan_equals_the_measured_ledger_and_traffic)
 }
 END_TEST
 
+/* MFU is against the machine file's datasheet peak, the sustained share
+ * against its sustained rate: for every layout their ratio is the file's
+ * sustained / peak. A file that states no peak (calibrate's) has no MFU. */
+START_TEST(mfu_is_against_the_datasheet_peak)
+{
+    static const struct {
+        const char *machine;
+        double ratio; /* sustained / peak for fp32, or 0: no peak stated */
+    } machines[] = {
+        {"h100-sxm", 46.9e12 / 67e12}, {"a100-80gb", 13.65e12 / 19.5e12}, {"cpu-this", 0.0}};
+    for (size_t k = 0; k < sizeof machines / sizeof machines[0]; k++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan-mfu"));
+        ck_assert_msg(testutil_run(testutil_path_in(dir, "plan.log"),
+                                   "%s plan %s --gpus 8 --machine %s --global-batch 8 --all "
+                                   "--json %s/plan.json " MODEL,
+                                   testutil_binary(), testutil_source_path("tests/data/micro.yaml"),
+                                   machines[k].machine, dir) == 0,
+                      "%s: the plan failed:\n%s", machines[k].machine,
+                      testutil_slurp(testutil_path_in(dir, "plan.log")));
+        struct json_value plan;
+        testutil_load_json(testutil_path_in(dir, "plan.json"), &plan);
+        const struct json_value *layouts = member(&plan, "layouts");
+        ck_assert_uint_gt(layouts->n, 0);
+        for (size_t i = 0; i < layouts->n; i++) {
+            const struct json_value *mfu = member(&layouts->items[i], "mfu"),
+                                    *sust = member(&layouts->items[i], "sustained_share");
+            ck_assert_int_eq(sust->type, JSON_REAL);
+            ck_assert_double_gt(sust->real, 0.0);
+            if (machines[k].ratio == 0.0) {
+                ck_assert_int_eq(mfu->type, JSON_NULL);
+                continue;
+            }
+            ck_assert_int_eq(mfu->type, JSON_REAL);
+            ck_assert_double_eq_tol(mfu->real / sust->real, machines[k].ratio, 1e-12);
+        }
+        json_free(&plan);
+    }
+}
+END_TEST
+
 /* ---- published cases ------------------------------------------------------ */
 
 static void load_config(const char *yaml, struct zt_config *out)
@@ -454,6 +495,7 @@ int main(void)
     tcase_add_test(tc, activations_grow_linearly_in_seq);
     tcase_add_test(tc, korthikanti_bf16_activations);
     tcase_add_test(tc, cost_of_a_data_parallel_step);
+    tcase_add_test(tc, mfu_is_against_the_datasheet_peak);
     tcase_add_test(tc, bubble_shrinks_on_oversubscribed_cores);
     tc = testutil_tcase(s, "measured", 900);
     tcase_add_loop_test(tc, plan_equals_the_measured_ledger_and_traffic, 0,
