@@ -441,7 +441,9 @@ zt_status shard_nvme_pass_end(struct shard_engine *e)
     struct shard_nvme *n = e->nvme;
     const zt_status st = wait_for(n, -1);
     n->busy = 0;
+    pthread_mutex_lock(&n->mu);
     n->err = 0; /* reported once */
+    pthread_mutex_unlock(&n->mu);
     return st;
 }
 

@@ -35,6 +35,7 @@ for mode in none nvme; do
     --set zero_optimization.offload_optimizer.buffer_size="$buffer")
   mpirun --oversubscribe -np 2 "$bin" train configs/gpt2-124m.yaml --quiet --no-progress \
     --set run.steps=$((steps)) --set scheduler.params.total_num_steps=$((steps + 2)) \
+    --set run.eval_interval=0 --set run.eval_batches=1 \
     --set zero_optimization.stage=3 --set data.train="$tmp/lic.tok" \
     --set run.output_dir="$tmp/run-$mode" --metrics "$tmp/m-$mode.jsonl" \
     --memory-report "$tmp/mem-$mode.json" "${extra[@]}" >"$tmp/log-$mode" 2>&1 ||
