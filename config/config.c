@@ -138,6 +138,7 @@ void config_free(struct zt_config *cfg)
     free(cfg->model.init_from);
     free(cfg->run.resume);
     free(cfg->checkpoint.dir);
+    free(cfg->zero.offload_optimizer.nvme_path);
     free(cfg->csv_monitor.output_path);
     free(cfg->csv_monitor.job_name);
     free_list(cfg->data.train, cfg->data.n_train);

@@ -65,11 +65,11 @@ enum zt_nonfinite_action {
 };
 
 /* zero_optimization.offload_optimizer.device: where ZeRO-Offload keeps the
- * optimizer states and runs their update (DeepSpeed's names; its "nvme" is
- * refused at load). */
+ * optimizer states and runs their update (DeepSpeed's names). */
 enum zt_offload_device {
     ZT_OFFLOAD_NONE, /* "none": with the parameters, on the compute device (the default) */
-    ZT_OFFLOAD_CPU   /* "cpu": in host memory; on device cpu that is where they are anyway */
+    ZT_OFFLOAD_CPU,  /* "cpu": in host memory; on device cpu that is where they are anyway */
+    ZT_OFFLOAD_NVME  /* "nvme": in files under nvme_path, streamed through host memory */
 };
 
 /* pipeline.partition_method: how the blocks are cut into stages, by the
@@ -251,6 +251,12 @@ struct zt_config {
         struct {
             enum zt_offload_device device; /* default none */
             int pin_memory; /* page-locked host buffers for the states; default false */
+            /* device nvme (ZeRO-Infinity): the folder of the state files
+             * (required), and the window they stream through: buffer_count
+             * buffers of buffer_size elements of every state. */
+            char *nvme_path;
+            int buffer_count;
+            long buffer_size;
         } offload_optimizer;
     } zero;
 

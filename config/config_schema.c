@@ -60,7 +60,7 @@ enum ftype {
     T_FP8_FORMAT,     /* int, enum fp8_recipe_format */
     T_FP8_AMAX,       /* int, enum fp8_amax_algo */
     T_NONFINITE,      /* int, enum zt_nonfinite_action */
-    T_OFFLOAD_DEVICE, /* enum zt_offload_device: none | cpu (nvme refused) */
+    T_OFFLOAD_DEVICE, /* enum zt_offload_device: none | cpu | nvme */
 };
 
 enum {
@@ -388,11 +388,23 @@ static const struct field fields[] = {
      "ZeRO-Offload (DeepSpeed's): the optimizer states and their update in host memory"},
     {"zero_optimization.offload_optimizer.device", T_OFFLOAD_DEVICE,
      OFF(zero.offload_optimizer.device), 0, "none", NB, NB, F_DS, NULL,
-     "none, or cpu: optimizer states in host memory (on device cpu they are there already: no "
-     "effect); nvme is not supported"},
+     "none; cpu: optimizer states in host memory (on device cpu they are there already: no "
+     "effect); nvme: fp32 master and optimizer states in files under nvme_path, streamed through "
+     "a window of host memory at each update (ZeRO-Infinity)"},
     {"zero_optimization.offload_optimizer.pin_memory", T_BOOL,
      OFF(zero.offload_optimizer.pin_memory), 0, "false", NB, NB, F_DS, NULL,
      "page-locked host buffers for the offloaded states (faster copies to and from the GPU)"},
+    {"zero_optimization.offload_optimizer.nvme_path", T_STRING,
+     OFF(zero.offload_optimizer.nvme_path), 0, NULL, NB, NB, F_DS, NULL,
+     "device nvme: the folder of the state files (one per rank, removed at a clean end); "
+     "required with nvme"},
+    {"zero_optimization.offload_optimizer.buffer_count", T_INT,
+     OFF(zero.offload_optimizer.buffer_count), 0, "4", GE(1), LE(64), F_DS, NULL,
+     "device nvme: buffers in the window (reads run buffer_count - 1 ahead of the update)"},
+    {"zero_optimization.offload_optimizer.buffer_size", T_LONG,
+     OFF(zero.offload_optimizer.buffer_size), 0, "1e8", GE(1), NB, 0, NULL,
+     "device nvme: elements of every state per window buffer (DeepSpeed's offload_param "
+     "buffer_size, here for the optimizer's)"},
 
     {"fp16", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL, "fp16 mixed precision"},
     {"fp16.enabled", T_BOOL, OFF(fp16.enabled), 0, "false", NB, NB, F_DS, NULL,
@@ -467,7 +479,7 @@ static const char *const fp8_format_names[] = {
 static const char *const fp8_amax_names[] = {
     [FP8_AMAX_MAX] = "max", [FP8_AMAX_MOST_RECENT] = "most_recent"};
 static const char *const offload_device_names[] = {
-    [ZT_OFFLOAD_NONE] = "none", [ZT_OFFLOAD_CPU] = "cpu"};
+    [ZT_OFFLOAD_NONE] = "none", [ZT_OFFLOAD_CPU] = "cpu", [ZT_OFFLOAD_NVME] = "nvme"};
 static const char *const nonfinite_names[] = {
     [ZT_NONFINITE_STOP] = "stop", [ZT_NONFINITE_SKIP] = "skip"};
 static const struct fp8_choice {
@@ -1000,21 +1012,16 @@ static zt_status leaf_choice(struct walk *w, const struct field *f, const struct
     return ZT_OK;
 }
 
-/* DeepSpeed's offload devices. NVMe (ZeRO-Infinity) is a valid DeepSpeed
- * value that zerotrain has no path for: refused by name, not as a typo. */
+/* DeepSpeed's offload devices. */
 static zt_status leaf_offload_device(struct walk *w, const struct field *f,
                                      const struct yaml_tree_node *v, const char *where)
 {
     const char *s;
-    ZT_TRY(scalar_text(where, f->path, v, "none or cpu", &s));
-    if (strcmp(s, "nvme") == 0)
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: %s: nvme: NVMe offload is not supported (none or cpu)", where,
-                            f->path);
-    int i = name_index(offload_device_names, 2, s);
+    ZT_TRY(scalar_text(where, f->path, v, "none, cpu or nvme", &s));
+    int i = name_index(offload_device_names, 3, s);
     if (i < 0)
-        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected none or cpu, got '%s'", where, f->path,
-                            s);
+        return zt_error_set(ZT_ERR_CONFIG, "%s: %s: expected none, cpu or nvme, got '%s'", where,
+                            f->path, s);
     *(enum zt_offload_device *)field_ptr(w->cfg, f->off) = (enum zt_offload_device)i;
     return ZT_OK;
 }
@@ -1799,6 +1806,51 @@ static zt_status check_lora(const struct walk *w)
                         where, bias);
 }
 
+/* NVMe offload needs its folder, and streams the element-wise update only:
+ * a whole-tensor optimizer reduces statistics over its states in rounds,
+ * and a fused-backward one updates inside the backward, on the device. */
+static zt_status check_offload(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    const struct optimizer_ops *o = optimizer_find(c->optimizer.type);
+    char where[WHERE];
+    if (c->zero.offload_optimizer.device != ZT_OFFLOAD_NVME)
+        return ZT_OK;
+    if (!c->zero.offload_optimizer.nvme_path) {
+        where_of_keys(w, where, "zero_optimization.offload_optimizer.device", NULL, NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: zero_optimization.offload_optimizer.nvme_path: required with "
+                            "device nvme (the folder of the state files)",
+                            where);
+    }
+    if (!o->whole_tensors && !o->fused_backward)
+        return ZT_OK;
+    where_of_keys(w, where, "zero_optimization.offload_optimizer.device", "optimizer.type", NULL);
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "%s: zero_optimization.offload_optimizer.device: nvme streams the states "
+                        "of element-wise optimizers, and %s %s: use device cpu or none",
+                        where, o->name,
+                        o->whole_tensors ? "reduces whole-tensor statistics over its states"
+                                         : "updates inside the backward, on the device");
+}
+
+/* DeepSpeed's aio section tunes libaio for NVMe offload: silent without it
+ * (config_deepspeed.c), listed with it, since zerotrain streams the files
+ * its own way. */
+static zt_status note_nvme_aio(struct walk *w, const struct yaml_tree *t)
+{
+    const struct yaml_tree_node *aio = yaml_tree_get(t->root, "aio");
+    if (w->cfg->zero.offload_optimizer.device != ZT_OFFLOAD_NVME || !aio || yaml_tree_is_null(aio))
+        return ZT_OK;
+    char where[WHERE], line[WHERE + 200];
+    yaml_tree_where(aio, where, sizeof where);
+    snprintf(line, sizeof line,
+             "  %s: aio: one I/O thread per rank streams the NVMe state file with pread and "
+             "pwrite, zero_optimization.offload_optimizer.buffer_count deep\n",
+             where);
+    return config_notes_append(&w->ignored, line);
+}
+
 /* checkpoint.dir null means no checkpoints (DeepSpeed saves nothing
  * without a save_dir): asking for periodic ones without a folder is a
  * mistake to name now, not a request to drop silently. */
@@ -1942,6 +1994,10 @@ static int nothing_offloaded(const struct zt_config *c)
 {
     return c->zero.offload_optimizer.device == ZT_OFFLOAD_NONE;
 }
+static int not_on_nvme(const struct zt_config *c)
+{
+    return c->zero.offload_optimizer.device != ZT_OFFLOAD_NVME;
+}
 static int params_not_sharded(const struct zt_config *c)
 {
     return c->zero.stage < 3;
@@ -1970,6 +2026,8 @@ static const struct {
      "activation_checkpointing.enabled is false, so no block is checkpointed"},
     {"zero_optimization.offload_optimizer.pin_memory", nothing_offloaded,
      "zero_optimization.offload_optimizer.device is none, so nothing is offloaded"},
+    {"zero_optimization.offload_optimizer.buffer_count", not_on_nvme,
+     "zero_optimization.offload_optimizer.device is not nvme, so no state is streamed"},
     {"zero_optimization.stage3_prefetch_depth", params_not_sharded,
      "zero_optimization.stage is below 3, so no parameters are gathered"},
     {"pipeline.schedule", one_stage, "pipeline.stages is 1, so there is no pipeline"},
@@ -2077,6 +2135,10 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
             s = check_fp8(w);
         if (s == ZT_OK)
             s = check_optimizer(w);
+        if (s == ZT_OK)
+            s = check_offload(w);
+        if (s == ZT_OK)
+            s = note_nvme_aio(w, t);
         if (s == ZT_OK)
             s = check_checkpoint(w);
         if (s == ZT_OK)

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -487,6 +489,34 @@ zt_status session_model_create(struct run_session *s, struct model_profile *prof
     return st;
 }
 
+/* The tests' crash hook, called by the engine's I/O thread. */
+static void nvme_written(void *arg, long updates)
+{
+    const struct run_session *s = arg;
+    s->faults->mid_update(s->faults->arg, s->rank, updates);
+}
+
+/* NVMe offload: the rank's state file is named by the run (its output
+ * folder's name and a hash of its path, so that two runs sharing
+ * nvme_path keep apart and a rerun overwrites its own crash's leftover)
+ * and by the world rank (tensor and pipeline ranks share a data-parallel
+ * rank). */
+static void name_nvme_file(struct run_session *s, struct shard_engine_config *ec)
+{
+    const char *dir = s->cfg.run.output_dir, *base = strrchr(dir, '/');
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = dir; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    base = base && base[1] ? base + 1 : dir;
+    snprintf(s->nvme_name, sizeof s->nvme_name, "zerotrain-%.64s-%08x-rank%05d.states", base,
+             (unsigned)h, s->rank);
+    ec->nvme_name = s->nvme_name;
+    if (s->faults && s->faults->mid_update) {
+        ec->nvme_written = nvme_written;
+        ec->nvme_written_arg = s;
+    }
+}
+
 static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
@@ -506,6 +536,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
     else
         loss_scaler_init_static(&s->scaler, c->fp16.enabled ? c->fp16.loss_scale : 1.0);
+    name_nvme_file(s, &ec);
     ZT_TRY(shard_engine_create(&ec, &s->table, s->dp_groups.shard ? s->dp_groups.shard : s->axes.dp,
                                &s->compute, &s->engine));
     ZT_TRY(session_model_create(s, o->profile ? &s->profile : NULL, NULL, &s->model));
@@ -553,8 +584,13 @@ struct shard_engine_config session_engine_config(const struct zt_config *c, int 
         .optimizer = optimizer_find(c->optimizer.type),
         .optimizer_states = optimizer_state_count(optimizer_find(c->optimizer.type), &hp),
         .hparams = hp,
-        .offload_optimizer = c->zero.offload_optimizer.device == ZT_OFFLOAD_CPU,
+        .offload_optimizer = c->zero.offload_optimizer.device != ZT_OFFLOAD_NONE,
         .offload_pin_memory = c->zero.offload_optimizer.pin_memory,
+        .nvme_path = c->zero.offload_optimizer.device == ZT_OFFLOAD_NVME
+                         ? c->zero.offload_optimizer.nvme_path
+                         : NULL,
+        .nvme_buffer_count = c->zero.offload_optimizer.buffer_count,
+        .nvme_buffer_elems = (size_t)c->zero.offload_optimizer.buffer_size,
     };
 }
 
@@ -766,10 +802,10 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     note_comm_backend(s);
     SESSION_PHASE(s, open_layout(s));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
+    s->faults = o->faults; /* the engine's NVMe hook reaches them */
     SESSION_PHASE(s, build_model(s, o));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : check_validation_size(s));
     s->stop_signal = o->stop_signal;
-    s->faults = o->faults;
     s->state = RUN_CONFIGURED;
     return ZT_OK;
 }

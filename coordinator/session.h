@@ -46,6 +46,11 @@ struct ckpt_fault_hooks {
      * kills the process leaves a half-written shard, as a node failure
      * would. NULL: none. */
     void (*mid_shard)(void *arg, int rank, long step);
+    /* Called by every rank under NVMe offload once per optimizer step
+     * (1-based `step`), from the I/O thread, right after the update's
+     * first chunk of states was written to the file: a hook that kills
+     * the process leaves the file half updated. NULL: none. */
+    void (*mid_update)(void *arg, int rank, long step);
     /* Called with each op output of every training forward of the run
      * (struct model_probe's, at 1-based `step` and micro batch `micro`,
      * -1 in an evaluation at that step;
@@ -165,6 +170,7 @@ struct run_session {
      * unused without one. */
     struct model_probe fault_probe;
     char resumed_from[4096];   /* the checkpoint loaded, "" if none */
+    char nvme_name[160];       /* NVMe offload: the rank's state file in nvme_path */
     char compute_why[192];     /* why a 16-bit run computes in fp32, "" if it does not */
     int32_t *inputs, *targets; /* host batch of B x seq_len tokens each */
     uint64_t *row_ids;         /* the batch rows' global sample indices (sampler_rows) */

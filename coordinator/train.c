@@ -656,10 +656,11 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     r.expected_model_states =
         memory_expected_model_states(r.stage, group, held - packed_numel,
                                      s->engine.part.trainable_numel, r.bytes_per_param,
-                                     s->engine.tensor_state_len * sizeof(float)) +
+                                     shard_engine_replicated_state_bytes(&s->engine)) +
         image / split;
     r.layout = s->layout.tp > 1 || s->layout.pp > 1;
     r.device_memory = !s->compute.host_memory;
+    r.nvme_path = s->engine.cfg.nvme_path;
     struct device_memory_info dm = {0};
     size_t host_now = 0, host_peak = 0;
     ZT_TRY(device_memory_info(&s->compute.dev, &dm));
@@ -673,7 +674,8 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
                                           .device_largest_free = dm.largest_free,
                                           .driver_free = dm.driver_free,
                                           .driver_total = dm.driver_total,
-                                          .offload_host_peak = host_peak};
+                                          .offload_host_peak = host_peak,
+                                          .nvme_file_bytes = shard_engine_nvme_bytes(&s->engine)};
     ZT_TRY(memory_report_gather_placed(s->comm, &s->ledger, &place, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {

@@ -362,6 +362,11 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
     if (x->refused)
         fprintf(f, "; %zu refused (%s)", x->refused, x->refused_why);
     fputc('\n', f);
+    if (x->list.n && x->list.v[0].roles[0].nvme_bytes)
+        fprintf(f,
+                "optimizer states on NVMe in %s: the peaks count the window they stream "
+                "through; the first layout's file is %.2f GiB per rank\n",
+                x->cfg.zero.offload_optimizer.nvme_path, gib(x->list.v[0].roles[0].nvme_bytes));
     fprintf(f, "rank    T    P      D ZeRO micro x accum ckpt  peak GiB fits    step s    "
                "tokens/s    MFU  sust.   comm  bubble\n");
     const size_t shown = x->o->all ? x->list.n : (size_t)x->o->top;
@@ -404,7 +409,8 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
         fprintf(f, "%s\"%s\": %llu", c ? ", " : "", ledger_category_name((enum ledger_category)c),
                 (unsigned long long)r->peak[c]);
-    fprintf(f, "}, \"total_peak\": %llu, \"bytes\": {", (unsigned long long)r->total_peak);
+    fprintf(f, "}, \"total_peak\": %llu, \"nvme_file_bytes\": %llu, \"bytes\": {",
+            (unsigned long long)r->total_peak, (unsigned long long)r->nvme_bytes);
     for (int a = 0; a < PLAN_AXIS_COUNT; a++)
         fprintf(f, "%s\"%s\": %llu", a ? ", " : "", axis_names[a], (unsigned long long)t->bytes[a]);
     fprintf(f, "}, \"inter_node\": {");

@@ -76,6 +76,7 @@ struct plan_role {
     size_t act_esz;     /* bytes of an activation element: the compute type's */
     size_t pass_bytes;  /* full units a micro batch's passes acquire, in bytes */
     size_t state_bytes; /* the rank's persistent model states */
+    size_t nvme_bytes;  /* NVMe offload: its state file, in no peak (0 without) */
     size_t boundary;    /* elements crossing a stage boundary per micro batch */
     int tied_exchange;  /* exchanges a tied embedding's gradient with another stage */
     size_t tied_elems;  /* that exchange's elements */

@@ -101,6 +101,7 @@ static void read_engine(const struct shard_engine *e, struct plan_role *out)
     out->esz = e->esz;
     out->grad_esz = e->gsz;
     out->act_esz = zt_dtype_size(e->table->compute);
+    out->nvme_bytes = shard_engine_nvme_bytes(e);
     out->state_bytes = 0;
     for (int k = 0; k < e->n_allocs; k++)
         out->state_bytes += e->allocs[k].bytes;

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 
 /* peaks, total_peak, rss_peak, tp, pp, dp, expected model states, the
- * device's five, the offload host peak */
-#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 12)
+ * device's five, the offload host peak, the NVMe file's bytes */
+#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 13)
 
 /* Column headers; a category missing here falls back to its full name. */
 static const char *const short_names[] = {
@@ -63,6 +63,7 @@ static void pack_row(const struct ledger *l, const struct memory_rank_row *place
     at[9] = place->driver_free;
     at[10] = place->driver_total;
     at[11] = place->offload_host_peak;
+    at[12] = place->nvme_file_bytes;
 }
 
 static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_rank_row *out)
@@ -83,6 +84,7 @@ static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_ra
     out->driver_free = at[9];
     out->driver_total = at[10];
     out->offload_host_peak = at[11];
+    out->nvme_file_bytes = at[12];
 }
 
 zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r)
@@ -298,6 +300,28 @@ static void print_model_states(const struct memory_report *r, FILE *f)
                 ((double)r->base4_numel / (r->stage == 3 ? (double)shard_ranks(r) : 1.0)));
 }
 
+/* NVMe offload: the state files, which no column counts. */
+static void print_nvme(const struct memory_report *r, FILE *f)
+{
+    uint64_t lo = UINT64_MAX, hi = 0, all = 0;
+    for (int i = 0; i < r->world_size; i++) {
+        const uint64_t b = r->ranks[i].nvme_file_bytes;
+        lo = b < lo ? b : lo;
+        hi = b > hi ? b : hi;
+        all += b;
+    }
+    if (hi == 0)
+        return;
+    char a[32], b[32], t[32];
+    memory_format_bytes(lo, a, sizeof a);
+    memory_format_bytes(hi, b, sizeof b);
+    memory_format_bytes(all, t, sizeof t);
+    fprintf(f,
+            "nvme %s%s%s per rank (%s in all) in %s: the fp32 master and optimizer states on "
+            "disk; the master and optim columns are the window they stream through\n",
+            a, lo == hi ? "" : " .. ", lo == hi ? "" : b, t, r->nvme_path ? r->nvme_path : "?");
+}
+
 /* On a GPU: each rank's caching pool against the card, in MiB. */
 static void print_device_rows(const struct memory_report *r, FILE *f)
 {
@@ -341,6 +365,7 @@ void memory_report_print(const struct memory_report *r, FILE *f)
     print_row(f, label_width(r), "baseline", r->baseline, r->baseline_total, NULL,
               r->baseline_total, shown);
     print_model_states(r, f);
+    print_nvme(r, f);
     if (r->device_memory)
         print_device_rows(r, f);
 }
@@ -377,10 +402,11 @@ static void write_body(FILE *f, const struct memory_report *r)
         fprintf(f,
                 ", \"device\": {\"reserved\": %llu, \"used_peak\": %llu, \"largest_free\": "
                 "%llu, \"driver_free\": %llu, \"driver_total\": %llu, \"offload_host_peak\": "
-                "%llu}}",
+                "%llu}, \"nvme_file_bytes\": %llu}",
                 (unsigned long long)row->device_reserved, (unsigned long long)row->device_used_peak,
                 (unsigned long long)row->device_largest_free, (unsigned long long)row->driver_free,
-                (unsigned long long)row->driver_total, (unsigned long long)row->offload_host_peak);
+                (unsigned long long)row->driver_total, (unsigned long long)row->offload_host_peak,
+                (unsigned long long)row->nvme_file_bytes);
     }
     fprintf(f, "]}\n");
 }

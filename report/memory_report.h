@@ -23,7 +23,8 @@
  *               "total_peak": bytes, "rss_peak": bytes, "expected_model_states": bytes,
  *               "device": {"reserved": bytes, "used_peak": bytes, "largest_free": bytes,
  *                          "driver_free": bytes, "driver_total": bytes,
- *                          "offload_host_peak": bytes}},
+ *                          "offload_host_peak": bytes},
+ *               "nvme_file_bytes": bytes},
  *              ...]}
  * "device" is worker/device.h's device_memory_info read at the report: on
  * a GPU the caching pool's reservation, the peak of its blocks in use, its
@@ -31,7 +32,8 @@
  * memory; on the CPU the ledger's bytes and the host's physical pages.
  * "offload_host_peak" is the part of the rank's peaks that ZeRO-Offload
  * keeps in host memory (master weights, optimizer states, the update's
- * staging; 0 without offload).
+ * staging; 0 without offload). "nvme_file_bytes" is the rank's NVMe offload
+ * file (master and optimizer states on disk, in no category; 0 without).
  * with the eight category names of ledger_category_name() in ledger order.
  */
 #ifndef ZT_REPORT_MEMORY_REPORT_H
@@ -60,6 +62,7 @@ struct memory_rank_row {
     uint64_t device_reserved, device_used_peak, device_largest_free;
     uint64_t driver_free, driver_total;
     uint64_t offload_host_peak; /* ZeRO-Offload's host bytes at their peak */
+    uint64_t nvme_file_bytes;   /* NVMe offload: the rank's state file (on disk) */
 };
 
 struct memory_report {
@@ -81,6 +84,7 @@ struct memory_report {
     struct memory_rank_row *ranks; /* world_size rows in rank order; rank 0 only */
     int layout;                    /* rows show (tp, pp, dp): tensor or pipeline parallel */
     int device_memory;             /* 1: the buffers are a GPU's: print the device rows */
+    const char *nvme_path;         /* NVMe offload's folder, borrowed; NULL: none */
 };
 
 /* Collective over c: every rank sends its ledger peaks and its VmHWM (read

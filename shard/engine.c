@@ -133,6 +133,22 @@ static zt_status alloc_state(struct shard_engine *e, enum ledger_category cat, s
     return alloc_in(e, 1, cat, bytes, what, out);
 }
 
+/* Under NVMe offload the master and the states are in the file; what
+ * memory holds of them is the window they stream through, counted where
+ * they would be. */
+static zt_status alloc_nvme_window(struct shard_engine *e)
+{
+    size_t master, states;
+    void *m, *st = NULL;
+    shard_nvme_window_bytes(e, &master, &states);
+    ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, master, "NVMe window: fp32 master", &m));
+    if (states > 0)
+        ZT_TRY(
+            alloc_state(e, LEDGER_OPTIMIZER_STATES, states, "NVMe window: optimizer states", &st));
+    shard_nvme_set_window(e, m, st);
+    return ZT_OK;
+}
+
 static zt_status alloc_states(struct shard_engine *e)
 {
     const struct shard_policy *pol = &e->policy;
@@ -150,11 +166,13 @@ static zt_status alloc_states(struct shard_engine *e)
     if (!e->cfg.optimizer->fused_backward)
         ZT_TRY(alloc_working(e, LEDGER_GRADS, (pol->shard_grads ? tshard : tfull) * e->gsz,
                              "gradients", &e->grads));
-    if (has_master(e)) {
+    if (e->nvme) {
+        ZT_TRY(alloc_nvme_window(e));
+    } else if (has_master(e)) {
         ZT_TRY(alloc_state(e, LEDGER_MASTER_PARAMS, fp32, "fp32 master parameters", &p));
         e->master = p;
     }
-    for (int k = 0; k < e->cfg.optimizer_states; k++) {
+    for (int k = 0; k < e->cfg.optimizer_states && !e->nvme; k++) {
         const size_t bytes = held * zt_dtype_size(e->cfg.optimizer->state_dtype[k]);
         ZT_TRY(
             alloc_state(e, LEDGER_OPTIMIZER_STATES, bytes, e->cfg.optimizer->state_names[k], &p));
@@ -218,7 +236,11 @@ static zt_status init_params(struct shard_engine *e)
             st = store_working(e, at(e, e->params, su->shard_offset), host + lo, hi - lo, staging);
         if (st != ZT_OK || !has_master(e) || !su->trainable)
             continue;
-        if (!e->policy.shard_states)
+        if (e->nvme && (!e->policy.shard_states || hi > lo))
+            st = e->policy.shard_states
+                     ? shard_nvme_write(e, 0, su->state_shard_offset, hi - lo, host + lo)
+                     : shard_nvme_write(e, 0, su->state_padded_offset, su->numel, host);
+        else if (!e->policy.shard_states)
             st = sd->ops->copy_from_host(sd, e->master + su->state_padded_offset, host,
                                          su->numel * sizeof(float));
         else if (hi > lo)
@@ -949,6 +971,8 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
     }
     if (st == ZT_OK && shard_offload_wanted(cfg, be))
         st = shard_offload_open(out);
+    if (st == ZT_OK && out->offload && cfg->nvme_path)
+        st = shard_nvme_open(out);
     if (st == ZT_OK)
         st = alloc_states(out);
     if (st != ZT_OK) {
@@ -974,6 +998,7 @@ void shard_engine_destroy(struct shard_engine *e)
         else
             device_free(a->dev, a->cat, a->bytes, a->ptr);
     }
+    shard_nvme_close(e);
     shard_offload_close(e);
     free(e->unit_grads);
     free(e->reduces);
@@ -1298,8 +1323,8 @@ static size_t max_update_range(const struct shard_engine *e)
 static void update_bufs_bytes(const struct shard_engine *e, size_t bytes[3])
 {
     bytes[0] = staging_floats(e, max_update_range(e)) * sizeof(float);
-    bytes[1] = e->offload ? reduced_count(e) * e->gsz : 0;
-    bytes[2] = e->offload ? max_update_range(e) * e->esz : 0;
+    bytes[1] = offload_staged(e) ? reduced_count(e) * e->gsz : 0;
+    bytes[2] = offload_staged(e) ? max_update_range(e) * e->esz : 0;
 }
 
 static void update_bufs_free(struct shard_engine *e, struct shard_update_bufs *b)
@@ -1386,12 +1411,20 @@ void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4])
     const double trainable = (double)e->part.trainable_numel;
     out[0] = half ? 2 : 4;
     out[1] = e->cfg.optimizer->fused_backward ? 0 : (double)e->gsz;
-    out[2] = has_master(e) ? 4 : 0;
+    out[2] = has_master(e) && !e->nvme ? 4 : 0;
     out[3] = 0;
-    for (int k = 0; k < e->cfg.optimizer_states; k++)
+    for (int k = 0; k < e->cfg.optimizer_states && !e->nvme; k++)
         out[3] += (double)zt_dtype_size(e->cfg.optimizer->state_dtype[k]);
     if (trainable > 0)
-        out[3] += (double)(e->tensor_state_len * sizeof(float)) / trainable;
+        out[3] += (double)shard_engine_replicated_state_bytes(e) / trainable;
+}
+
+size_t shard_engine_replicated_state_bytes(const struct shard_engine *e)
+{
+    size_t master = 0, states = 0;
+    if (e->nvme)
+        shard_nvme_window_bytes(e, &master, &states);
+    return e->tensor_state_len * sizeof(float) + master + states;
 }
 
 zt_status shard_engine_full_params(struct shard_engine *e, float *dst)
@@ -1492,6 +1525,15 @@ static void *state_at(struct shard_engine *e, int which, int u, size_t lo)
                          : (float *)e->params + r.working_off + skip;
 }
 
+/* Under NVMe offload: the index of element lo of unit u's held range in
+ * the state vectors (the file's coordinates). */
+static size_t state_index(const struct shard_engine *e, int u, size_t lo)
+{
+    const struct owned_range r = owned_range_of(e, u);
+    ZT_ASSERT(lo >= r.lo && lo <= r.hi);
+    return r.state_off + (lo - r.lo);
+}
+
 /* The working params at element lo of unit u's held range. */
 static void *working_at(struct shard_engine *e, int u, size_t lo)
 {
@@ -1505,6 +1547,8 @@ zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
     const struct device *d = shard_engine_state_device(e, which, u);
+    if (e->nvme && !master_is_working(e, which, u))
+        return shard_nvme_read(e, which, state_index(e, u, lo), n, dst);
     if (!master_is_working(e, which, u))
         return d->ops->copy_to_host(d, dst, state_at(e, which, u, lo), n * esz);
     void *staging = malloc(n ? n * e->esz : 1);
@@ -1524,6 +1568,8 @@ zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_
     ZT_ASSERT(hi >= lo && hi <= owned_range_of(e, u).hi);
     const size_t n = hi - lo, esz = zt_dtype_size(shard_engine_state_dtype(e, which));
     const struct device *d = shard_engine_state_device(e, which, u);
+    if (e->nvme && !master_is_working(e, which, u))
+        return shard_nvme_write(e, which, state_index(e, u, lo), n, src);
     if (!master_is_working(e, which, u))
         return d->ops->copy_from_host(d, state_at(e, which, u, lo), src, n * esz);
     void *staging = malloc(n ? n * e->esz : 1);
@@ -1535,11 +1581,29 @@ zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_
     return st;
 }
 
+/* Under NVMe offload: range r's working params from the master in the
+ * file, read a window buffer at a time. */
+static zt_status push_from_file(struct shard_engine *e, const struct owned_range *r, void *staging)
+{
+    size_t room;
+    float *buf = shard_nvme_scratch(e, &room);
+    for (size_t a = r->lo; a < r->hi; a += room) {
+        const size_t b = r->hi - a < room ? r->hi : a + room;
+        const struct owned_range piece = owned_range_piece(r, a, b);
+        ZT_TRY(shard_nvme_read(e, 0, piece.state_off, b - a, buf));
+        ZT_TRY(e->state_ops->from_f32(e->state_ops, e->cfg.precision, buf, staging, b - a));
+        ZT_TRY(shard_offload_push_working(e, &piece, staging));
+    }
+    return ZT_OK;
+}
+
 /* Under offload: range r's working params from the host master, cast on
  * the host into staging[] and copied to the device. */
 static zt_status push_from_master(struct shard_engine *e, const struct owned_range *r,
                                   void *staging)
 {
+    if (e->nvme)
+        return push_from_file(e, r, staging);
     ZT_TRY(e->state_ops->from_f32(e->state_ops, e->cfg.precision, e->master + r->state_off, staging,
                                   r->hi - r->lo));
     return shard_offload_push_working(e, r, staging);

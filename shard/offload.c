@@ -46,7 +46,7 @@ static void pinned_free(const struct device *d, void *p)
 
 int shard_offload_wanted(const struct shard_engine_config *cfg, const struct compute_backend *be)
 {
-    return cfg->offload_optimizer && (!be->host_memory || cfg->offload_force);
+    return cfg->offload_optimizer && (!be->host_memory || cfg->offload_force || cfg->nvme_path);
 }
 
 /* The host device allocates through the pinned hook (CPU table otherwise:

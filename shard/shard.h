@@ -235,6 +235,22 @@ struct shard_engine_config {
      * are then memcpys through the CPU device table), so that a machine
      * without a GPU runs all of it. */
     int offload_force;
+    /* ZeRO-Infinity (offload_optimizer: {device: nvme}), with
+     * offload_optimizer: the master and the optimizer's states live in one
+     * file of this rank under nvme_path instead of host memory, and each
+     * update streams them through a window of nvme_buffer_count buffers of
+     * nvme_buffer_elems elements of every state (shard/nvme.c), on host
+     * memory too. NULL: in memory. Borrowed, like nvme_name: the file's
+     * name in the folder (NULL: "zerotrain-rank<rank>.states"). A plan
+     * counts the window and creates no file. */
+    const char *nvme_path, *nvme_name;
+    int nvme_buffer_count;
+    size_t nvme_buffer_elems;
+    /* Called by the I/O thread once per update, after the update's first
+     * chunk was written to the file (with the count of updates, this one
+     * included), for the tests' crash injection. NULL: none. */
+    void (*nvme_written)(void *arg, long updates);
+    void *nvme_written_arg;
 };
 
 /* Page-locked host memory (cudaMallocHost / cudaFreeHost on a GPU) for
@@ -286,6 +302,7 @@ const char *shard_profile_name(enum shard_profile_phase p);
 
 struct shard_gather;  /* stage-3 gather buffers in flight or resident */
 struct shard_offload; /* ZeRO-Offload's host backend (shard/offload.c) */
+struct shard_nvme;    /* ZeRO-Infinity's state file and window (shard/nvme.c) */
 struct shard_reduce;  /* stage-2/3 gradient reductions in flight */
 
 struct shard_engine {
@@ -326,6 +343,10 @@ struct shard_engine {
      * NULL without). Every pointer above is in state_dev's memory but
      * params, packed, grads and secondary_params, which are in dev's. */
     struct shard_offload *offload;
+    /* Under NVMe offload: master and states are in the file, and `master`
+     * and `states` are NULL (the update and the state access stream them
+     * through the window). NULL otherwise. */
+    struct shard_nvme *nvme;
     const struct device *state_dev;
     const struct ops_backend *state_ops;
 
@@ -506,7 +527,9 @@ void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hpara
  * rank keeps whole (Adafactor's factors, AdamW8bit's block scales)
  * averaged over the trainable parameters. A fused-backward optimizer
  * (LOMO) keeps no gradients. Under ZeRO-Offload the master is kept
- * under fp32 too (4), in host memory. What the memory report's expected
+ * under fp32 too (4), in host memory; under NVMe offload master and states
+ * are on disk and the optimizer column is the window's bytes averaged
+ * (shard_engine_replicated_state_bytes). What the memory report's expected
  * model states are computed from. */
 void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4]);
 
@@ -560,6 +583,16 @@ const struct device *shard_engine_state_device(const struct shard_engine *e, int
  * categories (master_params, optimizer_states, workspace), so device
  * bytes are the ledger's total minus these. */
 void shard_engine_host_bytes(const struct shard_engine *e, size_t *current, size_t *peak);
+
+/* The optimizer-state bytes every rank keeps whatever the stage: a
+ * whole-tensor optimizer's per-tensor state, and under NVMe offload the
+ * window (master and states together), which stands for all of them in
+ * shard_engine_bytes_per_param's optimizer column. */
+size_t shard_engine_replicated_state_bytes(const struct shard_engine *e);
+
+/* NVMe offload: the bytes of the rank's state file (the window the ledger
+ * counts is apart), whether or not a plan created it; 0 without. */
+size_t shard_engine_nvme_bytes(const struct shard_engine *e);
 
 /* Copies state elements [lo, hi) of unit u (inside the held range; a state
  * the rank holds for u) to host memory dst[hi - lo] of the state's dtype,

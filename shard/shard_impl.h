@@ -75,6 +75,22 @@ static inline int has_master(const struct shard_engine *e)
     return is_16bit(e) || e->offload;
 }
 
+/* Offload onto a device whose memory is host memory (NVMe offload on the
+ * CPU): the update reads the reduced gradients and writes the working
+ * params where they are, since staging them would copy host memory into
+ * host memory. offload_force keeps the staging, which is what it tests. */
+static inline int offload_in_place(const struct shard_engine *e)
+{
+    return e->offload && e->be->host_memory && !e->cfg.offload_force;
+}
+
+/* Whether the update stages gradients and working params in host memory
+ * (ZeRO-Offload from a GPU, or forced). */
+static inline int offload_staged(const struct shard_engine *e)
+{
+    return e->offload && !offload_in_place(e);
+}
+
 /* The rank's range of unit u for the update: unit elements [lo, hi), and
  * the element offset of lo in the gradient buffer and in the fp32 update
  * target / moments (SHARD_NO_STATE for a frozen unit), and in the working
@@ -98,6 +114,15 @@ static inline struct owned_range owned_range_of(const struct shard_engine *e, in
     r.grad_off = r.state_off = su->state_shard_offset;
     r.working_off = !e->policy.shard_params ? su->padded_offset + r.lo : su->shard_offset;
     return r;
+}
+
+/* Elements [a, b) of range r (r->lo <= a <= b <= r->hi) as a range of its
+ * own, its offsets moved along. */
+static inline struct owned_range owned_range_piece(const struct owned_range *r, size_t a, size_t b)
+{
+    const size_t skip = a - r->lo;
+    return (struct owned_range){a, b, r->grad_off + skip, r->state_off + skip,
+                                r->working_off + skip};
 }
 
 /* Whole-tensor optimizers' statistics for one step: round q's vector of
@@ -174,5 +199,46 @@ zt_status shard_offload_push_working(struct shard_engine *e, const struct owned_
  * memory, what the communicator works on). Errors: ZT_ERR_COMM, copies'. */
 zt_status shard_offload_allreduce(struct shard_engine *e, double *host, double *dev, size_t n,
                                   enum comm_op op);
+
+/* ---- ZeRO-Infinity (shard/nvme.c) ---- */
+
+/* Where the update finds one range's fp32 master and optimizer states
+ * (element lo of the range first): the engine's vectors, or under NVMe
+ * offload a window slot. */
+struct range_states {
+    float *master;
+    void *states[OPTIMIZER_MAX_STATES];
+};
+
+/* Sizes the window and the file from the partition and cfg (nvme_buffer_*);
+ * unless a plan, creates the file (truncated, its bytes reserved) and the
+ * I/O thread. Errors: ZT_ERR_CONFIG naming the file for a missing or
+ * unwritable folder or a full disk, ZT_ERR_IO, ZT_ERR_NOMEM. */
+zt_status shard_nvme_open(struct shard_engine *e);
+/* Stops the thread, closes and removes the file; no-op without NVMe. */
+void shard_nvme_close(struct shard_engine *e);
+/* The window's bytes (allocated by the engine as its master and states),
+ * and where they were put. */
+void shard_nvme_window_bytes(const struct shard_engine *e, size_t *master, size_t *states);
+void shard_nvme_set_window(struct shard_engine *e, void *master, void *states);
+/* A streamed pass over the rank's trainable ranges, in chunks of at most
+ * the window's buffer: begin (reads ahead), then for i in [0, n_chunks)
+ * get(i) (waits for chunk i; its unit, range piece and states in the
+ * window) and put(i) (writes it behind), then end (waits for every
+ * write) — end also after a failure. Errors: the file's (as open's),
+ * ZT_ERR_NOMEM. */
+zt_status shard_nvme_pass_begin(struct shard_engine *e, int *n_chunks);
+zt_status shard_nvme_chunk_get(struct shard_engine *e, int i, int *unit, struct owned_range *r,
+                               struct range_states *rs);
+void shard_nvme_chunk_put(struct shard_engine *e, int i);
+zt_status shard_nvme_pass_end(struct shard_engine *e);
+/* Elements [at, at + count) of vector v (0 the master, k + 1 optimizer
+ * state k; at in state_off's coordinates) to dst / from src in host
+ * memory, outside a pass. Errors: the file's. */
+zt_status shard_nvme_read(struct shard_engine *e, int v, size_t at, size_t count, void *dst);
+zt_status shard_nvme_write(struct shard_engine *e, int v, size_t at, size_t count, const void *src);
+/* The window's first master buffer, *elems floats, as scratch outside a
+ * pass (the master read back to rebuild the working params). */
+float *shard_nvme_scratch(const struct shard_engine *e, size_t *elems);
 
 #endif

@@ -32,22 +32,31 @@ static float *update_target(struct shard_engine *e, const struct owned_range *r)
     return has_master(e) ? e->master + r->state_off : (float *)e->params + r->working_off;
 }
 
+/* Range r's update target and optimizer states in the engine's vectors. */
+static struct range_states states_in_memory(struct shard_engine *e, const struct owned_range *r)
+{
+    struct range_states rs = {.master = update_target(e, r)};
+    for (int j = 0; j < e->cfg.optimizer_states; j++)
+        rs.states[j] = state_elem(e, j, r->state_off);
+    return rs;
+}
+
 /* Where the update writes range r's working params from the updated
- * master: the device's under 16-bit precision, the host staging under
- * offload (pushed by finish_working), none when the target is the
- * working params. */
+ * master: the device's under 16-bit precision or offload in place, the
+ * host staging under staged offload (pushed by finish_working), none when
+ * the target is the working params. */
 static void *update_working(struct shard_engine *e, const struct owned_range *r,
                             const struct shard_update_bufs *b)
 {
-    if (e->offload)
+    if (offload_staged(e))
         return b->host_working;
-    return is_16bit(e) ? at(e, e->params, r->working_off) : NULL;
+    return is_16bit(e) || e->offload ? at(e, e->params, r->working_off) : NULL;
 }
 
 static zt_status finish_working(struct shard_engine *e, const struct owned_range *r,
                                 const struct shard_update_bufs *b)
 {
-    return e->offload ? shard_offload_push_working(e, r, b->host_working) : ZT_OK;
+    return offload_staged(e) ? shard_offload_push_working(e, r, b->host_working) : ZT_OK;
 }
 
 /* The element-wise optimizer on the rank's range r of unit u, one fused
@@ -60,12 +69,12 @@ static zt_status finish_working(struct shard_engine *e, const struct owned_range
  * the master, as the whole range always was), and weight decay applies
  * where the tensor says. */
 static zt_status update_unit_range(struct shard_engine *e, int u, const struct owned_range *r,
-                                   const void *grads, float gscale, void *working,
-                                   const struct optimizer_hparams *hp)
+                                   const struct range_states *rs, const void *grads, float gscale,
+                                   void *working, const struct optimizer_hparams *hp)
 {
     const struct param_table *t = e->table;
     const size_t base = t->unit_offset[u];
-    float *target = update_target(e, r);
+    float *target = rs->master;
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *pt = &t->tensors[k];
         if (pt->unit != u)
@@ -93,7 +102,7 @@ static zt_status update_unit_range(struct shard_engine *e, int u, const struct o
             .decay = pt->decay ? 1.0f : 0.0f,
         };
         for (int j = 0; j < e->cfg.optimizer_states; j++)
-            range.states[j] = state_elem(e, j, r->state_off + off); /* fp32 here */
+            range.states[j] = (float *)rs->states[j] + off; /* fp32 here */
         ZT_TRY(e->cfg.optimizer->update(e->state_ops, &range, hp));
     }
     return ZT_OK;
@@ -115,16 +124,46 @@ static zt_status unit_grads_f32(struct shard_engine *e, void *g, const struct ow
     return ZT_OK;
 }
 
+/* Under NVMe offload: the same update chunk by chunk, each chunk's
+ * states streamed through the window (shard/nvme.c). A chunk is a piece
+ * of one unit's range, so the pieces' updates are the range's. */
+static zt_status update_streamed(struct shard_engine *e, void *g, float gscale,
+                                 const struct shard_update_bufs *b,
+                                 const struct optimizer_hparams *hp)
+{
+    int n_chunks = 0;
+    ZT_TRY(shard_nvme_pass_begin(e, &n_chunks));
+    zt_status st = ZT_OK;
+    for (int i = 0; i < n_chunks && st == ZT_OK; i++) {
+        int u;
+        struct owned_range r;
+        struct range_states rs;
+        st = shard_nvme_chunk_get(e, i, &u, &r, &rs);
+        if (st == ZT_OK)
+            st = update_unit_range(e, u, &r, &rs, gat(e, g, r.grad_off), gscale,
+                                   update_working(e, &r, b), hp);
+        if (st == ZT_OK)
+            st = finish_working(e, &r, b);
+        if (st == ZT_OK)
+            shard_nvme_chunk_put(e, i);
+    }
+    const zt_status end = shard_nvme_pass_end(e);
+    return st != ZT_OK ? st : end;
+}
+
 static zt_status update_elementwise(struct shard_engine *e, void *g, float gscale,
                                     const struct shard_update_bufs *b,
                                     const struct optimizer_hparams *hp)
 {
+    if (e->nvme)
+        return update_streamed(e, g, gscale, b, hp);
     for (int u = 0; u < e->part.n_units; u++) {
         const struct owned_range r = owned_range_of(e, u);
         if (r.hi == r.lo || !e->part.units[u].trainable)
             continue;
-        ZT_TRY(update_unit_range(e, u, &r, gat(e, g, r.grad_off), gscale, update_working(e, &r, b),
-                                 hp));
+        const struct range_states rs = states_in_memory(e, &r);
+        ZT_TRY(update_unit_range(e, u, &r, &rs, gat(e, g, r.grad_off), gscale,
+                                 update_working(e, &r, b), hp));
         ZT_TRY(finish_working(e, &r, b));
     }
     return ZT_OK;
@@ -148,7 +187,8 @@ zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
     if (!e->fused.update)
         return ZT_OK;
     void *working = is_16bit(e) ? at(e, e->params, r->working_off) : NULL;
-    return update_unit_range(e, u, r, reduced, e->fused.gscale, working, &e->fused.hp);
+    const struct range_states rs = states_in_memory(e, r);
+    return update_unit_range(e, u, r, &rs, reduced, e->fused.gscale, working, &e->fused.hp);
 }
 
 /* ---- whole-tensor optimizers ------------------------------------------------ */
@@ -339,7 +379,7 @@ zt_status shard_update_owned(struct shard_engine *e, void *g, float gscale,
                              struct shard_update_bufs *b, const struct optimizer_hparams *hp)
 {
     const struct optimizer_ops *opt = e->cfg.optimizer;
-    if (e->offload) { /* the update reads the gradients where the states are */
+    if (offload_staged(e)) { /* the update reads the gradients where the states are */
         ZT_TRY(shard_offload_pull_grads(e, g, b->host_grads));
         g = b->host_grads;
     }

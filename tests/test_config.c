@@ -875,6 +875,29 @@ START_TEST(test_offload_optimizer_keys)
     ck_assert_int_eq(c.zero.offload_optimizer.device, ZT_OFFLOAD_NONE);
     ck_assert_ptr_null(config_offload_note(&c, 1));
     config_free(&c);
+
+    /* ZeRO-Infinity's keys, DeepSpeed's names: the window's defaults, and
+     * buffer_count said to do nothing without nvme */
+    s = load_text("data: {train: x}\nzero_optimization: {offload_optimizer: {device: nvme, "
+                  "nvme_path: /local_nvme}}\n",
+                  NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_int_eq(c.zero.offload_optimizer.device, ZT_OFFLOAD_NVME);
+    ck_assert_str_eq(c.zero.offload_optimizer.nvme_path, "/local_nvme");
+    ck_assert_int_eq(c.zero.offload_optimizer.buffer_count, 4);
+    ck_assert_int_eq(c.zero.offload_optimizer.buffer_size, 100000000);
+    ck_assert_ptr_null(c.ignored);
+    ck_assert_ptr_null(config_offload_note(&c, 1)); /* on the CPU too, the states move */
+    config_free(&c);
+    s = load_text("data: {train: x}\nzero_optimization: {offload_optimizer: {device: cpu, "
+                  "buffer_count: 8}}\n",
+                  NULL, 0, &c);
+    ck_assert_msg(s == ZT_OK, "%s", zt_error_message());
+    ck_assert_msg(c.no_effect && strstr(c.no_effect, "offload_optimizer.buffer_count ('8'): no "
+                                                     "effect: zero_optimization.offload_optimizer."
+                                                     "device is not nvme"),
+                  "%s", c.no_effect ? c.no_effect : "(none)");
+    config_free(&c);
 }
 END_TEST
 
@@ -892,8 +915,14 @@ START_TEST(test_deepspeed_values_off_or_asking)
          NULL, NULL},
         {"zero_optimization: {offload_optimizer: {device: cpu, ratio: 0.3}}", NULL,
          "zero_optimization.offload_optimizer.ratio (0.3)"},
-        {"zero_optimization: {offload_param: {device: nvme, nvme_path: /x}}", NULL,
-         "zero_optimization.offload_param (device: nvme)"},
+        {"zero_optimization: {offload_param: {device: cpu, pin_memory: true}}", NULL,
+         "zero_optimization.offload_param (device: cpu)"},
+        {"zero_optimization: {offload_optimizer: {device: nvme, nvme_path: /x, pipeline_read: "
+         "true}}\naio: {block_size: 1048576}",
+         NULL, "aio: one I/O thread per rank"},
+        {"zero_optimization: {offload_optimizer: {device: nvme, nvme_path: /x, pipeline_write: "
+         "false}}",
+         NULL, "zero_optimization.offload_optimizer.pipeline_write (false)"},
         {"zero_optimization: {overlap_comm: true, contiguous_gradients: true}", NULL, NULL},
         {"zero_optimization: {mics_shard_size: -1}", NULL, NULL},
         {"tensorboard: {output_path: x, job_name: y}", NULL, NULL},
@@ -1581,20 +1610,26 @@ static const struct bad_case bad_cases[] = {
      NULL,
      {NULL},
      ZT_ERR_CONFIG,
-     "bad.yaml:2:49: zero_optimization.offload_optimizer.device: expected none or cpu, got 'gpu'"},
-    {"data: {train: x}\nzero_optimization:\n  offload_optimizer:\n    device: nvme\n"
-     "    nvme_path: /local_nvme\n",
+     "bad.yaml:2:49: zero_optimization.offload_optimizer.device: expected none, cpu or nvme, "
+     "got 'gpu'"},
+    {"data: {train: x}\nzero_optimization:\n  offload_optimizer:\n    device: nvme\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:4:13: zero_optimization.offload_optimizer.nvme_path: required with device nvme "
+     "(the folder of the state files)"},
+    {"data: {train: x}\noptimizer: {type: Adafactor}\n"
+     "zero_optimization: {offload_optimizer: {device: nvme, nvme_path: /x}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "zero_optimization.offload_optimizer.device: nvme streams the states of element-wise "
+     "optimizers, and Adafactor reduces whole-tensor statistics over its states"},
+    {"data: {train: x}\nzero_optimization: {offload_param: {device: nvme}}\n",
      NULL,
      {NULL},
      ZT_ERR_UNSUPPORTED,
-     "bad.yaml:4:13: zero_optimization.offload_optimizer.device: nvme: NVMe offload is not "
-     "supported (none or cpu)"},
-    {"data: {train: x}\n",
-     NULL,
-     {"zero_optimization.offload_optimizer.device=nvme", NULL},
-     ZT_ERR_UNSUPPORTED,
-     "--set zero_optimization.offload_optimizer.device=nvme: "
-     "zero_optimization.offload_optimizer.device: nvme: NVMe offload is not supported"},
+     "bad.yaml:2:45: zero_optimization.offload_param.device: nvme is not supported"},
     {"{\"data\": {\"train\": \"x\"}, \"zero_optimization\": {\"offload_optimizer\": "
      "{\"device\": \"cpu\", \"pin_memory\": \"yes please\"}}}\n",
      NULL,

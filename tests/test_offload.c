@@ -19,29 +19,15 @@
 
 #include "coordinator/run_checkpoint.h"
 #include "coordinator/train.h"
+#include "micro_session.h"
 #include "testutil.h"
 
-#define MAX_SETS 8
-#define STEPS    4
+#define STEPS 4
 
 static void open_micro(struct run_session *s, const char *outdir, const char *const *sets,
                        int n_sets)
 {
-    struct config_override ov[MAX_SETS + 3];
-    char out[600], ckpt[620];
-    snprintf(out, sizeof out, "run.output_dir=%s", outdir);
-    snprintf(ckpt, sizeof ckpt, "checkpoint.dir=%s/ckpt", outdir);
-    ov[0].assignment = out;
-    ov[1].assignment = ckpt;
-    ov[2].assignment = "gradient_accumulation_steps=2";
-    ck_assert_int_le(n_sets, MAX_SETS);
-    for (int i = 0; i < n_sets; i++)
-        ov[3 + i].assignment = sets[i];
-    struct run_options o = {.config_path = testutil_source_path("tests/data/micro.yaml"),
-                            .overrides = ov,
-                            .n_overrides = 3 + n_sets,
-                            .quiet = 1};
-    ck_assert_int_eq(session_open(s, &o, 1), ZT_OK);
+    ck_assert_int_eq(micro_session_open(s, outdir, sets, n_sets), ZT_OK);
 }
 
 /* A pinned allocator for the hook: plain aligned memory, counted, so the
@@ -87,17 +73,12 @@ static void open_engine(struct run_session *s, const char *dir, const char *cons
 
 static double step(struct run_session *s, long k)
 {
-    struct step_record r = {.step = k + 1, .lr = 3e-3};
-    ck_assert_int_eq(train_step(s, k, &r), ZT_OK);
-    return r.loss;
+    return micro_session_step(s, k);
 }
 
 static float *full_params(struct run_session *s)
 {
-    float *p = malloc(s->table.n_params * sizeof(float));
-    ck_assert_ptr_nonnull(p);
-    ck_assert_int_eq(shard_engine_full_params(&s->engine, p), ZT_OK);
-    return p;
+    return micro_session_params(s);
 }
 
 /* What a run ends with: its losses and its full parameters (owned). */
@@ -244,20 +225,10 @@ static void resume_case(const char *const *sets, int n_sets, int frozen, int sav
     open_engine(&s, dir, sets, n_sets, load_off);
     if (frozen)
         freeze(&s, load_off);
-    ck_assert_int_eq(run_checkpoint_load(&s, where, 0), ZT_OK);
-    ck_assert_int_eq(s.start_step, 3);
-    for (long k = 3; k < 5; k++) {
-        double got = step(&s, k);
-        ck_assert_msg(memcmp(&got, &want[k - 3], sizeof got) == 0,
-                      "%s %s (offload %d -> %d): step %ld loss %.17g after resume, %.17g before",
-                      sets[0], sets[1], save_off, load_off, k + 1, got, want[k - 3]);
-    }
-    float *got_params = full_params(&s);
-    ck_assert_msg(memcmp(want_params, got_params, s.table.n_params * sizeof(float)) == 0,
-                  "%s %s (offload %d -> %d): parameters differ after resume", sets[0], sets[1],
-                  save_off, load_off);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s (offload %d -> %d)", sets[0], sets[1], save_off, load_off);
+    micro_session_check_resume(&s, where, want, want_params, what);
     free(want_params);
-    free(got_params);
     session_close(&s);
 }
 

@@ -129,6 +129,49 @@ START_TEST(crash_while_saving_keeps_the_previous_checkpoint)
 }
 END_TEST
 
+/* A rank killed in an update under NVMe offload, its state file half
+ * written, leaves the last checkpoint intact: the rerun resumes from it,
+ * overwrites the leftover file rather than trusting it, and repeats the
+ * uninterrupted run's losses bit for bit. */
+START_TEST(crash_in_an_nvme_update_keeps_the_last_checkpoint)
+{
+    char dir[512], nvme[1024], ca[1700], cb[1700];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("resume-nvme-crash"));
+    ck_assert_int_eq(testutil_run(testutil_fmt("%s/mkdir.log", dir), "mkdir %s/nvme", dir), 0);
+    snprintf(
+        nvme, sizeof nvme,
+        "--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=nvme "
+        "--set zero_optimization.offload_optimizer.nvme_path=%s/nvme "
+        "--set zero_optimization.offload_optimizer.buffer_size=300 --set run.steps=6 "
+        "--set checkpoint.every=3",
+        dir);
+    snprintf(ca, sizeof ca, "%s --set checkpoint.dir=%s/ca", nvme, dir);
+    snprintf(cb, sizeof cb, "%s --set checkpoint.dir=%s/cb", nvme, dir);
+    double a[MAX_STEPS], b[MAX_STEPS];
+    testutil_train_micro_losses(dir, "a", 2, ca, a, 6);
+    int rc = testutil_run(testutil_fmt("%s/crash.log", dir),
+                          "ZT_TEST_CRASH_IN_UPDATE=1,5 " MPIRUN
+                          " 2 %s train %s --quiet --set run.output_dir=%s/b %s",
+                          testutil_faulty_binary(), micro(), dir, cb);
+    ck_assert_int_ne(rc, 0);
+    const char *latest = testutil_slurp(testutil_fmt("%s/cb/latest", dir));
+    ck_assert_msg(strncmp(latest, "step-00000003", 13) == 0, "latest: %s", latest);
+    ck_assert_int_eq(testutil_run(testutil_fmt("%s/left.log", dir), "ls %s/nvme | grep -q .", dir),
+                     0); /* the killed run's scratch is still there */
+    testutil_train_micro_losses(dir, "b", 2, cb, b, 3);
+    const char *out = testutil_slurp(testutil_fmt("%s/b.log", dir));
+    ck_assert_msg(strstr(out, "resumed from") && strstr(out, "step-00000003"), "%s", out);
+    /* the memory report names the files apart from the ledger's columns */
+    ck_assert_msg(strstr(out, testutil_fmt(" in all) in %s/nvme: the fp32 master", dir)), "%s",
+                  out);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(a[3 + i] == b[i], "step %d: %.17g uninterrupted, %.17g resumed", 4 + i,
+                      a[3 + i], b[i]);
+    ck_assert_int_ne(testutil_run(testutil_fmt("%s/left.log", dir), "ls %s/nvme | grep -q .", dir),
+                     0); /* a clean end removes it */
+}
+END_TEST
+
 /* Makes a checkpoint of the micro model at 2 ranks and returns its folder. */
 static const char *make_checkpoint(const char *dir)
 {
@@ -347,5 +390,9 @@ int main(void)
     tcase_add_test(tc, weights_in_and_out);
     tcase_add_test(tc, llama_weights_in_and_out);
     suite_add_tcase(s, tc);
+    TCase *nvme = tcase_create("nvme"); /* CK_RUN_CASE=nvme runs it alone */
+    tcase_set_timeout(nvme, 300);
+    tcase_add_test(nvme, crash_in_an_nvme_update_keeps_the_last_checkpoint);
+    suite_add_tcase(s, nvme);
     return testutil_run_suite(s, 0);
 }

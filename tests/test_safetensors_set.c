@@ -13,7 +13,6 @@
  * errors and leak nothing.
  */
 #include <check.h>
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,18 +31,6 @@ static int file_exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0;
-}
-
-/* Number of entries of a folder, "." and ".." aside. */
-static int files_in(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(d);
-    return n;
 }
 
 /* The value of element i of the tensor called name: a function of both,
@@ -484,7 +471,7 @@ START_TEST(test_writer_cuts_as_huggingface)
                                             "    \"z0\": \"m-00001-of-00004.safetensors\"\n"
                                             "  }\n"
                                             "}\n");
-    ck_assert_int_eq(files_in(dir), 5);
+    ck_assert_int_eq(testutil_entries(dir), 5);
     struct safetensors_set *s = NULL;
     ck_assert_int_eq(safetensors_set_open(index, &s), ZT_OK);
     ck_assert_int_eq(safetensors_set_count(s), 6);
@@ -503,11 +490,11 @@ START_TEST(test_writer_single_file_when_it_fits)
     static const struct wt tensors[] = {{"a", 10}, {"b", 15}};
     write_text(testutil_path_in(dir, "m.safetensors.index.json"), "{}");
     ck_assert_int_eq(write_set(path, 100, tensors, 2), 1);
-    ck_assert_int_eq(files_in(dir), 1);
+    ck_assert_int_eq(testutil_entries(dir), 1);
     ck_assert_str_eq(names_in(path), "a,b");
     ck_assert_int_eq(write_set(path, 0, tensors, 2), 1);
     ck_assert_int_eq(write_set(path, 99, tensors, 2), 2);
-    ck_assert_int_eq(files_in(dir), 3);
+    ck_assert_int_eq(testutil_entries(dir), 3);
     ck_assert_str_eq(names_in(testutil_path_in(dir, "m-00002-of-00002.safetensors")), "b");
 
     /* b, over the limit alone, takes the first shard; a closes the second */
@@ -556,7 +543,7 @@ START_TEST(test_writer_errors)
     ck_assert_str_eq(
         zt_error_message(),
         testutil_fmt("%s: tensor 'b' is incomplete: 15 of 20 elements were written", path));
-    ck_assert_int_eq(files_in(dir), 0);
+    ck_assert_int_eq(testutil_entries(dir), 0);
 
     ck_assert_int_eq(safetensors_set_writer_open(path, 40, &w), ZT_OK);
     ck_assert_int_eq(safetensors_set_writer_add(w, "a", ZT_F32, 1, &n), ZT_OK);
@@ -564,7 +551,7 @@ START_TEST(test_writer_errors)
     ck_assert_int_eq(safetensors_set_writer_begin_data(w), ZT_OK);
     ck_assert_int_eq(safetensors_set_writer_write_f32(w, v, 12), ZT_OK);
     safetensors_set_writer_abort(w);
-    ck_assert_int_eq(files_in(dir), 0);
+    ck_assert_int_eq(testutil_entries(dir), 0);
     safetensors_set_writer_abort(NULL);
 
     const char *nodir = testutil_path_in(dir, "missing/m.safetensors");
@@ -608,11 +595,11 @@ START_TEST(test_writer_allocation_faults)
         }
         ck_assert_msg(st == ZT_ERR_NOMEM || st == ZT_ERR_IO, "allocation %ld: %s: %s", n,
                       zt_status_str(st), zt_error_message());
-        ck_assert_int_eq(files_in(dir), 0);
+        ck_assert_int_eq(testutil_entries(dir), 0);
     }
     ck_assert_int_gt(n, 5);
     ck_assert_int_lt(n, 10000);
-    ck_assert_int_eq(files_in(dir), 5); /* {a}, {c} over the limit, {b}, {d}, the index */
+    ck_assert_int_eq(testutil_entries(dir), 5); /* {a}, {c} over the limit, {b}, {d}, the index */
     struct safetensors_set *s = NULL;
     ck_assert_int_eq(safetensors_set_open(testutil_fmt("%s.index.json", path), &s), ZT_OK);
     check_values(s);

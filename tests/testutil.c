@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include "common/json.h"
+#include <dirent.h>
 
 #include <math.h>
 
@@ -160,6 +161,17 @@ const char *testutil_slurp(const char *path)
     buf[n] = '\0';
     fclose(f);
     return buf;
+}
+
+int testutil_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "cannot list %s", dir);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
 }
 
 int testutil_count(const char *hay, const char *needle)

@@ -64,6 +64,10 @@ int testutil_run(const char *log, const char *fmt, ...) __attribute__((format(pr
 /* Contents of a text file as a string (static buffer, 1 MiB). */
 const char *testutil_slurp(const char *path);
 
+/* Entries of a folder, "." and ".." aside (a test failure if it cannot
+ * be listed). */
+int testutil_entries(const char *dir);
+
 /* How many times needle occurs in hay. */
 int testutil_count(const char *hay, const char *needle);
 

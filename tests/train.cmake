@@ -12,7 +12,11 @@ zt_test(test_frozen SOURCES test_frozen.c LIBS zt_coordinator RANKS 1 2 3 TIMEOU
 # ZeRO-Offload on the CPU (the engine's offload_force): bit-identical to
 # the non-offloaded run in every stage, precision and optimizer kind;
 # checkpoints crossing both ways; the host bytes against the ledger.
-zt_test(test_offload SOURCES test_offload.c LIBS zt_coordinator RANKS 1 2 3 TIMEOUT 600)
+zt_test(test_offload SOURCES test_offload.c micro_session.c LIBS zt_coordinator RANKS 1 2 3 TIMEOUT 600)
+# ZeRO-Infinity (offload_optimizer device nvme): bit-identical to no offload
+# in every stage with a window far smaller than a unit; checkpoints both
+# ways; the window in the ledger, the file apart; bad folders and full disks.
+zt_test(test_nvme SOURCES test_nvme.c micro_session.c LIBS zt_coordinator RANKS 1 2 TIMEOUT 900)
 zt_test(test_trajectory SOURCES test_trajectory.c LIBS zt_coordinator RANKS 2 TIMEOUT 600)
 # OpenBLAS's Haswell kernels on every x86-64 CPU with AVX2: the recorded
 # losses are bit-exact, and oneDNN's kernels (the default) follow the CPU's

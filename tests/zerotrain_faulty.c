@@ -9,6 +9,10 @@
  * a stuck file system would. Signals are left at their defaults: the tests
  * need no graceful stop.
  *
+ * ZT_TEST_CRASH_IN_UPDATE=R,S kills rank R with SIGKILL in the update of
+ * optimizer step S under NVMe offload, once its first chunk of states was
+ * written back to the file (the rest still old).
+ *
  * ZT_TEST_POISON=R,S,M,B writes a NaN into the first element of block B's
  * attention output in the forward of micro batch M of step S (1-based) on
  * rank R, as an op that diverged would; the step's re-run meets it too.
@@ -38,7 +42,7 @@ struct fault_point {
     int micro, block;
 };
 
-static void crash_mid_shard(void *arg, int rank, long step)
+static void crash_at(void *arg, int rank, long step)
 {
     const struct fault_point *at = arg;
     if (rank != at->rank || step != at->step)
@@ -91,21 +95,24 @@ static int parse_slow(const char *spec, struct fault_point *at)
 int main(int argc, char **argv)
 {
     const char *crash = getenv("ZT_TEST_CRASH_IN_SAVE"), *poison = getenv("ZT_TEST_POISON");
-    const char *slow = getenv("ZT_TEST_SLOW");
+    const char *slow = getenv("ZT_TEST_SLOW"), *update = getenv("ZT_TEST_CRASH_IN_UPDATE");
     struct fault_point at = {0};
     struct ckpt_fault_hooks faults = {.arg = &at};
     if (crash && parse_crash(crash, &at))
-        faults.mid_shard = crash_mid_shard;
+        faults.mid_shard = crash_at;
+    else if (update && sscanf(update, "%d,%ld", &at.rank, &at.step) == 2)
+        faults.mid_update = crash_at;
     else if (poison &&
              sscanf(poison, "%d,%ld,%d,%d", &at.rank, &at.step, &at.micro, &at.block) == 4)
         faults.forward_output = poison_attention;
     else if (slow && parse_slow(slow, &at))
         faults.forward_output = slow_forward;
     else {
-        fprintf(stderr,
-                "%s: set ZT_TEST_CRASH_IN_SAVE=RANK,STEP[,hang] or "
-                "ZT_TEST_POISON=RANK,STEP,MICRO,BLOCK or ZT_TEST_SLOW=RANK,STEP,SECONDS[,eval]\n",
-                argv[0]);
+        fprintf(
+            stderr,
+            "%s: set ZT_TEST_CRASH_IN_SAVE=RANK,STEP[,hang] or ZT_TEST_CRASH_IN_UPDATE=RANK,STEP "
+            "or ZT_TEST_POISON=RANK,STEP,MICRO,BLOCK or ZT_TEST_SLOW=RANK,STEP,SECONDS[,eval]\n",
+            argv[0]);
         return 2;
     }
     return cli_main(argc, argv, NULL, &faults);
