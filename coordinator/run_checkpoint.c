@@ -589,15 +589,6 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                                 "the model's has %zu",
                                 step_dir, u, (unsigned long long)m->unit_numel[u],
                                 param_table_unit_size(whole, u));
-    /* per-tensor statistics of a slice are not the whole tensor's */
-    if (!weights_only && s->engine.tensor_state_len > 0 && m->layout.tp != s->layout.tp)
-        return zt_error_set(ZT_ERR_CONFIG,
-                            "%s/meta.json: the checkpoint was written with tensor_parallel.size "
-                            "%d, this run has %d: optimizer %s keeps statistics per tensor, "
-                            "which are not those of another slicing (resume with "
-                            "tensor_parallel.size %d, or export the weights and start from them "
-                            "with model.init_from)",
-                            step_dir, m->layout.tp, s->layout.tp, want, m->layout.tp);
     /* A unit that trains here needs the optimizer states the checkpoint has
      * only for units that trained there. */
     for (int u = 0; u < m->n_units; u++)
@@ -666,8 +657,9 @@ static int tensor_on_stage(const struct run_session *s, const struct ckpt_meta *
 }
 
 /* Stage p's entries of a whole-tensor optimizer's per-tensor state, from
- * the shard of the stage's first data-parallel rank with this rank's
- * slice, into host. */
+ * the shard of the stage's first rank, into host: the state is the whole
+ * tensor's, the same on every tensor-parallel rank (shard/update.c), so
+ * any tensor_parallel.size reads it. */
 static zt_status load_stage_tensor_state(struct run_session *s, const char *step_dir,
                                          const struct ckpt_meta *m, int p, float *host,
                                          float *staging)
@@ -676,9 +668,7 @@ static zt_status load_stage_tensor_state(struct run_session *s, const char *step
     const char *name = s->engine.cfg.optimizer->tensor_state_name;
     char path[4096];
     struct ckpt_shard *f = NULL;
-    /* the same tensor-parallel size: check_same_model refuses another */
-    ZT_TRY(ckpt_shard_path(step_dir, ckpt_layout_rank(&m->layout, s->coords.tp, p, 0), path,
-                           sizeof path));
+    ZT_TRY(ckpt_shard_path(step_dir, ckpt_layout_rank(&m->layout, 0, p, 0), path, sizeof path));
     ZT_TRY(ckpt_shard_open(path, &f));
     const struct ckpt_section *sec = ckpt_shard_find(f, name);
     zt_status st = ZT_OK;
@@ -692,7 +682,7 @@ static zt_status load_stage_tensor_state(struct run_session *s, const char *step
     ckpt_shard_close(f);
     const struct optimizer_ops *opt = s->engine.cfg.optimizer;
     for (int k = 0; k < s->table.n_tensors && st == ZT_OK; k++) {
-        const struct param_tensor *pt = &s->table.tensors[k];
+        const struct param_tensor *pt = &param_table_whole(&s->table)->tensors[k];
         const size_t at = s->engine.tensor_state_off[k];
         if (tensor_on_stage(s, m, k, p))
             memcpy(host + at, staging + at,

@@ -89,28 +89,8 @@ static zt_status check_tokenizer_vocab(const struct zt_config *c, const struct t
                         c->model.vocab_size, c->data.tokenizer, v, v);
 }
 
-/* What tensor parallelism does not cover yet, refused before any work. */
-static zt_status check_tensor_support(const struct zt_config *c)
-{
-    const char *src = c->source ? c->source : "config";
-    const int T = c->tensor_parallel.size;
-    if (T == 1)
-        return ZT_OK;
-    const char *what = c->lora.enabled                ? "lora.enabled"
-                       : c->quantization.load_in_4bit ? "quantization.load_in_4bit"
-                                                      : NULL;
-    if (what)
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: tensor_parallel.size %d with %s set: not available in this "
-                            "version (tensor parallelism trains whole models, without adapters "
-                            "or a 4-bit base yet): unset %s or set tensor_parallel.size to 1",
-                            src, T, what, what);
-    return ZT_OK;
-}
-
 static zt_status check_layout_support(const struct zt_config *c)
 {
-    ZT_TRY(check_tensor_support(c));
     if (c->pipeline.stages == 1 && c->tensor_parallel.size == 1)
         return ZT_OK;
     const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);

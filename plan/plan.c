@@ -90,8 +90,6 @@ static int roles_of(int P, const int *blocks, int *stages)
 static const char *unsupported(const struct zt_config *c, const struct plan_layout *l)
 {
     const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
-    if (l->tp > 1 && (c->lora.enabled || c->quantization.load_in_4bit))
-        return "tensor parallelism with LoRA or a 4-bit base";
     if ((l->tp > 1 || l->pp > 1) && opt && opt->fused_backward)
         return "an optimizer fused into the backward with tensor or pipeline parallelism";
     return NULL;

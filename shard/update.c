@@ -13,7 +13,13 @@
  * stage 0, where every rank holds every tensor whole), and the next round
  * reads the totals. The vector is O(rows + cols) per matrix, so the
  * communication is small next to the gradients, and the update equals the
- * unsharded one whatever the world size.
+ * unsharded one whatever the world size. Under tensor parallelism the
+ * statistics and the replicated state are the whole tensor's, not the
+ * slice's: each piece says where its slice lies in the whole tensor
+ * (struct optimizer_slice), and the totals are also taken over the
+ * tensor-parallel ranks, so a slice's update is the one T = 1 makes, and
+ * the replicated state is the same on every rank of every layout (a
+ * checkpoint's resumes at any T).
  *
  * Every op here runs on the memory the states are in (e->state_ops): the
  * device's, or under ZeRO-Offload the host's, where the update then reads
@@ -23,6 +29,7 @@
  */
 #include <string.h>
 
+#include "../worker/tensor_parallel.h"
 #include "shard_impl.h"
 
 /* The fp32 update target of the rank's range of unit u: the master under
@@ -199,14 +206,21 @@ size_t shard_tensor_state_layout(const struct shard_engine *e, size_t *out)
     const struct optimizer_ops *opt = e->cfg.optimizer;
     size_t total = 0;
     for (int k = 0; k < t->n_tensors; k++) {
-        const struct param_tensor *pt = &t->tensors[k];
+        const struct param_tensor *wt = &param_table_whole(t)->tensors[k];
         out[k] = SHARD_NO_STATE;
-        if (!pt->trainable)
+        if (!wt->trainable)
             continue;
         out[k] = total;
-        total += opt->tensor_state_len(pt->rows, pt->cols, &e->cfg.hparams);
+        total += opt->tensor_state_len(wt->rows, wt->cols, &e->cfg.hparams);
     }
     return total;
+}
+
+/* Doubles of round q's statistics of tensor k: its whole tensor's. */
+static size_t stats_len_of(const struct shard_engine *e, int q, int k)
+{
+    const struct param_tensor *wt = &param_table_whole(e->table)->tensors[k];
+    return e->cfg.optimizer->stats_len(q, wt->rows, wt->cols, &e->cfg.hparams);
 }
 
 /* One visit of every trainable tensor's piece: round `round` of the
@@ -224,13 +238,15 @@ static struct optimizer_piece piece_of(struct shard_engine *e, const struct para
 {
     const size_t a = pt->offset - e->table->unit_offset[pt->unit], b = a + pt->numel;
     const size_t from = a > r->lo ? a : r->lo, to = b < r->hi ? b : r->hi;
+    const struct param_tensor *wt = &param_table_whole(e->table)->tensors[k];
     struct optimizer_piece pc = {
-        .rows = pt->rows,
-        .cols = pt->cols,
-        .numel = pt->numel,
+        .rows = wt->rows,
+        .cols = wt->cols,
+        .numel = wt->numel,
         .decay = pt->decay ? 1.0f : 0.0f,
         .tensor_state = e->tensor_state + e->tensor_state_off[k],
     };
+    param_table_tp_tensor_runs(e->table, k, &pc.slice.first, &pc.slice.run, &pc.slice.stride);
     if (from >= to)
         return pc; /* the rank holds none of it: lo == hi == 0 */
     pc.lo = from - a;
@@ -279,7 +295,7 @@ static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale,
             struct optimizer_piece pc = piece_of(e, pt, k, &r, target, grad);
             for (int q = 0; q < opt->n_rounds; q++) {
                 pc.stats[q] = pass->stats[q] + at_stats[q];
-                at_stats[q] += opt->stats_len(q, pt->rows, pt->cols, &e->cfg.hparams);
+                at_stats[q] += stats_len_of(e, q, k);
             }
             ZT_TRY(apply ? opt->tensor_apply(e->state_ops, &pc, hp)
                          : opt->tensor_round(e->state_ops, pass->round, &pc, hp));
@@ -294,23 +310,50 @@ static zt_status visit_pieces(struct shard_engine *e, void *g, float gscale,
 static size_t stats_total(const struct shard_engine *e, int q)
 {
     size_t n = 0;
-    for (int k = 0; k < e->table->n_tensors; k++) {
-        const struct param_tensor *pt = &e->table->tensors[k];
-        if (pt->trainable)
-            n += e->cfg.optimizer->stats_len(q, pt->rows, pt->cols, &e->cfg.hparams);
-    }
+    for (int k = 0; k < e->table->n_tensors; k++)
+        if (e->table->tensors[k].trainable)
+            n += stats_len_of(e, q, k);
     return n;
 }
 
+/* Zeroes round q's statistics of the tensors every tensor-parallel rank
+ * holds whole, so that the sum (or the maximum: the statistics a maximum
+ * takes are >= 0) over the tensor-parallel ranks counts them once. In
+ * visit_pieces' order. */
+static zt_status zero_replicated_stats(struct shard_engine *e, double *stats, int q)
+{
+    const struct param_table *t = e->table;
+    size_t at = 0;
+    for (int u = 0; u < e->part.n_units; u++)
+        for (int k = 0; k < t->n_tensors; k++) {
+            const struct param_tensor *pt = &t->tensors[k];
+            if (pt->unit != u || !pt->trainable)
+                continue;
+            const size_t n = stats_len_of(e, q, k);
+            if (pt->tp_split == TP_REPLICATED && n)
+                ZT_TRY(e->state_ops->memset_zero(e->state_ops, stats + at, n * sizeof(double)));
+            at += n;
+        }
+    return ZT_OK;
+}
+
 /* Round q's statistics summed (or maxed) over the ranks that split the
- * tensors: in place, or under offload through their device copy. */
+ * tensors: the data-parallel ranks that shard them (in place, or under
+ * offload through their device copy), then the tensor-parallel ranks that
+ * hold their other slices. */
 static zt_status reduce_stats(struct shard_engine *e, const struct shard_update_stats *s, int q)
 {
     const enum comm_op op =
         e->cfg.optimizer->round_reduce[q] == OPTIMIZER_REDUCE_MAX ? COMM_OP_MAX : COMM_OP_SUM;
-    if (e->offload)
-        return shard_offload_allreduce(e, s->v[q], s->dev[q], s->n[q], op);
-    return comm_allreduce(e->comm, s->v[q], s->n[q], ZT_F64, op);
+    if (e->policy.shard_states)
+        ZT_TRY(e->offload ? shard_offload_allreduce(e, s->v[q], s->dev[q], s->n[q], op)
+                          : comm_allreduce(e->comm, s->v[q], s->n[q], ZT_F64, op));
+    if (!e->tensor)
+        return ZT_OK;
+    if (comm_rank(e->tensor) != 0)
+        ZT_TRY(zero_replicated_stats(e, s->v[q], q));
+    return comm_allreduce(e->offload ? comm_host(e->tensor) : e->tensor, s->v[q], s->n[q], ZT_F64,
+                          op);
 }
 
 static zt_status update_whole_tensors(struct shard_engine *e, void *g, float gscale,
@@ -323,8 +366,7 @@ static zt_status update_whole_tensors(struct shard_engine *e, void *g, float gsc
         ZT_TRY(e->state_ops->memset_zero(e->state_ops, pass->stats[q],
                                          stats_total(e, q) * sizeof(double)));
         ZT_TRY(visit_pieces(e, g, gscale, b, pass, hp));
-        if (e->policy.shard_states)
-            ZT_TRY(reduce_stats(e, &b->stats, q));
+        ZT_TRY(reduce_stats(e, &b->stats, q));
     }
     pass->round = opt->n_rounds;
     return visit_pieces(e, g, gscale, b, pass, hp);

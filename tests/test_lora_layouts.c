@@ -5,7 +5,8 @@
  * those of the adapters alone (4 and 8 bytes per adapter parameter over N
  * ranks), and a target that matches nothing is refused on every rank; and
  * NEFTune's noise (run.neftune_noise_alpha), which fine-tuning runs use
- * with adapters. The adapters' numerics are in test_lora. */
+ * with adapters; adapters and a 4-bit base cut over tensor-parallel ranks
+ * train one rank's losses. The adapters' numerics are in test_lora. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -298,6 +299,60 @@ START_TEST(qlora_base_is_half_a_byte_a_parameter)
 }
 END_TEST
 
+/* The run at `np` ranks as T tensor-parallel slices under `stage`, the
+ * global batch kept: each of the np / T data-parallel ranks accumulates
+ * 4 / (np / T) micro batches. */
+static const char *tp_layout(int np, int T, int stage, const char *extra)
+{
+    return testutil_fmt(LORA " --set tensor_parallel.size=%d --set zero_optimization.stage=%d "
+                             "--set gradient_accumulation_steps=%d %s",
+                        T, stage, 4 / (np / T), extra);
+}
+
+/* Adapters cut as their base layers train one rank's losses: GPT-2's
+ * c_attn at T=2, and Llama's every linear layer at T=2 x D=2 under ZeRO 3
+ * with LoRA dropout (each slice draws its part of the whole input's mask)
+ * and NEFTune's noise. */
+START_TEST(tensor_parallel_adapters_train_one_ranks_losses)
+{
+    const char *dir = testutil_tmpdir("lora-tp");
+    double base[STEPS], got[STEPS];
+    train(dir, "base", 1, layout(1, 0, ""), base);
+    train(dir, "t2", 2, tp_layout(2, 2, 0, ""), got);
+    assert_close(base, got, 1e-5, "GPT-2 c_attn, T=2");
+    const char *llama = LLAMA " --set lora.lora_dropout=0.1 --set run.neftune_noise_alpha=5";
+    train(dir, "llama", 1, layout(1, 0, llama), base);
+    ck_assert_msg(base[STEPS - 1] < base[0] - 0.02, "loss did not fall: %g -> %g", base[0],
+                  base[STEPS - 1]);
+    train(dir, "llama-t2d2", 4, tp_layout(4, 2, 3, llama), got);
+    assert_close(base, got, 1e-5, "Llama all-linear, dropout and NEFTune, T=2 x D=2, stage 3");
+}
+END_TEST
+
+/* n_embd 128 with 2 heads: at T=2 every slice's rows, and every row piece
+ * of a column-cut slice (64 columns), are whole blocks of 64 of the whole
+ * tensor. */
+#define WIDE "--set model.n_embd=128 --set quantization.load_in_4bit=true "
+
+/* QLoRA at T=2 x D=2 under ZeRO 3, each rank quantising its own slice.
+ * Where the slices are cut on block boundaries the blocks and their absmax
+ * are one rank's, so the base and the losses are one rank's (NF4, 1e-5).
+ * With double quantisation a slice's block scales are quantised against
+ * its own offset (their mean) and in its own groups of 256: each scale
+ * moves by at most the 8-bit map's step, which the losses follow to 1e-3. */
+START_TEST(qlora_slices_train_one_ranks_losses)
+{
+    const char *dir = testutil_tmpdir("qlora-tp");
+    double base[STEPS], got[STEPS];
+    train(dir, "nf4", 1, layout(1, 0, WIDE), base);
+    train(dir, "nf4-t2d2", 4, tp_layout(4, 2, 3, WIDE), got);
+    assert_close(base, got, 1e-5, "QLoRA NF4, T=2 x D=2, stage 3");
+    train(dir, "dq", 1, layout(1, 0, WIDE QLORA_NF4), base);
+    train(dir, "dq-t2d2", 4, tp_layout(4, 2, 3, WIDE QLORA_NF4), got);
+    assert_close(base, got, 1e-3, "QLoRA NF4 double-quantised, T=2 x D=2, stage 3");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("lora_layouts");
@@ -313,5 +368,7 @@ int main(void)
     tcase_add_test(tc, dropout_is_the_same_at_any_layout);
     tcase_add_test(tc, qlora_stages_and_world_sizes_give_the_same_losses);
     tcase_add_test(tc, qlora_base_is_half_a_byte_a_parameter);
+    tcase_add_test(tc, tensor_parallel_adapters_train_one_ranks_losses);
+    tcase_add_test(tc, qlora_slices_train_one_ranks_losses);
     return testutil_run_suite(s, 0);
 }

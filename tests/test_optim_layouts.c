@@ -7,13 +7,15 @@
  * optimizer runs on micro.yaml's GPT-2; on a Llama of the same size with
  * grouped-query attention run AdamW and those whose state or update
  * depends on the tensors' shapes (factored, blockwise, fused into the
- * backward pass). The elementwise others would repeat AdamW's there: their
+ * backward pass). The whole-tensor ones also run at T=2 and resume across
+ * the tensor-parallel size. The elementwise others would repeat AdamW's there: their
  * update at an element reads that element's state only, so other shapes
  * cut by other shard boundaries change nothing their GPT-2 case does not
  * already cover. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "testutil.h"
 
@@ -70,6 +72,12 @@ static const struct optimizer_case *case_of(int i, int *family)
     return NULL;
 }
 
+/* "AdamW8bit on llama", for messages, into name[96]. */
+static void case_name(const struct optimizer_case *c, int f, char *name)
+{
+    snprintf(name, 96, "%s on %s", c->name, f ? "llama" : "gpt2");
+}
+
 /* The model families, as overrides of micro.yaml. */
 static const char *const families[] = {
     "",
@@ -93,7 +101,7 @@ static void assert_close(const double *want, const double *got, int n, int first
 {
     for (int i = 0; i < n; i++)
         ck_assert_msg(fabs(got[i] - want[i]) <= 1e-5 * fabs(want[i]),
-                      "%s, step %d: loss %.9g, the 4-rank stage-3 run's %.9g", what, first_step + i,
+                      "%s, step %d: loss %.9g, the reference run's %.9g", what, first_step + i,
                       got[i], want[i]);
 }
 
@@ -106,7 +114,7 @@ START_TEST(optimizer_is_world_size_invariant_and_reshards)
     const struct optimizer_case *c = case_of(_i, &f);
     const char *dir = testutil_tmpdir("optim-layouts");
     char name[96];
-    snprintf(name, sizeof name, "%s on %s", c->name, f ? "llama" : "gpt2");
+    case_name(c, f, name);
     double full[STEPS], got[STEPS];
     ck_assert_msg(testutil_train_micro(dir, "four", 4,
                                        testutil_fmt("%s --set checkpoint.every=%d "
@@ -143,11 +151,77 @@ START_TEST(optimizer_is_world_size_invariant_and_reshards)
 }
 END_TEST
 
+/* The whole-tensor cases (Adafactor's factors, AdamW8bit's blocks), each
+ * on both families: loop index i. */
+static const struct optimizer_case *whole_tensor_case(int i, int *family)
+{
+    static const char *const names[] = {"Adafactor", "Adafactor beta1", "AdamW8bit"};
+    *family = i % 2;
+    for (int k = 0; k < N_CASES; k++)
+        if (strcmp(cases[k].name, names[i / 2]) == 0)
+            return &cases[k];
+    ck_abort_msg("no case %s", names[i / 2]);
+    return NULL;
+}
+
+/* `c` on family f as T tensor-parallel slices of micro.yaml's model, the
+ * global batch kept (T ranks, accumulating 4 micro batches). */
+static const char *tp_layout(const struct optimizer_case *c, int f, int T)
+{
+    return testutil_fmt("%s --set tensor_parallel.size=%d", layout(c, f, 1, 0), T);
+}
+
+/* A whole-tensor optimizer's statistics are the whole tensors' under
+ * tensor parallelism (a slice's rows, columns and 256-element blocks
+ * reduced over the group): T=2 trains one rank's losses, a T=2 checkpoint
+ * resumes at T=1 and a T=1 one at T=2, each where the run it left went
+ * on. */
+START_TEST(whole_tensor_optimizer_is_exact_under_tensor_parallelism)
+{
+    int f;
+    const struct optimizer_case *c = whole_tensor_case(_i, &f);
+    const char *dir = testutil_tmpdir("optim-tp");
+    char name[96];
+    case_name(c, f, name);
+    static const struct {
+        const char *run, *resumed;
+        int T, resumed_T;
+    } legs[] = {{"one", "one-to-t2", 1, 2}, {"t2", "t2-to-one", 2, 1}};
+    double losses[2][STEPS], got[STEPS];
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(testutil_train_micro(dir, legs[k].run, legs[k].T,
+                                           testutil_fmt("%s --set checkpoint.every=%d "
+                                                        "--set checkpoint.keep=5 "
+                                                        "--set checkpoint.dir=%s/%s-ck",
+                                                        tp_layout(c, f, legs[k].T), SAVED, dir,
+                                                        legs[k].run)) == 0,
+                      "%s at T=%d failed:\n%s", name, legs[k].T,
+                      testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", legs[k].run))));
+        ck_assert_int_eq(testutil_micro_losses(dir, legs[k].run, losses[k], STEPS), STEPS);
+    }
+    ck_assert_msg(losses[0][STEPS - 1] < losses[0][0] - 0.01, "%s: loss did not fall: %g -> %g",
+                  name, losses[0][0], losses[0][STEPS - 1]);
+    assert_close(losses[0], losses[1], STEPS, 1, testutil_fmt("%s at T=2", name));
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(testutil_train_micro(dir, legs[k].resumed, legs[k].resumed_T,
+                                              testutil_fmt("%s --set run.resume=%s/%s-ck/step-%08d",
+                                                           tp_layout(c, f, legs[k].resumed_T), dir,
+                                                           legs[k].run, SAVED)),
+                         0);
+        ck_assert_int_eq(testutil_micro_losses(dir, legs[k].resumed, got, STEPS), STEPS - SAVED);
+        assert_close(
+            losses[k] + SAVED, got, STEPS - SAVED, SAVED + 1,
+            testutil_fmt("%s resumed from T=%d at T=%d", name, legs[k].T, legs[k].resumed_T));
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("optim_layouts");
     TCase *tc = testutil_tcase(s, "layouts", 600);
     tcase_add_loop_test(tc, optimizer_is_world_size_invariant_and_reshards, 0,
                         N_CASES + n_on_llama());
+    tcase_add_loop_test(tc, whole_tensor_optimizer_is_exact_under_tensor_parallelism, 0, 6);
     return testutil_run_suite(s, 0);
 }

@@ -30,6 +30,9 @@
     "--set model.family=llama --set model.n_head=4 --set model.n_kv_head=2 "                       \
     "--set model.intermediate_size=64 "
 #define ALL_LINEAR "--set lora.target_modules=all-linear "
+#define SGD                                                                                        \
+    "--set optimizer.type=SGD --set optimizer.params.lr=0.5 --set optimizer.params.betas=null "    \
+    "--set optimizer.params.eps=null --set optimizer.params.momentum=0 "
 
 static const char *hf_gpt2(void)
 {
@@ -232,6 +235,74 @@ START_TEST(llama_adapter_export)
     const double got = eval_loss(
         dir, "folder", testutil_fmt(LORA LLAMA ALL_LINEAR "--set lora.init_from=%s/ad", dir));
     ck_assert_msg(got == want, "lora.init_from evaluates %.9g, the checkpoint %.9g", got, want);
+}
+END_TEST
+
+/* Every tensor of safetensors file `want_path` is in `got_path` with its
+ * shape and its values within tol (relative, or absolute below 1); the
+ * files hold as many tensors. */
+static void same_tensors(const char *want_path, const char *got_path, double tol)
+{
+    struct safetensors *want, *got;
+    ck_assert_int_eq(safetensors_open(want_path, &want), ZT_OK);
+    ck_assert_int_eq(safetensors_open(got_path, &got), ZT_OK);
+    ck_assert_int_eq(safetensors_count(want), safetensors_count(got));
+    for (int i = 0; i < safetensors_count(want); i++) {
+        const struct safetensors_tensor *w = safetensors_tensor_at(want, i);
+        const struct safetensors_tensor *g = safetensors_find(got, w->name);
+        ck_assert_msg(g && g->ndim == w->ndim, "%s: missing or of another rank", w->name);
+        for (int d = 0; d < w->ndim; d++)
+            ck_assert_msg(g->shape[d] == w->shape[d], "%s: dimension %d is %llu, not %llu", w->name,
+                          d, (unsigned long long)g->shape[d], (unsigned long long)w->shape[d]);
+        const uint64_t n = safetensors_tensor_numel(w);
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        ck_assert(x && y);
+        ck_assert_int_eq(safetensors_read_f32(want, w, 0, n, x), ZT_OK);
+        ck_assert_int_eq(safetensors_read_f32(got, g, 0, n, y), ZT_OK);
+        for (uint64_t j = 0; j < n; j++)
+            ck_assert_msg(fabs((double)y[j] - x[j]) <= tol * fmax(1.0, fabs((double)x[j])),
+                          "%s[%llu]: %.9g, the one-rank run's %.9g", w->name, (unsigned long long)j,
+                          (double)y[j], (double)x[j]);
+        free(x);
+        free(y);
+    }
+    safetensors_close(want);
+    safetensors_close(got);
+}
+
+/* Llama's every linear layer adapted and trained at T=2, its adapters cut
+ * over the two ranks: export --adapter writes whole tensors, PEFT's, the
+ * one-rank run's names, shapes and values (within 1e-5), and so does
+ * --merge. Plain SGD: AdamW's first steps move an element by about lr
+ * whatever its gradient's size, so the fp32 rounding of a near-zero
+ * gradient, which the slices' sums order otherwise, shows as lr-sized
+ * differences there (measured 2.5e-5 at lr 2e-2); SGD moves each element
+ * by its gradient, which is what the slices must get right. */
+START_TEST(tensor_parallel_adapters_export_whole)
+{
+    const char *dir = testutil_tmpdir("peft-tp");
+    static const struct {
+        const char *name;
+        int np, T;
+    } runs[] = {{"one", 1, 1}, {"t2", 2, 2}};
+    for (int i = 0; i < 2; i++) {
+        train(dir, runs[i].name, runs[i].np,
+              testutil_fmt(LORA LLAMA ALL_LINEAR SGD "--set run.steps=4 "
+                                                     "--set tensor_parallel.size=%d "
+                                                     "--set gradient_accumulation_steps=2 "
+                                                     "--set checkpoint.dir=%s/%s-ck",
+                           runs[i].T, dir, runs[i].name));
+        must_export(dir, testutil_fmt("%s-adapter", runs[i].name),
+                    testutil_fmt("%s/%s-ck --adapter --out %s/%s-ad", dir, runs[i].name, dir,
+                                 runs[i].name));
+        must_export(dir, testutil_fmt("%s-merge", runs[i].name),
+                    testutil_fmt("%s/%s-ck --merge --out %s/%s-m.safetensors", dir, runs[i].name,
+                                 dir, runs[i].name));
+    }
+    same_tensors(testutil_fmt("%s/one-ad/adapter_model.safetensors", dir),
+                 testutil_fmt("%s/t2-ad/adapter_model.safetensors", dir), 1e-5);
+    same_tensors(testutil_fmt("%s/one-m.safetensors", dir),
+                 testutil_fmt("%s/t2-m.safetensors", dir), 1e-5);
 }
 END_TEST
 
@@ -704,6 +775,7 @@ int main(void)
     TCase *tc = testutil_tcase(s, "peft", 900);
     tcase_add_test(tc, adapter_export_is_peft_format);
     tcase_add_test(tc, llama_adapter_export);
+    tcase_add_test(tc, tensor_parallel_adapters_export_whole);
     tcase_add_test(tc, export_asks_for_what_fits);
     tcase_add_test(tc, merge_gives_the_adapted_loss_gpt2);
     tcase_add_test(tc, export_is_a_pretrained_folder_gpt2);

@@ -6,12 +6,15 @@
  * query-key-value weight is cut in whole heads of each of its three parts
  * (checked element by element against a naive formula), a slice
  * initialises to the whole model's values, and sizes that do not divide
- * are refused naming the tensor. */
+ * are refused naming the tensor. LoRA adapters are cut as their base
+ * layers, and each tensor's runs in its own index space (what whole-tensor
+ * optimizers index by) are the flat space's runs. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../worker/llama.h"
+#include "../worker/lora.h"
 #include "../worker/model.h"
 #include "../worker/tensor_parallel.h"
 #include "testutil.h"
@@ -194,6 +197,101 @@ START_TEST(qkv_is_cut_in_whole_heads_of_each_part)
 }
 END_TEST
 
+/* t with r = 4 adapters on every linear layer but the head. */
+static void adapt(struct param_table *t)
+{
+    const char **names = malloc((size_t)t->n_tensors * sizeof *names);
+    for (int k = 0; k < t->n_tensors; k++)
+        names[k] = t->tensors[k].name;
+    const char *const targets[] = {LORA_ALL_LINEAR};
+    const struct lora_spec spec = {.r = 4, .alpha = 8, .targets = targets, .n_targets = 1};
+    ck_assert_int_eq(lora_attach(t, &spec, names), ZT_OK);
+    free(names);
+}
+
+/* A column-parallel base's B is cut by rows in its parts and heads and its
+ * A is whole; a row-parallel base's A is cut by columns and its B whole;
+ * the adapted slices cover the whole table as any slice does. */
+START_TEST(adapters_are_cut_as_their_base)
+{
+    struct param_table tables[2] = {gpt2_whole(), llama_whole(0, 0)};
+    for (int i = 0; i < 2; i++) {
+        struct param_table *w = &tables[i];
+        adapt(w);
+        int cut_rows = 0, cut_cols = 0;
+        for (int k = 0; k < w->lora.n_base_tensors; k++) {
+            const struct param_tensor *p = &w->tensors[k];
+            if (p->adapter < 0)
+                continue;
+            const struct param_tensor *a = &w->tensors[p->adapter], *b = a + 1;
+            if (p->tp_split == TP_ROWS) {
+                ck_assert_int_eq(a->tp_split, TP_REPLICATED);
+                ck_assert_int_eq(b->tp_split, TP_ROWS);
+                ck_assert_int_eq(b->tp_parts, p->tp_parts);
+                ck_assert_int_eq(b->tp_block, p->tp_block);
+                cut_rows++;
+            } else {
+                ck_assert_int_eq(p->tp_split, TP_COLS);
+                ck_assert_int_eq(a->tp_split, TP_COLS);
+                ck_assert_int_eq(b->tp_split, TP_REPLICATED);
+                cut_cols++;
+            }
+        }
+        ck_assert(cut_rows > 0 && cut_cols > 0);
+        check_slices(w, 2);
+        struct param_table s;
+        ck_assert_int_eq(param_table_tp_slice(w, 2, 1, &s), ZT_OK);
+        ck_assert_uint_eq(s.lora.n_base_params, s.unit_offset[s.lora.n_base_units]);
+        ck_assert_int_eq(s.lora.unit_adapter[1], w->lora.unit_adapter[1]);
+        param_table_free(&s);
+        param_table_free(w);
+    }
+}
+END_TEST
+
+static void store_whole(void *arg, size_t whole_begin, size_t n, size_t at)
+{
+    ck_assert(n == 1 && at == 0);
+    *(size_t *)arg = whole_begin;
+}
+
+/* Slice element s of tensor k is whole element first + s / run * stride +
+ * s % run of it: the same element param_table_tp_runs maps it to. */
+static void tensor_runs_agree(const struct param_table *s)
+{
+    for (int k = 0; k < s->n_tensors; k++) {
+        const struct param_tensor *p = &s->tensors[k], *wt = &s->whole->tensors[k];
+        size_t first, run, stride;
+        param_table_tp_tensor_runs(s, k, &first, &run, &stride);
+        for (size_t e = 0; e < p->numel; e++) {
+            size_t got = e;
+            if (run)
+                got = first + e / run * stride + e % run;
+            size_t want = 0; /* the one-element run of slice element e */
+            param_table_tp_runs(s, p->offset + e, p->offset + e + 1, store_whole, &want);
+            ck_assert_msg(got == want - wt->offset, "%s element %zu: %zu, the runs say %zu",
+                          p->name, e, got, want - wt->offset);
+        }
+    }
+}
+
+START_TEST(tensor_runs_are_the_flat_runs)
+{
+    struct param_table tables[3] = {gpt2_whole(), llama_whole(0, 0), llama_whole(0, 1)};
+    adapt(&tables[0]);
+    for (int i = 0; i < 3; i++) {
+        for (int T = 2; T <= 4; T *= 2)
+            for (int r = 0; r < T; r++) {
+                struct param_table s;
+                ck_assert_int_eq(param_table_tp_slice(&tables[i], T, r, &s), ZT_OK);
+                tensor_runs_agree(&s);
+                param_table_free(&s);
+            }
+        param_table_free(&tables[i]);
+    }
+}
+END_TEST
+
 START_TEST(sizes_that_do_not_divide_are_refused)
 {
     struct param_table w = gpt2_whole(), l = llama_whole(0, 0), s;
@@ -222,5 +320,7 @@ int main(void)
     tcase_add_test(tc, a_slice_initialises_to_the_whole_models_values);
     tcase_add_test(tc, qkv_is_cut_in_whole_heads_of_each_part);
     tcase_add_test(tc, sizes_that_do_not_divide_are_refused);
+    tcase_add_test(tc, adapters_are_cut_as_their_base);
+    tcase_add_test(tc, tensor_runs_are_the_flat_runs);
     return testutil_run_suite(s, 0);
 }

@@ -743,7 +743,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_OUT, sc + s.dmlp, G(T_DOWN),
                                       NULL, dout, layer + a.mlp, P(T_DOWN), BT, I, C));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(c, l, T_DOWN), 1, sc + s.dmlp, dout,
+    ZT_TRY(model_lora_backward(&m->base, h, layer_tensor(c, l, T_DOWN), 1, sc + s.dmlp, dout,
                                layer + a.mlp, BT));
     ZT_TRY(zero(m, sc + s.dgu, (size_t)BT * 2 * I));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
@@ -753,7 +753,8 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_IN, dln, G(T_GATE), NULL,
                                       sc + s.dgu, ln, P(T_GATE), BT, C, 2 * I));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(c, l, T_GATE), 2, dln, sc + s.dgu, ln, BT));
+    ZT_TRY(
+        model_lora_backward(&m->base, h, layer_tensor(c, l, T_GATE), 2, dln, sc + s.dgu, ln, BT));
     /* a column-parallel layer's input gradient: summed over the slices */
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_POST_NORM), sc + s.dln_rows, layer + a.res2,
@@ -763,7 +764,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, sc + s.datty, G(T_O),
                                       NULL, dout, layer + a.atty, P(T_O), BT, NH * hs, C));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(c, l, T_O), 1, sc + s.datty, dout,
+    ZT_TRY(model_lora_backward(&m->base, h, layer_tensor(c, l, T_O), 1, sc + s.datty, dout,
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
@@ -778,7 +779,7 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_QKV, dln, G(T_Q),
                                       c->attention_bias ? G(T_Q_BIAS) : NULL, sc + s.dqkv, ln,
                                       P(T_Q), BT, C, QKV));
-    ZT_TRY(model_lora_backward(&m->base, layer_tensor(c, l, T_Q), 3, dln, sc + s.dqkv, ln, BT));
+    ZT_TRY(model_lora_backward(&m->base, h, layer_tensor(c, l, T_Q), 3, dln, sc + s.dqkv, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_IN_NORM), sc + s.dln_rows, x, P(T_IN_NORM),
                          STAT(layer + a.ln1_rstd)));
@@ -815,7 +816,7 @@ static zt_status head_backward(struct llama *m, const struct model_unit_hooks *h
                 m->ops->matmul_backward(
                     m->ops, model_act(&m->base), dln, model_grad_in(t, head_tensor(c), g), NULL,
                     dlogits, m->acts + a.lnf, model_param_in(t, head_tensor(c), w), BT, C, V));
-    ZT_TRY(model_lora_backward(&m->base, head_tensor(c), 1, dln, dlogits, m->acts + a.lnf, BT));
+    ZT_TRY(model_lora_backward(&m->base, h, head_tensor(c), 1, dln, dlogits, m->acts + a.lnf, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, m->scratch + s.dln_rows, C));
     if (tied) {
         ZT_TRY(model_unit_release(&m->base, h, 0));

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../common/rng.h"
+#include "tensor_parallel.h"
 
 /* Whether `target` reads as a regular expression (PEFT takes a string
  * target_modules as one) rather than a module name. */
@@ -167,6 +168,23 @@ static void add_tensor(struct param_table *t, const char *name, int rows, int co
     t->n_params += p->numel;
 }
 
+/* Tensor parallelism cuts the pair just added as it cuts their base p:
+ * a column-parallel base's outputs (rows) are split, so B [out, r] is split
+ * by rows as the base is (in the same parts and heads) and A [r, in] reads
+ * the whole input, replicated; a row-parallel base reads a slice of the
+ * input (columns), so A is split by columns and B, whose output is summed
+ * over the ranks with the base's, is replicated. */
+static void cut_as_base(struct param_table *t, const struct param_tensor *p)
+{
+    struct param_tensor *a = &t->tensors[t->n_tensors - 2], *b = &t->tensors[t->n_tensors - 1];
+    struct param_tensor *cut = p->tp_split == TP_ROWS ? b : p->tp_split == TP_COLS ? a : NULL;
+    if (!cut)
+        return;
+    cut->tp_split = p->tp_split;
+    cut->tp_parts = p->tp_split == TP_ROWS ? p->tp_parts : 1;
+    cut->tp_block = p->tp_block;
+}
+
 /* How many adapted weights and adapter units the spec gives t. */
 static void count_adapted(const struct param_table *t, const struct lora_spec *spec,
                           const char *const *module_names, int *n_weights, int *n_units)
@@ -242,6 +260,7 @@ zt_status lora_attach(struct param_table *t, const struct lora_spec *spec,
         add_tensor(t, name, spec->r, p->cols, *unit, k);
         adapter_name(p->name, "lora_B", name, sizeof name);
         add_tensor(t, name, p->rows, spec->r, *unit, k);
+        cut_as_base(t, p);
         t->unit_offset[*unit + 1] = t->n_params;
     }
     return ZT_OK;

@@ -628,7 +628,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_OUT, sc + s.dfch_gelu,
                                       G(T_FCPW), G(T_FCPB), dout, layer + a.fch_gelu, P(T_FCPW), BT,
                                       F, C));
-    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCPW), 1, sc + s.dfch_gelu, dout,
+    ZT_TRY(model_lora_backward(&m->base, h, block_tensor(l, T_FCPW), 1, sc + s.dfch_gelu, dout,
                                layer + a.fch_gelu, BT));
     ZT_TRY(zero(m, sc + s.dfch, (size_t)BT * F));
     MODEL_TIMED(m, MODEL_PROF_ACTIVATION,
@@ -638,7 +638,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_MLP_IN, dln, G(T_FCW), G(T_FCB),
                                       sc + s.dfch, ln, P(T_FCW), BT, C, F));
-    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_FCW), 1, dln, sc + s.dfch, ln, BT));
+    ZT_TRY(model_lora_backward(&m->base, h, block_tensor(l, T_FCW), 1, dln, sc + s.dfch, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_LN2W), G(T_LN2B), sc + s.dln_rows, layer + a.res2,
                          P(T_LN2W), STAT(layer + a.ln2_mean), STAT(layer + a.ln2_rstd)));
@@ -647,7 +647,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_ATTN_OUT, sc + s.datty, G(T_PROJW),
                                       G(T_PROJB), dout, layer + a.atty, P(T_PROJW), BT, A, C));
-    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_PROJW), 1, sc + s.datty, dout,
+    ZT_TRY(model_lora_backward(&m->base, h, block_tensor(l, T_PROJW), 1, sc + s.datty, dout,
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * A));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
@@ -659,7 +659,7 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
                 model_linear_backward(&m->base, ops, l, FP8_GEMM_QKV, dln, G(T_QKVW), G(T_QKVB),
                                       sc + s.dqkv, ln, P(T_QKVW), BT, C, 3 * A));
-    ZT_TRY(model_lora_backward(&m->base, block_tensor(l, T_QKVW), 1, dln, sc + s.dqkv, ln, BT));
+    ZT_TRY(model_lora_backward(&m->base, h, block_tensor(l, T_QKVW), 1, dln, sc + s.dqkv, ln, BT));
     ZT_TRY(model_sp_reduce(&m->base, h, dln, sc + s.dln_rows, C));
     ZT_TRY(norm_backward(m, h, dres, G(T_LN1W), G(T_LN1B), sc + s.dln_rows, x, P(T_LN1W),
                          STAT(layer + a.ln1_mean), STAT(layer + a.ln1_rstd)));

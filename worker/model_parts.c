@@ -9,6 +9,7 @@
 
 #include "../common/rng.h"
 #include "precision.h"
+#include "tensor_parallel.h"
 
 void model_table_add(struct param_table *t, const char *name, int rows, int cols, int unit,
                      size_t *offset)
@@ -147,6 +148,42 @@ static zt_status dropout_buffers(struct model *m)
     return ZT_OK;
 }
 
+/* Which factor of base tensor p's adapters every tensor-parallel rank
+ * holds whole (cut_as_base, lora.c) while its weight gradient is only this
+ * rank's part, to be summed over the ranks: a column-parallel base's A,
+ * whose gradient du^T x has du = dout B summed over the output slices the
+ * ranks hold, and a row-parallel base's B, whose gradient dout^T u has
+ * u = A x summed over the input slices. The cut factor's gradient is
+ * whole where it is (B's rows: dout's slice times the whole u; A's
+ * columns: the whole du times x's slice). -1: none (a whole model). */
+static int partial_factor(const struct param_table *t, const struct param_tensor *p)
+{
+    if (param_table_tp_size(t) == 1 || p->adapter < 0)
+        return -1;
+    return p->tp_split == TP_ROWS ? p->adapter : p->tp_split == TP_COLS ? p->adapter + 1 : -1;
+}
+
+/* The fp32 buffer such a gradient is computed in before the sum. */
+static zt_status partial_grad_buffer(struct model *m)
+{
+    struct model_adapters *a = m->lora;
+    const struct param_table *t = m->table;
+    size_t widest = 0;
+    for (int k = 0; k < t->lora.n_base_tensors; k++) {
+        const int f = partial_factor(t, &t->tensors[k]);
+        if (f >= 0 && t->tensors[f].numel > widest)
+            widest = t->tensors[f].numel;
+    }
+    if (!widest)
+        return ZT_OK;
+    void *p = NULL;
+    ZT_TRY(device_alloc(a->dev, LEDGER_WORKSPACE, widest * sizeof(float),
+                        "LoRA gradient summed over tensor-parallel ranks", &p));
+    a->partial = p;
+    a->partial_bytes = widest * sizeof(float);
+    return ZT_OK;
+}
+
 zt_status model_adapters_create(struct model *m, const struct compute_backend *be)
 {
     const struct param_table *t = m->table;
@@ -181,6 +218,7 @@ zt_status model_adapters_create(struct model *m, const struct compute_backend *b
     }
     a->scratch = p;
     m->lora = a;
+    ZT_TRY(partial_grad_buffer(m));
     return t->lora.dropout > 0.0f ? dropout_buffers(m) : ZT_OK;
 }
 
@@ -194,6 +232,8 @@ void model_adapters_destroy(struct model *m)
     for (int i = 0; i < 3 && a->drop_bytes; i++) /* newest first; a plan's are NULL but counted */
         if (drop[i] || m->plan)
             device_free(a->dev, LEDGER_WORKSPACE, a->drop_bytes, drop[i]);
+    if (a->partial_bytes)
+        device_free(a->dev, LEDGER_WORKSPACE, a->partial_bytes, a->partial);
     free(a->mask_host);
     free(a->host_typed);
     free(a->w);
@@ -261,24 +301,30 @@ static int dropping(const struct model *m)
 
 /* Adapted tensor k's dropout mask for the micro batch, 0 or 1 / (1 - p)
  * per element of its input [N = B*T, C], in a->mask: element (t, c) of
- * batch row b is counter t*C + c of the generator keyed by the row's
- * global sample index and k, so a layout and a recompute draw the same
- * mask. Then a->dropped = inp * mask. */
+ * batch row b of the whole model's input [N, C_whole] is counter
+ * t*C_whole + c of the generator keyed by the row's global sample index
+ * and k, so a layout and a recompute draw the same mask; a row-parallel
+ * slice, whose input is columns [rank C, rank C + C) of that, draws
+ * their counters. Then a->dropped = inp * mask. */
 static zt_status drop_input(struct model *m, int k, const void *inp, int N, int C)
 {
     struct model_adapters *a = m->lora;
-    const double p = m->table->lora.dropout;
+    const struct param_table *t = m->table;
+    const double p = t->lora.dropout;
     const float keep = (float)(1.0 / (1.0 - p));
     const uint64_t base = rng_key(m->seed, "lora_dropout");
-    const size_t row_len = (size_t)m->T * (size_t)C;
+    const size_t whole_cols = (size_t)param_table_whole(t)->tensors[k].cols;
+    const size_t col0 =
+        t->tensors[k].tp_split == TP_COLS ? (size_t)param_table_tp_rank(t) * (size_t)C : 0;
     const size_t n = (size_t)N * C;
     ZT_ASSERT(N == m->B * m->T && n * zt_dtype_size(model_act(m)) <= a->drop_bytes);
     for (int b = 0; b < m->B; b++) {
         const uint64_t row = m->row_ids ? m->row_ids[b] : (uint64_t)b;
         const uint64_t key = rng_u64(rng_u64(base, row), (uint64_t)k);
-        float *dst = a->mask_host + (size_t)b * row_len;
-        for (size_t i = 0; i < row_len; i++)
-            dst[i] = rng_uniform(key, i) < p ? 0.0f : keep;
+        float *dst = a->mask_host + (size_t)b * (size_t)m->T * (size_t)C;
+        for (size_t pos = 0; pos < (size_t)m->T; pos++)
+            for (size_t c = 0; c < (size_t)C; c++)
+                dst[pos * C + c] = rng_uniform(key, pos * whole_cols + col0 + c) < p ? 0.0f : keep;
     }
     ZT_TRY(model_copy_typed(a->dev, model_act(m), a->mask, a->mask_host, a->host_typed, n));
     return a->ops->mul_forward(a->ops, model_act(m), a->dropped, inp, a->mask, N * C);
@@ -312,8 +358,8 @@ zt_status model_lora_forward(struct model *m, int k, int n, void *out, const voi
     return ZT_OK;
 }
 
-zt_status model_lora_backward(struct model *m, int k, int n, void *dinp, const void *dout,
-                              const void *inp, int N)
+zt_status model_lora_backward(struct model *m, const struct model_unit_hooks *h, int k, int n,
+                              void *dinp, const void *dout, const void *inp, int N)
 {
     if (!m->lora)
         return ZT_OK;
@@ -336,11 +382,25 @@ zt_status model_lora_backward(struct model *m, int k, int n, void *dinp, const v
             x = a->dropped;
             dx = dinp ? a->ddropped : NULL;
         }
+        float *grad[2] = {model_grad_in(t, p->adapter, g), model_grad_in(t, p->adapter + 1, g)};
+        const int partial = partial_factor(t, p);
+        float *whole_grad = NULL;
+        if (partial >= 0) { /* this rank's part first, then the sum is added */
+            whole_grad = grad[partial - p->adapter];
+            grad[partial - p->adapter] = a->partial;
+            ZT_TRY(
+                a->ops->memset_zero(a->ops, a->partial, t->tensors[partial].numel * sizeof(float)));
+        }
         ZT_TRY(a->ops->lora_backward(
-            a->ops, model_act(m), dx, model_grad_in(t, p->adapter, g),
-            model_grad_in(t, p->adapter + 1, g), a->scratch, column_of(m, (void *)dout, col), ldo,
-            x, model_param_in(t, p->adapter, w), model_param_in(t, p->adapter + 1, w),
+            a->ops, model_act(m), dx, grad[0], grad[1], a->scratch, column_of(m, (void *)dout, col),
+            ldo, x, model_param_in(t, p->adapter, w), model_param_in(t, p->adapter + 1, w),
             t->lora.scale, N, p->cols, t->lora.r, p->rows));
+        if (partial >= 0) {
+            const size_t np = t->tensors[partial].numel;
+            ZT_TRY(model_tp_allreduce(m, h, ZT_F32, a->partial, np, MODEL_REDUCE_SUM));
+            ZT_TRY(a->ops->residual_forward(a->ops, ZT_F32, whole_grad, whole_grad, a->partial,
+                                            (int)np));
+        }
         if (dx && dx != dinp)
             ZT_TRY(a->ops->mul_backward(a->ops, model_act(m), dinp, a->mask, a->ddropped, (int)nx));
     }

@@ -95,6 +95,11 @@ struct model_adapters {
     float *mask_host;
     void *host_typed;
     size_t drop_bytes;
+    /* Under tensor parallelism: the fp32 weight gradient of an adapter
+     * factor every rank holds whole, this rank's part of it, before the
+     * sum over the ranks (model_lora_backward); NULL on a whole model. */
+    float *partial;
+    size_t partial_bytes;
     const struct device *dev;
     const struct ops_backend *ops;
 };
@@ -134,9 +139,14 @@ zt_status model_unit_grads_done(struct model *m, const struct model_unit_hooks *
  * inp[N, C]. */
 zt_status model_lora_forward(struct model *m, int k, int n, void *out, const void *inp, int N);
 /* The backward of the same, given dout (the gradient w.r.t. out): the
- * adapters' gradients, and their part of dinp (NULL: not wanted). */
-zt_status model_lora_backward(struct model *m, int k, int n, void *dinp, const void *dout,
-                              const void *inp, int N);
+ * adapters' gradients, and their part of dinp (NULL: not wanted). On a
+ * tensor-parallel slice, adapters are cut as their base (lora.c) and the
+ * forward needs nothing more (a row-parallel base's partial output takes
+ * the adapter's partial term into the same sum); here the gradient of the
+ * factor every rank holds whole is summed over the ranks through h, and
+ * dinp gets this rank's part, as the base's matmul gives it. */
+zt_status model_lora_backward(struct model *m, const struct model_unit_hooks *h, int k, int n,
+                              void *dinp, const void *dout, const void *inp, int N);
 
 /* ---- fp8 GEMMs (worker/model_fp8.c; the scaling: fp8_scaling.h) ----
  *

@@ -96,22 +96,42 @@ double optimizer_hparam_value(const struct optimizer_hparams *hp, enum optimizer
  * each rank keeps the tensor's small replicated state (row and column
  * factors) and updates it from the totals. The result is the unsharded
  * update whatever the world size, up to the order of double-precision
- * sums. */
+ * sums; under tensor parallelism too, the statistics and the state being
+ * the whole tensor's (struct optimizer_slice). */
 #define OPTIMIZER_MAX_ROUNDS 2
+
+/* Under tensor parallelism a rank holds a slice of a tensor, and the
+ * statistics are the whole tensor's (the engine reduces them over the
+ * tensor-parallel ranks too): the slice's elements lie in the whole
+ * tensor's index space in runs of `run` elements, `stride` apart, from
+ * `first` (rows cut: one run per part; columns cut: one per row). run 0:
+ * the piece is of the whole tensor itself. */
+struct optimizer_slice {
+    size_t first, run, stride;
+};
 
 /* How a round's statistics combine across ranks. */
 enum optimizer_reduce { OPTIMIZER_REDUCE_SUM, OPTIMIZER_REDUCE_MAX };
 struct optimizer_piece {
-    int rows, cols;     /* the tensor's shape, row-major; cols == 1 for a vector */
-    size_t numel;       /* rows * cols */
-    size_t lo, hi;      /* tensor elements [lo, hi) this rank updates; lo == hi: none */
-    float *params;      /* element lo of the fp32 parameters (the master copy) */
-    const float *grads; /* element lo of the averaged, clipped, unscaled gradients */
+    int rows, cols; /* the (whole) tensor's shape, row-major; cols == 1 for a vector */
+    size_t numel;   /* rows * cols */
+    size_t lo, hi;  /* elements [lo, hi) of the rank's slice that it updates; lo == hi: none */
+    struct optimizer_slice slice; /* where the slice's elements are in the tensor */
+    float *params;                /* element lo of the fp32 parameters (the master copy) */
+    const float *grads;           /* element lo of the averaged, clipped, unscaled gradients */
     void *states[OPTIMIZER_MAX_STATES];  /* element lo of each per-element state (state_dtype) */
     float *tensor_state;                 /* tensor_state_len floats, alike on every rank */
     double *stats[OPTIMIZER_MAX_ROUNDS]; /* each round's stats_len doubles */
     float decay;                         /* 1: weight decay applies to the tensor */
 };
+
+/* The tensor's index of piece element i (slice element lo + i). */
+static inline size_t optimizer_piece_at(const struct optimizer_piece *pc, size_t i)
+{
+    const size_t s = pc->lo + i;
+    const struct optimizer_slice *sl = &pc->slice;
+    return sl->run ? sl->first + s / sl->run * sl->stride + s % sl->run : s;
+}
 
 /* One range of an element-wise update, with the passes around it fused in
  * so that each buffer is read and written once: for i < n,

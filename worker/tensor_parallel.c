@@ -6,19 +6,24 @@
 
 zt_status param_table_copy(const struct param_table *src, struct param_table *out)
 {
-    ZT_ASSERT(src->lora.r == 0 && !src->whole && !src->fp8); /* fp8's state is owned once */
+    ZT_ASSERT(!src->whole && !src->fp8); /* fp8's state is owned once */
+    const size_t n_adapted = src->lora.r > 0 ? (size_t)src->lora.n_base_units : 0;
     *out = *src;
     out->tensors = malloc((size_t)src->n_tensors * sizeof *out->tensors + 1);
     out->unit_offset = malloc(((size_t)src->n_units + 1) * sizeof *out->unit_offset);
-    if (!out->tensors || !out->unit_offset) {
+    out->lora.unit_adapter = n_adapted ? malloc(n_adapted * sizeof(int)) : NULL;
+    if (!out->tensors || !out->unit_offset || (n_adapted && !out->lora.unit_adapter)) {
         free(out->tensors);
         free(out->unit_offset);
+        free(out->lora.unit_adapter);
         memset(out, 0, sizeof *out);
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the parameter table");
     }
     memcpy(out->tensors, src->tensors, (size_t)src->n_tensors * sizeof *out->tensors);
     memcpy(out->unit_offset, src->unit_offset,
            ((size_t)src->n_units + 1) * sizeof *out->unit_offset);
+    if (n_adapted)
+        memcpy(out->lora.unit_adapter, src->lora.unit_adapter, n_adapted * sizeof(int));
     return ZT_OK;
 }
 
@@ -44,12 +49,6 @@ zt_status param_table_tp_slice(const struct param_table *whole, int size, int ra
 {
     ZT_ASSERT(size >= 1 && rank >= 0 && rank < size);
     memset(out, 0, sizeof *out);
-    if (whole->lora.r > 0 || whole->quant.enabled)
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "tensor_parallel.size %d: LoRA adapters and a 4-bit base are not cut "
-                            "over tensor-parallel ranks in this version: set tensor_parallel.size "
-                            "to 1 for fine-tuning",
-                            size);
     for (int k = 0; k < whole->n_tensors; k++)
         ZT_TRY(check_divides(&whole->tensors[k], size));
     struct param_table *copy = malloc(sizeof *copy);
@@ -80,6 +79,8 @@ zt_status param_table_tp_slice(const struct param_table *whole, int size, int ra
     }
     out->unit_offset[out->n_units] = off;
     out->n_params = off;
+    if (out->lora.r > 0) /* the base units come first (lora.h) */
+        out->lora.n_base_params = out->unit_offset[out->lora.n_base_units];
     return ZT_OK;
 }
 
@@ -123,6 +124,28 @@ void param_table_tp_runs(const struct param_table *t, size_t begin, size_t end, 
         fn(arg, whole_at, n, pos - begin);
         pos += n;
     }
+}
+
+void param_table_tp_tensor_runs(const struct param_table *t, int k, size_t *first, size_t *run,
+                                size_t *stride)
+{
+    const struct param_tensor *pt = &t->tensors[k];
+    *first = *run = *stride = 0;
+    if (!t->whole || pt->tp_split == TP_REPLICATED)
+        return;
+    const struct param_tensor *wt = &t->whole->tensors[k];
+    const size_t cols = (size_t)pt->cols, rank = (size_t)t->tp_rank;
+    if (pt->tp_split == TP_COLS) {
+        *first = rank * cols;
+        *run = cols;
+        *stride = (size_t)wt->cols;
+        return;
+    }
+    const size_t parts = pt->tp_parts > 0 ? (size_t)pt->tp_parts : 1;
+    const size_t part_rows = (size_t)pt->rows / parts;
+    *first = rank * part_rows * cols;
+    *run = part_rows * cols;
+    *stride = (size_t)wt->rows / parts * cols;
 }
 
 struct whole_init {

@@ -59,8 +59,10 @@ static inline const struct param_table *param_table_whole(const struct param_tab
 /* Rank `rank`'s slice of `whole` over `size` ranks into *out (free with
  * param_table_free; it owns a copy of whole). size 1 gives a copy that is
  * the whole model. Errors: ZT_ERR_CONFIG when size does not divide a cut
- * dimension (naming the tensor and the dimension), ZT_ERR_UNSUPPORTED for
- * a table with LoRA adapters or a 4-bit base, ZT_ERR_NOMEM. */
+ * dimension (naming the tensor and the dimension), ZT_ERR_NOMEM. LoRA
+ * adapters are cut as their base weight (lora.h); a 4-bit base's tensors
+ * keep their storage, and each rank quantises its own slice
+ * (param_quant.h). */
 zt_status param_table_tp_slice(const struct param_table *whole, int size, int rank,
                                struct param_table *out);
 
@@ -73,13 +75,21 @@ typedef void (*tp_run_fn)(void *arg, size_t whole_begin, size_t n, size_t at);
 void param_table_tp_runs(const struct param_table *t, size_t begin, size_t end, tp_run_fn fn,
                          void *arg);
 
+/* Where tensor k of table t lies in the whole tensor's own index space
+ * (its element 0 at 0): slice element s is whole element
+ * *first + (s / *run) * *stride + s % *run, in runs of contiguous elements
+ * (a rows cut: one run per part; a columns cut: one per row). A tensor
+ * every rank holds whole, or a whole model's: *run = 0, element s is s. */
+void param_table_tp_tensor_runs(const struct param_table *t, int k, size_t *first, size_t *run,
+                                size_t *stride);
+
 /* param_table_init for any table: a slice's elements get the whole
  * model's values at their places, so every layout starts alike. */
 void param_table_tp_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                          float *dst);
 
-/* Deep copy of a table without adapters (its own arrays; free with
- * param_table_free). Errors: ZT_ERR_NOMEM. */
+/* Deep copy of a whole model's table, adapters included (its own arrays;
+ * free with param_table_free). Errors: ZT_ERR_NOMEM. */
 zt_status param_table_copy(const struct param_table *src, struct param_table *out);
 
 #endif

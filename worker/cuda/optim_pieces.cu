@@ -94,6 +94,20 @@ static zt_status stats_reachable(const void *p, const char *what)
     return ZT_OK;
 }
 
+/* The kernels index a piece's elements contiguously in the tensor; a
+ * tensor-parallel slice's runs (struct optimizer_slice) are the CPU
+ * math's, which ZeRO-Offload's update runs. */
+static zt_status contiguous(const struct optimizer_piece *pc)
+{
+    if (pc->slice.run == 0)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_UNSUPPORTED,
+                        "optimizer Adafactor or AdamW8bit with tensor_parallel.size > 1: the "
+                        "CUDA kernels update contiguous pieces of whole tensors, not slices: set "
+                        "zero_optimization.offload_optimizer.device: cpu (the update then runs "
+                        "on the host), or tensor_parallel.size 1");
+}
+
 /* *slot += sum of term(i) for i < n, n > 0 (reduce.cuh's tree_sum). */
 template <class Term>
 static zt_status add_sum(struct cuda_ctx *ctx, Term term, size_t n, double *slot)
@@ -331,6 +345,7 @@ zt_status cuda_adafactor_round(const struct ops_backend *self, int round,
                                const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
+    ZT_TRY(contiguous(pc));
     return round == 0 ? adafactor_round0(ctx, pc) : adafactor_round1(ctx, pc, hp);
 }
 
@@ -338,6 +353,7 @@ zt_status cuda_adafactor_apply(const struct ops_backend *self, const struct opti
                                const struct optimizer_hparams *hp)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
+    ZT_TRY(contiguous(pc));
     const size_t n = piece_len(pc);
     if (n == 0)
         return ZT_OK; /* the CPU's apply changes nothing without a piece */
@@ -570,6 +586,7 @@ zt_status cuda_adamw8bit_round(const struct ops_backend *self, int round,
                                const struct optimizer_piece *pc, const struct optimizer_hparams *hp)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
+    ZT_TRY(contiguous(pc));
     const size_t n = piece_len(pc);
     /* round 0 is the quantised tensors', round 1 the small ones' */
     if (n == 0 || (round == 0) != quantised(pc, hp))
@@ -594,6 +611,7 @@ zt_status cuda_adamw8bit_apply(const struct ops_backend *self, const struct opti
                                const struct optimizer_hparams *hp)
 {
     struct cuda_ctx *ctx = cuda_ctx_of(self);
+    ZT_TRY(contiguous(pc));
     const size_t n = piece_len(pc);
     const int q = quantised(pc, hp) ? 0 : 1;
     ZT_TRY(stats_reachable(pc->stats[q], "statistics"));
