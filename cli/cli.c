@@ -8,9 +8,9 @@
  *                          [--print-layout]
  *                          [--progress|--no-progress] [--profile] [--quiet]
  *   zerotrain eval CONFIG [--set key.path=value]... [--metrics FILE] [--checkpoint DIR]
- *   zerotrain export CKPT_DIR --out FILE.safetensors [--merge] [--dtype fp32|bf16|fp16]
- *                    [--max-shard-size SIZE]
- *   zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16]
+ *   zerotrain export CKPT_DIR --out DIR|FILE.safetensors [--merge] [--dtype fp32|bf16|fp16]
+ *                    [--max-shard-size SIZE] [--force]
+ *   zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16] [--force]
  *   zerotrain generate CONFIG|CKPT_DIR [--prompt TEXT | --file JSONL] [options]
  *   zerotrain prepare [--tokenizer NAME] [--tokenizer-dir DIR] --out FILE PATH...
  *   zerotrain tokenize [--tokenizer NAME] [--tokenizer-dir DIR] [--file FILE] [--decode]
@@ -53,10 +53,10 @@ static const char usage_text[] =
     "                            or sampled), decoded with the run's tokenizer\n"
     "  prepare --out FILE PATH...  tokenise text files and folders into a token file\n"
     "  tokenize                  print the ids of a text (stdin) as JSON, or --decode ids\n"
-    "  export CKPT_DIR --out FILE  write a checkpoint's weights as Hugging Face safetensors of\n"
-    "                            the model's family (sharded past --max-shard-size, 5GB);\n"
-    "                            LoRA: --merge merges the adapters in, --adapter --out DIR\n"
-    "                            writes them as a PEFT adapter folder\n"
+    "  export CKPT_DIR --out DIR   write a checkpoint as a Hugging Face model folder (weights,\n"
+    "                            config.json, generation_config.json, tokenizer files);\n"
+    "                            LoRA: --merge merges the adapters in, --adapter writes them\n"
+    "                            as a PEFT adapter folder\n"
     "  plan CONFIG --gpus N      compare every tensor x pipeline x data x ZeRO layout of the\n"
     "                            model on N GPUs: memory per rank, traffic, predicted speed\n"
     "  calibrate --out FILE      measure this node into a machine file for plan --machine\n"
@@ -103,28 +103,38 @@ static const char eval_help[] =
     "The last line printed is: val_loss <value>\n";
 
 static const char export_help[] =
-    "usage: zerotrain export CKPT_DIR --out DIR/NAME.safetensors [--merge]\n"
-    "                        [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
-    "       zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16]\n"
+    "usage: zerotrain export CKPT_DIR --out DIR|DIR/NAME.safetensors [--merge]\n"
+    "                        [--dtype fp32|bf16|fp16] [--max-shard-size SIZE] [--force]\n"
+    "       zerotrain export CKPT_DIR --adapter --out DIR [--dtype fp32|bf16|fp16] [--force]\n"
     "Writes the full model of a checkpoint (a step-NNNNNNNN folder, or a checkpoint.dir whose\n"
-    "`latest` names one) as Hugging Face weights of the model's family (GPT-2: GPT2Model's\n"
-    "names and shapes; Llama: LlamaForCausalLM's), in fp32 (default) or the given precision.\n"
-    "Needs no MPI: it reads every rank's shard file, and the base model's file or seed when\n"
-    "a fine-tuning checkpoint keeps it outside.\n"
+    "`latest` names one) as save_pretrained writes a model folder: Hugging Face weights of the\n"
+    "model's family (GPT-2: GPT2Model's names and shapes; Llama: LlamaForCausalLM's), in fp32\n"
+    "(default) or the given precision, config.json (the architecture, the shape, torch_dtype),\n"
+    "generation_config.json (the tokenizer's bos and eos ids) and the tokenizer files the run\n"
+    "used (tokenizer.json and tokenizer_config.json; GPT-2's as vocab.json and merges.txt), so\n"
+    "that from_pretrained(DIR) and zerotrain generate DIR need nothing else. DIR is made if\n"
+    "missing. Needs no MPI: it reads every rank's shard file, and the base model's file or\n"
+    "seed when a fine-tuning checkpoint keeps it outside.\n"
+    "  --out DIR              the folder; the weights are DIR/model.safetensors\n"
+    "  --out DIR/NAME.safetensors\n"
+    "                         the weights' file, config.json and the rest beside it\n"
     "  --max-shard-size SIZE  the most bytes of tensor data in one file, as save_pretrained's\n"
     "                         max_shard_size (default 5GB): 5GB, 500MB, 100KB (powers of 10),\n"
     "                         2GiB, 512MiB, 64KiB (powers of 2) or a number of bytes.\n"
-    "A model that fits is the one file DIR/NAME.safetensors; a larger one is cut as\n"
-    "save_pretrained cuts it, into DIR/NAME-00001-of-0000N.safetensors ... and the index\n"
-    "DIR/NAME.safetensors.index.json, written last. model.init_from takes the file, the index,\n"
-    "or DIR when NAME is model. DIR is made if missing, and DIR/config.json written (the\n"
-    "architecture, the shape, torch_dtype), so that from_pretrained(DIR) builds the model.\n"
+    "  --force                write over a folder that holds an export already\n"
+    "A model that fits is the one file NAME.safetensors; a larger one is cut as\n"
+    "save_pretrained cuts it, into NAME-00001-of-0000N.safetensors ... and the index\n"
+    "NAME.safetensors.index.json, written last. model.init_from takes the file, the index,\n"
+    "or DIR when NAME is model. A folder's config.json describes its weights: without --force,\n"
+    "--out DIR is refused when DIR/config.json exists, and --out DIR/NAME.safetensors when\n"
+    "DIR/config.json describes another model.\n"
     "A checkpoint with LoRA adapters (lora.enabled) is exported one of two ways:\n"
     "  --merge    the model with W + (lora_alpha / r) B A in every adapted weight, as PEFT's\n"
     "             merge_and_unload() gives it\n"
     "  --adapter  the adapters alone: DIR/adapter_model.safetensors and\n"
     "             DIR/adapter_config.json, as PEFT's save_pretrained writes them (lora.init_from\n"
-    "             and PeftModel.from_pretrained read them)\n";
+    "             and PeftModel.from_pretrained read them), with the generation config and the\n"
+    "             tokenizer files; refused over an adapter_config.json without --force\n";
 
 static const char prepare_help[] =
     "usage: zerotrain prepare [--tokenizer NAME] [--tokenizer-dir DIR] --out FILE PATH...\n"
@@ -475,8 +485,8 @@ static int run_help(int argc, char **argv)
 /* export's flags that choose what is written. */
 static const struct {
     const char *flag;
-    enum export_what what;
-} export_flags[] = {{"--merge", EXPORT_MERGED}, {"--adapter", EXPORT_ADAPTER}};
+    enum run_export_what what;
+} export_flags[] = {{"--merge", RUN_EXPORT_MERGED}, {"--adapter", RUN_EXPORT_ADAPTER}};
 
 /* Whether argv[i] is one of export_flags; sets rq->what, or fails a second one. */
 static int export_flag(const char *arg, struct export_request *rq, int *usage)
@@ -484,7 +494,7 @@ static int export_flag(const char *arg, struct export_request *rq, int *usage)
     for (size_t k = 0; k < sizeof export_flags / sizeof export_flags[0]; k++) {
         if (strcmp(arg, export_flags[k].flag) != 0)
             continue;
-        if (rq->what != EXPORT_MODEL)
+        if (rq->what != RUN_EXPORT_MODEL)
             *usage = usage_exit("%s: --merge and --adapter exclude each other", arg);
         rq->what = export_flags[k].what;
         return 1;
@@ -494,7 +504,7 @@ static int export_flag(const char *arg, struct export_request *rq, int *usage)
 
 static int run_export(int argc, char **argv)
 {
-    struct export_request rq = {.dtype = "fp32", .what = EXPORT_MODEL};
+    struct export_request rq = {.dtype = "fp32", .what = RUN_EXPORT_MODEL};
     int usage = 0;
     for (int i = 0; i < argc && !usage; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
@@ -503,6 +513,8 @@ static int run_export(int argc, char **argv)
             rq.dtype = argv[++i];
         } else if (strcmp(argv[i], "--max-shard-size") == 0 && i + 1 < argc) {
             rq.max_shard_size = argv[++i];
+        } else if (strcmp(argv[i], "--force") == 0) {
+            rq.force = 1;
         } else if (export_flag(argv[i], &rq, &usage)) {
             continue;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
@@ -517,7 +529,7 @@ static int run_export(int argc, char **argv)
     if (usage)
         return usage;
     if (!rq.checkpoint || !rq.out) {
-        return usage_exit("%s", "export needs CKPT_DIR and --out FILE (see zerotrain help export)");
+        return usage_exit("%s", "export needs CKPT_DIR and --out DIR (see zerotrain help export)");
     }
     zt_status st = export_run(&rq, stdout);
     if (st != ZT_OK)

@@ -1,18 +1,22 @@
 /* cli/generate.c — see generate.h.
  *
- * Where the weights come from, in this order: a checkpoint named on the
- * command line (a step folder or a checkpoint.dir), else the CONFIG's
- * checkpoint.dir's latest checkpoint, else its model.init_from (Hugging
- * Face weights: a file, an index, or an exported folder). A checkpoint's
- * LoRA adapters are merged in (lora_merge), which gives the adapted
- * model's outputs exactly as PEFT's merge_and_unload does. The tokenizer
- * is the run's: data.tokenizer of the CONFIG, or of the configuration a
- * checkpoint keeps in its meta.json.
+ * Where the weights come from: a folder named on the command line, which
+ * is a checkpoint (a step folder or a checkpoint.dir), an exported model
+ * folder (config.json and Hugging Face weights, as save_pretrained and
+ * `zerotrain export` write it) or a PEFT adapter folder (adapter_config.json,
+ * whose base_model_name_or_path is a model file or folder); else a CONFIG,
+ * whose checkpoint.dir's latest checkpoint, else model.init_from, is taken.
+ * Adapters are merged in (lora_merge), which gives the adapted model's
+ * outputs exactly as PEFT's merge_and_unload does. The tokenizer is the
+ * run's: data.tokenizer of the CONFIG or of the configuration a checkpoint
+ * keeps in its meta.json, or the tokenizer files of an exported folder.
  *
- * Each prompt is encoded, run through the model in one step (the prefill),
- * then one token per step until --max-new-tokens or the tokenizer's
- * end-of-text token. Draws use counter (prompt index << 32) + step of
- * rng_key(seed, "generate"), so a seed gives the same text every time.
+ * Each prompt is encoded (with --chat, first rendered through the chat
+ * template with its generation prompt), run through the model in one step
+ * (the prefill), then one token per step until --max-new-tokens, the
+ * tokenizer's end-of-text token or the template's end of turn. Draws use
+ * counter (prompt index << 32) + step of rng_key(seed, "generate"), so a
+ * seed gives the same text every time.
  */
 #include "generate.h"
 
@@ -28,27 +32,35 @@
 #include "../config/config.h"
 #include "../config/yaml_tree.h"
 #include "../coordinator/run_checkpoint.h"
+#include "../coordinator/run_export.h"
 #include "../data/data.h"
 #include "../formats/checkpoint.h"
 #include "../formats/hf_weights.h"
+#include "../formats/peft_adapter.h"
 #include "../worker/infer.h"
 #include "../worker/lora.h"
 #include "../worker/ops.h"
 #include "../worker/sampling.h"
 
 const char generate_help[] =
-    "usage: zerotrain generate CONFIG|CKPT_DIR [--prompt TEXT | --file JSONL]\n"
+    "usage: zerotrain generate CONFIG|CKPT_DIR|MODEL_DIR [--prompt TEXT | --file JSONL]\n"
     "                          [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-    "                          [--seed S] [--json] [--set key.path=value]...\n"
+    "                          [--seed S] [--json] [--chat] [--chat-template NAME]\n"
+    "                          [--set key.path=value]...\n"
     "Continues a prompt with a trained model, one token per step over a key/value cache, and\n"
     "prints the prompt and its continuation, decoded with the run's tokenizer. The weights are\n"
-    "CKPT_DIR's (a step-NNNNNNNN folder, or a checkpoint.dir whose `latest` names one), else\n"
-    "the latest checkpoint of CONFIG's checkpoint.dir, else CONFIG's model.init_from (Hugging\n"
-    "Face weights, an exported file or folder); LoRA adapters are merged in. No mpirun: one\n"
+    "those of the folder named: a checkpoint (a step-NNNNNNNN folder, or a checkpoint.dir whose\n"
+    "`latest` names one), an exported model folder (config.json and safetensors, as\n"
+    "`zerotrain export` and save_pretrained write it, with its tokenizer files) or a PEFT\n"
+    "adapter folder (on the model its base_model_name_or_path names); else those of CONFIG:\n"
+    "the latest checkpoint of its checkpoint.dir, else its model.init_from (Hugging Face\n"
+    "weights, an exported file or folder). LoRA adapters are merged in. No mpirun: one\n"
     "process on the CPU, in fp32; under mpirun with more than one rank it refuses.\n"
     "  --prompt TEXT          the prompt (default: empty, which starts from the tokenizer's\n"
     "                         begin- or end-of-text token)\n"
-    "  --file JSONL           one prompt per line, {\"prompt\": TEXT}; prints one JSON line each\n"
+    "  --file JSONL           one prompt per line, {\"prompt\": TEXT} (or with --chat\n"
+    "                         {\"messages\": [{\"role\", \"content\"}, ...]}); prints one JSON\n"
+    "                         line each\n"
     "  --max-new-tokens N     tokens generated after the prompt (default 64); stops earlier at\n"
     "                         the tokenizer's end-of-text token or at block_size positions\n"
     "  --temperature T        0 (default): greedy, the most likely token each step; > 0: draw\n"
@@ -58,15 +70,20 @@ const char generate_help[] =
     "                         reaches P (default 1: all)\n"
     "  --seed S               the draws' seed (default 1234): the same seed, the same text\n"
     "  --json                 print {\"prompt\", \"completion\", \"ids\", ...} as one JSON line\n"
-    "  --chat                 refused for now (no chat template yet): format the prompt yourself\n"
+    "  --chat                 the prompt is the user's message: rendered through the chat\n"
+    "                         template as apply_chat_template(add_generation_prompt=True) does,\n"
+    "                         generation stops at the template's end of turn, and the reply\n"
+    "                         alone is printed. The template is data.chat_template, else the\n"
+    "                         one the tokenizer_config.json's chat_template is\n"
+    "  --chat-template NAME   --chat with template NAME (llama3, chatml, llama2, mistral)\n"
     "  --set key.path=value   override a key of CONFIG (repeatable)\n"
     "Speeds go to stderr: prefill and decode tokens/s.\n";
 
 #define MAX_SETS 64
 
 struct gen_options {
-    const char *source, *prompt, *file;
-    int max_new, top_k, json, have_prompt;
+    const char *source, *prompt, *file, *chat_template;
+    int max_new, top_k, json, have_prompt, chat;
     double temperature, top_p;
     uint64_t seed;
     struct config_override sets[MAX_SETS];
@@ -79,14 +96,27 @@ struct gen_model {
     struct param_table base;  /* the model generation runs (adapters merged in) */
     float *params;
     struct tokenizer *tok;
-    char where[4200]; /* where the weights came from, for the source line */
+    char where[4200];                /* where the weights came from, for the source line */
+    char chat_template[32];          /* the run's data.chat_template, "" when unset */
+    const struct chat_template *tpl; /* --chat's; NULL without */
+    int32_t end_of_turn;             /* tpl's end of turn as an id; -1 without */
 };
 
 /* ---- the options --------------------------------------------------------- */
 
 /* The options that take a value; numbers are checked against [lo, hi]
  * (whole: an integer), the others (lo > hi) taken as text. */
-enum gen_value { V_PROMPT, V_FILE, V_MAX_NEW, V_TEMPERATURE, V_TOP_K, V_TOP_P, V_SEED, V_SET };
+enum gen_value {
+    V_PROMPT,
+    V_FILE,
+    V_MAX_NEW,
+    V_TEMPERATURE,
+    V_TOP_K,
+    V_TOP_P,
+    V_SEED,
+    V_SET,
+    V_CHAT_TEMPLATE
+};
 
 static const struct {
     const char *name;
@@ -101,6 +131,7 @@ static const struct {
     [V_TOP_P] = {"--top-p", 1e-9, 1, 0},
     [V_SEED] = {"--seed", 0, 9007199254740992.0, 1}, /* 2^53: exact in a double */
     [V_SET] = {"--set", 1, 0, 0},
+    [V_CHAT_TEMPLATE] = {"--chat-template", 1, 0, 0},
 };
 
 static zt_status number_of(int k, const char *text, double *out)
@@ -147,6 +178,9 @@ static zt_status set_value(int k, const char *val, struct gen_options *o)
             return zt_error_set(ZT_ERR_USAGE, "too many --set options (at most %d)", MAX_SETS);
         o->sets[o->n_sets++].assignment = val;
         break;
+    case V_CHAT_TEMPLATE:
+        o->chat_template = val, o->chat = 1;
+        break;
     }
     return ZT_OK;
 }
@@ -158,9 +192,7 @@ static zt_status parse_option(int argc, char **argv, int *i, struct gen_options 
     if (strcmp(arg, "--json") == 0)
         return o->json = 1, ZT_OK;
     if (strcmp(arg, "--chat") == 0)
-        return zt_error_set(ZT_ERR_USAGE,
-                            "--chat: no chat template is available yet; pass the prompt already "
-                            "formatted as the model was trained on it");
+        return o->chat = 1, ZT_OK;
     for (size_t k = 0; k < sizeof value_options / sizeof value_options[0]; k++) {
         if (strcmp(arg, value_options[k].name) != 0)
             continue;
@@ -181,12 +213,12 @@ static zt_status parse_args(int argc, char **argv, struct gen_options *o)
         else if (!o->source)
             o->source = argv[i];
         else
-            return zt_error_set(ZT_ERR_USAGE, "unexpected argument '%s': one CONFIG or CKPT_DIR",
+            return zt_error_set(ZT_ERR_USAGE, "unexpected argument '%s': one CONFIG or folder",
                                 argv[i]);
     }
     if (!o->source)
         return zt_error_set(ZT_ERR_USAGE,
-                            "generate needs CONFIG or CKPT_DIR (see zerotrain help generate)");
+                            "generate needs CONFIG or a folder (see zerotrain help generate)");
     if (o->have_prompt && o->file)
         return zt_error_set(ZT_ERR_USAGE, "--prompt and --file exclude each other");
     return ZT_OK;
@@ -209,33 +241,20 @@ static zt_status check_one_process(void)
 
 /* ---- the weights --------------------------------------------------------- */
 
-/* The tokenizer named by data.tokenizer and data.tokenizer_dir of a
- * checkpoint's configuration text. */
-static zt_status open_tokenizer_of_yaml(const char *step_dir, const char *yaml,
-                                        struct tokenizer **out)
-{
-    struct yaml_tree *tree;
-    ZT_TRY(yaml_tree_load_string(step_dir, yaml, strlen(yaml), &tree));
-    const struct yaml_tree_node *name = yaml_tree_lookup(tree, "data.tokenizer");
-    const struct yaml_tree_node *dir = yaml_tree_lookup(tree, "data.tokenizer_dir");
-    const char *n =
-        name && name->kind == YAML_TREE_SCALAR && !yaml_tree_is_null(name) ? name->text : NULL;
-    const char *d =
-        dir && dir->kind == YAML_TREE_SCALAR && !yaml_tree_is_null(dir) ? dir->text : NULL;
-    zt_status st = tokenizer_open(n ? n : "bytes", d, out);
-    yaml_tree_free(tree);
-    return st;
-}
-
 static zt_status load_checkpoint(const char *path, struct gen_model *g, int with_tokenizer)
 {
     char step_dir[4096];
     struct ckpt_meta meta;
     ZT_TRY(ckpt_resolve(path, step_dir, sizeof step_dir));
     ZT_TRY(run_checkpoint_read_model(step_dir, &meta, &g->table, &g->params));
+    struct run_tokenizer_ref ref;
     zt_status st = ZT_OK;
     if (with_tokenizer)
-        st = open_tokenizer_of_yaml(step_dir, meta.config_yaml ? meta.config_yaml : "", &g->tok);
+        st = run_export_tokenizer_of(step_dir, meta.config_yaml ? meta.config_yaml : "", &ref);
+    if (with_tokenizer && st == ZT_OK) {
+        st = tokenizer_open(ref.name, ref.dir[0] ? ref.dir : NULL, &g->tok);
+        snprintf(g->chat_template, sizeof g->chat_template, "%s", ref.chat_template);
+    }
     if (g->table.lora.r > 0)
         lora_merge(&g->table, meta.lora.alpha, g->params);
     snprintf(g->where, sizeof g->where, "checkpoint %s (step %lld%s)", step_dir,
@@ -244,20 +263,129 @@ static zt_status load_checkpoint(const char *path, struct gen_model *g, int with
     return st;
 }
 
+/* The folder a model file or folder lies in (its config.json's). */
+static void folder_of(const char *path, char *dir, size_t n)
+{
+    struct stat sb;
+    const char *slash = strrchr(path, '/');
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(dir, n, "%s", path);
+    else if (slash)
+        snprintf(dir, n, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    else
+        snprintf(dir, n, ".");
+}
+
+/* The tokenizer whose files lie in the first of dirs that holds one, else
+ * the byte tokenizer. */
+static zt_status open_folder_tokenizer(const char *const *dirs, int n, struct tokenizer **out)
+{
+    for (int i = 0; i < n; i++)
+        if (dirs[i] && tokenizer_detect(dirs[i]))
+            return tokenizer_open(NULL, dirs[i], out);
+    return tokenizer_open("bytes", NULL, out);
+}
+
+/* The base weights of `model` (a file, an index or a folder, config.json
+ * beside it) into g->params[0 .. the base's parameters), for t. */
+static zt_status read_base(const char *model, const struct param_table *t, float *params)
+{
+    struct hf_weights_reader *r;
+    const struct param_table base = param_table_base(t);
+    ZT_TRY(hf_weights_open(model, &base, &r));
+    const zt_status st = hf_weights_read(r, 0, base.n_params, params);
+    hf_weights_close(r);
+    return st;
+}
+
+/* The table of the model whose config.json lies in `dir`, with adapters
+ * when `spec` is given, and room for its parameters. */
+static zt_status build_from_config(const char *dir, const struct lora_spec *spec,
+                                   struct gen_model *g)
+{
+    char config[4200];
+    struct zt_kvlist shape;
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    ZT_TRY(config_hf_model_shape(config, &shape));
+    ZT_TRY(session_table_build(&shape, spec, &g->table));
+    g->params = malloc((g->table.n_params ? g->table.n_params : 1) * sizeof(float));
+    if (!g->params)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu parameters", g->table.n_params);
+    return ZT_OK;
+}
+
+/* An exported model folder: config.json, the weights, the tokenizer files. */
+static zt_status load_model_folder(const char *dir, struct gen_model *g)
+{
+    ZT_TRY(build_from_config(dir, NULL, g));
+    ZT_TRY(read_base(dir, &g->table, g->params));
+    const char *dirs[] = {dir};
+    ZT_TRY(open_folder_tokenizer(dirs, 1, &g->tok));
+    snprintf(g->where, sizeof g->where, "model folder %s", dir);
+    return ZT_OK;
+}
+
+/* A PEFT adapter folder on the base its adapter_config.json names. */
+static zt_status load_adapter_folder(const char *dir, struct gen_model *g)
+{
+    struct peft_adapter_config pc;
+    struct peft_adapter_reader *r = NULL;
+    char base_dir[4096];
+    ZT_TRY(peft_adapter_read_config(dir, &pc));
+    zt_status st = ZT_OK;
+    if (!pc.base)
+        st = zt_error_set(ZT_ERR_USAGE,
+                          "%s/" PEFT_ADAPTER_CONFIG ": base_model_name_or_path is null: the "
+                          "adapters were trained on a base drawn from a seed, which only their "
+                          "checkpoint has (export it with --merge)",
+                          dir);
+    if (st == ZT_OK) {
+        folder_of(pc.base, base_dir, sizeof base_dir);
+        st = build_from_config(base_dir, &pc.spec, g);
+    }
+    if (st == ZT_OK)
+        st = read_base(pc.base, &g->table, g->params);
+    if (st == ZT_OK)
+        st = peft_adapter_open(dir, &g->table, &pc.spec, &r);
+    if (st == ZT_OK)
+        st = peft_adapter_read(r, g->table.lora.n_base_params, g->table.n_params,
+                               g->params + g->table.lora.n_base_params);
+    peft_adapter_close(r);
+    if (st == ZT_OK) {
+        const char *dirs[] = {dir, base_dir};
+        st = open_folder_tokenizer(dirs, 2, &g->tok);
+        lora_merge(&g->table, pc.spec.alpha, g->params);
+        snprintf(g->where, sizeof g->where, "adapter folder %s on %s (adapters merged in)", dir,
+                 pc.base);
+    }
+    peft_adapter_config_free(&pc);
+    return st;
+}
+
+/* What a named folder is, by the file that says so. */
+static zt_status load_folder(const char *dir, struct gen_model *g)
+{
+    char probe[4200];
+    struct stat sb;
+    snprintf(probe, sizeof probe, "%s/config.json", dir);
+    if (stat(probe, &sb) == 0)
+        return load_model_folder(dir, g);
+    snprintf(probe, sizeof probe, "%s/" PEFT_ADAPTER_CONFIG, dir);
+    if (stat(probe, &sb) == 0)
+        return load_adapter_folder(dir, g);
+    return load_checkpoint(dir, g, 1);
+}
+
 static zt_status load_init_from(const struct zt_config *c, struct gen_model *g)
 {
     struct zt_kvlist shape;
-    struct hf_weights_reader *r;
     config_model_shape(c, &shape);
     ZT_TRY(param_table_build(&shape, &g->table));
     g->params = malloc(g->table.n_params * sizeof(float));
     if (!g->params)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu parameters", g->table.n_params);
-    ZT_TRY(hf_weights_open(c->model.init_from, &g->table, &r));
-    const zt_status st = hf_weights_read(r, 0, g->table.n_params, g->params);
-    hf_weights_close(r);
     snprintf(g->where, sizeof g->where, "model.init_from %s", c->model.init_from);
-    return st;
+    return read_base(c->model.init_from, &g->table, g->params);
 }
 
 static zt_status load_config(const struct gen_options *o, struct gen_model *g)
@@ -267,15 +395,17 @@ static zt_status load_config(const struct gen_options *o, struct gen_model *g)
     int found = 0;
     ZT_TRY(config_load(o->source, o->sets, o->n_sets, &c));
     zt_status st = tokenizer_open(c.data.tokenizer, c.data.tokenizer_dir, &g->tok);
+    snprintf(g->chat_template, sizeof g->chat_template, "%s",
+             c.data.chat_template ? c.data.chat_template : "");
     if (st == ZT_OK && c.checkpoint.dir)
         st = ckpt_find_latest(c.checkpoint.dir, step_dir, sizeof step_dir, &found);
     if (st == ZT_OK && found)
         st = load_checkpoint(step_dir, g, 0);
     else if (st == ZT_OK && c.model.init_from && c.lora.enabled && c.lora.init_from)
         st = zt_error_set(ZT_ERR_UNSUPPORTED,
-                          "%s: lora.init_from: generate reads adapters from a checkpoint; export "
-                          "--merge the adapted model and name it in model.init_from",
-                          o->source);
+                          "%s: lora.init_from: generate reads adapters from a checkpoint or "
+                          "from their folder: zerotrain generate %s",
+                          o->source, c.lora.init_from);
     else if (st == ZT_OK && c.model.init_from)
         st = load_init_from(&c, g);
     else if (st == ZT_OK)
@@ -298,12 +428,74 @@ static zt_status gen_model_load(const struct gen_options *o, struct gen_model *g
                             "CKPT_DIR)",
                             o->source);
     if (S_ISDIR(sb.st_mode))
-        ZT_TRY(load_checkpoint(o->source, g, 1));
+        ZT_TRY(load_folder(o->source, g));
     else
         ZT_TRY(load_config(o, g));
     g->base = param_table_base(&g->table);
     g->base.quant.enabled = 0; /* the weights read are fp32 whatever the base was stored as */
     return ZT_OK;
+}
+
+/* --chat: the template (--chat-template, else the run's data.chat_template,
+ * else the one the tokenizer's config names) and its end of turn as an id. */
+static zt_status resolve_chat(const struct gen_options *o, struct gen_model *g)
+{
+    char names[128];
+    g->end_of_turn = -1;
+    if (!o->chat)
+        return ZT_OK;
+    chat_template_names(names, sizeof names);
+    const char *name = o->chat_template      ? o->chat_template
+                       : g->chat_template[0] ? g->chat_template
+                                             : NULL;
+    const char *from = o->chat_template ? "--chat-template" : "data.chat_template";
+    if (!name && tokenizer_chat_template(g->tok)) {
+        name = chat_template_detect(tokenizer_chat_template(g->tok));
+        from = "the tokenizer's chat_template";
+    }
+    if (!name)
+        return zt_error_set(ZT_ERR_USAGE,
+                            "--chat: no chat template: data.chat_template is not set and tokenizer "
+                            "%s names none that is built in; name one with --chat-template (%s)",
+                            tokenizer_name(g->tok), names);
+    if (!(g->tpl = chat_template_find(name)))
+        return zt_error_set(ZT_ERR_USAGE, "%s: unknown chat template '%s' (known: %s)", from, name,
+                            names);
+    ZT_TRY(chat_template_check(g->tpl, g->tok, from));
+    const char *end = chat_template_end_of_turn(g->tpl);
+    struct token_buffer ids = {0};
+    zt_status st = tokenizer_encode(g->tok, (const unsigned char *)end, strlen(end), &ids);
+    if (st == ZT_OK && ids.n == 1)
+        g->end_of_turn = ids.tokens[0];
+    else if (st == ZT_OK)
+        st = zt_error_set(ZT_ERR_CONFIG,
+                          "%s: template %s ends a turn with %s, which tokenizer %s "
+                          "does not have as one token",
+                          from, name, end, tokenizer_name(g->tok));
+    token_buffer_free(&ids);
+    return st;
+}
+
+/* The text a prompt is generated from: as given, or with --chat the
+ * conversation rendered with the generation prompt (a plain prompt is the
+ * user's one message). Owned by the caller. */
+static zt_status prompt_text(const struct gen_model *g, const char *prompt,
+                             const struct json_value *messages, const char *where, char **out)
+{
+    size_t len;
+    if (!g->tpl) {
+        *out = strdup(prompt ? prompt : "");
+        return *out ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "out of memory");
+    }
+    if (messages)
+        return chat_render_prompt(g->tpl, messages, where, out, &len);
+    char *keys[2] = {"role", "content"};
+    struct json_value fields[2] = {{.type = JSON_STRING, .str = "user"},
+                                   {.type = JSON_STRING, .str = (char *)(prompt ? prompt : "")}};
+    const struct json_value message = {.type = JSON_OBJECT, .n = 2, .items = fields, .keys = keys};
+    const struct json_value one = {
+        .type = JSON_ARRAY, .n = 1, .items = (struct json_value *)&message};
+    return chat_render_prompt(g->tpl, &one, where, out, &len);
 }
 
 static void gen_model_free(struct gen_model *g)
@@ -319,6 +511,7 @@ static void gen_model_free(struct gen_model *g)
 struct gen_result {
     int32_t *ids; /* the prompt's, then the new ones: infer_max_positions entries */
     size_t n, n_prompt;
+    int stopped; /* the last id is the end-of-text or end-of-turn token */
     double prefill_s, decode_s;
 };
 
@@ -358,6 +551,7 @@ static zt_status generate_one(const struct gen_model *g, struct infer_model *im,
     const struct sampling s = {o->temperature, o->top_k, o->top_p};
     const uint64_t key = rng_key(o->seed, "generate");
     const int32_t eot = tokenizer_eot_id(g->tok);
+    r->stopped = 0;
     infer_reset(im);
     ZT_TRY(encode_prompt(g, im, text, r));
     double t0 = zt_now_seconds();
@@ -368,7 +562,8 @@ static zt_status generate_one(const struct gen_model *g, struct infer_model *im,
         const int32_t next = sampling_pick(&s, logits, infer_vocab_size(im), key,
                                            (index << 32) + (uint64_t)step, order);
         r->ids[r->n++] = next;
-        if (next == eot || step + 1 == o->max_new || r->n == (size_t)infer_max_positions(im))
+        r->stopped = next == eot || next == g->end_of_turn;
+        if (r->stopped || step + 1 == o->max_new || r->n == (size_t)infer_max_positions(im))
             break;
         ZT_TRY(infer_step(im, &next, 1, logits));
     }
@@ -382,7 +577,9 @@ static zt_status completion_text(const struct gen_model *g, const struct gen_res
 {
     unsigned char *bytes;
     size_t len;
-    ZT_TRY(tokenizer_decode(g->tok, r->ids + r->n_prompt, r->n - r->n_prompt, &bytes, &len));
+    /* the stop token ends the text, it is not part of it (the ids keep it) */
+    ZT_TRY(tokenizer_decode(g->tok, r->ids + r->n_prompt, r->n - r->n_prompt - (size_t)r->stopped,
+                            &bytes, &len));
     char *z = malloc(len + 1);
     if (!z) {
         free(bytes);
@@ -404,8 +601,8 @@ static zt_status print_result(const struct gen_model *g, const struct gen_option
 {
     char *text = NULL;
     ZT_TRY(completion_text(g, r, &text));
-    if (!o->json && !o->file) {
-        fprintf(out, "%s%s\n", prompt, text);
+    if (!o->json && !o->file) { /* a chat's reply alone: the prompt is the template's text */
+        fprintf(out, "%s%s\n", g->tpl ? "" : prompt, text);
         free(text);
         return ZT_OK;
     }
@@ -429,8 +626,29 @@ static zt_status print_result(const struct gen_model *g, const struct gen_option
     return ZT_OK;
 }
 
-/* The prompts of --file: one JSON object per line with a string "prompt". */
-static zt_status read_prompts(const char *path, char ***prompts, size_t *n)
+/* One line of --file: {"prompt": TEXT}, or with --chat {"messages": [...]}
+ * too, as the text generated from (prompt_text). */
+static zt_status read_prompt_line(const struct gen_model *g, const char *where, const char *line,
+                                  size_t len, char **out)
+{
+    const struct json_source src = {.path = where, .code = ZT_ERR_USAGE, .max_depth = 16};
+    struct json_value v;
+    ZT_TRY(json_parse(&src, line, len, &v));
+    const struct json_value *pr = json_object_get(&v, "prompt", NULL);
+    const struct json_value *msgs = g->tpl ? json_object_get(&v, "messages", NULL) : NULL;
+    zt_status st = ZT_OK;
+    if (v.type != JSON_OBJECT || (!msgs && (!pr || pr->type != JSON_STRING)))
+        st = zt_error_set(ZT_ERR_USAGE, "%s: expected an object with a string \"prompt\"%s", where,
+                          g->tpl ? " or \"messages\"" : "");
+    if (st == ZT_OK)
+        st = prompt_text(g, msgs ? NULL : pr->str, msgs, where, out);
+    json_free(&v);
+    return st;
+}
+
+/* The prompts of --file, one a line. */
+static zt_status read_prompts(const struct gen_model *g, const char *path, char ***prompts,
+                              size_t *n)
 {
     char *text;
     size_t len;
@@ -445,24 +663,18 @@ static zt_status read_prompts(const char *path, char ***prompts, size_t *n)
         line++;
         if (strspn(p, " \t\r") >= (size_t)(end - p))
             continue;
-        char where[4200];
+        char where[4200], *one = NULL;
         snprintf(where, sizeof where, "%s:%zu", path, line);
-        const struct json_source src = {.path = where, .code = ZT_ERR_USAGE, .max_depth = 16};
-        struct json_value v;
-        st = json_parse(&src, p, (size_t)(end - p), &v);
-        const struct json_value *pr = st == ZT_OK ? json_object_get(&v, "prompt", NULL) : NULL;
-        if (st == ZT_OK && (v.type != JSON_OBJECT || !pr || pr->type != JSON_STRING))
-            st = zt_error_set(ZT_ERR_USAGE, "%s: expected an object with a string \"prompt\"",
-                              where);
+        st = read_prompt_line(g, where, p, (size_t)(end - p), &one);
         char **grown = st == ZT_OK ? realloc(*prompts, (*n + 1) * sizeof **prompts) : NULL;
         if (st == ZT_OK && !grown)
             st = zt_error_set(ZT_ERR_NOMEM, "cannot hold the prompts of %s", path);
         if (grown) {
             *prompts = grown;
-            (*prompts)[*n] = strdup(pr->str);
-            st = (*prompts)[(*n)++] ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "out of memory");
+            (*prompts)[(*n)++] = one;
+        } else {
+            free(one);
         }
-        json_free(&v);
     }
     free(text);
     return st;
@@ -527,16 +739,24 @@ static zt_status run(const struct gen_options *o, FILE *out, FILE *err)
     struct gen_model g = {0};
     char **prompts = NULL;
     size_t n = 0;
-    char *one[1] = {(char *)(o->prompt ? o->prompt : "")};
     zt_status st = check_one_process();
-    if (st == ZT_OK && o->file)
-        st = read_prompts(o->file, &prompts, &n);
     if (st == ZT_OK)
         st = gen_model_load(o, &g);
+    if (st == ZT_OK)
+        st = resolve_chat(o, &g);
+    if (st == ZT_OK && o->file) {
+        st = read_prompts(&g, o->file, &prompts, &n);
+    } else if (st == ZT_OK) {
+        prompts = calloc(1, sizeof *prompts);
+        st = prompts ? prompt_text(&g, o->prompt, NULL, "--prompt", &prompts[0])
+                     : zt_error_set(ZT_ERR_NOMEM, "out of memory");
+        n = prompts ? 1 : 0;
+    }
     if (st == ZT_OK) {
-        fprintf(err, "generate: %s, %s, tokenizer %s, %s\n", g.where, g.base.family->name,
-                tokenizer_name(g.tok), o->temperature > 0 ? "sampling" : "greedy");
-        st = generate_all(o, &g, o->file ? prompts : one, o->file ? n : 1, out, err);
+        fprintf(err, "generate: %s, %s, tokenizer %s%s%s, %s\n", g.where, g.base.family->name,
+                tokenizer_name(g.tok), g.tpl ? ", chat template " : "",
+                g.tpl ? chat_template_name(g.tpl) : "", o->temperature > 0 ? "sampling" : "greedy");
+        st = generate_all(o, &g, prompts, n, out, err);
     }
     free_prompts(prompts, n);
     gen_model_free(&g);

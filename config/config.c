@@ -60,6 +60,35 @@ zt_status config_load(const char *path, const struct config_override *overrides,
     return s;
 }
 
+zt_status config_hf_model_shape(const char *config_json, struct zt_kvlist *shape)
+{
+    /* the path as a YAML single-quoted scalar; data.train is required of
+     * every configuration but never read here */
+    size_t cap = 2 * strlen(config_json) + 64, len = 0;
+    char *yaml = malloc(cap);
+    if (!yaml)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", config_json);
+    len += (size_t)snprintf(yaml, cap, "model: {hf_config: '");
+    for (const char *p = config_json; *p; p++) {
+        if (*p == '\'')
+            yaml[len++] = '\'';
+        yaml[len++] = *p;
+    }
+    len += (size_t)snprintf(yaml + len, cap - len, "'}\ndata: {train: unread}\n");
+    struct yaml_tree *t = NULL;
+    struct zt_config c;
+    memset(&c, 0, sizeof c);
+    zt_status s = yaml_tree_load_string(config_json, yaml, len, &t);
+    free(yaml);
+    if (s == ZT_OK)
+        s = load_tree(t, config_json, NULL, 0, &c);
+    yaml_tree_free(t);
+    if (s == ZT_OK)
+        config_model_shape(&c, shape);
+    config_free(&c);
+    return s;
+}
+
 /* A group size of the data-parallel hierarchy (0: unset) must divide the
  * data-parallel size. */
 static zt_status check_group_size(const char *where, const char *key, long size, long dp,

@@ -153,6 +153,7 @@ struct zt_config {
                                        validation data); default 0 */
         long eval_batches; /* micro batches per evaluation, 0 = the whole val set; default 0 */
         char *output_dir;  /* default "runs/latest" */
+        int save_final;    /* without checkpoint.dir: the weights to <output_dir>/final; true */
         char *resume;      /* "auto" (default), "never", or a checkpoint path */
         int on_nonfinite;  /* enum zt_nonfinite_action, default stop */
         int nonfinite_skip_limit; /* skip: consecutive skipped steps that end the run, default 10 */
@@ -307,6 +308,13 @@ zt_status config_load(const char *path, const struct config_override *overrides,
  * (data.val_fraction > 0). Without it a run does not evaluate (and
  * run.eval_interval must be 0, a rule config_load checks). */
 int config_has_validation(const struct zt_config *cfg);
+
+/* The model a Hugging Face config.json describes, as config_model_shape
+ * gives it: the file read as model.hf_config, every key it does not give
+ * at its default. For readers of an exported folder, which have no
+ * configuration of their own. Errors: those of model.hf_config
+ * (ZT_ERR_CONFIG naming the file, ZT_ERR_UNSUPPORTED), ZT_ERR_NOMEM. */
+zt_status config_hf_model_shape(const char *config_json, struct zt_kvlist *shape);
 
 /* The model family's description of the configured model (the shape
  * worker/model_family.h's param_table_build reads). */

@@ -232,6 +232,11 @@ static const struct field fields[] = {
      "micro batches per evaluation, 0: the whole validation set"},
     {"run.output_dir", T_STRING, OFF(run.output_dir), 0, "runs/latest", NB, NB, 0, NULL,
      "where metrics and checkpoints go"},
+    {"run.save_final", T_BOOL, OFF(run.save_final), 0, "true", NB, NB, 0, NULL,
+     "a run without checkpoint.dir writes its trained weights to <output_dir>/final as "
+     "`zerotrain export` does (as the HF Trainer's output_dir): the LoRA adapters as PEFT's "
+     "folder when the base is model.init_from's, else the whole model, in fp32, with "
+     "config.json, generation_config.json and the tokenizer files; false: nothing is saved"},
 
     {"run.resume", T_STRING, OFF(run.resume), 0, "auto", NB, NB, 0, NULL,
      "auto: the latest checkpoint in checkpoint.dir if any; never; or a checkpoint path"},

@@ -122,10 +122,13 @@ static zt_status write_fp8_scaling(const struct run_session *s, struct ckpt_shar
     return st;
 }
 
-static zt_status write_sections(struct run_session *s, long step, struct ckpt_shard_writer *w)
+/* weights_only: the master alone, for a checkpoint read once for its
+ * weights (run_checkpoint_save_weights), never resumed. */
+static zt_status write_sections(struct run_session *s, long step, int weights_only,
+                                struct ckpt_shard_writer *w)
 {
     const struct shard_partition *p = &s->engine.part;
-    const int n_states = shard_engine_n_states(&s->engine);
+    const int n_states = weights_only ? 1 : shard_engine_n_states(&s->engine);
     size_t max_unit = 0;
     for (int u = 0; u < p->n_units; u++)
         max_unit = p->units[u].shard > max_unit ? p->units[u].shard : max_unit;
@@ -143,7 +146,8 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
     /* A whole-tensor optimizer's per-tensor state is the same on every
      * rank of a stage: the first data-parallel rank's shard holds it (all
      * tensors' entries, valid for the stage's), whatever the world size. */
-    const int tensor_state = s->engine.cfg.rank == 0 && s->engine.tensor_state_len > 0;
+    const int tensor_state =
+        !weights_only && s->engine.cfg.rank == 0 && s->engine.tensor_state_len > 0;
     if (tensor_state)
         ZT_TRY(ckpt_shard_writer_add(w, s->engine.cfg.optimizer->tensor_state_name, ZT_F32,
                                      s->engine.tensor_state_len));
@@ -176,8 +180,8 @@ static zt_status write_sections(struct run_session *s, long step, struct ckpt_sh
     return st;
 }
 
-static zt_status write_my_shard(struct run_session *s, long step, const char *step_dir,
-                                struct ckpt_file *mine)
+static zt_status write_my_shard(struct run_session *s, long step, int weights_only,
+                                const char *step_dir, struct ckpt_file *mine)
 {
     char path[4096];
     struct ckpt_shard_writer *w;
@@ -187,7 +191,7 @@ static zt_status write_my_shard(struct run_session *s, long step, const char *st
         return ZT_OK;
     ZT_TRY(ckpt_shard_path(step_dir, file, path, sizeof path));
     ZT_TRY(ckpt_shard_writer_open(path, file, l.tp * l.pp * l.dp, &w));
-    zt_status st = write_sections(s, step, w);
+    zt_status st = write_sections(s, step, weights_only, w);
     if (st != ZT_OK) {
         ckpt_shard_writer_abort(w);
         return st;
@@ -288,8 +292,15 @@ static zt_status fill_meta(const struct run_session *s, long step, struct ckpt_f
     return describe_lora(s, &m->lora);
 }
 
-static zt_status publish(struct run_session *s, long step, const char *dir, const char *step_dir,
-                         struct ckpt_file *files)
+/* Where a save goes and what it keeps. */
+struct save_target {
+    const char *dir;
+    int keep;         /* step folders kept (checkpoint.keep) */
+    int weights_only; /* write_sections */
+};
+
+static zt_status publish(struct run_session *s, long step, const struct save_target *to,
+                         const char *step_dir, struct ckpt_file *files)
 {
     struct ckpt_meta m;
     char path[4096];
@@ -303,8 +314,8 @@ static zt_status publish(struct run_session *s, long step, const char *dir, cons
     m.lora.n_targets = 0;
     ckpt_meta_free(&m);
     ZT_TRY(st);
-    ZT_TRY(ckpt_publish(dir, step));
-    return ckpt_rotate(dir, s->cfg.checkpoint.keep);
+    ZT_TRY(ckpt_publish(to->dir, step));
+    return ckpt_rotate(to->dir, to->keep);
 }
 
 /* Creates dir if missing and proves that this rank can create and remove
@@ -337,10 +348,7 @@ zt_status run_checkpoint_check_dir(struct run_session *s)
     return try_write_in(s->cfg.checkpoint.dir, s->rank);
 }
 
-/* Agrees on a phase's outcome among the session's ranks. A rank that was
- * fine but learns of another's failure notes it, so that the rank that
- * found the failure is the one that prints it (session.h). */
-static zt_status agree(struct run_session *s, zt_status local)
+zt_status run_checkpoint_agree(struct run_session *s, zt_status local)
 {
     zt_status agreed;
     ZT_TRY(comm_agree_status(s->comm, local, &agreed));
@@ -405,29 +413,31 @@ static zt_status check_weights_finite(struct run_session *s, long step, const ch
     return st;
 }
 
-zt_status run_checkpoint_save(struct run_session *s, long step, char *where, size_t n)
+static zt_status save_to(struct run_session *s, const struct save_target *to, long step,
+                         char *where, size_t n)
 {
-    char dir[4096], step_dir[4096 + CKPT_STEP_NAME_MAX + 2] = "";
+    char step_dir[4096 + CKPT_STEP_NAME_MAX + 2] = "";
+    const char *dir = to->dir;
     struct ckpt_file mine = {0, 0};
-    run_checkpoint_dir(&s->cfg, dir, sizeof dir);
-    ZT_TRY(agree(s, check_weights_finite(s, step, dir)));
+    ZT_TRY(run_checkpoint_agree(s, check_weights_finite(s, step, dir)));
     /* meta.json records the base file's checksum: known before any shard */
-    ZT_TRY(agree(s, s->rank == 0 && run_base_external(s) ? run_base_digest(s) : ZT_OK));
+    ZT_TRY(
+        run_checkpoint_agree(s, s->rank == 0 && run_base_external(s) ? run_base_digest(s) : ZT_OK));
     zt_status st = ZT_OK;
     if (s->rank == 0)
         st = ckpt_dir_prepare(dir, step, step_dir, sizeof step_dir);
-    ZT_TRY(agree(s, st));
+    ZT_TRY(run_checkpoint_agree(s, st));
     char name[CKPT_STEP_NAME_MAX];
     ckpt_step_dirname(step, name, sizeof name);
     snprintf(step_dir, sizeof step_dir, "%s/%s", dir, name);
-    ZT_TRY(agree(s, write_my_shard(s, step, step_dir, &mine)));
+    ZT_TRY(run_checkpoint_agree(s, write_my_shard(s, step, to->weights_only, step_dir, &mine)));
 
     struct ckpt_file *files = s->rank == 0 ? calloc((size_t)s->world, sizeof *files) : NULL;
     uint64_t *all = s->rank == 0 ? calloc(2 * (size_t)s->world, sizeof *all) : NULL;
     st = s->rank == 0 && (!files || !all)
              ? zt_error_set(ZT_ERR_NOMEM, "cannot allocate the file table")
              : ZT_OK;
-    if (agree(s, st) != ZT_OK) {
+    if (run_checkpoint_agree(s, st) != ZT_OK) {
         free(files);
         free(all);
         return ZT_ERR_NOMEM;
@@ -438,13 +448,28 @@ zt_status run_checkpoint_save(struct run_session *s, long step, char *where, siz
         for (int r = 0; r < s->world; r++)
             if (stored_file(s, r) >= 0)
                 files[stored_file(s, r)] = (struct ckpt_file){all[2 * r], all[2 * r + 1]};
-        st = publish(s, step, dir, step_dir, files);
+        st = publish(s, step, to, step_dir, files);
     }
     free(all);
     free(files);
-    ZT_TRY(agree(s, st));
+    ZT_TRY(run_checkpoint_agree(s, st));
     snprintf(where, n, "%s", step_dir);
     return ZT_OK;
+}
+
+zt_status run_checkpoint_save(struct run_session *s, long step, char *where, size_t n)
+{
+    char dir[4096];
+    run_checkpoint_dir(&s->cfg, dir, sizeof dir);
+    const struct save_target to = {dir, s->cfg.checkpoint.keep, 0};
+    return save_to(s, &to, step, where, n);
+}
+
+zt_status run_checkpoint_save_weights(struct run_session *s, const char *dir, long step,
+                                      char *where, size_t n)
+{
+    const struct save_target to = {dir, 1, 1};
+    return save_to(s, &to, step, where, n);
 }
 
 /* ---- resume ---------------------------------------------------------------- */
@@ -767,12 +792,12 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
         if (st == ZT_OK)
             ckpt_meta_free(&m);
     }
-    ZT_TRY(agree(s, st));
+    ZT_TRY(run_checkpoint_agree(s, st));
     char path[4096];
     st = ckpt_meta_path(step_dir, path, sizeof path);
     if (st == ZT_OK)
         st = ckpt_meta_read(path, &m);
-    ZT_TRY(agree(s, st));
+    ZT_TRY(run_checkpoint_agree(s, st));
     st = check_same_model(s, step_dir, &m, weights_only);
     if (st == ZT_OK && m.base.kind != CKPT_BASE_STORED)
         st = load_base(s, path, &m.base);
@@ -782,7 +807,7 @@ zt_status run_checkpoint_load(struct run_session *s, const char *step_dir, int w
         st = load_tensor_state(s, step_dir, &m);
     if (st == ZT_OK) /* evaluation's forward quantises with them too */
         st = load_fp8_scaling(s, step_dir, &m);
-    st = agree(s, st);
+    st = run_checkpoint_agree(s, st);
     if (st == ZT_OK)
         st = shard_engine_params_from_master(&s->engine);
     if (st == ZT_OK) {
@@ -947,7 +972,7 @@ static zt_status load_base(struct run_session *s, const char *meta, const struct
         struct seed_reader sr = {param_table_whole(&s->table), b->seed};
         return import_units(s, 0, s->table.lora.n_base_units, read_seed, &sr);
     }
-    ZT_TRY(agree(s, s->rank == 0 ? run_base_check(meta, b) : ZT_OK));
+    ZT_TRY(run_checkpoint_agree(s, s->rank == 0 ? run_base_check(meta, b) : ZT_OK));
     return import_weights(s, b->path);
 }
 
@@ -1014,7 +1039,8 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
     char step_dir[4096];
     enum run_weights from;
     /* each rank looks at the files itself: agree before loading collectively */
-    ZT_TRY(agree(s, choose_checkpoint(s, o, need_train, step_dir, sizeof step_dir, &from)));
+    ZT_TRY(run_checkpoint_agree(
+        s, choose_checkpoint(s, o, need_train, step_dir, sizeof step_dir, &from)));
     if (from == RUN_WEIGHTS_INITIAL) {
         if (s->cfg.model.init_from) {
             ZT_TRY(import_weights(s, s->cfg.model.init_from));

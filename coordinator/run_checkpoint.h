@@ -69,10 +69,22 @@ void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n);
  * collective (the caller agrees). Errors: ZT_ERR_IO naming the folder. */
 zt_status run_checkpoint_check_dir(struct run_session *s);
 
+/* Agrees on a phase's outcome among the session's ranks: the most severe
+ * status any rank had. A rank that was fine but learns of another's
+ * failure notes it (s->failed_elsewhere), so that the rank that found the
+ * failure is the one that prints it (session.h). Collective. */
+zt_status run_checkpoint_agree(struct run_session *s, zt_status local);
+
 /* Saves the session after `step` optimizer steps; `where` receives the
  * checkpoint's folder. Old checkpoints beyond checkpoint.keep are removed
  * after the new one is complete. Errors: ZT_ERR_IO, ZT_ERR_CHECKPOINT. */
 zt_status run_checkpoint_save(struct run_session *s, long step, char *where, size_t n);
+
+/* The same save into the checkpoint folder `dir`, of the weights alone (no
+ * optimizer state: it cannot be resumed), for reading them back whole
+ * (run_checkpoint_read_model) whatever the layout. Same errors. */
+zt_status run_checkpoint_save_weights(struct run_session *s, const char *dir, long step,
+                                      char *where, size_t n);
 
 /* Resolves run.resume ("auto", "never" or a path: a step folder or a
  * checkpoint folder, ckpt_resolve) to a step folder; *found = 0 when there

@@ -31,6 +31,7 @@
 #include "nonfinite.h"
 #include "pipeline.h"
 #include "run_checkpoint.h"
+#include "run_export.h"
 #include "train.h"
 
 struct train_io {
@@ -38,6 +39,7 @@ struct train_io {
     FILE *metrics; /* rank 0 only */
     /* rank 0 only; closed when csv_monitor is off */
     struct csv_monitor csv;
+    char final_line[4400]; /* where save_final put the weights; printed last */
 };
 
 /* Echoes the resolved configuration; `path` names where it was also
@@ -536,15 +538,30 @@ static double step_tokens(const struct run_session *s)
            c->gradient_accumulation_steps * (double)s->dp_size;
 }
 
-/* Without checkpoint.dir nothing is saved: said when the run starts and
- * again when it ends, so the trained weights never vanish unannounced. */
+/* Without checkpoint.dir the trained weights go to <output_dir>/final
+ * (run.save_final), the last line saying where; with it off they are not
+ * saved, which the start and the end both say. */
 static void note_unsaved(struct train_io *io, const char *when)
 {
     progress_log(&io->console,
-                 "note: checkpoint.dir is not set: the trained weights %s saved (set "
-                 "checkpoint.dir, e.g. --set checkpoint.dir=runs/NAME/ckpt, then `zerotrain "
-                 "export` it)",
+                 "note: checkpoint.dir is not set and run.save_final is false: the trained "
+                 "weights %s saved",
                  when);
+}
+
+static zt_status save_final(struct run_session *s, struct train_io *io, long step)
+{
+    char where[4200];
+    const char *kind;
+    ledger_enter_outer(&s->ledger, LEDGER_PHASE_CHECKPOINT);
+    zt_status st = run_export_final(s, step, where, sizeof where, &kind);
+    if (st != ZT_OK) {
+        s->failure_agreed = 1; /* the save agrees on its outcome */
+        return st;
+    }
+    snprintf(io->final_line, sizeof io->final_line,
+             "step %ld: the final %s (no checkpoint.dir) saved in %s", step, kind, where);
+    return ZT_OK;
 }
 
 static zt_status train_loop(struct run_session *s, struct train_io *io)
@@ -606,7 +623,7 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     if (c->checkpoint.dir && done > 0 &&
         !(c->checkpoint.every > 0 && step % c->checkpoint.every == 0))
         ZT_TRY(save_checkpoint(s, io, step, "end of training"));
-    else if (!c->checkpoint.dir && done > 0 && s->rank == 0)
+    else if (!c->checkpoint.dir && !c->run.save_final && done > 0 && s->rank == 0)
         note_unsaved(io, "were not");
     /* data.val_fraction: 0 without data.val is a run without a validation
      * set (as in DeepSpeed and the HF Trainer): nothing to evaluate. */
@@ -617,6 +634,9 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
                      "step %6ld | no validation data (data.val_fraction: 0): "
                      "not evaluated",
                      step);
+    /* last, so that the final line says where the weights are */
+    if (!c->checkpoint.dir && c->run.save_final && done > 0)
+        ZT_TRY(save_final(s, io, step));
     return ZT_OK;
 }
 
@@ -768,7 +788,7 @@ static void log_start(const struct run_session *s, struct train_io *io)
                  count, s->world, layout, s->cfg.zero.stage, s->cfg.run.steps, epochs,
                  s->cfg.train_micro_batch_size_per_gpu, s->cfg.gradient_accumulation_steps,
                  s->dp_size, s->cfg.data.seq_len);
-    if (!s->cfg.checkpoint.dir)
+    if (!s->cfg.checkpoint.dir && !s->cfg.run.save_final)
         note_unsaved(io, "will not be");
     /* Never a generic kernel unsaid: what the products run on. */
     const struct ops_backend *ops = s->compute.ops;
@@ -840,6 +860,10 @@ zt_status train_run(const struct run_options *o, int *print_here)
         st = session_agree(&s, report_memory(&s, o), print_here);
     if (st == ZT_OK && o->memory_summary)
         st = session_agree(&s, print_memory_summary(&s), print_here);
+    if (st == ZT_OK && s.rank == 0 && io.final_line[0]) {
+        printf("%s\n", io.final_line);
+        fflush(stdout);
+    }
     if (io.metrics)
         fclose(io.metrics);
     csv_monitor_close(&io.csv);

@@ -318,7 +318,19 @@ zt_status bpe_load(const char *dir, struct bpe **out)
     ld.b = calloc(1, sizeof *ld.b);
     if (ld.b)
         ld.b->rounds = 1;
+    /* OpenAI's names, else Hugging Face's for the same two files */
     char *enc = data_join_path(dir, "encoder.json"), *bpe = data_join_path(dir, "vocab.bpe");
+    struct stat sb;
+    if (enc && bpe && stat(enc, &sb) != 0) {
+        char *hf_enc = data_join_path(dir, "vocab.json"),
+             *hf_bpe = data_join_path(dir, "merges.txt");
+        if (hf_enc && hf_bpe && stat(hf_enc, &sb) == 0) {
+            free(enc), free(bpe);
+            enc = hf_enc, bpe = hf_bpe;
+        } else {
+            free(hf_enc), free(hf_bpe);
+        }
+    }
     zt_status st = ld.b && enc && bpe
                        ? load_files(&ld, dir, enc, bpe)
                        : zt_error_set(ZT_ERR_NOMEM, "%s: out of memory loading the tokenizer", dir);

@@ -251,6 +251,10 @@ struct chat_template {
     const char *later;  /* one that a later release's holds, which renders otherwise */
     const char *specials[3];
     zt_status (*render)(const struct chat_input *in, struct chat_render *r);
+    /* What add_generation_prompt=True appends: the assistant's header
+     * without a reply ("" where the user's turn already ends in it). */
+    const char *generation_prompt;
+    const char *end_of_turn; /* the token that ends the assistant's reply */
 };
 
 /* In detection order: Llama 2's Jinja holds "[INST]" too. */
@@ -259,10 +263,18 @@ static const struct chat_template templates[] = {
      "<|start_header_id|>",
      "Cutting Knowledge Date",
      {"<|begin_of_text|>", "<|eot_id|>", "<|end_header_id|>"},
-     render_llama3},
-    {"chatml", "<|im_start|>", "You are Qwen", {"<|im_start|>", "<|im_end|>", NULL}, render_chatml},
-    {"llama2", "<<SYS>>", NULL, {"<s>", "</s>", NULL}, render_llama2},
-    {"mistral", "[INST]", "[AVAILABLE_TOOLS]", {"<s>", "</s>", NULL}, render_mistral},
+     render_llama3,
+     "<|start_header_id|>assistant<|end_header_id|>\n\n",
+     "<|eot_id|>"},
+    {"chatml",
+     "<|im_start|>",
+     "You are Qwen",
+     {"<|im_start|>", "<|im_end|>", NULL},
+     render_chatml,
+     "<|im_start|>assistant\n",
+     "<|im_end|>"},
+    {"llama2", "<<SYS>>", NULL, {"<s>", "</s>", NULL}, render_llama2, "", "</s>"},
+    {"mistral", "[INST]", "[AVAILABLE_TOOLS]", {"<s>", "</s>", NULL}, render_mistral, "", "</s>"},
 };
 
 #define N_TEMPLATES (sizeof templates / sizeof templates[0])
@@ -297,6 +309,11 @@ void chat_template_names(char *buf, size_t n)
 const char *chat_template_name(const struct chat_template *tpl)
 {
     return tpl->name;
+}
+
+const char *chat_template_end_of_turn(const struct chat_template *tpl)
+{
+    return tpl->end_of_turn;
 }
 
 zt_status chat_template_check(const struct chat_template *tpl, const struct tokenizer *tok,
@@ -357,8 +374,9 @@ static zt_status read_message(const struct json_value *v, size_t i, const char *
     return ZT_OK;
 }
 
+/* need_assistant: a training example, which must have a turn to learn. */
 static zt_status read_messages(const struct json_value *messages, const char *where,
-                               struct chat_message **out)
+                               int need_assistant, struct chat_message **out)
 {
     *out = NULL;
     if (messages->type != JSON_ARRAY || messages->n == 0)
@@ -377,7 +395,7 @@ static zt_status read_messages(const struct json_value *messages, const char *wh
         }
         assistant |= m[i].role == ROLE_ASSISTANT;
     }
-    if (!assistant) {
+    if (!assistant && need_assistant) {
         free(m);
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: messages: no assistant message, so no token would count in the "
@@ -433,7 +451,7 @@ zt_status chat_encode(const struct chat_template *tpl, const struct tokenizer *t
                       struct token_buffer *out)
 {
     struct chat_message *m;
-    ZT_TRY(read_messages(messages, where, &m));
+    ZT_TRY(read_messages(messages, where, 1, &m));
     const struct chat_input in = {m, messages->n, where, tpl->name};
     struct chat_render r = {0};
     zt_status st = tpl->render(&in, &r);
@@ -445,4 +463,39 @@ zt_status chat_encode(const struct chat_template *tpl, const struct tokenizer *t
     free(r.spans);
     free(m);
     return st;
+}
+
+zt_status chat_render_prompt(const struct chat_template *tpl, const struct json_value *messages,
+                             const char *where, char **text, size_t *len)
+{
+    struct chat_message *m;
+    *text = NULL;
+    *len = 0;
+    ZT_TRY(read_messages(messages, where, 0, &m));
+    if (m[messages->n - 1].role == ROLE_ASSISTANT) {
+        free(m);
+        return zt_error_set(ZT_ERR_USAGE,
+                            "%s: messages[%zu].role: assistant: the last message is the one the "
+                            "reply answers (user)",
+                            where, messages->n - 1);
+    }
+    const struct chat_input in = {m, messages->n, where, tpl->name};
+    struct chat_render r = {0};
+    zt_status st = tpl->render(&in, &r);
+    puts_(&r, tpl->generation_prompt);
+    if (st == ZT_OK && r.failed)
+        st = zt_error_set(ZT_ERR_NOMEM, "%s: out of memory rendering the messages", where);
+    free(r.spans);
+    free(m);
+    if (st != ZT_OK) {
+        free(r.text);
+        return st;
+    }
+    if (!r.text) /* nothing rendered: an empty string */
+        r.text = calloc(1, 1);
+    if (!r.text)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", where);
+    *text = r.text;
+    *len = r.n;
+    return ZT_OK;
 }

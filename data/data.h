@@ -140,8 +140,21 @@ int tokenizer_needs_dir(const char *name);
 void tokenizer_names(char *buf, size_t n);
 
 /* The name of the tokenizer whose files the folder holds (tokenizer.json:
- * "hf", a tiktoken rank file, GPT-2's encoder.json), or NULL. */
+ * "hf", a tiktoken rank file, GPT-2's encoder.json or, without a
+ * tokenizer.json, Hugging Face's vocab.json for it), or NULL. */
 const char *tokenizer_detect(const char *dir);
+
+/* Copies the files of tokenizer `name` from its folder `dir` (NULL for
+ * one that reads none: nothing is copied) into the model folder to_dir,
+ * under the names from_pretrained reads there (GPT-2: vocab.json and
+ * merges.txt; hf: tokenizer.json and tokenizer_config.json and
+ * special_tokens_map.json when present; tiktoken: the rank file), each
+ * whole or not at all; tokenizer_open(NULL, to_dir) opens them again. The
+ * names written, ", " between them, go to saved[n] ("" for none).
+ * Errors: ZT_ERR_USAGE (no tokenizer of that name), ZT_ERR_IO naming the
+ * file, ZT_ERR_NOMEM. */
+zt_status tokenizer_save(const char *name, const char *dir, const char *to_dir, char *saved,
+                         size_t n);
 
 /* A model's files and the tokenizer it is given: when `tokenizer` reads no
  * folder (bytes) but the model setting `key` names a file or folder
@@ -307,6 +320,21 @@ const char *chat_template_detect(const char *jinja);
 void chat_template_names(char *buf, size_t n);
 
 const char *chat_template_name(const struct chat_template *tpl);
+
+/* The token that ends the assistant's reply ("<|eot_id|>", "<|im_end|>",
+ * "</s>"): where generation stops. Static. */
+const char *chat_template_end_of_turn(const struct chat_template *tpl);
+
+/* The conversation `messages` (a JSON array of {"role", "content"}, read
+ * as chat_encode reads it but needing no assistant turn, the last being
+ * the user's) rendered as apply_chat_template(add_generation_prompt=True)
+ * renders it: the template, then the assistant's header without a reply.
+ * *text (NUL-terminated, *len bytes) is the caller's to free. Errors:
+ * ZT_ERR_CONFIG naming `where` and the message, ZT_ERR_USAGE (the last
+ * message is the assistant's), ZT_ERR_NOMEM. */
+struct json_value;
+zt_status chat_render_prompt(const struct chat_template *tpl, const struct json_value *messages,
+                             const char *where, char **text, size_t *len);
 
 /* ZT_OK when each special token the template writes is one token of tok;
  * else ZT_ERR_CONFIG naming `key`, the template and the token. */

@@ -19,12 +19,34 @@
 #include "data.h"
 #include "data_impl.h"
 
+#include "../common/atomic_file.h"
+#include "../common/fileio.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #define BYTE_VOCAB 256u
+
+/* A file of a tokenizer's folder, by the names it may have there (the
+ * first found is taken), and the name a model folder gives it: Hugging
+ * Face's, so that from_pretrained finds it (GPT-2's encoder.json is its
+ * vocab.json, vocab.bpe its merges.txt). */
+struct tokenizer_file {
+    const char *names[2];
+    const char *saved_as;
+    int optional;
+};
+
+#define TOKENIZER_MAX_FILES 3
+
+struct tokenizer_files {
+    /* A marker looked for after every row's first (a Qwen2 folder holds
+     * a vocab.json beside its tokenizer.json); NULL: none. */
+    const char *later_marker;
+    struct tokenizer_file files[TOKENIZER_MAX_FILES]; /* names[0] NULL ends the list */
+};
 
 struct tokenizer_ops {
     const char *name;
@@ -46,6 +68,8 @@ struct tokenizer_ops {
     const char *marker;
     /* See tokenizer_chat_template; NULL: the tokenizer has no config. */
     const char *(*chat_template)(const void *state);
+    /* What tokenizer_save copies; NULL: nothing (bytes). */
+    const struct tokenizer_files *saved;
 };
 
 struct tokenizer {
@@ -231,17 +255,32 @@ static void bpet_free(void *state)
     bpe_tokenizer_free(state);
 }
 
+/* What a model folder keeps of each tokenizer that reads files. */
+static const struct tokenizer_files gpt2_files = {
+    "vocab.json",
+    {{{"encoder.json", "vocab.json"}, "vocab.json", 0},
+     {{"vocab.bpe", "merges.txt"}, "merges.txt", 0}}};
+static const struct tokenizer_files hf_files = {
+    NULL,
+    {{{"tokenizer.json"}, "tokenizer.json", 0},
+     {{"tokenizer_config.json"}, "tokenizer_config.json", 1},
+     {{"special_tokens_map.json"}, "special_tokens_map.json", 1}}};
+static const struct tokenizer_files cl100k_files = {
+    NULL, {{{"cl100k_base.tiktoken"}, "cl100k_base.tiktoken", 0}}};
+static const struct tokenizer_files o200k_files = {
+    NULL, {{{"o200k_base.tiktoken"}, "o200k_base.tiktoken", 0}}};
+
 static const struct tokenizer_ops tokenizers[] = {
     {"bytes", 0, 1, bytes_load, bytes_encode, bytes_decode, bytes_vocab_size, bytes_eot_id,
-     no_bos_id, bytes_free, NULL, NULL},
+     no_bos_id, bytes_free, NULL, NULL, NULL},
     {"gpt2", 1, 0, gpt2_load, gpt2_encode, gpt2_decode, gpt2_vocab_size, gpt2_eot_id, no_bos_id,
-     gpt2_free, "encoder.json", NULL},
+     gpt2_free, "encoder.json", NULL, &gpt2_files},
     {"hf", 1, 0, hf_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id, bpet_bos_id,
-     bpet_free, "tokenizer.json", bpet_chat_template},
+     bpet_free, "tokenizer.json", bpet_chat_template, &hf_files},
     {"cl100k", 1, 0, cl100k_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id,
-     bpet_bos_id, bpet_free, "cl100k_base.tiktoken", NULL},
+     bpet_bos_id, bpet_free, "cl100k_base.tiktoken", NULL, &cl100k_files},
     {"o200k", 1, 0, o200k_load, bpet_encode, bpet_decode, bpet_vocab_size, bpet_eot_id, bpet_bos_id,
-     bpet_free, "o200k_base.tiktoken", NULL},
+     bpet_free, "o200k_base.tiktoken", NULL, &o200k_files},
 };
 
 #define N_TOKENIZERS (sizeof tokenizers / sizeof tokenizers[0])
@@ -270,19 +309,71 @@ void tokenizer_names(char *buf, size_t n)
     data_names_join(buf, n, N_TOKENIZERS, tokenizer_name_at);
 }
 
+static int file_in(const char *dir, const char *name)
+{
+    char *path = data_join_path(dir, name);
+    struct stat sb;
+    const int there = path && stat(path, &sb) == 0;
+    free(path);
+    return there;
+}
+
 const char *tokenizer_detect(const char *dir)
 {
-    for (size_t i = 0; i < N_TOKENIZERS; i++) {
-        if (!tokenizers[i].marker)
-            continue;
-        char *path = data_join_path(dir, tokenizers[i].marker);
-        struct stat sb;
-        const int there = path && stat(path, &sb) == 0;
-        free(path);
-        if (there)
+    for (size_t i = 0; i < N_TOKENIZERS; i++)
+        if (tokenizers[i].marker && file_in(dir, tokenizers[i].marker))
             return tokenizers[i].name;
-    }
+    for (size_t i = 0; i < N_TOKENIZERS; i++)
+        if (tokenizers[i].saved && tokenizers[i].saved->later_marker &&
+            file_in(dir, tokenizers[i].saved->later_marker))
+            return tokenizers[i].name;
     return NULL;
+}
+
+/* Copies one file of the folder `dir` to to_dir/f->saved_as; a missing
+ * optional file is skipped. */
+static zt_status save_file(const struct tokenizer_file *f, const char *dir, const char *to_dir,
+                           int *copied)
+{
+    const char *name = f->names[0];
+    if (!file_in(dir, name) && f->names[1] && file_in(dir, f->names[1]))
+        name = f->names[1];
+    *copied = 0;
+    if (!file_in(dir, name) && f->optional)
+        return ZT_OK;
+    char *from = data_join_path(dir, name), *to = data_join_path(to_dir, f->saved_as);
+    char *bytes = NULL;
+    size_t len = 0;
+    zt_status st = from && to ? zt_read_small_file(from, (size_t)1 << 31, ZT_ERR_IO, &bytes, &len)
+                              : zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", dir);
+    if (st == ZT_OK)
+        st = atomic_file_write(to, bytes, len);
+    *copied = st == ZT_OK;
+    free(bytes);
+    free(from);
+    free(to);
+    return st;
+}
+
+zt_status tokenizer_save(const char *name, const char *dir, const char *to_dir, char *saved,
+                         size_t n)
+{
+    const struct tokenizer_ops *ops = find(name);
+    if (n > 0)
+        saved[0] = '\0';
+    if (!ops)
+        return zt_error_set(ZT_ERR_USAGE, "unknown tokenizer '%s'", name);
+    size_t len = 0;
+    for (int i = 0; ops->saved && dir && i < TOKENIZER_MAX_FILES; i++) {
+        const struct tokenizer_file *f = &ops->saved->files[i];
+        int copied;
+        if (!f->names[0])
+            break;
+        ZT_TRY(save_file(f, dir, to_dir, &copied));
+        if (copied && len < n)
+            len += (size_t)snprintf(saved + len, n - len, "%s%s", len ? ", " : "", f->saved_as);
+    }
+    return ZT_OK;
 }
 
 zt_status tokenizer_check_model_files(const char *tokenizer, const char *key, const char *path)

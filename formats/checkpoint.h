@@ -394,7 +394,8 @@ zt_status ckpt_find_latest(const char *dir, char *step_dir, size_t n, int *found
  * folder (no `latest` file): expected a step-NNNNNNNN folder or the
  * checkpoint.dir holding them"), a step folder that was never completed,
  * or a latest that is malformed or names an incomplete step; ZT_ERR_IO
- * (no such folder, unreadable), ZT_ERR_USAGE (step_dir too small). */
+ * (unreadable), ZT_ERR_USAGE (no such folder: the path given is wrong;
+ * step_dir too small). */
 zt_status ckpt_resolve(const char *path, char *step_dir, size_t n);
 
 /* Keeps the `keep` (>= 1) newest complete step folders and every folder
@@ -405,6 +406,11 @@ zt_status ckpt_resolve(const char *path, char *step_dir, size_t n);
  * ckpt_publish. ZT_ERR_USAGE (keep < 1), ZT_ERR_CHECKPOINT (DIR/latest
  * missing or malformed), ZT_ERR_IO, ZT_ERR_NOMEM. */
 zt_status ckpt_rotate(const char *dir, int keep);
+
+/* Removes the checkpoint folder `dir` and everything in it (rm -r, links
+ * not followed); a missing one is no error. For a checkpoint written only
+ * to be read once (a run's final export). ZT_ERR_IO, ZT_ERR_NOMEM. */
+zt_status ckpt_remove(const char *dir);
 
 /* Checks a step folder completely: meta.json (strict), then for each rank
  * its shard file's presence, size, header (format, rank and world), file

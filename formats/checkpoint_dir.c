@@ -171,6 +171,11 @@ static zt_status remove_tree(const char *path)
     return ZT_OK;
 }
 
+zt_status ckpt_remove(const char *dir)
+{
+    return remove_tree(dir);
+}
+
 /* Removes a step folder, meta.json first (see the top of the file). */
 static zt_status remove_step_dir(const char *step_dir)
 {
@@ -472,8 +477,8 @@ zt_status ckpt_resolve(const char *path, char *step_dir, size_t n)
     memcpy(dir, path, len);
     dir[len] = '\0';
     struct stat sb;
-    if (stat(dir, &sb) != 0)
-        return zt_error_set(ZT_ERR_IO, "%s: %s: %s", dir,
+    if (stat(dir, &sb) != 0) /* a path that names nothing is the caller's mistake: exit 2 */
+        return zt_error_set(errno == ENOENT ? ZT_ERR_USAGE : ZT_ERR_IO, "%s: %s: %s", dir,
                             errno == ENOENT ? "no such folder" : strerror(errno), EXPECTED);
     if (!S_ISDIR(sb.st_mode))
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: not a folder: %s", dir, EXPECTED);

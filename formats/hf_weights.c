@@ -283,7 +283,8 @@ zt_status hf_weights_export(const struct param_table *t, const float *params, en
     return ZT_OK;
 }
 
-zt_status hf_weights_write_config(const struct param_table *t, enum zt_dtype dtype, const char *dir)
+zt_status hf_weights_config_text(const struct param_table *t, enum zt_dtype dtype, char *text,
+                                 size_t n, size_t *len_out)
 {
     static const struct {
         enum zt_dtype dtype;
@@ -291,31 +292,54 @@ zt_status hf_weights_write_config(const struct param_table *t, enum zt_dtype dty
     } torch_dtypes[] = {{ZT_F32, "float32"}, {ZT_BF16, "bfloat16"}, {ZT_F16, "float16"}};
     const struct hf_mapping *m;
     ZT_TRY(mapping_of(t, &m));
+    ZT_ASSERT(n >= HF_WEIGHTS_CONFIG_MAX);
     const char *torch = "float32";
     for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
         if (torch_dtypes[i].dtype == dtype)
             torch = torch_dtypes[i].torch;
-    char text[4096], path[4200];
-    size_t len = (size_t)snprintf(text, sizeof text, "{%s", m->config_fixed);
-    for (const struct hf_config_key *k = m->config_keys; k->hf && len < sizeof text; k++) {
+    size_t len = (size_t)snprintf(text, n, "{%s", m->config_fixed);
+    for (const struct hf_config_key *k = m->config_keys; k->hf && len < n; k++) {
         const struct zt_kv *kv = zt_kv_find(&t->shape, k->shape);
         ZT_ASSERT(kv);
         if (k->boolean)
-            len += (size_t)snprintf(text + len, sizeof text - len, ", \"%s\": %s", k->hf,
+            len += (size_t)snprintf(text + len, n - len, ", \"%s\": %s", k->hf,
                                     kv->i ? "true" : "false");
         else if (kv->is_real)
-            len += (size_t)snprintf(text + len, sizeof text - len, ", \"%s\": %.10g", k->hf, kv->r);
+            len += (size_t)snprintf(text + len, n - len, ", \"%s\": %.10g", k->hf, kv->r);
         else
-            len += (size_t)snprintf(text + len, sizeof text - len, ", \"%s\": %lld", k->hf,
-                                    (long long)kv->i);
+            len += (size_t)snprintf(text + len, n - len, ", \"%s\": %lld", k->hf, (long long)kv->i);
     }
-    if (len < sizeof text)
-        len +=
-            (size_t)snprintf(text + len, sizeof text - len, ", \"torch_dtype\": \"%s\"}\n", torch);
-    ZT_ASSERT(len < sizeof text);
+    if (len < n)
+        len += (size_t)snprintf(text + len, n - len, ", \"torch_dtype\": \"%s\"}\n", torch);
+    ZT_ASSERT(len < n);
+    *len_out = len;
+    return ZT_OK;
+}
+
+zt_status hf_weights_write_config(const struct param_table *t, enum zt_dtype dtype, const char *dir)
+{
+    char text[HF_WEIGHTS_CONFIG_MAX], path[4200];
+    size_t len;
+    ZT_TRY(hf_weights_config_text(t, dtype, text, sizeof text, &len));
     if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
         return zt_error_set(ZT_ERR_IO, "%s: path too long", dir);
     return atomic_file_write(path, text, len);
+}
+
+zt_status hf_weights_write_generation_config(const char *dir, int64_t bos_id, int64_t eos_id)
+{
+    char text[256], path[4200];
+    int len = snprintf(text, sizeof text, "{");
+    if (bos_id >= 0)
+        len += snprintf(text + len, sizeof text - (size_t)len, "\"bos_token_id\": %lld",
+                        (long long)bos_id);
+    if (eos_id >= 0)
+        len += snprintf(text + len, sizeof text - (size_t)len, "%s\"eos_token_id\": %lld",
+                        bos_id >= 0 ? ", " : "", (long long)eos_id);
+    len += snprintf(text + len, sizeof text - (size_t)len, "}\n");
+    if (snprintf(path, sizeof path, "%s/generation_config.json", dir) >= (int)sizeof path)
+        return zt_error_set(ZT_ERR_IO, "%s: path too long", dir);
+    return atomic_file_write(path, text, (size_t)len);
 }
 
 /* ---- import: the checks ---- */

@@ -66,6 +66,19 @@ zt_status hf_weights_export(const struct param_table *t, const float *params, en
 zt_status hf_weights_write_config(const struct param_table *t, enum zt_dtype dtype,
                                   const char *dir);
 
+/* The text hf_weights_write_config writes, into text[n] (n at least
+ * HF_WEIGHTS_CONFIG_MAX), its length in *len: what an existing
+ * config.json is compared with. Statuses: ZT_ERR_UNSUPPORTED. */
+#define HF_WEIGHTS_CONFIG_MAX 4096
+zt_status hf_weights_config_text(const struct param_table *t, enum zt_dtype dtype, char *text,
+                                 size_t n, size_t *len);
+
+/* Writes `dir`/generation_config.json as save_pretrained does: the
+ * begin- and end-of-text ids generation starts from and stops at (each
+ * left out when < 0), so that generate() of the loaded model stops where
+ * the tokenizer ends a text. Whole or not at all. Statuses: ZT_ERR_IO. */
+zt_status hf_weights_write_generation_config(const char *dir, int64_t bos_id, int64_t eos_id);
+
 /* An open Hugging Face file or set checked against a parameter table. Not
  * for use from several threads at once (it keeps the last transposed
  * tensor read). */

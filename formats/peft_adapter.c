@@ -309,26 +309,92 @@ static zt_status check_spec(const char *path, const struct json_value *root,
     return st;
 }
 
-static zt_status check_config(const char *path, const struct param_table *t,
-                              const struct lora_spec *want)
+/* adapter_config.json parsed, an object whose settings zerotrain computes;
+ * *root is the caller's to json_free, also on error. */
+static zt_status parse_config(const char *path, struct json_value *root)
 {
     char *text;
     size_t len;
-    struct json_value root;
     const struct json_source src = {path, NULL, ZT_ERR_CONFIG, CONFIG_MAX_DEPTH};
+    memset(root, 0, sizeof *root);
     ZT_TRY(zt_read_small_file(path, CONFIG_MAX_BYTES, ZT_ERR_CONFIG, &text, &len));
-    zt_status st = json_parse(&src, text, len, &root);
+    zt_status st = json_parse(&src, text, len, root);
     free(text);
     ZT_TRY(st);
-    if (root.type != JSON_OBJECT)
-        st = zt_error_set(ZT_ERR_CONFIG, "%s: the top level must be an object, not %s", path,
-                          json_type_name(root.type));
-    if (st == ZT_OK)
-        st = check_settings(path, &root);
+    if (root->type != JSON_OBJECT)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: the top level must be an object, not %s", path,
+                            json_type_name(root->type));
+    return check_settings(path, root);
+}
+
+static zt_status check_config(const char *path, const struct param_table *t,
+                              const struct lora_spec *want)
+{
+    struct json_value root;
+    zt_status st = parse_config(path, &root);
     if (st == ZT_OK)
         st = check_spec(path, &root, t, want);
     json_free(&root);
     return st;
+}
+
+/* The spec and base of a parsed adapter_config.json, copied out. */
+static zt_status take_config(const char *path, const struct json_value *root,
+                             struct peft_adapter_config *out)
+{
+    const struct json_value *r, *alpha,
+        *base = json_object_get(root, "base_model_name_or_path", NULL);
+    const struct json_value *dropout = json_object_get(root, "lora_dropout", NULL);
+    ZT_TRY(need(path, root, "r", JSON_INT, &r));
+    ZT_TRY(need(path, root, "lora_alpha", JSON_REAL, &alpha));
+    if (r->negative || r->magnitude == 0 || r->magnitude > 1u << 30)
+        return zt_error_set(ZT_ERR_CONFIG, "%s: r must be a whole number from 1 to 2^30", path);
+    const char **targets = NULL;
+    int n = 0;
+    ZT_TRY(read_targets(path, root, &targets, &n));
+    out->targets = calloc((size_t)n + 1, sizeof *out->targets);
+    out->spec.n_targets = out->targets ? n : 0;
+    int failed = !out->targets;
+    for (int i = 0; !failed && i < n; i++)
+        failed = !(out->targets[i] = strdup(targets[i]));
+    free(targets);
+    if (!failed && base && base->type == JSON_STRING)
+        failed = !(out->base = strdup(base->str));
+    if (failed)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: out of memory", path);
+    out->spec = (struct lora_spec){
+        .r = (int)r->magnitude,
+        .alpha = alpha->real,
+        .dropout = dropout && (dropout->type == JSON_REAL || dropout->type == JSON_INT)
+                       ? dropout->real
+                       : 0.0,
+        .targets = (const char *const *)out->targets,
+        .n_targets = n};
+    return ZT_OK;
+}
+
+zt_status peft_adapter_read_config(const char *dir, struct peft_adapter_config *out)
+{
+    char path[PATH_LEN];
+    struct json_value root;
+    memset(out, 0, sizeof *out);
+    join(path, dir, PEFT_ADAPTER_CONFIG);
+    zt_status st = parse_config(path, &root);
+    if (st == ZT_OK)
+        st = take_config(path, &root, out);
+    json_free(&root);
+    if (st != ZT_OK)
+        peft_adapter_config_free(out);
+    return st;
+}
+
+void peft_adapter_config_free(struct peft_adapter_config *c)
+{
+    for (int i = 0; c->targets && i < c->spec.n_targets; i++)
+        free(c->targets[i]);
+    free(c->targets);
+    free(c->base);
+    memset(c, 0, sizeof *c);
 }
 
 /* ---- reading: the weights ---- */

@@ -56,6 +56,22 @@ zt_status peft_adapter_write(const char *dir, const struct param_table *t, const
                              enum zt_dtype dtype, const struct lora_spec *spec,
                              const char *base_model);
 
+/* What an adapter folder's adapter_config.json says, for a reader that
+ * has no config of its own (zerotrain generate ADAPTER_DIR). Owned:
+ * peft_adapter_config_free. */
+struct peft_adapter_config {
+    struct lora_spec spec; /* r, lora_alpha, lora_dropout, target_modules */
+    char *base;            /* base_model_name_or_path; NULL when null */
+    char **targets;        /* spec.targets' strings */
+};
+
+/* Reads DIR/adapter_config.json into *out, refusing what peft_adapter_open
+ * refuses (another peft_type, use_rslora, use_dora, a bias). Errors:
+ * ZT_ERR_CONFIG naming the file and the key, ZT_ERR_UNSUPPORTED,
+ * ZT_ERR_NOMEM. On error *out is zeroed. */
+zt_status peft_adapter_read_config(const char *dir, struct peft_adapter_config *out);
+void peft_adapter_config_free(struct peft_adapter_config *c);
+
 /* An adapter folder checked against a table; not for several threads. */
 struct peft_adapter_reader;
 

@@ -1,12 +1,14 @@
 /* tests/test_generate.c — `zerotrain generate` through the binary: a model
- * trained on a short sentence repeated continues it, from its CONFIG and
- * from its checkpoint alike; greedy and seeded sampling repeat; --file
- * gives one JSON line per prompt; what it cannot do is refused with exit
- * 2 and a message naming the problem. */
+ * trained on a short sentence repeated continues it, from its CONFIG, its
+ * checkpoint, its exported folder and a LoRA run's final adapter folder
+ * alike; greedy and seeded sampling repeat; --file gives one JSON line per
+ * prompt; what it cannot do is refused with exit 2 and a message naming
+ * the problem. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -21,13 +23,7 @@ static void train_once(void)
     if (dir[0])
         return;
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("generate"));
-    char *text = malloc(sizeof sentence * 300);
-    ck_assert(text != NULL);
-    text[0] = '\0';
-    for (int i = 0; i < 300; i++)
-        strcat(text, sentence);
-    testutil_write_file(testutil_path_in(dir, "text.txt"), text, strlen(text));
-    free(text);
+    testutil_write_repeated(testutil_path_in(dir, "text.txt"), sentence, 300);
     const char *yaml =
         testutil_fmt("model: {vocab_size: 256, block_size: 64, n_layer: 2, n_head: 2, n_embd: 64}\n"
                      "data: {train: %s/text.txt, val_fraction: 0.05, seq_len: 64}\n"
@@ -129,13 +125,8 @@ END_TEST
 START_TEST(lora_checkpoint_equals_its_merged_export)
 {
     train_once();
-    char *other = malloc(40 * 300);
-    ck_assert(other != NULL);
-    other[0] = '\0';
-    for (int i = 0; i < 300; i++)
-        strcat(other, "a b c d e f g h i j k l m n o p. ");
-    testutil_write_file(testutil_path_in(dir, "other.txt"), other, strlen(other));
-    free(other);
+    testutil_write_repeated(testutil_path_in(dir, "other.txt"), "a b c d e f g h i j k l m n o p. ",
+                            300);
     ck_assert_int_eq(testutil_run(testutil_path_in(dir, "base.log"),
                                   "%s export %s/ck --out %s/base.safetensors", testutil_binary(),
                                   dir, dir),
@@ -167,6 +158,144 @@ START_TEST(lora_checkpoint_equals_its_merged_export)
     ck_assert_msg(strcmp(a, base) != 0, "the adapters changed nothing: %s", a);
     ck_assert_msg(strstr(log, "(step 40, adapters merged in)"), "%s", log);
     free(a), free(b), free(base), free(log);
+
+    /* the same run without checkpoint.dir leaves its adapters in
+     * output_dir/final, PEFT's folder on the base file, which generates
+     * the same text */
+    ck_assert_int_eq(
+        testutil_run(testutil_path_in(dir, "lfinal.log"),
+                     "mpirun -np 1 %s train %s/gen.yaml --quiet --no-progress --set "
+                     "lora.enabled=true --set lora.r=8 --set lora.target_modules=all-linear "
+                     "--set run.steps=40 --set optimizer.params.lr=1e-2 --set "
+                     "model.init_from=%s/base.safetensors --set data.train=%s/other.txt --set "
+                     "checkpoint.dir=null --set run.output_dir=%s/lfinal",
+                     testutil_binary(), dir, dir, dir, dir),
+        0);
+    log = output("lfinal", "log");
+    ck_assert_msg(strstr(log, testutil_fmt("step 40: the final adapters (no checkpoint.dir) saved "
+                                           "in %s/lfinal/final\n",
+                                           dir)),
+                  "%s", log);
+    free(log);
+    for (const char *const *f =
+             (const char *const[]){"adapter_config.json", "adapter_model.safetensors",
+                                   "generation_config.json", NULL};
+         *f; f++)
+        ck_assert_msg(access(testutil_fmt("%s/lfinal/final/%s", dir, *f), R_OK) == 0, "no %s", *f);
+    ck_assert_msg(access(testutil_fmt("%s/lfinal/final.checkpoint", dir), F_OK) != 0,
+                  "the final checkpoint was left behind");
+    ck_assert_int_eq(
+        generate("lfinal",
+                 testutil_fmt("%s/lfinal/final --prompt 'the ' --max-new-tokens 30", dir)),
+        0);
+    char *c = output("lfinal", "out"), *d = output("lora", "out");
+    ck_assert_str_eq(c, d);
+    log = output("lfinal", "log");
+    ck_assert_msg(strstr(log, testutil_fmt("generate: adapter folder %s/lfinal/final on "
+                                           "%s/base.safetensors (adapters merged in)",
+                                           dir, dir)),
+                  "%s", log);
+    free(c), free(d), free(log);
+}
+END_TEST
+
+/* export --out DIR writes a model folder (weights, config.json,
+ * generation_config.json) that generate reads alone, giving the
+ * checkpoint's text; a second export there needs --force. */
+START_TEST(an_exported_folder_generates_alone)
+{
+    train_once();
+    const char *args = "--prompt 'the lazy ' --max-new-tokens 20";
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "folder.log"),
+                                  "%s export %s/ck --out %s/hf", testutil_binary(), dir, dir),
+                     0);
+    for (const char *const *f = (const char *const[]){"config.json", "generation_config.json",
+                                                      "model.safetensors", NULL};
+         *f; f++)
+        ck_assert_msg(access(testutil_fmt("%s/hf/%s", dir, *f), R_OK) == 0, "no %s", *f);
+    ck_assert_int_eq(generate("hf", testutil_fmt("%s/hf %s", dir, args)), 0);
+    ck_assert_int_eq(generate("hfck", testutil_fmt("%s/ck %s", dir, args)), 0);
+    char *a = output("hf", "out"), *b = output("hfck", "out"), *log = output("hf", "log");
+    ck_assert_str_eq(a, b);
+    ck_assert_msg(
+        strstr(log, testutil_fmt("generate: model folder %s/hf, gpt2, tokenizer bytes", dir)), "%s",
+        log);
+    free(a), free(b), free(log);
+    const int again = testutil_run(testutil_path_in(dir, "again.log"),
+                                   "%s export %s/ck --out %s/hf", testutil_binary(), dir, dir);
+    char *refused = output("again", "log");
+    ck_assert_msg(again == 2 && strstr(refused, testutil_fmt("%s/hf: already holds an export (%s/"
+                                                             "hf/config.json): name another "
+                                                             "folder, or pass --force",
+                                                             dir, dir)),
+                  "exit %d: %s", again, refused);
+    free(refused);
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "force.log"),
+                                  "%s export %s/ck --out %s/hf --force", testutil_binary(), dir,
+                                  dir),
+                     0);
+}
+END_TEST
+
+/* --chat end to end: a Llama 3-shaped model on Llama 3's tokenizer, trained
+ * one step on chat data without checkpoint.dir, leaves a final folder with
+ * the tokenizer's files and generation_config.json; generate renders the
+ * prompt with the assistant's header after it. Needs the reference
+ * vocabulary (scripts/tokenizers.sh llama3); without it, says so. */
+START_TEST(chat_renders_the_generation_prompt)
+{
+    const char *env = getenv("ZT_TOKENIZERS_DIR"), *home = getenv("HOME");
+    const char *vocab = testutil_fmt(
+        "%s/llama3",
+        env && env[0] ? env : testutil_fmt("%s/.cache/zerotrain/tokenizers", home ? home : ""));
+    if (access(testutil_path_in(vocab, "tokenizer.json"), R_OK) != 0) {
+        fprintf(stderr,
+                "test_generate: no %s/tokenizer.json (scripts/tokenizers.sh llama3): "
+                "--chat is not run end to end\n",
+                vocab);
+        return;
+    }
+    const char *cdir = testutil_tmpdir("generate-chat");
+    testutil_write_repeated(testutil_path_in(cdir, "chat.jsonl"),
+                            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, "
+                            "{\"role\": \"assistant\", \"content\": \"Hello there\"}]}\n",
+                            8);
+    const char *yaml = testutil_fmt(
+        "model: {family: llama, vocab_size: 128256, block_size: 32, n_layer: 1, n_head: 2, "
+        "n_kv_head: 1, n_embd: 16, intermediate_size: 32}\n"
+        "data: {format: jsonl, train: %s/chat.jsonl, val_fraction: 0, tokenizer: hf, "
+        "tokenizer_dir: %s, chat_template: llama3}\n"
+        "run: {steps: 1, output_dir: %s/run}\n"
+        "train_micro_batch_size_per_gpu: 2\n",
+        cdir, vocab, cdir);
+    testutil_write_file(testutil_path_in(cdir, "chat.yaml"), yaml, strlen(yaml));
+    const char *log = testutil_path_in(cdir, "train.log");
+    ck_assert_msg(testutil_run(log, "mpirun -np 1 %s train %s/chat.yaml --quiet --no-progress",
+                               testutil_binary(), cdir) == 0,
+                  "%s", testutil_slurp(log));
+    ck_assert_str_eq(testutil_slurp(testutil_path_in(cdir, "run/final/generation_config.json")),
+                     "{\"bos_token_id\": 128000, \"eos_token_id\": 128001}\n");
+    ck_assert_int_eq(access(testutil_path_in(cdir, "run/final/tokenizer.json"), R_OK), 0);
+    ck_assert_int_eq(access(testutil_path_in(cdir, "run/final/tokenizer_config.json"), R_OK), 0);
+    const char *out = testutil_path_in(cdir, "gen.out"), *glog = testutil_path_in(cdir, "gen.log");
+    ck_assert_msg(testutil_run(glog,
+                               "(%s generate %s/run/final --chat-template llama3 --prompt Hi "
+                               "--max-new-tokens 3 --json > %s)",
+                               testutil_binary(), cdir, out) == 0,
+                  "%s", testutil_slurp(glog));
+    ck_assert_msg(strstr(testutil_slurp(glog), "tokenizer hf, chat template llama3"), "%s",
+                  testutil_slurp(glog));
+    ck_assert_msg(
+        strstr(testutil_slurp(out),
+               "{\"prompt\": \"<|begin_of_text|><|start_header_id|>user<|end_header_id|>"
+               "\\n\\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n\\n\", "),
+        "%s", testutil_slurp(out));
+    /* the folder's tokenizer names no template: --chat alone says what to do */
+    ck_assert_int_eq(
+        testutil_run(glog, "%s generate %s/run/final --chat --prompt Hi", testutil_binary(), cdir),
+        2);
+    ck_assert_msg(strstr(testutil_slurp(glog), "name one with --chat-template"), "%s",
+                  testutil_slurp(glog));
 }
 END_TEST
 
@@ -183,6 +312,12 @@ START_TEST(refusals_name_the_problem)
         {"%s/gen.yaml --set checkpoint.dir=%s/none --prompt x",
          "no weights to generate with: checkpoint.dir", 2},
         {"%s/ck --chat --prompt x", "--chat: no chat template", 2},
+        {"%s/ck --chat-template nope --prompt x", "--chat-template: unknown chat template 'nope'",
+         2},
+        {"%s/ck --chat-template llama3 --prompt x",
+         "template llama3 writes <|begin_of_text|>, which tokenizer bytes does not have as one "
+         "token",
+         2},
         {"%s/ck --prompt x --temperature -1", "--temperature -1: expected a number", 2},
         {"%s/ck --prompt x --max-new-tokens 2.5", "--max-new-tokens 2.5: expected a whole number",
          2},
@@ -219,6 +354,8 @@ static Suite *generate_suite(void)
     tcase_add_test(tc, sampling_repeats_with_its_seed);
     tcase_add_test(tc, prompts_from_a_file);
     tcase_add_test(tc, lora_checkpoint_equals_its_merged_export);
+    tcase_add_test(tc, an_exported_folder_generates_alone);
+    tcase_add_test(tc, chat_renders_the_generation_prompt);
     tcase_add_test(tc, refusals_name_the_problem);
     suite_add_tcase(s, tc);
     return s;

@@ -288,19 +288,32 @@ END_TEST
 
 /* checkpoint.dir null means no checkpoints: none is written (not even
  * under the output folder), one there is not resumed, and checkpoint.every
- * without a folder is a configuration error. */
+ * without a folder is a configuration error. The trained weights go to
+ * <output_dir>/final as an export, the last line saying so; with
+ * run.save_final false nothing is saved, which the start and the end say. */
 START_TEST(null_checkpoint_dir_means_no_checkpoints)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("outputs-nullck"));
     ck_assert_int_eq(train(dir, "a", 2, "--set run.steps=2"), 0);
-    ck_assert_str_eq(listing(testutil_path_in(dir, "a")), "config.yaml\nmemory_report.json\n");
-    /* nothing saved is said at the start and at the end, once each */
+    ck_assert_str_eq(listing(testutil_path_in(dir, "a")),
+                     "config.yaml\nfinal\nmemory_report.json\n");
+    ck_assert_str_eq(listing(testutil_path_in(dir, "a/final")),
+                     "config.json\ngeneration_config.json\nmodel.safetensors\n");
     const char *said = log_of(dir, "a");
-    ck_assert_msg(testutil_count(said, "note: checkpoint.dir is not set: the trained weights will "
-                                       "not be saved") == 1 &&
-                      testutil_count(said, "note: checkpoint.dir is not set: the trained weights "
-                                           "were not saved") == 1,
+    const char *last =
+        testutil_fmt("step 2: the final model (no checkpoint.dir) saved in %s/a/final\n", dir);
+    ck_assert_msg(strlen(said) > strlen(last) &&
+                      strcmp(said + strlen(said) - strlen(last), last) == 0,
+                  "the last line is not '%s':\n%s", last, said);
+    ck_assert_msg(!strstr(said, "not be saved") && !strstr(said, "not saved"), "%s", said);
+    ck_assert_int_eq(train(dir, "off", 2, "--set run.steps=2 --set run.save_final=false"), 0);
+    ck_assert_str_eq(listing(testutil_path_in(dir, "off")), "config.yaml\nmemory_report.json\n");
+    said = log_of(dir, "off");
+    ck_assert_msg(testutil_count(said, "note: checkpoint.dir is not set and run.save_final is "
+                                       "false: the trained weights will not be saved") == 1 &&
+                      testutil_count(said, "note: checkpoint.dir is not set and run.save_final is "
+                                           "false: the trained weights were not saved") == 1,
                   "%s", said);
     /* a checkpoint where the old default looked is left alone */
     ck_assert_int_eq(

@@ -659,6 +659,104 @@ START_TEST(test_chat_errors)
 }
 END_TEST
 
+/* A conversation to answer, rendered as apply_chat_template(messages,
+ * add_generation_prompt=True) renders it for each template. */
+START_TEST(test_chat_generation_prompts)
+{
+    static const struct {
+        const char *template, *messages, *want, *end_of_turn;
+    } cases[] = {
+        {"llama3",
+         "[{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": "
+         "\"Hello\"}, {\"role\": \"user\", \"content\": \" Bye \"}]",
+         "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+         "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
+         "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+         "<|start_header_id|>assistant<|end_header_id|>\n\n",
+         "<|eot_id|>"},
+        {"chatml", "[{\"role\": \"user\", \"content\": \"Hi\"}]",
+         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi"
+         "<|im_end|>\n<|im_start|>assistant\n",
+         "<|im_end|>"},
+        {"llama2",
+         "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": "
+         "\"Hi\"}]",
+         "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST]", "</s>"},
+        {"mistral", "[{\"role\": \"user\", \"content\": \"Hi\"}]", "<s>[INST] Hi [/INST]", "</s>"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct chat_template *tpl = chat_template_find(cases[i].template);
+        ck_assert_ptr_nonnull(tpl);
+        const struct json_source src = {.path = "case", .code = ZT_ERR_DATA, .max_depth = 8};
+        struct json_value v;
+        ck_assert(json_parse(&src, cases[i].messages, strlen(cases[i].messages), &v) == ZT_OK);
+        char *text = NULL;
+        size_t len = 0;
+        ck_assert_msg(chat_render_prompt(tpl, &v, "case", &text, &len) == ZT_OK, "%s",
+                      zt_error_message());
+        ck_assert_str_eq(text, cases[i].want);
+        ck_assert_uint_eq(len, strlen(cases[i].want));
+        ck_assert_str_eq(chat_template_end_of_turn(tpl), cases[i].end_of_turn);
+        free(text);
+        json_free(&v);
+    }
+    /* the reply answers the user: a conversation ending with the assistant is refused */
+    const char *ends = "[{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
+                       "\"content\": \"Hello\"}]";
+    const struct json_source src = {.path = "case", .code = ZT_ERR_DATA, .max_depth = 8};
+    struct json_value v;
+    ck_assert(json_parse(&src, ends, strlen(ends), &v) == ZT_OK);
+    char *text = NULL;
+    size_t len;
+    ck_assert_int_eq(chat_render_prompt(chat_template_find("llama3"), &v, "f.jsonl:3", &text, &len),
+                     ZT_ERR_USAGE);
+    ck_assert_msg(strstr(zt_error_message(), "f.jsonl:3: messages[1].role: assistant"), "%s",
+                  zt_error_message());
+    ck_assert_ptr_null(text);
+    json_free(&v);
+}
+END_TEST
+
+/* tokenizer_save copies what from_pretrained reads, under its names, and
+ * the copy opens as the same tokenizer: GPT-2's encoder.json and vocab.bpe
+ * as vocab.json and merges.txt, a tokenizer.json with its config. */
+START_TEST(test_tokenizer_save)
+{
+    static const char text[] = "Hello, world! <|endoftext|> ok";
+    const struct {
+        const char *row, *from, *files;
+    } cases[] = {
+        {"gpt2", testutil_gpt2_vocab_dir(), "vocab.json, merges.txt"},
+        {"hf", vocab_dir("llama3", "tokenizer.json"), "tokenizer.json, tokenizer_config.json"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *to = testutil_tmpdir(testutil_fmt("save-%s", cases[i].row));
+        char saved[256];
+        ck_assert_msg(tokenizer_save(cases[i].row, cases[i].from, to, saved, sizeof saved) == ZT_OK,
+                      "%s", zt_error_message());
+        ck_assert_str_eq(saved, cases[i].files);
+        struct tokenizer *a, *b;
+        ck_assert(tokenizer_open(cases[i].row, cases[i].from, &a) == ZT_OK);
+        ck_assert_msg(tokenizer_open(NULL, to, &b) == ZT_OK, "%s", zt_error_message());
+        ck_assert_str_eq(tokenizer_name(b), cases[i].row);
+        ck_assert_uint_eq(tokenizer_vocab_size(a), tokenizer_vocab_size(b));
+        ck_assert_int_eq(tokenizer_eot_id(a), tokenizer_eot_id(b));
+        ck_assert_int_eq(tokenizer_bos_id(a), tokenizer_bos_id(b));
+        struct token_buffer x = {0}, y = {0};
+        ck_assert(tokenizer_encode(a, (const unsigned char *)text, strlen(text), &x) == ZT_OK);
+        ck_assert(tokenizer_encode(b, (const unsigned char *)text, strlen(text), &y) == ZT_OK);
+        ck_assert_uint_eq(x.n, y.n);
+        ck_assert_mem_eq(x.tokens, y.tokens, x.n * sizeof *x.tokens);
+        token_buffer_free(&x), token_buffer_free(&y);
+        tokenizer_close(a), tokenizer_close(b);
+    }
+    char saved[64] = "x";
+    ck_assert_int_eq(
+        tokenizer_save("bytes", NULL, testutil_tmpdir("save-bytes"), saved, sizeof saved), ZT_OK);
+    ck_assert_str_eq(saved, "");
+}
+END_TEST
+
 static Suite *tokenizers_suite(void)
 {
     Suite *s = suite_create("tokenizers");
@@ -677,6 +775,8 @@ static Suite *tokenizers_suite(void)
     tcase_add_loop_test(ch, test_chat_templates, 0, (int)N_CHAT_CASES);
     tcase_add_test(ch, test_chat_chatml_detected);
     tcase_add_test(ch, test_chat_errors);
+    tcase_add_test(ch, test_chat_generation_prompts);
+    tcase_add_test(ch, test_tokenizer_save);
     return s;
 }
 

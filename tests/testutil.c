@@ -111,6 +111,15 @@ void testutil_write_file(const char *path, const void *bytes, size_t n)
     ck_assert_int_eq(fclose(f), 0);
 }
 
+void testutil_write_repeated(const char *path, const char *text, int times)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", path);
+    for (int i = 0; i < times; i++)
+        ck_assert_int_ge(fputs(text, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
 unsigned char *testutil_read_file(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");

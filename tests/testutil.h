@@ -43,6 +43,9 @@ const char *testutil_fmt(const char *f, ...) __attribute__((format(printf, 1, 2)
 /* Creates or replaces path with exactly n bytes; fails the test otherwise. */
 void testutil_write_file(const char *path, const void *bytes, size_t n);
 
+/* Creates or replaces path with `text` written `times` times over. */
+void testutil_write_repeated(const char *path, const char *text, int times);
+
 /* The whole file in a new buffer (caller frees) with one spare byte after
  * the *n bytes read; fails the test if it cannot be read. */
 unsigned char *testutil_read_file(const char *path, size_t *n);

@@ -33,6 +33,9 @@ zt_test(test_optim_layouts SOURCES test_optim_layouts.c LIBS zt_common TIMEOUT 9
 zt_test(test_eval_cmd SOURCES test_eval_cmd.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 # zerotrain generate: a trained model continues its text; refusals.
 zt_test(test_generate SOURCES test_generate.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
+# Greedy generate of a GPT-2 and a Llama (GQA) from their final folders
+# against scripts/reference/hf_greedy.py (PyTorch), 64 tokens; 77 without torch.
+zt_test(test_generate_torch SOURCES test_generate_torch.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 zt_test(test_outputs SOURCES test_outputs.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 # The memory timeline and summary against the ledger and the memory report.
 zt_test(test_memtimeline SOURCES test_memtimeline.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
