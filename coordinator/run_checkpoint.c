@@ -49,7 +49,9 @@ void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
  * the checkpoint resumes under HSDP or without. */
 static struct ckpt_layout stored_layout(const struct run_session *s)
 {
-    return (struct ckpt_layout){s->layout.tp, s->layout.pp, s->engine.part.world};
+    const int vocab = param_table_vocab(&s->table), padded = param_table_vocab_padded(&s->table);
+    return (struct ckpt_layout){s->layout.tp, s->layout.pp, s->engine.part.world,
+                                padded != vocab ? padded : 0};
 }
 
 /* Whether this rank writes a file: it is in the first shard group. */
@@ -590,7 +592,8 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                                 step_dir, u, (unsigned long long)m->unit_numel[u],
                                 param_table_unit_size(whole, u));
     /* per-tensor statistics of a slice are not the whole tensor's */
-    if (!weights_only && s->engine.tensor_state_len > 0 && m->layout.tp != s->layout.tp)
+    if (!weights_only && s->engine.tensor_state_len > 0 &&
+        (m->layout.tp != s->layout.tp || m->layout.vocab_padded != stored_layout(s).vocab_padded))
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s/meta.json: the checkpoint was written with tensor_parallel.size "
                             "%d, this run has %d: optimizer %s keeps statistics per tensor, "
@@ -866,11 +869,13 @@ static void read_run(void *arg, size_t whole_begin, size_t n, size_t at)
 }
 
 /* Flat elements [begin, end) of table t (a slice, or the whole model) from
- * a reader of the whole model's. */
+ * a reader of the whole model's; a padded vocabulary's padding rows zero. */
 static zt_status read_through(const struct param_table *t, range_reader read, void *reader,
                               size_t begin, size_t end, float *dst)
 {
     struct slice_read sr = {read, reader, dst, ZT_OK};
+    if (t->whole)
+        memset(dst, 0, (end - begin) * sizeof *dst);
     param_table_tp_runs(t, begin, end, read_run, &sr);
     return sr.st;
 }
