@@ -91,8 +91,12 @@ struct zt_config {
     char *no_effect;
 
     struct {
-        char *family;                /* "gpt2" (default) or "llama" (worker/model_family.h) */
-        int vocab_size;              /* default 256 (byte tokenizer) */
+        char *family;   /* "gpt2" (default) or "llama" (worker/model_family.h) */
+        int vocab_size; /* default 256 (byte tokenizer) */
+        /* The vocabulary a run computes with is vocab_size rounded up to a
+         * multiple of this times tensor_parallel.size (vocab_padded,
+         * worker/tensor_parallel.h); default 128, 1: no padding. */
+        int pad_vocab_size_to_multiple_of;
         int block_size;              /* max sequence length, default 128 */
         int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
         /* llama only */

@@ -118,6 +118,13 @@ static const struct field fields[] = {
     {"model.vocab_size", T_INT, OFF(model.vocab_size), 0, "256", GE(1), LE(2147483647), 0, NULL,
      "vocabulary size (256: byte tokenizer; up to 2^31 - 1, token files of 4-byte ids past "
      "65536)"},
+    {"model.pad_vocab_size_to_multiple_of", T_INT, OFF(model.pad_vocab_size_to_multiple_of), 0,
+     "128", GE(1), LE(65536), 0, NULL,
+     "the embedding and the output head get model.vocab_size rounded up to a multiple of this "
+     "times tensor_parallel.size rows (Megatron's make-vocab-size-divisible-by), so that any "
+     "tensor-parallel size cuts them evenly; the padding rows are zero, never a target and out "
+     "of the softmax, and checkpoints and exports hold the true vocabulary; 1: no padding "
+     "(tensor_parallel.size must divide model.vocab_size). LoRA and QLoRA runs are not padded"},
     {"model.block_size", T_INT, OFF(model.block_size), 0, "128", GE(1), LE(1 << 20), 0, NULL,
      "maximum sequence length"},
     {"model.n_layer", T_INT, OFF(model.n_layer), 0, "4", GE(1), LE(1024), 0, NULL,
@@ -284,8 +291,8 @@ static const struct field fields[] = {
     {"tensor_parallel", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "tensor parallelism (Megatron-LM's): each block's layers split across ranks"},
     {"tensor_parallel.size", T_INT, OFF(tensor_parallel.size), 0, "1", GE(1), NB, 0, NULL,
-     "ranks each layer is split across (T); it divides model.n_head, the MLP width and "
-     "model.vocab_size (llama: model.n_kv_head too)"},
+     "ranks each layer is split across (T); it divides model.n_head and the MLP width (llama: "
+     "model.n_kv_head too); the vocabulary is padded for it (model.pad_vocab_size_to_multiple_of)"},
     {"tensor_parallel.sequence_parallel", T_BOOL, OFF(tensor_parallel.sequence_parallel), 0,
      "false", NB, NB, 0, NULL,
      "Megatron's sequence parallelism: outside the split layers each tensor-parallel rank holds "
@@ -1610,8 +1617,9 @@ static zt_status check_tensor_split(const struct walk *w)
          "each tensor-parallel rank holds whole key/value heads"},
         {llama, "model.intermediate_size", c->model.intermediate_size,
          "the MLP's columns are split evenly"},
-        {1, "model.vocab_size", c->model.vocab_size,
-         "the embedding and the output head are split by vocabulary rows"},
+        {c->model.pad_vocab_size_to_multiple_of == 1, "model.vocab_size", c->model.vocab_size,
+         "the embedding and the output head are split by vocabulary rows (set "
+         "model.pad_vocab_size_to_multiple_of above 1 to pad them)"},
     };
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
         if (!splits[i].applies || splits[i].value % t == 0)

@@ -49,7 +49,9 @@ void run_checkpoint_dir(const struct zt_config *c, char *buf, size_t n)
  * the checkpoint resumes under HSDP or without. */
 static struct ckpt_layout stored_layout(const struct run_session *s)
 {
-    return (struct ckpt_layout){s->layout.tp, s->layout.pp, s->engine.part.world};
+    const int vocab = param_table_vocab(&s->table), padded = param_table_vocab_padded(&s->table);
+    return (struct ckpt_layout){s->layout.tp, s->layout.pp, s->engine.part.world,
+                                padded != vocab ? padded : 0};
 }
 
 /* Whether this rank writes a file: it is in the first shard group. */
@@ -614,6 +616,17 @@ static zt_status check_same_model(const struct run_session *s, const char *step_
                                 "the model's has %zu",
                                 step_dir, u, (unsigned long long)m->unit_numel[u],
                                 param_table_unit_size(whole, u));
+    /* per-tensor statistics span the vocabulary's padded rows */
+    if (!weights_only && s->engine.tensor_state_len > 0 &&
+        m->layout.vocab_padded != stored_layout(s).vocab_padded)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s/meta.json: the checkpoint's vocabulary was padded to %lld rows, "
+                            "this run's to %lld: optimizer %s keeps statistics per tensor, which "
+                            "span the padded rows (resume at a tensor_parallel.size that pads "
+                            "alike, or export the weights and start from them with "
+                            "model.init_from)",
+                            step_dir, (long long)m->layout.vocab_padded,
+                            (long long)stored_layout(s).vocab_padded, want);
     /* A unit that trains here needs the optimizer states the checkpoint has
      * only for units that trained there. */
     for (int u = 0; u < m->n_units; u++)
@@ -881,11 +894,13 @@ static void read_run(void *arg, size_t whole_begin, size_t n, size_t at)
 }
 
 /* Flat elements [begin, end) of table t (a slice, or the whole model) from
- * a reader of the whole model's. */
+ * a reader of the whole model's; a padded vocabulary's padding rows zero. */
 static zt_status read_through(const struct param_table *t, range_reader read, void *reader,
                               size_t begin, size_t end, float *dst)
 {
     struct slice_read sr = {read, reader, dst, ZT_OK};
+    if (t->whole)
+        memset(dst, 0, (end - begin) * sizeof *dst);
     param_table_tp_runs(t, begin, end, read_run, &sr);
     return sr.st;
 }

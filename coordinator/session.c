@@ -384,12 +384,20 @@ static zt_status attach_fp8(const struct zt_config *c, struct param_table *t)
     return fp8_scaling_create(&r, param_table_blocks(t), &t->fp8);
 }
 
+int64_t session_vocab_padded(const struct zt_config *c, int T)
+{
+    if (c->lora.enabled || c->quantization.load_in_4bit)
+        return c->model.vocab_size;
+    return tp_vocab_padded(c->model.vocab_size, c->model.pad_vocab_size_to_multiple_of, T);
+}
+
 zt_status session_rank_table(const struct zt_config *c, int T, int t, struct param_table *out)
 {
     ZT_TRY(session_build_table(c, out));
-    if (T > 1) {
+    const int64_t vocab_padded = session_vocab_padded(c, T);
+    if (T > 1 || vocab_padded != c->model.vocab_size) {
         struct param_table whole = *out;
-        const zt_status st = param_table_tp_slice(&whole, T, t, out);
+        const zt_status st = param_table_tp_slice(&whole, T, t, vocab_padded, out);
         param_table_free(&whole);
         ZT_TRY(st);
         out->tp_sequence = c->tensor_parallel.sequence_parallel;
@@ -732,6 +740,21 @@ static void note_comm_backend(const struct run_session *s)
     fflush(stderr);
 }
 
+/* Once, by rank 0, when the vocabulary was padded for the tensor-parallel
+ * ranks (session_vocab_padded): the rows the embedding and head got. */
+static void note_vocab_padding(const struct run_session *s)
+{
+    const int vocab = param_table_vocab(&s->table), padded = param_table_vocab_padded(&s->table);
+    if (s->rank != 0 || padded == vocab)
+        return;
+    fprintf(stderr,
+            "zerotrain: note: vocabulary %d padded to %d for T=%d "
+            "(model.pad_vocab_size_to_multiple_of %d)\n",
+            vocab, padded, param_table_tp_size(&s->table),
+            s->cfg.model.pad_vocab_size_to_multiple_of);
+    fflush(stderr);
+}
+
 /* Runs one phase and agrees on its outcome; on failure closes the session. */
 #define SESSION_PHASE(s, expr)                                                                     \
     do {                                                                                           \
@@ -784,6 +807,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     s->faults = o->faults; /* the engine's NVMe hook reaches them */
     SESSION_PHASE(s, build_model(s, o));
+    note_vocab_padding(s);
     SESSION_PHASE(s, o->dry_run ? ZT_OK : check_validation_size(s));
     s->stop_signal = o->stop_signal;
     s->state = RUN_CONFIGURED;

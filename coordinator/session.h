@@ -255,12 +255,18 @@ enum zt_dtype session_compute_type(const struct zt_config *c, const struct ops_b
 /* The model's activation checkpointing interval (0: off) for a config. */
 int session_ckpt_every(const struct zt_config *c);
 
+/* The vocabulary a tensor-parallel group of T computes with:
+ * model.vocab_size padded as model.pad_vocab_size_to_multiple_of says
+ * (tp_vocab_padded), or unpadded under LoRA and QLoRA, whose tables are
+ * never sliced. */
+int64_t session_vocab_padded(const struct zt_config *c, int T);
+
 /* The parameter table rank t of a tensor-parallel group of T holds: the
- * config's table (session_build_table), sliced when T > 1
- * (param_table_tp_slice) and marked for sequence parallelism as the config
- * says, with fp8.enabled its fp8 scaling state (and its whole model's).
- * Errors: those of session_build_table, param_table_tp_slice and
- * fp8_scaling_create. */
+ * config's table (session_build_table), sliced when T > 1 or the
+ * vocabulary is padded (param_table_tp_slice, session_vocab_padded) and
+ * marked for sequence parallelism as the config says, with fp8.enabled
+ * its fp8 scaling state (and its whole model's). Errors: those of
+ * session_build_table, param_table_tp_slice and fp8_scaling_create. */
 zt_status session_rank_table(const struct zt_config *c, int T, int t, struct param_table *out);
 
 /* How the config splits the blocks among pipeline stages. */

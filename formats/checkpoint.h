@@ -247,9 +247,13 @@ enum { CKPT_UNIT_FROZEN = 1, CKPT_UNIT_NOT_STORED = 2 };
  * unit_stage[u]). Tensors that every tensor-parallel rank holds whole
  * (norms, position embeddings) are in every slice; a reader takes them from
  * t = 0. A checkpoint without "layout" (formats 1 .. 3) is {1, 1, world}
- * with every unit on stage 0. */
+ * with every unit on stage 0. vocab_padded: the rows of the padded
+ * vocabulary the slices were cut from (worker/tensor_parallel.h: their
+ * padding rows, zero, map to nothing of the model), 0 when unpadded; in
+ * meta.json "layout" as "vocab_padded", absent when 0. */
 struct ckpt_layout {
     int tp, pp, dp;
+    int64_t vocab_padded;
 };
 
 /* The rank at coordinates (tp, pp, dp) of grid l, and rank r's

@@ -101,14 +101,21 @@ static zt_status check_lora_writable(const char *path, const struct ckpt_lora *l
 static struct ckpt_layout layout_of(const struct ckpt_meta *m)
 {
     if (m->layout.tp == 0 && m->layout.pp == 0 && m->layout.dp == 0)
-        return (struct ckpt_layout){1, 1, m->world};
+        return (struct ckpt_layout){1, 1, m->world, m->layout.vocab_padded};
     return m->layout;
+}
+
+/* Whether the slices are the units themselves: one tensor-parallel rank,
+ * no padding. */
+static int layout_unsliced(const struct ckpt_meta *m)
+{
+    return layout_of(m).tp == 1 && m->layout.vocab_padded == 0;
 }
 
 static int layout_is_data_only(const struct ckpt_meta *m)
 {
     const struct ckpt_layout l = layout_of(m);
-    return l.tp == 1 && l.pp == 1;
+    return l.pp == 1 && layout_unsliced(m);
 }
 
 /* The grid must hold exactly the writing ranks, and every unit a stage of
@@ -120,6 +127,11 @@ static zt_status check_layout(const char *path, zt_status err, const struct ckpt
     if (l.tp < 1 || l.pp < 1 || l.dp < 1 || (int64_t)l.tp * l.pp * l.dp != m->world)
         return zt_error_set(err, "%s: layout tp %d x pp %d x dp %d is not the %d ranks of 'world'",
                             path, l.tp, l.pp, l.dp, m->world);
+    if (l.vocab_padded < 0 || l.vocab_padded > INT32_MAX || l.vocab_padded % l.tp != 0)
+        return zt_error_set(err,
+                            "%s: layout.vocab_padded %lld is not a multiple of tp %d in "
+                            "0 .. 2^31 - 1",
+                            path, (long long)l.vocab_padded, l.tp);
     for (int u = 0; m->unit_stage && u < m->n_units; u++)
         if (m->unit_stage[u] < 0 || m->unit_stage[u] >= l.pp)
             return zt_error_set(err, "%s: units[%d].pipeline_stage is %d, outside 0 .. %d", path, u,
@@ -223,7 +235,7 @@ static void add_kvlist(struct json_text *t, const char *key, const char *kind_ke
 static const char *layout_text(const struct ckpt_meta *m, int u, char *buf, size_t n)
 {
     int len = snprintf(buf, n, ", \"pipeline_stage\": %d", m->unit_stage ? m->unit_stage[u] : 0);
-    if (layout_of(m).tp > 1 && len >= 0 && (size_t)len < n)
+    if (!layout_unsliced(m) && len >= 0 && (size_t)len < n)
         snprintf(buf + len, n - (size_t)len, ", \"slice_numel\": %llu",
                  (unsigned long long)(m->unit_slice ? m->unit_slice[u] : m->unit_numel[u]));
     return buf;
@@ -287,9 +299,12 @@ static void add_quant(struct json_text *t, const struct ckpt_quant *q)
 static void add_layout(struct json_text *t, const struct ckpt_meta *m)
 {
     const struct ckpt_layout l = layout_of(m);
-    if (!layout_is_data_only(m))
-        json_text_printf(t, "  \"layout\": {\"tp\": %d, \"pp\": %d, \"dp\": %d},\n", l.tp, l.pp,
-                         l.dp);
+    if (layout_is_data_only(m))
+        return;
+    json_text_printf(t, "  \"layout\": {\"tp\": %d, \"pp\": %d, \"dp\": %d", l.tp, l.pp, l.dp);
+    if (l.vocab_padded > 0)
+        json_text_printf(t, ", \"vocab_padded\": %lld", (long long)l.vocab_padded);
+    json_text_printf(t, "},\n");
 }
 
 /* "base": {...} on one line, when the frozen units are kept elsewhere. */
@@ -497,9 +512,9 @@ static zt_status read_unit_slice(const char *path, const struct json_value *unit
     char where[64];
     m->unit_slice[u] = m->unit_numel[u];
     snprintf(where, sizeof where, "units[%zu].slice_numel", u);
-    if (m->layout.tp > 1)
+    if (!layout_unsliced(m))
         ZT_TRY(need_u64(path, unit, "slice_numel", where, &m->unit_slice[u]));
-    if (m->unit_slice[u] > m->unit_numel[u])
+    if (m->unit_slice[u] > m->unit_numel[u] && m->layout.vocab_padded == 0) /* padding adds */
         return zt_error_set(ZT_ERR_CHECKPOINT, "%s: %s is %llu, more than the unit's %llu", path,
                             where, (unsigned long long)m->unit_slice[u],
                             (unsigned long long)m->unit_numel[u]);
@@ -737,7 +752,7 @@ static zt_status read_base(const char *path, const struct json_value *root, stru
 /* "layout" (format 4), else the data-parallel grid of `world` ranks. */
 static zt_status read_layout(const char *path, const struct json_value *root, struct ckpt_meta *m)
 {
-    m->layout = (struct ckpt_layout){1, 1, m->world};
+    m->layout = (struct ckpt_layout){1, 1, m->world, 0};
     if (m->format_version < 4)
         return ZT_OK;
     const struct json_value *obj;
@@ -749,7 +764,10 @@ static zt_status read_layout(const char *path, const struct json_value *root, st
         snprintf(where, sizeof where, "layout.%s", keys[k]);
         ZT_TRY(need_i64(path, obj, keys[k], where, 1, INT_MAX, &v[k]));
     }
-    m->layout = (struct ckpt_layout){(int)v[0], (int)v[1], (int)v[2]};
+    m->layout = (struct ckpt_layout){(int)v[0], (int)v[1], (int)v[2], 0};
+    if (json_object_get(obj, "vocab_padded", NULL))
+        ZT_TRY(need_i64(path, obj, "vocab_padded", "layout.vocab_padded", 1, INT32_MAX,
+                        &m->layout.vocab_padded));
     return check_layout(path, ZT_ERR_CHECKPOINT, m);
 }
 

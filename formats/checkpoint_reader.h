@@ -16,6 +16,8 @@
  * makes one read per old data-parallel piece, as a data-parallel reader
  * does. Tensors that every tensor-parallel rank holds whole (norms,
  * position embeddings) are read from tensor-parallel rank 0's slice.
+ * Padding rows of a padded vocabulary are in no run: the writer's are
+ * never read, and the reader's are zero, whatever T either padded for.
  *
  * Files are opened when first read from and stay open until the reader
  * closes; reads are not checksummed (ckpt_validate vouches for files).

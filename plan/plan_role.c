@@ -56,8 +56,9 @@ zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
 
 /* Matmul FLOPs of one micro batch on a rank of stage st: its blocks' share
  * of the model's (the head's 6 V C per token taken out and given to the
- * last stage), a recomputed forward (a third of a block's) under
- * checkpointing, all over the tensor-parallel ranks. */
+ * last stage, whose head computes the padded vocabulary's), a recomputed
+ * forward (a third of a block's) under checkpointing, all over the
+ * tensor-parallel ranks. */
 static double stage_flops(const struct zt_config *c, const struct param_table *t,
                           const struct model_stage *st)
 {
@@ -65,8 +66,9 @@ static double stage_flops(const struct zt_config *c, const struct param_table *t
     int vocab, embd;
     embedding_shape(whole, &vocab, &embd);
     const int L = param_table_blocks(whole);
-    const double head = 6.0 * vocab * embd;
-    const double block = (whole->family->flops_per_token(whole, c->data.seq_len) - head) / L;
+    const double head = 6.0 * param_table_vocab_padded(t) * embd;
+    const double block =
+        (whole->family->flops_per_token(whole, c->data.seq_len) - 6.0 * vocab * embd) / L;
     const double recompute = c->activation_checkpointing.enabled ? 1.0 / 3.0 : 0.0;
     const double per_token =
         (st->end_block - st->first_block) * block * (1.0 + recompute) + (st->last ? head : 0.0);

@@ -1103,7 +1103,7 @@ START_TEST(test_meta_records_the_layout)
         ck_assert_int_eq(r.unit_stage[u], 0);
     ckpt_meta_free(&r);
 
-    m.layout = (struct ckpt_layout){1, 2, 2};
+    m.layout = (struct ckpt_layout){1, 2, 2, 0};
     m.unit_stage = calloc(3, sizeof *m.unit_stage);
     m.unit_stage[1] = m.unit_stage[2] = 1;
     EXPECT_OK(ckpt_meta_write(path, &m));
@@ -1128,7 +1128,7 @@ START_TEST(test_meta_records_the_layout)
                  testutil_fmt("%s: layout tp 1 x pp 2 x dp 3 is not the 4 ranks of 'world'", path));
 
     /* tensor-parallel slices: each unit's slice size is recorded */
-    m.layout = (struct ckpt_layout){2, 2, 1};
+    m.layout = (struct ckpt_layout){2, 2, 1, 0};
     m.unit_slice = malloc(3 * sizeof *m.unit_slice);
     for (int u = 0; u < 3; u++)
         m.unit_slice[u] = 600 + (uint64_t)u;
@@ -1145,7 +1145,7 @@ START_TEST(test_meta_records_the_layout)
     EXPECT_ERROR(ckpt_meta_read(path, &r), ZT_ERR_CHECKPOINT,
                  testutil_fmt("%s: units[1].slice_numel is 2000, more than the unit's 1001", path));
     /* without the layout's tensor-parallel size, no slices */
-    m.layout = (struct ckpt_layout){1, 2, 2};
+    m.layout = (struct ckpt_layout){1, 2, 2, 0};
     EXPECT_OK(ckpt_meta_write(path, &m));
     ck_assert_ptr_null(strstr(testutil_slurp(path), "slice_numel"));
     EXPECT_OK(ckpt_meta_read(path, &r));

@@ -1697,6 +1697,16 @@ static const struct bad_case bad_cases[] = {
      {NULL},
      ZT_ERR_CONFIG,
      "bad.yaml:2:21: model.vocab_size: must be between 1 and 2147483647, got 0"},
+    {"data: {train: x}\nmodel: {pad_vocab_size_to_multiple_of: 0}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:2:40: model.pad_vocab_size_to_multiple_of: must be between 1 and 65536, got 0"},
+    {"data: {train: x}\nmodel:\n  pad_vocab_size_to_multiple_of: -128\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:34: model.pad_vocab_size_to_multiple_of: must be between 1 and 65536, got -128"},
     {"data: {train: x}\nmodel: {n_embd: 130, n_head: 4}\n",
      NULL,
      {NULL},
@@ -2173,12 +2183,13 @@ static const struct bad_case bad_cases[] = {
      ZT_ERR_CONFIG,
      "bad.yaml:3:9: tensor_parallel.size: 3 must divide model.n_head (4): each tensor-parallel "
      "rank computes whole attention heads"},
-    {"data: {train: x}\nmodel: {n_head: 8, n_embd: 64}\n",
+    {"data: {train: x}\nmodel: {n_head: 8, n_embd: 64, pad_vocab_size_to_multiple_of: 1}\n",
      NULL,
      {"tensor_parallel.size=8", "model.vocab_size=260"},
      ZT_ERR_CONFIG,
      "--set tensor_parallel.size=8: tensor_parallel.size: 8 must divide model.vocab_size (260): "
-     "the embedding and the output head are split by vocabulary rows"},
+     "the embedding and the output head are split by vocabulary rows (set "
+     "model.pad_vocab_size_to_multiple_of above 1 to pad them)"},
     {"data: {train: x}\nmodel: {family: llama, n_head: 8, n_kv_head: 2, n_embd: 128}\n"
      "tensor_parallel: {size: 4}\n",
      NULL,

@@ -978,22 +978,25 @@ static void check_crossentropy(struct harness *h, enum zt_dtype t, int N, int V,
 /* The vocabulary-parallel cross-entropy on the columns [v_lo, v_lo + Vp)
  * of V, each of its four ops on its own given inputs (the reductions
  * between them are the caller's): targets over the whole vocabulary,
- * some in the slice, some not, some masked. */
+ * some in the slice, some not, some masked. Columns past V are a padded
+ * vocabulary's padding (the ops' Vr). */
 static void check_crossentropy_vocab(struct harness *h, enum zt_dtype t, int N, int V, int v_lo,
                                      int Vp, uint64_t key)
 {
     const size_t n = (size_t)N * Vp;
+    const int Vr = V - v_lo < 0 ? 0 : V - v_lo < Vp ? V - v_lo : Vp;
     const double budget = typed_budget(t);
     char shape[96];
-    snprintf(shape, sizeof shape, "%s N=%d V=%d v_lo=%d Vp=%d", dtype_name(t), N, V, v_lo, Vp);
+    snprintf(shape, sizeof shape, "%s N=%d V=%d v_lo=%d Vp=%d Vr=%d", dtype_name(t), N, V, v_lo, Vp,
+             Vr);
     const void *logits = rnd_t(h, t, n, key, 4.0);
     const void *d_logits = to_dev(h, logits, TB(t, n));
     const int32_t *tgt = ids(h, N, V, key + 1, 1);
     const int32_t *d_tgt = to_dev(h, tgt, IB(N));
 
     float *row_max = hmem(h, FB(N)), *d_row_max = poisoned(h, FB(N));
-    REF(h, crossentropy_vocab_max, t, row_max, logits, N, Vp);
-    BUT(h, crossentropy_vocab_max, t, d_row_max, d_logits, N, Vp);
+    REF(h, crossentropy_vocab_max, t, row_max, logits, N, Vp, Vr);
+    BUT(h, crossentropy_vocab_max, t, d_row_max, d_logits, N, Vp, Vr);
     expect_dev_close(h, NAME("crossentropy_vocab_max %s", shape), d_row_max, row_max, (size_t)N,
                      FP32_BUDGET);
 
@@ -1003,9 +1006,9 @@ static void check_crossentropy_vocab(struct harness *h, enum zt_dtype t, int N, 
         gmax[i] += row_max[i];
     void *probs = hmem(h, TB(t, n)), *d_probs = poisoned(h, TB(t, n));
     float *stats = hmem(h, FB(2 * N)), *d_stats = poisoned(h, FB(2 * N));
-    REF(h, crossentropy_vocab_exp, t, probs, stats, logits, gmax, tgt, N, Vp, v_lo);
+    REF(h, crossentropy_vocab_exp, t, probs, stats, logits, gmax, tgt, N, Vp, Vr, v_lo);
     BUT(h, crossentropy_vocab_exp, t, d_probs, d_stats, d_logits, to_dev(h, gmax, FB(N)), d_tgt, N,
-        Vp, v_lo);
+        Vp, Vr, v_lo);
     expect_typed(h, NAME("crossentropy_vocab_exp probs %s", shape), t, d_probs, probs, n, budget);
     expect_dev_close(h, NAME("crossentropy_vocab_exp row_stats %s", shape), d_stats, stats,
                      2 * (size_t)N, FP32_BUDGET);
@@ -1555,6 +1558,7 @@ START_TEST(crossentropy)
     check_crossentropy_vocab(&h, t, B_ * T_, V_, 0, V_, 7400);
     check_crossentropy_vocab(&h, t, B_ * T_, V_, V_ - 1, 1, 7500);
     check_crossentropy_vocab(&h, t, 3, 3000, 1000, 1001, 7600);
+    check_crossentropy_vocab(&h, t, B_ * T_, V_, V_ - 5, 16, 7700); /* the last slice, padded */
     harness_close(&h);
 }
 END_TEST

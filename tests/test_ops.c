@@ -1861,9 +1861,9 @@ static void xvocab_forward(struct xvocab_case *x)
     for (int i = 0; i < N; i++)
         row_max[i] = -INFINITY;
     for (int p = 0; p < s->n; p++) {
-        ck_assert_int_eq(
-            ops->crossentropy_vocab_max(ops, ZT_F32, part_max, x->logit_part[p], N, s->w[p]),
-            ZT_OK);
+        ck_assert_int_eq(ops->crossentropy_vocab_max(ops, ZT_F32, part_max, x->logit_part[p], N,
+                                                     s->w[p], s->w[p]),
+                         ZT_OK);
         for (int i = 0; i < N; i++) {
             /* exact: the softmax would hide a wrong max until e^x overflowed */
             double m = -INFINITY;
@@ -1877,7 +1877,7 @@ static void xvocab_forward(struct xvocab_case *x)
     for (int p = 0; p < s->n; p++) {
         ck_assert_int_eq(ops->crossentropy_vocab_exp(ops, ZT_F32, x->prob_part[p], part_stats,
                                                      x->logit_part[p], row_max, x->tgt, N, s->w[p],
-                                                     s->lo[p]),
+                                                     s->w[p], s->lo[p]),
                          ZT_OK);
         for (int i = 0; i < 2 * N; i++)
             stats[i] += part_stats[i];
@@ -1997,6 +1997,101 @@ START_TEST(crossentropy_vocab_one_part_is_crossentropy)
     free(probs);
     free(dlogits);
     xvocab_teardown(&x);
+}
+END_TEST
+
+/* A padded vocabulary (worker/tensor_parallel.h): V = 37 true columns
+ * padded to Vp, cut into T equal parts; the padding columns hold logits
+ * far above the others. The loss must be the unpadded rows' and the
+ * padding must get no probability and no gradient. The last case's
+ * fourth part is padding only. */
+static const int XPAD_CASES[][2] = {{48, 1}, {48, 2}, {48, 4}, {64, 4}}; /* Vp, T */
+enum { XPAD_V = 37 };
+
+/* The real columns of part [lo, lo + w) of a vocabulary of V. */
+static int real_columns(int V, int lo, int w)
+{
+    return V - lo < 0 ? 0 : V - lo < w ? V - lo : w;
+}
+
+START_TEST(crossentropy_vocab_padding_gets_nothing)
+{
+    const struct ops_backend *ops = ops_cpu_backend();
+    const int N = XV_N, V = XPAD_V, Vp = XPAD_CASES[_i][0], T = XPAD_CASES[_i][1], w = Vp / T;
+    int32_t *tgt = random_ids(N, V, 95);
+    tgt[2] = -1; /* a masked row */
+    tgt[3] = V - 1;
+    struct tensor logits = tensor_rand(N * V, 96, 4.0);
+    float *padded = malloc((size_t)N * Vp * sizeof *padded);
+    float *probs = malloc((size_t)N * Vp * sizeof *probs);
+    float *dlogits = calloc((size_t)N * Vp, sizeof *dlogits);
+    float *losses = malloc((size_t)N * sizeof *losses);
+    double *want_losses = malloc((size_t)N * sizeof *want_losses);
+    double *want_probs = malloc((size_t)N * V * sizeof *want_probs);
+    ck_assert(padded && probs && dlogits && losses && want_losses && want_probs);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < Vp; j++)
+            padded[(size_t)i * Vp + j] = j < V ? logits.f[(size_t)i * V + j] : 1e4f;
+    ref_crossentropy(want_losses, want_probs, logits.d, tgt, N, V);
+
+    /* each part's max, exp and finish with the reductions between them */
+    float *x[VOCAB_MAX_PARTS], *p[VOCAB_MAX_PARTS], *d[VOCAB_MAX_PARTS];
+    float row_max[XV_N], part_max[XV_N], stats[2 * XV_N] = {0}, part_stats[2 * XV_N];
+    for (int i = 0; i < N; i++)
+        row_max[i] = -INFINITY;
+    for (int k = 0; k < T; k++) {
+        x[k] = columns(padded, N, Vp, k * w, w);
+        p[k] = malloc((size_t)N * w * sizeof *p[k]);
+        d[k] = columns(dlogits, N, Vp, k * w, w);
+        ck_assert_ptr_nonnull(p[k]);
+        ck_assert_int_eq(ops->crossentropy_vocab_max(ops, ZT_F32, part_max, x[k], N, w,
+                                                     real_columns(V, k * w, w)),
+                         ZT_OK);
+        for (int i = 0; i < N; i++)
+            row_max[i] = fmaxf(row_max[i], part_max[i]);
+    }
+    for (int k = 0; k < T; k++) {
+        ck_assert_int_eq(ops->crossentropy_vocab_exp(ops, ZT_F32, p[k], part_stats, x[k], row_max,
+                                                     tgt, N, w, real_columns(V, k * w, w), k * w),
+                         ZT_OK);
+        for (int i = 0; i < 2 * N; i++)
+            stats[i] += part_stats[i];
+    }
+    for (int k = 0; k < T; k++) {
+        ck_assert_int_eq(
+            ops->crossentropy_vocab_finish(ops, ZT_F32, losses, p[k], stats, tgt, N, w), ZT_OK);
+        ck_assert_int_eq(
+            ops->crossentropy_vocab_backward(ops, ZT_F32, d[k], p[k], tgt, XENT_DLOSS, N, w, k * w),
+            ZT_OK);
+        put_columns(probs, p[k], N, Vp, k * w, w);
+        put_columns(dlogits, d[k], N, Vp, k * w, w);
+        free(x[k]);
+        free(p[k]);
+        free(d[k]);
+    }
+    for (int i = 0; i < N; i++) {
+        ck_assert_double_eq_tol(losses[i], want_losses[i], FWD_TOL * fmax(1.0, want_losses[i]));
+        for (int j = 0; j < Vp; j++) {
+            const size_t k = (size_t)i * Vp + j;
+            if (j >= V) { /* the padding: exactly nothing */
+                ck_assert_float_eq(probs[k], 0.0f);
+                ck_assert_float_eq(dlogits[k], 0.0f);
+                continue;
+            }
+            const double want = want_probs[(size_t)i * V + j];
+            ck_assert_double_eq_tol(probs[k], want, FWD_TOL);
+            const double g = tgt[i] < 0 ? 0.0 : (want - (j == tgt[i])) * XENT_DLOSS;
+            ck_assert_double_eq_tol(dlogits[k], g, FWD_TOL);
+        }
+    }
+    free(tgt);
+    tensor_free(&logits);
+    free(padded);
+    free(probs);
+    free(dlogits);
+    free(losses);
+    free(want_losses);
+    free(want_probs);
 }
 END_TEST
 
@@ -2288,6 +2383,7 @@ int main(void)
     tcase_add_loop_test(tc, crossentropy_vocab_matches_reference, 0, NSIZES(VOCAB_SPLITS));
     tcase_add_loop_test(tc, crossentropy_vocab_backward_matches_reference, 0, NSIZES(VOCAB_SPLITS));
     tcase_add_loop_test(tc, crossentropy_vocab_one_part_is_crossentropy, 0, NSIZES(VOCAB_ONE_PART));
+    tcase_add_loop_test(tc, crossentropy_vocab_padding_gets_nothing, 0, NSIZES(XPAD_CASES));
     tcase_add_loop_test(tc, encoder_forward_vocab_sums_to_encoder_forward, 0, 2);
     tcase_add_loop_test(tc, encoder_backward_vocab_matches_encoder_backward, 0, 2);
     tcase_add_test(tc, encoder_backward_vocab_skips_a_frozen_embedding);

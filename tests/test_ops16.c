@@ -849,16 +849,17 @@ START_TEST(crossentropy_vocab_16bit_is_rounded_fp32)
     struct fpair rmax = fpair_randn(N, 912, 1.0), stats = fpair_randn(2 * N, 913, 1.0),
                  losses = fpair_randn(N, 914, 1.0);
 
-    ok(ops->crossentropy_vocab_max(ops, t, rmax.a, logits.h, N, Vp), "crossentropy_vocab_max");
-    ok(ops->crossentropy_vocab_max(ops, ZT_F32, rmax.b, logits.f, N, Vp),
+    ok(ops->crossentropy_vocab_max(ops, t, rmax.a, logits.h, N, Vp, Vp), "crossentropy_vocab_max");
+    ok(ops->crossentropy_vocab_max(ops, ZT_F32, rmax.b, logits.f, N, Vp, Vp),
        "crossentropy_vocab_max fp32");
     expect_same(testutil_fmt("crossentropy_vocab row_max, %s", part), t, rmax.a, rmax.b, N);
 
     for (int i = 0; i < N && slice; i++)
         rmax.a[i] += 0.25f;
-    ok(ops->crossentropy_vocab_exp(ops, t, probs.h, stats.a, logits.h, rmax.a, tgt, N, Vp, lo),
+    ok(ops->crossentropy_vocab_exp(ops, t, probs.h, stats.a, logits.h, rmax.a, tgt, N, Vp, Vp, lo),
        "crossentropy_vocab_exp");
-    ok(ops->crossentropy_vocab_exp(ops, ZT_F32, probs.f, stats.b, logits.f, rmax.a, tgt, N, Vp, lo),
+    ok(ops->crossentropy_vocab_exp(ops, ZT_F32, probs.f, stats.b, logits.f, rmax.a, tgt, N, Vp, Vp,
+                                   lo),
        "crossentropy_vocab_exp fp32");
     expect_rounded(testutil_fmt("crossentropy_vocab_exp probs, %s", part), t, probs.h, probs.f,
                    N * Vp);

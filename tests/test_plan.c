@@ -486,6 +486,45 @@ START_TEST(bubble_shrinks_on_oversubscribed_cores)
 }
 END_TEST
 
+/* GPT-3 175B (configs/gpt3-175b.yaml) on 1,024 A100s of 80 GB: T cannot
+ * cut GPT-2's 50,257 vocabulary rows evenly, so without padding only T = 1
+ * layouts are planned; padded (model.pad_vocab_size_to_multiple_of,
+ * default 128) the best layout is tensor-parallel, faster than the best
+ * unpadded one, and fits. */
+static const struct json_value *best_gpt3_layout(const char *dir, const char *name,
+                                                 const char *extra, struct json_value *plan)
+{
+    const char *log = testutil_path_in(dir, testutil_fmt("%s.log", name));
+    ck_assert_msg(testutil_run(log,
+                               "%s plan %s --gpus 1024 --machine a100-80gb --global-batch 1536 "
+                               "--json %s/%s.json %s",
+                               testutil_binary(), testutil_source_path("configs/gpt3-175b.yaml"),
+                               dir, name, extra) == 0,
+                  "%s", testutil_slurp(log));
+    testutil_load_json(testutil_path_in(dir, testutil_fmt("%s.json", name)), plan);
+    const struct json_value *layouts = member(plan, "layouts");
+    ck_assert_uint_gt(layouts->n, 0);
+    return &layouts->items[0];
+}
+
+START_TEST(gpt3_plans_tensor_parallel_layouts)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan-gpt3"));
+    struct json_value padded, unpadded;
+    const struct json_value *best = best_gpt3_layout(dir, "padded", "", &padded);
+    const struct json_value *before =
+        best_gpt3_layout(dir, "unpadded", "--set model.pad_vocab_size_to_multiple_of=1", &unpadded);
+    ck_assert_uint_eq(uint_of(before, "tp"), 1);
+    ck_assert_uint_gt(uint_of(best, "tp"), 1);
+    ck_assert(member(best, "fits")->type == JSON_BOOL && member(best, "fits")->boolean);
+    const double t = member(best, "step_seconds")->real, t1 = member(before, "step_seconds")->real;
+    ck_assert_msg(t < t1, "padded best step %g s, unpadded %g s", t, t1);
+    json_free(&padded);
+    json_free(&unpadded);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -497,6 +536,7 @@ int main(void)
     tcase_add_test(tc, cost_of_a_data_parallel_step);
     tcase_add_test(tc, mfu_is_against_the_datasheet_peak);
     tcase_add_test(tc, bubble_shrinks_on_oversubscribed_cores);
+    tcase_add_test(tc, gpt3_plans_tensor_parallel_layouts);
     tc = testutil_tcase(s, "measured", 900);
     tcase_add_loop_test(tc, plan_equals_the_measured_ledger_and_traffic, 0,
                         (int)(sizeof cases / sizeof cases[0]));

@@ -8,7 +8,8 @@
  * initialises to the whole model's values, and sizes that do not divide
  * are refused naming the tensor. LoRA adapters are cut as their base
  * layers, and each tensor's runs in its own index space (what whole-tensor
- * optimizers index by) are the flat space's runs. */
+ * optimizers index by) are the flat space's runs. A padded vocabulary's
+ * slices hold every true row once and zero padding. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,18 +20,23 @@
 #include "../worker/tensor_parallel.h"
 #include "testutil.h"
 
-static struct param_table gpt2_whole(void)
+static struct param_table gpt2_of(int vocab)
 {
     const struct gpt2_config c = {
-        .vocab_size = 64, .block_size = 8, .n_layer = 2, .n_head = 4, .n_embd = 16};
+        .vocab_size = vocab, .block_size = 8, .n_layer = 2, .n_head = 4, .n_embd = 16};
     struct param_table t;
     ck_assert_int_eq(gpt2_table_build(&c, &t), ZT_OK);
     return t;
 }
 
-static struct param_table llama_whole(int tied, int bias)
+static struct param_table gpt2_whole(void)
 {
-    const struct llama_config c = {.vocab_size = 64,
+    return gpt2_of(64);
+}
+
+static struct param_table llama_of(int vocab, int tied, int bias)
+{
+    const struct llama_config c = {.vocab_size = vocab,
                                    .block_size = 8,
                                    .n_layer = 2,
                                    .n_head = 8,
@@ -46,6 +52,11 @@ static struct param_table llama_whole(int tied, int bias)
     llama_describe(&c, &shape);
     ck_assert_int_eq(param_table_build(&shape, &t), ZT_OK);
     return t;
+}
+
+static struct param_table llama_whole(int tied, int bias)
+{
+    return llama_of(64, tied, bias);
 }
 
 /* The slice element each whole element was reached from (-1: none), and
@@ -71,18 +82,26 @@ static void mark(void *arg, size_t whole_begin, size_t n, size_t at)
     }
 }
 
-static void check_slices(const struct param_table *whole, int T)
+/* With vocab_padded (0: none) the vocabulary tensors' slices are
+ * vocab_padded / T rows, and their padding is reached from nowhere. */
+static void check_slices(const struct param_table *whole, int T, int vocab_padded)
 {
     int *hits = calloc(whole->n_params, sizeof *hits);
     for (int r = 0; r < T; r++) {
         struct param_table s;
-        ck_assert_int_eq(param_table_tp_slice(whole, T, r, &s), ZT_OK);
+        ck_assert_int_eq(param_table_tp_slice(whole, T, r, vocab_padded, &s), ZT_OK);
         ck_assert_int_eq(param_table_tp_size(&s), T);
         ck_assert_int_eq(s.n_tensors, whole->n_tensors);
         ck_assert_int_eq(s.n_units, whole->n_units);
+        ck_assert_int_eq(param_table_vocab(&s), whole->tensors[0].rows);
+        ck_assert_int_eq(param_table_vocab_padded(&s),
+                         vocab_padded ? vocab_padded : whole->tensors[0].rows);
         for (int k = 0; k < s.n_tensors; k++) {
             const struct param_tensor *a = &s.tensors[k], *b = &whole->tensors[k];
-            ck_assert_uint_eq(a->numel * (a->tp_split ? (size_t)T : 1), b->numel);
+            if (vocab_padded && b->tp_vocab)
+                ck_assert_int_eq(a->rows * T, vocab_padded);
+            else
+                ck_assert_uint_eq(a->numel * (a->tp_split ? (size_t)T : 1), b->numel);
             ck_assert_int_eq(a->unit, b->unit);
         }
         /* walked in uneven ranges, so that runs start mid-row */
@@ -111,9 +130,72 @@ START_TEST(slices_cover_every_tensor_once)
                                     llama_whole(1, 1)};
     for (int i = 0; i < 4; i++) {
         for (int T = 1; T <= 4; T *= 2)
-            check_slices(&tables[i], T);
+            check_slices(&tables[i], T, 0);
         param_table_free(&tables[i]);
     }
+}
+END_TEST
+
+/* A vocabulary of 61 padded for T ranks (tp_vocab_padded): to 64 and 65
+ * at T = 1, 70 at T = 2, 64, 80 and 100 at T = 4 (the last leaves rank 3
+ * nothing but padding). The embedding and an untied head keep every true
+ * row exactly once; a slice initialises its real rows to the whole
+ * model's values and its padding to zero. */
+static const int PADDINGS[][3] = {{1, 32, 64}, {1, 5, 65}, {2, 5, 70},
+                                  {4, 16, 64}, {4, 5, 80}, {4, 25, 100}}; /* T, multiple, padded */
+
+START_TEST(padded_vocabularies_keep_the_true_rows)
+{
+    const int T = PADDINGS[_i][0], padded = PADDINGS[_i][2];
+    ck_assert_int_eq(tp_vocab_padded(61, PADDINGS[_i][1], T), padded);
+    ck_assert_int_eq(tp_vocab_padded(61, 1, T), 61); /* 1: no padding */
+    struct param_table tables[2] = {gpt2_of(61), llama_of(61, 0, 0)};
+    for (int i = 0; i < 2; i++) {
+        struct param_table *w = &tables[i];
+        check_slices(w, T, padded);
+        float *all = malloc(w->n_params * sizeof *all);
+        ck_assert_ptr_nonnull(all);
+        param_table_init(w, 11, 0, w->n_params, all);
+        for (int r = 0; r < T; r++) {
+            struct param_table s;
+            ck_assert_int_eq(param_table_tp_slice(w, T, r, padded, &s), ZT_OK);
+            float *mine = malloc(s.n_params * sizeof *mine);
+            ck_assert_ptr_nonnull(mine);
+            param_table_tp_init(&s, 11, 0, s.n_params, mine);
+            for (int k = 0; k < s.n_tensors; k++) {
+                const struct param_tensor *a = &s.tensors[k], *b = &w->tensors[k];
+                if (!b->tp_vocab)
+                    continue;
+                for (int row = 0; row < a->rows; row++) {
+                    const int v = r * a->rows + row; /* the vocabulary row it holds */
+                    for (int j = 0; j < a->cols; j++) {
+                        const float got = mine[a->offset + (size_t)row * a->cols + j];
+                        const float want = v < 61 ? all[b->offset + (size_t)v * b->cols + j] : 0.0f;
+                        ck_assert_msg(got == want, "%s, T=%d rank %d: row %d col %d: %g, not %g",
+                                      a->name, T, r, row, j, got, want);
+                    }
+                }
+            }
+            free(mine);
+            param_table_free(&s);
+        }
+        free(all);
+        param_table_free(w);
+    }
+}
+END_TEST
+
+START_TEST(bad_paddings_are_refused)
+{
+    struct param_table w = gpt2_of(61), s;
+    ck_assert_int_eq(param_table_tp_slice(&w, 4, 0, 62, &s), ZT_ERR_CONFIG); /* not a multiple */
+    ck_assert_msg(strstr(zt_error_message(), "padded to 62 is not a multiple of "
+                                             "tensor_parallel.size 4"),
+                  "%s", zt_error_message());
+    ck_assert_int_eq(param_table_tp_slice(&w, 2, 0, 60, &s), ZT_ERR_CONFIG); /* below */
+    ck_assert_int_eq(param_table_tp_slice(&w, 2, 0, 61, &s), ZT_ERR_CONFIG); /* unpadded: odd */
+    ck_assert_msg(strstr(zt_error_message(), "wte.weight"), "%s", zt_error_message());
+    param_table_free(&w);
 }
 END_TEST
 
@@ -138,7 +220,7 @@ START_TEST(a_slice_initialises_to_the_whole_models_values)
         param_table_init(w, 11, 0, w->n_params, all);
         for (int r = 0; r < 2; r++) {
             struct param_table s;
-            ck_assert_int_eq(param_table_tp_slice(w, 2, r, &s), ZT_OK);
+            ck_assert_int_eq(param_table_tp_slice(w, 2, r, 0, &s), ZT_OK);
             float *mine = malloc(s.n_params * sizeof *mine), *want = malloc(s.n_params * 4);
             param_table_tp_init(&s, 11, 0, s.n_params, mine);
             struct gather g = {all, want};
@@ -172,7 +254,7 @@ START_TEST(qkv_is_cut_in_whole_heads_of_each_part)
         all[i] = (float)i;
     for (int r = 0; r < T; r++) {
         struct param_table s;
-        ck_assert_int_eq(param_table_tp_slice(&w, T, r, &s), ZT_OK);
+        ck_assert_int_eq(param_table_tp_slice(&w, T, r, 0, &s), ZT_OK);
         float *mine = malloc(s.n_params * sizeof *mine);
         struct gather g = {all, mine};
         param_table_tp_runs(&s, 0, s.n_params, copy_run, &g);
@@ -238,9 +320,9 @@ START_TEST(adapters_are_cut_as_their_base)
             }
         }
         ck_assert(cut_rows > 0 && cut_cols > 0);
-        check_slices(w, 2);
+        check_slices(w, 2, 0);
         struct param_table s;
-        ck_assert_int_eq(param_table_tp_slice(w, 2, 1, &s), ZT_OK);
+        ck_assert_int_eq(param_table_tp_slice(w, 2, 1, 0, &s), ZT_OK);
         ck_assert_uint_eq(s.lora.n_base_params, s.unit_offset[s.lora.n_base_units]);
         ck_assert_int_eq(s.lora.unit_adapter[1], w->lora.unit_adapter[1]);
         param_table_free(&s);
@@ -283,7 +365,7 @@ START_TEST(tensor_runs_are_the_flat_runs)
         for (int T = 2; T <= 4; T *= 2)
             for (int r = 0; r < T; r++) {
                 struct param_table s;
-                ck_assert_int_eq(param_table_tp_slice(&tables[i], T, r, &s), ZT_OK);
+                ck_assert_int_eq(param_table_tp_slice(&tables[i], T, r, 0, &s), ZT_OK);
                 tensor_runs_agree(&s);
                 param_table_free(&s);
             }
@@ -296,16 +378,16 @@ START_TEST(sizes_that_do_not_divide_are_refused)
 {
     struct param_table w = gpt2_whole(), l = llama_whole(0, 0), s;
     /* 4 heads over 8 ranks: a head would be cut */
-    ck_assert_int_eq(param_table_tp_slice(&w, 8, 0, &s), ZT_ERR_CONFIG);
+    ck_assert_int_eq(param_table_tp_slice(&w, 8, 0, 0, &s), ZT_ERR_CONFIG);
     ck_assert_msg(strstr(zt_error_message(), "tensor_parallel.size 8 does not divide h.0.attn."),
                   "%s", zt_error_message());
     ck_assert_msg(strstr(zt_error_message(), "heads"), "%s", zt_error_message());
     /* 4 key-value heads over 8 ranks (the 8 query heads would divide) */
-    ck_assert_int_eq(param_table_tp_slice(&l, 8, 0, &s), ZT_ERR_CONFIG);
+    ck_assert_int_eq(param_table_tp_slice(&l, 8, 0, 0, &s), ZT_ERR_CONFIG);
     ck_assert_msg(strstr(zt_error_message(), "layers.0.self_attn.k_proj.weight"), "%s",
                   zt_error_message());
     /* a vocabulary of 64 over 3 ranks */
-    ck_assert_int_eq(param_table_tp_slice(&w, 3, 0, &s), ZT_ERR_CONFIG);
+    ck_assert_int_eq(param_table_tp_slice(&w, 3, 0, 0, &s), ZT_ERR_CONFIG);
     ck_assert_msg(strstr(zt_error_message(), "wte.weight"), "%s", zt_error_message());
     param_table_free(&w);
     param_table_free(&l);
@@ -322,5 +404,8 @@ int main(void)
     tcase_add_test(tc, sizes_that_do_not_divide_are_refused);
     tcase_add_test(tc, adapters_are_cut_as_their_base);
     tcase_add_test(tc, tensor_runs_are_the_flat_runs);
+    tcase_add_loop_test(tc, padded_vocabularies_keep_the_true_rows, 0,
+                        (int)(sizeof PADDINGS / sizeof PADDINGS[0]));
+    tcase_add_test(tc, bad_paddings_are_refused);
     return testutil_run_suite(s, 0);
 }

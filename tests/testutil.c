@@ -236,6 +236,37 @@ void testutil_assert_losses_close(const double *want, const double *got, int n, 
                       "%s, step %d: loss %.9g, expected %.9g", what, i + 1, got[i], want[i]);
 }
 
+void testutil_resume_matches(const char *dir, const char *from, const char *name, int np,
+                             const char *args, const double *full)
+{
+    double part[5];
+    ck_assert_msg(testutil_train_micro(dir, name, np,
+                                       testutil_fmt("%s --set run.steps=10 --set "
+                                                    "run.resume=%s/%s-ck/step-00000005",
+                                                    args, dir, from)) == 0,
+                  "%s failed:\n%s", name,
+                  testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", name))));
+    ck_assert_int_eq(testutil_micro_losses(dir, name, part, 5), 5);
+    testutil_assert_losses_close(full + 5, part, 5, 1e-5,
+                                 testutil_fmt("%s resumed from %s", name, from));
+}
+
+double testutil_torch_folder_loss(const char *log, const char *folder, const char *data,
+                                  int seq_len)
+{
+    if (testutil_run(log, "/usr/bin/python3 -c 'import torch'") != 0) {
+        fprintf(stderr, "no /usr/bin/python3 with torch: %s is not loaded in PyTorch\n", folder);
+        return NAN;
+    }
+    ck_assert_msg(testutil_run(log, "/usr/bin/python3 %s %s %s %d",
+                               testutil_source_path("scripts/reference/hf_folder_loss.py"), folder,
+                               data, seq_len) == 0,
+                  "%s", testutil_slurp(log));
+    double loss = NAN;
+    ck_assert_msg(sscanf(testutil_slurp(log), "loss %lf", &loss) == 1, "%s", testutil_slurp(log));
+    return loss;
+}
+
 /* The program whose path ctest puts in the environment variable `name`. */
 static const char *binary_from_env(const char *name)
 {

@@ -97,6 +97,20 @@ void testutil_train_micro_losses(const char *dir, const char *name, int np, cons
 void testutil_assert_losses_close(const double *want, const double *got, int n, double tol,
                                   const char *what);
 
+/* Runs `name` (np ranks, args) from dir/from-ck/step-00000005, the
+ * checkpoint of a 10-step testutil_train_micro run saving every 5, to
+ * step 10, and fails the test unless its 5 losses are the uninterrupted
+ * run's last 5 (full[5..10)) within 1e-5. */
+void testutil_resume_matches(const char *dir, const char *from, const char *name, int np,
+                             const char *args, const double *full);
+
+/* The loss PyTorch computes from a save_pretrained-style folder
+ * (scripts/reference/hf_folder_loss.py: the byte file `data` cut into
+ * windows of seq_len), its output in `log`; NAN, said on stderr, when
+ * /usr/bin/python3 has no torch. Fails the test if the script fails. */
+double testutil_torch_folder_loss(const char *log, const char *folder, const char *data,
+                                  int seq_len);
+
 /* The folder holding GPT-2's vocabulary (scripts/gpt2_vocab.sh fills it):
  * $ZT_GPT2_VOCAB_DIR, else the script's default cache folder; fails the
  * test when it is not there, since scripts/test.sh fetches it before the

@@ -53,6 +53,10 @@ zt_test(test_jsonl_train SOURCES test_jsonl_train.c LIBS zt_common TIMEOUT 900 L
 # Two tests that run side by side: the cases tagged "layouts", the rest.
 zt_test(test_pipeline SOURCES test_pipeline.c LIBS zt_coordinator TIMEOUT 900 LAUNCHES_MPI
         SPLIT layouts)
+# GPT-2's vocabulary of 50,257 padded for tensor parallelism: T=1, 2, 4
+# against an unpadded rank, checkpoints resharded across the padding,
+# the export's true vocabulary loaded in PyTorch.
+zt_test(test_vocab_padding SOURCES test_vocab_padding.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 # zerotrain plan: each role's ledger peaks and each axis's bytes equal a
 # measured run's at 1-4 ranks across layouts; the ZeRO paper's model states
 # and Korthikanti et al.'s activations per layer from planned roles.

@@ -213,7 +213,7 @@ static zt_status table_build(const struct zt_kvlist *shape, struct param_table *
     }
     size_t off = 0;
     model_table_add(out, "embed_tokens.weight", c.vocab_size, c.n_embd, 0, &off);
-    model_table_mark_tp(out, TP_ROWS, 1, 1); /* vocabulary-parallel */
+    model_table_mark_vocab(out); /* vocabulary-parallel */
     for (int l = 0; l < L; l++) {
         out->unit_offset[1 + l] = off;
         add_layer(out, &c, l, &off);
@@ -222,7 +222,7 @@ static zt_status table_build(const struct zt_kvlist *shape, struct param_table *
     model_table_add(out, "norm.weight", c.n_embd, 1, L + 1, &off);
     if (!c.tie_word_embeddings) {
         model_table_add(out, "lm_head.weight", c.vocab_size, c.n_embd, L + 1, &off);
-        model_table_mark_tp(out, TP_ROWS, 1, 1);
+        model_table_mark_vocab(out);
         model_table_mark_linear(out, PARAM_LINEAR_HEAD);
     }
     out->unit_offset[L + 2] = off;
@@ -282,7 +282,8 @@ struct llama_dims {
 static struct llama_dims dims_of(const struct param_table *t)
 {
     const struct llama_config c = llama_config_of(t);
-    const int tp = param_table_tp_size(t), hs = head_dim(&c), V = c.vocab_size / tp;
+    const int tp = param_table_tp_size(t), hs = head_dim(&c);
+    const int V = param_table_vocab_padded(t) / tp;
     const int NH = c.n_head / tp, NKV = c.n_kv_head / tp;
     return (struct llama_dims){.C = c.n_embd,
                                .NH = NH,
@@ -293,7 +294,7 @@ static struct llama_dims dims_of(const struct param_table *t)
                                .V = V,
                                .v_lo = param_table_tp_rank(t) * V,
                                .tp_rank = param_table_tp_rank(t),
-                               .sliced = tp > 1,
+                               .sliced = model_vocab_split(t),
                                .sp = tp > 1 && t->tp_sequence ? tp : 1,
                                .es = zt_dtype_size(t->compute)};
 }

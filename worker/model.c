@@ -129,7 +129,7 @@ zt_status gpt2_table_build(const struct gpt2_config *cfg, struct param_table *ou
     }
     size_t off = 0;
     model_table_add(out, "wte.weight", cfg->vocab_size, C, 0, &off);
-    model_table_mark_tp(out, TP_ROWS, 1, 1); /* vocabulary-parallel embedding and head */
+    model_table_mark_vocab(out); /* vocabulary-parallel embedding and head */
     model_table_add(out, "wpe.weight", cfg->block_size, C, 0, &off);
     for (int l = 0; l < L; l++) {
         out->unit_offset[1 + l] = off;
@@ -224,7 +224,7 @@ struct gpt2_dims {
 static struct gpt2_dims dims_of(const struct param_table *t)
 {
     const struct gpt2_config c = gpt2_config_of(t);
-    const int tp = param_table_tp_size(t), V = c.vocab_size / tp;
+    const int tp = param_table_tp_size(t), V = param_table_vocab_padded(t) / tp;
     return (struct gpt2_dims){.C = c.n_embd,
                               .NH = c.n_head / tp,
                               .hs = c.n_embd / c.n_head,
@@ -261,7 +261,7 @@ static struct act_layout act_layout_of(const struct param_table *t, int B, int T
     const struct gpt2_dims d = dims_of(t);
     const size_t BT = (size_t)B * T, R = BT / (size_t)d.sp, C = d.C, NH = d.NH, A = d.A, F = d.F;
     const size_t V = st->last ? (size_t)d.V : 0, head = st->last ? 1 : 0;
-    const size_t sliced = param_table_tp_size(t) > 1 ? 1 : 0;
+    const size_t sliced = model_vocab_split(t) ? 1 : 0;
     const int nb = st->end_block - st->first_block;
     const int n_ckpt = model_stage_checkpointed(ckpt_every, st);
     const size_t es = zt_dtype_size(t->compute), f = sizeof(float);

@@ -79,8 +79,10 @@ struct param_tensor {
     /* How tensor parallelism cuts it (enum tp_split, worker/tensor_parallel.h;
      * 0: every rank holds it whole), into how many equal parts its rows
      * fall that are cut alike (3 for a fused query-key-value weight), and
-     * the rows or columns a slice must keep together (a head's). */
-    int tp_split, tp_parts, tp_block;
+     * the rows or columns a slice must keep together (a head's).
+     * tp_vocab: its rows are the vocabulary (the token embedding, an
+     * untied head), which a slice pads (param_table_tp_slice). */
+    int tp_split, tp_parts, tp_block, tp_vocab;
 };
 
 enum model_pass { MODEL_PASS_FORWARD, MODEL_PASS_BACKWARD };

@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "device.h"
 #include "model_family.h"
+#include "tensor_parallel.h"
 
 /* Appends tensor `name` [rows, cols] of `unit` at *offset (then advanced)
  * to t, whose tensors array has room: trainable, in the working
@@ -33,6 +34,15 @@ static inline void model_table_mark_tp(struct param_table *t, int split, int par
     t->tensors[t->n_tensors - 1].tp_split = split;
     t->tensors[t->n_tensors - 1].tp_parts = parts;
     t->tensors[t->n_tensors - 1].tp_block = block;
+}
+
+/* The tensor added last has the vocabulary as its rows: the token
+ * embedding or an untied head, cut vocabulary-parallel and padded
+ * (worker/tensor_parallel.h). */
+static inline void model_table_mark_vocab(struct param_table *t)
+{
+    model_table_mark_tp(t, TP_ROWS, 1, 1);
+    t->tensors[t->n_tensors - 1].tp_vocab = 1;
 }
 
 /* The type instance m computes in (param_table.compute). */
@@ -242,11 +252,19 @@ zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *
                                      const struct model_unit_hooks *h, float *dwte, float *dwpe,
                                      const void *dout, void *full, const int32_t *tokens, int C,
                                      int V, int v_lo);
+/* The columns of vocabulary slice [v_lo, v_lo + V) of table t that are
+ * the true vocabulary, the rest being padding (tensor_parallel.h). */
+int model_vocab_real(const struct param_table *t, int V, int v_lo);
+/* Whether t's logits are split over ranks or padded: the loss then runs
+ * as the vocabulary-parallel ops (and needs model_vocab_loss_forward's
+ * stats). */
+int model_vocab_split(const struct param_table *t);
 /* Softmax cross-entropy over logits[N, V], this rank's vocabulary slice
  * [v_lo, v_lo + V) of them: the row maxima and the sums of exponentials
  * and target logits are reduced over the ranks (stats: 3N floats of the
- * device's memory, unused on a whole model), so no rank holds all the
- * logits; losses[N] is whole on every rank, probs the slice's. */
+ * device's memory, unused unless model_vocab_split), so no rank holds all
+ * the logits; losses[N] is whole on every rank, probs the slice's. A
+ * padded vocabulary's columns get no probability. */
 zt_status model_vocab_loss_forward(struct model *m, const struct ops_backend *ops,
                                    const struct model_unit_hooks *h, float *losses, void *probs,
                                    const void *logits, const int32_t *targets, float *stats, int N,

@@ -135,23 +135,36 @@ zt_status model_vocab_embed_backward(struct model *m, const struct ops_backend *
     return ZT_OK;
 }
 
+int model_vocab_real(const struct param_table *t, int V, int v_lo)
+{
+    const int real = param_table_vocab(t) - v_lo;
+    return real < 0 ? 0 : real < V ? real : V;
+}
+
+int model_vocab_split(const struct param_table *t)
+{
+    return param_table_tp_size(t) > 1 || param_table_vocab_padded(t) != param_table_vocab(t);
+}
+
 zt_status model_vocab_loss_forward(struct model *m, const struct ops_backend *ops,
                                    const struct model_unit_hooks *h, float *losses, void *probs,
                                    const void *logits, const int32_t *targets, float *stats, int N,
                                    int V, int v_lo)
 {
-    if (!sliced(m)) {
+    if (!model_vocab_split(m->table)) {
         TIMED(m, MODEL_PROF_CROSSENTROPY,
               ops->crossentropy_forward(ops, model_act(m), losses, probs, logits, targets, N, V));
         return ZT_OK;
     }
+    /* the split ops, also for one rank with padding: they leave it out */
+    const int Vr = model_vocab_real(m->table, V, v_lo);
     float *row_max = stats, *row_sums = stats + N; /* sums of exponentials, then target logits */
     TIMED(m, MODEL_PROF_CROSSENTROPY,
-          ops->crossentropy_vocab_max(ops, model_act(m), row_max, logits, N, V));
+          ops->crossentropy_vocab_max(ops, model_act(m), row_max, logits, N, V, Vr));
     ZT_TRY(model_tp_allreduce(m, h, ZT_F32, row_max, (size_t)N, MODEL_REDUCE_MAX));
     TIMED(m, MODEL_PROF_CROSSENTROPY,
           ops->crossentropy_vocab_exp(ops, model_act(m), probs, row_sums, logits, row_max, targets,
-                                      N, V, v_lo));
+                                      N, V, Vr, v_lo));
     ZT_TRY(model_tp_allreduce(m, h, ZT_F32, row_sums, 2 * (size_t)N, MODEL_REDUCE_SUM));
     TIMED(
         m, MODEL_PROF_CROSSENTROPY,
@@ -163,7 +176,7 @@ zt_status model_vocab_loss_backward(struct model *m, const struct ops_backend *o
                                     const void *probs, const int32_t *targets, float dloss, int N,
                                     int V, int v_lo)
 {
-    if (!sliced(m))
+    if (!model_vocab_split(m->table))
         TIMED(m, MODEL_PROF_CROSSENTROPY,
               ops->crossentropy_backward(ops, model_act(m), dlogits, probs, targets, dloss, N, V));
     else

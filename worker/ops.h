@@ -313,20 +313,28 @@ struct ops_backend {
      * global vocabulary indices (< 0: masked, as crossentropy_forward).
      * With one part (v_lo = 0, Vp = V) and no reduction the three give
      * crossentropy_forward's losses and probs, and crossentropy_vocab_backward
-     * crossentropy_backward's dlogits. Vp >= 1, v_lo >= 0. */
+     * crossentropy_backward's dlogits. Vp >= 1, v_lo >= 0.
+     *
+     * Only the first Vr columns (0 <= Vr <= Vp) of a rank's are the
+     * vocabulary; the rest are a padded vocabulary's padding
+     * (worker/tensor_parallel.h), whatever their logits: left out of the
+     * max and the sum, they get probability 0, so the backward gives them
+     * no gradient. Vr = Vp: no padding. */
 
-    /* row_max[i] = the largest of logits[i,:] (this rank's columns). */
+    /* row_max[i] = the largest of logits[i, 0..Vr) (this rank's columns;
+     * -infinity when Vr is 0). */
     zt_status (*crossentropy_vocab_max)(const struct ops_backend *self, enum zt_dtype t,
-                                        float *row_max, const void *logits, int N, int Vp);
-    /* Given the global row_max: probs[i,j] = e^(logits[i,j] - row_max[i]),
-     * not yet normalised; row_stats[i] = the sum of probs[i,:] (as
-     * crossentropy_forward sums); row_stats[N + i] = logits[i, t - v_lo] -
-     * row_max[i] when t = targets[i] lies in [v_lo, v_lo + Vp), else 0
-     * (so the sum over ranks is the target's shifted logit). */
+                                        float *row_max, const void *logits, int N, int Vp, int Vr);
+    /* Given the global row_max: probs[i,j] = e^(logits[i,j] - row_max[i])
+     * for j < Vr and 0 past it, not yet normalised; row_stats[i] = the sum
+     * of probs[i,:] (as crossentropy_forward sums); row_stats[N + i] =
+     * logits[i, t - v_lo] - row_max[i] when t = targets[i] lies in [v_lo,
+     * v_lo + Vr), else 0 (so the sum over ranks is the target's shifted
+     * logit). */
     zt_status (*crossentropy_vocab_exp)(const struct ops_backend *self, enum zt_dtype t,
                                         void *probs, float *row_stats, const void *logits,
                                         const float *row_max, const int32_t *targets, int N, int Vp,
-                                        int v_lo);
+                                        int Vr, int v_lo);
     /* Given the summed row_stats: probs[i,:] *= 1 / row_stats[i] (the
      * softmax on this rank's columns, in place); losses[i] =
      * log(row_stats[i]) - row_stats[N + i], or 0 when targets[i] < 0 (probs

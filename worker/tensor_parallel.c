@@ -1,6 +1,7 @@
 /* worker/tensor_parallel.c — see tensor_parallel.h. */
 #include "tensor_parallel.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,13 +45,39 @@ static zt_status check_divides(const struct param_tensor *pt, int size)
                         parts > 1 ? " per part" : "", block > 1 ? "heads" : "rows or columns");
 }
 
+int64_t tp_vocab_padded(int vocab, int multiple, int tp)
+{
+    ZT_ASSERT(vocab >= 1 && multiple >= 1 && tp >= 1);
+    if (multiple == 1)
+        return vocab;
+    const int64_t m = (int64_t)multiple * tp;
+    return (vocab + m - 1) / m * m;
+}
+
+/* Whether vocab_padded can pad t's vocabulary over `size` ranks. */
+static zt_status check_padding(const struct param_table *t, int size, int64_t vocab_padded)
+{
+    const int vocab = t->tensors[0].rows;
+    if (vocab_padded >= vocab && vocab_padded % size == 0 && vocab_padded <= INT32_MAX)
+        return ZT_OK;
+    return zt_error_set(ZT_ERR_CONFIG,
+                        "model.pad_vocab_size_to_multiple_of: the vocabulary %d padded to %lld is "
+                        "not a multiple of tensor_parallel.size %d of at least %d rows and at "
+                        "most 2^31 - 1",
+                        vocab, (long long)vocab_padded, size, vocab);
+}
+
 zt_status param_table_tp_slice(const struct param_table *whole, int size, int rank,
-                               struct param_table *out)
+                               int64_t vocab_padded, struct param_table *out)
 {
     ZT_ASSERT(size >= 1 && rank >= 0 && rank < size);
     memset(out, 0, sizeof *out);
+    const int padded = vocab_padded > 0 && vocab_padded != whole->tensors[0].rows;
+    if (padded)
+        ZT_TRY(check_padding(whole, size, vocab_padded));
     for (int k = 0; k < whole->n_tensors; k++)
-        ZT_TRY(check_divides(&whole->tensors[k], size));
+        if (!(padded && whole->tensors[k].tp_vocab))
+            ZT_TRY(check_divides(&whole->tensors[k], size));
     struct param_table *copy = malloc(sizeof *copy);
     if (!copy)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the parameter table");
@@ -70,6 +97,8 @@ zt_status param_table_tp_slice(const struct param_table *whole, int size, int ra
         out->unit_offset[u] = off;
         for (; k < out->n_tensors && out->tensors[k].unit == u; k++) {
             struct param_tensor *pt = &out->tensors[k];
+            if (padded && pt->tp_vocab)
+                pt->rows = (int)vocab_padded;
             pt->rows /= pt->tp_split == TP_ROWS ? size : 1;
             pt->cols /= pt->tp_split == TP_COLS ? size : 1;
             pt->numel = (size_t)pt->rows * (size_t)pt->cols;
@@ -84,14 +113,25 @@ zt_status param_table_tp_slice(const struct param_table *whole, int size, int ra
     return ZT_OK;
 }
 
+/* No place in the whole model: a padding row's. */
+#define PADDING SIZE_MAX
+
 /* The run of the slice's tensor k starting at its element e, at most
- * `max` long: where it starts in the whole model and how long it is. */
+ * `max` long: where it starts in the whole model (PADDING for padding
+ * rows) and how long it is. */
 static size_t run_of(const struct param_table *t, int k, size_t e, size_t max, size_t *whole_at)
 {
     const struct param_tensor *pt = &t->tensors[k], *wt = &t->whole->tensors[k];
     const size_t cols = (size_t)pt->cols, i = e / cols, j = e % cols;
     size_t n = max;
-    if (pt->tp_split == TP_ROWS) {
+    if (pt->tp_vocab && pt->tp_split == TP_ROWS) { /* one part, maybe padded */
+        const size_t rows = (size_t)pt->rows, first = (size_t)t->tp_rank * rows;
+        const size_t real = (size_t)wt->rows > first ? (size_t)wt->rows - first : 0;
+        const size_t real_end = (real < rows ? real : rows) * cols;
+        const size_t left = e < real_end ? real_end - e : pt->numel - e;
+        *whole_at = e < real_end ? wt->offset + first * cols + e : PADDING;
+        n = n < left ? n : left;
+    } else if (pt->tp_split == TP_ROWS) {
         const size_t parts = pt->tp_parts > 0 ? (size_t)pt->tp_parts : 1;
         const size_t part_rows = (size_t)pt->rows / parts, q = i / part_rows, r = i % part_rows;
         const size_t row = q * ((size_t)wt->rows / parts) + (size_t)t->tp_rank * part_rows + r;
@@ -121,7 +161,8 @@ void param_table_tp_runs(const struct param_table *t, size_t begin, size_t end, 
         size_t lo, hi, whole_at;
         param_table_piece(t, pos, end, &k, &lo, &hi);
         const size_t n = run_of(t, k, lo, hi - lo, &whole_at);
-        fn(arg, whole_at, n, pos - begin);
+        if (whole_at != PADDING)
+            fn(arg, whole_at, n, pos - begin);
         pos += n;
     }
 }
@@ -168,5 +209,6 @@ void param_table_tp_init(const struct param_table *t, uint64_t seed, size_t begi
         return;
     }
     struct whole_init w = {t->whole, seed, dst};
+    memset(dst, 0, (end - begin) * sizeof *dst); /* the padding rows' */
     param_table_tp_runs(t, begin, end, init_run, &w);
 }

@@ -20,6 +20,18 @@
  * what initialisation (the same values whatever the layout), Hugging Face
  * weights and checkpoints read and write by.
  *
+ * Vocabulary padding (Megatron's --make-vocab-size-divisible-by): T
+ * ranks cannot cut GPT-2's 50,257 rows evenly, so a slice may be cut from
+ * a padded vocabulary, a multiple of T (model.pad_vocab_size_to_multiple_of
+ * times T). The whole model keeps its true vocabulary; each rank holds
+ * vocab_padded / T rows of the embedding and of an untied head, the last
+ * ranks' tails being padding rows that map to nothing of the whole model
+ * (no run holds them). They start at zero and stay there: no token looks
+ * them up, the loss gives their logits no probability and so no gradient
+ * (worker/ops.h's crossentropy_vocab_*). So checkpoints, Hugging Face
+ * weights and exports, read and written through the whole model's flat
+ * space, hold the true vocabulary whatever T padded it for.
+ *
  * What the model computes with a slice (the allreduces that complete a
  * row-parallel output, the vocabulary-parallel loss) is the family's;
  * this file only knows shapes.
@@ -56,21 +68,42 @@ static inline const struct param_table *param_table_whole(const struct param_tab
     return t->whole ? t->whole : t;
 }
 
+/* The vocabulary `tp` ranks compute with: `vocab` rounded up to a
+ * multiple of `multiple` * tp, or vocab itself when multiple is 1 (no
+ * padding: tp must then divide it). multiple >= 1, tp >= 1. */
+int64_t tp_vocab_padded(int vocab, int multiple, int tp);
+
 /* Rank `rank`'s slice of `whole` over `size` ranks into *out (free with
- * param_table_free; it owns a copy of whole). size 1 gives a copy that is
- * the whole model. Errors: ZT_ERR_CONFIG when size does not divide a cut
- * dimension (naming the tensor and the dimension), ZT_ERR_NOMEM. LoRA
- * adapters are cut as their base weight (lora.h); a 4-bit base's tensors
- * keep their storage, and each rank quantises its own slice
- * (param_quant.h). */
+ * param_table_free; it owns a copy of whole), its vocabulary tensors
+ * (param_tensor.tp_vocab) cut from `vocab_padded` rows (0: the true
+ * vocabulary, unpadded). size 1 gives a copy that is the whole model,
+ * padded if vocab_padded says so. Errors: ZT_ERR_CONFIG when size does not
+ * divide a cut dimension (naming the tensor and the dimension) or
+ * vocab_padded is below the vocabulary, not a multiple of size or above
+ * 2^31 - 1, ZT_ERR_NOMEM. LoRA adapters are cut as their base weight
+ * (lora.h); a 4-bit base's tensors keep their storage, and each rank
+ * quantises its own slice (param_quant.h). */
 zt_status param_table_tp_slice(const struct param_table *whole, int size, int rank,
-                               struct param_table *out);
+                               int64_t vocab_padded, struct param_table *out);
+
+/* The vocabulary of t's model (its embedding's rows, tensor 0 of every
+ * family), and the padded one t's ranks compute with (a slice's rows of it
+ * times the tensor-parallel size): equal unless the slice is padded. */
+static inline int param_table_vocab(const struct param_table *t)
+{
+    return param_table_whole(t)->tensors[0].rows;
+}
+static inline int param_table_vocab_padded(const struct param_table *t)
+{
+    return t->tensors[0].rows * param_table_tp_size(t);
+}
 
 /* Calls fn(arg, whole_begin, n, at) for each maximal run of the slice's
  * flat elements [begin, end) that lies contiguously in the whole model's
  * flat space: slice elements [begin + at, begin + at + n) are whole
  * elements [whole_begin, whole_begin + n). In the slice's order; a whole
- * model's table (no `whole`) is one run. */
+ * model's table (no `whole`) is one run. Padding rows are in no run: a
+ * reader of runs leaves them as it found them (zero). */
 typedef void (*tp_run_fn)(void *arg, size_t whole_begin, size_t n, size_t at);
 void param_table_tp_runs(const struct param_table *t, size_t begin, size_t end, tp_run_fn fn,
                          void *arg);
@@ -84,7 +117,8 @@ void param_table_tp_tensor_runs(const struct param_table *t, int k, size_t *firs
                                 size_t *stride);
 
 /* param_table_init for any table: a slice's elements get the whole
- * model's values at their places, so every layout starts alike. */
+ * model's values at their places, so every layout starts alike, and its
+ * padding rows zero. */
 void param_table_tp_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                          float *dst);
 

@@ -305,10 +305,10 @@ zt_status cpu_encoder_backward_vocab(const struct ops_backend *self, enum zt_dty
                                      float *dwte_part, float *dwpe, const void *dout,
                                      const int32_t *tokens, int B, int T, int C, int v_lo, int Vp);
 zt_status cpu_crossentropy_vocab_max(const struct ops_backend *self, enum zt_dtype t,
-                                     float *row_max, const void *logits, int N, int Vp);
+                                     float *row_max, const void *logits, int N, int Vp, int Vr);
 zt_status cpu_crossentropy_vocab_exp(const struct ops_backend *self, enum zt_dtype t, void *probs,
                                      float *row_stats, const void *logits, const float *row_max,
-                                     const int32_t *targets, int N, int Vp, int v_lo);
+                                     const int32_t *targets, int N, int Vp, int Vr, int v_lo);
 zt_status cpu_crossentropy_vocab_finish(const struct ops_backend *self, enum zt_dtype t,
                                         float *losses, void *probs, const float *row_stats,
                                         const int32_t *targets, int N, int Vp);

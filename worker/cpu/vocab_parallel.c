@@ -19,6 +19,10 @@
  * several parts the only difference is that the row sum is a sum of
  * per-part sums.
  *
+ * A padded vocabulary's padding columns (past Vr) are skipped by the max
+ * and the sum and get probability 0, so its logits never matter and the
+ * backward's row update adds nothing to them.
+ *
  * The embedding's slice of the vocabulary is encoder.c's.
  */
 #include "worker/cpu/ops_cpu_impl.h"
@@ -64,29 +68,32 @@ CPU_KERNEL static void backward_row(float *d, const float *p, int t, float dloss
 /* Under 16 bits each op stages a row of each typed buffer it touches (at
  * most 2 Vp floats a thread), as crossentropy.c does. */
 zt_status cpu_crossentropy_vocab_max(const struct ops_backend *self, enum zt_dtype t,
-                                     float *row_max, const void *logits, int N, int Vp)
+                                     float *row_max, const void *logits, int N, int Vp, int Vr)
 {
     (void)self;
-    ZT_ASSERT(Vp >= 1);
+    ZT_ASSERT(Vp >= 1 && Vr >= 0 && Vr <= Vp);
     const size_t v = (size_t)Vp;
-    CPU_STAGED_ROWS(t, v, "crossentropy_vocab_max", N, i, st,
-                    { row_max[i] = max_row(cpu_widen(t, logits, (size_t)i * v, v, st), Vp); });
+    CPU_STAGED_ROWS(t, v, "crossentropy_vocab_max", N, i, st, {
+        row_max[i] = Vr > 0 ? max_row(cpu_widen(t, logits, (size_t)i * v, v, st), Vr) : -INFINITY;
+    });
     return ZT_OK;
 }
 zt_status cpu_crossentropy_vocab_exp(const struct ops_backend *self, enum zt_dtype t, void *probs,
                                      float *row_stats, const void *logits, const float *row_max,
-                                     const int32_t *targets, int N, int Vp, int v_lo)
+                                     const int32_t *targets, int N, int Vp, int Vr, int v_lo)
 {
     (void)self;
-    ZT_ASSERT(Vp >= 1 && v_lo >= 0);
+    ZT_ASSERT(Vp >= 1 && Vr >= 0 && Vr <= Vp && v_lo >= 0);
     const size_t v = (size_t)Vp;
     CPU_STAGED_ROWS(t, 2 * v, "crossentropy_vocab_exp", N, i, st, {
         const float *x = cpu_widen(t, logits, (size_t)i * v, v, st + v);
         float *p = cpu_place(t, probs, (size_t)i * v, v, st, 0);
         float m = row_max[i];
         int tg = targets[i];
-        row_stats[i] = exp_row(p, x, m, Vp);
-        row_stats[N + i] = cpu_in_slice(tg, v_lo, Vp) ? x[tg - v_lo] - m : 0.0f;
+        row_stats[i] = Vr > 0 ? exp_row(p, x, m, Vr) : 0.0f;
+        for (int j = Vr; j < Vp; j++) /* padding: no probability */
+            p[j] = 0.0f;
+        row_stats[N + i] = cpu_in_slice(tg, v_lo, Vr) ? x[tg - v_lo] - m : 0.0f;
         cpu_store(t, probs, (size_t)i * v, v, p);
     });
     return ZT_OK;

@@ -24,7 +24,9 @@
  * The vocabulary-parallel ops are the same row pieces (row_max,
  * row_exp_sum, scale_row, the backward's row update) around the caller's
  * reductions, so one part (v_lo = 0, Vp = V) gives crossentropy_forward's
- * and crossentropy_backward's numbers bit for bit, as ops.h promises.
+ * and crossentropy_backward's numbers bit for bit, as ops.h promises. A
+ * padded vocabulary's columns past Vr are left out of the max and the sum
+ * and get probability 0.
  *
  * A negative target marks a position that is not a prediction target: its
  * probs are still written, its loss is 0 and its row of dlogits is left
@@ -152,10 +154,10 @@ static __global__ void backward_rows(E *dlogits, const E *probs, const int32_t *
 }
 
 template <class E>
-static __global__ void vocab_max_rows(float *row_max_out, const E *logits, int N, int Vp)
+static __global__ void vocab_max_rows(float *row_max_out, const E *logits, int N, int Vp, int Vr)
 {
     for (int i = blockIdx.x; i < N; i += gridDim.x) {
-        const float m = row_max(logits + (size_t)i * Vp, Vp);
+        const float m = row_max(logits + (size_t)i * Vp, Vr); /* -inf for Vr = 0 */
         if (threadIdx.x == 0)
             row_max_out[i] = m;
     }
@@ -171,16 +173,18 @@ static __device__ bool in_slice(int t, int v_lo, int Vp)
 template <class E>
 static __global__ void vocab_exp_rows(E *probs, float *row_stats, const E *logits,
                                       const float *row_max_in, const int32_t *targets, int N,
-                                      int Vp, int v_lo)
+                                      int Vp, int Vr, int v_lo)
 {
     for (int i = blockIdx.x; i < N; i += gridDim.x) {
         const E *x = logits + (size_t)i * Vp;
         const float m = row_max_in[i];
         const int t = targets[i];
-        const float s = row_exp_sum(probs + (size_t)i * Vp, x, m, Vp);
+        const float s = row_exp_sum(probs + (size_t)i * Vp, x, m, Vr);
+        for (int j = Vr + (int)threadIdx.x; j < Vp; j += CE_THREADS) /* padding: no probability */
+            probs[(size_t)i * Vp + j] = round_to<E>(0.0f);
         if (threadIdx.x == 0) {
             row_stats[i] = s;
-            row_stats[N + i] = in_slice(t, v_lo, Vp) ? f32(x[t - v_lo]) - m : 0.0f;
+            row_stats[N + i] = in_slice(t, v_lo, Vr) ? f32(x[t - v_lo]) - m : 0.0f;
         }
     }
 }
@@ -248,24 +252,26 @@ extern "C" zt_status cuda_crossentropy_backward(const struct ops_backend *self, 
 }
 
 extern "C" zt_status cuda_crossentropy_vocab_max(const struct ops_backend *self, enum zt_dtype t,
-                                                 float *row_max, const void *logits, int N, int Vp)
+                                                 float *row_max, const void *logits, int N, int Vp,
+                                                 int Vr)
 {
-    ZT_ASSERT(N >= 0 && Vp >= 1);
+    ZT_ASSERT(N >= 0 && Vp >= 1 && Vr >= 0 && Vr <= Vp);
     if (N == 0)
         return ZT_OK;
-    return CE_LAUNCH(self, t, N, vocab_max_rows, row_max, static_cast<const E *>(logits), N, Vp);
+    return CE_LAUNCH(self, t, N, vocab_max_rows, row_max, static_cast<const E *>(logits), N, Vp,
+                     Vr);
 }
 
 extern "C" zt_status cuda_crossentropy_vocab_exp(const struct ops_backend *self, enum zt_dtype t,
                                                  void *probs, float *row_stats, const void *logits,
                                                  const float *row_max, const int32_t *targets,
-                                                 int N, int Vp, int v_lo)
+                                                 int N, int Vp, int Vr, int v_lo)
 {
-    ZT_ASSERT(N >= 0 && Vp >= 1 && v_lo >= 0);
+    ZT_ASSERT(N >= 0 && Vp >= 1 && Vr >= 0 && Vr <= Vp && v_lo >= 0);
     if (N == 0)
         return ZT_OK;
     return CE_LAUNCH(self, t, N, vocab_exp_rows, static_cast<E *>(probs), row_stats,
-                     static_cast<const E *>(logits), row_max, targets, N, Vp, v_lo);
+                     static_cast<const E *>(logits), row_max, targets, N, Vp, Vr, v_lo);
 }
 
 extern "C" zt_status cuda_crossentropy_vocab_finish(const struct ops_backend *self, enum zt_dtype t,

@@ -203,10 +203,10 @@ zt_status cuda_crossentropy_backward(const struct ops_backend *self, enum zt_dty
                                      const void *probs, const int32_t *targets, float dloss, int N,
                                      int V);
 zt_status cuda_crossentropy_vocab_max(const struct ops_backend *self, enum zt_dtype t,
-                                      float *row_max, const void *logits, int N, int Vp);
+                                      float *row_max, const void *logits, int N, int Vp, int Vr);
 zt_status cuda_crossentropy_vocab_exp(const struct ops_backend *self, enum zt_dtype t, void *probs,
                                       float *row_stats, const void *logits, const float *row_max,
-                                      const int32_t *targets, int N, int Vp, int v_lo);
+                                      const int32_t *targets, int N, int Vp, int Vr, int v_lo);
 zt_status cuda_crossentropy_vocab_finish(const struct ops_backend *self, enum zt_dtype t,
                                          float *losses, void *probs, const float *row_stats,
                                          const int32_t *targets, int N, int Vp);
