@@ -32,7 +32,7 @@
  * "offload_host_peak" is the part of the rank's peaks that ZeRO-Offload
  * keeps in host memory (master weights, optimizer states, the update's
  * staging; 0 without offload).
- * with the eight category names of ledger_category_name() in ledger order.
+ * with the category names of ledger_category_name() in ledger order.
  */
 #ifndef ZT_REPORT_MEMORY_REPORT_H
 #define ZT_REPORT_MEMORY_REPORT_H
