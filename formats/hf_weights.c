@@ -4,9 +4,7 @@
  * Transposition goes through a tile of TILE_ROWS rows of the file's
  * [cols, rows] side: export gathers TILE_ROWS columns of our [rows, cols]
  * matrix into one tile and streams it to the writer; import reads
- * the rows of ours a range touches from TILE_ROWS rows of the file at a
- * time (a strided read: each file row's piece is one pread) and scatters
- * them into the range.
+ * TILE_ROWS rows of the file and scatters them into the cached tensor.
  * Either way one side is read or written TILE_ROWS floats at a time
  * instead of one, and neither direction needs a second full copy of the
  * tensor. A family without transposed tensors allocates neither buffer.
@@ -44,8 +42,10 @@ struct hf_weights_reader {
     const struct param_table *t;
     const struct safetensors_tensor **src; /* file tensor of our tensor k */
     unsigned char *transposed;             /* per k */
+    float *cache;                          /* tensor cache_k in our layout */
     float *tile;                           /* TILE_ROWS rows of the file's layout */
-    size_t buffer_bytes;                   /* of the tile */
+    int cache_k;                           /* -1: nothing cached */
+    size_t buffer_bytes;                   /* of cache and tile */
 };
 
 /* The mapping of t's family, or ZT_ERR_UNSUPPORTED naming it. */
@@ -505,6 +505,7 @@ zt_status hf_weights_open(const char *path, const struct param_table *t,
     }
     r->m = m;
     r->t = t;
+    r->cache_k = -1;
     zt_status st = safetensors_set_open(path, &r->set);
     if (st == ZT_OK) {
         r->path = safetensors_set_path(r->set);
@@ -522,42 +523,47 @@ zt_status hf_weights_open(const char *path, const struct param_table *t,
 
 /* ---- import: reading ---- */
 
-/* Allocates the tile, if the file stores a tensor transposed. */
+/* Allocates the cache and the tile for the largest transposed tensor, if
+ * the file has one. */
 static zt_status alloc_buffers(struct hf_weights_reader *r)
 {
-    const size_t tn = tile_numel(r->m, r->t);
-    if (tn == 0)
+    size_t largest = 0, tn = tile_numel(r->m, r->t);
+    for (int k = 0; k < r->t->n_tensors; k++)
+        if (r->transposed[k] && r->t->tensors[k].numel > largest)
+            largest = r->t->tensors[k].numel;
+    if (largest == 0)
         return ZT_OK;
+    r->buffer_bytes = (largest + tn) * sizeof(float);
+    r->cache = malloc(largest * sizeof *r->cache);
     r->tile = malloc(tn * sizeof *r->tile);
-    if (!r->tile)
+    if (!r->cache || !r->tile) {
+        free(r->cache);
+        free(r->tile);
+        r->cache = r->tile = NULL;
+        r->buffer_bytes = 0;
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %zu floats to transpose tensors",
-                            r->path, tn);
-    r->buffer_bytes = tn * sizeof *r->tile;
+                            r->path, largest + tn);
+    }
     return ZT_OK;
 }
 
-/* Elements [lo, hi) of transposed tensor k in our [rows, cols] layout:
- * the file holds [cols, rows], so the range's rows of ours [o0, o1) are a
- * piece of each file row, read TILE_ROWS file rows at a time and
- * scattered. Reads only those rows of ours, whatever the range. */
-static zt_status read_transposed(struct hf_weights_reader *r, int k, size_t lo, size_t hi,
-                                 float *dst)
+/* Makes transposed tensor k the cached one, in our [rows, cols] layout:
+ * the file holds [cols, rows], read TILE_ROWS rows at a time. */
+static zt_status load_transposed(struct hf_weights_reader *r, int k)
 {
+    if (r->cache_k == k)
+        return ZT_OK;
     const struct param_tensor *p = &r->t->tensors[k];
     const size_t rows = (size_t)p->rows, cols = (size_t)p->cols;
-    const size_t o0 = lo / cols, o1 = (hi + cols - 1) / cols, m = o1 - o0;
+    r->cache_k = -1;
     for (size_t c0 = 0; c0 < cols; c0 += TILE_ROWS) {
-        const size_t nc = cols - c0 < TILE_ROWS ? cols - c0 : TILE_ROWS;
-        for (size_t c = 0; c < nc; c++)
-            ZT_TRY(safetensors_set_read_f32(r->set, r->src[k], (c0 + c) * rows + o0, m,
-                                            r->tile + c * m));
-        for (size_t o = o0; o < o1; o++)
-            for (size_t c = 0; c < nc; c++) {
-                const size_t e = o * cols + c0 + c;
-                if (e >= lo && e < hi)
-                    dst[e - lo] = r->tile[c * m + (o - o0)];
-            }
+        size_t nc = cols - c0 < TILE_ROWS ? cols - c0 : TILE_ROWS;
+        ZT_TRY(safetensors_set_read_f32(r->set, r->src[k], c0 * rows, nc * rows, r->tile));
+        for (size_t o = 0; o < rows; o++)
+            for (size_t c = 0; c < nc; c++)
+                r->cache[o * cols + c0 + c] = r->tile[c * rows + o];
     }
+    r->cache_k = k;
     return ZT_OK;
 }
 
@@ -572,7 +578,8 @@ zt_status hf_weights_read(struct hf_weights_reader *r, size_t begin, size_t end,
         size_t lo, hi;
         param_table_piece(t, pos, end, &k, &lo, &hi);
         if (r->transposed[k]) {
-            ZT_TRY(read_transposed(r, k, lo, hi, dst));
+            ZT_TRY(load_transposed(r, k));
+            memcpy(dst, r->cache + lo, (hi - lo) * sizeof *dst);
         } else {
             ZT_TRY(safetensors_set_read_f32(r->set, r->src[k], lo, hi - lo, dst));
         }
@@ -592,6 +599,7 @@ void hf_weights_close(struct hf_weights_reader *r)
     if (!r)
         return;
     safetensors_set_close(r->set);
+    free(r->cache);
     free(r->tile);
     free(r->src);
     free(r->transposed);

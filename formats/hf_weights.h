@@ -25,12 +25,12 @@
  * config key before any rank reads a byte of data; then each rank reads
  * only ranges of OUR flat space. Tensors stored in our layout are read
  * straight from their shard, only the bytes needed. A transposed tensor
- * (GPT-2's Conv1D weights) is read by strides: the rows of ours a range
- * touches are a piece of every row of the file, read a tile of file rows
- * at a time and scattered, so a rank reads only its rows there too. The
- * tile (TILE_ROWS rows as long as the longest transposed output side) is
- * allocated at open, so a caller can count it, and is all the memory a
- * reader holds beyond the files' headers.
+ * (GPT-2's Conv1D weights) cannot be read by ranges without gathering
+ * strided elements, so it is read whole, turned into our layout, and kept
+ * until a range leaves it: a rank walking its shard in order reads each
+ * such tensor once. The buffers for it (the largest transposed tensor and
+ * a tile) are allocated at open, so a caller can count them, and are all
+ * the memory a reader holds beyond the files' headers.
  */
 #ifndef ZT_FORMATS_HF_WEIGHTS_H
 #define ZT_FORMATS_HF_WEIGHTS_H
@@ -69,7 +69,8 @@ zt_status hf_weights_write_config(const struct param_table *t, enum zt_dtype dty
                                   const char *dir);
 
 /* An open Hugging Face file or set checked against a parameter table. Not
- * for use from several threads at once (transposed reads share its tile). */
+ * for use from several threads at once (it keeps the last transposed
+ * tensor read). */
 struct hf_weights_reader;
 
 /* Opens `path` (a file, an index or a folder) as Hugging Face weights of

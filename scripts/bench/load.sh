@@ -66,7 +66,7 @@ start=$(date +%s.%N)
   exit 1
 }
 wall=$(echo "$(date +%s.%N) - $start" | bc)
-grep -E "^model.init_from read in|^step +1 \|" "$tmp/log"
+grep -E "init_from|loss" "$tmp/log" | head -5
 
 read_s=$(sed -n 's/.*model.init_from read in \([0-9.]*\) s.*/\1/p' "$tmp/log" | head -1)
 job_rss=$(awk -F': ' '/Maximum resident set size/ {print $2 / 1024}' "$tmp/time")
