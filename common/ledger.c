@@ -42,7 +42,8 @@ void ledger_init(struct ledger *l, int plan_only)
 
 static int phase_is_outer(enum ledger_phase_kind k)
 {
-    return k == LEDGER_PHASE_SETUP || k == LEDGER_PHASE_CHECKPOINT || k == LEDGER_PHASE_EVALUATION;
+    return k == LEDGER_PHASE_SETUP || k == LEDGER_PHASE_CHECKPOINT ||
+           k == LEDGER_PHASE_EVALUATION || k == LEDGER_PHASE_LOAD;
 }
 
 static void phase_moved(const struct ledger *l)

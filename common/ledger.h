@@ -13,14 +13,17 @@
  *
  * secondary_params is ZeRO++ hpZ's second copy of the stage-3 parameter
  * shards, partitioned within a node (shard/shard.h); zero without hpZ.
+ * load is the host staging the initial weights pass through on their way
+ * into the model states (drawn from the seed, or read from a weights
+ * file): a bounded window, whatever the model's size; zero after setup.
  *
  * Phases. A peak is only useful when it says *when* it happened: the
  * ledger knows what the rank is doing (the phase: setup, the forward or
  * backward of unit u, the reduction, the optimizer step, a checkpoint, an
- * evaluation, at step s and micro step m) and remembers the phase in which
+ * evaluation, loading weights, at step s and micro step m) and remembers the phase in which
  * each category and the total reached their peak. The coordinator sets the
  * step and the outer phases, the ZeRO engine the unit a pass is at. An
- * outer phase (setup, checkpoint, evaluation) is not replaced by the inner
+ * outer phase (setup, checkpoint, evaluation, load) is not replaced by the inner
  * ones the engine's hooks enter while it lasts (an evaluation's forward is
  * still the evaluation): they only move its unit.
  *
@@ -45,7 +48,8 @@
     X(LEDGER_SECONDARY_PARAMS, "secondary_params")                                                 \
     X(LEDGER_ACTIVATIONS, "activations")                                                           \
     X(LEDGER_COMM_BUFFERS, "comm_buffers")                                                         \
-    X(LEDGER_WORKSPACE, "workspace")
+    X(LEDGER_WORKSPACE, "workspace")                                                               \
+    X(LEDGER_LOAD, "load")
 
 enum ledger_category {
 #define ZT_LEDGER_ENUM(id, name) id,
@@ -61,7 +65,8 @@ enum ledger_category {
     X(LEDGER_PHASE_REDUCTION, "reduction")                                                         \
     X(LEDGER_PHASE_OPTIMIZER, "optimizer")                                                         \
     X(LEDGER_PHASE_CHECKPOINT, "checkpoint")                                                       \
-    X(LEDGER_PHASE_EVALUATION, "evaluation")
+    X(LEDGER_PHASE_EVALUATION, "evaluation")                                                       \
+    X(LEDGER_PHASE_LOAD, "load")
 
 enum ledger_phase_kind {
 #define ZT_LEDGER_PHASE_ENUM(id, name) id,
@@ -124,9 +129,9 @@ void ledger_sub(struct ledger *l, enum ledger_category c, uint64_t bytes);
 void ledger_set_step(struct ledger *l, long step, int micro_step);
 /* Enters phase k at `unit` (-1: none). An inner phase (forward, backward,
  * reduction, optimizer) entered during an outer one (setup, checkpoint,
- * evaluation) only moves the unit. */
+ * evaluation, load) only moves the unit. */
 void ledger_enter(struct ledger *l, enum ledger_phase_kind k, int unit);
-/* Leaves any phase for outer phase k (setup, checkpoint, evaluation) or
+/* Leaves any phase for outer phase k (setup, checkpoint, evaluation, load) or
  * for an inner one: the coordinator's transitions. */
 void ledger_enter_outer(struct ledger *l, enum ledger_phase_kind k);
 

@@ -9,6 +9,7 @@
 #ifndef ZT_RNG_H
 #define ZT_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* 64 random bits for (key, counter). */
@@ -17,6 +18,9 @@ uint64_t rng_u64(uint64_t key, uint64_t counter);
 double rng_uniform(uint64_t key, uint64_t counter);
 /* Standard normal (Box-Muller on two uniforms drawn from counter). */
 double rng_normal(uint64_t key, uint64_t counter);
+/* dst[i] = (float)(scale * rng_normal(key, first + i)) for i < n, the
+ * same values without mixing the key again for every element. */
+void rng_normal_fill(uint64_t key, uint64_t first, size_t n, double scale, float *dst);
 /* Derives a sub-key, e.g. rng_key(seed, "init") vs rng_key(seed, "data"). */
 uint64_t rng_key(uint64_t seed, const char *purpose);
 

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/clock.h"
 #include "../common/fileio.h"
 #include "../formats/checkpoint.h"
 #include "../formats/checkpoint_reader.h"
@@ -905,41 +906,161 @@ static zt_status read_through(const struct param_table *t, range_reader read, vo
     return sr.st;
 }
 
+/* Elements read per piece: with the weights reader's own buffers, what a
+ * rank holds while loading besides the model states, whatever the model's
+ * size. */
+#define LOAD_CHUNK ((size_t)1 << 18)
+
+/* Host staging of weights being loaded, counted by the ledger under
+ * `load` (what the memory report shows of the loader). */
+static zt_status staging_alloc(struct run_session *s, size_t bytes, const char *what, void **out)
+{
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate %zu bytes for %s", bytes, what);
+    ledger_add(&s->ledger, LEDGER_LOAD, bytes);
+    return ZT_OK;
+}
+
+static void staging_free(struct run_session *s, size_t bytes, void *p)
+{
+    if (!p)
+        return;
+    free(p);
+    ledger_sub(&s->ledger, LEDGER_LOAD, bytes);
+}
+
+/* The loader's host staging: a chunk of values, and for a 4-bit base the
+ * region of one tensor being encoded with its block scales. */
+struct load_buffers {
+    float *chunk;
+    size_t chunk_n;
+    void *region;
+    float *scales;
+};
+
+/* Flat elements of the whole model, for param_quant_encode_tensor. */
+struct packed_source {
+    struct run_session *s;
+    range_reader read;
+    void *reader;
+};
+
+static zt_status read_packed_piece(void *ctx, size_t first, size_t n, float *dst)
+{
+    const struct packed_source *ps = ctx;
+    return read_through(&ps->s->table, ps->read, ps->reader, first, first + n, dst);
+}
+
+/* Packed unit u (a 4-bit base), a tensor at a time: each tensor whose
+ * bytes of the image the rank keeps is read a chunk at a time and encoded
+ * (param_quant.h), the others are not read. */
+static zt_status import_packed(struct run_session *s, int u, range_reader read, void *reader,
+                               const struct load_buffers *b)
+{
+    struct packed_source ps = {s, read, reader};
+    const struct param_quant_source src = {read_packed_piece, &ps};
+    const enum zt_dtype working = s->engine.cfg.precision;
+    size_t keep_lo, keep_hi, at = 0;
+    shard_engine_packed_range(&s->engine, u, &keep_lo, &keep_hi);
+    for (int k = 0; k < s->table.n_tensors; k++) {
+        if (s->table.tensors[k].unit != u)
+            continue;
+        const size_t bytes = param_quant_tensor_bytes(&s->table, k, working);
+        if (at < keep_hi && at + bytes > keep_lo) {
+            ZT_TRY(param_quant_encode_tensor(&s->table, k, working, &src, b->chunk, b->chunk_n,
+                                             b->scales, b->region));
+            ZT_TRY(shard_engine_set_packed_bytes(&s->engine, u, at, bytes, b->region));
+        }
+        at += bytes;
+    }
+    return ZT_OK;
+}
+
+/* The range unit u's rank holds, a chunk at a time, into the fp32 master
+ * the optimizer starts from. */
+static zt_status import_range(struct run_session *s, int u, range_reader read, void *reader,
+                              const struct load_buffers *b)
+{
+    size_t lo, hi;
+    const size_t at = s->table.unit_offset[u];
+    shard_engine_held_range(&s->engine, u, &lo, &hi);
+    for (size_t c0 = lo; c0 < hi; c0 += b->chunk_n) {
+        const size_t c1 = hi - c0 < b->chunk_n ? hi : c0 + b->chunk_n;
+        ZT_TRY(read_through(&s->table, read, reader, at + c0, at + c1, b->chunk));
+        ZT_TRY(shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, c0, c1, b->chunk));
+    }
+    return ZT_OK;
+}
+
+/* The staging units [u0, u1) need: a chunk no longer than the longest
+ * range read, and for packed units the largest tensor's region and
+ * scales. */
+static void load_sizes(const struct run_session *s, int u0, int u1, size_t *chunk, size_t *region,
+                       size_t *scales)
+{
+    *chunk = *region = *scales = 0;
+    for (int k = 0; k < s->table.n_tensors; k++) {
+        const struct param_tensor *p = &s->table.tensors[k];
+        if (p->unit < u0 || p->unit >= u1)
+            continue;
+        size_t lo, hi, n = p->numel;
+        if (s->engine.part.units[p->unit].packed) {
+            const size_t r = param_quant_tensor_bytes(&s->table, k, s->engine.cfg.precision);
+            *region = r > *region ? r : *region;
+            *scales = quant4_blocks(n) > *scales ? quant4_blocks(n) : *scales;
+        } else {
+            shard_engine_held_range(&s->engine, p->unit, &lo, &hi);
+            n = hi - lo;
+        }
+        *chunk = n > *chunk ? n : *chunk;
+    }
+    if (*chunk > LOAD_CHUNK)
+        *chunk = LOAD_CHUNK;
+}
+
 /* Each rank reads the ranges it holds of units [u0, u1) through `read`
  * into the fp32 weights the optimizer starts from (the optimizer state
- * starts at zero); then, agreed, the parameters are rebuilt. */
+ * starts at zero), a chunk at a time; then, agreed, the parameters are
+ * rebuilt. */
 static zt_status import_units(struct run_session *s, int u0, int u1, range_reader read,
                               void *reader)
 {
-    size_t max_unit = 0;
-    for (int u = u0; u < u1; u++)
-        max_unit = param_table_unit_size(&s->table, u) > max_unit
-                       ? param_table_unit_size(&s->table, u)
-                       : max_unit;
-    float *buf = malloc((max_unit ? max_unit : 1) * sizeof(float));
-    zt_status st = buf ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the import staging");
-    for (int u = u0; u < u1 && st == ZT_OK; u++) {
-        size_t lo, hi, at = s->table.unit_offset[u];
-        if (s->engine.part.units[u].packed) { /* a 4-bit unit: encoded whole on every rank */
-            st = read_through(&s->table, read, reader, at, at + param_table_unit_size(&s->table, u),
-                              buf);
-            if (st == ZT_OK)
-                st = shard_engine_set_packed(&s->engine, u, buf);
-            continue;
-        }
-        shard_engine_held_range(&s->engine, u, &lo, &hi);
-        if (hi == lo)
-            continue;
-        st = read_through(&s->table, read, reader, at + lo, at + hi, buf);
-        if (st == ZT_OK)
-            st = shard_engine_set_state(&s->engine, SHARD_STATE_MASTER, u, lo, hi, buf);
-    }
-    free(buf);
+    size_t chunk, region, scales;
+    load_sizes(s, u0, u1, &chunk, &region, &scales);
+    /* a multiple of the 4-bit blocks, as the encoder reads */
+    chunk = (chunk + QUANT4_BLOCK - 1) / QUANT4_BLOCK * QUANT4_BLOCK;
+    struct load_buffers b = {.chunk_n = chunk};
+    zt_status st =
+        staging_alloc(s, chunk * sizeof(float), "the weights' staging", (void **)&b.chunk);
+    if (st == ZT_OK && region)
+        st = staging_alloc(s, region, "a 4-bit tensor's encoding", &b.region);
+    if (st == ZT_OK && scales)
+        st =
+            staging_alloc(s, scales * sizeof(float), "a 4-bit tensor's scales", (void **)&b.scales);
+    for (int u = u0; u < u1 && st == ZT_OK; u++)
+        st = s->engine.part.units[u].packed ? import_packed(s, u, read, reader, &b)
+                                            : import_range(s, u, read, reader, &b);
+    staging_free(s, scales * sizeof(float), b.scales);
+    staging_free(s, region, b.region);
+    staging_free(s, chunk * sizeof(float), b.chunk);
     zt_status agreed;
     /* every rank must arrive before the collective rebuild of the params */
     ZT_TRY(comm_agree_status(s->comm, st, &agreed));
     ZT_TRY(agreed);
     return shard_engine_params_from_master(&s->engine);
+}
+
+/* A weights file that cannot be read as one (a bad index, header or
+ * shard, a missing file) is a bad input the configuration names: exit 2,
+ * as a file that contradicts the config is. */
+static zt_status bad_weights_file(zt_status st)
+{
+    if (st != ZT_ERR_DATA && st != ZT_ERR_IO)
+        return st;
+    char why[2048];
+    snprintf(why, sizeof why, "%s", zt_error_message());
+    return zt_error_set(ZT_ERR_CONFIG, "model.init_from: %s", why);
 }
 
 /* model.init_from: the base units from the Hugging Face weights of the
@@ -953,15 +1074,19 @@ static zt_status import_weights(struct run_session *s, const char *path)
     const struct param_table base = param_table_base(param_table_whole(&s->table));
     zt_status opened = check_weights_folder(path), agreed_open;
     if (opened == ZT_OK)
-        opened = hf_weights_open(path, &base, &r);
+        opened = bad_weights_file(hf_weights_open(path, &base, &r));
     ZT_TRY(comm_agree_status(s->comm, opened, &agreed_open));
     if (agreed_open != ZT_OK) {
         if (opened == ZT_OK)
             hf_weights_close(r);
         return agreed_open;
     }
+    /* the reader's transposition buffers are part of the loader's staging */
+    const size_t held = hf_weights_buffer_bytes(r);
+    ledger_add(&s->ledger, LEDGER_LOAD, held);
     zt_status st = import_units(s, 0, base.n_units, read_hf, r);
     hf_weights_close(r);
+    ledger_sub(&s->ledger, LEDGER_LOAD, held);
     return st;
 }
 
@@ -1047,6 +1172,19 @@ static zt_status choose_checkpoint(const struct run_session *s, const struct run
     return ZT_OK;
 }
 
+/* The units the engine left undrawn (shard_engine_config.defer_init, set
+ * when model.init_from names the weights), drawn now unless the file
+ * fills them: the adapters when it does, every unit when a checkpoint is
+ * loaded instead, which then finds the state it always found. */
+static zt_status draw_deferred(struct run_session *s, int from_file)
+{
+    if (!s->engine.cfg.defer_init)
+        return ZT_OK;
+    const int base = s->table.lora.r > 0 ? s->table.lora.n_base_units : s->table.n_units;
+    return run_checkpoint_agree(
+        s, shard_engine_init_units(&s->engine, from_file ? base : 0, s->table.n_units));
+}
+
 /* Where the weights come from: a checkpoint (choose_checkpoint), else
  * model.init_from, else the initial values. Collective. */
 static zt_status restore_weights(struct run_session *s, const struct run_options *o, int need_train)
@@ -1056,9 +1194,12 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
     /* each rank looks at the files itself: agree before loading collectively */
     ZT_TRY(run_checkpoint_agree(
         s, choose_checkpoint(s, o, need_train, step_dir, sizeof step_dir, &from)));
+    ZT_TRY(draw_deferred(s, from == RUN_WEIGHTS_INITIAL && s->cfg.model.init_from));
     if (from == RUN_WEIGHTS_INITIAL) {
         if (s->cfg.model.init_from) {
+            const double t0 = zt_now_seconds();
             ZT_TRY(import_weights(s, s->cfg.model.init_from));
+            s->load_seconds = zt_now_seconds() - t0;
             s->weights_from = RUN_WEIGHTS_INIT_FROM;
         }
         if (s->cfg.lora.init_from)
@@ -1075,7 +1216,9 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
 
 zt_status run_checkpoint_restore(struct run_session *s, const struct run_options *o, int need_train)
 {
+    ledger_enter_outer(&s->ledger, LEDGER_PHASE_LOAD);
     zt_status st = o->dry_run ? ZT_OK : restore_weights(s, o, need_train);
+    ledger_enter_outer(&s->ledger, LEDGER_PHASE_SETUP);
     st = session_agree(s, s->failed_elsewhere ? ZT_OK : st, &s->failed_here);
     if (st != ZT_OK) {
         session_close(s);

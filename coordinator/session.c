@@ -517,6 +517,9 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     ZT_TRY(model_stage_of(&s->table, c->pipeline.stages, s->stage_method, s->coords.pp, &s->stage));
     struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->dp_size, s->dp_rank);
     ec.pipeline_stage = c->pipeline.stages > 1 ? &s->stage : NULL;
+    /* the file's weights replace the drawn ones: run_checkpoint_restore
+     * draws only what it does not fill */
+    ec.defer_init = c->model.init_from != NULL;
     s->pinned = (struct shard_pinned_alloc){s->compute.pinned_alloc, s->compute.pinned_free};
     ec.pinned = s->compute.pinned_alloc ? &s->pinned : NULL;
     if (c->fp16.enabled && c->fp16.loss_scale == 0.0)

@@ -178,6 +178,7 @@ struct run_session {
     int failed_here;           /* this rank detected the failure (it prints) */
     /* Where the weights came from; resumed_from names the checkpoint. */
     enum run_weights weights_from;
+    double load_seconds; /* reading model.init_from's weights, on this rank */
     /* A failure agreed inside a phase (comm_agree_status) was found by
      * another rank: this one passes ZT_OK to the phase's final agreement,
      * so that the finder, not the lowest rank, prints its message. */

@@ -762,6 +762,8 @@ static void log_start(const struct run_session *s, struct train_io *io)
     run_checkpoint_describe(s, 1, from, sizeof from, &warn);
     if (from[0])
         progress_log(&io->console, "%s", from);
+    if (s->weights_from == RUN_WEIGHTS_INIT_FROM)
+        progress_log(&io->console, "model.init_from read in %.2f s", s->load_seconds);
     if (s->resumed_from[0] && s->start_step >= s->cfg.run.steps) {
         progress_log(&io->console, "checkpoint at step %ld >= run.steps %ld: nothing to train",
                      s->start_step, s->cfg.run.steps);

@@ -45,6 +45,7 @@ struct hf_weights_reader {
     float *cache;                          /* tensor cache_k in our layout */
     float *tile;                           /* TILE_ROWS rows of the file's layout */
     int cache_k;                           /* -1: nothing cached */
+    size_t buffer_bytes;                   /* of cache and tile */
 };
 
 /* The mapping of t's family, or ZT_ERR_UNSUPPORTED naming it. */
@@ -509,6 +510,8 @@ static zt_status check_file(struct hf_weights_reader *r)
     return ZT_OK;
 }
 
+static zt_status alloc_buffers(struct hf_weights_reader *r);
+
 zt_status hf_weights_open(const char *path, const struct param_table *t,
                           struct hf_weights_reader **out)
 {
@@ -532,6 +535,8 @@ zt_status hf_weights_open(const char *path, const struct param_table *t,
         r->path = safetensors_set_path(r->set);
         st = check_file(r);
     }
+    if (st == ZT_OK)
+        st = alloc_buffers(r);
     if (st != ZT_OK) {
         hf_weights_close(r);
         ZT_TRY(st);
@@ -542,19 +547,24 @@ zt_status hf_weights_open(const char *path, const struct param_table *t,
 
 /* ---- import: reading ---- */
 
-/* Allocates the cache and the tile for the largest transposed tensor. */
+/* Allocates the cache and the tile for the largest transposed tensor, if
+ * the file has one. */
 static zt_status alloc_buffers(struct hf_weights_reader *r)
 {
     size_t largest = 0, tn = tile_numel(r->m, r->t);
     for (int k = 0; k < r->t->n_tensors; k++)
         if (r->transposed[k] && r->t->tensors[k].numel > largest)
             largest = r->t->tensors[k].numel;
+    if (largest == 0)
+        return ZT_OK;
+    r->buffer_bytes = (largest + tn) * sizeof(float);
     r->cache = malloc(largest * sizeof *r->cache);
     r->tile = malloc(tn * sizeof *r->tile);
     if (!r->cache || !r->tile) {
         free(r->cache);
         free(r->tile);
         r->cache = r->tile = NULL;
+        r->buffer_bytes = 0;
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate %zu floats to transpose tensors",
                             r->path, largest + tn);
     }
@@ -567,8 +577,6 @@ static zt_status load_transposed(struct hf_weights_reader *r, int k)
 {
     if (r->cache_k == k)
         return ZT_OK;
-    if (!r->cache)
-        ZT_TRY(alloc_buffers(r));
     const struct param_tensor *p = &r->t->tensors[k];
     const size_t rows = (size_t)p->rows, cols = (size_t)p->cols;
     r->cache_k = -1;
@@ -603,6 +611,11 @@ zt_status hf_weights_read(struct hf_weights_reader *r, size_t begin, size_t end,
         pos += hi - lo;
     }
     return ZT_OK;
+}
+
+size_t hf_weights_buffer_bytes(const struct hf_weights_reader *r)
+{
+    return r->buffer_bytes;
 }
 
 void hf_weights_close(struct hf_weights_reader *r)

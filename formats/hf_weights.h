@@ -28,7 +28,9 @@
  * (GPT-2's Conv1D weights) cannot be read by ranges without gathering
  * strided elements, so it is read whole, turned into our layout, and kept
  * until a range leaves it: a rank walking its shard in order reads each
- * such tensor once.
+ * such tensor once. The buffers for it (the largest transposed tensor and
+ * a tile) are allocated at open, so a caller can count them, and are all
+ * the memory a reader holds beyond the files' headers.
  */
 #ifndef ZT_FORMATS_HF_WEIGHTS_H
 #define ZT_FORMATS_HF_WEIGHTS_H
@@ -97,16 +99,20 @@ struct hf_weights_reader;
  * model.vocab_size 256, model.n_embd 32 (expected [256, 32])"; a missing
  * or extra layer names model.n_layer and the file's layer count);
  * ZT_ERR_DATA for an integer tensor or one present under both name
- * forms; ZT_ERR_NOMEM; and those of safetensors_set_open. */
+ * forms; ZT_ERR_NOMEM (the transposition buffers included); and those of
+ * safetensors_set_open. */
 zt_status hf_weights_open(const char *path, const struct param_table *t,
                           struct hf_weights_reader **out);
 
 /* Reads elements [begin, end) of OUR flat parameter space (any range,
  * across tensors and shards) as fp32 into dst[0 .. end - begin), in our
  * layout. F16 and BF16 files read exactly. Statuses: ZT_ERR_USAGE (begin >
- * end or end beyond t->n_params), ZT_ERR_NOMEM (the first transposed
- * tensor's buffers), and those of safetensors_read_f32. */
+ * end or end beyond t->n_params), and those of safetensors_read_f32. */
 zt_status hf_weights_read(struct hf_weights_reader *r, size_t begin, size_t end, float *dst);
+
+/* Bytes of the reader's transposition buffers (0 when the file stores no
+ * tensor transposed). */
+size_t hf_weights_buffer_bytes(const struct hf_weights_reader *r);
 
 /* Closes the files and frees the reader. NULL is allowed. */
 void hf_weights_close(struct hf_weights_reader *r);

@@ -35,6 +35,7 @@ static const char *const short_names[] = {
     [LEDGER_ACTIVATIONS] = "activ",
     [LEDGER_COMM_BUFFERS] = "comm",
     [LEDGER_WORKSPACE] = "workspace",
+    [LEDGER_LOAD] = "load",
 };
 _Static_assert(sizeof short_names / sizeof short_names[0] == LEDGER_CATEGORY_COUNT,
                "one column header per ledger category");
@@ -180,12 +181,13 @@ static int label_width(const struct memory_report *r)
     return r->layout ? 16 : 8;
 }
 
-/* Which categories get a column: all but hpZ's secondary copy, which
- * only a run with it shows (so the table keeps its width without). */
+/* Which categories get a column: all but hpZ's secondary copy and the
+ * load staging, which only a run that has them shows (so the table keeps
+ * its width without). */
 static void shown_columns(const struct memory_report *r, int shown[LEDGER_CATEGORY_COUNT])
 {
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
-        shown[c] = c != LEDGER_SECONDARY_PARAMS || r->baseline[c] > 0;
+        shown[c] = (c != LEDGER_SECONDARY_PARAMS && c != LEDGER_LOAD) || r->baseline[c] > 0;
         for (int i = 0; i < r->world_size && !shown[c]; i++)
             shown[c] = r->ranks[i].peak[c] > 0;
     }

@@ -34,7 +34,7 @@
  * keeps in host memory (master weights, optimizer states, the update's
  * staging; 0 without offload). "nvme_file_bytes" is the rank's NVMe offload
  * file (master and optimizer states on disk, in no category; 0 without).
- * with the eight category names of ledger_category_name() in ledger order.
+ * with the category names of ledger_category_name() in ledger order.
  */
 #ifndef ZT_REPORT_MEMORY_REPORT_H
 #define ZT_REPORT_MEMORY_REPORT_H

@@ -20,8 +20,9 @@
 /* The ledger's categories keep their colours; a category it does not have
  * today takes the palette's next ones. */
 static const char *const known_categories[] = {
-    "params",          "grads",       "master_params", "optimizer_states",
-    "gathered_params", "activations", "comm_buffers",  "workspace",
+    "params",           "grads",           "master_params",
+    "optimizer_states", "gathered_params", "activations",
+    "comm_buffers",     "workspace",       "load",
 };
 enum { N_KNOWN = sizeof known_categories / sizeof known_categories[0] };
 

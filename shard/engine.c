@@ -207,46 +207,75 @@ static zt_status store_working(struct shard_engine *e, void *dst, const float *s
     return e->dev->ops->copy_from_host(e->dev, dst, staging, n * e->esz);
 }
 
-/* Initial values: each unit is drawn on the host, then the rank stores what
- * it keeps: the working copy (whole unit or its shard) and, under 16-bit
- * precision, the fp32 master of its range (the whole unit under stage 0). */
-static zt_status init_params(struct shard_engine *e)
+/* Initial values, drawn on the host SHARD_INIT_CHUNK elements at a time:
+ * of each unit only what the rank stores, the working copy (the whole
+ * unit, or its shard under stage 3) and, under 16-bit precision, the fp32
+ * master of its range (the whole unit under stage 0). Stage 3 thus draws
+ * 1/N of the model per rank, and the staging is two chunks whatever the
+ * unit's size. Element i's value depends on i alone (param_table_init), so
+ * the chunking, the stage and the world size cannot change it. A packed
+ * unit is encoded whole (param_quant.h), through a buffer of its size. */
+static zt_status init_unit(struct shard_engine *e, int u, float *host, void *staging)
 {
-    const struct param_table *t = e->table;
+    const struct shard_unit *su = &e->part.units[u];
     const struct device *sd = e->state_dev;
-    size_t max_unit = 0;
-    for (int u = 0; u < t->n_units; u++)
-        max_unit = e->part.units[u].numel > max_unit ? e->part.units[u].numel : max_unit;
-    float *host = malloc(max_unit * sizeof(float));
-    void *staging = malloc(max_unit * sizeof(float));
-    zt_status st =
-        host && staging ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging");
-    for (int u = 0; u < t->n_units && st == ZT_OK; u++) {
-        const struct shard_unit *su = &e->part.units[u];
-        size_t lo, hi;
-        shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
-        param_table_tp_init(t, e->cfg.seed, su->offset, su->offset + su->numel, host);
-        if (su->packed) {
-            st = shard_engine_set_packed(e, u, host);
+    if (su->packed) {
+        float *full = malloc(su->numel * sizeof *full);
+        if (!full)
+            return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging of a 4-bit unit");
+        param_table_tp_init(e->table, e->cfg.seed, su->offset, su->offset + su->numel, full);
+        zt_status st = shard_engine_set_packed(e, u, full);
+        free(full);
+        return st;
+    }
+    size_t lo, hi;
+    shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
+    /* stage 3 shards params and master alike; the other stages keep the
+     * whole working copy, so [from, to) covers the master's range too */
+    const size_t from = e->policy.shard_params ? lo : 0;
+    const size_t to = e->policy.shard_params ? hi : su->numel;
+    const int master = has_master(e) && su->trainable;
+    for (size_t c0 = from; c0 < to; c0 += SHARD_INIT_CHUNK) {
+        const size_t c1 = to - c0 < SHARD_INIT_CHUNK ? to : c0 + SHARD_INIT_CHUNK;
+        param_table_tp_init(e->table, e->cfg.seed, su->offset + c0, su->offset + c1, host);
+        const size_t w =
+            e->policy.shard_params ? su->shard_offset + (c0 - lo) : su->padded_offset + c0;
+        ZT_TRY(store_working(e, at(e, e->params, w), host, c1 - c0, staging));
+        if (!master)
+            continue;
+        if (!e->policy.shard_states) {
+            ZT_TRY(e->nvme ? shard_nvme_write(e, 0, su->state_padded_offset + c0, c1 - c0, host)
+                           : sd->ops->copy_from_host(sd, e->master + su->state_padded_offset + c0,
+                                                     host, (c1 - c0) * sizeof(float)));
             continue;
         }
-        if (!e->policy.shard_params)
-            st = store_working(e, at(e, e->params, su->padded_offset), host, su->numel, staging);
-        else if (hi > lo)
-            st = store_working(e, at(e, e->params, su->shard_offset), host + lo, hi - lo, staging);
-        if (st != ZT_OK || !has_master(e) || !su->trainable)
+        const size_t m0 = c0 > lo ? c0 : lo, m1 = c1 < hi ? c1 : hi;
+        if (m1 <= m0)
             continue;
-        if (e->nvme && (!e->policy.shard_states || hi > lo))
-            st = e->policy.shard_states
-                     ? shard_nvme_write(e, 0, su->state_shard_offset, hi - lo, host + lo)
-                     : shard_nvme_write(e, 0, su->state_padded_offset, su->numel, host);
-        else if (!e->policy.shard_states)
-            st = sd->ops->copy_from_host(sd, e->master + su->state_padded_offset, host,
-                                         su->numel * sizeof(float));
-        else if (hi > lo)
-            st = sd->ops->copy_from_host(sd, e->master + su->state_shard_offset, host + lo,
-                                         (hi - lo) * sizeof(float));
+        ZT_TRY(e->nvme ? shard_nvme_write(e, 0, su->state_shard_offset + (m0 - lo), m1 - m0,
+                                          host + (m0 - c0))
+                       : sd->ops->copy_from_host(sd, e->master + su->state_shard_offset + (m0 - lo),
+                                                 host + (m0 - c0), (m1 - m0) * sizeof(float)));
     }
+    return ZT_OK;
+}
+
+zt_status shard_engine_init_units(struct shard_engine *e, int u0, int u1)
+{
+    ZT_ASSERT(u0 >= 0 && u0 <= u1 && u1 <= e->part.n_units);
+    if (e->plan)
+        return ZT_OK;
+    size_t chunk = 0;
+    for (int u = u0; u < u1; u++)
+        if (e->part.units[u].numel > chunk)
+            chunk = e->part.units[u].numel;
+    chunk = chunk < SHARD_INIT_CHUNK ? chunk : SHARD_INIT_CHUNK;
+    float *host = malloc((chunk ? chunk : 1) * sizeof(float));
+    void *staging = malloc((chunk ? chunk : 1) * e->esz);
+    zt_status st =
+        host && staging ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging");
+    for (int u = u0; u < u1 && st == ZT_OK; u++)
+        st = init_unit(e, u, host, staging);
     free(host);
     free(staging);
     return st;
@@ -254,21 +283,40 @@ static zt_status init_params(struct shard_engine *e)
 
 /* ---- packed units (a 4-bit base, worker/param_quant.h) --------------------- */
 
+void shard_engine_packed_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi)
+{
+    const struct shard_unit *su = &e->part.units[u];
+    ZT_ASSERT(su->packed);
+    *lo = e->policy.shard_params ? (size_t)e->cfg.rank * su->image_shard : 0;
+    *hi = e->policy.shard_params ? *lo + su->image_shard : su->image_padded;
+}
+
+zt_status shard_engine_set_packed_bytes(struct shard_engine *e, int u, size_t first, size_t n,
+                                        const void *bytes)
+{
+    const struct shard_unit *su = &e->part.units[u];
+    size_t lo, hi;
+    shard_engine_packed_range(e, u, &lo, &hi);
+    ZT_ASSERT(first <= su->image_padded && n <= su->image_padded - first);
+    secondary_stale(e);
+    const size_t a = first > lo ? first : lo, b = first + n < hi ? first + n : hi;
+    if (b <= a)
+        return ZT_OK;
+    char *dst =
+        (char *)e->packed + (e->policy.shard_params ? su->image_shard_offset : su->image_offset);
+    return e->dev->ops->copy_from_host(e->dev, dst + (a - lo), (const char *)bytes + (a - first),
+                                       b - a);
+}
+
 zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *full)
 {
     const struct shard_unit *su = &e->part.units[u];
     ZT_ASSERT(su->packed);
-    secondary_stale(e);
     unsigned char *image = calloc(1, su->image_padded);
     if (!image)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate a 4-bit unit's image");
     param_quant_encode(e->table, u, e->cfg.precision, full, image);
-    zt_status st = e->policy.shard_params
-                       ? e->dev->ops->copy_from_host(
-                             e->dev, (char *)e->packed + su->image_shard_offset,
-                             image + (size_t)e->cfg.rank * su->image_shard, su->image_shard)
-                       : e->dev->ops->copy_from_host(e->dev, (char *)e->packed + su->image_offset,
-                                                     image, su->image_padded);
+    zt_status st = shard_engine_set_packed_bytes(e, u, 0, su->image_padded, image);
     free(image);
     return st;
 }
@@ -979,7 +1027,7 @@ zt_status shard_engine_create(const struct shard_engine_config *cfg, const struc
         shard_engine_destroy(out);
         return st;
     }
-    st = out->plan ? ZT_OK : init_params(out);
+    st = cfg->defer_init ? ZT_OK : shard_engine_init_units(out, 0, t->n_units);
     if (st != ZT_OK)
         shard_engine_destroy(out);
     return st;

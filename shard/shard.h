@@ -251,7 +251,17 @@ struct shard_engine_config {
      * included), for the tests' crash injection. NULL: none. */
     void (*nvme_written)(void *arg, long updates);
     void *nvme_written_arg;
+    /* Leave the initial values undrawn (zeros) at create: the caller
+     * draws or loads every unit (shard_engine_init_units, set_state,
+     * set_packed) before the first step. For a run whose weights come
+     * from a file, which drawing a multi-billion model first would only
+     * slow down. */
+    int defer_init;
 };
+
+/* Elements of a unit drawn per chunk by shard_engine_init_units (its host
+ * staging: this many floats and as many working-precision elements). */
+#define SHARD_INIT_CHUNK ((size_t)1 << 20)
 
 /* Page-locked host memory (cudaMallocHost / cudaFreeHost on a GPU) for
  * ZeRO-Offload's host states. alloc: *out NULL with ZT_OK, or an error,
@@ -425,7 +435,8 @@ struct shard_engine {
 };
 
 /* Allocates the persistent model states on `dev` (counted in the ledger)
- * and initialises this rank's parameters from the seed. `comm` may be NULL
+ * and, unless cfg.defer_init, draws this rank's parameters from the seed
+ * (shard_engine_init_units). `comm` may be NULL
  * only for a plan-only device. Errors: ZT_ERR_CONFIG (bad stage or sizes),
  * ZT_ERR_NOMEM, ZT_ERR_COMM (stage 3's first gathers are not needed here). */
 zt_status shard_engine_create(const struct shard_engine_config *cfg, const struct param_table *t,
@@ -533,12 +544,30 @@ void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hpara
  * model states are computed from. */
 void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4]);
 
+/* Draws the initial values of units [u0, u1) from cfg.seed into what the
+ * rank stores of them (param_table_init's values: the same at any stage,
+ * world size and thread count); shard_engine_create does it for every
+ * unit unless cfg.defer_init. Not collective; nothing under a plan-only
+ * device. Errors: ZT_ERR_NOMEM, the device copies'. */
+zt_status shard_engine_init_units(struct shard_engine *e, int u0, int u1);
+
 /* Packed unit u (a 4-bit base, shard_unit.packed) from its full fp32
  * values full[unit size] (host): encoded whole, and the rank keeps what
  * its stage keeps (the image, or its byte share under stage 3). Not
  * collective: every rank encodes the same image. Errors: ZT_ERR_NOMEM,
  * the device copy's. */
 zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *full);
+/* The bytes [*lo, *hi) of packed unit u's image (su->image_padded bytes)
+ * the rank keeps: all of them, or its share under stage 3. */
+void shard_engine_packed_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi);
+
+/* Bytes [first, first + n) of packed unit u's image from bytes[n] (host;
+ * param_quant_encode's, the padding zero): the rank keeps what of them
+ * falls in its range. For a loader that encodes a tensor at a time and
+ * skips those outside the range. Not collective. Errors: the device
+ * copy's. */
+zt_status shard_engine_set_packed_bytes(struct shard_engine *e, int u, size_t first, size_t n,
+                                        const void *bytes);
 
 /* Copies the full working parameters, unpadded, as fp32 into host memory
  * dst[n_params]. Collective under stage 3 (it gathers). */

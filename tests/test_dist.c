@@ -13,6 +13,7 @@
 #include "data/data.h"
 #include "testutil.h"
 #include "worker/ops.h"
+#include "worker/precision.h"
 
 #define MAX_SETS 8
 #define STEPS    20
@@ -70,6 +71,39 @@ static void assert_same_curve(const double *a, const double *b, int n, const cha
 
 static const char *const stage_sets[4] = {"zero_optimization.stage=0", "zero_optimization.stage=1",
                                           "zero_optimization.stage=2", "zero_optimization.stage=3"};
+
+/* The engine draws what each rank stores, a chunk at a time: at every
+ * stage and world size the full parameters are the family's initial
+ * values (rounded to bf16 under bf16), the block units of n_embd 320
+ * taking two chunks of SHARD_INIT_CHUNK. */
+START_TEST(initial_values_are_the_same_at_every_stage_and_world_size)
+{
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int stage = 0; stage <= 3; stage++) {
+            const char *sets[] = {stage_sets[stage], "model.n_embd=320",
+                                  bf16 ? "bf16.enabled=true" : "bf16.enabled=false"};
+            struct run_session s;
+            ck_assert_int_eq(open_micro(&s, sets, 3), ZT_OK);
+            ck_assert_uint_gt(param_table_unit_size(&s.table, 1), SHARD_INIT_CHUNK);
+            const size_t n = s.table.n_params;
+            float *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+            unsigned short *half = malloc(n * sizeof *half);
+            ck_assert(got && want && half);
+            ck_assert_int_eq(shard_engine_full_params(&s.engine, got), ZT_OK);
+            param_table_init(&s.table, s.cfg.run.seed, 0, n, want);
+            if (bf16) {
+                precision_from_f32(ZT_BF16, want, half, n);
+                precision_to_f32(ZT_BF16, half, want, n);
+            }
+            ck_assert_msg(memcmp(got, want, n * sizeof(float)) == 0,
+                          "stage %d%s: the initial values differ", stage, bf16 ? ", bf16" : "");
+            free(got);
+            free(want);
+            free(half);
+            session_close(&s);
+        }
+}
+END_TEST
 
 START_TEST(stages_train_the_same_model)
 {
@@ -645,6 +679,7 @@ int main(void)
     Suite *s = suite_create("dist");
     TCase *tc = tcase_create("zero");
     tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, initial_values_are_the_same_at_every_stage_and_world_size);
     tcase_add_test(tc, stages_train_the_same_model);
     tcase_add_test(tc, every_optimizer_in_every_stage);
     tcase_add_test(tc, lomo_trains_as_sgd_in_every_stage);

@@ -39,6 +39,9 @@ static void fill_ledger(struct ledger *l, int r)
 {
     uint64_t k = (uint64_t)r;
     ledger_init(l, 0);
+    /* the loader's staging comes and goes before the model states */
+    ledger_add(l, LEDGER_LOAD, 2048 * (k + 1));
+    ledger_sub(l, LEDGER_LOAD, 2048 * (k + 1));
     ledger_add(l, LEDGER_PARAMS, (k + 1) * 3 * MIB / 2);
     ledger_add(l, LEDGER_GRADS, 1000 + k);
     ledger_add(l, LEDGER_MASTER_PARAMS, 4096 * (k + 1));
@@ -64,6 +67,7 @@ static void want_peaks(int r, uint64_t peak[LEDGER_CATEGORY_COUNT], uint64_t *to
     peak[LEDGER_ACTIVATIONS] = 10000 * (k + 1);
     peak[LEDGER_COMM_BUFFERS] = 512 * k;
     peak[LEDGER_WORKSPACE] = 123;
+    peak[LEDGER_LOAD] = 2048 * (k + 1);
     /* Model states are held throughout; on top of them the highest moment
      * is either the first activations (10000(r+1)) or 7000 of activations
      * plus 20000 gathered: the latter for ranks 0 and 1. The final state,
@@ -440,12 +444,13 @@ START_TEST(test_json_matches_the_documented_format)
         "\"base4_bytes\": 0, \"baseline\": {\"params\": "
         "100, \"grads\": 101, \"master_params\": 102, \"optimizer_states\": 103, "
         "\"gathered_params\": 104, \"secondary_params\": 105, \"activations\": 106, "
-        "\"comm_buffers\": 107, \"workspace\": 108, \"total\": 1000}, \"expected_model_states\": "
+        "\"comm_buffers\": 107, \"workspace\": 108, \"load\": 109, \"total\": 1000}, "
+        "\"expected_model_states\": "
         "800, \"ranks\": [{\"rank\": 0, "
         "\"tp\": 0, \"pp\": 1, \"dp\": 0, \"peak\": "
         "{\"params\": 10, \"grads\": 11, \"master_params\": 12, \"optimizer_states\": 13, "
         "\"gathered_params\": 14, \"secondary_params\": 15, \"activations\": 16, "
-        "\"comm_buffers\": 17, \"workspace\": 18}, "
+        "\"comm_buffers\": 17, \"workspace\": 18, \"load\": 19}, "
         "\"total_peak\": 900, \"rss_peak\": 4096, \"expected_model_states\": 700, "
         "\"device\": {\"reserved\": 2000, \"used_peak\": 1500, \"largest_free\": 256, "
         "\"driver_free\": 30000, \"driver_total\": 80000, \"offload_host_peak\": 640}}]}\n");

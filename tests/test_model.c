@@ -6,10 +6,12 @@
  * tests/data/README.md for its layout. */
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
 #include "flat_hooks.h"
 #include "testutil.h"
 #include "worker/backend.h"
@@ -379,6 +381,42 @@ START_TEST(init_is_independent_of_sharding_and_follows_gpt2)
 }
 END_TEST
 
+/* The initial values are drawn in blocks on the OpenMP threads: at 1 and
+ * 3 threads they are the same bits, and each matrix element is still
+ * (float)(std * rng_normal(rng_key(seed, "init"), i)), element i's own
+ * draw (what checkpoints of seeded bases and test_trajectory rely on). */
+START_TEST(init_is_independent_of_the_thread_count)
+{
+    struct gpt2_config c = {256, 64, 4, 4, 64};
+    struct param_table t;
+    ck_assert_int_eq(gpt2_table_build(&c, &t), ZT_OK);
+    size_t n = t.n_params;
+    ck_assert_uint_gt(n, 3 << 16); /* several blocks of model_init_normal */
+    float *one = malloc(n * sizeof(float)), *three = malloc(n * sizeof(float));
+    ck_assert(one && three);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    gpt2_init_params(&t, 7, 0, n, one);
+    omp_set_num_threads(3);
+    gpt2_init_params(&t, 7, 0, n, three);
+    omp_set_num_threads(threads);
+    ck_assert(memcmp(one, three, n * sizeof(float)) == 0);
+    const uint64_t key = rng_key(7, "init");
+    for (int k = 0; k < t.n_tensors; k++) {
+        const struct param_tensor *p = &t.tensors[k];
+        if (p->cols == 1)
+            continue;
+        const double std = strstr(p->name, "proj.weight") ? 0.02 / sqrt(8.0) : 0.02;
+        for (size_t i = p->offset; i < p->offset + p->numel; i++)
+            ck_assert_msg(three[i] == (float)(std * rng_normal(key, i)), "%s: element %zu", p->name,
+                          i);
+    }
+    free(one);
+    free(three);
+    param_table_free(&t);
+}
+END_TEST
+
 START_TEST(plan_only_ledger_counts_without_allocating)
 {
     struct gpt2_config c = {256, 128, 2, 4, 64};
@@ -448,6 +486,7 @@ int main(void)
     tcase_add_test(tc, generic_instance_dispatches_to_the_family);
     tcase_add_test(tc, units_are_contiguous_and_cover_the_space);
     tcase_add_test(tc, init_is_independent_of_sharding_and_follows_gpt2);
+    tcase_add_test(tc, init_is_independent_of_the_thread_count);
     tcase_add_test(tc, plan_only_ledger_counts_without_allocating);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);

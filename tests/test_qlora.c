@@ -4,7 +4,9 @@
  * (worker/quant4.h, checked against bitsandbytes' formulas in test_quant4)
  * give for its 4-bit tensors and to the working-precision values of the
  * others, that a bf16 compute dtype rounds the dequantised weights through
- * bf16, and that a frozen base is required. Training with it across
+ * bf16, that encoding a tensor at a time from chunks of its values (as
+ * model.init_from's loader does) gives the same bytes, and that a frozen
+ * base is required. Training with it across
  * stages and world sizes is in test_lora_layouts. */
 #include <check.h>
 #include <math.h>
@@ -24,9 +26,10 @@ static const struct gpt2_config MICRO = {64, 16, 2, 2, 32};
 
 /* The micro GPT-2 with adapters on c_attn (so the base is frozen) and
  * its linear weights in 4 bits. */
-static void qlora_table(struct param_table *t, enum quant4_type type, int dq, enum zt_dtype compute)
+static void qlora_table_of(const struct gpt2_config *c, struct param_table *t,
+                           enum quant4_type type, int dq, enum zt_dtype compute)
 {
-    ck_assert_int_eq(gpt2_table_build(&MICRO, t), ZT_OK);
+    ck_assert_int_eq(gpt2_table_build(c, t), ZT_OK);
     char *names[64] = {0};
     ck_assert_int_le(t->n_tensors, 64);
     char text[64][48];
@@ -41,6 +44,11 @@ static void qlora_table(struct param_table *t, enum quant4_type type, int dq, en
     ck_assert_int_eq(lora_attach(t, &spec, (const char *const *)names), ZT_OK);
     const struct param_quant_spec q = {type, dq, compute};
     ck_assert_int_eq(param_quant_attach(t, &q), ZT_OK);
+}
+
+static void qlora_table(struct param_table *t, enum quant4_type type, int dq, enum zt_dtype compute)
+{
+    qlora_table_of(&MICRO, t, type, dq, compute);
 }
 
 START_TEST(linear_base_weights_are_stored_in_4_bits)
@@ -155,6 +163,70 @@ START_TEST(images_decode_to_the_kernels_values)
 }
 END_TEST
 
+/* A source of a unit's values for param_quant_encode_tensor: x holds
+ * the unit from flat element `base` on. */
+struct unit_values {
+    const float *x;
+    size_t base;
+};
+
+static zt_status read_values(void *ctx, size_t first, size_t n, float *dst)
+{
+    const struct unit_values *v = ctx;
+    memcpy(dst, v->x + (first - v->base), n * sizeof *dst);
+    return ZT_OK;
+}
+
+/* Each tensor encoded from chunks of `chunk` values into its bytes of the
+ * image repeats the whole unit's encoding byte for byte; the block
+ * unit's MLP weight has 576 blocks, three groups of double quantisation. */
+static void check_tensor_encoding(enum quant4_type type, int dq, enum zt_dtype working,
+                                  size_t chunk)
+{
+    static const struct gpt2_config wide = {64, 16, 1, 2, 96};
+    struct param_table t;
+    qlora_table_of(&wide, &t, type, dq, ZT_F32);
+    const int u = 1;
+    const size_t n = param_table_unit_size(&t, u), bytes = param_quant_unit_bytes(&t, u, working);
+    float *x = malloc(n * sizeof(float)), *piece = malloc(chunk * sizeof(float));
+    float *scales = malloc(n * sizeof(float));
+    unsigned char *whole = calloc(1, bytes), *region = malloc(bytes);
+    ck_assert(x && piece && scales && whole && region);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(0.2 * rng_normal(5, i));
+    param_quant_encode(&t, u, working, x, whole);
+    struct unit_values v = {x, t.unit_offset[u]};
+    const struct param_quant_source src = {read_values, &v};
+    size_t at = 0;
+    for (int k = 0; k < t.n_tensors; k++) {
+        if (t.tensors[k].unit != u)
+            continue;
+        const size_t b = param_quant_tensor_bytes(&t, k, working);
+        memset(region, 0xAB, b); /* the encoder must write every byte, padding included */
+        ck_assert_int_eq(
+            param_quant_encode_tensor(&t, k, working, &src, piece, chunk, scales, region), ZT_OK);
+        ck_assert_msg(memcmp(region, whole + at, b) == 0, "%s: chunks of %zu differ",
+                      t.tensors[k].name, chunk);
+        at += b;
+    }
+    ck_assert_uint_eq(at, bytes);
+    free(x);
+    free(piece);
+    free(scales);
+    free(whole);
+    free(region);
+    param_table_free(&t);
+}
+
+START_TEST(tensors_encoded_in_chunks_give_the_units_image)
+{
+    check_tensor_encoding(QUANT4_NF4, 1, ZT_F32, 64);
+    check_tensor_encoding(QUANT4_NF4, 1, ZT_BF16, 192);
+    check_tensor_encoding(QUANT4_FP4, 0, ZT_F32, 128);
+    check_tensor_encoding(QUANT4_NF4, 0, ZT_F16, 1 << 20);
+}
+END_TEST
+
 /* With double quantisation a block unit's codes and scales take about
  * half a byte a parameter. */
 START_TEST(double_quantisation_is_about_half_a_byte)
@@ -175,6 +247,7 @@ int main(void)
     tcase_add_test(tc, a_base_that_trains_is_refused);
     tcase_add_test(tc, images_decode_to_the_kernels_values);
     tcase_add_test(tc, double_quantisation_is_about_half_a_byte);
+    tcase_add_test(tc, tensors_encoded_in_chunks_give_the_units_image);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }

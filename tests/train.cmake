@@ -79,3 +79,8 @@ endif()
 # forwards): run.on_nonfinite stop and skip, the first non-finite value and
 # its report, the skip limit, the key's refusals, fp16's overflows.
 zt_test(test_nonfinite SOURCES test_nonfinite.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
+# model.init_from on a sharded folder written by scripts/bench/make_weights.py
+# (numpy; skipped without it): one file's losses at one rank bit for bit,
+# at 2 and 4 ranks under every stage, fp32, bf16 and QLoRA; the loader's
+# staging below an fp32 copy of the model; a truncated shard refused.
+zt_test(test_load SOURCES test_load.c LIBS zt_common TIMEOUT 1800 LAUNCHES_MPI SPLIT qlora)

@@ -242,8 +242,14 @@ static void init_params(const struct param_table *t, uint64_t seed, size_t begin
         size_t lo = p->offset > begin ? p->offset : begin;
         size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
         const int bias = strstr(p->name, ".bias") != NULL;
+        if (lo >= hi)
+            continue;
+        if (!bias && p->cols > 1) {
+            model_init_normal(key, lo, hi, 0.02, dst + (lo - begin));
+            continue;
+        }
         for (size_t i = lo; i < hi; i++)
-            dst[i - begin] = bias ? 0.0f : p->cols == 1 ? 1.0f : (float)(0.02 * rng_normal(key, i));
+            dst[i - begin] = bias ? 0.0f : 1.0f;
     }
 }
 

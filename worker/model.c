@@ -182,8 +182,7 @@ void gpt2_init_params(const struct param_table *t, uint64_t seed, size_t begin, 
                 dst[i - begin] = v;
         } else {
             double s = is_residual_projection(p->name) ? residual_std : std;
-            for (size_t i = lo; i < hi; i++)
-                dst[i - begin] = (float)(s * rng_normal(key, i));
+            model_init_normal(key, lo, hi, s, dst + (lo - begin));
         }
     }
 }

@@ -11,6 +11,20 @@
 #include "precision.h"
 #include "tensor_parallel.h"
 
+/* Elements per block of model_init_normal: large enough to hide the
+ * threads' start, small enough to balance a shard of a few blocks. */
+#define INIT_BLOCK ((size_t)1 << 16)
+
+void model_init_normal(uint64_t key, size_t lo, size_t hi, double scale, float *dst)
+{
+    const size_t blocks = hi > lo ? (hi - lo + INIT_BLOCK - 1) / INIT_BLOCK : 0;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t at = b * INIT_BLOCK, n = hi - lo - at < INIT_BLOCK ? hi - lo - at : INIT_BLOCK;
+        rng_normal_fill(key, lo + at, n, scale, dst + at);
+    }
+}
+
 void model_table_add(struct param_table *t, const char *name, int rows, int cols, int unit,
                      size_t *offset)
 {

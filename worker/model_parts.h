@@ -6,6 +6,7 @@
 #define ZT_WORKER_MODEL_PARTS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../common/clock.h"
 #include "../common/status.h"
@@ -19,6 +20,12 @@
  * precision, weight decay on matrices only (cols > 1). */
 void model_table_add(struct param_table *t, const char *name, int rows, int cols, int unit,
                      size_t *offset);
+
+/* Initial values dst[i] = (float)(scale * rng_normal(key, lo + i)) for
+ * flat elements [lo, hi): blocks of them on the OpenMP threads, each
+ * value a function of its index alone, so the thread count cannot change
+ * it. */
+void model_init_normal(uint64_t key, size_t lo, size_t hi, double scale, float *dst);
 
 /* The tensor added last is a linear layer's weight: PARAM_LINEAR, or
  * PARAM_LINEAR_HEAD for the output head. */

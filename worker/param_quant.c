@@ -80,6 +80,39 @@ void param_quant_encode(const struct param_table *t, int u, enum zt_dtype workin
     }
 }
 
+size_t param_quant_tensor_bytes(const struct param_table *t, int k, enum zt_dtype working)
+{
+    return tensor_bytes(t, &t->tensors[k], working);
+}
+
+zt_status param_quant_encode_tensor(const struct param_table *t, int k, enum zt_dtype working,
+                                    const struct param_quant_source *src, float *chunk,
+                                    size_t chunk_n, float *scales, void *region)
+{
+    const struct param_tensor *p = &t->tensors[k];
+    const int q4 = p->storage == PARAM_STORAGE_Q4, dq = t->quant.double_quant;
+    const struct quant4_layout l = quant4_layout(p->numel ? p->numel : 1, dq);
+    unsigned char *r = region;
+    ZT_ASSERT(chunk_n > 0 && chunk_n % QUANT4_BLOCK == 0);
+    memset(r, 0, tensor_bytes(t, p, working)); /* the padding */
+    /* blocks are independent but for double quantisation's offset, the
+     * mean of every scale: keep them all, then quantise them */
+    float *absmax = q4 && !dq ? (float *)(r + l.absmax) : scales;
+    for (size_t lo = 0; lo < p->numel; lo += chunk_n) {
+        const size_t n = p->numel - lo < chunk_n ? p->numel - lo : chunk_n;
+        ZT_TRY(src->read(src->ctx, p->offset + lo, n, chunk));
+        if (q4)
+            quant4_quantize((enum quant4_type)t->quant.type, chunk, n, r + lo / 2,
+                            absmax + lo / QUANT4_BLOCK);
+        else
+            precision_from_f32(working, chunk, r + lo * zt_dtype_size(working), n);
+    }
+    if (q4 && dq)
+        quant4_double_quantize(absmax, l.blocks, r + l.qabsmax, (float *)(r + l.absmax2),
+                               (float *)(r + l.offset));
+    return ZT_OK;
+}
+
 /* y[0..n) rounded to the 16-bit compute dtype and widened back (F32: as
  * they are). */
 static void round_through(enum zt_dtype compute, float *y, size_t n)

@@ -56,6 +56,29 @@ size_t param_quant_unit_bytes(const struct param_table *t, int u, enum zt_dtype 
 void param_quant_encode(const struct param_table *t, int u, enum zt_dtype working, const float *src,
                         void *image);
 
+/* Bytes tensor k takes in its unit's image (tensors lie there in table
+ * order): its 4-bit region, or its elements in the working precision,
+ * rounded up to a multiple of 4. */
+size_t param_quant_tensor_bytes(const struct param_table *t, int k, enum zt_dtype working);
+
+/* Where param_quant_encode_tensor reads a tensor's values from: n fp32
+ * values of flat elements [first, first + n) into dst. */
+struct param_quant_source {
+    zt_status (*read)(void *ctx, size_t first, size_t n, float *dst);
+    void *ctx;
+};
+
+/* Encodes tensor k (of a packed unit) into region[param_quant_tensor_bytes]
+ * (4-byte aligned host memory), its bytes of the unit's image, exactly as
+ * param_quant_encode does, reading its values chunk_n (a multiple of
+ * QUANT4_BLOCK) at a time into chunk[chunk_n]: a loader then never holds
+ * the unit, or the tensor, in fp32. `scales` has room for
+ * quant4_blocks(numel) floats (used under double quantisation). Errors:
+ * the source's. */
+zt_status param_quant_encode_tensor(const struct param_table *t, int k, enum zt_dtype working,
+                                    const struct param_quant_source *src, float *chunk,
+                                    size_t chunk_n, float *scales, void *region);
+
 /* Decodes packed unit u's image (host memory) into dst[unit size] (host)
  * of type `to`, fp32 or the working precision: 4-bit tensors dequantised
  * and rounded through the compute dtype, the others widened or copied. */
