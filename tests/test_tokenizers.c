@@ -381,6 +381,21 @@ START_TEST(test_broken_files)
                 "model.type: Unigram is not supported");
     expect_open(mini_json(BYTE_LEVEL, "[\"a xy\"]"), NULL, ZT_ERR_CONFIG,
                 "model.merges[0]: token \"xy\" is not in model.vocab");
+    /* A merge's token longer than every token of the vocabulary. */
+    expect_open(mini_json(BYTE_LEVEL, "[\"a xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"]"), NULL,
+                ZT_ERR_CONFIG,
+                "model.merges[0]: token \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\" is not");
+    /* Ids that would size the tables in gigabytes. */
+    expect_open(mini_json(BYTE_LEVEL ", \"added_tokens\": [{\"id\": 2147483640, \"content\": "
+                                     "\"<x>\"}]",
+                          merges),
+                NULL, ZT_ERR_CONFIG,
+                "added_tokens[0]: expected an object with an integer \"id\" in 0 .. 16777215");
+    expect_open(
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 16777216}, \"merges\": []}, " BYTE_LEVEL
+        "}",
+        NULL, ZT_ERR_CONFIG,
+        "model.vocab: token \"a\": the id must be an integer in 0 .. 16777215");
     expect_open(mini_json(BYTE_LEVEL, "[\"a c\"]"), NULL, ZT_ERR_CONFIG,
                 "model.merges[0]: \"a\" + \"c\" makes a token that is not in model.vocab");
     expect_open(mini_json(BYTE_LEVEL, "[\"ab\"]"), NULL, ZT_ERR_CONFIG,
