@@ -172,12 +172,24 @@ for name, top in (("llama3", 400), ("llama2", 600), ("mistral", 600)):
     config = json.load(open(f"{toks}/{name}/tokenizer_config.json", encoding="utf-8"))
     config["chat_template"] = templates[name]
     json.dump(config, open(f"{work}/{name}_config.json", "w", encoding="utf-8"), indent=2)
+# Llama 3's cut vocabulary under the other pre-tokenizers the files use:
+# Qwen2's Split pattern, and GPT-2's (ByteLevel with use_regex).
+t = json.load(open(f"{work}/llama3.json", encoding="utf-8"))
+split = t["pre_tokenizer"]["pretokenizers"][0]
+split["pattern"]["Regex"] = split["pattern"]["Regex"].replace(r"\p{N}{1,3}", r"\p{N}")
+json.dump(t, open(f"{work}/qwen2_split.json", "w", encoding="utf-8"), ensure_ascii=False)
+t["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                      "use_regex": True}
+json.dump(t, open(f"{work}/gpt2_byte_level.json", "w", encoding="utf-8"), ensure_ascii=False)
 PY
 printf '<|begin_of_text|>Hello world, it'"'"'s the test of 123 tokens\n\n' >"$work/text"
 for name in llama3 llama2 mistral; do
   join "$out/hf_tokenizer/$name" "$work/$name.json" "$work/${name}_config.json" "$work/text"
 done
 join "$out/hf_tokenizer/llama3_no_config" "$work/llama3.json"
+for name in qwen2_split gpt2_byte_level; do
+  join "$out/hf_tokenizer/$name" "$work/$name.json" "$work/llama3_config.json" "$work/text"
+done
 
 # The first 400 ranks of each tiktoken file (the 256 bytes, then merges);
 # the first byte picks cl100k (even) or o200k (odd).
