@@ -133,28 +133,41 @@ static size_t char_token_bytes(const unsigned char *p, size_t n, unsigned char *
     return m;
 }
 
-static int compare_added(const void *a, const void *b, void *bytes)
+/* An added token beside its text and its place in the file, while sorting:
+ * qsort's comparison gets no context argument in C11. */
+struct added_sort {
+    const unsigned char *text;
+    size_t order;
+    struct bpe_added a;
+};
+
+/* By text (memcmp, then length), then by place in the file, so that of two
+ * added tokens with one text the first listed is the one found. */
+static int compare_added(const void *x, const void *y)
 {
-    const struct bpe_added *x = a, *y = b;
-    const unsigned char *p = bytes;
-    const uint32_t n = x->len < y->len ? x->len : y->len;
-    const int c = memcmp(p + x->offset, p + y->offset, n);
-    return c != 0 ? c : (x->len > y->len) - (x->len < y->len);
+    const struct added_sort *p = x, *q = y;
+    const uint32_t n = p->a.len < q->a.len ? p->a.len : q->a.len;
+    const int c = memcmp(p->text, q->text, n);
+    if (c != 0)
+        return c;
+    if (p->a.len != q->a.len)
+        return (p->a.len > q->a.len) - (p->a.len < q->a.len);
+    return (p->order > q->order) - (p->order < q->order);
 }
 
-/* Insertion sort with the pool at hand (qsort has no context argument in
- * C11); added tokens are a few hundred at most. */
-static void sort_added(struct bpe_added *a, size_t n, unsigned char *bytes)
+/* Sorts t's added tokens by compare_added; a file may list many thousands. */
+static zt_status sort_added(struct bpe_tokenizer *t, const char *path)
 {
-    for (size_t i = 1; i < n; i++) {
-        const struct bpe_added x = a[i];
-        size_t j = i;
-        while (j > 0 && compare_added(&a[j - 1], &x, bytes) > 0) {
-            a[j] = a[j - 1];
-            j--;
-        }
-        a[j] = x;
-    }
+    struct added_sort *s = malloc((t->n_added > 0 ? t->n_added : 1) * sizeof *s);
+    if (!s)
+        return zt_error_set(ZT_ERR_NOMEM, "%s: cannot sort %zu added tokens", path, t->n_added);
+    for (size_t i = 0; i < t->n_added; i++)
+        s[i] = (struct added_sort){t->added_bytes + t->added[i].offset, i, t->added[i]};
+    qsort(s, t->n_added, sizeof *s, compare_added);
+    for (size_t i = 0; i < t->n_added; i++)
+        t->added[i] = s[i].a;
+    free(s);
+    return ZT_OK;
 }
 
 static zt_status take_added(struct bpe_tokenizer *t, const char *path,
@@ -180,7 +193,7 @@ static zt_status take_added(struct bpe_tokenizer *t, const char *path,
             t->vocab_size = (uint32_t)ids[i] + 1;
     }
     t->n_added = n;
-    sort_added(t->added, n, t->added_bytes);
+    ZT_TRY(sort_added(t, path));
     for (size_t i = n; i-- > 0;) {
         const unsigned char first = t->added_bytes[t->added[i].offset];
         t->added_first[first]++;

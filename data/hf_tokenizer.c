@@ -31,6 +31,10 @@
 /* Larger than any tokenizer.json published (Gemma's is 34 MB). */
 #define TOKENIZER_JSON_MAX ((size_t)512 << 20)
 #define CONFIG_JSON_MAX    ((size_t)16 << 20)
+/* The tables are as long as the highest id, so a few bytes of JSON could
+ * ask for gigabytes; no published vocabulary comes near this (Gemma 3's
+ * has 262,144 ids). */
+#define HF_MAX_ID ((1u << 24) - 1)
 
 struct hf_loader {
     const char *path; /* DIR/tokenizer.json */
@@ -38,6 +42,7 @@ struct hf_loader {
     int byte_level; /* tokens are written in GPT-2's byte alphabet */
     int16_t byte_of[BPE_ALPHABET_END];
     unsigned char *scratch; /* one token's or merge's bytes */
+    size_t longest;         /* the longest key of model.vocab, in bytes */
 };
 
 /* The member `key` of obj when obj is an object and the member is not
@@ -270,8 +275,8 @@ static zt_status check_model(struct hf_loader *ld, const struct json_value *mode
     return ZT_OK;
 }
 
-/* Checks the ids of model.vocab (integers in 0 .. INT32_MAX - 1, once
- * each) and sets *vocab to the highest + 1, *bytes to the tokens' bytes. */
+/* Checks the ids of model.vocab (integers in 0 .. HF_MAX_ID) and sets
+ * *size to the highest + 1, *bytes to the tokens' bytes. */
 static zt_status scan_vocab(struct hf_loader *ld, const struct json_value *vocab, uint32_t *size,
                             size_t *bytes, size_t *longest)
 {
@@ -282,11 +287,11 @@ static zt_status scan_vocab(struct hf_loader *ld, const struct json_value *vocab
     *bytes = *longest = 0;
     for (size_t i = 0; i < vocab->n; i++) {
         const struct json_value *v = &vocab->items[i];
-        if (v->type != JSON_INT || v->negative || v->magnitude >= INT32_MAX - 1)
+        if (v->type != JSON_INT || v->negative || v->magnitude > HF_MAX_ID)
             return zt_error_set(ZT_ERR_CONFIG,
                                 "%s: model.vocab: token \"%s\": the id must be an integer in 0 .. "
-                                "%d, got %s",
-                                ld->path, vocab->keys[i], INT32_MAX - 2,
+                                "%u, got %s",
+                                ld->path, vocab->keys[i], HF_MAX_ID,
                                 v->type == JSON_INT ? "one outside" : json_type_name(v->type));
         top = v->magnitude + 1 > top ? v->magnitude + 1 : top;
         const size_t len = strlen(vocab->keys[i]);
@@ -302,6 +307,7 @@ static zt_status take_vocab(struct hf_loader *ld, const struct json_value *vocab
     uint32_t size = 0;
     size_t bytes = 0, longest = 0;
     ZT_TRY(scan_vocab(ld, vocab, &size, &bytes, &longest));
+    ld->longest = longest;
     /* A merge's two tokens side by side fill the scratch buffer at most. */
     ld->scratch = malloc(2 * longest + 8);
     size_t *by_id = malloc((size_t)size * sizeof *by_id);
@@ -359,13 +365,14 @@ static zt_status merge_strings(const struct hf_loader *ld, const struct json_val
     return ZT_OK;
 }
 
-/* The id of token string s in merge i. */
+/* The id of token string s in merge i. A string longer than every key of
+ * model.vocab is none of them (and more than the scratch buffer holds). */
 static zt_status merge_token(struct hf_loader *ld, size_t i, const char *s, int32_t *id)
 {
-    size_t n;
+    size_t n = 0;
     char key[48];
     snprintf(key, sizeof key, "model.merges[%zu]", i);
-    if (token_text(ld, key, s, &n) == SIZE_MAX)
+    if (strlen(s) <= ld->longest && token_text(ld, key, s, &n) == SIZE_MAX)
         return ZT_ERR_CONFIG;
     *id = n > 0 ? bpe_token_id(ld->t->b, ld->scratch, n) : -1;
     if (*id < 0)
@@ -434,12 +441,11 @@ static zt_status take_added(struct hf_loader *ld, const struct json_value *root)
         const struct json_value *a = &list->items[i], *id = member(a, "id");
         const char *content = string_of(a, "content");
         const char *flags[] = {"lstrip", "rstrip", "single_word"};
-        if (!id || id->type != JSON_INT || id->negative || id->magnitude >= INT32_MAX - 1 ||
-            !content)
+        if (!id || id->type != JSON_INT || id->negative || id->magnitude > HF_MAX_ID || !content)
             st = zt_error_set(ZT_ERR_CONFIG,
                               "%s: added_tokens[%zu]: expected an object with an integer \"id\" "
-                              "and a string \"content\"",
-                              ld->path, i);
+                              "in 0 .. %u and a string \"content\"",
+                              ld->path, i, HF_MAX_ID);
         for (size_t f = 0; st == ZT_OK && f < 3; f++)
             if (true_of(a, flags[f]))
                 st = zt_error_set(ZT_ERR_UNSUPPORTED,

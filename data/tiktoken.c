@@ -181,6 +181,13 @@ static zt_status load(struct bpe_tokenizer *t, const char *dir, const char *path
     zt_status st = take_ranks(t, path, text, len);
     free(text);
     ZT_TRY(st);
+    /* A rank that is a special token's id would decode as that token. */
+    for (size_t i = 0; i < enc->n_specials; i++)
+        if ((uint32_t)enc->special_ids[i] < t->b->vocab_size)
+            return zt_error_set(ZT_ERR_CONFIG,
+                                "%s: %u ranks, but %s's %s has id %d: not %s's rank file", path,
+                                (unsigned)t->b->vocab_size, enc->name, enc->special_texts[i],
+                                enc->special_ids[i], enc->name);
     t->name = enc->name;
     t->symbols = BPE_SYMBOLS_BYTES;
     t->pretokenize = enc->rule;

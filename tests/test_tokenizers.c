@@ -381,6 +381,21 @@ START_TEST(test_broken_files)
                 "model.type: Unigram is not supported");
     expect_open(mini_json(BYTE_LEVEL, "[\"a xy\"]"), NULL, ZT_ERR_CONFIG,
                 "model.merges[0]: token \"xy\" is not in model.vocab");
+    /* A merge's token longer than every token of the vocabulary. */
+    expect_open(mini_json(BYTE_LEVEL, "[\"a xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"]"), NULL,
+                ZT_ERR_CONFIG,
+                "model.merges[0]: token \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\" is not");
+    /* Ids that would size the tables in gigabytes. */
+    expect_open(mini_json(BYTE_LEVEL ", \"added_tokens\": [{\"id\": 2147483640, \"content\": "
+                                     "\"<x>\"}]",
+                          merges),
+                NULL, ZT_ERR_CONFIG,
+                "added_tokens[0]: expected an object with an integer \"id\" in 0 .. 16777215");
+    expect_open(
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 16777216}, \"merges\": []}, " BYTE_LEVEL
+        "}",
+        NULL, ZT_ERR_CONFIG,
+        "model.vocab: token \"a\": the id must be an integer in 0 .. 16777215");
     expect_open(mini_json(BYTE_LEVEL, "[\"a c\"]"), NULL, ZT_ERR_CONFIG,
                 "model.merges[0]: \"a\" + \"c\" makes a token that is not in model.vocab");
     expect_open(mini_json(BYTE_LEVEL, "[\"ab\"]"), NULL, ZT_ERR_CONFIG,
@@ -435,6 +450,22 @@ START_TEST(test_broken_rank_files)
         ck_assert_msg(st == ZT_ERR_CONFIG && strstr(zt_error_message(), bad[i].message), "%s: %s",
                       bad[i].message, zt_error_message());
     }
+    /* More ranks than come before cl100k's first special token (100257). */
+    const size_t n = 100258;
+    char *ranks = malloc(n * 16);
+    size_t len = 0;
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t r = 0; r < n; r++) /* three bytes r+1, four base64 characters */
+        len +=
+            (size_t)sprintf(ranks + len, "%c%c%c%c %zu\n", b64[(r + 1) >> 18 & 63],
+                            b64[(r + 1) >> 12 & 63], b64[(r + 1) >> 6 & 63], b64[(r + 1) & 63], r);
+    testutil_write_file(path, ranks, len);
+    free(ranks);
+    struct tokenizer *big = NULL;
+    ck_assert_int_eq(tokenizer_open("cl100k", dir, &big), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(),
+                         "100258 ranks, but cl100k's <|endoftext|> has id 100257: not cl100k's"),
+                  "%s", zt_error_message());
     unlink(path);
     struct tokenizer *t = NULL;
     ck_assert_int_eq(tokenizer_open("cl100k", dir, &t), ZT_ERR_CONFIG);
