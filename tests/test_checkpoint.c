@@ -1290,7 +1290,7 @@ START_TEST(test_resolve_takes_both_kinds_of_folder)
                  testutil_fmt("%s: neither a checkpoint (no meta.json) nor a checkpoint folder "
                               "(no `latest` file): %s",
                               root, expected));
-    EXPECT_ERROR(ckpt_resolve(testutil_path_in(root, "none"), got, sizeof got), ZT_ERR_IO,
+    EXPECT_ERROR(ckpt_resolve(testutil_path_in(root, "none"), got, sizeof got), ZT_ERR_USAGE,
                  testutil_fmt("%s/none: no such folder: %s", root, expected));
     const char *meta = testutil_path_in(step_path(dir, 100), "meta.json");
     EXPECT_ERROR(ckpt_resolve(meta, got, sizeof got), ZT_ERR_CHECKPOINT,

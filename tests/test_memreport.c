@@ -453,7 +453,8 @@ START_TEST(test_json_matches_the_documented_format)
         "\"comm_buffers\": 17, \"workspace\": 18, \"load\": 19}, "
         "\"total_peak\": 900, \"rss_peak\": 4096, \"expected_model_states\": 700, "
         "\"device\": {\"reserved\": 2000, \"used_peak\": 1500, \"largest_free\": 256, "
-        "\"driver_free\": 30000, \"driver_total\": 80000, \"offload_host_peak\": 640}}]}\n");
+        "\"driver_free\": 30000, \"driver_total\": 80000, \"offload_host_peak\": 640}, "
+        "\"nvme_file_bytes\": 0}]}\n");
 }
 END_TEST
 
