@@ -411,7 +411,8 @@ zt_status model_lora_backward(struct model *m, const struct model_unit_hooks *h,
             t->lora.scale, N, p->cols, t->lora.r, p->rows));
         if (partial >= 0) {
             const size_t np = t->tensors[partial].numel;
-            ZT_TRY(model_tp_allreduce(m, h, ZT_F32, a->partial, np, MODEL_REDUCE_SUM));
+            ZT_ASSERT(h->tp_allreduce); /* a partial factor exists under T > 1 only */
+            ZT_TRY(h->tp_allreduce(h->ctx, ZT_F32, a->partial, np, MODEL_REDUCE_SUM));
             ZT_TRY(a->ops->residual_forward(a->ops, ZT_F32, whole_grad, whole_grad, a->partial,
                                             (int)np));
         }

@@ -38,7 +38,7 @@ static void adafactor_sum_squares(const struct optimizer_piece *pc, double *stat
     for (size_t i = 0; i < n; i++) {
         const double p = pc->params[i], g = pc->grads[i];
         sum_p2 += p * p;
-        const size_t at = optimizer_piece_at(pc, i);
+        const size_t at = optimizer_slice_index(&pc->slice, pc->lo + i);
         if (adafactor_factored(pc->cols)) {
             stats[1 + at / (size_t)pc->cols] += g * g;
             stats[1 + (size_t)pc->rows + at % (size_t)pc->cols] += g * g;
@@ -82,7 +82,7 @@ static float adafactor_inv_row_mean(const struct optimizer_piece *pc)
  * (or full) second moment. */
 static float adafactor_raw_update(const struct optimizer_piece *pc, size_t i, float inv_row_mean)
 {
-    const size_t at = optimizer_piece_at(pc, i);
+    const size_t at = optimizer_slice_index(&pc->slice, pc->lo + i);
     const float *s = pc->tensor_state;
     if (!adafactor_factored(pc->cols))
         return pc->grads[i] / sqrtf(s[at]);

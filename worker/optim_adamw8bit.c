@@ -42,7 +42,7 @@ static void adamw8bit_moments(const struct optimizer_piece *pc, size_t i,
                               const struct optimizer_hparams *hp, float *m, float *v)
 {
     const size_t nb = adamw8bit_blocks(pc->numel);
-    const size_t block = optimizer_piece_at(pc, i) / ADAMW8BIT_BLOCK;
+    const size_t block = optimizer_slice_index(&pc->slice, pc->lo + i) / ADAMW8BIT_BLOCK;
     const unsigned char c1 = ((const unsigned char *)pc->states[0])[i];
     const unsigned char c2 = ((const unsigned char *)pc->states[1])[i];
     const float g = pc->grads[i];
@@ -63,7 +63,7 @@ void adamw8bit_round(int round, const struct optimizer_piece *pc,
         for (size_t i = 0; i < n; i++) {
             float m, v;
             adamw8bit_moments(pc, i, hp, &m, &v);
-            const size_t block = optimizer_piece_at(pc, i) / ADAMW8BIT_BLOCK;
+            const size_t block = optimizer_slice_index(&pc->slice, pc->lo + i) / ADAMW8BIT_BLOCK;
             max1[block] = fmax(max1[block], fabsf(m));
             max2[block] = fmax(max2[block], fabsf(v));
         }
@@ -74,7 +74,7 @@ void adamw8bit_round(int round, const struct optimizer_piece *pc,
     const float *m_old = pc->tensor_state, *v_old = pc->tensor_state + pc->numel;
     double *m_new = pc->stats[1], *v_new = pc->stats[1] + pc->numel;
     for (size_t i = 0; i < n; i++) {
-        const size_t at = optimizer_piece_at(pc, i);
+        const size_t at = optimizer_slice_index(&pc->slice, pc->lo + i);
         const float g = pc->grads[i];
         m_new[at] = hp->beta1 * m_old[at] + (1.0f - hp->beta1) * g;
         v_new[at] = hp->beta2 * v_old[at] + (1.0f - hp->beta2) * g * g;
@@ -117,7 +117,7 @@ static void adamw8bit_apply_quantised(const struct optimizer_piece *pc,
         float m, v;
         adamw8bit_moments(pc, i, hp, &m, &v);
         pc->params[i] = adamw8bit_param(pc->params[i], m, v, &k);
-        const size_t block = optimizer_piece_at(pc, i) / ADAMW8BIT_BLOCK;
+        const size_t block = optimizer_slice_index(&pc->slice, pc->lo + i) / ADAMW8BIT_BLOCK;
         /* an all-zero block has absmax 0: its codes are those of 0 */
         const float a1 = (float)max1[block], a2 = (float)max2[block];
         c1[i] = quant_dynamic_encode(quant_dynamic_signed, a1 > 0.0f ? m / a1 : 0.0f);
@@ -140,7 +140,7 @@ void adamw8bit_apply(const struct optimizer_piece *pc, const struct optimizer_hp
     const double *m_new = pc->stats[1], *v_new = pc->stats[1] + pc->numel;
     const struct adamw8bit_step k = adamw8bit_step_of(pc->decay, hp);
     for (size_t i = 0; i < pc->hi - pc->lo; i++) {
-        const size_t at = optimizer_piece_at(pc, i);
+        const size_t at = optimizer_slice_index(&pc->slice, pc->lo + i);
         pc->params[i] = adamw8bit_param(pc->params[i], (float)m_new[at], (float)v_new[at], &k);
     }
     for (size_t at = 0; at < pc->numel; at++) {

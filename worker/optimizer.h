@@ -37,6 +37,7 @@
 #include "../common/dtype.h"
 #include "../common/kvlist.h"
 #include "../common/status.h"
+#include "optim_slice.h"
 
 struct ops_backend;
 
@@ -100,16 +101,6 @@ double optimizer_hparam_value(const struct optimizer_hparams *hp, enum optimizer
  * the whole tensor's (struct optimizer_slice). */
 #define OPTIMIZER_MAX_ROUNDS 2
 
-/* Under tensor parallelism a rank holds a slice of a tensor, and the
- * statistics are the whole tensor's (the engine reduces them over the
- * tensor-parallel ranks too): the slice's elements lie in the whole
- * tensor's index space in runs of `run` elements, `stride` apart, from
- * `first` (rows cut: one run per part; columns cut: one per row). run 0:
- * the piece is of the whole tensor itself. */
-struct optimizer_slice {
-    size_t first, run, stride;
-};
-
 /* How a round's statistics combine across ranks. */
 enum optimizer_reduce { OPTIMIZER_REDUCE_SUM, OPTIMIZER_REDUCE_MAX };
 struct optimizer_piece {
@@ -124,14 +115,6 @@ struct optimizer_piece {
     double *stats[OPTIMIZER_MAX_ROUNDS]; /* each round's stats_len doubles */
     float decay;                         /* 1: weight decay applies to the tensor */
 };
-
-/* The tensor's index of piece element i (slice element lo + i). */
-static inline size_t optimizer_piece_at(const struct optimizer_piece *pc, size_t i)
-{
-    const size_t s = pc->lo + i;
-    const struct optimizer_slice *sl = &pc->slice;
-    return sl->run ? sl->first + s / sl->run * sl->stride + s % sl->run : s;
-}
 
 /* One range of an element-wise update, with the passes around it fused in
  * so that each buffer is read and written once: for i < n,

@@ -54,7 +54,7 @@
  * OpenBLAS (whose own threads would oversubscribe the cores), the items run
  * in turn.
  */
-#include "worker/cpu/attention_impl.h"
+#include "worker/cpu/attention_rows.h"
 #include "worker/cpu/ops_cpu_impl.h"
 
 #include "common/status.h"
@@ -65,7 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The tile sizes (attention_impl.h). Wide key tiles make few, large
+/* The tile sizes (attention_rows.h). Wide key tiles make few, large
  * products (64 x 256 x hs, then 64 x hs x 256) and few rescalings of the
  * accumulator; at T <= 256 a query tile sees one key tile and the online
  * softmax is a plain one. On one core (scripts/bench/attention.sh, a
@@ -76,92 +76,11 @@
  * key tile that starts before a query tile's end starts at or before its
  * first row. */
 
-struct head_view attn_view_of(int T, int NH, int NKV, int hs)
-{
-    ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0 && T >= 0);
-    return (struct head_view){.T = T,
-                              .NH = NH,
-                              .NKV = NKV,
-                              .hs = hs,
-                              .ld = (NH + 2 * NKV) * hs,
-                              .ldo = NH * hs,
-                              .threads = omp_get_max_threads(),
-                              .scale = 1.0f / sqrtf((float)hs)};
-}
-
 /* Whether the work items go to OpenMP's threads (see the top of the file):
  * several threads, and an OpenBLAS that then runs each sgemm inline. */
 static int items_in_parallel(const struct head_view *w)
 {
     return w->threads > 1 && openblas_get_parallel() == 2; /* 2: the OpenMP build */
-}
-
-struct head_cols attn_head_cols(const struct head_view *w, int h)
-{
-    int kv = h / (w->NH / w->NKV);
-    return (struct head_cols){.q = (size_t)h * w->hs,
-                              .k = (size_t)(w->NH + kv) * w->hs,
-                              .v = (size_t)(w->NH + w->NKV + kv) * w->hs};
-}
-
-/* ---- row kernels (attention_impl.h) ---- */
-
-CPU_KERNEL float attn_online_softmax_row(float *s, int n, int w, float *m, float *l, int first)
-{
-    float mx = first ? -INFINITY : *m, sum = 0.0f;
-#pragma omp simd reduction(max : mx)
-    for (int c = 0; c < w; c++) {
-        float v = c < n ? s[c] : -INFINITY;
-        mx = v > mx ? v : mx;
-    }
-    float acc[CPU_LANES] = {0}; /* sums in the fixed order of ops_cpu_impl.h */
-    for (int c0 = 0; c0 < w; c0 += CPU_LANES) {
-#pragma omp simd
-        for (int l = 0; l < CPU_LANES; l++) {
-            /* A bitwise mask, not `c < n ? e : 0`, keeps the loop
-             * vectorisable (see cpu_expf). */
-            union cpu_fbits e = {.f = cpu_expf(s[c0 + l] - mx)};
-            e.i &= -(int32_t)(c0 + l < n);
-            s[c0 + l] = e.f;
-            acc[l] += e.f;
-        }
-    }
-    sum = cpu_lanes_fold(acc);
-    float corr = first ? 0.0f : cpu_expf(*m - mx);
-    *l = first ? sum : *l * corr + sum;
-    *m = mx;
-    return corr;
-}
-
-CPU_KERNEL void attn_probs_row(float *s, int n, int w, float lse)
-{
-#pragma omp simd
-    for (int c = 0; c < w; c++) {
-        union cpu_fbits e = {.f = cpu_expf(s[c] - lse)};
-        e.i &= -(int32_t)(c < n);
-        s[c] = e.f;
-    }
-}
-
-CPU_KERNEL void attn_dscores_row(float *dp, const float *p, int w, float d)
-{
-#pragma omp simd
-    for (int c = 0; c < w; c++)
-        dp[c] = p[c] * (dp[c] - d);
-}
-
-CPU_KERNEL void attn_scale_row(float *x, int n, float a)
-{
-#pragma omp simd
-    for (int c = 0; c < n; c++)
-        x[c] *= a;
-}
-
-CPU_KERNEL float attn_dot_row(const float *a, const float *b, int n)
-{
-    float s;
-    CPU_ROW_SUM(s, n, a[c] * b[c]);
-    return s;
 }
 
 /* ---- forward ------------------------------------------------------------ */

@@ -31,7 +31,7 @@
  * accumulator for a query tile, and in the backward dk and dv of a whole
  * group in fp32 (2 T hs floats).
  */
-#include "worker/cpu/attention_impl.h"
+#include "worker/cpu/attention_rows.h"
 #include "worker/cpu/gemm.h"
 #include "worker/cpu/ops_cpu_impl.h"
 

@@ -1,11 +1,11 @@
-/* worker/cpu/attention_impl.h — for worker/cpu/attention*.c only: the
+/* worker/cpu/attention_rows.h — for worker/cpu/attention*.c only: the
  * tiling, the strides of a call and the row kernels that the fp32 form
  * (attention.c, cblas products) and the 16-bit form (attention16.c,
- * oneDNN products on 16-bit operands) share. The algorithm is described
- * at the top of attention.c.
+ * oneDNN products on 16-bit operands) share, defined in attention_rows.c.
+ * The algorithm is described at the top of attention.c.
  */
-#ifndef ZT_WORKER_CPU_ATTENTION_IMPL_H
-#define ZT_WORKER_CPU_ATTENTION_IMPL_H
+#ifndef ZT_WORKER_CPU_ATTENTION_ROWS_H
+#define ZT_WORKER_CPU_ATTENTION_ROWS_H
 
 #include <stddef.h>
 
