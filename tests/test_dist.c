@@ -503,8 +503,10 @@ END_TEST
  * from the backward through the reductions (4 bytes a parameter in the
  * ledger). Stages 0-1 sum the micro steps before reducing and stages 2-3
  * after, so the fp32 sums differ in their last bits, which the bf16
- * params then round apart: the curves agree within 1e-4 (measured 2.5e-5
- * at 4 ranks over 20 steps), not 1e-5 as fp32 runs do. */
+ * params, activations and attention's bf16 probabilities then round apart
+ * over the steps: the curves agree within 1e-3 (measured 1.3e-4 at 4
+ * ranks, stage 2, step 19 of 20, once attention's products ran in bf16;
+ * 2.5e-5 before), not 1e-5 as fp32 runs do. */
 START_TEST(fp32_gradient_accumulation_in_every_stage)
 {
     double ref[STEPS], got[STEPS], rounded[STEPS];
@@ -516,7 +518,7 @@ START_TEST(fp32_gradient_accumulation_in_every_stage)
         if (stage > 0) {
             train_losses(sets, 4, STEPS, got);
             for (int i = 0; i < STEPS; i++)
-                ck_assert_msg(fabs(got[i] - ref[i]) <= 1e-4 * ref[i],
+                ck_assert_msg(fabs(got[i] - ref[i]) <= 1e-3 * ref[i],
                               "fp32 gradients, stage %d step %d: %.9g vs stage 0's %.9g", stage,
                               i + 1, got[i], ref[i]);
         }
