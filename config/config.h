@@ -198,6 +198,7 @@ struct zt_config {
         int stages;                               /* P, default 1; at most model.n_layer */
         enum pipeline_schedule schedule;          /* default 1f1b */
         enum pipeline_partition partition_method; /* default parameters */
+        int virtual_stages; /* v chunks per stage (interleaved 1F1B), default 1 */
     } pipeline;
 
     int train_micro_batch_size_per_gpu; /* default 1 */

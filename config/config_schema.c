@@ -309,6 +309,12 @@ static const struct field fields[] = {
      "parameters", NB, NB, 0, NULL,
      "how blocks are cut into stages: parameters (balanced by parameter count) or uniform (the "
      "same number of blocks each)"},
+    {"pipeline.virtual_stages", T_INT, OFF(pipeline.virtual_stages), 0, "1", GE(1), NB, 0, NULL,
+     "chunks per stage, Megatron's virtual pipeline size (virtual_pipeline_model_parallel_size): "
+     "at v > 1 the blocks are cut into P x v equal chunks, rank r holds chunks r, r + P, ..., and "
+     "the schedule is Megatron's interleaved 1F1B (bubble (P - 1) / (v m)); needs model.n_layer "
+     "divisible by P x v, gradient_accumulation_steps a multiple of P, schedule 1f1b and "
+     "zero_optimization.stage below 3"},
 
     {"train_micro_batch_size_per_gpu", T_INT, OFF(train_micro_batch_size_per_gpu), 0, "1",
      GE(1), NB, F_DS, NULL, "sequences per rank per micro step"},
@@ -1696,6 +1702,52 @@ static zt_status check_zero_groups(const struct walk *w)
     return ZT_OK;
 }
 
+/* Interleaved 1F1B's rules (pipeline.virtual_stages > 1 with a pipeline):
+ * equal chunks, whole rounds of P micro batches (Megatron's rule), the
+ * 1f1b order, and whole units on every pass (ZeRO-3's gather schedule
+ * follows one pass per stage). */
+static zt_status check_interleaved(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    const int P = c->pipeline.stages, v = c->pipeline.virtual_stages;
+    char where[WHERE];
+    if (P == 1 || v == 1)
+        return ZT_OK;
+    if (c->model.n_layer % (P * v) != 0) {
+        where_of_keys(w, where, "pipeline.virtual_stages", "model.n_layer", "pipeline.stages");
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: pipeline.virtual_stages: model.n_layer (%d) must be divisible "
+                            "by pipeline.stages x pipeline.virtual_stages (%d x %d): every chunk "
+                            "gets the same number of blocks",
+                            where, c->model.n_layer, P, v);
+    }
+    if (c->gradient_accumulation_steps % P != 0) {
+        where_of_keys(w, where, "pipeline.virtual_stages", "gradient_accumulation_steps",
+                      "pipeline.stages");
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: pipeline.virtual_stages: gradient_accumulation_steps (%d micro "
+                            "batches) must be a multiple of pipeline.stages (%d) for the "
+                            "interleaved schedule",
+                            where, c->gradient_accumulation_steps, P);
+    }
+    if (c->pipeline.schedule != PIPELINE_1F1B) {
+        where_of_keys(w, where, "pipeline.virtual_stages", "pipeline.schedule", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: pipeline.virtual_stages: %d needs pipeline.schedule 1f1b (the "
+                            "interleaved schedule is a 1F1B)",
+                            where, v);
+    }
+    if (c->zero.stage == 3) {
+        where_of_keys(w, where, "pipeline.virtual_stages", "zero_optimization.stage", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: pipeline.virtual_stages: %d is not supported with "
+                            "zero_optimization.stage 3 yet; use stage 0, 1 or 2, or "
+                            "virtual_stages 1",
+                            where, v);
+    }
+    return ZT_OK;
+}
+
 /* The grid's rules that do not need the world size (config_check_world
  * has those): the tensor split, a block for every stage, and a sequence
  * that cuts evenly. */
@@ -1711,6 +1763,7 @@ static zt_status check_parallel(const struct walk *w)
                             "every stage needs a block",
                             where, c->pipeline.stages, c->model.n_layer);
     }
+    ZT_TRY(check_interleaved(w));
     /* sequence_parallel at size 1 is accepted and changes nothing (a group
      * of one holds the whole sequence), so that one config serves every
      * size; at size > 1 each rank holds an equal slice of the sequence. */
@@ -2045,6 +2098,8 @@ static const struct {
      "zero_optimization.stage is below 3, so no parameters are gathered"},
     {"pipeline.schedule", one_stage, "pipeline.stages is 1, so there is no pipeline"},
     {"pipeline.partition_method", one_stage, "pipeline.stages is 1, so every block is on it"},
+    {"pipeline.virtual_stages", one_stage,
+     "pipeline.stages is 1, so there is nothing to interleave"},
     {"run.nonfinite_skip_limit", stop_on_nonfinite,
      "run.on_nonfinite is stop, so the first non-finite step ends the run"},
     {"data.packing", text_data, "data.format is text, which is always one stream"},

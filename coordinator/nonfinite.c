@@ -393,8 +393,9 @@ static zt_status fault_only_loss(void *ctx, const float *losses, size_t n)
 static void set_probe(struct run_session *s, struct model_probe *p)
 {
     s->model->probe = p;
-    for (int k = 0; s->pipe && k < s->pipe->n_slots; k++)
-        s->pipe->slots[k]->probe = p;
+    for (int j = 0; s->pipe && j < s->pipe->chunks; j++)
+        for (int k = 0; k < s->pipe->chunk[j].n_slots; k++)
+            s->pipe->chunk[j].slots[k]->probe = p;
 }
 
 void nonfinite_fault_probe_attach(struct run_session *s)

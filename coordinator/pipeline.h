@@ -16,15 +16,29 @@
  *   1f1b   a warm-up of min(P - stage - 1, m) forwards, then one forward
  *          and one backward in turn, then the remaining backwards: at most
  *          P - stage micro batches in flight on a stage.
- * Backwards run in micro-batch order on every stage and schedule, so the
- * gradients accumulate in the order a run without a pipeline adds them.
- * Each micro batch in flight needs its own activations: a stage holds
- * `n_slots` model instances (micro batch k uses slot k mod n_slots, free
- * again by then under both schedules), the first being the session's.
+ *   interleaved 1f1b (pipeline.virtual_stages v > 1; Narayanan et al.
+ *          2021, Megatron's schedule): the rank holds v chunks (model
+ *          chunk j is virtual stage j P + stage) and runs m v passes each
+ *          way. Forward number k is micro batch (k / (P v)) P + k mod P on
+ *          chunk (k mod P v) / P: P micro batches through one chunk, then
+ *          the same P through the next; backward number k the same on
+ *          chunk v - 1 - that. A warm-up of (P - stage - 1) 2 + (v - 1) P
+ *          forwards (all m v when m = P), then one forward and one backward
+ *          in turn, then the remaining backwards. Messages go to the next
+ *          rank (stage P - 1 to 0) forward and to the previous backward.
+ * On every schedule a chunk's forwards and its backwards run in
+ * micro-batch order, so the gradients accumulate in the order a run
+ * without a pipeline adds them, and the messages between two ranks are
+ * received in the order they were sent (no tags needed; the test suite
+ * checks it for every small P, v, m). Each micro batch in flight needs its
+ * own activations: chunk j holds `n_slots` model instances (micro batch k
+ * uses slot k mod n_slots, free again by then), the session's model being
+ * the last chunk's first.
  *
  * Bubble. A stage is busy while it computes a pass; the rest of the
  * scheduled time it waits for a neighbour. The measured bubble of a step
- * is idle / busy, Megatron's (P - 1) / m for equal stages.
+ * is idle / busy, Megatron's (P - 1) / m for equal stages and
+ * (P - 1) / (v m) interleaved.
  */
 #ifndef ZT_COORDINATOR_PIPELINE_H
 #define ZT_COORDINATOR_PIPELINE_H
@@ -38,33 +52,43 @@ struct run_session;
 struct pipeline_op {
     int backward; /* 0: a forward */
     int micro;    /* the micro batch */
+    int chunk;    /* the stage's model chunk (0 unless interleaved) */
 };
 
-/* The passes stage `stage` of `stages` runs over m micro batches, in
- * order: 2m entries into ops. */
-void pipeline_schedule_ops(enum pipeline_schedule kind, int stages, int stage, int m,
+/* The passes stage `stage` of `stages` runs over m micro batches with
+ * `chunks` model chunks (1: not interleaved; > 1 only with 1f1b and m a
+ * multiple of stages), in order: 2 m chunks entries into ops. */
+void pipeline_schedule_ops(enum pipeline_schedule kind, int stages, int stage, int m, int chunks,
                            struct pipeline_op *ops);
 
-/* How many micro batches the stage holds activations for at once. */
-int pipeline_slots(enum pipeline_schedule kind, int stages, int stage, int m);
+/* How many micro batches chunk `chunk` of the stage holds activations for
+ * at once under that schedule. */
+int pipeline_slots(enum pipeline_schedule kind, int stages, int stage, int m, int chunks,
+                   int chunk);
+
+/* One model chunk's instances. */
+struct pipeline_chunk {
+    int n_slots;
+    struct model **slots;          /* [n_slots]; the session's model is not owned */
+    struct comm_request **pending; /* [n_slots]: the slot's send in flight, or NULL */
+    uint64_t *row_ids;             /* [n_slots * B]: each slot's rows, kept for its backward */
+};
 
 struct pipeline {
     enum pipeline_schedule kind;
-    int stages, stage, micro; /* P, this rank's stage, micro batches per step */
-    struct comm *pp;          /* borrowed */
-    size_t boundary;          /* floats of one boundary message: B*T*C */
-    int n_slots;
-    struct model **slots;          /* [n_slots]; slot 0 is the session's model (not owned) */
-    struct comm_request **pending; /* [n_slots]: the slot's send in flight, or NULL */
-    uint64_t *row_ids;             /* [n_slots * B]: each slot's rows, kept for its backward */
-    struct pipeline_op *ops;       /* [2 * micro] */
+    int stages, stage, micro;     /* P, this rank's stage, micro batches per step */
+    int chunks;                   /* v model chunks on this rank */
+    struct comm *pp;              /* borrowed */
+    size_t boundary;              /* floats of one boundary message: B*T*C */
+    struct pipeline_chunk *chunk; /* [chunks] */
+    struct pipeline_op *ops;      /* [2 * micro * chunks] */
     /* Seconds of the last step: computing passes, and from its first pass
      * to its last send's completion. */
     double busy_seconds, span_seconds;
 };
 
 /* After session_open (and the weights' restore): with pipeline.stages > 1,
- * s->pipe, the pipeline of the session's layout with its stage's extra
+ * s->pipe, the pipeline of the session's layout with its chunks' extra
  * model instances (like s->model, from the same table and backend), freed
  * by session_close; nothing otherwise. Agreed among the ranks; on failure
  * the session is closed. Errors: ZT_ERR_NOMEM, those of
@@ -80,8 +104,8 @@ zt_status pipeline_train_micro_steps(struct run_session *s, long step, float gra
                                      double *loss_sums);
 
 /* A forward of one batch through the pipeline for evaluation (the host
- * inputs and targets are every stage's; only the last computes the loss,
- * into s->model). Errors: as pipeline_train_micro_steps. */
+ * inputs and targets are every stage's; only the last chunk computes the
+ * loss, into s->model). Errors: as pipeline_train_micro_steps. */
 zt_status pipeline_forward(struct run_session *s, const int32_t *inputs, const int32_t *targets);
 
 #endif

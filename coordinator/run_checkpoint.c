@@ -75,7 +75,7 @@ static zt_status storing_stage(const struct run_session *s, int u, int *out)
 {
     for (int p = 0; p < s->layout.pp; p++) {
         struct model_stage st;
-        ZT_TRY(model_stage_of(&s->table, s->layout.pp, s->stage_method, p, &st));
+        ZT_TRY(session_stage_of(&s->cfg, &s->table, p, &st));
         if (model_stage_holds(&s->table, &st, u)) {
             *out = p;
             return ZT_OK;

@@ -454,6 +454,15 @@ enum model_partition session_stage_method(const struct zt_config *c)
                                                                       : MODEL_PARTITION_PARAMETERS;
 }
 
+zt_status session_stage_of(const struct zt_config *c, const struct param_table *t, int p,
+                           struct model_stage *out)
+{
+    const int P = c->pipeline.stages, v = c->pipeline.virtual_stages;
+    if (P > 1 && v > 1)
+        return model_stage_interleaved(t, P, v, p, out);
+    return model_stage_of(t, P, session_stage_method(c), p, out);
+}
+
 zt_status session_model_create_for(const struct zt_config *c, const struct param_table *t,
                                    const struct compute_backend *be,
                                    const struct model_stage *stage, const struct model *lender,
@@ -467,11 +476,15 @@ zt_status session_model_create_for(const struct zt_config *c, const struct param
     return model_neftune_enable(*out, be, c->run.neftune_noise_alpha, c->run.seed);
 }
 
-zt_status session_model_create(struct run_session *s, struct model_profile *profile,
+zt_status session_model_create(struct run_session *s, int j, struct model_profile *profile,
                                const struct model *lender, struct model **out)
 {
+    const struct model_stage chunk =
+        model_stage_chunks(&s->stage) > 1
+            ? model_stage_chunk(&s->stage, j, param_table_blocks(&s->table))
+            : s->stage;
     const zt_status st =
-        session_model_create_for(&s->cfg, &s->table, &s->compute, &s->stage, lender, out);
+        session_model_create_for(&s->cfg, &s->table, &s->compute, &chunk, lender, out);
     if (*out)
         (*out)->profile = profile;
     return st;
@@ -514,7 +527,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     if (s->table.fp8) /* each rank's dY is the D-rank mean loss's times D (fp8_scaling.h) */
         s->table.fp8->grad_divisor = (float)s->dp_size;
     s->stage_method = session_stage_method(c);
-    ZT_TRY(model_stage_of(&s->table, c->pipeline.stages, s->stage_method, s->coords.pp, &s->stage));
+    ZT_TRY(session_stage_of(c, &s->table, s->coords.pp, &s->stage));
     struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->dp_size, s->dp_rank);
     ec.pipeline_stage = c->pipeline.stages > 1 ? &s->stage : NULL;
     /* the file's weights replace the drawn ones: run_checkpoint_restore
@@ -530,7 +543,10 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     name_nvme_file(s, &ec);
     ZT_TRY(shard_engine_create(&ec, &s->table, s->dp_groups.shard ? s->dp_groups.shard : s->axes.dp,
                                &s->compute, &s->engine));
-    ZT_TRY(session_model_create(s, o->profile ? &s->profile : NULL, NULL, &s->model));
+    /* interleaved: the model is the stage's last chunk, whose loss an
+     * evaluation reads (the pipeline adds the other chunks) */
+    ZT_TRY(session_model_create(s, model_stage_chunks(&s->stage) - 1,
+                                o->profile ? &s->profile : NULL, NULL, &s->model));
     s->engine.profile = o->profile ? &s->engine_profile : NULL;
     const size_t bt = (size_t)c->train_micro_batch_size_per_gpu * c->data.seq_len;
     s->inputs = malloc(2 * bt * sizeof(int32_t));
@@ -623,19 +639,29 @@ void session_add_loss(const struct run_session *s, const struct model *m, double
     sums[1] += share;
 }
 
-zt_status session_plan_step(struct model *model, struct shard_engine *engine, int accum)
+zt_status session_plan_chunks_step(struct model *const *chunks, int n, struct shard_engine *engine,
+                                   int accum)
 {
     struct shard_step_result result;
     struct optimizer_hparams hp = {0};
-    ZT_ASSERT(model->plan && engine->plan);
+    ZT_ASSERT(engine->plan);
     for (int m = 0; m < accum; m++) {
         ledger_set_step(engine->dev->ledger, 1, m);
-        ZT_TRY(model_forward(model, &engine->hooks, NULL, NULL));
+        for (int j = 0; j < n; j++) {
+            ZT_ASSERT(chunks[j]->plan);
+            ZT_TRY(model_forward(chunks[j], &engine->hooks, NULL, NULL));
+        }
         if (m == accum - 1)
             shard_engine_final_backward(engine);
-        ZT_TRY(model_backward(model, &engine->hooks, 1.0f));
+        for (int j = n - 1; j >= 0; j--)
+            ZT_TRY(model_backward(chunks[j], &engine->hooks, 1.0f));
     }
     return shard_engine_step(engine, &hp, 1.0, 0, &result);
+}
+
+zt_status session_plan_step(struct model *model, struct shard_engine *engine, int accum)
+{
+    return session_plan_chunks_step(&model, 1, engine, accum);
 }
 
 zt_status session_plan_baseline(const struct run_session *s, struct ledger *out)

@@ -273,6 +273,13 @@ zt_status session_rank_table(const struct zt_config *c, int T, int t, struct par
 /* How the config splits the blocks among pipeline stages. */
 enum model_partition session_stage_method(const struct zt_config *c);
 
+/* Pipeline stage p's blocks (of c's pipeline.stages) as the config cuts
+ * them: one run split by the partition method, or with
+ * pipeline.virtual_stages v > 1 the stage's v interleaved chunks. Errors:
+ * ZT_ERR_CONFIG, ZT_ERR_NOMEM (model_stage_of, model_stage_interleaved). */
+zt_status session_stage_of(const struct zt_config *c, const struct param_table *t, int p,
+                           struct model_stage *out);
+
 /* An instance of table t's model for `stage`, for one micro batch of the
  * config, with its seed and NEFTune, in be's memory; a pipeline slot
  * borrows the backward scratch of `lender`, the stage's first slot (NULL:
@@ -284,12 +291,14 @@ zt_status session_model_create_for(const struct zt_config *c, const struct param
                                    const struct model_stage *stage, const struct model *lender,
                                    struct model **out);
 
-/* An instance of the session's model for its pipeline stage (the whole
- * model without a pipeline), for one micro batch, timed into `profile`
- * (NULL: not), with the run's seed and NEFTune, borrowing `lender`'s
- * scratch as above. *out is set once created: the caller destroys it, also
- * on failure. Errors: those of model_create_slot and model_neftune_enable. */
-zt_status session_model_create(struct run_session *s, struct model_profile *profile,
+/* An instance of the session's model for chunk j of its pipeline stage
+ * (model_stage_chunk; the whole stage, or the whole model without a
+ * pipeline, when it has one chunk), for one micro batch, timed into
+ * `profile` (NULL: not), with the run's seed and NEFTune, borrowing
+ * `lender`'s scratch as above. *out is set once created: the caller
+ * destroys it, also on failure. Errors: those of model_create_slot and
+ * model_neftune_enable. */
+zt_status session_model_create(struct run_session *s, int j, struct model_profile *profile,
                                const struct model *lender, struct model **out);
 
 /* The last forward of m weighed into a step's loss sums: its mean times
@@ -305,6 +314,10 @@ double session_epoch_at(const struct run_session *s, long step);
  * backward passes and a planned engine step, through the same code as a
  * real step (the session's device must be plan-only). */
 zt_status session_plan_step(struct model *model, struct shard_engine *engine, int accum);
+/* The same for the n model chunks of an interleaved stage: each micro
+ * batch's forwards in chunk order, then its backwards in reverse. */
+zt_status session_plan_chunks_step(struct model *const *chunks, int n, struct shard_engine *engine,
+                                   int accum);
 
 /* The single-device baseline: the peaks that stage 0 on one device needs for
  * this model, micro batch and precision, from a dry plan through the same

@@ -812,12 +812,31 @@ static void print_layout(const struct run_session *s)
     const int P = s->layout.pp;
     for (int p = 0; p < P && P > 1; p++) {
         struct model_stage st;
-        if (model_stage_of(&s->table, P, s->stage_method, p, &st) != ZT_OK)
+        if (session_stage_of(&s->cfg, &s->table, p, &st) != ZT_OK)
             return;
-        printf("  stage %d: blocks %d-%d%s%s, %zu parameters\n", p, st.first_block,
-               st.end_block - 1, st.first ? " + embedding" : "",
+        printf("  stage %d: blocks", p);
+        for (int j = 0; j < model_stage_chunks(&st); j++)
+            printf("%s%d-%d", j ? ", " : " ", st.first_block + j * st.stride,
+                   st.end_block - 1 + j * st.stride);
+        printf("%s%s, %zu parameters\n", st.first ? " + embedding" : "",
                st.last ? " + final norm and head" : "", model_stage_params(&s->table, &st));
     }
+}
+
+/* --dry-run's planned step, through each model chunk of the rank (the
+ * session's model alone unless the pipeline is interleaved). */
+static zt_status dry_run_step(struct run_session *s)
+{
+    const int n = s->pipe ? s->pipe->chunks : 1;
+    struct model **chunks = malloc((size_t)n * sizeof *chunks);
+    if (!chunks)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot list %d model chunks", n);
+    for (int j = 0; j < n; j++)
+        chunks[j] = s->pipe ? s->pipe->chunk[j].slots[0] : s->model;
+    const zt_status st =
+        session_plan_chunks_step(chunks, n, &s->engine, s->cfg.gradient_accumulation_steps);
+    free(chunks);
+    return st;
 }
 
 zt_status train_run(const struct run_options *o, int *print_here)
@@ -841,9 +860,7 @@ zt_status train_run(const struct run_options *o, int *print_here)
     if (st == ZT_OK)
         st = session_agree(&s, open_outputs(&s, o, &io), print_here);
     if (st == ZT_OK && o->dry_run)
-        st = session_agree(&s,
-                           session_plan_step(s.model, &s.engine, s.cfg.gradient_accumulation_steps),
-                           print_here);
+        st = session_agree(&s, dry_run_step(&s), print_here);
     if (st == ZT_OK && !o->dry_run) {
         s.state = RUN_RUNNING;
         if (s.rank == 0)

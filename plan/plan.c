@@ -157,19 +157,18 @@ static int ckpt_options(const struct zt_config *c, int layers, int *out)
     return n;
 }
 
-static zt_status plan_grid(struct plan_ctx *x, int T, int P)
+/* Whether layout l's micro batches and ZeRO stage let it interleave v
+ * chunks per stage (the config's rules; plan_grid checks the blocks). */
+static int interleaves(const struct plan_layout *l, int v)
 {
-    const int N = x->o->gpus, D = N / (T * P);
-    if (x->global_batch % D != 0) {
-        x->uneven++;
-        return ZT_OK;
-    }
-    struct plan_layout l = {.tp = T, .pp = P, .dp = D};
-    const char *why = unsupported(&x->cfg, &l);
-    if (why) {
-        refuse(x, why);
-        return ZT_OK;
-    }
+    return v == 1 || (l->accum % l->pp == 0 && l->zero_stage < 3);
+}
+
+/* The layouts of T x P with v model chunks per stage. */
+static zt_status plan_grid_chunks(struct plan_ctx *x, int T, int P, int v)
+{
+    const int D = x->o->gpus / (T * P);
+    struct plan_layout l = {.tp = T, .pp = P, .dp = D, .vp = v};
     int *blocks = calloc((size_t)P, sizeof *blocks), stages[PLAN_MAX_ROLES];
     if (!blocks)
         return zt_error_set(ZT_ERR_NOMEM, "cannot plan %d stages", P);
@@ -191,8 +190,30 @@ static zt_status plan_grid(struct plan_ctx *x, int T, int P)
                 l.micro_batch = micro[b];
                 l.accum = (int)(x->global_batch / D / micro[b]);
                 l.ckpt_every = ckpt[k];
-                ZT_TRY(plan_one(x, &l, stages, n_roles));
+                if (interleaves(&l, v))
+                    ZT_TRY(plan_one(x, &l, stages, n_roles));
             }
+    return ZT_OK;
+}
+
+/* Layouts of T x P: one chunk per stage, and 2 and 4 interleaved ones
+ * where the blocks divide. */
+static zt_status plan_grid(struct plan_ctx *x, int T, int P)
+{
+    const int N = x->o->gpus, D = N / (T * P);
+    if (x->global_batch % D != 0) {
+        x->uneven++;
+        return ZT_OK;
+    }
+    const struct plan_layout l = {.tp = T, .pp = P, .dp = D};
+    const char *why = unsupported(&x->cfg, &l);
+    if (why) {
+        refuse(x, why);
+        return ZT_OK;
+    }
+    for (int v = 1; v <= PLAN_MAX_CHUNKS; v *= 2)
+        if (v == 1 || (P > 1 && x->model.layers % (P * v) == 0))
+            ZT_TRY(plan_grid_chunks(x, T, P, v));
     return ZT_OK;
 }
 
@@ -264,8 +285,11 @@ static void layout_name(const struct plan_layout *l, char *buf, size_t n)
     char ck[16] = "off";
     if (l->ckpt_every)
         snprintf(ck, sizeof ck, "every %d", l->ckpt_every);
-    snprintf(buf, n, "T%d P%d D%d ZeRO-%d micro %d x %d, checkpointing %s", l->tp, l->pp, l->dp,
-             l->zero_stage, l->micro_batch, l->accum, ck);
+    char v[16] = "";
+    if (l->vp > 1)
+        snprintf(v, sizeof v, " v%d", l->vp);
+    snprintf(buf, n, "T%d P%d%s D%d ZeRO-%d micro %d x %d, checkpointing %s", l->tp, l->pp, v,
+             l->dp, l->zero_stage, l->micro_batch, l->accum, ck);
 }
 
 static const char *link_of(const struct plan_time *t, enum plan_axis a)
@@ -317,6 +341,11 @@ static void explain_runner_up(const struct planned *best, const struct planned *
             b[worst], a[worst]);
 }
 
+static int chunks_of(const struct plan_layout *l)
+{
+    return l->vp > 1 ? l->vp : 1;
+}
+
 static void print_row(const struct planned *p, size_t rank, FILE *f)
 {
     const struct plan_time *t = &p->times[p->slowest];
@@ -330,10 +359,10 @@ static void print_row(const struct planned *p, size_t rank, FILE *f)
     if (isfinite(p->mfu))
         snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * p->mfu);
     fprintf(f,
-            "%4zu %4d %4d %6d %4d %5d x %-5d %5s %9.2f %4s %9.4g %11.4g %6s %5.1f%% %6.1f%% "
+            "%4zu %4d %4d %2d %6d %4d %5d x %-5d %5s %9.2f %4s %9.4g %11.4g %6s %5.1f%% %6.1f%% "
             "%6.1f%%\n",
-            rank, p->l.tp, p->l.pp, p->l.dp, p->l.zero_stage, p->l.micro_batch, p->l.accum, ck,
-            gib(p->peak), p->fits ? "yes" : "no", p->step, p->tokens_per_s, mfu,
+            rank, p->l.tp, p->l.pp, chunks_of(&p->l), p->l.dp, p->l.zero_stage, p->l.micro_batch,
+            p->l.accum, ck, gib(p->peak), p->fits ? "yes" : "no", p->step, p->tokens_per_s, mfu,
             100.0 * p->sustained, 100.0 * comm / t->step, 100.0 * t->bubble / t->step);
 }
 
@@ -365,7 +394,7 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
                 "optimizer states on NVMe in %s: the peaks count the window they stream "
                 "through; the first layout's file is %.2f GiB per rank\n",
                 x->cfg.zero.offload_optimizer.nvme_path, gib(x->list.v[0].roles[0].nvme_bytes));
-    fprintf(f, "rank    T    P      D ZeRO micro x accum ckpt  peak GiB fits    step s    "
+    fprintf(f, "rank    T    P  v      D ZeRO micro x accum ckpt  peak GiB fits    step s    "
                "tokens/s    MFU  sust.   comm  bubble\n");
     const size_t shown = x->o->all ? x->list.n : (size_t)x->o->top;
     for (size_t i = 0; i < x->list.n && i < shown && (x->o->all || x->list.v[i].fits); i++)
@@ -431,10 +460,11 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
 static void json_layout(FILE *f, const struct planned *p)
 {
     fprintf(f,
-            "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"zero_stage\": %d, \"micro_batch\": %d, "
-            "\"accum\": %d, \"ckpt_every\": %d, \"fits\": %s, \"peak\": %llu, \"step_seconds\": ",
-            p->l.tp, p->l.pp, p->l.dp, p->l.zero_stage, p->l.micro_batch, p->l.accum,
-            p->l.ckpt_every, p->fits ? "true" : "false", (unsigned long long)p->peak);
+            "{\"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, \"zero_stage\": %d, "
+            "\"micro_batch\": %d, \"accum\": %d, \"ckpt_every\": %d, \"fits\": %s, \"peak\": %llu, "
+            "\"step_seconds\": ",
+            p->l.tp, p->l.pp, chunks_of(&p->l), p->l.dp, p->l.zero_stage, p->l.micro_batch,
+            p->l.accum, p->l.ckpt_every, p->fits ? "true" : "false", (unsigned long long)p->peak);
     json_num(f, p->step);
     fputs(", \"tokens_per_s\": ", f);
     json_num(f, p->tokens_per_s);

@@ -54,7 +54,11 @@ struct plan_layout {
     int zero_stage;
     int micro_batch, accum; /* per data-parallel rank: micro_batch x accum sequences */
     int ckpt_every;         /* activation checkpointing interval, 0: off */
+    int vp;                 /* model chunks per pipeline stage (interleaved 1F1B); 0 or 1: one */
 };
+
+/* The most model chunks per stage a plan tries (interleaved 1F1B). */
+#define PLAN_MAX_CHUNKS 4
 
 /* Axes in the order metrics report them (step_record.axis). */
 enum plan_axis { PLAN_AXIS_TENSOR, PLAN_AXIS_PIPELINE, PLAN_AXIS_DATA, PLAN_AXIS_COUNT };
@@ -65,7 +69,8 @@ struct plan_role {
     int stage;       /* its pipeline stage */
     int first, last; /* the stage holds the embedding / the head */
     int blocks;      /* blocks of the stage */
-    int slots;       /* model instances in flight (pipeline schedule) */
+    int slots;       /* model instances in flight (pipeline schedule), all chunks' */
+    int chunks;      /* model chunks of the stage (interleaved 1F1B), else 1 */
     uint64_t peak[LEDGER_CATEGORY_COUNT];
     uint64_t total_peak;
     /* the rank's ZeRO partition: full padded elements of all units and of
@@ -131,12 +136,14 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
                struct plan_time *out);
 
 /* The idle time the pipeline schedule exposes in a step of `busy` seconds
- * of a stage's own work, P = pp stages and m = accum micro batches: busy x
- * (P-1)/m, the bubble of 1F1B and GPipe, when each rank has its cores to
- * itself (oversubscription 1). When the node's ranks ask for o > 1 times
- * its cores (machine.h's cores), a stage's idle time is absorbed by the
- * other ranks taking its core: max(0, busy x (1 + (P-1)/m) / o - busy). */
-double plan_bubble(double busy, int pp, int accum, double oversubscription);
+ * of a stage's own work, P = pp stages, m = accum micro batches and v
+ * model chunks per stage: busy x (P-1)/(v m), the bubble of 1F1B and GPipe
+ * at v = 1 and of interleaved 1F1B (Narayanan et al. 2021), when each rank
+ * has its cores to itself (oversubscription 1). When the node's ranks ask
+ * for o > 1 times its cores (machine.h's cores), a stage's idle time is
+ * absorbed by the other ranks taking its core:
+ * max(0, busy x (1 + (P-1)/(v m)) / o - busy). */
+double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscription);
 
 /* The command's options. */
 struct plan_options {

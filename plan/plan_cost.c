@@ -103,16 +103,18 @@ static void tensor_traffic(const struct plan_model *pm, const struct plan_layout
     add_allreduce(a, sizeof(double), T, 1); /* the gradient norm's share */
 }
 
-/* The pipeline axis: a boundary forward and back per micro batch, the
- * tied embedding's gradients once a step, the norm's double. */
+/* The pipeline axis: a boundary forward and back per micro batch and
+ * chunk (but out of the model's last chunk and into its first), the tied
+ * embedding's gradients once a step, the norm's double. */
 static void pipeline_traffic(const struct plan_layout *l, const struct plan_role *r,
                              struct axis_load *a)
 {
     const uint64_t boundary = r->boundary * r->act_esz;
+    const int v = r->chunks > 1 ? r->chunks : 1;
     if (l->pp == 1)
         return;
-    add_send(a, boundary, (r->last ? 0 : 1) * (double)l->accum);
-    add_send(a, boundary, (r->first ? 0 : 1) * (double)l->accum);
+    add_send(a, boundary, (v - (r->last ? 1 : 0)) * (double)l->accum);
+    add_send(a, boundary, (v - (r->first ? 1 : 0)) * (double)l->accum);
     if (r->tied_exchange)
         add_send(a, r->tied_elems * r->grad_esz, 1);
     add_allreduce(a, sizeof(double), l->pp, 1);
@@ -150,13 +152,15 @@ static double oversubscription(const struct machine *m, int per_node)
     return o > 1.0 ? o : 1.0;
 }
 
-double plan_bubble(double busy, int pp, int accum, double oversubscription)
+double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscription)
 {
-    /* 1F1B and GPipe both idle P - 1 micro batches' time per step: a
-     * stage's span is busy (1 + (P-1)/m). Oversubscribed o times, the
-     * node's cores run the other ranks while one idles, so the span
-     * shrinks by o, down to the busy time itself */
-    const double span = busy * (1.0 + (double)(pp - 1) / accum) / oversubscription;
+    /* 1F1B and GPipe both idle P - 1 micro batches' time per step, the
+     * interleaved schedule P - 1 chunks' (1/v of one): a stage's span is
+     * busy (1 + (P-1)/(v m)). Oversubscribed o times, the node's cores run
+     * the other ranks while one idles, so the span shrinks by o, down to
+     * the busy time itself */
+    const double v = chunks > 1 ? chunks : 1;
+    const double span = busy * (1.0 + (double)(pp - 1) / (v * accum)) / oversubscription;
     return span > busy ? span - busy : 0.0;
 }
 
@@ -177,7 +181,8 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     /* the other ops stream each activation of an instance about three
      * times (written in the forward, read and its gradient written in the
      * backward) */
-    const double act_bytes = (double)r->peak[LEDGER_ACTIVATIONS] / (r->slots > 0 ? r->slots : 1);
+    const double act_bytes = (double)r->peak[LEDGER_ACTIVATIONS] / (r->slots > 0 ? r->slots : 1) *
+                             (r->chunks > 1 ? r->chunks : 1); /* a micro batch's, all chunks */
     const double micro = r->flops / flops_rate + 3.0 * act_bytes / mem_rate;
     out->compute = micro * l->accum;
     /* the update reads and writes every state of the rank's range */
@@ -199,6 +204,6 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     }
     const double busy =
         out->compute + out->exposed[PLAN_AXIS_TENSOR] + out->exposed[PLAN_AXIS_PIPELINE];
-    out->bubble = plan_bubble(busy, l->pp, l->accum, oversubscription(m, per_node));
+    out->bubble = plan_bubble(busy, l->pp, l->accum, r->chunks, oversubscription(m, per_node));
     out->step = busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->optimizer;
 }

@@ -15,6 +15,7 @@ struct zt_config plan_config(const struct zt_config *base, const struct plan_lay
     struct zt_config c = *base;
     c.tensor_parallel.size = l->tp;
     c.pipeline.stages = l->pp;
+    c.pipeline.virtual_stages = l->vp > 1 ? l->vp : 1;
     c.zero.stage = l->zero_stage;
     c.train_micro_batch_size_per_gpu = l->micro_batch;
     c.gradient_accumulation_steps = l->accum;
@@ -71,7 +72,7 @@ static double stage_flops(const struct zt_config *c, const struct param_table *t
         (whole->family->flops_per_token(whole, c->data.seq_len) - 6.0 * vocab * embd) / L;
     const double recompute = c->activation_checkpointing.enabled ? 1.0 / 3.0 : 0.0;
     const double per_token =
-        (st->end_block - st->first_block) * block * (1.0 + recompute) + (st->last ? head : 0.0);
+        model_stage_blocks(st) * block * (1.0 + recompute) + (st->last ? head : 0.0);
     const double tokens = (double)c->train_micro_batch_size_per_gpu * c->data.seq_len;
     return per_token * tokens / param_table_tp_size(t);
 }
@@ -122,17 +123,36 @@ static zt_status plan_rank(const struct zt_config *c, const struct plan_layout *
     ec.pipeline_stage = l->pp > 1 ? st : NULL;
     ZT_TRY(shard_engine_create(&ec, t, NULL, be, &engine));
     shard_engine_plan_pipeline(&engine, l->pp);
-    /* a pipeline's 1F1B keeps at most P - stage micro batches in flight */
-    out->slots = l->pp > 1 ? pipeline_slots(c->pipeline.schedule, l->pp, out->stage, l->accum) : 1;
+    /* a pipeline's 1F1B keeps at most P - stage micro batches in flight
+     * (interleaved: each chunk as many as its schedule has; a chunk's
+     * first instance with its own scratch) */
+    const int v = model_stage_chunks(st), L = param_table_blocks(t);
+    int per_chunk[PLAN_MAX_CHUNKS], first[PLAN_MAX_CHUNKS];
+    ZT_ASSERT(v <= PLAN_MAX_CHUNKS);
+    out->chunks = v;
+    out->slots = 0;
+    for (int j = 0; j < v; j++) {
+        per_chunk[j] =
+            l->pp > 1 ? pipeline_slots(c->pipeline.schedule, l->pp, out->stage, l->accum, v, j) : 1;
+        first[j] = out->slots;
+        out->slots += per_chunk[j];
+    }
     struct model **slots = calloc((size_t)out->slots, sizeof *slots);
     zt_status s =
         slots ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot plan %d instances", out->slots);
-    for (int k = 0; k < out->slots && s == ZT_OK; k++)
-        s = session_model_create_for(c, t, be, st, k ? slots[0] : NULL, &slots[k]);
+    for (int j = 0; j < v && s == ZT_OK; j++) {
+        const struct model_stage chunk = v > 1 ? model_stage_chunk(st, j, L) : *st;
+        for (int k = 0; k < per_chunk[j] && s == ZT_OK; k++)
+            s = session_model_create_for(c, t, be, &chunk, k ? slots[first[j]] : NULL,
+                                         &slots[first[j] + k]);
+    }
     if (s == ZT_OK) {
+        struct model *chunk_models[PLAN_MAX_CHUNKS];
+        for (int j = 0; j < v; j++)
+            chunk_models[j] = slots[first[j]];
         read_engine(&engine, out);
         out->boundary = (size_t)model_sp_rows(slots[0]) * (size_t)c->model.n_embd;
-        s = session_plan_step(slots[0], &engine, l->accum);
+        s = session_plan_chunks_step(chunk_models, v, &engine, l->accum);
     }
     for (int k = out->slots - 1; k >= 0 && slots; k--)
         model_destroy(slots[k]);
@@ -154,7 +174,7 @@ zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, i
     ZT_TRY(session_rank_table(&c, l->tp, 0, &t));
     char why[192];
     t.compute = session_compute_type(&c, NULL, why, sizeof why); /* the hardware planned for */
-    zt_status s = model_stage_of(&t, l->pp, session_stage_method(&c), stage, &st);
+    zt_status s = session_stage_of(&c, &t, stage, &st);
     if (s == ZT_OK)
         s = compute_backend_open("cpu", -1, &ledger, &be); /* plans need no device */
     if (s != ZT_OK) {
@@ -164,7 +184,7 @@ zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, i
     out->stage = stage;
     out->first = st.first;
     out->last = st.last;
-    out->blocks = st.end_block - st.first_block;
+    out->blocks = model_stage_blocks(&st);
     out->flops = stage_flops(&c, &t, &st);
     out->units = out->blocks + st.first + st.last;
     s = plan_rank(&c, l, &t, &st, &be, out);
@@ -183,8 +203,8 @@ zt_status plan_stage_blocks(const struct zt_config *base, const struct plan_layo
     ZT_TRY(session_rank_table(&c, l->tp, 0, &t));
     zt_status s = ZT_OK;
     for (int p = 0; p < l->pp && s == ZT_OK; p++) {
-        s = model_stage_of(&t, l->pp, session_stage_method(&c), p, &st);
-        blocks[p] = st.end_block - st.first_block;
+        s = session_stage_of(&c, &t, p, &st);
+        blocks[p] = model_stage_blocks(&st);
     }
     param_table_free(&t);
     return s;

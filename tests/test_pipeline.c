@@ -5,7 +5,8 @@
  * accumulation within 1e-5 relative over 10 steps — D=4 at ZeRO stages
  * 0-3, P=2 x D=2 (1F1B at stages 0-3 and GPipe), P=4 (both schedules), P=2
  * with activation checkpointing and a uniform partition, T=2 x D=2 (ZeRO 1,
- * and 3 with checkpointing), T=2 x P=2, T=4; Llama with its head tied to the
+ * and 3 with checkpointing), T=2 x P=2, T=4, interleaved P=2 with v=2 (D=1
+ * and D=2 at ZeRO 1); Llama with its head tied to the
  * embedding and not; and so do the validation losses at the end, evaluated
  * through each layout's pipeline. Then what a pipeline reports: every rank's row with
  * its coordinates, the stages' different model states, the bubble and
@@ -31,7 +32,8 @@
     "--set model.family=llama --set model.n_head=8 --set model.n_kv_head=4 "                       \
     "--set model.intermediate_size=64"
 
-#define SEQUENCE "--set tensor_parallel.sequence_parallel=true"
+#define SEQUENCE    "--set tensor_parallel.sequence_parallel=true"
+#define INTERLEAVED "--set pipeline.virtual_stages=2"
 
 /* A run of P stages of T tensor-parallel slices at ZeRO `stage` over np
  * ranks: the global batch is 4 micro batches of 2 sequences, so each of
@@ -92,6 +94,8 @@ static void same_losses_in_every_layout(const char *tag, const char *family)
         {4, 1, 1, SEQUENCE, 2},
         {4, 2, 3, SEQUENCE " --set activation_checkpointing.enabled=true", 2},
         {4, 1, 0, SEQUENCE " --set activation_checkpointing.enabled=true", 4},
+        {2, 2, 1, INTERLEAVED, 1},
+        {4, 2, 1, INTERLEAVED, 1},
     };
     char dir[512], name[128];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir(tag)); /* testutil's strings rotate */
@@ -227,7 +231,8 @@ static void train_saving(const char *dir, const char *name, int np, const char *
  * tensor's stage. Export reads a pipeline's checkpoint as any other. */
 START_TEST(checkpoints_resume_across_layouts)
 {
-    const char *dir = testutil_tmpdir("pipe-resume");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("pipe-resume")); /* testutil's strings rotate */
     double full[STEPS];
     static const char *const families[2] = {"", LLAMA " --set model.tie_word_embeddings=true"};
     static const char *const names[2][5] = {
@@ -241,6 +246,13 @@ START_TEST(checkpoints_resume_across_layouts)
         train_saving(dir, n[3], 2, layout(2, 1, 3, family), full);
         testutil_resume_matches(dir, n[3], n[4], 4, layout(4, 2, 2, family), full);
     }
+    /* interleaved chunks hold other blocks than the plain stages: v=2 into
+     * v=1 and into one rank, and P=2 into v=2 */
+    train_saving(dir, "v2", 2, layout(2, 2, 1, INTERLEAVED), full);
+    testutil_resume_matches(dir, "v2", "v2-to-v1", 2, layout(2, 2, 1, ""), full);
+    testutil_resume_matches(dir, "v2", "v2-to-d1", 1, layout(1, 1, 0, ""), full);
+    train_saving(dir, "v1", 2, layout(2, 2, 2, ""), full);
+    testutil_resume_matches(dir, "v1", "v1-to-v2", 4, layout(4, 2, 2, INTERLEAVED), full);
     const char *ada = " --set optimizer.type=Adafactor --set optimizer.params.betas=null "
                       "--set optimizer.params.eps=null";
     train_saving(dir, "ada", 4, layout(4, 2, 1, ada), full);
@@ -298,6 +310,13 @@ START_TEST(tensor_checkpoints_resume_across_layouts)
     testutil_assert_losses_close(one, sliced, 3, 1e-5, "T=2 x D=2 from the step-5 export");
     ck_assert_msg(fabs(one[0] - full[0]) > 1e-3, "the export holds the initial weights");
 
+    /* interleaved chunks hold other blocks than the plain stages: v=2 into
+     * v=1 and into one rank, and P=2 into v=2 */
+    train_saving(dir, "v2", 2, layout(2, 2, 1, INTERLEAVED), full);
+    testutil_resume_matches(dir, "v2", "v2-to-v1", 2, layout(2, 2, 1, ""), full);
+    testutil_resume_matches(dir, "v2", "v2-to-d1", 1, layout(1, 1, 0, ""), full);
+    train_saving(dir, "v1", 2, layout(2, 2, 2, ""), full);
+    testutil_resume_matches(dir, "v1", "v1-to-v2", 4, layout(4, 2, 2, INTERLEAVED), full);
     const char *ada = " --set optimizer.type=Adafactor --set optimizer.params.betas=null "
                       "--set optimizer.params.eps=null";
     train_saving(dir, "ada", 4, layout_tp(4, 2, 1, 1, ada), full);
@@ -474,6 +493,28 @@ START_TEST(refusals_are_clear)
                      0);
     log = testutil_slurp(testutil_path_in(dir, "tp-lomo.log"));
     ck_assert_msg(strstr(log, "optimizer.type LOMO updates inside the backward"), "%s", log);
+    /* interleaving needs whole rounds of P micro batches and equal chunks */
+    static const struct {
+        const char *name, *args, *want;
+    } interleaved[] = {
+        {"v-micro", "--set gradient_accumulation_steps=3 --set model.n_layer=4",
+         "gradient_accumulation_steps (3 micro batches) must be a multiple of pipeline.stages (2)"},
+        {"v-layers", "--set gradient_accumulation_steps=2 --set model.n_layer=6",
+         "model.n_layer (6) must be divisible by pipeline.stages x pipeline.virtual_stages (2 x "
+         "2)"},
+        {"v-zero3",
+         "--set gradient_accumulation_steps=2 --set model.n_layer=4 "
+         "--set zero_optimization.stage=3",
+         "zero_optimization.stage 3"},
+    };
+    for (size_t i = 0; i < sizeof interleaved / sizeof interleaved[0]; i++) {
+        const int rc = testutil_train_micro(
+            dir, interleaved[i].name, 2,
+            testutil_fmt("--set pipeline.stages=2 " INTERLEAVED " %s", interleaved[i].args));
+        ck_assert_int_eq(rc, 2);
+        log = testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", interleaved[i].name)));
+        ck_assert_msg(strstr(log, interleaved[i].want), "%s", log);
+    }
 }
 END_TEST
 
@@ -482,26 +523,86 @@ END_TEST
 /* Every micro batch's forward comes before its backward, the backwards
  * run in micro-batch order, at most `slots` micro batches are in flight,
  * and slot k mod slots is free again when micro batch k starts. */
-static void check_schedule(enum pipeline_schedule kind, int P, int s, int m)
+static void check_schedule(enum pipeline_schedule kind, int P, int s, int m, int v)
 {
-    struct pipeline_op ops[64];
-    pipeline_schedule_ops(kind, P, s, m, ops);
-    const int slots = pipeline_slots(kind, P, s, m);
-    int fwd = 0, bwd = 0, busy[64] = {0};
-    for (int i = 0; i < 2 * m; i++) {
-        if (ops[i].backward) {
-            ck_assert_int_eq(ops[i].micro, bwd++);
-            ck_assert_int_lt(ops[i].micro, fwd);
-            busy[ops[i].micro % slots] = 0;
-        } else {
-            ck_assert_int_eq(ops[i].micro, fwd++);
-            ck_assert_msg(!busy[ops[i].micro % slots], "P %d stage %d m %d: slot reused", P, s, m);
-            busy[ops[i].micro % slots] = 1;
+    struct pipeline_op ops[128];
+    ck_assert_int_le(2 * m * v, 128);
+    pipeline_schedule_ops(kind, P, s, m, v, ops);
+    for (int j = 0; j < v; j++) {
+        const int slots = pipeline_slots(kind, P, s, m, v, j);
+        int fwd = 0, bwd = 0, busy[64] = {0};
+        for (int i = 0; i < 2 * m * v; i++) {
+            if (ops[i].chunk != j)
+                continue;
+            if (ops[i].backward) {
+                ck_assert_int_eq(ops[i].micro, bwd++);
+                ck_assert_int_lt(ops[i].micro, fwd);
+                busy[ops[i].micro % slots] = 0;
+            } else {
+                ck_assert_int_eq(ops[i].micro, fwd++);
+                ck_assert_msg(!busy[ops[i].micro % slots], "P %d stage %d m %d v %d: slot reused",
+                              P, s, m, v);
+                busy[ops[i].micro % slots] = 1;
+            }
+            ck_assert_int_le(fwd - bwd, slots);
         }
-        ck_assert_int_le(fwd - bwd, slots);
+        ck_assert_int_eq(fwd, m);
+        ck_assert_int_eq(bwd, m);
     }
-    ck_assert_int_eq(fwd, m);
-    ck_assert_int_eq(bwd, m);
+}
+
+/* The messages of one pass: virtual stage `vs` (chunk j on rank r is
+ * j P + r) forward or backward of micro batch k. */
+struct message {
+    int backward, vs, micro;
+};
+
+static int same_message(struct message a, struct message b)
+{
+    return a.backward == b.backward && a.vs == b.vs && a.micro == b.micro;
+}
+
+/* Interleaved schedules run on P ranks as the pipeline runs them (a pass
+ * waits for its input message; sends do not wait), and each rank receives
+ * from each peer in the order that peer sent: so untagged messages pair
+ * up, and no rank waits forever. */
+static void check_interleaved_run(int P, int m, int v)
+{
+    enum { MAXP = 4, MAXOPS = 96 };
+    struct pipeline_op ops[MAXP][MAXOPS];
+    struct message sent[MAXP][MAXP][MAXOPS]; /* [from][to][n] */
+    int n_sent[MAXP][MAXP] = {{0}}, n_got[MAXP][MAXP] = {{0}}, at[MAXP] = {0};
+    const int n = 2 * m * v, S = P * v;
+    ck_assert_int_le(n, MAXOPS);
+    for (int r = 0; r < P; r++)
+        pipeline_schedule_ops(PIPELINE_1F1B, P, r, m, v, ops[r]);
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int r = 0; r < P; r++)
+            while (at[r] < n) {
+                const struct pipeline_op op = ops[r][at[r]];
+                const int vs = op.chunk * P + r;
+                const int from_vs = op.backward ? vs + 1 : vs - 1,
+                          to_vs = op.backward ? vs - 1 : vs + 1;
+                if (from_vs >= 0 && from_vs < S) {
+                    const int from = from_vs % P;
+                    if (n_got[from][r] == n_sent[from][r])
+                        break; /* waits for its input */
+                    const struct message want = {op.backward, from_vs, op.micro};
+                    ck_assert_msg(same_message(sent[from][r][n_got[from][r]], want),
+                                  "P %d m %d v %d: rank %d receives out of order", P, m, v, r);
+                    n_got[from][r]++;
+                }
+                if (to_vs >= 0 && to_vs < S) {
+                    const int to = to_vs % P;
+                    sent[r][to][n_sent[r][to]++] = (struct message){op.backward, vs, op.micro};
+                }
+                at[r]++;
+                moved = 1;
+            }
+    }
+    for (int r = 0; r < P; r++)
+        ck_assert_msg(at[r] == n, "P %d m %d v %d: rank %d stuck at pass %d", P, m, v, r, at[r]);
 }
 
 START_TEST(schedules_keep_their_rules)
@@ -509,22 +610,40 @@ START_TEST(schedules_keep_their_rules)
     for (int P = 1; P <= 5; P++)
         for (int s = 0; s < P; s++)
             for (int m = 1; m <= 9; m++) {
-                check_schedule(PIPELINE_1F1B, P, s, m);
-                check_schedule(PIPELINE_GPIPE, P, s, m);
+                check_schedule(PIPELINE_1F1B, P, s, m, 1);
+                check_schedule(PIPELINE_GPIPE, P, s, m, 1);
+                for (int v = 2; v <= 3 && P > 1 && m % P == 0; v++)
+                    check_schedule(PIPELINE_1F1B, P, s, m, v);
             }
+    for (int P = 2; P <= 4; P++)
+        for (int v = 2; v <= 3; v++)
+            for (int m = P; m <= 3 * P; m += P)
+                check_interleaved_run(P, m, v);
     /* 1F1B's warm-up: P - s - 1 forwards, then forward and backward in
      * turn; the last stage alternates from the start. */
     struct pipeline_op ops[8];
-    pipeline_schedule_ops(PIPELINE_1F1B, 3, 0, 4, ops);
+    pipeline_schedule_ops(PIPELINE_1F1B, 3, 0, 4, 1, ops);
     static const int want0[8][2] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {0, 3}, {1, 1}, {1, 2}, {1, 3}};
     for (int i = 0; i < 8; i++)
         ck_assert(ops[i].backward == want0[i][0] && ops[i].micro == want0[i][1]);
-    pipeline_schedule_ops(PIPELINE_1F1B, 3, 2, 4, ops);
+    pipeline_schedule_ops(PIPELINE_1F1B, 3, 2, 4, 1, ops);
     for (int i = 0; i < 8; i++)
         ck_assert(ops[i].backward == (i % 2) && ops[i].micro == i / 2);
-    ck_assert_int_eq(pipeline_slots(PIPELINE_1F1B, 4, 0, 8), 4);
-    ck_assert_int_eq(pipeline_slots(PIPELINE_1F1B, 4, 3, 8), 1);
-    ck_assert_int_eq(pipeline_slots(PIPELINE_GPIPE, 4, 3, 8), 8);
+    ck_assert_int_eq(pipeline_slots(PIPELINE_1F1B, 4, 0, 8, 1, 0), 4);
+    ck_assert_int_eq(pipeline_slots(PIPELINE_1F1B, 4, 3, 8, 1, 0), 1);
+    ck_assert_int_eq(pipeline_slots(PIPELINE_GPIPE, 4, 3, 8, 1, 0), 8);
+    /* Interleaved, P 2, v 2, m 4 (Narayanan et al.'s figure): stage 0
+     * warms up with (2 - 0 - 1) 2 + (2 - 1) 2 = 4 forwards, micro batches
+     * 0, 1 on chunk 0 then on chunk 1; its first backward is micro batch 0
+     * on chunk 1. */
+    struct pipeline_op iops[16];
+    pipeline_schedule_ops(PIPELINE_1F1B, 2, 0, 4, 2, iops);
+    static const int want_i[6][3] = {{0, 0, 0}, {0, 1, 0}, {0, 0, 1},
+                                     {0, 1, 1}, {0, 2, 0}, {1, 0, 1}};
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(iops[i].backward == want_i[i][0] && iops[i].micro == want_i[i][1] &&
+                          iops[i].chunk == want_i[i][2],
+                      "pass %d: %d %d %d", i, iops[i].backward, iops[i].micro, iops[i].chunk);
 }
 END_TEST
 
@@ -578,6 +697,20 @@ START_TEST(partitions_cover_the_blocks)
     ck_assert_int_eq(n, 5);
     for (int i = 0; i < n; i++)
         ck_assert_int_eq(order[i], bwd[i]);
+    /* Interleaved, 6 blocks as 3 stages x 2 chunks: stage 1 holds blocks
+     * 1 and 4; its second chunk is a stage of block 4 alone; stage 2's
+     * second chunk is the model's last. 4 stages do not divide 6 blocks. */
+    ck_assert_int_eq(model_stage_interleaved(&t, 3, 2, 1, &s), ZT_OK);
+    ck_assert_int_eq(model_stage_blocks(&s), 2);
+    for (int b = 0; b < 6; b++)
+        ck_assert_int_eq(model_stage_holds(&t, &s, 1 + b), b == 1 || b == 4);
+    ck_assert(!model_stage_holds(&t, &s, 0) && !model_stage_holds(&t, &s, 7));
+    const struct model_stage c1 = model_stage_chunk(&s, 1, 6);
+    ck_assert(c1.first_block == 4 && c1.end_block == 5 && !c1.first && !c1.last);
+    ck_assert_int_eq(model_stage_interleaved(&t, 3, 2, 2, &s), ZT_OK);
+    ck_assert(model_stage_chunk(&s, 1, 6).last && !model_stage_chunk(&s, 0, 6).last);
+    ck_assert(model_stage_holds(&t, &s, 7) && model_stage_holds(&t, &s, 0)); /* the tied head */
+    ck_assert_int_eq(model_stage_interleaved(&t, 4, 2, 0, &s), ZT_ERR_CONFIG);
     param_table_free(&t);
 }
 END_TEST

@@ -42,6 +42,7 @@ static uint64_t uint_of(const struct json_value *obj, const char *key)
 
 struct layout_case {
     int np, tp, pp, stage, ckpt, sp, llama;
+    int vp; /* pipeline.virtual_stages; 0: 1 */
 };
 
 /* micro.yaml with 4 layers and 4 heads (so that T and P go to 4), a global
@@ -50,20 +51,24 @@ struct layout_case {
 #define LLAMA "--set model.family=llama --set model.n_kv_head=2 --set model.intermediate_size=64 "
 
 static const struct layout_case cases[] = {
-    {1, 1, 1, 0, 0, 0, 0}, {2, 1, 1, 0, 1, 0, 0}, {2, 1, 1, 1, 0, 0, 0}, {2, 1, 1, 2, 1, 0, 0},
-    {2, 1, 1, 3, 0, 0, 0}, {2, 2, 1, 0, 0, 0, 0}, {2, 1, 2, 0, 1, 0, 0}, {3, 1, 3, 0, 0, 0, 0},
-    {3, 1, 1, 3, 1, 0, 0}, {4, 2, 2, 0, 0, 0, 0}, {4, 2, 1, 3, 1, 0, 0}, {4, 1, 2, 2, 0, 0, 0},
-    {4, 4, 1, 0, 1, 0, 0}, {4, 1, 4, 0, 0, 0, 0}, {4, 2, 1, 1, 0, 1, 0}, {4, 2, 2, 0, 1, 0, 1},
-    {4, 2, 1, 3, 0, 0, 1}, {2, 2, 1, 0, 0, 1, 1}, {4, 1, 2, 1, 1, 1, 1},
+    {1, 1, 1, 0, 0, 0, 0, 0}, {2, 1, 1, 0, 1, 0, 0, 0}, {2, 1, 1, 1, 0, 0, 0, 0},
+    {2, 1, 1, 2, 1, 0, 0, 0}, {2, 1, 1, 3, 0, 0, 0, 0}, {2, 2, 1, 0, 0, 0, 0, 0},
+    {2, 1, 2, 0, 1, 0, 0, 0}, {3, 1, 3, 0, 0, 0, 0, 0}, {3, 1, 1, 3, 1, 0, 0, 0},
+    {4, 2, 2, 0, 0, 0, 0, 0}, {4, 2, 1, 3, 1, 0, 0, 0}, {4, 1, 2, 2, 0, 0, 0, 0},
+    {4, 4, 1, 0, 1, 0, 0, 0}, {4, 1, 4, 0, 0, 0, 0, 0}, {4, 2, 1, 1, 0, 1, 0, 0},
+    {4, 2, 2, 0, 1, 0, 1, 0}, {4, 2, 1, 3, 0, 0, 1, 0}, {2, 2, 1, 0, 0, 1, 1, 0},
+    {4, 1, 2, 1, 1, 1, 1, 0}, {4, 1, 2, 1, 0, 0, 0, 2}, {2, 1, 2, 0, 1, 0, 1, 2},
 };
 
 static const char *case_args(const struct layout_case *c)
 {
     return testutil_fmt(MODEL "%s--set tensor_parallel.size=%d --set pipeline.stages=%d --set "
                               "zero_optimization.stage=%d --set gradient_accumulation_steps=2 "
-                              "--set activation_checkpointing.enabled=%s%s",
+                              "--set activation_checkpointing.enabled=%s%s --set "
+                              "pipeline.virtual_stages=%d",
                         c->llama ? LLAMA : "", c->tp, c->pp, c->stage, c->ckpt ? "true" : "false",
-                        c->sp ? " --set tensor_parallel.sequence_parallel=true" : "");
+                        c->sp ? " --set tensor_parallel.sequence_parallel=true" : "",
+                        c->vp ? c->vp : 1);
 }
 
 /* The plan's entry for the case's layout (micro batch 2, 2 micro steps). */
@@ -75,7 +80,8 @@ static const struct json_value *planned_layout(const struct json_value *plan,
         const struct json_value *l = &layouts->items[i];
         if (uint_of(l, "tp") == (uint64_t)c->tp && uint_of(l, "pp") == (uint64_t)c->pp &&
             uint_of(l, "zero_stage") == (uint64_t)c->stage && uint_of(l, "micro_batch") == 2 &&
-            uint_of(l, "accum") == 2 && uint_of(l, "ckpt_every") == (uint64_t)c->ckpt)
+            uint_of(l, "accum") == 2 && uint_of(l, "ckpt_every") == (uint64_t)c->ckpt &&
+            uint_of(l, "virtual_stages") == (uint64_t)(c->vp ? c->vp : 1))
             return l;
     }
     ck_abort_msg("the plan has no entry for the layout");
@@ -142,9 +148,9 @@ START_TEST(plan_equals_the_measured_ledger_and_traffic)
     char dir[4096], args[2048], what[128];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan"));
     snprintf(args, sizeof args, "%s", case_args(c));
-    snprintf(what, sizeof what, "%d ranks T%d P%d stage %d%s%s%s", c->np, c->tp, c->pp, c->stage,
-             c->ckpt ? " checkpointed" : "", c->sp ? " sequence-parallel" : "",
-             c->llama ? " llama" : "");
+    snprintf(what, sizeof what, "%d ranks T%d P%d v%d stage %d%s%s%s", c->np, c->tp, c->pp,
+             c->vp ? c->vp : 1, c->stage, c->ckpt ? " checkpointed" : "",
+             c->sp ? " sequence-parallel" : "", c->llama ? " llama" : "");
     ck_assert_msg(
         testutil_train_micro(dir, "run", c->np,
                              testutil_fmt("%s --memory-report %s/report.json", args, dir)) == 0,
@@ -432,19 +438,23 @@ START_TEST(cost_of_a_data_parallel_step)
 END_TEST
 
 /* The pipeline bubble: (P-1)/m of the busy time when every rank has its
- * cores, shrunk where the node's ranks oversubscribe them (plan.h). */
+ * cores, (P-1)/(v m) with v interleaved chunks, shrunk where the node's
+ * ranks oversubscribe them (plan.h). */
 START_TEST(bubble_shrinks_on_oversubscribed_cores)
 {
     /* o = 1 is the 1F1B/GPipe bubble: busy (P-1)/m */
-    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 8, 1.0), 3.0 / 8.0, 1e-15);
-    ck_assert_double_eq_tol(plan_bubble(0.2, 2, 4, 1.0), 0.2 * 1.0 / 4.0, 1e-15);
-    ck_assert_double_eq(plan_bubble(1.0, 1, 4, 1.0), 0.0);
+    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 8, 1, 1.0), 3.0 / 8.0, 1e-15);
+    ck_assert_double_eq_tol(plan_bubble(0.2, 2, 4, 1, 1.0), 0.2 * 1.0 / 4.0, 1e-15);
+    ck_assert_double_eq(plan_bubble(1.0, 1, 4, 1, 1.0), 0.0);
     /* o = 2: 1 x (1 + 3/2) / 2 - 1 = 0.25; (1 + 3/8) / 2 < 1: all absorbed */
-    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 2, 2.0), 0.25, 1e-15);
-    ck_assert_double_eq(plan_bubble(1.0, 4, 8, 2.0), 0.0);
-    ck_assert_double_eq(plan_bubble(1.0, 2, 2, 2.0), 0.0);
+    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 2, 1, 2.0), 0.25, 1e-15);
+    ck_assert_double_eq(plan_bubble(1.0, 4, 8, 1, 2.0), 0.0);
+    ck_assert_double_eq(plan_bubble(1.0, 2, 2, 1, 2.0), 0.0);
     /* o = 5/4 (5 ranks on 4 cores): (1 + 3/2) / 1.25 - 1 = 1 */
-    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 2, 1.25), 1.0, 1e-15);
+    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 2, 1, 1.25), 1.0, 1e-15);
+    /* interleaved: v chunks shrink it v times, (P-1)/(v m) */
+    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 8, 2, 1.0), 3.0 / 16.0, 1e-15);
+    ck_assert_double_eq_tol(plan_bubble(1.0, 4, 8, 4, 1.0), 3.0 / 32.0, 1e-15);
 
     /* Through plan_cost: P4 x D1, 2 micro batches, 4 ranks on a CPU node
      * (one device). A rank computes 2 x 1e9 FLOPs at a quarter of 1e12:
@@ -483,6 +493,26 @@ START_TEST(bubble_shrinks_on_oversubscribed_cores)
                       cases[i].bubble * busy);
         ck_assert_double_eq_tol(t.step, busy + t.bubble, 1e-15);
     }
+    /* Interleaved, v = 2: the same stage's bubble halves, and a middle
+     * stage sends each micro batch's boundary twice each way (once per
+     * chunk) where one chunk sends it once. */
+    m.cores = 0;
+    struct plan_role rv = r;
+    rv.boundary = 8;
+    struct plan_time t1, t2, t0;
+    plan_cost(&pm, &l, &rv, &m, 4, MACHINE_FP32, &t1);
+    rv.chunks = 2;
+    plan_cost(&pm, &l, &rv, &m, 4, MACHINE_FP32, &t2);
+    rv.boundary = 0;
+    plan_cost(&pm, &l, &rv, &m, 4, MACHINE_FP32, &t0); /* the norm's double alone */
+    const double busy1 = t1.compute + t1.exposed[PLAN_AXIS_PIPELINE];
+    const double busy2 = t2.compute + t2.exposed[PLAN_AXIS_PIPELINE];
+    ck_assert_double_eq_tol(t1.bubble, 1.5 * busy1, 1e-15);
+    ck_assert_double_eq_tol(t2.bubble, 0.75 * busy2, 1e-15);
+    ck_assert_uint_eq(t1.bytes[PLAN_AXIS_PIPELINE] - t0.bytes[PLAN_AXIS_PIPELINE],
+                      2 * 2 * 8 * 4); /* 2 micro batches x 2 directions x 8 floats */
+    ck_assert_uint_eq(t2.bytes[PLAN_AXIS_PIPELINE] - t0.bytes[PLAN_AXIS_PIPELINE],
+                      2 * (t1.bytes[PLAN_AXIS_PIPELINE] - t0.bytes[PLAN_AXIS_PIPELINE]));
 }
 END_TEST
 
@@ -490,7 +520,7 @@ END_TEST
  * cut GPT-2's 50,257 vocabulary rows evenly, so without padding only T = 1
  * layouts are planned; padded (model.pad_vocab_size_to_multiple_of,
  * default 128) the best layout is tensor-parallel, faster than the best
- * unpadded one, and fits. */
+ * unpadded one, fits, and interleaves its pipeline. */
 static const struct json_value *best_gpt3_layout(const char *dir, const char *name,
                                                  const char *extra, struct json_value *plan)
 {
@@ -520,6 +550,23 @@ START_TEST(gpt3_plans_tensor_parallel_layouts)
     ck_assert(member(best, "fits")->type == JSON_BOOL && member(best, "fits")->boolean);
     const double t = member(best, "step_seconds")->real, t1 = member(before, "step_seconds")->real;
     ck_assert_msg(t < t1, "padded best step %g s, unpadded %g s", t, t1);
+    /* At 48 micro batches the best is pipelined and interleaved (as
+     * Narayanan et al. ran GPT-3-sized models): the same layout with one
+     * chunk per stage has v times the bubble and is slower. */
+    ck_assert_uint_gt(uint_of(best, "pp"), 1);
+    ck_assert_uint_gt(uint_of(best, "virtual_stages"), 1);
+    const struct json_value *layouts = member(&padded, "layouts"), *plain = NULL;
+    static const char *const same[] = {"tp",          "pp",    "dp",        "zero_stage",
+                                       "micro_batch", "accum", "ckpt_every"};
+    for (size_t i = 0; i < layouts->n && !plain; i++) {
+        const struct json_value *l = &layouts->items[i];
+        int match = uint_of(l, "virtual_stages") == 1;
+        for (size_t k = 0; k < sizeof same / sizeof same[0] && match; k++)
+            match = uint_of(l, same[k]) == uint_of(best, same[k]);
+        plain = match ? l : NULL;
+    }
+    ck_assert_ptr_nonnull(plain);
+    ck_assert_double_gt(member(plain, "step_seconds")->real, t);
     json_free(&padded);
     json_free(&unpadded);
 }

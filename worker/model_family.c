@@ -161,7 +161,7 @@ int param_table_head_tied(const struct param_table *t)
 
 struct model_stage model_stage_whole(const struct param_table *t)
 {
-    return (struct model_stage){0, param_table_blocks(t), 1, 1};
+    return (struct model_stage){0, param_table_blocks(t), 1, 1, 1, 0};
 }
 
 /* The base unit adapter unit u adapts (u itself for a base unit). */
@@ -184,7 +184,45 @@ int model_stage_holds(const struct param_table *t, const struct model_stage *s, 
         return s->first || (s->last && param_table_head_tied(t));
     if (b == L + 1)
         return s->last;
-    return b - 1 >= s->first_block && b - 1 < s->end_block;
+    for (int j = 0; j < model_stage_chunks(s); j++) {
+        const int at = b - 1 - j * s->stride;
+        if (at >= s->first_block && at < s->end_block)
+            return 1;
+    }
+    return 0;
+}
+
+int model_stage_chunks(const struct model_stage *s)
+{
+    return s->chunks > 1 ? s->chunks : 1;
+}
+
+int model_stage_blocks(const struct model_stage *s)
+{
+    return (s->end_block - s->first_block) * model_stage_chunks(s);
+}
+
+struct model_stage model_stage_chunk(const struct model_stage *s, int j, int n_blocks)
+{
+    ZT_ASSERT(j >= 0 && j < model_stage_chunks(s));
+    const int first = s->first_block + j * s->stride, end = s->end_block + j * s->stride;
+    return (struct model_stage){first, end, first == 0, end == n_blocks, 1, 0};
+}
+
+zt_status model_stage_interleaved(const struct param_table *t, int stages, int chunks, int index,
+                                  struct model_stage *out)
+{
+    const int L = param_table_blocks(t);
+    ZT_ASSERT(stages >= 1 && chunks >= 1 && index >= 0 && index < stages);
+    if (L % (stages * chunks) != 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "the model's %d blocks do not divide into pipeline.stages %d x "
+                            "pipeline.virtual_stages %d equal chunks",
+                            L, stages, chunks);
+    const int size = L / (stages * chunks);
+    *out = (struct model_stage){index * size, (index + 1) * size, index == 0, index == stages - 1,
+                                chunks,       stages * size};
+    return ZT_OK;
 }
 
 size_t model_stage_params(const struct param_table *t, const struct model_stage *s)
@@ -272,7 +310,8 @@ zt_status model_stage_of(const struct param_table *t, int stages, enum model_par
                             (param_table_head_tied(t) && stages > 1 ? embed : 0.0);
         balance(weight, L, stages, embed, head, first);
     }
-    *out = (struct model_stage){first[index], first[index + 1], index == 0, index == stages - 1};
+    *out =
+        (struct model_stage){first[index], first[index + 1], index == 0, index == stages - 1, 1, 0};
     free(first), free(weight);
     return ZT_OK;
 }
@@ -283,11 +322,13 @@ int param_table_unit_order(const struct param_table *t, const struct model_stage
     const struct model_stage s = stage ? *stage : model_stage_whole(t);
     const int L = param_table_blocks(t), tied = param_table_head_tied(t);
     int base[MODEL_MAX_UNITS + 2], n = 0;
+    const int runs = model_stage_chunks(&s);
     if (pass == MODEL_PASS_FORWARD) {
         if (s.first)
             base[n++] = 0;
-        for (int l = s.first_block; l < s.end_block; l++)
-            base[n++] = 1 + l;
+        for (int j = 0; j < runs; j++)
+            for (int l = s.first_block; l < s.end_block; l++)
+                base[n++] = 1 + l + j * s.stride;
         if (s.last)
             base[n++] = L + 1;
         if (s.last && tied)
@@ -297,8 +338,9 @@ int param_table_unit_order(const struct param_table *t, const struct model_stage
             base[n++] = 0;
         if (s.last)
             base[n++] = L + 1;
-        for (int l = s.end_block - 1; l >= s.first_block; l--)
-            base[n++] = 1 + l;
+        for (int j = runs - 1; j >= 0; j--)
+            for (int l = s.end_block - 1; l >= s.first_block; l--)
+                base[n++] = 1 + l + j * s.stride;
     }
     int k = 0;
     for (int i = 0; i < n; i++) {

@@ -175,10 +175,19 @@ void param_table_init(const struct param_table *t, uint64_t seed, size_t begin, 
  * loss. The whole model is the one stage that is both. With a tied head,
  * unit 0 is used by the first and the last stage: both hold it, and
  * whoever runs the pipeline keeps the two copies equal (Megatron's
- * embedding group). */
+ * embedding group).
+ *
+ * Interleaved (Megatron's virtual stages): the blocks are cut into P x v
+ * equal chunks and rank r of P holds chunks r, r + P, ..., r + (v - 1) P.
+ * A rank's stage then describes all v chunks: `chunks` runs of
+ * end_block - first_block blocks, each `stride` blocks after the one
+ * before; `first` and `last` say whether one of them is the model's first
+ * or last chunk. Each chunk is also a stage of its own (one run), which is
+ * what a model instance runs. */
 struct model_stage {
     int first_block, end_block; /* blocks [first_block, end_block) */
     int first, last;            /* runs the embedding / the head and the loss */
+    int chunks, stride;         /* interleaved: runs and their spacing; chunks 0 or 1: one run */
 };
 
 /* How a pipeline's blocks are split among its stages (DeepSpeed's
@@ -196,6 +205,21 @@ struct model_stage model_stage_whole(const struct param_table *t);
  * fewer blocks than stages. */
 zt_status model_stage_of(const struct param_table *t, int stages, enum model_partition method,
                          int index, struct model_stage *out);
+
+/* Rank `index` of `stages` holding `chunks` interleaved chunks of equal
+ * size (the comment above struct model_stage). Errors: ZT_ERR_CONFIG when
+ * the blocks do not divide into stages x chunks. */
+zt_status model_stage_interleaved(const struct param_table *t, int stages, int chunks, int index,
+                                  struct model_stage *out);
+
+/* Chunk j of a rank's stage s (0 <= j < model_stage_chunks(s)) as a stage
+ * of one run: the model's first chunk runs the embedding, its last the
+ * head. */
+struct model_stage model_stage_chunk(const struct model_stage *s, int j, int n_blocks);
+
+/* The runs of blocks s holds (1 unless interleaved), and its blocks. */
+int model_stage_chunks(const struct model_stage *s);
+int model_stage_blocks(const struct model_stage *s);
 
 /* How many blocks t's model has, and whether its head is unit 0's
  * embedding. */

@@ -63,7 +63,7 @@ int model_stage_checkpointed(int ckpt_every, const struct model_stage *st)
 
 int model_stage_kept_before(int ckpt_every, const struct model_stage *st, int l)
 {
-    const struct model_stage before = {st->first_block, l, st->first, 0};
+    const struct model_stage before = {st->first_block, l, st->first, 0, 1, 0};
     return l - st->first_block - model_stage_checkpointed(ckpt_every, &before);
 }
 
