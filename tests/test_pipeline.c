@@ -3,7 +3,7 @@
  * families: with fp32 and the same global batch (4 micro batches of 2
  * sequences a step), every layout's losses equal a 1-rank run with
  * accumulation within 1e-5 relative over 10 steps — D=4 at ZeRO stages
- * 0-3, P=2 x D=2 (1F1B at stages 0-3 and GPipe), P=4 (both schedules), P=2
+ * 0-3 (GPT-2), P=2 x D=2 (1F1B at stages 0-3 and GPipe), P=4 (both schedules), P=2
  * with activation checkpointing and a uniform partition, T=2 x D=2 (ZeRO 1,
  * and 3 with checkpointing), T=2 x P=2, T=4, interleaved P=2 with v=2 (D=1
  * and D=2 at ZeRO 1); Llama with its head tied to the
@@ -70,7 +70,12 @@ struct case_ {
     int T;
 };
 
-static void same_losses_in_every_layout(const char *tag, const char *family)
+/* Pure data parallelism (P = T = 1, D = 4 at stages 0-3) runs on GPT-2
+ * only: the Llama family's stages at 1, 2 and 4 ranks are
+ * test_llama_layouts'; what this suite adds for it is the pipeline and
+ * tensor-parallel layouts, where the head, the tied embedding and the
+ * grouped heads are cut. */
+static void same_losses_in_every_layout(const char *tag, const char *family, int data_parallel)
 {
     static const struct case_ cases[] = {
         {4, 1, 0, "", 1},
@@ -106,6 +111,8 @@ static void same_losses_in_every_layout(const char *tag, const char *family)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct case_ *c = &cases[i];
         const int T = c->T;
+        if (!data_parallel && T == 1 && c->P == 1)
+            continue;
         snprintf(name, sizeof name, "np%d-T%d-P%d-stage%d-%zu", c->np, T, c->P, c->stage, i);
         char args[1024];
         snprintf(args, sizeof args, "%s %s", c->extra, family);
@@ -121,19 +128,20 @@ static void same_losses_in_every_layout(const char *tag, const char *family)
 
 START_TEST(gpt2_layouts_give_the_same_losses)
 {
-    same_losses_in_every_layout("pipe-gpt2", "");
+    same_losses_in_every_layout("pipe-gpt2", "", 1);
 }
 END_TEST
 
 START_TEST(llama_layouts_give_the_same_losses)
 {
-    same_losses_in_every_layout("pipe-llama", LLAMA);
+    same_losses_in_every_layout("pipe-llama", LLAMA, 0);
 }
 END_TEST
 
 START_TEST(tied_llama_layouts_give_the_same_losses)
 {
-    same_losses_in_every_layout("pipe-llama-tied", LLAMA " --set model.tie_word_embeddings=true");
+    same_losses_in_every_layout("pipe-llama-tied", LLAMA " --set model.tie_word_embeddings=true",
+                                0);
 }
 END_TEST
 

@@ -210,7 +210,8 @@ int testutil_train_micro(const char *dir, const char *name, int np, const char *
 {
     return testutil_run(testutil_path_in(dir, testutil_fmt("%s.log", name)),
                         "mpirun --oversubscribe -np %d %s train %s --quiet --no-progress "
-                        "--set run.output_dir=%s/%s --metrics %s/%s.jsonl %s",
+                        "--set run.save_final=false --set run.output_dir=%s/%s "
+                        "--metrics %s/%s.jsonl %s",
                         np, testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir,
                         name, dir, name, extra);
 }

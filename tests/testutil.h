@@ -80,7 +80,10 @@ int testutil_read_losses(const char *path, double *loss, int cap);
 
 /* Trains tests/data/micro.yaml with the zerotrain binary under mpirun:
  * `np` ranks, quiet, outputs in dir/name, metrics in dir/name.jsonl, log
- * in dir/name.log, then the extra arguments; returns the exit status. */
+ * in dir/name.log, then the extra arguments; returns the exit status.
+ * Without the final save (run.save_final false, which the log notes):
+ * test_outputs and test_generate check it, and here every run would pay
+ * for it; extra's --set run.save_final=true turns it on. */
 int testutil_train_micro(const char *dir, const char *name, int np, const char *extra);
 
 /* The losses of dir/name.jsonl (written by testutil_train_micro), at most
