@@ -463,14 +463,16 @@ START_TEST(gpt2_folder_has_its_tokenizer_config)
                                testutil_binary(), gdir) == 0,
                   "%s", testutil_slurp(log));
     const char *final = testutil_path_in(gdir, "run/final");
-    ck_assert_str_eq(testutil_slurp(testutil_path_in(final, "tokenizer_config.json")),
-                     "{\"add_prefix_space\": false, \"bos_token\": \"<|endoftext|>\", "
-                     "\"eos_token\": \"<|endoftext|>\", \"unk_token\": \"<|endoftext|>\", "
-                     "\"errors\": \"replace\", \"clean_up_tokenization_spaces\": false, "
-                     "\"model_max_length\": 32, \"tokenizer_class\": \"GPT2Tokenizer\"}\n");
-    ck_assert_str_eq(testutil_slurp(testutil_path_in(final, "special_tokens_map.json")),
-                     "{\"bos_token\": \"<|endoftext|>\", \"eos_token\": \"<|endoftext|>\", "
-                     "\"unk_token\": \"<|endoftext|>\"}\n");
+    /* the text itself is test_tokenizers' to check: here the run's length */
+    struct json_value config;
+    testutil_load_json(testutil_path_in(final, "tokenizer_config.json"), &config);
+    const struct json_value *length = json_object_get(&config, "model_max_length", NULL);
+    const struct json_value *cls = json_object_get(&config, "tokenizer_class", NULL);
+    ck_assert_msg(length && length->type == JSON_INT && length->magnitude == 32 && cls &&
+                      cls->type == JSON_STRING && strcmp(cls->str, "GPT2Tokenizer") == 0,
+                  "%s", testutil_slurp(testutil_path_in(final, "tokenizer_config.json")));
+    json_free(&config);
+    ck_assert_int_eq(access(testutil_path_in(final, "special_tokens_map.json"), R_OK), 0);
     if (system("/usr/bin/python3 -c 'import transformers' >/dev/null 2>&1") != 0) {
         fprintf(stderr, "test_generate: no /usr/bin/python3 with transformers: the GPT-2 "
                         "tokenizer folder is not loaded with AutoTokenizer\n");
