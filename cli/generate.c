@@ -17,6 +17,17 @@
  * tokenizer's end-of-text token or the template's end of turn. Draws use
  * counter (prompt index << 32) + step of rng_key(seed, "generate"), so a
  * seed gives the same text every time.
+ *
+ * Under mpirun the world is one tensor-parallel group (Megatron's
+ * layout): every rank reads the whole weights, keeps its slice
+ * (param_table_tp_slice) and frees the rest, and worker/infer.c computes
+ * with the slices over the group's collectives. Each step ends with the
+ * whole row of logits on every rank, bit-identical (one allgather of the
+ * ranks' vocabulary slices), so every rank draws the same token from the
+ * same seed and counter and stops at the same step, without a message
+ * per token; rank 0 alone prints. Pipeline stages and data-parallel
+ * replicas have nothing to do in a decode, so a world other than T ranks
+ * is refused.
  */
 #include "generate.h"
 
@@ -29,6 +40,7 @@
 #include "../common/fileio.h"
 #include "../common/json.h"
 #include "../common/rng.h"
+#include "../comm/comm.h"
 #include "../config/config.h"
 #include "../config/yaml_tree.h"
 #include "../coordinator/run_checkpoint.h"
@@ -41,6 +53,7 @@
 #include "../worker/lora.h"
 #include "../worker/ops.h"
 #include "../worker/sampling.h"
+#include "../worker/tensor_parallel.h"
 
 const char generate_help[] =
     "usage: zerotrain generate CONFIG|CKPT_DIR|MODEL_DIR [--prompt TEXT | --file JSONL]\n"
@@ -54,8 +67,10 @@ const char generate_help[] =
     "`zerotrain export` and save_pretrained write it, with its tokenizer files) or a PEFT\n"
     "adapter folder (on the model its base_model_name_or_path names); else those of CONFIG:\n"
     "the latest checkpoint of its checkpoint.dir, else its model.init_from (Hugging Face\n"
-    "weights, an exported file or folder). LoRA adapters are merged in. No mpirun: one\n"
-    "process on the CPU, in fp32; under mpirun with more than one rank it refuses.\n"
+    "weights, an exported file or folder). LoRA adapters are merged in. On the CPU, in fp32:\n"
+    "one process, or under `mpirun -np T` the T ranks of a tensor-parallel layout, each\n"
+    "holding a slice of every layer (T from --set tensor_parallel.size=T, else from CONFIG or\n"
+    "the checkpoint's run; T must divide the heads, the key/value heads and the MLP width).\n"
     "  --prompt TEXT          the prompt (default: empty, which starts from the tokenizer's\n"
     "                         begin- or end-of-text token)\n"
     "  --file JSONL           one prompt per line, {\"prompt\": TEXT} (or with --chat\n"
@@ -76,7 +91,8 @@ const char generate_help[] =
     "                         alone is printed. The template is data.chat_template, else the\n"
     "                         one the tokenizer_config.json's chat_template is\n"
     "  --chat-template NAME   --chat with template NAME (llama3, chatml, llama2, mistral)\n"
-    "  --set key.path=value   override a key of CONFIG (repeatable)\n"
+    "  --set key.path=value   override a key of CONFIG (repeatable); on a folder, only\n"
+    "                         tensor_parallel.size\n"
     "Speeds go to stderr: prefill and decode tokens/s.\n";
 
 #define MAX_SETS 64
@@ -98,8 +114,17 @@ struct gen_model {
     struct tokenizer *tok;
     char where[4200];                /* where the weights came from, for the source line */
     char chat_template[32];          /* the run's data.chat_template, "" when unset */
+    const char *chat_from;           /* where chat_template was named */
     const struct chat_template *tpl; /* --chat's; NULL without */
     int32_t end_of_turn;             /* tpl's end of turn as an id; -1 without */
+    /* The layout the source names (CONFIG's, the checkpoint's; 1 and 1
+     * for a folder), and where that was said, for the world's check. */
+    int tp_named, pp_named;
+    char layout_from[64];
+    /* Under tensor parallelism: this rank's slice of base, whose weights
+     * replace params (then the slice's alone). */
+    struct param_table slice;
+    int sliced;
 };
 
 /* ---- the options --------------------------------------------------------- */
@@ -224,18 +249,85 @@ static zt_status parse_args(int argc, char **argv, struct gen_options *o)
     return ZT_OK;
 }
 
-/* Refuses a world of several ranks: each would generate the same text. */
-static zt_status check_one_process(void)
+/* --set tensor_parallel.size=T's T (the last one given), 0 when not
+ * given. On a folder no other key has a meaning: refused. */
+static zt_status tp_of_sets(const struct gen_options *o, int is_config, int *tp)
+{
+    static const char key[] = "tensor_parallel.size=";
+    double v = 0;
+    *tp = 0;
+    for (int i = 0; i < o->n_sets; i++) {
+        const char *a = o->sets[i].assignment;
+        if (strncmp(a, key, sizeof key - 1) != 0) {
+            if (is_config)
+                continue;
+            return zt_error_set(ZT_ERR_USAGE,
+                                "--set %s: %s is a folder, whose weights take no configuration: "
+                                "only --set tensor_parallel.size=T applies",
+                                a, o->source);
+        }
+        char *end;
+        v = strtod(a + sizeof key - 1, &end);
+        if (end == a + sizeof key - 1 || *end != '\0' || !(v >= 1 && v <= 4096) ||
+            v != (double)(int)v)
+            return zt_error_set(ZT_ERR_USAGE, "--set %s: expected a whole number in [1, 4096]", a);
+        *tp = (int)v;
+    }
+    return ZT_OK;
+}
+
+/* The ranks started with this process, as the launcher says before MPI
+ * is started (1 without mpirun): generate starts MPI only under several. */
+static int launched_ranks(void)
 {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && atoi(v) > 1)
-            return zt_error_set(ZT_ERR_USAGE,
-                                "generate runs in one process, not %s ranks: run it without "
-                                "mpirun (or with -np 1)",
-                                v);
+            return atoi(v);
     }
+    return 1;
+}
+
+/* The tensor-parallel size T generation runs at on `world` ranks: --set
+ * tensor_parallel.size, else under mpirun the layout the source names.
+ * One process generates with the whole model whatever layout trained it;
+ * several must be exactly the T ranks of one tensor-parallel group. The
+ * same on every rank: a refusal is every rank's. */
+static zt_status choose_tp(const struct gen_options *o, const struct gen_model *g, int world,
+                           int *tp)
+{
+    struct stat sb;
+    int set;
+    const int is_config = stat(o->source, &sb) == 0 && !S_ISDIR(sb.st_mode);
+    ZT_TRY(tp_of_sets(o, is_config, &set));
+    const int T = set > 0 ? set : world > 1 ? g->tp_named : 1;
+    const char *from = set > 0 ? "--set tensor_parallel.size" : g->layout_from;
+    char stages[224] = "";
+    if (g->pp_named > 1)
+        snprintf(stages, sizeof stages,
+                 "; %s also names %d pipeline stages, which generate does not run (it reads the "
+                 "weights whole)",
+                 g->layout_from, g->pp_named);
+    *tp = T;
+    if (world == 1 && T > 1)
+        return zt_error_set(ZT_ERR_USAGE,
+                            "%s is %d: generate runs the %d slices on %d ranks, and this is one "
+                            "process: run it under mpirun -np %d",
+                            from, T, T, T, T);
+    if (world > T)
+        return zt_error_set(ZT_ERR_USAGE,
+                            "generate runs one tensor-parallel group, each rank a slice of every "
+                            "layer: the world has %d ranks and tensor_parallel.size is %d (%s); "
+                            "data-parallel replicas and pipeline stages have nothing to "
+                            "generate%s: run mpirun -np %d, or pass --set "
+                            "tensor_parallel.size=%d",
+                            world, T, from, stages, T, world);
+    if (world < T)
+        return zt_error_set(ZT_ERR_USAGE,
+                            "tensor_parallel.size is %d (%s): generate needs %d ranks, the world "
+                            "has %d: run mpirun -np %d",
+                            T, from, T, world, T);
     return ZT_OK;
 }
 
@@ -257,6 +349,9 @@ static zt_status load_checkpoint(const char *path, struct gen_model *g, int with
     }
     if (g->table.lora.r > 0)
         lora_merge(&g->table, meta.lora.alpha, g->params);
+    g->tp_named = meta.layout.tp;
+    g->pp_named = meta.layout.pp;
+    snprintf(g->layout_from, sizeof g->layout_from, "the checkpoint's layout");
     snprintf(g->where, sizeof g->where, "checkpoint %s (step %lld%s)", step_dir,
              (long long)meta.step, g->table.lora.r > 0 ? ", adapters merged in" : "");
     ckpt_meta_free(&meta);
@@ -314,6 +409,13 @@ static zt_status build_from_config(const char *dir, const struct lora_spec *spec
     return ZT_OK;
 }
 
+/* The chat template a folder's tokenizer_config.json names, as the run's. */
+static zt_status folder_chat_template(const char *dir, struct gen_model *g)
+{
+    g->chat_from = "tokenizer_config.json's " TOKENIZER_CONFIG_CHAT_KEY;
+    return tokenizer_config_chat(dir, g->chat_template, sizeof g->chat_template);
+}
+
 /* An exported model folder: config.json, the weights, the tokenizer files. */
 static zt_status load_model_folder(const char *dir, struct gen_model *g)
 {
@@ -321,6 +423,7 @@ static zt_status load_model_folder(const char *dir, struct gen_model *g)
     ZT_TRY(read_base(dir, &g->table, g->params));
     const char *dirs[] = {dir};
     ZT_TRY(open_folder_tokenizer(dirs, 1, &g->tok));
+    ZT_TRY(folder_chat_template(dir, g));
     snprintf(g->where, sizeof g->where, "model folder %s", dir);
     return ZT_OK;
 }
@@ -354,6 +457,10 @@ static zt_status load_adapter_folder(const char *dir, struct gen_model *g)
     if (st == ZT_OK) {
         const char *dirs[] = {dir, base_dir};
         st = open_folder_tokenizer(dirs, 2, &g->tok);
+    }
+    if (st == ZT_OK)
+        st = folder_chat_template(dir, g);
+    if (st == ZT_OK) {
         lora_merge(&g->table, pc.spec.alpha, g->params);
         snprintf(g->where, sizeof g->where, "adapter folder %s on %s (adapters merged in)", dir,
                  pc.base);
@@ -415,6 +522,9 @@ static zt_status load_config(const struct gen_options *o, struct gen_model *g)
                           o->source, c.checkpoint.dir ? "checkpoint.dir " : "no checkpoint.dir",
                           c.checkpoint.dir ? c.checkpoint.dir : "",
                           c.checkpoint.dir ? " holds no checkpoint" : "");
+    g->tp_named = c.tensor_parallel.size; /* CONFIG's, not the checkpoint's: it is what was named */
+    g->pp_named = c.pipeline.stages;
+    snprintf(g->layout_from, sizeof g->layout_from, "%s", "CONFIG");
     config_free(&c);
     return st;
 }
@@ -422,6 +532,8 @@ static zt_status load_config(const struct gen_options *o, struct gen_model *g)
 static zt_status gen_model_load(const struct gen_options *o, struct gen_model *g)
 {
     struct stat sb;
+    g->tp_named = g->pp_named = 1;
+    snprintf(g->layout_from, sizeof g->layout_from, "the folder");
     if (stat(o->source, &sb) != 0)
         return zt_error_set(ZT_ERR_USAGE,
                             "%s: no such file or folder (expected CONFIG or "
@@ -448,7 +560,9 @@ static zt_status resolve_chat(const struct gen_options *o, struct gen_model *g)
     const char *name = o->chat_template      ? o->chat_template
                        : g->chat_template[0] ? g->chat_template
                                              : NULL;
-    const char *from = o->chat_template ? "--chat-template" : "data.chat_template";
+    const char *from = o->chat_template ? "--chat-template"
+                       : g->chat_from   ? g->chat_from
+                                        : "data.chat_template";
     if (!name && tokenizer_chat_template(g->tok)) {
         name = chat_template_detect(tokenizer_chat_template(g->tok));
         from = "the tokenizer's chat_template";
@@ -498,8 +612,34 @@ static zt_status prompt_text(const struct gen_model *g, const char *prompt,
     return chat_render_prompt(g->tpl, &one, where, out, &len);
 }
 
+/* Keeps rank `rank`'s slice of T of the model (its vocabulary padded to a
+ * multiple of T: the padding's logits are never looked at) and frees the
+ * rest of the weights. */
+static zt_status gen_model_slice(struct gen_model *g, int T, int rank)
+{
+    const int V = param_table_vocab(&g->base);
+    ZT_TRY(param_table_tp_slice(&g->base, T, rank, (V + T - 1) / T * T, &g->slice));
+    g->sliced = 1;
+    float *part = malloc((g->slice.n_params ? g->slice.n_params : 1) * sizeof *part);
+    if (!part)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the slice's %zu parameters",
+                            g->slice.n_params);
+    param_table_tp_take(&g->slice, g->params, part);
+    free(g->params);
+    g->params = part;
+    return ZT_OK;
+}
+
+/* The table generation runs: the slice, else the whole base. */
+static const struct param_table *gen_model_table(const struct gen_model *g)
+{
+    return g->sliced ? &g->slice : &g->base;
+}
+
 static void gen_model_free(struct gen_model *g)
 {
+    if (g->sliced)
+        param_table_free(&g->slice);
     param_table_free(&g->table);
     free(g->params);
     tokenizer_close(g->tok);
@@ -687,14 +827,27 @@ static void free_prompts(char **prompts, size_t n)
     free(prompts);
 }
 
-/* Every prompt through one model and its cache. */
+static zt_status group_sum(void *ctx, float *buf, size_t n)
+{
+    return comm_allreduce(ctx, buf, n, ZT_F32, COMM_OP_SUM);
+}
+
+static zt_status group_gather(void *ctx, const float *in, float *out, size_t n)
+{
+    return comm_allgather(ctx, in, out, n, ZT_F32);
+}
+
+/* Every prompt through one model and its cache; `group` is the
+ * tensor-parallel group of a slice (NULL: the whole model). out and err
+ * are NULL on the ranks that do not print. */
 static zt_status generate_all(const struct gen_options *o, const struct gen_model *g,
-                              char **prompts, size_t n, FILE *out, FILE *err)
+                              struct comm *group, char **prompts, size_t n, FILE *out, FILE *err)
 {
     struct infer_model *im;
     const struct ops_backend *ops; /* the CPU's, keeping its GEMM kernels between steps */
+    const struct infer_tp tp = {group, group_sum, group_gather};
     ZT_TRY(ops_cpu_open(&ops));
-    zt_status opened = infer_open(&g->base, g->params, ops, &im);
+    zt_status opened = infer_open(gen_model_table(g), g->params, ops, &tp, &im);
     if (opened != ZT_OK) {
         ops_cpu_close(ops);
         return opened;
@@ -708,7 +861,7 @@ static zt_status generate_all(const struct gen_options *o, const struct gen_mode
     size_t prefill_n = 0, decode_n = 0;
     for (size_t i = 0; st == ZT_OK && i < n; i++) {
         st = generate_one(g, im, o, prompts[i], i, logits, order, &r);
-        if (st == ZT_OK)
+        if (st == ZT_OK && out)
             st = print_result(g, o, &r, prompts[i], out);
         prefill_s += r.prefill_s;
         decode_s += r.decode_s;
@@ -716,11 +869,12 @@ static zt_status generate_all(const struct gen_options *o, const struct gen_mode
         decode_n +=
             r.n > r.n_prompt + 1 ? r.n - r.n_prompt - 1 : 0; /* the first is the prefill's */
     }
-    fflush(out);
-    if (st == ZT_OK && r.n == (size_t)infer_max_positions(im))
+    if (out)
+        fflush(out);
+    if (st == ZT_OK && err && r.n == (size_t)infer_max_positions(im))
         fprintf(err, "generate: stopped at the model's %d positions (block_size)\n",
                 infer_max_positions(im));
-    if (st == ZT_OK)
+    if (st == ZT_OK && err)
         fprintf(err,
                 "generate: prefill %zu tokens at %.1f tokens/s, decode %zu tokens at %.1f "
                 "tokens/s\n",
@@ -734,29 +888,74 @@ static zt_status generate_all(const struct gen_options *o, const struct gen_mode
     return st;
 }
 
-static zt_status run(const struct gen_options *o, FILE *out, FILE *err)
+/* The prompts to generate from: --file's, or the one --prompt gives. */
+static zt_status gen_prompts(const struct gen_options *o, const struct gen_model *g,
+                             char ***prompts, size_t *n)
+{
+    if (o->file)
+        return read_prompts(g, o->file, prompts, n);
+    *n = 0;
+    if (!(*prompts = calloc(1, sizeof **prompts)))
+        return zt_error_set(ZT_ERR_NOMEM, "out of memory");
+    *n = 1;
+    return prompt_text(g, o->prompt, NULL, "--prompt", &(*prompts)[0]);
+}
+
+/* Everything before the first token, on every rank alike: the weights,
+ * the layout (and this rank's slice), the chat template, the prompts. */
+static zt_status prepare(const struct gen_options *o, int world, int rank, struct gen_model *g,
+                         int *tp, char ***prompts, size_t *n)
+{
+    ZT_TRY(gen_model_load(o, g));
+    ZT_TRY(choose_tp(o, g, world, tp));
+    if (*tp > 1)
+        ZT_TRY(gen_model_slice(g, *tp, rank));
+    ZT_TRY(resolve_chat(o, g));
+    return gen_prompts(o, g, prompts, n);
+}
+
+/* Generation on this rank of the tensor-parallel group of tp ranks (the
+ * world; 1: one process), after every rank prepared. Rank 0 prints. */
+static zt_status generate_on_ranks(const struct gen_options *o, const struct gen_model *g, int tp,
+                                   int rank, char **prompts, size_t n, FILE *out, FILE *err)
+{
+    struct comm *group = NULL;
+    char ranks[48] = "";
+    if (tp > 1) { /* the whole world, its collectives on the host */
+        const struct comm_config cfg = {.backend = "mpi"};
+        ZT_TRY(comm_create(&cfg, &group));
+        comm_set_name(group, "tensor");
+        snprintf(ranks, sizeof ranks, ", %d tensor-parallel ranks", tp);
+    }
+    if (rank == 0)
+        fprintf(err, "generate: %s, %s, tokenizer %s%s%s, %s%s\n", g->where, g->base.family->name,
+                tokenizer_name(g->tok), g->tpl ? ", chat template " : "",
+                g->tpl ? chat_template_name(g->tpl) : "",
+                o->temperature > 0 ? "sampling" : "greedy", ranks);
+    const zt_status st =
+        generate_all(o, g, group, prompts, n, rank == 0 ? out : NULL, rank == 0 ? err : NULL);
+    comm_destroy(group);
+    return st;
+}
+
+/* Runs generation on this rank of `world`; *print_here says whether this
+ * rank prints the error returned (the lowest that found one). Under
+ * several ranks each phase ends agreed, so that none waits alone. */
+static zt_status run(const struct gen_options *o, int world, FILE *out, FILE *err, int *print_here)
 {
     struct gen_model g = {0};
     char **prompts = NULL;
     size_t n = 0;
-    zt_status st = check_one_process();
-    if (st == ZT_OK)
-        st = gen_model_load(o, &g);
-    if (st == ZT_OK)
-        st = resolve_chat(o, &g);
-    if (st == ZT_OK && o->file) {
-        st = read_prompts(&g, o->file, &prompts, &n);
-    } else if (st == ZT_OK) {
-        prompts = calloc(1, sizeof *prompts);
-        st = prompts ? prompt_text(&g, o->prompt, NULL, "--prompt", &prompts[0])
-                     : zt_error_set(ZT_ERR_NOMEM, "out of memory");
-        n = prompts ? 1 : 0;
-    }
+    int tp = 1;
+    const int rank = world > 1 ? comm_world_rank() : 0;
+    zt_status st = prepare(o, world, rank, &g, &tp, &prompts, &n);
+    *print_here = 1;
+    if (world > 1)
+        st = comm_world_agree(st, print_here);
     if (st == ZT_OK) {
-        fprintf(err, "generate: %s, %s, tokenizer %s%s%s, %s\n", g.where, g.base.family->name,
-                tokenizer_name(g.tok), g.tpl ? ", chat template " : "",
-                g.tpl ? chat_template_name(g.tpl) : "", o->temperature > 0 ? "sampling" : "greedy");
-        st = generate_all(o, &g, prompts, n, out, err);
+        st = generate_on_ranks(o, &g, tp, rank, prompts, n, out, err);
+        if (world > 1)
+            st = comm_world_agree(st, print_here);
     }
     free_prompts(prompts, n);
     gen_model_free(&g);
@@ -766,13 +965,22 @@ static zt_status run(const struct gen_options *o, FILE *out, FILE *err)
 int generate_command(int argc, char **argv, FILE *out, FILE *err)
 {
     struct gen_options o;
-    zt_status st = parse_args(argc, argv, &o);
+    int print_here = 1;
+    zt_status st = launched_ranks() > 1 ? comm_runtime_init(NULL, NULL) : ZT_OK;
+    const int mpi = st == ZT_OK && launched_ranks() > 1;
+    const int world = mpi ? comm_world_size() : 1;
     if (st == ZT_OK)
-        st = run(&o, out, err);
-    if (st != ZT_OK) {
+        st = parse_args(argc, argv, &o);
+    if (st == ZT_OK)
+        st = run(&o, world, out, err, &print_here);
+    else
+        print_here = world == 1 || comm_world_rank() == 0; /* a usage error: every rank's */
+    if (st != ZT_OK && print_here) {
         fprintf(err, "zerotrain: error: %s\n",
                 zt_error_message()[0] ? zt_error_message() : zt_status_desc(st));
         fflush(err);
     }
+    if (mpi)
+        comm_runtime_finalize();
     return zt_status_exit_code(st);
 }

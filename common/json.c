@@ -579,3 +579,38 @@ void json_text_real(struct json_text *t, double v)
     if (!strpbrk(buf, ".eEni"))
         json_text_puts(t, ".0");
 }
+
+void json_text_value(struct json_text *t, const struct json_value *v, enum json_escape e)
+{
+    switch (v->type) {
+    case JSON_NULL:
+        json_text_puts(t, "null");
+        return;
+    case JSON_BOOL:
+        json_text_puts(t, v->boolean ? "true" : "false");
+        return;
+    case JSON_INT:
+        json_text_printf(t, "%s%llu", v->negative ? "-" : "", (unsigned long long)v->magnitude);
+        return;
+    case JSON_REAL:
+        json_text_real(t, v->real);
+        return;
+    case JSON_STRING:
+        json_text_string(t, v->str, e);
+        return;
+    case JSON_ARRAY:
+    case JSON_OBJECT:
+        break;
+    }
+    const int object = v->type == JSON_OBJECT;
+    json_text_puts(t, object ? "{" : "[");
+    for (size_t i = 0; i < v->n; i++) {
+        json_text_puts(t, i ? ", " : "");
+        if (object) {
+            json_text_string(t, v->keys[i], e);
+            json_text_puts(t, ": ");
+        }
+        json_text_value(t, &v->items[i], e);
+    }
+    json_text_puts(t, object ? "}" : "]");
+}

@@ -117,5 +117,8 @@ void json_text_string(struct json_text *t, const char *s, enum json_escape e);
  * or infinity: those are written as null, which every reader takes, and
  * a reader that needs a number then says so. */
 void json_text_real(struct json_text *t, double v);
+/* Appends the tree v (as json_parse gives it: members in their order,
+ * integers exact) on one line, its strings escaped as `e` says. */
+void json_text_value(struct json_text *t, const struct json_value *v, enum json_escape e);
 
 #endif

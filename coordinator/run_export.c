@@ -190,9 +190,10 @@ zt_status run_export_tokenizer_of(const char *where, const char *yaml,
     return ZT_OK;
 }
 
-/* generation_config.json and the tokenizer's files. The begin-of-text id
- * is the tokenizer's, else (GPT-2, whose texts are separated by one
- * token) its end-of-text id, as GPT2Config has it. */
+/* generation_config.json and the tokenizer's files, with the run's chat
+ * template in tokenizer_config.json. The begin-of-text id is the
+ * tokenizer's, else (GPT-2, whose texts are separated by one token) its
+ * end-of-text id, as GPT2Config has it. */
 static zt_status write_tokenizer(const struct export_job *j, FILE *report)
 {
     struct run_tokenizer_ref ref;
@@ -213,6 +214,10 @@ static zt_status write_tokenizer(const struct export_job *j, FILE *report)
     tokenizer_close(tok);
     ZT_TRY(hf_weights_write_generation_config(j->folder, bos >= 0 ? bos : eos, eos));
     ZT_TRY(tokenizer_save(name, dir[0] ? dir : NULL, j->folder, saved, sizeof saved));
+    const struct zt_kv *positions = zt_kv_find(&j->table.shape, "block_size");
+    ZT_TRY(tokenizer_save_config(name, j->folder, positions ? (int)positions->i : 0,
+                                 ref.chat_template[0] ? ref.chat_template : NULL, saved,
+                                 sizeof saved));
     if (report)
         fprintf(report, "wrote %s/generation_config.json%s%s (tokenizer %s)\n", j->folder,
                 saved[0] ? " and " : "", saved, name);

@@ -255,7 +255,53 @@ struct chat_template {
      * without a reply ("" where the user's turn already ends in it). */
     const char *generation_prompt;
     const char *end_of_turn; /* the token that ends the assistant's reply */
+    /* The same rendering as Jinja, for a model folder's
+     * tokenizer_config.json: Hugging Face's apply_chat_template runs it
+     * (tests/test_generate.c renders both). Holds `marker`, so that
+     * chat_template_detect names it again. */
+    const char *jinja;
 };
+
+/* The Jinja texts: one statement per line. */
+#define JINJA_ALTERNATING                                                                          \
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"                              \
+    "{{- raise_exception('roles must alternate user/assistant/user/assistant/...') }}"             \
+    "{%- endif %}"
+static const char jinja_llama3[] =
+    "{{- '<|begin_of_text|>' }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}"
+    "{{- message['content'] | trim }}{{- '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{%- endif %}";
+static const char jinja_chatml[] =
+    "{%- if messages[0]['role'] != 'system' %}"
+    "{{- '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}";
+static const char jinja_llama2[] =
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{%- set system = '<<SYS>>\n' + messages[0]['content'] + '\n<</SYS>>\n\n' %}"
+    "{%- set turns = messages[1:] %}"
+    "{%- else %}{%- set system = '' %}{%- set turns = messages %}{%- endif %}"
+    "{%- for message in turns %}" JINJA_ALTERNATING "{%- if message['role'] == 'user' %}"
+    "{{- '<s>[INST] ' + ((system if loop.first else '') + message['content']) | trim + ' [/INST]' "
+    "}}"
+    "{%- else %}{{- ' ' + message['content'] | trim + ' </s>' }}{%- endif %}"
+    "{%- endfor %}";
+static const char jinja_mistral[] =
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- raise_exception('this template has no system message') }}"
+    "{%- endif %}"
+    "{{- '<s>' }}"
+    "{%- for message in messages %}" JINJA_ALTERNATING "{%- if message['role'] == 'user' %}"
+    "{{- '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{%- else %}{{- message['content'] + '</s>' }}{%- endif %}"
+    "{%- endfor %}";
 
 /* In detection order: Llama 2's Jinja holds "[INST]" too. */
 static const struct chat_template templates[] = {
@@ -265,16 +311,25 @@ static const struct chat_template templates[] = {
      {"<|begin_of_text|>", "<|eot_id|>", "<|end_header_id|>"},
      render_llama3,
      "<|start_header_id|>assistant<|end_header_id|>\n\n",
-     "<|eot_id|>"},
+     "<|eot_id|>",
+     jinja_llama3},
     {"chatml",
      "<|im_start|>",
      "You are Qwen",
      {"<|im_start|>", "<|im_end|>", NULL},
      render_chatml,
      "<|im_start|>assistant\n",
-     "<|im_end|>"},
-    {"llama2", "<<SYS>>", NULL, {"<s>", "</s>", NULL}, render_llama2, "", "</s>"},
-    {"mistral", "[INST]", "[AVAILABLE_TOOLS]", {"<s>", "</s>", NULL}, render_mistral, "", "</s>"},
+     "<|im_end|>",
+     jinja_chatml},
+    {"llama2", "<<SYS>>", NULL, {"<s>", "</s>", NULL}, render_llama2, "", "</s>", jinja_llama2},
+    {"mistral",
+     "[INST]",
+     "[AVAILABLE_TOOLS]",
+     {"<s>", "</s>", NULL},
+     render_mistral,
+     "",
+     "</s>",
+     jinja_mistral},
 };
 
 #define N_TEMPLATES (sizeof templates / sizeof templates[0])
@@ -314,6 +369,11 @@ const char *chat_template_name(const struct chat_template *tpl)
 const char *chat_template_end_of_turn(const struct chat_template *tpl)
 {
     return tpl->end_of_turn;
+}
+
+const char *chat_template_jinja(const struct chat_template *tpl)
+{
+    return tpl->jinja;
 }
 
 zt_status chat_template_check(const struct chat_template *tpl, const struct tokenizer *tok,

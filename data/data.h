@@ -156,6 +156,31 @@ const char *tokenizer_detect(const char *dir);
 zt_status tokenizer_save(const char *name, const char *dir, const char *to_dir, char *saved,
                          size_t n);
 
+/* The key of tokenizer_config.json that names a built-in chat template
+ * (chat_template_find), beside Hugging Face's Jinja "chat_template". */
+#define TOKENIZER_CONFIG_CHAT_KEY "zerotrain_chat_template"
+
+/* After tokenizer_save into the model folder to_dir: its
+ * tokenizer_config.json as save_pretrained writes it. GPT-2's is written
+ * whole (GPT2Tokenizer, <|endoftext|> for bos, eos and unk,
+ * model_max_length `max_length`, no prefix space), with
+ * special_tokens_map.json; with `chat` (a built-in template's name, NULL:
+ * none) "chat_template" holds its Jinja (chat_template_jinja) and
+ * TOKENIZER_CONFIG_CHAT_KEY its name, added to the copied file of hf (its
+ * other members kept) or to a file of these two alone for the others.
+ * Nothing else is written. The names written are appended to saved[n]
+ * (", " between them). Errors: ZT_ERR_USAGE (no template `chat`),
+ * ZT_ERR_CONFIG (a copied tokenizer_config.json that is not a JSON
+ * object), ZT_ERR_IO, ZT_ERR_NOMEM. */
+zt_status tokenizer_save_config(const char *name, const char *to_dir, int max_length,
+                                const char *chat, char *saved, size_t n);
+
+/* The built-in chat template the folder's tokenizer_config.json names
+ * (TOKENIZER_CONFIG_CHAT_KEY) into name[n]; "" when the folder has no such
+ * file or key. Errors: ZT_ERR_CONFIG (not a JSON object, the key not one
+ * string), ZT_ERR_IO. */
+zt_status tokenizer_config_chat(const char *dir, char *name, size_t n);
+
 /* A model's files and the tokenizer it is given: when `tokenizer` reads no
  * folder (bytes) but the model setting `key` names a file or folder
  * (`path`, NULL: nothing to check) beside which a tokenizer lies
@@ -324,6 +349,11 @@ const char *chat_template_name(const struct chat_template *tpl);
 /* The token that ends the assistant's reply ("<|eot_id|>", "<|im_end|>",
  * "</s>"): where generation stops. Static. */
 const char *chat_template_end_of_turn(const struct chat_template *tpl);
+
+/* The template as Jinja text that renders what chat_render_prompt does
+ * (for Hugging Face's apply_chat_template, which a model folder's
+ * tokenizer_config.json gives it); chat_template_detect names it. Static. */
+const char *chat_template_jinja(const struct chat_template *tpl);
 
 /* The conversation `messages` (a JSON array of {"role", "content"}, read
  * as chat_encode reads it but needing no assistant turn, the last being

@@ -4,6 +4,8 @@ zt_test(test_precision SOURCES test_precision.c LIBS zt_worker)
 zt_test(test_llama SOURCES test_llama.c flat_hooks.c LIBS zt_worker)
 # Generation: the cached forward against the training forward, sampling.
 zt_test(test_infer SOURCES test_infer.c flat_hooks.c LIBS zt_worker)
+# Generation's forward on tensor-parallel slices against the whole model.
+zt_test(test_infer_tp SOURCES test_infer_tp.c LIBS zt_worker zt_comm RANKS 2 4 TIMEOUT 300)
 zt_test(test_lora SOURCES test_lora.c flat_hooks.c LIBS zt_worker)
 zt_test(test_qlora SOURCES test_qlora.c LIBS zt_worker)
 zt_test(test_tensor_parallel SOURCES test_tensor_parallel.c LIBS zt_worker)

@@ -2,14 +2,18 @@
  * trained on a short sentence repeated continues it, from its CONFIG, its
  * checkpoint, its exported folder and a LoRA run's final adapter folder
  * alike; greedy and seeded sampling repeat; --file gives one JSON line per
- * prompt; what it cannot do is refused with exit 2 and a message naming
- * the problem. */
+ * prompt; on the ranks of a tensor-parallel layout (GPT-2, and a Llama
+ * with grouped-query heads) it gives the one process's tokens; exported
+ * folders carry the run's chat template and GPT-2's tokenizer_config.json;
+ * what it cannot do is refused with exit 2 and a message naming the
+ * problem, on every rank. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/json.h"
 #include "testutil.h"
 
 static const char sentence[] = "the quick brown fox jumps over the lazy dog. ";
@@ -290,12 +294,198 @@ START_TEST(chat_renders_the_generation_prompt)
                "{\"prompt\": \"<|begin_of_text|><|start_header_id|>user<|end_header_id|>"
                "\\n\\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n\\n\", "),
         "%s", testutil_slurp(out));
-    /* the folder's tokenizer names no template: --chat alone says what to do */
-    ck_assert_int_eq(
-        testutil_run(glog, "%s generate %s/run/final --chat --prompt Hi", testutil_binary(), cdir),
-        2);
-    ck_assert_msg(strstr(testutil_slurp(glog), "name one with --chat-template"), "%s",
+    char *named = strdup(testutil_slurp(out));
+    /* the run's data.chat_template is in the folder's tokenizer_config.json
+     * (Jinja for Hugging Face, the name for generate): --chat alone takes it */
+    struct json_value config;
+    testutil_load_json(testutil_path_in(cdir, "run/final/tokenizer_config.json"), &config);
+    const struct json_value *jinja = json_object_get(&config, "chat_template", NULL);
+    const struct json_value *key = json_object_get(&config, "zerotrain_chat_template", NULL);
+    ck_assert_msg(jinja && jinja->type == JSON_STRING && key && key->type == JSON_STRING &&
+                      strcmp(key->str, "llama3") == 0 &&
+                      strstr(jinja->str, "<|start_header_id|>") &&
+                      json_object_get(&config, "bos_token", NULL),
+                  "%s", testutil_slurp(testutil_path_in(cdir, "run/final/tokenizer_config.json")));
+    json_free(&config);
+    ck_assert_msg(testutil_run(glog,
+                               "(%s generate %s/run/final --chat --prompt Hi --max-new-tokens 3 "
+                               "--json > %s)",
+                               testutil_binary(), cdir, out) == 0,
+                  "%s", testutil_slurp(glog));
+    ck_assert_msg(strstr(testutil_slurp(glog), "tokenizer hf, chat template llama3"), "%s",
                   testutil_slurp(glog));
+    ck_assert_str_eq(testutil_slurp(out), named);
+    free(named);
+}
+END_TEST
+
+/* `mpirun -np NP zerotrain generate ARGS`, each rank's exit status
+ * written to dir/name.log as "rank exit N" after the run's own stderr. */
+static int generate_np(const char *name, int np, const char *args)
+{
+    return testutil_run(testutil_path_in(dir, testutil_fmt("%s.log", name)),
+                        "(mpirun --oversubscribe -np %d sh -c \"%s generate %s; echo rank exit "
+                        "\\$? >&2\" > %s/%s.out)",
+                        np, testutil_binary(), args, dir, name);
+}
+
+/* The greedy JSON lines of `args` on 1 process and on NP ranks at
+ * tensor_parallel.size NP (`set`: whether to name it with --set) agree
+ * token for token; NP ranks print once. */
+static void check_tensor_parallel(const char *tag, int np, const char *args, int set)
+{
+    const char *one = testutil_fmt("%s-1", tag), *many = testutil_fmt("%s-%d", tag, np);
+    ck_assert_msg(generate(one, args) == 0, "%s", output(one, "log"));
+    ck_assert_msg(generate_np(many, np,
+                              testutil_fmt("%s%s", args,
+                                           set ? testutil_fmt(" --set tensor_parallel.size=%d", np)
+                                               : "")) == 0,
+                  "%s", output(many, "log"));
+    char *a = output(one, "out"), *b = output(many, "out"), *log = output(many, "log");
+    ck_assert_msg(strcmp(a, b) == 0, "%s: 1 process:\n%s%d ranks:\n%s", tag, a, np, b);
+    ck_assert_msg(strstr(a, "\"new_tokens\": 24"), "%s", a);
+    ck_assert_msg(strstr(log, testutil_fmt(", %d tensor-parallel ranks\n", np)) &&
+                      testutil_count(log, "generate: ") == 2 &&
+                      testutil_count(log, "rank exit 0") == np,
+                  "%s", log);
+    free(a), free(b), free(log);
+}
+
+/* Greedy decoding on the ranks of a tensor-parallel layout gives the
+ * tokens of one process: GPT-2 from a checkpoint and from an exported
+ * folder at T = 2; a Llama with grouped-query heads trained at T = 2,
+ * from its checkpoint (whose layout names T) and its exported folder, at
+ * T = 2 and 4. (The logits agree within 1e-5: tests/test_infer_tp.c.) */
+START_TEST(tensor_parallel_ranks_generate_as_one)
+{
+    train_once();
+    const char *prompt = "--prompt 'the quick ' --max-new-tokens 24 --json";
+    check_tensor_parallel("tp-gpt2-ck", 2, testutil_fmt("%s/ck %s", dir, prompt), 1);
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "tp-export.log"),
+                                  "%s export %s/ck --out %s/tp-hf", testutil_binary(), dir, dir),
+                     0);
+    check_tensor_parallel("tp-gpt2-hf", 2, testutil_fmt("%s/tp-hf %s", dir, prompt), 1);
+
+    const char *yaml = testutil_fmt(
+        "model: {family: llama, vocab_size: 256, block_size: 64, n_layer: 2, n_head: 8, "
+        "n_kv_head: 4, n_embd: 64, intermediate_size: 128}\n"
+        "data: {train: %s/text.txt, val_fraction: 0.05, seq_len: 64}\n"
+        "run: {steps: 100, seed: 3, output_dir: %s/lrun-tp}\n"
+        "checkpoint: {dir: %s/lck-tp}\n"
+        "tensor_parallel: {size: 2}\n"
+        "train_micro_batch_size_per_gpu: 4\n"
+        "optimizer: {type: AdamW, params: {lr: 3.0e-3, weight_decay: 0.0}}\n",
+        dir, dir, dir);
+    testutil_write_file(testutil_path_in(dir, "llama-tp.yaml"), yaml, strlen(yaml));
+    ck_assert_msg(testutil_run(testutil_path_in(dir, "llama-tp.log"),
+                               "mpirun --oversubscribe -np 2 %s train %s/llama-tp.yaml --quiet "
+                               "--no-progress",
+                               testutil_binary(), dir) == 0,
+                  "%s", testutil_slurp(testutil_path_in(dir, "llama-tp.log")));
+    check_tensor_parallel("tp-llama-ck", 2, testutil_fmt("%s/lck-tp %s", dir, prompt), 0);
+    check_tensor_parallel("tp-llama-ck4", 4, testutil_fmt("%s/lck-tp %s", dir, prompt), 1);
+    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "tp-lexport.log"),
+                                  "%s export %s/lck-tp --out %s/tp-lhf", testutil_binary(), dir,
+                                  dir),
+                     0);
+    check_tensor_parallel("tp-llama-hf", 2, testutil_fmt("%s/tp-lhf %s", dir, prompt), 1);
+    /* the continuation is the training text's, not noise */
+    char *text = output("tp-llama-hf-2", "out");
+    ck_assert_msg(strstr(text, "\"completion\": \"brown fox jumps over the\""), "%s", text);
+    free(text);
+}
+END_TEST
+
+/* Layouts generate cannot run: exit 2 on every rank, the message once. */
+START_TEST(tensor_parallel_refusals_are_every_ranks)
+{
+    train_once();
+    const struct {
+        int np;
+        const char *args, *message;
+    } cases[] = {
+        {2, "%s/ck --prompt x",
+         "the world has 2 ranks and tensor_parallel.size is 1 (the checkpoint's layout)"},
+        {3, "%s/ck --prompt x --set tensor_parallel.size=2",
+         "the world has 3 ranks and tensor_parallel.size is 2 (--set tensor_parallel.size)"},
+        {4, "%s/gen.yaml --prompt x --set tensor_parallel.size=2 --set pipeline.stages=2",
+         "CONFIG also names 2 pipeline stages, which generate does not run"},
+        {2, "%s/ck --prompt x --set tensor_parallel.size=4",
+         "tensor_parallel.size is 4 (--set tensor_parallel.size): generate needs 4 ranks, the "
+         "world has 2"},
+        {4, "%s/ck --prompt x --set tensor_parallel.size=4",
+         "tensor_parallel.size 4 does not divide"},
+        {2, "%s/ck --prompt x --set tensor_parallel.size=2 --set run.steps=3",
+         "--set run.steps=3: "},
+        {2, "%s/ck --prompt x --set tensor_parallel.size=two",
+         "--set tensor_parallel.size=two: expected a whole number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *name = testutil_fmt("tp-refused%zu", i);
+        const int status = generate_np(name, cases[i].np, testutil_fmt(cases[i].args, dir));
+        char *log = output(name, "log");
+        ck_assert_msg(status == 0 && strstr(log, cases[i].message) &&
+                          testutil_count(log, "zerotrain: error: ") == 1 &&
+                          testutil_count(log, "rank exit 2") == cases[i].np,
+                      "case %zu: exit %d: %s", i, status, log);
+        free(log);
+    }
+    /* one process asked for slices */
+    ck_assert_int_eq(generate("tp-one", testutil_fmt("%s/ck --prompt x --set "
+                                                     "tensor_parallel.size=2",
+                                                     dir)),
+                     2);
+    char *log = output("tp-one", "log");
+    ck_assert_msg(strstr(log, "--set tensor_parallel.size is 2: generate runs the 2 slices on 2 "
+                              "ranks, and this is one process: run it under mpirun -np 2"),
+                  "%s", log);
+    free(log);
+}
+END_TEST
+
+/* A GPT-2 run on GPT-2's tokenizer leaves tokenizer_config.json and
+ * special_tokens_map.json as save_pretrained writes them for GPT-2, which
+ * transformers' AutoTokenizer loads where it is installed. */
+START_TEST(gpt2_folder_has_its_tokenizer_config)
+{
+    const char *gdir = testutil_tmpdir("generate-gpt2tok");
+    testutil_write_repeated(testutil_path_in(gdir, "text.txt"), sentence, 40);
+    const char *yaml = testutil_fmt(
+        "model: {vocab_size: 50257, block_size: 32, n_layer: 1, n_head: 2, n_embd: 16}\n"
+        "data: {train: %s/text.txt, val_fraction: 0, seq_len: 32, tokenizer: gpt2, "
+        "tokenizer_dir: %s}\n"
+        "run: {steps: 1, output_dir: %s/run}\n"
+        "train_micro_batch_size_per_gpu: 2\n",
+        gdir, testutil_gpt2_vocab_dir(), gdir);
+    testutil_write_file(testutil_path_in(gdir, "gpt2.yaml"), yaml, strlen(yaml));
+    const char *log = testutil_path_in(gdir, "train.log");
+    ck_assert_msg(testutil_run(log, "mpirun -np 1 %s train %s/gpt2.yaml --quiet --no-progress",
+                               testutil_binary(), gdir) == 0,
+                  "%s", testutil_slurp(log));
+    const char *final = testutil_path_in(gdir, "run/final");
+    /* the text itself is test_tokenizers' to check: here the run's length */
+    struct json_value config;
+    testutil_load_json(testutil_path_in(final, "tokenizer_config.json"), &config);
+    const struct json_value *length = json_object_get(&config, "model_max_length", NULL);
+    const struct json_value *cls = json_object_get(&config, "tokenizer_class", NULL);
+    ck_assert_msg(length && length->type == JSON_INT && length->magnitude == 32 && cls &&
+                      cls->type == JSON_STRING && strcmp(cls->str, "GPT2Tokenizer") == 0,
+                  "%s", testutil_slurp(testutil_path_in(final, "tokenizer_config.json")));
+    json_free(&config);
+    ck_assert_int_eq(access(testutil_path_in(final, "special_tokens_map.json"), R_OK), 0);
+    if (system("/usr/bin/python3 -c 'import transformers' >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "test_generate: no /usr/bin/python3 with transformers: the GPT-2 "
+                        "tokenizer folder is not loaded with AutoTokenizer\n");
+        return;
+    }
+    const char *plog = testutil_path_in(gdir, "hf.log");
+    ck_assert_msg(testutil_run(plog,
+                               "/usr/bin/python3 -c \"import sys, transformers; "
+                               "t = transformers.AutoTokenizer.from_pretrained(sys.argv[1]); "
+                               "assert t.eos_token == '<|endoftext|>' and t.model_max_length == "
+                               "32, t; print(t('the quick').input_ids)\" %s",
+                               final) == 0,
+                  "%s", testutil_slurp(plog));
 }
 END_TEST
 
@@ -335,13 +525,6 @@ START_TEST(refusals_name_the_problem)
                       "case %zu: exit %d: %s", i, status, log);
         free(log);
     }
-    ck_assert_int_eq(testutil_run(testutil_path_in(dir, "two.log"),
-                                  "mpirun --oversubscribe -np 2 %s generate %s/ck --prompt x",
-                                  testutil_binary(), dir),
-                     2);
-    char *log = output("two", "log");
-    ck_assert_msg(strstr(log, "generate runs in one process, not 2 ranks"), "%s", log);
-    free(log);
 }
 END_TEST
 
@@ -356,7 +539,10 @@ static Suite *generate_suite(void)
     tcase_add_test(tc, lora_checkpoint_equals_its_merged_export);
     tcase_add_test(tc, an_exported_folder_generates_alone);
     tcase_add_test(tc, chat_renders_the_generation_prompt);
+    tcase_add_test(tc, gpt2_folder_has_its_tokenizer_config);
     tcase_add_test(tc, refusals_name_the_problem);
+    tcase_add_test(tc, tensor_parallel_ranks_generate_as_one);
+    tcase_add_test(tc, tensor_parallel_refusals_are_every_ranks);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -5,9 +5,9 @@
  * against the training forward (model_forward, another code path: fused
  * causal attention over the whole sequence) re-run on the growing
  * sequence, for GPT-2 and for Llama with grouped-query heads (untied and
- * tied head): the same greedy tokens, and log-probabilities within float
- * rounding; the same against the cache refilled from scratch each step;
- * and sampling's filters and draws. */
+ * tied head, with and without q/k/v biases): the same greedy tokens, and log-probabilities within
+ * float rounding; the same against the cache refilled from scratch each step; and sampling's
+ * filters and draws. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -111,9 +111,15 @@ static void fixture_open(struct fixture *fx, const struct zt_kvlist *shape)
     fx->grads = calloc(fx->t.n_params, sizeof(float));
     ck_assert(fx->params && fx->grads);
     param_table_init(&fx->t, 7, 0, fx->t.n_params, fx->params);
-    /* larger than the init's 0.02 spread, so that the logits are far apart */
-    for (size_t i = 0; i < fx->t.n_params; i++)
-        fx->params[i] *= 8.0f;
+    /* larger than the init's 0.02 spread, so that the logits are far apart,
+     * and biases and norms off their start, so that each counts */
+    for (int k = 0; k < fx->t.n_tensors; k++) {
+        const struct param_tensor *pt = &fx->t.tensors[k];
+        for (size_t i = 0; i < (size_t)pt->rows * pt->cols; i++)
+            fx->params[pt->offset + i] =
+                pt->cols == 1 ? fx->params[pt->offset + i] + 0.2f * (float)rng_normal(11, i)
+                              : 8.0f * fx->params[pt->offset + i];
+    }
     ledger_init(&fx->ledger, 0);
     ck_assert_int_eq(compute_backend_open("cpu", -1, &fx->ledger, &fx->be), ZT_OK);
 }
@@ -179,8 +185,8 @@ static void check_greedy_decode(const struct zt_kvlist *shape)
     struct fixture fx;
     struct infer_model *cached, *fresh;
     fixture_open(&fx, shape);
-    ck_assert_int_eq(infer_open(&fx.t, fx.params, ops_cpu_backend(), &cached), ZT_OK);
-    ck_assert_int_eq(infer_open(&fx.t, fx.params, ops_cpu_backend(), &fresh), ZT_OK);
+    ck_assert_int_eq(infer_open(&fx.t, fx.params, ops_cpu_backend(), NULL, &cached), ZT_OK);
+    ck_assert_int_eq(infer_open(&fx.t, fx.params, ops_cpu_backend(), NULL, &fresh), ZT_OK);
     const int V = infer_vocab_size(cached), P = infer_max_positions(cached), n_prompt = 4;
     int32_t seq[64] = {3, 17, 5, 9};
     float *logits = malloc((size_t)V * sizeof *logits), *again = malloc((size_t)V * sizeof *again);
@@ -240,7 +246,8 @@ START_TEST(llama_cached_decode_matches_full_forward)
                                    .n_kv_head = 2,
                                    .n_embd = 32,
                                    .intermediate_size = 48,
-                                   .tie_word_embeddings = _i,
+                                   .tie_word_embeddings = _i & 1,
+                                   .attention_bias = _i >> 1,
                                    .rope_theta = 500.0,
                                    .rms_norm_eps = 1e-5};
     llama_describe(&c, &shape);
@@ -284,7 +291,8 @@ static Suite *infer_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, cached_attention_matches_double_loop);
     tcase_add_test(tc, gpt2_cached_decode_matches_full_forward);
-    tcase_add_loop_test(tc, llama_cached_decode_matches_full_forward, 0, 2);
+    /* tied and untied heads, without and with q, k, v biases (Qwen2) */
+    tcase_add_loop_test(tc, llama_cached_decode_matches_full_forward, 0, 4);
     tcase_add_test(tc, sampling_filters_and_draws);
     suite_add_tcase(s, tc);
     return s;

@@ -690,8 +690,44 @@ START_TEST(test_chat_errors)
 }
 END_TEST
 
+/* A Python with jinja2 (the system's, else the one on PATH), or NULL. */
+static const char *python_with_jinja(void)
+{
+    static const char *const pythons[] = {"/usr/bin/python3", "python3"};
+    for (size_t i = 0; i < sizeof pythons / sizeof pythons[0]; i++)
+        if (system(testutil_fmt("%s -c 'import jinja2' >/dev/null 2>&1", pythons[i])) == 0)
+            return pythons[i];
+    return NULL;
+}
+
+/* The folder's tokenizer_config.json that tokenizer_save_config writes
+ * for template `tpl` renders `messages` as `want` under jinja2 (Hugging
+ * Face's apply_chat_template; scripts/reference/chat_jinja.py); said and
+ * skipped without a Python with jinja2. */
+static void check_jinja(const char *tpl, const char *messages, const char *want)
+{
+    const char *dir = testutil_tmpdir(testutil_fmt("jinja-%s", tpl));
+    char saved[128] = "";
+    ck_assert_msg(tokenizer_save_config("bytes", dir, 0, tpl, saved, sizeof saved) == ZT_OK, "%s",
+                  zt_error_message());
+    ck_assert_str_eq(saved, "tokenizer_config.json");
+    const char *python = python_with_jinja();
+    if (!python) {
+        fprintf(stderr, "test_tokenizers: no python3 with jinja2: %s's Jinja not run\n", tpl);
+        return;
+    }
+    testutil_write_file(testutil_path_in(dir, "messages.json"), messages, strlen(messages));
+    const char *out = testutil_path_in(dir, "rendered.txt"), *log = testutil_path_in(dir, "py.log");
+    ck_assert_msg(testutil_run(log, "(%s %s %s/tokenizer_config.json %s/messages.json > %s)",
+                               python, testutil_source_path("scripts/reference/chat_jinja.py"), dir,
+                               dir, out) == 0,
+                  "%s: %s", tpl, testutil_slurp(log));
+    ck_assert_str_eq(testutil_slurp(out), want);
+}
+
 /* A conversation to answer, rendered as apply_chat_template(messages,
- * add_generation_prompt=True) renders it for each template. */
+ * add_generation_prompt=True) renders it for each template; the Jinja a
+ * model folder gets renders it alike and is recognised as the template. */
 START_TEST(test_chat_generation_prompts)
 {
     static const struct {
@@ -728,6 +764,8 @@ START_TEST(test_chat_generation_prompts)
         ck_assert_str_eq(text, cases[i].want);
         ck_assert_uint_eq(len, strlen(cases[i].want));
         ck_assert_str_eq(chat_template_end_of_turn(tpl), cases[i].end_of_turn);
+        ck_assert_str_eq(chat_template_detect(chat_template_jinja(tpl)), cases[i].template);
+        check_jinja(cases[i].template, cases[i].messages, cases[i].want);
         free(text);
         json_free(&v);
     }
@@ -788,6 +826,79 @@ START_TEST(test_tokenizer_save)
 }
 END_TEST
 
+/* tokenizer_save_config: GPT-2's tokenizer_config.json and
+ * special_tokens_map.json as save_pretrained writes them; a run's chat
+ * template added to a copied tokenizer_config.json, its other members
+ * kept, and read back by name; nothing for bytes without a template. */
+START_TEST(test_tokenizer_save_config)
+{
+    const char *to = testutil_tmpdir("config-gpt2");
+    char saved[128] = "";
+    ck_assert(tokenizer_save_config("gpt2", to, 1024, NULL, saved, sizeof saved) == ZT_OK);
+    ck_assert_str_eq(saved, "tokenizer_config.json, special_tokens_map.json");
+    ck_assert_str_eq(testutil_slurp(testutil_path_in(to, "tokenizer_config.json")),
+                     "{\"add_prefix_space\": false, \"bos_token\": \"<|endoftext|>\", "
+                     "\"eos_token\": \"<|endoftext|>\", \"unk_token\": \"<|endoftext|>\", "
+                     "\"errors\": \"replace\", \"clean_up_tokenization_spaces\": false, "
+                     "\"model_max_length\": 1024, \"tokenizer_class\": \"GPT2Tokenizer\"}\n");
+    ck_assert_str_eq(testutil_slurp(testutil_path_in(to, "special_tokens_map.json")),
+                     "{\"bos_token\": \"<|endoftext|>\", \"eos_token\": \"<|endoftext|>\", "
+                     "\"unk_token\": \"<|endoftext|>\"}\n");
+    char name[32] = "x";
+    ck_assert(tokenizer_config_chat(to, name, sizeof name) == ZT_OK);
+    ck_assert_str_eq(name, "");
+
+    const char *from = vocab_dir("llama3", "tokenizer.json");
+    const char *hf = testutil_tmpdir("config-hf");
+    ck_assert(tokenizer_save("hf", from, hf, saved, sizeof saved) == ZT_OK);
+    saved[0] = '\0';
+    ck_assert(tokenizer_save_config("hf", hf, 64, "llama3", saved, sizeof saved) == ZT_OK);
+    ck_assert_str_eq(saved, "tokenizer_config.json");
+    struct json_value was, now;
+    testutil_load_json(testutil_path_in(from, "tokenizer_config.json"), &was);
+    testutil_load_json(testutil_path_in(hf, "tokenizer_config.json"), &now);
+    ck_assert_int_eq(now.type, JSON_OBJECT);
+    for (size_t i = 0; i < was.n; i++)
+        ck_assert_msg(json_object_get(&now, was.keys[i], NULL), "%s lost", was.keys[i]);
+    const size_t had = was.n;
+    ck_assert_uint_eq(now.n, had + 2);
+    ck_assert_str_eq(json_object_get(&now, "chat_template", NULL)->str,
+                     chat_template_jinja(chat_template_find("llama3")));
+    json_free(&was), json_free(&now);
+    ck_assert(tokenizer_config_chat(hf, name, sizeof name) == ZT_OK);
+    ck_assert_str_eq(name, "llama3");
+    struct tokenizer *tok;
+    ck_assert(tokenizer_open(NULL, hf, &tok) == ZT_OK);
+    ck_assert_str_eq(chat_template_detect(tokenizer_chat_template(tok)), "llama3");
+    tokenizer_close(tok);
+    /* a template written again replaces the one there */
+    ck_assert(tokenizer_save_config("hf", hf, 64, "chatml", saved, sizeof saved) == ZT_OK);
+    ck_assert(tokenizer_config_chat(hf, name, sizeof name) == ZT_OK);
+    ck_assert_str_eq(name, "chatml");
+    testutil_load_json(testutil_path_in(hf, "tokenizer_config.json"), &now);
+    ck_assert_uint_eq(now.n, had + 2);
+    json_free(&now);
+
+    const char *bytes = testutil_tmpdir("config-bytes");
+    saved[0] = '\0';
+    ck_assert(tokenizer_save_config("bytes", bytes, 64, NULL, saved, sizeof saved) == ZT_OK);
+    ck_assert_str_eq(saved, "");
+    ck_assert_int_ne(access(testutil_path_in(bytes, "tokenizer_config.json"), F_OK), 0);
+    ck_assert_int_eq(tokenizer_save_config("bytes", bytes, 64, "nope", saved, sizeof saved),
+                     ZT_ERR_USAGE);
+    testutil_write_file(testutil_path_in(bytes, "tokenizer_config.json"), "[1]", 3);
+    ck_assert_int_eq(tokenizer_config_chat(bytes, name, sizeof name), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "expected a JSON object, not an array"), "%s",
+                  zt_error_message());
+    const char *bad = "{\"zerotrain_chat_template\": 3}";
+    testutil_write_file(testutil_path_in(bytes, "tokenizer_config.json"), bad, strlen(bad));
+    ck_assert_int_eq(tokenizer_config_chat(bytes, name, sizeof name), ZT_ERR_CONFIG);
+    ck_assert_msg(strstr(zt_error_message(), "tokenizer_config.json: zerotrain_chat_template: "
+                                             "expected one string"),
+                  "%s", zt_error_message());
+}
+END_TEST
+
 static Suite *tokenizers_suite(void)
 {
     Suite *s = suite_create("tokenizers");
@@ -808,6 +919,7 @@ static Suite *tokenizers_suite(void)
     tcase_add_test(ch, test_chat_errors);
     tcase_add_test(ch, test_chat_generation_prompts);
     tcase_add_test(ch, test_tokenizer_save);
+    tcase_add_test(ch, test_tokenizer_save_config);
     return s;
 }
 

@@ -212,3 +212,21 @@ void param_table_tp_init(const struct param_table *t, uint64_t seed, size_t begi
     memset(dst, 0, (end - begin) * sizeof *dst); /* the padding rows' */
     param_table_tp_runs(t, begin, end, init_run, &w);
 }
+
+struct slice_copy {
+    const float *whole;
+    float *dst;
+};
+
+static void copy_run(void *arg, size_t whole_begin, size_t n, size_t at)
+{
+    const struct slice_copy *c = arg;
+    memcpy(c->dst + at, c->whole + whole_begin, n * sizeof *c->dst);
+}
+
+void param_table_tp_take(const struct param_table *t, const float *whole, float *dst)
+{
+    struct slice_copy c = {whole, dst};
+    memset(dst, 0, t->n_params * sizeof *dst); /* the padding rows' */
+    param_table_tp_runs(t, 0, t->n_params, copy_run, &c);
+}

@@ -122,6 +122,11 @@ void param_table_tp_tensor_runs(const struct param_table *t, int k, size_t *firs
 void param_table_tp_init(const struct param_table *t, uint64_t seed, size_t begin, size_t end,
                          float *dst);
 
+/* The slice t's weights out of the whole model's (whole[whole's
+ * n_params], flat order) into dst[t->n_params], its padding rows zero; a
+ * whole model's table copies them all. */
+void param_table_tp_take(const struct param_table *t, const float *whole, float *dst);
+
 /* Deep copy of a whole model's table, adapters included (its own arrays;
  * free with param_table_free). Errors: ZT_ERR_NOMEM. */
 zt_status param_table_copy(const struct param_table *src, struct param_table *out);

@@ -43,7 +43,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < ctx; i++)
         seq[i] = (int32_t)((i * 7919) % c.vocab_size);
     const struct ops_backend *ops;
-    if (ops_cpu_open(&ops) != ZT_OK || infer_open(&t, params, ops, &m) != ZT_OK)
+    if (ops_cpu_open(&ops) != ZT_OK || infer_open(&t, params, ops, NULL, &m) != ZT_OK)
         return 1;
     const struct sampling greedy = {0, 0, 1};
     /* with the cache: the prompt once, then one token per step */
