@@ -292,6 +292,12 @@ static zt_status check_tp_reduce_scatter(void *ctx, enum zt_dtype t, const void 
     return c->inner.tp_reduce_scatter(c->inner.ctx, t, in, out, n);
 }
 
+static zt_status check_cp_ring(void *ctx, enum zt_dtype t, const void *send, void *recv, size_t n)
+{
+    struct check *c = ctx;
+    return c->inner.cp_ring(c->inner.ctx, t, send, recv, n);
+}
+
 /* ---- the models' probes and the engine's ------------------------------ */
 
 /* What a forward op's output is called: "<tensor's module> <what>" for a
@@ -474,6 +480,7 @@ static zt_status rerun_checked(struct check *c, long step,
         .tp_allreduce = c->inner.tp_allreduce ? check_tp_allreduce : NULL,
         .tp_allgather = c->inner.tp_allgather ? check_tp_allgather : NULL,
         .tp_reduce_scatter = c->inner.tp_reduce_scatter ? check_tp_reduce_scatter : NULL,
+        .cp_ring = c->inner.cp_ring ? check_cp_ring : NULL,
     };
     struct model_probe probe = {.ctx = c, .forward = check_forward, .loss = check_loss};
     const struct shard_reduced_probe reduced = {.ctx = c, .unit = check_reduced};

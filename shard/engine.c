@@ -1235,6 +1235,30 @@ void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor)
     e->hooks.tp_reduce_scatter = e->tensor ? hook_tp_reduce_scatter : NULL;
 }
 
+/* One step of the context group's ring: to the next rank, from the
+ * previous; both posted before either is waited for. */
+static zt_status hook_cp_ring(void *ctx, enum zt_dtype t, const void *send, void *recv, size_t n)
+{
+    struct shard_engine *e = ctx;
+    const int size = comm_size(e->context), rank = comm_rank(e->context);
+    struct comm_request *rr = NULL, *sr = NULL;
+    ZT_TRY(comm_irecv(e->context, recv, n, t, (rank + size - 1) % size, &rr));
+    zt_status st = comm_isend(e->context, send, n, t, (rank + 1) % size, &sr);
+    const zt_status wr = comm_wait(e->context, rr);
+    if (sr) {
+        const zt_status ws = comm_wait(e->context, sr);
+        st = st != ZT_OK ? st : ws;
+    }
+    ZT_TRY(st);
+    return wr;
+}
+
+void shard_engine_join_context(struct shard_engine *e, struct comm *context)
+{
+    e->context = comm_size(context) > 1 ? context : NULL;
+    e->hooks.cp_ring = e->context ? hook_cp_ring : NULL;
+}
+
 /* Under tensor parallelism: the sum of squares of this rank's share of
  * the reduced gradients g, each piece of a tensor that every
  * tensor-parallel rank holds whole weighted 1/T, so that the sum over the
