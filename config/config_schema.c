@@ -305,8 +305,8 @@ static const struct field fields[] = {
      "ranks each sequence is split across (C): rank r of a context group keeps chunks r and "
      "2C-1-r of 2C (every rank the same share of the causal mask) and computes attention "
      "ring-wise over the group's keys and values; activations per rank fall by C; ZeRO shards "
-     "over data x context ranks; data.seq_len divisible by 2C; fp32 on the CPU backend, "
-     "tensor_parallel.size and pipeline.stages 1"},
+     "over data x context ranks; composes with tensor (and sequence) and pipeline parallelism; "
+     "data.seq_len divisible by 2C; fp32 on the CPU backend"},
 
     {"pipeline", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "pipeline parallelism: the blocks cut into stages that micro batches flow through"},
@@ -1749,8 +1749,6 @@ static zt_status check_context(const struct walk *w)
         const char *key, *what;
         int set;
     } refusals[] = {
-        {"tensor_parallel.size", "tensor parallelism", c->tensor_parallel.size > 1},
-        {"pipeline.stages", "pipeline parallelism", c->pipeline.stages > 1},
         {"bf16.enabled", "bf16 (ring attention runs in fp32)", c->bf16.enabled},
         {"fp16.enabled", "fp16 (ring attention runs in fp32)", c->fp16.enabled},
         {"fp8.enabled", "fp8 GEMMs", c->fp8.enabled},
@@ -1760,13 +1758,17 @@ static zt_status check_context(const struct walk *w)
         {"zero_optimization.zero_hpz_partition_size", "hpZ secondary groups",
          c->zero.hpz_partition_size > 1},
     };
-    if (c->data.seq_len % (2 * C) != 0) {
+    const int sp = c->tensor_parallel.sequence_parallel ? c->tensor_parallel.size : 1;
+    if (c->data.seq_len % (2 * C) != 0 || (c->data.seq_len / C) % sp != 0) {
         where_of_keys(w, where, "context_parallel.size", "data.seq_len", NULL);
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: context_parallel.size: data.seq_len (%d) must be divisible by "
-                            "2 x context_parallel.size (%d): the sequence is cut into 2C equal "
+                            "2 x context_parallel.size (%d)%s: the sequence is cut into 2C equal "
                             "chunks",
-                            where, c->data.seq_len, 2 * C);
+                            where, c->data.seq_len, 2 * C,
+                            sp > 1 ? " and by context_parallel.size x tensor_parallel.size "
+                                     "(sequence parallelism)"
+                                   : "");
     }
     for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
         if (!refusals[i].set)
@@ -1774,7 +1776,7 @@ static zt_status check_context(const struct walk *w)
         where_of_keys(w, where, "context_parallel.size", refusals[i].key, NULL);
         return zt_error_set(ZT_ERR_CONFIG,
                             "%s: context_parallel.size: %d with %s (%s) is not built yet: set "
-                            "context_parallel.size to 1 or leave %s out",
+                            "context_parallel.size to 1, or %s to its default",
                             where, C, refusals[i].what, refusals[i].key, refusals[i].key);
     }
     return ZT_OK;
