@@ -521,7 +521,7 @@ void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor);
 /* Context parallelism: `context` is the group of ranks sharing this rank's
  * sequences (worker/model_parts.h), which also belong to its data-parallel
  * group (ZeRO shards over data x context ranks); the model's hooks gain
- * cp_ring over it. context is borrowed. */
+ * cp_ring_start and cp_ring_wait over it. context is borrowed. */
 void shard_engine_join_context(struct shard_engine *e, struct comm *context);
 
 /* Fused-backward optimizers (optimizer->fused_backward, LOMO): there is no

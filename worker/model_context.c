@@ -11,9 +11,10 @@
  * accumulators take one more hop, which brings each home, complete, to be
  * added into dqkv's key/value columns. Traffic per layer and micro batch:
  * (C - 1) blocks forward, 2 (C - 1) + 1 backward, each B T 2 NKV hs
- * elements (the planner's plan/plan_context.c counts the same). The
- * exchange is a blocking send/receive pair through the hooks, so it does
- * not yet overlap the block's compute.
+ * elements (the planner's plan/plan_context.c counts the same). A
+ * key/value block's exchange is posted before the current block's
+ * attention and completed after it, so the two overlap; an accumulator
+ * can travel only once its block's backward has finished with it.
  *
  * Buffers (workspace, one set per instance): two key/value blocks and two
  * accumulators (send and receive), and under learned positions T rows of
@@ -135,12 +136,21 @@ static zt_status kv_columns(struct model *m, int unpack, void *qkv, void *kv, in
     return ZT_OK;
 }
 
-/* Passes buf[2 * s % 2] on around the ring into the other buffer. */
-static zt_status pass_on(struct model *m, const struct model_unit_hooks *h, void *const bufs[2],
-                         int s)
+/* Starts passing bufs[s % 2] on around the ring into the other buffer. */
+static zt_status pass_start(struct model *m, const struct model_unit_hooks *h, void *const bufs[2],
+                            int s, void **pending)
 {
     const size_t n = (size_t)m->B * m->T * (size_t)m->cp_kv_width;
-    return h->cp_ring(h->ctx, model_act(m), bufs[s % 2], bufs[(s + 1) % 2], n);
+    return h->cp_ring_start(h->ctx, model_act(m), bufs[s % 2], bufs[(s + 1) % 2], n, pending);
+}
+
+/* Completes a pass started while `st` was computed: both statuses count,
+ * the first failure wins. */
+static zt_status pass_wait(const struct model_unit_hooks *h, void *pending, zt_status st)
+{
+    const zt_status w = pending ? h->cp_ring_wait(h->ctx, pending) : ZT_OK;
+    ZT_TRY(st);
+    return w;
 }
 
 zt_status model_attention_forward(struct model *m, const struct ops_backend *ops,
@@ -150,14 +160,18 @@ zt_status model_attention_forward(struct model *m, const struct ops_backend *ops
     struct model_context *c = m->context;
     if (!c)
         return ops->attention_forward(ops, model_act(m), out, lse, qkv, m->B, m->T, NH, NKV, hs);
-    ZT_ASSERT(h->cp_ring);
+    ZT_ASSERT(h->cp_ring_start && h->cp_ring_wait);
     ZT_TRY(kv_columns(m, 0, (void *)qkv, c->kv[0], NH, NKV, hs));
     for (int s = 0; s < c->cp; s++) {
+        /* the next block travels while this one is attended to */
         const int owner = (c->rank - s + c->cp) % c->cp;
-        ZT_TRY(ops->attention_ring_forward(ops, model_act(m), out, lse, qkv, c->kv[s % 2], m->B,
-                                           m->T, NH, NKV, hs, c->cp, c->rank, owner, s == 0));
+        void *pending = NULL;
         if (s + 1 < c->cp)
-            ZT_TRY(pass_on(m, h, c->kv, s));
+            ZT_TRY(pass_start(m, h, c->kv, s, &pending));
+        const zt_status st =
+            ops->attention_ring_forward(ops, model_act(m), out, lse, qkv, c->kv[s % 2], m->B, m->T,
+                                        NH, NKV, hs, c->cp, c->rank, owner, s == 0);
+        ZT_TRY(pass_wait(h, pending, st));
     }
     return ZT_OK;
 }
@@ -171,17 +185,22 @@ zt_status model_attention_backward(struct model *m, const struct ops_backend *op
     if (!c)
         return ops->attention_backward(ops, model_act(m), dqkv, dout, qkv, out, lse, m->B, m->T, NH,
                                        NKV, hs);
-    ZT_ASSERT(h->cp_ring);
+    ZT_ASSERT(h->cp_ring_start && h->cp_ring_wait);
     ZT_TRY(kv_columns(m, 0, (void *)qkv, c->kv[0], NH, NKV, hs));
     ZT_TRY(c->dev->ops->memset_zero(c->dev, c->dkv[0], c->kv_bytes));
     for (int s = 0; s < c->cp; s++) {
+        /* the next key/value block travels during this block's backward;
+         * its accumulator only after it (the last hop brings each home) */
         const int owner = (c->rank - s + c->cp) % c->cp;
-        ZT_TRY(ops->attention_ring_backward(ops, model_act(m), dqkv, c->dkv[s % 2], dout, qkv,
-                                            c->kv[s % 2], out, lse, m->B, m->T, NH, NKV, hs, c->cp,
-                                            c->rank, owner));
+        void *pending = NULL;
         if (s + 1 < c->cp)
-            ZT_TRY(pass_on(m, h, c->kv, s));
-        ZT_TRY(pass_on(m, h, c->dkv, s)); /* the last hop brings each accumulator home */
+            ZT_TRY(pass_start(m, h, c->kv, s, &pending));
+        const zt_status st = ops->attention_ring_backward(ops, model_act(m), dqkv, c->dkv[s % 2],
+                                                          dout, qkv, c->kv[s % 2], out, lse, m->B,
+                                                          m->T, NH, NKV, hs, c->cp, c->rank, owner);
+        ZT_TRY(pass_wait(h, pending, st));
+        ZT_TRY(pass_start(m, h, c->dkv, s, &pending));
+        ZT_TRY(pass_wait(h, pending, ZT_OK));
     }
     return kv_columns(m, 1, dqkv, c->dkv[c->cp % 2], NH, NKV, hs);
 }

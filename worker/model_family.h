@@ -261,10 +261,14 @@ struct model_unit_hooks {
      * over the ranks of in[n * T]'s block `rank` into out[n]. */
     zt_status (*tp_allgather)(void *ctx, enum zt_dtype t, const void *in, void *out, size_t n);
     zt_status (*tp_reduce_scatter)(void *ctx, enum zt_dtype t, const void *in, void *out, size_t n);
-    /* Context parallelism (a table with cp_size > 1): send[n] of type t
-     * to the next rank of the context group, recv[n] from the previous
-     * one (a ring; send and recv apart). NULL otherwise. */
-    zt_status (*cp_ring)(void *ctx, enum zt_dtype t, const void *send, void *recv, size_t n);
+    /* Context parallelism (a table with cp_size > 1): starts sending
+     * send[n] of type t to the next rank of the context group and
+     * receiving recv[n] from the previous one (a ring; send and recv
+     * apart, neither touched until the wait); *pending (NULL on failure)
+     * is completed and freed by cp_ring_wait. NULL otherwise. */
+    zt_status (*cp_ring_start)(void *ctx, enum zt_dtype t, const void *send, void *recv, size_t n,
+                               void **pending);
+    zt_status (*cp_ring_wait)(void *ctx, void *pending);
 };
 
 /* Where a step's compute time goes, when profiling is on. The categories

@@ -332,7 +332,7 @@ zt_status model_sp_norm_done(struct model *m, const struct ops_backend *ops,
  * row by row and runs on those rows as they are; positions are each row's
  * global one (model_cp_position); attention runs ring-wise over the
  * context group's key/value blocks (ops.h's attention_ring_*), one block
- * passed on per step through the hooks' cp_ring. Without context
+ * passed on per step through the hooks' cp_ring_start and cp_ring_wait. Without context
  * parallelism each helper is the plain op. */
 struct model_context {
     const struct device *dev;
