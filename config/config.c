@@ -116,9 +116,18 @@ zt_status config_check_world(const struct zt_config *cfg, int world_size)
                             "x pipeline.stages (%ld) = %ld ranks per model replica: run on a "
                             "multiple of %ld ranks, or change the sizes",
                             source, world_size, tp, pp, tp * pp, tp * pp);
+    const long cp = cfg->context_parallel.size > 1 ? cfg->context_parallel.size : 1;
+    if (world_size % (tp * pp * cp) != 0)
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: context_parallel.size: the world size %d is not a multiple of "
+                            "tensor_parallel.size (%ld) x pipeline.stages (%ld) x "
+                            "context_parallel.size (%ld) = %ld: run on a multiple of %ld ranks, "
+                            "or change the sizes",
+                            source, world_size, tp, pp, cp, tp * pp * cp, tp * pp * cp);
     /* DeepSpeed's train_batch_size counts the samples of one step over the
-     * data-parallel ranks only: the ranks of one replica share theirs. */
-    long dp = world_size / (tp * pp);
+     * data-parallel ranks only: the ranks of one replica share theirs, and
+     * so do the ranks of one context group. */
+    long dp = world_size / (tp * pp * cp);
     ZT_TRY(check_group_size(cfg->zero.shard_group_where, "shard_group_size",
                             cfg->zero.shard_group_size, dp, world_size, tp * pp));
     if (cfg->zero.hpz_partition_size > 1)

@@ -192,6 +192,13 @@ struct zt_config {
                                   false; accepted at size 1, where it changes nothing */
     } tensor_parallel;
 
+    /* Context parallelism (Megatron-LM's --context-parallel-size, torchtitan's
+     * context_parallel_degree): each sequence split across `size` ranks,
+     * attention computed ring-wise (worker/model_context.c). */
+    struct {
+        int size; /* C, default 1 */
+    } context_parallel;
+
     /* Pipeline parallelism: the blocks cut into `stages` consecutive runs,
      * one per group of ranks, micro batches flowing through them. */
     struct {

@@ -298,10 +298,20 @@ static const struct field fields[] = {
      "Megatron's sequence parallelism: outside the split layers each tensor-parallel rank holds "
      "1/T of the sequence (data.seq_len divisible by T); no effect at size 1"},
 
+    {"context_parallel", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
+     "context parallelism (Megatron-LM's --context-parallel-size, torchtitan's "
+     "context_parallel_degree): each sequence split across ranks"},
+    {"context_parallel.size", T_INT, OFF(context_parallel.size), 0, "1", GE(1), NB, 0, NULL,
+     "ranks each sequence is split across (C): rank r of a context group keeps chunks r and "
+     "2C-1-r of 2C (every rank the same share of the causal mask) and computes attention "
+     "ring-wise over the group's keys and values; activations per rank fall by C; ZeRO shards "
+     "over data x context ranks; composes with tensor (and sequence) and pipeline parallelism; "
+     "data.seq_len divisible by 2C; fp32 on the CPU backend"},
+
     {"pipeline", T_SECTION, NO_STORE, 0, NULL, NB, NB, 0, NULL,
      "pipeline parallelism: the blocks cut into stages that micro batches flow through"},
     {"pipeline.stages", T_INT, OFF(pipeline.stages), 0, "1", GE(1), NB, F_DS, NULL,
-     "pipeline stages (P), at most model.n_layer; the data-parallel size is world / (T * P)"},
+     "pipeline stages (P), at most model.n_layer; the data-parallel size is world / (T * P * C)"},
     {"pipeline.schedule", T_PIPE_SCHEDULE, OFF(pipeline.schedule), 0, "1f1b", NB, NB, 0, NULL,
      "1f1b (one forward, one backward: at most P micro batches' activations held) or gpipe "
      "(every forward, then every backward)"},
@@ -1779,6 +1789,52 @@ static zt_status check_parallel(const struct walk *w)
     return ZT_OK;
 }
 
+/* context_parallel.size > 1: a sequence of 2C equal chunks, and none of
+ * what it does not compose with yet. */
+static zt_status check_context(const struct walk *w)
+{
+    const struct zt_config *c = w->cfg;
+    const int C = c->context_parallel.size;
+    char where[WHERE];
+    if (C <= 1)
+        return ZT_OK;
+    const struct {
+        const char *key, *what;
+        int set;
+    } refusals[] = {
+        {"bf16.enabled", "bf16 (ring attention runs in fp32)", c->bf16.enabled},
+        {"fp16.enabled", "fp16 (ring attention runs in fp32)", c->fp16.enabled},
+        {"fp8.enabled", "fp8 GEMMs", c->fp8.enabled},
+        {"lora.enabled", "LoRA adapters", c->lora.enabled},
+        {"run.neftune_noise_alpha", "NEFTune's noise", c->run.neftune_noise_alpha > 0.0},
+        {"zero_optimization.shard_group_size", "HSDP shard groups", c->zero.shard_group_size > 0},
+        {"zero_optimization.zero_hpz_partition_size", "hpZ secondary groups",
+         c->zero.hpz_partition_size > 1},
+    };
+    const int sp = c->tensor_parallel.sequence_parallel ? c->tensor_parallel.size : 1;
+    if (c->data.seq_len % (2 * C) != 0 || (c->data.seq_len / C) % sp != 0) {
+        where_of_keys(w, where, "context_parallel.size", "data.seq_len", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: context_parallel.size: data.seq_len (%d) must be divisible by "
+                            "2 x context_parallel.size (%d)%s: the sequence is cut into 2C equal "
+                            "chunks",
+                            where, c->data.seq_len, 2 * C,
+                            sp > 1 ? " and by context_parallel.size x tensor_parallel.size "
+                                     "(sequence parallelism)"
+                                   : "");
+    }
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        if (!refusals[i].set)
+            continue;
+        where_of_keys(w, where, "context_parallel.size", refusals[i].key, NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: context_parallel.size: %d with %s (%s) is not built yet: set "
+                            "context_parallel.size to 1, or %s to its default",
+                            where, C, refusals[i].what, refusals[i].key, refusals[i].key);
+    }
+    return ZT_OK;
+}
+
 /* The dtype bnb_4bit_compute_dtype names (PyTorch's names too), or -1. */
 static int compute_dtype_of(const char *name)
 {
@@ -2191,6 +2247,8 @@ zt_status config_schema_fill(const struct yaml_tree *t, struct zt_config *cfg)
         s = check_model_and_data(w);
         if (s == ZT_OK)
             s = check_parallel(w);
+        if (s == ZT_OK)
+            s = check_context(w);
         if (s == ZT_OK)
             s = check_comm_device(w);
         if (s == ZT_OK)

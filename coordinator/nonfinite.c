@@ -292,6 +292,19 @@ static zt_status check_tp_reduce_scatter(void *ctx, enum zt_dtype t, const void 
     return c->inner.tp_reduce_scatter(c->inner.ctx, t, in, out, n);
 }
 
+static zt_status check_cp_ring_start(void *ctx, enum zt_dtype t, const void *send, void *recv,
+                                     size_t n, void **pending)
+{
+    struct check *c = ctx;
+    return c->inner.cp_ring_start(c->inner.ctx, t, send, recv, n, pending);
+}
+
+static zt_status check_cp_ring_wait(void *ctx, void *pending)
+{
+    struct check *c = ctx;
+    return c->inner.cp_ring_wait(c->inner.ctx, pending);
+}
+
 /* ---- the models' probes and the engine's ------------------------------ */
 
 /* What a forward op's output is called: "<tensor's module> <what>" for a
@@ -475,6 +488,8 @@ static zt_status rerun_checked(struct check *c, long step,
         .tp_allreduce = c->inner.tp_allreduce ? check_tp_allreduce : NULL,
         .tp_allgather = c->inner.tp_allgather ? check_tp_allgather : NULL,
         .tp_reduce_scatter = c->inner.tp_reduce_scatter ? check_tp_reduce_scatter : NULL,
+        .cp_ring_start = c->inner.cp_ring_start ? check_cp_ring_start : NULL,
+        .cp_ring_wait = c->inner.cp_ring_wait ? check_cp_ring_wait : NULL,
     };
     struct model_probe probe = {.ctx = c, .forward = check_forward, .loss = check_loss};
     const struct shard_reduced_probe reduced = {.ctx = c, .unit = check_reduced};

@@ -58,7 +58,7 @@ static struct ckpt_layout stored_layout(const struct run_session *s)
 /* Whether this rank writes a file: it is in the first shard group. */
 static int stores_shard(const struct run_session *s)
 {
-    return s->dp_rank < s->engine.part.world;
+    return s->coords.dp < s->engine.part.world;
 }
 
 /* The file of world rank r in the stored layout (-1: r writes none). */

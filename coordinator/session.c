@@ -439,10 +439,15 @@ static zt_status open_layout(struct run_session *s)
     const struct zt_config *c = &s->cfg;
     ZT_TRY(comm_layout_make(s->world, c->tensor_parallel.size, c->pipeline.stages, &s->layout));
     s->coords = comm_layout_coords(&s->layout, s->rank);
-    s->dp_rank = s->coords.dp;
-    s->dp_size = s->layout.dp;
+    const int C = c->context_parallel.size > 1 ? c->context_parallel.size : 1;
+    s->dp_rank = s->coords.dp / C;
+    s->dp_size = s->layout.dp / C;
     ZT_TRY(comm_axes_split(s->comm, &s->layout, &s->axes));
-    const int shard = c->zero.shard_group_size > 0 ? c->zero.shard_group_size : s->dp_size;
+    if (C > 1) {
+        ZT_TRY(comm_split(s->axes.dp, s->coords.dp / C, s->coords.dp % C, &s->context));
+        comm_set_name(s->context, "context");
+    }
+    const int shard = c->zero.shard_group_size > 0 ? c->zero.shard_group_size : s->layout.dp;
     ZT_TRY(comm_dp_groups_split(s->axes.dp, shard, c->zero.hpz_partition_size, &s->dp_groups));
     warn_spread_groups(s);
     return ZT_OK;
@@ -522,13 +527,18 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
 {
     const struct zt_config *c = &s->cfg;
     ZT_TRY(session_rank_table(c, s->layout.tp, s->coords.tp, &s->table));
+    if (s->context) {
+        s->table.cp_size = comm_size(s->context);
+        s->table.cp_rank = comm_rank(s->context);
+    }
     s->table.compute =
         session_compute_type(c, s->compute.ops, s->compute_why, sizeof s->compute_why);
     if (s->table.fp8) /* each rank's dY is the D-rank mean loss's times D (fp8_scaling.h) */
-        s->table.fp8->grad_divisor = (float)s->dp_size;
+        s->table.fp8->grad_divisor = (float)s->layout.dp;
     s->stage_method = session_stage_method(c);
     ZT_TRY(session_stage_of(c, &s->table, s->coords.pp, &s->stage));
-    struct shard_engine_config ec = session_engine_config(c, c->zero.stage, s->dp_size, s->dp_rank);
+    struct shard_engine_config ec =
+        session_engine_config(c, c->zero.stage, s->layout.dp, s->coords.dp);
     ec.pipeline_stage = c->pipeline.stages > 1 ? &s->stage : NULL;
     /* the file's weights replace the drawn ones: run_checkpoint_restore
      * draws only what it does not fill */
@@ -560,6 +570,8 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
         shard_engine_join_pipeline(&s->engine, s->axes.pp);
     if (s->layout.tp > 1)
         shard_engine_join_tensor(&s->engine, s->axes.tp);
+    if (s->context)
+        shard_engine_join_context(&s->engine, s->context);
     if (s->dp_groups.replica)
         shard_engine_join_replicas(&s->engine, s->dp_groups.replica);
     if (s->dp_groups.secondary)
@@ -864,6 +876,8 @@ void session_close(struct run_session *s)
     token_buffer_free(&s->train);
     token_buffer_free(&s->val);
     comm_dp_groups_destroy(&s->dp_groups);
+    comm_destroy(s->context);
+    s->context = NULL;
     comm_axes_destroy(&s->axes);
     if (s->comm)
         comm_destroy(s->comm);

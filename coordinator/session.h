@@ -120,12 +120,18 @@ struct run_session {
     struct comm_flight *flight;
     /* The rank grid (tensor x pipeline x data parallel, comm/layout.h),
      * this rank's place in it and its axes' groups. ZeRO shards over the
-     * data-parallel group (axes.dp, dp_size ranks): the engine, the sampler
-     * and the gradient averaging see only it. */
+     * data-parallel group (axes.dp): the engine and the gradient averaging
+     * see only it. Under context parallelism of C ranks (context_parallel.size)
+     * that group is data x context: its C consecutive ranks form a context
+     * group (`context`; NULL when C is 1), which reads one micro batch and
+     * splits its sequences (worker/model_parts.h). dp_rank and dp_size count
+     * the data-parallel replicas the sampler serves: axes.dp's rank and
+     * size divided by C. */
     struct comm_layout layout;
     struct comm_coords coords;
     struct comm_axes axes;
     int dp_rank, dp_size;
+    struct comm *context;
     /* The data-parallel group's hierarchy (comm/layout.h): HSDP's shard
      * group, which the engine runs on instead of axes.dp, and its
      * replicas; hpZ's secondary group. NULL members when not configured. */

@@ -97,11 +97,12 @@ static zt_status open_outputs(struct run_session *s, const struct run_options *o
 }
 
 /* The communicators a step's traffic goes through: the world's (the
- * step's agreement), each axis's, and the data-parallel group's
- * hierarchy (shard groups, replicas, hpZ's secondary groups), with the
+ * step's agreement), each axis's, the data-parallel group's hierarchy
+ * (shard groups, replicas, hpZ's secondary groups) and the context group
+ * (part of the data-parallel group: ring attention's blocks), with the
  * axis each belongs to (metrics.h's step_record.axis order: tensor,
  * pipeline, data; -1: none). A missing group is NULL. */
-#define STEP_COMMS 7
+#define STEP_COMMS 8
 
 static void step_comms(const struct run_session *s, const struct comm *out[STEP_COMMS],
                        int axis[STEP_COMMS])
@@ -112,8 +113,9 @@ static void step_comms(const struct run_session *s, const struct comm *out[STEP_
                                         s->axes.dp,
                                         s->dp_groups.shard,
                                         s->dp_groups.replica,
-                                        s->dp_groups.secondary};
-    static const int axes[STEP_COMMS] = {-1, 0, 1, 2, 2, 2, 2};
+                                        s->dp_groups.secondary,
+                                        s->context};
+    static const int axes[STEP_COMMS] = {-1, 0, 1, 2, 2, 2, 2, 2};
     for (int i = 0; i < STEP_COMMS; i++) {
         out[i] = c[i];
         axis[i] = axes[i];

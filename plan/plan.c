@@ -164,11 +164,11 @@ static int interleaves(const struct plan_layout *l, int v)
     return v == 1 || (l->accum % l->pp == 0 && l->zero_stage < 3);
 }
 
-/* The layouts of T x P with v model chunks per stage. */
-static zt_status plan_grid_chunks(struct plan_ctx *x, int T, int P, int v)
+/* The layouts of T x P x C with v model chunks per stage. */
+static zt_status plan_grid_chunks(struct plan_ctx *x, int T, int P, int C, int v)
 {
-    const int D = x->o->gpus / (T * P);
-    struct plan_layout l = {.tp = T, .pp = P, .dp = D, .vp = v};
+    const int D = x->o->gpus / (T * P * C);
+    struct plan_layout l = {.tp = T, .pp = P, .dp = D, .cp = C, .vp = v};
     int *blocks = calloc((size_t)P, sizeof *blocks), stages[PLAN_MAX_ROLES];
     if (!blocks)
         return zt_error_set(ZT_ERR_NOMEM, "cannot plan %d stages", P);
@@ -183,7 +183,7 @@ static zt_status plan_grid_chunks(struct plan_ctx *x, int T, int P, int v)
     int micro[8], ckpt[4];
     const int n_micro = micro_options(x->global_batch / D, micro);
     const int n_ckpt = ckpt_options(&x->cfg, x->model.layers, ckpt);
-    for (int z = 0; z <= (D > 1 ? 3 : 0); z++)
+    for (int z = 0; z <= (D * C > 1 ? 3 : 0); z++) /* ZeRO over data x context ranks */
         for (int b = 0; b < n_micro; b++)
             for (int k = 0; k < n_ckpt; k++) {
                 l.zero_stage = z;
@@ -196,24 +196,25 @@ static zt_status plan_grid_chunks(struct plan_ctx *x, int T, int P, int v)
     return ZT_OK;
 }
 
-/* Layouts of T x P: one chunk per stage, and 2 and 4 interleaved ones
- * where the blocks divide. */
-static zt_status plan_grid(struct plan_ctx *x, int T, int P)
+/* Layouts of T x P x C: one chunk per stage, and 2 and 4 interleaved
+ * ones where the blocks divide. */
+static zt_status plan_grid(struct plan_ctx *x, int T, int P, int C)
 {
-    const int N = x->o->gpus, D = N / (T * P);
+    const int N = x->o->gpus, D = N / (T * P * C);
     if (x->global_batch % D != 0) {
         x->uneven++;
         return ZT_OK;
     }
-    const struct plan_layout l = {.tp = T, .pp = P, .dp = D};
+    const struct plan_layout l = {.tp = T, .pp = P, .dp = D, .cp = C};
     const char *why = unsupported(&x->cfg, &l);
+    why = why ? why : plan_context_unsupported(&x->cfg, &l);
     if (why) {
         refuse(x, why);
         return ZT_OK;
     }
     for (int v = 1; v <= PLAN_MAX_CHUNKS; v *= 2)
         if (v == 1 || (P > 1 && x->model.layers % (P * v) == 0))
-            ZT_TRY(plan_grid_chunks(x, T, P, v));
+            ZT_TRY(plan_grid_chunks(x, T, P, C, v));
     return ZT_OK;
 }
 
@@ -228,9 +229,13 @@ static zt_status enumerate(struct plan_ctx *x)
     for (int T = 1; T <= N; T++) {
         if (!divides(T, N) || !divides(T, x->model.heads) || !divides(T, x->model.kv_heads))
             continue;
-        for (int P = 1; P <= N / T && P <= x->model.layers; P++)
-            if (divides(P, N / T))
-                ZT_TRY(plan_grid(x, T, P));
+        for (int P = 1; P <= N / T && P <= x->model.layers; P++) {
+            if (!divides(P, N / T))
+                continue;
+            for (int C = 1; C <= N / (T * P); C *= 2) /* context parallelism: powers of 2 */
+                if (divides(C, N / (T * P)))
+                    ZT_TRY(plan_grid(x, T, P, C));
+        }
     }
     return ZT_OK;
 }
@@ -276,7 +281,7 @@ static void parts_of(const struct plan_time *t, double *v)
     v[PART_OPTIMIZER] = t->optimizer;
     v[PART_TENSOR] = t->exposed[PLAN_AXIS_TENSOR];
     v[PART_PIPELINE] = t->exposed[PLAN_AXIS_PIPELINE];
-    v[PART_DATA] = t->exposed[PLAN_AXIS_DATA];
+    v[PART_DATA] = t->exposed[PLAN_AXIS_DATA] + t->context; /* ring attention's, on the data axis */
     v[PART_BUBBLE] = t->bubble;
 }
 
@@ -285,11 +290,13 @@ static void layout_name(const struct plan_layout *l, char *buf, size_t n)
     char ck[16] = "off";
     if (l->ckpt_every)
         snprintf(ck, sizeof ck, "every %d", l->ckpt_every);
-    char v[16] = "";
+    char v[16] = "", cp[16] = "";
     if (l->vp > 1)
         snprintf(v, sizeof v, " v%d", l->vp);
-    snprintf(buf, n, "T%d P%d%s D%d ZeRO-%d micro %d x %d, checkpointing %s", l->tp, l->pp, v,
-             l->dp, l->zero_stage, l->micro_batch, l->accum, ck);
+    if (plan_context_size(l) > 1)
+        snprintf(cp, sizeof cp, " C%d", plan_context_size(l));
+    snprintf(buf, n, "T%d P%d%s D%d%s ZeRO-%d micro %d x %d, checkpointing %s", l->tp, l->pp, v,
+             l->dp, cp, l->zero_stage, l->micro_batch, l->accum, ck);
 }
 
 static const char *link_of(const struct plan_time *t, enum plan_axis a)
@@ -349,7 +356,7 @@ static int chunks_of(const struct plan_layout *l)
 static void print_row(const struct planned *p, size_t rank, FILE *f)
 {
     const struct plan_time *t = &p->times[p->slowest];
-    double comm = 0.0;
+    double comm = t->context;
     for (int a = 0; a < PLAN_AXIS_COUNT; a++)
         comm += t->exposed[a];
     char ck[8] = "off";
@@ -358,10 +365,12 @@ static void print_row(const struct planned *p, size_t rank, FILE *f)
     char mfu[16] = "    -";
     if (isfinite(p->mfu))
         snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * p->mfu);
+    char dc[24]; /* data x context */
+    snprintf(dc, sizeof dc, plan_context_size(&p->l) > 1 ? "%d*%d" : "%d", p->l.dp, p->l.cp);
     fprintf(f,
-            "%4zu %4d %4d %2d %6d %4d %5d x %-5d %5s %9.2f %4s %9.4g %11.4g %6s %5.1f%% %6.1f%% "
+            "%4zu %4d %4d %2d %6s %4d %5d x %-5d %5s %9.2f %4s %9.4g %11.4g %6s %5.1f%% %6.1f%% "
             "%6.1f%%\n",
-            rank, p->l.tp, p->l.pp, chunks_of(&p->l), p->l.dp, p->l.zero_stage, p->l.micro_batch,
+            rank, p->l.tp, p->l.pp, chunks_of(&p->l), dc, p->l.zero_stage, p->l.micro_batch,
             p->l.accum, ck, gib(p->peak), p->fits ? "yes" : "no", p->step, p->tokens_per_s, mfu,
             100.0 * p->sustained, 100.0 * comm / t->step, 100.0 * t->bubble / t->step);
 }
@@ -394,7 +403,7 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
                 "optimizer states on NVMe in %s: the peaks count the window they stream "
                 "through; the first layout's file is %.2f GiB per rank\n",
                 x->cfg.zero.offload_optimizer.nvme_path, gib(x->list.v[0].roles[0].nvme_bytes));
-    fprintf(f, "rank    T    P  v      D ZeRO micro x accum ckpt  peak GiB fits    step s    "
+    fprintf(f, "rank    T    P  v    D*C ZeRO micro x accum ckpt  peak GiB fits    step s    "
                "tokens/s    MFU  sust.   comm  bubble\n");
     const size_t shown = x->o->all ? x->list.n : (size_t)x->o->top;
     for (size_t i = 0; i < x->list.n && i < shown && (x->o->all || x->list.v[i].fits); i++)
@@ -460,11 +469,12 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
 static void json_layout(FILE *f, const struct planned *p)
 {
     fprintf(f,
-            "{\"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, \"zero_stage\": %d, "
-            "\"micro_batch\": %d, \"accum\": %d, \"ckpt_every\": %d, \"fits\": %s, \"peak\": %llu, "
-            "\"step_seconds\": ",
-            p->l.tp, p->l.pp, chunks_of(&p->l), p->l.dp, p->l.zero_stage, p->l.micro_batch,
-            p->l.accum, p->l.ckpt_every, p->fits ? "true" : "false", (unsigned long long)p->peak);
+            "{\"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, \"cp\": %d, "
+            "\"zero_stage\": %d, \"micro_batch\": %d, \"accum\": %d, \"ckpt_every\": %d, "
+            "\"fits\": %s, \"peak\": %llu, \"step_seconds\": ",
+            p->l.tp, p->l.pp, chunks_of(&p->l), p->l.dp, plan_context_size(&p->l), p->l.zero_stage,
+            p->l.micro_batch, p->l.accum, p->l.ckpt_every, p->fits ? "true" : "false",
+            (unsigned long long)p->peak);
     json_num(f, p->step);
     fputs(", \"tokens_per_s\": ", f);
     json_num(f, p->tokens_per_s);

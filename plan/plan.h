@@ -55,6 +55,7 @@ struct plan_layout {
     int micro_batch, accum; /* per data-parallel rank: micro_batch x accum sequences */
     int ckpt_every;         /* activation checkpointing interval, 0: off */
     int vp;                 /* model chunks per pipeline stage (interleaved 1F1B); 0 or 1: one */
+    int cp;                 /* context-parallel size C (0 or 1: none); dp counts replicas */
 };
 
 /* The most model chunks per stage a plan tries (interleaved 1F1B). */
@@ -105,6 +106,7 @@ struct plan_time {
     double comm[PLAN_AXIS_COUNT];    /* every collective of the axis, whole */
     double exposed[PLAN_AXIS_COUNT]; /* the part the stage's overlap leaves */
     double bubble;                   /* idle time of the pipeline schedule */
+    double context;                  /* ring attention's exposed time (plan_context.c) */
     double step;                     /* the step: all of it */
     uint64_t bytes[PLAN_AXIS_COUNT]; /* bytes this rank sends per step */
     int inter_node[PLAN_AXIS_COUNT]; /* the axis's ring crosses nodes */
@@ -144,6 +146,16 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
  * absorbed by the other ranks taking its core:
  * max(0, busy x (1 + (P-1)/(v m)) / o - busy). */
 double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscription);
+
+/* Context parallelism (plan_context.c): C of layout l (1 without); why
+ * the config cannot run l's C, as config_load would refuse it, or NULL;
+ * and ring attention's traffic on the data axis and exposed time, added
+ * to out by plan_cost (flops_rate: the rank's matmul rate). */
+int plan_context_size(const struct plan_layout *l);
+const char *plan_context_unsupported(const struct zt_config *c, const struct plan_layout *l);
+void plan_context_cost(const struct plan_model *pm, const struct plan_layout *l,
+                       const struct plan_role *r, const struct machine *m, double flops_rate,
+                       int per_node, struct plan_time *out);
 
 /* The command's options. */
 struct plan_options {

@@ -50,7 +50,7 @@ static void add_send(struct axis_load *a, uint64_t bytes, double times)
 static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
                          struct axis_load *a)
 {
-    const int D = l->dp;
+    const int D = l->dp * plan_context_size(l); /* ZeRO over data x context ranks */
     const uint64_t grads = r->trainable_padded * r->grad_esz;
     const uint64_t params = r->trainable_padded * r->esz;
     switch (l->zero_stage) {
@@ -86,7 +86,7 @@ static void tensor_traffic(const struct plan_model *pm, const struct plan_layout
                            const struct plan_role *r, int sequence_parallel, struct axis_load *a)
 {
     const int T = l->tp;
-    const uint64_t rows = (uint64_t)l->micro_batch * (uint64_t)pm->seq;
+    const uint64_t rows = (uint64_t)l->micro_batch * (uint64_t)pm->seq / plan_context_size(l);
     const uint64_t act = rows * (uint64_t)pm->embd * r->act_esz; /* in the compute type */
     const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0, m = l->accum;
     if (!sequence_parallel) {
@@ -125,8 +125,9 @@ static void pipeline_traffic(const struct plan_layout *l, const struct plan_role
  * and crosses nodes when that is more than a node holds. */
 static int crosses_nodes(const struct plan_layout *l, enum plan_axis axis, int per_node)
 {
-    const int size[] = {l->tp, l->pp, l->dp};
-    const long span[] = {l->tp, (long)l->tp * l->dp * l->pp, (long)l->tp * l->dp};
+    const int dp = l->dp * plan_context_size(l);
+    const int size[] = {l->tp, l->pp, dp};
+    const long span[] = {l->tp, (long)l->tp * dp * l->pp, (long)l->tp * dp};
     return size[axis] > 1 && span[axis] > per_node;
 }
 
@@ -202,8 +203,9 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
         out->exposed[PLAN_AXIS_DATA] =
             out->comm[PLAN_AXIS_DATA] > hidden ? out->comm[PLAN_AXIS_DATA] - hidden : 0.0;
     }
-    const double busy =
-        out->compute + out->exposed[PLAN_AXIS_TENSOR] + out->exposed[PLAN_AXIS_PIPELINE];
+    plan_context_cost(pm, l, r, m, flops_rate, per_node, out);
+    const double busy = out->compute + out->exposed[PLAN_AXIS_TENSOR] +
+                        out->exposed[PLAN_AXIS_PIPELINE] + out->context;
     out->bubble = plan_bubble(busy, l->pp, l->accum, r->chunks, oversubscription(m, per_node));
     out->step = busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->optimizer;
 }

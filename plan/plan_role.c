@@ -16,6 +16,7 @@ struct zt_config plan_config(const struct zt_config *base, const struct plan_lay
     c.tensor_parallel.size = l->tp;
     c.pipeline.stages = l->pp;
     c.pipeline.virtual_stages = l->vp > 1 ? l->vp : 1;
+    c.context_parallel.size = plan_context_size(l);
     c.zero.stage = l->zero_stage;
     c.train_micro_batch_size_per_gpu = l->micro_batch;
     c.gradient_accumulation_steps = l->accum;
@@ -74,7 +75,7 @@ static double stage_flops(const struct zt_config *c, const struct param_table *t
     const double per_token =
         model_stage_blocks(st) * block * (1.0 + recompute) + (st->last ? head : 0.0);
     const double tokens = (double)c->train_micro_batch_size_per_gpu * c->data.seq_len;
-    return per_token * tokens / param_table_tp_size(t);
+    return per_token * tokens / param_table_tp_size(t) / (t->cp_size > 1 ? t->cp_size : 1);
 }
 
 /* Bytes of the full units one micro batch's passes acquire, in order
@@ -119,7 +120,8 @@ static zt_status plan_rank(const struct zt_config *c, const struct plan_layout *
                            const struct compute_backend *be, struct plan_role *out)
 {
     struct shard_engine engine;
-    struct shard_engine_config ec = session_engine_config(c, l->zero_stage, l->dp, 0);
+    struct shard_engine_config ec =
+        session_engine_config(c, l->zero_stage, l->dp * plan_context_size(l), 0);
     ec.pipeline_stage = l->pp > 1 ? st : NULL;
     ZT_TRY(shard_engine_create(&ec, t, NULL, be, &engine));
     shard_engine_plan_pipeline(&engine, l->pp);
@@ -172,6 +174,7 @@ zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, i
     memset(out, 0, sizeof *out);
     ledger_init(&ledger, 1);
     ZT_TRY(session_rank_table(&c, l->tp, 0, &t));
+    t.cp_size = plan_context_size(l); /* the rank's T/C rows of each sequence */
     char why[192];
     t.compute = session_compute_type(&c, NULL, why, sizeof why); /* the hardware planned for */
     zt_status s = session_stage_of(&c, &t, stage, &st);

@@ -1235,6 +1235,50 @@ void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor)
     e->hooks.tp_reduce_scatter = e->tensor ? hook_tp_reduce_scatter : NULL;
 }
 
+/* One step of the context group's ring: to the next rank, from the
+ * previous, both posted at once; the pair is the pending handle. */
+struct ring_step {
+    struct comm_request *recv, *send;
+};
+
+static zt_status hook_cp_ring_wait(void *ctx, void *pending)
+{
+    struct shard_engine *e = ctx;
+    struct ring_step *r = pending;
+    zt_status st = r->recv ? comm_wait(e->context, r->recv) : ZT_OK;
+    const zt_status ws = r->send ? comm_wait(e->context, r->send) : ZT_OK;
+    free(r);
+    ZT_TRY(st);
+    return ws;
+}
+
+static zt_status hook_cp_ring_start(void *ctx, enum zt_dtype t, const void *send, void *recv,
+                                    size_t n, void **pending)
+{
+    struct shard_engine *e = ctx;
+    const int size = comm_size(e->context), rank = comm_rank(e->context);
+    struct ring_step *r = calloc(1, sizeof *r);
+    *pending = NULL;
+    if (!r)
+        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate a ring step");
+    zt_status st = comm_irecv(e->context, recv, n, t, (rank + size - 1) % size, &r->recv);
+    if (st == ZT_OK)
+        st = comm_isend(e->context, send, n, t, (rank + 1) % size, &r->send);
+    if (st != ZT_OK) {
+        (void)hook_cp_ring_wait(ctx, r);
+        return st;
+    }
+    *pending = r;
+    return ZT_OK;
+}
+
+void shard_engine_join_context(struct shard_engine *e, struct comm *context)
+{
+    e->context = comm_size(context) > 1 ? context : NULL;
+    e->hooks.cp_ring_start = e->context ? hook_cp_ring_start : NULL;
+    e->hooks.cp_ring_wait = e->context ? hook_cp_ring_wait : NULL;
+}
+
 /* Under tensor parallelism: the sum of squares of this rank's share of
  * the reduced gradients g, each piece of a tensor that every
  * tensor-parallel rank holds whole weighted 1/T, so that the sum over the

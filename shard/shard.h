@@ -421,6 +421,9 @@ struct shard_engine {
     /* Tensor parallelism (shard_engine_join_tensor): the group of the
      * ranks holding the other slices of this rank's tensors; NULL: none. */
     struct comm *tensor;
+    /* Context parallelism (shard_engine_join_context): the ranks holding
+     * the other parts of this rank's sequences, in ring order; NULL: none. */
+    struct comm *context;
 
     /* HSDP (shard_engine_join_replicas): the ranks holding this rank's
      * shards in the other shard groups; NULL: none. */
@@ -514,6 +517,12 @@ void shard_engine_join_secondary(struct shard_engine *e, struct comm *secondary)
  * the group, and the gradient norm sums the cut tensors' squares over it while counting the tensors
  * every rank holds whole once. tensor is borrowed. */
 void shard_engine_join_tensor(struct shard_engine *e, struct comm *tensor);
+
+/* Context parallelism: `context` is the group of ranks sharing this rank's
+ * sequences (worker/model_parts.h), which also belong to its data-parallel
+ * group (ZeRO shards over data x context ranks); the model's hooks gain
+ * cp_ring_start and cp_ring_wait over it. context is borrowed. */
+void shard_engine_join_context(struct shard_engine *e, struct comm *context);
 
 /* Fused-backward optimizers (optimizer->fused_backward, LOMO): there is no
  * gradient buffer; during the backward each unit's gradient, once

@@ -9,3 +9,5 @@ zt_test(test_quant4 SOURCES test_quant4.c LIBS zt_worker)
 zt_test(test_simd SOURCES test_simd.c LIBS zt_worker TIMEOUT 300)
 # The 16-bit (bf16, fp16) forms of the model ops against their fp32 forms.
 zt_test(test_ops16 SOURCES test_ops16.c LIBS zt_worker)
+# Ring attention (context parallelism) against the unsplit fused attention.
+zt_test(test_attention_ring SOURCES test_attention_ring.c LIBS zt_worker)

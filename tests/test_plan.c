@@ -43,6 +43,7 @@ static uint64_t uint_of(const struct json_value *obj, const char *key)
 struct layout_case {
     int np, tp, pp, stage, ckpt, sp, llama;
     int vp; /* pipeline.virtual_stages; 0: 1 */
+    int cp; /* context_parallel.size; 0: no context parallelism */
 };
 
 /* micro.yaml with 4 layers and 4 heads (so that T and P go to 4), a global
@@ -51,24 +52,30 @@ struct layout_case {
 #define LLAMA "--set model.family=llama --set model.n_kv_head=2 --set model.intermediate_size=64 "
 
 static const struct layout_case cases[] = {
-    {1, 1, 1, 0, 0, 0, 0, 0}, {2, 1, 1, 0, 1, 0, 0, 0}, {2, 1, 1, 1, 0, 0, 0, 0},
-    {2, 1, 1, 2, 1, 0, 0, 0}, {2, 1, 1, 3, 0, 0, 0, 0}, {2, 2, 1, 0, 0, 0, 0, 0},
-    {2, 1, 2, 0, 1, 0, 0, 0}, {3, 1, 3, 0, 0, 0, 0, 0}, {3, 1, 1, 3, 1, 0, 0, 0},
-    {4, 2, 2, 0, 0, 0, 0, 0}, {4, 2, 1, 3, 1, 0, 0, 0}, {4, 1, 2, 2, 0, 0, 0, 0},
-    {4, 4, 1, 0, 1, 0, 0, 0}, {4, 1, 4, 0, 0, 0, 0, 0}, {4, 2, 1, 1, 0, 1, 0, 0},
-    {4, 2, 2, 0, 1, 0, 1, 0}, {4, 2, 1, 3, 0, 0, 1, 0}, {2, 2, 1, 0, 0, 1, 1, 0},
-    {4, 1, 2, 1, 1, 1, 1, 0}, {4, 1, 2, 1, 0, 0, 0, 2}, {2, 1, 2, 0, 1, 0, 1, 2},
+    {1, 1, 1, 0, 0, 0, 0, 0},    {2, 1, 1, 0, 1, 0, 0, 0},    {2, 1, 1, 1, 0, 0, 0, 0},
+    {2, 1, 1, 2, 1, 0, 0, 0},    {2, 1, 1, 3, 0, 0, 0, 0},    {2, 2, 1, 0, 0, 0, 0, 0},
+    {2, 1, 2, 0, 1, 0, 0, 0},    {3, 1, 3, 0, 0, 0, 0, 0},    {3, 1, 1, 3, 1, 0, 0, 0},
+    {4, 2, 2, 0, 0, 0, 0, 0},    {4, 2, 1, 3, 1, 0, 0, 0},    {4, 1, 2, 2, 0, 0, 0, 0},
+    {4, 4, 1, 0, 1, 0, 0, 0},    {4, 1, 4, 0, 0, 0, 0, 0},    {4, 2, 1, 1, 0, 1, 0, 0},
+    {4, 2, 2, 0, 1, 0, 1, 0},    {4, 2, 1, 3, 0, 0, 1, 0},    {2, 2, 1, 0, 0, 1, 1, 0},
+    {4, 1, 2, 1, 1, 1, 1, 0},    {4, 1, 2, 1, 0, 0, 0, 2},    {2, 1, 2, 0, 1, 0, 1, 2},
+    {2, 1, 1, 0, 0, 0, 0, 0, 2}, {4, 2, 1, 3, 1, 0, 1, 0, 2},
 };
+
+static int context_of(const struct layout_case *c)
+{
+    return c->cp > 1 ? c->cp : 1;
+}
 
 static const char *case_args(const struct layout_case *c)
 {
     return testutil_fmt(MODEL "%s--set tensor_parallel.size=%d --set pipeline.stages=%d --set "
                               "zero_optimization.stage=%d --set gradient_accumulation_steps=2 "
                               "--set activation_checkpointing.enabled=%s%s --set "
-                              "pipeline.virtual_stages=%d",
+                              "pipeline.virtual_stages=%d --set context_parallel.size=%d",
                         c->llama ? LLAMA : "", c->tp, c->pp, c->stage, c->ckpt ? "true" : "false",
                         c->sp ? " --set tensor_parallel.sequence_parallel=true" : "",
-                        c->vp ? c->vp : 1);
+                        c->vp ? c->vp : 1, context_of(c));
 }
 
 /* The plan's entry for the case's layout (micro batch 2, 2 micro steps). */
@@ -81,7 +88,8 @@ static const struct json_value *planned_layout(const struct json_value *plan,
         if (uint_of(l, "tp") == (uint64_t)c->tp && uint_of(l, "pp") == (uint64_t)c->pp &&
             uint_of(l, "zero_stage") == (uint64_t)c->stage && uint_of(l, "micro_batch") == 2 &&
             uint_of(l, "accum") == 2 && uint_of(l, "ckpt_every") == (uint64_t)c->ckpt &&
-            uint_of(l, "virtual_stages") == (uint64_t)(c->vp ? c->vp : 1))
+            uint_of(l, "virtual_stages") == (uint64_t)(c->vp ? c->vp : 1) &&
+            uint_of(l, "cp") == (uint64_t)context_of(c))
             return l;
     }
     ck_abort_msg("the plan has no entry for the layout");
@@ -148,14 +156,14 @@ START_TEST(plan_equals_the_measured_ledger_and_traffic)
     char dir[4096], args[2048], what[128];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan"));
     snprintf(args, sizeof args, "%s", case_args(c));
-    snprintf(what, sizeof what, "%d ranks T%d P%d v%d stage %d%s%s%s", c->np, c->tp, c->pp,
-             c->vp ? c->vp : 1, c->stage, c->ckpt ? " checkpointed" : "",
+    snprintf(what, sizeof what, "%d ranks T%d P%d v%d C%d stage %d%s%s%s", c->np, c->tp, c->pp,
+             c->vp ? c->vp : 1, context_of(c), c->stage, c->ckpt ? " checkpointed" : "",
              c->sp ? " sequence-parallel" : "", c->llama ? " llama" : "");
     ck_assert_msg(
         testutil_train_micro(dir, "run", c->np,
                              testutil_fmt("%s --memory-report %s/report.json", args, dir)) == 0,
         "%s: the run failed:\n%s", what, testutil_slurp(testutil_path_in(dir, "run.log")));
-    const int D = c->np / (c->tp * c->pp);
+    const int D = c->np / (c->tp * c->pp * context_of(c));
     ck_assert_msg(testutil_run(testutil_path_in(dir, "plan.log"),
                                "%s plan %s --gpus %d --gpus-per-node %d --global-batch %d --all "
                                "--json %s/plan.json %s",

@@ -84,3 +84,6 @@ zt_test(test_nonfinite SOURCES test_nonfinite.c LIBS zt_common TIMEOUT 600 LAUNC
 # at 2 and 4 ranks under every stage, fp32, bf16 and QLoRA; the loader's
 # staging below an fp32 copy of the model; a truncated shard refused.
 zt_test(test_load SOURCES test_load.c LIBS zt_common TIMEOUT 1800 LAUNCHES_MPI SPLIT qlora)
+# Context parallelism: its layouts' losses against one rank's, activations
+# per rank, refusals.
+zt_test(test_context_parallel SOURCES test_context_parallel.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)

@@ -431,7 +431,9 @@ static struct scratch_layout scratch_layout_of(const struct llama_dims *d, int B
     return s;
 }
 
-/* cos and sin of t * theta^(-2i/hs) for t < T, i < hs/2, computed in
+/* cos and sin of p * theta^(-2i/hs) for the position p of each local row
+ * t < T (model_cp_position: t itself but under context parallelism),
+ * i < hs/2, computed in
  * double (Hugging Face computes the angle in fp32; the difference is
  * below fp32's rounding of the result for the positions a model has). */
 static zt_status rope_tables_fill(struct llama *m)
@@ -443,7 +445,8 @@ static zt_status rope_tables_fill(struct llama *m)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the rotary tables");
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
-            double angle = t * pow(m->c.rope_theta, -2.0 * i / (2.0 * half));
+            double angle =
+                model_cp_position(&m->base, t) * pow(m->c.rope_theta, -2.0 * i / (2.0 * half));
             host[(size_t)t * half + i] = (float)cos(angle);
             host[n + (size_t)t * half + i] = (float)sin(angle);
         }
@@ -518,6 +521,7 @@ static zt_status instance_create(const struct param_table *t, const struct compu
     m->base.stage = *stage;
     m->c = llama_config_of(t);
     m->d = dims_of(t);
+    m->base.cp_kv_width = 2 * m->d.NKV * m->d.hs;
     m->ops = be->ops;
     m->dev = &be->dev;
     m->ckpt_every = ckpt_every;
@@ -575,8 +579,8 @@ static zt_status block_forward(struct llama *m, const struct model_unit_hooks *h
     MODEL_PROBE(&m->base, l, layer_tensor(c, l, T_Q),
                 "q, k and v outputs after the rotary embedding", layer + a.qkv, (size_t)BT * QKV);
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_forward(ops, at, layer + a.atty, STAT(layer + a.lse), layer + a.qkv,
-                                       B, T, NH, NKV, hs));
+                model_attention_forward(&m->base, ops, h, layer + a.atty, STAT(layer + a.lse),
+                                        layer + a.qkv, NH, NKV, hs));
     MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * NH * hs);
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -775,8 +779,8 @@ static zt_status block_backward(struct llama *m, const struct model_unit_hooks *
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * QKV));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_backward(ops, at, sc + s.dqkv, sc + s.datty, layer + a.qkv,
-                                        layer + a.atty, STAT(layer + a.lse), B, T, NH, NKV, hs));
+                model_attention_backward(&m->base, ops, h, sc + s.dqkv, sc + s.datty, layer + a.qkv,
+                                         layer + a.atty, STAT(layer + a.lse), NH, NKV, hs));
     MODEL_TIMED(m, MODEL_PROF_ROPE,
                 ops->rope_backward(ops, at, sc + s.dqkv, m->rope_cos, m->rope_sin, B, T, NH + NKV,
                                    hs, QKV));

@@ -365,6 +365,8 @@ static zt_status gpt2_create_lent(const struct param_table *t, const struct comp
     out->base.B = B;
     out->base.T = T;
     out->base.stage = *stage;
+    out->base.cp_kv_width = 2 * dims_of(t).A; /* as many key/value heads as query heads */
+    out->base.cp_pos_width = dims_of(t).C;
     out->act_bytes = act_layout_of(t, B, T, ckpt_every, stage).total;
     out->scratch_bytes = scratch_layout_of(t, B, T).total;
     out->scratch_lent = lender != NULL;
@@ -447,8 +449,8 @@ static zt_status block_forward(struct gpt2 *m, const struct model_unit_hooks *h,
     MODEL_PROBE(&m->base, l, block_tensor(l, T_QKVW), "output", layer + a.qkv, (size_t)BT * 3 * A);
     /* GPT-2 has as many key/value heads as query heads: NKV = NH. */
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_forward(ops, at, layer + a.atty, STAT(layer + a.lse), layer + a.qkv,
-                                       m->base.B, m->base.T, d.NH, d.NH, d.hs));
+                model_attention_forward(&m->base, ops, h, layer + a.atty, STAT(layer + a.lse),
+                                        layer + a.qkv, d.NH, d.NH, d.hs));
     MODEL_PROBE(&m->base, l, -1, "attention output", layer + a.atty, (size_t)BT * A);
     /* attn projection output is staged in res2 then the residual added in place */
     partial = model_sp_partial(&m->base, layer + a.res2, m->scratch + s.dln);
@@ -510,10 +512,12 @@ zt_status gpt2_forward(struct gpt2 *m, const struct model_unit_hooks *h, const i
     ZT_TRY(h->pass_begin(h->ctx, MODEL_PASS_FORWARD));
 
     if (m->base.stage.first) {
+        const void *wpe;
         ZT_TRY(model_unit_acquire(&m->base, h, 0, &w));
-        ZT_TRY(model_vocab_embed_forward(
-            &m->base, m->ops, h, acts + a.encoded, m->scratch + scratch_layout_of(t, B, T).dln,
-            m->inputs, model_param_in(t, 0, w), model_param_in(t, 1, w), C, d.V, d.v_lo));
+        ZT_TRY(model_cp_positions(&m->base, model_param_in(t, 1, w), &wpe));
+        ZT_TRY(model_vocab_embed_forward(&m->base, m->ops, h, acts + a.encoded,
+                                         m->scratch + scratch_layout_of(t, B, T).dln, m->inputs,
+                                         model_param_in(t, 0, w), wpe, C, d.V, d.v_lo));
         MODEL_PROBE(&m->base, -1, -1, "embedding output (token + position)", acts + a.encoded,
                     (size_t)model_sp_rows(&m->base) * C);
         ZT_TRY(model_unit_release(&m->base, h, 0));
@@ -650,9 +654,8 @@ static zt_status block_backward(struct gpt2 *m, const struct model_unit_hooks *h
                                layer + a.atty, BT));
     ZT_TRY(zero(m, sc + s.dqkv, (size_t)BT * 3 * A));
     MODEL_TIMED(m, MODEL_PROF_ATTENTION,
-                ops->attention_backward(ops, at, sc + s.dqkv, sc + s.datty, layer + a.qkv,
-                                        layer + a.atty, STAT(layer + a.lse), B, T, d.NH, d.NH,
-                                        d.hs));
+                model_attention_backward(&m->base, ops, h, sc + s.dqkv, sc + s.datty, layer + a.qkv,
+                                         layer + a.atty, STAT(layer + a.lse), d.NH, d.NH, d.hs));
     ZT_TRY(model_sp_gather(&m->base, h, layer + a.ln1, gathered, C, &ln));
     ZT_TRY(zero(m, dln, (size_t)BT * C));
     MODEL_TIMED(m, MODEL_PROF_MATMUL,
@@ -747,9 +750,11 @@ zt_status gpt2_backward(struct gpt2 *m, const struct model_unit_hooks *h, float 
     if (m->base.stage.first) {
         if (!m->base.stage.last)
             ZT_TRY(model_unit_grads_acquire(&m->base, h, 0, &g0));
-        ZT_TRY(model_vocab_embed_backward(&m->base, m->ops, h, model_grad_in(t, 0, g0),
-                                          model_grad_in(t, 1, g0), dres, m->scratch + s.gathered,
-                                          m->inputs, C, d.V, d.v_lo));
+        float *dwpe = model_grad_in(t, 1, g0), *dpos;
+        ZT_TRY(model_cp_positions_grad(&m->base, dwpe, &dpos));
+        ZT_TRY(model_vocab_embed_backward(&m->base, m->ops, h, model_grad_in(t, 0, g0), dpos, dres,
+                                          m->scratch + s.gathered, m->inputs, C, d.V, d.v_lo));
+        ZT_TRY(model_cp_positions_done(&m->base, dwpe));
     }
     if (m->base.stage.first || m->base.stage.last)
         ZT_TRY(model_unit_grads_done(&m->base, h, 0));

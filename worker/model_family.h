@@ -126,6 +126,10 @@ struct param_table {
      * slice (model_parts.h says what the model then computes). */
     int tp_size, tp_rank, tp_sequence;
     struct param_table *whole;
+    /* Context parallelism (worker/model_context.c): each instance runs
+     * rank cp_rank's share of every sequence, cut over cp_size ranks
+     * (0 or 1: the whole sequence); set by the caller. */
+    int cp_size, cp_rank;
     /* fp8 training (worker/fp8_scaling.h): the delayed-scaling state of the
      * blocks' GEMMs, shared by every instance of the table; owned, freed
      * by param_table_free. NULL: the GEMMs run in fp32. */
@@ -281,6 +285,14 @@ struct model_unit_hooks {
      * over the ranks of in[n * T]'s block `rank` into out[n]. */
     zt_status (*tp_allgather)(void *ctx, enum zt_dtype t, const void *in, void *out, size_t n);
     zt_status (*tp_reduce_scatter)(void *ctx, enum zt_dtype t, const void *in, void *out, size_t n);
+    /* Context parallelism (a table with cp_size > 1): starts sending
+     * send[n] of type t to the next rank of the context group and
+     * receiving recv[n] from the previous one (a ring; send and recv
+     * apart, neither touched until the wait); *pending (NULL on failure)
+     * is completed and freed by cp_ring_wait. NULL otherwise. */
+    zt_status (*cp_ring_start)(void *ctx, enum zt_dtype t, const void *send, void *recv, size_t n,
+                               void **pending);
+    zt_status (*cp_ring_wait)(void *ctx, void *pending);
 };
 
 /* Where a step's compute time goes, when profiling is on. The categories
@@ -372,6 +384,13 @@ struct model {
      * stage is not the last), `dout` the gradient of that output (written
      * before the backward), `din` the gradient of `in` (read after it). */
     struct model_stage stage;
+    /* Context parallelism (model_parts.h): the ring's buffers when the
+     * table's cp_size > 1, else NULL; model_create sets it from the
+     * widths the family's create leaves in cp_kv_width (one row of a
+     * key/value block: 2 NKV hs) and cp_pos_width (one learned position
+     * row, 0: none). */
+    struct model_context *context;
+    int cp_kv_width, cp_pos_width;
     void *boundary_in, *boundary_out, *boundary_dout, *boundary_din;
     /* `din` is a buffer of its own (model_create_slot), copied from where
      * the backward leaves it in the scratch, `din_result`; the device and
@@ -476,7 +495,10 @@ void model_destroy(struct model *m);
 
 /* Forward over host arrays inputs/targets[B*T] (a target < 0: a masked
  * position, not counted), borrowing the parameters through h; sets
- * m->mean_loss, m->loss_sum and m->n_counted. A plan-only instance takes NULL for both
+ * m->mean_loss, m->loss_sum and m->n_counted. Under context parallelism
+ * the arrays are the whole sequences, B*T*cp_size each; the instance
+ * keeps its rank's rows (model_parts.h), and the loss and counts are
+ * theirs: summed over the context group, the sequence's. A plan-only instance takes NULL for both
  * and only walks the hooks. Errors: the hooks', the compute backend's,
  * ZT_ERR_NOMEM. */
 zt_status model_forward(struct model *m, const struct model_unit_hooks *h, const int32_t *inputs,

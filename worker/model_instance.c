@@ -45,6 +45,11 @@ zt_status model_create_slot(const struct param_table *t, const struct compute_ba
     ZT_ASSERT(t->family && B > 0 && T > 0 && ckpt_every >= 0);
     ZT_ASSERT(stage->first_block >= 0 && stage->first_block < stage->end_block &&
               stage->end_block <= param_table_blocks(t));
+    /* Context parallelism: the instance holds its rank's T / cp rows of
+     * each sequence (model_parts.h). */
+    const int cp = t->cp_size > 1 ? t->cp_size : 1;
+    ZT_ASSERT(T % (2 * cp) == 0 || cp == 1);
+    T /= cp;
     ZT_ASSERT(!lender || (lender->family == t->family && lender->B == B && lender->T == T));
     *out = NULL;
     ZT_TRY(t->family->create(t, be, B, T, ckpt_every, stage, lender, out));
@@ -54,7 +59,10 @@ zt_status model_create_slot(const struct param_table *t, const struct compute_ba
         s = model_adapters_create(*out, be);
     if (s == ZT_OK)
         s = model_fp8_create(*out, be, ckpt_every);
+    if (s == ZT_OK)
+        s = model_context_create(*out, be);
     if (s != ZT_OK) {
+        model_context_destroy(*out);
         model_fp8_destroy(*out);
         model_adapters_destroy(*out);
         own_din_free(*out);
@@ -68,6 +76,7 @@ void model_destroy(struct model *m)
 {
     if (!m)
         return;
+    model_context_destroy(m);
     model_fp8_destroy(m);
     model_adapters_destroy(m);
     model_neftune_free(m);
@@ -79,7 +88,9 @@ zt_status model_forward(struct model *m, const struct model_unit_hooks *h, const
                         const int32_t *targets)
 {
     ZT_ASSERT(m->plan || (inputs && targets));
-    return m->family->forward(m, h, inputs, targets);
+    const int32_t *in, *tg;
+    model_cp_select(m, inputs, targets, &in, &tg);
+    return m->family->forward(m, h, in, tg);
 }
 
 zt_status model_backward(struct model *m, const struct model_unit_hooks *h, float grad_scale)

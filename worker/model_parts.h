@@ -323,6 +323,72 @@ zt_status model_sp_norm_grad(struct model *m, const struct ops_backend *ops, flo
 zt_status model_sp_norm_done(struct model *m, const struct ops_backend *ops,
                              const struct model_unit_hooks *h, float *grad, float *tmp, size_t n);
 
+/* ---- context parallelism (worker/model_context.c) ----
+ *
+ * On a table with cp_size = C > 1 an instance holds T = S / C rows of each
+ * sequence of S tokens: the sequence is cut into 2C chunks of c = T / 2 and
+ * rank r keeps chunks r and 2C - 1 - r (Megatron's load balance for the
+ * causal mask), local rows [0, c) and [c, T). Every op but attention works
+ * row by row and runs on those rows as they are; positions are each row's
+ * global one (model_cp_position); attention runs ring-wise over the
+ * context group's key/value blocks (ops.h's attention_ring_*), one block
+ * passed on per step through the hooks' cp_ring_start and cp_ring_wait. Without context
+ * parallelism each helper is the plain op. */
+struct model_context {
+    const struct device *dev;
+    const struct ops_backend *ops;
+    int cp, rank;
+    void *kv[2], *dkv[2]; /* B*T*cp_kv_width elements of the compute type each */
+    size_t kv_bytes;
+    void *pos;   /* T*cp_pos_width of the compute type: this rank's rows of wpe */
+    float *dpos; /* T*cp_pos_width fp32: their gradient before it goes home */
+    size_t pos_bytes, dpos_bytes;
+    int32_t *host_tokens; /* 2*B*T: the local inputs, then targets */
+};
+
+/* The global position of local row t. */
+static inline int model_cp_position(const struct model *m, int t)
+{
+    const struct param_table *tb = m->table;
+    if (tb->cp_size <= 1)
+        return t;
+    const int c = m->T / 2, chunk = t < c ? tb->cp_rank : 2 * tb->cp_size - 1 - tb->cp_rank;
+    return chunk * c + t % c;
+}
+
+/* Sets up m->context when m's table has cp_size > 1 (NULL otherwise), its
+ * buffers in be's memory (workspace). Errors: ZT_ERR_NOMEM,
+ * ZT_ERR_UNSUPPORTED (a backend without ring attention). */
+zt_status model_context_create(struct model *m, const struct compute_backend *be);
+void model_context_destroy(struct model *m);
+
+/* The rows of a whole micro batch inputs[B, S] (and targets) this rank
+ * keeps, in the local order: *in and *tg point at them (the arguments
+ * themselves without context parallelism). */
+void model_cp_select(struct model *m, const int32_t *inputs, const int32_t *targets,
+                     const int32_t **in, const int32_t **tg);
+
+/* Causal attention of this rank's rows qkv[B,T,(NH+2NKV)hs] over the whole
+ * sequence: attention_forward's out and lse for them (ops.h). */
+zt_status model_attention_forward(struct model *m, const struct ops_backend *ops,
+                                  const struct model_unit_hooks *h, void *out, float *lse,
+                                  const void *qkv, int NH, int NKV, int hs);
+/* Its backward: dqkv += attention_backward's for this rank's rows, their
+ * key/value part gathered from every rank's queries. */
+zt_status model_attention_backward(struct model *m, const struct ops_backend *ops,
+                                   const struct model_unit_hooks *h, void *dqkv, const void *dout,
+                                   const void *qkv, const void *out, const float *lse, int NH,
+                                   int NKV, int hs);
+
+/* The learned position rows of this rank's T rows, from the whole table
+ * wpe[S', cp_pos_width]: wpe itself, or those rows copied out. */
+zt_status model_cp_positions(struct model *m, const void *wpe, const void **out);
+/* Where their gradient accumulates: *out is dwpe itself (NULL: frozen),
+ * or a zeroed fp32 buffer of T rows that model_cp_positions_done then adds
+ * into dwpe's rows. */
+zt_status model_cp_positions_grad(struct model *m, float *dwpe, float **out);
+zt_status model_cp_positions_done(struct model *m, float *dwpe);
+
 /* Activation checkpointing as model_create describes it: block l is
  * checkpointed when ckpt_every > 0 divides it. */
 static inline int model_block_checkpointed(int ckpt_every, int l)

@@ -218,6 +218,33 @@ struct ops_backend {
                                     const void *dout, const void *qkv, const void *out,
                                     const float *lse, int B, int T, int NH, int NKV, int hs);
 
+    /* One step of ring attention (context parallelism, worker/model_context.c):
+     * the sequence of S tokens is cut into 2 cp chunks of c = T / 2 rows and
+     * rank r holds chunks r and 2 cp - 1 - r (T rows: qkv[B,T,...] as
+     * attention_forward's). kv[B,T,2*NKV*hs] holds the key heads then the
+     * value heads of rank kv_rank's T rows; the local queries (q_rank's)
+     * attend to those of its keys at or before their own global position
+     * (a chunk pair is whole, causal or nothing). first: kv is q_rank's own
+     * block, and out[B,T,NH*hs] and lse[B,NH,T] are written; otherwise the
+     * block's result is merged into theirs through the log-sum-exps. After
+     * every block of the ring, out and lse are attention_forward's over the
+     * whole sequence, rows in the local order. fp32 only (a 16-bit t is
+     * ZT_ERR_UNSUPPORTED); NULL in a backend without it. */
+    zt_status (*attention_ring_forward)(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                        float *lse, const void *qkv, const void *kv, int B, int T,
+                                        int NH, int NKV, int hs, int cp, int q_rank, int kv_rank,
+                                        int first);
+    /* Its backward for one block: dqkv's query columns += the local
+     * queries' gradient through kv_rank's keys, dkv[B,T,2*NKV*hs] += that
+     * block's key and value gradients, given the final out and lse (the
+     * whole ring's). Summed over the ring's blocks, with each dkv home on
+     * its rank, this is attention_backward's dqkv. */
+    zt_status (*attention_ring_backward)(const struct ops_backend *self, enum zt_dtype t,
+                                         void *dqkv, void *dkv, const void *dout, const void *qkv,
+                                         const void *kv, const void *out, const float *lse, int B,
+                                         int T, int NH, int NKV, int hs, int cp, int q_rank,
+                                         int kv_rank);
+
     /* Attention of n new positions against a key/value cache, for decoding
      * one sequence: query row i (position p0 + i) attends keys and values
      * 0 .. p0 + i. q[i * q_stride + h * hs ...] is query head h of row i;

@@ -78,37 +78,44 @@
 
 /* Whether the work items go to OpenMP's threads (see the top of the file):
  * several threads, and an OpenBLAS that then runs each sgemm inline. */
-static int items_in_parallel(const struct head_view *w)
+int attn_items_in_parallel(const struct head_view *w)
 {
     return w->threads > 1 && openblas_get_parallel() == 2; /* 2: the OpenMP build */
 }
 
 /* ---- forward ------------------------------------------------------------ */
 
-/* Query tile [i0, i0 + QTILE) of one (b, h): o and lse point at the head's
- * row 0 (o's rows ldo apart, lse's contiguous), q, k, v at its columns of
- * row 0 of qkv. */
-static void forward_tile(float *o, float *lse, const float *q, const float *k, const float *v,
-                         int i0, const struct head_view *w)
+/* attn_forward_tile (attention_rows.h): the key tiles this query tile
+ * sees, [0, min(i1 + vis, Tk)). Resuming, the previous result is the
+ * online softmax's state: with m = lse and l = 1, out is already its
+ * accumulator divided by l. */
+void attn_forward_tile(float *o, float *lse, const float *q, const float *k, const float *v, int i0,
+                       const struct head_view *w)
 {
     /* Every entry of s stays finite: zeroed once, then only sgemm output. */
     float s[QTILE * KTILE], m[QTILE], l[QTILE];
     memset(s, 0, sizeof s);
-    const int T = w->T, hs = w->hs, ld = w->ld, ldo = w->ldo;
+    const int T = w->T, hs = w->hs, ld = w->ld, ldk = w->ldk, ldo = w->ldo;
     const int i1 = i0 + QTILE < T ? i0 + QTILE : T, bq = i1 - i0;
+    const int je = i1 + w->vis < w->Tk ? i1 + w->vis : w->Tk;
     float *ob = o + (size_t)i0 * ldo;
-    for (int j0 = 0; j0 < i1; j0 += KTILE) {
-        const int j1 = j0 + KTILE < i1 ? j0 + KTILE : i1, bk = j1 - j0, first = j0 == 0;
+    for (int r = 0; r < bq && w->resume; r++) {
+        m[r] = lse[i0 + r];
+        l[r] = 1.0f;
+    }
+    for (int j0 = 0; j0 < je; j0 += KTILE) {
+        const int j1 = attn_tile_end(j0, KTILE, je), bk = j1 - j0, first = j0 == 0 && !w->resume;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale,
-                    q + (size_t)i0 * ld, ld, k + (size_t)j0 * ld, ld, 0.0f, s, KTILE);
+                    q + (size_t)i0 * ld, ld, k + (size_t)j0 * ldk, ldk, 0.0f, s, KTILE);
         for (int r = 0; r < bq; r++) {
-            float corr = attn_online_softmax_row(s + r * KTILE, attn_keys_in_tile(i0 + r, j0, j1),
-                                                 attn_lanes(bk), &m[r], &l[r], first);
+            float corr =
+                attn_online_softmax_row(s + r * KTILE, attn_keys_in_tile(i0 + r + w->vis, j0, j1),
+                                        attn_lanes(bk), &m[r], &l[r], first);
             if (!first)
                 attn_scale_row(ob + (size_t)r * ldo, hs, corr);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, hs, bk, 1.0f, s, KTILE,
-                    v + (size_t)j0 * ld, ld, first ? 0.0f : 1.0f, ob, ldo);
+                    v + (size_t)j0 * ldk, ldk, first ? 0.0f : 1.0f, ob, ldo);
     }
     for (int r = 0; r < bq; r++) {
         attn_scale_row(ob + (size_t)r * ldo, hs, 1.0f / l[r]);
@@ -124,8 +131,8 @@ static void forward_item(float *out, float *lse, const float *qkv, int p, int ti
     const int pair = p / tiles, b = pair / w->NH, h = pair % w->NH, T = w->T;
     const float *rows = qkv + (size_t)b * T * w->ld;
     struct head_cols c = attn_head_cols(w, h);
-    forward_tile(out + (size_t)b * T * w->ldo + c.q, lse + (size_t)pair * T, rows + c.q, rows + c.k,
-                 rows + c.v, (p % tiles) * QTILE, w);
+    attn_forward_tile(out + (size_t)b * T * w->ldo + c.q, lse + (size_t)pair * T, rows + c.q,
+                      rows + c.k, rows + c.v, (p % tiles) * QTILE, w);
 }
 
 zt_status cpu_attention_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
@@ -135,7 +142,7 @@ zt_status cpu_attention_forward(const struct ops_backend *self, enum zt_dtype t,
     if (t != ZT_F32)
         return attn16_forward(self, t, out, lse, qkv, B, &w);
     const int tiles = (T + QTILE - 1) / QTILE, items = B * NH * tiles;
-    if (!items_in_parallel(&w)) {
+    if (!attn_items_in_parallel(&w)) {
         for (int p = 0; p < items; p++)
             forward_item(out, lse, qkv, p, tiles, &w);
         return ZT_OK;
@@ -149,45 +156,38 @@ zt_status cpu_attention_forward(const struct ops_backend *self, enum zt_dtype t,
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* The operands of one query head in the backward, each at the head's
- * columns of row 0 of its tensor. */
-struct head_grads {
-    float *dq, *dk, *dv;
-    const float *q, *k, *v, *o, *dout, *lse;
-};
-
-/* Query tile [i0, i0 + QTILE) of one head: its dq rows, and the dk and dv
- * rows of the key tiles up to the diagonal. */
-static void backward_tile(const struct head_grads *g, int i0, const struct head_view *w)
+/* attn_backward_tile (attention_rows.h): the key tiles as the forward's. */
+void attn_backward_tile(const struct head_grads *g, int i0, const struct head_view *w)
 {
     float p[QTILE * KTILE], dp[QTILE * KTILE], d[QTILE];
-    memset(p, 0, sizeof p); /* finite everywhere, as in forward_tile */
+    memset(p, 0, sizeof p); /* finite everywhere, as in attn_forward_tile */
     memset(dp, 0, sizeof dp);
-    const int T = w->T, hs = w->hs, ld = w->ld, ldo = w->ldo;
+    const int T = w->T, hs = w->hs, ld = w->ld, ldk = w->ldk, ldo = w->ldo;
     const int i1 = i0 + QTILE < T ? i0 + QTILE : T, bq = i1 - i0;
+    const int je = i1 + w->vis < w->Tk ? i1 + w->vis : w->Tk;
     const float *qb = g->q + (size_t)i0 * ld, *dob = g->dout + (size_t)i0 * ldo;
     for (int r = 0; r < bq; r++)
         d[r] = attn_dot_row(dob + (size_t)r * ldo, g->o + (size_t)(i0 + r) * ldo, hs);
-    for (int j0 = 0; j0 < i1; j0 += KTILE) {
-        const int j1 = j0 + KTILE < i1 ? j0 + KTILE : i1, bk = j1 - j0;
-        const float *kb = g->k + (size_t)j0 * ld, *vb = g->v + (size_t)j0 * ld;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale, qb, ld, kb, ld,
+    for (int j0 = 0; j0 < je; j0 += KTILE) {
+        const int j1 = attn_tile_end(j0, KTILE, je), bk = j1 - j0;
+        const float *kb = g->k + (size_t)j0 * ldk, *vb = g->v + (size_t)j0 * ldk;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, w->scale, qb, ld, kb, ldk,
                     0.0f, p, KTILE);
         for (int r = 0; r < bq; r++)
-            attn_probs_row(p + r * KTILE, attn_keys_in_tile(i0 + r, j0, j1), attn_lanes(bk),
-                           g->lse[i0 + r]);
+            attn_probs_row(p + r * KTILE, attn_keys_in_tile(i0 + r + w->vis, j0, j1),
+                           attn_lanes(bk), g->lse[i0 + r]);
         /* dV += P^T dO; dP = dO V^T; dS = P o (dP - D). */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hs, bq, 1.0f, p, KTILE, dob, ldo,
-                    1.0f, g->dv + (size_t)j0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, 1.0f, dob, ldo, vb, ld,
+                    1.0f, g->dv + (size_t)j0 * ldk, ldk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, hs, 1.0f, dob, ldo, vb, ldk,
                     0.0f, dp, KTILE);
         for (int r = 0; r < bq; r++)
             attn_dscores_row(dp + r * KTILE, p + r * KTILE, attn_lanes(bk), d[r]);
         /* S = scale Q K^T: dQ += scale dS K, dK += scale dS^T Q. */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, hs, bk, w->scale, dp, KTILE, kb,
-                    ld, 1.0f, g->dq + (size_t)i0 * ld, ld);
+                    ldk, 1.0f, g->dq + (size_t)i0 * ld, ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hs, bq, w->scale, dp, KTILE, qb,
-                    ld, 1.0f, g->dk + (size_t)j0 * ld, ld);
+                    ld, 1.0f, g->dk + (size_t)j0 * ldk, ldk);
     }
 }
 
@@ -210,7 +210,7 @@ static void backward_group(float *dqkv, const float *dout, const float *qkv, con
                                       .dout = dout + orows + c.q,
                                       .lse = lse + ((size_t)b * w->NH + h) * T};
         for (int i0 = 0; i0 < T; i0 += QTILE)
-            backward_tile(&hg, i0, w);
+            attn_backward_tile(&hg, i0, w);
     }
 }
 
@@ -221,7 +221,7 @@ zt_status cpu_attention_backward(const struct ops_backend *self, enum zt_dtype t
     const struct head_view w = attn_view_of(T, NH, NKV, hs);
     if (t != ZT_F32)
         return attn16_backward(self, t, dqkv, dout, qkv, out, lse, B, &w);
-    if (!items_in_parallel(&w)) {
+    if (!attn_items_in_parallel(&w)) {
         for (int p = 0; p < B * NKV; p++)
             backward_group(dqkv, dout, qkv, out, lse, p, &w);
         return ZT_OK;

@@ -17,6 +17,8 @@ struct head_view attn_view_of(int T, int NH, int NKV, int hs)
                               .hs = hs,
                               .ld = (NH + 2 * NKV) * hs,
                               .ldo = NH * hs,
+                              .Tk = T,
+                              .ldk = (NH + 2 * NKV) * hs,
                               .threads = omp_get_max_threads(),
                               .scale = 1.0f / sqrtf((float)hs)};
 }

@@ -16,14 +16,21 @@
  * KTILE is a multiple of 16 (the row loops' vector width) and of QTILE. */
 enum { QTILE = 64, KTILE = 256 };
 
-/* Where one (b, h) finds its operands: q, k, v (and dq, dk, dv) are rows
- * ld elements apart, out and dout rows ldo = NH*hs apart. */
+/* Where one (b, h) finds its operands: q and dq rows are ld elements
+ * apart, k, v, dk and dv rows ldk, out and dout rows ldo = NH*hs. A call
+ * runs T query rows against Tk key rows; query row i sees keys j <= i +
+ * vis (0: the causal diagonal; Tk or more: every key). resume (forward
+ * only): out and lse already hold a normalised result over other keys,
+ * which the tiles merge with rather than overwrite (ring attention's
+ * blocks, attention_ring.c). */
 struct head_view {
     int T, NH, NKV, hs, ld, ldo, threads;
+    int Tk, ldk, vis, resume;
     float scale;
 };
 
-/* The strides of one call; a head count that does not divide fails. */
+/* The strides of one self-attention call (Tk = T, ldk = ld, causal, no
+ * resume); a head count that does not divide fails. */
 struct head_view attn_view_of(int T, int NH, int NKV, int hs);
 
 /* The first columns of query head h and of the key and value head it
@@ -76,6 +83,28 @@ void attn_scale_row(float *x, int n, float a);
 
 /* sum_c a[c] b[c], c < n, in float (CPU_ROW_SUM's order). */
 float attn_dot_row(const float *a, const float *b, int n);
+
+/* ---- the fp32 tile kernels (attention.c), which ring attention reuses ---- */
+
+/* Query tile [i0, i0 + QTILE) of one head: o and lse point at the head's
+ * row 0 (o's rows ldo apart, lse's contiguous), q, k, v at its columns of
+ * row 0 of their tensors. */
+void attn_forward_tile(float *o, float *lse, const float *q, const float *k, const float *v, int i0,
+                       const struct head_view *w);
+
+/* The operands of one query head in the backward, each at the head's
+ * columns of row 0 of its tensor. */
+struct head_grads {
+    float *dq, *dk, *dv;
+    const float *q, *k, *v, *o, *dout, *lse;
+};
+
+/* Query tile [i0, i0 + QTILE) of one head: dq += its rows, dk and dv +=
+ * the rows of the key tiles it sees. */
+void attn_backward_tile(const struct head_grads *g, int i0, const struct head_view *w);
+
+/* Whether a call's work items go to OpenMP's threads (attention.c). */
+int attn_items_in_parallel(const struct head_view *w);
 
 /* The 16-bit forms (attention16.c): t is ZT_BF16 or ZT_F16; the products
  * run on the 16-bit operands in place with fp32 results, through the

@@ -34,6 +34,8 @@
     .lora_forward = cpu_lora_forward, .lora_backward = cpu_lora_backward,                          \
     .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,      \
     .attention_cached_forward = cpu_attention_cached_forward,                                      \
+    .attention_ring_forward = cpu_attention_ring_forward,                                          \
+    .attention_ring_backward = cpu_attention_ring_backward,                                        \
     .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,              \
     .rope_forward = cpu_rope_forward, .rope_backward = cpu_rope_backward,                          \
     .swiglu_forward = cpu_swiglu_forward, .swiglu_backward = cpu_swiglu_backward,                  \

@@ -236,6 +236,16 @@ zt_status cpu_attention_forward(const struct ops_backend *self, enum zt_dtype t,
 zt_status cpu_attention_cached_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
                                        const void *q, int q_stride, const void *k, const void *v,
                                        int kv_stride, int p0, int n, int NH, int NKV, int hs);
+/* attention_ring_forward and attention_ring_backward of worker/ops.h
+ * (attention_ring.c: the fp32 tiles of attention.c over chunk pairs). */
+zt_status cpu_attention_ring_forward(const struct ops_backend *self, enum zt_dtype t, void *out,
+                                     float *lse, const void *qkv, const void *kv, int B, int T,
+                                     int NH, int NKV, int hs, int cp, int q_rank, int kv_rank,
+                                     int first);
+zt_status cpu_attention_ring_backward(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
+                                      void *dkv, const void *dout, const void *qkv, const void *kv,
+                                      const void *out, const float *lse, int B, int T, int NH,
+                                      int NKV, int hs, int cp, int q_rank, int kv_rank);
 zt_status cpu_attention_backward(const struct ops_backend *self, enum zt_dtype t, void *dqkv,
                                  const void *dout, const void *qkv, const void *out,
                                  const float *lse, int B, int T, int NH, int NKV, int hs);
