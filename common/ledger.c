@@ -107,7 +107,8 @@ void ledger_sub(struct ledger *l, enum ledger_category c, uint64_t bytes)
         l->sink->record(l->sink->ctx, l, c, -(int64_t)bytes);
 }
 
-uint64_t ledger_rss_peak(void)
+/* A "Key:  N kB" line of /proc/self/status in bytes; 0 if unknown. */
+static uint64_t status_bytes(const char *format)
 {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
@@ -115,8 +116,18 @@ uint64_t ledger_rss_peak(void)
     if (!f)
         return 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %llu kB", &kib) == 1)
+        if (sscanf(line, format, &kib) == 1)
             break;
     fclose(f);
     return (uint64_t)kib * 1024;
+}
+
+uint64_t ledger_rss_peak(void)
+{
+    return status_bytes("VmHWM: %llu kB");
+}
+
+uint64_t ledger_rss_now(void)
+{
+    return status_bytes("VmRSS: %llu kB");
 }

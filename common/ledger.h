@@ -137,5 +137,7 @@ void ledger_enter_outer(struct ledger *l, enum ledger_phase_kind k);
 
 /* Peak resident set size of this process in bytes (VmHWM), 0 if unknown. */
 uint64_t ledger_rss_peak(void);
+/* Resident set size of this process now (VmRSS), 0 if unknown. */
+uint64_t ledger_rss_now(void);
 
 #endif

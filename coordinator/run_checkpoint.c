@@ -1200,6 +1200,7 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
             const double t0 = zt_now_seconds();
             ZT_TRY(import_weights(s, s->cfg.model.init_from));
             s->load_seconds = zt_now_seconds() - t0;
+            s->load_rss_peak = ledger_rss_peak();
             s->weights_from = RUN_WEIGHTS_INIT_FROM;
         }
         if (s->cfg.lora.init_from)

@@ -808,6 +808,18 @@ static void note_vocab_padding(const struct run_session *s)
         }                                                                                          \
     } while (0)
 
+/* The measured parts of the rank's predicted resident memory
+ * (report/rss_model.h): the process as it stands, before data and model,
+ * and what a product of the model's width leaves the compute libraries. */
+static zt_status measure_start_rss(struct run_session *s)
+{
+    const struct zt_config *c = &s->cfg;
+    s->rss_start.baseline = ledger_rss_now();
+    const enum zt_dtype t = session_compute_type(c, s->compute.ops, NULL, 0);
+    return rss_probe_runtime(&s->compute, t, c->train_micro_batch_size_per_gpu * c->data.seq_len,
+                             c->model.n_embd, 4 * c->model.n_embd, &s->rss_start.runtime);
+}
+
 zt_status session_open(struct run_session *s, const struct run_options *o, int need_train)
 {
     memset(s, 0, sizeof *s);
@@ -845,6 +857,7 @@ zt_status session_open(struct run_session *s, const struct run_options *o, int n
     SESSION_PHASE(s, comm_create(&cc, &s->comm));
     note_comm_backend(s);
     SESSION_PHASE(s, open_layout(s));
+    SESSION_PHASE(s, measure_start_rss(s));
     SESSION_PHASE(s, o->dry_run ? ZT_OK : load_data(s, need_train));
     s->faults = o->faults; /* the engine's NVMe hook reaches them */
     SESSION_PHASE(s, build_model(s, o));

@@ -28,6 +28,7 @@
 #include "../common/ledger.h"
 #include "../data/data.h"
 #include "../formats/checkpoint.h"
+#include "../report/rss_model.h"
 #include "../shard/shard.h"
 #include "../worker/backend.h"
 #include "../worker/lora.h"
@@ -146,6 +147,7 @@ struct run_session {
     void (*pipe_free)(struct pipeline *p);
     struct ledger ledger;
     struct memory_timeline *timeline; /* owned; NULL without --memory-timeline */
+    struct rss_start rss_start;       /* measured at start-up (report/rss_model.h) */
     struct compute_backend compute;   /* device memory, ops and stream, from cfg.device */
     struct param_table table;
     struct shard_engine engine;
@@ -184,7 +186,8 @@ struct run_session {
     int failed_here;           /* this rank detected the failure (it prints) */
     /* Where the weights came from; resumed_from names the checkpoint. */
     enum run_weights weights_from;
-    double load_seconds; /* reading model.init_from's weights, on this rank */
+    double load_seconds;    /* reading model.init_from's weights, on this rank */
+    uint64_t load_rss_peak; /* VmHWM once they were read, on this rank */
     /* A failure agreed inside a phase (comm_agree_status) was found by
      * another rank: this one passes ZT_OK to the phase's final agreement,
      * so that the finder, not the lowest rank, prints its message. */

@@ -642,6 +642,23 @@ static zt_status train_loop(struct run_session *s, struct train_io *io)
     return ZT_OK;
 }
 
+/* Bytes of the rank's token buffers (report/rss_model.h's data part): a
+ * split validation tail is copied out of the training tokens, whose
+ * buffer keeps the pages it was read into. A dry run read no data: the
+ * files' estimate. */
+static uint64_t data_bytes(const struct run_session *s, int dry_run)
+{
+    const struct zt_config *c = &s->cfg;
+    const int split = c->data.n_val == 0;
+    if (dry_run) {
+        const uint64_t train = rss_data_estimate(c->data.train, c->data.n_train);
+        return train + (split ? (uint64_t)(c->data.val_fraction * (double)train)
+                              : rss_data_estimate(c->data.val, c->data.n_val));
+    }
+    const uint64_t per = sizeof(int32_t) + (s->train.mask ? 1 : 0);
+    return per * (s->train.n + (split ? 2 : 1) * s->val.n);
+}
+
 /* The memory report: every rank's ledger peaks (measured, or planned under
  * --dry-run) against the single-device baseline. Collective. */
 static zt_status report_memory(struct run_session *s, const struct run_options *o)
@@ -683,6 +700,7 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     r.layout = s->layout.tp > 1 || s->layout.pp > 1;
     r.device_memory = !s->compute.host_memory;
     r.nvme_path = s->engine.cfg.nvme_path;
+    r.planned = o->dry_run;
     struct device_memory_info dm = {0};
     size_t host_now = 0, host_peak = 0;
     ZT_TRY(device_memory_info(&s->compute.dev, &dm));
@@ -697,7 +715,11 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
                                           .driver_free = dm.driver_free,
                                           .driver_total = dm.driver_total,
                                           .offload_host_peak = host_peak,
-                                          .nvme_file_bytes = shard_engine_nvme_bytes(&s->engine)};
+                                          .nvme_file_bytes = shard_engine_nvme_bytes(&s->engine),
+                                          .rss = {s->rss_start.baseline, s->rss_start.runtime,
+                                                  rss_counted(s->ledger.peak, s->ledger.total_peak,
+                                                              s->compute.host_memory, host_peak),
+                                                  data_bytes(s, o->dry_run)}};
     ZT_TRY(memory_report_gather_placed(s->comm, &s->ledger, &place, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {
@@ -764,8 +786,12 @@ static void log_start(const struct run_session *s, struct train_io *io)
     run_checkpoint_describe(s, 1, from, sizeof from, &warn);
     if (from[0])
         progress_log(&io->console, "%s", from);
-    if (s->weights_from == RUN_WEIGHTS_INIT_FROM)
-        progress_log(&io->console, "model.init_from read in %.2f s", s->load_seconds);
+    if (s->weights_from == RUN_WEIGHTS_INIT_FROM) {
+        char rss[32];
+        memory_format_bytes(s->load_rss_peak, rss, sizeof rss);
+        progress_log(&io->console, "model.init_from read in %.2f s; rank 0's peak RSS then %s",
+                     s->load_seconds, rss);
+    }
     if (s->resumed_from[0] && s->start_step >= s->cfg.run.steps) {
         progress_log(&io->console, "checkpoint at step %ld >= run.steps %ld: nothing to train",
                      s->start_step, s->cfg.run.steps);

@@ -46,6 +46,7 @@ struct plan_ctx {
     size_t refused;        /* layouts the model or the run cannot take */
     char refused_why[512]; /* the first one's reason */
     size_t uneven;         /* data-parallel sizes that do not divide the batch */
+    struct rss_start rss;  /* host memory measured at start-up (plan_rss.c) */
 };
 
 static zt_status list_push(struct plan_list *l, const struct planned *p)
@@ -113,6 +114,7 @@ static zt_status plan_one(struct plan_ctx *x, const struct plan_layout *l, const
             return ZT_OK;
         }
         ZT_TRY(s);
+        plan_rss_role(&x->cfg, &x->machine, &x->rss, &p.roles[k]);
         plan_cost(&x->model, l, &p.roles[k], &x->machine, x->per_node, x->precision, &p.times[k]);
         if (p.roles[k].total_peak > p.peak)
             p.peak = p.roles[k].total_peak;
@@ -416,6 +418,7 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
     explain_best(&x->list.v[0], f);
     if (fit > 1)
         explain_runner_up(&x->list.v[0], &x->list.v[1], f);
+    plan_rss_print(x->list.v[0].roles, x->list.v[0].n_roles, f);
 }
 
 /* ---- JSON ---------------------------------------------------------------- */
@@ -454,6 +457,8 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
         fprintf(f, "%s\"%s\": %s", a ? ", " : "", axis_names[a],
                 t->inter_node[a] ? "true" : "false");
     fputc('}', f);
+    fputs(", \"rss_predicted\": ", f);
+    rss_parts_write_json(&r->rss, f);
     json_axes_num(f, "comm_seconds", t->comm);
     json_axes_num(f, "exposed_seconds", t->exposed);
     const double rest[] = {t->compute, t->optimizer, t->bubble, t->step};
@@ -523,6 +528,7 @@ static zt_status open_ctx(const struct plan_options *o, struct plan_ctx *x)
     ZT_TRY(machine_load(o->machine ? o->machine : "h100-sxm", &x->machine));
     ZT_TRY(config_load(o->config_path, o->overrides, o->n_overrides, &x->cfg));
     ZT_TRY(plan_model_of(&x->cfg, &x->model));
+    ZT_TRY(plan_rss_start(&x->cfg, &x->machine, &x->rss));
     x->per_node = o->per_node > 0 ? o->per_node : x->machine.devices_per_node;
     x->memory = o->gpu_memory ? o->gpu_memory : x->machine.device_memory;
     x->usable = (uint64_t)((1.0 - PLAN_ALLOCATOR_MARGIN) * (double)x->memory);

@@ -46,6 +46,7 @@
 #include "../common/ledger.h"
 #include "../config/config.h"
 #include "../config/machine.h"
+#include "../report/rss_model.h"
 #include "calibrate.h"
 
 /* One layout to plan. */
@@ -88,6 +89,8 @@ struct plan_role {
     size_t tied_elems;  /* that exchange's elements */
     double flops;       /* matmul FLOPs of one micro batch on this rank */
     int units;          /* units the stage's passes acquire */
+    /* its host memory, peak RSS by part (plan_rss_role) */
+    struct rss_parts rss;
 };
 
 /* The model-wide facts of a plan (the same for every layout). */
@@ -156,6 +159,17 @@ const char *plan_context_unsupported(const struct zt_config *c, const struct pla
 void plan_context_cost(const struct plan_model *pm, const struct plan_layout *l,
                        const struct plan_role *r, const struct machine *m, double flops_rate,
                        int per_node, struct plan_time *out);
+
+/* Host memory (plan_rss.c): the measured parts of a planned rank's peak
+ * RSS, taken in this process at start-up (report/rss_model.h; without
+ * MPI's buffers, which the dry run measures), and the parts of role r on
+ * machine m from its ledger peaks and the config's data files. Errors:
+ * those of opening the CPU backend and of the probe. */
+zt_status plan_rss_start(const struct zt_config *c, const struct machine *m, struct rss_start *out);
+void plan_rss_role(const struct zt_config *c, const struct machine *m, const struct rss_start *st,
+                   struct plan_role *r);
+/* Prints the n roles' predicted RSS, part by part, to f. */
+void plan_rss_print(const struct plan_role *roles, int n, FILE *f);
 
 /* The command's options. */
 struct plan_options {

@@ -21,8 +21,9 @@
 #include <stdlib.h>
 
 /* peaks, total_peak, rss_peak, tp, pp, dp, expected model states, the
- * device's five, the offload host peak, the NVMe file's bytes */
-#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 13)
+ * device's five, the offload host peak, the NVMe file's bytes, the four
+ * parts of the predicted RSS */
+#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 17)
 
 /* Column headers; a category missing here falls back to its full name. */
 static const char *const short_names[] = {
@@ -65,6 +66,10 @@ static void pack_row(const struct ledger *l, const struct memory_rank_row *place
     at[10] = place->driver_total;
     at[11] = place->offload_host_peak;
     at[12] = place->nvme_file_bytes;
+    at[13] = place->rss.baseline;
+    at[14] = place->rss.runtime;
+    at[15] = place->rss.counted;
+    at[16] = place->rss.data;
 }
 
 static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_rank_row *out)
@@ -86,6 +91,7 @@ static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_ra
     out->driver_total = at[10];
     out->offload_host_peak = at[11];
     out->nvme_file_bytes = at[12];
+    out->rss = (struct rss_parts){at[13], at[14], at[15], at[16]};
 }
 
 zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r)
@@ -324,6 +330,28 @@ static void print_nvme(const struct memory_report *r, FILE *f)
             a, lo == hi ? "" : " .. ", lo == hi ? "" : b, t, r->nvme_path ? r->nvme_path : "?");
 }
 
+/* The predicted peak RSS of each rank by part, against the measured one
+ * in a run. */
+static void print_rss(const struct memory_report *r, FILE *f)
+{
+    fprintf(f,
+            "peak RSS per rank, predicted = baseline + runtime + counted + data "
+            "(report/rss_model.h)%s\n",
+            r->planned ? "" : ", against the measured");
+    for (int i = 0; i < r->world_size; i++) {
+        const struct memory_rank_row *row = &r->ranks[i];
+        const uint64_t total = rss_parts_total(&row->rss);
+        char parts[200], m[32];
+        rss_parts_format(&row->rss, parts, sizeof parts);
+        memory_format_bytes(row->rss_peak, m, sizeof m);
+        fprintf(f, "  rank %d: %s", row->rank, parts);
+        if (!r->planned && row->rss_peak > 0)
+            fprintf(f, "; measured %s, predicted / measured %.3f", m,
+                    (double)total / (double)row->rss_peak);
+        fputc('\n', f);
+    }
+}
+
 /* On a GPU: each rank's caching pool against the card, in MiB. */
 static void print_device_rows(const struct memory_report *r, FILE *f)
 {
@@ -368,6 +396,7 @@ void memory_report_print(const struct memory_report *r, FILE *f)
               r->baseline_total, shown);
     print_model_states(r, f);
     print_nvme(r, f);
+    print_rss(r, f);
     if (r->device_memory)
         print_device_rows(r, f);
 }
@@ -404,11 +433,14 @@ static void write_body(FILE *f, const struct memory_report *r)
         fprintf(f,
                 ", \"device\": {\"reserved\": %llu, \"used_peak\": %llu, \"largest_free\": "
                 "%llu, \"driver_free\": %llu, \"driver_total\": %llu, \"offload_host_peak\": "
-                "%llu}, \"nvme_file_bytes\": %llu}",
+                "%llu}, \"nvme_file_bytes\": %llu",
                 (unsigned long long)row->device_reserved, (unsigned long long)row->device_used_peak,
                 (unsigned long long)row->device_largest_free, (unsigned long long)row->driver_free,
                 (unsigned long long)row->driver_total, (unsigned long long)row->offload_host_peak,
                 (unsigned long long)row->nvme_file_bytes);
+        fputs(", \"rss_predicted\": ", f);
+        rss_parts_write_json(&row->rss, f);
+        fputc('}', f);
     }
     fprintf(f, "]}\n");
 }

@@ -24,7 +24,9 @@
  *               "device": {"reserved": bytes, "used_peak": bytes, "largest_free": bytes,
  *                          "driver_free": bytes, "driver_total": bytes,
  *                          "offload_host_peak": bytes},
- *               "nvme_file_bytes": bytes},
+ *               "nvme_file_bytes": bytes,
+ *               "rss_predicted": {"baseline": bytes, "runtime": bytes, "counted": bytes,
+ *                                 "data": bytes, "total": bytes}},
  *              ...]}
  * "device" is worker/device.h's device_memory_info read at the report: on
  * a GPU the caching pool's reservation, the peak of its blocks in use, its
@@ -34,6 +36,9 @@
  * keeps in host memory (master weights, optimizer states, the update's
  * staging; 0 without offload). "nvme_file_bytes" is the rank's NVMe offload
  * file (master and optimizer states on disk, in no category; 0 without).
+ * "rss_predicted" is the rank's peak RSS as rss_model.h predicts it, the
+ * parts and their sum; under --dry-run the prediction, in a run the same
+ * sum over the run's own peaks, to hold against "rss_peak".
  * with the category names of ledger_category_name() in ledger order.
  */
 #ifndef ZT_REPORT_MEMORY_REPORT_H
@@ -45,6 +50,7 @@
 #include "../comm/comm.h"
 #include "../common/ledger.h"
 #include "../common/status.h"
+#include "rss_model.h"
 
 struct memory_rank_row {
     int rank;
@@ -63,6 +69,7 @@ struct memory_rank_row {
     uint64_t driver_free, driver_total;
     uint64_t offload_host_peak; /* ZeRO-Offload's host bytes at their peak */
     uint64_t nvme_file_bytes;   /* NVMe offload: the rank's state file (on disk) */
+    struct rss_parts rss;       /* the predicted peak RSS, by part (rss_model.h) */
 };
 
 struct memory_report {
@@ -85,6 +92,7 @@ struct memory_report {
     int layout;                    /* rows show (tp, pp, dp): tensor or pipeline parallel */
     int device_memory;             /* 1: the buffers are a GPU's: print the device rows */
     const char *nvme_path;         /* NVMe offload's folder, borrowed; NULL: none */
+    int planned;                   /* 1: a dry run's: no rank ran, rss_peak is not the run's */
 };
 
 /* Collective over c: every rank sends its ledger peaks and its VmHWM (read

@@ -207,27 +207,70 @@ static zt_status store_working(struct shard_engine *e, void *dst, const float *s
     return e->dev->ops->copy_from_host(e->dev, dst, staging, n * e->esz);
 }
 
-/* Initial values, drawn on the host SHARD_INIT_CHUNK elements at a time:
- * of each unit only what the rank stores, the working copy (the whole
- * unit, or its shard under stage 3) and, under 16-bit precision, the fp32
- * master of its range (the whole unit under stage 0). Stage 3 thus draws
- * 1/N of the model per rank, and the staging is two chunks whatever the
- * unit's size. Element i's value depends on i alone (param_table_init), so
- * the chunking, the stage and the world size cannot change it. A packed
- * unit is encoded whole (param_quant.h), through a buffer of its size. */
-static zt_status init_unit(struct shard_engine *e, int u, float *host, void *staging)
+/* The host staging of shard_engine_init_units: a chunk of fp32 values and
+ * its working-precision copy, and for packed units the region and block
+ * scales of the largest 4-bit tensor being encoded. */
+struct init_staging {
+    float *host;
+    void *working;
+    size_t chunk; /* elements of host and working: a multiple of QUANT4_BLOCK */
+    void *region;
+    float *scales;
+    size_t region_bytes, n_scales;
+};
+
+/* Initial values as param_quant_encode_tensor reads them. */
+struct seed_source {
+    const struct param_table *t;
+    uint64_t seed;
+};
+
+static zt_status draw_values(void *ctx, size_t first, size_t n, float *dst)
+{
+    const struct seed_source *s = ctx;
+    param_table_tp_init(s->t, s->seed, first, first + n, dst);
+    return ZT_OK;
+}
+
+/* Packed unit u, a tensor at a time: each tensor with bytes of the image
+ * the rank keeps is drawn a chunk at a time and encoded
+ * (param_quant_encode_tensor, the bytes param_quant_encode gives); the
+ * others are not drawn. */
+static zt_status init_packed(struct shard_engine *e, int u, const struct init_staging *b)
+{
+    const struct seed_source seed = {e->table, e->cfg.seed};
+    const struct param_quant_source src = {draw_values, (void *)&seed};
+    size_t keep_lo, keep_hi, at = 0;
+    shard_engine_packed_range(e, u, &keep_lo, &keep_hi);
+    for (int k = 0; k < e->table->n_tensors; k++) {
+        if (e->table->tensors[k].unit != u)
+            continue;
+        const size_t bytes = param_quant_tensor_bytes(e->table, k, e->cfg.precision);
+        if (at < keep_hi && at + bytes > keep_lo) {
+            ZT_TRY(param_quant_encode_tensor(e->table, k, e->cfg.precision, &src, b->host, b->chunk,
+                                             b->scales, b->region));
+            ZT_TRY(shard_engine_set_packed_bytes(e, u, at, bytes, b->region));
+        }
+        at += bytes;
+    }
+    return ZT_OK;
+}
+
+/* Initial values, drawn on the host a chunk (SHARD_INIT_CHUNK elements at
+ * most) at a time: of each unit only what the rank stores, the working
+ * copy (the whole unit, or its shard under stage 3) and, under 16-bit
+ * precision, the fp32 master of its range (the whole unit under stage 0).
+ * Stage 3 thus draws 1/N of the model per rank, and the staging is two
+ * chunks whatever the unit's size. Element i's value depends on i alone
+ * (param_table_init), so the chunking, the stage and the world size cannot
+ * change it. */
+static zt_status init_unit(struct shard_engine *e, int u, const struct init_staging *b)
 {
     const struct shard_unit *su = &e->part.units[u];
     const struct device *sd = e->state_dev;
-    if (su->packed) {
-        float *full = malloc(su->numel * sizeof *full);
-        if (!full)
-            return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging of a 4-bit unit");
-        param_table_tp_init(e->table, e->cfg.seed, su->offset, su->offset + su->numel, full);
-        zt_status st = shard_engine_set_packed(e, u, full);
-        free(full);
-        return st;
-    }
+    if (su->packed)
+        return init_packed(e, u, b);
+    float *host = b->host;
     size_t lo, hi;
     shard_owned_range(&e->part, e->cfg.rank, u, &lo, &hi);
     /* stage 3 shards params and master alike; the other stages keep the
@@ -235,12 +278,12 @@ static zt_status init_unit(struct shard_engine *e, int u, float *host, void *sta
     const size_t from = e->policy.shard_params ? lo : 0;
     const size_t to = e->policy.shard_params ? hi : su->numel;
     const int master = has_master(e) && su->trainable;
-    for (size_t c0 = from; c0 < to; c0 += SHARD_INIT_CHUNK) {
-        const size_t c1 = to - c0 < SHARD_INIT_CHUNK ? to : c0 + SHARD_INIT_CHUNK;
+    for (size_t c0 = from; c0 < to; c0 += b->chunk) {
+        const size_t c1 = to - c0 < b->chunk ? to : c0 + b->chunk;
         param_table_tp_init(e->table, e->cfg.seed, su->offset + c0, su->offset + c1, host);
         const size_t w =
             e->policy.shard_params ? su->shard_offset + (c0 - lo) : su->padded_offset + c0;
-        ZT_TRY(store_working(e, at(e, e->params, w), host, c1 - c0, staging));
+        ZT_TRY(store_working(e, at(e, e->params, w), host, c1 - c0, b->working));
         if (!master)
             continue;
         if (!e->policy.shard_states) {
@@ -260,24 +303,56 @@ static zt_status init_unit(struct shard_engine *e, int u, float *host, void *sta
     return ZT_OK;
 }
 
+/* The staging units [u0, u1) need: a chunk no longer than the longest unit
+ * (SHARD_INIT_CHUNK at most, a whole number of 4-bit blocks), and for
+ * packed units the largest 4-bit tensor's region and scales. */
+static void init_sizes(const struct shard_engine *e, int u0, int u1, struct init_staging *b)
+{
+    size_t longest = 0;
+    for (int u = u0; u < u1; u++)
+        longest = e->part.units[u].numel > longest ? e->part.units[u].numel : longest;
+    for (int k = 0; k < e->table->n_tensors; k++) {
+        const struct param_tensor *p = &e->table->tensors[k];
+        if (p->unit < u0 || p->unit >= u1 || !e->part.units[p->unit].packed)
+            continue;
+        const size_t r = param_quant_tensor_bytes(e->table, k, e->cfg.precision);
+        b->region_bytes = r > b->region_bytes ? r : b->region_bytes;
+        b->n_scales = quant4_blocks(p->numel) > b->n_scales ? quant4_blocks(p->numel) : b->n_scales;
+    }
+    longest = longest < SHARD_INIT_CHUNK ? longest : SHARD_INIT_CHUNK;
+    b->chunk = (longest + QUANT4_BLOCK - 1) / QUANT4_BLOCK * QUANT4_BLOCK;
+}
+
+/* Bytes of the staging, counted under the ledger's `load`. */
+static size_t init_staging_bytes(const struct shard_engine *e, const struct init_staging *b)
+{
+    return b->chunk * (sizeof(float) + e->esz) + b->region_bytes + b->n_scales * sizeof(float);
+}
+
 zt_status shard_engine_init_units(struct shard_engine *e, int u0, int u1)
 {
     ZT_ASSERT(u0 >= 0 && u0 <= u1 && u1 <= e->part.n_units);
-    if (e->plan)
-        return ZT_OK;
-    size_t chunk = 0;
-    for (int u = u0; u < u1; u++)
-        if (e->part.units[u].numel > chunk)
-            chunk = e->part.units[u].numel;
-    chunk = chunk < SHARD_INIT_CHUNK ? chunk : SHARD_INIT_CHUNK;
-    float *host = malloc((chunk ? chunk : 1) * sizeof(float));
-    void *staging = malloc((chunk ? chunk : 1) * e->esz);
-    zt_status st =
-        host && staging ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging");
-    for (int u = u0; u < u1 && st == ZT_OK; u++)
-        st = init_unit(e, u, host, staging);
-    free(host);
-    free(staging);
+    struct init_staging b = {0};
+    init_sizes(e, u0, u1, &b);
+    const size_t bytes = init_staging_bytes(e, &b);
+    struct ledger *ledger = e->dev->ledger;
+    ledger_add(ledger, LEDGER_LOAD, bytes);
+    zt_status st = ZT_OK;
+    if (!e->plan) {
+        b.host = malloc((b.chunk ? b.chunk : 1) * sizeof(float));
+        b.working = malloc((b.chunk ? b.chunk : 1) * e->esz);
+        b.region = b.region_bytes ? malloc(b.region_bytes) : NULL;
+        b.scales = b.n_scales ? malloc(b.n_scales * sizeof(float)) : NULL;
+        if (!b.host || !b.working || (b.region_bytes && !b.region) || (b.n_scales && !b.scales))
+            st = zt_error_set(ZT_ERR_NOMEM, "cannot allocate the init staging (%zu bytes)", bytes);
+        for (int u = u0; u < u1 && st == ZT_OK; u++)
+            st = init_unit(e, u, &b);
+        free(b.host);
+        free(b.working);
+        free(b.region);
+        free(b.scales);
+    }
+    ledger_sub(ledger, LEDGER_LOAD, bytes);
     return st;
 }
 
@@ -306,19 +381,6 @@ zt_status shard_engine_set_packed_bytes(struct shard_engine *e, int u, size_t fi
         (char *)e->packed + (e->policy.shard_params ? su->image_shard_offset : su->image_offset);
     return e->dev->ops->copy_from_host(e->dev, dst + (a - lo), (const char *)bytes + (a - first),
                                        b - a);
-}
-
-zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *full)
-{
-    const struct shard_unit *su = &e->part.units[u];
-    ZT_ASSERT(su->packed);
-    unsigned char *image = calloc(1, su->image_padded);
-    if (!image)
-        return zt_error_set(ZT_ERR_NOMEM, "cannot allocate a 4-bit unit's image");
-    param_quant_encode(e->table, u, e->cfg.precision, full, image);
-    zt_status st = shard_engine_set_packed_bytes(e, u, 0, su->image_padded, image);
-    free(image);
-    return st;
 }
 
 /* Decodes packed unit u's image (device memory) into its view in the
@@ -1643,6 +1705,10 @@ zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_
         return shard_nvme_read(e, which, state_index(e, u, lo), n, dst);
     if (!master_is_working(e, which, u))
         return d->ops->copy_to_host(d, dst, state_at(e, which, u, lo), n * esz);
+    if (e->be->host_memory) { /* widened straight from the working copy */
+        precision_to_f32(e->cfg.precision, working_at(e, u, lo), dst, n);
+        return ZT_OK;
+    }
     void *staging = malloc(n ? n * e->esz : 1);
     if (!staging)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
@@ -1664,11 +1730,18 @@ zt_status shard_engine_set_state(struct shard_engine *e, int which, int u, size_
         return shard_nvme_write(e, which, state_index(e, u, lo), n, src);
     if (!master_is_working(e, which, u))
         return d->ops->copy_from_host(d, state_at(e, which, u, lo), src, n * esz);
+    if (e->be->host_memory) { /* rounded straight into the working copy */
+        precision_from_f32(e->cfg.precision, src, working_at(e, u, lo), n);
+        return ZT_OK;
+    }
+    /* a device's copy goes through host staging, the loader's (`load`) */
     void *staging = malloc(n ? n * e->esz : 1);
     if (!staging)
         return zt_error_set(ZT_ERR_NOMEM, "cannot allocate the weight staging");
+    ledger_add(e->dev->ledger, LEDGER_LOAD, n * e->esz);
     precision_from_f32(e->cfg.precision, src, staging, n);
     zt_status st = e->dev->ops->copy_from_host(e->dev, working_at(e, u, lo), staging, n * e->esz);
+    ledger_sub(e->dev->ledger, LEDGER_LOAD, n * e->esz);
     free(staging);
     return st;
 }

@@ -253,7 +253,7 @@ struct shard_engine_config {
     void *nvme_written_arg;
     /* Leave the initial values undrawn (zeros) at create: the caller
      * draws or loads every unit (shard_engine_init_units, set_state,
-     * set_packed) before the first step. For a run whose weights come
+     * set_packed_bytes) before the first step. For a run whose weights come
      * from a file, which drawing a multi-billion model first would only
      * slow down. */
     int defer_init;
@@ -556,16 +556,12 @@ void shard_engine_bytes_per_param(const struct shard_engine *e, double out[4]);
 /* Draws the initial values of units [u0, u1) from cfg.seed into what the
  * rank stores of them (param_table_init's values: the same at any stage,
  * world size and thread count); shard_engine_create does it for every
- * unit unless cfg.defer_init. Not collective; nothing under a plan-only
- * device. Errors: ZT_ERR_NOMEM, the device copies'. */
+ * unit unless cfg.defer_init. Its host staging (a chunk of values and a
+ * 4-bit tensor's encoding) is counted under the ledger's `load` while it
+ * lasts, under a plan-only device too, which draws nothing. Not
+ * collective. Errors: ZT_ERR_NOMEM, the device copies'. */
 zt_status shard_engine_init_units(struct shard_engine *e, int u0, int u1);
 
-/* Packed unit u (a 4-bit base, shard_unit.packed) from its full fp32
- * values full[unit size] (host): encoded whole, and the rank keeps what
- * its stage keeps (the image, or its byte share under stage 3). Not
- * collective: every rank encodes the same image. Errors: ZT_ERR_NOMEM,
- * the device copy's. */
-zt_status shard_engine_set_packed(struct shard_engine *e, int u, const float *full);
 /* The bytes [*lo, *hi) of packed unit u's image (su->image_padded bytes)
  * the rank keeps: all of them, or its share under stage 3. */
 void shard_engine_packed_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi);
@@ -635,7 +631,9 @@ size_t shard_engine_nvme_bytes(const struct shard_engine *e);
 /* Copies state elements [lo, hi) of unit u (inside the held range; a state
  * the rank holds for u) to host memory dst[hi - lo] of the state's dtype,
  * or from src. A frozen unit's master under 16-bit precision is its
- * working copy, widened to fp32 on the way out and rounded on the way in.
+ * working copy, widened to fp32 on the way out and rounded on the way in
+ * (through host staging, counted under `load`, where the device is not
+ * host memory).
  * Errors: those of the device copy, ZT_ERR_NOMEM. */
 zt_status shard_engine_get_state(struct shard_engine *e, int which, int u, size_t lo, size_t hi,
                                  void *dst);

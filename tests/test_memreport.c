@@ -412,17 +412,19 @@ END_TEST
 /* The whole document for one rank, written out by hand. */
 START_TEST(test_json_matches_the_documented_format)
 {
-    struct memory_rank_row row = {.rank = 0,
-                                  .pp = 1,
-                                  .total_peak = 900,
-                                  .rss_peak = 4096,
-                                  .expected_model_states = 700,
-                                  .device_reserved = 2000,
-                                  .device_used_peak = 1500,
-                                  .device_largest_free = 256,
-                                  .driver_free = 30000,
-                                  .driver_total = 80000,
-                                  .offload_host_peak = 640};
+    struct memory_rank_row row = {
+        .rank = 0,
+        .pp = 1,
+        .total_peak = 900,
+        .rss_peak = 4096,
+        .expected_model_states = 700,
+        .device_reserved = 2000,
+        .device_used_peak = 1500,
+        .device_largest_free = 256,
+        .driver_free = 30000,
+        .driver_total = 80000,
+        .offload_host_peak = 640,
+        .rss = {.baseline = 3000, .runtime = 40, .counted = 900, .data = 5}};
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++)
         row.peak[c] = 10 + (uint64_t)c;
     struct memory_report r = {.world_size = 1,
@@ -454,7 +456,8 @@ START_TEST(test_json_matches_the_documented_format)
         "\"total_peak\": 900, \"rss_peak\": 4096, \"expected_model_states\": 700, "
         "\"device\": {\"reserved\": 2000, \"used_peak\": 1500, \"largest_free\": 256, "
         "\"driver_free\": 30000, \"driver_total\": 80000, \"offload_host_peak\": 640}, "
-        "\"nvme_file_bytes\": 0}]}\n");
+        "\"nvme_file_bytes\": 0, \"rss_predicted\": {\"baseline\": 3000, \"runtime\": 40, "
+        "\"counted\": 900, \"data\": 5, \"total\": 3945}}]}\n");
 }
 END_TEST
 
@@ -610,6 +613,29 @@ START_TEST(test_print_units_and_ratio)
 }
 END_TEST
 
+/* The predicted RSS: its parts, their sum and, in a run, the ratio to the
+ * measured peak; a dry run's rows have no measured peak to hold it to. */
+START_TEST(test_print_predicted_rss)
+{
+    struct memory_rank_row row = {.rank = 0, .total_peak = 50 * MIB, .rss_peak = 80 * MIB};
+    row.rss = (struct rss_parts){20 * MIB, 6 * MIB, 50 * MIB, 4 * MIB};
+    struct memory_report r = {.world_size = 1, .baseline_total = 50 * MIB, .ranks = &row};
+    char *text = print_to_string(&r);
+    char line[512];
+    ck_assert_msg(find_line(text, "  rank 0: ", line, sizeof line), "%s", text);
+    const char *const cells[] = {"20.00 MiB",   "6.00 MiB",           "50.00 MiB", "4.00 MiB",
+                                 "= 80.00 MiB", "measured 80.00 MiB", "1.000"};
+    assert_in_order(line, cells, (int)(sizeof cells / sizeof cells[0]));
+    free(text);
+    r.planned = 1;
+    text = print_to_string(&r);
+    ck_assert_msg(find_line(text, "  rank 0: ", line, sizeof line), "%s", text);
+    ck_assert_ptr_null(strstr(line, "measured"));
+    ck_assert_int_le(longest_line(text), 124);
+    free(text);
+}
+END_TEST
+
 START_TEST(test_print_model_states_against_expected)
 {
     struct memory_rank_row rows[3] = {{.rank = 0}, {.rank = 1}, {.rank = 2}};
@@ -668,6 +694,7 @@ static Suite *memreport_suite(void)
     tcase_add_test(tc, test_json_errors_are_io_and_clean_up);
     tcase_add_test(tc, test_print_has_every_gathered_rank_and_baseline);
     tcase_add_test(tc, test_print_units_and_ratio);
+    tcase_add_test(tc, test_print_predicted_rss);
     tcase_add_test(tc, test_print_model_states_against_expected);
     tcase_add_test(tc, test_free_is_idempotent);
     suite_add_tcase(s, tc);

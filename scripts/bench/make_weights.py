@@ -29,6 +29,9 @@ shard unless it would pass --max-shard-size, which starts the next one; a
 tensor larger than the limit alone gets a shard. Within a file the tensors
 are in name order, as the safetensors library writes them.
 
+--config-only writes DIR/config.json alone, for `zerotrain plan` and `train --dry-run`, which
+read no weights.
+
 Streaming: at most CHUNK elements of one tensor are in memory at a time,
 whatever the model. Free disk space is checked before anything is written.
 Prints the bytes written and the time taken. Exit status 2 for a usage
@@ -212,6 +215,11 @@ def write_shard(path, members, tensors, dtype, seed):
     return 8 + len(text) + offset
 
 
+def write_config(out, config):
+    with open(os.path.join(out, "config.json"), "w") as f:
+        f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -221,12 +229,18 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-shard-size", type=parse_size, default=parse_size("2GB"),
                     help="bytes of tensor data per shard (default 2GB; save_pretrained's is 5GB)")
+    ap.add_argument("--config-only", action="store_true",
+                    help="write config.json alone (what a plan or a dry run reads)")
     a = ap.parse_args()
     if a.max_shard_size <= 0:
         ap.error("--max-shard-size must be > 0")
 
     config, tensors = SHAPES[a.shape]()
     config["torch_dtype"] = DTYPES[a.dtype][2]
+    if a.config_only:
+        os.makedirs(a.out, exist_ok=True)
+        write_config(a.out, config)
+        return 0
     esize = DTYPES[a.dtype][1]
     total = sum(numel(s) for _, s in tensors) * esize
     os.makedirs(a.out, exist_ok=True)
@@ -249,8 +263,7 @@ def main():
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
-    with open(os.path.join(a.out, "config.json"), "w") as f:
-        f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_config(a.out, config)
     seconds = time.monotonic() - start
     params = sum(numel(s) for _, s in tensors)
     print("%-10s %6s %14s %6s %16s %9s %9s" % ("shape", "dtype", "parameters", "shards",
