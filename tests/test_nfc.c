@@ -126,8 +126,8 @@ static const char *python_unicode_version(const char *dir)
     const char *out = testutil_path_in(dir, "version");
     if (testutil_run(
             testutil_path_in(dir, "version.log"),
-            "python3 -c 'import unicodedata; print(unicodedata.unidata_version, end=\"\")' "
-            "> %s",
+            "(python3 -c 'import unicodedata; print(unicodedata.unidata_version, end=\"\")' "
+            "> %s)",
             out) != 0)
         return "";
     return testutil_slurp(out);
@@ -165,10 +165,10 @@ START_TEST(every_code_point_and_random_strings_as_python)
     }
     ck_assert_int_eq(fclose(f), 0);
     ck_assert_msg(testutil_run(testutil_path_in(dir, "python.log"),
-                               "python3 -c 'import sys, unicodedata\n"
+                               "(python3 -c 'import sys, unicodedata\n"
                                "for line in sys.stdin.buffer.read().split(b\"\\n\")[:-1]:\n"
                                "    t = unicodedata.normalize(\"NFC\", line.decode())\n"
-                               "    sys.stdout.buffer.write(t.encode() + b\"\\n\")' < %s > %s",
+                               "    sys.stdout.buffer.write(t.encode() + b\"\\n\")' < %s > %s)",
                                in, want) == 0,
                   "%s", testutil_slurp(testutil_path_in(dir, "python.log")));
     size_t n_in, n_want;
