@@ -192,7 +192,7 @@ START_TEST(lora_chat_zero3_matches_pytorch)
     double losses[STEPS];
     ck_assert_int_eq(testutil_read_losses(testutil_path_in(dir, "train.jsonl"), losses, STEPS),
                      STEPS);
-    ck_assert_msg(losses[STEPS - 1] < losses[0] - 0.1, "loss did not fall: %g -> %g", losses[0],
+    ck_assert_msg(losses[STEPS - 1] < losses[0] - 0.05, "loss did not fall: %g -> %g", losses[0],
                   losses[STEPS - 1]);
     const double initial = torch_loss(dir, model, rendered, "initial");
     printf("step 1: zerotrain %.9f, PyTorch on the initial folder %.9f\n", losses[0], initial);
