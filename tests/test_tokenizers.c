@@ -361,7 +361,8 @@ START_TEST(test_nfc_normalizer)
         encode(t, text, strlen(text), &got);
         encode(plain, normal ? (const char *)normal : text, normal ? n : strlen(text), &want);
         ck_assert_msg(
-            got.n == want.n && memcmp(got.tokens, want.tokens, got.n * sizeof *got.tokens) == 0,
+            got.n == want.n &&
+                (got.n == 0 || memcmp(got.tokens, want.tokens, got.n * sizeof *got.tokens) == 0),
             "text %zu (\"%.60s\"): %zu ids, %zu for its NFC form", i, text, got.n, want.n);
         token_buffer_free(&got);
         token_buffer_free(&want);
