@@ -124,7 +124,8 @@ static const struct field fields[] = {
      "times tensor_parallel.size rows (Megatron's make-vocab-size-divisible-by), so that any "
      "tensor-parallel size cuts them evenly; the padding rows are zero, never a target and out "
      "of the softmax, and checkpoints and exports hold the true vocabulary; 1: no padding "
-     "(tensor_parallel.size must divide model.vocab_size). LoRA and QLoRA runs are not padded"},
+     "(tensor_parallel.size must divide model.vocab_size). LoRA and QLoRA runs are padded alike, "
+     "their frozen padding rows zero"},
     {"model.block_size", T_INT, OFF(model.block_size), 0, "128", GE(1), LE(1 << 20), 0, NULL,
      "maximum sequence length"},
     {"model.n_layer", T_INT, OFF(model.n_layer), 0, "4", GE(1), LE(1024), 0, NULL,

@@ -386,8 +386,6 @@ static zt_status attach_fp8(const struct zt_config *c, struct param_table *t)
 
 int64_t session_vocab_padded(const struct zt_config *c, int T)
 {
-    if (c->lora.enabled || c->quantization.load_in_4bit)
-        return c->model.vocab_size;
     return tp_vocab_padded(c->model.vocab_size, c->model.pad_vocab_size_to_multiple_of, T);
 }
 

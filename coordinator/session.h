@@ -267,8 +267,8 @@ int session_ckpt_every(const struct zt_config *c);
 
 /* The vocabulary a tensor-parallel group of T computes with:
  * model.vocab_size padded as model.pad_vocab_size_to_multiple_of says
- * (tp_vocab_padded), or unpadded under LoRA and QLoRA, whose tables are
- * never sliced. */
+ * (tp_vocab_padded), adapted (LoRA, QLoRA) or not: a frozen embedding's
+ * padding rows stay zero and get no gradient. */
 int64_t session_vocab_padded(const struct zt_config *c, int T);
 
 /* The parameter table rank t of a tensor-parallel group of T holds: the

@@ -4,6 +4,7 @@
  * the invariants the encoder relies on.
  */
 #include "bpe_tokenizer.h"
+#include "nfc.h"
 #include "data_impl.h"
 
 #include <stdio.h>
@@ -403,15 +404,31 @@ static zt_status encode_chars(const struct bpe_tokenizer *t, struct bpe_work *w,
     return ZT_OK;
 }
 
+static zt_status encode_normal_part(const struct bpe_tokenizer *t, struct bpe_work *w,
+                                    const unsigned char *text, size_t n, size_t at,
+                                    struct token_buffer *out)
+{
+    if (t->symbols == BPE_SYMBOLS_BYTES)
+        return encode_bytes(t, w, text, n, out);
+    return encode_chars(t, w, text, n, at, out);
+}
+
+/* text[from..to), between added tokens (which are matched on the text as
+ * given, as Hugging Face's are), normalized as the tokenizer says. */
 static zt_status encode_part(const struct bpe_tokenizer *t, struct bpe_work *w,
                              const unsigned char *text, size_t from, size_t to,
                              struct token_buffer *out)
 {
     if (from == to)
         return ZT_OK;
-    if (t->symbols == BPE_SYMBOLS_BYTES)
-        return encode_bytes(t, w, text + from, to - from, out);
-    return encode_chars(t, w, text + from, to - from, from, out);
+    unsigned char *normal = NULL;
+    size_t n = 0;
+    if (t->nfc)
+        ZT_TRY(nfc_normalize(text + from, to - from, &normal, &n));
+    const zt_status st = normal ? encode_normal_part(t, w, normal, n, from, out)
+                                : encode_normal_part(t, w, text + from, to - from, from, out);
+    free(normal);
+    return st;
 }
 
 zt_status bpe_tokenizer_encode(const struct bpe_tokenizer *t, const unsigned char *text, size_t n,

@@ -62,6 +62,7 @@ struct bpe_tokenizer {
     uint32_t *dec_offsets;
     unsigned char *dec_bytes;
     enum bpe_symbols symbols;
+    int nfc; /* each part of the text between added tokens is put in NFC first (nfc.h) */
     pretokenize_fn pretokenize; /* bytes: the rule (NULL: the whole part is one piece) */
     /* characters: */
     enum bpe_prepend prepend;

@@ -6,16 +6,18 @@
  *   model            type "BPE"; vocab (token -> id), merges ("A B" strings
  *                    or [A, B] pairs, lowest rank first), unk_token,
  *                    byte_fallback, fuse_unk, ignore_merges;
- *   normalizer       none, or Prepend("▁") and Replace(" " -> "▁"), alone or
- *                    in a Sequence (SentencePiece's legacy form);
+ *   normalizer       none, NFC (nfc.h), or Prepend("▁") and Replace(" " ->
+ *                    "▁"), alone or in a Sequence (SentencePiece's legacy
+ *                    form, NFC allowed beside them);
  *   pre_tokenizer    none, ByteLevel, Split with a pattern pretokenize.h
  *                    writes out (Isolated), Metaspace, or a Sequence of them;
  *   decoder          whether a character vocabulary strips its leading space;
  *   added_tokens     id and content (lstrip, rstrip and single_word must be
  *                    false: they are not written here).
- * Anything else that changes ids (dropout, a word prefix or suffix, NFC and
- * other normalizers, Digits or Punctuation pre-tokenizers, another model
- * type) is refused by name rather than ignored.
+ * Anything else that changes ids (dropout, a word prefix or suffix, other
+ * normalizers: NFD, NFKC, Lowercase ...; Digits or Punctuation
+ * pre-tokenizers, another model type) is refused by name rather than
+ * ignored.
  */
 #include "bpe_tokenizer.h"
 #include "data_impl.h"
@@ -94,10 +96,17 @@ static int is_metaspace(const char *s)
     return s && strcmp(s, "\xE2\x96\x81") == 0;
 }
 
-/* One normalizer (not a Sequence): SentencePiece's two are taken. */
-static zt_status take_normalizer(struct hf_loader *ld, const struct json_value *n, int *spaces)
+/* One normalizer (not a Sequence): NFC and SentencePiece's two are taken;
+ * *metaspace counts SentencePiece's. */
+static zt_status take_normalizer(struct hf_loader *ld, const struct json_value *n, int *spaces,
+                                 int *metaspace)
 {
     const char *type = string_of(n, "type");
+    if (type && strcmp(type, "NFC") == 0) {
+        ld->t->nfc = 1;
+        return ZT_OK;
+    }
+    ++*metaspace;
     if (type && strcmp(type, "Prepend") == 0 && is_metaspace(string_of(n, "prepend"))) {
         ld->t->prepend = BPE_PREPEND_ALWAYS;
         return ZT_OK;
@@ -116,17 +125,18 @@ static zt_status take_normalizers(struct hf_loader *ld, const struct json_value 
     const struct json_value *n = member(root, "normalizer");
     if (!n)
         return ZT_OK;
-    ld->t->prepend = BPE_PREPEND_NEVER;
-    int spaces = 0;
+    int spaces = 0, metaspace = 0;
     const char *type = string_of(n, "type");
     if (type && strcmp(type, "Sequence") == 0) {
         const struct json_value *list = member(n, "normalizers");
         ZT_TRY(expect(ld->path, "normalizer.normalizers", list, JSON_ARRAY));
         for (size_t i = 0; i < list->n; i++)
-            ZT_TRY(take_normalizer(ld, &list->items[i], &spaces));
+            ZT_TRY(take_normalizer(ld, &list->items[i], &spaces, &metaspace));
     } else {
-        ZT_TRY(take_normalizer(ld, n, &spaces));
+        ZT_TRY(take_normalizer(ld, n, &spaces, &metaspace));
     }
+    if (!metaspace) /* NFC alone: the characters are left to the pre-tokenizer */
+        return ZT_OK;
     if (!spaces)
         return unsupported(ld->path, "normalizer", "a \"▁\" prepended without spaces as \"▁\"");
     *chars = 1;

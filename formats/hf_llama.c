@@ -103,6 +103,18 @@ static const struct hf_config_key config_keys[] = {
     {NULL, NULL, 0},
 };
 
+/* A Llama with q, k and v biases is Qwen2's architecture: LlamaConfig's
+ * attention_bias would put a bias on o_proj too. */
+static const char *config_variant(const struct param_table *t)
+{
+    const struct zt_kv *bias = zt_kv_find(&t->shape, "attention_bias");
+    return bias && bias->i
+               ? "\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", "
+                 "\"hidden_act\": \"silu\", \"rope_scaling\": null, "
+                 "\"use_sliding_window\": false"
+               : NULL;
+}
+
 const struct hf_mapping hf_llama_mapping = {
     .family = "llama",
     .title = "Llama",
@@ -117,5 +129,6 @@ const struct hf_mapping hf_llama_mapping = {
     .config_fixed = "\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
                     "\"hidden_act\": \"silu\", \"rope_scaling\": null, \"attention_bias\": false, "
                     "\"mlp_bias\": false",
+    .config_variant = config_variant,
     .config_keys = config_keys,
 };

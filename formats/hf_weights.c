@@ -298,7 +298,8 @@ zt_status hf_weights_config_text(const struct param_table *t, enum zt_dtype dtyp
     for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
         if (torch_dtypes[i].dtype == dtype)
             torch = torch_dtypes[i].torch;
-    size_t len = (size_t)snprintf(text, n, "{%s", m->config_fixed);
+    const char *variant = m->config_variant ? m->config_variant(t) : NULL;
+    size_t len = (size_t)snprintf(text, n, "{%s", variant ? variant : m->config_fixed);
     for (const struct hf_config_key *k = m->config_keys; k->hf && len < n; k++) {
         const struct zt_kv *kv = zt_kv_find(&t->shape, k->shape);
         ZT_ASSERT(kv);

@@ -50,10 +50,14 @@ struct hf_mapping {
     const char *(*required_by)(const struct param_table *t, int k, int64_t *value);
     /* PEFT's default target_modules for the architecture, NULL-terminated. */
     const char *const *lora_targets;
-    /* config.json: the members that do not depend on the shape (JSON text,
-     * comma-separated: architectures, model_type, fixed choices), then
-     * one member per entry, the config class's name and the shape's value. */
+    /* config.json: the members that do not depend on the shape's numbers
+     * (JSON text, comma-separated: architectures, model_type, fixed
+     * choices), then one member per entry, the config class's name and
+     * the shape's value. config_variant, when not NULL, names another
+     * architecture's members for a table whose shape asks for it (a Llama
+     * with q, k and v biases is Qwen2's), or NULL for config_fixed. */
     const char *config_fixed;
+    const char *(*config_variant)(const struct param_table *t);
     const struct hf_config_key {
         const char *hf, *shape; /* "n_positions", "block_size" */
         int boolean;            /* 1: written as true / false */

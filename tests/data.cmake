@@ -29,3 +29,6 @@ zt_test(test_jsonl SOURCES test_jsonl.c LIBS zt_data TIMEOUT 120)
 # from $ZT_TOKENIZERS_DIR or the script's default cache folder, and fails
 # saying so when they are missing.
 zt_test(test_tokenizers SOURCES test_tokenizers.c LIBS zt_data TIMEOUT 900)
+# Unicode NFC (data/nfc.h, Qwen2's normalizer) against Python's unicodedata on
+# every code point and random strings of marks and Hangul, and hand-written forms.
+zt_test(test_nfc SOURCES test_nfc.c LIBS zt_data TIMEOUT 600)

@@ -26,29 +26,10 @@
 
 #include "../common/json.h"
 #include "../data/data.h"
+#include "../data/nfc.h"
 #include "testutil.h"
 
 /* ---- the reference vocabularies ---- */
-
-static const char *tokenizers_root(void)
-{
-    const char *env = getenv("ZT_TOKENIZERS_DIR");
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    return env && env[0]   ? env
-           : xdg && xdg[0] ? testutil_fmt("%s/zerotrain/tokenizers", xdg)
-                           : testutil_fmt("%s/.cache/zerotrain/tokenizers", home ? home : "");
-}
-
-/* ROOT/NAME, checked to hold `file`. */
-static const char *vocab_dir(const char *name, const char *file)
-{
-    const char *dir = testutil_path_in(tokenizers_root(), name);
-    ck_assert_msg(access(testutil_path_in(dir, file), R_OK) == 0,
-                  "%s's vocabulary is not in %s: run scripts/tokenizers.sh all [--dir ROOT] first "
-                  "(scripts/test.sh does), and set ZT_TOKENIZERS_DIR=ROOT for another folder",
-                  name, dir);
-    return dir;
-}
 
 struct reference {
     const char *name, *file, *row; /* fetched as NAME, holding FILE, opened as ROW */
@@ -69,7 +50,7 @@ static struct tokenizer *open_reference(const struct reference *r)
 {
     struct tokenizer *t;
     /* No name: the folder's files say which row reads it. */
-    zt_status st = tokenizer_open(NULL, vocab_dir(r->name, r->file), &t);
+    zt_status st = tokenizer_open(NULL, testutil_tokenizer_dir(r->name, r->file), &t);
     ck_assert_msg(st == ZT_OK, "%s: %s", r->name, zt_error_message());
     ck_assert_str_eq(tokenizer_name(t), r->row);
     ck_assert_uint_eq(tokenizer_vocab_size(t), r->vocab);
@@ -94,7 +75,7 @@ static char *reference_ids(const struct reference *r)
     const char *log = testutil_path_in(testutil_tmpdir("tokenizers-ref"), "log");
     const int rc = testutil_run(log, "{ node %s %s %s %s > %s; }",
                                 testutil_source_path("scripts/tokenizers/reference.mjs"), r->name,
-                                testutil_path_in(tokenizers_root(), "npm/node_modules"),
+                                testutil_path_in(testutil_tokenizers_root(), "npm/node_modules"),
                                 testutil_source_path("tests/data/tokenizer_corpus.json"), out);
     ck_assert_msg(rc == 0,
                   "the reference encoder of %s failed (exit %d; node and the packages "
@@ -205,7 +186,7 @@ END_TEST
  * and the token file reads back as the encoder's ids. */
 START_TEST(test_prepare_llama3_width4)
 {
-    const char *vocab = vocab_dir("llama3", "tokenizer.json");
+    const char *vocab = testutil_tokenizer_dir("llama3", "tokenizer.json");
     const char *dir = testutil_tmpdir("tokenizers-prepare");
     const char *a = testutil_path_in(dir, "a.txt"), *b = testutil_path_in(dir, "b.txt");
     testutil_write_file(a, "Hello world", 11);
@@ -232,7 +213,7 @@ END_TEST
  * tokenizer, and model.vocab_size up to 2^31 - 1. */
 START_TEST(test_run_start_errors)
 {
-    const char *vocab = vocab_dir("llama3", "tokenizer.json");
+    const char *vocab = testutil_tokenizer_dir("llama3", "tokenizer.json");
     const char *dir = testutil_tmpdir("tokenizers-run"), *log = testutil_path_in(dir, "log");
     const char *tiny = testutil_source_path("configs/tiny.yaml");
     int rc = testutil_run(log,
@@ -269,7 +250,7 @@ END_TEST
 
 START_TEST(test_tokenize_command)
 {
-    const char *vocab = vocab_dir("cl100k", "cl100k_base.tiktoken");
+    const char *vocab = testutil_tokenizer_dir("cl100k", "cl100k_base.tiktoken");
     const char *dir = testutil_tmpdir("tokenizers-cmd");
     const char *in = testutil_path_in(dir, "in.txt"), *ids = testutil_path_in(dir, "ids.json");
     const char *log = testutil_path_in(dir, "log"), *back = testutil_path_in(dir, "back.txt");
@@ -317,6 +298,88 @@ START_TEST(test_tokenize_command)
         ck_assert_msg(rc != 0 && strstr(testutil_slurp(log), decode_bad[i][1]), "%s: exit %d: %s",
                       decode_bad[i][0], rc, testutil_slurp(log));
     }
+}
+END_TEST
+
+/* ---- Qwen2's NFC normalizer ---- */
+
+/* Llama 3's files, its tokenizer.json given Qwen2's normalizer. */
+static const char *llama3_with_nfc(void)
+{
+    const char *dir = testutil_tmpdir("tokenizers-nfc");
+    const char *from = testutil_tokenizer_dir("llama3", "tokenizer.json");
+    size_t n;
+    char *json = (char *)testutil_read_file(testutil_path_in(from, "tokenizer.json"), &n);
+    json[n] = '\0';
+    const char *null = "\"normalizer\": null", *nfc = "\"normalizer\": {\"type\": \"NFC\"}";
+    char *at = strstr(json, null);
+    ck_assert_msg(at != NULL, "Llama 3's tokenizer.json has no %s", null);
+    FILE *f = fopen(testutil_path_in(dir, "tokenizer.json"), "wb");
+    ck_assert_ptr_nonnull(f);
+    fwrite(json, 1, (size_t)(at - json), f);
+    fputs(nfc, f);
+    fputs(at + strlen(null), f);
+    ck_assert_int_eq(fclose(f), 0);
+    free(json);
+    unsigned char *config = testutil_read_file(testutil_path_in(from, "tokenizer_config.json"), &n);
+    testutil_write_file(testutil_path_in(dir, "tokenizer_config.json"), config, n);
+    free(config);
+    return dir;
+}
+
+static void encode(const struct tokenizer *t, const void *text, size_t n, struct token_buffer *out)
+{
+    ck_assert_msg(tokenizer_encode(t, text, n, out) == ZT_OK, "%s", zt_error_message());
+}
+
+/* With "normalizer": {"type": "NFC"} (Qwen2's) every corpus text, and texts
+ * NFC changes, encode as Llama 3's vocabulary (checked against its npm
+ * encoder above) encodes their NFC form. Added tokens are found in the
+ * text as given: a mark after "<|eot_id|>" does not compose with its ">". */
+START_TEST(test_nfc_normalizer)
+{
+    struct tokenizer *plain = open_reference(&references[0]), *t;
+    zt_status st = tokenizer_open(NULL, llama3_with_nfc(), &t);
+    ck_assert_msg(st == ZT_OK, "%s", zt_error_message());
+    struct json_value corpus;
+    load_corpus(&corpus);
+    static const char *const extra[] = {
+        "Cafe\xCC\x81 na\xC3\xAFve",
+        "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB\xE1\x84\x80\xE1\x85\xB3\xE1\x86\xAF",
+        "\xE2\x84\xAB\xE2\x84\xA6 5\xE2\x84\xAB", "q\xCC\x87\xCC\xA3 a\xCC\x81\xCC\xA3 x\xCC\xB8",
+        "Vie\xCC\xA3\xCC\x82t Nam"};
+    const size_t n_extra = sizeof extra / sizeof extra[0];
+    size_t changed = 0;
+    for (size_t i = 0; i < corpus.n + n_extra; i++) {
+        const char *text = i < corpus.n ? corpus.items[i].str : extra[i - corpus.n];
+        unsigned char *normal;
+        size_t n;
+        ck_assert_int_eq(nfc_normalize((const unsigned char *)text, strlen(text), &normal, &n),
+                         ZT_OK);
+        changed += normal && (n != strlen(text) || memcmp(normal, text, n) != 0);
+        struct token_buffer got = {0}, want = {0};
+        encode(t, text, strlen(text), &got);
+        encode(plain, normal ? (const char *)normal : text, normal ? n : strlen(text), &want);
+        ck_assert_msg(
+            got.n == want.n &&
+                (got.n == 0 || memcmp(got.tokens, want.tokens, got.n * sizeof *got.tokens) == 0),
+            "text %zu (\"%.60s\"): %zu ids, %zu for its NFC form", i, text, got.n, want.n);
+        token_buffer_free(&got);
+        token_buffer_free(&want);
+        free(normal);
+    }
+    ck_assert_uint_ge(changed, n_extra);
+    struct token_buffer got = {0}, mark = {0};
+    encode(t, "<|eot_id|>\xCC\xB8", 12, &got);
+    encode(plain, "\xCC\xB8", 2, &mark);
+    ck_assert_uint_eq(got.n, 1 + mark.n);
+    ck_assert_int_eq(got.tokens[0], 128009);
+    ck_assert_mem_eq(got.tokens + 1, mark.tokens, mark.n * sizeof *mark.tokens);
+    token_buffer_free(&got);
+    token_buffer_free(&mark);
+    json_free(&corpus);
+    tokenizer_close(t);
+    tokenizer_close(plain);
 }
 END_TEST
 
@@ -402,8 +465,10 @@ START_TEST(test_broken_files)
                 "model.merges[0]: expected \"A B\"");
     expect_open(mini_json(BYTE_LEVEL, "{}"), NULL, ZT_ERR_CONFIG,
                 "model.merges: expected an array, got an object");
-    expect_open(mini_json("\"normalizer\": {\"type\": \"NFC\"}, " BYTE_LEVEL, merges), NULL,
-                ZT_ERR_UNSUPPORTED, "normalizer: NFC is not supported");
+    expect_open(mini_json("\"normalizer\": {\"type\": \"NFC\"}, " BYTE_LEVEL, merges), NULL, ZT_OK,
+                "");
+    expect_open(mini_json("\"normalizer\": {\"type\": \"NFKC\"}, " BYTE_LEVEL, merges), NULL,
+                ZT_ERR_UNSUPPORTED, "normalizer: NFKC is not supported");
     expect_open(mini_json("\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": "
                           "[{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\d+\"}, "
                           "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": "
@@ -558,7 +623,8 @@ START_TEST(test_chat_templates)
 {
     const struct chat_case *c = &chat_cases[_i];
     struct tokenizer *tok;
-    ck_assert(tokenizer_open("hf", vocab_dir(c->vocab, "tokenizer.json"), &tok) == ZT_OK);
+    ck_assert(tokenizer_open("hf", testutil_tokenizer_dir(c->vocab, "tokenizer.json"), &tok) ==
+              ZT_OK);
     struct token_buffer b = {0};
     zt_status st = load_chat(tok, c->template, c->line, &b);
     ck_assert_msg(st == ZT_OK, "%s: %s", c->template, zt_error_message());
@@ -624,7 +690,8 @@ END_TEST
 START_TEST(test_chat_errors)
 {
     struct tokenizer *tok;
-    ck_assert(tokenizer_open("hf", vocab_dir("llama3", "tokenizer.json"), &tok) == ZT_OK);
+    ck_assert(tokenizer_open("hf", testutil_tokenizer_dir("llama3", "tokenizer.json"), &tok) ==
+              ZT_OK);
     static const struct {
         const char *template, *line, *message;
         zt_status want;
@@ -674,8 +741,8 @@ START_TEST(test_chat_errors)
         struct tokenizer *llama2 = NULL;
         if (bad[i].template && strcmp(bad[i].template, "llama3") != 0 &&
             strcmp(bad[i].template, "chatml") != 0 && strcmp(bad[i].template, "vicuna") != 0) {
-            ck_assert(tokenizer_open("hf", vocab_dir("llama2", "tokenizer.json"), &llama2) ==
-                      ZT_OK);
+            ck_assert(tokenizer_open("hf", testutil_tokenizer_dir("llama2", "tokenizer.json"),
+                                     &llama2) == ZT_OK);
             t = llama2;
         }
         struct token_buffer b = {0};
@@ -796,7 +863,8 @@ START_TEST(test_tokenizer_save)
         const char *row, *from, *files;
     } cases[] = {
         {"gpt2", testutil_gpt2_vocab_dir(), "vocab.json, merges.txt"},
-        {"hf", vocab_dir("llama3", "tokenizer.json"), "tokenizer.json, tokenizer_config.json"},
+        {"hf", testutil_tokenizer_dir("llama3", "tokenizer.json"),
+         "tokenizer.json, tokenizer_config.json"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *to = testutil_tmpdir(testutil_fmt("save-%s", cases[i].row));
@@ -907,6 +975,7 @@ static Suite *tokenizers_suite(void)
     tcase_add_loop_test(r, test_reference_ids, 0, n);
     tcase_add_loop_test(r, test_any_bytes_round_trip, 0, n);
     tcase_add_test(r, test_prepare_llama3_width4);
+    tcase_add_test(r, test_nfc_normalizer);
     TCase *c = testutil_tcase(s, "command", 300);
     tcase_add_test(c, test_tokenize_command);
     tcase_add_test(c, test_run_start_errors);

@@ -9,6 +9,8 @@
  * from, and resumes at T=1 and T=4 on the uninterrupted run's losses; its
  * export has 50,257 rows, and PyTorch (scripts/reference/hf_folder_loss.py)
  * computes from that folder the loss zerotrain evaluates from it at T=2.
+ * LoRA pads as full runs do: its frozen embedding's padding rows stay zero,
+ * T=2 trains T=1's losses, and the merged export has 50,257 rows.
  */
 #include <check.h>
 #include <math.h>
@@ -89,6 +91,21 @@ static char *safetensors_header(const char *path)
     return header;
 }
 
+/* Exports dir/t2-ck (with `flags`) into dir/hf and checks that its
+ * embedding holds GPT-2's 50,257 rows, the padding dropped. */
+static void export_true_vocabulary(const char *dir, const char *flags)
+{
+    const char *log = testutil_path_in(dir, "export.log");
+    ck_assert_msg(testutil_run(log, "%s export %s/t2-ck %s --out %s/hf/model.safetensors",
+                               testutil_binary(), dir, flags, dir) == 0,
+                  "%s", testutil_slurp(log));
+    char *header = safetensors_header(testutil_path_in(dir, "hf/model.safetensors"));
+    const char *wte = strstr(header, "\"wte.weight\"");
+    ck_assert_msg(wte && strstr(wte, "\"shape\":[50257,32]") == strstr(wte, "\"shape\""), "%s",
+                  header);
+    free(header);
+}
+
 /* The loss `zerotrain eval` gives the weights in folder hf at T=2 on val. */
 static double eval_at_t2(const char *dir, const char *hf, const char *val)
 {
@@ -101,11 +118,7 @@ static double eval_at_t2(const char *dir, const char *hf, const char *val)
                                testutil_binary(), testutil_source_path("tests/data/micro.yaml"),
                                dir, dir, GPT2_VOCAB, hf, val) == 0,
                   "%s", testutil_slurp(log));
-    const char *json = testutil_slurp(testutil_path_in(dir, "eval.json"));
-    const char *at = strstr(json, "\"val_loss\": ");
-    double loss = NAN;
-    ck_assert_msg(at && sscanf(at + 12, "%lf", &loss) == 1, "%s", json);
-    return loss;
+    return testutil_val_loss(testutil_path_in(dir, "eval.json"));
 }
 
 START_TEST(checkpoints_and_exports_hold_the_true_vocabulary)
@@ -130,15 +143,7 @@ START_TEST(checkpoints_and_exports_hold_the_true_vocabulary)
     testutil_resume_matches(dir, "t2", "t2-to-unpadded", 1,
                             layout(1, 1, 0, "--set model.pad_vocab_size_to_multiple_of=1"), full);
 
-    const char *log = testutil_path_in(dir, "export.log");
-    ck_assert_msg(testutil_run(log, "%s export %s/t2-ck --out %s/hf/model.safetensors",
-                               testutil_binary(), dir, dir) == 0,
-                  "%s", testutil_slurp(log));
-    char *header = safetensors_header(testutil_path_in(dir, "hf/model.safetensors"));
-    const char *wte = strstr(header, "\"wte.weight\"");
-    ck_assert_msg(wte && strstr(wte, "\"shape\":[50257,32]") == strstr(wte, "\"shape\""), "%s",
-                  header);
-    free(header);
+    export_true_vocabulary(dir, "");
     const char *config = testutil_slurp(testutil_path_in(dir, "hf/config.json"));
     ck_assert_msg(strstr(config, "\"vocab_size\": 50257"), "%s", config);
 
@@ -173,6 +178,34 @@ START_TEST(unpadded_refusal_names_the_key)
 }
 END_TEST
 
+/* LoRA (GPT-2's c_attn) at T=2 pads the frozen vocabulary as a full run
+ * does and trains the losses of one unpadded rank; its merged export holds
+ * the true 50,257 rows. */
+START_TEST(lora_pads_as_full_runs_do)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("vocab-lora"));
+    const char *lora = "--set lora.enabled=true --set lora.r=8 --set lora.lora_alpha=16 "
+                       "--set optimizer.params.lr=2e-2";
+    double base[STEPS], got[STEPS];
+    train(dir, "t1", 1,
+          layout(1, 1, 0, testutil_fmt("%s --set model.pad_vocab_size_to_multiple_of=1", lora)),
+          base);
+    ck_assert_msg(base[STEPS - 1] < base[0] - 0.02, "loss did not fall: %g -> %g", base[0],
+                  base[STEPS - 1]);
+    train(dir, "t2", 2,
+          layout(2, 2, 0,
+                 testutil_fmt("%s --set checkpoint.every=%d --set checkpoint.dir=%s/t2-ck", lora,
+                              STEPS, dir)),
+          got);
+    testutil_assert_losses_close(base, got, STEPS, 1e-5, "LoRA, T=2 padded");
+    const char *log = testutil_slurp(testutil_path_in(dir, "t2.log"));
+    ck_assert_msg(strstr(log, "vocabulary 50257 padded to 50432 for T=2"), "%s", log);
+
+    export_true_vocabulary(dir, "--merge");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vocab_padding");
@@ -180,5 +213,6 @@ int main(void)
     tcase_add_test(tc, padded_layouts_give_the_unpadded_losses);
     tcase_add_test(tc, checkpoints_and_exports_hold_the_true_vocabulary);
     tcase_add_test(tc, unpadded_refusal_names_the_key);
+    tcase_add_test(tc, lora_pads_as_full_runs_do);
     return testutil_run_suite(s, 0);
 }

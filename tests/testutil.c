@@ -252,6 +252,16 @@ void testutil_resume_matches(const char *dir, const char *from, const char *name
                                  testutil_fmt("%s resumed from %s", name, from));
 }
 
+double testutil_val_loss(const char *path)
+{
+    const char *json = testutil_slurp(path);
+    const char *at = strstr(json, "\"val_loss\": ");
+    double loss = NAN;
+    ck_assert_msg(at && sscanf(at + strlen("\"val_loss\": "), "%lf", &loss) == 1, "%s: %s", path,
+                  json);
+    return loss;
+}
+
 double testutil_torch_folder_loss(const char *log, const char *folder, const char *data,
                                   int seq_len)
 {
@@ -377,6 +387,25 @@ const char *testutil_gpt2_vocab_dir(void)
                   "GPT-2's vocabulary is not in %s: run scripts/gpt2_vocab.sh [DIR] first "
                   "(scripts/test.sh does), and set ZT_GPT2_VOCAB_DIR=DIR for another folder",
                   dir);
+    return dir;
+}
+
+const char *testutil_tokenizers_root(void)
+{
+    const char *env = getenv("ZT_TOKENIZERS_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    return env && env[0]   ? env
+           : xdg && xdg[0] ? testutil_fmt("%s/zerotrain/tokenizers", xdg)
+                           : testutil_fmt("%s/.cache/zerotrain/tokenizers", home ? home : "");
+}
+
+const char *testutil_tokenizer_dir(const char *name, const char *file)
+{
+    const char *dir = testutil_path_in(testutil_tokenizers_root(), name);
+    ck_assert_msg(access(testutil_path_in(dir, file), R_OK) == 0,
+                  "%s's vocabulary is not in %s: run scripts/tokenizers.sh all [--dir ROOT] first "
+                  "(scripts/test.sh does), and set ZT_TOKENIZERS_DIR=ROOT for another folder",
+                  name, dir);
     return dir;
 }
 

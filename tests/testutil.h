@@ -107,6 +107,10 @@ void testutil_assert_losses_close(const double *want, const double *got, int n, 
 void testutil_resume_matches(const char *dir, const char *from, const char *name, int np,
                              const char *args, const double *full);
 
+/* The "val_loss" of the metrics file at path (what `zerotrain eval
+ * --metrics` writes); fails the test, showing the file, without one. */
+double testutil_val_loss(const char *path);
+
 /* The loss PyTorch computes from a save_pretrained-style folder
  * (scripts/reference/hf_folder_loss.py: the byte file `data` cut into
  * windows of seq_len), its output in `log`; NAN, said on stderr, when
@@ -119,6 +123,15 @@ double testutil_torch_folder_loss(const char *log, const char *folder, const cha
  * test when it is not there, since scripts/test.sh fetches it before the
  * tests run. Static buffer as testutil_fmt's. */
 const char *testutil_gpt2_vocab_dir(void);
+
+/* The folder scripts/tokenizers.sh fills: $ZT_TOKENIZERS_DIR, else the
+ * script's default cache folder. Static buffer as testutil_fmt's. */
+const char *testutil_tokenizers_root(void);
+
+/* ROOT/NAME (a reference vocabulary: llama3, llama2, mistral, cl100k,
+ * o200k), checked to hold `file`; fails the test saying how to fetch it
+ * when it does not. Static buffer as testutil_path_in's. */
+const char *testutil_tokenizer_dir(const char *name, const char *file);
 
 /* A new test case called `name` added to s, with a timeout of
  * `timeout_s` seconds (the sanitizer build runs about 10x slower than the

@@ -35,6 +35,15 @@ zt_test(test_eval_cmd SOURCES test_eval_cmd.c LIBS zt_common TIMEOUT 600 LAUNCHE
 zt_test(test_generate SOURCES test_generate.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
 # Greedy generate of a GPT-2 and a Llama (GQA) from their final folders
 # against scripts/reference/hf_greedy.py (PyTorch), 64 tokens; 77 without torch.
+# A Qwen2 config.json (q, k, v biases; tied and untied) trained 8 SGD steps
+# by zerotrain and by PyTorch (scripts/reference/qwen2_train.py) from the same
+# folder: per-step losses and the export's loss within 1e-4; skipped without torch.
+zt_test(test_qwen2_torch SOURCES test_qwen2_torch.c LIBS zt_common TIMEOUT 900 LAUNCHES_MPI)
+# A Llama-3-shaped model (vocabulary 128,256, GQA, rope_theta 500000) fine-tuned
+# with LoRA on chat JSONL under ZeRO 3 at 2 ranks: the llama3 template's mask
+# token by token against scripts/reference/llama3_chat.py's rendering, and the
+# merged export's loss against PyTorch's within 1e-3; skipped without torch.
+zt_test(test_chat_torch SOURCES test_chat_torch.c LIBS zt_data TIMEOUT 900 LAUNCHES_MPI)
 zt_test(test_generate_torch SOURCES test_generate_torch.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 zt_test(test_outputs SOURCES test_outputs.c LIBS zt_common TIMEOUT 600 LAUNCHES_MPI)
 # The memory timeline and summary against the ledger and the memory report.

@@ -11,15 +11,17 @@ forward from those names and Hugging Face's definitions (GPT-2: Conv1D
 weights [in, out], tanh GELU, LayerNorm with layer_norm_epsilon, tied
 head; Llama: RMSNorm with rms_norm_eps, rotary embeddings with
 rope_theta in the rotate-half form, SiLU-gated MLP, grouped-query
-attention, a head tied or lm_head.weight), in float64.
+attention, a head tied or lm_head.weight; Qwen2: Llama's with biases on
+q_proj, k_proj and v_proj), in float64.
 
 The data is a byte file cut into consecutive windows of seq_len + 1 bytes
 (window w: inputs bytes w*T .. w*T+T-1, targets the next T), the ids being
 the bytes. Prints the mean cross-entropy over every target of every
 window, as `loss X`.
 
-Reads safetensors with the standard library and torch.frombuffer (no
-transformers or safetensors package needed).
+Reads (and, for the scripts that build folders, writes) safetensors with
+the standard library and torch (no transformers or safetensors package
+needed).
 
 Usage: /usr/bin/python3 scripts/reference/hf_folder_loss.py DIR DATA SEQ_LEN
 """
@@ -48,6 +50,21 @@ def read_safetensors(path):
         t = torch.frombuffer(bytearray(body[begin:end]), dtype=DTYPES[info["dtype"]])
         out[name] = t.reshape(info["shape"]).to(torch.float64)
     return out
+
+
+def write_safetensors(path, ts):
+    """ts (name -> tensor) as one float32 file, laid out as the safetensors
+    library writes it: names sorted, compact JSON padded to 8 bytes."""
+    header, body = {"__metadata__": {"format": "pt"}}, b""
+    for name in sorted(ts):
+        data = ts[name].detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(ts[name].shape),
+                        "data_offsets": [len(body), len(body) + len(data)]}
+        body += data
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + body)
 
 
 def read_weights(folder):
@@ -106,8 +123,19 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def llama_logits(cfg, w, ids):
+def linear(w, name, x, bias):
+    """nn.Linear: x W^T, plus the bias where the architecture has one (as
+    from_pretrained does, a bias in the file that the class lacks is unused)."""
+    y = x @ w[name + ".weight"].T
+    return y + w[name + ".bias"] if bias else y
+
+
+def llama_logits(cfg, w, ids, qkv_bias=None):
+    """LlamaForCausalLM's forward; attention_bias puts biases on q, k, v and
+    o, Qwen2 (qkv_bias) on q, k and v only."""
     w = strip(w, "model.")
+    o_bias = cfg.get("attention_bias", False)
+    qkv_bias = o_bias if qkv_bias is None else qkv_bias
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
     hs, eps, T = C // H, cfg["rms_norm_eps"], ids.shape[0]
@@ -120,12 +148,12 @@ def llama_logits(cfg, w, ids):
     for i in range(cfg["num_hidden_layers"]):
         p = "layers.%d." % i
         h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, H, hs).transpose(0, 1)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, KV, hs).transpose(0, 1)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, KV, hs).transpose(0, 1)
+        q = linear(w, p + "self_attn.q_proj", h, qkv_bias).reshape(T, H, hs).transpose(0, 1)
+        k = linear(w, p + "self_attn.k_proj", h, qkv_bias).reshape(T, KV, hs).transpose(0, 1)
+        v = linear(w, p + "self_attn.v_proj", h, qkv_bias).reshape(T, KV, hs).transpose(0, 1)
         k, v = k.repeat_interleave(H // KV, 0), v.repeat_interleave(H // KV, 0)
         y = causal_attention(rope(q), rope(k), v).transpose(0, 1).reshape(T, C)
-        x = x + y @ w[p + "self_attn.o_proj.weight"].T
+        x = x + linear(w, p + "self_attn.o_proj", y, o_bias)
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
         g = torch.nn.functional.silu(h @ w[p + "mlp.gate_proj.weight"].T)
         x = x + (g * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
@@ -135,7 +163,12 @@ def llama_logits(cfg, w, ids):
     return x @ head.T
 
 
-ARCHITECTURES = {"gpt2": gpt2_logits, "llama": llama_logits}
+def qwen2_logits(cfg, w, ids):
+    assert not cfg.get("use_sliding_window", False)
+    return llama_logits(cfg, w, ids, qkv_bias=True)
+
+
+ARCHITECTURES = {"gpt2": gpt2_logits, "llama": llama_logits, "qwen2": qwen2_logits}
 
 
 def main():
