@@ -290,7 +290,8 @@ END_TEST
  * size. */
 START_TEST(tensor_checkpoints_resume_across_layouts)
 {
-    const char *dir = testutil_tmpdir("tp-resume");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("tp-resume")); /* testutil's strings rotate */
     double full[STEPS];
     train_saving(dir, "t2p2", 4, layout_tp(4, 2, 2, 1, ""), full);
     testutil_resume_matches(dir, "t2p2", "t2p2-to-d2", 2, layout(2, 1, 3, ""), full);
@@ -318,13 +319,6 @@ START_TEST(tensor_checkpoints_resume_across_layouts)
     testutil_assert_losses_close(one, sliced, 3, 1e-5, "T=2 x D=2 from the step-5 export");
     ck_assert_msg(fabs(one[0] - full[0]) > 1e-3, "the export holds the initial weights");
 
-    /* interleaved chunks hold other blocks than the plain stages: v=2 into
-     * v=1 and into one rank, and P=2 into v=2 */
-    train_saving(dir, "v2", 2, layout(2, 2, 1, INTERLEAVED), full);
-    testutil_resume_matches(dir, "v2", "v2-to-v1", 2, layout(2, 2, 1, ""), full);
-    testutil_resume_matches(dir, "v2", "v2-to-d1", 1, layout(1, 1, 0, ""), full);
-    train_saving(dir, "v1", 2, layout(2, 2, 2, ""), full);
-    testutil_resume_matches(dir, "v1", "v1-to-v2", 4, layout(4, 2, 2, INTERLEAVED), full);
     const char *ada = " --set optimizer.type=Adafactor --set optimizer.params.betas=null "
                       "--set optimizer.params.eps=null";
     train_saving(dir, "ada", 4, layout_tp(4, 2, 1, 1, ada), full);
