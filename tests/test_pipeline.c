@@ -326,7 +326,7 @@ START_TEST(tensor_checkpoints_resume_across_layouts)
     testutil_resume_matches(dir, "ada", "ada-to-d2", 2, layout(2, 1, 1, ada), full);
 
     /* a slice size that is not the model's cut is named, not read */
-    char meta[4096];
+    char meta[4200];
     snprintf(meta, sizeof meta, "%s/t2p2-ck/step-00000005/meta.json", dir);
     char *json = strdup(testutil_slurp(meta));
     char *at = strstr(json, "\"slice_numel\": 6448");

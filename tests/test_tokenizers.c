@@ -916,7 +916,7 @@ START_TEST(test_tokenizer_save_config)
     ck_assert(tokenizer_config_chat(to, name, sizeof name) == ZT_OK);
     ck_assert_str_eq(name, "");
 
-    const char *from = vocab_dir("llama3", "tokenizer.json");
+    const char *from = testutil_tokenizer_dir("llama3", "tokenizer.json");
     const char *hf = testutil_tmpdir("config-hf");
     ck_assert(tokenizer_save("hf", from, hf, saved, sizeof saved) == ZT_OK);
     saved[0] = '\0';
