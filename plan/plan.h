@@ -54,6 +54,7 @@ struct plan_layout {
     int zero_stage;
     int micro_batch, accum; /* per data-parallel rank: micro_batch x accum sequences */
     int ckpt_every;         /* activation checkpointing interval, 0: off */
+    int sequence_parallel;  /* Megatron's sequence parallelism in the tensor group (T > 1) */
 };
 
 /* Axes in the order metrics report them (step_record.axis). */
@@ -84,6 +85,15 @@ struct plan_role {
     int units;          /* units the stage's passes acquire */
 };
 
+/* One linear layer's weight of a block (or the head): the GEMMs it is
+ * part of multiply a micro batch's rows by it. */
+struct plan_weight {
+    int out, in; /* its rows and columns, whole */
+    int split;   /* how tensor parallelism cuts it: enum tp_split (worker/tensor_parallel.h) */
+};
+
+#define PLAN_MAX_WEIGHTS 8
+
 /* The model-wide facts of a plan (the same for every layout). */
 struct plan_model {
     int layers, heads, kv_heads, embd, vocab, seq;
@@ -91,6 +101,10 @@ struct plan_model {
     int norm_vectors;       /* vectors of one norm: 2 (LayerNorm), 1 (RMSNorm) */
     int sequence_parallel;  /* tensor_parallel.sequence_parallel */
     size_t n_params;
+    int prefetch_depth; /* zero.stage3_prefetch_depth */
+    int n_weights;      /* linear weights of one block, in weights[]; 0: unknown */
+    struct plan_weight weights[PLAN_MAX_WEIGHTS];
+    struct plan_weight head; /* the output head's (vocabulary rows) */
 };
 
 /* What the cost model predicts for one role of one layout. */
@@ -129,6 +143,40 @@ zt_status plan_stage_blocks(const struct zt_config *base, const struct plan_layo
 void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const struct plan_role *r,
                const struct machine *m, int per_node, enum machine_precision precision,
                struct plan_time *out);
+
+/* Sustained FLOP/s of one (m x k) by (k x n) product on machine mach in
+ * precision p (plan_gemm.c). With measured GEMMs (calibrate's
+ * gemm_measured), the measured rates interpolated in the product's
+ * arithmetic intensity (FLOPs per byte of its three matrices), linearly in
+ * its logarithm and clamped to the ends; else a roofline: the time of the
+ * FLOPs of whole gemm_tile tiles at matmul_flops, or of moving the three
+ * matrices at memory_bandwidth, whichever is longer. */
+double plan_gemm_rate(const struct machine *mach, enum machine_precision p, double m, double k,
+                      double n);
+
+/* The FLOP/s a rank sustains over one micro batch's linear layers: the
+ * block's weights (and the head's on the last stage) at layout l's shape
+ * of a rank (micro_batch x seq rows, each weight's cut dimension over T),
+ * forward and both backward products, each at plan_gemm_rate, averaged by
+ * their FLOPs over `blocks` blocks and the head when `last`. matmul_flops
+ * when pm states no weights. */
+double plan_matmul_rate(const struct plan_model *pm, const struct plan_layout *l, int blocks,
+                        int last, const struct machine *mach, enum machine_precision p);
+
+/* Exposed seconds of a pass over n units whose parameters one link gathers
+ * before each unit's compute and whose gradients it reduce-scatters after
+ * (plan_overlap.c): unit i computes `work` seconds, its gather (`gather`
+ * seconds, 0: none) may start once unit i - depth - 1 has computed (depth
+ * units prefetched; depth 0: on demand), and its reduce-scatter (`reduce`
+ * seconds, 0: none) is queued when it has. The link serves them in the
+ * order issued. The result is the pass's length less n x work: the first
+ * gather and the last reduce-scatter always, and the rest as far as the
+ * compute beside them does not cover them. */
+double plan_pass_exposed(int n, double work, double gather, double reduce, int depth);
+
+/* Units plan_pass_exposed walks one by one; a longer pass scales the walk
+ * of this many (its units being equal, the rest is its steady state). */
+#define PLAN_MAX_PASS_UNITS 1024
 
 /* The idle time the pipeline schedule exposes in a step of `busy` seconds
  * of a stage's own work, P = pp stages and m = accum micro batches: busy x

@@ -74,6 +74,39 @@ static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
     add_allreduce(a, sizeof(double), D, 1);
 }
 
+static double seconds_of(const struct axis_load *a, const struct machine_link *link)
+{
+    return (double)a->bytes / link->bandwidth + a->steps * link->latency;
+}
+
+/* The exposed part of stages 2 and 3's data-parallel traffic: each micro
+ * batch's passes walked unit by unit (plan_pass_exposed), the stage 3
+ * gathers before each unit's forward and backward and the reduce-scatters
+ * after each unit's backward, against that unit's share of the compute;
+ * then what runs after the backward in the open: stage 2's regather of the
+ * updated parameters and the norm's allreduce. */
+static double data_exposed(const struct plan_model *pm, const struct plan_layout *l,
+                           const struct plan_role *r, const struct machine_link *link, double micro)
+{
+    const int D = l->dp, n = r->units > 0 ? r->units : 1;
+    struct axis_load gather = {0}, reduce = {0}, open = {0};
+    add_half(&reduce, r->trainable_padded * r->grad_esz / (uint64_t)n, D, 1);
+    if (l->zero_stage >= 3)
+        add_half(&gather, r->pass_bytes / (2 * (uint64_t)n), D, 1);
+    else
+        add_half(&open, r->trainable_padded * r->esz, D, 1);
+    add_allreduce(&open, sizeof(double), D, 1);
+    /* the forward is a third of a micro batch's compute, a recomputed one
+     * a further third of the backward's share */
+    const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0;
+    const double forward = micro / (3.0 + recompute), backward = micro - forward;
+    const double g = seconds_of(&gather, link), rs = seconds_of(&reduce, link);
+    const int depth = pm->prefetch_depth;
+    const double per_micro = plan_pass_exposed(n, forward / n, g, 0.0, depth) +
+                             plan_pass_exposed(n, backward / n, g, rs, depth);
+    return l->accum * per_micro + seconds_of(&open, link);
+}
+
 /* The tensor-parallel axis, per micro batch: each block's row-parallel
  * outputs and column-parallel input gradients (two each way), a recomputed
  * forward's again, the vocabulary-parallel embedding and loss. Under
@@ -167,12 +200,12 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     struct axis_load t[PLAN_AXIS_COUNT];
     memset(out, 0, sizeof *out);
     memset(t, 0, sizeof t);
-    tensor_traffic(pm, l, r, pm->sequence_parallel && l->tp > 1, &t[PLAN_AXIS_TENSOR]);
+    tensor_traffic(pm, l, r, l->sequence_parallel && l->tp > 1, &t[PLAN_AXIS_TENSOR]);
     pipeline_traffic(l, r, &t[PLAN_AXIS_PIPELINE]);
     data_traffic(l, r, &t[PLAN_AXIS_DATA]);
 
     const double share = device_share(m, per_node);
-    const double flops_rate = m->matmul_flops[precision] / share;
+    const double flops_rate = plan_matmul_rate(pm, l, r->blocks, r->last, m, precision) / share;
     const double mem_rate = m->memory_bandwidth / share;
     /* the other ops stream each activation of an instance about three
      * times (written in the forward, read and its gradient written in the
@@ -186,16 +219,17 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
         out->inter_node[k] = crosses_nodes(l, (enum plan_axis)k, per_node);
         const struct machine_link *link = out->inter_node[k] ? &m->inter_node : &m->intra_node;
         out->bytes[k] = t[k].bytes;
-        out->comm[k] = (double)t[k].bytes / link->bandwidth + t[k].steps * link->latency;
+        out->comm[k] = seconds_of(&t[k], link);
         out->exposed[k] = out->comm[k];
     }
     /* stages 2 and 3 reduce (and stage 3 gathers) inside the passes, hidden
-     * behind the compute they overlap; stages 0 and 1 reduce after the
-     * backward, in the open */
-    if (l->zero_stage >= 2) {
-        const double hidden = out->compute;
-        out->exposed[PLAN_AXIS_DATA] =
-            out->comm[PLAN_AXIS_DATA] > hidden ? out->comm[PLAN_AXIS_DATA] - hidden : 0.0;
+     * as far as each unit's compute covers them; stages 0 and 1 reduce
+     * after the backward, in the open */
+    if (l->zero_stage >= 2 && l->dp > 1) {
+        const int k = PLAN_AXIS_DATA;
+        const double e =
+            data_exposed(pm, l, r, out->inter_node[k] ? &m->inter_node : &m->intra_node, micro);
+        out->exposed[k] = e < out->comm[k] ? e : out->comm[k];
     }
     const double busy =
         out->compute + out->exposed[PLAN_AXIS_TENSOR] + out->exposed[PLAN_AXIS_PIPELINE];

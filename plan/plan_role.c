@@ -21,6 +21,7 @@ struct zt_config plan_config(const struct zt_config *base, const struct plan_lay
     c.train_batch_size = 0;
     c.activation_checkpointing.enabled = l->ckpt_every > 0;
     c.activation_checkpointing.every_n_blocks = l->ckpt_every > 0 ? l->ckpt_every : 1;
+    c.tensor_parallel.sequence_parallel = l->sequence_parallel;
     return c;
 }
 
@@ -29,6 +30,22 @@ static void embedding_shape(const struct param_table *whole, int *vocab, int *em
 {
     *vocab = whole->tensors[0].rows;
     *embd = whole->tensors[0].cols;
+}
+
+/* The linear weights of the first block (all blocks are alike) and the
+ * head, whose shapes set the GEMMs' rates (plan_matmul_rate). */
+static void weights_of(const struct param_table *t, struct plan_model *out)
+{
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *w = &t->tensors[k];
+        const struct plan_weight pw = {.out = w->rows, .in = w->cols, .split = w->tp_split};
+        if (w->linear == PARAM_LINEAR_HEAD)
+            out->head = pw;
+        else if (w->linear == PARAM_LINEAR && w->unit == 1 && out->n_weights < PLAN_MAX_WEIGHTS)
+            out->weights[out->n_weights++] = pw;
+    }
+    if (out->head.out == 0) /* tied: the head is the embedding, cut by vocabulary rows */
+        out->head = (struct plan_weight){.out = out->vocab, .in = out->embd, .split = TP_ROWS};
 }
 
 zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
@@ -50,6 +67,8 @@ zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
         out->norm_vectors +=
             t.tensors[k].unit == final_norm && t.tensors[k].numel == (size_t)out->embd;
     out->sequence_parallel = c->tensor_parallel.sequence_parallel;
+    out->prefetch_depth = c->zero.stage3_prefetch_depth;
+    weights_of(&t, out);
     param_table_free(&t);
     return ZT_OK;
 }
