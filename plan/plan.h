@@ -3,8 +3,9 @@
  *
  * A layout is the tensor x pipeline x data grid (T x P x D = the GPUs), the
  * ZeRO stage on the data-parallel axis, the micro batch and accumulation
- * that keep the global batch, and the activation checkpointing interval;
- * the precision, optimizer and adapters are the config's. For each layout
+ * that keep the global batch, the activation checkpointing interval and
+ * sequence parallelism (at T > 1); the precision, optimizer, adapters and
+ * HSDP/hpZ groups are the config's. For each layout
  * the plan gives:
  *
  *   memory   of each rank role (the first, the heaviest middle and the last
@@ -18,11 +19,13 @@
  *   traffic  bytes one rank sends per step on each axis, in the bus model
  *            of comm.h (what a run's metrics report as comm_bytes_by_axis),
  *            and the link class each axis's ring crosses.
- *   time     per role: matmul FLOPs at the machine's rate, the other ops
- *            as activation traffic at its memory bandwidth, the optimizer
- *            step as state traffic, the collectives as bytes over the
- *            link's bandwidth plus a latency per ring step, exposed or
- *            hidden by each stage's overlap rule, and the pipeline's bubble
+ *   time     per role: matmul FLOPs at the rate their GEMMs' shapes allow
+ *            (plan_gemm_rate), the other ops as activation traffic at its
+ *            memory bandwidth, the optimizer step as state traffic, the
+ *            collectives as bytes over the link's bandwidth plus a latency
+ *            per ring step, ZeRO-2/3's exposed only where the compute
+ *            beside them does not cover them (plan_pass_exposed), and the
+ *            pipeline's bubble
  *            (less where the node's ranks oversubscribe its cores, so
  *            that an idle stage's core runs the others: plan_bubble).
  *
@@ -33,9 +36,10 @@
  *
  * The folder: plan.c enumerates and ranks the layouts, plan_role.c builds
  * one rank role on a plan-only session (coordinator/session.h), plan_cost.c
- * is the cost model, and calibrate.h (included below, so that this header
- * is the folder's whole face) measures a node into the machine file that
- * the cost model reads. It stands above coordinator/; only cli/ uses it.
+ * is the cost model, with plan_gemm.c (rates by shape) and plan_overlap.c
+ * (ZeRO's traffic against the compute), and calibrate.h (included below,
+ * so that this header is the folder's whole face) measures a node into the
+ * machine file that the cost model reads. It stands above coordinator/; only cli/ uses it.
  */
 #ifndef ZT_PLAN_PLAN_H
 #define ZT_PLAN_PLAN_H
@@ -83,6 +87,9 @@ struct plan_role {
     size_t tied_elems;  /* that exchange's elements */
     double flops;       /* matmul FLOPs of one micro batch on this rank */
     int units;          /* units the stage's passes acquire */
+    /* of pass_bytes, the forward's, and the forward's distinct units (hpZ
+     * gathers a unit's first use in a step from the shard group) */
+    size_t pass_bytes_forward, pass_bytes_distinct;
 };
 
 /* One linear layer's weight of a block (or the head): the GEMMs it is
@@ -101,8 +108,9 @@ struct plan_model {
     int norm_vectors;       /* vectors of one norm: 2 (LayerNorm), 1 (RMSNorm) */
     int sequence_parallel;  /* tensor_parallel.sequence_parallel */
     size_t n_params;
-    int prefetch_depth; /* zero.stage3_prefetch_depth */
-    int n_weights;      /* linear weights of one block, in weights[]; 0: unknown */
+    int prefetch_depth;                       /* zero.stage3_prefetch_depth */
+    int shard_group_size, hpz_partition_size; /* HSDP's G (0: off) and hpZ's H (1: off) */
+    int n_weights; /* linear weights of one block, in weights[]; 0: unknown */
     struct plan_weight weights[PLAN_MAX_WEIGHTS];
     struct plan_weight head; /* the output head's (vocabulary rows) */
 };

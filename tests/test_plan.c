@@ -1,8 +1,8 @@
 /* tests/test_plan.c — `zerotrain plan` against what it predicts.
  *
  * Measured: for layouts of 1 to 4 ranks (ZeRO stages, T, P and their
- * products, with and without checkpointing, sequence parallelism, both
- * families) a 3-step run writes its memory report and metrics; the plan of
+ * products, with and without checkpointing, sequence parallelism, HSDP and
+ * hpZ, both families) a 3-step run writes its memory report and metrics; the plan of
  * the same layout must give, for every role, each category's peak and the
  * total exactly as the run's rank of that role measured them, and the
  * bytes rank 0 sent on each axis in a step exactly as its metrics counted.
@@ -42,6 +42,7 @@ static uint64_t uint_of(const struct json_value *obj, const char *key)
 
 struct layout_case {
     int np, tp, pp, stage, ckpt, sp, llama;
+    int shard_group, hpz; /* HSDP's G and hpZ's H; 0: off */
 };
 
 /* micro.yaml with 4 layers and 4 heads (so that T and P go to 4), a global
@@ -50,20 +51,46 @@ struct layout_case {
 #define LLAMA "--set model.family=llama --set model.n_kv_head=2 --set model.intermediate_size=64 "
 
 static const struct layout_case cases[] = {
-    {1, 1, 1, 0, 0, 0, 0}, {2, 1, 1, 0, 1, 0, 0}, {2, 1, 1, 1, 0, 0, 0}, {2, 1, 1, 2, 1, 0, 0},
-    {2, 1, 1, 3, 0, 0, 0}, {2, 2, 1, 0, 0, 0, 0}, {2, 1, 2, 0, 1, 0, 0}, {3, 1, 3, 0, 0, 0, 0},
-    {3, 1, 1, 3, 1, 0, 0}, {4, 2, 2, 0, 0, 0, 0}, {4, 2, 1, 3, 1, 0, 0}, {4, 1, 2, 2, 0, 0, 0},
-    {4, 4, 1, 0, 1, 0, 0}, {4, 1, 4, 0, 0, 0, 0}, {4, 2, 1, 1, 0, 1, 0}, {4, 2, 2, 0, 1, 0, 1},
-    {4, 2, 1, 3, 0, 0, 1}, {2, 2, 1, 0, 0, 1, 1}, {4, 1, 2, 1, 1, 1, 1},
+    {1, 1, 1, 0, 0, 0, 0, 0, 0},
+    {2, 1, 1, 0, 1, 0, 0, 0, 0},
+    {2, 1, 1, 1, 0, 0, 0, 0, 0},
+    {2, 1, 1, 2, 1, 0, 0, 0, 0},
+    {2, 1, 1, 3, 0, 0, 0, 0, 0},
+    {2, 2, 1, 0, 0, 0, 0, 0, 0},
+    {2, 1, 2, 0, 1, 0, 0, 0, 0},
+    {3, 1, 3, 0, 0, 0, 0, 0, 0},
+    {3, 1, 1, 3, 1, 0, 0, 0, 0},
+    {4, 2, 2, 0, 0, 0, 0, 0, 0},
+    {4, 2, 1, 3, 1, 0, 0, 0, 0},
+    {4, 1, 2, 2, 0, 0, 0, 0, 0},
+    {4, 4, 1, 0, 1, 0, 0, 0, 0},
+    {4, 1, 4, 0, 0, 0, 0, 0, 0},
+    {4, 2, 1, 1, 0, 1, 0, 0, 0},
+    {4, 2, 2, 0, 1, 0, 1, 0, 0},
+    {4, 2, 1, 3, 0, 0, 1, 0, 0},
+    {2, 2, 1, 0, 0, 1, 1, 0, 0},
+    {4, 1, 2, 1, 1, 1, 1, 0, 0},
+    /* HSDP and hpZ: their groups' traffic */
+    {4, 1, 1, 3, 0, 0, 0, 2, 0},
+    {4, 1, 1, 2, 1, 0, 1, 2, 0},
+    {4, 1, 1, 3, 0, 0, 0, 0, 2},
+    {4, 1, 1, 3, 1, 0, 1, 0, 2},
 };
 
 static const char *case_args(const struct layout_case *c)
 {
+    char groups[128] = "";
+    if (c->shard_group)
+        snprintf(groups, sizeof groups, " --set zero_optimization.shard_group_size=%d",
+                 c->shard_group);
+    if (c->hpz)
+        snprintf(groups, sizeof groups, " --set zero_optimization.zero_hpz_partition_size=%d",
+                 c->hpz);
     return testutil_fmt(MODEL "%s--set tensor_parallel.size=%d --set pipeline.stages=%d --set "
                               "zero_optimization.stage=%d --set gradient_accumulation_steps=2 "
-                              "--set activation_checkpointing.enabled=%s%s",
+                              "--set activation_checkpointing.enabled=%s%s%s",
                         c->llama ? LLAMA : "", c->tp, c->pp, c->stage, c->ckpt ? "true" : "false",
-                        c->sp ? " --set tensor_parallel.sequence_parallel=true" : "");
+                        c->sp ? " --set tensor_parallel.sequence_parallel=true" : "", groups);
 }
 
 /* The plan's entry for the case's layout (micro batch 2, 2 micro steps;
@@ -144,9 +171,9 @@ START_TEST(plan_equals_the_measured_ledger_and_traffic)
     char dir[4096], args[2048], what[128];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan"));
     snprintf(args, sizeof args, "%s", case_args(c));
-    snprintf(what, sizeof what, "%d ranks T%d P%d stage %d%s%s%s", c->np, c->tp, c->pp, c->stage,
-             c->ckpt ? " checkpointed" : "", c->sp ? " sequence-parallel" : "",
-             c->llama ? " llama" : "");
+    snprintf(what, sizeof what, "%d ranks T%d P%d stage %d%s%s%s%s%s", c->np, c->tp, c->pp,
+             c->stage, c->ckpt ? " checkpointed" : "", c->sp ? " sequence-parallel" : "",
+             c->llama ? " llama" : "", c->shard_group ? " HSDP" : "", c->hpz ? " hpZ" : "");
     ck_assert_msg(
         testutil_train_micro(dir, "run", c->np,
                              testutil_fmt("%s --memory-report %s/report.json", args, dir)) == 0,
