@@ -34,6 +34,7 @@ enum kind {
     K_SIZE,    /* uint64_t bytes: zt_size_parse */
     K_COUNT,   /* int >= 1 */
     K_RATE,    /* double, finite and > 0 */
+    K_GEMMS,   /* struct machine_gemm[]: a list of [m, k, n, FLOP/s] rows */
 };
 
 struct row {
@@ -65,6 +66,8 @@ static const struct row rows[] = {
     {"compute.peak_matmul_flops.bf16", K_RATE, PEAK(MACHINE_BF16), NULL, 1},
     {"compute.peak_matmul_flops.fp16", K_RATE, PEAK(MACHINE_FP16), NULL, 1},
     {"compute.memory_bandwidth", K_RATE, OFF(memory_bandwidth), "bytes/s", 0},
+    {"compute.gemm_tile", K_COUNT, OFF(gemm_tile), "output tile edge of the GEMM kernels", 1},
+    {"compute.gemm_measured", K_GEMMS, OFF(gemm), "[m, k, n, FLOP/s] of measured products", 1},
     {"links", K_SECTION, 0, "bus bandwidth in bytes/s, latency in s per collective step", 0},
     {"links.intra_node", K_SECTION, 0, NULL, 0},
     {"links.intra_node.bandwidth", K_RATE, OFF(intra_node.bandwidth), NULL, 0},
@@ -156,6 +159,25 @@ static int parse_count(const struct yaml_tree_node *v, int *out)
     return 1;
 }
 
+/* A list of at most MACHINE_MAX_GEMM rows [m, k, n, FLOP/s]. */
+static zt_status read_gemms(const struct row *r, const struct yaml_tree_node *v, struct machine *m)
+{
+    static const char expected[] = "a list of at most 16 [m, k, n, FLOP/s] rows (positive "
+                                   "integers, then a positive number)";
+    if (v->kind != YAML_TREE_SEQUENCE || v->n > MACHINE_MAX_GEMM)
+        return bad_value(v, r->path, expected);
+    for (size_t i = 0; i < v->n; i++) {
+        const struct yaml_tree_node *row = v->items[i];
+        struct machine_gemm *g = &m->gemm[i];
+        if (row->kind != YAML_TREE_SEQUENCE || row->n != 4 || !parse_count(row->items[0], &g->m) ||
+            !parse_count(row->items[1], &g->k) || !parse_count(row->items[2], &g->n) ||
+            !parse_rate(row->items[3], &g->flops))
+            return bad_value(row, r->path, expected);
+    }
+    m->n_gemm = (int)v->n;
+    return ZT_OK;
+}
+
 static zt_status read_value(const struct row *r, const struct yaml_tree_node *v, struct machine *m)
 {
     char *field = (char *)m + r->off;
@@ -178,6 +200,8 @@ static zt_status read_value(const struct row *r, const struct yaml_tree_node *v,
         if (!parse_rate(v, (double *)(void *)field))
             return bad_value(v, r->path, "a positive number");
         return ZT_OK;
+    case K_GEMMS:
+        return read_gemms(r, v, m);
     case K_SECTION:
         break;
     }
@@ -385,6 +409,15 @@ static void put_row(FILE *f, const struct row *r, const struct machine *m)
     case K_RATE:
         config_write_double(f, *(const double *)(const void *)field);
         break;
+    case K_GEMMS:
+        fprintf(f, "# %s\n", r->unit);
+        for (int i = 0; i < m->n_gemm; i++) {
+            fprintf(f, "%*s- [%d, %d, %d, ", 2 * depth + 2, "", m->gemm[i].m, m->gemm[i].k,
+                    m->gemm[i].n);
+            config_write_double(f, m->gemm[i].flops);
+            fputs("]\n", f);
+        }
+        return;
     }
     if (r->unit)
         fprintf(f, " # %s", r->unit);
@@ -401,6 +434,8 @@ static int is_unset(const struct row *r, const struct machine *m)
         return *(const int *)field == 0;
     case K_RATE:
         return *(const double *)field == 0.0;
+    case K_GEMMS:
+        return m->n_gemm == 0;
     case K_SECTION:
         for (size_t i = 0; i < N_ROWS; i++)
             if (is_child(rows[i].path, r->path) && !is_unset(&rows[i], m))

@@ -18,6 +18,9 @@
  *         bf16: 989.4e12
  *         fp16: 989.4e12
  *       memory_bandwidth: 3.015e12 # bytes/s
+ *       gemm_tile: 128            # optional: the GEMM kernels' output tile edge
+ *       gemm_measured:            # optional: [m, k, n, FLOP/s] of measured products
+ *         - [512, 768, 768, 1.9e11]
  *     links:
  *       intra_node:
  *         bandwidth: 360e9        # bytes/s a device sends in a collective (bus bandwidth)
@@ -37,7 +40,16 @@
  * states it for (calibrate, which measures a CPU, states none), and the
  * share of the sustained rate beside it.
  *
- * Every key but `cores` and the peaks is required and no other key is
+ * `gemm_tile` and `gemm_measured` say how a GEMM's rate depends on its
+ * shape (plan.h's plan_gemm_rate): a (m x k) by (k x n) product computes
+ * whole tiles of the output, so a dimension that is not a multiple of the
+ * tile wastes the rest of its last tile; `gemm_measured` lists rates
+ * `zerotrain calibrate` measured at a few shapes (at most
+ * MACHINE_MAX_GEMM), which the planner then reads instead of the
+ * roofline. Both are optional: a file without them plans every GEMM at
+ * matmul_flops, bounded only by the memory bandwidth.
+ *
+ * Every key but `cores`, the peaks and the GEMM keys is required and no other key is
  * allowed, so that a typo is an error rather than a silently ignored
  * number. Numbers are plain
  * decimal (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node and
@@ -68,6 +80,8 @@
  *   "FILE:L:C: cores: expected an integer >= 1, got '-2'"
  *   "FILE:L:C: device_memory: expected a size such as 80GiB or a number of bytes, got 'lots'"
  *   "FILE:L:C: name: expected a string of 1 to 63 characters, got ..."
+ *   "FILE:L:C: compute.gemm_measured: expected a list of at most 16
+ *    [m, k, n, FLOP/s] rows (positive integers, then a positive number), got ..."
  *   "no machine 'x' in DIR (there are: a100-40gb, a100-80gb, h100-sxm)"
  *   "no machine 'x': cannot list the machines folder DIR: <strerror>"
  *   yaml_tree_load_file's for a file that cannot be opened, read or parsed
@@ -89,6 +103,15 @@ struct machine_link {
     double latency;   /* seconds per collective step (per ring hop) */
 };
 
+/* One measured GEMM: an (m x k) by (k x n) product, 2mkn FLOPs, at `flops`
+ * FLOP/s. */
+struct machine_gemm {
+    int m, k, n;
+    double flops;
+};
+
+#define MACHINE_MAX_GEMM 16
+
 struct machine {
     char name[64];
     char path[4096];        /* the file it was read from */
@@ -99,6 +122,9 @@ struct machine {
                                [0] fp32, [1] bf16, [2] fp16 (enum machine_precision) */
     double peak_matmul_flops[3]; /* the datasheet's dense peak, likewise; 0: not stated */
     double memory_bandwidth;     /* bytes per second of one device's memory */
+    int gemm_tile;               /* output tile edge of the GEMM kernels; 0: not stated */
+    int n_gemm;                  /* measured GEMMs in gemm[]; 0: none */
+    struct machine_gemm gemm[MACHINE_MAX_GEMM];
     struct machine_link intra_node, inter_node;
 };
 

@@ -719,7 +719,9 @@ static zt_status build_comment(const struct calibration *cal, const struct calib
     put_gemm_table(f, cal);
     fprintf(f,
             "matmul_flops: the median fwd+bwd rate of the C=%d rows. The CPU path computes "
-            "bf16\nand fp16 models in fp32, so fp32, bf16 and fp16 are the same number.\n\n",
+            "bf16\nand fp16 models in fp32, so fp32, bf16 and fp16 are the same number.\n"
+            "gemm_measured: every row's fwd+bwd rate as [rows, C, OC, FLOP/s], which the "
+            "planner\ninterpolates by arithmetic intensity for a GEMM of another shape.\n\n",
             GEMM_REFERENCE_C);
     put_triad_line(f, cal);
     fprintf(f, "memory_bandwidth: this rate.\n\n");
@@ -753,6 +755,13 @@ static zt_status write_machine(struct calibration *cal, const struct calibrate_o
     const double flops = round4(gemm_rate(cal));
     for (int p = 0; p < 3; p++)
         m->matmul_flops[p] = flops;
+    _Static_assert(MAX_SHAPES <= MACHINE_MAX_GEMM, "every measured GEMM goes into the file");
+    m->n_gemm = cal->n_gemm;
+    for (int i = 0; i < cal->n_gemm; i++) {
+        const struct gemm_row *g = &cal->gemm[i];
+        m->gemm[i] = (struct machine_gemm){g->rows, g->C, g->OC, round4(g->both)};
+        ZT_TRY(check_rate("a GEMM's rate", m->gemm[i].flops));
+    }
     m->memory_bandwidth = round4(cal->triad_rate);
     m->intra_node.bandwidth = round4(cal->fit.bandwidth);
     m->intra_node.latency = round4(cal->fit.latency);

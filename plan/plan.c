@@ -185,16 +185,20 @@ static zt_status plan_grid_chunks(struct plan_ctx *x, int T, int P, int C, int v
     int micro[8], ckpt[4];
     const int n_micro = micro_options(x->global_batch / D, micro);
     const int n_ckpt = ckpt_options(&x->cfg, x->model.layers, ckpt);
-    for (int z = 0; z <= (D * C > 1 ? 3 : 0); z++) /* ZeRO over data x context ranks */
-        for (int b = 0; b < n_micro; b++)
-            for (int k = 0; k < n_ckpt; k++) {
-                l.zero_stage = z;
-                l.micro_batch = micro[b];
-                l.accum = (int)(x->global_batch / D / micro[b]);
-                l.ckpt_every = ckpt[k];
-                if (interleaves(&l, v))
-                    ZT_TRY(plan_one(x, &l, stages, n_roles));
-            }
+    /* sequence parallelism is tried wherever there is a tensor group to
+     * split the sequence over */
+    for (int sp = 0; sp <= (T > 1); sp++)
+        for (int z = 0; z <= (D * C > 1 ? 3 : 0); z++) /* ZeRO over data x context ranks */
+            for (int b = 0; b < n_micro; b++)
+                for (int k = 0; k < n_ckpt; k++) {
+                    l.sequence_parallel = sp;
+                    l.zero_stage = z;
+                    l.micro_batch = micro[b];
+                    l.accum = (int)(x->global_batch / D / micro[b]);
+                    l.ckpt_every = ckpt[k];
+                    if (interleaves(&l, v))
+                        ZT_TRY(plan_one(x, &l, stages, n_roles));
+                }
     return ZT_OK;
 }
 
@@ -297,8 +301,9 @@ static void layout_name(const struct plan_layout *l, char *buf, size_t n)
         snprintf(v, sizeof v, " v%d", l->vp);
     if (plan_context_size(l) > 1)
         snprintf(cp, sizeof cp, " C%d", plan_context_size(l));
-    snprintf(buf, n, "T%d P%d%s D%d%s ZeRO-%d micro %d x %d, checkpointing %s", l->tp, l->pp, v,
-             l->dp, cp, l->zero_stage, l->micro_batch, l->accum, ck);
+    snprintf(buf, n, "T%d%s P%d%s D%d%s ZeRO-%d micro %d x %d, checkpointing %s", l->tp,
+             l->sequence_parallel ? "+SP" : "", l->pp, v, l->dp, cp, l->zero_stage, l->micro_batch,
+             l->accum, ck);
 }
 
 static const char *link_of(const struct plan_time *t, enum plan_axis a)
@@ -370,11 +375,12 @@ static void print_row(const struct planned *p, size_t rank, FILE *f)
     char dc[24]; /* data x context */
     snprintf(dc, sizeof dc, plan_context_size(&p->l) > 1 ? "%d*%d" : "%d", p->l.dp, p->l.cp);
     fprintf(f,
-            "%4zu %4d %4d %2d %6s %4d %5d x %-5d %5s %9.2f %4s %9.4g %11.4g %6s %5.1f%% %6.1f%% "
-            "%6.1f%%\n",
-            rank, p->l.tp, p->l.pp, chunks_of(&p->l), dc, p->l.zero_stage, p->l.micro_batch,
-            p->l.accum, ck, gib(p->peak), p->fits ? "yes" : "no", p->step, p->tokens_per_s, mfu,
-            100.0 * p->sustained, 100.0 * comm / t->step, 100.0 * t->bubble / t->step);
+            "%4zu %4d %2s %4d %2d %6s %4d %5d x %-5d %5s %9.2f %4s %9.4g %11.4g %6s %5.1f%% "
+            "%6.1f%% %6.1f%%\n",
+            rank, p->l.tp, p->l.sequence_parallel ? "sp" : "-", p->l.pp, chunks_of(&p->l), dc,
+            p->l.zero_stage, p->l.micro_batch, p->l.accum, ck, gib(p->peak), p->fits ? "yes" : "no",
+            p->step, p->tokens_per_s, mfu, 100.0 * p->sustained, 100.0 * comm / t->step,
+            100.0 * t->bubble / t->step);
 }
 
 static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
@@ -405,7 +411,7 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
                 "optimizer states on NVMe in %s: the peaks count the window they stream "
                 "through; the first layout's file is %.2f GiB per rank\n",
                 x->cfg.zero.offload_optimizer.nvme_path, gib(x->list.v[0].roles[0].nvme_bytes));
-    fprintf(f, "rank    T    P  v    D*C ZeRO micro x accum ckpt  peak GiB fits    step s    "
+    fprintf(f, "rank    T SP    P  v    D*C ZeRO micro x accum ckpt  peak GiB fits    step s    "
                "tokens/s    MFU  sust.   comm  bubble\n");
     const size_t shown = x->o->all ? x->list.n : (size_t)x->o->top;
     for (size_t i = 0; i < x->list.n && i < shown && (x->o->all || x->list.v[i].fits); i++)
@@ -476,9 +482,10 @@ static void json_layout(FILE *f, const struct planned *p)
     fprintf(f,
             "{\"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, \"cp\": %d, "
             "\"zero_stage\": %d, \"micro_batch\": %d, \"accum\": %d, \"ckpt_every\": %d, "
-            "\"fits\": %s, \"peak\": %llu, \"step_seconds\": ",
+            "\"sequence_parallel\": %s, \"fits\": %s, \"peak\": %llu, \"step_seconds\": ",
             p->l.tp, p->l.pp, chunks_of(&p->l), p->l.dp, plan_context_size(&p->l), p->l.zero_stage,
-            p->l.micro_batch, p->l.accum, p->l.ckpt_every, p->fits ? "true" : "false",
+            p->l.micro_batch, p->l.accum, p->l.ckpt_every,
+            p->l.sequence_parallel ? "true" : "false", p->fits ? "true" : "false",
             (unsigned long long)p->peak);
     json_num(f, p->step);
     fputs(", \"tokens_per_s\": ", f);

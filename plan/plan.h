@@ -3,8 +3,9 @@
  *
  * A layout is the tensor x pipeline x data grid (T x P x D = the GPUs), the
  * ZeRO stage on the data-parallel axis, the micro batch and accumulation
- * that keep the global batch, and the activation checkpointing interval;
- * the precision, optimizer and adapters are the config's. For each layout
+ * that keep the global batch, the activation checkpointing interval and
+ * sequence parallelism (at T > 1); the precision, optimizer, adapters and
+ * HSDP/hpZ groups are the config's. For each layout
  * the plan gives:
  *
  *   memory   of each rank role (the first, the heaviest middle and the last
@@ -18,11 +19,13 @@
  *   traffic  bytes one rank sends per step on each axis, in the bus model
  *            of comm.h (what a run's metrics report as comm_bytes_by_axis),
  *            and the link class each axis's ring crosses.
- *   time     per role: matmul FLOPs at the machine's rate, the other ops
- *            as activation traffic at its memory bandwidth, the optimizer
- *            step as state traffic, the collectives as bytes over the
- *            link's bandwidth plus a latency per ring step, exposed or
- *            hidden by each stage's overlap rule, and the pipeline's bubble
+ *   time     per role: matmul FLOPs at the rate their GEMMs' shapes allow
+ *            (plan_gemm_rate), the other ops as activation traffic at its
+ *            memory bandwidth, the optimizer step as state traffic, the
+ *            collectives as bytes over the link's bandwidth plus a latency
+ *            per ring step, ZeRO-2/3's exposed only where the compute
+ *            beside them does not cover them (plan_pass_exposed), and the
+ *            pipeline's bubble
  *            (less where the node's ranks oversubscribe its cores, so
  *            that an idle stage's core runs the others: plan_bubble).
  *
@@ -33,9 +36,10 @@
  *
  * The folder: plan.c enumerates and ranks the layouts, plan_role.c builds
  * one rank role on a plan-only session (coordinator/session.h), plan_cost.c
- * is the cost model, and calibrate.h (included below, so that this header
- * is the folder's whole face) measures a node into the machine file that
- * the cost model reads. It stands above coordinator/; only cli/ uses it.
+ * is the cost model, with plan_gemm.c (rates by shape) and plan_overlap.c
+ * (ZeRO's traffic against the compute), and calibrate.h (included below,
+ * so that this header is the folder's whole face) measures a node into the
+ * machine file that the cost model reads. It stands above coordinator/; only cli/ uses it.
  */
 #ifndef ZT_PLAN_PLAN_H
 #define ZT_PLAN_PLAN_H
@@ -57,6 +61,7 @@ struct plan_layout {
     int ckpt_every;         /* activation checkpointing interval, 0: off */
     int vp;                 /* model chunks per pipeline stage (interleaved 1F1B); 0 or 1: one */
     int cp;                 /* context-parallel size C (0 or 1: none); dp counts replicas */
+    int sequence_parallel;  /* Megatron's sequence parallelism in the tensor group (T > 1) */
 };
 
 /* The most model chunks per stage a plan tries (interleaved 1F1B). */
@@ -91,7 +96,19 @@ struct plan_role {
     int units;          /* units the stage's passes acquire */
     /* its host memory, peak RSS by part (plan_rss_role) */
     struct rss_parts rss;
+    /* of pass_bytes, the forward's, and the forward's distinct units (hpZ
+     * gathers a unit's first use in a step from the shard group) */
+    size_t pass_bytes_forward, pass_bytes_distinct;
 };
+
+/* One linear layer's weight of a block (or the head): the GEMMs it is
+ * part of multiply a micro batch's rows by it. */
+struct plan_weight {
+    int out, in; /* its rows and columns, whole */
+    int split;   /* how tensor parallelism cuts it: enum tp_split (worker/tensor_parallel.h) */
+};
+
+#define PLAN_MAX_WEIGHTS 8
 
 /* The model-wide facts of a plan (the same for every layout). */
 struct plan_model {
@@ -100,6 +117,11 @@ struct plan_model {
     int norm_vectors;       /* vectors of one norm: 2 (LayerNorm), 1 (RMSNorm) */
     int sequence_parallel;  /* tensor_parallel.sequence_parallel */
     size_t n_params;
+    int prefetch_depth;                       /* zero.stage3_prefetch_depth */
+    int shard_group_size, hpz_partition_size; /* HSDP's G (0: off) and hpZ's H (1: off) */
+    int n_weights; /* linear weights of one block, in weights[]; 0: unknown */
+    struct plan_weight weights[PLAN_MAX_WEIGHTS];
+    struct plan_weight head; /* the output head's (vocabulary rows) */
 };
 
 /* What the cost model predicts for one role of one layout. */
@@ -139,6 +161,40 @@ zt_status plan_stage_blocks(const struct zt_config *base, const struct plan_layo
 void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const struct plan_role *r,
                const struct machine *m, int per_node, enum machine_precision precision,
                struct plan_time *out);
+
+/* Sustained FLOP/s of one (m x k) by (k x n) product on machine mach in
+ * precision p (plan_gemm.c). With measured GEMMs (calibrate's
+ * gemm_measured), the measured rates interpolated in the product's
+ * arithmetic intensity (FLOPs per byte of its three matrices), linearly in
+ * its logarithm and clamped to the ends; else a roofline: the time of the
+ * FLOPs of whole gemm_tile tiles at matmul_flops, or of moving the three
+ * matrices at memory_bandwidth, whichever is longer. */
+double plan_gemm_rate(const struct machine *mach, enum machine_precision p, double m, double k,
+                      double n);
+
+/* The FLOP/s a rank sustains over one micro batch's linear layers: the
+ * block's weights (and the head's on the last stage) at layout l's shape
+ * of a rank (micro_batch x seq rows, each weight's cut dimension over T),
+ * forward and both backward products, each at plan_gemm_rate, averaged by
+ * their FLOPs over `blocks` blocks and the head when `last`. matmul_flops
+ * when pm states no weights. */
+double plan_matmul_rate(const struct plan_model *pm, const struct plan_layout *l, int blocks,
+                        int last, const struct machine *mach, enum machine_precision p);
+
+/* Exposed seconds of a pass over n units whose parameters one link gathers
+ * before each unit's compute and whose gradients it reduce-scatters after
+ * (plan_overlap.c): unit i computes `work` seconds, its gather (`gather`
+ * seconds, 0: none) may start once unit i - depth - 1 has computed (depth
+ * units prefetched; depth 0: on demand), and its reduce-scatter (`reduce`
+ * seconds, 0: none) is queued when it has. The link serves them in the
+ * order issued. The result is the pass's length less n x work: the first
+ * gather and the last reduce-scatter always, and the rest as far as the
+ * compute beside them does not cover them. */
+double plan_pass_exposed(int n, double work, double gather, double reduce, int depth);
+
+/* Units plan_pass_exposed walks one by one; a longer pass scales the walk
+ * of this many (its units being equal, the rest is its steady state). */
+#define PLAN_MAX_PASS_UNITS 1024
 
 /* The idle time the pipeline schedule exposes in a step of `busy` seconds
  * of a stage's own work, P = pp stages, m = accum micro batches and v

@@ -45,33 +45,126 @@ static void add_send(struct axis_load *a, uint64_t bytes, double times)
     a->steps += times;
 }
 
-/* The data-parallel axis: the stage's gradient reduction and parameter
- * gathers, and the norm's one double (stages 1-3). */
-static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
-                         struct axis_load *a)
+static double seconds_of(const struct axis_load *a, const struct machine_link *link)
 {
-    const int D = l->dp * plan_context_size(l); /* ZeRO over data x context ranks */
+    return (double)a->bytes / link->bandwidth + a->steps * link->latency;
+}
+
+/* The data-parallel axis's groups, as session_engine_config forms them:
+ * ZeRO shards over the whole axis or, under HSDP (stages 1-3), over shard
+ * groups of G consecutive ranks whose sums the R = D / G replicas then
+ * allreduce; hpZ (stage 3) keeps a secondary copy in groups of H ranks,
+ * which every gather but a unit's first of the step reads. */
+enum data_group { GROUP_SHARD, GROUP_SECONDARY, GROUP_REPLICA, GROUP_COUNT };
+
+struct data_groups {
+    int size[GROUP_COUNT]; /* ranks; 1: the group does not exist */
+    const struct machine_link *link[GROUP_COUNT];
+};
+
+/* Ranks are numbered tensor-innermost, then data: a group of n consecutive
+ * data-parallel ranks spans T x n ranks, a strided one the whole axis. */
+static struct data_groups data_groups_of(const struct plan_model *pm, const struct plan_layout *l,
+                                         const struct machine *m, int per_node)
+{
+    const int D = l->dp * plan_context_size(l),
+              G = pm->shard_group_size; /* ZeRO over data x context ranks */
+    const int H = pm->hpz_partition_size;
+    const int hsdp = l->zero_stage >= 1 && G > 0 && G < D && D % G == 0;
+    const int hpz = l->zero_stage == 3 && H > 1 && D % H == 0;
+    struct data_groups g = {.size = {hsdp ? G : D, hpz ? H : 1, hsdp ? D / G : 1}};
+    const long span[GROUP_COUNT] = {(long)l->tp * g.size[GROUP_SHARD],
+                                    (long)l->tp * g.size[GROUP_SECONDARY], (long)l->tp * D};
+    for (int k = 0; k < GROUP_COUNT; k++)
+        g.link[k] = span[k] > per_node ? &m->inter_node : &m->intra_node;
+    return g;
+}
+
+/* The data-parallel axis, by group: the stage's gradient reduction and
+ * parameter gathers, the replicas' allreduce of each shard (HSDP), and the
+ * norm's one double. */
+static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
+                         const struct data_groups *g, struct axis_load *a)
+{
+    const int G = g->size[GROUP_SHARD], H = g->size[GROUP_SECONDARY];
     const uint64_t grads = r->trainable_padded * r->grad_esz;
     const uint64_t params = r->trainable_padded * r->esz;
+    struct axis_load *shard = &a[GROUP_SHARD];
     switch (l->zero_stage) {
     case 0:
-        add_allreduce(a, grads, D, 1);
+        add_allreduce(shard, grads, G, 1);
         return;
     case 1:
-        add_half(a, grads, D, 1);
-        add_half(a, params, D, 1); /* the updated parameters regathered */
+        add_half(shard, grads, G, 1);
+        add_half(shard, params, G, 1); /* the updated parameters regathered */
         break;
     case 2:
-        add_half(a, grads, D, l->accum); /* every micro batch's backward */
-        add_half(a, params, D, 1);
+        add_half(shard, grads, G, l->accum); /* every micro batch's backward */
+        add_half(shard, params, G, 1);
         break;
     default:
-        /* each unit gathered every time a pass acquires it */
-        add_half(a, r->pass_bytes, D, l->accum);
-        add_half(a, grads, D, l->accum);
+        /* each unit gathered every time a pass acquires it: under hpZ its
+         * first gather of the step from the shard group, the rest from the
+         * secondary */
+        if (H > 1) {
+            struct axis_load *second = &a[GROUP_SECONDARY];
+            const size_t reuse = r->pass_bytes_forward - r->pass_bytes_distinct;
+            add_half(shard, r->pass_bytes_distinct, G, 1);
+            add_half(second, reuse, H, 1); /* a unit used twice: fresh by then */
+            add_half(second, r->pass_bytes_forward, H, l->accum - 1);
+            add_half(second, r->pass_bytes - r->pass_bytes_forward, H, l->accum);
+        } else {
+            add_half(shard, r->pass_bytes, G, l->accum);
+        }
+        add_half(shard, grads, G, l->accum);
         break;
     }
-    add_allreduce(a, sizeof(double), D, 1);
+    add_allreduce(&a[GROUP_REPLICA], r->trainable_shard * r->grad_esz, g->size[GROUP_REPLICA], 1);
+    add_allreduce(shard, sizeof(double), G, 1);
+}
+
+/* The exposed part of stages 2 and 3's data-parallel traffic: each micro
+ * batch's passes walked unit by unit (plan_pass_exposed), the stage 3
+ * gathers before each unit's forward and backward and the reduce-scatters
+ * after each unit's backward, against that unit's share of the compute;
+ * then what runs after the backward in the open: stage 2's regather of the
+ * updated parameters, the replicas' allreduce and the norm's. */
+static double data_exposed(const struct plan_model *pm, const struct plan_layout *l,
+                           const struct plan_role *r, const struct data_groups *dg, double micro)
+{
+    const int n = r->units > 0 ? r->units : 1, G = dg->size[GROUP_SHARD];
+    const int H = dg->size[GROUP_SECONDARY];
+    struct axis_load fwd = {0}, fwd_later = {0}, bwd = {0}, reduce = {0}, open[GROUP_COUNT] = {{0}};
+    add_half(&reduce, r->trainable_padded * r->grad_esz / (uint64_t)n, G, 1);
+    if (l->zero_stage >= 3) {
+        const uint64_t f = r->pass_bytes_forward / (uint64_t)n;
+        const uint64_t b = (r->pass_bytes - r->pass_bytes_forward) / (uint64_t)n;
+        add_half(&fwd, f, G, 1);
+        add_half(&fwd_later, f, H > 1 ? H : G, 1);
+        add_half(&bwd, b, H > 1 ? H : G, 1);
+    } else {
+        add_half(&open[GROUP_SHARD], r->trainable_padded * r->esz, G, 1);
+    }
+    add_allreduce(&open[GROUP_REPLICA], r->trainable_shard * r->grad_esz, dg->size[GROUP_REPLICA],
+                  1);
+    add_allreduce(&open[GROUP_SHARD], sizeof(double), G, 1);
+    /* the forward is a third of a micro batch's compute, a recomputed one
+     * a further third of the backward's share */
+    const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0;
+    const double forward = micro / (3.0 + recompute), backward = micro - forward;
+    const struct machine_link *shard = dg->link[GROUP_SHARD];
+    const struct machine_link *later = H > 1 ? dg->link[GROUP_SECONDARY] : shard;
+    const double rs = seconds_of(&reduce, shard), gf = seconds_of(&fwd, shard);
+    const double gf_later = seconds_of(&fwd_later, later), gb = seconds_of(&bwd, later);
+    const int depth = pm->prefetch_depth;
+    /* under hpZ the first micro batch's forward gathers from the shard
+     * group, the others' from the secondary */
+    double exposed = plan_pass_exposed(n, forward / n, gf, 0.0, depth) +
+                     (l->accum - 1) * plan_pass_exposed(n, forward / n, gf_later, 0.0, depth) +
+                     l->accum * plan_pass_exposed(n, backward / n, gb, rs, depth);
+    for (int k = 0; k < GROUP_COUNT; k++)
+        exposed += seconds_of(&open[k], dg->link[k]);
+    return exposed;
 }
 
 /* The tensor-parallel axis, per micro batch: each block's row-parallel
@@ -172,12 +265,14 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     struct axis_load t[PLAN_AXIS_COUNT];
     memset(out, 0, sizeof *out);
     memset(t, 0, sizeof t);
-    tensor_traffic(pm, l, r, pm->sequence_parallel && l->tp > 1, &t[PLAN_AXIS_TENSOR]);
+    tensor_traffic(pm, l, r, l->sequence_parallel && l->tp > 1, &t[PLAN_AXIS_TENSOR]);
     pipeline_traffic(l, r, &t[PLAN_AXIS_PIPELINE]);
-    data_traffic(l, r, &t[PLAN_AXIS_DATA]);
+    const struct data_groups dg = data_groups_of(pm, l, m, per_node);
+    struct axis_load data[GROUP_COUNT] = {{0}};
+    data_traffic(l, r, &dg, data);
 
     const double share = device_share(m, per_node);
-    const double flops_rate = m->matmul_flops[precision] / share;
+    const double flops_rate = plan_matmul_rate(pm, l, r->blocks, r->last, m, precision) / share;
     const double mem_rate = m->memory_bandwidth / share;
     /* the other ops stream each activation of an instance about three
      * times (written in the forward, read and its gradient written in the
@@ -192,16 +287,20 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
         out->inter_node[k] = crosses_nodes(l, (enum plan_axis)k, per_node);
         const struct machine_link *link = out->inter_node[k] ? &m->inter_node : &m->intra_node;
         out->bytes[k] = t[k].bytes;
-        out->comm[k] = (double)t[k].bytes / link->bandwidth + t[k].steps * link->latency;
-        out->exposed[k] = out->comm[k];
+        out->comm[k] = seconds_of(&t[k], link);
     }
+    for (int g = 0; g < GROUP_COUNT; g++) {
+        out->bytes[PLAN_AXIS_DATA] += data[g].bytes;
+        out->comm[PLAN_AXIS_DATA] += seconds_of(&data[g], dg.link[g]);
+    }
+    memcpy(out->exposed, out->comm, sizeof out->exposed);
     /* stages 2 and 3 reduce (and stage 3 gathers) inside the passes, hidden
-     * behind the compute they overlap; stages 0 and 1 reduce after the
-     * backward, in the open */
-    if (l->zero_stage >= 2) {
-        const double hidden = out->compute;
-        out->exposed[PLAN_AXIS_DATA] =
-            out->comm[PLAN_AXIS_DATA] > hidden ? out->comm[PLAN_AXIS_DATA] - hidden : 0.0;
+     * as far as each unit's compute covers them; stages 0 and 1 reduce
+     * after the backward, in the open */
+    if (l->zero_stage >= 2 && l->dp * plan_context_size(l) > 1) {
+        const int k = PLAN_AXIS_DATA;
+        const double e = data_exposed(pm, l, r, &dg, micro);
+        out->exposed[k] = e < out->comm[k] ? e : out->comm[k];
     }
     plan_context_cost(pm, l, r, m, flops_rate, per_node, out);
     const double busy = out->compute + out->exposed[PLAN_AXIS_TENSOR] +

@@ -23,6 +23,7 @@ struct zt_config plan_config(const struct zt_config *base, const struct plan_lay
     c.train_batch_size = 0;
     c.activation_checkpointing.enabled = l->ckpt_every > 0;
     c.activation_checkpointing.every_n_blocks = l->ckpt_every > 0 ? l->ckpt_every : 1;
+    c.tensor_parallel.sequence_parallel = l->sequence_parallel;
     return c;
 }
 
@@ -31,6 +32,22 @@ static void embedding_shape(const struct param_table *whole, int *vocab, int *em
 {
     *vocab = whole->tensors[0].rows;
     *embd = whole->tensors[0].cols;
+}
+
+/* The linear weights of the first block (all blocks are alike) and the
+ * head, whose shapes set the GEMMs' rates (plan_matmul_rate). */
+static void weights_of(const struct param_table *t, struct plan_model *out)
+{
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *w = &t->tensors[k];
+        const struct plan_weight pw = {.out = w->rows, .in = w->cols, .split = w->tp_split};
+        if (w->linear == PARAM_LINEAR_HEAD)
+            out->head = pw;
+        else if (w->linear == PARAM_LINEAR && w->unit == 1 && out->n_weights < PLAN_MAX_WEIGHTS)
+            out->weights[out->n_weights++] = pw;
+    }
+    if (out->head.out == 0) /* tied: the head is the embedding, cut by vocabulary rows */
+        out->head = (struct plan_weight){.out = out->vocab, .in = out->embd, .split = TP_ROWS};
 }
 
 zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
@@ -52,6 +69,10 @@ zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
         out->norm_vectors +=
             t.tensors[k].unit == final_norm && t.tensors[k].numel == (size_t)out->embd;
     out->sequence_parallel = c->tensor_parallel.sequence_parallel;
+    out->prefetch_depth = c->zero.stage3_prefetch_depth;
+    out->shard_group_size = c->zero.shard_group_size;
+    out->hpz_partition_size = c->zero.hpz_partition_size;
+    weights_of(&t, out);
     param_table_free(&t);
     return ZT_OK;
 }
@@ -79,26 +100,36 @@ static double stage_flops(const struct zt_config *c, const struct param_table *t
 }
 
 /* Bytes of the full units one micro batch's passes acquire, in order
- * (what stage 3 gathers: a unit used twice, as a tied embedding is, twice). */
-static size_t pass_unit_bytes(const struct shard_engine *e)
+ * (what stage 3 gathers: a unit used twice, as a tied embedding is, twice),
+ * into bytes[0] (the forward's) and bytes[1] (the backward's); bytes[2]:
+ * the forward's distinct units (what hpZ gathers from the shard group). */
+static void pass_unit_bytes(const struct shard_engine *e, size_t bytes[3])
 {
     int order[MODEL_MAX_UNITS + 4];
-    size_t bytes = 0;
+    char seen[MODEL_MAX_UNITS + 4] = {0};
     const enum model_pass passes[] = {MODEL_PASS_FORWARD, MODEL_PASS_BACKWARD};
+    bytes[2] = 0;
     for (int p = 0; p < 2; p++) {
+        bytes[p] = 0;
         const int n = param_table_unit_order(e->table, &e->pipeline_stage, passes[p], order,
                                              MODEL_MAX_UNITS + 4);
         for (int i = 0; i < n; i++) {
             const struct shard_unit *su = &e->part.units[order[i]];
-            bytes += su->packed ? su->image_padded : su->padded * e->esz;
+            const size_t b = su->packed ? su->image_padded : su->padded * e->esz;
+            bytes[p] += b;
+            if (p == 0 && !seen[order[i]]++)
+                bytes[2] += b;
         }
     }
-    return bytes;
 }
 
 static void read_engine(const struct shard_engine *e, struct plan_role *out)
 {
-    out->pass_bytes = pass_unit_bytes(e);
+    size_t pass[3];
+    pass_unit_bytes(e, pass);
+    out->pass_bytes = pass[0] + pass[1];
+    out->pass_bytes_forward = pass[0];
+    out->pass_bytes_distinct = pass[2];
     out->padded = e->part.padded_total;
     out->trainable_padded = e->part.state_padded_total;
     out->trainable_shard = e->part.state_shard_total;

@@ -114,6 +114,14 @@ static void assert_same_machine(const struct machine *a, const struct machine *b
     ck_assert_double_eq(a->intra_node.latency, b->intra_node.latency);
     ck_assert_double_eq(a->inter_node.bandwidth, b->inter_node.bandwidth);
     ck_assert_double_eq(a->inter_node.latency, b->inter_node.latency);
+    ck_assert_int_eq(a->gemm_tile, b->gemm_tile);
+    ck_assert_int_eq(a->n_gemm, b->n_gemm);
+    for (int i = 0; i < a->n_gemm; i++) {
+        ck_assert_int_eq(a->gemm[i].m, b->gemm[i].m);
+        ck_assert_int_eq(a->gemm[i].k, b->gemm[i].k);
+        ck_assert_int_eq(a->gemm[i].n, b->gemm[i].n);
+        ck_assert_double_eq(a->gemm[i].flops, b->gemm[i].flops);
+    }
 }
 
 static void load_ok(const char *name_or_path, struct machine *m)
@@ -553,6 +561,51 @@ START_TEST(test_peaks_are_optional)
 }
 END_TEST
 
+/* The GEMM keys are optional: absent, no tile and no measured GEMM (and
+ * nothing written); stated, they read and round-trip; a row that is not
+ * [m, k, n, FLOP/s] is named with its line. */
+START_TEST(test_gemm_keys_are_optional)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("machine-gemm"));
+    const char *path = testutil_path_in(dir, "m.yaml");
+    struct machine m, back;
+    write_text(path, good_text);
+    load_ok(path, &m);
+    ck_assert_int_eq(m.gemm_tile, 0);
+    ck_assert_int_eq(m.n_gemm, 0);
+    round_trip(&m, NULL, dir, &back);
+    ck_assert_ptr_null(strstr(testutil_slurp(testutil_path_in(dir, "written.yaml")), "gemm"));
+
+    write_text(path, edited("links:", "  gemm_tile: 128\n  gemm_measured:\n"
+                                      "    - [512, 768, 768, 1.9e11]\n"
+                                      "    - [2048, 128, 384, 1.79e11]\nlinks:"));
+    load_ok(path, &m);
+    ck_assert_int_eq(m.gemm_tile, 128);
+    ck_assert_int_eq(m.n_gemm, 2);
+    ck_assert_int_eq(m.gemm[1].m, 2048);
+    ck_assert_int_eq(m.gemm[1].k, 128);
+    ck_assert_int_eq(m.gemm[1].n, 384);
+    ck_assert_double_eq(m.gemm[1].flops, 1.79e11);
+    round_trip(&m, NULL, dir, &back);
+
+    static const char expected[] = "expected a list of at most 16 [m, k, n, FLOP/s] rows "
+                                   "(positive integers, then a positive number)";
+    write_text(path, edited("links:", "  gemm_measured:\n    - [512, 768, 1.9e11]\nlinks:"));
+    load_fails(path,
+               with_file(testutil_fmt("FILE:12:7: compute.gemm_measured: %s, got a list", expected),
+                         path));
+    write_text(path, edited("links:", "  gemm_measured: 3\nlinks:"));
+    load_fails(
+        path,
+        with_file(testutil_fmt("FILE:11:18: compute.gemm_measured: %s, got '3'", expected), path));
+    write_text(path, edited("links:", "  gemm_measured:\n    - [0, 768, 768, 1.9e11]\nlinks:"));
+    load_fails(path,
+               with_file(testutil_fmt("FILE:12:7: compute.gemm_measured: %s, got a list", expected),
+                         path));
+}
+END_TEST
+
 START_TEST(test_write_error)
 {
     FILE *f = fopen("/dev/full", "w");
@@ -589,6 +642,7 @@ static Suite *machine_suite(void)
     tcase_add_test(write, test_write_round_trips_awkward_values);
     tcase_add_test(write, test_cores_is_optional);
     tcase_add_test(write, test_peaks_are_optional);
+    tcase_add_test(write, test_gemm_keys_are_optional);
     tcase_add_test(write, test_write_error);
     return s;
 }

@@ -1,8 +1,8 @@
 /* tests/test_plan.c — `zerotrain plan` against what it predicts.
  *
  * Measured: for layouts of 1 to 4 ranks (ZeRO stages, T, P and their
- * products, with and without checkpointing, sequence parallelism, both
- * families) a 3-step run writes its memory report and metrics; the plan of
+ * products, with and without checkpointing, sequence parallelism, HSDP and
+ * hpZ, both families) a 3-step run writes its memory report and metrics; the plan of
  * the same layout must give, for every role, each category's peak and the
  * total exactly as the run's rank of that role measured them, and the
  * bytes rank 0 sent on each axis in a step exactly as its metrics counted.
@@ -42,8 +42,9 @@ static uint64_t uint_of(const struct json_value *obj, const char *key)
 
 struct layout_case {
     int np, tp, pp, stage, ckpt, sp, llama;
-    int vp; /* pipeline.virtual_stages; 0: 1 */
-    int cp; /* context_parallel.size; 0: no context parallelism */
+    int vp;               /* pipeline.virtual_stages; 0: 1 */
+    int cp;               /* context_parallel.size; 0: no context parallelism */
+    int shard_group, hpz; /* HSDP's G and hpZ's H; 0: off */
 };
 
 /* micro.yaml with 4 layers and 4 heads (so that T and P go to 4), a global
@@ -52,14 +53,34 @@ struct layout_case {
 #define LLAMA "--set model.family=llama --set model.n_kv_head=2 --set model.intermediate_size=64 "
 
 static const struct layout_case cases[] = {
-    {1, 1, 1, 0, 0, 0, 0, 0, 0}, {2, 1, 1, 0, 1, 0, 0, 0, 0}, {2, 1, 1, 1, 0, 0, 0, 0, 0},
-    {2, 1, 1, 2, 1, 0, 0, 0, 0}, {2, 1, 1, 3, 0, 0, 0, 0, 0}, {2, 2, 1, 0, 0, 0, 0, 0, 0},
-    {2, 1, 2, 0, 1, 0, 0, 0, 0}, {3, 1, 3, 0, 0, 0, 0, 0, 0}, {3, 1, 1, 3, 1, 0, 0, 0, 0},
-    {4, 2, 2, 0, 0, 0, 0, 0, 0}, {4, 2, 1, 3, 1, 0, 0, 0, 0}, {4, 1, 2, 2, 0, 0, 0, 0, 0},
-    {4, 4, 1, 0, 1, 0, 0, 0, 0}, {4, 1, 4, 0, 0, 0, 0, 0, 0}, {4, 2, 1, 1, 0, 1, 0, 0, 0},
-    {4, 2, 2, 0, 1, 0, 1, 0, 0}, {4, 2, 1, 3, 0, 0, 1, 0, 0}, {2, 2, 1, 0, 0, 1, 1, 0, 0},
-    {4, 1, 2, 1, 1, 1, 1, 0, 0}, {4, 1, 2, 1, 0, 0, 0, 2, 0}, {2, 1, 2, 0, 1, 0, 1, 2, 0},
-    {2, 1, 1, 0, 0, 0, 0, 0, 2}, {4, 2, 1, 3, 1, 0, 1, 0, 2},
+    {1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+    {2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+    {2, 1, 1, 2, 1, 0, 0, 0, 0, 0, 0},
+    {2, 1, 1, 3, 0, 0, 0, 0, 0, 0, 0},
+    {2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {2, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0},
+    {3, 1, 3, 0, 0, 0, 0, 0, 0, 0, 0},
+    {3, 1, 1, 3, 1, 0, 0, 0, 0, 0, 0},
+    {4, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0},
+    {4, 2, 1, 3, 1, 0, 0, 0, 0, 0, 0},
+    {4, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0},
+    {4, 4, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+    {4, 1, 4, 0, 0, 0, 0, 0, 0, 0, 0},
+    {4, 2, 1, 1, 0, 1, 0, 0, 0, 0, 0},
+    {4, 2, 2, 0, 1, 0, 1, 0, 0, 0, 0},
+    {4, 2, 1, 3, 0, 0, 1, 0, 0, 0, 0},
+    {2, 2, 1, 0, 0, 1, 1, 0, 0, 0, 0},
+    {4, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0},
+    {4, 1, 2, 1, 0, 0, 0, 2, 0, 0, 0},
+    {2, 1, 2, 0, 1, 0, 1, 2, 0, 0, 0},
+    {2, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0},
+    {4, 2, 1, 3, 1, 0, 1, 0, 2, 0, 0},
+    /* HSDP and hpZ: their groups' traffic */
+    {4, 1, 1, 3, 0, 0, 0, 0, 0, 2, 0},
+    {4, 1, 1, 2, 1, 0, 1, 0, 0, 2, 0},
+    {4, 1, 1, 3, 0, 0, 0, 0, 0, 0, 2},
+    {4, 1, 1, 3, 1, 0, 1, 0, 0, 0, 2},
 };
 
 static int context_of(const struct layout_case *c)
@@ -69,16 +90,24 @@ static int context_of(const struct layout_case *c)
 
 static const char *case_args(const struct layout_case *c)
 {
+    char groups[128] = "";
+    if (c->shard_group)
+        snprintf(groups, sizeof groups, " --set zero_optimization.shard_group_size=%d",
+                 c->shard_group);
+    if (c->hpz)
+        snprintf(groups, sizeof groups, " --set zero_optimization.zero_hpz_partition_size=%d",
+                 c->hpz);
     return testutil_fmt(MODEL "%s--set tensor_parallel.size=%d --set pipeline.stages=%d --set "
                               "zero_optimization.stage=%d --set gradient_accumulation_steps=2 "
                               "--set activation_checkpointing.enabled=%s%s --set "
-                              "pipeline.virtual_stages=%d --set context_parallel.size=%d",
+                              "pipeline.virtual_stages=%d --set context_parallel.size=%d%s",
                         c->llama ? LLAMA : "", c->tp, c->pp, c->stage, c->ckpt ? "true" : "false",
                         c->sp ? " --set tensor_parallel.sequence_parallel=true" : "",
-                        c->vp ? c->vp : 1, context_of(c));
+                        c->vp ? c->vp : 1, context_of(c), groups);
 }
 
-/* The plan's entry for the case's layout (micro batch 2, 2 micro steps). */
+/* The plan's entry for the case's layout (micro batch 2, 2 micro steps;
+ * sequence parallelism as the case asks, which the plan tries at T > 1). */
 static const struct json_value *planned_layout(const struct json_value *plan,
                                                const struct layout_case *c)
 {
@@ -89,7 +118,8 @@ static const struct json_value *planned_layout(const struct json_value *plan,
             uint_of(l, "zero_stage") == (uint64_t)c->stage && uint_of(l, "micro_batch") == 2 &&
             uint_of(l, "accum") == 2 && uint_of(l, "ckpt_every") == (uint64_t)c->ckpt &&
             uint_of(l, "virtual_stages") == (uint64_t)(c->vp ? c->vp : 1) &&
-            uint_of(l, "cp") == (uint64_t)context_of(c))
+            uint_of(l, "cp") == (uint64_t)context_of(c) &&
+            member(l, "sequence_parallel")->boolean == (c->sp && c->tp > 1))
             return l;
     }
     ck_abort_msg("the plan has no entry for the layout");
@@ -156,9 +186,10 @@ START_TEST(plan_equals_the_measured_ledger_and_traffic)
     char dir[4096], args[2048], what[128];
     snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan"));
     snprintf(args, sizeof args, "%s", case_args(c));
-    snprintf(what, sizeof what, "%d ranks T%d P%d v%d C%d stage %d%s%s%s", c->np, c->tp, c->pp,
+    snprintf(what, sizeof what, "%d ranks T%d P%d v%d C%d stage %d%s%s%s%s%s", c->np, c->tp, c->pp,
              c->vp ? c->vp : 1, context_of(c), c->stage, c->ckpt ? " checkpointed" : "",
-             c->sp ? " sequence-parallel" : "", c->llama ? " llama" : "");
+             c->sp ? " sequence-parallel" : "", c->llama ? " llama" : "",
+             c->shard_group ? " HSDP" : "", c->hpz ? " hpZ" : "");
     ck_assert_msg(
         testutil_train_micro(dir, "run", c->np,
                              testutil_fmt("%s --memory-report %s/report.json", args, dir)) == 0,
@@ -295,8 +326,13 @@ static double layer_activations_in(int s, int b, int h, int a, int t, int sp, co
                  strcmp(prec, "bf16") == 0 ? "true" : "false");
         struct zt_config cfg;
         load_config(yaml, &cfg);
-        const struct plan_layout l = {
-            .tp = t, .pp = 1, .dp = 1, .micro_batch = b, .accum = 1, .ckpt_every = ckpt};
+        const struct plan_layout l = {.tp = t,
+                                      .pp = 1,
+                                      .dp = 1,
+                                      .micro_batch = b,
+                                      .accum = 1,
+                                      .ckpt_every = ckpt,
+                                      .sequence_parallel = sp};
         struct plan_role r;
         ck_assert_int_eq(plan_role(&cfg, &l, 0, &r), ZT_OK);
         bytes[L - 1] = (double)r.peak[LEDGER_ACTIVATIONS];
@@ -580,6 +616,177 @@ START_TEST(gpt3_plans_tensor_parallel_layouts)
 }
 END_TEST
 
+/* ---- the time model by shape and by overlap -------------------------------- */
+
+/* A datasheet machine's GEMM rate: the roofline of its FLOPs in whole
+ * 128-wide tiles at matmul_flops against its three matrices' bytes at the
+ * memory bandwidth, computed here from the formula; so a small product
+ * runs below a large one, and a width one over a tile wastes most of the
+ * next tile. */
+START_TEST(gemm_rate_by_shape)
+{
+    const struct machine m = {
+        .matmul_flops = {20e12, 200e12, 200e12}, .memory_bandwidth = 2e12, .gemm_tile = 128};
+    static const double shapes[][3] = {{64, 64, 64},      {768, 768, 768},   {8192, 8192, 8192},
+                                       {2048, 4096, 129}, {2048, 4096, 128}, {100, 12288, 4096}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const double M = shapes[i][0], K = shapes[i][1], N = shapes[i][2];
+        const double tiled = 2.0 * ceil(M / 128) * 128 * K * ceil(N / 128) * 128 / 200e12;
+        const double moved = 2.0 * (M * K + K * N + M * N) / 2e12;
+        const double want = 2.0 * M * K * N / fmax(tiled, moved);
+        const double got = plan_gemm_rate(&m, MACHINE_BF16, M, K, N);
+        ck_assert_msg(fabs(got / want - 1.0) < 1e-12, "%gx%gx%g: %g FLOP/s, expected %g", M, K, N,
+                      got, want);
+    }
+    const double small = plan_gemm_rate(&m, MACHINE_BF16, 64, 64, 64);
+    const double large = plan_gemm_rate(&m, MACHINE_BF16, 8192, 8192, 8192);
+    ck_assert_double_eq_tol(large, 200e12, 1e-3);
+    ck_assert_msg(small < 0.25 * large, "64^3: %g FLOP/s, 8192^3: %g", small, large);
+    ck_assert_msg(plan_gemm_rate(&m, MACHINE_BF16, 2048, 4096, 129) <
+                      0.6 * plan_gemm_rate(&m, MACHINE_BF16, 2048, 4096, 128),
+                  "a width of 129 computes two tiles");
+    /* no tile stated: no quantisation, only the roofline */
+    struct machine flat = m;
+    flat.gemm_tile = 0;
+    ck_assert_double_eq_tol(plan_gemm_rate(&flat, MACHINE_BF16, 2048, 4096, 129), 200e12, 1e-3);
+}
+END_TEST
+
+/* A file calibrate wrote (configs/machines/cpu-this.yaml) gives back each
+ * measured shape's own rate, and a shape between two measured ones a rate
+ * between theirs. */
+START_TEST(calibrated_gemm_shapes_are_reproduced)
+{
+    struct machine m;
+    ck_assert_int_eq(machine_load(testutil_source_path("configs/machines/cpu-this.yaml"), &m),
+                     ZT_OK);
+    ck_assert_int_ge(m.n_gemm, 4);
+    double lo = INFINITY, hi = 0.0;
+    for (int i = 0; i < m.n_gemm; i++) {
+        const struct machine_gemm *g = &m.gemm[i];
+        const double got = plan_gemm_rate(&m, MACHINE_FP32, g->m, g->k, g->n);
+        ck_assert_msg(fabs(got / g->flops - 1.0) < 1e-9, "%dx%dx%d: %g FLOP/s, measured %g", g->m,
+                      g->k, g->n, got, g->flops);
+        lo = fmin(lo, g->flops);
+        hi = fmax(hi, g->flops);
+    }
+    /* beyond the measured shapes: the nearest end's rate */
+    ck_assert_double_le(plan_gemm_rate(&m, MACHINE_FP32, 8, 8, 8), hi);
+    ck_assert_double_ge(plan_gemm_rate(&m, MACHINE_FP32, 8, 8, 8), lo);
+    ck_assert_double_le(plan_gemm_rate(&m, MACHINE_FP32, 1 << 14, 1 << 14, 1 << 14), hi);
+    /* the smallest measured product (512 x 128 x 128) is the slowest */
+    ck_assert_double_eq_tol(plan_gemm_rate(&m, MACHINE_FP32, 512, 128, 128), lo, lo * 1e-9);
+}
+END_TEST
+
+/* The pass walk of plan_pass_exposed against the closed forms of equal
+ * units: a gather no longer than a unit's compute is hidden but the
+ * first; a longer one exposes the difference at every later unit; on
+ * demand (depth 0) every gather waits; a reduce-scatter after the last
+ * unit is exposed. */
+START_TEST(overlap_is_bounded_by_the_compute)
+{
+    const int n = 10;
+    ck_assert_double_eq_tol(plan_pass_exposed(n, 1.0, 0.5, 0.0, 1), 0.5, 1e-12);
+    ck_assert_double_eq_tol(plan_pass_exposed(n, 1.0, 3.0, 0.0, 1), 3.0 + (n - 1) * 2.0, 1e-12);
+    ck_assert_double_eq_tol(plan_pass_exposed(n, 1.0, 3.0, 0.0, 4), 3.0 + (n - 1) * 2.0, 1e-12);
+    ck_assert_double_eq_tol(plan_pass_exposed(n, 1.0, 0.5, 0.0, 0), n * 0.5, 1e-12);
+    ck_assert_double_eq_tol(plan_pass_exposed(n, 1.0, 0.0, 0.5, 1), 0.5, 1e-12);
+    /* the link carries both: gather + reduce-scatter per unit against 1 s */
+    ck_assert_double_eq_tol(plan_pass_exposed(n, 1.0, 0.4, 0.4, 1), 0.4 + 0.4, 1e-12);
+    const double both = plan_pass_exposed(n, 1.0, 0.8, 0.8, 1);
+    ck_assert_msg(both >= (n * 1.6 - n * 1.0) && both <= n * 1.6,
+                  "gather and reduce-scatter of 0.8 s each over 1 s units: %g s exposed", both);
+    /* a longer pass scales the walk's steady state */
+    ck_assert_double_eq_tol(plan_pass_exposed(2 * PLAN_MAX_PASS_UNITS, 1.0, 3.0, 0.0, 1),
+                            2.0 * (3.0 + (PLAN_MAX_PASS_UNITS - 1) * 2.0), 1e-6);
+}
+END_TEST
+
+/* Through plan_cost: ZeRO-3 on 8 ranks of two nodes. On a fast network
+ * its traffic hides behind the compute but the first gather and the last
+ * reduce-scatter of each micro batch's passes (and stage 2's regather of
+ * the updated parameters, after the step); on a slow one (the same
+ * machine with a thousandth of the bandwidth) the gathers outlast the
+ * compute and the step grows by nearly all of the traffic. ZeRO-2's
+ * reduce-scatters likewise against the backward. */
+START_TEST(zero_traffic_exposed_when_it_outlasts_the_compute)
+{
+    struct machine m = {.devices_per_node = 4,
+                        .matmul_flops = {1e12, 1e12, 1e12},
+                        .memory_bandwidth = 1e12,
+                        .intra_node = {1e11, 1e-6},
+                        .inter_node = {1e10, 1e-6}};
+    const struct plan_model pm = {
+        .layers = 8, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4, .prefetch_depth = 1};
+    const struct plan_role r = {.first = 1,
+                                .last = 1,
+                                .blocks = 8,
+                                .units = 10,
+                                .slots = 1,
+                                .esz = 2,
+                                .grad_esz = 2,
+                                .act_esz = 2,
+                                .trainable_padded = 100000000,
+                                .padded = 100000000,
+                                .pass_bytes = 400000000,
+                                .flops = 1e12};
+    for (int stage = 2; stage <= 3; stage++) {
+        const struct plan_layout l = {
+            .tp = 1, .pp = 1, .dp = 8, .zero_stage = stage, .micro_batch = 1, .accum = 2};
+        struct plan_time fast, slow;
+        m.inter_node.bandwidth = 1e10;
+        plan_cost(&pm, &l, &r, &m, 4, MACHINE_BF16, &fast);
+        m.inter_node.bandwidth = 1e7;
+        plan_cost(&pm, &l, &r, &m, 4, MACHINE_BF16, &slow);
+        const int D = PLAN_AXIS_DATA;
+        ck_assert_msg(fast.exposed[D] < 0.5 * fast.comm[D],
+                      "stage %d, fast link: %g s of %g s exposed", stage, fast.exposed[D],
+                      fast.comm[D]);
+        ck_assert_msg(fast.exposed[D] > 0.0, "stage %d: the last reduce-scatter is exposed", stage);
+        ck_assert_msg(slow.exposed[D] >= slow.comm[D] - slow.compute - 1e-9,
+                      "stage %d, slow link: %g s exposed of %g s traffic beside %g s compute",
+                      stage, slow.exposed[D], slow.comm[D], slow.compute);
+        ck_assert_msg(slow.step > 10.0 * fast.step, "stage %d: step %g s slow, %g s fast", stage,
+                      slow.step, fast.step);
+        ck_assert_double_eq_tol(slow.step, slow.compute + slow.optimizer + slow.exposed[D], 1e-9);
+    }
+}
+END_TEST
+
+/* Sequence parallelism is a candidate, not the config's: a plan of
+ * tests/data/micro.yaml on 2 GPUs lists T = 2 with and without it, and with
+ * it the activations a tensor-parallel rank holds are smaller. */
+START_TEST(sequence_parallelism_is_tried)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan-sp"));
+    const char *log = testutil_path_in(dir, "plan.log");
+    ck_assert_msg(testutil_run(log, "%s plan %s --gpus 2 --all --json %s/plan.json %s",
+                               testutil_binary(), testutil_source_path("tests/data/micro.yaml"),
+                               dir, MODEL) == 0,
+                  "%s", testutil_slurp(log));
+    struct json_value plan;
+    testutil_load_json(testutil_path_in(dir, "plan.json"), &plan);
+    const struct json_value *layouts = member(&plan, "layouts");
+    uint64_t act[2] = {0, 0};
+    for (size_t i = 0; i < layouts->n; i++) {
+        const struct json_value *l = &layouts->items[i];
+        if (uint_of(l, "tp") != 2 || uint_of(l, "zero_stage") != 0 ||
+            uint_of(l, "micro_batch") != 2 || uint_of(l, "ckpt_every") != 0)
+            continue;
+        const int sp = member(l, "sequence_parallel")->boolean;
+        act[sp] = uint_of(member(&member(l, "roles")->items[0], "peak"), "activations");
+    }
+    ck_assert_msg(act[0] > 0 && act[1] > 0, "T2 layouts with and without SP: %llu, %llu bytes",
+                  (unsigned long long)act[0], (unsigned long long)act[1]);
+    ck_assert_msg(act[1] < act[0], "activations with SP %llu bytes, without %llu",
+                  (unsigned long long)act[1], (unsigned long long)act[0]);
+    ck_assert_ptr_nonnull(strstr(testutil_slurp(log), "rank    T SP    P"));
+    json_free(&plan);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -592,6 +799,11 @@ int main(void)
     tcase_add_test(tc, mfu_is_against_the_datasheet_peak);
     tcase_add_test(tc, bubble_shrinks_on_oversubscribed_cores);
     tcase_add_test(tc, gpt3_plans_tensor_parallel_layouts);
+    tcase_add_test(tc, gemm_rate_by_shape);
+    tcase_add_test(tc, calibrated_gemm_shapes_are_reproduced);
+    tcase_add_test(tc, overlap_is_bounded_by_the_compute);
+    tcase_add_test(tc, zero_traffic_exposed_when_it_outlasts_the_compute);
+    tcase_add_test(tc, sequence_parallelism_is_tried);
     tc = testutil_tcase(s, "measured", 900);
     tcase_add_loop_test(tc, plan_equals_the_measured_ledger_and_traffic, 0,
                         (int)(sizeof cases / sizeof cases[0]));
