@@ -1,6 +1,7 @@
 /* common/size.c — byte sizes written as people write them (see size.h). */
 #include "size.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define FRACTION_DIGS 9 /* keeps the arithmetic exact in 64 bits */
@@ -53,4 +54,20 @@ int zt_size_parse(const char *text, uint64_t *bytes)
         return 1;
     }
     return 0;
+}
+
+void zt_size_format(uint64_t bytes, char *buf, size_t n)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB"};
+    if (bytes < 10 * 1024) {
+        snprintf(buf, n, "%llu B", (unsigned long long)bytes);
+        return;
+    }
+    double v = (double)bytes / 1024;
+    int u = 0;
+    while (u < 2 && v >= 999.995) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, n, "%.2f %s", v, units[u]);
 }

@@ -6,6 +6,7 @@
 #ifndef ZT_COMMON_SIZE_H
 #define ZT_COMMON_SIZE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Parses a number of bytes ("1000000"), or a number (with a fraction if
@@ -15,5 +16,10 @@
  * 1 and sets *bytes for a size of at least one byte, 0 for anything else
  * (*bytes untouched). */
 int zt_size_parse(const char *text, uint64_t *bytes);
+
+/* Bytes as reports print them, into buf[n]: exact below 10 KiB, else KiB,
+ * MiB or GiB with two decimals (a unit gives way to the next where its
+ * value would print as 1000.00 or more). */
+void zt_size_format(uint64_t bytes, char *buf, size_t n);
 
 #endif

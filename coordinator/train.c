@@ -24,6 +24,7 @@
 
 #include "../common/clock.h"
 #include "../common/fileio.h"
+#include "../common/size.h"
 #include "../worker/param_quant.h"
 #include "../worker/tensor_parallel.h"
 #include "../worker/schedule.h"
@@ -788,7 +789,7 @@ static void log_start(const struct run_session *s, struct train_io *io)
         progress_log(&io->console, "%s", from);
     if (s->weights_from == RUN_WEIGHTS_INIT_FROM) {
         char rss[32];
-        memory_format_bytes(s->load_rss_peak, rss, sizeof rss);
+        zt_size_format(s->load_rss_peak, rss, sizeof rss);
         progress_log(&io->console, "model.init_from read in %.2f s; rank 0's peak RSS then %s",
                      s->load_seconds, rss);
     }

@@ -15,6 +15,7 @@
 #include "memory_report.h"
 
 #include "../common/atomic_file.h"
+#include "../common/size.h"
 #include "../shard/shard.h"
 
 #include <math.h>
@@ -160,22 +161,6 @@ uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, u
 
 /* ---- printing ---- */
 
-void memory_format_bytes(uint64_t bytes, char *buf, size_t n)
-{
-    static const char *const units[] = {"KiB", "MiB", "GiB"};
-    if (bytes < 10 * 1024) {
-        snprintf(buf, n, "%llu B", (unsigned long long)bytes);
-        return;
-    }
-    double v = (double)bytes / 1024;
-    int u = 0;
-    while (u < 2 && v >= 999.995) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, n, "%.2f %s", v, units[u]);
-}
-
 static const char *column_name(int c)
 {
     return short_names[c] ? short_names[c] : ledger_category_name((enum ledger_category)c);
@@ -217,14 +202,14 @@ static void print_row(FILE *f, int width, const char *label,
     char b[32];
     fprintf(f, "%*s", width, label);
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
-        memory_format_bytes(peak[c], b, sizeof b);
+        zt_size_format(peak[c], b, sizeof b);
         if (shown[c])
             fprintf(f, " %10s", b);
     }
-    memory_format_bytes(total, b, sizeof b);
+    zt_size_format(total, b, sizeof b);
     fprintf(f, " %10s", b);
     if (rss)
-        memory_format_bytes(*rss, b, sizeof b);
+        zt_size_format(*rss, b, sizeof b);
     fprintf(f, " %10s", rss ? b : "-");
     if (baseline_total)
         fprintf(f, " %5.2f\n", (double)total / (double)baseline_total);
@@ -266,9 +251,9 @@ static void print_model_states(const struct memory_report *r, FILE *f)
     if (r->world_size < 1)
         lo = 0;
     char a[32], b[32], e[32], da[32], db[32];
-    memory_format_bytes(lo, a, sizeof a);
-    memory_format_bytes(hi, b, sizeof b);
-    memory_format_bytes(r->expected_model_states, e, sizeof e);
+    zt_size_format(lo, a, sizeof a);
+    zt_size_format(hi, b, sizeof b);
+    zt_size_format(r->expected_model_states, e, sizeof e);
     format_difference(lo, r->expected_model_states, da, sizeof da);
     format_difference(hi, r->expected_model_states, db, sizeof db);
     const double *p = r->bytes_per_param;
@@ -290,8 +275,8 @@ static void print_model_states(const struct memory_report *r, FILE *f)
      * against what its own stage's parameters need. */
     for (int i = 0; i < r->world_size && r->layout; i++) {
         const struct memory_rank_row *row = &r->ranks[i];
-        memory_format_bytes(model_states_of(row), a, sizeof a);
-        memory_format_bytes(row->expected_model_states, e, sizeof e);
+        zt_size_format(model_states_of(row), a, sizeof a);
+        zt_size_format(row->expected_model_states, e, sizeof e);
         format_difference(model_states_of(row), row->expected_model_states, da, sizeof da);
         fprintf(f, "  rank %d (tp %d, pp %d, dp %d): measured %s, expected %s for its stage, %s\n",
                 row->rank, row->tp, row->pp, row->dp, a, e, da);
@@ -299,7 +284,7 @@ static void print_model_states(const struct memory_report *r, FILE *f)
     if (r->base4_numel == 0)
         return;
     char q[32];
-    memory_format_bytes(r->base4_bytes, q, sizeof q);
+    zt_size_format(r->base4_bytes, q, sizeof q);
     fprintf(f,
             "  4-bit base: %llu parameters, codes and scales %s per rank, %.4f bytes per "
             "parameter (in the params column)\n",
@@ -321,9 +306,9 @@ static void print_nvme(const struct memory_report *r, FILE *f)
     if (hi == 0)
         return;
     char a[32], b[32], t[32];
-    memory_format_bytes(lo, a, sizeof a);
-    memory_format_bytes(hi, b, sizeof b);
-    memory_format_bytes(all, t, sizeof t);
+    zt_size_format(lo, a, sizeof a);
+    zt_size_format(hi, b, sizeof b);
+    zt_size_format(all, t, sizeof t);
     fprintf(f,
             "nvme %s%s%s per rank (%s in all) in %s: the fp32 master and optimizer states on "
             "disk; the master and optim columns are the window they stream through\n",
@@ -343,7 +328,7 @@ static void print_rss(const struct memory_report *r, FILE *f)
         const uint64_t total = rss_parts_total(&row->rss);
         char parts[200], m[32];
         rss_parts_format(&row->rss, parts, sizeof parts);
-        memory_format_bytes(row->rss_peak, m, sizeof m);
+        zt_size_format(row->rss_peak, m, sizeof m);
         fprintf(f, "  rank %d: %s", row->rank, parts);
         if (!r->planned && row->rss_peak > 0)
             fprintf(f, "; measured %s, predicted / measured %.3f", m,

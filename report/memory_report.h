@@ -119,11 +119,6 @@ zt_status memory_report_gather_placed(struct comm *c, const struct ledger *mine,
 uint64_t memory_expected_model_states(int stage, int world, uint64_t n_params, uint64_t n_trainable,
                                       const double bpp[4], uint64_t replicated);
 
-/* Bytes as the report prints them: exact below 10 KiB, else KiB, MiB or
- * GiB with two decimals (a unit gives way to the next where its value
- * would print as 1000.00 or more). */
-void memory_format_bytes(uint64_t bytes, char *buf, size_t n);
-
 /* Prints the report to f: one row per rank (each category's peak, the total
  * peak, the resident peak, total / baseline total), the baseline row, and
  * the measured model states (min .. max over ranks) against the expected

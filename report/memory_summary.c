@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "memory_report.h"
+#include "../common/size.h"
 
 /* A row (a category, or the total last) as the words it travels in. */
 enum {
@@ -90,7 +91,7 @@ static void print_row(FILE *f, const char *name, const int64_t *w, const struct 
 {
     char b[4][32], phase[160];
     for (int k = 0; k < 4; k++)
-        memory_format_bytes((uint64_t)w[ROW_CURRENT + k], b[k], sizeof b[k]);
+        zt_size_format((uint64_t)w[ROW_CURRENT + k], b[k], sizeof b[k]);
     const struct ledger_phase p = {.kind = (enum ledger_phase_kind)w[ROW_KIND],
                                    .unit = (int)w[ROW_UNIT],
                                    .step = (long)w[ROW_STEP],

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "../common/endian.h"
-#include "memory_report.h"
+#include "../common/size.h"
 
 uint64_t rss_parts_total(const struct rss_parts *p)
 {
@@ -30,7 +30,7 @@ void rss_parts_format(const struct rss_parts *p, char *buf, size_t n)
     const uint64_t v[5] = {p->baseline, p->runtime, p->counted, p->data, rss_parts_total(p)};
     char b[5][32];
     for (int k = 0; k < 5; k++)
-        memory_format_bytes(v[k], b[k], sizeof b[k]);
+        zt_size_format(v[k], b[k], sizeof b[k]);
     snprintf(buf, n, "%s + %s + %s + %s = %s", b[0], b[1], b[2], b[3], b[4]);
 }
 

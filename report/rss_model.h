@@ -69,7 +69,7 @@ uint64_t rss_counted(const uint64_t peak[LEDGER_CATEGORY_COUNT], uint64_t total_
 void rss_parts_write_json(const struct rss_parts *p, FILE *f);
 
 /* The parts and their sum as text, "B + R + C + D = T" in
- * memory_format_bytes's units, into buf[n]. */
+ * zt_size_format's units (common/size.h), into buf[n]. */
 void rss_parts_format(const struct rss_parts *p, char *buf, size_t n);
 
 /* The compute libraries' resident working memory: VmRSS after one
