@@ -2103,8 +2103,9 @@ static zt_status check_scheduler(const struct walk *w)
  * that one config serves every layout (and `zerotrain plan` reads them for
  * layouts where they act), and said once at start-up, as Megatron warns of
  * sequence parallelism at tensor size 1. A rule fires only for a key the
- * file or --set gives a value other than its default: a resolved config
- * (which writes every key) says nothing new when it is run again. */
+ * file or --set gives a value other than its default (any value, for a
+ * key without one): a resolved config (which writes every key) says
+ * nothing new when it is run again. */
 static int tensor_size_one(const struct zt_config *c)
 {
     return c->tensor_parallel.size == 1;
@@ -2160,6 +2161,9 @@ static const struct {
     {"run.nonfinite_skip_limit", stop_on_nonfinite,
      "run.on_nonfinite is stop, so the first non-finite step ends the run"},
     {"data.packing", text_data, "data.format is text, which is always one stream"},
+    {"data.chat_template", text_data,
+     "data.format is text, so the files are one stream and no {\"messages\"} line is "
+     "rendered (set data.format: jsonl)"},
 };
 
 /* Whether the int-stored key at `path` (a number, boolean or name of an
@@ -2185,7 +2189,9 @@ static zt_status note_no_effect(struct walk *w)
 {
     for (size_t i = 0; i < sizeof no_effect_rules / sizeof no_effect_rules[0]; i++) {
         const struct yaml_tree_node *n = given(w, no_effect_rules[i].key);
-        if (!n || holds_default(w, no_effect_rules[i].key) || !no_effect_rules[i].moot(w->cfg))
+        const int has_default = fields[field_find(no_effect_rules[i].key)].def != NULL;
+        if (!n || (has_default && holds_default(w, no_effect_rules[i].key)) ||
+            !no_effect_rules[i].moot(w->cfg))
             continue;
         char where[WHERE], value[128], line[1024];
         yaml_tree_where(n, where, sizeof where);

@@ -1106,6 +1106,8 @@ START_TEST(test_settings_with_no_effect)
         {"run: {on_nonfinite: skip, nonfinite_skip_limit: 3}", NULL},
         {"data: {packing: true}", "data.packing"},
         {"data: {format: jsonl, packing: true}", NULL},
+        {"data: {chat_template: llama3}", "data.chat_template"},
+        {"data: {format: jsonl, chat_template: llama3}", NULL},
         /* a default, as a resolved config writes every key */
         {"activation_checkpointing: {every_n_blocks: 1}", NULL},
         {"zero_optimization: {stage: 0, stage3_prefetch_depth: 1}", NULL},
