@@ -9,7 +9,9 @@
 # recomputed forward: 96 B s l h^2 (1 + s/(6h) + V/(16 l h))) over GPUs x its achieved
 # teraFLOP/s per GPU. For each row the plan is read twice from one --json: the best fitting
 # layout with the paper's (t, p), full recomputation and ZeRO-0 or 1 ("paper's layout"), and the
-# planner's own first choice; each with its predicted step and predicted / measured. Numbers, not a test: a model, not a run.
+# planner's own first choice; each with its predicted step and predicted / measured; and the
+# place in the planner's ranking of fitting layouts where the paper's (t, p) first comes, its
+# other settings free. Numbers, not a test: a model, not a run.
 # usage: scripts/bench/narayanan_table1.sh [ROWS]   ROWS: row indexes 0-9 (default all), e.g. "2 6"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -32,8 +34,9 @@ rows=(
 )
 pick=${1:-0 1 2 3 4 5 6 7 8 9}
 
-printf '%-7s %5s %5s | %-34s %9s %9s %6s | %-34s %9s %6s\n' params GPUs batch \
-  "paper's (t, p), recomputed" "measured" "predicted" ratio "planner's first choice" predicted ratio
+printf '%-7s %5s %5s | %-34s %9s %9s %6s | %-34s %9s %6s | %s\n' params GPUs batch \
+  "paper's (t, p), recomputed" "measured" "predicted" ratio "planner's first choice" predicted ratio \
+  "(t, p)'s place"
 for i in $pick; do
   IFS='|' read -r params heads hidden layers t p gpus batch tflops <<<"${rows[$i]}"
   "$bin" plan "$root/configs/gpt3-175b.yaml" --gpus "$gpus" --machine a100-80gb \
@@ -53,8 +56,9 @@ layouts = json.load(open(path))["layouts"]
 fit = [x for x in layouts if x["fits"]]
 def name(x):
     sp = "+SP" if x.get("sequence_parallel") else ""
-    return "T%d%s P%d D%d Z%d %dx%d ck%d" % (x["tp"], sp, x["pp"], x["dp"], x["zero_stage"],
-                                           x["micro_batch"], x["accum"], x["ckpt_every"])
+    v = " v%d" % x["virtual_stages"] if x.get("virtual_stages", 1) > 1 else ""
+    return "T%d%s P%d%s D%d Z%d %dx%d ck%d" % (x["tp"], sp, x["pp"], v, x["dp"], x["zero_stage"],
+                                             x["micro_batch"], x["accum"], x["ckpt_every"])
 # the paper's layout: its (t, p), every block recomputed (its FLOPs count the recomputation)
 # and a replicated optimizer (ZeRO-0/1: its data parallelism allreduces gradients)
 paper = [x for x in fit if x["tp"] == t and x["pp"] == p and x["ckpt_every"] == 1 and
@@ -69,6 +73,10 @@ pp = ("%-34s %9.3g %9.3g %6.2f" % (name(paper), measured, paper["step_seconds"],
      "%-34s %9.3g %9s %6s" % ("T%d P%d: does not fit" % (t, p), measured, "-", "-")
 first_cell = ("%-34s %9.3g %6.2f" % (name(first), first["step_seconds"],
                                       first["step_seconds"] / measured)) if first else "no layout fits"
-print("%-7s %5d %5d | %s | %s" % (params + "B", gpus, B, pp, first_cell))
+# where the paper's (t, p), any other setting free, first comes in the planner's ranking
+ranked = sorted(fit, key=lambda x: x["step_seconds"])
+place = next((i + 1 for i, x in enumerate(ranked) if x["tp"] == t and x["pp"] == p), None)
+print("%-7s %5d %5d | %s | %s | %s" % (params + "B", gpus, B, pp, first_cell,
+                                       place if place else "-"))
 EOF
 done
