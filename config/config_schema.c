@@ -2130,6 +2130,10 @@ static int one_stage(const struct zt_config *c)
 {
     return c->pipeline.stages == 1;
 }
+static int interleaved(const struct zt_config *c)
+{
+    return c->pipeline.stages > 1 && c->pipeline.virtual_stages > 1;
+}
 static int stop_on_nonfinite(const struct zt_config *c)
 {
     return c->run.on_nonfinite == ZT_NONFINITE_STOP;
@@ -2156,6 +2160,8 @@ static const struct {
      "zero_optimization.stage is below 3, so no parameters are gathered"},
     {"pipeline.schedule", one_stage, "pipeline.stages is 1, so there is no pipeline"},
     {"pipeline.partition_method", one_stage, "pipeline.stages is 1, so every block is on it"},
+    {"pipeline.partition_method", interleaved,
+     "pipeline.virtual_stages is above 1, so the blocks are cut into equal chunks"},
     {"pipeline.virtual_stages", one_stage,
      "pipeline.stages is 1, so there is nothing to interleave"},
     {"run.nonfinite_skip_limit", stop_on_nonfinite,

@@ -1102,6 +1102,10 @@ START_TEST(test_settings_with_no_effect)
         {"pipeline: {schedule: gpipe}", "pipeline.schedule"},
         {"pipeline: {partition_method: uniform}", "pipeline.partition_method"},
         {"model: {n_layer: 2}\npipeline: {stages: 2, schedule: gpipe}", NULL},
+        {"gradient_accumulation_steps: 2\npipeline: {stages: 2, virtual_stages: 2, "
+         "partition_method: uniform}",
+         "pipeline.partition_method"},
+        {"pipeline: {stages: 2, partition_method: uniform}", NULL},
         {"run: {nonfinite_skip_limit: 3}", "run.nonfinite_skip_limit"},
         {"run: {on_nonfinite: skip, nonfinite_skip_limit: 3}", NULL},
         {"data: {packing: true}", "data.packing"},
