@@ -96,7 +96,7 @@ START_TEST(qlora_computes_in_bf16)
     train(dir, "bf16", 2, layout(2, 3, QLORA_NF4 " --set bf16.enabled=true"), got);
     assert_close(fp32, got, 2e-2, "QLoRA bf16");
     const char *log = testutil_slurp(testutil_path_in(dir, "bf16.log"));
-    ck_assert_msg(strstr(log, "computing in bf16,") != NULL, "not computing in bf16:\n%s", log);
+    testutil_assert_computes_bf16(log, "QLoRA bf16");
 }
 END_TEST
 

@@ -237,6 +237,15 @@ void testutil_assert_losses_close(const double *want, const double *got, int n, 
                       "%s, step %d: loss %.9g, expected %.9g", what, i + 1, got[i], want[i]);
 }
 
+void testutil_assert_computes_bf16(const char *log, const char *what)
+{
+    if (strstr(log, "computing in fp32 (bf16 stored only: ") &&
+        strstr(log, "has no bf16 GEMM for this CPU"))
+        return;
+    ck_assert_msg(strstr(log, "computing in bf16,") != NULL, "%s: not computing in bf16:\n%s", what,
+                  log);
+}
+
 void testutil_resume_matches(const char *dir, const char *from, const char *name, int np,
                              const char *args, const double *full)
 {

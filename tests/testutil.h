@@ -100,6 +100,12 @@ void testutil_train_micro_losses(const char *dir, const char *name, int np, cons
 void testutil_assert_losses_close(const double *want, const double *got, int n, double tol,
                                   const char *what);
 
+/* Fails the test unless a bf16 run's log says it computes in bf16, or, on
+ * a CPU without a bf16 GEMM (AVX2 only), says it computes in fp32 with
+ * bf16 storage and why: the suites pass on every CPU of the machine kind
+ * and still check which path the run took. */
+void testutil_assert_computes_bf16(const char *log, const char *what);
+
 /* Runs `name` (np ranks, args) from dir/from-ck/step-00000005, the
  * checkpoint of a 10-step testutil_train_micro run saving every 5, to
  * step 10, and fails the test unless its 5 losses are the uninterrupted
