@@ -20,6 +20,8 @@ The output is deterministic for one Unicode version.
 """
 
 import argparse
+import shutil
+import subprocess
 import unicodedata
 
 S_BASE, S_COUNT = 0xAC00, 11172
@@ -107,6 +109,9 @@ def main():
         f.write(packed(["{0x%05X, 0x%05X, 0x%05X}," % c for c in comp], 2))
         f.write("};\nconst size_t nfc_composite_count = sizeof nfc_composites / "
                 "sizeof nfc_composites[0];\n")
+    # the repository's layout, as every C file has it
+    if shutil.which("clang-format"):
+        subprocess.run(["clang-format", "-i", args.out], check=True)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,10 @@
  * binary under mpirun: the losses do not depend on the world size (1 and
  * 4 ranks with the global batch kept), and a checkpoint written at 4 ranks
  * under stage 3 resumes at 2 ranks under stage 1 where the 4-rank run went
- * on (so 2 ranks are compared over the last 5 steps). test_dist compares the stages at one world size; this
- * suite compares the world sizes, so together they cover the grid. Every
- * optimizer runs on micro.yaml's GPT-2; on a Llama of the same size with
- * grouped-query attention run AdamW and those whose state or update
- * depends on the tensors' shapes (factored, blockwise, fused into the
+ * on (so 2 ranks are compared over the last 5 steps). test_dist compares the stages at one world
+ * size; this suite compares the world sizes, so together they cover the grid. Every optimizer runs
+ * on micro.yaml's GPT-2; on a Llama of the same size with grouped-query attention run AdamW and
+ * those whose state or update depends on the tensors' shapes (factored, blockwise, fused into the
  * backward pass). The whole-tensor ones also run at T=2 and resume across
  * the tensor-parallel size. The elementwise others would repeat AdamW's there: their
  * update at an element reads that element's state only, so other shapes
