@@ -24,20 +24,6 @@
 
 /* ---- reading the files a run and a plan write ----------------------------- */
 
-static const struct json_value *member(const struct json_value *obj, const char *key)
-{
-    const struct json_value *v = json_object_get(obj, key, NULL);
-    ck_assert_msg(v != NULL, "no member '%s'", key);
-    return v;
-}
-
-static uint64_t uint_of(const struct json_value *obj, const char *key)
-{
-    const struct json_value *v = member(obj, key);
-    ck_assert_msg(v->type == JSON_INT && !v->negative, "'%s' is not a count", key);
-    return v->magnitude;
-}
-
 /* ---- measured layouts ----------------------------------------------------- */
 
 struct layout_case {
@@ -111,15 +97,17 @@ static const char *case_args(const struct layout_case *c)
 static const struct json_value *planned_layout(const struct json_value *plan,
                                                const struct layout_case *c)
 {
-    const struct json_value *layouts = member(plan, "layouts");
+    const struct json_value *layouts = testutil_json_member(plan, "layouts");
     for (size_t i = 0; i < layouts->n; i++) {
         const struct json_value *l = &layouts->items[i];
-        if (uint_of(l, "tp") == (uint64_t)c->tp && uint_of(l, "pp") == (uint64_t)c->pp &&
-            uint_of(l, "zero_stage") == (uint64_t)c->stage && uint_of(l, "micro_batch") == 2 &&
-            uint_of(l, "accum") == 2 && uint_of(l, "ckpt_every") == (uint64_t)c->ckpt &&
-            uint_of(l, "virtual_stages") == (uint64_t)(c->vp ? c->vp : 1) &&
-            uint_of(l, "cp") == (uint64_t)context_of(c) &&
-            member(l, "sequence_parallel")->boolean == (c->sp && c->tp > 1))
+        if (testutil_json_count(l, "tp") == (uint64_t)c->tp &&
+            testutil_json_count(l, "pp") == (uint64_t)c->pp &&
+            testutil_json_count(l, "zero_stage") == (uint64_t)c->stage &&
+            testutil_json_count(l, "micro_batch") == 2 && testutil_json_count(l, "accum") == 2 &&
+            testutil_json_count(l, "ckpt_every") == (uint64_t)c->ckpt &&
+            testutil_json_count(l, "virtual_stages") == (uint64_t)(c->vp ? c->vp : 1) &&
+            testutil_json_count(l, "cp") == (uint64_t)context_of(c) &&
+            testutil_json_member(l, "sequence_parallel")->boolean == (c->sp && c->tp > 1))
             return l;
     }
     ck_abort_msg("the plan has no entry for the layout");
@@ -130,10 +118,11 @@ static const struct json_value *planned_layout(const struct json_value *plan,
  * stage. */
 static const struct json_value *measured_rank(const struct json_value *report, uint64_t stage)
 {
-    const struct json_value *ranks = member(report, "ranks");
+    const struct json_value *ranks = testutil_json_member(report, "ranks");
     for (size_t i = 0; i < ranks->n; i++)
-        if (uint_of(&ranks->items[i], "tp") == 0 && uint_of(&ranks->items[i], "dp") == 0 &&
-            uint_of(&ranks->items[i], "pp") == stage)
+        if (testutil_json_count(&ranks->items[i], "tp") == 0 &&
+            testutil_json_count(&ranks->items[i], "dp") == 0 &&
+            testutil_json_count(&ranks->items[i], "pp") == stage)
             return &ranks->items[i];
     ck_abort_msg("the report has no rank of stage %llu", (unsigned long long)stage);
     return NULL;
@@ -142,19 +131,21 @@ static const struct json_value *measured_rank(const struct json_value *report, u
 static void assert_role(const char *what, const struct json_value *role,
                         const struct json_value *rank)
 {
-    const struct json_value *want = member(rank, "peak"), *got = member(role, "peak");
+    const struct json_value *want = testutil_json_member(rank, "peak"),
+                            *got = testutil_json_member(role, "peak");
     for (int c = 0; c < LEDGER_CATEGORY_COUNT; c++) {
         const char *name = ledger_category_name((enum ledger_category)c);
-        ck_assert_msg(uint_of(got, name) == uint_of(want, name),
+        ck_assert_msg(testutil_json_count(got, name) == testutil_json_count(want, name),
                       "%s, stage %llu: %s planned %llu, measured %llu", what,
-                      (unsigned long long)uint_of(role, "stage"), name,
-                      (unsigned long long)uint_of(got, name),
-                      (unsigned long long)uint_of(want, name));
+                      (unsigned long long)testutil_json_count(role, "stage"), name,
+                      (unsigned long long)testutil_json_count(got, name),
+                      (unsigned long long)testutil_json_count(want, name));
     }
-    ck_assert_msg(uint_of(role, "total_peak") == uint_of(rank, "total_peak"),
+    ck_assert_msg(testutil_json_count(role, "total_peak") ==
+                      testutil_json_count(rank, "total_peak"),
                   "%s: total planned %llu, measured %llu", what,
-                  (unsigned long long)uint_of(role, "total_peak"),
-                  (unsigned long long)uint_of(rank, "total_peak"));
+                  (unsigned long long)testutil_json_count(role, "total_peak"),
+                  (unsigned long long)testutil_json_count(rank, "total_peak"));
 }
 
 /* Rank 0's bytes per axis in the second step's metrics line. */
@@ -168,15 +159,16 @@ static void assert_traffic(const char *what, const char *metrics, const struct j
     struct json_value m;
     const struct json_source src = {.path = metrics, .code = ZT_ERR_DATA, .max_depth = 8};
     ck_assert_int_eq(json_parse(&src, line, strcspn(line, "\n"), &m), ZT_OK);
-    const struct json_value *axes = member(&m, "comm_bytes_by_axis"),
-                            *bytes = member(role, "bytes");
+    const struct json_value *axes = testutil_json_member(&m, "comm_bytes_by_axis"),
+                            *bytes = testutil_json_member(role, "bytes");
     static const char *const run_axis[] = {"tp", "pp", "dp"}, *const plan_axis[] = {
                                                                   "tensor", "pipeline", "data"};
     for (int a = 0; a < 3; a++)
-        ck_assert_msg(uint_of(bytes, plan_axis[a]) == uint_of(axes, run_axis[a]),
+        ck_assert_msg(testutil_json_count(bytes, plan_axis[a]) ==
+                          testutil_json_count(axes, run_axis[a]),
                       "%s: %s axis planned %llu bytes, sent %llu", what, plan_axis[a],
-                      (unsigned long long)uint_of(bytes, plan_axis[a]),
-                      (unsigned long long)uint_of(axes, run_axis[a]));
+                      (unsigned long long)testutil_json_count(bytes, plan_axis[a]),
+                      (unsigned long long)testutil_json_count(axes, run_axis[a]));
     json_free(&m);
 }
 
@@ -205,11 +197,11 @@ START_TEST(plan_equals_the_measured_ledger_and_traffic)
     struct json_value plan, report;
     testutil_load_json(testutil_path_in(dir, "plan.json"), &plan);
     testutil_load_json(testutil_path_in(dir, "report.json"), &report);
-    const struct json_value *roles = member(planned_layout(&plan, c), "roles");
+    const struct json_value *roles = testutil_json_member(planned_layout(&plan, c), "roles");
     ck_assert_uint_eq(roles->n, c->pp < 3 ? (size_t)c->pp : 3);
     for (size_t k = 0; k < roles->n; k++)
         assert_role(what, &roles->items[k],
-                    measured_rank(&report, uint_of(&roles->items[k], "stage")));
+                    measured_rank(&report, testutil_json_count(&roles->items[k], "stage")));
     assert_traffic(what, testutil_path_in(dir, "run.jsonl"), &roles->items[0]);
     json_free(&plan);
     json_free(&report);
@@ -238,11 +230,12 @@ START_TEST(mfu_is_against_the_datasheet_peak)
                       testutil_slurp(testutil_path_in(dir, "plan.log")));
         struct json_value plan;
         testutil_load_json(testutil_path_in(dir, "plan.json"), &plan);
-        const struct json_value *layouts = member(&plan, "layouts");
+        const struct json_value *layouts = testutil_json_member(&plan, "layouts");
         ck_assert_uint_gt(layouts->n, 0);
         for (size_t i = 0; i < layouts->n; i++) {
-            const struct json_value *mfu = member(&layouts->items[i], "mfu"),
-                                    *sust = member(&layouts->items[i], "sustained_share");
+            const struct json_value *mfu = testutil_json_member(&layouts->items[i], "mfu"),
+                                    *sust =
+                                        testutil_json_member(&layouts->items[i], "sustained_share");
             ck_assert_int_eq(sust->type, JSON_REAL);
             ck_assert_double_gt(sust->real, 0.0);
             if (machines[k].ratio == 0.0) {
@@ -576,7 +569,7 @@ static const struct json_value *best_gpt3_layout(const char *dir, const char *na
                                dir, name, extra) == 0,
                   "%s", testutil_slurp(log));
     testutil_load_json(testutil_path_in(dir, testutil_fmt("%s.json", name)), plan);
-    const struct json_value *layouts = member(plan, "layouts");
+    const struct json_value *layouts = testutil_json_member(plan, "layouts");
     ck_assert_uint_gt(layouts->n, 0);
     return &layouts->items[0];
 }
@@ -589,28 +582,30 @@ START_TEST(gpt3_plans_tensor_parallel_layouts)
     const struct json_value *best = best_gpt3_layout(dir, "padded", "", &padded);
     const struct json_value *before =
         best_gpt3_layout(dir, "unpadded", "--set model.pad_vocab_size_to_multiple_of=1", &unpadded);
-    ck_assert_uint_eq(uint_of(before, "tp"), 1);
-    ck_assert_uint_gt(uint_of(best, "tp"), 1);
-    ck_assert(member(best, "fits")->type == JSON_BOOL && member(best, "fits")->boolean);
-    const double t = member(best, "step_seconds")->real, t1 = member(before, "step_seconds")->real;
+    ck_assert_uint_eq(testutil_json_count(before, "tp"), 1);
+    ck_assert_uint_gt(testutil_json_count(best, "tp"), 1);
+    ck_assert(testutil_json_member(best, "fits")->type == JSON_BOOL &&
+              testutil_json_member(best, "fits")->boolean);
+    const double t = testutil_json_member(best, "step_seconds")->real,
+                 t1 = testutil_json_member(before, "step_seconds")->real;
     ck_assert_msg(t < t1, "padded best step %g s, unpadded %g s", t, t1);
     /* At 48 micro batches the best is pipelined and interleaved (as
      * Narayanan et al. ran GPT-3-sized models): the same layout with one
      * chunk per stage has v times the bubble and is slower. */
-    ck_assert_uint_gt(uint_of(best, "pp"), 1);
-    ck_assert_uint_gt(uint_of(best, "virtual_stages"), 1);
-    const struct json_value *layouts = member(&padded, "layouts"), *plain = NULL;
+    ck_assert_uint_gt(testutil_json_count(best, "pp"), 1);
+    ck_assert_uint_gt(testutil_json_count(best, "virtual_stages"), 1);
+    const struct json_value *layouts = testutil_json_member(&padded, "layouts"), *plain = NULL;
     static const char *const same[] = {"tp",          "pp",    "dp",        "zero_stage",
                                        "micro_batch", "accum", "ckpt_every"};
     for (size_t i = 0; i < layouts->n && !plain; i++) {
         const struct json_value *l = &layouts->items[i];
-        int match = uint_of(l, "virtual_stages") == 1;
+        int match = testutil_json_count(l, "virtual_stages") == 1;
         for (size_t k = 0; k < sizeof same / sizeof same[0] && match; k++)
-            match = uint_of(l, same[k]) == uint_of(best, same[k]);
+            match = testutil_json_count(l, same[k]) == testutil_json_count(best, same[k]);
         plain = match ? l : NULL;
     }
     ck_assert_ptr_nonnull(plain);
-    ck_assert_double_gt(member(plain, "step_seconds")->real, t);
+    ck_assert_double_gt(testutil_json_member(plain, "step_seconds")->real, t);
     json_free(&padded);
     json_free(&unpadded);
 }
@@ -768,15 +763,17 @@ START_TEST(sequence_parallelism_is_tried)
                   "%s", testutil_slurp(log));
     struct json_value plan;
     testutil_load_json(testutil_path_in(dir, "plan.json"), &plan);
-    const struct json_value *layouts = member(&plan, "layouts");
+    const struct json_value *layouts = testutil_json_member(&plan, "layouts");
     uint64_t act[2] = {0, 0};
     for (size_t i = 0; i < layouts->n; i++) {
         const struct json_value *l = &layouts->items[i];
-        if (uint_of(l, "tp") != 2 || uint_of(l, "zero_stage") != 0 ||
-            uint_of(l, "micro_batch") != 2 || uint_of(l, "ckpt_every") != 0)
+        if (testutil_json_count(l, "tp") != 2 || testutil_json_count(l, "zero_stage") != 0 ||
+            testutil_json_count(l, "micro_batch") != 2 || testutil_json_count(l, "ckpt_every") != 0)
             continue;
-        const int sp = member(l, "sequence_parallel")->boolean;
-        act[sp] = uint_of(member(&member(l, "roles")->items[0], "peak"), "activations");
+        const int sp = testutil_json_member(l, "sequence_parallel")->boolean;
+        act[sp] = testutil_json_count(
+            testutil_json_member(&testutil_json_member(l, "roles")->items[0], "peak"),
+            "activations");
     }
     ck_assert_msg(act[0] > 0 && act[1] > 0, "T2 layouts with and without SP: %llu, %llu bytes",
                   (unsigned long long)act[0], (unsigned long long)act[1]);

@@ -18,20 +18,6 @@
 #include "../worker/ops.h"
 #include "testutil.h"
 
-static const struct json_value *member(const struct json_value *obj, const char *key)
-{
-    const struct json_value *v = json_object_get(obj, key, NULL);
-    ck_assert_msg(v != NULL, "no member '%s'", key);
-    return v;
-}
-
-static uint64_t uint_of(const struct json_value *obj, const char *key)
-{
-    const struct json_value *v = member(obj, key);
-    ck_assert_msg(v->type == JSON_INT && !v->negative, "'%s' is not a count", key);
-    return v->magnitude;
-}
-
 /* ---- the parts ------------------------------------------------------------- */
 
 START_TEST(total_is_the_sum_of_the_parts)
@@ -126,7 +112,7 @@ static void report(const char *dir, const char *name, const char *extra, struct 
 
 static const struct json_value *rank0(const struct json_value *report)
 {
-    const struct json_value *ranks = member(report, "ranks");
+    const struct json_value *ranks = testutil_json_member(report, "ranks");
     ck_assert_uint_eq(ranks->n, 1);
     return &ranks->items[0];
 }
@@ -143,20 +129,24 @@ START_TEST(run_dry_run_and_plan_agree_on_the_parts)
     report(dir, "run", "", &run);
     report(dir, "dry", "--dry-run", &dry);
     const struct json_value *r = rank0(&run), *d = rank0(&dry);
-    const struct json_value *rp = member(r, "rss_predicted"), *dp = member(d, "rss_predicted");
-    ck_assert_uint_eq(uint_of(rp, "counted"), uint_of(r, "total_peak"));
-    ck_assert_uint_eq(uint_of(dp, "counted"), uint_of(d, "total_peak"));
-    ck_assert_uint_eq(uint_of(dp, "counted"), uint_of(rp, "counted"));
-    const uint64_t data = uint_of(rp, "data"), estimated = uint_of(dp, "data");
+    const struct json_value *rp = testutil_json_member(r, "rss_predicted"),
+                            *dp = testutil_json_member(d, "rss_predicted");
+    ck_assert_uint_eq(testutil_json_count(rp, "counted"), testutil_json_count(r, "total_peak"));
+    ck_assert_uint_eq(testutil_json_count(dp, "counted"), testutil_json_count(d, "total_peak"));
+    ck_assert_uint_eq(testutil_json_count(dp, "counted"), testutil_json_count(rp, "counted"));
+    const uint64_t data = testutil_json_count(rp, "data"),
+                   estimated = testutil_json_count(dp, "data");
     ck_assert_msg(data > 0 && (data > estimated ? data - estimated : estimated - data) <= 4,
                   "data: the run's %llu bytes, the dry run's estimate %llu",
                   (unsigned long long)data, (unsigned long long)estimated);
-    ck_assert_uint_gt(uint_of(rp, "baseline"), 0);
-    ck_assert_uint_gt(uint_of(dp, "baseline"), 0);
-    ck_assert_uint_eq(uint_of(rp, "total"), uint_of(rp, "baseline") + uint_of(rp, "runtime") +
-                                                uint_of(rp, "counted") + uint_of(rp, "data"));
+    ck_assert_uint_gt(testutil_json_count(rp, "baseline"), 0);
+    ck_assert_uint_gt(testutil_json_count(dp, "baseline"), 0);
+    ck_assert_uint_eq(testutil_json_count(rp, "total"),
+                      testutil_json_count(rp, "baseline") + testutil_json_count(rp, "runtime") +
+                          testutil_json_count(rp, "counted") + testutil_json_count(rp, "data"));
 #if !defined(__SANITIZE_ADDRESS__)
-    const double ratio = (double)uint_of(dp, "total") / (double)uint_of(r, "rss_peak");
+    const double ratio =
+        (double)testutil_json_count(dp, "total") / (double)testutil_json_count(r, "rss_peak");
     ck_assert_msg(ratio > 0.5 && ratio < 2.0, "predicted / measured peak RSS %.3f", ratio);
 #endif
     ck_assert_int_eq(
@@ -166,14 +156,15 @@ START_TEST(run_dry_run_and_plan_agree_on_the_parts)
                      testutil_binary(), testutil_source_path("tests/data/micro.yaml"), dir),
         0);
     testutil_load_json(testutil_path_in(dir, "plan.json"), &plan);
-    const struct json_value *layouts = member(&plan, "layouts");
+    const struct json_value *layouts = testutil_json_member(&plan, "layouts");
     ck_assert_uint_gt(layouts->n, 0);
     for (size_t i = 0; i < layouts->n; i++) {
-        const struct json_value *roles = member(&layouts->items[i], "roles");
+        const struct json_value *roles = testutil_json_member(&layouts->items[i], "roles");
         for (size_t k = 0; k < roles->n; k++) {
-            const struct json_value *p = member(&roles->items[k], "rss_predicted");
-            ck_assert_uint_eq(uint_of(p, "counted"), uint_of(&roles->items[k], "total_peak"));
-            ck_assert_uint_eq(uint_of(p, "data"), estimated);
+            const struct json_value *p = testutil_json_member(&roles->items[k], "rss_predicted");
+            ck_assert_uint_eq(testutil_json_count(p, "counted"),
+                              testutil_json_count(&roles->items[k], "total_peak"));
+            ck_assert_uint_eq(testutil_json_count(p, "data"), estimated);
         }
     }
     json_free(&plan);

@@ -428,3 +428,17 @@ void testutil_load_json(const char *path, struct json_value *out)
     free(text);
     ck_assert_msg(st == ZT_OK, "%s: %s", path, zt_error_message());
 }
+
+const struct json_value *testutil_json_member(const struct json_value *obj, const char *key)
+{
+    const struct json_value *v = json_object_get(obj, key, NULL);
+    ck_assert_msg(v != NULL, "no member '%s'", key);
+    return v;
+}
+
+uint64_t testutil_json_count(const struct json_value *obj, const char *key)
+{
+    const struct json_value *v = testutil_json_member(obj, key);
+    ck_assert_msg(v->type == JSON_INT && !v->negative, "'%s' is not a count", key);
+    return v->magnitude;
+}

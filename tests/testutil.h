@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct json_value; /* common/json.h */
+
 /* Runs a suite and returns the process exit status (0 all passed, 1 some
  * failed). For MPI suites call after MPI_Init: only rank 0 prints the
  * summary, and the failure count is summed over ranks so that every rank
@@ -105,6 +107,13 @@ void testutil_assert_losses_close(const double *want, const double *got, int n, 
  * bf16 storage and why: the suites pass on every CPU of the machine kind
  * and still check which path the run took. */
 void testutil_assert_computes_bf16(const char *log, const char *what);
+
+/* obj's member `key`, failing the test where it has none. */
+const struct json_value *testutil_json_member(const struct json_value *obj, const char *key);
+
+/* obj's member `key` as a non-negative integer, failing the test where it
+ * is missing or not one. */
+uint64_t testutil_json_count(const struct json_value *obj, const char *key);
 
 /* Runs `name` (np ranks, args) from dir/from-ck/step-00000005, the
  * checkpoint of a 10-step testutil_train_micro run saving every 5, to
