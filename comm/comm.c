@@ -25,9 +25,11 @@
  * child's struct, then the backend's split (for NCCL itself collective over
  * the parent, so no rank may enter it after another failed the first phase).
  *
- * The table of backends is static const and lists only what was built; the
- * chosen entry is kept in the struct comm, not in a global.
+ * The table of backends is static const; NCCL joins it from comm/'s CUDA
+ * module (zt_cuda_comm.so), loaded only for device memory. The chosen entry is kept in
+ * the struct comm, not in a global.
  */
+#include "../common/module.h"
 #include "comm_impl.h"
 #include "flight_impl.h"
 
@@ -36,10 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* NCCL comes from the CUDA module (comm_cuda_table), asked only for device
+ * memory: see built_backend. */
 static const struct comm_backend_ops *const backends[] = {
-#ifdef ZT_HAVE_NCCL
-    &comm_nccl_ops,
-#endif
     &comm_mpi_ops, &comm_staged_ops, /* device memory without NCCL: MPI on host copies */
 };
 #define N_BACKENDS (sizeof backends / sizeof backends[0])
@@ -119,11 +120,14 @@ static const struct {
 };
 #define N_KNOWN (sizeof known_backends / sizeof known_backends[0])
 
-#ifdef ZT_HAVE_NCCL
-enum { NCCL_BUILT = 1 };
-#else
-enum { NCCL_BUILT = 0 };
-#endif
+/* NCCL's table from the CUDA module, or NULL (no module, or one built
+ * without NCCL). */
+static const struct comm_backend_ops *nccl_backend(void)
+{
+    const struct comm_cuda_table *t;
+    char why[512];
+    return comm_cuda_table(&t, why, sizeof why) < 0 ? NULL : t->nccl;
+}
 
 /* The built table of `name` for `memory`, or NULL. */
 static const struct comm_backend_ops *built_backend(const char *name, enum comm_memory memory)
@@ -131,7 +135,8 @@ static const struct comm_backend_ops *built_backend(const char *name, enum comm_
     for (size_t i = 0; i < N_BACKENDS; i++)
         if (strcmp(backends[i]->name, name) == 0 && backends[i]->memory == memory)
             return backends[i];
-    return NULL;
+    const struct comm_backend_ops *nccl = memory == COMM_MEMORY_CUDA ? nccl_backend() : NULL;
+    return nccl && strcmp(nccl->name, name) == 0 ? nccl : NULL;
 }
 
 /* Whether `b` is usable on every rank (query() agreed with MPI_MIN); why
@@ -165,7 +170,9 @@ static zt_status choose_named(const char *want, const struct comm_config *cfg, M
     }
     const struct comm_backend_ops *b = built_backend(want, cfg->memory);
     if (!b)
-        return zt_error_set(ZT_ERR_CONFIG, "comm.backend: %s: not built into this binary", want);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "comm.backend: %s: not in this build (nccl comes with the module %s)",
+                            want, ZT_MODULE_CUDA_COMM);
     char why[256] = "";
     int all = 0;
     ZT_TRY(usable_everywhere(b, cfg, mpi, &all, why, sizeof why));
@@ -187,7 +194,8 @@ static zt_status choose_auto(const struct comm_config *cfg, MPI_Comm mpi,
     if (cfg->memory == COMM_MEMORY_CUDA) /* the rule reads it on device memory only */
         COMM_MPI_TRY(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, mpi));
     struct comm_backend_choice rule;
-    ZT_TRY(comm_backend_auto(memory_device[cfg->memory], NCCL_BUILT, any, &rule));
+    const int nccl_built = cfg->memory == COMM_MEMORY_CUDA && nccl_backend() != NULL;
+    ZT_TRY(comm_backend_auto(memory_device[cfg->memory], nccl_built, any, &rule));
     const struct comm_backend_ops *b = built_backend(rule.backend, cfg->memory);
     ZT_ASSERT(b && b->host_staged == rule.host_staging);
     char why[256] = "";

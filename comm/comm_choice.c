@@ -30,7 +30,7 @@ zt_status comm_backend_auto(const char *device, int nccl_built, int ranks_share_
     } else if (!nccl_built) {
         c.host_staging = 1;
         snprintf(c.reason, sizeof c.reason,
-                 "mpi with host staging: device is cuda, but this binary was built without NCCL");
+                 "mpi with host staging: device is cuda, but this build has no NCCL");
     } else if (ranks_share_gpu) {
         c.host_staging = 1;
         snprintf(c.reason, sizeof c.reason,

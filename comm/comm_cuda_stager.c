@@ -1,5 +1,6 @@
 /* comm/comm_cuda_stager.c — the CUDA runtime's copies for "mpi" with host
- * staging (comm_staged.c); compiled only with CUDA (ZT_HAVE_CUDA).
+ * staging (comm_staged.c), and comm/'s table of the CUDA module (built
+ * into zt_cuda.so; ZT_HAVE_NCCL when the module has NCCL).
  *
  * Ordering. A staged call must see everything the caller's device work
  * wrote before the call, on whichever stream it was queued. cudaMemcpy on
@@ -84,3 +85,12 @@ int comm_cuda_device_query(char *why, size_t n)
     }
     return 0;
 }
+
+const struct comm_cuda_table zt_cuda_comm_table = {
+    .size = sizeof(struct comm_cuda_table),
+    .stager = &comm_cuda_stager,
+    .device_query = comm_cuda_device_query,
+#ifdef ZT_HAVE_NCCL
+    .nccl = &comm_nccl_ops,
+#endif
+};

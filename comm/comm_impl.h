@@ -123,17 +123,29 @@ extern const struct comm_backend_ops comm_mpi_ops;
 /* "mpi" on CUDA device memory: comm_mpi_ops on pinned host copies of the
  * buffers, made by comm_config.stager (comm_staged.c). */
 extern const struct comm_backend_ops comm_staged_ops;
-#ifdef ZT_HAVE_NCCL
+
+/* What comm/'s CUDA module (zt_cuda_comm.so, common/module.h) gives: built
+ * from comm_cuda_stager.c and comm_nccl.c, so that only a run on device
+ * memory loads the CUDA runtime and NCCL. */
+struct comm_cuda_table {
+    size_t size; /* sizeof(struct comm_cuda_table) where the module was built */
+    /* The staged backend's copies when the config names none: the CUDA
+     * runtime's. */
+    const struct comm_stager *stager;
+    /* >= 0 when the CUDA runtime sees a device (what both the staged
+     * backend's copies and NCCL need); < 0 with the reason. Local. */
+    int (*device_query)(char *why, size_t n);
+    const struct comm_backend_ops *nccl; /* NULL: the module was built without NCCL */
+};
+/* In the module (comm_cuda_stager.c). */
+extern const struct comm_cuda_table zt_cuda_comm_table;
+/* The module's table, loaded on first use: >= 0, or -1 with why (missing,
+ * not loading, built from other sources). Local. (comm_cuda_module.c) */
+int comm_cuda_table(const struct comm_cuda_table **out, char *why, size_t n);
+/* Inside the module only: the pieces of its table. */
 extern const struct comm_backend_ops comm_nccl_ops;
-#endif
-#ifdef ZT_HAVE_CUDA
-/* The staged backend's copies when the config names none: the CUDA
- * runtime's (comm_cuda_stager.c). */
 extern const struct comm_stager comm_cuda_stager;
-/* >= 0 when the CUDA runtime sees a device (what both the staged backend's
- * copies and NCCL need); < 0 with the reason written to why. Local. */
 int comm_cuda_device_query(char *why, size_t n);
-#endif
 
 /* The agreement of comm_world_agree over any communicator of every rank
  * (comm_world.c): most severe status, *print_here on the lowest rank that

@@ -598,14 +598,12 @@ static zt_status advance(struct comm *c)
  * it sees a device. */
 static int query(const struct comm_config *cfg, char *why, size_t n)
 {
+    const struct comm_cuda_table *t;
     if (cfg->stager)
         return 0;
-#ifdef ZT_HAVE_CUDA
-    return comm_cuda_device_query(why, n);
-#else
-    snprintf(why, n, "built without CUDA: no way to copy device buffers (and no stager given)");
-    return -1;
-#endif
+    if (comm_cuda_table(&t, why, n) < 0)
+        return -1;
+    return t->device_query(why, n);
 }
 
 static void fini(struct comm *c)
@@ -637,10 +635,10 @@ static zt_status state_new(struct comm *c, const struct comm_stager *stager,
 static zt_status init(struct comm *c, const struct comm_config *cfg)
 {
     const struct comm_stager *stager = cfg->stager;
-#ifdef ZT_HAVE_CUDA
-    if (!stager)
-        stager = &comm_cuda_stager;
-#endif
+    const struct comm_cuda_table *t;
+    char why[512];
+    if (!stager && comm_cuda_table(&t, why, sizeof why) >= 0)
+        stager = t->stager;
     if (!stager) /* query refused it already */
         return zt_error_set(ZT_ERR_CONFIG, "comm(mpi, host staging): no stager");
     struct staged_state *s = NULL;

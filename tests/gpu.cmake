@@ -12,6 +12,10 @@ endif()
 # context does not survive one).
 add_executable(test_gpu_ops test_gpu_ops.c)
 target_link_libraries(test_gpu_ops PRIVATE zt_worker zt_testutil PkgConfig::CHECK)
+if(ZT_HAVE_CUDA)
+  target_link_libraries(test_gpu_ops PRIVATE CUDA::cudart) # its stream waits
+  add_dependencies(test_gpu_ops zt_cuda zt_cuda_comm)
+endif()
 add_test(NAME test_gpu_ops_cpu COMMAND test_gpu_ops)
 set_tests_properties(test_gpu_ops_cpu PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
   ENVIRONMENT "${ZT_TEST_ENV};ZT_TEST_BACKEND=cpu" FIXTURES_REQUIRED zt_outputs)

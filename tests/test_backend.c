@@ -2,9 +2,9 @@
  * the engine ops of the op table (worker/ops.h).
  *
  * Selection: "cpu" gives the CPU, "auto" the GPU where one is usable and
- * the CPU elsewhere, "cuda" without a GPU is refused with a reason (in a
- * build without CUDA, it is not built at all), an unknown name is a
- * configuration error.
+ * the CPU elsewhere (without loading the CUDA module where no driver is),
+ * "cuda" without a GPU is refused with a reason (in a build without CUDA,
+ * the module is not found), an unknown name is a configuration error.
  *
  * Engine ops, each against a loop written here: casts against the scalar
  * conversions of common/half.h (and the round trip of every 16-bit pattern),
@@ -16,6 +16,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@
 #include "common/rng.h"
 #include "testutil.h"
 #include "worker/backend.h"
+#include "worker/cuda_module.h"
 
 /* A fresh CPU op table through the bundle, as the coordinator gets it. */
 static const struct ops_backend *cpu_ops(struct compute_backend *be, struct ledger *l)
@@ -110,6 +112,39 @@ START_TEST(auto_selects_the_gpu_if_usable_else_cpu)
 }
 END_TEST
 
+/* 1 when this process has mapped a file whose path holds `part`. */
+static int mapped(const char *part)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int found = 0;
+    ck_assert_ptr_nonnull(f);
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, part) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* What keeps a CPU run's start-up short: on a machine without an NVIDIA
+ * driver, "auto" picks the CPU without loading the CUDA module, so neither
+ * it nor the CUDA runtime is ever mapped. Runs first in the suite, before
+ * a case that names cuda (which loads it, in a build that has it). */
+START_TEST(auto_without_a_driver_maps_no_cuda)
+{
+    struct ledger l;
+    struct compute_backend be;
+    if (cuda_driver_present())
+        return; /* a GPU machine: "auto" must look */
+    ck_assert(!mapped("zt_cuda.so"));
+    ledger_init(&l, 1);
+    ck_assert_int_eq(compute_backend_open("auto", -1, &l, &be), ZT_OK);
+    ck_assert_str_eq(be.name, "cpu");
+    ck_assert(!mapped("zt_cuda.so"));
+    ck_assert(!mapped("libcudart"));
+    compute_backend_close(&be);
+}
+END_TEST
+
 /* Without a GPU (or without CUDA in the build), naming cuda is refused
  * with the reason; on a machine with a GPU there is nothing to refuse. */
 START_TEST(cuda_without_a_device_is_refused_with_a_reason)
@@ -119,12 +154,14 @@ START_TEST(cuda_without_a_device_is_refused_with_a_reason)
     struct ledger l;
     struct compute_backend be;
 #ifdef ZT_HAVE_CUDA
+    /* the module loads (its symbols resolve against this executable) and
+     * its runtime finds no GPU */
     if (compute_backend_query("cuda", why, sizeof why) >= 0)
         return;
-    ck_assert_ptr_nonnull(strstr(why, "no CUDA device"));
+    ck_assert_msg(strstr(why, "no CUDA device"), "%s", why);
 #else
     ck_assert_int_lt(compute_backend_query("cuda", why, sizeof why), 0);
-    ck_assert_ptr_nonnull(strstr(why, "not built into this binary"));
+    ck_assert_msg(strstr(why, "zt_cuda.so not found"), "%s", why);
 #endif
     zt_error_clear();
     ck_assert_int_eq(compute_backend_select("cuda", &chosen), ZT_ERR_DEVICE);
@@ -138,6 +175,29 @@ START_TEST(cuda_without_a_device_is_refused_with_a_reason)
     ck_assert_ptr_null(be.ops);
     ck_assert_ptr_null(be.dev.ops);
     ck_assert_uint_eq(l.total_current, 0);
+}
+END_TEST
+
+/* The binary itself, where no GPU is: device cuda ends the run with the
+ * reason, which in a CUDA build shows the module loaded into zerotrain
+ * (every symbol it calls resolved there) and asked the runtime. */
+START_TEST(the_binary_refuses_cuda_without_a_gpu)
+{
+    const char *dir = testutil_tmpdir("cuda_refused");
+    const char *log = testutil_path_in(dir, "log");
+    if (cuda_driver_present())
+        return;
+    const int rc = testutil_run(log, "%s train %s --set device=cuda --set run.output_dir=%s",
+                                testutil_binary(), testutil_source_path("tests/data/micro.yaml"),
+                                testutil_path_in(dir, "out"));
+    ck_assert_int_eq(rc, 1);
+    const char *text = testutil_slurp(log);
+    ck_assert_msg(strstr(text, "device 'cuda': not usable here: "), "%s", text);
+#ifdef ZT_HAVE_CUDA
+    ck_assert_msg(strstr(text, "no CUDA device"), "%s", text);
+#else
+    ck_assert_msg(strstr(text, "zt_cuda.so not found"), "%s", text);
+#endif
 }
 END_TEST
 
@@ -963,9 +1023,11 @@ int main(void)
 {
     Suite *s = suite_create("backend");
     TCase *tc = testutil_tcase(s, "select", 60);
+    tcase_add_test(tc, auto_without_a_driver_maps_no_cuda);
     tcase_add_test(tc, cpu_selects_cpu);
     tcase_add_test(tc, auto_selects_the_gpu_if_usable_else_cpu);
     tcase_add_test(tc, cuda_without_a_device_is_refused_with_a_reason);
+    tcase_add_test(tc, the_binary_refuses_cuda_without_a_gpu);
     tcase_add_test(tc, unknown_name_is_a_config_error);
     tcase_add_test(tc, bundle_memory_is_counted);
     tc = testutil_tcase(s, "casts", 60);

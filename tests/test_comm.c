@@ -1543,7 +1543,7 @@ START_TEST(test_auto_on_device_memory_follows_the_rule)
                      "a node than visible GPUs), which NCCL cannot drive");
 #else
     ck_assert_str_eq(comm_backend_reason(c), "mpi with host staging: device is cuda, but this "
-                                             "binary was built without NCCL");
+                                             "build has no NCCL");
 #endif
     float x[3] = {1.0f, 2.0f, (float)rank};
     ck_assert_int_eq(comm_allreduce(c, x, 3, ZT_F32, COMM_OP_SUM), ZT_OK);

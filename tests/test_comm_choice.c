@@ -27,9 +27,9 @@ START_TEST(every_combination_of_inputs)
          "mpi with host staging: device is cuda, but ranks share a GPU (more ranks on a node "
          "than visible GPUs), which NCCL cannot drive"},
         {"cuda", 0, 0, "mpi", 1,
-         "mpi with host staging: device is cuda, but this binary was built without NCCL"},
+         "mpi with host staging: device is cuda, but this build has no NCCL"},
         {"cuda", 0, 1, "mpi", 1,
-         "mpi with host staging: device is cuda, but this binary was built without NCCL"},
+         "mpi with host staging: device is cuda, but this build has no NCCL"},
         {"cpu", 1, 0, "mpi", 0, "mpi: device is cpu, so the buffers are host memory"},
         {"cpu", 1, 1, "mpi", 0, "mpi: device is cpu, so the buffers are host memory"},
         {"cpu", 0, 0, "mpi", 0, "mpi: device is cpu, so the buffers are host memory"},

@@ -11,6 +11,7 @@
 
 #include "comm/comm.h"
 #include "testutil.h"
+#include "worker/cuda_module.h"
 #include "worker/device.h"
 
 START_TEST(cuda_memory_round_trip_is_counted)
@@ -84,9 +85,10 @@ END_TEST
 /* 0 when a CUDA device is usable on every rank; otherwise prints why once. */
 static int gpu_missing(void)
 {
-    const struct device_backend_ops *ops = device_cuda_backend();
-    char why[256] = "";
-    int mine = ops->query(why, sizeof why) < 0, any = 0, rank = 0;
+    const struct cuda_worker_table *t;
+    char why[512] = "";
+    int mine = cuda_worker_table(&t, why, sizeof why) < 0 || t->device->query(why, sizeof why) < 0;
+    int any = 0, rank = 0;
     MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (any && rank == 0)

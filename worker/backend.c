@@ -2,9 +2,11 @@
  *
  * An entry names the device memory table (opened through device_open under
  * the same name), how to make a device current, and how to open and close
- * its op table with the stream the ops run on. The table is static const
- * and lists only what was built; what an open makes is kept in the caller's
- * struct compute_backend, not in a global.
+ * its op table with the stream the ops run on. The CPU's entry is static;
+ * the CUDA one comes from the module zt_cuda.so (worker/cuda_module.h),
+ * loaded only when a run names "cuda", or names "auto" on a machine with
+ * an NVIDIA driver. What an open makes is kept in the caller's struct
+ * compute_backend, not in a global.
  * Unlike comm/, choosing is local (no collective): each rank opens its own
  * device, and a failure reaches the other ranks through the session's phase
  * agreement. Whether the communicator can reach the chosen memory is comm/'s
@@ -12,13 +14,15 @@
  */
 #include "backend.h"
 
+#include "cuda_module.h"
+
 #include <stdio.h>
 #include <string.h>
 
+/* What one open needs of a backend; the CPU's is static, the CUDA one is
+ * filled from the module's table. */
 struct backend_entry {
     const char *name;
-    /* >= 0: usable here; < 0: not, with the reason written into why. */
-    int (*query)(char *why, size_t n);
     int host_memory; /* 1: its device memory is host memory */
     /* Makes device `ordinal` current for the opening thread (-1: keep the
      * current one) before its memory and ops open; NULL: one device only. */
@@ -36,132 +40,107 @@ struct backend_entry {
     void (*pinned_free)(void *p);
 };
 
-static int cpu_query(char *why, size_t n)
-{
-    (void)why;
-    (void)n;
-    return 0;
-}
-
 static zt_status cpu_ops_open(const struct ops_backend **ops, void **stream)
 {
     *stream = NULL;
     return ops_cpu_open(ops);
 }
 
-#ifdef ZT_HAVE_CUDA
-/* Usable wherever the CUDA runtime sees a device. */
-static int cuda_query(char *why, size_t n)
+static const struct backend_entry cpu_entry = {"cpu",         1,    NULL, cpu_ops_open,
+                                               ops_cpu_close, NULL, NULL, NULL};
+
+/* The CUDA entry from the module when it loads and sees a GPU: >= 0, or
+ * -1 with why. */
+static int cuda_entry(struct backend_entry *out, char *why, size_t n)
 {
-    return device_cuda_backend()->query(why, n);
+    const struct cuda_worker_table *t;
+    if (cuda_worker_table(&t, why, n) < 0 || t->device->query(why, n) < 0)
+        return -1;
+    *out = (struct backend_entry){"cuda",       0,          t->bind,         t->ops_open,
+                                  t->ops_close, t->devices, t->pinned_alloc, t->pinned_free};
+    return 0;
 }
-#endif
 
-static const struct backend_entry entries[] = {
-#ifdef ZT_HAVE_CUDA
-    /* first: "auto" prefers the GPU */
-    {"cuda", cuda_query, 0, ops_cuda_bind, ops_cuda_open, ops_cuda_close, ops_cuda_devices,
-     ops_cuda_pinned_alloc, ops_cuda_pinned_free},
-#endif
-    {"cpu", cpu_query, 1, NULL, cpu_ops_open, ops_cpu_close, NULL, NULL, NULL},
-};
-#define N_ENTRIES (sizeof entries / sizeof entries[0])
-
-/* Every name a configuration may give, built or not. */
+/* Every name a configuration may give. */
 static int is_known(const char *name)
 {
     return strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0 || strcmp(name, "auto") == 0;
 }
 
-static const struct backend_entry *find(const char *name)
-{
-    for (size_t i = 0; i < N_ENTRIES; i++)
-        if (strcmp(entries[i].name, name) == 0)
-            return &entries[i];
-    return NULL;
-}
-
 int compute_backend_query(const char *name, char *why, size_t n)
 {
+    struct backend_entry e;
     if (!name || !is_known(name) || strcmp(name, "auto") == 0) {
         snprintf(why, n, "'%s' is not a backend (cpu, cuda)", name ? name : "(null)");
         return -1;
     }
-    const struct backend_entry *e = find(name);
-    if (!e) {
-        snprintf(why, n, "not built into this binary (built without the CUDA toolkit)");
-        return -1;
-    }
-    return e->query(why, n);
+    return strcmp(name, "cpu") == 0 ? 0 : cuda_entry(&e, why, n);
 }
 
-/* The entry `name` resolves to; see compute_backend_select. */
-static zt_status choose(const char *name, const struct backend_entry **out)
+/* The entry `name` resolves to ("auto": the GPU where the driver is
+ * present and the module sees one, else the CPU); see
+ * compute_backend_select. */
+static zt_status choose(const char *name, struct backend_entry *out)
 {
-    char why[256] = "";
+    char why[512] = "";
     if (!name || !is_known(name))
         return zt_error_set(ZT_ERR_CONFIG, "device '%s': unknown (auto, cpu or cuda)",
                             name ? name : "(null)");
     if (strcmp(name, "auto") == 0) {
-        for (size_t i = 0; i < N_ENTRIES; i++) {
-            if (entries[i].query(why, sizeof why) >= 0) {
-                *out = &entries[i];
-                return ZT_OK;
-            }
-        }
-        return zt_error_set(ZT_ERR_DEVICE, "device 'auto': no backend is usable here");
+        if (!cuda_driver_present() || cuda_entry(out, why, sizeof why) < 0)
+            *out = cpu_entry;
+        return ZT_OK;
     }
-    if (compute_backend_query(name, why, sizeof why) < 0)
+    if (strcmp(name, "cpu") == 0)
+        *out = cpu_entry;
+    else if (cuda_entry(out, why, sizeof why) < 0)
         return zt_error_set(ZT_ERR_DEVICE, "device '%s': not usable here: %s", name, why);
-    *out = find(name);
     return ZT_OK;
 }
 
 zt_status compute_backend_select(const char *name, const char **chosen)
 {
-    const struct backend_entry *e;
+    struct backend_entry e;
     ZT_TRY(choose(name, &e));
-    *chosen = e->name;
+    *chosen = e.name;
     return ZT_OK;
 }
 
 zt_status compute_backend_devices(const char *name, int *count)
 {
-    const struct backend_entry *e;
+    struct backend_entry e;
     *count = 0;
     ZT_TRY(choose(name, &e));
-    return e->devices ? e->devices(count) : ZT_OK;
+    return e.devices ? e.devices(count) : ZT_OK;
 }
 
 zt_status compute_backend_open(const char *name, int ordinal, struct ledger *ledger,
                                struct compute_backend *out)
 {
-    const struct backend_entry *e;
+    struct backend_entry e;
     memset(out, 0, sizeof *out);
     ZT_TRY(choose(name, &e));
-    if (e->bind)
-        ZT_TRY(e->bind(ordinal));
-    ZT_TRY(device_open(e->name, ledger, &out->dev));
-    zt_status s = e->ops_open(&out->ops, &out->stream);
+    if (e.bind)
+        ZT_TRY(e.bind(ordinal));
+    ZT_TRY(device_open(e.name, ledger, &out->dev));
+    zt_status s = e.ops_open(&out->ops, &out->stream);
     if (s != ZT_OK) {
         device_close(&out->dev);
         memset(out, 0, sizeof *out);
         return s;
     }
-    out->name = e->name;
-    out->host_memory = e->host_memory;
-    out->pinned_alloc = e->pinned_alloc;
-    out->pinned_free = e->pinned_free;
+    out->name = e.name;
+    out->host_memory = e.host_memory;
+    out->pinned_alloc = e.pinned_alloc;
+    out->pinned_free = e.pinned_free;
+    out->ops_close = e.ops_close;
     return ZT_OK;
 }
 
 void compute_backend_close(struct compute_backend *be)
 {
-    if (be->name) {
-        const struct backend_entry *e = find(be->name);
-        if (e && e->ops_close)
-            e->ops_close(be->ops);
-    }
+    if (be->ops_close)
+        be->ops_close(be->ops);
     device_close(&be->dev);
     memset(be, 0, sizeof *be);
 }

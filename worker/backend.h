@@ -8,12 +8,13 @@
  * on. Choosing memory and ops together means a CUDA op can never be handed a
  * host pointer nor a CPU op a device pointer.
  *
- * The backends that were built are entries of a static table (the CUDA entry
- * only with ZT_HAVE_CUDA), in the manner of comm/: each entry's query says
- * whether it can run here and, if not, why; compute_backend_select picks by
- * name, "auto" taking the first usable entry (CUDA before CPU). The CPU is
- * always usable; the CUDA entry is usable where the CUDA runtime sees a GPU
- * (worker/cuda/: device memory, and every op as a kernel or cuBLAS call).
+ * Each backend says whether it can run here and, if not, why;
+ * compute_backend_select picks by name, "auto" taking CUDA where it is
+ * usable, else the CPU. The CPU is always usable; CUDA is usable where its
+ * module (zt_cuda.so, worker/cuda_module.h: device memory, and every op as
+ * a kernel or cuBLAS call) was built and loads, and its runtime sees a GPU.
+ * "auto" loads the module only where an NVIDIA driver's device files
+ * exist, so a CPU machine never maps the CUDA libraries.
  *
  * Ownership: compute_backend_open fills a caller-owned struct; the struct
  * owns its stream and, on CUDA, its op table (a copy per open whose ctx
@@ -47,11 +48,12 @@ struct compute_backend {
      * ZT_OK, or ZT_ERR_NOMEM with a message. */
     zt_status (*pinned_alloc)(size_t bytes, void **out);
     void (*pinned_free)(void *p);
+    void (*ops_close)(const struct ops_backend *ops); /* releases `ops`; NULL: nothing */
 };
 
 /* Whether the backend named `name` ("cpu", "cuda") can run here: >= 0
  * usable; < 0 not, with the reason written into why[0..n) (unknown name,
- * not built into this binary, no device, no ops). Touches no state. */
+ * the CUDA module missing or not loading, no device). Touches no state. */
 int compute_backend_query(const char *name, char *why, size_t n);
 
 /* Resolves `name` ("cpu", "cuda" or "auto") to the backend that

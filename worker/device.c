@@ -2,47 +2,44 @@
  * ledger-counted allocation. */
 #include "device.h"
 
+#include "cuda_module.h"
+
 #include <stdio.h>
 #include <string.h>
 
-static const struct device_backend_ops *find_backend(const char *name)
+/* The CUDA module's device memory, or NULL with the reason in why. */
+static const struct device_backend_ops *cuda_memory(char *why, size_t n)
 {
+    const struct cuda_worker_table *t;
+    return cuda_worker_table(&t, why, n) < 0 ? NULL : t->device;
+}
+
+/* The table `name` names ("auto": CUDA where a GPU answers, else the CPU). */
+static zt_status find_backend(const char *name, const struct device_backend_ops **out)
+{
+    char why[512] = "";
+    const struct device_backend_ops *ops = NULL;
+    if (strcmp(name, "auto") == 0) {
+        ops = cuda_driver_present() ? cuda_memory(why, sizeof why) : NULL;
+        *out = ops && ops->query(why, sizeof why) >= 0 ? ops : device_cpu_backend();
+        return ZT_OK;
+    }
     if (strcmp(name, "cpu") == 0)
-        return device_cpu_backend();
-#ifdef ZT_HAVE_CUDA
-    if (strcmp(name, "cuda") == 0)
-        return device_cuda_backend();
-#endif
-    return NULL;
+        ops = device_cpu_backend();
+    else if (strcmp(name, "cuda") == 0)
+        ops = cuda_memory(why, sizeof why);
+    else
+        return zt_error_set(ZT_ERR_CONFIG, "device '%s': unknown (auto, cpu or cuda)", name);
+    if (!ops || ops->query(why, sizeof why) < 0)
+        return zt_error_set(ZT_ERR_DEVICE, "device '%s' is not usable here: %s", name, why);
+    *out = ops;
+    return ZT_OK;
 }
 
 zt_status device_open(const char *name, struct ledger *ledger, struct device *out)
 {
-    char why[256] = "";
     const struct device_backend_ops *ops;
-
-    if (strcmp(name, "auto") == 0) {
-#ifdef ZT_HAVE_CUDA
-        ops = device_cuda_backend();
-        if (ops->query(why, sizeof why) < 0)
-            ops = device_cpu_backend();
-#else
-        ops = device_cpu_backend();
-#endif
-    } else {
-        ops = find_backend(name);
-        if (!ops)
-            return zt_error_set(ZT_ERR_CONFIG, "device '%s': unknown or not built (built: cpu%s)",
-                                name,
-#ifdef ZT_HAVE_CUDA
-                                ", cuda"
-#else
-                                ""
-#endif
-            );
-        if (ops->query(why, sizeof why) < 0)
-            return zt_error_set(ZT_ERR_DEVICE, "device '%s' is not usable here: %s", name, why);
-    }
+    ZT_TRY(find_backend(name, &ops));
     *out = (struct device){.ops = ops, .ledger = ledger};
     if (ops->open && !ledger->plan_only) {
         zt_status s = ops->open(out);

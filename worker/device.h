@@ -154,8 +154,5 @@ static inline int device_is_real(const struct device *d)
 }
 
 const struct device_backend_ops *device_cpu_backend(void);
-#ifdef ZT_HAVE_CUDA
-const struct device_backend_ops *device_cuda_backend(void);
-#endif
 
 #endif

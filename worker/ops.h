@@ -472,26 +472,4 @@ zt_status ops_cpu_open(const struct ops_backend **out);
 /* Releases what ops_cpu_open made; accepts NULL. */
 void ops_cpu_close(const struct ops_backend *ops);
 
-#ifdef ZT_HAVE_CUDA
-/* The CUDA backend (worker/cuda/), opened through worker/backend.h. */
-
-/* Makes GPU `ordinal` (an index into the devices this process sees, after
- * CUDA_VISIBLE_DEVICES) current for the calling thread; -1 keeps the
- * current one. Errors: ZT_ERR_DEVICE (no such GPU, or the runtime's). */
-zt_status ops_cuda_bind(int ordinal);
-/* The GPUs this process sees (cudaGetDeviceCount). Errors: ZT_ERR_DEVICE. */
-zt_status ops_cuda_devices(int *count);
-/* Page-locked host memory (cudaMallocHost; cudaFreeHost, which accepts
- * NULL). Errors: ZT_ERR_NOMEM naming the size. */
-zt_status ops_cuda_pinned_alloc(size_t bytes, void **out);
-void ops_cuda_pinned_free(void *p);
-/* A CUDA op table for the current GPU with its own state (ctx: a compute
- * stream, a cuBLAS handle on it, scratch), and that stream as a
- * cudaStream_t in *stream. Errors: ZT_ERR_DEVICE, ZT_ERR_NOMEM. */
-zt_status ops_cuda_open(const struct ops_backend **out, void **stream);
-/* Waits for the table's stream, then releases what ops_cuda_open made.
- * Accepts NULL. */
-void ops_cuda_close(const struct ops_backend *ops);
-#endif
-
 #endif

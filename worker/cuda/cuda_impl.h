@@ -24,6 +24,7 @@
 extern "C" {
 #endif
 
+#include "worker/device.h"
 #include "worker/ops.h"
 
 /* Bytes of each scratch buffer of a context: room for the partial sums of
@@ -246,6 +247,17 @@ zt_status cuda_adamw8bit_round(const struct ops_backend *self, int round,
                                const struct optimizer_hparams *hp);
 zt_status cuda_adamw8bit_apply(const struct ops_backend *self, const struct optimizer_piece *pc,
                                const struct optimizer_hparams *hp);
+
+/* The backend's entry points (worker/cuda_module.h's table, filled in
+ * worker/cuda/module.c): device memory (device_cuda.c) and the ops' life
+ * (ops_cuda.c). */
+extern const struct device_backend_ops device_cuda_ops;
+zt_status ops_cuda_bind(int ordinal);
+zt_status ops_cuda_devices(int *count);
+zt_status ops_cuda_pinned_alloc(size_t bytes, void **out);
+void ops_cuda_pinned_free(void *p);
+zt_status ops_cuda_open(const struct ops_backend **out, void **stream);
+void ops_cuda_close(const struct ops_backend *ops);
 
 #ifdef __cplusplus
 }

@@ -223,7 +223,7 @@ static zt_status cuda_memory_info(const struct device *d, struct device_memory_i
     return ZT_OK;
 }
 
-static const struct device_backend_ops cuda_ops = {
+const struct device_backend_ops device_cuda_ops = {
     .name = "cuda",
     .query = cuda_query,
     .open = cuda_open,
@@ -236,8 +236,3 @@ static const struct device_backend_ops cuda_ops = {
     .copy = cuda_copy,
     .memory_info = cuda_memory_info,
 };
-
-const struct device_backend_ops *device_cuda_backend(void)
-{
-    return &cuda_ops;
-}
