@@ -7,15 +7,14 @@
  * changes nothing while the checkpoint is written. SIGINT asks it to stop
  * without saving; a second SIGINT kills the process as usual.
  *
- * The heap keeps what training frees. A step frees and allocates the same
- * large buffers again and again (stage 3's gathered units, transient
- * gradients, reduced shards, activations); by default glibc maps each
- * block above its threshold anew, unmaps it on free and trims the heap's
- * top, so every step faults every such page in and the kernel zeroes it
- * once more: about 98,000 page faults per step (385 MB per rank) at GPT-2
- * 124M's shape under stage 3, none once the blocks are reused in place,
- * as PyTorch's caching allocator reuses device blocks. The resident size
- * then stays at its peak instead of shrinking between steps. */
+ * The heap keeps what training frees. The CPU device's buffers are mapped
+ * and kept for reuse by its host cache (worker/cpu/host_cache.h), which
+ * bounds them by the live peak; what else a step frees and allocates again
+ * (the libraries' scratch, smaller buffers) stays in glibc's heap, with no
+ * block mapped apart and the heap never trimmed, so that the next step
+ * reuses it in place instead of faulting its pages in and zeroing them
+ * once more. Measured at small.yaml's stage 3, 2 ranks: 5 % faster a step
+ * than the heap alone, and 16 % less peak resident memory. */
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>

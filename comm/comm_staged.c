@@ -599,10 +599,13 @@ static zt_status advance(struct comm *c)
 static int query(const struct comm_config *cfg, char *why, size_t n)
 {
     const struct comm_cuda_table *t;
+    char missing[400];
     if (cfg->stager)
         return 0;
-    if (comm_cuda_table(&t, why, n) < 0)
+    if (comm_cuda_table(&t, missing, sizeof missing) < 0) {
+        snprintf(why, n, "no way to copy device buffers (no stager given, and %s)", missing);
         return -1;
+    }
     return t->device_query(why, n);
 }
 

@@ -3,6 +3,7 @@ zt_test(test_ops SOURCES test_ops.c LIBS zt_worker)
 zt_test(test_gemm SOURCES test_gemm.c LIBS zt_worker)
 zt_test(test_backend SOURCES test_backend.c LIBS zt_worker)
 zt_test(test_device_pool SOURCES test_device_pool.c LIBS zt_worker)
+zt_test(test_host_cache SOURCES test_host_cache.c LIBS zt_worker)
 # A rank's GPU from its node-local rank: pure, no device needed.
 zt_test(test_device_bind SOURCES test_device_bind.c LIBS zt_worker)
 zt_test(test_quant4 SOURCES test_quant4.c LIBS zt_worker)

@@ -15,7 +15,8 @@
  *
  * Per-open state. A backend may keep state for each opened device in
  * `state`, created by its open hook and released by its close hook
- * (device_open / device_close): none on the CPU; on CUDA the caching pool
+ * (device_open / device_close): on the CPU the host cache of freed blocks
+ * (worker/cpu/host_cache.h); on CUDA the caching pool
  * (worker/device_pool.h) and the one region it sub-allocates. Every memory
  * function of the table takes the device first to reach that state. The
  * state is reached through a pointer, so allocation still takes the device
@@ -89,14 +90,15 @@ struct device_backend_ops {
 struct device {
     const struct device_backend_ops *ops;
     struct ledger *ledger; /* not owned */
-    void *state;           /* the backend's, from its open hook: NULL on the CPU and for a
-                            * plan-only ledger; on CUDA the pool and its region */
+    void *state;           /* the backend's, from its open hook (NULL for a plan-only
+                            * ledger): the CPU's host cache; CUDA's pool and region */
 };
 
 /* Where the device's memory stands, for the memory report. */
 struct device_memory_info {
     size_t reserved;     /* bytes held from the driver for this device's buffers: on CUDA
-                          * the pool's region; on the CPU (no pool) the ledger's total */
+                          * the pool's region; on the CPU the ledger's total and the
+                          * freed blocks its host cache keeps */
     size_t used;         /* bytes in live buffers: the pool's (each rounded up to 256)
                           * on CUDA; the ledger's total on the CPU */
     size_t peak;         /* the largest `used` since open (the ledger's total peak on the

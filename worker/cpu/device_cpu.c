@@ -1,12 +1,28 @@
 /* worker/cpu/device_cpu.c — host memory as the CPU backend's device memory.
  * 64-byte alignment: one cache line, and the widest vector load (AVX-512).
- * The C library's allocator is already a caching allocator, so the CPU keeps
- * no pool and no per-device state; its memory numbers are the ledger's. */
+ * An opened device keeps freed large blocks for reuse in its host cache
+ * (host_cache.h), which never maps more than the live peak: its memory
+ * numbers are the ledger's. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../device.h"
+#include "host_cache.h"
+
+static zt_status cpu_open(struct device *d)
+{
+    struct host_cache *c;
+    ZT_TRY(host_cache_create(&c));
+    d->state = c;
+    return ZT_OK;
+}
+
+static void cpu_close(struct device *d)
+{
+    host_cache_release(d->state);
+    d->state = NULL;
+}
 
 static int cpu_query(char *why, size_t n)
 {
@@ -17,16 +33,14 @@ static int cpu_query(char *why, size_t n)
 
 static zt_status cpu_alloc(const struct device *d, size_t bytes, void **out)
 {
-    (void)d;
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    *out = aligned_alloc(64, rounded);
+    *out = host_cache_alloc(d->state, bytes);
     return ZT_OK; /* NULL is reported by device_alloc, which knows what it was for */
 }
 
 static void cpu_free(const struct device *d, void *p)
 {
     (void)d;
-    free(p);
+    host_cache_free(p);
 }
 
 static zt_status cpu_memset_zero(const struct device *d, void *p, size_t bytes)
@@ -50,10 +64,15 @@ static size_t physical_bytes(int name)
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }
 
-/* Without a pool, what is reserved is what is used: the ledger's total. */
+/* Used is the ledger's total; reserved adds the freed blocks the host
+ * cache keeps for reuse. */
 static zt_status cpu_memory_info(const struct device *d, struct device_memory_info *out)
 {
-    out->reserved = out->used = (size_t)d->ledger->total_current;
+    struct host_cache_stats cs = {0};
+    if (d->state)
+        host_cache_stats(d->state, &cs);
+    out->used = (size_t)d->ledger->total_current;
+    out->reserved = out->used + cs.cached;
     out->peak = (size_t)d->ledger->total_peak;
     out->largest_free = 0;
     out->driver_free = physical_bytes(_SC_AVPHYS_PAGES);
@@ -64,6 +83,8 @@ static zt_status cpu_memory_info(const struct device *d, struct device_memory_in
 static const struct device_backend_ops cpu_ops = {
     .name = "cpu",
     .query = cpu_query,
+    .open = cpu_open,
+    .close = cpu_close,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset_zero = cpu_memset_zero,
