@@ -54,9 +54,15 @@ int shard_offload_wanted(const struct shard_engine_config *cfg, const struct com
  * nothing, so it keeps the CPU table. */
 static void use_pinned(struct shard_offload *o, const struct shard_pinned_alloc *pin)
 {
+    /* the CPU device's host cache goes (nothing was allocated from it yet):
+     * pin's allocator keeps its own blocks */
+    if (o->host.dev.ops->close)
+        o->host.dev.ops->close(&o->host.dev);
     o->pin = *pin;
     o->pinned = *o->host.dev.ops;
     o->pinned.name = "cpu (pinned)";
+    o->pinned.open = NULL;
+    o->pinned.close = NULL;
     o->pinned.alloc = pinned_alloc;
     o->pinned.free = pinned_free;
     o->host.dev.ops = &o->pinned;
@@ -86,8 +92,7 @@ void shard_offload_close(struct shard_engine *e)
 {
     if (!e->offload)
         return;
-    /* the pinned table has no close hook: the CPU device keeps no state */
-    e->offload->host.dev.state = NULL;
+    /* the pinned table has no close hook; the CPU one releases its cache */
     compute_backend_close(&e->offload->host);
     free(e->offload);
     e->offload = NULL;

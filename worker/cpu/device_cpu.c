@@ -69,7 +69,7 @@ static size_t physical_bytes(int name)
 static zt_status cpu_memory_info(const struct device *d, struct device_memory_info *out)
 {
     struct host_cache_stats cs = {0};
-    if (d->state)
+    if (d->state && d->ops->alloc == cpu_alloc) /* not a copy with another allocator */
         host_cache_stats(d->state, &cs);
     out->used = (size_t)d->ledger->total_current;
     out->reserved = out->used + cs.cached;
