@@ -51,6 +51,15 @@ static void unlink_freed(struct host_cache *c, struct block *b)
     c->s.cached -= b->bytes;
 }
 
+/* Unmaps the oldest freed block. Under the lock. */
+static void unmap_oldest(struct host_cache *c)
+{
+    struct block *b = c->oldest;
+    unlink_freed(c, b);
+    munmap(b->base, b->bytes);
+    c->s.unmapped++;
+}
+
 /* Unmaps the oldest freed blocks until `need` more mapped bytes stay within
  * the live peak and an eighth: a step's phases ask for other sizes than its
  * peak holds (the update's after the backward's), and unmapping a block
@@ -61,12 +70,8 @@ static void make_room(struct host_cache *c, size_t need)
     if (c->s.live + need > c->s.peak_live)
         c->s.peak_live = c->s.live + need;
     const size_t bound = c->s.peak_live + c->s.peak_live / HOST_CACHE_SLACK;
-    while (c->oldest && c->s.live + c->s.cached + need > bound) {
-        struct block *b = c->oldest;
-        unlink_freed(c, b);
-        munmap(b->base, b->bytes);
-        c->s.unmapped++;
-    }
+    while (c->oldest && c->s.live + c->s.cached + need > bound)
+        unmap_oldest(c);
 }
 
 /* The smallest freed block of `bytes` to a quarter more (the newest of
@@ -87,11 +92,8 @@ static struct block *take_freed(struct host_cache *c, size_t bytes)
 /* Unmaps every freed block. Under the lock. */
 static void drop_freed(struct host_cache *c)
 {
-    while (c->oldest) {
-        struct block *b = c->oldest;
-        unlink_freed(c, b);
-        munmap(b->base, b->bytes);
-    }
+    while (c->oldest)
+        unmap_oldest(c);
 }
 
 /* Drops one reference; the last frees the cache. */

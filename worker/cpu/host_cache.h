@@ -1,6 +1,6 @@
 /* worker/cpu/host_cache.h — the CPU backend's buffers: large ones mapped
  * from the kernel and kept for reuse once freed, never more than the live
- * peak in all.
+ * peak and an eighth in all.
  *
  * Why. A step frees and allocates the same large buffers again and again
  * (stage 3's gathered units, transient gradients, activations). Mapping
@@ -8,10 +8,11 @@
  * step per rank at GPT-2 124M's shape under stage 3. Keeping glibc's heap
  * instead (no mmap, no trim) reuses blocks but fragments: a QLoRA step at
  * Llama-2-7B's width held 2.5 times its ledger's peak resident. This cache
- * hands a freed block back when the same size is asked for again, as the
- * next step asks, and unmaps the oldest freed blocks whenever keeping them
- * would take the mapped bytes above the peak of the live ones: the
- * resident memory stays within the ledger's peak.
+ * hands a freed block back when the same size, or up to a quarter less, is
+ * asked for again, as the next step asks, and unmaps the oldest freed
+ * blocks whenever keeping them would take the mapped bytes above the live
+ * peak and 1 / HOST_CACHE_SLACK of it: the resident memory stays within
+ * that of the ledger's peak.
  *
  * Blocks under HOST_CACHE_MIN_BYTES come from malloc (small, and glibc
  * reuses them well). Every block starts with a header naming its cache, so
@@ -41,7 +42,7 @@ struct host_cache_stats {
     size_t peak_live; /* the most `live` has been */
     size_t reused;    /* allocations served from the cache */
     size_t mapped;    /* allocations mapped anew */
-    size_t unmapped;  /* freed blocks unmapped to stay within peak_live */
+    size_t unmapped;  /* freed blocks unmapped: to stay within the bound, or at release */
 };
 
 /* Errors: ZT_ERR_NOMEM. */
