@@ -483,6 +483,49 @@ START_TEST(test_dynamic_map_encode)
 }
 END_TEST
 
+/* The bucket index gives the search's codes: at each code's lowest value
+ * and the float below it, at the ends, NaN and both zeros, and over every
+ * 65537th float; and its committed tables are what quant_index_build
+ * gives (scripts/gen_quant_index.sh rewrites them). */
+START_TEST(test_dynamic_map_index)
+{
+    const float *maps[] = {quant_dynamic_signed, quant_dynamic_unsigned};
+    const struct quant_index *index[] = {&quant_index_signed, &quant_index_unsigned};
+    static unsigned char first[2 * QUANT_INDEX_HALF];
+    static float bound[257];
+    for (int m = 0; m < 2; m++) {
+        const float *map = maps[m];
+        const struct quant_index *ix = index[m];
+        unsigned char ends[3];
+        ck_assert_int_eq(quant_index_build(map, first, bound, ends), 0);
+        ck_assert_msg(memcmp(first, ix->first, sizeof first) == 0 &&
+                          memcmp(bound, ix->bound, sizeof bound) == 0 && ends[0] == ix->tiny &&
+                          ends[1] == ix->below && ends[2] == ix->above,
+                      "worker/quant_maps_index.c is stale: run scripts/gen_quant_index.sh");
+        for (int k = 1; k < 256; k++) {
+            const float at = bound[k], before = nextafterf(at, -INFINITY);
+            ck_assert_int_eq(quant_dynamic_encode(map, at), k);
+            ck_assert_int_eq(quant_index_encode(ix, at), k);
+            ck_assert_int_eq(quant_index_encode(ix, before), quant_dynamic_encode(map, before));
+            ck_assert_int_lt(quant_index_encode(ix, before), k);
+        }
+        const float ends_at[] = {0.0f,  -0.0f,    NAN,       INFINITY,        -INFINITY, 2.0f,
+                                 -2.0f, 0x1p-25f, -0x1p-25f, 0x1.fffffep-26f, 1.0f,      -1.0f};
+        for (size_t i = 0; i < sizeof ends_at / sizeof *ends_at; i++)
+            ck_assert_int_eq(quant_index_encode(ix, ends_at[i]),
+                             quant_dynamic_encode(map, ends_at[i]));
+        for (uint64_t u = 0; u <= 0xffffffffu; u += 65537) {
+            const uint32_t bits = (uint32_t)u;
+            float x;
+            memcpy(&x, &bits, sizeof x);
+            ck_assert_msg(quant_index_encode(ix, x) == quant_dynamic_encode(map, x),
+                          "map %d, %a: %d against %d", m, (double)x, quant_index_encode(ix, x),
+                          quant_dynamic_encode(map, x));
+        }
+    }
+}
+END_TEST
+
 static Suite *quant4_suite(void)
 {
     Suite *s = suite_create("quant4");
@@ -499,6 +542,7 @@ static Suite *quant4_suite(void)
     tcase_add_test(tc, test_bytes_per_parameter);
     tcase_add_test(tc, test_regions_end_to_end);
     tcase_add_test(tc, test_dynamic_map_encode);
+    tcase_add_test(tc, test_dynamic_map_index);
     return s;
 }
 

@@ -120,8 +120,8 @@ static void adamw8bit_apply_quantised(const struct optimizer_piece *pc,
         const size_t block = optimizer_slice_index(&pc->slice, pc->lo + i) / ADAMW8BIT_BLOCK;
         /* an all-zero block has absmax 0: its codes are those of 0 */
         const float a1 = (float)max1[block], a2 = (float)max2[block];
-        c1[i] = quant_dynamic_encode(quant_dynamic_signed, a1 > 0.0f ? m / a1 : 0.0f);
-        c2[i] = quant_dynamic_encode(quant_dynamic_unsigned, a2 > 0.0f ? v / a2 : 0.0f);
+        c1[i] = quant_index_encode(&quant_index_signed, a1 > 0.0f ? m / a1 : 0.0f);
+        c2[i] = quant_index_encode(&quant_index_unsigned, a2 > 0.0f ? v / a2 : 0.0f);
         /* the first moment keeps its sign (bitsandbytes' rule) */
         if (signbit(quant_dynamic_signed[c1[i]]) != signbit(m))
             c1[i] = (unsigned char)(m > 0.0f ? c1[i] + 1 : c1[i] - 1);

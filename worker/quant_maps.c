@@ -2,6 +2,9 @@
  * nearest-code search (see quant_maps.h). */
 #include "quant_maps.h"
 
+#include <math.h>
+#include <string.h>
+
 /* The values are the float32 ones the library computes (torch.linspace in
  * float32), which differ from the correctly rounded formula in the last bit
  * of about a third of the codes: written out as
@@ -114,3 +117,69 @@ const float quant_dynamic_unsigned[256] = {
     0x1.efccccp-1f,  0x1.f36668p-1f,  0x1.f7p-1f,      0x1.fa999cp-1f,  0x1.fe3334p-1f,
     0x1p+0f,
 };
+
+/* Floats as integers in value order: -0 just below +0, NaN excluded. */
+static int64_t quant_ordered(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u >> 31 ? -(int64_t)(u & 0x7fffffffu) - 1 : (int64_t)u;
+}
+
+static float quant_unordered(int64_t k)
+{
+    const uint32_t u = k < 0 ? (uint32_t)(-(k + 1)) | 0x80000000u : (uint32_t)k;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static float quant_float(uint32_t bits)
+{
+    return quant_unordered(bits >> 31 ? -(int64_t)(bits & 0x7fffffffu) - 1 : (int64_t)bits);
+}
+
+/* The lowest value in (-2, 2] whose code is at least k (1 <= k <= 255):
+ * bisection, the codes being monotone in x. */
+static float quant_lowest_of(const float map[256], int k)
+{
+    int64_t lo = quant_ordered(-2.0f), hi = quant_ordered(2.0f);
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (quant_dynamic_encode(map, quant_unordered(mid)) >= k)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return quant_unordered(hi);
+}
+
+int quant_index_build(const float map[256], unsigned char *first, float *bound,
+                      unsigned char ends[3])
+{
+    bound[0] = -INFINITY;
+    bound[256] = INFINITY;
+    for (int k = 1; k < 256; k++)
+        bound[k] = quant_lowest_of(map, k);
+    for (uint32_t j = 0; j < QUANT_INDEX_HALF; j++) {
+        const uint32_t lo = QUANT_INDEX_LOW + (j << 16), hi = lo | 0xffffu;
+        /* a negative bucket's lowest value has the largest magnitude */
+        const float low[2] = {quant_float(lo), quant_float(hi | 0x80000000u)};
+        const float high[2] = {quant_float(hi), quant_float(lo | 0x80000000u)};
+        for (int neg = 0; neg < 2; neg++) {
+            const int a = quant_dynamic_encode(map, low[neg]);
+            const int b = quant_dynamic_encode(map, high[neg]);
+            if (b - a > 1)
+                return -1;
+            first[j + (neg ? QUANT_INDEX_HALF : 0)] = (unsigned char)a;
+        }
+    }
+    const float edge = quant_float(QUANT_INDEX_LOW - 1);
+    ends[0] = quant_dynamic_encode(map, 0.0f);
+    ends[1] = quant_dynamic_encode(map, -INFINITY);
+    ends[2] = quant_dynamic_encode(map, INFINITY);
+    if (quant_dynamic_encode(map, edge) != ends[0] || quant_dynamic_encode(map, -edge) != ends[0] ||
+        quant_dynamic_encode(map, -2.0f) != ends[1] || quant_dynamic_encode(map, 2.0f) != ends[2])
+        return -1;
+    return 0;
+}

@@ -20,6 +20,8 @@
 #ifndef ZT_WORKER_QUANT_MAPS_H
 #define ZT_WORKER_QUANT_MAPS_H
 
+#include <stdint.h>
+
 #include "../common/hostdev.h"
 
 extern const float quant_dynamic_signed[256];   /* create_dynamic_map(signed=True) */
@@ -58,5 +60,57 @@ ZT_HOST_DEVICE static inline unsigned char quant_dynamic_encode(const float map[
         return (unsigned char)(x > (upper + val) * 0.5f ? upper_pivot : pivot);
     return (unsigned char)(x < (lower + val) * 0.5f ? lower_pivot : pivot);
 }
+
+/* The same codes without the search, for the CPU's 8-bit AdamW, where the
+ * search's seven dependent, unpredictable branches were most of the
+ * update's time. Floats are cut into buckets by their top 16 bits (sign,
+ * exponent and 7 bits of mantissa: 1/128 of a binade, finer than the
+ * maps' steps, so a bucket straddles at most one code boundary). Each
+ * bucket keeps the code of its lowest value; one comparison with the next
+ * code's lowest value finishes. Magnitudes below 2^-25 all take the code
+ * of 0, those from 2 up (infinities too) the map's end, NaN 0: the search
+ * is monotone, so its codes at those ends hold for all beyond.
+ *
+ * The tables (quant_maps_index.c) are what quant_index_build writes, and
+ * scripts/gen_quant_index.sh writes the file from it; test_quant4 checks
+ * both against the search. */
+#define QUANT_INDEX_LOW  0x33000000u /* 2^-25 */
+#define QUANT_INDEX_HIGH 0x40000000u /* 2 */
+#define QUANT_INDEX_HALF ((QUANT_INDEX_HIGH - QUANT_INDEX_LOW) >> 16)
+
+struct quant_index {
+    unsigned char tiny;         /* |x| < 2^-25 */
+    unsigned char below;        /* x <= -2 */
+    unsigned char above;        /* x >= 2 */
+    const unsigned char *first; /* [2 * HALF]: positive buckets, then negative */
+    const float *bound;         /* [257]: code k's lowest value; bound[256] = inf */
+};
+
+extern const struct quant_index quant_index_signed;   /* of quant_dynamic_signed */
+extern const struct quant_index quant_index_unsigned; /* of quant_dynamic_unsigned */
+
+/* quant_dynamic_encode(map, x) for the map `ix` indexes. */
+static inline unsigned char quant_index_encode(const struct quant_index *ix, float x)
+{
+    union {
+        float f;
+        uint32_t u;
+    } bits = {x};
+    const uint32_t mag = bits.u & 0x7fffffffu;
+    if (mag < QUANT_INDEX_LOW)
+        return ix->tiny;
+    if (mag >= QUANT_INDEX_HIGH)
+        return x != x ? 0 : x > 0.0f ? ix->above : ix->below;
+    const uint32_t bucket = ((mag - QUANT_INDEX_LOW) >> 16) + (bits.u >> 31 ? QUANT_INDEX_HALF : 0);
+    const unsigned char c = ix->first[bucket];
+    return (unsigned char)(c + (x >= ix->bound[c + 1]));
+}
+
+/* Fills the tables of `map`'s index: first[2 * QUANT_INDEX_HALF],
+ * bound[257], ends[3] = {tiny, below, above}. Returns 0, or -1 when a
+ * bucket straddles two boundaries or an end is not one code (the index
+ * cannot stand for the search). */
+int quant_index_build(const float map[256], unsigned char *first, float *bound,
+                      unsigned char ends[3]);
 
 #endif
