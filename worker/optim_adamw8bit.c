@@ -36,19 +36,41 @@ size_t adamw8bit_stats_len(int round, int rows, int cols, const struct optimizer
     return quantised ? 0 : 2 * numel;
 }
 
-/* Piece element i's moments after this step's update, from its codes and
- * the blocks' absmax before it. */
-static void adamw8bit_moments(const struct optimizer_piece *pc, size_t i,
-                              const struct optimizer_hparams *hp, float *m, float *v)
+/* A run of piece elements [i, end) in one block of the whole tensor, with
+ * that block's absmax before the update: the per-element work of the two
+ * passes below without a block lookup per element. */
+struct adamw8bit_segment {
+    size_t end, block;
+    float scale1, scale2; /* the block's absmax of m and v before the update */
+};
+
+static struct adamw8bit_segment adamw8bit_segment_at(const struct optimizer_piece *pc, size_t i)
 {
-    const size_t nb = adamw8bit_blocks(pc->numel);
-    const size_t block = optimizer_slice_index(&pc->slice, pc->lo + i) / ADAMW8BIT_BLOCK;
+    const size_t at = optimizer_slice_index(&pc->slice, pc->lo + i);
+    size_t room = ADAMW8BIT_BLOCK - at % ADAMW8BIT_BLOCK;
+    if (pc->slice.run) {
+        const size_t in_run = pc->slice.run - (pc->lo + i) % pc->slice.run;
+        room = in_run < room ? in_run : room;
+    }
+    const size_t n = pc->hi - pc->lo, block = at / ADAMW8BIT_BLOCK;
+    return (struct adamw8bit_segment){.end = n - i < room ? n : i + room,
+                                      .block = block,
+                                      .scale1 = pc->tensor_state[block],
+                                      .scale2 =
+                                          pc->tensor_state[adamw8bit_blocks(pc->numel) + block]};
+}
+
+/* Piece element i's moments after this step's update, from its codes and
+ * its block's absmax before it. */
+static inline void adamw8bit_moments(const struct optimizer_piece *pc, size_t i,
+                                     const struct adamw8bit_segment *sg,
+                                     const struct optimizer_hparams *hp, float *m, float *v)
+{
     const unsigned char c1 = ((const unsigned char *)pc->states[0])[i];
     const unsigned char c2 = ((const unsigned char *)pc->states[1])[i];
     const float g = pc->grads[i];
-    *m = quant_dynamic_signed[c1] * pc->tensor_state[block] * hp->beta1 + (1.0f - hp->beta1) * g;
-    *v = quant_dynamic_unsigned[c2] * pc->tensor_state[nb + block] * hp->beta2 +
-         (1.0f - hp->beta2) * g * g;
+    *m = quant_dynamic_signed[c1] * sg->scale1 * hp->beta1 + (1.0f - hp->beta1) * g;
+    *v = quant_dynamic_unsigned[c2] * sg->scale2 * hp->beta2 + (1.0f - hp->beta2) * g * g;
 }
 
 void adamw8bit_round(int round, const struct optimizer_piece *pc,
@@ -60,12 +82,19 @@ void adamw8bit_round(int round, const struct optimizer_piece *pc,
             return;
         const size_t nb = adamw8bit_blocks(pc->numel);
         double *max1 = pc->stats[0], *max2 = pc->stats[0] + nb;
-        for (size_t i = 0; i < n; i++) {
-            float m, v;
-            adamw8bit_moments(pc, i, hp, &m, &v);
-            const size_t block = optimizer_slice_index(&pc->slice, pc->lo + i) / ADAMW8BIT_BLOCK;
-            max1[block] = fmax(max1[block], fabsf(m));
-            max2[block] = fmax(max2[block], fabsf(v));
+        for (size_t i = 0, end; i < n; i = end) {
+            const struct adamw8bit_segment sg = adamw8bit_segment_at(pc, i);
+            end = sg.end;
+            /* NaN moments are passed over, as fmax passes them */
+            float top1 = 0.0f, top2 = 0.0f;
+            for (size_t j = i; j < end; j++) {
+                float m, v;
+                adamw8bit_moments(pc, j, &sg, hp, &m, &v);
+                top1 = fabsf(m) > top1 ? fabsf(m) : top1;
+                top2 = fabsf(v) > top2 ? fabsf(v) : top2;
+            }
+            max1[sg.block] = fmax(max1[sg.block], top1);
+            max2[sg.block] = fmax(max2[sg.block], top2);
         }
         return;
     }
@@ -113,18 +142,22 @@ static void adamw8bit_apply_quantised(const struct optimizer_piece *pc,
     const double *max1 = pc->stats[0], *max2 = pc->stats[0] + nb;
     unsigned char *c1 = pc->states[0], *c2 = pc->states[1];
     const struct adamw8bit_step k = adamw8bit_step_of(pc->decay, hp);
-    for (size_t i = 0; i < pc->hi - pc->lo; i++) {
-        float m, v;
-        adamw8bit_moments(pc, i, hp, &m, &v);
-        pc->params[i] = adamw8bit_param(pc->params[i], m, v, &k);
-        const size_t block = optimizer_slice_index(&pc->slice, pc->lo + i) / ADAMW8BIT_BLOCK;
+    for (size_t i = 0, end; i < pc->hi - pc->lo; i = end) {
+        const struct adamw8bit_segment sg = adamw8bit_segment_at(pc, i);
+        end = sg.end;
         /* an all-zero block has absmax 0: its codes are those of 0 */
-        const float a1 = (float)max1[block], a2 = (float)max2[block];
-        c1[i] = quant_index_encode(&quant_index_signed, a1 > 0.0f ? m / a1 : 0.0f);
-        c2[i] = quant_index_encode(&quant_index_unsigned, a2 > 0.0f ? v / a2 : 0.0f);
-        /* the first moment keeps its sign (bitsandbytes' rule) */
-        if (signbit(quant_dynamic_signed[c1[i]]) != signbit(m))
-            c1[i] = (unsigned char)(m > 0.0f ? c1[i] + 1 : c1[i] - 1);
+        const float a1 = (float)max1[sg.block], a2 = (float)max2[sg.block];
+        for (size_t j = i; j < end; j++) {
+            float m, v;
+            adamw8bit_moments(pc, j, &sg, hp, &m, &v);
+            pc->params[j] = adamw8bit_param(pc->params[j], m, v, &k);
+            unsigned char q1 = quant_index_encode(&quant_index_signed, a1 > 0.0f ? m / a1 : 0.0f);
+            /* the first moment keeps its sign (bitsandbytes' rule) */
+            if (signbit(quant_dynamic_signed[q1]) != signbit(m))
+                q1 = (unsigned char)(m > 0.0f ? q1 + 1 : q1 - 1);
+            c1[j] = q1;
+            c2[j] = quant_index_encode(&quant_index_unsigned, a2 > 0.0f ? v / a2 : 0.0f);
+        }
     }
     /* every rank, holding a piece or not, takes the new scales */
     for (size_t b = 0; b < 2 * nb; b++)
