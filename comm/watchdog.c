@@ -405,23 +405,29 @@ static int same_call(const struct wire_call *a, const struct wire_call *b)
            a->seq == b->seq;
 }
 
-/* Whether the stalled call has completed anywhere: on a member of its
- * group (a collective), or on the rank that reported it. Then the rank
- * that was waiting waited for a straggler, not for a hang. */
+/* Whether the stalled call has completed: on the rank that reported it,
+ * or (a collective) on a member of its group while every rank answers.
+ * Then the rank that was waiting waited for a straggler, not for a hang.
+ * With a rank silent, a member's completion proves nothing: a collective
+ * completes on some members before others, and the silent rank may have
+ * stopped after its own part, leaving the rest waiting for it. */
 static int stall_completed(const struct comm_flight *f)
 {
     const struct flight_side *s = f->side;
+    int silent = 0, elsewhere = 0;
     for (int r = 0; r < f->world; r++) {
-        if (!s->answered[r])
+        if (!s->answered[r]) {
+            silent = 1;
             continue;
+        }
         const struct wire_msg *m = &s->states[r];
         if (r == s->stall_rank && !same_call(&m->blocked, &s->stall))
             return 1;
         const struct wire_group *g = find_group(m, s->stall.group_key);
         if (s->stall.cls == FLIGHT_COLLECTIVE && g && g->completed >= s->stall.seq)
-            return 1;
+            elsewhere = 1;
     }
-    return 0;
+    return elsewhere && !silent;
 }
 
 /* A call as a rank's state names it: point-to-point waits by their peer's
