@@ -166,6 +166,23 @@ START_TEST(a_regex_target_matches_whole_names)
     ck_assert_int_eq(attach(&t, 2, 2.0, part, 1), ZT_ERR_CONFIG);
     ck_assert_msg(strstr(zt_error_message(), "matches no module"), "%s", zt_error_message());
     param_table_free(&t);
+
+    /* bounded repeats compile; repeats regcomp would copy past counting
+     * (it took 14 s over a++++...) match nothing, at once */
+    ck_assert_int_eq(gpt2_table_build(&MICRO, &t), ZT_OK);
+    const char *const bounded[] = {"h\\.[0-9]{1,2}\\.attn\\.qkv"};
+    ck_assert_int_eq(attach(&t, 2, 2.0, bounded, 1), ZT_OK);
+    ck_assert_int_eq(t.n_tensors, n_base + 2 * 2);
+    param_table_free(&t);
+    char repeats[200] = "h\\.1\\.attn\\.qk";
+    memset(repeats + strlen(repeats), '+', 120);
+    strcat(repeats, "v");
+    const char *const pathological[] = {repeats, "(h{99}){99}"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(gpt2_table_build(&MICRO, &t), ZT_OK);
+        ck_assert_int_eq(attach(&t, 2, 2.0, pathological + i, 1), ZT_ERR_CONFIG);
+        param_table_free(&t);
+    }
 }
 END_TEST
 

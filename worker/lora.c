@@ -17,9 +17,41 @@ static int is_pattern(const char *target)
     return strpbrk(target, "*+?[](){}|^$\\") != NULL;
 }
 
+/* How many copies of a subexpression compiling `ere` may make, at most:
+ * glibc's regcomp copies a repeated subexpression for each repetition (a+
+ * as aa*, a{n} n times), and nested repeats multiply. The product over
+ * every repeat bounds any nesting of them; it stops growing past `cap`. */
+static double repeat_copies(const char *ere, double cap)
+{
+    double copies = 1.0;
+    for (const char *c = ere; *c && copies <= cap; c++) {
+        if (*c == '\\' && c[1]) {
+            c++;
+        } else if (*c == '[') { /* a bracket's quantifier characters are literal */
+            c += c[1] == ']' ? 2 : 1;
+            while (*c && *c != ']')
+                c++;
+            if (!*c)
+                break;
+        } else if (*c == '*' || *c == '+' || *c == '?') {
+            copies *= 2.0;
+        } else if (*c == '{') {
+            const double n = strtod(c + 1, NULL), m = c[1 + strspn(c + 1, "0123456789")] == ','
+                                                          ? strtod(strchr(c, ',') + 1, NULL)
+                                                          : n;
+            copies *= 1.0 + (n > m ? n : m);
+        }
+    }
+    return copies;
+}
+
 /* Python's re.fullmatch(pattern, module) for the patterns PEFT configs
  * use, through POSIX extended expressions: "(?:" becomes "(", and the
- * classes \d, \w, \s their bracket forms. 0 when it does not compile. */
+ * classes \d, \w, \s their bracket forms. 0 when it does not compile,
+ * or when its repeats would make regcomp copy a subexpression more than
+ * REPEAT_COPIES_MAX times (a{99}{99}, a++++...: a name pattern needs a
+ * handful; such a pattern took regcomp 14 s). */
+#define REPEAT_COPIES_MAX 4096.0
 static int pattern_matches(const char *module, const char *pattern)
 {
     static const struct {
@@ -45,7 +77,8 @@ static int pattern_matches(const char *module, const char *pattern)
     }
     snprintf(ere + at, sizeof ere - at, ")$");
     regex_t re;
-    if (regcomp(&re, ere, REG_EXTENDED | REG_NOSUB) != 0)
+    if (repeat_copies(ere, REPEAT_COPIES_MAX) > REPEAT_COPIES_MAX ||
+        regcomp(&re, ere, REG_EXTENDED | REG_NOSUB) != 0)
         return 0;
     const int hit = regexec(&re, module, 0, NULL, 0) == 0;
     regfree(&re);
