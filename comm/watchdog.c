@@ -24,7 +24,8 @@
  *   BYE ----------------------------->   (left cleanly: not dead)
  *
  * A connection that ends without BYE is a dead rank: rank 0 names it and
- * sends ABORT; the others, losing rank 0 that way, name rank 0. A STALL
+ * sends ABORT; the others, losing rank 0 that way, name rank 0 (a line a
+ * host: its lowest rank's, the others waiting for its log). A STALL
  * that rank 0 answers with neither ABORT, LOOKING nor CLEAR within
  * GRACE + 2 s means rank 0 is stopped or unreachable; the reporting rank
  * names it. After a CLEAR, a rank still blocked in the same call reports it
@@ -50,6 +51,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +65,7 @@
 #define DONE_WAIT_S 3.0 /* rank 0 waits this long for the others' logs */
 #define WARNINGS    5   /* slow-rank warnings printed; the rest are counted */
 #define CONNECT_S   2.0 /* per address tried */
+#define SPEAKER_S   5.0 /* a host's other ranks wait this long for its speaker's log */
 
 enum wire_type {
     W_HELLO = 1,
@@ -659,6 +662,27 @@ static int speaks_for_host(const struct comm_flight *f)
     return 1;
 }
 
+/* A rank that does not speak waits, at most SPEAKER_S, for its host's
+ * speaker to have written this run's log: the launcher ends the job at the
+ * first rank's exit, and would kill the speaker before its line (seen
+ * under load: no line at all). */
+static void await_speaker(const struct comm_flight *f)
+{
+    int speaker = f->rank;
+    for (int r = f->rank - 1; r >= 1; r--)
+        if (!strcmp(f->hosts[r], f->hosts[f->rank]))
+            speaker = r;
+    char path[4200];
+    snprintf(path, sizeof path, "%.4096s/flight/rank-%d.json", f->dir, speaker);
+    const double until = flight_now(f) + SPEAKER_S;
+    struct stat st;
+    while (flight_now(f) < until) {
+        if (stat(path, &st) == 0 && st.st_mtime >= (time_t)f->wall0)
+            return;
+        nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
+    }
+}
+
 _Noreturn static void lost_rank0(struct comm_flight *f, const char *how)
 {
     char line[WIRE_TEXT];
@@ -669,6 +693,8 @@ _Noreturn static void lost_rank0(struct comm_flight *f, const char *how)
     if (speaks_for_host(f)) {
         fprintf(stderr, "%s\n", line);
         fflush(stderr);
+    } else {
+        await_speaker(f);
     }
     write_log_and_exit(f, line);
 }

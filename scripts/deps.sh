@@ -9,10 +9,11 @@ set -euo pipefail
 # simulated hosts of the multi-node tests (scripts/simhosts.sh).
 # libdnnl-dev: oneDNN, the CPU's GEMMs (worker/cpu/gemm.h). clang, libclang-rt-dev (its
 # runtimes, libFuzzer among them: libclang_rt.fuzzer) and libomp-dev (clang's OpenMP): the fuzz
-# targets of tests/fuzz (scripts/fuzz.sh).
+# targets of tests/fuzz (scripts/fuzz.sh). python3-numpy: scripts/bench/make_weights.py, which
+# writes the loaders' test weights (test_load skips without it).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-dev check
           libopenblas-dev libopenblas0-openmp libdnnl-dev procps gnuplot-nox iproute2
-          clang libclang-rt-dev libomp-dev)
+          clang libclang-rt-dev libomp-dev python3-numpy)
 
 missing=()
 for p in "${packages[@]}"; do

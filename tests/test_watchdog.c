@@ -160,7 +160,7 @@ static const char *stop_rank(struct bg_run *r, const char *tag, int rank)
     const char *out = testutil_slurp(r->log);
     ck_assert_msg(took < TIMEOUT_S + 10, "took %.1f s:\n%s", took, out);
     ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "exit 0:\n%s", out);
-    ck_assert_int_eq(testutil_count(out, "zerotrain: error:"), 1); /* one host: one line */
+    ck_assert_msg(testutil_count(out, "zerotrain: error:") == 1, "one host, one line:\n%s", out);
     return out;
 }
 
