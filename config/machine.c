@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "../common/size.h"
@@ -35,6 +36,7 @@ enum kind {
     K_COUNT,   /* int >= 1 */
     K_RATE,    /* double, finite and > 0 */
     K_GEMMS,   /* struct machine_gemm[]: a list of [m, k, n, FLOP/s] rows */
+    K_UPDATES, /* struct machine_update[]: a mapping of optimizer names to rates */
 };
 
 struct row {
@@ -68,6 +70,9 @@ static const struct row rows[] = {
     {"compute.memory_bandwidth", K_RATE, OFF(memory_bandwidth), "bytes/s", 0},
     {"compute.gemm_tile", K_COUNT, OFF(gemm_tile), "output tile edge of the GEMM kernels", 1},
     {"compute.gemm_measured", K_GEMMS, OFF(gemm), "[m, k, n, FLOP/s] of measured products", 1},
+    {"compute.update_rates", K_UPDATES, OFF(updates),
+     "parameter elements/s of each optimizer's update", 1},
+    {"compute.dequantize_4bit", K_RATE, OFF(dequantize_4bit), "4-bit weights dequantised per s", 1},
     {"links", K_SECTION, 0, "bus bandwidth in bytes/s, latency in s per collective step", 0},
     {"links.intra_node", K_SECTION, 0, NULL, 0},
     {"links.intra_node.bandwidth", K_RATE, OFF(intra_node.bandwidth), NULL, 0},
@@ -178,6 +183,33 @@ static zt_status read_gemms(const struct row *r, const struct yaml_tree_node *v,
     return ZT_OK;
 }
 
+/* A mapping of at most MACHINE_MAX_UPDATES optimizer names to rates. */
+static zt_status read_updates(const struct row *r, const struct yaml_tree_node *v,
+                              struct machine *m)
+{
+    static const char expected[] = "a mapping of at most 8 optimizer names (1 to 23 characters) "
+                                   "to positive numbers";
+    if (v->kind != YAML_TREE_MAP || v->n > MACHINE_MAX_UPDATES)
+        return bad_value(v, r->path, expected);
+    for (size_t i = 0; i < v->n; i++) {
+        struct machine_update *u = &m->updates[i];
+        const char *name = v->keys[i]->text;
+        if (!name[0] || strlen(name) >= sizeof u->optimizer || !parse_rate(v->items[i], &u->rate))
+            return bad_value(v->items[i], r->path, expected);
+        strcpy(u->optimizer, name);
+    }
+    m->n_updates = (int)v->n;
+    return ZT_OK;
+}
+
+double machine_update_rate(const struct machine *m, const char *name)
+{
+    for (int i = 0; i < m->n_updates; i++)
+        if (strcasecmp(m->updates[i].optimizer, name) == 0)
+            return m->updates[i].rate;
+    return 0.0;
+}
+
 static zt_status read_value(const struct row *r, const struct yaml_tree_node *v, struct machine *m)
 {
     char *field = (char *)m + r->off;
@@ -202,6 +234,8 @@ static zt_status read_value(const struct row *r, const struct yaml_tree_node *v,
         return ZT_OK;
     case K_GEMMS:
         return read_gemms(r, v, m);
+    case K_UPDATES:
+        return read_updates(r, v, m);
     case K_SECTION:
         break;
     }
@@ -418,6 +452,14 @@ static void put_row(FILE *f, const struct row *r, const struct machine *m)
             fputs("]\n", f);
         }
         return;
+    case K_UPDATES:
+        fprintf(f, "# %s\n", r->unit);
+        for (int i = 0; i < m->n_updates; i++) {
+            fprintf(f, "%*s%s: ", 2 * depth + 2, "", m->updates[i].optimizer);
+            config_write_double(f, m->updates[i].rate);
+            fputc('\n', f);
+        }
+        return;
     }
     if (r->unit)
         fprintf(f, " # %s", r->unit);
@@ -436,6 +478,8 @@ static int is_unset(const struct row *r, const struct machine *m)
         return *(const double *)field == 0.0;
     case K_GEMMS:
         return m->n_gemm == 0;
+    case K_UPDATES:
+        return m->n_updates == 0;
     case K_SECTION:
         for (size_t i = 0; i < N_ROWS; i++)
             if (is_child(rows[i].path, r->path) && !is_unset(&rows[i], m))

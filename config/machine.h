@@ -21,6 +21,9 @@
  *       gemm_tile: 128            # optional: the GEMM kernels' output tile edge
  *       gemm_measured:            # optional: [m, k, n, FLOP/s] of measured products
  *         - [512, 768, 768, 1.9e11]
+ *       update_rates:             # optional: parameter elements/s of an optimizer's update
+ *         AdamW8bit: 1.3e8
+ *       dequantize_4bit: 2.1e9    # optional: 4-bit weights dequantised per s
  *     links:
  *       intra_node:
  *         bandwidth: 360e9        # bytes/s a device sends in a collective (bus bandwidth)
@@ -49,11 +52,17 @@
  * roofline. Both are optional: a file without them plans every GEMM at
  * matmul_flops, bounded only by the memory bandwidth.
  *
- * Every key but `cores`, the peaks and the GEMM keys is required and no other key is
- * allowed, so that a typo is an error rather than a silently ignored
- * number. Numbers are plain
- * decimal (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node and
- * cores are integers >= 1; name is a string of 1 to 63 characters.
+ * `update_rates` and `dequantize_4bit` are work a device does at its own
+ * pace rather than the memory's: where a CPU decodes 8-bit optimizer
+ * states or 4-bit weights element by element. An optimizer the file names
+ * is planned at its rate (or the memory's traffic, whichever is slower);
+ * the others, and every 4-bit weight without the key, as memory traffic.
+ * calibrate measures them on one device's cores.
+ *
+ * Every key but `cores`, the peaks, the GEMM keys and the two rates above is required and no other
+ * key is allowed, so that a typo is an error rather than a silently ignored number. Numbers are
+ * plain decimal (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node and cores are integers
+ * >= 1; name is a string of 1 to 63 characters.
  *
  * `cores` is what the ranks of a node run their threads on: `train` gives
  * each of R ranks max(1, cores / R) threads, so R > cores oversubscribes
@@ -112,6 +121,14 @@ struct machine_gemm {
 
 #define MACHINE_MAX_GEMM 16
 
+/* An optimizer's update rate (update_rates). */
+struct machine_update {
+    char optimizer[24]; /* its name as the file spells it */
+    double rate;        /* parameter elements per second of one device */
+};
+
+#define MACHINE_MAX_UPDATES 8
+
 struct machine {
     char name[64];
     char path[4096];        /* the file it was read from */
@@ -125,11 +142,18 @@ struct machine {
     int gemm_tile;               /* output tile edge of the GEMM kernels; 0: not stated */
     int n_gemm;                  /* measured GEMMs in gemm[]; 0: none */
     struct machine_gemm gemm[MACHINE_MAX_GEMM];
+    int n_updates; /* optimizers in updates[]; 0: none */
+    struct machine_update updates[MACHINE_MAX_UPDATES];
+    double dequantize_4bit; /* 4-bit weights dequantised per second; 0: not stated */
     struct machine_link intra_node, inter_node;
 };
 
 /* Indexes of struct machine's matmul_flops and peak_matmul_flops. */
 enum machine_precision { MACHINE_FP32, MACHINE_BF16, MACHINE_FP16 };
+
+/* The update rate of optimizer `name` (ASCII case ignored), or 0 when the
+ * file states none. */
+double machine_update_rate(const struct machine *m, const char *name);
 
 /* Reads a machine description into *out. `name_or_path` is a path when it
  * contains '/' or ends in ".yaml"; otherwise a NAME, read from

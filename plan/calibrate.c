@@ -47,18 +47,23 @@
 #include "../comm/comm.h"
 #include "../common/atomic_file.h"
 #include "../common/clock.h"
+#include "../common/half.h"
 #include "../config/machine.h"
 #include "../worker/backend.h"
 #include "../worker/ops.h"
+#include "calibrate_rates.h"
 
-enum { MAX_SHAPES = 12, MAX_SIZES = 16, N_COLLECTIVES = 3 };
+enum { MAX_FP32_SHAPES = 12, MAX_SHAPES = 24, MAX_SIZES = 16, N_COLLECTIVES = 3 };
 
 /* The rows of the GEMM table: rows = B*T, C in features, OC out features. */
 static const int gemm_rows_full[] = {512, 2048}, gemm_rows_quick[] = {256};
 static const int gemm_cs[] = {128, 768};
 static const int gemm_oc_factors[] = {1, 3, 4};
-/* matmul_flops is read from the rows with this C (GPT-2 small's width). */
+/* matmul_flops is read from the rows with this C (GPT-2 small's width);
+ * the 16-bit types are measured at it alone: the planner takes the shape
+ * curve from fp32's rows and each type's level from its own. */
 enum { GEMM_REFERENCE_C = 768 };
+static const enum zt_dtype gemm_types[] = {ZT_F32, ZT_BF16, ZT_F16};
 /* Seconds of triad passes before the timed ones. */
 #define TRIAD_WARMUP_S 0.25
 
@@ -74,9 +79,12 @@ struct sizes {
     int triad_reps;
     size_t coll_min, coll_max; /* full buffer bytes, doubling */
     int coll_iters, coll_warmup;
+    size_t rate_elems; /* elements of each timed update and decode */
+    int rate_reps;
 };
 
 struct gemm_row {
+    enum zt_dtype t;
     int rows, C, OC;
     double fwd, bwd, both; /* FLOP/s: forward, backward, and the two together */
 };
@@ -191,7 +199,9 @@ static void pick_sizes(int quick, struct sizes *s)
                         .coll_min = 4096,
                         .coll_max = (size_t)(quick ? 4 : 64) << 20,
                         .coll_iters = quick ? 5 : 10,
-                        .coll_warmup = quick ? 1 : 2};
+                        .coll_warmup = quick ? 1 : 2,
+                        .rate_elems = (size_t)(quick ? 64 : 4096) << 10,
+                        .rate_reps = quick ? 1 : 5};
 }
 
 /* Fills what every rank knows alike: sizes, name, device memory. */
@@ -271,6 +281,16 @@ static void fill(float *v, size_t n, int seed)
         v[i] = (float)((i * 7 + (size_t)seed) % 13) * 0.01f;
 }
 
+/* fill's values in a 16-bit type t, in place of n floats' first half. */
+static void fill16(void *v, size_t n, int seed, enum zt_dtype t)
+{
+    uint16_t *h = v;
+    for (size_t i = 0; i < n; i++) {
+        const float x = (float)((i * 7 + (size_t)seed) % 13) * 0.01f;
+        h[i] = t == ZT_BF16 ? zt_f32_to_bf16(x) : zt_f32_to_f16(x);
+    }
+}
+
 /* fill on every thread, each touching first the part it streams later. */
 static void fill_parallel(float *v, size_t n, int seed)
 {
@@ -310,13 +330,13 @@ static void put_gemm_table(FILE *f, const struct calibration *cal)
     fprintf(f,
             "GEMM: the CPU ops' matmul_forward and matmul_backward (no bias: the dense products\n"
             "alone) on rank 0, %d threads %s, median of %d after\n"
-            "%d warm-up; FLOPs 2*rows*C*OC forward, 4*rows*C*OC backward; kernel: %s\n",
+            "%d warm-up; FLOPs 2*rows*C*OC forward, 4*rows*C*OC backward; fp32 kernel: %s\n",
             cal->cores, placement(cal), cal->sz.gemm_reps, cal->sz.gemm_warmup, kernel);
-    fprintf(f, " rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd GFLOP/s\n");
+    fprintf(f, "type  rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd GFLOP/s\n");
     for (int i = 0; i < cal->n_gemm; i++) {
         const struct gemm_row *g = &cal->gemm[i];
-        fprintf(f, "%5d %5d %5d %12.2f %12.2f %16.2f\n", g->rows, g->C, g->OC, g->fwd / 1e9,
-                g->bwd / 1e9, g->both / 1e9);
+        fprintf(f, "%-4s %5d %5d %5d %12.2f %12.2f %16.2f\n", zt_precision_name(g->t), g->rows,
+                g->C, g->OC, g->fwd / 1e9, g->bwd / 1e9, g->both / 1e9);
     }
 }
 
@@ -324,7 +344,7 @@ static void put_gemm_table(FILE *f, const struct calibration *cal)
  * Without bias the ops are the sgemm calls alone: their bias loops are
  * OpenMP regions whose workers, spinning afterwards, would take cores from
  * the BLAS threads and make small shapes look several times slower. */
-static void time_gemm(struct calibration *cal, float *const buf[6], struct gemm_row *g)
+static zt_status time_gemm(struct calibration *cal, float *const buf[6], struct gemm_row *g)
 {
     const struct ops_backend *ops = cal->be.ops;
     const int reps = cal->sz.gemm_reps, warm = cal->sz.gemm_warmup;
@@ -332,11 +352,10 @@ static void time_gemm(struct calibration *cal, float *const buf[6], struct gemm_
     ZT_ASSERT(reps <= 16);
     for (int r = 0; r < warm + reps; r++) {
         double t0 = zt_now_seconds();
-        ZT_ASSERT(ops->matmul_forward(ops, ZT_F32, buf[2], buf[0], buf[1], NULL, g->rows, g->C,
-                                      g->OC) == ZT_OK);
+        ZT_TRY(ops->matmul_forward(ops, g->t, buf[2], buf[0], buf[1], NULL, g->rows, g->C, g->OC));
         double t1 = zt_now_seconds();
-        ZT_ASSERT(ops->matmul_backward(ops, ZT_F32, buf[4], buf[5], NULL, buf[3], buf[0], buf[1],
-                                       g->rows, g->C, g->OC) == ZT_OK);
+        ZT_TRY(ops->matmul_backward(ops, g->t, buf[4], buf[5], NULL, buf[3], buf[0], buf[1],
+                                    g->rows, g->C, g->OC));
         double t2 = zt_now_seconds();
         if (r >= warm) {
             fwd[r - warm] = t1 - t0;
@@ -348,6 +367,7 @@ static void time_gemm(struct calibration *cal, float *const buf[6], struct gemm_
     g->fwd = flops / tf;
     g->bwd = 2.0 * flops / tb;
     g->both = 3.0 * flops / (tf + tb);
+    return ZT_OK;
 }
 
 static zt_status measure_gemm(struct calibration *cal)
@@ -368,29 +388,42 @@ static zt_status measure_gemm(struct calibration *cal)
         if (st == ZT_OK)
             fill(buf[k], n[k], k);
     }
-    for (int r = 0; r < s->n_gemm_rows && st == ZT_OK; r++)
-        for (size_t c = 0; c < sizeof gemm_cs / sizeof gemm_cs[0]; c++)
-            for (size_t k = 0; k < sizeof gemm_oc_factors / sizeof gemm_oc_factors[0]; k++) {
-                struct gemm_row *g = &cal->gemm[cal->n_gemm++];
-                ZT_ASSERT(cal->n_gemm <= MAX_SHAPES);
-                *g = (struct gemm_row){.rows = s->gemm_rows[r],
-                                       .C = gemm_cs[c],
-                                       .OC = gemm_cs[c] * gemm_oc_factors[k]};
-                time_gemm(cal, buf, g);
-            }
+    for (size_t ti = 0; ti < sizeof gemm_types / sizeof gemm_types[0] && st == ZT_OK; ti++) {
+        const enum zt_dtype t = gemm_types[ti];
+        if (t != ZT_F32 && cal->be.ops->computes(cal->be.ops, t) != ZT_OK)
+            continue; /* a run computes it in fp32: gemm_rate gives fp32's */
+        for (int k = 0; k < 5 && t != ZT_F32; k++) /* dweight (5) stays fp32 */
+            fill16(buf[k], n[k], k, t);
+        for (int r = 0; r < s->n_gemm_rows && st == ZT_OK; r++)
+            for (size_t c = 0; c < sizeof gemm_cs / sizeof gemm_cs[0]; c++)
+                for (size_t k = 0; k < sizeof gemm_oc_factors / sizeof gemm_oc_factors[0]; k++) {
+                    if (t != ZT_F32 && gemm_cs[c] != GEMM_REFERENCE_C)
+                        continue;
+                    struct gemm_row *g = &cal->gemm[cal->n_gemm++];
+                    ZT_ASSERT(cal->n_gemm <= MAX_SHAPES);
+                    *g = (struct gemm_row){.t = t,
+                                           .rows = s->gemm_rows[r],
+                                           .C = gemm_cs[c],
+                                           .OC = gemm_cs[c] * gemm_oc_factors[k]};
+                    st = time_gemm(cal, buf, g);
+                }
+    }
     for (int k = 0; k < 6; k++)
         free_floats(cal, n[k], buf[k]);
     return st;
 }
 
-/* The median fwd+bwd rate over the shapes of the reference width. */
-static double gemm_rate(const struct calibration *cal)
+/* The median fwd+bwd rate of type t over the shapes of the reference
+ * width; fp32's for a type the CPU ops do not compute. */
+static double gemm_rate(const struct calibration *cal, enum zt_dtype t)
 {
     double v[MAX_SHAPES];
     int n = 0;
     for (int i = 0; i < cal->n_gemm; i++)
-        if (cal->gemm[i].C == GEMM_REFERENCE_C)
+        if (cal->gemm[i].C == GEMM_REFERENCE_C && cal->gemm[i].t == t)
             v[n++] = cal->gemm[i].both;
+    if (n == 0 && t != ZT_F32)
+        return gemm_rate(cal, ZT_F32);
     ZT_ASSERT(n > 0);
     return median(v, n);
 }
@@ -563,11 +596,16 @@ static zt_status measure_node(struct calibration *cal, FILE *report)
         st = measure_gemm(cal);
     if (st == ZT_OK && report) {
         put_gemm_table(report, cal);
-        fprintf(report, "matmul_flops (median fwd+bwd at C=%d): %.2f GFLOP/s\n\n", GEMM_REFERENCE_C,
-                gemm_rate(cal) / 1e9);
+        fprintf(report,
+                "matmul_flops (median fwd+bwd at C=%d): fp32 %.2f, bf16 %.2f, fp16 %.2f "
+                "GFLOP/s\n\n",
+                GEMM_REFERENCE_C, gemm_rate(cal, ZT_F32) / 1e9, gemm_rate(cal, ZT_BF16) / 1e9,
+                gemm_rate(cal, ZT_F16) / 1e9);
         fflush(report);
     }
-    ops_cpu_set_threads(1);
+    ops_cpu_set_threads(1); /* the rates are one core's */
+    if (st == ZT_OK)
+        st = calibrate_rates(cal->be.ops, cal->sz.rate_elems, cal->sz.rate_reps, &cal->m, report);
     restore_affinity(&aff);
     /* the BLAS workers spin a while after their last product: let them stop
      * before the collectives are timed */
@@ -718,13 +756,16 @@ static zt_status build_comment(const struct calibration *cal, const struct calib
     put_wait_note(f, cal);
     put_gemm_table(f, cal);
     fprintf(f,
-            "matmul_flops: the median fwd+bwd rate of the C=%d rows. The CPU path computes "
-            "bf16\nand fp16 models in fp32, so fp32, bf16 and fp16 are the same number.\n"
-            "gemm_measured: every row's fwd+bwd rate as [rows, C, OC, FLOP/s], which the "
-            "planner\ninterpolates by arithmetic intensity for a GEMM of another shape.\n\n",
+            "matmul_flops: each type's median fwd+bwd rate of its C=%d rows; a 16-bit type the\n"
+            "CPU has no kernel for is computed in fp32 by a run, and takes fp32's rate.\n"
+            "gemm_measured: every fp32 row's fwd+bwd rate as [rows, C, OC, FLOP/s], which the "
+            "planner\ninterpolates by arithmetic intensity for a GEMM of another shape, "
+            "scaled for a\n16-bit type by its matmul_flops over fp32's.\n\n",
             GEMM_REFERENCE_C);
     put_triad_line(f, cal);
     fprintf(f, "memory_bandwidth: this rate.\n\n");
+    calibrate_rates_put(f, &cal->m, cal->sz.rate_elems, cal->sz.rate_reps);
+    fprintf(f, "update_rates and dequantize_4bit: these rates.\n\n");
     put_coll_table(f, cal);
     fputc('\n', f);
     put_fit(f, cal);
@@ -752,21 +793,31 @@ static zt_status write_machine(struct calibration *cal, const struct calibrate_o
 {
     struct machine *m = &cal->m;
     fit_links(cal);
-    const double flops = round4(gemm_rate(cal));
-    for (int p = 0; p < 3; p++)
-        m->matmul_flops[p] = flops;
-    _Static_assert(MAX_SHAPES <= MACHINE_MAX_GEMM, "every measured GEMM goes into the file");
-    m->n_gemm = cal->n_gemm;
+    const enum zt_dtype by_precision[3] = {
+        [MACHINE_FP32] = ZT_F32, [MACHINE_BF16] = ZT_BF16, [MACHINE_FP16] = ZT_F16};
+    for (int p = 0; p < 3; p++) {
+        m->matmul_flops[p] = round4(gemm_rate(cal, by_precision[p]));
+        ZT_TRY(check_rate("matmul_flops", m->matmul_flops[p]));
+    }
+    _Static_assert(MAX_FP32_SHAPES <= MACHINE_MAX_GEMM, "every fp32 GEMM goes into the file");
+    m->n_gemm = 0;
     for (int i = 0; i < cal->n_gemm; i++) {
         const struct gemm_row *g = &cal->gemm[i];
-        m->gemm[i] = (struct machine_gemm){g->rows, g->C, g->OC, round4(g->both)};
-        ZT_TRY(check_rate("a GEMM's rate", m->gemm[i].flops));
+        if (g->t != ZT_F32)
+            continue;
+        m->gemm[m->n_gemm] = (struct machine_gemm){g->rows, g->C, g->OC, round4(g->both)};
+        ZT_TRY(check_rate("a GEMM's rate", m->gemm[m->n_gemm++].flops));
     }
+    for (int i = 0; i < m->n_updates; i++) {
+        m->updates[i].rate = round4(m->updates[i].rate);
+        ZT_TRY(check_rate("an optimizer's update rate", m->updates[i].rate));
+    }
+    m->dequantize_4bit = round4(m->dequantize_4bit);
+    ZT_TRY(check_rate("dequantize_4bit", m->dequantize_4bit));
     m->memory_bandwidth = round4(cal->triad_rate);
     m->intra_node.bandwidth = round4(cal->fit.bandwidth);
     m->intra_node.latency = round4(cal->fit.latency);
     m->inter_node = m->intra_node;
-    ZT_TRY(check_rate("matmul_flops", flops));
     ZT_TRY(check_rate("memory_bandwidth", m->memory_bandwidth));
     ZT_TRY(check_rate("the link bandwidth", m->intra_node.bandwidth));
     ZT_TRY(check_rate("the link latency", m->intra_node.latency));

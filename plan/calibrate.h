@@ -10,8 +10,11 @@
  *     transformer shapes, on rank 0 with BLAS threads on every core of the
  *     node while the other ranks sleep (a CPU node is ONE device whose cores
  *     run one rank's threads, so the rate is what all cores sustain);
- *     each shape's rate goes into gemm_measured, which the planner reads
- *     for the rate of a GEMM by its shape (plan.h's plan_gemm_rate);
+ *     fp32's shapes go into gemm_measured, which the planner reads for
+ *     the rate of a GEMM by its shape (plan.h's plan_gemm_rate), and bf16
+ *     and fp16 are timed at one width for their own matmul_flops;
+ *   - update_rates and dequantize_4bit: each optimizer's update and the
+ *     NF4 decode on one core (calibrate_rates.h);
  *   - memory_bandwidth: a triad a[i] = b[i] + s*c[i] over float arrays far
  *     larger than the caches, on rank 0 with every core;
  *   - links: allreduce, reduce-scatter and allgather of the "mpi" backend

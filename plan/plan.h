@@ -99,6 +99,9 @@ struct plan_role {
     /* of pass_bytes, the forward's, and the forward's distinct units (hpZ
      * gathers a unit's first use in a step from the shard group) */
     size_t pass_bytes_forward, pass_bytes_distinct;
+    /* elements of 4-bit units a micro batch's passes decode (QLoRA: each
+     * acquire decodes the unit) */
+    size_t decoded_elems;
 };
 
 /* One linear layer's weight of a block (or the head): the GEMMs it is
@@ -122,6 +125,7 @@ struct plan_model {
     int n_weights; /* linear weights of one block, in weights[]; 0: unknown */
     struct plan_weight weights[PLAN_MAX_WEIGHTS];
     struct plan_weight head; /* the output head's (vocabulary rows) */
+    char optimizer[24];      /* the optimizer's name, as its table entry spells it */
 };
 
 /* What the cost model predicts for one role of one layout. */

@@ -246,6 +246,37 @@ static double oversubscription(const struct machine *m, int per_node)
     return o > 1.0 ? o : 1.0;
 }
 
+/* The share of a core one rank's thread gets: 1 while the node's ranks
+ * fit its cores, cores / ranks beyond (and 1 where cores are not stated). */
+static double core_share(const struct machine *m, int per_node)
+{
+    return m->cores > 0 && per_node > m->cores ? (double)m->cores / per_node : 1.0;
+}
+
+/* A micro batch's 4-bit decodes: at the machine's rate on the rank's core,
+ * or as the memory traffic of reading half a byte and writing an element. */
+static double decode_seconds(const struct plan_role *r, const struct machine *m, int per_node,
+                             double mem_rate)
+{
+    const double n = (double)r->decoded_elems;
+    if (m->dequantize_4bit > 0)
+        return n / (m->dequantize_4bit * core_share(m, per_node));
+    return n * (0.5 + (double)r->act_esz) / mem_rate;
+}
+
+/* The update reads and writes every state of the rank's range; where the
+ * machine states the optimizer's rate on one core, it is the slower of
+ * that and the traffic. */
+static double update_seconds(const struct plan_model *pm, const struct plan_role *r,
+                             const struct machine *m, int per_node, double mem_rate)
+{
+    const double traffic = 2.0 * (double)r->state_bytes / mem_rate;
+    const double rate = machine_update_rate(m, pm->optimizer);
+    const double work =
+        rate > 0 ? (double)r->trainable_shard / (rate * core_share(m, per_node)) : 0;
+    return work > traffic ? work : traffic;
+}
+
 double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscription)
 {
     /* 1F1B and GPipe both idle P - 1 micro batches' time per step, the
@@ -279,10 +310,10 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
      * backward) */
     const double act_bytes = (double)r->peak[LEDGER_ACTIVATIONS] / (r->slots > 0 ? r->slots : 1) *
                              (r->chunks > 1 ? r->chunks : 1); /* a micro batch's, all chunks */
-    const double micro = r->flops / flops_rate + 3.0 * act_bytes / mem_rate;
+    const double micro = r->flops / flops_rate + 3.0 * act_bytes / mem_rate +
+                         decode_seconds(r, m, per_node, mem_rate);
     out->compute = micro * l->accum;
-    /* the update reads and writes every state of the rank's range */
-    out->optimizer = 2.0 * (double)r->state_bytes / mem_rate;
+    out->optimizer = update_seconds(pm, r, m, per_node, mem_rate);
     for (int k = 0; k < PLAN_AXIS_COUNT; k++) {
         out->inter_node[k] = crosses_nodes(l, (enum plan_axis)k, per_node);
         const struct machine_link *link = out->inter_node[k] ? &m->inter_node : &m->intra_node;

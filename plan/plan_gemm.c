@@ -12,6 +12,8 @@
  * measured GEMMs on the machine, those rates replace the formula: they are
  * interpolated in the arithmetic intensity 2mkn / (esz (mk + kn + mn)),
  * which orders a CPU's products by what bounds them as it does a GPU's.
+ * The measured curve is fp32's; another precision keeps its shape at the
+ * level calibrate measured for it (matmul_flops[p] / matmul_flops[fp32]).
  */
 #include "plan.h"
 
@@ -34,7 +36,7 @@ static double whole_tiles(double d, int tile)
     return tile > 0 ? ceil(d / tile) * tile : d;
 }
 
-/* Measured rates (calibrate runs the CPU path: fp32) against log
+/* Measured fp32 rates against log
  * intensity: sorted, points of equal intensity averaged, linear between
  * neighbours, constant beyond the ends. */
 static double measured_rate(const struct machine *mach, double x)
@@ -70,7 +72,8 @@ double plan_gemm_rate(const struct machine *mach, enum machine_precision p, doub
 {
     const double flops = 2.0 * m * k * n, esz = element_bytes(p);
     if (mach->n_gemm > 0)
-        return measured_rate(mach, log(intensity(m, k, n, 4.0)));
+        return measured_rate(mach, log(intensity(m, k, n, 4.0))) * mach->matmul_flops[p] /
+               mach->matmul_flops[MACHINE_FP32];
     const double tiles =
         2.0 * whole_tiles(m, mach->gemm_tile) * k * whole_tiles(n, mach->gemm_tile);
     const double compute = tiles / mach->matmul_flops[p];

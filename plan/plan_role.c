@@ -2,10 +2,12 @@
  * ledger with training's own code (see plan.h). */
 #include "plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../worker/model_family.h"
+#include "../worker/optimizer.h"
 #include "../worker/tensor_parallel.h"
 #include "../coordinator/pipeline.h"
 #include "../coordinator/session.h"
@@ -72,16 +74,49 @@ zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
     out->prefetch_depth = c->zero.stage3_prefetch_depth;
     out->shard_group_size = c->zero.shard_group_size;
     out->hpz_partition_size = c->zero.hpz_partition_size;
+    const struct optimizer_ops *o = optimizer_find(c->optimizer.type);
+    snprintf(out->optimizer, sizeof out->optimizer, "%s", o ? o->name : c->optimizer.type);
     weights_of(&t, out);
     param_table_free(&t);
     return ZT_OK;
 }
 
-/* Matmul FLOPs of one micro batch on a rank of stage st: its blocks' share
- * of the model's (the head's 6 V C per token taken out and given to the
- * last stage, whose head computes the padded vocabulary's), a recomputed
- * forward (a third of a block's) under checkpointing, all over the
- * tensor-parallel ranks. */
+/* A model's linear weights per token, as 2 x parameters FLOPs per
+ * product: the blocks' (all, and the frozen ones, whose weight gradient is
+ * never formed), their LoRA adapters', and the head's. */
+struct linear_params {
+    double block, block_frozen, block_adapters, head_adapters;
+    int head_trainable;
+};
+
+static struct linear_params linear_params_of(const struct param_table *whole)
+{
+    const int L = param_table_blocks(whole);
+    struct linear_params p = {.head_trainable = whole->tensors[0].trainable};
+    for (int k = 0; k < whole->n_tensors; k++) {
+        const struct param_tensor *w = &whole->tensors[k];
+        const double n = (double)w->rows * w->cols;
+        if (w->linear == PARAM_LINEAR_HEAD)
+            p.head_trainable = w->trainable;
+        if (w->linear == PARAM_LINEAR && w->unit >= 1 && w->unit <= L) {
+            p.block += n;
+            p.block_frozen += w->trainable ? 0.0 : n;
+        }
+        if (w->adapts >= 0) {
+            const int head = whole->tensors[w->adapts].linear == PARAM_LINEAR_HEAD;
+            *(head ? &p.head_adapters : &p.block_adapters) += n;
+        }
+    }
+    return p;
+}
+
+/* Matmul FLOPs of one micro batch on a rank of stage st. A weight of n
+ * parameters costs 2n a token in each of its forward, input gradient and
+ * weight gradient (none when frozen: a LoRA base), and 2n again for a
+ * recomputed forward under checkpointing; attention's products (the rest
+ * of the family's count) a third more when recomputed. The head's 6 V C
+ * (4 V C frozen) per token goes to the last stage, at the padded
+ * vocabulary. All over the tensor-parallel ranks. */
 static double stage_flops(const struct zt_config *c, const struct param_table *t,
                           const struct model_stage *st)
 {
@@ -89,12 +124,18 @@ static double stage_flops(const struct zt_config *c, const struct param_table *t
     int vocab, embd;
     embedding_shape(whole, &vocab, &embd);
     const int L = param_table_blocks(whole);
-    const double head = 6.0 * param_table_vocab_padded(t) * embd;
+    const struct linear_params p = linear_params_of(whole);
+    const double rc = c->activation_checkpointing.enabled ? 1.0 : 0.0;
+    const double family = whole->family->flops_per_token(whole, c->data.seq_len);
+    const double attention = (family - 6.0 * vocab * embd - 6.0 * p.block) / L;
     const double block =
-        (whole->family->flops_per_token(whole, c->data.seq_len) - 6.0 * vocab * embd) / L;
-    const double recompute = c->activation_checkpointing.enabled ? 1.0 / 3.0 : 0.0;
-    const double per_token =
-        model_stage_blocks(st) * block * (1.0 + recompute) + (st->last ? head : 0.0);
+        attention * (1.0 + rc / 3.0) + (2.0 * (p.block + p.block_adapters) * (2.0 + rc) +
+                                        2.0 * (p.block - p.block_frozen + p.block_adapters)) /
+                                           L;
+    const double head =
+        (double)param_table_vocab_padded(t) * embd * (p.head_trainable ? 6.0 : 4.0) +
+        6.0 * p.head_adapters;
+    const double per_token = model_stage_blocks(st) * block + (st->last ? head : 0.0);
     const double tokens = (double)c->train_micro_batch_size_per_gpu * c->data.seq_len;
     return per_token * tokens / param_table_tp_size(t) / (t->cp_size > 1 ? t->cp_size : 1);
 }
@@ -102,9 +143,11 @@ static double stage_flops(const struct zt_config *c, const struct param_table *t
 /* Bytes of the full units one micro batch's passes acquire, in order
  * (what stage 3 gathers: a unit used twice, as a tied embedding is, twice),
  * into bytes[0] (the forward's) and bytes[1] (the backward's); bytes[2]:
- * the forward's distinct units (what hpZ gathers from the shard group). */
-static void pass_unit_bytes(const struct shard_engine *e, size_t bytes[3])
+ * the forward's distinct units (what hpZ gathers from the shard group);
+ * *decoded: the elements of the 4-bit units among them. */
+static void pass_unit_bytes(const struct shard_engine *e, size_t bytes[3], size_t *decoded)
 {
+    *decoded = 0;
     int order[MODEL_MAX_UNITS + 4];
     char seen[MODEL_MAX_UNITS + 4] = {0};
     const enum model_pass passes[] = {MODEL_PASS_FORWARD, MODEL_PASS_BACKWARD};
@@ -117,6 +160,7 @@ static void pass_unit_bytes(const struct shard_engine *e, size_t bytes[3])
             const struct shard_unit *su = &e->part.units[order[i]];
             const size_t b = su->packed ? su->image_padded : su->padded * e->esz;
             bytes[p] += b;
+            *decoded += su->packed ? su->numel : 0;
             if (p == 0 && !seen[order[i]]++)
                 bytes[2] += b;
         }
@@ -126,7 +170,7 @@ static void pass_unit_bytes(const struct shard_engine *e, size_t bytes[3])
 static void read_engine(const struct shard_engine *e, struct plan_role *out)
 {
     size_t pass[3];
-    pass_unit_bytes(e, pass);
+    pass_unit_bytes(e, pass, &out->decoded_elems);
     out->pass_bytes = pass[0] + pass[1];
     out->pass_bytes_forward = pass[0];
     out->pass_bytes_distinct = pass[2];

@@ -16,6 +16,7 @@
 
 #include "config/machine.h"
 #include "plan/calibrate.h"
+#include "worker/optimizer.h"
 #include "testutil.h"
 
 #define MPIRUN "mpirun --oversubscribe -np"
@@ -86,8 +87,9 @@ START_TEST(fit_forces_both_positive)
 END_TEST
 
 /* A quick calibration at 2 ranks writes a machine file machine_load reads:
- * one device per node with the node's online cores, every rate positive, the 16-bit rates fp32's,
- * one link for both classes, the node's memory, the tables in the comment. */
+ * one device per node with the node's online cores, every rate positive (the 16-bit types'
+ * measured apart), the fp32 products alone in gemm_measured, one link for both classes, the
+ * node's memory, the tables in the comment. */
 START_TEST(quick_calibration_writes_a_machine_file)
 {
     const char *dir = testutil_tmpdir("calibrate-ok");
@@ -107,13 +109,14 @@ START_TEST(quick_calibration_writes_a_machine_file)
     ck_assert_int_eq(m.cores, (int)sysconf(_SC_NPROCESSORS_ONLN));
     ck_assert_uint_eq(m.device_memory,
                       (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE));
-    const double rates[] = {m.matmul_flops[MACHINE_FP32], m.memory_bandwidth,
+    const double rates[] = {m.matmul_flops[MACHINE_FP32], m.matmul_flops[MACHINE_BF16],
+                            m.matmul_flops[MACHINE_FP16], m.memory_bandwidth,
                             m.intra_node.bandwidth,       m.intra_node.latency,
                             m.inter_node.bandwidth,       m.inter_node.latency};
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
         ck_assert_msg(rates[i] > 0 && isfinite(rates[i]), "number %zu is %g", i, rates[i]);
-    ck_assert(m.matmul_flops[MACHINE_BF16] == m.matmul_flops[MACHINE_FP32]);
-    ck_assert(m.matmul_flops[MACHINE_FP16] == m.matmul_flops[MACHINE_FP32]);
+    /* --quick: rows 256, C 128 and 768, OC 1, 3 and 4 times C */
+    ck_assert_int_eq(m.n_gemm, 6);
     ck_assert(m.inter_node.bandwidth == m.intra_node.bandwidth);
     ck_assert(m.inter_node.latency == m.intra_node.latency);
 
@@ -121,17 +124,34 @@ START_TEST(quick_calibration_writes_a_machine_file)
     const char *const lines[] = {"# Measured by zerotrain calibrate on host ",
                                  testutil_fmt("#   zerotrain calibrate --quick --out %s\n", out),
                                  "with 2 ranks",
-                                 "#  rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd GFLOP/s\n",
-                                 "#   256   768  3072 ",
+                                 "# type  rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd "
+                                 "GFLOP/s\n",
+                                 "# fp32   256   768  3072 ",
                                  "# memory: triad",
                                  "# cores: the node's online cores",
                                  "allreduce(us)",
                                  "#    4194304 ",
                                  "# links: least-squares fit",
-                                 "so fp32, bf16 and fp16 are the same number",
+                                 "scaled for a\n# 16-bit type by its matmul_flops over fp32's",
                                  "intra_node and inter_node are both this fit"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         ck_assert_msg(strstr(file, lines[i]) != NULL, "no '%s' in\n%s", lines[i], file);
+    /* a 16-bit type has rows of its own where the CPU computes it, else fp32's rate */
+    const char *const types[] = {"bf16", "fp16"};
+    for (int p = MACHINE_BF16; p <= MACHINE_FP16; p++) {
+        const int rows = strstr(file, testutil_fmt("# %s   256   768  3072 ", types[p - 1])) != 0;
+        ck_assert_msg(rows || m.matmul_flops[p] == m.matmul_flops[MACHINE_FP32],
+                      "%s: no rows, and %g FLOP/s against fp32's %g", types[p - 1],
+                      m.matmul_flops[p], m.matmul_flops[MACHINE_FP32]);
+    }
+    /* every optimizer's update and the 4-bit decode, on one core */
+    int optimizers = 0;
+    while (optimizer_at(optimizers))
+        optimizers++;
+    ck_assert_int_eq(m.n_updates, optimizers);
+    ck_assert_double_gt(machine_update_rate(&m, "AdamW8bit"), 0);
+    ck_assert_double_gt(m.dequantize_4bit, 0);
+    ck_assert_msg(strstr(file, "#   AdamW8bit ") && strstr(file, "#   nf4 decode "), "%s", file);
     /* written whole: no temporary file is left beside it */
     ck_assert_int_eq(testutil_run(log, "ls %s", dir), 0);
     ck_assert_str_eq(testutil_slurp(log), "log\nm.yaml\n");

@@ -606,6 +606,57 @@ START_TEST(test_gemm_keys_are_optional)
 }
 END_TEST
 
+/* update_rates and dequantize_4bit are optional: absent, none (and
+ * nothing written); stated, they read, round-trip and are found by name
+ * whatever its case; a bad entry is named with its line. */
+START_TEST(test_element_rates_are_optional)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("machine-rates"));
+    const char *path = testutil_path_in(dir, "m.yaml");
+    struct machine m, back;
+    write_text(path, good_text);
+    load_ok(path, &m);
+    ck_assert_int_eq(m.n_updates, 0);
+    ck_assert_double_eq(m.dequantize_4bit, 0.0);
+    ck_assert_double_eq(machine_update_rate(&m, "AdamW"), 0.0);
+    round_trip(&m, NULL, dir, &back);
+    const char *text = testutil_slurp(testutil_path_in(dir, "written.yaml"));
+    ck_assert_ptr_null(strstr(text, "update_rates"));
+    ck_assert_ptr_null(strstr(text, "dequantize"));
+
+    write_text(path, edited("links:", "  update_rates:\n    AdamW: 1.2e9\n    AdamW8bit: 9.5e7\n"
+                                      "  dequantize_4bit: 2.5e9\nlinks:"));
+    load_ok(path, &m);
+    ck_assert_int_eq(m.n_updates, 2);
+    ck_assert_double_eq(machine_update_rate(&m, "adamw8bit"), 9.5e7);
+    ck_assert_double_eq(machine_update_rate(&m, "AdamW"), 1.2e9);
+    ck_assert_double_eq(machine_update_rate(&m, "Lion"), 0.0);
+    ck_assert_double_eq(m.dequantize_4bit, 2.5e9);
+    round_trip(&m, NULL, dir, &back);
+    text = testutil_slurp(testutil_path_in(dir, "written.yaml"));
+    ck_assert_msg(strstr(text, "  update_rates: # parameter elements/s of each optimizer's "
+                               "update\n    AdamW: 1.2e+09\n    AdamW8bit: 9.5e+07\n"
+                               "  dequantize_4bit: 2.5e+09 # 4-bit weights dequantised per s\n"),
+                  "%s", text);
+
+    static const char expected[] = "expected a mapping of at most 8 optimizer names (1 to 23 "
+                                   "characters) to positive numbers";
+    write_text(path, edited("links:", "  update_rates:\n    AdamW: fast\nlinks:"));
+    load_fails(path,
+               with_file(testutil_fmt("FILE:12:12: compute.update_rates: %s, got 'fast'", expected),
+                         path));
+    write_text(path, edited("links:", "  update_rates: [1, 2]\nlinks:"));
+    load_fails(path,
+               with_file(testutil_fmt("FILE:11:17: compute.update_rates: %s, got a list", expected),
+                         path));
+    write_text(path, edited("links:", "  dequantize_4bit: -1\nlinks:"));
+    load_fails(path, with_file("FILE:11:20: compute.dequantize_4bit: expected a positive number, "
+                               "got '-1'",
+                               path));
+}
+END_TEST
+
 START_TEST(test_write_error)
 {
     FILE *f = fopen("/dev/full", "w");
@@ -643,6 +694,7 @@ static Suite *machine_suite(void)
     tcase_add_test(write, test_cores_is_optional);
     tcase_add_test(write, test_peaks_are_optional);
     tcase_add_test(write, test_gemm_keys_are_optional);
+    tcase_add_test(write, test_element_rates_are_optional);
     tcase_add_test(write, test_write_error);
     return s;
 }

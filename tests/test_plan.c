@@ -474,6 +474,100 @@ START_TEST(cost_of_a_data_parallel_step)
 }
 END_TEST
 
+/* Work at a CPU core's own pace: an optimizer the machine states a rate
+ * for is planned at it when that is slower than its traffic, one rank's
+ * core shared when the node's ranks outnumber its cores; a micro batch's
+ * 4-bit decodes at the stated rate, or as traffic without one. */
+START_TEST(element_rates_on_a_core)
+{
+    struct machine m = {.device_memory = 1ull << 30,
+                        .devices_per_node = 1,
+                        .cores = 2,
+                        .matmul_flops = {1e12, 1e12, 1e12},
+                        .memory_bandwidth = 1e11,
+                        .intra_node = {1e10, 1e-5},
+                        .inter_node = {1e10, 1e-5},
+                        .n_updates = 1,
+                        .updates = {{"AdamW8bit", 1e6}},
+                        .dequantize_4bit = 1e9};
+    struct plan_model pm = {.layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
+    strcpy(pm.optimizer, "AdamW8bit");
+    const struct plan_role r = {.first = 1,
+                                .last = 1,
+                                .blocks = 1,
+                                .slots = 1,
+                                .esz = 2,
+                                .grad_esz = 2,
+                                .act_esz = 2,
+                                .trainable_padded = 1000,
+                                .trainable_shard = 1000,
+                                .padded = 1000,
+                                .state_bytes = 6000,
+                                .flops = 1e9,
+                                .decoded_elems = 1000000};
+    const struct plan_layout l = {
+        .tp = 1, .pp = 1, .dp = 2, .zero_stage = 0, .micro_batch = 1, .accum = 1};
+    struct plan_time t;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_BF16, &t); /* two ranks, two cores */
+    ck_assert_double_eq_tol(t.optimizer, 1000 / 1e6, 1e-15);
+    const double matmul = 1e9 / (1e12 / 2); /* the device's rate over its 2 ranks */
+    ck_assert_double_eq_tol(t.compute, matmul + 1e6 / 1e9, 1e-15);
+    plan_cost(&pm, &l, &r, &m, 4, MACHINE_BF16, &t); /* four ranks on two cores */
+    ck_assert_double_eq_tol(t.optimizer, 2 * 1000 / 1e6, 1e-15);
+    /* another optimizer, no decode rate: the traffic */
+    strcpy(pm.optimizer, "AdamW");
+    m.dequantize_4bit = 0;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_BF16, &t);
+    ck_assert_double_eq_tol(t.optimizer, 2.0 * 6000 / (1e11 / 2), 1e-15);
+    ck_assert_double_eq_tol(t.compute, matmul + 1e6 * (0.5 + 2) / (1e11 / 2), 1e-15);
+}
+END_TEST
+
+/* A LoRA run never forms its frozen base's weight gradients: the planned
+ * FLOPs of a micro batch drop by 2 x the block's linear weights and 2 V C
+ * (a frozen head) a token, and the adapters' 6 x their parameters come in;
+ * 4-bit base weights are decoded at each acquire, forward and backward. */
+START_TEST(lora_plans_no_frozen_weight_gradients)
+{
+    const int L = 2, C = 64, V = 256, T = 32, R = 4;
+    const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
+                        "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
+    const struct plan_layout l = {
+        .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 1};
+    double flops[2];
+    for (int lora = 0; lora < 2; lora++) {
+        struct zt_config cfg;
+        load_config(
+            testutil_fmt("%s%s", model,
+                         lora ? "lora: {enabled: true, r: 4, target_modules: c_attn}\n" : ""),
+            &cfg);
+        struct plan_role r;
+        ck_assert_int_eq(plan_role(&cfg, &l, 0, &r), ZT_OK);
+        flops[lora] = r.flops;
+        ck_assert_uint_eq(r.decoded_elems, 0);
+        config_free(&cfg);
+    }
+    const double block_linear = 12.0 * C * C, adapters = 4.0 * R * C; /* r x C and 3C x r */
+    const double want = T * (L * (2.0 * block_linear - 6.0 * adapters) + 2.0 * V * C);
+    ck_assert_msg(fabs((flops[0] - flops[1]) / want - 1.0) < 1e-12,
+                  "full %g, LoRA %g FLOPs: %g apart, want %g", flops[0], flops[1],
+                  flops[0] - flops[1], want);
+
+    struct zt_config cfg;
+    load_config("model: {family: llama, vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
+                "n_embd: 64, intermediate_size: 128}\ndata: {train: /dev/null, seq_len: 32}\n"
+                "bf16: {enabled: true}\nlora: {enabled: true, r: 4, target_modules: all-linear}\n"
+                "quantization: {load_in_4bit: true}\n",
+                &cfg);
+    struct plan_role r;
+    ck_assert_int_eq(plan_role(&cfg, &l, 0, &r), ZT_OK);
+    /* each block unit, its 4-bit linear weights and its two norms, once a pass */
+    const size_t block = 4 * 64 * 64 + 3 * 64 * 128 + 2 * 64;
+    ck_assert_uint_eq(r.decoded_elems, 2 * (size_t)L * block);
+    config_free(&cfg);
+}
+END_TEST
+
 /* The pipeline bubble: (P-1)/m of the busy time when every rank has its
  * cores, (P-1)/(v m) with v interleaved chunks, shrunk where the node's
  * ranks oversubscribe them (plan.h). */
@@ -793,6 +887,8 @@ int main(void)
     tcase_add_test(tc, activations_grow_linearly_in_seq);
     tcase_add_test(tc, korthikanti_bf16_activations);
     tcase_add_test(tc, cost_of_a_data_parallel_step);
+    tcase_add_test(tc, element_rates_on_a_core);
+    tcase_add_test(tc, lora_plans_no_frozen_weight_gradients);
     tcase_add_test(tc, mfu_is_against_the_datasheet_peak);
     tcase_add_test(tc, bubble_shrinks_on_oversubscribed_cores);
     tcase_add_test(tc, gpt3_plans_tensor_parallel_layouts);

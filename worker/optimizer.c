@@ -202,6 +202,11 @@ const struct optimizer_ops *optimizer_find(const char *name)
     return NULL;
 }
 
+const struct optimizer_ops *optimizer_at(int i)
+{
+    return i >= 0 && (size_t)i < N_OPTIMIZERS ? &optimizers[i] : NULL;
+}
+
 void optimizer_list_names(char *buf, size_t n)
 {
     size_t at = 0;

@@ -189,6 +189,9 @@ void optimizer_describe(const struct optimizer_ops *o, const struct optimizer_hp
  * (DeepSpeed's rule), or NULL. */
 const struct optimizer_ops *optimizer_find(const char *name);
 
+/* Entry i of the table (0, 1, ...), or NULL past its end. */
+const struct optimizer_ops *optimizer_at(int i);
+
 /* The known optimizers' names and aliases, comma-separated ("AdamW, Adam"), into buf[n]
  * (truncated to fit), for messages. */
 void optimizer_list_names(char *buf, size_t n);

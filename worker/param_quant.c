@@ -125,24 +125,22 @@ static void round_through(enum zt_dtype compute, float *y, size_t n)
             y[i] = zt_f16_to_f32(zt_f32_to_f16(y[i]));
 }
 
-/* A 4-bit tensor's values dequantised into y[numel] of type `to`, rounded
- * through the compute dtype first; a chunk at a time through fp32 when
- * `to` is 16-bit. */
-static void decode_q4(const struct param_table *t, const void *region, size_t numel,
-                      enum zt_dtype to, void *y)
+/* A chunk at a time through fp32 when `to` is 16-bit. */
+void param_quant_decode_region(const struct param_quant *q, const void *region, size_t numel,
+                               enum zt_dtype to, void *y)
 {
     enum { CHUNK = 2048 };
-    const enum quant4_type type = (enum quant4_type)t->quant.type;
+    const enum quant4_type type = (enum quant4_type)q->type;
     if (to == ZT_F32) {
-        quant4_dequantize_region(type, t->quant.double_quant, region, numel, 0, numel, y);
-        round_through(t->quant.compute, y, numel);
+        quant4_dequantize_region(type, q->double_quant, region, numel, 0, numel, y);
+        round_through(q->compute, y, numel);
         return;
     }
     float chunk[CHUNK];
     for (size_t lo = 0; lo < numel; lo += CHUNK) {
         const size_t hi = lo + CHUNK < numel ? lo + CHUNK : numel;
-        quant4_dequantize_region(type, t->quant.double_quant, region, numel, lo, hi, chunk);
-        round_through(t->quant.compute, chunk, hi - lo);
+        quant4_dequantize_region(type, q->double_quant, region, numel, lo, hi, chunk);
+        round_through(q->compute, chunk, hi - lo);
         precision_from_f32(to, chunk, (char *)y + lo * zt_dtype_size(to), hi - lo);
     }
 }
@@ -159,7 +157,7 @@ void param_quant_decode(const struct param_table *t, int u, enum zt_dtype workin
             continue;
         char *y = (char *)dst + (p->offset - base) * esz;
         if (p->storage == PARAM_STORAGE_Q4)
-            decode_q4(t, at, p->numel, to, y);
+            param_quant_decode_region(&t->quant, at, p->numel, to, y);
         else if (to == ZT_F32)
             precision_to_f32(working, at, (float *)y, p->numel);
         else

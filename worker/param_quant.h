@@ -85,6 +85,13 @@ zt_status param_quant_encode_tensor(const struct param_table *t, int k, enum zt_
 void param_quant_decode(const struct param_table *t, int u, enum zt_dtype working,
                         const void *image, enum zt_dtype to, void *dst);
 
+/* A 4-bit tensor's values, its region (quant4.h) of numel elements,
+ * dequantised into y[numel] of type `to` (fp32 or the compute dtype q
+ * names), rounded through q's compute dtype: what param_quant_decode does
+ * for each 4-bit tensor of a unit at every use. */
+void param_quant_decode_region(const struct param_quant *q, const void *region, size_t numel,
+                               enum zt_dtype to, void *y);
+
 /* Replaces each 4-bit tensor's values in params[t->n_params] (fp32, host,
  * the flat order) by what its storage gives back: quantised and
  * dequantised, rounded through the compute dtype. The model a 4-bit run
