@@ -706,21 +706,22 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     size_t host_now = 0, host_peak = 0;
     ZT_TRY(device_memory_info(&s->compute.dev, &dm));
     shard_engine_host_bytes(&s->engine, &host_now, &host_peak);
-    const struct memory_rank_row place = {.tp = s->coords.tp,
-                                          .pp = s->coords.pp,
-                                          .dp = s->coords.dp,
-                                          .expected_model_states = r.expected_model_states,
-                                          .device_reserved = dm.reserved,
-                                          .device_used_peak = dm.peak,
-                                          .device_largest_free = dm.largest_free,
-                                          .driver_free = dm.driver_free,
-                                          .driver_total = dm.driver_total,
-                                          .offload_host_peak = host_peak,
-                                          .nvme_file_bytes = shard_engine_nvme_bytes(&s->engine),
-                                          .rss = {s->rss_start.baseline, s->rss_start.runtime,
-                                                  rss_counted(s->ledger.peak, s->ledger.total_peak,
-                                                              s->compute.host_memory, host_peak),
-                                                  data_bytes(s, o->dry_run)}};
+    const struct memory_rank_row place = {
+        .tp = s->coords.tp,
+        .pp = s->coords.pp,
+        .dp = s->coords.dp,
+        .expected_model_states = r.expected_model_states,
+        .device_reserved = dm.reserved,
+        .device_used_peak = dm.peak,
+        .device_largest_free = dm.largest_free,
+        .driver_free = dm.driver_free,
+        .driver_total = dm.driver_total,
+        .offload_host_peak = host_peak,
+        .nvme_file_bytes = shard_engine_nvme_bytes(&s->engine),
+        .rss = {s->rss_start.baseline, s->rss_start.runtime,
+                rss_counted(s->ledger.peak, s->ledger.total_peak, s->compute.host_memory, host_peak,
+                            dm.resident_peak - dm.held_peak),
+                data_bytes(s, o->dry_run)}};
     ZT_TRY(memory_report_gather_placed(s->comm, &s->ledger, &place, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {

@@ -268,6 +268,11 @@ zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, i
     s = plan_rank(&c, l, &t, &st, &be, out);
     memcpy(out->peak, ledger.peak, sizeof out->peak);
     out->total_peak = ledger.total_peak;
+    struct device_memory_info dm;
+    if (s == ZT_OK)
+        s = device_memory_info(&be.dev, &dm);
+    if (s == ZT_OK)
+        out->cache_kept = dm.resident_peak - dm.held_peak;
     compute_backend_close(&be);
     param_table_free(&t);
     return s;

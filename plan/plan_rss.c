@@ -48,11 +48,11 @@ void plan_rss_role(const struct zt_config *c, const struct machine *m, const str
     const uint64_t data =
         train + (c->data.n_val == 0 ? (uint64_t)(c->data.val_fraction * (double)train)
                                     : rss_data_estimate(c->data.val, c->data.n_val));
-    r->rss = (struct rss_parts){
-        .baseline = st->baseline,
-        .runtime = st->runtime,
-        .counted = rss_counted(r->peak, r->total_peak, rank_on_host(c, m), host_states),
-        .data = data};
+    r->rss = (struct rss_parts){.baseline = st->baseline,
+                                .runtime = st->runtime,
+                                .counted = rss_counted(r->peak, r->total_peak, rank_on_host(c, m),
+                                                       host_states, r->cache_kept),
+                                .data = data};
 }
 
 void plan_rss_print(const struct plan_role *roles, int n, FILE *f)

@@ -35,9 +35,9 @@ void rss_parts_format(const struct rss_parts *p, char *buf, size_t n)
 }
 
 uint64_t rss_counted(const uint64_t peak[LEDGER_CATEGORY_COUNT], uint64_t total_peak,
-                     int host_memory, uint64_t offload_host_peak)
+                     int host_memory, uint64_t offload_host_peak, uint64_t kept)
 {
-    return host_memory ? total_peak : offload_host_peak + peak[LEDGER_LOAD];
+    return host_memory ? total_peak + kept : offload_host_peak + peak[LEDGER_LOAD];
 }
 
 static int capped(int n, int cap)

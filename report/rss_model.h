@@ -17,9 +17,12 @@
  *             VmRSS kept after its buffers were freed. 0 on a GPU (its
  *             libraries keep device memory).
  *   counted   the ledger's total peak where device memory is host memory
- *             (the CPU backend); on a GPU only what the ledger counts in
- *             host memory: ZeRO-Offload's host states and staging, the
- *             loader's staging (`load`).
+ *             (the CPU backend), and what its host cache keeps mapped
+ *             beyond its live buffers' peak (up to an eighth of it: the
+ *             plan and the dry run run a model of the cache,
+ *             worker/cpu/host_cache.h); on a GPU only what the ledger
+ *             counts in host memory: ZeRO-Offload's host states and
+ *             staging, the loader's staging (`load`).
  *   data      the token buffers: 4 bytes a token (int32), one more with a
  *             loss mask. A run knows them; a plan estimates them from the
  *             files (rss_data_estimate).
@@ -58,11 +61,14 @@ struct rss_start {
 /* The prediction: the sum of the parts. */
 uint64_t rss_parts_total(const struct rss_parts *p);
 
-/* The counted part of a ledger's peaks: total_peak where the device is host
- * memory, else the host-side part (offload_host_peak, the bytes
- * ZeRO-Offload keeps in host memory, plus the `load` peak). */
+/* The counted part of a ledger's peaks: where the device is host memory,
+ * total_peak and what its host cache keeps beyond its live buffers' peak
+ * (`kept`: device_memory_info's resident_peak - held_peak, which a plan's
+ * model of the cache gives too); else the host-side part
+ * (offload_host_peak, the bytes ZeRO-Offload keeps in host memory, plus
+ * the `load` peak). */
 uint64_t rss_counted(const uint64_t peak[LEDGER_CATEGORY_COUNT], uint64_t total_peak,
-                     int host_memory, uint64_t offload_host_peak);
+                     int host_memory, uint64_t offload_host_peak, uint64_t kept);
 
 /* The parts and their sum as JSON, {"baseline": b, "runtime": r,
  * "counted": c, "data": d, "total": t}, to f. */

@@ -109,6 +109,58 @@ START_TEST(the_mapped_bytes_never_exceed_the_live_peak)
 }
 END_TEST
 
+/* A model of a cache, given the same sizes, makes the same decisions: a
+ * random replay (near sizes, which a freed block a quarter larger serves,
+ * and small ones among them) through a cache and a model side by side,
+ * each free the newest live block of its size as the model takes it,
+ * leaves every count equal after every call. */
+START_TEST(a_model_makes_the_caches_decisions)
+{
+    enum { SLOTS = 24, CALLS = 3000 };
+    static const size_t sizes[] = {100 << 10, MIB, MIB + MIB / 8, 3 * MIB + 100, 7 * MIB};
+    struct host_cache *c, *m;
+    struct host_cache_stats a, b;
+    uint64_t draw = 0, order = 0;
+    void *p[SLOTS] = {0};
+    size_t n[SLOTS] = {0};
+    uint64_t born[SLOTS] = {0};
+    ck_assert_int_eq(host_cache_create(&c), ZT_OK);
+    ck_assert_int_eq(host_cache_model_create(&m), ZT_OK);
+    for (int i = 0; i < CALLS; i++) {
+        int k = (int)(rng_u64(12, draw++) % SLOTS);
+        if (p[k]) {
+            for (int j = 0; j < SLOTS; j++) /* the newest live block of that size */
+                if (p[j] && n[j] == n[k] && born[j] > born[k])
+                    k = j;
+            host_cache_free(p[k]);
+            host_cache_model_free(m, n[k]);
+            p[k] = NULL;
+        } else {
+            n[k] = sizes[rng_u64(12, draw++) % (sizeof sizes / sizeof sizes[0])];
+            p[k] = host_cache_alloc(c, n[k]);
+            ck_assert_ptr_nonnull(p[k]);
+            born[k] = ++order;
+            host_cache_model_alloc(m, n[k]);
+        }
+        host_cache_stats(c, &a);
+        host_cache_stats(m, &b);
+        ck_assert_msg(memcmp(&a, &b, sizeof a) == 0,
+                      "call %d: cache live %zu cached %zu small %zu peak %zu/%zu/%zu mapped %zu "
+                      "reused %zu unmapped %zu; model %zu %zu %zu %zu/%zu/%zu %zu %zu %zu",
+                      i, a.live, a.cached, a.small, a.peak_live, a.peak_held, a.peak_resident,
+                      a.mapped, a.reused, a.unmapped, b.live, b.cached, b.small, b.peak_live,
+                      b.peak_held, b.peak_resident, b.mapped, b.reused, b.unmapped);
+    }
+    ck_assert_uint_gt(a.reused, 0);
+    ck_assert_uint_gt(a.unmapped, 0);
+    ck_assert_uint_gt(a.peak_resident, a.peak_held); /* the cache kept some */
+    for (int k = 0; k < SLOTS; k++)
+        host_cache_free(p[k]);
+    host_cache_release(c);
+    host_cache_release(m); /* its live blocks' headers go with it */
+}
+END_TEST
+
 /* What the kernel sees: a loop of buffers whose sizes drift, as in a run
  * with many shapes, leaves the resident memory within the live peak and
  * its slack (the C library's heap kept for reuse grew it to several times
@@ -195,6 +247,7 @@ int main(void)
     tcase_add_test(tc, a_new_size_unmaps_the_oldest_freed_blocks);
     tcase_add_test(tc, the_mapped_bytes_never_exceed_the_live_peak);
     tcase_add_test(tc, resident_memory_stays_within_the_live_peak);
+    tcase_add_test(tc, a_model_makes_the_caches_decisions);
     tcase_add_test(tc, a_block_outlives_its_device);
     tcase_add_test(tc, two_threads_share_one_cache);
     return testutil_run_suite(s, 0);

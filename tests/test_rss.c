@@ -36,9 +36,10 @@ START_TEST(counted_is_the_ledgers_host_bytes)
     peak[LEDGER_PARAMS] = 1 << 20;
     peak[LEDGER_ACTIVATIONS] = 3 << 20;
     peak[LEDGER_LOAD] = 4096;
-    ck_assert_uint_eq(rss_counted(peak, 5 << 20, 1, 777), 5 << 20);
-    ck_assert_uint_eq(rss_counted(peak, 5 << 20, 0, 777), 777 + 4096);
-    ck_assert_uint_eq(rss_counted(peak, 5 << 20, 0, 0), 4096);
+    ck_assert_uint_eq(rss_counted(peak, 5 << 20, 1, 777, 0), 5 << 20);
+    ck_assert_uint_eq(rss_counted(peak, 5 << 20, 1, 777, 999), (5 << 20) + 999);
+    ck_assert_uint_eq(rss_counted(peak, 5 << 20, 0, 777, 999), 777 + 4096);
+    ck_assert_uint_eq(rss_counted(peak, 5 << 20, 0, 0, 0), 4096);
 }
 END_TEST
 

@@ -41,8 +41,9 @@ zt_status device_open(const char *name, struct ledger *ledger, struct device *ou
     const struct device_backend_ops *ops;
     ZT_TRY(find_backend(name, &ops));
     *out = (struct device){.ops = ops, .ledger = ledger};
-    if (ops->open && !ledger->plan_only) {
-        zt_status s = ops->open(out);
+    zt_status (*open)(struct device *) = ledger->plan_only ? ops->plan_open : ops->open;
+    if (open) {
+        zt_status s = open(out);
         if (s != ZT_OK) {
             memset(out, 0, sizeof *out);
             return s;
@@ -78,6 +79,8 @@ zt_status device_alloc_uninit(const struct device *d, enum ledger_category cat, 
                               const char *what, void **out)
 {
     *out = NULL;
+    if (d->ledger->plan_only && bytes > 0 && d->ops->plan_alloc)
+        d->ops->plan_alloc(d, bytes);
     if (!d->ledger->plan_only && bytes > 0) {
         zt_status s = d->ops->alloc(d, bytes, out);
         if (s != ZT_OK) {
@@ -108,5 +111,7 @@ void device_free(const struct device *d, enum ledger_category cat, size_t bytes,
 {
     if (p)
         d->ops->free(d, p);
+    else if (d->ledger->plan_only && bytes > 0 && d->ops->plan_free)
+        d->ops->plan_free(d, bytes);
     ledger_sub(d->ledger, cat, bytes);
 }

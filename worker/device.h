@@ -85,36 +85,47 @@ struct device_backend_ops {
     zt_status (*copy)(const struct device *d, void *dst, const void *src, size_t bytes);
     /* Fills *out (see device_memory_info). */
     zt_status (*memory_info)(const struct device *d, struct device_memory_info *out);
+    /* A plan-only ledger's device, where nothing is allocated: its state,
+     * and the sizes of the buffers a run would allocate and free, so that
+     * memory_info's resident_peak is a run's. All NULL: no plan state. */
+    zt_status (*plan_open)(struct device *d);
+    void (*plan_alloc)(const struct device *d, size_t bytes);
+    void (*plan_free)(const struct device *d, size_t bytes);
 };
 
 struct device {
     const struct device_backend_ops *ops;
     struct ledger *ledger; /* not owned */
-    void *state;           /* the backend's, from its open hook (NULL for a plan-only
-                            * ledger): the CPU's host cache; CUDA's pool and region */
+    void *state;           /* the backend's, from its open hook (its plan_open hook for a
+                            * plan-only ledger): the CPU's host cache (a model of one);
+                            * CUDA's pool and region (none) */
 };
 
 /* Where the device's memory stands, for the memory report. */
 struct device_memory_info {
-    size_t reserved;     /* bytes held from the driver for this device's buffers: on CUDA
-                          * the pool's region; on the CPU the ledger's total and the
-                          * freed blocks its host cache keeps */
-    size_t used;         /* bytes in live buffers: the pool's (each rounded up to 256)
-                          * on CUDA; the ledger's total on the CPU */
-    size_t peak;         /* the largest `used` since open (the ledger's total peak on the
-                          * CPU) */
-    size_t largest_free; /* the largest buffer that could still be allocated inside
-                          * `reserved`: the pool's largest free block; 0 on the CPU */
-    size_t driver_free;  /* free memory the system reports now: cudaMemGetInfo's free on
-                          * CUDA, available physical pages on the CPU */
-    size_t driver_total; /* the device's total memory: cudaMemGetInfo's total, physical
-                          * pages on the CPU */
+    size_t reserved;      /* bytes held from the driver for this device's buffers: on CUDA
+                           * the pool's region; on the CPU the ledger's total and the
+                           * freed blocks its host cache keeps */
+    size_t used;          /* bytes in live buffers: the pool's (each rounded up to 256)
+                           * on CUDA; the ledger's total on the CPU */
+    size_t peak;          /* the largest `used` since open (the ledger's total peak on the
+                           * CPU) */
+    size_t largest_free;  /* the largest buffer that could still be allocated inside
+                           * `reserved`: the pool's largest free block; 0 on the CPU */
+    size_t driver_free;   /* free memory the system reports now: cudaMemGetInfo's free on
+                           * CUDA, available physical pages on the CPU */
+    size_t driver_total;  /* the device's total memory: cudaMemGetInfo's total, physical
+                           * pages on the CPU */
+    size_t held_peak;     /* the CPU: the most bytes its live buffers held (page-rounded) */
+    size_t resident_peak; /* ... and with the freed ones its host cache kept; a plan's
+                           * both from its model of the cache. 0 on CUDA */
 };
 
 /* Opens the memory backend named "cpu" or "cuda" ("auto": cuda when usable,
- * else cpu), attaches `ledger` (borrowed) and, unless the ledger is
- * plan-only, creates the backend's state (on CUDA: reads the size setting;
- * the region comes at the first allocation).
+ * else cpu), attaches `ledger` (borrowed) and creates the backend's state
+ * (on CUDA: reads the size setting; the region comes at the first
+ * allocation), or for a plan-only ledger its plan state (the CPU's model
+ * of its host cache).
  * Training opens memory through compute_backend_open (worker/backend.h)
  * instead. The caller closes it with device_close. On failure *out is
  * zeroed. Errors: ZT_ERR_CONFIG (unknown name; a bad ZT_CUDA_RESERVE_BYTES),

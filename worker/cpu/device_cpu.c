@@ -1,8 +1,9 @@
 /* worker/cpu/device_cpu.c — host memory as the CPU backend's device memory.
  * 64-byte alignment: one cache line, and the widest vector load (AVX-512).
  * An opened device keeps freed large blocks for reuse in its host cache
- * (host_cache.h), which never maps more than the live peak: its memory
- * numbers are the ledger's. */
+ * (host_cache.h), which maps at most the live peak and an eighth; a plan's
+ * device runs a model of the cache, so that a plan knows what a run's
+ * would hold. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +17,24 @@ static zt_status cpu_open(struct device *d)
     ZT_TRY(host_cache_create(&c));
     d->state = c;
     return ZT_OK;
+}
+
+static zt_status cpu_plan_open(struct device *d)
+{
+    struct host_cache *c;
+    ZT_TRY(host_cache_model_create(&c));
+    d->state = c;
+    return ZT_OK;
+}
+
+static void cpu_plan_alloc(const struct device *d, size_t bytes)
+{
+    host_cache_model_alloc(d->state, bytes);
+}
+
+static void cpu_plan_free(const struct device *d, size_t bytes)
+{
+    host_cache_model_free(d->state, bytes);
 }
 
 static void cpu_close(struct device *d)
@@ -65,12 +84,14 @@ static size_t physical_bytes(int name)
 }
 
 /* Used is the ledger's total; reserved adds the freed blocks the host
- * cache keeps for reuse. */
+ * cache keeps for reuse; resident_peak is the cache's (or its model's). */
 static zt_status cpu_memory_info(const struct device *d, struct device_memory_info *out)
 {
     struct host_cache_stats cs = {0};
     if (d->state && d->ops->alloc == cpu_alloc) /* not a copy with another allocator */
         host_cache_stats(d->state, &cs);
+    out->held_peak = cs.peak_held;
+    out->resident_peak = cs.peak_resident;
     out->used = (size_t)d->ledger->total_current;
     out->reserved = out->used + cs.cached;
     out->peak = (size_t)d->ledger->total_peak;
@@ -92,6 +113,9 @@ static const struct device_backend_ops cpu_ops = {
     .copy_from_host = cpu_copy,
     .copy = cpu_copy,
     .memory_info = cpu_memory_info,
+    .plan_open = cpu_plan_open,
+    .plan_alloc = cpu_plan_alloc,
+    .plan_free = cpu_plan_free,
 };
 
 const struct device_backend_ops *device_cpu_backend(void)

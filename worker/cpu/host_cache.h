@@ -12,7 +12,9 @@
  * asked for again, as the next step asks, and unmaps the oldest freed
  * blocks whenever keeping them would take the mapped bytes above the live
  * peak and 1 / HOST_CACHE_SLACK of it: the resident memory stays within
- * that of the ledger's peak.
+ * the ledger's peak and that slack. How much of the slack a run uses
+ * depends on the order of its sizes: a plan, which allocates nothing,
+ * runs a model of the cache on the same sizes to know it (below).
  *
  * Blocks under HOST_CACHE_MIN_BYTES come from malloc (small, and glibc
  * reuses them well). Every block starts with a header naming its cache, so
@@ -40,9 +42,12 @@ struct host_cache_stats {
     size_t live;      /* bytes mapped for live blocks (page-rounded, header included) */
     size_t cached;    /* bytes mapped for freed blocks kept for reuse */
     size_t peak_live; /* the most `live` has been */
-    size_t reused;    /* allocations served from the cache */
-    size_t mapped;    /* allocations mapped anew */
-    size_t unmapped;  /* freed blocks unmapped: to stay within the bound, or at release */
+    size_t small;     /* bytes malloc'd for live blocks under HOST_CACHE_MIN_BYTES (headers too) */
+    size_t peak_held; /* the most small + live has been: the live buffers' */
+    size_t peak_resident; /* the most small + live + cached has been: with the kept ones */
+    size_t reused;        /* allocations served from the cache */
+    size_t mapped;        /* allocations mapped anew */
+    size_t unmapped;      /* freed blocks unmapped: to stay within the bound, or at release */
 };
 
 /* Errors: ZT_ERR_NOMEM. */
@@ -56,5 +61,15 @@ void *host_cache_alloc(struct host_cache *c, size_t bytes);
 /* A block of host_cache_alloc; accepts NULL. */
 void host_cache_free(void *p);
 void host_cache_stats(struct host_cache *c, struct host_cache_stats *out);
+
+/* A model of a cache, for a plan: nothing is mapped, and
+ * host_cache_model_alloc and host_cache_model_free make the decisions
+ * host_cache_alloc and host_cache_free would for buffers of those sizes
+ * (a free takes the newest live block of that size), so that its stats,
+ * peak_resident above all, are a run's. Released with host_cache_release.
+ * Errors: ZT_ERR_NOMEM. */
+zt_status host_cache_model_create(struct host_cache **out);
+void host_cache_model_alloc(struct host_cache *c, size_t bytes);
+void host_cache_model_free(struct host_cache *c, size_t bytes);
 
 #endif
