@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/half.h"
 #include "../worker/quant4.h"
 #include "../worker/quant_maps.h"
 #include "testutil.h"
@@ -459,6 +460,40 @@ START_TEST(test_regions_end_to_end)
 }
 END_TEST
 
+/* The bf16 decode is the fp32 decode rounded (common/half.h), bit for bit:
+ * both types, with and without double quantisation, whole and over
+ * subranges that start and end on either nibble and across blocks; a
+ * block's scale of 0 and values that round up to the next binade among
+ * them. */
+START_TEST(test_bf16_decode_is_the_fp32_decode_rounded)
+{
+    const size_t n = 64 * 300 + 37;
+    const size_t ranges[][2] = {{0, n}, {1, n}, {0, n - 1}, {63, 65}, {64, 64}, {65, 1000}, {7, 8}};
+    float *x = malloc(n * sizeof *x), *wide = malloc(n * sizeof *wide);
+    uint16_t *narrow = malloc((n + 1) * sizeof *narrow);
+    unsigned char *region = malloc(quant4_bytes(n, 1) + quant4_bytes(n, 0));
+    ck_assert(x && wide && narrow && region);
+    for (size_t i = 0; i < n; i++)
+        x[i] = i / 64 == 5 ? 0.0f : sinf(0.37f * (float)i) * (float)(1 + i % 97) * 1.0039f;
+    for (int t = QUANT4_NF4; t <= QUANT4_FP4; t++)
+        for (int dq = 0; dq <= 1; dq++) {
+            quant4_quantize_region((enum quant4_type)t, dq, x, n, region);
+            for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+                const size_t lo = ranges[r][0], hi = ranges[r][1];
+                quant4_dequantize_region((enum quant4_type)t, dq, region, n, lo, hi, wide);
+                narrow[hi - lo] = 0xBEEF;
+                quant4_dequantize_region_bf16((enum quant4_type)t, dq, region, n, lo, hi, narrow);
+                ck_assert_uint_eq(narrow[hi - lo], 0xBEEF);
+                for (size_t i = 0; i < hi - lo; i++)
+                    ck_assert_msg(narrow[i] == zt_f32_to_bf16(wide[i]),
+                                  "type %d dq %d [%zu, %zu) element %zu: %04x, fp32 %a", t, dq, lo,
+                                  hi, lo + i, narrow[i], (double)wide[i]);
+            }
+        }
+    free(x), free(wide), free(narrow), free(region);
+}
+END_TEST
+
 /* The 8-bit map search AdamW8bit and double quantisation share: every
  * code finds itself, midpoints of neighbours go to one of them, NaN to 0. */
 START_TEST(test_dynamic_map_encode)
@@ -541,6 +576,7 @@ static Suite *quant4_suite(void)
     tcase_add_test(tc, test_region_layout);
     tcase_add_test(tc, test_bytes_per_parameter);
     tcase_add_test(tc, test_regions_end_to_end);
+    tcase_add_test(tc, test_bf16_decode_is_the_fp32_decode_rounded);
     tcase_add_test(tc, test_dynamic_map_encode);
     tcase_add_test(tc, test_dynamic_map_index);
     return s;

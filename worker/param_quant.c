@@ -125,12 +125,17 @@ static void round_through(enum zt_dtype compute, float *y, size_t n)
             y[i] = zt_f16_to_f32(zt_f32_to_f16(y[i]));
 }
 
-/* A chunk at a time through fp32 when `to` is 16-bit. */
+/* bf16 into bf16 at once; else a chunk at a time through fp32 when `to` is
+ * 16-bit. */
 void param_quant_decode_region(const struct param_quant *q, const void *region, size_t numel,
                                enum zt_dtype to, void *y)
 {
     enum { CHUNK = 2048 };
     const enum quant4_type type = (enum quant4_type)q->type;
+    if (to == ZT_BF16 && q->compute == ZT_BF16) { /* rounded once: the same bits */
+        quant4_dequantize_region_bf16(type, q->double_quant, region, numel, 0, numel, y);
+        return;
+    }
     if (to == ZT_F32) {
         quant4_dequantize_region(type, q->double_quant, region, numel, 0, numel, y);
         round_through(q->compute, y, numel);

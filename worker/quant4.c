@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../common/half.h"
 #include "../common/status.h"
 #include "quant_maps.h"
 
@@ -275,11 +276,10 @@ void quant4_quantize_region(enum quant4_type t, int double_quant, const float *x
         quant4_quantize(t, x, n, r, (float *)(r + l.absmax));
 }
 
-void quant4_dequantize_region(enum quant4_type t, int double_quant, const void *region, size_t n,
-                              size_t lo, size_t hi, float *out)
+/* The block scales of an n-element region. */
+static struct quant4_scales region_scales(int double_quant, const void *region, size_t n)
 {
     ZT_ASSERT((uintptr_t)region % sizeof(float) == 0);
-    ZT_ASSERT(hi <= n);
     const struct quant4_layout l = quant4_layout(n, double_quant);
     const unsigned char *r = region;
     struct quant4_scales s = {0};
@@ -290,5 +290,44 @@ void quant4_dequantize_region(enum quant4_type t, int double_quant, const void *
     } else {
         s.absmax = (const float *)(r + l.absmax);
     }
-    quant4_dequantize(t, r, &s, lo, hi, out);
+    return s;
+}
+
+void quant4_dequantize_region(enum quant4_type t, int double_quant, const void *region, size_t n,
+                              size_t lo, size_t hi, float *out)
+{
+    ZT_ASSERT(hi <= n);
+    const struct quant4_scales s = region_scales(double_quant, region, n);
+    quant4_dequantize(t, region, &s, lo, hi, out);
+}
+
+void quant4_dequantize_region_bf16(enum quant4_type t, int double_quant, const void *region,
+                                   size_t n, size_t lo, size_t hi, uint16_t *out)
+{
+    ZT_ASSERT(lo <= hi && hi <= n);
+    const struct quant4_scales s = region_scales(double_quant, region, n);
+    const unsigned char *codes = region;
+    const float *book = quant4_codebook(t);
+    size_t i = lo;
+    while (i < hi) {
+        const size_t block = i / QUANT4_BLOCK;
+        const size_t end = min_size((block + 1) * QUANT4_BLOCK, hi);
+        const float a = quant4_scale(&s, block);
+        uint16_t value[16]; /* the block's 16 values, rounded once */
+        for (int c = 0; c < 16; c++)
+            value[c] = zt_f32_to_bf16(book[c] * a);
+        if (i % 2) { /* a low nibble first */
+            out[i - lo] = value[codes[i / 2] & 0xF];
+            i++;
+        }
+        for (; i + 1 < end; i += 2) {
+            const unsigned char byte = codes[i / 2];
+            out[i - lo] = value[byte >> 4];
+            out[i + 1 - lo] = value[byte & 0xF];
+        }
+        if (i < end) { /* a high nibble last */
+            out[i - lo] = value[codes[i / 2] >> 4];
+            i++;
+        }
+    }
 }
