@@ -2,7 +2,8 @@
  * small.yaml's linear-layer shapes on one thread: OpenBLAS (with whatever
  * kernel its own CPU detection, or OPENBLAS_CORETYPE, gives), oneDNN fp32
  * and oneDNN bf16 (bf16 operands, fp32 accumulation and output), all
- * through worker/cpu/gemm.h as the ops call it. For each shape the three
+ * through worker/cpu/gemm.h as the ops call it; Llama-2-7B's widths and
+ * LoRA's thin products (r 16) beside them. For each shape the three
  * products of a linear layer (forward, dinp, dweight) are timed, the paths
  * in turn within each repetition so that drift hits them alike; medians.
  * usage: gemm_bench [REPS]   (default 7) */
@@ -27,7 +28,9 @@ static const struct shape SHAPES[] = {
     {"gpt2 fc", 512, 768, 3072},       {"gpt2 fcproj", 512, 3072, 768},
     {"gpt2 head", 512, 768, 50257},    {"gpt2 qkv T1024", 2048, 768, 2304},
     {"small qkv", 1024, 256, 768},     {"small fc", 1024, 256, 1024},
-    {"small fcproj", 1024, 1024, 256},
+    {"small fcproj", 1024, 1024, 256}, {"llama7b q", 512, 4096, 4096},
+    {"llama7b up", 512, 4096, 11008},  {"llama7b down", 512, 11008, 4096},
+    {"lora A r16", 512, 4096, 16},     {"lora B r16", 512, 16, 4096},
 };
 #define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
 
