@@ -114,19 +114,6 @@ struct calibration {
     struct machine m;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n) (sorted in place). */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* x to 4 significant digits: what a measurement holds, and a short number
  * in the file. */
 static double round4(double x)
@@ -363,7 +350,7 @@ static zt_status time_gemm(struct calibration *cal, float *const buf[6], struct 
         }
     }
     const double flops = 2.0 * g->rows * g->C * g->OC;
-    const double tf = median(fwd, reps), tb = median(bwd, reps);
+    const double tf = calibrate_median(fwd, reps), tb = calibrate_median(bwd, reps);
     g->fwd = flops / tf;
     g->bwd = 2.0 * flops / tb;
     g->both = 3.0 * flops / (tf + tb);
@@ -425,7 +412,7 @@ static double gemm_rate(const struct calibration *cal, enum zt_dtype t)
     if (n == 0 && t != ZT_F32)
         return gemm_rate(cal, ZT_F32);
     ZT_ASSERT(n > 0);
-    return median(v, n);
+    return calibrate_median(v, n);
 }
 
 /* ---- memory bandwidth ---- */
@@ -474,7 +461,7 @@ static zt_status measure_triad(struct calibration *cal)
     if (st == ZT_OK) {
         volatile float sink = v[0][n / 2]; /* the stores are used */
         (void)sink;
-        cal->triad_rate = 3.0 * sizeof(float) * (double)n / median(t, reps);
+        cal->triad_rate = 3.0 * sizeof(float) * (double)n / calibrate_median(t, reps);
     }
     for (int k = 0; k < 3; k++)
         free_floats(cal, n, v[k]);
@@ -663,7 +650,7 @@ static zt_status time_collective(struct calibration *cal, int kind, float *big, 
         if (i >= warm)
             t[i - warm] = dt;
     }
-    *sec = median(t, iters);
+    *sec = calibrate_median(t, iters);
     return ZT_OK;
 }
 

@@ -32,7 +32,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n)
+double calibrate_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -155,7 +155,7 @@ static zt_status time_update(const struct ops_backend *ops, const struct optimiz
     }
     free_buffers(&b);
     if (st == ZT_OK)
-        *rate = (double)n / median(t, reps);
+        *rate = (double)n / calibrate_median(t, reps);
     return st;
 }
 
@@ -181,7 +181,7 @@ static zt_status time_dequantize(size_t n, int reps, double *rate)
             if (r > 0)
                 t[r - 1] = zt_now_seconds() - t0;
         }
-        *rate = (double)n / median(t, reps);
+        *rate = (double)n / calibrate_median(t, reps);
     }
     free(x);
     free(region);

@@ -28,6 +28,10 @@ struct ops_backend;
 zt_status calibrate_rates(const struct ops_backend *ops, size_t n, int reps, struct machine *m,
                           FILE *report);
 
+/* The median of v[0..n), n >= 1 (v sorted in place): every timing of
+ * calibrate's is the median of its repetitions. */
+double calibrate_median(double *v, int n);
+
 /* The table calibrate_rates printed, from m, for the machine file's
  * comment. */
 void calibrate_rates_put(FILE *f, const struct machine *m, size_t n, int reps);
