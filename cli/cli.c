@@ -17,7 +17,8 @@
  *   zerotrain plan CONFIG --gpus N [--gpus-per-node G] [--gpu-memory SIZE]
  *                  [--machine NAME|FILE] [--global-batch B] [--top K] [--all]
  *                  [--json FILE] [--set key.path=value]...
- *   zerotrain calibrate --out FILE [--name NAME] [--device-memory SIZE] [--quick]
+ *   zerotrain calibrate --out FILE [--name NAME] [--device-memory SIZE] [--nvme-path DIR]
+ *                       [--quick]
  *   zerotrain plot RUN_DIR... [--out DIR] [--rank R]
  *   zerotrain version | help [COMMAND] | help --reference config|cli
  */
@@ -177,7 +178,7 @@ static const char plan_help[] =
 
 static const char calibrate_help[] =
     "usage: mpirun -np R zerotrain calibrate --out FILE [--name NAME] [--device-memory SIZE]\n"
-    "                                        [--quick]\n"
+    "                                        [--nvme-path DIR] [--quick]\n"
     "Measures the node it runs on and writes a machine file for zerotrain plan --machine FILE.\n"
     "Run it with 2 to 4 ranks, all on this node. The node is one device (devices_per_node 1)\n"
     "whose cores run one rank's threads: rank 0 times the CPU ops' matmuls at transformer\n"
@@ -188,6 +189,8 @@ static const char calibrate_help[] =
     "  --name NAME            the machine's name, 1 to 63 characters (default cpu-<hostname>)\n"
     "  --device-memory SIZE   memory of the device, as 64GiB or 512GB (default: the node's\n"
     "                         physical memory)\n"
+    "  --nvme-path DIR        also time every rank writing and reading a 4 GiB file of its own\n"
+    "                         in DIR at once (the disk of offload_optimizer's nvme_path)\n"
     "  --quick                small sizes and few repetitions (seconds; for tests)\n";
 
 static const char plot_help[] =
@@ -637,7 +640,8 @@ static int run_calibrate(int argc, char **argv)
     for (int i = 0; i < argc && st == ZT_OK; i++) {
         const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const int takes_value = strcmp(arg, "--out") == 0 || strcmp(arg, "--name") == 0 ||
-                                strcmp(arg, "--device-memory") == 0;
+                                strcmp(arg, "--device-memory") == 0 ||
+                                strcmp(arg, "--nvme-path") == 0;
         if (strcmp(arg, "--quick") == 0)
             o.quick = 1;
         else if (!takes_value)
@@ -649,6 +653,8 @@ static int run_calibrate(int argc, char **argv)
             o.out_path = v;
         else if (strcmp(arg, "--name") == 0)
             o.name = v;
+        else if (strcmp(arg, "--nvme-path") == 0)
+            o.nvme_path = v;
         else if (!zt_size_parse(v, &o.device_memory))
             st = usage_error("--device-memory: '%s' is not a size (64GiB, 512GB, or bytes)", v);
         i += takes_value;

@@ -35,7 +35,7 @@ enum kind {
     K_SIZE,    /* uint64_t bytes: zt_size_parse */
     K_COUNT,   /* int >= 1 */
     K_RATE,    /* double, finite and > 0 */
-    K_GEMMS,   /* struct machine_gemm[]: a list of [m, k, n, FLOP/s] rows */
+    K_GEMMS,   /* struct machine_gemm_table: a list of [threads, rows, in, out, 3 FLOP/s] rows */
     K_UPDATES, /* struct machine_update[]: a mapping of optimizer names to rates */
 };
 
@@ -51,6 +51,7 @@ struct row {
 #define OFF(member) offsetof(struct machine, member)
 #define FLOPS(p)    (OFF(matmul_flops) + (p) * sizeof(double))
 #define PEAK(p)     (OFF(peak_matmul_flops) + (p) * sizeof(double))
+#define GEMMS(p)    (OFF(gemm_rates) + (p) * sizeof(struct machine_gemm_table))
 
 static const struct row rows[] = {
     {"name", K_NAME, OFF(name), NULL, 0},
@@ -69,10 +70,17 @@ static const struct row rows[] = {
     {"compute.peak_matmul_flops.fp16", K_RATE, PEAK(MACHINE_FP16), NULL, 1},
     {"compute.memory_bandwidth", K_RATE, OFF(memory_bandwidth), "bytes/s", 0},
     {"compute.gemm_tile", K_COUNT, OFF(gemm_tile), "output tile edge of the GEMM kernels", 1},
-    {"compute.gemm_measured", K_GEMMS, OFF(gemm), "[m, k, n, FLOP/s] of measured products", 1},
+    {"compute.gemm_rates", K_SECTION, 0,
+     "[threads, rows, in, out, forward, input grad, weight grad FLOP/s] of measured layers", 1},
+    {"compute.gemm_rates.fp32", K_GEMMS, GEMMS(MACHINE_FP32), NULL, 1},
+    {"compute.gemm_rates.bf16", K_GEMMS, GEMMS(MACHINE_BF16), NULL, 1},
+    {"compute.gemm_rates.fp16", K_GEMMS, GEMMS(MACHINE_FP16), NULL, 1},
     {"compute.update_rates", K_UPDATES, OFF(updates),
      "parameter elements/s of each optimizer's update", 1},
     {"compute.dequantize_4bit", K_RATE, OFF(dequantize_4bit), "4-bit weights dequantised per s", 1},
+    {"nvme", K_SECTION, 0, "the offload folder's disk: bytes/s of all the node's ranks", 1},
+    {"nvme.read_bandwidth", K_RATE, OFF(nvme_read_bandwidth), NULL, 1},
+    {"nvme.write_bandwidth", K_RATE, OFF(nvme_write_bandwidth), NULL, 1},
     {"links", K_SECTION, 0, "bus bandwidth in bytes/s, latency in s per collective step", 0},
     {"links.intra_node", K_SECTION, 0, NULL, 0},
     {"links.intra_node.bandwidth", K_RATE, OFF(intra_node.bandwidth), NULL, 0},
@@ -164,22 +172,29 @@ static int parse_count(const struct yaml_tree_node *v, int *out)
     return 1;
 }
 
-/* A list of at most MACHINE_MAX_GEMM rows [m, k, n, FLOP/s]. */
-static zt_status read_gemms(const struct row *r, const struct yaml_tree_node *v, struct machine *m)
+/* A list of at most MACHINE_MAX_GEMM_RATES rows [threads, rows, in, out,
+ * forward, input grad, weight grad FLOP/s]. */
+static zt_status read_gemms(const struct row *r, const struct yaml_tree_node *v,
+                            struct machine_gemm_table *out)
 {
-    static const char expected[] = "a list of at most 16 [m, k, n, FLOP/s] rows (positive "
-                                   "integers, then a positive number)";
-    if (v->kind != YAML_TREE_SEQUENCE || v->n > MACHINE_MAX_GEMM)
+    static const char expected[] = "a list of at most 64 [threads, rows, in, out, forward, input "
+                                   "grad, weight grad FLOP/s] rows (4 positive integers, then 3 "
+                                   "positive numbers)";
+    if (v->kind != YAML_TREE_SEQUENCE || v->n > MACHINE_MAX_GEMM_RATES)
         return bad_value(v, r->path, expected);
     for (size_t i = 0; i < v->n; i++) {
         const struct yaml_tree_node *row = v->items[i];
-        struct machine_gemm *g = &m->gemm[i];
-        if (row->kind != YAML_TREE_SEQUENCE || row->n != 4 || !parse_count(row->items[0], &g->m) ||
-            !parse_count(row->items[1], &g->k) || !parse_count(row->items[2], &g->n) ||
-            !parse_rate(row->items[3], &g->flops))
+        struct machine_gemm_rate *g = &out->row[i];
+        int ok = row->kind == YAML_TREE_SEQUENCE && row->n == 4 + MACHINE_PRODUCTS;
+        int *const dims[4] = {&g->threads, &g->rows, &g->in, &g->out};
+        for (int k = 0; k < 4 && ok; k++)
+            ok = parse_count(row->items[k], dims[k]);
+        for (int k = 0; k < MACHINE_PRODUCTS && ok; k++)
+            ok = parse_rate(row->items[4 + k], &g->flops[k]);
+        if (!ok)
             return bad_value(row, r->path, expected);
     }
-    m->n_gemm = (int)v->n;
+    out->n = (int)v->n;
     return ZT_OK;
 }
 
@@ -233,7 +248,7 @@ static zt_status read_value(const struct row *r, const struct yaml_tree_node *v,
             return bad_value(v, r->path, "a positive number");
         return ZT_OK;
     case K_GEMMS:
-        return read_gemms(r, v, m);
+        return read_gemms(r, v, (struct machine_gemm_table *)(void *)field);
     case K_UPDATES:
         return read_updates(r, v, m);
     case K_SECTION:
@@ -426,7 +441,7 @@ static void put_row(FILE *f, const struct row *r, const struct machine *m)
     for (const char *p = r->path; *p; p++)
         depth += *p == '.';
     fprintf(f, "%*s%s:", 2 * depth, "", leaf(r->path));
-    if (r->kind != K_SECTION)
+    if (r->kind != K_SECTION && r->kind != K_GEMMS)
         fputc(' ', f);
     switch (r->kind) {
     case K_SECTION:
@@ -443,15 +458,21 @@ static void put_row(FILE *f, const struct row *r, const struct machine *m)
     case K_RATE:
         config_write_double(f, *(const double *)(const void *)field);
         break;
-    case K_GEMMS:
-        fprintf(f, "# %s\n", r->unit);
-        for (int i = 0; i < m->n_gemm; i++) {
-            fprintf(f, "%*s- [%d, %d, %d, ", 2 * depth + 2, "", m->gemm[i].m, m->gemm[i].k,
-                    m->gemm[i].n);
-            config_write_double(f, m->gemm[i].flops);
+    case K_GEMMS: {
+        const struct machine_gemm_table *g = (const void *)field;
+        fputc('\n', f);
+        for (int i = 0; i < g->n; i++) {
+            const struct machine_gemm_rate *w = &g->row[i];
+            fprintf(f, "%*s- [%d, %d, %d, %d", 2 * depth + 2, "", w->threads, w->rows, w->in,
+                    w->out);
+            for (int k = 0; k < MACHINE_PRODUCTS; k++) {
+                fputs(", ", f);
+                config_write_double(f, w->flops[k]);
+            }
             fputs("]\n", f);
         }
         return;
+    }
     case K_UPDATES:
         fprintf(f, "# %s\n", r->unit);
         for (int i = 0; i < m->n_updates; i++) {
@@ -477,7 +498,7 @@ static int is_unset(const struct row *r, const struct machine *m)
     case K_RATE:
         return *(const double *)field == 0.0;
     case K_GEMMS:
-        return m->n_gemm == 0;
+        return ((const struct machine_gemm_table *)field)->n == 0;
     case K_UPDATES:
         return m->n_updates == 0;
     case K_SECTION:

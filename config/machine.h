@@ -19,11 +19,15 @@
  *         fp16: 989.4e12
  *       memory_bandwidth: 3.015e12 # bytes/s
  *       gemm_tile: 128            # optional: the GEMM kernels' output tile edge
- *       gemm_measured:            # optional: [m, k, n, FLOP/s] of measured products
- *         - [512, 768, 768, 1.9e11]
+ *       gemm_rates:               # optional: measured linear layers, by type
+ *         bf16:                   # [threads, rows, in, out, forward, input grad, weight grad]
+ *           - [1, 512, 4096, 11008, 4.9e11, 4.1e11, 4.9e11]
  *       update_rates:             # optional: parameter elements/s of an optimizer's update
  *         AdamW8bit: 1.3e8
  *       dequantize_4bit: 2.1e9    # optional: 4-bit weights dequantised per s
+ *     nvme:                       # optional: the offload folder's disk, whole node
+ *       read_bandwidth: 1.5e9     # bytes/s
+ *       write_bandwidth: 1.1e9
  *     links:
  *       intra_node:
  *         bandwidth: 360e9        # bytes/s a device sends in a collective (bus bandwidth)
@@ -43,13 +47,15 @@
  * states it for (calibrate, which measures a CPU, states none), and the
  * share of the sustained rate beside it.
  *
- * `gemm_tile` and `gemm_measured` say how a GEMM's rate depends on its
+ * `gemm_tile` and `gemm_rates` say how a GEMM's rate depends on its
  * shape (plan.h's plan_gemm_rate): a (m x k) by (k x n) product computes
  * whole tiles of the output, so a dimension that is not a multiple of the
- * tile wastes the rest of its last tile; `gemm_measured` lists rates
- * `zerotrain calibrate` measured at a few shapes (at most
- * MACHINE_MAX_GEMM), which the planner then reads instead of the
- * roofline. Both are optional: a file without them plans every GEMM at
+ * tile wastes the rest of its last tile; `gemm_rates` lists what
+ * `zerotrain calibrate` measured for a linear layer of `in` x `out`
+ * weights over `rows` rows, its forward, input-gradient and weight-gradient
+ * products apart, on `threads` threads (at most MACHINE_MAX_GEMM_RATES
+ * rows a type), which the planner then reads instead of the roofline.
+ * Both are optional: a file without them plans every GEMM at
  * matmul_flops, bounded only by the memory bandwidth.
  *
  * `update_rates` and `dequantize_4bit` are work a device does at its own
@@ -59,10 +65,17 @@
  * the others, and every 4-bit weight without the key, as memory traffic.
  * calibrate measures them on one device's cores.
  *
- * Every key but `cores`, the peaks, the GEMM keys and the two rates above is required and no other
- * key is allowed, so that a typo is an error rather than a silently ignored number. Numbers are
- * plain decimal (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node and cores are integers
- * >= 1; name is a string of 1 to 63 characters.
+ * Every key but `cores`, the peaks, the GEMM keys, the two rates above and
+ * `nvme` is required and no other key is allowed, so that a typo is an
+ * error rather than a silently ignored number. Numbers are plain decimal
+ * (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node and cores
+ * are integers >= 1; name is a string of 1 to 63 characters.
+ *
+ * `nvme` is the disk behind zero_optimization.offload_optimizer's
+ * nvme_path, read and written by all the node's ranks at once: a step
+ * reads and writes every rank's state file once (shard/nvme.c), which the
+ * planner prices at these rates; `zerotrain calibrate --nvme-path DIR`
+ * measures them.
  *
  * `cores` is what the ranks of a node run their threads on: `train` gives
  * each of R ranks max(1, cores / R) threads, so R > cores oversubscribes
@@ -79,7 +92,7 @@
  * there is a node to point at, its line and column:
  *   "FILE: empty machine file"
  *   "FILE:L:C: a machine file must be a mapping of name, device_memory,
- *    devices_per_node, cores, compute, links; got 'x'"
+ *    devices_per_node, cores, compute, nvme, links; got 'x'"
  *   "FILE:L:C: unknown key 'gpu_mem' (expected name, device_memory, ...)"
  *   "FILE:L:C: unknown key 'bf17' in compute.matmul_flops (expected fp32, bf16, fp16)"
  *   "FILE: missing key links.inter_node.latency"
@@ -89,8 +102,9 @@
  *   "FILE:L:C: cores: expected an integer >= 1, got '-2'"
  *   "FILE:L:C: device_memory: expected a size such as 80GiB or a number of bytes, got 'lots'"
  *   "FILE:L:C: name: expected a string of 1 to 63 characters, got ..."
- *   "FILE:L:C: compute.gemm_measured: expected a list of at most 16
- *    [m, k, n, FLOP/s] rows (positive integers, then a positive number), got ..."
+ *   "FILE:L:C: compute.gemm_rates.bf16: expected a list of at most 64
+ *    [threads, rows, in, out, forward, input grad, weight grad FLOP/s] rows
+ *    (4 positive integers, then 3 positive numbers), got ..."
  *   "no machine 'x' in DIR (there are: a100-40gb, a100-80gb, h100-sxm)"
  *   "no machine 'x': cannot list the machines folder DIR: <strerror>"
  *   yaml_tree_load_file's for a file that cannot be opened, read or parsed
@@ -112,14 +126,23 @@ struct machine_link {
     double latency;   /* seconds per collective step (per ring hop) */
 };
 
-/* One measured GEMM: an (m x k) by (k x n) product, 2mkn FLOPs, at `flops`
- * FLOP/s. */
-struct machine_gemm {
-    int m, k, n;
-    double flops;
+/* A linear layer's three products, each 2 rows in out FLOPs. */
+enum machine_product { MACHINE_FORWARD, MACHINE_INPUT_GRAD, MACHINE_WEIGHT_GRAD, MACHINE_PRODUCTS };
+
+/* One measured linear layer: `rows` rows through an `in` x `out` weight on
+ * `threads` threads, each product's FLOP/s. */
+struct machine_gemm_rate {
+    int threads, rows, in, out;
+    double flops[MACHINE_PRODUCTS];
 };
 
-#define MACHINE_MAX_GEMM 16
+#define MACHINE_MAX_GEMM_RATES 64
+
+/* The measured layers of one type (gemm_rates.fp32 and so on). */
+struct machine_gemm_table {
+    int n; /* 0: none */
+    struct machine_gemm_rate row[MACHINE_MAX_GEMM_RATES];
+};
 
 /* An optimizer's update rate (update_rates). */
 struct machine_update {
@@ -140,11 +163,11 @@ struct machine {
     double peak_matmul_flops[3]; /* the datasheet's dense peak, likewise; 0: not stated */
     double memory_bandwidth;     /* bytes per second of one device's memory */
     int gemm_tile;               /* output tile edge of the GEMM kernels; 0: not stated */
-    int n_gemm;                  /* measured GEMMs in gemm[]; 0: none */
-    struct machine_gemm gemm[MACHINE_MAX_GEMM];
-    int n_updates; /* optimizers in updates[]; 0: none */
+    struct machine_gemm_table gemm_rates[3]; /* by working precision, as matmul_flops */
+    int n_updates;                           /* optimizers in updates[]; 0: none */
     struct machine_update updates[MACHINE_MAX_UPDATES];
     double dequantize_4bit; /* 4-bit weights dequantised per second; 0: not stated */
+    double nvme_read_bandwidth, nvme_write_bandwidth; /* bytes/s of the node; 0: not stated */
     struct machine_link intra_node, inter_node;
 };
 

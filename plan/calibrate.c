@@ -10,6 +10,7 @@
  *   open the CPU ops and comm (every rank)
  *   open the wake semaphore   (every rank; see open_wake)
  *   triad and GEMM            (rank 0 on every core; the others asleep on the semaphore)
+ *   the nvme folder's files   (every rank, with --nvme-path)
  *   collectives               (every rank)
  *   fit and write             (rank 0)
  *
@@ -51,19 +52,11 @@
 #include "../config/machine.h"
 #include "../worker/backend.h"
 #include "../worker/ops.h"
+#include "calibrate_gemm.h"
+#include "calibrate_nvme.h"
 #include "calibrate_rates.h"
 
-enum { MAX_FP32_SHAPES = 12, MAX_SHAPES = 24, MAX_SIZES = 16, N_COLLECTIVES = 3 };
-
-/* The rows of the GEMM table: rows = B*T, C in features, OC out features. */
-static const int gemm_rows_full[] = {512, 2048}, gemm_rows_quick[] = {256};
-static const int gemm_cs[] = {128, 768};
-static const int gemm_oc_factors[] = {1, 3, 4};
-/* matmul_flops is read from the rows with this C (GPT-2 small's width);
- * the 16-bit types are measured at it alone: the planner takes the shape
- * curve from fp32's rows and each type's level from its own. */
-enum { GEMM_REFERENCE_C = 768 };
-static const enum zt_dtype gemm_types[] = {ZT_F32, ZT_BF16, ZT_F16};
+enum { MAX_SIZES = 16, N_COLLECTIVES = 3, MAX_NVME_REPS = 3 };
 /* Seconds of triad passes before the timed ones. */
 #define TRIAD_WARMUP_S 0.25
 
@@ -72,21 +65,15 @@ static const char *const collective_names[N_COLLECTIVES] = {"allreduce", "reduce
 
 /* Sizes and repetitions of one calibration (--quick or not). */
 struct sizes {
-    const int *gemm_rows;
-    int n_gemm_rows;
-    int gemm_reps, gemm_warmup;
+    int quick;          /* the GEMMs' small set (calibrate_gemm.h) */
     size_t triad_bytes; /* of each of the 3 arrays */
     int triad_reps;
     size_t coll_min, coll_max; /* full buffer bytes, doubling */
     int coll_iters, coll_warmup;
     size_t rate_elems; /* elements of each timed update and decode */
     int rate_reps;
-};
-
-struct gemm_row {
-    enum zt_dtype t;
-    int rows, C, OC;
-    double fwd, bwd, both; /* FLOP/s: forward, backward, and the two together */
+    size_t nvme_bytes; /* of each rank's file */
+    int nvme_reps;
 };
 
 struct coll_row {
@@ -105,9 +92,8 @@ struct calibration {
     struct compute_backend be;
     struct comm *comm;
     struct atomic_file out;
-    struct gemm_row gemm[MAX_SHAPES];
-    int n_gemm;
-    double triad_rate; /* bytes/s */
+    double triad_rate;                     /* bytes/s */
+    double nvme_seconds[2][MAX_NVME_REPS]; /* [read, write] the slowest rank's, by rep */
     struct coll_row coll[MAX_SIZES];
     int n_sizes;
     struct calibrate_link_fit fit;
@@ -177,18 +163,17 @@ void calibrate_fit_link(const double *steps, const double *busbytes, const doubl
 
 static void pick_sizes(int quick, struct sizes *s)
 {
-    *s = (struct sizes){.gemm_rows = quick ? gemm_rows_quick : gemm_rows_full,
-                        .n_gemm_rows = quick ? 1 : 2,
-                        .gemm_reps = quick ? 3 : 5,
-                        .gemm_warmup = 1,
+    *s = (struct sizes){.quick = quick,
                         .triad_bytes = (size_t)(quick ? 8 : 64) << 20,
                         .triad_reps = quick ? 5 : 10,
                         .coll_min = 4096,
                         .coll_max = (size_t)(quick ? 4 : 64) << 20,
                         .coll_iters = quick ? 5 : 10,
                         .coll_warmup = quick ? 1 : 2,
-                        .rate_elems = (size_t)(quick ? 64 : 4096) << 10,
-                        .rate_reps = quick ? 1 : 5};
+                        .rate_elems = (size_t)(quick ? 64 : 65536) << 10,
+                        .rate_reps = quick ? 1 : 5,
+                        .nvme_bytes = (size_t)(quick ? 8 : 4096) << 20,
+                        .nvme_reps = quick ? 1 : 3};
 }
 
 /* Fills what every rank knows alike: sizes, name, device memory. */
@@ -258,27 +243,7 @@ static void free_floats(struct calibration *cal, size_t n, float *p)
         device_free(&cal->be.dev, LEDGER_WORKSPACE, n * sizeof(float), p);
 }
 
-/* Values that keep the products small and finite over repetitions. The
- * GEMM and collective buffers are filled by this thread alone: an OpenMP
- * region would leave its workers spinning on the cores the next
- * measurement needs. */
-static void fill(float *v, size_t n, int seed)
-{
-    for (size_t i = 0; i < n; i++)
-        v[i] = (float)((i * 7 + (size_t)seed) % 13) * 0.01f;
-}
-
-/* fill's values in a 16-bit type t, in place of n floats' first half. */
-static void fill16(void *v, size_t n, int seed, enum zt_dtype t)
-{
-    uint16_t *h = v;
-    for (size_t i = 0; i < n; i++) {
-        const float x = (float)((i * 7 + (size_t)seed) % 13) * 0.01f;
-        h[i] = t == ZT_BF16 ? zt_f32_to_bf16(x) : zt_f32_to_f16(x);
-    }
-}
-
-/* fill on every thread, each touching first the part it streams later. */
+/* calibrate_fill's values on every thread, each touching first the part it streams later. */
 static void fill_parallel(float *v, size_t n, int seed)
 {
 #pragma omp parallel for schedule(static)
@@ -307,112 +272,6 @@ static void put_wait_note(FILE *f, const struct calibration *cal)
     if (!cal->all_cores)
         fprintf(f, "Rank 0's threads could not be freed of mpirun's binding: the compute rates "
                    "are\nthose of the cores it was bound to.\n");
-}
-
-static void put_gemm_table(FILE *f, const struct calibration *cal)
-{
-    char kernel[160];
-    if (cal->be.ops->gemm_describe(cal->be.ops, ZT_F32, kernel, sizeof kernel) != ZT_OK)
-        snprintf(kernel, sizeof kernel, "unknown: %s", zt_error_message());
-    fprintf(f,
-            "GEMM: the CPU ops' matmul_forward and matmul_backward (no bias: the dense products\n"
-            "alone) on rank 0, %d threads %s, median of %d after\n"
-            "%d warm-up; FLOPs 2*rows*C*OC forward, 4*rows*C*OC backward; fp32 kernel: %s\n",
-            cal->cores, placement(cal), cal->sz.gemm_reps, cal->sz.gemm_warmup, kernel);
-    fprintf(f, "type  rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd GFLOP/s\n");
-    for (int i = 0; i < cal->n_gemm; i++) {
-        const struct gemm_row *g = &cal->gemm[i];
-        fprintf(f, "%-4s %5d %5d %5d %12.2f %12.2f %16.2f\n", zt_precision_name(g->t), g->rows,
-                g->C, g->OC, g->fwd / 1e9, g->bwd / 1e9, g->both / 1e9);
-    }
-}
-
-/* Times one shape: forward and backward, each the median of the reps.
- * Without bias the ops are the sgemm calls alone: their bias loops are
- * OpenMP regions whose workers, spinning afterwards, would take cores from
- * the BLAS threads and make small shapes look several times slower. */
-static zt_status time_gemm(struct calibration *cal, float *const buf[6], struct gemm_row *g)
-{
-    const struct ops_backend *ops = cal->be.ops;
-    const int reps = cal->sz.gemm_reps, warm = cal->sz.gemm_warmup;
-    double fwd[16], bwd[16];
-    ZT_ASSERT(reps <= 16);
-    for (int r = 0; r < warm + reps; r++) {
-        double t0 = zt_now_seconds();
-        ZT_TRY(ops->matmul_forward(ops, g->t, buf[2], buf[0], buf[1], NULL, g->rows, g->C, g->OC));
-        double t1 = zt_now_seconds();
-        ZT_TRY(ops->matmul_backward(ops, g->t, buf[4], buf[5], NULL, buf[3], buf[0], buf[1],
-                                    g->rows, g->C, g->OC));
-        double t2 = zt_now_seconds();
-        if (r >= warm) {
-            fwd[r - warm] = t1 - t0;
-            bwd[r - warm] = t2 - t1;
-        }
-    }
-    const double flops = 2.0 * g->rows * g->C * g->OC;
-    const double tf = calibrate_median(fwd, reps), tb = calibrate_median(bwd, reps);
-    g->fwd = flops / tf;
-    g->bwd = 2.0 * flops / tb;
-    g->both = 3.0 * flops / (tf + tb);
-    return ZT_OK;
-}
-
-static zt_status measure_gemm(struct calibration *cal)
-{
-    const struct sizes *s = &cal->sz;
-    const int max_rows = s->gemm_rows[s->n_gemm_rows - 1];
-    const int max_c = gemm_cs[sizeof gemm_cs / sizeof gemm_cs[0] - 1];
-    const int max_oc =
-        max_c * gemm_oc_factors[sizeof gemm_oc_factors / sizeof gemm_oc_factors[0] - 1];
-    /* inp, weight, out, dout, dinp, dweight */
-    const size_t n[6] = {(size_t)max_rows * max_c,  (size_t)max_oc * max_c,
-                         (size_t)max_rows * max_oc, (size_t)max_rows * max_oc,
-                         (size_t)max_rows * max_c,  (size_t)max_oc * max_c};
-    float *buf[6] = {0};
-    zt_status st = ZT_OK;
-    for (int k = 0; k < 6 && st == ZT_OK; k++) {
-        st = alloc_floats(cal, n[k], "calibrate: GEMM buffers", &buf[k]);
-        if (st == ZT_OK)
-            fill(buf[k], n[k], k);
-    }
-    for (size_t ti = 0; ti < sizeof gemm_types / sizeof gemm_types[0] && st == ZT_OK; ti++) {
-        const enum zt_dtype t = gemm_types[ti];
-        if (t != ZT_F32 && cal->be.ops->computes(cal->be.ops, t) != ZT_OK)
-            continue; /* a run computes it in fp32: gemm_rate gives fp32's */
-        for (int k = 0; k < 5 && t != ZT_F32; k++) /* dweight (5) stays fp32 */
-            fill16(buf[k], n[k], k, t);
-        for (int r = 0; r < s->n_gemm_rows && st == ZT_OK; r++)
-            for (size_t c = 0; c < sizeof gemm_cs / sizeof gemm_cs[0]; c++)
-                for (size_t k = 0; k < sizeof gemm_oc_factors / sizeof gemm_oc_factors[0]; k++) {
-                    if (t != ZT_F32 && gemm_cs[c] != GEMM_REFERENCE_C)
-                        continue;
-                    struct gemm_row *g = &cal->gemm[cal->n_gemm++];
-                    ZT_ASSERT(cal->n_gemm <= MAX_SHAPES);
-                    *g = (struct gemm_row){.t = t,
-                                           .rows = s->gemm_rows[r],
-                                           .C = gemm_cs[c],
-                                           .OC = gemm_cs[c] * gemm_oc_factors[k]};
-                    st = time_gemm(cal, buf, g);
-                }
-    }
-    for (int k = 0; k < 6; k++)
-        free_floats(cal, n[k], buf[k]);
-    return st;
-}
-
-/* The median fwd+bwd rate of type t over the shapes of the reference
- * width; fp32's for a type the CPU ops do not compute. */
-static double gemm_rate(const struct calibration *cal, enum zt_dtype t)
-{
-    double v[MAX_SHAPES];
-    int n = 0;
-    for (int i = 0; i < cal->n_gemm; i++)
-        if (cal->gemm[i].C == GEMM_REFERENCE_C && cal->gemm[i].t == t)
-            v[n++] = cal->gemm[i].both;
-    if (n == 0 && t != ZT_F32)
-        return gemm_rate(cal, ZT_F32);
-    ZT_ASSERT(n > 0);
-    return calibrate_median(v, n);
 }
 
 /* ---- memory bandwidth ---- */
@@ -580,14 +439,12 @@ static zt_status measure_node(struct calibration *cal, FILE *report)
         fflush(report);
     }
     if (st == ZT_OK)
-        st = measure_gemm(cal);
+        st = calibrate_gemm(&cal->be, cal->cores, cal->sz.quick, &cal->m);
     if (st == ZT_OK && report) {
-        put_gemm_table(report, cal);
-        fprintf(report,
-                "matmul_flops (median fwd+bwd at C=%d): fp32 %.2f, bf16 %.2f, fp16 %.2f "
-                "GFLOP/s\n\n",
-                GEMM_REFERENCE_C, gemm_rate(cal, ZT_F32) / 1e9, gemm_rate(cal, ZT_BF16) / 1e9,
-                gemm_rate(cal, ZT_F16) / 1e9);
+        calibrate_gemm_put(report, &cal->be, cal->sz.quick, &cal->m);
+        fprintf(report, "matmul_flops: fp32 %.2f, bf16 %.2f, fp16 %.2f GFLOP/s\n\n",
+                cal->m.matmul_flops[MACHINE_FP32] / 1e9, cal->m.matmul_flops[MACHINE_BF16] / 1e9,
+                cal->m.matmul_flops[MACHINE_FP16] / 1e9);
         fflush(report);
     }
     ops_cpu_set_threads(1); /* the rates are one core's */
@@ -598,6 +455,59 @@ static zt_status measure_node(struct calibration *cal, FILE *report)
      * before the collectives are timed */
     nanosleep(&(struct timespec){.tv_nsec = 200000000}, NULL);
     return st;
+}
+
+/* ---- the nvme folder ---- */
+
+static void put_nvme_line(FILE *f, const struct calibration *cal, const char *dir)
+{
+    fprintf(f,
+            "nvme: %d ranks at once, each a file of %zu MiB in %s (8 MiB a call, O_DIRECT\n"
+            "where the file system allows it), written and synced, then read; the slowest\n"
+            "rank's time, median of %d: read %.3g GB/s, write %.3g GB/s for the node\n",
+            cal->ranks, cal->sz.nvme_bytes >> 20, dir, cal->sz.nvme_reps,
+            cal->m.nvme_read_bandwidth / 1e9, cal->m.nvme_write_bandwidth / 1e9);
+}
+
+/* One timed pass on every rank at once: the slowest rank's seconds; a
+ * failure on any rank stops every rank here (the failing one returns it,
+ * the others *stop). */
+static zt_status time_nvme_pass(struct calibration *cal, struct calibrate_nvme_file *f, int write,
+                                double *seconds, int *stop)
+{
+    ZT_TRY(comm_barrier(cal->comm));
+    const double t0 = zt_now_seconds();
+    const zt_status st = calibrate_nvme_pass(f, write);
+    double v[2] = {zt_now_seconds() - t0, st != ZT_OK};
+    ZT_TRY(comm_allreduce(cal->comm, v, 2, ZT_F64, COMM_OP_MAX));
+    *seconds = v[0];
+    *stop = v[1] != 0.0;
+    return st;
+}
+
+/* Every rank streams its file; rank 0 keeps the node's bandwidths. */
+static zt_status measure_nvme(struct calibration *cal, const char *dir)
+{
+    struct calibrate_nvme_file f;
+    const zt_status opened = calibrate_nvme_open(dir, cal->rank, cal->sz.nvme_bytes, &f);
+    double failed = opened != ZT_OK;
+    ZT_TRY(comm_allreduce(cal->comm, &failed, 1, ZT_F64, COMM_OP_MAX));
+    if (failed != 0.0)
+        return opened;
+    zt_status st = ZT_OK;
+    int stop = 0;
+    for (int r = 0; r < cal->sz.nvme_reps && st == ZT_OK && !stop; r++)
+        for (int write = 1; write >= 0 && st == ZT_OK && !stop; write--)
+            st = time_nvme_pass(cal, &f, write, &cal->nvme_seconds[write][r], &stop);
+    calibrate_nvme_close(&f);
+    if (st != ZT_OK || stop)
+        return st;
+    const double node_bytes = (double)cal->ranks * (double)cal->sz.nvme_bytes;
+    cal->m.nvme_read_bandwidth =
+        round4(node_bytes / calibrate_median(cal->nvme_seconds[0], cal->sz.nvme_reps));
+    cal->m.nvme_write_bandwidth =
+        round4(node_bytes / calibrate_median(cal->nvme_seconds[1], cal->sz.nvme_reps));
+    return ZT_OK;
 }
 
 /* ---- collectives ---- */
@@ -663,8 +573,8 @@ static zt_status measure_collectives(struct calibration *cal, FILE *report)
     if (st == ZT_OK)
         st = alloc_floats(cal, count / n + 1, "calibrate: collective buffers", &small);
     if (st == ZT_OK) {
-        fill(big, count, 1);
-        fill(small, count / n + 1, 2);
+        calibrate_fill(big, count, 1);
+        calibrate_fill(small, count / n + 1, 2);
     }
     for (size_t bytes = cal->sz.coll_min; bytes <= cal->sz.coll_max && st == ZT_OK; bytes *= 2) {
         struct coll_row *r = &cal->coll[cal->n_sizes++];
@@ -741,18 +651,20 @@ static zt_status build_comment(const struct calibration *cal, const struct calib
                              : "the node's physical memory (sysconf _SC_PHYS_PAGES x "
                                "_SC_PAGESIZE)");
     put_wait_note(f, cal);
-    put_gemm_table(f, cal);
-    fprintf(f,
-            "matmul_flops: each type's median fwd+bwd rate of its C=%d rows; a 16-bit type the\n"
-            "CPU has no kernel for is computed in fp32 by a run, and takes fp32's rate.\n"
-            "gemm_measured: every fp32 row's fwd+bwd rate as [rows, C, OC, FLOP/s], which the "
-            "planner\ninterpolates by arithmetic intensity for a GEMM of another shape, "
-            "scaled for a\n16-bit type by its matmul_flops over fp32's.\n\n",
-            GEMM_REFERENCE_C);
+    calibrate_gemm_put(f, &cal->be, o->quick, &cal->m);
+    fprintf(f, "matmul_flops: each type's median rate of the three products together over its\n"
+               "every-core rows 768 wide; a 16-bit type the CPU has no kernel for is computed in\n"
+               "fp32 by a run, and takes fp32's rate.\n"
+               "gemm_rates: these tables, which the planner reads for a product by its shape and\n"
+               "a rank's threads.\n\n");
     put_triad_line(f, cal);
     fprintf(f, "memory_bandwidth: this rate.\n\n");
     calibrate_rates_put(f, &cal->m, cal->sz.rate_elems, cal->sz.rate_reps);
     fprintf(f, "update_rates and dequantize_4bit: these rates.\n\n");
+    if (o->nvme_path) {
+        put_nvme_line(f, cal, o->nvme_path);
+        fprintf(f, "nvme: these rates.\n\n");
+    }
     put_coll_table(f, cal);
     fputc('\n', f);
     put_fit(f, cal);
@@ -780,24 +692,15 @@ static zt_status write_machine(struct calibration *cal, const struct calibrate_o
 {
     struct machine *m = &cal->m;
     fit_links(cal);
-    const enum zt_dtype by_precision[3] = {
-        [MACHINE_FP32] = ZT_F32, [MACHINE_BF16] = ZT_BF16, [MACHINE_FP16] = ZT_F16};
-    for (int p = 0; p < 3; p++) {
-        m->matmul_flops[p] = round4(gemm_rate(cal, by_precision[p]));
+    for (int p = 0; p < 3; p++)
         ZT_TRY(check_rate("matmul_flops", m->matmul_flops[p]));
-    }
-    _Static_assert(MAX_FP32_SHAPES <= MACHINE_MAX_GEMM, "every fp32 GEMM goes into the file");
-    m->n_gemm = 0;
-    for (int i = 0; i < cal->n_gemm; i++) {
-        const struct gemm_row *g = &cal->gemm[i];
-        if (g->t != ZT_F32)
-            continue;
-        m->gemm[m->n_gemm] = (struct machine_gemm){g->rows, g->C, g->OC, round4(g->both)};
-        ZT_TRY(check_rate("a GEMM's rate", m->gemm[m->n_gemm++].flops));
-    }
     for (int i = 0; i < m->n_updates; i++) {
         m->updates[i].rate = round4(m->updates[i].rate);
         ZT_TRY(check_rate("an optimizer's update rate", m->updates[i].rate));
+    }
+    if (o->nvme_path) {
+        ZT_TRY(check_rate("the nvme read bandwidth", m->nvme_read_bandwidth));
+        ZT_TRY(check_rate("the nvme write bandwidth", m->nvme_write_bandwidth));
     }
     m->dequantize_4bit = round4(m->dequantize_4bit);
     ZT_TRY(check_rate("dequantize_4bit", m->dequantize_4bit));
@@ -862,6 +765,14 @@ zt_status calibrate_run(const struct calibrate_options *o, FILE *report, int *pr
                 continue;
         }
         st = comm_world_agree(local, print_here);
+    }
+    if (st == ZT_OK && o->nvme_path) {
+        st = comm_world_agree(measure_nvme(cal, o->nvme_path), print_here);
+        if (st == ZT_OK && cal->rank == 0 && report) {
+            put_nvme_line(report, cal, o->nvme_path);
+            fputc('\n', report);
+            fflush(report);
+        }
     }
     if (st == ZT_OK)
         st = comm_world_agree(measure_collectives(cal, report), print_here);

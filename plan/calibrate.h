@@ -15,6 +15,8 @@
  *     and fp16 are timed at one width for their own matmul_flops;
  *   - update_rates and dequantize_4bit: each optimizer's update and the
  *     NF4 decode on one core (calibrate_rates.h);
+ *   - nvme (with --nvme-path DIR): every rank writes and reads a file of
+ *     its own in DIR at once (calibrate_nvme.h);
  *   - memory_bandwidth: a triad a[i] = b[i] + s*c[i] over float arrays far
  *     larger than the caches, on rank 0 with every core;
  *   - links: allreduce, reduce-scatter and allgather of the "mpi" backend
@@ -39,6 +41,7 @@ struct calibrate_options {
     const char *name;         /* the machine's name; NULL: "cpu-<hostname>" cut to 63 chars */
     uint64_t device_memory;   /* bytes; 0: the node's physical memory */
     int quick;                /* 1: small sizes and few repetitions (tests) */
+    const char *nvme_path;    /* a folder whose disk's file bandwidth to measure; NULL: none */
     const char *command_line; /* recorded in the file's comment; may be NULL */
 };
 
@@ -67,7 +70,8 @@ void calibrate_fit_link(const double *steps, const double *busbytes, const doubl
  * of 0 or more than 63 characters, a world of one rank: "calibrate
  * measures collectives between ranks: run it under mpirun with 2 to 4
  * ranks", ranks on several nodes), ZT_ERR_IO naming out_path when it
- * cannot be created or written, ZT_ERR_NOMEM, ZT_ERR_COMM, those of
+ * cannot be created or written, or nvme_path when a file cannot be
+ * created, reserved, written or read there, ZT_ERR_NOMEM, ZT_ERR_COMM, those of
  * compute_backend_open, and ZT_ERR_INTERNAL for a measured rate that is not
  * positive and finite. */
 zt_status calibrate_run(const struct calibrate_options *o, FILE *report, int *print_here);

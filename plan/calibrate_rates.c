@@ -8,6 +8,7 @@
 
 #include "../common/clock.h"
 #include "../common/half.h"
+#include "../worker/ops.h"
 #include "../worker/optimizer.h"
 #include "../worker/param_quant.h"
 #include "../worker/quant4.h"
@@ -131,12 +132,20 @@ static zt_status update_once(const struct ops_backend *ops, const struct optimiz
                                  .tensor_state = b->tensor_state,
                                  .decay = 1.0f};
     memcpy(pc.states, b->states, sizeof pc.states);
-    for (int r = 0; r < o->n_rounds; r++) {
+    /* as the engine runs it in a 16-bit run (shard/update.c): every pass
+     * widens and scales the bf16 gradients, and the apply is followed by
+     * the working copy's refresh */
+    for (int r = 0; r <= o->n_rounds; r++) {
+        ZT_TRY(ops->to_f32(ops, ZT_BF16, b->grads16, b->grads32, n));
+        ZT_TRY(ops->scale(ops, b->grads32, n, 1.0f));
+        if (r == o->n_rounds)
+            break;
         memset(b->stats[r], 0, o->stats_len(r, rows, COLS, hp) * sizeof(double));
         pc.stats[r] = b->stats[r];
         ZT_TRY(o->tensor_round(ops, r, &pc, hp));
     }
-    return o->tensor_apply(ops, &pc, hp);
+    ZT_TRY(o->tensor_apply(ops, &pc, hp));
+    return ops->from_f32(ops, ZT_BF16, b->params, b->working, n);
 }
 
 static zt_status time_update(const struct ops_backend *ops, const struct optimizer_ops *o, size_t n,
@@ -193,8 +202,9 @@ void calibrate_rates_put(FILE *f, const struct machine *m, size_t n, int reps)
 {
     fprintf(f,
             "element rates: one core (a rank's thread), %zu elements, median of %d after 1\n"
-            "warm-up; updates with bf16 gradients and working copy (tensor-wise ones: fp32\n"
-            "gradients, one %zu x %d tensor), defaults' hyperparameters\n",
+            "warm-up; updates with bf16 gradients and working copy (tensor-wise ones: one\n"
+            "%zu x %d tensor, its gradients widened before each pass), defaults'\n"
+            "hyperparameters\n",
             n, reps, n / COLS, COLS);
     fprintf(f, "  %-12s %14s %10s\n", "work", "elements/s", "ns/element");
     for (int i = 0; i < m->n_updates; i++)

@@ -284,7 +284,7 @@ static const char *const part_names[PART_COUNT] = {
 static void parts_of(const struct plan_time *t, double *v)
 {
     v[PART_COMPUTE] = t->compute;
-    v[PART_OPTIMIZER] = t->optimizer;
+    v[PART_OPTIMIZER] = t->optimizer + t->grad_passes; /* the norm and zeroing with it */
     v[PART_TENSOR] = t->exposed[PLAN_AXIS_TENSOR];
     v[PART_PIPELINE] = t->exposed[PLAN_AXIS_PIPELINE];
     v[PART_DATA] = t->exposed[PLAN_AXIS_DATA] + t->context; /* ring attention's, on the data axis */
@@ -467,10 +467,12 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
     rss_parts_write_json(&r->rss, f);
     json_axes_num(f, "comm_seconds", t->comm);
     json_axes_num(f, "exposed_seconds", t->exposed);
-    const double rest[] = {t->compute, t->optimizer, t->bubble, t->step};
-    static const char *const names[] = {"compute_seconds", "optimizer_seconds", "bubble_seconds",
-                                        "step_seconds"};
-    for (int k = 0; k < 4; k++) {
+    const double rest[] = {t->compute, t->matmul,      t->decode, t->optimizer,
+                           t->nvme,    t->grad_passes, t->bubble, t->step};
+    static const char *const names[] = {"compute_seconds",   "matmul_seconds", "decode_seconds",
+                                        "optimizer_seconds", "nvme_seconds",   "grad_pass_seconds",
+                                        "bubble_seconds",    "step_seconds"};
+    for (int k = 0; k < 8; k++) {
         fprintf(f, ", \"%s\": ", names[k]);
         json_num(f, rest[k]);
     }

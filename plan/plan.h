@@ -107,14 +107,15 @@ struct plan_role {
     uint64_t cache_kept;
 };
 
-/* One linear layer's weight of a block (or the head): the GEMMs it is
- * part of multiply a micro batch's rows by it. */
+/* One linear layer's weight of a block (or the head), or a LoRA adapter of
+ * one: the GEMMs it is part of multiply a micro batch's rows by it. */
 struct plan_weight {
-    int out, in; /* its rows and columns, whole */
-    int split;   /* how tensor parallelism cuts it: enum tp_split (worker/tensor_parallel.h) */
+    int out, in;   /* its rows and columns, whole */
+    int split;     /* how tensor parallelism cuts it: enum tp_split (worker/tensor_parallel.h) */
+    int trainable; /* 0: frozen, no weight gradient is formed (a LoRA base) */
 };
 
-#define PLAN_MAX_WEIGHTS 8
+#define PLAN_MAX_WEIGHTS 24
 
 /* The model-wide facts of a plan (the same for every layout). */
 struct plan_model {
@@ -125,7 +126,7 @@ struct plan_model {
     size_t n_params;
     int prefetch_depth;                       /* zero.stage3_prefetch_depth */
     int shard_group_size, hpz_partition_size; /* HSDP's G (0: off) and hpZ's H (1: off) */
-    int n_weights; /* linear weights of one block, in weights[]; 0: unknown */
+    int n_weights; /* linear weights and adapters of one block, in weights[]; 0: unknown */
     struct plan_weight weights[PLAN_MAX_WEIGHTS];
     struct plan_weight head; /* the output head's (vocabulary rows) */
     char optimizer[24];      /* the optimizer's name, as its table entry spells it */
@@ -133,8 +134,15 @@ struct plan_model {
 
 /* What the cost model predicts for one role of one layout. */
 struct plan_time {
-    double compute;                  /* matmuls + other ops, all micro batches */
-    double optimizer;                /* the optimizer step */
+    double compute;                  /* matmuls + other ops + 4-bit decodes, all micro batches */
+    double matmul, decode;           /* two parts of compute: the linear layers' and attention's
+                                        products, and QLoRA's decodes */
+    double optimizer;                /* the optimizer step: its update, or its state files'
+                                        reads where they take longer (nvme) */
+    double nvme;                     /* the disk's reads and writes of a step (nvme offload);
+                                        the step is at least this */
+    double grad_passes;              /* the step's passes over the reduced gradients: the
+                                        micro batches' adds, the norm, the zeroing */
     double comm[PLAN_AXIS_COUNT];    /* every collective of the axis, whole */
     double exposed[PLAN_AXIS_COUNT]; /* the part the stage's overlap leaves */
     double bubble;                   /* idle time of the pipeline schedule */
@@ -169,24 +177,37 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
                const struct machine *m, int per_node, enum machine_precision precision,
                struct plan_time *out);
 
-/* Sustained FLOP/s of one (m x k) by (k x n) product on machine mach in
- * precision p (plan_gemm.c). With measured GEMMs (calibrate's
- * gemm_measured), the measured rates interpolated in the product's
- * arithmetic intensity (FLOPs per byte of its three matrices), linearly in
- * its logarithm and clamped to the ends; else a roofline: the time of the
+/* Sustained FLOP/s one rank gets, with `per_node` ranks on its node, in
+ * product `prod` of a linear layer of `in` x `out` weights over `rows` rows
+ * in precision p (plan_gemm.c). With measured layers (calibrate's
+ * gemm_rates; fp32's where p has none), the rows of the thread count
+ * nearest the rank's (cores / per_node, at least 1), scaled by the ratio,
+ * weighted by inverse distance in log(rows, in, out) and exact at a
+ * measured shape, times plan_core_share; else a roofline: the time of the
  * FLOPs of whole gemm_tile tiles at matmul_flops, or of moving the three
- * matrices at memory_bandwidth, whichever is longer. */
-double plan_gemm_rate(const struct machine *mach, enum machine_precision p, double m, double k,
-                      double n);
+ * matrices at memory_bandwidth, whichever is longer, over
+ * plan_device_share. */
+double plan_gemm_rate(const struct machine *mach, enum machine_precision p,
+                      enum machine_product prod, int per_node, double rows, double in, double out);
 
 /* The FLOP/s a rank sustains over one micro batch's linear layers: the
- * block's weights (and the head's on the last stage) at layout l's shape
- * of a rank (micro_batch x seq rows, each weight's cut dimension over T),
- * forward and both backward products, each at plan_gemm_rate, averaged by
- * their FLOPs over `blocks` blocks and the head when `last`. matmul_flops
- * when pm states no weights. */
+ * block's weights and adapters (and the head's on the last stage) at
+ * layout l's shape of a rank (micro_batch x seq / context rows, each
+ * weight's cut dimension over T), each product at plan_gemm_rate (the
+ * forward twice under checkpointing, no weight gradient for a frozen
+ * weight), averaged by their FLOPs over `blocks` blocks and the head when
+ * `last`. matmul_flops over plan_device_share when pm states no weights. */
 double plan_matmul_rate(const struct plan_model *pm, const struct plan_layout *l, int blocks,
-                        int last, const struct machine *mach, enum machine_precision p);
+                        int last, const struct machine *mach, enum machine_precision p,
+                        int per_node);
+
+/* How many ranks share one device: per_node over devices_per_node, at
+ * least 1 (more than one on a CPU node, whose cores are its one device). */
+double plan_device_share(const struct machine *m, int per_node);
+
+/* The share of a core one rank's thread gets: 1 while the node's ranks
+ * fit its cores, cores / ranks beyond (and 1 where cores are not stated). */
+double plan_core_share(const struct machine *m, int per_node);
 
 /* Exposed seconds of a pass over n units whose parameters one link gathers
  * before each unit's compute and whose gradients it reduce-scatters after

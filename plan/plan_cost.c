@@ -7,6 +7,7 @@
  */
 #include "plan.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Bytes a rank sends in one collective over n ranks (comm.h's counters,
@@ -224,9 +225,7 @@ static int crosses_nodes(const struct plan_layout *l, enum plan_axis axis, int p
     return size[axis] > 1 && span[axis] > per_node;
 }
 
-/* How many ranks share one device: more than one on a CPU node, whose
- * cores are its one device. */
-static double device_share(const struct machine *m, int per_node)
+double plan_device_share(const struct machine *m, int per_node)
 {
     const double share = (double)per_node / m->devices_per_node;
     return share > 1.0 ? share : 1.0;
@@ -246,9 +245,7 @@ static double oversubscription(const struct machine *m, int per_node)
     return o > 1.0 ? o : 1.0;
 }
 
-/* The share of a core one rank's thread gets: 1 while the node's ranks
- * fit its cores, cores / ranks beyond (and 1 where cores are not stated). */
-static double core_share(const struct machine *m, int per_node)
+double plan_core_share(const struct machine *m, int per_node)
 {
     return m->cores > 0 && per_node > m->cores ? (double)m->cores / per_node : 1.0;
 }
@@ -260,7 +257,7 @@ static double decode_seconds(const struct plan_role *r, const struct machine *m,
 {
     const double n = (double)r->decoded_elems;
     if (m->dequantize_4bit > 0)
-        return n / (m->dequantize_4bit * core_share(m, per_node));
+        return n / (m->dequantize_4bit * plan_core_share(m, per_node));
     return n * (0.5 + (double)r->act_esz) / mem_rate;
 }
 
@@ -273,8 +270,49 @@ static double update_seconds(const struct plan_model *pm, const struct plan_role
     const double traffic = 2.0 * (double)r->state_bytes / mem_rate;
     const double rate = machine_update_rate(m, pm->optimizer);
     const double work =
-        rate > 0 ? (double)r->trainable_shard / (rate * core_share(m, per_node)) : 0;
+        rate > 0 ? (double)r->trainable_shard / (rate * plan_core_share(m, per_node)) : 0;
     return work > traffic ? work : traffic;
+}
+
+/* An NVMe offload reads and writes each rank's state file once a step
+ * (shard/nvme.c); the node's ranks share its disk. The update waits for
+ * the reads; the writes go behind, into the page cache, which the kernel
+ * writes out while the next passes compute. 0 where the machine states
+ * no such bandwidth, or the role has no file. */
+static double nvme_seconds(const struct plan_role *r, double bandwidth, int per_node)
+{
+    return bandwidth > 0 ? (double)r->nvme_bytes * per_node / bandwidth : 0.0;
+}
+
+/* A 16-bit run's backward accumulates each trainable unit's weight
+ * gradients in an fp32 view, zeroed first and cast back to the gradient
+ * type after (shard/engine.c's grad_view_open and _close): 4 bytes
+ * written, 4 read and one gradient element written, each micro batch. */
+static double grad_view_seconds(const struct plan_role *r, double mem_rate)
+{
+    if (r->act_esz == 4)
+        return 0.0;
+    return (double)r->trainable_padded * (8.0 + (double)r->grad_esz) / mem_rate;
+}
+
+/* The step's passes over a rank's reduced gradients (shard/engine.c):
+ * stages 2 and 3 add each micro batch's reduced shard into it (two read,
+ * one written); then the norm reads it and the zeroing writes it. Bytes
+ * of gradient elements, at the rank's share of the memory bandwidth. */
+static double grad_pass_seconds(const struct plan_layout *l, const struct plan_role *r,
+                                double mem_rate)
+{
+    const int sharded = l->zero_stage >= 2;
+    const double elems = (double)(sharded ? r->trainable_shard : r->trainable_padded);
+    return elems * (double)r->grad_esz * ((sharded ? 3.0 * l->accum : 0.0) + 2.0) / mem_rate;
+}
+
+/* Whether a rank's collectives inside its node are work of its own cores:
+ * ranks that share a device (a CPU node's cores) copy each other's
+ * buffers through shared memory, so no compute hides them. */
+static int cores_copy(const struct machine *m, int per_node)
+{
+    return plan_device_share(m, per_node) > 1.0;
 }
 
 double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscription)
@@ -302,18 +340,24 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     struct axis_load data[GROUP_COUNT] = {{0}};
     data_traffic(l, r, &dg, data);
 
-    const double share = device_share(m, per_node);
-    const double flops_rate = plan_matmul_rate(pm, l, r->blocks, r->last, m, precision) / share;
+    const double share = plan_device_share(m, per_node);
+    const double flops_rate = plan_matmul_rate(pm, l, r->blocks, r->last, m, precision, per_node);
     const double mem_rate = m->memory_bandwidth / share;
     /* the other ops stream each activation of an instance about three
      * times (written in the forward, read and its gradient written in the
      * backward) */
     const double act_bytes = (double)r->peak[LEDGER_ACTIVATIONS] / (r->slots > 0 ? r->slots : 1) *
                              (r->chunks > 1 ? r->chunks : 1); /* a micro batch's, all chunks */
-    const double micro = r->flops / flops_rate + 3.0 * act_bytes / mem_rate +
-                         decode_seconds(r, m, per_node, mem_rate);
+    const double matmul = r->flops / flops_rate, decode = decode_seconds(r, m, per_node, mem_rate);
+    const double micro =
+        matmul + 3.0 * act_bytes / mem_rate + decode + grad_view_seconds(r, mem_rate);
     out->compute = micro * l->accum;
-    out->optimizer = update_seconds(pm, r, m, per_node, mem_rate);
+    out->matmul = matmul * l->accum;
+    out->decode = decode * l->accum;
+    const double reads = nvme_seconds(r, m->nvme_read_bandwidth, per_node);
+    out->nvme = reads + nvme_seconds(r, m->nvme_write_bandwidth, per_node);
+    out->optimizer = fmax(update_seconds(pm, r, m, per_node, mem_rate), reads);
+    out->grad_passes = grad_pass_seconds(l, r, mem_rate);
     for (int k = 0; k < PLAN_AXIS_COUNT; k++) {
         out->inter_node[k] = crosses_nodes(l, (enum plan_axis)k, per_node);
         const struct machine_link *link = out->inter_node[k] ? &m->inter_node : &m->intra_node;
@@ -328,7 +372,8 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     /* stages 2 and 3 reduce (and stage 3 gathers) inside the passes, hidden
      * as far as each unit's compute covers them; stages 0 and 1 reduce
      * after the backward, in the open */
-    if (l->zero_stage >= 2 && l->dp * plan_context_size(l) > 1) {
+    if (l->zero_stage >= 2 && l->dp * plan_context_size(l) > 1 &&
+        !(cores_copy(m, per_node) && !out->inter_node[PLAN_AXIS_DATA])) {
         const int k = PLAN_AXIS_DATA;
         const double e = data_exposed(pm, l, r, &dg, micro);
         out->exposed[k] = e < out->comm[k] ? e : out->comm[k];
@@ -337,5 +382,7 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     const double busy = out->compute + out->exposed[PLAN_AXIS_TENSOR] +
                         out->exposed[PLAN_AXIS_PIPELINE] + out->context;
     out->bubble = plan_bubble(busy, l->pp, l->accum, r->chunks, oversubscription(m, per_node));
-    out->step = busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->optimizer;
+    out->step =
+        busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->grad_passes + out->optimizer;
+    out->step = fmax(out->step, out->nvme); /* the disk's work of a step */
 }

@@ -36,20 +36,27 @@ static void embedding_shape(const struct param_table *whole, int *vocab, int *em
     *embd = whole->tensors[0].cols;
 }
 
-/* The linear weights of the first block (all blocks are alike) and the
- * head, whose shapes set the GEMMs' rates (plan_matmul_rate). */
+/* The linear weights of the first block (all blocks are alike), their
+ * adapters, and the head, whose shapes set the GEMMs' rates
+ * (plan_matmul_rate). */
 static void weights_of(const struct param_table *t, struct plan_model *out)
 {
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *w = &t->tensors[k];
-        const struct plan_weight pw = {.out = w->rows, .in = w->cols, .split = w->tp_split};
+        const struct param_tensor *base = w->adapts >= 0 ? &t->tensors[w->adapts] : w;
+        const struct plan_weight pw = {
+            .out = w->rows, .in = w->cols, .split = w->tp_split, .trainable = w->trainable};
         if (w->linear == PARAM_LINEAR_HEAD)
             out->head = pw;
-        else if (w->linear == PARAM_LINEAR && w->unit == 1 && out->n_weights < PLAN_MAX_WEIGHTS)
+        else if (base->linear == PARAM_LINEAR && base->unit == 1 &&
+                 out->n_weights < PLAN_MAX_WEIGHTS)
             out->weights[out->n_weights++] = pw;
     }
     if (out->head.out == 0) /* tied: the head is the embedding, cut by vocabulary rows */
-        out->head = (struct plan_weight){.out = out->vocab, .in = out->embd, .split = TP_ROWS};
+        out->head = (struct plan_weight){.out = out->vocab,
+                                         .in = out->embd,
+                                         .split = TP_ROWS,
+                                         .trainable = t->tensors[0].trainable};
 }
 
 zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)

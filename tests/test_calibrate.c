@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/machine.h"
@@ -88,14 +89,16 @@ END_TEST
 
 /* A quick calibration at 2 ranks writes a machine file machine_load reads:
  * one device per node with the node's online cores, every rate positive (the 16-bit types'
- * measured apart), the fp32 products alone in gemm_measured, one link for both classes, the
- * node's memory, the tables in the comment. */
+ * measured apart), each type's layers on every core and on one in gemm_rates, one link for
+ * both classes, the node's memory, the tables in the comment. */
 START_TEST(quick_calibration_writes_a_machine_file)
 {
     const char *dir = testutil_tmpdir("calibrate-ok");
     const char *log = testutil_path_in(dir, "log"), *out = testutil_path_in(dir, "m.yaml");
-    const int rc =
-        testutil_run(log, MPIRUN " 2 %s calibrate --quick --out %s", testutil_binary(), out);
+    const char *nvme = testutil_path_in(dir, "nvme");
+    ck_assert_int_eq(mkdir(nvme, 0700), 0);
+    const int rc = testutil_run(log, MPIRUN " 2 %s calibrate --quick --nvme-path %s --out %s",
+                                testutil_binary(), nvme, out);
     const char *text = testutil_slurp(log);
     ck_assert_msg(rc == 0, "exit %d:\n%s", rc, text);
     ck_assert_msg(strstr(text, "wrote machine 'cpu-") != NULL, "%s", text);
@@ -115,34 +118,50 @@ START_TEST(quick_calibration_writes_a_machine_file)
                             m.inter_node.bandwidth,       m.inter_node.latency};
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
         ck_assert_msg(rates[i] > 0 && isfinite(rates[i]), "number %zu is %g", i, rates[i]);
-    /* --quick: rows 256, C 128 and 768, OC 1, 3 and 4 times C */
-    ck_assert_int_eq(m.n_gemm, 6);
+    /* --quick: three layers at 256 rows, on every core and (where there are
+     * more than one) on one */
+    const int counts = m.cores > 1 ? 2 : 1;
+    ck_assert_int_eq(m.gemm_rates[MACHINE_FP32].n, 3 * counts);
+    ck_assert_int_eq(m.gemm_rates[MACHINE_FP32].row[0].threads, m.cores);
+    ck_assert_int_eq(m.gemm_rates[MACHINE_FP32].row[3 * counts - 1].threads, 1);
+    ck_assert_int_eq(m.gemm_rates[MACHINE_FP32].row[2].in, 768);
+    /* --nvme-path: both bandwidths, and no file left in the folder */
+    ck_assert_double_gt(m.nvme_read_bandwidth, 0);
+    ck_assert_double_gt(m.nvme_write_bandwidth, 0);
+    ck_assert_int_eq(testutil_run(log, "ls -A %s", nvme), 0);
+    ck_assert_str_eq(testutil_slurp(log), "");
     ck_assert(m.inter_node.bandwidth == m.intra_node.bandwidth);
     ck_assert(m.inter_node.latency == m.intra_node.latency);
 
     const char *file = testutil_slurp(out);
-    const char *const lines[] = {"# Measured by zerotrain calibrate on host ",
-                                 testutil_fmt("#   zerotrain calibrate --quick --out %s\n", out),
-                                 "with 2 ranks",
-                                 "# type  rows     C    OC  fwd GFLOP/s  bwd GFLOP/s  fwd+bwd "
-                                 "GFLOP/s\n",
-                                 "# fp32   256   768  3072 ",
-                                 "# memory: triad",
-                                 "# cores: the node's online cores",
-                                 "allreduce(us)",
-                                 "#    4194304 ",
-                                 "# links: least-squares fit",
-                                 "scaled for a\n# 16-bit type by its matmul_flops over fp32's",
-                                 "intra_node and inter_node are both this fit"};
+    const char *const lines[] = {
+        "# Measured by zerotrain calibrate on host ",
+        testutil_fmt("#   zerotrain calibrate --quick --nvme-path %s --out %s\n", nvme, out),
+        "with 2 ranks",
+        "# threads  rows     in    out   forward  input grad  weight grad\n",
+        "# fp32 on ",
+        "# memory: triad",
+        "# cores: the node's online cores",
+        "allreduce(us)",
+        "#    4194304 ",
+        "# links: least-squares fit",
+        "# nvme: 2 ranks at once, each a file of 8 MiB in ",
+        "which the planner reads for a product by its shape",
+        "intra_node and inter_node are both this fit"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         ck_assert_msg(strstr(file, lines[i]) != NULL, "no '%s' in\n%s", lines[i], file);
-    /* a 16-bit type has rows of its own where the CPU computes it, else fp32's rate */
+    /* a 16-bit type has rows of its own where the CPU computes it, else
+     * none and fp32's rate */
     const char *const types[] = {"bf16", "fp16"};
     for (int p = MACHINE_BF16; p <= MACHINE_FP16; p++) {
-        const int rows = strstr(file, testutil_fmt("# %s   256   768  3072 ", types[p - 1])) != 0;
-        ck_assert_msg(rows || m.matmul_flops[p] == m.matmul_flops[MACHINE_FP32],
-                      "%s: no rows, and %g FLOP/s against fp32's %g", types[p - 1],
+        const int rows = m.gemm_rates[p].n;
+        ck_assert_msg(rows == 3 * counts ||
+                          (rows == 0 && m.matmul_flops[p] == m.matmul_flops[MACHINE_FP32]),
+                      "%s: %d rows, and %g FLOP/s against fp32's %g", types[p - 1], rows,
                       m.matmul_flops[p], m.matmul_flops[MACHINE_FP32]);
+        ck_assert_msg(strstr(file, testutil_fmt(rows ? "# %s on " : "# %s: no kernel of its own",
+                                                types[p - 1])),
+                      "%s", file);
     }
     /* every optimizer's update and the 4-bit decode, on one core */
     int optimizers = 0;
@@ -154,7 +173,7 @@ START_TEST(quick_calibration_writes_a_machine_file)
     ck_assert_msg(strstr(file, "#   AdamW8bit ") && strstr(file, "#   nf4 decode "), "%s", file);
     /* written whole: no temporary file is left beside it */
     ck_assert_int_eq(testutil_run(log, "ls %s", dir), 0);
-    ck_assert_str_eq(testutil_slurp(log), "log\nm.yaml\n");
+    ck_assert_str_eq(testutil_slurp(log), "log\nm.yaml\nnvme\n");
 }
 END_TEST
 
@@ -202,6 +221,25 @@ START_TEST(unwritable_out_exits_1_on_every_rank)
 }
 END_TEST
 
+/* An --nvme-path whose folder is missing fails on every rank with exit 1,
+ * the message naming the folder, and no machine file is written. */
+START_TEST(missing_nvme_folder_exits_1_on_every_rank)
+{
+    const char *dir = testutil_tmpdir("calibrate-nvme");
+    const char *log = testutil_path_in(dir, "log"), *out = testutil_path_in(dir, "m.yaml");
+    const char *nvme = testutil_fmt("%s/missing", dir);
+    ck_assert_int_eq(
+        testutil_run(log, MPIRUN " 2 " EACH_RANK " %s calibrate --quick --nvme-path %s --out %s",
+                     testutil_binary(), nvme, out),
+        0);
+    assert_refused(log, 2, 1,
+                   testutil_fmt("calibrate --nvme-path: cannot create a file in %s: No such file "
+                                "or directory",
+                                nvme));
+    ck_assert_int_eq(access(out, F_OK), -1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("calibrate");
@@ -212,5 +250,6 @@ int main(void)
     tcase_add_test(bin, quick_calibration_writes_a_machine_file);
     tcase_add_test(bin, usage_errors_exit_2_on_every_rank);
     tcase_add_test(bin, unwritable_out_exits_1_on_every_rank);
+    tcase_add_test(bin, missing_nvme_folder_exits_1_on_every_rank);
     return testutil_run_suite(s, 0);
 }

@@ -115,12 +115,19 @@ static void assert_same_machine(const struct machine *a, const struct machine *b
     ck_assert_double_eq(a->inter_node.bandwidth, b->inter_node.bandwidth);
     ck_assert_double_eq(a->inter_node.latency, b->inter_node.latency);
     ck_assert_int_eq(a->gemm_tile, b->gemm_tile);
-    ck_assert_int_eq(a->n_gemm, b->n_gemm);
-    for (int i = 0; i < a->n_gemm; i++) {
-        ck_assert_int_eq(a->gemm[i].m, b->gemm[i].m);
-        ck_assert_int_eq(a->gemm[i].k, b->gemm[i].k);
-        ck_assert_int_eq(a->gemm[i].n, b->gemm[i].n);
-        ck_assert_double_eq(a->gemm[i].flops, b->gemm[i].flops);
+    ck_assert_double_eq(a->nvme_read_bandwidth, b->nvme_read_bandwidth);
+    ck_assert_double_eq(a->nvme_write_bandwidth, b->nvme_write_bandwidth);
+    for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++) {
+        const struct machine_gemm_table *x = &a->gemm_rates[p], *y = &b->gemm_rates[p];
+        ck_assert_int_eq(x->n, y->n);
+        for (int i = 0; i < x->n; i++) {
+            ck_assert_int_eq(x->row[i].threads, y->row[i].threads);
+            ck_assert_int_eq(x->row[i].rows, y->row[i].rows);
+            ck_assert_int_eq(x->row[i].in, y->row[i].in);
+            ck_assert_int_eq(x->row[i].out, y->row[i].out);
+            for (int k = 0; k < MACHINE_PRODUCTS; k++)
+                ck_assert_double_eq(x->row[i].flops[k], y->row[i].flops[k]);
+        }
     }
 }
 
@@ -282,8 +289,7 @@ static const struct bad_case bad_cases[] = {
     /* keys */
     {"devices_per_node: 8\n", "devices_per_node: 8\ngpu_mem: 80GiB\n",
      "FILE:5:1: unknown key 'gpu_mem' (expected name, device_memory, devices_per_node, cores, "
-     "compute, "
-     "links)"},
+     "compute, nvme, links)"},
     {"    bf16: 989e12", "    bf17: 989e12",
      "FILE:8:5: unknown key 'bf17' in compute.matmul_flops (expected fp32, bf16, fp16)"},
     {"  inter_node:", "  inter_nodes:",
@@ -369,10 +375,10 @@ static const struct bad_case bad_cases[] = {
     /* the whole file */
     {NULL, "- a\n- b\n",
      "FILE:1:1: a machine file must be a mapping of name, device_memory, devices_per_node, "
-     "cores, compute, links; got a list"},
+     "cores, compute, nvme, links; got a list"},
     {NULL, "h100\n",
      "FILE:1:1: a machine file must be a mapping of name, device_memory, devices_per_node, "
-     "cores, compute, links; got 'h100'"},
+     "cores, compute, nvme, links; got 'h100'"},
     {NULL, "", "FILE: empty machine file"},
     {NULL, "# only a comment\n", "FILE: empty machine file"},
     {NULL, "name: [\n",
@@ -561,9 +567,10 @@ START_TEST(test_peaks_are_optional)
 }
 END_TEST
 
-/* The GEMM keys are optional: absent, no tile and no measured GEMM (and
- * nothing written); stated, they read and round-trip; a row that is not
- * [m, k, n, FLOP/s] is named with its line. */
+/* The GEMM keys are optional: absent, no tile and no measured layer (and
+ * nothing written); stated, they read and round-trip, each type apart; a
+ * row that is not [threads, rows, in, out, 3 FLOP/s] is named with its
+ * line. */
 START_TEST(test_gemm_keys_are_optional)
 {
     char dir[4096];
@@ -573,36 +580,49 @@ START_TEST(test_gemm_keys_are_optional)
     write_text(path, good_text);
     load_ok(path, &m);
     ck_assert_int_eq(m.gemm_tile, 0);
-    ck_assert_int_eq(m.n_gemm, 0);
+    for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++)
+        ck_assert_int_eq(m.gemm_rates[p].n, 0);
     round_trip(&m, NULL, dir, &back);
     ck_assert_ptr_null(strstr(testutil_slurp(testutil_path_in(dir, "written.yaml")), "gemm"));
 
-    write_text(path, edited("links:", "  gemm_tile: 128\n  gemm_measured:\n"
-                                      "    - [512, 768, 768, 1.9e11]\n"
-                                      "    - [2048, 128, 384, 1.79e11]\nlinks:"));
+    write_text(path, edited("links:", "  gemm_tile: 128\n  gemm_rates:\n    bf16:\n"
+                                      "      - [1, 512, 768, 768, 1.9e11, 1.5e11, 1.7e11]\n"
+                                      "      - [2, 2048, 128, 384, 3.1e11, 3e11, 2.9e11]\nlinks:"));
     load_ok(path, &m);
     ck_assert_int_eq(m.gemm_tile, 128);
-    ck_assert_int_eq(m.n_gemm, 2);
-    ck_assert_int_eq(m.gemm[1].m, 2048);
-    ck_assert_int_eq(m.gemm[1].k, 128);
-    ck_assert_int_eq(m.gemm[1].n, 384);
-    ck_assert_double_eq(m.gemm[1].flops, 1.79e11);
+    ck_assert_int_eq(m.gemm_rates[MACHINE_FP32].n, 0);
+    ck_assert_int_eq(m.gemm_rates[MACHINE_BF16].n, 2);
+    const struct machine_gemm_rate *r = &m.gemm_rates[MACHINE_BF16].row[1];
+    ck_assert_int_eq(r->threads, 2);
+    ck_assert_int_eq(r->rows, 2048);
+    ck_assert_int_eq(r->in, 128);
+    ck_assert_int_eq(r->out, 384);
+    ck_assert_double_eq(r->flops[MACHINE_FORWARD], 3.1e11);
+    ck_assert_double_eq(r->flops[MACHINE_INPUT_GRAD], 3e11);
+    ck_assert_double_eq(r->flops[MACHINE_WEIGHT_GRAD], 2.9e11);
     round_trip(&m, NULL, dir, &back);
 
-    static const char expected[] = "expected a list of at most 16 [m, k, n, FLOP/s] rows "
-                                   "(positive integers, then a positive number)";
-    write_text(path, edited("links:", "  gemm_measured:\n    - [512, 768, 1.9e11]\nlinks:"));
+    static const char expected[] = "expected a list of at most 64 [threads, rows, in, out, "
+                                   "forward, input grad, weight grad FLOP/s] rows (4 positive "
+                                   "integers, then 3 positive numbers)";
+    write_text(path, edited("links:", "  gemm_rates:\n    fp32:\n"
+                                      "      - [1, 512, 768, 768, 1.9e11]\nlinks:"));
+    load_fails(path, with_file(testutil_fmt("FILE:13:9: compute.gemm_rates.fp32: %s, got a list",
+                                            expected),
+                               path));
+    write_text(path, edited("links:", "  gemm_rates:\n    fp16: 3\nlinks:"));
     load_fails(path,
-               with_file(testutil_fmt("FILE:12:7: compute.gemm_measured: %s, got a list", expected),
+               with_file(testutil_fmt("FILE:12:11: compute.gemm_rates.fp16: %s, got '3'", expected),
                          path));
-    write_text(path, edited("links:", "  gemm_measured: 3\nlinks:"));
-    load_fails(
-        path,
-        with_file(testutil_fmt("FILE:11:18: compute.gemm_measured: %s, got '3'", expected), path));
-    write_text(path, edited("links:", "  gemm_measured:\n    - [0, 768, 768, 1.9e11]\nlinks:"));
-    load_fails(path,
-               with_file(testutil_fmt("FILE:12:7: compute.gemm_measured: %s, got a list", expected),
-                         path));
+    write_text(path, edited("links:", "  gemm_rates:\n    fp32:\n"
+                                      "      - [0, 512, 768, 768, 1e11, 1e11, 1e11]\nlinks:"));
+    load_fails(path, with_file(testutil_fmt("FILE:13:9: compute.gemm_rates.fp32: %s, got a list",
+                                            expected),
+                               path));
+    write_text(path, edited("links:", "  gemm_rates:\n    fp8:\n      - [1]\nlinks:"));
+    load_fails(path, with_file("FILE:12:5: unknown key 'fp8' in compute.gemm_rates (expected "
+                               "fp32, bf16, fp16)",
+                               path));
 }
 END_TEST
 
@@ -657,6 +677,40 @@ START_TEST(test_element_rates_are_optional)
 }
 END_TEST
 
+/* The nvme bandwidths are optional: absent, 0 (and nothing written);
+ * stated, they read and round-trip; a bad value or key is named with its
+ * line. */
+START_TEST(test_nvme_bandwidths_are_optional)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("machine-nvme"));
+    const char *path = testutil_path_in(dir, "m.yaml");
+    struct machine m, back;
+    write_text(path, good_text);
+    load_ok(path, &m);
+    ck_assert_double_eq(m.nvme_read_bandwidth, 0);
+    ck_assert_double_eq(m.nvme_write_bandwidth, 0);
+    round_trip(&m, NULL, dir, &back);
+    ck_assert_ptr_null(strstr(testutil_slurp(testutil_path_in(dir, "written.yaml")), "nvme"));
+
+    write_text(path, edited("links:", "nvme:\n  read_bandwidth: 1.5e9\n  write_bandwidth: 1.1e9\n"
+                                      "links:"));
+    load_ok(path, &m);
+    ck_assert_double_eq(m.nvme_read_bandwidth, 1.5e9);
+    ck_assert_double_eq(m.nvme_write_bandwidth, 1.1e9);
+    round_trip(&m, NULL, dir, &back);
+
+    write_text(path, edited("links:", "nvme:\n  read_bandwidth: fast\nlinks:"));
+    load_fails(path, with_file("FILE:12:19: nvme.read_bandwidth: expected a positive number, "
+                               "got 'fast'",
+                               path));
+    write_text(path, edited("links:", "nvme:\n  bandwidth: 1e9\nlinks:"));
+    load_fails(path, with_file("FILE:12:3: unknown key 'bandwidth' in nvme (expected "
+                               "read_bandwidth, write_bandwidth)",
+                               path));
+}
+END_TEST
+
 START_TEST(test_write_error)
 {
     FILE *f = fopen("/dev/full", "w");
@@ -695,6 +749,7 @@ static Suite *machine_suite(void)
     tcase_add_test(write, test_peaks_are_optional);
     tcase_add_test(write, test_gemm_keys_are_optional);
     tcase_add_test(write, test_element_rates_are_optional);
+    tcase_add_test(write, test_nvme_bandwidths_are_optional);
     tcase_add_test(write, test_write_error);
     return s;
 }

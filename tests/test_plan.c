@@ -465,7 +465,8 @@ START_TEST(cost_of_a_data_parallel_step)
     ck_assert_int_eq(t.inter_node[PLAN_AXIS_DATA], 1);
     ck_assert_double_eq_tol(t.comm[PLAN_AXIS_DATA], 6000 / 1e9 + 6 * 1e-4, 1e-15);
     ck_assert_double_eq_tol(t.compute, 1e9 / 1e12, 1e-15);
-    ck_assert_double_eq_tol(t.step, t.compute + t.optimizer + t.comm[PLAN_AXIS_DATA], 1e-15);
+    ck_assert_double_eq_tol(
+        t.step, t.compute + t.optimizer + t.comm[PLAN_AXIS_DATA] + t.grad_passes, 1e-15);
     /* the same on one node of 4 */
     plan_cost(&pm, &l, &r, &m, 4, MACHINE_FP32, &t);
     ck_assert_int_eq(t.inter_node[PLAN_AXIS_DATA], 0);
@@ -511,7 +512,11 @@ START_TEST(element_rates_on_a_core)
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_BF16, &t); /* two ranks, two cores */
     ck_assert_double_eq_tol(t.optimizer, 1000 / 1e6, 1e-15);
     const double matmul = 1e9 / (1e12 / 2); /* the device's rate over its 2 ranks */
-    ck_assert_double_eq_tol(t.compute, matmul + 1e6 / 1e9, 1e-15);
+    /* the backward's fp32 gradient view: zeroed, read and cast to bf16 */
+    const double views = 1000 * (4 + 4 + 2) / (1e11 / 2);
+    ck_assert_double_eq_tol(t.compute, matmul + 1e6 / 1e9 + views, 1e-15);
+    /* stage 0: the norm reads the gradients and the zeroing writes them */
+    ck_assert_double_eq_tol(t.grad_passes, 1000 * 2 * 2 / (1e11 / 2), 1e-15);
     plan_cost(&pm, &l, &r, &m, 4, MACHINE_BF16, &t); /* four ranks on two cores */
     ck_assert_double_eq_tol(t.optimizer, 2 * 1000 / 1e6, 1e-15);
     /* another optimizer, no decode rate: the traffic */
@@ -519,7 +524,65 @@ START_TEST(element_rates_on_a_core)
     m.dequantize_4bit = 0;
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_BF16, &t);
     ck_assert_double_eq_tol(t.optimizer, 2.0 * 6000 / (1e11 / 2), 1e-15);
-    ck_assert_double_eq_tol(t.compute, matmul + 1e6 * (0.5 + 2) / (1e11 / 2), 1e-15);
+    ck_assert_double_eq_tol(t.compute, matmul + 1e6 * (0.5 + 2) / (1e11 / 2) + views, 1e-15);
+}
+END_TEST
+
+/* An NVMe offload's state files: the update waits for the node's reads
+ * (every rank's file at the read bandwidth), the writes go behind it, and
+ * the step is never shorter than the disk's reads and writes together;
+ * without the bandwidths the files are not priced. On a node whose ranks
+ * share the cores, the data-parallel traffic inside it is not hidden
+ * behind the compute: the cores make its copies. */
+START_TEST(nvme_files_and_shared_core_traffic)
+{
+    struct machine m = {.device_memory = 1ull << 30,
+                        .devices_per_node = 1,
+                        .cores = 2,
+                        .matmul_flops = {1e12, 1e12, 1e12},
+                        .memory_bandwidth = 1e11,
+                        .intra_node = {1e9, 1e-9},
+                        .inter_node = {1e9, 1e-9},
+                        .nvme_read_bandwidth = 1e9,
+                        .nvme_write_bandwidth = 2e9};
+    struct plan_model pm = {
+        .layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4, .prefetch_depth = 1};
+    strcpy(pm.optimizer, "AdamW");
+    struct plan_role r = {.first = 1,
+                          .last = 1,
+                          .blocks = 1,
+                          .units = 4,
+                          .slots = 1,
+                          .esz = 4,
+                          .grad_esz = 4,
+                          .act_esz = 4,
+                          .trainable_padded = 1000,
+                          .trainable_shard = 500,
+                          .padded = 1000,
+                          .state_bytes = 6000,
+                          .flops = 1e11,
+                          .pass_bytes = 8000000,
+                          .pass_bytes_forward = 4000000,
+                          .nvme_bytes = 3000000000ull};
+    const struct plan_layout l = {
+        .tp = 1, .pp = 1, .dp = 2, .zero_stage = 3, .micro_batch = 1, .accum = 1};
+    struct plan_time t;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    const double reads = 2 * 3e9 / 1e9, writes = 2 * 3e9 / 2e9;
+    ck_assert_double_eq_tol(t.optimizer, reads, 1e-12);
+    ck_assert_double_eq_tol(t.nvme, reads + writes, 1e-12);
+    ck_assert_double_ge(t.step, reads + writes);
+    ck_assert_double_eq_tol(t.exposed[PLAN_AXIS_DATA], t.comm[PLAN_AXIS_DATA], 1e-15);
+    /* stage 3: each micro batch's shard added in, then the norm and the zeroing */
+    ck_assert_double_eq_tol(t.grad_passes, 500 * 4 * (3 + 2) / (1e11 / 2), 1e-15);
+    m.nvme_read_bandwidth = m.nvme_write_bandwidth = 0;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    ck_assert_double_eq(t.nvme, 0);
+    ck_assert_double_lt(t.optimizer, 1e-3);
+    /* one GPU per rank: the stage's gathers hide behind the compute */
+    m.devices_per_node = 2;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    ck_assert_double_lt(t.exposed[PLAN_AXIS_DATA], 0.5 * t.comm[PLAN_AXIS_DATA]);
 }
 END_TEST
 
@@ -714,8 +777,10 @@ END_TEST
  * next tile. */
 START_TEST(gemm_rate_by_shape)
 {
-    const struct machine m = {
-        .matmul_flops = {20e12, 200e12, 200e12}, .memory_bandwidth = 2e12, .gemm_tile = 128};
+    const struct machine m = {.devices_per_node = 1,
+                              .matmul_flops = {20e12, 200e12, 200e12},
+                              .memory_bandwidth = 2e12,
+                              .gemm_tile = 128};
     static const double shapes[][3] = {{64, 64, 64},      {768, 768, 768},   {8192, 8192, 8192},
                                        {2048, 4096, 129}, {2048, 4096, 128}, {100, 12288, 4096}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -723,60 +788,66 @@ START_TEST(gemm_rate_by_shape)
         const double tiled = 2.0 * ceil(M / 128) * 128 * K * ceil(N / 128) * 128 / 200e12;
         const double moved = 2.0 * (M * K + K * N + M * N) / 2e12;
         const double want = 2.0 * M * K * N / fmax(tiled, moved);
-        const double got = plan_gemm_rate(&m, MACHINE_BF16, M, K, N);
+        const double got = plan_gemm_rate(&m, MACHINE_BF16, MACHINE_FORWARD, 1, M, K, N);
         ck_assert_msg(fabs(got / want - 1.0) < 1e-12, "%gx%gx%g: %g FLOP/s, expected %g", M, K, N,
                       got, want);
     }
-    const double small = plan_gemm_rate(&m, MACHINE_BF16, 64, 64, 64);
-    const double large = plan_gemm_rate(&m, MACHINE_BF16, 8192, 8192, 8192);
+    const double small = plan_gemm_rate(&m, MACHINE_BF16, MACHINE_FORWARD, 1, 64, 64, 64);
+    const double large = plan_gemm_rate(&m, MACHINE_BF16, MACHINE_FORWARD, 1, 8192, 8192, 8192);
     ck_assert_double_eq_tol(large, 200e12, 1e-3);
     ck_assert_msg(small < 0.25 * large, "64^3: %g FLOP/s, 8192^3: %g", small, large);
-    ck_assert_msg(plan_gemm_rate(&m, MACHINE_BF16, 2048, 4096, 129) <
-                      0.6 * plan_gemm_rate(&m, MACHINE_BF16, 2048, 4096, 128),
+    ck_assert_msg(plan_gemm_rate(&m, MACHINE_BF16, MACHINE_FORWARD, 1, 2048, 4096, 129) <
+                      0.6 * plan_gemm_rate(&m, MACHINE_BF16, MACHINE_FORWARD, 1, 2048, 4096, 128),
                   "a width of 129 computes two tiles");
     /* no tile stated: no quantisation, only the roofline */
     struct machine flat = m;
     flat.gemm_tile = 0;
-    ck_assert_double_eq_tol(plan_gemm_rate(&flat, MACHINE_BF16, 2048, 4096, 129), 200e12, 1e-3);
+    ck_assert_double_eq_tol(
+        plan_gemm_rate(&flat, MACHINE_BF16, MACHINE_FORWARD, 1, 2048, 4096, 129), 200e12, 1e-3);
 }
 END_TEST
 
-/* FLOPs per fp32 byte moved by a measured product. */
-static double gemm_intensity(const struct machine_gemm *g)
-{
-    const double m = g->m, k = g->k, n = g->n;
-    return 2.0 * m * k * n / (4.0 * (m * k + k * n + m * n));
-}
-
 /* A file calibrate wrote (configs/machines/cpu-this.yaml) gives back each
- * measured shape's own rate, and a shape between two measured ones a rate
- * between theirs. */
+ * measured layer's own rate, product by product, to a rank whose threads
+ * (cores / ranks) are the row's; a shape between measured ones a rate
+ * within theirs; a rank on half a core half its core's rate; and a type
+ * without a table of its own, fp32's (what a run computes it in). */
 START_TEST(calibrated_gemm_shapes_are_reproduced)
 {
     struct machine m;
     ck_assert_int_eq(machine_load(testutil_source_path("configs/machines/cpu-this.yaml"), &m),
                      ZT_OK);
-    ck_assert_int_ge(m.n_gemm, 4);
+    const struct machine_gemm_table *g = &m.gemm_rates[MACHINE_FP32];
+    ck_assert_int_ge(g->n, 4);
+    ck_assert_int_ge(m.cores, 1);
     double lo = INFINITY, hi = 0.0;
-    for (int i = 0; i < m.n_gemm; i++) {
-        const struct machine_gemm *g = &m.gemm[i];
-        const double got = plan_gemm_rate(&m, MACHINE_FP32, g->m, g->k, g->n);
-        ck_assert_msg(fabs(got / g->flops - 1.0) < 1e-9, "%dx%dx%d: %g FLOP/s, measured %g", g->m,
-                      g->k, g->n, got, g->flops);
-        lo = fmin(lo, g->flops);
-        hi = fmax(hi, g->flops);
+    for (int i = 0; i < g->n; i++) {
+        const struct machine_gemm_rate *r = &g->row[i];
+        const int per_node = m.cores / r->threads;
+        for (int k = 0; k < MACHINE_PRODUCTS; k++) {
+            const double got =
+                plan_gemm_rate(&m, MACHINE_FP32, k, per_node, r->rows, r->in, r->out);
+            ck_assert_msg(fabs(got / r->flops[k] - 1.0) < 1e-9,
+                          "%d threads %dx%dx%d product %d: %g FLOP/s, measured %g", r->threads,
+                          r->rows, r->in, r->out, k, got, r->flops[k]);
+            if (r->threads == 1) {
+                lo = fmin(lo, r->flops[k]);
+                hi = fmax(hi, r->flops[k]);
+                const double crowded =
+                    plan_gemm_rate(&m, MACHINE_FP32, k, 2 * m.cores, r->rows, r->in, r->out);
+                ck_assert_double_eq_tol(crowded, 0.5 * r->flops[k], 1e-9 * r->flops[k]);
+            }
+        }
     }
-    /* beyond the measured shapes: the nearest end's rate */
-    ck_assert_double_le(plan_gemm_rate(&m, MACHINE_FP32, 8, 8, 8), hi);
-    ck_assert_double_ge(plan_gemm_rate(&m, MACHINE_FP32, 8, 8, 8), lo);
-    ck_assert_double_le(plan_gemm_rate(&m, MACHINE_FP32, 1 << 14, 1 << 14, 1 << 14), hi);
-    /* below the lowest arithmetic intensity measured: that product's rate */
-    int thinnest = 0;
-    for (int i = 1; i < m.n_gemm; i++)
-        if (gemm_intensity(&m.gemm[i]) < gemm_intensity(&m.gemm[thinnest]))
-            thinnest = i;
-    ck_assert_double_eq_tol(plan_gemm_rate(&m, MACHINE_FP32, 8, 8, 8), m.gemm[thinnest].flops,
-                            m.gemm[thinnest].flops * 1e-9);
+    const double between =
+        plan_gemm_rate(&m, MACHINE_FP32, MACHINE_INPUT_GRAD, m.cores, 700, 1000, 3000);
+    ck_assert_double_le(between, hi);
+    ck_assert_double_ge(between, lo);
+    struct machine no_bf16 = m;
+    no_bf16.gemm_rates[MACHINE_BF16].n = 0;
+    ck_assert_double_eq(
+        plan_gemm_rate(&no_bf16, MACHINE_BF16, MACHINE_FORWARD, m.cores, 512, 768, 768),
+        plan_gemm_rate(&m, MACHINE_FP32, MACHINE_FORWARD, m.cores, 512, 768, 768));
 }
 END_TEST
 
@@ -900,6 +971,7 @@ int main(void)
     tcase_add_test(tc, korthikanti_bf16_activations);
     tcase_add_test(tc, cost_of_a_data_parallel_step);
     tcase_add_test(tc, element_rates_on_a_core);
+    tcase_add_test(tc, nvme_files_and_shared_core_traffic);
     tcase_add_test(tc, lora_plans_no_frozen_weight_gradients);
     tcase_add_test(tc, mfu_is_against_the_datasheet_peak);
     tcase_add_test(tc, bubble_shrinks_on_oversubscribed_cores);

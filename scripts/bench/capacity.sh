@@ -20,17 +20,21 @@
 # with the reason. Run it alone on a quiet machine: the step times are the machine's.
 # usage: scripts/bench/capacity.sh [--small] [--weights DIR] [--nvme DIR] [--steps N]
 #                                  [--cases "qlora-7b xl-8bit xl-nvme lora-1.33b"] [--plan-only]
+#                                  [--profile]
 #   --small      tiny shapes (make_weights.py's tiny-llama and tiny, seq 64): checks the script
 #   --weights    the folder holding llama2-7b/ and gpt2-xl/ (default $ZT_WEIGHTS_DIR or
 #                ./weights): each is generated with make_weights.py when it is missing
 #   --nvme       the folder of xl-nvme's state files (default: a temporary one)
 #   --plan-only  plan and dry run only: the predictions, without training
+#   --profile    train with --profile, and print where the step time went beside the plan's
+#                compute, optimizer and exposed traffic
 set -euo pipefail
 small=0
 weights=${ZT_WEIGHTS_DIR:-$PWD/weights}
 nvme=""
 steps=2
 plan_only=0
+profile=()
 cases="qlora-7b xl-8bit xl-nvme lora-1.33b"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
   --steps) steps=$2 && shift ;;
   --cases) cases=$2 && shift ;;
   --plan-only) plan_only=1 ;;
+  --profile) profile=(--profile) ;;
   *) echo "capacity.sh: unknown argument '$1' (see the usage at the top of the script)" >&2
     exit 2 ;;
   esac
@@ -267,9 +272,24 @@ for name in $cases; do
   fi
   if [ $run_it = 1 ]; then
     /usr/bin/time -v -o "$tmp/$name.time" mpirun -np "$ranks" --bind-to none "$bin" train \
-      "$cfg" "${args[@]}" --no-progress --memory-report "$tmp/$name.run.json" >"$log" 2>&1 ||
+      "$cfg" "${args[@]}" "${profile[@]}" --no-progress --memory-report "$tmp/$name.run.json" >"$log" 2>&1 ||
       { echo "the run failed:" && tail -5 "$log"; }
     grep -m1 "GEMMs on" "$log" || true
+    if [ ${#profile[@]} -gt 0 ]; then
+      sed -n '/where the time went/,/blocked in communication/p' "$log" | sed 's/^[^|]*| *//'
+      "$py" - "$tmp/$name.plan.json" "$ranks" <<'PY'
+import json, sys
+plan, ranks = json.load(open(sys.argv[1])), int(sys.argv[2])
+want = dict(tp=1, pp=1, dp=ranks, zero_stage=3 if ranks > 1 else 0, micro_batch=1, ckpt_every=1)
+for l in plan["layouts"]:
+    if all(l[k] == v for k, v in want.items()):
+        r = l["roles"][0]
+        print("the plan's step: compute %.2f s (matmul %.2f s, 4-bit decode %.2f s), optimizer"
+              " %.2f s (nvme files %.2f s), exposed data-parallel %.2f s"
+              % (r["compute_seconds"], r["matmul_seconds"], r["decode_seconds"],
+                 r["optimizer_seconds"], r["nvme_seconds"], r["exposed_seconds"]["data"]))
+PY
+    fi
     echo "whole job's peak RSS (time -v, the largest process): $(awk -F': ' \
       '/Maximum resident set size/ {printf "%.1f", $2 / 1024}' "$tmp/$name.time") MiB"
   fi
