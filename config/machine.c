@@ -122,10 +122,23 @@ static void expected_keys(const char *prefix, char *buf, size_t size)
                                      leaf(rows[i].path));
 }
 
+/* Keys an older calibrate wrote, and what replaced them. */
+static const struct {
+    const char *path, *advice;
+} retired[] = {
+    {"compute.gemm_measured", "replaced by compute.gemm_rates (each product apart, by thread "
+                              "count): run zerotrain calibrate again"},
+};
+
 static zt_status unknown_key(const struct yaml_tree_node *key, const char *prefix)
 {
-    char where[WHERE], expected[256];
+    char where[WHERE], expected[256], path[256];
     yaml_tree_where(key, where, sizeof where);
+    snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", key->text);
+    for (size_t i = 0; i < sizeof retired / sizeof retired[0]; i++)
+        if (strcmp(path, retired[i].path) == 0)
+            return zt_error_set(ZT_ERR_CONFIG, "%s: %s is no longer read: %s", where, path,
+                                retired[i].advice);
     expected_keys(prefix, expected, sizeof expected);
     return zt_error_set(ZT_ERR_CONFIG, "%s: unknown key '%s'%s%s (expected %s)", where, key->text,
                         *prefix ? " in " : "", prefix, expected);

@@ -94,6 +94,8 @@
  *   "FILE:L:C: a machine file must be a mapping of name, device_memory,
  *    devices_per_node, cores, compute, nvme, links; got 'x'"
  *   "FILE:L:C: unknown key 'gpu_mem' (expected name, device_memory, ...)"
+ *   "FILE:L:C: compute.gemm_measured is no longer read: replaced by
+ *    compute.gemm_rates (...): run zerotrain calibrate again"
  *   "FILE:L:C: unknown key 'bf17' in compute.matmul_flops (expected fp32, bf16, fp16)"
  *   "FILE: missing key links.inter_node.latency"
  *   "FILE:L:C: links.intra_node: expected a mapping, got '3'"

@@ -491,9 +491,12 @@ static zt_status measure_nvme(struct calibration *cal, const char *dir)
     struct calibrate_nvme_file f;
     const zt_status opened = calibrate_nvme_open(dir, cal->rank, cal->sz.nvme_bytes, &f);
     double failed = opened != ZT_OK;
-    ZT_TRY(comm_allreduce(cal->comm, &failed, 1, ZT_F64, COMM_OP_MAX));
-    if (failed != 0.0)
-        return opened;
+    const zt_status agreed = comm_allreduce(cal->comm, &failed, 1, ZT_F64, COMM_OP_MAX);
+    if (agreed != ZT_OK || failed != 0.0) { /* another rank's failure is its to report */
+        if (opened == ZT_OK)
+            calibrate_nvme_close(&f);
+        return agreed != ZT_OK ? agreed : opened;
+    }
     zt_status st = ZT_OK;
     int stop = 0;
     for (int r = 0; r < cal->sz.nvme_reps && st == ZT_OK && !stop; r++)

@@ -63,6 +63,11 @@ zt_status calibrate_nvme_pass(struct calibrate_nvme_file *f, int write)
                                     : pread(f->fd, p, CHUNK - done, (off_t)(off + done));
             if (k < 0 && errno == EINTR)
                 continue;
+            if (k < 0 && errno == EINVAL && f->direct) { /* took O_DIRECT at open only */
+                f->direct = 0;
+                if (fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_DIRECT) == 0)
+                    continue;
+            }
             if (k <= 0)
                 return io_error(write ? "write" : "read", "the calibration file",
                                 k < 0 ? errno : EIO);

@@ -225,12 +225,6 @@ static int crosses_nodes(const struct plan_layout *l, enum plan_axis axis, int p
     return size[axis] > 1 && span[axis] > per_node;
 }
 
-double plan_device_share(const struct machine *m, int per_node)
-{
-    const double share = (double)per_node / m->devices_per_node;
-    return share > 1.0 ? share : 1.0;
-}
-
 /* How many times over the node's ranks ask for its cores: `train` gives
  * each of R ranks max(1, cores / R) threads (coordinator/session.c), so
  * R x threads / cores, and 1 where the machine does not state its cores or
@@ -243,11 +237,6 @@ static double oversubscription(const struct machine *m, int per_node)
     const int threads = m->cores / per_node > 0 ? m->cores / per_node : 1;
     const double o = (double)per_node * threads / m->cores;
     return o > 1.0 ? o : 1.0;
-}
-
-double plan_core_share(const struct machine *m, int per_node)
-{
-    return m->cores > 0 && per_node > m->cores ? (double)m->cores / per_node : 1.0;
 }
 
 /* A micro batch's 4-bit decodes: at the machine's rate on the rank's core,

@@ -619,6 +619,12 @@ START_TEST(test_gemm_keys_are_optional)
     load_fails(path, with_file(testutil_fmt("FILE:13:9: compute.gemm_rates.fp32: %s, got a list",
                                             expected),
                                path));
+    /* an older calibrate's key names its replacement */
+    write_text(path, edited("links:", "  gemm_measured:\n    - [512, 768, 768, 1.9e11]\nlinks:"));
+    load_fails(path, with_file("FILE:11:3: compute.gemm_measured is no longer read: replaced by "
+                               "compute.gemm_rates (each product apart, by thread count): run "
+                               "zerotrain calibrate again",
+                               path));
     write_text(path, edited("links:", "  gemm_rates:\n    fp8:\n      - [1]\nlinks:"));
     load_fails(path, with_file("FILE:12:5: unknown key 'fp8' in compute.gemm_rates (expected "
                                "fp32, bf16, fp16)",
