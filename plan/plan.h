@@ -102,6 +102,9 @@ struct plan_role {
     /* elements of 4-bit units a micro batch's passes decode (QLoRA: each
      * acquire decodes the unit) */
     size_t decoded_elems;
+    /* a micro batch's activations on the stage without checkpointing, all
+     * chunks: what its element-wise ops write and read */
+    size_t act_pass_bytes;
     /* what the CPU device's host cache keeps beyond its live peak, from a
      * model of it (device_memory_info: resident_peak - held_peak) */
     uint64_t cache_kept;

@@ -332,14 +332,13 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     const double share = plan_device_share(m, per_node);
     const double flops_rate = plan_matmul_rate(pm, l, r->blocks, r->last, m, precision, per_node);
     const double mem_rate = m->memory_bandwidth / share;
-    /* the other ops stream each activation of an instance about three
-     * times (written in the forward, read and its gradient written in the
-     * backward) */
-    const double act_bytes = (double)r->peak[LEDGER_ACTIVATIONS] / (r->slots > 0 ? r->slots : 1) *
-                             (r->chunks > 1 ? r->chunks : 1); /* a micro batch's, all chunks */
+    /* the element-wise ops: the forward writes each activation, the
+     * backward reads it and writes its gradient, a recomputed forward
+     * writes it again */
+    const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0;
+    const double act_traffic = (3.0 + recompute) * (double)r->act_pass_bytes / mem_rate;
     const double matmul = r->flops / flops_rate, decode = decode_seconds(r, m, per_node, mem_rate);
-    const double micro =
-        matmul + 3.0 * act_bytes / mem_rate + decode + grad_view_seconds(r, mem_rate);
+    const double micro = matmul + act_traffic + decode + grad_view_seconds(r, mem_rate);
     out->compute = micro * l->accum;
     out->matmul = matmul * l->accum;
     out->decode = decode * l->accum;

@@ -147,6 +147,21 @@ static double stage_flops(const struct zt_config *c, const struct param_table *t
     return per_token * tokens / param_table_tp_size(t) / (t->cp_size > 1 ? t->cp_size : 1);
 }
 
+/* A micro batch's activations on stage st, chunk by chunk, as an
+ * instance without checkpointing allocates them. */
+static size_t act_pass_bytes(const struct zt_config *c, const struct param_table *t,
+                             const struct model_stage *st)
+{
+    const int v = model_stage_chunks(st), L = param_table_blocks(t);
+    const int T = c->data.seq_len / (t->cp_size > 1 ? t->cp_size : 1);
+    size_t bytes = 0;
+    for (int j = 0; j < v; j++) {
+        const struct model_stage chunk = v > 1 ? model_stage_chunk(st, j, L) : *st;
+        bytes += t->family->activation_bytes(t, c->train_micro_batch_size_per_gpu, T, 0, &chunk);
+    }
+    return bytes;
+}
+
 /* Bytes of the full units one micro batch's passes acquire, in order
  * (what stage 3 gathers: a unit used twice, as a tied embedding is, twice),
  * into bytes[0] (the forward's) and bytes[1] (the backward's); bytes[2]:
@@ -271,6 +286,7 @@ zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, i
     out->last = st.last;
     out->blocks = model_stage_blocks(&st);
     out->flops = stage_flops(&c, &t, &st);
+    out->act_pass_bytes = act_pass_bytes(&c, &t, &st);
     out->units = out->blocks + st.first + st.last;
     s = plan_rank(&c, l, &t, &st, &be, out);
     memcpy(out->peak, ledger.peak, sizeof out->peak);

@@ -586,6 +586,36 @@ START_TEST(nvme_files_and_shared_core_traffic)
 }
 END_TEST
 
+/* The element-wise ops' traffic is a micro batch's activations without
+ * checkpointing: with checkpointing off, exactly what the role's
+ * instance allocates for them (its ledger peak of activations less the
+ * batch's tokens); with it on, the
+ * same bytes, though the peak falls; and at a micro batch of 2, twice. */
+START_TEST(element_wise_traffic_is_the_uncheckpointed_activations)
+{
+    const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
+                        "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
+    struct zt_config cfg;
+    load_config(model, &cfg);
+    struct plan_layout l = {
+        .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 1};
+    struct plan_role off, on, two;
+    ck_assert_int_eq(plan_role(&cfg, &l, 0, &off), ZT_OK);
+    l.ckpt_every = 1;
+    ck_assert_int_eq(plan_role(&cfg, &l, 0, &on), ZT_OK);
+    l.ckpt_every = 0;
+    l.micro_batch = 2;
+    ck_assert_int_eq(plan_role(&cfg, &l, 0, &two), ZT_OK);
+    config_free(&cfg);
+    ck_assert_uint_gt(off.act_pass_bytes, 0);
+    /* the peak holds the batch's input and target tokens beside them */
+    ck_assert_uint_eq(off.act_pass_bytes + 2 * 32 * sizeof(int32_t), off.peak[LEDGER_ACTIVATIONS]);
+    ck_assert_uint_eq(on.act_pass_bytes, off.act_pass_bytes);
+    ck_assert_uint_lt(on.peak[LEDGER_ACTIVATIONS], off.peak[LEDGER_ACTIVATIONS]);
+    ck_assert_uint_eq(two.act_pass_bytes, 2 * off.act_pass_bytes);
+}
+END_TEST
+
 /* A LoRA run never forms its frozen base's weight gradients: the planned
  * FLOPs of a micro batch drop by 2 x the block's linear weights and 2 V C
  * (a frozen head) a token, and the adapters' 6 x their parameters come in;
@@ -972,6 +1002,7 @@ int main(void)
     tcase_add_test(tc, cost_of_a_data_parallel_step);
     tcase_add_test(tc, element_rates_on_a_core);
     tcase_add_test(tc, nvme_files_and_shared_core_traffic);
+    tcase_add_test(tc, element_wise_traffic_is_the_uncheckpointed_activations);
     tcase_add_test(tc, lora_plans_no_frozen_weight_gradients);
     tcase_add_test(tc, mfu_is_against_the_datasheet_peak);
     tcase_add_test(tc, bubble_shrinks_on_oversubscribed_cores);

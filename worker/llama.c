@@ -887,6 +887,13 @@ static zt_status instance_backward(struct model *base, const struct model_unit_h
     return ZT_OK;
 }
 
+static size_t activation_bytes(const struct param_table *t, int B, int T, int ckpt_every,
+                               const struct model_stage *stage)
+{
+    const struct llama_dims d = dims_of(t);
+    return act_layout_of(&d, B, T, ckpt_every, stage).total;
+}
+
 const struct model_family llama_family = {
     .name = "llama",
     .table_build = table_build,
@@ -895,6 +902,7 @@ const struct model_family llama_family = {
     .head_tied = head_tied,
     .flops_per_token = flops_per_token,
     .gemm_shapes = gemm_shapes,
+    .activation_bytes = activation_bytes,
     .create = instance_create,
     .destroy = instance_destroy,
     .forward = instance_forward,

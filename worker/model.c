@@ -829,6 +829,12 @@ static zt_status instance_backward(struct model *m, const struct model_unit_hook
     return gpt2_backward(gpt2_of(m), h, grad_scale);
 }
 
+static size_t activation_bytes(const struct param_table *t, int B, int T, int ckpt_every,
+                               const struct model_stage *stage)
+{
+    return act_layout_of(t, B, T, ckpt_every, stage).total;
+}
+
 const struct model_family gpt2_family = {
     .name = "gpt2",
     .table_build = table_from_shape,
@@ -837,6 +843,7 @@ const struct model_family gpt2_family = {
     .head_tied = head_tied,
     .flops_per_token = flops_per_token,
     .gemm_shapes = gemm_shapes,
+    .activation_bytes = activation_bytes,
     .create = instance_create,
     .destroy = instance_destroy,
     .forward = instance_forward,

@@ -428,6 +428,12 @@ struct model_family {
      * worker/fp8_scaling.h) as a rank holding table t computes them (a
      * tensor-parallel slice's): what the fp8 GEMMs' buffers are sized by. */
     void (*gemm_shapes)(const struct param_table *t, int in[FP8_GEMMS], int out[FP8_GEMMS]);
+    /* Bytes of the activations an instance of micro batch B x T on `stage`
+     * allocates (what create counts in LEDGER_ACTIVATIONS for them), with
+     * checkpointing every ckpt_every blocks (0: off): off, what the
+     * passes' element-wise ops write and read (the planner's traffic). */
+    size_t (*activation_bytes)(const struct param_table *t, int B, int T, int ckpt_every,
+                               const struct model_stage *stage);
     /* The instance operations, as model_create, model_destroy,
      * model_forward and model_backward describe them; `m` is always an
      * instance this family's create made. create borrows the backward
