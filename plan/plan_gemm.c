@@ -143,13 +143,12 @@ double plan_matmul_rate(const struct plan_model *pm, const struct plan_layout *l
 {
     if (pm->n_weights == 0)
         return mach->matmul_flops[p] / plan_device_share(mach, per_node);
-    const struct gemm_use use = {mach, p, per_node, l->tp, l->ckpt_every > 0 ? 1.0 : 0.0};
-    const struct gemm_use *u = &use;
+    const struct gemm_use u = {mach, p, per_node, l->tp, l->ckpt_every > 0 ? 1.0 : 0.0};
     const double rows = (double)l->micro_batch * pm->seq / plan_context_size(l);
     double flops = 0.0, seconds = 0.0;
     for (int i = 0; i < pm->n_weights; i++)
-        add_weight(&pm->weights[i], u, rows, blocks, &flops, &seconds);
+        add_weight(&pm->weights[i], &u, rows, blocks, &flops, &seconds);
     if (last && pm->head.out > 0)
-        add_weight(&pm->head, u, rows, 1.0, &flops, &seconds);
+        add_weight(&pm->head, &u, rows, 1.0, &flops, &seconds);
     return flops / seconds;
 }
