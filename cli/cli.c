@@ -16,7 +16,7 @@
  *   zerotrain tokenize [--tokenizer NAME] [--tokenizer-dir DIR] [--file FILE] [--decode]
  *   zerotrain plan CONFIG --gpus N [--gpus-per-node G] [--gpu-memory SIZE]
  *                  [--machine NAME|FILE] [--global-batch B] [--top K] [--all]
- *                  [--json FILE] [--set key.path=value]...
+ *                  [--json FILE] [--set key.path=value]... [--keep KEY]...
  *   zerotrain calibrate --out FILE [--name NAME] [--device-memory SIZE] [--nvme-path DIR]
  *                       [--quick]
  *   zerotrain plot RUN_DIR... [--out DIR] [--rank R]
@@ -174,7 +174,11 @@ static const char plan_help[] =
     "  --all                  print every layout, also those that do not fit\n"
     "  --json FILE            write every layout planned, each role's memory by category,\n"
     "                         traffic and times, as JSON\n"
-    "  --set key.path=value   override a configuration key (repeatable)\n";
+    "  --set key.path=value   override a configuration key (repeatable)\n"
+    "  --keep KEY             hold one searched setting at the config's value (repeatable):\n"
+    "                         zero_optimization.stage, activation_checkpointing,\n"
+    "                         tensor_parallel.sequence_parallel, pipeline.virtual_stages,\n"
+    "                         train_micro_batch_size_per_gpu\n";
 
 static const char calibrate_help[] =
     "usage: mpirun -np R zerotrain calibrate --out FILE [--name NAME] [--device-memory SIZE]\n"
@@ -555,9 +559,9 @@ static int plan_option(int argc, char **argv, int *i, struct plan_options *o,
                        struct config_override *ov)
 {
     const char *arg = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    static const char *const takes_value[] = {
-        "--gpus",         "--gpus-per-node", "--gpu-memory", "--machine",
-        "--global-batch", "--top",           "--json",       "--set"};
+    static const char *const takes_value[] = {"--gpus",    "--gpus-per-node", "--gpu-memory",
+                                              "--machine", "--global-batch",  "--top",
+                                              "--json",    "--set",           "--keep"};
     size_t k = 0;
     while (k < sizeof takes_value / sizeof takes_value[0] && strcmp(arg, takes_value[k]) != 0)
         k++;
@@ -590,6 +594,10 @@ static int plan_option(int argc, char **argv, int *i, struct plan_options *o,
         if (o->n_overrides == MAX_OVERRIDES)
             return usage_exit("too many --set options (at most %s)", "256"), -1;
         ov[o->n_overrides++].assignment = v;
+    } else if (k == 8) {
+        if (o->n_keep == PLAN_MAX_KEEP)
+            return usage_exit("too many --keep options (at most %s)", "8"), -1;
+        o->keep[o->n_keep++] = v;
     }
     return 1;
 }

@@ -46,6 +46,7 @@ struct plan_ctx {
     size_t refused;        /* layouts the model or the run cannot take */
     char refused_why[512]; /* the first one's reason */
     size_t uneven;         /* data-parallel sizes that do not divide the batch */
+    unsigned keep;         /* KEEP_* bits: settings held at the config's */
     struct rss_start rss;  /* host memory measured at start-up (plan_rss.c) */
 };
 
@@ -134,9 +135,49 @@ static zt_status plan_one(struct plan_ctx *x, const struct plan_layout *l, const
     return list_push(&x->list, &p);
 }
 
-/* Micro batches that divide a replica's share of the batch. */
-static int micro_options(long per_replica, int *out)
+/* ---- settings held at the config's (--keep) ------------------------------ */
+
+enum { KEEP_ZERO = 1, KEEP_CKPT = 2, KEEP_SP = 4, KEEP_CHUNKS = 8, KEEP_MICRO = 16 };
+
+static const struct {
+    const char *key;
+    unsigned bit;
+} keep_keys[] = {
+    {"zero_optimization.stage", KEEP_ZERO},         {"activation_checkpointing", KEEP_CKPT},
+    {"tensor_parallel.sequence_parallel", KEEP_SP}, {"pipeline.virtual_stages", KEEP_CHUNKS},
+    {"train_micro_batch_size_per_gpu", KEEP_MICRO},
+};
+#define N_KEEP_KEYS (sizeof keep_keys / sizeof keep_keys[0])
+
+static zt_status keep_of(const struct plan_options *o, unsigned *out)
 {
+    *out = 0;
+    for (int i = 0; i < o->n_keep; i++) {
+        size_t k = 0;
+        while (k < N_KEEP_KEYS && strcmp(o->keep[i], keep_keys[k].key) != 0)
+            k++;
+        if (k == N_KEEP_KEYS) {
+            char keys[256] = "";
+            for (size_t j = 0; j < N_KEEP_KEYS; j++)
+                snprintf(keys + strlen(keys), sizeof keys - strlen(keys), "%s%s", j ? ", " : "",
+                         keep_keys[j].key);
+            return zt_error_set(ZT_ERR_USAGE, "--keep %s: not a setting the plan searches (%s)",
+                                o->keep[i], keys);
+        }
+        *out |= keep_keys[k].bit;
+    }
+    return ZT_OK;
+}
+
+/* Micro batches that divide a replica's share of the batch: the config's
+ * alone when it is kept. */
+static int micro_options(const struct plan_ctx *x, long per_replica, int *out)
+{
+    if (x->keep & KEEP_MICRO) {
+        const int b = x->cfg.train_micro_batch_size_per_gpu;
+        out[0] = b;
+        return per_replica % b == 0;
+    }
     int n = 0;
     for (int b = 1; b <= 64 && b <= per_replica; b *= 2)
         if (per_replica % b == 0)
@@ -145,9 +186,14 @@ static int micro_options(long per_replica, int *out)
 }
 
 /* Activation checkpointing: off, every block, every other block, and the
- * config's interval. */
-static int ckpt_options(const struct zt_config *c, int layers, int *out)
+ * config's interval; the config's alone when it is kept. */
+static int ckpt_options(const struct zt_config *c, unsigned keep, int layers, int *out)
 {
+    if (keep & KEEP_CKPT) {
+        out[0] =
+            c->activation_checkpointing.enabled ? c->activation_checkpointing.every_n_blocks : 0;
+        return 1;
+    }
     int n = 0;
     out[n++] = 0;
     out[n++] = 1;
@@ -183,12 +229,15 @@ static zt_status plan_grid_chunks(struct plan_ctx *x, int T, int P, int C, int v
     }
     ZT_TRY(s);
     int micro[8], ckpt[4];
-    const int n_micro = micro_options(x->global_batch / D, micro);
-    const int n_ckpt = ckpt_options(&x->cfg, x->model.layers, ckpt);
+    const int n_micro = micro_options(x, x->global_batch / D, micro);
+    const int n_ckpt = ckpt_options(&x->cfg, x->keep, x->model.layers, ckpt);
     /* sequence parallelism is tried wherever there is a tensor group to
-     * split the sequence over */
-    for (int sp = 0; sp <= (T > 1); sp++)
-        for (int z = 0; z <= (D * C > 1 ? 3 : 0); z++) /* ZeRO over data x context ranks */
+     * split the sequence over, ZeRO wherever there are data x context ranks */
+    const int sp_last = T > 1, z_last = D * C > 1 ? 3 : 0;
+    const int sp0 = x->keep & KEEP_SP ? sp_last && x->cfg.tensor_parallel.sequence_parallel : 0;
+    const int z0 = x->keep & KEEP_ZERO ? (z_last ? x->cfg.zero.stage : 0) : 0;
+    for (int sp = sp0; sp <= (x->keep & KEEP_SP ? sp0 : sp_last); sp++)
+        for (int z = z0; z <= (x->keep & KEEP_ZERO ? z0 : z_last); z++)
             for (int b = 0; b < n_micro; b++)
                 for (int k = 0; k < n_ckpt; k++) {
                     l.sequence_parallel = sp;
@@ -207,7 +256,8 @@ static zt_status plan_grid_chunks(struct plan_ctx *x, int T, int P, int C, int v
 static zt_status plan_grid(struct plan_ctx *x, int T, int P, int C)
 {
     const int N = x->o->gpus, D = N / (T * P * C);
-    if (x->global_batch % D != 0) {
+    const long micro = x->keep & KEEP_MICRO ? x->cfg.train_micro_batch_size_per_gpu : 1;
+    if (x->global_batch % (D * micro) != 0) {
         x->uneven++;
         return ZT_OK;
     }
@@ -217,6 +267,10 @@ static zt_status plan_grid(struct plan_ctx *x, int T, int P, int C)
     if (why) {
         refuse(x, why);
         return ZT_OK;
+    }
+    if (x->keep & KEEP_CHUNKS) {
+        const int v = P > 1 ? x->cfg.pipeline.virtual_stages : 1;
+        return v == 1 || x->model.layers % (P * v) == 0 ? plan_grid_chunks(x, T, P, C, v) : ZT_OK;
     }
     for (int v = 1; v <= PLAN_MAX_CHUNKS; v *= 2)
         if (v == 1 || (P > 1 && x->model.layers % (P * v) == 0))
@@ -383,6 +437,28 @@ static void print_row(const struct planned *p, size_t rank, FILE *f)
             100.0 * t->bubble / t->step);
 }
 
+/* The settings held at the config's, with their values. */
+static void print_kept(const struct plan_ctx *x, FILE *f)
+{
+    if (!x->keep)
+        return;
+    const struct zt_config *c = &x->cfg;
+    const int values[N_KEEP_KEYS] = {
+        c->zero.stage,
+        c->activation_checkpointing.enabled ? c->activation_checkpointing.every_n_blocks : 0,
+        c->tensor_parallel.sequence_parallel, c->pipeline.virtual_stages,
+        c->train_micro_batch_size_per_gpu};
+    fputs("kept at the config's:", f);
+    for (size_t k = 0, n = 0; k < N_KEEP_KEYS; k++)
+        if (keep_keys[k].bit == KEEP_CKPT && (x->keep & KEEP_CKPT) && !values[k])
+            fprintf(f, "%s %s off", n++ ? "," : "", keep_keys[k].key);
+        else if (keep_keys[k].bit == KEEP_CKPT && (x->keep & KEEP_CKPT))
+            fprintf(f, "%s %s every %d blocks", n++ ? "," : "", keep_keys[k].key, values[k]);
+        else if (x->keep & keep_keys[k].bit)
+            fprintf(f, "%s %s %d", n++ ? "," : "", keep_keys[k].key, values[k]);
+    fputc('\n', f);
+}
+
 static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
 {
     size_t fit = 0;
@@ -399,10 +475,11 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
             100.0 * PLAN_ALLOCATOR_MARGIN, gib(x->usable));
     fprintf(f, "global batch: %ld sequences (%.0f tokens) per step\n", x->global_batch,
             (double)x->global_batch * x->model.seq);
+    print_kept(x, f);
     fprintf(f, "planned %zu layouts in %.2f s: %zu fit", x->list.n, seconds, fit);
     if (x->uneven)
-        fprintf(f, "; %zu grids left out: their data-parallel size does not divide the batch",
-                x->uneven);
+        fprintf(f, "; %zu grids left out: their data-parallel size does not divide the batch%s",
+                x->uneven, x->keep & KEEP_MICRO ? " into the kept micro batches" : "");
     if (x->refused)
         fprintf(f, "; %zu refused (%s)", x->refused, x->refused_why);
     fputc('\n', f);
@@ -514,7 +591,11 @@ static zt_status write_json(const struct plan_ctx *x, const char *path)
     json_num(f, PLAN_ALLOCATOR_MARGIN);
     fprintf(f, ", \"machine\": \"%s\", \"global_batch\": %ld, \"seq_len\": %d, ", x->machine.name,
             x->global_batch, x->model.seq);
-    fprintf(f, "\"n_params\": %zu, \"layouts\": [\n", x->model.n_params);
+    fprintf(f, "\"n_params\": %zu, \"kept\": [", x->model.n_params);
+    for (size_t k = 0, n = 0; k < N_KEEP_KEYS; k++)
+        if (x->keep & keep_keys[k].bit)
+            fprintf(f, "%s\"%s\"", n++ ? ", " : "", keep_keys[k].key);
+    fputs("], \"layouts\": [\n", f);
     for (size_t i = 0; i < x->list.n; i++) {
         json_layout(f, &x->list.v[i]);
         fputs(i + 1 < x->list.n ? ",\n" : "\n", f);
@@ -534,6 +615,7 @@ static zt_status open_ctx(const struct plan_options *o, struct plan_ctx *x)
     if (o->gpus < 1)
         return zt_error_set(ZT_ERR_USAGE, "--gpus: %d: give the number of GPUs (at least 1)",
                             o->gpus);
+    ZT_TRY(keep_of(o, &x->keep));
     ZT_TRY(machine_load(o->machine ? o->machine : "h100-sxm", &x->machine));
     ZT_TRY(config_load(o->config_path, o->overrides, o->n_overrides, &x->cfg));
     ZT_TRY(plan_model_of(&x->cfg, &x->model));

@@ -258,19 +258,29 @@ void plan_rss_role(const struct zt_config *c, const struct machine *m, const str
 /* Prints the n roles' predicted RSS, part by part, to f. */
 void plan_rss_print(const struct plan_role *roles, int n, FILE *f);
 
+/* The settings the search varies, each of which --keep KEY holds at the
+ * config's value instead (a stack without ZeRO, a run that must
+ * recompute): zero_optimization.stage, activation_checkpointing,
+ * tensor_parallel.sequence_parallel, pipeline.virtual_stages and
+ * train_micro_batch_size_per_gpu. Another key is a ZT_ERR_USAGE naming
+ * them. */
+#define PLAN_MAX_KEEP 8
+
 /* The command's options. */
 struct plan_options {
     const char *config_path;
     const struct config_override *overrides;
     int n_overrides;
-    int gpus;              /* N */
-    int per_node;          /* 0: the machine's devices_per_node */
-    uint64_t gpu_memory;   /* 0: the machine's device_memory */
-    const char *machine;   /* name or path; NULL: h100-sxm */
-    long global_batch;     /* sequences per step; 0: the config's micro x accum x N */
-    int top;               /* rows printed, default 10 */
-    const char *json_path; /* NULL: none */
-    int all;               /* print every layout, fitting or not */
+    int gpus;                        /* N */
+    int per_node;                    /* 0: the machine's devices_per_node */
+    uint64_t gpu_memory;             /* 0: the machine's device_memory */
+    const char *machine;             /* name or path; NULL: h100-sxm */
+    long global_batch;               /* sequences per step; 0: the config's micro x accum x N */
+    int top;                         /* rows printed, default 10 */
+    const char *json_path;           /* NULL: none */
+    int all;                         /* print every layout, fitting or not */
+    const char *keep[PLAN_MAX_KEEP]; /* --keep KEY: searched settings held at the config's */
+    int n_keep;
 };
 
 /* Fraction of a device's memory kept free for the allocator's

@@ -991,6 +991,76 @@ START_TEST(sequence_parallelism_is_tried)
 }
 END_TEST
 
+/* --keep KEY holds a searched setting at the config's value: planned on 8
+ * GPUs with all five kept, every layout has micro.yaml's ZeRO stage,
+ * checkpointing, sequence parallelism, chunks and micro batch, where the
+ * free search varies each of them; a key the search does not vary exits
+ * 2 naming the ones it does. */
+START_TEST(keep_holds_the_configs_settings)
+{
+    static const struct {
+        const char *field;
+        int config;       /* the value --set gives below */
+        const char *axis; /* where it applies: layouts with this size over 1; NULL: all */
+    } kept[] = {{"zero_stage", 2, "dp"},
+                {"ckpt_every", 1, NULL},
+                {"sequence_parallel", 1, "tp"},
+                {"virtual_stages", 2, "pp"},
+                {"micro_batch", 2, NULL}};
+    const char *const keys = "--keep zero_optimization.stage --keep activation_checkpointing "
+                             "--keep tensor_parallel.sequence_parallel --keep "
+                             "pipeline.virtual_stages --keep train_micro_batch_size_per_gpu";
+    const char *const sets =
+        "--set zero_optimization.stage=2 --set "
+        "activation_checkpointing.enabled=true --set "
+        "tensor_parallel.sequence_parallel=true --set pipeline.virtual_stages=2";
+    for (int keep = 0; keep <= 1; keep++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan-keep"));
+        const char *log = testutil_path_in(dir, "plan.log");
+        ck_assert_msg(testutil_run(log,
+                                   "%s plan %s --gpus 8 --global-batch 16 --all --json "
+                                   "%s/plan.json %s %s %s",
+                                   testutil_binary(), testutil_source_path("tests/data/micro.yaml"),
+                                   dir, MODEL, sets, keep ? keys : "") == 0,
+                      "%s", testutil_slurp(log));
+        struct json_value plan;
+        testutil_load_json(testutil_path_in(dir, "plan.json"), &plan);
+        const struct json_value *layouts = testutil_json_member(&plan, "layouts");
+        ck_assert_uint_gt(layouts->n, 0);
+        for (size_t k = 0; k < sizeof kept / sizeof kept[0]; k++) {
+            size_t other = 0, applies = 0;
+            for (size_t i = 0; i < layouts->n; i++) {
+                const struct json_value *l = &layouts->items[i],
+                                        *v = testutil_json_member(l, kept[k].field);
+                const int value = v->type == JSON_BOOL ? v->boolean : (int)v->magnitude;
+                const int has_axis = !kept[k].axis || testutil_json_count(l, kept[k].axis) > 1;
+                applies += has_axis;
+                other += has_axis && value != kept[k].config;
+            }
+            ck_assert_uint_gt(applies, 0);
+            if (keep)
+                ck_assert_msg(other == 0, "%s: %zu layouts not at the config's %d", kept[k].field,
+                              other, kept[k].config);
+            else
+                ck_assert_msg(other > 0, "%s: the free search never varies it", kept[k].field);
+        }
+        if (keep)
+            ck_assert_ptr_nonnull(strstr(testutil_slurp(log), "kept at the config's: "
+                                                              "zero_optimization.stage 2"));
+        json_free(&plan);
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("plan-keep-bad"));
+    const char *log = testutil_path_in(dir, "plan.log");
+    ck_assert_int_eq(testutil_run(log, "%s plan %s --gpus 8 --keep optimizer.type",
+                                  testutil_binary(), testutil_source_path("tests/data/micro.yaml")),
+                     2);
+    ck_assert_ptr_nonnull(strstr(testutil_slurp(log), "--keep optimizer.type: not a setting the "
+                                                      "plan searches (zero_optimization.stage, "));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -1012,6 +1082,7 @@ int main(void)
     tcase_add_test(tc, overlap_is_bounded_by_the_compute);
     tcase_add_test(tc, zero_traffic_exposed_when_it_outlasts_the_compute);
     tcase_add_test(tc, sequence_parallelism_is_tried);
+    tcase_add_test(tc, keep_holds_the_configs_settings);
     tc = testutil_tcase(s, "measured", 900);
     tcase_add_loop_test(tc, plan_equals_the_measured_ledger_and_traffic, 0,
                         (int)(sizeof cases / sizeof cases[0]));

@@ -7,11 +7,14 @@
 #
 # "measured" is the paper's step time: its FLOPs per step (its equation 3, which counts the
 # recomputed forward: 96 B s l h^2 (1 + s/(6h) + V/(16 l h))) over GPUs x its achieved
-# teraFLOP/s per GPU. For each row the plan is read twice from one --json: the best fitting
-# layout with the paper's (t, p), full recomputation and ZeRO-0 or 1 ("paper's layout"), and the
-# planner's own first choice; each with its predicted step and predicted / measured; and the
-# place in the planner's ranking of fitting layouts where the paper's (t, p) first comes, its
-# other settings free. Numbers, not a test: a model, not a run.
+# teraFLOP/s per GPU. Each row is planned twice:
+#   - on the paper's stack: every block recomputed and a replicated optimizer (data parallelism
+#     allreduces the gradients; 2021's Megatron-LM had neither ZeRO nor a distributed
+#     optimizer), held with --keep, the rest searched. Its columns: the fastest layout with the
+#     paper's (t, p); the planner's first choice; the place of the paper's (t, p) among the
+#     (t, p) cuts, each ranked by its fastest layout;
+#   - free: the planner's first choice over everything it searches.
+# Each step predicted is shown with predicted / measured. Numbers, not a test: a model, not a run.
 # usage: scripts/bench/narayanan_table1.sh [ROWS]   ROWS: row indexes 0-9 (default all), e.g. "2 6"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,50 +36,54 @@ rows=(
   "1008|160|25600|128|8|64|3072|3072|163"
 )
 pick=${1:-0 1 2 3 4 5 6 7 8 9}
+paper_stack=(--set zero_optimization.stage=0 --set activation_checkpointing.enabled=true
+  --set activation_checkpointing.every_n_blocks=1
+  --keep zero_optimization.stage --keep activation_checkpointing)
 
-printf '%-7s %5s %5s | %-34s %9s %9s %6s | %-34s %9s %6s | %s\n' params GPUs batch \
-  "paper's (t, p), recomputed" "measured" "predicted" ratio "planner's first choice" predicted ratio \
-  "(t, p)'s place"
+printf '%-7s %5s %5s %8s | %-30s %8s %5s | %-30s %8s %5s %5s | %-30s %8s %5s\n' params GPUs \
+  batch measured "paper's (t, p), paper's stack" predicted ratio "first choice, paper's stack" \
+  predicted ratio place "first choice, free" predicted ratio
 for i in $pick; do
   IFS='|' read -r params heads hidden layers t p gpus batch tflops <<<"${rows[$i]}"
-  "$bin" plan "$root/configs/gpt3-175b.yaml" --gpus "$gpus" --machine a100-80gb \
-    --global-batch "$batch" --top 1 --json "$tmp/plan.json" \
-    --set model.vocab_size=51200 --set model.n_layer="$layers" --set model.n_head="$heads" \
-    --set model.n_embd="$hidden" >"$tmp/plan.log"
-  python3 - "$tmp/plan.json" "$params" "$heads" "$hidden" "$layers" "$t" "$p" "$gpus" "$batch" \
+  for run in paper free; do
+    extra=()
+    [ "$run" = paper ] && extra=("${paper_stack[@]}")
+    "$bin" plan "$root/configs/gpt3-175b.yaml" --gpus "$gpus" --machine a100-80gb \
+      --global-batch "$batch" --top 1 --json "$tmp/$run.json" \
+      --set model.vocab_size=51200 --set model.n_layer="$layers" --set model.n_head="$heads" \
+      --set model.n_embd="$hidden" "${extra[@]}" >"$tmp/$run.log"
+  done
+  python3 - "$tmp" "$params" "$heads" "$hidden" "$layers" "$t" "$p" "$gpus" "$batch" \
     "$tflops" <<'EOF'
 import json, sys
-path, params = sys.argv[1], sys.argv[2]
+tmp, params = sys.argv[1], sys.argv[2]
 heads, h, l, t, p, gpus, B = map(int, sys.argv[3:10])
 tflops = float(sys.argv[10])
 s, V = 2048, 51200
 flops = 96.0 * B * s * l * h * h * (1 + s / (6.0 * h) + V / (16.0 * l * h))
 measured = flops / (gpus * tflops * 1e12)
-layouts = json.load(open(path))["layouts"]
-fit = [x for x in layouts if x["fits"]]
+def ranked(run):
+    layouts = json.load(open("%s/%s.json" % (tmp, run)))["layouts"]
+    return sorted([x for x in layouts if x["fits"]], key=lambda x: x["step_seconds"])
 def name(x):
     sp = "+SP" if x.get("sequence_parallel") else ""
     v = " v%d" % x["virtual_stages"] if x.get("virtual_stages", 1) > 1 else ""
-    return "T%d%s P%d%s D%d Z%d %dx%d ck%d" % (x["tp"], sp, x["pp"], v, x["dp"], x["zero_stage"],
-                                             x["micro_batch"], x["accum"], x["ckpt_every"])
-# the paper's layout: its (t, p), every block recomputed (its FLOPs count the recomputation)
-# and a replicated optimizer (ZeRO-0/1: its data parallelism allreduces gradients)
-paper = [x for x in fit if x["tp"] == t and x["pp"] == p and x["ckpt_every"] == 1 and
-         x["zero_stage"] <= 1]
-paper = min(paper, key=lambda x: x["step_seconds"]) if paper else None
-first = min(fit, key=lambda x: x["step_seconds"]) if fit else None
-cell = lambda x: ("%-34s %9.3g %6.2f" % (name(x), x["step_seconds"],
-                                         x["step_seconds"] / measured)) if x else "%-34s %9s %6s" % (
-                                             "does not fit", "-", "-")
-pp = ("%-34s %9.3g %9.3g %6.2f" % (name(paper), measured, paper["step_seconds"],
-                                   paper["step_seconds"] / measured)) if paper else \
-     "%-34s %9.3g %9s %6s" % ("T%d P%d: does not fit" % (t, p), measured, "-", "-")
-first_cell = ("%-34s %9.3g %6.2f" % (name(first), first["step_seconds"],
-                                      first["step_seconds"] / measured)) if first else "no layout fits"
-# where the paper's (t, p), any other setting free, first comes in the planner's ranking
-ranked = sorted(fit, key=lambda x: x["step_seconds"])
-place = next((i + 1 for i, x in enumerate(ranked) if x["tp"] == t and x["pp"] == p), None)
-print("%-7s %5d %5d | %s | %s | %s" % (params + "B", gpus, B, pp, first_cell,
-                                       place if place else "-"))
+    ck = " ck%d" % x["ckpt_every"] if x["ckpt_every"] else ""
+    return "T%d%s P%d%s D%d Z%d %dx%d%s" % (x["tp"], sp, x["pp"], v, x["dp"], x["zero_stage"],
+                                            x["micro_batch"], x["accum"], ck)
+def cell(x):
+    if not x:
+        return "%-30s %8s %5s" % ("does not fit", "-", "-")
+    return "%-30s %8.3g %5.2f" % (name(x), x["step_seconds"], x["step_seconds"] / measured)
+paper, free = ranked("paper"), ranked("free")
+own = next((x for x in paper if x["tp"] == t and x["pp"] == p), None)
+cuts = []  # (t, p) cuts in the order of their fastest layout
+for x in paper:
+    if (x["tp"], x["pp"]) not in cuts:
+        cuts.append((x["tp"], x["pp"]))
+place = cuts.index((t, p)) + 1 if (t, p) in cuts else "-"
+print("%-7s %5d %5d %8.3g | %s | %s %5s | %s" % (params + "B", gpus, B, measured, cell(own),
+                                                 cell(paper[0] if paper else None), place,
+                                                 cell(free[0] if free else None)))
 EOF
 done
