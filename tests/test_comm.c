@@ -763,6 +763,42 @@ START_TEST(test_half_sum_matches_fp32_reference)
 }
 END_TEST
 
+/* Every bf16 and f16 bit pattern, infinities, NaNs and subnormals among
+ * them, through the vectorised 16-bit sum on 2 ranks: rank r holds pattern
+ * (i * (2r + 1)) mod 2^16 at i, and the sum is the fp32 sum of the decoded
+ * values rounded once (any NaN for a NaN: which operand's payload a NaN
+ * keeps depends on the order the lanes add in). */
+static void check_half_patterns(struct comm *c, enum zt_dtype t)
+{
+    const size_t n = 1u << 16;
+    uint16_t (*enc)(float) = t == ZT_BF16 ? zt_f32_to_bf16 : zt_f32_to_f16;
+    float (*dec)(uint16_t) = t == ZT_BF16 ? zt_bf16_to_f32 : zt_f16_to_f32;
+    uint16_t *buf = xmalloc(n * sizeof *buf);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (uint16_t)(i * (2u * (unsigned)rank + 1u));
+    CHECK_OK(comm_allreduce(c, buf, n, t, COMM_OP_SUM));
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t x = (uint16_t)i, y = (uint16_t)(i * 3u), want = enc(dec(x) + dec(y));
+        if (buf[i] == want || (isnan(dec(want)) && isnan(dec(buf[i]))))
+            continue;
+        CHECK(0, "%s: %#06x + %#06x gave %#06x, want %#06x", type_name(t), x, y, buf[i], want);
+        break;
+    }
+    free(buf);
+}
+
+START_TEST(test_half_sum_every_pattern)
+{
+    reset_bad();
+    if (size == 2)
+        for (int k = 0; k < 2; k++) {
+            check_half_patterns(native, k ? ZT_F16 : ZT_BF16);
+            check_half_patterns(ring, k ? ZT_F16 : ZT_BF16);
+        }
+    ASSERT_NO_BAD();
+}
+END_TEST
+
 /* ---- broadcast ---- */
 
 START_TEST(test_broadcast_from_last_rank)
@@ -1673,6 +1709,7 @@ static Suite *comm_suite(void)
     tcase_add_test(tc, test_ring_allreduce_scratch_is_one_group_on_the_ledger);
     tcase_add_test(tc, test_half_sum_rounds_ties_to_even);
     tcase_add_test(tc, test_half_sum_matches_fp32_reference);
+    tcase_add_test(tc, test_half_sum_every_pattern);
     tcase_add_test(tc, test_broadcast_from_last_rank);
     tcase_add_test(tc, test_nonblocking_single);
     tcase_add_test(tc, test_nonblocking_overlapping);

@@ -1,12 +1,14 @@
 /* scripts/bench/comm_bench.c — bandwidth of the MPI backend's collectives.
  *
  *   mpirun -np N comm_bench [--min BYTES] [--max BYTES] [--iters K] [--warmup W]
+ *                           [--dtype f32|bf16]
  *
  * Prints one table per collective and algorithm in the manner of nccl-tests:
  * allreduce, reduce_scatter and allgather, each native and ring, sizes
  * doubling from --min to --max. "size" is the full buffer in
  * bytes (the allreduce buffer, the reduce-scatter input, the allgather
- * output), rounded down to a multiple of 4*N; "count" its float32 elements.
+ * output), rounded down to a multiple of N elements; "count" its elements, float32 or,
+ * with --dtype bf16, bf16 (summed through the backend's 16-bit reducers).
  * The time of one iteration is the slowest rank's (MPI_MAX after a barrier),
  * and the table shows the median over the iterations, after W untimed ones.
  * algbw = size / time; busbw = algbw * 2(N-1)/N for allreduce and
@@ -37,10 +39,13 @@
 
 #include "../../comm/comm.h"
 #include "../../comm/flight.h"
+#include "../../common/dtype.h"
+#include "../../common/hostdev.h"
 
 struct options {
     size_t min_bytes, max_bytes;
     int iters, warmup;
+    enum zt_dtype dtype; /* of the tables' buffers: ZT_F32 or ZT_BF16 */
 };
 
 struct bench {
@@ -69,8 +74,11 @@ static int parse_size(const char *s, size_t *out)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    *o = (struct options){
-        .min_bytes = 1024, .max_bytes = (size_t)64 << 20, .iters = 20, .warmup = 3};
+    *o = (struct options){.min_bytes = 1024,
+                          .max_bytes = (size_t)64 << 20,
+                          .iters = 20,
+                          .warmup = 3,
+                          .dtype = ZT_F32};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = !v;
@@ -82,6 +90,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             bad = (o->iters = atoi(v)) < 1;
         else if (!bad && strcmp(argv[i], "--warmup") == 0)
             bad = (o->warmup = atoi(v)) < 0;
+        else if (!bad && strcmp(argv[i], "--dtype") == 0)
+            bad = !(strcmp(v, "f32") == 0    ? (o->dtype = ZT_F32, 1)
+                    : strcmp(v, "bf16") == 0 ? (o->dtype = ZT_BF16, 1)
+                                             : 0);
         else
             bad = 1;
         if (bad)
@@ -101,8 +113,9 @@ static int cmp_double(const void *a, const void *b)
  * elements for reduce-scatter/allgather, the whole buffer for allreduce. */
 struct call {
     const struct bench *b;
-    float *big, *small;
+    void *big, *small;
     size_t n;
+    enum zt_dtype t;
 };
 
 static zt_status run_once(const void *arg)
@@ -110,11 +123,11 @@ static zt_status run_once(const void *arg)
     const struct call *a = arg;
     switch (a->b->kind) {
     case COMM_KIND_ALLREDUCE:
-        return comm_allreduce(a->b->c, a->big, a->n, ZT_F32, COMM_OP_SUM);
+        return comm_allreduce(a->b->c, a->big, a->n, a->t, COMM_OP_SUM);
     case COMM_KIND_REDUCE_SCATTER:
-        return comm_reduce_scatter(a->b->c, a->big, a->small, a->n, ZT_F32, COMM_OP_SUM);
+        return comm_reduce_scatter(a->b->c, a->big, a->small, a->n, a->t, COMM_OP_SUM);
     case COMM_KIND_ALLGATHER:
-        return comm_allgather(a->b->c, a->small, a->big, a->n, ZT_F32);
+        return comm_allgather(a->b->c, a->small, a->big, a->n, a->t);
     default:
         return zt_error_set(ZT_ERR_USAGE, "comm_bench: unsupported kind");
     }
@@ -146,21 +159,21 @@ static zt_status median_time(const struct options *o, zt_status (*once)(const vo
     return st;
 }
 
-static zt_status run_table(const struct bench *b, const struct options *o, float *big, float *small)
+static zt_status run_table(const struct bench *b, const struct options *o, void *big, void *small)
 {
     const int N = comm_size(b->c);
     const double factor = b->kind == COMM_KIND_ALLREDUCE ? 2.0 * (N - 1) / N : (double)(N - 1) / N;
-    const size_t unit = sizeof(float) * (size_t)N;
+    const size_t es = zt_dtype_size(o->dtype), unit = es * (size_t)N;
     if (comm_rank(b->c) == 0)
         printf("# %s\n#%15s %14s %11s %12s %12s\n", b->title, "size(B)", "count", "time(us)",
                "algbw(GB/s)", "busbw(GB/s)");
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
-        size_t size = bytes / unit * unit, count = size / sizeof(float);
+        size_t size = bytes / unit * unit, count = size / es;
         if (size == 0)
             continue;
         size_t n = b->kind == COMM_KIND_ALLREDUCE ? count : count / (size_t)N;
         double sec = 0;
-        const struct call call = {b, big, small, n};
+        const struct call call = {b, big, small, n, o->dtype};
         ZT_TRY(median_time(o, run_once, &call, &sec));
         double algbw = (double)size / sec / 1e9;
         if (comm_rank(b->c) == 0)
@@ -343,11 +356,16 @@ static zt_status run(const struct options *o)
                               o->max_bytes);
         for (size_t i = 0; st == ZT_OK && i < count; i++)
             big[i] = small[i] = 1.0f;
+        /* bf16 tables read the same buffers as 1.0 + 2^-7 (two bf16 per float: 0x3f81) */
+        if (st == ZT_OK && o->dtype == ZT_BF16)
+            for (size_t i = 0; i < count; i++)
+                big[i] = small[i] = zt_bits_float(0x3f813f81u);
     }
     if (st == ZT_OK && comm_rank(native) == 0)
-        printf("# comm_bench: %d ranks, backend %s, float32 sum, median of %d iterations after %d "
+        printf("# comm_bench: %d ranks, backend %s, %s sum, median of %d iterations after %d "
                "warm-up\n\n",
-               comm_size(native), comm_backend_name(native), o->iters, o->warmup);
+               comm_size(native), comm_backend_name(native),
+               o->dtype == ZT_BF16 ? "bf16" : "float32", o->iters, o->warmup);
     const struct bench benches[] = {
         {"allreduce (native)", COMM_KIND_ALLREDUCE, native},
         {"allreduce (ring)", COMM_KIND_ALLREDUCE, ring},
@@ -375,6 +393,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     if (parse_args(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: comm_bench [--min BYTES] [--max BYTES] [--iters K] [--warmup W]\n"
+                        "                  [--dtype f32|bf16]\n"
                         "       (sizes accept K, M, G suffixes)\n");
         MPI_Finalize();
         return 2;
