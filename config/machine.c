@@ -37,6 +37,7 @@ enum kind {
     K_RATE,    /* double, finite and > 0 */
     K_GEMMS,   /* struct machine_gemm_table: a list of [threads, rows, in, out, 3 FLOP/s] rows */
     K_UPDATES, /* struct machine_update[]: a mapping of optimizer names to rates */
+    K_BUSBW,   /* struct machine_busbw_table: a list of [bytes, 3 bus bytes/s] rows */
 };
 
 struct row {
@@ -52,6 +53,9 @@ struct row {
 #define FLOPS(p)    (OFF(matmul_flops) + (p) * sizeof(double))
 #define PEAK(p)     (OFF(peak_matmul_flops) + (p) * sizeof(double))
 #define GEMMS(p)    (OFF(gemm_rates) + (p) * sizeof(struct machine_gemm_table))
+#define BUSBW(link, p)                                                                             \
+    (OFF(link) + offsetof(struct machine_link, busbw) + (p) * sizeof(struct machine_busbw_table))
+#define BUSBW_NOTE "[bytes, allreduce, reduce_scatter, allgather] bus bytes/s by message size"
 
 static const struct row rows[] = {
     {"name", K_NAME, OFF(name), NULL, 0},
@@ -85,9 +89,17 @@ static const struct row rows[] = {
     {"links.intra_node", K_SECTION, 0, NULL, 0},
     {"links.intra_node.bandwidth", K_RATE, OFF(intra_node.bandwidth), NULL, 0},
     {"links.intra_node.latency", K_RATE, OFF(intra_node.latency), NULL, 0},
+    {"links.intra_node.busbw", K_SECTION, 0, BUSBW_NOTE, 1},
+    {"links.intra_node.busbw.fp32", K_BUSBW, BUSBW(intra_node, MACHINE_FP32), NULL, 1},
+    {"links.intra_node.busbw.bf16", K_BUSBW, BUSBW(intra_node, MACHINE_BF16), NULL, 1},
+    {"links.intra_node.busbw.fp16", K_BUSBW, BUSBW(intra_node, MACHINE_FP16), NULL, 1},
     {"links.inter_node", K_SECTION, 0, NULL, 0},
     {"links.inter_node.bandwidth", K_RATE, OFF(inter_node.bandwidth), NULL, 0},
     {"links.inter_node.latency", K_RATE, OFF(inter_node.latency), NULL, 0},
+    {"links.inter_node.busbw", K_SECTION, 0, BUSBW_NOTE, 1},
+    {"links.inter_node.busbw.fp32", K_BUSBW, BUSBW(inter_node, MACHINE_FP32), NULL, 1},
+    {"links.inter_node.busbw.bf16", K_BUSBW, BUSBW(inter_node, MACHINE_BF16), NULL, 1},
+    {"links.inter_node.busbw.fp16", K_BUSBW, BUSBW(inter_node, MACHINE_FP16), NULL, 1},
 };
 
 #define N_ROWS (sizeof rows / sizeof rows[0])
@@ -211,6 +223,30 @@ static zt_status read_gemms(const struct row *r, const struct yaml_tree_node *v,
     return ZT_OK;
 }
 
+/* A list of at most MACHINE_MAX_BUSBW rows [bytes, allreduce,
+ * reduce_scatter, allgather bus bytes/s], sizes increasing. */
+static zt_status read_busbw(const struct row *r, const struct yaml_tree_node *v,
+                            struct machine_busbw_table *out)
+{
+    static const char expected[] = "a list of at most 24 [bytes, allreduce, reduce_scatter, "
+                                   "allgather bus bytes/s] rows (sizes increasing, rates "
+                                   "positive)";
+    if (v->kind != YAML_TREE_SEQUENCE || v->n > MACHINE_MAX_BUSBW)
+        return bad_value(v, r->path, expected);
+    for (size_t i = 0; i < v->n; i++) {
+        const struct yaml_tree_node *row = v->items[i];
+        struct machine_busbw *b = &out->row[i];
+        int ok = row->kind == YAML_TREE_SEQUENCE && row->n == 1 + MACHINE_COLLECTIVES &&
+                 parse_rate(row->items[0], &b->bytes) && (i == 0 || b->bytes > b[-1].bytes);
+        for (int k = 0; k < MACHINE_COLLECTIVES && ok; k++)
+            ok = parse_rate(row->items[1 + k], &b->busbw[k]);
+        if (!ok)
+            return bad_value(row, r->path, expected);
+    }
+    out->n = (int)v->n;
+    return ZT_OK;
+}
+
 /* A mapping of at most MACHINE_MAX_UPDATES optimizer names to rates. */
 static zt_status read_updates(const struct row *r, const struct yaml_tree_node *v,
                               struct machine *m)
@@ -264,6 +300,8 @@ static zt_status read_value(const struct row *r, const struct yaml_tree_node *v,
         return read_gemms(r, v, (struct machine_gemm_table *)(void *)field);
     case K_UPDATES:
         return read_updates(r, v, m);
+    case K_BUSBW:
+        return read_busbw(r, v, (struct machine_busbw_table *)(void *)field);
     case K_SECTION:
         break;
     }
@@ -454,7 +492,7 @@ static void put_row(FILE *f, const struct row *r, const struct machine *m)
     for (const char *p = r->path; *p; p++)
         depth += *p == '.';
     fprintf(f, "%*s%s:", 2 * depth, "", leaf(r->path));
-    if (r->kind != K_SECTION && r->kind != K_GEMMS)
+    if (r->kind != K_SECTION && r->kind != K_GEMMS && r->kind != K_BUSBW)
         fputc(' ', f);
     switch (r->kind) {
     case K_SECTION:
@@ -486,6 +524,20 @@ static void put_row(FILE *f, const struct row *r, const struct machine *m)
         }
         return;
     }
+    case K_BUSBW: {
+        const struct machine_busbw_table *b = (const void *)field;
+        fputc('\n', f);
+        for (int i = 0; i < b->n; i++) {
+            fprintf(f, "%*s- [", 2 * depth + 2, "");
+            config_write_double(f, b->row[i].bytes);
+            for (int k = 0; k < MACHINE_COLLECTIVES; k++) {
+                fputs(", ", f);
+                config_write_double(f, b->row[i].busbw[k]);
+            }
+            fputs("]\n", f);
+        }
+        return;
+    }
     case K_UPDATES:
         fprintf(f, "# %s\n", r->unit);
         for (int i = 0; i < m->n_updates; i++) {
@@ -512,6 +564,8 @@ static int is_unset(const struct row *r, const struct machine *m)
         return *(const double *)field == 0.0;
     case K_GEMMS:
         return ((const struct machine_gemm_table *)field)->n == 0;
+    case K_BUSBW:
+        return ((const struct machine_busbw_table *)field)->n == 0;
     case K_UPDATES:
         return m->n_updates == 0;
     case K_SECTION:

@@ -32,6 +32,9 @@
  *       intra_node:
  *         bandwidth: 360e9        # bytes/s a device sends in a collective (bus bandwidth)
  *         latency: 3e-6           # s per collective step (per ring hop)
+ *         busbw:                  # optional: measured, by the type reduced or moved
+ *           bf16:                 # [bytes, allreduce, reduce_scatter, allgather bus bytes/s]
+ *             - [67108864, 4.7e9, 1.3e9, 3.6e9]
  *       inter_node:
  *         bandwidth: 45e9
  *         latency: 5e-6
@@ -104,6 +107,9 @@
  *   "FILE:L:C: cores: expected an integer >= 1, got '-2'"
  *   "FILE:L:C: device_memory: expected a size such as 80GiB or a number of bytes, got 'lots'"
  *   "FILE:L:C: name: expected a string of 1 to 63 characters, got ..."
+ *   "FILE:L:C: links.intra_node.busbw.bf16: expected a list of at most 24
+ *    [bytes, allreduce, reduce_scatter, allgather bus bytes/s] rows (sizes
+ *    increasing, rates positive), got ..."
  *   "FILE:L:C: compute.gemm_rates.bf16: expected a list of at most 64
  *    [threads, rows, in, out, forward, input grad, weight grad FLOP/s] rows
  *    (4 positive integers, then 3 positive numbers), got ..."
@@ -121,11 +127,38 @@
 
 #include "../common/status.h"
 
+/* The collectives a link's measured table has a column for. */
+enum machine_collective {
+    MACHINE_ALLREDUCE,
+    MACHINE_REDUCE_SCATTER,
+    MACHINE_ALLGATHER,
+    MACHINE_COLLECTIVES
+};
+
+/* Bus bandwidth measured at one message size: `bytes` is the full buffer
+ * (the allreduce's, the reduce-scatter's input, the allgather's output). */
+struct machine_busbw {
+    double bytes;
+    double busbw[MACHINE_COLLECTIVES]; /* bytes/s, nccl-tests' bus bandwidth */
+};
+
+#define MACHINE_MAX_BUSBW 24
+
+/* One type's measured sizes, increasing (busbw.fp32 and so on). */
+struct machine_busbw_table {
+    int n; /* 0: none */
+    struct machine_busbw row[MACHINE_MAX_BUSBW];
+};
+
 /* One class of link between devices: what a device sends per second in a
- * collective (nccl-tests' bus bandwidth) and the fixed cost of each step. */
+ * collective (nccl-tests' bus bandwidth) and the fixed cost of each step;
+ * optionally what calibrate measured by message size, collective and type
+ * (a 16-bit reduction adds on the CPU at another rate than fp32, and a
+ * large message leaves the caches), which the planner reads instead. */
 struct machine_link {
-    double bandwidth; /* bytes per second */
-    double latency;   /* seconds per collective step (per ring hop) */
+    double bandwidth;                    /* bytes per second */
+    double latency;                      /* seconds per collective step (per ring hop) */
+    struct machine_busbw_table busbw[3]; /* by type, as matmul_flops */
 };
 
 /* A linear layer's three products, each 2 rows in out FLOPs. */

@@ -56,7 +56,7 @@
 #include "calibrate_nvme.h"
 #include "calibrate_rates.h"
 
-enum { MAX_SIZES = 16, N_COLLECTIVES = 3, MAX_NVME_REPS = 3 };
+enum { MAX_SIZES = 18, N_COLLECTIVES = 3, N_TYPES = 3, MAX_NVME_REPS = 3 };
 /* Seconds of triad passes before the timed ones. */
 #define TRIAD_WARMUP_S 0.25
 
@@ -76,10 +76,16 @@ struct sizes {
     int nvme_reps;
 };
 
+/* One buffer size, by type (enum machine_precision: fp32, bf16, fp16). */
 struct coll_row {
-    size_t size;               /* bytes of the full buffer */
-    double sec[N_COLLECTIVES]; /* median of the slowest rank's time */
+    size_t size[N_TYPES];               /* bytes of the full buffer */
+    double sec[N_TYPES][N_COLLECTIVES]; /* median of the slowest rank's time */
 };
+
+/* The types collectives carry (enum machine_precision's order): a 16-bit
+ * sum adds through the backend's 16-bit reducers, at its own rate. */
+static const enum zt_dtype coll_types[N_TYPES] = {ZT_F32, ZT_BF16, ZT_F16};
+static const char *const coll_type_names[N_TYPES] = {"float32", "bf16", "fp16"};
 
 struct calibration {
     struct sizes sz;
@@ -167,7 +173,7 @@ static void pick_sizes(int quick, struct sizes *s)
                         .triad_bytes = (size_t)(quick ? 8 : 64) << 20,
                         .triad_reps = quick ? 5 : 10,
                         .coll_min = 4096,
-                        .coll_max = (size_t)(quick ? 4 : 64) << 20,
+                        .coll_max = (size_t)(quick ? 4 : 256) << 20,
                         .coll_iters = quick ? 5 : 10,
                         .coll_warmup = quick ? 1 : 2,
                         .rate_elems = (size_t)(quick ? 64 : 65536) << 10,
@@ -515,85 +521,125 @@ static zt_status measure_nvme(struct calibration *cal, const char *dir)
 
 /* ---- collectives ---- */
 
-static void put_coll_table(FILE *f, const struct calibration *cal)
+static void put_coll_table(FILE *f, const struct calibration *cal, int t)
 {
     fprintf(f,
-            "collectives: the \"%s\" backend (algorithms auto), float32 sum, %d ranks; the "
+            "collectives: the \"%s\" backend (algorithms auto), %s sum, %d ranks; the "
             "slowest\nrank's time, median of %d after %d warm-up; size is the full buffer, "
             "busbw = size/time\n* 2(n-1)/n for allreduce, * (n-1)/n for the others\n",
-            comm_backend_name(cal->comm), cal->ranks, cal->sz.coll_iters, cal->sz.coll_warmup);
+            comm_backend_name(cal->comm), coll_type_names[t], cal->ranks, cal->sz.coll_iters,
+            cal->sz.coll_warmup);
     fprintf(f, "%10s", "size(B)");
     for (int k = 0; k < N_COLLECTIVES; k++)
         fprintf(f, " %16s(us) %5s", collective_names[k], "GB/s");
     fputc('\n', f);
     for (int i = 0; i < cal->n_sizes; i++) {
         const struct coll_row *r = &cal->coll[i];
-        fprintf(f, "%10zu", r->size);
+        fprintf(f, "%10zu", r->size[t]);
         for (int k = 0; k < N_COLLECTIVES; k++)
-            fprintf(f, " %20.1f %5.2f", r->sec[k] * 1e6,
-                    (double)r->size / r->sec[k] * busbytes_factor(k, cal->ranks) / 1e9);
+            fprintf(f, " %20.1f %5.2f", r->sec[t][k] * 1e6,
+                    (double)r->size[t] / r->sec[t][k] * busbytes_factor(k, cal->ranks) / 1e9);
         fputc('\n', f);
     }
 }
 
-/* One call of collective `kind` over `count` floats of the full buffer. */
-static zt_status run_collective(struct comm *c, int kind, float *big, float *small, size_t count)
+/* One call of collective `kind` over `count` elements of type t in the
+ * full buffer. */
+static zt_status run_collective(struct comm *c, int kind, enum zt_dtype t, void *big, void *small,
+                                size_t count)
 {
     const size_t per_rank = count / (size_t)comm_size(c);
     if (kind == 0)
-        return comm_allreduce(c, big, count, ZT_F32, COMM_OP_SUM);
+        return comm_allreduce(c, big, count, t, COMM_OP_SUM);
     if (kind == 1)
-        return comm_reduce_scatter(c, big, small, per_rank, ZT_F32, COMM_OP_SUM);
-    return comm_allgather(c, small, big, per_rank, ZT_F32);
+        return comm_reduce_scatter(c, big, small, per_rank, t, COMM_OP_SUM);
+    return comm_allgather(c, small, big, per_rank, t);
 }
 
 /* The median over iterations of the slowest rank's time of one call. */
-static zt_status time_collective(struct calibration *cal, int kind, float *big, float *small,
-                                 size_t count, double *sec)
+static zt_status time_collective(struct calibration *cal, int kind, enum zt_dtype t, void *big,
+                                 void *small, size_t count, double *sec)
 {
     const int iters = cal->sz.coll_iters, warm = cal->sz.coll_warmup;
-    double t[16];
+    double times[16];
     ZT_ASSERT(iters <= 16);
     for (int i = 0; i < warm + iters; i++) {
         ZT_TRY(comm_barrier(cal->comm));
         const double t0 = zt_now_seconds();
-        ZT_TRY(run_collective(cal->comm, kind, big, small, count));
+        ZT_TRY(run_collective(cal->comm, kind, t, big, small, count));
         double dt = zt_now_seconds() - t0;
         ZT_TRY(comm_allreduce(cal->comm, &dt, 1, ZT_F64, COMM_OP_MAX));
         if (i >= warm)
-            t[i - warm] = dt;
+            times[i - warm] = dt;
     }
-    *sec = calibrate_median(t, iters);
+    *sec = calibrate_median(times, iters);
     return ZT_OK;
+}
+
+/* 16-bit buffers hold values near 1 in that type (no NaN, infinity or
+ * subnormal to slow the adds): the float fill's high halves. */
+static void narrow_fill(float *buf, size_t floats, enum zt_dtype t)
+{
+    uint16_t *h = (uint16_t *)buf;
+    for (size_t i = 0; i < 2 * floats; i++)
+        h[i] = t == ZT_BF16 ? zt_f32_to_bf16(1.0f + (float)(i % 7) / 64)
+                            : zt_f32_to_f16(1.0f + (float)(i % 7) / 64);
 }
 
 static zt_status measure_collectives(struct calibration *cal, FILE *report)
 {
-    const size_t n = cal->ranks, unit = sizeof(float) * n;
-    const size_t count = cal->sz.coll_max / sizeof(float);
+    const size_t n = cal->ranks, count = cal->sz.coll_max / sizeof(float);
     float *big = NULL, *small = NULL;
     zt_status st = alloc_floats(cal, count, "calibrate: collective buffers", &big);
     if (st == ZT_OK)
         st = alloc_floats(cal, count / n + 1, "calibrate: collective buffers", &small);
-    if (st == ZT_OK) {
-        calibrate_fill(big, count, 1);
-        calibrate_fill(small, count / n + 1, 2);
-    }
     for (size_t bytes = cal->sz.coll_min; bytes <= cal->sz.coll_max && st == ZT_OK; bytes *= 2) {
-        struct coll_row *r = &cal->coll[cal->n_sizes++];
-        ZT_ASSERT(cal->n_sizes <= MAX_SIZES);
-        r->size = bytes / unit * unit;
-        for (int k = 0; k < N_COLLECTIVES && st == ZT_OK; k++)
-            st = time_collective(cal, k, big, small, r->size / sizeof(float), &r->sec[k]);
+        ZT_ASSERT(cal->n_sizes < MAX_SIZES);
+        cal->n_sizes++;
+    }
+    for (int t = 0; t < N_TYPES && st == ZT_OK; t++) {
+        const size_t es = zt_dtype_size(coll_types[t]), unit = es * n;
+        if (t == 0) {
+            calibrate_fill(big, count, 1);
+            calibrate_fill(small, count / n + 1, 2);
+        } else {
+            narrow_fill(big, count, coll_types[t]);
+            narrow_fill(small, count / n + 1, coll_types[t]);
+        }
+        size_t bytes = cal->sz.coll_min;
+        for (int i = 0; i < cal->n_sizes && st == ZT_OK; i++, bytes *= 2) {
+            struct coll_row *r = &cal->coll[i];
+            r->size[t] = bytes / unit * unit;
+            for (int k = 0; k < N_COLLECTIVES && st == ZT_OK; k++)
+                st = time_collective(cal, k, coll_types[t], big, small, r->size[t] / es,
+                                     &r->sec[t][k]);
+        }
     }
     free_floats(cal, count / n + 1, small);
     free_floats(cal, count, big);
-    if (st == ZT_OK && report && cal->rank == 0) {
-        put_coll_table(report, cal);
+    for (int t = 0; t < N_TYPES && st == ZT_OK && report && cal->rank == 0; t++) {
+        put_coll_table(report, cal, t);
         fputc('\n', report);
         fflush(report);
     }
     return st;
+}
+
+/* The tables as the machine file keeps them: each type's bus bandwidth by
+ * size, for the planner to read instead of the fit. */
+static void set_busbw(struct calibration *cal)
+{
+    for (int t = 0; t < N_TYPES; t++) {
+        struct machine_busbw_table *b = &cal->m.intra_node.busbw[t];
+        b->n = cal->n_sizes;
+        for (int i = 0; i < cal->n_sizes; i++) {
+            const struct coll_row *r = &cal->coll[i];
+            b->row[i].bytes = (double)r->size[t];
+            for (int k = 0; k < N_COLLECTIVES; k++)
+                b->row[i].busbw[k] =
+                    round4((double)r->size[t] / r->sec[t][k] * busbytes_factor(k, cal->ranks));
+        }
+    }
 }
 
 /* ---- the fit and the file ---- */
@@ -606,8 +652,8 @@ static void fit_links(struct calibration *cal)
     for (int i = 0; i < cal->n_sizes; i++)
         for (int k = 0; k < N_COLLECTIVES; k++, n++) {
             steps[n] = steps_of(k, cal->ranks);
-            bus[n] = busbytes_factor(k, cal->ranks) * (double)cal->coll[i].size;
-            t[n] = cal->coll[i].sec[k];
+            bus[n] = busbytes_factor(k, cal->ranks) * (double)cal->coll[i].size[0];
+            t[n] = cal->coll[i].sec[0][k];
         }
     calibrate_fit_link(steps, bus, t, n, &cal->fit);
 }
@@ -668,10 +714,14 @@ static zt_status build_comment(const struct calibration *cal, const struct calib
         put_nvme_line(f, cal, o->nvme_path);
         fprintf(f, "nvme: these rates.\n\n");
     }
-    put_coll_table(f, cal);
-    fputc('\n', f);
+    for (int t = 0; t < N_TYPES; t++) {
+        put_coll_table(f, cal, t);
+        fputc('\n', f);
+    }
     put_fit(f, cal);
-    fprintf(f, "intra_node and inter_node are both this fit: calibrate ran on one node, so "
+    fprintf(f, "busbw: these tables' bus bandwidths, which the planner reads for a collective "
+               "by its\ntype and message size (the fit only for a link without them).\n");
+    fprintf(f, "intra_node and inter_node are both these: calibrate ran on one node, so "
                "the link\nbetween nodes was not measured and is taken to be the same.\n");
     if (fclose(f) != 0) {
         free(*text);
@@ -710,6 +760,7 @@ static zt_status write_machine(struct calibration *cal, const struct calibrate_o
     m->memory_bandwidth = round4(cal->triad_rate);
     m->intra_node.bandwidth = round4(cal->fit.bandwidth);
     m->intra_node.latency = round4(cal->fit.latency);
+    set_busbw(cal);
     m->inter_node = m->intra_node;
     ZT_TRY(check_rate("memory_bandwidth", m->memory_bandwidth));
     ZT_TRY(check_rate("the link bandwidth", m->intra_node.bandwidth));

@@ -20,8 +20,10 @@
  *   - memory_bandwidth: a triad a[i] = b[i] + s*c[i] over float arrays far
  *     larger than the caches, on rank 0 with every core;
  *   - links: allreduce, reduce-scatter and allgather of the "mpi" backend
- *     among all ranks, sizes doubling, the slowest rank's time per call,
- *     and a least-squares fit of t = steps*latency + busbytes/bandwidth
+ *     among all ranks in fp32, bf16 and fp16, sizes doubling up to 256 MiB
+ *     (ZeRO's units), the slowest rank's time per call: the busbw tables,
+ *     which the planner reads by type and message size, and over fp32's a
+ *     least-squares fit of t = steps*latency + busbytes/bandwidth
  *     (comm.h's bus model; plan_cost.c's time of a collective).
  *
  * Every measured table goes into the file's comment, so a reader sees

@@ -10,45 +10,112 @@
 #include <math.h>
 #include <string.h>
 
-/* Bytes a rank sends in one collective over n ranks (comm.h's counters,
- * fractions of a byte dropped). */
-static uint64_t allreduce_bytes(uint64_t buf, int n)
-{
-    return n > 1 ? 2 * (uint64_t)(n - 1) * buf / (uint64_t)n : 0;
-}
+/* One kind of call an axis makes: `times` collectives of `kind` over a
+ * full buffer of `buf` bytes of `type` among `ranks` (or point-to-point
+ * sends: kind SEND; HALVES: as many reduce-scatters as allgathers, sequence
+ * parallelism's), issued as messages of `msg` bytes each (ZeRO's units
+ * of a whole pass), which is what a link's measured rate depends on. */
+enum { SEND = MACHINE_COLLECTIVES, HALVES, AXIS_MAX_CALLS = 12 };
 
-static uint64_t ring_half_bytes(uint64_t buf, int n) /* reduce-scatter, allgather */
-{
-    return n > 1 ? (uint64_t)(n - 1) * buf / (uint64_t)n : 0;
-}
+struct axis_call {
+    int kind; /* enum machine_collective, SEND or HALVES */
+    enum machine_precision type;
+    uint64_t buf;
+    double msg, times;
+    int ranks;
+};
 
-/* Bytes and ring steps of one axis, added collective by collective. */
+/* Bytes and ring steps of one axis, added collective by collective, and
+ * the calls themselves, for a link that states its rates by size. */
 struct axis_load {
     uint64_t bytes;
     double steps; /* latency-bound hops: n - 1 per reduce-scatter/allgather, 2(n-1) per allreduce */
+    int n_calls;
+    struct axis_call call[AXIS_MAX_CALLS];
 };
 
-static void add_allreduce(struct axis_load *a, uint64_t buf, int n, double times)
+/* Bytes a rank sends in one call over n ranks (comm.h's counters,
+ * fractions of a byte dropped). */
+static uint64_t bus_bytes(int kind, uint64_t buf, int n)
 {
-    a->bytes += (uint64_t)(times * (double)allreduce_bytes(buf, n));
-    a->steps += n > 1 ? times * 2.0 * (n - 1) : 0.0;
+    if (kind == SEND)
+        return buf;
+    const uint64_t hops = kind == MACHINE_ALLREDUCE ? 2 * (uint64_t)(n - 1) : (uint64_t)(n - 1);
+    return hops * buf / (uint64_t)n;
 }
 
-static void add_half(struct axis_load *a, uint64_t buf, int n, double times)
+static double steps_of(int kind, int n)
 {
-    a->bytes += (uint64_t)(times * (double)ring_half_bytes(buf, n));
-    a->steps += n > 1 ? times * (n - 1) : 0.0;
+    return kind == MACHINE_ALLREDUCE ? 2.0 * (n - 1) : kind == SEND ? 1.0 : n - 1.0;
+}
+
+static void add_call(struct axis_load *a, int kind, enum machine_precision type, uint64_t buf,
+                     double msg, int n, double times)
+{
+    if ((kind != SEND && n < 2) || times <= 0.0)
+        return;
+    a->bytes += (uint64_t)(times * (double)bus_bytes(kind, buf, n));
+    a->steps += times * steps_of(kind, n);
+    ZT_ASSERT(a->n_calls < AXIS_MAX_CALLS);
+    a->call[a->n_calls++] = (struct axis_call){kind, type, buf, msg, times, n};
+}
+
+static void add_allreduce(struct axis_load *a, enum machine_precision type, uint64_t buf, int n,
+                          double times)
+{
+    add_call(a, MACHINE_ALLREDUCE, type, buf, (double)buf, n, times);
+}
+
+/* A reduce-scatter or allgather of `buf` bytes in messages of `msg`. */
+static void add_half(struct axis_load *a, int kind, enum machine_precision type, uint64_t buf,
+                     double msg, int n, double times)
+{
+    add_call(a, kind, type, buf, msg, n, times);
 }
 
 static void add_send(struct axis_load *a, uint64_t bytes, double times)
 {
-    a->bytes += (uint64_t)(times * (double)bytes);
-    a->steps += times;
+    add_call(a, SEND, MACHINE_FP32, bytes, (double)bytes, 2, times);
 }
 
+/* A link's measured bus bandwidth for `kind` over a `size`-byte buffer of
+ * `type` (fp32's table for a type without one), interpolated in log size
+ * and held at the ends; 0 where the link measured none. */
+static double measured_busbw(const struct machine_link *link, int kind, enum machine_precision type,
+                             double size)
+{
+    const struct machine_busbw_table *t =
+        link->busbw[type].n ? &link->busbw[type] : &link->busbw[MACHINE_FP32];
+    if (kind == SEND || t->n == 0)
+        return 0.0;
+    if (kind == HALVES) /* equal numbers of each: their harmonic mean */
+        return 2.0 / (1.0 / measured_busbw(link, MACHINE_REDUCE_SCATTER, type, size) +
+                      1.0 / measured_busbw(link, MACHINE_ALLGATHER, type, size));
+    const struct machine_busbw *r = t->row;
+    if (size <= r[0].bytes)
+        return r[0].busbw[kind];
+    for (int i = 1; i < t->n; i++)
+        if (size <= r[i].bytes) {
+            const double w = log(size / r[i - 1].bytes) / log(r[i].bytes / r[i - 1].bytes);
+            return exp((1.0 - w) * log(r[i - 1].busbw[kind]) + w * log(r[i].busbw[kind]));
+        }
+    return r[t->n - 1].busbw[kind];
+}
+
+/* Seconds of an axis's calls on a link: at its measured rate by size and
+ * type where it states one, else its bandwidth and latency per step. */
 static double seconds_of(const struct axis_load *a, const struct machine_link *link)
 {
-    return (double)a->bytes / link->bandwidth + a->steps * link->latency;
+    double s = 0.0;
+    for (int i = 0; i < a->n_calls; i++) {
+        const struct axis_call *c = &a->call[i];
+        const double bus = (double)bus_bytes(c->kind, c->buf, c->ranks);
+        const double rate = measured_busbw(link, c->kind, c->type, c->msg);
+        s += c->times * (rate > 0.0
+                             ? bus / rate
+                             : bus / link->bandwidth + steps_of(c->kind, c->ranks) * link->latency);
+    }
+    return s;
 }
 
 /* The data-parallel axis's groups, as session_engine_config forms them:
@@ -61,12 +128,20 @@ enum data_group { GROUP_SHARD, GROUP_SECONDARY, GROUP_REPLICA, GROUP_COUNT };
 struct data_groups {
     int size[GROUP_COUNT]; /* ranks; 1: the group does not exist */
     const struct machine_link *link[GROUP_COUNT];
+    enum machine_precision grad_type, param_type; /* what the collectives carry */
 };
+
+/* The type of an element of esz bytes in a run computing in p. */
+static enum machine_precision type_of(size_t esz, enum machine_precision p)
+{
+    return esz >= 4 ? MACHINE_FP32 : p == MACHINE_FP32 ? MACHINE_BF16 : p;
+}
 
 /* Ranks are numbered tensor-innermost, then data: a group of n consecutive
  * data-parallel ranks spans T x n ranks, a strided one the whole axis. */
 static struct data_groups data_groups_of(const struct plan_model *pm, const struct plan_layout *l,
-                                         const struct machine *m, int per_node)
+                                         const struct plan_role *r, const struct machine *m,
+                                         int per_node, enum machine_precision p)
 {
     const int D = l->dp * plan_context_size(l),
               G = pm->shard_group_size; /* ZeRO over data x context ranks */
@@ -78,6 +153,8 @@ static struct data_groups data_groups_of(const struct plan_model *pm, const stru
                                     (long)l->tp * g.size[GROUP_SECONDARY], (long)l->tp * D};
     for (int k = 0; k < GROUP_COUNT; k++)
         g.link[k] = span[k] > per_node ? &m->inter_node : &m->intra_node;
+    g.grad_type = type_of(r->grad_esz, p);
+    g.param_type = type_of(r->esz, p);
     return g;
 }
 
@@ -88,20 +165,25 @@ static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
                          const struct data_groups *g, struct axis_load *a)
 {
     const int G = g->size[GROUP_SHARD], H = g->size[GROUP_SECONDARY];
+    const double units = r->units > 0 ? r->units : 1;
     const uint64_t grads = r->trainable_padded * r->grad_esz;
     const uint64_t params = r->trainable_padded * r->esz;
+    /* each unit is a message of its own */
+    const double unit_grads = (double)grads / units, unit_params = (double)params / units;
+    const double unit_pass = (double)r->pass_bytes_forward / units;
+    const enum machine_precision gt = g->grad_type, pt = g->param_type;
     struct axis_load *shard = &a[GROUP_SHARD];
     switch (l->zero_stage) {
     case 0:
-        add_allreduce(shard, grads, G, 1);
+        add_call(shard, MACHINE_ALLREDUCE, gt, grads, unit_grads, G, 1);
         return;
     case 1:
-        add_half(shard, grads, G, 1);
-        add_half(shard, params, G, 1); /* the updated parameters regathered */
+        add_half(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, 1);
+        add_half(shard, MACHINE_ALLGATHER, pt, params, unit_params, G, 1); /* regathered */
         break;
     case 2:
-        add_half(shard, grads, G, l->accum); /* every micro batch's backward */
-        add_half(shard, params, G, 1);
+        add_half(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, l->accum); /* each */
+        add_half(shard, MACHINE_ALLGATHER, pt, params, unit_params, G, 1);
         break;
     default:
         /* each unit gathered every time a pass acquires it: under hpZ its
@@ -110,18 +192,21 @@ static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
         if (H > 1) {
             struct axis_load *second = &a[GROUP_SECONDARY];
             const size_t reuse = r->pass_bytes_forward - r->pass_bytes_distinct;
-            add_half(shard, r->pass_bytes_distinct, G, 1);
-            add_half(second, reuse, H, 1); /* a unit used twice: fresh by then */
-            add_half(second, r->pass_bytes_forward, H, l->accum - 1);
-            add_half(second, r->pass_bytes - r->pass_bytes_forward, H, l->accum);
+            add_half(shard, MACHINE_ALLGATHER, pt, r->pass_bytes_distinct, unit_pass, G, 1);
+            add_half(second, MACHINE_ALLGATHER, pt, reuse, unit_pass, H, 1); /* used twice */
+            add_half(second, MACHINE_ALLGATHER, pt, r->pass_bytes_forward, unit_pass, H,
+                     l->accum - 1);
+            add_half(second, MACHINE_ALLGATHER, pt, r->pass_bytes - r->pass_bytes_forward,
+                     unit_pass, H, l->accum);
         } else {
-            add_half(shard, r->pass_bytes, G, l->accum);
+            add_half(shard, MACHINE_ALLGATHER, pt, r->pass_bytes, unit_pass, G, l->accum);
         }
-        add_half(shard, grads, G, l->accum);
+        add_half(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, l->accum);
         break;
     }
-    add_allreduce(&a[GROUP_REPLICA], r->trainable_shard * r->grad_esz, g->size[GROUP_REPLICA], 1);
-    add_allreduce(shard, sizeof(double), G, 1);
+    add_allreduce(&a[GROUP_REPLICA], gt, r->trainable_shard * r->grad_esz, g->size[GROUP_REPLICA],
+                  1);
+    add_allreduce(shard, MACHINE_FP32, sizeof(double), G, 1);
 }
 
 /* The exposed part of stages 2 and 3's data-parallel traffic: each micro
@@ -136,19 +221,22 @@ static double data_exposed(const struct plan_model *pm, const struct plan_layout
     const int n = r->units > 0 ? r->units : 1, G = dg->size[GROUP_SHARD];
     const int H = dg->size[GROUP_SECONDARY];
     struct axis_load fwd = {0}, fwd_later = {0}, bwd = {0}, reduce = {0}, open[GROUP_COUNT] = {{0}};
-    add_half(&reduce, r->trainable_padded * r->grad_esz / (uint64_t)n, G, 1);
+    const enum machine_precision gt = dg->grad_type, pt = dg->param_type;
+    const uint64_t unit_grads = r->trainable_padded * r->grad_esz / (uint64_t)n;
+    add_half(&reduce, MACHINE_REDUCE_SCATTER, gt, unit_grads, (double)unit_grads, G, 1);
     if (l->zero_stage >= 3) {
         const uint64_t f = r->pass_bytes_forward / (uint64_t)n;
         const uint64_t b = (r->pass_bytes - r->pass_bytes_forward) / (uint64_t)n;
-        add_half(&fwd, f, G, 1);
-        add_half(&fwd_later, f, H > 1 ? H : G, 1);
-        add_half(&bwd, b, H > 1 ? H : G, 1);
+        add_half(&fwd, MACHINE_ALLGATHER, pt, f, (double)f, G, 1);
+        add_half(&fwd_later, MACHINE_ALLGATHER, pt, f, (double)f, H > 1 ? H : G, 1);
+        add_half(&bwd, MACHINE_ALLGATHER, pt, b, (double)f, H > 1 ? H : G, 1);
     } else {
-        add_half(&open[GROUP_SHARD], r->trainable_padded * r->esz, G, 1);
+        const uint64_t params = r->trainable_padded * r->esz;
+        add_half(&open[GROUP_SHARD], MACHINE_ALLGATHER, pt, params, (double)params / n, G, 1);
     }
-    add_allreduce(&open[GROUP_REPLICA], r->trainable_shard * r->grad_esz, dg->size[GROUP_REPLICA],
-                  1);
-    add_allreduce(&open[GROUP_SHARD], sizeof(double), G, 1);
+    add_allreduce(&open[GROUP_REPLICA], gt, r->trainable_shard * r->grad_esz,
+                  dg->size[GROUP_REPLICA], 1);
+    add_allreduce(&open[GROUP_SHARD], MACHINE_FP32, sizeof(double), G, 1);
     /* the forward is a third of a micro batch's compute, a recomputed one
      * a further third of the backward's share */
     const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0;
@@ -177,24 +265,27 @@ static double data_exposed(const struct plan_model *pm, const struct plan_layout
  * scattered, and the norms' weight gradients are summed. Activations move
  * in the compute type, the norms' and the loss's sums in fp32. */
 static void tensor_traffic(const struct plan_model *pm, const struct plan_layout *l,
-                           const struct plan_role *r, int sequence_parallel, struct axis_load *a)
+                           const struct plan_role *r, int sequence_parallel,
+                           enum machine_precision p, struct axis_load *a)
 {
+    const enum machine_precision at = type_of(r->act_esz, p);
     const int T = l->tp;
     const uint64_t rows = (uint64_t)l->micro_batch * (uint64_t)pm->seq / plan_context_size(l);
     const uint64_t act = rows * (uint64_t)pm->embd * r->act_esz; /* in the compute type */
     const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0, m = l->accum;
     if (!sequence_parallel) {
         const double n = r->blocks * 2.0 * (2.0 + recompute) + r->first + r->last;
-        add_allreduce(a, act, T, n * m);
+        add_allreduce(a, at, act, T, n * m);
     } else {
         const double halves = r->blocks * (10.0 + 4.0 * recompute) + r->first + 3.0 * r->last;
-        add_half(a, act, T, halves * m);
+        add_half(a, HALVES, at, act, (double)act, T, halves * m);
         const double norms = 2.0 * r->blocks + r->last;
-        add_allreduce(a, (uint64_t)pm->embd * sizeof(float), T, norms * pm->norm_vectors * m);
+        add_allreduce(a, MACHINE_FP32, (uint64_t)pm->embd * sizeof(float), T,
+                      norms * pm->norm_vectors * m);
     }
     if (r->last) /* the loss: row maxima, sums of exponentials, target logits */
-        add_allreduce(a, rows * sizeof(float), T, 3.0 * m);
-    add_allreduce(a, sizeof(double), T, 1); /* the gradient norm's share */
+        add_allreduce(a, MACHINE_FP32, rows * sizeof(float), T, 3.0 * m);
+    add_allreduce(a, MACHINE_FP32, sizeof(double), T, 1); /* the gradient norm's share */
 }
 
 /* The pipeline axis: a boundary forward and back per micro batch and
@@ -211,7 +302,7 @@ static void pipeline_traffic(const struct plan_layout *l, const struct plan_role
     add_send(a, boundary, (v - (r->first ? 1 : 0)) * (double)l->accum);
     if (r->tied_exchange)
         add_send(a, r->tied_elems * r->grad_esz, 1);
-    add_allreduce(a, sizeof(double), l->pp, 1);
+    add_allreduce(a, MACHINE_FP32, sizeof(double), l->pp, 1);
 }
 
 /* Ranks are numbered tensor-innermost, then data, then pipeline
@@ -323,9 +414,9 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     struct axis_load t[PLAN_AXIS_COUNT];
     memset(out, 0, sizeof *out);
     memset(t, 0, sizeof t);
-    tensor_traffic(pm, l, r, l->sequence_parallel && l->tp > 1, &t[PLAN_AXIS_TENSOR]);
+    tensor_traffic(pm, l, r, l->sequence_parallel && l->tp > 1, precision, &t[PLAN_AXIS_TENSOR]);
     pipeline_traffic(l, r, &t[PLAN_AXIS_PIPELINE]);
-    const struct data_groups dg = data_groups_of(pm, l, m, per_node);
+    const struct data_groups dg = data_groups_of(pm, l, r, m, per_node, precision);
     struct axis_load data[GROUP_COUNT] = {{0}};
     data_traffic(l, r, &dg, data);
 

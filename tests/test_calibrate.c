@@ -132,6 +132,18 @@ START_TEST(quick_calibration_writes_a_machine_file)
     ck_assert_str_eq(testutil_slurp(log), "");
     ck_assert(m.inter_node.bandwidth == m.intra_node.bandwidth);
     ck_assert(m.inter_node.latency == m.intra_node.latency);
+    /* every type's collectives by size, 4 KiB to 4 MiB under --quick, the
+     * same for both links (one node measured) */
+    for (int t = 0; t < 3; t++) {
+        const struct machine_busbw_table *b = &m.intra_node.busbw[t];
+        ck_assert_int_eq(b->n, 11);
+        ck_assert_double_eq(b->row[0].bytes, 4096);
+        ck_assert_double_eq(b->row[10].bytes, 4194304);
+        for (int i = 0; i < b->n; i++)
+            for (int k = 0; k < MACHINE_COLLECTIVES; k++)
+                ck_assert_msg(b->row[i].busbw[k] > 0, "type %d row %d column %d", t, i, k);
+        ck_assert_mem_eq(b, &m.inter_node.busbw[t], sizeof *b);
+    }
 
     const char *file = testutil_slurp(out);
     const char *const lines[] = {
@@ -147,7 +159,10 @@ START_TEST(quick_calibration_writes_a_machine_file)
         "# links: least-squares fit",
         "# nvme: 2 ranks at once, each a file of 8 MiB in ",
         "which the planner reads for a product by its shape",
-        "intra_node and inter_node are both this fit"};
+        "# collectives: the \"mpi\" backend (algorithms auto), bf16 sum, 2 ranks",
+        "# collectives: the \"mpi\" backend (algorithms auto), fp16 sum, 2 ranks",
+        "busbw: these tables' bus bandwidths",
+        "intra_node and inter_node are both these"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         ck_assert_msg(strstr(file, lines[i]) != NULL, "no '%s' in\n%s", lines[i], file);
     /* a 16-bit type has rows of its own where the CPU computes it, else

@@ -118,6 +118,12 @@ static void assert_same_machine(const struct machine *a, const struct machine *b
     ck_assert_double_eq(a->nvme_read_bandwidth, b->nvme_read_bandwidth);
     ck_assert_double_eq(a->nvme_write_bandwidth, b->nvme_write_bandwidth);
     for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++) {
+        ck_assert_mem_eq(&a->intra_node.busbw[p], &b->intra_node.busbw[p],
+                         sizeof a->intra_node.busbw[p]);
+        ck_assert_mem_eq(&a->inter_node.busbw[p], &b->inter_node.busbw[p],
+                         sizeof a->inter_node.busbw[p]);
+    }
+    for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++) {
         const struct machine_gemm_table *x = &a->gemm_rates[p], *y = &b->gemm_rates[p];
         ck_assert_int_eq(x->n, y->n);
         for (int i = 0; i < x->n; i++) {
@@ -717,6 +723,55 @@ START_TEST(test_nvme_bandwidths_are_optional)
 }
 END_TEST
 
+/* A link's measured collectives are optional: absent, none; stated, each
+ * type's rows read and round-trip; a short row, a size not above the one
+ * before, or a rate that is not positive is named with its line. */
+START_TEST(test_busbw_tables_are_optional)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("machine-busbw"));
+    const char *path = testutil_path_in(dir, "m.yaml");
+    struct machine m, back;
+    write_text(path, good_text);
+    load_ok(path, &m);
+    for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++)
+        ck_assert_int_eq(m.intra_node.busbw[p].n + m.inter_node.busbw[p].n, 0);
+    round_trip(&m, NULL, dir, &back);
+    ck_assert_ptr_null(strstr(testutil_slurp(testutil_path_in(dir, "written.yaml")), "busbw"));
+
+    write_text(path, edited("    latency: 5e-6\n", "    latency: 5e-6\n    busbw:\n      bf16:\n"
+                                                   "        - [4096, 8.3e8, 5.8e8, 1.17e9]\n"
+                                                   "        - [268435456, 4.7e9, 1.3e9, 3.6e9]\n"));
+    load_ok(path, &m);
+    ck_assert_int_eq(m.intra_node.busbw[MACHINE_BF16].n, 0);
+    ck_assert_int_eq(m.inter_node.busbw[MACHINE_FP32].n, 0);
+    const struct machine_busbw_table *b = &m.inter_node.busbw[MACHINE_BF16];
+    ck_assert_int_eq(b->n, 2);
+    ck_assert_double_eq(b->row[1].bytes, 268435456);
+    ck_assert_double_eq(b->row[1].busbw[MACHINE_ALLREDUCE], 4.7e9);
+    ck_assert_double_eq(b->row[1].busbw[MACHINE_REDUCE_SCATTER], 1.3e9);
+    ck_assert_double_eq(b->row[1].busbw[MACHINE_ALLGATHER], 3.6e9);
+    round_trip(&m, NULL, dir, &back);
+
+    static const char expected[] = "expected a list of at most 24 [bytes, allreduce, "
+                                   "reduce_scatter, allgather bus bytes/s] rows (sizes "
+                                   "increasing, rates positive)";
+    static const char *const bad[] = {"[4096, 8.3e8, 5.8e8]", "[4096, 8.3e8, 0, 1e9]",
+                                      "[4096, 8.3e8, 5.8e8, 1e9]\n        - [4096, 1, 1, 1]"};
+    static const int lines[] = {17, 17, 18};
+    for (int i = 0; i < 3; i++) {
+        write_text(path, edited("    latency: 3e-6\n",
+                                testutil_fmt("    latency: 3e-6\n    busbw:\n      fp32:\n"
+                                             "        - %s\n",
+                                             bad[i])));
+        load_fails(path, with_file(testutil_fmt("FILE:%d:11: links.intra_node.busbw.fp32: %s, "
+                                                "got a list",
+                                                lines[i], expected),
+                                   path));
+    }
+}
+END_TEST
+
 START_TEST(test_write_error)
 {
     FILE *f = fopen("/dev/full", "w");
@@ -756,6 +811,7 @@ static Suite *machine_suite(void)
     tcase_add_test(write, test_gemm_keys_are_optional);
     tcase_add_test(write, test_element_rates_are_optional);
     tcase_add_test(write, test_nvme_bandwidths_are_optional);
+    tcase_add_test(write, test_busbw_tables_are_optional);
     tcase_add_test(write, test_write_error);
     return s;
 }

@@ -586,6 +586,61 @@ START_TEST(nvme_files_and_shared_core_traffic)
 }
 END_TEST
 
+/* A link with measured collectives times each call at its type's bus
+ * bandwidth for its message size (ZeRO-3's: one unit), interpolated in log
+ * size and held below the smallest row; fp32's table for a type without
+ * one; the bytes are the same as with the fit alone. */
+START_TEST(measured_collectives_by_type_and_size)
+{
+    struct machine m = {.device_memory = 1ull << 30,
+                        .devices_per_node = 1,
+                        .cores = 2,
+                        .matmul_flops = {1e12, 1e12, 1e12},
+                        .memory_bandwidth = 1e11,
+                        .intra_node = {1e9, 1e-6},
+                        .inter_node = {1e9, 1e-6}};
+    struct plan_model pm = {
+        .layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4, .prefetch_depth = 1};
+    strcpy(pm.optimizer, "AdamW");
+    struct plan_role r = {.first = 1,
+                          .last = 1,
+                          .blocks = 1,
+                          .units = 4,
+                          .slots = 1,
+                          .esz = 2,
+                          .grad_esz = 2,
+                          .act_esz = 2,
+                          .trainable_padded = 20000000,
+                          .trainable_shard = 10000000,
+                          .padded = 20000000,
+                          .state_bytes = 6000,
+                          .flops = 1e11,
+                          .pass_bytes = 80000000,
+                          .pass_bytes_forward = 40000000};
+    const struct plan_layout l = {
+        .tp = 1, .pp = 1, .dp = 2, .zero_stage = 3, .micro_batch = 1, .accum = 1};
+    struct plan_time fit, measured;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_BF16, &fit);
+    /* the fit: bus bytes over the bandwidth and a latency a ring step */
+    const double bus = 40e6 + 20e6 + 8; /* gathers, reduce-scatters, the norm's double */
+    ck_assert_uint_eq(fit.bytes[PLAN_AXIS_DATA], (uint64_t)bus);
+    ck_assert_double_eq_tol(fit.comm[PLAN_AXIS_DATA], bus / 1e9 + (1 + 1 + 2) * 1e-6, 1e-12);
+    const struct machine_busbw_table fp32 = {2, {{1e6, {1e9, 2e9, 3e9}}, {1e8, {4e9, 5e9, 6e9}}}};
+    const struct machine_busbw_table bf16 = {2, {{1e6, {1e8, 2e8, 3e8}}, {1e8, {4e8, 5e8, 6e8}}}};
+    m.intra_node.busbw[MACHINE_FP32] = fp32;
+    m.intra_node.busbw[MACHINE_BF16] = bf16;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_BF16, &measured);
+    ck_assert_uint_eq(measured.bytes[PLAN_AXIS_DATA], fit.bytes[PLAN_AXIS_DATA]);
+    /* a unit is 1e7 bytes, halfway in log size: the rows' geometric mean */
+    const double want = 40e6 / sqrt(3e8 * 6e8) + 20e6 / sqrt(2e8 * 5e8) + 8 / 1e9;
+    ck_assert_double_eq_tol(measured.comm[PLAN_AXIS_DATA], want, 1e-12);
+    /* fp16 has no table: fp32's */
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP16, &measured);
+    ck_assert_double_eq_tol(measured.comm[PLAN_AXIS_DATA],
+                            40e6 / sqrt(3e9 * 6e9) + 20e6 / sqrt(2e9 * 5e9) + 8 / 1e9, 1e-12);
+}
+END_TEST
+
 /* The element-wise ops' traffic is a micro batch's activations without
  * checkpointing: with checkpointing off, exactly what the role's
  * instance allocates for them (its ledger peak of activations less the
@@ -1072,6 +1127,7 @@ int main(void)
     tcase_add_test(tc, cost_of_a_data_parallel_step);
     tcase_add_test(tc, element_rates_on_a_core);
     tcase_add_test(tc, nvme_files_and_shared_core_traffic);
+    tcase_add_test(tc, measured_collectives_by_type_and_size);
     tcase_add_test(tc, element_wise_traffic_is_the_uncheckpointed_activations);
     tcase_add_test(tc, lora_plans_no_frozen_weight_gradients);
     tcase_add_test(tc, mfu_is_against_the_datasheet_peak);
