@@ -141,9 +141,8 @@ struct plan_time {
     double matmul, decode;           /* two parts of compute: the linear layers' and attention's
                                         products, and QLoRA's decodes */
     double optimizer;                /* the optimizer step: its update, or its state files'
-                                        reads where they take longer (nvme) */
-    double nvme;                     /* the disk's reads and writes of a step (nvme offload);
-                                        the step is at least this */
+                                        reads and writes where they take longer (nvme) */
+    double nvme;                     /* the disk's reads and writes of a step (nvme offload) */
     double grad_passes;              /* the step's passes over the reduced gradients: the
                                         micro batches' adds, the norm, the zeroing */
     double comm[PLAN_AXIS_COUNT];    /* every collective of the axis, whole */

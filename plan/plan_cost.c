@@ -355,10 +355,13 @@ static double update_seconds(const struct plan_model *pm, const struct plan_role
 }
 
 /* An NVMe offload reads and writes each rank's state file once a step
- * (shard/nvme.c); the node's ranks share its disk. The update waits for
- * the reads; the writes go behind, into the page cache, which the kernel
- * writes out while the next passes compute. 0 where the machine states
- * no such bandwidth, or the role has no file. */
+ * (shard/nvme.c); the node's ranks share its disk. A rank's one I/O thread
+ * serves its window's reads and writes in order, a slot written out before
+ * the next chunk is read into it, and the kernel holds back a writer once
+ * its dirty pages pass a fifth of the free memory (vm.dirty_ratio), far
+ * less than a step's files: the update waits for the node's reads and
+ * writes together. 0 where the machine states no such bandwidth, or the
+ * role has no file. */
 static double nvme_seconds(const struct plan_role *r, double bandwidth, int per_node)
 {
     return bandwidth > 0 ? (double)r->nvme_bytes * per_node / bandwidth : 0.0;
@@ -433,9 +436,9 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     out->compute = micro * l->accum;
     out->matmul = matmul * l->accum;
     out->decode = decode * l->accum;
-    const double reads = nvme_seconds(r, m->nvme_read_bandwidth, per_node);
-    out->nvme = reads + nvme_seconds(r, m->nvme_write_bandwidth, per_node);
-    out->optimizer = fmax(update_seconds(pm, r, m, per_node, mem_rate), reads);
+    out->nvme = nvme_seconds(r, m->nvme_read_bandwidth, per_node) +
+                nvme_seconds(r, m->nvme_write_bandwidth, per_node);
+    out->optimizer = fmax(update_seconds(pm, r, m, per_node, mem_rate), out->nvme);
     out->grad_passes = grad_pass_seconds(l, r, mem_rate);
     for (int k = 0; k < PLAN_AXIS_COUNT; k++) {
         out->inter_node[k] = crosses_nodes(l, (enum plan_axis)k, per_node);
@@ -463,5 +466,4 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     out->bubble = plan_bubble(busy, l->pp, l->accum, r->chunks, oversubscription(m, per_node));
     out->step =
         busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->grad_passes + out->optimizer;
-    out->step = fmax(out->step, out->nvme); /* the disk's work of a step */
 }
