@@ -1,14 +1,14 @@
 /* scripts/bench/comm_bench.c — bandwidth of the MPI backend's collectives.
  *
  *   mpirun -np N comm_bench [--min BYTES] [--max BYTES] [--iters K] [--warmup W]
- *                           [--dtype f32|bf16]
+ *                           [--dtype f32|bf16|fp16]
  *
  * Prints one table per collective and algorithm in the manner of nccl-tests:
  * allreduce, reduce_scatter and allgather, each native and ring, sizes
  * doubling from --min to --max. "size" is the full buffer in
  * bytes (the allreduce buffer, the reduce-scatter input, the allgather
  * output), rounded down to a multiple of N elements; "count" its elements, float32 or,
- * with --dtype bf16, bf16 (summed through the backend's 16-bit reducers).
+ * with --dtype bf16 or fp16, that type (summed through the backend's 16-bit reducers).
  * The time of one iteration is the slowest rank's (MPI_MAX after a barrier),
  * and the table shows the median over the iterations, after W untimed ones.
  * algbw = size / time; busbw = algbw * 2(N-1)/N for allreduce and
@@ -93,6 +93,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         else if (!bad && strcmp(argv[i], "--dtype") == 0)
             bad = !(strcmp(v, "f32") == 0    ? (o->dtype = ZT_F32, 1)
                     : strcmp(v, "bf16") == 0 ? (o->dtype = ZT_BF16, 1)
+                    : strcmp(v, "fp16") == 0 ? (o->dtype = ZT_F16, 1)
                                              : 0);
         else
             bad = 1;
@@ -356,16 +357,20 @@ static zt_status run(const struct options *o)
                               o->max_bytes);
         for (size_t i = 0; st == ZT_OK && i < count; i++)
             big[i] = small[i] = 1.0f;
-        /* bf16 tables read the same buffers as 1.0 + 2^-7 (two bf16 per float: 0x3f81) */
-        if (st == ZT_OK && o->dtype == ZT_BF16)
+        /* 16-bit tables read the same buffers as 1 and a little, two values per float
+         * (bf16 0x3f81, fp16 0x3c01) */
+        if (st == ZT_OK && o->dtype != ZT_F32)
             for (size_t i = 0; i < count; i++)
-                big[i] = small[i] = zt_bits_float(0x3f813f81u);
+                big[i] = small[i] = zt_bits_float(o->dtype == ZT_BF16 ? 0x3f813f81u : 0x3c013c01u);
     }
     if (st == ZT_OK && comm_rank(native) == 0)
         printf("# comm_bench: %d ranks, backend %s, %s sum, median of %d iterations after %d "
                "warm-up\n\n",
                comm_size(native), comm_backend_name(native),
-               o->dtype == ZT_BF16 ? "bf16" : "float32", o->iters, o->warmup);
+               o->dtype == ZT_BF16  ? "bf16"
+               : o->dtype == ZT_F16 ? "fp16"
+                                    : "float32",
+               o->iters, o->warmup);
     const struct bench benches[] = {
         {"allreduce (native)", COMM_KIND_ALLREDUCE, native},
         {"allreduce (ring)", COMM_KIND_ALLREDUCE, ring},
@@ -393,7 +398,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     if (parse_args(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: comm_bench [--min BYTES] [--max BYTES] [--iters K] [--warmup W]\n"
-                        "                  [--dtype f32|bf16]\n"
+                        "                  [--dtype f32|bf16|fp16]\n"
                         "       (sizes accept K, M, G suffixes)\n");
         MPI_Finalize();
         return 2;
