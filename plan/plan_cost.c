@@ -66,13 +66,6 @@ static void add_allreduce(struct axis_load *a, enum machine_precision type, uint
     add_call(a, MACHINE_ALLREDUCE, type, buf, (double)buf, n, times);
 }
 
-/* A reduce-scatter or allgather of `buf` bytes in messages of `msg`. */
-static void add_half(struct axis_load *a, int kind, enum machine_precision type, uint64_t buf,
-                     double msg, int n, double times)
-{
-    add_call(a, kind, type, buf, msg, n, times);
-}
-
 static void add_send(struct axis_load *a, uint64_t bytes, double times)
 {
     add_call(a, SEND, MACHINE_FP32, bytes, (double)bytes, 2, times);
@@ -178,12 +171,12 @@ static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
         add_call(shard, MACHINE_ALLREDUCE, gt, grads, unit_grads, G, 1);
         return;
     case 1:
-        add_half(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, 1);
-        add_half(shard, MACHINE_ALLGATHER, pt, params, unit_params, G, 1); /* regathered */
+        add_call(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, 1);
+        add_call(shard, MACHINE_ALLGATHER, pt, params, unit_params, G, 1); /* regathered */
         break;
     case 2:
-        add_half(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, l->accum); /* each */
-        add_half(shard, MACHINE_ALLGATHER, pt, params, unit_params, G, 1);
+        add_call(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, l->accum); /* each */
+        add_call(shard, MACHINE_ALLGATHER, pt, params, unit_params, G, 1);
         break;
     default:
         /* each unit gathered every time a pass acquires it: under hpZ its
@@ -192,16 +185,16 @@ static void data_traffic(const struct plan_layout *l, const struct plan_role *r,
         if (H > 1) {
             struct axis_load *second = &a[GROUP_SECONDARY];
             const size_t reuse = r->pass_bytes_forward - r->pass_bytes_distinct;
-            add_half(shard, MACHINE_ALLGATHER, pt, r->pass_bytes_distinct, unit_pass, G, 1);
-            add_half(second, MACHINE_ALLGATHER, pt, reuse, unit_pass, H, 1); /* used twice */
-            add_half(second, MACHINE_ALLGATHER, pt, r->pass_bytes_forward, unit_pass, H,
+            add_call(shard, MACHINE_ALLGATHER, pt, r->pass_bytes_distinct, unit_pass, G, 1);
+            add_call(second, MACHINE_ALLGATHER, pt, reuse, unit_pass, H, 1); /* used twice */
+            add_call(second, MACHINE_ALLGATHER, pt, r->pass_bytes_forward, unit_pass, H,
                      l->accum - 1);
-            add_half(second, MACHINE_ALLGATHER, pt, r->pass_bytes - r->pass_bytes_forward,
+            add_call(second, MACHINE_ALLGATHER, pt, r->pass_bytes - r->pass_bytes_forward,
                      unit_pass, H, l->accum);
         } else {
-            add_half(shard, MACHINE_ALLGATHER, pt, r->pass_bytes, unit_pass, G, l->accum);
+            add_call(shard, MACHINE_ALLGATHER, pt, r->pass_bytes, unit_pass, G, l->accum);
         }
-        add_half(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, l->accum);
+        add_call(shard, MACHINE_REDUCE_SCATTER, gt, grads, unit_grads, G, l->accum);
         break;
     }
     add_allreduce(&a[GROUP_REPLICA], gt, r->trainable_shard * r->grad_esz, g->size[GROUP_REPLICA],
@@ -223,16 +216,17 @@ static double data_exposed(const struct plan_model *pm, const struct plan_layout
     struct axis_load fwd = {0}, fwd_later = {0}, bwd = {0}, reduce = {0}, open[GROUP_COUNT] = {{0}};
     const enum machine_precision gt = dg->grad_type, pt = dg->param_type;
     const uint64_t unit_grads = r->trainable_padded * r->grad_esz / (uint64_t)n;
-    add_half(&reduce, MACHINE_REDUCE_SCATTER, gt, unit_grads, (double)unit_grads, G, 1);
+    add_call(&reduce, MACHINE_REDUCE_SCATTER, gt, unit_grads, (double)unit_grads, G, 1);
     if (l->zero_stage >= 3) {
         const uint64_t f = r->pass_bytes_forward / (uint64_t)n;
         const uint64_t b = (r->pass_bytes - r->pass_bytes_forward) / (uint64_t)n;
-        add_half(&fwd, MACHINE_ALLGATHER, pt, f, (double)f, G, 1);
-        add_half(&fwd_later, MACHINE_ALLGATHER, pt, f, (double)f, H > 1 ? H : G, 1);
-        add_half(&bwd, MACHINE_ALLGATHER, pt, b, (double)f, H > 1 ? H : G, 1);
+        add_call(&fwd, MACHINE_ALLGATHER, pt, f, (double)f, G, 1);
+        add_call(&fwd_later, MACHINE_ALLGATHER, pt, f, (double)f, H > 1 ? H : G, 1);
+        /* the backward may gather a unit twice (its recompute): a message is still one unit */
+        add_call(&bwd, MACHINE_ALLGATHER, pt, b, (double)f, H > 1 ? H : G, 1);
     } else {
         const uint64_t params = r->trainable_padded * r->esz;
-        add_half(&open[GROUP_SHARD], MACHINE_ALLGATHER, pt, params, (double)params / n, G, 1);
+        add_call(&open[GROUP_SHARD], MACHINE_ALLGATHER, pt, params, (double)params / n, G, 1);
     }
     add_allreduce(&open[GROUP_REPLICA], gt, r->trainable_shard * r->grad_esz,
                   dg->size[GROUP_REPLICA], 1);
@@ -278,7 +272,7 @@ static void tensor_traffic(const struct plan_model *pm, const struct plan_layout
         add_allreduce(a, at, act, T, n * m);
     } else {
         const double halves = r->blocks * (10.0 + 4.0 * recompute) + r->first + 3.0 * r->last;
-        add_half(a, HALVES, at, act, (double)act, T, halves * m);
+        add_call(a, HALVES, at, act, (double)act, T, halves * m);
         const double norms = 2.0 * r->blocks + r->last;
         add_allreduce(a, MACHINE_FP32, (uint64_t)pm->embd * sizeof(float), T,
                       norms * pm->norm_vectors * m);

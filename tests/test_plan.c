@@ -475,22 +475,29 @@ START_TEST(cost_of_a_data_parallel_step)
 }
 END_TEST
 
+/* A CPU node of 2 cores as one device, its links at `bandwidth` and
+ * `latency`: the machine the cost tests below plan on. */
+static struct machine two_core_node(double bandwidth, double latency)
+{
+    return (struct machine){.device_memory = 1ull << 30,
+                            .devices_per_node = 1,
+                            .cores = 2,
+                            .matmul_flops = {1e12, 1e12, 1e12},
+                            .memory_bandwidth = 1e11,
+                            .intra_node = {bandwidth, latency},
+                            .inter_node = {bandwidth, latency}};
+}
+
 /* Work at a CPU core's own pace: an optimizer the machine states a rate
  * for is planned at it when that is slower than its traffic, one rank's
  * core shared when the node's ranks outnumber its cores; a micro batch's
  * 4-bit decodes at the stated rate, or as traffic without one. */
 START_TEST(element_rates_on_a_core)
 {
-    struct machine m = {.device_memory = 1ull << 30,
-                        .devices_per_node = 1,
-                        .cores = 2,
-                        .matmul_flops = {1e12, 1e12, 1e12},
-                        .memory_bandwidth = 1e11,
-                        .intra_node = {1e10, 1e-5},
-                        .inter_node = {1e10, 1e-5},
-                        .n_updates = 1,
-                        .updates = {{"AdamW8bit", 1e6}},
-                        .dequantize_4bit = 1e9};
+    struct machine m = two_core_node(1e10, 1e-5);
+    m.n_updates = 1;
+    m.updates[0] = (struct machine_update){"AdamW8bit", 1e6};
+    m.dequantize_4bit = 1e9;
     struct plan_model pm = {.layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
     strcpy(pm.optimizer, "AdamW8bit");
     const struct plan_role r = {.first = 1,
@@ -529,22 +536,16 @@ START_TEST(element_rates_on_a_core)
 END_TEST
 
 /* An NVMe offload's state files: the update waits for the node's reads
- * (every rank's file at the read bandwidth), the writes go behind it, and
- * the step is never shorter than the disk's reads and writes together;
- * without the bandwidths the files are not priced. On a node whose ranks
+ * and writes together (every rank's file at each bandwidth), and the step
+ * is never shorter than that; without the bandwidths the files are not
+ * priced. On a node whose ranks
  * share the cores, the data-parallel traffic inside it is not hidden
  * behind the compute: the cores make its copies. */
 START_TEST(nvme_files_and_shared_core_traffic)
 {
-    struct machine m = {.device_memory = 1ull << 30,
-                        .devices_per_node = 1,
-                        .cores = 2,
-                        .matmul_flops = {1e12, 1e12, 1e12},
-                        .memory_bandwidth = 1e11,
-                        .intra_node = {1e9, 1e-9},
-                        .inter_node = {1e9, 1e-9},
-                        .nvme_read_bandwidth = 1e9,
-                        .nvme_write_bandwidth = 2e9};
+    struct machine m = two_core_node(1e9, 1e-9);
+    m.nvme_read_bandwidth = 1e9;
+    m.nvme_write_bandwidth = 2e9;
     struct plan_model pm = {
         .layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4, .prefetch_depth = 1};
     strcpy(pm.optimizer, "AdamW");
@@ -594,13 +595,7 @@ END_TEST
  * one; the bytes are the same as with the fit alone. */
 START_TEST(measured_collectives_by_type_and_size)
 {
-    struct machine m = {.device_memory = 1ull << 30,
-                        .devices_per_node = 1,
-                        .cores = 2,
-                        .matmul_flops = {1e12, 1e12, 1e12},
-                        .memory_bandwidth = 1e11,
-                        .intra_node = {1e9, 1e-6},
-                        .inter_node = {1e9, 1e-6}};
+    struct machine m = two_core_node(1e9, 1e-6);
     struct plan_model pm = {
         .layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4, .prefetch_depth = 1};
     strcpy(pm.optimizer, "AdamW");
