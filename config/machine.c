@@ -53,6 +53,7 @@ struct row {
 #define FLOPS(p)    (OFF(matmul_flops) + (p) * sizeof(double))
 #define PEAK(p)     (OFF(peak_matmul_flops) + (p) * sizeof(double))
 #define GEMMS(p)    (OFF(gemm_rates) + (p) * sizeof(struct machine_gemm_table))
+#define ATTN(p)     (OFF(attention_flops) + (p) * sizeof(double))
 #define BUSBW(link, p)                                                                             \
     (OFF(link) + offsetof(struct machine_link, busbw) + (p) * sizeof(struct machine_busbw_table))
 #define BUSBW_NOTE "[bytes, allreduce, reduce_scatter, allgather] bus bytes/s by message size"
@@ -82,6 +83,13 @@ static const struct row rows[] = {
     {"compute.update_rates", K_UPDATES, OFF(updates),
      "parameter elements/s of each optimizer's update", 1},
     {"compute.dequantize_4bit", K_RATE, OFF(dequantize_4bit), "4-bit weights dequantised per s", 1},
+    {"compute.attention_flops", K_SECTION, 0,
+     "one core's FLOP/s of the fused attention, forward and backward (12 T C a token)", 1},
+    {"compute.attention_flops.fp32", K_RATE, ATTN(MACHINE_FP32), NULL, 1},
+    {"compute.attention_flops.bf16", K_RATE, ATTN(MACHINE_BF16), NULL, 1},
+    {"compute.attention_flops.fp16", K_RATE, ATTN(MACHINE_FP16), NULL, 1},
+    {"compute.elementwise_bandwidth", K_RATE, OFF(elementwise_bandwidth),
+     "bytes/s one core's element-wise ops move", 1},
     {"nvme", K_SECTION, 0, "the offload folder's disk: bytes/s of all the node's ranks", 1},
     {"nvme.read_bandwidth", K_RATE, OFF(nvme_read_bandwidth), NULL, 1},
     {"nvme.write_bandwidth", K_RATE, OFF(nvme_write_bandwidth), NULL, 1},

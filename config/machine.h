@@ -25,6 +25,9 @@
  *       update_rates:             # optional: parameter elements/s of an optimizer's update
  *         AdamW8bit: 1.3e8
  *       dequantize_4bit: 2.1e9    # optional: 4-bit weights dequantised per s
+ *       attention_flops:          # optional: one core's fused attention FLOP/s, by type
+ *         bf16: 9.1e10
+ *       elementwise_bandwidth: 6e9 # optional: bytes/s one core's element-wise ops move
  *     nvme:                       # optional: the offload folder's disk, whole node
  *       read_bandwidth: 1.5e9     # bytes/s
  *       write_bandwidth: 1.1e9
@@ -68,7 +71,17 @@
  * the others, and every 4-bit weight without the key, as memory traffic.
  * calibrate measures them on one device's cores.
  *
- * Every key but `cores`, the peaks, the GEMM keys, the two rates above and
+ * `attention_flops` and `elementwise_bandwidth` are the same for the
+ * ops the forward and backward run besides the GEMMs, each on one core
+ * (a rank's OpenMP threads each bring one): the fused attention (per
+ * type, counted as the planner counts it: 12 T C FLOPs a token for a
+ * forward and backward, the whole T x T, though the causal kernel skips
+ * half) and the norms, activations, residuals and casts (bytes each op
+ * reads and writes). Without them the planner prices attention at the
+ * GEMMs' rate and the element-wise ops at memory_bandwidth: the GPU
+ * files' case, whose kernels have no measurement here.
+ *
+ * Every key but `cores`, the peaks, the GEMM keys, the four rates above and
  * `nvme` is required and no other key is allowed, so that a typo is an
  * error rather than a silently ignored number. Numbers are plain decimal
  * (1e12, 450e9, 3.35e12, 2), finite and > 0; devices_per_node and cores
@@ -201,7 +214,9 @@ struct machine {
     struct machine_gemm_table gemm_rates[3]; /* by working precision, as matmul_flops */
     int n_updates;                           /* optimizers in updates[]; 0: none */
     struct machine_update updates[MACHINE_MAX_UPDATES];
-    double dequantize_4bit; /* 4-bit weights dequantised per second; 0: not stated */
+    double dequantize_4bit;       /* 4-bit weights dequantised per second; 0: not stated */
+    double attention_flops[3];    /* one core's fused attention FLOP/s by type; 0: not stated */
+    double elementwise_bandwidth; /* bytes/s one core's element-wise ops move; 0: not stated */
     double nvme_read_bandwidth, nvme_write_bandwidth; /* bytes/s of the node; 0: not stated */
     struct machine_link intra_node, inter_node;
 };

@@ -54,6 +54,7 @@
 #include "../worker/ops.h"
 #include "calibrate_gemm.h"
 #include "calibrate_nvme.h"
+#include "calibrate_ops.h"
 #include "calibrate_rates.h"
 
 enum { MAX_SIZES = 18, N_COLLECTIVES = 3, N_TYPES = 3, MAX_NVME_REPS = 3 };
@@ -456,6 +457,8 @@ static zt_status measure_node(struct calibration *cal, FILE *report)
     ops_cpu_set_threads(1); /* the rates are one core's */
     if (st == ZT_OK)
         st = calibrate_rates(cal->be.ops, cal->sz.rate_elems, cal->sz.rate_reps, &cal->m, report);
+    if (st == ZT_OK)
+        st = calibrate_ops(cal->be.ops, cal->sz.rate_reps, &cal->m, report);
     restore_affinity(&aff);
     /* the BLAS workers spin a while after their last product: let them stop
      * before the collectives are timed */
@@ -710,6 +713,8 @@ static zt_status build_comment(const struct calibration *cal, const struct calib
     fprintf(f, "memory_bandwidth: this rate.\n\n");
     calibrate_rates_put(f, &cal->m, cal->sz.rate_elems, cal->sz.rate_reps);
     fprintf(f, "update_rates and dequantize_4bit: these rates.\n\n");
+    calibrate_ops_put(f, &cal->m, cal->sz.rate_reps);
+    fprintf(f, "attention_flops and elementwise_bandwidth: these rates.\n\n");
     if (o->nvme_path) {
         put_nvme_line(f, cal, o->nvme_path);
         fprintf(f, "nvme: these rates.\n\n");
@@ -757,6 +762,12 @@ static zt_status write_machine(struct calibration *cal, const struct calibrate_o
     }
     m->dequantize_4bit = round4(m->dequantize_4bit);
     ZT_TRY(check_rate("dequantize_4bit", m->dequantize_4bit));
+    for (int p = 0; p < 3; p++) {
+        m->attention_flops[p] = round4(m->attention_flops[p]);
+        ZT_TRY(check_rate("attention_flops", m->attention_flops[p]));
+    }
+    m->elementwise_bandwidth = round4(m->elementwise_bandwidth);
+    ZT_TRY(check_rate("elementwise_bandwidth", m->elementwise_bandwidth));
     m->memory_bandwidth = round4(cal->triad_rate);
     m->intra_node.bandwidth = round4(cal->fit.bandwidth);
     m->intra_node.latency = round4(cal->fit.latency);

@@ -544,12 +544,13 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
     rss_parts_write_json(&r->rss, f);
     json_axes_num(f, "comm_seconds", t->comm);
     json_axes_num(f, "exposed_seconds", t->exposed);
-    const double rest[] = {t->compute, t->matmul,      t->decode, t->optimizer,
-                           t->nvme,    t->grad_passes, t->bubble, t->step};
-    static const char *const names[] = {"compute_seconds",   "matmul_seconds", "decode_seconds",
-                                        "optimizer_seconds", "nvme_seconds",   "grad_pass_seconds",
-                                        "bubble_seconds",    "step_seconds"};
-    for (int k = 0; k < 8; k++) {
+    const double rest[] = {t->compute, t->matmul,      t->attention, t->decode, t->optimizer,
+                           t->nvme,    t->grad_passes, t->bubble,    t->step};
+    static const char *const names[] = {
+        "compute_seconds",   "matmul_seconds",    "attention_seconds",
+        "decode_seconds",    "optimizer_seconds", "nvme_seconds",
+        "grad_pass_seconds", "bubble_seconds",    "step_seconds"};
+    for (int k = 0; k < 9; k++) {
         fprintf(f, ", \"%s\": ", names[k]);
         json_num(f, rest[k]);
     }
@@ -608,6 +609,16 @@ static zt_status write_json(const struct plan_ctx *x, const char *path)
 
 /* ---- the command --------------------------------------------------------- */
 
+/* Ranks per node where --gpus-per-node is not given: one per device; on a
+ * node of one device and several cores (a CPU node, as calibrate writes
+ * it), one per core up to --gpus, as mpirun fills a node's slots. */
+static int default_per_node(const struct machine *m, int gpus)
+{
+    if (m->devices_per_node == 1 && m->cores > 1)
+        return gpus < m->cores ? gpus : m->cores;
+    return m->devices_per_node;
+}
+
 static zt_status open_ctx(const struct plan_options *o, struct plan_ctx *x)
 {
     memset(x, 0, sizeof *x);
@@ -620,7 +631,7 @@ static zt_status open_ctx(const struct plan_options *o, struct plan_ctx *x)
     ZT_TRY(config_load(o->config_path, o->overrides, o->n_overrides, &x->cfg));
     ZT_TRY(plan_model_of(&x->cfg, &x->model));
     ZT_TRY(plan_rss_start(&x->cfg, &x->machine, &x->rss));
-    x->per_node = o->per_node > 0 ? o->per_node : x->machine.devices_per_node;
+    x->per_node = o->per_node > 0 ? o->per_node : default_per_node(&x->machine, o->gpus);
     x->memory = o->gpu_memory ? o->gpu_memory : x->machine.device_memory;
     x->usable = (uint64_t)((1.0 - PLAN_ALLOCATOR_MARGIN) * (double)x->memory);
     x->precision = precision_of(&x->cfg);

@@ -94,6 +94,8 @@ struct plan_role {
     size_t tied_elems;  /* that exchange's elements */
     double flops;       /* matmul FLOPs of one micro batch on this rank */
     int units;          /* units the stage's passes acquire */
+    /* attention's part of flops */
+    double attention_flops;
     /* its host memory, peak RSS by part (plan_rss_role) */
     struct rss_parts rss;
     /* of pass_bytes, the forward's, and the forward's distinct units (hpZ
@@ -140,6 +142,7 @@ struct plan_time {
     double compute;                  /* matmuls + other ops + 4-bit decodes, all micro batches */
     double matmul, decode;           /* two parts of compute: the linear layers' and attention's
                                         products, and QLoRA's decodes */
+    double attention;                /* attention's part of matmul */
     double optimizer;                /* the optimizer step: its update, or its state files'
                                         reads and writes where they take longer (nvme) */
     double nvme;                     /* the disk's reads and writes of a step (nvme offload) */
@@ -271,7 +274,7 @@ struct plan_options {
     const struct config_override *overrides;
     int n_overrides;
     int gpus;                        /* N */
-    int per_node;                    /* 0: the machine's devices_per_node */
+    int per_node;                    /* 0: the machine's devices_per_node (a CPU node: cores) */
     uint64_t gpu_memory;             /* 0: the machine's device_memory */
     const char *machine;             /* name or path; NULL: h100-sxm */
     long global_batch;               /* sequences per step; 0: the config's micro x accum x N */

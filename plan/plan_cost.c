@@ -335,6 +335,33 @@ static double decode_seconds(const struct plan_role *r, const struct machine *m,
     return n * (0.5 + (double)r->act_esz) / mem_rate;
 }
 
+/* The cores a rank's threads run on: train gives each of a node's ranks
+ * cores / ranks threads, at least one (a share of one core beyond). */
+static double rank_cores(const struct machine *m, int per_node)
+{
+    const int threads = m->cores / per_node;
+    return (threads > 1 ? threads : 1) * plan_core_share(m, per_node);
+}
+
+/* Where the machine states its element-wise ops' rate on a core: that
+ * on the rank's cores, bounded by its share of the memory's. */
+static double elementwise_rate(const struct machine *m, int per_node, double mem_rate)
+{
+    if (!(m->elementwise_bandwidth > 0))
+        return mem_rate;
+    return fmin(mem_rate, m->elementwise_bandwidth * rank_cores(m, per_node));
+}
+
+/* Attention's products at the machine's measured rate on the rank's
+ * cores, or at the GEMMs' where it states none. */
+static double attention_seconds(const struct plan_role *r, const struct machine *m, int per_node,
+                                enum machine_precision p, double flops_rate)
+{
+    const double rate =
+        m->attention_flops[p] > 0 ? m->attention_flops[p] * rank_cores(m, per_node) : flops_rate;
+    return r->attention_flops / rate;
+}
+
 /* The update reads and writes every state of the rank's range; where the
  * machine states the optimizer's rate on one core, it is the slower of
  * that and the traffic. */
@@ -420,20 +447,24 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     const double share = plan_device_share(m, per_node);
     const double flops_rate = plan_matmul_rate(pm, l, r->blocks, r->last, m, precision, per_node);
     const double mem_rate = m->memory_bandwidth / share;
+    const double ew_rate = elementwise_rate(m, per_node, mem_rate);
     /* the element-wise ops: the forward writes each activation, the
      * backward reads it and writes its gradient, a recomputed forward
      * writes it again */
     const double recompute = l->ckpt_every > 0 ? 1.0 : 0.0;
-    const double act_traffic = (3.0 + recompute) * (double)r->act_pass_bytes / mem_rate;
-    const double matmul = r->flops / flops_rate, decode = decode_seconds(r, m, per_node, mem_rate);
-    const double micro = matmul + act_traffic + decode + grad_view_seconds(r, mem_rate);
+    const double act_traffic = (3.0 + recompute) * (double)r->act_pass_bytes / ew_rate;
+    const double attention = attention_seconds(r, m, per_node, precision, flops_rate);
+    const double matmul = (r->flops - r->attention_flops) / flops_rate + attention;
+    const double decode = decode_seconds(r, m, per_node, mem_rate);
+    const double micro = matmul + act_traffic + decode + grad_view_seconds(r, ew_rate);
     out->compute = micro * l->accum;
     out->matmul = matmul * l->accum;
+    out->attention = attention * l->accum;
     out->decode = decode * l->accum;
     out->nvme = nvme_seconds(r, m->nvme_read_bandwidth, per_node) +
                 nvme_seconds(r, m->nvme_write_bandwidth, per_node);
     out->optimizer = fmax(update_seconds(pm, r, m, per_node, mem_rate), out->nvme);
-    out->grad_passes = grad_pass_seconds(l, r, mem_rate);
+    out->grad_passes = grad_pass_seconds(l, r, ew_rate);
     for (int k = 0; k < PLAN_AXIS_COUNT; k++) {
         out->inter_node[k] = crosses_nodes(l, (enum plan_axis)k, per_node);
         const struct machine_link *link = out->inter_node[k] ? &m->inter_node : &m->intra_node;

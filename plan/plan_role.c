@@ -117,7 +117,8 @@ static struct linear_params linear_params_of(const struct param_table *whole)
     return p;
 }
 
-/* Matmul FLOPs of one micro batch on a rank of stage st. A weight of n
+/* Matmul FLOPs of one micro batch on a rank of stage st, and in
+ * *attention those of them that are attention's. A weight of n
  * parameters costs 2n a token in each of its forward, input gradient and
  * weight gradient (none when frozen: a LoRA base), and 2n again for a
  * recomputed forward under checkpointing; attention's products (the rest
@@ -125,7 +126,7 @@ static struct linear_params linear_params_of(const struct param_table *whole)
  * (4 V C frozen) per token goes to the last stage, at the padded
  * vocabulary. All over the tensor-parallel ranks. */
 static double stage_flops(const struct zt_config *c, const struct param_table *t,
-                          const struct model_stage *st)
+                          const struct model_stage *st, double *attention)
 {
     const struct param_table *whole = param_table_whole(t);
     int vocab, embd;
@@ -134,17 +135,18 @@ static double stage_flops(const struct zt_config *c, const struct param_table *t
     const struct linear_params p = linear_params_of(whole);
     const double rc = c->activation_checkpointing.enabled ? 1.0 : 0.0;
     const double family = whole->family->flops_per_token(whole, c->data.seq_len);
-    const double attention = (family - 6.0 * vocab * embd - 6.0 * p.block) / L;
-    const double block =
-        attention * (1.0 + rc / 3.0) + (2.0 * (p.block + p.block_adapters) * (2.0 + rc) +
-                                        2.0 * (p.block - p.block_frozen + p.block_adapters)) /
-                                           L;
+    const double attn = (family - 6.0 * vocab * embd - 6.0 * p.block) / L * (1.0 + rc / 3.0);
+    const double block = attn + (2.0 * (p.block + p.block_adapters) * (2.0 + rc) +
+                                 2.0 * (p.block - p.block_frozen + p.block_adapters)) /
+                                    L;
     const double head =
         (double)param_table_vocab_padded(t) * embd * (p.head_trainable ? 6.0 : 4.0) +
         6.0 * p.head_adapters;
     const double per_token = model_stage_blocks(st) * block + (st->last ? head : 0.0);
-    const double tokens = (double)c->train_micro_batch_size_per_gpu * c->data.seq_len;
-    return per_token * tokens / param_table_tp_size(t) / (t->cp_size > 1 ? t->cp_size : 1);
+    const double tokens = (double)c->train_micro_batch_size_per_gpu * c->data.seq_len /
+                          param_table_tp_size(t) / (t->cp_size > 1 ? t->cp_size : 1);
+    *attention = model_stage_blocks(st) * attn * tokens;
+    return per_token * tokens;
 }
 
 /* A micro batch's activations on stage st, chunk by chunk, as an
@@ -285,7 +287,7 @@ zt_status plan_role(const struct zt_config *base, const struct plan_layout *l, i
     out->first = st.first;
     out->last = st.last;
     out->blocks = model_stage_blocks(&st);
-    out->flops = stage_flops(&c, &t, &st);
+    out->flops = stage_flops(&c, &t, &st, &out->attention_flops);
     out->act_pass_bytes = act_pass_bytes(&c, &t, &st);
     out->units = out->blocks + st.first + st.last;
     s = plan_rank(&c, l, &t, &st, &be, out);

@@ -186,6 +186,16 @@ START_TEST(quick_calibration_writes_a_machine_file)
     ck_assert_double_gt(machine_update_rate(&m, "AdamW8bit"), 0);
     ck_assert_double_gt(m.dequantize_4bit, 0);
     ck_assert_msg(strstr(file, "#   AdamW8bit ") && strstr(file, "#   nf4 decode "), "%s", file);
+    /* the fused attention in each type (a type without a kernel at fp32's
+     * rate) and the element-wise ops, on one core */
+    for (int p = MACHINE_FP32; p <= MACHINE_FP16; p++)
+        ck_assert_double_gt(m.attention_flops[p], 0);
+    if (m.gemm_rates[MACHINE_FP16].n == 0)
+        ck_assert_double_eq(m.attention_flops[MACHINE_FP16], m.attention_flops[MACHINE_FP32]);
+    ck_assert_double_gt(m.elementwise_bandwidth, 0);
+    ck_assert_msg(strstr(file, "#   attention_flops: attention_forward + attention_backward") &&
+                      strstr(file, "# attention_flops and elementwise_bandwidth: these rates."),
+                  "%s", file);
     /* written whole: no temporary file is left beside it */
     ck_assert_int_eq(testutil_run(log, "ls %s", dir), 0);
     ck_assert_str_eq(testutil_slurp(log), "log\nm.yaml\nnvme\n");

@@ -638,8 +638,9 @@ START_TEST(test_gemm_keys_are_optional)
 }
 END_TEST
 
-/* update_rates and dequantize_4bit are optional: absent, none (and
- * nothing written); stated, they read, round-trip and are found by name
+/* update_rates, dequantize_4bit, attention_flops and
+ * elementwise_bandwidth are optional: absent, none (and nothing written);
+ * stated, they read, round-trip and (the updates) are found by name
  * whatever its case; a bad entry is named with its line. */
 START_TEST(test_element_rates_are_optional)
 {
@@ -656,15 +657,22 @@ START_TEST(test_element_rates_are_optional)
     const char *text = testutil_slurp(testutil_path_in(dir, "written.yaml"));
     ck_assert_ptr_null(strstr(text, "update_rates"));
     ck_assert_ptr_null(strstr(text, "dequantize"));
+    ck_assert_ptr_null(strstr(text, "attention"));
+    ck_assert_ptr_null(strstr(text, "elementwise"));
 
     write_text(path, edited("links:", "  update_rates:\n    AdamW: 1.2e9\n    AdamW8bit: 9.5e7\n"
-                                      "  dequantize_4bit: 2.5e9\nlinks:"));
+                                      "  dequantize_4bit: 2.5e9\n  attention_flops:\n"
+                                      "    fp32: 1.1e11\n    bf16: 2e11\n    fp16: 1.1e11\n"
+                                      "  elementwise_bandwidth: 5.25e9\nlinks:"));
     load_ok(path, &m);
     ck_assert_int_eq(m.n_updates, 2);
     ck_assert_double_eq(machine_update_rate(&m, "adamw8bit"), 9.5e7);
     ck_assert_double_eq(machine_update_rate(&m, "AdamW"), 1.2e9);
     ck_assert_double_eq(machine_update_rate(&m, "Lion"), 0.0);
     ck_assert_double_eq(m.dequantize_4bit, 2.5e9);
+    ck_assert_double_eq(m.attention_flops[MACHINE_BF16], 2e11);
+    ck_assert_double_eq(m.attention_flops[MACHINE_FP16], 1.1e11);
+    ck_assert_double_eq(m.elementwise_bandwidth, 5.25e9);
     round_trip(&m, NULL, dir, &back);
     text = testutil_slurp(testutil_path_in(dir, "written.yaml"));
     ck_assert_msg(strstr(text, "  update_rates: # parameter elements/s of each optimizer's "
@@ -685,6 +693,14 @@ START_TEST(test_element_rates_are_optional)
     write_text(path, edited("links:", "  dequantize_4bit: -1\nlinks:"));
     load_fails(path, with_file("FILE:11:20: compute.dequantize_4bit: expected a positive number, "
                                "got '-1'",
+                               path));
+    write_text(path, edited("links:", "  attention_flops:\n    bf16: 0\nlinks:"));
+    load_fails(path, with_file("FILE:12:11: compute.attention_flops.bf16: expected a positive "
+                               "number, got '0'",
+                               path));
+    write_text(path, edited("links:", "  elementwise_bandwidth: lots\nlinks:"));
+    load_fails(path, with_file("FILE:11:26: compute.elementwise_bandwidth: expected a positive "
+                               "number, got 'lots'",
                                path));
 }
 END_TEST

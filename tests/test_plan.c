@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/json.h"
 #include "../config/config.h"
@@ -436,6 +437,23 @@ START_TEST(activations_grow_linearly_in_seq)
 END_TEST
 
 /* The cost model: ring traffic and latency as comm.h and plan.h state. */
+/* One block on a rank of a one-stage layout, 1000 trainable elements of
+ * esz bytes, flops FLOPs a micro batch: the role the cost tests price. */
+static struct plan_role one_block_role(size_t esz, double flops)
+{
+    return (struct plan_role){.first = 1,
+                              .last = 1,
+                              .blocks = 1,
+                              .slots = 1,
+                              .esz = esz,
+                              .grad_esz = esz,
+                              .act_esz = esz,
+                              .trainable_padded = 1000,
+                              .trainable_shard = 1000,
+                              .padded = 1000,
+                              .flops = flops};
+}
+
 START_TEST(cost_of_a_data_parallel_step)
 {
     const struct machine m = {.device_memory = 1ull << 30,
@@ -445,16 +463,7 @@ START_TEST(cost_of_a_data_parallel_step)
                               .intra_node = {1e10, 1e-5},
                               .inter_node = {1e9, 1e-4}};
     const struct plan_model pm = {.layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
-    struct plan_role r = {.first = 1,
-                          .last = 1,
-                          .blocks = 1,
-                          .slots = 1,
-                          .esz = 4,
-                          .grad_esz = 4,
-                          .act_esz = 4,
-                          .trainable_padded = 1000,
-                          .padded = 1000,
-                          .flops = 1e9};
+    struct plan_role r = one_block_role(4, 1e9);
     const struct plan_layout l = {
         .tp = 1, .pp = 1, .dp = 4, .zero_stage = 0, .micro_batch = 1, .accum = 1};
     struct plan_time t;
@@ -500,19 +509,9 @@ START_TEST(element_rates_on_a_core)
     m.dequantize_4bit = 1e9;
     struct plan_model pm = {.layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
     strcpy(pm.optimizer, "AdamW8bit");
-    const struct plan_role r = {.first = 1,
-                                .last = 1,
-                                .blocks = 1,
-                                .slots = 1,
-                                .esz = 2,
-                                .grad_esz = 2,
-                                .act_esz = 2,
-                                .trainable_padded = 1000,
-                                .trainable_shard = 1000,
-                                .padded = 1000,
-                                .state_bytes = 6000,
-                                .flops = 1e9,
-                                .decoded_elems = 1000000};
+    struct plan_role r = one_block_role(2, 1e9);
+    r.state_bytes = 6000;
+    r.decoded_elems = 1000000;
     const struct plan_layout l = {
         .tp = 1, .pp = 1, .dp = 2, .zero_stage = 0, .micro_batch = 1, .accum = 1};
     struct plan_time t;
@@ -532,6 +531,109 @@ START_TEST(element_rates_on_a_core)
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_BF16, &t);
     ck_assert_double_eq_tol(t.optimizer, 2.0 * 6000 / (1e11 / 2), 1e-15);
     ck_assert_double_eq_tol(t.compute, matmul + 1e6 * (0.5 + 2) / (1e11 / 2) + views, 1e-15);
+}
+END_TEST
+
+/* Attention and the element-wise ops at the rates a machine states for
+ * one core, on a rank's cores (the node's cores over its ranks, a share of
+ * one beyond), the element-wise ops never faster than the rank's share of
+ * the memory; without them attention runs at the GEMMs' rate and the rest
+ * at the memory's. The attention FLOPs a role counts are the family's
+ * 12 T C a token for each block, a third more when recomputed. */
+START_TEST(attention_and_element_wise_ops_at_measured_rates)
+{
+    struct machine m = two_core_node(1e10, 1e-5);
+    struct plan_model pm = {.layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
+    strcpy(pm.optimizer, "AdamW");
+    struct plan_role r = one_block_role(4, 1e9);
+    r.state_bytes = 12000;
+    r.attention_flops = 4e8;
+    r.act_pass_bytes = 1000000;
+    const struct plan_layout l = {
+        .tp = 1, .pp = 1, .dp = 2, .zero_stage = 0, .micro_batch = 1, .accum = 1};
+    struct plan_time t;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t); /* nothing stated */
+    ck_assert_double_eq_tol(t.matmul, 1e9 / (1e12 / 2), 1e-15);
+    ck_assert_double_eq_tol(t.attention, 4e8 / (1e12 / 2), 1e-15);
+    ck_assert_double_eq_tol(t.compute - t.matmul, 3.0 * 1e6 / (1e11 / 2), 1e-15);
+    m.attention_flops[MACHINE_FP32] = 1e10;
+    m.elementwise_bandwidth = 1e9;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t); /* a core each */
+    ck_assert_double_eq_tol(t.attention, 4e8 / 1e10, 1e-15);
+    ck_assert_double_eq_tol(t.matmul, 6e8 / (1e12 / 2) + 4e8 / 1e10, 1e-15);
+    ck_assert_double_eq_tol(t.compute - t.matmul, 3.0 * 1e6 / 1e9, 1e-15);
+    ck_assert_double_eq_tol(t.grad_passes, 1000 * 4 * 2 / 1e9, 1e-15);
+    plan_cost(&pm, &l, &r, &m, 1, MACHINE_FP32, &t); /* one rank, both cores */
+    ck_assert_double_eq_tol(t.attention, 4e8 / 2e10, 1e-15);
+    ck_assert_double_eq_tol(t.compute - t.matmul, 3.0 * 1e6 / 2e9, 1e-15);
+    plan_cost(&pm, &l, &r, &m, 4, MACHINE_FP32, &t); /* half a core each */
+    ck_assert_double_eq_tol(t.attention, 4e8 / 5e9, 1e-15);
+    m.elementwise_bandwidth = 1e12; /* bounded by the memory's share */
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    ck_assert_double_eq_tol(t.compute - t.matmul, 3.0 * 1e6 / (1e11 / 2), 1e-15);
+    /* another type's rate is not fp32's */
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_BF16, &t);
+    ck_assert_double_eq_tol(t.attention, 4e8 / (1e12 / 2), 1e-15);
+
+    /* a role's attention FLOPs: 12 T C a token a block, 16 recomputed */
+    const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
+                        "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
+    struct zt_config cfg;
+    load_config(model, &cfg);
+    struct plan_layout g = {
+        .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 2, .accum = 1};
+    struct plan_role plain, again;
+    ck_assert_int_eq(plan_role(&cfg, &g, 0, &plain), ZT_OK);
+    cfg.activation_checkpointing.enabled = 1;
+    g.ckpt_every = 1;
+    ck_assert_int_eq(plan_role(&cfg, &g, 0, &again), ZT_OK);
+    config_free(&cfg);
+    ck_assert_double_eq_tol(plain.attention_flops, 2 * 12.0 * 32 * 64 * 2 * 32, 1e-6);
+    ck_assert_double_eq_tol(again.attention_flops, 2 * 16.0 * 32 * 64 * 2 * 32, 1e-6);
+}
+END_TEST
+
+/* A CPU machine (one device, several cores) puts a rank on each core of a
+ * node unless --gpus-per-node says otherwise; a GPU machine one a device. */
+START_TEST(cpu_nodes_take_a_rank_per_core)
+{
+    const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
+                        "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
+    char cfg_path[64], json[64];
+    snprintf(cfg_path, sizeof cfg_path, "/tmp/zt_test_plan_%d.yaml", (int)getpid());
+    snprintf(json, sizeof json, "/tmp/zt_test_plan_%d.json", (int)getpid());
+    FILE *f = fopen(cfg_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(model, f);
+    fclose(f);
+    const struct {
+        const char *machine;
+        int gpus, per_node, expect;
+    } cases[] = {{"cpu-this", 2, 0, 2},
+                 {"cpu-this", 3, 0, 2},
+                 {"cpu-this", 2, 1, 1},
+                 {"a100-80gb", 2, 0, 8}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct plan_options o = {.config_path = cfg_path,
+                                 .gpus = cases[i].gpus,
+                                 .per_node = cases[i].per_node,
+                                 .machine = cases[i].machine,
+                                 .top = 1,
+                                 .json_path = json};
+        FILE *out = fopen("/dev/null", "w");
+        ck_assert_int_eq(plan_run(&o, out), ZT_OK);
+        fclose(out);
+        char buf[256] = {0};
+        FILE *j = fopen(json, "r");
+        ck_assert_ptr_nonnull(j);
+        ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, j), 0);
+        fclose(j);
+        char want[32];
+        snprintf(want, sizeof want, "\"per_node\": %d,", cases[i].expect);
+        ck_assert_msg(strstr(buf, want), "%s --gpus %d: %s", cases[i].machine, cases[i].gpus, buf);
+    }
+    remove(cfg_path);
+    remove(json);
 }
 END_TEST
 
@@ -1123,6 +1225,8 @@ int main(void)
     tcase_add_test(tc, korthikanti_bf16_activations);
     tcase_add_test(tc, cost_of_a_data_parallel_step);
     tcase_add_test(tc, element_rates_on_a_core);
+    tcase_add_test(tc, attention_and_element_wise_ops_at_measured_rates);
+    tcase_add_test(tc, cpu_nodes_take_a_rank_per_core);
     tcase_add_test(tc, nvme_files_and_shared_core_traffic);
     tcase_add_test(tc, measured_collectives_by_type_and_size);
     tcase_add_test(tc, element_wise_traffic_is_the_uncheckpointed_activations);

@@ -290,10 +290,12 @@ want = dict(tp=1, pp=1, dp=ranks, zero_stage=3 if ranks > 1 else 0, micro_batch=
 for l in plan["layouts"]:
     if all(l[k] == v for k, v in want.items()):
         r = l["roles"][0]
-        print("the plan's step: compute %.2f s (matmul %.2f s, 4-bit decode %.2f s), optimizer"
-              " %.2f s (nvme files %.2f s), exposed data-parallel %.2f s"
-              % (r["compute_seconds"], r["matmul_seconds"], r["decode_seconds"],
-                 r["optimizer_seconds"], r["nvme_seconds"], r["exposed_seconds"]["data"]))
+        print("the plan's step: compute %.2f s (matmul %.2f s of which attention %.2f s, 4-bit"
+              " decode %.2f s), gradient passes %.2f s, optimizer %.2f s (nvme files %.2f s),"
+              " exposed data-parallel %.2f s"
+              % (r["compute_seconds"], r["matmul_seconds"], r["attention_seconds"],
+                 r["decode_seconds"], r["grad_pass_seconds"], r["optimizer_seconds"],
+                 r["nvme_seconds"], r["exposed_seconds"]["data"]))
 PY
     fi
     echo "whole job's peak RSS (time -v, the largest process): $(awk -F': ' \
