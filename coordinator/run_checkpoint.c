@@ -993,30 +993,47 @@ static zt_status import_range(struct run_session *s, int u, range_reader read, v
     return ZT_OK;
 }
 
-/* The staging units [u0, u1) need: a chunk no longer than the longest
- * range read, and for packed units the largest tensor's region and
- * scales. */
-static void load_sizes(const struct run_session *s, int u0, int u1, size_t *chunk, size_t *region,
-                       size_t *scales)
+/* The staging units [u0, u1) of engine e (table t) need: a chunk no
+ * longer than the longest range read, a multiple of the 4-bit blocks (as
+ * the encoder reads), and for packed units the largest tensor's region
+ * and scales. */
+static void load_sizes(const struct param_table *t, const struct shard_engine *e, int u0, int u1,
+                       size_t *chunk, size_t *region, size_t *scales)
 {
     *chunk = *region = *scales = 0;
-    for (int k = 0; k < s->table.n_tensors; k++) {
-        const struct param_tensor *p = &s->table.tensors[k];
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *p = &t->tensors[k];
         if (p->unit < u0 || p->unit >= u1)
             continue;
         size_t lo, hi, n = p->numel;
-        if (s->engine.part.units[p->unit].packed) {
-            const size_t r = param_quant_tensor_bytes(&s->table, k, s->engine.cfg.precision);
+        if (e->part.units[p->unit].packed) {
+            const size_t r = param_quant_tensor_bytes(t, k, e->cfg.precision);
             *region = r > *region ? r : *region;
             *scales = quant4_blocks(n) > *scales ? quant4_blocks(n) : *scales;
         } else {
-            shard_engine_held_range(&s->engine, p->unit, &lo, &hi);
+            shard_engine_held_range(e, p->unit, &lo, &hi);
             n = hi - lo;
         }
         *chunk = n > *chunk ? n : *chunk;
     }
     if (*chunk > LOAD_CHUNK)
         *chunk = LOAD_CHUNK;
+    *chunk = (*chunk + QUANT4_BLOCK - 1) / QUANT4_BLOCK * QUANT4_BLOCK;
+}
+
+/* The base units of t's model: what model.init_from fills. */
+static struct param_table init_from_units(const struct param_table *t)
+{
+    return param_table_base(param_table_whole(t));
+}
+
+size_t run_checkpoint_import_bytes(const struct param_table *t, const struct shard_engine *e)
+{
+    const struct param_table base = init_from_units(t);
+    size_t chunk, region, scales;
+    load_sizes(t, e, 0, base.n_units, &chunk, &region, &scales);
+    return hf_weights_buffer_bytes_of(&base) + chunk * sizeof(float) + region +
+           scales * sizeof(float);
 }
 
 /* Each rank reads the ranges it holds of units [u0, u1) through `read`
@@ -1027,9 +1044,7 @@ static zt_status import_units(struct run_session *s, int u0, int u1, range_reade
                               void *reader)
 {
     size_t chunk, region, scales;
-    load_sizes(s, u0, u1, &chunk, &region, &scales);
-    /* a multiple of the 4-bit blocks, as the encoder reads */
-    chunk = (chunk + QUANT4_BLOCK - 1) / QUANT4_BLOCK * QUANT4_BLOCK;
+    load_sizes(&s->table, &s->engine, u0, u1, &chunk, &region, &scales);
     struct load_buffers b = {.chunk_n = chunk};
     zt_status st =
         staging_alloc(s, chunk * sizeof(float), "the weights' staging", (void **)&b.chunk);
@@ -1071,7 +1086,7 @@ static zt_status import_weights(struct run_session *s, const char *path)
 {
     struct hf_weights_reader *r = NULL;
     /* the file holds the whole model, whichever slice this rank holds */
-    const struct param_table base = param_table_base(param_table_whole(&s->table));
+    const struct param_table base = init_from_units(&s->table);
     zt_status opened = check_weights_folder(path), agreed_open;
     if (opened == ZT_OK)
         opened = bad_weights_file(hf_weights_open(path, &base, &r));
@@ -1215,10 +1230,25 @@ static zt_status restore_weights(struct run_session *s, const struct run_options
     return ZT_OK;
 }
 
+zt_status run_checkpoint_plan_import(const struct zt_config *c, const struct param_table *t,
+                                     struct shard_engine *e, struct ledger *ledger)
+{
+    if (!c->model.init_from)
+        return ZT_OK;
+    const int base = t->lora.r > 0 ? t->lora.n_base_units : t->n_units;
+    ZT_TRY(shard_engine_init_units(e, base, t->n_units));
+    const size_t bytes = run_checkpoint_import_bytes(t, e);
+    ledger_add(ledger, LEDGER_LOAD, bytes);
+    ledger_sub(ledger, LEDGER_LOAD, bytes);
+    return ZT_OK;
+}
+
 zt_status run_checkpoint_restore(struct run_session *s, const struct run_options *o, int need_train)
 {
     ledger_enter_outer(&s->ledger, LEDGER_PHASE_LOAD);
-    zt_status st = o->dry_run ? ZT_OK : restore_weights(s, o, need_train);
+    zt_status st = o->dry_run
+                       ? run_checkpoint_plan_import(&s->cfg, &s->table, &s->engine, &s->ledger)
+                       : restore_weights(s, o, need_train);
     ledger_enter_outer(&s->ledger, LEDGER_PHASE_SETUP);
     st = session_agree(s, s->failed_elsewhere ? ZT_OK : st, &s->failed_here);
     if (st != ZT_OK) {

@@ -36,6 +36,20 @@
 #include "../formats/checkpoint.h"
 #include "session.h"
 
+/* Bytes a rank's loader holds at its peak, under the ledger's `load`,
+ * while it imports model.init_from into engine e (rank table t): the
+ * weights reader's transposition buffers and the import's staging, as
+ * import_weights allocates them. */
+size_t run_checkpoint_import_bytes(const struct param_table *t, const struct shard_engine *e);
+
+/* What restoring model.init_from's weights allocates, counted on a
+ * plan-only ledger without reading a file (a dry run, the planner): the
+ * units the file does not fill drawn (LoRA's adapters; engine e created
+ * with defer_init), then the import's peak. Nothing without init_from.
+ * Errors: shard_engine_init_units's. */
+zt_status run_checkpoint_plan_import(const struct zt_config *c, const struct param_table *t,
+                                     struct shard_engine *e, struct ledger *ledger);
+
 /* The last phase of opening a run (CONFIGURED, after session_open): the
  * weights from a checkpoint (eval --checkpoint; training: resuming as
  * run.resume says; eval: the latest in checkpoint.dir), else from

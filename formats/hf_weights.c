@@ -548,14 +548,34 @@ zt_status hf_weights_open(const char *path, const struct param_table *t,
 
 /* ---- import: reading ---- */
 
+/* Elements of the largest tensor the mapping stores transposed (0: none). */
+static size_t largest_transposed(const struct hf_mapping *m, const struct param_table *t)
+{
+    size_t largest = 0;
+    for (int k = 0; k < t->n_tensors; k++) {
+        char name[NAME_MAX_LEN];
+        int tr;
+        m->name(t, k, name, sizeof name, &tr);
+        if (tr && t->tensors[k].numel > largest)
+            largest = t->tensors[k].numel;
+    }
+    return largest;
+}
+
+size_t hf_weights_buffer_bytes_of(const struct param_table *t)
+{
+    const struct hf_mapping *m;
+    if (mapping_of(t, &m) != ZT_OK)
+        return 0;
+    const size_t largest = largest_transposed(m, t);
+    return largest ? (largest + tile_numel(m, t)) * sizeof(float) : 0;
+}
+
 /* Allocates the cache and the tile for the largest transposed tensor, if
- * the file has one. */
+ * the mapping has one. */
 static zt_status alloc_buffers(struct hf_weights_reader *r)
 {
-    size_t largest = 0, tn = tile_numel(r->m, r->t);
-    for (int k = 0; k < r->t->n_tensors; k++)
-        if (r->transposed[k] && r->t->tensors[k].numel > largest)
-            largest = r->t->tensors[k].numel;
+    const size_t largest = largest_transposed(r->m, r->t), tn = tile_numel(r->m, r->t);
     if (largest == 0)
         return ZT_OK;
     r->buffer_bytes = (largest + tn) * sizeof(float);

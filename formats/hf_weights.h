@@ -114,6 +114,12 @@ zt_status hf_weights_read(struct hf_weights_reader *r, size_t begin, size_t end,
  * tensor transposed). */
 size_t hf_weights_buffer_bytes(const struct hf_weights_reader *r);
 
+/* The same for a reader of t's weights, before any file is opened (which
+ * tensors are stored transposed is the family's mapping's, not the
+ * file's): what a dry run and the planner count. 0 for a family without
+ * a mapping. */
+size_t hf_weights_buffer_bytes_of(const struct param_table *t);
+
 /* Closes the files and frees the reader. NULL is allowed. */
 void hf_weights_close(struct hf_weights_reader *r);
 

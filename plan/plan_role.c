@@ -10,6 +10,7 @@
 #include "../worker/optimizer.h"
 #include "../worker/tensor_parallel.h"
 #include "../coordinator/pipeline.h"
+#include "../coordinator/run_checkpoint.h"
 #include "../coordinator/session.h"
 
 struct zt_config plan_config(const struct zt_config *base, const struct plan_layout *l)
@@ -222,7 +223,13 @@ static zt_status plan_rank(const struct zt_config *c, const struct plan_layout *
     struct shard_engine_config ec =
         session_engine_config(c, l->zero_stage, l->dp * plan_context_size(l), 0);
     ec.pipeline_stage = l->pp > 1 ? st : NULL;
+    ec.defer_init = c->model.init_from != NULL; /* as a run: the file fills the base */
     ZT_TRY(shard_engine_create(&ec, t, NULL, be, &engine));
+    zt_status loaded = run_checkpoint_plan_import(c, t, &engine, engine.dev->ledger);
+    if (loaded != ZT_OK) {
+        shard_engine_destroy(&engine);
+        return loaded;
+    }
     shard_engine_plan_pipeline(&engine, l->pp);
     /* a pipeline's 1F1B keeps at most P - stage micro batches in flight
      * (interleaved: each chunk as many as its schedule has; a chunk's

@@ -10,8 +10,8 @@
  * fp32 and bf16 files, and for QLoRA, whose 4-bit base is encoded a tensor
  * at a time. The loader's staging (the ledger's `load` category, in the
  * memory report) stays below an fp32 copy of the model: what the ledger
- * would show if any rank built one. A truncated shard is refused on every
- * rank, naming it, with exit status 2.
+ * would show if any rank built one; the dry run predicts it exactly. A truncated shard is refused
+ * on every rank, naming it, with exit status 2.
  *
  * The weights need numpy (Debian's python3-numpy); without it the suite
  * skips, saying so.
@@ -65,27 +65,46 @@ static const char *layout(const char *from, int np, int stage, const char *extra
                         from, STEPS, stage, 4 / np, extra);
 }
 
-/* Peak of the `load` category of the first rank in a memory report. */
-static unsigned long long load_peak(const char *dir, const char *name)
+/* Peak of the `load` category of the first rank in the memory report at
+ * `path`. */
+static unsigned long long load_peak(const char *path)
 {
-    const char *report = testutil_slurp(testutil_fmt("%s/%s/memory_report.json", dir, name));
+    const char *report = testutil_slurp(path);
     const char *peak = strstr(report, "\"peak\": {");
-    ck_assert_msg(peak != NULL, "no peaks in %s/%s/memory_report.json:\n%s", dir, name, report);
+    ck_assert_msg(peak != NULL, "no peaks in %s:\n%s", path, report);
     const char *load = strstr(peak, "\"load\": ");
-    ck_assert_msg(load != NULL, "no load peak in %s/%s/memory_report.json:\n%s", dir, name, report);
+    ck_assert_msg(load != NULL, "no load peak in %s:\n%s", path, report);
     return strtoull(load + strlen("\"load\": "), NULL, 10);
 }
 
 /* Trains; the loader's staging must have been counted, and stayed below
- * an fp32 copy of the model's n_params. */
+ * an fp32 copy of the model's n_params. With `dry`, the dry run of the
+ * same run must have predicted that peak to the byte (it reads no file:
+ * the reader's transposition buffers are the family's, the staging the
+ * rank's ranges'). */
 static void train(const char *dir, const char *name, int np, const char *args,
-                  unsigned long long n_params, double *loss)
+                  unsigned long long n_params, double *loss, int dry)
 {
     testutil_train_micro_losses(dir, name, np, args, loss, STEPS);
-    const unsigned long long peak = load_peak(dir, name);
+    const unsigned long long peak = load_peak(testutil_fmt("%s/%s/memory_report.json", dir, name));
     ck_assert_msg(peak > 0 && peak < n_params * 4,
                   "%s: load peak %llu bytes; an fp32 copy of the model is %llu", name, peak,
                   n_params * 4);
+    if (!dry)
+        return;
+    const char *report = testutil_fmt("%s/%s-dry.json", dir, name);
+    char path[4096];
+    snprintf(path, sizeof path, "%s", report);
+    const char *dry_name = testutil_fmt("%s-dry", name);
+    ck_assert_msg(
+        testutil_train_micro(dir, dry_name, np,
+                             testutil_fmt("%s --dry-run --memory-report %s", args, path)) == 0,
+        "%s failed:\n%s", dry_name,
+        testutil_slurp(testutil_path_in(dir, testutil_fmt("%s.log", dry_name))));
+    ck_assert_msg(load_peak(path) == peak,
+                  "%s: the dry run predicted a load peak of %llu bytes, "
+                  "the run's was %llu",
+                  name, load_peak(path), peak);
 }
 
 static void assert_same(const double *want, const double *got, const char *what)
@@ -108,14 +127,15 @@ static void every_layout(const char *tag, const char *shape, unsigned long long 
                          "-of-") != NULL,
                   "%s: make_weights.py wrote no shards", tag);
     double base[STEPS], got[STEPS];
-    train(dir, "one", 1, layout(one, 1, 0, extra), n_params, base);
-    train(dir, "sharded-np1", 1, layout(sharded, 1, 0, extra), n_params, got);
+    train(dir, "one", 1, layout(one, 1, 0, extra), n_params, base, 0);
+    train(dir, "sharded-np1", 1, layout(sharded, 1, 0, extra), n_params, got, 1);
     assert_same(base, got, testutil_fmt("%s: shards against one file", tag));
     static const int worlds[] = {2, 4};
     for (int w = 0; w < 2; w++)
         for (int stage = 0; stage <= 3; stage++) {
             const char *name = testutil_fmt("np%d-stage%d", worlds[w], stage);
-            train(dir, name, worlds[w], layout(sharded, worlds[w], stage, extra), n_params, got);
+            train(dir, name, worlds[w], layout(sharded, worlds[w], stage, extra), n_params, got,
+                  worlds[w] == 2 && stage == 3);
             testutil_assert_losses_close(
                 base, got, STEPS, tol,
                 testutil_fmt("%s: %d ranks, stage %d", tag, worlds[w], stage));
