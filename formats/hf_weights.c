@@ -193,19 +193,26 @@ static const char *shape_text(char *buf, int ndim, const uint64_t *shape)
     return buf;
 }
 
-/* Elements in a tile: TILE_ROWS rows as long as the longest output side
- * of a transposed tensor (0 when none is transposed). */
-static size_t tile_numel(const struct hf_mapping *m, const struct param_table *t)
+/* Of the tensors the mapping stores transposed: the most elements of one
+ * (*largest) and the elements of a tile (*tile: TILE_ROWS rows as long
+ * as the longest output side of a matrix among them); 0 when none is. */
+static void transposed_sizes(const struct hf_mapping *m, const struct param_table *t,
+                             size_t *largest, size_t *tile)
 {
     size_t longest = 0;
+    *largest = 0;
     for (int k = 0; k < t->n_tensors; k++) {
         char name[NAME_MAX_LEN];
         int tr;
         m->name(t, k, name, sizeof name, &tr);
-        if (tr && t->tensors[k].cols > 1 && (size_t)t->tensors[k].rows > longest)
-            longest = (size_t)t->tensors[k].rows;
+        if (!tr)
+            continue;
+        const struct param_tensor *p = &t->tensors[k];
+        *largest = p->numel > *largest ? p->numel : *largest;
+        if (p->cols > 1 && (size_t)p->rows > longest)
+            longest = (size_t)p->rows;
     }
-    return (size_t)TILE_ROWS * longest;
+    *tile = (size_t)TILE_ROWS * longest;
 }
 
 /* ---- export ---- */
@@ -263,7 +270,8 @@ zt_status hf_weights_export(const struct param_table *t, const float *params, en
         return zt_error_set(ZT_ERR_UNSUPPORTED,
                             "%s: cannot export %s as %s: the dtypes are F32, F16 and BF16", path,
                             m->title, safetensors_dtype_name(dtype));
-    size_t tn = tile_numel(m, t);
+    size_t largest, tn;
+    transposed_sizes(m, t, &largest, &tn);
     float *tile = malloc((tn ? tn : 1) * sizeof *tile);
     if (!tile)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the transposition tile", path);
@@ -548,34 +556,22 @@ zt_status hf_weights_open(const char *path, const struct param_table *t,
 
 /* ---- import: reading ---- */
 
-/* Elements of the largest tensor the mapping stores transposed (0: none). */
-static size_t largest_transposed(const struct hf_mapping *m, const struct param_table *t)
-{
-    size_t largest = 0;
-    for (int k = 0; k < t->n_tensors; k++) {
-        char name[NAME_MAX_LEN];
-        int tr;
-        m->name(t, k, name, sizeof name, &tr);
-        if (tr && t->tensors[k].numel > largest)
-            largest = t->tensors[k].numel;
-    }
-    return largest;
-}
-
 size_t hf_weights_buffer_bytes_of(const struct param_table *t)
 {
     const struct hf_mapping *m;
+    size_t largest, tn;
     if (mapping_of(t, &m) != ZT_OK)
         return 0;
-    const size_t largest = largest_transposed(m, t);
-    return largest ? (largest + tile_numel(m, t)) * sizeof(float) : 0;
+    transposed_sizes(m, t, &largest, &tn);
+    return largest ? (largest + tn) * sizeof(float) : 0;
 }
 
 /* Allocates the cache and the tile for the largest transposed tensor, if
  * the mapping has one. */
 static zt_status alloc_buffers(struct hf_weights_reader *r)
 {
-    const size_t largest = largest_transposed(r->m, r->t), tn = tile_numel(r->m, r->t);
+    size_t largest, tn;
+    transposed_sizes(r->m, r->t, &largest, &tn);
     if (largest == 0)
         return ZT_OK;
     r->buffer_bytes = (largest + tn) * sizeof(float);
