@@ -186,8 +186,9 @@ struct run_session {
     int failed_here;           /* this rank detected the failure (it prints) */
     /* Where the weights came from; resumed_from names the checkpoint. */
     enum run_weights weights_from;
-    double load_seconds;    /* reading model.init_from's weights, on this rank */
-    uint64_t load_rss_peak; /* VmHWM once they were read, on this rank */
+    double load_seconds;         /* reading model.init_from's weights, on this rank */
+    uint64_t load_rss_peak;      /* VmHWM once they were read, on this rank */
+    struct rss_parts rss_loaded; /* the predicted peak RSS then (a dry run's too) */
     /* A failure agreed inside a phase (comm_agree_status) was found by
      * another rank: this one passes ZT_OK to the phase's final agreement,
      * so that the finder, not the lowest rank, prints its message. */

@@ -660,6 +660,24 @@ static uint64_t data_bytes(const struct run_session *s, int dry_run)
     return per * (s->train.n + (split ? 2 : 1) * s->val.n);
 }
 
+/* The rank's peak RSS by part as rss_model.h predicts it from its
+ * ledger's peaks so far, and *host_peak: ZeRO-Offload's host bytes at
+ * their peak. Errors: device_memory_info's. */
+static zt_status rss_so_far(const struct run_session *s, int dry_run, struct rss_parts *out,
+                            size_t *host_peak)
+{
+    struct device_memory_info dm = {0};
+    size_t host_now = 0;
+    ZT_TRY(device_memory_info(&s->compute.dev, &dm));
+    shard_engine_host_bytes(&s->engine, &host_now, host_peak);
+    *out =
+        (struct rss_parts){s->rss_start.baseline, s->rss_start.runtime,
+                           rss_counted(s->ledger.peak, s->ledger.total_peak, s->compute.host_memory,
+                                       *host_peak, dm.resident_peak - dm.held_peak),
+                           data_bytes(s, dry_run)};
+    return ZT_OK;
+}
+
 /* The memory report: every rank's ledger peaks (measured, or planned under
  * --dry-run) against the single-device baseline. Collective. */
 static zt_status report_memory(struct run_session *s, const struct run_options *o)
@@ -703,25 +721,24 @@ static zt_status report_memory(struct run_session *s, const struct run_options *
     r.nvme_path = s->engine.cfg.nvme_path;
     r.planned = o->dry_run;
     struct device_memory_info dm = {0};
-    size_t host_now = 0, host_peak = 0;
+    size_t host_peak = 0;
+    struct rss_parts rss;
     ZT_TRY(device_memory_info(&s->compute.dev, &dm));
-    shard_engine_host_bytes(&s->engine, &host_now, &host_peak);
-    const struct memory_rank_row place = {
-        .tp = s->coords.tp,
-        .pp = s->coords.pp,
-        .dp = s->coords.dp,
-        .expected_model_states = r.expected_model_states,
-        .device_reserved = dm.reserved,
-        .device_used_peak = dm.peak,
-        .device_largest_free = dm.largest_free,
-        .driver_free = dm.driver_free,
-        .driver_total = dm.driver_total,
-        .offload_host_peak = host_peak,
-        .nvme_file_bytes = shard_engine_nvme_bytes(&s->engine),
-        .rss = {s->rss_start.baseline, s->rss_start.runtime,
-                rss_counted(s->ledger.peak, s->ledger.total_peak, s->compute.host_memory, host_peak,
-                            dm.resident_peak - dm.held_peak),
-                data_bytes(s, o->dry_run)}};
+    ZT_TRY(rss_so_far(s, o->dry_run, &rss, &host_peak));
+    const struct memory_rank_row place = {.tp = s->coords.tp,
+                                          .pp = s->coords.pp,
+                                          .dp = s->coords.dp,
+                                          .expected_model_states = r.expected_model_states,
+                                          .device_reserved = dm.reserved,
+                                          .device_used_peak = dm.peak,
+                                          .device_largest_free = dm.largest_free,
+                                          .driver_free = dm.driver_free,
+                                          .driver_total = dm.driver_total,
+                                          .offload_host_peak = host_peak,
+                                          .nvme_file_bytes = shard_engine_nvme_bytes(&s->engine),
+                                          .rss = rss,
+                                          .rss_loaded = s->rss_loaded,
+                                          .load_rss_peak = s->load_rss_peak};
     ZT_TRY(memory_report_gather_placed(s->comm, &s->ledger, &place, &r));
     zt_status st = ZT_OK;
     if (s->rank == 0) {
@@ -876,6 +893,10 @@ zt_status train_run(const struct run_options *o, int *print_here)
     zt_status st = session_open(&s, o, !o->dry_run);
     if (st == ZT_OK)
         st = run_checkpoint_restore(&s, o, !o->dry_run);
+    size_t host_peak;
+    if (st == ZT_OK &&
+        (o->dry_run ? s.cfg.model.init_from != NULL : s.weights_from == RUN_WEIGHTS_INIT_FROM))
+        st = session_agree(&s, rss_so_far(&s, o->dry_run, &s.rss_loaded, &host_peak), print_here);
     if (st != ZT_OK) {
         *print_here = s.failed_here;
         return st;

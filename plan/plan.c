@@ -542,6 +542,10 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
     fputc('}', f);
     fputs(", \"rss_predicted\": ", f);
     rss_parts_write_json(&r->rss, f);
+    if (r->loaded_total_peak > 0) {
+        fputs(", \"rss_predicted_loaded\": ", f);
+        rss_parts_write_json(&r->rss_loaded, f);
+    }
     json_axes_num(f, "comm_seconds", t->comm);
     json_axes_num(f, "exposed_seconds", t->exposed);
     const double rest[] = {t->compute, t->matmul,      t->attention, t->decode, t->optimizer,

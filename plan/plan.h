@@ -98,6 +98,10 @@ struct plan_role {
     double attention_flops;
     /* its host memory, peak RSS by part (plan_rss_role) */
     struct rss_parts rss;
+    /* model.init_from's load (zero without): the ledger's peaks and the
+     * cache's kept bytes once the weights are read, and the RSS then */
+    uint64_t loaded_peak[LEDGER_CATEGORY_COUNT], loaded_total_peak, loaded_cache_kept;
+    struct rss_parts rss_loaded;
     /* of pass_bytes, the forward's, and the forward's distinct units (hpZ
      * gathers a unit's first use in a step from the shard group) */
     size_t pass_bytes_forward, pass_bytes_distinct;

@@ -214,6 +214,23 @@ static void read_engine(const struct shard_engine *e, struct plan_role *out)
     out->tied_elems = e->policy.shard_states ? emb->shard : emb->padded;
 }
 
+/* model.init_from's load on the plan's ledger, and what it holds then. */
+static zt_status plan_load(const struct zt_config *c, const struct param_table *t,
+                           struct shard_engine *e, const struct compute_backend *be,
+                           struct plan_role *out)
+{
+    if (!c->model.init_from)
+        return ZT_OK;
+    struct ledger *ledger = e->dev->ledger;
+    ZT_TRY(run_checkpoint_plan_import(c, t, e, ledger));
+    struct device_memory_info dm;
+    ZT_TRY(device_memory_info(&be->dev, &dm));
+    memcpy(out->loaded_peak, ledger->peak, sizeof out->loaded_peak);
+    out->loaded_total_peak = ledger->total_peak;
+    out->loaded_cache_kept = dm.resident_peak - dm.held_peak;
+    return ZT_OK;
+}
+
 /* The engine, the stage's instances in flight and one planned step. */
 static zt_status plan_rank(const struct zt_config *c, const struct plan_layout *l,
                            const struct param_table *t, const struct model_stage *st,
@@ -225,11 +242,6 @@ static zt_status plan_rank(const struct zt_config *c, const struct plan_layout *
     ec.pipeline_stage = l->pp > 1 ? st : NULL;
     ec.defer_init = c->model.init_from != NULL; /* as a run: the file fills the base */
     ZT_TRY(shard_engine_create(&ec, t, NULL, be, &engine));
-    zt_status loaded = run_checkpoint_plan_import(c, t, &engine, engine.dev->ledger);
-    if (loaded != ZT_OK) {
-        shard_engine_destroy(&engine);
-        return loaded;
-    }
     shard_engine_plan_pipeline(&engine, l->pp);
     /* a pipeline's 1F1B keeps at most P - stage micro batches in flight
      * (interleaved: each chunk as many as its schedule has; a chunk's
@@ -250,9 +262,12 @@ static zt_status plan_rank(const struct zt_config *c, const struct plan_layout *
         slots ? ZT_OK : zt_error_set(ZT_ERR_NOMEM, "cannot plan %d instances", out->slots);
     for (int j = 0; j < v && s == ZT_OK; j++) {
         const struct model_stage chunk = v > 1 ? model_stage_chunk(st, j, L) : *st;
-        for (int k = 0; k < per_chunk[j] && s == ZT_OK; k++)
+        for (int k = 0; k < per_chunk[j] && s == ZT_OK; k++) {
             s = session_model_create_for(c, t, be, &chunk, k ? slots[first[j]] : NULL,
                                          &slots[first[j] + k]);
+            if (s == ZT_OK && j == 0 && k == 0) /* a run loads with one instance made */
+                s = plan_load(c, t, &engine, be, out);
+        }
     }
     if (s == ZT_OK) {
         struct model *chunk_models[PLAN_MAX_CHUNKS];

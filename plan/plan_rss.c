@@ -53,6 +53,14 @@ void plan_rss_role(const struct zt_config *c, const struct machine *m, const str
                                 .counted = rss_counted(r->peak, r->total_peak, rank_on_host(c, m),
                                                        host_states, r->cache_kept),
                                 .data = data};
+    if (r->loaded_total_peak == 0)
+        return;
+    const uint64_t loaded_host =
+        offload ? r->loaded_peak[LEDGER_MASTER_PARAMS] + r->loaded_peak[LEDGER_OPTIMIZER_STATES]
+                : 0;
+    r->rss_loaded = r->rss;
+    r->rss_loaded.counted = rss_counted(r->loaded_peak, r->loaded_total_peak, rank_on_host(c, m),
+                                        loaded_host, r->loaded_cache_kept);
 }
 
 void plan_rss_print(const struct plan_role *roles, int n, FILE *f)

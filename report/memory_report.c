@@ -24,7 +24,7 @@
 /* peaks, total_peak, rss_peak, tp, pp, dp, expected model states, the
  * device's five, the offload host peak, the NVMe file's bytes, the four
  * parts of the predicted RSS */
-#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 17)
+#define ROW_WORDS (LEDGER_CATEGORY_COUNT + 22)
 
 /* Column headers; a category missing here falls back to its full name. */
 static const char *const short_names[] = {
@@ -71,6 +71,11 @@ static void pack_row(const struct ledger *l, const struct memory_rank_row *place
     at[14] = place->rss.runtime;
     at[15] = place->rss.counted;
     at[16] = place->rss.data;
+    at[17] = place->rss_loaded.baseline;
+    at[18] = place->rss_loaded.runtime;
+    at[19] = place->rss_loaded.counted;
+    at[20] = place->rss_loaded.data;
+    at[21] = place->load_rss_peak;
 }
 
 static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_rank_row *out)
@@ -93,6 +98,8 @@ static void unpack_row(const uint64_t row[ROW_WORDS], int rank, struct memory_ra
     out->offload_host_peak = at[11];
     out->nvme_file_bytes = at[12];
     out->rss = (struct rss_parts){at[13], at[14], at[15], at[16]};
+    out->rss_loaded = (struct rss_parts){at[17], at[18], at[19], at[20]};
+    out->load_rss_peak = at[21];
 }
 
 zt_status memory_report_gather(struct comm *c, const struct ledger *mine, struct memory_report *r)
@@ -315,26 +322,34 @@ static void print_nvme(const struct memory_report *r, FILE *f)
             a, lo == hi ? "" : " .. ", lo == hi ? "" : b, t, r->nvme_path ? r->nvme_path : "?");
 }
 
+/* One rank's predicted RSS by part, against `measured` in a run. */
+static void print_rss_row(FILE *f, const struct memory_report *r, int rank, const char *when,
+                          const struct rss_parts *p, uint64_t measured)
+{
+    char parts[200], m[32];
+    rss_parts_format(p, parts, sizeof parts);
+    zt_size_format(measured, m, sizeof m);
+    fprintf(f, "  rank %d%s: %s", rank, when, parts);
+    if (!r->planned && measured > 0)
+        fprintf(f, "; measured %s, predicted / measured %.3f", m,
+                (double)rss_parts_total(p) / (double)measured);
+    fputc('\n', f);
+}
+
 /* The predicted peak RSS of each rank by part, against the measured one
- * in a run. */
+ * in a run; then the same once model.init_from was read, where it was. */
 static void print_rss(const struct memory_report *r, FILE *f)
 {
     fprintf(f,
             "peak RSS per rank, predicted = baseline + runtime + counted + data "
             "(report/rss_model.h)%s\n",
             r->planned ? "" : ", against the measured");
-    for (int i = 0; i < r->world_size; i++) {
-        const struct memory_rank_row *row = &r->ranks[i];
-        const uint64_t total = rss_parts_total(&row->rss);
-        char parts[200], m[32];
-        rss_parts_format(&row->rss, parts, sizeof parts);
-        zt_size_format(row->rss_peak, m, sizeof m);
-        fprintf(f, "  rank %d: %s", row->rank, parts);
-        if (!r->planned && row->rss_peak > 0)
-            fprintf(f, "; measured %s, predicted / measured %.3f", m,
-                    (double)total / (double)row->rss_peak);
-        fputc('\n', f);
-    }
+    for (int i = 0; i < r->world_size; i++)
+        print_rss_row(f, r, r->ranks[i].rank, "", &r->ranks[i].rss, r->ranks[i].rss_peak);
+    for (int i = 0; i < r->world_size; i++)
+        if (rss_parts_total(&r->ranks[i].rss_loaded) > 0)
+            print_rss_row(f, r, r->ranks[i].rank, " once model.init_from was read",
+                          &r->ranks[i].rss_loaded, r->ranks[i].load_rss_peak);
 }
 
 /* On a GPU: each rank's caching pool against the card, in MiB. */
@@ -425,6 +440,11 @@ static void write_body(FILE *f, const struct memory_report *r)
                 (unsigned long long)row->nvme_file_bytes);
         fputs(", \"rss_predicted\": ", f);
         rss_parts_write_json(&row->rss, f);
+        if (rss_parts_total(&row->rss_loaded) > 0) {
+            fprintf(f, ", \"load_rss_peak\": %llu, \"rss_predicted_loaded\": ",
+                    (unsigned long long)row->load_rss_peak);
+            rss_parts_write_json(&row->rss_loaded, f);
+        }
         fputc('}', f);
     }
     fprintf(f, "]}\n");

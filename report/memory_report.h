@@ -26,7 +26,8 @@
  *                          "offload_host_peak": bytes},
  *               "nvme_file_bytes": bytes,
  *               "rss_predicted": {"baseline": bytes, "runtime": bytes, "counted": bytes,
- *                                 "data": bytes, "total": bytes}},
+ *                                 "data": bytes, "total": bytes},
+ *               "load_rss_peak": bytes, "rss_predicted_loaded": {...as rss_predicted}},
  *              ...]}
  * "device" is worker/device.h's device_memory_info read at the report: on
  * a GPU the caching pool's reservation, the peak of its blocks in use, its
@@ -39,6 +40,9 @@
  * "rss_predicted" is the rank's peak RSS as rss_model.h predicts it, the
  * parts and their sum; under --dry-run the prediction, in a run the same
  * sum over the run's own peaks, to hold against "rss_peak".
+ * "rss_predicted_loaded" is the same once model.init_from's weights were
+ * read (the ledger's peaks until then), to hold against "load_rss_peak",
+ * the VmHWM the run read then; both are absent without model.init_from.
  * with the category names of ledger_category_name() in ledger order.
  */
 #ifndef ZT_REPORT_MEMORY_REPORT_H
@@ -70,6 +74,11 @@ struct memory_rank_row {
     uint64_t offload_host_peak; /* ZeRO-Offload's host bytes at their peak */
     uint64_t nvme_file_bytes;   /* NVMe offload: the rank's state file (on disk) */
     struct rss_parts rss;       /* the predicted peak RSS, by part (rss_model.h) */
+    /* model.init_from's load (all zero without one): the predicted peak
+     * RSS once the weights were read, by part, and the measured one then
+     * (VmHWM; 0 in a dry run) */
+    struct rss_parts rss_loaded;
+    uint64_t load_rss_peak;
 };
 
 struct memory_report {

@@ -77,6 +77,17 @@ static unsigned long long load_peak(const char *path)
     return strtoull(load + strlen("\"load\": "), NULL, 10);
 }
 
+/* The counted part of rank 0's RSS once model.init_from was read, in a
+ * memory report's text. */
+static unsigned long long loaded_counted(const char *report)
+{
+    const char *at = strstr(report, "\"rss_predicted_loaded\": ");
+    ck_assert_msg(at != NULL, "no rss_predicted_loaded in\n%s", report);
+    at = strstr(at, "\"counted\": ");
+    ck_assert_ptr_nonnull(at);
+    return strtoull(at + strlen("\"counted\": "), NULL, 10);
+}
+
 /* Trains; the loader's staging must have been counted, and stayed below
  * an fp32 copy of the model's n_params. With `dry`, the dry run of the
  * same run must have predicted that peak to the byte (it reads no file:
@@ -105,6 +116,15 @@ static void train(const char *dir, const char *name, int np, const char *args,
                   "%s: the dry run predicted a load peak of %llu bytes, "
                   "the run's was %llu",
                   name, load_peak(path), peak);
+    /* and the ledger's part of the RSS once the weights were read, which
+     * the run measured then */
+    const char *run = testutil_slurp(testutil_fmt("%s/%s/memory_report.json", dir, name));
+    const char *hwm = strstr(run, "\"load_rss_peak\": ");
+    ck_assert_msg(hwm && strtoull(hwm + strlen("\"load_rss_peak\": "), NULL, 10) > 0,
+                  "%s: no load_rss_peak in\n%s", name, run);
+    const unsigned long long want = loaded_counted(run), got = loaded_counted(testutil_slurp(path));
+    ck_assert_msg(got == want, "%s: the dry run counted %llu bytes once loaded, the run %llu", name,
+                  got, want);
 }
 
 static void assert_same(const double *want, const double *got, const char *what)

@@ -196,8 +196,11 @@ rows = []
 units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 m = re.search(r"model.init_from read in ([0-9.]+) s; rank 0's peak RSS then ([0-9.]+) (\w+)", text)
 rows.append(("load time s", float(m.group(1)) if m else None, None, None, 1.0, "%.1f"))
+def loaded(x):
+    return x["rss_predicted_loaded"]["total"] if x and "rss_predicted_loaded" in x else None
 rows.append(("rank 0 peak RSS once loaded MiB",
-             float(m.group(2)) * units[m.group(3)] if m else None, None, None, mib, "%.1f"))
+             float(m.group(2)) * units[m.group(3)] if m else None,
+             loaded(dry["ranks"][0] if dry else None), loaded(role), mib, "%.1f"))
 # the measured step: the median of the steps after the first (which warms the caches)
 timed = sorted(steps[1:] or steps, key=lambda r: r["step_ms"])
 mid = timed[len(timed) // 2] if timed else None
