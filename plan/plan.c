@@ -39,7 +39,8 @@ struct plan_ctx {
     struct plan_model model;
     struct machine machine;
     int per_node;
-    uint64_t memory, usable;
+    uint64_t memory, usable; /* usable: a rank's, (1 - margin) of its device over `sharing` */
+    int sharing;             /* ranks on one device: 1 on a GPU, a CPU node's ranks */
     long global_batch;
     enum machine_precision precision;
     struct plan_list list;
@@ -470,9 +471,12 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
             zt_precision_name(session_precision(&x->cfg)), x->cfg.optimizer.type);
     fprintf(f,
             "machine: %s (%s): %d GPUs, %d per node, %.1f GiB each; %.0f%% kept for the "
-            "allocator, so a layout fits at a peak of %.1f GiB\n",
+            "allocator, so a layout fits at a peak of %.1f GiB",
             x->machine.name, x->machine.path, x->o->gpus, x->per_node, gib(x->memory),
             100.0 * PLAN_ALLOCATOR_MARGIN, gib(x->usable));
+    if (x->sharing > 1)
+        fprintf(f, " a rank (%d ranks share each device's memory)", x->sharing);
+    fputc('\n', f);
     fprintf(f, "global batch: %ld sequences (%.0f tokens) per step\n", x->global_batch,
             (double)x->global_batch * x->model.seq);
     print_kept(x, f);
@@ -637,7 +641,9 @@ static zt_status open_ctx(const struct plan_options *o, struct plan_ctx *x)
     ZT_TRY(plan_rss_start(&x->cfg, &x->machine, &x->rss));
     x->per_node = o->per_node > 0 ? o->per_node : default_per_node(&x->machine, o->gpus);
     x->memory = o->gpu_memory ? o->gpu_memory : x->machine.device_memory;
-    x->usable = (uint64_t)((1.0 - PLAN_ALLOCATOR_MARGIN) * (double)x->memory);
+    /* ranks that share a device (a CPU node's) divide its memory */
+    x->sharing = (x->per_node + x->machine.devices_per_node - 1) / x->machine.devices_per_node;
+    x->usable = (uint64_t)((1.0 - PLAN_ALLOCATOR_MARGIN) * (double)x->memory / x->sharing);
     x->precision = precision_of(&x->cfg);
     x->global_batch = o->global_batch > 0 ? o->global_batch
                                           : (long)x->cfg.train_micro_batch_size_per_gpu *

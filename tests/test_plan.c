@@ -593,15 +593,38 @@ START_TEST(attention_and_element_wise_ops_at_measured_rates)
 }
 END_TEST
 
+/* Plans the small model of `cfg_path` on `machine` (--gpus-per-node
+ * per_node, 0: the default; --gpu-memory memory, 0: the machine's) into
+ * *out, from the JSON it wrote. */
+static void plan_json(const char *cfg_path, const char *machine, int gpus, int per_node,
+                      uint64_t memory, struct json_value *out)
+{
+    char json[64];
+    snprintf(json, sizeof json, "/tmp/zt_test_plan_%d.json", (int)getpid());
+    struct plan_options o = {.config_path = cfg_path,
+                             .gpus = gpus,
+                             .per_node = per_node,
+                             .gpu_memory = memory,
+                             .machine = machine,
+                             .top = 1,
+                             .json_path = json};
+    FILE *sink = fopen("/dev/null", "w");
+    ck_assert_int_eq(plan_run(&o, sink), ZT_OK);
+    fclose(sink);
+    testutil_load_json(json, out);
+    remove(json);
+}
+
 /* A CPU machine (one device, several cores) puts a rank on each core of a
- * node unless --gpus-per-node says otherwise; a GPU machine one a device. */
+ * node unless --gpus-per-node says otherwise; a GPU machine one on each
+ * device. Ranks that share a device share its memory: a layout whose
+ * ranks each fit it alone does not fit two to a device. */
 START_TEST(cpu_nodes_take_a_rank_per_core)
 {
     const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
                         "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
-    char cfg_path[64], json[64];
+    char cfg_path[64];
     snprintf(cfg_path, sizeof cfg_path, "/tmp/zt_test_plan_%d.yaml", (int)getpid());
-    snprintf(json, sizeof json, "/tmp/zt_test_plan_%d.json", (int)getpid());
     FILE *f = fopen(cfg_path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(model, f);
@@ -613,27 +636,37 @@ START_TEST(cpu_nodes_take_a_rank_per_core)
                  {"cpu-this", 3, 0, 2},
                  {"cpu-this", 2, 1, 1},
                  {"a100-80gb", 2, 0, 8}};
+    struct json_value plan;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct plan_options o = {.config_path = cfg_path,
-                                 .gpus = cases[i].gpus,
-                                 .per_node = cases[i].per_node,
-                                 .machine = cases[i].machine,
-                                 .top = 1,
-                                 .json_path = json};
-        FILE *out = fopen("/dev/null", "w");
-        ck_assert_int_eq(plan_run(&o, out), ZT_OK);
-        fclose(out);
-        char buf[256] = {0};
-        FILE *j = fopen(json, "r");
-        ck_assert_ptr_nonnull(j);
-        ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, j), 0);
-        fclose(j);
-        char want[32];
-        snprintf(want, sizeof want, "\"per_node\": %d,", cases[i].expect);
-        ck_assert_msg(strstr(buf, want), "%s --gpus %d: %s", cases[i].machine, cases[i].gpus, buf);
+        plan_json(cfg_path, cases[i].machine, cases[i].gpus, cases[i].per_node, 0, &plan);
+        ck_assert_msg(testutil_json_count(&plan, "per_node") == (uint64_t)cases[i].expect,
+                      "%s --gpus %d: %llu per node", cases[i].machine, cases[i].gpus,
+                      (unsigned long long)testutil_json_count(&plan, "per_node"));
+        json_free(&plan);
+    }
+    /* the smallest peak of a rank, then a device of 1.5 x that (after the
+     * allocator's margin): one rank a device fits it, two do not */
+    plan_json(cfg_path, "cpu-this", 2, 1, 0, &plan);
+    const struct json_value *layouts = testutil_json_member(&plan, "layouts");
+    uint64_t least = UINT64_MAX;
+    for (size_t i = 0; i < layouts->n; i++) {
+        const uint64_t p = testutil_json_count(&layouts->items[i], "peak");
+        least = p < least ? p : least;
+    }
+    json_free(&plan);
+    const uint64_t memory = (uint64_t)(1.5 * (double)least / (1.0 - PLAN_ALLOCATOR_MARGIN));
+    const int per_node[2] = {1, 2}, fits[2] = {1, 0};
+    for (int k = 0; k < 2; k++) {
+        plan_json(cfg_path, "cpu-this", 2, per_node[k], memory, &plan);
+        layouts = testutil_json_member(&plan, "layouts");
+        int any = 0;
+        for (size_t i = 0; i < layouts->n; i++)
+            any |= testutil_json_member(&layouts->items[i], "fits")->boolean;
+        ck_assert_msg(any == fits[k], "%d ranks a device of %llu bytes: fits %d", per_node[k],
+                      (unsigned long long)memory, any);
+        json_free(&plan);
     }
     remove(cfg_path);
-    remove(json);
 }
 END_TEST
 
