@@ -437,6 +437,10 @@ START_TEST(activations_grow_linearly_in_seq)
 END_TEST
 
 /* The cost model: ring traffic and latency as comm.h and plan.h state. */
+/* A two-block GPT-2 of width 64: the config the role and cost tests plan. */
+static const char tiny_gpt2[] = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
+                                "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
+
 /* One block on a rank of a one-stage layout, 1000 trainable elements of
  * esz bytes, flops FLOPs a micro batch: the role the cost tests price. */
 static struct plan_role one_block_role(size_t esz, double flops)
@@ -576,10 +580,8 @@ START_TEST(attention_and_element_wise_ops_at_measured_rates)
     ck_assert_double_eq_tol(t.attention, 4e8 / (1e12 / 2), 1e-15);
 
     /* a role's attention FLOPs: 12 T C a token a block, 16 recomputed */
-    const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
-                        "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
     struct zt_config cfg;
-    load_config(model, &cfg);
+    load_config(tiny_gpt2, &cfg);
     struct plan_layout g = {
         .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 2, .accum = 1};
     struct plan_role plain, again;
@@ -621,13 +623,11 @@ static void plan_json(const char *cfg_path, const char *machine, int gpus, int p
  * ranks each fit it alone does not fit two to a device. */
 START_TEST(cpu_nodes_take_a_rank_per_core)
 {
-    const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
-                        "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
     char cfg_path[64];
     snprintf(cfg_path, sizeof cfg_path, "/tmp/zt_test_plan_%d.yaml", (int)getpid());
     FILE *f = fopen(cfg_path, "w");
     ck_assert_ptr_nonnull(f);
-    fputs(model, f);
+    fputs(tiny_gpt2, f);
     fclose(f);
     const struct {
         const char *machine;
@@ -780,10 +780,8 @@ END_TEST
  * same bytes, though the peak falls; and at a micro batch of 2, twice. */
 START_TEST(element_wise_traffic_is_the_uncheckpointed_activations)
 {
-    const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
-                        "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
     struct zt_config cfg;
-    load_config(model, &cfg);
+    load_config(tiny_gpt2, &cfg);
     struct plan_layout l = {
         .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 1};
     struct plan_role off, on, two;
@@ -810,15 +808,13 @@ END_TEST
 START_TEST(lora_plans_no_frozen_weight_gradients)
 {
     const int L = 2, C = 64, V = 256, T = 32, R = 4;
-    const char *model = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
-                        "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
     const struct plan_layout l = {
         .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 1};
     double flops[2];
     for (int lora = 0; lora < 2; lora++) {
         struct zt_config cfg;
         load_config(
-            testutil_fmt("%s%s", model,
+            testutil_fmt("%s%s", tiny_gpt2,
                          lora ? "lora: {enabled: true, r: 4, target_modules: c_attn}\n" : ""),
             &cfg);
         struct plan_role r;
