@@ -107,12 +107,33 @@ static unsigned char encode(enum quant4_type t, float x)
     return (unsigned char)(fp4_by_rank[rank_below(fp4_thresholds, 7, fabsf(x))] | sign);
 }
 
+/* A select, not fmaxf: libm's is a call per element, and NaN is skipped
+ * either way. */
 static float block_absmax(const float *x, size_t len)
 {
     float m = 0.0f;
-    for (size_t i = 0; i < len; i++)
-        m = fmaxf(m, fabsf(x[i]));
+#pragma omp simd reduction(max : m)
+    for (size_t i = 0; i < len; i++) {
+        const float a = fabsf(x[i]);
+        m = a > m ? a : m;
+    }
     return m;
+}
+
+/* NF4 codes of len values times inv, one a byte: the compares summed
+ * without a branch, so that the loop runs in vector lanes (NF4 encoding
+ * was most of a 4-bit model's load). */
+static void nf4_codes_of(const float *x, size_t len, float inv, unsigned char *c)
+{
+#pragma omp simd
+    for (size_t i = 0; i < len; i++) {
+        const float v = x[i] * inv;
+        int rank = 0;
+#pragma GCC unroll 15
+        for (int k = 0; k < 15; k++)
+            rank += v > nf4_thresholds[k];
+        c[i] = (unsigned char)rank;
+    }
 }
 
 /* Codes of one block of len elements with absmax a into out[ceil(len/2)].
@@ -122,11 +143,15 @@ static void quantize_block(enum quant4_type t, const float *x, size_t len, float
                            unsigned char *out)
 {
     const float inv = a > 0.0f ? 1.0f / a : 0.0f;
-    size_t i = 0;
-    for (; i + 1 < len; i += 2)
-        out[i / 2] = (unsigned char)(encode(t, x[i] * inv) << 4 | encode(t, x[i + 1] * inv));
-    if (i < len)
-        out[i / 2] = (unsigned char)(encode(t, x[i] * inv) << 4);
+    unsigned char c[QUANT4_BLOCK + 1];
+    if (t == QUANT4_NF4)
+        nf4_codes_of(x, len, inv, c);
+    else
+        for (size_t i = 0; i < len; i++)
+            c[i] = encode(t, x[i] * inv);
+    c[len] = 0; /* an odd block's last byte: its low half */
+    for (size_t i = 0; i < len; i += 2)
+        out[i / 2] = (unsigned char)(c[i] << 4 | c[i + 1]);
 }
 
 void quant4_quantize(enum quant4_type t, const float *x, size_t n, unsigned char *codes,
@@ -161,7 +186,8 @@ static void double_quantize_group(const float *absmax, size_t count, float offse
     *absmax2 = 0.0f;
     for (size_t k = 0; k < count; k++) {
         centred[k] = absmax[k] - offset;
-        *absmax2 = fmaxf(*absmax2, fabsf(centred[k]));
+        const float a = fabsf(centred[k]);
+        *absmax2 = a > *absmax2 ? a : *absmax2;
     }
     if (*absmax2 == 0.0f) {
         memset(qabsmax, 0, count);
