@@ -103,3 +103,9 @@ zt_status zt_mkdir_p(const char *dir)
     }
     return ZT_OK;
 }
+
+int zt_ends_with(const char *path, const char *tail)
+{
+    const size_t n = strlen(path), k = strlen(tail);
+    return n >= k && strcmp(path + n - k, tail) == 0;
+}

@@ -43,6 +43,9 @@ zt_status zt_pread_full(int fd, const char *path, void *buf, size_t n, uint64_t 
  * than the limit of MAX" and a file that shrinks while read. *out is NULL and *len 0 on failure. */
 zt_status zt_read_small_file(const char *path, size_t max, zt_status bad, char **out, size_t *len);
 
+/* Whether `path` ends in `tail` (".json", ".safetensors"). */
+int zt_ends_with(const char *path, const char *tail);
+
 /* Creates `dir` and its parents (mode 0755); folders that exist are kept.
  * Errors: ZT_ERR_IO "cannot create directory PATH: <strerror>", or "DIR:
  * path too long". */

@@ -1036,6 +1036,52 @@ size_t run_checkpoint_import_bytes(const struct param_table *t, const struct sha
            scales * sizeof(float);
 }
 
+/* Tensor k's share of what the rank reads of its unit: the kept bytes of
+ * a packed unit's image, else the held range; the work in *w. */
+static void tensor_import_work(const struct param_table *t, const struct shard_engine *e, int k,
+                               size_t at, int transposed, struct run_import_work *w)
+{
+    const struct param_tensor *p = &t->tensors[k];
+    const struct shard_unit *su = &e->part.units[p->unit];
+    size_t lo, hi, n;
+    if (su->packed) {
+        const size_t bytes = param_quant_tensor_bytes(t, k, e->cfg.precision);
+        shard_engine_packed_range(e, p->unit, &lo, &hi);
+        n = at < hi && at + bytes > lo ? p->numel : 0;
+        w->encoded += n;
+    } else {
+        const size_t first = p->offset - t->unit_offset[p->unit];
+        shard_engine_held_range(e, p->unit, &lo, &hi);
+        lo = lo > first ? lo : first;
+        hi = hi < first + p->numel ? hi : first + p->numel;
+        n = hi > lo ? hi - lo : 0;
+        w->master_nvme += e->nvme && su->trainable ? n : 0;
+    }
+    if (n && transposed) /* the reader caches the whole tensor */
+        n = param_table_whole(t)->tensors[k].numel;
+    w->read += n;
+    w->transposed += transposed ? n : 0;
+}
+
+void run_checkpoint_import_work(const struct param_table *t, const struct shard_engine *e,
+                                struct run_import_work *w)
+{
+    const struct param_table base = init_from_units(t);
+    memset(w, 0, sizeof *w);
+    for (int u = 0; u < base.n_units; u++) {
+        size_t at = 0; /* a packed unit's image: its tensors' regions in order */
+        for (int k = 0; k < t->n_tensors; k++) {
+            if (t->tensors[k].unit != u)
+                continue;
+            int transposed = 0;
+            if (hf_weights_transposed(&base, k, &transposed) != ZT_OK)
+                transposed = 0; /* a family without a mapping cannot be loaded */
+            tensor_import_work(t, e, k, at, transposed, w);
+            at += e->part.units[u].packed ? param_quant_tensor_bytes(t, k, e->cfg.precision) : 0;
+        }
+    }
+}
+
 /* Each rank reads the ranges it holds of units [u0, u1) through `read`
  * into the fp32 weights the optimizer starts from (the optimizer state
  * starts at zero), a chunk at a time; then, agreed, the parameters are

@@ -42,6 +42,18 @@
  * import_weights allocates them. */
 size_t run_checkpoint_import_bytes(const struct param_table *t, const struct shard_engine *e);
 
+/* The work of that import on the rank, in elements: read from the file
+ * (a transposed tensor whole, by any rank that holds part of it, as the
+ * reader caches it), transposed on the way, encoded into 4 bits, and
+ * written to the NVMe master file (which the parameters are then rebuilt
+ * from). The planner times it (plan_cost.c). */
+struct run_import_work {
+    size_t read, transposed, encoded, master_nvme;
+};
+
+void run_checkpoint_import_work(const struct param_table *t, const struct shard_engine *e,
+                                struct run_import_work *w);
+
 /* What restoring model.init_from's weights allocates, counted on a
  * plan-only ledger without reading a file (a dry run, the planner): the
  * units the file does not fill drawn (LoRA's adapters; engine e created

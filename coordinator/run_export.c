@@ -29,12 +29,6 @@ struct export_job {
     int named_file;     /* --out named the .safetensors file, not the folder */
 };
 
-static int ends_with(const char *s, const char *tail)
-{
-    const size_t n = strlen(s), k = strlen(tail);
-    return n >= k && strcmp(s + n - k, tail) == 0;
-}
-
 static int exists(const char *path)
 {
     struct stat sb;
@@ -46,7 +40,7 @@ static int exists(const char *path)
 static void place(struct export_job *j)
 {
     const char *out = j->rq->out;
-    j->named_file = j->rq->what != RUN_EXPORT_ADAPTER && ends_with(out, ".safetensors");
+    j->named_file = j->rq->what != RUN_EXPORT_ADAPTER && zt_ends_with(out, ".safetensors");
     if (!j->named_file) {
         snprintf(j->folder, sizeof j->folder, "%s", out);
         snprintf(j->weights, sizeof j->weights, "%s/model.safetensors", out);

@@ -26,7 +26,7 @@
 #include "hf_weights_impl.h"
 #include "safetensors_set.h"
 
-#define TILE_ROWS     64
+#define TILE_ROWS     HF_WEIGHTS_TILE_ROWS
 #define NAME_MAX_LEN  112
 #define SHAPE_TEXT    48
 #define KEYS_TEXT     160
@@ -588,6 +588,14 @@ static zt_status alloc_buffers(struct hf_weights_reader *r)
     return ZT_OK;
 }
 
+void hf_weights_scatter_tile(const float *tile, size_t nc, size_t rows, size_t cols, size_t c0,
+                             float *out)
+{
+    for (size_t o = 0; o < rows; o++)
+        for (size_t c = 0; c < nc; c++)
+            out[o * cols + c0 + c] = tile[c * rows + o];
+}
+
 /* Makes transposed tensor k the cached one, in our [rows, cols] layout:
  * the file holds [cols, rows], read TILE_ROWS rows at a time. */
 static zt_status load_transposed(struct hf_weights_reader *r, int k)
@@ -600,9 +608,7 @@ static zt_status load_transposed(struct hf_weights_reader *r, int k)
     for (size_t c0 = 0; c0 < cols; c0 += TILE_ROWS) {
         size_t nc = cols - c0 < TILE_ROWS ? cols - c0 : TILE_ROWS;
         ZT_TRY(safetensors_set_read_f32(r->set, r->src[k], c0 * rows, nc * rows, r->tile));
-        for (size_t o = 0; o < rows; o++)
-            for (size_t c = 0; c < nc; c++)
-                r->cache[o * cols + c0 + c] = r->tile[c * rows + o];
+        hf_weights_scatter_tile(r->tile, nc, rows, cols, c0, r->cache);
     }
     r->cache_k = k;
     return ZT_OK;

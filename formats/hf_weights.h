@@ -120,6 +120,15 @@ size_t hf_weights_buffer_bytes(const struct hf_weights_reader *r);
  * a mapping. */
 size_t hf_weights_buffer_bytes_of(const struct param_table *t);
 
+/* Rows the reader takes of a transposed tensor's file side at a time. */
+#define HF_WEIGHTS_TILE_ROWS 64
+
+/* The reader's transposition of one tile: nc <= HF_WEIGHTS_TILE_ROWS rows
+ * of a file's [cols, rows] tensor, from its row c0, into columns
+ * c0..c0+nc of our [rows, cols] `out` (calibrate times it). */
+void hf_weights_scatter_tile(const float *tile, size_t nc, size_t rows, size_t cols, size_t c0,
+                             float *out);
+
 /* Closes the files and frees the reader. NULL is allowed. */
 void hf_weights_close(struct hf_weights_reader *r);
 

@@ -83,12 +83,6 @@ static char *join(const char *a, size_t alen, const char *b)
     return p;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 /* Length of the folder part of path, its last '/' included (0: none). */
 static size_t dir_len(const char *path)
 {
@@ -405,7 +399,7 @@ zt_status safetensors_set_open(const char *path, struct safetensors_set **out)
         return zt_error_set(ZT_ERR_NOMEM, "%s: cannot allocate the reader", path);
     zt_status st = resolve(path, &s->path);
     if (st == ZT_OK)
-        st = ends_with(s->path, ".json") ? open_index(s) : open_file(s);
+        st = zt_ends_with(s->path, ".json") ? open_index(s) : open_file(s);
     if (st == ZT_OK)
         st = index_tensors(s);
     if (st != ZT_OK) {
@@ -664,7 +658,7 @@ static zt_status name_shards(struct safetensors_set_writer *w)
 {
     const size_t dir = dir_len(w->path);
     const char *base = w->path + dir;
-    size_t stem = strlen(base) - (ends_with(base, SUFFIX) ? strlen(SUFFIX) : 0);
+    size_t stem = strlen(base) - (zt_ends_with(base, SUFFIX) ? strlen(SUFFIX) : 0);
     for (int k = 0; k < w->n_shards; k++) {
         struct wshard *s = &w->shards[k];
         size_t n = stem + 2 * 20 + sizeof "--of-" SUFFIX;

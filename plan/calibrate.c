@@ -54,6 +54,7 @@
 #include "../worker/ops.h"
 #include "calibrate_gemm.h"
 #include "calibrate_nvme.h"
+#include "calibrate_load.h"
 #include "calibrate_ops.h"
 #include "calibrate_rates.h"
 
@@ -425,11 +426,22 @@ static zt_status open_wake(struct calibration *cal)
     return ZT_OK;
 }
 
+/* Where the loader's file is timed (from the page cache: any disk does):
+ * the machine file's folder, which calibrate writes anyway. */
+static const char *load_folder(const struct calibrate_options *o, char *buf, size_t n)
+{
+    const char *slash = strrchr(o->out_path, '/');
+    if (!slash)
+        return ".";
+    snprintf(buf, n, "%.*s", (int)(slash - o->out_path) + (slash == o->out_path), o->out_path);
+    return buf;
+}
+
 /* Rank 0's phase: every core of the node on its compute. The triad goes
  * first: it needs no BLAS thread, and its buffers are filled by OpenMP,
  * whose workers have gone to sleep by the time the GEMM buffers are
  * filled. */
-static zt_status measure_node(struct calibration *cal, FILE *report)
+static zt_status measure_node(struct calibration *cal, const char *load_dir, FILE *report)
 {
     struct affinity aff;
     widen_affinity(&aff);
@@ -459,6 +471,8 @@ static zt_status measure_node(struct calibration *cal, FILE *report)
         st = calibrate_rates(cal->be.ops, cal->sz.rate_elems, cal->sz.rate_reps, &cal->m, report);
     if (st == ZT_OK)
         st = calibrate_ops(cal->be.ops, cal->sz.rate_reps, &cal->m, report);
+    if (st == ZT_OK)
+        st = calibrate_load(load_dir, cal->sz.rate_reps, &cal->m, report);
     restore_affinity(&aff);
     /* the BLAS workers spin a while after their last product: let them stop
      * before the collectives are timed */
@@ -715,6 +729,8 @@ static zt_status build_comment(const struct calibration *cal, const struct calib
     fprintf(f, "update_rates and dequantize_4bit: these rates.\n\n");
     calibrate_ops_put(f, &cal->m, cal->sz.rate_reps);
     fprintf(f, "attention_flops and elementwise_bandwidth: these rates.\n\n");
+    calibrate_load_put(f, &cal->m, cal->sz.rate_reps);
+    fprintf(f, "weights_read, weights_transpose and quantize_4bit: these rates.\n\n");
     if (o->nvme_path) {
         put_nvme_line(f, cal, o->nvme_path);
         fprintf(f, "nvme: these rates.\n\n");
@@ -768,6 +784,11 @@ static zt_status write_machine(struct calibration *cal, const struct calibrate_o
     }
     m->elementwise_bandwidth = round4(m->elementwise_bandwidth);
     ZT_TRY(check_rate("elementwise_bandwidth", m->elementwise_bandwidth));
+    double *const loader[] = {&m->weights_read, &m->weights_transpose, &m->quantize_4bit};
+    for (int k = 0; k < 3; k++) {
+        *loader[k] = round4(*loader[k]);
+        ZT_TRY(check_rate("the loader's rates", *loader[k]));
+    }
     m->memory_bandwidth = round4(cal->triad_rate);
     m->intra_node.bandwidth = round4(cal->fit.bandwidth);
     m->intra_node.latency = round4(cal->fit.latency);
@@ -822,7 +843,8 @@ zt_status calibrate_run(const struct calibrate_options *o, FILE *report, int *pr
     if (st == ZT_OK) {
         zt_status local = ZT_OK;
         if (cal->rank == 0) {
-            local = measure_node(cal, report);
+            char dir[4096];
+            local = measure_node(cal, load_folder(o, dir, sizeof dir), report);
             for (int r = 1; r < cal->ranks && cal->wake; r++)
                 sem_post(cal->wake);
         } else if (cal->wake) {

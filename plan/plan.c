@@ -388,6 +388,18 @@ static void explain_best(const struct planned *p, FILE *f)
     fputc('\n', f);
 }
 
+/* model.init_from's load on the best layout: its slowest stage's, which
+ * the first step waits for. */
+static void print_load(const struct planned *p, FILE *f)
+{
+    double load = NAN;
+    for (int k = 0; k < p->n_roles; k++)
+        if (isfinite(p->times[k].load) && !(p->times[k].load <= load))
+            load = p->times[k].load;
+    if (isfinite(load))
+        fprintf(f, "model.init_from: read in %.1f s before the first step\n", load);
+}
+
 /* "what the other pays": the part where the runner-up spends the most
  * more than the winner. */
 static void explain_runner_up(const struct planned *best, const struct planned *p, FILE *f)
@@ -506,6 +518,7 @@ static void print_table(const struct plan_ctx *x, double seconds, FILE *f)
     if (fit > 1)
         explain_runner_up(&x->list.v[0], &x->list.v[1], f);
     plan_rss_print(x->list.v[0].roles, x->list.v[0].n_roles, f);
+    print_load(&x->list.v[0], f);
 }
 
 /* ---- JSON ---------------------------------------------------------------- */
@@ -553,12 +566,12 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
     json_axes_num(f, "comm_seconds", t->comm);
     json_axes_num(f, "exposed_seconds", t->exposed);
     const double rest[] = {t->compute, t->matmul,      t->attention, t->decode, t->optimizer,
-                           t->nvme,    t->grad_passes, t->bubble,    t->step};
+                           t->nvme,    t->grad_passes, t->bubble,    t->step,   t->load};
     static const char *const names[] = {
-        "compute_seconds",   "matmul_seconds",    "attention_seconds",
-        "decode_seconds",    "optimizer_seconds", "nvme_seconds",
-        "grad_pass_seconds", "bubble_seconds",    "step_seconds"};
-    for (int k = 0; k < 9; k++) {
+        "compute_seconds",   "matmul_seconds", "attention_seconds", "decode_seconds",
+        "optimizer_seconds", "nvme_seconds",   "grad_pass_seconds", "bubble_seconds",
+        "step_seconds",      "load_seconds"};
+    for (int k = 0; k < 10; k++) {
         fprintf(f, ", \"%s\": ", names[k]);
         json_num(f, rest[k]);
     }

@@ -50,6 +50,7 @@
 #include "../common/ledger.h"
 #include "../config/config.h"
 #include "../config/machine.h"
+#include "../coordinator/run_checkpoint.h"
 #include "../report/rss_model.h"
 #include "calibrate.h"
 
@@ -102,6 +103,7 @@ struct plan_role {
      * cache's kept bytes once the weights are read, and the RSS then */
     uint64_t loaded_peak[LEDGER_CATEGORY_COUNT], loaded_total_peak, loaded_cache_kept;
     struct rss_parts rss_loaded;
+    struct run_import_work load_work; /* that load's work on the rank */
     /* of pass_bytes, the forward's, and the forward's distinct units (hpZ
      * gathers a unit's first use in a step from the shard group) */
     size_t pass_bytes_forward, pass_bytes_distinct;
@@ -139,6 +141,9 @@ struct plan_model {
     struct plan_weight weights[PLAN_MAX_WEIGHTS];
     struct plan_weight head; /* the output head's (vocabulary rows) */
     char optimizer[24];      /* the optimizer's name, as its table entry spells it */
+    /* bytes an element of model.init_from's files takes: the .safetensors
+     * files' size over the base's elements (0: no file, or none found) */
+    double weights_file_esz;
 };
 
 /* What the cost model predicts for one role of one layout. */
@@ -157,6 +162,7 @@ struct plan_time {
     double bubble;                   /* idle time of the pipeline schedule */
     double context;                  /* ring attention's exposed time (plan_context.c) */
     double step;                     /* the step: all of it */
+    double load; /* model.init_from's load on the rank, before the steps; NAN: not predicted */
     uint64_t bytes[PLAN_AXIS_COUNT]; /* bytes this rank sends per step */
     int inter_node[PLAN_AXIS_COUNT]; /* the axis's ring crosses nodes */
 };

@@ -431,6 +431,31 @@ double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscr
     return span > busy ? span - busy : 0.0;
 }
 
+/* model.init_from's load on the rank (run_checkpoint.h's work): one
+ * thread reads, transposes and encodes at the machine's rates, after the
+ * file comes off the disk at the rank's share of it (where the machine
+ * states the disk's rate: a first load, nothing cached); under NVMe
+ * offload the master goes to the file and back. Every rank of the node
+ * loads at once, and nothing overlaps on a rank: its reads block. */
+static double load_seconds(const struct plan_model *pm, const struct plan_role *r,
+                           const struct machine *m, int per_node)
+{
+    const struct run_import_work *w = &r->load_work;
+    if (w->read == 0 || !(m->weights_read > 0) || !(m->weights_transpose > 0) ||
+        (w->encoded && !(m->quantize_4bit > 0)))
+        return NAN;
+    const double core = plan_core_share(m, per_node);
+    double t = ((double)w->read / m->weights_read + (double)w->transposed / m->weights_transpose +
+                (w->encoded ? (double)w->encoded / m->quantize_4bit : 0.0)) /
+               core;
+    const double rd = m->nvme_read_bandwidth / per_node, wr = m->nvme_write_bandwidth / per_node;
+    if (rd > 0)
+        t += (double)w->read * pm->weights_file_esz / rd;
+    if (w->master_nvme && rd > 0 && wr > 0)
+        t += (double)w->master_nvme * sizeof(float) * (1.0 / wr + 1.0 / rd);
+    return t;
+}
+
 void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const struct plan_role *r,
                const struct machine *m, int per_node, enum machine_precision precision,
                struct plan_time *out)
@@ -491,4 +516,5 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     out->bubble = plan_bubble(busy, l->pp, l->accum, r->chunks, oversubscription(m, per_node));
     out->step =
         busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->grad_passes + out->optimizer;
+    out->load = load_seconds(pm, r, m, per_node);
 }

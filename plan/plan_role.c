@@ -4,8 +4,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "../common/fileio.h"
 #include "../worker/model_family.h"
 #include "../worker/optimizer.h"
 #include "../worker/tensor_parallel.h"
@@ -60,6 +63,34 @@ static void weights_of(const struct param_table *t, struct plan_model *out)
                                          .trainable = t->tensors[0].trainable};
 }
 
+/* Bytes of the .safetensors files model.init_from names: the file, or
+ * those of its folder (an index's folder); 0 where none can be listed. */
+static double weights_file_bytes(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return 0.0;
+    if (S_ISREG(st.st_mode) && !zt_ends_with(path, ".json"))
+        return (double)st.st_size;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    if (S_ISREG(st.st_mode)) { /* an index: its shards beside it */
+        char *slash = strrchr(dir, '/');
+        snprintf(dir, sizeof dir, "%s", slash ? (*slash = '\0', dir) : ".");
+    }
+    DIR *d = opendir(dir);
+    double bytes = 0.0;
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        char file[8192];
+        snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
+        if (zt_ends_with(de->d_name, ".safetensors") && stat(file, &st) == 0 && S_ISREG(st.st_mode))
+            bytes += (double)st.st_size;
+    }
+    if (d)
+        closedir(d);
+    return bytes;
+}
+
 zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
 {
     struct param_table t;
@@ -85,6 +116,9 @@ zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
     const struct optimizer_ops *o = optimizer_find(c->optimizer.type);
     snprintf(out->optimizer, sizeof out->optimizer, "%s", o ? o->name : c->optimizer.type);
     weights_of(&t, out);
+    if (c->model.init_from)
+        out->weights_file_esz =
+            weights_file_bytes(c->model.init_from) / (double)param_table_base(&t).n_params;
     param_table_free(&t);
     return ZT_OK;
 }
@@ -225,6 +259,7 @@ static zt_status plan_load(const struct zt_config *c, const struct param_table *
     ZT_TRY(run_checkpoint_plan_import(c, t, e, ledger));
     struct device_memory_info dm;
     ZT_TRY(device_memory_info(&be->dev, &dm));
+    run_checkpoint_import_work(t, e, &out->load_work);
     memcpy(out->loaded_peak, ledger->peak, sizeof out->loaded_peak);
     out->loaded_total_peak = ledger->total_peak;
     out->loaded_cache_kept = dm.resident_peak - dm.held_peak;

@@ -196,6 +196,14 @@ START_TEST(quick_calibration_writes_a_machine_file)
     ck_assert_msg(strstr(file, "#   attention_flops: attention_forward + attention_backward") &&
                       strstr(file, "# attention_flops and elementwise_bandwidth: these rates."),
                   "%s", file);
+    /* the loader on one core */
+    ck_assert_double_gt(m.weights_read, 0);
+    ck_assert_double_gt(m.weights_transpose, 0);
+    ck_assert_double_gt(m.quantize_4bit, 0);
+    ck_assert_msg(strstr(file, "#   weights_read: bf16 safetensors from the page cache") &&
+                      strstr(file, "# weights_read, weights_transpose and quantize_4bit: these "
+                                   "rates."),
+                  "%s", file);
     /* written whole: no temporary file is left beside it */
     ck_assert_int_eq(testutil_run(log, "ls %s", dir), 0);
     ck_assert_str_eq(testutil_slurp(log), "log\nm.yaml\nnvme\n");

@@ -638,8 +638,8 @@ START_TEST(test_gemm_keys_are_optional)
 }
 END_TEST
 
-/* update_rates, dequantize_4bit, attention_flops and
- * elementwise_bandwidth are optional: absent, none (and nothing written);
+/* update_rates, dequantize_4bit, attention_flops, elementwise_bandwidth
+ * and the loader's rates are optional: absent, none (and nothing written);
  * stated, they read, round-trip and (the updates) are found by name
  * whatever its case; a bad entry is named with its line. */
 START_TEST(test_element_rates_are_optional)
@@ -659,12 +659,18 @@ START_TEST(test_element_rates_are_optional)
     ck_assert_ptr_null(strstr(text, "dequantize"));
     ck_assert_ptr_null(strstr(text, "attention"));
     ck_assert_ptr_null(strstr(text, "elementwise"));
+    ck_assert_ptr_null(strstr(text, "weights_"));
+    ck_assert_ptr_null(strstr(text, "quantize_4bit"));
 
     write_text(path, edited("links:", "  update_rates:\n    AdamW: 1.2e9\n    AdamW8bit: 9.5e7\n"
                                       "  dequantize_4bit: 2.5e9\n  attention_flops:\n"
                                       "    fp32: 1.1e11\n    bf16: 2e11\n    fp16: 1.1e11\n"
-                                      "  elementwise_bandwidth: 5.25e9\nlinks:"));
+                                      "  elementwise_bandwidth: 5.25e9\n  weights_read: 1.5e9\n"
+                                      "  weights_transpose: 4e8\n  quantize_4bit: 2.5e8\nlinks:"));
     load_ok(path, &m);
+    ck_assert_double_eq(m.weights_read, 1.5e9);
+    ck_assert_double_eq(m.weights_transpose, 4e8);
+    ck_assert_double_eq(m.quantize_4bit, 2.5e8);
     ck_assert_int_eq(m.n_updates, 2);
     ck_assert_double_eq(machine_update_rate(&m, "adamw8bit"), 9.5e7);
     ck_assert_double_eq(machine_update_rate(&m, "AdamW"), 1.2e9);
@@ -674,6 +680,7 @@ START_TEST(test_element_rates_are_optional)
     ck_assert_double_eq(m.attention_flops[MACHINE_FP16], 1.1e11);
     ck_assert_double_eq(m.elementwise_bandwidth, 5.25e9);
     round_trip(&m, NULL, dir, &back);
+    ck_assert_double_eq(back.quantize_4bit, 2.5e8);
     text = testutil_slurp(testutil_path_in(dir, "written.yaml"));
     ck_assert_msg(strstr(text, "  update_rates: # parameter elements/s of each optimizer's "
                                "update\n    AdamW: 1.2e+09\n    AdamW8bit: 9.5e+07\n"
@@ -701,6 +708,10 @@ START_TEST(test_element_rates_are_optional)
     write_text(path, edited("links:", "  elementwise_bandwidth: lots\nlinks:"));
     load_fails(path, with_file("FILE:11:26: compute.elementwise_bandwidth: expected a positive "
                                "number, got 'lots'",
+                               path));
+    write_text(path, edited("links:", "  quantize_4bit: 0\nlinks:"));
+    load_fails(path, with_file("FILE:11:18: compute.quantize_4bit: expected a positive "
+                               "number, got '0'",
                                path));
 }
 END_TEST

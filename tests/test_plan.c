@@ -20,6 +20,8 @@
 
 #include "../common/json.h"
 #include "../config/config.h"
+#include "../coordinator/session.h"
+#include "../formats/hf_weights.h"
 #include "../plan/plan.h"
 #include "testutil.h"
 
@@ -592,6 +594,82 @@ START_TEST(attention_and_element_wise_ops_at_measured_rates)
     config_free(&cfg);
     ck_assert_double_eq_tol(plain.attention_flops, 2 * 12.0 * 32 * 64 * 2 * 32, 1e-6);
     ck_assert_double_eq_tol(again.attention_flops, 2 * 16.0 * 32 * 64 * 2 * 32, 1e-6);
+}
+END_TEST
+
+/* model.init_from's load: each kind of work at its rate on the rank's
+ * core, the file off the disk at the rank's share, the NVMe master out
+ * and back; nothing predicted without the rates or without a load. */
+START_TEST(load_time_at_the_loaders_rates)
+{
+    struct machine m = two_core_node(1e10, 1e-5);
+    struct plan_model pm = {.layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
+    strcpy(pm.optimizer, "AdamW");
+    pm.weights_file_esz = 2.0;
+    struct plan_role r = one_block_role(4, 1e9);
+    r.load_work = (struct run_import_work){.read = 1000000, .transposed = 400000};
+    const struct plan_layout l = {
+        .tp = 1, .pp = 1, .dp = 2, .zero_stage = 3, .micro_batch = 1, .accum = 1};
+    struct plan_time t;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    ck_assert(isnan(t.load)); /* the machine states no loader */
+    m.weights_read = 1e8;
+    m.weights_transpose = 4e7;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    ck_assert_double_eq_tol(t.load, 1e6 / 1e8 + 4e5 / 4e7, 1e-15);
+    plan_cost(&pm, &l, &r, &m, 4, MACHINE_FP32, &t); /* half a core each */
+    ck_assert_double_eq_tol(t.load, 2 * (1e6 / 1e8 + 4e5 / 4e7), 1e-15);
+    r.load_work.encoded = 500000; /* a 4-bit base needs the encoder's rate */
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    ck_assert(isnan(t.load));
+    m.quantize_4bit = 5e7;
+    m.nvme_read_bandwidth = 2e9;
+    m.nvme_write_bandwidth = 1e9;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    const double cpu = 1e6 / 1e8 + 4e5 / 4e7 + 5e5 / 5e7, disk = 1e6 * 2.0 / (2e9 / 2);
+    ck_assert_double_eq_tol(t.load, cpu + disk, 1e-15);
+    r.load_work.master_nvme = 300000;
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    ck_assert_double_eq_tol(t.load, cpu + disk + 3e5 * 4 * (1 / 5e8 + 1 / 1e9), 1e-15);
+    r.load_work = (struct run_import_work){0};
+    plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
+    ck_assert(isnan(t.load)); /* no model.init_from */
+}
+END_TEST
+
+/* The import's work the planner times: one rank reads the whole file,
+ * each tensor GPT-2 stores transposed once; a ZeRO-3 rank of two reads
+ * its half, and a transposed tensor whole wherever it holds part of it. */
+START_TEST(import_work_follows_the_held_ranges)
+{
+    struct zt_config cfg;
+    load_config(tiny_gpt2, &cfg);
+    cfg.model.init_from = strdup("/nonexistent/weights"); /* the plan opens no file */
+    struct param_table t;
+    ck_assert_int_eq(session_build_table(&cfg, &t), ZT_OK);
+    size_t transposed = 0;
+    for (int k = 0; k < t.n_tensors; k++) {
+        int tr = 0;
+        ck_assert_int_eq(hf_weights_transposed(&t, k, &tr), ZT_OK);
+        transposed += tr ? t.tensors[k].numel : 0;
+    }
+    ck_assert_uint_gt(transposed, 0);
+    struct plan_layout g = {
+        .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 1};
+    struct plan_role one, half;
+    ck_assert_int_eq(plan_role(&cfg, &g, 0, &one), ZT_OK);
+    ck_assert_uint_eq(one.load_work.read, t.n_params);
+    ck_assert_uint_eq(one.load_work.transposed, transposed);
+    ck_assert_uint_eq(one.load_work.encoded + one.load_work.master_nvme, 0);
+    g.dp = 2;
+    g.zero_stage = 3;
+    ck_assert_int_eq(plan_role(&cfg, &g, 0, &half), ZT_OK);
+    const size_t plain = half.load_work.read - half.load_work.transposed;
+    ck_assert_uint_le(plain, (t.n_params - transposed) / 2 + 64 * 128);
+    ck_assert_uint_ge(plain + half.load_work.transposed, t.n_params / 2);
+    ck_assert_uint_lt(half.load_work.read, t.n_params);
+    param_table_free(&t);
+    config_free(&cfg);
 }
 END_TEST
 
@@ -1255,6 +1333,8 @@ int main(void)
     tcase_add_test(tc, cost_of_a_data_parallel_step);
     tcase_add_test(tc, element_rates_on_a_core);
     tcase_add_test(tc, attention_and_element_wise_ops_at_measured_rates);
+    tcase_add_test(tc, load_time_at_the_loaders_rates);
+    tcase_add_test(tc, import_work_follows_the_held_ranges);
     tcase_add_test(tc, cpu_nodes_take_a_rank_per_core);
     tcase_add_test(tc, nvme_files_and_shared_core_traffic);
     tcase_add_test(tc, measured_collectives_by_type_and_size);
