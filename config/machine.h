@@ -87,7 +87,8 @@
  * `weights_read`, `weights_transpose` and `quantize_4bit` time the load of
  * model.init_from's weights (coordinator/run_checkpoint.h's work), a rank
  * on one thread: a 16-bit file read and widened, a tensor the file stores
- * transposed put back, a QLoRA base encoded. The file itself comes off the
+ * transposed put back, a QLoRA base encoded; what it stores into the
+ * model states moves at `elementwise_bandwidth`. The file itself comes off the
  * node's disk at `nvme.read_bandwidth` where the file states one (a first
  * load: the page cache holds none of it). Without them the planner
  * predicts no load time.

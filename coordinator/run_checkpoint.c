@@ -1049,6 +1049,8 @@ static void tensor_import_work(const struct param_table *t, const struct shard_e
         shard_engine_packed_range(e, p->unit, &lo, &hi);
         n = at < hi && at + bytes > lo ? p->numel : 0;
         w->encoded += n;
+        const size_t kept_lo = at > lo ? at : lo, kept_hi = at + bytes < hi ? at + bytes : hi;
+        w->stored += kept_hi > kept_lo ? 2 * (kept_hi - kept_lo) : 0; /* the region copied */
     } else {
         const size_t first = p->offset - t->unit_offset[p->unit];
         shard_engine_held_range(e, p->unit, &lo, &hi);
@@ -1056,11 +1058,16 @@ static void tensor_import_work(const struct param_table *t, const struct shard_e
         hi = hi < first + p->numel ? hi : first + p->numel;
         n = hi > lo ? hi - lo : 0;
         w->master_nvme += e->nvme && su->trainable ? n : 0;
+        /* into the working copy (4 + esz), or into the master (8) and
+         * from it into the working copy once the ranks agree */
+        const int master = shard_engine_master_in_memory(e) && su->trainable;
+        w->stored += n * (sizeof(float) + e->esz + (master ? 2 * sizeof(float) : 0));
     }
     if (n && transposed) /* the reader caches the whole tensor */
         n = param_table_whole(t)->tensors[k].numel;
     w->read += n;
     w->transposed += transposed ? n : 0;
+    w->stored += transposed ? n * 2 * sizeof(float) : 0; /* copied out of the cache */
 }
 
 void run_checkpoint_import_work(const struct param_table *t, const struct shard_engine *e,

@@ -46,9 +46,14 @@ size_t run_checkpoint_import_bytes(const struct param_table *t, const struct sha
  * (a transposed tensor whole, by any rank that holds part of it, as the
  * reader caches it), transposed on the way, encoded into 4 bits, and
  * written to the NVMe master file (which the parameters are then rebuilt
- * from). The planner times it (plan_cost.c). */
+ * from); and the bytes its stores into the model states read and write
+ * (`stored`: a transposed tensor's copy out of the reader's cache, the
+ * values into the held parameters, through the fp32 master in memory
+ * where there is one, a 4-bit image). The planner times it
+ * (plan_cost.c). */
 struct run_import_work {
     size_t read, transposed, encoded, master_nvme;
+    size_t stored;
 };
 
 void run_checkpoint_import_work(const struct param_table *t, const struct shard_engine *e,

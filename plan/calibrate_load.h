@@ -23,8 +23,8 @@
  *   - m->weights_transpose: the reader's tiles put back into our layout
  *     (hf_weights_scatter_tile);
  *   - m->quantize_4bit: NF4 with double quantisation (quant4.h).
- * Elements a second each. Prints a table to `report` (NULL: nowhere).
- * Errors: ZT_ERR_IO naming the file, ZT_ERR_NOMEM. */
+ * Elements a second each. Prints a table to `report`
+ * (NULL: nowhere). Errors: ZT_ERR_IO naming the file, ZT_ERR_NOMEM. */
 zt_status calibrate_load(const char *dir, int reps, struct machine *m, FILE *report);
 
 /* The table calibrate_load printed, from m, for the machine file's

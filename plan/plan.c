@@ -392,12 +392,18 @@ static void explain_best(const struct planned *p, FILE *f)
  * the first step waits for. */
 static void print_load(const struct planned *p, FILE *f)
 {
-    double load = NAN;
-    for (int k = 0; k < p->n_roles; k++)
+    double load = NAN, cached = NAN;
+    for (int k = 0; k < p->n_roles; k++) {
         if (isfinite(p->times[k].load) && !(p->times[k].load <= load))
             load = p->times[k].load;
+        if (isfinite(p->times[k].load_cached) && !(p->times[k].load_cached <= cached))
+            cached = p->times[k].load_cached;
+    }
     if (isfinite(load))
-        fprintf(f, "model.init_from: read in %.1f s before the first step\n", load);
+        fprintf(f,
+                "model.init_from: read in %.1f s before the first step (%.1f s with the files "
+                "in the page cache)\n",
+                load, cached);
 }
 
 /* "what the other pays": the part where the runner-up spends the most
@@ -565,13 +571,14 @@ static void json_role(FILE *f, const struct plan_role *r, const struct plan_time
     }
     json_axes_num(f, "comm_seconds", t->comm);
     json_axes_num(f, "exposed_seconds", t->exposed);
-    const double rest[] = {t->compute, t->matmul,      t->attention, t->decode, t->optimizer,
-                           t->nvme,    t->grad_passes, t->bubble,    t->step,   t->load};
+    const double rest[] = {t->compute,   t->matmul, t->attention,   t->decode,
+                           t->optimizer, t->nvme,   t->grad_passes, t->bubble,
+                           t->step,      t->load,   t->load_cached};
     static const char *const names[] = {
-        "compute_seconds",   "matmul_seconds", "attention_seconds", "decode_seconds",
-        "optimizer_seconds", "nvme_seconds",   "grad_pass_seconds", "bubble_seconds",
-        "step_seconds",      "load_seconds"};
-    for (int k = 0; k < 10; k++) {
+        "compute_seconds",   "matmul_seconds", "attention_seconds",  "decode_seconds",
+        "optimizer_seconds", "nvme_seconds",   "grad_pass_seconds",  "bubble_seconds",
+        "step_seconds",      "load_seconds",   "load_cached_seconds"};
+    for (int k = 0; k < 11; k++) {
         fprintf(f, ", \"%s\": ", names[k]);
         json_num(f, rest[k]);
     }

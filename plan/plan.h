@@ -163,6 +163,7 @@ struct plan_time {
     double context;                  /* ring attention's exposed time (plan_context.c) */
     double step;                     /* the step: all of it */
     double load; /* model.init_from's load on the rank, before the steps; NAN: not predicted */
+    double load_cached;              /* the same with the files already in the page cache */
     uint64_t bytes[PLAN_AXIS_COUNT]; /* bytes this rank sends per step */
     int inter_node[PLAN_AXIS_COUNT]; /* the axis's ring crosses nodes */
 };

@@ -432,13 +432,14 @@ double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscr
 }
 
 /* model.init_from's load on the rank (run_checkpoint.h's work): one
- * thread reads, transposes and encodes at the machine's rates, after the
- * file comes off the disk at the rank's share of it (where the machine
- * states the disk's rate: a first load, nothing cached); under NVMe
- * offload the master goes to the file and back. Every rank of the node
- * loads at once, and nothing overlaps on a rank: its reads block. */
+ * thread reads, transposes and encodes at the machine's rates, and its
+ * stores into the model states move at the element-wise rate; a cold file (`cold`: a first load)
+ * comes off the disk at the rank's share of it, where the machine states
+ * the disk's rate; under NVMe offload the master goes to the file and
+ * back. Every rank of the node loads at once, and nothing overlaps on a
+ * rank: its reads block. */
 static double load_seconds(const struct plan_model *pm, const struct plan_role *r,
-                           const struct machine *m, int per_node)
+                           const struct machine *m, int per_node, double mem_rate, int cold)
 {
     const struct run_import_work *w = &r->load_work;
     if (w->read == 0 || !(m->weights_read > 0) || !(m->weights_transpose > 0) ||
@@ -447,9 +448,10 @@ static double load_seconds(const struct plan_model *pm, const struct plan_role *
     const double core = plan_core_share(m, per_node);
     double t = ((double)w->read / m->weights_read + (double)w->transposed / m->weights_transpose +
                 (w->encoded ? (double)w->encoded / m->quantize_4bit : 0.0)) /
-               core;
+                   core +
+               (double)w->stored / elementwise_rate(m, per_node, mem_rate);
     const double rd = m->nvme_read_bandwidth / per_node, wr = m->nvme_write_bandwidth / per_node;
-    if (rd > 0)
+    if (rd > 0 && cold)
         t += (double)w->read * pm->weights_file_esz / rd;
     if (w->master_nvme && rd > 0 && wr > 0)
         t += (double)w->master_nvme * sizeof(float) * (1.0 / wr + 1.0 / rd);
@@ -516,5 +518,6 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
     out->bubble = plan_bubble(busy, l->pp, l->accum, r->chunks, oversubscription(m, per_node));
     out->step =
         busy + out->bubble + out->exposed[PLAN_AXIS_DATA] + out->grad_passes + out->optimizer;
-    out->load = load_seconds(pm, r, m, per_node);
+    out->load = load_seconds(pm, r, m, per_node, mem_rate, 1);
+    out->load_cached = load_seconds(pm, r, m, per_node, mem_rate, 0);
 }

@@ -1794,6 +1794,11 @@ static zt_status working_from_master(struct shard_engine *e)
     return st;
 }
 
+int shard_engine_master_in_memory(const struct shard_engine *e)
+{
+    return has_master(e) && !e->nvme;
+}
+
 zt_status shard_engine_params_from_master(struct shard_engine *e)
 {
     secondary_stale(e);

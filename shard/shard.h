@@ -624,6 +624,11 @@ void shard_engine_host_bytes(const struct shard_engine *e, size_t *current, size
  * shard_engine_bytes_per_param's optimizer column. */
 size_t shard_engine_replicated_state_bytes(const struct shard_engine *e);
 
+/* Whether the fp32 master the update writes is a copy in memory apart
+ * from the working parameters (16-bit precision, or offload to the host;
+ * not under NVMe offload, whose master is in the file). */
+int shard_engine_master_in_memory(const struct shard_engine *e);
+
 /* NVMe offload: the bytes of the rank's state file (the window the ledger
  * counts is apart), whether or not a plan created it; 0 without. */
 size_t shard_engine_nvme_bytes(const struct shard_engine *e);

@@ -598,8 +598,9 @@ START_TEST(attention_and_element_wise_ops_at_measured_rates)
 END_TEST
 
 /* model.init_from's load: each kind of work at its rate on the rank's
- * core, the file off the disk at the rank's share, the NVMe master out
- * and back; nothing predicted without the rates or without a load. */
+ * core, the states' first pages, the file off the disk at the rank's
+ * share (none once cached), the NVMe master out and back; nothing
+ * predicted without the rates or without a load. */
 START_TEST(load_time_at_the_loaders_rates)
 {
     struct machine m = two_core_node(1e10, 1e-5);
@@ -607,7 +608,7 @@ START_TEST(load_time_at_the_loaders_rates)
     strcpy(pm.optimizer, "AdamW");
     pm.weights_file_esz = 2.0;
     struct plan_role r = one_block_role(4, 1e9);
-    r.load_work = (struct run_import_work){.read = 1000000, .transposed = 400000};
+    r.load_work = (struct run_import_work){.read = 1000000, .transposed = 400000, .stored = 6e6};
     const struct plan_layout l = {
         .tp = 1, .pp = 1, .dp = 2, .zero_stage = 3, .micro_batch = 1, .accum = 1};
     struct plan_time t;
@@ -615,10 +616,12 @@ START_TEST(load_time_at_the_loaders_rates)
     ck_assert(isnan(t.load)); /* the machine states no loader */
     m.weights_read = 1e8;
     m.weights_transpose = 4e7;
+    m.elementwise_bandwidth = 3e9; /* the stores' rate */
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
-    ck_assert_double_eq_tol(t.load, 1e6 / 1e8 + 4e5 / 4e7, 1e-15);
+    ck_assert_double_eq_tol(t.load, 1e6 / 1e8 + 4e5 / 4e7 + 6e6 / 3e9, 1e-15);
+    ck_assert_double_eq(t.load_cached, t.load);      /* no disk stated */
     plan_cost(&pm, &l, &r, &m, 4, MACHINE_FP32, &t); /* half a core each */
-    ck_assert_double_eq_tol(t.load, 2 * (1e6 / 1e8 + 4e5 / 4e7), 1e-15);
+    ck_assert_double_eq_tol(t.load, 2 * (1e6 / 1e8 + 4e5 / 4e7 + 6e6 / 3e9), 1e-15);
     r.load_work.encoded = 500000; /* a 4-bit base needs the encoder's rate */
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
     ck_assert(isnan(t.load));
@@ -626,11 +629,13 @@ START_TEST(load_time_at_the_loaders_rates)
     m.nvme_read_bandwidth = 2e9;
     m.nvme_write_bandwidth = 1e9;
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
-    const double cpu = 1e6 / 1e8 + 4e5 / 4e7 + 5e5 / 5e7, disk = 1e6 * 2.0 / (2e9 / 2);
+    const double cpu = 1e6 / 1e8 + 4e5 / 4e7 + 5e5 / 5e7 + 6e6 / 3e9, disk = 1e6 * 2.0 / (2e9 / 2);
     ck_assert_double_eq_tol(t.load, cpu + disk, 1e-15);
+    ck_assert_double_eq_tol(t.load_cached, cpu, 1e-15);
     r.load_work.master_nvme = 300000;
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
     ck_assert_double_eq_tol(t.load, cpu + disk + 3e5 * 4 * (1 / 5e8 + 1 / 1e9), 1e-15);
+    ck_assert_double_eq_tol(t.load_cached, cpu + 3e5 * 4 * (1 / 5e8 + 1 / 1e9), 1e-15);
     r.load_work = (struct run_import_work){0};
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
     ck_assert(isnan(t.load)); /* no model.init_from */
@@ -661,6 +666,9 @@ START_TEST(import_work_follows_the_held_ranges)
     ck_assert_uint_eq(one.load_work.read, t.n_params);
     ck_assert_uint_eq(one.load_work.transposed, transposed);
     ck_assert_uint_eq(one.load_work.encoded + one.load_work.master_nvme, 0);
+    /* fp32: the master is the parameters, stored once (4 read, 4 written);
+     * a transposed tensor copied out of the cache */
+    ck_assert_uint_eq(one.load_work.stored, t.n_params * 8 + transposed * 8);
     g.dp = 2;
     g.zero_stage = 3;
     ck_assert_int_eq(plan_role(&cfg, &g, 0, &half), ZT_OK);
