@@ -180,10 +180,14 @@ static zt_status build(struct gemm_onednn *d, const struct key *k, struct prim *
     if (st == dnnl_unimplemented && k->ab_type != ZT_F32) {
         char v[32];
         gemm_onednn_version(v, sizeof v);
+        /* the instructions are not enough: oneDNN 2.6 has no fp16 kernel for a
+         * CPU that has AVX512-FP16 */
         return zt_error_set(ZT_ERR_UNSUPPORTED, "oneDNN %s has no %s GEMM for this CPU (%s)", v,
                             zt_precision_name((enum zt_dtype)k->ab_type),
-                            k->ab_type == ZT_BF16 ? "it needs AVX-512, AVX512-BF16 or AMX"
-                                                  : "it needs AVX512-FP16 or AMX-FP16");
+                            k->ab_type == ZT_BF16
+                                ? "it needs AVX-512, AVX512-BF16 or AMX"
+                                : "it needs AVX512-FP16 or AMX-FP16 and a oneDNN with kernels "
+                                  "for them");
     }
     DNNL_TRY(st);
     DNNL_TRY(dnnl_primitive_create(&p->p, p->pd));
