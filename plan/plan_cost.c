@@ -433,11 +433,11 @@ double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscr
 
 /* model.init_from's load on the rank (run_checkpoint.h's work): one
  * thread reads, transposes and encodes at the machine's rates, and its
- * stores into the model states move at the element-wise rate; a cold file (`cold`: a first load)
- * comes off the disk at the rank's share of it, where the machine states
- * the disk's rate; under NVMe offload the master goes to the file and
- * back. Every rank of the node loads at once, and nothing overlaps on a
- * rank: its reads block. */
+ * stores into the model states move at the element-wise rate; a cold
+ * file (a first load) comes off the disk at the rank's share of it, where
+ * the machine states the disk's rate; under NVMe offload the master goes
+ * to the file and back. Every rank of the node loads at once, and nothing
+ * overlaps on a rank: its reads block. */
 static double load_seconds(const struct plan_model *pm, const struct plan_role *r,
                            const struct machine *m, int per_node, double mem_rate, int cold)
 {

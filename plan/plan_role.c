@@ -2,9 +2,9 @@
  * ledger with training's own code (see plan.h). */
 #include "plan.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -76,7 +76,10 @@ static double weights_file_bytes(const char *path)
     snprintf(dir, sizeof dir, "%s", path);
     if (S_ISREG(st.st_mode)) { /* an index: its shards beside it */
         char *slash = strrchr(dir, '/');
-        snprintf(dir, sizeof dir, "%s", slash ? (*slash = '\0', dir) : ".");
+        if (slash)
+            *slash = '\0';
+        else
+            strcpy(dir, ".");
     }
     DIR *d = opendir(dir);
     double bytes = 0.0;
