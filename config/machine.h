@@ -29,8 +29,8 @@
  *         bf16: 9.1e10
  *       elementwise_bandwidth: 6e9 # optional: bytes/s one core's element-wise ops move
  *       weights_read: 1.1e9       # optional: model.init_from's loader on one core,
- *       weights_transpose: 4e8    #   elements/s: read from the page cache into fp32,
- *       quantize_4bit: 2.4e8      #   transposed, encoded into 4 bits
+ *       weights_read_transposed: 4e8 # elements/s: read from the page cache into fp32,
+ *       quantize_4bit: 2.4e8      #   read and transposed, encoded into 4 bits
  *     nvme:                       # optional: the offload folder's disk, whole node
  *       read_bandwidth: 1.5e9     # bytes/s
  *       write_bandwidth: 1.1e9
@@ -84,13 +84,14 @@
  * GEMMs' rate and the element-wise ops at memory_bandwidth: the GPU
  * files' case, whose kernels have no measurement here.
  *
- * `weights_read`, `weights_transpose` and `quantize_4bit` time the load of
- * model.init_from's weights (coordinator/run_checkpoint.h's work), a rank
- * on one thread: a 16-bit file read and widened, a tensor the file stores
- * transposed put back, a QLoRA base encoded; what it stores into the
- * model states moves at `elementwise_bandwidth`. The file itself comes off the
- * node's disk at `nvme.read_bandwidth` where the file states one (a first
- * load: the page cache holds none of it). Without them the planner
+ * `weights_read`, `weights_read_transposed` and `quantize_4bit` time the
+ * load of model.init_from's weights (coordinator/run_checkpoint.h's work),
+ * a rank on one thread: a 16-bit file read and widened, a tensor the file
+ * stores transposed read, widened and put back, a QLoRA base encoded;
+ * what it stores into the model states streams at the rank's share of
+ * `memory_bandwidth`. The file itself comes off the node's disk at
+ * `nvme.read_bandwidth` where the file states one (a first load: the page
+ * cache holds none of it). Without them the planner
  * predicts no load time.
  *
  * Every key but `cores`, the peaks, the GEMM keys, the seven rates above and
@@ -230,7 +231,7 @@ struct machine {
     double attention_flops[3];    /* one core's fused attention FLOP/s by type; 0: not stated */
     double elementwise_bandwidth; /* bytes/s one core's element-wise ops move; 0: not stated */
     /* model.init_from's loader on one core, elements/s; 0: not stated */
-    double weights_read, weights_transpose, quantize_4bit;
+    double weights_read, weights_read_transposed, quantize_4bit;
     double nvme_read_bandwidth, nvme_write_bandwidth; /* bytes/s of the node; 0: not stated */
     struct machine_link intra_node, inter_node;
 };

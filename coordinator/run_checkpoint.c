@@ -968,8 +968,9 @@ static zt_status import_packed(struct run_session *s, int u, range_reader read, 
             continue;
         const size_t bytes = param_quant_tensor_bytes(&s->table, k, working);
         if (at < keep_hi && at + bytes > keep_lo) {
-            ZT_TRY(param_quant_encode_tensor(&s->table, k, working, &src, b->chunk, b->chunk_n,
-                                             b->scales, b->region));
+            ZT_TRY(param_quant_encode_tensor(&s->table, k, working, &src,
+                                             keep_lo > at ? keep_lo - at : 0, keep_hi - at,
+                                             b->chunk, b->chunk_n, b->scales, b->region));
             ZT_TRY(shard_engine_set_packed_bytes(&s->engine, u, at, bytes, b->region));
         }
         at += bytes;
@@ -1036,24 +1037,33 @@ size_t run_checkpoint_import_bytes(const struct param_table *t, const struct sha
            scales * sizeof(float);
 }
 
-/* Tensor k's share of what the rank reads of its unit: the kept bytes of
- * a packed unit's image, else the held range; the work in *w. */
-static void tensor_import_work(const struct param_table *t, const struct shard_engine *e, int k,
-                               size_t at, int transposed, struct run_import_work *w)
+/* Tensor k's share of what rank `rank` reads of its unit: the kept bytes
+ * of a packed unit's image (whose blocks' codes it encodes, the rest of
+ * the tensor scanned for its scales alone), else the held range; the work
+ * in *w. */
+static void tensor_import_work(const struct param_table *t, const struct shard_engine *e, int rank,
+                               int k, size_t at, int transposed, struct run_import_work *w)
 {
     const struct param_tensor *p = &t->tensors[k];
     const struct shard_unit *su = &e->part.units[p->unit];
     size_t lo, hi, n;
     if (su->packed) {
         const size_t bytes = param_quant_tensor_bytes(t, k, e->cfg.precision);
-        shard_engine_packed_range(e, p->unit, &lo, &hi);
+        shard_engine_packed_range_of(e, rank, p->unit, &lo, &hi);
         n = at < hi && at + bytes > lo ? p->numel : 0;
-        w->encoded += n;
+        if (n && p->storage == PARAM_STORAGE_Q4) {
+            size_t k0, k1;
+            param_quant_kept_blocks(p->numel, lo > at ? lo - at : 0, hi - at, &k0, &k1);
+            const size_t coded =
+                k1 * QUANT4_BLOCK < n ? (k1 - k0) * QUANT4_BLOCK : n - k0 * QUANT4_BLOCK;
+            w->encoded += k1 > k0 ? coded : 0;
+            w->scanned += n - (k1 > k0 ? coded : 0);
+        }
         const size_t kept_lo = at > lo ? at : lo, kept_hi = at + bytes < hi ? at + bytes : hi;
         w->stored += kept_hi > kept_lo ? 2 * (kept_hi - kept_lo) : 0; /* the region copied */
     } else {
         const size_t first = p->offset - t->unit_offset[p->unit];
-        shard_engine_held_range(e, p->unit, &lo, &hi);
+        shard_engine_held_range_of(e, rank, p->unit, &lo, &hi);
         lo = lo > first ? lo : first;
         hi = hi < first + p->numel ? hi : first + p->numel;
         n = hi > lo ? hi - lo : 0;
@@ -1070,23 +1080,53 @@ static void tensor_import_work(const struct param_table *t, const struct shard_e
     w->stored += transposed ? n * 2 * sizeof(float) : 0; /* copied out of the cache */
 }
 
+/* One rank's work on the file's units [0, n_units), tensors in table
+ * order (a packed unit's image holds its tensors' regions in that order);
+ * transposed[k]: the file stores tensor k transposed. */
+static void rank_import_work(const struct param_table *t, int n_units, const struct shard_engine *e,
+                             int rank, const unsigned char *transposed, struct run_import_work *w)
+{
+    size_t at[MODEL_MAX_UNITS] = {0}; /* where the next tensor's region starts */
+    ZT_ASSERT(n_units <= MODEL_MAX_UNITS);
+    memset(w, 0, sizeof *w);
+    for (int k = 0; k < t->n_tensors; k++) {
+        const int u = t->tensors[k].unit;
+        if (u >= n_units)
+            continue;
+        tensor_import_work(t, e, rank, k, at[u], transposed[k], w);
+        at[u] += e->part.units[u].packed ? param_quant_tensor_bytes(t, k, e->cfg.precision) : 0;
+    }
+}
+
+static size_t most(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
 void run_checkpoint_import_work(const struct param_table *t, const struct shard_engine *e,
                                 struct run_import_work *w)
 {
     const struct param_table base = init_from_units(t);
+    unsigned char *transposed = calloc((size_t)t->n_tensors + 1, 1);
     memset(w, 0, sizeof *w);
-    for (int u = 0; u < base.n_units; u++) {
-        size_t at = 0; /* a packed unit's image: its tensors' regions in order */
-        for (int k = 0; k < t->n_tensors; k++) {
-            if (t->tensors[k].unit != u)
-                continue;
-            int transposed = 0;
-            if (hf_weights_transposed(&base, k, &transposed) != ZT_OK)
-                transposed = 0; /* a family without a mapping cannot be loaded */
-            tensor_import_work(t, e, k, at, transposed, w);
-            at += e->part.units[u].packed ? param_quant_tensor_bytes(t, k, e->cfg.precision) : 0;
-        }
+    ZT_ASSERT(transposed);
+    for (int k = 0; k < t->n_tensors; k++) {
+        int tr = 0;
+        if (t->tensors[k].unit < base.n_units &&
+            hf_weights_transposed(&base, k, &tr) == ZT_OK) /* else no mapping: never loaded */
+            transposed[k] = (unsigned char)tr;
     }
+    for (int rank = 0; rank < e->cfg.world; rank++) {
+        struct run_import_work r;
+        rank_import_work(t, base.n_units, e, rank, transposed, &r);
+        w->read = most(w->read, r.read);
+        w->transposed = most(w->transposed, r.transposed);
+        w->encoded = most(w->encoded, r.encoded);
+        w->scanned = most(w->scanned, r.scanned);
+        w->master_nvme = most(w->master_nvme, r.master_nvme);
+        w->stored = most(w->stored, r.stored);
+    }
+    free(transposed);
 }
 
 /* Each rank reads the ranges it holds of units [u0, u1) through `read`

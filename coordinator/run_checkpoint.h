@@ -42,17 +42,20 @@
  * import_weights allocates them. */
 size_t run_checkpoint_import_bytes(const struct param_table *t, const struct shard_engine *e);
 
-/* The work of that import on the rank, in elements: read from the file
- * (a transposed tensor whole, by any rank that holds part of it, as the
- * reader caches it), transposed on the way, encoded into 4 bits, and
- * written to the NVMe master file (which the parameters are then rebuilt
- * from); and the bytes its stores into the model states read and write
- * (`stored`: a transposed tensor's copy out of the reader's cache, the
- * values into the held parameters, through the fp32 master in memory
- * where there is one, a 4-bit image). The planner times it
- * (plan_cost.c). */
+/* The work of that import on the slowest rank of e's partition (the
+ * import ends when every rank has done its own): of each count below the
+ * most any rank has, in elements: read from the file (a transposed tensor
+ * whole, by any rank that holds part of it, as the reader caches it),
+ * transposed on the way, encoded into 4 bits (the blocks of the rank's
+ * share of the codes), scanned for a 4-bit tensor's block scales alone
+ * (its other blocks), and written to the NVMe master file (which the
+ * parameters are then rebuilt from); and the bytes its stores into the
+ * model states read and write (`stored`: a transposed tensor's copy out
+ * of the reader's cache, the values into the held parameters, through the
+ * fp32 master in memory where there is one, a 4-bit image). The planner
+ * times it (plan_cost.c). */
 struct run_import_work {
-    size_t read, transposed, encoded, master_nvme;
+    size_t read, transposed, encoded, scanned, master_nvme;
     size_t stored;
 };
 

@@ -730,7 +730,7 @@ static zt_status build_comment(const struct calibration *cal, const struct calib
     calibrate_ops_put(f, &cal->m, cal->sz.rate_reps);
     fprintf(f, "attention_flops and elementwise_bandwidth: these rates.\n\n");
     calibrate_load_put(f, &cal->m, cal->sz.rate_reps);
-    fprintf(f, "weights_read, weights_transpose and quantize_4bit: these rates.\n\n");
+    fprintf(f, "weights_read, weights_read_transposed and quantize_4bit: these rates.\n\n");
     if (o->nvme_path) {
         put_nvme_line(f, cal, o->nvme_path);
         fprintf(f, "nvme: these rates.\n\n");
@@ -784,7 +784,7 @@ static zt_status write_machine(struct calibration *cal, const struct calibrate_o
     }
     m->elementwise_bandwidth = round4(m->elementwise_bandwidth);
     ZT_TRY(check_rate("elementwise_bandwidth", m->elementwise_bandwidth));
-    double *const loader[] = {&m->weights_read, &m->weights_transpose, &m->quantize_4bit};
+    double *const loader[] = {&m->weights_read, &m->weights_read_transposed, &m->quantize_4bit};
     for (int k = 0; k < 3; k++) {
         *loader[k] = round4(*loader[k]);
         ZT_TRY(check_rate("the loader's rates", *loader[k]));

@@ -20,8 +20,9 @@
  *   - m->weights_read: a bf16 safetensors file that calibrate writes in
  *     dir (and removes), read through the page cache into fp32 in the
  *     loader's pieces of 2^18 elements;
- *   - m->weights_transpose: the reader's tiles put back into our layout
- *     (hf_weights_scatter_tile);
+ *   - m->weights_read_transposed: the same file read as a tensor stored
+ *     transposed, the reader's way: tiles of rows widened and put back
+ *     into our layout (hf_weights_scatter_tile);
  *   - m->quantize_4bit: NF4 with double quantisation (quant4.h).
  * Elements a second each. Prints a table to `report`
  * (NULL: nowhere). Errors: ZT_ERR_IO naming the file, ZT_ERR_NOMEM. */

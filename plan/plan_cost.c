@@ -431,25 +431,27 @@ double plan_bubble(double busy, int pp, int accum, int chunks, double oversubscr
     return span > busy ? span - busy : 0.0;
 }
 
-/* model.init_from's load on the rank (run_checkpoint.h's work): one
- * thread reads, transposes and encodes at the machine's rates, and its
- * stores into the model states move at the element-wise rate; a cold
- * file (a first load) comes off the disk at the rank's share of it, where
- * the machine states the disk's rate; under NVMe offload the master goes
- * to the file and back. Every rank of the node loads at once, and nothing
- * overlaps on a rank: its reads block. */
+/* model.init_from's load on the slowest rank (run_checkpoint.h's work):
+ * one thread reads, transposes and encodes at the machine's rates; its
+ * stores into the model states, and the scans of 4-bit blocks for their
+ * scales alone (4 bytes an element), stream at the rank's share of the
+ * memory; a cold file (a first load) comes off the disk at the rank's
+ * share of it, where the machine states the disk's rate; under NVMe
+ * offload the master goes to the file and back. Every rank of the node
+ * loads at once, and nothing overlaps on a rank: its reads block. */
 static double load_seconds(const struct plan_model *pm, const struct plan_role *r,
                            const struct machine *m, int per_node, double mem_rate, int cold)
 {
     const struct run_import_work *w = &r->load_work;
-    if (w->read == 0 || !(m->weights_read > 0) || !(m->weights_transpose > 0) ||
+    if (w->read == 0 || !(m->weights_read > 0) || !(m->weights_read_transposed > 0) ||
         (w->encoded && !(m->quantize_4bit > 0)))
         return NAN;
     const double core = plan_core_share(m, per_node);
-    double t = ((double)w->read / m->weights_read + (double)w->transposed / m->weights_transpose +
+    double t = ((double)(w->read - w->transposed) / m->weights_read +
+                (double)w->transposed / m->weights_read_transposed +
                 (w->encoded ? (double)w->encoded / m->quantize_4bit : 0.0)) /
                    core +
-               (double)w->stored / elementwise_rate(m, per_node, mem_rate);
+               ((double)w->stored + (double)w->scanned * sizeof(float)) / mem_rate;
     const double rd = m->nvme_read_bandwidth / per_node, wr = m->nvme_write_bandwidth / per_node;
     if (rd > 0 && cold)
         t += (double)w->read * pm->weights_file_esz / rd;

@@ -247,8 +247,9 @@ static zt_status init_packed(struct shard_engine *e, int u, const struct init_st
             continue;
         const size_t bytes = param_quant_tensor_bytes(e->table, k, e->cfg.precision);
         if (at < keep_hi && at + bytes > keep_lo) {
-            ZT_TRY(param_quant_encode_tensor(e->table, k, e->cfg.precision, &src, b->host, b->chunk,
-                                             b->scales, b->region));
+            ZT_TRY(param_quant_encode_tensor(e->table, k, e->cfg.precision, &src,
+                                             keep_lo > at ? keep_lo - at : 0, keep_hi - at, b->host,
+                                             b->chunk, b->scales, b->region));
             ZT_TRY(shard_engine_set_packed_bytes(e, u, at, bytes, b->region));
         }
         at += bytes;
@@ -358,12 +359,18 @@ zt_status shard_engine_init_units(struct shard_engine *e, int u0, int u1)
 
 /* ---- packed units (a 4-bit base, worker/param_quant.h) --------------------- */
 
-void shard_engine_packed_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi)
+void shard_engine_packed_range_of(const struct shard_engine *e, int rank, int u, size_t *lo,
+                                  size_t *hi)
 {
     const struct shard_unit *su = &e->part.units[u];
-    ZT_ASSERT(su->packed);
-    *lo = e->policy.shard_params ? (size_t)e->cfg.rank * su->image_shard : 0;
+    ZT_ASSERT(su->packed && rank >= 0 && rank < e->cfg.world);
+    *lo = e->policy.shard_params ? (size_t)rank * su->image_shard : 0;
     *hi = e->policy.shard_params ? *lo + su->image_shard : su->image_padded;
+}
+
+void shard_engine_packed_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi)
+{
+    shard_engine_packed_range_of(e, e->cfg.rank, u, lo, hi);
 }
 
 zt_status shard_engine_set_packed_bytes(struct shard_engine *e, int u, size_t first, size_t n,
@@ -1623,6 +1630,16 @@ void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, si
     const struct owned_range r = owned_range_of(e, u);
     *lo = r.lo;
     *hi = r.hi;
+}
+
+void shard_engine_held_range_of(const struct shard_engine *e, int rank, int u, size_t *lo,
+                                size_t *hi)
+{
+    ZT_ASSERT(rank >= 0 && rank < e->cfg.world);
+    *lo = 0;
+    *hi = e->part.units[u].numel;
+    if (e->policy.shard_states)
+        shard_owned_range(&e->part, rank, u, lo, hi);
 }
 
 const char *shard_engine_state_name(const struct shard_engine *e, int which)

@@ -565,6 +565,9 @@ zt_status shard_engine_init_units(struct shard_engine *e, int u0, int u1);
 /* The bytes [*lo, *hi) of packed unit u's image (su->image_padded bytes)
  * the rank keeps: all of them, or its share under stage 3. */
 void shard_engine_packed_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi);
+/* The same for rank `rank` of the partition (0 <= rank < cfg.world). */
+void shard_engine_packed_range_of(const struct shard_engine *e, int rank, int u, size_t *lo,
+                                  size_t *hi);
 
 /* Bytes [first, first + n) of packed unit u's image from bytes[n] (host;
  * param_quant_encode's, the padding zero): the rank keeps what of them
@@ -601,6 +604,10 @@ int shard_engine_holds_state(const struct shard_engine *e, int which, int u);
 /* Unit elements [lo, hi) whose state this rank holds and updates: the
  * whole unit under stage 0, the owned range otherwise. */
 void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, size_t *hi);
+/* The same for rank `rank` of the partition (0 <= rank < cfg.world): what
+ * a planner counts of another rank's work. */
+void shard_engine_held_range_of(const struct shard_engine *e, int rank, int u, size_t *lo,
+                                size_t *hi);
 /* The element type of state `which`: fp32 for the master, the optimizer's
  * state_dtype for its states (8-bit codes are ZT_U8). */
 enum zt_dtype shard_engine_state_dtype(const struct shard_engine *e, int which);

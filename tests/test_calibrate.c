@@ -198,11 +198,12 @@ START_TEST(quick_calibration_writes_a_machine_file)
                   "%s", file);
     /* the loader on one core */
     ck_assert_double_gt(m.weights_read, 0);
-    ck_assert_double_gt(m.weights_transpose, 0);
+    ck_assert_double_gt(m.weights_read_transposed, 0);
     ck_assert_double_gt(m.quantize_4bit, 0);
     ck_assert_msg(strstr(file, "#   weights_read: bf16 safetensors from the page cache") &&
-                      strstr(file, "# weights_read, weights_transpose and quantize_4bit: these "
-                                   "rates."),
+                      strstr(file,
+                             "# weights_read, weights_read_transposed and quantize_4bit: these "
+                             "rates."),
                   "%s", file);
     /* written whole: no temporary file is left beside it */
     ck_assert_int_eq(testutil_run(log, "ls %s", dir), 0);

@@ -662,14 +662,15 @@ START_TEST(test_element_rates_are_optional)
     ck_assert_ptr_null(strstr(text, "weights_"));
     ck_assert_ptr_null(strstr(text, "quantize_4bit"));
 
-    write_text(path, edited("links:", "  update_rates:\n    AdamW: 1.2e9\n    AdamW8bit: 9.5e7\n"
-                                      "  dequantize_4bit: 2.5e9\n  attention_flops:\n"
-                                      "    fp32: 1.1e11\n    bf16: 2e11\n    fp16: 1.1e11\n"
-                                      "  elementwise_bandwidth: 5.25e9\n  weights_read: 1.5e9\n"
-                                      "  weights_transpose: 4e8\n  quantize_4bit: 2.5e8\nlinks:"));
+    write_text(path,
+               edited("links:", "  update_rates:\n    AdamW: 1.2e9\n    AdamW8bit: 9.5e7\n"
+                                "  dequantize_4bit: 2.5e9\n  attention_flops:\n"
+                                "    fp32: 1.1e11\n    bf16: 2e11\n    fp16: 1.1e11\n"
+                                "  elementwise_bandwidth: 5.25e9\n  weights_read: 1.5e9\n"
+                                "  weights_read_transposed: 4e8\n  quantize_4bit: 2.5e8\nlinks:"));
     load_ok(path, &m);
     ck_assert_double_eq(m.weights_read, 1.5e9);
-    ck_assert_double_eq(m.weights_transpose, 4e8);
+    ck_assert_double_eq(m.weights_read_transposed, 4e8);
     ck_assert_double_eq(m.quantize_4bit, 2.5e8);
     ck_assert_int_eq(m.n_updates, 2);
     ck_assert_double_eq(machine_update_rate(&m, "adamw8bit"), 9.5e7);

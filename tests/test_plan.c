@@ -440,6 +440,13 @@ END_TEST
 
 /* The cost model: ring traffic and latency as comm.h and plan.h state. */
 /* A two-block GPT-2 of width 64: the config the role and cost tests plan. */
+/* A small Llama whose linear weights are a 4-bit base under LoRA. */
+static const char tiny_llama_qlora[] =
+    "model: {family: llama, vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
+    "n_embd: 64, intermediate_size: 128}\ndata: {train: /dev/null, seq_len: 32}\n"
+    "bf16: {enabled: true}\nlora: {enabled: true, r: 4, target_modules: all-linear}\n"
+    "quantization: {load_in_4bit: true}\n";
+
 static const char tiny_gpt2[] = "model: {vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
                                 "n_embd: 64}\ndata: {train: /dev/null, seq_len: 32}\n";
 
@@ -597,13 +604,15 @@ START_TEST(attention_and_element_wise_ops_at_measured_rates)
 }
 END_TEST
 
-/* model.init_from's load: each kind of work at its rate on the rank's
- * core, the states' first pages, the file off the disk at the rank's
- * share (none once cached), the NVMe master out and back; nothing
- * predicted without the rates or without a load. */
+/* model.init_from's load: each element read at the rate of its kind (a
+ * tensor stored transposed at its own) and encoded at the encoder's on
+ * the rank's core, the stores and the scales' scans at the rank's share
+ * of the memory, the file off the disk at the rank's share (none once
+ * cached), the NVMe master out and back; nothing predicted without the
+ * rates or without a load. */
 START_TEST(load_time_at_the_loaders_rates)
 {
-    struct machine m = two_core_node(1e10, 1e-5);
+    struct machine m = two_core_node(1e10, 1e-5); /* memory: 1e11 bytes/s */
     struct plan_model pm = {.layers = 1, .heads = 1, .kv_heads = 1, .embd = 8, .seq = 4};
     strcpy(pm.optimizer, "AdamW");
     pm.weights_file_esz = 2.0;
@@ -615,21 +624,22 @@ START_TEST(load_time_at_the_loaders_rates)
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
     ck_assert(isnan(t.load)); /* the machine states no loader */
     m.weights_read = 1e8;
-    m.weights_transpose = 4e7;
-    m.elementwise_bandwidth = 3e9; /* the stores' rate */
+    m.weights_read_transposed = 4e7;
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
-    ck_assert_double_eq_tol(t.load, 1e6 / 1e8 + 4e5 / 4e7 + 6e6 / 3e9, 1e-15);
+    const double reads = 6e5 / 1e8 + 4e5 / 4e7;
+    ck_assert_double_eq_tol(t.load, reads + 6e6 / 5e10, 1e-15);
     ck_assert_double_eq(t.load_cached, t.load);      /* no disk stated */
-    plan_cost(&pm, &l, &r, &m, 4, MACHINE_FP32, &t); /* half a core each */
-    ck_assert_double_eq_tol(t.load, 2 * (1e6 / 1e8 + 4e5 / 4e7 + 6e6 / 3e9), 1e-15);
+    plan_cost(&pm, &l, &r, &m, 4, MACHINE_FP32, &t); /* half a core, a quarter of the memory */
+    ck_assert_double_eq_tol(t.load, 2 * reads + 6e6 / 2.5e10, 1e-15);
     r.load_work.encoded = 500000; /* a 4-bit base needs the encoder's rate */
+    r.load_work.scanned = 250000;
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
     ck_assert(isnan(t.load));
     m.quantize_4bit = 5e7;
     m.nvme_read_bandwidth = 2e9;
     m.nvme_write_bandwidth = 1e9;
     plan_cost(&pm, &l, &r, &m, 2, MACHINE_FP32, &t);
-    const double cpu = 1e6 / 1e8 + 4e5 / 4e7 + 5e5 / 5e7 + 6e6 / 3e9, disk = 1e6 * 2.0 / (2e9 / 2);
+    const double cpu = reads + 5e5 / 5e7 + (6e6 + 4 * 2.5e5) / 5e10, disk = 1e6 * 2.0 / (2e9 / 2);
     ck_assert_double_eq_tol(t.load, cpu + disk, 1e-15);
     ck_assert_double_eq_tol(t.load_cached, cpu, 1e-15);
     r.load_work.master_nvme = 300000;
@@ -642,16 +652,32 @@ START_TEST(load_time_at_the_loaders_rates)
 }
 END_TEST
 
+/* The config `yaml` loading model.init_from (a path the plan never
+ * opens), its table, and the roles of one rank and of a ZeRO-3 rank of
+ * two. */
+static void plan_import(const char *yaml, struct zt_config *cfg, struct param_table *t,
+                        struct plan_role *one, struct plan_role *half)
+{
+    load_config(yaml, cfg);
+    cfg->model.init_from = strdup("/nonexistent/weights");
+    ck_assert_int_eq(session_build_table(cfg, t), ZT_OK);
+    struct plan_layout g = {
+        .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 1};
+    ck_assert_int_eq(plan_role(cfg, &g, 0, one), ZT_OK);
+    g.dp = 2;
+    g.zero_stage = 3;
+    ck_assert_int_eq(plan_role(cfg, &g, 0, half), ZT_OK);
+}
+
 /* The import's work the planner times: one rank reads the whole file,
  * each tensor GPT-2 stores transposed once; a ZeRO-3 rank of two reads
  * its half, and a transposed tensor whole wherever it holds part of it. */
 START_TEST(import_work_follows_the_held_ranges)
 {
     struct zt_config cfg;
-    load_config(tiny_gpt2, &cfg);
-    cfg.model.init_from = strdup("/nonexistent/weights"); /* the plan opens no file */
     struct param_table t;
-    ck_assert_int_eq(session_build_table(&cfg, &t), ZT_OK);
+    struct plan_role one, half;
+    plan_import(tiny_gpt2, &cfg, &t, &one, &half);
     size_t transposed = 0;
     for (int k = 0; k < t.n_tensors; k++) {
         int tr = 0;
@@ -659,23 +685,40 @@ START_TEST(import_work_follows_the_held_ranges)
         transposed += tr ? t.tensors[k].numel : 0;
     }
     ck_assert_uint_gt(transposed, 0);
-    struct plan_layout g = {
-        .tp = 1, .pp = 1, .dp = 1, .zero_stage = 0, .micro_batch = 1, .accum = 1};
-    struct plan_role one, half;
-    ck_assert_int_eq(plan_role(&cfg, &g, 0, &one), ZT_OK);
     ck_assert_uint_eq(one.load_work.read, t.n_params);
     ck_assert_uint_eq(one.load_work.transposed, transposed);
     ck_assert_uint_eq(one.load_work.encoded + one.load_work.master_nvme, 0);
     /* fp32: the master is the parameters, stored once (4 read, 4 written);
      * a transposed tensor copied out of the cache */
     ck_assert_uint_eq(one.load_work.stored, t.n_params * 8 + transposed * 8);
-    g.dp = 2;
-    g.zero_stage = 3;
-    ck_assert_int_eq(plan_role(&cfg, &g, 0, &half), ZT_OK);
     const size_t plain = half.load_work.read - half.load_work.transposed;
     ck_assert_uint_le(plain, (t.n_params - transposed) / 2 + 64 * 128);
     ck_assert_uint_ge(plain + half.load_work.transposed, t.n_params / 2);
     ck_assert_uint_lt(half.load_work.read, t.n_params);
+    param_table_free(&t);
+    config_free(&cfg);
+}
+END_TEST
+
+/* A 4-bit base's encoding follows the image each rank keeps: one rank
+ * encodes every block; of two under ZeRO-3 the busier encodes the codes
+ * of its half (a block more at each end of a tensor it shares) and scans
+ * the rest of the tensors it touches for their scales alone. */
+START_TEST(a_4bit_base_is_encoded_where_the_rank_keeps_it)
+{
+    struct zt_config cfg;
+    struct param_table t;
+    struct plan_role one, half;
+    plan_import(tiny_llama_qlora, &cfg, &t, &one, &half);
+    size_t q4 = 0;
+    for (int k = 0; k < t.n_tensors; k++)
+        q4 += t.tensors[k].storage == PARAM_STORAGE_Q4 ? t.tensors[k].numel : 0;
+    ck_assert_uint_eq(one.load_work.encoded, q4);
+    ck_assert_uint_eq(one.load_work.scanned, 0);
+    ck_assert_uint_ge(half.load_work.encoded, q4 / 2 - 64 * 2 * (size_t)t.n_tensors);
+    ck_assert_uint_le(half.load_work.encoded, q4 / 2 + 64 * 2 * (size_t)t.n_tensors);
+    ck_assert_uint_gt(half.load_work.scanned, 0);
+    ck_assert_uint_lt(half.load_work.scanned, q4);
     param_table_free(&t);
     config_free(&cfg);
 }
@@ -916,11 +959,7 @@ START_TEST(lora_plans_no_frozen_weight_gradients)
                   flops[0] - flops[1], want);
 
     struct zt_config cfg;
-    load_config("model: {family: llama, vocab_size: 256, block_size: 32, n_layer: 2, n_head: 4, "
-                "n_embd: 64, intermediate_size: 128}\ndata: {train: /dev/null, seq_len: 32}\n"
-                "bf16: {enabled: true}\nlora: {enabled: true, r: 4, target_modules: all-linear}\n"
-                "quantization: {load_in_4bit: true}\n",
-                &cfg);
+    load_config(tiny_llama_qlora, &cfg);
     struct plan_role r;
     ck_assert_int_eq(plan_role(&cfg, &l, 0, &r), ZT_OK);
     /* each block unit, its 4-bit linear weights and its two norms, once a pass */
@@ -1343,6 +1382,7 @@ int main(void)
     tcase_add_test(tc, attention_and_element_wise_ops_at_measured_rates);
     tcase_add_test(tc, load_time_at_the_loaders_rates);
     tcase_add_test(tc, import_work_follows_the_held_ranges);
+    tcase_add_test(tc, a_4bit_base_is_encoded_where_the_rank_keeps_it);
     tcase_add_test(tc, cpu_nodes_take_a_rank_per_core);
     tcase_add_test(tc, nvme_files_and_shared_core_traffic);
     tcase_add_test(tc, measured_collectives_by_type_and_size);

@@ -204,9 +204,23 @@ static void check_tensor_encoding(enum quant4_type type, int dq, enum zt_dtype w
         const size_t b = param_quant_tensor_bytes(&t, k, working);
         memset(region, 0xAB, b); /* the encoder must write every byte, padding included */
         ck_assert_int_eq(
-            param_quant_encode_tensor(&t, k, working, &src, piece, chunk, scales, region), ZT_OK);
+            param_quant_encode_tensor(&t, k, working, &src, 0, b, piece, chunk, scales, region),
+            ZT_OK);
         ck_assert_msg(memcmp(region, whole + at, b) == 0, "%s: chunks of %zu differ",
                       t.tensors[k].name, chunk);
+        /* a rank's share (ends inside a block's codes, in the scales, at
+         * the ends): its bytes as the whole encoding's */
+        const size_t cuts[][2] = {
+            {0, b / 3}, {b / 3, 2 * b / 3 + 7}, {17, 18}, {b / 2, b}, {b - 1, b}};
+        for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+            memset(region, 0xAB, b);
+            ck_assert_int_eq(param_quant_encode_tensor(&t, k, working, &src, cuts[c][0], cuts[c][1],
+                                                       piece, chunk, scales, region),
+                             ZT_OK);
+            ck_assert_msg(
+                memcmp(region + cuts[c][0], whole + at + cuts[c][0], cuts[c][1] - cuts[c][0]) == 0,
+                "%s: bytes [%zu, %zu) differ", t.tensors[k].name, cuts[c][0], cuts[c][1]);
+        }
         at += b;
     }
     ck_assert_uint_eq(at, bytes);
@@ -224,6 +238,23 @@ START_TEST(tensors_encoded_in_chunks_give_the_units_image)
     check_tensor_encoding(QUANT4_NF4, 1, ZT_BF16, 192);
     check_tensor_encoding(QUANT4_FP4, 0, ZT_F32, 128);
     check_tensor_encoding(QUANT4_NF4, 0, ZT_F16, 1 << 20);
+}
+END_TEST
+
+/* A share's blocks: those whose codes (32 bytes a block) it holds bytes
+ * of; none for a share of the scales alone. */
+START_TEST(a_share_encodes_the_blocks_of_its_codes)
+{
+    static const size_t cases[][4] = {
+        /* keep_lo, keep_hi, k0, k1 for 640 elements: 10 blocks, 320 bytes of codes */
+        {0, 32, 0, 1},     {31, 33, 0, 2},     {32, 64, 1, 2},
+        {100, 330, 3, 10}, {320, 400, 10, 10}, {0, 400, 0, 10}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t k0, k1;
+        param_quant_kept_blocks(640, cases[c][0], cases[c][1], &k0, &k1);
+        ck_assert_msg(k0 == cases[c][2] && k1 == cases[c][3], "[%zu, %zu): blocks [%zu, %zu)",
+                      cases[c][0], cases[c][1], k0, k1);
+    }
 }
 END_TEST
 
@@ -248,6 +279,7 @@ int main(void)
     tcase_add_test(tc, images_decode_to_the_kernels_values);
     tcase_add_test(tc, double_quantisation_is_about_half_a_byte);
     tcase_add_test(tc, tensors_encoded_in_chunks_give_the_units_image);
+    tcase_add_test(tc, a_share_encodes_the_blocks_of_its_codes);
     suite_add_tcase(s, tc);
     return testutil_run_suite(s, 0);
 }

@@ -212,6 +212,12 @@ static void quantize_matches_reference(const struct ref_result *res)
     ck_assert(codes && qabsmax && absmax && absmax2);
     quant4_quantize(res->type, x, n, codes, absmax);
     ck_assert_msg(memcmp(codes, res->codes, (n + 1) / 2) == 0, "%s: codes", label(res));
+    /* the scales alone, for blocks whose codes a rank does not keep */
+    float *scales = malloc(res->blocks * sizeof *scales);
+    ck_assert_ptr_nonnull(scales);
+    quant4_absmax(x, n, scales);
+    ck_assert_msg(memcmp(scales, absmax, 4 * res->blocks) == 0, "%s: quant4_absmax", label(res));
+    free(scales);
     if (res->double_quant) {
         float offset;
         quant4_double_quantize(absmax, res->blocks, qabsmax, absmax2, &offset);

@@ -85,9 +85,41 @@ size_t param_quant_tensor_bytes(const struct param_table *t, int k, enum zt_dtyp
     return tensor_bytes(t, &t->tensors[k], working);
 }
 
+/* Blocks [*k0, *k1) of a 4-bit tensor whose codes lie in region bytes
+ * [keep_lo, keep_hi) (a block's codes: QUANT4_BLOCK / 2 bytes from
+ * b * QUANT4_BLOCK / 2). */
+void param_quant_kept_blocks(size_t numel, size_t keep_lo, size_t keep_hi, size_t *k0, size_t *k1)
+{
+    const size_t half = QUANT4_BLOCK / 2, blocks = quant4_blocks(numel ? numel : 1);
+    *k0 = keep_lo / half < blocks ? keep_lo / half : blocks;
+    *k1 = (keep_hi + half - 1) / half < blocks ? (keep_hi + half - 1) / half : blocks;
+    if (*k1 < *k0)
+        *k1 = *k0;
+}
+
+/* Elements [lo, lo + n) of a 4-bit tensor, chunk x: codes for blocks
+ * [k0, k1), and every block's scale (double quantisation's offset is the
+ * mean of all of them; without it, kept bytes may hold any block's). */
+static void quantize_kept(enum quant4_type type, const float *x, size_t lo, size_t n, size_t k0,
+                          size_t k1, unsigned char *codes, float *absmax)
+{
+    const size_t first = lo / QUANT4_BLOCK, last = first + quant4_blocks(n);
+    const size_t a = k0 < first ? first : k0 > last ? last : k0;
+    const size_t b = k1 < a ? a : k1 > last ? last : k1;
+    const size_t ea = (a - first) * QUANT4_BLOCK,
+                 eb = (b - first) * QUANT4_BLOCK < n ? (b - first) * QUANT4_BLOCK : n;
+    if (ea)
+        quant4_absmax(x, ea, absmax + first);
+    if (eb > ea)
+        quant4_quantize(type, x + ea, eb - ea, codes + a * (QUANT4_BLOCK / 2), absmax + a);
+    if (n > eb)
+        quant4_absmax(x + eb, n - eb, absmax + b);
+}
+
 zt_status param_quant_encode_tensor(const struct param_table *t, int k, enum zt_dtype working,
-                                    const struct param_quant_source *src, float *chunk,
-                                    size_t chunk_n, float *scales, void *region)
+                                    const struct param_quant_source *src, size_t keep_lo,
+                                    size_t keep_hi, float *chunk, size_t chunk_n, float *scales,
+                                    void *region)
 {
     const struct param_tensor *p = &t->tensors[k];
     const int q4 = p->storage == PARAM_STORAGE_Q4, dq = t->quant.double_quant;
@@ -95,6 +127,8 @@ zt_status param_quant_encode_tensor(const struct param_table *t, int k, enum zt_
     unsigned char *r = region;
     ZT_ASSERT(chunk_n > 0 && chunk_n % QUANT4_BLOCK == 0);
     memset(r, 0, tensor_bytes(t, p, working)); /* the padding */
+    size_t k0, k1;
+    param_quant_kept_blocks(p->numel, keep_lo, keep_hi, &k0, &k1);
     /* blocks are independent but for double quantisation's offset, the
      * mean of every scale: keep them all, then quantise them */
     float *absmax = q4 && !dq ? (float *)(r + l.absmax) : scales;
@@ -102,8 +136,7 @@ zt_status param_quant_encode_tensor(const struct param_table *t, int k, enum zt_
         const size_t n = p->numel - lo < chunk_n ? p->numel - lo : chunk_n;
         ZT_TRY(src->read(src->ctx, p->offset + lo, n, chunk));
         if (q4)
-            quant4_quantize((enum quant4_type)t->quant.type, chunk, n, r + lo / 2,
-                            absmax + lo / QUANT4_BLOCK);
+            quantize_kept((enum quant4_type)t->quant.type, chunk, lo, n, k0, k1, r, absmax);
         else
             precision_from_f32(working, chunk, r + lo * zt_dtype_size(working), n);
     }

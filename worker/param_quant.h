@@ -70,14 +70,21 @@ struct param_quant_source {
 
 /* Encodes tensor k (of a packed unit) into region[param_quant_tensor_bytes]
  * (4-byte aligned host memory), its bytes of the unit's image, exactly as
- * param_quant_encode does, reading its values chunk_n (a multiple of
- * QUANT4_BLOCK) at a time into chunk[chunk_n]: a loader then never holds
- * the unit, or the tensor, in fp32. `scales` has room for
- * quant4_blocks(numel) floats (used under double quantisation). Errors:
- * the source's. */
+ * param_quant_encode does in bytes [keep_lo, keep_hi) of the region (a
+ * rank's share; the others may be left zero: a 4-bit tensor's codes are
+ * computed only for the blocks those bytes hold), reading its values
+ * chunk_n (a multiple of QUANT4_BLOCK) at a time into chunk[chunk_n]: a
+ * loader then never holds the unit, or the tensor, in fp32. `scales` has
+ * room for quant4_blocks(numel) floats (used under double quantisation).
+ * Errors: the source's. */
 zt_status param_quant_encode_tensor(const struct param_table *t, int k, enum zt_dtype working,
-                                    const struct param_quant_source *src, float *chunk,
-                                    size_t chunk_n, float *scales, void *region);
+                                    const struct param_quant_source *src, size_t keep_lo,
+                                    size_t keep_hi, float *chunk, size_t chunk_n, float *scales,
+                                    void *region);
+
+/* The blocks [*k0, *k1) whose codes param_quant_encode_tensor computes for
+ * region bytes [keep_lo, keep_hi) of a 4-bit tensor of numel elements. */
+void param_quant_kept_blocks(size_t numel, size_t keep_lo, size_t keep_hi, size_t *k0, size_t *k1);
 
 /* Decodes packed unit u's image (host memory) into dst[unit size] (host)
  * of type `to`, fp32 or the working precision: 4-bit tensors dequantised

@@ -166,6 +166,13 @@ void quant4_quantize(enum quant4_type t, const float *x, size_t n, unsigned char
     }
 }
 
+void quant4_absmax(const float *x, size_t n, float *absmax)
+{
+    for (size_t b = 0; b * QUANT4_BLOCK < n; b++)
+        absmax[b] =
+            block_absmax(x + b * QUANT4_BLOCK, min_size(n - b * QUANT4_BLOCK, QUANT4_BLOCK));
+}
+
 /* The offset: a float64 running sum in block order, so the array and
  * region paths, which visit the scales in the same order, agree. */
 static float mean_of(double sum, size_t count)

@@ -101,6 +101,10 @@ size_t quant4_blocks(size_t n);
 void quant4_quantize(enum quant4_type t, const float *x, size_t n, unsigned char *codes,
                      float *absmax);
 
+/* The block scales alone: absmax[quant4_blocks(n)] of x[0..n), as
+ * quant4_quantize writes them, for blocks whose codes are not needed. */
+void quant4_absmax(const float *x, size_t n, float *absmax);
+
 /* Double quantisation of the block scales absmax[0..blocks): *offset,
  * qabsmax[blocks] (codes of quant_dynamic_signed) and
  * absmax2[ceil(blocks / QUANT4_GROUP)]. */
