@@ -10,7 +10,8 @@
 #   lora-1.33b  the seeds' LoRA figure: GPT-NeoX-1.3B's width (24 layers, 2048, vocab 30080) as a
 #               GPT-2, LoRA r 8 on the fused qkv projection: 1,572,864 trainable parameters, as
 #               the seed's; its optimizer state beside the seed's 4.96 GB -> 0.006 GB
-# For each case: `zerotrain plan` (machine cpu-this, its layout T1 P1 D2 or D1, ZeRO-3 or 0),
+# For each case: `zerotrain plan` (machine cpu-this or --machine's, its layout T1 P1 D2 or D1,
+# ZeRO-3 or 0),
 # `train --dry-run` and one `train` of STEPS steps (default 2; the seconds-long LoRA case at
 # least 6), the measured step being the median of those after the first, each
 # with its memory report, the weights in the page cache (read once first). The table gives the
@@ -19,10 +20,12 @@
 # with the dry run's and the plan's prediction beside it, and predicted / measured.
 # Free disk (the folders, the NVMe files) and memory (the dry run's predicted RSS of all ranks
 # against MemAvailable) are checked before a case runs; a case that would not fit is skipped
-# with the reason. Run it alone on a quiet machine: the step times are the machine's.
+# with the reason. Run it alone on a quiet machine: the step times are the machine's. A shared
+# VM's speed moves by a third within an hour (bf16 GEMMs at 418 to 725 GFLOP/s a core): with
+# --calibrate the plan uses a calibration of the machine as it is now, taken first (4 minutes).
 # usage: scripts/bench/capacity.sh [--small] [--weights DIR] [--nvme DIR] [--steps N]
 #                                  [--cases "qlora-7b xl-8bit xl-nvme lora-1.33b"] [--plan-only]
-#                                  [--profile]
+#                                  [--profile] [--machine NAME|FILE] [--calibrate]
 #   --small      tiny shapes (make_weights.py's tiny-llama and tiny, seq 64): checks the script
 #   --weights    the folder holding llama2-7b/ and gpt2-xl/ (default $ZT_WEIGHTS_DIR or
 #                ./weights): each is generated with make_weights.py when it is missing
@@ -30,6 +33,9 @@
 #   --plan-only  plan and dry run only: the predictions, without training
 #   --profile    train with --profile, and print where the step time went beside the plan's
 #                compute, optimizer and exposed traffic
+#   --machine    the plan's machine file (default cpu-this, the committed calibration)
+#   --calibrate  plan on a fresh `zerotrain calibrate` of this machine (2 ranks, the NVMe rates in
+#                --nvme's folder) instead
 set -euo pipefail
 small=0
 weights=${ZT_WEIGHTS_DIR:-$PWD/weights}
@@ -38,6 +44,8 @@ steps=2
 plan_only=0
 profile=()
 cases="qlora-7b xl-8bit xl-nvme lora-1.33b"
+machine=cpu-this
+calibrate=0
 while [ $# -gt 0 ]; do
   case $1 in
   --small) small=1 ;;
@@ -47,6 +55,8 @@ while [ $# -gt 0 ]; do
   --cases) cases=$2 && shift ;;
   --plan-only) plan_only=1 ;;
   --profile) profile=(--profile) ;;
+  --machine) machine=$2 && shift ;;
+  --calibrate) calibrate=1 ;;
   *) echo "capacity.sh: unknown argument '$1' (see the usage at the top of the script)" >&2
     exit 2 ;;
   esac
@@ -63,6 +73,16 @@ trap 'rm -rf "$tmp"' EXIT
 [ -n "$nvme" ] || nvme=$tmp/nvme
 mkdir -p "$nvme"
 "$bin" prepare --out "$tmp/lic.tok" /usr/share/common-licenses >/dev/null
+if [ $calibrate = 1 ]; then
+  machine=$tmp/machine.yaml
+  quick=()
+  [ $small = 1 ] && quick=(--quick)
+  echo "== calibrate (the plan's machine file, this machine as it is now)"
+  mpirun -np 2 --bind-to none "$bin" calibrate "${quick[@]}" --nvme-path "$nvme" --out "$machine" \
+    --name cpu-now >"$tmp/calibrate.log" 2>&1 || { tail -5 "$tmp/calibrate.log" && exit 1; }
+  grep -E "^warm-up: .* GB\/s$|^ +(weights_read|weights_read_transposed|quantize_4bit) |rank.s time, median of 3: read" \
+    "$tmp/calibrate.log" || true
+fi
 
 if [ $small = 1 ]; then
   weights=$tmp/weights
@@ -269,7 +289,7 @@ for name in $cases; do
   write_case "$name"
   cfg=$tmp/$name.yaml
   log=$tmp/$name.log
-  "$bin" plan "$cfg" "${args[@]}" --gpus "$ranks" --gpus-per-node "$ranks" --machine cpu-this \
+  "$bin" plan "$cfg" "${args[@]}" --gpus "$ranks" --gpus-per-node "$ranks" --machine "$machine" \
     --global-batch "$ranks" --all --json "$tmp/$name.plan.json" >"$tmp/$name.plan.log" 2>&1 ||
     { echo "the plan failed:" && tail -5 "$tmp/$name.plan.log"; }
   grep -A4 "^host memory" "$tmp/$name.plan.log" | grep -v "^runner-up" || true
