@@ -1080,53 +1080,48 @@ static void tensor_import_work(const struct param_table *t, const struct shard_e
     w->stored += transposed ? n * 2 * sizeof(float) : 0; /* copied out of the cache */
 }
 
-/* One rank's work on the file's units [0, n_units), tensors in table
- * order (a packed unit's image holds its tensors' regions in that order);
- * transposed[k]: the file stores tensor k transposed. */
-static void rank_import_work(const struct param_table *t, int n_units, const struct shard_engine *e,
-                             int rank, const unsigned char *transposed, struct run_import_work *w)
-{
-    size_t at[MODEL_MAX_UNITS] = {0}; /* where the next tensor's region starts */
-    ZT_ASSERT(n_units <= MODEL_MAX_UNITS);
-    memset(w, 0, sizeof *w);
-    for (int k = 0; k < t->n_tensors; k++) {
-        const int u = t->tensors[k].unit;
-        if (u >= n_units)
-            continue;
-        tensor_import_work(t, e, rank, k, at[u], transposed[k], w);
-        at[u] += e->part.units[u].packed ? param_quant_tensor_bytes(t, k, e->cfg.precision) : 0;
-    }
-}
-
 static size_t most(size_t a, size_t b)
 {
     return a > b ? a : b;
 }
 
+/* Every rank's work: tensor k counted on the ranks whose ranges meet its
+ * values (a packed unit: its region's bytes) alone, or in `all` where
+ * every rank holds its whole unit; the slowest rank's, each count the
+ * most any rank has, is all's plus the most of the others'. */
 void run_checkpoint_import_work(const struct param_table *t, const struct shard_engine *e,
                                 struct run_import_work *w)
 {
     const struct param_table base = init_from_units(t);
-    unsigned char *transposed = calloc((size_t)t->n_tensors + 1, 1);
-    memset(w, 0, sizeof *w);
-    ZT_ASSERT(transposed);
+    struct run_import_work all = {0}, *per = calloc((size_t)e->cfg.world, sizeof *per);
+    size_t *at = calloc((size_t)base.n_units + 1, sizeof *at); /* a packed unit's next region */
+    ZT_ASSERT(per && at);
     for (int k = 0; k < t->n_tensors; k++) {
-        int tr = 0;
-        if (t->tensors[k].unit < base.n_units &&
-            hf_weights_transposed(&base, k, &tr) == ZT_OK) /* else no mapping: never loaded */
-            transposed[k] = (unsigned char)tr;
+        const struct param_tensor *p = &t->tensors[k];
+        int transposed = 0, r0, r1;
+        if (p->unit >= base.n_units || hf_weights_transposed(&base, k, &transposed) != ZT_OK)
+            continue; /* not in the file (an adapter), or a family that cannot be loaded */
+        const int packed = e->part.units[p->unit].packed;
+        const size_t bytes = packed ? param_quant_tensor_bytes(t, k, e->cfg.precision) : 0;
+        const size_t first = packed ? at[p->unit] : p->offset - t->unit_offset[p->unit];
+        if (shard_engine_ranks_meeting(e, p->unit, first, packed ? bytes : p->numel, &r0, &r1))
+            for (int r = r0; r < r1; r++)
+                tensor_import_work(t, e, r, k, at[p->unit], transposed, &per[r]);
+        else
+            tensor_import_work(t, e, 0, k, at[p->unit], transposed, &all);
+        at[p->unit] += bytes;
     }
-    for (int rank = 0; rank < e->cfg.world; rank++) {
-        struct run_import_work r;
-        rank_import_work(t, base.n_units, e, rank, transposed, &r);
-        w->read = most(w->read, r.read);
-        w->transposed = most(w->transposed, r.transposed);
-        w->encoded = most(w->encoded, r.encoded);
-        w->scanned = most(w->scanned, r.scanned);
-        w->master_nvme = most(w->master_nvme, r.master_nvme);
-        w->stored = most(w->stored, r.stored);
+    *w = all;
+    for (int r = 0; r < e->cfg.world; r++) {
+        w->read = most(w->read, all.read + per[r].read);
+        w->transposed = most(w->transposed, all.transposed + per[r].transposed);
+        w->encoded = most(w->encoded, all.encoded + per[r].encoded);
+        w->scanned = most(w->scanned, all.scanned + per[r].scanned);
+        w->master_nvme = most(w->master_nvme, all.master_nvme + per[r].master_nvme);
+        w->stored = most(w->stored, all.stored + per[r].stored);
     }
-    free(transposed);
+    free(per);
+    free(at);
 }
 
 /* Each rank reads the ranges it holds of units [u0, u1) through `read`

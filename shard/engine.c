@@ -1642,6 +1642,22 @@ void shard_engine_held_range_of(const struct shard_engine *e, int rank, int u, s
         shard_owned_range(&e->part, rank, u, lo, hi);
 }
 
+int shard_engine_ranks_meeting(const struct shard_engine *e, int u, size_t first, size_t n, int *r0,
+                               int *r1)
+{
+    const struct shard_unit *su = &e->part.units[u];
+    const size_t width = su->packed ? su->image_shard : su->shard, world = (size_t)e->cfg.world;
+    *r0 = 0;
+    *r1 = e->cfg.world;
+    if (!(su->packed ? e->policy.shard_params : e->policy.shard_states))
+        return 0;
+    const size_t a = n && width ? first / width : 0,
+                 b = n && width ? (first + n - 1) / width + 1 : 0;
+    *r0 = (int)(a < world ? a : world);
+    *r1 = (int)(b < world ? b : world);
+    return 1;
+}
+
 const char *shard_engine_state_name(const struct shard_engine *e, int which)
 {
     ZT_ASSERT(which >= 0 && which < shard_engine_n_states(e));

@@ -608,6 +608,13 @@ void shard_engine_held_range(const struct shard_engine *e, int u, size_t *lo, si
  * a planner counts of another rank's work. */
 void shard_engine_held_range_of(const struct shard_engine *e, int rank, int u, size_t *lo,
                                 size_t *hi);
+
+/* The ranks [*r0, *r1) whose range of unit u (shard_engine_held_range_of's,
+ * or for a packed unit the image bytes shard_engine_packed_range_of keeps)
+ * meets [first, first + n) (elements, or a packed unit's bytes). Returns 0
+ * where every rank holds the whole unit (then *r0 = 0, *r1 = cfg.world). */
+int shard_engine_ranks_meeting(const struct shard_engine *e, int u, size_t first, size_t n, int *r0,
+                               int *r1);
 /* The element type of state `which`: fp32 for the master, the optimizer's
  * state_dtype for its states (8-bit codes are ZT_U8). */
 enum zt_dtype shard_engine_state_dtype(const struct shard_engine *e, int which);
