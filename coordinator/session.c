@@ -89,18 +89,21 @@ static zt_status check_tokenizer_vocab(const struct zt_config *c, const struct t
                         c->model.vocab_size, c->data.tokenizer, v, v);
 }
 
+/* A fused-backward optimizer's step (coordinator/train.c's fused_step)
+ * runs one forward and backward of the whole model, not a pipeline's
+ * schedule. */
 static zt_status check_layout_support(const struct zt_config *c)
 {
-    if (c->pipeline.stages == 1 && c->tensor_parallel.size == 1)
+    if (c->pipeline.stages == 1)
         return ZT_OK;
     const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
     if (opt && opt->fused_backward)
         return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: optimizer.type %s updates inside the backward, which a layout "
-                            "of pipeline.stages %d x tensor_parallel.size %d splits over ranks: "
-                            "use another optimizer, or pipeline.stages and tensor_parallel.size 1",
-                            c->source ? c->source : "config", c->optimizer.type, c->pipeline.stages,
-                            c->tensor_parallel.size);
+                            "%s: optimizer.type %s updates inside the backward, which "
+                            "pipeline.stages %d splits over ranks: use another optimizer, or "
+                            "pipeline.stages 1",
+                            c->source ? c->source : "config", c->optimizer.type,
+                            c->pipeline.stages);
     return ZT_OK;
 }
 

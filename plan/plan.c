@@ -93,8 +93,8 @@ static int roles_of(int P, const int *blocks, int *stages)
 static const char *unsupported(const struct zt_config *c, const struct plan_layout *l)
 {
     const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
-    if ((l->tp > 1 || l->pp > 1) && opt && opt->fused_backward)
-        return "an optimizer fused into the backward with tensor or pipeline parallelism";
+    if (l->pp > 1 && opt && opt->fused_backward)
+        return "an optimizer fused into the backward with pipeline parallelism";
     return NULL;
 }
 

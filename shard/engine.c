@@ -593,6 +593,8 @@ static zt_status step_fused(struct shard_engine *e, int skip_on_overflow,
     double sumsq = e->fused.sumsq;
     if (e->policy.shard_states && !e->plan)
         ZT_TRY(comm_allreduce(comm_host(e->comm), &sumsq, 1, ZT_F64, COMM_OP_SUM));
+    if (e->tensor && !e->plan)
+        ZT_TRY(comm_allreduce(comm_host(e->tensor), &sumsq, 1, ZT_F64, COMM_OP_SUM));
     e->fused.sumsq = 0.0;
     out->grad_norm = sqrt(sumsq);
     if (isfinite(out->grad_norm) || e->plan)
@@ -1353,30 +1355,40 @@ void shard_engine_join_context(struct shard_engine *e, struct comm *context)
  * tensor-parallel rank holds whole weighted 1/T, so that the sum over the
  * tensor-parallel group counts it once (its gradients are the same on
  * every slice). Without the second copy of a tied embedding. */
-static zt_status norm_share_tensor(struct shard_engine *e, const void *g, double scale,
-                                   double *sumsq)
+zt_status shard_tensor_sumsq(struct shard_engine *e, int u, size_t lo, size_t hi, const void *g,
+                             double scale, double *sumsq)
 {
     const struct param_table *t = e->table;
     const double whole_weight = 1.0 / (double)comm_size(e->tensor);
-    double total = 0.0;
+    *sumsq = 0.0;
     for (int k = 0; k < t->n_tensors; k++) {
         const struct param_tensor *pt = &t->tensors[k];
-        const struct shard_unit *su = &e->part.units[pt->unit];
-        if (!su->held || !su->trainable || (pt->unit == 0 && e->tie_duplicate))
+        if (pt->unit != u)
             continue;
-        size_t lo = 0, hi = su->numel, base = su->state_padded_offset;
-        if (e->policy.shard_states) {
-            shard_owned_range(&e->part, e->cfg.rank, pt->unit, &lo, &hi);
-            base = su->state_shard_offset;
-        }
-        const size_t first = pt->offset - t->unit_offset[pt->unit], end = first + pt->numel;
+        const size_t first = pt->offset - t->unit_offset[u], end = first + pt->numel;
         const size_t a = first > lo ? first : lo, b = end < hi ? end : hi;
         if (a >= b)
             continue;
         double part = 0.0;
-        ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, gat(e, (void *)g, base + (a - lo)), b - a,
-                                   scale, &part));
-        total += pt->tp_split ? part : part * whole_weight;
+        ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, gat(e, (void *)g, a - lo), b - a, scale,
+                                   &part));
+        *sumsq += pt->tp_split ? part : part * whole_weight;
+    }
+    return ZT_OK;
+}
+
+static zt_status norm_share_tensor(struct shard_engine *e, const void *g, double scale,
+                                   double *sumsq)
+{
+    double total = 0.0;
+    for (int u = 0; u < e->part.n_units; u++) {
+        const struct shard_unit *su = &e->part.units[u];
+        if (!su->held || !su->trainable || (u == 0 && e->tie_duplicate))
+            continue;
+        const struct owned_range r = owned_range_of(e, u);
+        double part;
+        ZT_TRY(shard_tensor_sumsq(e, u, r.lo, r.hi, gat(e, (void *)g, r.grad_off), scale, &part));
+        total += part;
     }
     *sumsq = total;
     return ZT_OK;

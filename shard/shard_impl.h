@@ -125,6 +125,14 @@ static inline struct owned_range owned_range_piece(const struct owned_range *r, 
                                 r->working_off + skip};
 }
 
+/* The sum of squares of unit u's gradient elements [lo, hi) at g (g: the
+ * element lo), times scale squared, for the norm: a tensor cut over the
+ * tensor-parallel group counted whole, one every rank holds whole 1/T
+ * (its gradient is the same on every rank); summed over the group, that
+ * is the whole model's. */
+zt_status shard_tensor_sumsq(struct shard_engine *e, int u, size_t lo, size_t hi, const void *g,
+                             double scale, double *sumsq);
+
 /* Whole-tensor optimizers' statistics for one step: round q's vector of
  * n[q] doubles over every trainable tensor (workspace). Allocated and freed
  * around every step, a plan's included, so the ledger counts them; none for

@@ -189,7 +189,10 @@ zt_status shard_update_fused_unit(struct shard_engine *e, int u, void *reduced,
     double sumsq;
     if (n == 0)
         return ZT_OK;
-    ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, reduced, n, e->fused.unscale, &sumsq));
+    if (e->tensor)
+        ZT_TRY(shard_tensor_sumsq(e, u, r->lo, r->hi, reduced, e->fused.unscale, &sumsq));
+    else
+        ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, reduced, n, e->fused.unscale, &sumsq));
     e->fused.sumsq += sumsq;
     if (!e->fused.update)
         return ZT_OK;

@@ -6,8 +6,8 @@
  * size; this suite compares the world sizes, so together they cover the grid. Every optimizer runs
  * on micro.yaml's GPT-2; on a Llama of the same size with grouped-query attention run AdamW and
  * those whose state or update depends on the tensors' shapes (factored, blockwise, fused into the
- * backward pass). The whole-tensor ones also run at T=2 and resume across
- * the tensor-parallel size. The elementwise others would repeat AdamW's there: their
+ * backward pass). The whole-tensor ones and LOMO also run at T=2 and
+ * resume across the tensor-parallel size. The elementwise others would repeat AdamW's there: their
  * update at an element reads that element's state only, so other shapes
  * cut by other shard boundaries change nothing their GPT-2 case does not
  * already cover. */
@@ -141,11 +141,13 @@ START_TEST(optimizer_is_world_size_invariant_and_reshards)
 }
 END_TEST
 
-/* The whole-tensor cases (Adafactor's factors, AdamW8bit's blocks), each
- * on both families: loop index i. */
-static const struct optimizer_case *whole_tensor_case(int i, int *family)
+/* The cases whose update reads more than its own slice under tensor
+ * parallelism (Adafactor's factors, AdamW8bit's blocks; LOMO's clipping
+ * norm, measured in a first backward over the group's slices), each on
+ * both families: loop index i. */
+static const struct optimizer_case *tensor_parallel_case(int i, int *family)
 {
-    static const char *const names[] = {"Adafactor", "Adafactor beta1", "AdamW8bit"};
+    static const char *const names[] = {"Adafactor", "Adafactor beta1", "AdamW8bit", "LOMO"};
     *family = i % 2;
     for (int k = 0; k < N_CASES; k++)
         if (strcmp(cases[k].name, names[i / 2]) == 0)
@@ -163,13 +165,14 @@ static const char *tp_layout(const struct optimizer_case *c, int f, int T)
 
 /* A whole-tensor optimizer's statistics are the whole tensors' under
  * tensor parallelism (a slice's rows, columns and 256-element blocks
- * reduced over the group): T=2 trains one rank's losses, a T=2 checkpoint
- * resumes at T=1 and a T=1 one at T=2, each where the run it left went
- * on. */
-START_TEST(whole_tensor_optimizer_is_exact_under_tensor_parallelism)
+ * reduced over the group), and LOMO's norm the whole model's (a tensor
+ * every rank holds whole counted once): T=2 trains one rank's losses, a
+ * T=2 checkpoint resumes at T=1 and a T=1 one at T=2, each where the run
+ * it left went on. */
+START_TEST(optimizer_is_exact_under_tensor_parallelism)
 {
     int f;
-    const struct optimizer_case *c = whole_tensor_case(_i, &f);
+    const struct optimizer_case *c = tensor_parallel_case(_i, &f);
     const char *dir = testutil_tmpdir("optim-tp");
     char name[96];
     case_name(c, f, name);
@@ -212,6 +215,6 @@ int main(void)
     TCase *tc = testutil_tcase(s, "layouts", 600);
     tcase_add_loop_test(tc, optimizer_is_world_size_invariant_and_reshards, 0,
                         N_CASES + n_on_llama());
-    tcase_add_loop_test(tc, whole_tensor_optimizer_is_exact_under_tensor_parallelism, 0, 6);
+    tcase_add_loop_test(tc, optimizer_is_exact_under_tensor_parallelism, 0, 8);
     return testutil_run_suite(s, 0);
 }

@@ -746,6 +746,30 @@ static void plan_json(const char *cfg_path, const char *machine, int gpus, int p
     remove(json);
 }
 
+/* LOMO is planned under tensor parallelism and never under a pipeline:
+ * its step runs one forward and backward of the whole model. */
+START_TEST(lomo_is_planned_under_tensor_parallelism_alone)
+{
+    char cfg_path[64];
+    snprintf(cfg_path, sizeof cfg_path, "/tmp/zt_test_plan_%d.yaml", (int)getpid());
+    FILE *f = fopen(cfg_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%soptimizer: {type: LOMO, params: {lr: 0.1}}\n", tiny_gpt2);
+    fclose(f);
+    struct json_value plan;
+    plan_json(cfg_path, "a100-80gb", 4, 0, 0, &plan);
+    const struct json_value *layouts = testutil_json_member(&plan, "layouts");
+    int tensor = 0;
+    for (size_t i = 0; i < layouts->n; i++) {
+        ck_assert_uint_eq(testutil_json_count(&layouts->items[i], "pp"), 1);
+        tensor |= testutil_json_count(&layouts->items[i], "tp") > 1;
+    }
+    ck_assert(tensor);
+    json_free(&plan);
+    remove(cfg_path);
+}
+END_TEST
+
 /* A CPU machine (one device, several cores) puts a rank on each core of a
  * node unless --gpus-per-node says otherwise; a GPU machine one on each
  * device. Ranks that share a device share its memory: a layout whose
@@ -1384,6 +1408,7 @@ int main(void)
     tcase_add_test(tc, import_work_follows_the_held_ranges);
     tcase_add_test(tc, a_4bit_base_is_encoded_where_the_rank_keeps_it);
     tcase_add_test(tc, cpu_nodes_take_a_rank_per_core);
+    tcase_add_test(tc, lomo_is_planned_under_tensor_parallelism_alone);
     tcase_add_test(tc, nvme_files_and_shared_core_traffic);
     tcase_add_test(tc, measured_collectives_by_type_and_size);
     tcase_add_test(tc, element_wise_traffic_is_the_uncheckpointed_activations);
