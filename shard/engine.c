@@ -1355,28 +1355,6 @@ void shard_engine_join_context(struct shard_engine *e, struct comm *context)
  * tensor-parallel rank holds whole weighted 1/T, so that the sum over the
  * tensor-parallel group counts it once (its gradients are the same on
  * every slice). Without the second copy of a tied embedding. */
-zt_status shard_tensor_sumsq(struct shard_engine *e, int u, size_t lo, size_t hi, const void *g,
-                             double scale, double *sumsq)
-{
-    const struct param_table *t = e->table;
-    const double whole_weight = 1.0 / (double)comm_size(e->tensor);
-    *sumsq = 0.0;
-    for (int k = 0; k < t->n_tensors; k++) {
-        const struct param_tensor *pt = &t->tensors[k];
-        if (pt->unit != u)
-            continue;
-        const size_t first = pt->offset - t->unit_offset[u], end = first + pt->numel;
-        const size_t a = first > lo ? first : lo, b = end < hi ? end : hi;
-        if (a >= b)
-            continue;
-        double part = 0.0;
-        ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, gat(e, (void *)g, a - lo), b - a, scale,
-                                   &part));
-        *sumsq += pt->tp_split ? part : part * whole_weight;
-    }
-    return ZT_OK;
-}
-
 static zt_status norm_share_tensor(struct shard_engine *e, const void *g, double scale,
                                    double *sumsq)
 {

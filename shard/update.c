@@ -176,6 +176,30 @@ static zt_status update_elementwise(struct shard_engine *e, void *g, float gscal
     return ZT_OK;
 }
 
+/* ---- the norm's share of a unit under tensor parallelism ------------------------ */
+
+zt_status shard_tensor_sumsq(struct shard_engine *e, int u, size_t lo, size_t hi, const void *g,
+                             double scale, double *sumsq)
+{
+    const struct param_table *t = e->table;
+    const double whole_weight = 1.0 / (double)comm_size(e->tensor);
+    *sumsq = 0.0;
+    for (int k = 0; k < t->n_tensors; k++) {
+        const struct param_tensor *pt = &t->tensors[k];
+        if (pt->unit != u)
+            continue;
+        const size_t first = pt->offset - t->unit_offset[u], end = first + pt->numel;
+        const size_t a = first > lo ? first : lo, b = end < hi ? end : hi;
+        if (a >= b)
+            continue;
+        double part = 0.0;
+        ZT_TRY(e->ops->sum_squares(e->ops, e->grad_type, gat(e, (void *)g, a - lo), b - a, scale,
+                                   &part));
+        *sumsq += pt->tp_split ? part : part * whole_weight;
+    }
+    return ZT_OK;
+}
+
 /* ---- fused-backward optimizers -------------------------------------------------- */
 
 /* The update reads the reduced 16-bit gradients itself: tmp, the fp32
