@@ -89,29 +89,10 @@ static zt_status check_tokenizer_vocab(const struct zt_config *c, const struct t
                         c->model.vocab_size, c->data.tokenizer, v, v);
 }
 
-/* A fused-backward optimizer's step (coordinator/train.c's fused_step)
- * runs one forward and backward of the whole model, not a pipeline's
- * schedule. */
-static zt_status check_layout_support(const struct zt_config *c)
-{
-    if (c->pipeline.stages == 1)
-        return ZT_OK;
-    const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
-    if (opt && opt->fused_backward)
-        return zt_error_set(ZT_ERR_UNSUPPORTED,
-                            "%s: optimizer.type %s updates inside the backward, which "
-                            "pipeline.stages %d splits over ranks: use another optimizer, or "
-                            "pipeline.stages 1",
-                            c->source ? c->source : "config", c->optimizer.type,
-                            c->pipeline.stages);
-    return ZT_OK;
-}
-
 static zt_status load_config(struct run_session *s, const struct run_options *o)
 {
     ZT_TRY(config_load(o->config_path, o->overrides, o->n_overrides, &s->cfg));
     ZT_TRY(config_check_world(&s->cfg, s->world));
-    ZT_TRY(check_layout_support(&s->cfg));
     ZT_TRY(check_tokenizer_keys(&s->cfg));
     ZT_TRY(check_data_paths("data.train", s->cfg.data.train, s->cfg.data.n_train));
     ZT_TRY(check_data_paths("data.val", s->cfg.data.val, s->cfg.data.n_val));

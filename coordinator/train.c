@@ -185,6 +185,24 @@ static float micro_grad_scale(const struct run_session *s, double loss_scale, ui
     return (float)(loss_scale / ((double)counted / micro_targets));
 }
 
+/* One forward and backward of the step's micro batch, through the
+ * pipeline's stages where there is one; loss_sums as session_add_loss. */
+static zt_status fused_pass(struct run_session *s, long step, struct step_record *r,
+                            float grad_scale, double *loss_sums)
+{
+    if (s->pipe) {
+        ZT_TRY(pipeline_train_micro_steps(s, step, grad_scale, loss_sums));
+        r->busy_seconds += s->pipe->busy_seconds;
+        r->span_seconds += s->pipe->span_seconds;
+        return ZT_OK;
+    }
+    fill_batch(s, step, 0);
+    ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
+    ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
+    session_add_loss(s, s->model, loss_sums);
+    return ZT_OK;
+}
+
 /* A fused-backward optimizer (LOMO; one micro step, a config rule): the
  * update happens inside the backward, so when gradient clipping or fp16
  * loss scaling needs the norm before any update, a first forward and
@@ -198,14 +216,15 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     const float grad_scale = micro_grad_scale(s, r->loss_scale, r->counted);
     double clip_coef = 1.0;
     ledger_set_step(&s->ledger, step + 1, 0);
-    fill_batch(s, step, 0);
+    r->busy_seconds = r->span_seconds = 0.0;
     if (c->gradient_clipping > 0.0 || s->scaler.dynamic) {
+        double measured_loss[2] = {0.0, 0.0}; /* session_add_loss's sums */
         shard_engine_fused_arm(&s->engine, NULL, r->loss_scale, 1.0);
-        ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
-        ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
+        ZT_TRY(fused_pass(s, step, r, grad_scale, measured_loss));
         ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
         if (result->skipped) {
-            session_add_loss(s, s->model, loss_sums);
+            loss_sums[0] += measured_loss[0];
+            loss_sums[1] += measured_loss[1];
             return ZT_OK;
         }
         const double norm = result->grad_norm;
@@ -214,9 +233,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     }
     const double measured = result->grad_norm;
     shard_engine_fused_arm(&s->engine, &hp, r->loss_scale, clip_coef);
-    ZT_TRY(model_forward(s->model, &s->engine.hooks, s->inputs, s->targets));
-    ZT_TRY(model_backward(s->model, &s->engine.hooks, grad_scale));
-    session_add_loss(s, s->model, loss_sums);
+    ZT_TRY(fused_pass(s, step, r, grad_scale, loss_sums));
     ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
     if (c->gradient_clipping > 0.0 || s->scaler.dynamic)
         result->grad_norm = measured; /* before clipping, as for the other optimizers */

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "../common/clock.h"
-#include "../worker/optimizer.h"
 #include "../coordinator/session.h"
+#include "../worker/optimizer.h"
 
 #define PLAN_MAX_ROLES 4
 
@@ -89,15 +89,6 @@ static int roles_of(int P, const int *blocks, int *stages)
     return n;
 }
 
-/* Why a layout cannot run, as session_open would refuse it, or NULL. */
-static const char *unsupported(const struct zt_config *c, const struct plan_layout *l)
-{
-    const struct optimizer_ops *opt = optimizer_find(c->optimizer.type);
-    if (l->pp > 1 && opt && opt->fused_backward)
-        return "an optimizer fused into the backward with pipeline parallelism";
-    return NULL;
-}
-
 static void refuse(struct plan_ctx *x, const char *why)
 {
     if (x->refused++ == 0)
@@ -171,13 +162,18 @@ static zt_status keep_of(const struct plan_options *o, unsigned *out)
 }
 
 /* Micro batches that divide a replica's share of the batch: the config's
- * alone when it is kept. */
+ * alone when it is kept, the whole share for a fused-backward optimizer. */
 static int micro_options(const struct plan_ctx *x, long per_replica, int *out)
 {
     if (x->keep & KEEP_MICRO) {
         const int b = x->cfg.train_micro_batch_size_per_gpu;
         out[0] = b;
         return per_replica % b == 0;
+    }
+    const struct optimizer_ops *o = optimizer_find(x->cfg.optimizer.type);
+    if (o && o->fused_backward) { /* it keeps no gradient to accumulate into */
+        out[0] = (int)per_replica;
+        return 1;
     }
     int n = 0;
     for (int b = 1; b <= 64 && b <= per_replica; b *= 2)
@@ -263,8 +259,7 @@ static zt_status plan_grid(struct plan_ctx *x, int T, int P, int C)
         return ZT_OK;
     }
     const struct plan_layout l = {.tp = T, .pp = P, .dp = D, .cp = C};
-    const char *why = unsupported(&x->cfg, &l);
-    why = why ? why : plan_context_unsupported(&x->cfg, &l);
+    const char *why = plan_context_unsupported(&x->cfg, &l);
     if (why) {
         refuse(x, why);
         return ZT_OK;

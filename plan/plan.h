@@ -141,6 +141,10 @@ struct plan_model {
     struct plan_weight weights[PLAN_MAX_WEIGHTS];
     struct plan_weight head; /* the output head's (vocabulary rows) */
     char optimizer[24];      /* the optimizer's name, as its table entry spells it */
+    /* forward and backward passes over a step's micro batches: 2 where a
+     * fused-backward optimizer (LOMO) measures the norm in a first pass
+     * before it updates (clipping, fp16's dynamic loss scale), else 1 */
+    int passes;
     /* bytes an element of model.init_from's files takes: the .safetensors
      * files' size over the base's elements (0: no file, or none found) */
     double weights_file_esz;

@@ -460,6 +460,24 @@ static double load_seconds(const struct plan_model *pm, const struct plan_role *
     return t;
 }
 
+/* A step of `passes` forward and backward passes (LOMO's measuring one)
+ * computes and moves each pass's work that many times; its update and
+ * its passes over the reduced gradients are once a step. */
+static void repeat_passes(struct plan_time *t, int passes)
+{
+    const double n = passes > 1 ? passes : 1;
+    t->compute *= n;
+    t->matmul *= n;
+    t->attention *= n;
+    t->decode *= n;
+    t->context *= n;
+    for (int k = 0; k < PLAN_AXIS_COUNT; k++) {
+        t->comm[k] *= n;
+        t->exposed[k] *= n;
+        t->bytes[k] = (uint64_t)((double)t->bytes[k] * n);
+    }
+}
+
 void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const struct plan_role *r,
                const struct machine *m, int per_node, enum machine_precision precision,
                struct plan_time *out)
@@ -515,6 +533,7 @@ void plan_cost(const struct plan_model *pm, const struct plan_layout *l, const s
         out->exposed[k] = e < out->comm[k] ? e : out->comm[k];
     }
     plan_context_cost(pm, l, r, m, flops_rate, per_node, out);
+    repeat_passes(out, pm->passes);
     const double busy = out->compute + out->exposed[PLAN_AXIS_TENSOR] +
                         out->exposed[PLAN_AXIS_PIPELINE] + out->context;
     out->bubble = plan_bubble(busy, l->pp, l->accum, r->chunks, oversubscription(m, per_node));

@@ -533,6 +533,51 @@ static int transient_grads(const struct shard_engine *e)
     return e->policy.shard_grads || e->cfg.optimizer->fused_backward;
 }
 
+/* ---- a tied embedding's two copies under a pipeline ----------------------- */
+
+/* Where the tied embedding's reduced gradient lies in g (the reduced
+ * gradients the norm and update read), and how many elements. */
+static void tied_range(const struct shard_engine *e, size_t *off, size_t *n)
+{
+    const struct shard_unit *su = &e->part.units[0];
+    *off = e->policy.shard_states ? su->state_shard_offset : su->state_padded_offset;
+    *n = e->policy.shard_states ? su->shard : su->padded;
+}
+
+/* The first and last stage exchange their reduced gradients of the tied
+ * embedding, g[n], and each adds the other's (Megatron's embedding
+ * group), so both take the same update. */
+static zt_status exchange_tied(struct shard_engine *e, void *g, size_t n)
+{
+    void *peer = NULL;
+    struct comm_request *req = NULL;
+    ZT_TRY(
+        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, "tied embedding gradients", &peer));
+    zt_status st = comm_isend(e->pipe, g, n, e->grad_type, e->tie_peer, &req);
+    if (st == ZT_OK)
+        st = comm_recv(e->pipe, peer, n, e->grad_type, e->tie_peer);
+    if (req) {
+        zt_status w = comm_wait(e->pipe, req);
+        st = st == ZT_OK ? w : st;
+    }
+    if (st == ZT_OK)
+        st = e->ops->add_into(e->ops, e->grad_type, g, peer, n);
+    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, peer);
+    return st;
+}
+
+/* What exchange_tied holds, counted for a plan. */
+static zt_status plan_tied(struct shard_engine *e)
+{
+    size_t off, n;
+    void *peer = NULL;
+    tied_range(e, &off, &n);
+    ZT_TRY(
+        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, "tied embedding gradients", &peer));
+    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, peer);
+    return ZT_OK;
+}
+
 /* ---- fused-backward optimizers: a unit reduced and applied at once -------- */
 
 void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hparams *hp,
@@ -549,27 +594,40 @@ void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hpara
     e->fused.sumsq = 0.0;
 }
 
-/* The unit's gradient is complete: reduce it, measure and apply it to the
- * rank's range, regather the unit where the stage keeps parameters whole,
- * and drop the buffers. */
-static zt_status fused_unit_done(struct shard_engine *e, int unit)
+/* The unit's complete gradient reduced over the data-parallel ranks into
+ * *reduced: a shard of its own where the states are sharded, else the
+ * unit's buffer itself. */
+static zt_status fused_reduce(struct shard_engine *e, int unit, void **reduced)
+{
+    const struct shard_unit *su = &e->part.units[unit];
+    void *full = e->unit_grads[unit];
+    *reduced = full;
+    if (e->policy.shard_states) {
+        *reduced = NULL;
+        ZT_TRY(device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_grad_bytes(e, unit),
+                            "a reduced shard", reduced));
+    }
+    if (e->plan)
+        return ZT_OK;
+    ZT_TRY(e->policy.shard_states
+               ? comm_reduce_scatter(e->comm, full, *reduced, su->shard, e->grad_type, COMM_OP_SUM)
+               : comm_allreduce(e->comm, full, su->padded, e->grad_type, COMM_OP_SUM));
+    if (e->replica) /* HSDP: across the shard groups */
+        ZT_TRY(comm_allreduce(e->replica, *reduced, su->shard, e->grad_type, COMM_OP_SUM));
+    return ZT_OK;
+}
+
+/* The reduced gradient measured and, when armed to, applied to the rank's
+ * range, and the unit regathered where the stage keeps parameters whole. */
+static zt_status fused_apply(struct shard_engine *e, int unit, void *reduced)
 {
     const struct shard_unit *su = &e->part.units[unit];
     const struct owned_range r = owned_range_of(e, unit);
-    void *full = e->unit_grads[unit], *reduced = full, *tmp = NULL;
     const size_t tmp_bytes = staging_floats(e, r.hi - r.lo) * sizeof(float);
+    void *tmp = NULL;
     zt_status st = ZT_OK;
-    if (e->policy.shard_states)
-        st = device_alloc(e->dev, LEDGER_COMM_BUFFERS, shard_grad_bytes(e, unit), "a reduced shard",
-                          &reduced);
-    if (st == ZT_OK && tmp_bytes)
+    if (tmp_bytes)
         st = device_alloc(e->dev, LEDGER_WORKSPACE, tmp_bytes, "fp32 gradients", &tmp);
-    if (st == ZT_OK && !e->plan)
-        st = e->policy.shard_states
-                 ? comm_reduce_scatter(e->comm, full, reduced, su->shard, e->grad_type, COMM_OP_SUM)
-                 : comm_allreduce(e->comm, full, su->padded, e->grad_type, COMM_OP_SUM);
-    if (st == ZT_OK && !e->plan && e->replica) /* HSDP: across the shard groups */
-        st = comm_allreduce(e->replica, reduced, su->shard, e->grad_type, COMM_OP_SUM);
     if (st == ZT_OK && !e->plan)
         st = shard_update_fused_unit(e, unit, reduced, &r, tmp);
     if (st == ZT_OK && !e->plan && e->fused.update && shard_policy_regathers_params(&e->policy)) {
@@ -579,10 +637,56 @@ static zt_status fused_unit_done(struct shard_engine *e, int unit)
     }
     if (tmp_bytes && (tmp || e->plan))
         device_free(e->dev, LEDGER_WORKSPACE, tmp_bytes, tmp);
+    return st;
+}
+
+/* Drops the unit's gradient buffers. */
+static void fused_release(struct shard_engine *e, int unit, void *reduced)
+{
     if (e->policy.shard_states && (reduced || e->plan))
         device_free(e->dev, LEDGER_COMM_BUFFERS, shard_grad_bytes(e, unit), reduced);
-    device_free(e->dev, LEDGER_COMM_BUFFERS, unit_grad_bytes(e, unit), full);
+    device_free(e->dev, LEDGER_COMM_BUFFERS, unit_grad_bytes(e, unit), e->unit_grads[unit]);
     e->unit_grads[unit] = NULL;
+}
+
+/* The unit's gradient is complete: reduce it, measure and apply it, and
+ * drop the buffers. A tied embedding under a pipeline is whole only once
+ * the other stage's backward is done too: its reduced gradient is held
+ * until the step's end (fused_tied_done). */
+static zt_status fused_unit_done(struct shard_engine *e, int unit)
+{
+    void *reduced = NULL;
+    zt_status st = fused_reduce(e, unit, &reduced);
+    if (st == ZT_OK && unit == 0 && e->tie_peer >= 0) {
+        e->fused.tied = reduced;
+        e->fused.tied_held = 1;
+        return ZT_OK;
+    }
+    if (st == ZT_OK)
+        st = fused_apply(e, unit, reduced);
+    fused_release(e, unit, reduced);
+    return st;
+}
+
+/* The held tied embedding: the first and last stage add each other's
+ * reduced gradient and both apply the sum; the norm counts it once, on
+ * the first stage. */
+static zt_status fused_tied_done(struct shard_engine *e)
+{
+    if (!e->fused.tied_held)
+        return ZT_OK;
+    void *reduced = e->fused.tied;
+    size_t off, n;
+    tied_range(e, &off, &n);
+    e->fused.tied_held = 0;
+    e->fused.tied = NULL;
+    zt_status st = e->plan ? plan_tied(e) : exchange_tied(e, reduced, n);
+    const double sumsq = e->fused.sumsq;
+    if (st == ZT_OK)
+        st = fused_apply(e, 0, reduced);
+    if (e->tie_duplicate)
+        e->fused.sumsq = sumsq;
+    fused_release(e, 0, reduced);
     return st;
 }
 
@@ -590,11 +694,12 @@ static zt_status fused_unit_done(struct shard_engine *e, int unit)
 static zt_status step_fused(struct shard_engine *e, int skip_on_overflow,
                             struct shard_step_result *out)
 {
+    ZT_TRY(fused_tied_done(e));
     double sumsq = e->fused.sumsq;
-    if (e->policy.shard_states && !e->plan)
-        ZT_TRY(comm_allreduce(comm_host(e->comm), &sumsq, 1, ZT_F64, COMM_OP_SUM));
-    if (e->tensor && !e->plan)
-        ZT_TRY(comm_allreduce(comm_host(e->tensor), &sumsq, 1, ZT_F64, COMM_OP_SUM));
+    struct comm *groups[3] = {e->policy.shard_states ? e->comm : NULL, e->pipe, e->tensor};
+    for (int i = 0; i < 3; i++)
+        if (groups[i] && !e->plan)
+            ZT_TRY(comm_allreduce(comm_host(groups[i]), &sumsq, 1, ZT_F64, COMM_OP_SUM));
     e->fused.sumsq = 0.0;
     out->grad_norm = sqrt(sumsq);
     if (isfinite(out->grad_norm) || e->plan)
@@ -1109,6 +1214,8 @@ void shard_engine_destroy(struct shard_engine *e)
     if (e->early_shards_held) /* a step that failed before it freed them */
         device_free(e->dev, LEDGER_COMM_BUFFERS, e->part.state_shard_total * e->esz,
                     e->early_shards);
+    if (e->fused.tied_held) /* a fused step that failed before its end */
+        fused_release(e, 0, e->fused.tied);
     /* Frees exactly what was counted, real or planned, newest first. */
     while (e->n_allocs > 0) {
         const struct shard_alloc *a = &e->allocs[--e->n_allocs];
@@ -1203,49 +1310,12 @@ void shard_engine_plan_pipeline(struct shard_engine *e, int stages)
     find_tie(e, stages);
 }
 
-/* Where the tied embedding's reduced gradient lies in g (the reduced
- * gradients the norm and update read), and how many elements. */
-static void tied_range(const struct shard_engine *e, size_t *off, size_t *n)
-{
-    const struct shard_unit *su = &e->part.units[0];
-    *off = e->policy.shard_states ? su->state_shard_offset : su->state_padded_offset;
-    *n = e->policy.shard_states ? su->shard : su->padded;
-}
-
-/* The first and last stage exchange their reduced gradients of the tied
- * embedding and each adds the other's (Megatron's embedding group), so
- * both take the same update. */
+/* The exchange on the step's reduced gradients g. */
 static zt_status sync_tied(struct shard_engine *e, void *g)
 {
     size_t off, n;
     tied_range(e, &off, &n);
-    void *peer = NULL;
-    struct comm_request *req = NULL;
-    ZT_TRY(
-        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, "tied embedding gradients", &peer));
-    zt_status st = comm_isend(e->pipe, gat(e, g, off), n, e->grad_type, e->tie_peer, &req);
-    if (st == ZT_OK)
-        st = comm_recv(e->pipe, peer, n, e->grad_type, e->tie_peer);
-    if (req) {
-        zt_status w = comm_wait(e->pipe, req);
-        st = st == ZT_OK ? w : st;
-    }
-    if (st == ZT_OK)
-        st = e->ops->add_into(e->ops, e->grad_type, gat(e, g, off), peer, n);
-    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, peer);
-    return st;
-}
-
-/* What sync_tied holds, counted for a plan. */
-static zt_status plan_tied(struct shard_engine *e)
-{
-    size_t off, n;
-    void *peer = NULL;
-    tied_range(e, &off, &n);
-    ZT_TRY(
-        device_alloc(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, "tied embedding gradients", &peer));
-    device_free(e->dev, LEDGER_COMM_BUFFERS, n * e->gsz, peer);
-    return ZT_OK;
+    return exchange_tied(e, gat(e, g, off), n);
 }
 
 /* The sum of squares of this rank's share of the reduced gradients g[n],

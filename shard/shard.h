@@ -402,6 +402,8 @@ struct shard_engine {
         double unscale;              /* 1 / (world * loss scale) */
         float gscale;                /* unscale times the clipping coefficient */
         double sumsq;                /* of the unscaled gradients this rank reduced */
+        void *tied;                  /* a pipeline's tied embedding, reduced, till the step's end */
+        int tied_held;
     } fused;
 
     long updates;                  /* optimizer steps taken */
@@ -533,9 +535,11 @@ void shard_engine_join_context(struct shard_engine *e, struct comm *context);
  * backwards, when clipping or loss scaling needs the norm before any
  * update); with hp the backward updates (hp->step is set here), gradients
  * scaled by 1 / (world * loss_scale) * clip_coef. shard_engine_step then
- * ends the step: it reports the norm of what the backward reduced, and a
- * non-finite norm is a skip (skip_on_overflow) or ZT_ERR_NUMERIC; it
- * computes nothing else. */
+ * ends the step: a pipeline's first and last stage add each other's
+ * gradient of their tied embedding, held since the backward, and apply
+ * it; it reports the norm of what the backwards reduced, summed over the
+ * pipeline's and the tensor group's shares, and a non-finite norm is a
+ * skip (skip_on_overflow) or ZT_ERR_NUMERIC. */
 void shard_engine_fused_arm(struct shard_engine *e, const struct optimizer_hparams *hp,
                             double loss_scale, double clip_coef);
 

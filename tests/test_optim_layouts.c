@@ -7,7 +7,8 @@
  * on micro.yaml's GPT-2; on a Llama of the same size with grouped-query attention run AdamW and
  * those whose state or update depends on the tensors' shapes (factored, blockwise, fused into the
  * backward pass). The whole-tensor ones and LOMO also run at T=2 and
- * resume across the tensor-parallel size. The elementwise others would repeat AdamW's there: their
+ * resume across the tensor-parallel size, and LOMO runs through a
+ * pipeline of two stages. The elementwise others would repeat AdamW's there: their
  * update at an element reads that element's state only, so other shapes
  * cut by other shard boundaries change nothing their GPT-2 case does not
  * already cover. */
@@ -209,6 +210,46 @@ START_TEST(optimizer_is_exact_under_tensor_parallelism)
 }
 END_TEST
 
+/* LOMO through a pipeline: the norm for clipping (micro.yaml's 1.0) is
+ * summed over the stages, and the tied embedding's two copies, each
+ * updated inside its stage's backward by the other optimizers' rule, add
+ * each other's gradient at the step's end. Each layout trains one rank's
+ * losses: loop index i. */
+START_TEST(lomo_is_exact_under_a_pipeline)
+{
+    static const struct {
+        int family, np, T, stage;
+        const char *extra;
+    } legs[] = {
+        {0, 2, 1, 0, ""},
+        {0, 4, 1, 3, ""},
+        {1, 4, 2, 1, "--set model.tie_word_embeddings=true"},
+        {1, 4, 1, 2, ""},
+    };
+    const int f = legs[_i].family;
+    const struct optimizer_case *c = &cases[N_CASES - 1];
+    const char *dir = testutil_tmpdir("optim-pp");
+    char name[96];
+    case_name(c, f, name);
+    ck_assert_str_eq(c->name, "LOMO");
+    const char *one = testutil_fmt("%s %s", layout(c, f, 1, 0), legs[_i].extra);
+    double want[STEPS], got[STEPS];
+    ck_assert_int_eq(testutil_train_micro(dir, "one", 1, one), 0);
+    ck_assert_int_eq(testutil_micro_losses(dir, "one", want, STEPS), STEPS);
+    const int D = legs[_i].np / (2 * legs[_i].T);
+    const char *pp = testutil_fmt("%s --set pipeline.stages=2 --set tensor_parallel.size=%d "
+                                  "--set zero_optimization.stage=%d "
+                                  "--set train_micro_batch_size_per_gpu=%d",
+                                  one, legs[_i].T, legs[_i].stage, 8 / D);
+    ck_assert_msg(testutil_train_micro(dir, "pp", legs[_i].np, pp) == 0, "%s failed:\n%s", name,
+                  testutil_slurp(testutil_path_in(dir, "pp.log")));
+    ck_assert_int_eq(testutil_micro_losses(dir, "pp", got, STEPS), STEPS);
+    assert_close(want, got, STEPS, 1,
+                 testutil_fmt("%s at P=2, T=%d, D=%d, ZeRO %d %s", name, legs[_i].T, D,
+                              legs[_i].stage, legs[_i].extra));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("optim_layouts");
@@ -216,5 +257,6 @@ int main(void)
     tcase_add_loop_test(tc, optimizer_is_world_size_invariant_and_reshards, 0,
                         N_CASES + n_on_llama());
     tcase_add_loop_test(tc, optimizer_is_exact_under_tensor_parallelism, 0, 8);
+    tcase_add_loop_test(tc, lomo_is_exact_under_a_pipeline, 0, 4);
     return testutil_run_suite(s, 0);
 }

@@ -746,27 +746,70 @@ static void plan_json(const char *cfg_path, const char *machine, int gpus, int p
     remove(json);
 }
 
-/* LOMO is planned under tensor parallelism and never under a pipeline:
- * its step runs one forward and backward of the whole model. */
-START_TEST(lomo_is_planned_under_tensor_parallelism_alone)
+/* A layout's key, for finding it in another plan: T, P, v, D, ZeRO,
+ * micro batch, checkpointing, sequence parallelism. */
+static void layout_key(const struct json_value *l, uint64_t key[8])
 {
-    char cfg_path[64];
-    snprintf(cfg_path, sizeof cfg_path, "/tmp/zt_test_plan_%d.yaml", (int)getpid());
-    FILE *f = fopen(cfg_path, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f, "%soptimizer: {type: LOMO, params: {lr: 0.1}}\n", tiny_gpt2);
-    fclose(f);
-    struct json_value plan;
-    plan_json(cfg_path, "a100-80gb", 4, 0, 0, &plan);
-    const struct json_value *layouts = testutil_json_member(&plan, "layouts");
-    int tensor = 0;
+    static const char *const names[7] = {"tp",         "pp",          "virtual_stages", "dp",
+                                         "zero_stage", "micro_batch", "ckpt_every"};
+    for (int k = 0; k < 7; k++)
+        key[k] = testutil_json_count(l, names[k]);
+    key[7] = (uint64_t)testutil_json_member(l, "sequence_parallel")->boolean;
+}
+
+/* The first role's compute seconds of the layout of `plan` with `key`. */
+static double compute_of(const struct json_value *plan, const uint64_t key[8])
+{
+    const struct json_value *layouts = testutil_json_member(plan, "layouts");
     for (size_t i = 0; i < layouts->n; i++) {
-        ck_assert_uint_eq(testutil_json_count(&layouts->items[i], "pp"), 1);
-        tensor |= testutil_json_count(&layouts->items[i], "tp") > 1;
+        uint64_t k[8];
+        layout_key(&layouts->items[i], k);
+        if (memcmp(k, key, sizeof k) == 0)
+            return testutil_json_member(
+                       &testutil_json_member(&layouts->items[i], "roles")->items[0],
+                       "compute_seconds")
+                ->real;
     }
-    ck_assert(tensor);
-    json_free(&plan);
-    remove(cfg_path);
+    ck_abort_msg("no layout T%d P%d in the other plan", (int)key[0], (int)key[1]);
+    return 0.0;
+}
+
+/* LOMO is planned under tensor parallelism and under a pipeline, always
+ * with one micro batch a step (it keeps no gradient to accumulate into),
+ * and with clipping its step computes twice: the first forward and
+ * backward measure the norm. */
+START_TEST(lomo_is_planned_in_every_layout_with_its_passes)
+{
+    char cfg_path[2][64];
+    struct json_value plan[2];
+    for (int clip = 0; clip < 2; clip++) {
+        snprintf(cfg_path[clip], sizeof cfg_path[clip], "/tmp/zt_test_plan_%d_%d.yaml",
+                 (int)getpid(), clip);
+        FILE *f = fopen(cfg_path[clip], "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "%soptimizer: {type: LOMO, params: {lr: 0.1}}\ngradient_clipping: %d\n",
+                tiny_gpt2, clip);
+        fclose(f);
+        plan_json(cfg_path[clip], "a100-80gb", 4, 0, 0, &plan[clip]);
+    }
+    const struct json_value *layouts = testutil_json_member(&plan[1], "layouts");
+    int tensor = 0, pipeline = 0;
+    for (size_t i = 0; i < layouts->n; i++) {
+        const struct json_value *l = &layouts->items[i];
+        ck_assert_uint_eq(testutil_json_count(l, "accum"), 1);
+        tensor |= testutil_json_count(l, "tp") > 1;
+        pipeline |= testutil_json_count(l, "pp") > 1;
+        uint64_t key[8];
+        layout_key(l, key);
+        const double twice = compute_of(&plan[1], key), once = compute_of(&plan[0], key);
+        ck_assert_msg(once > 0.0 && fabs(twice - 2.0 * once) <= 1e-12 * twice,
+                      "layout %zu: compute %g s with clipping, %g s without", i, twice, once);
+    }
+    ck_assert(tensor && pipeline);
+    for (int clip = 0; clip < 2; clip++) {
+        json_free(&plan[clip]);
+        remove(cfg_path[clip]);
+    }
 }
 END_TEST
 
@@ -1408,7 +1451,7 @@ int main(void)
     tcase_add_test(tc, import_work_follows_the_held_ranges);
     tcase_add_test(tc, a_4bit_base_is_encoded_where_the_rank_keeps_it);
     tcase_add_test(tc, cpu_nodes_take_a_rank_per_core);
-    tcase_add_test(tc, lomo_is_planned_under_tensor_parallelism_alone);
+    tcase_add_test(tc, lomo_is_planned_in_every_layout_with_its_passes);
     tcase_add_test(tc, nvme_files_and_shared_core_traffic);
     tcase_add_test(tc, measured_collectives_by_type_and_size);
     tcase_add_test(tc, element_wise_traffic_is_the_uncheckpointed_activations);
