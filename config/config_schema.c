@@ -1732,6 +1732,15 @@ static zt_status check_interleaved(const struct walk *w)
                             "gets the same number of blocks",
                             where, c->model.n_layer, P, v);
     }
+    const struct optimizer_ops *o = optimizer_find(c->optimizer.type);
+    if (o && o->fused_backward) {
+        where_of_keys(w, where, "pipeline.virtual_stages", "optimizer.type", NULL);
+        return zt_error_set(ZT_ERR_CONFIG,
+                            "%s: pipeline.virtual_stages: %s runs one micro batch a step, and "
+                            "the interleaved schedule needs whole rounds of pipeline.stages (%d) "
+                            "micro batches: set pipeline.virtual_stages 1",
+                            where, o->name, P);
+    }
     if (c->gradient_accumulation_steps % P != 0) {
         where_of_keys(w, where, "pipeline.virtual_stages", "gradient_accumulation_steps",
                       "pipeline.stages");

@@ -2038,6 +2038,14 @@ static const struct bad_case bad_cases[] = {
      "bad.yaml:2:30: gradient_accumulation_steps: LOMO updates each unit during the backward and "
      "keeps no gradient to accumulate into: it must be 1, got 4 (raise "
      "train_micro_batch_size_per_gpu instead)"},
+    {"data: {train: x}\nmodel: {n_layer: 4}\npipeline: {stages: 2, virtual_stages: 2}\n"
+     "optimizer: {type: lomo, params: {lr: 0.01}}\n",
+     NULL,
+     {NULL},
+     ZT_ERR_CONFIG,
+     "bad.yaml:3:39: pipeline.virtual_stages: LOMO runs one micro batch a step, and the "
+     "interleaved schedule needs whole rounds of pipeline.stages (2) micro batches: set "
+     "pipeline.virtual_stages 1"},
     {"data: {train: x}\noptimizer: {type: Adafactor, params: {eps: [1e-30, 1e-3, 1]}}\n",
      NULL,
      {NULL},
