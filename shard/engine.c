@@ -695,6 +695,8 @@ static zt_status step_fused(struct shard_engine *e, int skip_on_overflow,
                             struct shard_step_result *out)
 {
     ZT_TRY(fused_tied_done(e));
+    if (e->fused.update) /* hpZ: the next forward gathers the new values */
+        secondary_stale(e);
     double sumsq = e->fused.sumsq;
     struct comm *groups[3] = {e->policy.shard_states ? e->comm : NULL, e->pipe, e->tensor};
     for (int i = 0; i < 3; i++)

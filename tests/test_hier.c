@@ -3,7 +3,7 @@
  *
  * hpZ (zero_hpz_partition_size 2) and HSDP (shard_group_size 2) train
  * configs/tiny.yaml as flat ZeRO does, within 1e-5 in fp32 (stage 3; HSDP
- * at stages 1 and 2 too); the bytes each sends per step, by link class,
+ * at stages 1 and 2 too; LOMO under both at stage 3); the bytes each sends per step, by link class,
  * are the formulas below over the sizes of the model's partition; the dry
  * run plans the secondary copy as the run holds it, byte for byte; the
  * configuration refuses what cannot work, saying where; and checkpoints
@@ -316,6 +316,32 @@ START_TEST(stages_1_and_2_under_hsdp_match_flat)
 }
 END_TEST
 
+/* LOMO updates each unit inside the backward: under hpZ the secondary
+ * copy the backward gathers from is refreshed from the new values at the
+ * next forward, so hpZ and HSDP (stage 3) train flat LOMO's losses, which
+ * fall. */
+START_TEST(lomo_under_hpz_and_hsdp_matches_flat)
+{
+    const char *lomo = "--set optimizer.type=LOMO --set optimizer.params.betas=null "
+                       "--set optimizer.params.eps=null --set optimizer.params.lr=0.05";
+    static const struct {
+        const char *name, *extra;
+    } runs[] = {{"flat", ""}, {"hpz", HPZ}, {"hsdp", HSDP}};
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", testutil_tmpdir("hier-lomo"));
+    double got[3][STEPS];
+    for (int i = 0; i < 3; i++) {
+        train_ok(dir, runs[i].name, 3, testutil_fmt("%s %s", lomo, runs[i].extra));
+        losses(dir, runs[i].name, got[i], STEPS);
+    }
+    ck_assert_msg(got[0][STEPS - 1] < got[0][0] - 0.05, "flat LOMO: loss %g -> %g", got[0][0],
+                  got[0][STEPS - 1]);
+    for (int i = 1; i < 3; i++)
+        testutil_assert_losses_close(got[0], got[i], STEPS, 1e-5,
+                                     testutil_fmt("LOMO under %s", runs[i].name));
+}
+END_TEST
+
 /* ---- refusals ------------------------------------------------------------- */
 
 /* Each refusal exits 2 naming the file, line and column of the key that
@@ -417,6 +443,7 @@ int main(void)
     tcase_add_test(tc, refusals_say_where);
     tcase_add_test(tc, stage3_hpz_and_hsdp_match_flat_with_the_formulas_traffic);
     tcase_add_test(tc, stages_1_and_2_under_hsdp_match_flat);
+    tcase_add_test(tc, lomo_under_hpz_and_hsdp_matches_flat);
     tcase_add_test(tc, checkpoints_resume_exactly_and_reshard_to_flat);
     return testutil_run_suite(s, 0);
 }
