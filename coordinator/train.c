@@ -207,7 +207,9 @@ static zt_status fused_pass(struct run_session *s, long step, struct step_record
  * update happens inside the backward, so when gradient clipping or fp16
  * loss scaling needs the norm before any update, a first forward and
  * backward only measure it (the method's two backwards: twice the compute
- * of such a step), and an overflow skips the second. */
+ * of such a step), and a non-finite norm skips the second: an overflow,
+ * or a step for run.on_nonfinite. Without that first pass a non-finite
+ * norm is found only once applied, and the engine stops the run. */
 static zt_status fused_step(struct run_session *s, long step, struct step_record *r,
                             double *loss_sums, struct shard_step_result *result)
 {
@@ -221,7 +223,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
         double measured_loss[2] = {0.0, 0.0}; /* session_add_loss's sums */
         shard_engine_fused_arm(&s->engine, NULL, r->loss_scale, 1.0);
         ZT_TRY(fused_pass(s, step, r, grad_scale, measured_loss));
-        ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
+        ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, 1, result));
         if (result->skipped) {
             loss_sums[0] += measured_loss[0];
             loss_sums[1] += measured_loss[1];

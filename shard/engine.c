@@ -711,9 +711,12 @@ static zt_status step_fused(struct shard_engine *e, int skip_on_overflow,
         return ZT_OK;
     }
     return zt_error_set(ZT_ERR_NUMERIC,
-                        "gradient norm is %f at step %ld: training diverged (lower "
-                        "optimizer.params.lr or set gradient_clipping)",
-                        out->grad_norm, e->updates);
+                        "gradient norm is %f at step %ld: training diverged, and %s applied the "
+                        "step's update inside the backward before its norm was known (lower "
+                        "optimizer.params.lr, or set gradient_clipping: its first, measuring "
+                        "pass finds a non-finite norm before any update, and run.on_nonfinite "
+                        "then applies)",
+                        out->grad_norm, e->updates, e->cfg.optimizer->name);
 }
 
 /* ---- stages 2-3: reducing unit gradients ------------------------------------ */

@@ -1,7 +1,8 @@
 /* tests/test_nonfinite.c — steps with non-finite values, through the binary
  * under mpirun: run.on_nonfinite stop and skip, the first non-finite value
- * named once by the rank that met it, its report, the skip limit, the
- * key's refusals, and fp16's overflows left to the loss scaler.
+ * named once by the rank that met it, its report, the skip limit, LOMO's
+ * measuring pass, the key's refusals, and fp16's overflows left to the
+ * loss scaler.
  *
  * Diverging runs are configs/tiny.yaml at optimizer.params.lr 1e6, whose
  * fourth step is the first with a non-finite gradient norm. Runs that must
@@ -235,6 +236,55 @@ START_TEST(skip_limit_ends_a_run_that_keeps_diverging)
 }
 END_TEST
 
+/* LOMO updates inside the backward. With clipping its first, measuring
+ * pass meets a non-finite norm before any update, so run.on_nonfinite
+ * applies as to any optimizer (skip: the step skipped, its first value
+ * named and reported); without clipping the update is applied before the
+ * norm is known, and the run stops saying so, whatever on_nonfinite says. */
+START_TEST(lomo_meets_a_nonfinite_norm_before_its_update_with_clipping)
+{
+    static const struct {
+        const char *clip;
+        int rc;
+        const char *want;
+    } cases[] = {
+        {"1.0", 0, "skipped (run.on_nonfinite: skip)"},
+        {"0", 1,
+         "training diverged, and LOMO applied the step's update inside the backward before its "
+         "norm was known"},
+    };
+    char skipped_dir[4096] = "";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *dir = testutil_tmpdir(testutil_fmt("nonfinite-lomo-%zu", i));
+        if (i == 0)
+            snprintf(skipped_dir, sizeof skipped_dir, "%s", dir);
+        const char *log = testutil_path_in(dir, "log");
+        const int rc = testutil_run(
+            log,
+            MPIRUN " 2 %s train %s --quiet --no-progress --set run.output_dir=%s "
+                   "--set optimizer.type=LOMO --set optimizer.params.betas=null "
+                   "--set optimizer.params.eps=null --set optimizer.params.lr=1e6 "
+                   "--set run.steps=8 --set run.eval_interval=0 --set run.on_nonfinite=skip "
+                   "--set gradient_clipping=%s",
+            testutil_binary(), testutil_source_path("configs/tiny.yaml"), dir, cases[i].clip);
+        const char *out = testutil_slurp(log);
+        ck_assert_msg(rc == cases[i].rc, "clipping %s: exit %d\n%s", cases[i].clip, rc, out);
+        ck_assert_msg(strstr(out, cases[i].want), "clipping %s:\n%s", cases[i].clip, out);
+        ck_assert_int_eq(errors_in(log), cases[i].rc);
+    }
+    /* the skipped step's first value, named and reported */
+    const char *out = testutil_slurp(testutil_path_in(skipped_dir, "log"));
+    long step = 0;
+    const char *line = strstr(out, "zerotrain: warning: rank ");
+    ck_assert_msg(line && sscanf(line, "zerotrain: warning: rank %*d: step %ld", &step) == 1, "%s",
+                  out);
+    struct json_value r;
+    read_report(skipped_dir, step, &r);
+    check_report(&r, step, -1, NULL, 8);
+    json_free(&r);
+}
+END_TEST
+
 /* A config whose run section has the extra line `line`, under dir. */
 static const char *config_with(const char *dir, const char *line)
 {
@@ -307,6 +357,7 @@ int main(void)
     tcase_add_test(tc, the_rank_that_met_the_value_names_the_op);
     tcase_add_test(tc, skip_skips_the_step_and_goes_on);
     tcase_add_test(tc, skip_limit_ends_a_run_that_keeps_diverging);
+    tcase_add_test(tc, lomo_meets_a_nonfinite_norm_before_its_update_with_clipping);
     tcase_add_test(tc, fp16_overflows_stay_the_loss_scalers);
     return testutil_run_suite(s, 0);
 }
