@@ -461,12 +461,14 @@ static double load_seconds(const struct plan_model *pm, const struct plan_role *
 }
 
 /* A step of `passes` forward and backward passes (LOMO's measuring one)
- * computes and moves each pass's work that many times; its update and
- * its passes over the reduced gradients are once a step. */
+ * computes and moves each pass's work that many times, and zeroes and
+ * measures each unit's transient gradients in each; its update is once a
+ * step. */
 static void repeat_passes(struct plan_time *t, int passes)
 {
     const double n = passes > 1 ? passes : 1;
     t->compute *= n;
+    t->grad_passes *= n;
     t->matmul *= n;
     t->attention *= n;
     t->decode *= n;

@@ -757,8 +757,8 @@ static void layout_key(const struct json_value *l, uint64_t key[8])
     key[7] = (uint64_t)testutil_json_member(l, "sequence_parallel")->boolean;
 }
 
-/* The first role's compute seconds of the layout of `plan` with `key`. */
-static double compute_of(const struct json_value *plan, const uint64_t key[8])
+/* The first role's `field` of the layout of `plan` with `key`. */
+static double role_seconds(const struct json_value *plan, const uint64_t key[8], const char *field)
 {
     const struct json_value *layouts = testutil_json_member(plan, "layouts");
     for (size_t i = 0; i < layouts->n; i++) {
@@ -766,8 +766,7 @@ static double compute_of(const struct json_value *plan, const uint64_t key[8])
         layout_key(&layouts->items[i], k);
         if (memcmp(k, key, sizeof k) == 0)
             return testutil_json_member(
-                       &testutil_json_member(&layouts->items[i], "roles")->items[0],
-                       "compute_seconds")
+                       &testutil_json_member(&layouts->items[i], "roles")->items[0], field)
                 ->real;
     }
     ck_abort_msg("no layout T%d P%d in the other plan", (int)key[0], (int)key[1]);
@@ -776,8 +775,9 @@ static double compute_of(const struct json_value *plan, const uint64_t key[8])
 
 /* LOMO is planned under tensor parallelism and under a pipeline, always
  * with one micro batch a step (it keeps no gradient to accumulate into),
- * and with clipping its step computes twice: the first forward and
- * backward measure the norm. */
+ * and with clipping its step computes, and zeroes and measures its
+ * transient gradients, twice: the first forward and backward measure the
+ * norm. */
 START_TEST(lomo_is_planned_in_every_layout_with_its_passes)
 {
     char cfg_path[2][64];
@@ -801,9 +801,14 @@ START_TEST(lomo_is_planned_in_every_layout_with_its_passes)
         pipeline |= testutil_json_count(l, "pp") > 1;
         uint64_t key[8];
         layout_key(l, key);
-        const double twice = compute_of(&plan[1], key), once = compute_of(&plan[0], key);
-        ck_assert_msg(once > 0.0 && fabs(twice - 2.0 * once) <= 1e-12 * twice,
-                      "layout %zu: compute %g s with clipping, %g s without", i, twice, once);
+        static const char *const per_pass[] = {"compute_seconds", "grad_pass_seconds"};
+        for (int k = 0; k < 2; k++) {
+            const double twice = role_seconds(&plan[1], key, per_pass[k]),
+                         once = role_seconds(&plan[0], key, per_pass[k]);
+            ck_assert_msg(once > 0.0 && fabs(twice - 2.0 * once) <= 1e-12 * twice,
+                          "layout %zu: %s %g with clipping, %g without", i, per_pass[k], twice,
+                          once);
+        }
     }
     ck_assert(tensor && pipeline);
     for (int clip = 0; clip < 2; clip++) {
