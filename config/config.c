@@ -295,3 +295,13 @@ void config_model_shape(const struct zt_config *cfg, struct zt_kvlist *shape)
         }
     ZT_ASSERT(0 && "model.family was checked when the config loaded");
 }
+
+int config_loss_scale_dynamic(const struct zt_config *c)
+{
+    return c->fp16.enabled && c->fp16.loss_scale == 0.0;
+}
+
+int config_norm_before_update(const struct zt_config *c)
+{
+    return c->gradient_clipping > 0.0 || config_loss_scale_dynamic(c);
+}

@@ -380,4 +380,12 @@ enum zt_dtype config_compute_dtype(const struct zt_config *c);
  * schedule's for the step at hand). */
 struct optimizer_hparams config_optimizer_hparams(const struct zt_config *c, double lr);
 
+/* Whether fp16's loss scale is dynamic (fp16.loss_scale 0). */
+int config_loss_scale_dynamic(const struct zt_config *c);
+
+/* Whether the step needs the gradient norm before any update: gradient
+ * clipping, or a dynamic loss scale's overflow check. A fused-backward
+ * optimizer (LOMO) then measures it in a first forward and backward. */
+int config_norm_before_update(const struct zt_config *c);
+
 #endif

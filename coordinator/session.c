@@ -527,7 +527,7 @@ static zt_status build_model(struct run_session *s, const struct run_options *o)
     ec.defer_init = c->model.init_from != NULL;
     s->pinned = (struct shard_pinned_alloc){s->compute.pinned_alloc, s->compute.pinned_free};
     ec.pinned = s->compute.pinned_alloc ? &s->pinned : NULL;
-    if (c->fp16.enabled && c->fp16.loss_scale == 0.0)
+    if (config_loss_scale_dynamic(c))
         loss_scaler_init_dynamic(&s->scaler, c->fp16.initial_scale_power, c->fp16.loss_scale_window,
                                  c->fp16.hysteresis, c->fp16.min_loss_scale);
     else

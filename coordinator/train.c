@@ -219,7 +219,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     double clip_coef = 1.0;
     ledger_set_step(&s->ledger, step + 1, 0);
     r->busy_seconds = r->span_seconds = 0.0;
-    if (c->gradient_clipping > 0.0 || s->scaler.dynamic) {
+    if (config_norm_before_update(c)) {
         double measured_loss[2] = {0.0, 0.0}; /* session_add_loss's sums */
         shard_engine_fused_arm(&s->engine, NULL, r->loss_scale, 1.0);
         ZT_TRY(fused_pass(s, step, r, grad_scale, measured_loss));
@@ -237,7 +237,7 @@ static zt_status fused_step(struct run_session *s, long step, struct step_record
     shard_engine_fused_arm(&s->engine, &hp, r->loss_scale, clip_coef);
     ZT_TRY(fused_pass(s, step, r, grad_scale, loss_sums));
     ZT_TRY(shard_engine_step(&s->engine, &hp, r->loss_scale, s->scaler.dynamic, result));
-    if (c->gradient_clipping > 0.0 || s->scaler.dynamic)
+    if (config_norm_before_update(c))
         result->grad_norm = measured; /* before clipping, as for the other optimizers */
     return ZT_OK;
 }

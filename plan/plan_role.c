@@ -118,9 +118,7 @@ zt_status plan_model_of(const struct zt_config *c, struct plan_model *out)
     out->hpz_partition_size = c->zero.hpz_partition_size;
     const struct optimizer_ops *o = optimizer_find(c->optimizer.type);
     snprintf(out->optimizer, sizeof out->optimizer, "%s", o ? o->name : c->optimizer.type);
-    const int measures_first =
-        c->gradient_clipping > 0.0 || (c->fp16.enabled && c->fp16.loss_scale == 0.0);
-    out->passes = o && o->fused_backward && measures_first ? 2 : 1;
+    out->passes = o && o->fused_backward && config_norm_before_update(c) ? 2 : 1;
     weights_of(&t, out);
     if (c->model.init_from)
         out->weights_file_esz =
